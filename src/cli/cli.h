@@ -1,0 +1,18 @@
+/* cli: the subcommands of the specd binary. Each takes parsed options and
+ * returns the process exit status (0 ok, 1 failure, 2 usage). The dispatch
+ * table in cli.c names them; main() only calls sd_cli_main. */
+#ifndef SD_CLI_H
+#define SD_CLI_H
+
+#include "core/config.h"
+
+int sd_cli_main(int argc, char **argv);
+
+int sd_cmd_config(const sd_opts *o);
+int sd_cmd_logits(const sd_opts *o);
+int sd_cmd_generate(const sd_opts *o);
+int sd_cmd_tokenize(const sd_opts *o);
+int sd_cmd_detokenize(const sd_opts *o);
+int sd_cmd_serve(const sd_opts *o);
+
+#endif

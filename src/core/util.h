@@ -1,0 +1,32 @@
+/* core/util: small helpers shared by every module (time, files, number lists). */
+#ifndef SD_CORE_UTIL_H
+#define SD_CORE_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+#define SD_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define SD_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SD_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Monotonic clock in nanoseconds. */
+uint64_t sd_now_ns(void);
+static inline double sd_now_s(void) { return (double)sd_now_ns() * 1e-9; }
+
+/* Reads a whole file into a NUL-terminated malloc'd buffer. */
+int sd_read_file(const char *path, char **data, size_t *len, sd_err *err);
+/* Writes len bytes to path (created/truncated). */
+int sd_write_file(const char *path, const void *data, size_t len, sd_err *err);
+int sd_file_exists(const char *path);
+int sd_dir_exists(const char *path);
+/* snprintf into a malloc'd string. */
+char *sd_strfmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "1,2,3" -> malloc'd int32 array. what names the flag in the message. */
+int sd_parse_ids(const char *s, int32_t **ids, int *n, const char *what, sd_err *err);
+/* Strict number parsing: whole string, no overflow. */
+int sd_parse_i64(const char *s, int64_t *out);
+int sd_parse_f64(const char *s, double *out);
+
+#endif
