@@ -1,0 +1,99 @@
+/* engine: the public face of model execution for the server and the CLI.
+ *
+ * An sd_engine owns the model (target, optional proposer), the tokenizer, the
+ * KV cache and the scheduler thread. Callers submit requests from any thread;
+ * the engine reports progress through callbacks that run ON THE ENGINE THREAD
+ * (never the caller's): a callback must only copy what it needs and wake its
+ * own loop (uv_async_send). It must not call back into the engine except
+ * sd_engine_cancel. The engine never blocks on a client. */
+#ifndef SD_ENGINE_ENGINE_H
+#define SD_ENGINE_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/err.h"
+
+typedef struct sd_engine sd_engine;
+typedef struct sd_tokenizer sd_tokenizer;
+
+typedef enum sd_finish {
+    SD_FINISH_NONE = 0,
+    SD_FINISH_STOP,     /* eos or a stop string */
+    SD_FINISH_LENGTH,   /* max_tokens or the context is full */
+    SD_FINISH_CANCELLED,
+    SD_FINISH_ERROR,
+} sd_finish;
+
+typedef struct sd_gen_params {
+    int max_tokens;
+    double temperature; /* 0: greedy */
+    double top_p;       /* 1: off */
+    int top_k;          /* 0: off */
+    uint64_t seed;
+    int has_seed; /* 0: the engine draws one */
+    const char *const *stop; /* stop strings (copied at submit) */
+    int n_stop;
+    int ignore_eos;
+} sd_gen_params;
+
+/* Speculative statistics of one request (and summed over the engine). */
+typedef struct sd_spec_stats {
+    uint64_t steps;         /* verify steps (draft -> verify) */
+    uint64_t drafted;       /* draft tokens proposed */
+    uint64_t accepted;      /* draft tokens accepted */
+    uint64_t emitted;       /* tokens emitted by verify steps (accepted + bonus) */
+    uint64_t accepted_at[16]; /* accepted at draft position i (0-based) */
+    uint64_t proposed_at[16]; /* proposed at draft position i */
+    double draft_s, verify_s; /* time in draft and verify */
+} sd_spec_stats;
+
+typedef struct sd_req_stats {
+    int prompt_tokens;
+    int completion_tokens;
+    double queued_s;  /* submit -> first scheduled */
+    double ttft_s;    /* submit -> first token */
+    double total_s;   /* submit -> finish */
+    sd_spec_stats spec;
+} sd_req_stats;
+
+typedef struct sd_req_events {
+    /* New output: the text delta holds whole UTF-8 characters only, with stop
+     * strings already cut; ids are the new tokens. Either may be empty. */
+    void (*on_output)(void *user, const char *text, size_t len, const int32_t *ids, int n_ids);
+    /* Last call for a request; msg is set for SD_FINISH_ERROR. */
+    void (*on_finish)(void *user, sd_finish why, const sd_req_stats *st, const char *msg);
+} sd_req_events;
+
+/* Engine-wide numbers for /metrics and /health. */
+typedef struct sd_engine_stats {
+    int queued, running;
+    int kv_blocks_total, kv_blocks_used;
+    uint64_t steps;           /* engine steps so far */
+    uint64_t last_step_ns;    /* monotonic time of the last completed step */
+    uint64_t prompt_tokens, completion_tokens;
+    sd_spec_stats spec;
+} sd_engine_stats;
+
+/* Loads the model named by o->model (NULL/empty: the bundled model), the
+ * proposer of o->spec, and starts the engine thread. */
+int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err);
+/* Stops the thread, cancels what is left (on_finish CANCELLED), frees everything. */
+void sd_engine_destroy(sd_engine *e);
+
+const sd_tokenizer *sd_engine_tokenizer(const sd_engine *e);
+int sd_engine_max_context(const sd_engine *e);
+const char *sd_engine_model_name(const sd_engine *e);
+
+/* Queues a request. The prompt is copied. *id identifies it for cancel.
+ * Errors (prompt + max_tokens past the context, ...) are returned here and
+ * never reach on_finish. */
+int sd_engine_submit(sd_engine *e, const int32_t *prompt, int n_prompt, const sd_gen_params *p,
+                     const sd_req_events *ev, void *user, uint64_t *id, sd_err *err);
+/* Cancels a request in any state; its KV blocks are freed and on_finish runs
+ * with SD_FINISH_CANCELLED (unless it already finished). Safe from any thread. */
+void sd_engine_cancel(sd_engine *e, uint64_t id);
+void sd_engine_get_stats(sd_engine *e, sd_engine_stats *st);
+
+#endif
