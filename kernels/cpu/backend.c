@@ -1,0 +1,335 @@
+/* CPU backend: memory, weights, the thread pool, and the ops table. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/cpu/cpu.h"
+
+struct sd__cpu_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    pthread_t *tids;
+    int n;          /* worker threads (threads - 1; the caller is thread 0) */
+    uint64_t epoch; /* bumped per job */
+    int pending;
+    int quit;
+    sd__cpu_task task;
+    void *ctx;
+    int total;
+    int chunks;
+};
+
+typedef struct worker_arg {
+    sd__cpu_pool *pool;
+    int index; /* 1.. */
+} worker_arg;
+
+static void run_chunk(sd__cpu_pool *p, int chunk)
+{
+    int per = (p->total + p->chunks - 1) / p->chunks;
+    int b = chunk * per, e = b + per;
+    if (e > p->total)
+        e = p->total;
+    if (b < e)
+        p->task(p->ctx, b, e, chunk);
+}
+
+static void *worker_main(void *arg)
+{
+    worker_arg *wa = arg;
+    sd__cpu_pool *p = wa->pool;
+    int me = wa->index;
+    free(wa);
+    uint64_t seen = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->quit && p->epoch == seen)
+            pthread_cond_wait(&p->go, &p->mu);
+        if (p->quit)
+            break;
+        seen = p->epoch;
+        pthread_mutex_unlock(&p->mu);
+        if (me < p->chunks)
+            run_chunk(p, me);
+        pthread_mutex_lock(&p->mu);
+        if (--p->pending == 0)
+            pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+void sd__cpu_parallel(sd_backend *be, int n, sd__cpu_task task, void *ctx)
+{
+    sd__cpu *c = be->impl;
+    sd__cpu_pool *p = c->pool;
+    if (n <= 0)
+        return;
+    if (!p || p->n == 0 || n == 1) {
+        task(ctx, 0, n, 0);
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    p->task = task;
+    p->ctx = ctx;
+    p->total = n;
+    p->chunks = n < p->n + 1 ? n : p->n + 1;
+    p->pending = p->n;
+    p->epoch++;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    run_chunk(p, 0);
+    pthread_mutex_lock(&p->mu);
+    while (p->pending > 0)
+        pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+int sd__cpu_reserve_scratch(sd_backend *be, size_t len)
+{
+    sd__cpu *c = be->impl;
+    if (len <= c->scratch_len)
+        return 0;
+    for (int i = 0; i < c->threads; i++) {
+        float *s = realloc(c->scratch[i], len * sizeof(float));
+        if (!s)
+            return -1;
+        c->scratch[i] = s;
+    }
+    c->scratch_len = len;
+    return 0;
+}
+
+float *sd__cpu_scratch(sd_backend *be, int thread, size_t len)
+{
+    sd__cpu *c = be->impl;
+    (void)len; /* reserved before the op by the caller of the parallel section */
+    return c->scratch[thread];
+}
+
+void sd__cpu_weight_row(const sd_weight *w, int64_t r, float *dst)
+{
+    size_t k = (size_t)w->cols;
+    size_t off = (size_t)r * k;
+    switch (w->dtype) {
+    case SD_DT_F32: memcpy(dst, (const float *)w->data + off, k * sizeof(float)); break;
+    case SD_DT_BF16: {
+        const uint16_t *s = (const uint16_t *)w->data + off;
+        for (size_t i = 0; i < k; i++)
+            dst[i] = sd_bf16_to_f32(s[i]);
+        break;
+    }
+    case SD_DT_F16: {
+        const uint16_t *s = (const uint16_t *)w->data + off;
+        for (size_t i = 0; i < k; i++)
+            dst[i] = sd_f16_to_f32(s[i]);
+        break;
+    }
+    default: memset(dst, 0, k * sizeof(float)); break;
+    }
+}
+
+/* 8 partial sums: vectorizes, and keeps rounding close to blocked BLAS sums. */
+static inline float dot_f32(const float *a, const float *b, size_t n)
+{
+    float acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += a[i + j] * b[i + j];
+    float s = 0;
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static inline float dot_bf16(const uint16_t *w, const float *x, size_t n)
+{
+    float acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) {
+            uint32_t u = (uint32_t)w[i + j] << 16;
+            float f;
+            memcpy(&f, &u, 4);
+            acc[j] += f * x[i + j];
+        }
+    float s = 0;
+    for (; i < n; i++)
+        s += sd_bf16_to_f32(w[i]) * x[i];
+    return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+float sd__cpu_dot_row(const sd_weight *w, int64_t r, const float *x)
+{
+    size_t k = (size_t)w->cols, off = (size_t)r * k;
+    switch (w->dtype) {
+    case SD_DT_F32: return dot_f32((const float *)w->data + off, x, k);
+    case SD_DT_BF16: return dot_bf16((const uint16_t *)w->data + off, x, k);
+    case SD_DT_F16: {
+        const uint16_t *s = (const uint16_t *)w->data + off;
+        float acc = 0;
+        for (size_t i = 0; i < k; i++)
+            acc += sd_f16_to_f32(s[i]) * x[i];
+        return acc;
+    }
+    default: return 0;
+    }
+}
+
+static void *cpu_alloc(sd_backend *be, size_t bytes)
+{
+    (void)be;
+    return calloc(1, bytes ? bytes : 1);
+}
+static void cpu_free(sd_backend *be, void *p)
+{
+    (void)be;
+    free(p);
+}
+static int cpu_copy(sd_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    if (bytes)
+        memmove(dst, src, bytes);
+    return 0;
+}
+static int cpu_memset0(sd_backend *be, void *dst, size_t bytes)
+{
+    (void)be;
+    memset(dst, 0, bytes);
+    return 0;
+}
+static int cpu_weight(sd_backend *be, sd_weight *out, const void *host, sd_dtype dt, int64_t rows,
+                      int64_t cols)
+{
+    (void)be;
+    if (dt != SD_DT_F32 && dt != SD_DT_F16 && dt != SD_DT_BF16)
+        return -1;
+    out->data = host;
+    out->dtype = dt;
+    out->rows = rows;
+    out->cols = cols;
+    return 0;
+}
+static void cpu_weight_free(sd_backend *be, sd_weight *w)
+{
+    (void)be;
+    w->data = NULL;
+}
+static int cpu_sync(sd_backend *be)
+{
+    (void)be;
+    return 0;
+}
+
+static const sd_ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .memset0 = cpu_memset0,
+    .weight = cpu_weight,
+    .weight_free = cpu_weight_free,
+    .sync = cpu_sync,
+    .embed = sd__cpu_embed,
+    .rmsnorm = sd__cpu_rmsnorm,
+    .matmul = sd__cpu_matmul,
+    .matmul_heads = sd__cpu_matmul_heads,
+    .add = sd__cpu_add,
+    .silu_mul = sd__cpu_silu_mul,
+    .rope = sd__cpu_rope,
+    .gather_rows = sd__cpu_gather_rows,
+    .copy2d = sd__cpu_copy2d,
+    .attn_gqa = sd__cpu_attn_gqa,
+    .attn_mla = sd__cpu_attn_mla,
+    .moe_route = sd__cpu_moe_route,
+    .moe_ffn = sd__cpu_moe_ffn,
+};
+
+int sd_cpu_backend_create(sd_backend **out, int threads)
+{
+    *out = NULL;
+    if (threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)n : 1;
+    }
+    if (threads > 256)
+        threads = 256;
+    sd_backend *be = calloc(1, sizeof *be);
+    sd__cpu *c = calloc(1, sizeof *c);
+    if (!be || !c)
+        goto fail;
+    be->ops = &cpu_ops;
+    be->device = -1;
+    be->impl = c;
+    c->threads = threads;
+    c->scratch = calloc((size_t)threads, sizeof *c->scratch);
+    if (!c->scratch)
+        goto fail;
+    if (threads > 1) {
+        sd__cpu_pool *p = calloc(1, sizeof *p);
+        if (!p)
+            goto fail;
+        c->pool = p;
+        pthread_mutex_init(&p->mu, NULL);
+        pthread_cond_init(&p->go, NULL);
+        pthread_cond_init(&p->done, NULL);
+        p->tids = calloc((size_t)threads - 1, sizeof *p->tids);
+        if (!p->tids)
+            goto fail;
+        for (int i = 0; i < threads - 1; i++) {
+            worker_arg *wa = malloc(sizeof *wa);
+            if (!wa)
+                goto fail;
+            wa->pool = p;
+            wa->index = i + 1;
+            if (pthread_create(&p->tids[i], NULL, worker_main, wa) != 0) {
+                free(wa);
+                goto fail;
+            }
+            p->n++;
+        }
+    }
+    *out = be;
+    return 0;
+fail:
+    if (be && c)
+        sd_cpu_backend_destroy(be);
+    else {
+        free(be);
+        free(c);
+    }
+    return -1;
+}
+
+void sd_cpu_backend_destroy(sd_backend *be)
+{
+    if (!be)
+        return;
+    sd__cpu *c = be->impl;
+    if (c) {
+        sd__cpu_pool *p = c->pool;
+        if (p) {
+            pthread_mutex_lock(&p->mu);
+            p->quit = 1;
+            pthread_cond_broadcast(&p->go);
+            pthread_mutex_unlock(&p->mu);
+            for (int i = 0; i < p->n; i++)
+                pthread_join(p->tids[i], NULL);
+            free(p->tids);
+            pthread_mutex_destroy(&p->mu);
+            pthread_cond_destroy(&p->go);
+            pthread_cond_destroy(&p->done);
+            free(p);
+        }
+        if (c->scratch)
+            for (int i = 0; i < c->threads; i++)
+                free(c->scratch[i]);
+        free(c->scratch);
+        free(c);
+    }
+    free(be);
+}

@@ -1,0 +1,64 @@
+/* kernels/cpu: the CPU backend, internal header. A persistent thread pool
+ * splits each op's rows/columns across threads; every op is plain fp32 C. */
+#ifndef SD_KERNELS_CPU_H
+#define SD_KERNELS_CPU_H
+
+#include "kernels/ops.h"
+
+typedef void (*sd__cpu_task)(void *ctx, int begin, int end, int thread);
+
+typedef struct sd__cpu_pool sd__cpu_pool;
+
+typedef struct sd__cpu {
+    sd__cpu_pool *pool;
+    int threads;
+    float **scratch; /* per thread */
+    size_t scratch_len;
+} sd__cpu;
+
+/* Runs task over [0, n) split in contiguous chunks, one per thread (at most). */
+void sd__cpu_parallel(sd_backend *be, int n, sd__cpu_task task, void *ctx);
+/* Per-thread scratch of at least len floats (grown between ops only). */
+float *sd__cpu_scratch(sd_backend *be, int thread, size_t len);
+int sd__cpu_reserve_scratch(sd_backend *be, size_t len);
+
+/* Row r of weight w as fp32 into dst (w.cols floats). */
+void sd__cpu_weight_row(const sd_weight *w, int64_t r, float *dst);
+/* dot of x (n floats) with weight row r. */
+float sd__cpu_dot_row(const sd_weight *w, int64_t r, const float *x);
+
+/* op entry points (one family per file) */
+void sd__cpu_embed(sd_backend *be, float *out, const sd_weight *table, const int32_t *ids, int n);
+void sd__cpu_add(sd_backend *be, float *y, const float *x, int n, int d);
+void sd__cpu_silu_mul(sd_backend *be, float *out, const float *gu, int n, int I);
+void sd__cpu_gather_rows(sd_backend *be, float *dst, const float *src, const int32_t *idx, int n,
+                         int d, int ds, int ss);
+void sd__cpu_copy2d(sd_backend *be, float *dst, const float *src, int n, int d, int ds, int ss);
+void sd__cpu_rmsnorm(sd_backend *be, float *out, const float *x, const sd_weight *w, int n, int d,
+                     int x_stride, int out_stride, float eps);
+void sd__cpu_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w,
+                    const sd_weight *bias, int n, int x_stride);
+void sd__cpu_matmul_heads(sd_backend *be, float *y, const float *x, const sd_weight *w, int n,
+                          int H, int x_stride, int x_head_stride, int x_off);
+void sd__cpu_rope(sd_backend *be, float *x, const int32_t *pos, const sd_rope *r, int n, int H,
+                  int row_stride, int head_stride, int off);
+void sd__cpu_attn_gqa(sd_backend *be, float *out, const float *q, const float *k, const float *v,
+                      void *kcache, void *vcache, const sd_attn_batch *b, int Hq, int Hkv, int D,
+                      int Dv, int q_stride, int kv_stride, float scale);
+void sd__cpu_attn_mla(sd_backend *be, float *out, const float *q_lat, const float *q_pe,
+                      const float *c, const float *k_pe, void *cache, const sd_attn_batch *b, int H,
+                      int C, int R, int qpe_stride, int qpe_head_stride, int ck_stride,
+                      float scale);
+void sd__cpu_moe_route(sd_backend *be, int32_t *ids, float *wts, const float *logits,
+                       const float *bias, int n, const sd_moe_route *r);
+void sd__cpu_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t *ids,
+                     const float *wts, const sd_experts *ex, int n, int top_k, int D, void *tmp);
+
+static inline int sd__slot_of(const sd_attn_batch *b, int s, int p)
+{
+    return b->block_table[(size_t)s * (size_t)b->max_blocks + (size_t)(p / b->block_size)] *
+               b->block_size +
+           p % b->block_size;
+}
+
+#endif

@@ -1,0 +1,60 @@
+/* CPU reference: y = x @ W^T over fp32 activations and F32/F16/BF16 weights.
+ * Parallel over output columns; each weight row is read once per call and
+ * dotted with every input row (decode reads each weight byte once). */
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+
+typedef struct mm_ctx {
+    float *y;
+    const float *x;
+    const sd_weight *w, *bias;
+    int n, x_stride;
+    int H, x_head_stride, x_off, N; /* matmul_heads */
+} mm_ctx;
+
+static void mm_task(void *arg, int b, int e, int thread)
+{
+    (void)thread;
+    mm_ctx *c = arg;
+    int64_t N = c->w->rows;
+    for (int j = b; j < e; j++) {
+        float bj = c->bias ? sd_load_f32(c->bias->data, c->bias->dtype, (size_t)j) : 0.0f;
+        for (int t = 0; t < c->n; t++)
+            c->y[(size_t)t * (size_t)N + (size_t)j] =
+                sd__cpu_dot_row(c->w, j, c->x + (size_t)t * (size_t)c->x_stride) + bj;
+    }
+}
+
+void sd__cpu_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w,
+                    const sd_weight *bias, int n, int x_stride)
+{
+    mm_ctx c = {.y = y, .x = x, .w = w, .bias = bias, .n = n, .x_stride = x_stride};
+    sd__cpu_parallel(be, (int)w->rows, mm_task, &c);
+}
+
+/* y(n, H, N) = x(n, H, K) @ W_h^T, W = [H*N, K]: output column j of head h is
+ * weight row h*N + j. */
+static void mmh_task(void *arg, int b, int e, int thread)
+{
+    (void)thread;
+    mm_ctx *c = arg;
+    int N = c->N;
+    for (int r = b; r < e; r++) {
+        int h = r / N, j = r % N;
+        for (int t = 0; t < c->n; t++) {
+            const float *xr = c->x + (size_t)t * (size_t)c->x_stride +
+                              (size_t)h * (size_t)c->x_head_stride + (size_t)c->x_off;
+            c->y[((size_t)t * (size_t)c->H + (size_t)h) * (size_t)N + (size_t)j] =
+                sd__cpu_dot_row(c->w, r, xr);
+        }
+    }
+}
+
+void sd__cpu_matmul_heads(sd_backend *be, float *y, const float *x, const sd_weight *w, int n,
+                          int H, int x_stride, int x_head_stride, int x_off)
+{
+    mm_ctx c = {.y = y, .x = x, .w = w, .n = n, .x_stride = x_stride, .H = H,
+                .x_head_stride = x_head_stride, .x_off = x_off, .N = (int)(w->rows / H)};
+    sd__cpu_parallel(be, (int)w->rows, mmh_task, &c);
+}

@@ -1,0 +1,155 @@
+/* kernels/ops.h: the ops contract. The forward pass of every architecture is
+ * written once (src/target) against this table; kernels/cpu implements it as
+ * the readable fp32 reference and CI oracle, kernels/cuda on the GPU.
+ *
+ * Conventions
+ * - All pointers handed to ops are backend memory (device memory on CUDA,
+ *   host memory on the CPU), from be->ops->alloc or sd_weight uploads.
+ * - Activations are fp32, row-major. Shapes are given as comments:
+ *   `// (T, D)` = T rows of D floats.
+ * - Weights are sd_weight: a row-major [rows, cols] matrix of F32/F16/BF16
+ *   (an nn.Linear's [out_features, in_features]); 1-D vectors have rows = 1.
+ * - Ops do not fail and do not synchronize: launch errors are recorded in the
+ *   backend and returned by sync(). Nothing in an op allocates.
+ * - Work scales with the real context: attention walks each token's own
+ *   positions 0..pos through the block table, never a maximum.
+ */
+#ifndef SD_KERNELS_OPS_H
+#define SD_KERNELS_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+
+typedef struct sd_backend sd_backend;
+
+typedef struct sd_weight {
+    const void *data; /* backend memory */
+    sd_dtype dtype;
+    int64_t rows, cols;
+} sd_weight;
+
+/* Rotary embedding of one attention: inv_freq[rot_dim/2] in backend memory.
+ * angle(pos, i) = (float)pos * inv_freq[i]; cos/sin multiplied by mscale. */
+typedef struct sd_rope {
+    const float *inv_freq; /* (rot_dim/2) */
+    int rot_dim;
+    int interleave; /* 1: pairs (2i, 2i+1); 0: halves (i, i + rot_dim/2) */
+    float mscale;   /* yarn attention factor applied to cos and sin */
+} sd_rope;
+
+/* The tokens of one step, over a paged KV cache. Every sequence's tokens sit
+ * at consecutive positions; token t attends to positions 0..pos[t] of its
+ * sequence (causal), which are in the cache once this step's K/V are written.
+ * Physical slot of position p of sequence s:
+ *   block_table[s * max_blocks + p / block_size] * block_size + p % block_size */
+typedef struct sd_attn_batch {
+    int n_tokens;
+    const int32_t *pos;         /* (T) */
+    const int32_t *seq;         /* (T) sequence index of each token */
+    const int32_t *slot;        /* (T) slot where the token's K/V go */
+    const int32_t *block_table; /* (n_seqs, max_blocks) */
+    int max_blocks;
+    int block_size;
+    int max_pos; /* largest pos in the batch + 1 (sizes scratch; never loops) */
+} sd_attn_batch;
+
+/* MoE routing parameters (DeepSeek-V3 style). */
+typedef struct sd_moe_route {
+    int n_experts, top_k, n_group, topk_group;
+    int norm_topk_prob;
+    int sigmoid; /* 1: sigmoid scores (V3), 0: softmax */
+    float routed_scaling_factor;
+} sd_moe_route;
+
+/* One expert bank: n experts of gate/up [inter, D] and down [D, inter]. */
+typedef struct sd_experts {
+    int n;
+    const sd_weight *gate, *up, *down; /* arrays of n */
+} sd_experts;
+
+#define SD_MOE_TMP_FLOATS(n, k, D, I) ((size_t)(n) * (size_t)(k) * (2 * (size_t)(D) + 2 * (size_t)(I) + 1))
+
+typedef struct sd_ops {
+    const char *name;
+
+    /* ---- memory ---- */
+    void *(*alloc)(sd_backend *be, size_t bytes); /* NULL on failure */
+    void (*free)(sd_backend *be, void *p);
+    int (*upload)(sd_backend *be, void *dst, const void *src, size_t bytes);
+    int (*download)(sd_backend *be, void *dst, const void *src, size_t bytes);
+    int (*memset0)(sd_backend *be, void *dst, size_t bytes);
+    /* Makes a weight usable by the ops from host data (the CPU may keep the
+     * pointer: checkpoint mappings outlive the model). */
+    int (*weight)(sd_backend *be, sd_weight *out, const void *host, sd_dtype dt, int64_t rows,
+                  int64_t cols);
+    void (*weight_free)(sd_backend *be, sd_weight *w);
+    /* Waits for queued work; returns the first recorded error (0 if none). */
+    int (*sync)(sd_backend *be);
+
+    /* ---- ops ---- */
+    /* out(n, D) = table[ids[i]] */
+    void (*embed)(sd_backend *be, float *out, const sd_weight *table, const int32_t *ids, int n);
+    /* out(n, D) = x * rsqrt(mean(x^2) + eps) * w   (in place allowed) */
+    void (*rmsnorm)(sd_backend *be, float *out, const float *x, const sd_weight *w, int n, int d,
+                    int x_stride, int out_stride, float eps);
+    /* y(n, w.rows) = x(n, w.cols) @ w^T (+ bias); x rows x_stride apart */
+    void (*matmul)(sd_backend *be, float *y, const float *x, const sd_weight *w,
+                   const sd_weight *bias, int n, int x_stride);
+    /* Per-head matmul: y(n, H, N) = x(n, H, K) @ W_h^T where w is [H*N, K].
+     * x rows x_stride apart, heads K apart from x_off; y is dense. */
+    void (*matmul_heads)(sd_backend *be, float *y, const float *x, const sd_weight *w, int n,
+                         int H, int x_stride, int x_head_stride, int x_off);
+    /* y(n, d) += x(n, d) */
+    void (*add)(sd_backend *be, float *y, const float *x, int n, int d);
+    /* out(n, I) = silu(gu[:, :I]) * gu[:, I:]  where gu is (n, 2I) */
+    void (*silu_mul)(sd_backend *be, float *out, const float *gu, int n, int I);
+    /* Rotates dims [off, off + rope.rot_dim) of each of H heads of x (n, H*head_stride)
+     * (row stride row_stride floats) by each token's position. */
+    void (*rope)(sd_backend *be, float *x, const int32_t *pos, const sd_rope *r, int n, int H,
+                 int row_stride, int head_stride, int off);
+    /* Copies rows: dst(n, d) (stride ds) = src(idx[i]) (stride ss). */
+    void (*gather_rows)(sd_backend *be, float *dst, const float *src, const int32_t *idx, int n,
+                        int d, int ds, int ss);
+    /* Copies a (n, d) block: dst rows ds apart, src rows ss apart. */
+    void (*copy2d)(sd_backend *be, float *dst, const float *src, int n, int d, int ds, int ss);
+
+    /* GQA attention over the paged cache. q (T, Hq, D) rows q_stride apart;
+     * k, v (T, Hkv, D) / (T, Hkv, Dv) written into kcache/vcache (slots, Hkv, D)
+     * at b->slot first; out (T, Hq, Dv). scale multiplies q.k. */
+    void (*attn_gqa)(sd_backend *be, float *out, const float *q, const float *k, const float *v,
+                     void *kcache, void *vcache, const sd_attn_batch *b, int Hq, int Hkv, int D,
+                     int Dv, int q_stride, int kv_stride, float scale);
+    /* MLA attention with absorbed weights over the latent cache.
+     * q_lat (T, H, C) latent queries; q_pe (T, H, R) roped queries (rows
+     * qpe_stride apart, heads qpe_head_stride apart);
+     * c (T, C) normalized latent and k_pe (T, R) roped key written into
+     * cache (slots, C + R) first; out (T, H, C) = sum_j p_j c_j. */
+    void (*attn_mla)(sd_backend *be, float *out, const float *q_lat, const float *q_pe,
+                     const float *c, const float *k_pe, void *cache, const sd_attn_batch *b, int H,
+                     int C, int R, int qpe_stride, int qpe_head_stride, int ck_stride,
+                     float scale);
+
+    /* MoE: router logits (n, E) (fp32) and correction bias (E) or NULL ->
+     * ids (n, k), weights (n, k). */
+    void (*moe_route)(sd_backend *be, int32_t *ids, float *wts, const float *logits,
+                      const float *bias, int n, const sd_moe_route *r);
+    /* out(n, D) = sum_j wts[t, j] * expert_{ids[t, j]}(x[t]); tmp is scratch of
+     * SD_MOE_TMP_FLOATS(n, top_k, D, I) floats. */
+    void (*moe_ffn)(sd_backend *be, float *out, const float *x, const int32_t *ids,
+                    const float *wts, const sd_experts *ex, int n, int top_k, int D, void *tmp);
+} sd_ops;
+
+struct sd_backend {
+    const sd_ops *ops;
+    int device;  /* GPU ordinal, -1 for the CPU */
+    int rank;    /* tensor-parallel rank */
+    void *impl;  /* backend-private state */
+};
+
+/* kernels/cpu: threads = 0 for all cores. */
+int sd_cpu_backend_create(sd_backend **out, int threads);
+void sd_cpu_backend_destroy(sd_backend *be);
+
+#endif

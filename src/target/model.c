@@ -1,0 +1,770 @@
+/* target/model: loading and the forward pass of every supported architecture. */
+#include "target/model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/safetensors.h"
+#include "core/util.h"
+#include "target/rope.h"
+
+#define MAX_AUX 8
+
+typedef struct layer {
+    int mla, moe;
+    sd_weight attn_norm, ffn_norm;
+    /* GQA */
+    sd_weight wq, wk, wv, wo, bq, bk, bv, bo, q_norm, k_norm;
+    int has_bias, has_qk_norm;
+    /* MLA */
+    sd_weight q_a, q_a_norm, q_b, kv_a, kv_a_norm, wuk_t, wuv;
+    /* dense FFN or MoE shared experts: gate and up stacked [2I, D] */
+    sd_weight gate_up, down;
+    int ffn_inter;
+    /* MoE */
+    sd_weight router;
+    float *corr_bias; /* backend (E) or NULL */
+    sd_weight *eg, *eu, *ed;
+    sd_experts experts;
+    /* cache */
+    void *kc, *vc;
+} layer;
+
+struct sd_model {
+    sd_model_cfg cfg;
+    sd_backend *be;
+    sd_st *st;
+    char dir[1024];
+    int max_tokens;
+    sd_weight embed, norm, lm_head;
+    layer *layers;
+    int n_layers;
+    sd_rope rope;
+    float attn_scale;
+    int qk_dim; /* MLA: nope + rope; GQA: head_dim */
+    /* MTP */
+    int has_mtp;
+    layer mtp;
+    sd_weight mtp_embed, enorm, hnorm, eh_proj, sh_norm, sh_head;
+    /* EAGLE-3 aux capture */
+    int aux_layers[MAX_AUX], n_aux;
+    /* host buffers the CPU weights point into (derived weights) */
+    void **owned;
+    int n_owned, cap_owned;
+    /* workspace (backend memory) */
+    float *ws;
+    size_t ws_floats;
+    float *x, *xn, *ao, *fo, *q, *k, *v, *qa, *ckv, *qlat, *lat, *att, *gu, *rlog, *wts, *moetmp,
+        *xo, *eh;
+    int32_t *ids;
+    int n_slots;
+};
+
+/* ------------------------------------------------------------------ loading */
+
+static int own(sd_model *m, void *p)
+{
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? m->cap_owned * 2 : 16;
+        void **o = realloc(m->owned, (size_t)cap * sizeof *o);
+        if (!o)
+            return SD_ENOMEM;
+        m->owned = o;
+        m->cap_owned = cap;
+    }
+    m->owned[m->n_owned++] = p;
+    return 0;
+}
+
+static int upload_host(sd_model *m, sd_weight *w, void *host, sd_dtype dt, int64_t rows,
+                       int64_t cols, sd_err *err)
+{
+    if (own(m, host)) {
+        free(host);
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    if (m->be->ops->weight(m->be, w, host, dt, rows, cols))
+        return sd_err_set(err, SD_EDEVICE, "cannot place a derived weight on %s",
+                          m->be->ops->name);
+    return 0;
+}
+
+/* Loads tensor `name` of shape [rows, cols] (cols = 0: 1-D of rows). */
+static int get_w(sd_model *m, const char *name, int64_t rows, int64_t cols, sd_weight *w,
+                 sd_err *err)
+{
+    const sd_st_tensor *t;
+    int64_t shape[2] = {rows, cols};
+    int rc = sd_st_expect(m->st, name, cols ? 2 : 1, shape, &t, err);
+    if (rc)
+        return rc;
+    if (t->dtype != SD_DT_F32 && t->dtype != SD_DT_BF16 && t->dtype != SD_DT_F16)
+        return sd_err_set(err, SD_ENOTSUP, "%s: tensor %s: dtype %s is not supported", t->file,
+                          name, sd_dtype_name(t->dtype));
+    if (m->be->ops->weight(m->be, w, t->data, t->dtype, cols ? rows : 1, cols ? cols : rows))
+        return sd_err_set(err, SD_EDEVICE, "%s: cannot place on %s", name, m->be->ops->name);
+    return 0;
+}
+
+static int get_wf(sd_model *m, sd_weight *w, sd_err *err, int64_t rows, int64_t cols,
+                  const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static int get_wf(sd_model *m, sd_weight *w, sd_err *err, int64_t rows, int64_t cols,
+                  const char *fmt, ...)
+{
+    char name[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    return get_w(m, name, rows, cols, w, err);
+}
+
+static int has_tensor(const sd_model *m, const char *fmt, int i, const char *suffix)
+{
+    char name[512];
+    snprintf(name, sizeof name, fmt, i, suffix);
+    return sd_st_find(m->st, name) != NULL;
+}
+
+/* Two [I, D] tensors stacked into one [2I, D] weight of the same dtype. */
+static int stack2(sd_model *m, const char *a, const char *b, int64_t I, int64_t D, sd_weight *out,
+                  sd_err *err)
+{
+    const sd_st_tensor *ta, *tb;
+    int64_t shape[2] = {I, D};
+    int rc = sd_st_expect(m->st, a, 2, shape, &ta, err);
+    if (!rc)
+        rc = sd_st_expect(m->st, b, 2, shape, &tb, err);
+    if (rc)
+        return rc;
+    if (ta->dtype != tb->dtype)
+        return sd_err_set(err, SD_EFORMAT, "%s and %s: dtypes differ", a, b);
+    size_t half = ta->nbytes;
+    char *buf = malloc(2 * half);
+    if (!buf)
+        return sd_err_set(err, SD_ENOMEM, "out of memory stacking %s", a);
+    memcpy(buf, ta->data, half);
+    memcpy(buf + half, tb->data, half);
+    return upload_host(m, out, buf, ta->dtype, 2 * I, D, err);
+}
+
+static int load_ffn_dense(sd_model *m, const char *pre, int64_t I, layer *L, sd_err *err)
+{
+    char a[512], b[512];
+    int64_t D = m->cfg.hidden_size;
+    snprintf(a, sizeof a, "%s.gate_proj.weight", pre);
+    snprintf(b, sizeof b, "%s.up_proj.weight", pre);
+    int rc = stack2(m, a, b, I, D, &L->gate_up, err);
+    if (!rc)
+        rc = get_wf(m, &L->down, err, D, I, "%s.down_proj.weight", pre);
+    L->ffn_inter = (int)I;
+    return rc;
+}
+
+static int load_moe(sd_model *m, const char *pre, layer *L, sd_err *err)
+{
+    const sd_model_cfg *c = &m->cfg;
+    int E = c->n_routed_experts, I = c->moe_intermediate_size, D = c->hidden_size;
+    L->moe = 1;
+    int rc = get_wf(m, &L->router, err, E, D, "%s.mlp.gate.weight", pre);
+    if (rc)
+        return rc;
+    char name[512];
+    snprintf(name, sizeof name, "%s.mlp.gate.e_score_correction_bias", pre);
+    const sd_st_tensor *tb = sd_st_find(m->st, name);
+    if (tb) {
+        int64_t shape[1] = {E};
+        rc = sd_st_expect(m->st, name, 1, shape, &tb, err);
+        if (rc)
+            return rc;
+        float *hb = malloc((size_t)E * sizeof(float));
+        float *db = m->be->ops->alloc(m->be, (size_t)E * sizeof(float));
+        if (!hb || !db) {
+            free(hb);
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+        for (int e = 0; e < E; e++)
+            hb[e] = sd_load_f32(tb->data, tb->dtype, (size_t)e);
+        m->be->ops->upload(m->be, db, hb, (size_t)E * sizeof(float));
+        free(hb);
+        L->corr_bias = db;
+    }
+    L->eg = calloc((size_t)E, sizeof(sd_weight));
+    L->eu = calloc((size_t)E, sizeof(sd_weight));
+    L->ed = calloc((size_t)E, sizeof(sd_weight));
+    if (!L->eg || !L->eu || !L->ed)
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    for (int e = 0; e < E && !rc; e++) {
+        rc = get_wf(m, &L->eg[e], err, I, D, "%s.mlp.experts.%d.gate_proj.weight", pre, e);
+        if (!rc)
+            rc = get_wf(m, &L->eu[e], err, I, D, "%s.mlp.experts.%d.up_proj.weight", pre, e);
+        if (!rc)
+            rc = get_wf(m, &L->ed[e], err, D, I, "%s.mlp.experts.%d.down_proj.weight", pre, e);
+    }
+    if (rc)
+        return rc;
+    L->experts = (sd_experts){.n = E, .gate = L->eg, .up = L->eu, .down = L->ed};
+    if (c->n_shared_experts > 0) {
+        char sp[512];
+        snprintf(sp, sizeof sp, "%s.mlp.shared_experts", pre);
+        rc = load_ffn_dense(m, sp, (int64_t)I * c->n_shared_experts, L, err);
+    }
+    return rc;
+}
+
+/* Absorbed MLA weights from kv_b_proj [H*(nope+v), C]:
+ * wuk_t [H*C, nope] (row h*C+c = column c of head h's key rows) and
+ * wuv [H*v, C] (head h's value rows). */
+static int load_mla(sd_model *m, const char *pre, layer *L, sd_err *err)
+{
+    const sd_model_cfg *c = &m->cfg;
+    int H = c->num_heads, D = c->hidden_size, C = c->kv_lora_rank, R = c->qk_rope_head_dim;
+    int nope = c->qk_nope_head_dim, vd = c->v_head_dim, qk = nope + R;
+    int rc;
+    L->mla = 1;
+    if (c->q_lora_rank > 0) {
+        rc = get_wf(m, &L->q_a, err, c->q_lora_rank, D, "%s.self_attn.q_a_proj.weight", pre);
+        if (!rc)
+            rc = get_wf(m, &L->q_a_norm, err, c->q_lora_rank, 0,
+                        "%s.self_attn.q_a_layernorm.weight", pre);
+        if (!rc)
+            rc = get_wf(m, &L->q_b, err, (int64_t)H * qk, c->q_lora_rank,
+                        "%s.self_attn.q_b_proj.weight", pre);
+    } else {
+        rc = get_wf(m, &L->wq, err, (int64_t)H * qk, D, "%s.self_attn.q_proj.weight", pre);
+    }
+    if (!rc)
+        rc = get_wf(m, &L->kv_a, err, C + R, D, "%s.self_attn.kv_a_proj_with_mqa.weight", pre);
+    if (!rc)
+        rc = get_wf(m, &L->kv_a_norm, err, C, 0, "%s.self_attn.kv_a_layernorm.weight", pre);
+    if (!rc)
+        rc = get_wf(m, &L->wo, err, D, (int64_t)H * vd, "%s.self_attn.o_proj.weight", pre);
+    if (rc)
+        return rc;
+    char name[512];
+    snprintf(name, sizeof name, "%s.self_attn.kv_b_proj.weight", pre);
+    const sd_st_tensor *kb;
+    int64_t shape[2] = {(int64_t)H * (nope + vd), C};
+    rc = sd_st_expect(m->st, name, 2, shape, &kb, err);
+    if (rc)
+        return rc;
+    float *uk = malloc((size_t)H * C * nope * sizeof(float));
+    float *uv = malloc((size_t)H * vd * C * sizeof(float));
+    if (!uk || !uv) {
+        free(uk);
+        free(uv);
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    for (int h = 0; h < H; h++) {
+        size_t base = (size_t)h * (size_t)(nope + vd);
+        for (int n = 0; n < nope; n++)
+            for (int cc = 0; cc < C; cc++)
+                uk[((size_t)h * C + cc) * nope + n] =
+                    sd_load_f32(kb->data, kb->dtype, (base + n) * (size_t)C + cc);
+        for (int j = 0; j < vd; j++)
+            for (int cc = 0; cc < C; cc++)
+                uv[((size_t)h * vd + j) * C + cc] =
+                    sd_load_f32(kb->data, kb->dtype, (base + nope + j) * (size_t)C + cc);
+    }
+    rc = upload_host(m, &L->wuk_t, uk, SD_DT_F32, (int64_t)H * C, nope, err);
+    if (!rc)
+        rc = upload_host(m, &L->wuv, uv, SD_DT_F32, (int64_t)H * vd, C, err);
+    return rc;
+}
+
+static int load_gqa(sd_model *m, const char *pre, layer *L, int64_t in_dim, sd_err *err)
+{
+    const sd_model_cfg *c = &m->cfg;
+    int64_t Hq = c->num_heads, Hkv = c->num_kv_heads, Dh = c->head_dim, D = c->hidden_size;
+    int rc = get_wf(m, &L->wq, err, Hq * Dh, in_dim, "%s.self_attn.q_proj.weight", pre);
+    if (!rc)
+        rc = get_wf(m, &L->wk, err, Hkv * Dh, in_dim, "%s.self_attn.k_proj.weight", pre);
+    if (!rc)
+        rc = get_wf(m, &L->wv, err, Hkv * Dh, in_dim, "%s.self_attn.v_proj.weight", pre);
+    if (!rc)
+        rc = get_wf(m, &L->wo, err, D, Hq * Dh, "%s.self_attn.o_proj.weight", pre);
+    if (!rc && c->attention_bias) {
+        L->has_bias = 1;
+        rc = get_wf(m, &L->bq, err, Hq * Dh, 0, "%s.self_attn.q_proj.bias", pre);
+        if (!rc)
+            rc = get_wf(m, &L->bk, err, Hkv * Dh, 0, "%s.self_attn.k_proj.bias", pre);
+        if (!rc)
+            rc = get_wf(m, &L->bv, err, Hkv * Dh, 0, "%s.self_attn.v_proj.bias", pre);
+        char name[512];
+        snprintf(name, sizeof name, "%s.self_attn.o_proj.bias", pre);
+        if (!rc && sd_st_find(m->st, name))
+            rc = get_wf(m, &L->bo, err, D, 0, "%s", name);
+    }
+    if (!rc && c->qk_norm) {
+        L->has_qk_norm = 1;
+        rc = get_wf(m, &L->q_norm, err, Dh, 0, "%s.self_attn.q_norm.weight", pre);
+        if (!rc)
+            rc = get_wf(m, &L->k_norm, err, Dh, 0, "%s.self_attn.k_norm.weight", pre);
+    }
+    return rc;
+}
+
+static int load_layer(sd_model *m, int i, layer *L, sd_err *err)
+{
+    const sd_model_cfg *c = &m->cfg;
+    char pre[256];
+    snprintf(pre, sizeof pre, "model.layers.%d", i);
+    int D = c->hidden_size;
+    int rc = get_wf(m, &L->attn_norm, err, D, 0, "%s.input_layernorm.weight", pre);
+    if (!rc)
+        rc = get_wf(m, &L->ffn_norm, err, D, 0, "%s.post_attention_layernorm.weight", pre);
+    if (rc)
+        return rc;
+    if (c->arch == SD_ARCH_DEEPSEEK_V3)
+        rc = load_mla(m, pre, L, err);
+    else
+        rc = load_gqa(m, pre, L, D, err);
+    if (rc)
+        return rc;
+    if (c->n_routed_experts > 0 && sd_model_cfg_layer_is_moe(c, i))
+        return load_moe(m, pre, L, err);
+    char mp[300];
+    snprintf(mp, sizeof mp, "%s.mlp", pre);
+    return load_ffn_dense(m, mp, c->intermediate_size, L, err);
+}
+
+static int load_mtp(sd_model *m, sd_err *err)
+{
+    const sd_model_cfg *c = &m->cfg;
+    int L = c->num_layers, D = c->hidden_size, V = c->vocab_size;
+    int rc = load_layer(m, L, &m->mtp, err);
+    if (!rc)
+        rc = get_wf(m, &m->enorm, err, D, 0, "model.layers.%d.enorm.weight", L);
+    if (!rc)
+        rc = get_wf(m, &m->hnorm, err, D, 0, "model.layers.%d.hnorm.weight", L);
+    if (!rc)
+        rc = get_wf(m, &m->eh_proj, err, D, 2 * D, "model.layers.%d.eh_proj.weight", L);
+    if (!rc)
+        rc = get_wf(m, &m->sh_norm, err, D, 0, "model.layers.%d.shared_head.norm.weight", L);
+    if (rc)
+        return rc;
+    /* DeepSeek-V3 stores copies of the embedding and head in the MTP layer;
+     * a checkpoint without them shares the main ones. */
+    if (has_tensor(m, "model.layers.%d.%s", L, "shared_head.head.weight"))
+        rc = get_wf(m, &m->sh_head, err, V, D, "model.layers.%d.shared_head.head.weight", L);
+    else
+        m->sh_head = m->lm_head;
+    if (!rc && has_tensor(m, "model.layers.%d.%s", L, "embed_tokens.weight"))
+        rc = get_wf(m, &m->mtp_embed, err, V, D, "model.layers.%d.embed_tokens.weight", L);
+    else
+        m->mtp_embed = m->embed;
+    if (!rc)
+        m->has_mtp = 1;
+    return rc;
+}
+
+static size_t ws_plan(sd_model *m, int T)
+{
+    const sd_model_cfg *c = &m->cfg;
+    size_t D = (size_t)c->hidden_size, t = (size_t)T;
+    size_t H = (size_t)c->num_heads;
+    size_t qdim = H * (size_t)m->qk_dim;
+    size_t kvdim = (size_t)c->num_kv_heads * (size_t)c->head_dim;
+    size_t C = (size_t)c->kv_lora_rank, R = (size_t)c->qk_rope_head_dim;
+    size_t attdim = SD_MAX(H * (size_t)c->head_dim, H * (size_t)c->v_head_dim);
+    size_t inter = SD_MAX((size_t)c->intermediate_size,
+                          (size_t)c->moe_intermediate_size * (size_t)SD_MAX(c->n_shared_experts, 1));
+    size_t E = (size_t)c->n_routed_experts, K = (size_t)SD_MAX(c->num_experts_per_tok, 1);
+    size_t sz[] = {
+        t * D, t * D, t * D, t * D,             /* x xn ao fo */
+        t * SD_MAX(qdim, H * (size_t)c->head_dim), /* q */
+        t * kvdim, t * kvdim,                   /* k v */
+        t * (size_t)c->q_lora_rank,             /* qa */
+        t * (C + R),                            /* ckv */
+        t * H * C, t * H * C,                   /* qlat lat */
+        t * attdim,                             /* att */
+        t * 2 * inter,                          /* gu */
+        t * E, t * K,                           /* rlog wts */
+        E ? SD_MOE_TMP_FLOATS(t, K, D, (size_t)c->moe_intermediate_size) : 0, /* moetmp */
+        t * D,                                  /* xo */
+        t * 2 * D,                              /* eh */
+        t * K,                                  /* ids */
+    };
+    float **dst[] = {&m->x, &m->xn, &m->ao, &m->fo, &m->q, &m->k, &m->v, &m->qa, &m->ckv,
+                     &m->qlat, &m->lat, &m->att, &m->gu, &m->rlog, &m->wts, &m->moetmp, &m->xo,
+                     &m->eh, (float **)&m->ids};
+    size_t off = 0;
+    for (size_t i = 0; i < SD_ARRAY_LEN(sz); i++) {
+        if (m->ws)
+            *dst[i] = m->ws + off;
+        off += (sz[i] + 15) & ~(size_t)15; /* 64-byte aligned pieces */
+    }
+    return off;
+}
+
+int sd_model_load(sd_model **out, const char *dir, sd_backend *be, const sd_model_opts *o,
+                  sd_err *err)
+{
+    *out = NULL;
+    sd_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    m->be = be;
+    snprintf(m->dir, sizeof m->dir, "%s", dir);
+    int rc = sd_model_cfg_load(&m->cfg, dir, err);
+    if (rc)
+        goto fail;
+    sd_model_cfg *c = &m->cfg;
+    if (c->fp8) {
+        rc = sd_err_set(err, SD_ENOTSUP,
+                        "%s/config.json: fp8 block-scaled weights (quantization_config) are not "
+                        "yet supported",
+                        dir);
+        goto fail;
+    }
+    if (c->mlp_bias) {
+        rc = sd_err_set(err, SD_ENOTSUP, "%s/config.json: mlp_bias is not supported", dir);
+        goto fail;
+    }
+    rc = sd_st_open(&m->st, dir, err);
+    if (rc)
+        goto fail;
+    int D = c->hidden_size, V = c->vocab_size;
+    m->qk_dim = c->arch == SD_ARCH_DEEPSEEK_V3 ? c->qk_nope_head_dim + c->qk_rope_head_dim
+                                               : c->head_dim;
+    rc = get_w(m, "model.embed_tokens.weight", V, D, &m->embed, err);
+    if (!rc)
+        rc = get_w(m, "model.norm.weight", D, 0, &m->norm, err);
+    if (rc)
+        goto fail;
+    if (c->tie_embeddings && !sd_st_find(m->st, "lm_head.weight"))
+        m->lm_head = m->embed;
+    else if ((rc = get_w(m, "lm_head.weight", V, D, &m->lm_head, err)))
+        goto fail;
+    m->n_layers = c->num_layers;
+    m->layers = calloc((size_t)c->num_layers, sizeof(layer));
+    if (!m->layers) {
+        rc = sd_err_set(err, SD_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < c->num_layers; i++)
+        if ((rc = load_layer(m, i, &m->layers[i], err)))
+            goto fail;
+    if (o->load_mtp && c->num_nextn_predict_layers > 0 &&
+        has_tensor(m, "model.layers.%d.%s", c->num_layers, "eh_proj.weight"))
+        if ((rc = load_mtp(m, err)))
+            goto fail;
+    /* rope */
+    float *inv = NULL;
+    float mscale = 1.0f;
+    rc = sd_rope_inv_freq(&c->rope, c->max_pos, &inv, &mscale, err);
+    if (rc)
+        goto fail;
+    int half = c->rope.rot_dim / 2;
+    float *dinv = be->ops->alloc(be, (size_t)half * sizeof(float));
+    if (!dinv) {
+        free(inv);
+        rc = sd_err_set(err, SD_ENOMEM, "out of memory");
+        goto fail;
+    }
+    be->ops->upload(be, dinv, inv, (size_t)half * sizeof(float));
+    free(inv);
+    m->rope = (sd_rope){.inv_freq = dinv, .rot_dim = c->rope.rot_dim,
+                        .interleave = c->rope.interleave, .mscale = mscale};
+    m->attn_scale = (float)(1.0 / sqrt((double)m->qk_dim));
+    if (c->arch == SD_ARCH_DEEPSEEK_V3)
+        m->attn_scale *= (float)sd_rope_softmax_mscale(&c->rope);
+    /* workspace */
+    m->max_tokens = o->max_tokens > 0 ? o->max_tokens : 512;
+    m->ws_floats = ws_plan(m, m->max_tokens);
+    m->ws = be->ops->alloc(be, m->ws_floats * sizeof(float));
+    if (!m->ws) {
+        rc = sd_err_set(err, SD_ENOMEM, "workspace: out of memory (%zu bytes)",
+                        m->ws_floats * sizeof(float));
+        goto fail;
+    }
+    ws_plan(m, m->max_tokens);
+    *out = m;
+    return 0;
+fail:
+    sd_model_free(m);
+    return rc;
+}
+
+static void free_layer(sd_model *m, layer *L)
+{
+    sd_backend *be = m->be;
+    if (L->corr_bias)
+        be->ops->free(be, L->corr_bias);
+    free(L->eg);
+    free(L->eu);
+    free(L->ed);
+    if (L->kc)
+        be->ops->free(be, L->kc);
+    if (L->vc)
+        be->ops->free(be, L->vc);
+}
+
+void sd_model_free(sd_model *m)
+{
+    if (!m)
+        return;
+    sd_backend *be = m->be;
+    if (m->layers)
+        for (int i = 0; i < m->n_layers; i++)
+            free_layer(m, &m->layers[i]);
+    free(m->layers);
+    free_layer(m, &m->mtp);
+    if (m->ws)
+        be->ops->free(be, m->ws);
+    if (m->rope.inv_freq)
+        be->ops->free(be, (void *)m->rope.inv_freq);
+    for (int i = 0; i < m->n_owned; i++)
+        free(m->owned[i]);
+    free(m->owned);
+    sd_st_close(m->st);
+    free(m);
+}
+
+const sd_model_cfg *sd_model_cfg_of(const sd_model *m) { return &m->cfg; }
+int sd_model_has_mtp(const sd_model *m) { return m->has_mtp; }
+
+static size_t layer_kv_floats(const sd_model *m, const layer *L)
+{
+    const sd_model_cfg *c = &m->cfg;
+    if (L->mla)
+        return (size_t)(c->kv_lora_rank + c->qk_rope_head_dim);
+    return 2 * (size_t)c->num_kv_heads * (size_t)c->head_dim;
+}
+
+size_t sd_model_kv_bytes_per_slot(const sd_model *m)
+{
+    size_t f = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        f += layer_kv_floats(m, &m->layers[i]);
+    if (m->has_mtp)
+        f += layer_kv_floats(m, &m->mtp);
+    return f * sizeof(float);
+}
+
+static int alloc_layer_kv(sd_model *m, layer *L, int n_slots, sd_err *err)
+{
+    sd_backend *be = m->be;
+    const sd_model_cfg *c = &m->cfg;
+    if (L->kc)
+        be->ops->free(be, L->kc);
+    if (L->vc)
+        be->ops->free(be, L->vc);
+    L->kc = L->vc = NULL;
+    size_t per = L->mla ? (size_t)(c->kv_lora_rank + c->qk_rope_head_dim)
+                        : (size_t)c->num_kv_heads * (size_t)c->head_dim;
+    L->kc = be->ops->alloc(be, (size_t)n_slots * per * sizeof(float));
+    if (!L->mla)
+        L->vc = be->ops->alloc(be, (size_t)n_slots * per * sizeof(float));
+    if (!L->kc || (!L->mla && !L->vc))
+        return sd_err_set(err, SD_ENOMEM, "KV cache: out of memory for %d slots", n_slots);
+    return 0;
+}
+
+int sd_model_alloc_kv(sd_model *m, int n_slots, sd_err *err)
+{
+    for (int i = 0; i < m->n_layers; i++) {
+        int rc = alloc_layer_kv(m, &m->layers[i], n_slots, err);
+        if (rc)
+            return rc;
+    }
+    if (m->has_mtp) {
+        int rc = alloc_layer_kv(m, &m->mtp, n_slots, err);
+        if (rc)
+            return rc;
+    }
+    m->n_slots = n_slots;
+    return 0;
+}
+
+int sd_model_set_aux_layers(sd_model *m, const int *layers, int n, sd_err *err)
+{
+    if (n > MAX_AUX)
+        return sd_err_set(err, SD_EINVAL, "at most %d aux layers", MAX_AUX);
+    for (int i = 0; i < n; i++) {
+        if (layers[i] < 0 || layers[i] >= m->n_layers)
+            return sd_err_set(err, SD_EINVAL, "aux layer %d is not a layer of the target (0..%d)",
+                              layers[i], m->n_layers - 1);
+        m->aux_layers[i] = layers[i];
+    }
+    m->n_aux = n;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ forward */
+
+/* DeepSeek's q_a_layernorm and kv_a_layernorm use RMSNorm's default eps. */
+#define MLA_NORM_EPS 1e-6f
+
+static void attention_gqa(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
+{
+    const sd_ops *op = m->be->ops;
+    sd_backend *be = m->be;
+    const sd_model_cfg *c = &m->cfg;
+    int Hq = c->num_heads, Hkv = c->num_kv_heads, Dh = c->head_dim;
+    int in_dim = (int)L->wq.cols;
+    const float *in = m->xn;
+    op->matmul(be, m->q, in, &L->wq, L->has_bias ? &L->bq : NULL, T, in_dim);
+    op->matmul(be, m->k, in, &L->wk, L->has_bias ? &L->bk : NULL, T, in_dim);
+    op->matmul(be, m->v, in, &L->wv, L->has_bias ? &L->bv : NULL, T, in_dim);
+    if (L->has_qk_norm) {
+        op->rmsnorm(be, m->q, m->q, &L->q_norm, T * Hq, Dh, Dh, Dh, (float)c->rms_eps);
+        op->rmsnorm(be, m->k, m->k, &L->k_norm, T * Hkv, Dh, Dh, Dh, (float)c->rms_eps);
+    }
+    op->rope(be, m->q, ab->pos, &m->rope, T, Hq, Hq * Dh, Dh, 0);
+    op->rope(be, m->k, ab->pos, &m->rope, T, Hkv, Hkv * Dh, Dh, 0);
+    op->attn_gqa(be, m->att, m->q, m->k, m->v, L->kc, L->vc, ab, Hq, Hkv, Dh, Dh, Hq * Dh,
+                 Hkv * Dh, m->attn_scale);
+    op->matmul(be, m->ao, m->att, &L->wo, L->bo.data ? &L->bo : NULL, T, Hq * Dh);
+}
+
+static void attention_mla(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
+{
+    const sd_ops *op = m->be->ops;
+    sd_backend *be = m->be;
+    const sd_model_cfg *c = &m->cfg;
+    int H = c->num_heads, D = c->hidden_size, C = c->kv_lora_rank, R = c->qk_rope_head_dim;
+    int nope = c->qk_nope_head_dim, vd = c->v_head_dim, qk = nope + R;
+    if (c->q_lora_rank > 0) {
+        op->matmul(be, m->qa, m->xn, &L->q_a, NULL, T, D);
+        op->rmsnorm(be, m->qa, m->qa, &L->q_a_norm, T, c->q_lora_rank, c->q_lora_rank,
+                    c->q_lora_rank, MLA_NORM_EPS);
+        op->matmul(be, m->q, m->qa, &L->q_b, NULL, T, c->q_lora_rank);
+    } else {
+        op->matmul(be, m->q, m->xn, &L->wq, NULL, T, D);
+    }
+    op->matmul(be, m->ckv, m->xn, &L->kv_a, NULL, T, D);
+    op->rmsnorm(be, m->ckv, m->ckv, &L->kv_a_norm, T, C, C + R, C + R, MLA_NORM_EPS);
+    op->rope(be, m->ckv, ab->pos, &m->rope, T, 1, C + R, 0, C);
+    op->rope(be, m->q, ab->pos, &m->rope, T, H, H * qk, qk, nope);
+    /* absorbed: q_lat = W_UK^T q_nope per head; attend over the latent cache */
+    op->matmul_heads(be, m->qlat, m->q, &L->wuk_t, T, H, H * qk, qk, 0);
+    op->attn_mla(be, m->lat, m->qlat, m->q + nope, m->ckv, m->ckv + C, L->kc, ab, H, C, R,
+                 H * qk, qk, C + R, m->attn_scale);
+    op->matmul_heads(be, m->att, m->lat, &L->wuv, T, H, H * C, C, 0);
+    op->matmul(be, m->ao, m->att, &L->wo, NULL, T, H * vd);
+}
+
+static void ffn(sd_model *m, layer *L, int T)
+{
+    const sd_ops *op = m->be->ops;
+    sd_backend *be = m->be;
+    const sd_model_cfg *c = &m->cfg;
+    int D = c->hidden_size;
+    if (L->moe) {
+        int K = c->num_experts_per_tok;
+        sd_moe_route r = {.n_experts = c->n_routed_experts, .top_k = K, .n_group = c->n_group,
+                          .topk_group = c->topk_group, .norm_topk_prob = c->norm_topk_prob,
+                          .sigmoid = c->scoring_sigmoid,
+                          .routed_scaling_factor = (float)c->routed_scaling_factor};
+        op->matmul(be, m->rlog, m->xn, &L->router, NULL, T, D);
+        op->moe_route(be, m->ids, m->wts, m->rlog, L->corr_bias, T, &r);
+        op->moe_ffn(be, m->fo, m->xn, m->ids, m->wts, &L->experts, T, K, D, m->moetmp);
+        if (!L->gate_up.data)
+            return;
+        op->matmul(be, m->gu, m->xn, &L->gate_up, NULL, T, D);
+        op->silu_mul(be, m->gu, m->gu, T, L->ffn_inter);
+        op->matmul(be, m->ao, m->gu, &L->down, NULL, T, L->ffn_inter);
+        op->add(be, m->fo, m->ao, T, D);
+        return;
+    }
+    op->matmul(be, m->gu, m->xn, &L->gate_up, NULL, T, D);
+    op->silu_mul(be, m->gu, m->gu, T, L->ffn_inter);
+    op->matmul(be, m->fo, m->gu, &L->down, NULL, T, L->ffn_inter);
+}
+
+/* x += attn(norm(x)); x += ffn(norm(x)) */
+static void decoder_layer(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
+{
+    const sd_ops *op = m->be->ops;
+    sd_backend *be = m->be;
+    int D = m->cfg.hidden_size;
+    float eps = (float)m->cfg.rms_eps;
+    op->rmsnorm(be, m->xn, m->x, &L->attn_norm, T, D, D, D, eps);
+    if (L->mla)
+        attention_mla(m, L, ab, T);
+    else
+        attention_gqa(m, L, ab, T);
+    op->add(be, m->x, m->ao, T, D);
+    op->rmsnorm(be, m->xn, m->x, &L->ffn_norm, T, D, D, D, eps);
+    ffn(m, L, T);
+    op->add(be, m->x, m->fo, T, D);
+}
+
+static int check_batch(sd_model *m, const sd_fwd *f, sd_err *err)
+{
+    if (f->ab.n_tokens <= 0 || f->ab.n_tokens > m->max_tokens)
+        return sd_err_set(err, SD_EINVAL, "forward: %d tokens (workspace holds %d)",
+                          f->ab.n_tokens, m->max_tokens);
+    if (f->n_out < 0 || f->n_out > f->ab.n_tokens)
+        return sd_err_set(err, SD_EINVAL, "forward: %d output rows for %d tokens", f->n_out,
+                          f->ab.n_tokens);
+    if (!m->layers[0].kc)
+        return sd_err_set(err, SD_ESTATE, "forward: the KV cache is not allocated");
+    return 0;
+}
+
+/* final norm, hidden out, logits of the wanted rows */
+static void head(sd_model *m, const sd_fwd *f, const sd_weight *norm, const sd_weight *lm)
+{
+    const sd_ops *op = m->be->ops;
+    sd_backend *be = m->be;
+    int T = f->ab.n_tokens, D = m->cfg.hidden_size;
+    op->rmsnorm(be, m->xn, m->x, norm, T, D, D, D, (float)m->cfg.rms_eps);
+    if (f->hidden)
+        op->copy2d(be, f->hidden, m->xn, T, D, D, D);
+    if (f->logits && f->n_out > 0) {
+        op->gather_rows(be, m->xo, m->xn, f->out_rows, f->n_out, D, D, D);
+        op->matmul(be, f->logits, m->xo, lm, NULL, f->n_out, D);
+    }
+}
+
+int sd_model_forward(sd_model *m, const sd_fwd *f, sd_err *err)
+{
+    int rc = check_batch(m, f, err);
+    if (rc)
+        return rc;
+    const sd_ops *op = m->be->ops;
+    sd_backend *be = m->be;
+    int T = f->ab.n_tokens, D = m->cfg.hidden_size;
+    op->embed(be, m->x, &m->embed, f->tokens, T);
+    for (int i = 0; i < m->n_layers; i++) {
+        for (int a = 0; a < m->n_aux; a++)
+            if (f->aux && m->aux_layers[a] == i)
+                op->copy2d(be, f->aux + (size_t)a * (size_t)D, m->x, T, D, m->n_aux * D, D);
+        decoder_layer(m, &m->layers[i], &f->ab, T);
+    }
+    head(m, f, &m->norm, &m->lm_head);
+    return 0;
+}
+
+int sd_model_mtp_forward(sd_model *m, const sd_fwd *f, sd_err *err)
+{
+    if (!m->has_mtp)
+        return sd_err_set(err, SD_ESTATE, "%s: the checkpoint has no MTP layer", m->dir);
+    if (!m->mtp.kc)
+        return sd_err_set(err, SD_ESTATE, "MTP: the KV cache is not allocated");
+    int rc = check_batch(m, f, err);
+    if (rc)
+        return rc;
+    const sd_ops *op = m->be->ops;
+    sd_backend *be = m->be;
+    int T = f->ab.n_tokens, D = m->cfg.hidden_size;
+    float eps = (float)m->cfg.rms_eps;
+    /* eh = [enorm(embed(x_{i+1})), hnorm(h_i)]: the embedding half first */
+    op->embed(be, m->xn, &m->mtp_embed, f->tokens, T);
+    op->rmsnorm(be, m->eh, m->xn, &m->enorm, T, D, D, 2 * D, eps);
+    op->rmsnorm(be, m->eh + D, f->in_hidden, &m->hnorm, T, D, D, 2 * D, eps);
+    op->matmul(be, m->x, m->eh, &m->eh_proj, NULL, T, 2 * D);
+    decoder_layer(m, &m->mtp, &f->ab, T);
+    if (f->out_hidden)
+        op->copy2d(be, f->out_hidden, m->x, T, D, D, D);
+    sd_fwd g = *f;
+    g.hidden = NULL;
+    head(m, &g, &m->sh_norm, &m->sh_head);
+    return 0;
+}

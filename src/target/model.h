@@ -1,0 +1,57 @@
+/* target: the model definitions, written once against kernels/ops.h.
+ *
+ * One decoder-layer type covers the architectures: attention is GQA (Llama,
+ * Qwen3 with q/k norms, EAGLE-3's 2x-wide input) or MLA (DeepSeek-V3, run in
+ * the absorbed form over the latent cache); the FFN is dense SwiGLU or
+ * DeepSeek-V3 MoE (routed + shared experts). A model is the embedding, the
+ * layers, the final norm and the head; DeepSeek-V3's MTP layer is an extra
+ * decoder layer with its own norms and projection (sd_model_mtp_forward).
+ *
+ * The forward pass reads its inputs from backend memory (tokens, positions,
+ * slots, block tables) and writes logits and hidden states there: it never
+ * synchronizes and never allocates (the workspace is reserved up front). */
+#ifndef SD_TARGET_MODEL_H
+#define SD_TARGET_MODEL_H
+
+#include "core/err.h"
+#include "core/hfconfig.h"
+#include "kernels/ops.h"
+
+typedef struct sd_model sd_model;
+
+/* One forward step. Every pointer is backend memory. */
+typedef struct sd_fwd {
+    sd_attn_batch ab;      /* positions, sequences, slots, block tables */
+    const int32_t *tokens; /* (T) */
+    int n_out;
+    const int32_t *out_rows; /* (n_out) token rows whose logits are wanted */
+    float *logits;           /* (n_out, vocab) or NULL */
+    float *hidden;           /* (T, D): final-normed hidden of every token, or NULL */
+    float *aux;              /* (T, n_aux * D): hidden entering the aux layers, or NULL */
+    const float *in_hidden;  /* (T, D): MTP input hidden (sd_model_mtp_forward) */
+    float *out_hidden;       /* (T, D): MTP output hidden before the head's norm, or NULL */
+} sd_fwd;
+
+typedef struct sd_model_opts {
+    int max_tokens; /* most tokens in one step (workspace size) */
+    int load_mtp;   /* load the MTP layer when the checkpoint has one */
+} sd_model_opts;
+
+int sd_model_load(sd_model **out, const char *dir, sd_backend *be, const sd_model_opts *o,
+                  sd_err *err);
+void sd_model_free(sd_model *m);
+const sd_model_cfg *sd_model_cfg_of(const sd_model *m);
+int sd_model_has_mtp(const sd_model *m);
+
+/* Allocates the KV cache for n_slots token positions (target layers and,
+ * if loaded, the MTP layer). Bytes per slot: sd_model_kv_bytes_per_slot. */
+int sd_model_alloc_kv(sd_model *m, int n_slots, sd_err *err);
+size_t sd_model_kv_bytes_per_slot(const sd_model *m);
+
+/* EAGLE-3: capture the hidden states entering these layers into fwd.aux. */
+int sd_model_set_aux_layers(sd_model *m, const int *layers, int n, sd_err *err);
+
+int sd_model_forward(sd_model *m, const sd_fwd *f, sd_err *err);
+int sd_model_mtp_forward(sd_model *m, const sd_fwd *f, sd_err *err);
+
+#endif
