@@ -153,3 +153,13 @@ int sd_parse_ids(const char *s, int32_t **ids, int *n, const char *what, sd_err 
     *n = cnt;
     return 0;
 }
+
+#ifndef SD_BUNDLED_MODEL_DIR
+#define SD_BUNDLED_MODEL_DIR "models/specd-tiny"
+#endif
+
+const char *sd_bundled_model_dir(void)
+{
+    const char *env = getenv("SPECD_BUNDLED_MODEL");
+    return env && *env ? env : SD_BUNDLED_MODEL_DIR;
+}

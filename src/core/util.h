@@ -29,4 +29,8 @@ int sd_parse_ids(const char *s, int32_t **ids, int *n, const char *what, sd_err 
 int sd_parse_i64(const char *s, int64_t *out);
 int sd_parse_f64(const char *s, double *out);
 
+/* The bundled model's folder: $SPECD_BUNDLED_MODEL, else the compile-time
+ * SD_BUNDLED_MODEL_DIR (the source tree's models/specd-tiny). */
+const char *sd_bundled_model_dir(void);
+
 #endif
