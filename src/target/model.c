@@ -527,6 +527,7 @@ void sd_model_free(sd_model *m)
 
 const sd_model_cfg *sd_model_cfg_of(const sd_model *m) { return &m->cfg; }
 int sd_model_has_mtp(const sd_model *m) { return m->has_mtp; }
+sd_backend *sd_model_backend(const sd_model *m) { return m->be; }
 
 static size_t layer_kv_floats(const sd_model *m, const layer *L)
 {

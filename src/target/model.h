@@ -42,6 +42,7 @@ int sd_model_load(sd_model **out, const char *dir, sd_backend *be, const sd_mode
 void sd_model_free(sd_model *m);
 const sd_model_cfg *sd_model_cfg_of(const sd_model *m);
 int sd_model_has_mtp(const sd_model *m);
+sd_backend *sd_model_backend(const sd_model *m);
 
 /* Allocates the KV cache for n_slots token positions (target layers and,
  * if loaded, the MTP layer). Bytes per slot: sd_model_kv_bytes_per_slot. */

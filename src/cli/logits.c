@@ -1,0 +1,64 @@
+/* specd logits: full prefill of --ids, float32 little-endian logits
+ * [n_ids, vocab] to --out. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "core/util.h"
+#include "engine/backend.h"
+#include "target/runner.h"
+
+int sd_cmd_logits(const sd_opts *o)
+{
+    sd_err err = {0};
+    int32_t *ids = NULL;
+    int n = 0, status = 1;
+    sd_backend *be = NULL;
+    sd_model *m = NULL;
+    float *logits = NULL;
+    if (!o->out[0]) {
+        fprintf(stderr, "specd logits: --out FILE is required\n");
+        return 2;
+    }
+    if (sd_parse_ids(o->ids, &ids, &n, "--ids", &err) || n == 0) {
+        fprintf(stderr, "specd logits: %s\n", n == 0 && !err.msg[0] ? "--ids is required" : err.msg);
+        free(ids);
+        return 2;
+    }
+    const char *dir = sd_opts_model_dir(o);
+    if (sd_backend_open(&be, o, &err))
+        goto fail;
+    sd_model_opts mo = {.max_tokens = n < 256 ? n : 256, .load_mtp = 0};
+    if (sd_model_load(&m, dir, be, &mo, &err))
+        goto fail;
+    const sd_model_cfg *c = sd_model_cfg_of(m);
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= c->vocab_size) {
+            sd_err_set(&err, SD_ERANGE, "--ids: id %d is out of range (vocab_size %d)", ids[i],
+                       c->vocab_size);
+            goto fail;
+        }
+    if (sd_model_alloc_kv(m, n, &err))
+        goto fail;
+    logits = malloc((size_t)n * (size_t)c->vocab_size * sizeof(float));
+    if (!logits) {
+        sd_err_set(&err, SD_ENOMEM, "out of memory");
+        goto fail;
+    }
+    sd_seq_out so = {.logits = logits};
+    if (sd_runner_target(m, ids, n, 0, &so, &err))
+        goto fail;
+    if (sd_write_file(o->out, logits, (size_t)n * (size_t)c->vocab_size * sizeof(float), &err))
+        goto fail;
+    status = 0;
+    goto done;
+fail:
+    fprintf(stderr, "specd logits: %s\n", err.msg);
+done:
+    free(logits);
+    free(ids);
+    sd_model_free(m);
+    sd_backend_close(be);
+    return status;
+}
