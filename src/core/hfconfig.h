@@ -45,7 +45,8 @@ typedef struct sd_model_cfg {
     int num_layers;        /* num_hidden_layers (MTP layers not counted) */
     int num_heads;
     int num_kv_heads; /* GQA; MLA: = num_heads */
-    int head_dim;     /* Llama/Qwen: explicit or hidden/heads */
+    int head_dim;     /* Llama: explicit or hidden/heads; Qwen3: explicit or 128;
+                         MLA: qk_nope_head_dim + qk_rope_head_dim (the q.k length) */
     double rms_eps;
     int max_pos; /* max_position_embeddings */
     int tie_embeddings;
@@ -75,6 +76,15 @@ typedef struct sd_model_cfg {
     int num_nextn_predict_layers;
     /* quantization_config present (fp8 block scales): recognized, refused at load */
     int fp8;
+    /* Derived here so every consumer scales attention alike. */
+    double rope_attn_factor; /* multiplies cos and sin (HF attention_factor): yarn's
+                                explicit attention_factor, else mscale(f, mscale) /
+                                mscale(f, mscale_all_dim) when both are set, else
+                                mscale(f); 1 for the other rope types */
+    double softmax_scale;    /* multiplies q.k: 1/sqrt(head_dim); MLA with scaled rope
+                                and mscale_all_dim: times mscale(f, mscale_all_dim)^2,
+                                where mscale(f, m) = 0.1 m ln(f) + 1 for f > 1, else 1 */
+    int sliding_window;      /* Mistral sliding_window in tokens; 0: full attention */
 } sd_model_cfg;
 
 /* Reads DIR/config.json. */
