@@ -85,6 +85,7 @@ void sd_engine_destroy(sd_engine *e);
 const sd_tokenizer *sd_engine_tokenizer(const sd_engine *e);
 int sd_engine_max_context(const sd_engine *e);
 const char *sd_engine_model_name(const sd_engine *e);
+const char *sd_engine_model_dir(const sd_engine *e);
 
 /* Queues a request. The prompt is copied. *id identifies it for cancel.
  * Errors (prompt + max_tokens past the context, ...) are returned here and

@@ -1,0 +1,923 @@
+/* engine: the scheduler thread, continuous batching over a paged KV cache,
+ * and speculative decoding (draft -> one batched verify -> accept).
+ *
+ * One step:
+ *   1. take new requests and cancellations;
+ *   2. build the batch within the token budget: every decoding sequence
+ *      brings its last token and its drafts (verify), then prefill chunks of
+ *      waiting requests; KV blocks are reserved first — when they run out the
+ *      youngest running request is preempted (its KV freed; it is recomputed
+ *      later, nothing is lost);
+ *   3. one target forward over the batch;
+ *   4. accept drafts (greedy or rejection sampling), sample, stream text,
+ *      check stops; KV beyond the accepted tokens is released;
+ *   5. the proposer catches up on what the target just computed and drafts
+ *      the next step's tokens.
+ * The positions of a sequence's KV entries are its token positions, so a
+ * rejected draft's entries are simply overwritten later. */
+#include "engine/engine.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/tokenizer.h"
+#include "core/util.h"
+#include "engine/backend.h"
+#include "engine/internal.h"
+#include "sched/stop.h"
+#include "target/model.h"
+#include "verify/accept.h"
+#include "verify/sampling.h"
+
+/* ------------------------------------------------------------------ helpers */
+
+static int push_tok(req *r, int32_t t)
+{
+    if (r->n_tok == r->cap_tok) {
+        int cap = r->cap_tok ? r->cap_tok * 2 : 64;
+        int32_t *p = realloc(r->tok, (size_t)cap * sizeof *p);
+        if (!p)
+            return SD_ENOMEM;
+        r->tok = p;
+        r->cap_tok = cap;
+    }
+    r->tok[r->n_tok++] = t;
+    return 0;
+}
+
+static int list_push(req ***list, int *n, int *cap, req *r)
+{
+    if (*n == *cap) {
+        int c = *cap ? *cap * 2 : 16;
+        req **p = realloc(*list, (size_t)c * sizeof *p);
+        if (!p)
+            return SD_ENOMEM;
+        *list = p;
+        *cap = c;
+    }
+    (*list)[(*n)++] = r;
+    return 0;
+}
+
+static void list_remove(req **list, int *n, req *r)
+{
+    for (int i = 0; i < *n; i++)
+        if (list[i] == r) {
+            memmove(list + i, list + i + 1, (size_t)(*n - i - 1) * sizeof *list);
+            (*n)--;
+            return;
+        }
+}
+
+static void req_free(sd_engine *e, req *r)
+{
+    pthread_mutex_lock(&e->mu);
+    for (req **pp = &e->all; *pp; pp = &(*pp)->all_next)
+        if (*pp == r) {
+            *pp = r->all_next;
+            break;
+        }
+    pthread_mutex_unlock(&e->mu);
+    sd_kv_seq_free(e->kv, &r->kv);
+    sd_stop_free(&r->stop);
+    sd_detok_free(r->detok);
+    free(r->tok);
+    free(r->q);
+    free(r);
+}
+
+static int is_eos(const sd_engine *e, int32_t t)
+{
+    for (int i = 0; i < e->n_eos; i++)
+        if (e->eos_ids[i] == t)
+            return 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ finish */
+
+static void fill_stats(sd_engine *e, req *r)
+{
+    (void)e;
+    r->st.prompt_tokens = r->n_prompt;
+    r->st.completion_tokens = r->n_tok - r->n_prompt;
+    r->st.total_s = (double)(sd_now_ns() - r->t_submit) * 1e-9;
+    sd_spec_stats *s = &r->st.spec;
+    s->steps = r->acc.steps;
+    s->drafted = r->acc.drafted;
+    s->accepted = r->acc.accepted;
+    s->emitted = r->acc.emitted;
+    for (int i = 0; i < 16 && i < SD_ACCEPT_POSITIONS; i++) {
+        s->accepted_at[i] = r->acc.accepted_at[i];
+        s->proposed_at[i] = r->acc.proposed_at[i];
+    }
+}
+
+static void finish(sd_engine *e, req *r, sd_finish why, const char *msg)
+{
+    if (r->state == RQ_DONE)
+        return;
+    /* release what the stop filter held back */
+    if (why == SD_FINISH_LENGTH || (why == SD_FINISH_STOP && !r->stop.matched)) {
+        char *t = NULL;
+        size_t tl = 0;
+        if (r->detok && sd_detok_flush(r->detok, &t, &tl) == 0 && tl) {
+            const char *o;
+            size_t ol;
+            sd_stop_push(&r->stop, t, tl, &o, &ol);
+            if (ol && r->ev.on_output)
+                r->ev.on_output(r->user, o, ol, NULL, 0);
+        }
+        free(t);
+        if (!r->stop.matched) {
+            const char *o;
+            size_t ol;
+            sd_stop_flush(&r->stop, &o, &ol);
+            if (ol && r->ev.on_output)
+                r->ev.on_output(r->user, o, ol, NULL, 0);
+        }
+    }
+    r->state = RQ_DONE;
+    sd_kv_seq_free(e->kv, &r->kv);
+    fill_stats(e, r);
+    pthread_mutex_lock(&e->mu);
+    e->stats.completion_tokens += (uint64_t)(r->n_tok - r->n_prompt);
+    pthread_mutex_unlock(&e->mu);
+    if (r->ev.on_finish)
+        r->ev.on_finish(r->user, why, &r->st, msg);
+}
+
+/* Streams tokens[from..n_tok) and applies eos / stop strings / max_tokens /
+ * context. Returns 1 when the request finished. */
+static int emit(sd_engine *e, req *r, int from)
+{
+    int n_new = r->n_tok - from;
+    if (n_new <= 0)
+        return 0;
+    if (!r->t_first) {
+        r->t_first = sd_now_ns();
+        r->st.ttft_s = (double)(r->t_first - r->t_submit) * 1e-9;
+    }
+    /* cut at eos or max_tokens: the tokens after it were never generated */
+    sd_finish why = SD_FINISH_NONE;
+    for (int i = from; i < r->n_tok; i++) {
+        int gen = i - r->n_prompt + 1;
+        if (!r->ignore_eos && is_eos(e, r->tok[i])) {
+            r->n_tok = i + 1;
+            why = SD_FINISH_STOP;
+            break;
+        }
+        if (gen >= r->max_tokens || i + 1 >= e->max_ctx) {
+            r->n_tok = i + 1;
+            why = SD_FINISH_LENGTH;
+            break;
+        }
+    }
+    n_new = r->n_tok - from;
+    char *text = NULL;
+    size_t tl = 0;
+    sd_err err = {0};
+    /* eos is not printed */
+    int n_text = n_new - (why == SD_FINISH_STOP ? 1 : 0);
+    if (n_text > 0 && sd_detok_push(r->detok, r->tok + from, n_text, &text, &tl, &err)) {
+        finish(e, r, SD_FINISH_ERROR, err.msg);
+        return 1;
+    }
+    const char *o = "";
+    size_t ol = 0;
+    int hit = tl ? sd_stop_push(&r->stop, text, tl, &o, &ol) : 0;
+    if (r->ev.on_output && (ol || n_new))
+        r->ev.on_output(r->user, o, ol, r->tok + from, n_new);
+    free(text);
+    if (hit == 1)
+        why = SD_FINISH_STOP;
+    if (why != SD_FINISH_NONE) {
+        finish(e, r, why, NULL);
+        return 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ KV */
+
+static void preempt(sd_engine *e, req *r)
+{
+    sd_log_debug("request %llu preempted (KV full); it will be recomputed",
+                 (unsigned long long)r->id);
+    sd_kv_seq_free(e->kv, &r->kv);
+    r->n_comp = 0;
+    r->draft_valid = 0;
+    r->n_draft = 0;
+    r->state = RQ_WAITING;
+    r->n_preempt++;
+    list_remove(e->running, &e->n_running, r);
+    /* to the front of the queue: it keeps its turn */
+    if (list_push(&e->waiting, &e->n_waiting, &e->cap_waiting, r) == 0) {
+        memmove(e->waiting + 1, e->waiting, (size_t)(e->n_waiting - 1) * sizeof *e->waiting);
+        e->waiting[0] = r;
+    }
+}
+
+/* Reserves KV for positions [0, n) of r, preempting the youngest other running
+ * requests when blocks run out. Returns 0, or SD_EFULL if r cannot fit even alone. */
+int sd__engine_reserve(sd_engine *e, req *r, int n)
+{
+    for (;;) {
+        if (sd_kv_seq_reserve(e->kv, &r->kv, n) == 0)
+            return 0;
+        req *victim = NULL;
+        for (int i = e->n_running - 1; i >= 0; i--)
+            if (e->running[i] != r && e->running[i]->state != RQ_DONE) {
+                victim = e->running[i];
+                break;
+            }
+        if (!victim)
+            return SD_EFULL;
+        preempt(e, victim);
+    }
+}
+
+/* ------------------------------------------------------------------ step */
+
+static void add_rows(sd_engine *e, step *s, req *r, const int32_t *toks, int n, int pos0, int outs)
+{
+    r->row0 = s->T;
+    r->n_rows = n;
+    r->out0 = s->n_out;
+    int si = s->n_seq;
+    s->seqs[s->n_seq++] = r;
+    for (int i = 0; i < n; i++) {
+        int p = pos0 + i;
+        e->h_tok[s->T] = toks[i];
+        e->h_pos[s->T] = p;
+        e->h_seq[s->T] = si;
+        e->h_slot[s->T] = sd_kv_seq_slot(e->kv, &r->kv, p);
+        s->T++;
+    }
+    for (int i = n - outs; i < n; i++)
+        e->h_rows[s->n_out++] = r->row0 + i;
+    for (int b = 0; b < e->max_blocks; b++)
+        e->h_table[(size_t)si * e->max_blocks + b] = b < r->kv.n_blocks ? r->kv.blocks[b] : 0;
+}
+
+int sd__engine_upload_tables(sd_engine *e, const step *s)
+{
+    for (int si = 0; si < s->n_seq; si++) {
+        const req *r = s->seqs[si];
+        for (int b = 0; b < e->max_blocks; b++)
+            e->h_table[(size_t)si * e->max_blocks + b] = b < r->kv.n_blocks ? r->kv.blocks[b] : 0;
+    }
+    return e->be->ops->upload(e->be, e->d_table, e->h_table,
+                              (size_t)s->n_seq * (size_t)e->max_blocks * sizeof(int32_t));
+}
+
+static int upload_step(sd_engine *e, const step *s)
+{
+    const sd_ops *op = e->be->ops;
+    size_t T = (size_t)s->T * sizeof(int32_t);
+    op->upload(e->be, e->d_tok, e->h_tok, T);
+    op->upload(e->be, e->d_pos, e->h_pos, T);
+    op->upload(e->be, e->d_seq, e->h_seq, T);
+    op->upload(e->be, e->d_slot, e->h_slot, T);
+    op->upload(e->be, e->d_rows, e->h_rows, (size_t)s->n_out * sizeof(int32_t));
+    op->upload(e->be, e->d_table, e->h_table,
+               (size_t)s->n_seq * (size_t)e->max_blocks * sizeof(int32_t));
+    return 0;
+}
+
+static sd_attn_batch make_ab(sd_engine *e, const step *s)
+{
+    int maxp = 0;
+    for (int i = 0; i < s->T; i++)
+        maxp = e->h_pos[i] + 1 > maxp ? e->h_pos[i] + 1 : maxp;
+    return (sd_attn_batch){.n_tokens = s->T, .pos = e->d_pos, .seq = e->d_seq, .slot = e->d_slot,
+                           .block_table = e->d_table, .max_blocks = e->max_blocks,
+                           .block_size = e->block_size, .max_pos = maxp};
+}
+
+/* Verifies r's drafts against the logits rows of this step; appends tokens. */
+static int accept_decode(sd_engine *e, req *r, const float *logits)
+{
+    int k = r->n_draft, V = e->V;
+    int32_t out[SD_MAX_K + 1];
+    int n;
+    sd_err err = {0};
+    if (r->greedy) {
+        int32_t am[SD_MAX_K + 1];
+        for (int i = 0; i <= k; i++)
+            am[i] = sd_argmax(logits + (size_t)(r->out0 + i) * V, V);
+        n = sd_accept_greedy(k, r->draft, am, out);
+    } else {
+        for (int i = 0; i <= k; i++)
+            sd_sampling_probs(logits + (size_t)(r->out0 + i) * V, V, &r->samp,
+                              e->p_rows + (size_t)i * V);
+        uint64_t pos = (uint64_t)(r->n_tok - r->n_prompt);
+        n = sd_accept_chain(&r->samp, V, k, r->draft, e->p_rows, r->has_q ? r->q : NULL,
+                            pos, out, &err);
+        if (n < 0)
+            return n;
+    }
+    if (k > 0) {
+        sd_accept_stats_add(&r->acc, k, n);
+        sd_accept_stats_add(&e->acc_all, k, n);
+    }
+    r->last_k = k;
+    r->last_n = n;
+    /* positions n_tok-1 .. n_tok-1+n are now computed with the right tokens */
+    r->n_comp = r->n_tok + n;
+    /* a draft LM's cache holds the accepted drafts; past them it is stale */
+    if (r->draft_valid > r->n_tok + n)
+        r->draft_valid = r->n_tok + n;
+    for (int i = 0; i <= n; i++)
+        if (push_tok(r, out[i]))
+            return SD_ENOMEM;
+    return n;
+}
+
+static int sample_one(sd_engine *e, req *r, const float *row)
+{
+    int V = e->V;
+    int32_t t;
+    if (r->greedy) {
+        t = sd_argmax(row, V);
+    } else {
+        sd_sampling_probs(row, V, &r->samp, e->p_rows);
+        uint64_t pos = (uint64_t)(r->n_tok - r->n_prompt);
+        t = sd_sample(e->p_rows, V, sd_rand_uniform(r->samp.seed, pos, SD_RNG_TARGET));
+    }
+    return push_tok(r, t);
+}
+
+static void take_incoming(sd_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    req *in = e->incoming;
+    e->incoming = NULL;
+    pthread_mutex_unlock(&e->mu);
+    /* reverse to arrival order */
+    req *rev = NULL;
+    while (in) {
+        req *nx = in->next;
+        in->next = rev;
+        rev = in;
+        in = nx;
+    }
+    while (rev) {
+        req *nx = rev->next;
+        if (list_push(&e->waiting, &e->n_waiting, &e->cap_waiting, rev)) {
+            finish(e, rev, SD_FINISH_ERROR, "out of memory");
+            req_free(e, rev);
+        }
+        rev = nx;
+    }
+}
+
+static void reap(sd_engine *e)
+{
+    for (int i = 0; i < e->n_waiting;) {
+        req *r = e->waiting[i];
+        if (atomic_load(&r->cancel) && r->state != RQ_DONE)
+            finish(e, r, SD_FINISH_CANCELLED, NULL);
+        if (r->state == RQ_DONE) {
+            list_remove(e->waiting, &e->n_waiting, r);
+            req_free(e, r);
+        } else {
+            i++;
+        }
+    }
+    for (int i = 0; i < e->n_running;) {
+        req *r = e->running[i];
+        if (atomic_load(&r->cancel) && r->state != RQ_DONE)
+            finish(e, r, SD_FINISH_CANCELLED, NULL);
+        if (r->state == RQ_DONE) {
+            list_remove(e->running, &e->n_running, r);
+            req_free(e, r);
+        } else {
+            i++;
+        }
+    }
+}
+
+static void publish_stats(sd_engine *e, int stepped)
+{
+    pthread_mutex_lock(&e->mu);
+    e->stats.queued = e->n_waiting;
+    e->stats.running = e->n_running;
+    e->stats.kv_blocks_total = e->n_blocks;
+    e->stats.kv_blocks_used = sd_kv_pool_used(e->kv);
+    sd_spec_stats *sp = &e->stats.spec;
+    sp->steps = e->acc_all.steps;
+    sp->drafted = e->acc_all.drafted;
+    sp->accepted = e->acc_all.accepted;
+    sp->emitted = e->acc_all.emitted;
+    for (int i = 0; i < 16 && i < SD_ACCEPT_POSITIONS; i++) {
+        sp->accepted_at[i] = e->acc_all.accepted_at[i];
+        sp->proposed_at[i] = e->acc_all.proposed_at[i];
+    }
+    sp->draft_s = e->draft_s_total;
+    sp->verify_s = e->verify_s_total;
+    if (stepped) {
+        e->stats.steps++;
+        e->stats.last_step_ns = sd_now_ns();
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* One engine step. Returns 1 if work was done. */
+static int engine_step(sd_engine *e)
+{
+    take_incoming(e);
+    reap(e);
+    if (!e->n_running && !e->n_waiting) {
+        publish_stats(e, 0);
+        return 0;
+    }
+    step s = {0};
+    int budget = e->max_batch_tokens;
+    /* 1. decoding sequences: last token + drafts. Reserve first (preemption
+     * reorders the running list), then lay out the rows. */
+    for (int i = 0; i < e->n_running; i++) {
+        req *r = e->running[i];
+        if (r->state != RQ_DECODE)
+            continue;
+        if (r->n_draft > 0 && sd_kv_seq_reserve(e->kv, &r->kv, r->n_tok + r->n_draft) != 0)
+            r->n_draft = 0; /* drafts never preempt anybody */
+        if (sd__engine_reserve(e, r, r->n_tok) != 0) {
+            finish(e, r, SD_FINISH_ERROR, "the KV cache cannot hold this request");
+            continue;
+        }
+        /* a preemption may have shifted the list: start over (reservations stay) */
+        if (e->running[i] != r)
+            i = -1;
+    }
+    for (int i = 0; i < e->n_running; i++) {
+        req *r = e->running[i];
+        r->chunk = 0;
+        if (r->state != RQ_DECODE)
+            continue;
+        int n = 1 + r->n_draft;
+        if (s.T + n > e->max_tokens || s.n_seq >= (int)SD_ARRAY_LEN(s.seqs)) {
+            r->n_draft = 0;
+            continue;
+        }
+        int32_t toks[SD_MAX_K + 1];
+        toks[0] = r->tok[r->n_tok - 1];
+        memcpy(toks + 1, r->draft, (size_t)r->n_draft * sizeof(int32_t));
+        add_rows(e, &s, r, toks, n, r->n_tok - 1, n);
+        budget -= n;
+    }
+    /* 2. prefill chunks: running first, then waiting requests in order */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; budget > 0 && i < (pass ? e->n_waiting : e->n_running); i++) {
+            req *r = pass ? e->waiting[i] : e->running[i];
+            if (pass == 0 && r->state != RQ_PREFILL)
+                continue;
+            if (pass == 1 && e->n_running >= e->max_batch)
+                break;
+            int target = r->fresh ? r->n_tok : r->n_tok - 1; /* tokens to prefill */
+            int chunk = target - r->n_comp;
+            if (chunk > budget)
+                chunk = budget;
+            if (s.T + chunk > e->max_tokens)
+                chunk = e->max_tokens - s.T;
+            if (chunk <= 0 || s.n_seq >= (int)SD_ARRAY_LEN(s.seqs))
+                break;
+            if (sd_kv_seq_reserve(e->kv, &r->kv, r->n_comp + chunk + (r->fresh ? 1 : 0)) != 0)
+                break; /* prefill never preempts: wait for blocks */
+            if (pass == 1) {
+                list_remove(e->waiting, &e->n_waiting, r);
+                i--;
+                list_push(&e->running, &e->n_running, &e->cap_running, r);
+                r->state = RQ_PREFILL;
+                if (!r->st.queued_s)
+                    r->st.queued_s = (double)(sd_now_ns() - r->t_submit) * 1e-9;
+            }
+            int last = r->n_comp + chunk == target;
+            add_rows(e, &s, r, r->tok + r->n_comp, chunk, r->n_comp, last && r->fresh ? 1 : 0);
+            r->chunk = chunk;
+            budget -= chunk;
+        }
+    }
+    if (s.T == 0) {
+        publish_stats(e, 0);
+        return e->n_running > 0;
+    }
+    /* 3. target forward */
+    upload_step(e, &s);
+    int want_hidden = sd__spec_wants_hidden(e);
+    sd_fwd f = {.ab = make_ab(e, &s), .tokens = e->d_tok, .n_out = s.n_out, .out_rows = e->d_rows,
+                .logits = e->d_logits, .hidden = want_hidden == 1 ? e->d_hidden : NULL,
+                .aux = want_hidden == 2 ? e->d_aux : NULL};
+    sd_err err = {0};
+    uint64_t t0 = sd_now_ns();
+    int rc = sd_model_forward(e->target, &f, &err);
+    if (!rc)
+        rc = e->be->ops->sync(e->be);
+    if (!rc)
+        rc = e->be->ops->download(e->be, e->h_logits, e->d_logits,
+                                  (size_t)s.n_out * (size_t)e->V * sizeof(float));
+    double t_target = (double)(sd_now_ns() - t0) * 1e-9;
+    if (rc) {
+        sd_log_error("target step failed: %s", err.msg[0] ? err.msg : "backend error");
+        for (int i = 0; i < s.n_seq; i++)
+            finish(e, s.seqs[i], SD_FINISH_ERROR, "the model step failed");
+        reap(e);
+        return 1;
+    }
+    sd__adaptive_observe_target(&e->adapt, s.T, t_target);
+    e->verify_s_total += t_target;
+    /* 4. accept / sample / stream */
+    int n_spec = 0;
+    for (int i = 0; i < s.n_seq; i++) {
+        req *r = s.seqs[i];
+        if (r->state == RQ_DONE)
+            continue;
+        int from = r->n_tok;
+        if (r->state == RQ_DECODE) {
+            if (r->n_draft)
+                n_spec++;
+            r->st.spec.verify_s += t_target;
+            int n = accept_decode(e, r, e->h_logits);
+            if (n < 0) {
+                finish(e, r, SD_FINISH_ERROR, "verification failed");
+                continue;
+            }
+            r->n_draft = 0;
+            emit(e, r, from);
+        } else {
+            r->n_comp += r->chunk;
+            int target = r->fresh ? r->n_tok : r->n_tok - 1;
+            if (r->n_comp == target) {
+                r->state = RQ_DECODE;
+                if (r->fresh) {
+                    r->fresh = 0;
+                    if (sample_one(e, r, e->h_logits + (size_t)r->out0 * e->V)) {
+                        finish(e, r, SD_FINISH_ERROR, "out of memory");
+                        continue;
+                    }
+                    emit(e, r, from);
+                }
+            }
+        }
+        if (r->state != RQ_DONE)
+            sd_kv_seq_truncate(e->kv, &r->kv, r->n_tok);
+    }
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < s.n_seq; i++)
+        if (s.seqs[i]->chunk)
+            e->stats.prompt_tokens += (uint64_t)s.seqs[i]->chunk;
+    pthread_mutex_unlock(&e->mu);
+    /* 5. the proposer catches up and drafts */
+    if (e->spec != SD_SPEC_NONE) {
+        int k = e->spec_k >= 0 ? e->spec_k : sd__adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running);
+        uint64_t d0 = sd_now_ns();
+        rc = sd__spec_step(e, &s, k, &err);
+        double t_draft = (double)(sd_now_ns() - d0) * 1e-9;
+        if (rc) {
+            sd_log_error("proposer failed: %s", err.msg);
+            for (int i = 0; i < s.n_seq; i++)
+                s.seqs[i]->n_draft = 0;
+        }
+        int nd = 0;
+        for (int i = 0; i < s.n_seq; i++)
+            if (s.seqs[i]->n_draft) {
+                s.seqs[i]->st.spec.draft_s += t_draft;
+                nd++;
+            }
+        sd__adaptive_observe_draft(&e->adapt, nd, k, t_draft);
+        e->draft_s_total += t_draft;
+    }
+    (void)n_spec;
+    reap(e);
+    publish_stats(e, 1);
+    return 1;
+}
+
+/* ------------------------------------------------------------------ thread */
+
+static void *engine_main(void *arg)
+{
+    sd_engine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        int quit = e->quit;
+        pthread_mutex_unlock(&e->mu);
+        if (quit)
+            break;
+        if (engine_step(e))
+            continue;
+        pthread_mutex_lock(&e->mu);
+        if (!e->incoming && !e->quit) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 50 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        }
+        pthread_mutex_unlock(&e->mu);
+    }
+    /* cancel what is left */
+    take_incoming(e);
+    for (int i = 0; i < e->n_running; i++)
+        finish(e, e->running[i], SD_FINISH_CANCELLED, NULL);
+    for (int i = 0; i < e->n_waiting; i++)
+        finish(e, e->waiting[i], SD_FINISH_CANCELLED, NULL);
+    reap(e);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ public */
+
+static int alloc_step_buffers(sd_engine *e, sd_err *err)
+{
+    const sd_ops *op = e->be->ops;
+    size_t T = (size_t)e->max_tokens;
+    size_t tb = (size_t)e->ov_max_seqs * (size_t)e->max_blocks;
+    e->d_tok = op->alloc(e->be, T * 4);
+    e->d_pos = op->alloc(e->be, T * 4);
+    e->d_seq = op->alloc(e->be, T * 4);
+    e->d_slot = op->alloc(e->be, T * 4);
+    e->d_rows = op->alloc(e->be, T * 4);
+    e->d_table = op->alloc(e->be, tb * 4);
+    e->d_logits = op->alloc(e->be, T * (size_t)e->V * 4);
+    e->d_hidden = op->alloc(e->be, T * (size_t)e->D * 4);
+    e->h_tok = malloc(T * 4);
+    e->h_pos = malloc(T * 4);
+    e->h_seq = malloc(T * 4);
+    e->h_slot = malloc(T * 4);
+    e->h_rows = malloc(T * 4);
+    e->h_table = malloc(tb * 4);
+    e->h_logits = malloc(T * (size_t)e->V * 4);
+    e->p_rows = malloc((size_t)(SD_MAX_K + 1) * (size_t)e->V * 4);
+    if (!e->d_tok || !e->d_pos || !e->d_seq || !e->d_slot || !e->d_rows || !e->d_table ||
+        !e->d_logits || !e->d_hidden || !e->h_tok || !e->h_pos || !e->h_seq || !e->h_slot ||
+        !e->h_rows || !e->h_table || !e->h_logits || !e->p_rows)
+        return sd_err_set(err, SD_ENOMEM, "engine: out of memory for the step buffers");
+    return 0;
+}
+
+static void free_step_buffers(sd_engine *e)
+{
+    void *dev[] = {e->d_tok, e->d_pos, e->d_seq, e->d_slot, e->d_rows,
+                   e->d_table, e->d_logits, e->d_hidden, e->d_aux};
+    for (size_t i = 0; i < SD_ARRAY_LEN(dev); i++)
+        if (dev[i])
+            e->be->ops->free(e->be, dev[i]);
+    free(e->h_tok);
+    free(e->h_pos);
+    free(e->h_seq);
+    free(e->h_slot);
+    free(e->h_rows);
+    free(e->h_table);
+    free(e->h_logits);
+    free(e->p_rows);
+}
+
+static int spec_of(const char *s)
+{
+    if (!s || !strcmp(s, "none"))
+        return SD_SPEC_NONE;
+    if (!strcmp(s, "mtp"))
+        return SD_SPEC_MTP;
+    if (!strcmp(s, "eagle3"))
+        return SD_SPEC_EAGLE3;
+    if (!strcmp(s, "draft"))
+        return SD_SPEC_DRAFT;
+    return SD_SPEC_NGRAM;
+}
+
+int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
+{
+    *out = NULL;
+    sd_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    int rc;
+    const char *dir = sd_opts_model_dir(o);
+    snprintf(e->model_dir, sizeof e->model_dir, "%s", dir);
+    if (o->served_model_name && o->served_model_name[0]) {
+        snprintf(e->model_name, sizeof e->model_name, "%s", o->served_model_name);
+    } else {
+        const char *base = strrchr(dir, '/');
+        base = base && base[1] ? base + 1 : dir;
+        snprintf(e->model_name, sizeof e->model_name, "%s", base);
+        size_t l = strlen(e->model_name);
+        if (l > 1 && e->model_name[l - 1] == '/')
+            e->model_name[l - 1] = 0;
+    }
+    e->spec = spec_of(o->spec);
+    e->spec_k = o->spec_k;
+    e->k_max = o->spec_k >= 0 ? o->spec_k : 4;
+    if (e->k_max > SD_MAX_K - 1)
+        e->k_max = SD_MAX_K - 1;
+    e->max_batch = o->max_batch;
+    e->max_batch_tokens = o->max_batch_tokens;
+    e->ov_max_seqs = o->max_batch + 1;
+    if ((rc = sd_backend_open(&e->be, o, err)))
+        goto fail;
+    e->max_tokens = o->max_batch_tokens + o->max_batch * (e->k_max + 1);
+    sd_model_opts mo = {.max_tokens = e->max_tokens, .load_mtp = e->spec == SD_SPEC_MTP};
+    if ((rc = sd_model_load(&e->target, dir, e->be, &mo, err)))
+        goto fail;
+    const sd_model_cfg *c = sd_model_cfg_of(e->target);
+    if (e->spec == SD_SPEC_MTP && !sd_model_has_mtp(e->target)) {
+        rc = sd_err_set(err, SD_EINVAL, "--spec mtp: %s has no MTP layer (num_nextn_predict_layers)",
+                        dir);
+        goto fail;
+    }
+    e->V = c->vocab_size;
+    e->D = c->hidden_size;
+    if ((rc = sd_tok_load(&e->tok, dir, err))) {
+        sd_err_prefix(err, "tokenizer: ");
+        goto fail;
+    }
+    if (sd_tok_vocab_size(e->tok) > e->V) {
+        rc = sd_err_set(err, SD_EFORMAT, "%s: the tokenizer has %d ids, the model's vocab_size is %d",
+                        dir, sd_tok_vocab_size(e->tok), e->V);
+        goto fail;
+    }
+    e->eos = c->n_eos > 0 ? c->eos_ids[0] : sd_tok_eos_id(e->tok);
+    e->n_eos = 0;
+    for (int i = 0; i < c->n_eos && i < 8; i++)
+        e->eos_ids[e->n_eos++] = c->eos_ids[i];
+    if (!e->n_eos && e->eos >= 0)
+        e->eos_ids[e->n_eos++] = e->eos;
+    e->max_ctx = o->max_context > 0 ? o->max_context : c->max_pos;
+    if (e->max_ctx > c->max_pos) {
+        rc = sd_err_set(err, SD_EINVAL, "--max-context %d exceeds the model's %d", e->max_ctx,
+                        c->max_pos);
+        goto fail;
+    }
+    /* KV plan */
+    e->block_size = o->block_size;
+    e->max_blocks = (e->max_ctx + e->k_max + 1 + e->block_size - 1) / e->block_size + 1;
+    size_t per_slot = sd_model_kv_bytes_per_slot(e->target);
+    if (o->kv_blocks > 0) {
+        e->n_blocks = o->kv_blocks;
+    } else {
+        /* CPU: a quarter of a GiB of cache, at least 4 full-context requests */
+        size_t budget = (size_t)256 << 20;
+        size_t per_block = per_slot * (size_t)e->block_size;
+        e->n_blocks = (int)(budget / (per_block ? per_block : 1));
+        if (e->n_blocks < 4 * e->max_blocks)
+            e->n_blocks = 4 * e->max_blocks;
+    }
+    if (e->n_blocks < e->max_blocks) {
+        rc = sd_err_set(err, SD_EINVAL,
+                        "KV cache of %d blocks x %d tokens cannot hold one request of the maximum "
+                        "context (%d tokens): raise --kv-blocks or lower --max-context",
+                        e->n_blocks, e->block_size, e->max_ctx);
+        goto fail;
+    }
+    if ((rc = sd_kv_pool_create(&e->kv, e->n_blocks, e->block_size, err)))
+        goto fail;
+    if ((rc = sd_model_alloc_kv(e->target, e->n_blocks * e->block_size, err)))
+        goto fail;
+    if ((rc = alloc_step_buffers(e, err)))
+        goto fail;
+    if ((rc = sd__spec_init(e, o, err)))
+        goto fail;
+    sd_log_info("engine: %s on %s, %d layers, vocab %d, context %d, KV %d blocks x %d tokens "
+                "(%.1f MiB), spec %s k %s",
+                e->model_name, e->be->ops->name, c->num_layers, e->V, e->max_ctx, e->n_blocks,
+                e->block_size, (double)per_slot * e->n_blocks * e->block_size / (1 << 20), o->spec,
+                e->spec_k >= 0 ? "fixed" : "auto");
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        rc = sd_err_set(err, SD_ENOMEM, "cannot start the engine thread");
+        goto fail;
+    }
+    e->started = 1;
+    *out = e;
+    return 0;
+fail:
+    sd_engine_destroy(e);
+    return rc;
+}
+
+void sd_engine_destroy(sd_engine *e)
+{
+    if (!e)
+        return;
+    if (e->started) {
+        pthread_mutex_lock(&e->mu);
+        e->quit = 1;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    sd__spec_free(e);
+    free(e->running);
+    free(e->waiting);
+    if (e->be)
+        free_step_buffers(e);
+    sd_kv_pool_free(e->kv);
+    sd_model_free(e->target);
+    sd_tok_free(e->tok);
+    sd_backend_close(e->be);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+const sd_tokenizer *sd_engine_tokenizer(const sd_engine *e) { return e->tok; }
+int sd_engine_max_context(const sd_engine *e) { return e->max_ctx; }
+const char *sd_engine_model_name(const sd_engine *e) { return e->model_name; }
+const char *sd_engine_model_dir(const sd_engine *e) { return e->model_dir; }
+
+int sd_engine_submit(sd_engine *e, const int32_t *prompt, int n_prompt, const sd_gen_params *p,
+                     const sd_req_events *ev, void *user, uint64_t *id, sd_err *err)
+{
+    if (n_prompt <= 0)
+        return sd_err_set(err, SD_EINVAL, "prompt: at least one token is required");
+    if (p->max_tokens <= 0)
+        return sd_err_set(err, SD_EINVAL, "max_tokens: must be at least 1");
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= e->V)
+            return sd_err_set(err, SD_ERANGE, "prompt: token id %d is out of range (vocab %d)",
+                              prompt[i], e->V);
+    if ((int64_t)n_prompt + p->max_tokens > e->max_ctx)
+        return sd_err_set(err, SD_ERANGE,
+                          "max_tokens: the prompt (%d tokens) plus max_tokens (%d) exceeds the "
+                          "context length (%d)",
+                          n_prompt, p->max_tokens, e->max_ctx);
+    req *r = calloc(1, sizeof *r);
+    if (!r)
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    int rc = 0;
+    r->cap_tok = n_prompt + 64;
+    r->tok = malloc((size_t)r->cap_tok * sizeof(int32_t));
+    if (e->spec == SD_SPEC_MTP || e->spec == SD_SPEC_EAGLE3 || e->spec == SD_SPEC_DRAFT)
+        r->q = malloc((size_t)SD_MAX_K * (size_t)e->V * sizeof(float));
+    if (!r->tok || (e->spec != SD_SPEC_NONE && e->spec != SD_SPEC_NGRAM && !r->q)) {
+        rc = sd_err_set(err, SD_ENOMEM, "out of memory");
+        goto fail;
+    }
+    memcpy(r->tok, prompt, (size_t)n_prompt * sizeof(int32_t));
+    r->n_tok = r->n_prompt = n_prompt;
+    r->fresh = 1;
+    r->samp.temperature = (float)p->temperature;
+    r->samp.top_p = (float)p->top_p;
+    r->samp.top_k = p->top_k;
+    r->greedy = sd_sampling_is_greedy(&r->samp);
+    r->max_tokens = p->max_tokens;
+    r->ignore_eos = p->ignore_eos;
+    if (p->has_seed)
+        r->samp.seed = p->seed;
+    else
+        r->samp.seed = sd_now_ns() ^ ((uint64_t)(uintptr_t)r << 17);
+    if ((rc = sd_stop_init(&r->stop, p->stop, p->n_stop, err)))
+        goto fail;
+    if ((rc = sd_detok_new(&r->detok, e->tok, 1, err)))
+        goto fail;
+    sd_kv_seq_init(&r->kv);
+    if (ev)
+        r->ev = *ev;
+    r->user = user;
+    r->t_submit = sd_now_ns();
+    pthread_mutex_lock(&e->mu);
+    r->id = ++e->next_id;
+    r->next = e->incoming;
+    e->incoming = r;
+    r->all_next = e->all;
+    e->all = r;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (id)
+        *id = r->id;
+    return 0;
+fail:
+    sd_stop_free(&r->stop);
+    sd_detok_free(r->detok);
+    free(r->tok);
+    free(r->q);
+    free(r);
+    return rc;
+}
+
+void sd_engine_cancel(sd_engine *e, uint64_t id)
+{
+    pthread_mutex_lock(&e->mu);
+    for (req *r = e->all; r; r = r->all_next)
+        if (r->id == id) {
+            atomic_store(&r->cancel, 1);
+            break;
+        }
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void sd_engine_get_stats(sd_engine *e, sd_engine_stats *st)
+{
+    pthread_mutex_lock(&e->mu);
+    *st = e->stats;
+    pthread_mutex_unlock(&e->mu);
+}

@@ -1,0 +1,143 @@
+/* engine/internal: the structs shared by the scheduler (engine.c) and the
+ * proposers (spec.c). Private to src/engine. */
+#ifndef SD_ENGINE_INTERNAL_H
+#define SD_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "core/tokenizer.h"
+#include "draft/ngram.h"
+#include "engine/engine.h"
+#include "sched/kv_blocks.h"
+#include "sched/stop.h"
+#include "target/model.h"
+#include "verify/accept.h"
+#include "verify/sampling.h"
+
+enum { SD_SPEC_NONE = 0, SD_SPEC_MTP, SD_SPEC_EAGLE3, SD_SPEC_DRAFT, SD_SPEC_NGRAM };
+
+typedef struct sd_eagle3 sd_eagle3;
+
+/* Adaptive draft length: a cost model of the target step (base + per token),
+ * the measured cost of one draft step, and the per-position acceptance. */
+typedef struct sd_adaptive {
+    double sw, sx, sy, sxx, sxy; /* decayed least squares of target time vs tokens */
+    double draft_step_s;         /* one draft step (all sequences), EMA */
+    int have_draft;
+    uint64_t steps;
+    int k_max;
+} sd_adaptive;
+
+#define SD_MAX_K 16
+
+enum { RQ_WAITING = 0, RQ_PREFILL, RQ_DECODE, RQ_DONE };
+
+typedef struct req {
+    uint64_t id;
+    int state;
+    int32_t *tok;
+    int n_tok, cap_tok, n_prompt;
+    int n_comp;      /* target KV positions computed: 0..n_comp-1 */
+    int draft_valid; /* proposer cache slots holding correct data */
+    int fresh;       /* no token generated yet: the prefill's last logits are sampled */
+    int32_t draft[SD_MAX_K];
+    int n_draft;
+    int has_q; /* q holds the drafts' distributions (sampled model drafts) */
+    int last_k, last_n; /* the last verify: drafts proposed, accepted */
+    float *q; /* (SD_MAX_K, V) draft distributions when sampling with a model proposer */
+    sd_sampling samp;
+    int greedy, max_tokens, ignore_eos;
+    sd_stop stop;
+    sd_detok *detok;
+    sd_req_events ev;
+    void *user;
+    sd_req_stats st;
+    sd_accept_stats acc;
+    uint64_t t_submit, t_first;
+    sd_kv_seq kv;
+    atomic_int cancel;
+    int n_preempt;
+    /* step scratch */
+    int row0, n_rows; /* rows of this request in the target batch */
+    int out0;         /* first logits row */
+    int chunk;        /* prefill tokens in this step */
+    struct req *next;
+    struct req *all_next;
+} req;
+
+struct sd_engine {
+    int max_batch, max_batch_tokens;
+    sd_backend *be;
+    sd_model *target;
+    sd_tokenizer *tok;
+    char model_dir[1024];
+    char model_name[256];
+    int V, D, max_ctx, eos;
+    int eos_ids[8], n_eos;
+    int ov_max_seqs; /* sequences in one step (block-table rows) */
+    /* proposer */
+    int spec;   /* SD_SPEC_* */
+    int spec_k; /* -1 auto */
+    int k_max;
+    sd_model *draft;      /* draft LM (SD_SPEC_DRAFT) */
+    sd_eagle3 *eagle;     /* EAGLE-3 head */
+    /* proposer device buffers (MTP / EAGLE-3 / draft LM steps) */
+    int32_t *pd_tok, *pd_pos, *pd_seq, *pd_slot, *pd_rows, *pd_hrows;
+    float *pd_logits, *pd_hid_in, *pd_hid_out, *pd_hid_prev;
+    float *ph_logits;
+    int32_t *ph_i32; /* host rows of a proposer batch (6 x max_tokens) */
+    int ngram_n;
+    /* KV */
+    sd_kv_pool *kv;
+    int block_size, n_blocks, max_blocks;
+    /* thread and queues */
+    pthread_t thread;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int quit;
+    req *incoming; /* submitted, not yet seen by the thread (LIFO, reversed on take) */
+    req *all;      /* every live request, for cancel by id (guarded by mu) */
+    uint64_t next_id;
+    /* engine-thread state */
+    req **running;
+    int n_running, cap_running;
+    req **waiting;
+    int n_waiting, cap_waiting;
+    /* device step buffers */
+    int max_tokens;
+    int32_t *d_tok, *d_pos, *d_seq, *d_slot, *d_table, *d_rows;
+    float *d_logits, *d_hidden, *d_aux;
+    /* host step buffers */
+    int32_t *h_tok, *h_pos, *h_seq, *h_slot, *h_table, *h_rows;
+    float *h_logits, *p_rows;
+    /* stats (guarded by mu) */
+    sd_engine_stats stats;
+    double t_target_per_tok, t_target_base; /* cost model, seconds */
+    sd_adaptive adapt;
+    sd_accept_stats acc_all; /* engine-wide, engine thread only */
+    double draft_s_total, verify_s_total;
+};
+
+typedef struct step {
+    int T, n_out, n_seq;
+    req *seqs[4096];
+} step;
+
+/* spec.c */
+int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err);
+void sd__spec_free(sd_engine *e);
+/* 1: the target pass must write final hidden states, 2: EAGLE-3 aux states, 0: none */
+int sd__spec_wants_hidden(const sd_engine *e);
+/* After the target pass and acceptance: catch the proposer up and draft k tokens
+ * for every decoding request of the step. */
+int sd__spec_step(sd_engine *e, step *s, int k, sd_err *err);
+void sd__adaptive_observe_target(sd_adaptive *a, int tokens, double secs);
+void sd__adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs);
+int sd__adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch);
+int sd__engine_reserve(sd_engine *e, req *r, int n);
+/* re-uploads the block-table rows of the step's sequences (after reservations) */
+int sd__engine_upload_tables(sd_engine *e, const step *s);
+
+#endif

@@ -1,0 +1,423 @@
+/* engine/spec: the proposers and the adaptive draft length.
+ *
+ * After every target pass each proposer first catches up on what the target
+ * computed ("extend"), then drafts k tokens per decoding request ("chain"):
+ *
+ *   MTP (DeepSeek NextN): slot i holds (token x_{i+1}, target hidden h_i) at
+ *     rotary position i. Extend fills slots [draft_valid, n_comp) with the
+ *     target's final hidden states of this pass; the last slot's logits are
+ *     d_1. Chain step j feeds d_j and the MTP layer's own output hidden of the
+ *     previous slot. After a verify, the slots past the accepted prefix are
+ *     rewritten by the next extend from the target's true hidden states.
+ *   Draft LM: its own KV cache over the same slots; token x_i at position i.
+ *     Accepted drafts stay valid in its cache.
+ *   N-gram: prompt lookup over the request's tokens; no model.
+ *
+ * Drafts are the argmax for greedy requests; for sampled requests they are
+ * sampled from q = the draft distribution after the request's temperature /
+ * top-k / top-p, and q is kept for rejection sampling. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/util.h"
+#include "engine/internal.h"
+
+#define SD_MAX_K 16
+
+/* ------------------------------------------------------------------ adaptive */
+
+void sd__adaptive_observe_target(sd_adaptive *a, int tokens, double secs)
+{
+    const double decay = 0.97;
+    a->sw = a->sw * decay + 1;
+    a->sx = a->sx * decay + tokens;
+    a->sy = a->sy * decay + secs;
+    a->sxx = a->sxx * decay + (double)tokens * tokens;
+    a->sxy = a->sxy * decay + tokens * secs;
+    a->steps++;
+}
+
+void sd__adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs)
+{
+    if (n_seqs <= 0 || k <= 0)
+        return;
+    /* extend + (k - 1) chain steps: cost per drafted position */
+    double per = secs / k;
+    a->draft_step_s = a->have_draft ? 0.9 * a->draft_step_s + 0.1 * per : per;
+    a->have_draft = 1;
+}
+
+/* predicted target time for a step of t tokens */
+static double target_time(const sd_adaptive *a, double t)
+{
+    double den = a->sw * a->sxx - a->sx * a->sx;
+    if (a->sw < 2 || fabs(den) < 1e-12)
+        return a->sw > 0 ? a->sy / a->sw : 1.0;
+    double b = (a->sw * a->sxy - a->sx * a->sy) / den;
+    double c = (a->sy - b * a->sx) / a->sw;
+    if (b < 0)
+        b = 0;
+    if (c < 0)
+        c = 0;
+    return c + b * t;
+}
+
+int sd__adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch)
+{
+    int kmax = a->k_max;
+    if (kmax <= 0)
+        return 0;
+    /* explore until there is data, and now and then afterwards */
+    if (a->steps < 8 || !a->have_draft || a->steps % 97 == 0)
+        return kmax;
+    if (batch < 1)
+        batch = 1;
+    /* conditional acceptance per position, with a weak prior of 0.5 */
+    double best = 0, cum = 1, expect = 1;
+    int best_k = 0;
+    double t0 = target_time(a, batch);
+    best = 1.0 / (t0 > 0 ? t0 : 1e-9);
+    double prev_rate = 1;
+    for (int k = 1; k <= kmax && k <= SD_ACCEPT_POSITIONS; k++) {
+        double prop = (double)acc->proposed_at[k - 1], got = (double)acc->accepted_at[k - 1];
+        double rate = (got + 2.0 * 0.5) / (prop + 2.0); /* P(first k accepted) */
+        double cond = prev_rate > 0 ? rate / prev_rate : 0;
+        if (cond > 1)
+            cond = 1;
+        prev_rate = rate;
+        cum *= cond;
+        expect += cum;
+        double cost = target_time(a, (double)batch * (k + 1)) + a->draft_step_s * k;
+        double thr = expect / (cost > 0 ? cost : 1e-9);
+        if (thr > best * 1.02) {
+            best = thr;
+            best_k = k;
+        }
+    }
+    return best_k;
+}
+
+/* ------------------------------------------------------------------ buffers */
+
+/* Per-request draft from a logits row: argmax, or a sample of q. */
+static int32_t draft_token(sd_engine *e, req *r, const float *row, int j)
+{
+    if (r->greedy)
+        return sd_argmax(row, e->V);
+    float *q = r->q + (size_t)j * e->V;
+    sd_sampling_probs(row, e->V, &r->samp, q);
+    uint64_t pos = (uint64_t)(r->n_tok - r->n_prompt + j);
+    r->has_q = 1;
+    return sd_sample(q, e->V, sd_rand_uniform(r->samp.seed, pos, SD_RNG_DRAFT));
+}
+
+/* ------------------------------------------------------------------ init */
+
+struct sd_eagle3 {
+    int unused;
+};
+
+int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
+{
+    e->adapt.k_max = e->k_max;
+    if (e->spec == SD_SPEC_NONE)
+        return 0;
+    const sd_ops *op = e->be->ops;
+    size_t T = (size_t)e->max_tokens;
+    e->pd_tok = op->alloc(e->be, T * 4);
+    e->pd_pos = op->alloc(e->be, T * 4);
+    e->pd_seq = op->alloc(e->be, T * 4);
+    e->pd_slot = op->alloc(e->be, T * 4);
+    e->pd_rows = op->alloc(e->be, T * 4);
+    e->pd_hrows = op->alloc(e->be, T * 4);
+    e->pd_logits = op->alloc(e->be, (size_t)e->ov_max_seqs * (size_t)e->V * 4);
+    e->pd_hid_in = op->alloc(e->be, T * (size_t)e->D * 4);
+    e->pd_hid_out = op->alloc(e->be, T * (size_t)e->D * 4);
+    e->pd_hid_prev = op->alloc(e->be, (size_t)e->ov_max_seqs * (size_t)e->D * 4);
+    e->ph_logits = malloc((size_t)e->ov_max_seqs * (size_t)e->V * 4);
+    e->ph_i32 = malloc(T * 4 * 6);
+    if (!e->pd_tok || !e->pd_pos || !e->pd_seq || !e->pd_slot || !e->pd_rows || !e->pd_hrows ||
+        !e->pd_logits || !e->pd_hid_in || !e->pd_hid_out || !e->pd_hid_prev || !e->ph_logits ||
+        !e->ph_i32)
+        return sd_err_set(err, SD_ENOMEM, "speculation: out of memory for the draft buffers");
+    if (e->spec == SD_SPEC_NGRAM) {
+        e->ngram_n = o->ngram_n;
+        return 0;
+    }
+    if (e->spec == SD_SPEC_DRAFT) {
+        if (!o->draft_model || !o->draft_model[0])
+            return sd_err_set(err, SD_EINVAL, "--spec draft needs --draft-model DIR");
+        sd_model_opts mo = {.max_tokens = e->max_tokens, .load_mtp = 0};
+        int rc = sd_model_load(&e->draft, o->draft_model, e->be, &mo, err);
+        if (rc)
+            return sd_err_prefix(err, "--draft-model: ");
+        const sd_model_cfg *dc = sd_model_cfg_of(e->draft);
+        if (dc->vocab_size != e->V)
+            return sd_err_set(err, SD_EINVAL,
+                              "--draft-model %s: vocab_size %d differs from the target's %d",
+                              o->draft_model, dc->vocab_size, e->V);
+        sd_tokenizer *dt = NULL;
+        rc = sd_tok_load(&dt, o->draft_model, err);
+        if (rc)
+            return sd_err_prefix(err, "--draft-model tokenizer: ");
+        int same = sd_tok_vocab_size(dt) == sd_tok_vocab_size(e->tok);
+        for (int i = 0; same && i < sd_tok_vocab_size(dt); i++) {
+            size_t la = 0, lb = 0;
+            const char *a = sd_tok_token_str(dt, i, &la), *b = sd_tok_token_str(e->tok, i, &lb);
+            same = (!a && !b) || (a && b && la == lb && memcmp(a, b, la) == 0);
+        }
+        sd_tok_free(dt);
+        if (!same)
+            return sd_err_set(err, SD_EINVAL,
+                              "--draft-model %s: its tokenizer does not match the target's",
+                              o->draft_model);
+        return sd_model_alloc_kv(e->draft, e->n_blocks * e->block_size, err);
+    }
+    if (e->spec == SD_SPEC_EAGLE3)
+        return sd_err_set(err, SD_ENOTSUP, "--spec eagle3 is not available in this build yet");
+    return 0; /* MTP: the target model holds the layer and its cache */
+}
+
+void sd__spec_free(sd_engine *e)
+{
+    if (!e->be)
+        return;
+    void *dev[] = {e->pd_tok, e->pd_pos, e->pd_seq, e->pd_slot, e->pd_rows,
+                   e->pd_hrows, e->pd_logits, e->pd_hid_in, e->pd_hid_out, e->pd_hid_prev};
+    for (size_t i = 0; i < SD_ARRAY_LEN(dev); i++)
+        if (dev[i])
+            e->be->ops->free(e->be, dev[i]);
+    free(e->ph_logits);
+    free(e->ph_i32);
+    sd_model_free(e->draft);
+}
+
+int sd__spec_wants_hidden(const sd_engine *e) { return e->spec == SD_SPEC_MTP ? 1 : 0; }
+
+/* ------------------------------------------------------------------ model steps */
+
+typedef struct prow {
+    int T, n_out;
+    int32_t *tok, *pos, *seq, *slot, *rows, *hrows;
+    req *out_req[4096];
+} prow;
+
+static void prow_init(sd_engine *e, prow *b)
+{
+    size_t T = (size_t)e->max_tokens;
+    b->T = b->n_out = 0;
+    b->tok = e->ph_i32;
+    b->pos = b->tok + T;
+    b->seq = b->pos + T;
+    b->slot = b->seq + T;
+    b->rows = b->slot + T;
+    b->hrows = b->rows + T;
+}
+
+/* Runs one proposer forward over the rows in b (sequence table: the step's).
+ * mtp: MTP layer with input hidden rows gathered from hid_src by b->hrows.
+ * Logits of the out rows land in e->ph_logits. */
+static int run_prop(sd_engine *e, prow *b, int mtp, const float *hid_src, int n_seq, sd_err *err)
+{
+    const sd_ops *op = e->be->ops;
+    sd_backend *be = e->be;
+    size_t T = (size_t)b->T * 4;
+    op->upload(be, e->pd_tok, b->tok, T);
+    op->upload(be, e->pd_pos, b->pos, T);
+    op->upload(be, e->pd_seq, b->seq, T);
+    op->upload(be, e->pd_slot, b->slot, T);
+    op->upload(be, e->pd_rows, b->rows, (size_t)b->n_out * 4);
+    int maxp = 0;
+    for (int i = 0; i < b->T; i++)
+        maxp = b->pos[i] + 1 > maxp ? b->pos[i] + 1 : maxp;
+    sd_fwd f = {.ab = {.n_tokens = b->T, .pos = e->pd_pos, .seq = e->pd_seq, .slot = e->pd_slot,
+                       .block_table = e->d_table, .max_blocks = e->max_blocks,
+                       .block_size = e->block_size, .max_pos = maxp},
+                .tokens = e->pd_tok, .n_out = b->n_out, .out_rows = e->pd_rows,
+                .logits = b->n_out ? e->pd_logits : NULL};
+    (void)n_seq;
+    int rc;
+    if (mtp) {
+        op->upload(be, e->pd_hrows, b->hrows, T);
+        op->gather_rows(be, e->pd_hid_in, hid_src, e->pd_hrows, b->T, e->D, e->D, e->D);
+        f.in_hidden = e->pd_hid_in;
+        f.out_hidden = e->pd_hid_out;
+        rc = sd_model_mtp_forward(e->target, &f, err);
+    } else {
+        rc = sd_model_forward(e->draft, &f, err);
+    }
+    if (!rc)
+        rc = op->sync(be);
+    if (!rc && b->n_out)
+        rc = op->download(be, e->ph_logits, e->pd_logits, (size_t)b->n_out * (size_t)e->V * 4);
+    return rc;
+}
+
+static void add_prow(sd_engine *e, prow *b, req *r, int32_t tok, int pos, int seq_index,
+                     int hrow)
+{
+    b->tok[b->T] = tok;
+    b->pos[b->T] = pos;
+    b->seq[b->T] = seq_index;
+    b->slot[b->T] = sd_kv_seq_slot(e->kv, &r->kv, pos);
+    b->hrows[b->T] = hrow;
+    b->T++;
+    (void)r;
+}
+
+/* the block table rows of the step are still in e->d_table: sequence index i of
+ * the step is s->seqs[i] */
+static int seq_index(const step *s, const req *r)
+{
+    for (int i = 0; i < s->n_seq; i++)
+        if (s->seqs[i] == r)
+            return i;
+    return -1;
+}
+
+/* Reserves KV for the chain and the verify of k drafts; returns the k this
+ * request gets. */
+static int reserve_k(sd_engine *e, req *r, int k)
+{
+    int left = r->max_tokens - (r->n_tok - r->n_prompt);
+    if (k > left - 1)
+        k = left - 1;
+    if (r->n_tok + k > e->max_ctx)
+        k = e->max_ctx - r->n_tok;
+    if (k <= 0)
+        return 0;
+    if (sd_kv_seq_reserve(e->kv, &r->kv, r->n_tok + k) != 0)
+        return 0;
+    return k;
+}
+
+static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
+{
+    int mtp = e->spec == SD_SPEC_MTP;
+    prow b;
+    prow_init(e, &b);
+    int kr[4096];
+    /* extend */
+    for (int i = 0; i < s->n_seq; i++) {
+        req *r = s->seqs[i];
+        kr[i] = 0;
+        if (r->state == RQ_DONE)
+            continue;
+        int lo = r->draft_valid;
+        int hi = mtp ? r->n_comp - 1 : (r->state == RQ_DECODE ? r->n_tok - 1 : r->n_comp - 1);
+        int p0 = e->h_pos[r->row0];
+        if (mtp && lo < p0) {
+            /* the MTP cache lost track (after a failed step): no drafts for it */
+            continue;
+        }
+        if (r->state == RQ_DECODE && (!mtp || hi >= lo))
+            kr[i] = reserve_k(e, r, k);
+        for (int p = lo; p <= hi; p++)
+            add_prow(e, &b, r, mtp ? r->tok[p + 1] : r->tok[p], p, i, r->row0 + (p - p0));
+        if (hi >= lo)
+            r->draft_valid = hi + 1;
+        if (kr[i] > 0 && hi >= lo) {
+            b.out_req[b.n_out] = r;
+            b.rows[b.n_out++] = b.T - 1;
+        } else {
+            kr[i] = 0;
+        }
+    }
+    if (b.T == 0)
+        return 0;
+    /* reserve_k may have grown block tables */
+    int rc = sd__engine_upload_tables(e, s);
+    if (!rc)
+        rc = run_prop(e, &b, mtp, e->d_hidden, s->n_seq, err);
+    if (rc)
+        return rc;
+    /* first drafts; keep each drafting request's last hidden for the chain */
+    int n_chain = 0;
+    int32_t prev_rows[4096];
+    req *chain[4096];
+    for (int j = 0; j < b.n_out; j++) {
+        req *r = b.out_req[j];
+        r->has_q = 0;
+        r->draft[0] = draft_token(e, r, e->ph_logits + (size_t)j * e->V, 0);
+        r->n_draft = 1;
+        prev_rows[n_chain] = b.rows[j];
+        chain[n_chain++] = r;
+    }
+    if (mtp && n_chain) {
+        e->be->ops->upload(e->be, e->pd_hrows, prev_rows, (size_t)n_chain * 4);
+        e->be->ops->gather_rows(e->be, e->pd_hid_prev, e->pd_hid_out, e->pd_hrows, n_chain, e->D,
+                                e->D, e->D);
+    }
+    /* chain */
+    for (int j = 1; j < k; j++) {
+        prow c;
+        prow_init(e, &c);
+        int idx[4096], n = 0;
+        for (int i = 0; i < n_chain; i++) {
+            req *r = chain[i];
+            int si = seq_index(s, r);
+            if (si < 0 || kr[si] <= j || r->n_draft != j)
+                continue;
+            int pos = mtp ? r->n_comp - 1 + j : r->n_tok - 1 + j;
+            add_prow(e, &c, r, r->draft[j - 1], pos, si, i);
+            c.out_req[c.n_out] = r;
+            c.rows[c.n_out++] = c.T - 1;
+            idx[n++] = i;
+        }
+        if (!n)
+            break;
+        rc = run_prop(e, &c, mtp, e->pd_hid_prev, s->n_seq, err);
+        if (rc)
+            return rc;
+        if (mtp) {
+            /* the new output hidden of chain member idx[m] goes to its prev row */
+            int32_t dst_src[4096];
+            for (int m = 0; m < n; m++)
+                dst_src[m] = m;
+            e->be->ops->upload(e->be, e->pd_hrows, dst_src, (size_t)n * 4);
+            for (int m = 0; m < n; m++)
+                e->be->ops->copy2d(e->be, e->pd_hid_prev + (size_t)idx[m] * e->D,
+                                   e->pd_hid_out + (size_t)m * e->D, 1, e->D, e->D, e->D);
+        }
+        for (int m = 0; m < n; m++) {
+            req *r = c.out_req[m];
+            r->draft[j] = draft_token(e, r, e->ph_logits + (size_t)m * e->V, j);
+            r->n_draft = j + 1;
+            if (!mtp)
+                r->draft_valid = r->n_tok - 1 + j + 1;
+        }
+    }
+    return 0;
+}
+
+static int ngram_step(sd_engine *e, step *s, int k)
+{
+    for (int i = 0; i < s->n_seq; i++) {
+        req *r = s->seqs[i];
+        r->n_draft = 0;
+        r->has_q = 0;
+        if (r->state != RQ_DECODE)
+            continue;
+        int kk = reserve_k(e, r, k);
+        if (kk <= 0)
+            continue;
+        r->n_draft = sd_ngram_propose(r->tok, r->n_tok, e->ngram_n, kk, r->draft);
+    }
+    return 0;
+}
+
+int sd__spec_step(sd_engine *e, step *s, int k, sd_err *err)
+{
+    if (k > e->k_max)
+        k = e->k_max;
+    for (int i = 0; i < s->n_seq; i++)
+        s->seqs[i]->n_draft = 0;
+    switch (e->spec) {
+    case SD_SPEC_MTP:
+    case SD_SPEC_DRAFT: return model_spec_step(e, s, k, err);
+    case SD_SPEC_NGRAM: return ngram_step(e, s, k);
+    default: return 0;
+    }
+}
