@@ -90,8 +90,8 @@ static json_t *sd__get(json_t *obj, const char *key)
     return v && !json_is_null(v) ? v : NULL;
 }
 
-/* Integer in [lo, hi]. A real with an integral value (4096.0) is accepted:
- * some writers emit every number as a float. *present tells absent from set. */
+/* Integer in [lo, hi], def when absent. A real with an integral value
+ * (4096.0) is accepted: some writers emit every number as a float. */
 static int sd__int(const sd__jctx *c, json_t *obj, const char *key, int required, long long def,
                    long long lo, long long hi, int *out)
 {
@@ -115,6 +115,7 @@ static int sd__int(const sd__jctx *c, json_t *obj, const char *key, int required
     return 0;
 }
 
+/* Number (integer or real), def when absent; *present (if given) tells which. */
 static int sd__num(const sd__jctx *c, json_t *obj, const char *key, int required, double def,
                    double *out, int *present)
 {

@@ -639,8 +639,12 @@ int sd_st_write(const char *path, const sd_st_tensor *tensors, int n, const char
         int ok = json_is_object(md);
         const char *k;
         json_t *v;
-        if (ok)
-            json_object_foreach(md, k, v) ok = ok && json_is_string(v);
+        if (ok) {
+            json_object_foreach(md, k, v)
+            {
+                ok = ok && json_is_string(v);
+            }
+        }
         if (!ok) {
             json_decref(md);
             rc = sd_err_set(err, SD_EINVAL, "%s: metadata is not a JSON object of strings", path);
