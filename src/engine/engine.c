@@ -183,7 +183,7 @@ static int emit(sd_engine *e, req *r, int from)
     sd_err err = {0};
     /* eos is not printed */
     int n_text = n_new - (why == SD_FINISH_STOP ? 1 : 0);
-    if (n_text > 0 && sd_detok_push(r->detok, r->tok + from, n_text, &text, &tl, &err)) {
+    if (n_text > 0 && r->detok && sd_detok_push(r->detok, r->tok + from, n_text, &text, &tl, &err)) {
         finish(e, r, SD_FINISH_ERROR, err.msg);
         return 1;
     }
@@ -736,16 +736,19 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     }
     e->V = c->vocab_size;
     e->D = c->hidden_size;
-    if ((rc = sd_tok_load(&e->tok, dir, err))) {
+    /* A checkpoint without tokenizer.json runs on token ids alone. */
+    char tpath[1100];
+    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", dir);
+    if (sd_file_exists(tpath) && (rc = sd_tok_load(&e->tok, dir, err))) {
         sd_err_prefix(err, "tokenizer: ");
         goto fail;
     }
-    if (sd_tok_vocab_size(e->tok) > e->V) {
+    if (e->tok && sd_tok_vocab_size(e->tok) > e->V) {
         rc = sd_err_set(err, SD_EFORMAT, "%s: the tokenizer has %d ids, the model's vocab_size is %d",
                         dir, sd_tok_vocab_size(e->tok), e->V);
         goto fail;
     }
-    e->eos = c->n_eos > 0 ? c->eos_ids[0] : sd_tok_eos_id(e->tok);
+    e->eos = c->n_eos > 0 ? c->eos_ids[0] : e->tok ? sd_tok_eos_id(e->tok) : -1;
     e->n_eos = 0;
     for (int i = 0; i < c->n_eos && i < 8; i++)
         e->eos_ids[e->n_eos++] = c->eos_ids[i];
@@ -876,7 +879,7 @@ int sd_engine_submit(sd_engine *e, const int32_t *prompt, int n_prompt, const sd
         r->samp.seed = sd_now_ns() ^ ((uint64_t)(uintptr_t)r << 17);
     if ((rc = sd_stop_init(&r->stop, p->stop, p->n_stop, err)))
         goto fail;
-    if ((rc = sd_detok_new(&r->detok, e->tok, 1, err)))
+    if (e->tok && (rc = sd_detok_new(&r->detok, e->tok, 1, err)))
         goto fail;
     sd_kv_seq_init(&r->kv);
     if (ev)

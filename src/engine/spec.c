@@ -159,6 +159,15 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
                               "--draft-model %s: vocab_size %d differs from the target's %d",
                               o->draft_model, dc->vocab_size, e->V);
         sd_tokenizer *dt = NULL;
+        char tp[1100];
+        snprintf(tp, sizeof tp, "%s/tokenizer.json", o->draft_model);
+        if (!e->tok != !sd_file_exists(tp))
+            return sd_err_set(err, SD_EINVAL,
+                              "--draft-model %s: one of the target and the draft has a tokenizer "
+                              "and the other has none",
+                              o->draft_model);
+        if (!e->tok)
+            return sd_model_alloc_kv(e->draft, e->n_blocks * e->block_size, err);
         rc = sd_tok_load(&dt, o->draft_model, err);
         if (rc)
             return sd_err_prefix(err, "--draft-model tokenizer: ");

@@ -1,0 +1,278 @@
+/* Engine tests: lossless speculation (greedy) for every proposer at several
+ * batch sizes with mixed prompts arriving mid-flight; preemption under a
+ * small KV cache; KV accounting; statistics. Models: the golden fixtures
+ * (random weights: acceptance is low, which exercises rejection paths). */
+#include <pthread.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/util.h"
+#include "engine/engine.h"
+#include "test.h"
+
+#define MAXR 32
+#define MAXO 64
+
+typedef struct out {
+    pthread_mutex_t *mu;
+    int32_t ids[MAXO];
+    int n, calls, done;
+    sd_finish why;
+    sd_req_stats st;
+} out;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void on_output(void *u, const char *t, size_t l, const int32_t *ids, int n)
+{
+    (void)t;
+    (void)l;
+    out *o = u;
+    pthread_mutex_lock(o->mu);
+    for (int i = 0; i < n && o->n < MAXO; i++)
+        o->ids[o->n++] = ids[i];
+    if (n)
+        o->calls++;
+    pthread_mutex_unlock(o->mu);
+}
+
+static void on_finish(void *u, sd_finish why, const sd_req_stats *st, const char *msg)
+{
+    (void)msg;
+    out *o = u;
+    pthread_mutex_lock(o->mu);
+    o->why = why;
+    o->st = *st;
+    o->done = 1;
+    pthread_mutex_unlock(o->mu);
+}
+
+typedef struct run_cfg {
+    const char *model, *spec, *draft;
+    int k, kv_blocks, max_context, n_req, max_batch_tokens;
+    double temperature;
+} run_cfg;
+
+static int make_prompt(uint64_t seed, int i, int32_t *p, int vocab)
+{
+    uint64_t s = seed * 1000003u + (uint64_t)i * 7919u + 1;
+    int n = 1 + (int)((s >> 7) % 37);
+    for (int j = 0; j < n; j++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        p[j] = (int32_t)(s % (uint64_t)vocab);
+    }
+    /* repeat a piece so n-gram lookup has something to find */
+    if (n > 8)
+        for (int j = n / 2; j < n; j++)
+            p[j] = p[j - n / 2];
+    return n;
+}
+
+static char *dir_of(const char *name)
+{
+    return sd_strfmt("%s/tests/golden/models/%s", sd_test_srcdir(), name);
+}
+
+/* Runs cfg's requests; half at once, the rest while the first half decodes. */
+static int run(const run_cfg *c, uint64_t seed, out *outs, sd_engine_stats *after)
+{
+    sd_opts o;
+    sd_err err = {0};
+    if (sd_opts_init(&o, &err))
+        return -1;
+    char *m = dir_of(c->model), *d = c->draft ? dir_of(c->draft) : NULL;
+    sd_opts_set(&o, SD_CMD_GENERATE, "model", m, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "spec", c->spec, &err);
+    if (d)
+        sd_opts_set(&o, SD_CMD_GENERATE, "draft-model", d, &err);
+    char buf[32];
+    snprintf(buf, sizeof buf, "%d", c->k);
+    sd_opts_set(&o, SD_CMD_GENERATE, "spec-k", c->k < 0 ? "auto" : buf, &err);
+    snprintf(buf, sizeof buf, "%d", c->kv_blocks);
+    sd_opts_set(&o, SD_CMD_GENERATE, "kv-blocks", buf, &err);
+    snprintf(buf, sizeof buf, "%d", c->max_context);
+    sd_opts_set(&o, SD_CMD_GENERATE, "max-context", buf, &err);
+    snprintf(buf, sizeof buf, "%d", c->max_batch_tokens ? c->max_batch_tokens : 64);
+    sd_opts_set(&o, SD_CMD_GENERATE, "max-batch-tokens", buf, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "threads", "2", &err);
+    sd_engine *e = NULL;
+    int rc = sd_engine_create(&e, &o, &err);
+    free(m);
+    free(d);
+    sd_opts_free(&o);
+    if (rc) {
+        fprintf(stderr, "  engine: %s\n", err.msg);
+        return rc;
+    }
+    sd_req_events ev = {.on_output = on_output, .on_finish = on_finish};
+    int32_t p[64];
+    for (int i = 0; i < c->n_req; i++) {
+        memset(&outs[i], 0, sizeof outs[i]);
+        outs[i].mu = &g_mu;
+    }
+    int half = (c->n_req + 1) / 2;
+    for (int i = 0; i < c->n_req; i++) {
+        if (i == half) {
+            /* mid-flight arrivals: wait until the first requests produced tokens */
+            for (int spin = 0; spin < 2000; spin++) {
+                pthread_mutex_lock(&g_mu);
+                int any = outs[0].n > 2 || outs[0].done;
+                pthread_mutex_unlock(&g_mu);
+                if (any)
+                    break;
+                usleep(1000);
+            }
+        }
+        int n = make_prompt(seed, i, p, 300);
+        sd_gen_params gp = {.max_tokens = 8 + (i * 5) % 13, .temperature = c->temperature,
+                            .top_p = 1, .seed = (uint64_t)i + seed, .has_seed = 1,
+                            .ignore_eos = 1};
+        if (sd_engine_submit(e, p, n, &gp, &ev, &outs[i], NULL, &err)) {
+            fprintf(stderr, "  submit: %s\n", err.msg);
+            sd_engine_destroy(e);
+            return -1;
+        }
+    }
+    for (int spin = 0; spin < 60000; spin++) {
+        int all = 1;
+        pthread_mutex_lock(&g_mu);
+        for (int i = 0; i < c->n_req; i++)
+            all &= outs[i].done;
+        pthread_mutex_unlock(&g_mu);
+        if (all)
+            break;
+        usleep(1000);
+    }
+    usleep(120000); /* the engine publishes its stats after the step */
+    sd_engine_get_stats(e, after);
+    sd_engine_destroy(e);
+    return 0;
+}
+
+static void check_lossless(const char *model, const char *spec, const char *draft, int k)
+{
+    uint64_t seed = sd_test_seed();
+    int sizes[] = {1, 3, 8, 16};
+    for (size_t si = 0; si < SD_ARRAY_LEN(sizes); si++) {
+        int n = sizes[si];
+        out plain[MAXR], sp[MAXR];
+        sd_engine_stats s1, s2;
+        run_cfg c0 = {.model = model, .spec = "none", .k = 0, .max_context = 256, .n_req = n};
+        run_cfg c1 = {.model = model, .spec = spec, .draft = draft, .k = k, .max_context = 256,
+                      .n_req = n};
+        ASSERT_OK(run(&c0, seed, plain, &s1));
+        ASSERT_OK(run(&c1, seed, sp, &s2));
+        ASSERT_EQ(s1.kv_blocks_used, 0);
+        ASSERT_EQ(s2.kv_blocks_used, 0);
+        for (int i = 0; i < n; i++) {
+            ASSERT_EQ(plain[i].why, SD_FINISH_LENGTH);
+            ASSERT_EQ(sp[i].why, SD_FINISH_LENGTH);
+            ASSERT_EQ(plain[i].n, sp[i].n);
+            for (int j = 0; j < plain[i].n; j++)
+                ASSERT_MSG(plain[i].ids[j] == sp[i].ids[j],
+                           "%s k=%d batch %d request %d token %d: plain %d, spec %d", spec, k, n, i,
+                           j, plain[i].ids[j], sp[i].ids[j]);
+            /* statistics agree with what we counted */
+            const sd_spec_stats *st = &sp[i].st.spec;
+            ASSERT_EQ(sp[i].st.completion_tokens, sp[i].n);
+            ASSERT_LE(st->emitted, (uint64_t)sp[i].n);
+            ASSERT_EQ(st->emitted, st->steps + st->accepted);
+            uint64_t acc = 0;
+            for (int a = 0; a < 16; a++)
+                acc += st->accepted_at[a];
+            ASSERT_EQ(acc, st->accepted);
+        }
+        fprintf(stderr, "  %s k=%d batch %2d: equal; engine accepted %llu of %llu drafts\n", spec,
+                k, n, (unsigned long long)s2.spec.accepted, (unsigned long long)s2.spec.drafted);
+    }
+}
+
+TEST(mtp_greedy_output_equals_plain_at_batch_1_3_8_16)
+{
+    check_lossless("deepseek-v3", "mtp", NULL, 3);
+}
+
+TEST(ngram_greedy_output_equals_plain_at_batch_1_3_8_16)
+{
+    check_lossless("deepseek-v3", "ngram", NULL, 4);
+}
+
+TEST(draft_model_greedy_output_equals_plain_at_batch_1_3_8_16)
+{
+    check_lossless("deepseek-v3", "draft", "llama-tied", 2);
+}
+
+TEST(adaptive_k_greedy_output_equals_plain)
+{
+    check_lossless("deepseek-v3", "mtp", NULL, -1);
+}
+
+TEST(small_kv_cache_preempts_and_every_request_still_finishes_with_the_same_output)
+{
+    uint64_t seed = sd_test_seed();
+    out big[MAXR], small[MAXR];
+    sd_engine_stats s1, s2;
+    run_cfg c0 = {.model = "deepseek-v3", .spec = "mtp", .k = 2, .max_context = 96, .n_req = 16};
+    run_cfg c1 = c0;
+    c1.kv_blocks = 9; /* one full-context request (96 + 3 tokens) and a little more */
+    ASSERT_OK(run(&c0, seed, big, &s1));
+    ASSERT_OK(run(&c1, seed, small, &s2));
+    ASSERT_EQ(s2.kv_blocks_used, 0);
+    for (int i = 0; i < 16; i++) {
+        ASSERT_EQ(small[i].why, SD_FINISH_LENGTH);
+        ASSERT_EQ(small[i].n, big[i].n);
+        for (int j = 0; j < big[i].n; j++)
+            ASSERT_EQ(small[i].ids[j], big[i].ids[j]);
+    }
+}
+
+TEST(a_seeded_sampled_request_is_reproducible_whatever_the_batch)
+{
+    uint64_t seed = sd_test_seed();
+    out a[MAXR], b[MAXR];
+    sd_engine_stats s;
+    run_cfg c1 = {.model = "llama", .spec = "none", .max_context = 256, .n_req = 1,
+                  .temperature = 0.8};
+    run_cfg c8 = c1;
+    c8.n_req = 8;
+    ASSERT_OK(run(&c1, seed, a, &s));
+    ASSERT_OK(run(&c8, seed, b, &s));
+    ASSERT_EQ(a[0].n, b[0].n);
+    for (int j = 0; j < a[0].n; j++)
+        ASSERT_EQ(a[0].ids[j], b[0].ids[j]);
+}
+
+TEST(submit_refuses_bad_requests_with_a_message)
+{
+    sd_opts o;
+    sd_err err = {0};
+    ASSERT_OK(sd_opts_init(&o, &err));
+    char *m = dir_of("llama");
+    sd_opts_set(&o, SD_CMD_GENERATE, "model", m, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "64", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "threads", "1", &err);
+    sd_engine *e;
+    ASSERT_OK(sd_engine_create(&e, &o, &err));
+    int32_t p[4] = {1, 2, 3, 4000};
+    sd_gen_params gp = {.max_tokens = 4, .top_p = 1};
+    ASSERT_EQ(sd_engine_submit(e, p, 4, &gp, NULL, NULL, NULL, &err), SD_ERANGE);
+    ASSERT_CONTAINS(err.msg, "out of range");
+    p[3] = 4;
+    gp.max_tokens = 61;
+    ASSERT_EQ(sd_engine_submit(e, p, 4, &gp, NULL, NULL, NULL, &err), SD_ERANGE);
+    ASSERT_CONTAINS(err.msg, "max_tokens");
+    ASSERT_EQ(sd_engine_submit(e, p, 0, &gp, NULL, NULL, NULL, &err), SD_EINVAL);
+    sd_engine_destroy(e);
+    free(m);
+    sd_opts_free(&o);
+}
+
+TEST_MAIN(T(mtp_greedy_output_equals_plain_at_batch_1_3_8_16),
+          T(ngram_greedy_output_equals_plain_at_batch_1_3_8_16),
+          T(draft_model_greedy_output_equals_plain_at_batch_1_3_8_16),
+          T(adaptive_k_greedy_output_equals_plain),
+          T(small_kv_cache_preempts_and_every_request_still_finishes_with_the_same_output),
+          T(a_seeded_sampled_request_is_reproducible_whatever_the_batch),
+          T(submit_refuses_bad_requests_with_a_message))
