@@ -455,8 +455,7 @@ int sd_model_load(sd_model **out, const char *dir, sd_backend *be, const sd_mode
             goto fail;
     /* rope */
     float *inv = NULL;
-    float mscale = 1.0f;
-    rc = sd_rope_inv_freq(&c->rope, c->max_pos, &inv, &mscale, err);
+    rc = sd_rope_inv_freq(&c->rope, c->max_pos, &inv, err);
     if (rc)
         goto fail;
     int half = c->rope.rot_dim / 2;
@@ -469,10 +468,8 @@ int sd_model_load(sd_model **out, const char *dir, sd_backend *be, const sd_mode
     be->ops->upload(be, dinv, inv, (size_t)half * sizeof(float));
     free(inv);
     m->rope = (sd_rope){.inv_freq = dinv, .rot_dim = c->rope.rot_dim,
-                        .interleave = c->rope.interleave, .mscale = mscale};
-    m->attn_scale = (float)(1.0 / sqrt((double)m->qk_dim));
-    if (c->arch == SD_ARCH_DEEPSEEK_V3)
-        m->attn_scale *= (float)sd_rope_softmax_mscale(&c->rope);
+                        .interleave = c->rope.interleave, .mscale = (float)c->rope_attn_factor};
+    m->attn_scale = (float)c->softmax_scale;
     /* workspace */
     m->max_tokens = o->max_tokens > 0 ? o->max_tokens : 512;
     m->ws_floats = ws_plan(m, m->max_tokens);

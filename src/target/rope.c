@@ -3,19 +3,12 @@
 #include <math.h>
 #include <stdlib.h>
 
-static double yarn_get_mscale(double scale, double mscale)
-{
-    if (scale <= 1.0)
-        return 1.0;
-    return 0.1 * mscale * log(scale) + 1.0;
-}
-
 static double find_correction_dim(double rotations, int dim, double base, double max_pos)
 {
     return (dim * log(max_pos / (rotations * 2 * M_PI))) / (2 * log(base));
 }
 
-int sd_rope_inv_freq(const sd_rope_cfg *r, int max_pos, float **inv, float *mscale, sd_err *err)
+int sd_rope_inv_freq(const sd_rope_cfg *r, int max_pos, float **inv, sd_err *err)
 {
     int dim = r->rot_dim, half = dim / 2;
     if (dim <= 0 || dim % 2)
@@ -24,7 +17,6 @@ int sd_rope_inv_freq(const sd_rope_cfg *r, int max_pos, float **inv, float *msca
     float *f = malloc((size_t)half * sizeof(float));
     if (!f)
         return sd_err_set(err, SD_ENOMEM, "out of memory");
-    *mscale = 1.0f;
     /* HF: 1 / base ** (arange(0, dim, 2).float() / dim), in fp32 */
     for (int i = 0; i < half; i++)
         f[i] = (float)(1.0 / pow(r->theta, (double)(float)(2 * i) / dim));
@@ -75,25 +67,9 @@ int sd_rope_inv_freq(const sd_rope_cfg *r, int max_pos, float **inv, float *msca
             float ef = 1.0f - ramp; /* extrapolation factor */
             f[i] = inter * (1 - ef) + extra * ef;
         }
-        double af = r->attention_factor;
-        if (af <= 0) {
-            if (r->mscale > 0 && r->mscale_all_dim > 0)
-                af = yarn_get_mscale(factor, r->mscale) / yarn_get_mscale(factor, r->mscale_all_dim);
-            else
-                af = yarn_get_mscale(factor, 1.0);
-        }
-        *mscale = (float)af;
         break;
     }
     }
     *inv = f;
     return 0;
-}
-
-double sd_rope_softmax_mscale(const sd_rope_cfg *r)
-{
-    if (r->type != SD_ROPE_YARN || r->mscale_all_dim <= 0)
-        return 1.0;
-    double m = yarn_get_mscale(r->factor, r->mscale_all_dim);
-    return m * m;
 }
