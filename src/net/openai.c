@@ -1,0 +1,977 @@
+#include "net/openai.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+
+/* ---- errors ---------------------------------------------------------------- */
+
+int sd_api_error_set(sd_api_error *e, int status, const char *param, const char *code,
+                     const char *fmt, ...)
+{
+    if (!e)
+        return SD_EINVAL;
+    e->status = status;
+    e->type = status >= 500 ? "server_error" : "invalid_request_error";
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return SD_EINVAL;
+}
+
+/* Appends compact JSON of v to out and releases v. */
+static int dump_json(sd_buf *out, json_t *v)
+{
+    if (!v)
+        return SD_ENOMEM;
+    size_t n = json_dumpb(v, NULL, 0, JSON_COMPACT);
+    int rc = SD_ENOMEM;
+    if (n && sd_buf_reserve(out, n) == 0) {
+        json_dumpb(v, out->p + out->len, n, JSON_COMPACT);
+        out->len += n;
+        out->p[out->len] = 0;
+        rc = 0;
+    }
+    json_decref(v);
+    return rc;
+}
+
+/* A JSON string of possibly invalid UTF-8 (replaced by U+FFFD). */
+static json_t *text_json(const char *s, size_t len)
+{
+    json_t *v = json_stringn(s ? s : "", s ? len : 0);
+    if (v)
+        return v;
+    sd_buf b = {0};
+    if (sd_utf8_sanitize(&b, s, len)) {
+        sd_buf_free(&b);
+        return NULL;
+    }
+    v = json_stringn(b.p ? b.p : "", b.len);
+    sd_buf_free(&b);
+    return v;
+}
+
+static json_t *str_or_null(const char *s) { return s && *s ? json_string(s) : json_null(); }
+
+int sd_api_error_json(sd_buf *out, const sd_api_error *e)
+{
+    json_t *inner = json_object();
+    json_object_set_new(inner, "message", text_json(e->message, strlen(e->message)));
+    json_object_set_new(inner, "type", json_string(e->type ? e->type : "invalid_request_error"));
+    json_object_set_new(inner, "param", str_or_null(e->param));
+    json_object_set_new(inner, "code", str_or_null(e->code));
+    json_t *root = json_object();
+    json_object_set_new(root, "error", inner);
+    return dump_json(out, root);
+}
+
+/* ---- request validation ------------------------------------------------------ */
+
+static const char *type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER:
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "a value";
+}
+
+static int bad_type(sd_api_error *e, const char *param, const char *want, const json_t *v)
+{
+    return sd_api_error_set(e, 400, param, "invalid_type", "%s: expected %s, got %s", param, want,
+                            type_name(v));
+}
+
+static int unsupported(sd_api_error *e, const char *param, const char *why)
+{
+    return sd_api_error_set(e, 400, param, "unsupported_parameter",
+                            "%s: %s is not supported by this server", param, why);
+}
+
+/* An integer; a real with an integral value counts (1.0). */
+static int get_int(const json_t *v, const char *param, long long lo, long long hi, long long *out,
+                   sd_api_error *e)
+{
+    long long x;
+    if (json_is_integer(v)) {
+        x = json_integer_value(v);
+    } else if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (!(d == floor(d)) || d < -9.2e18 || d > 9.2e18)
+            return bad_type(e, param, "an integer", v);
+        x = (long long)d;
+    } else {
+        return bad_type(e, param, "an integer", v);
+    }
+    if (x < lo || x > hi)
+        return sd_api_error_set(e, 400, param, "invalid_value",
+                                "%s: %lld is out of range [%lld, %lld]", param, x, lo, hi);
+    *out = x;
+    return 0;
+}
+
+/* lo_open: the lower bound itself is refused (top_p > 0). */
+static int get_num(const json_t *v, const char *param, double lo, int lo_open, double hi,
+                   double *out, sd_api_error *e)
+{
+    if (!json_is_number(v))
+        return bad_type(e, param, "a number", v);
+    double x = json_number_value(v);
+    if (!isfinite(x) || x < lo || (lo_open && x == lo) || x > hi)
+        return sd_api_error_set(e, 400, param, "invalid_value", "%s: %g is out of range %c%g, %g]",
+                                param, x, lo_open ? '(' : '[', lo, hi);
+    *out = x;
+    return 0;
+}
+
+static int get_bool(const json_t *v, const char *param, int *out, sd_api_error *e)
+{
+    if (!json_is_boolean(v))
+        return bad_type(e, param, "a boolean", v);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static char *dup_n(const char *s, size_t n)
+{
+    char *p = malloc(n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = 0;
+    }
+    return p;
+}
+
+static int oom(sd_api_error *e)
+{
+    return sd_api_error_set(e, 500, NULL, "out_of_memory", "out of memory");
+}
+
+/* Parameters each route accepts; anything else is refused by name, as
+ * OpenAI does, so a client never believes an option took effect. */
+enum { K_CMPL = 1, K_CHAT = 2, K_BOTH = 3 };
+static const struct {
+    const char *name;
+    int kinds;
+} known_params[] = {
+    {"model", K_BOTH},
+    {"prompt", K_CMPL},
+    {"messages", K_CHAT},
+    {"stream", K_BOTH},
+    {"stream_options", K_BOTH},
+    {"max_tokens", K_BOTH},
+    {"max_completion_tokens", K_CHAT},
+    {"temperature", K_BOTH},
+    {"top_p", K_BOTH},
+    {"top_k", K_BOTH},
+    {"seed", K_BOTH},
+    {"n", K_BOTH},
+    {"stop", K_BOTH},
+    {"ignore_eos", K_BOTH},
+    {"user", K_BOTH},
+    {"logprobs", K_BOTH},
+    {"top_logprobs", K_CHAT},
+    {"echo", K_CMPL},
+    {"best_of", K_CMPL},
+    {"suffix", K_CMPL},
+    {"presence_penalty", K_BOTH},
+    {"frequency_penalty", K_BOTH},
+    {"logit_bias", K_BOTH},
+    {"tools", K_CHAT},
+    {"tool_choice", K_CHAT},
+    {"functions", K_CHAT},
+    {"function_call", K_CHAT},
+    {"parallel_tool_calls", K_CHAT},
+    {"response_format", K_CHAT},
+    {"store", K_CHAT},
+    {"metadata", K_CHAT},
+    {"service_tier", K_CHAT},
+};
+
+static int check_known(json_t *root, sd_oai_kind kind, sd_api_error *e)
+{
+    const char *key;
+    json_t *v;
+    int bit = kind == SD_OAI_CHAT ? K_CHAT : K_CMPL;
+    json_object_foreach(root, key, v)
+    {
+        int ok = 0;
+        for (size_t i = 0; i < sizeof known_params / sizeof known_params[0]; i++)
+            if (strcmp(key, known_params[i].name) == 0 && (known_params[i].kinds & bit)) {
+                ok = 1;
+                break;
+            }
+        if (!ok) {
+            char shown[64];
+            snprintf(shown, sizeof shown, "%s", key);
+            return sd_api_error_set(e, 400, shown, "unrecognized_argument",
+                                    "Unrecognized request argument supplied: %s", shown);
+        }
+    }
+    return 0;
+}
+
+/* Options specd does not implement: accepted only at their neutral value. */
+static int check_unsupported(json_t *root, sd_oai_kind kind, sd_api_error *e)
+{
+    json_t *v;
+    long long x;
+    if ((v = json_object_get(root, "n")) && !json_is_null(v)) {
+        if (get_int(v, "n", 1, 128, &x, e))
+            return SD_EINVAL;
+        if (x != 1)
+            return unsupported(e, "n", "more than one choice per request (n > 1)");
+    }
+    if ((v = json_object_get(root, "best_of")) && !json_is_null(v)) {
+        if (get_int(v, "best_of", 1, 128, &x, e))
+            return SD_EINVAL;
+        if (x != 1)
+            return unsupported(e, "best_of", "best_of > 1");
+    }
+    if ((v = json_object_get(root, "logprobs")) && !json_is_null(v)) {
+        if (kind == SD_OAI_CHAT) {
+            int b;
+            if (get_bool(v, "logprobs", &b, e))
+                return SD_EINVAL;
+            if (b)
+                return unsupported(e, "logprobs", "returning log probabilities");
+        } else {
+            if (get_int(v, "logprobs", 0, 20, &x, e))
+                return SD_EINVAL;
+            return unsupported(e, "logprobs", "returning log probabilities");
+        }
+    }
+    if ((v = json_object_get(root, "top_logprobs")) && !json_is_null(v)) {
+        if (get_int(v, "top_logprobs", 0, 20, &x, e))
+            return SD_EINVAL;
+        return unsupported(e, "top_logprobs", "returning log probabilities");
+    }
+    if ((v = json_object_get(root, "echo")) && !json_is_null(v)) {
+        int b;
+        if (get_bool(v, "echo", &b, e))
+            return SD_EINVAL;
+        if (b)
+            return unsupported(e, "echo", "echoing the prompt");
+    }
+    if ((v = json_object_get(root, "suffix")) && !json_is_null(v)) {
+        if (!json_is_string(v))
+            return bad_type(e, "suffix", "a string", v);
+        if (json_string_length(v))
+            return unsupported(e, "suffix", "insertion with a suffix");
+    }
+    static const char *const penalties[] = {"presence_penalty", "frequency_penalty"};
+    for (int i = 0; i < 2; i++) {
+        if ((v = json_object_get(root, penalties[i])) && !json_is_null(v)) {
+            double d;
+            if (get_num(v, penalties[i], -2.0, 0, 2.0, &d, e))
+                return SD_EINVAL;
+            if (d != 0.0)
+                return unsupported(e, penalties[i], "a non-zero penalty");
+        }
+    }
+    if ((v = json_object_get(root, "logit_bias")) && !json_is_null(v)) {
+        if (!json_is_object(v))
+            return bad_type(e, "logit_bias", "an object", v);
+        if (json_object_size(v))
+            return unsupported(e, "logit_bias", "logit_bias");
+    }
+    static const char *const tool_lists[] = {"tools", "functions"};
+    for (int i = 0; i < 2; i++) {
+        if ((v = json_object_get(root, tool_lists[i])) && !json_is_null(v)) {
+            if (!json_is_array(v))
+                return bad_type(e, tool_lists[i], "an array", v);
+            if (json_array_size(v))
+                return unsupported(e, tool_lists[i], "tool and function calling");
+        }
+    }
+    static const char *const tool_choices[] = {"tool_choice", "function_call"};
+    for (int i = 0; i < 2; i++) {
+        if ((v = json_object_get(root, tool_choices[i])) && !json_is_null(v)) {
+            if (!json_is_string(v) && !json_is_object(v))
+                return bad_type(e, tool_choices[i], "a string or an object", v);
+            if (!json_is_string(v) || strcmp(json_string_value(v), "none") != 0)
+                return unsupported(e, tool_choices[i], "tool and function calling");
+        }
+    }
+    if ((v = json_object_get(root, "parallel_tool_calls")) && !json_is_null(v) &&
+        !json_is_boolean(v))
+        return bad_type(e, "parallel_tool_calls", "a boolean", v);
+    if ((v = json_object_get(root, "response_format")) && !json_is_null(v)) {
+        if (!json_is_object(v))
+            return bad_type(e, "response_format", "an object", v);
+        json_t *t = json_object_get(v, "type");
+        if (!json_is_string(t))
+            return sd_api_error_set(e, 400, "response_format.type", "invalid_type",
+                                    "response_format.type: expected a string");
+        if (strcmp(json_string_value(t), "text") != 0)
+            return unsupported(e, "response_format", "a response_format other than text");
+    }
+    if ((v = json_object_get(root, "user")) && !json_is_null(v) && !json_is_string(v))
+        return bad_type(e, "user", "a string", v);
+    if ((v = json_object_get(root, "store")) && !json_is_null(v)) {
+        int b;
+        if (get_bool(v, "store", &b, e))
+            return SD_EINVAL;
+        if (b)
+            return unsupported(e, "store", "storing completions");
+    }
+    if ((v = json_object_get(root, "metadata")) && !json_is_null(v) && !json_is_object(v))
+        return bad_type(e, "metadata", "an object", v);
+    if ((v = json_object_get(root, "service_tier")) && !json_is_null(v) && !json_is_string(v))
+        return bad_type(e, "service_tier", "a string", v);
+    return 0;
+}
+
+static int parse_prompt(json_t *root, sd_oai_request *r, sd_api_error *e)
+{
+    json_t *v = json_object_get(root, "prompt");
+    if (!v || json_is_null(v))
+        return sd_api_error_set(e, 400, "prompt", "missing_required_parameter",
+                                "prompt: this parameter is required");
+    if (json_is_string(v)) {
+        r->prompt_len = json_string_length(v);
+        r->prompt = dup_n(json_string_value(v), r->prompt_len);
+        return r->prompt ? 0 : oom(e);
+    }
+    if (!json_is_array(v))
+        return bad_type(e, "prompt", "a string, an array of strings or an array of token ids", v);
+    size_t n = json_array_size(v);
+    if (n == 0)
+        return sd_api_error_set(e, 400, "prompt", "invalid_value", "prompt: the array is empty");
+    json_t *first = json_array_get(v, 0);
+    if (json_is_string(first) || json_is_array(first)) {
+        /* A batch of prompts: one is fine, more is n > 1 in disguise. */
+        if (n > 1)
+            return unsupported(e, "prompt", "a batch of several prompts");
+        if (json_is_string(first)) {
+            r->prompt_len = json_string_length(first);
+            r->prompt = dup_n(json_string_value(first), r->prompt_len);
+            return r->prompt ? 0 : oom(e);
+        }
+        v = first;
+        n = json_array_size(v);
+        if (n == 0)
+            return sd_api_error_set(e, 400, "prompt", "invalid_value",
+                                    "prompt: the token array is empty");
+    }
+    r->prompt_ids = malloc(n * sizeof *r->prompt_ids);
+    if (!r->prompt_ids)
+        return oom(e);
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(v, i);
+        if (!json_is_integer(t))
+            return sd_api_error_set(e, 400, "prompt", "invalid_type",
+                                    "prompt[%zu]: expected a token id (integer), got %s", i,
+                                    type_name(t));
+        json_int_t id = json_integer_value(t);
+        if (id < 0 || id > INT32_MAX)
+            return sd_api_error_set(e, 400, "prompt", "invalid_value",
+                                    "prompt[%zu]: token id %lld is out of range", i, (long long)id);
+        r->prompt_ids[i] = (int32_t)id;
+    }
+    if (n > INT_MAX / 2)
+        return sd_api_error_set(e, 400, "prompt", "invalid_value", "prompt: too many tokens");
+    r->n_prompt_ids = (int)n;
+    r->prompt_is_ids = 1;
+    return 0;
+}
+
+/* Message content: a string, or an array of {"type": "text", "text": ...}
+ * parts joined by newlines. null only for an assistant turn. */
+static int parse_content(json_t *c, size_t i, int allow_null, char **out, sd_api_error *e)
+{
+    char param[64];
+    snprintf(param, sizeof param, "messages[%zu].content", i);
+    if (json_is_string(c)) {
+        *out = dup_n(json_string_value(c), json_string_length(c));
+        return *out ? 0 : oom(e);
+    }
+    if ((!c || json_is_null(c)) && allow_null) {
+        *out = dup_n("", 0);
+        return *out ? 0 : oom(e);
+    }
+    if (!c)
+        return sd_api_error_set(e, 400, param, "missing_required_parameter",
+                                "%s: this parameter is required", param);
+    if (!json_is_array(c))
+        return bad_type(e, param, "a string or an array of content parts", c);
+    sd_buf b = {0};
+    for (size_t j = 0; j < json_array_size(c); j++) {
+        json_t *part = json_array_get(c, j);
+        char pp[96];
+        snprintf(pp, sizeof pp, "messages[%zu].content[%zu]", i, j);
+        if (!json_is_object(part)) {
+            sd_buf_free(&b);
+            return bad_type(e, pp, "an object", part);
+        }
+        json_t *t = json_object_get(part, "type");
+        if (!json_is_string(t)) {
+            sd_buf_free(&b);
+            return sd_api_error_set(e, 400, pp, "invalid_type", "%s.type: expected a string", pp);
+        }
+        if (strcmp(json_string_value(t), "text") != 0) {
+            char what[96];
+            snprintf(what, sizeof what, "content of type '%.40s' (text only)", json_string_value(t));
+            sd_buf_free(&b);
+            return unsupported(e, pp, what);
+        }
+        json_t *txt = json_object_get(part, "text");
+        if (!json_is_string(txt)) {
+            sd_buf_free(&b);
+            return sd_api_error_set(e, 400, pp, "invalid_type", "%s.text: expected a string", pp);
+        }
+        if (j)
+            sd_buf_append(&b, "\n", 1);
+        sd_buf_append(&b, json_string_value(txt), json_string_length(txt));
+    }
+    if (b.oom) {
+        sd_buf_free(&b);
+        return oom(e);
+    }
+    *out = sd_buf_take(&b, NULL);
+    return *out ? 0 : oom(e);
+}
+
+static int parse_messages(json_t *root, sd_oai_request *r, sd_api_error *e)
+{
+    json_t *v = json_object_get(root, "messages");
+    if (!v || json_is_null(v))
+        return sd_api_error_set(e, 400, "messages", "missing_required_parameter",
+                                "messages: this parameter is required");
+    if (!json_is_array(v))
+        return bad_type(e, "messages", "an array", v);
+    size_t n = json_array_size(v);
+    if (n == 0)
+        return sd_api_error_set(e, 400, "messages", "invalid_value",
+                                "messages: at least one message is required");
+    if (n > 100000)
+        return sd_api_error_set(e, 400, "messages", "invalid_value", "messages: too many messages");
+    r->msgs = calloc(n, sizeof *r->msgs);
+    if (!r->msgs)
+        return oom(e);
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(v, i);
+        char param[64];
+        snprintf(param, sizeof param, "messages[%zu]", i);
+        if (!json_is_object(m))
+            return bad_type(e, param, "an object", m);
+        const char *key;
+        json_t *f;
+        json_object_foreach(m, key, f)
+        {
+            if (!strcmp(key, "role") || !strcmp(key, "content") || !strcmp(key, "name"))
+                continue;
+            int empty = json_is_null(f) || (json_is_array(f) && json_array_size(f) == 0);
+            if (!strcmp(key, "tool_calls") || !strcmp(key, "function_call") ||
+                !strcmp(key, "tool_call_id")) {
+                if (empty)
+                    continue;
+                char p2[128];
+                snprintf(p2, sizeof p2, "%s.%s", param, key);
+                return unsupported(e, p2, "tool and function calling");
+            }
+            if (!strcmp(key, "refusal") && json_is_null(f))
+                continue;
+            char p2[128];
+            snprintf(p2, sizeof p2, "%s.%.40s", param, key);
+            return sd_api_error_set(e, 400, p2, "unrecognized_argument",
+                                    "Unrecognized request argument supplied: %s", p2);
+        }
+        json_t *name = json_object_get(m, "name");
+        if (name && !json_is_null(name) && !json_is_string(name)) {
+            char p2[128];
+            snprintf(p2, sizeof p2, "%s.name", param);
+            return bad_type(e, p2, "a string", name);
+        }
+        json_t *role = json_object_get(m, "role");
+        char rp[96];
+        snprintf(rp, sizeof rp, "%s.role", param);
+        if (!role)
+            return sd_api_error_set(e, 400, rp, "missing_required_parameter",
+                                    "%s: this parameter is required", rp);
+        if (!json_is_string(role))
+            return bad_type(e, rp, "a string", role);
+        const char *rs = json_string_value(role);
+        if (!strcmp(rs, "developer"))
+            rs = "system";
+        if (!strcmp(rs, "tool") || !strcmp(rs, "function"))
+            return unsupported(e, rp, "the tool and function roles");
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
+            return sd_api_error_set(e, 400, rp, "invalid_value",
+                                    "%s: '%.40s' is not one of system, developer, user, assistant",
+                                    rp, rs);
+        r->msgs[i].role = dup_n(rs, strlen(rs));
+        r->n_msgs = (int)i + 1;
+        if (!r->msgs[i].role)
+            return oom(e);
+        if (parse_content(json_object_get(m, "content"), i, !strcmp(rs, "assistant"),
+                          &r->msgs[i].content, e))
+            return SD_EINVAL;
+    }
+    return 0;
+}
+
+static int parse_stop(json_t *root, sd_oai_request *r, sd_api_error *e)
+{
+    json_t *v = json_object_get(root, "stop");
+    if (!v || json_is_null(v))
+        return 0;
+    size_t n;
+    if (json_is_string(v))
+        n = 1;
+    else if (json_is_array(v))
+        n = json_array_size(v);
+    else
+        return bad_type(e, "stop", "a string or an array of strings", v);
+    if (n > SD_OAI_MAX_STOP)
+        return sd_api_error_set(e, 400, "stop", "invalid_value",
+                                "stop: %zu stop strings, at most %d are allowed", n,
+                                SD_OAI_MAX_STOP);
+    r->stop = calloc(n ? n : 1, sizeof *r->stop);
+    if (!r->stop)
+        return oom(e);
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_is_string(v) ? v : json_array_get(v, i);
+        if (!json_is_string(s))
+            return sd_api_error_set(e, 400, "stop", "invalid_type",
+                                    "stop[%zu]: expected a string, got %s", i, type_name(s));
+        size_t len = json_string_length(s);
+        if (len == 0 || len > SD_OAI_MAX_STOP_LEN)
+            return sd_api_error_set(e, 400, "stop", "invalid_value",
+                                    "stop[%zu]: a stop string holds 1 to %d bytes, not %zu", i,
+                                    SD_OAI_MAX_STOP_LEN, len);
+        if (memchr(json_string_value(s), 0, len))
+            return sd_api_error_set(e, 400, "stop", "invalid_value",
+                                    "stop[%zu]: NUL characters are not allowed", i);
+        r->stop[i] = dup_n(json_string_value(s), len);
+        r->n_stop = (int)i + 1;
+        if (!r->stop[i])
+            return oom(e);
+    }
+    return 0;
+}
+
+static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model,
+                        sd_oai_request *r, sd_api_error *e)
+{
+    json_t *v;
+    if (check_known(root, kind, e))
+        return SD_EINVAL;
+
+    v = json_object_get(root, "model");
+    if (!v || json_is_null(v))
+        return sd_api_error_set(e, 400, "model", "missing_required_parameter",
+                                "model: this parameter is required");
+    if (!json_is_string(v))
+        return bad_type(e, "model", "a string", v);
+    if (served_model && strcmp(json_string_value(v), served_model) != 0)
+        return sd_api_error_set(e, 400, "model", "model_not_found",
+                                "The model '%.200s' does not exist; this server serves '%.200s'",
+                                json_string_value(v), served_model);
+    r->model = dup_n(json_string_value(v), json_string_length(v));
+    if (!r->model)
+        return oom(e);
+
+    if (kind == SD_OAI_CHAT ? parse_messages(root, r, e) : parse_prompt(root, r, e))
+        return SD_EINVAL;
+
+    if ((v = json_object_get(root, "stream")) && !json_is_null(v) &&
+        get_bool(v, "stream", &r->stream, e))
+        return SD_EINVAL;
+    if ((v = json_object_get(root, "stream_options")) && !json_is_null(v)) {
+        if (!json_is_object(v))
+            return bad_type(e, "stream_options", "an object", v);
+        if (!r->stream)
+            return sd_api_error_set(e, 400, "stream_options", "invalid_value",
+                                    "stream_options: only allowed when stream is true");
+        const char *key;
+        json_t *f;
+        json_object_foreach(v, key, f)
+        {
+            if (strcmp(key, "include_usage") == 0) {
+                if (!json_is_null(f) && get_bool(f, "stream_options.include_usage",
+                                                 &r->include_usage, e))
+                    return SD_EINVAL;
+            } else {
+                char p2[128];
+                snprintf(p2, sizeof p2, "stream_options.%.60s", key);
+                return sd_api_error_set(e, 400, p2, "unrecognized_argument",
+                                        "Unrecognized request argument supplied: %s", p2);
+            }
+        }
+    }
+
+    long long x;
+    json_t *mt = json_object_get(root, "max_tokens");
+    json_t *mct = json_object_get(root, "max_completion_tokens");
+    r->max_tokens = -1;
+    r->max_tokens_param = "max_tokens";
+    if (mct && !json_is_null(mct)) {
+        if (get_int(mct, "max_completion_tokens", 1, INT_MAX, &x, e))
+            return SD_EINVAL;
+        r->max_tokens = (int)x;
+        r->max_tokens_param = "max_completion_tokens";
+    }
+    if (mt && !json_is_null(mt)) {
+        if (get_int(mt, "max_tokens", 1, INT_MAX, &x, e))
+            return SD_EINVAL;
+        if (r->max_tokens >= 0 && r->max_tokens != (int)x)
+            return sd_api_error_set(e, 400, "max_tokens", "invalid_value",
+                                    "max_tokens and max_completion_tokens disagree (%lld vs %d)",
+                                    x, r->max_tokens);
+        if (r->max_tokens < 0) {
+            r->max_tokens = (int)x;
+            r->max_tokens_param = "max_tokens";
+        }
+    }
+
+    sd_gen_params *g = &r->gen;
+    g->temperature = 1.0; /* OpenAI's default */
+    g->top_p = 1.0;
+    g->top_k = 0;
+    if ((v = json_object_get(root, "temperature")) && !json_is_null(v) &&
+        get_num(v, "temperature", 0.0, 0, 2.0, &g->temperature, e))
+        return SD_EINVAL;
+    if ((v = json_object_get(root, "top_p")) && !json_is_null(v) &&
+        get_num(v, "top_p", 0.0, 1, 1.0, &g->top_p, e))
+        return SD_EINVAL;
+    if ((v = json_object_get(root, "top_k")) && !json_is_null(v)) {
+        /* -1 and 0 both mean off (vLLM and SGLang spell it -1). */
+        if (get_int(v, "top_k", -1, INT_MAX, &x, e))
+            return SD_EINVAL;
+        g->top_k = x < 0 ? 0 : (int)x;
+    }
+    if ((v = json_object_get(root, "seed")) && !json_is_null(v)) {
+        if (get_int(v, "seed", LLONG_MIN, LLONG_MAX, &x, e))
+            return SD_EINVAL;
+        g->seed = (uint64_t)x;
+        g->has_seed = 1;
+    }
+    if ((v = json_object_get(root, "ignore_eos")) && !json_is_null(v) &&
+        get_bool(v, "ignore_eos", &g->ignore_eos, e))
+        return SD_EINVAL;
+    if (parse_stop(root, r, e))
+        return SD_EINVAL;
+    g->stop = (const char *const *)r->stop;
+    g->n_stop = r->n_stop;
+    return check_unsupported(root, kind, e);
+}
+
+int sd_oai_parse(sd_oai_kind kind, const char *body, size_t len, const char *served_model,
+                 sd_oai_request *r, sd_api_error *e)
+{
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->max_tokens = -1;
+    json_error_t je;
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return sd_api_error_set(e, 400, NULL, "invalid_json",
+                                "The request body is not valid JSON: %s (line %d, column %d)",
+                                je.text, je.line, je.column);
+    int rc = 0;
+    if (!json_is_object(root))
+        rc = sd_api_error_set(e, 400, NULL, "invalid_json",
+                              "The request body must be a JSON object, got %s", type_name(root));
+    else
+        rc = parse_fields(root, kind, served_model, r, e);
+    json_decref(root);
+    if (rc) {
+        sd_oai_request_free(r);
+        r->kind = kind;
+    }
+    return rc;
+}
+
+void sd_oai_request_free(sd_oai_request *r)
+{
+    free(r->model);
+    free(r->prompt);
+    free(r->prompt_ids);
+    for (int i = 0; i < r->n_msgs; i++) {
+        free(r->msgs[i].role);
+        free(r->msgs[i].content);
+    }
+    free(r->msgs);
+    for (int i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    free(r->stop);
+    memset(r, 0, sizeof *r);
+    r->max_tokens = -1;
+}
+
+int sd_oai_fit_context(sd_oai_request *r, int n_prompt, int max_context, sd_api_error *e)
+{
+    const char *pp = r->kind == SD_OAI_CHAT ? "messages" : "prompt";
+    if (n_prompt <= 0)
+        return sd_api_error_set(e, 400, pp, "invalid_value", "%s: the prompt is empty", pp);
+    if (n_prompt >= max_context)
+        return sd_api_error_set(e, 400, pp, "context_length_exceeded",
+                                "This model's maximum context length is %d tokens; the prompt "
+                                "holds %d tokens, which leaves no room for a completion",
+                                max_context, n_prompt);
+    int room = max_context - n_prompt;
+    if (r->max_tokens >= 0) {
+        if (r->max_tokens > room)
+            return sd_api_error_set(
+                e, 400, r->max_tokens_param, "context_length_exceeded",
+                "This model's maximum context length is %d tokens; you requested %lld tokens "
+                "(%d in the prompt, %d for the completion). Reduce %s or the prompt",
+                max_context, (long long)n_prompt + r->max_tokens, n_prompt, r->max_tokens,
+                r->max_tokens_param);
+        r->gen.max_tokens = r->max_tokens;
+    } else if (r->kind == SD_OAI_COMPLETIONS) {
+        r->gen.max_tokens = SD_OAI_DEFAULT_COMPLETION_TOKENS < room
+                                ? SD_OAI_DEFAULT_COMPLETION_TOKENS
+                                : room;
+    } else {
+        r->gen.max_tokens = room;
+    }
+    return 0;
+}
+
+/* ---- responses --------------------------------------------------------------- */
+
+const char *sd_oai_finish_reason(sd_finish why)
+{
+    switch (why) {
+    case SD_FINISH_STOP: return "stop";
+    case SD_FINISH_LENGTH: return "length";
+    default: return NULL;
+    }
+}
+
+static json_t *finish_json(sd_finish why)
+{
+    const char *s = sd_oai_finish_reason(why);
+    return s ? json_string(s) : json_null();
+}
+
+/* Speculative statistics of one request: the `speculative` usage extension. */
+static json_t *spec_json(const sd_spec_stats *s)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "steps", json_integer((json_int_t)s->steps));
+    json_object_set_new(o, "draft_tokens", json_integer((json_int_t)s->drafted));
+    json_object_set_new(o, "accepted_tokens", json_integer((json_int_t)s->accepted));
+    json_object_set_new(o, "acceptance_rate",
+                        json_real(s->drafted ? (double)s->accepted / (double)s->drafted : 0.0));
+    /* Tokens each verify step emitted: accepted drafts + the bonus token. */
+    json_object_set_new(o, "mean_accepted_length",
+                        json_real(s->steps ? (double)s->emitted / (double)s->steps : 0.0));
+    json_object_set_new(o, "draft_seconds", json_real(s->draft_s));
+    json_object_set_new(o, "verify_seconds", json_real(s->verify_s));
+    int last = -1;
+    for (int i = 0; i < 16; i++)
+        if (s->proposed_at[i])
+            last = i;
+    json_t *pos = json_array();
+    for (int i = 0; i <= last; i++)
+        json_array_append_new(pos, json_real(s->proposed_at[i] ? (double)s->accepted_at[i] /
+                                                                     (double)s->proposed_at[i]
+                                                               : 0.0));
+    json_object_set_new(o, "acceptance_by_position", pos);
+    return o;
+}
+
+static json_t *usage_obj(const sd_req_stats *st)
+{
+    json_t *u = json_object();
+    json_object_set_new(u, "prompt_tokens", json_integer(st->prompt_tokens));
+    json_object_set_new(u, "completion_tokens", json_integer(st->completion_tokens));
+    json_object_set_new(u, "total_tokens",
+                        json_integer((json_int_t)st->prompt_tokens + st->completion_tokens));
+    json_object_set_new(u, "speculative", spec_json(&st->spec));
+    return u;
+}
+
+int sd_oai_usage_json(sd_buf *out, const sd_req_stats *st) { return dump_json(out, usage_obj(st)); }
+
+static json_t *head(const sd_oai_meta *m, const char *object)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(m->id));
+    json_object_set_new(o, "object", json_string(object));
+    json_object_set_new(o, "created", json_integer(m->created));
+    json_object_set_new(o, "model", text_json(m->model, strlen(m->model)));
+    return o;
+}
+
+int sd_oai_response(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len,
+                    sd_finish why, const sd_req_stats *st)
+{
+    int chat = m->kind == SD_OAI_CHAT;
+    json_t *o = head(m, chat ? "chat.completion" : "text_completion");
+    json_t *c = json_object();
+    json_object_set_new(c, "index", json_integer(0));
+    if (chat) {
+        json_t *msg = json_object();
+        json_object_set_new(msg, "role", json_string("assistant"));
+        json_object_set_new(msg, "content", text_json(text, len));
+        json_object_set_new(c, "message", msg);
+    } else {
+        json_object_set_new(c, "text", text_json(text, len));
+    }
+    json_object_set_new(c, "logprobs", json_null());
+    json_object_set_new(c, "finish_reason", finish_json(why));
+    json_t *arr = json_array();
+    json_array_append_new(arr, c);
+    json_object_set_new(o, "choices", arr);
+    json_object_set_new(o, "usage", usage_obj(st));
+    return dump_json(out, o);
+}
+
+static int event(sd_buf *out, json_t *o)
+{
+    sd_buf tmp = {0};
+    int rc = dump_json(&tmp, o);
+    if (rc == 0)
+        rc = sd_sse_event(out, tmp.p, tmp.len);
+    sd_buf_free(&tmp);
+    return rc;
+}
+
+int sd_oai_chunk_event(sd_buf *out, const sd_oai_meta *m, int role, const char *text, size_t len,
+                       sd_finish why)
+{
+    int chat = m->kind == SD_OAI_CHAT;
+    json_t *o = head(m, chat ? "chat.completion.chunk" : "text_completion");
+    json_t *c = json_object();
+    json_object_set_new(c, "index", json_integer(0));
+    if (chat) {
+        json_t *d = json_object();
+        if (role)
+            json_object_set_new(d, "role", json_string("assistant"));
+        if (why == SD_FINISH_NONE && (role || len))
+            json_object_set_new(d, "content", text_json(text, len));
+        json_object_set_new(c, "delta", d);
+    } else {
+        json_object_set_new(c, "text", text_json(text, len));
+    }
+    json_object_set_new(c, "logprobs", json_null());
+    json_object_set_new(c, "finish_reason", finish_json(why));
+    json_t *arr = json_array();
+    json_array_append_new(arr, c);
+    json_object_set_new(o, "choices", arr);
+    return event(out, o);
+}
+
+int sd_oai_usage_event(sd_buf *out, const sd_oai_meta *m, const sd_req_stats *st)
+{
+    json_t *o = head(m, m->kind == SD_OAI_CHAT ? "chat.completion.chunk" : "text_completion");
+    json_object_set_new(o, "choices", json_array());
+    json_object_set_new(o, "usage", usage_obj(st));
+    return event(out, o);
+}
+
+int sd_oai_models(sd_buf *out, const char *model, long long created, int max_context)
+{
+    json_t *m = json_object();
+    json_object_set_new(m, "id", text_json(model, strlen(model)));
+    json_object_set_new(m, "object", json_string("model"));
+    json_object_set_new(m, "created", json_integer(created));
+    json_object_set_new(m, "owned_by", json_string("specd"));
+    if (max_context > 0)
+        json_object_set_new(m, "max_model_len", json_integer(max_context));
+    json_t *arr = json_array();
+    json_array_append_new(arr, m);
+    json_t *o = json_object();
+    json_object_set_new(o, "object", json_string("list"));
+    json_object_set_new(o, "data", arr);
+    return dump_json(out, o);
+}
+
+/* ---- SSE --------------------------------------------------------------------- */
+
+int sd_sse_event(sd_buf *out, const char *json, size_t len)
+{
+    if (memchr(json, '\n', len) || memchr(json, '\r', len))
+        return SD_EINVAL; /* would split the event */
+    sd_buf_append(out, "data: ", 6);
+    sd_buf_append(out, json, len);
+    sd_buf_append(out, "\n\n", 2);
+    return out->oom ? SD_ENOMEM : 0;
+}
+
+int sd_sse_done(sd_buf *out) { return sd_buf_puts(out, "data: [DONE]\n\n"); }
+
+int sd_sse_error(sd_buf *out, const sd_api_error *e)
+{
+    sd_buf tmp = {0};
+    int rc = sd_api_error_json(&tmp, e);
+    if (rc == 0)
+        rc = sd_sse_event(out, tmp.p, tmp.len);
+    sd_buf_free(&tmp);
+    return rc;
+}
+
+/* ---- UTF-8 ------------------------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 when it is not one
+ * (overlongs, surrogates and code points past U+10FFFF are invalid). */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t len;
+    unsigned cp;
+    if (c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+        cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    if (n < len)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return len;
+}
+
+int sd_utf8_sanitize(sd_buf *out, const char *s, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, run = 0;
+    while (i < len) {
+        size_t k = utf8_seq(p + i, len - i);
+        if (k) {
+            i += k;
+            continue;
+        }
+        sd_buf_append(out, s + run, i - run);
+        sd_buf_append(out, "\xef\xbf\xbd", 3);
+        i++;
+        run = i;
+    }
+    sd_buf_append(out, s + run, len - run);
+    return out->oom ? SD_ENOMEM : 0;
+}

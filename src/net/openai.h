@@ -1,0 +1,115 @@
+/* net/openai: the shapes of the OpenAI API, as pure functions.
+ *
+ * A request body (JSON text) becomes a validated sd_oai_request or an
+ * sd_api_error in OpenAI's shape ({"error": {message, type, param, code}})
+ * that names the parameter at fault. Responses, stream chunks, usage (with
+ * the speculative statistics in the `speculative` extension field) and SSE
+ * framing are built here too. Nothing here does I/O, touches the engine or
+ * keeps state, so every path is unit-tested and fuzzed without a model. */
+#ifndef SD_NET_OPENAI_H
+#define SD_NET_OPENAI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "net/buf.h"
+
+typedef struct sd_api_error {
+    int status;       /* HTTP status */
+    const char *type; /* static: "invalid_request_error" | "server_error" | ... */
+    char param[96];   /* "" is written as null */
+    char code[48];    /* "" is written as null */
+    char message[512];
+} sd_api_error;
+
+/* Fills e; returns SD_EINVAL so `return sd_api_error_set(...)` reads well.
+ * type follows the status: 5xx -> server_error, else invalid_request_error. */
+int sd_api_error_set(sd_api_error *e, int status, const char *param, const char *code,
+                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* {"error": {...}} */
+int sd_api_error_json(sd_buf *out, const sd_api_error *e);
+
+typedef enum sd_oai_kind { SD_OAI_COMPLETIONS = 0, SD_OAI_CHAT = 1 } sd_oai_kind;
+
+typedef struct sd_oai_msg {
+    char *role; /* system | user | assistant ("developer" arrives as "system") */
+    char *content;
+} sd_oai_msg;
+
+typedef struct sd_oai_request {
+    sd_oai_kind kind;
+    char *model;
+    /* completions: the prompt as text, or as token ids when prompt_is_ids */
+    char *prompt;
+    size_t prompt_len;
+    int prompt_is_ids;
+    int32_t *prompt_ids;
+    int n_prompt_ids;
+    /* chat */
+    sd_oai_msg *msgs;
+    int n_msgs;
+    int stream;
+    int include_usage;
+    int max_tokens;               /* -1: not given (sd_oai_fit_context picks it) */
+    const char *max_tokens_param; /* the name the client used, for errors */
+    char **stop;                  /* owned; gen.stop points here */
+    int n_stop;
+    sd_gen_params gen;
+} sd_oai_request;
+
+/* Stop strings: at most this many, each at most SD_OAI_MAX_STOP_LEN bytes. */
+#define SD_OAI_MAX_STOP 16
+#define SD_OAI_MAX_STOP_LEN 512
+/* /v1/completions without max_tokens generates this many (OpenAI's default). */
+#define SD_OAI_DEFAULT_COMPLETION_TOKENS 16
+
+/* Parses and validates one request body. served_model: the one name the
+ * server answers to. On failure fills e (status 400) and leaves *r empty. */
+int sd_oai_parse(sd_oai_kind kind, const char *body, size_t len, const char *served_model,
+                 sd_oai_request *r, sd_api_error *e);
+void sd_oai_request_free(sd_oai_request *r);
+
+/* Once the prompt is tokenized: checks it is not empty and that prompt +
+ * max_tokens fits in max_context, and sets r->gen.max_tokens (the asked
+ * value, else the completions default or, for chat, what the context
+ * leaves). 400 naming the prompt/messages or the max_tokens parameter. */
+int sd_oai_fit_context(sd_oai_request *r, int n_prompt, int max_context, sd_api_error *e);
+
+/* The identity every response and chunk of one request carries. */
+typedef struct sd_oai_meta {
+    sd_oai_kind kind;
+    const char *id;    /* "cmpl-..." or "chatcmpl-..." */
+    long long created; /* unix seconds */
+    const char *model;
+} sd_oai_meta;
+
+/* "stop" | "length" for a finished request, else NULL (JSON null). */
+const char *sd_oai_finish_reason(sd_finish why);
+
+/* The whole non-streaming response: text_completion or chat.completion. */
+int sd_oai_response(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len,
+                    sd_finish why, const sd_req_stats *st);
+/* One SSE event holding a stream chunk. Chat: role != 0 sends the assistant
+ * role (first chunk); text may be empty; why != SD_FINISH_NONE sets
+ * finish_reason (and an empty delta). Completions ignore role. */
+int sd_oai_chunk_event(sd_buf *out, const sd_oai_meta *m, int role, const char *text, size_t len,
+                       sd_finish why);
+/* The usage chunk of stream_options.include_usage: empty choices + usage. */
+int sd_oai_usage_event(sd_buf *out, const sd_oai_meta *m, const sd_req_stats *st);
+/* The usage object, speculative extension included (appended as JSON). */
+int sd_oai_usage_json(sd_buf *out, const sd_req_stats *st);
+/* GET /v1/models */
+int sd_oai_models(sd_buf *out, const char *model, long long created, int max_context);
+
+/* SSE framing: `data: <json>\n\n`. json must hold no newline (compact JSON
+ * never does: newlines in strings are escaped). */
+int sd_sse_event(sd_buf *out, const char *json, size_t len);
+int sd_sse_done(sd_buf *out); /* data: [DONE]\n\n */
+int sd_sse_error(sd_buf *out, const sd_api_error *e);
+
+/* Copies text with each invalid UTF-8 sequence replaced by U+FFFD, so the
+ * JSON encoder never refuses it. Appends to out. */
+int sd_utf8_sanitize(sd_buf *out, const char *s, size_t len);
+
+#endif

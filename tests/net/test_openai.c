@@ -1,0 +1,697 @@
+#include <jansson.h>
+
+#include "net/openai.h"
+#include "test.h"
+
+#define MODEL "specd-tiny"
+
+/* Parses body as route kind and expects a 400 naming param (and, when code
+ * is set, that error code). */
+static int expect_400(sd_oai_kind kind, const char *body, const char *param, const char *code)
+{
+    sd_oai_request r;
+    sd_api_error e;
+    memset(&e, 0, sizeof e);
+    int rc = sd_oai_parse(kind, body, strlen(body), MODEL, &r, &e);
+    int ok = rc != 0 && e.status == 400 && strcmp(e.param, param) == 0 &&
+             (!code || strcmp(e.code, code) == 0) && e.message[0] &&
+             strcmp(e.type, "invalid_request_error") == 0;
+    if (!ok)
+        fprintf(stderr, "  body %s\n    rc %d status %d param '%s' (want '%s') code '%s' (want "
+                        "'%s') message '%s'\n",
+                body, rc, e.status, e.param, param, e.code, code ? code : "*", e.message);
+    if (rc == 0)
+        sd_oai_request_free(&r);
+    return ok;
+}
+
+static int parse_ok(sd_oai_kind kind, const char *body, sd_oai_request *r)
+{
+    sd_api_error e;
+    memset(&e, 0, sizeof e);
+    int rc = sd_oai_parse(kind, body, strlen(body), MODEL, r, &e);
+    if (rc)
+        fprintf(stderr, "  body %s\n    refused: %d %s (param %s)\n", body, e.status, e.message,
+                e.param);
+    return rc == 0;
+}
+
+#define CHAT_MSGS "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
+#define C(extra) "{\"model\":\"" MODEL "\"," CHAT_MSGS extra "}"
+#define P(extra) "{\"model\":\"" MODEL "\",\"prompt\":\"hi\"" extra "}"
+
+TEST(a_full_chat_request_maps_to_gen_params)
+{
+    sd_oai_request r;
+    ASSERT(parse_ok(SD_OAI_CHAT,
+                    "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"developer\",\"content\":"
+                    "\"be brief\"},{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+                    "\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"assistant\","
+                    "\"content\":null,\"tool_calls\":[]}],\"stream\":true,\"stream_options\":{"
+                    "\"include_usage\":true},\"max_completion_tokens\":7,\"temperature\":0.5,"
+                    "\"top_p\":0.9,\"top_k\":40,\"seed\":-3,\"n\":1,\"stop\":[\"x\",\"yy\"],"
+                    "\"logprobs\":false,\"presence_penalty\":0,\"tools\":[],\"tool_choice\":"
+                    "\"none\",\"response_format\":{\"type\":\"text\"},\"user\":\"u\"}",
+                    &r));
+    ASSERT_EQ(r.kind, SD_OAI_CHAT);
+    ASSERT_EQ(r.n_msgs, 3);
+    ASSERT_STR_EQ(r.msgs[0].role, "system");
+    ASSERT_STR_EQ(r.msgs[1].content, "a\nb");
+    ASSERT_STR_EQ(r.msgs[2].role, "assistant");
+    ASSERT_STR_EQ(r.msgs[2].content, "");
+    ASSERT_EQ(r.stream, 1);
+    ASSERT_EQ(r.include_usage, 1);
+    ASSERT_EQ(r.max_tokens, 7);
+    ASSERT_STR_EQ(r.max_tokens_param, "max_completion_tokens");
+    ASSERT_NEAR(r.gen.temperature, 0.5, 0);
+    ASSERT_NEAR(r.gen.top_p, 0.9, 0);
+    ASSERT_EQ(r.gen.top_k, 40);
+    ASSERT_EQ(r.gen.has_seed, 1);
+    ASSERT(r.gen.seed == (uint64_t)-3);
+    ASSERT_EQ(r.gen.n_stop, 2);
+    ASSERT_STR_EQ(r.gen.stop[1], "yy");
+    sd_oai_request_free(&r);
+}
+
+TEST(completion_defaults_follow_openai)
+{
+    sd_oai_request r;
+    ASSERT(parse_ok(SD_OAI_COMPLETIONS, P(""), &r));
+    ASSERT_STR_EQ(r.prompt, "hi");
+    ASSERT_EQ(r.prompt_is_ids, 0);
+    ASSERT_EQ(r.stream, 0);
+    ASSERT_EQ(r.max_tokens, -1);
+    ASSERT_NEAR(r.gen.temperature, 1.0, 0); /* OpenAI's default, not greedy */
+    ASSERT_NEAR(r.gen.top_p, 1.0, 0);
+    ASSERT_EQ(r.gen.top_k, 0);
+    ASSERT_EQ(r.gen.has_seed, 0);
+    ASSERT_OK(sd_oai_fit_context(&r, 5, 100, NULL));
+    ASSERT_EQ(r.gen.max_tokens, SD_OAI_DEFAULT_COMPLETION_TOKENS);
+    ASSERT_OK(sd_oai_fit_context(&r, 95, 100, NULL));
+    ASSERT_EQ(r.gen.max_tokens, 5); /* the default shrinks to what the context leaves */
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_CHAT, C(""), &r));
+    ASSERT_OK(sd_oai_fit_context(&r, 30, 100, NULL));
+    ASSERT_EQ(r.gen.max_tokens, 70); /* chat: the rest of the context */
+    sd_oai_request_free(&r);
+}
+
+TEST(prompt_forms_text_single_batch_and_token_ids)
+{
+    sd_oai_request r;
+    ASSERT(parse_ok(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":[\"one\"]}", &r));
+    ASSERT_STR_EQ(r.prompt, "one");
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":[5,0,7]}", &r));
+    ASSERT_EQ(r.prompt_is_ids, 1);
+    ASSERT_EQ(r.n_prompt_ids, 3);
+    ASSERT_EQ(r.prompt_ids[2], 7);
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":[[9]]}", &r));
+    ASSERT_EQ(r.n_prompt_ids, 1);
+    ASSERT_EQ(r.prompt_ids[0], 9);
+    sd_oai_request_free(&r);
+    /* text with characters JSON escapes */
+    ASSERT(parse_ok(SD_OAI_COMPLETIONS,
+                    "{\"model\":\"" MODEL "\",\"prompt\":\"a\\nb\\u00e9\\ud83d\\ude00\"}", &r));
+    ASSERT_STR_EQ(r.prompt, "a\nb\xc3\xa9\xf0\x9f\x98\x80");
+    sd_oai_request_free(&r);
+}
+
+TEST(malformed_json_is_400_without_param)
+{
+    ASSERT(expect_400(SD_OAI_CHAT, "{\"model\":", "", "invalid_json"));
+    ASSERT(expect_400(SD_OAI_CHAT, "", "", "invalid_json"));
+    ASSERT(expect_400(SD_OAI_CHAT, "[1,2]", "", "invalid_json"));
+    ASSERT(expect_400(SD_OAI_CHAT, "\"text\"", "", "invalid_json"));
+    ASSERT(expect_400(SD_OAI_CHAT, "{\"a\":1} trailing", "", "invalid_json"));
+    ASSERT(expect_400(SD_OAI_CHAT, "{\"model\":\"x\",\"model\":\"y\"}", "", "invalid_json"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, "{\"prompt\":\"\xff\xfe\"}", "", "invalid_json"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, "{\"prompt\":\"a\\u0000b\"}", "", "invalid_json"));
+}
+
+TEST(model_is_required_and_must_be_the_served_one)
+{
+    ASSERT(expect_400(SD_OAI_CHAT, "{" CHAT_MSGS "}", "model", "missing_required_parameter"));
+    ASSERT(expect_400(SD_OAI_CHAT, "{\"model\":null," CHAT_MSGS "}", "model", NULL));
+    ASSERT(expect_400(SD_OAI_CHAT, "{\"model\":3," CHAT_MSGS "}", "model", "invalid_type"));
+    ASSERT(expect_400(SD_OAI_CHAT, "{\"model\":\"gpt-4\"," CHAT_MSGS "}", "model",
+                      "model_not_found"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, "{\"model\":\"other\",\"prompt\":\"x\"}", "model",
+                      "model_not_found"));
+}
+
+TEST(wrong_types_name_the_parameter)
+{
+    static const struct {
+        const char *field, *value;
+    } cases[] = {
+        {"stream", "\"yes\""},          {"stream", "1"},
+        {"stream_options", "true"},     {"max_tokens", "\"5\""},
+        {"max_tokens", "1.5"},          {"max_completion_tokens", "[]"},
+        {"temperature", "\"hot\""},     {"top_p", "{}"},
+        {"top_k", "2.5"},               {"seed", "\"1\""},
+        {"n", "\"1\""},                 {"stop", "5"},
+        {"stop", "{}"},                 {"logprobs", "1"},
+        {"presence_penalty", "\"0\""},  {"frequency_penalty", "[]"},
+        {"logit_bias", "[]"},           {"tools", "{}"},
+        {"tool_choice", "1"},           {"response_format", "\"text\""},
+        {"user", "5"},                  {"ignore_eos", "\"no\""},
+        {"top_logprobs", "\"2\""},      {"parallel_tool_calls", "1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body, "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"%s\":%s}",
+                 cases[i].field, cases[i].value);
+        ASSERT_MSG(expect_400(SD_OAI_CHAT, body, cases[i].field, NULL), "%s", body);
+    }
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"echo\":\"x\""), "echo", "invalid_type"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"suffix\":3"), "suffix", "invalid_type"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"logprobs\":true"), "logprobs", "invalid_type"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"best_of\":\"2\""), "best_of", "invalid_type"));
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"stream\":true,\"stream_options\":{\"include_usage\":1}"),
+                      "stream_options.include_usage", "invalid_type"));
+}
+
+TEST(out_of_range_values_name_the_parameter)
+{
+    static const struct {
+        const char *field, *value;
+    } cases[] = {
+        {"temperature", "-0.1"}, {"temperature", "2.01"}, {"top_p", "0"},
+        {"top_p", "1.5"},        {"top_k", "-2"},         {"max_tokens", "0"},
+        {"max_tokens", "-5"},    {"max_tokens", "3000000000"},
+        {"max_completion_tokens", "0"}, {"n", "0"},      {"presence_penalty", "2.5"},
+        {"frequency_penalty", "-3"},    {"top_logprobs", "21"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body, "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"%s\":%s}",
+                 cases[i].field, cases[i].value);
+        ASSERT_MSG(expect_400(SD_OAI_CHAT, body, cases[i].field, "invalid_value"), "%s", body);
+    }
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"max_tokens\":3,\"max_completion_tokens\":4"),
+                      "max_tokens", "invalid_value"));
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"stream_options\":{\"include_usage\":true}"),
+                      "stream_options", "invalid_value")); /* without stream: true */
+}
+
+TEST(unsupported_options_are_refused_by_name)
+{
+    static const struct {
+        const char *field, *value;
+    } chat[] = {
+        {"n", "2"},
+        {"logprobs", "true"},
+        {"top_logprobs", "3"},
+        {"presence_penalty", "0.5"},
+        {"frequency_penalty", "-1"},
+        {"logit_bias", "{\"5\":10}"},
+        {"tools", "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"},
+        {"functions", "[{\"name\":\"f\"}]"},
+        {"tool_choice", "\"auto\""},
+        {"tool_choice", "{\"type\":\"function\"}"},
+        {"function_call", "\"auto\""},
+        {"response_format", "{\"type\":\"json_object\"}"},
+        {"response_format", "{\"type\":\"json_schema\",\"json_schema\":{}}"},
+        {"store", "true"},
+    };
+    for (size_t i = 0; i < sizeof chat / sizeof chat[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body, "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"%s\":%s}",
+                 chat[i].field, chat[i].value);
+        ASSERT_MSG(expect_400(SD_OAI_CHAT, body, chat[i].field, "unsupported_parameter"), "%s",
+                   body);
+    }
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"logprobs\":0"), "logprobs",
+                      "unsupported_parameter"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"echo\":true"), "echo", "unsupported_parameter"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"best_of\":3"), "best_of",
+                      "unsupported_parameter"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"suffix\":\"end\""), "suffix",
+                      "unsupported_parameter"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"n\":4"), "n", "unsupported_parameter"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":[\"a\",\"b\"]}",
+                      "prompt", "unsupported_parameter"));
+    /* neutral values of the same options are accepted */
+    sd_oai_request r;
+    ASSERT(parse_ok(SD_OAI_COMPLETIONS,
+                    P(",\"logprobs\":null,\"echo\":false,\"best_of\":1,\"suffix\":\"\","
+                      "\"logit_bias\":{},\"n\":1,\"frequency_penalty\":0.0"),
+                    &r));
+    sd_oai_request_free(&r);
+}
+
+TEST(unknown_parameters_are_refused_by_name)
+{
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"temprature\":0.5"), "temprature",
+                      "unrecognized_argument"));
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"min_p\":0.1"), "min_p", "unrecognized_argument"));
+    /* a parameter of the other route */
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"prompt\":\"x\""), "prompt", "unrecognized_argument"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"messages\":[]"), "messages",
+                      "unrecognized_argument"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"max_completion_tokens\":5"),
+                      "max_completion_tokens", "unrecognized_argument"));
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"stream\":true,\"stream_options\":{\"x\":1}"),
+                      "stream_options.x", "unrecognized_argument"));
+}
+
+TEST(messages_are_validated_one_by_one)
+{
+    ASSERT(expect_400(SD_OAI_CHAT, "{\"model\":\"" MODEL "\"}", "messages",
+                      "missing_required_parameter"));
+    ASSERT(expect_400(SD_OAI_CHAT, "{\"model\":\"" MODEL "\",\"messages\":[]}", "messages",
+                      "invalid_value"));
+    ASSERT(expect_400(SD_OAI_CHAT, "{\"model\":\"" MODEL "\",\"messages\":\"hi\"}", "messages",
+                      "invalid_type"));
+    ASSERT(expect_400(SD_OAI_CHAT, "{\"model\":\"" MODEL "\",\"messages\":[\"hi\"]}",
+                      "messages[0]", "invalid_type"));
+    ASSERT(expect_400(SD_OAI_CHAT,
+                      "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+                      "{\"content\":\"b\"}]}",
+                      "messages[1].role", "missing_required_parameter"));
+    ASSERT(expect_400(SD_OAI_CHAT,
+                      "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"robot\",\"content\":\"a\"}]}",
+                      "messages[0].role", "invalid_value"));
+    ASSERT(expect_400(SD_OAI_CHAT,
+                      "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":7,\"content\":\"a\"}]}",
+                      "messages[0].role", "invalid_type"));
+    ASSERT(expect_400(SD_OAI_CHAT,
+                      "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"tool\",\"content\":\"a\","
+                      "\"tool_call_id\":\"x\"}]}",
+                      "messages[0].tool_call_id", "unsupported_parameter"));
+    ASSERT(expect_400(SD_OAI_CHAT,
+                      "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"tool\",\"content\":\"a\"}]}",
+                      "messages[0].role", "unsupported_parameter"));
+    ASSERT(expect_400(SD_OAI_CHAT,
+                      "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"user\"}]}",
+                      "messages[0].content", "missing_required_parameter"));
+    ASSERT(expect_400(SD_OAI_CHAT,
+                      "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"user\",\"content\":null}]}",
+                      "messages[0].content", "invalid_type"));
+    ASSERT(expect_400(SD_OAI_CHAT,
+                      "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"user\",\"content\":5}]}",
+                      "messages[0].content", "invalid_type"));
+    ASSERT(expect_400(SD_OAI_CHAT,
+                      "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"user\",\"content\":[{"
+                      "\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
+                      "messages[0].content[0]", "unsupported_parameter"));
+    ASSERT(expect_400(SD_OAI_CHAT,
+                      "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"user\",\"content\":[{"
+                      "\"type\":\"text\"}]}]}",
+                      "messages[0].content[0]", "invalid_type"));
+    ASSERT(expect_400(SD_OAI_CHAT,
+                      "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"user\",\"content\":\"a\","
+                      "\"mood\":\"x\"}]}",
+                      "messages[0].mood", "unrecognized_argument"));
+    ASSERT(expect_400(SD_OAI_CHAT,
+                      "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"assistant\",\"content\":"
+                      "null,\"tool_calls\":[{\"id\":\"1\"}]}]}",
+                      "messages[0].tool_calls", "unsupported_parameter"));
+}
+
+TEST(prompt_is_validated)
+{
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\"}", "prompt",
+                      "missing_required_parameter"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":5}", "prompt",
+                      "invalid_type"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":[]}", "prompt",
+                      "invalid_value"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":[[]]}", "prompt",
+                      "invalid_value"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":[1,-2]}", "prompt",
+                      "invalid_value"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":[1,\"a\"]}",
+                      "prompt", "invalid_type"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":[1,2.5]}",
+                      "prompt", "invalid_type"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS,
+                      "{\"model\":\"" MODEL "\",\"prompt\":[4294967296]}", "prompt",
+                      "invalid_value"));
+}
+
+TEST(stop_strings_are_bounded)
+{
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"stop\":\"\""), "stop", "invalid_value"));
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"stop\":[\"a\",3]"), "stop", "invalid_type"));
+    char body[2048];
+    char many[512] = "[";
+    for (int i = 0; i < SD_OAI_MAX_STOP + 1; i++)
+        strcat(many, i ? ",\"s\"" : "\"s\"");
+    strcat(many, "]");
+    snprintf(body, sizeof body, "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"stop\":%s}", many);
+    ASSERT(expect_400(SD_OAI_CHAT, body, "stop", "invalid_value"));
+    char longs[SD_OAI_MAX_STOP_LEN + 2];
+    memset(longs, 'z', sizeof longs - 1);
+    longs[sizeof longs - 1] = 0;
+    snprintf(body, sizeof body, "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"stop\":\"%s\"}", longs);
+    ASSERT(expect_400(SD_OAI_CHAT, body, "stop", "invalid_value"));
+    sd_oai_request r;
+    ASSERT(parse_ok(SD_OAI_CHAT, C(",\"stop\":\"END\""), &r));
+    ASSERT_EQ(r.gen.n_stop, 1);
+    ASSERT_STR_EQ(r.gen.stop[0], "END");
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_CHAT, C(",\"stop\":null,\"seed\":null,\"temperature\":null"), &r));
+    ASSERT_EQ(r.gen.n_stop, 0);
+    ASSERT_NEAR(r.gen.temperature, 1.0, 0);
+    sd_oai_request_free(&r);
+}
+
+TEST(context_limit_names_prompt_or_max_tokens)
+{
+    sd_oai_request r;
+    sd_api_error e;
+    ASSERT(parse_ok(SD_OAI_COMPLETIONS, P(",\"max_tokens\":50"), &r));
+    ASSERT_EQ(sd_oai_fit_context(&r, 60, 100, &e), SD_EINVAL);
+    ASSERT_EQ(e.status, 400);
+    ASSERT_STR_EQ(e.param, "max_tokens");
+    ASSERT_STR_EQ(e.code, "context_length_exceeded");
+    ASSERT_CONTAINS(e.message, "100");
+    ASSERT_OK(sd_oai_fit_context(&r, 50, 100, &e));
+    ASSERT_EQ(r.gen.max_tokens, 50);
+    ASSERT_EQ(sd_oai_fit_context(&r, 100, 100, &e), SD_EINVAL);
+    ASSERT_STR_EQ(e.param, "prompt");
+    ASSERT_EQ(sd_oai_fit_context(&r, 0, 100, &e), SD_EINVAL);
+    ASSERT_STR_EQ(e.param, "prompt");
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_CHAT, C(",\"max_completion_tokens\":10"), &r));
+    ASSERT_EQ(sd_oai_fit_context(&r, 95, 100, &e), SD_EINVAL);
+    ASSERT_STR_EQ(e.param, "max_completion_tokens");
+    ASSERT_EQ(sd_oai_fit_context(&r, 100, 100, &e), SD_EINVAL);
+    ASSERT_STR_EQ(e.param, "messages");
+    sd_oai_request_free(&r);
+}
+
+/* Random bodies: parse never crashes, and a refusal always has a status, a
+ * type and a message. */
+TEST(random_mutations_never_crash_and_errors_are_complete)
+{
+    uint64_t st = sd_test_seed();
+    const char *base = C(",\"max_tokens\":5,\"stop\":[\"a\"],\"temperature\":0.7,\"stream\":true,"
+                         "\"stream_options\":{\"include_usage\":true}");
+    size_t n = strlen(base);
+    char *buf = malloc(n + 1);
+    for (int it = 0; it < 3000; it++) {
+        memcpy(buf, base, n + 1);
+        int muts = 1 + (int)sd_test_randf(&st, 0, 4);
+        for (int k = 0; k < muts; k++) {
+            size_t at = (size_t)sd_test_randf(&st, 0, (float)n);
+            buf[at] = (char)(int)sd_test_randf(&st, 1, 127);
+        }
+        size_t len = (size_t)sd_test_randf(&st, 0, (float)n + 1);
+        sd_oai_request r;
+        sd_api_error e;
+        memset(&e, 0, sizeof e);
+        int rc = sd_oai_parse(it & 1 ? SD_OAI_CHAT : SD_OAI_COMPLETIONS, buf, len, MODEL, &r, &e);
+        if (rc) {
+            ASSERT_MSG(e.status == 400 && e.message[0] && e.type, "%.*s", (int)len, buf);
+        } else {
+            ASSERT(r.model && (r.kind == SD_OAI_CHAT ? r.n_msgs > 0 : 1));
+            sd_oai_request_free(&r);
+        }
+    }
+    free(buf);
+}
+
+static json_t *load(const sd_buf *b)
+{
+    json_error_t je;
+    json_t *v = json_loadb(b->p, b->len, 0, &je);
+    if (!v)
+        fprintf(stderr, "  not JSON: %s: %.*s\n", je.text, (int)b->len, b->p);
+    return v;
+}
+
+TEST(error_json_has_openai_shape)
+{
+    sd_api_error e;
+    sd_api_error_set(&e, 400, "top_p", "invalid_value", "top_p: %g is out of range", 3.0);
+    sd_buf b = {0};
+    ASSERT_OK(sd_api_error_json(&b, &e));
+    json_t *v = load(&b);
+    ASSERT(v);
+    json_t *err = json_object_get(v, "error");
+    ASSERT(json_is_object(err));
+    ASSERT_STR_EQ(json_string_value(json_object_get(err, "message")), "top_p: 3 is out of range");
+    ASSERT_STR_EQ(json_string_value(json_object_get(err, "type")), "invalid_request_error");
+    ASSERT_STR_EQ(json_string_value(json_object_get(err, "param")), "top_p");
+    ASSERT_STR_EQ(json_string_value(json_object_get(err, "code")), "invalid_value");
+    json_decref(v);
+    sd_buf_clear(&b);
+    sd_api_error_set(&e, 503, NULL, NULL, "queue full");
+    ASSERT_OK(sd_api_error_json(&b, &e));
+    v = load(&b);
+    err = json_object_get(v, "error");
+    ASSERT(json_is_null(json_object_get(err, "param")));
+    ASSERT(json_is_null(json_object_get(err, "code")));
+    ASSERT_STR_EQ(json_string_value(json_object_get(err, "type")), "server_error");
+    json_decref(v);
+    sd_buf_free(&b);
+}
+
+static sd_req_stats sample_stats(void)
+{
+    sd_req_stats st;
+    memset(&st, 0, sizeof st);
+    st.prompt_tokens = 11;
+    st.completion_tokens = 7;
+    st.spec.steps = 4;
+    st.spec.drafted = 12;
+    st.spec.accepted = 6;
+    st.spec.emitted = 10;
+    st.spec.proposed_at[0] = 4;
+    st.spec.proposed_at[1] = 4;
+    st.spec.proposed_at[2] = 4;
+    st.spec.accepted_at[0] = 3;
+    st.spec.accepted_at[1] = 2;
+    st.spec.accepted_at[2] = 1;
+    return st;
+}
+
+TEST(chat_response_carries_usage_and_speculative_extension)
+{
+    sd_req_stats st = sample_stats();
+    sd_oai_meta m = {SD_OAI_CHAT, "chatcmpl-1", 1700000000, MODEL};
+    sd_buf b = {0};
+    ASSERT_OK(sd_oai_response(&b, &m, "Hello \"w\"\n", 10, SD_FINISH_LENGTH, &st));
+    json_t *v = load(&b);
+    ASSERT(v);
+    ASSERT_STR_EQ(json_string_value(json_object_get(v, "object")), "chat.completion");
+    ASSERT_STR_EQ(json_string_value(json_object_get(v, "id")), "chatcmpl-1");
+    ASSERT_EQ(json_integer_value(json_object_get(v, "created")), 1700000000);
+    json_t *c = json_array_get(json_object_get(v, "choices"), 0);
+    ASSERT_STR_EQ(json_string_value(json_object_get(json_object_get(c, "message"), "content")),
+                  "Hello \"w\"\n");
+    ASSERT_STR_EQ(json_string_value(json_object_get(json_object_get(c, "message"), "role")),
+                  "assistant");
+    ASSERT_STR_EQ(json_string_value(json_object_get(c, "finish_reason")), "length");
+    json_t *u = json_object_get(v, "usage");
+    ASSERT_EQ(json_integer_value(json_object_get(u, "prompt_tokens")), 11);
+    ASSERT_EQ(json_integer_value(json_object_get(u, "completion_tokens")), 7);
+    ASSERT_EQ(json_integer_value(json_object_get(u, "total_tokens")), 18);
+    json_t *sp = json_object_get(u, "speculative");
+    ASSERT_EQ(json_integer_value(json_object_get(sp, "accepted_tokens")), 6);
+    ASSERT_NEAR(json_real_value(json_object_get(sp, "acceptance_rate")), 0.5, 1e-12);
+    ASSERT_NEAR(json_real_value(json_object_get(sp, "mean_accepted_length")), 2.5, 1e-12);
+    json_t *pos = json_object_get(sp, "acceptance_by_position");
+    ASSERT_EQ(json_array_size(pos), 3);
+    ASSERT_NEAR(json_real_value(json_array_get(pos, 0)), 0.75, 1e-12);
+    ASSERT_NEAR(json_real_value(json_array_get(pos, 2)), 0.25, 1e-12);
+    json_decref(v);
+    sd_buf_free(&b);
+}
+
+TEST(completion_response_has_text_and_stop_reason)
+{
+    sd_req_stats st = sample_stats();
+    sd_oai_meta m = {SD_OAI_COMPLETIONS, "cmpl-9", 5, MODEL};
+    sd_buf b = {0};
+    ASSERT_OK(sd_oai_response(&b, &m, "xyz", 3, SD_FINISH_STOP, &st));
+    json_t *v = load(&b);
+    ASSERT_STR_EQ(json_string_value(json_object_get(v, "object")), "text_completion");
+    json_t *c = json_array_get(json_object_get(v, "choices"), 0);
+    ASSERT_STR_EQ(json_string_value(json_object_get(c, "text")), "xyz");
+    ASSERT_STR_EQ(json_string_value(json_object_get(c, "finish_reason")), "stop");
+    ASSERT_EQ(json_integer_value(json_object_get(c, "index")), 0);
+    json_decref(v);
+    sd_buf_free(&b);
+}
+
+/* Splits SSE text into events; each must be exactly `data: X\n\n`. */
+static int sse_events(const char *s, size_t len, char ev[][2048], int max)
+{
+    int n = 0;
+    size_t i = 0;
+    while (i < len) {
+        if (len - i < 6 || memcmp(s + i, "data: ", 6) != 0)
+            return -1;
+        const char *end = strstr(s + i, "\n\n");
+        if (!end || n == max)
+            return -1;
+        size_t l = (size_t)(end - (s + i + 6));
+        if (memchr(s + i + 6, '\n', l) || l >= 2048)
+            return -1;
+        memcpy(ev[n], s + i + 6, l);
+        ev[n][l] = 0;
+        n++;
+        i = (size_t)(end - s) + 2;
+    }
+    return n;
+}
+
+TEST(chat_stream_chunks_frame_as_openai_sse)
+{
+    sd_oai_meta m = {SD_OAI_CHAT, "chatcmpl-7", 42, MODEL};
+    sd_req_stats st = sample_stats();
+    sd_buf b = {0};
+    ASSERT_OK(sd_oai_chunk_event(&b, &m, 1, "", 0, SD_FINISH_NONE));
+    ASSERT_OK(sd_oai_chunk_event(&b, &m, 0, "line1\nline2", 11, SD_FINISH_NONE));
+    ASSERT_OK(sd_oai_chunk_event(&b, &m, 0, "", 0, SD_FINISH_STOP));
+    ASSERT_OK(sd_oai_usage_event(&b, &m, &st));
+    ASSERT_OK(sd_sse_done(&b));
+    static char ev[8][2048];
+    int n = sse_events(b.p, b.len, ev, 8);
+    ASSERT_EQ(n, 5);
+    json_error_t je;
+    json_t *c0 = json_loads(ev[0], 0, &je);
+    json_t *d0 = json_object_get(json_array_get(json_object_get(c0, "choices"), 0), "delta");
+    ASSERT_STR_EQ(json_string_value(json_object_get(c0, "object")), "chat.completion.chunk");
+    ASSERT_STR_EQ(json_string_value(json_object_get(d0, "role")), "assistant");
+    ASSERT_STR_EQ(json_string_value(json_object_get(d0, "content")), "");
+    json_t *c1 = json_loads(ev[1], 0, &je);
+    json_t *ch1 = json_array_get(json_object_get(c1, "choices"), 0);
+    ASSERT_STR_EQ(json_string_value(json_object_get(json_object_get(ch1, "delta"), "content")),
+                  "line1\nline2");
+    ASSERT(json_object_get(json_object_get(ch1, "delta"), "role") == NULL);
+    ASSERT(json_is_null(json_object_get(ch1, "finish_reason")));
+    json_t *c2 = json_loads(ev[2], 0, &je);
+    json_t *ch2 = json_array_get(json_object_get(c2, "choices"), 0);
+    ASSERT_STR_EQ(json_string_value(json_object_get(ch2, "finish_reason")), "stop");
+    ASSERT_EQ(json_object_size(json_object_get(ch2, "delta")), 0);
+    json_t *c3 = json_loads(ev[3], 0, &je);
+    ASSERT_EQ(json_array_size(json_object_get(c3, "choices")), 0);
+    ASSERT_EQ(json_integer_value(json_object_get(json_object_get(c3, "usage"), "total_tokens")),
+              18);
+    ASSERT_STR_EQ(ev[4], "[DONE]");
+    /* every chunk of one request carries the same id and created */
+    ASSERT_STR_EQ(json_string_value(json_object_get(c3, "id")), "chatcmpl-7");
+    ASSERT_EQ(json_integer_value(json_object_get(c2, "created")), 42);
+    json_decref(c0);
+    json_decref(c1);
+    json_decref(c2);
+    json_decref(c3);
+    sd_buf_free(&b);
+}
+
+TEST(completion_stream_chunks_are_text_completions)
+{
+    sd_oai_meta m = {SD_OAI_COMPLETIONS, "cmpl-3", 1, MODEL};
+    sd_buf b = {0};
+    ASSERT_OK(sd_oai_chunk_event(&b, &m, 1, "ab", 2, SD_FINISH_NONE));
+    ASSERT_OK(sd_oai_chunk_event(&b, &m, 0, "", 0, SD_FINISH_LENGTH));
+    static char ev[4][2048];
+    ASSERT_EQ(sse_events(b.p, b.len, ev, 4), 2);
+    json_error_t je;
+    json_t *c0 = json_loads(ev[0], 0, &je);
+    json_t *ch = json_array_get(json_object_get(c0, "choices"), 0);
+    ASSERT_STR_EQ(json_string_value(json_object_get(c0, "object")), "text_completion");
+    ASSERT_STR_EQ(json_string_value(json_object_get(ch, "text")), "ab");
+    json_t *c1 = json_loads(ev[1], 0, &je);
+    ASSERT_STR_EQ(json_string_value(json_object_get(
+                      json_array_get(json_object_get(c1, "choices"), 0), "finish_reason")),
+                  "length");
+    json_decref(c0);
+    json_decref(c1);
+    sd_buf_free(&b);
+}
+
+TEST(sse_refuses_payloads_that_would_split_an_event)
+{
+    sd_buf b = {0};
+    ASSERT_EQ(sd_sse_event(&b, "{\"a\":\n1}", 8), SD_EINVAL);
+    ASSERT_EQ(sd_sse_event(&b, "x\ry", 3), SD_EINVAL);
+    ASSERT_OK(sd_sse_event(&b, "{}", 2));
+    ASSERT_STR_EQ(b.p, "data: {}\n\n");
+    sd_api_error e;
+    sd_api_error_set(&e, 500, NULL, "engine_error", "boom");
+    ASSERT_OK(sd_sse_error(&b, &e));
+    ASSERT_CONTAINS(b.p, "\"error\":{\"message\":\"boom\"");
+    sd_buf_free(&b);
+}
+
+TEST(invalid_utf8_becomes_replacement_characters)
+{
+    sd_buf b = {0};
+    /* a lone continuation byte, a truncated 3-byte sequence, an overlong, a surrogate */
+    const char in[] = "a\x80" "b\xe2\x82" "c\xc0\xaf" "d\xed\xa0\x80" "e\xf0\x9f\x98\x80";
+    ASSERT_OK(sd_utf8_sanitize(&b, in, sizeof in - 1));
+    ASSERT_STR_EQ(b.p, "a\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd" "c\xef\xbf\xbd\xef\xbf\xbd"
+                       "d\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "e\xf0\x9f\x98\x80");
+    sd_buf_free(&b);
+    /* a response over invalid bytes is still valid JSON */
+    sd_req_stats st = sample_stats();
+    sd_oai_meta m = {SD_OAI_COMPLETIONS, "cmpl-1", 1, MODEL};
+    ASSERT_OK(sd_oai_response(&b, &m, "x\xff", 2, SD_FINISH_STOP, &st));
+    json_t *v = load(&b);
+    ASSERT(v);
+    ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(json_object_get(v, "choices"), 0),
+                                                    "text")),
+                  "x\xef\xbf\xbd");
+    json_decref(v);
+    sd_buf_free(&b);
+}
+
+TEST(models_list_names_the_served_model)
+{
+    sd_buf b = {0};
+    ASSERT_OK(sd_oai_models(&b, MODEL, 123, 2048));
+    json_t *v = load(&b);
+    ASSERT_STR_EQ(json_string_value(json_object_get(v, "object")), "list");
+    json_t *m = json_array_get(json_object_get(v, "data"), 0);
+    ASSERT_STR_EQ(json_string_value(json_object_get(m, "id")), MODEL);
+    ASSERT_STR_EQ(json_string_value(json_object_get(m, "object")), "model");
+    ASSERT_EQ(json_integer_value(json_object_get(m, "max_model_len")), 2048);
+    json_decref(v);
+    sd_buf_free(&b);
+}
+
+TEST(buf_grows_consumes_and_hands_over)
+{
+    sd_buf b = {0};
+    for (int i = 0; i < 1000; i++)
+        ASSERT_OK(sd_buf_printf(&b, "%d,", i));
+    ASSERT_EQ(b.len, 3890);
+    ASSERT(strncmp(b.p, "0,1,2,", 6) == 0);
+    sd_buf_consume(&b, 4);
+    ASSERT(strncmp(b.p, "2,3,", 4) == 0);
+    ASSERT_EQ(b.len, 3886);
+    char big[600];
+    memset(big, 'q', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    ASSERT_OK(sd_buf_printf(&b, "%s", big));
+    ASSERT_EQ(b.len, 3886 + 599);
+    size_t n;
+    char *p = sd_buf_take(&b, &n);
+    ASSERT_EQ(n, 3886 + 599);
+    ASSERT_EQ(p[n], 0);
+    ASSERT(b.p == NULL && b.len == 0);
+    free(p);
+}
+
+TEST_MAIN(T(a_full_chat_request_maps_to_gen_params), T(completion_defaults_follow_openai),
+          T(prompt_forms_text_single_batch_and_token_ids), T(malformed_json_is_400_without_param),
+          T(model_is_required_and_must_be_the_served_one), T(wrong_types_name_the_parameter),
+          T(out_of_range_values_name_the_parameter), T(unsupported_options_are_refused_by_name),
+          T(unknown_parameters_are_refused_by_name), T(messages_are_validated_one_by_one),
+          T(prompt_is_validated), T(stop_strings_are_bounded),
+          T(context_limit_names_prompt_or_max_tokens),
+          T(random_mutations_never_crash_and_errors_are_complete),
+          T(error_json_has_openai_shape), T(chat_response_carries_usage_and_speculative_extension),
+          T(completion_response_has_text_and_stop_reason),
+          T(chat_stream_chunks_frame_as_openai_sse),
+          T(completion_stream_chunks_are_text_completions),
+          T(sse_refuses_payloads_that_would_split_an_event),
+          T(invalid_utf8_becomes_replacement_characters), T(models_list_names_the_served_model),
+          T(buf_grows_consumes_and_hands_over))
