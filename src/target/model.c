@@ -524,6 +524,7 @@ void sd_model_free(sd_model *m)
 
 const sd_model_cfg *sd_model_cfg_of(const sd_model *m) { return &m->cfg; }
 int sd_model_has_mtp(const sd_model *m) { return m->has_mtp; }
+const sd_weight *sd_model_embed(const sd_model *m) { return &m->embed; }
 sd_backend *sd_model_backend(const sd_model *m) { return m->be; }
 
 static size_t layer_kv_floats(const sd_model *m, const layer *L)
@@ -731,10 +732,11 @@ int sd_model_forward(sd_model *m, const sd_fwd *f, sd_err *err)
     int T = f->ab.n_tokens, D = m->cfg.hidden_size;
     op->embed(be, m->x, &m->embed, f->tokens, T);
     for (int i = 0; i < m->n_layers; i++) {
+        decoder_layer(m, &m->layers[i], &f->ab, T);
+        /* EAGLE-3 ids name a layer's OUTPUT (the residual stream after it) */
         for (int a = 0; a < m->n_aux; a++)
             if (f->aux && m->aux_layers[a] == i)
                 op->copy2d(be, f->aux + (size_t)a * (size_t)D, m->x, T, D, m->n_aux * D, D);
-        decoder_layer(m, &m->layers[i], &f->ab, T);
     }
     head(m, f, &m->norm, &m->lm_head);
     return 0;

@@ -27,7 +27,7 @@ typedef struct sd_fwd {
     const int32_t *out_rows; /* (n_out) token rows whose logits are wanted */
     float *logits;           /* (n_out, vocab) or NULL */
     float *hidden;           /* (T, D): final-normed hidden of every token, or NULL */
-    float *aux;              /* (T, n_aux * D): hidden entering the aux layers, or NULL */
+    float *aux;              /* (T, n_aux * D): output of the aux layers (EAGLE-3), or NULL */
     const float *in_hidden;  /* (T, D): MTP input hidden (sd_model_mtp_forward) */
     float *out_hidden;       /* (T, D): MTP output hidden before the head's norm, or NULL */
 } sd_fwd;
@@ -43,13 +43,16 @@ void sd_model_free(sd_model *m);
 const sd_model_cfg *sd_model_cfg_of(const sd_model *m);
 int sd_model_has_mtp(const sd_model *m);
 sd_backend *sd_model_backend(const sd_model *m);
+/* The token embedding (EAGLE-3 heads share the target's). */
+const sd_weight *sd_model_embed(const sd_model *m);
 
 /* Allocates the KV cache for n_slots token positions (target layers and,
  * if loaded, the MTP layer). Bytes per slot: sd_model_kv_bytes_per_slot. */
 int sd_model_alloc_kv(sd_model *m, int n_slots, sd_err *err);
 size_t sd_model_kv_bytes_per_slot(const sd_model *m);
 
-/* EAGLE-3: capture the hidden states entering these layers into fwd.aux. */
+/* EAGLE-3: capture the outputs of these layers (SGLang's
+ * eagle_aux_hidden_state_layer_ids) into fwd.aux, concatenated in order. */
 int sd_model_set_aux_layers(sd_model *m, const int *layers, int n, sd_err *err);
 
 int sd_model_forward(sd_model *m, const sd_fwd *f, sd_err *err);
