@@ -86,6 +86,8 @@ struct sd_engine {
     int32_t *pd_tok, *pd_pos, *pd_seq, *pd_slot, *pd_rows, *pd_hrows;
     float *pd_logits, *pd_hid_in, *pd_hid_out, *pd_hid_prev;
     float *ph_logits;
+    float *pd_aux_in; /* EAGLE-3: gathered aux states (T, 3D) */
+    float *ph_row;    /* EAGLE-3: a draft row spread over the target vocabulary */
     int32_t *ph_i32; /* host rows of a proposer batch (6 x max_tokens) */
     int ngram_n;
     /* KV */

@@ -22,6 +22,7 @@
 
 #include "core/log.h"
 #include "core/util.h"
+#include "draft/eagle3.h"
 #include "engine/internal.h"
 
 #define SD_MAX_K 16
@@ -104,6 +105,18 @@ int sd__adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch)
 /* Per-request draft from a logits row: argmax, or a sample of q. */
 static int32_t draft_token(sd_engine *e, req *r, const float *row, int j)
 {
+    if (e->eagle) {
+        /* reduced draft vocabulary: map through d2t */
+        int Vd = sd_eagle3_draft_vocab(e->eagle);
+        const int32_t *d2t = sd_eagle3_d2t(e->eagle);
+        if (r->greedy)
+            return d2t[sd_argmax(row, Vd)];
+        for (int i = 0; i < e->V; i++)
+            e->ph_row[i] = -INFINITY;
+        for (int i = 0; i < Vd; i++)
+            e->ph_row[d2t[i]] = row[i];
+        row = e->ph_row;
+    }
     if (r->greedy)
         return sd_argmax(row, e->V);
     float *q = r->q + (size_t)j * e->V;
@@ -114,10 +127,6 @@ static int32_t draft_token(sd_engine *e, req *r, const float *row, int j)
 }
 
 /* ------------------------------------------------------------------ init */
-
-struct sd_eagle3 {
-    int unused;
-};
 
 int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
 {
@@ -184,8 +193,23 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
                               o->draft_model);
         return sd_model_alloc_kv(e->draft, e->n_blocks * e->block_size, err);
     }
-    if (e->spec == SD_SPEC_EAGLE3)
-        return sd_err_set(err, SD_ENOTSUP, "--spec eagle3 is not available in this build yet");
+    if (e->spec == SD_SPEC_EAGLE3) {
+        if (!o->draft_model || !o->draft_model[0])
+            return sd_err_set(err, SD_EINVAL, "--spec eagle3 needs --draft-model DIR (the head)");
+        int rc = sd_eagle3_load(&e->eagle, o->draft_model, e->be, e->target, e->max_tokens, err);
+        if (rc)
+            return sd_err_prefix(err, "--draft-model: ");
+        int ids[3];
+        sd_eagle3_aux_layers(e->eagle, ids);
+        if ((rc = sd_model_set_aux_layers(e->target, ids, 3, err)))
+            return rc;
+        e->d_aux = op->alloc(e->be, T * 3 * (size_t)e->D * 4);
+        e->pd_aux_in = op->alloc(e->be, T * 3 * (size_t)e->D * 4);
+        e->ph_row = malloc((size_t)e->V * 4);
+        if (!e->d_aux || !e->pd_aux_in || !e->ph_row)
+            return sd_err_set(err, SD_ENOMEM, "EAGLE-3: out of memory");
+        return sd_eagle3_alloc_kv(e->eagle, e->n_blocks * e->block_size, err);
+    }
     return 0; /* MTP: the target model holds the layer and its cache */
 }
 
@@ -198,12 +222,19 @@ void sd__spec_free(sd_engine *e)
     for (size_t i = 0; i < SD_ARRAY_LEN(dev); i++)
         if (dev[i])
             e->be->ops->free(e->be, dev[i]);
+    if (e->pd_aux_in)
+        e->be->ops->free(e->be, e->pd_aux_in);
     free(e->ph_logits);
     free(e->ph_i32);
+    free(e->ph_row);
     sd_model_free(e->draft);
+    sd_eagle3_free(e->eagle);
 }
 
-int sd__spec_wants_hidden(const sd_engine *e) { return e->spec == SD_SPEC_MTP ? 1 : 0; }
+int sd__spec_wants_hidden(const sd_engine *e)
+{
+    return e->spec == SD_SPEC_MTP ? 1 : e->spec == SD_SPEC_EAGLE3 ? 2 : 0;
+}
 
 /* ------------------------------------------------------------------ model steps */
 
@@ -228,7 +259,9 @@ static void prow_init(sd_engine *e, prow *b)
 /* Runs one proposer forward over the rows in b (sequence table: the step's).
  * mtp: MTP layer with input hidden rows gathered from hid_src by b->hrows.
  * Logits of the out rows land in e->ph_logits. */
-static int run_prop(sd_engine *e, prow *b, int mtp, const float *hid_src, int n_seq, sd_err *err)
+enum { PROP_DRAFT_LM = 0, PROP_MTP = 1, PROP_EAGLE_FIRST = 2, PROP_EAGLE_CHAIN = 3 };
+
+static int run_prop(sd_engine *e, prow *b, int mode, const float *hid_src, int n_seq, sd_err *err)
 {
     const sd_ops *op = e->be->ops;
     sd_backend *be = e->be;
@@ -248,19 +281,30 @@ static int run_prop(sd_engine *e, prow *b, int mtp, const float *hid_src, int n_
                 .logits = b->n_out ? e->pd_logits : NULL};
     (void)n_seq;
     int rc;
-    if (mtp) {
+    int width = e->D, V = e->V;
+    if (mode == PROP_MTP || mode == PROP_EAGLE_FIRST || mode == PROP_EAGLE_CHAIN) {
+        float *in = e->pd_hid_in;
+        if (mode == PROP_EAGLE_FIRST) {
+            width = 3 * e->D;
+            in = e->pd_aux_in;
+        }
         op->upload(be, e->pd_hrows, b->hrows, T);
-        op->gather_rows(be, e->pd_hid_in, hid_src, e->pd_hrows, b->T, e->D, e->D, e->D);
-        f.in_hidden = e->pd_hid_in;
+        op->gather_rows(be, in, hid_src, e->pd_hrows, b->T, width, width, width);
+        f.in_hidden = in;
         f.out_hidden = e->pd_hid_out;
+    }
+    if (mode == PROP_MTP) {
         rc = sd_model_mtp_forward(e->target, &f, err);
-    } else {
+    } else if (mode == PROP_DRAFT_LM) {
         rc = sd_model_forward(e->draft, &f, err);
+    } else {
+        rc = sd_eagle3_forward(e->eagle, &f, mode == PROP_EAGLE_FIRST, err);
+        V = sd_eagle3_draft_vocab(e->eagle);
     }
     if (!rc)
         rc = op->sync(be);
     if (!rc && b->n_out)
-        rc = op->download(be, e->ph_logits, e->pd_logits, (size_t)b->n_out * (size_t)e->V * 4);
+        rc = op->download(be, e->ph_logits, e->pd_logits, (size_t)b->n_out * (size_t)V * 4);
     return rc;
 }
 
@@ -304,7 +348,10 @@ static int reserve_k(sd_engine *e, req *r, int k)
 
 static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
 {
-    int mtp = e->spec == SD_SPEC_MTP;
+    /* MTP and EAGLE-3 take shifted tokens and target hidden states */
+    int mtp = e->spec == SD_SPEC_MTP || e->spec == SD_SPEC_EAGLE3;
+    int eagle = e->spec == SD_SPEC_EAGLE3;
+    int Vl = eagle ? sd_eagle3_draft_vocab(e->eagle) : e->V;
     prow b;
     prow_init(e, &b);
     int kr[4096];
@@ -339,7 +386,8 @@ static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
     /* reserve_k may have grown block tables */
     int rc = sd__engine_upload_tables(e, s);
     if (!rc)
-        rc = run_prop(e, &b, mtp, e->d_hidden, s->n_seq, err);
+        rc = run_prop(e, &b, eagle ? PROP_EAGLE_FIRST : mtp ? PROP_MTP : PROP_DRAFT_LM,
+                      eagle ? e->d_aux : e->d_hidden, s->n_seq, err);
     if (rc)
         return rc;
     /* first drafts; keep each drafting request's last hidden for the chain */
@@ -349,7 +397,7 @@ static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
     for (int j = 0; j < b.n_out; j++) {
         req *r = b.out_req[j];
         r->has_q = 0;
-        r->draft[0] = draft_token(e, r, e->ph_logits + (size_t)j * e->V, 0);
+        r->draft[0] = draft_token(e, r, e->ph_logits + (size_t)j * Vl, 0);
         r->n_draft = 1;
         prev_rows[n_chain] = b.rows[j];
         chain[n_chain++] = r;
@@ -377,7 +425,8 @@ static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
         }
         if (!n)
             break;
-        rc = run_prop(e, &c, mtp, e->pd_hid_prev, s->n_seq, err);
+        rc = run_prop(e, &c, eagle ? PROP_EAGLE_CHAIN : mtp ? PROP_MTP : PROP_DRAFT_LM,
+                      e->pd_hid_prev, s->n_seq, err);
         if (rc)
             return rc;
         if (mtp) {
@@ -392,7 +441,7 @@ static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
         }
         for (int m = 0; m < n; m++) {
             req *r = c.out_req[m];
-            r->draft[j] = draft_token(e, r, e->ph_logits + (size_t)m * e->V, j);
+            r->draft[j] = draft_token(e, r, e->ph_logits + (size_t)m * Vl, j);
             r->n_draft = j + 1;
             if (!mtp)
                 r->draft_valid = r->n_tok - 1 + j + 1;
@@ -425,6 +474,7 @@ int sd__spec_step(sd_engine *e, step *s, int k, sd_err *err)
         s->seqs[i]->n_draft = 0;
     switch (e->spec) {
     case SD_SPEC_MTP:
+    case SD_SPEC_EAGLE3:
     case SD_SPEC_DRAFT: return model_spec_step(e, s, k, err);
     case SD_SPEC_NGRAM: return ngram_step(e, s, k);
     default: return 0;

@@ -9,6 +9,7 @@
 #include "core/util.h"
 #include "engine/engine.h"
 #include "test.h"
+#include "tiny_model.h"
 
 #define MAXR 32
 #define MAXO 64
@@ -72,6 +73,8 @@ static int make_prompt(uint64_t seed, int i, int32_t *p, int vocab)
 
 static char *dir_of(const char *name)
 {
+    if (name[0] == '/')
+        return strdup(name);
     return sd_strfmt("%s/tests/golden/models/%s", sd_test_srcdir(), name);
 }
 
@@ -204,6 +207,15 @@ TEST(draft_model_greedy_output_equals_plain_at_batch_1_3_8_16)
     check_lossless("deepseek-v3", "draft", "llama-tied", 2);
 }
 
+TEST(eagle3_greedy_output_equals_plain_at_batch_1_3_8_16)
+{
+    /* the deepseek-v3 fixture: hidden 64, vocabulary 384, 3 layers */
+    char *head = tiny_eagle3_write(64, 384, 128, 3, 0.1f, sd_test_seed());
+    ASSERT(head != NULL);
+    check_lossless("deepseek-v3", "eagle3", head, 3);
+    tiny_model_remove(head);
+}
+
 TEST(adaptive_k_greedy_output_equals_plain)
 {
     check_lossless("deepseek-v3", "mtp", NULL, -1);
@@ -272,6 +284,7 @@ TEST(submit_refuses_bad_requests_with_a_message)
 TEST_MAIN(T(mtp_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(ngram_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(draft_model_greedy_output_equals_plain_at_batch_1_3_8_16),
+          T(eagle3_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(adaptive_k_greedy_output_equals_plain),
           T(small_kv_cache_preempts_and_every_request_still_finishes_with_the_same_output),
           T(a_seeded_sampled_request_is_reproducible_whatever_the_batch),
