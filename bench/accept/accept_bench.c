@@ -328,6 +328,15 @@ static int run_one(const args *a, const prompt *ps, int n, const char *proposer,
     return 0;
 }
 
+/* tokens/s of the plain run at the same temperature */
+static double plain_tok_s(const result *rs, int nr, double temperature)
+{
+    for (int j = 0; j < nr; j++)
+        if (!strcmp(rs[j].proposer, "none") && rs[j].temperature == temperature)
+            return rs[j].tok_s;
+    return 0;
+}
+
 static char *git_commit(void)
 {
     FILE *p = popen("git rev-parse --short HEAD 2>/dev/null", "r");
@@ -402,10 +411,7 @@ int main(int argc, char **argv)
     json_t *arr = json_array();
     for (int i = 0; i < nr; i++) {
         result *r = &rs[i];
-        double base = 0;
-        for (int j = 0; j < nr; j++)
-            if (!strcmp(rs[j].proposer, "none") && rs[j].temperature == r->temperature)
-                base = rs[j].tok_s;
+        double base = plain_tok_s(rs, nr, r->temperature);
         json_t *o = json_object();
         json_object_set_new(o, "proposer", json_string(r->proposer));
         json_object_set_new(o, "k", r->k < 0 ? json_string("auto") : json_integer(r->k));
@@ -434,10 +440,7 @@ int main(int argc, char **argv)
            "speedup", "draft_ms", "verif_ms", "acceptance by position");
     for (int i = 0; i < nr; i++) {
         result *r = &rs[i];
-        double base = 0;
-        for (int j = 0; j < nr; j++)
-            if (!strcmp(rs[j].proposer, "none") && rs[j].temperature == r->temperature)
-                base = rs[j].tok_s;
+        double base = plain_tok_s(rs, nr, r->temperature);
         char kb[8];
         snprintf(kb, sizeof kb, r->k < 0 ? "auto" : "%d", r->k);
         printf("%-8s %5s %5.2f %9.3f %10.1f %9.3f %9.3f %8.3f ", r->proposer, kb, r->temperature,

@@ -39,6 +39,19 @@ void sd_stop_free(sd_stop *s)
     memset(s, 0, sizeof *s);
 }
 
+static int grow(sd_stop *s, size_t need)
+{
+    if (need <= s->cap_held)
+        return 0;
+    size_t cap = need * 2;
+    char *h = realloc(s->held, cap);
+    if (!h)
+        return SD_ENOMEM;
+    s->held = h;
+    s->cap_held = cap;
+    return 0;
+}
+
 /* bytes at the end of h that are a proper prefix of some stop string */
 static size_t partial_tail(const sd_stop *s, const char *h, size_t n)
 {
@@ -60,14 +73,8 @@ int sd_stop_push(sd_stop *s, const char *text, size_t len, const char **out, siz
     *out_len = 0;
     if (s->matched)
         return 1;
-    if (s->n_held + len + 1 > s->cap_held) {
-        size_t cap = (s->n_held + len + 1) * 2;
-        char *h = realloc(s->held, cap);
-        if (!h)
-            return SD_ENOMEM;
-        s->held = h;
-        s->cap_held = cap;
-    }
+    if (grow(s, s->n_held + len + 1))
+        return SD_ENOMEM;
     /* what was released last time is gone: keep only the held tail */
     memcpy(s->held + s->n_held, text, len);
     s->n_held += len;
@@ -95,22 +102,14 @@ int sd_stop_push(sd_stop *s, const char *text, size_t len, const char **out, siz
     size_t rel = s->n_held - keep;
     /* the held bytes are the start of whole characters (the detokenizer gives
      * whole characters and stop strings are valid UTF-8), so rel is a boundary */
-    static char buf_dummy;
-    (void)buf_dummy;
     *out = s->held;
     *out_len = rel;
     /* move the kept tail to the front after the caller has read out: done on
      * the next push by the memmove below */
     if (rel) {
         /* copy out into a scratch region past the held data */
-        if (s->n_held + rel + 1 > s->cap_held) {
-            size_t cap = (s->n_held + rel + 1) * 2;
-            char *h = realloc(s->held, cap);
-            if (!h)
-                return SD_ENOMEM;
-            s->held = h;
-            s->cap_held = cap;
-        }
+        if (grow(s, s->n_held + rel + 1))
+            return SD_ENOMEM;
         memcpy(s->held + s->n_held + 1, s->held, rel);
         memmove(s->held, s->held + rel, keep);
         s->n_held = keep;
