@@ -1,0 +1,642 @@
+/* core/chat_template: the published Jinja chat templates of the families specd
+ * serves, written out in C for plain text messages (no tools, no images).
+ * Each renderer follows its template statement by statement; the golden test
+ * (tests/core/test_chat_template.c) compares them with Jinja's output on the
+ * real templates (tests/golden/tokenizer/chat/). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/tokenizer.h"
+#include "core/utf8.h"
+#include "core/util.h"
+
+typedef enum { FAM_LLAMA3, FAM_CHATML, FAM_DEEPSEEK3, FAM_KIMI } family;
+
+enum {
+    /* llama3 */
+    LL_30 = 0, /* Llama-3 (3.0): bos on the first message only */
+    LL_31,     /* 3.1 / 3.3: system block with a fixed "Today Date: 26 Jul 2024" */
+    LL_32,     /* 3.2: the same block with today's date */
+    /* deepseek3 */
+    DS_V3 = 0, /* V3 / R1 */
+    DS_V31,    /* V3.1: </think> after <｜Assistant｜> (thinking off) */
+    /* kimi-k2 */
+    KM_K2 = 0,   /* Kimi-K2-Instruct */
+    KM_THINKING, /* Kimi-K2-Thinking: <think></think> before assistant text */
+};
+
+struct sd_chat_template {
+    family fam;
+    int variant;
+    char *bos;             /* BOS text (llama3, deepseek3) */
+    char *default_system;  /* chatml / kimi: printed when the first message is not a system one */
+    int qwen3;             /* chatml: Qwen3's <think> handling */
+    int qwen_tools;        /* chatml: role "tool" wrapped in <tool_response> (Qwen2.5 / Qwen3) */
+    int think_strip;       /* deepseek3 (R1): assistant text after the last </think> */
+    int join_systems;      /* deepseek3: all system messages joined by "\n\n" (else the last) */
+    const char *gen_extra; /* deepseek3 V3/R1: text after <｜Assistant｜> in the generation prompt */
+    const char *date;      /* llama3.2: pinned date, NULL = today */
+};
+
+static const char *const FAMILY_NAME[] = {"llama3", "chatml", "deepseek3", "kimi-k2"};
+static const char *const FAMILY_STOP[] = {"<|eot_id|>", "<|im_end|>", "<｜end▁of▁sentence｜>", "<|im_end|>"};
+
+/* ---- template inspection -------------------------------------------------------- */
+
+/* A Jinja string literal's text starting at s, up to the first occurrence of end;
+ * NULL when the stretch is not plain literal text (quotes, braces, plus signs).
+ * Jinja escapes (\n, \t, \', \", \\) are resolved. */
+static char *literal_until(const char *s, const char *end)
+{
+    const char *e = strstr(s, end);
+    if (!e || e == s)
+        return NULL;
+    for (const char *p = s; p < e; p++)
+        if (*p == '\'' || *p == '"' || *p == '{' || *p == '}' || *p == '+')
+            return NULL;
+    sd_sbuf b = {0};
+    for (const char *p = s; p < e; p++) {
+        char c = *p;
+        if (c == '\\' && p + 1 < e) {
+            char x = *++p;
+            c = x == 'n' ? '\n' : x == 't' ? '\t' : x;
+        }
+        if (sd_sbuf_putc(&b, c)) {
+            sd_sbuf_free(&b);
+            return NULL;
+        }
+    }
+    return sd_sbuf_take(&b, NULL);
+}
+
+/* The first literal prompt that follows one of the heads in tmpl. */
+static char *find_default(const char *tmpl, const char *const *heads, int nheads, const char *end)
+{
+    for (int h = 0; h < nheads; h++) {
+        size_t hl = strlen(heads[h]);
+        for (const char *p = strstr(tmpl, heads[h]); p; p = strstr(p + 1, heads[h])) {
+            char *lit = literal_until(p + hl, end);
+            if (lit)
+                return lit;
+        }
+    }
+    return NULL;
+}
+
+static int recognize(const char *tmpl)
+{
+    if (strstr(tmpl, "<|start_header_id|>"))
+        return FAM_LLAMA3;
+    if (strstr(tmpl, "<｜User｜>"))
+        return FAM_DEEPSEEK3;
+    if (strstr(tmpl, "<|im_user|>") || strstr(tmpl, "<|im_middle|>"))
+        return FAM_KIMI;
+    if (strstr(tmpl, "<|im_start|>"))
+        return FAM_CHATML;
+    return -1;
+}
+
+/* Family defaults, then what the checkpoint's template says (tmpl may be NULL). */
+static int configure(sd_chat_template *ct, const char *tmpl)
+{
+    switch (ct->fam) {
+    case FAM_LLAMA3:
+        ct->variant = LL_30;
+        if (tmpl && strstr(tmpl, "Cutting Knowledge Date"))
+            ct->variant = strstr(tmpl, "strftime_now") ? LL_32 : LL_31;
+        break;
+    case FAM_CHATML:
+        if (tmpl) {
+            static const char *const heads[] = {"<|im_start|>system\\n", "<|im_start|>system\n"};
+            ct->default_system = find_default(tmpl, heads, 2, "<|im_end|>");
+            ct->qwen3 = strstr(tmpl, "last_query_index") != NULL;
+            ct->qwen_tools = strstr(tmpl, "<tool_response>") != NULL;
+        }
+        break;
+    case FAM_DEEPSEEK3:
+        ct->variant = DS_V3;
+        ct->join_systems = 1;
+        ct->gen_extra = "";
+        if (tmpl) {
+            if (strstr(tmpl, "is_last_user")) {
+                ct->variant = DS_V31;
+            } else {
+                ct->join_systems = strstr(tmpl, "is_first_sp") != NULL;
+                ct->think_strip = strstr(tmpl, "</think>") != NULL;
+                if (strstr(tmpl, "<｜Assistant｜><think>\\n") || strstr(tmpl, "<｜Assistant｜><think>\n"))
+                    ct->gen_extra = "<think>\n";
+            }
+        }
+        break;
+    case FAM_KIMI: {
+        ct->variant = tmpl && strstr(tmpl, "<think>") ? KM_THINKING : KM_K2;
+        static const char *const heads[] = {"<|im_system|>system<|im_middle|>"};
+        ct->default_system = tmpl ? find_default(tmpl, heads, 1, "<|im_end|>") : NULL;
+        if (!ct->default_system)
+            ct->default_system = sd_strfmt("%s", "You are a helpful assistant");
+        if (!ct->default_system)
+            return SD_ENOMEM;
+        break;
+    }
+    }
+    return 0;
+}
+
+/* tokenizer_config.json's chat_template (a string, or a list of {name, template}
+ * whose "default" entry counts), else chat_template.jinja / chat_template.json. */
+static int read_template(const char *dir, char **tmpl, char **bos, int *has_im_start, sd_err *err)
+{
+    *tmpl = *bos = NULL;
+    *has_im_start = 0;
+    char *path = sd_strfmt("%s/tokenizer_config.json", dir);
+    if (!path)
+        return sd_err_set(err, SD_ENOMEM, "chat template: out of memory");
+    if (sd_file_exists(path)) {
+        json_error_t je;
+        json_t *cfg = json_load_file(path, 0, &je);
+        if (!cfg) {
+            int rc = sd_err_set(err, SD_EFORMAT, "%s:%d:%d: malformed JSON: %s", path, je.line, je.column, je.text);
+            free(path);
+            return rc;
+        }
+        json_t *ctj = json_object_get(cfg, "chat_template");
+        if (json_is_array(ctj)) {
+            json_t *pick = NULL;
+            for (size_t i = 0; i < json_array_size(ctj); i++) {
+                json_t *e = json_array_get(ctj, i);
+                json_t *nm = json_object_get(e, "name");
+                if (json_is_string(nm) && !strcmp(json_string_value(nm), "default"))
+                    pick = json_object_get(e, "template");
+            }
+            ctj = pick;
+        }
+        if (json_is_string(ctj))
+            *tmpl = sd_strfmt("%s", json_string_value(ctj));
+        json_t *b = json_object_get(cfg, "bos_token");
+        if (json_is_object(b))
+            b = json_object_get(b, "content");
+        if (json_is_string(b))
+            *bos = sd_strfmt("%s", json_string_value(b));
+        json_decref(cfg);
+    }
+    free(path);
+    const char *alts[] = {"chat_template.jinja", "chat_template.json"};
+    for (int k = 0; k < 2 && !*tmpl; k++) {
+        path = sd_strfmt("%s/%s", dir, alts[k]);
+        if (path && sd_file_exists(path)) {
+            char *data;
+            size_t len;
+            int rc = sd_read_file(path, &data, &len, err);
+            if (rc) {
+                free(path);
+                return rc;
+            }
+            if (k == 0) {
+                *tmpl = data;
+            } else {
+                json_error_t je;
+                json_t *j = json_loadb(data, len, 0, &je);
+                json_t *s = json_object_get(j, "chat_template");
+                if (json_is_string(s))
+                    *tmpl = sd_strfmt("%s", json_string_value(s));
+                json_decref(j);
+                free(data);
+            }
+        }
+        free(path);
+    }
+    /* No template: is <|im_start|> in the vocabulary (tokenizer.json)? */
+    path = sd_strfmt("%s/tokenizer.json", dir);
+    if (!*tmpl && path && sd_file_exists(path)) {
+        char *data;
+        size_t len;
+        if (!sd_read_file(path, &data, &len, NULL)) {
+            *has_im_start = memmem(data, len, "\"<|im_start|>\"", 14) != NULL;
+            free(data);
+        }
+    }
+    free(path);
+    return 0;
+}
+
+int sd_chat_template_load(sd_chat_template **out, const char *model_dir, const char *name, sd_err *err)
+{
+    *out = NULL;
+    if (!name || !*name)
+        name = "auto";
+    int fam = -1;
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(name, FAMILY_NAME[i]))
+            fam = i;
+    int is_auto = !strcmp(name, "auto");
+    if (fam < 0 && !is_auto)
+        return sd_err_set(err, SD_EINVAL,
+                          "--chat-template %s: unknown template (choose auto, llama3, chatml, deepseek3 or kimi-k2)",
+                          name);
+    char *tmpl = NULL, *bos = NULL;
+    int has_im_start = 0;
+    if (model_dir && *model_dir) {
+        if (!sd_dir_exists(model_dir))
+            return sd_err_set(err, SD_ENOENT, "chat template: model folder %s does not exist", model_dir);
+        int rc = read_template(model_dir, &tmpl, &bos, &has_im_start, err);
+        if (rc)
+            return rc;
+    } else if (is_auto) {
+        return sd_err_set(err, SD_EINVAL, "--chat-template auto needs a model folder to read the template from");
+    }
+    if (is_auto) {
+        if (!tmpl) {
+            if (!has_im_start) {
+                free(bos);
+                return sd_err_set(err, SD_ENOENT,
+                                  "%s: no chat_template in tokenizer_config.json (nor chat_template.jinja) and no "
+                                  "<|im_start|> in the vocabulary; pass --chat-template llama3|chatml|deepseek3|kimi-k2",
+                                  model_dir);
+            }
+            fam = FAM_CHATML;
+        } else {
+            fam = recognize(tmpl);
+            if (fam < 0) {
+                free(tmpl);
+                free(bos);
+                return sd_err_set(err, SD_ENOTSUP,
+                                  "%s: the chat_template is not one of the families specd knows (llama3, chatml, "
+                                  "deepseek3, kimi-k2); pass --chat-template NAME to choose one",
+                                  model_dir);
+            }
+        }
+    }
+    sd_chat_template *ct = calloc(1, sizeof *ct);
+    if (!ct) {
+        free(tmpl);
+        free(bos);
+        return sd_err_set(err, SD_ENOMEM, "chat template: out of memory");
+    }
+    ct->fam = (family)fam;
+    /* An explicit family reads the variant from the checkpoint's template only when
+     * that template is of the same family. */
+    const char *use = tmpl && recognize(tmpl) == fam ? tmpl : NULL;
+    int rc = configure(ct, use);
+    if (!rc && !bos && (fam == FAM_LLAMA3 || fam == FAM_DEEPSEEK3))
+        bos = sd_strfmt("%s", fam == FAM_LLAMA3 ? "<|begin_of_text|>" : "<｜begin▁of▁sentence｜>");
+    ct->bos = bos;
+    free(tmpl);
+    if (rc || ((fam == FAM_LLAMA3 || fam == FAM_DEEPSEEK3) && !ct->bos)) {
+        sd_chat_template_free(ct);
+        return sd_err_set(err, SD_ENOMEM, "chat template: out of memory");
+    }
+    *out = ct;
+    return 0;
+}
+
+void sd_chat_template_free(sd_chat_template *ct)
+{
+    if (!ct)
+        return;
+    free(ct->bos);
+    free(ct->default_system);
+    free(ct);
+}
+
+const char *sd_chat_template_name(const sd_chat_template *ct) { return FAMILY_NAME[ct->fam]; }
+const char *sd_chat_template_stop(const sd_chat_template *ct) { return FAMILY_STOP[ct->fam]; }
+void sd_chat_template_set_date(sd_chat_template *ct, const char *date) { ct->date = date; }
+
+/* ---- rendering helpers ------------------------------------------------------------ */
+
+typedef struct out {
+    sd_sbuf b;
+    int oom;
+} out;
+
+static void o_put(out *o, const char *s, size_t n)
+{
+    if (!o->oom && sd_sbuf_put(&o->b, s, n))
+        o->oom = 1;
+}
+static void o_str(out *o, const char *s) { o_put(o, s, strlen(s)); }
+
+/* Jinja's |trim (Python str.strip()): Unicode whitespace at both ends. */
+static void o_trim(out *o, const char *s)
+{
+    size_t n = strlen(s), a = 0, b = n;
+    const unsigned char *p = (const unsigned char *)s;
+    while (a < b) {
+        uint32_t cp = 0;
+        size_t l;
+        if (sd_utf8_next(p + a, b - a, &cp, &l) != SD_UTF8_OK || !sd_uc_py_space(cp))
+            break;
+        a += l;
+    }
+    while (b > a) {
+        size_t k = b - 1;
+        while (k > a && (p[k] & 0xC0) == 0x80 && b - k < 4)
+            k--;
+        uint32_t cp = 0;
+        size_t l;
+        if (sd_utf8_next(p + k, b - k, &cp, &l) != SD_UTF8_OK || k + l != b || !sd_uc_py_space(cp))
+            break;
+        b = k;
+    }
+    o_put(o, s + a, b - a);
+}
+
+/* Python's s.strip('\n') / lstrip / rstrip on s[a..b). */
+static void strip_nl(const char *s, size_t *a, size_t *b, int left, int right)
+{
+    while (left && *a < *b && s[*a] == '\n')
+        (*a)++;
+    while (right && *b > *a && s[*b - 1] == '\n')
+        (*b)--;
+}
+
+/* The last occurrence of needle in s[0..n), or NULL. */
+static const char *last_of(const char *s, size_t n, const char *needle)
+{
+    size_t k = strlen(needle);
+    const char *hit = NULL;
+    for (const char *p = s; (p = memmem(p, n - (size_t)(p - s), needle, k)); p++)
+        hit = p;
+    return hit;
+}
+
+/* ---- the families ------------------------------------------------------------------- */
+
+static void r_llama3(const sd_chat_template *ct, const sd_chat_msg *m, int n, int gen, out *o)
+{
+    int i = 0;
+    if (ct->variant == LL_30) {
+        for (; i < n; i++) {
+            if (i == 0)
+                o_str(o, ct->bos);
+            o_str(o, "<|start_header_id|>");
+            o_str(o, m[i].role);
+            o_str(o, "<|end_header_id|>\n\n");
+            o_trim(o, m[i].content);
+            o_str(o, "<|eot_id|>");
+        }
+    } else {
+        char today[32];
+        const char *date = ct->date;
+        if (!date && ct->variant == LL_31)
+            date = "26 Jul 2024";
+        if (!date) {
+            time_t now = time(NULL);
+            struct tm tmv;
+            localtime_r(&now, &tmv);
+            strftime(today, sizeof today, "%d %b %Y", &tmv);
+            date = today;
+        }
+        o_str(o, ct->bos);
+        o_str(o, "<|start_header_id|>system<|end_header_id|>\n\n");
+        o_str(o, "Cutting Knowledge Date: December 2023\nToday Date: ");
+        o_str(o, date);
+        o_str(o, "\n\n");
+        if (n > 0 && !strcmp(m[0].role, "system")) {
+            o_trim(o, m[0].content);
+            i = 1;
+        }
+        o_str(o, "<|eot_id|>");
+        for (; i < n; i++) {
+            if (!strcmp(m[i].role, "tool") || !strcmp(m[i].role, "ipython")) {
+                o_str(o, "<|start_header_id|>ipython<|end_header_id|>\n\n");
+                o_str(o, m[i].content);
+            } else {
+                o_str(o, "<|start_header_id|>");
+                o_str(o, m[i].role);
+                o_str(o, "<|end_header_id|>\n\n");
+                o_trim(o, m[i].content);
+            }
+            o_str(o, "<|eot_id|>");
+        }
+    }
+    if (gen)
+        o_str(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+static int is_tool_response(const char *s)
+{
+    size_t n = strlen(s);
+    return n >= 15 && !strncmp(s, "<tool_response>", 15) && n >= 16 && !strcmp(s + n - 16, "</tool_response>");
+}
+
+static void r_chatml(const sd_chat_template *ct, const sd_chat_msg *m, int n, int gen, out *o)
+{
+    if (ct->default_system && (n == 0 || strcmp(m[0].role, "system"))) {
+        o_str(o, "<|im_start|>system\n");
+        o_str(o, ct->default_system);
+        o_str(o, "<|im_end|>\n");
+    }
+    int last_query = n - 1; /* Qwen3: the last real user turn */
+    if (ct->qwen3)
+        for (int i = n - 1; i >= 0; i--)
+            if (!strcmp(m[i].role, "user") && !is_tool_response(m[i].content)) {
+                last_query = i;
+                break;
+            }
+    for (int i = 0; i < n; i++) {
+        const char *role = m[i].role, *c = m[i].content;
+        if (ct->qwen_tools && !strcmp(role, "tool")) {
+            if (i == 0 || strcmp(m[i - 1].role, "tool"))
+                o_str(o, "<|im_start|>user");
+            o_str(o, "\n<tool_response>\n");
+            o_str(o, c);
+            o_str(o, "\n</tool_response>");
+            if (i == n - 1 || strcmp(m[i + 1].role, "tool"))
+                o_str(o, "<|im_end|>\n");
+            continue;
+        }
+        if (ct->qwen3 && !strcmp(role, "assistant")) {
+            size_t cn = strlen(c), a = 0, b = cn;       /* content = c[a..b) */
+            const char *rs = "";
+            size_t ra = 0, rb = 0;                      /* reasoning = rs[ra..rb) */
+            const char *close = strstr(c, "</think>");
+            if (close) {
+                /* reasoning = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') */
+                size_t pre = (size_t)(close - c);
+                strip_nl(c, &ra, &pre, 0, 1);
+                const char *open = last_of(c, pre, "<think>");
+                ra = open ? (size_t)(open - c) + 7 : 0;
+                rb = pre;
+                strip_nl(c, &ra, &rb, 1, 0);
+                rs = c;
+                /* content = content.split('</think>')[-1].lstrip('\n') */
+                a = (size_t)(last_of(c, cn, "</think>") - c) + 8;
+                strip_nl(c, &a, &b, 1, 0);
+            }
+            o_str(o, "<|im_start|>assistant\n");
+            if (i > last_query && (i == n - 1 || rb > ra)) {
+                strip_nl(rs, &ra, &rb, 1, 1);
+                o_str(o, "<think>\n");
+                o_put(o, rs + ra, rb - ra);
+                o_str(o, "\n</think>\n\n");
+                strip_nl(c, &a, &b, 1, 0);
+            }
+            o_put(o, c + a, b - a);
+            o_str(o, "<|im_end|>\n");
+            continue;
+        }
+        o_str(o, "<|im_start|>");
+        o_str(o, role);
+        o_str(o, "\n");
+        o_str(o, c);
+        o_str(o, "<|im_end|>\n");
+    }
+    if (gen)
+        o_str(o, "<|im_start|>assistant\n");
+}
+
+static void r_deepseek3(const sd_chat_template *ct, const sd_chat_msg *m, int n, int gen, out *o)
+{
+    o_str(o, ct->bos);
+    int first_sp = 1, last_sys = -1;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(m[i].role, "system"))
+            continue;
+        if (ct->join_systems) {
+            if (!first_sp)
+                o_str(o, "\n\n");
+            o_str(o, m[i].content);
+            first_sp = 0;
+        } else {
+            last_sys = i;
+        }
+    }
+    if (last_sys >= 0)
+        o_str(o, m[last_sys].content);
+    int is_tool = 0, output_first = 1, last_user = 0;
+    for (int i = 0; i < n; i++) {
+        const char *role = m[i].role, *c = m[i].content;
+        if (!strcmp(role, "user")) {
+            is_tool = 0;
+            last_user = 1;
+            o_str(o, "<｜User｜>");
+            o_str(o, c);
+        } else if (!strcmp(role, "assistant")) {
+            if (ct->variant == DS_V31) {
+                if (last_user)
+                    o_str(o, "<｜Assistant｜></think>");
+                last_user = 0;
+                if (is_tool) {
+                    is_tool = 0;
+                } else {
+                    const char *cl = strstr(c, "</think>"); /* split('</think>', 1)[1] */
+                    if (cl)
+                        c = cl + 8;
+                }
+                o_str(o, c);
+                o_str(o, "<｜end▁of▁sentence｜>");
+            } else if (is_tool) {
+                o_str(o, "<｜tool▁outputs▁end｜>");
+                o_str(o, c);
+                o_str(o, "<｜end▁of▁sentence｜>");
+                is_tool = 0;
+            } else {
+                if (ct->think_strip) { /* split('</think>')[-1] */
+                    const char *cl = last_of(c, strlen(c), "</think>");
+                    if (cl)
+                        c = cl + 8;
+                }
+                o_str(o, "<｜Assistant｜>");
+                o_str(o, c);
+                o_str(o, "<｜end▁of▁sentence｜>");
+            }
+        } else if (!strcmp(role, "tool")) {
+            last_user = 0;
+            is_tool = 1;
+            if (ct->variant == DS_V31) {
+                o_str(o, "<｜tool▁output▁begin｜>");
+            } else if (output_first) {
+                o_str(o, "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>");
+                output_first = 0;
+            } else {
+                o_str(o, "<｜tool▁output▁begin｜>");
+            }
+            o_str(o, c);
+            o_str(o, "<｜tool▁output▁end｜>");
+        }
+    }
+    if (ct->variant == DS_V31) {
+        if (gen && last_user && !is_tool)
+            o_str(o, "<｜Assistant｜></think>");
+        return;
+    }
+    if (is_tool)
+        o_str(o, "<｜tool▁outputs▁end｜>");
+    if (gen && !is_tool) {
+        o_str(o, "<｜Assistant｜>");
+        o_str(o, ct->gen_extra);
+    }
+}
+
+static void r_kimi(const sd_chat_template *ct, const sd_chat_msg *m, int n, int gen, out *o)
+{
+    if (n == 0 || strcmp(m[0].role, "system")) {
+        if (ct->variant == KM_THINKING || n > 0) {
+            o_str(o, "<|im_system|>system<|im_middle|>");
+            o_str(o, ct->default_system);
+            o_str(o, "<|im_end|>");
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        const char *role = m[i].role;
+        if (ct->variant == KM_THINKING) {
+            o_str(o, !strcmp(role, "user") ? "<|im_user|>" : !strcmp(role, "assistant") ? "<|im_assistant|>"
+                                                                                         : "<|im_system|>");
+            o_str(o, role);
+            o_str(o, "<|im_middle|>");
+            if (!strcmp(role, "assistant"))
+                o_str(o, "<think></think>");
+            else if (!strcmp(role, "tool"))
+                o_str(o, "## Return of \n");
+        } else if (!strcmp(role, "system")) {
+            o_str(o, "<|im_system|>system<|im_middle|>");
+        } else if (!strcmp(role, "user")) {
+            o_str(o, "<|im_user|>user<|im_middle|>");
+        } else if (!strcmp(role, "assistant")) {
+            o_str(o, "<|im_assistant|>assistant<|im_middle|>");
+        } else if (!strcmp(role, "tool")) {
+            o_str(o, "<|im_system|>tool<|im_middle|>");
+        }
+        o_str(o, m[i].content);
+        o_str(o, "<|im_end|>");
+    }
+    if (gen)
+        o_str(o, "<|im_assistant|>assistant<|im_middle|>");
+}
+
+int sd_chat_render(const sd_chat_template *ct, const sd_chat_msg *msgs, int n, int add_generation_prompt,
+                   char **text, size_t *len, sd_err *err)
+{
+    *text = NULL;
+    if (len)
+        *len = 0;
+    if (n < 0 || (n > 0 && !msgs))
+        return sd_err_set(err, SD_EINVAL, "chat render: %d messages at %p", n, (const void *)msgs);
+    for (int i = 0; i < n; i++)
+        if (!msgs[i].role || !msgs[i].content)
+            return sd_err_set(err, SD_EINVAL, "chat render: message %d has no %s", i, msgs[i].role ? "content" : "role");
+    out o = {{0}, 0};
+    switch (ct->fam) {
+    case FAM_LLAMA3:
+        r_llama3(ct, msgs, n, add_generation_prompt, &o);
+        break;
+    case FAM_CHATML:
+        r_chatml(ct, msgs, n, add_generation_prompt, &o);
+        break;
+    case FAM_DEEPSEEK3:
+        r_deepseek3(ct, msgs, n, add_generation_prompt, &o);
+        break;
+    case FAM_KIMI:
+        r_kimi(ct, msgs, n, add_generation_prompt, &o);
+        break;
+    }
+    if (o.oom || !(*text = sd_sbuf_take(&o.b, len))) {
+        sd_sbuf_free(&o.b);
+        return sd_err_set(err, SD_ENOMEM, "chat render: out of memory");
+    }
+    return 0;
+}

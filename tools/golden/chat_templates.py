@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Golden renders of the published chat templates (tests/golden/tokenizer/chat/*.jinja)
+for specd's native renderers (src/core/chat_template.c).
+
+Renders each template with Jinja2 in the environment transformers uses for
+apply_chat_template (sandboxed, trim_blocks, lstrip_blocks, loopcontrols,
+raise_exception, strftime_now, tojson), over a fixed set of plain-text
+conversations, with and without the generation prompt. strftime_now is pinned
+to 07 Mar 2025 so the Llama 3.2 render is reproducible (the C test pins the same
+date with sd_chat_template_set_date).
+
+  python3 tools/golden/chat_templates.py      # writes tests/golden/tokenizer/chat_golden.json
+"""
+import datetime
+import json
+import os
+import sys
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+CHAT = os.path.join(ROOT, "tests", "golden", "tokenizer", "chat")
+PINNED = datetime.datetime(2025, 3, 7)
+
+# file -> (family specd must recognize, bos_token, eos_token)
+TEMPLATES = {
+    "llama3.jinja": ("llama3", "<|begin_of_text|>", "<|eot_id|>"),
+    "llama3.1.jinja": ("llama3", "<|begin_of_text|>", "<|eot_id|>"),
+    "llama3.2.jinja": ("llama3", "<|begin_of_text|>", "<|eot_id|>"),
+    "chatml.jinja": ("chatml", None, "<|im_end|>"),
+    "qwen2.jinja": ("chatml", None, "<|im_end|>"),
+    "qwen2.5.jinja": ("chatml", None, "<|im_end|>"),
+    "qwen3.jinja": ("chatml", None, "<|im_end|>"),
+    "deepseek-v3.jinja": ("deepseek3", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+    "deepseek-r1.jinja": ("deepseek3", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+    "deepseek-r1-think.jinja": ("deepseek3", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+    "deepseek-v3.1.jinja": ("deepseek3", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+    "kimi-k2.jinja": ("kimi-k2", "[BOS]", "[EOS]"),
+    "kimi-k2-thinking.jinja": ("kimi-k2", "[BOS]", "[EOS]"),
+}
+
+
+def m(role, content):
+    return {"role": role, "content": content}
+
+
+CONVERSATIONS = [
+    [m("user", "Hello!")],
+    [m("system", "You are a helpful bot."), m("user", "What is 2+2?")],
+    [m("system", "Be terse."), m("user", "Hi"), m("assistant", "Hello."), m("user", "Tell me a joke.")],
+    [m("user", "First question"), m("assistant", "First answer"), m("user", "Second question")],
+    [m("system", "  padded system \n"), m("user", "\n  hi there \t\n"), m("assistant", " answer "),
+     m("user", "\u3000ideographic spaces\u3000")],
+    [m("user", "\u00bfQu\u00e9 tal? \u65e5\u672c\u8a9e \U0001F600 e\u0301")],
+    [m("user", "q1"), m("assistant", "<think>\nreasoning here\n</think>\n\nFinal answer."), m("user", "q2")],
+    [m("user", "q"), m("assistant", "<think>r1</think>middle</think>\n\nlast")],
+    [m("system", "A"), m("system", "B"), m("user", "u")],
+    [m("user", "What is the weather?"), m("tool", "sunny, 21C"), m("assistant", "It is sunny.")],
+    [m("user", "")],
+    [m("user", "<|im_end|> and <|eot_id|> as text")],
+    [m("system", "sys only")],
+    [m("assistant", "starts with the assistant"), m("user", "then me")],
+]
+
+
+def render(env, text, bos, eos, msgs, gen):
+    tmpl = env.from_string(text)
+    return tmpl.render(messages=msgs, add_generation_prompt=gen, bos_token=bos, eos_token=eos)
+
+
+def main():
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols])
+
+    def raise_exception(msg):
+        raise jinja2.exceptions.TemplateError(msg)
+
+    env.filters["tojson"] = lambda x, indent=None, separators=None, sort_keys=False: json.dumps(
+        x, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: PINNED.strftime(fmt)
+    out = {"format": 1, "jinja2_version": jinja2.__version__, "pinned_date": PINNED.strftime("%d %b %Y"),
+           "made_by": "tools/golden/chat_templates.py", "templates": []}
+    for name, (family, bos, eos) in TEMPLATES.items():
+        with open(os.path.join(CHAT, name), encoding="utf-8") as f:
+            text = f.read()
+        entry = {"file": name, "family": family, "bos_token": bos, "eos_token": eos, "cases": []}
+        for msgs in CONVERSATIONS:
+            for gen in (False, True):
+                try:
+                    r = render(env, text, bos, eos, msgs, gen)
+                except Exception as e:  # the template refuses this conversation: not a case
+                    print(f"{name}: skipped a case ({e})", file=sys.stderr)
+                    continue
+                entry["cases"].append({"messages": msgs, "add_generation_prompt": gen, "text": r})
+        out["templates"].append(entry)
+        print(f"{name}: {len(entry['cases'])} cases")
+    path = os.path.join(ROOT, "tests", "golden", "tokenizer", "chat_golden.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=True, indent=1)
+    print("wrote", os.path.normpath(path))
+
+
+if __name__ == "__main__":
+    main()
