@@ -525,6 +525,7 @@ void sd_model_free(sd_model *m)
 const sd_model_cfg *sd_model_cfg_of(const sd_model *m) { return &m->cfg; }
 int sd_model_has_mtp(const sd_model *m) { return m->has_mtp; }
 const sd_weight *sd_model_embed(const sd_model *m) { return &m->embed; }
+size_t sd_model_workspace_bytes(const sd_model *m) { return m->ws_floats * sizeof(float); }
 sd_backend *sd_model_backend(const sd_model *m) { return m->be; }
 
 static size_t layer_kv_floats(const sd_model *m, const layer *L)

@@ -45,6 +45,8 @@ int sd_model_has_mtp(const sd_model *m);
 sd_backend *sd_model_backend(const sd_model *m);
 /* The token embedding (EAGLE-3 heads share the target's). */
 const sd_weight *sd_model_embed(const sd_model *m);
+/* Bytes of the forward workspace (activations). */
+size_t sd_model_workspace_bytes(const sd_model *m);
 
 /* Allocates the KV cache for n_slots token positions (target layers and,
  * if loaded, the MTP layer). Bytes per slot: sd_model_kv_bytes_per_slot. */
