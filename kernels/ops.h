@@ -87,6 +87,9 @@ typedef struct sd_ops {
     void (*weight_free)(sd_backend *be, sd_weight *w);
     /* Waits for queued work; returns the first recorded error (0 if none). */
     int (*sync)(sd_backend *be);
+    /* Memory the backend can still allocate and its total, in bytes (device
+     * memory on a GPU, available RAM on the CPU). For the memory plan. */
+    int (*mem_info)(sd_backend *be, size_t *free_bytes, size_t *total_bytes);
 
     /* ---- ops ---- */
     /* out(n, D) = table[ids[i]] */

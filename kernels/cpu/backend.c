@@ -1,5 +1,6 @@
 /* CPU backend: memory, weights, the thread pool, and the ops table. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -224,6 +225,26 @@ static int cpu_sync(sd_backend *be)
     return 0;
 }
 
+/* MemAvailable and MemTotal from /proc/meminfo */
+static int cpu_mem_info(sd_backend *be, size_t *free_bytes, size_t *total_bytes)
+{
+    (void)be;
+    *free_bytes = *total_bytes = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return -1;
+    char line[256];
+    unsigned long long kb;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            *free_bytes = (size_t)kb * 1024;
+        else if (sscanf(line, "MemTotal: %llu kB", &kb) == 1)
+            *total_bytes = (size_t)kb * 1024;
+    }
+    fclose(f);
+    return *total_bytes ? 0 : -1;
+}
+
 static const sd_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -234,6 +255,7 @@ static const sd_ops cpu_ops = {
     .weight = cpu_weight,
     .weight_free = cpu_weight_free,
     .sync = cpu_sync,
+    .mem_info = cpu_mem_info,
     .embed = sd__cpu_embed,
     .rmsnorm = sd__cpu_rmsnorm,
     .matmul = sd__cpu_matmul,

@@ -261,6 +261,19 @@ int sd_eagle3_draft_vocab(const sd_eagle3 *h) { return h->Vd; }
 int sd_eagle3_hidden(const sd_eagle3 *h) { return h->H; }
 const int32_t *sd_eagle3_d2t(const sd_eagle3 *h) { return h->d2t; }
 
+size_t sd_eagle3_kv_bytes_per_slot(const sd_eagle3 *h)
+{
+    return 2 * (size_t)h->Hkv * (size_t)h->hd * sizeof(float);
+}
+
+size_t sd_eagle3_workspace_bytes(const sd_eagle3 *h)
+{
+    size_t T = (size_t)h->max_tokens;
+    return T * sizeof(float) *
+           ((size_t)h->H * 5 + (size_t)h->Hq * h->hd * 2 + (size_t)h->Hkv * h->hd * 2 +
+            2 * (size_t)h->I);
+}
+
 int sd_eagle3_alloc_kv(sd_eagle3 *h, int n_slots, sd_err *err)
 {
     size_t per = (size_t)h->Hkv * (size_t)h->hd * sizeof(float);

@@ -27,6 +27,8 @@ int sd_eagle3_hidden(const sd_eagle3 *h);
 /* Host map draft id -> target id. */
 const int32_t *sd_eagle3_d2t(const sd_eagle3 *h);
 int sd_eagle3_alloc_kv(sd_eagle3 *h, int n_slots, sd_err *err);
+size_t sd_eagle3_kv_bytes_per_slot(const sd_eagle3 *h);
+size_t sd_eagle3_workspace_bytes(const sd_eagle3 *h);
 /* One step over f->ab / f->tokens. first: f->in_hidden holds the aux states
  * (T, 3*D) and goes through fc; else it holds the head's hidden (T, H).
  * Writes f->out_hidden (T, H) and f->logits (n_out, draft_vocab). */

@@ -760,39 +760,41 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
                         c->max_pos);
         goto fail;
     }
-    /* KV plan */
+    /* proposer (it loads before the plan: its cache and buffers count) */
     e->block_size = o->block_size;
     e->max_blocks = (e->max_ctx + e->k_max + 1 + e->block_size - 1) / e->block_size + 1;
-    size_t per_slot = sd_model_kv_bytes_per_slot(e->target);
-    if (o->kv_blocks > 0) {
-        e->n_blocks = o->kv_blocks;
-    } else {
-        /* CPU: a quarter of a GiB of cache, at least 4 full-context requests */
-        size_t budget = (size_t)256 << 20;
-        size_t per_block = per_slot * (size_t)e->block_size;
-        e->n_blocks = (int)(budget / (per_block ? per_block : 1));
-        if (e->n_blocks < 4 * e->max_blocks)
-            e->n_blocks = 4 * e->max_blocks;
-    }
-    if (e->n_blocks < e->max_blocks) {
-        rc = sd_err_set(err, SD_EINVAL,
-                        "KV cache of %d blocks x %d tokens cannot hold one request of the maximum "
-                        "context (%d tokens): raise --kv-blocks or lower --max-context",
-                        e->n_blocks, e->block_size, e->max_ctx);
-        goto fail;
-    }
-    if ((rc = sd_kv_pool_create(&e->kv, e->n_blocks, e->block_size, err)))
-        goto fail;
-    if ((rc = sd_model_alloc_kv(e->target, e->n_blocks * e->block_size, err)))
-        goto fail;
     if ((rc = alloc_step_buffers(e, err)))
         goto fail;
     if ((rc = sd__spec_init(e, o, err)))
         goto fail;
-    sd_log_info("engine: %s on %s, %d layers, vocab %d, context %d, KV %d blocks x %d tokens "
-                "(%.1f MiB), spec %s k %s",
-                e->model_name, e->be->ops->name, c->num_layers, e->V, e->max_ctx, e->n_blocks,
-                e->block_size, (double)per_slot * e->n_blocks * e->block_size / (1 << 20), o->spec,
+    /* memory plan: what is left after activations goes to the KV cache */
+    sd_mem_plan *mp = &e->plan;
+    mp->device = e->be->ops->name;
+    if (!e->be->ops->mem_info || e->be->ops->mem_info(e->be, &mp->free, &mp->total)) {
+        mp->free = mp->total = (size_t)1 << 30;
+    }
+    mp->fraction = o->mem_fraction;
+    mp->weights = sd_checkpoint_bytes(dir);
+    mp->activations = sd_model_workspace_bytes(e->target) + sd__spec_buffer_bytes(e) +
+                      (size_t)e->max_tokens * ((size_t)e->V * 8 + (size_t)e->D * 4 + 24);
+    mp->kv_per_token = sd_model_kv_bytes_per_slot(e->target) + sd__spec_kv_bytes_per_slot(e);
+    mp->block_size = e->block_size;
+    mp->max_context = e->max_ctx;
+    mp->min_blocks = e->max_blocks;
+    /* The CPU plans for --max-batch full-context requests at most: its memory
+     * is shared with everything else on the machine. */
+    int cap = strcmp(e->be->ops->name, "cpu") == 0 ? o->max_batch * e->max_blocks : 0;
+    if ((rc = sd_mem_plan_make(mp, o->kv_blocks, cap, err)))
+        goto fail;
+    sd_mem_plan_log(mp);
+    e->n_blocks = mp->blocks;
+    if ((rc = sd_kv_pool_create(&e->kv, e->n_blocks, e->block_size, err)))
+        goto fail;
+    if ((rc = sd_model_alloc_kv(e->target, e->n_blocks * e->block_size, err)) ||
+        (rc = sd__spec_alloc_kv(e, e->n_blocks * e->block_size, err)))
+        goto fail;
+    sd_log_info("engine: %s on %s, %d layers, vocab %d, context %d, spec %s, k %s", e->model_name,
+                e->be->ops->name, c->num_layers, e->V, e->max_ctx, o->spec,
                 e->spec_k >= 0 ? "fixed" : "auto");
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         rc = sd_err_set(err, SD_ENOMEM, "cannot start the engine thread");

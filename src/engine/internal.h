@@ -9,6 +9,7 @@
 #include "core/tokenizer.h"
 #include "draft/ngram.h"
 #include "engine/engine.h"
+#include "engine/memplan.h"
 #include "sched/kv_blocks.h"
 #include "sched/stop.h"
 #include "target/model.h"
@@ -118,6 +119,7 @@ struct sd_engine {
     sd_engine_stats stats;
     double t_target_per_tok, t_target_base; /* cost model, seconds */
     sd_adaptive adapt;
+    sd_mem_plan plan;
     sd_accept_stats acc_all; /* engine-wide, engine thread only */
     double draft_s_total, verify_s_total;
 };
@@ -130,6 +132,11 @@ typedef struct step {
 /* spec.c */
 int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err);
 void sd__spec_free(sd_engine *e);
+/* KV bytes per token slot of the proposer's own cache (draft LM, EAGLE-3) */
+size_t sd__spec_kv_bytes_per_slot(const sd_engine *e);
+/* the proposer's buffers and workspaces, bytes */
+size_t sd__spec_buffer_bytes(const sd_engine *e);
+int sd__spec_alloc_kv(sd_engine *e, int n_slots, sd_err *err);
 /* 1: the target pass must write final hidden states, 2: EAGLE-3 aux states, 0: none */
 int sd__spec_wants_hidden(const sd_engine *e);
 /* After the target pass and acceptance: catch the proposer up and draft k tokens

@@ -176,7 +176,7 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
                               "and the other has none",
                               o->draft_model);
         if (!e->tok)
-            return sd_model_alloc_kv(e->draft, e->n_blocks * e->block_size, err);
+            return 0;
         rc = sd_tok_load(&dt, o->draft_model, err);
         if (rc)
             return sd_err_prefix(err, "--draft-model tokenizer: ");
@@ -191,7 +191,7 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
             return sd_err_set(err, SD_EINVAL,
                               "--draft-model %s: its tokenizer does not match the target's",
                               o->draft_model);
-        return sd_model_alloc_kv(e->draft, e->n_blocks * e->block_size, err);
+        return 0;
     }
     if (e->spec == SD_SPEC_EAGLE3) {
         if (!o->draft_model || !o->draft_model[0])
@@ -208,9 +208,41 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
         e->ph_row = malloc((size_t)e->V * 4);
         if (!e->d_aux || !e->pd_aux_in || !e->ph_row)
             return sd_err_set(err, SD_ENOMEM, "EAGLE-3: out of memory");
-        return sd_eagle3_alloc_kv(e->eagle, e->n_blocks * e->block_size, err);
+        return 0;
     }
     return 0; /* MTP: the target model holds the layer and its cache */
+}
+
+size_t sd__spec_kv_bytes_per_slot(const sd_engine *e)
+{
+    if (e->draft)
+        return sd_model_kv_bytes_per_slot(e->draft);
+    if (e->eagle)
+        return sd_eagle3_kv_bytes_per_slot(e->eagle);
+    return 0; /* MTP's cache is counted with the target's */
+}
+
+size_t sd__spec_buffer_bytes(const sd_engine *e)
+{
+    if (e->spec == SD_SPEC_NONE)
+        return 0;
+    size_t T = (size_t)e->max_tokens, D = (size_t)e->D;
+    size_t b = T * 4 * 6 + (size_t)e->ov_max_seqs * (size_t)e->V * 4 + T * D * 4 * 2 +
+               (size_t)e->ov_max_seqs * D * 4;
+    if (e->eagle)
+        b += 2 * T * 3 * D * 4 + sd_eagle3_workspace_bytes(e->eagle);
+    if (e->draft)
+        b += sd_model_workspace_bytes(e->draft);
+    return b;
+}
+
+int sd__spec_alloc_kv(sd_engine *e, int n_slots, sd_err *err)
+{
+    if (e->draft)
+        return sd_model_alloc_kv(e->draft, n_slots, err);
+    if (e->eagle)
+        return sd_eagle3_alloc_kv(e->eagle, n_slots, err);
+    return 0;
 }
 
 void sd__spec_free(sd_engine *e)

@@ -281,6 +281,23 @@ TEST(submit_refuses_bad_requests_with_a_message)
     sd_opts_free(&o);
 }
 
+TEST(a_kv_cache_too_small_for_one_full_context_request_is_refused_at_start)
+{
+    sd_opts o;
+    sd_err err = {0};
+    ASSERT_OK(sd_opts_init(&o, &err));
+    char *m = dir_of("llama");
+    sd_opts_set(&o, SD_CMD_GENERATE, "model", m, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "256", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "kv-blocks", "4", &err);
+    sd_engine *e = NULL;
+    ASSERT_EQ(sd_engine_create(&e, &o, &err), SD_EFULL);
+    ASSERT_CONTAINS(err.msg, "maximum context (256 tokens)");
+    ASSERT(e == NULL);
+    free(m);
+    sd_opts_free(&o);
+}
+
 TEST_MAIN(T(mtp_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(ngram_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(draft_model_greedy_output_equals_plain_at_batch_1_3_8_16),
@@ -288,4 +305,5 @@ TEST_MAIN(T(mtp_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(adaptive_k_greedy_output_equals_plain),
           T(small_kv_cache_preempts_and_every_request_still_finishes_with_the_same_output),
           T(a_seeded_sampled_request_is_reproducible_whatever_the_batch),
-          T(submit_refuses_bad_requests_with_a_message))
+          T(submit_refuses_bad_requests_with_a_message),
+          T(a_kv_cache_too_small_for_one_full_context_request_is_refused_at_start))

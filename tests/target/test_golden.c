@@ -120,7 +120,11 @@ static int fixtures(char names[][256], int max)
 static void check_fixture(const char *name, int *failed)
 {
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/tests/golden/models/%s", sd_test_srcdir(), name);
+    if (snprintf(dir, sizeof dir, "%s/tests/golden/models/%s", sd_test_srcdir(), name) >=
+        (int)sizeof dir) {
+        *failed = 1;
+        return;
+    }
     golden g;
     if (load_golden(&g, dir)) {
         fprintf(stderr, "  %s: cannot read the fixture\n", name);
