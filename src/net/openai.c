@@ -28,15 +28,19 @@ int sd_api_error_set(sd_api_error *e, int status, const char *param, const char 
     return SD_EINVAL;
 }
 
+/* Compact, and reals with 12 significant digits (0.0056051940000000008
+ * reads 0.005605194). */
+#define DUMP_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(12))
+
 /* Appends compact JSON of v to out and releases v. */
 static int dump_json(sd_buf *out, json_t *v)
 {
     if (!v)
         return SD_ENOMEM;
-    size_t n = json_dumpb(v, NULL, 0, JSON_COMPACT);
+    size_t n = json_dumpb(v, NULL, 0, DUMP_FLAGS);
     int rc = SD_ENOMEM;
     if (n && sd_buf_reserve(out, n) == 0) {
-        json_dumpb(v, out->p + out->len, n, JSON_COMPACT);
+        json_dumpb(v, out->p + out->len, n, DUMP_FLAGS);
         out->len += n;
         out->p[out->len] = 0;
         rc = 0;
@@ -679,6 +683,8 @@ int sd_oai_parse(sd_oai_kind kind, const char *body, size_t len, const char *ser
     memset(r, 0, sizeof *r);
     r->kind = kind;
     r->max_tokens = -1;
+    r->add_generation_prompt = 1;
+    r->add_special_tokens = kind == SD_OAI_COMPLETIONS;
     json_error_t je;
     json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &je);
     if (!root)
@@ -696,6 +702,71 @@ int sd_oai_parse(sd_oai_kind kind, const char *body, size_t len, const char *ser
         sd_oai_request_free(r);
         r->kind = kind;
     }
+    return rc;
+}
+
+static int parse_tokenize(json_t *root, const char *served_model, sd_oai_request *r,
+                          sd_api_error *e)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v)
+    {
+        if (strcmp(key, "model") && strcmp(key, "prompt") && strcmp(key, "messages") &&
+            strcmp(key, "add_generation_prompt") && strcmp(key, "add_special_tokens")) {
+            char shown[64];
+            snprintf(shown, sizeof shown, "%s", key);
+            return sd_api_error_set(e, 400, shown, "unrecognized_argument",
+                                    "Unrecognized request argument supplied: %s", shown);
+        }
+    }
+    if ((v = json_object_get(root, "model")) && !json_is_null(v)) {
+        if (!json_is_string(v))
+            return bad_type(e, "model", "a string", v);
+        if (served_model && strcmp(json_string_value(v), served_model) != 0)
+            return sd_api_error_set(e, 400, "model", "model_not_found",
+                                    "The model '%.200s' does not exist; this server serves "
+                                    "'%.200s'",
+                                    json_string_value(v), served_model);
+    }
+    int has_p = json_object_get(root, "prompt") != NULL;
+    int has_m = json_object_get(root, "messages") != NULL;
+    if (has_p == has_m)
+        return sd_api_error_set(e, 400, has_p ? "messages" : "prompt", "invalid_value",
+                                "give exactly one of prompt and messages");
+    r->kind = has_m ? SD_OAI_CHAT : SD_OAI_COMPLETIONS;
+    if (has_m ? parse_messages(root, r, e) : parse_prompt(root, r, e))
+        return SD_EINVAL;
+    r->add_generation_prompt = 1;
+    r->add_special_tokens = !has_m;
+    if ((v = json_object_get(root, "add_generation_prompt")) && !json_is_null(v) &&
+        get_bool(v, "add_generation_prompt", &r->add_generation_prompt, e))
+        return SD_EINVAL;
+    if ((v = json_object_get(root, "add_special_tokens")) && !json_is_null(v) &&
+        get_bool(v, "add_special_tokens", &r->add_special_tokens, e))
+        return SD_EINVAL;
+    return 0;
+}
+
+int sd_oai_parse_tokenize(const char *body, size_t len, const char *served_model,
+                          sd_oai_request *r, sd_api_error *e)
+{
+    memset(r, 0, sizeof *r);
+    r->max_tokens = -1;
+    json_error_t je;
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return sd_api_error_set(e, 400, NULL, "invalid_json",
+                                "The request body is not valid JSON: %s (line %d, column %d)",
+                                je.text, je.line, je.column);
+    int rc = json_is_object(root)
+                 ? parse_tokenize(root, served_model, r, e)
+                 : sd_api_error_set(e, 400, NULL, "invalid_json",
+                                    "The request body must be a JSON object, got %s",
+                                    type_name(root));
+    json_decref(root);
+    if (rc)
+        sd_oai_request_free(r);
     return rc;
 }
 

@@ -56,6 +56,9 @@ typedef struct sd_oai_request {
     char **stop;                  /* owned; gen.stop points here */
     int n_stop;
     sd_gen_params gen;
+    /* POST /tokenize only */
+    int add_generation_prompt; /* chat: end with the assistant turn's opening */
+    int add_special_tokens;    /* prompt: prepend BOS */
 } sd_oai_request;
 
 /* Stop strings: at most this many, each at most SD_OAI_MAX_STOP_LEN bytes. */
@@ -69,6 +72,11 @@ typedef struct sd_oai_request {
 int sd_oai_parse(sd_oai_kind kind, const char *body, size_t len, const char *served_model,
                  sd_oai_request *r, sd_api_error *e);
 void sd_oai_request_free(sd_oai_request *r);
+/* POST /tokenize (vLLM's shape): {"model"?, "prompt"} or {"model"?,
+ * "messages", "add_generation_prompt"?}, plus "add_special_tokens"?. kind
+ * tells which form came. */
+int sd_oai_parse_tokenize(const char *body, size_t len, const char *served_model,
+                          sd_oai_request *r, sd_api_error *e);
 
 /* Once the prompt is tokenized: checks it is not empty and that prompt +
  * max_tokens fits in max_context, and sets r->gen.max_tokens (the asked

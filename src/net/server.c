@@ -1,0 +1,1043 @@
+#include "net/server.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "core/tokenizer.h"
+#include "core/util.h"
+#include "engine/engine.h"
+#include "net/buf.h"
+#include "net/http.h"
+#include "net/metrics.h"
+#include "net/notify.h"
+#include "net/openai.h"
+
+/* An engine that has work but has not completed a step for this long is
+ * reported unhealthy (and the systemd watchdog is no longer fed). */
+#define SD_STALL_NS (60ull * 1000000000ull)
+
+enum { ST_NOMODEL, ST_LOADING, ST_WARMING, ST_READY, ST_FAILED };
+
+typedef struct job job;
+
+/* One engine callback, copied for the loop thread. */
+typedef struct event {
+    struct event *next;
+    job *j;
+    int fin;
+    uint64_t t_ns;
+    int n_ids;
+    sd_finish why;
+    sd_req_stats st;
+    char *msg; /* fin with SD_FINISH_ERROR */
+    size_t len;
+    char text[];
+} event;
+
+/* A request the engine holds. Lives until the engine's on_finish has been
+ * handled on the loop, whatever happened to its connection. */
+struct job {
+    sd_server *s;
+    sd_http_req *req; /* NULL once the response ended or the client went away */
+    uint64_t rid;     /* server request number (logs) */
+    uint64_t eid;     /* engine id */
+    sd_oai_kind kind;
+    int stream, include_usage, warmup;
+    char id[48];
+    long long created;
+    sd_buf text; /* non-streaming: the whole completion */
+    uint64_t t_last; /* engine-thread time of the last tokens, ns */
+    const char *cancel_why;
+    char peer[64];
+    job *prev, *next;
+};
+
+struct sd_server {
+    uv_loop_t *loop;
+    const sd_opts *o;
+    unsigned flags;
+    sd_http_server *http;
+    sd_metrics metrics;
+    int state;
+    int draining, closing, exit_status;
+    sd_engine *engine;
+    const sd_tokenizer *tok;
+    sd_chat_template *ct;
+    char ct_err[1100];
+    char model_name[256];
+    int max_context;
+    char *api_key;
+    size_t api_key_len;
+    /* engine -> loop */
+    pthread_mutex_t mu;
+    event *q_head, *q_tail;
+    uv_async_t wake;
+    uv_signal_t sigterm, sigint;
+    uv_timer_t watchdog, drain_timer;
+    int handles_open;
+    uint64_t watchdog_usec, wd_last_step;
+    /* model loading on a worker thread */
+    uv_work_t load;
+    int loading, load_rc;
+    sd_err load_err;
+    sd_engine *loaded;
+    job *jobs;
+    int n_jobs;
+    uint64_t next_rid, id_key, id_count;
+    long long started;
+};
+
+static void check_drained(sd_server *s);
+
+/* ---- small helpers ------------------------------------------------------------- */
+
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Compares in time that depends on the key's length only, never on where
+ * the first difference is. */
+static int key_equal(const char *given, size_t glen, const char *key, size_t klen)
+{
+    unsigned char d = glen != klen;
+    for (size_t i = 0; i < klen; i++)
+        d |= (unsigned char)(key[i] ^ (i < glen ? given[i] : 0));
+    return d == 0;
+}
+
+static int auth_ok(const sd_server *s, const sd_http_req *req)
+{
+    if (!s->api_key)
+        return 1;
+    const char *h = sd_http_header(req, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+        return 0;
+    h += 7;
+    while (*h == ' ')
+        h++;
+    return key_equal(h, strlen(h), s->api_key, s->api_key_len);
+}
+
+static void notify(const char *state)
+{
+    sd_err err = {0};
+    if (sd_notify_send(state, &err) < 0)
+        sd_log_warn("%s", err.msg);
+}
+
+static const char *finish_name(sd_finish why)
+{
+    switch (why) {
+    case SD_FINISH_STOP: return "stop";
+    case SD_FINISH_LENGTH: return "length";
+    case SD_FINISH_CANCELLED: return "cancelled";
+    case SD_FINISH_ERROR: return "error";
+    default: return "none";
+    }
+}
+
+/* An error response for a request that never reached the engine. */
+static void reject(sd_server *s, sd_http_req *req, uint64_t rid, const sd_api_error *e,
+                   const char *extra, int counts)
+{
+    if (counts)
+        sd_metrics_outcome(&s->metrics,
+                           e->status == 503 ? SD_OUTCOME_OVERLOADED : SD_OUTCOME_REJECTED);
+    sd_log_info("request %llu %s %s -> %d%s%s: %s (peer %s)", (unsigned long long)rid,
+                sd_http_method(req), sd_http_path(req), e->status, e->param[0] ? " param " : "",
+                e->param, e->message, sd_http_peer(req));
+    sd_buf body = {0};
+    sd_api_error_json(&body, e);
+    sd_http_respond(req, e->status, "application/json", extra, body.p ? body.p : "", body.len);
+    sd_buf_free(&body);
+}
+
+/* ---- jobs ---------------------------------------------------------------------- */
+
+static job *job_new(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_kind kind)
+{
+    job *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->s = s;
+    j->req = req;
+    j->rid = rid;
+    j->kind = kind;
+    j->created = (long long)time(NULL);
+    uint64_t c = ++s->id_count;
+    snprintf(j->id, sizeof j->id, "%s-%016llx%08llx", kind == SD_OAI_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)mix64(s->id_key ^ c),
+             (unsigned long long)(mix64(s->id_key + c) & 0xffffffffu));
+    snprintf(j->peer, sizeof j->peer, "%s", req ? sd_http_peer(req) : "-");
+    j->next = s->jobs;
+    if (s->jobs)
+        s->jobs->prev = j;
+    s->jobs = j;
+    s->n_jobs++;
+    return j;
+}
+
+static void job_free(job *j)
+{
+    sd_server *s = j->s;
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        s->jobs = j->next;
+    if (j->next)
+        j->next->prev = j->prev;
+    s->n_jobs--;
+    sd_buf_free(&j->text);
+    free(j);
+}
+
+static sd_oai_meta job_meta(const job *j)
+{
+    sd_oai_meta m = {j->kind, j->id, j->created, j->s->model_name};
+    return m;
+}
+
+/* ---- engine callbacks (engine thread): copy, queue, wake ------------------------- */
+
+static void push_event(sd_server *s, event *ev)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->q_tail)
+        s->q_tail->next = ev;
+    else
+        s->q_head = ev;
+    s->q_tail = ev;
+    pthread_mutex_unlock(&s->mu);
+    uv_async_send(&s->wake);
+}
+
+static void on_output(void *user, const char *text, size_t len, const int32_t *ids, int n_ids)
+{
+    job *j = user;
+    event *ev = malloc(sizeof *ev + len + 1);
+    if (!ev) {
+        sd_log_error("request %llu: out of memory queueing %zu bytes of output",
+                     (unsigned long long)j->rid, len);
+        return;
+    }
+    memset(ev, 0, sizeof *ev);
+    ev->j = j;
+    ev->t_ns = sd_now_ns();
+    ev->n_ids = n_ids;
+    ev->len = len;
+    if (len)
+        memcpy(ev->text, text, len);
+    ev->text[len] = 0;
+    (void)ids;
+    push_event(j->s, ev);
+}
+
+static void on_finish(void *user, sd_finish why, const sd_req_stats *st, const char *msg)
+{
+    job *j = user;
+    /* The finish must reach the loop or the job never ends: retry the
+     * allocation rather than drop it. */
+    event *ev;
+    while (!(ev = calloc(1, sizeof *ev + 1)))
+        usleep(1000);
+    ev->j = j;
+    ev->fin = 1;
+    ev->t_ns = sd_now_ns();
+    ev->why = why;
+    if (st)
+        ev->st = *st;
+    ev->msg = msg ? strdup(msg) : NULL;
+    push_event(j->s, ev);
+}
+
+/* ---- events on the loop -------------------------------------------------------- */
+
+static void handle_output(sd_server *s, event *ev)
+{
+    job *j = ev->j;
+    if (ev->n_ids > 0) {
+        if (j->t_last)
+            sd_metrics_tokens(&s->metrics, (double)(ev->t_ns - j->t_last) * 1e-9, ev->n_ids);
+        j->t_last = ev->t_ns;
+    }
+    if (!j->req || !ev->len)
+        return;
+    if (!j->stream) {
+        sd_buf_append(&j->text, ev->text, ev->len);
+        return;
+    }
+    sd_buf b = {0};
+    sd_oai_meta m = job_meta(j);
+    if (sd_oai_chunk_event(&b, &m, 0, ev->text, ev->len, SD_FINISH_NONE) == 0)
+        sd_http_stream_write(j->req, b.p, b.len); /* a failure means the abort callback follows */
+    sd_buf_free(&b);
+}
+
+static void warmup_done(sd_server *s, sd_finish why, const char *msg);
+
+static void handle_finish(sd_server *s, event *ev)
+{
+    job *j = ev->j;
+    sd_finish why = ev->why;
+    const sd_req_stats *st = &ev->st;
+    int status = 200;
+    if (!j->warmup) {
+        sd_outcome oc = why == SD_FINISH_STOP     ? SD_OUTCOME_STOP
+                        : why == SD_FINISH_LENGTH ? SD_OUTCOME_LENGTH
+                        : why == SD_FINISH_ERROR  ? SD_OUTCOME_ERROR
+                                                  : SD_OUTCOME_CANCELLED;
+        sd_metrics_outcome(&s->metrics, oc);
+        sd_metrics_finished(&s->metrics, st);
+    }
+    int ok = why == SD_FINISH_STOP || why == SD_FINISH_LENGTH;
+    sd_api_error e;
+    if (!ok) {
+        if (why == SD_FINISH_ERROR)
+            sd_api_error_set(&e, 500, NULL, "engine_error", "the engine failed this request: %s",
+                             ev->msg ? ev->msg : "unknown error");
+        else
+            sd_api_error_set(&e, 503, NULL, "cancelled", "the request was cancelled (%s)",
+                             j->cancel_why ? j->cancel_why : "engine shutdown");
+        status = e.status;
+    }
+    if (j->req) {
+        sd_oai_meta m = job_meta(j);
+        sd_buf b = {0};
+        if (j->stream) {
+            /* The status line went out with the first byte: errors travel as
+             * an SSE error event, and no [DONE] follows one. */
+            if (ok) {
+                sd_oai_chunk_event(&b, &m, 0, "", 0, why);
+                if (j->include_usage)
+                    sd_oai_usage_event(&b, &m, st);
+                sd_sse_done(&b);
+            } else {
+                sd_sse_error(&b, &e);
+            }
+            if (!b.oom)
+                sd_http_stream_write(j->req, b.p, b.len);
+            sd_http_stream_end(j->req);
+        } else if (ok) {
+            if (j->text.oom || sd_oai_response(&b, &m, j->text.p, j->text.len, why, st)) {
+                sd_http_respond_error(j->req, 500, NULL, "out_of_memory", NULL,
+                                      "out of memory building the response");
+                status = 500;
+            } else {
+                sd_http_respond(j->req, 200, "application/json", NULL, b.p, b.len);
+            }
+        } else {
+            sd_buf_clear(&b);
+            sd_api_error_json(&b, &e);
+            sd_http_respond(j->req, e.status, "application/json", NULL, b.p ? b.p : "", b.len);
+        }
+        sd_buf_free(&b);
+        j->req = NULL;
+    } else if (!j->warmup) {
+        status = 499; /* nginx's "client closed request" */
+    }
+    if (!j->warmup) {
+        const sd_spec_stats *sp = &st->spec;
+        sd_log_info("request %llu %d finish=%s prompt=%d completion=%d ttft=%.1fms total=%.1fms "
+                    "accepted_len=%.2f%s%s peer %s",
+                    (unsigned long long)j->rid, status, finish_name(why), st->prompt_tokens,
+                    st->completion_tokens, st->ttft_s * 1e3, st->total_s * 1e3,
+                    sp->steps ? (double)sp->emitted / (double)sp->steps : 0.0,
+                    j->cancel_why ? " cancelled: " : "", j->cancel_why ? j->cancel_why : "",
+                    j->peer);
+    }
+    int warm = j->warmup;
+    job_free(j);
+    if (warm)
+        warmup_done(s, why, ev->msg);
+}
+
+static void on_wake(uv_async_t *a)
+{
+    sd_server *s = a->data;
+    pthread_mutex_lock(&s->mu);
+    event *ev = s->q_head;
+    s->q_head = s->q_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while (ev) {
+        event *next = ev->next;
+        if (ev->fin)
+            handle_finish(s, ev);
+        else
+            handle_output(s, ev);
+        free(ev->msg);
+        free(ev);
+        ev = next;
+    }
+    check_drained(s);
+}
+
+/* The client went away (EOF, reset, or cut off as a slow reader). */
+static void on_abort(void *user, sd_http_req *req)
+{
+    job *j = user;
+    sd_server *s = j->s;
+    (void)req;
+    j->req = NULL;
+    if (!j->cancel_why)
+        j->cancel_why = "client disconnected";
+    sd_log_info("request %llu: connection to %s closed before the response ended; cancelling",
+                (unsigned long long)j->rid, j->peer);
+    if (s->engine)
+        sd_engine_cancel(s->engine, j->eid);
+}
+
+/* ---- routes ---------------------------------------------------------------------- */
+
+static int not_ready(sd_server *s, sd_api_error *e)
+{
+    if (s->draining)
+        return sd_api_error_set(e, 503, NULL, "shutting_down", "the server is shutting down");
+    switch (s->state) {
+    case ST_READY: return 0;
+    case ST_NOMODEL:
+        return sd_api_error_set(e, 503, NULL, "no_model", "this server runs without a model");
+    case ST_FAILED:
+        return sd_api_error_set(e, 503, NULL, "model_failed", "the model failed to load");
+    default: return sd_api_error_set(e, 503, NULL, "model_loading", "the model is loading");
+    }
+}
+
+/* Prompt text, token ids or chat messages -> token ids. */
+static int encode(sd_server *s, const sd_oai_request *r, int32_t **ids, int *n, sd_api_error *e)
+{
+    sd_err err = {0};
+    *ids = NULL;
+    *n = 0;
+    if (r->kind == SD_OAI_COMPLETIONS && r->prompt_is_ids) {
+        *ids = malloc((size_t)r->n_prompt_ids * sizeof **ids);
+        if (!*ids)
+            return sd_api_error_set(e, 500, NULL, "out_of_memory", "out of memory");
+        memcpy(*ids, r->prompt_ids, (size_t)r->n_prompt_ids * sizeof **ids);
+        *n = r->n_prompt_ids;
+        return 0;
+    }
+    const char *pp = r->kind == SD_OAI_CHAT ? "messages" : "prompt";
+    if (!s->tok)
+        return sd_api_error_set(e, 400, pp, "no_tokenizer",
+                                "%s: the model has no tokenizer.json; send token ids", pp);
+    if (r->kind == SD_OAI_COMPLETIONS) {
+        if (sd_tok_encode(s->tok, r->prompt, r->prompt_len, r->add_special_tokens, ids, n, &err))
+            return sd_api_error_set(e, 400, "prompt", "invalid_value", "prompt: %s", err.msg);
+        return 0;
+    }
+    if (!s->ct)
+        return sd_api_error_set(e, 400, "messages", "no_chat_template",
+                                "chat completions are not available: %s", s->ct_err);
+    sd_chat_msg *msgs = calloc((size_t)r->n_msgs, sizeof *msgs);
+    if (!msgs)
+        return sd_api_error_set(e, 500, NULL, "out_of_memory", "out of memory");
+    for (int i = 0; i < r->n_msgs; i++) {
+        msgs[i].role = r->msgs[i].role;
+        msgs[i].content = r->msgs[i].content;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    int rc = sd_chat_render(s->ct, msgs, r->n_msgs, r->add_generation_prompt, &text, &len, &err);
+    free(msgs);
+    if (rc)
+        return sd_api_error_set(e, 400, "messages", "invalid_value", "messages: %s", err.msg);
+    /* The rendered text holds the template's BOS text itself. */
+    rc = sd_tok_encode(s->tok, text, len, r->add_special_tokens, ids, n, &err);
+    free(text);
+    if (rc)
+        return sd_api_error_set(e, 400, "messages", "invalid_value", "messages: %s", err.msg);
+    return 0;
+}
+
+static void route_generate(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_kind kind)
+{
+    sd_oai_request r;
+    sd_api_error e;
+    size_t len;
+    const char *body = sd_http_body(req, &len);
+    if (sd_oai_parse(kind, body, len, s->model_name, &r, &e)) {
+        reject(s, req, rid, &e, NULL, 1);
+        return;
+    }
+    int32_t *ids = NULL;
+    int n = 0;
+    job *j = NULL;
+    const char *extra = NULL;
+    if (not_ready(s, &e)) {
+        extra = s->draining ? NULL : "Retry-After: 5\r\n";
+        goto fail;
+    }
+    if (encode(s, &r, &ids, &n, &e) || sd_oai_fit_context(&r, n, s->max_context, &e))
+        goto fail;
+    sd_engine_stats es;
+    sd_engine_get_stats(s->engine, &es);
+    /* Requests submitted that the engine is not running yet: its queue plus
+     * what it has not picked up. */
+    if (s->n_jobs - es.running >= s->o->max_queued) {
+        sd_api_error_set(&e, 503, NULL, "overloaded",
+                         "the server is overloaded (%d requests queued); retry later",
+                         s->n_jobs - es.running);
+        extra = "Retry-After: 1\r\n";
+        goto fail;
+    }
+    j = job_new(s, req, rid, kind);
+    if (!j) {
+        sd_api_error_set(&e, 500, NULL, "out_of_memory", "out of memory");
+        goto fail;
+    }
+    j->stream = r.stream;
+    j->include_usage = r.include_usage;
+    sd_req_events ev = {on_output, on_finish};
+    sd_err err = {0};
+    int rc = sd_engine_submit(s->engine, ids, n, &r.gen, &ev, j, &j->eid, &err);
+    if (rc) {
+        const char *param = !strncmp(err.msg, "prompt", 6)       ? (kind == SD_OAI_CHAT ? "messages" : "prompt")
+                            : !strncmp(err.msg, "max_tokens", 10) ? r.max_tokens_param
+                                                                  : NULL;
+        sd_api_error_set(&e, rc == SD_EFULL ? 503 : rc == SD_EINVAL || rc == SD_ERANGE ? 400 : 500,
+                         param, rc == SD_EFULL ? "overloaded" : "invalid_value", "%s", err.msg);
+        job_free(j);
+        goto fail;
+    }
+    sd_log_debug("request %llu: %s, %d prompt tokens, max_tokens %d%s", (unsigned long long)rid,
+                 sd_http_path(req), n, r.gen.max_tokens, j->stream ? ", streaming" : "");
+    free(ids);
+    sd_oai_request_free(&r);
+    sd_http_on_abort(req, on_abort, j);
+    if (j->stream) {
+        if (sd_http_stream_begin(req, 200, "text/event-stream; charset=utf-8",
+                                 "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"))
+            return; /* gone already: the abort callback cancels */
+        if (kind == SD_OAI_CHAT) {
+            sd_buf b = {0};
+            sd_oai_meta m = job_meta(j);
+            if (sd_oai_chunk_event(&b, &m, 1, "", 0, SD_FINISH_NONE) == 0)
+                sd_http_stream_write(req, b.p, b.len);
+            sd_buf_free(&b);
+        }
+    }
+    return;
+fail:
+    free(ids);
+    sd_oai_request_free(&r);
+    reject(s, req, rid, &e, extra, 1);
+}
+
+static void route_tokenize(sd_server *s, sd_http_req *req, uint64_t rid)
+{
+    sd_oai_request r;
+    sd_api_error e;
+    size_t len;
+    const char *body = sd_http_body(req, &len);
+    if (sd_oai_parse_tokenize(body, len, s->model_name, &r, &e)) {
+        reject(s, req, rid, &e, NULL, 0);
+        return;
+    }
+    int32_t *ids = NULL;
+    int n = 0;
+    if (not_ready(s, &e) || encode(s, &r, &ids, &n, &e)) {
+        sd_oai_request_free(&r);
+        reject(s, req, rid, &e, NULL, 0);
+        return;
+    }
+    sd_oai_request_free(&r);
+    sd_buf b = {0};
+    sd_buf_printf(&b, "{\"count\":%d,\"max_model_len\":%d,\"tokens\":[", n, s->max_context);
+    for (int i = 0; i < n; i++)
+        sd_buf_printf(&b, i ? ",%d" : "%d", ids[i]);
+    sd_buf_puts(&b, "]}");
+    free(ids);
+    if (b.oom)
+        sd_http_respond_error(req, 500, NULL, "out_of_memory", NULL, "out of memory");
+    else
+        sd_http_respond(req, 200, "application/json", NULL, b.p, b.len);
+    sd_buf_free(&b);
+}
+
+static void route_models(sd_server *s, sd_http_req *req, uint64_t rid)
+{
+    (void)rid;
+    const char *path = sd_http_path(req);
+    sd_buf b = {0};
+    if (!strcmp(path, "/v1/models")) {
+        sd_oai_models(&b, s->model_name, s->started, s->max_context);
+    } else {
+        /* GET /v1/models/{model}: the model object alone */
+        const char *name = path + strlen("/v1/models/");
+        if (strcmp(name, s->model_name) != 0) {
+            sd_http_respond_error(req, 404, "model", "model_not_found", NULL,
+                                  "The model '%.200s' does not exist", name);
+            return;
+        }
+        sd_buf list = {0};
+        sd_oai_models(&list, s->model_name, s->started, s->max_context);
+        /* {"object":"list","data":[X]} -> X */
+        const char *open = list.p ? strchr(list.p, '[') : NULL;
+        const char *close = list.p ? strrchr(list.p, ']') : NULL;
+        if (open && close && close > open)
+            sd_buf_append(&b, open + 1, (size_t)(close - open - 1));
+        sd_buf_free(&list);
+    }
+    if (b.oom || !b.len)
+        sd_http_respond_error(req, 500, NULL, "out_of_memory", NULL, "out of memory");
+    else
+        sd_http_respond(req, 200, "application/json", NULL, b.p, b.len);
+    sd_buf_free(&b);
+}
+
+static void route_metrics(sd_server *s, sd_http_req *req, uint64_t rid)
+{
+    (void)rid;
+    sd_engine_stats es;
+    if (s->engine)
+        sd_engine_get_stats(s->engine, &es);
+    sd_buf b = {0};
+    if (sd_metrics_render(&s->metrics, s->engine ? &es : NULL, &b))
+        sd_http_respond_error(req, 500, NULL, "out_of_memory", NULL, "out of memory");
+    else
+        sd_http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.p, b.len);
+    sd_buf_free(&b);
+}
+
+static int engine_stalled(sd_server *s)
+{
+    sd_engine_stats es;
+    sd_engine_get_stats(s->engine, &es);
+    return (es.running || es.queued) && es.last_step_ns && sd_now_ns() > es.last_step_ns &&
+           sd_now_ns() - es.last_step_ns > SD_STALL_NS;
+}
+
+static void route_health(sd_server *s, sd_http_req *req, uint64_t rid)
+{
+    (void)rid;
+    sd_api_error e;
+    if (not_ready(s, &e)) {
+        reject(s, req, rid, &e, NULL, 0);
+        return;
+    }
+    if (engine_stalled(s)) {
+        sd_http_respond_error(req, 503, NULL, "engine_stalled", NULL,
+                              "the engine has not completed a step for over %llu s",
+                              (unsigned long long)(SD_STALL_NS / 1000000000ull));
+        return;
+    }
+    static const char ok[] = "{\"status\":\"ok\"}";
+    sd_http_respond(req, 200, "application/json", NULL, ok, sizeof ok - 1);
+}
+
+static void route_completions(sd_server *s, sd_http_req *r, uint64_t rid)
+{
+    route_generate(s, r, rid, SD_OAI_COMPLETIONS);
+}
+
+static void route_chat(sd_server *s, sd_http_req *r, uint64_t rid)
+{
+    route_generate(s, r, rid, SD_OAI_CHAT);
+}
+
+static const struct route {
+    const char *path;
+    int prefix; /* path ends with '/' and anything may follow */
+    const char *method;
+    void (*fn)(sd_server *, sd_http_req *, uint64_t);
+} routes[] = {
+    {"/v1/chat/completions", 0, "POST", route_chat},
+    {"/v1/completions", 0, "POST", route_completions},
+    {"/v1/models", 0, "GET", route_models},
+    {"/v1/models/", 1, "GET", route_models},
+    {"/tokenize", 0, "POST", route_tokenize},
+    {"/metrics", 0, "GET", route_metrics},
+    {"/health", 0, "GET", route_health},
+};
+
+static void handle(void *user, sd_http_req *req)
+{
+    sd_server *s = user;
+    uint64_t rid = ++s->next_rid;
+    const char *path = sd_http_path(req);
+    const char *method = sd_http_method(req);
+    /* /health answers load balancers and systemd without a key. */
+    if (strcmp(path, "/health") != 0 && !auth_ok(s, req)) {
+        sd_api_error e;
+        sd_api_error_set(&e, 401, NULL, "invalid_api_key",
+                         "missing or wrong API key: send `Authorization: Bearer KEY`");
+        reject(s, req, rid, &e, "WWW-Authenticate: Bearer\r\n", 0);
+        return;
+    }
+    const struct route *hit = NULL;
+    const char *allow = NULL;
+    for (size_t i = 0; i < SD_ARRAY_LEN(routes); i++) {
+        const struct route *r = &routes[i];
+        int match = r->prefix ? !strncmp(path, r->path, strlen(r->path)) && path[strlen(r->path)]
+                              : !strcmp(path, r->path);
+        if (!match)
+            continue;
+        if (!strcmp(method, r->method) || (!strcmp(method, "HEAD") && !strcmp(r->method, "GET"))) {
+            hit = r;
+            break;
+        }
+        allow = r->method;
+    }
+    if (hit) {
+        hit->fn(s, req, rid);
+        return;
+    }
+    sd_api_error e;
+    if (allow) {
+        char extra[64];
+        snprintf(extra, sizeof extra, "Allow: %s\r\n", allow);
+        sd_api_error_set(&e, 405, NULL, "method_not_allowed", "%s %s: use %s", method, path,
+                         allow);
+        reject(s, req, rid, &e, extra, 0);
+    } else {
+        sd_api_error_set(&e, 404, NULL, "not_found", "no route %s %.200s", method, path);
+        reject(s, req, rid, &e, NULL, 0);
+    }
+}
+
+/* ---- loading, warm-up, watchdog ------------------------------------------------- */
+
+static void load_work(uv_work_t *w)
+{
+    sd_server *s = w->data;
+    s->load_rc = sd_engine_create(&s->loaded, s->o, &s->load_err);
+}
+
+static void fail_start(sd_server *s, const char *what, const char *msg)
+{
+    sd_log_error("%s: %s", what, msg);
+    s->state = ST_FAILED;
+    s->exit_status = 1;
+    sd_server_drain(s);
+}
+
+static void warmup(sd_server *s)
+{
+    int32_t *ids = NULL;
+    int n = 0;
+    sd_err err = {0};
+    if (s->tok)
+        sd_tok_encode(s->tok, "Hello", 5, 1, &ids, &n, &err);
+    if (!n) {
+        free(ids);
+        ids = calloc(1, sizeof *ids);
+        n = ids ? 1 : 0;
+    }
+    job *j = job_new(s, NULL, 0, SD_OAI_COMPLETIONS);
+    if (!j || !ids) {
+        free(ids);
+        if (j)
+            job_free(j);
+        fail_start(s, "warm-up", "out of memory");
+        return;
+    }
+    j->warmup = 1;
+    sd_gen_params p = {.max_tokens = 1, .temperature = 0, .top_p = 1, .has_seed = 1};
+    sd_req_events ev = {on_output, on_finish};
+    if (sd_engine_submit(s->engine, ids, n, &p, &ev, j, &j->eid, &err)) {
+        job_free(j);
+        free(ids);
+        fail_start(s, "warm-up", err.msg);
+        return;
+    }
+    free(ids);
+}
+
+static void warmup_done(sd_server *s, sd_finish why, const char *msg)
+{
+    if (why != SD_FINISH_STOP && why != SD_FINISH_LENGTH) {
+        if (!s->draining)
+            fail_start(s, "warm-up request", msg ? msg : finish_name(why));
+        return;
+    }
+    s->state = ST_READY;
+    sd_log_info("ready: serving %s on http://%s:%d (context %d tokens%s)", s->model_name,
+                s->o->host, sd_http_port(s->http), s->max_context,
+                s->ct ? "" : "; chat completions unavailable");
+    char st[512];
+    snprintf(st, sizeof st, "READY=1\nSTATUS=serving %s on port %d", s->model_name,
+             sd_http_port(s->http));
+    notify(st);
+}
+
+static void load_done(uv_work_t *w, int status)
+{
+    sd_server *s = w->data;
+    s->loading = 0;
+    if (status == UV_ECANCELED) {
+        check_drained(s);
+        return;
+    }
+    if (s->load_rc) {
+        fail_start(s, "loading the model", s->load_err.msg);
+        return;
+    }
+    s->engine = s->loaded;
+    s->tok = sd_engine_tokenizer(s->engine);
+    s->max_context = sd_engine_max_context(s->engine);
+    if (s->draining) {
+        check_drained(s);
+        return;
+    }
+    const char *ctn = s->o->chat_template && *s->o->chat_template ? s->o->chat_template : "auto";
+    sd_err err = {0};
+    if (!s->tok) {
+        snprintf(s->ct_err, sizeof s->ct_err, "the model has no tokenizer");
+    } else if (sd_chat_template_load(&s->ct, sd_engine_model_dir(s->engine), ctn, &err)) {
+        s->ct = NULL;
+        if (strcmp(ctn, "auto") != 0) {
+            fail_start(s, "--chat-template", err.msg);
+            return;
+        }
+        snprintf(s->ct_err, sizeof s->ct_err, "%s", err.msg);
+        sd_log_warn("chat completions unavailable: %s", err.msg);
+    }
+    s->state = ST_WARMING;
+    warmup(s);
+}
+
+/* WATCHDOG=1 only while the engine makes progress: it completed a step
+ * since the last ping, or it has nothing to do. A wedged engine stops the
+ * pings and systemd restarts the service. */
+static void on_watchdog(uv_timer_t *t)
+{
+    sd_server *s = t->data;
+    if (!s->engine) {
+        notify("WATCHDOG=1"); /* loading: start-up time is systemd's TimeoutStartSec */
+        return;
+    }
+    sd_engine_stats es;
+    sd_engine_get_stats(s->engine, &es);
+    int idle = es.running == 0 && es.queued == 0;
+    if (idle || es.last_step_ns != s->wd_last_step || !engine_stalled(s)) {
+        if (!idle && es.last_step_ns == s->wd_last_step)
+            sd_log_debug("watchdog: no step since the last ping, within the stall limit");
+        notify("WATCHDOG=1");
+    } else {
+        sd_log_error("watchdog: the engine has work and has not stepped for %.1f s; not "
+                     "pinging systemd",
+                     (double)(sd_now_ns() - es.last_step_ns) * 1e-9);
+    }
+    s->wd_last_step = es.last_step_ns;
+}
+
+/* ---- drain and close -------------------------------------------------------------- */
+
+static void cancel_all(sd_server *s, const char *why)
+{
+    for (job *j = s->jobs; j; j = j->next) {
+        if (!j->cancel_why)
+            j->cancel_why = why;
+        if (s->engine)
+            sd_engine_cancel(s->engine, j->eid);
+    }
+}
+
+static void on_drain_timeout(uv_timer_t *t)
+{
+    sd_server *s = t->data;
+    if (s->n_jobs)
+        sd_log_warn("shutdown: --shutdown-timeout passed; cancelling %d requests", s->n_jobs);
+    cancel_all(s, "server shutdown");
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    sd_server *s = h->data;
+    sd_log_info("%s received", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    sd_server_drain(s);
+}
+
+static void handle_closed(uv_handle_t *h)
+{
+    sd_server *s = h->data;
+    s->handles_open--;
+}
+
+static void close_handle(sd_server *s, uv_handle_t *h)
+{
+    if (h->loop && !uv_is_closing(h)) {
+        s->handles_open++;
+        uv_close(h, handle_closed);
+    }
+}
+
+static void http_closed(void *arg) { (void)arg; }
+
+static void close_all(sd_server *s)
+{
+    s->closing = 1;
+    if (s->engine) {
+        sd_engine_destroy(s->engine);
+        s->engine = NULL;
+        s->tok = NULL;
+    }
+    if (s->http)
+        sd_http_server_close(s->http, http_closed, s);
+    close_handle(s, (uv_handle_t *)&s->wake);
+    close_handle(s, (uv_handle_t *)&s->sigterm);
+    close_handle(s, (uv_handle_t *)&s->sigint);
+    close_handle(s, (uv_handle_t *)&s->watchdog);
+    close_handle(s, (uv_handle_t *)&s->drain_timer);
+}
+
+static void check_drained(sd_server *s)
+{
+    if (!s->draining || s->closing || s->n_jobs || s->loading)
+        return;
+    sd_log_info("shutdown: drained");
+    close_all(s);
+}
+
+void sd_server_drain(sd_server *s)
+{
+    if (s->closing)
+        return;
+    if (s->draining) {
+        sd_log_info("shutdown: cancelling %d requests now", s->n_jobs);
+        cancel_all(s, "server shutdown");
+        check_drained(s);
+        return;
+    }
+    s->draining = 1;
+    notify("STOPPING=1");
+    sd_log_info("shutdown: %d requests in flight; waiting up to %g s", s->n_jobs,
+                s->o->shutdown_timeout);
+    if (s->http)
+        sd_http_stop_accepting(s->http);
+    if (s->loading)
+        uv_cancel((uv_req_t *)&s->load); /* only succeeds before the load began */
+    uv_timer_start(&s->drain_timer, on_drain_timeout, (uint64_t)(s->o->shutdown_timeout * 1000),
+                   0);
+    check_drained(s);
+}
+
+/* ---- start ------------------------------------------------------------------------ */
+
+static void model_name_of(const sd_opts *o, char *out, size_t n)
+{
+    if (o->served_model_name && *o->served_model_name) {
+        snprintf(out, n, "%s", o->served_model_name);
+        return;
+    }
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", o->model && *o->model ? o->model : sd_bundled_model_dir());
+    size_t l = strlen(dir);
+    while (l > 1 && dir[l - 1] == '/')
+        dir[--l] = 0;
+    const char *base = strrchr(dir, '/');
+    snprintf(out, n, "%s", base && base[1] ? base + 1 : dir);
+}
+
+int sd_server_start(sd_server **out, uv_loop_t *loop, const sd_opts *o, unsigned flags,
+                    sd_err *err)
+{
+    sd_server *s = calloc(1, sizeof *s);
+    if (!s)
+        return sd_err_set(err, SD_ENOMEM, "serve: out of memory");
+    s->loop = loop;
+    s->o = o;
+    s->flags = flags;
+    s->started = (long long)time(NULL);
+    s->state = flags & SD_SERVER_NO_ENGINE ? ST_NOMODEL : ST_LOADING;
+    sd_metrics_init(&s->metrics);
+    pthread_mutex_init(&s->mu, NULL);
+    model_name_of(o, s->model_name, sizeof s->model_name);
+    snprintf(s->ct_err, sizeof s->ct_err, "the model is not loaded");
+    if (getrandom(&s->id_key, sizeof s->id_key, GRND_NONBLOCK) != sizeof s->id_key)
+        s->id_key = sd_now_ns() ^ ((uint64_t)getpid() << 32);
+    const char *key = o->api_key && *o->api_key ? o->api_key : getenv("SPECD_API_KEY");
+    if (key && *key) {
+        s->api_key = strdup(key);
+        s->api_key_len = strlen(key);
+    }
+
+    sd_http_limits lim;
+    sd_http_limits_default(&lim);
+    lim.max_body = (size_t)o->max_body;
+    lim.header_timeout_ms = (uint64_t)(o->header_timeout * 1000);
+    lim.body_timeout_ms = (uint64_t)(o->body_timeout * 1000);
+    lim.max_output = (size_t)o->max_output_buffer;
+    int rc = sd_http_server_create(&s->http, loop, &lim, handle, s, &s->metrics, err);
+    if (rc) {
+        free(s->api_key);
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        return rc;
+    }
+    uv_async_init(loop, &s->wake, on_wake);
+    s->wake.data = s;
+    uv_timer_init(loop, &s->drain_timer);
+    s->drain_timer.data = s;
+    if (!(flags & SD_SERVER_NO_LISTEN) && (rc = sd_http_listen(s->http, o->host, o->port, err))) {
+        s->draining = 1;
+        close_all(s);
+        while (s->handles_open || sd_http_connections(s->http))
+            uv_run(loop, UV_RUN_NOWAIT);
+        uv_run(loop, UV_RUN_NOWAIT); /* the listener's close callback */
+        sd_server_free(s);
+        return rc;
+    }
+    if (!(flags & SD_SERVER_NO_SIGNALS)) {
+        uv_signal_init(loop, &s->sigterm);
+        uv_signal_init(loop, &s->sigint);
+        s->sigterm.data = s->sigint.data = s;
+        uv_signal_start(&s->sigterm, on_signal, SIGTERM);
+        uv_signal_start(&s->sigint, on_signal, SIGINT);
+    }
+    s->watchdog_usec = sd_notify_watchdog_usec();
+    if (s->watchdog_usec) {
+        uv_timer_init(loop, &s->watchdog);
+        s->watchdog.data = s;
+        uint64_t ms = s->watchdog_usec / 2000;
+        uv_timer_start(&s->watchdog, on_watchdog, ms ? ms : 1, ms ? ms : 1);
+    }
+    if (!(flags & SD_SERVER_NO_LISTEN))
+        sd_log_info("listening on http://%s:%d; %s", o->host, sd_http_port(s->http),
+                    flags & SD_SERVER_NO_ENGINE ? "no model" : "loading the model");
+    if (!(flags & SD_SERVER_NO_ENGINE)) {
+        s->loading = 1;
+        s->load.data = s;
+        uv_queue_work(loop, &s->load, load_work, load_done);
+    }
+    *out = s;
+    return 0;
+}
+
+int sd_server_port(const sd_server *s) { return sd_http_port(s->http); }
+int sd_server_exit_status(const sd_server *s) { return s->exit_status; }
+
+void sd_server_feed(sd_server *s, const void *data, size_t len, sd_buf *out)
+{
+    sd_http_feed_memory(s->http, data, len, out);
+}
+
+void sd_server_free(sd_server *s)
+{
+    if (!s)
+        return;
+    if (s->engine)
+        sd_engine_destroy(s->engine);
+    for (event *ev = s->q_head, *next; ev; ev = next) {
+        next = ev->next;
+        free(ev->msg);
+        free(ev);
+    }
+    sd_chat_template_free(s->ct);
+    sd_http_server_free(s->http);
+    free(s->api_key);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
