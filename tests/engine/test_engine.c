@@ -281,6 +281,52 @@ TEST(submit_refuses_bad_requests_with_a_message)
     sd_opts_free(&o);
 }
 
+/* With drafts that are never accepted (random-weight MTP), adaptive k falls
+ * back to plain decode after its exploration steps. */
+TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
+{
+    sd_opts o;
+    sd_err err = {0};
+    uint64_t drafted[2] = {0, 0};
+    for (int pass = 0; pass < 2; pass++) {
+        ASSERT_OK(sd_opts_init(&o, &err));
+        char *m = dir_of("deepseek-v3");
+        sd_opts_set(&o, SD_CMD_GENERATE, "model", m, &err);
+        sd_opts_set(&o, SD_CMD_GENERATE, "spec", "mtp", &err);
+        sd_opts_set(&o, SD_CMD_GENERATE, "spec-k", pass ? "auto" : "4", &err);
+        sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "256", &err);
+        sd_opts_set(&o, SD_CMD_GENERATE, "threads", "2", &err);
+        sd_engine *e;
+        ASSERT_OK(sd_engine_create(&e, &o, &err));
+        free(m);
+        sd_opts_free(&o);
+        out outs[4];
+        sd_req_events ev = {.on_output = on_output, .on_finish = on_finish};
+        for (int i = 0; i < 4; i++) {
+            memset(&outs[i], 0, sizeof outs[i]);
+            outs[i].mu = &g_mu;
+            int32_t p[3] = {i + 1, 5, 9};
+            sd_gen_params gp = {.max_tokens = 120, .top_p = 1, .ignore_eos = 1};
+            ASSERT_OK(sd_engine_submit(e, p, 3, &gp, &ev, &outs[i], NULL, &err));
+        }
+        for (int spin = 0; spin < 60000; spin++) {
+            pthread_mutex_lock(&g_mu);
+            int all = outs[0].done && outs[1].done && outs[2].done && outs[3].done;
+            pthread_mutex_unlock(&g_mu);
+            if (all)
+                break;
+            usleep(1000);
+        }
+        for (int i = 0; i < 4; i++)
+            drafted[pass] += outs[i].st.spec.drafted;
+        sd_engine_destroy(e);
+    }
+    fprintf(stderr, "  drafts: fixed k=4 %llu, auto %llu\n", (unsigned long long)drafted[0],
+            (unsigned long long)drafted[1]);
+    ASSERT_GT(drafted[0], 0);
+    ASSERT_LT(drafted[1] * 4, drafted[0]);
+}
+
 TEST(a_kv_cache_too_small_for_one_full_context_request_is_refused_at_start)
 {
     sd_opts o;
@@ -306,4 +352,5 @@ TEST_MAIN(T(mtp_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(small_kv_cache_preempts_and_every_request_still_finishes_with_the_same_output),
           T(a_seeded_sampled_request_is_reproducible_whatever_the_batch),
           T(submit_refuses_bad_requests_with_a_message),
+          T(adaptive_k_stops_drafting_when_nothing_is_accepted),
           T(a_kv_cache_too_small_for_one_full_context_request_is_refused_at_start))
