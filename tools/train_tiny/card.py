@@ -36,7 +36,8 @@ def write_card(R, path, notes=""):
     w("The model `specd serve` runs when no `--model` is given, the model of the acceptance")
     w(f"benchmarks and of the CPU tests. A {pm.get('target_main', 0) / 1e6:.1f} M-parameter DeepSeek-V3-architecture model (MLA,")
     w("MoE with group-limited sigmoid routing, first layer dense) with one multi-token-prediction")
-    w("(MTP) layer, an EAGLE-3 head for it (`../specd-tiny-eagle3`) and a small Llama draft model")
+    w(f"(MTP) layer ({(pm.get('target_main', 0) + pm.get('target_mtp_module_unique', 0)) / 1e6:.1f} M trainable parameters with it), "
+      "an EAGLE-3 head for it (`../specd-tiny-eagle3`) and a small Llama draft model")
     w("(`../specd-tiny-draft`), all trained from scratch on Python source code. It writes")
     w("plausible-looking Python, not good Python: it exists to exercise the serving stack and to")
     w("give speculative decoding a real (trained) distribution to predict.")
@@ -105,6 +106,11 @@ def write_card(R, path, notes=""):
       "Balancing is DeepSeek-V3's auxiliary-loss-free one: after every step each expert's bias "
       f"moves by {tt.get('bias_gamma', '-')} x sign(mean load - its load). `e_score_correction_bias` "
       "is stored in F32 (as DeepSeek-V3 stores it); every other tensor is BF16.")
+    loads = tt.get("last_batch_expert_load")
+    if loads:
+        w("")
+        w("Expert load on the last training batch (share of routed slots, ideal 0.125), MoE layers 1, 2, 3 and MTP: "
+          + "; ".join(f"{min(l):.3f}-{max(l):.3f}" for l in loads) + ".")
     w("")
     w("**MTP convention** (that of vLLM/SGLang DeepSeek MTP; the engine implements the same):")
     w("")
@@ -229,7 +235,7 @@ def write_card(R, path, notes=""):
     w("")
     sz = R.get("sizes_bytes", {})
     tot = sum(sz.values())
-    w(f"{len(sz)} files, {tot:,} bytes in all (README files excluded from this count where written after it):")
+    w(f"{len(sz)} files, {tot:,} bytes ({tot / 2**20:.2f} MiB) in all, model cards not counted:")
     w("")
     for k in sorted(sz):
         w(f"- `{k}` {sz[k]:,}")

@@ -191,7 +191,7 @@ def train_bpe(texts, vocab_size, outdir):
         special_tokens=[(SPECIALS[BOS], BOS)],
     )
     os.makedirs(outdir, exist_ok=True)
-    tok.save(os.path.join(outdir, "tokenizer.json"))
+    tok.save(os.path.join(outdir, "tokenizer.json"), pretty=False)  # compact: half the bytes
     write_tokenizer_config(outdir)
     return tok
 
