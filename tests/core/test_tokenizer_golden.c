@@ -1,0 +1,339 @@
+/* The tokenizer against HF `tokenizers` (tests/golden/tokenizer/golden.json, made by
+ * tools/golden/tokenizers.py): four byte-level BPE tokenizers in the styles of
+ * Llama-3/Qwen2, DeepSeek-V3, GPT-2 and Kimi-K2 (a converted tiktoken rank file),
+ * over a corpus of unicode, emoji, CJK, combining marks, whitespace runs, tabs,
+ * CRLF, contractions, digits, long runs, special tokens and the empty string. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/tokenizer.h"
+#include "core/util.h"
+#include "test.h"
+
+static json_t *golden(void)
+{
+    char *p = sd_strfmt("%s/tests/golden/tokenizer/golden.json", sd_test_srcdir());
+    json_error_t je;
+    json_t *g = json_load_file(p, JSON_ALLOW_NUL, &je);
+    if (!g)
+        fprintf(stderr, "  %s:%d: %s\n", p, je.line, je.text);
+    free(p);
+    return g;
+}
+
+static sd_tokenizer *load(const char *name)
+{
+    char *p = sd_strfmt("%s/tests/golden/tokenizer/%s", sd_test_srcdir(), name);
+    sd_err err = {0};
+    sd_tokenizer *t = NULL;
+    if (sd_tok_load(&t, p, &err))
+        fprintf(stderr, "  %s\n", err.msg);
+    free(p);
+    return t;
+}
+
+/* ids (JSON array) as int32; *n set. */
+static int32_t *ids_of(const json_t *a, int *n)
+{
+    *n = (int)json_array_size(a);
+    int32_t *v = malloc(((size_t)*n + 1) * sizeof *v);
+    for (int i = 0; v && i < *n; i++)
+        v[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    return v;
+}
+
+/* 1 if got == want; otherwise prints where they part. */
+static int same_ids(const char *what, const int32_t *got, int ng, const int32_t *want, int nw)
+{
+    int i = 0;
+    while (i < ng && i < nw && got[i] == want[i])
+        i++;
+    if (i == ng && i == nw)
+        return 1;
+    fprintf(stderr, "  %s: ids differ at %d (got %d ids, want %d):", what, i, ng, nw);
+    for (int k = i; k < i + 6 && k < ng; k++)
+        fprintf(stderr, " %d", got[k]);
+    fprintf(stderr, " | want");
+    for (int k = i; k < i + 6 && k < nw; k++)
+        fprintf(stderr, " %d", want[k]);
+    fputc('\n', stderr);
+    return 0;
+}
+
+static int same_text(const char *what, const char *got, size_t ng, const json_t *want)
+{
+    size_t nw = json_string_length(want);
+    if (ng == nw && !memcmp(got, json_string_value(want), nw))
+        return 1;
+    size_t i = 0;
+    while (i < ng && i < nw && got[i] == json_string_value(want)[i])
+        i++;
+    fprintf(stderr, "  %s: text differs at byte %zu (got %zu bytes, want %zu)\n", what, i, ng, nw);
+    return 0;
+}
+
+static char *short_name(const char *s)
+{
+    static char buf[48];
+    size_t k = 0;
+    for (; *s && k + 1 < sizeof buf; s++)
+        buf[k++] = (*s >= 0x20 && *s < 0x7f) ? *s : '.';
+    buf[k] = 0;
+    return buf;
+}
+
+TEST(golden_ids_equal_hf_tokenizers_on_the_corpus)
+{
+    json_t *g = golden();
+    ASSERT(g);
+    json_t *toks = json_object_get(g, "tokenizers");
+    ASSERT_EQ(json_array_size(toks), 4);
+    int bad = 0, checked = 0;
+    for (size_t k = 0; k < json_array_size(toks); k++) {
+        json_t *tk = json_array_get(toks, k);
+        const char *name = json_string_value(json_object_get(tk, "name"));
+        sd_tokenizer *t = load(name);
+        ASSERT_MSG(t, "%s", name);
+        ASSERT_EQ(sd_tok_vocab_size(t), json_integer_value(json_object_get(tk, "vocab_size")));
+        json_t *cases = json_object_get(tk, "cases");
+        for (size_t i = 0; i < json_array_size(cases); i++) {
+            json_t *c = json_array_get(cases, i), *text = json_object_get(c, "text");
+            int nw, ns, n;
+            int32_t *want = ids_of(json_object_get(c, "ids"), &nw), *wants = ids_of(json_object_get(c, "ids_special"), &ns);
+            int32_t *got = NULL;
+            sd_err err = {0};
+            char what[128];
+            snprintf(what, sizeof what, "%s case %zu \"%s\"", name, i, short_name(json_string_value(text)));
+            if (sd_tok_encode(t, json_string_value(text), json_string_length(text), 0, &got, &n, &err)) {
+                fprintf(stderr, "  %s: %s\n", what, err.msg);
+                bad++;
+            } else {
+                bad += !same_ids(what, got, n, want, nw);
+            }
+            free(got);
+            /* HF's post-processor adds the bos where the tokenizer has a template */
+            if (ns == nw + 1) {
+                got = NULL;
+                snprintf(what, sizeof what, "%s case %zu with bos", name, i);
+                if (!sd_tok_encode(t, json_string_value(text), json_string_length(text), 1, &got, &n, &err))
+                    bad += !same_ids(what, got, n, wants, ns);
+                else
+                    bad++;
+                free(got);
+            }
+            checked++;
+            free(want);
+            free(wants);
+        }
+        sd_tok_free(t);
+    }
+    fprintf(stderr, "  %d corpus strings checked, %d differ\n", checked, bad);
+    json_decref(g);
+    ASSERT_EQ(bad, 0);
+}
+
+TEST(golden_decodes_equal_hf_tokenizers)
+{
+    json_t *g = golden();
+    ASSERT(g);
+    json_t *toks = json_object_get(g, "tokenizers");
+    int bad = 0;
+    for (size_t k = 0; k < json_array_size(toks); k++) {
+        json_t *tk = json_array_get(toks, k);
+        const char *name = json_string_value(json_object_get(tk, "name"));
+        sd_tokenizer *t = load(name);
+        ASSERT(t);
+        /* the corpus ids, with and without special tokens */
+        json_t *cases = json_object_get(tk, "cases");
+        for (size_t i = 0; i < json_array_size(cases); i++) {
+            json_t *c = json_array_get(cases, i);
+            int n;
+            int32_t *ids = ids_of(json_object_get(c, "ids"), &n);
+            for (int skip = 0; skip < 2; skip++) {
+                char *s = NULL, what[96];
+                size_t len;
+                sd_err err = {0};
+                snprintf(what, sizeof what, "%s case %zu skip=%d", name, i, skip);
+                if (sd_tok_decode(t, ids, n, skip, &s, &len, &err)) {
+                    fprintf(stderr, "  %s: %s\n", what, err.msg);
+                    bad++;
+                } else {
+                    bad += !same_text(what, s, len, json_object_get(c, skip ? "decode_skip" : "decode"));
+                }
+                free(s);
+            }
+            free(ids);
+        }
+        /* random ids, often bytes whose concatenation is not UTF-8 */
+        json_t *dec = json_object_get(tk, "decode");
+        for (size_t i = 0; i < json_array_size(dec); i++) {
+            json_t *c = json_array_get(dec, i);
+            int n;
+            int32_t *ids = ids_of(json_object_get(c, "ids"), &n);
+            for (int skip = 0; skip < 2; skip++) {
+                char *s = NULL, what[96];
+                size_t len;
+                sd_err err = {0};
+                snprintf(what, sizeof what, "%s random ids %zu skip=%d", name, i, skip);
+                if (sd_tok_decode(t, ids, n, skip, &s, &len, &err)) {
+                    fprintf(stderr, "  %s: %s\n", what, err.msg);
+                    bad++;
+                } else {
+                    bad += !same_text(what, s, len, json_object_get(c, skip ? "text_skip" : "text"));
+                }
+                free(s);
+            }
+            free(ids);
+        }
+        sd_tok_free(t);
+    }
+    json_decref(g);
+    ASSERT_EQ(bad, 0);
+}
+
+TEST(round_trip_decode_encode_is_the_text_without_a_normalizer)
+{
+    /* llama3ish and kimiish have no normalizer: decode(encode(s)) == s exactly,
+     * except where an added token with lstrip/rstrip (<mask>) absorbs the
+     * whitespace around it, as HF's does. */
+    json_t *g = golden();
+    ASSERT(g);
+    json_t *toks = json_object_get(g, "tokenizers");
+    for (size_t k = 0; k < json_array_size(toks); k++) {
+        json_t *tk = json_array_get(toks, k);
+        const char *name = json_string_value(json_object_get(tk, "name"));
+        if (strcmp(name, "llama3ish") && strcmp(name, "kimiish"))
+            continue;
+        sd_tokenizer *t = load(name);
+        ASSERT(t);
+        json_t *cases = json_object_get(tk, "cases");
+        for (size_t i = 0; i <= json_array_size(cases); i++) {
+            json_t *text = i < json_array_size(cases) ? json_object_get(json_array_get(cases, i), "text")
+                                                      : json_object_get(json_object_get(tk, "long"), "text");
+            if (!strcmp(name, "llama3ish") && strstr(json_string_value(text), "<mask>"))
+                continue;
+            int32_t *ids;
+            int n;
+            sd_err err = {0};
+            ASSERT_OK(sd_tok_encode(t, json_string_value(text), json_string_length(text), 0, &ids, &n, &err));
+            char *s;
+            size_t len;
+            ASSERT_OK(sd_tok_decode(t, ids, n, 0, &s, &len, &err));
+            ASSERT_MSG(same_text(name, s, len, text), "%s case %zu", name, i);
+            free(s);
+            free(ids);
+        }
+        sd_tok_free(t);
+    }
+    json_decref(g);
+}
+
+static int hexval(char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
+
+TEST(invalid_utf8_encodes_like_hf_on_the_replaced_text)
+{
+    json_t *g = golden();
+    ASSERT(g);
+    json_t *toks = json_object_get(g, "tokenizers");
+    for (size_t k = 0; k < json_array_size(toks); k++) {
+        json_t *tk = json_array_get(toks, k);
+        const char *name = json_string_value(json_object_get(tk, "name"));
+        sd_tokenizer *t = load(name);
+        ASSERT(t);
+        json_t *inv = json_object_get(tk, "invalid");
+        ASSERT_GT(json_array_size(inv), 5);
+        for (size_t i = 0; i < json_array_size(inv); i++) {
+            json_t *c = json_array_get(inv, i);
+            const char *hex = json_string_value(json_object_get(c, "hex"));
+            size_t nb = strlen(hex) / 2;
+            char *bytes = malloc(nb + 1);
+            for (size_t b = 0; b < nb; b++)
+                bytes[b] = (char)(hexval(hex[2 * b]) << 4 | hexval(hex[2 * b + 1]));
+            int nw, n;
+            int32_t *want = ids_of(json_object_get(c, "ids"), &nw), *got;
+            sd_err err = {0};
+            ASSERT_OK(sd_tok_encode(t, bytes, nb, 0, &got, &n, &err));
+            ASSERT_MSG(same_ids(name, got, n, want, nw), "%s invalid %s", name, hex);
+            free(got);
+            free(want);
+            free(bytes);
+        }
+        sd_tok_free(t);
+    }
+    json_decref(g);
+}
+
+TEST(long_text_ids_and_streamed_decode_equal_hf)
+{
+    json_t *g = golden();
+    ASSERT(g);
+    json_t *toks = json_object_get(g, "tokenizers");
+    for (size_t k = 0; k < json_array_size(toks); k++) {
+        json_t *tk = json_array_get(toks, k), *lg = json_object_get(tk, "long");
+        const char *name = json_string_value(json_object_get(tk, "name"));
+        sd_tokenizer *t = load(name);
+        ASSERT(t);
+        json_t *text = json_object_get(lg, "text");
+        int nw, n;
+        int32_t *want = ids_of(json_object_get(lg, "ids"), &nw), *got;
+        sd_err err = {0};
+        ASSERT_OK(sd_tok_encode(t, json_string_value(text), json_string_length(text), 0, &got, &n, &err));
+        ASSERT_MSG(same_ids(name, got, n, want, nw), "%s long text", name);
+        /* one id at a time through the streaming detokenizer == the full decode */
+        char *full;
+        size_t flen;
+        ASSERT_OK(sd_tok_decode(t, got, n, 0, &full, &flen, &err));
+        sd_detok *d;
+        ASSERT_OK(sd_detok_new(&d, t, 0, &err));
+        char *acc = malloc(flen + 16);
+        size_t alen = 0;
+        for (int i = 0; i < n; i++) {
+            char *s;
+            size_t l;
+            ASSERT_OK(sd_detok_push(d, &got[i], 1, &s, &l, &err));
+            ASSERT(alen + l <= flen);
+            memcpy(acc + alen, s, l);
+            alen += l;
+            free(s);
+        }
+        char *s;
+        size_t l;
+        ASSERT_OK(sd_detok_flush(d, &s, &l));
+        ASSERT(alen + l <= flen);
+        memcpy(acc + alen, s, l);
+        alen += l;
+        free(s);
+        ASSERT(alen == flen && !memcmp(acc, full, flen));
+        free(acc);
+        free(full);
+        sd_detok_free(d);
+        free(got);
+        free(want);
+        sd_tok_free(t);
+    }
+    json_decref(g);
+}
+
+TEST(bos_eos_and_special_flags_of_the_golden_tokenizers)
+{
+    sd_tokenizer *t = load("llama3ish");
+    ASSERT(t);
+    /* tokenizer_config.json beside it names them */
+    ASSERT_EQ(sd_tok_bos_id(t), sd_tok_token_id(t, "<|begin_of_text|>", 17));
+    ASSERT_EQ(sd_tok_eos_id(t), sd_tok_token_id(t, "<|eot_id|>", 10));
+    ASSERT(sd_tok_is_special(t, sd_tok_bos_id(t)));
+    ASSERT(!sd_tok_is_special(t, sd_tok_token_id(t, "<mask>", 6)));
+    sd_tok_free(t);
+    t = load("gpt2ish/tokenizer.json"); /* the file itself; no config: named tokens */
+    ASSERT(t);
+    ASSERT_EQ(sd_tok_bos_id(t), -1);
+    ASSERT_EQ(sd_tok_eos_id(t), sd_tok_token_id(t, "<|endoftext|>", 13));
+    sd_tok_free(t);
+}
+
+TEST_MAIN(T(golden_ids_equal_hf_tokenizers_on_the_corpus), T(golden_decodes_equal_hf_tokenizers),
+          T(round_trip_decode_encode_is_the_text_without_a_normalizer),
+          T(invalid_utf8_encodes_like_hf_on_the_replaced_text), T(long_text_ids_and_streamed_decode_equal_hf),
+          T(bos_eos_and_special_flags_of_the_golden_tokenizers))
