@@ -352,7 +352,7 @@ pcre2_code *sd__re_compile(const char *pat, size_t len, int literal, const char 
     sd_sbuf out = {0};
     uint32_t opts = PCRE2_UTF | PCRE2_UCP;
     if (literal) {
-        opts |= PCRE2_LITERAL;
+        opts = PCRE2_UTF | PCRE2_LITERAL; /* PCRE2 refuses UCP beside LITERAL; it changes nothing there */
         if (sd_sbuf_put(&out, pat, len)) {
             sd_err_set(err, SD_ENOMEM, "%s: out of memory", what);
             return NULL;
