@@ -81,6 +81,21 @@ int sd_api_error_json(sd_buf *out, const sd_api_error *e)
 
 /* ---- request validation ------------------------------------------------------ */
 
+/* NUL is allowed in JSON text (\u0000) so that a prompt may hold it; every
+ * other string must not (they are C strings from here on). */
+#define LOAD_FLAGS (JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL)
+
+static int has_nul(const json_t *v)
+{
+    return json_is_string(v) && memchr(json_string_value(v), 0, json_string_length(v)) != NULL;
+}
+
+static int nul_error(sd_api_error *e, const char *param)
+{
+    return sd_api_error_set(e, 400, param, "invalid_value",
+                            "%s: NUL characters are not allowed here", param);
+}
+
 static const char *type_name(const json_t *v)
 {
     switch (json_typeof(v)) {
@@ -403,6 +418,8 @@ static int parse_content(json_t *c, size_t i, int allow_null, char **out, sd_api
     char param[64];
     snprintf(param, sizeof param, "messages[%zu].content", i);
     if (json_is_string(c)) {
+        if (has_nul(c))
+            return nul_error(e, param);
         *out = dup_n(json_string_value(c), json_string_length(c));
         return *out ? 0 : oom(e);
     }
@@ -439,6 +456,10 @@ static int parse_content(json_t *c, size_t i, int allow_null, char **out, sd_api
         if (!json_is_string(txt)) {
             sd_buf_free(&b);
             return sd_api_error_set(e, 400, pp, "invalid_type", "%s.text: expected a string", pp);
+        }
+        if (has_nul(txt)) {
+            sd_buf_free(&b);
+            return nul_error(e, pp);
         }
         if (j)
             sd_buf_append(&b, "\n", 1);
@@ -511,6 +532,8 @@ static int parse_messages(json_t *root, sd_oai_request *r, sd_api_error *e)
                                     "%s: this parameter is required", rp);
         if (!json_is_string(role))
             return bad_type(e, rp, "a string", role);
+        if (has_nul(role))
+            return nul_error(e, rp);
         const char *rs = json_string_value(role);
         if (!strcmp(rs, "developer"))
             rs = "system";
@@ -560,7 +583,7 @@ static int parse_stop(json_t *root, sd_oai_request *r, sd_api_error *e)
             return sd_api_error_set(e, 400, "stop", "invalid_value",
                                     "stop[%zu]: a stop string holds 1 to %d bytes, not %zu", i,
                                     SD_OAI_MAX_STOP_LEN, len);
-        if (memchr(json_string_value(s), 0, len))
+        if (has_nul(s))
             return sd_api_error_set(e, 400, "stop", "invalid_value",
                                     "stop[%zu]: NUL characters are not allowed", i);
         r->stop[i] = dup_n(json_string_value(s), len);
@@ -584,6 +607,8 @@ static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model
                                 "model: this parameter is required");
     if (!json_is_string(v))
         return bad_type(e, "model", "a string", v);
+    if (has_nul(v))
+        return nul_error(e, "model");
     if (served_model && strcmp(json_string_value(v), served_model) != 0)
         return sd_api_error_set(e, 400, "model", "model_not_found",
                                 "The model '%.200s' does not exist; this server serves '%.200s'",
@@ -686,7 +711,7 @@ int sd_oai_parse(sd_oai_kind kind, const char *body, size_t len, const char *ser
     r->add_generation_prompt = 1;
     r->add_special_tokens = kind == SD_OAI_COMPLETIONS;
     json_error_t je;
-    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, LOAD_FLAGS, &je);
     if (!root)
         return sd_api_error_set(e, 400, NULL, "invalid_json",
                                 "The request body is not valid JSON: %s (line %d, column %d)",
@@ -723,6 +748,8 @@ static int parse_tokenize(json_t *root, const char *served_model, sd_oai_request
     if ((v = json_object_get(root, "model")) && !json_is_null(v)) {
         if (!json_is_string(v))
             return bad_type(e, "model", "a string", v);
+        if (has_nul(v))
+            return nul_error(e, "model");
         if (served_model && strcmp(json_string_value(v), served_model) != 0)
             return sd_api_error_set(e, 400, "model", "model_not_found",
                                     "The model '%.200s' does not exist; this server serves "
@@ -754,7 +781,7 @@ int sd_oai_parse_tokenize(const char *body, size_t len, const char *served_model
     memset(r, 0, sizeof *r);
     r->max_tokens = -1;
     json_error_t je;
-    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, LOAD_FLAGS, &je);
     if (!root)
         return sd_api_error_set(e, 400, NULL, "invalid_json",
                                 "The request body is not valid JSON: %s (line %d, column %d)",

@@ -116,6 +116,26 @@ TEST(prompt_forms_text_single_batch_and_token_ids)
                     "{\"model\":\"" MODEL "\",\"prompt\":\"a\\nb\\u00e9\\ud83d\\ude00\"}", &r));
     ASSERT_STR_EQ(r.prompt, "a\nb\xc3\xa9\xf0\x9f\x98\x80");
     sd_oai_request_free(&r);
+    /* a prompt may hold NUL (it travels with its length) */
+    ASSERT(parse_ok(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":\"a\\u0000b\"}", &r));
+    ASSERT_EQ(r.prompt_len, 3);
+    ASSERT(memcmp(r.prompt, "a\0b", 3) == 0);
+    sd_oai_request_free(&r);
+}
+
+TEST(nul_is_refused_outside_the_prompt)
+{
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"stop\":\"a\\u0000\""), "stop", "invalid_value"));
+    ASSERT(expect_400(SD_OAI_CHAT, "{\"model\":\"" MODEL "\\u0000x\"," CHAT_MSGS "}", "model",
+                      "invalid_value"));
+    ASSERT(expect_400(SD_OAI_CHAT,
+                      "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"user\",\"content\":"
+                      "\"a\\u0000\"}]}",
+                      "messages[0].content", "invalid_value"));
+    ASSERT(expect_400(SD_OAI_CHAT,
+                      "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"user\\u0000\","
+                      "\"content\":\"a\"}]}",
+                      "messages[0].role", "invalid_value"));
 }
 
 TEST(malformed_json_is_400_without_param)
@@ -127,7 +147,6 @@ TEST(malformed_json_is_400_without_param)
     ASSERT(expect_400(SD_OAI_CHAT, "{\"a\":1} trailing", "", "invalid_json"));
     ASSERT(expect_400(SD_OAI_CHAT, "{\"model\":\"x\",\"model\":\"y\"}", "", "invalid_json"));
     ASSERT(expect_400(SD_OAI_COMPLETIONS, "{\"prompt\":\"\xff\xfe\"}", "", "invalid_json"));
-    ASSERT(expect_400(SD_OAI_COMPLETIONS, "{\"prompt\":\"a\\u0000b\"}", "", "invalid_json"));
 }
 
 TEST(model_is_required_and_must_be_the_served_one)
@@ -681,7 +700,8 @@ TEST(buf_grows_consumes_and_hands_over)
 }
 
 TEST_MAIN(T(a_full_chat_request_maps_to_gen_params), T(completion_defaults_follow_openai),
-          T(prompt_forms_text_single_batch_and_token_ids), T(malformed_json_is_400_without_param),
+          T(prompt_forms_text_single_batch_and_token_ids), T(nul_is_refused_outside_the_prompt),
+          T(malformed_json_is_400_without_param),
           T(model_is_required_and_must_be_the_served_one), T(wrong_types_name_the_parameter),
           T(out_of_range_values_name_the_parameter), T(unsupported_options_are_refused_by_name),
           T(unknown_parameters_are_refused_by_name), T(messages_are_validated_one_by_one),
