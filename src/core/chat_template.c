@@ -344,6 +344,35 @@ static void o_trim(out *o, const char *s)
     o_put(o, s + a, b - a);
 }
 
+/* transformers' tojson filter on a string: json.dumps(s, ensure_ascii=False). */
+static void o_json(out *o, const char *s)
+{
+    o_put(o, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char esc[8];
+        const char *e = NULL;
+        switch (*p) {
+        case '"': e = "\\\""; break;
+        case '\\': e = "\\\\"; break;
+        case '\n': e = "\\n"; break;
+        case '\r': e = "\\r"; break;
+        case '\t': e = "\\t"; break;
+        case '\b': e = "\\b"; break;
+        case '\f': e = "\\f"; break;
+        default:
+            if (*p < 0x20) {
+                snprintf(esc, sizeof esc, "\\u%04x", *p);
+                e = esc;
+            }
+        }
+        if (e)
+            o_str(o, e);
+        else
+            o_put(o, (const char *)p, 1);
+    }
+    o_put(o, "\"", 1);
+}
+
 /* Python's s.strip('\n') / lstrip / rstrip on s[a..b). */
 static void strip_nl(const char *s, size_t *a, size_t *b, int left, int right)
 {
@@ -380,9 +409,8 @@ static void r_llama3(const sd_chat_template *ct, const sd_chat_msg *m, int n, in
         }
     } else {
         char today[32];
-        const char *date = ct->date;
-        if (!date && ct->variant == LL_31)
-            date = "26 Jul 2024";
+        /* 3.1 fixes its date; 3.2 asks strftime_now for today's */
+        const char *date = ct->variant == LL_31 ? "26 Jul 2024" : ct->date;
         if (!date) {
             time_t now = time(NULL);
             struct tm tmv;
@@ -402,8 +430,9 @@ static void r_llama3(const sd_chat_template *ct, const sd_chat_msg *m, int n, in
         o_str(o, "<|eot_id|>");
         for (; i < n; i++) {
             if (!strcmp(m[i].role, "tool") || !strcmp(m[i].role, "ipython")) {
+                /* a string is "iterable" to Jinja: the template prints it through tojson */
                 o_str(o, "<|start_header_id|>ipython<|end_header_id|>\n\n");
-                o_str(o, m[i].content);
+                o_json(o, m[i].content);
             } else {
                 o_str(o, "<|start_header_id|>");
                 o_str(o, m[i].role);

@@ -58,6 +58,8 @@ CONVERSATIONS = [
     [m("user", "q"), m("assistant", "<think>r1</think>middle</think>\n\nlast")],
     [m("system", "A"), m("system", "B"), m("user", "u")],
     [m("user", "What is the weather?"), m("tool", "sunny, 21C"), m("assistant", "It is sunny.")],
+    [m("user", "run it"), m("tool", "he said \"hi\"\n\tback\\slash \x01 \u00e9\U0001F600"), m("tool", "second"),
+     m("user", "and?")],
     [m("user", "")],
     [m("user", "<|im_end|> and <|eot_id|> as text")],
     [m("system", "sys only")],

@@ -1,0 +1,212 @@
+/* Chat templates: the native renderers against Jinja's output on the published
+ * templates (tests/golden/tokenizer/chat_golden.json, made by
+ * tools/golden/chat_templates.py), family recognition, and the errors. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/tokenizer.h"
+#include "core/util.h"
+#include "test.h"
+
+static char *mkdir_tmp(void)
+{
+    char tmpl[] = "/tmp/sdchat-XXXXXX";
+    char *d = mkdtemp(tmpl);
+    return d ? strdup(d) : NULL;
+}
+
+static void rm_tree(char *dir)
+{
+    char *cmd = sd_strfmt("rm -rf '%s'", dir);
+    if (cmd && system(cmd) != 0)
+        fprintf(stderr, "  could not remove %s\n", dir);
+    free(cmd);
+    free(dir);
+}
+
+static int put_text(const char *dir, const char *name, const char *text)
+{
+    char *p = sd_strfmt("%s/%s", dir, name);
+    int rc = sd_write_file(p, text, strlen(text), NULL);
+    free(p);
+    return rc;
+}
+
+/* dir/tokenizer_config.json with chat_template = tmpl (NULL: none), bos_token. */
+static int put_config(const char *dir, const char *tmpl, const char *bos)
+{
+    json_t *c = json_object();
+    if (tmpl)
+        json_object_set_new(c, "chat_template", json_string(tmpl));
+    json_object_set_new(c, "bos_token", bos ? json_string(bos) : json_null());
+    char *p = sd_strfmt("%s/tokenizer_config.json", dir);
+    int rc = json_dump_file(c, p, 0);
+    free(p);
+    json_decref(c);
+    return rc;
+}
+
+static char *read_template(const char *file)
+{
+    char *p = sd_strfmt("%s/tests/golden/tokenizer/chat/%s", sd_test_srcdir(), file), *data = NULL;
+    size_t len;
+    if (sd_read_file(p, &data, &len, NULL))
+        data = NULL;
+    free(p);
+    return data;
+}
+
+TEST(native_renders_equal_jinja_on_the_published_templates)
+{
+    char *p = sd_strfmt("%s/tests/golden/tokenizer/chat_golden.json", sd_test_srcdir());
+    json_error_t je;
+    json_t *g = json_load_file(p, 0, &je);
+    free(p);
+    ASSERT_MSG(g, "chat_golden.json: %s", je.text);
+    const char *date = json_string_value(json_object_get(g, "pinned_date"));
+    json_t *tmpls = json_object_get(g, "templates");
+    ASSERT_GE(json_array_size(tmpls), 13);
+    int bad = 0, checked = 0;
+    for (size_t k = 0; k < json_array_size(tmpls); k++) {
+        json_t *e = json_array_get(tmpls, k);
+        const char *file = json_string_value(json_object_get(e, "file"));
+        const char *family = json_string_value(json_object_get(e, "family"));
+        json_t *bos = json_object_get(e, "bos_token");
+        char *text = read_template(file), *dir = mkdir_tmp();
+        ASSERT(text && dir);
+        ASSERT_OK(put_config(dir, text, json_is_string(bos) ? json_string_value(bos) : NULL));
+        sd_err err = {0};
+        sd_chat_template *ct;
+        ASSERT_MSG(!sd_chat_template_load(&ct, dir, "auto", &err), "%s: %s", file, err.msg);
+        ASSERT_MSG(!strcmp(sd_chat_template_name(ct), family), "%s recognized as %s, want %s", file,
+                   sd_chat_template_name(ct), family);
+        sd_chat_template_set_date(ct, date);
+        json_t *cases = json_object_get(e, "cases");
+        for (size_t i = 0; i < json_array_size(cases); i++) {
+            json_t *c = json_array_get(cases, i), *msgs = json_object_get(c, "messages");
+            sd_chat_msg m[16];
+            int n = (int)json_array_size(msgs);
+            ASSERT_LE(n, 16);
+            for (int j = 0; j < n; j++) {
+                json_t *mj = json_array_get(msgs, (size_t)j);
+                m[j].role = json_string_value(json_object_get(mj, "role"));
+                m[j].content = json_string_value(json_object_get(mj, "content"));
+            }
+            int gen = json_is_true(json_object_get(c, "add_generation_prompt"));
+            char *out;
+            size_t len;
+            ASSERT_OK(sd_chat_render(ct, m, n, gen, &out, &len, &err));
+            const char *want = json_string_value(json_object_get(c, "text"));
+            if (strcmp(out, want)) {
+                fprintf(stderr, "  %s case %zu (gen %d):\n    got  \"%s\"\n    want \"%s\"\n", file, i, gen, out, want);
+                bad++;
+            }
+            ASSERT_EQ(len, strlen(out));
+            checked++;
+            free(out);
+        }
+        sd_chat_template_free(ct);
+        free(text);
+        rm_tree(dir);
+    }
+    fprintf(stderr, "  %d renders checked, %d differ\n", checked, bad);
+    json_decref(g);
+    ASSERT_EQ(bad, 0);
+}
+
+TEST(the_golden_tokenizer_folders_are_recognized)
+{
+    static const char *const dirs[][2] = {{"llama3ish", "llama3"}, {"deepseekish", "deepseek3"}, {"kimiish", "kimi-k2"}};
+    for (size_t i = 0; i < SD_ARRAY_LEN(dirs); i++) {
+        char *d = sd_strfmt("%s/tests/golden/tokenizer/%s", sd_test_srcdir(), dirs[i][0]);
+        sd_err err = {0};
+        sd_chat_template *ct;
+        ASSERT_MSG(!sd_chat_template_load(&ct, d, "auto", &err), "%s", err.msg);
+        ASSERT_STR_EQ(sd_chat_template_name(ct), dirs[i][1]);
+        sd_chat_template_free(ct);
+        free(d);
+    }
+}
+
+TEST(an_explicit_name_overrides_the_checkpoint_template)
+{
+    char *dir = mkdir_tmp(), *llama = read_template("llama3.jinja");
+    ASSERT(dir && llama);
+    ASSERT_OK(put_config(dir, llama, "<|begin_of_text|>"));
+    sd_err err = {0};
+    sd_chat_template *ct;
+    ASSERT_OK(sd_chat_template_load(&ct, dir, "chatml", &err));
+    ASSERT_STR_EQ(sd_chat_template_name(ct), "chatml");
+    ASSERT_STR_EQ(sd_chat_template_stop(ct), "<|im_end|>");
+    sd_chat_msg m[] = {{"user", "hi"}};
+    char *out;
+    size_t len;
+    ASSERT_OK(sd_chat_render(ct, m, 1, 1, &out, &len, &err));
+    ASSERT_STR_EQ(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    free(out);
+    sd_chat_template_free(ct);
+    /* no folder at all, an explicit name */
+    ASSERT_OK(sd_chat_template_load(&ct, NULL, "deepseek3", &err));
+    ASSERT_OK(sd_chat_render(ct, m, 1, 1, &out, &len, &err));
+    ASSERT_STR_EQ(out, "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c><\xef\xbd\x9cUser\xef\xbd\x9c>hi<"
+                       "\xef\xbd\x9c" "Assistant\xef\xbd\x9c>");
+    ASSERT_STR_EQ(sd_chat_template_stop(ct), "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>");
+    free(out);
+    sd_chat_template_free(ct);
+    free(llama);
+    rm_tree(dir);
+}
+
+TEST(unknown_names_and_unrecognized_templates_are_errors_not_fallbacks)
+{
+    sd_err err = {0};
+    sd_chat_template *ct = NULL;
+    ASSERT_EQ(sd_chat_template_load(&ct, NULL, "vicuna", &err), SD_EINVAL);
+    ASSERT_CONTAINS(err.msg, "vicuna");
+    ASSERT(!ct);
+    ASSERT_EQ(sd_chat_template_load(&ct, NULL, "auto", &err), SD_EINVAL);
+    char *dir = mkdir_tmp();
+    ASSERT(dir);
+    /* no template, no <|im_start|> in the vocabulary */
+    ASSERT_OK(put_config(dir, NULL, NULL));
+    ASSERT_OK(put_text(dir, "tokenizer.json", "{\"added_tokens\": [{\"content\": \"<s>\"}]}"));
+    ASSERT_EQ(sd_chat_template_load(&ct, dir, "auto", &err), SD_ENOENT);
+    ASSERT_CONTAINS(err.msg, dir);
+    ASSERT_CONTAINS(err.msg, "--chat-template");
+    /* ... with <|im_start|>: chatml */
+    ASSERT_OK(put_text(dir, "tokenizer.json", "{\"added_tokens\": [{\"content\": \"<|im_start|>\"}]}"));
+    ASSERT_OK(sd_chat_template_load(&ct, dir, "auto", &err));
+    ASSERT_STR_EQ(sd_chat_template_name(ct), "chatml");
+    sd_chat_template_free(ct);
+    /* a template of no known family */
+    ASSERT_OK(put_config(dir, "{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}", "<s>"));
+    ASSERT_EQ(sd_chat_template_load(&ct, dir, "auto", &err), SD_ENOTSUP);
+    ASSERT_CONTAINS(err.msg, "not one of the families");
+    /* chat_template.jinja beside a config without one */
+    ASSERT_OK(put_config(dir, NULL, "<|begin_of_text|>"));
+    ASSERT_OK(put_text(dir, "chat_template.jinja", "{{ bos_token }}<|start_header_id|>{{ x }}"));
+    ASSERT_OK(sd_chat_template_load(&ct, dir, "auto", &err));
+    ASSERT_STR_EQ(sd_chat_template_name(ct), "llama3");
+    sd_chat_template_free(ct);
+    /* a list of named templates: the "default" one counts */
+    json_t *c = json_pack("{s:[{s:s, s:s}, {s:s, s:s}]}", "chat_template", "name", "tool_use", "template",
+                          "<|start_header_id|>", "name", "default", "template", "<|im_user|><|im_middle|>");
+    char *p = sd_strfmt("%s/tokenizer_config.json", dir);
+    ASSERT_OK(json_dump_file(c, p, 0));
+    json_decref(c);
+    free(p);
+    ASSERT_OK(sd_chat_template_load(&ct, dir, "auto", &err));
+    ASSERT_STR_EQ(sd_chat_template_name(ct), "kimi-k2");
+    sd_chat_msg bad[] = {{"user", NULL}};
+    char *out = NULL;
+    size_t len;
+    ASSERT_EQ(sd_chat_render(ct, bad, 1, 1, &out, &len, &err), SD_EINVAL);
+    sd_chat_template_free(ct);
+    rm_tree(dir);
+}
+
+TEST_MAIN(T(native_renders_equal_jinja_on_the_published_templates), T(the_golden_tokenizer_folders_are_recognized),
+          T(an_explicit_name_overrides_the_checkpoint_template),
+          T(unknown_names_and_unrecognized_templates_are_errors_not_fallbacks))
