@@ -54,9 +54,14 @@ export async function startServer(args = [], env = {}, opts = {}) {
     if (process.env.SPECD_E2E_VERBOSE) process.stderr.write(d);
   });
   srv.base = () => `http://127.0.0.1:${srv.port}`;
-  // SIGTERM (or sig), then the exit status; fails the test past timeoutMs.
-  srv.stop = async (sig = 'SIGTERM', timeoutMs = 60000) => {
+  // Sends sig once (a second SIGTERM means "cancel everything now").
+  srv.signal = (sig = 'SIGTERM') => {
+    srv.signalled = true;
     if (!srv.exited) child.kill(sig);
+  };
+  // SIGTERM unless already signalled, then the exit status; SIGKILL past timeoutMs.
+  srv.stop = async (sig = 'SIGTERM', timeoutMs = 60000) => {
+    if (!srv.signalled) srv.signal(sig);
     const t = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
     const r = await exited;
     clearTimeout(t);
