@@ -142,6 +142,14 @@ typedef struct sd_ops {
      * SD_MOE_TMP_FLOATS(n, top_k, D, I) floats. */
     void (*moe_ffn)(sd_backend *be, float *out, const float *x, const int32_t *ids,
                     const float *wts, const sd_experts *ex, int n, int top_k, int D, void *tmp);
+
+    /* ---- tensor parallelism (last, so tables written in order stay valid) ---- */
+    /* Vocab-parallel lookup (tensor parallelism): table holds the vocabulary
+     * rows [first, first + table.rows); out(n, D) = table[ids[i] - first] for
+     * ids in that range, zeros for the others, so the ranks' outputs sum to
+     * the full lookup. */
+    void (*embed_shard)(sd_backend *be, float *out, const sd_weight *table, const int32_t *ids,
+                        int n, int first);
 } sd_ops;
 
 struct sd_backend {

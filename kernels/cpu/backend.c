@@ -269,6 +269,7 @@ static const sd_ops cpu_ops = {
     .attn_mla = sd__cpu_attn_mla,
     .moe_route = sd__cpu_moe_route,
     .moe_ffn = sd__cpu_moe_ffn,
+    .embed_shard = sd__cpu_embed_shard,
 };
 
 int sd_cpu_backend_create(sd_backend **out, int threads)

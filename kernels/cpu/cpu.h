@@ -29,6 +29,8 @@ float sd__cpu_dot_row(const sd_weight *w, int64_t r, const float *x);
 
 /* op entry points (one family per file) */
 void sd__cpu_embed(sd_backend *be, float *out, const sd_weight *table, const int32_t *ids, int n);
+void sd__cpu_embed_shard(sd_backend *be, float *out, const sd_weight *table, const int32_t *ids,
+                         int n, int first);
 void sd__cpu_add(sd_backend *be, float *y, const float *x, int n, int d);
 void sd__cpu_silu_mul(sd_backend *be, float *out, const float *gu, int n, int I);
 void sd__cpu_gather_rows(sd_backend *be, float *dst, const float *src, const int32_t *idx, int n,

@@ -11,6 +11,21 @@ void sd__cpu_embed(sd_backend *be, float *out, const sd_weight *table, const int
         sd__cpu_weight_row(table, ids[i], out + (size_t)i * (size_t)table->cols);
 }
 
+void sd__cpu_embed_shard(sd_backend *be, float *out, const sd_weight *table, const int32_t *ids,
+                         int n, int first)
+{
+    (void)be;
+    size_t d = (size_t)table->cols;
+    for (int i = 0; i < n; i++) {
+        int64_t r = (int64_t)ids[i] - first;
+        float *o = out + (size_t)i * d;
+        if (r >= 0 && r < table->rows)
+            sd__cpu_weight_row(table, r, o);
+        else
+            memset(o, 0, d * sizeof(float));
+    }
+}
+
 void sd__cpu_add(sd_backend *be, float *y, const float *x, int n, int d)
 {
     (void)be;

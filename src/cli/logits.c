@@ -1,13 +1,58 @@
 /* specd logits: full prefill of --ids, float32 little-endian logits
- * [n_ids, vocab] to --out. */
+ * [n_ids, vocab] to --out. --tp N runs N tensor-parallel ranks on the CPU
+ * (rank threads, thread all-reduce); their logits equal --tp 1's up to the
+ * order of fp32 sums. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/log.h"
 #include "core/util.h"
 #include "engine/backend.h"
 #include "target/runner.h"
+
+static int check_ids(const int32_t *ids, int n, const sd_model_cfg *c, sd_err *err)
+{
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= c->vocab_size)
+            return sd_err_set(err, SD_ERANGE, "--ids: id %d is out of range (vocab_size %d)",
+                              ids[i], c->vocab_size);
+    return 0;
+}
+
+/* --tp N: the ranks of one model on CPU threads. */
+static int logits_tp(const sd_opts *o, const int32_t *ids, int n, sd_err *err)
+{
+    const char *dev = o->device ? o->device : "auto";
+    if (!strcmp(dev, "cuda"))
+        return sd_err_set(err, SD_ENOTSUP,
+                          "--tp %d --device cuda: tensor parallelism runs on the CPU only so far "
+                          "(--device cpu)",
+                          o->tp);
+    sd_tp_runner *t = NULL;
+    float *logits = NULL;
+    sd_model_opts mo = {.max_tokens = n < 256 ? n : 256, .load_mtp = 0};
+    int rc = sd_tp_runner_open(&t, sd_opts_model_dir(o), o->tp, o->threads, &mo, err);
+    if (rc)
+        return rc;
+    sd_log_info("logits: %d tensor-parallel ranks on the CPU", o->tp);
+    const sd_model_cfg *c = sd_model_cfg_of(sd_tp_runner_model(t, 0));
+    size_t bytes = (size_t)n * (size_t)c->vocab_size * sizeof(float);
+    if (!(rc = check_ids(ids, n, c, err)) && !(rc = sd_tp_runner_alloc_kv(t, n, err))) {
+        logits = malloc(bytes);
+        if (!logits)
+            rc = sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    sd_seq_out so = {.logits = logits};
+    if (!rc)
+        rc = sd_tp_runner_target(t, ids, n, 0, &so, err);
+    if (!rc)
+        rc = sd_write_file(o->out, logits, bytes, err);
+    free(logits);
+    sd_tp_runner_close(t);
+    return rc;
+}
 
 int sd_cmd_logits(const sd_opts *o)
 {
@@ -26,6 +71,12 @@ int sd_cmd_logits(const sd_opts *o)
         free(ids);
         return 2;
     }
+    if (o->tp > 1) {
+        if (logits_tp(o, ids, n, &err))
+            goto fail;
+        status = 0;
+        goto done;
+    }
     const char *dir = sd_opts_model_dir(o);
     if (sd_backend_open(&be, o, &err))
         goto fail;
@@ -33,12 +84,8 @@ int sd_cmd_logits(const sd_opts *o)
     if (sd_model_load(&m, dir, be, &mo, &err))
         goto fail;
     const sd_model_cfg *c = sd_model_cfg_of(m);
-    for (int i = 0; i < n; i++)
-        if (ids[i] >= c->vocab_size) {
-            sd_err_set(&err, SD_ERANGE, "--ids: id %d is out of range (vocab_size %d)", ids[i],
-                       c->vocab_size);
-            goto fail;
-        }
+    if (check_ids(ids, n, c, &err))
+        goto fail;
     if (sd_model_alloc_kv(m, n, &err))
         goto fail;
     logits = malloc((size_t)n * (size_t)c->vocab_size * sizeof(float));

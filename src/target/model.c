@@ -61,7 +61,16 @@ struct sd_model {
     float *x, *xn, *ao, *fo, *q, *k, *v, *qa, *ckv, *qlat, *lat, *att, *gu, *rlog, *wts, *moetmp,
         *xo, *eh;
     int32_t *ids;
+    float *lg_local, *lg_all; /* vocab-parallel logits: (T, vocab_shard), (tp, T, vocab_shard) */
     int n_slots;
+    /* tensor parallelism: this rank's share (unsharded: rank 0 of 1, all of it) */
+    int tp_rank, tp_size;
+    sd_comm *comm;
+    int comm_rc;  /* first failed collective of the step */
+    int hq, hkv;  /* attention heads on this rank (GQA kv heads: hkv from kv_head0) */
+    int kv_head0;
+    int vocab_shard;             /* rows per vocab shard: ceil(vocab / tp) */
+    int vocab_first, vocab_rows; /* this rank's rows of the embedding and the head */
 };
 
 /* ------------------------------------------------------------------ loading */
@@ -93,21 +102,76 @@ static int upload_host(sd_model *m, sd_weight *w, void *host, sd_dtype dt, int64
     return 0;
 }
 
+/* Finds tensor `name` of shape [rows, cols] (cols = 0: 1-D of rows) in a
+ * dtype the ops take. */
+static int find_w(sd_model *m, const char *name, int64_t rows, int64_t cols,
+                  const sd_st_tensor **t, sd_err *err)
+{
+    int64_t shape[2] = {rows, cols};
+    int rc = sd_st_expect(m->st, name, cols ? 2 : 1, shape, t, err);
+    if (rc)
+        return rc;
+    if ((*t)->dtype != SD_DT_F32 && (*t)->dtype != SD_DT_BF16 && (*t)->dtype != SD_DT_F16)
+        return sd_err_set(err, SD_ENOTSUP, "%s: tensor %s: dtype %s is not supported", (*t)->file,
+                          name, sd_dtype_name((*t)->dtype));
+    return 0;
+}
+
 /* Loads tensor `name` of shape [rows, cols] (cols = 0: 1-D of rows). */
 static int get_w(sd_model *m, const char *name, int64_t rows, int64_t cols, sd_weight *w,
                  sd_err *err)
 {
     const sd_st_tensor *t;
-    int64_t shape[2] = {rows, cols};
-    int rc = sd_st_expect(m->st, name, cols ? 2 : 1, shape, &t, err);
+    int rc = find_w(m, name, rows, cols, &t, err);
     if (rc)
         return rc;
-    if (t->dtype != SD_DT_F32 && t->dtype != SD_DT_BF16 && t->dtype != SD_DT_F16)
-        return sd_err_set(err, SD_ENOTSUP, "%s: tensor %s: dtype %s is not supported", t->file,
-                          name, sd_dtype_name(t->dtype));
     if (m->be->ops->weight(m->be, w, t->data, t->dtype, cols ? rows : 1, cols ? cols : rows))
         return sd_err_set(err, SD_EDEVICE, "%s: cannot place on %s", name, m->be->ops->name);
     return 0;
+}
+
+/* The part of a tensor one tensor-parallel rank holds: all of it, a block of
+ * rows (column-parallel layers, vocab shards; 1-D: elements) or a block of
+ * columns (row-parallel layers). */
+typedef struct part {
+    enum { PART_ALL, PART_ROWS, PART_COLS } kind;
+    int64_t off, n;
+} part;
+#define PART_WHOLE ((part){PART_ALL, 0, 0})
+static part part_rows(int64_t off, int64_t n) { return (part){PART_ROWS, off, n}; }
+static part part_cols(int64_t off, int64_t n) { return (part){PART_COLS, off, n}; }
+
+/* Loads part p of tensor `name` [rows, cols]: rows are a zero-copy view of
+ * the mapping, columns a copy (same dtype) owned by the model. */
+static int get_part(sd_model *m, const char *name, int64_t rows, int64_t cols, part p,
+                    sd_weight *w, sd_err *err)
+{
+    int64_t full = p.kind == PART_COLS ? cols : rows;
+    if (p.kind == PART_ALL || (p.off == 0 && p.n == full))
+        return get_w(m, name, rows, cols, w, err);
+    const sd_st_tensor *t;
+    int rc = find_w(m, name, rows, cols, &t, err);
+    if (rc)
+        return rc;
+    if (p.off < 0 || p.n <= 0 || p.off + p.n > full || (p.kind == PART_COLS && !cols))
+        return sd_err_set(err, SD_EINVAL, "%s: shard [%lld, %lld) is outside the tensor", name,
+                          (long long)p.off, (long long)(p.off + p.n));
+    size_t es = sd_dtype_size(t->dtype);
+    if (p.kind == PART_ROWS) {
+        size_t row = (size_t)(cols ? cols : 1) * es;
+        const char *d = (const char *)t->data + (size_t)p.off * row;
+        if (m->be->ops->weight(m->be, w, d, t->dtype, cols ? p.n : 1, cols ? cols : p.n))
+            return sd_err_set(err, SD_EDEVICE, "%s: cannot place on %s", name, m->be->ops->name);
+        return 0;
+    }
+    size_t rb = (size_t)p.n * es, sb = (size_t)cols * es;
+    char *buf = malloc((size_t)rows * rb);
+    if (!buf)
+        return sd_err_set(err, SD_ENOMEM, "out of memory slicing %s", name);
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(buf + (size_t)r * rb, (const char *)t->data + (size_t)r * sb + (size_t)p.off * es,
+               rb);
+    return upload_host(m, w, buf, t->dtype, rows, p.n, err);
 }
 
 static int get_wf(sd_model *m, sd_weight *w, sd_err *err, int64_t rows, int64_t cols,
@@ -123,6 +187,19 @@ static int get_wf(sd_model *m, sd_weight *w, sd_err *err, int64_t rows, int64_t 
     return get_w(m, name, rows, cols, w, err);
 }
 
+static int get_wpf(sd_model *m, sd_weight *w, sd_err *err, int64_t rows, int64_t cols, part p,
+                   const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static int get_wpf(sd_model *m, sd_weight *w, sd_err *err, int64_t rows, int64_t cols, part p,
+                   const char *fmt, ...)
+{
+    char name[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    return get_part(m, name, rows, cols, p, w, err);
+}
+
 static int has_tensor(const sd_model *m, const char *fmt, int i, const char *suffix)
 {
     char name[512];
@@ -130,9 +207,10 @@ static int has_tensor(const sd_model *m, const char *fmt, int i, const char *suf
     return sd_st_find(m->st, name) != NULL;
 }
 
-/* Two [I, D] tensors stacked into one [2I, D] weight of the same dtype. */
-static int stack2(sd_model *m, const char *a, const char *b, int64_t I, int64_t D, sd_weight *out,
-                  sd_err *err)
+/* Rows [r0, r0 + nr) of two [I, D] tensors stacked into one [2nr, D] weight
+ * of the same dtype (unsharded: all I rows). */
+static int stack2(sd_model *m, const char *a, const char *b, int64_t I, int64_t D, int64_t r0,
+                  int64_t nr, sd_weight *out, sd_err *err)
 {
     const sd_st_tensor *ta, *tb;
     int64_t shape[2] = {I, D};
@@ -143,25 +221,27 @@ static int stack2(sd_model *m, const char *a, const char *b, int64_t I, int64_t 
         return rc;
     if (ta->dtype != tb->dtype)
         return sd_err_set(err, SD_EFORMAT, "%s and %s: dtypes differ", a, b);
-    size_t half = ta->nbytes;
+    size_t row = (size_t)D * sd_dtype_size(ta->dtype), half = (size_t)nr * row;
     char *buf = malloc(2 * half);
     if (!buf)
         return sd_err_set(err, SD_ENOMEM, "out of memory stacking %s", a);
-    memcpy(buf, ta->data, half);
-    memcpy(buf + half, tb->data, half);
-    return upload_host(m, out, buf, ta->dtype, 2 * I, D, err);
+    memcpy(buf, (const char *)ta->data + (size_t)r0 * row, half);
+    memcpy(buf + half, (const char *)tb->data + (size_t)r0 * row, half);
+    return upload_host(m, out, buf, ta->dtype, 2 * nr, D, err);
 }
 
 static int load_ffn_dense(sd_model *m, const char *pre, int64_t I, layer *L, sd_err *err)
 {
     char a[512], b[512];
     int64_t D = m->cfg.hidden_size;
+    /* column-parallel gate/up, row-parallel down: rows/columns [i0, i0 + il) */
+    int64_t il = I / m->tp_size, i0 = (int64_t)m->tp_rank * il;
     snprintf(a, sizeof a, "%s.gate_proj.weight", pre);
     snprintf(b, sizeof b, "%s.up_proj.weight", pre);
-    int rc = stack2(m, a, b, I, D, &L->gate_up, err);
+    int rc = stack2(m, a, b, I, D, i0, il, &L->gate_up, err);
     if (!rc)
-        rc = get_wf(m, &L->down, err, D, I, "%s.down_proj.weight", pre);
-    L->ffn_inter = (int)I;
+        rc = get_wpf(m, &L->down, err, D, I, part_cols(i0, il), "%s.down_proj.weight", pre);
+    L->ffn_inter = (int)il;
     return rc;
 }
 
@@ -198,12 +278,16 @@ static int load_moe(sd_model *m, const char *pre, layer *L, sd_err *err)
     L->ed = calloc((size_t)E, sizeof(sd_weight));
     if (!L->eg || !L->eu || !L->ed)
         return sd_err_set(err, SD_ENOMEM, "out of memory");
+    /* every expert TP-sharded: gate/up rows and down columns [i0, i0 + il) */
+    int il = I / m->tp_size, i0 = m->tp_rank * il;
+    part pr = part_rows(i0, il), pc = part_cols(i0, il);
     for (int e = 0; e < E && !rc; e++) {
-        rc = get_wf(m, &L->eg[e], err, I, D, "%s.mlp.experts.%d.gate_proj.weight", pre, e);
+        rc = get_wpf(m, &L->eg[e], err, I, D, pr, "%s.mlp.experts.%d.gate_proj.weight", pre, e);
         if (!rc)
-            rc = get_wf(m, &L->eu[e], err, I, D, "%s.mlp.experts.%d.up_proj.weight", pre, e);
+            rc = get_wpf(m, &L->eu[e], err, I, D, pr, "%s.mlp.experts.%d.up_proj.weight", pre, e);
         if (!rc)
-            rc = get_wf(m, &L->ed[e], err, D, I, "%s.mlp.experts.%d.down_proj.weight", pre, e);
+            rc = get_wpf(m, &L->ed[e], err, D, I, pc, "%s.mlp.experts.%d.down_proj.weight", pre,
+                         e);
     }
     if (rc)
         return rc;
@@ -218,12 +302,16 @@ static int load_moe(sd_model *m, const char *pre, layer *L, sd_err *err)
 
 /* Absorbed MLA weights from kv_b_proj [H*(nope+v), C]:
  * wuk_t [H*C, nope] (row h*C+c = column c of head h's key rows) and
- * wuv [H*v, C] (head h's value rows). */
+ * wuv [H*v, C] (head h's value rows), for this rank's heads.
+ * Tensor parallel: heads split (q_b / q_proj rows, kv_b heads, o_proj
+ * columns); q_a, kv_a and the latent cache replicated. */
 static int load_mla(sd_model *m, const char *pre, layer *L, sd_err *err)
 {
     const sd_model_cfg *c = &m->cfg;
     int H = c->num_heads, D = c->hidden_size, C = c->kv_lora_rank, R = c->qk_rope_head_dim;
     int nope = c->qk_nope_head_dim, vd = c->v_head_dim, qk = nope + R;
+    int Hl = m->hq, h0 = m->tp_rank * m->hq;
+    part pq = part_rows((int64_t)h0 * qk, (int64_t)Hl * qk);
     int rc;
     L->mla = 1;
     if (c->q_lora_rank > 0) {
@@ -232,17 +320,18 @@ static int load_mla(sd_model *m, const char *pre, layer *L, sd_err *err)
             rc = get_wf(m, &L->q_a_norm, err, c->q_lora_rank, 0,
                         "%s.self_attn.q_a_layernorm.weight", pre);
         if (!rc)
-            rc = get_wf(m, &L->q_b, err, (int64_t)H * qk, c->q_lora_rank,
-                        "%s.self_attn.q_b_proj.weight", pre);
+            rc = get_wpf(m, &L->q_b, err, (int64_t)H * qk, c->q_lora_rank, pq,
+                         "%s.self_attn.q_b_proj.weight", pre);
     } else {
-        rc = get_wf(m, &L->wq, err, (int64_t)H * qk, D, "%s.self_attn.q_proj.weight", pre);
+        rc = get_wpf(m, &L->wq, err, (int64_t)H * qk, D, pq, "%s.self_attn.q_proj.weight", pre);
     }
     if (!rc)
         rc = get_wf(m, &L->kv_a, err, C + R, D, "%s.self_attn.kv_a_proj_with_mqa.weight", pre);
     if (!rc)
         rc = get_wf(m, &L->kv_a_norm, err, C, 0, "%s.self_attn.kv_a_layernorm.weight", pre);
     if (!rc)
-        rc = get_wf(m, &L->wo, err, D, (int64_t)H * vd, "%s.self_attn.o_proj.weight", pre);
+        rc = get_wpf(m, &L->wo, err, D, (int64_t)H * vd, part_cols((int64_t)h0 * vd, (int64_t)Hl * vd),
+                     "%s.self_attn.o_proj.weight", pre);
     if (rc)
         return rc;
     char name[512];
@@ -252,15 +341,15 @@ static int load_mla(sd_model *m, const char *pre, layer *L, sd_err *err)
     rc = sd_st_expect(m->st, name, 2, shape, &kb, err);
     if (rc)
         return rc;
-    float *uk = malloc((size_t)H * C * nope * sizeof(float));
-    float *uv = malloc((size_t)H * vd * C * sizeof(float));
+    float *uk = malloc((size_t)Hl * C * nope * sizeof(float));
+    float *uv = malloc((size_t)Hl * vd * C * sizeof(float));
     if (!uk || !uv) {
         free(uk);
         free(uv);
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
-    for (int h = 0; h < H; h++) {
-        size_t base = (size_t)h * (size_t)(nope + vd);
+    for (int h = 0; h < Hl; h++) {
+        size_t base = (size_t)(h0 + h) * (size_t)(nope + vd);
         for (int n = 0; n < nope; n++)
             for (int cc = 0; cc < C; cc++)
                 uk[((size_t)h * C + cc) * nope + n] =
@@ -270,33 +359,39 @@ static int load_mla(sd_model *m, const char *pre, layer *L, sd_err *err)
                 uv[((size_t)h * vd + j) * C + cc] =
                     sd_load_f32(kb->data, kb->dtype, (base + nope + j) * (size_t)C + cc);
     }
-    rc = upload_host(m, &L->wuk_t, uk, SD_DT_F32, (int64_t)H * C, nope, err);
+    rc = upload_host(m, &L->wuk_t, uk, SD_DT_F32, (int64_t)Hl * C, nope, err);
     if (!rc)
-        rc = upload_host(m, &L->wuv, uv, SD_DT_F32, (int64_t)H * vd, C, err);
+        rc = upload_host(m, &L->wuv, uv, SD_DT_F32, (int64_t)Hl * vd, C, err);
     return rc;
 }
 
+/* Tensor parallel: q/k/v column-parallel by heads (this rank's query heads
+ * and their kv heads), o_proj row-parallel; its bias is added on rank 0 only,
+ * so the all-reduce adds it once. */
 static int load_gqa(sd_model *m, const char *pre, layer *L, int64_t in_dim, sd_err *err)
 {
     const sd_model_cfg *c = &m->cfg;
     int64_t Hq = c->num_heads, Hkv = c->num_kv_heads, Dh = c->head_dim, D = c->hidden_size;
-    int rc = get_wf(m, &L->wq, err, Hq * Dh, in_dim, "%s.self_attn.q_proj.weight", pre);
+    part pq = part_rows((int64_t)m->tp_rank * m->hq * Dh, (int64_t)m->hq * Dh);
+    part pk = part_rows((int64_t)m->kv_head0 * Dh, (int64_t)m->hkv * Dh);
+    part po = part_cols((int64_t)m->tp_rank * m->hq * Dh, (int64_t)m->hq * Dh);
+    int rc = get_wpf(m, &L->wq, err, Hq * Dh, in_dim, pq, "%s.self_attn.q_proj.weight", pre);
     if (!rc)
-        rc = get_wf(m, &L->wk, err, Hkv * Dh, in_dim, "%s.self_attn.k_proj.weight", pre);
+        rc = get_wpf(m, &L->wk, err, Hkv * Dh, in_dim, pk, "%s.self_attn.k_proj.weight", pre);
     if (!rc)
-        rc = get_wf(m, &L->wv, err, Hkv * Dh, in_dim, "%s.self_attn.v_proj.weight", pre);
+        rc = get_wpf(m, &L->wv, err, Hkv * Dh, in_dim, pk, "%s.self_attn.v_proj.weight", pre);
     if (!rc)
-        rc = get_wf(m, &L->wo, err, D, Hq * Dh, "%s.self_attn.o_proj.weight", pre);
+        rc = get_wpf(m, &L->wo, err, D, Hq * Dh, po, "%s.self_attn.o_proj.weight", pre);
     if (!rc && c->attention_bias) {
         L->has_bias = 1;
-        rc = get_wf(m, &L->bq, err, Hq * Dh, 0, "%s.self_attn.q_proj.bias", pre);
+        rc = get_wpf(m, &L->bq, err, Hq * Dh, 0, pq, "%s.self_attn.q_proj.bias", pre);
         if (!rc)
-            rc = get_wf(m, &L->bk, err, Hkv * Dh, 0, "%s.self_attn.k_proj.bias", pre);
+            rc = get_wpf(m, &L->bk, err, Hkv * Dh, 0, pk, "%s.self_attn.k_proj.bias", pre);
         if (!rc)
-            rc = get_wf(m, &L->bv, err, Hkv * Dh, 0, "%s.self_attn.v_proj.bias", pre);
+            rc = get_wpf(m, &L->bv, err, Hkv * Dh, 0, pk, "%s.self_attn.v_proj.bias", pre);
         char name[512];
         snprintf(name, sizeof name, "%s.self_attn.o_proj.bias", pre);
-        if (!rc && sd_st_find(m->st, name))
+        if (!rc && m->tp_rank == 0 && sd_st_find(m->st, name))
             rc = get_wf(m, &L->bo, err, D, 0, "%s", name);
     }
     if (!rc && c->qk_norm) {
@@ -349,12 +444,13 @@ static int load_mtp(sd_model *m, sd_err *err)
         return rc;
     /* DeepSeek-V3 stores copies of the embedding and head in the MTP layer;
      * a checkpoint without them shares the main ones. */
+    part pv = part_rows(m->vocab_first, m->vocab_rows);
     if (has_tensor(m, "model.layers.%d.%s", L, "shared_head.head.weight"))
-        rc = get_wf(m, &m->sh_head, err, V, D, "model.layers.%d.shared_head.head.weight", L);
+        rc = get_wpf(m, &m->sh_head, err, V, D, pv, "model.layers.%d.shared_head.head.weight", L);
     else
         m->sh_head = m->lm_head;
     if (!rc && has_tensor(m, "model.layers.%d.%s", L, "embed_tokens.weight"))
-        rc = get_wf(m, &m->mtp_embed, err, V, D, "model.layers.%d.embed_tokens.weight", L);
+        rc = get_wpf(m, &m->mtp_embed, err, V, D, pv, "model.layers.%d.embed_tokens.weight", L);
     else
         m->mtp_embed = m->embed;
     if (!rc)
@@ -388,10 +484,12 @@ static size_t ws_plan(sd_model *m, int T)
         t * D,                                  /* xo */
         t * 2 * D,                              /* eh */
         t * K,                                  /* ids */
+        m->tp_size > 1 ? t * (size_t)m->vocab_shard : 0,                    /* lg_local */
+        m->tp_size > 1 ? (size_t)m->tp_size * t * (size_t)m->vocab_shard : 0, /* lg_all */
     };
     float **dst[] = {&m->x, &m->xn, &m->ao, &m->fo, &m->q, &m->k, &m->v, &m->qa, &m->ckv,
                      &m->qlat, &m->lat, &m->att, &m->gu, &m->rlog, &m->wts, &m->moetmp, &m->xo,
-                     &m->eh, (float **)&m->ids};
+                     &m->eh, (float **)&m->ids, &m->lg_local, &m->lg_all};
     size_t off = 0;
     for (size_t i = 0; i < SD_ARRAY_LEN(sz); i++) {
         if (m->ws)
@@ -399,6 +497,67 @@ static size_t ws_plan(sd_model *m, int T)
         off += (sz[i] + 15) & ~(size_t)15; /* 64-byte aligned pieces */
     }
     return off;
+}
+
+/* Tensor parallelism: checks that the config splits over tp_size ranks and
+ * sets this rank's share. Refusals name the config key. */
+static int tp_plan(sd_model *m, const char *dir, const sd_model_opts *o, sd_err *err)
+{
+    const sd_model_cfg *c = &m->cfg;
+    int P = o->tp_size > 0 ? o->tp_size : 1, r = o->tp_rank;
+    if (r < 0 || r >= P)
+        return sd_err_set(err, SD_EINVAL, "tensor parallel rank %d is not in 0..%d", r, P - 1);
+    if (P > 1 && (!o->comm || o->comm->size != P))
+        return sd_err_set(err, SD_EINVAL, "--tp %d: the ranks need a communicator of %d ranks", P,
+                          P);
+    m->tp_size = P;
+    m->tp_rank = r;
+    m->comm = P > 1 ? o->comm : NULL;
+    int Hq = c->num_heads, Hkv = c->num_kv_heads;
+    if (Hq % P)
+        return sd_err_set(err, SD_EINVAL,
+                          "%s/config.json: num_attention_heads %d is not divisible by --tp %d", dir,
+                          Hq, P);
+    m->hq = Hq / P;
+    m->hkv = Hkv;
+    if (c->arch != SD_ARCH_DEEPSEEK_V3) {
+        if (Hkv % P == 0) {
+            m->hkv = Hkv / P;
+            m->kv_head0 = r * m->hkv;
+        } else if (P % Hkv == 0) {
+            /* more ranks than kv heads: each rank keeps the one kv head its
+             * query heads share, replicated over P / Hkv ranks */
+            m->hkv = 1;
+            m->kv_head0 = r / (P / Hkv);
+        } else {
+            return sd_err_set(err, SD_EINVAL,
+                              "%s/config.json: num_key_value_heads %d does not split over --tp %d "
+                              "(tp must divide it or be a multiple of it)",
+                              dir, Hkv, P);
+        }
+    }
+    int dense = 0;
+    for (int i = 0; i <= c->num_layers; i++)
+        dense |= !(c->n_routed_experts > 0 && sd_model_cfg_layer_is_moe(c, i));
+    if (dense && c->intermediate_size % P)
+        return sd_err_set(err, SD_EINVAL,
+                          "%s/config.json: intermediate_size %d is not divisible by --tp %d", dir,
+                          c->intermediate_size, P);
+    if (c->n_routed_experts > 0 && c->moe_intermediate_size % P)
+        return sd_err_set(err, SD_EINVAL,
+                          "%s/config.json: moe_intermediate_size %d is not divisible by --tp %d",
+                          dir, c->moe_intermediate_size, P);
+    /* vocab shards of ceil(V / P) rows, the last one shorter when P does
+     * not divide V (its logits are gathered at their true width) */
+    int V = c->vocab_size, Vs = (V + P - 1) / P;
+    if ((int64_t)Vs * (P - 1) >= V)
+        return sd_err_set(err, SD_EINVAL,
+                          "%s/config.json: vocab_size %d is too small to shard over --tp %d", dir,
+                          V, P);
+    m->vocab_shard = Vs;
+    m->vocab_first = r * Vs;
+    m->vocab_rows = SD_MIN(Vs, V - m->vocab_first);
+    return 0;
 }
 
 int sd_model_load(sd_model **out, const char *dir, sd_backend *be, const sd_model_opts *o,
@@ -425,20 +584,23 @@ int sd_model_load(sd_model **out, const char *dir, sd_backend *be, const sd_mode
         rc = sd_err_set(err, SD_ENOTSUP, "%s/config.json: mlp_bias is not supported", dir);
         goto fail;
     }
+    if ((rc = tp_plan(m, dir, o, err)))
+        goto fail;
     rc = sd_st_open(&m->st, dir, err);
     if (rc)
         goto fail;
     int D = c->hidden_size, V = c->vocab_size;
     m->qk_dim = c->arch == SD_ARCH_DEEPSEEK_V3 ? c->qk_nope_head_dim + c->qk_rope_head_dim
                                                : c->head_dim;
-    rc = get_w(m, "model.embed_tokens.weight", V, D, &m->embed, err);
+    part pv = part_rows(m->vocab_first, m->vocab_rows); /* vocab-parallel */
+    rc = get_part(m, "model.embed_tokens.weight", V, D, pv, &m->embed, err);
     if (!rc)
         rc = get_w(m, "model.norm.weight", D, 0, &m->norm, err);
     if (rc)
         goto fail;
     if (c->tie_embeddings && !sd_st_find(m->st, "lm_head.weight"))
         m->lm_head = m->embed;
-    else if ((rc = get_w(m, "lm_head.weight", V, D, &m->lm_head, err)))
+    else if ((rc = get_part(m, "lm_head.weight", V, D, pv, &m->lm_head, err)))
         goto fail;
     m->n_layers = c->num_layers;
     m->layers = calloc((size_t)c->num_layers, sizeof(layer));
@@ -524,6 +686,8 @@ void sd_model_free(sd_model *m)
 
 const sd_model_cfg *sd_model_cfg_of(const sd_model *m) { return &m->cfg; }
 int sd_model_has_mtp(const sd_model *m) { return m->has_mtp; }
+int sd_model_tp_size(const sd_model *m) { return m->tp_size; }
+int sd_model_tp_rank(const sd_model *m) { return m->tp_rank; }
 const sd_weight *sd_model_embed(const sd_model *m) { return &m->embed; }
 size_t sd_model_workspace_bytes(const sd_model *m) { return m->ws_floats * sizeof(float); }
 sd_backend *sd_model_backend(const sd_model *m) { return m->be; }
@@ -533,7 +697,7 @@ static size_t layer_kv_floats(const sd_model *m, const layer *L)
     const sd_model_cfg *c = &m->cfg;
     if (L->mla)
         return (size_t)(c->kv_lora_rank + c->qk_rope_head_dim);
-    return 2 * (size_t)c->num_kv_heads * (size_t)c->head_dim;
+    return 2 * (size_t)m->hkv * (size_t)c->head_dim;
 }
 
 size_t sd_model_kv_bytes_per_slot(const sd_model *m)
@@ -556,7 +720,7 @@ static int alloc_layer_kv(sd_model *m, layer *L, int n_slots, sd_err *err)
         be->ops->free(be, L->vc);
     L->kc = L->vc = NULL;
     size_t per = L->mla ? (size_t)(c->kv_lora_rank + c->qk_rope_head_dim)
-                        : (size_t)c->num_kv_heads * (size_t)c->head_dim;
+                        : (size_t)m->hkv * (size_t)c->head_dim;
     L->kc = be->ops->alloc(be, (size_t)n_slots * per * sizeof(float));
     if (!L->mla)
         L->vc = be->ops->alloc(be, (size_t)n_slots * per * sizeof(float));
@@ -597,6 +761,55 @@ int sd_model_set_aux_layers(sd_model *m, const int *layers, int n, sd_err *err)
 
 /* ------------------------------------------------------------------ forward */
 
+/* Tensor parallelism: the partial sums of the ranks (row-parallel outputs,
+ * vocab-shard lookups) summed on every rank. Unsharded: nothing. A failure is
+ * kept for the end of the step (every rank goes on calling the same
+ * collectives, which then fail at once). */
+static void tp_sum(sd_model *m, float *buf, size_t n)
+{
+    if (m->tp_size == 1)
+        return;
+    int rc = sd_comm_allreduce_sum(m->comm, m->tp_rank, buf, n);
+    if (rc && !m->comm_rc)
+        m->comm_rc = rc;
+}
+
+/* out(T, D) = embedding rows of tokens; vocab-parallel when sharded. */
+static void embed_tokens(sd_model *m, float *out, const sd_weight *table, const int32_t *tokens,
+                         int T)
+{
+    sd_backend *be = m->be;
+    if (m->tp_size == 1) {
+        be->ops->embed(be, out, table, tokens, T);
+        return;
+    }
+    be->ops->embed_shard(be, out, table, tokens, T, m->vocab_first);
+    tp_sum(m, out, (size_t)T * (size_t)m->cfg.hidden_size);
+}
+
+/* logits(n, V) = x(n, D) @ lm^T; sharded: this rank's vocab rows, then the
+ * shards all-gathered (n, Vs) per rank and laid side by side. */
+static void lm_logits(sd_model *m, float *logits, const float *x, const sd_weight *lm, int n)
+{
+    const sd_ops *op = m->be->ops;
+    sd_backend *be = m->be;
+    int D = m->cfg.hidden_size, V = m->cfg.vocab_size, Vs = m->vocab_shard;
+    if (m->tp_size == 1) {
+        op->matmul(be, logits, x, lm, NULL, n, D);
+        return;
+    }
+    op->matmul(be, m->lg_local, x, lm, NULL, n, D); /* (n, vocab_rows) */
+    size_t chunk = (size_t)n * (size_t)Vs;
+    int rc = sd_comm_allgather(m->comm, m->tp_rank, m->lg_all, m->lg_local, chunk);
+    if (rc && !m->comm_rc)
+        m->comm_rc = rc;
+    for (int r = 0; r < m->tp_size; r++) {
+        int rows = SD_MIN(Vs, V - r * Vs);
+        op->copy2d(be, logits + (size_t)r * (size_t)Vs, m->lg_all + (size_t)r * chunk, n, rows, V,
+                   rows);
+    }
+}
+
 /* DeepSeek's q_a_layernorm and kv_a_layernorm use RMSNorm's default eps. */
 #define MLA_NORM_EPS 1e-6f
 
@@ -605,7 +818,7 @@ static void attention_gqa(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
     const sd_ops *op = m->be->ops;
     sd_backend *be = m->be;
     const sd_model_cfg *c = &m->cfg;
-    int Hq = c->num_heads, Hkv = c->num_kv_heads, Dh = c->head_dim;
+    int Hq = m->hq, Hkv = m->hkv, Dh = c->head_dim; /* this rank's heads */
     int in_dim = (int)L->wq.cols;
     const float *in = m->xn;
     op->matmul(be, m->q, in, &L->wq, L->has_bias ? &L->bq : NULL, T, in_dim);
@@ -627,7 +840,7 @@ static void attention_mla(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
     const sd_ops *op = m->be->ops;
     sd_backend *be = m->be;
     const sd_model_cfg *c = &m->cfg;
-    int H = c->num_heads, D = c->hidden_size, C = c->kv_lora_rank, R = c->qk_rope_head_dim;
+    int H = m->hq, D = c->hidden_size, C = c->kv_lora_rank, R = c->qk_rope_head_dim;
     int nope = c->qk_nope_head_dim, vd = c->v_head_dim, qk = nope + R;
     if (c->q_lora_rank > 0) {
         op->matmul(be, m->qa, m->xn, &L->q_a, NULL, T, D);
@@ -689,9 +902,11 @@ static void decoder_layer(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
         attention_mla(m, L, ab, T);
     else
         attention_gqa(m, L, ab, T);
+    tp_sum(m, m->ao, (size_t)T * (size_t)D); /* row-parallel o_proj partials */
     op->add(be, m->x, m->ao, T, D);
     op->rmsnorm(be, m->xn, m->x, &L->ffn_norm, T, D, D, D, eps);
     ffn(m, L, T);
+    tp_sum(m, m->fo, (size_t)T * (size_t)D); /* down / experts' down partials */
     op->add(be, m->x, m->fo, T, D);
 }
 
@@ -719,8 +934,19 @@ static void head(sd_model *m, const sd_fwd *f, const sd_weight *norm, const sd_w
         op->copy2d(be, f->hidden, m->xn, T, D, D, D);
     if (f->logits && f->n_out > 0) {
         op->gather_rows(be, m->xo, m->xn, f->out_rows, f->n_out, D, D, D);
-        op->matmul(be, f->logits, m->xo, lm, NULL, f->n_out, D);
+        lm_logits(m, f->logits, m->xo, lm, f->n_out);
     }
+}
+
+/* The step's collectives failed: report it once (then clear it). */
+static int step_status(sd_model *m, sd_err *err)
+{
+    int rc = m->comm_rc;
+    m->comm_rc = 0;
+    if (rc)
+        return sd_err_set(err, rc, "tensor parallel rank %d of %d: a %s collective failed (%s)",
+                          m->tp_rank, m->tp_size, sd_comm_name(m->comm), sd_strerror(rc));
+    return 0;
 }
 
 int sd_model_forward(sd_model *m, const sd_fwd *f, sd_err *err)
@@ -731,7 +957,7 @@ int sd_model_forward(sd_model *m, const sd_fwd *f, sd_err *err)
     const sd_ops *op = m->be->ops;
     sd_backend *be = m->be;
     int T = f->ab.n_tokens, D = m->cfg.hidden_size;
-    op->embed(be, m->x, &m->embed, f->tokens, T);
+    embed_tokens(m, m->x, &m->embed, f->tokens, T);
     for (int i = 0; i < m->n_layers; i++) {
         decoder_layer(m, &m->layers[i], &f->ab, T);
         /* EAGLE-3 ids name a layer's OUTPUT (the residual stream after it) */
@@ -740,7 +966,7 @@ int sd_model_forward(sd_model *m, const sd_fwd *f, sd_err *err)
                 op->copy2d(be, f->aux + (size_t)a * (size_t)D, m->x, T, D, m->n_aux * D, D);
     }
     head(m, f, &m->norm, &m->lm_head);
-    return 0;
+    return step_status(m, err);
 }
 
 int sd_model_mtp_forward(sd_model *m, const sd_fwd *f, sd_err *err)
@@ -757,7 +983,7 @@ int sd_model_mtp_forward(sd_model *m, const sd_fwd *f, sd_err *err)
     int T = f->ab.n_tokens, D = m->cfg.hidden_size;
     float eps = (float)m->cfg.rms_eps;
     /* eh = [enorm(embed(x_{i+1})), hnorm(h_i)]: the embedding half first */
-    op->embed(be, m->xn, &m->mtp_embed, f->tokens, T);
+    embed_tokens(m, m->xn, &m->mtp_embed, f->tokens, T);
     op->rmsnorm(be, m->eh, m->xn, &m->enorm, T, D, D, 2 * D, eps);
     op->rmsnorm(be, m->eh + D, f->in_hidden, &m->hnorm, T, D, D, 2 * D, eps);
     op->matmul(be, m->x, m->eh, &m->eh_proj, NULL, T, 2 * D);
@@ -767,5 +993,5 @@ int sd_model_mtp_forward(sd_model *m, const sd_fwd *f, sd_err *err)
     sd_fwd g = *f;
     g.hidden = NULL;
     head(m, &g, &m->sh_norm, &m->sh_head);
-    return 0;
+    return step_status(m, err);
 }

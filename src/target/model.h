@@ -13,6 +13,7 @@
 #ifndef SD_TARGET_MODEL_H
 #define SD_TARGET_MODEL_H
 
+#include "comm/comm.h"
 #include "core/err.h"
 #include "core/hfconfig.h"
 #include "kernels/ops.h"
@@ -35,6 +36,16 @@ typedef struct sd_fwd {
 typedef struct sd_model_opts {
     int max_tokens; /* most tokens in one step (workspace size) */
     int load_mtp;   /* load the MTP layer when the checkpoint has one */
+    /* Tensor parallelism: this model is rank tp_rank of tp_size (0 or 1: the
+     * whole model) and comm joins the ranks. Each rank loads its shard:
+     * attention heads (query heads split; GQA kv heads split, or replicated
+     * when tp is a multiple of them; MLA's latent replicated), the dense FFN's
+     * and every expert's inner dimension, and the vocabulary (embedding and
+     * head rows, ceil(vocab / tp) per rank). Every rank must then run the
+     * same steps with the same inputs and the same outputs asked for: the
+     * forward pass calls collectives on comm. Every rank gets full outputs. */
+    int tp_rank, tp_size;
+    sd_comm *comm;
 } sd_model_opts;
 
 int sd_model_load(sd_model **out, const char *dir, sd_backend *be, const sd_model_opts *o,
@@ -43,6 +54,9 @@ void sd_model_free(sd_model *m);
 const sd_model_cfg *sd_model_cfg_of(const sd_model *m);
 int sd_model_has_mtp(const sd_model *m);
 sd_backend *sd_model_backend(const sd_model *m);
+/* Tensor-parallel ranks of the model (1 when unsharded) and this one's rank. */
+int sd_model_tp_size(const sd_model *m);
+int sd_model_tp_rank(const sd_model *m);
 /* The token embedding (EAGLE-3 heads share the target's). */
 const sd_weight *sd_model_embed(const sd_model *m);
 /* Bytes of the forward workspace (activations). */

@@ -1,0 +1,504 @@
+/* Tensor parallelism on the CPU: --tp 2 and 4 (rank threads, thread
+ * all-reduce) give the --tp 1 logits, hidden states and MTP logits on every
+ * golden fixture and on a derived one with attention biases and a
+ * vocabulary no tp divides; configs that cannot be split are refused by
+ * name; `specd logits --tp 2` writes the --tp 1 file. */
+#include <dirent.h>
+#include <jansson.h>
+#include <math.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/safetensors.h"
+#include "core/util.h"
+#include "target/runner.h"
+#include "test.h"
+
+/* fp32 partial sums added in another order: relative to the largest logit */
+#define TP_TOL 1e-5
+
+static int read_ids(const char *dir, int32_t *ids, int max)
+{
+    char path[1600];
+    snprintf(path, sizeof path, "%s/golden.json", dir);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j)
+        return 0;
+    json_t *a = json_object_get(j, "ids");
+    int n = (int)json_array_size(a);
+    n = n < max ? n : max;
+    for (int i = 0; i < n; i++)
+        ids[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    json_decref(j);
+    return n;
+}
+
+static int fixtures(char names[][256], int max)
+{
+    char root[1024];
+    snprintf(root, sizeof root, "%s/tests/golden/models", sd_test_srcdir());
+    DIR *d = opendir(root);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[1400];
+        snprintf(p, sizeof p, "%s/%s/golden.json", root, e->d_name);
+        if (sd_file_exists(p))
+            snprintf(names[n++], 256, "%s", e->d_name);
+    }
+    closedir(d);
+    return n;
+}
+
+static double max_abs(const float *x, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+static double max_diff(const float *a, const float *b, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (isnan(d))
+            return INFINITY;
+        m = fmax(m, d);
+    }
+    return m;
+}
+
+/* One model's reference outputs at --tp 1. */
+typedef struct ref {
+    int n, V, D;
+    float *logits, *hidden, *mtp; /* (n, V), (n, D), (n-1, V) or NULL */
+} ref;
+
+static void ref_free(ref *r)
+{
+    free(r->logits);
+    free(r->hidden);
+    free(r->mtp);
+}
+
+static int tp1_ref(const char *dir, const int32_t *ids, int n, ref *r, sd_err *err)
+{
+    memset(r, 0, sizeof *r);
+    sd_backend *be;
+    sd_model *m = NULL;
+    if (sd_cpu_backend_create(&be, 2))
+        return sd_err_set(err, SD_ENOMEM, "cpu backend");
+    sd_model_opts mo = {.max_tokens = 64, .load_mtp = 1};
+    int rc = sd_model_load(&m, dir, be, &mo, err);
+    if (!rc)
+        rc = sd_model_alloc_kv(m, n + 8, err);
+    if (!rc) {
+        const sd_model_cfg *c = sd_model_cfg_of(m);
+        r->n = n;
+        r->V = c->vocab_size;
+        r->D = c->hidden_size;
+        r->logits = malloc((size_t)n * r->V * sizeof(float));
+        r->hidden = malloc((size_t)n * r->D * sizeof(float));
+        sd_seq_out so = {.logits = r->logits, .hidden = r->hidden};
+        rc = sd_runner_target(m, ids, n, 0, &so, err);
+        if (!rc && sd_model_has_mtp(m)) {
+            r->mtp = malloc((size_t)(n - 1) * r->V * sizeof(float));
+            sd_seq_out sm = {.logits = r->mtp};
+            rc = sd_runner_mtp(m, ids + 1, r->hidden, n - 1, 0, &sm, err);
+        }
+    }
+    sd_model_free(m);
+    sd_cpu_backend_destroy(be);
+    return rc;
+}
+
+/* Compares --tp tp with the reference: full prefill (logits, hidden), then
+ * prefill of half and one token at a time, then MTP. Returns 1 if all match. */
+static int check_tp(const char *name, const char *dir, const int32_t *ids, const ref *r, int tp)
+{
+    sd_err err = {0};
+    sd_tp_runner *t = NULL;
+    int n = r->n, V = r->V, D = r->D, ok = 1;
+    size_t nl = (size_t)n * V, nh = (size_t)n * D;
+    float *lg = malloc(nl * sizeof(float)), *hid = malloc(nh * sizeof(float));
+    float *lg2 = malloc(nl * sizeof(float)), *mlg = malloc(nl * sizeof(float));
+    for (size_t i = 0; i < nl; i++)
+        lg[i] = lg2[i] = mlg[i] = NAN; /* poison: every value must be written */
+    sd_model_opts mo = {.max_tokens = 64, .load_mtp = 1};
+    if (sd_tp_runner_open(&t, dir, tp, 4, &mo, &err) || sd_tp_runner_alloc_kv(t, n + 8, &err)) {
+        fprintf(stderr, "  %s tp %d: %s\n", name, tp, err.msg);
+        ok = 0;
+        goto done;
+    }
+    if (sd_model_tp_size(sd_tp_runner_model(t, tp - 1)) != tp ||
+        sd_model_tp_rank(sd_tp_runner_model(t, tp - 1)) != tp - 1) {
+        fprintf(stderr, "  %s tp %d: the last rank does not know its place\n", name, tp);
+        ok = 0;
+        goto done;
+    }
+    sd_seq_out so = {.logits = lg, .hidden = hid};
+    if (sd_tp_runner_target(t, ids, n, 0, &so, &err)) {
+        fprintf(stderr, "  %s tp %d: %s\n", name, tp, err.msg);
+        ok = 0;
+        goto done;
+    }
+    double scale = max_abs(r->logits, nl);
+    double d = max_diff(lg, r->logits, nl), dh = max_diff(hid, r->hidden, nh);
+    double hs = max_abs(r->hidden, nh);
+    int good = d <= TP_TOL * scale && dh <= TP_TOL * hs;
+    fprintf(stderr, "  %-24s tp %d prefill  logits rel %.3g  hidden rel %.3g  %s\n", name, tp,
+            d / scale, dh / hs, good ? "ok" : "FAIL");
+    ok &= good;
+    /* half prefill, then decode one token at a time */
+    int k = n / 2;
+    sd_seq_out s1 = {.logits = lg2};
+    int rc = sd_tp_runner_target(t, ids, k, 0, &s1, &err);
+    for (int i = k; i < n && !rc; i++) {
+        sd_seq_out s2 = {.logits = lg2 + (size_t)i * V};
+        rc = sd_tp_runner_target(t, ids + i, 1, i, &s2, &err);
+    }
+    if (rc) {
+        fprintf(stderr, "  %s tp %d decode: %s\n", name, tp, err.msg);
+        ok = 0;
+        goto done;
+    }
+    d = max_diff(lg2, r->logits, nl);
+    good = d <= TP_TOL * scale;
+    fprintf(stderr, "  %-24s tp %d decode   logits rel %.3g  %s\n", name, tp, d / scale,
+            good ? "ok" : "FAIL");
+    ok &= good;
+    if (r->mtp) {
+        size_t nm = (size_t)(n - 1) * V;
+        sd_seq_out sm = {.logits = mlg};
+        /* the reference's hidden states, so only the MTP layer is compared */
+        if (sd_tp_runner_mtp(t, ids + 1, r->hidden, n - 1, 0, &sm, &err)) {
+            fprintf(stderr, "  %s tp %d mtp: %s\n", name, tp, err.msg);
+            ok = 0;
+            goto done;
+        }
+        double ms = max_abs(r->mtp, nm), md = max_diff(mlg, r->mtp, nm);
+        good = md <= TP_TOL * ms;
+        fprintf(stderr, "  %-24s tp %d mtp      logits rel %.3g  %s\n", name, tp, md / ms,
+                good ? "ok" : "FAIL");
+        ok &= good;
+    }
+done:
+    sd_tp_runner_close(t);
+    free(lg);
+    free(lg2);
+    free(hid);
+    free(mlg);
+    return ok;
+}
+
+TEST(tp_2_and_4_logits_hidden_and_mtp_equal_tp_1_on_every_fixture)
+{
+    char names[64][256];
+    int nf = fixtures(names, 64);
+    ASSERT_MSG(nf >= 6, "expected the committed fixtures under tests/golden/models, found %d", nf);
+    int failed = 0, mtp_seen = 0;
+    for (int f = 0; f < nf; f++) {
+        char dir[1400];
+        snprintf(dir, sizeof dir, "%s/tests/golden/models/%s", sd_test_srcdir(), names[f]);
+        int32_t ids[64];
+        int n = read_ids(dir, ids, 24);
+        ref r;
+        sd_err err = {0};
+        if (n < 4 || tp1_ref(dir, ids, n, &r, &err)) {
+            fprintf(stderr, "  %s: %s\n", names[f], n < 4 ? "no ids" : err.msg);
+            failed = 1;
+            continue;
+        }
+        mtp_seen |= r.mtp != NULL;
+        for (int tp = 2; tp <= 4; tp *= 2)
+            if (!check_tp(names[f], dir, ids, &r, tp))
+                failed = 1;
+        ref_free(&r);
+    }
+    ASSERT(!failed);
+    ASSERT_MSG(mtp_seen, "no fixture has an MTP layer: the MTP path went untested");
+}
+
+/* ---- a derived fixture: llama with q/k/v/o biases and vocab 318 */
+
+static char *tmp_dir(void)
+{
+    char tmpl[] = "/tmp/specd-tp-XXXXXX";
+    return mkdtemp(tmpl) ? strdup(tmpl) : NULL;
+}
+
+static void rm_dir(const char *dir)
+{
+    const char *files[] = {"config.json", "model.safetensors", "a.f32", "b.f32", "c.f32"};
+    char p[1200];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+}
+
+/* Replaces the one occurrence of `from` in text (malloc'd result) */
+static char *replace1(const char *text, const char *from, const char *to)
+{
+    const char *p = strstr(text, from);
+    if (!p || strstr(p + 1, from))
+        return NULL;
+    return sd_strfmt("%.*s%s%s", (int)(p - text), text, to, p + strlen(from));
+}
+
+/* Writes the llama fixture with vocab V2 (< 320: the first rows) and random
+ * attention biases (q, k, v and o) into a fresh folder. */
+static char *derive_llama(int V2, sd_err *err)
+{
+    char src[1200];
+    snprintf(src, sizeof src, "%s/tests/golden/models/llama", sd_test_srcdir());
+    sd_st *st = NULL;
+    char *dir = tmp_dir(), *cfg = NULL, *c1 = NULL, *c2 = NULL;
+    char cpath[1300];
+    snprintf(cpath, sizeof cpath, "%s/config.json", src);
+    size_t len;
+    sd_st_tensor t[96];
+    char names[8][128];
+    float *bias[8] = {0};
+    int nt = 0, nb = 0, ok = 0;
+    if (!dir || sd_read_file(cpath, &cfg, &len, err) || sd_st_open(&st, src, err))
+        goto out;
+    char vs[64];
+    snprintf(vs, sizeof vs, "\"vocab_size\": %d", V2);
+    c1 = replace1(cfg, "\"vocab_size\": 320", vs);
+    c2 = c1 ? replace1(c1, "\"attention_bias\": false", "\"attention_bias\": true") : NULL;
+    snprintf(cpath, sizeof cpath, "%s/config.json", dir);
+    if (!c2 || sd_write_file(cpath, c2, strlen(c2), err))
+        goto out;
+    uint64_t rng = sd_test_seed();
+    for (int i = 0; i < sd_st_count(st) && nt < 90; i++) {
+        t[nt] = *sd_st_at(st, i);
+        if (!strcmp(t[nt].name, "model.embed_tokens.weight") || !strcmp(t[nt].name, "lm_head.weight")) {
+            t[nt].nbytes = t[nt].nbytes / (size_t)t[nt].shape[0] * (size_t)V2;
+            t[nt].shape[0] = V2;
+        }
+        nt++;
+    }
+    /* biases of both layers: q [4*16], k, v [2*16], o [64] */
+    static const char *proj[4] = {"q", "k", "v", "o"};
+    static const int len_of[4] = {64, 32, 32, 64};
+    for (int l = 0; l < 2; l++)
+        for (int p = 0; p < 4; p++, nb++) {
+            snprintf(names[nb], sizeof names[nb], "model.layers.%d.self_attn.%s_proj.bias", l,
+                     proj[p]);
+            bias[nb] = malloc((size_t)len_of[p] * sizeof(float));
+            for (int i = 0; i < len_of[p]; i++)
+                bias[nb][i] = sd_test_randf(&rng, -0.5f, 0.5f);
+            t[nt++] = (sd_st_tensor){.name = names[nb], .dtype = SD_DT_F32, .ndim = 1,
+                                     .shape = {len_of[p]}, .data = bias[nb],
+                                     .nbytes = (size_t)len_of[p] * sizeof(float)};
+        }
+    char wpath[1300];
+    snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir);
+    ok = !sd_st_write(wpath, t, nt, NULL, err);
+out:
+    for (int i = 0; i < nb; i++)
+        free(bias[i]);
+    free(cfg);
+    free(c1);
+    free(c2);
+    sd_st_close(st);
+    if (!ok && dir) {
+        if (!err->msg[0])
+            sd_err_set(err, SD_EIO, "cannot derive the fixture");
+        rm_dir(dir);
+        free(dir);
+        dir = NULL;
+    }
+    return dir;
+}
+
+TEST(attention_biases_and_a_vocab_no_tp_divides_give_tp_1_logits)
+{
+    sd_err err = {0};
+    char *dir = derive_llama(318, &err); /* 318 = 2 * 159; over 4 ranks: 80, 80, 80, 78 */
+    ASSERT_MSG(dir, "%s", err.msg);
+    int32_t ids[20];
+    for (int i = 0; i < 20; i++)
+        ids[i] = (int32_t)((i * 53 + 7) % 318);
+    ids[19] = 317; /* the last row of the short shard */
+    ref r;
+    int ok = !tp1_ref(dir, ids, 20, &r, &err);
+    if (ok) {
+        ok = check_tp("llama+bias vocab 318", dir, ids, &r, 2) &&
+             check_tp("llama+bias vocab 318", dir, ids, &r, 4);
+        ref_free(&r);
+    } else {
+        fprintf(stderr, "  %s\n", err.msg);
+    }
+    rm_dir(dir);
+    free(dir);
+    ASSERT(ok);
+}
+
+/* ---- refusals */
+
+/* Writes config.json of fixture `base` with one or two key changes to a
+ * fresh folder (no weights: a refusal must come before any is read). */
+static char *derive_config(const char *base, const char *from, const char *to, const char *from2,
+                           const char *to2)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tests/golden/models/%s/config.json", sd_test_srcdir(), base);
+    char *cfg = NULL, *c1 = NULL, *c2 = NULL, *dir = NULL;
+    size_t len;
+    if (sd_read_file(path, &cfg, &len, NULL))
+        return NULL;
+    c1 = replace1(cfg, from, to);
+    c2 = c1 && from2 ? replace1(c1, from2, to2) : (c1 ? strdup(c1) : NULL);
+    if (c2 && (dir = tmp_dir())) {
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        sd_write_file(path, c2, strlen(c2), NULL);
+    }
+    free(cfg);
+    free(c1);
+    free(c2);
+    return dir;
+}
+
+static int open_fails_with(const char *dir, int tp, const char *want, char *msg, size_t msz)
+{
+    sd_err err = {0};
+    sd_tp_runner *t = NULL;
+    sd_model_opts mo = {.max_tokens = 8};
+    int rc = sd_tp_runner_open(&t, dir, tp, 2, &mo, &err);
+    sd_tp_runner_close(t);
+    snprintf(msg, msz, "%s", err.msg);
+    return rc == SD_EINVAL && t == NULL && strstr(err.msg, want) != NULL;
+}
+
+TEST(configs_that_do_not_split_are_refused_naming_the_config_key)
+{
+    char fx[1200], msg[1024];
+    snprintf(fx, sizeof fx, "%s/tests/golden/models/llama", sd_test_srcdir());
+    ASSERT_MSG(open_fails_with(fx, 3, "num_attention_heads 4 is not divisible by --tp 3", msg,
+                               sizeof msg),
+               "%s", msg);
+    ASSERT_MSG(open_fails_with(fx, 8, "num_attention_heads 4 is not divisible by --tp 8", msg,
+                               sizeof msg),
+               "%s", msg);
+    ASSERT_CONTAINS(msg, "config.json");
+    struct {
+        const char *base, *from, *to, *from2, *to2;
+        int tp;
+        const char *want;
+    } cases[] = {
+        /* 12 heads over 6 ranks, but 6 neither divides 4 kv heads nor is a multiple of 4 */
+        {"llama", "\"num_attention_heads\": 4", "\"num_attention_heads\": 12",
+         "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 4", 6,
+         "num_key_value_heads 4 does not split over --tp 6"},
+        {"llama", "\"intermediate_size\": 128", "\"intermediate_size\": 130", NULL, NULL, 4,
+         "intermediate_size 130 is not divisible by --tp 4"},
+        {"deepseek-v3", "\"moe_intermediate_size\": 32", "\"moe_intermediate_size\": 30", NULL,
+         NULL, 4, "moe_intermediate_size 30 is not divisible by --tp 4"},
+        {"deepseek-v3", "\"num_attention_heads\": 4", "\"num_attention_heads\": 6", NULL, NULL, 4,
+         "num_attention_heads 6 is not divisible by --tp 4"},
+        {"qwen3", "\"vocab_size\": 300", "\"vocab_size\": 3", NULL, NULL, 4,
+         "vocab_size 3 is too small to shard over --tp 4"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *dir = derive_config(cases[i].base, cases[i].from, cases[i].to, cases[i].from2,
+                                  cases[i].to2);
+        ASSERT_MSG(dir, "cannot derive case %zu from %s", i, cases[i].base);
+        int ok = open_fails_with(dir, cases[i].tp, cases[i].want, msg, sizeof msg);
+        rm_dir(dir);
+        free(dir);
+        ASSERT_MSG(ok, "case %zu: got \"%s\", want \"%s\"", i, msg, cases[i].want);
+    }
+}
+
+TEST(a_sharded_load_without_a_matching_communicator_is_refused)
+{
+    char fx[1200];
+    snprintf(fx, sizeof fx, "%s/tests/golden/models/llama", sd_test_srcdir());
+    sd_backend *be;
+    ASSERT_OK(sd_cpu_backend_create(&be, 1));
+    sd_model *m = NULL;
+    sd_err err = {0};
+    sd_model_opts mo = {.max_tokens = 8, .tp_rank = 0, .tp_size = 2};
+    int rc = sd_model_load(&m, fx, be, &mo, &err);
+    ASSERT_EQ(rc, SD_EINVAL);
+    ASSERT_CONTAINS(err.msg, "communicator of 2 ranks");
+    sd_comm *c;
+    ASSERT_OK(sd_thread_comm_create(&c, 4, &err));
+    mo.comm = c;
+    ASSERT_EQ(sd_model_load(&m, fx, be, &mo, &err), SD_EINVAL);
+    mo = (sd_model_opts){.max_tokens = 8, .tp_rank = 2, .tp_size = 2, .comm = c};
+    ASSERT_EQ(sd_model_load(&m, fx, be, &mo, &err), SD_EINVAL);
+    ASSERT_CONTAINS(err.msg, "rank 2 is not in 0..1");
+    ASSERT(m == NULL);
+    sd_comm_destroy(c);
+    sd_cpu_backend_destroy(be);
+}
+
+/* ---- the CLI */
+
+static int run_cmd(const char *cmd)
+{
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST(specd_logits_tp_2_writes_the_tp_1_file)
+{
+    const char *bin = getenv("SPECD_BIN");
+    if (!bin || !sd_file_exists(bin))
+        TEST_SKIP("SPECD_BIN is not set (run through meson test)");
+    char *dir = tmp_dir();
+    ASSERT(dir);
+    char fx[1200], cmd[4096], fa[1300], fb[1300];
+    snprintf(fx, sizeof fx, "%s/tests/golden/models/deepseek-v3", sd_test_srcdir());
+    snprintf(fa, sizeof fa, "%s/a.f32", dir);
+    snprintf(fb, sizeof fb, "%s/b.f32", dir);
+    const char *ids = "3,17,250,9,100,383,42,7";
+    snprintf(cmd, sizeof cmd, "'%s' logits --model '%s' --device cpu --ids %s --out '%s' --tp 1",
+             bin, fx, ids, fa);
+    int rc1 = run_cmd(cmd);
+    snprintf(cmd, sizeof cmd,
+             "'%s' logits --model '%s' --device cpu --ids %s --out '%s' --tp 2 --threads 2", bin,
+             fx, ids, fb);
+    int rc2 = run_cmd(cmd);
+    /* a config that cannot split: exit status 1 and a message naming the key */
+    snprintf(cmd, sizeof cmd,
+             "'%s' logits --model '%s' --device cpu --ids %s --out '%s/c.f32' --tp 3 2>&1 | "
+             "grep -q 'num_attention_heads 4 is not divisible by --tp 3'",
+             bin, fx, ids, dir);
+    int rc3 = run_cmd(cmd);
+    char *a = NULL, *b = NULL;
+    size_t la = 0, lb = 0;
+    sd_err err = {0};
+    int ra = rc1 == 0 ? sd_read_file(fa, &a, &la, &err) : -1;
+    int rb = rc2 == 0 ? sd_read_file(fb, &b, &lb, &err) : -1;
+    rm_dir(dir);
+    free(dir);
+    ASSERT_EQ(rc1, 0);
+    ASSERT_EQ(rc2, 0);
+    ASSERT_EQ(rc3, 0);
+    ASSERT(ra == 0 && rb == 0);
+    ASSERT_EQ(la, (size_t)8 * 384 * sizeof(float));
+    ASSERT_EQ(lb, la);
+    size_t n = la / sizeof(float);
+    double scale = max_abs((float *)a, n), d = max_diff((float *)a, (float *)b, n);
+    free(a);
+    free(b);
+    ASSERT_MSG(d <= TP_TOL * scale, "max|d| %.3g vs max|logit| %.3g", d, scale);
+}
+
+TEST_MAIN(T(tp_2_and_4_logits_hidden_and_mtp_equal_tp_1_on_every_fixture),
+          T(attention_biases_and_a_vocab_no_tp_divides_give_tp_1_logits),
+          T(configs_that_do_not_split_are_refused_naming_the_config_key),
+          T(a_sharded_load_without_a_matching_communicator_is_refused),
+          T(specd_logits_tp_2_writes_the_tp_1_file))
