@@ -298,14 +298,22 @@ TEST(acceptance_rate_is_one_minus_total_variation)
     enum { N = 20000 };
     synth m = {10, 1.0f, {0.7f, 0.9f, 0, 0}, seed};
     float p[2 * MAX_V], q[MAX_V];
-    int32_t none[1] = {0}, d[1], o[2];
-    target_row(&m, none, 0, p);
-    draft_row(&m, none, 0, q);
-    double alpha = 0, alpha_det;
-    for (int v = 0; v < m.V; v++)
-        alpha += fmin(p[v], q[v]);
-    int32_t dg = sd_argmax(q, m.V);
-    alpha_det = p[dg];
+    int32_t none[1] = {0}, d[1], o[2], dg = 0;
+    double alpha = 0, alpha_det = 0;
+    /* A model whose first rows make both rates informative (top-p can leave a
+     * single token, or put the draft's argmax outside the target's set). */
+    for (int tries = 0; tries < 1000; tries++, m.salt = mix64(m.salt)) {
+        target_row(&m, none, 0, p);
+        draft_row(&m, none, 0, q);
+        alpha = 0;
+        for (int v = 0; v < m.V; v++)
+            alpha += fmin(p[v], q[v]);
+        dg = sd_argmax(q, m.V);
+        alpha_det = p[dg];
+        if (alpha > 0.05 && alpha < 0.95 && alpha_det > 0.05 && alpha_det < 0.95)
+            break;
+    }
+    ASSERT(alpha > 0.05 && alpha < 0.95 && alpha_det > 0.05 && alpha_det < 0.95);
     long acc = 0, acc_det = 0;
     for (int t = 0; t < N; t++) {
         m.s.seed = mix64(seed + (uint64_t)t);
