@@ -19,6 +19,7 @@
 #include "net/metrics.h"
 #include "net/notify.h"
 #include "net/openai.h"
+#include "net/router.h"
 
 /* An engine that has work but has not completed a step for this long is
  * reported unhealthy (and the systemd watchdog is no longer fed). */
@@ -107,27 +108,10 @@ static uint64_t mix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-/* Compares in time that depends on the key's length only, never on where
- * the first difference is. */
-static int key_equal(const char *given, size_t glen, const char *key, size_t klen)
-{
-    unsigned char d = glen != klen;
-    for (size_t i = 0; i < klen; i++)
-        d |= (unsigned char)(key[i] ^ (i < glen ? given[i] : 0));
-    return d == 0;
-}
-
 static int auth_ok(const sd_server *s, const sd_http_req *req)
 {
-    if (!s->api_key)
-        return 1;
-    const char *h = sd_http_header(req, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0)
-        return 0;
-    h += 7;
-    while (*h == ' ')
-        h++;
-    return key_equal(h, strlen(h), s->api_key, s->api_key_len);
+    return !s->api_key ||
+           sd_api_key_ok(sd_http_header(req, "Authorization"), s->api_key, s->api_key_len);
 }
 
 static void notify(const char *state)
@@ -637,65 +621,34 @@ static void route_health(sd_server *s, sd_http_req *req, uint64_t rid)
     sd_http_respond(req, 200, "application/json", NULL, ok, sizeof ok - 1);
 }
 
-static void route_completions(sd_server *s, sd_http_req *r, uint64_t rid)
-{
-    route_generate(s, r, rid, SD_OAI_COMPLETIONS);
-}
-
-static void route_chat(sd_server *s, sd_http_req *r, uint64_t rid)
-{
-    route_generate(s, r, rid, SD_OAI_CHAT);
-}
-
-static const struct route {
-    const char *path;
-    int prefix; /* path ends with '/' and anything may follow */
-    const char *method;
-    void (*fn)(sd_server *, sd_http_req *, uint64_t);
-} routes[] = {
-    {"/v1/chat/completions", 0, "POST", route_chat},
-    {"/v1/completions", 0, "POST", route_completions},
-    {"/v1/models", 0, "GET", route_models},
-    {"/v1/models/", 1, "GET", route_models},
-    {"/tokenize", 0, "POST", route_tokenize},
-    {"/metrics", 0, "GET", route_metrics},
-    {"/health", 0, "GET", route_health},
-};
-
 static void handle(void *user, sd_http_req *req)
 {
     sd_server *s = user;
     uint64_t rid = ++s->next_rid;
     const char *path = sd_http_path(req);
     const char *method = sd_http_method(req);
-    /* /health answers load balancers and systemd without a key. */
-    if (strcmp(path, "/health") != 0 && !auth_ok(s, req)) {
+    if (sd_route_needs_key(path) && !auth_ok(s, req)) {
         sd_api_error e;
         sd_api_error_set(&e, 401, NULL, "invalid_api_key",
                          "missing or wrong API key: send `Authorization: Bearer KEY`");
         reject(s, req, rid, &e, "WWW-Authenticate: Bearer\r\n", 0);
         return;
     }
-    const struct route *hit = NULL;
-    const char *allow = NULL;
-    for (size_t i = 0; i < SD_ARRAY_LEN(routes); i++) {
-        const struct route *r = &routes[i];
-        int match = r->prefix ? !strncmp(path, r->path, strlen(r->path)) && path[strlen(r->path)]
-                              : !strcmp(path, r->path);
-        if (!match)
-            continue;
-        if (!strcmp(method, r->method) || (!strcmp(method, "HEAD") && !strcmp(r->method, "GET"))) {
-            hit = r;
-            break;
-        }
-        allow = r->method;
-    }
-    if (hit) {
-        hit->fn(s, req, rid);
-        return;
-    }
+    sd_route route;
+    const char *allow;
+    int st = sd_route_find(method, path, &route, &allow);
     sd_api_error e;
-    if (allow) {
+    switch (st == 200 ? route : SD_ROUTE_NONE) {
+    case SD_ROUTE_CHAT: route_generate(s, req, rid, SD_OAI_CHAT); return;
+    case SD_ROUTE_COMPLETIONS: route_generate(s, req, rid, SD_OAI_COMPLETIONS); return;
+    case SD_ROUTE_MODELS:
+    case SD_ROUTE_MODEL: route_models(s, req, rid); return;
+    case SD_ROUTE_TOKENIZE: route_tokenize(s, req, rid); return;
+    case SD_ROUTE_METRICS: route_metrics(s, req, rid); return;
+    case SD_ROUTE_HEALTH: route_health(s, req, rid); return;
+    case SD_ROUTE_NONE: break;
+    }
+    if (st == 405) {
         char extra[64];
         snprintf(extra, sizeof extra, "Allow: %s\r\n", allow);
         sd_api_error_set(&e, 405, NULL, "method_not_allowed", "%s %s: use %s", method, path,

@@ -1,0 +1,245 @@
+/* libFuzzer target over the request path of `specd serve`, no model needed.
+ *
+ * The input is what a client sends on one connection. It goes through the
+ * server's own connection code (net/http.c on a socketless connection: llhttp,
+ * pipelining, chunked bodies, the 413/431 limits), then the same decisions the
+ * server makes, in the same order: the API key and the route (net/router.c),
+ * then JSON validation of the body (net/openai.c). What validates is run on
+ * through the context check and the response, chunk and SSE builders. The same
+ * bytes are also handed to the validators directly as a body, to reach deep
+ * into the JSON paths without HTTP framing.
+ *
+ * Properties checked (a violation aborts, and libFuzzer keeps the input):
+ *   - every byte the connection writes is a sequence of HTTP/1.1 responses;
+ *   - an error is always OpenAI-shaped JSON (parsed back here);
+ *   - a validated request has a model, a prompt or messages, and sane ranges;
+ *   - sanitized text is valid UTF-8 (jansson accepts it as a string).
+ *
+ * Build: meson setup build-fuzz -Dfuzz=true (CC=clang), or directly with clang
+ * as tests/net/test_fuzz_request.sh does. */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "core/log.h"
+#include "net/buf.h"
+#include "net/http.h"
+#include "net/metrics.h"
+#include "net/openai.h"
+#include "net/router.h"
+
+#define MODEL "fuzz-model"
+#define KEY "fuzz-key"
+#define CONTEXT 2048
+
+/* Made once for the whole run (a harness, not library code). */
+static uv_loop_t loop;
+static sd_http_server *srv;
+static sd_metrics metrics;
+
+static void die(const char *what, const void *data, size_t len)
+{
+    fprintf(stderr, "fuzz_request: %s: %.*s\n", what, (int)(len > 2000 ? 2000 : len),
+            (const char *)data);
+    abort();
+}
+
+/* Error JSON of e, parsed back: it must be {"error": {message, type, param, code}}. */
+static void check_error_shape(const sd_api_error *e)
+{
+    sd_buf b = {0};
+    if (sd_api_error_json(&b, e))
+        die("error JSON could not be built", e->message, strlen(e->message));
+    json_error_t je;
+    json_t *v = json_loadb(b.p, b.len, 0, &je);
+    json_t *o = json_object_get(v, "error");
+    if (!json_is_string(json_object_get(o, "message")) ||
+        !json_is_string(json_object_get(o, "type")) || !json_object_get(o, "param") ||
+        !json_object_get(o, "code") || e->status < 400 || e->status > 599)
+        die("error JSON is not OpenAI-shaped", b.p, b.len);
+    json_decref(v);
+    sd_buf_free(&b);
+}
+
+/* tokenize: only the prompt or messages are filled, no sampling parameters. */
+static void check_request(const sd_oai_request *r, int tokenize, const void *data, size_t size)
+{
+    if (r->kind == SD_OAI_CHAT && r->n_msgs < 1)
+        die("validated chat without messages", data, size);
+    if (r->kind == SD_OAI_COMPLETIONS && !(r->prompt_is_ids ? r->n_prompt_ids > 0 : r->prompt != NULL))
+        die("validated completion without a prompt", data, size);
+    if (tokenize)
+        return;
+    const sd_gen_params *g = &r->gen;
+    if (g->temperature < 0 || g->temperature > 2 || g->top_p <= 0 || g->top_p > 1 ||
+        g->top_k < 0 || g->n_stop > SD_OAI_MAX_STOP || r->max_tokens == 0 || r->max_tokens < -1)
+        die("validated request out of range", data, size);
+}
+
+/* Runs a validated request through what follows validation, minus the engine. */
+static void exercise(sd_oai_request *r, int tokenize, const void *data, size_t size)
+{
+    check_request(r, tokenize, data, size);
+    sd_api_error e;
+    int n_prompt = r->prompt_is_ids ? r->n_prompt_ids : (int)(r->prompt_len % (2 * CONTEXT));
+    if (sd_oai_fit_context(r, n_prompt, CONTEXT, &e))
+        check_error_shape(&e);
+    else if (r->gen.max_tokens < 1 || n_prompt + r->gen.max_tokens > CONTEXT)
+        die("fit_context let an oversized request through", data, size);
+    sd_req_stats st;
+    memset(&st, 0, sizeof st);
+    st.prompt_tokens = n_prompt;
+    st.completion_tokens = (int)(size % 97);
+    st.spec.steps = size % 13;
+    st.spec.emitted = size % 31;
+    sd_oai_meta m = {r->kind, "cmpl-fuzz", 1, MODEL};
+    sd_buf b = {0};
+    /* the raw input stands in for model output: any bytes at all */
+    if (sd_oai_response(&b, &m, data, size, SD_FINISH_STOP, &st) ||
+        sd_oai_chunk_event(&b, &m, 1, data, size, SD_FINISH_NONE) ||
+        sd_oai_usage_event(&b, &m, &st) || sd_sse_done(&b))
+        die("response builders failed", data, size);
+    sd_buf_free(&b);
+}
+
+static void respond_error(sd_http_req *req, const sd_api_error *e, const char *extra)
+{
+    check_error_shape(e);
+    sd_buf b = {0};
+    sd_api_error_json(&b, e);
+    sd_http_respond(req, e->status, "application/json", extra, b.p ? b.p : "", b.len);
+    sd_buf_free(&b);
+}
+
+/* The server's decisions (src/net/server.c, handle()), without a model. */
+static void handler(void *user, sd_http_req *req)
+{
+    (void)user;
+    const char *path = sd_http_path(req);
+    sd_api_error e;
+    if (sd_route_needs_key(path) &&
+        !sd_api_key_ok(sd_http_header(req, "Authorization"), KEY, sizeof KEY - 1)) {
+        sd_api_error_set(&e, 401, NULL, "invalid_api_key", "missing or wrong API key");
+        respond_error(req, &e, "WWW-Authenticate: Bearer\r\n");
+        return;
+    }
+    sd_route route;
+    const char *allow;
+    int st = sd_route_find(sd_http_method(req), path, &route, &allow);
+    if (st != 200) {
+        if ((st == 405) != (allow != NULL))
+            die("405 without Allow (or Allow without 405)", path, strlen(path));
+        sd_api_error_set(&e, st, NULL, st == 405 ? "method_not_allowed" : "not_found", "%s",
+                         path);
+        respond_error(req, &e, NULL);
+        return;
+    }
+    size_t len;
+    const char *body = sd_http_body(req, &len);
+    sd_oai_request r;
+    sd_buf b = {0};
+    switch (route) {
+    case SD_ROUTE_CHAT:
+    case SD_ROUTE_COMPLETIONS:
+    case SD_ROUTE_TOKENIZE: {
+        int rc = route == SD_ROUTE_TOKENIZE
+                     ? sd_oai_parse_tokenize(body, len, MODEL, &r, &e)
+                     : sd_oai_parse(route == SD_ROUTE_CHAT ? SD_OAI_CHAT : SD_OAI_COMPLETIONS,
+                                    body, len, MODEL, &r, &e);
+        if (rc) {
+            respond_error(req, &e, NULL);
+            return;
+        }
+        exercise(&r, route == SD_ROUTE_TOKENIZE, body, len);
+        sd_oai_request_free(&r);
+        sd_api_error_set(&e, 503, NULL, "no_model", "this harness runs without a model");
+        respond_error(req, &e, "Retry-After: 5\r\n");
+        return;
+    }
+    case SD_ROUTE_MODELS:
+    case SD_ROUTE_MODEL: sd_oai_models(&b, MODEL, 1, CONTEXT); break;
+    case SD_ROUTE_METRICS: sd_metrics_render(&metrics, NULL, &b); break;
+    default: sd_buf_puts(&b, "{\"status\":\"ok\"}"); break;
+    }
+    sd_http_respond(req, 200, "application/json", NULL, b.p, b.len);
+    sd_buf_free(&b);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    sd_log_set_level(SD_LOG_ERROR); /* one info line per rejected request otherwise */
+    uv_loop_init(&loop);
+    sd_metrics_init(&metrics);
+    sd_http_limits lim;
+    sd_http_limits_default(&lim);
+    lim.max_body = 64 << 10; /* small limits, so that inputs can reach them */
+    lim.max_header_bytes = 8 << 10;
+    lim.max_headers = 32;
+    sd_err err = {0};
+    if (sd_http_server_create(&srv, &loop, &lim, handler, NULL, &metrics, &err)) {
+        fprintf(stderr, "fuzz_request: %s\n", err.msg);
+        abort();
+    }
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    sd_buf out = {0};
+    sd_http_feed_memory(srv, data, size, &out);
+    /* Every response the connection wrote starts where the previous ended. */
+    size_t at = 0;
+    while (at < out.len) {
+        const char *p = out.p + at;
+        if (out.len - at < 12 || memcmp(p, "HTTP/1.1 ", 9) != 0)
+            die("output is not a sequence of HTTP/1.1 responses", p, out.len - at);
+        const char *he = strstr(p, "\r\n\r\n");
+        if (!he)
+            die("response head without its end", p, out.len - at);
+        size_t after = (size_t)(he + 4 - out.p);
+        if (!memcmp(p + 9, "100 ", 4)) { /* interim: no body */
+            at = after;
+            continue;
+        }
+        const char *cl = strstr(p, "Content-Length: ");
+        if (!cl || cl > he)
+            die("response without Content-Length", p, out.len - at);
+        size_t with_body = after + (size_t)strtoull(cl + 16, NULL, 10);
+#define STARTS_RESPONSE(i) ((i) == out.len || (out.len - (i) >= 9 && !memcmp(out.p + (i), "HTTP/1.1 ", 9)))
+        if (with_body <= out.len && STARTS_RESPONSE(with_body))
+            at = with_body;
+        else if (STARTS_RESPONSE(after)) /* HEAD: the length of a body not sent */
+            at = after;
+        else
+            die("response body overruns", p, out.len - at);
+#undef STARTS_RESPONSE
+    }
+    sd_buf_free(&out);
+
+    sd_oai_request r;
+    sd_api_error e;
+    for (int kind = 0; kind < 3; kind++) {
+        int rc = kind == 2 ? sd_oai_parse_tokenize((const char *)data, size, MODEL, &r, &e)
+                           : sd_oai_parse((sd_oai_kind)kind, (const char *)data, size, MODEL, &r, &e);
+        if (rc) {
+            check_error_shape(&e);
+        } else {
+            exercise(&r, kind == 2, data, size);
+            sd_oai_request_free(&r);
+        }
+    }
+    sd_buf clean = {0};
+    if (sd_utf8_sanitize(&clean, (const char *)data, size))
+        die("sanitize failed", data, size);
+    json_t *s = json_stringn(clean.p ? clean.p : "", clean.len);
+    if (!s)
+        die("sanitized text is not valid UTF-8", clean.p, clean.len);
+    json_decref(s);
+    sd_buf_free(&clean);
+    return 0;
+}
