@@ -63,10 +63,13 @@ typedef struct sd_moe_route {
     float routed_scaling_factor;
 } sd_moe_route;
 
-/* One expert bank: n experts of gate/up [inter, D] and down [D, inter]. */
+/* One expert bank: n experts of gate/up [inter, D] and down [D, inter].
+ * Expert parallelism: the bank holds experts first .. first + n - 1 of the
+ * model (routing ids are global); tokens routed elsewhere add nothing here. */
 typedef struct sd_experts {
     int n;
     const sd_weight *gate, *up, *down; /* arrays of n */
+    int first;                         /* global id of gate[0] (0 unless expert parallel) */
 } sd_experts;
 
 #define SD_MOE_TMP_FLOATS(n, k, D, I) ((size_t)(n) * (size_t)(k) * (2 * (size_t)(D) + 2 * (size_t)(I) + 1))

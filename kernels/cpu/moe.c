@@ -106,7 +106,7 @@ void sd__cpu_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t *
     for (int e = 0; e < ex->n; e++) {
         int cnt = 0;
         for (size_t r = 0; r < m; r++)
-            if (ids[r] == e)
+            if (ids[r] == ex->first + e)
                 rows[cnt++] = (int32_t)r;
         if (!cnt)
             continue;

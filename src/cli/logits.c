@@ -32,7 +32,7 @@ static int logits_tp(const sd_opts *o, const int32_t *ids, int n, sd_err *err)
                           o->tp);
     sd_tp_runner *t = NULL;
     float *logits = NULL;
-    sd_model_opts mo = {.max_tokens = n < 256 ? n : 256, .load_mtp = 0};
+    sd_model_opts mo = {.max_tokens = n < 256 ? n : 256, .load_mtp = 0, .ep = o->ep};
     int rc = sd_tp_runner_open(&t, sd_opts_model_dir(o), o->tp, o->threads, &mo, err);
     if (rc)
         return rc;

@@ -66,6 +66,7 @@ struct sd_model {
     /* tensor parallelism: this rank's share (unsharded: rank 0 of 1, all of it) */
     int tp_rank, tp_size;
     sd_comm *comm;
+    int ep;       /* routed experts split whole across the ranks */
     int comm_rc;  /* first failed collective of the step */
     int hq, hkv;  /* attention heads on this rank (GQA kv heads: hkv from kv_head0) */
     int kv_head0;
@@ -273,25 +274,28 @@ static int load_moe(sd_model *m, const char *pre, layer *L, sd_err *err)
         free(hb);
         L->corr_bias = db;
     }
-    L->eg = calloc((size_t)E, sizeof(sd_weight));
-    L->eu = calloc((size_t)E, sizeof(sd_weight));
-    L->ed = calloc((size_t)E, sizeof(sd_weight));
+    /* Tensor parallel: every expert sliced (gate/up rows and down columns
+     * [i0, i0 + il)). Expert parallel: experts [e0, e0 + el) whole. */
+    int el = m->ep ? E / m->tp_size : E, e0 = m->ep ? m->tp_rank * el : 0;
+    int il = m->ep ? I : I / m->tp_size, i0 = m->ep ? 0 : m->tp_rank * il;
+    L->eg = calloc((size_t)el, sizeof(sd_weight));
+    L->eu = calloc((size_t)el, sizeof(sd_weight));
+    L->ed = calloc((size_t)el, sizeof(sd_weight));
     if (!L->eg || !L->eu || !L->ed)
         return sd_err_set(err, SD_ENOMEM, "out of memory");
-    /* every expert TP-sharded: gate/up rows and down columns [i0, i0 + il) */
-    int il = I / m->tp_size, i0 = m->tp_rank * il;
     part pr = part_rows(i0, il), pc = part_cols(i0, il);
-    for (int e = 0; e < E && !rc; e++) {
-        rc = get_wpf(m, &L->eg[e], err, I, D, pr, "%s.mlp.experts.%d.gate_proj.weight", pre, e);
+    for (int j = 0; j < el && !rc; j++) {
+        int e = e0 + j;
+        rc = get_wpf(m, &L->eg[j], err, I, D, pr, "%s.mlp.experts.%d.gate_proj.weight", pre, e);
         if (!rc)
-            rc = get_wpf(m, &L->eu[e], err, I, D, pr, "%s.mlp.experts.%d.up_proj.weight", pre, e);
+            rc = get_wpf(m, &L->eu[j], err, I, D, pr, "%s.mlp.experts.%d.up_proj.weight", pre, e);
         if (!rc)
-            rc = get_wpf(m, &L->ed[e], err, D, I, pc, "%s.mlp.experts.%d.down_proj.weight", pre,
+            rc = get_wpf(m, &L->ed[j], err, D, I, pc, "%s.mlp.experts.%d.down_proj.weight", pre,
                          e);
     }
     if (rc)
         return rc;
-    L->experts = (sd_experts){.n = E, .gate = L->eg, .up = L->eu, .down = L->ed};
+    L->experts = (sd_experts){.n = el, .gate = L->eg, .up = L->eu, .down = L->ed, .first = e0};
     if (c->n_shared_experts > 0) {
         char sp[512];
         snprintf(sp, sizeof sp, "%s.mlp.shared_experts", pre);
@@ -543,10 +547,21 @@ static int tp_plan(sd_model *m, const char *dir, const sd_model_opts *o, sd_err 
         return sd_err_set(err, SD_EINVAL,
                           "%s/config.json: intermediate_size %d is not divisible by --tp %d", dir,
                           c->intermediate_size, P);
-    if (c->n_routed_experts > 0 && c->moe_intermediate_size % P)
+    m->ep = P > 1 && o->ep && c->n_routed_experts > 0;
+    if (m->ep && c->n_routed_experts % P)
+        return sd_err_set(err, SD_EINVAL,
+                          "%s/config.json: n_routed_experts %d is not divisible by --tp %d (--ep)",
+                          dir, c->n_routed_experts, P);
+    /* sliced experts: the routed ones (unless --ep) and the shared ones */
+    if (c->n_routed_experts > 0 && !m->ep && c->moe_intermediate_size % P)
         return sd_err_set(err, SD_EINVAL,
                           "%s/config.json: moe_intermediate_size %d is not divisible by --tp %d",
                           dir, c->moe_intermediate_size, P);
+    if (m->ep && (c->moe_intermediate_size * c->n_shared_experts) % P)
+        return sd_err_set(err, SD_EINVAL,
+                          "%s/config.json: the shared experts' width moe_intermediate_size %d x "
+                          "n_shared_experts %d is not divisible by --tp %d",
+                          dir, c->moe_intermediate_size, c->n_shared_experts, P);
     /* vocab shards of ceil(V / P) rows, the last one shorter when P does
      * not divide V (its logits are gathered at their true width) */
     int V = c->vocab_size, Vs = (V + P - 1) / P;

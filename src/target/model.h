@@ -46,6 +46,9 @@ typedef struct sd_model_opts {
      * forward pass calls collectives on comm. Every rank gets full outputs. */
     int tp_rank, tp_size;
     sd_comm *comm;
+    /* Expert parallel MoE: each rank holds n_routed_experts / tp whole
+     * experts instead of a slice of every expert (shared experts stay sliced). */
+    int ep;
 } sd_model_opts;
 
 int sd_model_load(sd_model **out, const char *dir, sd_backend *be, const sd_model_opts *o,

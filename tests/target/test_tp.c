@@ -1,8 +1,9 @@
 /* Tensor parallelism on the CPU: --tp 2 and 4 (rank threads, thread
- * all-reduce) give the --tp 1 logits, hidden states and MTP logits on every
- * golden fixture and on a derived one with attention biases and a
- * vocabulary no tp divides; configs that cannot be split are refused by
- * name; `specd logits --tp 2` writes the --tp 1 file. */
+ * all-reduce), with MoE experts sliced or (--ep) split whole, give the
+ * --tp 1 logits, hidden states and MTP logits on every golden fixture and on
+ * a derived one with attention biases and a vocabulary no tp divides;
+ * configs that cannot be split are refused by name; `specd logits --tp 2`
+ * writes the --tp 1 file. */
 #include <dirent.h>
 #include <jansson.h>
 #include <math.h>
@@ -119,9 +120,11 @@ static int tp1_ref(const char *dir, const int32_t *ids, int n, ref *r, sd_err *e
     return rc;
 }
 
-/* Compares --tp tp with the reference: full prefill (logits, hidden), then
- * prefill of half and one token at a time, then MTP. Returns 1 if all match. */
-static int check_tp(const char *name, const char *dir, const int32_t *ids, const ref *r, int tp)
+/* Compares --tp tp (--ep: experts split whole) with the reference: full
+ * prefill (logits, hidden), then prefill of half and one token at a time,
+ * then MTP. Returns 1 if all match. */
+static int check_tp(const char *name, const char *dir, const int32_t *ids, const ref *r, int tp,
+                    int ep)
 {
     sd_err err = {0};
     sd_tp_runner *t = NULL;
@@ -131,7 +134,10 @@ static int check_tp(const char *name, const char *dir, const int32_t *ids, const
     float *lg2 = malloc(nl * sizeof(float)), *mlg = malloc(nl * sizeof(float));
     for (size_t i = 0; i < nl; i++)
         lg[i] = lg2[i] = mlg[i] = NAN; /* poison: every value must be written */
-    sd_model_opts mo = {.max_tokens = 64, .load_mtp = 1};
+    sd_model_opts mo = {.max_tokens = 64, .load_mtp = 1, .ep = ep};
+    char label[300];
+    snprintf(label, sizeof label, "%s%s", name, ep ? " --ep" : "");
+    name = label;
     if (sd_tp_runner_open(&t, dir, tp, 4, &mo, &err) || sd_tp_runner_alloc_kv(t, n + 8, &err)) {
         fprintf(stderr, "  %s tp %d: %s\n", name, tp, err.msg);
         ok = 0;
@@ -203,7 +209,7 @@ TEST(tp_2_and_4_logits_hidden_and_mtp_equal_tp_1_on_every_fixture)
     char names[64][256];
     int nf = fixtures(names, 64);
     ASSERT_MSG(nf >= 6, "expected the committed fixtures under tests/golden/models, found %d", nf);
-    int failed = 0, mtp_seen = 0;
+    int failed = 0, mtp_seen = 0, moe_seen = 0;
     for (int f = 0; f < nf; f++) {
         char dir[1400];
         snprintf(dir, sizeof dir, "%s/tests/golden/models/%s", sd_test_srcdir(), names[f]);
@@ -217,13 +223,21 @@ TEST(tp_2_and_4_logits_hidden_and_mtp_equal_tp_1_on_every_fixture)
             continue;
         }
         mtp_seen |= r.mtp != NULL;
+        char cpath[1600], *cfg = NULL;
+        size_t len;
+        snprintf(cpath, sizeof cpath, "%s/config.json", dir);
+        int moe = !sd_read_file(cpath, &cfg, &len, NULL) && strstr(cfg, "\"n_routed_experts\"");
+        free(cfg);
+        moe_seen |= moe;
         for (int tp = 2; tp <= 4; tp *= 2)
-            if (!check_tp(names[f], dir, ids, &r, tp))
-                failed = 1;
+            for (int ep = 0; ep <= moe; ep++)
+                if (!check_tp(names[f], dir, ids, &r, tp, ep))
+                    failed = 1;
         ref_free(&r);
     }
     ASSERT(!failed);
     ASSERT_MSG(mtp_seen, "no fixture has an MTP layer: the MTP path went untested");
+    ASSERT_MSG(moe_seen, "no fixture has routed experts: --ep went untested");
 }
 
 /* ---- a derived fixture: llama with q/k/v/o biases and vocab 318 */
@@ -236,7 +250,7 @@ static char *tmp_dir(void)
 
 static void rm_dir(const char *dir)
 {
-    const char *files[] = {"config.json", "model.safetensors", "a.f32", "b.f32", "c.f32"};
+    const char *files[] = {"config.json", "model.safetensors", "a.f32", "b.f32", "c.f32", "d.f32"};
     char p[1200];
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, files[i]);
@@ -333,8 +347,8 @@ TEST(attention_biases_and_a_vocab_no_tp_divides_give_tp_1_logits)
     ref r;
     int ok = !tp1_ref(dir, ids, 20, &r, &err);
     if (ok) {
-        ok = check_tp("llama+bias vocab 318", dir, ids, &r, 2) &&
-             check_tp("llama+bias vocab 318", dir, ids, &r, 4);
+        ok = check_tp("llama+bias vocab 318", dir, ids, &r, 2, 0) &&
+             check_tp("llama+bias vocab 318", dir, ids, &r, 4, 0);
         ref_free(&r);
     } else {
         fprintf(stderr, "  %s\n", err.msg);
@@ -369,11 +383,12 @@ static char *derive_config(const char *base, const char *from, const char *to, c
     return dir;
 }
 
-static int open_fails_with(const char *dir, int tp, const char *want, char *msg, size_t msz)
+static int open_fails_with(const char *dir, int tp, int ep, const char *want, char *msg,
+                           size_t msz)
 {
     sd_err err = {0};
     sd_tp_runner *t = NULL;
-    sd_model_opts mo = {.max_tokens = 8};
+    sd_model_opts mo = {.max_tokens = 8, .ep = ep};
     int rc = sd_tp_runner_open(&t, dir, tp, 2, &mo, &err);
     sd_tp_runner_close(t);
     snprintf(msg, msz, "%s", err.msg);
@@ -384,36 +399,41 @@ TEST(configs_that_do_not_split_are_refused_naming_the_config_key)
 {
     char fx[1200], msg[1024];
     snprintf(fx, sizeof fx, "%s/tests/golden/models/llama", sd_test_srcdir());
-    ASSERT_MSG(open_fails_with(fx, 3, "num_attention_heads 4 is not divisible by --tp 3", msg,
+    ASSERT_MSG(open_fails_with(fx, 3, 0, "num_attention_heads 4 is not divisible by --tp 3", msg,
                                sizeof msg),
                "%s", msg);
-    ASSERT_MSG(open_fails_with(fx, 8, "num_attention_heads 4 is not divisible by --tp 8", msg,
+    ASSERT_MSG(open_fails_with(fx, 8, 0, "num_attention_heads 4 is not divisible by --tp 8", msg,
                                sizeof msg),
                "%s", msg);
     ASSERT_CONTAINS(msg, "config.json");
     struct {
         const char *base, *from, *to, *from2, *to2;
-        int tp;
+        int tp, ep;
         const char *want;
     } cases[] = {
         /* 12 heads over 6 ranks, but 6 neither divides 4 kv heads nor is a multiple of 4 */
         {"llama", "\"num_attention_heads\": 4", "\"num_attention_heads\": 12",
-         "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 4", 6,
+         "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 4", 6, 0,
          "num_key_value_heads 4 does not split over --tp 6"},
-        {"llama", "\"intermediate_size\": 128", "\"intermediate_size\": 130", NULL, NULL, 4,
+        {"llama", "\"intermediate_size\": 128", "\"intermediate_size\": 130", NULL, NULL, 4, 0,
          "intermediate_size 130 is not divisible by --tp 4"},
         {"deepseek-v3", "\"moe_intermediate_size\": 32", "\"moe_intermediate_size\": 30", NULL,
-         NULL, 4, "moe_intermediate_size 30 is not divisible by --tp 4"},
+         NULL, 4, 0, "moe_intermediate_size 30 is not divisible by --tp 4"},
+        /* --ep: whole experts per rank, the shared expert still sliced */
+        {"deepseek-v3-noqlora", "\"n_routed_experts\": 8", "\"n_routed_experts\": 6", NULL,
+         NULL, 4, 1, "n_routed_experts 6 is not divisible by --tp 4 (--ep)"},
+        {"deepseek-v3-noqlora", "\"moe_intermediate_size\": 32", "\"moe_intermediate_size\": 30",
+         NULL, NULL, 4, 1, "moe_intermediate_size 30 x n_shared_experts 1 is not divisible by --tp 4"},
         {"deepseek-v3", "\"num_attention_heads\": 4", "\"num_attention_heads\": 6", NULL, NULL, 4,
-         "num_attention_heads 6 is not divisible by --tp 4"},
-        {"qwen3", "\"vocab_size\": 300", "\"vocab_size\": 3", NULL, NULL, 4,
+         0, "num_attention_heads 6 is not divisible by --tp 4"},
+        {"qwen3", "\"vocab_size\": 300", "\"vocab_size\": 3", NULL, NULL, 4, 0,
          "vocab_size 3 is too small to shard over --tp 4"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *dir = derive_config(cases[i].base, cases[i].from, cases[i].to, cases[i].from2,
                                   cases[i].to2);
         ASSERT_MSG(dir, "cannot derive case %zu from %s", i, cases[i].base);
-        int ok = open_fails_with(dir, cases[i].tp, cases[i].want, msg, sizeof msg);
+        int ok = open_fails_with(dir, cases[i].tp, cases[i].ep, cases[i].want, msg, sizeof msg);
         rm_dir(dir);
         free(dir);
         ASSERT_MSG(ok, "case %zu: got \"%s\", want \"%s\"", i, msg, cases[i].want);
@@ -452,17 +472,18 @@ static int run_cmd(const char *cmd)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-TEST(specd_logits_tp_2_writes_the_tp_1_file)
+TEST(specd_logits_tp_2_and_tp_4_ep_write_the_tp_1_file)
 {
     const char *bin = getenv("SPECD_BIN");
     if (!bin || !sd_file_exists(bin))
         TEST_SKIP("SPECD_BIN is not set (run through meson test)");
     char *dir = tmp_dir();
     ASSERT(dir);
-    char fx[1200], cmd[4096], fa[1300], fb[1300];
+    char fx[1200], cmd[4096], fa[1300], fb[1300], fd[1300];
     snprintf(fx, sizeof fx, "%s/tests/golden/models/deepseek-v3", sd_test_srcdir());
     snprintf(fa, sizeof fa, "%s/a.f32", dir);
     snprintf(fb, sizeof fb, "%s/b.f32", dir);
+    snprintf(fd, sizeof fd, "%s/d.f32", dir);
     const char *ids = "3,17,250,9,100,383,42,7";
     snprintf(cmd, sizeof cmd, "'%s' logits --model '%s' --device cpu --ids %s --out '%s' --tp 1",
              bin, fx, ids, fa);
@@ -471,34 +492,43 @@ TEST(specd_logits_tp_2_writes_the_tp_1_file)
              "'%s' logits --model '%s' --device cpu --ids %s --out '%s' --tp 2 --threads 2", bin,
              fx, ids, fb);
     int rc2 = run_cmd(cmd);
+    snprintf(cmd, sizeof cmd,
+             "'%s' logits --model '%s' --device cpu --ids %s --out '%s' --tp 4 --ep --threads 4",
+             bin, fx, ids, fd);
+    int rc4 = run_cmd(cmd);
     /* a config that cannot split: exit status 1 and a message naming the key */
     snprintf(cmd, sizeof cmd,
              "'%s' logits --model '%s' --device cpu --ids %s --out '%s/c.f32' --tp 3 2>&1 | "
              "grep -q 'num_attention_heads 4 is not divisible by --tp 3'",
              bin, fx, ids, dir);
     int rc3 = run_cmd(cmd);
-    char *a = NULL, *b = NULL;
-    size_t la = 0, lb = 0;
+    char *a = NULL, *b = NULL, *e = NULL;
+    size_t la = 0, lb = 0, le = 0;
     sd_err err = {0};
     int ra = rc1 == 0 ? sd_read_file(fa, &a, &la, &err) : -1;
     int rb = rc2 == 0 ? sd_read_file(fb, &b, &lb, &err) : -1;
+    int re = rc4 == 0 ? sd_read_file(fd, &e, &le, &err) : -1;
     rm_dir(dir);
     free(dir);
+    size_t n = la / sizeof(float);
+    double scale = ra == 0 ? max_abs((float *)a, n) : 0;
+    double d = rb == 0 && lb == la ? max_diff((float *)a, (float *)b, n) : INFINITY;
+    double de = re == 0 && le == la ? max_diff((float *)a, (float *)e, n) : INFINITY;
+    free(a);
+    free(b);
+    free(e);
     ASSERT_EQ(rc1, 0);
     ASSERT_EQ(rc2, 0);
     ASSERT_EQ(rc3, 0);
-    ASSERT(ra == 0 && rb == 0);
+    ASSERT_EQ(rc4, 0);
+    ASSERT(ra == 0 && rb == 0 && re == 0);
     ASSERT_EQ(la, (size_t)8 * 384 * sizeof(float));
-    ASSERT_EQ(lb, la);
-    size_t n = la / sizeof(float);
-    double scale = max_abs((float *)a, n), d = max_diff((float *)a, (float *)b, n);
-    free(a);
-    free(b);
-    ASSERT_MSG(d <= TP_TOL * scale, "max|d| %.3g vs max|logit| %.3g", d, scale);
+    ASSERT_MSG(d <= TP_TOL * scale, "--tp 2: max|d| %.3g vs max|logit| %.3g", d, scale);
+    ASSERT_MSG(de <= TP_TOL * scale, "--tp 4 --ep: max|d| %.3g vs max|logit| %.3g", de, scale);
 }
 
 TEST_MAIN(T(tp_2_and_4_logits_hidden_and_mtp_equal_tp_1_on_every_fixture),
           T(attention_biases_and_a_vocab_no_tp_divides_give_tp_1_logits),
           T(configs_that_do_not_split_are_refused_naming_the_config_key),
           T(a_sharded_load_without_a_matching_communicator_is_refused),
-          T(specd_logits_tp_2_writes_the_tp_1_file))
+          T(specd_logits_tp_2_and_tp_4_ep_write_the_tp_1_file))
