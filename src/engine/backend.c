@@ -13,7 +13,9 @@ int sd_backend_open(sd_backend **out, const sd_opts *o, sd_err *err)
         return sd_err_set(err, SD_ENOTSUP,
                           "--device cuda: this build has no CUDA backend (build with -Dcuda=enabled)");
     if (o->tp > 1)
-        return sd_err_set(err, SD_ENOTSUP, "--tp %d: tensor parallelism is not available yet", o->tp);
+        return sd_err_set(err, SD_ENOTSUP, "--tp %d: the serving engine runs one rank so far (specd logits --tp N "
+                          "runs tensor parallel on the CPU)",
+                          o->tp);
     if (sd_cpu_backend_create(out, o->threads))
         return sd_err_set(err, SD_ENOMEM, "cannot start the CPU backend");
     return 0;
