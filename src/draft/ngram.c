@@ -128,8 +128,9 @@ int sd_ngram_create(sd_ngram **out, int min_n, int max_n, sd_err *err)
 {
     *out = NULL;
     if (min_n < 1 || max_n < min_n || max_n > SD_NGRAM_MAX_N)
-        return sd_err_set(err, SD_EINVAL, "ngram: match lengths %d..%d (need 1 <= min <= max <= %d)",
-                          min_n, max_n, SD_NGRAM_MAX_N);
+        return sd_err_set(err, SD_EINVAL,
+                          "ngram: match lengths %d..%d (need 1 <= min <= max <= %d)", min_n, max_n,
+                          SD_NGRAM_MAX_N);
     sd_ngram *g = calloc(1, sizeof *g);
     if (!g)
         return sd_err_set(err, SD_ENOMEM, "ngram: out of memory");
@@ -173,7 +174,8 @@ int sd_ngram_update(sd_ngram *g, const int32_t *tok, int n_tok, sd_err *err)
                 continue;
             if ((g->count + 1) * 2 > g->cap && sd__grow(g, tok)) {
                 g->indexed = e; /* n-grams at e partly in: redone next time (same entries) */
-                return sd_err_set(err, SD_ENOMEM, "ngram: out of memory for %zu entries", g->count + 1);
+                return sd_err_set(err, SD_ENOMEM, "ngram: out of memory for %zu entries",
+                                  g->count + 1);
             }
             size_t i = sd__find(g, tok, h, n, e);
             if (!g->slot[i])
@@ -185,7 +187,8 @@ int sd_ngram_update(sd_ngram *g, const int32_t *tok, int n_tok, sd_err *err)
     return 0;
 }
 
-int sd_ngram_lookup(const sd_ngram *g, const int32_t *tok, int n_tok, int k, int32_t *out, int *match_n)
+int sd_ngram_lookup(const sd_ngram *g, const int32_t *tok, int n_tok, int k, int32_t *out,
+                    int *match_n)
 {
     if (match_n)
         *match_n = 0;

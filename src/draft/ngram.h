@@ -44,7 +44,8 @@ int sd_ngram_update(sd_ngram *g, const int32_t *tok, int n_tok, sd_err *err);
  * the one indexed last (sd_ngram_update(g, tok, n_tok) first). Returns how
  * many (0: no match), or SD_ESTATE if n_tok is not what was indexed.
  * *match_n (if set) gets the length of the matched n-gram, 0 without a match. */
-int sd_ngram_lookup(const sd_ngram *g, const int32_t *tok, int n_tok, int k, int32_t *out, int *match_n);
+int sd_ngram_lookup(const sd_ngram *g, const int32_t *tok, int n_tok, int k, int32_t *out,
+                    int *match_n);
 /* Tokens indexed so far. */
 int sd_ngram_indexed(const sd_ngram *g);
 

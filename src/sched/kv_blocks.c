@@ -257,26 +257,30 @@ int sd_kv_pool_check(const sd_kv_pool *p, sd_err *err)
         return sd_err_set(err, SD_ESTATE, "kv cache: %d free of %d blocks", p->n_free, p->n_blocks);
     unsigned char *seen = calloc((size_t)p->n_blocks, 1);
     if (!seen)
-        return sd_err_set(err, SD_ENOMEM, "kv cache: out of memory checking %d blocks", p->n_blocks);
+        return sd_err_set(err, SD_ENOMEM, "kv cache: out of memory checking %d blocks",
+                          p->n_blocks);
     int rc = 0;
     for (int i = 0; i < p->n_free && !rc; i++) {
         int32_t b = p->free_list[i];
         if (b < 0 || b >= p->n_blocks)
-            rc = sd_err_set(err, SD_ESTATE, "kv cache: free list entry %d is block %d, out of range",
-                            i, (int)b);
+            rc = sd_err_set(err, SD_ESTATE,
+                            "kv cache: free list entry %d is block %d, out of range", i, (int)b);
         else if (seen[b])
             rc = sd_err_set(err, SD_ESTATE, "kv cache: block %d is on the free list twice", (int)b);
         else if (p->ref[b] != 0)
-            rc = sd_err_set(err, SD_ESTATE, "kv cache: block %d is on the free list with %d references",
-                            (int)b, (int)p->ref[b]);
+            rc = sd_err_set(err, SD_ESTATE,
+                            "kv cache: block %d is on the free list with %d references", (int)b,
+                            (int)p->ref[b]);
         else
             seen[b] = 1;
     }
     for (int b = 0; b < p->n_blocks && !rc; b++) {
         if (p->ref[b] < 0)
-            rc = sd_err_set(err, SD_ESTATE, "kv cache: block %d has %d references", b, (int)p->ref[b]);
+            rc = sd_err_set(err, SD_ESTATE, "kv cache: block %d has %d references", b,
+                            (int)p->ref[b]);
         else if (p->ref[b] == 0 && !seen[b])
-            rc = sd_err_set(err, SD_ESTATE, "kv cache: block %d has no reference and is not free (leaked)", b);
+            rc = sd_err_set(err, SD_ESTATE,
+                            "kv cache: block %d has no reference and is not free (leaked)", b);
     }
     free(seen);
     return rc;
@@ -285,19 +289,24 @@ int sd_kv_pool_check(const sd_kv_pool *p, sd_err *err)
 int sd_kv_seq_check(const sd_kv_pool *p, const sd_kv_seq *s, sd_err *err)
 {
     if (s->n_blocks < 0 || s->n_blocks > s->cap || (s->n_blocks && !s->blocks))
-        return sd_err_set(err, SD_ESTATE, "kv sequence: %d blocks in a table of %d", s->n_blocks, s->cap);
+        return sd_err_set(err, SD_ESTATE, "kv sequence: %d blocks in a table of %d", s->n_blocks,
+                          s->cap);
     unsigned char *seen = calloc((size_t)p->n_blocks, 1);
     if (!seen)
-        return sd_err_set(err, SD_ENOMEM, "kv sequence: out of memory checking %d blocks", p->n_blocks);
+        return sd_err_set(err, SD_ENOMEM, "kv sequence: out of memory checking %d blocks",
+                          p->n_blocks);
     int rc = 0;
     for (int i = 0; i < s->n_blocks && !rc; i++) {
         int32_t b = s->blocks[i];
         if (b < 0 || b >= p->n_blocks)
-            rc = sd_err_set(err, SD_ESTATE, "kv sequence: table entry %d is block %d, out of range", i, (int)b);
+            rc = sd_err_set(err, SD_ESTATE, "kv sequence: table entry %d is block %d, out of range",
+                            i, (int)b);
         else if (seen[b])
-            rc = sd_err_set(err, SD_ESTATE, "kv sequence: block %d appears twice in the table", (int)b);
+            rc = sd_err_set(err, SD_ESTATE, "kv sequence: block %d appears twice in the table",
+                            (int)b);
         else if (p->ref[b] < 1)
-            rc = sd_err_set(err, SD_ESTATE, "kv sequence: table entry %d is block %d, which is free", i, (int)b);
+            rc = sd_err_set(err, SD_ESTATE,
+                            "kv sequence: table entry %d is block %d, which is free", i, (int)b);
         else
             seen[b] = 1;
     }

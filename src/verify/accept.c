@@ -72,7 +72,8 @@ int sd_accept_chain(const sd_sampling *s, int vocab, int k, const int32_t *draft
         const int32_t d = draft[i];
         if (!q) {
             /* One-hot q: sample the target and compare (see accept.h). */
-            int32_t x = sd_sample(pi, vocab, sd_rand_uniform(s->seed, pos + (uint64_t)i, SD_RNG_TARGET));
+            int32_t x =
+                sd_sample(pi, vocab, sd_rand_uniform(s->seed, pos + (uint64_t)i, SD_RNG_TARGET));
             out[i] = x;
             if (x != d)
                 return i;
@@ -90,7 +91,8 @@ int sd_accept_chain(const sd_sampling *s, int vocab, int k, const int32_t *draft
                                      sd_rand_uniform(s->seed, pos + (uint64_t)i, SD_RNG_RESIDUAL));
         return i;
     }
-    out[k] = sd_sample(p + (size_t)k * v, vocab, sd_rand_uniform(s->seed, pos + (uint64_t)k, SD_RNG_TARGET));
+    out[k] = sd_sample(p + (size_t)k * v, vocab,
+                       sd_rand_uniform(s->seed, pos + (uint64_t)k, SD_RNG_TARGET));
     return k;
 }
 

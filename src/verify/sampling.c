@@ -193,7 +193,7 @@ static void sd__truncate_small(float *w, int n, int k, float top_p)
 {
     uint64_t key[SD__SMALL];
     for (int i = 0; i < n; i++)
-        key[i] = (uint64_t)sd__key(w[i]) << 32 | (uint32_t)~(uint32_t)i;
+        key[i] = (uint64_t)sd__key(w[i]) << 32 | (uint32_t) ~(uint32_t)i;
     sd__heapsort_desc(key, n);
 #define SD__ID(j) ((int)~(uint32_t)key[j])
     int kept = k;

@@ -7,7 +7,8 @@
 /* Reference: for n = max_n .. min_n, the largest e in [n, L-1] with
  * tok[e-n, e) == tok[L-n, L); the proposal reads the history from e, extended
  * by itself. Returns the count and the matched n. */
-static int ref_propose(const int32_t *tok, int L, int min_n, int max_n, int k, int32_t *out, int *mn)
+static int ref_propose(const int32_t *tok, int L, int min_n, int max_n, int k, int32_t *out,
+                       int *mn)
 {
     *mn = 0;
     if (k <= 0)
@@ -171,8 +172,9 @@ TEST(index_lookup_cost_does_not_grow_with_history)
     uint64_t t0 = sd_now_ns();
     long hits = 0;
     for (int L = 0; L < N; L++) {
-        tok[L] = L > 16 && sd_test_randf(&rng, 0, 1) < 0.5f ? tok[(int)sd_test_randf(&rng, 0, (float)(L - 1))]
-                                                           : (int32_t)sd_test_randf(&rng, 0, 5000);
+        tok[L] = L > 16 && sd_test_randf(&rng, 0, 1) < 0.5f
+                     ? tok[(int)sd_test_randf(&rng, 0, (float)(L - 1))]
+                     : (int32_t)sd_test_randf(&rng, 0, 5000);
         ASSERT_OK(sd_ngram_update(g, tok, L + 1, NULL));
         hits += sd_ngram_lookup(g, tok, L + 1, K, a, NULL) > 0;
     }

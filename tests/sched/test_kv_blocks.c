@@ -228,8 +228,8 @@ static int check_world(world *w, const char *op)
             ok = 0;
         }
         if (sd_kv_blocks_for(w->p, w->m[s].written) > q->n_blocks) {
-            fprintf(stderr, "  after %s: seq %d holds %d blocks for %d positions\n", op, s, q->n_blocks,
-                    w->m[s].written);
+            fprintf(stderr, "  after %s: seq %d holds %d blocks for %d positions\n", op, s,
+                    q->n_blocks, w->m[s].written);
             ok = 0;
         }
         for (int i = 0; i < q->n_blocks; i++)
@@ -254,7 +254,8 @@ static int check_world(world *w, const char *op)
         }
     }
     if (ok && used != sd_kv_pool_used(w->p)) {
-        fprintf(stderr, "  after %s: %d blocks used, the model counts %d\n", op, sd_kv_pool_used(w->p), used);
+        fprintf(stderr, "  after %s: %d blocks used, the model counts %d\n", op,
+                sd_kv_pool_used(w->p), used);
         ok = 0;
     }
     if (ok && sd_kv_pool_used(w->p) + sd_kv_pool_free_blocks(w->p) != w->nb) {
@@ -337,7 +338,8 @@ TEST(random_operations_match_a_model_and_return_every_block)
                         break; /* the scheduler would preempt */
                     ASSERT(rc == 0 || rc == 1);
                     if (rc == 1) {
-                        memcpy(w.mem + (size_t)to * w.bs, w.mem + (size_t)from * w.bs, (size_t)w.bs * sizeof *w.mem);
+                        memcpy(w.mem + (size_t)to * w.bs, w.mem + (size_t)from * w.bs,
+                               (size_t)w.bs * sizeof *w.mem);
                         cows++;
                     }
                     uint32_t v = (uint32_t)rnd(&rng, 1u << 30) + 1;

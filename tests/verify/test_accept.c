@@ -15,9 +15,9 @@ enum { MAX_V = 64, MAX_K = 8, MAX_LEN = 64 };
 
 typedef struct synth {
     int V;
-    float noise;      /* distance of the draft from the target */
-    sd_sampling s;    /* temperature / top-k / top-p of both; seed set per run */
-    uint64_t salt;    /* picks the functions */
+    float noise;   /* distance of the draft from the target */
+    sd_sampling s; /* temperature / top-k / top-p of both; seed set per run */
+    uint64_t salt; /* picks the functions */
 } synth;
 
 static uint64_t mix64(uint64_t z)
@@ -37,8 +37,10 @@ static uint64_t prefix_hash(uint64_t salt, const int32_t *x, int n)
 
 static void hashed_logits(uint64_t h, int V, float scale, float *out)
 {
-    for (int v = 0; v < V; v++)
-        out[v] = scale * (float)((double)(mix64(h + (uint64_t)v * 0x8cb92ba72f3d8dd7ull) >> 11) * 0x1.0p-53 * 2 - 1);
+    for (int v = 0; v < V; v++) {
+        double u = (double)(mix64(h + (uint64_t)v * 0x8cb92ba72f3d8dd7ull) >> 11) * 0x1.0p-53;
+        out[v] = scale * (float)(2 * u - 1); /* uniform in [-scale, scale) */
+    }
 }
 
 static void target_row(const synth *m, const int32_t *x, int n, float *probs)
@@ -64,8 +66,8 @@ typedef int (*accept_fn)(const sd_sampling *s, int vocab, int k, const int32_t *
 /* Speculative generation of the first L tokens with chains of k drafts:
  * sampled drafts (q given) or greedy drafts (argmax of q, verified with q = NULL).
  * k_of_step, if set, varies k per step. Returns the steps taken, -1 on error. */
-static int spec_generate(const synth *m, int k, int greedy_draft, accept_fn acc, uint64_t seed, int L,
-                         const int *k_of_step, int32_t *x)
+static int spec_generate(const synth *m, int k, int greedy_draft, accept_fn acc, uint64_t seed,
+                         int L, const int *k_of_step, int32_t *x)
 {
     const int V = m->V;
     float p[(MAX_K + 1) * MAX_V], q[MAX_K * MAX_V];
@@ -78,8 +80,10 @@ static int spec_generate(const synth *m, int k, int greedy_draft, accept_fn acc,
         memcpy(ctx, x, (size_t)len * sizeof *x);
         for (int i = 0; i < kk; i++) {
             draft_row(m, ctx, len + i, q + i * V);
-            d[i] = greedy_draft ? sd_argmax(q + i * V, V)
-                                : sd_sample(q + i * V, V, sd_rand_uniform(seed, (uint64_t)(len + i), SD_RNG_DRAFT));
+            d[i] = greedy_draft
+                       ? sd_argmax(q + i * V, V)
+                       : sd_sample(q + i * V, V,
+                                   sd_rand_uniform(seed, (uint64_t)(len + i), SD_RNG_DRAFT));
             ctx[len + i] = d[i];
         }
         for (int i = 0; i <= kk; i++)
@@ -148,7 +152,8 @@ static double lossless_family_p(const spec_cfg *c, accept_fn acc, uint64_t seed,
     int32_t x[MAX_LEN], y[MAX_LEN];
     int bad = 0;
     for (int t = 0; t < TRIALS && !bad; t++) {
-        if (spec_generate(&m, c->k, c->greedy_draft, acc, mix64(seed + 2 * (uint64_t)t), L, NULL, x) < 0)
+        if (spec_generate(&m, c->k, c->greedy_draft, acc, mix64(seed + 2 * (uint64_t)t), L, NULL,
+                          x) < 0)
             bad = 1;
         plain_generate(&m, mix64(seed + 2 * (uint64_t)t + 1), L, y);
         int a = 0, b = 0;
@@ -175,10 +180,11 @@ static double lossless_family_p(const spec_cfg *c, accept_fn acc, uint64_t seed,
     for (int i = 0; i < n; i++)
         worst = fmin(worst, pv[i]);
     if (verbose) {
-        fprintf(stderr, "  V=%d k=%d top_k=%d %s: joint spec/exact %.3g spec/plain %.3g plain/exact %.3g;"
-                        " marginals",
-                V, c->k, c->top_k, c->greedy_draft ? "greedy drafts" : "sampled drafts", pv[0], pv[1],
-                pv[2]);
+        fprintf(stderr,
+                "  V=%d k=%d top_k=%d %s: joint spec/exact %.3g spec/plain %.3g plain/exact %.3g;"
+                " marginals",
+                V, c->k, c->top_k, c->greedy_draft ? "greedy drafts" : "sampled drafts", pv[0],
+                pv[1], pv[2]);
         for (int i = 3; i < n; i++)
             fprintf(stderr, " %.3g", pv[i]);
         fputc('\n', stderr);
@@ -207,7 +213,10 @@ TEST(sampled_speculation_matches_target_distribution)
 {
     const uint64_t seed = sd_test_seed();
     static const spec_cfg cfgs[] = {
-        {6, 1, 0, 0, 1.0f}, {8, 2, 5, 0, 1.5f}, {10, 3, 0, 0, 1.0f}, {12, 4, 0, 0, 0.7f},
+        {6, 1, 0, 0, 1.0f},
+        {8, 2, 5, 0, 1.5f},
+        {10, 3, 0, 0, 1.0f},
+        {12, 4, 0, 0, 0.7f},
     };
     for (size_t i = 0; i < SD_ARRAY_LEN(cfgs); i++) {
         double pc = lossless_p_with_rerun(&cfgs[i], sd_accept_chain, seed + i);
@@ -225,18 +234,21 @@ TEST(deterministic_draft_speculation_matches_target_distribution)
 
 /* ---- rules that must FAIL the same check -------------------------------------------- */
 
-static int broken_always_accept(const sd_sampling *s, int V, int k, const int32_t *d, const float *p,
-                                const float *q, uint64_t pos, int32_t *out, sd_err *err)
+static int broken_always_accept(const sd_sampling *s, int V, int k, const int32_t *d,
+                                const float *p, const float *q, uint64_t pos, int32_t *out,
+                                sd_err *err)
 {
     for (int i = 0; i < k; i++)
         out[i] = d[i];
-    out[k] = sd_sample(p + (size_t)k * V, V, sd_rand_uniform(s->seed, pos + (uint64_t)k, SD_RNG_TARGET));
+    out[k] =
+        sd_sample(p + (size_t)k * V, V, sd_rand_uniform(s->seed, pos + (uint64_t)k, SD_RNG_TARGET));
     return k;
 }
 
 /* The classic slip: after a rejection, sample p instead of max(0, p - q). */
-static int broken_resample_target(const sd_sampling *s, int V, int k, const int32_t *d, const float *p,
-                                  const float *q, uint64_t pos, int32_t *out, sd_err *err)
+static int broken_resample_target(const sd_sampling *s, int V, int k, const int32_t *d,
+                                  const float *p, const float *q, uint64_t pos, int32_t *out,
+                                  sd_err *err)
 {
     for (int i = 0; i < k; i++) {
         const float *pi = p + (size_t)i * V, *qi = q + (size_t)i * V;
@@ -247,14 +259,16 @@ static int broken_resample_target(const sd_sampling *s, int V, int k, const int3
         out[i] = sd_sample(pi, V, sd_rand_uniform(s->seed, pos + (uint64_t)i, SD_RNG_RESIDUAL));
         return i;
     }
-    out[k] = sd_sample(p + (size_t)k * V, V, sd_rand_uniform(s->seed, pos + (uint64_t)k, SD_RNG_TARGET));
+    out[k] =
+        sd_sample(p + (size_t)k * V, V, sd_rand_uniform(s->seed, pos + (uint64_t)k, SD_RNG_TARGET));
     return k;
 }
 
 /* Reusing the acceptance uniform for the residual: after a rejection u >= p/q,
  * so the residual sample is drawn from the upper part of its CDF only. */
-static int broken_shared_uniform(const sd_sampling *s, int V, int k, const int32_t *d, const float *p,
-                                 const float *q, uint64_t pos, int32_t *out, sd_err *err)
+static int broken_shared_uniform(const sd_sampling *s, int V, int k, const int32_t *d,
+                                 const float *p, const float *q, uint64_t pos, int32_t *out,
+                                 sd_err *err)
 {
     for (int i = 0; i < k; i++) {
         const float *pi = p + (size_t)i * V, *qi = q + (size_t)i * V;
@@ -269,7 +283,8 @@ static int broken_shared_uniform(const sd_sampling *s, int V, int k, const int32
         out[i] = sd_sample(r, V, u);
         return i;
     }
-    out[k] = sd_sample(p + (size_t)k * V, V, sd_rand_uniform(s->seed, pos + (uint64_t)k, SD_RNG_TARGET));
+    out[k] =
+        sd_sample(p + (size_t)k * V, V, sd_rand_uniform(s->seed, pos + (uint64_t)k, SD_RNG_TARGET));
     return k;
 }
 
@@ -286,7 +301,8 @@ TEST(broken_acceptance_rules_fail_the_lossless_check)
     for (size_t i = 0; i < SD_ARRAY_LEN(broken); i++) {
         double pc = lossless_family_p(&c, broken[i].fn, seed, 1);
         fprintf(stderr, "  %s: corrected p = %.3g\n", broken[i].name, pc);
-        ASSERT_MSG(pc >= 0 && pc <= 1e-6, "%s passed the lossless check (p = %.3g)", broken[i].name, pc);
+        ASSERT_MSG(pc >= 0 && pc <= 1e-6, "%s passed the lossless check (p = %.3g)", broken[i].name,
+                   pc);
     }
 }
 
@@ -330,7 +346,9 @@ TEST(acceptance_rate_is_one_minus_total_variation)
     }
     double z = (acc - N * alpha) / sqrt(N * alpha * (1 - alpha));
     double zd = (acc_det - N * alpha_det) / sqrt(N * alpha_det * (1 - alpha_det));
-    fprintf(stderr, "  sampled draft: %.4f accepted, 1 - TV = %.4f (z = %.2f); greedy draft: %.4f vs p(d) = %.4f (z = %.2f)\n",
+    fprintf(stderr,
+            "  sampled draft: %.4f accepted, 1 - TV = %.4f (z = %.2f); greedy draft: %.4f vs p(d) "
+            "= %.4f (z = %.2f)\n",
             (double)acc / N, alpha, z, (double)acc_det / N, alpha_det, zd);
     ASSERT_MSG(fabs(z) < 5 && fabs(zd) < 5, "z = %.2f, %.2f", z, zd);
 }
@@ -341,8 +359,8 @@ TEST(greedy_chain_accepts_while_draft_equals_argmax)
 {
     enum { V = 5 };
     /* Rows: argmax 2, 4, 1 (tie 1/3 -> lowest id 1), 0. */
-    const float p[4 * V] = {0.1f, 0.2f, 0.5f, 0.1f, 0.1f, 0, 0, 0, 0, 1, 0, 0.4f, 0.2f, 0.4f, 0,
-                            0.9f, 0.1f, 0, 0, 0};
+    const float p[4 * V] = {0.1f, 0.2f, 0.5f, 0.1f, 0.1f, 0,    0,    0, 0, 1,
+                            0,    0.4f, 0.2f, 0.4f, 0,    0.9f, 0.1f, 0, 0, 0};
     const int32_t am[4] = {2, 4, 1, 0};
     sd_sampling g = {0.0f, 1.0f, 0, 42};
     struct {
@@ -351,8 +369,8 @@ TEST(greedy_chain_accepts_while_draft_equals_argmax)
         int n;
         int32_t out[4];
     } cases[] = {
-        {3, {2, 4, 1}, 3, {2, 4, 1, 0}}, {3, {3, 4, 1}, 0, {2}},       {3, {2, 4, 3}, 2, {2, 4, 1}},
-        {3, {2, 0, 1}, 1, {2, 4}},       {0, {0}, 0, {2}},             {2, {2, 4}, 2, {2, 4, 1}},
+        {3, {2, 4, 1}, 3, {2, 4, 1, 0}}, {3, {3, 4, 1}, 0, {2}}, {3, {2, 4, 3}, 2, {2, 4, 1}},
+        {3, {2, 0, 1}, 1, {2, 4}},       {0, {0}, 0, {2}},       {2, {2, 4}, 2, {2, 4, 1}},
     };
     for (size_t c = 0; c < SD_ARRAY_LEN(cases); c++) {
         int32_t out[4] = {-1, -1, -1, -1}, out2[4] = {-1, -1, -1, -1};
@@ -403,7 +421,8 @@ TEST(deterministic_drafts_reproduce_plain_sampling_token_for_token)
     const uint64_t seed = sd_test_seed();
     static const int ks[7] = {3, 0, 5, 1, 8, 2, 4};
     for (int rep = 0; rep < 200; rep++) {
-        synth m = {8 + rep % 40, 1.0f, {0.9f, 0.95f, rep % 3 ? 0 : 6, 0}, mix64(seed ^ (uint64_t)rep)};
+        synth m = {
+            8 + rep % 40, 1.0f, {0.9f, 0.95f, rep % 3 ? 0 : 6, 0}, mix64(seed ^ (uint64_t)rep)};
         const uint64_t rs = mix64(seed + 1000 + (uint64_t)rep);
         int32_t x[MAX_LEN], y[MAX_LEN];
         plain_generate(&m, rs, 40, y);
@@ -423,7 +442,8 @@ TEST(same_seed_same_tokens_whatever_the_batch_order)
     synth m = {16, 1.2f, {0.8f, 0.9f, 0, 0}, seed};
     int32_t a[B][MAX_LEN], b[B][MAX_LEN];
     for (int i = 0; i < B; i++)
-        ASSERT(spec_generate(&m, 3, 0, sd_accept_chain, mix64(seed + (uint64_t)i), L, NULL, a[i]) > 0);
+        ASSERT(spec_generate(&m, 3, 0, sd_accept_chain, mix64(seed + (uint64_t)i), L, NULL, a[i]) >
+               0);
     /* Interleaved: step every sequence once per round, reverse order. */
     float p[(MAX_K + 1) * MAX_V], q[MAX_K * MAX_V];
     int len[B] = {0};
@@ -437,7 +457,8 @@ TEST(same_seed_same_tokens_whatever_the_batch_order)
             memcpy(ctx, b[i], (size_t)len[i] * sizeof **b);
             for (int j = 0; j < 3; j++) {
                 draft_row(&m, ctx, len[i] + j, q + j * m.V);
-                d[j] = sd_sample(q + j * m.V, m.V, sd_rand_uniform(s.seed, (uint64_t)(len[i] + j), SD_RNG_DRAFT));
+                d[j] = sd_sample(q + j * m.V, m.V,
+                                 sd_rand_uniform(s.seed, (uint64_t)(len[i] + j), SD_RNG_DRAFT));
                 ctx[len[i] + j] = d[j];
             }
             for (int j = 0; j <= 3; j++)
@@ -546,10 +567,12 @@ TEST(stats_count_positions_steps_and_mean_length)
     ASSERT_NEAR(sd_accept_stats_mean_len(&st), 0, 0);
 }
 
-TEST_MAIN(T(greedy_chain_accepts_while_draft_equals_argmax), T(greedy_speculation_equals_greedy_decode),
+TEST_MAIN(T(greedy_chain_accepts_while_draft_equals_argmax),
+          T(greedy_speculation_equals_greedy_decode),
           T(deterministic_drafts_reproduce_plain_sampling_token_for_token),
-          T(same_seed_same_tokens_whatever_the_batch_order), T(identical_draft_and_target_always_accept),
-          T(bad_arguments_are_refused_with_a_message), T(stats_count_positions_steps_and_mean_length),
+          T(same_seed_same_tokens_whatever_the_batch_order),
+          T(identical_draft_and_target_always_accept), T(bad_arguments_are_refused_with_a_message),
+          T(stats_count_positions_steps_and_mean_length),
           T(acceptance_rate_is_one_minus_total_variation),
           T(sampled_speculation_matches_target_distribution),
           T(deterministic_draft_speculation_matches_target_distribution),

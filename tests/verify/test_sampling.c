@@ -50,7 +50,9 @@ static void ref_probs(const float *logits, int V, const sd_sampling *s, double *
     ref_item *it = malloc((size_t)V * sizeof *it);
     for (int i = 0; i < V; i++) {
         float l = logits[i];
-        float w = m == INFINITY ? (l == INFINITY ? 1.0f : 0.0f) : isnan(l) ? 0.0f : expf((l - m) * inv_t);
+        float w = m == INFINITY ? (l == INFINITY ? 1.0f : 0.0f)
+                  : isnan(l)    ? 0.0f
+                                : expf((l - m) * inv_t);
         it[i].w = w;
         it[i].id = i;
     }
@@ -101,7 +103,9 @@ static void make_logits(float *l, int V, int shape, uint64_t *rng)
             break;
         case 2: {
             float r = sd_test_randf(rng, 0, 1);
-            l[i] = r < 0.05f ? -INFINITY : r < 0.07f ? NAN : 3 * sd_test_randf(rng, -1, 1) * sd_test_randf(rng, -1, 1) * 4;
+            l[i] = r < 0.05f   ? -INFINITY
+                   : r < 0.07f ? NAN
+                               : 3 * sd_test_randf(rng, -1, 1) * sd_test_randf(rng, -1, 1) * 4;
             break;
         }
         case 3:
@@ -147,8 +151,8 @@ static int check_case(const float *logits, int V, const sd_sampling *s, float *p
     if (set_diff) {
         if (gap < 1e-9)
             return 1;
-        fprintf(stderr, "  V=%d T=%g k=%d p=%g: kept sets differ (cut gap %.3g)\n", V, s->temperature,
-                s->top_k, s->top_p, gap);
+        fprintf(stderr, "  V=%d T=%g k=%d p=%g: kept sets differ (cut gap %.3g)\n", V,
+                s->temperature, s->top_k, s->top_p, gap);
         *bad = 1;
         return 0;
     }
@@ -180,8 +184,8 @@ TEST(probs_match_sorted_reference_for_temperature_top_k_top_p)
                 const int ks[] = {0, 1, 2, 5, 40, V - 1, V, V + 3};
                 const float ps[] = {1.0f, 0.9f, sd_test_randf(&rng, 0.05f, 0.999f), 1e-6f, 0.0f};
                 sd_sampling s = {temps[(int)sd_test_randf(&rng, 0, 5)],
-                                 ps[(int)sd_test_randf(&rng, 0, 5)], ks[(int)sd_test_randf(&rng, 0, 8)],
-                                 0};
+                                 ps[(int)sd_test_randf(&rng, 0, 5)],
+                                 ks[(int)sd_test_randf(&rng, 0, 8)], 0};
                 tie_moves += check_case(logits, V, &s, probs, ref, &bad);
                 cases++;
             }
@@ -276,9 +280,10 @@ TEST(probs_large_vocab_timing)
     double *ref = malloc(V * sizeof *ref);
     uint64_t rng = sd_test_seed() ^ 0x5bd1e995u;
     for (int i = 0; i < V; i++)
-        l[i] = 4 * sd_test_randf(&rng, -1, 1) * sd_test_randf(&rng, 0, 1) * sd_test_randf(&rng, 0, 1);
-    const sd_sampling cfg[4] = {{0.7f, 1.0f, 0, 0}, {0.7f, 0.9f, 0, 0}, {0.7f, 1.0f, 50, 0},
-                                {1.0f, 0.95f, 100, 0}};
+        l[i] =
+            4 * sd_test_randf(&rng, -1, 1) * sd_test_randf(&rng, 0, 1) * sd_test_randf(&rng, 0, 1);
+    const sd_sampling cfg[4] = {
+        {0.7f, 1.0f, 0, 0}, {0.7f, 0.9f, 0, 0}, {0.7f, 1.0f, 50, 0}, {1.0f, 0.95f, 100, 0}};
     int bad = 0;
     for (int c = 0; c < 4; c++) {
         check_case(l, V, &cfg[c], p, ref, &bad);
@@ -306,7 +311,8 @@ TEST(sample_is_inverse_cdf_and_never_picks_zero_probability)
     for (int rep = 0; rep < 20; rep++) {
         double scale = sd_test_randf(&rng, 0.1f, 10); /* unnormalized is fine */
         for (int i = 0; i < V; i++)
-            pr[i] = sd_test_randf(&rng, 0, 1) < 0.4f ? 0.0f : (float)(scale * sd_test_randf(&rng, 0, 1));
+            pr[i] = sd_test_randf(&rng, 0, 1) < 0.4f ? 0.0f
+                                                     : (float)(scale * sd_test_randf(&rng, 0, 1));
         double total = 0, cum[V];
         for (int i = 0; i < V; i++) {
             total += pr[i];
