@@ -4,18 +4,33 @@
 
 #include "core/log.h"
 #include "core/util.h"
+#ifdef SD_HAVE_CUDA
+#include "kernels/cuda/cuda.h"
+#endif
 
 int sd_backend_open(sd_backend **out, const sd_opts *o, sd_err *err)
 {
     *out = NULL;
     const char *dev = o->device ? o->device : "auto";
+#ifdef SD_HAVE_CUDA
+    /* auto: the GPU when one is present */
+    int n_gpu = strcmp(dev, "cpu") ? sd_cuda_device_count() : 0;
+    if (!strcmp(dev, "cuda") && n_gpu == 0)
+        return sd_err_set(err, SD_EDEVICE,
+                          "--device cuda: no CUDA device is visible (driver missing or no GPU)");
+#else
     if (!strcmp(dev, "cuda"))
         return sd_err_set(err, SD_ENOTSUP,
                           "--device cuda: this build has no CUDA backend (build with -Dcuda=enabled)");
+#endif
     if (o->tp > 1)
         return sd_err_set(err, SD_ENOTSUP, "--tp %d: the serving engine runs one rank so far (specd logits --tp N "
                           "runs tensor parallel on the CPU)",
                           o->tp);
+#ifdef SD_HAVE_CUDA
+    if (n_gpu > 0)
+        return sd_cuda_backend_create(out, 0, err);
+#endif
     if (sd_cpu_backend_create(out, o->threads))
         return sd_err_set(err, SD_ENOMEM, "cannot start the CPU backend");
     return 0;
@@ -23,8 +38,15 @@ int sd_backend_open(sd_backend **out, const sd_opts *o, sd_err *err)
 
 void sd_backend_close(sd_backend *be)
 {
-    if (be)
-        sd_cpu_backend_destroy(be);
+    if (!be)
+        return;
+#ifdef SD_HAVE_CUDA
+    if (be->device >= 0) {
+        sd_cuda_backend_destroy(be);
+        return;
+    }
+#endif
+    sd_cpu_backend_destroy(be);
 }
 
 const char *sd_opts_model_dir(const sd_opts *o)

@@ -1,0 +1,394 @@
+/* CUDA backend: the per-device context, memory, weights, errors, graphs and
+ * the ops table. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/common.cuh"
+
+/* cuBLASLt workspace: what its Hopper kernels ask for at most. */
+#define LT_WS_BYTES ((size_t)32 << 20)
+/* Scratch for bf16 activations and aliasing copies; ops that need more work
+ * in row chunks of this size, so it bounds memory, not shapes. */
+#define SCRATCH_BYTES ((size_t)64 << 20)
+
+/* ---- errors ------------------------------------------------------------ */
+
+int sd__cuda_fail(sd__cuda *c, const char *what, const char *detail, const char *file, int line)
+{
+    if (c->err)
+        return SD_EDEVICE;
+    c->err = SD_EDEVICE;
+    snprintf(c->msg, sizeof c->msg, "%s: %s (%s:%d, device %d)", what, detail, file, line,
+             c->device);
+    sd_log_error("cuda: %s", c->msg);
+    return SD_EDEVICE;
+}
+
+int sd__cuda_check(sd__cuda *c, cudaError_t e, const char *stmt, const char *file, int line)
+{
+    if (e == cudaSuccess)
+        return 0;
+    char d[256];
+    snprintf(d, sizeof d, "%s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+    return sd__cuda_fail(c, stmt, d, file, line);
+}
+
+int sd__cublas_check(sd__cuda *c, cublasStatus_t s, const char *stmt, const char *file, int line)
+{
+    if (s == CUBLAS_STATUS_SUCCESS)
+        return 0;
+    char d[128];
+    snprintf(d, sizeof d, "cublas status %d", (int)s);
+    return sd__cuda_fail(c, stmt, d, file, line);
+}
+
+int sd__cuda_badarg(sd__cuda *c, const char *file, int line, const char *fmt, ...)
+{
+    char d[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d, sizeof d, fmt, ap);
+    va_end(ap);
+    return sd__cuda_fail(c, "unsupported op arguments", d, file, line);
+}
+
+sd__cuda *sd__cuda_op(sd_backend *be)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    if (c->err)
+        return NULL;
+    /* the engine may call from a thread other than the one that opened us */
+    if (SD_CUDA(c, cudaSetDevice(c->device)))
+        return NULL;
+    return c;
+}
+
+/* ---- memory ------------------------------------------------------------ */
+
+static void *cu_alloc(sd_backend *be, size_t bytes)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    void *p = NULL;
+    if (cudaSetDevice(c->device) != cudaSuccess)
+        return NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError(); /* out of memory is the caller's to report */
+        return NULL;
+    }
+    /* zeroed like the CPU's calloc, ordered before every later op */
+    if (SD_CUDA(c, cudaMemsetAsync(p, 0, bytes ? bytes : 1, c->stream))) {
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void cu_free(sd_backend *be, void *p)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    if (p) {
+        cudaSetDevice(c->device);
+        SD_CUDA(c, cudaFree(p));
+    }
+}
+
+static int cu_upload(sd_backend *be, void *dst, const void *src, size_t bytes)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    if (!bytes)
+        return 0;
+    if (c->err)
+        return c->err;
+    return SD_CUDA(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+}
+
+static int cu_download(sd_backend *be, void *dst, const void *src, size_t bytes)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    if (c->err)
+        return c->err;
+    if (bytes && SD_CUDA(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream)))
+        return c->err;
+    SD_CUDA(c, cudaStreamSynchronize(c->stream));
+    return c->err;
+}
+
+static int cu_memset0(sd_backend *be, void *dst, size_t bytes)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    if (!bytes)
+        return 0;
+    if (c->err)
+        return c->err;
+    return SD_CUDA(c, cudaMemsetAsync(dst, 0, bytes, c->stream));
+}
+
+static int track_weight(sd__cuda *c, void *p)
+{
+    if (c->n_weights == c->cap_weights) {
+        int cap = c->cap_weights ? 2 * c->cap_weights : 256;
+        void **w = (void **)realloc(c->weights, (size_t)cap * sizeof *w);
+        if (!w)
+            return -1;
+        c->weights = w;
+        c->cap_weights = cap;
+    }
+    c->weights[c->n_weights++] = p;
+    return 0;
+}
+
+/* Device copy of a host weight in its own dtype (bf16 stays bf16). */
+static int cu_weight(sd_backend *be, sd_weight *out, const void *host, sd_dtype dt, int64_t rows,
+                     int64_t cols)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    if (dt != SD_DT_F32 && dt != SD_DT_F16 && dt != SD_DT_BF16)
+        return -1;
+    size_t bytes = (size_t)rows * (size_t)cols * sd_dtype_size(dt);
+    void *p = cu_alloc(be, bytes);
+    if (!p)
+        return -1;
+    if (SD_CUDA(c, cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, c->stream)) ||
+        track_weight(c, p)) {
+        cudaFree(p);
+        return -1;
+    }
+    out->data = p;
+    out->dtype = dt;
+    out->rows = rows;
+    out->cols = cols;
+    return 0;
+}
+
+static void cu_weight_free(sd_backend *be, sd_weight *w)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    for (int i = 0; i < c->n_weights; i++)
+        if (c->weights[i] == w->data) {
+            c->weights[i] = c->weights[--c->n_weights];
+            cu_free(be, (void *)w->data);
+            break;
+        }
+    w->data = NULL;
+}
+
+static int cu_mem_info(sd_backend *be, size_t *free_bytes, size_t *total_bytes)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    *free_bytes = *total_bytes = 0;
+    if (SD_CUDA(c, cudaSetDevice(c->device)) || SD_CUDA(c, cudaMemGetInfo(free_bytes, total_bytes)))
+        return -1;
+    return 0;
+}
+
+static int cu_sync(sd_backend *be)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    if (!c->err) {
+        cudaSetDevice(c->device);
+        SD_CUDA(c, cudaStreamSynchronize(c->stream));
+    }
+    return c->err;
+}
+
+/* ---- graphs ------------------------------------------------------------ */
+
+struct sd_cuda_graph {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+};
+
+int sd_cuda_capture_begin(sd_backend *be)
+{
+    sd__cuda *c = sd__cuda_op(be);
+    if (!c)
+        return SD_EDEVICE;
+    return SD_CUDA(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+}
+
+int sd_cuda_capture_end(sd_backend *be, sd_cuda_graph **out)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    *out = NULL;
+    cudaGraph_t g = NULL;
+    /* ends the capture even after a failure, so the stream is usable again */
+    cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    if (SD_CUDA(c, e) || c->err) {
+        if (g)
+            cudaGraphDestroy(g);
+        return SD_EDEVICE;
+    }
+    sd_cuda_graph *cg = (sd_cuda_graph *)calloc(1, sizeof *cg);
+    if (!cg) {
+        cudaGraphDestroy(g);
+        return SD_ENOMEM;
+    }
+    cg->graph = g;
+    if (SD_CUDA(c, cudaGraphInstantiate(&cg->exec, g, 0))) {
+        cudaGraphDestroy(g);
+        free(cg);
+        return SD_EDEVICE;
+    }
+    *out = cg;
+    return 0;
+}
+
+int sd_cuda_graph_launch(sd_backend *be, sd_cuda_graph *g)
+{
+    sd__cuda *c = sd__cuda_op(be);
+    if (!c)
+        return SD_EDEVICE;
+    return SD_CUDA(c, cudaGraphLaunch(g->exec, c->stream));
+}
+
+void sd_cuda_graph_destroy(sd_cuda_graph *g)
+{
+    if (!g)
+        return;
+    if (g->exec)
+        cudaGraphExecDestroy(g->exec);
+    if (g->graph)
+        cudaGraphDestroy(g->graph);
+    free(g);
+}
+
+/* ---- the table --------------------------------------------------------- */
+
+static const sd_ops cuda_ops = {
+    /* .name = */ "cuda",
+    /* .alloc = */ cu_alloc,
+    /* .free = */ cu_free,
+    /* .upload = */ cu_upload,
+    /* .download = */ cu_download,
+    /* .memset0 = */ cu_memset0,
+    /* .weight = */ cu_weight,
+    /* .weight_free = */ cu_weight_free,
+    /* .sync = */ cu_sync,
+    /* .mem_info = */ cu_mem_info,
+    /* .embed = */ sd__cuda_embed,
+    /* .rmsnorm = */ sd__cuda_rmsnorm,
+    /* .matmul = */ sd__cuda_matmul,
+    /* .matmul_heads = */ sd__cuda_matmul_heads,
+    /* .add = */ sd__cuda_add,
+    /* .silu_mul = */ sd__cuda_silu_mul,
+    /* .rope = */ sd__cuda_rope,
+    /* .gather_rows = */ sd__cuda_gather_rows,
+    /* .copy2d = */ sd__cuda_copy2d,
+    /* .attn_gqa = */ sd__cuda_attn_gqa,
+    /* .attn_mla = */ sd__cuda_attn_mla,
+    /* .moe_route = */ sd__cuda_moe_route,
+    /* .moe_ffn = */ sd__cuda_moe_ffn,
+    /* .embed_shard = */ sd__cuda_embed_shard,
+};
+
+int sd_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+int sd_cuda_device_name(int device, char *buf, size_t len)
+{
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(buf, len, "cuda device %d (unavailable)", device);
+        return SD_EDEVICE;
+    }
+    snprintf(buf, len, "%s (sm_%d%d, %d SMs, %.0f GiB)", p.name, p.major, p.minor,
+             p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024));
+    return 0;
+}
+
+void sd_cuda_set_bf16_split(sd_backend *be, int on) { sd__cuda_of(be)->bf16_split = on != 0; }
+
+const char *sd_cuda_backend_error(const sd_backend *be)
+{
+    return ((const sd__cuda *)be->impl)->msg;
+}
+
+int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
+{
+    *out = NULL;
+    int n = sd_cuda_device_count();
+    if (device < 0 || device >= n)
+        return sd_err_set(err, SD_EDEVICE, "cuda: device %d is not present (%d visible)", device,
+                          n);
+    sd_backend *be = (sd_backend *)calloc(1, sizeof *be);
+    sd__cuda *c = (sd__cuda *)calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return sd_err_set(err, SD_ENOMEM, "cuda: out of memory for the context");
+    }
+    be->ops = &cuda_ops;
+    be->device = device;
+    be->impl = c;
+    c->device = device;
+    c->bf16_split = 1;
+    cudaDeviceProp p;
+    int rc = SD_CUDA(c, cudaSetDevice(device));
+    if (!rc)
+        rc = SD_CUDA(c, cudaGetDeviceProperties(&p, device));
+    if (!rc) {
+        c->sm_count = p.multiProcessorCount;
+        c->smem_optin = p.sharedMemPerBlockOptin;
+        if (p.major < 8)
+            rc = sd__cuda_fail(c, "cuda device", "compute capability 8.0 or newer is needed",
+                               __FILE__, __LINE__);
+    }
+    if (!rc)
+        rc = SD_CUDA(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    if (!rc)
+        rc = SD_CUBLAS(c, cublasLtCreate(&c->lt));
+    if (!rc) {
+        c->lt_ws_bytes = LT_WS_BYTES;
+        rc = SD_CUDA(c, cudaMalloc(&c->lt_ws, c->lt_ws_bytes));
+    }
+    if (!rc) {
+        c->scratch_bytes = SCRATCH_BYTES;
+        rc = SD_CUDA(c, cudaMalloc(&c->scratch, c->scratch_bytes));
+    }
+    if (!rc)
+        rc = sd__cuda_attention_init(c);
+    if (rc) {
+        sd_err_set(err, SD_EDEVICE, "cuda: cannot open device %d: %s", device, c->msg);
+        sd_cuda_backend_destroy(be);
+        return SD_EDEVICE;
+    }
+    *out = be;
+    return 0;
+}
+
+void sd_cuda_backend_destroy(sd_backend *be)
+{
+    if (!be)
+        return;
+    sd__cuda *c = sd__cuda_of(be);
+    if (c) {
+        cudaSetDevice(c->device);
+        if (c->stream)
+            cudaStreamSynchronize(c->stream);
+        sd__cuda_matmul_release(c);
+        for (int i = 0; i < c->n_weights; i++)
+            cudaFree(c->weights[i]);
+        free(c->weights);
+        if (c->scratch)
+            cudaFree(c->scratch);
+        if (c->lt_ws)
+            cudaFree(c->lt_ws);
+        if (c->lt)
+            cublasLtDestroy(c->lt);
+        if (c->stream)
+            cudaStreamDestroy(c->stream);
+        cudaGetLastError();
+        free(c);
+    }
+    free(be);
+}

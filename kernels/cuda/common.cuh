@@ -1,0 +1,214 @@
+/* kernels/cuda: internal header shared by the op families (one .cu per
+ * family, mirroring kernels/cpu): the per-device context, the checking
+ * macros, weight loads and reductions. */
+#ifndef SD_KERNELS_CUDA_COMMON_CUH
+#define SD_KERNELS_CUDA_COMMON_CUH
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "core/err.h"
+#include "core/log.h"
+#include "kernels/cuda/cuda.h"
+#include "kernels/ops.h"
+}
+
+/* ---- context ---------------------------------------------------------- */
+
+/* One cached cuBLASLt plan: descriptors and the algorithm of one shape. */
+typedef struct sd__gemm_plan {
+    int used;
+    int dt;               /* sd_dtype of A and B */
+    int64_t N, K;         /* weight rows, cols */
+    int n, ldb;           /* activation rows, leading dimension */
+    uint32_t al_a, al_b, al_d; /* pointer alignments (bytes, <= 256) */
+    int ok;               /* 0: no algorithm; the tiled kernel runs instead */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, d;
+    cublasLtMatmulAlgo_t algo;
+} sd__gemm_plan;
+
+#define SD__GEMM_PLANS 512
+
+typedef struct sd__cuda {
+    int device;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *lt_ws; /* cuBLASLt workspace */
+    size_t lt_ws_bytes;
+    void *scratch; /* bf16 activations, aliasing copies */
+    size_t scratch_bytes;
+    int bf16_split; /* BF16 GEMMs on hi + lo activation terms (sd_cuda_set_bf16_split) */
+    int sm_count;
+    size_t smem_optin; /* largest dynamic shared memory per block */
+    /* sticky first error */
+    int err;
+    char msg[768];
+    /* cuBLASLt plans, replaced round-robin when full */
+    sd__gemm_plan plans[SD__GEMM_PLANS];
+    int n_plans, next_evict;
+    /* weights uploaded by weight(), freed at destroy if still held */
+    void **weights;
+    int n_weights, cap_weights;
+} sd__cuda;
+
+static inline sd__cuda *sd__cuda_of(sd_backend *be) { return (sd__cuda *)be->impl; }
+
+/* Records the first failure: statement, file, line, device. Returns 0 or SD_EDEVICE. */
+int sd__cuda_fail(sd__cuda *c, const char *what, const char *detail, const char *file, int line);
+int sd__cuda_check(sd__cuda *c, cudaError_t e, const char *stmt, const char *file, int line);
+int sd__cublas_check(sd__cuda *c, cublasStatus_t s, const char *stmt, const char *file, int line);
+
+#define SD_CUDA(c, stmt) sd__cuda_check((c), (stmt), #stmt, __FILE__, __LINE__)
+#define SD_CUBLAS(c, stmt) sd__cublas_check((c), (stmt), #stmt, __FILE__, __LINE__)
+/* after every launch: a bad configuration shows here, not at sync */
+#define SD_LAUNCHED(c, kernel) sd__cuda_check((c), cudaGetLastError(), kernel " launch", __FILE__, __LINE__)
+/* an argument the kernels cannot take (recorded like a CUDA failure) */
+#define SD_BADARG(c, ...) sd__cuda_badarg((c), __FILE__, __LINE__, __VA_ARGS__)
+int sd__cuda_badarg(sd__cuda *c, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* The context for an op, or NULL when an earlier failure stopped it. */
+sd__cuda *sd__cuda_op(sd_backend *be);
+
+/* ---- device helpers --------------------------------------------------- */
+
+enum { SD__F32 = SD_DT_F32, SD__F16 = SD_DT_F16, SD__BF16 = SD_DT_BF16 };
+
+__device__ __forceinline__ float sd__bf16f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+__device__ __forceinline__ float sd__f16f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+/* element i of a weight of dtype DT as float */
+template <int DT> __device__ __forceinline__ float sd__w1(const void *w, size_t i)
+{
+    if (DT == SD__F32)
+        return ((const float *)w)[i];
+    if (DT == SD__BF16)
+        return sd__bf16f(((const uint16_t *)w)[i]);
+    return sd__f16f(((const uint16_t *)w)[i]);
+}
+
+/* runtime-dtype element load (norm weights, biases: off the hot loops) */
+__device__ __forceinline__ float sd__wload(const void *w, int dt, size_t i)
+{
+    if (dt == SD__F32)
+        return ((const float *)w)[i];
+    if (dt == SD__BF16)
+        return sd__bf16f(((const uint16_t *)w)[i]);
+    return sd__f16f(((const uint16_t *)w)[i]);
+}
+
+/* 8 consecutive weights from a 16-byte aligned address (F32: 32 bytes) */
+template <int DT> __device__ __forceinline__ void sd__w8(const void *w, size_t i, float f[8])
+{
+    if (DT == SD__F32) {
+        const float4 *p = (const float4 *)((const float *)w + i);
+        float4 a = __ldg(p), b = __ldg(p + 1);
+        f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+        f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+    } else {
+        uint4 u = __ldg((const uint4 *)((const uint16_t *)w + i));
+        uint32_t v[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (DT == SD__BF16) {
+                f[2 * k] = __uint_as_float(v[k] << 16);
+                f[2 * k + 1] = __uint_as_float(v[k] & 0xffff0000u);
+            } else {
+                f[2 * k] = sd__f16f((uint16_t)(v[k] & 0xffffu));
+                f[2 * k + 1] = sd__f16f((uint16_t)(v[k] >> 16));
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ float sd__warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float sd__warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* NR dot products of one weight row (K elements from w + wr) with NR
+ * activation rows xr[r] (r < nr), partial sums per lane; the caller reduces
+ * across the warp. VEC: K % 8 == 0, the row and every xr[r] 16-byte aligned. */
+template <int DT, bool VEC>
+__device__ __forceinline__ void sd__dot_rows(const void *w, size_t wr, int K, const float *const xr[8],
+                                             int nr, int lane, float acc[8])
+{
+    if (VEC) {
+        for (int k = lane * 8; k < K; k += 256) {
+            float wf[8];
+            sd__w8<DT>(w, wr + (size_t)k, wf);
+#pragma unroll
+            for (int r = 0; r < 8; r++) {
+                if (r < nr) {
+                    float4 a = *(const float4 *)(xr[r] + k), b = *(const float4 *)(xr[r] + k + 4);
+                    acc[r] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x +
+                              wf[5] * b.y + wf[6] * b.z + wf[7] * b.w;
+                }
+            }
+        }
+    } else {
+        for (int k = lane; k < K; k += 32) {
+            float wv = sd__w1<DT>(w, wr + (size_t)k);
+#pragma unroll
+            for (int r = 0; r < 8; r++)
+                if (r < nr)
+                    acc[r] += wv * xr[r][k];
+        }
+    }
+}
+
+static inline int sd__aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* ---- op families ------------------------------------------------------ */
+
+void sd__cuda_embed(sd_backend *be, float *out, const sd_weight *table, const int32_t *ids, int n);
+void sd__cuda_embed_shard(sd_backend *be, float *out, const sd_weight *table, const int32_t *ids,
+                          int n, int first);
+void sd__cuda_add(sd_backend *be, float *y, const float *x, int n, int d);
+void sd__cuda_silu_mul(sd_backend *be, float *out, const float *gu, int n, int I);
+void sd__cuda_gather_rows(sd_backend *be, float *dst, const float *src, const int32_t *idx, int n,
+                          int d, int ds, int ss);
+void sd__cuda_copy2d(sd_backend *be, float *dst, const float *src, int n, int d, int ds, int ss);
+void sd__cuda_rmsnorm(sd_backend *be, float *out, const float *x, const sd_weight *w, int n, int d,
+                      int x_stride, int out_stride, float eps);
+void sd__cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w,
+                     const sd_weight *bias, int n, int x_stride);
+void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_weight *w, int n,
+                           int H, int x_stride, int x_head_stride, int x_off);
+void sd__cuda_rope(sd_backend *be, float *x, const int32_t *pos, const sd_rope *r, int n, int H,
+                   int row_stride, int head_stride, int off);
+void sd__cuda_attn_gqa(sd_backend *be, float *out, const float *q, const float *k, const float *v,
+                       void *kcache, void *vcache, const sd_attn_batch *b, int Hq, int Hkv, int D,
+                       int Dv, int q_stride, int kv_stride, float scale);
+void sd__cuda_attn_mla(sd_backend *be, float *out, const float *q_lat, const float *q_pe,
+                       const float *c, const float *k_pe, void *cache, const sd_attn_batch *b, int H,
+                       int C, int R, int qpe_stride, int qpe_head_stride, int ck_stride,
+                       float scale);
+void sd__cuda_moe_route(sd_backend *be, int32_t *ids, float *wts, const float *logits,
+                        const float *bias, int n, const sd_moe_route *r);
+void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t *ids,
+                      const float *wts, const sd_experts *ex, int n, int top_k, int D, void *tmp);
+
+/* start-up hooks of families that raise kernel attributes (0 or SD_EDEVICE) */
+int sd__cuda_attention_init(sd__cuda *c);
+/* releases the cuBLASLt plans */
+void sd__cuda_matmul_release(sd__cuda *c);
+
+#endif

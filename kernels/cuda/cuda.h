@@ -1,0 +1,61 @@
+/* kernels/cuda: the CUDA backend of the ops contract (kernels/ops.h).
+ *
+ * One context per device: a non-blocking stream, a cuBLASLt handle with its
+ * workspace and per-shape plan cache, and preallocated scratch. Every op only
+ * enqueues kernels on that stream: no allocation, no host synchronization,
+ * so a forward pass can be captured into a CUDA graph. The first failed CUDA
+ * or cuBLAS call is kept (statement, file, line, device) and returned by
+ * sync(); once failed, ops enqueue nothing more.
+ *
+ * Upload sources may be reused as soon as upload returns when they are
+ * ordinary (pageable) host memory. Download waits for the stream.
+ * A context is used by one host thread at a time.
+ *
+ * C linkage: src/engine/backend.c calls this under #ifdef SD_HAVE_CUDA. */
+#ifndef SD_KERNELS_CUDA_H
+#define SD_KERNELS_CUDA_H
+
+#include "core/err.h"
+#include "kernels/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Rows up to which matmul runs the GEMV kernel on fp32 activations; above it
+ * BF16 weights go through cuBLASLt on bf16 activations (fp32 accumulate,
+ * fp32 output), F32 weights through cuBLASLt in fp32, F16 weights through a
+ * tiled fp32 kernel. */
+#define SD_CUDA_GEMV_MAX_ROWS 8
+
+/* BF16 GEMM activations: on (the default), two bf16 terms hi = bf16(x) and
+ * lo = bf16(x - hi) in two GEMMs, ~16 mantissa bits (logits within ~1e-5 of
+ * fp32; twice the tensor-core work); off, one term, 8 bits (~1e-2). */
+void sd_cuda_set_bf16_split(sd_backend *be, int on);
+
+/* Number of CUDA devices usable here; 0 when there is no driver or device. */
+int sd_cuda_device_count(void);
+
+/* Opens the backend on GPU `device`; fills err with one line on failure. */
+int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err);
+void sd_cuda_backend_destroy(sd_backend *be);
+
+/* The first recorded error of the context ("" if none). */
+const char *sd_cuda_backend_error(const sd_backend *be);
+
+/* Device name and compute capability, e.g. "NVIDIA H200 (sm_90, 132 SMs)". */
+int sd_cuda_device_name(int device, char *buf, size_t len);
+
+/* CUDA graphs over the context's stream. Ops enqueued between begin and end
+ * are recorded, not run; launch replays them. */
+typedef struct sd_cuda_graph sd_cuda_graph;
+int sd_cuda_capture_begin(sd_backend *be);
+int sd_cuda_capture_end(sd_backend *be, sd_cuda_graph **out);
+int sd_cuda_graph_launch(sd_backend *be, sd_cuda_graph *g);
+void sd_cuda_graph_destroy(sd_cuda_graph *g);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,168 @@
+/* CUDA: embedding lookup, add, SiLU-and-multiply, row copies
+ * (kernels/cpu/elementwise.c is the reference). */
+#include <math.h>
+
+#include "kernels/cuda/common.cuh"
+
+static inline unsigned blocks_for(size_t n, unsigned per)
+{
+    size_t b = (n + per - 1) / per;
+    return (unsigned)(b < 65535u * 16u ? (b ? b : 1) : 65535u * 16u);
+}
+
+/* out(n, D) = table[ids[i] - first]. An id outside the table gives zeros
+ * for a vocab shard (another rank holds the row) and NaN rows for the whole
+ * table, so a bad token shows in the logits instead of reading past the
+ * weight. */
+__global__ void embed_kernel(float *out, const void *table, int dt, const int32_t *ids,
+                             int64_t rows, int D, int first, int shard)
+{
+    int i = blockIdx.x;
+    int64_t id = (int64_t)ids[i] - first;
+    float *o = out + (size_t)i * (size_t)D;
+    if (id < 0 || id >= rows) {
+        float f = shard ? 0.0f : __int_as_float(0x7fc00000);
+        for (int d = threadIdx.x; d < D; d += blockDim.x)
+            o[d] = f;
+        return;
+    }
+    size_t base = (size_t)id * (size_t)D;
+    for (int d = threadIdx.x; d < D; d += blockDim.x)
+        o[d] = sd__wload(table, dt, base + (size_t)d);
+}
+
+void sd__cuda_embed(sd_backend *be, float *out, const sd_weight *table, const int32_t *ids, int n)
+{
+    sd__cuda *c = sd__cuda_op(be);
+    if (!c || n <= 0)
+        return;
+    embed_kernel<<<n, 256, 0, c->stream>>>(out, table->data, table->dtype, ids, table->rows,
+                                           (int)table->cols, 0, 0);
+    SD_LAUNCHED(c, "embed_kernel");
+}
+
+void sd__cuda_embed_shard(sd_backend *be, float *out, const sd_weight *table, const int32_t *ids,
+                          int n, int first)
+{
+    sd__cuda *c = sd__cuda_op(be);
+    if (!c || n <= 0)
+        return;
+    embed_kernel<<<n, 256, 0, c->stream>>>(out, table->data, table->dtype, ids, table->rows,
+                                           (int)table->cols, first, 1);
+    SD_LAUNCHED(c, "embed_kernel");
+}
+
+/* y(m) += x(m), float4 when both are 16-byte aligned */
+__global__ void add_kernel(float *y, const float *x, size_t m)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < m; i += stride)
+        y[i] += x[i];
+}
+
+__global__ void add4_kernel(float4 *y, const float4 *x, size_t m4)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < m4; i += stride) {
+        float4 a = y[i], b = x[i];
+        a.x += b.x;
+        a.y += b.y;
+        a.z += b.z;
+        a.w += b.w;
+        y[i] = a;
+    }
+}
+
+void sd__cuda_add(sd_backend *be, float *y, const float *x, int n, int d)
+{
+    sd__cuda *c = sd__cuda_op(be);
+    size_t m = (size_t)n * (size_t)d;
+    if (!c || m == 0)
+        return;
+    if (m % 4 == 0 && sd__aligned16(y) && sd__aligned16(x)) {
+        add4_kernel<<<blocks_for(m / 4, 256), 256, 0, c->stream>>>((float4 *)y, (const float4 *)x,
+                                                                   m / 4);
+        SD_LAUNCHED(c, "add4_kernel");
+    } else {
+        add_kernel<<<blocks_for(m, 256), 256, 0, c->stream>>>(y, x, m);
+        SD_LAUNCHED(c, "add_kernel");
+    }
+}
+
+/* out(n, I) (rows out_stride apart) = silu(gu[:, :I]) * gu[:, I:], gu (n, 2I) */
+__global__ void silu_mul_kernel(float *out, const float *gu, int n, int I, int out_stride)
+{
+    size_t m = (size_t)n * (size_t)I, stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m; e += stride) {
+        size_t t = e / (size_t)I, i = e % (size_t)I;
+        const float *g = gu + t * 2 * (size_t)I;
+        float gv = g[i];
+        out[t * (size_t)out_stride + i] = gv / (1.0f + expf(-gv)) * g[(size_t)I + i];
+    }
+}
+
+__global__ void copy_rows_kernel(float *dst, const float *src, const int32_t *idx, int n, int d,
+                                 int ds, int ss)
+{
+    int i = blockIdx.x;
+    size_t r = idx ? (size_t)idx[i] : (size_t)i;
+    float *o = dst + (size_t)i * (size_t)ds;
+    const float *s = src + r * (size_t)ss;
+    for (int k = threadIdx.x; k < d; k += blockDim.x)
+        o[k] = s[k];
+}
+
+/* The model calls silu_mul in place (out == gu, rows I apart over rows 2I
+ * apart): row t's results land on the inputs of row t/2, which another block
+ * may not have read yet. Such calls go through scratch in row chunks; a chunk
+ * [a, b) writes [a*I, b*I), below the inputs of every later row (>= 2b*I). */
+void sd__cuda_silu_mul(sd_backend *be, float *out, const float *gu, int n, int I)
+{
+    sd__cuda *c = sd__cuda_op(be);
+    if (!c || n <= 0 || I <= 0)
+        return;
+    const char *o0 = (const char *)out, *o1 = o0 + (size_t)n * (size_t)I * sizeof(float);
+    const char *g0 = (const char *)gu, *g1 = g0 + (size_t)n * 2 * (size_t)I * sizeof(float);
+    int overlap = o0 < g1 && g0 < o1;
+    if (!overlap) {
+        silu_mul_kernel<<<blocks_for((size_t)n * I, 256), 256, 0, c->stream>>>(out, gu, n, I, I);
+        SD_LAUNCHED(c, "silu_mul_kernel");
+        return;
+    }
+    size_t per = c->scratch_bytes / ((size_t)I * sizeof(float));
+    if (per == 0) {
+        SD_BADARG(c, "silu_mul: I = %d does not fit the scratch", I);
+        return;
+    }
+    float *tmp = (float *)c->scratch;
+    for (int a = 0; a < n; a += (int)per) {
+        int m = n - a < (int)per ? n - a : (int)per;
+        silu_mul_kernel<<<blocks_for((size_t)m * I, 256), 256, 0, c->stream>>>(
+            tmp, gu + (size_t)a * 2 * (size_t)I, m, I, I);
+        SD_LAUNCHED(c, "silu_mul_kernel");
+        copy_rows_kernel<<<m, 256, 0, c->stream>>>(out + (size_t)a * (size_t)I, tmp, NULL, m, I, I,
+                                                   I);
+        SD_LAUNCHED(c, "copy_rows_kernel");
+    }
+}
+
+void sd__cuda_gather_rows(sd_backend *be, float *dst, const float *src, const int32_t *idx, int n,
+                          int d, int ds, int ss)
+{
+    sd__cuda *c = sd__cuda_op(be);
+    if (!c || n <= 0 || d <= 0)
+        return;
+    copy_rows_kernel<<<n, 256, 0, c->stream>>>(dst, src, idx, n, d, ds, ss);
+    SD_LAUNCHED(c, "copy_rows_kernel");
+}
+
+void sd__cuda_copy2d(sd_backend *be, float *dst, const float *src, int n, int d, int ds, int ss)
+{
+    sd__cuda *c = sd__cuda_op(be);
+    if (!c || n <= 0 || d <= 0)
+        return;
+    if (SD_CUDA(c, cudaMemcpy2DAsync(dst, (size_t)ds * sizeof(float), src,
+                                     (size_t)ss * sizeof(float), (size_t)d * sizeof(float),
+                                     (size_t)n, cudaMemcpyDeviceToDevice, c->stream)))
+        return;
+}

@@ -1,0 +1,394 @@
+/* CUDA: y = x @ W^T (kernels/cpu/matmul.c is the reference).
+ *
+ * Three paths, by the number of activation rows n:
+ * - n <= SD_CUDA_GEMV_MAX_ROWS (decode, verification): GEMV. A warp owns one
+ *   weight row, reads it once with 16-byte loads and dots it with every
+ *   activation row in fp32: memory-bound, each weight byte read once.
+ * - more rows, BF16 weights: cuBLASLt, fp32 accumulate, fp32 output. The
+ *   activations go to bf16 in scratch (row chunks that fit it), by default as
+ *   two terms, hi = bf16(x) and lo = bf16(x - hi), summed by two GEMMs: ~16
+ *   mantissa bits, so prefill logits stay within ~1e-5 of fp32 (one term:
+ *   ~1e-2, and greedy continuations drift; sd_cuda_set_bf16_split). F32
+ *   weights: cuBLASLt in plain fp32 (no TF32). Descriptors and the algorithm
+ *   are made once per shape and kept in the context.
+ * - otherwise (F16 weights, per-head matmuls, no cuBLASLt algorithm): a
+ *   tiled fp32 kernel (64x64 tiles).
+ * matmul_heads is the same with the head as a batch index: weight rows
+ * h*N.., activations at h*x_head_stride + x_off, output (n, H, N). */
+#include <string.h>
+
+#include "kernels/cuda/common.cuh"
+
+#define GEMV_WARPS 8
+
+/* One (x, w, y) problem, batched over blockIdx.y (matmul: 1 batch). */
+typedef struct mm_args {
+    float *y;
+    const float *x;
+    const void *w;
+    const void *bias; /* (N) or NULL */
+    int bias_dt;
+    int n, N, K;
+    int x_stride, x_bstride, x_off;
+    int y_stride, y_bstride;
+} mm_args;
+
+template <int DT, bool VEC>
+__global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(mm_args a)
+{
+    int h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int j = blockIdx.x * GEMV_WARPS + warp;
+    if (j >= a.N)
+        return;
+    size_t wr = ((size_t)h * (size_t)a.N + (size_t)j) * (size_t)a.K;
+    const float *xb = a.x + (size_t)h * (size_t)a.x_bstride + (size_t)a.x_off;
+    float *yb = a.y + (size_t)h * (size_t)a.y_bstride + (size_t)j;
+    float bj = a.bias ? sd__wload(a.bias, a.bias_dt, (size_t)j) : 0.0f;
+    for (int r0 = 0; r0 < a.n; r0 += 8) {
+        int nr = a.n - r0 < 8 ? a.n - r0 : 8;
+        const float *xr[8];
+#pragma unroll
+        for (int r = 0; r < 8; r++)
+            xr[r] = xb + (size_t)(r0 + (r < nr ? r : 0)) * (size_t)a.x_stride;
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        sd__dot_rows<DT, VEC>(a.w, wr, a.K, xr, nr, lane, acc);
+        float mine = 0;
+#pragma unroll
+        for (int r = 0; r < 8; r++) {
+            if (r < nr) {
+                float s = sd__warp_sum(acc[r]);
+                if (lane == r)
+                    mine = s;
+            }
+        }
+        if (lane < nr)
+            yb[(size_t)(r0 + lane) * (size_t)a.y_stride] = mine + bj;
+    }
+}
+
+#define TM 64
+#define TN 64
+#define TK 16
+
+/* C tile (64 activation rows x 64 weight rows), 256 threads of 4x4 outputs. */
+template <int DT>
+__global__ void __launch_bounds__(256) tiled_kernel(mm_args a)
+{
+    __shared__ float As[TK][TM + 4], Bs[TK][TN + 4];
+    int h = blockIdx.z, m0 = blockIdx.y * TM, n0 = blockIdx.x * TN;
+    int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const float *xb = a.x + (size_t)h * (size_t)a.x_bstride + (size_t)a.x_off;
+    size_t wb = (size_t)h * (size_t)a.N;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            acc[i][j] = 0;
+    for (int k0 = 0; k0 < a.K; k0 += TK) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int e = tid + i * 256, r = e / TK, kk = e % TK, gk = k0 + kk;
+            int gm = m0 + r, gn = n0 + r;
+            As[kk][r] = gm < a.n && gk < a.K ? xb[(size_t)gm * (size_t)a.x_stride + gk] : 0.0f;
+            Bs[kk][r] = gn < a.N && gk < a.K
+                            ? sd__w1<DT>(a.w, (wb + (size_t)gn) * (size_t)a.K + (size_t)gk)
+                            : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < TK; kk++) {
+            float av[4], bv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                av[i] = As[kk][ty + 16 * i];
+                bv[i] = Bs[kk][tx + 16 * i];
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    acc[i][j] += av[i] * bv[j];
+        }
+        __syncthreads();
+    }
+    float *yb = a.y + (size_t)h * (size_t)a.y_bstride;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int row = m0 + ty + 16 * i;
+        if (row >= a.n)
+            continue;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int col = n0 + tx + 16 * j;
+            if (col < a.N)
+                yb[(size_t)row * (size_t)a.y_stride + col] =
+                    acc[i][j] + (a.bias ? sd__wload(a.bias, a.bias_dt, (size_t)col) : 0.0f);
+        }
+    }
+}
+
+/* hi(n, K) dense bf16 = x(n, K) rows x_stride apart, round to nearest even;
+ * with lo: lo = bf16(x - hi), the part of x that hi misses. */
+__global__ void to_bf16_kernel(__nv_bfloat16 *hi, __nv_bfloat16 *lo, const float *x, int n, int K,
+                               int x_stride)
+{
+    size_t m = (size_t)n * (size_t)K, stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m; e += stride) {
+        size_t r = e / (size_t)K, k = e % (size_t)K;
+        float v = x[r * (size_t)x_stride + k];
+        __nv_bfloat16 h = __float2bfloat16_rn(v);
+        hi[e] = h;
+        if (lo)
+            lo[e] = __float2bfloat16_rn(v - __bfloat162float(h));
+    }
+}
+
+__global__ void bias_kernel(float *y, const void *bias, int dt, int n, int N)
+{
+    size_t m = (size_t)n * (size_t)N, stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m; e += stride)
+        y[e] += sd__wload(bias, dt, e % (size_t)N);
+}
+
+static unsigned grid_for(size_t m)
+{
+    size_t b = (m + 255) / 256;
+    return (unsigned)(b < 65535u * 16u ? (b ? b : 1) : 65535u * 16u);
+}
+
+static int vec_ok(const mm_args *a)
+{
+    return a->K % 8 == 0 && sd__aligned16(a->w) && sd__aligned16(a->x) && a->x_stride % 4 == 0 &&
+           a->x_bstride % 4 == 0 && a->x_off % 4 == 0;
+}
+
+template <int DT> static void launch_gemv(sd__cuda *c, const mm_args *a, int H)
+{
+    dim3 grid((unsigned)((a->N + GEMV_WARPS - 1) / GEMV_WARPS), (unsigned)H);
+    if (vec_ok(a))
+        gemv_kernel<DT, true><<<grid, GEMV_WARPS * 32, 0, c->stream>>>(*a);
+    else
+        gemv_kernel<DT, false><<<grid, GEMV_WARPS * 32, 0, c->stream>>>(*a);
+    SD_LAUNCHED(c, "gemv_kernel");
+}
+
+template <int DT> static void launch_tiled(sd__cuda *c, const mm_args *a, int H)
+{
+    dim3 grid((unsigned)((a->N + TN - 1) / TN), (unsigned)((a->n + TM - 1) / TM), (unsigned)H);
+    tiled_kernel<DT><<<grid, 256, 0, c->stream>>>(*a);
+    SD_LAUNCHED(c, "tiled_kernel");
+}
+
+static void run_simt(sd__cuda *c, const mm_args *a, int dt, int H, int gemv)
+{
+    switch (dt) {
+    case SD_DT_F32: gemv ? launch_gemv<SD__F32>(c, a, H) : launch_tiled<SD__F32>(c, a, H); break;
+    case SD_DT_BF16: gemv ? launch_gemv<SD__BF16>(c, a, H) : launch_tiled<SD__BF16>(c, a, H); break;
+    case SD_DT_F16: gemv ? launch_gemv<SD__F16>(c, a, H) : launch_tiled<SD__F16>(c, a, H); break;
+    default: SD_BADARG(c, "matmul: weight dtype %s", sd_dtype_name((sd_dtype)dt)); break;
+    }
+}
+
+/* ---- cuBLASLt ---------------------------------------------------------- */
+
+static uint32_t align_of(const void *p)
+{
+    uintptr_t u = (uintptr_t)p;
+    uint32_t a = 256;
+    while (a > 1 && (u & (a - 1)))
+        a >>= 1;
+    return a;
+}
+
+static void plan_release(sd__gemm_plan *p)
+{
+    if (!p->used)
+        return;
+    if (p->op)
+        cublasLtMatmulDescDestroy(p->op);
+    if (p->a)
+        cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b)
+        cublasLtMatrixLayoutDestroy(p->b);
+    if (p->d)
+        cublasLtMatrixLayoutDestroy(p->d);
+    memset(p, 0, sizeof *p);
+}
+
+void sd__cuda_matmul_release(sd__cuda *c)
+{
+    for (int i = 0; i < c->n_plans; i++)
+        plan_release(&c->plans[i]);
+    c->n_plans = 0;
+}
+
+/* The plan of y(n, N) = x(n, K) @ W^T, made on first use: column-major,
+ * D (N x n, ld N) = op_T(A: K x N, ld K) * B (K x n, ld ldb). Host-side only
+ * (no device memory, no synchronization), so it is safe under capture. */
+static sd__gemm_plan *get_plan(sd__cuda *c, int dt, int64_t N, int64_t K, int n, int ldb,
+                               const void *A, const void *B, const void *D)
+{
+    uint32_t al_a = align_of(A), al_b = align_of(B), al_d = align_of(D);
+    for (int i = 0; i < c->n_plans; i++) {
+        sd__gemm_plan *p = &c->plans[i];
+        if (p->dt == dt && p->N == N && p->K == K && p->n == n && p->ldb == ldb &&
+            p->al_a == al_a && p->al_b == al_b && p->al_d == al_d)
+            return p;
+    }
+    sd__gemm_plan *p;
+    if (c->n_plans < SD__GEMM_PLANS) {
+        p = &c->plans[c->n_plans++];
+    } else {
+        p = &c->plans[c->next_evict];
+        c->next_evict = (c->next_evict + 1) % SD__GEMM_PLANS;
+        plan_release(p);
+    }
+    memset(p, 0, sizeof *p);
+    p->used = 1;
+    p->dt = dt;
+    p->N = N;
+    p->K = K;
+    p->n = n;
+    p->ldb = ldb;
+    p->al_a = al_a;
+    p->al_b = al_b;
+    p->al_d = al_d;
+    cudaDataType_t ab = dt == SD_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res[8];
+    int got = 0;
+    if (SD_CUBLAS(c, cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
+        SD_CUBLAS(c, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                                    sizeof ta)) ||
+        SD_CUBLAS(c, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                                    sizeof tb)) ||
+        SD_CUBLAS(c, cublasLtMatrixLayoutCreate(&p->a, ab, (uint64_t)K, (uint64_t)N, K)) ||
+        SD_CUBLAS(c, cublasLtMatrixLayoutCreate(&p->b, ab, (uint64_t)K, (uint64_t)n, ldb)) ||
+        SD_CUBLAS(c, cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, (uint64_t)N, (uint64_t)n, N)) ||
+        SD_CUBLAS(c, cublasLtMatmulPreferenceCreate(&pref)))
+        goto done;
+    if (SD_CUBLAS(c, cublasLtMatmulPreferenceSetAttribute(
+                         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &c->lt_ws_bytes,
+                         sizeof c->lt_ws_bytes)) ||
+        SD_CUBLAS(c, cublasLtMatmulPreferenceSetAttribute(
+                         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a)) ||
+        SD_CUBLAS(c, cublasLtMatmulPreferenceSetAttribute(
+                         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b)) ||
+        SD_CUBLAS(c, cublasLtMatmulPreferenceSetAttribute(
+                         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d)) ||
+        SD_CUBLAS(c, cublasLtMatmulPreferenceSetAttribute(
+                         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d)))
+        goto done;
+    /* no algorithm for this shape is not a failure: the tiled kernel runs */
+    if (cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref, 8, res, &got) ==
+            CUBLAS_STATUS_SUCCESS &&
+        got > 0 && res[0].state == CUBLAS_STATUS_SUCCESS) {
+        p->algo = res[0].algo;
+        p->ok = 1;
+    }
+done:
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    return c->err ? NULL : p;
+}
+
+/* y = W xb (accumulate: y += W xb) */
+static int lt_matmul(sd__cuda *c, sd__gemm_plan *p, float *y, const void *W, const void *xb,
+                     int accumulate)
+{
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    return SD_CUBLAS(c, cublasLtMatmul(c->lt, p->op, &alpha, W, p->a, xb, p->b, &beta, y, p->d, y,
+                                       p->d, &p->algo, c->lt_ws, c->lt_ws_bytes, c->stream));
+}
+
+/* cuBLASLt for n rows; 0 when done, 1 when the caller should run the tiled kernel */
+static int try_lt(sd__cuda *c, const mm_args *a, int dt)
+{
+    int64_t N = a->N, K = a->K;
+    if (dt == SD_DT_F32) {
+        sd__gemm_plan *p = get_plan(c, dt, N, K, a->n, a->x_stride, a->w, a->x, a->y);
+        if (!p)
+            return 0;
+        if (!p->ok)
+            return 1;
+        lt_matmul(c, p, a->y, a->w, a->x, 0);
+    } else if (dt == SD_DT_BF16) {
+        /* split: x = hi + lo in two bf16 terms, two GEMMs into one fp32 sum */
+        size_t terms = c->bf16_split ? 2 : 1;
+        size_t avail = c->scratch_bytes - 256; /* lo starts 256-byte aligned like hi */
+        if (K % 8 != 0 || (size_t)K * 2 * terms > avail)
+            return 1;
+        int per = (int)(avail / ((size_t)K * 2 * terms));
+        if (per > a->n)
+            per = a->n;
+        __nv_bfloat16 *xb = (__nv_bfloat16 *)c->scratch;
+        __nv_bfloat16 *xl =
+            terms == 2 ? xb + (((size_t)per * (size_t)K + 127) & ~(size_t)127) : NULL;
+        for (int r0 = 0; r0 < a->n && !c->err; r0 += per) {
+            int m = a->n - r0 < per ? a->n - r0 : per;
+            float *y = a->y + (size_t)r0 * (size_t)N;
+            sd__gemm_plan *p = get_plan(c, dt, N, K, m, (int)K, a->w, xb, y);
+            if (!p)
+                return 0;
+            if (!p->ok) {
+                if (r0 == 0)
+                    return 1;
+                mm_args rest = *a;
+                rest.y = y;
+                rest.x = a->x + (size_t)r0 * (size_t)a->x_stride;
+                rest.n = a->n - r0;
+                rest.bias = NULL;
+                run_simt(c, &rest, dt, 1, 0);
+                break;
+            }
+            to_bf16_kernel<<<grid_for((size_t)m * (size_t)K), 256, 0, c->stream>>>(
+                xb, xl, a->x + (size_t)r0 * (size_t)a->x_stride, m, (int)K, a->x_stride);
+            if (SD_LAUNCHED(c, "to_bf16_kernel"))
+                return 0;
+            if (!lt_matmul(c, p, y, a->w, xb, 0) && xl)
+                lt_matmul(c, p, y, a->w, xl, 1);
+        }
+    } else {
+        return 1;
+    }
+    if (a->bias && !c->err) {
+        bias_kernel<<<grid_for((size_t)a->n * (size_t)N), 256, 0, c->stream>>>(
+            a->y, a->bias, a->bias_dt, a->n, (int)N);
+        SD_LAUNCHED(c, "bias_kernel");
+    }
+    return 0;
+}
+
+void sd__cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w,
+                     const sd_weight *bias, int n, int x_stride)
+{
+    sd__cuda *c = sd__cuda_op(be);
+    if (!c || n <= 0 || w->rows <= 0)
+        return;
+    mm_args a = {y, x, w->data, bias ? bias->data : NULL, bias ? (int)bias->dtype : 0,
+                 n, (int)w->rows, (int)w->cols, x_stride, 0, 0, (int)w->rows, 0};
+    if (n <= SD_CUDA_GEMV_MAX_ROWS) {
+        run_simt(c, &a, w->dtype, 1, 1);
+        return;
+    }
+    if (try_lt(c, &a, w->dtype))
+        run_simt(c, &a, w->dtype, 1, 0);
+}
+
+void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_weight *w, int n,
+                           int H, int x_stride, int x_head_stride, int x_off)
+{
+    sd__cuda *c = sd__cuda_op(be);
+    if (!c || n <= 0 || H <= 0)
+        return;
+    if (w->rows % H) {
+        SD_BADARG(c, "matmul_heads: %lld weight rows for %d heads", (long long)w->rows, H);
+        return;
+    }
+    int N = (int)(w->rows / H);
+    mm_args a = {y, x, w->data, NULL, 0, n, N, (int)w->cols, x_stride, x_head_stride, x_off,
+                 H * N, N};
+    run_simt(c, &a, w->dtype, H, n <= SD_CUDA_GEMV_MAX_ROWS);
+}

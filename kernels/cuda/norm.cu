@@ -1,0 +1,49 @@
+/* CUDA: RMSNorm, one block per row (kernels/cpu/norm.c is the reference).
+ * The sum of squares is kept in double like the CPU's, so the two agree to
+ * fp32 rounding. In place (out == x, same stride) is safe: every read of the
+ * row happens before the barrier that precedes the writes. */
+#include <math.h>
+
+#include "kernels/cuda/common.cuh"
+
+#define NORM_THREADS 256
+
+__global__ void __launch_bounds__(NORM_THREADS)
+rmsnorm_kernel(float *out, const float *x, const void *w, int wdt, int d, int x_stride,
+               int out_stride, float eps)
+{
+    __shared__ double part[NORM_THREADS / 32];
+    __shared__ float rs;
+    const float *xr = x + (size_t)blockIdx.x * (size_t)x_stride;
+    float *o = out + (size_t)blockIdx.x * (size_t)out_stride;
+    double ss = 0;
+    for (int i = threadIdx.x; i < d; i += NORM_THREADS)
+        ss += (double)xr[i] * xr[i];
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1)
+        ss += __shfl_xor_sync(0xffffffffu, ss, s);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x / 32] = ss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = 0;
+        for (int k = 0; k < NORM_THREADS / 32; k++)
+            t += part[k];
+        rs = 1.0f / sqrtf((float)(t / d) + eps);
+    }
+    __syncthreads();
+    float r = rs;
+    for (int i = threadIdx.x; i < d; i += NORM_THREADS)
+        o[i] = sd__wload(w, wdt, (size_t)i) * (xr[i] * r);
+}
+
+void sd__cuda_rmsnorm(sd_backend *be, float *out, const float *x, const sd_weight *w, int n, int d,
+                      int x_stride, int out_stride, float eps)
+{
+    sd__cuda *c = sd__cuda_op(be);
+    if (!c || n <= 0 || d <= 0)
+        return;
+    rmsnorm_kernel<<<n, NORM_THREADS, 0, c->stream>>>(out, x, w->data, w->dtype, d, x_stride,
+                                                     out_stride, eps);
+    SD_LAUNCHED(c, "rmsnorm_kernel");
+}

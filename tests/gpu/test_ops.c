@@ -1,0 +1,891 @@
+/* GPU tests: every op of kernels/ops.h on the CUDA backend against the CPU
+ * backend, on fresh random inputs (never zeros), with the GPU output
+ * poisoned (NaN) first so an element the GPU does not write fails the check.
+ *
+ * Error: max |gpu - cpu| / max |cpu| over the whole output. Bounds, per op:
+ *   exact (0)  embed, embed_shard, gather_rows, copy2d, add, the K/V cache
+ *              stores, MoE expert ids;
+ *   1e-6       silu_mul, rmsnorm, MoE routing weights (expf/sqrt ulps);
+ *   1e-5       rope (cosf/sinf of angles to 8k radians, a few ulps), matmul on
+ *              fp32 activations (GEMV rows, F32 and F16 weights, per-head),
+ *              moe_ffn (fp32 sums in another order);
+ *   1e-4       matmul above SD_CUDA_GEMV_MAX_ROWS rows with BF16 weights: the
+ *              activations go to cuBLASLt as two bf16 terms (hi + lo, ~2^-17
+ *              relative);
+ *   1e-2       the same with one bf16 term (sd_cuda_set_bf16_split off: 2^-9);
+ *   5e-5       attention (fp32 softmax sums over up to 8k positions in tiles
+ *              of 32 instead of one by one; ~4e-6 measured in a model of it).
+ * Shapes include ragged batches (sequences of different lengths and new
+ * tokens in one step, block tables with shuffled blocks) and long contexts. */
+#include "gpu_test.h"
+
+static const sd_dtype all_dt[3] = {SD_DT_F32, SD_DT_F16, SD_DT_BF16};
+
+static float *nan_floats(size_t n)
+{
+    float *p = (float *)malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        p[i] = NAN;
+    return p;
+}
+
+/* ------------------------------------------------------------ elementwise */
+
+TEST(embed_copies_and_elementwise_ops_equal_the_cpu)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    for (int di = 0; di < 3; di++) {
+        int Ds[2] = {64, 200};
+        for (int k = 0; k < 2; k++) {
+            int V = 1000, D = Ds[k], n = 37;
+            tw t;
+            ASSERT_OK(tw_make(&e, &t, all_dt[di], V, D, 1.0f));
+            int32_t ids[37];
+            for (int i = 0; i < n; i++)
+                ids[i] = rnd_int(&e, V);
+            float *co = (float *)malloc((size_t)n * D * sizeof(float));
+            e.cpu->ops->embed(e.cpu, co, &t.c, ids, n);
+            int32_t *dids = (int32_t *)gput(&e, ids, sizeof ids);
+            float *dout = gpoison(&e, (size_t)n * D);
+            e.gpu->ops->embed(e.gpu, dout, &t.g, dids, n);
+            char name[128];
+            snprintf(name, sizeof name, "embed %s D=%d n=%d", sd_dtype_name(all_dt[di]), D, n);
+            ok &= check_dev(&e, dout, co, (size_t)n * D, 0, name);
+            gfree(&e, dids);
+            gfree(&e, dout);
+            free(co);
+            tw_free(&e, &t);
+        }
+    }
+    {
+        /* a vocab shard [300, 700) of a 1000-token vocabulary */
+        int rows = 400, D = 96, n = 41, first = 300;
+        tw t;
+        ASSERT_OK(tw_make(&e, &t, SD_DT_BF16, rows, D, 1.0f));
+        int32_t ids[41];
+        for (int i = 0; i < n; i++)
+            ids[i] = rnd_int(&e, 1000);
+        float *co = (float *)malloc((size_t)n * D * sizeof(float));
+        e.cpu->ops->embed_shard(e.cpu, co, &t.c, ids, n, first);
+        int32_t *dids = (int32_t *)gput(&e, ids, sizeof ids);
+        float *dout = gpoison(&e, (size_t)n * D);
+        e.gpu->ops->embed_shard(e.gpu, dout, &t.g, dids, n, first);
+        ok &= check_dev(&e, dout, co, (size_t)n * D, 0, "embed_shard BF16 rows [300,700) n=41");
+        gfree(&e, dids);
+        gfree(&e, dout);
+        free(co);
+        tw_free(&e, &t);
+    }
+    {
+        /* gather_rows and copy2d with strides; the gaps stay NaN on both sides */
+        int nsrc = 50, ss = 70, d = 64, ds = 66, n = 33;
+        float *src = rnd_floats(&e, (size_t)nsrc * ss, -3, 3);
+        int32_t idx[33];
+        for (int i = 0; i < n; i++)
+            idx[i] = rnd_int(&e, nsrc);
+        float *cd = nan_floats((size_t)n * ds);
+        e.cpu->ops->gather_rows(e.cpu, cd, src, idx, n, d, ds, ss);
+        float *dsrc = (float *)gput(&e, src, (size_t)nsrc * ss * sizeof(float));
+        int32_t *didx = (int32_t *)gput(&e, idx, sizeof idx);
+        float *dd = gpoison(&e, (size_t)n * ds);
+        e.gpu->ops->gather_rows(e.gpu, dd, dsrc, didx, n, d, ds, ss);
+        ok &= check_dev(&e, dd, cd, (size_t)n * ds, 0, "gather_rows n=33 d=64 ds=66 ss=70");
+        float *cc = nan_floats((size_t)n * ds);
+        e.cpu->ops->copy2d(e.cpu, cc, src, n, d, ds, ss);
+        float *dc = gpoison(&e, (size_t)n * ds);
+        e.gpu->ops->copy2d(e.gpu, dc, dsrc, n, d, ds, ss);
+        ok &= check_dev(&e, dc, cc, (size_t)n * ds, 0, "copy2d n=33 d=64 ds=66 ss=70");
+        gfree(&e, dsrc);
+        gfree(&e, didx);
+        gfree(&e, dd);
+        gfree(&e, dc);
+        free(src);
+        free(cd);
+        free(cc);
+    }
+    {
+        int shapes[2][2] = {{17, 1003}, {8, 512}}; /* scalar and float4 paths */
+        for (int k = 0; k < 2; k++) {
+            int n = shapes[k][0], d = shapes[k][1];
+            size_t m = (size_t)n * d;
+            float *y = rnd_floats(&e, m, -2, 2), *x = rnd_floats(&e, m, -2, 2);
+            float *dy = (float *)gput(&e, y, m * sizeof(float));
+            float *dx = (float *)gput(&e, x, m * sizeof(float));
+            e.cpu->ops->add(e.cpu, y, x, n, d);
+            e.gpu->ops->add(e.gpu, dy, dx, n, d);
+            char name[64];
+            snprintf(name, sizeof name, "add n=%d d=%d", n, d);
+            ok &= check_dev(&e, dy, y, m, 0, name);
+            gfree(&e, dy);
+            gfree(&e, dx);
+            free(y);
+            free(x);
+        }
+    }
+    {
+        int n = 300, I = 96;
+        size_t m = (size_t)n * 2 * I;
+        float *gu = rnd_floats(&e, m, -4, 4);
+        float *co = (float *)malloc((size_t)n * I * sizeof(float));
+        e.cpu->ops->silu_mul(e.cpu, co, gu, n, I);
+        float *dgu = (float *)gput(&e, gu, m * sizeof(float));
+        float *dout = gpoison(&e, (size_t)n * I);
+        e.gpu->ops->silu_mul(e.gpu, dout, dgu, n, I);
+        ok &= check_dev(&e, dout, co, (size_t)n * I, 1e-6, "silu_mul n=300 I=96");
+        /* in place, as the model calls it: out rows I apart over gu rows 2I apart */
+        e.cpu->ops->silu_mul(e.cpu, gu, gu, n, I);
+        e.gpu->ops->silu_mul(e.gpu, dgu, dgu, n, I);
+        ok &= check_dev(&e, dgu, gu, (size_t)n * I, 1e-6, "silu_mul in place n=300 I=96");
+        gfree(&e, dgu);
+        gfree(&e, dout);
+        free(gu);
+        free(co);
+    }
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+/* ------------------------------------------------------------------- norm */
+
+TEST(rmsnorm_matches_the_cpu_with_strides_and_in_place)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    /* n, d, x_stride, out_stride, dtype, in place */
+    struct { int n, d, xs, os; sd_dtype dt; int inplace; } cs[] = {
+        {5, 64, 64, 64, SD_DT_F32, 0},       {33, 4096, 4100, 4096, SD_DT_BF16, 0},
+        {512, 128, 128, 128, SD_DT_F16, 1},  {3, 7000, 7000, 14000, SD_DT_BF16, 0},
+        {7, 512, 576, 576, SD_DT_BF16, 1},
+    };
+    for (size_t k = 0; k < SD_ARRAY_LEN(cs); k++) {
+        int n = cs[k].n, d = cs[k].d, xs = cs[k].xs, os = cs[k].os;
+        size_t mx = (size_t)n * xs, mo = (size_t)n * os;
+        tw w;
+        ASSERT_OK(tw_make(&e, &w, cs[k].dt, 1, d, 1.5f));
+        float *x = rnd_floats(&e, mx, -3, 3);
+        float *dx = (float *)gput(&e, x, mx * sizeof(float));
+        char name[128];
+        snprintf(name, sizeof name, "rmsnorm %s n=%d d=%d xs=%d os=%d%s", sd_dtype_name(cs[k].dt),
+                 n, d, xs, os, cs[k].inplace ? " in place" : "");
+        if (cs[k].inplace) {
+            e.cpu->ops->rmsnorm(e.cpu, x, x, &w.c, n, d, xs, xs, 1e-6f);
+            e.gpu->ops->rmsnorm(e.gpu, dx, dx, &w.g, n, d, xs, xs, 1e-6f);
+            ok &= check_dev(&e, dx, x, mx, 1e-6, name);
+        } else {
+            float *co = nan_floats(mo);
+            float *dout = gpoison(&e, mo);
+            e.cpu->ops->rmsnorm(e.cpu, co, x, &w.c, n, d, xs, os, 1e-6f);
+            e.gpu->ops->rmsnorm(e.gpu, dout, dx, &w.g, n, d, xs, os, 1e-6f);
+            ok &= check_dev(&e, dout, co, mo, 1e-6, name);
+            gfree(&e, dout);
+            free(co);
+        }
+        gfree(&e, dx);
+        free(x);
+        tw_free(&e, &w);
+    }
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+/* ------------------------------------------------------------------- rope */
+
+TEST(rope_matches_the_cpu_for_every_variant_up_to_8k_positions)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    /* H, head_stride, row_stride, off, rot_dim, interleave, mscale:
+     * halves over whole heads (Llama), interleaved on the last 64 dims of
+     * 192-wide heads (DeepSeek q), and on one 576-wide latent row (k_pe) */
+    struct { int H, hs, rs, off, rot, il; float ms; } cs[] = {
+        {8, 128, 8 * 128 + 16, 0, 128, 0, 1.0f},
+        {4, 192, 4 * 192, 128, 64, 1, 1.2f},
+        {1, 0, 576, 512, 64, 1, 0.9f},
+        {6, 64, 6 * 64, 0, 32, 0, 1.0f},
+    };
+    for (size_t k = 0; k < SD_ARRAY_LEN(cs); k++) {
+        int n = 50, half = cs[k].rot / 2;
+        float *inv = (float *)malloc((size_t)half * sizeof(float));
+        for (int i = 0; i < half; i++)
+            inv[i] = powf(10000.0f, -2.0f * (float)i / (float)cs[k].rot) *
+                     sd_test_randf(&e.rng, 0.5f, 1.0f);
+        int32_t pos[50];
+        for (int t = 0; t < n; t++)
+            pos[t] = t < 4 ? t : rnd_int(&e, 8192);
+        size_t m = (size_t)n * cs[k].rs;
+        float *x = rnd_floats(&e, m, -2, 2);
+        float *dx = (float *)gput(&e, x, m * sizeof(float));
+        float *dinv = (float *)gput(&e, inv, (size_t)half * sizeof(float));
+        int32_t *dpos = (int32_t *)gput(&e, pos, sizeof pos);
+        sd_rope rc = {.inv_freq = inv, .rot_dim = cs[k].rot, .interleave = cs[k].il,
+                      .mscale = cs[k].ms};
+        sd_rope rg = rc;
+        rg.inv_freq = dinv;
+        e.cpu->ops->rope(e.cpu, x, pos, &rc, n, cs[k].H, cs[k].rs, cs[k].hs, cs[k].off);
+        e.gpu->ops->rope(e.gpu, dx, dpos, &rg, n, cs[k].H, cs[k].rs, cs[k].hs, cs[k].off);
+        char name[128];
+        snprintf(name, sizeof name, "rope %s H=%d rot=%d off=%d mscale=%.1f",
+                 cs[k].il ? "interleaved" : "halves", cs[k].H, cs[k].rot, cs[k].off,
+                 (double)cs[k].ms);
+        ok &= check_dev(&e, dx, x, m, 1e-5, name);
+        gfree(&e, dx);
+        gfree(&e, dinv);
+        gfree(&e, dpos);
+        free(x);
+        free(inv);
+    }
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+/* ----------------------------------------------------------------- matmul */
+
+/* y = x @ W^T (+ bias) on both; returns the reported pass. */
+static int mm_case_split(gpu_env *e, sd_dtype dt, int n, int N, int K, int xs, int with_bias,
+                         int split)
+{
+    sd_cuda_set_bf16_split(e->gpu, split);
+    tw w, b;
+    memset(&b, 0, sizeof b);
+    if (tw_make(e, &w, dt, N, K, 0.5f) || (with_bias && tw_make(e, &b, dt, 1, N, 1.0f)))
+        return report("matmul: weight upload", INFINITY, 0);
+    float *x = rnd_floats(e, (size_t)n * xs, -1, 1);
+    float *co = (float *)malloc((size_t)n * N * sizeof(float));
+    e->cpu->ops->matmul(e->cpu, co, x, &w.c, with_bias ? &b.c : NULL, n, xs);
+    float *dx = (float *)gput(e, x, (size_t)n * xs * sizeof(float));
+    float *dy = gpoison(e, (size_t)n * N);
+    e->gpu->ops->matmul(e->gpu, dy, dx, &w.g, with_bias ? &b.g : NULL, n, xs);
+    /* bf16 activations only where cuBLASLt takes BF16 weights */
+    int bf16_act = n > SD_CUDA_GEMV_MAX_ROWS && dt == SD_DT_BF16 && K % 8 == 0;
+    char name[160];
+    snprintf(name, sizeof name, "matmul %s n=%d N=%d K=%d xs=%d%s (%s)", sd_dtype_name(dt), n, N,
+             K, xs, with_bias ? " +bias" : "",
+             n <= SD_CUDA_GEMV_MAX_ROWS ? "gemv"
+             : bf16_act                 ? (split ? "cublaslt bf16 hi+lo" : "cublaslt bf16")
+             : dt == SD_DT_F32          ? "cublaslt fp32"
+                                        : "tiled");
+    int ok = check_dev(e, dy, co, (size_t)n * N, bf16_act ? (split ? 1e-4 : 1e-2) : 1e-5, name);
+    sd_cuda_set_bf16_split(e->gpu, 1);
+    gfree(e, dx);
+    gfree(e, dy);
+    free(x);
+    free(co);
+    tw_free(e, &w);
+    if (with_bias)
+        tw_free(e, &b);
+    return ok;
+}
+
+static int mm_case(gpu_env *e, sd_dtype dt, int n, int N, int K, int xs, int with_bias)
+{
+    return mm_case_split(e, dt, n, N, K, xs, with_bias, 1);
+}
+
+TEST(matmul_gemv_rows_match_the_cpu_in_fp32)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    for (int di = 0; di < 3; di++) {
+        sd_dtype dt = all_dt[di];
+        ok &= mm_case(&e, dt, 1, 256, 512, 512, 0);
+        ok &= mm_case(&e, dt, 3, 1000, 136, 140, 1);
+        ok &= mm_case(&e, dt, 8, 77, 45, 45, 0); /* K % 8 != 0: the scalar path */
+        ok &= mm_case(&e, dt, 5, 4096, 4096, 4096, 0);
+        ok &= mm_case(&e, dt, 2, 300, 64, 128, 1);
+    }
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+TEST(matmul_many_rows_match_the_cpu)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    for (int di = 0; di < 3; di++) {
+        sd_dtype dt = all_dt[di];
+        ok &= mm_case(&e, dt, 9, 512, 1024, 1024, 0);
+        ok &= mm_case(&e, dt, 64, 512, 1024, 1032, 1);
+        ok &= mm_case(&e, dt, 16, 300, 64, 64, 0);
+        ok &= mm_case(&e, dt, 40, 77, 45, 47, 1);
+        ok &= mm_case(&e, dt, 300, 2048, 2048, 2048, 0);
+    }
+    ok &= mm_case_split(&e, SD_DT_BF16, 64, 512, 1024, 1032, 1, 0);
+    ok &= mm_case_split(&e, SD_DT_BF16, 300, 2048, 2048, 2048, 0, 0);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+TEST(matmul_heads_matches_the_cpu)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    /* MLA's absorbed products: q_lat = W_UK^T q_nope per head (x heads
+     * qk apart, offset 0) and out = W_UV lat per head */
+    struct { int H, N, K, xs, xhs, xoff; } cs[] = {
+        {4, 32, 48, 4 * 72, 72, 0}, {16, 64, 128, 16 * 192, 192, 0}, {5, 24, 20, 5 * 30, 30, 8},
+    };
+    int ns[3] = {1, 5, 40};
+    sd_dtype dts[2] = {SD_DT_F32, SD_DT_BF16};
+    for (size_t k = 0; k < SD_ARRAY_LEN(cs); k++)
+        for (int a = 0; a < 3; a++)
+            for (int di = 0; di < 2; di++) {
+                int H = cs[k].H, N = cs[k].N, K = cs[k].K, n = ns[a];
+                tw w;
+                ASSERT_OK(tw_make(&e, &w, dts[di], (int64_t)H * N, K, 0.5f));
+                size_t mx = (size_t)n * cs[k].xs, my = (size_t)n * H * N;
+                float *x = rnd_floats(&e, mx, -1, 1);
+                float *co = (float *)malloc(my * sizeof(float));
+                e.cpu->ops->matmul_heads(e.cpu, co, x, &w.c, n, H, cs[k].xs, cs[k].xhs, cs[k].xoff);
+                float *dx = (float *)gput(&e, x, mx * sizeof(float));
+                float *dy = gpoison(&e, my);
+                e.gpu->ops->matmul_heads(e.gpu, dy, dx, &w.g, n, H, cs[k].xs, cs[k].xhs,
+                                         cs[k].xoff);
+                char name[128];
+                snprintf(name, sizeof name, "matmul_heads %s n=%d H=%d N=%d K=%d off=%d",
+                         sd_dtype_name(dts[di]), n, H, N, K, cs[k].xoff);
+                ok &= check_dev(&e, dy, co, my, 1e-5, name);
+                gfree(&e, dx);
+                gfree(&e, dy);
+                free(x);
+                free(co);
+                tw_free(&e, &w);
+            }
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+/* -------------------------------------------------------------- attention */
+
+/* One step over a paged cache: sequence s has ctx[s] positions, the last
+ * nnew[s] of which are this step's tokens; every sequence's blocks are drawn
+ * from a shuffled pool, so tables are not contiguous. */
+typedef struct tbatch {
+    int T, n_slots, max_pos;
+    int32_t *pos, *seq, *slot, *table;
+    int32_t *dpos, *dseq, *dslot, *dtable;
+    sd_attn_batch hb, db; /* host view (CPU) and device view (GPU) */
+} tbatch;
+
+static void tbatch_make(gpu_env *e, tbatch *b, int n_seq, const int *ctx, const int *nnew, int bs)
+{
+    memset(b, 0, sizeof *b);
+    int max_blocks = 0, need = 0;
+    for (int s = 0; s < n_seq; s++) {
+        int nb = (ctx[s] + bs - 1) / bs;
+        max_blocks = nb > max_blocks ? nb : max_blocks;
+        need += nb;
+        b->T += nnew[s];
+    }
+    int pool = need + 7;
+    int32_t *perm = (int32_t *)malloc((size_t)pool * sizeof(int32_t));
+    for (int i = 0; i < pool; i++)
+        perm[i] = i;
+    for (int i = pool - 1; i > 0; i--) {
+        int j = rnd_int(e, i + 1);
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    b->table = (int32_t *)malloc((size_t)n_seq * max_blocks * sizeof(int32_t));
+    for (int i = 0; i < n_seq * max_blocks; i++)
+        b->table[i] = -1; /* never read: a stray read goes out of bounds */
+    int next = 0;
+    for (int s = 0; s < n_seq; s++)
+        for (int k = 0; k < (ctx[s] + bs - 1) / bs; k++)
+            b->table[s * max_blocks + k] = perm[next++];
+    b->pos = (int32_t *)malloc((size_t)b->T * sizeof(int32_t));
+    b->seq = (int32_t *)malloc((size_t)b->T * sizeof(int32_t));
+    b->slot = (int32_t *)malloc((size_t)b->T * sizeof(int32_t));
+    int t = 0;
+    for (int s = 0; s < n_seq; s++)
+        for (int p = ctx[s] - nnew[s]; p < ctx[s]; p++, t++) {
+            b->pos[t] = p;
+            b->seq[t] = s;
+            b->slot[t] = b->table[s * max_blocks + p / bs] * bs + p % bs;
+            b->max_pos = p + 1 > b->max_pos ? p + 1 : b->max_pos;
+        }
+    b->n_slots = pool * bs;
+    size_t ti = (size_t)b->T * sizeof(int32_t);
+    b->dpos = (int32_t *)gput(e, b->pos, ti);
+    b->dseq = (int32_t *)gput(e, b->seq, ti);
+    b->dslot = (int32_t *)gput(e, b->slot, ti);
+    b->dtable = (int32_t *)gput(e, b->table, (size_t)n_seq * max_blocks * sizeof(int32_t));
+    b->hb = (sd_attn_batch){.n_tokens = b->T, .pos = b->pos, .seq = b->seq, .slot = b->slot,
+                            .block_table = b->table, .max_blocks = max_blocks, .block_size = bs,
+                            .max_pos = b->max_pos};
+    b->db = b->hb;
+    b->db.pos = b->dpos;
+    b->db.seq = b->dseq;
+    b->db.slot = b->dslot;
+    b->db.block_table = b->dtable;
+    free(perm);
+}
+
+static void tbatch_free(gpu_env *e, tbatch *b)
+{
+    free(b->pos);
+    free(b->seq);
+    free(b->slot);
+    free(b->table);
+    gfree(e, b->dpos);
+    gfree(e, b->dseq);
+    gfree(e, b->dslot);
+    gfree(e, b->dtable);
+}
+
+static int gqa_case(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew, int bs,
+                    int Hq, int Hkv, int D, int Dv)
+{
+    tbatch b;
+    tbatch_make(e, &b, n_seq, ctx, nnew, bs);
+    int T = b.T, q_stride = Hq * D + 8, kv_stride = Hkv * (D > Dv ? D : Dv) + 4;
+    size_t mq = (size_t)T * q_stride, mkv = (size_t)T * kv_stride;
+    size_t mkc = (size_t)b.n_slots * Hkv * D, mvc = (size_t)b.n_slots * Hkv * Dv;
+    size_t mo = (size_t)T * Hq * Dv;
+    float *q = rnd_floats(e, mq, -2, 2), *k = rnd_floats(e, mkv, -1, 1);
+    float *v = rnd_floats(e, mkv, -1, 1);
+    float *kc = rnd_floats(e, mkc, -1, 1), *vc = rnd_floats(e, mvc, -1, 1);
+    float *dq = (float *)gput(e, q, mq * 4), *dk = (float *)gput(e, k, mkv * 4);
+    float *dv = (float *)gput(e, v, mkv * 4);
+    float *dkc = (float *)gput(e, kc, mkc * 4), *dvc = (float *)gput(e, vc, mvc * 4);
+    float *dout = gpoison(e, mo);
+    float *co = (float *)malloc(mo * sizeof(float));
+    float scale = 1.0f / sqrtf((float)D);
+    e->cpu->ops->attn_gqa(e->cpu, co, q, k, v, kc, vc, &b.hb, Hq, Hkv, D, Dv, q_stride, kv_stride,
+                          scale);
+    e->gpu->ops->attn_gqa(e->gpu, dout, dq, dk, dv, dkc, dvc, &b.db, Hq, Hkv, D, Dv, q_stride,
+                          kv_stride, scale);
+    char name[200];
+    snprintf(name, sizeof name, "attn_gqa %s T=%d max_pos=%d Hq=%d Hkv=%d D=%d Dv=%d bs=%d", what,
+             T, b.max_pos, Hq, Hkv, D, Dv, bs);
+    int ok = check_dev(e, dout, co, mo, 5e-5, name);
+    snprintf(name, sizeof name, "attn_gqa %s K/V cache stores", what);
+    float *gk = gget(e, dkc, mkc), *gv = gget(e, dvc, mvc);
+    double err = gk && gv ? fmax(rel_err(gk, kc, mkc), rel_err(gv, vc, mvc)) : INFINITY;
+    ok &= report(name, err, 0);
+    free(gk);
+    free(gv);
+    float *hs[] = {q, k, v, kc, vc, co};
+    for (size_t i = 0; i < SD_ARRAY_LEN(hs); i++)
+        free(hs[i]);
+    float *ds[] = {dq, dk, dv, dkc, dvc, dout};
+    for (size_t i = 0; i < SD_ARRAY_LEN(ds); i++)
+        gfree(e, ds[i]);
+    tbatch_free(e, &b);
+    return ok;
+}
+
+TEST(attn_gqa_matches_the_cpu_on_ragged_paged_batches)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    /* a fresh sequence, a prefill chunk on a prefix, a decode, a 5-token
+     * verification, a whole 64-token prefill, in one step */
+    int ctx[5] = {1, 37, 300, 1005, 64}, nnew[5] = {1, 20, 1, 5, 64};
+    ok &= gqa_case(&e, "ragged", 5, ctx, nnew, 16, 8, 2, 64, 64);
+    ok &= gqa_case(&e, "ragged mha", 5, ctx, nnew, 32, 4, 4, 128, 128);
+    ok &= gqa_case(&e, "ragged group-3 Dv!=D", 5, ctx, nnew, 16, 12, 4, 96, 64);
+    ok &= gqa_case(&e, "ragged group-16", 5, ctx, nnew, 16, 32, 2, 128, 128);
+    int c1[1] = {9}, n1[1] = {9};
+    ok &= gqa_case(&e, "tiny head_dim", 1, c1, n1, 16, 4, 2, 8, 8);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+TEST(attn_gqa_matches_the_cpu_on_long_contexts)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    int ctx[2] = {8192, 4000}, nnew[2] = {4, 1};
+    ok &= gqa_case(&e, "long", 2, ctx, nnew, 16, 8, 1, 128, 128);
+    int c2[1] = {6000}, n2[1] = {64};
+    ok &= gqa_case(&e, "long prefill chunk", 1, c2, n2, 64, 8, 8, 64, 64);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+static int mla_case(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew, int bs,
+                    int H, int C, int R, int nope)
+{
+    tbatch b;
+    tbatch_make(e, &b, n_seq, ctx, nnew, bs);
+    int T = b.T, qk = nope + R, row = C + R;
+    size_t mql = (size_t)T * H * C, mq = (size_t)T * H * qk, mck = (size_t)T * row;
+    size_t mc = (size_t)b.n_slots * row, mo = (size_t)T * H * C;
+    float *qlat = rnd_floats(e, mql, -1, 1), *q = rnd_floats(e, mq, -1, 1);
+    float *ckv = rnd_floats(e, mck, -1, 1), *cache = rnd_floats(e, mc, -1, 1);
+    float *dqlat = (float *)gput(e, qlat, mql * 4), *dq = (float *)gput(e, q, mq * 4);
+    float *dckv = (float *)gput(e, ckv, mck * 4), *dcache = (float *)gput(e, cache, mc * 4);
+    float *dout = gpoison(e, mo);
+    float *co = (float *)malloc(mo * sizeof(float));
+    float scale = 1.0f / sqrtf((float)qk);
+    e->cpu->ops->attn_mla(e->cpu, co, qlat, q + nope, ckv, ckv + C, cache, &b.hb, H, C, R, H * qk,
+                          qk, row, scale);
+    e->gpu->ops->attn_mla(e->gpu, dout, dqlat, dq + nope, dckv, dckv + C, dcache, &b.db, H, C, R,
+                          H * qk, qk, row, scale);
+    char name[200];
+    snprintf(name, sizeof name, "attn_mla %s T=%d max_pos=%d H=%d C=%d R=%d bs=%d", what, T,
+             b.max_pos, H, C, R, bs);
+    int ok = check_dev(e, dout, co, mo, 5e-5, name);
+    snprintf(name, sizeof name, "attn_mla %s latent cache stores", what);
+    float *gc = gget(e, dcache, mc);
+    ok &= report(name, gc ? rel_err(gc, cache, mc) : INFINITY, 0);
+    free(gc);
+    float *hs[] = {qlat, q, ckv, cache, co};
+    for (size_t i = 0; i < SD_ARRAY_LEN(hs); i++)
+        free(hs[i]);
+    float *ds[] = {dqlat, dq, dckv, dcache, dout};
+    for (size_t i = 0; i < SD_ARRAY_LEN(ds); i++)
+        gfree(e, ds[i]);
+    tbatch_free(e, &b);
+    return ok;
+}
+
+TEST(attn_mla_matches_the_cpu_on_ragged_and_long_contexts)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    int ctx[4] = {1, 200, 77, 300}, nnew[4] = {1, 7, 30, 1};
+    ok &= mla_case(&e, "ragged tiny", 4, ctx, nnew, 16, 4, 32, 8, 16);
+    /* DeepSeek-V3 dims; 40 heads = 3 head groups, the last partial */
+    ok &= mla_case(&e, "ragged v3 dims", 4, ctx, nnew, 16, 40, 512, 64, 128);
+    int c2[2] = {4096, 1500}, n2[2] = {2, 3};
+    ok &= mla_case(&e, "long v3 dims", 2, c2, n2, 64, 16, 512, 64, 128);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+/* -------------------------------------------------------------------- moe */
+
+/* Router logits whose choices (score + bias) are spaced >= 1e-4 apart with
+ * continuous jitter: no near-ties, so the ulp differences of expf between
+ * the backends cannot change the experts, and the ids must agree exactly. */
+static void route_inputs(gpu_env *e, float *lg, float *bias, int n, int E, int sigmoid)
+{
+    int *perm = (int *)malloc((size_t)E * sizeof(int));
+    float sp = 0.8f / (float)E;
+    if (bias)
+        for (int x = 0; x < E; x++)
+            bias[x] = sd_test_randf(&e->rng, -0.05f, 0.05f);
+    for (int t = 0; t < n; t++) {
+        for (int i = 0; i < E; i++)
+            perm[i] = i;
+        for (int i = E - 1; i > 0; i--) {
+            int j = rnd_int(e, i + 1), tmp = perm[i];
+            perm[i] = perm[j];
+            perm[j] = tmp;
+        }
+        for (int x = 0; x < E; x++) {
+            float c = 0.1f + sp * ((float)perm[x] + sd_test_randf(&e->rng, 0.0f, 0.6f));
+            float s = c - (bias ? bias[x] : 0.0f); /* in (0.05, 0.95) */
+            lg[(size_t)t * E + x] = sigmoid ? logf(s / (1.0f - s)) : logf(s);
+        }
+    }
+    free(perm);
+}
+
+static int route_case(gpu_env *e, const char *what, int n, sd_moe_route r, int with_bias)
+{
+    int E = r.n_experts, K = r.top_k;
+    float *lg = (float *)malloc((size_t)n * E * sizeof(float));
+    float *bias = with_bias ? (float *)malloc((size_t)E * sizeof(float)) : NULL;
+    route_inputs(e, lg, bias, n, E, r.sigmoid);
+    int32_t *cid = (int32_t *)malloc((size_t)n * K * sizeof(int32_t));
+    float *cw = (float *)malloc((size_t)n * K * sizeof(float));
+    e->cpu->ops->moe_route(e->cpu, cid, cw, lg, bias, n, &r);
+    float *dlg = (float *)gput(e, lg, (size_t)n * E * 4);
+    float *dbias = bias ? (float *)gput(e, bias, (size_t)E * 4) : NULL;
+    int32_t *did = (int32_t *)gpoison(e, (size_t)n * K);
+    float *dw = gpoison(e, (size_t)n * K);
+    e->gpu->ops->moe_route(e->gpu, did, dw, dlg, dbias, n, &r);
+    int32_t *gid = (int32_t *)gget(e, did, (size_t)n * K);
+    int bad = gid ? 0 : n * K;
+    for (int i = 0; gid && i < n * K; i++)
+        bad += gid[i] != cid[i];
+    char name[160];
+    snprintf(name, sizeof name, "moe_route %s n=%d E=%d top-%d groups %d/%d ids (mismatches)", what,
+             n, E, K, r.topk_group, r.n_group);
+    int ok = report(name, bad, 0);
+    snprintf(name, sizeof name, "moe_route %s weights", what);
+    ok &= check_dev(e, dw, cw, (size_t)n * K, 1e-6, name);
+    free(gid);
+    free(lg);
+    free(bias);
+    free(cid);
+    free(cw);
+    gfree(e, dlg);
+    gfree(e, dbias);
+    gfree(e, did);
+    gfree(e, dw);
+    return ok;
+}
+
+TEST(moe_route_matches_the_cpu)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    sd_moe_route v3 = {.n_experts = 256, .top_k = 8, .n_group = 8, .topk_group = 4,
+                       .norm_topk_prob = 1, .sigmoid = 1, .routed_scaling_factor = 2.5f};
+    ok &= route_case(&e, "v3 sigmoid+bias", 70, v3, 1);
+    sd_moe_route tiny = {.n_experts = 8, .top_k = 2, .n_group = 4, .topk_group = 2,
+                         .norm_topk_prob = 1, .sigmoid = 1, .routed_scaling_factor = 2.5f};
+    ok &= route_case(&e, "tiny groups", 33, tiny, 1);
+    sd_moe_route sm = {.n_experts = 64, .top_k = 6, .n_group = 1, .topk_group = 1,
+                       .norm_topk_prob = 0, .sigmoid = 0, .routed_scaling_factor = 1.0f};
+    ok &= route_case(&e, "softmax", 40, sm, 0);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+/* A bank of E experts, global ids first .. first + E - 1 of E_all; tokens
+ * pick K distinct global experts (expert parallel when E < E_all). */
+static int ffn_case_ep(gpu_env *e, sd_dtype dt, int n, int E, int K, int D, int I, int first,
+                       int E_all)
+{
+    tw *g = (tw *)calloc((size_t)E, sizeof(tw)), *u = (tw *)calloc((size_t)E, sizeof(tw));
+    tw *d = (tw *)calloc((size_t)E, sizeof(tw));
+    sd_weight *cg = (sd_weight *)calloc((size_t)E * 6, sizeof(sd_weight));
+    sd_weight *cu = cg + E, *cd = cg + 2 * E, *gg = cg + 3 * E, *gu = cg + 4 * E, *gd = cg + 5 * E;
+    for (int x = 0; x < E; x++) {
+        if (tw_make(e, &g[x], dt, I, D, 0.3f) || tw_make(e, &u[x], dt, I, D, 0.3f) ||
+            tw_make(e, &d[x], dt, D, I, 0.3f))
+            return report("moe_ffn: weight upload", INFINITY, 0);
+        cg[x] = g[x].c;
+        cu[x] = u[x].c;
+        cd[x] = d[x].c;
+        gg[x] = g[x].g;
+        gu[x] = u[x].g;
+        gd[x] = d[x].g;
+    }
+    sd_experts ce = {.n = E, .gate = cg, .up = cu, .down = cd, .first = first};
+    sd_experts ge = {.n = E, .gate = gg, .up = gu, .down = gd, .first = first};
+    size_t m = (size_t)n * K;
+    int32_t *ids = (int32_t *)malloc(m * sizeof(int32_t));
+    for (int t = 0; t < n; t++) /* K distinct experts per token */
+        for (int j = 0; j < K; j++) {
+            int x, dup;
+            do {
+                x = rnd_int(e, E_all);
+                dup = 0;
+                for (int i = 0; i < j; i++)
+                    dup |= ids[(size_t)t * K + i] == x;
+            } while (dup);
+            ids[(size_t)t * K + j] = x;
+        }
+    float *w = rnd_floats(e, m, 0.05f, 1.0f), *x = rnd_floats(e, (size_t)n * D, -1, 1);
+    size_t tmpn = SD_MOE_TMP_FLOATS(n, K, D, I);
+    float *tmp = (float *)malloc(tmpn * sizeof(float));
+    float *co = (float *)malloc((size_t)n * D * sizeof(float));
+    e->cpu->ops->moe_ffn(e->cpu, co, x, ids, w, &ce, n, K, D, tmp);
+    int32_t *did = (int32_t *)gput(e, ids, m * 4);
+    float *dw = (float *)gput(e, w, m * 4), *dx = (float *)gput(e, x, (size_t)n * D * 4);
+    float *dtmp = gpoison(e, tmpn), *dout = gpoison(e, (size_t)n * D);
+    e->gpu->ops->moe_ffn(e->gpu, dout, dx, did, dw, &ge, n, K, D, dtmp);
+    char name[160];
+    snprintf(name, sizeof name, "moe_ffn %s n=%d E=%d top-%d D=%d I=%d%s", sd_dtype_name(dt), n,
+             E, K, D, I, E < E_all ? " (expert-parallel bank)" : "");
+    int ok = check_dev(e, dout, co, (size_t)n * D, 1e-5, name);
+    for (int k = 0; k < E; k++) {
+        tw_free(e, &g[k]);
+        tw_free(e, &u[k]);
+        tw_free(e, &d[k]);
+    }
+    free(g);
+    free(u);
+    free(d);
+    free(cg);
+    free(ids);
+    free(w);
+    free(x);
+    free(tmp);
+    free(co);
+    gfree(e, did);
+    gfree(e, dw);
+    gfree(e, dx);
+    gfree(e, dtmp);
+    gfree(e, dout);
+    return ok;
+}
+
+static int ffn_case(gpu_env *e, sd_dtype dt, int n, int E, int K, int D, int I)
+{
+    return ffn_case_ep(e, dt, n, E, K, D, I, 0, E);
+}
+
+TEST(moe_ffn_matches_the_cpu)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    ok &= ffn_case(&e, SD_DT_BF16, 1, 16, 4, 128, 96); /* decode: most experts idle */
+    ok &= ffn_case(&e, SD_DT_BF16, 37, 16, 4, 128, 96);
+    ok &= ffn_case(&e, SD_DT_F32, 16, 8, 2, 64, 32); /* the tiny DeepSeek fixture's shape */
+    ok &= ffn_case(&e, SD_DT_F16, 9, 12, 3, 70, 50); /* dims not a multiple of 8 */
+    ok &= ffn_case(&e, SD_DT_BF16, 64, 256, 8, 256, 128);
+    ok &= ffn_case_ep(&e, SD_DT_BF16, 23, 4, 3, 128, 96, 8, 16); /* experts 8..11 of 16 */
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+/* ------------------------------------------------------- errors and graphs */
+
+TEST(a_bad_op_is_reported_by_sync_with_its_name_and_stops_later_ops)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    float *buf = gpoison(&e, 4096);
+    int32_t zero[4] = {0, 0, 0, 0};
+    int32_t *di = (int32_t *)gput(&e, zero, sizeof zero);
+    sd_attn_batch b = {.n_tokens = 1, .pos = di, .seq = di, .slot = di, .block_table = di,
+                       .max_blocks = 1, .block_size = 16, .max_pos = 1};
+    ASSERT_EQ(e.gpu->ops->sync(e.gpu), 0);
+    /* 6 query heads cannot share 4 KV heads */
+    e.gpu->ops->attn_gqa(e.gpu, buf, buf, buf, buf, buf, buf, &b, 6, 4, 8, 8, 48, 32, 1.0f);
+    ASSERT_EQ(e.gpu->ops->sync(e.gpu), SD_EDEVICE);
+    ASSERT_CONTAINS(sd_cuda_backend_error(e.gpu), "attn_gqa");
+    ASSERT_CONTAINS(sd_cuda_backend_error(e.gpu), "attention.cu");
+    ASSERT_CONTAINS(sd_cuda_backend_error(e.gpu), "device 0");
+    float h[8];
+    ASSERT_EQ(e.gpu->ops->download(e.gpu, h, buf, sizeof h), SD_EDEVICE);
+    gpu_env_close(&e);
+    /* a fresh context is unaffected */
+    GPU_OPEN(e);
+    float *x = gpoison(&e, 8);
+    float one[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    e.gpu->ops->upload(e.gpu, x, one, sizeof one);
+    e.gpu->ops->add(e.gpu, x, x, 1, 8);
+    ASSERT_EQ(e.gpu->ops->sync(e.gpu), 0);
+    ASSERT_OK(e.gpu->ops->download(e.gpu, h, x, sizeof h));
+    ASSERT_NEAR(h[7], 16.0, 0);
+    gpu_env_close(&e);
+}
+
+/* The ops of one layer step (cuBLASLt matmul, in-place silu_mul, norm,
+ * rope, paged attention, routing and experts) captured into a CUDA graph:
+ * capture succeeds only if nothing allocates or synchronizes, and a replay
+ * gives the eager results bit for bit. */
+TEST(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ctx[3] = {40, 9, 120}, nnew[3] = {16, 9, 1};
+    tbatch b;
+    tbatch_make(&e, &b, 3, ctx, nnew, 16);
+    int T = b.T, D = 128, H = 4, Hd = 32, I = 96, E = 8, K = 2;
+    tw wqkv, wo, norm, wgu, router, g[8], u[8], d[8];
+    ASSERT_OK(tw_make(&e, &wqkv, SD_DT_BF16, 3 * H * Hd, D, 0.2f));
+    ASSERT_OK(tw_make(&e, &wo, SD_DT_BF16, D, H * Hd, 0.2f));
+    ASSERT_OK(tw_make(&e, &norm, SD_DT_BF16, 1, D, 1.0f));
+    ASSERT_OK(tw_make(&e, &wgu, SD_DT_BF16, 2 * I, D, 0.2f));
+    ASSERT_OK(tw_make(&e, &router, SD_DT_F32, E, D, 0.2f));
+    sd_weight eg[8], eu[8], ed[8];
+    for (int x = 0; x < E; x++) {
+        ASSERT_OK(tw_make(&e, &g[x], SD_DT_BF16, I, D, 0.2f));
+        ASSERT_OK(tw_make(&e, &u[x], SD_DT_BF16, I, D, 0.2f));
+        ASSERT_OK(tw_make(&e, &d[x], SD_DT_BF16, D, I, 0.2f));
+        eg[x] = g[x].g;
+        eu[x] = u[x].g;
+        ed[x] = d[x].g;
+    }
+    sd_experts ex = {.n = E, .gate = eg, .up = eu, .down = ed};
+    sd_moe_route r = {.n_experts = E, .top_k = K, .n_group = 4, .topk_group = 2,
+                      .norm_topk_prob = 1, .sigmoid = 1, .routed_scaling_factor = 2.5f};
+    float *inv = rnd_floats(&e, Hd / 2, 0.001f, 1.0f);
+    float *dinv = (float *)gput(&e, inv, Hd / 2 * sizeof(float));
+    sd_rope rope = {.inv_freq = dinv, .rot_dim = Hd, .interleave = 0, .mscale = 1.0f};
+    float *x0 = rnd_floats(&e, (size_t)T * D, -1, 1);
+    float *dx0 = (float *)gput(&e, x0, (size_t)T * D * 4);
+    float *x = gpoison(&e, (size_t)T * D), *xn = gpoison(&e, (size_t)T * D);
+    float *qkv = gpoison(&e, (size_t)T * 3 * H * Hd), *att = gpoison(&e, (size_t)T * H * Hd);
+    float *gu = gpoison(&e, (size_t)T * 2 * I), *fo = gpoison(&e, (size_t)T * D);
+    float *rl = gpoison(&e, (size_t)T * E), *wts = gpoison(&e, (size_t)T * K);
+    int32_t *ids = (int32_t *)gpoison(&e, (size_t)T * K);
+    float *tmp = gpoison(&e, SD_MOE_TMP_FLOATS(T, K, D, I));
+    /* earlier positions of the sequences: random cache contents */
+    size_t mc = (size_t)b.n_slots * H * Hd;
+    float *hc = rnd_floats(&e, 2 * mc, -1, 1);
+    float *kc = (float *)gput(&e, hc, mc * 4), *vc = (float *)gput(&e, hc + mc, mc * 4);
+    free(hc);
+    const sd_ops *op = e.gpu->ops;
+    sd_backend *be = e.gpu;
+    float *eager = NULL, *replay = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        sd_cuda_graph *gr = NULL;
+        if (pass == 1)
+            ASSERT_OK(sd_cuda_capture_begin(be));
+        op->copy2d(be, x, dx0, T, D, D, D);
+        op->rmsnorm(be, xn, x, &norm.g, T, D, D, D, 1e-6f);
+        op->matmul(be, qkv, xn, &wqkv.g, NULL, T, D);
+        op->rope(be, qkv, b.dpos, &rope, T, 2 * H, 3 * H * Hd, Hd, 0);
+        op->attn_gqa(be, att, qkv, qkv + H * Hd, qkv + 2 * H * Hd, kc, vc, &b.db, H, H, Hd, Hd,
+                     3 * H * Hd, 3 * H * Hd, 0.2f);
+        op->matmul(be, fo, att, &wo.g, NULL, T, H * Hd);
+        op->add(be, x, fo, T, D);
+        op->matmul(be, gu, x, &wgu.g, NULL, T, D);
+        op->silu_mul(be, gu, gu, T, I);
+        op->matmul(be, rl, x, &router.g, NULL, T, D);
+        op->moe_route(be, ids, wts, rl, NULL, T, &r);
+        op->moe_ffn(be, fo, x, ids, wts, &ex, T, K, D, tmp);
+        op->add(be, x, fo, T, D);
+        if (pass == 1) {
+            ASSERT_OK(sd_cuda_capture_end(be, &gr));
+            /* poison what the graph must rewrite, then replay */
+            float *nan = nan_floats((size_t)T * D);
+            op->upload(be, x, nan, (size_t)T * D * 4);
+            free(nan);
+            ASSERT_OK(sd_cuda_graph_launch(be, gr));
+        }
+        ASSERT_EQ(op->sync(be), 0);
+        float *out = gget(&e, x, (size_t)T * D);
+        ASSERT(out != NULL);
+        if (pass == 0)
+            eager = out;
+        else
+            replay = out;
+        sd_cuda_graph_destroy(gr);
+    }
+    int ok = report("cuda graph replay of a MoE layer step vs eager (bitwise)",
+                    rel_err(replay, eager, (size_t)T * D), 0);
+    for (size_t i = 0; i < (size_t)T * D && ok; i++)
+        ok = isfinite(eager[i]);
+    free(eager);
+    free(replay);
+    free(x0);
+    free(inv);
+    void *bufs[] = {dinv, dx0, x, xn, qkv, att, gu, fo, rl, wts, ids, tmp, kc, vc};
+    for (size_t i = 0; i < SD_ARRAY_LEN(bufs); i++)
+        gfree(&e, bufs[i]);
+    tw *ws[] = {&wqkv, &wo, &norm, &wgu, &router};
+    for (size_t i = 0; i < SD_ARRAY_LEN(ws); i++)
+        tw_free(&e, ws[i]);
+    for (int k = 0; k < E; k++) {
+        tw_free(&e, &g[k]);
+        tw_free(&e, &u[k]);
+        tw_free(&e, &d[k]);
+    }
+    tbatch_free(&e, &b);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
+          T(rmsnorm_matches_the_cpu_with_strides_and_in_place),
+          T(rope_matches_the_cpu_for_every_variant_up_to_8k_positions),
+          T(matmul_gemv_rows_match_the_cpu_in_fp32), T(matmul_many_rows_match_the_cpu),
+          T(matmul_heads_matches_the_cpu), T(attn_gqa_matches_the_cpu_on_ragged_paged_batches),
+          T(attn_gqa_matches_the_cpu_on_long_contexts),
+          T(attn_mla_matches_the_cpu_on_ragged_and_long_contexts), T(moe_route_matches_the_cpu),
+          T(moe_ffn_matches_the_cpu),
+          T(a_bad_op_is_reported_by_sync_with_its_name_and_stops_later_ops),
+          T(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run))

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# GPU validation on a machine with an NVIDIA GPU: the GPU tests (every op
+# against the CPU backend, whole models against the CPU backend, graph
+# capture) and `specd generate` on cuda vs cpu; prints a table and writes the
+# record bench/results/gpu-validate.json is made of.
+#
+# usage: tests/gpu/validate.sh BIN_DIR OUT_DIR COMMIT
+#   BIN_DIR holds specd, test_gpu_ops and test_gpu_model (a -Dcuda=enabled
+#   build); OUT_DIR receives gpu-validate.json and the logs.
+set -uo pipefail
+bin=$1
+out=$2
+commit=$3
+mkdir -p "$out"
+export SD_SRCDIR=$PWD
+device=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)
+echo "device: $device"
+: > "$out/results.jsonl"
+: > "$out/runs.txt"
+for t in ops model; do
+    start=$(date +%s%N)
+    "$bin/test_gpu_$t" > "$out/gpu_$t.stdout" 2> "$out/gpu_$t.log"
+    rc=$?
+    secs=$(awk "BEGIN { print ($(date +%s%N) - $start) / 1e9 }")
+    seed=$(grep -m1 -o 'seed [0-9]*' "$out/gpu_$t.log" | cut -d' ' -f2)
+    echo "test_gpu_$t $rc $secs ${seed:-0}" >> "$out/runs.txt"
+    grep '^RESULT ' "$out/gpu_$t.stdout" | sed "s/^RESULT {/{\"program\": \"test_gpu_$t\", /" \
+        >> "$out/results.jsonl"
+    grep -E '^(FAIL|ok|skip) |passed,' "$out/gpu_$t.log"
+done
+# The CLI through the engine: greedy text on cuda equals cpu's, plain and MTP.
+prompt='def fibonacci(n):'
+for spec in none mtp; do
+    for dev in cpu cuda; do
+        "$bin/specd" generate --device $dev --spec $spec --prompt "$prompt" --max-tokens 64 \
+            > "$out/gen_${dev}_$spec.txt" 2> "$out/gen_${dev}_$spec.err"
+        echo "specd generate --device $dev --spec $spec: exit $?" >> "$out/runs.txt"
+    done
+    if cmp -s "$out/gen_cpu_$spec.txt" "$out/gen_cuda_$spec.txt" && [ -s "$out/gen_cpu_$spec.txt" ]; then
+        e=0
+    else
+        e=1
+    fi
+    echo "{\"program\": \"specd\", \"test\": \"specd generate --device cuda --spec $spec (64 greedy tokens) equals --device cpu\", \"error\": $e, \"bound\": 0, \"passed\": $([ $e = 0 ] && echo true || echo false)}" \
+        >> "$out/results.jsonl"
+done
+python3 - "$out" "$commit" "$device" <<'EOF'
+import json, sys, datetime
+out, commit, device = sys.argv[1:4]
+tests = [json.loads(l) for l in open(f"{out}/results.jsonl") if l.strip()]
+runs = {}
+for l in open(f"{out}/runs.txt"):
+    p = l.split()
+    if p[0].startswith("test_gpu_"):
+        runs[p[0]] = {"exit": int(p[1]), "seconds": round(float(p[2]), 1), "seed": int(p[3])}
+passed = sum(t["passed"] for t in tests)
+failed = len(tests) - passed
+# a test program that failed or crashed without a failed check still fails
+failed += sum(1 for r in runs.values() if r["exit"] not in (0,))
+rec = {
+    "commit": commit,
+    "device": device,
+    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    "command": "meson setup build-cuda -Dcuda=enabled && ninja -C build-cuda && "
+               "tests/gpu/validate.sh BIN_DIR OUT_DIR COMMIT",
+    "programs": runs,
+    "tests": tests,
+    "passed": passed,
+    "failed": failed,
+}
+json.dump(rec, open(f"{out}/gpu-validate.json", "w"), indent=1)
+w = max(len(t["test"]) for t in tests)
+print(f"{'test':<{w}}  {'error':>10}  {'bound':>8}  ok")
+for t in tests:
+    print(f"{t['test']:<{w}}  {t['error']:>10.3g}  {t['bound']:>8.2g}  {'ok' if t['passed'] else 'FAIL'}")
+print(f"programs: {runs}")
+print(f"passed {passed}, failed {failed}")
+EOF
