@@ -403,31 +403,6 @@ pcre2_code *sd__re_compile(const char *pat, size_t len, int literal, const char 
 
 /* ---- encode context ------------------------------------------------------------- */
 
-typedef struct span {
-    size_t off, len;
-} span;
-
-typedef struct spanv {
-    span *v;
-    size_t n, cap;
-} spanv;
-
-static int spanv_push(spanv *s, size_t off, size_t len)
-{
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 64;
-        span *v = realloc(s->v, cap * sizeof *v);
-        if (!v)
-            return -1;
-        s->v = v;
-        s->cap = cap;
-    }
-    s->v[s->n].off = off;
-    s->v[s->n].len = len;
-    s->n++;
-    return 0;
-}
-
 typedef struct sym {
     int32_t id, prev, next;
     uint32_t len; /* bytes covered; 0 once merged into its left neighbour */
@@ -436,6 +411,10 @@ typedef struct sym {
 typedef struct hent {
     int32_t rank, pos, id;
 } hent;
+
+typedef struct wcent {
+    uint32_t off, n; /* ids in wc_ids */
+} wcent;
 
 typedef struct ectx {
     const sd_tokenizer *t;
@@ -449,10 +428,16 @@ typedef struct ectx {
     size_t cap_sy;
     hent *hp;
     size_t n_hp, cap_hp;
-    sd_sbuf nbuf, pbuf[2]; /* normalized piece; pre-tokenizer buffers */
-    spanv sp[2];
-    spanv marks; /* regex matches of one span: off = start, len = end - start */
-    sd_sbuf unit; /* scratch for one BPE unit string */
+    sd_sbuf nbuf;  /* normalized piece */
+    sd_sbuf *pbuf; /* per pre-tokenizer step: a piece with its prefix space */
+    sd_sbuf unit;  /* scratch for one BPE unit string */
+    /* Words seen in this call -> their ids. Per call, so the tokenizer stays
+     * immutable and shareable between threads; natural text repeats its words. */
+    sd__strmap wc;
+    wcent *wc_ent;
+    size_t n_wc, cap_wc;
+    int32_t *wc_ids;
+    size_t n_wc_ids, cap_wc_ids;
 } ectx;
 
 static int oom(ectx *c) { return sd_err_set(c->err, SD_ENOMEM, "tokenizer: out of memory while encoding"); }
@@ -483,12 +468,14 @@ static void ectx_free(ectx *c)
     free(c->sy);
     free(c->hp);
     sd_sbuf_free(&c->nbuf);
-    sd_sbuf_free(&c->pbuf[0]);
-    sd_sbuf_free(&c->pbuf[1]);
+    if (c->pbuf)
+        for (int k = 0; k < c->t->n_pre; k++)
+            sd_sbuf_free(&c->pbuf[k]);
+    free(c->pbuf);
     sd_sbuf_free(&c->unit);
-    free(c->sp[0].v);
-    free(c->sp[1].v);
-    free(c->marks.v);
+    sd__strmap_free(&c->wc);
+    free(c->wc_ent);
+    free(c->wc_ids);
 }
 
 /* One regex search; 1 match, 0 none, <0 error. */
@@ -1030,6 +1017,9 @@ static int slow_unit(ectx *c, size_t *ns, unk_state *unk, const char *u, size_t 
     return 0; /* no unk token: HF drops the character */
 }
 
+static int merge_short(ectx *c, size_t ns);
+static int merge_long(ectx *c, size_t ns);
+
 static int bpe_word(ectx *c, const char *w, size_t n)
 {
     const sd_tokenizer *t = c->t;
@@ -1077,7 +1067,55 @@ static int bpe_word(ectx *c, const char *w, size_t n)
     if (ns == 0)
         return 0;
 
-    /* Merge: lowest rank first, ties to the leftmost (HF Word::merge_all). */
+    if (ns <= 64)
+        return merge_short(c, ns);
+    return merge_long(c, ns);
+}
+
+/* Merging: lowest rank first, ties to the leftmost pair, until no pair has a
+ * merge. Short words keep the rank of each adjacent pair in an array and rescan
+ * it (tiktoken's way: O(k^2) compares, O(k) lookups); long ones use HF's heap
+ * over a linked list (Word::merge_all, O(k log k)). Both give HF's result. */
+static int merge_short(ectx *c, size_t ns)
+{
+    const sd_tokenizer *t = c->t;
+    int32_t id[64], rk[64], to[64];
+    size_t n = 0;
+    for (size_t i = 0; i < ns; i++)
+        if (c->sy[i].len)
+            id[n++] = c->sy[i].id;
+    for (size_t i = 0; i + 1 < n; i++) {
+        const sd__pairent *m = sd__pairmap_get(&t->merges, id[i], id[i + 1]);
+        rk[i] = m ? m->rank : INT32_MAX;
+        to[i] = m ? m->id : -1;
+    }
+    while (n > 1) {
+        size_t b = 0;
+        for (size_t i = 1; i + 1 < n; i++)
+            if (rk[i] < rk[b])
+                b = i;
+        if (rk[b] == INT32_MAX)
+            break;
+        id[b] = to[b];
+        memmove(id + b + 1, id + b + 2, (n - b - 2) * sizeof *id);
+        memmove(rk + b + 1, rk + b + 2, (n - b - 2) * sizeof *rk);
+        memmove(to + b + 1, to + b + 2, (n - b - 2) * sizeof *to);
+        n--;
+        for (size_t i = b ? b - 1 : 0; i <= b && i + 1 < n; i++) {
+            const sd__pairent *m = sd__pairmap_get(&t->merges, id[i], id[i + 1]);
+            rk[i] = m ? m->rank : INT32_MAX;
+            to[i] = m ? m->id : -1;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        if (push_id(c, id[i]))
+            return -1;
+    return 0;
+}
+
+static int merge_long(ectx *c, size_t ns)
+{
+    const sd_tokenizer *t = c->t;
     sym *sy = c->sy;
     c->n_hp = 0;
     for (size_t i = 0; i + 1 < ns; i++) {
@@ -1106,7 +1144,6 @@ static int bpe_word(ectx *c, const char *w, size_t n)
             if (ml && heap_push(c, ml->rank, s->prev, ml->id))
                 return -1;
         }
-        s = &c->sy[top.pos]; /* heap_push may not move sy, but keep it plain */
         if (s->next >= 0) {
             const sd__pairent *mr = sd__pairmap_get(&t->merges, s->id, c->sy[s->next].id);
             if (mr && heap_push(c, mr->rank, top.pos, mr->id))
@@ -1119,16 +1156,137 @@ static int bpe_word(ectx *c, const char *w, size_t n)
     return 0;
 }
 
-/* ---- pre-tokenization --------------------------------------------------------- */
-
-/* HF NormalizedString::split: spans of cur->v[k] per behaviour, into out. */
-static int split_span(ectx *c, const sd__pre *st, const char *buf, span sp, spanv *out)
+/* bpe_word through the call's word cache. */
+static int encode_word(ectx *c, const char *w, size_t n)
 {
-    const char *s = buf + sp.off;
-    size_t n = sp.len, from = 0, prev = 0, last_end = (size_t)-1;
-    c->marks.n = 0;
-    /* marks: alternating gaps and matches, in order; a match has len | top bit. */
-    const size_t M = (size_t)1 << (sizeof(size_t) * 8 - 1);
+    enum { MAX_WORD = 64, MAX_WORDS = 1 << 16 };
+    if (n > MAX_WORD)
+        return bpe_word(c, w, n);
+    int32_t e = sd__strmap_get(&c->wc, w, n);
+    if (e >= 0) {
+        const wcent *we = &c->wc_ent[e];
+        for (uint32_t i = 0; i < we->n; i++)
+            if (push_id(c, c->wc_ids[we->off + i]))
+                return -1;
+        return 0;
+    }
+    size_t before = c->n_ids;
+    int rc = bpe_word(c, w, n);
+    if (rc || c->n_wc >= MAX_WORDS)
+        return rc;
+    size_t cnt = c->n_ids - before;
+    if (c->n_wc == c->cap_wc) {
+        size_t cap = c->cap_wc ? c->cap_wc * 2 : 256;
+        wcent *v = realloc(c->wc_ent, cap * sizeof *v);
+        if (!v)
+            return oom(c);
+        c->wc_ent = v;
+        c->cap_wc = cap;
+    }
+    if (c->n_wc_ids + cnt > c->cap_wc_ids) {
+        size_t cap = c->cap_wc_ids ? c->cap_wc_ids : 1024;
+        while (cap < c->n_wc_ids + cnt)
+            cap *= 2;
+        int32_t *v = realloc(c->wc_ids, cap * sizeof *v);
+        if (!v)
+            return oom(c);
+        c->wc_ids = v;
+        c->cap_wc_ids = cap;
+    }
+    memcpy(c->wc_ids + c->n_wc_ids, c->ids + before, cnt * sizeof *c->ids);
+    c->wc_ent[c->n_wc] = (wcent){(uint32_t)c->n_wc_ids, (uint32_t)cnt};
+    if (sd__strmap_put(&c->wc, w, n, (int32_t)c->n_wc, 0) < 0)
+        return oom(c);
+    c->n_wc++;
+    c->n_wc_ids += cnt;
+    return 0;
+}
+
+/* ---- pre-tokenization ---------------------------------------------------------
+ * Depth first: each piece a step makes goes through the next steps and BPE at once,
+ * so a megabyte of text never becomes a megabyte-sized list of spans. */
+
+static int pre_from(ectx *c, int k, const char *s, size_t n);
+
+/* HF NormalizedString::split, streamed: the elements of one piece (gaps and
+ * matches, in order) become pieces by behaviour. The last piece is held while the
+ * next element may still extend it. */
+typedef struct emitter {
+    ectx *c;
+    int k; /* the step splitting; pieces go to step k + 1 */
+    const char *s;
+    sd__split_behavior b;
+    int has_pend, pend_match, prev_match;
+    size_t pend_off, pend_len;
+} emitter;
+
+static int em_out(emitter *e, size_t off, size_t len)
+{
+    return len ? pre_from(e->c, e->k + 1, e->s + off, len) : 0; /* empty pieces are dropped */
+}
+
+static int em_flush(emitter *e)
+{
+    if (!e->has_pend)
+        return 0;
+    e->has_pend = 0;
+    return em_out(e, e->pend_off, e->pend_len);
+}
+
+static int em_hold(emitter *e, size_t off, size_t len, int is_match)
+{
+    int rc = em_flush(e);
+    e->has_pend = 1;
+    e->pend_off = off;
+    e->pend_len = len;
+    e->pend_match = is_match;
+    return rc;
+}
+
+static int em_elem(emitter *e, size_t off, size_t len, int is_match)
+{
+    int rc = 0;
+    switch (e->b) {
+    case SD__SPLIT_ISOLATED:
+        return em_out(e, off, len);
+    case SD__SPLIT_REMOVED:
+        return is_match ? 0 : em_out(e, off, len);
+    case SD__SPLIT_CONTIGUOUS:
+        if (e->has_pend && is_match == e->prev_match)
+            e->pend_len = off + len - e->pend_off;
+        else
+            rc = em_hold(e, off, len, is_match);
+        break;
+    case SD__SPLIT_MERGED_PREV:
+        if (e->has_pend && is_match && !e->prev_match)
+            e->pend_len = off + len - e->pend_off;
+        else
+            rc = em_hold(e, off, len, is_match);
+        break;
+    case SD__SPLIT_MERGED_NEXT:
+        /* HF folds right to left: a match followed by a non-match joins it */
+        if (e->has_pend && !is_match) {
+            e->pend_len = off + len - e->pend_off;
+            rc = em_flush(e);
+        } else if (is_match) {
+            rc = em_hold(e, off, len, 1);
+        } else {
+            rc = em_flush(e);
+            if (!rc)
+                rc = em_out(e, off, len);
+        }
+        break;
+    }
+    e->prev_match = is_match;
+    return rc;
+}
+
+/* Splits s[0..n) with step k's regex (HF find_matches: gaps and matches). */
+static int split_piece(ectx *c, int k, const sd__pre *st, const char *s, size_t n)
+{
+    emitter e = {c, k, s, st->behavior, 0, 0, 0, 0, 0};
+    size_t from = 0, prev = 0, last_end = (size_t)-1;
+    int inv = st->invert;
     while (from <= n) {
         size_t ms, me;
         int rc = re_find(c, st->re, s, n, from, &ms, &me);
@@ -1149,129 +1307,45 @@ static int split_span(ectx *c, const sd__pre *st, const char *buf, span sp, span
             from = me;
         }
         last_end = me;
-        if (prev != ms && spanv_push(&c->marks, prev, ms - prev))
-            return oom(c);
-        if (spanv_push(&c->marks, ms, (me - ms) | M))
-            return oom(c);
+        if (prev != ms && (rc = em_elem(&e, prev, ms - prev, inv)))
+            return rc;
+        if ((rc = em_elem(&e, ms, me - ms, !inv)))
+            return rc;
         prev = me;
     }
-    if (prev != n && spanv_push(&c->marks, prev, n - prev))
-        return oom(c);
+    int rc = prev != n ? em_elem(&e, prev, n - prev, inv) : 0;
+    return rc ? rc : em_flush(&e);
+}
 
-    int prev_match = 0;
-    size_t first_out = out->n;
-    for (size_t k = 0; k < c->marks.n; k++) {
-        size_t off = c->marks.v[k].off, len = c->marks.v[k].len & ~M;
-        int is_match = (c->marks.v[k].len & M) != 0;
-        if (st->invert)
-            is_match = !is_match;
-        switch (st->behavior) {
-        case SD__SPLIT_ISOLATED:
-            if (spanv_push(out, sp.off + off, len))
-                return oom(c);
-            break;
-        case SD__SPLIT_REMOVED:
-            if (!is_match && spanv_push(out, sp.off + off, len))
-                return oom(c);
-            break;
-        case SD__SPLIT_CONTIGUOUS:
-            if (is_match == prev_match && out->n > first_out)
-                out->v[out->n - 1].len = sp.off + off + len - out->v[out->n - 1].off;
-            else if (spanv_push(out, sp.off + off, len))
-                return oom(c);
-            break;
-        case SD__SPLIT_MERGED_PREV:
-            if (is_match && !prev_match && out->n > first_out)
-                out->v[out->n - 1].len = sp.off + off + len - out->v[out->n - 1].off;
-            else if (spanv_push(out, sp.off + off, len))
-                return oom(c);
-            break;
-        case SD__SPLIT_MERGED_NEXT:
-            break; /* below, right to left */
-        }
-        prev_match = is_match;
+static int pre_from(ectx *c, int k, const char *s, size_t n)
+{
+    const sd_tokenizer *t = c->t;
+    if (k == t->n_pre)
+        return encode_word(c, s, n);
+    const sd__pre *st = &t->pre[k];
+    if (st->kind == SD__P_BYTELEVEL && st->add_prefix_space && s[0] != ' ') {
+        sd_sbuf *b = &c->pbuf[k];
+        b->len = 0;
+        if (sd_sbuf_putc(b, ' ') || sd_sbuf_put(b, s, n))
+            return oom(c);
+        s = b->p;
+        n = b->len;
     }
-    if (st->behavior == SD__SPLIT_MERGED_NEXT) {
-        prev_match = 0;
-        for (size_t k = c->marks.n; k-- > 0;) {
-            size_t off = c->marks.v[k].off, len = c->marks.v[k].len & ~M;
-            int is_match = (c->marks.v[k].len & M) != 0;
-            if (st->invert)
-                is_match = !is_match;
-            if (is_match && !prev_match && out->n > first_out) {
-                span *l = &out->v[out->n - 1];
-                l->len += l->off - (sp.off + off);
-                l->off = sp.off + off;
-            } else if (spanv_push(out, sp.off + off, len)) {
-                return oom(c);
-            }
-            prev_match = is_match;
-        }
-        for (size_t a = first_out, b = out->n; a + 1 < b; a++, b--) {
-            span x = out->v[a];
-            out->v[a] = out->v[b - 1];
-            out->v[b - 1] = x;
-        }
-    }
-    /* PreTokenizedString::split drops empty pieces. */
-    size_t w = first_out;
-    for (size_t k = first_out; k < out->n; k++)
-        if (out->v[k].len)
-            out->v[w++] = out->v[k];
-    out->n = w;
-    return 0;
+    if (!st->re)
+        return pre_from(c, k + 1, s, n);
+    return split_piece(c, k, st, s, n);
 }
 
 static int encode_piece(ectx *c, const char *s, size_t n)
 {
-    const sd_tokenizer *t = c->t;
     if (n == 0)
         return 0;
-    if (t->n_pre == 0)
-        return bpe_word(c, s, n);
-    int cur = 0;
-    const char *buf = s;
-    c->sp[0].n = 0;
-    if (spanv_push(&c->sp[0], 0, n))
-        return oom(c);
-    for (int k = 0; k < t->n_pre; k++) {
-        const sd__pre *st = &t->pre[k];
-        spanv *in = &c->sp[cur], *out = &c->sp[cur ^ 1];
-        if (st->kind == SD__P_BYTELEVEL && st->add_prefix_space) {
-            /* Each piece not starting with a space gets one: rebuild the buffer. */
-            sd_sbuf *nb = buf == c->pbuf[0].p ? &c->pbuf[1] : &c->pbuf[0];
-            nb->len = 0;
-            out->n = 0;
-            for (size_t i = 0; i < in->n; i++) {
-                span sp = in->v[i];
-                size_t off = nb->len;
-                if (buf[sp.off] != ' ' && sd_sbuf_putc(nb, ' '))
-                    return oom(c);
-                if (sd_sbuf_put(nb, buf + sp.off, sp.len) || spanv_push(out, off, nb->len - off))
-                    return oom(c);
-            }
-            buf = nb->p;
-            cur ^= 1;
-            in = &c->sp[cur];
-            out = &c->sp[cur ^ 1];
-        }
-        if (st->re) {
-            out->n = 0;
-            for (size_t i = 0; i < in->n; i++) {
-                int rc = split_span(c, st, buf, in->v[i], out);
-                if (rc)
-                    return rc;
-            }
-            cur ^= 1;
-        }
+    if (!c->pbuf && c->t->n_pre) {
+        c->pbuf = calloc((size_t)c->t->n_pre, sizeof *c->pbuf);
+        if (!c->pbuf)
+            return oom(c);
     }
-    const spanv *fin = &c->sp[cur];
-    for (size_t i = 0; i < fin->n; i++) {
-        int rc = bpe_word(c, buf + fin->v[i].off, fin->v[i].len);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    return pre_from(c, 0, s, n);
 }
 
 /* A normalized piece: split out the normalized added tokens, encode the rest. */
