@@ -1,0 +1,119 @@
+/* bench/serve/scrape: specd's speculative counters out of GET /metrics
+ * (Prometheus text format 0.0.4), so a run can report the acceptance the
+ * server saw while it ran. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/serve/bench.h"
+
+/* name{labels} value: returns the value and points *labels at the brace
+ * contents (or NULL). 0 when the line is not a sample of `name`. */
+static int sample(const char *line, size_t len, const char *name, const char **labels,
+                  size_t *labels_len, double *value)
+{
+    size_t nl = strlen(name);
+    if (len <= nl || memcmp(line, name, nl) != 0)
+        return 0;
+    const char *p = line + nl, *end = line + len;
+    *labels = NULL;
+    *labels_len = 0;
+    if (*p == '{') {
+        const char *close = memchr(p, '}', (size_t)(end - p));
+        if (!close)
+            return 0;
+        *labels = p + 1;
+        *labels_len = (size_t)(close - p - 1);
+        p = close + 1;
+    }
+    if (p >= end || (*p != ' ' && *p != '\t'))
+        return 0;
+    char buf[64];
+    size_t n = (size_t)(end - p);
+    if (n >= sizeof buf)
+        n = sizeof buf - 1;
+    memcpy(buf, p, n);
+    buf[n] = 0;
+    char *e;
+    *value = strtod(buf, &e);
+    return e != buf;
+}
+
+static int position(const char *labels, size_t len)
+{
+    static const char key[] = "position=\"";
+    if (!labels)
+        return -1;
+    for (size_t i = 0; i + sizeof key - 1 < len; i++)
+        if (memcmp(labels + i, key, sizeof key - 1) == 0) {
+            int v = atoi(labels + i + sizeof key - 1);
+            return v >= 0 && v < SD_BENCH_MAX_POS ? v : -1;
+        }
+    return -1;
+}
+
+void sd_bench_spec_parse(const char *text, size_t len, sd_bench_spec *s)
+{
+    memset(s, 0, sizeof *s);
+    const char *p = text, *end = text + len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *e = nl ? nl : end;
+        size_t n = (size_t)(e - p);
+        const char *lab;
+        size_t lablen;
+        double v;
+        int pos;
+        if (n && p[0] != '#') {
+            if (sample(p, n, "specd_spec_steps_total", &lab, &lablen, &v))
+                s->steps = v, s->present = 1;
+            else if (sample(p, n, "specd_spec_draft_tokens_total", &lab, &lablen, &v))
+                s->drafted = v, s->present = 1;
+            else if (sample(p, n, "specd_spec_accepted_tokens_total", &lab, &lablen, &v))
+                s->accepted = v, s->present = 1;
+            else if (sample(p, n, "specd_spec_emitted_tokens_total", &lab, &lablen, &v))
+                s->emitted = v, s->present = 1;
+            else if (sample(p, n, "specd_spec_draft_seconds_total", &lab, &lablen, &v))
+                s->draft_s = v;
+            else if (sample(p, n, "specd_spec_verify_seconds_total", &lab, &lablen, &v))
+                s->verify_s = v;
+            else if (sample(p, n, "specd_spec_position_proposed_total", &lab, &lablen, &v) &&
+                     (pos = position(lab, lablen)) >= 0) {
+                s->proposed_at[pos] = v;
+                if (pos + 1 > s->n_pos)
+                    s->n_pos = pos + 1;
+            } else if (sample(p, n, "specd_spec_position_accepted_total", &lab, &lablen, &v) &&
+                       (pos = position(lab, lablen)) >= 0) {
+                s->accepted_at[pos] = v;
+                if (pos + 1 > s->n_pos)
+                    s->n_pos = pos + 1;
+            }
+        }
+        p = nl ? nl + 1 : end;
+    }
+}
+
+void sd_bench_spec_delta(const sd_bench_spec *b, const sd_bench_spec *a, sd_bench_spec *d)
+{
+    memset(d, 0, sizeof *d);
+    if (!a->present)
+        return;
+    /* Counters only grow; a smaller value means the server restarted
+     * between the scrapes and the difference means nothing. */
+    if (a->steps < b->steps || a->drafted < b->drafted || a->accepted < b->accepted)
+        return;
+    d->present = 1;
+    d->steps = a->steps - b->steps;
+    d->drafted = a->drafted - b->drafted;
+    d->accepted = a->accepted - b->accepted;
+    d->emitted = a->emitted - b->emitted;
+    d->draft_s = a->draft_s - b->draft_s;
+    d->verify_s = a->verify_s - b->verify_s;
+    d->n_pos = a->n_pos > b->n_pos ? a->n_pos : b->n_pos;
+    for (int i = 0; i < d->n_pos; i++) {
+        d->proposed_at[i] = a->proposed_at[i] - b->proposed_at[i];
+        d->accepted_at[i] = a->accepted_at[i] - b->accepted_at[i];
+    }
+    /* Trailing positions nothing was proposed at during this run say nothing. */
+    while (d->n_pos > 0 && d->proposed_at[d->n_pos - 1] <= 0)
+        d->n_pos--;
+}
