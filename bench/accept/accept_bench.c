@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/log.h"
 #include "core/tokenizer.h"
 #include "core/util.h"
 #include "engine/engine.h"
@@ -357,6 +358,7 @@ int main(int argc, char **argv)
         usage();
         return 2;
     }
+    sd_log_set_level(SD_LOG_WARN);
     const char *model_dir = a.model ? a.model : sd_bundled_model_dir();
     prompt *ps = NULL;
     int n = 0;

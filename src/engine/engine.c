@@ -781,9 +781,10 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     mp->block_size = e->block_size;
     mp->max_context = e->max_ctx;
     mp->min_blocks = e->max_blocks;
-    /* The CPU plans for --max-batch full-context requests at most: its memory
-     * is shared with everything else on the machine. */
-    int cap = strcmp(e->be->ops->name, "cpu") == 0 ? o->max_batch * e->max_blocks : 0;
+    /* No more than --max-batch full-context requests can run at once: a
+     * larger cache would sit idle (and on the CPU it is shared with
+     * everything else on the machine). */
+    int cap = o->max_batch * e->max_blocks;
     if ((rc = sd_mem_plan_make(mp, o->kv_blocks, cap, err)))
         goto fail;
     sd_mem_plan_log(mp);

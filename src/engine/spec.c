@@ -402,6 +402,11 @@ static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
         }
         if (r->state == RQ_DECODE && (!mtp || hi >= lo))
             kr[i] = reserve_k(e, r, k);
+        /* a draft LM also reads the last token, whose KV the target writes only
+         * next step: it needs that position reserved (never by preempting) */
+        if (!mtp && kr[i] == 0 && hi >= r->n_comp &&
+            sd_kv_seq_reserve(e->kv, &r->kv, hi + 1) != 0)
+            hi = r->n_comp - 1;
         for (int p = lo; p <= hi; p++)
             add_prow(e, &b, r, mtp ? r->tok[p + 1] : r->tok[p], p, i, r->row0 + (p - p0));
         if (hi >= lo)
