@@ -281,6 +281,56 @@ TEST(submit_refuses_bad_requests_with_a_message)
     sd_opts_free(&o);
 }
 
+/* A draft LM reads the last token, whose KV position the target reserves only
+ * next step: when that position opens a new block at a request's last
+ * decoding step (no drafts left to reserve for), the proposer must reserve it.
+ * Prompts of 3..18 tokens with max_tokens = 34 - p put it at position 32. */
+TEST(draft_lm_reserves_the_last_token_position_at_a_block_boundary)
+{
+    sd_opts o;
+    sd_err err = {0};
+    ASSERT_OK(sd_opts_init(&o, &err));
+    char *m = dir_of("deepseek-v3"), *d = dir_of("llama-tied");
+    sd_opts_set(&o, SD_CMD_GENERATE, "model", m, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "spec", "draft", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "draft-model", d, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "spec-k", "1", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "128", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "block-size", "16", &err);
+    sd_engine *e;
+    ASSERT_OK(sd_engine_create(&e, &o, &err));
+    free(m);
+    free(d);
+    sd_opts_free(&o);
+    out outs[16];
+    sd_req_events ev = {.on_output = on_output, .on_finish = on_finish};
+    for (int i = 0; i < 16; i++) {
+        memset(&outs[i], 0, sizeof outs[i]);
+        outs[i].mu = &g_mu;
+        int p = 3 + i;
+        int32_t prompt[32];
+        for (int j = 0; j < p; j++)
+            prompt[j] = (j * 7 + i) % 300;
+        sd_gen_params gp = {.max_tokens = 34 - p, .top_p = 1, .ignore_eos = 1};
+        ASSERT_OK(sd_engine_submit(e, prompt, p, &gp, &ev, &outs[i], NULL, &err));
+    }
+    for (int spin = 0; spin < 60000; spin++) {
+        int all = 1;
+        pthread_mutex_lock(&g_mu);
+        for (int i = 0; i < 16; i++)
+            all &= outs[i].done;
+        pthread_mutex_unlock(&g_mu);
+        if (all)
+            break;
+        usleep(1000);
+    }
+    sd_engine_destroy(e);
+    for (int i = 0; i < 16; i++) {
+        ASSERT_EQ(outs[i].why, SD_FINISH_LENGTH);
+        ASSERT_EQ(outs[i].n, 34 - (3 + i));
+    }
+}
+
 /* With drafts that are never accepted (random-weight MTP), adaptive k falls
  * back to plain decode after its exploration steps. */
 TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
@@ -352,5 +402,6 @@ TEST_MAIN(T(mtp_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(small_kv_cache_preempts_and_every_request_still_finishes_with_the_same_output),
           T(a_seeded_sampled_request_is_reproducible_whatever_the_batch),
           T(submit_refuses_bad_requests_with_a_message),
+          T(draft_lm_reserves_the_last_token_position_at_a_block_boundary),
           T(adaptive_k_stops_drafting_when_nothing_is_accepted),
           T(a_kv_cache_too_small_for_one_full_context_request_is_refused_at_start))
