@@ -526,46 +526,75 @@ int sd__norm_step(const sd__norm *st, const char *in, size_t n, sd_sbuf *out, sd
     case SD__N_NFD:
     case SD__N_NFKC:
     case SD__N_NFKD: {
-        if (n == 0)
-            return 0;
         int o = UTF8PROC_STABLE;
         o |= (st->kind == SD__N_NFC || st->kind == SD__N_NFKC) ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE;
         if (st->kind == SD__N_NFKC || st->kind == SD__N_NFKD)
             o |= UTF8PROC_COMPAT;
-        utf8proc_uint8_t *dst = NULL;
-        utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)in, (utf8proc_ssize_t)n, &dst,
-                                          (utf8proc_option_t)o);
-        if (r < 0) {
+        /* An ASCII character never changes, never reorders (it is a starter) and is
+         * never the second half of a composition, so the text splits before each one
+         * without changing the result: only the non-ASCII stretches, each with the
+         * ASCII character before it (which may compose with them), go to utf8proc. */
+        size_t i = 0;
+        while (i < n) {
+            size_t j = i;
+            while (j < n && (unsigned char)in[j] < 0x80)
+                j++;
+            if (j == n) {
+                if (sd_sbuf_put(out, in + i, n - i))
+                    return sd_err_set(err, SD_ENOMEM, "tokenizer normalizer: out of memory");
+                break;
+            }
+            size_t rs = j > i ? j - 1 : j, k = j;
+            while (k < n && (unsigned char)in[k] >= 0x80)
+                k++;
+            if (sd_sbuf_put(out, in + i, rs - i))
+                return sd_err_set(err, SD_ENOMEM, "tokenizer normalizer: out of memory");
+            utf8proc_uint8_t *dst = NULL;
+            utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)in + rs, (utf8proc_ssize_t)(k - rs), &dst,
+                                              (utf8proc_option_t)o);
+            if (r < 0) {
+                free(dst);
+                return sd_err_set(err, r == UTF8PROC_ERROR_NOMEM ? SD_ENOMEM : SD_EINVAL,
+                                  "tokenizer normalizer: %s", utf8proc_errmsg(r));
+            }
+            int rc = sd_sbuf_put(out, dst, (size_t)r);
             free(dst);
-            return sd_err_set(err, r == UTF8PROC_ERROR_NOMEM ? SD_ENOMEM : SD_EINVAL,
-                              "tokenizer normalizer: %s", utf8proc_errmsg(r));
+            if (rc)
+                return sd_err_set(err, SD_ENOMEM, "tokenizer normalizer: out of memory");
+            i = k;
         }
-        int rc = sd_sbuf_put(out, dst, (size_t)r);
-        free(dst);
-        return rc ? sd_err_set(err, SD_ENOMEM, "tokenizer normalizer: out of memory") : 0;
+        return 0;
     }
     case SD__N_LOWER:
     case SD__N_STRIP_ACCENTS: {
+        /* at most 3 output bytes per input byte (U+0130 -> i + U+0307: 2 -> 3) */
+        if (sd_sbuf_reserve(out, 3 * n / 2 + 8))
+            return sd_err_set(err, SD_ENOMEM, "tokenizer normalizer: out of memory");
         const unsigned char *p = (const unsigned char *)in;
+        char *w = out->p;
         for (size_t i = 0; i < n;) {
+            if (p[i] < 0x80) {
+                *w++ = (char)(st->kind == SD__N_LOWER && p[i] >= 'A' && p[i] <= 'Z' ? p[i] + 32 : p[i]);
+                i++;
+                continue;
+            }
             uint32_t cp;
             size_t l;
             sd_utf8_next(p + i, n - i, &cp, &l); /* input is valid UTF-8 */
-            char b[8];
-            int bl;
             if (st->kind == SD__N_STRIP_ACCENTS) {
-                bl = uc_is_mark(cp) ? 0 : sd_utf8_encode(cp, b);
+                if (!uc_is_mark(cp))
+                    w += sd_utf8_encode(cp, w);
             } else if (cp == 0x130) {
                 /* Rust's char::to_lowercase: the one unconditional multi-char mapping. */
-                bl = sd_utf8_encode('i', b);
-                bl += sd_utf8_encode(0x307, b + bl);
+                w += sd_utf8_encode('i', w);
+                w += sd_utf8_encode(0x307, w);
             } else {
-                bl = sd_utf8_encode((uint32_t)utf8proc_tolower((utf8proc_int32_t)cp), b);
+                w += sd_utf8_encode((uint32_t)utf8proc_tolower((utf8proc_int32_t)cp), w);
             }
-            if (sd_sbuf_put(out, b, (size_t)bl))
-                return sd_err_set(err, SD_ENOMEM, "tokenizer normalizer: out of memory");
             i += l;
         }
+        out->len = (size_t)(w - out->p);
+        out->p[out->len] = 0;
         return 0;
     }
     case SD__N_PREPEND:

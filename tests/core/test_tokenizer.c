@@ -10,6 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <utf8proc.h>
+
+#include "core/tok_internal.h"
 #include "core/tokenizer.h"
 #include "core/util.h"
 #include "test.h"
@@ -554,6 +557,47 @@ TEST(normalizers_nfc_nfd_nfkc_lowercase_prepend_replace_strip)
                      "a1b22c333", "a#b#c#"));
 }
 
+TEST(normalizing_only_non_ascii_stretches_equals_normalizing_the_whole_text)
+{
+    /* The normalizers hand utf8proc the non-ASCII stretches only; on random mixes of
+     * ASCII, combining marks, Hangul jamo and compatibility characters the result
+     * must equal utf8proc on the whole string, for all four forms. */
+    static const char *const pieces[] = {"a", "e", "A", " ", "n", "1", "\xcc\x81", "\xcc\x88", "\xcc\xa3", "\xcd\x84",
+                                         "\xc3\xa9", "\xe1\x84\x80", "\xe1\x85\xa1", "\xe1\x86\xa8", "\xea\xb0\x80",
+                                         "\xef\xac\x81", "\xe2\x91\xa0", "\xe2\x84\xab", "\xe0\xbd\xb3", "\xc5\xbf"};
+    static const char *const kinds[] = {"NFC", "NFD", "NFKC", "NFKD"};
+    static const int opts[] = {UTF8PROC_COMPOSE, UTF8PROC_DECOMPOSE, UTF8PROC_COMPOSE | UTF8PROC_COMPAT,
+                               UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT};
+    uint64_t s = sd_test_seed() | 1;
+    for (int k = 0; k < 4; k++) {
+        char *d;
+        sd_tokenizer *t = char_tok(&d, ASCII, NULL, json_pack("{s:s}", "type", kinds[k]), NULL, NULL, 0);
+        ASSERT(t);
+        for (int round = 0; round < 400; round++) {
+            char in[256];
+            size_t n = 0;
+            int parts = 1 + (int)(rng_next(&s) % 24);
+            for (int i = 0; i < parts; i++) {
+                const char *pc = pieces[rng_next(&s) % SD_ARRAY_LEN(pieces)];
+                memcpy(in + n, pc, strlen(pc));
+                n += strlen(pc);
+            }
+            sd_sbuf got = {0};
+            sd_err err = {0};
+            ASSERT_OK(sd__normalize(t, in, n, &got, &err));
+            utf8proc_uint8_t *want = NULL;
+            utf8proc_ssize_t wl = utf8proc_map((const utf8proc_uint8_t *)in, (utf8proc_ssize_t)n, &want,
+                                               (utf8proc_option_t)(UTF8PROC_STABLE | opts[k]));
+            ASSERT(wl >= 0);
+            ASSERT_MSG(got.len == (size_t)wl && !memcmp(got.p, want, got.len), "%s of \"%.*s\"", kinds[k], (int)n, in);
+            free(want);
+            sd_sbuf_free(&got);
+        }
+        sd_tok_free(t);
+        rm_tree(d);
+    }
+}
+
 /* ---- pre-tokenizer split behaviours ------------------------------------------------- */
 
 /* pieces of "a-b--c" under a Split on "-" with behaviour b (ignore_merges: a piece
@@ -1084,7 +1128,7 @@ TEST_MAIN(T(bpe_applies_the_lowest_rank_merge_first), T(bpe_breaks_rank_ties_to_
           T(added_tokens_follow_hf_lstrip_rstrip_single_word_and_normalized),
           T(single_word_tokens_need_non_word_characters_around_them), T(lstrip_and_rstrip_take_unicode_whitespace),
           T(added_tokens_match_leftmost_longest_and_inside_words), T(normalizers_nfc_nfd_nfkc_lowercase_prepend_replace_strip),
-          T(split_behaviours_match_hf), T(regex_dialect_is_onigurumas_white_space_script_and_intersection),
+          T(normalizing_only_non_ascii_stretches_equals_normalizing_the_whole_text), T(split_behaviours_match_hf), T(regex_dialect_is_onigurumas_white_space_script_and_intersection),
           T(invalid_utf8_is_encoded_as_u_fffd_per_maximal_subpart), T(decode_range_errors_holes_and_special_skipping),
           T(streaming_emits_whole_characters_only), T(streaming_equals_full_decode_on_random_ids),
           T(bos_and_eos_come_from_tokenizer_config_then_from_names),
