@@ -59,4 +59,18 @@ const char *sd_comm_name(const sd_comm *c);
 /* The CPU thread communicator for `size` ranks of this process. */
 int sd_thread_comm_create(sd_comm **out, int size, sd_err *err);
 
+/* ---- multi-node bootstrap (bootstrap.c) ----
+ * Node 0 listens on --dist-init-addr HOST:PORT (PORT 0: any free port) and
+ * serves a blob (NCCL's unique id) to nodes 1..nnodes-1, each of which
+ * fetches it (retrying until node 0 listens). Every wait has a deadline. */
+typedef struct sd_bootstrap sd_bootstrap;
+int sd_bootstrap_listen(sd_bootstrap **out, const char *addr, sd_err *err);
+int sd_bootstrap_port(const sd_bootstrap *b);
+/* Returns once nodes 1..nnodes-1 each hold the blob. */
+int sd_bootstrap_serve(sd_bootstrap *b, int nnodes, const void *blob, size_t len,
+                       double timeout_s, sd_err *err);
+void sd_bootstrap_close(sd_bootstrap *b);
+int sd_bootstrap_fetch(const char *addr, int node_rank, void *blob, size_t len, double timeout_s,
+                       sd_err *err);
+
 #endif
