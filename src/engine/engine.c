@@ -85,6 +85,7 @@ static void req_free(sd_engine *e, req *r)
     sd_kv_seq_free(e->kv, &r->kv);
     sd_stop_free(&r->stop);
     sd_detok_free(r->detok);
+    sd_ngram_destroy(r->ng);
     free(r->tok);
     free(r->q);
     free(r);
@@ -882,6 +883,8 @@ int sd_engine_submit(sd_engine *e, const int32_t *prompt, int n_prompt, const sd
         r->samp.seed = sd_now_ns() ^ ((uint64_t)(uintptr_t)r << 17);
     if ((rc = sd_stop_init(&r->stop, p->stop, p->n_stop, err)))
         goto fail;
+    if (e->spec == SD_SPEC_NGRAM && (rc = sd_ngram_create(&r->ng, 1, e->ngram_n, err)))
+        goto fail;
     if (e->tok && (rc = sd_detok_new(&r->detok, e->tok, 1, err)))
         goto fail;
     sd_kv_seq_init(&r->kv);
@@ -903,6 +906,7 @@ int sd_engine_submit(sd_engine *e, const int32_t *prompt, int n_prompt, const sd
 fail:
     sd_stop_free(&r->stop);
     sd_detok_free(r->detok);
+    sd_ngram_destroy(r->ng);
     free(r->tok);
     free(r->q);
     free(r);

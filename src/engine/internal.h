@@ -46,6 +46,7 @@ typedef struct req {
     int n_draft;
     int has_q; /* q holds the drafts' distributions (sampled model drafts) */
     int last_k, last_n; /* the last verify: drafts proposed, accepted */
+    sd_ngram *ng;       /* n-gram index of tok (SD_SPEC_NGRAM) */
     float *q; /* (SD_MAX_K, V) draft distributions when sampling with a model proposer */
     sd_sampling samp;
     int greedy, max_tokens, ignore_eos;

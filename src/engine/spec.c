@@ -498,7 +498,11 @@ static int ngram_step(sd_engine *e, step *s, int k)
         int kk = reserve_k(e, r, k);
         if (kk <= 0)
             continue;
-        r->n_draft = sd_ngram_propose(r->tok, r->n_tok, e->ngram_n, kk, r->draft);
+        /* the index follows the history incrementally: O(n) per new token */
+        if (sd_ngram_update(r->ng, r->tok, r->n_tok, NULL) != 0)
+            continue;
+        int n = sd_ngram_lookup(r->ng, r->tok, r->n_tok, kk, r->draft, NULL);
+        r->n_draft = n > 0 ? n : 0;
     }
     return 0;
 }
