@@ -28,7 +28,7 @@ typedef struct opts {
     double rate, temperature, duration_limit, request_timeout, progress_interval;
     uint64_t seed;
     int *sweep, n_sweep;
-    int metrics, with_requests, quiet;
+    int metrics, with_requests, quiet, warmup;
 } opts;
 
 static void usage(FILE *f)
@@ -59,6 +59,7 @@ static void usage(FILE *f)
         "  --concurrency C         at most C requests in flight (default: no bound)\n"
         "  --sweep C1,C2,...       one run per concurrency C, each of max(N, C) requests\n"
         "  --seed S                arrivals, prompt order, random prompts (default 0)\n"
+        "  --warmup N              N requests before the first run, not recorded (default 1)\n"
         "  --duration-limit S      stop each run after S seconds; requests in flight are\n"
         "                          counted as cancelled (default: none)\n"
         "  --request-timeout S     a request with no complete response after S s fails (600)\n"
@@ -103,7 +104,7 @@ static int parse_num(const char *flag, const char *s, double lo, double hi, doub
 enum {
     O_URL = 256, O_ENDPOINT, O_MODEL, O_API_KEY, O_PROMPTS, O_RIN, O_ROUT, O_MAXTOK, O_IGNORE_EOS,
     O_TEMP, O_NUM, O_RATE, O_CONC, O_SWEEP, O_SEED, O_DUR, O_RTO, O_OUT, O_NOREQ, O_LABEL,
-    O_MACHINE, O_NOMETRICS, O_PROGRESS, O_QUIET, O_HELP
+    O_MACHINE, O_NOMETRICS, O_PROGRESS, O_QUIET, O_WARMUP, O_HELP
 };
 
 static int parse_opts(int argc, char **argv, opts *o)
@@ -118,7 +119,8 @@ static int parse_opts(int argc, char **argv, opts *o)
         {"duration-limit", 1, 0, O_DUR}, {"request-timeout", 1, 0, O_RTO}, {"out", 1, 0, O_OUT},
         {"no-requests", 0, 0, O_NOREQ}, {"label", 1, 0, O_LABEL}, {"machine", 1, 0, O_MACHINE},
         {"no-metrics", 0, 0, O_NOMETRICS}, {"progress-interval", 1, 0, O_PROGRESS},
-        {"quiet", 0, 0, O_QUIET}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+        {"quiet", 0, 0, O_QUIET}, {"warmup", 1, 0, O_WARMUP}, {"help", 0, 0, O_HELP},
+        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->url = "http://127.0.0.1:8000";
     o->endpoint = SD_BENCH_COMPLETIONS;
@@ -128,6 +130,7 @@ static int parse_opts(int argc, char **argv, opts *o)
     o->progress_interval = 5;
     o->metrics = 1;
     o->with_requests = 1;
+    o->warmup = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -200,6 +203,7 @@ static int parse_opts(int argc, char **argv, opts *o)
             rc = parse_num("--progress-interval", a, 0.01, 1e6, &o->progress_interval);
             break;
         case O_QUIET: o->quiet = 1; break;
+        case O_WARMUP: rc = parse_int("--warmup", a, 0, 1 << 20, &o->warmup); break;
         case 'h':
         case O_HELP: usage(stdout); return 1;
         default:
@@ -350,7 +354,7 @@ static char *command_line(int argc, char **argv)
 }
 
 static int write_json(const opts *o, int argc, char **argv, const char *model, int is_specd,
-                      const sd_bench_level *lv, int n)
+                      const sd_bench_level *lv, int n, const double load_before[3])
 {
     json_t *root = json_object();
     json_object_set_new(root, "tool", json_string("specd-bench-serve"));
@@ -365,7 +369,16 @@ static int write_json(const opts *o, int argc, char **argv, const char *model, i
     json_object_set_new(root, "command", json_string(cmd ? cmd : ""));
     free(cmd);
     json_object_set_new(root, "label", o->label ? json_string(o->label) : json_null());
-    json_object_set_new(root, "machine", machine_json(o));
+    json_t *mj = machine_json(o);
+    /* The load other processes put on the machine, before and after: CPU
+     * numbers taken on a busy machine say so. */
+    double load_after[3] = {-1, -1, -1};
+    getloadavg(load_after, 3);
+    json_object_set_new(mj, "loadavg_1m_before", load_before[0] >= 0 ? json_real(load_before[0])
+                                                                     : json_null());
+    json_object_set_new(mj, "loadavg_1m_after", load_after[0] >= 0 ? json_real(load_after[0])
+                                                                   : json_null());
+    json_object_set_new(root, "machine", mj);
     json_t *srv = json_object();
     json_object_set_new(srv, "url", json_string(o->url));
     json_object_set_new(srv, "endpoint",
@@ -396,6 +409,7 @@ static int write_json(const opts *o, int argc, char **argv, const char *model, i
     json_object_set_new(cfg, "duration_limit_s", o->duration_limit > 0 ? json_real(o->duration_limit)
                                                                        : json_null());
     json_object_set_new(cfg, "request_timeout_s", json_real(o->request_timeout));
+    json_object_set_new(cfg, "warmup", json_integer(o->warmup));
     json_object_set_new(root, "config", cfg);
     json_t *runs = json_array();
     for (int i = 0; i < n; i++)
@@ -446,6 +460,28 @@ int main(int argc, char **argv)
     }
     progress_ctx pc = {.tty = isatty(2)};
     int is_specd = 0, exit_code = 0, ran = 0;
+    double load_before[3] = {-1, -1, -1};
+    getloadavg(load_before, 3);
+    if (o.warmup > 0) {
+        /* Servers do one-time work on their first requests (allocations,
+         * caches, graph captures); vLLM and SGLang send one request first too. */
+        sd_bench_cfg w = {.target = target, .endpoint = o.endpoint, .model = model,
+                          .api_key = o.api_key, .max_tokens = o.max_tokens,
+                          .temperature = o.temperature, .ignore_eos = o.ignore_eos,
+                          .seed = o.seed ^ 0x77a6ull, .num_requests = o.warmup,
+                          .concurrency = o.warmup, .request_timeout_s = o.request_timeout,
+                          .duration_limit_s = o.duration_limit, .prompts = &prompts};
+        sd_bench_run wr;
+        if (sd_bench_run_once(&w, &wr, &err) == 0) {
+            int ok = 0;
+            for (int k = 0; k < wr.n; k++)
+                ok += wr.recs[k].status == SD_BENCH_OK;
+            if (ok < wr.n && !o.quiet)
+                fprintf(stderr, "specd-bench-serve: warm-up: %d of %d requests failed (%s)\n",
+                        wr.n - ok, wr.n, wr.recs[0].error[0] ? wr.recs[0].error : "see the runs");
+            sd_bench_run_free(&wr);
+        }
+    }
     for (int i = 0; i < n_levels; i++) {
         sd_bench_level *l = &lv[i];
         l->concurrency = o.n_sweep ? o.sweep[i] : one;
@@ -492,7 +528,7 @@ int main(int argc, char **argv)
                 }
         }
     }
-    if (ran && o.out && write_json(&o, argc, argv, model, is_specd, lv, ran))
+    if (ran && o.out && write_json(&o, argc, argv, model, is_specd, lv, ran, load_before))
         exit_code = 1;
     if (ran) {
         printf("specd-bench-serve: %s %s model=%s%s%s\n", o.url,

@@ -728,7 +728,7 @@ TEST(the_executable_sweeps_and_writes_json_and_a_table)
     fs_stop(&s);
     char *stdout_text = slurp(so), *stderr_text = slurp(se);
     ASSERT_MSG(rc == 0, "exit %d: %s", rc, stderr_text ? stderr_text : "");
-    ASSERT_EQ(reqs, 3 + 4); /* the level of 4 sends at least 4 */
+    ASSERT_EQ(reqs, 1 + 3 + 4); /* one warm-up; the level of 4 sends at least 4 */
     ASSERT_EQ(gets, 4);     /* /metrics before and after each level */
     ASSERT_CONTAINS(stdout_text, "TTFT ms p50/p99");
     ASSERT_CONTAINS(stdout_text, "label=plain");
@@ -741,6 +741,7 @@ TEST(the_executable_sweeps_and_writes_json_and_a_table)
     ASSERT(json_string_length(json_object_get(j, "timestamp")) == 20);
     ASSERT(json_is_string(json_object_get(j, "commit")));
     ASSERT(json_is_integer(json_object_get(json_object_get(j, "machine"), "cores")));
+    ASSERT_EQ(json_integer_value(json_object_get(json_object_get(j, "config"), "warmup")), 1);
     json_t *runs = json_object_get(j, "runs");
     ASSERT_EQ(json_array_size(runs), 2);
     json_t *r1 = json_array_get(runs, 1);
