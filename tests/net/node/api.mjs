@@ -10,9 +10,15 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { checkStream, generate, metrics, request, requireModel, startServer, until } from './lib.mjs';
+import { MODEL, checkStream, generate, metrics, request, requireModel, startServer, until } from './lib.mjs';
 
 requireModel();
+
+// Speculative decoding on, so that usage and /metrics carry real statistics:
+// the model's own MTP layer when it has one, else the n-gram proposer.
+const cfg = JSON.parse(fs.readFileSync(path.join(MODEL, 'config.json'), 'utf8'));
+const MTP = (cfg.num_nextn_predict_layers || 0) > 0;
+const SPEC = ['--spec', MTP ? 'mtp' : 'ngram'];
 
 // The client library lives in this folder (package.json + package-lock.json);
 // install it on first use.
@@ -28,7 +34,7 @@ let srv, client, modelName, maxContext;
 before(async () => {
   // One running sequence and one queued at most, so that the queue-full case
   // is reachable; small limits for the 413 and 408 cases.
-  srv = await startServer(['--api-key', KEY, '--max-batch', '1', '--max-queued', '1',
+  srv = await startServer([...SPEC, '--api-key', KEY, '--max-batch', '1', '--max-queued', '1',
     '--max-body', '65536', '--header-timeout', '1', '--body-timeout', '1']);
   client = new OpenAI({ baseURL: `${srv.base()}/v1`, apiKey: KEY, maxRetries: 0 });
   const models = await client.models.list();
@@ -56,10 +62,18 @@ test('completions, streaming and not, equal specd generate at temperature 0', as
   assert.ok(['stop', 'length'].includes(r.choices[0].finish_reason));
   assert.ok(r.usage.prompt_tokens > 0);
   assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
-  assert.equal(typeof r.usage.speculative.steps, 'number');
-  assert.ok(Array.isArray(r.usage.speculative.acceptance_by_position));
+  const sp = r.usage.speculative;
+  assert.ok(sp.accepted_tokens <= sp.draft_tokens && sp.acceptance_rate >= 0 && sp.acceptance_rate <= 1);
+  assert.ok(Array.isArray(sp.acceptance_by_position));
+  if (MTP) assert.ok(sp.steps > 0 && sp.mean_accepted_length >= 1, JSON.stringify(sp));
   const text = r.choices[0].text;
-  assert.equal(text, await generate(['--prompt', PROMPT, '--max-tokens', String(N), '--temperature', '0']));
+  assert.equal(text, await generate([...SPEC, '--prompt', PROMPT, '--max-tokens', String(N), '--temperature', '0']));
+  if (MTP) {
+    const m = await metrics(srv, AUTH);
+    assert.ok(m.get('specd_spec_steps_total') > 0);
+    assert.ok(m.get('specd_spec_accepted_length_count') === m.get('specd_spec_steps_total'));
+    assert.ok(m.get('specd_spec_position_acceptance_rate{position="0"}') > 0);
+  }
 
   const stream = await client.completions.create({ model: modelName, prompt: PROMPT, max_tokens: N, temperature: 0, stream: true, stream_options: { include_usage: true } });
   let got = '';
@@ -88,7 +102,7 @@ test('chat completions, streaming and not, equal specd generate over the rendere
   assert.equal(tok.status, 200, tok.text);
   const ids = JSON.parse(tok.text).tokens;
   assert.equal(ids.length, r.usage.prompt_tokens);
-  assert.equal(text, await generate(['--ids', ids.join(','), '--max-tokens', String(N), '--temperature', '0']));
+  assert.equal(text, await generate([...SPEC, '--ids', ids.join(','), '--max-tokens', String(N), '--temperature', '0']));
 
   const stream = await client.chat.completions.create({ model: modelName, messages: MESSAGES, max_completion_tokens: N, temperature: 0, stream: true, stream_options: { include_usage: true } });
   let got = '';

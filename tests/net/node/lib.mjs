@@ -1,7 +1,8 @@
 // Helpers shared by the end-to-end tests of `specd serve`: start the server
 // on a free port, wait until it is ready, read /metrics, stop it, and read a
 // process's resident memory. The server under test is $SPECD_BIN (meson sets
-// it); the model is $SPECD_E2E_MODEL, else the bundled models/specd-tiny.
+// it); the model is $SPECD_E2E_MODEL, else the bundled models/specd-tiny,
+// else the small test model tests/net/fixtures/tiny-chat.
 import { spawn, execFile } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -9,18 +10,23 @@ import path from 'node:path';
 
 export const SRCDIR = process.env.SD_SRCDIR || process.cwd();
 export const BIN = process.env.SPECD_BIN || path.join(SRCDIR, 'build', 'specd');
-export const MODEL = process.env.SPECD_E2E_MODEL || path.join(SRCDIR, 'models', 'specd-tiny');
+const BUNDLED = path.join(SRCDIR, 'models', 'specd-tiny');
+// 2 layers, hidden 64: for tests that measure the server, not the model.
+export const SMALL_MODEL = path.join(SRCDIR, 'tests', 'net', 'fixtures', 'tiny-chat');
+export const MODEL = process.env.SPECD_E2E_MODEL ||
+  (fs.existsSync(path.join(BUNDLED, 'config.json')) ? BUNDLED : SMALL_MODEL);
 
 // Without a model there is nothing to serve: meson's "skipped" (77), with the reason.
-export function requireModel() {
-  if (!fs.existsSync(path.join(MODEL, 'config.json'))) {
-    console.log(`skipped: no model at ${MODEL} (set SPECD_E2E_MODEL)`);
+export function requireModel(model = MODEL) {
+  if (!fs.existsSync(path.join(model, 'config.json'))) {
+    console.log(`skipped: no model at ${model} (set SPECD_E2E_MODEL)`);
     process.exit(77);
   }
   if (!fs.existsSync(BIN)) {
     console.log(`FAIL: no specd binary at ${BIN}`);
     process.exit(1);
   }
+  console.log(`# model ${model}`);
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -38,7 +44,7 @@ export async function until(fn, ms, every = 20) {
 
 // Starts `specd serve` on an ephemeral port; resolves once it logged "ready".
 export async function startServer(args = [], env = {}, opts = {}) {
-  const child = spawn(BIN, ['serve', '--model', MODEL, '--port', '0', ...args], {
+  const child = spawn(BIN, ['serve', '--model', opts.model || MODEL, '--port', '0', ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
