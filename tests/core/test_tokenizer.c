@@ -713,6 +713,120 @@ TEST(regex_dialect_is_onigurumas_white_space_script_and_intersection)
     free(got);
 }
 
+/* A tokenizer.json from a literal (for the model options), loaded. */
+static sd_tokenizer *from_text(char **dir, const char *json)
+{
+    *dir = mkdir_tmp();
+    char *p = *dir ? sd_strfmt("%s/tokenizer.json", *dir) : NULL;
+    int rc = p ? sd_write_file(p, json, strlen(json), NULL) : -1;
+    free(p);
+    return rc ? NULL : load_dir(*dir);
+}
+
+static int ids_are(const sd_tokenizer *t, const char *text, const int32_t *want, int nw)
+{
+    int n;
+    int32_t *ids = enc(t, text, strlen(text), &n);
+    int ok = ids && n == nw && !memcmp(ids, want, (size_t)n * sizeof *ids);
+    if (!ok && ids) {
+        fprintf(stderr, "  \"%s\":\n", text);
+        print_ids("got ", ids, n);
+        print_ids("want", want, nw);
+    }
+    free(ids);
+    return ok;
+}
+
+TEST(model_options_unk_fuse_byte_fallback_prefix_and_suffix_follow_hf)
+{
+    char *d;
+    /* HF test_unk_not_fused / test_unk_get_fused */
+    sd_tokenizer *t = from_text(&d, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"<unk>\": 0, \"a\": 1, \"b\": 2}, "
+                                    "\"merges\": [], \"unk_token\": \"<unk>\"}}");
+    ASSERT(t);
+    ASSERT(ids_are(t, "accb", (int32_t[]){1, 0, 0, 2}, 4));
+    sd_tok_free(t);
+    rm_tree(d);
+    t = from_text(&d, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"<unk>\": 0, \"a\": 1, \"b\": 2}, "
+                      "\"merges\": [], \"unk_token\": \"<unk>\", \"fuse_unk\": true}}");
+    ASSERT(t);
+    ASSERT(ids_are(t, "accb", (int32_t[]){1, 0, 2}, 3));
+    sd_tok_free(t);
+    rm_tree(d);
+    /* HF test_bpe_byte_fallback: <0x61> for a, <unk> for what has no byte token */
+    t = from_text(&d, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"<unk>\": 0, \"<0x61>\": 1, \"<0xC3>\": 2, "
+                      "\"<0xA9>\": 3}, \"merges\": [], \"unk_token\": \"<unk>\", \"byte_fallback\": true}}");
+    ASSERT(t);
+    ASSERT(ids_are(t, "c", (int32_t[]){0}, 1));
+    ASSERT(ids_are(t, "a\xc3\xa9", (int32_t[]){1, 2, 3}, 3));
+    sd_tok_free(t);
+    rm_tree(d);
+    /* no unk token: an unknown character is dropped (HF) */
+    t = from_text(&d, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": []}}");
+    ASSERT(t);
+    ASSERT(ids_are(t, "axb", (int32_t[]){0, 1}, 2));
+    sd_tok_free(t);
+    rm_tree(d);
+    /* HF test_bpe_with_continuing_subword_prefix */
+    t = from_text(&d, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"##b\": 1, \"##c\": 2, \"ab\": 3, "
+                      "\"abc\": 4}, \"merges\": [\"a ##b\", \"ab ##c\"], \"continuing_subword_prefix\": \"##\"}}");
+    ASSERT(t);
+    ASSERT(ids_are(t, "ab", (int32_t[]){3}, 1));
+    ASSERT(ids_are(t, "abc", (int32_t[]){4}, 1));
+    sd_tok_free(t);
+    rm_tree(d);
+    /* end_of_word_suffix on the last character of each word */
+    t = from_text(&d, "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, \"behavior\": "
+                      "\"Removed\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"b</w>\": 2, "
+                      "\"a</w>\": 3, \"ab</w>\": 4}, \"merges\": [\"a b</w>\"], \"end_of_word_suffix\": \"</w>\"}}");
+    ASSERT(t);
+    ASSERT(ids_are(t, "ab a ba", (int32_t[]){4, 3, 1, 3}, 4));
+    sd_tok_free(t);
+    rm_tree(d);
+}
+
+TEST(decoders_none_joins_with_spaces_and_replace_works_per_token)
+{
+    char *d;
+    /* no decoder: HF joins the token strings with " " */
+    sd_tokenizer *t = from_text(&d, "{\"added_tokens\": [{\"id\": 3, \"content\": \"<s>\", \"special\": true}], "
+                                    "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, "
+                                    "\"merges\": [[\"a\", \"b\"]]}}");
+    ASSERT(t);
+    int32_t ids[] = {3, 2, 0, 3, 1};
+    size_t len;
+    char *s = dec(t, ids, 5, 0, &len);
+    ASSERT_STR_EQ(s, "<s> ab a <s> b");
+    free(s);
+    s = dec(t, ids, 5, 1, &len);
+    ASSERT_STR_EQ(s, "ab a b");
+    free(s);
+    sd_err err = {0};
+    sd_detok *dt;
+    ASSERT_OK(sd_detok_new(&dt, t, 1, &err));
+    char acc[64] = {0};
+    for (int i = 0; i < 5; i++) {
+        ASSERT_OK(sd_detok_push(dt, &ids[i], 1, &s, &len, &err));
+        strcat(acc, s);
+        free(s);
+    }
+    ASSERT_STR_EQ(acc, "ab a b");
+    sd_detok_free(dt);
+    sd_tok_free(t);
+    rm_tree(d);
+    /* Sequence[Replace(▁ -> space), Fuse] */
+    t = from_text(&d, "{\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": "
+                      "{\"String\": \"\u2581\"}, \"content\": \" \"}, {\"type\": \"Fuse\"}]}, \"model\": {\"type\": "
+                      "\"BPE\", \"vocab\": {\"\u2581hi\": 0, \"\u2581there\": 1, \"!\": 2}, \"merges\": []}}");
+    ASSERT(t);
+    int32_t ids2[] = {0, 1, 2};
+    s = dec(t, ids2, 3, 0, &len);
+    ASSERT_STR_EQ(s, " hi there!");
+    free(s);
+    sd_tok_free(t);
+    rm_tree(d);
+}
+
 /* ---- invalid UTF-8, decoding, streaming ---------------------------------------------- */
 
 static sd_tokenizer *small_bl(char **dir)
@@ -1124,7 +1238,9 @@ TEST(a_megabyte_word_and_a_megabyte_of_text_encode_in_linearithmic_time)
 }
 
 TEST_MAIN(T(bpe_applies_the_lowest_rank_merge_first), T(bpe_breaks_rank_ties_to_the_left),
-          T(bpe_matches_a_naive_reference_on_random_merges_and_words), T(merges_as_strings_and_as_pairs_give_the_same_ids),
+          T(bpe_matches_a_naive_reference_on_random_merges_and_words),
+          T(model_options_unk_fuse_byte_fallback_prefix_and_suffix_follow_hf),
+          T(decoders_none_joins_with_spaces_and_replace_works_per_token), T(merges_as_strings_and_as_pairs_give_the_same_ids),
           T(added_tokens_follow_hf_lstrip_rstrip_single_word_and_normalized),
           T(single_word_tokens_need_non_word_characters_around_them), T(lstrip_and_rstrip_take_unicode_whitespace),
           T(added_tokens_match_leftmost_longest_and_inside_words), T(normalizers_nfc_nfd_nfkc_lowercase_prepend_replace_strip),
