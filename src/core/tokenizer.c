@@ -816,7 +816,7 @@ static int32_t template_bos(const sd_tokenizer *t, const json_t *pp)
     return sd_tok_token_id(t, json_string_value(name), json_string_length(name));
 }
 
-static void find_bos_eos(sd_tokenizer *t, const char *dir, const json_t *pp)
+static int find_bos_eos(sd_tokenizer *t, const char *dir, const json_t *pp, sd_err *err)
 {
     static const char *const BOS[] = {"<|begin_of_text|>", "<｜begin▁of▁sentence｜>", "<s>", "<|startoftext|>",
                                       "<bos>", "[BOS]", "<|bos|>"};
@@ -824,13 +824,21 @@ static void find_bos_eos(sd_tokenizer *t, const char *dir, const json_t *pp)
                                       "<eos>", "[EOS]", "<|eos|>"};
     int have_bos = 0, have_eos = 0;
     char *cfgpath = sd_strfmt("%s/tokenizer_config.json", dir);
-    if (cfgpath && sd_file_exists(cfgpath)) {
+    if (!cfgpath)
+        return sd_err_set(err, SD_ENOMEM, "tokenizer: out of memory");
+    if (sd_file_exists(cfgpath)) {
         json_error_t je;
         json_t *cfg = json_load_file(cfgpath, 0, &je);
-        if (json_is_object(cfg)) {
-            have_bos = config_token(t, cfg, "bos_token", &t->bos);
-            have_eos = config_token(t, cfg, "eos_token", &t->eos);
+        if (!json_is_object(cfg)) {
+            int rc = cfg ? sd_err_set(err, SD_EFORMAT, "%s: the top level must be a JSON object", cfgpath)
+                         : sd_err_set(err, SD_EFORMAT, "%s:%d:%d: malformed JSON: %s", cfgpath, je.line, je.column,
+                                      je.text);
+            json_decref(cfg);
+            free(cfgpath);
+            return rc;
         }
+        have_bos = config_token(t, cfg, "bos_token", &t->bos);
+        have_eos = config_token(t, cfg, "eos_token", &t->eos);
         json_decref(cfg);
     }
     free(cfgpath);
@@ -845,6 +853,7 @@ static void find_bos_eos(sd_tokenizer *t, const char *dir, const json_t *pp)
         t->bos = -1;
     if (t->eos >= t->vocab_size)
         t->eos = -1;
+    return 0;
 }
 
 /* ---- load / free --------------------------------------------------------------------- */
@@ -975,7 +984,8 @@ int sd_tok_load(sd_tokenizer **out, const char *path, sd_err *err)
         goto fail;
     if ((rc = build_ids(&L, &dec)))
         goto fail;
-    find_bos_eos(t, dir, json_object_get(root, "post_processor"));
+    if ((rc = find_bos_eos(t, dir, json_object_get(root, "post_processor"), err)))
+        goto fail;
     dsteps_free(&dec);
     json_decref(root);
     free(dir);

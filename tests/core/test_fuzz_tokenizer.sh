@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # A bounded libFuzzer run of fuzz/fuzz_tokenizer.c (encode/decode/stream/chat
 # properties, see the file) for CI: builds the target with clang
-# (-fsanitize=fuzzer,address,undefined) and fuzzes for SD_FUZZ_SECONDS (default 25)
+# (-fsanitize=fuzzer,address,undefined) and fuzzes for SD_FUZZ_SECONDS (default 20)
 # from the seed corpus. Skips (77) with a reason when clang or its libFuzzer is
 # missing; fails when the fuzzer did not run or found a crash.
 # usage: test_fuzz_tokenizer.sh [SPECD_BINARY, unused]   (run from the source root)
 set -u
 root=${SD_SRCDIR:-.}
 out=${SD_BUILDDIR:-/tmp}/fuzz-tokenizer
-secs=${SD_FUZZ_SECONDS:-25}
+secs=${SD_FUZZ_SECONDS:-20}
 cc=${SD_FUZZ_CC:-clang}
 
 if ! command -v "$cc" > /dev/null; then

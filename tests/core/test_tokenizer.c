@@ -1039,6 +1039,14 @@ TEST(bos_and_eos_come_from_tokenizer_config_then_from_names)
     ASSERT(t);
     ASSERT_EQ(sd_tok_bos_id(t), -1); /* null: none */
     sd_tok_free(t);
+    /* a broken config is an error naming it, not a silent fallback */
+    char *cp = sd_strfmt("%s/tokenizer_config.json", d);
+    ASSERT_OK(sd_write_file(cp, "{\"bos_token\": ", 14, NULL));
+    free(cp);
+    sd_err err2 = {0};
+    t = NULL;
+    ASSERT_EQ(sd_tok_load(&t, d, &err2), SD_EFORMAT);
+    ASSERT_CONTAINS(err2.msg, "tokenizer_config.json:1:");
     rm_tree(d);
 }
 
