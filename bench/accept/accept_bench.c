@@ -57,7 +57,7 @@ static void on_finish(void *u, sd_finish why, const sd_req_stats *st, const char
 }
 
 typedef struct args {
-    const char *model, *prompts, *out, *eagle3, *draft, *commit, *machine;
+    const char *model, *prompts, *out, *eagle3, *draft, *commit, *machine, *device;
     char proposers[256], ks[128], temps[128];
     int n_prompts, max_tokens, batch, chat, threads, max_prompt_tokens;
 } args;
@@ -68,7 +68,8 @@ static void usage(void)
             "usage: specd-bench-accept [--model DIR] [--prompts FILE.jsonl] [--n-prompts N]\n"
             "  [--proposers none,mtp,eagle3,draft,ngram] [--ks 1,2,3,4,5,6,auto] [--temperatures 0,0.7]\n"
             "  [--eagle3 DIR] [--draft DIR] [--max-tokens N] [--batch N] [--chat] [--threads N]\n"
-            "  [--max-prompt-tokens N] [--out FILE.json] [--commit SHA] [--machine TEXT]\n");
+            "  [--max-prompt-tokens N] [--device auto|cpu|cuda] [--out FILE.json] [--commit SHA]\n"
+            "  [--machine TEXT]\n");
 }
 
 static int parse_args(args *a, int argc, char **argv)
@@ -115,6 +116,7 @@ static int parse_args(args *a, int argc, char **argv)
         STR("--draft", a->draft)
         STR("--commit", a->commit)
         STR("--machine", a->machine)
+        STR("--device", a->device)
         BUF("--proposers", a->proposers)
         BUF("--ks", a->ks)
         BUF("--temperatures", a->temps)
@@ -250,6 +252,8 @@ static int run_one(const args *a, const prompt *ps, int n, const char *proposer,
         sd_opts_set(&o, SD_CMD_BENCH, "draft-model", a->eagle3, &err);
     if (!strcmp(proposer, "draft") && a->draft)
         sd_opts_set(&o, SD_CMD_BENCH, "draft-model", a->draft, &err);
+    if (a->device)
+        sd_opts_set(&o, SD_CMD_BENCH, "device", a->device, &err);
     snprintf(buf, sizeof buf, "%d", a->threads);
     sd_opts_set(&o, SD_CMD_BENCH, "threads", buf, &err);
     sd_opts_set(&o, SD_CMD_BENCH, "log-level", "warn", &err);
@@ -406,6 +410,7 @@ int main(int argc, char **argv)
     json_object_set_new(root, "n_prompts", json_integer(n));
     json_object_set_new(root, "max_tokens", json_integer(a.max_tokens));
     json_object_set_new(root, "batch", json_integer(a.batch));
+    json_object_set_new(root, "device", json_string(a.device ? a.device : "auto"));
     json_t *cmd = json_array();
     for (int i = 0; i < argc; i++)
         json_array_append_new(cmd, json_string(argv[i]));

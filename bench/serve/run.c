@@ -35,6 +35,7 @@ struct conn {
     conn *next_idle;
     sd_bench_rec *rec; /* the request it carries, NULL when idle */
     int reused;        /* a response came back on it before this request */
+    int writing;       /* wreq is in flight: the connection cannot take another request */
     size_t resp_bytes; /* bytes of this request's response so far */
     llhttp_t parser;
     int http_status;
@@ -239,7 +240,9 @@ static void complete(conn *c, int keep_alive)
                     msg ? msg : c->errbody.len ? c->errbody.p : "(no body)");
         json_decref(o);
     }
-    if (keep_alive && !r->stopping) {
+    /* A server may answer before it has read the whole request (an early
+     * error); the connection is reusable only once our write is done. */
+    if (keep_alive && !r->stopping && !c->writing) {
         c->state = C_IDLE;
         c->reused = 1;
         c->next_idle = r->idle;
@@ -440,6 +443,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 static void on_write(uv_write_t *w, int status)
 {
     conn *c = w->data;
+    c->writing = 0;
     if (status < 0 && c->state != C_CLOSING && c->rec)
         conn_fail(c, SD_BENCH_ERR_IO, "sending the request: %s", uv_strerror(status));
 }
@@ -461,6 +465,7 @@ static void send_req(conn *c)
     c->parser.data = c;
     uv_buf_t b = uv_buf_init(r->reqs[rec->id], (unsigned)r->req_len[rec->id]);
     int e = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+    c->writing = e == 0;
     if (e)
         conn_fail(c, SD_BENCH_ERR_IO, "sending the request: %s", uv_strerror(e));
 }
