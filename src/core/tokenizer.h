@@ -19,11 +19,12 @@
  * a space, as HF does). Anything else is refused at load with a message naming it
  * (e.g. model Unigram, pre-tokenizer Metaspace, normalizer Precompiled).
  *
- * Regex dialect: tokenizer.json patterns are Oniguruma's. Before PCRE2 compiles
- * one, three differences are rewritten: \s / \S mean the Unicode White_Space set
- * (PCRE2 adds U+180E), a bare script name \p{Han} means the Script property
- * (PCRE2 would take Script_Extensions), and a class intersection [A&&[^B]] (Kimi's
- * pattern) becomes (?:(?![B])[A]). Other intersections are refused.
+ * Regex dialect: tokenizer.json patterns are Oniguruma's (Ruby syntax). Before
+ * PCRE2 compiles one, the differences that matter are rewritten: \s / \S mean the
+ * Unicode White_Space set (PCRE2 adds U+180E), a bare script name \p{Han} means
+ * the Script property (PCRE2 would take Script_Extensions), \h is a hex digit,
+ * \uHHHH a code point, and a class intersection [A&&[^B]] (Kimi's pattern)
+ * becomes (?:(?![B])[A]). Other intersections, and \S inside a class, are refused.
  *
  * Invalid UTF-8 in the text to encode: each maximal ill-formed subpart is replaced
  * by U+FFFD before anything else, so encode(bytes) == HF.encode(bytes.decode(
