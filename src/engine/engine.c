@@ -494,6 +494,9 @@ static int engine_step(sd_engine *e)
                 i--;
                 list_push(&e->running, &e->n_running, &e->cap_running, r);
                 r->state = RQ_PREFILL;
+                /* speculation off for now: does it pay at the batch this joins? */
+                r->no_spec = e->spec_k < 0 && e->zero_k_steps >= SD_SPEC_OFF_AFTER &&
+                             sd__adaptive_best_k(&e->adapt, &e->acc_all, e->n_running) == 0;
                 if (!r->st.queued_s)
                     r->st.queued_s = (double)(sd_now_ns() - r->t_submit) * 1e-9;
             }
@@ -575,6 +578,15 @@ static int engine_step(sd_engine *e)
     /* 5. the proposer catches up and drafts */
     if (e->spec != SD_SPEC_NONE) {
         int k = e->spec_k >= 0 ? e->spec_k : sd__adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running);
+        /* Adaptive: when drafting has not paid for a while, the running
+         * requests stop tracking the proposer (its catch-up pass costs too);
+         * they finish as plain decode. New requests decide on admission. */
+        if (e->spec_k < 0) {
+            e->zero_k_steps = k == 0 ? e->zero_k_steps + 1 : 0;
+            if (e->zero_k_steps == SD_SPEC_OFF_AFTER)
+                for (int i = 0; i < e->n_running; i++)
+                    e->running[i]->no_spec = 1;
+        }
         uint64_t d0 = sd_now_ns();
         rc = sd__spec_step(e, &s, k, &err);
         double t_draft = (double)(sd_now_ns() - d0) * 1e-9;

@@ -16,6 +16,9 @@
 #include "verify/accept.h"
 #include "verify/sampling.h"
 
+/* adaptive k: steps in a row with k = 0 before running requests stop tracking the proposer */
+#define SD_SPEC_OFF_AFTER 16
+
 enum { SD_SPEC_NONE = 0, SD_SPEC_MTP, SD_SPEC_EAGLE3, SD_SPEC_DRAFT, SD_SPEC_NGRAM };
 
 typedef struct sd_eagle3 sd_eagle3;
@@ -47,6 +50,7 @@ typedef struct req {
     int has_q; /* q holds the drafts' distributions (sampled model drafts) */
     int last_k, last_n; /* the last verify: drafts proposed, accepted */
     sd_ngram *ng;       /* n-gram index of tok (SD_SPEC_NGRAM) */
+    int no_spec;        /* never drafts: admitted while speculation did not pay */
     float *q; /* (SD_MAX_K, V) draft distributions when sampling with a model proposer */
     sd_sampling samp;
     int greedy, max_tokens, ignore_eos;
@@ -123,6 +127,7 @@ struct sd_engine {
     sd_mem_plan plan;
     sd_accept_stats acc_all; /* engine-wide, engine thread only */
     double draft_s_total, verify_s_total;
+    int zero_k_steps; /* consecutive steps adaptive k chose 0 */
 };
 
 typedef struct step {
@@ -146,6 +151,8 @@ int sd__spec_step(sd_engine *e, step *s, int k, sd_err *err);
 void sd__adaptive_observe_target(sd_adaptive *a, int tokens, double secs);
 void sd__adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs);
 int sd__adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch);
+/* the same choice without exploration (0: speculation does not pay at this batch) */
+int sd__adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch);
 int sd__engine_reserve(sd_engine *e, req *r, int n);
 /* re-uploads the block-table rows of the step's sequences (after reservations) */
 int sd__engine_upload_tables(sd_engine *e, const step *s);

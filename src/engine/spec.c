@@ -25,7 +25,6 @@
 #include "draft/eagle3.h"
 #include "engine/internal.h"
 
-#define SD_MAX_K 16
 
 /* ------------------------------------------------------------------ adaptive */
 
@@ -65,22 +64,18 @@ static double target_time(const sd_adaptive *a, double t)
     return c + b * t;
 }
 
-int sd__adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch)
+int sd__adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch)
 {
     int kmax = a->k_max;
-    if (kmax <= 0)
+    if (kmax <= 0 || !a->have_draft)
         return 0;
-    /* explore until there is data, and now and then afterwards */
-    if (a->steps < 8 || !a->have_draft || a->steps % 97 == 0)
-        return kmax;
     if (batch < 1)
         batch = 1;
     /* conditional acceptance per position, with a weak prior of 0.5 */
-    double best = 0, cum = 1, expect = 1;
+    double cum = 1, expect = 1, prev_rate = 1;
     int best_k = 0;
     double t0 = target_time(a, batch);
-    best = 1.0 / (t0 > 0 ? t0 : 1e-9);
-    double prev_rate = 1;
+    double best = 1.0 / (t0 > 0 ? t0 : 1e-9);
     for (int k = 1; k <= kmax && k <= SD_ACCEPT_POSITIONS; k++) {
         double prop = (double)acc->proposed_at[k - 1], got = (double)acc->accepted_at[k - 1];
         double rate = (got + 2.0 * 0.5) / (prop + 2.0); /* P(first k accepted) */
@@ -98,6 +93,16 @@ int sd__adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch)
         }
     }
     return best_k;
+}
+
+int sd__adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch)
+{
+    if (a->k_max <= 0)
+        return 0;
+    /* explore until there is data, and now and then afterwards */
+    if (a->steps < 8 || !a->have_draft || a->steps % 97 == 0)
+        return a->k_max;
+    return sd__adaptive_best_k(a, acc, batch);
 }
 
 /* ------------------------------------------------------------------ buffers */
@@ -391,7 +396,7 @@ static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
     for (int i = 0; i < s->n_seq; i++) {
         req *r = s->seqs[i];
         kr[i] = 0;
-        if (r->state == RQ_DONE)
+        if (r->state == RQ_DONE || r->no_spec)
             continue;
         int lo = r->draft_valid;
         int hi = mtp ? r->n_comp - 1 : (r->state == RQ_DECODE ? r->n_tok - 1 : r->n_comp - 1);
@@ -493,7 +498,7 @@ static int ngram_step(sd_engine *e, step *s, int k)
         req *r = s->seqs[i];
         r->n_draft = 0;
         r->has_q = 0;
-        if (r->state != RQ_DECODE)
+        if (r->state != RQ_DECODE || r->no_spec)
             continue;
         int kk = reserve_k(e, r, k);
         if (kk <= 0)
