@@ -212,7 +212,7 @@ TEST(tp_2_and_4_logits_hidden_and_mtp_equal_tp_1_on_every_fixture)
     int failed = 0, mtp_seen = 0, moe_seen = 0;
     for (int f = 0; f < nf; f++) {
         char dir[1400];
-        snprintf(dir, sizeof dir, "%s/tests/golden/models/%s", sd_test_srcdir(), names[f]);
+        snprintf(dir, sizeof dir, "%.1000s/tests/golden/models/%.255s", sd_test_srcdir(), names[f]);
         int32_t ids[64];
         int n = read_ids(dir, ids, 24);
         ref r;
