@@ -55,6 +55,8 @@ struct sd_http_conn {
     sd_http_req *req;
     int state, timer_kind;
     int closing, handles_open, reading, in_process, dispatch_pending, upgraded;
+    int eof; /* the peer has sent its FIN */
+    size_t drain_left; /* output queued when the drain timer was armed */
     int reject_status;
     const char *reject_code;
     char reject_msg[200];
@@ -310,10 +312,11 @@ static void req_end(sd_http_req *r)
         return;
     }
     c->state = CS_IDLE;
-    if (!c->mem && !c->reading)
+    if (!c->mem && !c->reading && !c->eof)
         c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
     /* Pipelined bytes are parsed from a fresh loop turn, never from inside the
      * handler's call (conn_process does it directly when it is the caller). */
+    c->drain_left = 0;
     set_timer(c, c->in.len ? TK_PROCESS : TK_IDLE, c->in.len ? 0 : c->srv->lim.header_timeout_ms);
 }
 
@@ -743,8 +746,8 @@ static void on_shutdown(uv_shutdown_t *sr, int status)
     sd_http_conn *c = sr->data;
     if (c->closing)
         return;
-    if (status < 0) {
-        conn_close(c);
+    if (status < 0 || c->eof) {
+        conn_close(c); /* the peer's FIN came already: nothing to linger for */
         return;
     }
     /* Our side is done; read and drop until the peer's EOF so that closing
@@ -763,11 +766,11 @@ static void conn_finish(sd_http_conn *c)
         c->closing = 1;
         return;
     }
-    /* The writes still queued get body-timeout to drain. */
+    /* The writes still queued must make progress every body-timeout. */
+    c->drain_left = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
     set_timer(c, TK_DRAIN, c->srv->lim.body_timeout_ms);
-    if (!c->reading) {
+    if (!c->reading && !c->eof)
         c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
-    }
     c->shut.data = c;
     if (uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, on_shutdown))
         conn_close(c);
@@ -789,11 +792,22 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
         return;
     if (n < 0) {
         /* EOF or reset. A request still being answered is abandoned: a client
-         * that goes away (even by half-closing) no longer wants it. */
-        if (n != UV_EOF)
+         * that goes away (even by half-closing) no longer wants it. Between
+         * requests, an EOF still lets the last response drain out. */
+        if (n != UV_EOF) {
             sd_log_debug("connection %llu (%s): read: %s", (unsigned long long)c->id, c->peer,
                          uv_strerror((int)n));
-        conn_close(c);
+            conn_close(c);
+            return;
+        }
+        c->eof = 1;
+        c->reading = 0; /* libuv stops reading at EOF */
+        if (c->state == CS_FINISHING)
+            conn_close(c);
+        else if (c->state == CS_IDLE && !c->in.len)
+            conn_finish(c);
+        else
+            conn_close(c);
         return;
     }
     if (n == 0)
@@ -825,7 +839,7 @@ static void timer_cb(uv_timer_t *t)
     c->timer_kind = TK_NONE;
     switch (kind) {
     case TK_PROCESS:
-        if (!c->reading && !c->closing && c->state != CS_FINISHING)
+        if (!c->reading && !c->eof && !c->closing && c->state != CS_FINISHING)
             c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
         if (c->state == CS_IDLE && c->in.len) {
             c->state = CS_READING;
@@ -833,10 +847,20 @@ static void timer_cb(uv_timer_t *t)
         }
         conn_process(c);
         break;
-    case TK_IDLE:
-        sd_log_debug("connection %llu (%s): idle, closing", (unsigned long long)c->id, c->peer);
+    case TK_IDLE: {
+        /* Idle means nothing to read and nothing left to write: a response
+         * the peer is still taking keeps the connection while it moves. */
+        size_t left = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+        if (left && (!c->drain_left || left < c->drain_left)) {
+            c->drain_left = left;
+            set_timer(c, TK_IDLE, c->srv->lim.header_timeout_ms);
+            break;
+        }
+        sd_log_debug("connection %llu (%s): idle%s, closing", (unsigned long long)c->id, c->peer,
+                     left ? " and not reading" : "");
         conn_close(c);
         break;
+    }
     case TK_HEADER:
         if (c->state == CS_READING)
             conn_error(c, 408, "request_timeout", "request headers not received in time");
@@ -845,7 +869,21 @@ static void timer_cb(uv_timer_t *t)
         if (c->state == CS_READING)
             conn_error(c, 408, "request_timeout", "request body not received in time");
         break;
-    case TK_DRAIN:
+    case TK_DRAIN: {
+        /* A peer still taking our last response may have more time; one
+         * that took nothing since the last look is cut off. */
+        size_t left = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+        if (left && left < c->drain_left) {
+            c->drain_left = left;
+            set_timer(c, TK_DRAIN, c->srv->lim.body_timeout_ms);
+        } else if (left) {
+            sd_log_info("connection %llu (%s): %zu bytes of the last response not taken in "
+                        "time; closing",
+                        (unsigned long long)c->id, c->peer, left);
+            conn_close(c);
+        }
+        break;
+    }
     case TK_LINGER:
         conn_close(c);
         break;

@@ -3,14 +3,14 @@
 # socketless connection, routing, the API key, JSON validation, the response
 # builders; see the file) for CI: builds the target with clang
 # (-fsanitize=fuzzer,address,undefined) and fuzzes for SD_FUZZ_SECONDS (default
-# 25) from the seed corpus with the dictionary. Skips (77) with a reason when
+# 20) from the seed corpus with the dictionary. Skips (77) with a reason when
 # clang or its libFuzzer is missing; fails when the fuzzer did not run or
 # found a crash.
 # usage: test_fuzz_request.sh [SPECD_BINARY, unused]   (run from the source root)
 set -u
 root=${SD_SRCDIR:-.}
 out=${SD_BUILDDIR:-/tmp}/fuzz-request
-secs=${SD_FUZZ_SECONDS:-25}
+secs=${SD_FUZZ_SECONDS:-20}
 cc=${SD_FUZZ_CC:-clang}
 llhttp=/usr/share/llhttp
 

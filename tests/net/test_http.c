@@ -101,6 +101,13 @@ static void handler(void *user, sd_http_req *req)
         char body[256];
         int n = snprintf(body, sizeof body, "hello %s %s", m, sd_http_query(req));
         sd_http_respond(req, 200, "text/plain", "X-Test: 1\r\n", body, (size_t)n);
+    } else if (!strcmp(path, "/blob")) {
+        size_t n = (size_t)qint(sd_http_query(req), "size=", 1000);
+        char *b = malloc(n);
+        for (size_t i = 0; i < n; i++)
+            b[i] = (char)('a' + i % 26);
+        sd_http_respond(req, 200, "application/octet-stream", NULL, b, n);
+        free(b);
     } else if (!strcmp(path, "/echo")) {
         size_t len;
         const char *b = sd_http_body(req, &len);
@@ -496,6 +503,37 @@ TEST(slow_reader_is_cut_off_at_the_output_limit)
     ASSERT_OK(stop(s));
 }
 
+TEST(a_half_close_after_the_request_still_gets_the_whole_response)
+{
+    sd_http_limits l = test_limits();
+    l.max_output = 64 << 20;
+    tsrv *s = start(&l);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)s->port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_OK(connect(fd, (struct sockaddr *)&a, sizeof a));
+    /* 8 MiB answered at once: more than the kernel buffers take, so most of it
+     * waits in the server's queue when the FIN arrives */
+    ASSERT_OK(SEND(fd, "GET /blob?size=8388608 HTTP/1.1\r\nHost: x\r\n\r\n"));
+    shutdown(fd, SHUT_WR);
+    usleep(300000);
+    rbuf b = {0};
+    resp r[1];
+    int got = read_responses(fd, &b, r, 1, 10000);
+    ASSERT_MSG(got == 1, "%zu bytes, eof %d", b.len, b.eof);
+    ASSERT_EQ(r[0].body_len, 8388608);
+    ASSERT_EQ(r[0].body[8388607], 'a' + 8388607 % 26);
+    ASSERT(wait_eof(fd, 3000));
+    resps_free(r, 1);
+    free(b.p);
+    close(fd);
+    ASSERT_OK(stop(s));
+}
+
 TEST(streams_are_chunked_and_head_has_no_body)
 {
     sd_http_limits l = test_limits();
@@ -607,6 +645,7 @@ TEST_MAIN(T(keep_alive_serves_several_requests_on_one_connection),
           T(slow_headers_and_slow_bodies_get_408), T(idle_keep_alive_connections_close_quietly),
           T(malformed_http_and_oversized_heads_get_error_json),
           T(client_disconnect_aborts_the_request), T(slow_reader_is_cut_off_at_the_output_limit),
+          T(a_half_close_after_the_request_still_gets_the_whole_response),
           T(streams_are_chunked_and_head_has_no_body),
           T(http10_without_keep_alive_closes_after_the_response),
           T(stop_accepting_closes_idle_connections_and_finishes_busy_ones),
