@@ -91,7 +91,7 @@ const sd_opt_def sd_opt_table[] = {
     {"shutdown-timeout", NULL, F, OFF(shutdown_timeout), "30", 0, 86400, NULL, C_SRV,
      "seconds to drain running requests on SIGTERM"},
     {"header-timeout", NULL, F, OFF(header_timeout), "10", 0.01, 3600, NULL, C_SRV,
-     "seconds to receive a request's headers (408 past it)"},
+     "seconds to receive a request's headers (408 past it); also the keep-alive idle limit"},
     {"body-timeout", NULL, F, OFF(body_timeout), "30", 0.01, 3600, NULL, C_SRV,
      "seconds to receive a request's body (408 past it)"},
     {"max-output-buffer", NULL, I, OFF(max_output_buffer), "8388608", 4096, 1 << 30, NULL, C_SRV,
