@@ -378,6 +378,52 @@ TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
     ASSERT_LT(drafted[1] * 4, drafted[0]);
 }
 
+/* A draft LM whose tokenizer differs from the target's is refused at start. */
+TEST(a_draft_model_with_another_tokenizer_is_refused)
+{
+    char root[1024];
+    snprintf(root, sizeof root, "%s/models", sd_test_srcdir());
+    char tmpl[] = "/tmp/specd-draft-XXXXXX";
+    ASSERT(mkdtemp(tmpl) != NULL);
+    const char *links[] = {"config.json", "model.safetensors", "tokenizer_config.json"};
+    char a[1200], b[1200];
+    for (int i = 0; i < 3; i++) {
+        snprintf(a, sizeof a, "%s/specd-tiny-draft/%s", root, links[i]);
+        snprintf(b, sizeof b, "%s/%s", tmpl, links[i]);
+        ASSERT_OK(symlink(a, b));
+    }
+    char *tj = NULL;
+    size_t len = 0;
+    sd_err err = {0};
+    snprintf(a, sizeof a, "%s/specd-tiny-draft/tokenizer.json", root);
+    ASSERT_OK(sd_read_file(a, &tj, &len, &err));
+    char *hit = strstr(tj, "\"<|im_start|>\"");
+    ASSERT(hit != NULL);
+    memcpy(hit + 5, "BEGIN", 5); /* <|im_BEGIN|>: same length, another token */
+    snprintf(b, sizeof b, "%s/tokenizer.json", tmpl);
+    ASSERT_OK(sd_write_file(b, tj, len, &err));
+    free(tj);
+    sd_opts o;
+    ASSERT_OK(sd_opts_init(&o, &err));
+    snprintf(a, sizeof a, "%s/specd-tiny", root);
+    sd_opts_set(&o, SD_CMD_GENERATE, "model", a, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "spec", "draft", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "draft-model", tmpl, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "256", &err);
+    sd_engine *e = NULL;
+    int rc = sd_engine_create(&e, &o, &err);
+    sd_opts_free(&o);
+    for (int i = 0; i < 3; i++) {
+        snprintf(b, sizeof b, "%s/%s", tmpl, links[i]);
+        unlink(b);
+    }
+    snprintf(b, sizeof b, "%s/tokenizer.json", tmpl);
+    unlink(b);
+    rmdir(tmpl);
+    ASSERT_EQ(rc, SD_EINVAL);
+    ASSERT_CONTAINS(err.msg, "tokenizer does not match");
+}
+
 TEST(a_kv_cache_too_small_for_one_full_context_request_is_refused_at_start)
 {
     sd_opts o;
@@ -405,4 +451,5 @@ TEST_MAIN(T(mtp_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(submit_refuses_bad_requests_with_a_message),
           T(draft_lm_reserves_the_last_token_position_at_a_block_boundary),
           T(adaptive_k_stops_drafting_when_nothing_is_accepted),
+          T(a_draft_model_with_another_tokenizer_is_refused),
           T(a_kv_cache_too_small_for_one_full_context_request_is_refused_at_start))
