@@ -377,30 +377,26 @@ static void take_incoming(sd_engine *e)
     }
 }
 
+/* Finishes cancelled requests of a list and frees the finished ones. */
+static void reap_list(sd_engine *e, req **list, int *n)
+{
+    for (int i = 0; i < *n;) {
+        req *r = list[i];
+        if (atomic_load(&r->cancel) && r->state != RQ_DONE)
+            finish(e, r, SD_FINISH_CANCELLED, NULL);
+        if (r->state == RQ_DONE) {
+            list_remove(list, n, r);
+            req_free(e, r);
+        } else {
+            i++;
+        }
+    }
+}
+
 static void reap(sd_engine *e)
 {
-    for (int i = 0; i < e->n_waiting;) {
-        req *r = e->waiting[i];
-        if (atomic_load(&r->cancel) && r->state != RQ_DONE)
-            finish(e, r, SD_FINISH_CANCELLED, NULL);
-        if (r->state == RQ_DONE) {
-            list_remove(e->waiting, &e->n_waiting, r);
-            req_free(e, r);
-        } else {
-            i++;
-        }
-    }
-    for (int i = 0; i < e->n_running;) {
-        req *r = e->running[i];
-        if (atomic_load(&r->cancel) && r->state != RQ_DONE)
-            finish(e, r, SD_FINISH_CANCELLED, NULL);
-        if (r->state == RQ_DONE) {
-            list_remove(e->running, &e->n_running, r);
-            req_free(e, r);
-        } else {
-            i++;
-        }
-    }
+    reap_list(e, e->waiting, &e->n_waiting);
+    reap_list(e, e->running, &e->n_running);
 }
 
 static void publish_stats(sd_engine *e, int stepped)
