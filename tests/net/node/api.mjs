@@ -15,10 +15,11 @@ import { MODEL, checkStream, generate, metrics, request, requireModel, startServ
 requireModel();
 
 // Speculative decoding on, so that usage and /metrics carry real statistics:
-// the model's own MTP layer when it has one, else the n-gram proposer.
+// the model's own MTP layer when it has one, else the n-gram proposer; a
+// fixed draft length, since the adaptive one may rightly choose none.
 const cfg = JSON.parse(fs.readFileSync(path.join(MODEL, 'config.json'), 'utf8'));
 const MTP = (cfg.num_nextn_predict_layers || 0) > 0;
-const SPEC = ['--spec', MTP ? 'mtp' : 'ngram'];
+const SPEC = ['--spec', MTP ? 'mtp' : 'ngram', '--spec-k', '2'];
 
 // The client library lives in this folder (package.json + package-lock.json);
 // install it on first use.
