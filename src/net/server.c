@@ -84,6 +84,7 @@ struct sd_server {
     uv_signal_t sigterm, sigint;
     uv_timer_t watchdog, drain_timer;
     int handles_open;
+    int n_encoding; /* prompts being tokenized on the thread pool */
     uint64_t watchdog_usec, wd_last_step;
     /* model loading on a worker thread */
     uv_work_t load;
@@ -445,25 +446,54 @@ static int encode(sd_server *s, const sd_oai_request *r, int32_t **ids, int *n, 
     return 0;
 }
 
-static void route_generate(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_kind kind)
+/* Prompts up to this many bytes are tokenized on the loop thread; longer ones
+ * on the thread pool, so that a 1 MiB prompt does not stall every stream. */
+#define SD_INLINE_ENCODE_BYTES (16u << 10)
+
+static size_t text_bytes(const sd_oai_request *r)
 {
+    if (r->kind == SD_OAI_COMPLETIONS)
+        return r->prompt_is_ids ? 0 : r->prompt_len;
+    size_t n = 0;
+    for (int i = 0; i < r->n_msgs; i++)
+        n += strlen(r->msgs[i].content);
+    return n;
+}
+
+/* A validated request on its way to the engine (or to /tokenize's answer). */
+typedef struct pending {
+    uv_work_t w;
+    sd_server *s;
+    sd_http_req *req; /* NULL once the client went away */
+    uint64_t rid;
+    int tokenize; /* POST /tokenize, not a generation */
     sd_oai_request r;
+    int32_t *ids;
+    int n, rc;
     sd_api_error e;
-    size_t len;
-    const char *body = sd_http_body(req, &len);
-    if (sd_oai_parse(kind, body, len, s->model_name, &r, &e)) {
-        reject(s, req, rid, &e, NULL, 1);
-        return;
-    }
-    int32_t *ids = NULL;
-    int n = 0;
-    job *j = NULL;
+} pending;
+
+static void pending_free(pending *p)
+{
+    free(p->ids);
+    sd_oai_request_free(&p->r);
+    free(p);
+}
+
+/* The engine half of a generation: context check, admission, submit, and
+ * the start of the stream. Consumes p. */
+static void generate_submit(sd_server *s, pending *p)
+{
+    sd_http_req *req = p->req;
+    sd_oai_request *r = &p->r;
+    sd_api_error e;
     const char *extra = NULL;
+    job *j = NULL;
     if (not_ready(s, &e)) {
         extra = s->draining ? NULL : "Retry-After: 5\r\n";
         goto fail;
     }
-    if (encode(s, &r, &ids, &n, &e) || sd_oai_fit_context(&r, n, s->max_context, &e))
+    if (sd_oai_fit_context(r, p->n, s->max_context, &e))
         goto fail;
     sd_engine_stats es;
     sd_engine_get_stats(s->engine, &es);
@@ -476,35 +506,36 @@ static void route_generate(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_
         extra = "Retry-After: 1\r\n";
         goto fail;
     }
-    j = job_new(s, req, rid, kind);
+    j = job_new(s, req, p->rid, r->kind);
     if (!j) {
         sd_api_error_set(&e, 500, NULL, "out_of_memory", "out of memory");
         goto fail;
     }
-    j->stream = r.stream;
-    j->include_usage = r.include_usage;
+    j->stream = r->stream;
+    j->include_usage = r->include_usage;
     sd_req_events ev = {on_output, on_finish};
     sd_err err = {0};
-    int rc = sd_engine_submit(s->engine, ids, n, &r.gen, &ev, j, &j->eid, &err);
+    int rc = sd_engine_submit(s->engine, p->ids, p->n, &r->gen, &ev, j, &j->eid, &err);
     if (rc) {
-        const char *param = !strncmp(err.msg, "prompt", 6)       ? (kind == SD_OAI_CHAT ? "messages" : "prompt")
-                            : !strncmp(err.msg, "max_tokens", 10) ? r.max_tokens_param
+        const char *param = !strncmp(err.msg, "prompt", 6)
+                                ? (r->kind == SD_OAI_CHAT ? "messages" : "prompt")
+                            : !strncmp(err.msg, "max_tokens", 10) ? r->max_tokens_param
                                                                   : NULL;
         sd_api_error_set(&e, rc == SD_EFULL ? 503 : rc == SD_EINVAL || rc == SD_ERANGE ? 400 : 500,
                          param, rc == SD_EFULL ? "overloaded" : "invalid_value", "%s", err.msg);
         job_free(j);
         goto fail;
     }
-    sd_log_debug("request %llu: %s, %d prompt tokens, max_tokens %d%s", (unsigned long long)rid,
-                 sd_http_path(req), n, r.gen.max_tokens, j->stream ? ", streaming" : "");
-    free(ids);
-    sd_oai_request_free(&r);
+    sd_log_debug("request %llu: %s, %d prompt tokens, max_tokens %d%s",
+                 (unsigned long long)p->rid, sd_http_path(req), p->n, r->gen.max_tokens,
+                 j->stream ? ", streaming" : "");
+    pending_free(p);
     sd_http_on_abort(req, on_abort, j);
     if (j->stream) {
         if (sd_http_stream_begin(req, 200, "text/event-stream; charset=utf-8",
                                  "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"))
             return; /* gone already: the abort callback cancels */
-        if (kind == SD_OAI_CHAT) {
+        if (j->kind == SD_OAI_CHAT) {
             sd_buf b = {0};
             sd_oai_meta m = job_meta(j);
             if (sd_oai_chunk_event(&b, &m, 1, "", 0, SD_FINISH_NONE) == 0)
@@ -513,41 +544,122 @@ static void route_generate(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_
         }
     }
     return;
-fail:
-    free(ids);
-    sd_oai_request_free(&r);
+fail:;
+    uint64_t rid = p->rid;
+    pending_free(p);
     reject(s, req, rid, &e, extra, 1);
+}
+
+static void tokenize_answer(sd_server *s, pending *p)
+{
+    sd_buf b = {0};
+    sd_buf_printf(&b, "{\"count\":%d,\"max_model_len\":%d,\"tokens\":[", p->n, s->max_context);
+    for (int i = 0; i < p->n; i++)
+        sd_buf_printf(&b, i ? ",%d" : "%d", p->ids[i]);
+    sd_buf_puts(&b, "]}");
+    if (b.oom)
+        sd_http_respond_error(p->req, 500, NULL, "out_of_memory", NULL, "out of memory");
+    else
+        sd_http_respond(p->req, 200, "application/json", NULL, b.p, b.len);
+    sd_buf_free(&b);
+    pending_free(p);
+}
+
+/* After the prompt's token ids are known (inline or from the pool). */
+static void encoded(sd_server *s, pending *p)
+{
+    if (p->rc) {
+        sd_http_req *req = p->req;
+        uint64_t rid = p->rid;
+        int counts = !p->tokenize;
+        sd_api_error e = p->e;
+        pending_free(p);
+        reject(s, req, rid, &e, NULL, counts);
+    } else if (p->tokenize) {
+        tokenize_answer(s, p);
+    } else {
+        generate_submit(s, p);
+    }
+}
+
+static void encode_work(uv_work_t *w)
+{
+    pending *p = w->data;
+    p->rc = encode(p->s, &p->r, &p->ids, &p->n, &p->e);
+}
+
+static void encode_done(uv_work_t *w, int status)
+{
+    pending *p = w->data;
+    sd_server *s = p->s;
+    s->n_encoding--;
+    if (!p->req) { /* the client left while its prompt was tokenized */
+        pending_free(p);
+    } else {
+        sd_http_on_abort(p->req, NULL, NULL);
+        if (status < 0) {
+            p->rc = sd_api_error_set(&p->e, 503, NULL, "shutting_down",
+                                     "the server is shutting down");
+        }
+        encoded(s, p);
+    }
+    check_drained(s);
+}
+
+static void encode_abort(void *user, sd_http_req *req)
+{
+    pending *p = user;
+    (void)req;
+    p->req = NULL;
+}
+
+/* Parses and validates the body, then tokenizes: inline when small, else on
+ * the thread pool (the client may leave meanwhile). */
+static void route_prompt(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_kind kind,
+                         int tokenize)
+{
+    pending *p = calloc(1, sizeof *p);
+    if (!p) {
+        sd_http_respond_error(req, 500, NULL, "out_of_memory", NULL, "out of memory");
+        return;
+    }
+    p->s = s;
+    p->req = req;
+    p->rid = rid;
+    p->tokenize = tokenize;
+    size_t len;
+    const char *body = sd_http_body(req, &len);
+    int rc = tokenize ? sd_oai_parse_tokenize(body, len, s->model_name, &p->r, &p->e)
+                      : sd_oai_parse(kind, body, len, s->model_name, &p->r, &p->e);
+    if (!rc)
+        rc = not_ready(s, &p->e);
+    if (rc) {
+        const char *extra =
+            p->e.status == 503 && !s->draining ? "Retry-After: 5\r\n" : NULL;
+        sd_api_error e = p->e;
+        pending_free(p);
+        reject(s, req, rid, &e, extra, !tokenize);
+        return;
+    }
+    if (text_bytes(&p->r) <= SD_INLINE_ENCODE_BYTES) {
+        p->rc = encode(s, &p->r, &p->ids, &p->n, &p->e);
+        encoded(s, p);
+        return;
+    }
+    p->w.data = p;
+    sd_http_on_abort(req, encode_abort, p);
+    s->n_encoding++;
+    uv_queue_work(s->loop, &p->w, encode_work, encode_done);
+}
+
+static void route_generate(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_kind kind)
+{
+    route_prompt(s, req, rid, kind, 0);
 }
 
 static void route_tokenize(sd_server *s, sd_http_req *req, uint64_t rid)
 {
-    sd_oai_request r;
-    sd_api_error e;
-    size_t len;
-    const char *body = sd_http_body(req, &len);
-    if (sd_oai_parse_tokenize(body, len, s->model_name, &r, &e)) {
-        reject(s, req, rid, &e, NULL, 0);
-        return;
-    }
-    int32_t *ids = NULL;
-    int n = 0;
-    if (not_ready(s, &e) || encode(s, &r, &ids, &n, &e)) {
-        sd_oai_request_free(&r);
-        reject(s, req, rid, &e, NULL, 0);
-        return;
-    }
-    sd_oai_request_free(&r);
-    sd_buf b = {0};
-    sd_buf_printf(&b, "{\"count\":%d,\"max_model_len\":%d,\"tokens\":[", n, s->max_context);
-    for (int i = 0; i < n; i++)
-        sd_buf_printf(&b, i ? ",%d" : "%d", ids[i]);
-    sd_buf_puts(&b, "]}");
-    free(ids);
-    if (b.oom)
-        sd_http_respond_error(req, 500, NULL, "out_of_memory", NULL, "out of memory");
-    else
-        sd_http_respond(req, 200, "application/json", NULL, b.p, b.len);
-    sd_buf_free(&b);
+    route_prompt(s, req, rid, SD_OAI_COMPLETIONS, 1);
 }
 
 static void route_models(sd_server *s, sd_http_req *req, uint64_t rid)
@@ -850,7 +962,7 @@ static void close_all(sd_server *s)
 
 static void check_drained(sd_server *s)
 {
-    if (!s->draining || s->closing || s->n_jobs || s->loading)
+    if (!s->draining || s->closing || s->n_jobs || s->loading || s->n_encoding)
         return;
     sd_log_info("shutdown: drained");
     close_all(s);

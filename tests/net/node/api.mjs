@@ -180,6 +180,15 @@ test('every error case has its status and the OpenAI error shape', async () => {
   await expectError(await post('/v1/chat/completions', chat({ max_tokens: maxContext })), 400, 'context_length_exceeded', 'max_tokens');
   await expectError(await post('/v1/completions', { model: modelName, prompt: new Array(maxContext + 1).fill(1) }), 400, 'context_length_exceeded', 'prompt');
   await expectError(await post('/v1/completions', { model: modelName, prompt: 'x'.repeat(70000) }), 413, 'body_too_large', null);
+  // A prompt past 16 KiB is tokenized off the loop thread: same answers.
+  const big = 'for i in range(10):\n    print(i)\n'.repeat(600);
+  const tb = await post('/tokenize', { model: modelName, prompt: big });
+  assert.equal(tb.status, 200, tb.text);
+  const nbig = JSON.parse(tb.text).count;
+  assert.ok(nbig > maxContext, `${nbig} tokens`);
+  const rb = await post('/v1/completions', { model: modelName, prompt: big, max_tokens: 4 });
+  await expectError(rb, 400, 'context_length_exceeded', 'prompt');
+  assert.match(JSON.parse(rb.text).error.message, new RegExp(`holds ${nbig} tokens`));
   await expectError(await request(srv, 'GET', '/v1/nothing', { headers: AUTH }), 404, 'not_found', null);
   const m = await request(srv, 'GET', '/v1/chat/completions', { headers: AUTH });
   await expectError(m, 405, 'method_not_allowed', null);
