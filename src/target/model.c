@@ -138,7 +138,6 @@ typedef struct part {
     enum { PART_ALL, PART_ROWS, PART_COLS } kind;
     int64_t off, n;
 } part;
-#define PART_WHOLE ((part){PART_ALL, 0, 0})
 static part part_rows(int64_t off, int64_t n) { return (part){PART_ROWS, off, n}; }
 static part part_cols(int64_t off, int64_t n) { return (part){PART_COLS, off, n}; }
 
