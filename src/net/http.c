@@ -268,7 +268,6 @@ const char *sd_http_method(const sd_http_req *r) { return r->method; }
 const char *sd_http_path(const sd_http_req *r) { return r->path ? r->path : "/"; }
 const char *sd_http_query(const sd_http_req *r) { return r->query ? r->query : ""; }
 const char *sd_http_peer(const sd_http_req *r) { return r->conn->peer; }
-uint64_t sd_http_conn_id(const sd_http_req *r) { return r->conn->id; }
 
 const char *sd_http_body(const sd_http_req *r, size_t *len)
 {
@@ -289,12 +288,6 @@ void sd_http_on_abort(sd_http_req *r, sd_http_abort_fn fn, void *user)
 {
     r->abort_fn = fn;
     r->abort_user = user;
-}
-
-size_t sd_http_output_queued(const sd_http_req *r)
-{
-    const sd_http_conn *c = r->conn;
-    return c->mem || c->closing ? 0 : uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
 }
 
 /* The response ended: the next request may be parsed, or the connection ends. */

@@ -77,7 +77,6 @@ const char *sd_http_body(const sd_http_req *r, size_t *len);
 /* First header of that name (case-insensitive), or NULL. */
 const char *sd_http_header(const sd_http_req *r, const char *name);
 const char *sd_http_peer(const sd_http_req *r); /* "ip:port" */
-uint64_t sd_http_conn_id(const sd_http_req *r);
 void sd_http_on_abort(sd_http_req *r, sd_http_abort_fn fn, void *user);
 
 /* The whole response. extra_headers: complete lines ("Retry-After: 1\r\n")
@@ -96,8 +95,6 @@ int sd_http_stream_begin(sd_http_req *r, int status, const char *content_type,
                          const char *extra_headers);
 int sd_http_stream_write(sd_http_req *r, const void *data, size_t len);
 int sd_http_stream_end(sd_http_req *r);
-/* Bytes this request's connection has queued but the peer has not taken. */
-size_t sd_http_output_queued(const sd_http_req *r);
 
 const char *sd_http_status_text(int status);
 

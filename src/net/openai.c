@@ -846,7 +846,8 @@ int sd_oai_fit_context(sd_oai_request *r, int n_prompt, int max_context, sd_api_
 
 /* ---- responses --------------------------------------------------------------- */
 
-const char *sd_oai_finish_reason(sd_finish why)
+/* "stop" | "length" for a finished request, else NULL (JSON null). */
+static const char *finish_reason(sd_finish why)
 {
     switch (why) {
     case SD_FINISH_STOP: return "stop";
@@ -857,7 +858,7 @@ const char *sd_oai_finish_reason(sd_finish why)
 
 static json_t *finish_json(sd_finish why)
 {
-    const char *s = sd_oai_finish_reason(why);
+    const char *s = finish_reason(why);
     return s ? json_string(s) : json_null();
 }
 
@@ -898,8 +899,6 @@ static json_t *usage_obj(const sd_req_stats *st)
     json_object_set_new(u, "speculative", spec_json(&st->spec));
     return u;
 }
-
-int sd_oai_usage_json(sd_buf *out, const sd_req_stats *st) { return dump_json(out, usage_obj(st)); }
 
 static json_t *head(const sd_oai_meta *m, const char *object)
 {

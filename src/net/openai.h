@@ -92,9 +92,6 @@ typedef struct sd_oai_meta {
     const char *model;
 } sd_oai_meta;
 
-/* "stop" | "length" for a finished request, else NULL (JSON null). */
-const char *sd_oai_finish_reason(sd_finish why);
-
 /* The whole non-streaming response: text_completion or chat.completion. */
 int sd_oai_response(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len,
                     sd_finish why, const sd_req_stats *st);
@@ -105,8 +102,6 @@ int sd_oai_chunk_event(sd_buf *out, const sd_oai_meta *m, int role, const char *
                        sd_finish why);
 /* The usage chunk of stream_options.include_usage: empty choices + usage. */
 int sd_oai_usage_event(sd_buf *out, const sd_oai_meta *m, const sd_req_stats *st);
-/* The usage object, speculative extension included (appended as JSON). */
-int sd_oai_usage_json(sd_buf *out, const sd_req_stats *st);
 /* GET /v1/models */
 int sd_oai_models(sd_buf *out, const char *model, long long created, int max_context);
 
