@@ -8,6 +8,6 @@ set ylabel 'acceptance rate (accepted / proposed)'
 set yrange [0:1.05]
 set xtics 1
 set grid xtics ytics lc rgb '#dddddd'
-set key top right box opaque
+set key top right box opaque width 2
 set style data linespoints
 plot for [i=1:words(files)] word(files, i) using 1:2 lw 2 pt 7 ps 1.2 title word(labels, i)

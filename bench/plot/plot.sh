@@ -8,9 +8,9 @@
 # give PREFIX-throughput.png and PREFIX-latency.png, one line per label.
 # bench/results/accept-*.json (specd-bench-accept: {"results": [{"proposer",
 # "k", "acceptance_by_position", ...}]} or one such object) give
-# accept-by-position.png: per proposer, its largest fixed k at the lowest
-# temperature. Without accept files, the serve files' server-side per-position
-# counters (summed over the sweep) give PREFIX-acceptance.png instead.
+# accept-NAME-by-position.png each: per proposer, its largest fixed k at the
+# lowest temperature. The serve files' server-side per-position counters
+# (summed over the sweep) give PREFIX-acceptance.png.
 # RESULTS=DIR reads and writes another folder.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -63,52 +63,48 @@ for p in "${prefixes[@]}"; do
         "$here/serve_latency.gp"
     echo "plot.sh: wrote $results/$p-throughput.png $results/$p-latency.png" >&2
 
-    # server-side acceptance by position, when there is no accept-*.json
-    if ! compgen -G "$results/accept-*.json" >/dev/null; then
-        afiles=() alabels=()
-        for f in "$results/$p"-*.json; do
-            b=$(basename "$f" .json)
-            jq -r '[.runs[].server_speculative | select(. != null)] as $s |
-                   if ($s | length) == 0 then empty else
-                   ([$s[].proposed_by_position | length] | max) as $n |
-                   range(0; $n) as $i |
-                   ([$s[] | (.proposed_by_position[$i] // 0)] | add) as $prop |
-                   ([$s[] | ((.acceptance_by_position[$i] // 0) * (.proposed_by_position[$i] // 0))] | add) as $acc |
-                   select($prop > 0) | [$i + 1, $acc / $prop] | @tsv end' "$f" >"$tmp/acc-$b.dat"
-            [[ -s $tmp/acc-$b.dat ]] || continue
-            afiles+=("$tmp/acc-$b.dat")
-            alabels+=("$(jq -r '.label // "spec"' "$f")")
-        done
-        if ((${#afiles[@]})); then
-            gnuplot -e "files='${afiles[*]}'; labels='${alabels[*]}'; out='$results/$p-acceptance.png'; title='Acceptance by draft position (server counters, whole sweep)'; subtitle='$desc'" \
-                "$here/accept_by_position.gp"
-            echo "plot.sh: wrote $results/$p-acceptance.png" >&2
-        fi
+    # server-side acceptance by position of the labels that speculate
+    afiles=() alabels=()
+    for f in "$results/$p"-*.json; do
+        b=$(basename "$f" .json)
+        jq -r '[.runs[].server_speculative | select(. != null)] as $s |
+               if ($s | length) == 0 then empty else
+               ([$s[].proposed_by_position | length] | max) as $n |
+               range(0; $n) as $i |
+               ([$s[] | (.proposed_by_position[$i] // 0)] | add) as $prop |
+               ([$s[] | ((.acceptance_by_position[$i] // 0) * (.proposed_by_position[$i] // 0))] | add) as $acc |
+               select($prop > 0) | [$i + 1, $acc / $prop] | @tsv end' "$f" >"$tmp/acc-$b.dat"
+        [[ -s $tmp/acc-$b.dat ]] || continue
+        afiles+=("$tmp/acc-$b.dat")
+        alabels+=("$(jq -r '.label // "spec"' "$f")")
+    done
+    if ((${#afiles[@]})); then
+        gnuplot -e "files='${afiles[*]}'; labels='${alabels[*]}'; out='$results/$p-acceptance.png'; title='Acceptance by draft position (server counters, whole sweep)'; subtitle='$desc'" \
+            "$here/accept_by_position.gp"
+        echo "plot.sh: wrote $results/$p-acceptance.png" >&2
     fi
 done
 
-# acceptance by position per proposer, from specd-bench-accept
-afiles=() alabels=() desc=""
+# acceptance by position per proposer, from specd-bench-accept: one PNG per file
 for f in "$results"/accept-*.json; do
     b=$(basename "$f" .json)
     jq -c '(if has("results") then .results else [.] end)[] | select(.acceptance_by_position)' "$f" \
-        >"$tmp/$b.rows" || { echo "plot.sh: $f: not JSON, skipped" >&2; continue; }
-    desc=$(jq -r '[(.model // empty | split("/") | last), (.machine // empty), ("commit " + (.commit // "?"))] | join(", ")' "$f")
+        >"$tmp/$b.rows" 2>/dev/null || { echo "plot.sh: $f: not JSON, skipped" >&2; continue; }
+    desc=$(jq -r '[(.model // empty | split("/") | last), (.machine // empty),
+                   (if .batch then "batch \(.batch)" else empty end), ("commit " + (.commit // "?"))] |
+                   join(", ")' "$f")
+    afiles=() alabels=()
     for prop in $(jq -r '.proposer' "$tmp/$b.rows" | sort -u); do
         # the lowest temperature, then the largest numeric k
-        jq -s -r --arg p "$prop" '[.[] | select(.proposer == $p and (.k | type) == "number")] |
-            sort_by([(.temperature // 0), -.k]) | .[0] // empty |
-            .acceptance_by_position | to_entries[] | [.key + 1, .value] | @tsv' "$tmp/$b.rows" \
-            >"$tmp/acc-$b-$prop.dat"
+        best='[.[] | select(.proposer == $p and (.k | type) == "number")] | sort_by([(.temperature // 0), -.k]) | .[0]'
+        jq -s -r --arg p "$prop" "$best"' // empty | .acceptance_by_position | to_entries[] |
+            [.key + 1, .value] | @tsv' "$tmp/$b.rows" >"$tmp/acc-$b-$prop.dat"
         [[ -s $tmp/acc-$b-$prop.dat ]] || continue
-        k=$(jq -s -r --arg p "$prop" '[.[] | select(.proposer == $p and (.k | type) == "number")] |
-            sort_by([(.temperature // 0), -.k]) | .[0].k' "$tmp/$b.rows")
         afiles+=("$tmp/acc-$b-$prop.dat")
-        alabels+=("$prop(k=$k)")
+        alabels+=("$prop(k=$(jq -s -r --arg p "$prop" "$best"'.k' "$tmp/$b.rows"))")
     done
-done
-if ((${#afiles[@]})); then
-    gnuplot -e "files='${afiles[*]}'; labels='${alabels[*]}'; out='$results/accept-by-position.png'; title='Acceptance by draft position (specd-bench-accept)'; subtitle='$desc'" \
+    ((${#afiles[@]})) || continue
+    gnuplot -e "files='${afiles[*]}'; labels='${alabels[*]}'; out='$results/$b-by-position.png'; title='Acceptance by draft position ($b.json)'; subtitle='$desc'" \
         "$here/accept_by_position.gp"
-    echo "plot.sh: wrote $results/accept-by-position.png" >&2
-fi
+    echo "plot.sh: wrote $results/$b-by-position.png" >&2
+done

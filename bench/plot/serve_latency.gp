@@ -8,7 +8,7 @@ set logscale x 2
 set logscale y
 set xlabel 'concurrency (requests in flight)'
 set grid xtics ytics mytics lc rgb '#dddddd'
-set key top left box opaque
+set key top left box opaque width 2
 set style data linespoints
 array what[3] = ['time to first token (TTFT)', 'time per output token (TPOT)', 'inter-token latency (ITL)']
 do for [m=1:3] {

@@ -8,7 +8,7 @@ set multiplot layout 1,2 title title."\n".subtitle font ',12'
 set logscale x 2
 set xlabel 'concurrency (requests in flight)'
 set grid xtics ytics lc rgb '#dddddd'
-set key top left box opaque
+set key top left box opaque width 2
 set yrange [0:*]
 set style data linespoints
 set title 'output throughput'

@@ -28,7 +28,7 @@ typedef struct opts {
     double rate, temperature, duration_limit, request_timeout, progress_interval;
     uint64_t seed;
     int *sweep, n_sweep;
-    int metrics, with_requests, quiet, warmup;
+    int metrics, with_requests, quiet, warmup, max_prompt_chars;
 } opts;
 
 static void usage(FILE *f)
@@ -48,6 +48,8 @@ static void usage(FILE *f)
         "prompts:\n"
         "  --prompts FILE          JSON Lines: MT-Bench \"turns\" (first turn), GSM8K \"question\",\n"
         "                          HumanEval \"prompt\", or {\"prompt\": ...} / {\"text\": ...}\n"
+        "  --max-prompt-chars N    leave out prompts longer than N bytes (the bench has no\n"
+        "                          tokenizer: about 3-4 bytes a token; default: keep all)\n"
         "  --random-input-len N    N random common words per prompt (default 128 without --prompts)\n"
         "  --random-output-len N   max_tokens = N and ignore_eos, so every request makes N tokens\n"
         "  --max-tokens N          max_tokens of each request (default 128)\n"
@@ -104,7 +106,7 @@ static int parse_num(const char *flag, const char *s, double lo, double hi, doub
 enum {
     O_URL = 256, O_ENDPOINT, O_MODEL, O_API_KEY, O_PROMPTS, O_RIN, O_ROUT, O_MAXTOK, O_IGNORE_EOS,
     O_TEMP, O_NUM, O_RATE, O_CONC, O_SWEEP, O_SEED, O_DUR, O_RTO, O_OUT, O_NOREQ, O_LABEL,
-    O_MACHINE, O_NOMETRICS, O_PROGRESS, O_QUIET, O_WARMUP, O_HELP
+    O_MACHINE, O_NOMETRICS, O_PROGRESS, O_QUIET, O_WARMUP, O_MAXCHARS, O_HELP
 };
 
 static int parse_opts(int argc, char **argv, opts *o)
@@ -119,7 +121,8 @@ static int parse_opts(int argc, char **argv, opts *o)
         {"duration-limit", 1, 0, O_DUR}, {"request-timeout", 1, 0, O_RTO}, {"out", 1, 0, O_OUT},
         {"no-requests", 0, 0, O_NOREQ}, {"label", 1, 0, O_LABEL}, {"machine", 1, 0, O_MACHINE},
         {"no-metrics", 0, 0, O_NOMETRICS}, {"progress-interval", 1, 0, O_PROGRESS},
-        {"quiet", 0, 0, O_QUIET}, {"warmup", 1, 0, O_WARMUP}, {"help", 0, 0, O_HELP},
+        {"quiet", 0, 0, O_QUIET}, {"warmup", 1, 0, O_WARMUP},
+        {"max-prompt-chars", 1, 0, O_MAXCHARS}, {"help", 0, 0, O_HELP},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->url = "http://127.0.0.1:8000";
@@ -204,6 +207,9 @@ static int parse_opts(int argc, char **argv, opts *o)
             break;
         case O_QUIET: o->quiet = 1; break;
         case O_WARMUP: rc = parse_int("--warmup", a, 0, 1 << 20, &o->warmup); break;
+        case O_MAXCHARS:
+            rc = parse_int("--max-prompt-chars", a, 1, 1 << 30, &o->max_prompt_chars);
+            break;
         case 'h':
         case O_HELP: usage(stdout); return 1;
         default:
@@ -354,7 +360,8 @@ static char *command_line(int argc, char **argv)
 }
 
 static int write_json(const opts *o, int argc, char **argv, const char *model, int is_specd,
-                      const sd_bench_level *lv, int n, const double load_before[3])
+                      const sd_bench_level *lv, int n, const double load_before[3],
+                      int n_prompts, int skipped)
 {
     json_t *root = json_object();
     json_object_set_new(root, "tool", json_string("specd-bench-serve"));
@@ -398,6 +405,11 @@ static int write_json(const opts *o, int argc, char **argv, const char *model, i
         json_object_set_new(cfg, "sweep", sw);
     }
     json_object_set_new(cfg, "prompts", o->prompts ? json_string(o->prompts) : json_string("random"));
+    json_object_set_new(cfg, "n_prompts", json_integer(n_prompts));
+    if (o->max_prompt_chars) {
+        json_object_set_new(cfg, "max_prompt_chars", json_integer(o->max_prompt_chars));
+        json_object_set_new(cfg, "prompts_left_out", json_integer(skipped));
+    }
     if (o->random_in)
         json_object_set_new(cfg, "random_input_len", json_integer(o->random_in));
     if (o->random_out)
@@ -411,12 +423,55 @@ static int write_json(const opts *o, int argc, char **argv, const char *model, i
     json_object_set_new(cfg, "request_timeout_s", json_real(o->request_timeout));
     json_object_set_new(cfg, "warmup", json_integer(o->warmup));
     json_object_set_new(root, "config", cfg);
+    /* Indented, except that each request record is one compact line: the
+     * records are most of the file, and a line per ITL value would triple it. */
     json_t *runs = json_array();
-    for (int i = 0; i < n; i++)
-        json_array_append_new(runs, sd_bench_level_json(&lv[i], o->with_requests));
+    for (int i = 0; i < n; i++) {
+        json_t *l = sd_bench_level_json(&lv[i], 0);
+        if (o->with_requests) {
+            char mark[32];
+            snprintf(mark, sizeof mark, "@@requests-%d@@", i);
+            json_object_set_new(l, "requests", json_string(mark));
+        }
+        json_array_append_new(runs, l);
+    }
     json_object_set_new(root, "runs", runs);
-    int rc = json_dump_file(root, o->out, JSON_INDENT(1) | JSON_REAL_PRECISION(7));
+    char *text = json_dumps(root, JSON_INDENT(1) | JSON_REAL_PRECISION(7));
     json_decref(root);
+    FILE *f = text ? fopen(o->out, "w") : NULL;
+    int rc = f ? 0 : -1;
+    const char *p = text;
+    for (int i = 0; f && i <= n; i++) {
+        char mark[40];
+        snprintf(mark, sizeof mark, "\"@@requests-%d@@\"", i);
+        const char *at = i < n && o->with_requests ? strstr(p, mark) : NULL;
+        if (!at) {
+            if (i == n || !o->with_requests) {
+                fputs(p, f);
+                break;
+            }
+            rc = -1; /* cannot happen: the mark is in the text */
+            break;
+        }
+        fwrite(p, 1, (size_t)(at - p), f);
+        fputs("[", f);
+        for (int k = 0; k < lv[i].run.n; k++) {
+            json_t *r = sd_bench_rec_json(&lv[i].run.recs[k]);
+            char *line = json_dumps(r, JSON_COMPACT | JSON_REAL_PRECISION(7));
+            json_decref(r);
+            if (!line) {
+                rc = -1;
+                break;
+            }
+            fprintf(f, "%s\n  %s", k ? "," : "", line);
+            free(line);
+        }
+        fputs("\n  ]", f);
+        p = at + strlen(mark);
+    }
+    if (f && (fputc('\n', f) == EOF || fclose(f)))
+        rc = -1;
+    free(text);
     if (rc) {
         fprintf(stderr, "specd-bench-serve: --out %s: cannot write\n", o->out);
         return -1;
@@ -450,6 +505,26 @@ int main(int argc, char **argv)
         fprintf(stderr, "specd-bench-serve: %s\n", err.msg);
         free(model);
         return 1;
+    }
+    int skipped = 0;
+    if (o.max_prompt_chars > 0) {
+        int k = 0;
+        for (int i = 0; i < prompts.n; i++) {
+            if (strlen(prompts.text[i]) > (size_t)o.max_prompt_chars) {
+                free(prompts.text[i]);
+                skipped++;
+            } else {
+                prompts.text[k++] = prompts.text[i];
+            }
+        }
+        prompts.n = k;
+        if (k == 0) {
+            fprintf(stderr, "specd-bench-serve: --max-prompt-chars %d leaves no prompt\n",
+                    o.max_prompt_chars);
+            free(model);
+            sd_bench_prompts_free(&prompts);
+            return 2;
+        }
     }
     int one = o.concurrency;
     int n_levels = o.n_sweep ? o.n_sweep : 1;
@@ -528,7 +603,8 @@ int main(int argc, char **argv)
                 }
         }
     }
-    if (ran && o.out && write_json(&o, argc, argv, model, is_specd, lv, ran, load_before))
+    if (ran && o.out && write_json(&o, argc, argv, model, is_specd, lv, ran, load_before,
+                                  prompts.n, skipped))
         exit_code = 1;
     if (ran) {
         printf("specd-bench-serve: %s %s model=%s%s%s\n", o.url,
