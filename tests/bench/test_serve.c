@@ -19,7 +19,7 @@
 #include "fake_server.h"
 #include "test.h"
 
-/* ---- helpers ------------------------------------------------------------------ */
+/* ---- set-up --------------------------------------------------------------------- */
 
 static const char *const prompt_text[] = {"def add(a, b):\n", "class Stack:\n",
                                           "import os\n\ndef walk(path):\n"};
