@@ -490,9 +490,12 @@ static int engine_step(sd_engine *e)
                 i--;
                 list_push(&e->running, &e->n_running, &e->cap_running, r);
                 r->state = RQ_PREFILL;
-                /* speculation off for now: does it pay at the batch this joins? */
+                /* speculation off for now: does it pay at the batch this joins?
+                 * Every 8th request tracks the proposer anyway, so the
+                 * acceptance and cost estimates keep being refreshed. */
                 r->no_spec = e->spec_k < 0 && e->zero_k_steps >= SD_SPEC_OFF_AFTER &&
-                             sd__adaptive_best_k(&e->adapt, &e->acc_all, e->n_running) == 0;
+                             sd__adaptive_best_k(&e->adapt, &e->acc_all, e->n_running) == 0 &&
+                             ++e->n_admitted_off % 8 != 0;
                 if (!r->st.queued_s)
                     r->st.queued_s = (double)(sd_now_ns() - r->t_submit) * 1e-9;
             }

@@ -128,6 +128,7 @@ struct sd_engine {
     sd_accept_stats acc_all; /* engine-wide, engine thread only */
     double draft_s_total, verify_s_total;
     int zero_k_steps; /* consecutive steps adaptive k chose 0 */
+    unsigned n_admitted_off; /* requests admitted while speculation was off */
 };
 
 typedef struct step {

@@ -99,8 +99,9 @@ int sd__adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch)
 {
     if (a->k_max <= 0)
         return 0;
-    /* explore until there is data, and now and then afterwards */
-    if (a->steps < 8 || !a->have_draft || a->steps % 97 == 0)
+    /* explore until the first position has been tried 64 times (a few steps
+     * of evidence decide nothing), and now and then afterwards */
+    if (acc->proposed_at[0] < 64 || !a->have_draft || a->steps % 97 == 0)
         return a->k_max;
     return sd__adaptive_best_k(a, acc, batch);
 }
