@@ -101,21 +101,26 @@ static int is_eos(const sd_engine *e, int32_t t)
 
 /* ------------------------------------------------------------------ finish */
 
+/* The acceptance counters of src/verify into the API's statistics. */
+static void spec_from_accept(sd_spec_stats *s, const sd_accept_stats *a)
+{
+    s->steps = a->steps;
+    s->drafted = a->drafted;
+    s->accepted = a->accepted;
+    s->emitted = a->emitted;
+    for (int i = 0; i < 16 && i < SD_ACCEPT_POSITIONS; i++) {
+        s->accepted_at[i] = a->accepted_at[i];
+        s->proposed_at[i] = a->proposed_at[i];
+    }
+}
+
 static void fill_stats(sd_engine *e, req *r)
 {
     (void)e;
     r->st.prompt_tokens = r->n_prompt;
     r->st.completion_tokens = r->n_tok - r->n_prompt;
     r->st.total_s = (double)(sd_now_ns() - r->t_submit) * 1e-9;
-    sd_spec_stats *s = &r->st.spec;
-    s->steps = r->acc.steps;
-    s->drafted = r->acc.drafted;
-    s->accepted = r->acc.accepted;
-    s->emitted = r->acc.emitted;
-    for (int i = 0; i < 16 && i < SD_ACCEPT_POSITIONS; i++) {
-        s->accepted_at[i] = r->acc.accepted_at[i];
-        s->proposed_at[i] = r->acc.proposed_at[i];
-    }
+    spec_from_accept(&r->st.spec, &r->acc);
 }
 
 static void finish(sd_engine *e, req *r, sd_finish why, const char *msg)
@@ -407,14 +412,7 @@ static void publish_stats(sd_engine *e, int stepped)
     e->stats.kv_blocks_total = e->n_blocks;
     e->stats.kv_blocks_used = sd_kv_pool_used(e->kv);
     sd_spec_stats *sp = &e->stats.spec;
-    sp->steps = e->acc_all.steps;
-    sp->drafted = e->acc_all.drafted;
-    sp->accepted = e->acc_all.accepted;
-    sp->emitted = e->acc_all.emitted;
-    for (int i = 0; i < 16 && i < SD_ACCEPT_POSITIONS; i++) {
-        sp->accepted_at[i] = e->acc_all.accepted_at[i];
-        sp->proposed_at[i] = e->acc_all.proposed_at[i];
-    }
+    spec_from_accept(sp, &e->acc_all);
     sp->draft_s = e->draft_s_total;
     sp->verify_s = e->verify_s_total;
     if (stepped) {
