@@ -36,7 +36,7 @@ static void on_output(void *user, const char *text, size_t len, const int32_t *i
             g->cap_text = cap;
         }
     }
-    if (g->n_text + len + 1 <= g->cap_text) {
+    if (len > 0 && g->n_text + len + 1 <= g->cap_text) {
         memcpy(g->text + g->n_text, text, len);
         g->n_text += len;
         g->text[g->n_text] = 0;
@@ -49,7 +49,7 @@ static void on_output(void *user, const char *text, size_t len, const int32_t *i
             g->cap_ids = cap;
         }
     }
-    if (g->n_ids + n_ids <= g->cap_ids) {
+    if (n_ids > 0 && g->n_ids + n_ids <= g->cap_ids) {
         memcpy(g->ids + g->n_ids, ids, (size_t)n_ids * sizeof *ids);
         g->n_ids += n_ids;
     }

@@ -91,10 +91,13 @@ static void req_free(sd_engine *e, req *r)
     free(r);
 }
 
-static int is_eos(const sd_engine *e, int32_t t)
+static int is_eos(const sd_engine *e, const req *r, int32_t t)
 {
     for (int i = 0; i < e->n_eos; i++)
         if (e->eos_ids[i] == t)
+            return 1;
+    for (int i = 0; i < r->n_stop_ids; i++)
+        if (r->stop_ids[i] == t)
             return 1;
     return 0;
 }
@@ -172,7 +175,7 @@ static int emit(sd_engine *e, req *r, int from)
     sd_finish why = SD_FINISH_NONE;
     for (int i = from; i < r->n_tok; i++) {
         int gen = i - r->n_prompt + 1;
-        if (!r->ignore_eos && is_eos(e, r->tok[i])) {
+        if (!r->ignore_eos && is_eos(e, r, r->tok[i])) {
             r->n_tok = i + 1;
             why = SD_FINISH_STOP;
             break;
@@ -886,6 +889,14 @@ int sd_engine_submit(sd_engine *e, const int32_t *prompt, int n_prompt, const sd
     r->greedy = sd_sampling_is_greedy(&r->samp);
     r->max_tokens = p->max_tokens;
     r->ignore_eos = p->ignore_eos;
+    if (p->n_stop_ids < 0 || p->n_stop_ids > (int)SD_ARRAY_LEN(r->stop_ids)) {
+        rc = sd_err_set(err, SD_EINVAL, "stop token ids: at most %d",
+                        (int)SD_ARRAY_LEN(r->stop_ids));
+        goto fail;
+    }
+    for (int i = 0; i < p->n_stop_ids; i++)
+        r->stop_ids[i] = p->stop_ids[i];
+    r->n_stop_ids = p->n_stop_ids;
     if (p->has_seed)
         r->samp.seed = p->seed;
     else

@@ -36,6 +36,10 @@ typedef struct sd_gen_params {
     const char *const *stop; /* stop strings (copied at submit) */
     int n_stop;
     int ignore_eos;
+    /* token ids that end the request like eos (not printed): a chat
+     * template's end-of-turn token (copied at submit) */
+    const int32_t *stop_ids;
+    int n_stop_ids;
 } sd_gen_params;
 
 /* Speculative statistics of one request (and summed over the engine). */

@@ -54,6 +54,8 @@ typedef struct req {
     float *q; /* (SD_MAX_K, V) draft distributions when sampling with a model proposer */
     sd_sampling samp;
     int greedy, max_tokens, ignore_eos;
+    int32_t stop_ids[8];
+    int n_stop_ids;
     sd_stop stop;
     sd_detok *detok;
     sd_req_events ev;

@@ -72,6 +72,7 @@ struct sd_server {
     sd_engine *engine;
     const sd_tokenizer *tok;
     sd_chat_template *ct;
+    int32_t eot_id; /* the chat template's end-of-turn token, or -1 */
     char ct_err[1100];
     char model_name[256];
     int max_context;
@@ -515,6 +516,10 @@ static void generate_submit(sd_server *s, pending *p)
     j->include_usage = r->include_usage;
     sd_req_events ev = {on_output, on_finish};
     sd_err err = {0};
+    if (r->kind != SD_OAI_COMPLETIONS && s->eot_id >= 0) {
+        r->gen.stop_ids = &s->eot_id;
+        r->gen.n_stop_ids = 1;
+    }
     int rc = sd_engine_submit(s->engine, p->ids, p->n, &r->gen, &ev, j, &j->eid, &err);
     if (rc) {
         const char *param = !strncmp(err.msg, "prompt", 6)
@@ -873,6 +878,13 @@ static void load_done(uv_work_t *w, int status)
         }
         snprintf(s->ct_err, sizeof s->ct_err, "%s", err.msg);
         sd_log_warn("chat completions unavailable: %s", err.msg);
+    }
+    /* A chat turn ends at the template's end-of-turn token, whether or not
+     * the checkpoint lists it among its eos ids. */
+    s->eot_id = -1;
+    if (s->ct && sd_chat_template_stop(s->ct)) {
+        const char *eot = sd_chat_template_stop(s->ct);
+        s->eot_id = sd_tok_token_id(s->tok, eot, strlen(eot));
     }
     s->state = ST_WARMING;
     warmup(s);

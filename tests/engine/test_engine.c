@@ -378,6 +378,48 @@ TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
     ASSERT_LT(drafted[1] * 4, drafted[0]);
 }
 
+/* A request's stop token ids end it like eos (a chat template's end of turn). */
+TEST(stop_token_ids_end_a_request_like_eos)
+{
+    sd_opts o;
+    sd_err err = {0};
+    ASSERT_OK(sd_opts_init(&o, &err));
+    char *m = dir_of("llama");
+    sd_opts_set(&o, SD_CMD_GENERATE, "model", m, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "128", &err);
+    sd_engine *e;
+    ASSERT_OK(sd_engine_create(&e, &o, &err));
+    free(m);
+    sd_opts_free(&o);
+    sd_req_events ev = {.on_output = on_output, .on_finish = on_finish};
+    int32_t p[4] = {5, 6, 7, 8};
+    out a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    a.mu = b.mu = &g_mu;
+    sd_gen_params gp = {.max_tokens = 12, .top_p = 1};
+    ASSERT_OK(sd_engine_submit(e, p, 4, &gp, &ev, &a, NULL, &err));
+    for (int spin = 0; spin < 20000 && !a.done; spin++)
+        usleep(1000);
+    ASSERT(a.done && a.n == 12);
+    /* the first occurrence of the 4th token ends the second run there */
+    int32_t stop = a.ids[3];
+    int first = 3;
+    for (int i = 0; i < 3; i++)
+        if (a.ids[i] == stop) {
+            first = i;
+            break;
+        }
+    gp.stop_ids = &stop;
+    gp.n_stop_ids = 1;
+    ASSERT_OK(sd_engine_submit(e, p, 4, &gp, &ev, &b, NULL, &err));
+    for (int spin = 0; spin < 20000 && !b.done; spin++)
+        usleep(1000);
+    sd_engine_destroy(e);
+    ASSERT_EQ(b.why, SD_FINISH_STOP);
+    ASSERT_EQ(b.n, first + 1);
+}
+
 /* A draft LM whose tokenizer differs from the target's is refused at start. */
 TEST(a_draft_model_with_another_tokenizer_is_refused)
 {
@@ -451,5 +493,6 @@ TEST_MAIN(T(mtp_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(submit_refuses_bad_requests_with_a_message),
           T(draft_lm_reserves_the_last_token_position_at_a_block_boundary),
           T(adaptive_k_stops_drafting_when_nothing_is_accepted),
+          T(stop_token_ids_end_a_request_like_eos),
           T(a_draft_model_with_another_tokenizer_is_refused),
           T(a_kv_cache_too_small_for_one_full_context_request_is_refused_at_start))
