@@ -74,6 +74,20 @@ typedef struct sd_experts {
 
 #define SD_MOE_TMP_FLOATS(n, k, D, I) ((size_t)(n) * (size_t)(k) * (2 * (size_t)(D) + 2 * (size_t)(I) + 1))
 
+/* Sampling parameters of one row of sample_rows (backend memory, an array of
+ * n). The fields mean what sd_sampling's do (src/verify/sampling.h): the
+ * distribution is sd_sampling_probs with temperature / top_p / top_k, the
+ * uniform sd_rand_uniform(seed, counter, SD_RNG_TARGET), counter being the
+ * output position of the token the row decides. 32 bytes, no padding holes. */
+typedef struct sd_sample_params {
+    float temperature; /* <= 0: greedy */
+    float top_p;       /* >= 1: off */
+    int32_t top_k;     /* <= 0 or >= V: off */
+    uint32_t reserved; /* 0 */
+    uint64_t seed;
+    uint64_t counter;
+} sd_sample_params;
+
 typedef struct sd_ops {
     const char *name;
 
@@ -153,6 +167,30 @@ typedef struct sd_ops {
      * the full lookup. */
     void (*embed_shard)(sd_backend *be, float *out, const sd_weight *table, const int32_t *ids,
                         int n, int first);
+
+    /* ---- sampling and verification (appended: the CUDA table is positional) ----
+     * One definition of the math: src/verify (sampling.h, accept.h); the CPU
+     * ops call it, the GPU ops compute the same (the same integer RNG; float
+     * sums in another order, so probabilities agree to rounding and tokens
+     * agree unless the uniform falls within rounding of a CDF boundary). */
+    /* out(n) = sd_argmax of each row of x (n, V): lowest id on ties, NaN skipped. */
+    void (*argmax_rows)(sd_backend *be, int32_t *out, const float *x, int n, int V);
+    /* Per row r of logits (n, V): probs_scratch row r = sd_sampling_probs(row,
+     * p[r]) (the full distribution, left there for the caller), and out[r] =
+     * sd_sample(that row, sd_rand_uniform(p[r].seed, p[r].counter,
+     * SD_RNG_TARGET)); a greedy row (temperature <= 0) gives its argmax and a
+     * one-hot row. p: (n) sd_sample_params; probs_scratch (n, V) may not alias
+     * logits. */
+    void (*sample_rows)(sd_backend *be, int32_t *out, float *probs_scratch, const float *logits,
+                        const sd_sample_params *p, int n, int V);
+    /* Greedy verification of n_seq chains of k drafts, sd_accept_greedy per
+     * sequence s: n_acc[s] = the accepted count (0..k); out_tok row s (k + 1
+     * wide) gets the n_acc[s] accepted drafts then target_argmax[s][n_acc[s]],
+     * so the sequence grows by n_acc[s] + 1 tokens; entries after those are not
+     * written. draft (n_seq, k), target_argmax (n_seq, k + 1). k >= 0. */
+    void (*accept_greedy_rows)(sd_backend *be, int32_t *n_acc, int32_t *out_tok,
+                               const int32_t *draft, const int32_t *target_argmax, int n_seq,
+                               int k);
 } sd_ops;
 
 struct sd_backend {

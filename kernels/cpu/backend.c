@@ -270,6 +270,9 @@ static const sd_ops cpu_ops = {
     .moe_route = sd__cpu_moe_route,
     .moe_ffn = sd__cpu_moe_ffn,
     .embed_shard = sd__cpu_embed_shard,
+    .argmax_rows = sd__cpu_argmax_rows,
+    .sample_rows = sd__cpu_sample_rows,
+    .accept_greedy_rows = sd__cpu_accept_greedy_rows,
 };
 
 int sd_cpu_backend_create(sd_backend **out, int threads)

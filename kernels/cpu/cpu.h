@@ -55,6 +55,12 @@ void sd__cpu_moe_route(sd_backend *be, int32_t *ids, float *wts, const float *lo
                        const float *bias, int n, const sd_moe_route *r);
 void sd__cpu_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t *ids,
                      const float *wts, const sd_experts *ex, int n, int top_k, int D, void *tmp);
+void sd__cpu_argmax_rows(sd_backend *be, int32_t *out, const float *x, int n, int V);
+void sd__cpu_sample_rows(sd_backend *be, int32_t *out, float *probs_scratch, const float *logits,
+                         const sd_sample_params *p, int n, int V);
+void sd__cpu_accept_greedy_rows(sd_backend *be, int32_t *n_acc, int32_t *out_tok,
+                                const int32_t *draft, const int32_t *target_argmax, int n_seq,
+                                int k);
 
 static inline int sd__slot_of(const sd_attn_batch *b, int s, int p)
 {

@@ -281,6 +281,9 @@ static const sd_ops cuda_ops = {
     /* .moe_route = */ sd__cuda_moe_route,
     /* .moe_ffn = */ sd__cuda_moe_ffn,
     /* .embed_shard = */ sd__cuda_embed_shard,
+    /* .argmax_rows = */ sd__cuda_argmax_rows,
+    /* .sample_rows = */ sd__cuda_sample_rows,
+    /* .accept_greedy_rows = */ sd__cuda_accept_greedy_rows,
 };
 
 int sd_cuda_device_count(void)

@@ -205,6 +205,12 @@ void sd__cuda_moe_route(sd_backend *be, int32_t *ids, float *wts, const float *l
                         const float *bias, int n, const sd_moe_route *r);
 void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t *ids,
                       const float *wts, const sd_experts *ex, int n, int top_k, int D, void *tmp);
+void sd__cuda_argmax_rows(sd_backend *be, int32_t *out, const float *x, int n, int V);
+void sd__cuda_sample_rows(sd_backend *be, int32_t *out, float *probs_scratch, const float *logits,
+                          const sd_sample_params *p, int n, int V);
+void sd__cuda_accept_greedy_rows(sd_backend *be, int32_t *n_acc, int32_t *out_tok,
+                                 const int32_t *draft, const int32_t *target_argmax, int n_seq,
+                                 int k);
 
 /* start-up hooks of families that raise kernel attributes (0 or SD_EDEVICE) */
 int sd__cuda_attention_init(sd__cuda *c);
