@@ -18,6 +18,7 @@
  * Shapes include ragged batches (sequences of different lengths and new
  * tokens in one step, block tables with shuffled blocks) and long contexts. */
 #include "gpu_test.h"
+#include "verify/sampling.h"
 
 static const sd_dtype all_dt[3] = {SD_DT_F32, SD_DT_F16, SD_DT_BF16};
 
@@ -738,6 +739,240 @@ TEST(moe_ffn_matches_the_cpu)
     ASSERT(ok);
 }
 
+/* ------------------------------------------------ sampling and verification
+ *
+ * Tokens are integers: argmax_rows and accept_greedy_rows must equal the CPU
+ * exactly (error = mismatching entries). sample_rows: probabilities within
+ * 1e-5 (relative to the row's largest), and the sampled token equal to the
+ * CPU's on every row whose u * total is not within 1e-5 of a CDF boundary
+ * (rounding of the sums in another order may move the token there; those
+ * rows are counted, not compared). */
+
+static int32_t *iget(gpu_env *e, const void *d, size_t n)
+{
+    int32_t *h = (int32_t *)malloc((n ? n : 1) * sizeof(int32_t));
+    if (e->gpu->ops->download(e->gpu, h, d, n * sizeof(int32_t))) {
+        fprintf(stderr, "  gpu: %s\n", sd_cuda_backend_error(e->gpu));
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+static int32_t *ipoison(gpu_env *e, size_t n, int32_t v)
+{
+    int32_t *h = (int32_t *)malloc((n ? n : 1) * sizeof(int32_t));
+    for (size_t i = 0; i < n; i++)
+        h[i] = v;
+    int32_t *d = (int32_t *)gput(e, h, n * sizeof(int32_t));
+    free(h);
+    return d;
+}
+
+/* logits rows: uniform, or (quantized) from a few levels so top-k/top-p cut
+ * through groups of equal probability (ties by id); planted NaN and a tie at
+ * the top */
+static float *sample_logits(gpu_env *e, int n, int V, int quantized)
+{
+    float *x = rnd_floats(e, (size_t)n * V, -8.0f, 8.0f);
+    for (int r = 0; r < n; r++) {
+        float *row = x + (size_t)r * V;
+        if (quantized)
+            for (int i = 0; i < V; i++)
+                row[i] = floorf(row[i] * 2.0f) * 0.5f;
+        if (V > 3) {
+            row[rnd_int(e, V)] = NAN;
+            int a = rnd_int(e, V), b = rnd_int(e, V);
+            row[a] = row[b] = 9.0f;
+        }
+    }
+    return x;
+}
+
+TEST(argmax_rows_equals_the_cpu_with_ties_and_nan)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    const int Vs[4] = {1, 1003, 32000, 151936};
+    for (int vi = 0; vi < 4; vi++) {
+        int V = Vs[vi], n = 9;
+        float *x = sample_logits(&e, n, V, 1);
+        if (V > 1)
+            for (int i = 0; i < V; i++)
+                x[(size_t)4 * V + i] = NAN; /* all NaN: 0 */
+        int32_t *c = (int32_t *)malloc(n * sizeof(int32_t));
+        e.cpu->ops->argmax_rows(e.cpu, c, x, n, V);
+        float *dx = (float *)gput(&e, x, (size_t)n * V * sizeof(float));
+        int32_t *dout = ipoison(&e, n, -1);
+        e.gpu->ops->argmax_rows(e.gpu, dout, dx, n, V);
+        int32_t *g = iget(&e, dout, n);
+        double bad = g ? 0 : INFINITY;
+        for (int r = 0; g && r < n; r++)
+            bad += g[r] != c[r];
+        ok &= reportf(bad, 0, "argmax_rows n=%d V=%d (mismatches)", n, V);
+        free(g);
+        free(c);
+        free(x);
+        gfree(&e, dx);
+        gfree(&e, dout);
+    }
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+/* distance of u * total from the nearest CDF boundary of probs, relative to total */
+static double cdf_gap(const float *probs, int V, double u)
+{
+    double total = 0;
+    for (int i = 0; i < V; i++)
+        if (probs[i] > 0.0f)
+            total += probs[i];
+    if (!(total > 0))
+        return INFINITY;
+    double target = u * total, c = 0, gap = INFINITY;
+    for (int i = 0; i < V; i++) {
+        if (probs[i] > 0.0f) {
+            c += probs[i];
+            double d = fabs(c - target);
+            if (d < gap)
+                gap = d;
+        }
+    }
+    return gap / total;
+}
+
+TEST(sample_rows_gives_the_cpu_distribution_and_token_on_mixed_rows)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    const int Vs[5] = {5, 257, 1003, 32003, 151936};
+    for (int vi = 0; vi < 5; vi++) {
+        for (int quant = 0; quant < 2; quant++) {
+            int V = Vs[vi], n = 14;
+            float *x = sample_logits(&e, n, V, quant);
+            sd_sample_params p[14];
+            for (int r = 0; r < n; r++) {
+                sd_sample_params q = {0};
+                q.seed = ((uint64_t)rnd_int(&e, 1 << 30) << 17) ^ (uint64_t)rnd_int(&e, 1 << 17);
+                q.counter = (uint64_t)rnd_int(&e, 100000);
+                q.temperature = sd_test_randf(&e.rng, 0.4f, 1.6f);
+                q.top_p = 1.0f;
+                switch (r % 7) {
+                case 0: q.temperature = 0.0f; break;
+                case 1: break;
+                case 2: q.top_k = 1 + rnd_int(&e, 200); break;
+                case 3: q.top_p = sd_test_randf(&e.rng, 0.2f, 0.97f); break;
+                case 4:
+                    q.top_k = 1 + rnd_int(&e, 2000);
+                    q.top_p = sd_test_randf(&e.rng, 0.2f, 0.97f);
+                    break;
+                case 5: q.top_k = 1; break;
+                case 6: q.top_p = 0.0f; break; /* the top token only */
+                }
+                p[r] = q;
+            }
+            float *cp = (float *)malloc((size_t)n * V * sizeof(float));
+            int32_t *ct = (int32_t *)malloc(n * sizeof(int32_t));
+            e.cpu->ops->sample_rows(e.cpu, ct, cp, x, p, n, V);
+            float *dx = (float *)gput(&e, x, (size_t)n * V * sizeof(float));
+            sd_sample_params *dp = (sd_sample_params *)gput(&e, p, sizeof p);
+            float *dprobs = gpoison(&e, (size_t)n * V);
+            int32_t *dt = ipoison(&e, n, -1);
+            e.gpu->ops->sample_rows(e.gpu, dt, dprobs, dx, dp, n, V);
+            float *gp = gget(&e, dprobs, (size_t)n * V);
+            int32_t *gt = iget(&e, dt, n);
+            double perr = 0, bad = 0;
+            int near = 0;
+            for (int r = 0; r < n; r++) {
+                const float *crow = cp + (size_t)r * V;
+                double er = gp ? rel_err(gp + (size_t)r * V, crow, V) : INFINITY;
+                if (er > perr)
+                    perr = er;
+                if (!gt) {
+                    bad = INFINITY;
+                    continue;
+                }
+                double u = sd_rand_uniform(p[r].seed, p[r].counter, SD_RNG_TARGET);
+                if (cdf_gap(crow, V, u) < 1e-5) {
+                    near++;
+                    continue;
+                }
+                if (gt[r] != ct[r]) {
+                    bad += 1;
+                    fprintf(stderr, "    row %d (T=%g k=%d p=%g): gpu %d cpu %d\n", r,
+                            p[r].temperature, p[r].top_k, p[r].top_p, gt[r], ct[r]);
+                }
+            }
+            ok &= reportf(perr, 1e-5, "sample_rows probs n=%d V=%d%s", n, V,
+                          quant ? " tied logits" : "");
+            ok &= reportf(bad, 0, "sample_rows tokens n=%d V=%d%s (mismatches, %d near a boundary)",
+                          n, V, quant ? " tied logits" : "", near);
+            free(gp);
+            free(gt);
+            free(cp);
+            free(ct);
+            free(x);
+            gfree(&e, dx);
+            gfree(&e, dp);
+            gfree(&e, dprobs);
+            gfree(&e, dt);
+        }
+    }
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+TEST(accept_greedy_rows_equals_the_cpu)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    const int ks[4] = {0, 1, 5, 8};
+    for (int ki = 0; ki < 4; ki++) {
+        int k = ks[ki], n_seq = 37, V = 50;
+        int32_t *draft = (int32_t *)malloc((size_t)(n_seq * k + 1) * sizeof(int32_t));
+        int32_t *am = (int32_t *)malloc((size_t)n_seq * (k + 1) * sizeof(int32_t));
+        for (int s = 0; s < n_seq; s++) {
+            int match = rnd_int(&e, k + 1);
+            for (int i = 0; i <= k; i++)
+                am[s * (k + 1) + i] = rnd_int(&e, V);
+            for (int i = 0; i < k; i++)
+                draft[s * k + i] = i < match ? am[s * (k + 1) + i] : rnd_int(&e, V);
+        }
+        size_t no = (size_t)n_seq * (k + 1);
+        int32_t *cn = (int32_t *)malloc(n_seq * sizeof(int32_t));
+        int32_t *co = (int32_t *)malloc(no * sizeof(int32_t));
+        for (size_t i = 0; i < no; i++)
+            co[i] = -1; /* the same poison as the GPU's: unwritten entries agree */
+        e.cpu->ops->accept_greedy_rows(e.cpu, cn, co, draft, am, n_seq, k);
+        int32_t *dd = (int32_t *)gput(&e, draft, (size_t)(n_seq * k + 1) * sizeof(int32_t));
+        int32_t *da = (int32_t *)gput(&e, am, no * sizeof(int32_t));
+        int32_t *dn = ipoison(&e, n_seq, -1), *dout = ipoison(&e, no, -1);
+        e.gpu->ops->accept_greedy_rows(e.gpu, dn, dout, dd, da, n_seq, k);
+        int32_t *gn = iget(&e, dn, n_seq), *go = iget(&e, dout, no);
+        double bad = gn && go ? 0 : INFINITY;
+        for (int s = 0; gn && s < n_seq; s++)
+            bad += gn[s] != cn[s];
+        for (size_t i = 0; go && i < no; i++)
+            bad += go[i] != co[i];
+        ok &= reportf(bad, 0, "accept_greedy_rows n_seq=%d k=%d (mismatches)", n_seq, k);
+        free(gn);
+        free(go);
+        free(cn);
+        free(co);
+        free(draft);
+        free(am);
+        gfree(&e, dd);
+        gfree(&e, da);
+        gfree(&e, dn);
+        gfree(&e, dout);
+    }
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
 /* ------------------------------------------------------- errors and graphs */
 
 TEST(a_bad_op_is_reported_by_sync_with_its_name_and_stops_later_ops)
@@ -887,5 +1122,8 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(attn_gqa_matches_the_cpu_on_long_contexts),
           T(attn_mla_matches_the_cpu_on_ragged_and_long_contexts), T(moe_route_matches_the_cpu),
           T(moe_ffn_matches_the_cpu),
+          T(argmax_rows_equals_the_cpu_with_ties_and_nan),
+          T(sample_rows_gives_the_cpu_distribution_and_token_on_mixed_rows),
+          T(accept_greedy_rows_equals_the_cpu),
           T(a_bad_op_is_reported_by_sync_with_its_name_and_stops_later_ops),
           T(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run))
