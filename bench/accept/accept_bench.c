@@ -405,7 +405,8 @@ int main(int argc, char **argv)
     json_object_set_new(root, "machine",
                         json_string(a.machine ? a.machine : un.machine));
     json_object_set_new(root, "host_cpus", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
-    json_object_set_new(root, "model", json_string(model_dir));
+    /* the bundled model by its place in the source tree, not this machine's path */
+    json_object_set_new(root, "model", json_string(a.model ? a.model : "models/specd-tiny"));
     json_object_set_new(root, "prompts", json_string(a.prompts ? a.prompts : "heldout_prompts.jsonl"));
     json_object_set_new(root, "n_prompts", json_integer(n));
     json_object_set_new(root, "max_tokens", json_integer(a.max_tokens));
