@@ -318,7 +318,8 @@ static int accept_decode(sd_engine *e, req *r, const float *logits)
     if (r->greedy) {
         int32_t am[SD_MAX_K + 1];
         for (int i = 0; i <= k; i++)
-            am[i] = sd_argmax(logits + (size_t)(r->out0 + i) * V, V);
+            am[i] = e->am_valid ? e->h_am[r->out0 + i]
+                                : sd_argmax(logits + (size_t)(r->out0 + i) * V, V);
         n = sd_accept_greedy(k, r->draft, am, out);
     } else {
         for (int i = 0; i <= k; i++)
@@ -352,7 +353,7 @@ static int sample_one(sd_engine *e, req *r, const float *row)
     int V = e->V;
     int32_t t;
     if (r->greedy) {
-        t = sd_argmax(row, V);
+        t = e->am_valid ? e->h_am[r->out0] : sd_argmax(row, V);
     } else {
         sd_sampling_probs(row, V, &r->samp, e->p_rows);
         uint64_t pos = (uint64_t)(r->n_tok - r->n_prompt);
@@ -519,9 +520,23 @@ static int engine_step(sd_engine *e)
     sd_err err = {0};
     uint64_t t0 = sd_now_ns();
     int rc = sd_model_forward(e->target, &f, &err);
+    /* Only greedy requests in the step: the argmax is taken where the logits
+     * are, and only token ids cross to the host. */
+    e->am_valid = 0;
+    if (!rc && s.n_out > 0 && e->be->ops->argmax_rows) {
+        int greedy_only = 1;
+        for (int i = 0; i < s.n_seq && greedy_only; i++)
+            greedy_only = s.seqs[i]->greedy;
+        if (greedy_only) {
+            e->be->ops->argmax_rows(e->be, e->d_am, e->d_logits, s.n_out, e->V);
+            e->am_valid = 1;
+        }
+    }
     if (!rc)
         rc = e->be->ops->sync(e->be);
-    if (!rc)
+    if (!rc && e->am_valid)
+        rc = e->be->ops->download(e->be, e->h_am, e->d_am, (size_t)s.n_out * sizeof(int32_t));
+    else if (!rc)
         rc = e->be->ops->download(e->be, e->h_logits, e->d_logits,
                                   (size_t)s.n_out * (size_t)e->V * sizeof(float));
     double t_target = (double)(sd_now_ns() - t0) * 1e-9;
@@ -661,6 +676,8 @@ static int alloc_step_buffers(sd_engine *e, sd_err *err)
     e->d_table = op->alloc(e->be, tb * 4);
     e->d_logits = op->alloc(e->be, T * (size_t)e->V * 4);
     e->d_hidden = op->alloc(e->be, T * (size_t)e->D * 4);
+    e->d_am = op->alloc(e->be, T * 4);
+    e->h_am = malloc(T * 4);
     e->h_tok = malloc(T * 4);
     e->h_pos = malloc(T * 4);
     e->h_seq = malloc(T * 4);
@@ -670,7 +687,7 @@ static int alloc_step_buffers(sd_engine *e, sd_err *err)
     e->h_logits = malloc(T * (size_t)e->V * 4);
     e->p_rows = malloc((size_t)(SD_MAX_K + 1) * (size_t)e->V * 4);
     if (!e->d_tok || !e->d_pos || !e->d_seq || !e->d_slot || !e->d_rows || !e->d_table ||
-        !e->d_logits || !e->d_hidden || !e->h_tok || !e->h_pos || !e->h_seq || !e->h_slot ||
+        !e->d_logits || !e->d_hidden || !e->d_am || !e->h_am || !e->h_tok || !e->h_pos || !e->h_seq || !e->h_slot ||
         !e->h_rows || !e->h_table || !e->h_logits || !e->p_rows)
         return sd_err_set(err, SD_ENOMEM, "engine: out of memory for the step buffers");
     return 0;
@@ -679,7 +696,7 @@ static int alloc_step_buffers(sd_engine *e, sd_err *err)
 static void free_step_buffers(sd_engine *e)
 {
     void *dev[] = {e->d_tok, e->d_pos, e->d_seq, e->d_slot, e->d_rows,
-                   e->d_table, e->d_logits, e->d_hidden, e->d_aux};
+                   e->d_table, e->d_logits, e->d_hidden, e->d_aux, e->d_am};
     for (size_t i = 0; i < SD_ARRAY_LEN(dev); i++)
         if (dev[i])
             e->be->ops->free(e->be, dev[i]);
@@ -690,6 +707,7 @@ static void free_step_buffers(sd_engine *e)
     free(e->h_rows);
     free(e->h_table);
     free(e->h_logits);
+    free(e->h_am);
     free(e->p_rows);
 }
 

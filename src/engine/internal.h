@@ -122,6 +122,8 @@ struct sd_engine {
     /* host step buffers */
     int32_t *h_tok, *h_pos, *h_seq, *h_slot, *h_table, *h_rows;
     float *h_logits, *p_rows;
+    int32_t *d_am, *h_am; /* argmax of each logits row (greedy-only steps) */
+    int am_valid;         /* h_am holds this step's argmax; h_logits does not */
     /* stats (guarded by mu) */
     sd_engine_stats stats;
     double t_target_per_tok, t_target_base; /* cost model, seconds */
