@@ -269,16 +269,16 @@ static void add_rows(sd_engine *e, step *s, req *r, const int32_t *toks, int n, 
     }
     for (int i = n - outs; i < n; i++)
         e->h_rows[s->n_out++] = r->row0 + i;
-    for (int b = 0; b < e->max_blocks; b++)
-        e->h_table[(size_t)si * e->max_blocks + b] = b < r->kv.n_blocks ? r->kv.blocks[b] : 0;
 }
 
+/* The block-table rows of the step's sequences. Only the blocks a sequence
+ * holds are written: attention never reads past a token's own position. */
 int sd__engine_upload_tables(sd_engine *e, const step *s)
 {
     for (int si = 0; si < s->n_seq; si++) {
         const req *r = s->seqs[si];
-        for (int b = 0; b < e->max_blocks; b++)
-            e->h_table[(size_t)si * e->max_blocks + b] = b < r->kv.n_blocks ? r->kv.blocks[b] : 0;
+        memcpy(e->h_table + (size_t)si * e->max_blocks, r->kv.blocks,
+               (size_t)r->kv.n_blocks * sizeof(int32_t));
     }
     return e->be->ops->upload(e->be, e->d_table, e->h_table,
                               (size_t)s->n_seq * (size_t)e->max_blocks * sizeof(int32_t));
@@ -293,9 +293,7 @@ static int upload_step(sd_engine *e, const step *s)
     op->upload(e->be, e->d_seq, e->h_seq, T);
     op->upload(e->be, e->d_slot, e->h_slot, T);
     op->upload(e->be, e->d_rows, e->h_rows, (size_t)s->n_out * sizeof(int32_t));
-    op->upload(e->be, e->d_table, e->h_table,
-               (size_t)s->n_seq * (size_t)e->max_blocks * sizeof(int32_t));
-    return 0;
+    return sd__engine_upload_tables(e, s);
 }
 
 static sd_attn_batch make_ab(sd_engine *e, const step *s)
@@ -307,6 +305,11 @@ static sd_attn_batch make_ab(sd_engine *e, const step *s)
                            .block_table = e->d_table, .max_blocks = e->max_blocks,
                            .block_size = e->block_size, .max_pos = maxp};
 }
+
+/* Tokens a request in prefill must put in the KV cache: all of a fresh
+ * prompt (its last logits give the first token); after a preemption all but
+ * the last token, which the next decode step processes. */
+static int prefill_target(const req *r) { return r->fresh ? r->n_tok : r->n_tok - 1; }
 
 /* Verifies r's drafts against the logits rows of this step; appends tokens. */
 static int accept_decode(sd_engine *e, req *r, const float *logits)
@@ -477,7 +480,7 @@ static int engine_step(sd_engine *e)
                 continue;
             if (pass == 1 && e->n_running >= e->max_batch)
                 break;
-            int target = r->fresh ? r->n_tok : r->n_tok - 1; /* tokens to prefill */
+            int target = prefill_target(r);
             int chunk = target - r->n_comp;
             if (chunk > budget)
                 chunk = budget;
@@ -550,15 +553,12 @@ static int engine_step(sd_engine *e)
     sd__adaptive_observe_target(&e->adapt, s.T, t_target);
     e->verify_s_total += t_target;
     /* 4. accept / sample / stream */
-    int n_spec = 0;
     for (int i = 0; i < s.n_seq; i++) {
         req *r = s.seqs[i];
         if (r->state == RQ_DONE)
             continue;
         int from = r->n_tok;
         if (r->state == RQ_DECODE) {
-            if (r->n_draft)
-                n_spec++;
             r->st.spec.verify_s += t_target;
             int n = accept_decode(e, r, e->h_logits);
             if (n < 0) {
@@ -569,7 +569,7 @@ static int engine_step(sd_engine *e)
             emit(e, r, from);
         } else {
             r->n_comp += r->chunk;
-            int target = r->fresh ? r->n_tok : r->n_tok - 1;
+            int target = prefill_target(r);
             if (r->n_comp == target) {
                 r->state = RQ_DECODE;
                 if (r->fresh) {
@@ -619,7 +619,6 @@ static int engine_step(sd_engine *e)
         sd__adaptive_observe_draft(&e->adapt, nd, k, t_draft);
         e->draft_s_total += t_draft;
     }
-    (void)n_spec;
     reap(e);
     publish_stats(e, 1);
     return 1;

@@ -299,7 +299,7 @@ static void prow_init(sd_engine *e, prow *b)
  * Logits of the out rows land in e->ph_logits. */
 enum { PROP_DRAFT_LM = 0, PROP_MTP = 1, PROP_EAGLE_FIRST = 2, PROP_EAGLE_CHAIN = 3 };
 
-static int run_prop(sd_engine *e, prow *b, int mode, const float *hid_src, int n_seq, sd_err *err)
+static int run_prop(sd_engine *e, prow *b, int mode, const float *hid_src, sd_err *err)
 {
     const sd_ops *op = e->be->ops;
     sd_backend *be = e->be;
@@ -317,7 +317,6 @@ static int run_prop(sd_engine *e, prow *b, int mode, const float *hid_src, int n
                        .block_size = e->block_size, .max_pos = maxp},
                 .tokens = e->pd_tok, .n_out = b->n_out, .out_rows = e->pd_rows,
                 .logits = b->n_out ? e->pd_logits : NULL};
-    (void)n_seq;
     int rc;
     int width = e->D, V = e->V;
     if (mode == PROP_MTP || mode == PROP_EAGLE_FIRST || mode == PROP_EAGLE_CHAIN) {
@@ -346,7 +345,7 @@ static int run_prop(sd_engine *e, prow *b, int mode, const float *hid_src, int n
     return rc;
 }
 
-static void add_prow(sd_engine *e, prow *b, req *r, int32_t tok, int pos, int seq_index,
+static void add_prow(sd_engine *e, prow *b, const req *r, int32_t tok, int pos, int seq_index,
                      int hrow)
 {
     b->tok[b->T] = tok;
@@ -355,7 +354,6 @@ static void add_prow(sd_engine *e, prow *b, req *r, int32_t tok, int pos, int se
     b->slot[b->T] = sd_kv_seq_slot(e->kv, &r->kv, pos);
     b->hrows[b->T] = hrow;
     b->T++;
-    (void)r;
 }
 
 /* the block table rows of the step are still in e->d_table: sequence index i of
@@ -430,7 +428,7 @@ static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
     int rc = sd__engine_upload_tables(e, s);
     if (!rc)
         rc = run_prop(e, &b, eagle ? PROP_EAGLE_FIRST : mtp ? PROP_MTP : PROP_DRAFT_LM,
-                      eagle ? e->d_aux : e->d_hidden, s->n_seq, err);
+                      eagle ? e->d_aux : e->d_hidden, err);
     if (rc)
         return rc;
     /* first drafts; keep each drafting request's last hidden for the chain */
@@ -469,15 +467,11 @@ static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
         if (!n)
             break;
         rc = run_prop(e, &c, eagle ? PROP_EAGLE_CHAIN : mtp ? PROP_MTP : PROP_DRAFT_LM,
-                      e->pd_hid_prev, s->n_seq, err);
+                      e->pd_hid_prev, err);
         if (rc)
             return rc;
         if (mtp) {
             /* the new output hidden of chain member idx[m] goes to its prev row */
-            int32_t dst_src[4096];
-            for (int m = 0; m < n; m++)
-                dst_src[m] = m;
-            e->be->ops->upload(e->be, e->pd_hrows, dst_src, (size_t)n * 4);
             for (int m = 0; m < n; m++)
                 e->be->ops->copy2d(e->be, e->pd_hid_prev + (size_t)idx[m] * e->D,
                                    e->pd_hid_out + (size_t)m * e->D, 1, e->D, e->D, e->D);

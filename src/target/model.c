@@ -174,19 +174,6 @@ static int get_part(sd_model *m, const char *name, int64_t rows, int64_t cols, p
     return upload_host(m, w, buf, t->dtype, rows, p.n, err);
 }
 
-static int get_wf(sd_model *m, sd_weight *w, sd_err *err, int64_t rows, int64_t cols,
-                  const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static int get_wf(sd_model *m, sd_weight *w, sd_err *err, int64_t rows, int64_t cols,
-                  const char *fmt, ...)
-{
-    char name[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    return get_w(m, name, rows, cols, w, err);
-}
-
 static int get_wpf(sd_model *m, sd_weight *w, sd_err *err, int64_t rows, int64_t cols, part p,
                    const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 static int get_wpf(sd_model *m, sd_weight *w, sd_err *err, int64_t rows, int64_t cols, part p,
@@ -199,6 +186,9 @@ static int get_wpf(sd_model *m, sd_weight *w, sd_err *err, int64_t rows, int64_t
     va_end(ap);
     return get_part(m, name, rows, cols, p, w, err);
 }
+/* The whole tensor, by a formatted name. */
+#define get_wf(m, w, err, rows, cols, ...) \
+    get_wpf(m, w, err, rows, cols, (part){PART_ALL, 0, 0}, __VA_ARGS__)
 
 static int has_tensor(const sd_model *m, const char *fmt, int i, const char *suffix)
 {

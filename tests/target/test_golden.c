@@ -6,6 +6,7 @@
 
 #include "core/util.h"
 #include "target/runner.h"
+#include "fixtures.h"
 #include "test.h"
 
 typedef struct golden {
@@ -66,26 +67,6 @@ static int load_golden(golden *g, const char *dir)
     return g->logits && (!mtp || g->mtp_logits) ? 0 : -1;
 }
 
-static double max_abs(const float *x, size_t n)
-{
-    double m = 0;
-    for (size_t i = 0; i < n; i++)
-        m = fmax(m, fabs(x[i]));
-    return m;
-}
-
-static double max_diff(const float *a, const float *b, size_t n)
-{
-    double m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (isnan(d))
-            return INFINITY;
-        m = fmax(m, d);
-    }
-    return m;
-}
-
 static int argmax(const float *x, int n)
 {
     int b = 0;
@@ -93,28 +74,6 @@ static int argmax(const float *x, int n)
         if (x[i] > x[b])
             b = i;
     return b;
-}
-
-/* Lists fixture folders; returns count. */
-static int fixtures(char names[][256], int max)
-{
-    char root[1024];
-    snprintf(root, sizeof root, "%s/tests/golden/models", sd_test_srcdir());
-    DIR *d = opendir(root);
-    if (!d)
-        return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < max) {
-        if (e->d_name[0] == '.')
-            continue;
-        char p[1400];
-        snprintf(p, sizeof p, "%s/%s/golden.json", root, e->d_name);
-        if (sd_file_exists(p))
-            snprintf(names[n++], 256, "%s", e->d_name);
-    }
-    closedir(d);
-    return n;
 }
 
 static void check_fixture(const char *name, int *failed)
@@ -239,7 +198,7 @@ done:
 TEST(cpu_logits_match_hf_transformers_on_every_fixture)
 {
     char names[64][256];
-    int n = fixtures(names, 64);
+    int n = golden_fixtures(names, 64);
     ASSERT_MSG(n >= 6, "expected the committed fixtures under tests/golden/models, found %d", n);
     int failed = 0;
     for (int i = 0; i < n; i++)

@@ -13,6 +13,7 @@
 #include "core/safetensors.h"
 #include "core/util.h"
 #include "target/runner.h"
+#include "fixtures.h"
 #include "test.h"
 
 /* fp32 partial sums added in another order: relative to the largest logit */
@@ -33,47 +34,6 @@ static int read_ids(const char *dir, int32_t *ids, int max)
         ids[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
     json_decref(j);
     return n;
-}
-
-static int fixtures(char names[][256], int max)
-{
-    char root[1024];
-    snprintf(root, sizeof root, "%s/tests/golden/models", sd_test_srcdir());
-    DIR *d = opendir(root);
-    if (!d)
-        return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < max) {
-        if (e->d_name[0] == '.')
-            continue;
-        char p[1400];
-        snprintf(p, sizeof p, "%s/%s/golden.json", root, e->d_name);
-        if (sd_file_exists(p))
-            snprintf(names[n++], 256, "%s", e->d_name);
-    }
-    closedir(d);
-    return n;
-}
-
-static double max_abs(const float *x, size_t n)
-{
-    double m = 0;
-    for (size_t i = 0; i < n; i++)
-        m = fmax(m, fabs(x[i]));
-    return m;
-}
-
-static double max_diff(const float *a, const float *b, size_t n)
-{
-    double m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (isnan(d))
-            return INFINITY;
-        m = fmax(m, d);
-    }
-    return m;
 }
 
 /* One model's reference outputs at --tp 1. */
@@ -207,7 +167,7 @@ done:
 TEST(tp_2_and_4_logits_hidden_and_mtp_equal_tp_1_on_every_fixture)
 {
     char names[64][256];
-    int nf = fixtures(names, 64);
+    int nf = golden_fixtures(names, 64);
     ASSERT_MSG(nf >= 6, "expected the committed fixtures under tests/golden/models, found %d", nf);
     int failed = 0, mtp_seen = 0, moe_seen = 0;
     for (int f = 0; f < nf; f++) {
