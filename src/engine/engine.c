@@ -277,8 +277,9 @@ int sd__engine_upload_tables(sd_engine *e, const step *s)
 {
     for (int si = 0; si < s->n_seq; si++) {
         const req *r = s->seqs[si];
-        memcpy(e->h_table + (size_t)si * e->max_blocks, r->kv.blocks,
-               (size_t)r->kv.n_blocks * sizeof(int32_t));
+        if (r->kv.n_blocks > 0) /* a finished request holds none */
+            memcpy(e->h_table + (size_t)si * e->max_blocks, r->kv.blocks,
+                   (size_t)r->kv.n_blocks * sizeof(int32_t));
     }
     return e->be->ops->upload(e->be, e->d_table, e->h_table,
                               (size_t)s->n_seq * (size_t)e->max_blocks * sizeof(int32_t));
