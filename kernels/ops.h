@@ -191,6 +191,20 @@ typedef struct sd_ops {
     void (*accept_greedy_rows)(sd_backend *be, int32_t *n_acc, int32_t *out_tok,
                                const int32_t *draft, const int32_t *target_argmax, int n_seq,
                                int k);
+
+    /* ---- step uploads and graphs (appended; NULL where a backend has none) ----
+     * upload2d: rows of `width` bytes, src rows spitch bytes apart, dst rows
+     * dpitch apart (a block table's used columns). Queued like upload. */
+    int (*upload2d)(sd_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch,
+                    size_t width, size_t rows);
+    /* Records the ops queued between graph_begin and graph_end (which must
+     * neither allocate nor synchronize) into a graph; graph_launch replays it
+     * with the same pointers and sizes, reading whatever the buffers hold
+     * then. Replay is bit-identical to launching the ops again. */
+    int (*graph_begin)(sd_backend *be);
+    int (*graph_end)(sd_backend *be, void **graph);
+    int (*graph_launch)(sd_backend *be, void *graph);
+    void (*graph_free)(sd_backend *be, void *graph);
 } sd_ops;
 
 struct sd_backend {

@@ -245,6 +245,15 @@ static int cpu_mem_info(sd_backend *be, size_t *free_bytes, size_t *total_bytes)
     return *total_bytes ? 0 : -1;
 }
 
+static int cpu_upload2d(sd_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch,
+                        size_t width, size_t rows)
+{
+    (void)be;
+    for (size_t r = 0; r < rows; r++)
+        memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    return 0;
+}
+
 static const sd_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -273,6 +282,8 @@ static const sd_ops cpu_ops = {
     .argmax_rows = sd__cpu_argmax_rows,
     .sample_rows = sd__cpu_sample_rows,
     .accept_greedy_rows = sd__cpu_accept_greedy_rows,
+    .upload2d = cpu_upload2d,
+    /* no graphs: every step launches its ops */
 };
 
 int sd_cpu_backend_create(sd_backend **out, int threads)

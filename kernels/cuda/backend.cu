@@ -254,6 +254,39 @@ void sd_cuda_graph_destroy(sd_cuda_graph *g)
     free(g);
 }
 
+static int cu_upload2d(sd_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch,
+                       size_t width, size_t rows)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    if (!width || !rows)
+        return 0;
+    if (c->err)
+        return c->err;
+    return SD_CUDA(c, cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows,
+                                        cudaMemcpyHostToDevice, c->stream));
+}
+
+static int cu_graph_begin(sd_backend *be) { return sd_cuda_capture_begin(be); }
+
+static int cu_graph_end(sd_backend *be, void **graph)
+{
+    sd_cuda_graph *g = NULL;
+    int rc = sd_cuda_capture_end(be, &g);
+    *graph = g;
+    return rc;
+}
+
+static int cu_graph_launch(sd_backend *be, void *graph)
+{
+    return sd_cuda_graph_launch(be, (sd_cuda_graph *)graph);
+}
+
+static void cu_graph_free(sd_backend *be, void *graph)
+{
+    (void)be;
+    sd_cuda_graph_destroy((sd_cuda_graph *)graph);
+}
+
 /* ---- the table --------------------------------------------------------- */
 
 static const sd_ops cuda_ops = {
@@ -284,6 +317,11 @@ static const sd_ops cuda_ops = {
     /* .argmax_rows = */ sd__cuda_argmax_rows,
     /* .sample_rows = */ sd__cuda_sample_rows,
     /* .accept_greedy_rows = */ sd__cuda_accept_greedy_rows,
+    /* .upload2d = */ cu_upload2d,
+    /* .graph_begin = */ cu_graph_begin,
+    /* .graph_end = */ cu_graph_end,
+    /* .graph_launch = */ cu_graph_launch,
+    /* .graph_free = */ cu_graph_free,
 };
 
 int sd_cuda_device_count(void)
