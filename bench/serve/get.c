@@ -127,7 +127,7 @@ int sd__bench_resolve(const sd_bench_target *t, struct sockaddr_storage *ss, sd_
      * reports). One address is taken as it is, without a probe. */
     const struct addrinfo *pick = ai;
     for (const struct addrinfo *a = ai->ai_next ? ai : NULL; a; a = a->ai_next) {
-        int fd;
+        int fd = -1;
         if (connect_to(a->ai_addr, a->ai_addrlen, sd_now_ns() + 2000000000ull, &fd) == 0) {
             close(fd);
             pick = a;
