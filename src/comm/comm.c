@@ -20,6 +20,27 @@ int sd_comm_allgather(sd_comm *c, int rank, float *dst, const float *src, size_t
     return c->ops->allgather(c, rank, dst, src, n);
 }
 
+int sd_comm_allreduce_add_rmsnorm(sd_comm *c, int rank, sd_backend *be, float *partial, float *x,
+                                  float *xn, const sd_weight *w, int rows, int d, float eps)
+{
+    if (bad_rank(c, rank) || !be || !w || rows < 0 || d <= 0 ||
+        (rows && (!partial || !x || !xn)))
+        return SD_EINVAL;
+    if (rows == 0)
+        return 0;
+    if (c->ops->allreduce_add_rmsnorm) {
+        int rc = c->ops->allreduce_add_rmsnorm(c, rank, partial, x, xn, w, rows, d, eps);
+        if (rc != SD_ENOTSUP)
+            return rc;
+    }
+    int rc = c->ops->allreduce_sum(c, rank, partial, (size_t)rows * (size_t)d);
+    if (rc)
+        return rc;
+    be->ops->add(be, x, partial, rows, d);
+    be->ops->rmsnorm(be, xn, x, w, rows, d, d, d, eps);
+    return 0;
+}
+
 int sd_comm_barrier(sd_comm *c, int rank)
 {
     if (bad_rank(c, rank))

@@ -25,6 +25,7 @@
 #include <stddef.h>
 
 #include "core/err.h"
+#include "kernels/ops.h" /* sd_backend, sd_weight: the unfused residual step's ops */
 
 typedef struct sd_comm sd_comm;
 
@@ -35,6 +36,12 @@ typedef struct sd_comm_ops {
     int (*barrier)(sd_comm *c, int rank);
     void (*abort)(sd_comm *c);
     void (*destroy)(sd_comm *c);
+    /* Optional (NULL: none): sd_comm_allreduce_add_rmsnorm in one kernel.
+     * Returns SD_ENOTSUP, alike on every rank, for a call it does not take
+     * (size, alignment, weight dtype); the entry point then runs the
+     * unfused steps. */
+    int (*allreduce_add_rmsnorm)(sd_comm *c, int rank, const float *partial, float *x, float *xn,
+                                 const sd_weight *w, int rows, int d, float eps);
 } sd_comm_ops;
 
 struct sd_comm {
@@ -49,6 +56,17 @@ int sd_comm_allreduce_sum(sd_comm *c, int rank, float *buf, size_t n);
 /* dst (size * n) on every rank := [src of rank 0, src of rank 1, ...].
  * src may be dst + rank * n (in place). */
 int sd_comm_allgather(sd_comm *c, int rank, float *dst, const float *src, size_t n);
+/* The residual step after a row-parallel layer (o_proj, down_proj, the MoE
+ * combine), over `rows` dense rows of d floats on every rank:
+ *   x(rows, d)  += partial_0 + partial_1 + ... + partial_{P-1}  (that order)
+ *   xn(rows, d)  = w * (x * rsqrt(mean(x^2) + eps))             (be's rmsnorm)
+ * In one collective where the communicator has a fused kernel for the call;
+ * otherwise sd_comm_allreduce_sum on partial, then be's add and rmsnorm (the
+ * thread comm: bit for bit what those three calls give). partial holds an
+ * unspecified value afterwards; partial, x and xn do not overlap; w is a (d)
+ * vector. Every rank gets the same bits of x and xn. */
+int sd_comm_allreduce_add_rmsnorm(sd_comm *c, int rank, sd_backend *be, float *partial, float *x,
+                                  float *xn, const sd_weight *w, int rows, int d, float eps);
 /* Returns once every rank has called it. */
 int sd_comm_barrier(sd_comm *c, int rank);
 /* Wakes every waiting rank with SD_ECANCELED; any thread may call it. */

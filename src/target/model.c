@@ -778,6 +778,27 @@ static void tp_sum(sd_model *m, float *buf, size_t n)
         m->comm_rc = rc;
 }
 
+/* The residual step after a row-parallel sublayer (o_proj, down_proj, the
+ * MoE combine): x += the ranks' partials summed, then xn = norm(x), the input
+ * of the next sublayer or of the head. One rank: add and rmsnorm. Several:
+ * the communicator's all-reduce + add + RMSNorm, fused where it has a kernel
+ * for it (the custom GPU all-reduce), else the same three steps. */
+static void residual_norm(sd_model *m, float *partial, const sd_weight *norm, int T)
+{
+    const sd_ops *op = m->be->ops;
+    int D = m->cfg.hidden_size;
+    float eps = (float)m->cfg.rms_eps;
+    if (m->tp_size == 1) {
+        op->add(m->be, m->x, partial, T, D);
+        op->rmsnorm(m->be, m->xn, m->x, norm, T, D, D, D, eps);
+        return;
+    }
+    int rc = sd_comm_allreduce_add_rmsnorm(m->comm, m->tp_rank, m->be, partial, m->x, m->xn, norm,
+                                           T, D, eps);
+    if (rc && !m->comm_rc)
+        m->comm_rc = rc;
+}
+
 /* out(T, D) = embedding rows of tokens; vocab-parallel when sharded. */
 static void embed_tokens(sd_model *m, float *out, const sd_weight *table, const int32_t *tokens,
                          int T)
@@ -894,24 +915,20 @@ static void ffn(sd_model *m, layer *L, int T)
     op->matmul(be, m->fo, m->gu, &L->down, NULL, T, L->ffn_inter);
 }
 
-/* x += attn(norm(x)); x += ffn(norm(x)) */
-static void decoder_layer(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
+/* x += attn(norm(x)); x += ffn(norm(x)). On entry xn = attn_norm(x) (the
+ * previous residual step normed it); on return xn = next_norm(x): the next
+ * layer's attn_norm or the head's final norm, so each residual add and the
+ * norm after it are one step (fused with the all-reduce on GPUs). */
+static void decoder_layer(sd_model *m, layer *L, const sd_attn_batch *ab, int T,
+                          const sd_weight *next_norm)
 {
-    const sd_ops *op = m->be->ops;
-    sd_backend *be = m->be;
-    int D = m->cfg.hidden_size;
-    float eps = (float)m->cfg.rms_eps;
-    op->rmsnorm(be, m->xn, m->x, &L->attn_norm, T, D, D, D, eps);
     if (L->mla)
         attention_mla(m, L, ab, T);
     else
         attention_gqa(m, L, ab, T);
-    tp_sum(m, m->ao, (size_t)T * (size_t)D); /* row-parallel o_proj partials */
-    op->add(be, m->x, m->ao, T, D);
-    op->rmsnorm(be, m->xn, m->x, &L->ffn_norm, T, D, D, D, eps);
+    residual_norm(m, m->ao, &L->ffn_norm, T); /* row-parallel o_proj partials */
     ffn(m, L, T);
-    tp_sum(m, m->fo, (size_t)T * (size_t)D); /* down / experts' down partials */
-    op->add(be, m->x, m->fo, T, D);
+    residual_norm(m, m->fo, next_norm, T); /* down / experts' down partials */
 }
 
 static int check_batch(sd_model *m, const sd_fwd *f, sd_err *err)
@@ -927,13 +944,13 @@ static int check_batch(sd_model *m, const sd_fwd *f, sd_err *err)
     return 0;
 }
 
-/* final norm, hidden out, logits of the wanted rows */
-static void head(sd_model *m, const sd_fwd *f, const sd_weight *norm, const sd_weight *lm)
+/* hidden out, logits of the wanted rows; xn holds the final-normed x (the
+ * last layer's residual step normed it) */
+static void head(sd_model *m, const sd_fwd *f, const sd_weight *lm)
 {
     const sd_ops *op = m->be->ops;
     sd_backend *be = m->be;
     int T = f->ab.n_tokens, D = m->cfg.hidden_size;
-    op->rmsnorm(be, m->xn, m->x, norm, T, D, D, D, (float)m->cfg.rms_eps);
     if (f->hidden)
         op->copy2d(be, f->hidden, m->xn, T, D, D, D);
     if (f->logits && f->n_out > 0) {
@@ -962,14 +979,17 @@ int sd_model_forward(sd_model *m, const sd_fwd *f, sd_err *err)
     sd_backend *be = m->be;
     int T = f->ab.n_tokens, D = m->cfg.hidden_size;
     embed_tokens(m, m->x, &m->embed, f->tokens, T);
+    op->rmsnorm(be, m->xn, m->x, m->n_layers ? &m->layers[0].attn_norm : &m->norm, T, D, D, D,
+                (float)m->cfg.rms_eps);
     for (int i = 0; i < m->n_layers; i++) {
-        decoder_layer(m, &m->layers[i], &f->ab, T);
+        decoder_layer(m, &m->layers[i], &f->ab, T,
+                      i + 1 < m->n_layers ? &m->layers[i + 1].attn_norm : &m->norm);
         /* EAGLE-3 ids name a layer's OUTPUT (the residual stream after it) */
         for (int a = 0; a < m->n_aux; a++)
             if (f->aux && m->aux_layers[a] == i)
                 op->copy2d(be, f->aux + (size_t)a * (size_t)D, m->x, T, D, m->n_aux * D, D);
     }
-    head(m, f, &m->norm, &m->lm_head);
+    head(m, f, &m->lm_head);
     return step_status(m, err);
 }
 
@@ -991,11 +1011,12 @@ int sd_model_mtp_forward(sd_model *m, const sd_fwd *f, sd_err *err)
     op->rmsnorm(be, m->eh, m->xn, &m->enorm, T, D, D, 2 * D, eps);
     op->rmsnorm(be, m->eh + D, f->in_hidden, &m->hnorm, T, D, D, 2 * D, eps);
     op->matmul(be, m->x, m->eh, &m->eh_proj, NULL, T, 2 * D);
-    decoder_layer(m, &m->mtp, &f->ab, T);
+    op->rmsnorm(be, m->xn, m->x, &m->mtp.attn_norm, T, D, D, D, eps);
+    decoder_layer(m, &m->mtp, &f->ab, T, &m->sh_norm);
     if (f->out_hidden)
         op->copy2d(be, f->out_hidden, m->x, T, D, D, D);
     sd_fwd g = *f;
     g.hidden = NULL;
-    head(m, &g, &m->sh_norm, &m->sh_head);
+    head(m, &g, &m->sh_head);
     return step_status(m, err);
 }
