@@ -205,6 +205,43 @@ typedef struct sd_ops {
     int (*graph_end)(sd_backend *be, void **graph);
     int (*graph_launch)(sd_backend *be, void *graph);
     void (*graph_free)(sd_backend *be, void *graph);
+
+    /* ---- sampled verification (appended: the CUDA table is positional) ----
+     * sd_accept_chain (src/verify/accept.h) for n_seq sequences on the
+     * backend: rejection sampling for sampled sequences, argmax comparison
+     * for greedy ones (temperature <= 0), so the caller downloads n_acc and
+     * tokens, never logits rows.
+     *
+     * Sequence s has kd = n_draft[s] drafts (0 <= kd <= k; n_draft NULL: k
+     * each) and kd + 1 consecutive rows of logits (R, V): rows r0 .. r0 + kd
+     * with r0 = row0[s] (row0 NULL: s * (k + 1), the dense (n_seq, k + 1, V)
+     * layout); row i (< kd) is the position that draft i is proposed for,
+     * row kd the bonus row. For each of those rows r:
+     *   probs_scratch row r = sd_sampling_probs(logits row r, p[s]).
+     * probs_scratch is (R, V) with the row numbering of logits, may not
+     * alias it; every row of a sequence is written (those after a rejection
+     * too) and left there for the caller; rows of no sequence are untouched.
+     * Then, with p[s].counter = the output position of draft 0 (of out_tok
+     * row s entry 0),
+     *   n_acc[s] = sd_accept_chain({p[s].temperature, .top_p, .top_k, .seed},
+     *                              V, kd, draft + s * k, probs rows r0 ..,
+     *                              q ? q + s * k * V : NULL, p[s].counter,
+     *                              out_tok + s * (k + 1))
+     * q (n_seq, k, V): the draft distributions the drafts were sampled from,
+     * through the same sd_sampling_probs(p[s]) (rows past kd unread); NULL
+     * for deterministic drafts (n-gram, greedy proposers: one-hot q, never
+     * materialized), then for every sequence of the call. out_tok row s
+     * (k + 1 wide) gets n_acc[s] + 1 tokens; later entries are not written.
+     * A sequence with kd outside 0..k or a draft outside 0..V-1 gets
+     * n_acc[s] = SD_EINVAL (core/err.h) and no tokens. draft (n_seq, k),
+     * p (n_seq), n_acc (n_seq), out_tok (n_seq, k + 1). k >= 0. The CPU op
+     * calls src/verify; the GPU op computes the same numbers with the same
+     * uniforms, so tokens agree unless one lands within rounding of a
+     * boundary (a p/q acceptance threshold or a CDF step). */
+    void (*accept_sample_rows)(sd_backend *be, int32_t *n_acc, int32_t *out_tok,
+                               float *probs_scratch, const float *logits, const int32_t *row0,
+                               const float *q, const int32_t *draft, const int32_t *n_draft,
+                               const sd_sample_params *p, int n_seq, int k, int V);
 } sd_ops;
 
 struct sd_backend {

@@ -284,6 +284,7 @@ static const sd_ops cpu_ops = {
     .accept_greedy_rows = sd__cpu_accept_greedy_rows,
     .upload2d = cpu_upload2d,
     /* no graphs: every step launches its ops */
+    .accept_sample_rows = sd__cpu_accept_sample_rows,
 };
 
 int sd_cpu_backend_create(sd_backend **out, int threads)

@@ -61,6 +61,10 @@ void sd__cpu_sample_rows(sd_backend *be, int32_t *out, float *probs_scratch, con
 void sd__cpu_accept_greedy_rows(sd_backend *be, int32_t *n_acc, int32_t *out_tok,
                                 const int32_t *draft, const int32_t *target_argmax, int n_seq,
                                 int k);
+void sd__cpu_accept_sample_rows(sd_backend *be, int32_t *n_acc, int32_t *out_tok,
+                                float *probs_scratch, const float *logits, const int32_t *row0,
+                                const float *q, const int32_t *draft, const int32_t *n_draft,
+                                const sd_sample_params *p, int n_seq, int k, int V);
 
 static inline int sd__slot_of(const sd_attn_batch *b, int s, int p)
 {

@@ -322,6 +322,7 @@ static const sd_ops cuda_ops = {
     /* .graph_end = */ cu_graph_end,
     /* .graph_launch = */ cu_graph_launch,
     /* .graph_free = */ cu_graph_free,
+    /* .accept_sample_rows = */ sd__cuda_accept_sample_rows,
 };
 
 int sd_cuda_device_count(void)

@@ -211,6 +211,10 @@ void sd__cuda_sample_rows(sd_backend *be, int32_t *out, float *probs_scratch, co
 void sd__cuda_accept_greedy_rows(sd_backend *be, int32_t *n_acc, int32_t *out_tok,
                                  const int32_t *draft, const int32_t *target_argmax, int n_seq,
                                  int k);
+void sd__cuda_accept_sample_rows(sd_backend *be, int32_t *n_acc, int32_t *out_tok,
+                                 float *probs_scratch, const float *logits, const int32_t *row0,
+                                 const float *q, const int32_t *draft, const int32_t *n_draft,
+                                 const sd_sample_params *p, int n_seq, int k, int V);
 
 /* start-up hooks of families that raise kernel attributes (0 or SD_EDEVICE) */
 int sd__cuda_attention_init(sd__cuda *c);

@@ -1,4 +1,4 @@
-/* CUDA: argmax, sampling and greedy verification of whole batches
+/* CUDA: argmax, sampling, greedy and sampled verification of whole batches
  * (kernels/cpu/sample.c is the reference; the math is src/verify/sampling.c's
  * and accept.c's, reproduced here step for step).
  *
@@ -13,6 +13,8 @@
  *      counts over contiguous per-thread chunks), normalize;
  *   5. inverse CDF: per-thread chunk sums (fp64), a block scan, and the thread
  *      whose chunk crosses u * total walks it.
+ * accept_sample_rows computes the same distributions for every row of a
+ * chain (pass 1), then walks sd_accept_chain per sequence (pass 2, below).
  * The uniforms are sd_rand_uniform's integer recipe, bit for bit. Sums run in
  * another order than on the CPU, so probabilities agree to rounding and the
  * token agrees unless u * total lies within rounding of a CDF boundary. */
@@ -20,6 +22,10 @@
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
+
+extern "C" {
+#include "verify/sampling.h" /* the SD_RNG_* streams */
+}
 
 #define SB 512     /* threads per row block */
 #define BINS 2048
@@ -320,10 +326,12 @@ __device__ int block_excl_scan_i(int v)
     return r;
 }
 
-/* sd_sample of probs (V) with uniform u: the first token whose cumulative
- * mass exceeds u * total; the last positive token if rounding never crosses;
- * the argmax when nothing is positive. Every thread gets the result. */
-__device__ int block_sample(const float *probs, int V, double u)
+/* Inverse CDF of the weights w_i = p_i (RES false: sd_sample) or
+ * w_i = p_i - q_i in double (RES true: accept.c's sd__sample_residual), over
+ * the tokens with w_i > 0: the first token whose cumulative weight exceeds
+ * u * total, the last such token if rounding never crosses, -1 when none has
+ * w_i > 0. Every thread gets the result. */
+template <bool RES> __device__ int block_sample_w(const float *p, const float *q, int V, double u)
 {
     __shared__ int found, last_pos;
     const int per = (V + (int)blockDim.x - 1) / (int)blockDim.x;
@@ -332,9 +340,9 @@ __device__ int block_sample(const float *probs, int V, double u)
     double mine = 0;
     int my_last = -1;
     for (int i = b; i < e; i++) {
-        float p = probs[i];
-        if (p > 0.0f) {
-            mine += p;
+        double w = RES ? (double)p[i] - (double)q[i] : (double)p[i];
+        if (w > 0) {
+            mine += w;
             my_last = i;
         }
     }
@@ -346,7 +354,7 @@ __device__ int block_sample(const float *probs, int V, double u)
     double total;
     double excl = block_excl_scan_d(mine, &total);
     if (!(total > 0))
-        return block_argmax(probs, V);
+        return -1;
     const double target = u * total;
     if (my_last >= 0)
         atomicMax(&last_pos, my_last);
@@ -355,9 +363,9 @@ __device__ int block_sample(const float *probs, int V, double u)
         double c = excl;
         int tok = my_last;
         for (int i = b; i < e; i++) {
-            float p = probs[i];
-            if (p > 0.0f) {
-                c += p;
+            double w = RES ? (double)p[i] - (double)q[i] : (double)p[i];
+            if (w > 0) {
+                c += w;
                 if (c > target) {
                     tok = i;
                     break;
@@ -372,18 +380,29 @@ __device__ int block_sample(const float *probs, int V, double u)
     return r;
 }
 
-__global__ void sample_rows_kernel(int32_t *out, float *probs_all, const float *logits_all,
-                                   const sd_sample_params *params, int V)
+/* sd_sample of probs (V) with uniform u; the argmax when nothing is positive. */
+__device__ int block_sample(const float *probs, int V, double u)
 {
-    __shared__ hist h;
-    __shared__ select_out so;
-    const int row = blockIdx.x;
-    const float *logits = logits_all + (size_t)row * (size_t)V;
-    float *probs = probs_all + (size_t)row * (size_t)V;
-    const sd_sample_params p = params[row];
-    const float temp = p.temperature;
-    const double u = rand_uniform(p.seed, p.counter, 0 /* SD_RNG_TARGET */);
+    int r = block_sample_w<false>(probs, nullptr, V, u);
+    return r >= 0 ? r : block_argmax(probs, V);
+}
 
+/* accept.c's sd__sample_residual: a sample of normalize(max(0, p - q)), of p
+ * itself when that residual is all zero (p == q up to rounding). */
+__device__ int block_sample_residual(const float *p, const float *q, int V, double u)
+{
+    int r = block_sample_w<true>(p, q, V, u);
+    return r >= 0 ? r : block_sample(p, V, u);
+}
+
+/* probs (V) = sd_sampling_probs(logits (V), p) by the whole block. Returns
+ * the token of a one-hot row (greedy, or no logit above -inf), else -1; the
+ * row is written and visible to the whole block on return. h, so: the
+ * caller's shared memory. */
+__device__ int row_probs(float *probs, const float *logits, int V, const sd_sample_params &p,
+                         hist *h, select_out *so)
+{
+    const float temp = p.temperature;
     /* sd_sampling_is_greedy */
     const int greedy = !(temp > 0.0f) || !(1.0f / temp < INFINITY);
     float m = -INFINITY;
@@ -397,9 +416,8 @@ __global__ void sample_rows_kernel(int32_t *out, float *probs_all, const float *
         int a = block_argmax(logits, V);
         for (int i = threadIdx.x; i < V; i += blockDim.x)
             probs[i] = i == a ? 1.0f : 0.0f;
-        if (threadIdx.x == 0)
-            out[row] = a;
-        return;
+        __syncthreads();
+        return a;
     }
     float top_p = p.top_p;
     int top_k = p.top_k;
@@ -436,18 +454,18 @@ __global__ void sample_rows_kernel(int32_t *out, float *probs_all, const float *
         double above = 0;
         int cut_on = 0;
         if (use_k) {
-            select_count(&h, probs, V, top_k, &so);
-            t = so.t;
-            ties = so.ties;
-            above = so.above;
+            select_count(h, probs, V, top_k, so);
+            t = so->t;
+            ties = so->ties;
+            above = so->above;
             cut_on = 1;
         }
         if (use_p) {
-            select_mass(&h, probs, V, (double)top_p, cut_on, t, ties, &so);
-            t = so.t;
-            above = so.above;
-            double n_ties = ceil(so.need / (double)__uint_as_float(t));
-            ties = n_ties < 1 ? 1 : n_ties > so.ties ? so.ties : (int)n_ties;
+            select_mass(h, probs, V, (double)top_p, cut_on, t, ties, so);
+            t = so->t;
+            above = so->above;
+            double n_ties = ceil(so->need / (double)__uint_as_float(t));
+            ties = n_ties < 1 ? 1 : n_ties > so->ties ? so->ties : (int)n_ties;
         }
         const double inv = 1.0 / (above + (double)ties * (double)__uint_as_float(t));
         /* keep key > t and the first `ties` ids of key == t: per-thread
@@ -468,7 +486,22 @@ __global__ void sample_rows_kernel(int32_t *out, float *probs_all, const float *
         }
     }
     __syncthreads();
-    int tok = block_sample(probs, V, u);
+    return -1;
+}
+
+__global__ void sample_rows_kernel(int32_t *out, float *probs_all, const float *logits_all,
+                                   const sd_sample_params *params, int V)
+{
+    __shared__ hist h;
+    __shared__ select_out so;
+    const int row = blockIdx.x;
+    const float *logits = logits_all + (size_t)row * (size_t)V;
+    float *probs = probs_all + (size_t)row * (size_t)V;
+    const sd_sample_params p = params[row];
+    const double u = rand_uniform(p.seed, p.counter, SD_RNG_TARGET);
+    int tok = row_probs(probs, logits, V, p, &h, &so);
+    if (tok < 0)
+        tok = block_sample(probs, V, u);
     if (threadIdx.x == 0)
         out[row] = tok;
 }
@@ -487,6 +520,111 @@ __global__ void accept_greedy_rows_kernel(int32_t *n_acc, int32_t *out_tok, cons
         o[i] = d[i];
     o[i] = a[i];
     n_acc[s] = i;
+}
+
+/* ---- accept_sample_rows ------------------------------------------------------
+ * Pass 1 (accept_probs_kernel): one block per row i of sequence s
+ * (blockIdx.x = s * (k + 1) + i), the target distribution into probs, rows
+ * past the sequence's kd idle. Pass 2 (accept_chain_kernel): one block per
+ * sequence walks accept.c's sd_accept_chain over those rows, each step a
+ * block-wide argmax or inverse-CDF sample, the uniforms of the same streams
+ * and counters. */
+
+/* drafts of sequence s, or -1 when n_draft[s] is outside 0..k */
+__device__ __forceinline__ int accept_kd(const int32_t *n_draft, int s, int k)
+{
+    int kd = n_draft ? n_draft[s] : k;
+    return kd >= 0 && kd <= k ? kd : -1;
+}
+
+__device__ __forceinline__ size_t accept_row0(const int32_t *row0, int s, int k)
+{
+    return row0 ? (size_t)row0[s] : (size_t)s * (size_t)(k + 1);
+}
+
+__global__ void accept_probs_kernel(float *probs_all, const float *logits_all,
+                                    const int32_t *row0, const int32_t *n_draft,
+                                    const sd_sample_params *params, int k, int V)
+{
+    __shared__ hist h;
+    __shared__ select_out so;
+    const int s = blockIdx.x / (k + 1), i = blockIdx.x % (k + 1);
+    if (i > accept_kd(n_draft, s, k)) /* also every row of a bad kd (-1) */
+        return;
+    const size_t r = accept_row0(row0, s, k) + (size_t)i;
+    const sd_sample_params p = params[s];
+    row_probs(probs_all + r * (size_t)V, logits_all + r * (size_t)V, V, p, &h, &so);
+}
+
+__global__ void accept_chain_kernel(int32_t *n_acc, int32_t *out_tok, const float *probs_all,
+                                    const float *q, const int32_t *draft, const int32_t *row0,
+                                    const int32_t *n_draft, const sd_sample_params *params, int k,
+                                    int V)
+{
+    __shared__ int bad;
+    const int s = blockIdx.x;
+    const int kd = accept_kd(n_draft, s, k);
+    if (kd < 0) {
+        if (threadIdx.x == 0)
+            n_acc[s] = SD_EINVAL;
+        return;
+    }
+    const int32_t *d = k ? draft + (size_t)s * (size_t)k : draft; /* draft may be NULL if k == 0 */
+    if (threadIdx.x == 0)
+        bad = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < kd; i += blockDim.x)
+        if (d[i] < 0 || d[i] >= V)
+            bad = 1;
+    __syncthreads();
+    if (bad) { /* sd_accept_chain's refusal: no tokens */
+        if (threadIdx.x == 0)
+            n_acc[s] = SD_EINVAL;
+        return;
+    }
+    const sd_sample_params p = params[s];
+    const int greedy = !(p.temperature > 0.0f) || !(1.0f / p.temperature < INFINITY);
+    const float *pr = probs_all + accept_row0(row0, s, k) * (size_t)V;
+    int32_t *o = out_tok + (size_t)s * (size_t)(k + 1);
+    /* every value below is the same in all threads, so the block stays in step */
+    int n = kd;
+    for (int i = 0; i < kd; i++) {
+        const float *pi = pr + (size_t)i * (size_t)V;
+        const int32_t di = d[i];
+        const uint64_t ctr = p.counter + (uint64_t)i;
+        int tok, acc;
+        if (greedy) {
+            tok = block_argmax(pi, V);
+            acc = tok == di;
+        } else if (!q) { /* one-hot q: sample the target and compare */
+            tok = block_sample(pi, V, rand_uniform(p.seed, ctr, SD_RNG_TARGET));
+            acc = tok == di;
+        } else {
+            const float *qi = q + ((size_t)s * (size_t)k + (size_t)i) * (size_t)V;
+            const double u = rand_uniform(p.seed, ctr, SD_RNG_ACCEPT);
+            acc = u * (double)qi[di] < (double)pi[di];
+            tok = acc ? di
+                      : block_sample_residual(pi, qi, V,
+                                              rand_uniform(p.seed, ctr, SD_RNG_RESIDUAL));
+        }
+        if (threadIdx.x == 0)
+            o[i] = tok;
+        if (!acc) {
+            n = i;
+            break;
+        }
+    }
+    if (n == kd) { /* all accepted: the bonus token from row kd */
+        const float *pk = pr + (size_t)kd * (size_t)V;
+        int tok = greedy ? block_argmax(pk, V)
+                         : block_sample(pk, V,
+                                        rand_uniform(p.seed, p.counter + (uint64_t)kd,
+                                                     SD_RNG_TARGET));
+        if (threadIdx.x == 0)
+            o[kd] = tok;
+    }
+    if (threadIdx.x == 0)
+        n_acc[s] = n;
 }
 
 void sd__cuda_argmax_rows(sd_backend *be, int32_t *out, const float *x, int n, int V)
@@ -522,4 +660,24 @@ void sd__cuda_accept_greedy_rows(sd_backend *be, int32_t *n_acc, int32_t *out_to
     accept_greedy_rows_kernel<<<(n_seq + 127) / 128, 128, 0, c->stream>>>(
         n_acc, out_tok, draft, target_argmax, n_seq, k);
     SD_LAUNCHED(c, "accept_greedy_rows_kernel");
+}
+
+void sd__cuda_accept_sample_rows(sd_backend *be, int32_t *n_acc, int32_t *out_tok,
+                                 float *probs_scratch, const float *logits, const int32_t *row0,
+                                 const float *q, const int32_t *draft, const int32_t *n_draft,
+                                 const sd_sample_params *p, int n_seq, int k, int V)
+{
+    sd__cuda *c = sd__cuda_op(be);
+    if (!c || n_seq <= 0)
+        return;
+    if (k < 0 || V <= 0) {
+        SD_BADARG(c, "accept_sample_rows: draft length %d < 0 or vocabulary %d <= 0", k, V);
+        return;
+    }
+    accept_probs_kernel<<<n_seq * (k + 1), SB, 0, c->stream>>>(probs_scratch, logits, row0,
+                                                                n_draft, p, k, V);
+    SD_LAUNCHED(c, "accept_probs_kernel");
+    accept_chain_kernel<<<n_seq, SB, 0, c->stream>>>(n_acc, out_tok, probs_scratch, q, draft, row0,
+                                                     n_draft, p, k, V);
+    SD_LAUNCHED(c, "accept_chain_kernel");
 }
