@@ -62,6 +62,10 @@ const sd_opt_def sd_opt_table[] = {
      "draft tokens per step, or auto (adaptive; 0 = plain decode)"},
     {"ngram-n", NULL, I, OFF(ngram_n), "3", 1, 16, NULL, C_RUN,
      "n-gram proposer: tokens matched"},
+    {"synthetic-accept", NULL, S, OFF(synthetic_accept), "", 0, 0, NULL, C_RUN,
+     "BENCHMARK ONLY, the output is then NOT the model's: accept draft i with probability P(i+1) "
+     "given the earlier ones were (\"P1,P2,...\", the last repeats; no comparison with the "
+     "target), to measure speculation at real sizes with random weights; empty: off"},
     /* engine */
     {"max-context", NULL, I, OFF(max_context), "0", 0, 1 << 24, NULL, SD_CMD_MODEL,
      "context length (0: the model's max_position_embeddings)"},

@@ -54,6 +54,7 @@ typedef struct sd_opts {
     char *draft_model; /* EAGLE-3 head or draft LM directory */
     int spec_k;        /* -1 = auto */
     int ngram_n;       /* n-gram match length */
+    char *synthetic_accept; /* benchmark only: "P1,P2,..." per-position acceptance; "": off */
     /* engine */
     int max_context;      /* 0: the model's */
     int block_size;       /* KV tokens per block */

@@ -319,7 +319,22 @@ static int accept_decode(sd_engine *e, req *r, const float *logits)
     int32_t out[SD_MAX_K + 1];
     int n;
     sd_err err = {0};
-    if (r->greedy) {
+    if (k > 0 && e->synth.n > 0) {
+        /* --synthetic-accept (benchmarks only; not the model's output): the
+         * first n drafts stand whatever the target says, then the target's
+         * own token at position n, picked as plain decode picks it there. */
+        uint64_t pos = (uint64_t)(r->n_tok - r->n_prompt);
+        n = sd_synthetic_accept(&e->synth, k, r->samp.seed, pos);
+        memcpy(out, r->draft, (size_t)n * sizeof *out);
+        const float *row = logits + (size_t)(r->out0 + n) * V;
+        if (r->greedy) {
+            out[n] = e->am_valid ? e->h_am[r->out0 + n] : sd_argmax(row, V);
+        } else {
+            sd_sampling_probs(row, V, &r->samp, e->p_rows);
+            out[n] = sd_sample(e->p_rows, V,
+                               sd_rand_uniform(r->samp.seed, pos + (uint64_t)n, SD_RNG_TARGET));
+        }
+    } else if (r->greedy) {
         int32_t am[SD_MAX_K + 1];
         for (int i = 0; i <= k; i++)
             am[i] = e->am_valid ? e->h_am[r->out0 + i]
@@ -747,6 +762,11 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     }
     e->spec = spec_of(o->spec);
     e->spec_k = o->spec_k;
+    if ((rc = sd_synthetic_parse(&e->synth, o->synthetic_accept, err)))
+        goto fail;
+    if (e->synth.n > 0)
+        sd_log_warn("--synthetic-accept %s: drafts are accepted at random, NOT verified: the "
+                    "output is not the model's (benchmarks only)", o->synthetic_accept);
     e->k_max = o->spec_k >= 0 ? o->spec_k : 4;
     if (e->k_max > SD_MAX_K - 1)
         e->k_max = SD_MAX_K - 1;

@@ -15,6 +15,7 @@
 #include "target/model.h"
 #include "verify/accept.h"
 #include "verify/sampling.h"
+#include "verify/synthetic.h"
 
 /* adaptive k: steps in a row with k = 0 before running requests stop tracking the proposer */
 #define SD_SPEC_OFF_AFTER 16
@@ -133,6 +134,7 @@ struct sd_engine {
     double draft_s_total, verify_s_total;
     int zero_k_steps; /* consecutive steps adaptive k chose 0 */
     unsigned n_admitted_off; /* requests admitted while speculation was off */
+    sd_synthetic synth; /* --synthetic-accept (benchmarks only; n == 0: off) */
 };
 
 typedef struct step {
