@@ -298,6 +298,73 @@ TEST(matmul_gemv_rows_match_the_cpu_in_fp32)
         ok &= mm_case(&e, dt, 8, 77, 45, 45, 0); /* K % 8 != 0: the scalar path */
         ok &= mm_case(&e, dt, 5, 4096, 4096, 4096, 0);
         ok &= mm_case(&e, dt, 2, 300, 64, 128, 1);
+        /* the K split of the 16-byte path (gemv.cuh): 8 warps over 56
+         * chunks, 4 warps over 6 (uneven), 8 over 9 with a partial last
+         * chunk, 2 over 3, 1 on a partial chunk; weight rows not a multiple
+         * of the block's; 1, 2, 4 and 8 activation rows per pass */
+        ok &= mm_case(&e, dt, 1, 4096, 14336, 14336, 1);
+        ok &= mm_case(&e, dt, 4, 1027, 1408, 1416, 0);
+        ok &= mm_case(&e, dt, 7, 333, 2056, 2056, 1);
+        ok &= mm_case(&e, dt, 2, 50, 520, 524, 0);
+        ok &= mm_case(&e, dt, 1, 70, 64, 64, 1);
+        /* the largest GEMV batches: passes of 8 rows, the last ragged */
+        ok &= mm_case(&e, dt, SD_CUDA_GEMV_MAX_ROWS, 600, 1024, 1024, 0);
+        if (SD_CUDA_GEMV_MAX_ROWS > 3)
+            ok &= mm_case(&e, dt, SD_CUDA_GEMV_MAX_ROWS - 3, 259, 2048, 2052, 1);
+    }
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+/* A row's GEMV result is the same bits whatever else is in the batch: row r
+ * alone (n = 1), inside every batch size up to SD_CUDA_GEMV_MAX_ROWS and at
+ * every position. This is what keeps greedy verification equal to plain
+ * decode on the GPU. */
+TEST(matmul_gemv_rows_do_not_depend_on_the_batch)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    const int N = 1500, K = 4104, nmax = SD_CUDA_GEMV_MAX_ROWS;
+    for (int di = 0; di < 3; di++) {
+        tw w;
+        ASSERT_OK(tw_make(&e, &w, all_dt[di], N, K, 0.5f));
+        float *x = rnd_floats(&e, (size_t)nmax * K, -1, 1);
+        float *dx = (float *)gput(&e, x, (size_t)nmax * K * sizeof(float));
+        float *dy = gpoison(&e, (size_t)nmax * N);
+        /* each row alone */
+        float *alone = (float *)malloc((size_t)nmax * N * sizeof(float));
+        int got = 1;
+        for (int r = 0; r < nmax && got; r++) {
+            e.gpu->ops->matmul(e.gpu, dy, dx + (size_t)r * K, &w.g, NULL, 1, K);
+            float *g = gget(&e, dy, (size_t)N);
+            got = g != NULL;
+            if (g)
+                memcpy(alone + (size_t)r * N, g, (size_t)N * sizeof(float));
+            free(g);
+        }
+        double bad = got ? 0 : INFINITY;
+        /* batches of every size starting at every offset that fits */
+        for (int n = 2; n <= nmax && got; n++) {
+            for (int r0 = 0; r0 + n <= nmax; r0 += n > 4 ? 1 : n) {
+                e.gpu->ops->matmul(e.gpu, dy, dx + (size_t)r0 * K, &w.g, NULL, n, K);
+                float *g = gget(&e, dy, (size_t)n * N);
+                if (!g) {
+                    bad = INFINITY;
+                    break;
+                }
+                for (size_t i = 0; i < (size_t)n * N; i++)
+                    bad += memcmp(&g[i], &alone[(size_t)r0 * N + i], sizeof(float)) != 0;
+                free(g);
+            }
+        }
+        ok &= reportf(bad, 0, "matmul gemv %s N=%d K=%d: a row in batches of 2..%d vs alone "
+                      "(differing elements)", sd_dtype_name(all_dt[di]), N, K, nmax);
+        gfree(&e, dx);
+        gfree(&e, dy);
+        free(x);
+        free(alone);
+        tw_free(&e, &w);
     }
     gpu_env_close(&e);
     ASSERT(ok);
@@ -331,6 +398,9 @@ TEST(matmul_heads_matches_the_cpu)
      * qk apart, offset 0) and out = W_UV lat per head */
     struct { int H, N, K, xs, xhs, xoff; } cs[] = {
         {4, 32, 48, 4 * 72, 72, 0}, {16, 64, 128, 16 * 192, 192, 0}, {5, 24, 20, 5 * 30, 30, 8},
+        /* DeepSeek-V2-Lite's: q_nope (128 of 192 per head) -> latent 512,
+         * latent 512 -> v 128 */
+        {16, 512, 128, 16 * 192, 192, 0}, {16, 128, 512, 16 * 512, 512, 0},
     };
     int ns[3] = {1, 5, 40};
     sd_dtype dts[2] = {SD_DT_F32, SD_DT_BF16};
@@ -694,8 +764,9 @@ static int ffn_case_ep(gpu_env *e, sd_dtype dt, int n, int E, int K, int D, int 
     float *dtmp = gpoison(e, tmpn), *dout = gpoison(e, (size_t)n * D);
     e->gpu->ops->moe_ffn(e->gpu, dout, dx, did, dw, &ge, n, K, D, dtmp);
     char name[160];
-    snprintf(name, sizeof name, "moe_ffn %s n=%d E=%d top-%d D=%d I=%d%s", sd_dtype_name(dt), n,
-             E, K, D, I, E < E_all ? " (expert-parallel bank)" : "");
+    int fused = m <= SD_CUDA_MOE_FUSED_MAX_PAIRS && D % 8 == 0 && I % 8 == 0;
+    snprintf(name, sizeof name, "moe_ffn %s n=%d E=%d top-%d D=%d I=%d%s (%s)", sd_dtype_name(dt),
+             n, E, K, D, I, E < E_all ? " expert-parallel bank" : "", fused ? "fused" : "sorted");
     int ok = check_dev(e, dout, co, (size_t)n * D, 1e-5, name);
     for (int k = 0; k < E; k++) {
         tw_free(e, &g[k]);
@@ -735,6 +806,32 @@ TEST(moe_ffn_matches_the_cpu)
     ok &= ffn_case(&e, SD_DT_F16, 9, 12, 3, 70, 50); /* dims not a multiple of 8 */
     ok &= ffn_case(&e, SD_DT_BF16, 64, 256, 8, 256, 128);
     ok &= ffn_case_ep(&e, SD_DT_BF16, 23, 4, 3, 128, 96, 8, 16); /* experts 8..11 of 16 */
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+/* The fused small-batch path (up to SD_CUDA_MOE_FUSED_MAX_PAIRS pairs): the
+ * DeepSeek-V2-Lite expert shape at decode and verification sizes, every way
+ * the down kernel splits its warps (top-1, 2, 3, 6 and 10 slots: more slots
+ * than warps), expert-parallel banks (pairs of other ranks skipped, tokens
+ * with no local expert give 0), all three dtypes, and the boundary. */
+TEST(moe_ffn_fused_small_batches_match_the_cpu)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    ok &= ffn_case(&e, SD_DT_BF16, 1, 16, 6, 2048, 1408);
+    ok &= ffn_case(&e, SD_DT_BF16, 8, 16, 6, 2048, 1408);
+    ok &= ffn_case(&e, SD_DT_BF16, 3, 8, 1, 256, 264);
+    ok &= ffn_case(&e, SD_DT_BF16, 5, 8, 2, 520, 128);
+    ok &= ffn_case(&e, SD_DT_F16, 2, 12, 3, 136, 64);
+    ok &= ffn_case(&e, SD_DT_F32, 2, 32, 10, 64, 40);
+    ok &= ffn_case_ep(&e, SD_DT_BF16, 3, 4, 3, 256, 96, 8, 16);
+    ok &= ffn_case_ep(&e, SD_DT_F32, 6, 2, 2, 64, 32, 0, 16);
+    /* the largest fused batch of top-4 and the smallest sorted one */
+    int nb = SD_CUDA_MOE_FUSED_MAX_PAIRS / 4;
+    ok &= ffn_case(&e, SD_DT_BF16, nb, 16, 4, 128, 96);
+    ok &= ffn_case(&e, SD_DT_BF16, nb + 1, 16, 4, 128, 96);
     gpu_env_close(&e);
     ASSERT(ok);
 }
@@ -973,6 +1070,406 @@ TEST(accept_greedy_rows_equals_the_cpu)
     ASSERT(ok);
 }
 
+/* ------------------------------------------------ sampled verification
+ *
+ * accept_sample_rows on the GPU against the CPU op (src/verify's
+ * sd_accept_chain over sd_sampling_probs rows), on fresh random batches:
+ * V = 257, 4099, 32000, 129280; k = 0..5 with per-sequence draft counts,
+ * dense and packed (row0) layouts, drafts from q or deterministic (q NULL);
+ * temperatures 0.6..1.2, top-k and top-p on and off, some greedy sequences.
+ * Target rows are noise with a few strong tokens; the draft's logits are the
+ * target's plus noise, so chains both accept and reject.
+ *
+ * Probabilities: every row of every sequence within 1e-5 of the CPU's
+ * (relative to the row's largest). Tokens: n_acc and out_tok equal the CPU's
+ * per sequence, except where a decision on the CPU's path lies within
+ * rounding of its boundary: |u q(d) - p(d)| <= 1e-5 p(d) for an acceptance
+ * test, or u * total within 1e-5 (probability units) of a CDF step for a
+ * sample (target, residual or bonus). Such sequences are counted ("near");
+ * a mismatch elsewhere is a failure, and mismatches of any kind must stay
+ * under 0.1% of the sequences. */
+
+#define ACC_NEAR 1e-5
+
+/* distance of u * total from the nearest CDF step of the weights
+ * w_i = p_i (q NULL) or p_i - q_i (residual; p itself when that is all zero)
+ * over the positive weights, in probability units */
+static double cdf_gap_abs(const float *p, const float *q, int V, double u)
+{
+    double total = 0;
+    for (int i = 0; i < V; i++) {
+        double w = q ? (double)p[i] - (double)q[i] : (double)p[i];
+        if (w > 0)
+            total += w;
+    }
+    if (!(total > 0))
+        return q ? cdf_gap_abs(p, NULL, V, u) : INFINITY;
+    double target = u * total, c = 0, gap = INFINITY;
+    for (int i = 0; i < V; i++) {
+        double w = q ? (double)p[i] - (double)q[i] : (double)p[i];
+        if (w > 0) {
+            c += w;
+            if (fabs(c - target) < gap)
+                gap = fabs(c - target);
+        }
+    }
+    return gap;
+}
+
+/* 1 when a decision of sd_accept_chain on the CPU's rows p (kd + 1, V), on
+ * the path the chain takes, lies within rounding of its boundary */
+static int chain_near(const float *p, const float *q, const int32_t *draft, int kd,
+                      const sd_sample_params *sp, int V)
+{
+    sd_sampling s = {sp->temperature, sp->top_p, sp->top_k, sp->seed};
+    if (sd_sampling_is_greedy(&s))
+        return 0; /* argmax of one-hot rows: no rounding */
+    for (int i = 0; i < kd; i++) {
+        const float *pi = p + (size_t)i * V;
+        const uint64_t ctr = sp->counter + (uint64_t)i;
+        if (!q) {
+            double u = sd_rand_uniform(sp->seed, ctr, SD_RNG_TARGET);
+            if (cdf_gap_abs(pi, NULL, V, u) < ACC_NEAR)
+                return 1;
+            if (sd_sample(pi, V, u) != draft[i])
+                return 0;
+            continue;
+        }
+        const float *qi = q + (size_t)i * V;
+        double a = sd_rand_uniform(sp->seed, ctr, SD_RNG_ACCEPT) * (double)qi[draft[i]];
+        double pd = pi[draft[i]];
+        if (fabs(a - pd) <= ACC_NEAR * pd)
+            return 1;
+        if (a < pd)
+            continue;
+        return cdf_gap_abs(pi, qi, V, sd_rand_uniform(sp->seed, ctr, SD_RNG_RESIDUAL)) < ACC_NEAR;
+    }
+    double u = sd_rand_uniform(sp->seed, sp->counter + (uint64_t)kd, SD_RNG_TARGET);
+    return cdf_gap_abs(p + (size_t)kd * V, NULL, V, u) < ACC_NEAR;
+}
+
+/* One call's inputs (host). */
+typedef struct acc_batch {
+    int n_seq, k, V, R; /* R: logits rows */
+    float *logits;      /* (R, V) */
+    float *q;           /* (n_seq, k, V) or NULL */
+    int32_t *draft;     /* (n_seq, k) */
+    int32_t *n_draft;   /* (n_seq) */
+    int32_t *row0;      /* (n_seq) or NULL (dense) */
+    sd_sample_params *p;
+} acc_batch;
+
+static sd_sample_params acc_params(gpu_env *e, int s)
+{
+    sd_sample_params p = {0};
+    p.seed = ((uint64_t)rnd_int(e, 1 << 30) << 17) ^ (uint64_t)rnd_int(e, 1 << 17);
+    p.counter = (uint64_t)rnd_int(e, 100000);
+    p.temperature = sd_test_randf(&e->rng, 0.6f, 1.2f);
+    p.top_p = 1.0f;
+    switch (s % 8) {
+    case 0: p.temperature = 0.0f; break; /* greedy */
+    case 1: case 2: break;
+    case 3: p.top_k = 1 + rnd_int(e, 50); break;
+    case 4: p.top_k = 1 + rnd_int(e, 2000); break;
+    case 5: case 6: p.top_p = sd_test_randf(&e->rng, 0.5f, 0.98f); break;
+    case 7:
+        p.top_k = 1 + rnd_int(e, 500);
+        p.top_p = sd_test_randf(&e->rng, 0.5f, 0.98f);
+        break;
+    }
+    return p;
+}
+
+static size_t acc_row0(const acc_batch *b, int s)
+{
+    return b->row0 ? (size_t)b->row0[s] : (size_t)s * (size_t)(b->k + 1);
+}
+
+static void acc_make(gpu_env *e, acc_batch *b, int n_seq, int k, int V, int with_q, int packed)
+{
+    memset(b, 0, sizeof *b);
+    b->n_seq = n_seq;
+    b->k = k;
+    b->V = V;
+    b->n_draft = (int32_t *)malloc((size_t)n_seq * sizeof(int32_t));
+    b->p = (sd_sample_params *)malloc((size_t)n_seq * sizeof(sd_sample_params));
+    b->draft = (int32_t *)malloc(((size_t)n_seq * k + 1) * sizeof(int32_t));
+    if (packed)
+        b->row0 = (int32_t *)malloc((size_t)n_seq * sizeof(int32_t));
+    int R = 0;
+    for (int s = 0; s < n_seq; s++) {
+        b->n_draft[s] = s % 4 == 3 ? rnd_int(e, k + 1) : k;
+        b->p[s] = acc_params(e, s);
+        if (packed) {
+            b->row0[s] = R;
+            R += b->n_draft[s] + 1 + (s & 1); /* a gap row after odd sequences */
+        }
+    }
+    b->R = packed ? R : n_seq * (k + 1);
+    const size_t v = (size_t)V;
+    b->logits = rnd_floats(e, (size_t)b->R * v, -2.0f, 2.0f);
+    if (with_q)
+        b->q = (float *)malloc(((size_t)n_seq * k * v + 1) * sizeof(float));
+    float *dl = (float *)malloc(v * sizeof(float)), *pr = (float *)malloc(v * sizeof(float));
+    for (int s = 0; s < n_seq; s++) {
+        const size_t r0 = acc_row0(b, s);
+        sd_sampling smp = {b->p[s].temperature, b->p[s].top_p, b->p[s].top_k, b->p[s].seed};
+        for (int i = 0; i <= b->n_draft[s]; i++) {
+            float *row = b->logits + (r0 + (size_t)i) * v;
+            const int strong = 1 + rnd_int(e, 8);
+            for (int j = 0; j < strong; j++)
+                row[rnd_int(e, V)] += sd_test_randf(&e->rng, 4.0f, 12.0f);
+        }
+        for (int i = 0; i < b->n_draft[s]; i++) {
+            const float *row = b->logits + (r0 + (size_t)i) * v;
+            const uint64_t ctr = b->p[s].counter + (uint64_t)i;
+            int32_t *d = &b->draft[(size_t)s * k + i];
+            if (with_q) {
+                for (int j = 0; j < V; j++)
+                    dl[j] = row[j] + sd_test_randf(&e->rng, -1.0f, 1.0f);
+                float *qi = b->q + ((size_t)s * k + i) * v;
+                sd_sampling_probs(dl, V, &smp, qi);
+                *d = sd_sample(qi, V, sd_rand_uniform(smp.seed, ctr, SD_RNG_DRAFT));
+            } else if (rnd_int(e, 4) < 3) { /* the target's own sample: accepted */
+                sd_sampling_probs(row, V, &smp, pr);
+                *d = sd_sample(pr, V, sd_rand_uniform(smp.seed, ctr, SD_RNG_TARGET));
+            } else {
+                *d = rnd_int(e, V);
+            }
+        }
+        for (int i = b->n_draft[s]; i < k; i++)
+            b->draft[(size_t)s * k + i] = -5; /* past kd: never read */
+    }
+    free(dl);
+    free(pr);
+}
+
+static void acc_free(acc_batch *b)
+{
+    free(b->logits);
+    free(b->q);
+    free(b->draft);
+    free(b->n_draft);
+    free(b->row0);
+    free(b->p);
+}
+
+/* The batch in GPU memory. */
+typedef struct acc_dev {
+    float *logits, *q, *probs;
+    int32_t *draft, *n_draft, *row0, *n_acc, *out;
+    sd_sample_params *p;
+} acc_dev;
+
+static void acc_upload(gpu_env *e, const acc_batch *b, acc_dev *d)
+{
+    const size_t v = (size_t)b->V;
+    memset(d, 0, sizeof *d);
+    d->logits = (float *)gput(e, b->logits, (size_t)b->R * v * sizeof(float));
+    if (b->q)
+        d->q = (float *)gput(e, b->q, ((size_t)b->n_seq * b->k * v + 1) * sizeof(float));
+    d->draft = (int32_t *)gput(e, b->draft, ((size_t)b->n_seq * b->k + 1) * sizeof(int32_t));
+    d->n_draft = (int32_t *)gput(e, b->n_draft, (size_t)b->n_seq * sizeof(int32_t));
+    if (b->row0)
+        d->row0 = (int32_t *)gput(e, b->row0, (size_t)b->n_seq * sizeof(int32_t));
+    d->p = (sd_sample_params *)gput(e, b->p, (size_t)b->n_seq * sizeof(sd_sample_params));
+    d->probs = gpoison(e, (size_t)b->R * v);
+    d->n_acc = ipoison(e, (size_t)b->n_seq, -1);
+    d->out = ipoison(e, (size_t)b->n_seq * (b->k + 1), -1);
+}
+
+static void acc_dev_free(gpu_env *e, acc_dev *d)
+{
+    void *bufs[] = {d->logits, d->q, d->probs, d->draft, d->n_draft, d->row0, d->n_acc, d->out, d->p};
+    for (size_t i = 0; i < SD_ARRAY_LEN(bufs); i++)
+        gfree(e, bufs[i]);
+}
+
+static void acc_gpu_op(gpu_env *e, const acc_batch *b, const acc_dev *d)
+{
+    e->gpu->ops->accept_sample_rows(e->gpu, d->n_acc, d->out, d->probs, d->logits, d->row0, d->q,
+                                    d->draft, d->n_draft, d->p, b->n_seq, b->k, b->V);
+}
+
+/* The CPU op's results: NaN / -1 poisoned like the GPU's buffers. */
+static void acc_cpu_op(gpu_env *e, const acc_batch *b, int32_t *n_acc, int32_t *out, float *probs)
+{
+    for (size_t i = 0; i < (size_t)b->R * b->V; i++)
+        probs[i] = NAN;
+    for (int i = 0; i < b->n_seq * (b->k + 1); i++)
+        out[i] = -1;
+    e->cpu->ops->accept_sample_rows(e->cpu, n_acc, out, probs, b->logits, b->row0, b->q, b->draft,
+                                    b->n_draft, b->p, b->n_seq, b->k, b->V);
+}
+
+TEST(accept_sample_rows_equals_the_cpu_on_sampled_chains_but_at_rounding_boundaries)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    const int Vs[4] = {257, 4099, 32000, 129280}, nseq[4] = {128, 96, 64, 48};
+    long all_seqs = 0, all_mism = 0;
+    for (int vi = 0; vi < 4; vi++) {
+        const int V = Vs[vi];
+        const size_t v = (size_t)V;
+        long seqs = 0, mism = 0, unexplained = 0, near = 0, drafted = 0, accepted = 0;
+        double perr = 0;
+        for (int rep = 0; rep < 2; rep++) {
+            for (int k = 0; k <= 5; k++) {
+                const int n_seq = nseq[vi], with_q = (k + rep) % 4 != 3, packed = (k + rep) & 1;
+                acc_batch b;
+                acc_make(&e, &b, n_seq, k, V, with_q, packed);
+                float *cp = (float *)malloc((size_t)b.R * v * sizeof(float));
+                int32_t *cn = (int32_t *)malloc((size_t)n_seq * sizeof(int32_t));
+                int32_t *co = (int32_t *)malloc((size_t)n_seq * (k + 1) * sizeof(int32_t));
+                acc_cpu_op(&e, &b, cn, co, cp);
+                acc_dev d;
+                acc_upload(&e, &b, &d);
+                acc_gpu_op(&e, &b, &d);
+                float *gp = gget(&e, d.probs, (size_t)b.R * v);
+                int32_t *gn = iget(&e, d.n_acc, (size_t)n_seq);
+                int32_t *go = iget(&e, d.out, (size_t)n_seq * (k + 1));
+                if (!gp || !gn || !go) {
+                    ok = 0;
+                    perr = INFINITY;
+                }
+                for (int s = 0; gp && gn && go && s < n_seq; s++) {
+                    const int kd = b.n_draft[s];
+                    const size_t r0 = acc_row0(&b, s);
+                    for (int i = 0; i <= kd; i++) {
+                        double er = rel_err(gp + (r0 + i) * v, cp + (r0 + i) * v, v);
+                        if (er > perr)
+                            perr = er;
+                    }
+                    const float *qs = b.q ? b.q + (size_t)s * k * v : NULL;
+                    const int32_t *ds = b.draft + (size_t)s * k;
+                    int is_near = chain_near(cp + r0 * v, qs, ds, kd, &b.p[s], V);
+                    int same = gn[s] == cn[s];
+                    for (int i = 0; i <= k; i++)
+                        same &= go[(size_t)s * (k + 1) + i] == co[(size_t)s * (k + 1) + i];
+                    seqs++;
+                    near += is_near;
+                    drafted += kd;
+                    accepted += cn[s] > 0 ? cn[s] : 0;
+                    if (!same) {
+                        mism++;
+                        unexplained += !is_near;
+                        fprintf(stderr,
+                                "    V=%d k=%d seq %d (T=%g top-k %d top-p %g q %d, %s): gpu n_acc "
+                                "%d cpu %d; tokens:",
+                                V, k, s, b.p[s].temperature, b.p[s].top_k, b.p[s].top_p, with_q,
+                                is_near ? "near a boundary" : "NOT near a boundary", gn[s], cn[s]);
+                        for (int i = 0; i <= k; i++)
+                            fprintf(stderr, " %d/%d", go[(size_t)s * (k + 1) + i],
+                                    co[(size_t)s * (k + 1) + i]);
+                        fputc('\n', stderr);
+                    }
+                }
+                free(gp);
+                free(gn);
+                free(go);
+                free(cp);
+                free(cn);
+                free(co);
+                acc_dev_free(&e, &d);
+                acc_free(&b);
+            }
+        }
+        ok &= reportf(perr, 1e-5, "accept_sample_rows probs V=%d k=0..5 (%ld sequences)", V, seqs);
+        ok &= reportf((double)unexplained, 0,
+                      "accept_sample_rows tokens V=%d (mismatches not near a boundary; %ld mismatched, "
+                      "%ld near a boundary, %ld of %ld drafts accepted)",
+                      V, mism, near, accepted, drafted);
+        all_seqs += seqs;
+        all_mism += mism;
+    }
+    ok &= reportf(all_seqs ? (double)all_mism / (double)all_seqs : INFINITY, 1e-3,
+                  "accept_sample_rows share of sequences whose tokens differ (%ld of %ld)", all_mism,
+                  all_seqs);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+/* Captured into a graph: nothing allocates or synchronizes, a replay over
+ * poisoned outputs gives the eager results bit for bit, and sequences with a
+ * bad draft count or id get SD_EINVAL like on the CPU. */
+TEST(accept_sample_rows_is_capture_safe_and_refuses_bad_sequences_like_the_cpu)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    const int V = 32000, k = 3, n_seq = 12;
+    const size_t v = (size_t)V;
+    acc_batch b;
+    acc_make(&e, &b, n_seq, k, V, 1, 1);
+    b.n_draft[1] = k + 1;
+    b.n_draft[2] = -1;
+    b.n_draft[4] = k;
+    b.draft[4 * k + 1] = V; /* out of the vocabulary */
+    b.n_draft[5] = k;
+    b.draft[5 * k + 0] = -2;
+    for (int i = 0; i < k; i++) /* the rows of sequence 1 now run past its own */
+        b.draft[1 * k + i] = i;
+    float *cp = (float *)malloc((size_t)b.R * v * sizeof(float));
+    int32_t cn[12], co[12 * 4];
+    acc_cpu_op(&e, &b, cn, co, cp);
+    for (int s = 1; s <= 5; s++)
+        if (s != 3)
+            ASSERT_EQ(cn[s], SD_EINVAL);
+    acc_dev d;
+    acc_upload(&e, &b, &d);
+    acc_gpu_op(&e, &b, &d);
+    ASSERT_EQ(e.gpu->ops->sync(e.gpu), 0);
+    float *ep = gget(&e, d.probs, (size_t)b.R * v);
+    int32_t *en = iget(&e, d.n_acc, n_seq), *eo = iget(&e, d.out, (size_t)n_seq * (k + 1));
+    ASSERT(ep && en && eo);
+    void *graph = NULL;
+    ASSERT_OK(e.gpu->ops->graph_begin(e.gpu));
+    acc_gpu_op(&e, &b, &d);
+    ASSERT_OK(e.gpu->ops->graph_end(e.gpu, &graph));
+    /* poison what the graph must rewrite, then replay */
+    float *nan = nan_floats((size_t)b.R * v);
+    e.gpu->ops->upload(e.gpu, d.probs, nan, (size_t)b.R * v * sizeof(float));
+    free(nan);
+    int32_t poison[12 * 4];
+    for (int i = 0; i < 12 * 4; i++)
+        poison[i] = -1;
+    e.gpu->ops->upload(e.gpu, d.n_acc, poison, (size_t)n_seq * sizeof(int32_t));
+    e.gpu->ops->upload(e.gpu, d.out, poison, (size_t)n_seq * (k + 1) * sizeof(int32_t));
+    ASSERT_OK(e.gpu->ops->graph_launch(e.gpu, graph));
+    ASSERT_EQ(e.gpu->ops->sync(e.gpu), 0);
+    float *rp = gget(&e, d.probs, (size_t)b.R * v);
+    int32_t *rn = iget(&e, d.n_acc, n_seq), *ro = iget(&e, d.out, (size_t)n_seq * (k + 1));
+    ASSERT(rp && rn && ro);
+    /* bits, NaN gaps included */
+    int ok = report("accept_sample_rows graph replay vs eager (bitwise)",
+                    memcmp(rp, ep, (size_t)b.R * v * sizeof(float)) == 0 &&
+                            memcmp(rn, en, sizeof cn) == 0 && memcmp(ro, eo, sizeof co) == 0
+                        ? 0
+                        : 1,
+                    0);
+    double bad = 0;
+    for (int s = 0; s < n_seq; s++) {
+        bad += en[s] != cn[s] && (cn[s] < 0 || en[s] < 0); /* refusals exactly */
+        if (cn[s] < 0)
+            for (int i = 0; i <= k; i++)
+                bad += eo[s * (k + 1) + i] != -1; /* and no tokens */
+    }
+    ok &= report("accept_sample_rows refusals (bad draft count or id) vs the cpu (mismatches)", bad,
+                 0);
+    e.gpu->ops->graph_free(e.gpu, graph);
+    free(ep);
+    free(en);
+    free(eo);
+    free(rp);
+    free(rn);
+    free(ro);
+    free(cp);
+    acc_dev_free(&e, &d);
+    acc_free(&b);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
 /* ------------------------------------------------------- errors and graphs */
 
 TEST(a_bad_op_is_reported_by_sync_with_its_name_and_stops_later_ops)
@@ -1007,9 +1504,55 @@ TEST(a_bad_op_is_reported_by_sync_with_its_name_and_stops_later_ops)
 }
 
 /* The ops of one layer step (cuBLASLt matmul, in-place silu_mul, norm,
- * rope, paged attention, routing and experts) captured into a CUDA graph:
+ * rope, paged attention, routing, the fused and the sorted experts) captured
+ * into a CUDA graph:
  * capture succeeds only if nothing allocates or synchronizes, and a replay
  * gives the eager results bit for bit. */
+/* A cuBLASLt plan first needed inside a capture cannot time its candidate
+ * algorithms (no host synchronization while capturing): it takes the
+ * heuristic's first, the replay is right, and an eager call of the same
+ * shape afterwards reuses that plan: the same bits. */
+TEST(matmul_plans_made_under_capture_skip_the_timed_trial_and_replay_right)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    const int n = SD_CUDA_GEMV_MAX_ROWS + 30, N = 384, K = 520;
+    tw w;
+    ASSERT_OK(tw_make(&e, &w, SD_DT_BF16, N, K, 0.5f));
+    float *x = rnd_floats(&e, (size_t)n * K, -1, 1);
+    float *co = (float *)malloc((size_t)n * N * sizeof(float));
+    e.cpu->ops->matmul(e.cpu, co, x, &w.c, NULL, n, K);
+    float *dx = (float *)gput(&e, x, (size_t)n * K * sizeof(float));
+    float *dy = gpoison(&e, (size_t)n * N), *dy2 = gpoison(&e, (size_t)n * N);
+    sd_cuda_graph *g = NULL;
+    ASSERT_OK(sd_cuda_capture_begin(e.gpu));
+    e.gpu->ops->matmul(e.gpu, dy, dx, &w.g, NULL, n, K);
+    ASSERT_OK(sd_cuda_capture_end(e.gpu, &g));
+    ASSERT_OK(sd_cuda_graph_launch(e.gpu, g));
+    char name[128];
+    snprintf(name, sizeof name, "matmul BF16 n=%d N=%d K=%d planned under capture, replay", n, N,
+             K);
+    int ok = check_dev(&e, dy, co, (size_t)n * N, 1e-4, name);
+    e.gpu->ops->matmul(e.gpu, dy2, dx, &w.g, NULL, n, K);
+    float *a = gget(&e, dy, (size_t)n * N), *b = gget(&e, dy2, (size_t)n * N);
+    double bad = a && b ? 0 : INFINITY;
+    for (size_t i = 0; a && b && i < (size_t)n * N; i++)
+        bad += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    ok &= reportf(bad, 0, "matmul BF16 n=%d: eager after the capture vs replay (differing elements)",
+                  n);
+    sd_cuda_graph_destroy(g);
+    free(a);
+    free(b);
+    free(x);
+    free(co);
+    gfree(&e, dx);
+    gfree(&e, dy);
+    gfree(&e, dy2);
+    tw_free(&e, &w);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
 TEST(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run)
 {
     gpu_env e;
@@ -1036,6 +1579,11 @@ TEST(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run)
     sd_experts ex = {.n = E, .gate = eg, .up = eu, .down = ed};
     sd_moe_route r = {.n_experts = E, .top_k = K, .n_group = 4, .topk_group = 2,
                       .norm_topk_prob = 1, .sigmoid = 1, .routed_scaling_factor = 2.5f};
+    /* top-4 of the same logits: T * 4 pairs take the sorted expert path,
+     * T * 2 the fused one */
+    const int K4 = 4;
+    sd_moe_route r4 = r;
+    r4.top_k = K4;
     float *inv = rnd_floats(&e, Hd / 2, 0.001f, 1.0f);
     float *dinv = (float *)gput(&e, inv, Hd / 2 * sizeof(float));
     sd_rope rope = {.inv_freq = dinv, .rot_dim = Hd, .interleave = 0, .mscale = 1.0f};
@@ -1046,7 +1594,9 @@ TEST(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run)
     float *gu = gpoison(&e, (size_t)T * 2 * I), *fo = gpoison(&e, (size_t)T * D);
     float *rl = gpoison(&e, (size_t)T * E), *wts = gpoison(&e, (size_t)T * K);
     int32_t *ids = (int32_t *)gpoison(&e, (size_t)T * K);
-    float *tmp = gpoison(&e, SD_MOE_TMP_FLOATS(T, K, D, I));
+    float *tmp = gpoison(&e, SD_MOE_TMP_FLOATS(T, K4, D, I));
+    float *wts4 = gpoison(&e, (size_t)T * K4);
+    int32_t *ids4 = (int32_t *)gpoison(&e, (size_t)T * K4);
     /* earlier positions of the sequences: random cache contents */
     size_t mc = (size_t)b.n_slots * H * Hd;
     float *hc = rnd_floats(&e, 2 * mc, -1, 1);
@@ -1073,6 +1623,9 @@ TEST(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run)
         op->moe_route(be, ids, wts, rl, NULL, T, &r);
         op->moe_ffn(be, fo, x, ids, wts, &ex, T, K, D, tmp);
         op->add(be, x, fo, T, D);
+        op->moe_route(be, ids4, wts4, rl, NULL, T, &r4);
+        op->moe_ffn(be, fo, x, ids4, wts4, &ex, T, K4, D, tmp);
+        op->add(be, x, fo, T, D);
         if (pass == 1) {
             ASSERT_OK(sd_cuda_capture_end(be, &gr));
             /* poison what the graph must rewrite, then replay */
@@ -1098,7 +1651,7 @@ TEST(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run)
     free(replay);
     free(x0);
     free(inv);
-    void *bufs[] = {dinv, dx0, x, xn, qkv, att, gu, fo, rl, wts, ids, tmp, kc, vc};
+    void *bufs[] = {dinv, dx0, x, xn, qkv, att, gu, fo, rl, wts, ids, tmp, kc, vc, wts4, ids4};
     for (size_t i = 0; i < SD_ARRAY_LEN(bufs); i++)
         gfree(&e, bufs[i]);
     tw *ws[] = {&wqkv, &wo, &norm, &wgu, &router};
@@ -1117,13 +1670,17 @@ TEST(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run)
 TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(rmsnorm_matches_the_cpu_with_strides_and_in_place),
           T(rope_matches_the_cpu_for_every_variant_up_to_8k_positions),
-          T(matmul_gemv_rows_match_the_cpu_in_fp32), T(matmul_many_rows_match_the_cpu),
+          T(matmul_gemv_rows_match_the_cpu_in_fp32), T(matmul_gemv_rows_do_not_depend_on_the_batch),
+          T(matmul_many_rows_match_the_cpu),
           T(matmul_heads_matches_the_cpu), T(attn_gqa_matches_the_cpu_on_ragged_paged_batches),
           T(attn_gqa_matches_the_cpu_on_long_contexts),
           T(attn_mla_matches_the_cpu_on_ragged_and_long_contexts), T(moe_route_matches_the_cpu),
-          T(moe_ffn_matches_the_cpu),
+          T(moe_ffn_matches_the_cpu), T(moe_ffn_fused_small_batches_match_the_cpu),
           T(argmax_rows_equals_the_cpu_with_ties_and_nan),
           T(sample_rows_gives_the_cpu_distribution_and_token_on_mixed_rows),
           T(accept_greedy_rows_equals_the_cpu),
+          T(accept_sample_rows_equals_the_cpu_on_sampled_chains_but_at_rounding_boundaries),
+          T(accept_sample_rows_is_capture_safe_and_refuses_bad_sequences_like_the_cpu),
           T(a_bad_op_is_reported_by_sync_with_its_name_and_stops_later_ops),
+          T(matmul_plans_made_under_capture_skip_the_timed_trial_and_replay_right),
           T(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run))
