@@ -986,13 +986,15 @@ TEST(accept_greedy_rows_equals_the_cpu)
  * Probabilities: every row of every sequence within 1e-5 of the CPU's
  * (relative to the row's largest). Tokens: n_acc and out_tok equal the CPU's
  * per sequence, except where a decision on the CPU's path lies within
- * rounding of its boundary: |u q(d) - p(d)| <= 1e-5 p(d) for an acceptance
- * test, or u * total within 1e-5 (probability units) of a CDF step for a
+ * rounding of its boundary: |u q(d) - p(d)| <= 1e-6 p(d) for an acceptance
+ * test, or u * total within 1e-6 (probability units) of a CDF step for a
  * sample (target, residual or bonus). Such sequences are counted ("near");
  * a mismatch elsewhere is a failure, and mismatches of any kind must stay
  * under 0.1% of the sequences. */
 
-#define ACC_NEAR 1e-5
+/* rounding of the GPU's rows: ~1e-7 per probability (measured), so the CDF
+ * moves by ~1e-7 at most; 1e-6 leaves a tenfold margin */
+#define ACC_NEAR 1e-6
 
 /* distance of u * total from the nearest CDF step of the weights
  * w_i = p_i (q NULL) or p_i - q_i (residual; p itself when that is all zero)
