@@ -4,6 +4,13 @@
  * full record as JSON (commit, machine, command, every timing).
  *
  *   specd-bench-allreduce [--gpus N] [--iters K] [--max-bytes B] [--out FILE]
+ *   specd-bench-allreduce --simulate P [--iters K] [--max-bytes B] [--out FILE]
+ *
+ * --simulate P runs the custom kernels (one-shot, two-shot, fused add +
+ * RMSNorm) for P ranks whose buffers all sit on GPU 0, one thread and stream
+ * per rank, each call's result checked exactly first. Those times are the
+ * kernels' own cost (flags, barriers, HBM reads of P buffers), not a
+ * topology's: no byte crosses a link. They say what a call costs at least.
  *
  * Built with CUDA only. */
 #include <cuda_runtime_api.h>
@@ -44,16 +51,239 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
+/* ---- --simulate P ------------------------------------------------------- */
+
+enum { SIM_ONESHOT, SIM_TWOSHOT, SIM_FUSED, SIM_N };
+static const char *const sim_names[SIM_N] = {"oneshot", "twoshot", "fused"};
+
+typedef struct sim_shared {
+    pthread_barrier_t bar;
+    pthread_mutex_t mu;
+    int failed; /* sticky: once a rank fails, every rank stops at the next meeting */
+} sim_shared;
+
+typedef struct sim_job {
+    int rank, P;
+    sd_car *car;
+    cudaStream_t stream;
+    const size_t *sizes;
+    int n_sizes, iters;
+    sim_shared *sh;
+    double us[SD_AR_TABLE_MAX][SIM_N];
+    int ok[SD_AR_TABLE_MAX][SIM_N];
+    int rc;
+    char msg[256];
+} sim_job;
+
+/* Every rank meets the others here before a kernel that waits for them: 1
+ * when every rank is fine so far. */
+static int sim_agree(sim_shared *sh, int ok)
+{
+    pthread_mutex_lock(&sh->mu);
+    sh->failed |= !ok;
+    pthread_mutex_unlock(&sh->mu);
+    pthread_barrier_wait(&sh->bar);
+    pthread_mutex_lock(&sh->mu);
+    int f = sh->failed;
+    pthread_mutex_unlock(&sh->mu);
+    return !f;
+}
+
+/* One call of variant v over n floats: io (n) in place, or partial = io, x, xn
+ * (n / d rows of d floats), w (d) ones. */
+static int sim_call(sim_job *j, int v, float *io, float *x, float *xn, const float *w, size_t n)
+{
+    if (v != SIM_FUSED)
+        return sd_car_allreduce(j->car, j->rank, io, n, v == SIM_ONESHOT ? SD_AR_ONESHOT
+                                                                         : SD_AR_TWOSHOT);
+    int d = n < 4096 ? (int)n : 4096;
+    return sd_car_allreduce_add_rmsnorm(j->car, j->rank, io, x, xn, w, SD_DT_F32, (int)(n / d), d,
+                                        1e-6f);
+}
+
+static void *sim_rank_main(void *arg)
+{
+    sim_job *j = arg;
+    size_t maxn = 0;
+    for (int k = 0; k < j->n_sizes; k++)
+        maxn = maxn > j->sizes[k] ? maxn : j->sizes[k];
+    float *io = NULL, *x = NULL, *xn = NULL, *w = NULL, *h = malloc(maxn * sizeof(float));
+    int ok = h && cudaSetDevice(0) == cudaSuccess &&
+             cudaMalloc((void **)&io, maxn * 4) == cudaSuccess &&
+             cudaMalloc((void **)&x, maxn * 4) == cudaSuccess &&
+             cudaMalloc((void **)&xn, maxn * 4) == cudaSuccess &&
+             cudaMalloc((void **)&w, 4096 * 4) == cudaSuccess;
+    if (ok) {
+        for (int i = 0; i < 4096; i++)
+            h[i] = 1.0f;
+        ok = cudaMemcpy(w, h, 4096 * 4, cudaMemcpyHostToDevice) == cudaSuccess;
+    }
+    /* every rank meets the others the same number of times on every path */
+    for (int it = 0; it < j->n_sizes * SIM_N && sim_agree(j->sh, ok); it++) {
+        int k = it / SIM_N, v = it % SIM_N;
+        size_t n = j->sizes[k];
+        /* rank r holds (r + 1) * (i % 7 + 1): every summation order is exact */
+        for (size_t i = 0; i < n; i++)
+            h[i] = (float)((j->rank + 1) * (int)(i % 7 + 1));
+        ok = cudaMemcpyAsync(io, h, n * 4, cudaMemcpyHostToDevice, j->stream) == cudaSuccess &&
+             cudaMemsetAsync(x, 0, n * 4, j->stream) == cudaSuccess &&
+             sim_call(j, v, io, x, xn, w, n) == 0 &&
+             cudaMemcpyAsync(h, v == SIM_FUSED ? x : io, n * 4, cudaMemcpyDeviceToHost,
+                             j->stream) == cudaSuccess &&
+             cudaStreamSynchronize(j->stream) == cudaSuccess;
+        if (!ok)
+            snprintf(j->msg, sizeof j->msg, "%s at %zu floats: %s", sim_names[v], n,
+                     cudaGetErrorString(cudaGetLastError()));
+        int right = ok;
+        for (size_t i = 0; i < n && right; i++)
+            right = h[i] == (float)(j->P * (j->P + 1) / 2 * (int)(i % 7 + 1));
+        j->ok[k][v] = right;
+        /* warm-up, then iters back-to-back calls, every rank starting together
+         * (a failed rank still meets the others here, then all stop) */
+        for (int r = 0; r < 3 && ok; r++)
+            ok = sim_call(j, v, io, x, xn, w, n) == 0;
+        ok = ok && cudaStreamSynchronize(j->stream) == cudaSuccess;
+        if (!sim_agree(j->sh, ok))
+            continue;
+        double t0 = sd_now_s();
+        for (int r = 0; r < j->iters && ok; r++)
+            ok = sim_call(j, v, io, x, xn, w, n) == 0;
+        ok = ok && cudaStreamSynchronize(j->stream) == cudaSuccess;
+        j->us[k][v] = (sd_now_s() - t0) * 1e6 / j->iters;
+        if (!ok)
+            snprintf(j->msg, sizeof j->msg, "%s timing at %zu floats: %s", sim_names[v], n,
+                     cudaGetErrorString(cudaGetLastError()));
+    }
+    j->rc = sim_agree(j->sh, ok) ? 0 : -1;
+    if (j->rc && !j->msg[0])
+        snprintf(j->msg, sizeof j->msg, "stopped: another rank failed");
+    cudaFree(io);
+    cudaFree(x);
+    cudaFree(xn);
+    cudaFree(w);
+    free(h);
+    return NULL;
+}
+
+static int simulate(int P, int iters, long long max_bytes, const char *out, int argc, char **argv)
+{
+    size_t sizes[SD_AR_TABLE_MAX];
+    int n_sizes = 0;
+    for (long long b = 8192; b <= max_bytes && n_sizes < SD_AR_TABLE_MAX; b *= 2)
+        sizes[n_sizes++] = (size_t)b / sizeof(float);
+    if (n_sizes == 0) {
+        fprintf(stderr, "specd-bench-allreduce: --max-bytes below 8192\n");
+        return 2;
+    }
+    int devices[SD_GPU_MAX_RANKS];
+    void *streams[SD_GPU_MAX_RANKS];
+    if (cudaSetDevice(0) != cudaSuccess)
+        return 1;
+    for (int r = 0; r < P; r++) {
+        cudaStream_t s;
+        devices[r] = 0;
+        if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+            fprintf(stderr, "specd-bench-allreduce: cannot make stream %d\n", r);
+            return 1;
+        }
+        streams[r] = s;
+    }
+    sd_err err = {0};
+    sd_car *car = NULL;
+    if (sd_car_create(&car, P, devices, streams, sizes[n_sizes - 1] * sizeof(float), &err)) {
+        fprintf(stderr, "specd-bench-allreduce: %s\n", err.msg);
+        return 1;
+    }
+    sim_shared sh = {.failed = 0};
+    pthread_barrier_init(&sh.bar, NULL, (unsigned)P);
+    pthread_mutex_init(&sh.mu, NULL);
+    sim_job *jobs = calloc((size_t)P, sizeof *jobs);
+    pthread_t tid[SD_GPU_MAX_RANKS];
+    for (int r = 0; r < P; r++) {
+        jobs[r] = (sim_job){.rank = r, .P = P, .car = car, .stream = (cudaStream_t)streams[r],
+                            .sizes = sizes, .n_sizes = n_sizes, .iters = iters, .sh = &sh};
+        pthread_create(&tid[r], NULL, sim_rank_main, &jobs[r]);
+    }
+    for (int r = 0; r < P; r++)
+        pthread_join(tid[r], NULL);
+    int status = 0;
+    for (int r = 0; r < P; r++)
+        if (jobs[r].rc) {
+            fprintf(stderr, "specd-bench-allreduce: rank %d: %s\n", r, jobs[r].msg);
+            status = 1;
+        }
+    if (!status) {
+        char cmd[2048] = "", name[256] = "";
+        for (int i = 0; i < argc; i++)
+            snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), "%s%s", i ? " " : "", argv[i]);
+        struct cudaDeviceProp p;
+        if (cudaGetDeviceProperties(&p, 0) == cudaSuccess)
+            snprintf(name, sizeof name, "%s", p.name);
+        struct utsname u;
+        uname(&u);
+        json_t *root = json_object(), *rows = json_array();
+        json_object_set_new(root, "bench", json_string("allreduce-simulated"));
+        json_object_set_new(root, "commit", json_string(SD_BENCH_COMMIT));
+        json_object_set_new(root, "host", json_string(u.nodename));
+        json_object_set_new(root, "gpu", json_string(name));
+        json_object_set_new(root, "ranks_on_one_gpu", json_integer(P));
+        json_object_set_new(root, "command", json_string(cmd));
+        json_object_set_new(root, "iters", json_integer(iters));
+        json_object_set_new(root, "note",
+                            json_string("all ranks' buffers on GPU 0: the kernels' own cost, no "
+                                        "link crossed; us = slowest rank's mean per call; fused: "
+                                        "rows of 4096 floats"));
+        printf("%d simulated ranks on one %s, %d iterations per size (full record: %s)\n", P, name,
+               iters, out);
+        printf("%12s %12s %12s %12s\n", "bytes", "oneshot_us", "twoshot_us", "fused_us");
+        for (int k = 0; k < n_sizes; k++) {
+            json_t *row = json_object();
+            json_object_set_new(row, "bytes", json_integer((json_int_t)(sizes[k] * 4)));
+            printf("%12zu", sizes[k] * 4);
+            for (int v = 0; v < SIM_N; v++) {
+                double us = 0;
+                int ok = 1;
+                for (int r = 0; r < P; r++) {
+                    us = us > jobs[r].us[k][v] ? us : jobs[r].us[k][v];
+                    ok &= jobs[r].ok[k][v];
+                }
+                char key[32];
+                snprintf(key, sizeof key, "%s_us", sim_names[v]);
+                json_object_set_new(row, key, json_real(us));
+                snprintf(key, sizeof key, "%s_ok", sim_names[v]);
+                json_object_set_new(row, key, json_boolean(ok));
+                printf(" %12.1f%s", us, ok ? "" : "!");
+                status |= !ok;
+            }
+            printf("\n");
+            json_array_append_new(rows, row);
+        }
+        json_object_set_new(root, "sizes", rows);
+        if (json_dump_file(root, out, JSON_INDENT(2)))
+            fprintf(stderr, "specd-bench-allreduce: cannot write %s\n", out);
+        json_decref(root);
+        if (status)
+            fprintf(stderr, "specd-bench-allreduce: a result was wrong (marked !)\n");
+    }
+    free(jobs);
+    pthread_barrier_destroy(&sh.bar);
+    pthread_mutex_destroy(&sh.mu);
+    sd_car_destroy(car);
+    for (int r = 0; r < P; r++)
+        cudaStreamDestroy((cudaStream_t)streams[r]);
+    return status;
+}
+
 static int usage(void)
 {
-    fprintf(stderr, "usage: specd-bench-allreduce [--gpus N] [--iters K] [--max-bytes B] "
-                    "[--out FILE]\n");
+    fprintf(stderr, "usage: specd-bench-allreduce [--gpus N | --simulate P] [--iters K] "
+                    "[--max-bytes B] [--out FILE]\n");
     return 2;
 }
 
 int main(int argc, char **argv)
 {
-    int gpus = 0, iters = 50;
+    int gpus = 0, iters = 50, simulate_p = 0;
     long long max_bytes = 64ll << 20, car_bytes = 8ll << 20;
     const char *out = "bench/results/allreduce.json";
     for (int i = 1; i < argc; i++) {
@@ -64,6 +294,9 @@ int main(int argc, char **argv)
             iters = (int)v, i++;
         else if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc && !sd_parse_i64(argv[i + 1], &v))
             max_bytes = v, i++;
+        else if (!strcmp(argv[i], "--simulate") && i + 1 < argc &&
+                 !sd_parse_i64(argv[i + 1], &v) && v >= 2 && v <= SD_GPU_MAX_RANKS)
+            simulate_p = (int)v, i++;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc)
             out = argv[++i];
         else
@@ -74,6 +307,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "specd-bench-allreduce: no CUDA device\n");
         return 77;
     }
+    if (simulate_p)
+        return simulate(simulate_p, iters, max_bytes, out, argc, argv);
     if (gpus <= 0 || gpus > have)
         gpus = have;
     if (gpus > SD_GPU_MAX_RANKS)

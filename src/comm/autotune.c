@@ -251,6 +251,20 @@ static int gc_allreduce(sd_comm *c, int rank, float *buf, size_t n)
     return sd_comm_allreduce_sum(g->nccl, rank, buf, n);
 }
 
+/* One-shot reads every peer's whole message, like the fused kernel, so the
+ * fused kernel goes where one-shot won; where two-shot or NCCL won, the
+ * unfused steps (SD_ENOTSUP: the entry point runs them). */
+static int gc_allreduce_add_rmsnorm(sd_comm *c, int rank, const float *partial, float *x,
+                                    float *xn, const sd_weight *w, int rows, int d, float eps)
+{
+    gcomm *g = (gcomm *)c;
+    size_t n = (size_t)rows * (size_t)d;
+    if (!g->car || sd_ar_table_pick(&g->t, n) != SD_AR_ONESHOT)
+        return SD_ENOTSUP;
+    return sd_car_allreduce_add_rmsnorm(g->car, rank, partial, x, xn, w->data, w->dtype, rows, d,
+                                        eps);
+}
+
 static int gc_allgather(sd_comm *c, int rank, float *dst, const float *src, size_t n)
 {
     return sd_comm_allgather(((gcomm *)c)->nccl, rank, dst, src, n);
@@ -267,6 +281,7 @@ static const sd_comm_ops gpu_ops = {
     .barrier = gc_barrier,
     .abort = gc_abort,
     .destroy = gc_destroy,
+    .allreduce_add_rmsnorm = gc_allreduce_add_rmsnorm,
 };
 
 int sd_gpu_comm_create(sd_comm **out, sd_comm *nccl, sd_car *car, const sd_ar_table *t,

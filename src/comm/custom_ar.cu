@@ -20,7 +20,14 @@
  * system scope) and waits for in its own slots (acquire, system scope), so
  * flags never need resetting. The grid is at most CAR_MAX_BLOCKS blocks so
  * every block of every rank is resident together. Messages are float4
- * vectors (n a multiple of 4, 16-byte aligned). No NVLink multicast. */
+ * vectors (n a multiple of 4, 16-byte aligned). No NVLink multicast.
+ *
+ * Ranks may share a GPU (devices[] repeats an ordinal): their buffers then
+ * sit in that GPU's memory and need no P2P. Nothing is faster that way; it is
+ * how the kernels' arithmetic, barriers and flags are checked on one GPU.
+ * Such ranks spin on each other inside one device, so every block of all of
+ * them must be resident at once: sd_car_create checks the occupancy and
+ * refuses otherwise (a deadlock, not a slow run, would follow). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -179,8 +186,8 @@ static __device__ __forceinline__ float load_w(const void *w, int dt, int i)
     return ((const float *)w)[i];
 }
 
-/* Block sum of v (all threads get it); sh holds one float per warp. */
-static __device__ float block_sum(float v, float *sh)
+/* Block sum of v (all threads get it); sh holds one value per warp. */
+static __device__ double block_sum(double v, double *sh)
 {
     for (int o = 16; o > 0; o >>= 1)
         v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -190,18 +197,28 @@ static __device__ float block_sum(float v, float *sh)
         sh[w] = v;
     __syncthreads();
     int nw = (blockDim.x + 31) >> 5;
-    float s = 0;
+    double s = 0;
     for (int j = 0; j < nw; j++) /* same order in every thread and on every rank */
         s += sh[j];
     return s;
 }
 
-/* partial, x, xn (rows, d4 float4); rows split over blocks, whole rows per block. */
+static __device__ __forceinline__ float4 norm4(float4 v, float r, const void *w, int wdt, int j)
+{
+    return make_float4(load_w(w, wdt, j) * (v.x * r), load_w(w, wdt, j + 1) * (v.y * r),
+                       load_w(w, wdt, j + 2) * (v.z * r), load_w(w, wdt, j + 3) * (v.w * r));
+}
+
+/* partial, x, xn (rows, d4 float4); rows split over blocks, whole rows per
+ * block. x + (partial_0 + ... + partial_{P-1}) is the unfused path's bits
+ * (all-reduce, then the backend's add); the norm is the backend's rmsnorm
+ * formula (sum of squares in double, 1 / sqrtf, w * (x * r)), summed in
+ * another order: equal to fp32 rounding. */
 __global__ void __launch_bounds__(CAR_THREADS)
     fused_kernel(car_peers p, int rank, int P, const float4 *partial, float4 *x, float4 *xn,
                  const void *w, int wdt, int rows, int d4, float eps)
 {
-    __shared__ float sh[CAR_THREADS / 32];
+    __shared__ double sh[CAR_THREADS / 32];
     uint32_t flag = next_flag(p, rank);
     float4 *mine = p.buf[rank];
     for (int r = blockIdx.x; r < rows; r += gridDim.x)
@@ -211,21 +228,17 @@ __global__ void __launch_bounds__(CAR_THREADS)
         }
     block_barrier(p, rank, P, flag, BAR_START);
     for (int r = blockIdx.x; r < rows; r += gridDim.x) {
-        float ss = 0;
+        double ss = 0;
         for (int c = threadIdx.x; c < d4; c += blockDim.x) {
             size_t i = (size_t)r * d4 + c;
             float4 v = add4(x[i], sum_ranks(p, P, i));
             x[i] = v;
-            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            ss += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
         }
-        float rstd = rsqrtf(block_sum(ss, sh) / (float)(4 * d4) + eps);
+        float rstd = 1.0f / sqrtf((float)(block_sum(ss, sh) / (4 * d4)) + eps);
         for (int c = threadIdx.x; c < d4; c += blockDim.x) {
             size_t i = (size_t)r * d4 + c;
-            float4 v = x[i];
-            int j = 4 * c;
-            xn[i] = make_float4(v.x * rstd * load_w(w, wdt, j), v.y * rstd * load_w(w, wdt, j + 1),
-                                v.z * rstd * load_w(w, wdt, j + 2),
-                                v.w * rstd * load_w(w, wdt, j + 3));
+            xn[i] = norm4(x[i], rstd, w, wdt, 4 * c);
         }
     }
     block_barrier(p, rank, P, flag, BAR_END);
@@ -268,13 +281,56 @@ extern "C" int sd_ar_algo_parse(const char *s)
     return -2;
 }
 
+/* Loads the kernels on the current device now (lazy module loading would
+ * load one at its first launch, which may wait for kernels already spinning
+ * in a collective) and checks that k ranks sharing it can all be resident. */
+static int prepare_device(int dev, int k, sd_err *err)
+{
+    static const struct {
+        const void *fn;
+        const char *name;
+    } kern[] = {{(const void *)oneshot_kernel, "oneshot_kernel"},
+                {(const void *)twoshot_kernel, "twoshot_kernel"},
+                {(const void *)fused_kernel, "fused_kernel"}};
+    cudaDeviceProp prop;
+    CAR_CUDA(err, cudaGetDeviceProperties(&prop, dev), dev);
+    for (size_t f = 0; f < sizeof kern / sizeof kern[0]; f++) {
+        cudaFuncAttributes a;
+        CAR_CUDA(err, cudaFuncGetAttributes(&a, kern[f].fn), dev);
+        int per_sm = 0;
+        CAR_CUDA(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern[f].fn,
+                                                                    CAR_THREADS, 0),
+                 dev);
+        long have = (long)per_sm * prop.multiProcessorCount, need = (long)k * CAR_MAX_BLOCKS;
+        if (k > 1 && have < need)
+            return sd_err_set(err, SD_ENOTSUP,
+                              "custom all-reduce: %d ranks share GPU %d, whose %d SMs hold %ld "
+                              "resident blocks of %s (%d registers a thread), not the %ld they "
+                              "need",
+                              k, dev, prop.multiProcessorCount, have, kern[f].name, a.numRegs,
+                              need);
+    }
+    return 0;
+}
+
 static int setup(sd_car *c, sd_err *err)
 {
     for (int i = 0; i < c->n; i++) {
         CAR_CUDA(err, cudaSetDevice(c->devices[i]), c->devices[i]);
+        int first = 1, sharing = 0;
+        for (int j = 0; j < c->n; j++)
+            if (c->devices[j] == c->devices[i]) {
+                sharing++;
+                first &= j >= i;
+            }
+        if (first) {
+            int rc = prepare_device(c->devices[i], sharing, err);
+            if (rc)
+                return rc;
+        }
         for (int j = 0; j < c->n; j++) {
-            if (j == i)
-                continue;
+            if (c->devices[j] == c->devices[i])
+                continue; /* the same GPU's memory: no P2P */
             int ok = 0;
             CAR_CUDA(err, cudaDeviceCanAccessPeer(&ok, c->devices[i], c->devices[j]), c->devices[i]);
             if (!ok)
@@ -384,11 +440,12 @@ extern "C" int sd_car_allreduce_add_rmsnorm(sd_car *c, int rank, const float *pa
                                             float *xn, const void *w, sd_dtype wdt, int rows,
                                             int d, float eps)
 {
-    size_t n = (size_t)rows * (size_t)d;
-    if (rank < 0 || rank >= c->n || d % 4 || !sd_car_fits(c, partial, n) ||
-        ((uintptr_t)x & 15) || ((uintptr_t)xn & 15) ||
-        (wdt != SD_DT_F32 && wdt != SD_DT_BF16 && wdt != SD_DT_F16))
+    if (rank < 0 || rank >= c->n || rows < 1 || d < 1 || !partial || !x || !xn || !w)
         return SD_EINVAL;
+    size_t n = (size_t)rows * (size_t)d;
+    if (d % 4 || !sd_car_fits(c, partial, n) || ((uintptr_t)x & 15) || ((uintptr_t)xn & 15) ||
+        (wdt != SD_DT_F32 && wdt != SD_DT_BF16 && wdt != SD_DT_F16))
+        return SD_ENOTSUP;
     unsigned g = (unsigned)(rows < CAR_MAX_BLOCKS ? rows : CAR_MAX_BLOCKS);
     fused_kernel<<<g, CAR_THREADS, 0, c->streams[rank]>>>(c->peers, rank, c->n,
                                                           (const float4 *)partial, (float4 *)x,

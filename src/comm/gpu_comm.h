@@ -60,9 +60,11 @@ int sd_ar_algo_parse(const char *s);
 
 typedef struct sd_car sd_car;
 
-/* Enables P2P between every pair (refused, naming the pair, where the
- * hardware cannot) and allocates on each GPU a buffer of max_bytes and a
- * signal area. */
+/* Enables P2P between every pair of GPUs (refused, naming the pair, where
+ * the hardware cannot) and allocates for each rank, on its GPU, a buffer of
+ * max_bytes and a signal area. devices[] may repeat an ordinal: those ranks
+ * share that GPU (no P2P; for checking the kernels on one GPU), which is
+ * refused where their blocks cannot all be resident together. */
 int sd_car_create(sd_car **out, int n, const int *devices, void *const *streams,
                   size_t max_bytes, sd_err *err);
 void sd_car_destroy(sd_car *c);
@@ -74,9 +76,13 @@ size_t sd_car_max_floats(const sd_car *c);
 int sd_car_fits(const sd_car *c, const float *buf, size_t n);
 /* buf (n) := sum over ranks, in rank order (every rank gets the same bits). */
 int sd_car_allreduce(sd_car *c, int rank, float *buf, size_t n, sd_ar_algo algo);
-/* Fused one-shot all-reduce + residual add + RMSNorm over rows of d floats:
- * x(rows, d) += sum over ranks of partial(rows, d); xn = x * rsqrt(mean(x^2)
- * + eps) * w, w a (d) vector of dtype wdt (F32/BF16/F16). */
+/* Fused one-shot all-reduce + residual add + RMSNorm over rows of d floats
+ * (sd_comm_allreduce_add_rmsnorm's contract): x(rows, d) += partial_0 + ...
+ * + partial_{P-1} in rank order (the bits of the unfused path); xn = w * (x *
+ * rsqrt(mean(x^2) + eps)) as the backend's rmsnorm computes it, w a (d)
+ * vector of dtype wdt. partial is not written. SD_ENOTSUP (nothing queued)
+ * where the call does not fit: d not a multiple of 4, rows * d past the
+ * buffer, a pointer not 16-byte aligned, wdt not F32/BF16/F16. */
 int sd_car_allreduce_add_rmsnorm(sd_car *c, int rank, const float *partial, float *x, float *xn,
                                  const void *w, sd_dtype wdt, int rows, int d, float eps);
 
@@ -113,7 +119,9 @@ void sd_ar_table_metrics(const sd_ar_table *t, char *buf, size_t len);
 
 /* The communicator the model uses on GPUs: all-reduce by the table (the
  * custom variant where it won and fits, NCCL otherwise), all-gather and
- * barrier by NCCL. Borrows nccl and car (the caller frees them after). */
+ * barrier by NCCL; the residual step (sd_comm_allreduce_add_rmsnorm) by the
+ * fused kernel where one-shot won at that size and the call fits, else
+ * unfused. Borrows nccl and car (the caller frees them after). */
 int sd_gpu_comm_create(sd_comm **out, sd_comm *nccl, sd_car *car, const sd_ar_table *t,
                        sd_err *err);
 
