@@ -44,6 +44,11 @@ typedef struct sd__cuda {
     void *scratch; /* bf16 activations, aliasing copies */
     size_t scratch_bytes;
     int bf16_split; /* BF16 GEMMs on hi + lo activation terms (sd_cuda_set_bf16_split) */
+    /* benchmark overrides of built-in crossovers, 0 = the default:
+     * matmul's GEMV up to this many rows (SD_CUDA_GEMV_MAX_ROWS), moe_ffn's
+     * fused small-batch path up to this many (token, expert) pairs
+     * (SD_CUDA_MOE_FUSED_MAX_PAIRS) */
+    int gemv_max_rows, moe_fused_max_pairs;
     int sm_count;
     size_t smem_optin; /* largest dynamic shared memory per block */
     /* sticky first error */

@@ -28,6 +28,12 @@ extern "C" {
  * tiled fp32 kernel. */
 #define SD_CUDA_GEMV_MAX_ROWS 8
 
+/* (token, expert) pairs (n * top_k) up to which moe_ffn runs the fused
+ * small-batch path (no sort: gate/up per pair, down + combine per token);
+ * above it, or when a dimension is not a multiple of 8, the sorted grouped
+ * path. */
+#define SD_CUDA_MOE_FUSED_MAX_PAIRS 64
+
 /* BF16 GEMM activations: on (the default), two bf16 terms hi = bf16(x) and
  * lo = bf16(x - hi) in two GEMMs, ~16 mantissa bits (logits within ~1e-5 of
  * fp32; twice the tensor-core work); off, one term, 8 bits (~1e-2). */

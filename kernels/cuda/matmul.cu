@@ -1,25 +1,27 @@
 /* CUDA: y = x @ W^T (kernels/cpu/matmul.c is the reference).
  *
  * Three paths, by the number of activation rows n:
- * - n <= SD_CUDA_GEMV_MAX_ROWS (decode, verification): GEMV. A warp owns one
- *   weight row, reads it once with 16-byte loads and dots it with every
- *   activation row in fp32: memory-bound, each weight byte read once.
+ * - n <= SD_CUDA_GEMV_MAX_ROWS (decode, verification): GEMV in fp32 on the
+ *   fp32 activations (kernels/cuda/gemv.cuh): memory-bound, each weight byte
+ *   read once from memory with many 16-byte loads in flight; a row's result
+ *   does not depend on the other rows of the call.
  * - more rows, BF16 weights: cuBLASLt, fp32 accumulate, fp32 output. The
  *   activations go to bf16 in scratch (row chunks that fit it), by default as
  *   two terms, hi = bf16(x) and lo = bf16(x - hi), summed by two GEMMs: ~16
  *   mantissa bits, so prefill logits stay within ~1e-5 of fp32 (one term:
  *   ~1e-2, and greedy continuations drift; sd_cuda_set_bf16_split). F32
  *   weights: cuBLASLt in plain fp32 (no TF32). Descriptors and the algorithm
- *   are made once per shape and kept in the context.
+ *   are made once per shape and kept in the context; the algorithm is the
+ *   fastest of the heuristic's candidates timed on the first call's operands
+ *   (the heuristic's first when that call is being captured).
  * - otherwise (F16 weights, per-head matmuls, no cuBLASLt algorithm): a
  *   tiled fp32 kernel (64x64 tiles).
  * matmul_heads is the same with the head as a batch index: weight rows
  * h*N.., activations at h*x_head_stride + x_off, output (n, H, N). */
+#include <math.h>
 #include <string.h>
 
-#include "kernels/cuda/common.cuh"
-
-#define GEMV_WARPS 8
+#include "kernels/cuda/gemv.cuh"
 
 /* One (x, w, y) problem, batched over blockIdx.y (matmul: 1 batch). */
 typedef struct mm_args {
@@ -33,11 +35,70 @@ typedef struct mm_args {
     int y_stride, y_bstride;
 } mm_args;
 
-template <int DT, bool VEC>
-__global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(mm_args a)
+/* ---- GEMV (kernels/cuda/gemv.cuh has the core and its order of sums) ---- */
+
+#define GEMV_VR 4 /* weight rows per warp */
+#define GEMV_U 2  /* chunks per warp loaded before use */
+
+/* y(n, N) in passes of NR activation rows. A block is SD__GEMV_WARPS warps:
+ * WK K-slices x (SD__GEMV_WARPS / WK) row groups of GEMV_VR weight rows. */
+template <int DT, int NR>
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 ? 3 : 2)
+    gemv_kernel(mm_args a, int WK)
+{
+    constexpr int V = GEMV_VR * NR;
+    __shared__ float part[SD__GEMV_WARPS * V];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h = blockIdx.y;
+    const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK;
+    const int rows0 = blockIdx.x * RG * GEMV_VR; /* first weight row of the block */
+    const size_t esz = DT == SD__F32 ? 4 : 2;
+    const char *wb = (const char *)a.w + (size_t)h * (size_t)a.N * (size_t)a.K * esz;
+    const void *wrow[GEMV_VR];
+#pragma unroll
+    for (int i = 0; i < GEMV_VR; i++) {
+        int j = rows0 + rg * GEMV_VR + i;
+        wrow[i] = j < a.N ? (const void *)(wb + (size_t)j * (size_t)a.K * esz) : NULL;
+    }
+    const float *xb = a.x + (size_t)h * (size_t)a.x_bstride + (size_t)a.x_off;
+    float *yb = a.y + (size_t)h * (size_t)a.y_bstride;
+    for (int r0 = 0; r0 < a.n; r0 += NR) {
+        const int nr = a.n - r0 < NR ? a.n - r0 : NR;
+        const float *xr[NR];
+#pragma unroll
+        for (int r = 0; r < NR; r++)
+            xr[r] = xb + (size_t)(r0 + (r < nr ? r : 0)) * (size_t)a.x_stride;
+        float acc[V];
+#pragma unroll
+        for (int v = 0; v < V; v++)
+            acc[v] = 0.0f;
+        sd__warp_dots<DT, GEMV_VR, NR, GEMV_U>(wrow, xr, nr, a.K, kw, WK, lane, acc);
+        sd__xreduce<V>(acc, lane);
+        if (lane % (32 / V) == 0)
+            part[warp * V + sd__xr_index<V>(lane)] = acc[0];
+        __syncthreads();
+        if ((int)threadIdx.x < RG * V) {
+            const int g = threadIdx.x / V, v = threadIdx.x % V, i = v / NR, r = v % NR;
+            const int j = rows0 + g * GEMV_VR + i;
+            if (r < nr && j < a.N) {
+                float s = part[(g * WK) * V + v];
+                for (int q = 1; q < WK; q++)
+                    s += part[(g * WK + q) * V + v];
+                if (a.bias)
+                    s += sd__wload(a.bias, a.bias_dt, (size_t)j);
+                yb[(size_t)(r0 + r) * (size_t)a.y_stride + (size_t)j] = s;
+            }
+        }
+        __syncthreads(); /* part is rewritten by the next pass */
+    }
+}
+
+/* The GEMV of rows that cannot take 16-byte loads (K % 8 != 0, unaligned
+ * pointers or strides): a warp per weight row, one element per lane. */
+template <int DT>
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32) gemv_scalar_kernel(mm_args a)
 {
     int h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int j = blockIdx.x * GEMV_WARPS + warp;
+    int j = blockIdx.x * SD__GEMV_WARPS + warp;
     if (j >= a.N)
         return;
     size_t wr = ((size_t)h * (size_t)a.N + (size_t)j) * (size_t)a.K;
@@ -51,7 +112,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(mm_args a)
         for (int r = 0; r < 8; r++)
             xr[r] = xb + (size_t)(r0 + (r < nr ? r : 0)) * (size_t)a.x_stride;
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        sd__dot_rows<DT, VEC>(a.w, wr, a.K, xr, nr, lane, acc);
+        sd__dot_rows<DT, false>(a.w, wr, a.K, xr, nr, lane, acc);
         float mine = 0;
 #pragma unroll
         for (int r = 0; r < 8; r++) {
@@ -165,11 +226,23 @@ static int vec_ok(const mm_args *a)
 
 template <int DT> static void launch_gemv(sd__cuda *c, const mm_args *a, int H)
 {
-    dim3 grid((unsigned)((a->N + GEMV_WARPS - 1) / GEMV_WARPS), (unsigned)H);
-    if (vec_ok(a))
-        gemv_kernel<DT, true><<<grid, GEMV_WARPS * 32, 0, c->stream>>>(*a);
+    if (!vec_ok(a)) {
+        dim3 grid((unsigned)((a->N + SD__GEMV_WARPS - 1) / SD__GEMV_WARPS), (unsigned)H);
+        gemv_scalar_kernel<DT><<<grid, SD__GEMV_WARPS * 32, 0, c->stream>>>(*a);
+        SD_LAUNCHED(c, "gemv_scalar_kernel");
+        return;
+    }
+    int wk = sd__gemv_wk(a->K), rows = SD__GEMV_WARPS / wk * GEMV_VR;
+    dim3 grid((unsigned)((a->N + rows - 1) / rows), (unsigned)H);
+    const unsigned th = SD__GEMV_WARPS * 32;
+    if (a->n == 1)
+        gemv_kernel<DT, 1><<<grid, th, 0, c->stream>>>(*a, wk);
+    else if (a->n == 2)
+        gemv_kernel<DT, 2><<<grid, th, 0, c->stream>>>(*a, wk);
+    else if (a->n <= 4)
+        gemv_kernel<DT, 4><<<grid, th, 0, c->stream>>>(*a, wk);
     else
-        gemv_kernel<DT, false><<<grid, GEMV_WARPS * 32, 0, c->stream>>>(*a);
+        gemv_kernel<DT, 8><<<grid, th, 0, c->stream>>>(*a, wk);
     SD_LAUNCHED(c, "gemv_kernel");
 }
 
@@ -223,9 +296,76 @@ void sd__cuda_matmul_release(sd__cuda *c)
     c->n_plans = 0;
 }
 
+/* The timed trial (issue 7): the heuristic's candidates, each run
+ * LT_TRIAL_REPS times on the real operands after one untimed run. It writes
+ * D, which is the call's output and is overwritten right after. Candidate 0
+ * (the heuristic's first) is kept unless another is LT_TRIAL_MARGIN faster:
+ * timings of near-equal algorithms flip between runs, and every algorithm
+ * sums in its own order, so a flip would change results from run to run
+ * for nothing. Under stream capture nothing can be timed (and no host sync
+ * is allowed): candidate 0. Returns the index to use. */
+#define LT_TRIAL_ALGOS 8
+#define LT_TRIAL_REPS 3
+#define LT_TRIAL_MARGIN 0.97f
+
+static int time_algos(sd__cuda *c, sd__gemm_plan *p, const cublasLtMatmulHeuristicResult_t *res,
+                      int got, const void *A, const void *B, const void *D)
+{
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (got < 2 || SD_CUDA(c, cudaStreamIsCapturing(c->stream, &cs)) ||
+        cs != cudaStreamCaptureStatusNone)
+        return 0;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    if (SD_CUDA(c, cudaEventCreate(&ev[0])) || SD_CUDA(c, cudaEventCreate(&ev[1]))) {
+        if (ev[0])
+            cudaEventDestroy(ev[0]);
+        return 0;
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    float ms[LT_TRIAL_ALGOS];
+    int pick = 0;
+    for (int i = 0; i < got && i < LT_TRIAL_ALGOS && !c->err; i++) {
+        ms[i] = INFINITY;
+        if (res[i].state != CUBLAS_STATUS_SUCCESS)
+            continue;
+        /* a candidate that refuses to run is skipped, not an error */
+        if (cublasLtMatmul(c->lt, p->op, &alpha, A, p->a, B, p->b, &beta, (void *)D, p->d,
+                           (void *)D, p->d, &res[i].algo, c->lt_ws, c->lt_ws_bytes,
+                           c->stream) != CUBLAS_STATUS_SUCCESS)
+            continue;
+        if (SD_CUDA(c, cudaEventRecord(ev[0], c->stream)))
+            break;
+        int ran = 1;
+        for (int r = 0; r < LT_TRIAL_REPS && ran; r++)
+            ran = cublasLtMatmul(c->lt, p->op, &alpha, A, p->a, B, p->b, &beta, (void *)D, p->d,
+                                 (void *)D, p->d, &res[i].algo, c->lt_ws, c->lt_ws_bytes,
+                                 c->stream) == CUBLAS_STATUS_SUCCESS;
+        if (SD_CUDA(c, cudaEventRecord(ev[1], c->stream)) ||
+            SD_CUDA(c, cudaEventSynchronize(ev[1])) ||
+            SD_CUDA(c, cudaEventElapsedTime(&ms[i], ev[0], ev[1])))
+            break;
+        if (!ran)
+            ms[i] = INFINITY;
+        if (i > 0 && ms[i] < ms[pick] && (pick > 0 || ms[i] < LT_TRIAL_MARGIN * ms[0]))
+            pick = i;
+    }
+    cudaEventDestroy(ev[0]);
+    cudaEventDestroy(ev[1]);
+    if (c->err)
+        return 0;
+    if (sd_log_level() >= SD_LOG_DEBUG)
+        sd_log_debug("cuda: gemm %s N=%lld K=%lld n=%d: algorithm %d of %d (%.1f us, first %.1f us)",
+                     sd_dtype_name((sd_dtype)p->dt), (long long)p->N, (long long)p->K, p->n, pick,
+                     got, 1000.0 * (double)ms[pick] / LT_TRIAL_REPS,
+                     1000.0 * (double)ms[0] / LT_TRIAL_REPS);
+    return pick;
+}
+
 /* The plan of y(n, N) = x(n, K) @ W^T, made on first use: column-major,
- * D (N x n, ld N) = op_T(A: K x N, ld K) * B (K x n, ld ldb). Host-side only
- * (no device memory, no synchronization), so it is safe under capture. */
+ * D (N x n, ld N) = op_T(A: K x N, ld K) * B (K x n, ld ldb). Outside
+ * capture the first use times the candidate algorithms on the operands A, B
+ * (which must hold the real inputs) into D; under capture it is host-side
+ * only (no device memory, no synchronization). */
 static sd__gemm_plan *get_plan(sd__cuda *c, int dt, int64_t N, int64_t K, int n, int ldb,
                                const void *A, const void *B, const void *D)
 {
@@ -257,7 +397,7 @@ static sd__gemm_plan *get_plan(sd__cuda *c, int dt, int64_t N, int64_t K, int n,
     cudaDataType_t ab = dt == SD_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t res[8];
+    cublasLtMatmulHeuristicResult_t res[LT_TRIAL_ALGOS];
     int got = 0;
     if (SD_CUBLAS(c, cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
         SD_CUBLAS(c, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
@@ -282,10 +422,10 @@ static sd__gemm_plan *get_plan(sd__cuda *c, int dt, int64_t N, int64_t K, int n,
                          pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d)))
         goto done;
     /* no algorithm for this shape is not a failure: the tiled kernel runs */
-    if (cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref, 8, res, &got) ==
-            CUBLAS_STATUS_SUCCESS &&
+    if (cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref, LT_TRIAL_ALGOS,
+                                       res, &got) == CUBLAS_STATUS_SUCCESS &&
         got > 0 && res[0].state == CUBLAS_STATUS_SUCCESS) {
-        p->algo = res[0].algo;
+        p->algo = res[time_algos(c, p, res, got, A, B, D)].algo;
         p->ok = 1;
     }
 done:
@@ -329,6 +469,11 @@ static int try_lt(sd__cuda *c, const mm_args *a, int dt)
         for (int r0 = 0; r0 < a->n && !c->err; r0 += per) {
             int m = a->n - r0 < per ? a->n - r0 : per;
             float *y = a->y + (size_t)r0 * (size_t)N;
+            /* converted first: a new plan times its algorithms on xb */
+            to_bf16_kernel<<<grid_for((size_t)m * (size_t)K), 256, 0, c->stream>>>(
+                xb, xl, a->x + (size_t)r0 * (size_t)a->x_stride, m, (int)K, a->x_stride);
+            if (SD_LAUNCHED(c, "to_bf16_kernel"))
+                return 0;
             sd__gemm_plan *p = get_plan(c, dt, N, K, m, (int)K, a->w, xb, y);
             if (!p)
                 return 0;
@@ -343,10 +488,6 @@ static int try_lt(sd__cuda *c, const mm_args *a, int dt)
                 run_simt(c, &rest, dt, 1, 0);
                 break;
             }
-            to_bf16_kernel<<<grid_for((size_t)m * (size_t)K), 256, 0, c->stream>>>(
-                xb, xl, a->x + (size_t)r0 * (size_t)a->x_stride, m, (int)K, a->x_stride);
-            if (SD_LAUNCHED(c, "to_bf16_kernel"))
-                return 0;
             if (!lt_matmul(c, p, y, a->w, xb, 0) && xl)
                 lt_matmul(c, p, y, a->w, xl, 1);
         }
@@ -361,6 +502,11 @@ static int try_lt(sd__cuda *c, const mm_args *a, int dt)
     return 0;
 }
 
+static int gemv_max_rows(const sd__cuda *c)
+{
+    return c->gemv_max_rows > 0 ? c->gemv_max_rows : SD_CUDA_GEMV_MAX_ROWS;
+}
+
 void sd__cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w,
                      const sd_weight *bias, int n, int x_stride)
 {
@@ -369,7 +515,7 @@ void sd__cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *
         return;
     mm_args a = {y, x, w->data, bias ? bias->data : NULL, bias ? (int)bias->dtype : 0,
                  n, (int)w->rows, (int)w->cols, x_stride, 0, 0, (int)w->rows, 0};
-    if (n <= SD_CUDA_GEMV_MAX_ROWS) {
+    if (n <= gemv_max_rows(c)) {
         run_simt(c, &a, w->dtype, 1, 1);
         return;
     }
@@ -390,5 +536,5 @@ void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_we
     int N = (int)(w->rows / H);
     mm_args a = {y, x, w->data, NULL, 0, n, N, (int)w->cols, x_stride, x_head_stride, x_off,
                  H * N, N};
-    run_simt(c, &a, w->dtype, H, n <= SD_CUDA_GEMV_MAX_ROWS);
+    run_simt(c, &a, w->dtype, H, n <= gemv_max_rows(c));
 }

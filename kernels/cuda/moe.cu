@@ -6,7 +6,9 @@
  * the group-limited top-k with the correction bias in one lane, in the CPU's
  * order, so ties break the same way (lowest expert index).
  *
- * The expert FFN never leaves the device either: the (token, slot) rows are
+ * The expert FFN never leaves the device either. Few (token, slot) pairs
+ * (decode, verification: up to SD_CUDA_MOE_FUSED_MAX_PAIRS) take the fused
+ * path below, two launches and no sort. Otherwise the (token, slot) rows are
  * sorted by expert (counts, offsets, positions: one block), then a grouped
  * GEMV over (expert, output-column tile) blocks reads each expert's weights
  * once per 8 rows routed to it and skips experts with none; gate/up and SiLU
@@ -17,7 +19,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemv.cuh"
 
 #define MOE_MAX_EXPERTS 1024
 #define MOE_WARPS 8
@@ -305,6 +307,162 @@ static void launch_experts_v(sd__cuda *c, int vec, const sd_experts *ex, float *
         launch_experts_e<DT, false>(c, ex, h, y, x, off, sorted, top_k, D, I);
 }
 
+/* ---- fused small-batch experts ------------------------------------------
+ *
+ * For few (token, slot) pairs (decode, verification) sorting costs more than
+ * it saves: two launches, no sort. Gate/up + SiLU runs per pair (the expert
+ * id read from ids on the device), then down + the weighted combine per
+ * token, each output element summing its slots in slot order in one thread,
+ * so results are bit-identical from run to run and in graph replay. The dot
+ * products are the GEMV's (kernels/cuda/gemv.cuh). An expert used by several
+ * pairs is read once per pair (mostly from L2: all pairs of one row tile run
+ * side by side). */
+
+#define MOE_FUSED_U 2
+
+/* h(p, I) = silu(x_t @ gate_e^T) * (x_t @ up_e^T) for pair p = blockIdx.x
+ * (t = p / top_k, e = ids[p] - first; pairs of other banks are skipped).
+ * Block: WK K-slices x RG row groups; a row group computes output columns
+ * j, j + 1 from 4 weight rows (gate j, j + 1, up j, j + 1) sharing x_t. */
+template <int DT, int MAXE>
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32)
+moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k, int D, int I,
+                         int first, int E, int WK, const __grid_constant__ moe_tabs<MAXE> tab)
+{
+    __shared__ float part[SD__GEMV_WARPS * 4];
+    const int p = blockIdx.x, e = ids[p] - first;
+    if (e < 0 || e >= E)
+        return;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK;
+    const int cols0 = blockIdx.y * RG * 2, j0 = cols0 + rg * 2;
+    const size_t esz = DT == SD__F32 ? 4 : 2, rb = (size_t)D * esz;
+    const char *wg = (const char *)tab.a[e], *wu = (const char *)tab.b[e];
+    const void *wrow[4] = {j0 < I ? wg + (size_t)j0 * rb : NULL,
+                           j0 + 1 < I ? wg + (size_t)(j0 + 1) * rb : NULL,
+                           j0 < I ? wu + (size_t)j0 * rb : NULL,
+                           j0 + 1 < I ? wu + (size_t)(j0 + 1) * rb : NULL};
+    const float *xr[1] = {x + (size_t)(p / top_k) * (size_t)D};
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    sd__warp_dots<DT, 4, 1, MOE_FUSED_U>(wrow, xr, 1, D, kw, WK, lane, acc);
+    sd__xreduce<4>(acc, lane);
+    if (lane % 8 == 0)
+        part[warp * 4 + sd__xr_index<4>(lane)] = acc[0];
+    __syncthreads();
+    if ((int)threadIdx.x < RG * 2) {
+        const int g = threadIdx.x / 2, q = threadIdx.x % 2, j = cols0 + g * 2 + q;
+        if (j < I) {
+            float gs = part[(g * WK) * 4 + q], us = part[(g * WK) * 4 + 2 + q];
+            for (int k = 1; k < WK; k++) {
+                gs += part[(g * WK + k) * 4 + q];
+                us += part[(g * WK + k) * 4 + 2 + q];
+            }
+            h[(size_t)p * (size_t)I + (size_t)j] = gs / (1.0f + expf(-gs)) * us;
+        }
+    }
+}
+
+/* out(t, d) = sum_j wts[t, j] * (h(t * top_k + j) @ down_e^T)[d], slots j in
+ * order, for token t = blockIdx.x and rows d of tile blockIdx.y (4 rows).
+ * Warps: SW slot lanes x WK K-slices; slot lane s takes slots s, s + SW, ...
+ * part: (top_k, WK, 4) floats of dynamic shared memory. */
+template <int DT, int MAXE>
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32)
+moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int top_k,
+                      int D, int I, int first, int E, int WK,
+                      const __grid_constant__ moe_tabs<MAXE> tab)
+{
+    extern __shared__ float part[];
+    const int t = blockIdx.x, d0 = blockIdx.y * 4;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int SW = SD__GEMV_WARPS / WK, kw = warp % WK, sl = warp / WK;
+    const size_t esz = DT == SD__F32 ? 4 : 2, rb = (size_t)I * esz;
+    for (int j = sl; j < top_k; j += SW) {
+        const size_t p = (size_t)t * (size_t)top_k + (size_t)j;
+        const int e = ids[p] - first;
+        if (e < 0 || e >= E)
+            continue; /* the same for the whole warp */
+        const char *wd = (const char *)tab.a[e];
+        const void *wrow[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            wrow[i] = d0 + i < D ? (const void *)(wd + (size_t)(d0 + i) * rb) : NULL;
+        const float *xr[1] = {h + p * (size_t)I};
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        sd__warp_dots<DT, 4, 1, MOE_FUSED_U>(wrow, xr, 1, I, kw, WK, lane, acc);
+        sd__xreduce<4>(acc, lane);
+        if (lane % 8 == 0)
+            part[(j * WK + kw) * 4 + sd__xr_index<4>(lane)] = acc[0];
+    }
+    __syncthreads();
+    if (threadIdx.x < 4 && d0 + (int)threadIdx.x < D) {
+        const int i = threadIdx.x;
+        float s = 0.0f;
+        for (int j = 0; j < top_k; j++) {
+            const size_t p = (size_t)t * (size_t)top_k + (size_t)j;
+            const int e = ids[p] - first;
+            if (e < 0 || e >= E)
+                continue;
+            float y = part[(j * WK) * 4 + i];
+            for (int k = 1; k < WK; k++)
+                y += part[(j * WK + k) * 4 + i];
+            s += wts[p] * y;
+        }
+        out[(size_t)t * (size_t)D + (size_t)(d0 + i)] = s;
+    }
+}
+
+/* Warps splitting I in the down kernel: as many as the slots leave free
+ * (8 / the slot count rounded up to a power of two), at most what I's
+ * chunks give. */
+static int down_wk(int top_k, int I)
+{
+    int sw = 1;
+    while (sw < top_k && sw < SD__GEMV_WARPS)
+        sw *= 2;
+    int wk = SD__GEMV_WARPS / sw, kmax = sd__gemv_wk(I);
+    return wk < kmax ? wk : kmax;
+}
+
+template <int DT, int MAXE>
+static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h, const float *x,
+                         const int32_t *ids, const float *wts, int n, int top_k, int D, int I)
+{
+    moe_tabs<MAXE> tab;
+    memset(&tab, 0, sizeof tab);
+    for (int e = 0; e < ex->n; e++) {
+        tab.a[e] = ex->gate[e].data;
+        tab.b[e] = ex->up[e].data;
+    }
+    const unsigned th = SD__GEMV_WARPS * 32;
+    int wk = sd__gemv_wk(D), cols = SD__GEMV_WARPS / wk * 2;
+    dim3 g1((unsigned)(n * top_k), (unsigned)((I + cols - 1) / cols));
+    moe_gate_up_fused_kernel<DT, MAXE><<<g1, th, 0, c->stream>>>(h, x, ids, top_k, D, I, ex->first,
+                                                                  ex->n, wk, tab);
+    if (SD_LAUNCHED(c, "moe_gate_up_fused_kernel"))
+        return;
+    for (int e = 0; e < ex->n; e++) {
+        tab.a[e] = ex->down[e].data;
+        tab.b[e] = NULL;
+    }
+    wk = down_wk(top_k, I);
+    dim3 g2((unsigned)n, (unsigned)((D + 3) / 4));
+    size_t sm = (size_t)top_k * (size_t)wk * 4 * sizeof(float);
+    moe_down_fused_kernel<DT, MAXE><<<g2, th, sm, c->stream>>>(out, h, ids, wts, top_k, D, I,
+                                                               ex->first, ex->n, wk, tab);
+    SD_LAUNCHED(c, "moe_down_fused_kernel");
+}
+
+template <int DT>
+static void launch_fused_e(sd__cuda *c, const sd_experts *ex, float *out, float *h, const float *x,
+                           const int32_t *ids, const float *wts, int n, int top_k, int D, int I)
+{
+    if (ex->n <= 256)
+        launch_fused<DT, 256>(c, ex, out, h, x, ids, wts, n, top_k, D, I);
+    else
+        launch_fused<DT, MOE_MAX_EXPERTS>(c, ex, out, h, x, ids, wts, n, top_k, D, I);
+}
+
 void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t *ids,
                       const float *wts, const sd_experts *ex, int n, int top_k, int D, void *tmp)
 {
@@ -336,6 +494,16 @@ void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t 
         return;
     }
     float *h = (float *)tmp;                 /* (m, I) */
+    int max_pairs = c->moe_fused_max_pairs > 0 ? c->moe_fused_max_pairs : SD_CUDA_MOE_FUSED_MAX_PAIRS;
+    if (vec && m <= (size_t)max_pairs) {
+        switch (dt) {
+        case SD_DT_F32: launch_fused_e<SD__F32>(c, ex, out, h, x, ids, wts, n, top_k, D, I); break;
+        case SD_DT_BF16: launch_fused_e<SD__BF16>(c, ex, out, h, x, ids, wts, n, top_k, D, I); break;
+        case SD_DT_F16: launch_fused_e<SD__F16>(c, ex, out, h, x, ids, wts, n, top_k, D, I); break;
+        default: SD_BADARG(c, "moe_ffn: weight dtype %s", sd_dtype_name(dt)); break;
+        }
+        return;
+    }
     float *y = h + m * (size_t)I;            /* (m, D) */
     int *off = (int *)(y + m * (size_t)D);   /* (E + 1) */
     int *sorted = off + E + 1, *inv = sorted + m; /* (m), (m) */

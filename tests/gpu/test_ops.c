@@ -298,6 +298,73 @@ TEST(matmul_gemv_rows_match_the_cpu_in_fp32)
         ok &= mm_case(&e, dt, 8, 77, 45, 45, 0); /* K % 8 != 0: the scalar path */
         ok &= mm_case(&e, dt, 5, 4096, 4096, 4096, 0);
         ok &= mm_case(&e, dt, 2, 300, 64, 128, 1);
+        /* the K split of the 16-byte path (gemv.cuh): 8 warps over 56
+         * chunks, 4 warps over 6 (uneven), 8 over 9 with a partial last
+         * chunk, 2 over 3, 1 on a partial chunk; weight rows not a multiple
+         * of the block's; 1, 2, 4 and 8 activation rows per pass */
+        ok &= mm_case(&e, dt, 1, 4096, 14336, 14336, 1);
+        ok &= mm_case(&e, dt, 4, 1027, 1408, 1416, 0);
+        ok &= mm_case(&e, dt, 7, 333, 2056, 2056, 1);
+        ok &= mm_case(&e, dt, 2, 50, 520, 524, 0);
+        ok &= mm_case(&e, dt, 1, 70, 64, 64, 1);
+        /* the largest GEMV batches: passes of 8 rows, the last ragged */
+        ok &= mm_case(&e, dt, SD_CUDA_GEMV_MAX_ROWS, 600, 1024, 1024, 0);
+        if (SD_CUDA_GEMV_MAX_ROWS > 3)
+            ok &= mm_case(&e, dt, SD_CUDA_GEMV_MAX_ROWS - 3, 259, 2048, 2052, 1);
+    }
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+/* A row's GEMV result is the same bits whatever else is in the batch: row r
+ * alone (n = 1), inside every batch size up to SD_CUDA_GEMV_MAX_ROWS and at
+ * every position. This is what keeps greedy verification equal to plain
+ * decode on the GPU. */
+TEST(matmul_gemv_rows_do_not_depend_on_the_batch)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    const int N = 1500, K = 4104, nmax = SD_CUDA_GEMV_MAX_ROWS;
+    for (int di = 0; di < 3; di++) {
+        tw w;
+        ASSERT_OK(tw_make(&e, &w, all_dt[di], N, K, 0.5f));
+        float *x = rnd_floats(&e, (size_t)nmax * K, -1, 1);
+        float *dx = (float *)gput(&e, x, (size_t)nmax * K * sizeof(float));
+        float *dy = gpoison(&e, (size_t)nmax * N);
+        /* each row alone */
+        float *alone = (float *)malloc((size_t)nmax * N * sizeof(float));
+        int got = 1;
+        for (int r = 0; r < nmax && got; r++) {
+            e.gpu->ops->matmul(e.gpu, dy, dx + (size_t)r * K, &w.g, NULL, 1, K);
+            float *g = gget(&e, dy, (size_t)N);
+            got = g != NULL;
+            if (g)
+                memcpy(alone + (size_t)r * N, g, (size_t)N * sizeof(float));
+            free(g);
+        }
+        double bad = got ? 0 : INFINITY;
+        /* batches of every size starting at every offset that fits */
+        for (int n = 2; n <= nmax && got; n++) {
+            for (int r0 = 0; r0 + n <= nmax; r0 += n > 4 ? 1 : n) {
+                e.gpu->ops->matmul(e.gpu, dy, dx + (size_t)r0 * K, &w.g, NULL, n, K);
+                float *g = gget(&e, dy, (size_t)n * N);
+                if (!g) {
+                    bad = INFINITY;
+                    break;
+                }
+                for (size_t i = 0; i < (size_t)n * N; i++)
+                    bad += memcmp(&g[i], &alone[(size_t)r0 * N + i], sizeof(float)) != 0;
+                free(g);
+            }
+        }
+        ok &= reportf(bad, 0, "matmul gemv %s N=%d K=%d: a row in batches of 2..%d vs alone "
+                      "(differing elements)", sd_dtype_name(all_dt[di]), N, K, nmax);
+        gfree(&e, dx);
+        gfree(&e, dy);
+        free(x);
+        free(alone);
+        tw_free(&e, &w);
     }
     gpu_env_close(&e);
     ASSERT(ok);
@@ -331,6 +398,9 @@ TEST(matmul_heads_matches_the_cpu)
      * qk apart, offset 0) and out = W_UV lat per head */
     struct { int H, N, K, xs, xhs, xoff; } cs[] = {
         {4, 32, 48, 4 * 72, 72, 0}, {16, 64, 128, 16 * 192, 192, 0}, {5, 24, 20, 5 * 30, 30, 8},
+        /* DeepSeek-V2-Lite's: q_nope (128 of 192 per head) -> latent 512,
+         * latent 512 -> v 128 */
+        {16, 512, 128, 16 * 192, 192, 0}, {16, 128, 512, 16 * 512, 512, 0},
     };
     int ns[3] = {1, 5, 40};
     sd_dtype dts[2] = {SD_DT_F32, SD_DT_BF16};
@@ -694,8 +764,9 @@ static int ffn_case_ep(gpu_env *e, sd_dtype dt, int n, int E, int K, int D, int 
     float *dtmp = gpoison(e, tmpn), *dout = gpoison(e, (size_t)n * D);
     e->gpu->ops->moe_ffn(e->gpu, dout, dx, did, dw, &ge, n, K, D, dtmp);
     char name[160];
-    snprintf(name, sizeof name, "moe_ffn %s n=%d E=%d top-%d D=%d I=%d%s", sd_dtype_name(dt), n,
-             E, K, D, I, E < E_all ? " (expert-parallel bank)" : "");
+    int fused = m <= SD_CUDA_MOE_FUSED_MAX_PAIRS && D % 8 == 0 && I % 8 == 0;
+    snprintf(name, sizeof name, "moe_ffn %s n=%d E=%d top-%d D=%d I=%d%s (%s)", sd_dtype_name(dt),
+             n, E, K, D, I, E < E_all ? " expert-parallel bank" : "", fused ? "fused" : "sorted");
     int ok = check_dev(e, dout, co, (size_t)n * D, 1e-5, name);
     for (int k = 0; k < E; k++) {
         tw_free(e, &g[k]);
@@ -735,6 +806,32 @@ TEST(moe_ffn_matches_the_cpu)
     ok &= ffn_case(&e, SD_DT_F16, 9, 12, 3, 70, 50); /* dims not a multiple of 8 */
     ok &= ffn_case(&e, SD_DT_BF16, 64, 256, 8, 256, 128);
     ok &= ffn_case_ep(&e, SD_DT_BF16, 23, 4, 3, 128, 96, 8, 16); /* experts 8..11 of 16 */
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+/* The fused small-batch path (up to SD_CUDA_MOE_FUSED_MAX_PAIRS pairs): the
+ * DeepSeek-V2-Lite expert shape at decode and verification sizes, every way
+ * the down kernel splits its warps (top-1, 2, 3, 6 and 10 slots: more slots
+ * than warps), expert-parallel banks (pairs of other ranks skipped, tokens
+ * with no local expert give 0), all three dtypes, and the boundary. */
+TEST(moe_ffn_fused_small_batches_match_the_cpu)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    ok &= ffn_case(&e, SD_DT_BF16, 1, 16, 6, 2048, 1408);
+    ok &= ffn_case(&e, SD_DT_BF16, 8, 16, 6, 2048, 1408);
+    ok &= ffn_case(&e, SD_DT_BF16, 3, 8, 1, 256, 264);
+    ok &= ffn_case(&e, SD_DT_BF16, 5, 8, 2, 520, 128);
+    ok &= ffn_case(&e, SD_DT_F16, 2, 12, 3, 136, 64);
+    ok &= ffn_case(&e, SD_DT_F32, 2, 32, 10, 64, 40);
+    ok &= ffn_case_ep(&e, SD_DT_BF16, 3, 4, 3, 256, 96, 8, 16);
+    ok &= ffn_case_ep(&e, SD_DT_F32, 6, 2, 2, 64, 32, 0, 16);
+    /* the largest fused batch of top-4 and the smallest sorted one */
+    int nb = SD_CUDA_MOE_FUSED_MAX_PAIRS / 4;
+    ok &= ffn_case(&e, SD_DT_BF16, nb, 16, 4, 128, 96);
+    ok &= ffn_case(&e, SD_DT_BF16, nb + 1, 16, 4, 128, 96);
     gpu_env_close(&e);
     ASSERT(ok);
 }
@@ -1409,9 +1506,55 @@ TEST(a_bad_op_is_reported_by_sync_with_its_name_and_stops_later_ops)
 }
 
 /* The ops of one layer step (cuBLASLt matmul, in-place silu_mul, norm,
- * rope, paged attention, routing and experts) captured into a CUDA graph:
+ * rope, paged attention, routing, the fused and the sorted experts) captured
+ * into a CUDA graph:
  * capture succeeds only if nothing allocates or synchronizes, and a replay
  * gives the eager results bit for bit. */
+/* A cuBLASLt plan first needed inside a capture cannot time its candidate
+ * algorithms (no host synchronization while capturing): it takes the
+ * heuristic's first, the replay is right, and an eager call of the same
+ * shape afterwards reuses that plan: the same bits. */
+TEST(matmul_plans_made_under_capture_skip_the_timed_trial_and_replay_right)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    const int n = SD_CUDA_GEMV_MAX_ROWS + 30, N = 384, K = 520;
+    tw w;
+    ASSERT_OK(tw_make(&e, &w, SD_DT_BF16, N, K, 0.5f));
+    float *x = rnd_floats(&e, (size_t)n * K, -1, 1);
+    float *co = (float *)malloc((size_t)n * N * sizeof(float));
+    e.cpu->ops->matmul(e.cpu, co, x, &w.c, NULL, n, K);
+    float *dx = (float *)gput(&e, x, (size_t)n * K * sizeof(float));
+    float *dy = gpoison(&e, (size_t)n * N), *dy2 = gpoison(&e, (size_t)n * N);
+    sd_cuda_graph *g = NULL;
+    ASSERT_OK(sd_cuda_capture_begin(e.gpu));
+    e.gpu->ops->matmul(e.gpu, dy, dx, &w.g, NULL, n, K);
+    ASSERT_OK(sd_cuda_capture_end(e.gpu, &g));
+    ASSERT_OK(sd_cuda_graph_launch(e.gpu, g));
+    char name[128];
+    snprintf(name, sizeof name, "matmul BF16 n=%d N=%d K=%d planned under capture, replay", n, N,
+             K);
+    int ok = check_dev(&e, dy, co, (size_t)n * N, 1e-4, name);
+    e.gpu->ops->matmul(e.gpu, dy2, dx, &w.g, NULL, n, K);
+    float *a = gget(&e, dy, (size_t)n * N), *b = gget(&e, dy2, (size_t)n * N);
+    double bad = a && b ? 0 : INFINITY;
+    for (size_t i = 0; a && b && i < (size_t)n * N; i++)
+        bad += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    ok &= reportf(bad, 0, "matmul BF16 n=%d: eager after the capture vs replay (differing elements)",
+                  n);
+    sd_cuda_graph_destroy(g);
+    free(a);
+    free(b);
+    free(x);
+    free(co);
+    gfree(&e, dx);
+    gfree(&e, dy);
+    gfree(&e, dy2);
+    tw_free(&e, &w);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
 TEST(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run)
 {
     gpu_env e;
@@ -1438,6 +1581,11 @@ TEST(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run)
     sd_experts ex = {.n = E, .gate = eg, .up = eu, .down = ed};
     sd_moe_route r = {.n_experts = E, .top_k = K, .n_group = 4, .topk_group = 2,
                       .norm_topk_prob = 1, .sigmoid = 1, .routed_scaling_factor = 2.5f};
+    /* top-4 of the same logits: T * 4 pairs take the sorted expert path,
+     * T * 2 the fused one */
+    const int K4 = 4;
+    sd_moe_route r4 = r;
+    r4.top_k = K4;
     float *inv = rnd_floats(&e, Hd / 2, 0.001f, 1.0f);
     float *dinv = (float *)gput(&e, inv, Hd / 2 * sizeof(float));
     sd_rope rope = {.inv_freq = dinv, .rot_dim = Hd, .interleave = 0, .mscale = 1.0f};
@@ -1448,7 +1596,9 @@ TEST(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run)
     float *gu = gpoison(&e, (size_t)T * 2 * I), *fo = gpoison(&e, (size_t)T * D);
     float *rl = gpoison(&e, (size_t)T * E), *wts = gpoison(&e, (size_t)T * K);
     int32_t *ids = (int32_t *)gpoison(&e, (size_t)T * K);
-    float *tmp = gpoison(&e, SD_MOE_TMP_FLOATS(T, K, D, I));
+    float *tmp = gpoison(&e, SD_MOE_TMP_FLOATS(T, K4, D, I));
+    float *wts4 = gpoison(&e, (size_t)T * K4);
+    int32_t *ids4 = (int32_t *)gpoison(&e, (size_t)T * K4);
     /* earlier positions of the sequences: random cache contents */
     size_t mc = (size_t)b.n_slots * H * Hd;
     float *hc = rnd_floats(&e, 2 * mc, -1, 1);
@@ -1475,6 +1625,9 @@ TEST(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run)
         op->moe_route(be, ids, wts, rl, NULL, T, &r);
         op->moe_ffn(be, fo, x, ids, wts, &ex, T, K, D, tmp);
         op->add(be, x, fo, T, D);
+        op->moe_route(be, ids4, wts4, rl, NULL, T, &r4);
+        op->moe_ffn(be, fo, x, ids4, wts4, &ex, T, K4, D, tmp);
+        op->add(be, x, fo, T, D);
         if (pass == 1) {
             ASSERT_OK(sd_cuda_capture_end(be, &gr));
             /* poison what the graph must rewrite, then replay */
@@ -1500,7 +1653,7 @@ TEST(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run)
     free(replay);
     free(x0);
     free(inv);
-    void *bufs[] = {dinv, dx0, x, xn, qkv, att, gu, fo, rl, wts, ids, tmp, kc, vc};
+    void *bufs[] = {dinv, dx0, x, xn, qkv, att, gu, fo, rl, wts, ids, tmp, kc, vc, wts4, ids4};
     for (size_t i = 0; i < SD_ARRAY_LEN(bufs); i++)
         gfree(&e, bufs[i]);
     tw *ws[] = {&wqkv, &wo, &norm, &wgu, &router};
@@ -1519,15 +1672,17 @@ TEST(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run)
 TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(rmsnorm_matches_the_cpu_with_strides_and_in_place),
           T(rope_matches_the_cpu_for_every_variant_up_to_8k_positions),
-          T(matmul_gemv_rows_match_the_cpu_in_fp32), T(matmul_many_rows_match_the_cpu),
+          T(matmul_gemv_rows_match_the_cpu_in_fp32), T(matmul_gemv_rows_do_not_depend_on_the_batch),
+          T(matmul_many_rows_match_the_cpu),
           T(matmul_heads_matches_the_cpu), T(attn_gqa_matches_the_cpu_on_ragged_paged_batches),
           T(attn_gqa_matches_the_cpu_on_long_contexts),
           T(attn_mla_matches_the_cpu_on_ragged_and_long_contexts), T(moe_route_matches_the_cpu),
-          T(moe_ffn_matches_the_cpu),
+          T(moe_ffn_matches_the_cpu), T(moe_ffn_fused_small_batches_match_the_cpu),
           T(argmax_rows_equals_the_cpu_with_ties_and_nan),
           T(sample_rows_gives_the_cpu_distribution_and_token_on_mixed_rows),
           T(accept_greedy_rows_equals_the_cpu),
           T(accept_sample_rows_equals_the_cpu_on_sampled_chains_but_at_rounding_boundaries),
           T(accept_sample_rows_is_capture_safe_and_refuses_bad_sequences_like_the_cpu),
           T(a_bad_op_is_reported_by_sync_with_its_name_and_stops_later_ops),
+          T(matmul_plans_made_under_capture_skip_the_timed_trial_and_replay_right),
           T(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run))

@@ -1,0 +1,511 @@
+/* specd-bench-kernels: the memory-bound decode ops of the CUDA backend
+ * (matmul on few rows, matmul_heads, moe_ffn) at real model shapes, timed
+ * with CUDA events over many calls, eager and replayed from a CUDA graph
+ * (no launch gaps), against a measured device-to-device copy and a
+ * measured streaming read. Weights rotate over copies larger than L2 in
+ * total so every call reads memory, not cache; all data is random.
+ *
+ *   specd-bench-kernels [--out FILE] [--commit C] [--quick]
+ *
+ * The achieved bandwidth of an op counts the bytes it must move: each weight
+ * byte it touches once, activations in and out once. Prints a table and
+ * writes the full record as JSON. Built with CUDA only.
+ *
+ * SD_BENCH_BASELINE: defined when this file is built against a tree older
+ * than the benchmark overrides of sd__cuda (gemv_max_rows,
+ * moe_fused_max_pairs), to record the "before" numbers of a change; forced
+ * paths are then left out. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/common.cuh"
+
+#define CHECK(x)                                                                            \
+    do {                                                                                    \
+        cudaError_t e_ = (x);                                                               \
+        if (e_ != cudaSuccess) {                                                            \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(1);                                                                        \
+        }                                                                                   \
+    } while (0)
+
+/* ---- device helpers ----------------------------------------------------- */
+
+__device__ __forceinline__ uint32_t hash32(uint64_t i, uint32_t seed)
+{
+    uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (uint32_t)(z ^ (z >> 31));
+}
+
+/* uniform in [-scale, scale), as bf16 or fp32 */
+__global__ void fill_kernel(void *p, size_t n, int bf16, float scale, uint32_t seed)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float f = ((float)(hash32(i, seed) >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale;
+        if (bf16)
+            ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(f);
+        else
+            ((float *)p)[i] = f;
+    }
+}
+
+/* streaming read of n uint4: the read ceiling a GEMV can hope for */
+__global__ void read_kernel(const uint4 *p, size_t n, unsigned *out)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    unsigned acc = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        uint4 v = __ldg(p + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x12345678u)
+        out[0] = acc; /* keeps the loads */
+}
+
+/* ---- timing -------------------------------------------------------------- */
+
+typedef struct bench bench;
+typedef void (*op_fn)(bench *b, int rep);
+
+struct bench {
+    sd_backend *be;
+    sd__cuda *c;
+    cudaEvent_t e0, e1;
+    /* the op under test */
+    op_fn fn;
+    void *ctx;
+};
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* median of `launches` timings of `reps` calls, ms per call */
+static double time_eager(bench *b, int reps, int launches)
+{
+    float t[32];
+    for (int l = 0; l < launches; l++) {
+        CHECK(cudaEventRecord(b->e0, b->c->stream));
+        for (int r = 0; r < reps; r++)
+            b->fn(b, r);
+        CHECK(cudaEventRecord(b->e1, b->c->stream));
+        CHECK(cudaEventSynchronize(b->e1));
+        CHECK(cudaEventElapsedTime(&t[l], b->e0, b->e1));
+    }
+    qsort(t, (size_t)launches, sizeof t[0], cmp_float);
+    return t[launches / 2] / reps;
+}
+
+static double time_graph(bench *b, int reps, int launches)
+{
+    sd_cuda_graph *g = NULL;
+    if (sd_cuda_capture_begin(b->be))
+        return NAN;
+    for (int r = 0; r < reps; r++)
+        b->fn(b, r);
+    if (sd_cuda_capture_end(b->be, &g))
+        return NAN;
+    float t[32];
+    sd_cuda_graph_launch(b->be, g);
+    for (int l = 0; l < launches; l++) {
+        CHECK(cudaEventRecord(b->e0, b->c->stream));
+        sd_cuda_graph_launch(b->be, g);
+        CHECK(cudaEventRecord(b->e1, b->c->stream));
+        CHECK(cudaEventSynchronize(b->e1));
+        CHECK(cudaEventElapsedTime(&t[l], b->e0, b->e1));
+    }
+    sd_cuda_graph_destroy(g);
+    qsort(t, (size_t)launches, sizeof t[0], cmp_float);
+    return t[launches / 2] / reps;
+}
+
+/* one untimed call (plans are made outside capture), then eager and graph */
+static int time_op(bench *b, int reps, double *ms_eager, double *ms_graph)
+{
+    b->fn(b, 0);
+    if (b->be->ops->sync(b->be)) {
+        fprintf(stderr, "op failed: %s\n", sd_cuda_backend_error(b->be));
+        return -1;
+    }
+    *ms_eager = time_eager(b, reps, 5);
+    *ms_graph = time_graph(b, reps, 7);
+    if (b->be->ops->sync(b->be)) {
+        fprintf(stderr, "op failed: %s\n", sd_cuda_backend_error(b->be));
+        return -1;
+    }
+    return 0;
+}
+
+static void *dev_alloc(bench *b, size_t bytes)
+{
+    void *p = b->be->ops->alloc(b->be, bytes);
+    if (!p) {
+        fprintf(stderr, "cannot allocate %zu bytes\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+static void dev_fill(bench *b, void *p, size_t n, int bf16, float scale, uint32_t seed)
+{
+    fill_kernel<<<1024, 256, 0, b->c->stream>>>(p, n, bf16, scale, seed);
+    CHECK(cudaGetLastError());
+}
+
+/* ---- JSON ------------------------------------------------------------------ */
+
+typedef struct out {
+    FILE *json;
+    int first;
+} out;
+
+static void jrow(out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void jrow(out *o, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(o->json, "%s\n    {", o->first ? "" : ",");
+    vfprintf(o->json, fmt, ap);
+    fprintf(o->json, "}");
+    va_end(ap);
+    o->first = 0;
+}
+
+/* ---- matmul ------------------------------------------------------------------ */
+
+typedef struct mm_ctx {
+    int n, N, K, H, copies; /* H > 0: matmul_heads with H heads of N rows */
+    void *w;                /* copies x (H or 1) x N x K bf16 */
+    float *x, *y;
+} mm_ctx;
+
+static void mm_fn(bench *b, int rep)
+{
+    mm_ctx *m = (mm_ctx *)b->ctx;
+    int heads = m->H > 0 ? m->H : 1;
+    size_t per = (size_t)heads * (size_t)m->N * (size_t)m->K;
+    sd_weight w = {(const uint16_t *)m->w + (size_t)(rep % m->copies) * per, SD_DT_BF16,
+                   (int64_t)heads * m->N, m->K};
+    if (m->H > 0)
+        b->be->ops->matmul_heads(b->be, m->y, m->x, &w, m->n, m->H, m->H * m->K, m->K, 0);
+    else
+        b->be->ops->matmul(b->be, m->y, m->x, &w, NULL, m->n, m->K);
+}
+
+static double copy_gbps, read_gbps;
+
+/* one matmul shape at several row counts; path: "gemv", "lt" (cuBLASLt
+ * forced) or "auto" (the built-in choice) */
+static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, const int *ns,
+                     int nn, const char *path)
+{
+#ifdef SD_BENCH_BASELINE
+    if (strcmp(path, "auto"))
+        return;
+#endif
+    int heads = H > 0 ? H : 1;
+    size_t wbytes = (size_t)heads * (size_t)N * (size_t)K * 2;
+    int copies = (int)((768ull << 20) / wbytes) + 1;
+    if (copies > 64)
+        copies = 64;
+    mm_ctx m = {0, N, K, H, copies, NULL, NULL, NULL};
+    m.w = dev_alloc(b, wbytes * (size_t)copies);
+    dev_fill(b, m.w, wbytes / 2 * (size_t)copies, 1, 0.05f, 7);
+    int nmax = 0;
+    for (int i = 0; i < nn; i++)
+        nmax = ns[i] > nmax ? ns[i] : nmax;
+    m.x = (float *)dev_alloc(b, (size_t)nmax * heads * K * 4);
+    m.y = (float *)dev_alloc(b, (size_t)nmax * heads * N * 4);
+    dev_fill(b, m.x, (size_t)nmax * heads * K, 0, 1.0f, 11);
+    b->fn = mm_fn;
+    b->ctx = &m;
+#ifndef SD_BENCH_BASELINE
+    int saved = b->c->gemv_max_rows;
+    if (!strcmp(path, "gemv"))
+        b->c->gemv_max_rows = 1 << 20;
+    else if (!strcmp(path, "lt"))
+        b->c->gemv_max_rows = 1; /* rows >= 2 go to cuBLASLt */
+#endif
+    for (int i = 0; i < nn; i++) {
+        m.n = ns[i];
+        int reps = copies < 16 ? 16 : copies;
+        double me, mg;
+        if (time_op(b, reps, &me, &mg))
+            exit(1);
+        double bytes = (double)wbytes + (double)m.n * heads * (K + N) * 4.0;
+        double gbps = bytes / (mg * 1e-3) / 1e9;
+        printf("%-22s %-5s %6d %6d %3d %9.2f %9.2f %8.0f %6.3f %6.3f\n", name, path, N, K, m.n,
+               mg * 1e3, me * 1e3, gbps, gbps / copy_gbps, gbps / read_gbps);
+        jrow(o,
+             "\"op\": \"%s\", \"name\": \"%s\", \"path\": \"%s\", \"N\": %d, \"K\": %d, \"heads\": %d, "
+             "\"n\": %d, \"us_graph\": %.3f, \"us_eager\": %.3f, \"bytes\": %.0f, \"gbps\": %.1f, "
+             "\"frac_copy\": %.4f, \"frac_read\": %.4f",
+             H > 0 ? "matmul_heads" : "matmul", name, path, N, K, heads, m.n, mg * 1e3, me * 1e3,
+             bytes, gbps, gbps / copy_gbps, gbps / read_gbps);
+        fflush(stdout);
+    }
+#ifndef SD_BENCH_BASELINE
+    b->c->gemv_max_rows = saved;
+#endif
+    b->be->ops->free(b->be, m.w);
+    b->be->ops->free(b->be, m.x);
+    b->be->ops->free(b->be, m.y);
+}
+
+/* ---- moe ------------------------------------------------------------------------ */
+
+typedef struct moe_ctx {
+    int n, K, D, I, E, sets;
+    sd_experts ex;
+    int32_t *ids; /* sets x (n, K) */
+    float *wts, *x, *out, *tmp;
+} moe_ctx;
+
+static void moe_fn(bench *b, int rep)
+{
+    moe_ctx *m = (moe_ctx *)b->ctx;
+    size_t off = (size_t)(rep % m->sets) * (size_t)m->n * (size_t)m->K;
+    b->be->ops->moe_ffn(b->be, m->out, m->x, m->ids + off, m->wts + off, &m->ex, m->n, m->K, m->D,
+                        m->tmp);
+}
+
+static void bench_moe(bench *b, out *o, int D, int I, int E, int K, const int *ns, int nn,
+                      const char *path)
+{
+#ifdef SD_BENCH_BASELINE
+    if (strcmp(path, "auto"))
+        return;
+#endif
+    size_t eb = (size_t)I * (size_t)D * 2;
+    char *w = (char *)dev_alloc(b, eb * 3 * (size_t)E);
+    dev_fill(b, w, eb * 3 * (size_t)E / 2, 1, 0.05f, 3);
+    sd_weight *ws = (sd_weight *)calloc((size_t)E * 3, sizeof(sd_weight));
+    for (int e = 0; e < E; e++) {
+        ws[e] = (sd_weight){w + eb * (size_t)(3 * e), SD_DT_BF16, I, D};
+        ws[E + e] = (sd_weight){w + eb * (size_t)(3 * e + 1), SD_DT_BF16, I, D};
+        ws[2 * E + e] = (sd_weight){w + eb * (size_t)(3 * e + 2), SD_DT_BF16, D, I};
+    }
+    int nmax = 0;
+    for (int i = 0; i < nn; i++)
+        nmax = ns[i] > nmax ? ns[i] : nmax;
+    const int sets = 16;
+    moe_ctx m;
+    memset(&m, 0, sizeof m);
+    m.K = K;
+    m.D = D;
+    m.I = I;
+    m.E = E;
+    m.sets = sets;
+    m.ex = (sd_experts){E, ws, ws + E, ws + 2 * E, 0};
+    size_t mids = (size_t)sets * (size_t)nmax * (size_t)K;
+    m.ids = (int32_t *)dev_alloc(b, mids * 4);
+    m.wts = (float *)dev_alloc(b, mids * 4);
+    m.x = (float *)dev_alloc(b, (size_t)nmax * D * 4);
+    m.out = (float *)dev_alloc(b, (size_t)nmax * D * 4);
+    m.tmp = (float *)dev_alloc(b, SD_MOE_TMP_FLOATS(nmax, K, D, I) * 4);
+    dev_fill(b, m.x, (size_t)nmax * D, 0, 1.0f, 5);
+    int32_t *hids = (int32_t *)malloc(mids * 4);
+    float *hw = (float *)malloc(mids * 4);
+    b->fn = moe_fn;
+    b->ctx = &m;
+#ifndef SD_BENCH_BASELINE
+    int saved = b->c->moe_fused_max_pairs;
+    if (!strcmp(path, "fused"))
+        b->c->moe_fused_max_pairs = 1 << 30;
+    else if (!strcmp(path, "sorted"))
+        b->c->moe_fused_max_pairs = 1; /* top_k >= 2: never fused */
+#endif
+    uint64_t s = 0x1234567ull;
+    for (int i = 0; i < nn; i++) {
+        m.n = ns[i];
+        /* sets of K distinct experts per token, laid out for this n */
+        double touched = 0;
+        for (int st = 0; st < sets; st++) {
+            unsigned char used[1024] = {0};
+            int distinct = 0;
+            for (int t = 0; t < m.n; t++) {
+                for (int j = 0; j < K; j++) {
+                    int e, dup;
+                    do {
+                        s = s * 6364136223846793005ull + 1442695040888963407ull;
+                        e = (int)((s >> 33) % (uint64_t)E);
+                        dup = 0;
+                        for (int q = 0; q < j; q++)
+                            dup |= hids[((size_t)st * m.n + t) * K + q] == e;
+                    } while (dup);
+                    hids[((size_t)st * m.n + t) * K + j] = e;
+                    hw[((size_t)st * m.n + t) * K + j] = 0.1f + (float)(s >> 40 & 255) / 512.0f;
+                    distinct += !used[e];
+                    used[e] = 1;
+                }
+            }
+            touched += distinct;
+        }
+        touched /= sets;
+        b->be->ops->upload(b->be, m.ids, hids, (size_t)sets * m.n * K * 4);
+        b->be->ops->upload(b->be, m.wts, hw, (size_t)sets * m.n * K * 4);
+        double me, mg;
+        if (time_op(b, sets, &me, &mg))
+            exit(1);
+        double bytes = touched * 3.0 * (double)eb + (double)m.n * D * 8.0;
+        double gbps = bytes / (mg * 1e-3) / 1e9;
+        printf("%-22s %-6s D=%d I=%d E=%d top-%d n=%-3d %9.2f %9.2f %8.0f %6.3f %6.3f  (%.1f experts)\n",
+               "moe_ffn", path, D, I, E, K, m.n, mg * 1e3, me * 1e3, gbps, gbps / copy_gbps,
+               gbps / read_gbps, touched);
+        jrow(o,
+             "\"op\": \"moe_ffn\", \"path\": \"%s\", \"D\": %d, \"I\": %d, \"experts\": %d, "
+             "\"top_k\": %d, \"n\": %d, \"experts_touched\": %.2f, \"us_graph\": %.3f, "
+             "\"us_eager\": %.3f, \"bytes\": %.0f, \"gbps\": %.1f, \"frac_copy\": %.4f, "
+             "\"frac_read\": %.4f",
+             path, D, I, E, K, m.n, touched, mg * 1e3, me * 1e3, bytes, gbps, gbps / copy_gbps,
+             gbps / read_gbps);
+        fflush(stdout);
+    }
+#ifndef SD_BENCH_BASELINE
+    b->c->moe_fused_max_pairs = saved;
+#endif
+    free(hids);
+    free(hw);
+    void *ps[] = {w, m.ids, m.wts, m.x, m.out, m.tmp};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        b->be->ops->free(b->be, ps[i]);
+    free(ws);
+}
+
+/* ---- ceilings ------------------------------------------------------------------- */
+
+static void ceilings(bench *b)
+{
+    size_t bytes = 2ull << 30;
+    void *a = dev_alloc(b, bytes), *d = dev_alloc(b, bytes);
+    unsigned *sink = (unsigned *)dev_alloc(b, 64);
+    dev_fill(b, a, bytes / 4, 0, 1.0f, 1);
+    float t[9];
+    for (int l = 0; l < 9; l++) {
+        CHECK(cudaEventRecord(b->e0, b->c->stream));
+        CHECK(cudaMemcpyAsync(d, a, bytes, cudaMemcpyDeviceToDevice, b->c->stream));
+        CHECK(cudaEventRecord(b->e1, b->c->stream));
+        CHECK(cudaEventSynchronize(b->e1));
+        CHECK(cudaEventElapsedTime(&t[l], b->e0, b->e1));
+    }
+    qsort(t, 9, sizeof t[0], cmp_float);
+    copy_gbps = 2.0 * (double)bytes / (t[4] * 1e-3) / 1e9; /* read + written */
+    int grid = b->c->sm_count * 8;
+    for (int l = 0; l < 9; l++) {
+        CHECK(cudaEventRecord(b->e0, b->c->stream));
+        read_kernel<<<grid, 256, 0, b->c->stream>>>((const uint4 *)a, bytes / 16, sink);
+        CHECK(cudaEventRecord(b->e1, b->c->stream));
+        CHECK(cudaEventSynchronize(b->e1));
+        CHECK(cudaEventElapsedTime(&t[l], b->e0, b->e1));
+    }
+    qsort(t, 9, sizeof t[0], cmp_float);
+    read_gbps = (double)bytes / (t[4] * 1e-3) / 1e9;
+    b->be->ops->free(b->be, a);
+    b->be->ops->free(b->be, d);
+    b->be->ops->free(b->be, sink);
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = "bench/results/kernels-decode.json", *commit = "unknown";
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--out") && i + 1 < argc)
+            path = argv[++i];
+        else if (!strcmp(argv[i], "--commit") && i + 1 < argc)
+            commit = argv[++i];
+        else if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else {
+            fprintf(stderr, "usage: specd-bench-kernels [--out FILE] [--commit C] [--quick]\n");
+            return 2;
+        }
+    }
+    bench b;
+    memset(&b, 0, sizeof b);
+    sd_err err;
+    memset(&err, 0, sizeof err);
+    if (sd_cuda_device_count() <= 0 || sd_cuda_backend_create(&b.be, 0, &err)) {
+        fprintf(stderr, "no CUDA backend: %s\n", err.msg);
+        return 1;
+    }
+    b.c = sd__cuda_of(b.be);
+    CHECK(cudaEventCreate(&b.e0));
+    CHECK(cudaEventCreate(&b.e1));
+    char dev[256];
+    sd_cuda_device_name(0, dev, sizeof dev);
+    ceilings(&b);
+    printf("device: %s\ncopy %.0f GB/s (read + write), streaming read %.0f GB/s\n", dev, copy_gbps,
+           read_gbps);
+    out o = {fopen(path, "w"), 1};
+    if (!o.json) {
+        fprintf(stderr, "cannot write %s\n", path);
+        return 1;
+    }
+    fprintf(o.json, "{\n  \"benchmark\": \"kernels-decode\",\n  \"commit\": \"%s\",\n", commit);
+    fprintf(o.json, "  \"device\": \"%s\",\n  \"command\": \"", dev);
+    for (int i = 0; i < argc; i++)
+        fprintf(o.json, "%s%s", i ? " " : "", argv[i]);
+    fprintf(o.json, "\",\n  \"copy_gbps\": %.1f,\n  \"read_gbps\": %.1f,\n  \"rows\": [", copy_gbps,
+            read_gbps);
+    printf("\n%-22s %-5s %6s %6s %3s %9s %9s %8s %6s %6s\n", "op", "path", "N", "K", "n",
+           "us/graph", "us/eager", "GB/s", "/copy", "/read");
+
+    /* Llama-3-8B (bf16): q/o, k/v, gate+up fused, down, lm_head */
+    static const int n_dec[] = {1, 2, 4, 8}, n_one[] = {1};
+    static const int n_lt[] = {8, 12, 16, 24, 32};
+    struct { const char *name; int N, K; } l8[] = {
+        {"llama8b q/o", 4096, 4096},   {"llama8b k/v", 1024, 4096},
+        {"llama8b gate+up", 28672, 4096}, {"llama8b down", 4096, 14336},
+        {"llama8b lm_head", 128256, 4096},
+    };
+    for (size_t i = 0; i < sizeof l8 / sizeof l8[0]; i++)
+        bench_mm(&b, &o, l8[i].name, l8[i].N, l8[i].K, 0, n_dec, quick ? 1 : 4, "auto");
+    /* DeepSeek-V2-Lite dense parts (bf16): q, kv_a, o, shared experts, lm_head */
+    struct { const char *name; int N, K; } ds[] = {
+        {"dsv2lite q", 3072, 2048},         {"dsv2lite kv_a", 576, 2048},
+        {"dsv2lite o", 2048, 2048},         {"dsv2lite shared g+u", 5632, 2048},
+        {"dsv2lite shared down", 2048, 2816}, {"dsv2lite lm_head", 102400, 2048},
+    };
+    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
+        bench_mm(&b, &o, ds[i].name, ds[i].N, ds[i].K, 0, n_one, 1, "auto");
+    /* MLA absorbed per-head products (16 heads) */
+    bench_mm(&b, &o, "dsv2lite q_nope->lat", 512, 128, 16, n_dec, quick ? 1 : 4, "auto");
+    bench_mm(&b, &o, "dsv2lite lat->v", 128, 512, 16, n_dec, quick ? 1 : 4, "auto");
+    if (!quick) {
+        /* GEMV against cuBLASLt (bf16 hi + lo) above 8 rows: the crossover */
+        int big[][2] = {{4096, 4096}, {28672, 4096}, {4096, 14336}};
+        for (int i = 0; i < 3; i++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "xover %dx%d", big[i][0], big[i][1]);
+            bench_mm(&b, &o, nm, big[i][0], big[i][1], 0, n_lt, 5, "gemv");
+            bench_mm(&b, &o, nm, big[i][0], big[i][1], 0, n_lt, 5, "lt");
+            bench_mm(&b, &o, nm, big[i][0], big[i][1], 0, n_lt, 5, "auto");
+        }
+        /* cuBLASLt at prefill sizes (timed algorithm trial vs the heuristic's first) */
+        static const int n_pf[] = {64, 512};
+        bench_mm(&b, &o, "prefill 4096x4096", 4096, 4096, 0, n_pf, 2, "auto");
+        bench_mm(&b, &o, "prefill 28672x4096", 28672, 4096, 0, n_pf, 2, "auto");
+    }
+    /* DeepSeek-V2-Lite routed experts: 64 x (1408 x 2048), top-6 */
+    static const int n_moe[] = {1, 2, 4, 8, 16, 32};
+    int nm = quick ? 2 : 6;
+    printf("\n%-22s %-6s %-32s %9s %9s %8s %6s %6s\n", "op", "path", "shape", "us/graph", "us/eager",
+           "GB/s", "/copy", "/read");
+    bench_moe(&b, &o, 2048, 1408, 64, 6, n_moe, nm, "auto");
+    bench_moe(&b, &o, 2048, 1408, 64, 6, n_moe, nm, "fused");
+    bench_moe(&b, &o, 2048, 1408, 64, 6, n_moe, nm, "sorted");
+    fprintf(o.json, "\n  ]\n}\n");
+    fclose(o.json);
+    printf("\nwrote %s\n", path);
+    sd_cuda_backend_destroy(b.be);
+    return 0;
+}

@@ -1,0 +1,201 @@
+/* kernels/cuda: the memory-bound dot-product core shared by the GEMV
+ * (matmul.cu, few activation rows) and the fused small-batch MoE experts
+ * (moe.cu).
+ *
+ * Decode reads every weight byte once and does 1..8 multiply-adds per
+ * weight, so these kernels live or die by the bytes they keep in flight:
+ * - a warp works on VR weight rows at once; each lane loads 16 bytes (8
+ *   weights) of every row per 256-element chunk, and U chunks are loaded
+ *   before any is used: VR * U independent 16-byte loads per lane in flight;
+ * - weights stream past L1 (ld.global.nc.L1::no_allocate) so the fp32
+ *   activations, re-read for every weight row, stay in L1;
+ * - each activation chunk is loaded once into registers and used for all VR
+ *   rows (activation bytes per weight byte: 2 * NR / VR);
+ * - the warps of a block split K (WK of them, chunk c goes to warp c % WK),
+ *   so small-N shapes still fill the SMs; their partial sums meet in shared
+ *   memory and are added in warp order.
+ *
+ * Order of the float operations, which makes a row's result independent of
+ * the batch: lane l sums its elements k = c*256 + l*8 + e (e = 0..7, chunks c
+ * in increasing order) with one fmaf chain; the warp adds its lanes with the
+ * xor butterfly (distances 16, 8, 4, 2, 1: the same tree for every value and
+ * every lane); then the WK warp partials are added in warp order. None of
+ * this depends on the number of activation rows or on which other rows share
+ * the launch, only on K and WK (chosen from the weight's shape). */
+#ifndef SD_KERNELS_CUDA_GEMV_CUH
+#define SD_KERNELS_CUDA_GEMV_CUH
+
+#include "kernels/cuda/common.cuh"
+
+#define SD__GEMV_WARPS 8
+#define SD__GEMV_CHUNK 256 /* elements of one row per warp-wide load */
+
+/* 16 bytes of a weight stream: not kept in L1, 256-byte L2 prefetch. */
+__device__ __forceinline__ uint4 sd__ld_stream(const void *p)
+{
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+/* raw 16-byte words of 8 consecutive weights (F32: two words) */
+template <int DT> struct sd__w8raw {
+    uint4 q[DT == SD__F32 ? 2 : 1];
+};
+
+template <int DT> __device__ __forceinline__ void sd__w8_load(sd__w8raw<DT> &r, const void *row, int k)
+{
+    if (DT == SD__F32) {
+        const float *p = (const float *)row + k;
+        r.q[0] = sd__ld_stream(p);
+        r.q[DT == SD__F32 ? 1 : 0] = sd__ld_stream(p + 4);
+    } else {
+        r.q[0] = sd__ld_stream((const uint16_t *)row + k);
+    }
+}
+
+template <int DT> __device__ __forceinline__ void sd__w8_zero(sd__w8raw<DT> &r)
+{
+#pragma unroll
+    for (int i = 0; i < (DT == SD__F32 ? 2 : 1); i++)
+        r.q[i] = make_uint4(0, 0, 0, 0);
+}
+
+__device__ __forceinline__ void sd__u2f(uint32_t u, int dt, float &lo, float &hi)
+{
+    if (dt == SD__BF16) {
+        lo = __uint_as_float(u << 16);
+        hi = __uint_as_float(u & 0xffff0000u);
+    } else {
+        lo = sd__f16f((uint16_t)(u & 0xffffu));
+        hi = sd__f16f((uint16_t)(u >> 16));
+    }
+}
+
+template <int DT> __device__ __forceinline__ void sd__w8_float(const sd__w8raw<DT> &r, float f[8])
+{
+    if (DT == SD__F32) {
+        const uint4 a = r.q[0], b = r.q[DT == SD__F32 ? 1 : 0];
+        f[0] = __uint_as_float(a.x); f[1] = __uint_as_float(a.y);
+        f[2] = __uint_as_float(a.z); f[3] = __uint_as_float(a.w);
+        f[4] = __uint_as_float(b.x); f[5] = __uint_as_float(b.y);
+        f[6] = __uint_as_float(b.z); f[7] = __uint_as_float(b.w);
+    } else {
+        sd__u2f(r.q[0].x, DT, f[0], f[1]);
+        sd__u2f(r.q[0].y, DT, f[2], f[3]);
+        sd__u2f(r.q[0].z, DT, f[4], f[5]);
+        sd__u2f(r.q[0].w, DT, f[6], f[7]);
+    }
+}
+
+/* acc += w . x over 8 elements, one fmaf chain in element order */
+__device__ __forceinline__ float sd__fma8(const float w[8], float4 a, float4 b, float acc)
+{
+    acc = fmaf(w[0], a.x, acc);
+    acc = fmaf(w[1], a.y, acc);
+    acc = fmaf(w[2], a.z, acc);
+    acc = fmaf(w[3], a.w, acc);
+    acc = fmaf(w[4], b.x, acc);
+    acc = fmaf(w[5], b.y, acc);
+    acc = fmaf(w[6], b.z, acc);
+    acc = fmaf(w[7], b.w, acc);
+    return acc;
+}
+
+/* Per-lane partial dots of one warp: acc[i * NR + r] += w_i . x_r over the
+ * chunks c = c0, c0 + cstep, ... of K (K % 8 == 0, every row and x_r 16-byte
+ * aligned). wrow[i] NULL: a row past the end (its sums stay 0). Rows r >= nr
+ * are skipped. */
+template <int DT, int VR, int NR, int U>
+__device__ __forceinline__ void sd__warp_dots(const void *const (&wrow)[VR], const float *const (&xr)[NR],
+                                              int nr, int K, int c0, int cstep, int lane,
+                                              float (&acc)[VR * NR])
+{
+    const int nch = (K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
+    for (int c = c0; c < nch; c += cstep * U) {
+        sd__w8raw<DT> raw[U][VR];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int k = (c + u * cstep) * SD__GEMV_CHUNK + lane * 8;
+            bool in = c + u * cstep < nch && k < K;
+#pragma unroll
+            for (int i = 0; i < VR; i++) {
+                if (in && wrow[i])
+                    sd__w8_load<DT>(raw[u][i], wrow[i], k);
+                else
+                    sd__w8_zero<DT>(raw[u][i]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int k = (c + u * cstep) * SD__GEMV_CHUNK + lane * 8;
+            if (c + u * cstep >= nch || k >= K)
+                continue;
+            float wf[VR][8];
+#pragma unroll
+            for (int i = 0; i < VR; i++)
+                sd__w8_float<DT>(raw[u][i], wf[i]);
+#pragma unroll
+            for (int r = 0; r < NR; r++) {
+                if (r < nr) {
+                    const float4 *xp = (const float4 *)(xr[r] + k);
+                    float4 a = __ldg(xp), b = __ldg(xp + 1);
+#pragma unroll
+                    for (int i = 0; i < VR; i++)
+                        acc[i * NR + r] = sd__fma8(wf[i], a, b, acc[i * NR + r]);
+                }
+            }
+        }
+    }
+}
+
+/* Sums V values (a power of two <= 32) across the warp with the butterfly
+ * tree, V at once: first each step halves the values a lane keeps (the lane
+ * with the distance bit set keeps the upper half), then plain butterfly
+ * steps. On return v[0] holds the warp sum of value index sd__xr_index<V>(lane);
+ * the lanes whose low 5 - log2(V) bits are 0 hold each value once. */
+template <int V> __device__ __forceinline__ int sd__xr_index(int lane)
+{
+    return lane / (32 / V);
+}
+
+/* halving steps: values [0, 2H) -> [0, H) over lane distance D, then on */
+template <int V, int H, int D> struct sd__xr_steps {
+    static __device__ __forceinline__ void run(float (&v)[V], int lane)
+    {
+        const bool upper = (lane & D) != 0;
+#pragma unroll
+        for (int j = 0; j < H; j++) {
+            float send = upper ? v[j] : v[j + H];
+            float keep = upper ? v[j + H] : v[j];
+            v[j] = keep + __shfl_xor_sync(0xffffffffu, send, D);
+        }
+        sd__xr_steps<V, H / 2, D / 2>::run(v, lane);
+    }
+};
+template <int V, int D> struct sd__xr_steps<V, 0, D> {
+    static __device__ __forceinline__ void run(float (&)[V], int) {}
+};
+
+template <int V> __device__ __forceinline__ void sd__xreduce(float (&v)[V], int lane)
+{
+    static_assert(V >= 1 && V <= 32 && (V & (V - 1)) == 0, "V: a power of two <= 32");
+    sd__xr_steps<V, V / 2, 16>::run(v, lane);
+#pragma unroll
+    for (int d = 16 / V; d >= 1; d >>= 1)
+        v[0] += __shfl_xor_sync(0xffffffffu, v[0], d);
+}
+
+/* Warps splitting K for a row of K elements: the largest power of two <= 8
+ * that leaves every warp at least one chunk. Depends on K only. */
+static inline int sd__gemv_wk(int K)
+{
+    int nch = (K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK, wk = 1;
+    while (wk * 2 <= SD__GEMV_WARPS && wk * 2 <= nch)
+        wk *= 2;
+    return wk;
+}
+
+#endif
