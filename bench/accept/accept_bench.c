@@ -60,6 +60,7 @@ typedef struct args {
     const char *model, *prompts, *out, *eagle3, *draft, *commit, *machine, *device;
     char proposers[256], ks[128], temps[128];
     int n_prompts, max_tokens, batch, chat, threads, max_prompt_tokens;
+    int graph_bs; /* --cuda-graph-max-bs; -1: the engine's default */
 } args;
 
 static void usage(void)
@@ -69,7 +70,7 @@ static void usage(void)
             "  [--proposers none,mtp,eagle3,draft,ngram] [--ks 1,2,3,4,5,6,auto] [--temperatures 0,0.7]\n"
             "  [--eagle3 DIR] [--draft DIR] [--max-tokens N] [--batch N] [--chat] [--threads N]\n"
             "  [--max-prompt-tokens N] [--device auto|cpu|cuda] [--out FILE.json] [--commit SHA]\n"
-            "  [--machine TEXT]\n");
+            "  [--machine TEXT] [--cuda-graph-max-bs N (0: no CUDA graphs)]\n");
 }
 
 static int parse_args(args *a, int argc, char **argv)
@@ -82,6 +83,7 @@ static int parse_args(args *a, int argc, char **argv)
     a->max_tokens = 64;
     a->batch = 1;
     a->max_prompt_tokens = 512;
+    a->graph_bs = -1;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define STR(name, field)                                                                        \
@@ -125,6 +127,7 @@ static int parse_args(args *a, int argc, char **argv)
         INT("--batch", a->batch)
         INT("--threads", a->threads)
         INT("--max-prompt-tokens", a->max_prompt_tokens)
+        INT("--cuda-graph-max-bs", a->graph_bs)
         if (!strcmp(k, "--chat")) {
             a->chat = 1;
             continue;
@@ -257,6 +260,10 @@ static int run_one(const args *a, const prompt *ps, int n, const char *proposer,
     snprintf(buf, sizeof buf, "%d", a->threads);
     sd_opts_set(&o, SD_CMD_BENCH, "threads", buf, &err);
     sd_opts_set(&o, SD_CMD_BENCH, "log-level", "warn", &err);
+    if (a->graph_bs >= 0) {
+        snprintf(buf, sizeof buf, "%d", a->graph_bs);
+        sd_opts_set(&o, SD_CMD_BENCH, "cuda-graph-max-bs", buf, &err);
+    }
     sd_engine *e = NULL;
     int rc = sd_engine_create(&e, &o, &err);
     sd_opts_free(&o);

@@ -271,40 +271,44 @@ static void add_rows(sd_engine *e, step *s, req *r, const int32_t *toks, int n, 
         e->h_rows[s->n_out++] = r->row0 + i;
 }
 
-/* The block-table rows of the step's sequences. Only the blocks a sequence
- * holds are written: attention never reads past a token's own position. */
+/* The block-table rows of the step's sequences. Only the blocks the
+ * sequences hold are copied (the columns up to the longest table, not the
+ * maximum context): attention never reads past a token's own position. */
 int sd__engine_upload_tables(sd_engine *e, const step *s)
 {
+    int width = 0;
     for (int si = 0; si < s->n_seq; si++) {
         const req *r = s->seqs[si];
         if (r->kv.n_blocks > 0) /* a finished request holds none */
             memcpy(e->h_table + (size_t)si * e->max_blocks, r->kv.blocks,
                    (size_t)r->kv.n_blocks * sizeof(int32_t));
+        if (r->kv.n_blocks > width)
+            width = r->kv.n_blocks;
     }
-    return e->be->ops->upload(e->be, e->d_table, e->h_table,
-                              (size_t)s->n_seq * (size_t)e->max_blocks * sizeof(int32_t));
+    size_t pitch = (size_t)e->max_blocks * sizeof(int32_t);
+    return e->be->ops->upload2d(e->be, e->d_table, pitch, e->h_table, pitch,
+                                (size_t)width * sizeof(int32_t), (size_t)s->n_seq);
 }
 
-static int upload_step(sd_engine *e, const step *s)
+int sd__engine_upload_step(sd_engine *e, int T, int n_out, sd_fwd *f)
 {
-    const sd_ops *op = e->be->ops;
-    size_t T = (size_t)s->T * sizeof(int32_t);
-    op->upload(e->be, e->d_tok, e->h_tok, T);
-    op->upload(e->be, e->d_pos, e->h_pos, T);
-    op->upload(e->be, e->d_seq, e->h_seq, T);
-    op->upload(e->be, e->d_slot, e->h_slot, T);
-    op->upload(e->be, e->d_rows, e->h_rows, (size_t)s->n_out * sizeof(int32_t));
-    return sd__engine_upload_tables(e, s);
-}
-
-static sd_attn_batch make_ab(sd_engine *e, const step *s)
-{
+    int32_t *h = e->h_meta, *d = e->d_meta;
+    memcpy(h, e->h_tok, (size_t)T * sizeof(int32_t));
+    memcpy(h + T, e->h_pos, (size_t)T * sizeof(int32_t));
+    memcpy(h + 2 * T, e->h_seq, (size_t)T * sizeof(int32_t));
+    memcpy(h + 3 * T, e->h_slot, (size_t)T * sizeof(int32_t));
+    memcpy(h + 4 * T, e->h_rows, (size_t)n_out * sizeof(int32_t));
     int maxp = 0;
-    for (int i = 0; i < s->T; i++)
+    for (int i = 0; i < T; i++)
         maxp = e->h_pos[i] + 1 > maxp ? e->h_pos[i] + 1 : maxp;
-    return (sd_attn_batch){.n_tokens = s->T, .pos = e->d_pos, .seq = e->d_seq, .slot = e->d_slot,
-                           .block_table = e->d_table, .max_blocks = e->max_blocks,
-                           .block_size = e->block_size, .max_pos = maxp};
+    int want_hidden = sd__spec_wants_hidden(e);
+    *f = (sd_fwd){.ab = {.n_tokens = T, .pos = d + T, .seq = d + 2 * T, .slot = d + 3 * T,
+                         .block_table = e->d_table, .max_blocks = e->max_blocks,
+                         .block_size = e->block_size, .max_pos = maxp},
+                  .tokens = d, .n_out = n_out, .out_rows = d + 4 * T, .logits = e->d_logits,
+                  .hidden = want_hidden == 1 ? e->d_hidden : NULL,
+                  .aux = want_hidden == 2 ? e->d_aux : NULL};
+    return e->be->ops->upload(e->be, d, h, (size_t)(4 * T + n_out) * sizeof(int32_t));
 }
 
 /* Tokens a request in prefill must put in the KV cache: all of a fresh
@@ -530,23 +534,36 @@ static int engine_step(sd_engine *e)
         publish_stats(e, 0);
         return e->n_running > 0;
     }
-    /* 3. target forward */
-    upload_step(e, &s);
-    int want_hidden = sd__spec_wants_hidden(e);
-    sd_fwd f = {.ab = make_ab(e, &s), .tokens = e->d_tok, .n_out = s.n_out, .out_rows = e->d_rows,
-                .logits = e->d_logits, .hidden = want_hidden == 1 ? e->d_hidden : NULL,
-                .aux = want_hidden == 2 ? e->d_aux : NULL};
+    /* 3. target forward. A decode/verify step (every row wants logits) is
+     * padded to its bucket and replays that bucket's graph (graphs.c). */
+    int greedy_only = 1;
+    for (int i = 0; i < s.n_seq && greedy_only; i++)
+        greedy_only = s.seqs[i]->greedy;
+    int Tp = s.n_out == s.T ? sd__graph_bucket(e, s.T) : 0;
+    if (Tp) {
+        sd__pad_rows(e, e->h_tok, e->h_pos, e->h_seq, e->h_slot, s.T, Tp);
+        for (int i = s.T; i < Tp; i++)
+            e->h_rows[i] = i;
+    }
+    sd_fwd f;
     sd_err err = {0};
     uint64_t t0 = sd_now_ns();
-    int rc = sd_model_forward(e->target, &f, &err);
+    int rc = sd__engine_upload_tables(e, &s);
+    if (!rc)
+        rc = sd__engine_upload_step(e, Tp ? Tp : s.T, Tp ? Tp : s.n_out, &f);
     /* Only greedy requests in the step: the argmax is taken where the logits
      * are, and only token ids cross to the host. */
     e->am_valid = 0;
-    if (!rc && s.n_out > 0 && e->be->ops->argmax_rows) {
-        int greedy_only = 1;
-        for (int i = 0; i < s.n_seq && greedy_only; i++)
-            greedy_only = s.seqs[i]->greedy;
-        if (greedy_only) {
+    if (rc) {
+    } else if (Tp && e->graphs_on) {
+        rc = sd__target_graph_launch(e, Tp);
+        e->am_valid = greedy_only;
+    } else if (Tp) {
+        rc = sd__target_pass(e, &f, &err);
+        e->am_valid = greedy_only;
+    } else {
+        rc = sd_model_forward(e->target, &f, &err);
+        if (!rc && s.n_out > 0 && e->be->ops->argmax_rows && greedy_only) {
             e->be->ops->argmax_rows(e->be, e->d_am, e->d_logits, s.n_out, e->V);
             e->am_valid = 1;
         }
@@ -683,11 +700,8 @@ static int alloc_step_buffers(sd_engine *e, sd_err *err)
     const sd_ops *op = e->be->ops;
     size_t T = (size_t)e->max_tokens;
     size_t tb = (size_t)e->ov_max_seqs * (size_t)e->max_blocks;
-    e->d_tok = op->alloc(e->be, T * 4);
-    e->d_pos = op->alloc(e->be, T * 4);
-    e->d_seq = op->alloc(e->be, T * 4);
-    e->d_slot = op->alloc(e->be, T * 4);
-    e->d_rows = op->alloc(e->be, T * 4);
+    e->d_meta = op->alloc(e->be, 5 * T * 4);
+    e->h_meta = malloc(5 * T * 4);
     e->d_table = op->alloc(e->be, tb * 4);
     e->d_logits = op->alloc(e->be, T * (size_t)e->V * 4);
     e->d_hidden = op->alloc(e->be, T * (size_t)e->D * 4);
@@ -701,7 +715,7 @@ static int alloc_step_buffers(sd_engine *e, sd_err *err)
     e->h_table = malloc(tb * 4);
     e->h_logits = malloc(T * (size_t)e->V * 4);
     e->p_rows = malloc((size_t)(SD_MAX_K + 1) * (size_t)e->V * 4);
-    if (!e->d_tok || !e->d_pos || !e->d_seq || !e->d_slot || !e->d_rows || !e->d_table ||
+    if (!e->d_meta || !e->h_meta || !e->d_table ||
         !e->d_logits || !e->d_hidden || !e->d_am || !e->h_am || !e->h_tok || !e->h_pos || !e->h_seq || !e->h_slot ||
         !e->h_rows || !e->h_table || !e->h_logits || !e->p_rows)
         return sd_err_set(err, SD_ENOMEM, "engine: out of memory for the step buffers");
@@ -710,11 +724,11 @@ static int alloc_step_buffers(sd_engine *e, sd_err *err)
 
 static void free_step_buffers(sd_engine *e)
 {
-    void *dev[] = {e->d_tok, e->d_pos, e->d_seq, e->d_slot, e->d_rows,
-                   e->d_table, e->d_logits, e->d_hidden, e->d_aux, e->d_am};
+    void *dev[] = {e->d_meta, e->d_table, e->d_logits, e->d_hidden, e->d_aux, e->d_am};
     for (size_t i = 0; i < SD_ARRAY_LEN(dev); i++)
         if (dev[i])
             e->be->ops->free(e->be, dev[i]);
+    free(e->h_meta);
     free(e->h_tok);
     free(e->h_pos);
     free(e->h_seq);
@@ -772,7 +786,10 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
         e->k_max = SD_MAX_K - 1;
     e->max_batch = o->max_batch;
     e->max_batch_tokens = o->max_batch_tokens;
-    e->ov_max_seqs = o->max_batch + 1;
+    /* block-table rows: a step's sequences (at most max_batch, plus one
+     * finishing), and the padding row last */
+    e->ov_max_seqs = o->max_batch + 2;
+    e->pad_seq = e->ov_max_seqs - 1;
     if ((rc = sd_backend_open(&e->be, o, err)))
         goto fail;
     e->max_tokens = o->max_batch_tokens + o->max_batch * (e->k_max + 1);
@@ -826,9 +843,12 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     }
     mp->fraction = o->mem_fraction;
     mp->weights = sd_checkpoint_bytes(dir);
+    sd__graphs_init(e, o);
+    mp->graphs = sd__graphs_reserve_bytes(e);
     mp->activations = sd_model_workspace_bytes(e->target) + sd__spec_buffer_bytes(e) +
                       (size_t)e->max_tokens * ((size_t)e->V * 8 + (size_t)e->D * 4 + 24);
     mp->kv_per_token = sd_model_kv_bytes_per_slot(e->target) + sd__spec_kv_bytes_per_slot(e);
+    mp->activations += mp->kv_per_token * (size_t)e->block_size; /* the trash block (graphs.c) */
     mp->block_size = e->block_size;
     mp->max_context = e->max_ctx;
     mp->min_blocks = e->max_blocks;
@@ -842,8 +862,18 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     e->n_blocks = mp->blocks;
     if ((rc = sd_kv_pool_create(&e->kv, e->n_blocks, e->block_size, err)))
         goto fail;
-    if ((rc = sd_model_alloc_kv(e->target, e->n_blocks * e->block_size, err)) ||
-        (rc = sd__spec_alloc_kv(e, e->n_blocks * e->block_size, err)))
+    /* every cache has one block more than the pool: the trash block that
+     * padding rows write (graphs.c) */
+    int n_slots = (e->n_blocks + 1) * e->block_size;
+    e->trash_slot = e->n_blocks * e->block_size;
+    if ((rc = sd_model_alloc_kv(e->target, n_slots, err)) ||
+        (rc = sd__spec_alloc_kv(e, n_slots, err)))
+        goto fail;
+    e->h_table[(size_t)e->pad_seq * e->max_blocks] = e->n_blocks;
+    if ((rc = e->be->ops->upload(e->be, e->d_table + (size_t)e->pad_seq * e->max_blocks,
+                                 e->h_table + (size_t)e->pad_seq * e->max_blocks,
+                                 sizeof(int32_t))) ||
+        (rc = sd__graphs_capture(e, err)))
         goto fail;
     sd_log_info("engine: %s on %s, %d layers, vocab %d, context %d, spec %s, k %s", e->model_name,
                 e->be->ops->name, c->num_layers, e->V, e->max_ctx, o->spec,
@@ -871,6 +901,7 @@ void sd_engine_destroy(sd_engine *e)
         pthread_mutex_unlock(&e->mu);
         pthread_join(e->thread, NULL);
     }
+    sd__graphs_free(e);
     sd__spec_free(e);
     free(e->running);
     free(e->waiting);

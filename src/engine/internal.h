@@ -36,6 +36,19 @@ typedef struct sd_adaptive {
 
 #define SD_MAX_K 16
 
+/* padded steps and CUDA graphs (graphs.c) */
+#define SD_MAX_BUCKETS 64
+#define SD_MAX_PGRAPHS 128
+
+/* A proposer pass's graph: captured the second time its key is seen. */
+typedef struct sd_pgraph {
+    int mode;        /* PROP_* of spec.c */
+    const void *src; /* the hidden-state rows it gathers from */
+    int T, n_out;    /* padded rows and logits rows */
+    int seen;        /* ran eagerly once */
+    void *graph;     /* captured, or NULL */
+} sd_pgraph;
+
 enum { RQ_WAITING = 0, RQ_PREFILL, RQ_DECODE, RQ_DONE };
 
 typedef struct req {
@@ -91,8 +104,10 @@ struct sd_engine {
     int k_max;
     sd_model *draft;      /* draft LM (SD_SPEC_DRAFT) */
     sd_eagle3 *eagle;     /* EAGLE-3 head */
-    /* proposer device buffers (MTP / EAGLE-3 / draft LM steps) */
-    int32_t *pd_tok, *pd_pos, *pd_seq, *pd_slot, *pd_rows, *pd_hrows;
+    /* proposer device buffers (MTP / EAGLE-3 / draft LM steps); pd_meta
+     * packs a pass's tok, pos, seq, slot, hrows (T each) and rows (n_out) */
+    int32_t *pd_meta;
+    int32_t *ph_meta; /* its host side (6 T) */
     float *pd_logits, *pd_hid_in, *pd_hid_out, *pd_hid_prev;
     float *ph_logits;
     float *pd_aux_in; /* EAGLE-3: gathered aux states (T, 3D) */
@@ -118,10 +133,12 @@ struct sd_engine {
     int n_waiting, cap_waiting;
     /* device step buffers */
     int max_tokens;
-    int32_t *d_tok, *d_pos, *d_seq, *d_slot, *d_table, *d_rows;
+    int32_t *d_meta; /* a step's tok, pos, seq, slot (T each), rows (n_out): one upload */
+    int32_t *d_table;
     float *d_logits, *d_hidden, *d_aux;
     /* host step buffers */
     int32_t *h_tok, *h_pos, *h_seq, *h_slot, *h_table, *h_rows;
+    int32_t *h_meta; /* the packed upload */
     float *h_logits, *p_rows;
     int32_t *d_am, *h_am; /* argmax of each logits row (greedy-only steps) */
     int am_valid;         /* h_am holds this step's argmax; h_logits does not */
@@ -134,6 +151,16 @@ struct sd_engine {
     double draft_s_total, verify_s_total;
     int zero_k_steps; /* consecutive steps adaptive k chose 0 */
     unsigned n_admitted_off; /* requests admitted while speculation was off */
+    /* padded steps and CUDA graphs (graphs.c) */
+    int graphs_on; /* the backend captures graphs and --cuda-graph-max-bs > 0 */
+    int pad_steps; /* decode/verify steps are padded to buckets */
+    int n_buckets, graph_max_T;
+    int buckets[SD_MAX_BUCKETS];
+    void *tgraph[SD_MAX_BUCKETS]; /* target step of buckets[i] tokens */
+    sd_pgraph pgraphs[SD_MAX_PGRAPHS];
+    int n_pgraphs;
+    int pad_seq;        /* block-table row of padding rows: the trash block */
+    int32_t trash_slot; /* first slot of the trash block (past the pool's) */
     sd_synthetic synth; /* --synthetic-accept (benchmarks only; n == 0: off) */
 };
 
@@ -163,5 +190,22 @@ int sd__adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int ba
 int sd__engine_reserve(sd_engine *e, req *r, int n);
 /* re-uploads the block-table rows of the step's sequences (after reservations) */
 int sd__engine_upload_tables(sd_engine *e, const step *s);
+/* uploads rows 0..T-1 of h_tok/h_pos/h_seq/h_slot and n_out of h_rows in one
+ * copy and fills f's inputs with their device addresses (fixed for a given
+ * T and n_out, so a graph captured with them stays valid) */
+int sd__engine_upload_step(sd_engine *e, int T, int n_out, sd_fwd *f);
+
+/* graphs.c */
+int sd__graphs_init(sd_engine *e, const sd_opts *o);
+size_t sd__graphs_reserve_bytes(const sd_engine *e);
+/* padded row count of a T-row step, 0 when it is not padded */
+int sd__graph_bucket(const sd_engine *e, int T);
+void sd__pad_rows(const sd_engine *e, int32_t *tok, int32_t *pos, int32_t *seq, int32_t *slot,
+                  int from, int to);
+int sd__target_pass(sd_engine *e, const sd_fwd *f, sd_err *err);
+int sd__graphs_capture(sd_engine *e, sd_err *err);
+int sd__target_graph_launch(sd_engine *e, int Tp);
+sd_pgraph *sd__pgraph_find(sd_engine *e, int mode, const void *src, int T, int n_out);
+void sd__graphs_free(sd_engine *e);
 
 #endif

@@ -141,20 +141,16 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
         return 0;
     const sd_ops *op = e->be->ops;
     size_t T = (size_t)e->max_tokens;
-    e->pd_tok = op->alloc(e->be, T * 4);
-    e->pd_pos = op->alloc(e->be, T * 4);
-    e->pd_seq = op->alloc(e->be, T * 4);
-    e->pd_slot = op->alloc(e->be, T * 4);
-    e->pd_rows = op->alloc(e->be, T * 4);
-    e->pd_hrows = op->alloc(e->be, T * 4);
+    /* tok, pos, seq, slot, hrows, rows of a pass (6 T), the chain's rows (T) */
+    e->pd_meta = op->alloc(e->be, 7 * T * 4);
+    e->ph_meta = malloc(6 * T * 4);
     e->pd_logits = op->alloc(e->be, (size_t)e->ov_max_seqs * (size_t)e->V * 4);
     e->pd_hid_in = op->alloc(e->be, T * (size_t)e->D * 4);
     e->pd_hid_out = op->alloc(e->be, T * (size_t)e->D * 4);
     e->pd_hid_prev = op->alloc(e->be, (size_t)e->ov_max_seqs * (size_t)e->D * 4);
     e->ph_logits = malloc((size_t)e->ov_max_seqs * (size_t)e->V * 4);
     e->ph_i32 = malloc(T * 4 * 6);
-    if (!e->pd_tok || !e->pd_pos || !e->pd_seq || !e->pd_slot || !e->pd_rows || !e->pd_hrows ||
-        !e->pd_logits || !e->pd_hid_in || !e->pd_hid_out || !e->pd_hid_prev || !e->ph_logits ||
+    if (!e->pd_meta || !e->ph_meta || !e->pd_logits || !e->pd_hid_in || !e->pd_hid_out || !e->pd_hid_prev || !e->ph_logits ||
         !e->ph_i32)
         return sd_err_set(err, SD_ENOMEM, "speculation: out of memory for the draft buffers");
     if (e->spec == SD_SPEC_NGRAM) {
@@ -233,7 +229,7 @@ size_t sd__spec_buffer_bytes(const sd_engine *e)
     if (e->spec == SD_SPEC_NONE)
         return 0;
     size_t T = (size_t)e->max_tokens, D = (size_t)e->D;
-    size_t b = T * 4 * 6 + (size_t)e->ov_max_seqs * (size_t)e->V * 4 + T * D * 4 * 2 +
+    size_t b = T * 4 * 7 + (size_t)e->ov_max_seqs * (size_t)e->V * 4 + T * D * 4 * 2 +
                (size_t)e->ov_max_seqs * D * 4;
     if (e->eagle)
         b += 2 * T * 3 * D * 4 + sd_eagle3_workspace_bytes(e->eagle);
@@ -255,14 +251,14 @@ void sd__spec_free(sd_engine *e)
 {
     if (!e->be)
         return;
-    void *dev[] = {e->pd_tok, e->pd_pos, e->pd_seq, e->pd_slot, e->pd_rows,
-                   e->pd_hrows, e->pd_logits, e->pd_hid_in, e->pd_hid_out, e->pd_hid_prev};
+    void *dev[] = {e->pd_meta, e->pd_logits, e->pd_hid_in, e->pd_hid_out, e->pd_hid_prev};
     for (size_t i = 0; i < SD_ARRAY_LEN(dev); i++)
         if (dev[i])
             e->be->ops->free(e->be, dev[i]);
     if (e->pd_aux_in)
         e->be->ops->free(e->be, e->pd_aux_in);
     free(e->ph_logits);
+    free(e->ph_meta);
     free(e->ph_i32);
     free(e->ph_row);
     sd_model_free(e->draft);
@@ -299,49 +295,89 @@ static void prow_init(sd_engine *e, prow *b)
  * Logits of the out rows land in e->ph_logits. */
 enum { PROP_DRAFT_LM = 0, PROP_MTP = 1, PROP_EAGLE_FIRST = 2, PROP_EAGLE_CHAIN = 3 };
 
-static int run_prop(sd_engine *e, prow *b, int mode, const float *hid_src, sd_err *err)
+/* One proposer pass over uploaded rows: gathers the input hidden states and
+ * runs the layer (MTP), the head (EAGLE-3) or the draft LM. */
+static int prop_pass(sd_engine *e, int mode, const float *hid_src, sd_fwd *f, const int32_t *hrows,
+                     sd_err *err)
 {
     const sd_ops *op = e->be->ops;
-    sd_backend *be = e->be;
-    size_t T = (size_t)b->T * 4;
-    op->upload(be, e->pd_tok, b->tok, T);
-    op->upload(be, e->pd_pos, b->pos, T);
-    op->upload(be, e->pd_seq, b->seq, T);
-    op->upload(be, e->pd_slot, b->slot, T);
-    op->upload(be, e->pd_rows, b->rows, (size_t)b->n_out * 4);
-    int maxp = 0;
-    for (int i = 0; i < b->T; i++)
-        maxp = b->pos[i] + 1 > maxp ? b->pos[i] + 1 : maxp;
-    sd_fwd f = {.ab = {.n_tokens = b->T, .pos = e->pd_pos, .seq = e->pd_seq, .slot = e->pd_slot,
-                       .block_table = e->d_table, .max_blocks = e->max_blocks,
-                       .block_size = e->block_size, .max_pos = maxp},
-                .tokens = e->pd_tok, .n_out = b->n_out, .out_rows = e->pd_rows,
-                .logits = b->n_out ? e->pd_logits : NULL};
-    int rc;
-    int width = e->D, V = e->V;
     if (mode == PROP_MTP || mode == PROP_EAGLE_FIRST || mode == PROP_EAGLE_CHAIN) {
         float *in = e->pd_hid_in;
+        int width = e->D;
         if (mode == PROP_EAGLE_FIRST) {
             width = 3 * e->D;
             in = e->pd_aux_in;
         }
-        op->upload(be, e->pd_hrows, b->hrows, T);
-        op->gather_rows(be, in, hid_src, e->pd_hrows, b->T, width, width, width);
-        f.in_hidden = in;
-        f.out_hidden = e->pd_hid_out;
+        op->gather_rows(e->be, in, hid_src, hrows, f->ab.n_tokens, width, width, width);
+        f->in_hidden = in;
+        f->out_hidden = e->pd_hid_out;
     }
-    if (mode == PROP_MTP) {
-        rc = sd_model_mtp_forward(e->target, &f, err);
-    } else if (mode == PROP_DRAFT_LM) {
-        rc = sd_model_forward(e->draft, &f, err);
+    if (mode == PROP_MTP)
+        return sd_model_mtp_forward(e->target, f, err);
+    if (mode == PROP_DRAFT_LM)
+        return sd_model_forward(e->draft, f, err);
+    return sd_eagle3_forward(e->eagle, f, mode == PROP_EAGLE_FIRST, err);
+}
+
+/* Runs one proposer pass over the rows in b (sequence table: the step's),
+ * padded and replayed from a graph like the target's steps (graphs.c).
+ * mtp: MTP layer with input hidden rows gathered from hid_src by b->hrows.
+ * Logits of the out rows land in e->ph_logits. */
+static int run_prop(sd_engine *e, prow *b, int mode, const float *hid_src, sd_err *err)
+{
+    const sd_ops *op = e->be->ops;
+    sd_backend *be = e->be;
+    int n_out = b->n_out;
+    int Tp = sd__graph_bucket(e, b->T), Np = n_out ? sd__graph_bucket(e, n_out) : 0;
+    if ((n_out && !Np) || Np > e->ov_max_seqs || Np > Tp)
+        Tp = Np = 0;
+    int T = Tp ? Tp : b->T, N = Tp ? Np : n_out;
+    int32_t *h = e->ph_meta, *d = e->pd_meta;
+    memcpy(h, b->tok, (size_t)b->T * 4);
+    memcpy(h + T, b->pos, (size_t)b->T * 4);
+    memcpy(h + 2 * T, b->seq, (size_t)b->T * 4);
+    memcpy(h + 3 * T, b->slot, (size_t)b->T * 4);
+    memcpy(h + 4 * T, b->hrows, (size_t)b->T * 4);
+    memcpy(h + 5 * T, b->rows, (size_t)n_out * 4);
+    sd__pad_rows(e, h, h + T, h + 2 * T, h + 3 * T, b->T, T);
+    for (int i = b->T; i < T; i++)
+        h[4 * T + i] = 0;
+    for (int i = n_out; i < N; i++)
+        h[5 * T + i] = 0;
+    int maxp = 0;
+    for (int i = 0; i < T; i++)
+        maxp = h[T + i] + 1 > maxp ? h[T + i] + 1 : maxp;
+    sd_fwd f = {.ab = {.n_tokens = T, .pos = d + T, .seq = d + 2 * T, .slot = d + 3 * T,
+                       .block_table = e->d_table, .max_blocks = e->max_blocks,
+                       .block_size = e->block_size, .max_pos = maxp},
+                .tokens = d, .n_out = N, .out_rows = d + 5 * T,
+                .logits = N ? e->pd_logits : NULL};
+    int rc = op->upload(be, d, h, (size_t)(5 * T + N) * 4);
+    sd_pgraph *g = !rc && Tp ? sd__pgraph_find(e, mode, hid_src, T, N) : NULL;
+    if (rc) {
+    } else if (g && g->graph) {
+        rc = op->graph_launch(be, g->graph);
+    } else if (g && g->seen) {
+        /* the second time this shape comes: capture it, then replay it */
+        if (!(rc = op->graph_begin(be))) {
+            int pr = prop_pass(e, mode, hid_src, &f, d + 4 * T, err);
+            rc = op->graph_end(be, &g->graph);
+            if (pr)
+                rc = pr;
+        }
+        if (!rc)
+            rc = op->graph_launch(be, g->graph);
     } else {
-        rc = sd_eagle3_forward(e->eagle, &f, mode == PROP_EAGLE_FIRST, err);
-        V = sd_eagle3_draft_vocab(e->eagle);
+        rc = prop_pass(e, mode, hid_src, &f, d + 4 * T, err);
+        if (g)
+            g->seen = 1;
     }
+    int V = mode == PROP_EAGLE_FIRST || mode == PROP_EAGLE_CHAIN ? sd_eagle3_draft_vocab(e->eagle)
+                                                                  : e->V;
     if (!rc)
         rc = op->sync(be);
-    if (!rc && b->n_out)
-        rc = op->download(be, e->ph_logits, e->pd_logits, (size_t)b->n_out * (size_t)V * 4);
+    if (!rc && n_out)
+        rc = op->download(be, e->ph_logits, e->pd_logits, (size_t)n_out * (size_t)V * 4);
     return rc;
 }
 
@@ -444,8 +480,9 @@ static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
         chain[n_chain++] = r;
     }
     if (mtp && n_chain) {
-        e->be->ops->upload(e->be, e->pd_hrows, prev_rows, (size_t)n_chain * 4);
-        e->be->ops->gather_rows(e->be, e->pd_hid_prev, e->pd_hid_out, e->pd_hrows, n_chain, e->D,
+        int32_t *d_prev = e->pd_meta + 6 * (size_t)e->max_tokens;
+        e->be->ops->upload(e->be, d_prev, prev_rows, (size_t)n_chain * 4);
+        e->be->ops->gather_rows(e->be, e->pd_hid_prev, e->pd_hid_out, d_prev, n_chain, e->D,
                                 e->D, e->D);
     }
     /* chain */

@@ -52,6 +52,7 @@ typedef struct run_cfg {
     const char *model, *spec, *draft;
     int k, kv_blocks, max_context, n_req, max_batch_tokens;
     double temperature;
+    int pad_bs; /* > 0: pad steps as CUDA graphs do, up to this many sequences */
 } run_cfg;
 
 static int make_prompt(uint64_t seed, int i, int32_t *p, int vocab)
@@ -100,6 +101,11 @@ static int run(const run_cfg *c, uint64_t seed, out *outs, sd_engine_stats *afte
     snprintf(buf, sizeof buf, "%d", c->max_batch_tokens ? c->max_batch_tokens : 64);
     sd_opts_set(&o, SD_CMD_GENERATE, "max-batch-tokens", buf, &err);
     sd_opts_set(&o, SD_CMD_GENERATE, "threads", "2", &err);
+    if (c->pad_bs > 0) {
+        snprintf(buf, sizeof buf, "%d", c->pad_bs);
+        sd_opts_set(&o, SD_CMD_GENERATE, "cuda-graph-max-bs", buf, &err);
+        o.debug_pad_steps = 1;
+    }
     sd_engine *e = NULL;
     int rc = sd_engine_create(&e, &o, &err);
     free(m);
@@ -219,6 +225,49 @@ TEST(eagle3_greedy_output_equals_plain_at_batch_1_3_8_16)
 TEST(adaptive_k_greedy_output_equals_plain)
 {
     check_lossless("deepseek-v3", "mtp", NULL, -1);
+}
+
+/* CUDA graphs run decode/verify steps and proposer passes padded to a
+ * bucket (graphs.c): the padding rows write only the trash block and their
+ * logits are ignored, so outputs equal unpadded runs exactly (the CPU
+ * computes each row the same way whatever the batch). A small bucket limit
+ * mixes padded steps with unpadded larger ones. */
+TEST(padded_steps_give_the_same_output_for_every_proposer_greedy_and_sampled)
+{
+    uint64_t seed = sd_test_seed();
+    char *head = tiny_eagle3_write(64, 384, 128, 3, 0.1f, seed);
+    ASSERT(head != NULL);
+    run_cfg cfgs[] = {
+        {.model = "deepseek-v3", .spec = "none", .n_req = 8},
+        {.model = "deepseek-v3", .spec = "mtp", .k = 3, .n_req = 8},
+        {.model = "deepseek-v3", .spec = "eagle3", .draft = head, .k = 2, .n_req = 8},
+        {.model = "deepseek-v3", .spec = "draft", .draft = "llama-tied", .k = 2, .n_req = 8},
+        {.model = "deepseek-v3", .spec = "mtp", .k = -1, .n_req = 5},
+        {.model = "llama", .spec = "ngram", .k = 3, .n_req = 8, .temperature = 0.8},
+        {.model = "deepseek-v3", .spec = "draft", .draft = "llama-tied", .k = 2, .n_req = 8,
+         .temperature = 0.8},
+    };
+    for (size_t ci = 0; ci < SD_ARRAY_LEN(cfgs); ci++) {
+        out a[MAXR], b[MAXR];
+        sd_engine_stats s1, s2;
+        run_cfg c0 = cfgs[ci];
+        c0.max_context = 256;
+        run_cfg c1 = c0;
+        c1.pad_bs = 3;
+        ASSERT_OK(run(&c0, seed, a, &s1));
+        ASSERT_OK(run(&c1, seed, b, &s2));
+        ASSERT_EQ(s2.kv_blocks_used, 0);
+        for (int i = 0; i < c0.n_req; i++) {
+            ASSERT_EQ(b[i].why, SD_FINISH_LENGTH);
+            ASSERT_EQ(a[i].n, b[i].n);
+            for (int j = 0; j < a[i].n; j++)
+                ASSERT_MSG(a[i].ids[j] == b[i].ids[j], "%s k=%d T=%.1f request %d token %d: %d vs %d",
+                           c0.spec, c0.k, c0.temperature, i, j, a[i].ids[j], b[i].ids[j]);
+        }
+        ASSERT_EQ(s1.spec.drafted, s2.spec.drafted);
+        ASSERT_EQ(s1.spec.accepted, s2.spec.accepted);
+    }
+    tiny_model_remove(head);
 }
 
 TEST(small_kv_cache_preempts_and_every_request_still_finishes_with_the_same_output)
@@ -488,6 +537,7 @@ TEST_MAIN(T(mtp_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(draft_model_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(eagle3_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(adaptive_k_greedy_output_equals_plain),
+          T(padded_steps_give_the_same_output_for_every_proposer_greedy_and_sampled),
           T(small_kv_cache_preempts_and_every_request_still_finishes_with_the_same_output),
           T(a_seeded_sampled_request_is_reproducible_whatever_the_batch),
           T(submit_refuses_bad_requests_with_a_message),

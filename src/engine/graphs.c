@@ -1,0 +1,204 @@
+/* engine/graphs: padded steps and CUDA graphs.
+ *
+ * A decode or verify step of the target is the same work for every step of
+ * the same size: its ops, their launch shapes and their pointers depend only
+ * on the number of token rows T (positions, slots, block tables and tokens
+ * are read from device buffers). So the engine captures one graph per
+ * bucket of T at start (1..8, then 16, 24, ... up to --cuda-graph-max-bs
+ * sequences x (k + 1) tokens) and replays it: a step with T rows runs the
+ * graph of the smallest bucket >= T, its extra rows padded.
+ *
+ * A padding row is token 0 at position 0 of an extra block-table row whose
+ * one block is the trash block: a block past the pool's blocks that every
+ * cache allocates and nothing else uses, so padding writes K/V only there
+ * and attends only to itself. Its logits are computed and ignored.
+ *
+ * Proposer passes (MTP, EAGLE-3, draft LM) vary more (catch-up rows, logits
+ * rows, the hidden-state source), so their graphs are captured when a shape
+ * comes back: a key (pass, source, T bucket, logits bucket) seen once runs
+ * eagerly (which also makes the GEMM plans), seen again it is captured and
+ * replayed from then on. The table is bounded; past it, steps run eagerly.
+ *
+ * Backends without graphs (the CPU) run every step eagerly, unpadded; the
+ * engine tests can still pad (sd_opts.debug_pad_steps) to check that padding
+ * changes no output. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/util.h"
+#include "engine/internal.h"
+
+static int has_graphs(const sd_engine *e)
+{
+    const sd_ops *op = e->be->ops;
+    return op->graph_begin && op->graph_end && op->graph_launch && op->graph_free;
+}
+
+/* the smallest bucket >= T: 1..8, then multiples of 8 to 64, of 16 to 128,
+ * of 32 to 256, of 64 beyond */
+static int bucket_up(int T)
+{
+    if (T <= 8)
+        return T;
+    int q = T <= 64 ? 8 : T <= 128 ? 16 : T <= 256 ? 32 : 64;
+    return (T + q - 1) / q * q;
+}
+
+int sd__graphs_init(sd_engine *e, const sd_opts *o)
+{
+    int bs = o->cuda_graph_max_bs < e->max_batch ? o->cuda_graph_max_bs : e->max_batch;
+    e->graphs_on = has_graphs(e) && bs > 0;
+    e->pad_steps = e->graphs_on || (o->debug_pad_steps && bs > 0);
+    e->n_buckets = 0;
+    if (!e->pad_steps)
+        return 0;
+    int per_seq = e->spec == SD_SPEC_NONE ? 1 : e->k_max + 1;
+    int max_T = bs * per_seq;
+    if (max_T > e->max_tokens)
+        max_T = e->max_tokens;
+    for (int T = 1; T <= max_T && e->n_buckets < SD_MAX_BUCKETS;) {
+        int b = bucket_up(T);
+        if (b > max_T)
+            b = max_T;
+        e->buckets[e->n_buckets++] = b;
+        T = b + 1;
+    }
+    e->graph_max_T = e->buckets[e->n_buckets - 1];
+    return 0;
+}
+
+/* Estimate for the memory plan, before anything is captured: a graph's
+ * executable holds its kernels' parameters (a few hundred bytes a node), so
+ * a few MiB a graph is generous. The real use is logged after capture. */
+size_t sd__graphs_reserve_bytes(const sd_engine *e)
+{
+    if (!e->graphs_on)
+        return 0;
+    return (size_t)(e->n_buckets + SD_MAX_PGRAPHS) * ((size_t)4 << 20);
+}
+
+int sd__graph_bucket(const sd_engine *e, int T)
+{
+    if (!e->pad_steps || T <= 0 || T > e->graph_max_T)
+        return 0;
+    for (int i = 0; i < e->n_buckets; i++)
+        if (e->buckets[i] >= T)
+            return e->buckets[i];
+    return 0;
+}
+
+static int bucket_index(const sd_engine *e, int Tp)
+{
+    for (int i = 0; i < e->n_buckets; i++)
+        if (e->buckets[i] == Tp)
+            return i;
+    return -1;
+}
+
+void sd__pad_rows(const sd_engine *e, int32_t *tok, int32_t *pos, int32_t *seq, int32_t *slot,
+                  int from, int to)
+{
+    for (int i = from; i < to; i++) {
+        tok[i] = 0;
+        pos[i] = 0;
+        seq[i] = e->pad_seq;
+        slot[i] = e->trash_slot;
+    }
+}
+
+/* The target pass of a padded step: forward, then the argmax of every
+ * logits row (greedy steps download only the ids). */
+int sd__target_pass(sd_engine *e, const sd_fwd *f, sd_err *err)
+{
+    int rc = sd_model_forward(e->target, f, err);
+    if (!rc && f->n_out > 0 && e->be->ops->argmax_rows)
+        e->be->ops->argmax_rows(e->be, e->d_am, f->logits, f->n_out, e->V);
+    return rc;
+}
+
+int sd__graphs_capture(sd_engine *e, sd_err *err)
+{
+    if (!e->graphs_on)
+        return 0;
+    const sd_ops *op = e->be->ops;
+    size_t free0 = 0, free1 = 0, total = 0;
+    if (op->mem_info)
+        op->mem_info(e->be, &free0, &total);
+    uint64_t t0 = sd_now_ns();
+    for (int b = 0; b < e->n_buckets; b++) {
+        int T = e->buckets[b];
+        sd__pad_rows(e, e->h_tok, e->h_pos, e->h_seq, e->h_slot, 0, T);
+        for (int i = 0; i < T; i++)
+            e->h_rows[i] = i;
+        sd_fwd f;
+        int rc = sd__engine_upload_step(e, T, T, &f);
+        /* warm-up: the first run makes the GEMM plans outside the capture */
+        if (!rc)
+            rc = sd__target_pass(e, &f, err);
+        if (!rc)
+            rc = op->sync(e->be);
+        if (!rc)
+            rc = op->graph_begin(e->be);
+        if (!rc) {
+            int fr = sd__target_pass(e, &f, err);
+            rc = op->graph_end(e->be, &e->tgraph[b]);
+            if (fr)
+                rc = fr;
+        }
+        if (rc)
+            return err->msg[0] ? rc
+                               : sd_err_set(err, rc, "capturing the CUDA graph of %d-token steps failed",
+                                            T);
+    }
+    if (op->mem_info)
+        op->mem_info(e->be, &free1, &total);
+    sd_log_info("cuda graphs: %d target step sizes (1..%d tokens) captured in %.2f s, %.1f MiB",
+                e->n_buckets, e->graph_max_T, (double)(sd_now_ns() - t0) * 1e-9,
+                free0 > free1 ? (double)(free0 - free1) / (1 << 20) : 0.0);
+    return 0;
+}
+
+int sd__target_graph_launch(sd_engine *e, int Tp)
+{
+    int b = bucket_index(e, Tp);
+    if (b < 0 || !e->tgraph[b])
+        return SD_EINVAL;
+    return e->be->ops->graph_launch(e->be, e->tgraph[b]);
+}
+
+/* ---- proposer graphs ---- */
+
+sd_pgraph *sd__pgraph_find(sd_engine *e, int mode, const void *src, int T, int n_out)
+{
+    if (!e->graphs_on)
+        return NULL;
+    for (int i = 0; i < e->n_pgraphs; i++) {
+        sd_pgraph *g = &e->pgraphs[i];
+        if (g->mode == mode && g->src == src && g->T == T && g->n_out == n_out)
+            return g;
+    }
+    if (e->n_pgraphs == SD_MAX_PGRAPHS)
+        return NULL;
+    sd_pgraph *g = &e->pgraphs[e->n_pgraphs++];
+    memset(g, 0, sizeof *g);
+    g->mode = mode;
+    g->src = src;
+    g->T = T;
+    g->n_out = n_out;
+    return g;
+}
+
+void sd__graphs_free(sd_engine *e)
+{
+    if (!e->be || !e->be->ops->graph_free)
+        return;
+    for (int b = 0; b < e->n_buckets; b++)
+        if (e->tgraph[b])
+            e->be->ops->graph_free(e->be, e->tgraph[b]);
+    for (int i = 0; i < e->n_pgraphs; i++)
+        if (e->pgraphs[i].graph)
+            e->be->ops->graph_free(e->be, e->pgraphs[i].graph);
+    memset(e->tgraph, 0, sizeof e->tgraph);
+    e->n_pgraphs = 0;
+}
