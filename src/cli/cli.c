@@ -86,6 +86,11 @@ int sd_cli_main(int argc, char **argv)
         sd_opts_free(&o);
         return 2;
     }
+    if ((rc = sd_cli_check_comm_opts(&o, c->bit, &err))) {
+        fprintf(stderr, "specd %s: %s\n", c->name, err.msg);
+        sd_opts_free(&o);
+        return rc == SD_EINVAL ? 2 : 1;
+    }
     int lvl = sd_log_parse_level(o.log_level);
     if (lvl >= 0)
         sd_log_set_level(lvl);

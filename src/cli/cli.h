@@ -7,6 +7,9 @@
 #include "core/config.h"
 
 int sd_cli_main(int argc, char **argv);
+/* The tensor-parallel options checked together (comm_opts.c): SD_EINVAL for
+ * an inconsistent set (usage: exit 2), SD_ENOTSUP for one not wired yet. */
+int sd_cli_check_comm_opts(const sd_opts *o, unsigned cmd, sd_err *err);
 
 int sd_cmd_config(const sd_opts *o);
 int sd_cmd_logits(const sd_opts *o);

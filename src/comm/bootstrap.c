@@ -32,8 +32,7 @@ struct sd_bootstrap {
     char addr[256];
 };
 
-/* "HOST:PORT" or "[V6]:PORT" -> host, port (0..65535). */
-static int split_addr(const char *addr, char *host, size_t hl, int *port, sd_err *err)
+int sd_dist_addr_parse(const char *addr, char *host, size_t hl, int *port, sd_err *err)
 {
     const char *colon = addr ? strrchr(addr, ':') : NULL;
     if (!colon || colon == addr)
@@ -99,7 +98,7 @@ int sd_bootstrap_listen(sd_bootstrap **out, const char *addr, sd_err *err)
     *out = NULL;
     char host[256];
     int port;
-    int rc = split_addr(addr, host, sizeof host, &port, err);
+    int rc = sd_dist_addr_parse(addr, host, sizeof host, &port, err);
     if (rc)
         return rc;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
@@ -219,7 +218,7 @@ int sd_bootstrap_fetch(const char *addr, int node_rank, void *blob, size_t len, 
 {
     char host[256];
     int port;
-    int rc = split_addr(addr, host, sizeof host, &port, err);
+    int rc = sd_dist_addr_parse(addr, host, sizeof host, &port, err);
     if (rc)
         return rc;
     if (port == 0)

@@ -82,6 +82,9 @@ int sd_thread_comm_create(sd_comm **out, int size, sd_err *err);
  * serves a blob (NCCL's unique id) to nodes 1..nnodes-1, each of which
  * fetches it (retrying until node 0 listens). Every wait has a deadline. */
 typedef struct sd_bootstrap sd_bootstrap;
+/* "HOST:PORT" or "[V6]:PORT" -> host (hl bytes at most), port (0..65535);
+ * an error names --dist-init-addr. */
+int sd_dist_addr_parse(const char *addr, char *host, size_t hl, int *port, sd_err *err);
 int sd_bootstrap_listen(sd_bootstrap **out, const char *addr, sd_err *err);
 int sd_bootstrap_port(const sd_bootstrap *b);
 /* Returns once nodes 1..nnodes-1 each hold the blob. */

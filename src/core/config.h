@@ -65,6 +65,9 @@ typedef struct sd_opts {
     int cuda_graph_max_bs;
     int debug_pad_steps; /* not an option: tests pad steps as graphs would, on any backend */
     char *allreduce; /* auto | nccl | oneshot | twoshot */
+    int nnodes;           /* nodes of the tensor-parallel group */
+    int node_rank;        /* this node, 0..nnodes-1 */
+    char *dist_init_addr; /* HOST:PORT of node 0's id exchange; "" on one node */
     /* server */
     char *host;
     int port;

@@ -1,0 +1,60 @@
+/* cli/comm_opts: the tensor-parallel options checked together, after the
+ * table has checked each alone (types, ranges, choices).
+ *
+ * Two kinds of refusal, one line each:
+ * - inconsistent (SD_EINVAL, exit 2): --node-rank not below --nnodes, several
+ *   nodes without --dist-init-addr or with a malformed one, --tp that does
+ *   not split over the nodes;
+ * - consistent but not wired yet (SD_ENOTSUP, exit 1), so that nothing is
+ *   silently ignored: several nodes (src/comm has the NCCL id exchange, no
+ *   subcommand starts ranks on several nodes), and --allreduce other than
+ *   auto where the ranks run on the CPU (`specd logits --tp N`: the thread
+ *   all-reduce). `serve`/`generate` with --tp > 1 are refused when the
+ *   engine opens its backend (it runs one rank). */
+#include <string.h>
+
+#include "cli/cli.h"
+#include "comm/comm.h"
+
+int sd_cli_check_comm_opts(const sd_opts *o, unsigned cmd, sd_err *err)
+{
+    if (!(cmd & SD_CMD_MODEL))
+        return 0;
+    int nnodes = o->nnodes, tp = o->tp;
+    const char *addr = o->dist_init_addr ? o->dist_init_addr : "";
+    if (o->node_rank >= nnodes)
+        return sd_err_set(err, SD_EINVAL, "--node-rank %d: not in 0..%d (--nnodes %d)",
+                          o->node_rank, nnodes - 1, nnodes);
+    if (addr[0]) {
+        char host[256];
+        int port;
+        int rc = sd_dist_addr_parse(addr, host, sizeof host, &port, err);
+        if (rc)
+            return rc;
+        if (nnodes > 1 && port == 0)
+            return sd_err_set(err, SD_EINVAL,
+                              "--dist-init-addr '%s': port 0 (any free port) cannot be found by "
+                              "the other nodes; give node 0's port",
+                              addr);
+    }
+    if (nnodes > 1 && !addr[0])
+        return sd_err_set(err, SD_EINVAL, "--nnodes %d: --dist-init-addr HOST:PORT is required",
+                          nnodes);
+    if (nnodes > 1 && tp % nnodes)
+        return sd_err_set(err, SD_EINVAL,
+                          "--tp %d: not a multiple of --nnodes %d (each node runs --tp / --nnodes "
+                          "ranks)",
+                          tp, nnodes);
+    if (nnodes > 1)
+        return sd_err_set(err, SD_ENOTSUP,
+                          "--nnodes %d: tensor parallelism over several nodes is not wired into "
+                          "specd yet (it runs on one node)",
+                          nnodes);
+    const char *ar = o->allreduce ? o->allreduce : "auto";
+    if ((cmd & SD_CMD_LOGITS) && tp > 1 && strcmp(ar, "auto"))
+        return sd_err_set(err, SD_ENOTSUP,
+                          "--allreduce %s: a GPU all-reduce, and `specd logits --tp %d` runs its "
+                          "ranks on the CPU (thread all-reduce); leave --allreduce auto",
+                          ar, tp);
+    return 0;
+}
