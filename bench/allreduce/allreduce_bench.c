@@ -302,6 +302,9 @@ int main(int argc, char **argv)
         else
             return usage();
     }
+    /* --simulate: a hardware queue per rank's stream, before the context starts */
+    if (simulate_p)
+        setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     int have = 0;
     if (cudaGetDeviceCount(&have) != cudaSuccess || have < 1) {
         fprintf(stderr, "specd-bench-allreduce: no CUDA device\n");

@@ -27,7 +27,10 @@
  * how the kernels' arithmetic, barriers and flags are checked on one GPU.
  * Such ranks spin on each other inside one device, so every block of all of
  * them must be resident at once: sd_car_create checks the occupancy and
- * refuses otherwise (a deadlock, not a slow run, would follow). */
+ * refuses otherwise (a deadlock, not a slow run, would follow). Their streams
+ * must also reach the GPU through distinct hardware queues, or one rank's
+ * spinning kernel blocks a peer's queued behind it: the process sets
+ * CUDA_DEVICE_MAX_CONNECTIONS (default 8) to 32 before its first CUDA call. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

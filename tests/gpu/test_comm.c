@@ -456,6 +456,9 @@ static int agree(meet *m, int ok)
 static int sim_open(world *w, int P, size_t max_bytes, char *msg, size_t ml)
 {
     memset(w, 0, sizeof *w);
+    /* one hardware queue per rank's stream (read when the context starts;
+     * the simulated tests run first) */
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     int have = 0;
     if (cudaGetDeviceCount(&have) != cudaSuccess || have < 1) {
         cudaGetLastError();
