@@ -1,0 +1,757 @@
+/* specd-bench-decode: decode speed at fixed batch sizes, against the floor
+ * that reading the weights at the copy bandwidth sets (in-process, through
+ * the public engine API, no HTTP).
+ *
+ * For each batch size B it runs B requests at once (ignore_eos, max_tokens
+ * N, fixed prompts), after a short warm-up round of the same shape, and
+ * measures:
+ *   decode tokens/s  the tokens all B requests emitted inside the window
+ *                    from the moment the LAST request got its first token
+ *                    (every prefill is done) to the last output of the FIRST
+ *                    request to finish (the batch is still full), divided by
+ *                    the window's length: steady-state batch-B decode, with
+ *                    no prefill and no tail. At B = 1 this is
+ *                    (N - 1) / (t_last_token - t_first_token).
+ *   per-request      mean over requests of (tokens - first) / (last - first
+ *                    token time): what one user sees.
+ *   step, draft and verify time per engine step, mean accepted length and
+ *                    acceptance by position: from the engine's statistics
+ *                    taken at the window's two ends.
+ * Floor: floor.h says which bytes a plain decode step of B tokens reads;
+ * floor tokens/s = B * copy bandwidth / those bytes, and the fraction is the
+ * measured decode tokens/s over it (a speculative run can pass 1). The copy
+ * bandwidth (--copy-bw-gbs, or --measure-copy-bw for host memory) counts the
+ * bytes read plus the bytes written by a large copy, per second.
+ *
+ * --synthetic-accept passes the engine's benchmark-only acceptance mode
+ * (drafts accepted at random with the given per-position probabilities):
+ * with random weights it is the only way to see speculation's speedup at
+ * real sizes; the output is then not the model's.
+ *
+ * A short table goes to stdout last; --out FILE gets the JSON (commit,
+ * machine, command, engine options, every figure). */
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/hfconfig.h"
+#include "core/log.h"
+#include "core/tokenizer.h"
+#include "core/util.h"
+#include "engine/engine.h"
+#include "floor.h"
+#include "verify/synthetic.h"
+
+#define MAX_BATCHES 16
+#define MAX_OPTS 32
+
+typedef struct args {
+    const char *model, *spec, *draft, *prompts, *synth, *graphs, *device, *out, *commit, *machine,
+        *label;
+    int batches[MAX_BATCHES], n_batches;
+    int k, max_tokens, prompt_len, warmup, repeat, kv_bytes, measure_bw;
+    double temperature, copy_bw_gbs;
+    uint64_t seed;
+    char *opt_key[MAX_OPTS], *opt_val[MAX_OPTS];
+    int n_opts;
+} args;
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: specd-bench-decode [--model DIR] [--batch 1,32] [--max-tokens N] [--prompt-len N]\n"
+            "  [--prompts FILE.jsonl] [--spec none|mtp|eagle3|draft|ngram] [--draft-model DIR]\n"
+            "  [--k N] [--synthetic-accept P1,P2,...] [--graphs on|off] [--opt KEY=VALUE]...\n"
+            "  [--warmup N] [--repeat N] [--temperature T] [--seed N] [--device auto|cpu|cuda]\n"
+            "  [--copy-bw-gbs X | --measure-copy-bw] [--kv-bytes N] [--label TEXT]\n"
+            "  [--out FILE.json] [--commit SHA] [--machine TEXT]\n");
+}
+
+static int parse_list(const char *s, int *out, int max)
+{
+    int n = 0;
+    char *copy = strdup(s), *save = NULL;
+    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int64_t x;
+        if (n == max || sd_parse_i64(t, &x) || x < 1 || x > 4096) {
+            free(copy);
+            return -1;
+        }
+        out[n++] = (int)x;
+    }
+    free(copy);
+    return n;
+}
+
+static int parse_args(args *a, int argc, char **argv)
+{
+    memset(a, 0, sizeof *a);
+    a->spec = "none";
+    a->graphs = "on";
+    a->batches[0] = 1;
+    a->n_batches = 1;
+    a->k = -2; /* unset: 3 with a proposer */
+    a->max_tokens = 128;
+    a->prompt_len = 32;
+    a->warmup = 8;
+    a->repeat = 1;
+    a->kv_bytes = 4;
+    a->seed = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define STR(name, field)                                                                        \
+    if (!strcmp(k, name)) {                                                                     \
+        if (!v)                                                                                 \
+            return -1;                                                                          \
+        field = v;                                                                              \
+        i++;                                                                                    \
+        continue;                                                                               \
+    }
+#define INT(name, field, lo, hi)                                                                \
+    if (!strcmp(k, name)) {                                                                     \
+        int64_t x;                                                                              \
+        if (!v || sd_parse_i64(v, &x) || x < (lo) || x > (hi)) {                                \
+            fprintf(stderr, "specd-bench-decode: %s: '%s' is not an integer in [%d, %d]\n",     \
+                    name, v ? v : "", (int)(lo), (int)(hi));                                    \
+            return -1;                                                                          \
+        }                                                                                       \
+        field = (int)x;                                                                         \
+        i++;                                                                                    \
+        continue;                                                                               \
+    }
+#define NUM(name, field, lo, hi)                                                                \
+    if (!strcmp(k, name)) {                                                                     \
+        double x;                                                                               \
+        if (!v || sd_parse_f64(v, &x) || x < (lo) || x > (hi)) {                                \
+            fprintf(stderr, "specd-bench-decode: %s: '%s' is not a number in [%g, %g]\n", name, \
+                    v ? v : "", (double)(lo), (double)(hi));                                    \
+            return -1;                                                                          \
+        }                                                                                       \
+        field = x;                                                                              \
+        i++;                                                                                    \
+        continue;                                                                               \
+    }
+        STR("--model", a->model)
+        STR("--spec", a->spec)
+        STR("--draft-model", a->draft)
+        STR("--prompts", a->prompts)
+        STR("--synthetic-accept", a->synth)
+        STR("--graphs", a->graphs)
+        STR("--device", a->device)
+        STR("--out", a->out)
+        STR("--commit", a->commit)
+        STR("--machine", a->machine)
+        STR("--label", a->label)
+        INT("--k", a->k, 0, 16)
+        INT("--max-tokens", a->max_tokens, 2, 1 << 20)
+        INT("--prompt-len", a->prompt_len, 1, 1 << 20)
+        INT("--warmup", a->warmup, 0, 1 << 20)
+        INT("--repeat", a->repeat, 1, 100)
+        INT("--kv-bytes", a->kv_bytes, 1, 8)
+        NUM("--temperature", a->temperature, 0, 100)
+        NUM("--copy-bw-gbs", a->copy_bw_gbs, 0, 1e6)
+        if (!strcmp(k, "--seed")) {
+            int64_t x;
+            if (!v || sd_parse_i64(v, &x) || x < 0)
+                return -1;
+            a->seed = (uint64_t)x;
+            i++;
+            continue;
+        }
+        if (!strcmp(k, "--batch")) {
+            if (!v || (a->n_batches = parse_list(v, a->batches, MAX_BATCHES)) <= 0) {
+                fprintf(stderr, "specd-bench-decode: --batch: '%s' is not a list of 1..4096\n",
+                        v ? v : "");
+                return -1;
+            }
+            i++;
+            continue;
+        }
+        if (!strcmp(k, "--opt")) {
+            const char *eq = v ? strchr(v, '=') : NULL;
+            if (!eq || eq == v || a->n_opts == MAX_OPTS) {
+                fprintf(stderr, "specd-bench-decode: --opt: '%s' is not KEY=VALUE\n", v ? v : "");
+                return -1;
+            }
+            a->opt_key[a->n_opts] = strndup(v, (size_t)(eq - v));
+            a->opt_val[a->n_opts++] = strdup(eq + 1);
+            i++;
+            continue;
+        }
+        if (!strcmp(k, "--measure-copy-bw")) {
+            a->measure_bw = 1;
+            continue;
+        }
+        fprintf(stderr, "specd-bench-decode: unknown option %s\n", k);
+        return -1;
+    }
+    if (strcmp(a->graphs, "on") && strcmp(a->graphs, "off")) {
+        fprintf(stderr, "specd-bench-decode: --graphs: '%s' is not on or off\n", a->graphs);
+        return -1;
+    }
+    if (a->k == -2)
+        a->k = strcmp(a->spec, "none") ? 3 : 0;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ requests */
+
+typedef struct shared {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n_first, n_done;
+} shared;
+
+typedef struct track {
+    shared *sh;
+    uint64_t *t; /* time of each output call */
+    int *cum;    /* tokens after each call */
+    int n_calls, cap;
+    int n;
+    int done;
+    sd_finish why;
+    sd_req_stats st;
+    char msg[256];
+} track;
+
+static void on_output(void *u, const char *text, size_t len, const int32_t *ids, int n)
+{
+    (void)text;
+    (void)len;
+    (void)ids;
+    track *tr = u;
+    if (n <= 0)
+        return;
+    uint64_t now = sd_now_ns();
+    pthread_mutex_lock(&tr->sh->mu);
+    if (tr->n_calls < tr->cap) {
+        tr->n += n;
+        tr->t[tr->n_calls] = now;
+        tr->cum[tr->n_calls++] = tr->n;
+        if (tr->n_calls == 1) {
+            tr->sh->n_first++;
+            pthread_cond_broadcast(&tr->sh->cv);
+        }
+    }
+    pthread_mutex_unlock(&tr->sh->mu);
+}
+
+static void on_finish(void *u, sd_finish why, const sd_req_stats *st, const char *msg)
+{
+    track *tr = u;
+    pthread_mutex_lock(&tr->sh->mu);
+    tr->why = why;
+    tr->st = *st;
+    snprintf(tr->msg, sizeof tr->msg, "%s", msg ? msg : "");
+    tr->done = 1;
+    tr->sh->n_done++;
+    pthread_cond_broadcast(&tr->sh->cv);
+    pthread_mutex_unlock(&tr->sh->mu);
+}
+
+typedef struct prompt {
+    int32_t *ids;
+    int n;
+} prompt;
+
+/* Fixed prompts: len random ordinary ids per request (xorshift of (seed, i)). */
+static void synthetic_prompts(prompt *ps, int n, int len, int vocab, uint64_t seed)
+{
+    int lo = vocab > 1000 ? 256 : vocab / 8; /* away from the special tokens at the start */
+    for (int i = 0; i < n; i++) {
+        ps[i].ids = malloc((size_t)len * sizeof(int32_t));
+        ps[i].n = len;
+        uint64_t s = seed * 0x9e3779b97f4a7c15ull + (uint64_t)i * 7919u + 1;
+        for (int j = 0; j < len; j++) {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ps[i].ids[j] = (int32_t)(lo + (int)(s % (uint64_t)(vocab - lo)));
+        }
+    }
+}
+
+static const char *record_text(json_t *j)
+{
+    json_t *v;
+    if ((v = json_object_get(j, "turns")) && json_is_array(v))
+        return json_string_value(json_array_get(v, 0));
+    const char *keys[] = {"prompt", "question", "text", "input"};
+    for (size_t i = 0; i < SD_ARRAY_LEN(keys); i++)
+        if ((v = json_object_get(j, keys[i])) && json_is_string(v))
+            return json_string_value(v);
+    return NULL;
+}
+
+/* Prompts from a JSONL file, through the model's tokenizer; each keeps its
+ * last max_len tokens; records are reused in turn when there are fewer than n. */
+static int file_prompts(prompt *ps, int n, int max_len, const char *file, const sd_tokenizer *tok)
+{
+    if (!tok) {
+        fprintf(stderr, "specd-bench-decode: --prompts needs the model's tokenizer.json\n");
+        return -1;
+    }
+    FILE *f = fopen(file, "r");
+    if (!f) {
+        fprintf(stderr, "specd-bench-decode: cannot open %s\n", file);
+        return -1;
+    }
+    int got = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    sd_err err = {0};
+    while (got < n && getline(&line, &cap, f) > 0) {
+        json_error_t je;
+        json_t *j = json_loads(line, 0, &je);
+        const char *text = j ? record_text(j) : NULL;
+        int32_t *ids = NULL;
+        int ni = 0;
+        if (text && sd_tok_encode(tok, text, strlen(text), 1, &ids, &ni, &err) == 0 && ni > 0) {
+            if (ni > max_len) {
+                memmove(ids, ids + ni - max_len, (size_t)max_len * sizeof *ids);
+                ni = max_len;
+            }
+            ps[got].ids = ids;
+            ps[got++].n = ni;
+        } else {
+            free(ids);
+        }
+        json_decref(j);
+    }
+    free(line);
+    fclose(f);
+    if (!got) {
+        fprintf(stderr, "specd-bench-decode: no prompt in %s\n", file);
+        return -1;
+    }
+    for (int i = got; i < n; i++) {
+        ps[i].n = ps[i % got].n;
+        ps[i].ids = malloc((size_t)ps[i].n * sizeof(int32_t));
+        memcpy(ps[i].ids, ps[i % got].ids, (size_t)ps[i].n * sizeof(int32_t));
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ one measurement */
+
+typedef struct result {
+    int batch, rep;
+    double decode_tok_s, per_req_tok_s, window_s, ttft_s, wall_s;
+    long long window_tokens;
+    double step_ms, draft_ms, verify_ms;
+    long long engine_steps;
+    double mean_len;
+    double acc_at[16];
+    int n_pos;
+    double mean_context; /* tokens of context per sequence, mean over the window */
+} result;
+
+/* Runs B requests of max_tokens at once and waits for them; fills r when
+ * measure is set. Returns 0, or -1 when a request failed. */
+static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int max_tokens,
+                     int measure, result *r)
+{
+    shared sh = {.n_first = 0, .n_done = 0};
+    pthread_mutex_init(&sh.mu, NULL);
+    pthread_cond_init(&sh.cv, NULL);
+    track *tr = calloc((size_t)B, sizeof *tr);
+    for (int i = 0; i < B; i++) {
+        tr[i].sh = &sh;
+        tr[i].cap = max_tokens + 1;
+        tr[i].t = calloc((size_t)tr[i].cap, sizeof(uint64_t));
+        tr[i].cum = calloc((size_t)tr[i].cap, sizeof(int));
+    }
+    sd_req_events ev = {.on_output = on_output, .on_finish = on_finish};
+    sd_err err = {0};
+    int rc = 0, submitted = 0;
+    uint64_t t0 = sd_now_ns();
+    for (int i = 0; i < B; i++) {
+        sd_gen_params gp = {.max_tokens = max_tokens, .temperature = a->temperature, .top_p = 1,
+                            .seed = a->seed + (uint64_t)i, .has_seed = 1, .ignore_eos = 1};
+        if (sd_engine_submit(e, ps[i].ids, ps[i].n, &gp, &ev, &tr[i], NULL, &err)) {
+            fprintf(stderr, "specd-bench-decode: request %d: %s\n", i, err.msg);
+            rc = -1;
+            break;
+        }
+        submitted++;
+    }
+    sd_engine_stats s0, s1;
+    uint64_t ta = 0, tb = 0;
+    pthread_mutex_lock(&sh.mu);
+    while (sh.n_first < submitted && sh.n_done < submitted)
+        pthread_cond_wait(&sh.cv, &sh.mu);
+    pthread_mutex_unlock(&sh.mu);
+    sd_engine_get_stats(e, &s0);
+    ta = sd_now_ns();
+    pthread_mutex_lock(&sh.mu);
+    while (sh.n_done == 0 && submitted > 0)
+        pthread_cond_wait(&sh.cv, &sh.mu);
+    pthread_mutex_unlock(&sh.mu);
+    sd_engine_get_stats(e, &s1);
+    tb = sd_now_ns();
+    pthread_mutex_lock(&sh.mu);
+    while (sh.n_done < submitted)
+        pthread_cond_wait(&sh.cv, &sh.mu);
+    pthread_mutex_unlock(&sh.mu);
+    double wall = (double)(sd_now_ns() - t0) * 1e-9;
+    for (int i = 0; i < submitted; i++)
+        if (tr[i].why != SD_FINISH_LENGTH || tr[i].n != max_tokens) {
+            fprintf(stderr, "specd-bench-decode: request %d ended (%d) after %d of %d tokens%s%s\n", i,
+                    (int)tr[i].why, tr[i].n, max_tokens, tr[i].msg[0] ? ": " : "", tr[i].msg);
+            rc = -1;
+        }
+    if (!rc && measure) {
+        memset(r, 0, sizeof *r);
+        r->batch = B;
+        r->wall_s = wall;
+        uint64_t t_start = 0, t_end = UINT64_MAX;
+        double per = 0, ttft = 0;
+        for (int i = 0; i < B; i++) {
+            const track *x = &tr[i];
+            if (x->t[0] > t_start)
+                t_start = x->t[0];
+            if (x->t[x->n_calls - 1] < t_end)
+                t_end = x->t[x->n_calls - 1];
+            double span = (double)(x->t[x->n_calls - 1] - x->t[0]) * 1e-9;
+            per += span > 0 ? (double)(x->n - x->cum[0]) / span : 0;
+            ttft += x->st.ttft_s;
+        }
+        long long tok = 0;
+        double ctx = 0;
+        int nctx = 0;
+        for (int i = 0; i < B; i++) {
+            const track *x = &tr[i];
+            for (int j = 1; j < x->n_calls; j++)
+                if (x->t[j] > t_start && x->t[j] <= t_end) {
+                    tok += x->cum[j] - x->cum[j - 1];
+                    ctx += ps[i].n + x->cum[j];
+                    nctx++;
+                }
+        }
+        r->window_s = t_end > t_start ? (double)(t_end - t_start) * 1e-9 : 0;
+        r->window_tokens = tok;
+        r->decode_tok_s = r->window_s > 0 ? (double)tok / r->window_s : 0;
+        r->per_req_tok_s = per / B;
+        r->ttft_s = ttft / B;
+        r->mean_context = nctx ? ctx / nctx : 0;
+        long long steps = (long long)(s1.steps - s0.steps);
+        r->engine_steps = steps;
+        if (steps > 0) {
+            r->step_ms = 1e3 * (double)(tb - ta) * 1e-9 / (double)steps;
+            r->draft_ms = 1e3 * (s1.spec.draft_s - s0.spec.draft_s) / (double)steps;
+            r->verify_ms = 1e3 * (s1.spec.verify_s - s0.spec.verify_s) / (double)steps;
+        }
+        uint64_t vs = s1.spec.steps - s0.spec.steps;
+        r->mean_len = vs ? (double)(s1.spec.emitted - s0.spec.emitted) / (double)vs : 1.0;
+        for (int p = 0; p < 16; p++) {
+            uint64_t pr = s1.spec.proposed_at[p] - s0.spec.proposed_at[p];
+            if (pr) {
+                r->acc_at[p] = (double)(s1.spec.accepted_at[p] - s0.spec.accepted_at[p]) / (double)pr;
+                r->n_pos = p + 1;
+            }
+        }
+        if (r->window_s <= 0 || tok <= 0) {
+            fprintf(stderr, "specd-bench-decode: batch %d: the first request finished before the "
+                            "last one started decoding (raise --max-tokens)\n", B);
+            rc = -1;
+        }
+    }
+    for (int i = 0; i < B; i++) {
+        free(tr[i].t);
+        free(tr[i].cum);
+    }
+    free(tr);
+    pthread_mutex_destroy(&sh.mu);
+    pthread_cond_destroy(&sh.cv);
+    return rc;
+}
+
+/* Host memory copy bandwidth (read + write bytes per second, GB/s): the best
+ * of 5 memcpy of 512 MiB after one warm-up. */
+static double host_copy_bw_gbs(void)
+{
+    size_t n = (size_t)512 << 20;
+    char *a = malloc(n), *b = malloc(n);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return 0;
+    }
+    memset(a, 1, n);
+    memset(b, 2, n);
+    double best = 1e30;
+    for (int i = 0; i < 6; i++) {
+        uint64_t t0 = sd_now_ns();
+        memcpy(i % 2 ? a : b, i % 2 ? b : a, n);
+        double s = (double)(sd_now_ns() - t0) * 1e-9;
+        if (i && s < best)
+            best = s;
+    }
+    volatile char sink = a[n / 2] + b[n / 3];
+    (void)sink;
+    free(a);
+    free(b);
+    return 2.0 * (double)n / best / 1e9;
+}
+
+static char *git_commit(void)
+{
+    FILE *p = popen("git rev-parse --short HEAD 2>/dev/null", "r");
+    char buf[64] = "";
+    if (p) {
+        if (!fgets(buf, sizeof buf, p))
+            buf[0] = 0;
+        pclose(p);
+    }
+    buf[strcspn(buf, "\n")] = 0;
+    return strdup(buf[0] ? buf : "unknown");
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+int main(int argc, char **argv)
+{
+    args a;
+    if (parse_args(&a, argc, argv)) {
+        usage();
+        return 2;
+    }
+    sd_log_set_level(SD_LOG_WARN);
+    const char *dir = a.model ? a.model : sd_bundled_model_dir();
+    sd_err err = {0};
+    sd_model_cfg cfg;
+    sd_decode_bytes db;
+    if (sd_model_cfg_load(&cfg, dir, &err) || sd_decode_bytes_load(&db, dir, a.kv_bytes, &err)) {
+        fprintf(stderr, "specd-bench-decode: %s\n", err.msg);
+        return 1;
+    }
+    sd_synthetic syn;
+    if (sd_synthetic_parse(&syn, a.synth, &err)) {
+        fprintf(stderr, "specd-bench-decode: %s\n", err.msg);
+        return 2;
+    }
+    double bw = a.copy_bw_gbs;
+    const char *bw_src = "given (--copy-bw-gbs)";
+    if (a.measure_bw) {
+        bw = host_copy_bw_gbs();
+        bw_src = "host memcpy of 512 MiB, best of 5";
+    }
+    int maxb = 1;
+    for (int i = 0; i < a.n_batches; i++)
+        maxb = a.batches[i] > maxb ? a.batches[i] : maxb;
+    /* engine options: the bench's, then --opt overrides */
+    sd_opts o;
+    if (sd_opts_init(&o, &err))
+        return 1;
+    char buf[64];
+    int ok = 1;
+#define SET(key, val) ok &= sd_opts_set(&o, SD_CMD_BENCH, key, val, &err) == 0
+    SET("model", dir);
+    SET("spec", a.spec);
+    snprintf(buf, sizeof buf, "%d", a.k);
+    SET("spec-k", buf);
+    if (a.draft)
+        SET("draft-model", a.draft);
+    if (a.synth)
+        SET("synthetic-accept", a.synth);
+    if (a.device)
+        SET("device", a.device);
+    if (!strcmp(a.graphs, "off"))
+        SET("cuda-graph-max-bs", "0");
+    snprintf(buf, sizeof buf, "%d", maxb);
+    SET("max-batch", buf);
+    int ctx = (a.prompt_len + a.max_tokens + 32 + 63) / 64 * 64;
+    if (ctx > cfg.max_pos)
+        ctx = cfg.max_pos;
+    snprintf(buf, sizeof buf, "%d", ctx);
+    SET("max-context", buf);
+    SET("log-level", "warn");
+    for (int i = 0; i < a.n_opts && ok; i++)
+        SET(a.opt_key[i], a.opt_val[i]);
+#undef SET
+    if (!ok) {
+        fprintf(stderr, "specd-bench-decode: %s\n", err.msg);
+        return 2;
+    }
+    sd_engine *e = NULL;
+    uint64_t tl = sd_now_ns();
+    if (sd_engine_create(&e, &o, &err)) {
+        fprintf(stderr, "specd-bench-decode: %s\n", err.msg);
+        sd_opts_free(&o);
+        return 1;
+    }
+    double load_s = (double)(sd_now_ns() - tl) * 1e-9;
+    prompt *ps = calloc((size_t)maxb, sizeof *ps);
+    if (a.prompts) {
+        if (file_prompts(ps, maxb, a.prompt_len, a.prompts, sd_engine_tokenizer(e))) {
+            sd_engine_destroy(e);
+            return 1;
+        }
+    } else {
+        synthetic_prompts(ps, maxb, a.prompt_len, cfg.vocab_size, a.seed);
+    }
+    fprintf(stderr, "specd-bench-decode: %s, spec %s k %d%s%s, graphs %s, loaded in %.1f s\n", dir,
+            a.spec, a.k, a.synth ? ", synthetic acceptance " : "", a.synth ? a.synth : "", a.graphs,
+            load_s);
+    result *rs = calloc((size_t)(a.n_batches * a.repeat), sizeof *rs);
+    int nr = 0, failed = 0;
+    for (int bi = 0; bi < a.n_batches; bi++) {
+        int B = a.batches[bi];
+        if (a.warmup > 0 && run_batch(e, &a, ps, B, a.warmup < 2 ? 2 : a.warmup, 0, NULL)) {
+            failed = 1;
+            continue;
+        }
+        for (int rep = 0; rep < a.repeat; rep++) {
+            if (run_batch(e, &a, ps, B, a.max_tokens, 1, &rs[nr])) {
+                failed = 1;
+                continue;
+            }
+            rs[nr].rep = rep;
+            fprintf(stderr, "  batch %d: %.1f tok/s decode, step %.3f ms\n", B, rs[nr].decode_tok_s,
+                    rs[nr].step_ms);
+            nr++;
+        }
+    }
+    sd_engine_destroy(e);
+    /* JSON */
+    char *commit = a.commit ? strdup(a.commit) : git_commit();
+    struct utsname un;
+    uname(&un);
+    json_t *root = json_object();
+    json_object_set_new(root, "benchmark", json_string("decode"));
+    if (a.label)
+        json_object_set_new(root, "label", json_string(a.label));
+    json_object_set_new(root, "commit", json_string(commit));
+    json_object_set_new(root, "machine", json_string(a.machine ? a.machine : un.machine));
+    json_object_set_new(root, "device", json_string(a.device ? a.device : "auto"));
+    json_t *cmd = json_array();
+    for (int i = 0; i < argc; i++)
+        json_array_append_new(cmd, json_string(argv[i]));
+    json_object_set_new(root, "command", cmd);
+    json_object_set_new(root, "model", json_string(a.model ? a.model : "models/specd-tiny"));
+    json_object_set_new(root, "architecture", json_string(cfg.arch_name));
+    json_object_set_new(root, "load_s", json_real(load_s));
+    json_object_set_new(root, "spec", json_string(a.spec));
+    json_object_set_new(root, "k", json_integer(a.k));
+    json_object_set_new(root, "draft_model", a.draft ? json_string(a.draft) : json_null());
+    json_object_set_new(root, "synthetic_accept", a.synth ? json_string(a.synth) : json_null());
+    if (syn.n > 0 && a.k > 0)
+        json_object_set_new(root, "synthetic_expected_mean_len",
+                            json_real(sd_synthetic_mean_len(&syn, a.k)));
+    json_object_set_new(root, "graphs", json_string(a.graphs));
+    json_t *eo = json_object();
+    for (int i = 0; i < a.n_opts; i++)
+        json_object_set_new(eo, a.opt_key[i], json_string(a.opt_val[i]));
+    json_object_set_new(root, "engine_opts", eo);
+    json_object_set_new(root, "temperature", json_real(a.temperature));
+    json_object_set_new(root, "max_tokens", json_integer(a.max_tokens));
+    json_object_set_new(root, "prompts", json_string(a.prompts ? a.prompts : "synthetic ids"));
+    json_object_set_new(root, "prompt_len", json_integer(a.prompt_len));
+    json_t *bj = json_object();
+    json_object_set_new(bj, "definition",
+                        json_string("a plain decode step of B tokens reads every main-model weight "
+                                    "in full except: B rows of the token embedding (all of it when "
+                                    "the head is tied), the expected distinct routed experts of B "
+                                    "tokens x top_k under uniform routing in each MoE layer, and "
+                                    "no MTP layer; shared experts and routers in full. KV cache "
+                                    "apart"));
+    json_object_set_new(bj, "checkpoint_gb", json_real(db.total / 1e9));
+    json_object_set_new(bj, "dense_gb", json_real(db.dense / 1e9));
+    json_object_set_new(bj, "embed_row_bytes", json_real(db.embed_row));
+    json_object_set_new(bj, "routed_experts_gb", json_real(db.routed / 1e9));
+    json_object_set_new(bj, "mtp_gb", json_real(db.mtp / 1e9));
+    json_object_set_new(bj, "n_routed_experts", json_integer(db.n_experts));
+    json_object_set_new(bj, "top_k", json_integer(db.top_k));
+    json_object_set_new(bj, "moe_layers", json_integer(db.n_moe_layers));
+    json_object_set_new(bj, "kv_bytes_per_token", json_real(db.kv_per_token));
+    json_object_set_new(bj, "kv_element_bytes", json_integer(a.kv_bytes));
+    json_object_set_new(root, "bytes", bj);
+    json_object_set_new(root, "copy_bw_gbs", bw > 0 ? json_real(bw) : json_null());
+    json_object_set_new(root, "copy_bw_source",
+                        json_string(bw > 0 ? bw_src : "none (no floor computed)"));
+    json_t *arr = json_array();
+    for (int i = 0; i < nr; i++) {
+        const result *r = &rs[i];
+        double sb = sd_decode_step_bytes(&db, r->batch);
+        double floor = bw > 0 ? r->batch * bw * 1e9 / sb : 0;
+        double kvb = r->batch * r->mean_context * db.kv_per_token;
+        double floor_kv = bw > 0 ? r->batch * bw * 1e9 / (sb + kvb) : 0;
+        json_t *x = json_object();
+        json_object_set_new(x, "batch", json_integer(r->batch));
+        json_object_set_new(x, "repeat", json_integer(r->rep));
+        json_object_set_new(x, "decode_tokens_per_s", json_real(r->decode_tok_s));
+        json_object_set_new(x, "per_request_tokens_per_s", json_real(r->per_req_tok_s));
+        json_object_set_new(x, "window_s", json_real(r->window_s));
+        json_object_set_new(x, "window_tokens", json_integer(r->window_tokens));
+        json_object_set_new(x, "engine_steps", json_integer(r->engine_steps));
+        json_object_set_new(x, "step_ms", json_real(r->step_ms));
+        json_object_set_new(x, "draft_ms_per_step", json_real(r->draft_ms));
+        json_object_set_new(x, "verify_ms_per_step", json_real(r->verify_ms));
+        json_object_set_new(x, "mean_accepted_length", json_real(r->mean_len));
+        json_t *pa = json_array();
+        for (int p = 0; p < r->n_pos; p++)
+            json_array_append_new(pa, json_real(r->acc_at[p]));
+        json_object_set_new(x, "acceptance_by_position", pa);
+        json_object_set_new(x, "ttft_s", json_real(r->ttft_s));
+        json_object_set_new(x, "wall_s", json_real(r->wall_s));
+        json_object_set_new(x, "mean_context_tokens", json_real(r->mean_context));
+        json_object_set_new(x, "expected_routed_experts",
+                            json_real(sd_decode_expected_experts(db.n_experts, db.top_k, r->batch)));
+        json_object_set_new(x, "step_bytes_gb", json_real(sb / 1e9));
+        json_object_set_new(x, "kv_read_gb", json_real(kvb / 1e9));
+        json_object_set_new(x, "floor_tokens_per_s", bw > 0 ? json_real(floor) : json_null());
+        json_object_set_new(x, "fraction_of_floor",
+                            bw > 0 ? json_real(r->decode_tok_s / floor) : json_null());
+        json_object_set_new(x, "floor_with_kv_tokens_per_s",
+                            bw > 0 ? json_real(floor_kv) : json_null());
+        json_array_append_new(arr, x);
+    }
+    json_object_set_new(root, "results", arr);
+    if (a.out && json_dump_file(root, a.out, JSON_INDENT(2)) != 0)
+        fprintf(stderr, "specd-bench-decode: cannot write %s\n", a.out);
+    /* table last: one row per batch, the median of the repeats */
+    printf("%-6s %-7s %3s %-14s %-5s %10s %9s %8s %8s %8s %7s %9s %9s %6s\n", "batch", "spec", "k",
+           "synthetic", "graph", "tok/s", "tok/s/req", "step_ms", "draft_ms", "verif_ms", "len",
+           "step_GB", "floor", "frac");
+    for (int bi = 0; bi < a.n_batches; bi++) {
+        double v[100];
+        int n = 0;
+        const result *last = NULL;
+        for (int i = 0; i < nr; i++)
+            if (rs[i].batch == a.batches[bi]) {
+                v[n++] = rs[i].decode_tok_s;
+                last = &rs[i];
+            }
+        if (!last)
+            continue;
+        qsort(v, (size_t)n, sizeof *v, cmp_double);
+        double med = v[n / 2];
+        double sb = sd_decode_step_bytes(&db, last->batch);
+        double floor = bw > 0 ? last->batch * bw * 1e9 / sb : 0;
+        printf("%-6d %-7s %3d %-14s %-5s %10.1f %9.1f %8.3f %8.3f %8.3f %7.3f %9.3f %9.1f %6.3f\n",
+               last->batch, a.spec, a.k, a.synth ? a.synth : "-", a.graphs, med,
+               last->per_req_tok_s, last->step_ms, last->draft_ms, last->verify_ms, last->mean_len,
+               sb / 1e9, floor, floor > 0 ? med / floor : 0);
+    }
+    json_decref(root);
+    free(commit);
+    for (int i = 0; i < maxb; i++)
+        free(ps[i].ids);
+    free(ps);
+    free(rs);
+    sd_opts_free(&o);
+    for (int i = 0; i < a.n_opts; i++) {
+        free(a.opt_key[i]);
+        free(a.opt_val[i]);
+    }
+    return failed ? 1 : 0;
+}
