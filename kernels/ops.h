@@ -242,6 +242,12 @@ typedef struct sd_ops {
                                float *probs_scratch, const float *logits, const int32_t *row0,
                                const float *q, const int32_t *draft, const int32_t *n_draft,
                                const sd_sample_params *p, int n_seq, int k, int V);
+
+    /* ---- device-side drafting (appended) ----
+     * out(n) = table[idx[i]]: token ids through a map (EAGLE-3's draft
+     * vocabulary to the target's), so a draft chain never leaves the device. */
+    void (*gather_i32)(sd_backend *be, int32_t *out, const int32_t *table, const int32_t *idx,
+                       int n);
 } sd_ops;
 
 struct sd_backend {

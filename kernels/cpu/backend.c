@@ -285,6 +285,7 @@ static const sd_ops cpu_ops = {
     .upload2d = cpu_upload2d,
     /* no graphs: every step launches its ops */
     .accept_sample_rows = sd__cpu_accept_sample_rows,
+    .gather_i32 = sd__cpu_gather_i32,
 };
 
 int sd_cpu_backend_create(sd_backend **out, int threads)

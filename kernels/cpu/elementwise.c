@@ -45,6 +45,14 @@ void sd__cpu_silu_mul(sd_backend *be, float *out, const float *gu, int n, int I)
     }
 }
 
+void sd__cpu_gather_i32(sd_backend *be, int32_t *out, const int32_t *table, const int32_t *idx,
+                        int n)
+{
+    (void)be;
+    for (int i = 0; i < n; i++)
+        out[i] = table[idx[i]];
+}
+
 void sd__cpu_gather_rows(sd_backend *be, float *dst, const float *src, const int32_t *idx, int n,
                          int d, int ds, int ss)
 {

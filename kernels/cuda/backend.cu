@@ -323,6 +323,7 @@ static const sd_ops cuda_ops = {
     /* .graph_launch = */ cu_graph_launch,
     /* .graph_free = */ cu_graph_free,
     /* .accept_sample_rows = */ sd__cuda_accept_sample_rows,
+    /* .gather_i32 = */ sd__cuda_gather_i32,
 };
 
 int sd_cuda_device_count(void)

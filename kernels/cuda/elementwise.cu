@@ -156,6 +156,23 @@ void sd__cuda_gather_rows(sd_backend *be, float *dst, const float *src, const in
     SD_LAUNCHED(c, "copy_rows_kernel");
 }
 
+__global__ void gather_i32_kernel(int32_t *out, const int32_t *table, const int32_t *idx, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        out[i] = table[idx[i]];
+}
+
+void sd__cuda_gather_i32(sd_backend *be, int32_t *out, const int32_t *table, const int32_t *idx,
+                         int n)
+{
+    sd__cuda *c = sd__cuda_op(be);
+    if (!c || n <= 0)
+        return;
+    gather_i32_kernel<<<(n + 255) / 256, 256, 0, c->stream>>>(out, table, idx, n);
+    SD_LAUNCHED(c, "gather_i32_kernel");
+}
+
 void sd__cuda_copy2d(sd_backend *be, float *dst, const float *src, int n, int d, int ds, int ss)
 {
     sd__cuda *c = sd__cuda_op(be);

@@ -98,6 +98,21 @@ TEST(embed_copies_and_elementwise_ops_equal_the_cpu)
         float *dc = gpoison(&e, (size_t)n * ds);
         e.gpu->ops->copy2d(e.gpu, dc, dsrc, n, d, ds, ss);
         ok &= check_dev(&e, dc, cc, (size_t)n * ds, 0, "copy2d n=33 d=64 ds=66 ss=70");
+        /* gather_i32: ids through a map */
+        int32_t map[50], ci[33], gi[33];
+        for (int i = 0; i < nsrc; i++)
+            map[i] = rnd_int(&e, 1 << 30);
+        e.cpu->ops->gather_i32(e.cpu, ci, map, idx, n);
+        int32_t *dmap = (int32_t *)gput(&e, map, sizeof map);
+        int32_t *dgi = (int32_t *)gput(&e, map, sizeof gi); /* poisoned with other ids */
+        e.gpu->ops->gather_i32(e.gpu, dgi, dmap, didx, n);
+        e.gpu->ops->download(e.gpu, gi, dgi, sizeof gi);
+        int wrong = 0;
+        for (int i = 0; i < n; i++)
+            wrong += gi[i] != ci[i] || ci[i] != map[idx[i]];
+        ok &= report("gather_i32 n=33 (ids that differ)", wrong, 0);
+        gfree(&e, dmap);
+        gfree(&e, dgi);
         gfree(&e, dsrc);
         gfree(&e, didx);
         gfree(&e, dd);
