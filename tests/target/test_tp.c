@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -424,6 +425,180 @@ TEST(a_sharded_load_without_a_matching_communicator_is_refused)
     sd_cpu_backend_destroy(be);
 }
 
+/* ---- the residual step through a communicator's fused hook: a thread comm
+ * underneath and a plain-C fused all-reduce + add + RMSNorm (the CPU
+ * rmsnorm's formula), the shape of the custom GPU kernel's hook */
+
+#define HK_MAXP 4
+typedef struct hooked {
+    sd_comm pub;
+    sd_comm *inner;
+    int calls[HK_MAXP];
+    float *scratch[HK_MAXP]; /* (max_tokens * D) allocated before any step */
+} hooked;
+
+static int hk_allreduce(sd_comm *c, int rank, float *buf, size_t n)
+{
+    return sd_comm_allreduce_sum(((hooked *)c)->inner, rank, buf, n);
+}
+static int hk_allgather(sd_comm *c, int rank, float *dst, const float *src, size_t n)
+{
+    return sd_comm_allgather(((hooked *)c)->inner, rank, dst, src, n);
+}
+static int hk_barrier(sd_comm *c, int rank)
+{
+    return sd_comm_barrier(((hooked *)c)->inner, rank);
+}
+static void hk_abort(sd_comm *c)
+{
+    sd_comm_abort(((hooked *)c)->inner);
+}
+static void hk_destroy(sd_comm *c)
+{
+    (void)c; /* the test owns it */
+}
+static int hk_fused(sd_comm *c, int rank, const float *partial, float *x, float *xn,
+                    const sd_weight *w, int rows, int d, float eps)
+{
+    hooked *h = (hooked *)c;
+    h->calls[rank]++;
+    size_t n = (size_t)rows * d;
+    float *s = h->scratch[rank];
+    memcpy(s, partial, n * sizeof(float));
+    int rc = sd_comm_allreduce_sum(h->inner, rank, s, n);
+    for (int t = 0; t < rows && !rc; t++) {
+        float *xr = x + (size_t)t * d, *o = xn + (size_t)t * d;
+        double ss = 0;
+        for (int i = 0; i < d; i++) {
+            xr[i] += s[(size_t)t * d + i];
+            ss += (double)xr[i] * xr[i];
+        }
+        float r = 1.0f / sqrtf((float)(ss / d) + eps);
+        for (int i = 0; i < d; i++)
+            o[i] = sd_load_f32(w->data, w->dtype, (size_t)i) * (xr[i] * r);
+    }
+    return rc;
+}
+static const sd_comm_ops hooked_ops = {
+    .name = "hooked",
+    .allreduce_sum = hk_allreduce,
+    .allgather = hk_allgather,
+    .barrier = hk_barrier,
+    .abort = hk_abort,
+    .destroy = hk_destroy,
+    .allreduce_add_rmsnorm = hk_fused,
+};
+
+typedef struct hk_rank {
+    sd_model *m;
+    const int32_t *ids;
+    int n;
+    float *logits;
+    int rc;
+    sd_err err;
+    sd_comm *comm;
+} hk_rank;
+
+static void *hk_rank_main(void *arg)
+{
+    hk_rank *r = arg;
+    sd_seq_out so = {.logits = r->logits};
+    r->rc = sd_runner_target(r->m, r->ids, r->n, 0, &so, &r->err);
+    if (r->rc)
+        sd_comm_abort(r->comm);
+    return NULL;
+}
+
+/* --tp P on ranks whose communicator has the hook: every rank's logits are
+ * the thread comm's (sd_tp_runner) bit for bit, and the model called the
+ * hook twice per layer (after attention, after the FFN) per forward. */
+static int hooked_tp(const char *name, const char *dir, int P, int ep, char *msg, size_t ml)
+{
+    int32_t ids[16];
+    int n = read_ids(dir, ids, 16);
+    hooked h;
+    memset(&h, 0, sizeof h);
+    sd_err err = {0};
+    sd_backend *be[HK_MAXP] = {0};
+    hk_rank rk[HK_MAXP];
+    memset(rk, 0, sizeof rk);
+    float *want = NULL;
+    sd_tp_runner *t = NULL;
+    int ok = 0, V = 0, L = 0;
+    if (n < 2 || sd_thread_comm_create(&h.inner, P, &err))
+        goto done;
+    h.pub = (sd_comm){.ops = &hooked_ops, .size = P, .impl = &h};
+    for (int r = 0; r < P; r++) {
+        sd_model_opts mo = {.max_tokens = 16, .tp_rank = r, .tp_size = P, .comm = &h.pub,
+                            .ep = ep};
+        if (sd_cpu_backend_create(&be[r], 1) || sd_model_load(&rk[r].m, dir, be[r], &mo, &err) ||
+            sd_model_alloc_kv(rk[r].m, n, &err))
+            goto done;
+        const sd_model_cfg *c = sd_model_cfg_of(rk[r].m);
+        V = c->vocab_size;
+        L = c->num_layers;
+        h.scratch[r] = malloc((size_t)16 * c->hidden_size * sizeof(float));
+        rk[r] = (hk_rank){.m = rk[r].m, .ids = ids, .n = n, .comm = &h.pub,
+                          .logits = malloc((size_t)n * V * sizeof(float))};
+    }
+    pthread_t tid[HK_MAXP];
+    for (int r = 0; r < P; r++)
+        pthread_create(&tid[r], NULL, hk_rank_main, &rk[r]);
+    for (int r = 0; r < P; r++)
+        pthread_join(tid[r], NULL);
+    for (int r = 0; r < P; r++)
+        if (rk[r].rc) {
+            err = rk[r].err;
+            goto done;
+        }
+    sd_model_opts mo = {.max_tokens = 16, .ep = ep};
+    want = malloc((size_t)n * V * sizeof(float));
+    sd_seq_out so = {.logits = want};
+    if (sd_tp_runner_open(&t, dir, P, P, &mo, &err) || sd_tp_runner_alloc_kv(t, n, &err) ||
+        sd_tp_runner_target(t, ids, n, 0, &so, &err))
+        goto done;
+    ok = 1;
+    for (int r = 0; r < P && ok; r++) {
+        ok = !memcmp(rk[r].logits, want, (size_t)n * V * sizeof(float));
+        if (!ok)
+            snprintf(msg, ml, "%s tp %d: rank %d's logits differ from the thread comm's", name, P,
+                     r);
+        else if (h.calls[r] != 2 * L) {
+            ok = 0;
+            snprintf(msg, ml, "%s tp %d: rank %d called the hook %d times, want %d", name, P, r,
+                     h.calls[r], 2 * L);
+        }
+    }
+done:
+    if (!ok && !msg[0])
+        snprintf(msg, ml, "%s tp %d: %.400s", name, P, err.msg);
+    sd_tp_runner_close(t);
+    free(want);
+    for (int r = 0; r < P; r++) {
+        sd_model_free(rk[r].m);
+        if (be[r])
+            sd_cpu_backend_destroy(be[r]);
+        free(rk[r].logits);
+        free(h.scratch[r]);
+    }
+    sd_comm_destroy(h.inner);
+    return ok;
+}
+
+TEST(the_residual_steps_go_through_the_comms_fused_hook_twice_a_layer_with_the_same_bits)
+{
+    static const struct {
+        const char *fx;
+        int tp, ep;
+    } cases[] = {{"llama", 2, 0}, {"qwen3", 4, 0}, {"deepseek-v3", 2, 1}, {"deepseek-v3", 4, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[1200], msg[512] = "";
+        snprintf(dir, sizeof dir, "%s/tests/golden/models/%s", sd_test_srcdir(), cases[i].fx);
+        int ok = hooked_tp(cases[i].fx, dir, cases[i].tp, cases[i].ep, msg, sizeof msg);
+        ASSERT_MSG(ok, "%s", msg);
+    }
+}
+
 /* ---- the CLI */
 
 static int run_cmd(const char *cmd)
@@ -491,4 +666,5 @@ TEST_MAIN(T(tp_2_and_4_logits_hidden_and_mtp_equal_tp_1_on_every_fixture),
           T(attention_biases_and_a_vocab_no_tp_divides_give_tp_1_logits),
           T(configs_that_do_not_split_are_refused_naming_the_config_key),
           T(a_sharded_load_without_a_matching_communicator_is_refused),
+          T(the_residual_steps_go_through_the_comms_fused_hook_twice_a_layer_with_the_same_bits),
           T(specd_logits_tp_2_and_tp_4_ep_write_the_tp_1_file))
