@@ -108,6 +108,10 @@ struct sd_engine {
      * packs a pass's tok, pos, seq, slot, hrows (T each) and rows (n_out) */
     int32_t *pd_meta;
     int32_t *ph_meta; /* its host side (6 T) */
+    /* the device draft chain (spec.c): drafts (SD_MAX_K, ov_max_seqs), argmax
+     * scratch, pass metadata and their host sides; EAGLE-3's d2t */
+    int32_t *pd_drafts, *pd_am, *pd_chain, *pd_d2t;
+    int32_t *ph_chain, *ph_drafts;
     float *pd_logits, *pd_hid_in, *pd_hid_out, *pd_hid_prev;
     float *ph_logits;
     float *pd_aux_in; /* EAGLE-3: gathered aux states (T, 3D) */

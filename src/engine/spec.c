@@ -150,6 +150,15 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
     e->pd_hid_prev = op->alloc(e->be, (size_t)e->ov_max_seqs * (size_t)e->D * 4);
     e->ph_logits = malloc((size_t)e->ov_max_seqs * (size_t)e->V * 4);
     e->ph_i32 = malloc(T * 4 * 6);
+    /* the device draft chain: k drafts per chain row, pass metadata */
+    size_t ov = (size_t)e->ov_max_seqs;
+    e->pd_drafts = op->alloc(e->be, SD_MAX_K * ov * 4);
+    e->pd_am = op->alloc(e->be, ov * 4);
+    e->pd_chain = op->alloc(e->be, (3 * (SD_MAX_K - 1) + 2) * ov * 4);
+    e->ph_chain = malloc((3 * (SD_MAX_K - 1) + 2) * ov * 4);
+    e->ph_drafts = malloc(SD_MAX_K * ov * 4);
+    if (!e->pd_drafts || !e->pd_am || !e->pd_chain || !e->ph_chain || !e->ph_drafts)
+        return sd_err_set(err, SD_ENOMEM, "speculation: out of memory for the draft chain");
     if (!e->pd_meta || !e->ph_meta || !e->pd_logits || !e->pd_hid_in || !e->pd_hid_out || !e->pd_hid_prev || !e->ph_logits ||
         !e->ph_i32)
         return sd_err_set(err, SD_ENOMEM, "speculation: out of memory for the draft buffers");
@@ -205,6 +214,10 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
         sd_eagle3_aux_layers(e->eagle, ids);
         if ((rc = sd_model_set_aux_layers(e->target, ids, 3, err)))
             return rc;
+        int Vd = sd_eagle3_draft_vocab(e->eagle);
+        e->pd_d2t = op->alloc(e->be, (size_t)Vd * 4);
+        if (!e->pd_d2t || op->upload(e->be, e->pd_d2t, sd_eagle3_d2t(e->eagle), (size_t)Vd * 4))
+            return sd_err_set(err, SD_ENOMEM, "EAGLE-3: out of memory");
         e->d_aux = op->alloc(e->be, T * 3 * (size_t)e->D * 4);
         e->pd_aux_in = op->alloc(e->be, T * 3 * (size_t)e->D * 4);
         e->ph_row = malloc((size_t)e->V * 4);
@@ -229,7 +242,8 @@ size_t sd__spec_buffer_bytes(const sd_engine *e)
     if (e->spec == SD_SPEC_NONE)
         return 0;
     size_t T = (size_t)e->max_tokens, D = (size_t)e->D;
-    size_t b = T * 4 * 7 + (size_t)e->ov_max_seqs * (size_t)e->V * 4 + T * D * 4 * 2 +
+    size_t b = T * 4 * 7 + (SD_MAX_K * 4 + 3 * (SD_MAX_K - 1) + 3) * (size_t)e->ov_max_seqs * 4 +
+               (size_t)e->ov_max_seqs * (size_t)e->V * 4 + T * D * 4 * 2 +
                (size_t)e->ov_max_seqs * D * 4;
     if (e->eagle)
         b += 2 * T * 3 * D * 4 + sd_eagle3_workspace_bytes(e->eagle);
@@ -251,7 +265,8 @@ void sd__spec_free(sd_engine *e)
 {
     if (!e->be)
         return;
-    void *dev[] = {e->pd_meta, e->pd_logits, e->pd_hid_in, e->pd_hid_out, e->pd_hid_prev};
+    void *dev[] = {e->pd_meta,    e->pd_logits, e->pd_hid_in, e->pd_hid_out, e->pd_hid_prev,
+                   e->pd_drafts, e->pd_am,     e->pd_chain,  e->pd_d2t};
     for (size_t i = 0; i < SD_ARRAY_LEN(dev); i++)
         if (dev[i])
             e->be->ops->free(e->be, dev[i]);
@@ -259,6 +274,8 @@ void sd__spec_free(sd_engine *e)
         e->be->ops->free(e->be, e->pd_aux_in);
     free(e->ph_logits);
     free(e->ph_meta);
+    free(e->ph_chain);
+    free(e->ph_drafts);
     free(e->ph_i32);
     free(e->ph_row);
     sd_model_free(e->draft);
@@ -319,11 +336,49 @@ static int prop_pass(sd_engine *e, int mode, const float *hid_src, sd_fwd *f, co
     return sd_eagle3_forward(e->eagle, f, mode == PROP_EAGLE_FIRST, err);
 }
 
+/* Runs fn eagerly, or through g: the first time a graph's key is seen the
+ * work runs eagerly (making GEMM plans outside any capture), the second time
+ * it is captured, then replayed. */
+static int pgraph_run(sd_engine *e, sd_pgraph *g, int (*fn)(sd_engine *, void *, sd_err *),
+                      void *ctx, sd_err *err)
+{
+    const sd_ops *op = e->be->ops;
+    if (g && g->graph)
+        return op->graph_launch(e->be, g->graph);
+    if (g && g->seen) {
+        int rc = op->graph_begin(e->be);
+        if (rc)
+            return rc;
+        int fr = fn(e, ctx, err);
+        rc = op->graph_end(e->be, &g->graph);
+        if (fr)
+            return fr;
+        return rc ? rc : op->graph_launch(e->be, g->graph);
+    }
+    if (g)
+        g->seen = 1;
+    return fn(e, ctx, err);
+}
+
+struct prop_ctx {
+    int mode;
+    const float *hid_src;
+    sd_fwd *f;
+    const int32_t *hrows;
+};
+
+static int prop_cb(sd_engine *e, void *ctx, sd_err *err)
+{
+    struct prop_ctx *c = ctx;
+    return prop_pass(e, c->mode, c->hid_src, c->f, c->hrows, err);
+}
+
 /* Runs one proposer pass over the rows in b (sequence table: the step's),
  * padded and replayed from a graph like the target's steps (graphs.c).
  * mtp: MTP layer with input hidden rows gathered from hid_src by b->hrows.
  * Logits of the out rows land in e->ph_logits. */
-static int run_prop(sd_engine *e, prow *b, int mode, const float *hid_src, sd_err *err)
+static int run_prop(sd_engine *e, prow *b, int mode, const float *hid_src, int download,
+                    sd_err *err)
 {
     const sd_ops *op = e->be->ops;
     sd_backend *be = e->be;
@@ -354,26 +409,13 @@ static int run_prop(sd_engine *e, prow *b, int mode, const float *hid_src, sd_er
                 .logits = N ? e->pd_logits : NULL};
     int rc = op->upload(be, d, h, (size_t)(5 * T + N) * 4);
     sd_pgraph *g = !rc && Tp ? sd__pgraph_find(e, mode, hid_src, T, N) : NULL;
-    if (rc) {
-    } else if (g && g->graph) {
-        rc = op->graph_launch(be, g->graph);
-    } else if (g && g->seen) {
-        /* the second time this shape comes: capture it, then replay it */
-        if (!(rc = op->graph_begin(be))) {
-            int pr = prop_pass(e, mode, hid_src, &f, d + 4 * T, err);
-            rc = op->graph_end(be, &g->graph);
-            if (pr)
-                rc = pr;
-        }
-        if (!rc)
-            rc = op->graph_launch(be, g->graph);
-    } else {
-        rc = prop_pass(e, mode, hid_src, &f, d + 4 * T, err);
-        if (g)
-            g->seen = 1;
-    }
+    struct prop_ctx cx = {mode, hid_src, &f, d + 4 * T};
+    if (!rc)
+        rc = pgraph_run(e, g, prop_cb, &cx, err);
     int V = mode == PROP_EAGLE_FIRST || mode == PROP_EAGLE_CHAIN ? sd_eagle3_draft_vocab(e->eagle)
                                                                   : e->V;
+    if (!download)
+        return rc;
     if (!rc)
         rc = op->sync(be);
     if (!rc && n_out)
@@ -416,6 +458,140 @@ static int reserve_k(sd_engine *e, req *r, int k)
     if (sd_kv_seq_reserve(e->kv, &r->kv, r->n_tok + k) != 0)
         return 0;
     return k;
+}
+
+/* ---- the draft chain on the device ----
+ * When every drafting request is greedy, a draft token is the argmax of its
+ * logits row (through d2t for EAGLE-3), which the backend computes where the
+ * logits are: draft j's tokens are written straight into the token input of
+ * chain pass j + 1. Positions and slots of every pass are known in advance
+ * (drafts extend each sequence by one position a pass), so they go up in one
+ * copy; the k - 1 passes run as one graph, and the host downloads the k
+ * drafts of every request once. A request whose k is smaller than the
+ * step's becomes a padding row (the trash block) for the passes past it.
+ * Sampled drafts need their distributions on the host (rejection sampling
+ * there) and take the per-pass path above. */
+static int on_device(const sd_engine *e, const prow *b)
+{
+    if (!e->pd_drafts || !e->be->ops->argmax_rows || !e->be->ops->gather_i32 || b->n_out == 0 ||
+        b->n_out > e->ov_max_seqs)
+        return 0;
+    for (int j = 0; j < b->n_out; j++)
+        if (!b->out_req[j]->greedy)
+            return 0;
+    return 1;
+}
+
+struct chain_ctx {
+    int mode, Tc, k;
+    const int32_t *meta; /* device: (k - 1) x [pos, seq, slot] x Tc, rows (Tc), prev rows (Tc) */
+};
+
+/* argmax of n logits rows (width Vl) into out, mapped through d2t for EAGLE-3 */
+static void draft_argmax(sd_engine *e, int32_t *out, int n)
+{
+    const sd_ops *op = e->be->ops;
+    if (e->eagle) {
+        op->argmax_rows(e->be, e->pd_am, e->pd_logits, n, sd_eagle3_draft_vocab(e->eagle));
+        op->gather_i32(e->be, out, e->pd_d2t, e->pd_am, n);
+    } else {
+        op->argmax_rows(e->be, out, e->pd_logits, n, e->V);
+    }
+}
+
+static int chain_cb(sd_engine *e, void *ctx, sd_err *err)
+{
+    struct chain_ctx *c = ctx;
+    const sd_ops *op = e->be->ops;
+    int Tc = c->Tc, D = e->D;
+    const int32_t *rows = c->meta + 3 * (size_t)Tc * (size_t)(c->k - 1), *prev = rows + Tc;
+    float *hb[2] = {e->pd_hid_prev, e->pd_hid_out};
+    if (c->mode != PROP_DRAFT_LM)
+        op->gather_rows(e->be, hb[0], e->pd_hid_out, prev, Tc, D, D, D);
+    for (int j = 1; j < c->k; j++) {
+        const int32_t *m = c->meta + 3 * (size_t)Tc * (size_t)(j - 1);
+        sd_fwd f = {.ab = {.n_tokens = Tc, .pos = m, .seq = m + Tc, .slot = m + 2 * Tc,
+                           .block_table = e->d_table, .max_blocks = e->max_blocks,
+                           .block_size = e->block_size, .max_pos = e->max_ctx + SD_MAX_K},
+                    .tokens = e->pd_drafts + (size_t)(j - 1) * Tc, .n_out = Tc, .out_rows = rows,
+                    .logits = e->pd_logits, .in_hidden = hb[(j - 1) % 2],
+                    .out_hidden = hb[j % 2]};
+        int rc = c->mode == PROP_MTP        ? sd_model_mtp_forward(e->target, &f, err)
+                 : c->mode == PROP_DRAFT_LM ? sd_model_forward(e->draft, &f, err)
+                                            : sd_eagle3_forward(e->eagle, &f, 0, err);
+        if (rc)
+            return rc;
+        draft_argmax(e, e->pd_drafts + (size_t)j * Tc, Tc);
+    }
+    return 0;
+}
+
+static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int k, sd_err *err)
+{
+    const sd_ops *op = e->be->ops;
+    int mtp = e->spec == SD_SPEC_MTP || e->spec == SD_SPEC_EAGLE3;
+    int mode = e->spec == SD_SPEC_MTP ? PROP_MTP : e->eagle ? PROP_EAGLE_CHAIN : PROP_DRAFT_LM;
+    int n = b->n_out;
+    int Tc = sd__graph_bucket(e, n);
+    if (!Tc || Tc > e->ov_max_seqs)
+        Tc = n;
+    /* first drafts: the extend pass's logits rows are the chain's rows */
+    draft_argmax(e, e->pd_drafts, n);
+    int kc = 1;
+    for (int m = 0; m < n; m++) {
+        int si = seq_index(s, b->out_req[m]);
+        if (si >= 0 && kr[si] > kc)
+            kc = kr[si];
+    }
+    int rc = 0;
+    if (kc > 1) {
+        int32_t *h = e->ph_chain;
+        for (int j = 1; j < kc; j++) {
+            int32_t *pos = h + 3 * (size_t)Tc * (size_t)(j - 1), *seq = pos + Tc, *slot = seq + Tc;
+            sd__pad_rows(e, seq /* tokens: unused */, pos, seq, slot, 0, Tc);
+            for (int m = 0; m < n; m++) {
+                const req *r = b->out_req[m];
+                int si = seq_index(s, r);
+                if (si < 0 || kr[si] <= j)
+                    continue;
+                pos[m] = (mtp ? r->n_comp - 1 : r->n_tok - 1) + j;
+                seq[m] = si;
+                slot[m] = sd_kv_seq_slot(e->kv, &r->kv, pos[m]);
+            }
+        }
+        int32_t *rows = h + 3 * (size_t)Tc * (size_t)(kc - 1), *prev = rows + Tc;
+        for (int m = 0; m < Tc; m++) {
+            rows[m] = m;
+            prev[m] = m < n ? b->rows[m] : 0;
+        }
+        size_t words = 3 * (size_t)Tc * (size_t)(kc - 1) + 2 * (size_t)Tc;
+        rc = op->upload(e->be, e->pd_chain, h, words * 4);
+        struct chain_ctx cx = {mode, Tc, kc, e->pd_chain};
+        sd_pgraph *g = NULL;
+        if (!rc && e->pad_steps && sd__graph_bucket(e, n) == Tc)
+            g = sd__pgraph_find(e, 16 + mode, NULL, Tc, kc);
+        if (!rc)
+            rc = pgraph_run(e, g, chain_cb, &cx, err);
+    }
+    if (!rc)
+        rc = op->sync(e->be);
+    if (!rc)
+        rc = op->download(e->be, e->ph_drafts, e->pd_drafts, (size_t)kc * (size_t)Tc * 4);
+    if (rc)
+        return rc;
+    for (int m = 0; m < n; m++) {
+        req *r = b->out_req[m];
+        int si = seq_index(s, r);
+        int kk = si >= 0 ? kr[si] : 1;
+        r->has_q = 0;
+        for (int j = 0; j < kk; j++)
+            r->draft[j] = e->ph_drafts[(size_t)j * Tc + m];
+        r->n_draft = kk;
+        /* a draft LM's cache now holds the chain's positions up to the last input */
+        if (!mtp && kk > 1)
+            r->draft_valid = r->n_tok - 1 + kk;
+    }
+    return 0;
 }
 
 static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
@@ -464,9 +640,11 @@ static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
     int rc = sd__engine_upload_tables(e, s);
     if (!rc)
         rc = run_prop(e, &b, eagle ? PROP_EAGLE_FIRST : mtp ? PROP_MTP : PROP_DRAFT_LM,
-                      eagle ? e->d_aux : e->d_hidden, err);
+                      eagle ? e->d_aux : e->d_hidden, !on_device(e, &b), err);
     if (rc)
         return rc;
+    if (on_device(e, &b))
+        return device_chain(e, s, &b, kr, k, err);
     /* first drafts; keep each drafting request's last hidden for the chain */
     int n_chain = 0;
     int32_t prev_rows[4096];
@@ -504,7 +682,7 @@ static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
         if (!n)
             break;
         rc = run_prop(e, &c, eagle ? PROP_EAGLE_CHAIN : mtp ? PROP_MTP : PROP_DRAFT_LM,
-                      e->pd_hid_prev, err);
+                      e->pd_hid_prev, 1, err);
         if (rc)
             return rc;
         if (mtp) {
