@@ -66,7 +66,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: specd-bench-decode [--model DIR] [--batch 1,32] [--max-tokens N] [--prompt-len N]\n"
             "  [--prompts FILE.jsonl] [--spec none|mtp|eagle3|draft|ngram] [--draft-model DIR]\n"
-            "  [--k N] [--synthetic-accept P1,P2,...] [--graphs on|off] [--opt KEY=VALUE]...\n"
+            "  [--k N|auto] [--synthetic-accept P1,P2,...] [--graphs on|off] [--opt KEY=VALUE]...\n"
             "  [--warmup N] [--repeat N] [--temperature T] [--seed N] [--device auto|cpu|cuda]\n"
             "  [--copy-bw-gbs X | --measure-copy-bw] [--kv-bytes N] [--label TEXT]\n"
             "  [--out FILE.json] [--commit SHA] [--machine TEXT]\n");
@@ -147,6 +147,11 @@ static int parse_args(args *a, int argc, char **argv)
         STR("--commit", a->commit)
         STR("--machine", a->machine)
         STR("--label", a->label)
+        if (!strcmp(k, "--k") && v && !strcmp(v, "auto")) {
+            a->k = -1;
+            i++;
+            continue;
+        }
         INT("--k", a->k, 0, 16)
         INT("--max-tokens", a->max_tokens, 2, 1 << 20)
         INT("--prompt-len", a->prompt_len, 1, 1 << 20)
@@ -381,19 +386,16 @@ static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int m
         submitted++;
     }
     sd_engine_stats s0, s1;
-    uint64_t ta = 0, tb = 0;
     pthread_mutex_lock(&sh.mu);
     while (sh.n_first < submitted && sh.n_done < submitted)
         pthread_cond_wait(&sh.cv, &sh.mu);
     pthread_mutex_unlock(&sh.mu);
     sd_engine_get_stats(e, &s0);
-    ta = sd_now_ns();
     pthread_mutex_lock(&sh.mu);
     while (sh.n_done == 0 && submitted > 0)
         pthread_cond_wait(&sh.cv, &sh.mu);
     pthread_mutex_unlock(&sh.mu);
     sd_engine_get_stats(e, &s1);
-    tb = sd_now_ns();
     pthread_mutex_lock(&sh.mu);
     while (sh.n_done < submitted)
         pthread_cond_wait(&sh.cv, &sh.mu);
@@ -442,7 +444,9 @@ static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int m
         long long steps = (long long)(s1.steps - s0.steps);
         r->engine_steps = steps;
         if (steps > 0) {
-            r->step_ms = 1e3 * (double)(tb - ta) * 1e-9 / (double)steps;
+            /* from the end of the last step before the first snapshot to the
+             * end of the last one before the second: exactly `steps` steps */
+            r->step_ms = 1e3 * (double)(s1.last_step_ns - s0.last_step_ns) * 1e-9 / (double)steps;
             r->draft_ms = 1e3 * (s1.spec.draft_s - s0.spec.draft_s) / (double)steps;
             r->verify_ms = 1e3 * (s1.spec.verify_s - s0.spec.verify_s) / (double)steps;
         }
@@ -558,7 +562,7 @@ int main(int argc, char **argv)
     SET("model", dir);
     SET("spec", a.spec);
     snprintf(buf, sizeof buf, "%d", a.k);
-    SET("spec-k", buf);
+    SET("spec-k", a.k < 0 ? "auto" : buf);
     if (a.draft)
         SET("draft-model", a.draft);
     if (a.synth)
@@ -641,7 +645,7 @@ int main(int argc, char **argv)
     json_object_set_new(root, "architecture", json_string(cfg.arch_name));
     json_object_set_new(root, "load_s", json_real(load_s));
     json_object_set_new(root, "spec", json_string(a.spec));
-    json_object_set_new(root, "k", json_integer(a.k));
+    json_object_set_new(root, "k", a.k < 0 ? json_string("auto") : json_integer(a.k));
     json_object_set_new(root, "draft_model", a.draft ? json_string(a.draft) : json_null());
     json_object_set_new(root, "synthetic_accept", a.synth ? json_string(a.synth) : json_null());
     if (syn.n > 0 && a.k > 0)
@@ -719,7 +723,7 @@ int main(int argc, char **argv)
     if (a.out && json_dump_file(root, a.out, JSON_INDENT(2)) != 0)
         fprintf(stderr, "specd-bench-decode: cannot write %s\n", a.out);
     /* table last: one row per batch, the median of the repeats */
-    printf("%-6s %-7s %3s %-14s %-5s %10s %9s %8s %8s %8s %7s %9s %9s %6s\n", "batch", "spec", "k",
+    printf("%-6s %-7s %4s %-14s %-5s %10s %9s %8s %8s %8s %7s %9s %9s %6s\n", "batch", "spec", "k",
            "synthetic", "graph", "tok/s", "tok/s/req", "step_ms", "draft_ms", "verif_ms", "len",
            "step_GB", "floor", "frac");
     for (int bi = 0; bi < a.n_batches; bi++) {
@@ -737,8 +741,10 @@ int main(int argc, char **argv)
         double med = v[n / 2];
         double sb = sd_decode_step_bytes(&db, last->batch);
         double floor = bw > 0 ? last->batch * bw * 1e9 / sb : 0;
-        printf("%-6d %-7s %3d %-14s %-5s %10.1f %9.1f %8.3f %8.3f %8.3f %7.3f %9.3f %9.1f %6.3f\n",
-               last->batch, a.spec, a.k, a.synth ? a.synth : "-", a.graphs, med,
+        char kb[8];
+        snprintf(kb, sizeof kb, a.k < 0 ? "auto" : "%d", a.k);
+        printf("%-6d %-7s %4s %-14s %-5s %10.1f %9.1f %8.3f %8.3f %8.3f %7.3f %9.3f %9.1f %6.3f\n",
+               last->batch, a.spec, kb, a.synth ? a.synth : "-", a.graphs, med,
                last->per_req_tok_s, last->step_ms, last->draft_ms, last->verify_ms, last->mean_len,
                sb / 1e9, floor, floor > 0 ? med / floor : 0);
     }

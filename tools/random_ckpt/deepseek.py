@@ -79,6 +79,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--shard-gb", type=float, default=4.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=0, help="shards written at once (0: 4 on a GPU, else 1)")
     a = ap.parse_args()
     c = dict(TINY if a.tiny else PRESETS[a.preset])
     c.update(architectures=["DeepseekV3ForCausalLM"], model_type="deepseek_v3", hidden_act="silu",
@@ -90,7 +91,7 @@ def main():
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(c, f, indent=2)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    g = torch.Generator(device=dev).manual_seed(a.seed)
+    workers = a.workers or (4 if dev == "cuda" else 1)
     D, V, L = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"]
     specs = [("model.embed_tokens.weight", (V, D), "bf16"), ("model.norm.weight", (D,), "bf16"),
              ("lm_head.weight", (V, D), "bf16")]
@@ -102,7 +103,8 @@ def main():
             (p + "enorm.weight", (D,), "bf16"), (p + "hnorm.weight", (D,), "bf16"),
             (p + "eh_proj.weight", (D, 2 * D), "bf16"), (p + "shared_head.norm.weight", (D,), "bf16"),
             (p + "shared_head.head.weight", (V, D), "bf16"), (p + "embed_tokens.weight", (V, D), "bf16")]
-    total, secs = write_checkpoint(a.out, specs, normal_draw(g, dev), a.shard_gb)
+    total, secs = write_checkpoint(a.out, specs, normal_draw(a.seed, dev), a.shard_gb,
+                                   workers=workers)
     E, k, Im = c["n_routed_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"]
     n_moe = L - c["first_k_dense_replace"]
     active = total - n_moe * (E - k) * 3 * Im * D * 2

@@ -59,7 +59,7 @@ def target_specs(c):
     return s
 
 
-def write_eagle3(out, c, draft_vocab, gen, dev):
+def write_eagle3(out, c, draft_vocab, seed, dev):
     D, I, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     H, KV = c["num_attention_heads"], c["num_key_value_heads"]
     hd, L = D // H, c["num_hidden_layers"]
@@ -88,7 +88,7 @@ def write_eagle3(out, c, draft_vocab, gen, dev):
              ("lm_head.weight", (draft_vocab, D), "bf16")]
     # the draft vocabulary: a random sorted subset of the target's ids
     ids = torch.randperm(V, generator=torch.Generator().manual_seed(1))[:draft_vocab].sort().values
-    weights = normal_draw(gen, dev)
+    weights = normal_draw(seed + 1, dev)
 
     def draw(name, shape, dt):
         if name == "d2t":
@@ -109,6 +109,7 @@ def main():
     ap.add_argument("--eagle3", metavar="DIR", help="also write a random EAGLE-3 head here")
     ap.add_argument("--shard-gb", type=float, default=4.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=0, help="shards written at once (0: 4 on a GPU, else 1)")
     a = ap.parse_args()
     c = dict(TINY if a.tiny else PRESETS[a.preset])
     c.update(architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu",
@@ -117,13 +118,14 @@ def main():
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(c, f, indent=2)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    g = torch.Generator(device=dev).manual_seed(a.seed)
+    workers = a.workers or (4 if dev == "cuda" else 1)
     specs = target_specs(c)
-    total, secs = write_checkpoint(a.out, specs, normal_draw(g, dev), a.shard_gb)
+    total, secs = write_checkpoint(a.out, specs, normal_draw(a.seed, dev), a.shard_gb,
+                                   workers=workers)
     name = "tiny" if a.tiny else a.preset
     print(f"{name}: {len(specs)} tensors, {total / 1e9:.2f} GB in {secs:.1f} s -> {a.out}")
     if a.eagle3:
-        total, secs = write_eagle3(a.eagle3, c, DRAFT_VOCAB[name], g, dev)
+        total, secs = write_eagle3(a.eagle3, c, DRAFT_VOCAB[name], a.seed, dev)
         print(f"{name} EAGLE-3 head: {total / 1e9:.2f} GB in {secs:.1f} s -> {a.eagle3}")
 
 

@@ -11,6 +11,8 @@ import json
 import os
 import struct
 import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -38,8 +40,9 @@ def _raw(t):
     return t.numpy().data
 
 
-def write_checkpoint(out, specs, draw, shard_gb=4.0, single_name=None):
-    """specs: [(name, shape, dt)], dt a key of DTYPES; draw(name, shape, dt) -> tensor.
+def write_checkpoint(out, specs, draw, shard_gb=4.0, single_name=None, workers=1):
+    """specs: [(name, shape, dt)], dt a key of DTYPES; draw(name, shape, dt) -> tensor
+    (thread-safe when workers > 1: shards are written by that many threads at once).
     Writes out/model-0000i-of-0000n.safetensors + model.safetensors.index.json, or
     out/<single_name> alone when given. Returns (total bytes, seconds)."""
     t0 = time.time()
@@ -55,14 +58,15 @@ def write_checkpoint(out, specs, draw, shard_gb=4.0, single_name=None):
         size += b
     shards.append(cur)
     wmap, total = {}, 0
-    for i, sh in enumerate(shards):
+
+    def write_shard(i):
+        sh = shards[i]
         fn = single_name or f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
         hdr, off = {}, 0
         for name, shape, dt in sh:
             b = nbytes(shape, dt)
             hdr[name] = {"dtype": DTYPES[dt][0], "shape": list(shape), "data_offsets": [off, off + b]}
             off += b
-            wmap[name] = fn
         hdr["__metadata__"] = {"format": "pt"}
         h = json.dumps(hdr, separators=(",", ":")).encode()
         h += b" " * ((8 - len(h) % 8) % 8)
@@ -73,16 +77,29 @@ def write_checkpoint(out, specs, draw, shard_gb=4.0, single_name=None):
                 t = draw(name, shape, dt)
                 assert tuple(t.shape) == tuple(shape) and t.dtype == DTYPES[dt][2], name
                 f.write(_raw(t))
-        total += off
+        return fn, off
+
+    if workers > 1 and len(shards) > 1:
+        with ThreadPoolExecutor(max_workers=workers) as ex:
+            done = list(ex.map(write_shard, range(len(shards))))
+    else:
+        done = [write_shard(i) for i in range(len(shards))]
+    for sh, (fn, size) in zip(shards, done):
+        for name, _, _ in sh:
+            wmap[name] = fn
+        total += size
     if single_name is None:
         with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {"total_size": total}, "weight_map": wmap}, f, indent=2)
     return total, time.time() - t0
 
 
-def normal_draw(gen, dev):
-    """Matrices ~ N(0, 0.02^2), norms 1 + N(0, 0.05^2) (bf16), f32 vectors ~ N(0, 0.01^2)."""
+def normal_draw(seed, dev):
+    """Matrices ~ N(0, 0.02^2), norms 1 + N(0, 0.05^2) (bf16), f32 vectors ~ N(0, 0.01^2).
+    Each tensor has its own generator, seeded by (seed, name): the weights do not
+    depend on the order or the thread that draws them."""
     def draw(name, shape, dt):
+        gen = torch.Generator(device=dev).manual_seed((seed << 32) ^ zlib.crc32(name.encode()))
         if dt == "f32":
             return (0.01 * torch.randn(shape, generator=gen, device=dev)).float()
         if len(shape) == 1:
