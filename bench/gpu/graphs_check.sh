@@ -35,6 +35,6 @@ for bs in 1 8 32; do
             --batch $bs --n-prompts $((bs * 2 > 16 ? bs * 2 : 16)) --max-tokens 128 \
             --cuda-graph-max-bs $g --out "$OUT/accept-b$bs-g$g.json" > "$OUT/accept-b$bs-g$g.txt" \
             2> "$OUT/accept-b$bs-g$g.log"
-        echo "== batch $bs, cuda-graph-max-bs $g"; cat "$OUT/accept-b$bs-g$g.txt" | tail -8
+        echo "== batch $bs, cuda-graph-max-bs $g"; tail -8 "$OUT/accept-b$bs-g$g.txt"
     done
 done
