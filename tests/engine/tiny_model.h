@@ -14,6 +14,7 @@
 
 typedef struct tiny_spec {
     int vocab, hidden, layers, heads, kv_heads, inter;
+    int max_pos; /* max_position_embeddings; 0: 256 */
     float scale; /* std of the random weights */
     uint64_t seed;
 } tiny_spec;
@@ -44,9 +45,9 @@ static inline char *tiny_model_write(const tiny_spec *sp)
         "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"vocab_size\": %d, "
         "\"hidden_size\": %d, \"intermediate_size\": %d, \"num_hidden_layers\": %d, "
         "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"rms_norm_eps\": 1e-5, "
-        "\"max_position_embeddings\": 256, \"rope_theta\": 10000.0, \"tie_word_embeddings\": false, "
+        "\"max_position_embeddings\": %d, \"rope_theta\": 10000.0, \"tie_word_embeddings\": false, "
         "\"bos_token_id\": null, \"eos_token_id\": null, \"hidden_act\": \"silu\"}",
-        V, D, I, sp->layers, H, KV);
+        V, D, I, sp->layers, H, KV, sp->max_pos > 0 ? sp->max_pos : 256);
     char path[512];
     snprintf(path, sizeof path, "%s/config.json", dir);
     sd_write_file(path, cfg, strlen(cfg), NULL);
