@@ -461,7 +461,7 @@ int main(int argc, char **argv)
 
     /* Llama-3-8B (bf16): q/o, k/v, gate+up fused, down, lm_head */
     static const int n_dec[] = {1, 2, 4, 8}, n_one[] = {1};
-    static const int n_lt[] = {8, 12, 16, 24, 32};
+    static const int n_lt[] = {8, 12, 16, 24, 32, 48, 64};
     struct { const char *name; int N, K; } l8[] = {
         {"llama8b q/o", 4096, 4096},   {"llama8b k/v", 1024, 4096},
         {"llama8b gate+up", 28672, 4096}, {"llama8b down", 4096, 14336},
@@ -486,9 +486,9 @@ int main(int argc, char **argv)
         for (int i = 0; i < 3; i++) {
             char nm[64];
             snprintf(nm, sizeof nm, "xover %dx%d", big[i][0], big[i][1]);
-            bench_mm(&b, &o, nm, big[i][0], big[i][1], 0, n_lt, 5, "gemv");
-            bench_mm(&b, &o, nm, big[i][0], big[i][1], 0, n_lt, 5, "lt");
-            bench_mm(&b, &o, nm, big[i][0], big[i][1], 0, n_lt, 5, "auto");
+            bench_mm(&b, &o, nm, big[i][0], big[i][1], 0, n_lt, 7, "gemv");
+            bench_mm(&b, &o, nm, big[i][0], big[i][1], 0, n_lt, 7, "lt");
+            bench_mm(&b, &o, nm, big[i][0], big[i][1], 0, n_lt, 7, "auto");
         }
         /* cuBLASLt at prefill sizes (timed algorithm trial vs the heuristic's first) */
         static const int n_pf[] = {64, 512};

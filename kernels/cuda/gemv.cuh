@@ -188,6 +188,86 @@ template <int V> __device__ __forceinline__ void sd__xreduce(float (&v)[V], int 
         v[0] += __shfl_xor_sync(0xffffffffu, v[0], d);
 }
 
+/* ---- BF16 weights on tensor cores ----------------------------------------
+ *
+ * mma.sync m16n8k16 with the weights as B (8 weight rows per mma, the n8
+ * side) and the activations as A (16 activation rows, the m16 side). An fp32
+ * activation is split exactly into three bf16 terms, x = hi + mid + lo (each
+ * residual is exact in fp32 and has 8 fewer significant bits), so every
+ * product with a bf16 weight is exact and the sums are fp32: the GEMV's
+ * accuracy without its fp32 multiply-adds (8 per weight at 8 rows), and
+ * activation registers shared by 8 weight rows.
+ *
+ * The k index inside an mma is free to permute as long as A and B agree:
+ * lane (g = lane / 4, t = lane % 4) loads 16 bytes of weight row g at
+ * k = 32c + 8t (chunk c), and the two mmas of the chunk take elements 0-3
+ * and 4-7 of that load as their k slots {2t, 2t+1, 2t+8, 2t+9}; the lane's
+ * activation values come from the same 8 k. */
+
+/* d += A B over one k16 step (not volatile: a pure function of its
+ * operands, so the compiler may interleave independent mmas) */
+__device__ __forceinline__ void sd__mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* x0, x1 -> three packed bf16 pairs with x = hi + mid + lo exactly: each
+ * term is the top 8 significant bits of what the previous ones left
+ * (truncation, so each residual is exact in fp32 and the last one fits a
+ * bf16 whole). Low element in the low half, as the mma reads pairs. */
+__device__ __forceinline__ void sd__split3(float x0, float x1, uint32_t &hi, uint32_t &mid,
+                                           uint32_t &lo)
+{
+    const uint32_t u0 = __float_as_uint(x0), u1 = __float_as_uint(x1);
+    const float r0 = x0 - __uint_as_float(u0 & 0xffff0000u);
+    const float r1 = x1 - __uint_as_float(u1 & 0xffff0000u);
+    const uint32_t m0 = __float_as_uint(r0), m1 = __float_as_uint(r1);
+    const float s0 = r0 - __uint_as_float(m0 & 0xffff0000u);
+    const float s1 = r1 - __uint_as_float(m1 & 0xffff0000u);
+    hi = __byte_perm(u0, u1, 0x7632);
+    mid = __byte_perm(m0, m1, 0x7632);
+    lo = __byte_perm(__float_as_uint(s0), __float_as_uint(s1), 0x7632);
+}
+
+/* A fragments (terms hi, mid, lo; mmas s = 0, 1) of the lane's 8 values of
+ * activation rows g (xa) and g + 8 (xb); NULL or k >= K: zeros. Rows g + 8
+ * are skipped when the caller knows the whole half is empty (hi8 false). */
+__device__ __forceinline__ void sd__x_frags(const float *xa, const float *xb, int k, bool kin,
+                                            bool hi8, uint32_t (&f)[3][2][4])
+{
+    float v[2][8];
+    const float *xr[2] = {xa, xb};
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (kin && xr[h] && (h == 0 || hi8)) {
+            const float4 *p = (const float4 *)(xr[h] + k);
+            float4 a = __ldg(p), b = __ldg(p + 1);
+            v[h][0] = a.x; v[h][1] = a.y; v[h][2] = a.z; v[h][3] = a.w;
+            v[h][4] = b.x; v[h][5] = b.y; v[h][6] = b.z; v[h][7] = b.w;
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                v[h][e] = 0.0f;
+        }
+    }
+    /* a0: (row g, slots 2t, 2t+1), a1: (row g+8, same), a2: (row g, 2t+8,
+     * 2t+9), a3: (row g+8, same); mma s takes elements 4s .. 4s+3 */
+#pragma unroll
+    for (int s = 0; s < 2; s++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int h = r & 1, e = 4 * s + (r >> 1) * 2;
+            if (h == 0 || hi8)
+                sd__split3(v[h][e], v[h][e + 1], f[0][s][r], f[1][s][r], f[2][s][r]);
+            else
+                f[0][s][r] = f[1][s][r] = f[2][s][r] = 0u;
+        }
+}
+
 /* Warps splitting K for a row of K elements: the largest power of two <= 8
  * that leaves every warp at least one chunk. Depends on K only. */
 static inline int sd__gemv_wk(int K)

@@ -1,10 +1,14 @@
 /* CUDA: y = x @ W^T (kernels/cpu/matmul.c is the reference).
  *
  * Three paths, by the number of activation rows n:
- * - n <= SD_CUDA_GEMV_MAX_ROWS (decode, verification): GEMV in fp32 on the
- *   fp32 activations (kernels/cuda/gemv.cuh): memory-bound, each weight byte
- *   read once from memory with many 16-byte loads in flight; a row's result
- *   does not depend on the other rows of the call.
+ * - n <= SD_CUDA_GEMV_MAX_ROWS (decode, verification): GEMV on the fp32
+ *   activations (kernels/cuda/gemv.cuh): memory-bound, each weight byte read
+ *   once from memory with many 16-byte loads in flight. Up to
+ *   SD_CUDA_GEMV_EXACT_ROWS rows fp32 multiply-adds, whose result for a row
+ *   does not depend on the other rows of the call; above, BF16 weights go
+ *   to tensor cores (mma.sync) with the activations split exactly into
+ *   three bf16 terms: fp32-exact products, 8 weight rows per activation
+ *   fragment instead of 8 multiply-adds per weight.
  * - more rows, BF16 weights: cuBLASLt, fp32 accumulate, fp32 output. The
  *   activations go to bf16 in scratch (row chunks that fit it), by default as
  *   two terms, hi = bf16(x) and lo = bf16(x - hi), summed by two GEMMs: ~16
@@ -86,6 +90,120 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 
                 if (a.bias)
                     s += sd__wload(a.bias, a.bias_dt, (size_t)j);
                 yb[(size_t)(r0 + r) * (size_t)a.y_stride + (size_t)j] = s;
+            }
+        }
+        __syncthreads(); /* part is rewritten by the next pass */
+    }
+}
+
+/* BF16 weights on tensor cores (gemv.cuh), for batches above
+ * SD_CUDA_GEMV_EXACT_ROWS: y(n, N) in passes of 16 * MT activation rows. A block is
+ * SD__GEMV_WARPS warps = WK K-slices x (SD__GEMV_WARPS / WK) row groups of
+ * 8 * NB weight rows (NB mmas share each activation fragment); K-slice kw
+ * is a contiguous run of 32-element chunks. Each chunk's mmas (2 k-steps x
+ * 3 activation terms, smallest first) start from 0 and are added to the
+ * fp32 sum with one add per output: a chunk's partial stays small, so the
+ * tensor cores' internal accumulation never rounds a large running sum. */
+#define MMA_LOADS 8 /* 16-byte weight loads per lane in flight */
+
+template <int MT, int NB>
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2) gemv_mma_kernel(mm_args a, int WK)
+{
+    constexpr int U = MMA_LOADS / NB;   /* chunks per warp loaded before use */
+    constexpr int E = MT * NB * 128;    /* outputs per warp and pass */
+    __shared__ float part[SD__GEMV_WARPS * E];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int h = blockIdx.y, RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK;
+    const int rows0 = blockIdx.x * RG * 8 * NB;
+    const uint16_t *wr[NB];
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+        int j = rows0 + (rg * NB + b) * 8 + g;
+        wr[b] = j < a.N ? (const uint16_t *)a.w + ((size_t)h * (size_t)a.N + (size_t)j) * (size_t)a.K
+                        : NULL;
+    }
+    const float *xb = a.x + (size_t)h * (size_t)a.x_bstride + (size_t)a.x_off;
+    float *yb = a.y + (size_t)h * (size_t)a.y_bstride;
+    const int nch = (a.K + 31) / 32, cpw = (nch + WK - 1) / WK;
+    const int cb = kw * cpw, ce = cb + cpw < nch ? cb + cpw : nch;
+    for (int r0 = 0; r0 < a.n; r0 += 16 * MT) {
+        const float *xr[MT][2];
+        bool hi8[MT]; /* rows 8..15 of tile q hold activations */
+#pragma unroll
+        for (int q = 0; q < MT; q++) {
+            hi8[q] = r0 + q * 16 + 8 < a.n;
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                int m = r0 + q * 16 + hh * 8 + g;
+                xr[q][hh] = m < a.n ? xb + (size_t)m * (size_t)a.x_stride : NULL;
+            }
+        }
+        float acc[MT][NB][4];
+#pragma unroll
+        for (int q = 0; q < MT; q++)
+#pragma unroll
+            for (int b = 0; b < NB; b++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    acc[q][b][i] = 0.0f;
+        for (int c0 = cb; c0 < ce; c0 += U) {
+            uint4 w[U][NB];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                int c = c0 + u, k = c * 32 + t * 8;
+#pragma unroll
+                for (int b = 0; b < NB; b++)
+                    w[u][b] = c < ce && k < a.K && wr[b] ? sd__ld_stream(wr[b] + k)
+                                                         : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u, k = c * 32 + t * 8;
+                if (c >= ce)
+                    break; /* the same for the whole warp: the mmas need all lanes */
+#pragma unroll
+                for (int q = 0; q < MT; q++) {
+                    if (r0 + q * 16 >= a.n)
+                        break; /* an empty tile (warp-uniform) */
+                    uint32_t f[3][2][4];
+                    sd__x_frags(xr[q][0], xr[q][1], k, k < a.K, hi8[q], f);
+#pragma unroll
+                    for (int b = 0; b < NB; b++) {
+                        const uint32_t wb[4] = {w[u][b].x, w[u][b].y, w[u][b].z, w[u][b].w};
+                        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                        for (int s = 0; s < 2; s++)
+#pragma unroll
+                            for (int term = 2; term >= 0; term--)
+                                sd__mma_bf16(d, f[term][s], wb[2 * s], wb[2 * s + 1]);
+#pragma unroll
+                        for (int i = 0; i < 4; i++)
+                            acc[q][b][i] += d[i];
+                    }
+                }
+            }
+        }
+        /* d0: (row g, column 2t), d1: (g, 2t+1), d2: (g+8, 2t), d3: (g+8, 2t+1);
+         * part per warp: [q][row 16][weight column 8 * NB] */
+#pragma unroll
+        for (int q = 0; q < MT; q++)
+#pragma unroll
+            for (int b = 0; b < NB; b++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    part[warp * E + (q * 16 + g + (i >> 1) * 8) * (8 * NB) + b * 8 + 2 * t +
+                         (i & 1)] = acc[q][b][i];
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < RG * E; idx += blockDim.x) {
+            const int gr = idx / E, rem = idx % E, m = r0 + rem / (8 * NB);
+            const int jj = rows0 + gr * 8 * NB + rem % (8 * NB);
+            if (m < a.n && jj < a.N) {
+                float s = part[(gr * WK) * E + rem];
+                for (int q = 1; q < WK; q++)
+                    s += part[(gr * WK + q) * E + rem];
+                if (a.bias)
+                    s += sd__wload(a.bias, a.bias_dt, (size_t)jj);
+                yb[(size_t)m * (size_t)a.y_stride + (size_t)jj] = s;
             }
         }
         __syncthreads(); /* part is rewritten by the next pass */
@@ -232,18 +350,40 @@ template <int DT> static void launch_gemv(sd__cuda *c, const mm_args *a, int H)
         SD_LAUNCHED(c, "gemv_scalar_kernel");
         return;
     }
-    int wk = sd__gemv_wk(a->K), rows = SD__GEMV_WARPS / wk * GEMV_VR;
-    dim3 grid((unsigned)((a->N + rows - 1) / rows), (unsigned)H);
     const unsigned th = SD__GEMV_WARPS * 32;
-    if (a->n == 1)
-        gemv_kernel<DT, 1><<<grid, th, 0, c->stream>>>(*a, wk);
-    else if (a->n == 2)
-        gemv_kernel<DT, 2><<<grid, th, 0, c->stream>>>(*a, wk);
-    else if (a->n <= 4)
-        gemv_kernel<DT, 4><<<grid, th, 0, c->stream>>>(*a, wk);
-    else
-        gemv_kernel<DT, 8><<<grid, th, 0, c->stream>>>(*a, wk);
-    SD_LAUNCHED(c, "gemv_kernel");
+    if (DT == SD__BF16 && a->n > SD_CUDA_GEMV_EXACT_ROWS) {
+        /* chunks of 32: the largest power of two <= 8 leaving each warp one */
+        int nch = (a->K + 31) / 32, wk = 1;
+        while (wk * 2 <= SD__GEMV_WARPS && wk * 2 <= nch)
+            wk *= 2;
+        /* 8 weight rows per mma, up to 4 mmas per warp while the grid still
+         * has a block for every SM */
+        int per = SD__GEMV_WARPS / wk * 8, nb = 4;
+        while (nb > 1 && (a->N + per * nb - 1) / (per * nb) * H < c->sm_count)
+            nb /= 2;
+        dim3 grid((unsigned)((a->N + per * nb - 1) / (per * nb)), (unsigned)H);
+        /* one 16-row tile per pass: two tiles (MT = 2) at 17..32 rows
+         * measured no faster than cuBLASLt (bench/results/NOTES.md) */
+        if (nb == 4)
+            gemv_mma_kernel<1, 4><<<grid, th, 0, c->stream>>>(*a, wk);
+        else if (nb == 2)
+            gemv_mma_kernel<1, 2><<<grid, th, 0, c->stream>>>(*a, wk);
+        else
+            gemv_mma_kernel<1, 1><<<grid, th, 0, c->stream>>>(*a, wk);
+        SD_LAUNCHED(c, "gemv_mma_kernel");
+    } else {
+        int wk = sd__gemv_wk(a->K), rows = SD__GEMV_WARPS / wk * GEMV_VR;
+        dim3 grid((unsigned)((a->N + rows - 1) / rows), (unsigned)H);
+        if (a->n == 1)
+            gemv_kernel<DT, 1><<<grid, th, 0, c->stream>>>(*a, wk);
+        else if (a->n == 2)
+            gemv_kernel<DT, 2><<<grid, th, 0, c->stream>>>(*a, wk);
+        else if (a->n <= 4)
+            gemv_kernel<DT, 4><<<grid, th, 0, c->stream>>>(*a, wk);
+        else
+            gemv_kernel<DT, 8><<<grid, th, 0, c->stream>>>(*a, wk);
+        SD_LAUNCHED(c, "gemv_kernel");
+    }
 }
 
 template <int DT> static void launch_tiled(sd__cuda *c, const mm_args *a, int H)
@@ -296,16 +436,23 @@ void sd__cuda_matmul_release(sd__cuda *c)
     c->n_plans = 0;
 }
 
-/* The timed trial (issue 7): the heuristic's candidates, each run
- * LT_TRIAL_REPS times on the real operands after one untimed run. It writes
- * D, which is the call's output and is overwritten right after. Candidate 0
- * (the heuristic's first) is kept unless another is LT_TRIAL_MARGIN faster:
+/* The timed trial (issue 7): the heuristic's candidates on the real
+ * operands, LT_TRIAL_REPS runs each, in LT_TRIAL_ROUNDS interleaved rounds
+ * after LT_TRIAL_WARM untimed runs of candidate 0, the best round of each
+ * counting (one round of 3 runs without warm-up picked an algorithm 20-25%
+ * slower than the heuristic's first in two of four runs on an H200,
+ * 4096 x 4096 at 64 rows: an idle GPU runs its first kernels at low
+ * clocks). It writes D, which is the
+ * call's output and is overwritten right after. Candidate 0 (the
+ * heuristic's first) is kept unless another is LT_TRIAL_MARGIN faster:
  * timings of near-equal algorithms flip between runs, and every algorithm
  * sums in its own order, so a flip would change results from run to run
  * for nothing. Under stream capture nothing can be timed (and no host sync
  * is allowed): candidate 0. Returns the index to use. */
 #define LT_TRIAL_ALGOS 8
 #define LT_TRIAL_REPS 3
+#define LT_TRIAL_ROUNDS 2
+#define LT_TRIAL_WARM 5
 #define LT_TRIAL_MARGIN 0.97f
 
 static int time_algos(sd__cuda *c, sd__gemm_plan *p, const cublasLtMatmulHeuristicResult_t *res,
@@ -323,32 +470,36 @@ static int time_algos(sd__cuda *c, sd__gemm_plan *p, const cublasLtMatmulHeurist
     }
     const float alpha = 1.0f, beta = 0.0f;
     float ms[LT_TRIAL_ALGOS];
-    int pick = 0;
-    for (int i = 0; i < got && i < LT_TRIAL_ALGOS && !c->err; i++) {
+    int n = got < LT_TRIAL_ALGOS ? got : LT_TRIAL_ALGOS, pick = 0;
+    for (int i = 0; i < n; i++)
         ms[i] = INFINITY;
-        if (res[i].state != CUBLAS_STATUS_SUCCESS)
-            continue;
-        /* a candidate that refuses to run is skipped, not an error */
-        if (cublasLtMatmul(c->lt, p->op, &alpha, A, p->a, B, p->b, &beta, (void *)D, p->d,
-                           (void *)D, p->d, &res[i].algo, c->lt_ws, c->lt_ws_bytes,
-                           c->stream) != CUBLAS_STATUS_SUCCESS)
-            continue;
-        if (SD_CUDA(c, cudaEventRecord(ev[0], c->stream)))
-            break;
-        int ran = 1;
-        for (int r = 0; r < LT_TRIAL_REPS && ran; r++)
-            ran = cublasLtMatmul(c->lt, p->op, &alpha, A, p->a, B, p->b, &beta, (void *)D, p->d,
-                                 (void *)D, p->d, &res[i].algo, c->lt_ws, c->lt_ws_bytes,
-                                 c->stream) == CUBLAS_STATUS_SUCCESS;
-        if (SD_CUDA(c, cudaEventRecord(ev[1], c->stream)) ||
-            SD_CUDA(c, cudaEventSynchronize(ev[1])) ||
-            SD_CUDA(c, cudaEventElapsedTime(&ms[i], ev[0], ev[1])))
-            break;
-        if (!ran)
-            ms[i] = INFINITY;
-        if (i > 0 && ms[i] < ms[pick] && (pick > 0 || ms[i] < LT_TRIAL_MARGIN * ms[0]))
-            pick = i;
+    for (int r = 0; r < LT_TRIAL_WARM; r++)
+        cublasLtMatmul(c->lt, p->op, &alpha, A, p->a, B, p->b, &beta, (void *)D, p->d, (void *)D,
+                       p->d, &res[0].algo, c->lt_ws, c->lt_ws_bytes, c->stream);
+    for (int round = 0; round < LT_TRIAL_ROUNDS && !c->err; round++) {
+        for (int i = 0; i < n && !c->err; i++) {
+            if (res[i].state != CUBLAS_STATUS_SUCCESS)
+                continue;
+            /* a candidate that refuses to run is skipped, not an error */
+            if (SD_CUDA(c, cudaEventRecord(ev[0], c->stream)))
+                break;
+            int ran = 1;
+            for (int k = 0; k < LT_TRIAL_REPS && ran; k++)
+                ran = cublasLtMatmul(c->lt, p->op, &alpha, A, p->a, B, p->b, &beta, (void *)D,
+                                     p->d, (void *)D, p->d, &res[i].algo, c->lt_ws,
+                                     c->lt_ws_bytes, c->stream) == CUBLAS_STATUS_SUCCESS;
+            float t = INFINITY;
+            if (SD_CUDA(c, cudaEventRecord(ev[1], c->stream)) ||
+                SD_CUDA(c, cudaEventSynchronize(ev[1])) ||
+                SD_CUDA(c, cudaEventElapsedTime(&t, ev[0], ev[1])))
+                break;
+            if (ran && t < ms[i])
+                ms[i] = t;
+        }
     }
+    for (int i = 1; i < n; i++)
+        if (ms[i] < ms[pick] && (pick > 0 || ms[i] < LT_TRIAL_MARGIN * ms[0]))
+            pick = i;
     cudaEventDestroy(ev[0]);
     cudaEventDestroy(ev[1]);
     if (c->err)

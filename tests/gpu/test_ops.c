@@ -4,10 +4,12 @@
  *
  * Error: max |gpu - cpu| / max |cpu| over the whole output. Bounds, per op:
  *   exact (0)  embed, embed_shard, gather_rows, copy2d, add, the K/V cache
- *              stores, MoE expert ids;
+ *              stores, MoE expert ids, a GEMV row alone vs in a batch;
  *   1e-6       silu_mul, rmsnorm, MoE routing weights (expf/sqrt ulps);
  *   1e-5       rope (cosf/sinf of angles to 8k radians, a few ulps), matmul on
- *              fp32 activations (GEMV rows, F32 and F16 weights, per-head),
+ *              fp32 activations (GEMV rows, F32 and F16 weights, per-head;
+ *              BF16 GEMV batches above SD_CUDA_GEMV_EXACT_ROWS on tensor
+ *              cores with the activations split exactly into 3 bf16 terms),
  *              moe_ffn (fp32 sums in another order);
  *   1e-4       matmul above SD_CUDA_GEMV_MAX_ROWS rows with BF16 weights: the
  *              activations go to cuBLASLt as two bf16 terms (hi + lo, ~2^-17
@@ -322,63 +324,79 @@ TEST(matmul_gemv_rows_match_the_cpu_in_fp32)
         ok &= mm_case(&e, dt, 7, 333, 2056, 2056, 1);
         ok &= mm_case(&e, dt, 2, 50, 520, 524, 0);
         ok &= mm_case(&e, dt, 1, 70, 64, 64, 1);
-        /* the largest GEMV batches: passes of 8 rows, the last ragged */
+        /* above SD_CUDA_GEMV_EXACT_ROWS (BF16: tensor cores, 1, 2 or 4 mmas
+         * per warp by N; F32/F16: passes of 8 rows) up to the largest GEMV
+         * batch, ragged tiles and a partial last chunk */
         ok &= mm_case(&e, dt, SD_CUDA_GEMV_MAX_ROWS, 600, 1024, 1024, 0);
-        if (SD_CUDA_GEMV_MAX_ROWS > 3)
-            ok &= mm_case(&e, dt, SD_CUDA_GEMV_MAX_ROWS - 3, 259, 2048, 2052, 1);
+        ok &= mm_case(&e, dt, SD_CUDA_GEMV_MAX_ROWS - 3, 259, 2056, 2060, 1);
+        ok &= mm_case(&e, dt, SD_CUDA_GEMV_EXACT_ROWS + 4, 4500, 1024, 1024, 0);
+        ok &= mm_case(&e, dt, SD_CUDA_GEMV_EXACT_ROWS + 12, 2200, 520, 520, 1);
     }
     gpu_env_close(&e);
     ASSERT(ok);
 }
 
-/* A row's GEMV result is the same bits whatever else is in the batch: row r
- * alone (n = 1), inside every batch size up to SD_CUDA_GEMV_MAX_ROWS and at
- * every position. This is what keeps greedy verification equal to plain
- * decode on the GPU. */
+/* A row's GEMV result is the same bits whatever else is in the batch: up to
+ * SD_CUDA_GEMV_EXACT_ROWS rows, row r alone (n = 1) and inside every batch
+ * at every position; above it (tensor cores for BF16 weights), row r in
+ * every batch of SD_CUDA_GEMV_EXACT_ROWS + 1 .. SD_CUDA_GEMV_MAX_ROWS rows
+ * and in the largest. The first is what keeps greedy verification equal to
+ * plain decode on the GPU. */
+static float *mm_rows(gpu_env *e, float *dy, const float *dx, const tw *w, int n, int N, int K)
+{
+    e->gpu->ops->matmul(e->gpu, dy, dx, &w->g, NULL, n, K);
+    return gget(e, dy, (size_t)n * N);
+}
+
 TEST(matmul_gemv_rows_do_not_depend_on_the_batch)
 {
     gpu_env e;
     GPU_OPEN(e);
     int ok = 1;
-    const int N = 1500, K = 4104, nmax = SD_CUDA_GEMV_MAX_ROWS;
+    const int N = 1500, K = 4104, nmax = SD_CUDA_GEMV_MAX_ROWS, nex = SD_CUDA_GEMV_EXACT_ROWS;
     for (int di = 0; di < 3; di++) {
         tw w;
         ASSERT_OK(tw_make(&e, &w, all_dt[di], N, K, 0.5f));
         float *x = rnd_floats(&e, (size_t)nmax * K, -1, 1);
         float *dx = (float *)gput(&e, x, (size_t)nmax * K * sizeof(float));
         float *dy = gpoison(&e, (size_t)nmax * N);
-        /* each row alone */
+        /* references: each row alone, and all rows in the largest batch */
         float *alone = (float *)malloc((size_t)nmax * N * sizeof(float));
-        int got = 1;
+        float *full = mm_rows(&e, dy, dx, &w, nmax, N, K);
+        int got = full != NULL;
         for (int r = 0; r < nmax && got; r++) {
-            e.gpu->ops->matmul(e.gpu, dy, dx + (size_t)r * K, &w.g, NULL, 1, K);
-            float *g = gget(&e, dy, (size_t)N);
+            float *g = mm_rows(&e, dy, dx + (size_t)r * K, &w, 1, N, K);
             got = g != NULL;
             if (g)
                 memcpy(alone + (size_t)r * N, g, (size_t)N * sizeof(float));
             free(g);
         }
-        double bad = got ? 0 : INFINITY;
+        double bad[2] = {got ? 0 : INFINITY, got ? 0 : INFINITY};
         /* batches of every size starting at every offset that fits */
         for (int n = 2; n <= nmax && got; n++) {
-            for (int r0 = 0; r0 + n <= nmax; r0 += n > 4 ? 1 : n) {
-                e.gpu->ops->matmul(e.gpu, dy, dx + (size_t)r0 * K, &w.g, NULL, n, K);
-                float *g = gget(&e, dy, (size_t)n * N);
+            const float *ref = n <= nex ? alone : full;
+            for (int r0 = 0; r0 + n <= nmax; r0 += n > 4 && n <= nex ? 1 : n > nex ? 3 : n) {
+                float *g = mm_rows(&e, dy, dx + (size_t)r0 * K, &w, n, N, K);
                 if (!g) {
-                    bad = INFINITY;
+                    bad[n > nex] = INFINITY;
                     break;
                 }
                 for (size_t i = 0; i < (size_t)n * N; i++)
-                    bad += memcmp(&g[i], &alone[(size_t)r0 * N + i], sizeof(float)) != 0;
+                    bad[n > nex] += memcmp(&g[i], &ref[(size_t)r0 * N + i], sizeof(float)) != 0;
                 free(g);
             }
         }
-        ok &= reportf(bad, 0, "matmul gemv %s N=%d K=%d: a row in batches of 2..%d vs alone "
-                      "(differing elements)", sd_dtype_name(all_dt[di]), N, K, nmax);
+        ok &= reportf(bad[0], 0, "matmul gemv %s N=%d K=%d: a row in batches of 2..%d vs alone "
+                      "(differing elements)", sd_dtype_name(all_dt[di]), N, K, nex);
+        if (nmax > nex)
+            ok &= reportf(bad[1], 0, "matmul gemv %s N=%d K=%d: a row in batches of %d..%d vs "
+                          "in %d (differing elements)", sd_dtype_name(all_dt[di]), N, K, nex + 1,
+                          nmax, nmax);
         gfree(&e, dx);
         gfree(&e, dy);
         free(x);
         free(alone);
+        free(full);
         tw_free(&e, &w);
     }
     gpu_env_close(&e);
@@ -417,10 +435,10 @@ TEST(matmul_heads_matches_the_cpu)
          * latent 512 -> v 128 */
         {16, 512, 128, 16 * 192, 192, 0}, {16, 128, 512, 16 * 512, 512, 0},
     };
-    int ns[3] = {1, 5, 40};
+    int ns[4] = {1, 5, SD_CUDA_GEMV_EXACT_ROWS + 4, SD_CUDA_GEMV_MAX_ROWS + 8};
     sd_dtype dts[2] = {SD_DT_F32, SD_DT_BF16};
     for (size_t k = 0; k < SD_ARRAY_LEN(cs); k++)
-        for (int a = 0; a < 3; a++)
+        for (int a = 0; a < 4; a++)
             for (int di = 0; di < 2; di++) {
                 int H = cs[k].H, N = cs[k].N, K = cs[k].K, n = ns[a];
                 tw w;
@@ -1596,11 +1614,14 @@ TEST(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run)
     sd_experts ex = {.n = E, .gate = eg, .up = eu, .down = ed};
     sd_moe_route r = {.n_experts = E, .top_k = K, .n_group = 4, .topk_group = 2,
                       .norm_topk_prob = 1, .sigmoid = 1, .routed_scaling_factor = 2.5f};
-    /* top-4 of the same logits: T * 4 pairs take the sorted expert path,
-     * T * 2 the fused one */
-    const int K4 = 4;
+    /* top-8 of the same logits (no groups): T * 8 pairs take the sorted
+     * expert path, T * 2 the fused one */
+    const int K4 = 8;
     sd_moe_route r4 = r;
     r4.top_k = K4;
+    r4.n_group = r4.topk_group = 1;
+    ASSERT(T * K > 0 && T * K <= SD_CUDA_MOE_FUSED_MAX_PAIRS);
+    ASSERT(T * K4 > SD_CUDA_MOE_FUSED_MAX_PAIRS);
     float *inv = rnd_floats(&e, Hd / 2, 0.001f, 1.0f);
     float *dinv = (float *)gput(&e, inv, Hd / 2 * sizeof(float));
     sd_rope rope = {.inv_freq = dinv, .rot_dim = Hd, .interleave = 0, .mscale = 1.0f};
