@@ -316,14 +316,20 @@ int sd__engine_upload_step(sd_engine *e, int T, int n_out, sd_fwd *f)
  * the last token, which the next decode step processes. */
 static int prefill_target(const req *r) { return r->fresh ? r->n_tok : r->n_tok - 1; }
 
-/* Verifies r's drafts against the logits rows of this step; appends tokens. */
-static int accept_decode(sd_engine *e, req *r, const float *logits)
+/* Verifies r's drafts against the logits rows of this step (or takes the
+ * backend's verdict, dev_out: accepted count then tokens); appends tokens. */
+static int accept_decode(sd_engine *e, req *r, const float *logits, const int32_t *dev_out)
 {
     int k = r->n_draft, V = e->V;
     int32_t out[SD_MAX_K + 1];
     int n;
     sd_err err = {0};
-    if (k > 0 && e->synth.n > 0) {
+    if (dev_out) {
+        n = dev_out[0];
+        if (n < 0 || n > k)
+            return n < 0 ? n : SD_EINVAL;
+        memcpy(out, dev_out + 1, (size_t)(n + 1) * sizeof *out);
+    } else if (k > 0 && e->synth.n > 0) {
         /* --synthetic-accept (benchmarks only; not the model's output): the
          * first n drafts stand whatever the target says, then the target's
          * own token at position n, picked as plain decode picks it there. */
@@ -449,6 +455,95 @@ static void publish_stats(sd_engine *e, int stepped)
     pthread_mutex_unlock(&e->mu);
 }
 
+/* Does r sample from a logits row of this step (a fresh prompt's last chunk)? */
+static int samples_after_prefill(const req *r)
+{
+    return r->state == RQ_PREFILL && r->fresh && r->n_comp + r->chunk == prefill_target(r);
+}
+
+/* Sampled steps: verification (rejection sampling, n-gram's deterministic
+ * drafts, the greedy requests among them) and a fresh prompt's first token
+ * run on the backend over the logits rows where they are (accept_sample_rows),
+ * and only the accepted counts and tokens come back. The draft distributions
+ * of sampled model drafts (computed on the host) go up. Returns 1 when the
+ * step must verify on the host instead. */
+static int launch_dev_accept(sd_engine *e, const step *s)
+{
+    const sd_ops *op = e->be->ops;
+    if (!op->accept_sample_rows || !e->d_acc || e->synth.n > 0)
+        return 1;
+    int n = 0, k = 0, use_q = 0;
+    for (int i = 0; i < s->n_seq; i++) {
+        req *r = s->seqs[i];
+        r->vi = -1;
+        if (r->state == RQ_DECODE || samples_after_prefill(r)) {
+            int kd = r->state == RQ_DECODE ? r->n_draft : 0;
+            k = kd > k ? kd : k;
+            use_q |= kd > 0 && !r->greedy && r->has_q;
+            r->vi = n++;
+        }
+    }
+    if (use_q && !e->d_q)
+        return 1;
+    int32_t *row0 = e->h_acc, *nd = row0 + n, *dr = nd + n;
+    for (int i = 0; i < s->n_seq; i++) {
+        req *r = s->seqs[i];
+        if (r->vi < 0)
+            continue;
+        int kd = r->state == RQ_DECODE ? r->n_draft : 0;
+        /* sampled drafts without their distributions cannot be verified with q */
+        if (use_q && kd > 0 && !r->greedy && !r->has_q)
+            return 1;
+        row0[r->vi] = r->out0;
+        nd[r->vi] = kd;
+        for (int j = 0; j < k; j++)
+            dr[(size_t)r->vi * k + j] = j < kd ? r->draft[j] : 0;
+        e->h_sp[r->vi] = (sd_sample_params){
+            .temperature = r->greedy ? 0.0f : r->samp.temperature, .top_p = r->samp.top_p,
+            .top_k = r->samp.top_k, .seed = r->samp.seed,
+            .counter = (uint64_t)(r->n_tok - r->n_prompt)};
+        if (use_q && kd > 0 && !r->greedy &&
+            op->upload(e->be, e->d_q + (size_t)r->vi * k * e->V, r->q,
+                       (size_t)kd * (size_t)e->V * sizeof(float)))
+            return 1;
+    }
+    int32_t *d = e->d_acc;
+    if (op->upload(e->be, d, row0, (size_t)(2 * n + n * k) * sizeof(int32_t)) ||
+        op->upload(e->be, e->d_sp, e->h_sp, (size_t)n * sizeof(sd_sample_params)))
+        return 1;
+    int32_t *d_nacc = d + 2 * n + n * k, *d_out = d_nacc + n;
+    op->accept_sample_rows(e->be, d_nacc, d_out, e->d_probs, e->d_logits, d, use_q ? e->d_q : NULL,
+                           d + 2 * n, d + n, e->d_sp, n, k, e->V);
+    e->acc_n = n;
+    e->acc_k = k;
+    return 0;
+}
+
+/* r's result of launch_dev_accept, downloaded: [n_acc, tokens...] in
+ * e->h_acc_res (the accepted count, then k + 1 token slots) */
+static const int32_t *dev_result(sd_engine *e, const req *r)
+{
+    int32_t *res = e->h_acc_res + (size_t)r->vi * (SD_MAX_K + 2);
+    return res;
+}
+
+/* Copies the downloaded counts and tokens into per-request rows. */
+static int fetch_dev_accept(sd_engine *e)
+{
+    int n = e->acc_n, k = e->acc_k;
+    int32_t *raw = e->h_acc + 2 * n + n * k; /* n_acc (n), out (n, k + 1) */
+    int rc = e->be->ops->download(e->be, raw, e->d_acc + 2 * n + n * k,
+                                  (size_t)(n + n * (k + 1)) * sizeof(int32_t));
+    if (rc)
+        return rc;
+    for (int i = 0; i < n; i++) {
+        int32_t *res = e->h_acc_res + (size_t)i * (SD_MAX_K + 2);
+        res[0] = raw[i];
+        memcpy(res + 1, raw + n + (size_t)i * (k + 1), (size_t)(k + 1) * sizeof(int32_t));
+    }
+    return 0;
+}
+
 /* One engine step. Returns 1 if work was done. */
 static int engine_step(sd_engine *e)
 {
@@ -568,10 +663,13 @@ static int engine_step(sd_engine *e)
             e->am_valid = 1;
         }
     }
+    e->dev_acc = !rc && !greedy_only && s.n_out > 0 && !launch_dev_accept(e, &s);
     if (!rc)
         rc = e->be->ops->sync(e->be);
     if (!rc && e->am_valid)
         rc = e->be->ops->download(e->be, e->h_am, e->d_am, (size_t)s.n_out * sizeof(int32_t));
+    else if (!rc && e->dev_acc)
+        rc = fetch_dev_accept(e);
     else if (!rc)
         rc = e->be->ops->download(e->be, e->h_logits, e->d_logits,
                                   (size_t)s.n_out * (size_t)e->V * sizeof(float));
@@ -593,7 +691,7 @@ static int engine_step(sd_engine *e)
         int from = r->n_tok;
         if (r->state == RQ_DECODE) {
             r->st.spec.verify_s += t_target;
-            int n = accept_decode(e, r, e->h_logits);
+            int n = accept_decode(e, r, e->h_logits, e->dev_acc ? dev_result(e, r) : NULL);
             if (n < 0) {
                 finish(e, r, SD_FINISH_ERROR, "verification failed");
                 continue;
@@ -607,7 +705,8 @@ static int engine_step(sd_engine *e)
                 r->state = RQ_DECODE;
                 if (r->fresh) {
                     r->fresh = 0;
-                    if (sample_one(e, r, e->h_logits + (size_t)r->out0 * e->V)) {
+                    if (e->dev_acc ? push_tok(r, dev_result(e, r)[1])
+                                   : sample_one(e, r, e->h_logits + (size_t)r->out0 * e->V)) {
                         finish(e, r, SD_FINISH_ERROR, "out of memory");
                         continue;
                     }
@@ -703,7 +802,23 @@ static int alloc_step_buffers(sd_engine *e, sd_err *err)
     e->d_meta = op->alloc(e->be, 5 * T * 4);
     e->h_meta = malloc(5 * T * 4);
     e->d_table = op->alloc(e->be, tb * 4);
-    e->d_logits = op->alloc(e->be, T * (size_t)e->V * 4);
+    /* logits rows: every sequence's last token and drafts at most */
+    size_t ov = (size_t)e->ov_max_seqs, O = ov * (size_t)(e->k_max + 1);
+    if (O > T)
+        O = T;
+    e->max_out = (int)O;
+    e->d_logits = op->alloc(e->be, O * (size_t)e->V * 4);
+    e->d_probs = op->alloc(e->be, O * (size_t)e->V * 4);
+    if (e->spec == SD_SPEC_MTP || e->spec == SD_SPEC_EAGLE3 || e->spec == SD_SPEC_DRAFT)
+        e->d_q = op->alloc(e->be, ov * (size_t)e->k_max * (size_t)e->V * 4);
+    e->d_acc = op->alloc(e->be, ov * (4 + 2 * SD_MAX_K) * 4);
+    e->h_acc = malloc(ov * (4 + 2 * SD_MAX_K) * 4);
+    e->h_acc_res = malloc(ov * (SD_MAX_K + 2) * 4);
+    e->d_sp = op->alloc(e->be, ov * sizeof(sd_sample_params));
+    e->h_sp = malloc(ov * sizeof(sd_sample_params));
+    if (!e->d_probs || !e->d_acc || !e->h_acc || !e->h_acc_res || !e->d_sp || !e->h_sp ||
+        (e->k_max > 0 && e->spec != SD_SPEC_NONE && e->spec != SD_SPEC_NGRAM && !e->d_q))
+        return sd_err_set(err, SD_ENOMEM, "engine: out of memory for the verification buffers");
     e->d_hidden = op->alloc(e->be, T * (size_t)e->D * 4);
     e->d_am = op->alloc(e->be, T * 4);
     e->h_am = malloc(T * 4);
@@ -713,7 +828,7 @@ static int alloc_step_buffers(sd_engine *e, sd_err *err)
     e->h_slot = malloc(T * 4);
     e->h_rows = malloc(T * 4);
     e->h_table = malloc(tb * 4);
-    e->h_logits = malloc(T * (size_t)e->V * 4);
+    e->h_logits = malloc(O * (size_t)e->V * 4);
     e->p_rows = malloc((size_t)(SD_MAX_K + 1) * (size_t)e->V * 4);
     if (!e->d_meta || !e->h_meta || !e->d_table ||
         !e->d_logits || !e->d_hidden || !e->d_am || !e->h_am || !e->h_tok || !e->h_pos || !e->h_seq || !e->h_slot ||
@@ -724,7 +839,8 @@ static int alloc_step_buffers(sd_engine *e, sd_err *err)
 
 static void free_step_buffers(sd_engine *e)
 {
-    void *dev[] = {e->d_meta, e->d_table, e->d_logits, e->d_hidden, e->d_aux, e->d_am};
+    void *dev[] = {e->d_meta, e->d_table, e->d_logits, e->d_hidden, e->d_aux, e->d_am,
+                   e->d_probs, e->d_q, e->d_acc, e->d_sp};
     for (size_t i = 0; i < SD_ARRAY_LEN(dev); i++)
         if (dev[i])
             e->be->ops->free(e->be, dev[i]);
@@ -737,6 +853,9 @@ static void free_step_buffers(sd_engine *e)
     free(e->h_table);
     free(e->h_logits);
     free(e->h_am);
+    free(e->h_acc);
+    free(e->h_acc_res);
+    free(e->h_sp);
     free(e->p_rows);
 }
 
@@ -846,7 +965,9 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     sd__graphs_init(e, o);
     mp->graphs = sd__graphs_reserve_bytes(e);
     mp->activations = sd_model_workspace_bytes(e->target) + sd__spec_buffer_bytes(e) +
-                      (size_t)e->max_tokens * ((size_t)e->V * 8 + (size_t)e->D * 4 + 24);
+                      (size_t)e->max_out * (size_t)e->V * 8 /* logits, probabilities */ +
+                      (e->d_q ? (size_t)e->ov_max_seqs * (size_t)e->k_max * (size_t)e->V * 4 : 0) +
+                      (size_t)e->max_tokens * ((size_t)e->D * 4 + 28);
     mp->kv_per_token = sd_model_kv_bytes_per_slot(e->target) + sd__spec_kv_bytes_per_slot(e);
     mp->activations += mp->kv_per_token * (size_t)e->block_size; /* the trash block (graphs.c) */
     mp->block_size = e->block_size;

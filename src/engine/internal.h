@@ -84,6 +84,7 @@ typedef struct req {
     int row0, n_rows; /* rows of this request in the target batch */
     int out0;         /* first logits row */
     int chunk;        /* prefill tokens in this step */
+    int vi;           /* row of this request in the step's device verification, or -1 */
     struct req *next;
     struct req *all_next;
 } req;
@@ -146,6 +147,15 @@ struct sd_engine {
     float *h_logits, *p_rows;
     int32_t *d_am, *h_am; /* argmax of each logits row (greedy-only steps) */
     int am_valid;         /* h_am holds this step's argmax; h_logits does not */
+    /* sampled steps verified on the backend (engine.c launch_dev_accept):
+     * probabilities scratch (max_out, V), draft distributions (ov, k_max, V)
+     * with a model proposer, packed ints (row0, n_draft, drafts, n_acc, out)
+     * and sampling parameters, their host sides, per-request results */
+    int max_out; /* logits rows of a step at most */
+    float *d_probs, *d_q;
+    int32_t *d_acc, *h_acc, *h_acc_res;
+    sd_sample_params *d_sp, *h_sp;
+    int dev_acc, acc_n, acc_k;
     /* stats (guarded by mu) */
     sd_engine_stats stats;
     double t_target_per_tok, t_target_base; /* cost model, seconds */
