@@ -439,7 +439,7 @@ void sd__cuda_matmul_release(sd__cuda *c)
 /* The timed trial (issue 7): the heuristic's candidates on the real
  * operands, LT_TRIAL_REPS runs each, in LT_TRIAL_ROUNDS interleaved rounds
  * after LT_TRIAL_WARM untimed runs of candidate 0, the best round of each
- * counting (one round of 3 runs without warm-up picked an algorithm 20-25%
+ * counting (one round of 3 runs without warm-up picked an algorithm 19-25%
  * slower than the heuristic's first in two of four runs on an H200,
  * 4096 x 4096 at 64 rows: an idle GPU runs its first kernels at low
  * clocks). It writes D, which is the
