@@ -14,9 +14,13 @@
  *                    (N - 1) / (t_last_token - t_first_token).
  *   per-request      mean over requests of (tokens - first) / (last - first
  *                    token time): what one user sees.
- *   step, draft and verify time per engine step, mean accepted length and
+ *   step time        the window's length over the steps in it (each step
+ *                    gives every running request one output call).
+ *   draft and verify time per engine step, mean accepted length and
  *                    acceptance by position: from the engine's statistics
- *                    taken at the window's two ends.
+ *                    taken once every request has its second output (its
+ *                    prefill step is then behind) and after the first
+ *                    request finished.
  * Floor: floor.h says which bytes a plain decode step of B tokens reads;
  * floor tokens/s = B * copy bandwidth / those bytes, and the fraction is the
  * measured decode tokens/s over it (a speculative run can pass 1). The copy
@@ -209,7 +213,7 @@ static int parse_args(args *a, int argc, char **argv)
 typedef struct shared {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int n_first, n_done;
+    int n_second, n_done; /* requests with two output calls; finished requests */
 } shared;
 
 typedef struct track {
@@ -238,8 +242,8 @@ static void on_output(void *u, const char *text, size_t len, const int32_t *ids,
         tr->n += n;
         tr->t[tr->n_calls] = now;
         tr->cum[tr->n_calls++] = tr->n;
-        if (tr->n_calls == 1) {
-            tr->sh->n_first++;
+        if (tr->n_calls == 2) {
+            tr->sh->n_second++;
             pthread_cond_broadcast(&tr->sh->cv);
         }
     }
@@ -349,7 +353,7 @@ typedef struct result {
     double decode_tok_s, per_req_tok_s, window_s, ttft_s, wall_s;
     long long window_tokens;
     double step_ms, draft_ms, verify_ms;
-    long long engine_steps;
+    long long engine_steps, window_steps;
     double mean_len;
     double acc_at[16];
     int n_pos;
@@ -361,7 +365,7 @@ typedef struct result {
 static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int max_tokens,
                      int measure, result *r)
 {
-    shared sh = {.n_first = 0, .n_done = 0};
+    shared sh = {.n_second = 0, .n_done = 0};
     pthread_mutex_init(&sh.mu, NULL);
     pthread_cond_init(&sh.cv, NULL);
     track *tr = calloc((size_t)B, sizeof *tr);
@@ -387,7 +391,11 @@ static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int m
     }
     sd_engine_stats s0, s1;
     pthread_mutex_lock(&sh.mu);
-    while (sh.n_first < submitted && sh.n_done < submitted)
+    /* The statistics' first snapshot once every request has its SECOND
+     * output: the step that gave a request its first token (prefill) has
+     * been published by then, so the counters' differences hold decode
+     * steps only. The second snapshot: after the first request finished. */
+    while (sh.n_second + sh.n_done < submitted)
         pthread_cond_wait(&sh.cv, &sh.mu);
     pthread_mutex_unlock(&sh.mu);
     sd_engine_get_stats(e, &s0);
@@ -412,13 +420,16 @@ static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int m
         r->batch = B;
         r->wall_s = wall;
         uint64_t t_start = 0, t_end = UINT64_MAX;
+        int first_done = 0;
         double per = 0, ttft = 0;
         for (int i = 0; i < B; i++) {
             const track *x = &tr[i];
             if (x->t[0] > t_start)
                 t_start = x->t[0];
-            if (x->t[x->n_calls - 1] < t_end)
+            if (x->t[x->n_calls - 1] < t_end) {
                 t_end = x->t[x->n_calls - 1];
+                first_done = i;
+            }
             double span = (double)(x->t[x->n_calls - 1] - x->t[0]) * 1e-9;
             per += span > 0 ? (double)(x->n - x->cum[0]) / span : 0;
             ttft += x->st.ttft_s;
@@ -436,6 +447,12 @@ static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int m
                 }
         }
         r->window_s = t_end > t_start ? (double)(t_end - t_start) * 1e-9 : 0;
+        /* every decode or verify step gives each running request one output
+         * call: the first finisher's calls inside the window count the steps */
+        for (int j = 1; j < tr[first_done].n_calls; j++)
+            r->window_steps += tr[first_done].t[j] > t_start && tr[first_done].t[j] <= t_end;
+        if (r->window_steps > 0)
+            r->step_ms = 1e3 * r->window_s / (double)r->window_steps;
         r->window_tokens = tok;
         r->decode_tok_s = r->window_s > 0 ? (double)tok / r->window_s : 0;
         r->per_req_tok_s = per / B;
@@ -444,9 +461,6 @@ static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int m
         long long steps = (long long)(s1.steps - s0.steps);
         r->engine_steps = steps;
         if (steps > 0) {
-            /* from the end of the last step before the first snapshot to the
-             * end of the last one before the second: exactly `steps` steps */
-            r->step_ms = 1e3 * (double)(s1.last_step_ns - s0.last_step_ns) * 1e-9 / (double)steps;
             r->draft_ms = 1e3 * (s1.spec.draft_s - s0.spec.draft_s) / (double)steps;
             r->verify_ms = 1e3 * (s1.spec.verify_s - s0.spec.verify_s) / (double)steps;
         }
@@ -696,6 +710,7 @@ int main(int argc, char **argv)
         json_object_set_new(x, "per_request_tokens_per_s", json_real(r->per_req_tok_s));
         json_object_set_new(x, "window_s", json_real(r->window_s));
         json_object_set_new(x, "window_tokens", json_integer(r->window_tokens));
+        json_object_set_new(x, "window_steps", json_integer(r->window_steps));
         json_object_set_new(x, "engine_steps", json_integer(r->engine_steps));
         json_object_set_new(x, "step_ms", json_real(r->step_ms));
         json_object_set_new(x, "draft_ms_per_step", json_real(r->draft_ms));

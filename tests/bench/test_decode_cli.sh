@@ -43,8 +43,9 @@ for x in r:
     assert abs(x["fraction_of_floor"] - x["decode_tokens_per_s"] / x["floor_tokens_per_s"]) < 1e-9
     assert x["floor_with_kv_tokens_per_s"] < x["floor_tokens_per_s"]
     assert x["mean_accepted_length"] == 1 and x["acceptance_by_position"] == []
-# batch 1: every token after the first is inside the window
-assert r[0]["window_tokens"] == 11, r[0]["window_tokens"]
+    assert abs(x["step_ms"] - 1e3 * x["window_s"] / x["window_steps"]) < 1e-6 * x["step_ms"]
+# batch 1: every token after the first is inside the window, one step each
+assert r[0]["window_tokens"] == 11 and r[0]["window_steps"] == 11, r[0]
 '
 
 # MTP drafts, every one accepted (synthetic 1.0), no graphs, real prompts
