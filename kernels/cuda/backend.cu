@@ -326,6 +326,12 @@ static const sd_ops cuda_ops = {
     /* .gather_i32 = */ sd__cuda_gather_i32,
 };
 
+void *sd_cuda_stream(sd_backend *be)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    return c ? (void *)c->stream : NULL;
+}
+
 int sd_cuda_device_count(void)
 {
     int n = 0;

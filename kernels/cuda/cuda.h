@@ -53,6 +53,8 @@ int sd_cuda_device_count(void);
 
 /* Opens the backend on GPU `device`; fills err with one line on failure. */
 int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err);
+/* The backend's stream (a cudaStream_t), for communicators that enqueue on it. */
+void *sd_cuda_stream(sd_backend *be);
 void sd_cuda_backend_destroy(sd_backend *be);
 
 /* The first recorded error of the context ("" if none). */

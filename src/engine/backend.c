@@ -1,6 +1,7 @@
 #include "engine/backend.h"
 
 #include <string.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "core/util.h"
@@ -24,15 +25,44 @@ int sd_backend_open(sd_backend **out, const sd_opts *o, sd_err *err)
                           "--device cuda: this build has no CUDA backend (build with -Dcuda=enabled)");
 #endif
     if (o->tp > 1)
-        return sd_err_set(err, SD_ENOTSUP, "--tp %d: the serving engine runs one rank so far (specd logits --tp N "
-                          "runs tensor parallel on the CPU)",
-                          o->tp);
+        return sd_err_set(err, SD_EINVAL, "--tp %d: open the ranks with sd_backend_open_rank", o->tp);
 #ifdef SD_HAVE_CUDA
     if (n_gpu > 0)
         return sd_cuda_backend_create(out, 0, err);
 #endif
     if (sd_cpu_backend_create(out, o->threads))
         return sd_err_set(err, SD_ENOMEM, "cannot start the CPU backend");
+    return 0;
+}
+
+int sd_backend_open_rank(sd_backend **out, const sd_opts *o, int rank, int n, sd_err *err)
+{
+    *out = NULL;
+    const char *dev = o->device ? o->device : "auto";
+#ifdef SD_HAVE_CUDA
+    int n_gpu = strcmp(dev, "cpu") ? sd_cuda_device_count() : 0;
+    if (n_gpu > 0) {
+        if (n_gpu < n)
+            return sd_err_set(err, SD_EDEVICE, "--tp %d: %d GPUs are visible", n, n_gpu);
+        return sd_cuda_backend_create(out, rank, err);
+    }
+    if (!strcmp(dev, "cuda"))
+        return sd_err_set(err, SD_EDEVICE,
+                          "--device cuda: no CUDA device is visible (driver missing or no GPU)");
+#else
+    if (!strcmp(dev, "cuda"))
+        return sd_err_set(err, SD_ENOTSUP,
+                          "--device cuda: this build has no CUDA backend (build with -Dcuda=enabled)");
+#endif
+    /* the CPU ranks share the threads */
+    int threads = o->threads;
+    if (threads <= 0) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = nc > 0 ? (int)nc : 1;
+    }
+    int per = threads / n > 0 ? threads / n : 1;
+    if (sd_cpu_backend_create(out, per))
+        return sd_err_set(err, SD_ENOMEM, "cannot start the CPU backend of rank %d", rank);
     return 0;
 }
 

@@ -8,6 +8,9 @@
 #include "kernels/ops.h"
 
 int sd_backend_open(sd_backend **out, const sd_opts *o, sd_err *err);
+/* Rank `rank` of n tensor-parallel ranks: GPU `rank`, or a CPU backend with
+ * its share of --threads. */
+int sd_backend_open_rank(sd_backend **out, const sd_opts *o, int rank, int n, sd_err *err);
 void sd_backend_close(sd_backend *be);
 /* The model folder of the options: --model, or the bundled model. */
 const char *sd_opts_model_dir(const sd_opts *o);

@@ -26,6 +26,7 @@
 #include "core/log.h"
 #include "core/tokenizer.h"
 #include "core/util.h"
+#include "draft/eagle3.h"
 #include "engine/backend.h"
 #include "engine/internal.h"
 #include "sched/stop.h"
@@ -657,7 +658,7 @@ static int engine_step(sd_engine *e)
         rc = sd__target_pass(e, &f, &err);
         e->am_valid = greedy_only;
     } else {
-        rc = sd_model_forward(e->target, &f, &err);
+        rc = sd__fwd(e, SD_FWD_TARGET, &f, &err);
         if (!rc && s.n_out > 0 && e->be->ops->argmax_rows && greedy_only) {
             e->be->ops->argmax_rows(e->be, e->d_am, e->d_logits, s.n_out, e->V);
             e->am_valid = 1;
@@ -754,6 +755,74 @@ static int engine_step(sd_engine *e)
     reap(e);
     publish_stats(e, 1);
     return 1;
+}
+
+/* ------------------------------------------------------------------ ranks */
+
+struct fwd_job {
+    sd_engine *e;
+    int which;
+    const sd_fwd *f;
+};
+
+/* one rank's pass: the step's addresses mapped to the rank's buffers */
+static int fwd_rank(void *ctx, int r, sd_err *err)
+{
+    struct fwd_job *j = ctx;
+    sd_engine *e = j->e;
+    sd_fwd f = *j->f;
+    if (e->tp) {
+        sd_tp *t = e->tp;
+#define MAP(p) (p) = (__typeof__(p))(uintptr_t)sd__tp_map(t, (p), r)
+        MAP(f.ab.pos);
+        MAP(f.ab.seq);
+        MAP(f.ab.slot);
+        MAP(f.ab.block_table);
+        MAP(f.tokens);
+        MAP(f.out_rows);
+        MAP(f.logits);
+        MAP(f.hidden);
+        MAP(f.aux);
+        MAP(f.in_hidden);
+        MAP(f.out_hidden);
+#undef MAP
+    }
+    switch (j->which) {
+    case SD_FWD_TARGET: return sd_model_forward(e->targets[r], &f, err);
+    case SD_FWD_MTP: return sd_model_mtp_forward(e->targets[r], &f, err);
+    case SD_FWD_DRAFT: return sd_model_forward(e->drafts[r], &f, err);
+    default: return sd_eagle3_forward(e->eagle, &f, j->which == SD_FWD_EAGLE_FIRST, err);
+    }
+}
+
+int sd__fwd(sd_engine *e, int which, const sd_fwd *f, sd_err *err)
+{
+    struct fwd_job j = {e, which, f};
+    if (!e->tp)
+        return fwd_rank(&j, 0, err);
+    return sd__tp_each(e->tp, fwd_rank, &j, err);
+}
+
+struct each_job {
+    sd_engine *e;
+    int (*fn)(sd_engine *, void *, sd_err *);
+    void *ctx;
+};
+
+static int each_rank(void *ctx, int r, sd_err *err)
+{
+    (void)r;
+    struct each_job *j = ctx;
+    return j->fn(j->e, j->ctx, err);
+}
+
+int sd__engine_each(sd_engine *e, int (*fn)(sd_engine *e, void *ctx, sd_err *err), void *ctx,
+                    sd_err *err)
+{
+    if (!e->tp)
+        return fn(e, ctx, err);
+    struct each_job j = {e, fn, ctx};
+    return sd__tp_each(e->tp, each_rank, &j, err);
 }
 
 /* ------------------------------------------------------------------ thread */
@@ -909,12 +978,27 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
      * finishing), and the padding row last */
     e->ov_max_seqs = o->max_batch + 2;
     e->pad_seq = e->ov_max_seqs - 1;
-    if ((rc = sd_backend_open(&e->be, o, err)))
+    e->n_ranks = o->tp > 1 ? o->tp : 1;
+    if (e->n_ranks > 1) {
+        if ((rc = sd__tp_open(&e->tp, o, err)))
+            goto fail;
+        e->be = sd__tp_backend(e->tp);
+    } else if ((rc = sd_backend_open(&e->be, o, err))) {
         goto fail;
+    }
     e->max_tokens = o->max_batch_tokens + o->max_batch * (e->k_max + 1);
-    sd_model_opts mo = {.max_tokens = e->max_tokens, .load_mtp = e->spec == SD_SPEC_MTP};
-    if ((rc = sd_model_load(&e->target, dir, e->be, &mo, err)))
-        goto fail;
+    for (int r = 0; r < e->n_ranks; r++) {
+        sd_model_opts mo = {.max_tokens = e->max_tokens, .load_mtp = e->spec == SD_SPEC_MTP};
+        if (e->tp) {
+            mo.tp_rank = r;
+            mo.tp_size = e->n_ranks;
+            mo.comm = sd__tp_comm(e->tp);
+        }
+        if ((rc = sd_model_load(&e->targets[r], dir, e->tp ? sd__tp_rank_backend(e->tp, r) : e->be,
+                                &mo, err)))
+            goto fail;
+    }
+    e->target = e->targets[0];
     const sd_model_cfg *c = sd_model_cfg_of(e->target);
     if (e->spec == SD_SPEC_MTP && !sd_model_has_mtp(e->target)) {
         rc = sd_err_set(err, SD_EINVAL, "--spec mtp: %s has no MTP layer (num_nextn_predict_layers)",
@@ -969,6 +1053,13 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
                       (e->d_q ? (size_t)e->ov_max_seqs * (size_t)e->k_max * (size_t)e->V * 4 : 0) +
                       (size_t)e->max_tokens * ((size_t)e->D * 4 + 28);
     mp->kv_per_token = sd_model_kv_bytes_per_slot(e->target) + sd__spec_kv_bytes_per_slot(e);
+    if (e->tp && e->be->device < 0) {
+        /* CPU ranks share one memory: every rank's cache and buffers come out of it */
+        mp->kv_per_token *= (size_t)e->n_ranks;
+        mp->activations *= (size_t)e->n_ranks;
+    } else if (e->tp) {
+        mp->weights /= (size_t)e->n_ranks; /* a GPU holds its shard */
+    }
     mp->activations += mp->kv_per_token * (size_t)e->block_size; /* the trash block (graphs.c) */
     mp->block_size = e->block_size;
     mp->max_context = e->max_ctx;
@@ -987,8 +1078,10 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
      * padding rows write (graphs.c) */
     int n_slots = (e->n_blocks + 1) * e->block_size;
     e->trash_slot = e->n_blocks * e->block_size;
-    if ((rc = sd_model_alloc_kv(e->target, n_slots, err)) ||
-        (rc = sd__spec_alloc_kv(e, n_slots, err)))
+    for (int r = 0; r < e->n_ranks; r++)
+        if ((rc = sd_model_alloc_kv(e->targets[r], n_slots, err)))
+            goto fail;
+    if ((rc = sd__spec_alloc_kv(e, n_slots, err)))
         goto fail;
     e->h_table[(size_t)e->pad_seq * e->max_blocks] = e->n_blocks;
     if ((rc = e->be->ops->upload(e->be, e->d_table + (size_t)e->pad_seq * e->max_blocks,
@@ -1029,9 +1122,13 @@ void sd_engine_destroy(sd_engine *e)
     if (e->be)
         free_step_buffers(e);
     sd_kv_pool_free(e->kv);
-    sd_model_free(e->target);
+    for (int r = 0; r < SD_TP_MAX; r++)
+        sd_model_free(e->targets[r]);
     sd_tok_free(e->tok);
-    sd_backend_close(e->be);
+    if (e->tp)
+        sd__tp_close(e->tp);
+    else
+        sd_backend_close(e->be);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);

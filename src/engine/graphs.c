@@ -111,10 +111,27 @@ void sd__pad_rows(const sd_engine *e, int32_t *tok, int32_t *pos, int32_t *seq, 
  * logits row (greedy steps download only the ids). */
 int sd__target_pass(sd_engine *e, const sd_fwd *f, sd_err *err)
 {
-    int rc = sd_model_forward(e->target, f, err);
+    int rc = sd__fwd(e, SD_FWD_TARGET, f, err);
     if (!rc && f->n_out > 0 && e->be->ops->argmax_rows)
         e->be->ops->argmax_rows(e->be, e->d_am, f->logits, f->n_out, e->V);
     return rc;
+}
+
+struct capture_ctx {
+    const sd_fwd *f;
+    void **graph;
+};
+
+/* in each rank's context: the pass captured into the rank's graph */
+static int capture_target(sd_engine *e, void *ctx, sd_err *err)
+{
+    struct capture_ctx *c = ctx;
+    int rc = e->be->ops->graph_begin(e->be);
+    if (rc)
+        return rc;
+    int fr = sd__target_pass(e, c->f, err);
+    rc = e->be->ops->graph_end(e->be, c->graph);
+    return fr ? fr : rc;
 }
 
 int sd__graphs_capture(sd_engine *e, sd_err *err)
@@ -138,14 +155,9 @@ int sd__graphs_capture(sd_engine *e, sd_err *err)
             rc = sd__target_pass(e, &f, err);
         if (!rc)
             rc = op->sync(e->be);
+        struct capture_ctx cx = {&f, &e->tgraph[b]};
         if (!rc)
-            rc = op->graph_begin(e->be);
-        if (!rc) {
-            int fr = sd__target_pass(e, &f, err);
-            rc = op->graph_end(e->be, &e->tgraph[b]);
-            if (fr)
-                rc = fr;
-        }
+            rc = sd__engine_each(e, capture_target, &cx, err);
         if (rc)
             return err->msg[0] ? rc
                                : sd_err_set(err, rc, "capturing the CUDA graph of %d-token steps failed",

@@ -10,6 +10,7 @@
 #include "draft/ngram.h"
 #include "engine/engine.h"
 #include "engine/memplan.h"
+#include "engine/tp.h"
 #include "sched/kv_blocks.h"
 #include "sched/stop.h"
 #include "target/model.h"
@@ -91,7 +92,11 @@ typedef struct req {
 
 struct sd_engine {
     int max_batch, max_batch_tokens;
-    sd_backend *be;
+    sd_backend *be; /* the backend, or the tensor-parallel ranks' virtual one */
+    sd_tp *tp;      /* --tp > 1: the ranks (tp.c); NULL on one rank */
+    int n_ranks;
+    sd_model *targets[SD_TP_MAX]; /* each rank's shard (targets[0] == target) */
+    sd_model *drafts[SD_TP_MAX];  /* each rank's copy of the draft LM */
     sd_model *target;
     sd_tokenizer *tok;
     char model_dir[1024];
@@ -208,6 +213,13 @@ int sd__engine_upload_tables(sd_engine *e, const step *s);
  * copy and fills f's inputs with their device addresses (fixed for a given
  * T and n_out, so a graph captured with them stays valid) */
 int sd__engine_upload_step(sd_engine *e, int T, int n_out, sd_fwd *f);
+
+/* model passes on every rank (tp.c's rank threads) or the one backend */
+enum { SD_FWD_TARGET = 0, SD_FWD_MTP, SD_FWD_DRAFT, SD_FWD_EAGLE_FIRST, SD_FWD_EAGLE_CHAIN };
+int sd__fwd(sd_engine *e, int which, const sd_fwd *f, sd_err *err);
+/* fn once per rank, in the rank's context (once, on one rank) */
+int sd__engine_each(sd_engine *e, int (*fn)(sd_engine *e, void *ctx, sd_err *err), void *ctx,
+                    sd_err *err);
 
 /* graphs.c */
 int sd__graphs_init(sd_engine *e, const sd_opts *o);

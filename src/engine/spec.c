@@ -169,8 +169,13 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
     if (e->spec == SD_SPEC_DRAFT) {
         if (!o->draft_model || !o->draft_model[0])
             return sd_err_set(err, SD_EINVAL, "--spec draft needs --draft-model DIR");
+        /* a draft LM is small: every rank holds all of it */
         sd_model_opts mo = {.max_tokens = e->max_tokens, .load_mtp = 0};
-        int rc = sd_model_load(&e->draft, o->draft_model, e->be, &mo, err);
+        int rc = 0;
+        for (int r = 0; r < e->n_ranks && !rc; r++)
+            rc = sd_model_load(&e->drafts[r], o->draft_model,
+                               e->tp ? sd__tp_rank_backend(e->tp, r) : e->be, &mo, err);
+        e->draft = e->drafts[0];
         if (rc)
             return sd_err_prefix(err, "--draft-model: ");
         const sd_model_cfg *dc = sd_model_cfg_of(e->draft);
@@ -207,6 +212,11 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
     if (e->spec == SD_SPEC_EAGLE3) {
         if (!o->draft_model || !o->draft_model[0])
             return sd_err_set(err, SD_EINVAL, "--spec eagle3 needs --draft-model DIR (the head)");
+        if (e->tp)
+            return sd_err_set(err, SD_ENOTSUP,
+                              "--spec eagle3 with --tp %d: the EAGLE-3 head runs on one rank so far "
+                              "(mtp, draft and ngram run tensor parallel)",
+                              e->n_ranks);
         int rc = sd_eagle3_load(&e->eagle, o->draft_model, e->be, e->target, e->max_tokens, err);
         if (rc)
             return sd_err_prefix(err, "--draft-model: ");
@@ -254,8 +264,14 @@ size_t sd__spec_buffer_bytes(const sd_engine *e)
 
 int sd__spec_alloc_kv(sd_engine *e, int n_slots, sd_err *err)
 {
-    if (e->draft)
-        return sd_model_alloc_kv(e->draft, n_slots, err);
+    if (e->draft) {
+        for (int r = 0; r < e->n_ranks; r++) {
+            int rc = sd_model_alloc_kv(e->drafts[r], n_slots, err);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    }
     if (e->eagle)
         return sd_eagle3_alloc_kv(e->eagle, n_slots, err);
     return 0;
@@ -278,7 +294,9 @@ void sd__spec_free(sd_engine *e)
     free(e->ph_drafts);
     free(e->ph_i32);
     free(e->ph_row);
-    sd_model_free(e->draft);
+    for (int r = 0; r < SD_TP_MAX; r++)
+        sd_model_free(e->drafts[r]);
+    e->draft = NULL;
     sd_eagle3_free(e->eagle);
 }
 
@@ -329,16 +347,35 @@ static int prop_pass(sd_engine *e, int mode, const float *hid_src, sd_fwd *f, co
         f->in_hidden = in;
         f->out_hidden = e->pd_hid_out;
     }
-    if (mode == PROP_MTP)
-        return sd_model_mtp_forward(e->target, f, err);
-    if (mode == PROP_DRAFT_LM)
-        return sd_model_forward(e->draft, f, err);
-    return sd_eagle3_forward(e->eagle, f, mode == PROP_EAGLE_FIRST, err);
+    return sd__fwd(e,
+                   mode == PROP_MTP        ? SD_FWD_MTP
+                   : mode == PROP_DRAFT_LM ? SD_FWD_DRAFT
+                   : mode == PROP_EAGLE_FIRST ? SD_FWD_EAGLE_FIRST
+                                              : SD_FWD_EAGLE_CHAIN,
+                   f, err);
 }
 
 /* Runs fn eagerly, or through g: the first time a graph's key is seen the
  * work runs eagerly (making GEMM plans outside any capture), the second time
  * it is captured, then replayed. */
+struct capture_ctx {
+    int (*fn)(sd_engine *, void *, sd_err *);
+    void *ctx;
+    void **graph;
+};
+
+/* in each rank's context: fn captured into the rank's graph */
+static int capture_cb(sd_engine *e, void *ctx, sd_err *err)
+{
+    struct capture_ctx *c = ctx;
+    int rc = e->be->ops->graph_begin(e->be);
+    if (rc)
+        return rc;
+    int fr = c->fn(e, c->ctx, err);
+    rc = e->be->ops->graph_end(e->be, c->graph);
+    return fr ? fr : rc;
+}
+
 static int pgraph_run(sd_engine *e, sd_pgraph *g, int (*fn)(sd_engine *, void *, sd_err *),
                       void *ctx, sd_err *err)
 {
@@ -346,13 +383,8 @@ static int pgraph_run(sd_engine *e, sd_pgraph *g, int (*fn)(sd_engine *, void *,
     if (g && g->graph)
         return op->graph_launch(e->be, g->graph);
     if (g && g->seen) {
-        int rc = op->graph_begin(e->be);
-        if (rc)
-            return rc;
-        int fr = fn(e, ctx, err);
-        rc = op->graph_end(e->be, &g->graph);
-        if (fr)
-            return fr;
+        struct capture_ctx cx = {fn, ctx, &g->graph};
+        int rc = sd__engine_each(e, capture_cb, &cx, err);
         return rc ? rc : op->graph_launch(e->be, g->graph);
     }
     if (g)
@@ -516,9 +548,11 @@ static int chain_cb(sd_engine *e, void *ctx, sd_err *err)
                     .tokens = e->pd_drafts + (size_t)(j - 1) * Tc, .n_out = Tc, .out_rows = rows,
                     .logits = e->pd_logits, .in_hidden = hb[(j - 1) % 2],
                     .out_hidden = hb[j % 2]};
-        int rc = c->mode == PROP_MTP        ? sd_model_mtp_forward(e->target, &f, err)
-                 : c->mode == PROP_DRAFT_LM ? sd_model_forward(e->draft, &f, err)
-                                            : sd_eagle3_forward(e->eagle, &f, 0, err);
+        int rc = sd__fwd(e,
+                         c->mode == PROP_MTP        ? SD_FWD_MTP
+                         : c->mode == PROP_DRAFT_LM ? SD_FWD_DRAFT
+                                                    : SD_FWD_EAGLE_CHAIN,
+                         &f, err);
         if (rc)
             return rc;
         draft_argmax(e, e->pd_drafts + (size_t)j * Tc, Tc);

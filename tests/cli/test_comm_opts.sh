@@ -50,8 +50,15 @@ refused several_nodes_not_wired_yet 1 "--nnodes 2: tensor parallelism over sever
     serve --nnodes 2 --node-rank 1 --tp 4 --dist-init-addr '[fd00::1]:29500'
 refused allreduce_on_cpu_ranks 1 "--allreduce oneshot: a GPU all-reduce" \
     logits --model "$fx" --tp 2 --device cpu --allreduce oneshot --ids 1,2 --out "$tmp/x"
-refused serve_tp_one_rank_engine 1 "--tp 2: the serving engine runs one rank so far" \
-    generate --model "$fx" --tp 2 --device cpu --prompt hi --max-tokens 1
+refused generate_allreduce_on_cpu_ranks 1 "--allreduce twoshot: a GPU all-reduce" \
+    generate --model "$fx" --tp 2 --device cpu --allreduce twoshot --ids 1,2 --max-tokens 1
+
+# the engine runs tensor parallel: --tp 2 generates what one rank does
+if "$SPECD" generate --model "$fx" --tp 2 --device cpu --threads 2 --ids 1,2,3 --max-tokens 12 \
+    >"$tmp/g2" 2>"$tmp/e" && "$SPECD" generate --model "$fx" --device cpu --threads 2 \
+    --ids 1,2,3 --max-tokens 12 >"$tmp/g1" 2>/dev/null && [[ -s "$tmp/g2" ]] &&
+    cmp -s <(head -1 "$tmp/g1") <(head -1 "$tmp/g2"); then ok generate_tp2_equals_tp1
+else bad generate_tp2_equals_tp1 "$(head -c 300 "$tmp/e")"; fi
 
 # a consistent one-node set runs: the address is HOST:PORT and node 0 of 1
 if "$SPECD" logits --model "$fx" --tp 2 --device cpu --threads 2 --nnodes 1 --node-rank 0 \

@@ -53,6 +53,7 @@ typedef struct run_cfg {
     int k, kv_blocks, max_context, n_req, max_batch_tokens;
     double temperature;
     int pad_bs; /* > 0: pad steps as CUDA graphs do, up to this many sequences */
+    int tp;     /* > 1: tensor-parallel ranks */
 } run_cfg;
 
 static int make_prompt(uint64_t seed, int i, int32_t *p, int vocab)
@@ -101,6 +102,10 @@ static int run(const run_cfg *c, uint64_t seed, out *outs, sd_engine_stats *afte
     snprintf(buf, sizeof buf, "%d", c->max_batch_tokens ? c->max_batch_tokens : 64);
     sd_opts_set(&o, SD_CMD_GENERATE, "max-batch-tokens", buf, &err);
     sd_opts_set(&o, SD_CMD_GENERATE, "threads", "2", &err);
+    if (c->tp > 1) {
+        snprintf(buf, sizeof buf, "%d", c->tp);
+        sd_opts_set(&o, SD_CMD_GENERATE, "tp", buf, &err);
+    }
     if (c->pad_bs > 0) {
         snprintf(buf, sizeof buf, "%d", c->pad_bs);
         sd_opts_set(&o, SD_CMD_GENERATE, "cuda-graph-max-bs", buf, &err);
@@ -268,6 +273,50 @@ TEST(padded_steps_give_the_same_output_for_every_proposer_greedy_and_sampled)
         ASSERT_EQ(s1.spec.accepted, s2.spec.accepted);
     }
     tiny_model_remove(head);
+}
+
+/* The engine over tensor-parallel ranks (CPU threads, the thread all-reduce
+ * in rank order): the same outputs as one rank, plain and speculative,
+ * greedy and sampled, with padded steps too. TP sums in another order than
+ * one rank does (relative 1e-7), so a token could flip where two logits tie
+ * within that: none of these runs has such a tie, and a flip would show as
+ * a failure to look at, not noise to allow. */
+TEST(tensor_parallel_engine_gives_the_same_output_as_one_rank)
+{
+    uint64_t seed = sd_test_seed();
+    run_cfg cfgs[] = {
+        {.model = "llama", .spec = "none", .n_req = 6, .tp = 2},
+        {.model = "qwen3", .spec = "ngram", .k = 3, .n_req = 6, .tp = 2},
+        {.model = "deepseek-v3", .spec = "mtp", .k = 2, .n_req = 6, .tp = 2},
+        {.model = "deepseek-v3", .spec = "mtp", .k = 2, .n_req = 6, .tp = 4, .pad_bs = 3},
+        {.model = "deepseek-v3", .spec = "draft", .draft = "llama-tied", .k = 2, .n_req = 6,
+         .tp = 2, .temperature = 0.8},
+        {.model = "llama", .spec = "none", .n_req = 6, .tp = 4, .temperature = 0.8},
+    };
+    for (size_t ci = 0; ci < SD_ARRAY_LEN(cfgs); ci++) {
+        out a[MAXR], b[MAXR];
+        sd_engine_stats s1, s2;
+        run_cfg c1 = cfgs[ci];
+        c1.max_context = 256;
+        run_cfg c0 = c1;
+        c0.tp = 1;
+        c0.pad_bs = 0;
+        ASSERT_OK(run(&c0, seed, a, &s1));
+        ASSERT_OK(run(&c1, seed, b, &s2));
+        ASSERT_EQ(s2.kv_blocks_used, 0);
+        int same = 0, total = 0;
+        for (int i = 0; i < c0.n_req; i++) {
+            ASSERT_EQ(b[i].why, SD_FINISH_LENGTH);
+            ASSERT_EQ(a[i].n, b[i].n);
+            for (int j = 0; j < a[i].n; j++) {
+                same += a[i].ids[j] == b[i].ids[j];
+                total++;
+            }
+        }
+        fprintf(stderr, "  %s %s tp %d T=%.1f: %d/%d tokens equal to one rank\n", c1.model, c1.spec,
+                c1.tp, c1.temperature, same, total);
+        ASSERT_EQ(same, total);
+    }
 }
 
 TEST(small_kv_cache_preempts_and_every_request_still_finishes_with_the_same_output)
@@ -538,6 +587,7 @@ TEST_MAIN(T(mtp_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(eagle3_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(adaptive_k_greedy_output_equals_plain),
           T(padded_steps_give_the_same_output_for_every_proposer_greedy_and_sampled),
+          T(tensor_parallel_engine_gives_the_same_output_as_one_rank),
           T(small_kv_cache_preempts_and_every_request_still_finishes_with_the_same_output),
           T(a_seeded_sampled_request_is_reproducible_whatever_the_batch),
           T(submit_refuses_bad_requests_with_a_message),

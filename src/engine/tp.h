@@ -1,0 +1,32 @@
+/* engine/tp: tensor-parallel ranks behind one virtual backend (tp.c). */
+#ifndef SD_ENGINE_TP_H
+#define SD_ENGINE_TP_H
+
+#include "comm/comm.h"
+#include "core/config.h"
+#include "engine/backend.h"
+#include "kernels/ops.h"
+
+#define SD_TP_MAX 16
+
+typedef struct sd_tp sd_tp;
+
+/* o->tp ranks of this node: backends (GPU r, or CPU backends sharing the
+ * threads), the communicator, the rank threads. */
+int sd__tp_open(sd_tp **out, const sd_opts *o, sd_err *err);
+void sd__tp_close(sd_tp *t);
+int sd__tp_size(const sd_tp *t);
+/* the virtual backend the engine allocates from and runs ops on */
+sd_backend *sd__tp_backend(sd_tp *t);
+sd_backend *sd__tp_rank_backend(sd_tp *t, int r);
+sd_comm *sd__tp_comm(sd_tp *t);
+/* Runs fn(ctx, r) for every rank r at once, each in its rank's context
+ * (rank 0 on the calling thread); returns the first failure. Called in a
+ * rank's context, runs fn for that rank only. */
+int sd__tp_each(sd_tp *t, int (*fn)(void *ctx, int rank, sd_err *err), void *ctx, sd_err *err);
+/* the calling thread's rank context, -1 outside one */
+int sd__tp_rank(void);
+/* rank r's address of a virtual (rank 0) address; NULL stays NULL */
+const void *sd__tp_map(sd_tp *t, const void *p, int r);
+
+#endif
