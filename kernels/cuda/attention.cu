@@ -17,6 +17,13 @@
 #define ATT_THREADS 256
 #define KT 32 /* keys per tile: one warp lane per key in the softmax step */
 #define MAX_G 16
+/* Split-KV (flash decoding) for steps of few tokens: a token's positions are
+ * cut into S contiguous chunks (whole tiles), one block each, and a second
+ * kernel merges the S partial softmaxes in chunk order. S depends on the
+ * head layout only, never on the number of tokens, so a token's bits are the
+ * same in a 1-token decode step and a k+1-token verify step. */
+#define SPLIT_MAX_T 8  /* tokens in a step at most for the split path */
+#define SPLIT_MAX 16   /* chunks per token at most */
 
 typedef struct att_args {
     float *out; /* out + t*o_tok + h*o_head, Dv floats */
@@ -36,6 +43,8 @@ typedef struct att_args {
     const int32_t *pos, *seq, *block_table;
     int max_blocks, block_size;
     float scale;
+    int S;       /* chunks per token (1: no split) */
+    float *part; /* S > 1: (T, Hq, S, Dv + 2) partial acc, max, sum */
 } att_args;
 
 static inline int tile_stride(const att_args *a)
@@ -81,12 +90,20 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
         mrun[tid] = -INFINITY;
         lrun[tid] = 0.0f;
     }
-    const int n = a.pos[t] + 1;
+    const int n_all = a.pos[t] + 1;
+    /* this block's chunk of the positions: [j_lo, n) */
+    int j_lo = 0, n = n_all;
+    if (a.S > 1) {
+        int per = (n_all + a.S - 1) / a.S;
+        per = (per + KT - 1) / KT * KT;
+        j_lo = blockIdx.z * per;
+        n = j_lo + per < n_all ? j_lo + per : n_all;
+    }
     const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     const size_t kbase = (size_t)kvh * (size_t)a.k_head, vbase = (size_t)kvh * (size_t)a.v_head;
     __syncthreads();
 
-    for (int j0 = 0; j0 < n; j0 += KT) {
+    for (int j0 = j_lo; j0 < n; j0 += KT) {
         const int kt = n - j0 < KT ? n - j0 : KT;
         if (tid < kt) {
             int p = j0 + tid;
@@ -151,9 +168,44 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
         }
         __syncthreads();
     }
+    if (a.S > 1) {
+        /* partial: unnormalized acc, running max, running sum (an empty chunk: 0, -inf, 0) */
+        const int Hq = gridDim.y / a.ngb * a.group, W = Dv + 2;
+        for (int e = tid; e < G * W; e += ATT_THREADS) {
+            int g = e / W, d = e % W;
+            float *p = a.part + (((size_t)t * Hq + (size_t)(hbase + g)) * a.S + blockIdx.z) * W;
+            p[d] = d < Dv ? acc[g * Dv + d] : d == Dv ? mrun[g] : lrun[g];
+        }
+        return;
+    }
     for (int e = tid; e < G * Dv; e += ATT_THREADS) {
         int g = e / Dv, d = e % Dv;
         a.out[(size_t)t * a.o_tok + (size_t)(hbase + g) * a.o_head + d] = acc[e] / lrun[g];
+    }
+}
+
+/* out(t, h) = the S partial softmaxes of (t, h) merged in chunk order */
+__global__ void __launch_bounds__(ATT_THREADS) attn_merge_kernel(att_args a, int Hq)
+{
+    const int t = blockIdx.x, h = blockIdx.y, Dv = a.Dv, W = Dv + 2;
+    const float *p = a.part + ((size_t)t * Hq + (size_t)h) * a.S * W;
+    float M = -INFINITY;
+    for (int z = 0; z < a.S; z++)
+        M = fmaxf(M, p[(size_t)z * W + Dv]);
+    float L = 0.0f;
+    for (int z = 0; z < a.S; z++) {
+        float m = p[(size_t)z * W + Dv];
+        if (m != -INFINITY)
+            L += p[(size_t)z * W + Dv + 1] * expf(m - M);
+    }
+    for (int d = threadIdx.x; d < Dv; d += blockDim.x) {
+        float o = 0.0f;
+        for (int z = 0; z < a.S; z++) {
+            float m = p[(size_t)z * W + Dv];
+            if (m != -INFINITY)
+                o += p[(size_t)z * W + d] * expf(m - M);
+        }
+        a.out[(size_t)t * a.o_tok + (size_t)h * a.o_head + d] = o / L;
     }
 }
 
@@ -198,9 +250,27 @@ static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
         return;
     }
     a->ngb = (a->group + a->G - 1) / a->G;
-    dim3 grid((unsigned)T, (unsigned)(Hkv * a->ngb));
+    /* few tokens: split each token's positions so the blocks fill the GPU */
+    int Hq = Hkv * a->group;
+    a->S = 1;
+    if (T <= SPLIT_MAX_T && c->attn_part) {
+        int S = (2 * c->sm_count + Hkv * a->ngb - 1) / (Hkv * a->ngb);
+        size_t per_s = (size_t)SPLIT_MAX_T * (size_t)Hq * (size_t)(a->Dv + 2) * sizeof(float);
+        if (S > SPLIT_MAX)
+            S = SPLIT_MAX;
+        if ((size_t)S * per_s > c->attn_part_bytes)
+            S = (int)(c->attn_part_bytes / per_s);
+        if (S > 1) {
+            a->S = S;
+            a->part = c->attn_part;
+        }
+    }
+    dim3 grid((unsigned)T, (unsigned)(Hkv * a->ngb), (unsigned)a->S);
     attn_kernel<<<grid, ATT_THREADS, sm, c->stream>>>(*a, tile_stride(a));
-    SD_LAUNCHED(c, "attn_kernel");
+    if (SD_LAUNCHED(c, "attn_kernel") || a->S == 1)
+        return;
+    attn_merge_kernel<<<dim3((unsigned)T, (unsigned)Hq), 128, 0, c->stream>>>(*a, Hq);
+    SD_LAUNCHED(c, "attn_merge_kernel");
 }
 
 void sd__cuda_attn_gqa(sd_backend *be, float *out, const float *q, const float *k, const float *v,

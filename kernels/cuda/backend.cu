@@ -12,6 +12,7 @@
 /* Scratch for bf16 activations and aliasing copies; ops that need more work
  * in row chunks of this size, so it bounds memory, not shapes. */
 #define SCRATCH_BYTES ((size_t)64 << 20)
+#define ATTN_PART_BYTES ((size_t)32 << 20)
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -324,6 +325,7 @@ static const sd_ops cuda_ops = {
     /* .graph_free = */ cu_graph_free,
     /* .accept_sample_rows = */ sd__cuda_accept_sample_rows,
     /* .gather_i32 = */ sd__cuda_gather_i32,
+    /* .add_rmsnorm = */ sd__cuda_add_rmsnorm,
 };
 
 void *sd_cuda_stream(sd_backend *be)
@@ -404,6 +406,10 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
         c->scratch_bytes = SCRATCH_BYTES;
         rc = SD_CUDA(c, cudaMalloc(&c->scratch, c->scratch_bytes));
     }
+    if (!rc) {
+        c->attn_part_bytes = ATTN_PART_BYTES;
+        rc = SD_CUDA(c, cudaMalloc((void **)&c->attn_part, c->attn_part_bytes));
+    }
     if (!rc)
         rc = sd__cuda_attention_init(c);
     if (rc) {
@@ -430,6 +436,8 @@ void sd_cuda_backend_destroy(sd_backend *be)
         free(c->weights);
         if (c->scratch)
             cudaFree(c->scratch);
+        if (c->attn_part)
+            cudaFree(c->attn_part);
         if (c->lt_ws)
             cudaFree(c->lt_ws);
         if (c->lt)

@@ -43,6 +43,8 @@ typedef struct sd__cuda {
     size_t lt_ws_bytes;
     void *scratch; /* bf16 activations, aliasing copies */
     size_t scratch_bytes;
+    float *attn_part; /* split-KV attention partials (attention.cu) */
+    size_t attn_part_bytes;
     int bf16_split; /* BF16 GEMMs on hi + lo activation terms (sd_cuda_set_bf16_split) */
     /* benchmark overrides of built-in crossovers, 0 = the default:
      * matmul's GEMV up to this many rows (SD_CUDA_GEMV_MAX_ROWS), moe_ffn's
@@ -195,6 +197,8 @@ void sd__cuda_gather_rows(sd_backend *be, float *dst, const float *src, const in
 void sd__cuda_copy2d(sd_backend *be, float *dst, const float *src, int n, int d, int ds, int ss);
 void sd__cuda_rmsnorm(sd_backend *be, float *out, const float *x, const sd_weight *w, int n, int d,
                       int x_stride, int out_stride, float eps);
+void sd__cuda_add_rmsnorm(sd_backend *be, float *out, float *x, const float *y, const sd_weight *w,
+                          int n, int d, float eps);
 void sd__cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w,
                      const sd_weight *bias, int n, int x_stride);
 void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_weight *w, int n,

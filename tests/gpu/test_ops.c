@@ -5,7 +5,9 @@
  * Error: max |gpu - cpu| / max |cpu| over the whole output. Bounds, per op:
  *   exact (0)  embed, embed_shard, gather_rows, copy2d, add, the K/V cache
  *              stores, MoE expert ids, a GEMV row alone vs in a batch;
- *   1e-6       silu_mul, rmsnorm, MoE routing weights (expf/sqrt ulps);
+ *   1e-6       silu_mul, rmsnorm, add_rmsnorm's norm (its x: exact, and both
+ *              the bits of the GPU's add then rmsnorm), MoE routing weights
+ *              (expf/sqrt ulps);
  *   1e-5       rope (cosf/sinf of angles to 8k radians, a few ulps), matmul on
  *              fp32 activations (GEMV rows, F32 and F16 weights, per-head;
  *              BF16 GEMV batches above SD_CUDA_GEMV_EXACT_ROWS on tensor
@@ -203,6 +205,67 @@ TEST(rmsnorm_matches_the_cpu_with_strides_and_in_place)
         }
         gfree(&e, dx);
         free(x);
+        tw_free(&e, &w);
+    }
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+/* The fused residual step: x exact, out within rmsnorm's bound of the CPU,
+ * and both bit for bit the GPU's own add followed by its rmsnorm (the
+ * unfused path the model took before). */
+TEST(add_rmsnorm_matches_the_cpu_and_the_gpus_add_then_rmsnorm_bitwise)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    struct { int n, d; sd_dtype dt; } cs[] = {
+        {1, 4096, SD_DT_BF16}, {5, 64, SD_DT_F32},  {33, 4096, SD_DT_BF16},
+        {3, 7000, SD_DT_F16},  {17, 100, SD_DT_F32}, {2, 5120, SD_DT_BF16},
+    };
+    for (size_t k = 0; k < SD_ARRAY_LEN(cs); k++) {
+        int n = cs[k].n, d = cs[k].d;
+        size_t m = (size_t)n * d;
+        tw w;
+        ASSERT_OK(tw_make(&e, &w, cs[k].dt, 1, d, 1.5f));
+        float *x0 = rnd_floats(&e, m, -40, 40), *y = rnd_floats(&e, m, -3, 3);
+        float *xc = (float *)malloc(m * sizeof(float)), *oc = nan_floats(m);
+        memcpy(xc, x0, m * sizeof(float));
+        e.cpu->ops->add_rmsnorm(e.cpu, oc, xc, y, &w.c, n, d, 1e-5f);
+        float *dx = (float *)gput(&e, x0, m * sizeof(float));
+        float *dy = (float *)gput(&e, y, m * sizeof(float));
+        float *dout = gpoison(&e, m);
+        e.gpu->ops->add_rmsnorm(e.gpu, dout, dx, dy, &w.g, n, d, 1e-5f);
+        /* the unfused GPU path on the same inputs */
+        float *dx2 = (float *)gput(&e, x0, m * sizeof(float));
+        float *dout2 = gpoison(&e, m);
+        e.gpu->ops->add(e.gpu, dx2, dy, n, d);
+        e.gpu->ops->rmsnorm(e.gpu, dout2, dx2, &w.g, n, d, d, d, 1e-5f);
+        char name[128];
+        snprintf(name, sizeof name, "add_rmsnorm %s n=%d d=%d x", sd_dtype_name(cs[k].dt), n, d);
+        ok &= check_dev(&e, dx, xc, m, 0, name);
+        snprintf(name, sizeof name, "add_rmsnorm %s n=%d d=%d out", sd_dtype_name(cs[k].dt), n, d);
+        ok &= check_dev(&e, dout, oc, m, 1e-6, name);
+        float *gx = gget(&e, dx, m), *gx2 = gget(&e, dx2, m);
+        float *go = gget(&e, dout, m), *go2 = gget(&e, dout2, m);
+        int same = gx && gx2 && go && go2 && !memcmp(gx, gx2, m * sizeof(float)) &&
+                   !memcmp(go, go2, m * sizeof(float));
+        snprintf(name, sizeof name, "add_rmsnorm %s n=%d d=%d == add + rmsnorm (bits)",
+                 sd_dtype_name(cs[k].dt), n, d);
+        ok &= report(name, same ? 0 : 1, 0);
+        free(gx);
+        free(gx2);
+        free(go);
+        free(go2);
+        gfree(&e, dx);
+        gfree(&e, dy);
+        gfree(&e, dout);
+        gfree(&e, dx2);
+        gfree(&e, dout2);
+        free(x0);
+        free(y);
+        free(xc);
+        free(oc);
         tw_free(&e, &w);
     }
     gpu_env_close(&e);
@@ -613,6 +676,13 @@ TEST(attn_gqa_matches_the_cpu_on_long_contexts)
     ok &= gqa_case(&e, "long", 2, ctx, nnew, 16, 8, 1, 128, 128);
     int c2[1] = {6000}, n2[1] = {64};
     ok &= gqa_case(&e, "long prefill chunk", 1, c2, n2, 64, 8, 8, 64, 64);
+    /* decode and verify steps (<= 8 tokens): split-KV chunks, some empty */
+    int c3[1] = {1}, n3[1] = {1};
+    ok &= gqa_case(&e, "split decode ctx 1", 1, c3, n3, 16, 32, 8, 128, 128);
+    int c4[3] = {33, 700, 129}, n4[3] = {1, 1, 4};
+    ok &= gqa_case(&e, "split decode+verify", 3, c4, n4, 16, 32, 8, 128, 128);
+    int c5[2] = {20000, 3}, n5[2] = {1, 1};
+    ok &= gqa_case(&e, "split long", 2, c5, n5, 16, 8, 2, 64, 64);
     gpu_env_close(&e);
     ASSERT(ok);
 }
@@ -665,6 +735,11 @@ TEST(attn_mla_matches_the_cpu_on_ragged_and_long_contexts)
     ok &= mla_case(&e, "ragged v3 dims", 4, ctx, nnew, 16, 40, 512, 64, 128);
     int c2[2] = {4096, 1500}, n2[2] = {2, 3};
     ok &= mla_case(&e, "long v3 dims", 2, c2, n2, 64, 16, 512, 64, 128);
+    /* decode steps: split-KV chunks (one head group: the split fills the GPU) */
+    int c3[1] = {1}, n3[1] = {1};
+    ok &= mla_case(&e, "split decode ctx 1", 1, c3, n3, 16, 16, 512, 64, 128);
+    int c4[2] = {3000, 17}, n4[2] = {1, 3};
+    ok &= mla_case(&e, "split decode+verify v2-lite dims", 2, c4, n4, 16, 16, 512, 64, 128);
     gpu_env_close(&e);
     ASSERT(ok);
 }
@@ -1707,6 +1782,7 @@ TEST(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run)
 
 TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(rmsnorm_matches_the_cpu_with_strides_and_in_place),
+          T(add_rmsnorm_matches_the_cpu_and_the_gpus_add_then_rmsnorm_bitwise),
           T(rope_matches_the_cpu_for_every_variant_up_to_8k_positions),
           T(matmul_gemv_rows_match_the_cpu_in_fp32), T(matmul_gemv_rows_do_not_depend_on_the_batch),
           T(matmul_many_rows_match_the_cpu),
