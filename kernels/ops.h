@@ -248,6 +248,14 @@ typedef struct sd_ops {
      * vocabulary to the target's), so a draft chain never leaves the device. */
     void (*gather_i32)(sd_backend *be, int32_t *out, const int32_t *table, const int32_t *idx,
                        int n);
+
+    /* ---- fused residual step (appended: the CUDA table is positional) ----
+     * x(n, d) += y(n, d), then out(n, d) = rmsnorm(x) * w: the numbers of add
+     * followed by rmsnorm(out, x, w, n, d, d, d, eps), bit for bit, in one
+     * pass. Dense rows (stride d). out may not alias x or y. NULL where a
+     * backend has none (callers then run add and rmsnorm). */
+    void (*add_rmsnorm)(sd_backend *be, float *out, float *x, const float *y, const sd_weight *w,
+                        int n, int d, float eps);
 } sd_ops;
 
 struct sd_backend {

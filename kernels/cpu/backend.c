@@ -286,6 +286,7 @@ static const sd_ops cpu_ops = {
     /* no graphs: every step launches its ops */
     .accept_sample_rows = sd__cpu_accept_sample_rows,
     .gather_i32 = sd__cpu_gather_i32,
+    .add_rmsnorm = sd__cpu_add_rmsnorm,
 };
 
 int sd_cpu_backend_create(sd_backend **out, int threads)

@@ -40,6 +40,8 @@ void sd__cpu_gather_rows(sd_backend *be, float *dst, const float *src, const int
 void sd__cpu_copy2d(sd_backend *be, float *dst, const float *src, int n, int d, int ds, int ss);
 void sd__cpu_rmsnorm(sd_backend *be, float *out, const float *x, const sd_weight *w, int n, int d,
                      int x_stride, int out_stride, float eps);
+void sd__cpu_add_rmsnorm(sd_backend *be, float *out, float *x, const float *y, const sd_weight *w,
+                         int n, int d, float eps);
 void sd__cpu_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w,
                     const sd_weight *bias, int n, int x_stride);
 void sd__cpu_matmul_heads(sd_backend *be, float *y, const float *x, const sd_weight *w, int n,
