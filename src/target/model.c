@@ -17,11 +17,12 @@
 typedef struct layer {
     int mla, moe;
     sd_weight attn_norm, ffn_norm;
-    /* GQA */
-    sd_weight wq, wk, wv, wo, bq, bk, bv, bo, q_norm, k_norm;
+    /* GQA: q, k, v projections stacked [Hq*Dh + 2*Hkv*Dh, in] (this rank's
+     * heads) for one matmul, and their biases likewise (F32) */
+    sd_weight wqkv, bqkv, wo, bo, q_norm, k_norm;
     int has_bias, has_qk_norm;
-    /* MLA */
-    sd_weight q_a, q_a_norm, q_b, kv_a, kv_a_norm, wuk_t, wuv;
+    /* MLA (wq: q_proj when there is no q_lora) */
+    sd_weight wq, q_a, q_a_norm, q_b, kv_a, kv_a_norm, wuk_t, wuv;
     /* dense FFN or MoE shared experts: gate and up stacked [2I, D] */
     sd_weight gate_up, down;
     int ffn_inter;
@@ -58,8 +59,8 @@ struct sd_model {
     /* workspace (backend memory) */
     float *ws;
     size_t ws_floats;
-    float *x, *xn, *ao, *fo, *q, *k, *v, *qa, *ckv, *qlat, *lat, *att, *gu, *rlog, *wts, *moetmp,
-        *xo, *eh;
+    float *x, *xn, *ao, *fo, *qkv, *q, *k, *v, *qa, *ckv, *qlat, *lat, *att, *gu, *rlog, *wts,
+        *moetmp, *xo, *eh;
     int32_t *ids;
     float *lg_local, *lg_all; /* vocab-parallel logits: (T, vocab_shard), (tp, T, vocab_shard) */
     int n_slots;
@@ -358,33 +359,93 @@ static int load_mla(sd_model *m, const char *pre, layer *L, sd_err *err)
     return rc;
 }
 
+/* q, k and v of a GQA layer stacked into one weight [nq + 2*nkv, in_dim]
+ * (and their biases into one F32 vector), so the projection is one matmul
+ * whose output row is [q | k | v]. Each part is this rank's rows: q rows
+ * [q0, q0 + nq), k and v rows [kv0, kv0 + nkv). Every output column is the
+ * dot product the separate matmuls computed, so results do not change. The
+ * stacked copy is the only one placed on the backend. */
+static int load_qkv(sd_model *m, const char *pre, layer *L, int64_t in_dim, sd_err *err)
+{
+    const sd_model_cfg *c = &m->cfg;
+    int64_t Dh = c->head_dim;
+    int64_t full[3] = {(int64_t)c->num_heads * Dh, (int64_t)c->num_kv_heads * Dh,
+                       (int64_t)c->num_kv_heads * Dh};
+    int64_t r0[3] = {(int64_t)m->tp_rank * m->hq * Dh, (int64_t)m->kv_head0 * Dh,
+                     (int64_t)m->kv_head0 * Dh};
+    int64_t nr[3] = {(int64_t)m->hq * Dh, (int64_t)m->hkv * Dh, (int64_t)m->hkv * Dh};
+    static const char *proj[3] = {"q", "k", "v"};
+    const sd_st_tensor *t[3];
+    char name[512];
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "%s.self_attn.%s_proj.weight", pre, proj[i]);
+        int rc = find_w(m, name, full[i], in_dim, &t[i], err);
+        if (rc)
+            return rc;
+        if (r0[i] < 0 || r0[i] + nr[i] > full[i])
+            return sd_err_set(err, SD_EINVAL, "%s: shard [%lld, %lld) is outside the tensor", name,
+                              (long long)r0[i], (long long)(r0[i] + nr[i]));
+    }
+    int64_t R = nr[0] + nr[1] + nr[2];
+    size_t cols = (size_t)in_dim;
+    /* one dtype for the stack: the checkpoint's; F32 (exact) if the three differ */
+    sd_dtype dt = t[0]->dtype;
+    if (t[1]->dtype != dt || t[2]->dtype != dt)
+        dt = SD_DT_F32;
+    size_t es = sd_dtype_size(dt);
+    char *buf = malloc((size_t)R * cols * es);
+    if (!buf)
+        return sd_err_set(err, SD_ENOMEM, "out of memory stacking %s.self_attn.q/k/v_proj", pre);
+    char *dst = buf;
+    for (int i = 0; i < 3; i++) {
+        size_t n = (size_t)nr[i] * cols;
+        if (t[i]->dtype == dt) {
+            memcpy(dst, (const char *)t[i]->data + (size_t)r0[i] * cols * es, n * es);
+        } else {
+            for (size_t e = 0; e < n; e++)
+                ((float *)(void *)dst)[e] =
+                    sd_load_f32(t[i]->data, t[i]->dtype, (size_t)r0[i] * cols + e);
+        }
+        dst += n * es;
+    }
+    int rc = upload_host(m, &L->wqkv, buf, dt, R, in_dim, err);
+    if (rc || !c->attention_bias)
+        return rc;
+    L->has_bias = 1;
+    float *b = malloc((size_t)R * sizeof(float));
+    if (!b)
+        return sd_err_set(err, SD_ENOMEM, "out of memory stacking %s.self_attn.q/k/v_proj.bias",
+                          pre);
+    float *bo = b;
+    for (int i = 0; i < 3; i++) {
+        const sd_st_tensor *tb;
+        snprintf(name, sizeof name, "%s.self_attn.%s_proj.bias", pre, proj[i]);
+        if ((rc = find_w(m, name, full[i], 0, &tb, err))) {
+            free(b);
+            return rc;
+        }
+        /* the matmuls add the bias as fp32 (sd_load_f32): storing F32 is exact */
+        for (int64_t e = 0; e < nr[i]; e++)
+            *bo++ = sd_load_f32(tb->data, tb->dtype, (size_t)(r0[i] + e));
+    }
+    return upload_host(m, &L->bqkv, b, SD_DT_F32, 1, R, err);
+}
+
 /* Tensor parallel: q/k/v column-parallel by heads (this rank's query heads
  * and their kv heads), o_proj row-parallel; its bias is added on rank 0 only,
  * so the all-reduce adds it once. */
 static int load_gqa(sd_model *m, const char *pre, layer *L, int64_t in_dim, sd_err *err)
 {
     const sd_model_cfg *c = &m->cfg;
-    int64_t Hq = c->num_heads, Hkv = c->num_kv_heads, Dh = c->head_dim, D = c->hidden_size;
-    part pq = part_rows((int64_t)m->tp_rank * m->hq * Dh, (int64_t)m->hq * Dh);
-    part pk = part_rows((int64_t)m->kv_head0 * Dh, (int64_t)m->hkv * Dh);
+    int64_t Hq = c->num_heads, Dh = c->head_dim, D = c->hidden_size;
     part po = part_cols((int64_t)m->tp_rank * m->hq * Dh, (int64_t)m->hq * Dh);
-    int rc = get_wpf(m, &L->wq, err, Hq * Dh, in_dim, pq, "%s.self_attn.q_proj.weight", pre);
-    if (!rc)
-        rc = get_wpf(m, &L->wk, err, Hkv * Dh, in_dim, pk, "%s.self_attn.k_proj.weight", pre);
-    if (!rc)
-        rc = get_wpf(m, &L->wv, err, Hkv * Dh, in_dim, pk, "%s.self_attn.v_proj.weight", pre);
+    int rc = load_qkv(m, pre, L, in_dim, err);
     if (!rc)
         rc = get_wpf(m, &L->wo, err, D, Hq * Dh, po, "%s.self_attn.o_proj.weight", pre);
     if (!rc && c->attention_bias) {
-        L->has_bias = 1;
-        rc = get_wpf(m, &L->bq, err, Hq * Dh, 0, pq, "%s.self_attn.q_proj.bias", pre);
-        if (!rc)
-            rc = get_wpf(m, &L->bk, err, Hkv * Dh, 0, pk, "%s.self_attn.k_proj.bias", pre);
-        if (!rc)
-            rc = get_wpf(m, &L->bv, err, Hkv * Dh, 0, pk, "%s.self_attn.v_proj.bias", pre);
         char name[512];
         snprintf(name, sizeof name, "%s.self_attn.o_proj.bias", pre);
-        if (!rc && m->tp_rank == 0 && sd_st_find(m->st, name))
+        if (m->tp_rank == 0 && sd_st_find(m->st, name))
             rc = get_wf(m, &L->bo, err, D, 0, "%s", name);
     }
     if (!rc && c->qk_norm) {
@@ -463,8 +524,10 @@ static size_t ws_plan(sd_model *m, int T)
     size_t inter = SD_MAX((size_t)c->intermediate_size,
                           (size_t)c->moe_intermediate_size * (size_t)SD_MAX(c->n_shared_experts, 1));
     size_t E = (size_t)c->n_routed_experts, K = (size_t)SD_MAX(c->num_experts_per_tok, 1);
+    size_t qkvdim = c->arch == SD_ARCH_DEEPSEEK_V3 ? 0 : H * (size_t)c->head_dim + 2 * kvdim;
     size_t sz[] = {
         t * D, t * D, t * D, t * D,             /* x xn ao fo */
+        t * qkvdim,                             /* qkv (GQA) */
         t * SD_MAX(qdim, H * (size_t)c->head_dim), /* q */
         t * kvdim, t * kvdim,                   /* k v */
         t * (size_t)c->q_lora_rank,             /* qa */
@@ -480,7 +543,7 @@ static size_t ws_plan(sd_model *m, int T)
         m->tp_size > 1 ? t * (size_t)m->vocab_shard : 0,                    /* lg_local */
         m->tp_size > 1 ? (size_t)m->tp_size * t * (size_t)m->vocab_shard : 0, /* lg_all */
     };
-    float **dst[] = {&m->x, &m->xn, &m->ao, &m->fo, &m->q, &m->k, &m->v, &m->qa, &m->ckv,
+    float **dst[] = {&m->x, &m->xn, &m->ao, &m->fo, &m->qkv, &m->q, &m->k, &m->v, &m->qa, &m->ckv,
                      &m->qlat, &m->lat, &m->att, &m->gu, &m->rlog, &m->wts, &m->moetmp, &m->xo,
                      &m->eh, (float **)&m->ids, &m->lg_local, &m->lg_all};
     size_t off = 0;
@@ -780,7 +843,8 @@ static void tp_sum(sd_model *m, float *buf, size_t n)
 
 /* The residual step after a row-parallel sublayer (o_proj, down_proj, the
  * MoE combine): x += the ranks' partials summed, then xn = norm(x), the input
- * of the next sublayer or of the head. One rank: add and rmsnorm. Several:
+ * of the next sublayer or of the head. One rank: add and rmsnorm (one op,
+ * add_rmsnorm, where the backend has it). Several:
  * the communicator's all-reduce + add + RMSNorm, fused where it has a kernel
  * for it (the custom GPU all-reduce), else the same three steps. */
 static void residual_norm(sd_model *m, float *partial, const sd_weight *norm, int T)
@@ -789,8 +853,12 @@ static void residual_norm(sd_model *m, float *partial, const sd_weight *norm, in
     int D = m->cfg.hidden_size;
     float eps = (float)m->cfg.rms_eps;
     if (m->tp_size == 1) {
-        op->add(m->be, m->x, partial, T, D);
-        op->rmsnorm(m->be, m->xn, m->x, norm, T, D, D, D, eps);
+        if (op->add_rmsnorm) {
+            op->add_rmsnorm(m->be, m->xn, m->x, partial, norm, T, D, eps);
+        } else {
+            op->add(m->be, m->x, partial, T, D);
+            op->rmsnorm(m->be, m->xn, m->x, norm, T, D, D, D, eps);
+        }
         return;
     }
     int rc = sd_comm_allreduce_add_rmsnorm(m->comm, m->tp_rank, m->be, partial, m->x, m->xn, norm,
@@ -838,25 +906,40 @@ static void lm_logits(sd_model *m, float *logits, const float *x, const sd_weigh
 /* DeepSeek's q_a_layernorm and kv_a_layernorm use RMSNorm's default eps. */
 #define MLA_NORM_EPS 1e-6f
 
+/* q, k, v come out of one matmul as the row [q | k | v] of qkv (T, W),
+ * W = (Hq + 2 Hkv) Dh, and the ops read them in place (rows W apart). */
 static void attention_gqa(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
 {
     const sd_ops *op = m->be->ops;
     sd_backend *be = m->be;
     const sd_model_cfg *c = &m->cfg;
     int Hq = m->hq, Hkv = m->hkv, Dh = c->head_dim; /* this rank's heads */
-    int in_dim = (int)L->wq.cols;
-    const float *in = m->xn;
-    op->matmul(be, m->q, in, &L->wq, L->has_bias ? &L->bq : NULL, T, in_dim);
-    op->matmul(be, m->k, in, &L->wk, L->has_bias ? &L->bk : NULL, T, in_dim);
-    op->matmul(be, m->v, in, &L->wv, L->has_bias ? &L->bv : NULL, T, in_dim);
+    int in_dim = (int)L->wqkv.cols, W = (int)L->wqkv.rows;
+    op->matmul(be, m->qkv, m->xn, &L->wqkv, L->has_bias ? &L->bqkv : NULL, T, in_dim);
+    float *q = m->qkv, *k = q + (size_t)Hq * Dh, *v = k + (size_t)Hkv * Dh;
+    int qs = W, kvs = W;
     if (L->has_qk_norm) {
-        op->rmsnorm(be, m->q, m->q, &L->q_norm, T * Hq, Dh, Dh, Dh, (float)c->rms_eps);
-        op->rmsnorm(be, m->k, m->k, &L->k_norm, T * Hkv, Dh, Dh, Dh, (float)c->rms_eps);
+        /* The norms take rows of Dh a fixed stride apart: the heads of one
+         * token are, those of several tokens are not (W apart per token).
+         * Several tokens: dense copies of q, k, v first. */
+        if (T > 1) {
+            op->copy2d(be, m->q, q, T, Hq * Dh, Hq * Dh, W);
+            op->copy2d(be, m->k, k, T, Hkv * Dh, Hkv * Dh, W);
+            op->copy2d(be, m->v, v, T, Hkv * Dh, Hkv * Dh, W);
+            q = m->q, k = m->k, v = m->v;
+            qs = Hq * Dh, kvs = Hkv * Dh;
+        }
+        op->rmsnorm(be, q, q, &L->q_norm, T * Hq, Dh, Dh, Dh, (float)c->rms_eps);
+        op->rmsnorm(be, k, k, &L->k_norm, T * Hkv, Dh, Dh, Dh, (float)c->rms_eps);
     }
-    op->rope(be, m->q, ab->pos, &m->rope, T, Hq, Hq * Dh, Dh, 0);
-    op->rope(be, m->k, ab->pos, &m->rope, T, Hkv, Hkv * Dh, Dh, 0);
-    op->attn_gqa(be, m->att, m->q, m->k, m->v, L->kc, L->vc, ab, Hq, Hkv, Dh, Dh, Hq * Dh,
-                 Hkv * Dh, m->attn_scale);
+    if (k == q + (size_t)Hq * Dh) {
+        /* in the stacked row the k heads follow the q heads: one rope */
+        op->rope(be, q, ab->pos, &m->rope, T, Hq + Hkv, qs, Dh, 0);
+    } else {
+        op->rope(be, q, ab->pos, &m->rope, T, Hq, qs, Dh, 0);
+        op->rope(be, k, ab->pos, &m->rope, T, Hkv, kvs, Dh, 0);
+    }
+    op->attn_gqa(be, m->att, q, k, v, L->kc, L->vc, ab, Hq, Hkv, Dh, Dh, qs, kvs, m->attn_scale);
     op->matmul(be, m->ao, m->att, &L->wo, L->bo.data ? &L->bo : NULL, T, Hq * Dh);
 }
 
