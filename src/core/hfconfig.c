@@ -345,7 +345,7 @@ static int sd__parse_rope(sd_model_cfg *cfg, json_t *root, const sd__jctx *top)
     if (!type)
         type = "default";
 
-    double theta;
+    double theta = 0;
     int have_theta = 0;
     if (rp)
         rc = sd__num(&c, rp, "rope_theta", 0, 0, &theta, &have_theta);

@@ -445,6 +445,8 @@ static void publish_stats(sd_engine *e, int stepped)
     e->stats.running = e->n_running;
     e->stats.kv_blocks_total = e->n_blocks;
     e->stats.kv_blocks_used = sd_kv_pool_used(e->kv);
+    e->stats.tp = e->n_ranks;
+    e->stats.allreduce_metrics = sd__tp_metrics(e->tp);
     sd_spec_stats *sp = &e->stats.spec;
     spec_from_accept(sp, &e->acc_all);
     sp->draft_s = e->draft_s_total;
@@ -980,7 +982,9 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     e->pad_seq = e->ov_max_seqs - 1;
     e->n_ranks = o->tp > 1 ? o->tp : 1;
     if (e->n_ranks > 1) {
-        if ((rc = sd__tp_open(&e->tp, o, err)))
+        sd_model_cfg pre;
+        if ((rc = sd_model_cfg_load(&pre, dir, err)) ||
+            (rc = sd__tp_open(&e->tp, o, pre.hidden_size, err)))
             goto fail;
         e->be = sd__tp_backend(e->tp);
     } else if ((rc = sd_backend_open(&e->be, o, err))) {
@@ -1048,6 +1052,7 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     mp->weights = sd_checkpoint_bytes(dir);
     sd__graphs_init(e, o);
     mp->graphs = sd__graphs_reserve_bytes(e);
+    mp->comm = sd__tp_comm_bytes(e->tp);
     mp->activations = sd_model_workspace_bytes(e->target) + sd__spec_buffer_bytes(e) +
                       (size_t)e->max_out * (size_t)e->V * 8 /* logits, probabilities */ +
                       (e->d_q ? (size_t)e->ov_max_seqs * (size_t)e->k_max * (size_t)e->V * 4 : 0) +

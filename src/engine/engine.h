@@ -78,6 +78,8 @@ typedef struct sd_engine_stats {
     uint64_t last_step_ns;    /* monotonic time of the last completed step */
     uint64_t prompt_tokens, completion_tokens;
     sd_spec_stats spec;
+    int tp;                        /* tensor-parallel ranks */
+    const char *allreduce_metrics; /* GPU ranks: the all-reduce choice table, Prometheus text */
 } sd_engine_stats;
 
 /* Loads the model named by o->model (NULL/empty: the bundled model), the

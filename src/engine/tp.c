@@ -45,7 +45,11 @@ typedef struct tp_graph {
 struct sd_tp {
     int n;
     sd_backend *be[SD_TP_MAX];
-    sd_comm *comm;
+    sd_comm *comm; /* what the models use: the thread comm, or the GPU comm */
+    sd_comm *nccl; /* GPU ranks: NCCL, and the custom all-reduce with its table */
+    void *car;
+    size_t comm_bytes;
+    char table_metrics[4096];
     sd_backend vbe;
     sd_ops ops;
     tp_alloc *allocs; /* sorted by base */
@@ -405,6 +409,74 @@ int sd__tp_each(sd_tp *t, int (*fn)(void *ctx, int rank, sd_err *err), void *ctx
     return 0;
 }
 
+#if defined(SD_HAVE_CUDA) && defined(SD_HAVE_NCCL)
+struct tune_job {
+    sd_tp *t;
+    const size_t *sizes;
+    int n_sizes, forced;
+    sd_ar_table table;
+};
+
+static int tune_rank(void *ctx, int r, sd_err *err)
+{
+    struct tune_job *j = ctx;
+    sd_ar_table tb;
+    int rc = sd_ar_autotune(j->t->nccl, (sd_car *)j->t->car, r, j->sizes, j->n_sizes, j->forced, 20,
+                            &tb, err);
+    if (!rc && r == 0)
+        j->table = tb;
+    return rc;
+}
+
+/* The GPU ranks' communicator: the topology printed, the custom all-reduce
+ * where P2P allows it, and per message size the fastest correct of NCCL,
+ * one-shot and two-shot timed on this machine (the sizes of the residual
+ * all-reduce of steps of 1..512 tokens). Without P2P: NCCL alone. */
+static int gpu_comm(sd_tp *t, const sd_opts *o, int hidden, const int *devs, void *const *streams,
+                    sd_err *err)
+{
+    sd_topo topo;
+    sd_err terr = {0};
+    if (sd_topo_probe(&topo, &terr) == 0) {
+        char buf[4096];
+        sd_topo_format(&topo, buf, sizeof buf);
+        sd_log_info("topology:\n%s", buf);
+    } else {
+        sd_log_warn("topology probe: %s", terr.msg);
+    }
+    int forced = sd_ar_algo_parse(o->allreduce ? o->allreduce : "auto");
+    if (forced < -1)
+        return sd_err_set(err, SD_EINVAL, "--allreduce %s: unknown", o->allreduce);
+    sd_car *car = NULL;
+    sd_err cerr = {0};
+    if (forced != SD_AR_NCCL &&
+        sd_car_create(&car, t->n, devs, streams, (size_t)(512 * hidden) * sizeof(float), &cerr)) {
+        if (forced > 0)
+            return sd_err_set(err, SD_ENOTSUP, "--allreduce %s: %s", o->allreduce, cerr.msg);
+        sd_log_warn("custom all-reduce unavailable (%s): NCCL only", cerr.msg);
+        car = NULL;
+    }
+    t->car = car;
+    t->comm_bytes = car ? sd_car_buffer_bytes(car) : 0;
+    size_t sizes[10];
+    int ns = 0;
+    for (int T = 1; T <= 512; T *= 2)
+        sizes[ns++] = (size_t)T * (size_t)hidden;
+    struct tune_job j = {.t = t, .sizes = sizes, .n_sizes = ns, .forced = car ? forced : SD_AR_NCCL};
+    int rc = sd__tp_each(t, tune_rank, &j, err);
+    if (rc)
+        return rc;
+    char buf[4096];
+    sd_ar_table_format(&j.table, buf, sizeof buf);
+    sd_log_info("all-reduce choice per message size:\n%s", buf);
+    sd_ar_table_metrics(&j.table, t->table_metrics, sizeof t->table_metrics);
+    return sd_gpu_comm_create(&t->comm, t->nccl, car, &j.table, err);
+}
+#endif
+
+size_t sd__tp_comm_bytes(const sd_tp *t) { return t ? t->comm_bytes : 0; }
+const char *sd__tp_metrics(const sd_tp *t) { return t ? t->table_metrics : ""; }
+
 /* ---- open / close ---- */
 
 void sd__tp_close(sd_tp *t)
@@ -423,7 +495,12 @@ void sd__tp_close(sd_tp *t)
         for (int r = 0; r < t->n; r++)
             t->be[r]->ops->free(t->be[r], t->allocs[i].p[r]);
     free(t->allocs);
-    sd_comm_destroy(t->comm);
+    if (t->comm != t->nccl)
+        sd_comm_destroy(t->comm);
+#if defined(SD_HAVE_CUDA) && defined(SD_HAVE_NCCL)
+    sd_car_destroy((sd_car *)t->car);
+#endif
+    sd_comm_destroy(t->nccl);
     for (int r = 0; r < t->n; r++)
         sd_backend_close(t->be[r]);
     pthread_mutex_destroy(&t->mu);
@@ -433,7 +510,7 @@ void sd__tp_close(sd_tp *t)
     free(t);
 }
 
-int sd__tp_open(sd_tp **out, const sd_opts *o, sd_err *err)
+int sd__tp_open(sd_tp **out, const sd_opts *o, int hidden, sd_err *err)
 {
     *out = NULL;
     int n = o->tp;
@@ -456,36 +533,6 @@ int sd__tp_open(sd_tp **out, const sd_opts *o, sd_err *err)
         rc = sd_backend_open_rank(&t->be[r], o, r, n, err);
         if (!rc)
             t->be[r]->rank = r;
-    }
-    if (rc)
-        goto fail;
-    if (t->be[0]->device < 0) {
-        if (o->allreduce && strcmp(o->allreduce, "auto")) {
-            rc = sd_err_set(err, SD_ENOTSUP,
-                            "--allreduce %s: a GPU all-reduce; CPU ranks sum through threads",
-                            o->allreduce);
-            goto fail;
-        }
-        rc = sd_thread_comm_create(&t->comm, n, err);
-    } else {
-#if defined(SD_HAVE_CUDA) && defined(SD_HAVE_NCCL)
-        int devs[SD_TP_MAX];
-        void *streams[SD_TP_MAX];
-        for (int r = 0; r < n; r++) {
-            devs[r] = t->be[r]->device;
-            streams[r] = sd_cuda_stream(t->be[r]);
-        }
-        if (o->allreduce && strcmp(o->allreduce, "auto") && strcmp(o->allreduce, "nccl")) {
-            rc = sd_err_set(err, SD_ENOTSUP,
-                            "--allreduce %s: the engine's GPU ranks use NCCL so far", o->allreduce);
-            goto fail;
-        }
-        sd_nccl_opts no = {.n_local = n, .devices = devs, .streams = streams, .nnodes = 1,
-                           .timeout_s = 60};
-        rc = sd_nccl_comm_create(&t->comm, &no, err);
-#else
-        rc = sd_err_set(err, SD_ENOTSUP, "--tp %d on GPUs needs a build with NCCL", n);
-#endif
     }
     if (rc)
         goto fail;
@@ -521,6 +568,34 @@ int sd__tp_open(sd_tp **out, const sd_opts *o, sd_err *err)
             break;
         }
         t->started = r; /* threads 1..r run */
+    }
+    if (rc)
+        goto fail;
+    /* the communicator last: the GPU autotune runs on the rank threads */
+    if (t->be[0]->device < 0) {
+        if (o->allreduce && strcmp(o->allreduce, "auto")) {
+            rc = sd_err_set(err, SD_ENOTSUP,
+                            "--allreduce %s: a GPU all-reduce; CPU ranks sum through threads",
+                            o->allreduce);
+            goto fail;
+        }
+        rc = sd_thread_comm_create(&t->comm, n, err);
+    } else {
+#if defined(SD_HAVE_CUDA) && defined(SD_HAVE_NCCL)
+        int devs[SD_TP_MAX];
+        void *streams[SD_TP_MAX];
+        for (int r = 0; r < n; r++) {
+            devs[r] = t->be[r]->device;
+            streams[r] = sd_cuda_stream(t->be[r]);
+        }
+        sd_nccl_opts no = {.n_local = n, .devices = devs, .streams = streams, .nnodes = 1,
+                           .timeout_s = 60};
+        rc = sd_nccl_comm_create(&t->nccl, &no, err);
+        if (!rc)
+            rc = gpu_comm(t, o, hidden, devs, streams, err);
+#else
+        rc = sd_err_set(err, SD_ENOTSUP, "--tp %d on GPUs needs a build with NCCL", n);
+#endif
     }
     if (rc)
         goto fail;

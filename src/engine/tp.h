@@ -13,7 +13,11 @@ typedef struct sd_tp sd_tp;
 
 /* o->tp ranks of this node: backends (GPU r, or CPU backends sharing the
  * threads), the communicator, the rank threads. */
-int sd__tp_open(sd_tp **out, const sd_opts *o, sd_err *err);
+int sd__tp_open(sd_tp **out, const sd_opts *o, int hidden, sd_err *err);
+/* device memory of the custom all-reduce on each GPU (memory plan) */
+size_t sd__tp_comm_bytes(const sd_tp *t);
+/* Prometheus lines of the all-reduce choice per message size ("" on CPUs) */
+const char *sd__tp_metrics(const sd_tp *t);
 void sd__tp_close(sd_tp *t);
 int sd__tp_size(const sd_tp *t);
 /* the virtual backend the engine allocates from and runs ops on */

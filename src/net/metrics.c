@@ -219,6 +219,10 @@ int sd_metrics_render(const sd_metrics *m, const sd_engine_stats *es, sd_buf *o)
         scalar(o, "specd_kv_blocks_free", "gauge", "KV cache blocks free.",
                es->kv_blocks_total - es->kv_blocks_used);
         scalar(o, "specd_engine_steps_total", "counter", "Engine steps.", (double)es->steps);
+        scalar(o, "specd_tensor_parallel_ranks", "gauge", "Tensor-parallel ranks of the model.",
+               es->tp);
+        if (es->allreduce_metrics && es->allreduce_metrics[0])
+            sd_buf_printf(o, "%s", es->allreduce_metrics);
         spec_series(o, &es->spec);
     }
     return o->oom ? SD_ENOMEM : 0;

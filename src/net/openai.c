@@ -265,7 +265,7 @@ static int check_unsupported(json_t *root, sd_oai_kind kind, sd_api_error *e)
     }
     if ((v = json_object_get(root, "logprobs")) && !json_is_null(v)) {
         if (kind == SD_OAI_CHAT) {
-            int b;
+            int b = 0;
             if (get_bool(v, "logprobs", &b, e))
                 return SD_EINVAL;
             if (b)
@@ -282,7 +282,7 @@ static int check_unsupported(json_t *root, sd_oai_kind kind, sd_api_error *e)
         return unsupported(e, "top_logprobs", "returning log probabilities");
     }
     if ((v = json_object_get(root, "echo")) && !json_is_null(v)) {
-        int b;
+        int b = 0;
         if (get_bool(v, "echo", &b, e))
             return SD_EINVAL;
         if (b)
@@ -297,7 +297,7 @@ static int check_unsupported(json_t *root, sd_oai_kind kind, sd_api_error *e)
     static const char *const penalties[] = {"presence_penalty", "frequency_penalty"};
     for (int i = 0; i < 2; i++) {
         if ((v = json_object_get(root, penalties[i])) && !json_is_null(v)) {
-            double d;
+            double d = 0;
             if (get_num(v, penalties[i], -2.0, 0, 2.0, &d, e))
                 return SD_EINVAL;
             if (d != 0.0)
@@ -344,7 +344,7 @@ static int check_unsupported(json_t *root, sd_oai_kind kind, sd_api_error *e)
     if ((v = json_object_get(root, "user")) && !json_is_null(v) && !json_is_string(v))
         return bad_type(e, "user", "a string", v);
     if ((v = json_object_get(root, "store")) && !json_is_null(v)) {
-        int b;
+        int b = 0;
         if (get_bool(v, "store", &b, e))
             return SD_EINVAL;
         if (b)
