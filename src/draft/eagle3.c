@@ -12,6 +12,7 @@
 struct sd_eagle3 {
     sd_backend *be;
     sd_st *st;
+    sd_st *tst; /* the target's checkpoint, for a whole embedding under tensor parallelism */
     char dir[1024];
     int H, D, Hq, Hkv, hd, I, V, Vd, max_tokens;
     double eps;
@@ -158,6 +159,18 @@ int sd_eagle3_load(sd_eagle3 **out, const char *dir, sd_backend *be, const sd_mo
     if (sd_st_find(h->st, "embed_tokens.weight")) {
         if ((rc = e3_getw(h, "embed_tokens.weight", h->V, H, &h->embed, err)))
             goto fail;
+    } else if (sd_model_tp_size(target) > 1) {
+        /* the target's embedding is split over the tensor-parallel ranks:
+         * the head takes a whole copy from the target's checkpoint */
+        const sd_st_tensor *t;
+        int64_t sh[2] = {h->V, H};
+        if ((rc = sd_st_open(&h->tst, sd_model_dir(target), err)) ||
+            (rc = sd_st_expect(h->tst, "model.embed_tokens.weight", 2, sh, &t, err)))
+            goto fail;
+        if (be->ops->weight(be, &h->embed, t->data, t->dtype, h->V, H)) {
+            rc = sd_err_set(err, SD_EDEVICE, "%s: cannot place the target's embedding", dir);
+            goto fail;
+        }
     } else {
         h->embed = *sd_model_embed(target);
     }
@@ -249,6 +262,7 @@ void sd_eagle3_free(sd_eagle3 *h)
     free(h->gate_up_host);
     free(h->d2t);
     sd_st_close(h->st);
+    sd_st_close(h->tst);
     free(h);
 }
 

@@ -793,7 +793,7 @@ static int fwd_rank(void *ctx, int r, sd_err *err)
     case SD_FWD_TARGET: return sd_model_forward(e->targets[r], &f, err);
     case SD_FWD_MTP: return sd_model_mtp_forward(e->targets[r], &f, err);
     case SD_FWD_DRAFT: return sd_model_forward(e->drafts[r], &f, err);
-    default: return sd_eagle3_forward(e->eagle, &f, j->which == SD_FWD_EAGLE_FIRST, err);
+    default: return sd_eagle3_forward(e->eagles[r], &f, j->which == SD_FWD_EAGLE_FIRST, err);
     }
 }
 

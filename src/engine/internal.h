@@ -97,6 +97,7 @@ struct sd_engine {
     int n_ranks;
     sd_model *targets[SD_TP_MAX]; /* each rank's shard (targets[0] == target) */
     sd_model *drafts[SD_TP_MAX];  /* each rank's copy of the draft LM */
+    sd_eagle3 *eagles[SD_TP_MAX]; /* each rank's copy of the EAGLE-3 head */
     sd_model *target;
     sd_tokenizer *tok;
     char model_dir[1024];

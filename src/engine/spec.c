@@ -212,18 +212,20 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
     if (e->spec == SD_SPEC_EAGLE3) {
         if (!o->draft_model || !o->draft_model[0])
             return sd_err_set(err, SD_EINVAL, "--spec eagle3 needs --draft-model DIR (the head)");
-        if (e->tp)
-            return sd_err_set(err, SD_ENOTSUP,
-                              "--spec eagle3 with --tp %d: the EAGLE-3 head runs on one rank so far "
-                              "(mtp, draft and ngram run tensor parallel)",
-                              e->n_ranks);
-        int rc = sd_eagle3_load(&e->eagle, o->draft_model, e->be, e->target, e->max_tokens, err);
+        /* the head is small: every rank holds all of it */
+        int rc = 0;
+        for (int r = 0; r < e->n_ranks && !rc; r++)
+            rc = sd_eagle3_load(&e->eagles[r], o->draft_model,
+                                e->tp ? sd__tp_rank_backend(e->tp, r) : e->be, e->targets[r],
+                                e->max_tokens, err);
+        e->eagle = e->eagles[0];
         if (rc)
             return sd_err_prefix(err, "--draft-model: ");
         int ids[3];
         sd_eagle3_aux_layers(e->eagle, ids);
-        if ((rc = sd_model_set_aux_layers(e->target, ids, 3, err)))
-            return rc;
+        for (int r = 0; r < e->n_ranks; r++)
+            if ((rc = sd_model_set_aux_layers(e->targets[r], ids, 3, err)))
+                return rc;
         int Vd = sd_eagle3_draft_vocab(e->eagle);
         e->pd_d2t = op->alloc(e->be, (size_t)Vd * 4);
         if (!e->pd_d2t || op->upload(e->be, e->pd_d2t, sd_eagle3_d2t(e->eagle), (size_t)Vd * 4))
@@ -272,8 +274,14 @@ int sd__spec_alloc_kv(sd_engine *e, int n_slots, sd_err *err)
         }
         return 0;
     }
-    if (e->eagle)
-        return sd_eagle3_alloc_kv(e->eagle, n_slots, err);
+    if (e->eagle) {
+        for (int r = 0; r < e->n_ranks; r++) {
+            int rc = sd_eagle3_alloc_kv(e->eagles[r], n_slots, err);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    }
     return 0;
 }
 
@@ -297,7 +305,9 @@ void sd__spec_free(sd_engine *e)
     for (int r = 0; r < SD_TP_MAX; r++)
         sd_model_free(e->drafts[r]);
     e->draft = NULL;
-    sd_eagle3_free(e->eagle);
+    for (int r = 0; r < SD_TP_MAX; r++)
+        sd_eagle3_free(e->eagles[r]);
+    e->eagle = NULL;
 }
 
 int sd__spec_wants_hidden(const sd_engine *e)

@@ -757,6 +757,7 @@ int sd_model_tp_size(const sd_model *m) { return m->tp_size; }
 int sd_model_tp_rank(const sd_model *m) { return m->tp_rank; }
 const sd_weight *sd_model_embed(const sd_model *m) { return &m->embed; }
 size_t sd_model_workspace_bytes(const sd_model *m) { return m->ws_floats * sizeof(float); }
+const char *sd_model_dir(const sd_model *m) { return m->dir; }
 sd_backend *sd_model_backend(const sd_model *m) { return m->be; }
 
 static size_t layer_kv_floats(const sd_model *m, const layer *L)

@@ -57,6 +57,8 @@ void sd_model_free(sd_model *m);
 const sd_model_cfg *sd_model_cfg_of(const sd_model *m);
 int sd_model_has_mtp(const sd_model *m);
 sd_backend *sd_model_backend(const sd_model *m);
+/* The checkpoint folder the model was loaded from. */
+const char *sd_model_dir(const sd_model *m);
 /* Tensor-parallel ranks of the model (1 when unsharded) and this one's rank. */
 int sd_model_tp_size(const sd_model *m);
 int sd_model_tp_rank(const sd_model *m);

@@ -284,7 +284,11 @@ TEST(padded_steps_give_the_same_output_for_every_proposer_greedy_and_sampled)
 TEST(tensor_parallel_engine_gives_the_same_output_as_one_rank)
 {
     uint64_t seed = sd_test_seed();
+    /* the deepseek-v3 fixture: hidden 64, vocabulary 384, 3 layers */
+    char *head = tiny_eagle3_write(64, 384, 128, 3, 0.1f, seed);
+    ASSERT(head != NULL);
     run_cfg cfgs[] = {
+        {.model = "deepseek-v3", .spec = "eagle3", .draft = head, .k = 3, .n_req = 6, .tp = 2},
         {.model = "llama", .spec = "none", .n_req = 6, .tp = 2},
         {.model = "qwen3", .spec = "ngram", .k = 3, .n_req = 6, .tp = 2},
         {.model = "deepseek-v3", .spec = "mtp", .k = 2, .n_req = 6, .tp = 2},
@@ -316,7 +320,10 @@ TEST(tensor_parallel_engine_gives_the_same_output_as_one_rank)
         fprintf(stderr, "  %s %s tp %d T=%.1f: %d/%d tokens equal to one rank\n", c1.model, c1.spec,
                 c1.tp, c1.temperature, same, total);
         ASSERT_EQ(same, total);
+        ASSERT_EQ(s1.spec.drafted, s2.spec.drafted);
+        ASSERT_EQ(s1.spec.accepted, s2.spec.accepted);
     }
+    tiny_model_remove(head);
 }
 
 TEST(small_kv_cache_preempts_and_every_request_still_finishes_with_the_same_output)

@@ -132,50 +132,56 @@ static void check(const char *spec, int with_draft)
     ASSERT_MSG(sd_engine_create(&e, &o, &err) == 0, "%s", err.msg);
     sd_opts_free(&o);
 
-    sample_sink s = {.mu = PTHREAD_MUTEX_INITIALIZER};
-    s.counts = calloc(V * V * V * V, sizeof *s.counts);
-    s.toks = calloc(N_REQ, sizeof *s.toks);
-    s.n = calloc(N_REQ, sizeof *s.n);
-    one *ones = calloc(N_REQ, sizeof *ones);
-    uint64_t base = sd_test_seed();
-    sd_req_events ev = {.on_output = on_output, .on_finish = on_finish};
-    for (int i = 0; i < N_REQ; i++) {
-        ones[i] = (one){.sink = &s, .idx = i};
-        sd_gen_params gp = {.max_tokens = NTOK, .temperature = SAMP.temperature,
-                            .top_p = SAMP.top_p, .seed = base * 1000003u + (uint64_t)i,
-                            .has_seed = 1, .ignore_eos = 1};
-        ASSERT_OK(sd_engine_submit(e, PROMPT, NP, &gp, &ev, &ones[i], NULL, &err));
+    /* A correct rule fails p > 0.01 one run in a hundred: a failing run is
+     * repeated with other seeds and the test fails only if both do (a wrong
+     * rule gives p near 0 every time; a false alarm is 1 in 10^4). */
+    double pv = 0;
+    for (int attempt = 0; attempt < 2 && !(pv > 0.01); attempt++) {
+        sample_sink s = {.mu = PTHREAD_MUTEX_INITIALIZER};
+        s.counts = calloc(V * V * V * V, sizeof *s.counts);
+        s.toks = calloc(N_REQ, sizeof *s.toks);
+        s.n = calloc(N_REQ, sizeof *s.n);
+        one *ones = calloc(N_REQ, sizeof *ones);
+        uint64_t base = sd_test_seed() + (uint64_t)attempt * 7919u;
+        sd_req_events ev = {.on_output = on_output, .on_finish = on_finish};
+        for (int i = 0; i < N_REQ; i++) {
+            ones[i] = (one){.sink = &s, .idx = i};
+            sd_gen_params gp = {.max_tokens = NTOK, .temperature = SAMP.temperature,
+                                .top_p = SAMP.top_p, .seed = base * 1000003u + (uint64_t)i,
+                                .has_seed = 1, .ignore_eos = 1};
+            ASSERT_OK(sd_engine_submit(e, PROMPT, NP, &gp, &ev, &ones[i], NULL, &err));
+        }
+        for (int spin = 0; spin < 600000; spin++) {
+            pthread_mutex_lock(&s.mu);
+            int d = s.done;
+            pthread_mutex_unlock(&s.mu);
+            if (d == N_REQ)
+                break;
+            usleep(1000);
+        }
+        usleep(100000);
+        sd_engine_stats st;
+        sd_engine_get_stats(e, &st);
+        ASSERT_EQ(s.done, N_REQ);
+        ASSERT_EQ(s.bad, 0);
+        for (int i = 0; i < N_REQ; i++)
+            s.counts[((s.toks[i][0] * V + s.toks[i][1]) * V + s.toks[i][2]) * V + s.toks[i][3]]++;
+        int df = 0;
+        pv = sd_chisq_gof(s.counts, joint, V * V * V * V, &df);
+        fprintf(stderr, "  %s: %d requests, drafts accepted %llu of %llu, chi-square df %d p %.4f\n",
+                spec, N_REQ, (unsigned long long)st.spec.accepted,
+                (unsigned long long)st.spec.drafted, df, pv);
+        /* the speculative path was taken, with both acceptances and rejections */
+        ASSERT_GT(st.spec.drafted, 10000 * (attempt + 1));
+        ASSERT_GT(st.spec.accepted, 0);
+        ASSERT_LT(st.spec.accepted, st.spec.drafted);
+        free(s.counts);
+        free(s.toks);
+        free(s.n);
+        free(ones);
     }
-    for (int spin = 0; spin < 600000; spin++) {
-        pthread_mutex_lock(&s.mu);
-        int d = s.done;
-        pthread_mutex_unlock(&s.mu);
-        if (d == N_REQ)
-            break;
-        usleep(1000);
-    }
-    usleep(100000);
-    sd_engine_stats st;
-    sd_engine_get_stats(e, &st);
     sd_engine_destroy(e);
-    ASSERT_EQ(s.done, N_REQ);
-    ASSERT_EQ(s.bad, 0);
-    for (int i = 0; i < N_REQ; i++)
-        s.counts[((s.toks[i][0] * V + s.toks[i][1]) * V + s.toks[i][2]) * V + s.toks[i][3]]++;
-    int df = 0;
-    double pv = sd_chisq_gof(s.counts, joint, V * V * V * V, &df);
-    fprintf(stderr, "  %s: %d requests, drafts accepted %llu of %llu, chi-square df %d p %.4f\n",
-            spec, N_REQ, (unsigned long long)st.spec.accepted,
-            (unsigned long long)st.spec.drafted, df, pv);
-    /* the speculative path was taken, with both acceptances and rejections */
-    ASSERT_GT(st.spec.drafted, 10000);
-    ASSERT_GT(st.spec.accepted, 0);
-    ASSERT_LT(st.spec.accepted, st.spec.drafted);
     ASSERT_MSG(pv > 0.01, "the joint distribution of the first 4 tokens differs from the target's");
-    free(s.counts);
-    free(s.toks);
-    free(s.n);
-    free(ones);
     tiny_model_remove(target);
     tiny_model_remove(draft);
 }
