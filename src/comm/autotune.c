@@ -302,4 +302,12 @@ int sd_gpu_comm_create(sd_comm **out, sd_comm *nccl, sd_car *car, const sd_ar_ta
     return 0;
 }
 
+int sd_gpu_comm_set_table(sd_comm *c, const sd_ar_table *t)
+{
+    if (!c || c->ops != &gpu_ops || !t)
+        return SD_EINVAL;
+    ((gcomm *)c)->t = *t;
+    return 0;
+}
+
 #endif /* SD_HAVE_CUDA */

@@ -124,6 +124,9 @@ void sd_ar_table_metrics(const sd_ar_table *t, char *buf, size_t len);
  * unfused. Borrows nccl and car (the caller frees them after). */
 int sd_gpu_comm_create(sd_comm **out, sd_comm *nccl, sd_car *car, const sd_ar_table *t,
                        sd_err *err);
+/* Replaces the table (while no collective is in flight: at start, once the
+ * message sizes are known). */
+int sd_gpu_comm_set_table(sd_comm *c, const sd_ar_table *t);
 
 /* ---- topology (topo.c) ---- */
 typedef enum sd_link {

@@ -1051,6 +1051,17 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     mp->fraction = o->mem_fraction;
     mp->weights = sd_checkpoint_bytes(dir);
     sd__graphs_init(e, o);
+    if (e->tp) {
+        /* the all-reduce of the residual stream at every step size the graphs capture */
+        size_t sizes[SD_AR_SIZES];
+        int ns = 0;
+        for (int b = 0; b < e->n_buckets && ns < SD_AR_SIZES; b++)
+            sizes[ns++] = (size_t)e->buckets[b] * (size_t)e->D;
+        if (!ns)
+            sizes[ns++] = (size_t)e->D;
+        if ((rc = sd__tp_tune(e->tp, sizes, ns, err)))
+            goto fail;
+    }
     mp->graphs = sd__graphs_reserve_bytes(e);
     mp->comm = sd__tp_comm_bytes(e->tp);
     mp->activations = sd_model_workspace_bytes(e->target) + sd__spec_buffer_bytes(e) +

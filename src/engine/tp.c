@@ -48,6 +48,7 @@ struct sd_tp {
     sd_comm *comm; /* what the models use: the thread comm, or the GPU comm */
     sd_comm *nccl; /* GPU ranks: NCCL, and the custom all-reduce with its table */
     void *car;
+    int forced; /* --allreduce: an algorithm, or -1 (timed) */
     size_t comm_bytes;
     char table_metrics[4096];
     sd_backend vbe;
@@ -457,12 +458,20 @@ static int gpu_comm(sd_tp *t, const sd_opts *o, int hidden, const int *devs, voi
         car = NULL;
     }
     t->car = car;
+    t->forced = car ? forced : SD_AR_NCCL;
     t->comm_bytes = car ? sd_car_buffer_bytes(car) : 0;
-    size_t sizes[10];
-    int ns = 0;
-    for (int T = 1; T <= 512; T *= 2)
-        sizes[ns++] = (size_t)T * (size_t)hidden;
-    struct tune_job j = {.t = t, .sizes = sizes, .n_sizes = ns, .forced = car ? forced : SD_AR_NCCL};
+    /* NCCL for every size until sd__tp_tune has timed the real ones */
+    sd_ar_table none = {0};
+    return sd_gpu_comm_create(&t->comm, t->nccl, car, &none, err);
+}
+#endif
+
+int sd__tp_tune(sd_tp *t, const size_t *sizes, int n_sizes, sd_err *err)
+{
+    if (!t || !t->nccl)
+        return 0; /* CPU ranks: the thread comm has nothing to choose */
+#if defined(SD_HAVE_CUDA) && defined(SD_HAVE_NCCL)
+    struct tune_job j = {.t = t, .sizes = sizes, .n_sizes = n_sizes, .forced = t->forced};
     int rc = sd__tp_each(t, tune_rank, &j, err);
     if (rc)
         return rc;
@@ -470,9 +479,14 @@ static int gpu_comm(sd_tp *t, const sd_opts *o, int hidden, const int *devs, voi
     sd_ar_table_format(&j.table, buf, sizeof buf);
     sd_log_info("all-reduce choice per message size:\n%s", buf);
     sd_ar_table_metrics(&j.table, t->table_metrics, sizeof t->table_metrics);
-    return sd_gpu_comm_create(&t->comm, t->nccl, car, &j.table, err);
-}
+    return sd_gpu_comm_set_table(t->comm, &j.table);
+#else
+    (void)sizes;
+    (void)n_sizes;
+    (void)err;
+    return 0;
 #endif
+}
 
 size_t sd__tp_comm_bytes(const sd_tp *t) { return t ? t->comm_bytes : 0; }
 const char *sd__tp_metrics(const sd_tp *t) { return t ? t->table_metrics : ""; }

@@ -8,12 +8,17 @@
 #include "kernels/ops.h"
 
 #define SD_TP_MAX 16
+#define SD_AR_SIZES 32 /* message sizes the start-up autotune times at most */
 
 typedef struct sd_tp sd_tp;
 
 /* o->tp ranks of this node: backends (GPU r, or CPU backends sharing the
  * threads), the communicator, the rank threads. */
 int sd__tp_open(sd_tp **out, const sd_opts *o, int hidden, sd_err *err);
+/* GPU ranks: times NCCL and the custom all-reduce at each message size (in
+ * floats) on the rank threads and keeps the fastest correct one per size;
+ * CPU ranks: nothing to do. */
+int sd__tp_tune(sd_tp *t, const size_t *sizes, int n_sizes, sd_err *err);
 /* device memory of the custom all-reduce on each GPU (memory plan) */
 size_t sd__tp_comm_bytes(const sd_tp *t);
 /* Prometheus lines of the all-reduce choice per message size ("" on CPUs) */
