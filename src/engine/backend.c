@@ -9,37 +9,14 @@
 #include "kernels/cuda/cuda.h"
 #endif
 
-int sd_backend_open(sd_backend **out, const sd_opts *o, sd_err *err)
-{
-    *out = NULL;
-    const char *dev = o->device ? o->device : "auto";
-#ifdef SD_HAVE_CUDA
-    /* auto: the GPU when one is present */
-    int n_gpu = strcmp(dev, "cpu") ? sd_cuda_device_count() : 0;
-    if (!strcmp(dev, "cuda") && n_gpu == 0)
-        return sd_err_set(err, SD_EDEVICE,
-                          "--device cuda: no CUDA device is visible (driver missing or no GPU)");
-#else
-    if (!strcmp(dev, "cuda"))
-        return sd_err_set(err, SD_ENOTSUP,
-                          "--device cuda: this build has no CUDA backend (build with -Dcuda=enabled)");
-#endif
-    if (o->tp > 1)
-        return sd_err_set(err, SD_EINVAL, "--tp %d: open the ranks with sd_backend_open_rank", o->tp);
-#ifdef SD_HAVE_CUDA
-    if (n_gpu > 0)
-        return sd_cuda_backend_create(out, 0, err);
-#endif
-    if (sd_cpu_backend_create(out, o->threads))
-        return sd_err_set(err, SD_ENOMEM, "cannot start the CPU backend");
-    return 0;
-}
-
+/* rank of n: GPU `rank` (with at least n GPUs visible), else a CPU backend
+ * with its share of --threads (threads = 0 in o: all cores) */
 int sd_backend_open_rank(sd_backend **out, const sd_opts *o, int rank, int n, sd_err *err)
 {
     *out = NULL;
     const char *dev = o->device ? o->device : "auto";
 #ifdef SD_HAVE_CUDA
+    /* auto: the GPU when one is present */
     int n_gpu = strcmp(dev, "cpu") ? sd_cuda_device_count() : 0;
     if (n_gpu > 0) {
         if (n_gpu < n)
@@ -54,16 +31,26 @@ int sd_backend_open_rank(sd_backend **out, const sd_opts *o, int rank, int n, sd
         return sd_err_set(err, SD_ENOTSUP,
                           "--device cuda: this build has no CUDA backend (build with -Dcuda=enabled)");
 #endif
-    /* the CPU ranks share the threads */
     int threads = o->threads;
-    if (threads <= 0) {
-        long nc = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = nc > 0 ? (int)nc : 1;
+    if (n > 1) { /* the CPU ranks share the threads */
+        if (threads <= 0) {
+            long nc = sysconf(_SC_NPROCESSORS_ONLN);
+            threads = nc > 0 ? (int)nc : 1;
+        }
+        threads = threads / n > 0 ? threads / n : 1;
     }
-    int per = threads / n > 0 ? threads / n : 1;
-    if (sd_cpu_backend_create(out, per))
-        return sd_err_set(err, SD_ENOMEM, "cannot start the CPU backend of rank %d", rank);
+    if (sd_cpu_backend_create(out, threads))
+        return n > 1 ? sd_err_set(err, SD_ENOMEM, "cannot start the CPU backend of rank %d", rank)
+                     : sd_err_set(err, SD_ENOMEM, "cannot start the CPU backend");
     return 0;
+}
+
+int sd_backend_open(sd_backend **out, const sd_opts *o, sd_err *err)
+{
+    *out = NULL;
+    if (o->tp > 1)
+        return sd_err_set(err, SD_EINVAL, "--tp %d: open the ranks with sd_backend_open_rank", o->tp);
+    return sd_backend_open_rank(out, o, 0, 1, err);
 }
 
 void sd_backend_close(sd_backend *be)
