@@ -15,9 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "core/tokenizer.h"
@@ -140,23 +140,7 @@ static int parse_args(args *a, int argc, char **argv)
     return 0;
 }
 
-/* One prompt's text from a JSONL record. */
-static const char *record_text(json_t *j)
-{
-    json_t *v;
-    if ((v = json_object_get(j, "turns")) && json_is_array(v))
-        return json_string_value(json_array_get(v, 0));
-    const char *keys[] = {"prompt", "question", "text", "input"};
-    for (size_t i = 0; i < SD_ARRAY_LEN(keys); i++)
-        if ((v = json_object_get(j, keys[i])) && json_is_string(v))
-            return json_string_value(v);
-    return NULL;
-}
-
-typedef struct prompt {
-    int32_t *ids;
-    int n;
-} prompt;
+typedef sd_bench_prompt prompt;
 
 static int load_prompts(const args *a, const char *model_dir, prompt **out, int *n_out)
 {
@@ -178,54 +162,16 @@ static int load_prompts(const args *a, const char *model_dir, prompt **out, int 
         sd_tok_free(tok);
         return -1;
     }
-    FILE *f = fopen(file, "r");
-    if (!f) {
-        fprintf(stderr, "specd-bench-accept: cannot open %s\n", file);
-        sd_tok_free(tok);
-        sd_chat_template_free(ct);
-        return -1;
-    }
     prompt *ps = calloc((size_t)a->n_prompts, sizeof *ps);
     int n = 0;
-    char *line = NULL;
-    size_t cap = 0;
-    while (n < a->n_prompts && getline(&line, &cap, f) > 0) {
-        json_error_t je;
-        json_t *j = json_loads(line, 0, &je);
-        const char *text = j ? record_text(j) : NULL;
-        if (text) {
-            char *rendered = NULL;
-            size_t rl = 0;
-            if (ct) {
-                sd_chat_msg m = {.role = "user", .content = text};
-                if (sd_chat_render(ct, &m, 1, 1, &rendered, &rl, &err) == 0)
-                    text = rendered;
-            }
-            int32_t *ids = NULL;
-            int ni = 0;
-            if (sd_tok_encode(tok, text, strlen(text), !ct, &ids, &ni, &err) == 0 && ni > 0) {
-                if (ni > a->max_prompt_tokens) { /* keep the end: it is what the model continues */
-                    memmove(ids, ids + ni - a->max_prompt_tokens,
-                            (size_t)a->max_prompt_tokens * sizeof *ids);
-                    ni = a->max_prompt_tokens;
-                }
-                ps[n].ids = ids;
-                ps[n].n = ni;
-                n++;
-            } else {
-                free(ids);
-            }
-            free(rendered);
-        }
-        json_decref(j);
-    }
-    free(line);
-    fclose(f);
+    int rc = sd_bench_load_prompts(file, tok, ct, a->n_prompts, a->max_prompt_tokens, ps, &n, &err);
+    if (rc)
+        fprintf(stderr, "specd-bench-accept: %s\n", err.msg);
     sd_tok_free(tok);
     sd_chat_template_free(ct);
     *out = ps;
     *n_out = n;
-    return n > 0 ? 0 : -1;
+    return !rc && n > 0 ? 0 : -1;
 }
 
 typedef struct result {
@@ -349,19 +295,6 @@ static double plain_tok_s(const result *rs, int nr, double temperature)
     return 0;
 }
 
-static char *git_commit(void)
-{
-    FILE *p = popen("git rev-parse --short HEAD 2>/dev/null", "r");
-    char buf[64] = "";
-    if (p) {
-        if (!fgets(buf, sizeof buf, p))
-            buf[0] = 0;
-        pclose(p);
-    }
-    buf[strcspn(buf, "\n")] = 0;
-    return strdup(buf[0] ? buf : "unknown");
-}
-
 int main(int argc, char **argv)
 {
     args a;
@@ -403,14 +336,8 @@ int main(int argc, char **argv)
         }
     }
     /* JSON */
-    char *commit = a.commit ? strdup(a.commit) : git_commit();
-    struct utsname un;
-    uname(&un);
     json_t *root = json_object();
-    json_object_set_new(root, "benchmark", json_string("accept"));
-    json_object_set_new(root, "commit", json_string(commit));
-    json_object_set_new(root, "machine",
-                        json_string(a.machine ? a.machine : un.machine));
+    sd_bench_json_head(root, "accept", a.commit, a.machine, a.device, argc, argv);
     json_object_set_new(root, "host_cpus", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
     /* the bundled model by its place in the source tree, not this machine's path */
     json_object_set_new(root, "model", json_string(a.model ? a.model : "models/specd-tiny"));
@@ -418,11 +345,6 @@ int main(int argc, char **argv)
     json_object_set_new(root, "n_prompts", json_integer(n));
     json_object_set_new(root, "max_tokens", json_integer(a.max_tokens));
     json_object_set_new(root, "batch", json_integer(a.batch));
-    json_object_set_new(root, "device", json_string(a.device ? a.device : "auto"));
-    json_t *cmd = json_array();
-    for (int i = 0; i < argc; i++)
-        json_array_append_new(cmd, json_string(argv[i]));
-    json_object_set_new(root, "command", cmd);
     json_t *arr = json_array();
     for (int i = 0; i < nr; i++) {
         result *r = &rs[i];
@@ -465,7 +387,6 @@ int main(int argc, char **argv)
         printf("\n");
     }
     json_decref(root);
-    free(commit);
     for (int i = 0; i < n; i++)
         free(ps[i].ids);
     free(ps);

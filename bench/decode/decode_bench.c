@@ -39,9 +39,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "core/config.h"
 #include "core/hfconfig.h"
 #include "core/log.h"
@@ -263,10 +263,7 @@ static void on_finish(void *u, sd_finish why, const sd_req_stats *st, const char
     pthread_mutex_unlock(&tr->sh->mu);
 }
 
-typedef struct prompt {
-    int32_t *ids;
-    int n;
-} prompt;
+typedef sd_bench_prompt prompt;
 
 /* Fixed prompts: len random ordinary ids per request (xorshift of (seed, i)). */
 static void synthetic_prompts(prompt *ps, int n, int len, int vocab, uint64_t seed)
@@ -285,18 +282,6 @@ static void synthetic_prompts(prompt *ps, int n, int len, int vocab, uint64_t se
     }
 }
 
-static const char *record_text(json_t *j)
-{
-    json_t *v;
-    if ((v = json_object_get(j, "turns")) && json_is_array(v))
-        return json_string_value(json_array_get(v, 0));
-    const char *keys[] = {"prompt", "question", "text", "input"};
-    for (size_t i = 0; i < SD_ARRAY_LEN(keys); i++)
-        if ((v = json_object_get(j, keys[i])) && json_is_string(v))
-            return json_string_value(v);
-    return NULL;
-}
-
 /* Prompts from a JSONL file, through the model's tokenizer; each keeps its
  * last max_len tokens; records are reused in turn when there are fewer than n. */
 static int file_prompts(prompt *ps, int n, int max_len, const char *file, const sd_tokenizer *tok)
@@ -305,35 +290,12 @@ static int file_prompts(prompt *ps, int n, int max_len, const char *file, const 
         fprintf(stderr, "specd-bench-decode: --prompts needs the model's tokenizer.json\n");
         return -1;
     }
-    FILE *f = fopen(file, "r");
-    if (!f) {
-        fprintf(stderr, "specd-bench-decode: cannot open %s\n", file);
+    int got = 0;
+    sd_err err = {0};
+    if (sd_bench_load_prompts(file, tok, NULL, n, max_len, ps, &got, &err)) {
+        fprintf(stderr, "specd-bench-decode: %s\n", err.msg);
         return -1;
     }
-    int got = 0;
-    char *line = NULL;
-    size_t cap = 0;
-    sd_err err = {0};
-    while (got < n && getline(&line, &cap, f) > 0) {
-        json_error_t je;
-        json_t *j = json_loads(line, 0, &je);
-        const char *text = j ? record_text(j) : NULL;
-        int32_t *ids = NULL;
-        int ni = 0;
-        if (text && sd_tok_encode(tok, text, strlen(text), 1, &ids, &ni, &err) == 0 && ni > 0) {
-            if (ni > max_len) {
-                memmove(ids, ids + ni - max_len, (size_t)max_len * sizeof *ids);
-                ni = max_len;
-            }
-            ps[got].ids = ids;
-            ps[got++].n = ni;
-        } else {
-            free(ids);
-        }
-        json_decref(j);
-    }
-    free(line);
-    fclose(f);
     if (!got) {
         fprintf(stderr, "specd-bench-decode: no prompt in %s\n", file);
         return -1;
@@ -517,19 +479,6 @@ static double host_copy_bw_gbs(void)
     return 2.0 * (double)n / best / 1e9;
 }
 
-static char *git_commit(void)
-{
-    FILE *p = popen("git rev-parse --short HEAD 2>/dev/null", "r");
-    char buf[64] = "";
-    if (p) {
-        if (!fgets(buf, sizeof buf, p))
-            buf[0] = 0;
-        pclose(p);
-    }
-    buf[strcspn(buf, "\n")] = 0;
-    return strdup(buf[0] ? buf : "unknown");
-}
-
 static int cmp_double(const void *x, const void *y)
 {
     double a = *(const double *)x, b = *(const double *)y;
@@ -641,20 +590,10 @@ int main(int argc, char **argv)
     }
     sd_engine_destroy(e);
     /* JSON */
-    char *commit = a.commit ? strdup(a.commit) : git_commit();
-    struct utsname un;
-    uname(&un);
     json_t *root = json_object();
-    json_object_set_new(root, "benchmark", json_string("decode"));
+    sd_bench_json_head(root, "decode", a.commit, a.machine, a.device, argc, argv);
     if (a.label)
         json_object_set_new(root, "label", json_string(a.label));
-    json_object_set_new(root, "commit", json_string(commit));
-    json_object_set_new(root, "machine", json_string(a.machine ? a.machine : un.machine));
-    json_object_set_new(root, "device", json_string(a.device ? a.device : "auto"));
-    json_t *cmd = json_array();
-    for (int i = 0; i < argc; i++)
-        json_array_append_new(cmd, json_string(argv[i]));
-    json_object_set_new(root, "command", cmd);
     json_object_set_new(root, "model", json_string(a.model ? a.model : "models/specd-tiny"));
     json_object_set_new(root, "architecture", json_string(cfg.arch_name));
     json_object_set_new(root, "load_s", json_real(load_s));
@@ -764,7 +703,6 @@ int main(int argc, char **argv)
                sb / 1e9, floor, floor > 0 ? med / floor : 0);
     }
     json_decref(root);
-    free(commit);
     for (int i = 0; i < maxb; i++)
         free(ps[i].ids);
     free(ps);

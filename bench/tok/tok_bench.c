@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/utsname.h>
 
+#include "bench_util.h"
 #include "core/tokenizer.h"
 #include "core/utf8.h"
 #include "core/util.h"
@@ -140,19 +141,6 @@ static int run(const sd_tokenizer *t, const char *name, const char *text, size_t
     return 0;
 }
 
-static char *git_commit(void)
-{
-    FILE *f = popen("git rev-parse --short=12 HEAD 2>/dev/null", "r");
-    char buf[64] = "unknown";
-    if (f) {
-        if (!fgets(buf, sizeof buf, f))
-            strcpy(buf, "unknown");
-        pclose(f);
-    }
-    buf[strcspn(buf, "\n")] = 0;
-    return strdup(buf);
-}
-
 static char *cpu_model(void)
 {
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -215,7 +203,7 @@ int main(int argc, char **argv)
     if (out) {
         struct utsname un;
         uname(&un);
-        char *commit = git_commit(), *cpu = cpu_model();
+        char *commit = sd_bench_git_commit(), *cpu = cpu_model();
         sd_sbuf cmd = {0};
         for (int i = 0; i < argc; i++) {
             sd_sbuf_put(&cmd, argv[i], strlen(argv[i]));
