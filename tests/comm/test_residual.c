@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include "comm/comm.h"
+#include "comm/hook_comm.h"
 #include "core/dtype.h"
 #include "test.h"
 
@@ -181,89 +182,13 @@ TEST(thread_comm_residual_step_is_allreduce_then_add_then_rmsnorm_bit_for_bit_on
     }
 }
 
-/* ---- a communicator with a fused hook: the thread comm underneath, and a
- * plain-C fused step that takes calls of at most max_rows rows (the others
- * it refuses, as the GPU kernel refuses what does not fit its buffer) */
-
-typedef struct hooked {
-    sd_comm pub;
-    sd_comm *inner;
-    int max_rows;
-    int calls[MAXP], taken[MAXP];
-    float *scratch[MAXP]; /* (MAXN) allocated up front: nothing allocates in a collective */
-} hooked;
-
-static int hk_allreduce(sd_comm *c, int rank, float *buf, size_t n)
-{
-    return sd_comm_allreduce_sum(((hooked *)c)->inner, rank, buf, n);
-}
-static int hk_allgather(sd_comm *c, int rank, float *dst, const float *src, size_t n)
-{
-    return sd_comm_allgather(((hooked *)c)->inner, rank, dst, src, n);
-}
-static int hk_barrier(sd_comm *c, int rank)
-{
-    return sd_comm_barrier(((hooked *)c)->inner, rank);
-}
-static void hk_abort(sd_comm *c)
-{
-    sd_comm_abort(((hooked *)c)->inner);
-}
-static void hk_destroy(sd_comm *c)
-{
-    (void)c; /* the test owns it */
-}
-
-/* x += sum; xn = w * (x * r), r = 1 / sqrtf(mean(x^2) + eps), the sum of
- * squares in double: the CPU rmsnorm's formula, so the bits agree */
-static int hk_fused(sd_comm *c, int rank, const float *partial, float *x, float *xn,
-                    const sd_weight *w, int rows, int d, float eps)
-{
-    hooked *h = (hooked *)c;
-    h->calls[rank]++;
-    if (rows > h->max_rows)
-        return SD_ENOTSUP;
-    h->taken[rank]++;
-    size_t n = (size_t)rows * d;
-    float *s = h->scratch[rank];
-    memcpy(s, partial, n * sizeof(float));
-    int rc = sd_comm_allreduce_sum(h->inner, rank, s, n);
-    if (rc)
-        return rc;
-    for (int t = 0; t < rows; t++) {
-        float *xr = x + (size_t)t * d, *o = xn + (size_t)t * d;
-        const float *sr = s + (size_t)t * d;
-        double ss = 0;
-        for (int i = 0; i < d; i++) {
-            xr[i] += sr[i];
-            ss += (double)xr[i] * xr[i];
-        }
-        float r = 1.0f / sqrtf((float)(ss / d) + eps);
-        for (int i = 0; i < d; i++)
-            o[i] = sd_load_f32(w->data, w->dtype, (size_t)i) * (xr[i] * r);
-    }
-    return 0;
-}
-
-static const sd_comm_ops hooked_ops = {
-    .name = "hooked",
-    .allreduce_sum = hk_allreduce,
-    .allgather = hk_allgather,
-    .barrier = hk_barrier,
-    .abort = hk_abort,
-    .destroy = hk_destroy,
-    .allreduce_add_rmsnorm = hk_fused,
-};
-
 TEST(a_fused_hook_gets_every_call_and_a_call_it_refuses_runs_unfused_with_the_same_bits)
 {
     int P = 3;
-    hooked h;
-    memset(&h, 0, sizeof h);
+    hook_comm h;
     sd_err err = {0};
-    ASSERT_MSG(sd_thread_comm_create(&h.inner, P, &err) == 0, "%s", err.msg);
-    h.pub = (sd_comm){.ops = &hooked_ops, .size = P, .impl = &h};
-    h.max_rows = 3; /* takes (1, 64), (3, 4096); refuses (5, 100), (5, 4096) */
+    /* max 3 rows: takes (1, 64), (3, 4096); refuses (5, 100), (5, 4096) */
+    ASSERT_MSG(hook_comm_open(&h, P, 3, &err) == 0, "%s", err.msg);
     for (int r = 0; r < P; r++)
         h.scratch[r] = malloc(MAXN * sizeof(float));
     fixture f;
@@ -271,9 +196,7 @@ TEST(a_fused_hook_gets_every_call_and_a_call_it_refuses_runs_unfused_with_the_sa
     int rc = run(&f);
     long wrong = rc ? -1 : count_wrong(&f);
     fixture_free(&f);
-    for (int r = 0; r < P; r++)
-        free(h.scratch[r]);
-    sd_comm_destroy(h.inner);
+    hook_comm_close(&h);
     ASSERT_EQ(rc, 0);
     ASSERT_MSG(wrong == 0, "%ld elements differ from the unfused steps", wrong);
     for (int r = 0; r < P; r++) {

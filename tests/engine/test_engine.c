@@ -8,45 +8,13 @@
 #include "core/config.h"
 #include "core/util.h"
 #include "engine/engine.h"
+#include "engine_run.h"
 #include "test.h"
 #include "tiny_model.h"
 
 #define MAXR 32
-#define MAXO 64
 
-typedef struct out {
-    pthread_mutex_t *mu;
-    int32_t ids[MAXO];
-    int n, calls, done;
-    sd_finish why;
-    sd_req_stats st;
-} out;
-
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void on_output(void *u, const char *t, size_t l, const int32_t *ids, int n)
-{
-    (void)t;
-    (void)l;
-    out *o = u;
-    pthread_mutex_lock(o->mu);
-    for (int i = 0; i < n && o->n < MAXO; i++)
-        o->ids[o->n++] = ids[i];
-    if (n)
-        o->calls++;
-    pthread_mutex_unlock(o->mu);
-}
-
-static void on_finish(void *u, sd_finish why, const sd_req_stats *st, const char *msg)
-{
-    (void)msg;
-    out *o = u;
-    pthread_mutex_lock(o->mu);
-    o->why = why;
-    o->st = *st;
-    o->done = 1;
-    pthread_mutex_unlock(o->mu);
-}
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* every request's engine_out */
 
 typedef struct run_cfg {
     const char *model, *spec, *draft;
@@ -81,7 +49,7 @@ static char *dir_of(const char *name)
 }
 
 /* Runs cfg's requests; half at once, the rest while the first half decodes. */
-static int run(const run_cfg *c, uint64_t seed, out *outs, sd_engine_stats *after)
+static int run(const run_cfg *c, uint64_t seed, engine_out *outs, sd_engine_stats *after)
 {
     sd_opts o;
     sd_err err = {0};
@@ -120,7 +88,7 @@ static int run(const run_cfg *c, uint64_t seed, out *outs, sd_engine_stats *afte
         fprintf(stderr, "  engine: %s\n", err.msg);
         return rc;
     }
-    sd_req_events ev = {.on_output = on_output, .on_finish = on_finish};
+    sd_req_events ev = {.on_output = engine_out_on_output, .on_finish = engine_out_on_finish};
     int32_t p[64];
     for (int i = 0; i < c->n_req; i++) {
         memset(&outs[i], 0, sizeof outs[i]);
@@ -149,16 +117,7 @@ static int run(const run_cfg *c, uint64_t seed, out *outs, sd_engine_stats *afte
             return -1;
         }
     }
-    for (int spin = 0; spin < 60000; spin++) {
-        int all = 1;
-        pthread_mutex_lock(&g_mu);
-        for (int i = 0; i < c->n_req; i++)
-            all &= outs[i].done;
-        pthread_mutex_unlock(&g_mu);
-        if (all)
-            break;
-        usleep(1000);
-    }
+    engine_out_wait(outs, c->n_req, 60000);
     usleep(120000); /* the engine publishes its stats after the step */
     sd_engine_get_stats(e, after);
     sd_engine_destroy(e);
@@ -171,7 +130,7 @@ static void check_lossless(const char *model, const char *spec, const char *draf
     int sizes[] = {1, 3, 8, 16};
     for (size_t si = 0; si < SD_ARRAY_LEN(sizes); si++) {
         int n = sizes[si];
-        out plain[MAXR], sp[MAXR];
+        engine_out plain[MAXR], sp[MAXR];
         sd_engine_stats s1, s2;
         run_cfg c0 = {.model = model, .spec = "none", .k = 0, .max_context = 256, .n_req = n};
         run_cfg c1 = {.model = model, .spec = spec, .draft = draft, .k = k, .max_context = 256,
@@ -237,7 +196,7 @@ TEST(adaptive_k_greedy_output_equals_plain)
  * the same counts. */
 static void expect_same_output(const run_cfg *c0, const run_cfg *c1, uint64_t seed)
 {
-    out a[MAXR], b[MAXR];
+    engine_out a[MAXR], b[MAXR];
     sd_engine_stats s1, s2;
     ASSERT_OK(run(c0, seed, a, &s1));
     ASSERT_OK(run(c1, seed, b, &s2));
@@ -332,7 +291,7 @@ TEST(tensor_parallel_engine_gives_the_same_output_as_one_rank)
 TEST(small_kv_cache_preempts_and_every_request_still_finishes_with_the_same_output)
 {
     uint64_t seed = sd_test_seed();
-    out big[MAXR], small[MAXR];
+    engine_out big[MAXR], small[MAXR];
     sd_engine_stats s1, s2;
     run_cfg c0 = {.model = "deepseek-v3", .spec = "mtp", .k = 2, .max_context = 96, .n_req = 16};
     run_cfg c1 = c0;
@@ -351,7 +310,7 @@ TEST(small_kv_cache_preempts_and_every_request_still_finishes_with_the_same_outp
 TEST(a_seeded_sampled_request_is_reproducible_whatever_the_batch)
 {
     uint64_t seed = sd_test_seed();
-    out a[MAXR], b[MAXR];
+    engine_out a[MAXR], b[MAXR];
     sd_engine_stats s;
     run_cfg c1 = {.model = "llama", .spec = "none", .max_context = 256, .n_req = 1,
                   .temperature = 0.8};
@@ -411,8 +370,8 @@ TEST(draft_lm_reserves_the_last_token_position_at_a_block_boundary)
     free(m);
     free(d);
     sd_opts_free(&o);
-    out outs[16];
-    sd_req_events ev = {.on_output = on_output, .on_finish = on_finish};
+    engine_out outs[16];
+    sd_req_events ev = {.on_output = engine_out_on_output, .on_finish = engine_out_on_finish};
     for (int i = 0; i < 16; i++) {
         memset(&outs[i], 0, sizeof outs[i]);
         outs[i].mu = &g_mu;
@@ -423,16 +382,7 @@ TEST(draft_lm_reserves_the_last_token_position_at_a_block_boundary)
         sd_gen_params gp = {.max_tokens = 34 - p, .top_p = 1, .ignore_eos = 1};
         ASSERT_OK(sd_engine_submit(e, prompt, p, &gp, &ev, &outs[i], NULL, &err));
     }
-    for (int spin = 0; spin < 60000; spin++) {
-        int all = 1;
-        pthread_mutex_lock(&g_mu);
-        for (int i = 0; i < 16; i++)
-            all &= outs[i].done;
-        pthread_mutex_unlock(&g_mu);
-        if (all)
-            break;
-        usleep(1000);
-    }
+    engine_out_wait(outs, 16, 60000);
     sd_engine_destroy(e);
     for (int i = 0; i < 16; i++) {
         ASSERT_EQ(outs[i].why, SD_FINISH_LENGTH);
@@ -459,8 +409,8 @@ TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
         ASSERT_OK(sd_engine_create(&e, &o, &err));
         free(m);
         sd_opts_free(&o);
-        out outs[4];
-        sd_req_events ev = {.on_output = on_output, .on_finish = on_finish};
+        engine_out outs[4];
+        sd_req_events ev = {.on_output = engine_out_on_output, .on_finish = engine_out_on_finish};
         for (int i = 0; i < 4; i++) {
             memset(&outs[i], 0, sizeof outs[i]);
             outs[i].mu = &g_mu;
@@ -499,9 +449,9 @@ TEST(stop_token_ids_end_a_request_like_eos)
     ASSERT_OK(sd_engine_create(&e, &o, &err));
     free(m);
     sd_opts_free(&o);
-    sd_req_events ev = {.on_output = on_output, .on_finish = on_finish};
+    sd_req_events ev = {.on_output = engine_out_on_output, .on_finish = engine_out_on_finish};
     int32_t p[4] = {5, 6, 7, 8};
-    out a, b;
+    engine_out a, b;
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
     a.mu = b.mu = &g_mu;

@@ -5,6 +5,7 @@
  * configs that cannot be split are refused by name; `specd logits --tp 2`
  * writes the --tp 1 file. */
 #include <dirent.h>
+#include <limits.h>
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
@@ -14,6 +15,7 @@
 #include "core/safetensors.h"
 #include "core/util.h"
 #include "target/runner.h"
+#include "comm/hook_comm.h"
 #include "fixtures.h"
 #include "test.h"
 
@@ -427,67 +429,7 @@ TEST(a_sharded_load_without_a_matching_communicator_is_refused)
 
 /* ---- the residual step through a communicator's fused hook: a thread comm
  * underneath and a plain-C fused all-reduce + add + RMSNorm (the CPU
- * rmsnorm's formula), the shape of the custom GPU kernel's hook */
-
-#define HK_MAXP 4
-typedef struct hooked {
-    sd_comm pub;
-    sd_comm *inner;
-    int calls[HK_MAXP];
-    float *scratch[HK_MAXP]; /* (max_tokens * D) allocated before any step */
-} hooked;
-
-static int hk_allreduce(sd_comm *c, int rank, float *buf, size_t n)
-{
-    return sd_comm_allreduce_sum(((hooked *)c)->inner, rank, buf, n);
-}
-static int hk_allgather(sd_comm *c, int rank, float *dst, const float *src, size_t n)
-{
-    return sd_comm_allgather(((hooked *)c)->inner, rank, dst, src, n);
-}
-static int hk_barrier(sd_comm *c, int rank)
-{
-    return sd_comm_barrier(((hooked *)c)->inner, rank);
-}
-static void hk_abort(sd_comm *c)
-{
-    sd_comm_abort(((hooked *)c)->inner);
-}
-static void hk_destroy(sd_comm *c)
-{
-    (void)c; /* the test owns it */
-}
-static int hk_fused(sd_comm *c, int rank, const float *partial, float *x, float *xn,
-                    const sd_weight *w, int rows, int d, float eps)
-{
-    hooked *h = (hooked *)c;
-    h->calls[rank]++;
-    size_t n = (size_t)rows * d;
-    float *s = h->scratch[rank];
-    memcpy(s, partial, n * sizeof(float));
-    int rc = sd_comm_allreduce_sum(h->inner, rank, s, n);
-    for (int t = 0; t < rows && !rc; t++) {
-        float *xr = x + (size_t)t * d, *o = xn + (size_t)t * d;
-        double ss = 0;
-        for (int i = 0; i < d; i++) {
-            xr[i] += s[(size_t)t * d + i];
-            ss += (double)xr[i] * xr[i];
-        }
-        float r = 1.0f / sqrtf((float)(ss / d) + eps);
-        for (int i = 0; i < d; i++)
-            o[i] = sd_load_f32(w->data, w->dtype, (size_t)i) * (xr[i] * r);
-    }
-    return rc;
-}
-static const sd_comm_ops hooked_ops = {
-    .name = "hooked",
-    .allreduce_sum = hk_allreduce,
-    .allgather = hk_allgather,
-    .barrier = hk_barrier,
-    .abort = hk_abort,
-    .destroy = hk_destroy,
-    .allreduce_add_rmsnorm = hk_fused,
-};
+ * rmsnorm's formula), the shape of the custom GPU kernel's hook (comm/hook_comm.h) */
 
 typedef struct hk_rank {
     sd_model *m;
@@ -516,18 +458,17 @@ static int hooked_tp(const char *name, const char *dir, int P, int ep, char *msg
 {
     int32_t ids[16];
     int n = read_ids(dir, ids, 16);
-    hooked h;
+    hook_comm h;
     memset(&h, 0, sizeof h);
     sd_err err = {0};
-    sd_backend *be[HK_MAXP] = {0};
-    hk_rank rk[HK_MAXP];
+    sd_backend *be[HOOK_COMM_MAXP] = {0};
+    hk_rank rk[HOOK_COMM_MAXP];
     memset(rk, 0, sizeof rk);
     float *want = NULL;
     sd_tp_runner *t = NULL;
     int ok = 0, V = 0, L = 0;
-    if (n < 2 || sd_thread_comm_create(&h.inner, P, &err))
+    if (n < 2 || hook_comm_open(&h, P, INT_MAX, &err)) /* the hook takes every call */
         goto done;
-    h.pub = (sd_comm){.ops = &hooked_ops, .size = P, .impl = &h};
     for (int r = 0; r < P; r++) {
         sd_model_opts mo = {.max_tokens = 16, .tp_rank = r, .tp_size = P, .comm = &h.pub,
                             .ep = ep};
@@ -541,7 +482,7 @@ static int hooked_tp(const char *name, const char *dir, int P, int ep, char *msg
         rk[r] = (hk_rank){.m = rk[r].m, .ids = ids, .n = n, .comm = &h.pub,
                           .logits = malloc((size_t)n * V * sizeof(float))};
     }
-    pthread_t tid[HK_MAXP];
+    pthread_t tid[HOOK_COMM_MAXP];
     for (int r = 0; r < P; r++)
         pthread_create(&tid[r], NULL, hk_rank_main, &rk[r]);
     for (int r = 0; r < P; r++)
@@ -579,9 +520,8 @@ done:
         if (be[r])
             sd_cpu_backend_destroy(be[r]);
         free(rk[r].logits);
-        free(h.scratch[r]);
     }
-    sd_comm_destroy(h.inner);
+    hook_comm_close(&h);
     return ok;
 }
 

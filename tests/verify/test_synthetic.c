@@ -13,6 +13,7 @@
 #include "core/util.h"
 #include "engine/engine.h"
 #include "test.h"
+#include "engine/engine_run.h"
 #include "verify/chisq.h"
 #include "verify/synthetic.h"
 
@@ -156,45 +157,14 @@ TEST(accepted_length_follows_the_product_of_the_per_position_probabilities)
 /* ------------------------------------------------------------------ engine */
 
 #define NREQ 16
-#define MAXO 64
 
-typedef struct out {
-    pthread_mutex_t *mu;
-    int32_t ids[MAXO];
-    int n, done;
-    sd_finish why;
-    sd_req_stats st;
-} out;
-
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void on_output(void *u, const char *t, size_t l, const int32_t *ids, int n)
-{
-    (void)t;
-    (void)l;
-    out *o = u;
-    pthread_mutex_lock(o->mu);
-    for (int i = 0; i < n && o->n < MAXO; i++)
-        o->ids[o->n++] = ids[i];
-    pthread_mutex_unlock(o->mu);
-}
-
-static void on_finish(void *u, sd_finish why, const sd_req_stats *st, const char *msg)
-{
-    (void)msg;
-    out *o = u;
-    pthread_mutex_lock(o->mu);
-    o->why = why;
-    o->st = *st;
-    o->done = 1;
-    pthread_mutex_unlock(o->mu);
-}
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* every request's engine_out */
 
 /* n_req (<= NREQ) requests on the bundled model (MTP drafts, k = 3 unless
- * spec is none), all submitted at once, max_tokens each (<= MAXO); prompts of
+ * spec is none), all submitted at once, max_tokens each (<= ENGINE_OUT_MAX); prompts of
  * 4..19 token ids. */
 static int run_bundled(const char *spec, const char *synth, double temperature, uint64_t seed,
-                       int n_req, int max_tokens, out *outs)
+                       int n_req, int max_tokens, engine_out *outs)
 {
     sd_opts o;
     sd_err err = {0};
@@ -214,7 +184,7 @@ static int run_bundled(const char *spec, const char *synth, double temperature, 
         fprintf(stderr, "  engine: %s\n", err.msg);
         return rc;
     }
-    sd_req_events ev = {.on_output = on_output, .on_finish = on_finish};
+    sd_req_events ev = {.on_output = engine_out_on_output, .on_finish = engine_out_on_finish};
     for (int i = 0; i < NREQ; i++)
         memset(&outs[i], 0, sizeof outs[i]);
     for (int i = 0; i < n_req; i++) {
@@ -236,21 +206,12 @@ static int run_bundled(const char *spec, const char *synth, double temperature, 
             return rc;
         }
     }
-    for (int spin = 0; spin < 600000; spin++) {
-        int all = 1;
-        pthread_mutex_lock(&g_mu);
-        for (int i = 0; i < n_req; i++)
-            all &= outs[i].done;
-        pthread_mutex_unlock(&g_mu);
-        if (all)
-            break;
-        usleep(1000);
-    }
+    engine_out_wait(outs, n_req, 600000);
     sd_engine_destroy(e);
     return 0;
 }
 
-static void sum_spec(const out *outs, sd_spec_stats *t)
+static void sum_spec(const engine_out *outs, sd_spec_stats *t)
 {
     memset(t, 0, sizeof *t);
     for (int i = 0; i < NREQ; i++) {
@@ -266,7 +227,7 @@ static void sum_spec(const out *outs, sd_spec_stats *t)
     }
 }
 
-static out g_plain[NREQ], g_spec[NREQ];
+static engine_out g_plain[NREQ], g_spec[NREQ];
 
 TEST(engine_with_synthetic_one_accepts_every_draft)
 {

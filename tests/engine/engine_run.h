@@ -1,0 +1,65 @@
+/* tests/engine/engine_run.h: what the engine's request callbacks deliver,
+ * kept per request (under one mutex that a test's requests share), and a
+ * wait for a set of requests to finish. */
+#ifndef SD_TESTS_ENGINE_RUN_H
+#define SD_TESTS_ENGINE_RUN_H
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+
+#define ENGINE_OUT_MAX 64 /* token ids kept per request; later ones are counted in calls only */
+
+typedef struct engine_out {
+    pthread_mutex_t *mu;
+    int32_t ids[ENGINE_OUT_MAX];
+    int n, calls, done; /* ids kept; output calls that carried tokens; finished */
+    sd_finish why;
+    sd_req_stats st;
+} engine_out;
+
+static inline void engine_out_on_output(void *u, const char *t, size_t l, const int32_t *ids, int n)
+{
+    (void)t;
+    (void)l;
+    engine_out *o = u;
+    pthread_mutex_lock(o->mu);
+    for (int i = 0; i < n && o->n < ENGINE_OUT_MAX; i++)
+        o->ids[o->n++] = ids[i];
+    if (n)
+        o->calls++;
+    pthread_mutex_unlock(o->mu);
+}
+
+static inline void engine_out_on_finish(void *u, sd_finish why, const sd_req_stats *st,
+                                        const char *msg)
+{
+    (void)msg;
+    engine_out *o = u;
+    pthread_mutex_lock(o->mu);
+    o->why = why;
+    o->st = *st;
+    o->done = 1;
+    pthread_mutex_unlock(o->mu);
+}
+
+/* Waits (1 ms polls, up to max_ms) until outs[0..n) are all done; returns 1
+ * when they are, 0 on time-out (the caller's asserts then say what is missing). */
+static inline int engine_out_wait(engine_out *outs, int n, int max_ms)
+{
+    for (int spin = 0; spin < max_ms; spin++) {
+        int all = 1;
+        for (int i = 0; i < n; i++) {
+            pthread_mutex_lock(outs[i].mu);
+            all &= outs[i].done;
+            pthread_mutex_unlock(outs[i].mu);
+        }
+        if (all)
+            return 1;
+        usleep(1000);
+    }
+    return 0;
+}
+
+#endif
