@@ -29,6 +29,7 @@
 #include "draft/eagle3.h"
 #include "engine/backend.h"
 #include "engine/internal.h"
+#include "kernels/prof.h"
 #include "sched/stop.h"
 #include "target/model.h"
 #include "verify/accept.h"
@@ -990,6 +991,19 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     } else if ((rc = sd_backend_open(&e->be, o, err))) {
         goto fail;
     }
+    if (o->profile_ops) {
+        if (e->tp) {
+            rc = sd_err_set(err, SD_ENOTSUP, "--profile-ops: one rank only (not with --tp)");
+            goto fail;
+        }
+        sd_backend *pb = NULL;
+        if ((rc = sd_prof_backend_wrap(&pb, e->be))) {
+            rc = sd_err_set(err, rc, "--profile-ops: out of memory");
+            goto fail;
+        }
+        e->prof_inner = e->be;
+        e->be = pb; /* it has no graphs: every op runs, and is timed, eagerly */
+    }
     e->max_tokens = o->max_batch_tokens + o->max_batch * (e->k_max + 1);
     for (int r = 0; r < e->n_ranks; r++) {
         sd_model_opts mo = {.max_tokens = e->max_tokens, .load_mtp = e->spec == SD_SPEC_MTP};
@@ -1141,10 +1155,15 @@ void sd_engine_destroy(sd_engine *e)
     for (int r = 0; r < SD_TP_MAX; r++)
         sd_model_free(e->targets[r]);
     sd_tok_free(e->tok);
-    if (e->tp)
+    if (e->tp) {
         sd__tp_close(e->tp);
-    else
+    } else if (e->prof_inner) {
+        sd_prof_report(e->be, stderr);
+        sd_prof_backend_free(e->be);
+        sd_backend_close(e->prof_inner);
+    } else {
         sd_backend_close(e->be);
+    }
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);

@@ -94,6 +94,7 @@ struct sd_engine {
     int max_batch, max_batch_tokens;
     sd_backend *be; /* the backend, or the tensor-parallel ranks' virtual one */
     sd_tp *tp;      /* --tp > 1: the ranks (tp.c); NULL on one rank */
+    sd_backend *prof_inner; /* --profile-ops: be times the ops of this backend */
     int n_ranks;
     sd_model *targets[SD_TP_MAX]; /* each rank's shard (targets[0] == target) */
     sd_model *drafts[SD_TP_MAX];  /* each rank's copy of the draft LM */

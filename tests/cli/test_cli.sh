@@ -82,5 +82,13 @@ if tail -1 "$tmp/e" | python3 -c "import json,sys; d=json.loads(sys.stdin.read()
     ok "generate_prints_stats_json_last"
 else bad generate_prints_stats_json_last "$(tail -1 "$tmp/e")"; fi
 
+# --profile-ops: the same tokens, and a table of the ops with the matmuls by shape
+got=$("$SPECD" generate --model "$fx" --ids "$ids" --max-tokens 8 --spec ngram --spec-k 3 \
+    --profile-ops 2>"$tmp/e")
+if [[ "$got" == "$want" ]] && grep -q '^op time' "$tmp/e" && grep -qE '^  matmul [0-9]+x[0-9]+ ' "$tmp/e" &&
+    grep -qE '^  attn_gqa +[0-9]+ ' "$tmp/e"; then
+    ok "profile_ops_same_tokens_and_a_table"
+else bad profile_ops_same_tokens_and_a_table "$got; $(grep -A4 '^op time' "$tmp/e")"; fi
+
 echo "$pass passed, $fail failed"
 ((fail == 0))
