@@ -217,14 +217,23 @@ static int conn_write(sd_http_conn *c, const char *data, size_t len)
     return 0;
 }
 
-static void head_lines(sd_buf *b, int status, const char *ctype, const char *extra, int close)
+/* A kept-alive connection also says how long it may sit idle before the
+ * server closes it (the header timeout runs between requests): a client that
+ * reuses a pooled connection near that moment races the close, and clients
+ * (undici, requests' urllib3 pools) retire connections before the hint. */
+static void head_lines(sd_buf *b, int status, const char *ctype, const char *extra, int close,
+                       uint64_t idle_ms)
 {
     sd_buf_printf(b, "HTTP/1.1 %d %s\r\nServer: specd\r\n", status, sd_http_status_text(status));
     if (ctype)
         sd_buf_printf(b, "Content-Type: %s\r\n", ctype);
     if (extra)
         sd_buf_puts(b, extra);
-    sd_buf_puts(b, close ? "Connection: close\r\n" : "Connection: keep-alive\r\n");
+    if (close)
+        sd_buf_puts(b, "Connection: close\r\n");
+    else
+        sd_buf_printf(b, "Connection: keep-alive\r\nKeep-Alive: timeout=%llu\r\n",
+                      (unsigned long long)(idle_ms / 1000));
 }
 
 /* An error the connection itself answers (bad HTTP, limits, timeouts): the
@@ -237,7 +246,7 @@ static void conn_error(sd_http_conn *c, int status, const char *code, const char
     sd_api_error_set(&e, status, NULL, code, "%s", msg);
     sd_buf body = {0}, out = {0};
     sd_api_error_json(&body, &e);
-    head_lines(&out, status, "application/json", NULL, 1);
+    head_lines(&out, status, "application/json", NULL, 1, 0);
     sd_buf_printf(&out, "Content-Length: %zu\r\n\r\n", body.len);
     sd_buf_append(&out, body.p, body.len);
     if (c->srv->metrics)
@@ -331,7 +340,7 @@ int sd_http_respond(sd_http_req *r, int status, const char *ctype, const char *e
         sd_http_conn *c = r->conn;
         int close = !r->keep_alive || r->force_close || c->srv->draining || c->upgraded;
         sd_buf out = {0};
-        head_lines(&out, status, ctype, extra, close);
+        head_lines(&out, status, ctype, extra, close, c->srv->lim.header_timeout_ms);
         sd_buf_printf(&out, "Content-Length: %zu\r\n\r\n", len);
         if (!r->is_head)
             sd_buf_append(&out, body, len);
@@ -378,7 +387,7 @@ int sd_http_stream_begin(sd_http_req *r, int status, const char *ctype, const ch
         r->force_close = 1;
     int close = !r->keep_alive || r->force_close || c->srv->draining || c->upgraded;
     sd_buf out = {0};
-    head_lines(&out, status, ctype, extra, close);
+    head_lines(&out, status, ctype, extra, close, c->srv->lim.header_timeout_ms);
     if (r->chunked)
         sd_buf_puts(&out, "Transfer-Encoding: chunked\r\n");
     sd_buf_puts(&out, "\r\n");

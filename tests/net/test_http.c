@@ -232,6 +232,8 @@ TEST(keep_alive_serves_several_requests_on_one_connection)
         snprintf(want, sizeof want, "hello GET i=%d", i);
         ASSERT_STR_EQ(r[0].body, want);
         ASSERT_STR_EQ(hdr_get(&r[0], "Connection", v, sizeof v), "keep-alive");
+        /* the idle limit (the 400 ms header timeout) in whole seconds */
+        ASSERT_STR_EQ(hdr_get(&r[0], "Keep-Alive", v, sizeof v), "timeout=0");
         ASSERT_STR_EQ(hdr_get(&r[0], "X-Test", v, sizeof v), "1");
         ASSERT(!b.eof);
         resps_free(r, 1);
