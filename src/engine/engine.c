@@ -678,6 +678,14 @@ static int engine_step(sd_engine *e)
         rc = e->be->ops->download(e->be, e->h_logits, e->d_logits,
                                   (size_t)s.n_out * (size_t)e->V * sizeof(float));
     double t_target = (double)(sd_now_ns() - t0) * 1e-9;
+    pthread_mutex_lock(&e->mu);
+    if (rc) {
+        e->stats.failed_steps++;
+        e->stats.failing++;
+    } else {
+        e->stats.failing = 0;
+    }
+    pthread_mutex_unlock(&e->mu);
     if (rc) {
         sd_log_error("target step failed: %s", err.msg[0] ? err.msg : "backend error");
         for (int i = 0; i < s.n_seq; i++)
@@ -982,6 +990,7 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     e->ov_max_seqs = o->max_batch + 2;
     e->pad_seq = e->ov_max_seqs - 1;
     e->n_ranks = o->tp > 1 ? o->tp : 1;
+    e->stats.tp = e->n_ranks;
     if (e->n_ranks > 1) {
         sd_model_cfg pre;
         if ((rc = sd_model_cfg_load(&pre, dir, err)) ||

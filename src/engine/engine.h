@@ -79,6 +79,8 @@ typedef struct sd_engine_stats {
     uint64_t prompt_tokens, completion_tokens;
     sd_spec_stats spec;
     int tp;                        /* tensor-parallel ranks */
+    uint64_t failed_steps;         /* model steps that failed (their requests got errors) */
+    int failing;                   /* consecutive failed model steps: 0 once one runs */
     const char *allreduce_metrics; /* GPU ranks: the all-reduce choice table, Prometheus text */
 } sd_engine_stats;
 

@@ -221,6 +221,9 @@ int sd_metrics_render(const sd_metrics *m, const sd_engine_stats *es, sd_buf *o)
         scalar(o, "specd_engine_steps_total", "counter", "Engine steps.", (double)es->steps);
         scalar(o, "specd_tensor_parallel_ranks", "gauge", "Tensor-parallel ranks of the model.",
                es->tp);
+        scalar(o, "specd_engine_failed_steps_total", "counter",
+               "Model steps that failed (their requests ended with an error).",
+               (double)es->failed_steps);
         if (es->allreduce_metrics && es->allreduce_metrics[0])
             sd_buf_printf(o, "%s", es->allreduce_metrics);
         spec_series(o, &es->spec);

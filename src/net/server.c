@@ -726,6 +726,16 @@ static void route_health(sd_server *s, sd_http_req *req, uint64_t rid)
     (void)rid;
     sd_api_error e;
     int bad = not_ready(s, &e) != 0;
+    sd_engine_stats es = {0};
+    if (!bad)
+        sd_engine_get_stats(s->engine, &es);
+    if (!bad && es.failing > 0) {
+        /* a GPU error is sticky and an aborted tensor-parallel group stays
+         * aborted: a restart is the remedy, so say so to the orchestrator */
+        sd_api_error_set(&e, 503, NULL, "engine_failed",
+                         "the last %d model step(s) failed (the log says why)", es.failing);
+        bad = 1;
+    }
     if (!bad && engine_stalled(s)) {
         sd_api_error_set(&e, 503, NULL, "engine_stalled",
                          "the engine has work and has not completed a step for over %llu s",
@@ -903,7 +913,10 @@ static void on_watchdog(uv_timer_t *t)
     sd_engine_stats es;
     sd_engine_get_stats(s->engine, &es);
     int idle = es.running == 0 && es.queued == 0;
-    if (idle || es.last_step_ns != s->wd_last_step)
+    if (es.failing > 0)
+        sd_log_warn("watchdog: the last %d model step(s) failed; not pinging systemd",
+                    es.failing);
+    else if (idle || es.last_step_ns != s->wd_last_step)
         notify("WATCHDOG=1");
     else
         sd_log_warn("watchdog: %d requests and no engine step for %.1f s; not pinging systemd",

@@ -4,7 +4,13 @@
  * only, downloads read rank 0, a freed allocation maps to nothing. */
 #include <string.h>
 
+#include <pthread.h>
+#include <unistd.h>
+
 #include "core/config.h"
+#include "core/util.h"
+#include "engine/engine.h"
+#include "engine/internal.h"
 #include "engine/tp.h"
 #include "test.h"
 
@@ -95,5 +101,68 @@ TEST(tensor_parallel_ranks_refuse_what_they_cannot_run)
     sd_opts_free(&o);
 }
 
+typedef struct fin {
+    pthread_mutex_t mu;
+    int done;
+    sd_finish why;
+} fin;
+
+static void on_finish(void *u, sd_finish why, const sd_req_stats *st, const char *msg)
+{
+    (void)st;
+    (void)msg;
+    fin *f = u;
+    pthread_mutex_lock(&f->mu);
+    f->why = why;
+    f->done = 1;
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* A rank group whose communicator was aborted (a rank failed) cannot run a
+ * step again: requests end with an error, not a hang, and the engine says
+ * its steps are failing (/health and the watchdog read that). */
+TEST(an_aborted_rank_group_fails_requests_and_reports_failing_steps)
+{
+    sd_opts o;
+    sd_err err = {0};
+    ASSERT_OK(sd_opts_init(&o, &err));
+    char *m = sd_strfmt("%s/tests/golden/models/llama", sd_test_srcdir());
+    ASSERT_OK(sd_opts_set(&o, SD_CMD_GENERATE, "model", m, &err));
+    ASSERT_OK(sd_opts_set(&o, SD_CMD_GENERATE, "tp", "2", &err));
+    ASSERT_OK(sd_opts_set(&o, SD_CMD_GENERATE, "device", "cpu", &err));
+    ASSERT_OK(sd_opts_set(&o, SD_CMD_GENERATE, "threads", "2", &err));
+    ASSERT_OK(sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "64", &err));
+    sd_engine *e = NULL;
+    ASSERT_MSG(sd_engine_create(&e, &o, &err) == 0, "%s", err.msg);
+    sd_opts_free(&o);
+    free(m);
+    sd_engine_stats st;
+    sd_engine_get_stats(e, &st);
+    ASSERT_EQ(st.tp, 2);
+    ASSERT_EQ(st.failing, 0);
+    sd_comm_abort(sd__tp_comm(e->tp));
+    fin f = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    int32_t prompt[3] = {1, 2, 3};
+    sd_gen_params gp = {.max_tokens = 4, .top_p = 1, .ignore_eos = 1};
+    sd_req_events ev = {.on_finish = on_finish};
+    ASSERT_OK(sd_engine_submit(e, prompt, 3, &gp, &ev, &f, NULL, &err));
+    for (int spin = 0; spin < 20000; spin++) {
+        pthread_mutex_lock(&f.mu);
+        int d = f.done;
+        pthread_mutex_unlock(&f.mu);
+        if (d)
+            break;
+        usleep(1000);
+    }
+    ASSERT_EQ(f.done, 1);
+    ASSERT_EQ(f.why, SD_FINISH_ERROR);
+    usleep(50000);
+    sd_engine_get_stats(e, &st);
+    ASSERT_GE(st.failing, 1);
+    ASSERT_GE(st.failed_steps, 1);
+    sd_engine_destroy(e);
+}
+
 TEST_MAIN(T(virtual_backend_maps_addresses_and_reaches_the_right_ranks),
-          T(tensor_parallel_ranks_refuse_what_they_cannot_run))
+          T(tensor_parallel_ranks_refuse_what_they_cannot_run),
+          T(an_aborted_rank_group_fails_requests_and_reports_failing_steps))
