@@ -112,7 +112,12 @@ static void check(const char *spec, int with_draft)
                     .inter = 64, .scale = 0.12f, .seed = 12345};
     char *target = tiny_model_write(&ts);
     ts.scale = 0.1f; /* a similar, not identical, draft */
-    char *draft = with_draft ? tiny_model_write(&ts) : NULL;
+    /* with_draft 2: an EAGLE-3 head whose draft vocabulary is 6 of the 16
+     * target ids (0, 3, ..., 15): its q is zero on the other ten, so the
+     * residual distribution must give them all the missing mass */
+    char *draft = with_draft == 2 ? tiny_eagle3_write(ts.hidden, V, 6, ts.layers, 0.02f, 99)
+                  : with_draft   ? tiny_model_write(&ts)
+                                 : NULL;
     ASSERT(target && (!with_draft || draft));
     static double joint[V * V * V * V];
     ASSERT_OK(exact_joint(target, joint));
@@ -196,5 +201,11 @@ TEST(ngram_sampling_matches_the_target_distribution_chi_square)
     check("ngram", 0);
 }
 
+TEST(eagle3_sampling_with_a_reduced_draft_vocabulary_matches_the_target_distribution)
+{
+    check("eagle3", 2);
+}
+
 TEST_MAIN(T(draft_model_sampling_matches_the_target_distribution_chi_square),
-          T(ngram_sampling_matches_the_target_distribution_chi_square))
+          T(ngram_sampling_matches_the_target_distribution_chi_square),
+          T(eagle3_sampling_with_a_reduced_draft_vocabulary_matches_the_target_distribution))
