@@ -909,6 +909,17 @@ static json_t *head(const sd_oai_meta *m, const char *object)
     json_object_set_new(o, "model", text_json(m->model, strlen(m->model)));
     return o;
 }
+/* c, the one choice (index 0), gets logprobs null and its finish reason,
+ * and goes into o as "choices": [c] */
+static void set_choice(json_t *o, json_t *c, sd_finish why)
+{
+    json_object_set_new(c, "logprobs", json_null());
+    json_object_set_new(c, "finish_reason", finish_json(why));
+    json_t *arr = json_array();
+    json_array_append_new(arr, c);
+    json_object_set_new(o, "choices", arr);
+}
+
 
 int sd_oai_response(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len,
                     sd_finish why, const sd_req_stats *st)
@@ -925,11 +936,7 @@ int sd_oai_response(sd_buf *out, const sd_oai_meta *m, const char *text, size_t 
     } else {
         json_object_set_new(c, "text", text_json(text, len));
     }
-    json_object_set_new(c, "logprobs", json_null());
-    json_object_set_new(c, "finish_reason", finish_json(why));
-    json_t *arr = json_array();
-    json_array_append_new(arr, c);
-    json_object_set_new(o, "choices", arr);
+    set_choice(o, c, why);
     json_object_set_new(o, "usage", usage_obj(st));
     return dump_json(out, o);
 }
@@ -961,11 +968,7 @@ int sd_oai_chunk_event(sd_buf *out, const sd_oai_meta *m, int role, const char *
     } else {
         json_object_set_new(c, "text", text_json(text, len));
     }
-    json_object_set_new(c, "logprobs", json_null());
-    json_object_set_new(c, "finish_reason", finish_json(why));
-    json_t *arr = json_array();
-    json_array_append_new(arr, c);
-    json_object_set_new(o, "choices", arr);
+    set_choice(o, c, why);
     return event(out, o);
 }
 
