@@ -294,15 +294,10 @@ int sd__engine_upload_tables(sd_engine *e, const step *s)
 
 int sd__engine_upload_step(sd_engine *e, int T, int n_out, sd_fwd *f)
 {
-    int32_t *h = e->h_meta, *d = e->d_meta;
-    memcpy(h, e->h_tok, (size_t)T * sizeof(int32_t));
-    memcpy(h + T, e->h_pos, (size_t)T * sizeof(int32_t));
-    memcpy(h + 2 * T, e->h_seq, (size_t)T * sizeof(int32_t));
-    memcpy(h + 3 * T, e->h_slot, (size_t)T * sizeof(int32_t));
-    memcpy(h + 4 * T, e->h_rows, (size_t)n_out * sizeof(int32_t));
-    int maxp = 0;
-    for (int i = 0; i < T; i++)
-        maxp = e->h_pos[i] + 1 > maxp ? e->h_pos[i] + 1 : maxp;
+    int32_t *d = e->d_meta;
+    const int32_t *cols[4] = {e->h_tok, e->h_pos, e->h_seq, e->h_slot};
+    int maxp;
+    size_t words = sd__pack_step(e, e->h_meta, T, T, cols, 4, e->h_rows, n_out, n_out, &maxp);
     int want_hidden = sd__spec_wants_hidden(e);
     *f = (sd_fwd){.ab = {.n_tokens = T, .pos = d + T, .seq = d + 2 * T, .slot = d + 3 * T,
                          .block_table = e->d_table, .max_blocks = e->max_blocks,
@@ -310,7 +305,7 @@ int sd__engine_upload_step(sd_engine *e, int T, int n_out, sd_fwd *f)
                   .tokens = d, .n_out = n_out, .out_rows = d + 4 * T, .logits = e->d_logits,
                   .hidden = want_hidden == 1 ? e->d_hidden : NULL,
                   .aux = want_hidden == 2 ? e->d_aux : NULL};
-    return e->be->ops->upload(e->be, d, h, (size_t)(4 * T + n_out) * sizeof(int32_t));
+    return e->be->ops->upload(e->be, d, e->h_meta, words * sizeof(int32_t));
 }
 
 /* Tokens a request in prefill must put in the KV cache: all of a fresh
@@ -446,8 +441,6 @@ static void publish_stats(sd_engine *e, int stepped)
     e->stats.running = e->n_running;
     e->stats.kv_blocks_total = e->n_blocks;
     e->stats.kv_blocks_used = sd_kv_pool_used(e->kv);
-    e->stats.tp = e->n_ranks;
-    e->stats.allreduce_metrics = sd__tp_metrics(e->tp);
     sd_spec_stats *sp = &e->stats.spec;
     spec_from_accept(sp, &e->acc_all);
     sp->draft_s = e->draft_s_total;
@@ -655,17 +648,11 @@ static int engine_step(sd_engine *e)
     e->am_valid = 0;
     if (rc) {
     } else if (Tp && e->graphs_on) {
-        rc = sd__target_graph_launch(e, Tp);
-        e->am_valid = greedy_only;
-    } else if (Tp) {
-        rc = sd__target_pass(e, &f, &err);
+        rc = sd__target_graph_launch(e, Tp); /* the graph's pass takes the argmax */
         e->am_valid = greedy_only;
     } else {
-        rc = sd__fwd(e, SD_FWD_TARGET, &f, &err);
-        if (!rc && s.n_out > 0 && e->be->ops->argmax_rows && greedy_only) {
-            e->be->ops->argmax_rows(e->be, e->d_am, e->d_logits, s.n_out, e->V);
-            e->am_valid = 1;
-        }
+        rc = sd__target_pass(e, &f, greedy_only, &err);
+        e->am_valid = greedy_only && e->be->ops->argmax_rows;
     }
     e->dev_acc = !rc && !greedy_only && s.n_out > 0 && !launch_dev_accept(e, &s);
     if (!rc)
@@ -1084,6 +1071,7 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
             sizes[ns++] = (size_t)e->D;
         if ((rc = sd__tp_tune(e->tp, sizes, ns, err)))
             goto fail;
+        e->stats.allreduce_metrics = sd__tp_metrics(e->tp); /* fixed from here on */
     }
     mp->graphs = sd__graphs_reserve_bytes(e);
     mp->comm = sd__tp_comm_bytes(e->tp);

@@ -100,19 +100,38 @@ void sd__pad_rows(const sd_engine *e, int32_t *tok, int32_t *pos, int32_t *seq, 
                   int from, int to)
 {
     for (int i = from; i < to; i++) {
-        tok[i] = 0;
+        if (tok)
+            tok[i] = 0;
         pos[i] = 0;
         seq[i] = e->pad_seq;
         slot[i] = e->trash_slot;
     }
 }
 
-/* The target pass of a padded step: forward, then the argmax of every
- * logits row (greedy steps download only the ids). */
-int sd__target_pass(sd_engine *e, const sd_fwd *f, sd_err *err)
+size_t sd__pack_step(const sd_engine *e, int32_t *h, int T, int n, const int32_t *const *cols,
+                     int ncol, const int32_t *rows, int n_rows, int N, int *max_pos)
+{
+    for (int c = 0; c < ncol; c++)
+        memcpy(h + (size_t)c * T, cols[c], (size_t)n * sizeof(int32_t));
+    sd__pad_rows(e, h, h + T, h + 2 * T, h + 3 * T, n, T);
+    for (int c = 4; c < ncol; c++)
+        memset(h + (size_t)c * T + n, 0, (size_t)(T - n) * sizeof(int32_t));
+    int32_t *r = h + (size_t)ncol * T;
+    memcpy(r, rows, (size_t)n_rows * sizeof(int32_t));
+    memset(r + n_rows, 0, (size_t)(N - n_rows) * sizeof(int32_t));
+    int mp = 0;
+    for (int i = 0; i < T; i++)
+        mp = h[T + i] + 1 > mp ? h[T + i] + 1 : mp;
+    *max_pos = mp;
+    return (size_t)ncol * T + (size_t)N;
+}
+
+/* The target pass: forward, then (argmax) the argmax of every logits row,
+ * so that greedy steps download only the ids. */
+int sd__target_pass(sd_engine *e, const sd_fwd *f, int argmax, sd_err *err)
 {
     int rc = sd__fwd(e, SD_FWD_TARGET, f, err);
-    if (!rc && f->n_out > 0 && e->be->ops->argmax_rows)
+    if (!rc && argmax && f->n_out > 0 && e->be->ops->argmax_rows)
         e->be->ops->argmax_rows(e->be, e->d_am, f->logits, f->n_out, e->V);
     return rc;
 }
@@ -129,7 +148,7 @@ static int capture_target(sd_engine *e, void *ctx, sd_err *err)
     int rc = e->be->ops->graph_begin(e->be);
     if (rc)
         return rc;
-    int fr = sd__target_pass(e, c->f, err);
+    int fr = sd__target_pass(e, c->f, 1, err);
     rc = e->be->ops->graph_end(e->be, c->graph);
     return fr ? fr : rc;
 }
@@ -152,7 +171,7 @@ int sd__graphs_capture(sd_engine *e, sd_err *err)
         int rc = sd__engine_upload_step(e, T, T, &f);
         /* warm-up: the first run makes the GEMM plans outside the capture */
         if (!rc)
-            rc = sd__target_pass(e, &f, err);
+            rc = sd__target_pass(e, &f, 1, err);
         if (!rc)
             rc = op->sync(e->be);
         struct capture_ctx cx = {&f, &e->tgraph[b]};

@@ -228,9 +228,16 @@ int sd__graphs_init(sd_engine *e, const sd_opts *o);
 size_t sd__graphs_reserve_bytes(const sd_engine *e);
 /* padded row count of a T-row step, 0 when it is not padded */
 int sd__graph_bucket(const sd_engine *e, int T);
+/* rows from..to-1 become padding rows (tok may be NULL) */
 void sd__pad_rows(const sd_engine *e, int32_t *tok, int32_t *pos, int32_t *seq, int32_t *slot,
                   int from, int to);
-int sd__target_pass(sd_engine *e, const sd_fwd *f, sd_err *err);
+/* Packs a pass's metadata into h for one upload: ncol columns of T rows
+ * (tok, pos, seq, slot[, hrows]; the first n rows of each from cols, the
+ * rest padding rows, zeros in columns past slot), then rows (n_rows from
+ * rows, zeros up to N). Returns the words; *max_pos = largest pos + 1. */
+size_t sd__pack_step(const sd_engine *e, int32_t *h, int T, int n, const int32_t *const *cols,
+                     int ncol, const int32_t *rows, int n_rows, int N, int *max_pos);
+int sd__target_pass(sd_engine *e, const sd_fwd *f, int argmax, sd_err *err);
 int sd__graphs_capture(sd_engine *e, sd_err *err);
 int sd__target_graph_launch(sd_engine *e, int Tp);
 sd_pgraph *sd__pgraph_find(sd_engine *e, int mode, const void *src, int T, int n_out);

@@ -430,26 +430,15 @@ static int run_prop(sd_engine *e, prow *b, int mode, const float *hid_src, int d
         Tp = Np = 0;
     int T = Tp ? Tp : b->T, N = Tp ? Np : n_out;
     int32_t *h = e->ph_meta, *d = e->pd_meta;
-    memcpy(h, b->tok, (size_t)b->T * 4);
-    memcpy(h + T, b->pos, (size_t)b->T * 4);
-    memcpy(h + 2 * T, b->seq, (size_t)b->T * 4);
-    memcpy(h + 3 * T, b->slot, (size_t)b->T * 4);
-    memcpy(h + 4 * T, b->hrows, (size_t)b->T * 4);
-    memcpy(h + 5 * T, b->rows, (size_t)n_out * 4);
-    sd__pad_rows(e, h, h + T, h + 2 * T, h + 3 * T, b->T, T);
-    for (int i = b->T; i < T; i++)
-        h[4 * T + i] = 0;
-    for (int i = n_out; i < N; i++)
-        h[5 * T + i] = 0;
-    int maxp = 0;
-    for (int i = 0; i < T; i++)
-        maxp = h[T + i] + 1 > maxp ? h[T + i] + 1 : maxp;
+    const int32_t *cols[5] = {b->tok, b->pos, b->seq, b->slot, b->hrows};
+    int maxp;
+    size_t words = sd__pack_step(e, h, T, b->T, cols, 5, b->rows, n_out, N, &maxp);
     sd_fwd f = {.ab = {.n_tokens = T, .pos = d + T, .seq = d + 2 * T, .slot = d + 3 * T,
                        .block_table = e->d_table, .max_blocks = e->max_blocks,
                        .block_size = e->block_size, .max_pos = maxp},
                 .tokens = d, .n_out = N, .out_rows = d + 5 * T,
                 .logits = N ? e->pd_logits : NULL};
-    int rc = op->upload(be, d, h, (size_t)(5 * T + N) * 4);
+    int rc = op->upload(be, d, h, words * 4);
     sd_pgraph *g = !rc && Tp ? sd__pgraph_find(e, mode, hid_src, T, N) : NULL;
     struct prop_ctx cx = {mode, hid_src, &f, d + 4 * T};
     if (!rc)
@@ -592,7 +581,7 @@ static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int
         int32_t *h = e->ph_chain;
         for (int j = 1; j < kc; j++) {
             int32_t *pos = h + 3 * (size_t)Tc * (size_t)(j - 1), *seq = pos + Tc, *slot = seq + Tc;
-            sd__pad_rows(e, seq /* tokens: unused */, pos, seq, slot, 0, Tc);
+            sd__pad_rows(e, NULL, pos, seq, slot, 0, Tc);
             for (int m = 0; m < n; m++) {
                 const req *r = b->out_req[m];
                 int si = seq_index(s, r);

@@ -909,6 +909,7 @@ static json_t *head(const sd_oai_meta *m, const char *object)
     json_object_set_new(o, "model", text_json(m->model, strlen(m->model)));
     return o;
 }
+
 /* c, the one choice (index 0), gets logprobs null and its finish reason,
  * and goes into o as "choices": [c] */
 static void set_choice(json_t *o, json_t *c, sd_finish why)
