@@ -116,7 +116,8 @@ static void *sim_rank_main(void *arg)
     if (ok) {
         for (int i = 0; i < 4096; i++)
             h[i] = 1.0f;
-        ok = cudaMemcpy(w, h, 4096 * 4, cudaMemcpyHostToDevice) == cudaSuccess;
+        ok = cudaMemcpy(w, h, 4096 * 4, cudaMemcpyHostToDevice) == cudaSuccess &&
+             cudaDeviceSynchronize() == cudaSuccess; /* the DMA landed */
     }
     /* every rank meets the others the same number of times on every path */
     for (int it = 0; it < j->n_sizes * SIM_N && sim_agree(j->sh, ok); it++) {

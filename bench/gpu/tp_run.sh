@@ -2,7 +2,6 @@
 # Tensor parallelism on a machine with 2+ GPUs, in one call:
 #   topo       nvidia-smi topo -m and the GPUs
 #   comm       tests/gpu/test_comm (NCCL and the custom all-reduce over P2P)
-#   allreduce  specd-bench-allreduce --gpus N: latency per size and algorithm
 #   logits     `specd logits --device cuda --tp N` against --tp 1 on every
 #              golden model and the bundled model (relative to max |logit|)
 #   generate   greedy `specd generate --tp N` equals --tp 1 on the bundled
@@ -10,6 +9,8 @@
 #   speed      specd-bench-decode at tp 1 and tp N: the Llama-3-8B-shaped and
 #              DeepSeek-V2-Lite-shaped random models, plain and speculative
 #              (synthetic acceptance), batch 1 and 32
+#   allreduce  specd-bench-allreduce --gpus N: latency per size and algorithm
+#              (runs after generate)
 # OUT receives tp.json (every check and figure), summary.txt and logs.tgz.
 #
 # usage: bench/gpu/tp_run.sh BIN_DIR OUT COMMIT [TP] [PHASES]
@@ -28,6 +29,8 @@ TP=${4:-$ngpu}
 phases=${5:-topo,comm,allreduce,logits,generate,speed}
 has() { [[ ",$phases," == *",$1,"* ]]; }
 w=$(mktemp -d)
+# the logs so far, after each phase (a call cut short still returns them)
+save() { tar -C "$w" -czf "$OUT/logs.tgz" . 2>/dev/null; }
 mkdir -p "$OUT"
 : > "$w/checks.jsonl"
 check() { # check NAME ERROR BOUND PASSED
@@ -53,14 +56,8 @@ if has comm; then
     check "test_gpu_comm on $ngpu GPUs exits 0" "$rc" 0 "$([ $rc = 0 ] && echo true || echo false)"
 fi
 
-if has allreduce; then
-    timeout 120 "$B/bench/specd-bench-allreduce" --gpus "$TP" --out "$w/allreduce.json" \
-        > "$w/allreduce.txt" 2>&1
-    echo "specd-bench-allreduce: exit $?"
-    cat "$w/allreduce.txt"
-fi
-
 # ---- logits: tp N vs tp 1 on the GPU (and tp 1 GPU vs the golden file)
+save
 if has logits; then
     for m in tests/golden/models/* models/specd-tiny; do
         name=$(basename "$m")
@@ -72,7 +69,9 @@ if has logits; then
         for tp in 1 "$TP"; do
             timeout 60 "$B/specd" logits --device cuda --tp "$tp" --model "$m" --ids "$ids" \
                 --out "$w/logits-$name-tp$tp.f32" --log-level warn 2> "$w/logits-$name-tp$tp.log"
-            echo "logits $name tp$tp: exit $?"
+            rc=$?
+            echo "logits $name tp$tp: exit $rc"
+            [ $rc = 0 ] || tail -3 "$w/logits-$name-tp$tp.log"
         done
         python3 - "$w/logits-$name-tp1.f32" "$w/logits-$name-tp$TP.f32" > "$w/cmp-$name.txt" <<'EOF'
 import sys, numpy as np
@@ -93,17 +92,18 @@ EOF
 fi
 
 # ---- greedy generation: tp N equals tp 1
+save
 if has generate; then
     prompt='def fibonacci(n):'
     for spec in none mtp eagle3 draft ngram; do
         d=()
         [ $spec = eagle3 ] && d=(--draft-model models/specd-tiny-eagle3)
         [ $spec = draft ] && d=(--draft-model models/specd-tiny-draft)
-        timeout 60 "$B/specd" generate --device cuda --tp 1 --spec $spec "${d[@]}" --prompt "$prompt" \
+        timeout 45 "$B/specd" generate --device cuda --tp 1 --spec $spec "${d[@]}" --prompt "$prompt" \
             --max-tokens 64 > "$w/gen-$spec-tp1.txt" 2> "$w/gen-$spec-tp1.log"
         for ar in auto nccl oneshot; do
             [ $spec != none ] && [ $ar != auto ] && continue
-            timeout 60 "$B/specd" generate --device cuda --tp "$TP" --allreduce $ar --spec $spec "${d[@]}" \
+            timeout 45 "$B/specd" generate --device cuda --tp "$TP" --allreduce $ar --spec $spec "${d[@]}" \
                 --prompt "$prompt" --max-tokens 64 --log-level info \
                 > "$w/gen-$spec-tp$TP-$ar.txt" 2> "$w/gen-$spec-tp$TP-$ar.log"
             rc=$?
@@ -117,7 +117,16 @@ if has generate; then
     grep -iE 'topo|allreduce|all-reduce|nvlink|p2p|memory|kv' "$w/gen-none-tp$TP-auto.log" | head -40
 fi
 
+save
+if has allreduce; then
+    timeout 120 "$B/bench/specd-bench-allreduce" --gpus "$TP" --out "$w/allreduce.json" \
+        > "$w/allreduce.txt" 2>&1
+    echo "specd-bench-allreduce: exit $?"
+    cat "$w/allreduce.txt"
+fi
+
 # ---- speed: tp 1 vs tp N on real-size random models
+save
 if has speed; then
     shm=$(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1 | tr -d ' ')
     CKPT=${CKPT:-$([ "${shm:-0}" -ge 60 ] && echo /dev/shm/specd-ckpt || echo /tmp/specd-ckpt)}
@@ -145,6 +154,7 @@ if has speed; then
     done
 fi
 
+save
 python3 - "$w" "$C" "$ngpu x $dev" "$TP" "$OUT" <<'EOF'
 import json, sys, glob, os, datetime
 w, commit, device, tp, out = sys.argv[1:6]

@@ -168,7 +168,11 @@ int sd_ar_autotune(sd_comm *nccl, sd_car *car, int rank, const size_t *sizes, in
             /* correctness: rank r holds (r + 1) * (i % 7 + 1); the sum is exact */
             for (size_t i = 0; i < n; i++)
                 host[i] = (float)((rank + 1) * (int)(i % 7 + 1));
+            /* A cudaMemcpy from pageable memory may return before its DMA
+             * lands, and the rank's stream (non-blocking) does not wait for
+             * it: the device sync does. */
             AT_CUDA(cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice));
+            AT_CUDA(cudaDeviceSynchronize());
             if ((rc = run_algo(nccl, car, rank, dev, n, (sd_ar_algo)a))) {
                 sd_err_set(err, rc, "all-reduce autotune: %s failed at %zu floats",
                            sd_ar_algo_name((sd_ar_algo)a), n);
@@ -201,6 +205,7 @@ int sd_ar_autotune(sd_comm *nccl, sd_car *car, int rank, const size_t *sizes, in
             stat[SD_AR_N_ALGOS + a] = (float)c->ok[a];
         }
         AT_CUDA(cudaMemcpy(stat_dev, stat, sizeof stat, cudaMemcpyHostToDevice));
+        AT_CUDA(cudaDeviceSynchronize());
         if ((rc = sd_comm_allreduce_sum(nccl, rank, stat_dev, 2 * SD_AR_N_ALGOS))) {
             sd_err_set(err, rc, "all-reduce autotune: exchanging timings failed");
             goto done;

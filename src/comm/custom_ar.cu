@@ -85,6 +85,20 @@ static __device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t *p)
 
 enum { BAR_START = 0, BAR_MID = 1, BAR_END = 2 };
 
+/* A barrier that waits this long for a peer gives up: the peer's rank
+ * failed (or never launched this call), and spinning on would hang the
+ * engine thread in its next sync forever. __trap() turns it into a sticky
+ * device error instead, which the engine counts as failed steps (/health
+ * 503, the watchdog no longer fed: the service manager restarts it). */
+#define CAR_TIMEOUT_NS (30ull * 1000 * 1000 * 1000)
+
+static __device__ __forceinline__ uint64_t globaltimer_ns(void)
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 static __device__ __forceinline__ uint32_t *bar_slot(car_signal *s, int which, int b, int k)
 {
     return which == BAR_START ? &s->start[b][k] : which == BAR_MID ? &s->mid[b][k] : &s->end[b][k];
@@ -114,8 +128,10 @@ static __device__ void block_barrier(const car_peers &p, int rank, int P, uint32
         __threadfence_system();
         st_release_sys(bar_slot(p.sig[k], which, blockIdx.x, rank), flag);
         const uint32_t *mine = bar_slot(p.sig[rank], which, blockIdx.x, k);
-        while (ld_acquire_sys(mine) != flag) {
-        }
+        uint64_t t0 = globaltimer_ns();
+        for (uint32_t spins = 1; ld_acquire_sys(mine) != flag; spins++)
+            if (!(spins & 1023) && globaltimer_ns() - t0 > CAR_TIMEOUT_NS)
+                __trap(); /* a peer that never came: a device error, not a hang */
     }
     __syncthreads();
 }

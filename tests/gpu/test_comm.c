@@ -186,7 +186,9 @@ static int ar_job(job *j)
                 size_t n = sizes[k];
                 for (size_t i = 0; i < n; i++)
                     h[i] = input(w->seed, j->rank, i);
-                cudaMemcpy(dev, h, n * sizeof(float), cudaMemcpyHostToDevice);
+                /* on the rank's stream: a plain cudaMemcpy from pageable memory may
+                 * return before its DMA lands, and s does not wait for it */
+                cudaMemcpyAsync(dev, h, n * sizeof(float), cudaMemcpyHostToDevice, s);
                 rc = a == SD_AR_NCCL ? sd_comm_allreduce_sum(w->nccl, j->rank, dev, n)
                                      : sd_car_allreduce(w->car, j->rank, dev, n, (sd_ar_algo)a);
                 if (rc) {
@@ -261,7 +263,7 @@ static int graph_job(job *j)
         /* new data each replay: rank r holds input * (rep + 1) */
         for (size_t i = 0; i < n; i++)
             h[i] = input(w->seed, j->rank, i) * (float)(rep + 1);
-        cudaMemcpy(dev, h, n * sizeof(float), cudaMemcpyHostToDevice);
+        cudaMemcpyAsync(dev, h, n * sizeof(float), cudaMemcpyHostToDevice, s);
         if (cudaGraphLaunch(ge, s) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess)
             goto out;
         cudaMemcpy(h, dev, n * sizeof(float), cudaMemcpyDeviceToHost);
@@ -325,9 +327,10 @@ static int fused_job(job *j)
     }
     for (int c = 0; c < d; c++)
         hw[c] = 1.0f + 0.5f * input(w->seed, 98, (size_t)c);
-    cudaMemcpy(part, h, n * 4, cudaMemcpyHostToDevice);
-    cudaMemcpy(x, hx, n * 4, cudaMemcpyHostToDevice);
-    cudaMemcpy(wt, hw, (size_t)d * 4, cudaMemcpyHostToDevice);
+    cudaStream_t rs = (cudaStream_t)w->streams[j->rank];
+    cudaMemcpyAsync(part, h, n * 4, cudaMemcpyHostToDevice, rs);
+    cudaMemcpyAsync(x, hx, n * 4, cudaMemcpyHostToDevice, rs);
+    cudaMemcpyAsync(wt, hw, (size_t)d * 4, cudaMemcpyHostToDevice, rs);
     if (sd_car_allreduce_add_rmsnorm(w->car, j->rank, part, x, xn, wt, SD_DT_F32, rows, d, 1e-6f) ||
         cudaStreamSynchronize((cudaStream_t)w->streams[j->rank]) != cudaSuccess)
         goto out;
@@ -912,7 +915,7 @@ TEST(nccl_with_one_rank_allreduce_allgather_and_barrier)
         h[i] = input(seed, 0, i);
     int ok = cudaMalloc((void **)&d, n * 4) == cudaSuccess &&
              cudaMalloc((void **)&d2, n * 4) == cudaSuccess &&
-             cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice) == cudaSuccess;
+             cudaMemcpyAsync(d, h, n * 4, cudaMemcpyHostToDevice, s) == cudaSuccess;
     int ar = ok ? sd_comm_allreduce_sum(c, 0, d, n) : -1;
     ok = ok && ar == 0 && cudaStreamSynchronize(s) == cudaSuccess &&
          cudaMemcpy(g, d, n * 4, cudaMemcpyDeviceToHost) == cudaSuccess;
