@@ -328,6 +328,12 @@ static const sd_ops cuda_ops = {
     /* .add_rmsnorm = */ sd__cuda_add_rmsnorm,
 };
 
+int sd_cuda_make_current(sd_backend *be)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    return c->err ? c->err : SD_CUDA(c, cudaSetDevice(c->device));
+}
+
 void *sd_cuda_stream(sd_backend *be)
 {
     sd__cuda *c = sd__cuda_of(be);

@@ -55,6 +55,9 @@ int sd_cuda_device_count(void);
 int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err);
 /* The backend's stream (a cudaStream_t), for communicators that enqueue on it. */
 void *sd_cuda_stream(sd_backend *be);
+/* Makes be's GPU the calling thread's current device (a rank thread's
+ * collectives and allocations outside the backend's ops follow it). */
+int sd_cuda_make_current(sd_backend *be);
 void sd_cuda_backend_destroy(sd_backend *be);
 
 /* The first recorded error of the context ("" if none). */

@@ -7,10 +7,9 @@
  *   not split over the nodes;
  * - consistent but not wired yet (SD_ENOTSUP, exit 1), so that nothing is
  *   silently ignored: several nodes (src/comm has the NCCL id exchange, no
- *   subcommand starts ranks on several nodes), and --allreduce other than
- *   auto where the ranks run on the CPU (`specd logits --tp N`: the thread
- *   all-reduce). `serve`/`generate` with --tp > 1 are refused when the
- *   engine opens its backend (it runs one rank). */
+ *   subcommand starts ranks on several nodes). --allreduce other than auto
+ *   on CPU ranks is refused where the ranks open (engine/tp.c), with the
+ *   device known. */
 #include <string.h>
 
 #include "cli/cli.h"
@@ -50,11 +49,5 @@ int sd_cli_check_comm_opts(const sd_opts *o, unsigned cmd, sd_err *err)
                           "--nnodes %d: tensor parallelism over several nodes is not wired into "
                           "specd yet (it runs on one node)",
                           nnodes);
-    const char *ar = o->allreduce ? o->allreduce : "auto";
-    if ((cmd & SD_CMD_LOGITS) && tp > 1 && strcmp(ar, "auto"))
-        return sd_err_set(err, SD_ENOTSUP,
-                          "--allreduce %s: a GPU all-reduce, and `specd logits --tp %d` runs its "
-                          "ranks on the CPU (thread all-reduce); leave --allreduce auto",
-                          ar, tp);
     return 0;
 }

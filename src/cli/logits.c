@@ -1,7 +1,7 @@
 /* specd logits: full prefill of --ids, float32 little-endian logits
- * [n_ids, vocab] to --out. --tp N runs N tensor-parallel ranks on the CPU
- * (rank threads, thread all-reduce); their logits equal --tp 1's up to the
- * order of fp32 sums. */
+ * [n_ids, vocab] to --out. --tp N runs N tensor-parallel ranks (GPUs, or
+ * CPU rank threads with the thread all-reduce); on the CPU their logits
+ * equal --tp 1's up to the order of fp32 sums. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "engine/backend.h"
+#include "engine/tp.h"
 #include "target/runner.h"
 
 static int check_ids(const int32_t *ids, int n, const sd_model_cfg *c, sd_err *err)
@@ -21,22 +22,15 @@ static int check_ids(const int32_t *ids, int n, const sd_model_cfg *c, sd_err *e
     return 0;
 }
 
-/* --tp N: the ranks of one model on CPU threads. */
+/* --tp N: the ranks of one model (GPUs 0..N-1, or CPU threads). */
 static int logits_tp(const sd_opts *o, const int32_t *ids, int n, sd_err *err)
 {
-    const char *dev = o->device ? o->device : "auto";
-    if (!strcmp(dev, "cuda"))
-        return sd_err_set(err, SD_ENOTSUP,
-                          "--tp %d --device cuda: tensor parallelism runs on the CPU only so far "
-                          "(--device cpu)",
-                          o->tp);
     sd_tp_runner *t = NULL;
     float *logits = NULL;
     sd_model_opts mo = {.max_tokens = n < 256 ? n : 256, .load_mtp = 0, .ep = o->ep};
-    int rc = sd_tp_runner_open(&t, sd_opts_model_dir(o), o->tp, o->threads, &mo, err);
+    int rc = sd_tp_runner_open(&t, sd_opts_model_dir(o), o, &mo, err);
     if (rc)
         return rc;
-    sd_log_info("logits: %d tensor-parallel ranks on the CPU", o->tp);
     const sd_model_cfg *c = sd_model_cfg_of(sd_tp_runner_model(t, 0));
     size_t bytes = (size_t)n * (size_t)c->vocab_size * sizeof(float);
     if (!(rc = check_ids(ids, n, c, err)) && !(rc = sd_tp_runner_alloc_kv(t, n, err))) {

@@ -342,6 +342,20 @@ static void run_rank(sd_tp *t, int r)
 {
     tls_rank = r;
     memset(&t->errs[r], 0, sizeof t->errs[r]);
+#ifdef SD_HAVE_CUDA
+    /* The rank's GPU current on this thread: rank 0 runs on the engine's
+     * thread, which issues ops to every rank in turn between passes and so
+     * is left on whichever GPU came last; the collectives and the autotune's
+     * buffers go to the current device. */
+    if (t->be[r]->device >= 0 && (t->rc[r] = sd_cuda_make_current(t->be[r]))) {
+        sd_err_set(&t->errs[r], t->rc[r], "rank %d: cannot make GPU %d current: %s", r,
+                   t->be[r]->device, sd_cuda_backend_error(t->be[r]));
+        if (t->comm)
+            sd_comm_abort(t->comm);
+        tls_rank = -1;
+        return;
+    }
+#endif
     t->rc[r] = t->fn(t->ctx, r, &t->errs[r]);
     if (t->rc[r] && t->comm)
         sd_comm_abort(t->comm); /* the others may wait for this rank */

@@ -6,6 +6,7 @@
 #include "core/config.h"
 #include "engine/backend.h"
 #include "kernels/ops.h"
+#include "target/runner.h"
 
 #define SD_TP_MAX 16
 #define SD_AR_SIZES 32 /* message sizes the start-up autotune times at most */
@@ -37,5 +38,27 @@ int sd__tp_each(sd_tp *t, int (*fn)(void *ctx, int rank, sd_err *err), void *ctx
 int sd__tp_rank(void);
 /* rank r's address of a virtual (rank 0) address; NULL stays NULL */
 const void *sd__tp_map(sd_tp *t, const void *p, int r);
+
+/* Tensor parallelism outside the engine (tp_runner.c): the o->tp ranks of
+ * one model (o->device: GPU r, or CPU backends sharing o->threads) joined by
+ * the communicator, for one sequence at a time (target/runner.h's slots).
+ * Each call runs the same step on every rank at once (rank 0 on the
+ * caller's thread) and returns the outputs, which every rank computes alike:
+ * a rank whose outputs differ from rank 0's by one bit is an error. A failed
+ * step leaves the group unusable (its communicator aborted). GPU ranks time
+ * the all-reduce at open for the workspace's message sizes. */
+typedef struct sd_tp_runner sd_tp_runner;
+
+/* mo->tp_rank, mo->tp_size and mo->comm are set per rank */
+int sd_tp_runner_open(sd_tp_runner **out, const char *dir, const sd_opts *o,
+                      const sd_model_opts *mo, sd_err *err);
+void sd_tp_runner_close(sd_tp_runner *t);
+int sd_tp_runner_size(const sd_tp_runner *t);
+sd_model *sd_tp_runner_model(sd_tp_runner *t, int rank);
+int sd_tp_runner_alloc_kv(sd_tp_runner *t, int n_slots, sd_err *err);
+int sd_tp_runner_target(sd_tp_runner *t, const int32_t *ids, int n, int start,
+                        const sd_seq_out *o, sd_err *err);
+int sd_tp_runner_mtp(sd_tp_runner *t, const int32_t *ids, const float *in_hidden, int n,
+                     int start, const sd_seq_out *o, sd_err *err);
 
 #endif

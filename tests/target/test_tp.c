@@ -14,6 +14,7 @@
 
 #include "core/safetensors.h"
 #include "core/util.h"
+#include "engine/tp.h"
 #include "target/runner.h"
 #include "comm/hook_comm.h"
 #include "fixtures.h"
@@ -37,6 +38,24 @@ static int read_ids(const char *dir, int32_t *ids, int max)
         ids[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
     json_decref(j);
     return n;
+}
+
+/* The TP runner on `tp` CPU ranks sharing `threads` threads. */
+static int runner_open(sd_tp_runner **t, const char *dir, int tp, int threads,
+                       const sd_model_opts *mo, sd_err *err)
+{
+    sd_opts o;
+    char v[2][16];
+    snprintf(v[0], sizeof v[0], "%d", tp);
+    snprintf(v[1], sizeof v[1], "%d", threads);
+    *t = NULL;
+    int rc = sd_opts_init(&o, err);
+    if (!rc && !(rc = sd_opts_set(&o, SD_CMD_LOGITS, "tp", v[0], err)) &&
+        !(rc = sd_opts_set(&o, SD_CMD_LOGITS, "threads", v[1], err)) &&
+        !(rc = sd_opts_set(&o, SD_CMD_LOGITS, "device", "cpu", err)))
+        rc = sd_tp_runner_open(t, dir, &o, mo, err);
+    sd_opts_free(&o);
+    return rc;
 }
 
 /* One model's reference outputs at --tp 1. */
@@ -101,7 +120,7 @@ static int check_tp(const char *name, const char *dir, const int32_t *ids, const
     char label[300];
     snprintf(label, sizeof label, "%s%s", name, ep ? " --ep" : "");
     name = label;
-    if (sd_tp_runner_open(&t, dir, tp, 4, &mo, &err) || sd_tp_runner_alloc_kv(t, n + 8, &err)) {
+    if (runner_open(&t, dir, tp, 4, &mo, &err) || sd_tp_runner_alloc_kv(t, n + 8, &err)) {
         fprintf(stderr, "  %s tp %d: %s\n", name, tp, err.msg);
         ok = 0;
         goto done;
@@ -352,7 +371,7 @@ static int open_fails_with(const char *dir, int tp, int ep, const char *want, ch
     sd_err err = {0};
     sd_tp_runner *t = NULL;
     sd_model_opts mo = {.max_tokens = 8, .ep = ep};
-    int rc = sd_tp_runner_open(&t, dir, tp, 2, &mo, &err);
+    int rc = runner_open(&t, dir, tp, 2, &mo, &err);
     sd_tp_runner_close(t);
     snprintf(msg, msz, "%s", err.msg);
     return rc == SD_EINVAL && t == NULL && strstr(err.msg, want) != NULL;
@@ -495,7 +514,7 @@ static int hooked_tp(const char *name, const char *dir, int P, int ep, char *msg
     sd_model_opts mo = {.max_tokens = 16, .ep = ep};
     want = malloc((size_t)n * V * sizeof(float));
     sd_seq_out so = {.logits = want};
-    if (sd_tp_runner_open(&t, dir, P, P, &mo, &err) || sd_tp_runner_alloc_kv(t, n, &err) ||
+    if (runner_open(&t, dir, P, P, &mo, &err) || sd_tp_runner_alloc_kv(t, n, &err) ||
         sd_tp_runner_target(t, ids, n, 0, &so, &err))
         goto done;
     ok = 1;
