@@ -18,6 +18,7 @@
 #            bench/specd-bench-decode
 #   TP       ranks to compare with 1 (default: every visible GPU)
 #   PHASES   comma list of topo,comm,allreduce,logits,generate,speed (default all)
+# environment: SPEED_TPS the rank counts the speed phase runs (default "1 TP")
 set -uo pipefail
 B=${1:?BIN_DIR}; OUT=${2:?OUT}; C=${3:-unknown}
 # NVLink multicast stays off: the custom all-reduce never uses it, and NCCL
@@ -145,7 +146,7 @@ if has speed; then
         [ $rc = 0 ] || { echo "== $label tp$tp: exit $rc"; tail -4 "$w/$label-tp$tp.log"; }
         tail -n +2 "$w/$label-tp$tp.txt" | sed "s/^/$label-tp$tp: /"
     }
-    for tp in 1 "$TP"; do
+    for tp in ${SPEED_TPS:-1 $TP}; do
         run l8b-plain $tp --model "$CKPT/l8b"
         run l8b-eagle3-k3 $tp --model "$CKPT/l8b" --spec eagle3 --draft-model "$CKPT/l8b-eagle3" \
             --k 3 --synthetic-accept 0.85,0.75,0.6
