@@ -5,15 +5,17 @@
  * - inconsistent (SD_EINVAL, exit 2): --node-rank not below --nnodes, several
  *   nodes without --dist-init-addr or with a malformed one, --tp that does
  *   not split over the nodes;
- * - consistent but not wired yet (SD_ENOTSUP, exit 1), so that nothing is
- *   silently ignored: several nodes (src/comm has the NCCL id exchange, no
- *   subcommand starts ranks on several nodes). --allreduce other than auto
- *   on CPU ranks is refused where the ranks open (engine/tp.c), with the
- *   device known. */
+ * - --allreduce other than auto on CPU ranks is refused where the ranks
+ *   open (engine/tp.c), with the device known.
+ * Several nodes: every node runs the same command with its --node-rank;
+ * node 0 takes the requests, the others follow its steps (sd_cli_follow). */
+#include <stdio.h>
 #include <string.h>
 
 #include "cli/cli.h"
 #include "comm/comm.h"
+#include "core/log.h"
+#include "engine/engine.h"
 
 int sd_cli_check_comm_opts(const sd_opts *o, unsigned cmd, sd_err *err)
 {
@@ -44,10 +46,26 @@ int sd_cli_check_comm_opts(const sd_opts *o, unsigned cmd, sd_err *err)
                           "--tp %d: not a multiple of --nnodes %d (each node runs --tp / --nnodes "
                           "ranks)",
                           tp, nnodes);
-    if (nnodes > 1)
-        return sd_err_set(err, SD_ENOTSUP,
-                          "--nnodes %d: tensor parallelism over several nodes is not wired into "
-                          "specd yet (it runs on one node)",
-                          nnodes);
+    return 0;
+}
+
+int sd_cli_follow(const sd_opts *o, const char *cmd)
+{
+    sd_err err = {0};
+    sd_engine *e = NULL;
+    if (sd_engine_create(&e, o, &err)) {
+        fprintf(stderr, "specd %s: %s\n", cmd, err.msg);
+        return 1;
+    }
+    sd_log_info("node %d of %d: following node 0's steps (requests go to node 0)", o->node_rank,
+                o->nnodes);
+    int rc = sd_engine_wait(e);
+    sd_engine_destroy(e);
+    if (rc) {
+        fprintf(stderr, "specd %s: the node group failed (node 0 is gone or out of step)\n",
+                cmd);
+        return 1;
+    }
+    sd_log_info("node 0 stopped: this node stops too");
     return 0;
 }

@@ -93,6 +93,8 @@ static void print_stats(const gen_state *g)
 int sd_cmd_generate(const sd_opts *o)
 {
     sd_err err = {0};
+    if (o->nnodes > 1 && o->node_rank > 0)
+        return sd_cli_follow(o, "generate");
     if (!!o->prompt[0] == !!o->ids[0]) {
         fprintf(stderr, "specd generate: give exactly one of --prompt and --ids\n");
         return 2;

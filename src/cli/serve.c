@@ -11,6 +11,8 @@ int sd_cmd_serve(const sd_opts *o)
 {
     /* A peer that closes mid-write must cost a write error, not the process. */
     signal(SIGPIPE, SIG_IGN);
+    if (o->nnodes > 1 && o->node_rank > 0)
+        return sd_cli_follow(o, "serve"); /* node 0 serves the API */
     uv_loop_t loop;
     int rc = uv_loop_init(&loop);
     if (rc) {

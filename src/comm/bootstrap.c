@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,8 +153,10 @@ void sd_bootstrap_close(sd_bootstrap *b)
     free(b);
 }
 
-int sd_bootstrap_serve(sd_bootstrap *b, int nnodes, const void *blob, size_t len,
-                       double timeout_s, sd_err *err)
+/* Serves blob to nodes 1..nnodes-1; with fds, keeps node k's connection
+ * open in fds[k] (the node group) instead of closing it. */
+static int serve(sd_bootstrap *b, int nnodes, const void *blob, size_t len, double timeout_s,
+                 int *fds, sd_err *err)
 {
     if (nnodes < 1 || nnodes > 4096 || len > (1u << 20))
         return sd_err_set(err, SD_EINVAL, "bootstrap: %d nodes, %zu bytes", nnodes, len);
@@ -203,7 +206,11 @@ int sd_bootstrap_serve(sd_bootstrap *b, int nnodes, const void *blob, size_t len
         int w = io_all(c, &st_n, 4, 1, deadline);
         if (!w && status == BS_OK)
             w = io_all(c, (void *)blob, len, 1, deadline);
-        close(c);
+        if (!w && status == BS_OK && fds) {
+            fds[rank] = c;
+        } else {
+            close(c);
+        }
         if (!w && status == BS_OK) {
             seen[rank] = 1;
             served++;
@@ -213,8 +220,15 @@ int sd_bootstrap_serve(sd_bootstrap *b, int nnodes, const void *blob, size_t len
     return rc;
 }
 
-int sd_bootstrap_fetch(const char *addr, int node_rank, void *blob, size_t len, double timeout_s,
-                       sd_err *err)
+int sd_bootstrap_serve(sd_bootstrap *b, int nnodes, const void *blob, size_t len,
+                       double timeout_s, sd_err *err)
+{
+    return serve(b, nnodes, blob, len, timeout_s, NULL, err);
+}
+
+/* Fetches node 0's blob; with keep, leaves the connection open in *keep. */
+static int fetch(const char *addr, int node_rank, void *blob, size_t len, double timeout_s,
+                 int *keep, sd_err *err)
 {
     char host[256];
     int port;
@@ -263,6 +277,10 @@ int sd_bootstrap_fetch(const char *addr, int node_rank, void *blob, size_t len, 
             }
             if (!rc)
                 rc = io_all(fd, blob, len, 0, deadline);
+            if (!rc && keep) {
+                *keep = fd;
+                return 0;
+            }
             close(fd);
             if (!rc)
                 return 0;
@@ -277,4 +295,163 @@ int sd_bootstrap_fetch(const char *addr, int node_rank, void *blob, size_t len, 
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+}
+
+int sd_bootstrap_fetch(const char *addr, int node_rank, void *blob, size_t len, double timeout_s,
+                       sd_err *err)
+{
+    return fetch(addr, node_rank, blob, len, timeout_s, NULL, err);
+}
+
+/* ---- the node group: the bootstrap's connections, kept open ----
+ * A star: node 0 holds one connection per other node. Messages are raw
+ * bytes in an order both sides know (the same calls on every node);
+ * variable-length ones carry a u64 length first. */
+
+struct sd_nodes {
+    int n, rank;
+    int fd[SD_NODES_MAX]; /* node 0: fd[k] to node k; other nodes: fd[0] to node 0 */
+    _Atomic int aborted;
+    char addr[256];
+};
+
+int sd_nodes_open(sd_nodes **out, int nnodes, int node_rank, const char *addr,
+                  const void *fingerprint, size_t fp_len, double timeout_s, sd_err *err)
+{
+    *out = NULL;
+    if (nnodes < 2 || nnodes > SD_NODES_MAX || node_rank < 0 || node_rank >= nnodes ||
+        fp_len > 4096)
+        return sd_err_set(err, SD_EINVAL, "node group: --nnodes %d (2..%d), --node-rank %d",
+                          nnodes, SD_NODES_MAX, node_rank);
+    sd_nodes *g = calloc(1, sizeof *g);
+    if (!g)
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    g->n = nnodes;
+    g->rank = node_rank;
+    for (int k = 0; k < SD_NODES_MAX; k++)
+        g->fd[k] = -1;
+    snprintf(g->addr, sizeof g->addr, "%s", addr ? addr : "");
+    int rc;
+    if (node_rank == 0) {
+        sd_bootstrap *b = NULL;
+        rc = sd_bootstrap_listen(&b, addr, err);
+        if (!rc)
+            rc = serve(b, nnodes, fingerprint, fp_len, timeout_s, g->fd, err);
+        sd_bootstrap_close(b);
+    } else {
+        unsigned char theirs[4096];
+        rc = fetch(addr, node_rank, theirs, fp_len, timeout_s, &g->fd[0], err);
+        if (!rc && fp_len && memcmp(theirs, fingerprint, fp_len))
+            rc = sd_err_set(err, SD_EINVAL,
+                            "--dist-init-addr %s: node 0 runs other settings than node %d "
+                            "(model, --tp, --nnodes, --max-batch or the proposer differ)",
+                            addr, node_rank);
+    }
+    if (rc) {
+        sd_nodes_close(g);
+        return rc;
+    }
+    *out = g;
+    return 0;
+}
+
+int sd_nodes_count(const sd_nodes *g) { return g ? g->n : 1; }
+int sd_nodes_rank(const sd_nodes *g) { return g ? g->rank : 0; }
+
+static int nodes_io(sd_nodes *g, int k, void *buf, size_t len, int wr, double timeout_s,
+                    sd_err *err)
+{
+    if (atomic_load(&g->aborted))
+        return sd_err_set(err, SD_ECANCELED, "node group: aborted");
+    int rc = io_all(g->fd[k], buf, len, wr, now_s() + timeout_s);
+    if (rc) {
+        sd_nodes_abort(g); /* the group is broken: every later call fails at once */
+        return sd_err_set(err, rc == SD_ECANCELED ? SD_ECANCELED : SD_EIO,
+                          "node group: node %d %s (--dist-init-addr %s)",
+                          g->rank ? 0 : k,
+                          rc == SD_ECANCELED ? "did not answer in time" : "is gone",
+                          g->addr);
+    }
+    return 0;
+}
+
+int sd_nodes_bcast(sd_nodes *g, void *buf, size_t len, double timeout_s, sd_err *err)
+{
+    if (g->rank)
+        return nodes_io(g, 0, buf, len, 0, timeout_s, err);
+    for (int k = 1; k < g->n; k++) {
+        int rc = nodes_io(g, k, buf, len, 1, timeout_s, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int sd_nodes_gather(sd_nodes *g, const void *mine, void *all, size_t len, double timeout_s,
+                    sd_err *err)
+{
+    if (g->rank)
+        return nodes_io(g, 0, (void *)mine, len, 1, timeout_s, err);
+    if (all != mine)
+        memcpy(all, mine, len);
+    for (int k = 1; k < g->n; k++) {
+        int rc = nodes_io(g, k, (char *)all + (size_t)k * len, len, 0, timeout_s, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int sd_nodes_send_msg(sd_nodes *g, const void *buf, size_t len, double timeout_s, sd_err *err)
+{
+    if (g->rank)
+        return sd_err_set(err, SD_EINVAL, "node group: only node 0 sends messages");
+    uint64_t l = len;
+    int rc = sd_nodes_bcast(g, &l, sizeof l, timeout_s, err);
+    return rc ? rc : sd_nodes_bcast(g, (void *)buf, len, timeout_s, err);
+}
+
+int sd_nodes_recv_msg(sd_nodes *g, void **buf, size_t *len, double timeout_s, sd_err *err)
+{
+    *buf = NULL;
+    *len = 0;
+    uint64_t l = 0;
+    int rc = nodes_io(g, 0, &l, sizeof l, 0, timeout_s, err);
+    if (rc)
+        return rc;
+    if (l > ((uint64_t)1 << 32)) {
+        sd_nodes_abort(g);
+        return sd_err_set(err, SD_EIO, "node group: a %llu-byte message from node 0",
+                          (unsigned long long)l);
+    }
+    void *p = malloc(l ? (size_t)l : 1);
+    if (!p)
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    if ((rc = nodes_io(g, 0, p, (size_t)l, 0, timeout_s, err))) {
+        free(p);
+        return rc;
+    }
+    *buf = p;
+    *len = (size_t)l;
+    return 0;
+}
+
+void sd_nodes_abort(sd_nodes *g)
+{
+    if (!g)
+        return;
+    atomic_store(&g->aborted, 1);
+    for (int k = 0; k < SD_NODES_MAX; k++)
+        if (g->fd[k] >= 0)
+            shutdown(g->fd[k], SHUT_RDWR); /* wakes a peer's and our own pending I/O */
+}
+
+void sd_nodes_close(sd_nodes *g)
+{
+    if (!g)
+        return;
+    for (int k = 0; k < SD_NODES_MAX; k++)
+        if (g->fd[k] >= 0)
+            close(g->fd[k]);
+    free(g);
 }

@@ -94,4 +94,38 @@ void sd_bootstrap_close(sd_bootstrap *b);
 int sd_bootstrap_fetch(const char *addr, int node_rank, void *blob, size_t len, double timeout_s,
                        sd_err *err);
 
+/* ---- the node group (bootstrap.c): node 0's connections to the other
+ * nodes, opened through the bootstrap at --dist-init-addr and kept. The
+ * control plane of several nodes: the engine's step plans, the NCCL id, and
+ * the CPU ranks' collectives across processes (node_comm.c). Every node
+ * makes the same calls in the same order. A call that fails (a node gone, a
+ * timeout) aborts the group: every later call fails at once. */
+#define SD_NODES_MAX 64
+typedef struct sd_nodes sd_nodes;
+/* fingerprint: the settings every node must share (compared with node 0's) */
+int sd_nodes_open(sd_nodes **out, int nnodes, int node_rank, const char *addr,
+                  const void *fingerprint, size_t fp_len, double timeout_s, sd_err *err);
+int sd_nodes_count(const sd_nodes *g);
+int sd_nodes_rank(const sd_nodes *g);
+/* node 0's buf (len bytes) to every node */
+int sd_nodes_bcast(sd_nodes *g, void *buf, size_t len, double timeout_s, sd_err *err);
+/* node 0: all (nnodes * len) := [node 0's mine, node 1's, ...]; others send mine */
+int sd_nodes_gather(sd_nodes *g, const void *mine, void *all, size_t len, double timeout_s,
+                    sd_err *err);
+/* a message of any length from node 0 (send) to every other node (recv: *buf
+ * malloc'd, the caller frees it) */
+int sd_nodes_send_msg(sd_nodes *g, const void *buf, size_t len, double timeout_s, sd_err *err);
+int sd_nodes_recv_msg(sd_nodes *g, void **buf, size_t *len, double timeout_s, sd_err *err);
+/* every pending and later call fails; any thread may call it */
+void sd_nodes_abort(sd_nodes *g);
+void sd_nodes_close(sd_nodes *g);
+
+/* The CPU communicator of the tensor-parallel ranks of several processes
+ * (node_comm.c): n_local rank threads here, global ranks node * n_local + r,
+ * size nnodes * n_local. Each collective gathers every rank's buffer on node
+ * 0, which sums (or concatenates) in global rank order and sends the result
+ * back: the thread comm's bits. Slow (TCP), for CPU ranks and tests; GPU
+ * ranks use NCCL across nodes. The comm's `rank` is the local rank. */
+int sd_node_comm_create(sd_comm **out, sd_nodes *g, int n_local, sd_err *err);
+
 #endif

@@ -38,6 +38,8 @@ typedef struct sd_nccl_opts {
     void *const *streams;       /* (n_local) cudaStream_t of each rank */
     int nnodes, node_rank;      /* 1 and 0 on one node; every node has n_local GPUs */
     const char *dist_init_addr; /* HOST:PORT of node 0 when nnodes > 1 */
+    sd_nodes *nodes;            /* nnodes > 1: the id goes through this group (else the
+                                 * bootstrap at dist_init_addr) */
     double timeout_s;           /* for the id exchange */
 } sd_nccl_opts;
 

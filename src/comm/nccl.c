@@ -53,9 +53,18 @@ static int nccl_failed(sd_err *err, const char *what, const char *why, const cha
                                __LINE__);                                                       \
     } while (0)
 
+/* A collective's rank is global (rank0 .. rank0 + n - 1 here). */
+#define LOCAL(t, rank)                                                                          \
+    do {                                                                                        \
+        rank -= (t)->rank0;                                                                     \
+        if (rank < 0 || rank >= (t)->n)                                                         \
+            return SD_EINVAL;                                                                   \
+    } while (0)
+
 static int nc_allreduce(sd_comm *c, int rank, float *buf, size_t n)
 {
     ncomm *t = (ncomm *)c;
+    LOCAL(t, rank);
     if (t->aborted)
         return SD_ECANCELED;
     SD_NCCL(NULL, ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, t->comms[rank], t->streams[rank]),
@@ -66,6 +75,7 @@ static int nc_allreduce(sd_comm *c, int rank, float *buf, size_t n)
 static int nc_allgather(sd_comm *c, int rank, float *dst, const float *src, size_t n)
 {
     ncomm *t = (ncomm *)c;
+    LOCAL(t, rank);
     if (t->aborted)
         return SD_ECANCELED;
     SD_NCCL(NULL, ncclAllGather(src, dst, n, ncclFloat, t->comms[rank], t->streams[rank]),
@@ -77,6 +87,7 @@ static int nc_allgather(sd_comm *c, int rank, float *dst, const float *src, size
 static int nc_barrier(sd_comm *c, int rank)
 {
     ncomm *t = (ncomm *)c;
+    LOCAL(t, rank);
     if (t->aborted)
         return SD_ECANCELED;
     SD_NCCL(NULL,
@@ -128,6 +139,11 @@ static const sd_comm_ops nccl_ops = {
  * fetched from node 0. */
 static int unique_id(const sd_nccl_opts *o, ncclUniqueId *id, sd_err *err)
 {
+    if (o->nnodes > 1 && o->nodes) {
+        if (o->node_rank == 0)
+            SD_NCCL(err, ncclGetUniqueId(id), -1);
+        return sd_nodes_bcast(o->nodes, id, sizeof *id, o->timeout_s, err);
+    }
     if (o->nnodes > 1 && o->node_rank > 0)
         return sd_bootstrap_fetch(o->dist_init_addr, o->node_rank, id, sizeof *id, o->timeout_s,
                                   err);
@@ -196,7 +212,7 @@ int sd_nccl_comm_create(sd_comm **out, const sd_nccl_opts *o, sd_err *err)
         t->devices[r] = o->devices[r];
         t->streams[r] = (cudaStream_t)o->streams[r];
     }
-    t->pub = (sd_comm){.ops = &nccl_ops, .size = t->n, .impl = t};
+    t->pub = (sd_comm){.ops = &nccl_ops, .size = t->nranks, .impl = t};
     int prev = 0;
     cudaGetDevice(&prev);
     ncclUniqueId id;

@@ -407,17 +407,34 @@ static void take_incoming(sd_engine *e)
         if (list_push(&e->waiting, &e->n_waiting, &e->cap_waiting, rev)) {
             finish(e, rev, SD_FINISH_ERROR, "out of memory");
             req_free(e, rev);
+        } else if (e->nodes && list_push(&e->fresh, &e->n_fresh, &e->cap_fresh, rev)) {
+            /* not in the plan: the other nodes would not know it */
+            list_remove(e->waiting, &e->n_waiting, rev);
+            finish(e, rev, SD_FINISH_ERROR, "out of memory");
+            req_free(e, rev);
         }
         rev = nx;
     }
 }
+
+int sd__engine_admit(sd_engine *e, req *r)
+{
+    if (list_push(&e->waiting, &e->n_waiting, &e->cap_waiting, r))
+        return SD_ENOMEM;
+    pthread_mutex_lock(&e->mu);
+    r->all_next = e->all;
+    e->all = r;
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
 
 /* Finishes cancelled requests of a list and frees the finished ones. */
 static void reap_list(sd_engine *e, req **list, int *n)
 {
     for (int i = 0; i < *n;) {
         req *r = list[i];
-        if (atomic_load(&r->cancel) && r->state != RQ_DONE)
+        if (r->cancel_applied && r->state != RQ_DONE)
             finish(e, r, SD_FINISH_CANCELLED, NULL);
         if (r->state == RQ_DONE) {
             list_remove(list, n, r);
@@ -432,6 +449,21 @@ static void reap(sd_engine *e)
 {
     reap_list(e, e->waiting, &e->n_waiting);
     reap_list(e, e->running, &e->n_running);
+}
+
+/* The node group failed: nothing more can run (the other nodes are gone or
+ * out of step); every request ends with an error, and /health says so. */
+static void fail_all(sd_engine *e, const char *msg)
+{
+    for (int i = 0; i < e->n_running; i++)
+        finish(e, e->running[i], SD_FINISH_ERROR, msg);
+    for (int i = 0; i < e->n_waiting; i++)
+        finish(e, e->waiting[i], SD_FINISH_ERROR, msg);
+    reap(e);
+    pthread_mutex_lock(&e->mu);
+    e->stats.failed_steps++;
+    e->stats.failing++;
+    pthread_mutex_unlock(&e->mu);
 }
 
 static void publish_stats(sd_engine *e, int stepped)
@@ -545,6 +577,14 @@ static int fetch_dev_accept(sd_engine *e)
 static int engine_step(sd_engine *e)
 {
     take_incoming(e);
+    sd_err perr = {0};
+    if (sd__plan_exchange(e, &perr)) {
+        if (!e->reported_broken)
+            sd_log_error("node group: %s; no more steps", perr.msg);
+        e->reported_broken = 1;
+        fail_all(e, "the node group failed (another node is gone)");
+        return 0;
+    }
     reap(e);
     if (!e->n_running && !e->n_waiting) {
         publish_stats(e, 0);
@@ -680,7 +720,7 @@ static int engine_step(sd_engine *e)
         reap(e);
         return 1;
     }
-    sd__adaptive_observe_target(&e->adapt, s.T, t_target);
+    sd__plan_observe(e, 0, s.T, 0, t_target);
     e->verify_s_total += t_target;
     /* 4. accept / sample / stream */
     for (int i = 0; i < s.n_seq; i++) {
@@ -747,7 +787,7 @@ static int engine_step(sd_engine *e)
                 s.seqs[i]->st.spec.draft_s += t_draft;
                 nd++;
             }
-        sd__adaptive_observe_draft(&e->adapt, nd, k, t_draft);
+        sd__plan_observe(e, 1, nd, k, t_draft);
         e->draft_s_total += t_draft;
     }
     reap(e);
@@ -836,6 +876,11 @@ static void *engine_main(void *arg)
             break;
         if (engine_step(e))
             continue;
+        if (e->follower) {
+            if (e->broken)
+                break; /* node 0 is gone: this node has nothing to follow */
+            continue;  /* the next plan paces this node */
+        }
         pthread_mutex_lock(&e->mu);
         if (!e->incoming && !e->quit) {
             struct timespec ts;
@@ -849,6 +894,7 @@ static void *engine_main(void *arg)
         }
         pthread_mutex_unlock(&e->mu);
     }
+    sd__plan_send_quit(e);
     /* cancel what is left */
     take_incoming(e);
     for (int i = 0; i < e->n_running; i++)
@@ -856,7 +902,22 @@ static void *engine_main(void *arg)
     for (int i = 0; i < e->n_waiting; i++)
         finish(e, e->waiting[i], SD_FINISH_CANCELLED, NULL);
     reap(e);
+    pthread_mutex_lock(&e->mu);
+    e->stopped = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
     return NULL;
+}
+
+int sd_engine_follows(const sd_engine *e) { return e->follower; }
+
+int sd_engine_wait(sd_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    while (!e->stopped)
+        pthread_cond_wait(&e->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+    return e->broken ? SD_EIO : 0;
 }
 
 /* ------------------------------------------------------------------ public */
@@ -976,14 +1037,17 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
      * finishing), and the padding row last */
     e->ov_max_seqs = o->max_batch + 2;
     e->pad_seq = e->ov_max_seqs - 1;
-    e->n_ranks = o->tp > 1 ? o->tp : 1;
-    e->stats.tp = e->n_ranks;
-    if (e->n_ranks > 1) {
+    e->n_ranks = o->tp > 1 ? o->tp / (o->nnodes > 1 ? o->nnodes : 1) : 1; /* this node's */
+    e->stats.tp = o->tp > 1 ? o->tp : 1;
+    if (o->tp > 1) {
         sd_model_cfg pre;
         if ((rc = sd_model_cfg_load(&pre, dir, err)) ||
             (rc = sd__tp_open(&e->tp, o, pre.hidden_size, err)))
             goto fail;
         e->be = sd__tp_backend(e->tp);
+        e->nodes = sd__tp_nodes(e->tp);
+        e->node_rank = o->node_rank;
+        e->follower = e->nodes && o->node_rank > 0;
     } else if ((rc = sd_backend_open(&e->be, o, err))) {
         goto fail;
     }
@@ -1004,8 +1068,8 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     for (int r = 0; r < e->n_ranks; r++) {
         sd_model_opts mo = {.max_tokens = e->max_tokens, .load_mtp = e->spec == SD_SPEC_MTP};
         if (e->tp) {
-            mo.tp_rank = r;
-            mo.tp_size = e->n_ranks;
+            mo.tp_rank = sd__tp_rank0(e->tp) + r;
+            mo.tp_size = sd__tp_total(e->tp);
             mo.comm = sd__tp_comm(e->tp);
         }
         if ((rc = sd_model_load(&e->targets[r], dir, e->tp ? sd__tp_rank_backend(e->tp, r) : e->be,
@@ -1085,7 +1149,7 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
         mp->kv_per_token *= (size_t)e->n_ranks;
         mp->activations *= (size_t)e->n_ranks;
     } else if (e->tp) {
-        mp->weights /= (size_t)e->n_ranks; /* a GPU holds its shard */
+        mp->weights /= (size_t)sd__tp_total(e->tp); /* a GPU holds its shard */
     }
     mp->activations += mp->kv_per_token * (size_t)e->block_size; /* the trash block (graphs.c) */
     mp->block_size = e->block_size;
@@ -1096,6 +1160,9 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
      * everything else on the machine). */
     int cap = o->max_batch * e->max_blocks;
     if ((rc = sd_mem_plan_make(mp, o->kv_blocks, cap, err)))
+        goto fail;
+    /* several nodes: one pool size, or their schedulers would part ways */
+    if (e->nodes && (rc = sd__plan_agree_blocks(e, &mp->blocks, err)))
         goto fail;
     sd_mem_plan_log(mp);
     e->n_blocks = mp->blocks;
@@ -1138,12 +1205,20 @@ void sd_engine_destroy(sd_engine *e)
     if (e->started) {
         pthread_mutex_lock(&e->mu);
         e->quit = 1;
+        int stopped = e->stopped;
         pthread_cond_broadcast(&e->cv);
         pthread_mutex_unlock(&e->mu);
+        /* a following node's thread waits for node 0's next plan: stopping
+         * it before node 0 says so breaks the group (node 0 then fails its
+         * requests instead of waiting for this node) */
+        if (e->follower && !stopped)
+            sd_nodes_abort(e->nodes);
         pthread_join(e->thread, NULL);
     }
     sd__graphs_free(e);
     sd__spec_free(e);
+    free(e->fresh);
+    free(e->obs);
     free(e->running);
     free(e->waiting);
     if (e->be)
@@ -1171,26 +1246,38 @@ int sd_engine_max_context(const sd_engine *e) { return e->max_ctx; }
 const char *sd_engine_model_name(const sd_engine *e) { return e->model_name; }
 const char *sd_engine_model_dir(const sd_engine *e) { return e->model_dir; }
 
-int sd_engine_submit(sd_engine *e, const int32_t *prompt, int n_prompt, const sd_gen_params *p,
-                     const sd_req_events *ev, void *user, uint64_t *id, sd_err *err)
+/* A request checked and built (not queued). */
+req *sd__engine_req_new(sd_engine *e, const int32_t *prompt, int n_prompt, const sd_gen_params *p,
+                        sd_err *err)
 {
-    if (n_prompt <= 0)
-        return sd_err_set(err, SD_EINVAL, "prompt: at least one token is required");
-    if (p->max_tokens <= 0)
-        return sd_err_set(err, SD_EINVAL, "max_tokens: must be at least 1");
-    for (int i = 0; i < n_prompt; i++)
-        if (prompt[i] < 0 || prompt[i] >= e->V)
-            return sd_err_set(err, SD_ERANGE, "prompt: token id %d is out of range (vocab %d)",
-                              prompt[i], e->V);
-    if ((int64_t)n_prompt + p->max_tokens > e->max_ctx)
-        return sd_err_set(err, SD_ERANGE,
-                          "max_tokens: the prompt (%d tokens) plus max_tokens (%d) exceeds the "
-                          "context length (%d)",
-                          n_prompt, p->max_tokens, e->max_ctx);
-    req *r = calloc(1, sizeof *r);
-    if (!r)
-        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    if (n_prompt <= 0) {
+        sd_err_set(err, SD_EINVAL, "prompt: at least one token is required");
+        return NULL;
+    }
+    req *r = NULL;
     int rc = 0;
+    if (p->max_tokens <= 0) {
+        sd_err_set(err, SD_EINVAL, "max_tokens: must be at least 1");
+        return NULL;
+    }
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= e->V) {
+            sd_err_set(err, SD_ERANGE, "prompt: token id %d is out of range (vocab %d)",
+                       prompt[i], e->V);
+            return NULL;
+        }
+    if ((int64_t)n_prompt + p->max_tokens > e->max_ctx) {
+        sd_err_set(err, SD_ERANGE,
+                   "max_tokens: the prompt (%d tokens) plus max_tokens (%d) exceeds the "
+                   "context length (%d)",
+                   n_prompt, p->max_tokens, e->max_ctx);
+        return NULL;
+    }
+    r = calloc(1, sizeof *r);
+    if (!r) {
+        sd_err_set(err, SD_ENOMEM, "out of memory");
+        return NULL;
+    }
     r->cap_tok = n_prompt + 64;
     r->tok = malloc((size_t)r->cap_tok * sizeof(int32_t));
     if (e->spec == SD_SPEC_MTP || e->spec == SD_SPEC_EAGLE3 || e->spec == SD_SPEC_DRAFT)
@@ -1227,10 +1314,36 @@ int sd_engine_submit(sd_engine *e, const int32_t *prompt, int n_prompt, const sd
     if (e->tok && (rc = sd_detok_new(&r->detok, e->tok, 1, err)))
         goto fail;
     sd_kv_seq_init(&r->kv);
+    r->t_submit = sd_now_ns();
+    return r;
+fail:
+    if (rc == SD_ENOMEM && !err->msg[0])
+        sd_err_set(err, SD_ENOMEM, "out of memory");
+    sd_stop_free(&r->stop);
+    sd_detok_free(r->detok);
+    sd_ngram_destroy(r->ng);
+    free(r->tok);
+    free(r->q);
+    free(r);
+    return NULL;
+}
+
+int sd_engine_submit(sd_engine *e, const int32_t *prompt, int n_prompt, const sd_gen_params *p,
+                     const sd_req_events *ev, void *user, uint64_t *id, sd_err *err)
+{
+    if (e->follower)
+        return sd_err_set(err, SD_ESTATE,
+                          "this node (--node-rank %d) follows node 0: requests go to node 0",
+                          e->node_rank);
+    sd_err local = {0};
+    if (!err)
+        err = &local;
+    req *r = sd__engine_req_new(e, prompt, n_prompt, p, err);
+    if (!r)
+        return err->code ? err->code : SD_EINVAL;
     if (ev)
         r->ev = *ev;
     r->user = user;
-    r->t_submit = sd_now_ns();
     pthread_mutex_lock(&e->mu);
     r->id = ++e->next_id;
     r->next = e->incoming;
@@ -1242,14 +1355,6 @@ int sd_engine_submit(sd_engine *e, const int32_t *prompt, int n_prompt, const sd
     if (id)
         *id = r->id;
     return 0;
-fail:
-    sd_stop_free(&r->stop);
-    sd_detok_free(r->detok);
-    sd_ngram_destroy(r->ng);
-    free(r->tok);
-    free(r->q);
-    free(r);
-    return rc;
 }
 
 void sd_engine_cancel(sd_engine *e, uint64_t id)

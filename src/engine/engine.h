@@ -105,4 +105,11 @@ int sd_engine_submit(sd_engine *e, const int32_t *prompt, int n_prompt, const sd
 void sd_engine_cancel(sd_engine *e, uint64_t id);
 void sd_engine_get_stats(sd_engine *e, sd_engine_stats *st);
 
+/* Several nodes (--nnodes): node 0 takes requests; every other node's engine
+ * follows node 0's steps (sd_engine_submit refuses there). */
+int sd_engine_follows(const sd_engine *e);
+/* Returns once the engine thread has ended: on a following node, when node 0
+ * stops (0) or the node group fails (SD_EIO). */
+int sd_engine_wait(sd_engine *e);
+
 #endif

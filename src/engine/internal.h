@@ -79,7 +79,8 @@ typedef struct req {
     sd_accept_stats acc;
     uint64_t t_submit, t_first;
     sd_kv_seq kv;
-    atomic_int cancel;
+    atomic_int cancel;  /* asked for (any thread) */
+    int cancel_applied; /* taken at a step's start (engine thread; every node alike) */
     int n_preempt;
     /* step scratch */
     int row0, n_rows; /* rows of this request in the target batch */
@@ -89,6 +90,13 @@ typedef struct req {
     struct req *next;
     struct req *all_next;
 } req;
+
+/* A timing the adaptive draft length learns from (plan.c). */
+typedef struct sd_plan_obs {
+    int kind; /* 0: target step (a = tokens), 1: drafts (a = sequences, b = k) */
+    int a, b;
+    double secs;
+} sd_plan_obs;
 
 struct sd_engine {
     int max_batch, max_batch_tokens;
@@ -183,7 +191,37 @@ struct sd_engine {
     int pad_seq;        /* block-table row of padding rows: the trash block */
     int32_t trash_slot; /* first slot of the trash block (past the pool's) */
     sd_synthetic synth; /* --synthetic-accept (benchmarks only; n == 0: off) */
+    /* several nodes (plan.c): node 0 sends each step's plan, the others
+     * follow it, so every node takes the same steps */
+    sd_nodes *nodes; /* NULL on one node */
+    int follower;    /* node_rank > 0 */
+    int node_rank;
+    int broken;      /* the node group failed: no more steps */
+    int reported_broken;
+    int stopped; /* the engine thread has ended (guarded by mu) */
+    uint64_t plan_seq;
+    req **fresh; /* node 0: requests taken since the last plan */
+    int n_fresh, cap_fresh;
+    sd_plan_obs *obs; /* node 0: timings since the last plan */
+    int n_obs, cap_obs;
 };
+
+/* plan.c */
+/* The top of a step on several nodes: node 0 sends the plan (new requests,
+ * cancellations, timings, quit), every other node receives and applies it.
+ * On one node: nothing. */
+int sd__plan_exchange(sd_engine *e, sd_err *err);
+/* node 0: the last plan, telling the others to stop */
+void sd__plan_send_quit(sd_engine *e);
+/* every node: n_blocks := the smallest of the nodes' */
+int sd__plan_agree_blocks(sd_engine *e, int *n_blocks, sd_err *err);
+/* a timing for the adaptive draft length: applied now on one node, through
+ * the next plan on several */
+void sd__plan_observe(sd_engine *e, int kind, int a, int b, double secs);
+/* engine.c: a request checked and built (not queued); queued as waiting */
+req *sd__engine_req_new(sd_engine *e, const int32_t *prompt, int n_prompt,
+                        const sd_gen_params *p, sd_err *err);
+int sd__engine_admit(sd_engine *e, req *r);
 
 typedef struct step {
     int T, n_out, n_seq;

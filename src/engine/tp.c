@@ -43,7 +43,10 @@ typedef struct tp_graph {
 } tp_graph;
 
 struct sd_tp {
-    int n;
+    int n;     /* ranks of this process (node) */
+    int rank0; /* global rank of local rank 0: node_rank * n */
+    int total; /* ranks of all nodes (--tp) */
+    sd_nodes *nodes; /* several nodes: the group (NULL on one node) */
     sd_backend *be[SD_TP_MAX];
     sd_comm *comm; /* what the models use: the thread comm, or the GPU comm */
     sd_comm *nccl; /* GPU ranks: NCCL, and the custom all-reduce with its table */
@@ -73,6 +76,9 @@ static _Thread_local int tls_rank = -1;
 
 int sd__tp_rank(void) { return tls_rank; }
 int sd__tp_size(const sd_tp *t) { return t ? t->n : 1; }
+int sd__tp_rank0(const sd_tp *t) { return t ? t->rank0 : 0; }
+int sd__tp_total(const sd_tp *t) { return t ? t->total : 1; }
+sd_nodes *sd__tp_nodes(sd_tp *t) { return t ? t->nodes : NULL; }
 sd_backend *sd__tp_backend(sd_tp *t) { return &t->vbe; }
 sd_backend *sd__tp_rank_backend(sd_tp *t, int r) { return t->be[r]; }
 sd_comm *sd__tp_comm(sd_tp *t) { return t->comm; }
@@ -436,7 +442,7 @@ static int tune_rank(void *ctx, int r, sd_err *err)
 {
     struct tune_job *j = ctx;
     sd_ar_table tb;
-    int rc = sd_ar_autotune(j->t->nccl, (sd_car *)j->t->car, r, j->sizes, j->n_sizes, j->forced, 20,
+    int rc = sd_ar_autotune(j->t->nccl, (sd_car *)j->t->car, j->t->rank0 + r, j->sizes, j->n_sizes, j->forced, 20,
                             &tb, err);
     if (!rc && r == 0)
         j->table = tb;
@@ -464,6 +470,14 @@ static int gpu_comm(sd_tp *t, const sd_opts *o, int hidden, const int *devs, voi
         return sd_err_set(err, SD_EINVAL, "--allreduce %s: unknown", o->allreduce);
     sd_car *car = NULL;
     sd_err cerr = {0};
+    if (t->nodes) { /* no P2P between nodes: NCCL for every size */
+        if (forced > 0)
+            return sd_err_set(err, SD_ENOTSUP,
+                              "--allreduce %s: a P2P all-reduce of one node; several nodes use "
+                              "NCCL",
+                              o->allreduce);
+        forced = SD_AR_NCCL;
+    }
     if (forced != SD_AR_NCCL &&
         sd_car_create(&car, t->n, devs, streams, (size_t)(512 * hidden) * sizeof(float), &cerr)) {
         if (forced > 0)
@@ -531,6 +545,7 @@ void sd__tp_close(sd_tp *t)
     sd_comm_destroy(t->nccl);
     for (int r = 0; r < t->n; r++)
         sd_backend_close(t->be[r]);
+    sd_nodes_close(t->nodes);
     pthread_mutex_destroy(&t->mu);
     pthread_mutex_destroy(&t->jmu);
     pthread_cond_destroy(&t->jcv);
@@ -545,22 +560,41 @@ int sd__tp_open(sd_tp **out, const sd_opts *o, int hidden, sd_err *err)
     if (n < 2 || n > SD_TP_MAX)
         return sd_err_set(err, SD_EINVAL, "--tp %d: 2..%d ranks for the tensor-parallel engine", n,
                           SD_TP_MAX);
-    if (o->nnodes > 1)
-        return sd_err_set(err, SD_ENOTSUP,
-                          "--nnodes %d: the engine runs the ranks of one node so far", o->nnodes);
+    int nnodes = o->nnodes > 1 ? o->nnodes : 1;
+    if (n % nnodes)
+        return sd_err_set(err, SD_EINVAL, "--tp %d: not a multiple of --nnodes %d", n, nnodes);
     sd_tp *t = calloc(1, sizeof *t);
     if (!t)
         return sd_err_set(err, SD_ENOMEM, "out of memory");
+    t->total = n;
+    n /= nnodes; /* ranks of this node */
     t->n = n;
+    t->rank0 = o->node_rank * n;
     pthread_mutex_init(&t->mu, NULL);
     pthread_mutex_init(&t->jmu, NULL);
     pthread_cond_init(&t->jcv, NULL);
     pthread_cond_init(&t->dcv, NULL);
     int rc = 0;
+    if (nnodes > 1) {
+        /* The settings every node must share to take the same steps. */
+        char fp[512] = {0}; /* sent whole: no stray bytes past the text */
+        snprintf(fp, sizeof fp,
+                 "specd tp %d nnodes %d device %s spec %s k %d ngram %d context %d block %d "
+                 "kv_blocks %d batch %d tokens %d graphs %d seed %lld",
+                 o->tp, nnodes, o->device ? o->device : "auto", o->spec ? o->spec : "",
+                 o->spec_k, o->ngram_n, o->max_context, o->block_size, o->kv_blocks,
+                 o->max_batch, o->max_batch_tokens, o->cuda_graph_max_bs, o->seed);
+        rc = sd_nodes_open(&t->nodes, nnodes, o->node_rank, o->dist_init_addr, fp, sizeof fp,
+                           120.0, err);
+        if (rc)
+            goto fail;
+        sd_log_info("node %d of %d: ranks %d..%d of %d", o->node_rank, nnodes, t->rank0,
+                    t->rank0 + n - 1, t->total);
+    }
     for (int r = 0; r < n && !rc; r++) {
         rc = sd_backend_open_rank(&t->be[r], o, r, n, err);
         if (!rc)
-            t->be[r]->rank = r;
+            t->be[r]->rank = t->rank0 + r;
     }
     if (rc)
         goto fail;
@@ -607,7 +641,8 @@ int sd__tp_open(sd_tp **out, const sd_opts *o, int hidden, sd_err *err)
                             o->allreduce);
             goto fail;
         }
-        rc = sd_thread_comm_create(&t->comm, n, err);
+        rc = t->nodes ? sd_node_comm_create(&t->comm, t->nodes, n, err)
+                      : sd_thread_comm_create(&t->comm, n, err);
     } else {
 #if defined(SD_HAVE_CUDA) && defined(SD_HAVE_NCCL)
         int devs[SD_TP_MAX];
@@ -616,7 +651,8 @@ int sd__tp_open(sd_tp **out, const sd_opts *o, int hidden, sd_err *err)
             devs[r] = t->be[r]->device;
             streams[r] = sd_cuda_stream(t->be[r]);
         }
-        sd_nccl_opts no = {.n_local = n, .devices = devs, .streams = streams, .nnodes = 1,
+        sd_nccl_opts no = {.n_local = n, .devices = devs, .streams = streams, .nnodes = nnodes,
+                           .node_rank = o->node_rank, .nodes = t->nodes,
                            .timeout_s = 60};
         rc = sd_nccl_comm_create(&t->nccl, &no, err);
         if (!rc)

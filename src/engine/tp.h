@@ -13,8 +13,11 @@
 
 typedef struct sd_tp sd_tp;
 
-/* o->tp ranks of this node: backends (GPU r, or CPU backends sharing the
- * threads), the communicator, the rank threads. */
+/* The ranks of this node (o->tp / o->nnodes): backends (GPU r, or CPU
+ * backends sharing the threads), the communicator, the rank threads. With
+ * several nodes, first the node group at o->dist_init_addr (the settings
+ * every node must share are compared there); the CPU ranks' collectives then
+ * go through it (node_comm.c), the GPU ranks' through NCCL. */
 int sd__tp_open(sd_tp **out, const sd_opts *o, int hidden, sd_err *err);
 /* GPU ranks: times NCCL and the custom all-reduce at each message size (in
  * floats) on the rank threads and keeps the fastest correct one per size;
@@ -25,7 +28,11 @@ size_t sd__tp_comm_bytes(const sd_tp *t);
 /* Prometheus lines of the all-reduce choice per message size ("" on CPUs) */
 const char *sd__tp_metrics(const sd_tp *t);
 void sd__tp_close(sd_tp *t);
-int sd__tp_size(const sd_tp *t);
+int sd__tp_size(const sd_tp *t); /* ranks of this node */
+int sd__tp_rank0(const sd_tp *t); /* global rank of this node's rank 0 */
+int sd__tp_total(const sd_tp *t); /* ranks of all nodes */
+/* several nodes: the node group (NULL on one node) */
+sd_nodes *sd__tp_nodes(sd_tp *t);
 /* the virtual backend the engine allocates from and runs ops on */
 sd_backend *sd__tp_backend(sd_tp *t);
 sd_backend *sd__tp_rank_backend(sd_tp *t, int r);

@@ -48,8 +48,8 @@ int sd_tp_runner_open(sd_tp_runner **out, const char *dir, const sd_opts *o,
     t->n = sd__tp_size(t->tp);
     for (int r = 0; r < t->n; r++) {
         sd_model_opts m = *mo;
-        m.tp_rank = r;
-        m.tp_size = t->n;
+        m.tp_rank = sd__tp_rank0(t->tp) + r;
+        m.tp_size = sd__tp_total(t->tp);
         m.comm = sd__tp_comm(t->tp);
         if ((rc = sd_model_load(&t->m[r], dir, sd__tp_rank_backend(t->tp, r), &m, err)))
             goto fail;

@@ -2,8 +2,9 @@
 # The tensor-parallel options together (--tp, --nnodes, --node-rank,
 # --dist-init-addr, --allreduce): an inconsistent set is refused with one line
 # naming the flag and exit 2 (from flags or from --config); a consistent set
-# that specd cannot run yet is refused with one line and exit 1, never
-# ignored; a set that runs, runs; --help documents the options.
+# that cannot run on these ranks is refused with one line and exit 1, never
+# ignored; a set that runs, runs (several nodes: test_nodes.sh); --help
+# documents the options.
 set -u
 SPECD=${1:?usage: test_comm_opts.sh SPECD}
 SRC=${SD_SRCDIR:-.}
@@ -45,9 +46,7 @@ printf 'nnodes = 2\nnode-rank = 5\ndist-init-addr = "node0:29500"\n' >"$tmp/c.co
 refused config_file_node_rank 2 "--node-rank 5: not in 0..1 (--nnodes 2)" \
     generate --config "$tmp/c.conf" --prompt hi
 
-# consistent but not run yet: said so, exit 1
-refused several_nodes_not_wired_yet 1 "--nnodes 2: tensor parallelism over several nodes is not wired" \
-    serve --nnodes 2 --node-rank 1 --tp 4 --dist-init-addr '[fd00::1]:29500'
+# consistent, but not for the CPU ranks: said so, exit 1
 refused allreduce_on_cpu_ranks 1 "--allreduce oneshot: a GPU all-reduce" \
     logits --model "$fx" --tp 2 --device cpu --allreduce oneshot --ids 1,2 --out "$tmp/x"
 refused generate_allreduce_on_cpu_ranks 1 "--allreduce twoshot: a GPU all-reduce" \

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Several nodes on one machine (two processes on localhost, CPU ranks): node 0
+# and node 1 run the same command with their --node-rank; node 0 prints what
+# one process with all the ranks prints, bit for bit (the node comm sums in
+# global rank order like the thread comm, and node 1 follows node 0's step
+# plans): greedy with each proposer, sampled, 4 ranks over 2 nodes, logits on
+# both nodes, `specd serve` answering on node 0 while node 1 follows. A node
+# that dies makes node 0 fail requests (and /health) with a message, not
+# hang; nodes with different settings are refused at start.
+# usage: test_nodes.sh SPECD   (run from the source root)
+set -u
+SPECD=${1:?usage: test_nodes.sh SPECD}
+tmp=$(mktemp -d)
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
+port() { echo $((20000 + (RANDOM * 7 + $$) % 40000)); }
+cpu=(--device cpu --log-level warn)
+
+# two_nodes NAME TP ARGS...: node 1 in the background, node 0 in front;
+# outputs in $tmp/NAME.{0,1}.{out,err}, exit codes in $tmp/NAME.{0,1}.rc
+two_nodes() {
+    local name=$1 tp=$2; shift 2
+    local p; p=$(port)
+    local common=(--tp "$tp" --threads $((tp / 2)) --nnodes 2 --dist-init-addr "127.0.0.1:$p")
+    (timeout 300 "$SPECD" "$@" "${cpu[@]}" "${common[@]}" --node-rank 1 \
+        >"$tmp/$name.1.out" 2>"$tmp/$name.1.err"; echo $? >"$tmp/$name.1.rc") &
+    local bg=$!
+    timeout 300 "$SPECD" "$@" "${cpu[@]}" "${common[@]}" --node-rank 0 \
+        >"$tmp/$name.0.out" 2>"$tmp/$name.0.err"
+    echo $? >"$tmp/$name.0.rc"
+    wait $bg
+}
+# same_as_one_process NAME TP ARGS...: node 0's stdout == one process's
+same_as_one_process() {
+    local name=$1 tp=$2; shift 2
+    timeout 300 "$SPECD" "$@" "${cpu[@]}" --tp "$tp" --threads "$tp" >"$tmp/$name.ref" \
+        2>"$tmp/$name.ref.err"
+    two_nodes "$name" "$tp" "$@"
+    if [[ $(cat "$tmp/$name.0.rc") == 0 && $(cat "$tmp/$name.1.rc") == 0 && -s "$tmp/$name.ref" ]] &&
+        cmp -s "$tmp/$name.ref" "$tmp/$name.0.out" && [[ ! -s "$tmp/$name.1.out" ]]; then
+        ok "$name"
+    else
+        bad "$name" "rc $(cat "$tmp/$name.0.rc")/$(cat "$tmp/$name.1.rc"): $(head -c 300 "$tmp/$name.0.err") | $(head -c 300 "$tmp/$name.1.err")"
+    fi
+}
+
+prompt='def fibonacci(n):'
+for spec in none mtp eagle3; do
+    d=()
+    [[ $spec == eagle3 ]] && d=(--draft-model models/specd-tiny-eagle3)
+    same_as_one_process "greedy_${spec}_two_nodes_equal_one_process" 2 generate --spec $spec \
+        "${d[@]}" --prompt "$prompt" --max-tokens 24
+done
+same_as_one_process sampled_mtp_two_nodes_equal_one_process 2 generate --spec mtp \
+    --temperature 0.8 --seed 7 --prompt "$prompt" --max-tokens 24
+same_as_one_process four_ranks_on_two_nodes_equal_one_process 4 generate --spec ngram \
+    --prompt "$prompt" --max-tokens 16
+
+# logits: both nodes write the one-process file
+"$SPECD" logits "${cpu[@]}" --tp 2 --threads 2 --ids 1,450,1200,77,3021 --out "$tmp/l.ref" \
+    2>/dev/null
+p=$(port)
+("$SPECD" logits "${cpu[@]}" --tp 2 --threads 1 --nnodes 2 --node-rank 1 \
+    --dist-init-addr 127.0.0.1:$p --ids 1,450,1200,77,3021 --out "$tmp/l.1" 2>/dev/null) &
+bg=$!
+"$SPECD" logits "${cpu[@]}" --tp 2 --threads 1 --nnodes 2 --node-rank 0 \
+    --dist-init-addr 127.0.0.1:$p --ids 1,450,1200,77,3021 --out "$tmp/l.0" 2>"$tmp/l.err"
+wait $bg
+if [[ -s "$tmp/l.ref" ]] && cmp -s "$tmp/l.ref" "$tmp/l.0" && cmp -s "$tmp/l.ref" "$tmp/l.1"; then
+    ok logits_on_two_nodes_equal_one_process
+else bad logits_on_two_nodes_equal_one_process "$(head -c 300 "$tmp/l.err")"; fi
+
+# serve: node 0 answers, node 1 follows. Then node 1 dies: node 0 stays up,
+# fails the next request with an error instead of hanging, and /health says
+# 503; SIGTERM stops node 0.
+http() { # http PORT METHOD PATH [BODY] -> the whole response on stdout
+    local body=${4:-}
+    { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
+    printf '%s %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
+        "$2" "$3" "${#body}" "$body" >&3
+    timeout 60 cat <&3
+    exec 3<&-
+}
+p=$(port)
+hp=$(port)
+"$SPECD" serve "${cpu[@]}" --tp 2 --threads 1 --nnodes 2 --node-rank 1 \
+    --dist-init-addr 127.0.0.1:$p >/dev/null 2>"$tmp/s1.err" &
+s1=$!
+"$SPECD" serve "${cpu[@]}" --tp 2 --threads 1 --nnodes 2 --node-rank 0 \
+    --dist-init-addr 127.0.0.1:$p --host 127.0.0.1 --port "$hp" >/dev/null 2>"$tmp/s0.err" &
+s0=$!
+pids=("$s0" "$s1")
+body='{"model": "specd-tiny", "prompt": "def fibonacci(n):", "max_tokens": 12, "temperature": 0}'
+answer=""
+for _ in $(seq 1 240); do
+    answer=$(http "$hp" POST /v1/completions "$body")
+    [[ $answer == *'"text"'* ]] && break
+    sleep 0.5
+done
+if [[ $answer == *'HTTP/1.1 200'* && $answer == *'"text"'* ]]; then
+    ok serve_on_two_nodes_answers
+else bad serve_on_two_nodes_answers "answer: ${answer:0:200} | $(tail -c 300 "$tmp/s0.err") | $(tail -c 300 "$tmp/s1.err")"; fi
+kill -KILL "$s1"
+wait "$s1" 2>/dev/null
+sleep 1
+after=$(http "$hp" POST /v1/completions "$body")
+health=$(http "$hp" GET /health)
+echo "after the loss: $(head -1 <<<"$after") ... $(tail -c 200 <<<"$after")"
+echo "health: $(head -1 <<<"$health") ... $(tail -c 200 <<<"$health")"
+if [[ $after == *'"error"'* && $after == *'node group'* ]] &&
+    [[ $health == *'HTTP/1.1 503'* ]] && kill -0 "$s0" 2>/dev/null; then
+    ok a_dead_node_fails_requests_and_health_not_a_hang
+else bad a_dead_node_fails_requests_and_health_not_a_hang "after: ${after:0:300} | health: ${health:0:200}"; fi
+kill -TERM "$s0"
+timeout 60 tail --pid="$s0" -f /dev/null
+wait "$s0"; rc0=$?
+pids=()
+grep -q "node group" "$tmp/s0.err" && ok node_0_logs_the_lost_node ||
+    bad node_0_logs_the_lost_node "$(tail -c 300 "$tmp/s0.err")"
+[[ $rc0 != 137 ]] && ok node_0_stops_on_sigterm_after_the_loss || bad node_0_stops_on_sigterm_after_the_loss "rc $rc0"
+
+# different settings: refused at start, naming the problem
+p=$(port)
+("$SPECD" generate "${cpu[@]}" --tp 2 --threads 1 --nnodes 2 --node-rank 1 --max-batch 4 \
+    --dist-init-addr 127.0.0.1:$p --prompt x >/dev/null 2>"$tmp/m1.err"; echo $? >"$tmp/m1.rc") &
+bg=$!
+timeout 120 "$SPECD" generate "${cpu[@]}" --tp 2 --threads 1 --nnodes 2 --node-rank 0 \
+    --dist-init-addr 127.0.0.1:$p --prompt x --max-tokens 4 >/dev/null 2>"$tmp/m0.err"
+wait $bg
+if [[ $(cat "$tmp/m1.rc") == 1 ]] && grep -q "runs other settings" "$tmp/m1.err"; then
+    ok different_settings_are_refused
+else bad different_settings_are_refused "rc $(cat "$tmp/m1.rc"): $(head -c 300 "$tmp/m1.err")"; fi
+
+echo "$pass passed, $fail failed"
+((fail == 0))
