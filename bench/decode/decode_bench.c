@@ -27,6 +27,14 @@
  * bandwidth (--copy-bw-gbs, or --measure-copy-bw for host memory) counts the
  * bytes read plus the bytes written by a large copy, per second.
  *
+ * Tensor parallel runs (--opt tp=N) add, from the same two snapshots, the
+ * collectives per engine step (all-reduces, of which residual add + RMSNorm
+ * steps, all-gathers, by path on GPUs) and, on GPUs, an ESTIMATE of the
+ * all-reduce time per step: the sum over its calls of the time the engine's
+ * start-up autotune measured for that message size and path, and its share
+ * of the measured step time. An estimate from start-up timings (each call
+ * timed back to back, alone), not a measurement inside the steps.
+ *
  * --synthetic-accept passes the engine's benchmark-only acceptance mode
  * (drafts accepted at random with the given per-position probabilities):
  * with random weights it is the only way to see speculation's speedup at
@@ -320,6 +328,12 @@ typedef struct result {
     double acc_at[16];
     int n_pos;
     double mean_context; /* tokens of context per sequence, mean over the window */
+    /* tensor parallel: collectives per engine step between the snapshots */
+    int tp;
+    double ar_calls, ar_residual, ar_gather, ar_floats_per_call, ar_path[4];
+    double ar_est_ms;       /* estimated all-reduce time per step; < 0: none (CPU ranks) */
+    double ar_est_covered;  /* share of the calls the estimate covers */
+    double ar_unrecorded;   /* graph replays per step whose calls are not counted */
 } result;
 
 /* Runs B requests of max_tokens at once and waits for them; fills r when
@@ -426,6 +440,24 @@ static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int m
             r->draft_ms = 1e3 * (s1.spec.draft_s - s0.spec.draft_s) / (double)steps;
             r->verify_ms = 1e3 * (s1.spec.verify_s - s0.spec.verify_s) / (double)steps;
         }
+        r->tp = s1.tp;
+        if (steps > 0 && s1.tp > 1) {
+            double n = (double)steps;
+            uint64_t calls = s1.allreduce_calls - s0.allreduce_calls;
+            r->ar_calls = (double)calls / n;
+            r->ar_residual = (double)(s1.residual_calls - s0.residual_calls) / n;
+            r->ar_gather = (double)(s1.allgather_calls - s0.allgather_calls) / n;
+            r->ar_floats_per_call =
+                calls ? (double)(s1.allreduce_floats - s0.allreduce_floats) / (double)calls : 0;
+            for (int p = 0; p < 4; p++)
+                r->ar_path[p] =
+                    (double)(s1.allreduce_path_calls[p] - s0.allreduce_path_calls[p]) / n;
+            uint64_t est_calls = s1.allreduce_est_calls - s0.allreduce_est_calls;
+            r->ar_est_ms = est_calls ? 1e3 * (s1.allreduce_est_s - s0.allreduce_est_s) / n : -1;
+            r->ar_est_covered = calls ? (double)est_calls / (double)calls : 0;
+            r->ar_unrecorded =
+                (double)(s1.allreduce_unrecorded_replays - s0.allreduce_unrecorded_replays) / n;
+        }
         uint64_t vs = s1.spec.steps - s0.spec.steps;
         r->mean_len = vs ? (double)(s1.spec.emitted - s0.spec.emitted) / (double)vs : 1.0;
         for (int p = 0; p < 16; p++) {
@@ -477,6 +509,38 @@ static double host_copy_bw_gbs(void)
     free(a);
     free(b);
     return 2.0 * (double)n / best / 1e9;
+}
+
+static const char *const ar_paths[4] = {"nccl", "oneshot", "twoshot", "fused"}; /* engine.h's */
+
+/* the collectives of a tensor-parallel result, per engine step */
+static json_t *allreduce_json(const result *r)
+{
+    json_t *o = json_object(), *by = json_object();
+    json_object_set_new(o, "tp", json_integer(r->tp));
+    json_object_set_new(o, "calls_per_step", json_real(r->ar_calls));
+    json_object_set_new(o, "residual_calls_per_step", json_real(r->ar_residual));
+    json_object_set_new(o, "allgather_calls_per_step", json_real(r->ar_gather));
+    json_object_set_new(o, "floats_per_call", json_real(r->ar_floats_per_call));
+    for (int p = 0; p < 4; p++)
+        json_object_set_new(by, ar_paths[p], json_real(r->ar_path[p]));
+    json_object_set_new(o, "calls_per_step_by_path", by);
+    int est = r->ar_est_ms >= 0;
+    json_object_set_new(o, "est_ms_per_step", est ? json_real(r->ar_est_ms) : json_null());
+    json_object_set_new(o, "est_share_of_step",
+                        est && r->step_ms > 0 ? json_real(r->ar_est_ms / r->step_ms) : json_null());
+    json_object_set_new(o, "est_calls_covered", json_real(r->ar_est_covered));
+    json_object_set_new(o, "unrecorded_graph_replays_per_step", json_real(r->ar_unrecorded));
+    json_object_set_new(
+        o, "note",
+        json_string("counts: rank 0's collectives between the two statistics snapshots over the "
+                    "engine steps between them. est_ms_per_step: ESTIMATED from the start-up "
+                    "autotune's timings (per call, the time measured at start for that message "
+                    "size and path, interpolated between the timed sizes; the fused residual "
+                    "kernel at one-shot's time), not measured in the steps; its share is over "
+                    "the measured step_ms. null on CPU ranks (no timings). Proposer graph "
+                    "replays are not counted (unrecorded_graph_replays_per_step)"));
+    return o;
 }
 
 static int cmp_double(const void *x, const void *y)
@@ -671,6 +735,8 @@ int main(int argc, char **argv)
                             bw > 0 ? json_real(r->decode_tok_s / floor) : json_null());
         json_object_set_new(x, "floor_with_kv_tokens_per_s",
                             bw > 0 ? json_real(floor_kv) : json_null());
+        if (r->tp > 1)
+            json_object_set_new(x, "allreduce", allreduce_json(r));
         json_array_append_new(arr, x);
     }
     json_object_set_new(root, "results", arr);
@@ -701,6 +767,33 @@ int main(int argc, char **argv)
                last->batch, a.spec, kb, a.synth ? a.synth : "-", a.graphs, med,
                last->per_req_tok_s, last->step_ms, last->draft_ms, last->verify_ms, last->mean_len,
                sb / 1e9, floor, floor > 0 ? med / floor : 0);
+    }
+    /* tensor parallel: the collectives per step, the last repeat of each batch */
+    for (int bi = 0, head = 0; bi < a.n_batches; bi++) {
+        const result *last = NULL;
+        for (int i = 0; i < nr; i++)
+            if (rs[i].batch == a.batches[bi])
+                last = &rs[i];
+        if (!last || last->tp < 2)
+            continue;
+        if (!head++) {
+            printf("collectives per engine step at tp %d; est_ms: all-reduce time ESTIMATED from "
+                   "the start-up autotune's timings, not measured\n",
+                   last->tp);
+            printf("%-6s %8s %8s %8s %9s %7s %7s %7s %7s %8s %6s %7s\n", "batch", "ar/step",
+                   "resid", "gather", "KB/call", "nccl", "oneshot", "twoshot", "fused", "est_ms",
+                   "share", "unrec");
+        }
+        char est[32] = "-", share[32] = "-";
+        if (last->ar_est_ms >= 0) {
+            snprintf(est, sizeof est, "%.3f", last->ar_est_ms);
+            if (last->step_ms > 0)
+                snprintf(share, sizeof share, "%.3f", last->ar_est_ms / last->step_ms);
+        }
+        printf("%-6d %8.2f %8.2f %8.2f %9.1f %7.2f %7.2f %7.2f %7.2f %8s %6s %7.2f\n",
+               last->batch, last->ar_calls, last->ar_residual, last->ar_gather,
+               last->ar_floats_per_call * 4 / 1024, last->ar_path[0], last->ar_path[1],
+               last->ar_path[2], last->ar_path[3], est, share, last->ar_unrecorded);
     }
     json_decref(root);
     for (int i = 0; i < maxb; i++)

@@ -27,6 +27,36 @@ static int cmp_size(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+_Static_assert(SD_AR_PATH_FUSED + 1 == SD_COMM_PATHS, "comm.h's paths: the algorithms + fused");
+
+double sd_ar_table_est_us(const sd_ar_table *t, sd_ar_algo a, size_t n)
+{
+    if (!t || !t->timed || (unsigned)a >= SD_AR_N_ALGOS)
+        return 0;
+    /* the nearest usable sizes at or below n (lo) and at or above it (hi),
+     * and the largest usable size (top) */
+    const sd_ar_choice *lo = NULL, *hi = NULL, *top = NULL;
+    for (int i = 0; i < t->n; i++) {
+        const sd_ar_choice *c = &t->c[i];
+        if (!(c->us[a] > 0) || !c->ok[a] || c->floats == 0)
+            continue;
+        if (c->floats <= n && (!lo || c->floats > lo->floats))
+            lo = c;
+        if (c->floats >= n && (!hi || c->floats < hi->floats))
+            hi = c;
+        if (!top || c->floats > top->floats)
+            top = c;
+    }
+    if (!top)
+        return 0;
+    if (!hi) /* past the largest */
+        return top->us[a] * (double)n / (double)top->floats;
+    if (!lo || lo == hi)
+        return hi->us[a];
+    double f = (double)(n - lo->floats) / (double)(hi->floats - lo->floats);
+    return lo->us[a] + f * (hi->us[a] - lo->us[a]);
+}
+
 /* Appends to buf at *off without overflowing. */
 static void put(char *buf, size_t len, size_t *off, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -228,6 +258,7 @@ int sd_ar_autotune(sd_comm *nccl, sd_car *car, int rank, const size_t *sizes, in
             goto done;
         }
     }
+    out->timed = forced < 0;
 done:
     if (dev)
         cudaFree(dev);
@@ -246,13 +277,25 @@ typedef struct gcomm {
     sd_ar_table t;
 } gcomm;
 
+/* counts one call of n floats down path p (rank 0), with the table's time */
+static void gc_count(gcomm *g, int rank, int p, size_t n)
+{
+    if (rank != 0)
+        return;
+    double us = sd_ar_table_est_us(&g->t, p == SD_AR_PATH_FUSED ? SD_AR_ONESHOT : (sd_ar_algo)p, n);
+    sd_comm_count_path(&g->pub, rank, p, n, (uint64_t)(us * 1e3 + 0.5));
+}
+
 static int gc_allreduce(sd_comm *c, int rank, float *buf, size_t n)
 {
     gcomm *g = (gcomm *)c;
     sd_ar_algo a = sd_ar_table_pick(&g->t, n);
     /* the pick depends on n and on buf's alignment, alike on every rank */
-    if (a != SD_AR_NCCL && g->car && sd_car_fits(g->car, buf, n))
+    if (a != SD_AR_NCCL && g->car && sd_car_fits(g->car, buf, n)) {
+        gc_count(g, rank, a, n);
         return sd_car_allreduce(g->car, rank, buf, n, a);
+    }
+    gc_count(g, rank, SD_AR_NCCL, n);
     return sd_comm_allreduce_sum(g->nccl, rank, buf, n);
 }
 
@@ -266,8 +309,11 @@ static int gc_allreduce_add_rmsnorm(sd_comm *c, int rank, const float *partial, 
     size_t n = (size_t)rows * (size_t)d;
     if (!g->car || sd_ar_table_pick(&g->t, n) != SD_AR_ONESHOT)
         return SD_ENOTSUP;
-    return sd_car_allreduce_add_rmsnorm(g->car, rank, partial, x, xn, w->data, w->dtype, rows, d,
-                                        eps);
+    int rc = sd_car_allreduce_add_rmsnorm(g->car, rank, partial, x, xn, w->data, w->dtype, rows, d,
+                                          eps);
+    if (rc != SD_ENOTSUP) /* refused: the unfused steps run, and count, instead */
+        gc_count(g, rank, SD_AR_PATH_FUSED, n);
+    return rc;
 }
 
 static int gc_allgather(sd_comm *c, int rank, float *dst, const float *src, size_t n)

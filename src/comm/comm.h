@@ -23,6 +23,7 @@
 #define SD_COMM_COMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/err.h"
 #include "kernels/ops.h" /* sd_backend, sd_weight: the unfused residual step's ops */
@@ -44,10 +45,42 @@ typedef struct sd_comm_ops {
                                  const sd_weight *w, int rows, int d, float eps);
 } sd_comm_ops;
 
+/* ---- call counts: what a step spends on collectives ----
+ * The entry points below count rank 0's calls (every rank makes the same
+ * ones, so rank 0's are the collectives'): on every communicator, CPU or
+ * GPU. A communicator that picks among paths (the GPU comm) also counts
+ * calls and floats per path and adds an estimate of their time. Counters
+ * are written by rank 0's thread only and read from any thread
+ * (sd_comm_get_counts; relaxed atomics: a read during a call may see part
+ * of it). */
+#define SD_COMM_PATHS 4 /* the GPU comm's: nccl, oneshot, twoshot, fused (gpu_comm.h) */
+typedef struct sd_comm_counts {
+    uint64_t allreduce_calls;  /* sd_comm_allreduce_sum + sd_comm_allreduce_add_rmsnorm */
+    uint64_t allreduce_floats; /* floats summed by those calls (per rank) */
+    uint64_t residual_calls;   /* of allreduce_calls: sd_comm_allreduce_add_rmsnorm (rows > 0) */
+    uint64_t allgather_calls;
+    uint64_t allgather_floats; /* floats each rank contributes */
+    uint64_t path_calls[SD_COMM_PATHS], path_floats[SD_COMM_PATHS]; /* GPU comm: by path */
+    /* GPU comm: the sum over all-reduces of the time the start-up autotune
+     * measured for that message size and path (nanoseconds), and the calls
+     * that sum covers (none where the table was not timed) */
+    uint64_t est_ns, est_calls;
+    /* replays of graphs whose collectives were never recorded
+     * (sd_comm_replayed with an unknown key): their calls are missing above */
+    uint64_t unrecorded_replays;
+} sd_comm_counts;
+
+struct sd_comm_graphs; /* comm.c: the calls each captured graph queues, by key */
+
 struct sd_comm {
     const sd_comm_ops *ops;
     int size;   /* ranks */
     void *impl; /* implementation state */
+    /* counts (comm.c; implementations leave them zero at create) */
+    sd_comm_counts counts;
+    sd_comm_counts pending; /* while recording: the calls of the graph being captured */
+    int recording;
+    struct sd_comm_graphs *graphs;
 };
 
 /* buf (n) on every rank := the element-wise sum of all ranks' buf. Returns
@@ -73,6 +106,22 @@ int sd_comm_barrier(sd_comm *c, int rank);
 void sd_comm_abort(sd_comm *c);
 void sd_comm_destroy(sd_comm *c);
 const char *sd_comm_name(const sd_comm *c);
+
+/* The counts so far (all zero for NULL). */
+void sd_comm_get_counts(const sd_comm *c, sd_comm_counts *out);
+/* CUDA graphs: the collectives captured into a graph run at each replay,
+ * not at capture. Between sd_comm_record_begin and sd_comm_record_end (the
+ * capture, on every rank) rank 0's calls are kept apart instead of counted;
+ * record_end files them under key (the graph) and sd_comm_replayed counts
+ * them once per replay. Called from rank 0's thread (the engine's), outside
+ * any collective. record_end returns SD_ENOMEM where it cannot keep them
+ * (the replays then count as unrecorded). */
+void sd_comm_record_begin(sd_comm *c);
+int sd_comm_record_end(sd_comm *c, const void *key);
+void sd_comm_replayed(sd_comm *c, const void *key);
+/* For implementations (rank 0's thread, inside a collective): one call of
+ * n floats down path p, with its estimated time (0: none). */
+void sd_comm_count_path(sd_comm *c, int rank, int path, size_t n, uint64_t est_ns);
 
 /* The CPU thread communicator for `size` ranks of this process. */
 int sd_thread_comm_create(sd_comm **out, int size, sd_err *err);

@@ -100,6 +100,7 @@ typedef struct sd_ar_choice {
 typedef struct sd_ar_table {
     int n;
     sd_ar_choice c[SD_AR_TABLE_MAX];
+    int timed; /* 1: us[] are measured times (0: --allreduce forced, untimed) */
 } sd_ar_table;
 
 /* Called by every rank's thread with the same sizes (like a collective):
@@ -113,6 +114,12 @@ int sd_ar_autotune(sd_comm *nccl, sd_car *car, int rank, const size_t *sizes, in
 /* The algorithm for a message of n floats: that of the smallest tuned size
  * >= n (NCCL above the largest). */
 sd_ar_algo sd_ar_table_pick(const sd_ar_table *t, size_t n);
+/* The time of one all-reduce of n floats by algorithm a, in microseconds,
+ * from a timed table: linear between the two tuned sizes around n, the
+ * smallest size's time below it (a latency floor), the largest's scaled by
+ * n / its size above it (bandwidth-bound). Only sizes where a ran and was
+ * right count. 0 where there is none (or the table is untimed). */
+double sd_ar_table_est_us(const sd_ar_table *t, sd_ar_algo a, size_t n);
 /* One line per size: "floats bytes algo  nccl_us oneshot_us twoshot_us". */
 void sd_ar_table_format(const sd_ar_table *t, char *buf, size_t len);
 /* Prometheus lines: specd_allreduce_choice{bytes="...",algo="..."} 1 and
@@ -126,6 +133,12 @@ void sd_ar_table_metrics(const sd_ar_table *t, char *buf, size_t len);
  * unfused. Borrows nccl and car (the caller frees them after). */
 int sd_gpu_comm_create(sd_comm **out, sd_comm *nccl, sd_car *car, const sd_ar_table *t,
                        sd_err *err);
+/* Its call counts (sd_comm_get_counts) by path: SD_AR_NCCL, SD_AR_ONESHOT,
+ * SD_AR_TWOSHOT, and SD_AR_PATH_FUSED for the fused residual kernel; every
+ * call carries the table's time for its size (the fused kernel: one-shot's,
+ * the all-reduce it contains; its add and norm replace the unfused path's
+ * two kernels and are not counted). */
+#define SD_AR_PATH_FUSED SD_AR_N_ALGOS
 /* Replaces the table (while no collective is in flight: at start, once the
  * message sizes are known). */
 int sd_gpu_comm_set_table(sd_comm *c, const sd_ar_table *t);

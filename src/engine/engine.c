@@ -466,6 +466,26 @@ static void fail_all(sd_engine *e, const char *msg)
     pthread_mutex_unlock(&e->mu);
 }
 
+/* The tensor-parallel collectives' counts into st (engine thread, whose
+ * rank 0 makes the calls: exact at a step's end). */
+static void comm_counts_stats(sd_engine *e, sd_engine_stats *st)
+{
+    if (!e->tp)
+        return;
+    sd_comm_counts k;
+    sd_comm_get_counts(sd__tp_comm(e->tp), &k);
+    st->allreduce_calls = k.allreduce_calls;
+    st->allreduce_floats = k.allreduce_floats;
+    st->residual_calls = k.residual_calls;
+    st->allgather_calls = k.allgather_calls;
+    _Static_assert(sizeof st->allreduce_path_calls == sizeof k.path_calls, "paths: engine.h");
+    for (int p = 0; p < SD_COMM_PATHS; p++)
+        st->allreduce_path_calls[p] = k.path_calls[p];
+    st->allreduce_est_s = (double)k.est_ns * 1e-9;
+    st->allreduce_est_calls = k.est_calls;
+    st->allreduce_unrecorded_replays = k.unrecorded_replays;
+}
+
 static void publish_stats(sd_engine *e, int stepped)
 {
     pthread_mutex_lock(&e->mu);
@@ -480,6 +500,7 @@ static void publish_stats(sd_engine *e, int stepped)
     if (stepped) {
         e->stats.steps++;
         e->stats.last_step_ns = sd_now_ns();
+        comm_counts_stats(e, &e->stats);
     }
     pthread_mutex_unlock(&e->mu);
 }

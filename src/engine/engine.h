@@ -82,6 +82,22 @@ typedef struct sd_engine_stats {
     uint64_t failed_steps;         /* model steps that failed (their requests got errors) */
     int failing;                   /* consecutive failed model steps: 0 once one runs */
     const char *allreduce_metrics; /* GPU ranks: the all-reduce choice table, Prometheus text */
+    /* Tensor parallelism: the collectives so far, as of the last published
+     * step (rank 0's calls; every rank makes the same ones); zero at --tp 1.
+     * A CUDA graph's replay counts the collectives captured in it. */
+    uint64_t allreduce_calls;  /* all-reduces, the residual steps among them */
+    uint64_t allreduce_floats; /* floats (per rank) they summed */
+    uint64_t residual_calls;   /* of allreduce_calls: all-reduce + residual add + RMSNorm */
+    uint64_t allgather_calls;  /* the vocabulary shards of the logits */
+    uint64_t allreduce_path_calls[4]; /* GPU ranks, by path: nccl, oneshot, twoshot, fused */
+    /* GPU ranks: the sum over those all-reduces of the time the start-up
+     * autotune measured for that size and path (an estimate from start-up
+     * timings, not a measurement of the steps), and the calls it covers */
+    double allreduce_est_s;
+    uint64_t allreduce_est_calls;
+    /* replays of proposer graphs, whose captured collectives are not
+     * recorded: their calls are missing from the counts above */
+    uint64_t allreduce_unrecorded_replays;
 } sd_engine_stats;
 
 /* Loads the model named by o->model (NULL/empty: the bundled model), the

@@ -175,8 +175,14 @@ int sd__graphs_capture(sd_engine *e, sd_err *err)
         if (!rc)
             rc = op->sync(e->be);
         struct capture_ctx cx = {&f, &e->tgraph[b]};
-        if (!rc)
+        /* the collectives of the capture run at each replay, not now */
+        sd_comm *comm = e->tp ? sd__tp_comm(e->tp) : NULL;
+        if (!rc) {
+            sd_comm_record_begin(comm);
             rc = sd__engine_each(e, capture_target, &cx, err);
+            if (sd_comm_record_end(comm, e->tgraph[b]))
+                sd_log_warn("cuda graphs: no memory to count the collectives of %d-token steps", T);
+        }
         if (rc)
             return err->msg[0] ? rc
                                : sd_err_set(err, rc, "capturing the CUDA graph of %d-token steps failed",
@@ -195,7 +201,10 @@ int sd__target_graph_launch(sd_engine *e, int Tp)
     int b = bucket_index(e, Tp);
     if (b < 0 || !e->tgraph[b])
         return SD_EINVAL;
-    return e->be->ops->graph_launch(e->be, e->tgraph[b]);
+    int rc = e->be->ops->graph_launch(e->be, e->tgraph[b]);
+    if (!rc && e->tp)
+        sd_comm_replayed(sd__tp_comm(e->tp), e->tgraph[b]); /* its collectives ran */
+    return rc;
 }
 
 /* ---- proposer graphs ---- */
@@ -206,8 +215,14 @@ sd_pgraph *sd__pgraph_find(sd_engine *e, int mode, const void *src, int T, int n
         return NULL;
     for (int i = 0; i < e->n_pgraphs; i++) {
         sd_pgraph *g = &e->pgraphs[i];
-        if (g->mode == mode && g->src == src && g->T == T && g->n_out == n_out)
+        if (g->mode == mode && g->src == src && g->T == T && g->n_out == n_out) {
+            /* a captured pass is replayed next (spec.c); its capture was not
+             * recorded, so the collectives' counts mark the replay as
+             * unrecorded (their calls are missing) */
+            if (g->graph && e->tp)
+                sd_comm_replayed(sd__tp_comm(e->tp), g->graph);
             return g;
+        }
     }
     if (e->n_pgraphs == SD_MAX_PGRAPHS)
         return NULL;

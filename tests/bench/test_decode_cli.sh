@@ -61,6 +61,31 @@ assert 2.5 < x["mean_accepted_length"] <= 3, x["mean_accepted_length"]
 assert x["draft_ms_per_step"] > 0 and x["verify_ms_per_step"] > 0
 '
 
+# tensor parallel on CPU ranks: the collectives per decode step. A target
+# pass makes one all-reduce for the vocab-sharded embedding, two residual
+# steps (all-reduce + add + RMSNorm) per layer and one all-gather of the
+# logits' vocab shards (src/target/model.c); every message is B x hidden.
+"$bench" --batch 1,3 --max-tokens 12 --warmup 2 --copy-bw-gbs 10 --opt threads=2 --opt tp=2 \
+    --out "$tmp/tp2.json" > "$tmp/tp2.txt" 2> "$tmp/tp2.err" || { cat "$tmp/tp2.err"; fail "tp 2 run"; }
+grep -q '^collectives per engine step at tp 2; est_ms: all-reduce time ESTIMATED' "$tmp/tp2.txt" \
+    || fail "no collectives table: $(cat "$tmp/tp2.txt")"
+check "$tmp/tp2.json" '
+cfg = json.load(open("models/specd-tiny/config.json"))
+L, D = cfg["num_hidden_layers"], cfg["hidden_size"]
+assert [x["batch"] for x in r] == [1, 3]
+for x in r:
+    a = x["allreduce"]
+    assert a["tp"] == 2 and x["engine_steps"] > 0
+    assert a["calls_per_step"] == 2 * L + 1, a
+    assert a["residual_calls_per_step"] == 2 * L and a["allgather_calls_per_step"] == 1, a
+    assert a["floats_per_call"] == x["batch"] * D, a
+    # CPU ranks: no paths, no start-up timings, so no estimate
+    assert a["calls_per_step_by_path"] == {"nccl": 0, "oneshot": 0, "twoshot": 0, "fused": 0}
+    assert a["est_ms_per_step"] is None and a["est_share_of_step"] is None and a["est_calls_covered"] == 0
+    assert a["unrecorded_graph_replays_per_step"] == 0
+'
+check "$tmp/plain.json" 'assert all("allreduce" not in x for x in r)'
+
 # errors: one line naming the flag, exit 2
 if "$bench" --synthetic-accept 1.5 2> "$tmp/e1"; then fail "bad --synthetic-accept accepted"; fi
 grep -q -- "--synthetic-accept: value 1 ('1.5')" "$tmp/e1" || fail "message: $(cat "$tmp/e1")"

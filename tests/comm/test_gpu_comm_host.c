@@ -125,8 +125,35 @@ TEST(table_text_and_metrics_list_every_size_with_its_pick)
     ASSERT(strstr(buf, "bytes=\"16777216\",algo=\"twoshot\"") == NULL);
 }
 
+TEST(table_estimate_interpolates_the_timed_sizes_and_skips_wrong_or_untimed_ones)
+{
+    sd_ar_table t = sample_table();
+    t.timed = 1;
+    /* oneshot: 4.25 us at 1024 floats, 45 at 262144; wrong at 4194304 */
+    ASSERT_NEAR(sd_ar_table_est_us(&t, SD_AR_ONESHOT, 1024), 4.25, 1e-12);
+    ASSERT_NEAR(sd_ar_table_est_us(&t, SD_AR_ONESHOT, 256), 4.25, 1e-12); /* the floor */
+    double mid = 1024 + (262144 - 1024) * 0.25;
+    ASSERT_NEAR(sd_ar_table_est_us(&t, SD_AR_ONESHOT, (size_t)mid), 4.25 + 0.25 * (45 - 4.25),
+                1e-9);
+    /* past the largest right size: scaled by the size */
+    ASSERT_NEAR(sd_ar_table_est_us(&t, SD_AR_ONESHOT, 4 * 262144), 4 * 45.0, 1e-9);
+    /* nccl: right at every size; between 262144 and 4194304 */
+    ASSERT_NEAR(sd_ar_table_est_us(&t, SD_AR_NCCL, 262144 + (4194304 - 262144) / 2),
+                (30.0 + 180.0) / 2, 1e-9);
+    ASSERT_NEAR(sd_ar_table_est_us(&t, SD_AR_NCCL, 8388608), 360.0, 1e-9);
+    /* untimed (forced) tables and missing tables estimate nothing */
+    t.timed = 0;
+    ASSERT_EQ(sd_ar_table_est_us(&t, SD_AR_ONESHOT, 1024), 0);
+    ASSERT_EQ(sd_ar_table_est_us(NULL, SD_AR_NCCL, 1024), 0);
+    sd_ar_table empty = {.timed = 1};
+    ASSERT_EQ(sd_ar_table_est_us(&empty, SD_AR_NCCL, 1024), 0);
+    t.timed = 1;
+    ASSERT_EQ(sd_ar_table_est_us(&t, SD_AR_N_ALGOS, 1024), 0);
+}
+
 TEST_MAIN(T(topology_prints_like_nvidia_smi_topo_m),
           T(the_probe_either_describes_the_gpus_or_says_why_not),
           T(allreduce_names_parse_both_ways),
           T(table_pick_takes_the_smallest_tuned_size_that_holds_the_message),
-          T(table_text_and_metrics_list_every_size_with_its_pick))
+          T(table_text_and_metrics_list_every_size_with_its_pick),
+          T(table_estimate_interpolates_the_timed_sizes_and_skips_wrong_or_untimed_ones))
