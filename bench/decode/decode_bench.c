@@ -538,8 +538,8 @@ static json_t *allreduce_json(const result *r)
                     "autotune's timings (per call, the time measured at start for that message "
                     "size and path, interpolated between the timed sizes; the fused residual "
                     "kernel at one-shot's time), not measured in the steps; its share is over "
-                    "the measured step_ms. null on CPU ranks (no timings). Proposer graph "
-                    "replays are not counted (unrecorded_graph_replays_per_step)"));
+                    "the measured step_ms. null on CPU ranks (no timings). Graph replays whose "
+                    "capture was not recorded: unrecorded_graph_replays_per_step (0 expected)"));
     return o;
 }
 

@@ -215,14 +215,8 @@ sd_pgraph *sd__pgraph_find(sd_engine *e, int mode, const void *src, int T, int n
         return NULL;
     for (int i = 0; i < e->n_pgraphs; i++) {
         sd_pgraph *g = &e->pgraphs[i];
-        if (g->mode == mode && g->src == src && g->T == T && g->n_out == n_out) {
-            /* a captured pass is replayed next (spec.c); its capture was not
-             * recorded, so the collectives' counts mark the replay as
-             * unrecorded (their calls are missing) */
-            if (g->graph && e->tp)
-                sd_comm_replayed(sd__tp_comm(e->tp), g->graph);
-            return g;
-        }
+        if (g->mode == mode && g->src == src && g->T == T && g->n_out == n_out)
+            return g; /* spec.c's pgraph_run counts its replays' collectives */
     }
     if (e->n_pgraphs == SD_MAX_PGRAPHS)
         return NULL;

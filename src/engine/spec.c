@@ -390,12 +390,22 @@ static int pgraph_run(sd_engine *e, sd_pgraph *g, int (*fn)(sd_engine *, void *,
                       void *ctx, sd_err *err)
 {
     const sd_ops *op = e->be->ops;
-    if (g && g->graph)
-        return op->graph_launch(e->be, g->graph);
-    if (g && g->seen) {
+    sd_comm *comm = e->tp ? sd__tp_comm(e->tp) : NULL;
+    if (g && !g->graph && g->seen) {
+        /* the collectives of the capture run at each replay, not now */
         struct capture_ctx cx = {fn, ctx, &g->graph};
+        sd_comm_record_begin(comm);
         int rc = sd__engine_each(e, capture_cb, &cx, err);
-        return rc ? rc : op->graph_launch(e->be, g->graph);
+        if (sd_comm_record_end(comm, g->graph))
+            sd_log_warn("cuda graphs: no memory to count a proposer pass's collectives");
+        if (rc)
+            return rc;
+    }
+    if (g && g->graph) {
+        int rc = op->graph_launch(e->be, g->graph);
+        if (!rc)
+            sd_comm_replayed(comm, g->graph); /* its collectives ran */
+        return rc;
     }
     if (g)
         g->seen = 1;
