@@ -4,7 +4,8 @@
 # one process with all the ranks prints, bit for bit (the node comm sums in
 # global rank order like the thread comm, and node 1 follows node 0's step
 # plans): greedy with each proposer, sampled, 4 ranks over 2 nodes, logits on
-# both nodes, `specd serve` answering on node 0 while node 1 follows. A node
+# both nodes, `specd serve` answering on node 0 while node 1 follows, SIGTERM
+# on node 0 stopping both cleanly. A node
 # that dies makes node 0 fail requests (and /health) with a message, not
 # hang; nodes with different settings are refused at start.
 # usage: test_nodes.sh SPECD   (run from the source root)
@@ -84,25 +85,39 @@ http() { # http PORT METHOD PATH [BODY] -> the whole response on stdout
     timeout 60 cat <&3
     exec 3<&-
 }
-p=$(port)
-hp=$(port)
-"$SPECD" serve "${cpu[@]}" --tp 2 --threads 1 --nnodes 2 --node-rank 1 \
-    --dist-init-addr 127.0.0.1:$p >/dev/null 2>"$tmp/s1.err" &
-s1=$!
-"$SPECD" serve "${cpu[@]}" --tp 2 --threads 1 --nnodes 2 --node-rank 0 \
-    --dist-init-addr 127.0.0.1:$p --host 127.0.0.1 --port "$hp" >/dev/null 2>"$tmp/s0.err" &
-s0=$!
-pids=("$s0" "$s1")
 body='{"model": "specd-tiny", "prompt": "def fibonacci(n):", "max_tokens": 12, "temperature": 0}'
-answer=""
-for _ in $(seq 1 240); do
-    answer=$(http "$hp" POST /v1/completions "$body")
-    [[ $answer == *'"text"'* ]] && break
-    sleep 0.5
-done
+serve_pair() { # node 1 and node 0 in the background; waits for node 0's first answer
+    p=$(port)
+    hp=$(port)
+    "$SPECD" serve "${cpu[@]}" --tp 2 --threads 1 --nnodes 2 --node-rank 1 \
+        --dist-init-addr 127.0.0.1:$p >/dev/null 2>"$tmp/s1.err" &
+    s1=$!
+    "$SPECD" serve "${cpu[@]}" --tp 2 --threads 1 --nnodes 2 --node-rank 0 \
+        --dist-init-addr 127.0.0.1:$p --host 127.0.0.1 --port "$hp" >/dev/null 2>"$tmp/s0.err" &
+    s0=$!
+    pids=("$s0" "$s1")
+    answer=""
+    for _ in $(seq 1 240); do
+        answer=$(http "$hp" POST /v1/completions "$body")
+        [[ $answer == *'"text"'* ]] && break
+        sleep 0.5
+    done
+}
+serve_pair
 if [[ $answer == *'HTTP/1.1 200'* && $answer == *'"text"'* ]]; then
     ok serve_on_two_nodes_answers
 else bad serve_on_two_nodes_answers "answer: ${answer:0:200} | $(tail -c 300 "$tmp/s0.err") | $(tail -c 300 "$tmp/s1.err")"; fi
+# SIGTERM on node 0: it drains, tells node 1, and both exit 0
+kill -TERM "$s0"
+timeout 60 tail --pid="$s0" -f /dev/null
+wait "$s0"; rc0=$?
+timeout 60 tail --pid="$s1" -f /dev/null
+wait "$s1"; rc1=$?
+pids=()
+[[ $rc0 == 0 && $rc1 == 0 ]] && ok sigterm_on_node_0_stops_both_nodes_cleanly ||
+    bad sigterm_on_node_0_stops_both_nodes_cleanly "rc $rc0/$rc1: $(tail -c 300 "$tmp/s1.err")"
+# again, then node 1 dies
+serve_pair
 kill -KILL "$s1"
 wait "$s1" 2>/dev/null
 sleep 1
