@@ -5,7 +5,12 @@
  * measured streaming read. Weights rotate over copies larger than L2 in
  * total so every call reads memory, not cache; all data is random.
  *
- *   specd-bench-kernels [--out FILE] [--commit C] [--quick]
+ *   specd-bench-kernels [--out FILE] [--commit C] [--quick] [--moe-prefill]
+ *
+ * moe_ffn also runs at prefill sizes (n = 256 .. 4096 tokens) on the grouped
+ * GEMV ("sorted") and on the tensor-core grouped GEMMs ("tc", the
+ * SPECD_MOE_TC switch), with TFLOP/s beside the bandwidth; --moe-prefill
+ * runs only that comparison.
  *
  * The achieved bandwidth of an op counts the bytes it must move: each weight
  * byte it touches once, activations in and out once. Prints a table and
@@ -317,11 +322,18 @@ static void bench_moe(bench *b, out *o, int D, int I, int E, int K, const int *n
     b->fn = moe_fn;
     b->ctx = &m;
 #ifndef SD_BENCH_BASELINE
-    int saved = b->c->moe_fused_max_pairs;
-    if (!strcmp(path, "fused"))
+    int saved = b->c->moe_fused_max_pairs, saved_tc = b->c->moe_tc;
+    int saved_tc_min = b->c->moe_tc_min_pairs;
+    if (!strcmp(path, "fused")) {
         b->c->moe_fused_max_pairs = 1 << 30;
-    else if (!strcmp(path, "sorted"))
+    } else if (!strcmp(path, "sorted")) {
         b->c->moe_fused_max_pairs = 1; /* top_k >= 2: never fused */
+        b->c->moe_tc = 0;              /* the grouped GEMV even under SPECD_MOE_TC=1 */
+    } else if (!strcmp(path, "tc")) {
+        b->c->moe_fused_max_pairs = 1;
+        b->c->moe_tc = 1;
+        b->c->moe_tc_min_pairs = 1; /* every sorted call on tensor cores */
+    }
 #endif
     uint64_t s = 0x1234567ull;
     for (int i = 0; i < nn; i++) {
@@ -357,20 +369,25 @@ static void bench_moe(bench *b, out *o, int D, int I, int E, int K, const int *n
             exit(1);
         double bytes = touched * 3.0 * (double)eb + (double)m.n * D * 8.0;
         double gbps = bytes / (mg * 1e-3) / 1e9;
-        printf("%-22s %-6s D=%d I=%d E=%d top-%d n=%-3d %9.2f %9.2f %8.0f %6.3f %6.3f  (%.1f experts)\n",
+        /* gate, up and down of every (token, slot) pair: 2 flops a weight */
+        double tflops = 2.0 * m.n * K * 3.0 * (double)D * I / (mg * 1e-3) / 1e12;
+        printf("%-22s %-6s D=%d I=%d E=%d top-%d n=%-4d %9.2f %9.2f %8.0f %6.3f %6.3f  (%.1f experts) "
+               "%.1f TFLOP/s\n",
                "moe_ffn", path, D, I, E, K, m.n, mg * 1e3, me * 1e3, gbps, gbps / copy_gbps,
-               gbps / read_gbps, touched);
+               gbps / read_gbps, touched, tflops);
         jrow(o,
              "\"op\": \"moe_ffn\", \"path\": \"%s\", \"D\": %d, \"I\": %d, \"experts\": %d, "
              "\"top_k\": %d, \"n\": %d, \"experts_touched\": %.2f, \"us_graph\": %.3f, "
              "\"us_eager\": %.3f, \"bytes\": %.0f, \"gbps\": %.1f, \"frac_copy\": %.4f, "
-             "\"frac_read\": %.4f",
+             "\"frac_read\": %.4f, \"tflops\": %.2f",
              path, D, I, E, K, m.n, touched, mg * 1e3, me * 1e3, bytes, gbps, gbps / copy_gbps,
-             gbps / read_gbps);
+             gbps / read_gbps, tflops);
         fflush(stdout);
     }
 #ifndef SD_BENCH_BASELINE
     b->c->moe_fused_max_pairs = saved;
+    b->c->moe_tc = saved_tc;
+    b->c->moe_tc_min_pairs = saved_tc_min;
 #endif
     free(hids);
     free(hw);
@@ -416,7 +433,7 @@ static void ceilings(bench *b)
 int main(int argc, char **argv)
 {
     const char *path = "bench/results/kernels-decode.json", *commit = "unknown";
-    int quick = 0;
+    int quick = 0, moe_prefill = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc)
             path = argv[++i];
@@ -424,8 +441,11 @@ int main(int argc, char **argv)
             commit = argv[++i];
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--moe-prefill"))
+            moe_prefill = 1;
         else {
-            fprintf(stderr, "usage: specd-bench-kernels [--out FILE] [--commit C] [--quick]\n");
+            fprintf(stderr, "usage: specd-bench-kernels [--out FILE] [--commit C] [--quick] "
+                            "[--moe-prefill]\n");
             return 2;
         }
     }
@@ -467,7 +487,7 @@ int main(int argc, char **argv)
         {"llama8b gate+up", 28672, 4096}, {"llama8b down", 4096, 14336},
         {"llama8b lm_head", 128256, 4096},
     };
-    for (size_t i = 0; i < sizeof l8 / sizeof l8[0]; i++)
+    for (size_t i = 0; i < sizeof l8 / sizeof l8[0] && !moe_prefill; i++)
         bench_mm(&b, &o, l8[i].name, l8[i].N, l8[i].K, 0, n_dec, quick ? 1 : 4, "auto");
     /* DeepSeek-V2-Lite dense parts (bf16): q, kv_a, o, shared experts, lm_head */
     struct { const char *name; int N, K; } ds[] = {
@@ -475,12 +495,14 @@ int main(int argc, char **argv)
         {"dsv2lite o", 2048, 2048},         {"dsv2lite shared g+u", 5632, 2048},
         {"dsv2lite shared down", 2048, 2816}, {"dsv2lite lm_head", 102400, 2048},
     };
-    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
+    for (size_t i = 0; i < sizeof ds / sizeof ds[0] && !moe_prefill; i++)
         bench_mm(&b, &o, ds[i].name, ds[i].N, ds[i].K, 0, n_one, 1, "auto");
     /* MLA absorbed per-head products (16 heads) */
-    bench_mm(&b, &o, "dsv2lite q_nope->lat", 512, 128, 16, n_dec, quick ? 1 : 4, "auto");
-    bench_mm(&b, &o, "dsv2lite lat->v", 128, 512, 16, n_dec, quick ? 1 : 4, "auto");
-    if (!quick) {
+    if (!moe_prefill) {
+        bench_mm(&b, &o, "dsv2lite q_nope->lat", 512, 128, 16, n_dec, quick ? 1 : 4, "auto");
+        bench_mm(&b, &o, "dsv2lite lat->v", 128, 512, 16, n_dec, quick ? 1 : 4, "auto");
+    }
+    if (!quick && !moe_prefill) {
         /* GEMV against cuBLASLt (bf16 hi + lo) above 8 rows: the crossover */
         int big[][2] = {{4096, 4096}, {28672, 4096}, {4096, 14336}};
         for (int i = 0; i < 3; i++) {
@@ -500,9 +522,24 @@ int main(int argc, char **argv)
     int nm = quick ? 2 : 6;
     printf("\n%-22s %-6s %-32s %9s %9s %8s %6s %6s\n", "op", "path", "shape", "us/graph", "us/eager",
            "GB/s", "/copy", "/read");
-    bench_moe(&b, &o, 2048, 1408, 64, 6, n_moe, nm, "auto");
-    bench_moe(&b, &o, 2048, 1408, 64, 6, n_moe, nm, "fused");
-    bench_moe(&b, &o, 2048, 1408, 64, 6, n_moe, nm, "sorted");
+    if (!moe_prefill) {
+        bench_moe(&b, &o, 2048, 1408, 64, 6, n_moe, nm, "auto");
+        bench_moe(&b, &o, 2048, 1408, 64, 6, n_moe, nm, "fused");
+        bench_moe(&b, &o, 2048, 1408, 64, 6, n_moe, nm, "sorted");
+    }
+    if (!quick || moe_prefill) {
+        /* prefill: the grouped GEMV against the tensor-core grouped GEMMs;
+         * DeepSeek-V2-Lite's experts, then 256 experts at top-8 (V3's
+         * routing, V2-Lite's expert size) */
+        static const int n_pf_moe[] = {256, 512, 1024, 2048, 4096};
+        bench_moe(&b, &o, 2048, 1408, 64, 6, n_pf_moe, 5, "sorted");
+        bench_moe(&b, &o, 2048, 1408, 64, 6, n_pf_moe, 5, "tc");
+        bench_moe(&b, &o, 2048, 1408, 256, 8, n_pf_moe, 5, "sorted");
+        bench_moe(&b, &o, 2048, 1408, 256, 8, n_pf_moe, 5, "tc");
+    }
+    if (moe_prefill)
+        goto done; /* nothing else was asked for */
+done:
     fprintf(o.json, "\n  ]\n}\n");
     fclose(o.json);
     printf("\nwrote %s\n", path);

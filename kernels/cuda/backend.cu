@@ -389,6 +389,9 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     be->impl = c;
     c->device = device;
     c->bf16_split = 1;
+    /* SPECD_MOE_TC=1: moe_ffn prefill on tensor cores (read once, kept in the context) */
+    const char *moe_tc = getenv("SPECD_MOE_TC");
+    c->moe_tc = moe_tc && !strcmp(moe_tc, "1");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

@@ -43,6 +43,17 @@ extern "C" {
  * 1.5x faster at 96 pairs, 1.08x at 192 (bench/results/NOTES.md). */
 #define SD_CUDA_MOE_FUSED_MAX_PAIRS 192
 
+/* moe_ffn's sorted path on tensor cores (grouped GEMMs, mma.sync bf16):
+ * off by default (the grouped GEMV); on when the environment has
+ * SPECD_MOE_TC=1 as the backend opens, or through this call. It takes BF16
+ * weights with D and I multiples of 8 from SD_CUDA_MOE_TC_MIN_PAIRS (token,
+ * expert) pairs; other shapes keep the grouped GEMV. The activations and
+ * the SiLU product are rounded to bf16 (fp32 sums): outputs within ~3e-3 of
+ * max |out| of the fp32 path (kernels/cuda/moe.cu; tested to 1e-2). The
+ * threshold is a guess, not yet measured against the grouped GEMV. */
+#define SD_CUDA_MOE_TC_MIN_PAIRS 256
+void sd_cuda_set_moe_tc(sd_backend *be, int on);
+
 /* BF16 GEMM activations: on (the default), two bf16 terms hi = bf16(x) and
  * lo = bf16(x - hi) in two GEMMs, ~16 mantissa bits (logits within ~1e-5 of
  * fp32; twice the tensor-core work); off, one term, 8 bits (~1e-2). */

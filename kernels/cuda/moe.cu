@@ -13,9 +13,12 @@
  * GEMV over (expert, output-column tile) blocks reads each expert's weights
  * once per 8 rows routed to it and skips experts with none; gate/up and SiLU
  * are fused, down follows, and a combine sums each token's top-k rows with
- * their weights in slot order. The expert weight pointers travel as a kernel
- * parameter (up to 1024 experts: 16 KiB, within the 32 KiB parameter limit
- * of CUDA 12.1+), so nothing is uploaded or allocated per call. */
+ * their weights in slot order. Prefill with the switch on (SPECD_MOE_TC=1,
+ * sd_cuda_set_moe_tc) replaces the grouped GEMV by grouped GEMMs on tensor
+ * cores (bf16 activations; section below). The expert weight pointers
+ * travel as a kernel parameter (up to 1024 experts: 16 KiB, within the
+ * 32 KiB parameter limit of CUDA 12.1+), so nothing is uploaded or
+ * allocated per call. */
 #include <math.h>
 #include <string.h>
 
@@ -463,6 +466,347 @@ static void launch_fused_e(sd__cuda *c, const sd_experts *ex, float *out, float 
         launch_fused<DT, MOE_MAX_EXPERTS>(c, ex, out, h, x, ids, wts, n, top_k, D, I);
 }
 
+/* ---- grouped GEMM on tensor cores (prefill) ------------------------------
+ *
+ * Many (token, slot) rows per expert (prefill: hundreds to thousands of
+ * tokens x top-k) make the expert FFN compute-bound; the grouped GEMV above
+ * does fp32 multiply-adds. With the switch on (sd_cuda_set_moe_tc or
+ * SPECD_MOE_TC=1 at open) and BF16 weights, the sorted rows go through two
+ * grouped GEMMs on mma.sync m16n8k16 (bf16 operands, fp32 accumulate):
+ *
+ *   tiles    one block: each expert's rows cut into row tiles of MOE_TC_BM,
+ *            tile_off (E + 1) the prefix of the per-expert tile counts and
+ *            tile_e (tiles) the expert of each, from the sort's offsets, on
+ *            the device (the host never sees a count);
+ *   x -> bf16  the n token rows once (not the n * top_k pairs);
+ *   gate/up  per (expert, column tile, row tile): 64 gate and the same 64 up
+ *            columns against a row tile, SiLU(g) * u in the epilogue, h
+ *            stored in bf16 (m, I) in sorted order;
+ *   down     the same over h: 128 output columns a tile, y (m, D) fp32;
+ *   combine  the grouped path's kernel (slots in order).
+ *
+ * The GEMM blocks are persistent (a grid of what the SMs hold at once)
+ * and walk L = 0 .. tile_off[E] * ncol - 1 with a stride of the grid. Inside
+ * an expert L runs over row tiles fastest, then column tiles, so the blocks
+ * in flight share one expert's weight tile (read from memory about once,
+ * then from L2) while the row tiles' activations, much smaller, are the
+ * ones re-read. As in vLLM's fused_moe (rows padded to BLOCK_M per expert,
+ * an expert id per row block) the activation rows of the gate/up GEMM are
+ * gathered through the sort's positions as they load (token = row / top_k).
+ *
+ * Tile: BM = 64 rows x 128 weight rows (64 gate + 64 up, or 128 down) x
+ * BK = 32, four warps of 32 x 64 (2 x 8 mmas), 4 stages of cp.async
+ * (16-byte, zero-filled past the rows, columns and K), 48 KiB of static
+ * shared memory; chunks XOR-swizzled by row so ldmatrix reads hit 8
+ * different 16-byte bank groups. Needs D % 8 == 0, I % 8 == 0 and 16-byte
+ * aligned data (any K tail is zero-filled); other shapes and dtypes take
+ * the grouped GEMV.
+ *
+ * Accuracy: x and h are rounded to bf16 (2^-9 relative each); a float64
+ * model of this op on the GPU test's distributions gave 2.7e-3 rms and
+ * 2.0e-3 .. 3.1e-3 max |err| / max |out| (the GEMV path: ~1e-6). That
+ * model, and a lane-by-lane emulation of these kernels' index math (PTX
+ * fragment layouts, swizzle, zero-fill, tile walk), are
+ * bench/kernels/moe_tc_model.py. */
+
+#define MOE_TC_BM 64
+#define MOE_TC_BK 32
+#define MOE_TC_BROWS 128 /* weight rows a tile */
+#define MOE_TC_STAGES 4
+#define MOE_TC_THREADS 128
+#define MOE_TC_BLOCKS_PER_SM 4 /* 48 KiB of shared memory and <= 128 registers each */
+
+void sd_cuda_set_moe_tc(sd_backend *be, int on) { sd__cuda_of(be)->moe_tc = on != 0; }
+
+/* tile_off (E + 1): prefix of ceil(rows_e / BM); tile_e: the expert of each
+ * row tile. One block of 1024 threads, one expert each (E <= 1024). */
+__global__ void __launch_bounds__(1024) moe_tc_tiles_kernel(int *tile_off, int *tile_e,
+                                                            const int *off, int E)
+{
+    __shared__ int wsum[32];
+    const int e = threadIdx.x, lane = e % 32, w = e / 32;
+    const int cnt = e < E ? (off[e + 1] - off[e] + MOE_TC_BM - 1) / MOE_TC_BM : 0;
+    int v = cnt; /* inclusive scan in the warp, then over the warps' sums */
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        int u = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o)
+            v += u;
+    }
+    if (lane == 31)
+        wsum[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        int s = lane < (int)(blockDim.x / 32) ? wsum[lane] : 0;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            int u = __shfl_up_sync(0xffffffffu, s, o);
+            if (lane >= o)
+                s += u;
+        }
+        wsum[lane] = s;
+    }
+    __syncthreads();
+    const int incl = v + (w ? wsum[w - 1] : 0), excl = incl - cnt;
+    if (e < E) {
+        tile_off[e] = excl;
+        for (int i = 0; i < cnt; i++)
+            tile_e[excl + i] = e;
+    }
+    if (e == E - 1)
+        tile_off[E] = incl;
+}
+
+/* two floats as packed bf16 (round to nearest even), the first in the low half */
+__device__ __forceinline__ uint32_t moe_tc_pack(float lo, float hi)
+{
+    const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&p);
+}
+
+/* xb(n8 * 8) = bf16(x); 8 elements a thread step */
+__global__ void moe_tc_bf16_kernel(__nv_bfloat16 *xb, const float *x, size_t n8)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float4 a = ((const float4 *)x)[2 * i], b = ((const float4 *)x)[2 * i + 1];
+        ((uint4 *)xb)[i] = make_uint4(moe_tc_pack(a.x, a.y), moe_tc_pack(a.z, a.w),
+                                      moe_tc_pack(b.x, b.y), moe_tc_pack(b.z, b.w));
+    }
+}
+
+/* element offset of 16-byte chunk c (0..3) of row r in a (rows, BK) tile */
+__device__ __forceinline__ int moe_tc_swz(int r, int c)
+{
+    return r * MOE_TC_BK + ((c ^ ((r >> 1) & 3)) << 3);
+}
+
+/* 16 bytes global -> shared, or zeros when bytes == 0 (nothing is read) */
+__device__ __forceinline__ void moe_tc_cp16(void *smem, const void *g, int bytes)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "r"(bytes));
+}
+
+__device__ __forceinline__ void moe_tc_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int N> __device__ __forceinline__ void moe_tc_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void moe_tc_ldsm4(uint32_t (&r)[4], const void *p)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+
+/* GU: h(m, N = I) = bf16(SiLU(A W_gate^T) * (A W_up^T)), A row p = a[sorted[p] / top_k]
+ *     (a: the bf16 tokens (n, K = D)); tab.a gate, tab.b up.
+ * !GU: y(m, N = D) = A W_down^T, A row p = a[p] (a: h (m, K = I)); tab.a down.
+ * off (E + 1), tile_off (E + 1), tile_e: the sort's and the tiles kernel's. */
+template <bool GU, int MAXE>
+__global__ void __launch_bounds__(MOE_TC_THREADS, MOE_TC_BLOCKS_PER_SM)
+moe_tc_gemm_kernel(void *outp, const __nv_bfloat16 *a, const int *sorted, int top_k,
+                   const int *off, const int *tile_off, const int *tile_e, int E, int N, int K,
+                   const __grid_constant__ moe_tabs<MAXE> tab)
+{
+    __shared__ __align__(128) __nv_bfloat16 sa[MOE_TC_STAGES][MOE_TC_BM * MOE_TC_BK];
+    __shared__ __align__(128) __nv_bfloat16 sb[MOE_TC_STAGES][MOE_TC_BROWS * MOE_TC_BK];
+    const int BN = GU ? MOE_TC_BROWS / 2 : MOE_TC_BROWS; /* output columns a tile */
+    const int ncol = (N + BN - 1) / BN, nk = (K + MOE_TC_BK - 1) / MOE_TC_BK;
+    const int total = tile_off[E] * ncol;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wm = warp / 2, wn = warp % 2;
+    const int ck = tid % 4; /* the 16-byte chunk of BK this thread loads */
+    for (int L = blockIdx.x; L < total; L += gridDim.x) {
+        const int rt = L / ncol, e = tile_e[rt], t0 = tile_off[e], nrt = tile_off[e + 1] - t0;
+        const int local = L - t0 * ncol, ct = local / nrt, r = local % nrt;
+        const int row0 = off[e] + r * MOE_TC_BM, col0 = ct * BN;
+        const int rows = min(MOE_TC_BM, off[e + 1] - row0);
+        /* this thread's source rows: A rows tid/4 + 32i, weight rows tid/4 + 32i */
+        const __nv_bfloat16 *asrc[2];
+        bool aok[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int rr = tid / 4 + 32 * i;
+            aok[i] = rr < rows;
+            size_t ar = 0;
+            if (aok[i])
+                ar = GU ? (size_t)(sorted[row0 + rr] / top_k) : (size_t)(row0 + rr);
+            asrc[i] = a + ar * (size_t)K;
+        }
+        /* weight rows tid/4 + 32i: i = 0, 1 from wlo, i = 2, 3 from whi (GU: the
+         * same columns of up; down: 64 rows further) */
+        const int j0 = col0 + tid / 4, jhi = GU ? j0 : j0 + 64;
+        const __nv_bfloat16 *wlo = (const __nv_bfloat16 *)tab.a[e] + (size_t)j0 * (size_t)K;
+        const __nv_bfloat16 *whi = (const __nv_bfloat16 *)(GU ? tab.b[e] : tab.a[e]) +
+                                   (size_t)jhi * (size_t)K;
+        const size_t k32 = (size_t)32 * (size_t)K;
+        auto load = [&](int s, int kt) {
+            const int k = kt * MOE_TC_BK + ck * 8;
+            const bool kin = k < K;
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const bool ok = kin && aok[i];
+                moe_tc_cp16(&sa[s][moe_tc_swz(tid / 4 + 32 * i, ck)], ok ? asrc[i] + k : a,
+                            ok ? 16 : 0);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int j = (i < 2 ? j0 : jhi) + 32 * (i % 2);
+                const bool ok = kin && j < N;
+                const __nv_bfloat16 *src = (i < 2 ? wlo : whi) + (i % 2 ? k32 : 0) + k;
+                moe_tc_cp16(&sb[s][moe_tc_swz(tid / 4 + 32 * i, ck)], ok ? src : a, ok ? 16 : 0);
+            }
+        };
+        float acc[2][8][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+                    acc[mi][j][q] = 0.0f;
+#pragma unroll
+        for (int s = 0; s < MOE_TC_STAGES - 1; s++) {
+            if (s < nk)
+                load(s, s);
+            moe_tc_commit();
+        }
+        for (int kt = 0; kt < nk; kt++) {
+            moe_tc_wait<MOE_TC_STAGES - 2>(); /* stage kt has landed (this thread's part) */
+            __syncthreads();                  /* everyone's part; stage kt - 1 is free */
+            if (kt + MOE_TC_STAGES - 1 < nk)
+                load((kt + MOE_TC_STAGES - 1) % MOE_TC_STAGES, kt + MOE_TC_STAGES - 1);
+            moe_tc_commit();
+            const __nv_bfloat16 *As = sa[kt % MOE_TC_STAGES], *Bs = sb[kt % MOE_TC_STAGES];
+#pragma unroll
+            for (int ks = 0; ks < MOE_TC_BK / 16; ks++) {
+                /* A (16 x 16) of m-tile mi: matrices rows 0-7 / 8-15 x k 0-7 / 8-15 */
+                uint32_t af[2][4];
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++)
+                    moe_tc_ldsm4(af[mi], As + moe_tc_swz(wm * 32 + mi * 16 + lane % 16,
+                                                         ks * 2 + lane / 16));
+                /* B pair p: n-tiles 2p, 2p + 1 (16 weight rows) x k 0-7 / 8-15; GU:
+                 * pairs 0-1 gate columns, 2-3 the same up columns */
+#pragma unroll
+                for (int p = 0; p < 4; p++) {
+                    const int rb = GU ? (p < 2 ? wn * 32 + p * 16
+                                               : MOE_TC_BROWS / 2 + wn * 32 + (p - 2) * 16)
+                                      : wn * 64 + p * 16;
+                    uint32_t bf[4];
+                    moe_tc_ldsm4(bf, Bs + moe_tc_swz(rb + lane % 8 + (lane / 16) * 8,
+                                                     ks * 2 + (lane / 8) % 2));
+#pragma unroll
+                    for (int mi = 0; mi < 2; mi++) {
+                        sd__mma_bf16(acc[mi][2 * p], af[mi], bf[0], bf[1]);
+                        sd__mma_bf16(acc[mi][2 * p + 1], af[mi], bf[2], bf[3]);
+                    }
+                }
+            }
+        }
+        __syncthreads(); /* the next tile's first loads reuse every stage */
+        /* c0, c1: (row g, cols 2t, 2t + 1); c2, c3: (row g + 8, same) */
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int row = wm * 32 + mi * 16 + lane / 4 + 8 * hh;
+                if (row >= rows)
+                    continue;
+                const size_t orow = (size_t)(row0 + row) * (size_t)N;
+                if (GU) {
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        const int col = col0 + wn * 32 + j * 8 + 2 * (lane % 4);
+                        if (col >= N)
+                            continue;
+                        const float g0 = acc[mi][j][2 * hh], g1 = acc[mi][j][2 * hh + 1];
+                        const float u0 = acc[mi][j + 4][2 * hh], u1 = acc[mi][j + 4][2 * hh + 1];
+                        ((__nv_bfloat162 *)outp)[(orow + (size_t)col) / 2] =
+                            __floats2bfloat162_rn(g0 / (1.0f + expf(-g0)) * u0,
+                                                  g1 / (1.0f + expf(-g1)) * u1);
+                    }
+                } else {
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        const int col = col0 + wn * 64 + j * 8 + 2 * (lane % 4);
+                        if (col >= N)
+                            continue;
+                        ((float2 *)outp)[(orow + (size_t)col) / 2] =
+                            make_float2(acc[mi][j][2 * hh], acc[mi][j][2 * hh + 1]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Row tiles at most: sum over experts of ceil(m_e / BM) <= m / BM + the
+ * experts with rows. */
+static size_t moe_tc_max_tiles(size_t m, int E)
+{
+    return m / MOE_TC_BM + ((size_t)E < m ? (size_t)E : m);
+}
+
+/* The path for m = n * top_k sorted rows: the switch, bf16 weights, dims
+ * and pointers the 16-byte loads take (vec), enough rows, and room in tmp
+ * for the tile list after the sort's ints. */
+static int moe_tc_takes(const sd__cuda *c, sd_dtype dt, int vec, size_t m, int E, int D, int I)
+{
+    size_t min_pairs = c->moe_tc_min_pairs > 0 ? (size_t)c->moe_tc_min_pairs
+                                               : (size_t)SD_CUDA_MOE_TC_MIN_PAIRS;
+    if (!c->moe_tc || dt != SD_DT_BF16 || !vec || m < min_pairs)
+        return 0;
+    size_t ints = 2 * ((size_t)E + 1) + 2 * m + moe_tc_max_tiles(m, E);
+    return ints <= m * ((size_t)D + (size_t)I + 1);
+}
+
+/* h: (m, I) floats of tmp, holding h in bf16; y: (m, D) floats, first the
+ * bf16 tokens (n, D) (read by gate/up, then overwritten by down); tile_off,
+ * tile_e: ints after the sort's. */
+template <int MAXE>
+static void launch_tc(sd__cuda *c, const sd_experts *ex, float *h, float *y, const float *x,
+                      const int *off, const int *sorted, int *tile_off, int *tile_e, int n,
+                      int top_k, int D, int I, size_t m)
+{
+    const int E = ex->n;
+    moe_tc_tiles_kernel<<<1, 1024, 0, c->stream>>>(tile_off, tile_e, off, E);
+    if (SD_LAUNCHED(c, "moe_tc_tiles_kernel"))
+        return;
+    __nv_bfloat16 *xb = (__nv_bfloat16 *)y, *hb = (__nv_bfloat16 *)h;
+    size_t n8 = (size_t)n * (size_t)D / 8, cap = (size_t)c->sm_count * 8;
+    unsigned gb = (unsigned)((n8 + 255) / 256 < cap ? (n8 + 255) / 256 : cap);
+    moe_tc_bf16_kernel<<<gb, 256, 0, c->stream>>>(xb, x, n8);
+    if (SD_LAUNCHED(c, "moe_tc_bf16_kernel"))
+        return;
+    moe_tabs<MAXE> tab;
+    memset(&tab, 0, sizeof tab);
+    for (int e = 0; e < E; e++) {
+        tab.a[e] = ex->gate[e].data;
+        tab.b[e] = ex->up[e].data;
+    }
+    const size_t tiles = moe_tc_max_tiles(m, E), hold = (size_t)c->sm_count * MOE_TC_BLOCKS_PER_SM;
+    size_t blocks = tiles * (size_t)((I + MOE_TC_BROWS / 2 - 1) / (MOE_TC_BROWS / 2));
+    moe_tc_gemm_kernel<true, MAXE><<<(unsigned)(blocks < hold ? blocks : hold), MOE_TC_THREADS, 0,
+                                     c->stream>>>(hb, xb, sorted, top_k, off, tile_off, tile_e, E,
+                                                  I, D, tab);
+    if (SD_LAUNCHED(c, "moe_tc_gemm_kernel<gate/up>"))
+        return;
+    for (int e = 0; e < E; e++) {
+        tab.a[e] = ex->down[e].data;
+        tab.b[e] = NULL;
+    }
+    blocks = tiles * (size_t)((D + MOE_TC_BROWS - 1) / MOE_TC_BROWS);
+    moe_tc_gemm_kernel<false, MAXE><<<(unsigned)(blocks < hold ? blocks : hold), MOE_TC_THREADS, 0,
+                                      c->stream>>>(y, hb, NULL, 1, off, tile_off, tile_e, E, D, I,
+                                                   tab);
+    SD_LAUNCHED(c, "moe_tc_gemm_kernel<down>");
+}
+
 void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t *ids,
                       const float *wts, const sd_experts *ex, int n, int top_k, int D, void *tmp)
 {
@@ -511,11 +855,20 @@ void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t 
                                                                                (int)m, E, ex->first);
     if (SD_LAUNCHED(c, "moe_sort_kernel"))
         return;
-    switch (dt) {
-    case SD_DT_F32: launch_experts_v<SD__F32>(c, vec, ex, h, y, x, off, sorted, top_k, D, I); break;
-    case SD_DT_BF16: launch_experts_v<SD__BF16>(c, vec, ex, h, y, x, off, sorted, top_k, D, I); break;
-    case SD_DT_F16: launch_experts_v<SD__F16>(c, vec, ex, h, y, x, off, sorted, top_k, D, I); break;
-    default: SD_BADARG(c, "moe_ffn: weight dtype %s", sd_dtype_name(dt)); return;
+    if (moe_tc_takes(c, dt, vec, m, E, D, I)) {
+        int *tile_off = inv + m, *tile_e = tile_off + E + 1; /* (E + 1), (tiles) */
+        if (E <= 256)
+            launch_tc<256>(c, ex, h, y, x, off, sorted, tile_off, tile_e, n, top_k, D, I, m);
+        else
+            launch_tc<MOE_MAX_EXPERTS>(c, ex, h, y, x, off, sorted, tile_off, tile_e, n, top_k, D,
+                                       I, m);
+    } else {
+        switch (dt) {
+        case SD_DT_F32: launch_experts_v<SD__F32>(c, vec, ex, h, y, x, off, sorted, top_k, D, I); break;
+        case SD_DT_BF16: launch_experts_v<SD__BF16>(c, vec, ex, h, y, x, off, sorted, top_k, D, I); break;
+        case SD_DT_F16: launch_experts_v<SD__F16>(c, vec, ex, h, y, x, off, sorted, top_k, D, I); break;
+        default: SD_BADARG(c, "moe_ffn: weight dtype %s", sd_dtype_name(dt)); return;
+        }
     }
     if (c->err)
         return;

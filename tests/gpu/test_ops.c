@@ -17,6 +17,8 @@
  *              activations go to cuBLASLt as two bf16 terms (hi + lo, ~2^-17
  *              relative);
  *   1e-2       the same with one bf16 term (sd_cuda_set_bf16_split off: 2^-9);
+ *              moe_ffn on tensor cores (sd_cuda_set_moe_tc: x and SiLU(g) * u
+ *              rounded to bf16; 2.0e-3 .. 3.1e-3 in a float64 model of it);
  *   5e-5       attention (fp32 softmax sums over up to 8k positions in tiles
  *              of 32 instead of one by one; ~4e-6 measured in a model of it).
  * Shapes include ragged batches (sequences of different lengths and new
@@ -946,6 +948,177 @@ TEST(moe_ffn_fused_small_batches_match_the_cpu)
     ASSERT(ok);
 }
 
+/* The sorted path on tensor cores (sd_cuda_set_moe_tc): grouped GEMMs on
+ * bf16 activations. Routing is skewed as prefill sees it: one hot expert in
+ * every token's top-k (in a rotating slot: the most rows, many row tiles),
+ * a quarter of the experts never chosen (no rows), the rest uniform. One
+ * bank of experts serves several batches (weights are the slow part to
+ * make). Bound 1e-2 of max |out|: x and SiLU(g) * u are rounded to bf16
+ * (2^-9 relative each), which a float64 model of the op
+ * (bench/kernels/moe_tc_model.py error) gave as 2.0e-3 .. 3.1e-3 of
+ * max |out| on these distributions (2.7e-3 rms); shapes the path
+ * does not take (F16 weights, D not a multiple of 8, too few pairs) must
+ * keep the fp32 paths' 1e-5, and a tensor-core run must show the bf16
+ * rounding (error >= 1e-5: the switch took effect) and give the same bits
+ * twice. */
+typedef struct tc_bank {
+    sd_dtype dt;
+    int E, D, I, first;
+    tw *w;           /* 3E: gate, up, down */
+    sd_weight *cw;   /* 6E: cpu gate, up, down, gpu gate, up, down */
+} tc_bank;
+
+static int tc_bank_make(gpu_env *e, tc_bank *b, sd_dtype dt, int E, int D, int I, int first)
+{
+    *b = (tc_bank){.dt = dt, .E = E, .D = D, .I = I, .first = first};
+    b->w = (tw *)calloc((size_t)E * 3, sizeof(tw));
+    b->cw = (sd_weight *)calloc((size_t)E * 6, sizeof(sd_weight));
+    for (int x = 0; x < E; x++) {
+        if (tw_make(e, &b->w[x], dt, I, D, 0.3f) || tw_make(e, &b->w[E + x], dt, I, D, 0.3f) ||
+            tw_make(e, &b->w[2 * E + x], dt, D, I, 0.3f))
+            return -1;
+        for (int k = 0; k < 3; k++) {
+            b->cw[k * E + x] = b->w[k * E + x].c;
+            b->cw[(3 + k) * E + x] = b->w[k * E + x].g;
+        }
+    }
+    return 0;
+}
+
+static void tc_bank_free(gpu_env *e, tc_bank *b)
+{
+    for (int x = 0; b->w && x < 3 * b->E; x++)
+        tw_free(e, &b->w[x]);
+    free(b->w);
+    free(b->cw);
+    memset(b, 0, sizeof *b);
+}
+
+/* a quarter of the global experts, picked by salt, that no token chooses */
+static int tc_idle(int x, int salt) { return (x * 7 + salt) % 4 == 0; }
+
+/* n tokens, top-K over E_all global experts (the bank holds first .. first
+ * + E - 1); see above for the skew. */
+static int tc_case(gpu_env *e, const tc_bank *b, int n, int K, int E_all)
+{
+    const int E = b->E, D = b->D, I = b->I;
+    const size_t m = (size_t)n * K;
+    const int salt = rnd_int(e, 4);
+    int hot;
+    do
+        hot = b->first + rnd_int(e, E);
+    while (tc_idle(hot, salt));
+    int32_t *ids = (int32_t *)malloc(m * sizeof(int32_t));
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < K; j++) {
+            int x = hot, dup;
+            if (j != t % K) {
+                do {
+                    x = rnd_int(e, E_all);
+                    dup = x == hot || tc_idle(x, salt);
+                    for (int i = 0; i < j; i++)
+                        dup |= ids[(size_t)t * K + i] == x;
+                } while (dup);
+            }
+            ids[(size_t)t * K + j] = x;
+        }
+    int idle = 0;
+    for (int x = 0; x < E; x++) {
+        int used = 0;
+        for (size_t r = 0; r < m && !used; r++)
+            used = ids[r] == b->first + x;
+        idle += !used;
+    }
+    sd_experts ce = {.n = E, .gate = b->cw, .up = b->cw + E, .down = b->cw + 2 * E,
+                     .first = b->first};
+    sd_experts ge = {.n = E, .gate = b->cw + 3 * E, .up = b->cw + 4 * E, .down = b->cw + 5 * E,
+                     .first = b->first};
+    float *w = rnd_floats(e, m, 0.05f, 1.0f), *x = rnd_floats(e, (size_t)n * D, -1, 1);
+    size_t tmpn = SD_MOE_TMP_FLOATS(n, K, D, I);
+    float *tmp = (float *)malloc(tmpn * sizeof(float));
+    float *co = (float *)malloc((size_t)n * D * sizeof(float));
+    e->cpu->ops->moe_ffn(e->cpu, co, x, ids, w, &ce, n, K, D, tmp);
+    int32_t *did = (int32_t *)gput(e, ids, m * 4);
+    float *dw = (float *)gput(e, w, m * 4), *dx = (float *)gput(e, x, (size_t)n * D * 4);
+    float *dtmp = gpoison(e, tmpn), *d1 = gpoison(e, (size_t)n * D), *d2 = gpoison(e, (size_t)n * D);
+    sd_cuda_set_moe_tc(e->gpu, 1);
+    e->gpu->ops->moe_ffn(e->gpu, d1, dx, did, dw, &ge, n, K, D, dtmp);
+    e->gpu->ops->moe_ffn(e->gpu, d2, dx, did, dw, &ge, n, K, D, dtmp);
+    sd_cuda_set_moe_tc(e->gpu, 0);
+    const int v8 = D % 8 == 0 && I % 8 == 0;
+    const int fused = m <= SD_CUDA_MOE_FUSED_MAX_PAIRS && v8;
+    const int tc = !fused && v8 && b->dt == SD_DT_BF16 && m >= SD_CUDA_MOE_TC_MIN_PAIRS;
+    char name[160];
+    snprintf(name, sizeof name, "moe_ffn tc on %s n=%d E=%d%s top-%d D=%d I=%d", sd_dtype_name(b->dt),
+             n, E, E < E_all ? " bank" : "", K, D, I);
+    float *g1 = gget(e, d1, (size_t)n * D), *g2 = gget(e, d2, (size_t)n * D);
+    double err = g1 ? rel_err(g1, co, (size_t)n * D) : INFINITY;
+    int ok = reportf(err, tc ? 1e-2 : 1e-5, "%s, hot expert %d rows, %d idle (%s)", name, n, idle,
+                     tc ? "tensor cores" : fused ? "fused" : "grouped gemv");
+    if (tc) {
+        /* the GEMV paths are ~1e-6 from the CPU: a smaller error means the
+         * switch did not take effect */
+        ok &= reportf(err >= 1e-5 ? 0 : 1, 0, "%s: bf16 rounding seen (error >= 1e-5)", name);
+        size_t diff = g1 && g2 ? 0 : (size_t)n * D;
+        for (size_t i = 0; g1 && g2 && i < (size_t)n * D; i++)
+            diff += memcmp(&g1[i], &g2[i], sizeof(float)) != 0;
+        ok &= reportf((double)diff, 0, "%s: second run bitwise (mismatches)", name);
+    }
+    free(g1);
+    free(g2);
+    free(ids);
+    free(w);
+    free(x);
+    free(tmp);
+    free(co);
+    gfree(e, did);
+    gfree(e, dw);
+    gfree(e, dx);
+    gfree(e, dtmp);
+    gfree(e, d1);
+    gfree(e, d2);
+    return ok;
+}
+
+TEST(moe_ffn_tensor_core_prefill_matches_the_cpu_and_odd_shapes_fall_back)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    tc_bank b;
+    /* DeepSeek-V2-Lite's experts: 64 x (1408 x 2048) */
+    ASSERT(tc_bank_make(&e, &b, SD_DT_BF16, 64, 2048, 1408, 0) == 0);
+    ok &= tc_case(&e, &b, 64, 6, 64);
+    ok &= tc_case(&e, &b, 300, 6, 64);
+    ok &= tc_case(&e, &b, 300, 8, 64);
+    ok &= tc_case(&e, &b, 2048, 6, 64);
+    /* below the threshold: the fused path, then the grouped GEMV */
+    ok &= tc_case(&e, &b, SD_CUDA_MOE_FUSED_MAX_PAIRS / 6, 6, 64);
+    if (SD_CUDA_MOE_TC_MIN_PAIRS > SD_CUDA_MOE_FUSED_MAX_PAIRS + 6)
+        ok &= tc_case(&e, &b, (SD_CUDA_MOE_TC_MIN_PAIRS - 1) / 6, 6, 64);
+    tc_bank_free(&e, &b);
+    /* 256 experts, dims multiples of 8 but not of the tiles: K and column
+     * tails in both GEMMs (520 = 16 x 32 + 8, 200 = 3 x 64 + 8) */
+    ASSERT(tc_bank_make(&e, &b, SD_DT_BF16, 256, 520, 200, 0) == 0);
+    ok &= tc_case(&e, &b, 2048, 8, 256);
+    ok &= tc_case(&e, &b, 300, 8, 256);
+    ok &= tc_case(&e, &b, 64, 6, 256);
+    tc_bank_free(&e, &b);
+    /* an expert-parallel bank: experts 128..191 of 256 */
+    ASSERT(tc_bank_make(&e, &b, SD_DT_BF16, 64, 264, 136, 128) == 0);
+    ok &= tc_case(&e, &b, 300, 8, 256);
+    tc_bank_free(&e, &b);
+    /* shapes it does not take: F16 weights, D not a multiple of 8 */
+    ASSERT(tc_bank_make(&e, &b, SD_DT_F16, 64, 256, 128, 0) == 0);
+    ok &= tc_case(&e, &b, 300, 6, 64);
+    tc_bank_free(&e, &b);
+    ASSERT(tc_bank_make(&e, &b, SD_DT_BF16, 64, 260, 136, 0) == 0);
+    ok &= tc_case(&e, &b, 300, 6, 64);
+    tc_bank_free(&e, &b);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
 /* ------------------------------------------------ sampling and verification
  *
  * Tokens are integers: argmax_rows and accept_greedy_rows must equal the CPU
@@ -1799,6 +1972,7 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(attn_gqa_matches_the_cpu_on_long_contexts),
           T(attn_mla_matches_the_cpu_on_ragged_and_long_contexts), T(moe_route_matches_the_cpu),
           T(moe_ffn_matches_the_cpu), T(moe_ffn_fused_small_batches_match_the_cpu),
+          T(moe_ffn_tensor_core_prefill_matches_the_cpu_and_odd_shapes_fall_back),
           T(argmax_rows_equals_the_cpu_with_ties_and_nan),
           T(sample_rows_gives_the_cpu_distribution_and_token_on_mixed_rows),
           T(accept_greedy_rows_equals_the_cpu),
