@@ -1,16 +1,21 @@
 /* specd-bench-kernels: the memory-bound decode ops of the CUDA backend
- * (matmul on few rows, matmul_heads, moe_ffn) at real model shapes, timed
+ * (matmul on few rows, matmul_heads, moe_ffn, MLA attention: the SIMT
+ * kernel against tensor cores) at real model shapes, timed
  * with CUDA events over many calls, eager and replayed from a CUDA graph
  * (no launch gaps), against a measured device-to-device copy and a
  * measured streaming read. Weights rotate over copies larger than L2 in
  * total so every call reads memory, not cache; all data is random.
  *
- *   specd-bench-kernels [--out FILE] [--commit C] [--quick] [--moe-prefill]
+ *   specd-bench-kernels [--out FILE] [--commit C] [--quick] [--moe-prefill] [--mla]
  *
  * moe_ffn also runs at prefill sizes (n = 256 .. 4096 tokens) on the grouped
  * GEMV ("sorted") and on the tensor-core grouped GEMMs ("tc", the
  * SPECD_MOE_TC switch), with TFLOP/s beside the bandwidth; --moe-prefill
  * runs only that comparison.
+ *
+ * attn_mla (DeepSeek latent shape, 16 and 128 heads, 1 and 4 tokens,
+ * contexts 256 .. 32k) on the SIMT fp32 kernel ("simt") and on tensor cores
+ * ("tc", the SPECD_MLA_TC switch); --mla runs only that comparison.
  *
  * The achieved bandwidth of an op counts the bytes it must move: each weight
  * byte it touches once, activations in and out once. Prints a table and
@@ -397,6 +402,132 @@ static void bench_moe(bench *b, out *o, int D, int I, int E, int K, const int *n
     free(ws);
 }
 
+/* ---- MLA attention ---------------------------------------------------------------- */
+
+/* attn_mla at the DeepSeek latent shape (C = 512, R = 64, fp32 cache rows of
+ * 576 floats): T tokens at the end of one sequence of ctx positions. Each
+ * call takes another sequence (its own cache region), copies of them
+ * together well past L2, so every call reads its cache from memory. */
+#define MLA_BS 16 /* KV block size: the engine's default */
+
+typedef struct mla_ctx {
+    int T, H, ctx, copies, max_blocks;
+    float *qlat, *qpe, *ckv, *cache, *out;
+    int32_t *pos, *seq, *slot, *table; /* seq and slot: copies x T */
+} mla_ctx;
+
+static void mla_fn(bench *b, int rep)
+{
+    mla_ctx *m = (mla_ctx *)b->ctx;
+    int cp = rep % m->copies;
+    sd_attn_batch ab = {m->T, m->pos, m->seq + (size_t)cp * m->T, m->slot + (size_t)cp * m->T,
+                        m->table, m->max_blocks, MLA_BS, m->ctx};
+    b->be->ops->attn_mla(b->be, m->out, m->qlat, m->qpe, m->ckv, m->ckv + 512, m->cache, &ab, m->H,
+                         512, 64, m->H * 64, 64, 576, 1.0f / sqrtf(192.0f));
+}
+
+/* path: "simt" (the default kernel) or "tc" (tensor cores, sd_cuda_set_mla_tc) */
+static void bench_mla(bench *b, out *o, int H, int T, const int *ctxs, int nc, const char *path)
+{
+#ifdef SD_BENCH_BASELINE
+    if (strcmp(path, "simt"))
+        return;
+#else
+    sd_cuda_set_mla_tc(b->be, !strcmp(path, "tc"));
+#endif
+    for (int i = 0; i < nc; i++) {
+        mla_ctx m;
+        memset(&m, 0, sizeof m);
+        m.T = T;
+        m.H = H;
+        m.ctx = ctxs[i];
+        m.max_blocks = (m.ctx + MLA_BS - 1) / MLA_BS;
+        double seq_bytes = (double)m.ctx * 576.0 * 4.0;
+        int copies = (int)ceil((256.0 * 1048576.0) / seq_bytes);
+        m.copies = copies < 16 ? 16 : copies > 1024 ? 1024 : copies;
+        size_t slots = (size_t)m.copies * (size_t)m.max_blocks * MLA_BS;
+        m.cache = (float *)dev_alloc(b, slots * 576 * 4);
+        dev_fill(b, m.cache, slots * 576, 0, 1.0f, 13);
+        m.qlat = (float *)dev_alloc(b, (size_t)T * H * 512 * 4);
+        m.qpe = (float *)dev_alloc(b, (size_t)T * H * 64 * 4);
+        m.ckv = (float *)dev_alloc(b, (size_t)T * 576 * 4);
+        m.out = (float *)dev_alloc(b, (size_t)T * H * 512 * 4);
+        dev_fill(b, m.qlat, (size_t)T * H * 512, 0, 1.0f, 17);
+        dev_fill(b, m.qpe, (size_t)T * H * 64, 0, 1.0f, 19);
+        dev_fill(b, m.ckv, (size_t)T * 576, 0, 1.0f, 23);
+        /* sequence cp owns blocks cp * max_blocks ..; its T tokens are its last positions */
+        int32_t *tab = (int32_t *)malloc((size_t)m.copies * m.max_blocks * 4);
+        int32_t *sq = (int32_t *)malloc((size_t)m.copies * T * 4);
+        int32_t *sl = (int32_t *)malloc((size_t)m.copies * T * 4);
+        int32_t *ps = (int32_t *)malloc((size_t)T * 4);
+        for (int c = 0; c < m.copies; c++)
+            for (int k = 0; k < m.max_blocks; k++)
+                tab[(size_t)c * m.max_blocks + k] = c * m.max_blocks + k;
+        for (int t = 0; t < T; t++) {
+            ps[t] = m.ctx - T + t;
+            for (int c = 0; c < m.copies; c++) {
+                sq[(size_t)c * T + t] = c;
+                sl[(size_t)c * T + t] = (c * m.max_blocks + ps[t] / MLA_BS) * MLA_BS + ps[t] % MLA_BS;
+            }
+        }
+        m.table = (int32_t *)dev_alloc(b, (size_t)m.copies * m.max_blocks * 4);
+        m.seq = (int32_t *)dev_alloc(b, (size_t)m.copies * T * 4);
+        m.slot = (int32_t *)dev_alloc(b, (size_t)m.copies * T * 4);
+        m.pos = (int32_t *)dev_alloc(b, (size_t)T * 4);
+        b->be->ops->upload(b->be, m.table, tab, (size_t)m.copies * m.max_blocks * 4);
+        b->be->ops->upload(b->be, m.seq, sq, (size_t)m.copies * T * 4);
+        b->be->ops->upload(b->be, m.slot, sl, (size_t)m.copies * T * 4);
+        b->be->ops->upload(b->be, m.pos, ps, (size_t)T * 4);
+        b->fn = mla_fn;
+        b->ctx = &m;
+        double me, mg;
+        if (time_op(b, m.copies, &me, &mg))
+            exit(1);
+        /* the bytes a step must read: the sequence's cache once (its tokens
+         * and head groups share it), queries in, outputs out */
+        double bytes = seq_bytes + (double)T * H * (512 + 64 + 512) * 4.0;
+        double gbps = bytes / (mg * 1e-3) / 1e9;
+        char name[64];
+        snprintf(name, sizeof name, "mla H=%d ctx=%d", H, m.ctx);
+        printf("%-22s %-5s %6d %3d %3d %9.2f %9.2f %8.0f %6.3f %6.3f\n", "attn_mla", path, m.ctx, H,
+               T, mg * 1e3, me * 1e3, gbps, gbps / copy_gbps, gbps / read_gbps);
+        jrow(o,
+             "\"op\": \"attn_mla\", \"name\": \"%s\", \"path\": \"%s\", \"heads\": %d, \"ctx\": %d, "
+             "\"n\": %d, \"copies\": %d, \"us_graph\": %.3f, \"us_eager\": %.3f, \"bytes\": %.0f, "
+             "\"gbps\": %.1f, \"frac_copy\": %.4f, \"frac_read\": %.4f",
+             name, path, H, m.ctx, T, m.copies, mg * 1e3, me * 1e3, bytes, gbps, gbps / copy_gbps,
+             gbps / read_gbps);
+        fflush(stdout);
+        free(tab);
+        free(sq);
+        free(sl);
+        free(ps);
+        void *ptrs[] = {m.cache, m.qlat, m.qpe, m.ckv, m.out, m.table, m.seq, m.slot, m.pos};
+        for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++)
+            b->be->ops->free(b->be, ptrs[k]);
+    }
+#ifndef SD_BENCH_BASELINE
+    sd_cuda_set_mla_tc(b->be, 0);
+#endif
+}
+
+/* SIMT fp32 against tensor cores: decode (1 token) and a 4-token verify,
+ * DeepSeek-V2-Lite (16) and V3 (128) heads per rank; quick: 16 heads, decode,
+ * three contexts */
+static void bench_mla_all(bench *b, out *o, int quick)
+{
+    static const int ctx_all[] = {256, 1024, 4096, 8192, 16384, 32768};
+    static const int ctx_quick[] = {256, 4096, 32768};
+    static const int Hs[] = {16, 128}, Ts[] = {1, 4};
+    printf("\n%-22s %-5s %6s %3s %3s %9s %9s %8s %6s %6s\n", "op", "path", "ctx", "H", "T",
+           "us/graph", "us/eager", "GB/s", "/copy", "/read");
+    for (int hi = 0; hi < (quick ? 1 : 2); hi++)
+        for (int ti = 0; ti < (quick ? 1 : 2); ti++)
+            for (int pi = 0; pi < 2; pi++)
+                bench_mla(b, o, Hs[hi], Ts[ti], quick ? ctx_quick : ctx_all, quick ? 3 : 6,
+                          pi ? "tc" : "simt");
+}
+
 /* ---- ceilings ------------------------------------------------------------------- */
 
 static void ceilings(bench *b)
@@ -433,7 +564,7 @@ static void ceilings(bench *b)
 int main(int argc, char **argv)
 {
     const char *path = "bench/results/kernels-decode.json", *commit = "unknown";
-    int quick = 0, moe_prefill = 0;
+    int quick = 0, moe_prefill = 0, mla_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc)
             path = argv[++i];
@@ -443,9 +574,11 @@ int main(int argc, char **argv)
             quick = 1;
         else if (!strcmp(argv[i], "--moe-prefill"))
             moe_prefill = 1;
+        else if (!strcmp(argv[i], "--mla"))
+            mla_only = 1;
         else {
             fprintf(stderr, "usage: specd-bench-kernels [--out FILE] [--commit C] [--quick] "
-                            "[--moe-prefill]\n");
+                            "[--moe-prefill] [--mla]\n");
             return 2;
         }
     }
@@ -476,6 +609,14 @@ int main(int argc, char **argv)
         fprintf(o.json, "%s%s", i ? " " : "", argv[i]);
     fprintf(o.json, "\",\n  \"copy_gbps\": %.1f,\n  \"read_gbps\": %.1f,\n  \"rows\": [", copy_gbps,
             read_gbps);
+    if (mla_only) {
+        bench_mla_all(&b, &o, quick);
+        fprintf(o.json, "\n  ]\n}\n");
+        fclose(o.json);
+        printf("\nwrote %s\n", path);
+        sd_cuda_backend_destroy(b.be);
+        return 0;
+    }
     printf("\n%-22s %-5s %6s %6s %3s %9s %9s %8s %6s %6s\n", "op", "path", "N", "K", "n",
            "us/graph", "us/eager", "GB/s", "/copy", "/read");
 
@@ -539,6 +680,7 @@ int main(int argc, char **argv)
     }
     if (moe_prefill)
         goto done; /* nothing else was asked for */
+    bench_mla_all(&b, &o, quick);
 done:
     fprintf(o.json, "\n  ]\n}\n");
     fclose(o.json);

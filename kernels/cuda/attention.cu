@@ -8,11 +8,14 @@
  * keeps a flash-style online softmax: each K/V tile is read from the cache
  * once per head group, not once per head. Everything is fp32 like the cache.
  * This step's K/V (the latent and roped key for MLA) are stored first, by
- * a kernel earlier on the stream, so tokens of one sequence see each other. */
+ * a kernel earlier on the stream, so tokens of one sequence see each other.
+ *
+ * MLA also has a tensor-core kernel (mla_tc_kernel below, off by default:
+ * SPECD_MLA_TC=1 or sd_cuda_set_mla_tc) for the DeepSeek latent shape. */
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemv.cuh"
 
 #define ATT_THREADS 256
 #define KT 32 /* keys per tile: one warp lane per key in the softmax step */
@@ -209,6 +212,306 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_merge_kernel(att_args a, int
     }
 }
 
+/* ---- MLA decode on tensor cores ----------------------------------------
+ *
+ * The same walk as attn_kernel for MLA (one block = one token x a group of
+ * 16 heads, flash-style online softmax, split-KV chunks merged by
+ * attn_merge_kernel), with both products on mma.sync m16n8k16 (bf16 in,
+ * fp32 accumulate). Only the DeepSeek latent shape: C = 512, R = 64, so a
+ * cached row is 576 floats and the 16 heads are the mma's M.
+ *
+ * Per tile of 64 keys (8 warps):
+ * - the 64 cached rows are read from global memory once for the head group
+ *   (16-byte loads past L1, 12 in flight per thread), rounded to bf16 and
+ *   stored in shared memory as a (key, 576) row-major tile;
+ * - scores S(16, 64) = Q(16, 576) K^T: warp w takes keys 8w..8w+7 over all
+ *   36 k-steps (A fragments of q from shared memory, which was rounded to
+ *   bf16 once per block; B fragments by ldmatrix of the key rows);
+ * - online softmax in fp32 on the scores (two rows per warp, a lane per
+ *   two keys), p = bf16(exp(s - m)) written as the A operand of the next
+ *   product, and the running sum l adds the rounded p, so the output is
+ *   exactly a weighted mean of the (rounded) rows with weights summing to 1;
+ * - O(16, 512) = alpha O + P(16, 64) V(64, 512): V is the first 512
+ *   columns of the same tile (ldmatrix.trans gives the B fragments); warp w
+ *   keeps output columns 64w..64w+63 in registers (32 floats a lane).
+ * Shared memory 100 544 bytes: two blocks per SM on sm_90 (227 KB), so one
+ * block's mma phase can overlap the other's loads (one block on sm_80/86/89;
+ * no double buffering within a block yet). Rows are padded to an odd number
+ * of 16-byte units, so ldmatrix has no bank conflicts. The lanes' ldmatrix
+ * addresses and fragment uses below are checked against the PTX layouts by
+ * bench/kernels/mla_tc_error_model.py --emulate.
+ *
+ * Precision against the fp32 kernel / the CPU op. q, the cached rows and p
+ * are rounded to bf16: x -> x (1 + e), |e| <= u = 2^-8; products are exact
+ * and sums fp32 (~2^-24 each, negligible). Then
+ *   score:  s~_j = s_j + d_j, |d_j| <= 2u scale sum_d |q_d k_jd| (worst
+ *           case; the 576 rounding errors have random signs, so typically
+ *           ~u scale |q o k_j|_2);
+ *   weight: w~_j = w_j exp(d_j) (1 + r_j) / Z, |r_j| <= u (p rounded), and
+ *           the w~ sum to 1 because l adds the rounded p;
+ *   out:    o~ - o = sum_j (w~_j - w_j)(v_j - o) + sum_j w~_j e_j v_j,
+ * so |o~ - o| <= (exp(2 (D + u)) - 1) sum_j w_j |v_j - o| + u max_j |v_j|
+ * with D = max |d_j|. One key: o~ = bf16(v), within 2^-8 of max |out|.
+ * Many keys: the terms have random signs and average like out itself, so
+ * max |err| / max |out| stays a small multiple of u. A model of this
+ * kernel's exact rounding (bench/kernels/mla_tc_error_model.py) on the GPU
+ * test's inputs (q, q_pe and cache uniform in [-1, 1), scale 1/sqrt(192))
+ * gives 2.0e-3 at 1 key, 5.2e-3 at 2 keys (the worst: two rows that
+ * cancel), 3.3e-3 at 64, 2.2-2.6e-3 at 4100; the test bound is 1e-2 (about
+ * twice the worst). Peaked real attention (large |s|) has larger D, as any
+ * bf16 attention kernel does.
+ *
+ * Bits: a token's result depends on its own positions and the chunk count,
+ * which is fixed by the head layout (mla_tc_split), never by the number of
+ * tokens in the step, so decode and verify steps agree bit for bit. */
+#define MLA_C 512
+#define MLA_R 64
+#define MLA_DK (MLA_C + MLA_R) /* 576: a cached row */
+#define TC_M 16                /* heads per block: the mma's M */
+#define TC_KT 64               /* keys per tile */
+#define TC_WARPS 8
+#define TC_THREADS (TC_WARPS * 32)
+#define TC_KP (MLA_DK + 8) /* bf16 pitch of key and query rows: 1168 bytes, 73 x 16 */
+#define TC_SP (TC_KT + 4)  /* fp32 pitch of score rows */
+#define TC_PP (TC_KT + 8)  /* bf16 pitch of probability rows: 144 bytes, 9 x 16 */
+#define TC_LOADS 12        /* 16-byte cache loads per thread in flight */
+/* Split-KV: chunks per token at most, and at least this many keys a chunk
+ * (a chunk's partial costs 16 x 514 floats written and read back by the
+ * merge: short contexts use fewer chunks, the rest are empty and write only
+ * their max and sum). Both untuned (first guesses; bench/kernels times it). */
+#define TC_SPLIT_MAX 64
+#define TC_MIN_CHUNK (4 * TC_KT)
+
+/* shared memory layout (bytes; every part 16-byte aligned) */
+#define TC_OFF_Q (TC_KT * TC_KP * 2)
+#define TC_OFF_S (TC_OFF_Q + TC_M * TC_KP * 2)
+#define TC_OFF_P (TC_OFF_S + TC_M * TC_SP * 4)
+#define TC_OFF_ST (TC_OFF_P + TC_M * TC_PP * 2)
+#define TC_OFF_SLOT (TC_OFF_ST + 3 * TC_M * 4)
+#define TC_SMEM (TC_OFF_SLOT + TC_KT * 4)
+
+static_assert(TC_OFF_Q % 16 == 0 && TC_OFF_S % 16 == 0 && TC_OFF_P % 16 == 0 &&
+                  TC_OFF_ST % 16 == 0 && TC_OFF_SLOT % 16 == 0,
+              "mla_tc shared memory parts must stay 16-byte aligned");
+static_assert((TC_KP * 2 / 16) % 2 == 1 && (TC_PP * 2 / 16) % 2 == 1,
+              "row pitches must be odd multiples of 16 bytes (ldmatrix banks)");
+static_assert(TC_KT * (MLA_DK / 4) % (TC_THREADS * TC_LOADS) == 0, "tile load batches");
+static_assert(TC_KT == TC_WARPS * 8 && MLA_C == TC_WARPS * 64, "warp split of the products");
+
+/* four 8x8 b16 matrices from shared memory; lanes 8i..8i+7 give the row
+ * addresses of matrix i. "memory": ordered against the block's barriers. */
+__device__ __forceinline__ void tc_ldsm4(uint32_t (&r)[4], const __nv_bfloat16 *p)
+{
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+
+/* the same, each matrix transposed (B fragments of a row-major (k, n) tile) */
+__device__ __forceinline__ void tc_ldsm4_t(uint32_t (&r)[4], const __nv_bfloat16 *p)
+{
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+
+/* two floats rounded to bf16, lo in the low half (the element order of a row) */
+__device__ __forceinline__ uint32_t tc_pack(float lo, float hi)
+{
+    return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+           (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16;
+}
+
+/* att_args as sd__cuda_attn_mla fills it (group = H, Dv = C = 512), G = 16 */
+__global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
+{
+    extern __shared__ __align__(16) unsigned char tsm[];
+    __nv_bfloat16 *ks = (__nv_bfloat16 *)tsm;              /* (TC_KT, TC_KP) key tile */
+    __nv_bfloat16 *qs = (__nv_bfloat16 *)(tsm + TC_OFF_Q); /* (TC_M, TC_KP) queries */
+    float *ss = (float *)(tsm + TC_OFF_S);                 /* (TC_M, TC_SP) scores */
+    __nv_bfloat16 *ps = (__nv_bfloat16 *)(tsm + TC_OFF_P); /* (TC_M, TC_PP) probabilities */
+    float *mrun = (float *)(tsm + TC_OFF_ST);              /* (TC_M) running max */
+    float *lrun = mrun + TC_M;                             /* (TC_M) running sum */
+    float *alpha = lrun + TC_M;                            /* (TC_M) rescale of this tile */
+    int *slots = (int *)(tsm + TC_OFF_SLOT);               /* (TC_KT) */
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, tq = lane % 4;
+    const int t = blockIdx.x, h0 = blockIdx.y * TC_M;
+    const int G = a.group - h0 < TC_M ? a.group - h0 : TC_M;
+
+    /* queries to bf16 once; rows past the group's heads are zeros (their
+     * scores are 0, finite, and their outputs are not written) */
+    for (int e = tid; e < TC_M * MLA_DK; e += TC_THREADS) {
+        const int r = e / MLA_DK, d = e % MLA_DK, h = h0 + r;
+        float v = 0.0f;
+        if (r < G)
+            v = d < MLA_C ? a.q1[(size_t)t * a.q1_tok + (size_t)h * a.q1_head + d]
+                          : a.q2[(size_t)t * a.q2_tok + (size_t)h * a.q2_head + (d - MLA_C)];
+        qs[r * TC_KP + d] = __float2bfloat16_rn(v);
+    }
+    if (tid < TC_M) {
+        mrun[tid] = -INFINITY;
+        lrun[tid] = 0.0f;
+    }
+    const int n_all = a.pos[t] + 1;
+    int j_lo = 0, n = n_all;
+    if (a.S > 1) {
+        int per = (n_all + a.S - 1) / a.S;
+        per = (per + TC_KT - 1) / TC_KT * TC_KT;
+        per = per < TC_MIN_CHUNK ? TC_MIN_CHUNK : per;
+        j_lo = blockIdx.z * per;
+        n = j_lo + per < n_all ? j_lo + per : n_all;
+    }
+    const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
+    float acc[8][4]; /* output columns 64 warp + 8 i + (2 tq, 2 tq + 1), rows g and g + 8 */
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            acc[i][k] = 0.0f;
+    /* ldmatrix row addresses of this lane: A fragments (16 rows, 8 of k at
+     * k0 + 8 (lane / 16)), B fragments of K^T (keys 8 warp + lane % 8, 8 of
+     * k at k0 + 8 (lane / 8)), B fragments of V (keys k0 + lane % 16,
+     * columns 64 warp + 8 (lane / 16)) */
+    const __nv_bfloat16 *qa = qs + (lane % 16) * TC_KP + (lane / 16) * 8;
+    const __nv_bfloat16 *kb = ks + (warp * 8 + lane % 8) * TC_KP + (lane / 8) * 8;
+    const __nv_bfloat16 *pa = ps + (lane % 16) * TC_PP + (lane / 16) * 8;
+    const __nv_bfloat16 *vb = ks + (lane % 16) * TC_KP + warp * 64 + (lane / 16) * 8;
+    __syncthreads();
+
+    for (int j0 = j_lo; j0 < n; j0 += TC_KT) {
+        const int kt = n - j0 < TC_KT ? n - j0 : TC_KT;
+        if (tid < kt) {
+            const int p = j0 + tid;
+            slots[tid] = bt[p / a.block_size] * a.block_size + p % a.block_size;
+        }
+        __syncthreads();
+        /* the tile: float4 e of the tile is row e / 144, columns 4 (e % 144);
+         * rows past kt are zeros (a stale bf16 NaN times p = 0 would spread).
+         * Batches of TC_LOADS loads, not unrolled across batches: unrolled,
+         * the compiler overlaps them past 128 registers and spills */
+#pragma unroll 1
+        for (int b0 = 0; b0 < TC_KT * (MLA_DK / 4) / TC_THREADS; b0 += TC_LOADS) {
+            uint4 v[TC_LOADS];
+#pragma unroll
+            for (int u = 0; u < TC_LOADS; u++) {
+                const int e = (b0 + u) * TC_THREADS + tid, jj = e / (MLA_DK / 4);
+                const int c4 = e % (MLA_DK / 4);
+                v[u] = jj < kt ? sd__ld_stream(a.kc + (size_t)slots[jj] * MLA_DK + 4 * c4)
+                               : make_uint4(0u, 0u, 0u, 0u);
+            }
+#pragma unroll
+            for (int u = 0; u < TC_LOADS; u++) {
+                const int e = (b0 + u) * TC_THREADS + tid, jj = e / (MLA_DK / 4);
+                const int c4 = e % (MLA_DK / 4);
+                uint2 w;
+                w.x = tc_pack(__uint_as_float(v[u].x), __uint_as_float(v[u].y));
+                w.y = tc_pack(__uint_as_float(v[u].z), __uint_as_float(v[u].w));
+                *(uint2 *)(ks + jj * TC_KP + 4 * c4) = w;
+            }
+        }
+        __syncthreads();
+        /* scores of keys 8 warp .. 8 warp + 7 */
+        {
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 6
+            for (int k0 = 0; k0 < MLA_DK; k0 += 32) {
+                uint32_t a0[4], a1[4], b[4];
+                tc_ldsm4(a0, qa + k0);
+                tc_ldsm4(a1, qa + k0 + 16);
+                tc_ldsm4(b, kb + k0);
+                sd__mma_bf16(d, a0, b[0], b[1]);
+                sd__mma_bf16(d, a1, b[2], b[3]);
+            }
+            /* d0: (row g, key 2 tq), d1: (g, 2 tq + 1), d2, d3: row g + 8 */
+            const int c = warp * 8 + 2 * tq;
+            ss[g * TC_SP + c] = c < kt ? d[0] * a.scale : -INFINITY;
+            ss[g * TC_SP + c + 1] = c + 1 < kt ? d[1] * a.scale : -INFINITY;
+            ss[(g + 8) * TC_SP + c] = c < kt ? d[2] * a.scale : -INFINITY;
+            ss[(g + 8) * TC_SP + c + 1] = c + 1 < kt ? d[3] * a.scale : -INFINITY;
+        }
+        __syncthreads();
+        /* online softmax: rows warp and warp + 8, keys lane and lane + 32; a
+         * chunk's first tile holds its first key, so the max is finite */
+        for (int r = warp; r < TC_M; r += TC_WARPS) {
+            const float v0 = ss[r * TC_SP + lane], v1 = ss[r * TC_SP + lane + 32];
+            const float mo = mrun[r], mn = fmaxf(mo, sd__warp_max(fmaxf(v0, v1)));
+            const __nv_bfloat16 p0 = __float2bfloat16_rn(v0 == -INFINITY ? 0.0f : expf(v0 - mn));
+            const __nv_bfloat16 p1 = __float2bfloat16_rn(v1 == -INFINITY ? 0.0f : expf(v1 - mn));
+            ps[r * TC_PP + lane] = p0;
+            ps[r * TC_PP + lane + 32] = p1;
+            const float sum = sd__warp_sum(__bfloat162float(p0) + __bfloat162float(p1));
+            if (lane == 0) {
+                const float al = mo == -INFINITY ? 0.0f : expf(mo - mn);
+                mrun[r] = mn;
+                lrun[r] = lrun[r] * al + sum;
+                alpha[r] = al;
+            }
+        }
+        __syncthreads();
+        /* O = alpha O + P V over this warp's 64 columns */
+        {
+            const float al0 = alpha[g], al1 = alpha[g + 8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                acc[i][0] *= al0;
+                acc[i][1] *= al0;
+                acc[i][2] *= al1;
+                acc[i][3] *= al1;
+            }
+#pragma unroll
+            for (int k0 = 0; k0 < TC_KT; k0 += 16) {
+                uint32_t pf[4];
+                tc_ldsm4(pf, pa + k0);
+#pragma unroll
+                for (int np = 0; np < 4; np++) {
+                    /* matrices: keys k0.. / k0+8.. of columns 16 np, then of 16 np + 8 */
+                    uint32_t b[4];
+                    tc_ldsm4_t(b, vb + k0 * TC_KP + np * 16);
+                    sd__mma_bf16(acc[2 * np], pf, b[0], b[1]);
+                    sd__mma_bf16(acc[2 * np + 1], pf, b[2], b[3]);
+                }
+            }
+        }
+        __syncthreads(); /* the tile, slots and p are rewritten next */
+    }
+    const int Dv = MLA_C;
+    if (a.S > 1) {
+        /* partial (T, H, S, Dv + 2): unnormalized acc, max, sum; an empty
+         * chunk writes only max -inf and sum 0 (the merge skips its acc) */
+        const int W = Dv + 2;
+        float *pt = a.part + ((size_t)t * (size_t)a.group + (size_t)h0) * (size_t)a.S * W +
+                    (size_t)blockIdx.z * W;
+        const size_t hs = (size_t)a.S * W; /* one head further */
+        if (j_lo < n) {
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const int r = g + (k >> 1) * 8, col = warp * 64 + i * 8 + 2 * tq + (k & 1);
+                    if (r < G)
+                        pt[(size_t)r * hs + col] = acc[i][k];
+                }
+        }
+        if (tid < G) {
+            pt[(size_t)tid * hs + Dv] = mrun[tid];
+            pt[(size_t)tid * hs + Dv + 1] = lrun[tid];
+        }
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int r = g + (k >> 1) * 8, col = warp * 64 + i * 8 + 2 * tq + (k & 1);
+            if (r < G)
+                a.out[(size_t)t * a.o_tok + (size_t)(h0 + r) * a.o_head + col] = acc[i][k] / lrun[r];
+        }
+}
+
 /* kcache/vcache (slots, Hkv, D/Dv) at slot[t] = k/v of token t */
 __global__ void kv_store_kernel(float *kc, float *vc, const float *k, const float *v,
                                 const int32_t *slot, int Hkv, int D, int Dv, int kv_stride)
@@ -234,8 +537,18 @@ __global__ void latent_store_kernel(float *cache, const float *c, const float *k
 int sd__cuda_attention_init(sd__cuda *c)
 {
     int limit = (int)c->smem_optin;
-    return SD_CUDA(c, cudaFuncSetAttribute(attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           limit));
+    if (SD_CUDA(c, cudaFuncSetAttribute(attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        limit)))
+        return SD_EDEVICE;
+    if (c->smem_optin < TC_SMEM)
+        return 0; /* the tensor-core MLA kernel does not fit: attn_mla keeps the SIMT kernel */
+    if (SD_CUDA(c, cudaFuncSetAttribute(mla_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        TC_SMEM)))
+        return SD_EDEVICE;
+    /* as much of L1 as shared memory as there is: two blocks a SM */
+    return SD_CUDA(c, cudaFuncSetAttribute(mla_tc_kernel,
+                                           cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           (int)cudaSharedmemCarveoutMaxShared));
 }
 
 static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
@@ -270,6 +583,48 @@ static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
     if (SD_LAUNCHED(c, "attn_kernel") || a->S == 1)
         return;
     attn_merge_kernel<<<dim3((unsigned)T, (unsigned)Hq), 128, 0, c->stream>>>(*a, Hq);
+    SD_LAUNCHED(c, "attn_merge_kernel");
+}
+
+/* Whether mla_tc_kernel takes this attn_mla call: switched on, the DeepSeek
+ * latent shape, float4-aligned cache rows, the shared memory there. Nothing
+ * here depends on the number of tokens (decode and verify take one path). */
+static int mla_tc_takes(const sd__cuda *c, int C, int R, const void *cache)
+{
+    return c->mla_tc && C == MLA_C && R == MLA_R && sd__aligned16(cache) &&
+           c->smem_optin >= (size_t)TC_SMEM;
+}
+
+/* Chunks per token for steps of <= SPLIT_MAX_T tokens: enough blocks for two
+ * a SM, from the head layout alone (H heads in groups of 16). */
+static int mla_tc_split(const sd__cuda *c, int H)
+{
+    int ngb = (H + TC_M - 1) / TC_M;
+    int S = (2 * c->sm_count + ngb - 1) / ngb;
+    size_t per_s = (size_t)SPLIT_MAX_T * (size_t)H * (size_t)(MLA_C + 2) * sizeof(float);
+    if (S > TC_SPLIT_MAX)
+        S = TC_SPLIT_MAX;
+    if (!c->attn_part)
+        S = 1;
+    else if ((size_t)S * per_s > c->attn_part_bytes)
+        S = (int)(c->attn_part_bytes / per_s);
+    return S > 1 ? S : 1;
+}
+
+static void launch_mla_tc(sd__cuda *c, att_args *a, int T)
+{
+    a->G = TC_M;
+    a->ngb = (a->group + TC_M - 1) / TC_M;
+    a->S = 1;
+    if (T <= SPLIT_MAX_T) {
+        a->S = mla_tc_split(c, a->group);
+        a->part = a->S > 1 ? c->attn_part : NULL;
+    }
+    dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
+    mla_tc_kernel<<<grid, TC_THREADS, TC_SMEM, c->stream>>>(*a);
+    if (SD_LAUNCHED(c, "mla_tc_kernel") || a->S == 1)
+        return;
+    attn_merge_kernel<<<dim3((unsigned)T, (unsigned)a->group), 128, 0, c->stream>>>(*a, a->group);
     SD_LAUNCHED(c, "attn_merge_kernel");
 }
 
@@ -354,5 +709,8 @@ void sd__cuda_attn_mla(sd_backend *be, float *out, const float *q_lat, const flo
     a.max_blocks = b->max_blocks;
     a.block_size = b->block_size;
     a.scale = scale;
-    launch(c, &a, b->n_tokens, 1, "attn_mla");
+    if (mla_tc_takes(c, C, R, cache))
+        launch_mla_tc(c, &a, b->n_tokens);
+    else
+        launch(c, &a, b->n_tokens, 1, "attn_mla");
 }

@@ -365,6 +365,8 @@ int sd_cuda_device_name(int device, char *buf, size_t len)
 
 void sd_cuda_set_bf16_split(sd_backend *be, int on) { sd__cuda_of(be)->bf16_split = on != 0; }
 
+void sd_cuda_set_mla_tc(sd_backend *be, int on) { sd__cuda_of(be)->mla_tc = on != 0; }
+
 const char *sd_cuda_backend_error(const sd_backend *be)
 {
     return ((const sd__cuda *)be->impl)->msg;
@@ -392,6 +394,9 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     /* SPECD_MOE_TC=1: moe_ffn prefill on tensor cores (read once, kept in the context) */
     const char *moe_tc = getenv("SPECD_MOE_TC");
     c->moe_tc = moe_tc && !strcmp(moe_tc, "1");
+    /* SPECD_MLA_TC=1: attn_mla on tensor cores (read once, kept in the context) */
+    const char *mla_tc = getenv("SPECD_MLA_TC");
+    c->mla_tc = mla_tc && !strcmp(mla_tc, "1");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

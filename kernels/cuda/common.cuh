@@ -46,6 +46,7 @@ typedef struct sd__cuda {
     float *attn_part; /* split-KV attention partials (attention.cu) */
     size_t attn_part_bytes;
     int bf16_split; /* BF16 GEMMs on hi + lo activation terms (sd_cuda_set_bf16_split) */
+    int mla_tc;     /* MLA attention on tensor cores (SPECD_MLA_TC, sd_cuda_set_mla_tc) */
     /* benchmark overrides of built-in crossovers, 0 = the default:
      * matmul's GEMV up to this many rows (SD_CUDA_GEMV_MAX_ROWS), moe_ffn's
      * fused small-batch path up to this many (token, expert) pairs

@@ -59,6 +59,16 @@ void sd_cuda_set_moe_tc(sd_backend *be, int on);
  * fp32; twice the tensor-core work); off, one term, 8 bits (~1e-2). */
 void sd_cuda_set_bf16_split(sd_backend *be, int on);
 
+/* MLA attention (attn_mla) on tensor cores: off by default (the SIMT fp32
+ * kernel); on when the environment has SPECD_MLA_TC=1 as the backend opens,
+ * or through this call. The tensor-core kernel takes the DeepSeek latent
+ * shape (C = 512, R = 64, a 16-byte aligned cache); other shapes keep the
+ * SIMT kernel. Its products are bf16 (q, the cached rows and the softmax
+ * weights rounded to bf16, fp32 sums): outputs within ~1e-2 of max |out| of
+ * the fp32 kernel (kernels/cuda/attention.cu gives the bound), and a token
+ * still gets the same bits in a decode step and in a verify step. */
+void sd_cuda_set_mla_tc(sd_backend *be, int on);
+
 /* Number of CUDA devices usable here; 0 when there is no driver or device. */
 int sd_cuda_device_count(void);
 

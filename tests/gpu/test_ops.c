@@ -691,11 +691,26 @@ TEST(attn_gqa_matches_the_cpu_on_long_contexts)
     ASSERT(ok);
 }
 
-static int mla_case(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew, int bs,
-                    int H, int C, int R, int nope)
+/* The tensor-core MLA kernel (sd_cuda_set_mla_tc, DeepSeek shape C = 512,
+ * R = 64) against the fp32 CPU op: q, the cached rows and the softmax
+ * weights are rounded to bf16 (u = 2^-8), so the error is bf16 rounding, not
+ * fp32 ulps. A model of the kernel's rounding on these inputs
+ * (bench/kernels/mla_tc_error_model.py) gives 2.0e-3 at 1 key, 5.2e-3 at 2
+ * keys (the worst), 2.2-3.3e-3 from 64 to 4100 keys; kernels/cuda/
+ * attention.cu derives it. */
+#define MLA_TC_BOUND 1e-2
+
+/* One attn_mla step, GPU against CPU. tc: the tensor-core kernel switched
+ * on; for shapes it takes the bound is MLA_TC_BOUND and the output must
+ * also differ from the SIMT kernel's (the new path ran, not the fallback);
+ * other shapes must fall back to the SIMT kernel and its 5e-5. */
+static int mla_run(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew, int bs,
+                   int H, int C, int R, int nope, int tc)
 {
     tbatch b;
     tbatch_make(e, &b, n_seq, ctx, nnew, bs);
+    int tc_shape = tc && C == 512 && R == 64;
+    sd_cuda_set_mla_tc(e->gpu, tc);
     int T = b.T, qk = nope + R, row = C + R;
     size_t mql = (size_t)T * H * C, mq = (size_t)T * H * qk, mck = (size_t)T * row;
     size_t mc = (size_t)b.n_slots * row, mo = (size_t)T * H * C;
@@ -711,13 +726,29 @@ static int mla_case(gpu_env *e, const char *what, int n_seq, const int *ctx, con
     e->gpu->ops->attn_mla(e->gpu, dout, dqlat, dq + nope, dckv, dckv + C, dcache, &b.db, H, C, R,
                           H * qk, qk, row, scale);
     char name[200];
-    snprintf(name, sizeof name, "attn_mla %s T=%d max_pos=%d H=%d C=%d R=%d bs=%d", what, T,
+    const char *op = tc ? "attn_mla tc" : "attn_mla";
+    snprintf(name, sizeof name, "%s %s T=%d max_pos=%d H=%d C=%d R=%d bs=%d", op, what, T,
              b.max_pos, H, C, R, bs);
-    int ok = check_dev(e, dout, co, mo, 5e-5, name);
-    snprintf(name, sizeof name, "attn_mla %s latent cache stores", what);
+    int ok = check_dev(e, dout, co, mo, tc_shape ? MLA_TC_BOUND : 5e-5, name);
+    snprintf(name, sizeof name, "%s %s latent cache stores", op, what);
     float *gc = gget(e, dcache, mc);
     ok &= report(name, gc ? rel_err(gc, cache, mc) : INFINITY, 0);
     free(gc);
+    if (tc_shape) {
+        /* the same step on the SIMT kernel (it rewrites the same rows) */
+        float *dsimt = gpoison(e, mo);
+        sd_cuda_set_mla_tc(e->gpu, 0);
+        e->gpu->ops->attn_mla(e->gpu, dsimt, dqlat, dq + nope, dckv, dckv + C, dcache, &b.db, H, C,
+                              R, H * qk, qk, row, scale);
+        float *gt = gget(e, dout, mo), *gs = gget(e, dsimt, mo);
+        double d = gt && gs ? rel_err(gt, gs, mo) : 0;
+        ok &= reportf(d > 1e-5 ? 0 : 1, 0, "%s %s ran on tensor cores (differs from SIMT by %.2g)",
+                      op, what, d);
+        free(gt);
+        free(gs);
+        gfree(e, dsimt);
+    }
+    sd_cuda_set_mla_tc(e->gpu, 0);
     float *hs[] = {qlat, q, ckv, cache, co};
     for (size_t i = 0; i < SD_ARRAY_LEN(hs); i++)
         free(hs[i]);
@@ -726,6 +757,12 @@ static int mla_case(gpu_env *e, const char *what, int n_seq, const int *ctx, con
         gfree(e, ds[i]);
     tbatch_free(e, &b);
     return ok;
+}
+
+static int mla_case(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew, int bs,
+                    int H, int C, int R, int nope)
+{
+    return mla_run(e, what, n_seq, ctx, nnew, bs, H, C, R, nope, 0);
 }
 
 TEST(attn_mla_matches_the_cpu_on_ragged_and_long_contexts)
@@ -744,6 +781,120 @@ TEST(attn_mla_matches_the_cpu_on_ragged_and_long_contexts)
     ok &= mla_case(&e, "split decode ctx 1", 1, c3, n3, 16, 16, 512, 64, 128);
     int c4[2] = {3000, 17}, n4[2] = {1, 3};
     ok &= mla_case(&e, "split decode+verify v2-lite dims", 2, c4, n4, 16, 16, 512, 64, 128);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+TEST(attn_mla_on_tensor_cores_matches_the_cpu_within_bf16_rounding)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    static const int Hs[2] = {16, 128}; /* DeepSeek-V2-Lite, V3 heads per rank */
+    for (int i = 0; i < 2; i++) {
+        int H = Hs[i];
+        /* decodes at 1, 33, 300 positions and a 4-token verify at 4100, one
+         * step of <= 8 tokens: split-KV chunks (some empty), partial tiles */
+        int c1[4] = {1, 33, 300, 4100}, n1[4] = {1, 1, 1, 4};
+        ok &= mla_run(&e, "decode+verify", 4, c1, n1, 16, H, 512, 64, 128, 1);
+        /* the same contexts as a ragged prefill step (> 8 tokens: no split) */
+        int c2[4] = {33, 300, 4100, 1}, n2[4] = {33, 2, 5, 1};
+        ok &= mla_run(&e, "ragged prefill", 4, c2, n2, 64, H, 512, 64, 128, 1);
+        int c3[1] = {1}, n3[1] = {1};
+        ok &= mla_run(&e, "decode ctx 1", 1, c3, n3, 16, H, 512, 64, 128, 1);
+        /* long contexts alone (the error is relative to max |out|, which a
+         * short context in the same step would set) */
+        int c6[2] = {4100, 3000}, n6[2] = {4, 1};
+        ok &= mla_run(&e, "long decode+verify", 2, c6, n6, 16, H, 512, 64, 128, 1);
+        int c7[1] = {4100}, n7[1] = {12};
+        ok &= mla_run(&e, "long prefill chunk", 1, c7, n7, 64, H, 512, 64, 128, 1);
+    }
+    /* 40 heads: 3 head groups, the last 8 heads of 16 */
+    int c4[3] = {300, 65, 2}, n4[3] = {1, 3, 2};
+    ok &= mla_run(&e, "partial head group decode+verify", 3, c4, n4, 16, 40, 512, 64, 128, 1);
+    int c5[4] = {1, 200, 77, 300}, n5[4] = {1, 7, 30, 1};
+    ok &= mla_run(&e, "partial head group ragged", 4, c5, n5, 16, 40, 512, 64, 128, 1);
+    /* a shape the kernel does not take runs on the SIMT kernel */
+    ok &= mla_run(&e, "other shape falls back", 4, c5, n5, 16, 4, 32, 8, 16, 1);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+/* A token of a k+1-token verify step and the same token decoded alone
+ * (same cache rows, same inputs): the tensor-core kernel's chunking depends
+ * on the head layout, not on the step's tokens, so the bits are equal. */
+static int mla_tc_decode_equals_verify(gpu_env *e, int H, int P)
+{
+    const int C = 512, R = 64, nope = 128, qk = nope + R, row = C + R;
+    /* sequence 0: tokens at P .. P+3 (a verify of 3 drafts); sequence 1: a decode */
+    int ctx[2] = {P + 4, 50}, nnew[2] = {4, 1};
+    tbatch b;
+    tbatch_make(e, &b, 2, ctx, nnew, 16);
+    int T = b.T;
+    size_t mql = (size_t)T * H * C, mq = (size_t)T * H * qk, mck = (size_t)T * row;
+    size_t mc = (size_t)b.n_slots * row, mo = (size_t)T * H * C, m1 = (size_t)H * C;
+    float *qlat = rnd_floats(e, mql, -1, 1), *q = rnd_floats(e, mq, -1, 1);
+    float *ckv = rnd_floats(e, mck, -1, 1), *cache = rnd_floats(e, mc, -1, 1);
+    float *dqlat = (float *)gput(e, qlat, mql * 4), *dq = (float *)gput(e, q, mq * 4);
+    float *dckv = (float *)gput(e, ckv, mck * 4), *dcache = (float *)gput(e, cache, mc * 4);
+    float *dout = gpoison(e, mo), *dout1 = gpoison(e, m1);
+    float *co = (float *)malloc(mo * sizeof(float));
+    float scale = 1.0f / sqrtf((float)qk);
+    sd_cuda_set_mla_tc(e->gpu, 1);
+    e->cpu->ops->attn_mla(e->cpu, co, qlat, q + nope, ckv, ckv + C, cache, &b.hb, H, C, R, H * qk,
+                          qk, row, scale);
+    e->gpu->ops->attn_mla(e->gpu, dout, dqlat, dq + nope, dckv, dckv + C, dcache, &b.db, H, C, R,
+                          H * qk, qk, row, scale);
+    char name[160];
+    snprintf(name, sizeof name, "attn_mla tc verify step H=%d positions %d..%d + a decode", H, P,
+             P + 3);
+    int ok = check_dev(e, dout, co, mo, MLA_TC_BOUND, name);
+    float *gv = gget(e, dout, mo);
+    long differ = gv ? 0 : -1;
+    for (int k = 0; k < T && gv; k++) {
+        /* token k alone: the batch's arrays from entry k, a 1-token step
+         * (it rewrites its own cache row with the same values) */
+        sd_attn_batch one = b.db;
+        one.n_tokens = 1;
+        one.pos = b.dpos + k;
+        one.seq = b.dseq + k;
+        one.slot = b.dslot + k;
+        one.max_pos = b.pos[k] + 1;
+        e->gpu->ops->attn_mla(e->gpu, dout1, dqlat + (size_t)k * H * C, dq + (size_t)k * H * qk + nope,
+                              dckv + (size_t)k * row, dckv + (size_t)k * row + C, dcache, &one, H, C,
+                              R, H * qk, qk, row, scale);
+        float *g1 = gget(e, dout1, m1);
+        if (!g1) {
+            differ = -1;
+            break;
+        }
+        for (size_t x = 0; x < m1; x++)
+            differ += memcmp(&g1[x], &gv[(size_t)k * m1 + x], sizeof(float)) != 0;
+        free(g1);
+    }
+    ok &= reportf(differ < 0 ? INFINITY : (double)differ, 0,
+                  "attn_mla tc H=%d ctx %d: floats that differ, decode alone vs in the verify step",
+                  H, P + 4);
+    sd_cuda_set_mla_tc(e->gpu, 0);
+    free(gv);
+    float *hs[] = {qlat, q, ckv, cache, co};
+    for (size_t i = 0; i < SD_ARRAY_LEN(hs); i++)
+        free(hs[i]);
+    float *ds[] = {dqlat, dq, dckv, dcache, dout, dout1};
+    for (size_t i = 0; i < SD_ARRAY_LEN(ds); i++)
+        gfree(e, ds[i]);
+    tbatch_free(e, &b);
+    return ok;
+}
+
+TEST(attn_mla_on_tensor_cores_gives_a_token_the_same_bits_in_decode_and_verify)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    ok &= mla_tc_decode_equals_verify(&e, 16, 300);
+    ok &= mla_tc_decode_equals_verify(&e, 16, 4100);
+    ok &= mla_tc_decode_equals_verify(&e, 128, 4100);
     gpu_env_close(&e);
     ASSERT(ok);
 }
@@ -1970,7 +2121,10 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(matmul_many_rows_match_the_cpu),
           T(matmul_heads_matches_the_cpu), T(attn_gqa_matches_the_cpu_on_ragged_paged_batches),
           T(attn_gqa_matches_the_cpu_on_long_contexts),
-          T(attn_mla_matches_the_cpu_on_ragged_and_long_contexts), T(moe_route_matches_the_cpu),
+          T(attn_mla_matches_the_cpu_on_ragged_and_long_contexts),
+          T(attn_mla_on_tensor_cores_matches_the_cpu_within_bf16_rounding),
+          T(attn_mla_on_tensor_cores_gives_a_token_the_same_bits_in_decode_and_verify),
+          T(moe_route_matches_the_cpu),
           T(moe_ffn_matches_the_cpu), T(moe_ffn_fused_small_batches_match_the_cpu),
           T(moe_ffn_tensor_core_prefill_matches_the_cpu_and_odd_shapes_fall_back),
           T(argmax_rows_equals_the_cpu_with_ties_and_nan),
