@@ -16,6 +16,7 @@
 #include "comm/comm.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "net/notify.h"
 
 int sd_cli_check_comm_opts(const sd_opts *o, unsigned cmd, sd_err *err)
 {
@@ -49,6 +50,13 @@ int sd_cli_check_comm_opts(const sd_opts *o, unsigned cmd, sd_err *err)
     return 0;
 }
 
+static void notify(const char *state)
+{
+    sd_err err = {0};
+    if (sd_notify_send(state, &err) < 0)
+        sd_log_warn("systemd notify: %s", err.msg);
+}
+
 int sd_cli_follow(const sd_opts *o, const char *cmd)
 {
     sd_err err = {0};
@@ -59,7 +67,26 @@ int sd_cli_follow(const sd_opts *o, const char *cmd)
     }
     sd_log_info("node %d of %d: following node 0's steps (requests go to node 0)", o->node_rank,
                 o->nnodes);
-    int rc = sd_engine_wait(e);
+    /* Under systemd (the shipped unit is Type=notify with a watchdog): ready
+     * once the engine runs, and a ping while node 0's plans keep coming
+     * (every step, and every 50 ms when idle) and no step fails. */
+    char st[128];
+    snprintf(st, sizeof st, "READY=1\nSTATUS=node %d of %d, following node 0", o->node_rank,
+             o->nnodes);
+    notify(st);
+    uint64_t wd = sd_notify_watchdog_usec(), seen = 0;
+    int rc;
+    while ((rc = sd_engine_wait(e, wd ? (double)wd * 0.5e-6 : 0)) == 1) {
+        sd_engine_stats es;
+        sd_engine_get_stats(e, &es);
+        if (es.failing == 0 && es.plans != seen)
+            notify("WATCHDOG=1");
+        else
+            sd_log_warn("watchdog: %s; not pinging systemd",
+                        es.failing ? "model steps fail" : "no plan from node 0");
+        seen = es.plans;
+    }
+    notify("STOPPING=1");
     sd_engine_destroy(e);
     if (rc) {
         fprintf(stderr, "specd %s: the node group failed (node 0 is gone or out of step)\n",

@@ -17,6 +17,7 @@
  * rejected draft's entries are simply overwritten later. */
 #include "engine/engine.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -502,6 +503,7 @@ static void publish_stats(sd_engine *e, int stepped)
         e->stats.last_step_ns = sd_now_ns();
         comm_counts_stats(e, &e->stats);
     }
+    e->stats.plans = e->plan_seq;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -932,13 +934,21 @@ static void *engine_main(void *arg)
 
 int sd_engine_follows(const sd_engine *e) { return e->follower; }
 
-int sd_engine_wait(sd_engine *e)
+int sd_engine_wait(sd_engine *e, double timeout_s)
 {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double end = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + timeout_s;
+    ts.tv_sec = (time_t)end;
+    ts.tv_nsec = (long)((end - (double)ts.tv_sec) * 1e9);
+    int timed_out = 0;
     pthread_mutex_lock(&e->mu);
-    while (!e->stopped)
-        pthread_cond_wait(&e->cv, &e->mu);
+    while (!e->stopped && !timed_out)
+        timed_out = timeout_s > 0 ? pthread_cond_timedwait(&e->cv, &e->mu, &ts) == ETIMEDOUT
+                                  : (pthread_cond_wait(&e->cv, &e->mu), 0);
+    int stopped = e->stopped;
     pthread_mutex_unlock(&e->mu);
-    return e->broken ? SD_EIO : 0;
+    return !stopped ? 1 : e->broken ? SD_EIO : 0;
 }
 
 /* ------------------------------------------------------------------ public */

@@ -81,6 +81,7 @@ typedef struct sd_engine_stats {
     int tp;                        /* tensor-parallel ranks */
     uint64_t failed_steps;         /* model steps that failed (their requests got errors) */
     int failing;                   /* consecutive failed model steps: 0 once one runs */
+    uint64_t plans;                /* several nodes: step plans sent / followed so far */
     const char *allreduce_metrics; /* GPU ranks: the all-reduce choice table, Prometheus text */
     /* Tensor parallelism: the collectives so far, as of the last published
      * step (rank 0's calls; every rank makes the same ones); zero at --tp 1.
@@ -124,8 +125,9 @@ void sd_engine_get_stats(sd_engine *e, sd_engine_stats *st);
 /* Several nodes (--nnodes): node 0 takes requests; every other node's engine
  * follows node 0's steps (sd_engine_submit refuses there). */
 int sd_engine_follows(const sd_engine *e);
-/* Returns once the engine thread has ended: on a following node, when node 0
- * stops (0) or the node group fails (SD_EIO). */
-int sd_engine_wait(sd_engine *e);
+/* Waits up to timeout_s (<= 0: no limit) for the engine thread to end: 1
+ * while it still runs; on a following node 0 once node 0 stopped it, SD_EIO
+ * once the node group failed. */
+int sd_engine_wait(sd_engine *e, double timeout_s);
 
 #endif

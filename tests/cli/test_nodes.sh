@@ -5,7 +5,8 @@
 # global rank order like the thread comm, and node 1 follows node 0's step
 # plans): greedy with each proposer, sampled, 4 ranks over 2 nodes, logits on
 # both nodes, `specd serve` answering on node 0 while node 1 follows, SIGTERM
-# on node 0 stopping both cleanly. A node
+# on node 0 stopping both cleanly, node 1 speaking systemd's notify protocol
+# (ready, watchdog pings, stopping). A node
 # that dies makes node 0 fail requests (and /health) with a message, not
 # hang; nodes with different settings are refused at start.
 # usage: test_nodes.sh SPECD   (run from the source root)
@@ -89,7 +90,7 @@ body='{"model": "specd-tiny", "prompt": "def fibonacci(n):", "max_tokens": 12, "
 serve_pair() { # node 1 and node 0 in the background; waits for node 0's first answer
     p=$(port)
     hp=$(port)
-    "$SPECD" serve "${cpu[@]}" --tp 2 --threads 1 --nnodes 2 --node-rank 1 \
+    env "${n1env[@]}" "$SPECD" serve "${cpu[@]}" --tp 2 --threads 1 --nnodes 2 --node-rank 1 \
         --dist-init-addr 127.0.0.1:$p >/dev/null 2>"$tmp/s1.err" &
     s1=$!
     "$SPECD" serve "${cpu[@]}" --tp 2 --threads 1 --nnodes 2 --node-rank 0 \
@@ -103,6 +104,20 @@ serve_pair() { # node 1 and node 0 in the background; waits for node 0's first a
         sleep 0.5
     done
 }
+# node 1 under systemd's protocol: a listener on its NOTIFY_SOCKET
+n1env=()
+if command -v python3 >/dev/null; then
+    python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+while True:
+    print(s.recv(4096).decode().replace("\n", "|"), flush=True)
+' "$tmp/notify.sock" >"$tmp/notify.log" &
+    listener=$!
+    for _ in $(seq 1 50); do [[ -S "$tmp/notify.sock" ]] && break; sleep 0.1; done
+    n1env=(NOTIFY_SOCKET="$tmp/notify.sock" WATCHDOG_USEC=200000)
+fi
 serve_pair
 if [[ $answer == *'HTTP/1.1 200'* && $answer == *'"text"'* ]]; then
     ok serve_on_two_nodes_answers
@@ -116,6 +131,17 @@ wait "$s1"; rc1=$?
 pids=()
 [[ $rc0 == 0 && $rc1 == 0 ]] && ok sigterm_on_node_0_stops_both_nodes_cleanly ||
     bad sigterm_on_node_0_stops_both_nodes_cleanly "rc $rc0/$rc1: $(tail -c 300 "$tmp/s1.err")"
+if ((${#n1env[@]})); then
+    kill "$listener" 2>/dev/null
+    n=$(grep -c 'WATCHDOG=1' "$tmp/notify.log")
+    r=$(grep -n 'READY=1' "$tmp/notify.log" | head -1 | cut -d: -f1)
+    x=$(grep -n 'STOPPING=1' "$tmp/notify.log" | tail -1 | cut -d: -f1)
+    if [[ -n $r && -n $x && $r -lt $x && $n -ge 3 ]]; then ok node_1_speaks_systemd_ready_watchdog_stopping
+    else bad node_1_speaks_systemd_ready_watchdog_stopping "$n pings: $(head -c 300 "$tmp/notify.log")"; fi
+    n1env=()
+else
+    echo "skip node_1_speaks_systemd_ready_watchdog_stopping (no python3)"
+fi
 # again, then node 1 dies
 serve_pair
 kill -KILL "$s1"
