@@ -77,13 +77,14 @@ typedef struct sd_experts {
 /* Sampling parameters of one row of sample_rows (backend memory, an array of
  * n). The fields mean what sd_sampling's do (src/verify/sampling.h): the
  * distribution is sd_sampling_probs with temperature / top_p / top_k, the
- * uniform sd_rand_uniform(seed, counter, SD_RNG_TARGET), counter being the
- * output position of the token the row decides. 32 bytes, no padding holes. */
+ * uniform sd_rand_uniform(seed, counter, stream), counter being the output
+ * position of the token the row decides. 32 bytes, no padding holes. */
 typedef struct sd_sample_params {
     float temperature; /* <= 0: greedy */
     float top_p;       /* >= 1: off */
     int32_t top_k;     /* <= 0 or >= V: off */
-    uint32_t reserved; /* 0 */
+    uint32_t stream;   /* the uniform's stream: SD_RNG_TARGET (0), SD_RNG_DRAFT for drafts;
+                        * accept_sample_rows ignores it (its streams are fixed) */
     uint64_t seed;
     uint64_t counter;
 } sd_sample_params;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on one GPU for what was written without one: the GPU validation
 # (every op against the CPU, including the opt-in tensor-core MLA decode and
-# MoE prefill paths), the tensor-core kernels timed against the default ones,
+# MoE prefill paths), seeded sampled output cuda vs cpu per proposer (sampled
+# drafts on the device), the tensor-core kernels timed against the default ones,
 # then where a real-size decode step's time goes (--profile-ops on the
 # Llama-3-8B-shaped and DeepSeek-V2-Lite-shaped models). Everything lands in
 # OUT/all.tgz; a short table on stdout.
@@ -15,6 +16,19 @@ t0=$(date +%s)
 timeout ${VALIDATE_S:-120} bash tests/gpu/validate.sh "$B" "$w/validate" "$C" 2>&1 |
     grep -E "tc|FAIL|passed" | tail -30
 echo "validate: $(( $(date +%s) - t0 )) s"
+# sampled drafts now stay on the device (MTP, draft LM): seeded sampled output
+# on cuda vs cpu, equal unless a uniform lands within rounding of a boundary
+for spec in mtp draft eagle3; do
+    d=()
+    [ $spec = draft ] && d=(--draft-model models/specd-tiny-draft)
+    [ $spec = eagle3 ] && d=(--draft-model models/specd-tiny-eagle3)
+    for dev in cpu cuda; do
+        "$B/specd" generate --device $dev --spec $spec "${d[@]}" --temperature 0.8 --seed 7 \
+            --prompt 'def quicksort(xs):' --max-tokens 64 > "$w/samp_${spec}_$dev.txt" 2>/dev/null
+    done
+    cmp -s "$w/samp_${spec}_cpu.txt" "$w/samp_${spec}_cuda.txt" && echo "sampled $spec: cuda == cpu" ||
+        echo "sampled $spec: cuda != cpu"
+done
 t1=$(date +%s)
 timeout ${KERNELS_S:-150} "$B/bench/specd-bench-kernels" --mla --commit "$C" \
     --out "$w/mla-tc.json" > "$w/mla-tc.txt" 2>&1

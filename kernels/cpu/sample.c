@@ -46,7 +46,7 @@ static void sample_task(void *vctx, int b, int e, int thread)
         float *pr = c->probs + (size_t)r * (size_t)c->V;
         sd_sampling_probs(c->logits + (size_t)r * (size_t)c->V, c->V, &s, pr);
         /* a greedy row is one-hot at the argmax: sd_sample returns it */
-        c->out[r] = sd_sample(pr, c->V, sd_rand_uniform(p->seed, p->counter, SD_RNG_TARGET));
+        c->out[r] = sd_sample(pr, c->V, sd_rand_uniform(p->seed, p->counter, p->stream));
     }
 }
 

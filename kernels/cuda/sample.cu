@@ -498,7 +498,7 @@ __global__ void sample_rows_kernel(int32_t *out, float *probs_all, const float *
     const float *logits = logits_all + (size_t)row * (size_t)V;
     float *probs = probs_all + (size_t)row * (size_t)V;
     const sd_sample_params p = params[row];
-    const double u = rand_uniform(p.seed, p.counter, SD_RNG_TARGET);
+    const double u = rand_uniform(p.seed, p.counter, p.stream);
     int tok = row_probs(probs, logits, V, p, &h, &so);
     if (tok < 0)
         tok = block_sample(probs, V, u);

@@ -349,6 +349,17 @@ static int accept_decode(sd_engine *e, req *r, const float *logits, const int32_
                                 : sd_argmax(logits + (size_t)(r->out0 + i) * V, V);
         n = sd_accept_greedy(k, r->draft, am, out);
     } else {
+        if (r->has_q == 2 && k > 0) {
+            /* drafted on the device, verified here (the device verification
+             * did not launch): the distributions come down first */
+            size_t ov = (size_t)e->ov_max_seqs;
+            for (int j = 0; j < k; j++)
+                if (e->be->ops->download(e->be, r->q + (size_t)j * V,
+                                         e->pd_qdraft + ((size_t)j * ov + (size_t)r->q_row) * V,
+                                         (size_t)V * sizeof(float)))
+                    return SD_EDEVICE;
+            r->has_q = 1;
+        }
         for (int i = 0; i <= k; i++)
             sd_sampling_probs(logits + (size_t)(r->out0 + i) * V, V, &r->samp,
                               e->p_rows + (size_t)i * V);
@@ -538,6 +549,7 @@ static int launch_dev_accept(sd_engine *e, const step *s)
     if (use_q && !e->d_q)
         return 1;
     int32_t *row0 = e->h_acc, *nd = row0 + n, *dr = nd + n;
+    int gather_q = 0; /* q rows drafted on the device: gathered there into d_q */
     for (int i = 0; i < s->n_seq; i++) {
         req *r = s->seqs[i];
         if (r->vi < 0)
@@ -554,10 +566,31 @@ static int launch_dev_accept(sd_engine *e, const step *s)
             .temperature = r->greedy ? 0.0f : r->samp.temperature, .top_p = r->samp.top_p,
             .top_k = r->samp.top_k, .seed = r->samp.seed,
             .counter = (uint64_t)(r->n_tok - r->n_prompt)};
-        if (use_q && kd > 0 && !r->greedy &&
-            op->upload(e->be, e->d_q + (size_t)r->vi * k * e->V, r->q,
-                       (size_t)kd * (size_t)e->V * sizeof(float)))
+        if (use_q && kd > 0 && !r->greedy && r->has_q == 2) {
+            /* d_q row vi * k + j := pd_qdraft row j * ov + q_row */
+            for (int j = 0; j < kd; j++)
+                e->h_qidx[(size_t)r->vi * k + j] = j * e->ov_max_seqs + r->q_row;
+            gather_q = 1;
+        } else if (use_q && kd > 0 && !r->greedy &&
+                   op->upload(e->be, e->d_q + (size_t)r->vi * k * e->V, r->q,
+                              (size_t)kd * (size_t)e->V * sizeof(float))) {
             return 1;
+        }
+        if (use_q && e->h_qidx)
+            for (int j = r->greedy ? 0 : kd; j < k; j++) /* rows nobody reads: any valid one */
+                e->h_qidx[(size_t)r->vi * k + j] = 0;
+    }
+    if (gather_q) {
+        /* only device-drafted rows: one drafting fills every sampled request's q */
+        for (int i = 0; i < s->n_seq; i++) {
+            const req *r = s->seqs[i];
+            if (r->vi >= 0 && r->state == RQ_DECODE && r->n_draft > 0 && !r->greedy &&
+                r->has_q != 2)
+                return 1; /* mixed host and device q: the host verifies */
+        }
+        if (op->upload(e->be, e->d_qidx, e->h_qidx, (size_t)n * k * sizeof(int32_t)))
+            return 1;
+        op->gather_rows(e->be, e->d_q, e->pd_qdraft, e->d_qidx, n * k, e->V, e->V, e->V);
     }
     int32_t *d = e->d_acc;
     if (op->upload(e->be, d, row0, (size_t)(2 * n + n * k) * sizeof(int32_t)) ||

@@ -62,7 +62,9 @@ typedef struct req {
     int fresh;       /* no token generated yet: the prefill's last logits are sampled */
     int32_t draft[SD_MAX_K];
     int n_draft;
-    int has_q; /* q holds the drafts' distributions (sampled model drafts) */
+    int has_q; /* the drafts' distributions (sampled model drafts): 1 in q (host), 2 on the
+                * device (pd_qdraft rows j * ov_max_seqs + q_row, until the next drafting) */
+    int q_row;
     int last_k, last_n; /* the last verify: drafts proposed, accepted */
     sd_ngram *ng;       /* n-gram index of tok (SD_SPEC_NGRAM) */
     int no_spec;        /* never drafts: admitted while speculation did not pay */
@@ -127,6 +129,9 @@ struct sd_engine {
     /* the device draft chain (spec.c): drafts (SD_MAX_K, ov_max_seqs), argmax
      * scratch, pass metadata and their host sides; EAGLE-3's d2t */
     int32_t *pd_drafts, *pd_am, *pd_chain, *pd_d2t;
+    float *pd_qdraft;   /* sampled device drafts' distributions (k_max, ov, V) */
+    sd_sample_params *pd_dsp, *ph_dsp; /* their sampling parameters (k_max, ov) */
+    int32_t *d_qidx, *h_qidx;          /* verify: d_q's rows in pd_qdraft (ov * k_max) */
     int32_t *ph_chain, *ph_drafts;
     float *pd_logits, *pd_hid_in, *pd_hid_out, *pd_hid_prev;
     float *ph_logits;

@@ -159,6 +159,19 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
     e->ph_drafts = malloc(SD_MAX_K * ov * 4);
     if (!e->pd_drafts || !e->pd_am || !e->pd_chain || !e->ph_chain || !e->ph_drafts)
         return sd_err_set(err, SD_ENOMEM, "speculation: out of memory for the draft chain");
+    /* sampled drafts on the device: their distributions stay there for the
+     * verification (accept_sample_rows), which the backend must have */
+    if (e->spec != SD_SPEC_NGRAM && e->k_max > 0 && op->sample_rows && op->accept_sample_rows &&
+        op->gather_rows) {
+        size_t kq = (size_t)e->k_max;
+        e->pd_qdraft = op->alloc(e->be, kq * ov * (size_t)e->V * 4);
+        e->pd_dsp = op->alloc(e->be, kq * ov * sizeof(sd_sample_params));
+        e->ph_dsp = calloc(kq * ov, sizeof(sd_sample_params));
+        e->d_qidx = op->alloc(e->be, kq * ov * 4);
+        e->h_qidx = malloc(kq * ov * 4);
+        if (!e->pd_qdraft || !e->pd_dsp || !e->ph_dsp || !e->d_qidx || !e->h_qidx)
+            return sd_err_set(err, SD_ENOMEM, "speculation: out of memory for sampled drafts");
+    }
     if (!e->pd_meta || !e->ph_meta || !e->pd_logits || !e->pd_hid_in || !e->pd_hid_out || !e->pd_hid_prev || !e->ph_logits ||
         !e->ph_i32)
         return sd_err_set(err, SD_ENOMEM, "speculation: out of memory for the draft buffers");
@@ -257,6 +270,9 @@ size_t sd__spec_buffer_bytes(const sd_engine *e)
     size_t b = T * 4 * 7 + (SD_MAX_K * 4 + 3 * (SD_MAX_K - 1) + 3) * (size_t)e->ov_max_seqs * 4 +
                (size_t)e->ov_max_seqs * (size_t)e->V * 4 + T * D * 4 * 2 +
                (size_t)e->ov_max_seqs * D * 4;
+    if (e->spec != SD_SPEC_NGRAM) /* sampled device drafts: q, parameters, row map */
+        b += (size_t)e->k_max * (size_t)e->ov_max_seqs *
+             ((size_t)e->V * 4 + sizeof(sd_sample_params) + 4);
     if (e->eagle)
         b += 2 * T * 3 * D * 4 + sd_eagle3_workspace_bytes(e->eagle);
     if (e->draft)
@@ -290,7 +306,8 @@ void sd__spec_free(sd_engine *e)
     if (!e->be)
         return;
     void *dev[] = {e->pd_meta,    e->pd_logits, e->pd_hid_in, e->pd_hid_out, e->pd_hid_prev,
-                   e->pd_drafts, e->pd_am,     e->pd_chain,  e->pd_d2t};
+                   e->pd_drafts, e->pd_am,     e->pd_chain,  e->pd_d2t,    e->pd_qdraft,
+                   e->pd_dsp,    e->d_qidx};
     for (size_t i = 0; i < SD_ARRAY_LEN(dev); i++)
         if (dev[i])
             e->be->ops->free(e->be, dev[i]);
@@ -300,6 +317,8 @@ void sd__spec_free(sd_engine *e)
     free(e->ph_meta);
     free(e->ph_chain);
     free(e->ph_drafts);
+    free(e->ph_dsp);
+    free(e->h_qidx);
     free(e->ph_i32);
     free(e->ph_row);
     for (int r = 0; r < SD_TP_MAX; r++)
@@ -510,21 +529,36 @@ static int reserve_k(sd_engine *e, req *r, int k)
  * copy; the k - 1 passes run as one graph, and the host downloads the k
  * drafts of every request once. A request whose k is smaller than the
  * step's becomes a padding row (the trash block) for the passes past it.
- * Sampled drafts need their distributions on the host (rejection sampling
- * there) and take the per-pass path above. */
-static int on_device(const sd_engine *e, const prow *b)
+ * Sampled drafts (MTP, draft LM) run the same chain with sample_rows in
+ * place of the argmax: each row samples its request's draft distribution q
+ * (temperature / top-k / top-p, the request's draft stream, the draft's
+ * output position), and q stays on the device (pd_qdraft, pass-major) until
+ * the next step's verification gathers it into d_q for accept_sample_rows;
+ * a step that verifies on the host downloads it then. EAGLE-3's reduced
+ * vocabulary (q must be mapped to the target's) and synthetic acceptance
+ * still take the per-pass host path above. */
+static int all_greedy(const prow *b)
 {
-    if (!e->pd_drafts || !e->be->ops->argmax_rows || !e->be->ops->gather_i32 || b->n_out == 0 ||
-        b->n_out > e->ov_max_seqs)
-        return 0;
     for (int j = 0; j < b->n_out; j++)
         if (!b->out_req[j]->greedy)
             return 0;
     return 1;
 }
 
+static int on_device(const sd_engine *e, const prow *b)
+{
+    if (!e->pd_drafts || !e->be->ops->argmax_rows || !e->be->ops->gather_i32 || b->n_out == 0 ||
+        b->n_out > e->ov_max_seqs)
+        return 0;
+    /* sampled drafts: sample_rows where the logits are, q kept there for the
+     * device verification (not with a reduced EAGLE-3 vocabulary yet, nor
+     * with synthetic acceptance, which verifies on the host) */
+    return all_greedy(b) || (e->pd_qdraft && !e->eagle && e->synth.n == 0);
+}
+
 struct chain_ctx {
     int mode, Tc, k;
+    int sampled; /* draft j = sample_rows with pd_dsp's pass-j rows, q into pd_qdraft */
     const int32_t *meta; /* device: (k - 1) x [pos, seq, slot] x Tc, rows (Tc), prev rows (Tc) */
 };
 
@@ -538,6 +572,19 @@ static void draft_argmax(sd_engine *e, int32_t *out, int n)
     } else {
         op->argmax_rows(e->be, out, e->pd_logits, n, e->V);
     }
+}
+
+/* Draft j of n chain rows from pd_logits: the argmax, or (sampled) a sample
+ * of each row's draft distribution, which stays in pd_qdraft's pass-j rows. */
+static void draft_pick(sd_engine *e, int32_t *out, int n, int j, int sampled)
+{
+    if (!sampled) {
+        draft_argmax(e, out, n);
+        return;
+    }
+    size_t ov = (size_t)e->ov_max_seqs;
+    e->be->ops->sample_rows(e->be, out, e->pd_qdraft + (size_t)j * ov * (size_t)e->V, e->pd_logits,
+                            e->pd_dsp + (size_t)j * ov, n, e->V);
 }
 
 static int chain_cb(sd_engine *e, void *ctx, sd_err *err)
@@ -564,7 +611,7 @@ static int chain_cb(sd_engine *e, void *ctx, sd_err *err)
                          &f, err);
         if (rc)
             return rc;
-        draft_argmax(e, e->pd_drafts + (size_t)j * Tc, Tc);
+        draft_pick(e, e->pd_drafts + (size_t)j * Tc, Tc, j, c->sampled);
     }
     return 0;
 }
@@ -578,15 +625,34 @@ static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int
     int Tc = sd__graph_bucket(e, n);
     if (!Tc || Tc > e->ov_max_seqs)
         Tc = n;
-    /* first drafts: the extend pass's logits rows are the chain's rows */
-    draft_argmax(e, e->pd_drafts, n);
     int kc = 1;
     for (int m = 0; m < n; m++) {
         int si = seq_index(s, b->out_req[m]);
         if (si >= 0 && kr[si] > kc)
             kc = kr[si];
     }
-    int rc = 0;
+    int rc = 0, sampled = !all_greedy(b);
+    if (sampled) {
+        /* row m of pass j: request m's sampling, its draft stream, the output
+         * position of draft j; padding rows greedy */
+        size_t ov = (size_t)e->ov_max_seqs;
+        for (int j = 0; j < kc; j++)
+            for (int m = 0; m < Tc; m++) {
+                const req *r = m < n ? b->out_req[m] : NULL;
+                e->ph_dsp[(size_t)j * ov + m] =
+                    r ? (sd_sample_params){.temperature = r->greedy ? 0.0f : r->samp.temperature,
+                                           .top_p = r->samp.top_p, .top_k = r->samp.top_k,
+                                           .stream = SD_RNG_DRAFT, .seed = r->samp.seed,
+                                           .counter = (uint64_t)(r->n_tok - r->n_prompt + j)}
+                      : (sd_sample_params){.temperature = 0.0f, .top_p = 1.0f};
+            }
+        for (int j = 0; j < kc && !rc; j++)
+            rc = op->upload(e->be, e->pd_dsp + (size_t)j * ov, e->ph_dsp + (size_t)j * ov,
+                            (size_t)Tc * sizeof(sd_sample_params));
+    }
+    /* first drafts: the extend pass's logits rows are the chain's rows */
+    if (!rc)
+        draft_pick(e, e->pd_drafts, n, 0, sampled);
     if (kc > 1) {
         int32_t *h = e->ph_chain;
         for (int j = 1; j < kc; j++) {
@@ -609,10 +675,10 @@ static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int
         }
         size_t words = 3 * (size_t)Tc * (size_t)(kc - 1) + 2 * (size_t)Tc;
         rc = op->upload(e->be, e->pd_chain, h, words * 4);
-        struct chain_ctx cx = {mode, Tc, kc, e->pd_chain};
+        struct chain_ctx cx = {mode, Tc, kc, sampled, e->pd_chain};
         sd_pgraph *g = NULL;
         if (!rc && e->pad_steps && sd__graph_bucket(e, n) == Tc)
-            g = sd__pgraph_find(e, 16 + mode, NULL, Tc, kc);
+            g = sd__pgraph_find(e, (sampled ? 32 : 16) + mode, NULL, Tc, kc);
         if (!rc)
             rc = pgraph_run(e, g, chain_cb, &cx, err);
     }
@@ -626,7 +692,8 @@ static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int
         req *r = b->out_req[m];
         int si = seq_index(s, r);
         int kk = si >= 0 ? kr[si] : 1;
-        r->has_q = 0;
+        r->has_q = sampled && !r->greedy ? 2 : 0; /* q in pd_qdraft's rows of chain row m */
+        r->q_row = m;
         for (int j = 0; j < kk; j++)
             r->draft[j] = e->ph_drafts[(size_t)j * Tc + m];
         r->n_draft = kk;

@@ -274,6 +274,15 @@ static void v_gather_i32(sd_backend *vb, int32_t *out, const int32_t *table, con
     t->be[r]->ops->gather_i32(t->be[r], M(out, r), M(table, r), M(idx, r), n);
 }
 
+static void v_sample_rows(sd_backend *vb, int32_t *out, float *probs_scratch, const float *logits,
+                          const sd_sample_params *p, int n, int V)
+{
+    sd_tp *t = tp_of(vb);
+    RANKS(t, r)
+    t->be[r]->ops->sample_rows(t->be[r], M(out, r), M(probs_scratch, r), M(logits, r), M(p, r), n,
+                               V);
+}
+
 static void v_accept_sample_rows(sd_backend *vb, int32_t *n_acc, int32_t *out_tok,
                                  float *probs_scratch, const float *logits, const int32_t *row0,
                                  const float *q, const int32_t *draft, const int32_t *n_draft,
@@ -612,6 +621,7 @@ int sd__tp_open(sd_tp **out, const sd_opts *o, int hidden, sd_err *err)
                       .upload2d = v_upload2d,
                       .accept_sample_rows =
                           t->be[0]->ops->accept_sample_rows ? v_accept_sample_rows : NULL,
+                      .sample_rows = t->be[0]->ops->sample_rows ? v_sample_rows : NULL,
                       .gather_i32 = t->be[0]->ops->gather_i32 ? v_gather_i32 : NULL};
     if (t->be[0]->ops->graph_begin) {
         t->ops.graph_begin = v_graph_begin;

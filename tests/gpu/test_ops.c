@@ -1408,6 +1408,7 @@ TEST(sample_rows_gives_the_cpu_distribution_and_token_on_mixed_rows)
                 case 5: q.top_k = 1; break;
                 case 6: q.top_p = 0.0f; break; /* the top token only */
                 }
+                q.stream = r % 2 ? SD_RNG_DRAFT : SD_RNG_TARGET; /* drafts sample too */
                 p[r] = q;
             }
             float *cp = (float *)malloc((size_t)n * V * sizeof(float));
@@ -1431,7 +1432,7 @@ TEST(sample_rows_gives_the_cpu_distribution_and_token_on_mixed_rows)
                     bad = INFINITY;
                     continue;
                 }
-                double u = sd_rand_uniform(p[r].seed, p[r].counter, SD_RNG_TARGET);
+                double u = sd_rand_uniform(p[r].seed, p[r].counter, p[r].stream);
                 if (cdf_gap(crow, V, u) < 1e-5) {
                     near++;
                     continue;

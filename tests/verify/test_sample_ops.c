@@ -95,8 +95,10 @@ TEST(sample_rows_equals_the_host_distribution_and_sample_of_each_row)
         int V = Vs[vi], n = 13;
         float *x = make_logits(&rng, n, V, 6.0f);
         sd_sample_params p[13];
-        for (int r = 0; r < n; r++)
+        for (int r = 0; r < n; r++) {
             p[r] = params_of(&rng, r);
+            p[r].stream = r % 3 == 1 ? SD_RNG_DRAFT : SD_RNG_TARGET; /* a draft's own stream */
+        }
         float *probs = malloc((size_t)n * V * sizeof *probs);
         float *ref = malloc((size_t)V * sizeof *ref);
         int32_t out[13], one;
@@ -107,7 +109,7 @@ TEST(sample_rows_equals_the_host_distribution_and_sample_of_each_row)
             sd_sampling s = {p[r].temperature, p[r].top_p, p[r].top_k, p[r].seed};
             sd_sampling_probs(row, V, &s, ref);
             ASSERT(memcmp(ref, probs + (size_t)r * V, (size_t)V * sizeof *ref) == 0);
-            int32_t want = sd_sample(ref, V, sd_rand_uniform(p[r].seed, p[r].counter, SD_RNG_TARGET));
+            int32_t want = sd_sample(ref, V, sd_rand_uniform(p[r].seed, p[r].counter, p[r].stream));
             ASSERT_EQ(out[r], want);
             ASSERT(ref[out[r]] > 0.0f);
             if (!(p[r].temperature > 0) || p[r].top_k == 1)
