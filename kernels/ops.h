@@ -257,6 +257,13 @@ typedef struct sd_ops {
      * backend has none (callers then run add and rmsnorm). */
     void (*add_rmsnorm)(sd_backend *be, float *out, float *x, const float *y, const sd_weight *w,
                         int n, int d, float eps);
+
+    /* ---- device-side sampled drafts (appended) ----
+     * dst(n, wd) := 0, then dst[i][map[c]] = src[i][c] for c < ws: rows of a
+     * reduced vocabulary (EAGLE-3's draft distributions) spread over the
+     * target's. map is injective (ws distinct columns below wd). */
+    void (*scatter_cols)(sd_backend *be, float *dst, const float *src, const int32_t *map, int n,
+                         int ws, int wd);
 } sd_ops;
 
 struct sd_backend {

@@ -196,6 +196,12 @@ static void p_gather_i32(sd_backend *be, int32_t *out, const int32_t *t, const i
 {
     TIMED(be, "gather_i32", I(be)->ops->gather_i32(I(be), out, t, idx, n));
 }
+static void p_scatter_cols(sd_backend *be, float *dst, const float *src, const int32_t *map, int n,
+                           int ws, int wd)
+{
+    TIMED(be, "scatter_cols", I(be)->ops->scatter_cols(I(be), dst, src, map, n, ws, wd));
+}
+
 static void p_add_rmsnorm(sd_backend *be, float *out, float *x, const float *y, const sd_weight *w,
                           int n, int d, float eps)
 {
@@ -246,7 +252,8 @@ int sd_prof_backend_wrap(sd_backend **out, sd_backend *inner)
                       .upload2d = W(upload2d),
                       .accept_sample_rows = W(accept_sample_rows),
                       .gather_i32 = W(gather_i32),
-                      .add_rmsnorm = W(add_rmsnorm)};
+                      .add_rmsnorm = W(add_rmsnorm),
+                      .scatter_cols = W(scatter_cols)};
 #undef W
     /* the cost of an empty sync, the best of many */
     p->sync_s = 1e9;

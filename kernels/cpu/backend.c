@@ -287,6 +287,7 @@ static const sd_ops cpu_ops = {
     .accept_sample_rows = sd__cpu_accept_sample_rows,
     .gather_i32 = sd__cpu_gather_i32,
     .add_rmsnorm = sd__cpu_add_rmsnorm,
+    .scatter_cols = sd__cpu_scatter_cols,
 };
 
 int sd_cpu_backend_create(sd_backend **out, int threads)

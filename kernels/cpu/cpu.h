@@ -33,6 +33,8 @@ void sd__cpu_embed_shard(sd_backend *be, float *out, const sd_weight *table, con
                          int n, int first);
 void sd__cpu_add(sd_backend *be, float *y, const float *x, int n, int d);
 void sd__cpu_silu_mul(sd_backend *be, float *out, const float *gu, int n, int I);
+void sd__cpu_scatter_cols(sd_backend *be, float *dst, const float *src, const int32_t *map, int n,
+                          int ws, int wd);
 void sd__cpu_gather_i32(sd_backend *be, int32_t *out, const int32_t *table, const int32_t *idx,
                         int n);
 void sd__cpu_gather_rows(sd_backend *be, float *dst, const float *src, const int32_t *idx, int n,

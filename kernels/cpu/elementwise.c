@@ -53,6 +53,19 @@ void sd__cpu_gather_i32(sd_backend *be, int32_t *out, const int32_t *table, cons
         out[i] = table[idx[i]];
 }
 
+void sd__cpu_scatter_cols(sd_backend *be, float *dst, const float *src, const int32_t *map, int n,
+                          int ws, int wd)
+{
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        float *d = dst + (size_t)i * (size_t)wd;
+        const float *s = src + (size_t)i * (size_t)ws;
+        memset(d, 0, (size_t)wd * sizeof *d);
+        for (int c = 0; c < ws; c++)
+            d[map[c]] = s[c];
+    }
+}
+
 void sd__cpu_gather_rows(sd_backend *be, float *dst, const float *src, const int32_t *idx, int n,
                          int d, int ds, int ss)
 {

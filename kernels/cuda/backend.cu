@@ -326,6 +326,7 @@ static const sd_ops cuda_ops = {
     /* .accept_sample_rows = */ sd__cuda_accept_sample_rows,
     /* .gather_i32 = */ sd__cuda_gather_i32,
     /* .add_rmsnorm = */ sd__cuda_add_rmsnorm,
+    /* .scatter_cols = */ sd__cuda_scatter_cols,
 };
 
 int sd_cuda_make_current(sd_backend *be)

@@ -195,6 +195,8 @@ void sd__cuda_embed_shard(sd_backend *be, float *out, const sd_weight *table, co
                           int n, int first);
 void sd__cuda_add(sd_backend *be, float *y, const float *x, int n, int d);
 void sd__cuda_silu_mul(sd_backend *be, float *out, const float *gu, int n, int I);
+void sd__cuda_scatter_cols(sd_backend *be, float *dst, const float *src, const int32_t *map, int n,
+                           int ws, int wd);
 void sd__cuda_gather_i32(sd_backend *be, int32_t *out, const int32_t *table, const int32_t *idx,
                          int n);
 void sd__cuda_gather_rows(sd_backend *be, float *dst, const float *src, const int32_t *idx, int n,

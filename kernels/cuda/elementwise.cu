@@ -173,6 +173,29 @@ void sd__cuda_gather_i32(sd_backend *be, int32_t *out, const int32_t *table, con
     SD_LAUNCHED(c, "gather_i32_kernel");
 }
 
+/* one block per row: the row zeroed, then the source columns placed */
+__global__ void scatter_cols_kernel(float *dst, const float *src, const int32_t *map, int ws,
+                                    int wd)
+{
+    float *d = dst + (size_t)blockIdx.x * (size_t)wd;
+    const float *s = src + (size_t)blockIdx.x * (size_t)ws;
+    for (int c = threadIdx.x; c < wd; c += blockDim.x)
+        d[c] = 0.0f;
+    __syncthreads();
+    for (int c = threadIdx.x; c < ws; c += blockDim.x)
+        d[map[c]] = s[c];
+}
+
+void sd__cuda_scatter_cols(sd_backend *be, float *dst, const float *src, const int32_t *map, int n,
+                           int ws, int wd)
+{
+    sd__cuda *c = sd__cuda_op(be);
+    if (!c || n <= 0)
+        return;
+    scatter_cols_kernel<<<n, 256, 0, c->stream>>>(dst, src, map, ws, wd);
+    SD_LAUNCHED(c, "scatter_cols_kernel");
+}
+
 void sd__cuda_copy2d(sd_backend *be, float *dst, const float *src, int n, int d, int ds, int ss)
 {
     sd__cuda *c = sd__cuda_op(be);

@@ -130,6 +130,7 @@ struct sd_engine {
      * scratch, pass metadata and their host sides; EAGLE-3's d2t */
     int32_t *pd_drafts, *pd_am, *pd_chain, *pd_d2t;
     float *pd_qdraft;   /* sampled device drafts' distributions (k_max, ov, V) */
+    float *pd_qsmall;   /* EAGLE-3: one pass's distributions over the draft vocabulary (ov, Vd) */
     sd_sample_params *pd_dsp, *ph_dsp; /* their sampling parameters (k_max, ov) */
     int32_t *d_qidx, *h_qidx;          /* verify: d_q's rows in pd_qdraft (ov * k_max) */
     int32_t *ph_chain, *ph_drafts;

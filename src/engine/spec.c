@@ -248,6 +248,11 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
         e->ph_row = malloc((size_t)e->V * 4);
         if (!e->d_aux || !e->pd_aux_in || !e->ph_row)
             return sd_err_set(err, SD_ENOMEM, "EAGLE-3: out of memory");
+        /* sampled drafts on the device: q over the draft vocabulary, then
+         * spread over the target's for the verification */
+        if (e->pd_qdraft && op->scatter_cols &&
+            !(e->pd_qsmall = op->alloc(e->be, (size_t)e->ov_max_seqs * (size_t)Vd * 4)))
+            return sd_err_set(err, SD_ENOMEM, "EAGLE-3: out of memory");
         return 0;
     }
     return 0; /* MTP: the target model holds the layer and its cache */
@@ -274,7 +279,8 @@ size_t sd__spec_buffer_bytes(const sd_engine *e)
         b += (size_t)e->k_max * (size_t)e->ov_max_seqs *
              ((size_t)e->V * 4 + sizeof(sd_sample_params) + 4);
     if (e->eagle)
-        b += 2 * T * 3 * D * 4 + sd_eagle3_workspace_bytes(e->eagle);
+        b += 2 * T * 3 * D * 4 + sd_eagle3_workspace_bytes(e->eagle) +
+             (size_t)e->ov_max_seqs * (size_t)sd_eagle3_draft_vocab(e->eagle) * 4;
     if (e->draft)
         b += sd_model_workspace_bytes(e->draft);
     return b;
@@ -307,7 +313,7 @@ void sd__spec_free(sd_engine *e)
         return;
     void *dev[] = {e->pd_meta,    e->pd_logits, e->pd_hid_in, e->pd_hid_out, e->pd_hid_prev,
                    e->pd_drafts, e->pd_am,     e->pd_chain,  e->pd_d2t,    e->pd_qdraft,
-                   e->pd_dsp,    e->d_qidx};
+                   e->pd_dsp,    e->d_qidx,    e->pd_qsmall};
     for (size_t i = 0; i < SD_ARRAY_LEN(dev); i++)
         if (dev[i])
             e->be->ops->free(e->be, dev[i]);
@@ -534,9 +540,10 @@ static int reserve_k(sd_engine *e, req *r, int k)
  * (temperature / top-k / top-p, the request's draft stream, the draft's
  * output position), and q stays on the device (pd_qdraft, pass-major) until
  * the next step's verification gathers it into d_q for accept_sample_rows;
- * a step that verifies on the host downloads it then. EAGLE-3's reduced
- * vocabulary (q must be mapped to the target's) and synthetic acceptance
- * still take the per-pass host path above. */
+ * a step that verifies on the host downloads it then. EAGLE-3 samples over
+ * its reduced vocabulary and scatters q over the target's (scatter_cols).
+ * Synthetic acceptance (host verification) and backends without these ops
+ * take the per-pass host path above. */
 static int all_greedy(const prow *b)
 {
     for (int j = 0; j < b->n_out; j++)
@@ -553,7 +560,7 @@ static int on_device(const sd_engine *e, const prow *b)
     /* sampled drafts: sample_rows where the logits are, q kept there for the
      * device verification (not with a reduced EAGLE-3 vocabulary yet, nor
      * with synthetic acceptance, which verifies on the host) */
-    return all_greedy(b) || (e->pd_qdraft && !e->eagle && e->synth.n == 0);
+    return all_greedy(b) || (e->pd_qdraft && (!e->eagle || e->pd_qsmall) && e->synth.n == 0);
 }
 
 struct chain_ctx {
@@ -582,9 +589,20 @@ static void draft_pick(sd_engine *e, int32_t *out, int n, int j, int sampled)
         draft_argmax(e, out, n);
         return;
     }
+    const sd_ops *op = e->be->ops;
     size_t ov = (size_t)e->ov_max_seqs;
-    e->be->ops->sample_rows(e->be, out, e->pd_qdraft + (size_t)j * ov * (size_t)e->V, e->pd_logits,
-                            e->pd_dsp + (size_t)j * ov, n, e->V);
+    float *q = e->pd_qdraft + (size_t)j * ov * (size_t)e->V;
+    if (e->eagle) {
+        /* sampled over the draft vocabulary (its q in the draft ids' order),
+         * the token and q mapped to the target's ids through d2t */
+        int Vd = sd_eagle3_draft_vocab(e->eagle);
+        op->sample_rows(e->be, e->pd_am, e->pd_qsmall, e->pd_logits, e->pd_dsp + (size_t)j * ov, n,
+                        Vd);
+        op->gather_i32(e->be, out, e->pd_d2t, e->pd_am, n);
+        op->scatter_cols(e->be, q, e->pd_qsmall, e->pd_d2t, n, Vd, e->V);
+        return;
+    }
+    op->sample_rows(e->be, out, q, e->pd_logits, e->pd_dsp + (size_t)j * ov, n, e->V);
 }
 
 static int chain_cb(sd_engine *e, void *ctx, sd_err *err)

@@ -283,6 +283,14 @@ static void v_sample_rows(sd_backend *vb, int32_t *out, float *probs_scratch, co
                                V);
 }
 
+static void v_scatter_cols(sd_backend *vb, float *dst, const float *src, const int32_t *map, int n,
+                           int ws, int wd)
+{
+    sd_tp *t = tp_of(vb);
+    RANKS(t, r)
+    t->be[r]->ops->scatter_cols(t->be[r], M(dst, r), M(src, r), M(map, r), n, ws, wd);
+}
+
 static void v_accept_sample_rows(sd_backend *vb, int32_t *n_acc, int32_t *out_tok,
                                  float *probs_scratch, const float *logits, const int32_t *row0,
                                  const float *q, const int32_t *draft, const int32_t *n_draft,
@@ -622,6 +630,7 @@ int sd__tp_open(sd_tp **out, const sd_opts *o, int hidden, sd_err *err)
                       .accept_sample_rows =
                           t->be[0]->ops->accept_sample_rows ? v_accept_sample_rows : NULL,
                       .sample_rows = t->be[0]->ops->sample_rows ? v_sample_rows : NULL,
+                      .scatter_cols = t->be[0]->ops->scatter_cols ? v_scatter_cols : NULL,
                       .gather_i32 = t->be[0]->ops->gather_i32 ? v_gather_i32 : NULL};
     if (t->be[0]->ops->graph_begin) {
         t->ops.graph_begin = v_graph_begin;

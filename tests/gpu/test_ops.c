@@ -119,6 +119,28 @@ TEST(embed_copies_and_elementwise_ops_equal_the_cpu)
         for (int i = 0; i < n; i++)
             wrong += gi[i] != ci[i] || ci[i] != map[idx[i]];
         ok &= report("gather_i32 n=33 (ids that differ)", wrong, 0);
+        /* scatter_cols: rows of 50 columns spread over 301 through an
+         * injective map (a shuffled prefix of 0..300) */
+        {
+            int ws = 50, wd = 301;
+            int32_t perm[301];
+            for (int i = 0; i < wd; i++)
+                perm[i] = i;
+            for (int i = wd - 1; i > 0; i--) {
+                int j = rnd_int(&e, i + 1), t = perm[i];
+                perm[i] = perm[j];
+                perm[j] = t;
+            }
+            float *cs = nan_floats((size_t)n * wd);
+            e.cpu->ops->scatter_cols(e.cpu, cs, src, perm, n, ws, wd);
+            int32_t *dperm = (int32_t *)gput(&e, perm, (size_t)ws * sizeof(int32_t));
+            float *dsc = gpoison(&e, (size_t)n * wd);
+            e.gpu->ops->scatter_cols(e.gpu, dsc, dsrc, dperm, n, ws, wd);
+            ok &= check_dev(&e, dsc, cs, (size_t)n * wd, 0, "scatter_cols n=33 50 -> 301 columns");
+            gfree(&e, dperm);
+            gfree(&e, dsc);
+            free(cs);
+        }
         gfree(&e, dmap);
         gfree(&e, dgi);
         gfree(&e, dsrc);

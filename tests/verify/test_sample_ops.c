@@ -203,7 +203,45 @@ TEST(accept_greedy_rows_accepts_the_matching_prefix_and_writes_n_plus_one_tokens
     sd_cpu_backend_destroy(be);
 }
 
+TEST(scatter_cols_places_each_column_through_the_map_and_zeroes_the_rest)
+{
+    uint64_t rng = sd_test_seed();
+    sd_backend *be;
+    ASSERT_OK(sd_cpu_backend_create(&be, 2));
+    enum { N = 7, WS = 40, WD = 173 };
+    int32_t map[WD];
+    for (int i = 0; i < WD; i++)
+        map[i] = i;
+    for (int i = WD - 1; i > 0; i--) { /* a random injective map: a shuffled prefix */
+        int j = rnd_int(&rng, i + 1), t = map[i];
+        map[i] = map[j];
+        map[j] = t;
+    }
+    float *src = make_logits(&rng, N, WS, 3.0f), *dst = malloc(N * WD * sizeof *dst);
+    for (int i = 0; i < N * WD; i++)
+        dst[i] = NAN; /* every element must be written */
+    be->ops->scatter_cols(be, dst, src, map, N, WS, WD);
+    ASSERT_OK(be->ops->sync(be));
+    for (int i = 0; i < N; i++) {
+        int placed = 0;
+        for (int c = 0; c < WD; c++) {
+            int from = -1;
+            for (int k = 0; k < WS; k++)
+                if (map[k] == c)
+                    from = k;
+            float want = from >= 0 ? src[i * WS + from] : 0.0f;
+            ASSERT(memcmp(&dst[i * WD + c], &want, sizeof want) == 0);
+            placed += from >= 0;
+        }
+        ASSERT_EQ(placed, WS);
+    }
+    free(src);
+    free(dst);
+    sd_cpu_backend_destroy(be);
+}
+
 TEST_MAIN(T(argmax_rows_equals_sd_argmax_of_each_row),
+          T(scatter_cols_places_each_column_through_the_map_and_zeroes_the_rest),
           T(sample_rows_equals_the_host_distribution_and_sample_of_each_row),
           T(sample_rows_draws_each_row_from_its_own_counter),
           T(accept_greedy_rows_accepts_the_matching_prefix_and_writes_n_plus_one_tokens))
