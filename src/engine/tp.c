@@ -595,10 +595,21 @@ int sd__tp_open(sd_tp **out, const sd_opts *o, int hidden, sd_err *err)
     if (nnodes > 1) {
         /* The settings every node must share to take the same steps. */
         char fp[512] = {0}; /* sent whole: no stray bytes past the text */
+        /* the device as it will open (auto: cuda where a GPU is visible), so
+         * a GPU node and a CPU node are told apart before their collectives
+         * (NCCL and TCP) could talk past each other */
+        const char *dev = o->device ? o->device : "auto";
+#ifdef SD_HAVE_CUDA
+        if (!strcmp(dev, "auto"))
+            dev = sd_cuda_device_count() > 0 ? "cuda" : "cpu";
+#else
+        if (!strcmp(dev, "auto"))
+            dev = "cpu";
+#endif
         snprintf(fp, sizeof fp,
                  "specd tp %d nnodes %d device %s spec %s k %d ngram %d context %d block %d "
                  "kv_blocks %d batch %d tokens %d graphs %d seed %lld",
-                 o->tp, nnodes, o->device ? o->device : "auto", o->spec ? o->spec : "",
+                 o->tp, nnodes, dev, o->spec ? o->spec : "",
                  o->spec_k, o->ngram_n, o->max_context, o->block_size, o->kv_blocks,
                  o->max_batch, o->max_batch_tokens, o->cuda_graph_max_bs, o->seed);
         rc = sd_nodes_open(&t->nodes, nnodes, o->node_rank, o->dist_init_addr, fp, sizeof fp,
