@@ -18,7 +18,15 @@ trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
 pass=0 fail=0
 ok() { echo "ok   $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
-port() { echo $((20000 + (RANDOM * 7 + $$) % 40000)); }
+port() { # a random port nothing listens on yet
+    local p
+    for _ in 1 2 3 4 5 6 7 8; do
+        p=$((20000 + (RANDOM * 7 + $$) % 40000))
+        { exec 9<>"/dev/tcp/127.0.0.1/$p"; } 2>/dev/null || break
+        exec 9<&-
+    done
+    echo "$p"
+}
 cpu=(--device cpu --log-level warn)
 
 # two_nodes NAME TP ARGS...: node 1 in the background, node 0 in front;

@@ -31,10 +31,24 @@ static void *open_main(void *arg)
     return NULL;
 }
 
-/* Opens n nodes at a free loopback port (node 0 last, so the others retry). */
+/* Opens n nodes at a loopback port (node 0 last, so the others retry); a
+ * port already taken by another program moves on to the next one. */
+static int open_at(opener *o, int n, const char *fp_of_1, int port);
 static int open_group(opener *o, int n, const char *fp_of_1)
 {
-    int port = 20000 + (int)(sd_test_seed() % 40000);
+    int port = 20000 + (int)(sd_test_seed() % 40000), rc = 0;
+    for (int tries = 0; tries < 5; tries++, port += 7) {
+        rc = open_at(o, n, fp_of_1, port);
+        if (!rc || !strstr(o[0].err.msg, "cannot listen"))
+            break;
+        for (int k = 0; k < n; k++)
+            sd_nodes_close(o[k].g);
+    }
+    return rc;
+}
+
+static int open_at(opener *o, int n, const char *fp_of_1, int port)
+{
     pthread_t th[NN];
     for (int k = 0; k < n; k++) {
         memset(&o[k], 0, sizeof o[k]);
