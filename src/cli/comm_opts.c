@@ -50,13 +50,6 @@ int sd_cli_check_comm_opts(const sd_opts *o, unsigned cmd, sd_err *err)
     return 0;
 }
 
-static void notify(const char *state)
-{
-    sd_err err = {0};
-    if (sd_notify_send(state, &err) < 0)
-        sd_log_warn("systemd notify: %s", err.msg);
-}
-
 int sd_cli_follow(const sd_opts *o, const char *cmd)
 {
     sd_err err = {0};
@@ -73,20 +66,20 @@ int sd_cli_follow(const sd_opts *o, const char *cmd)
     char st[128];
     snprintf(st, sizeof st, "READY=1\nSTATUS=node %d of %d, following node 0", o->node_rank,
              o->nnodes);
-    notify(st);
+    sd_notify_state(st);
     uint64_t wd = sd_notify_watchdog_usec(), seen = 0;
     int rc;
     while ((rc = sd_engine_wait(e, wd ? (double)wd * 0.5e-6 : 0)) == 1) {
         sd_engine_stats es;
         sd_engine_get_stats(e, &es);
         if (es.failing == 0 && es.plans != seen)
-            notify("WATCHDOG=1");
+            sd_notify_state("WATCHDOG=1");
         else
             sd_log_warn("watchdog: %s; not pinging systemd",
                         es.failing ? "model steps fail" : "no plan from node 0");
         seen = es.plans;
     }
-    notify("STOPPING=1");
+    sd_notify_state("STOPPING=1");
     sd_engine_destroy(e);
     if (rc) {
         fprintf(stderr, "specd %s: the node group failed (node 0 is gone or out of step)\n",

@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "core/util.h"
 
 int sd_notify_send(const char *state, sd_err *err)
@@ -50,4 +51,11 @@ uint64_t sd_notify_watchdog_usec(void)
     if (sd_parse_i64(us, &v) || v <= 0)
         return 0;
     return (uint64_t)v;
+}
+
+void sd_notify_state(const char *state)
+{
+    sd_err err = {0};
+    if (sd_notify_send(state, &err) < 0)
+        sd_log_warn("systemd notify: %s", err.msg);
 }

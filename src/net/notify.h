@@ -17,5 +17,8 @@ int sd_notify_send(const char *state, sd_err *err);
 /* The watchdog interval systemd expects pings within ($WATCHDOG_USEC, when
  * $WATCHDOG_PID is unset or names this process), in microseconds; 0: none. */
 uint64_t sd_notify_watchdog_usec(void);
+/* sd_notify_send, a failure logged as a warning (a state change is never
+ * worth stopping for) */
+void sd_notify_state(const char *state);
 
 #endif

@@ -116,13 +116,6 @@ static int auth_ok(const sd_server *s, const sd_http_req *req)
            sd_api_key_ok(sd_http_header(req, "Authorization"), s->api_key, s->api_key_len);
 }
 
-static void notify(const char *state)
-{
-    sd_err err = {0};
-    if (sd_notify_send(state, &err) < 0)
-        sd_log_warn("%s", err.msg);
-}
-
 static const char *finish_name(sd_finish why)
 {
     switch (why) {
@@ -854,7 +847,7 @@ static void warmup_done(sd_server *s, sd_finish why, const char *msg)
     char st[512];
     snprintf(st, sizeof st, "READY=1\nSTATUS=serving %s on port %d", s->model_name,
              sd_http_port(s->http));
-    notify(st);
+    sd_notify_state(st);
 }
 
 static void load_done(uv_work_t *w, int status)
@@ -907,7 +900,7 @@ static void on_watchdog(uv_timer_t *t)
 {
     sd_server *s = t->data;
     if (!s->engine) {
-        notify("WATCHDOG=1"); /* loading: bounded by systemd's TimeoutStartSec */
+        sd_notify_state("WATCHDOG=1"); /* loading: bounded by systemd's TimeoutStartSec */
         return;
     }
     sd_engine_stats es;
@@ -917,7 +910,7 @@ static void on_watchdog(uv_timer_t *t)
         sd_log_warn("watchdog: the last %d model step(s) failed; not pinging systemd",
                     es.failing);
     else if (idle || es.last_step_ns != s->wd_last_step)
-        notify("WATCHDOG=1");
+        sd_notify_state("WATCHDOG=1");
     else
         sd_log_warn("watchdog: %d requests and no engine step for %.1f s; not pinging systemd",
                     es.running + es.queued,
@@ -1004,7 +997,7 @@ void sd_server_drain(sd_server *s)
         return;
     }
     s->draining = 1;
-    notify("STOPPING=1");
+    sd_notify_state("STOPPING=1");
     sd_log_info("shutdown: %d requests in flight; waiting up to %g s", s->n_jobs,
                 s->o->shutdown_timeout);
     if (s->http)
