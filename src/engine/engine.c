@@ -921,6 +921,17 @@ int sd__engine_each(sd_engine *e, int (*fn)(sd_engine *e, void *ctx, sd_err *err
 
 /* ------------------------------------------------------------------ thread */
 
+/* CLOCK_REALTIME secs from now, for pthread_cond_timedwait */
+static struct timespec deadline_in(double secs)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long ns = (long long)ts.tv_nsec + (long long)(secs * 1e9);
+    ts.tv_sec += (time_t)(ns / 1000000000LL);
+    ts.tv_nsec = (long)(ns % 1000000000LL);
+    return ts;
+}
+
 static void *engine_main(void *arg)
 {
     sd_engine *e = arg;
@@ -939,13 +950,7 @@ static void *engine_main(void *arg)
         }
         pthread_mutex_lock(&e->mu);
         if (!e->incoming && !e->quit) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 50 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
+            struct timespec ts = deadline_in(0.05);
             pthread_cond_timedwait(&e->cv, &e->mu, &ts);
         }
         pthread_mutex_unlock(&e->mu);
@@ -969,11 +974,7 @@ int sd_engine_follows(const sd_engine *e) { return e->follower; }
 
 int sd_engine_wait(sd_engine *e, double timeout_s)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    double end = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + timeout_s;
-    ts.tv_sec = (time_t)end;
-    ts.tv_nsec = (long)((end - (double)ts.tv_sec) * 1e9);
+    struct timespec ts = deadline_in(timeout_s > 0 ? timeout_s : 0);
     int timed_out = 0;
     pthread_mutex_lock(&e->mu);
     while (!e->stopped && !timed_out)
