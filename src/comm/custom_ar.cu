@@ -445,8 +445,6 @@ extern "C" int sd_car_allreduce(sd_car *c, int rank, float *buf, size_t n, sd_ar
         return SD_EINVAL;
     size_t n4 = n / 4;
     unsigned g = grid_for(n4);
-    /* a launch goes to the current device, which must be the stream's */
-    CAR_CUDA(NULL, cudaSetDevice(c->devices[rank]), c->devices[rank]);
     if (algo == SD_AR_ONESHOT)
         oneshot_kernel<<<g, CAR_THREADS, 0, c->streams[rank]>>>(c->peers, rank, c->n,
                                                                  (float4 *)buf, n4);
@@ -468,7 +466,6 @@ extern "C" int sd_car_allreduce_add_rmsnorm(sd_car *c, int rank, const float *pa
         (wdt != SD_DT_F32 && wdt != SD_DT_BF16 && wdt != SD_DT_F16))
         return SD_ENOTSUP;
     unsigned g = (unsigned)(rows < CAR_MAX_BLOCKS ? rows : CAR_MAX_BLOCKS);
-    CAR_CUDA(NULL, cudaSetDevice(c->devices[rank]), c->devices[rank]);
     fused_kernel<<<g, CAR_THREADS, 0, c->streams[rank]>>>(c->peers, rank, c->n,
                                                           (const float4 *)partial, (float4 *)x,
                                                           (float4 *)xn, w, (int)wdt, rows, d / 4,

@@ -76,7 +76,9 @@ size_t sd_car_buffer_bytes(const sd_car *c);
  * at a 16-byte aligned address (sd_car_fits). */
 size_t sd_car_max_floats(const sd_car *c);
 int sd_car_fits(const sd_car *c, const float *buf, size_t n);
-/* buf (n) := sum over ranks, in rank order (every rank gets the same bits). */
+/* buf (n) := sum over ranks, in rank order (every rank gets the same bits).
+ * Called from the rank's thread with the rank's GPU current (the kernel goes
+ * to the current device; engine/tp.c's rank functions guarantee it). */
 int sd_car_allreduce(sd_car *c, int rank, float *buf, size_t n, sd_ar_algo algo);
 /* Fused one-shot all-reduce + residual add + RMSNorm over rows of d floats
  * (sd_comm_allreduce_add_rmsnorm's contract): x(rows, d) += partial_0 + ...

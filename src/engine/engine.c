@@ -535,29 +535,34 @@ static int launch_dev_accept(sd_engine *e, const step *s)
     const sd_ops *op = e->be->ops;
     if (!op->accept_sample_rows || !e->d_acc || e->synth.n > 0)
         return 1;
-    int n = 0, k = 0, use_q = 0;
+    /* sampled drafts' distributions: in r->q (host path), still on the
+     * device (the draft chain, has_q 2), or none (n-gram drafts are
+     * deterministic: q NULL); one kind per step */
+    int n = 0, k = 0, host_q = 0, dev_q = 0, no_q = 0;
     for (int i = 0; i < s->n_seq; i++) {
         req *r = s->seqs[i];
         r->vi = -1;
         if (r->state == RQ_DECODE || samples_after_prefill(r)) {
             int kd = r->state == RQ_DECODE ? r->n_draft : 0;
             k = kd > k ? kd : k;
-            use_q |= kd > 0 && !r->greedy && r->has_q;
+            if (kd > 0 && !r->greedy) {
+                dev_q += r->has_q == 2;
+                host_q += r->has_q == 1;
+                no_q += !r->has_q;
+            }
             r->vi = n++;
         }
     }
-    if (use_q && !e->d_q)
+    if ((host_q || dev_q) && !e->d_q)
         return 1;
+    if ((host_q && dev_q) || (no_q && (host_q || dev_q)))
+        return 1; /* mixed: the host verifies (accept_decode fetches the device's q) */
     int32_t *row0 = e->h_acc, *nd = row0 + n, *dr = nd + n;
-    int gather_q = 0; /* q rows drafted on the device: gathered there into d_q */
     for (int i = 0; i < s->n_seq; i++) {
         req *r = s->seqs[i];
         if (r->vi < 0)
             continue;
         int kd = r->state == RQ_DECODE ? r->n_draft : 0;
-        /* sampled drafts without their distributions cannot be verified with q */
-        if (use_q && kd > 0 && !r->greedy && !r->has_q)
-            return 1;
         row0[r->vi] = r->out0;
         nd[r->vi] = kd;
         for (int j = 0; j < k; j++)
@@ -566,28 +571,19 @@ static int launch_dev_accept(sd_engine *e, const step *s)
             .temperature = r->greedy ? 0.0f : r->samp.temperature, .top_p = r->samp.top_p,
             .top_k = r->samp.top_k, .seed = r->samp.seed,
             .counter = (uint64_t)(r->n_tok - r->n_prompt)};
-        if (use_q && kd > 0 && !r->greedy && r->has_q == 2) {
-            /* d_q row vi * k + j := pd_qdraft row j * ov + q_row */
-            for (int j = 0; j < kd; j++)
-                e->h_qidx[(size_t)r->vi * k + j] = j * e->ov_max_seqs + r->q_row;
-            gather_q = 1;
-        } else if (use_q && kd > 0 && !r->greedy &&
+        if (dev_q) {
+            /* d_q row vi * k + j := pd_qdraft row j * ov + q_row; rows
+             * nobody reads take row 0 */
+            for (int j = 0; j < k; j++)
+                e->h_qidx[(size_t)r->vi * k + j] =
+                    j < kd && !r->greedy ? j * e->ov_max_seqs + r->q_row : 0;
+        } else if (host_q && kd > 0 && !r->greedy &&
                    op->upload(e->be, e->d_q + (size_t)r->vi * k * e->V, r->q,
                               (size_t)kd * (size_t)e->V * sizeof(float))) {
             return 1;
         }
-        if (use_q && e->h_qidx)
-            for (int j = r->greedy ? 0 : kd; j < k; j++) /* rows nobody reads: any valid one */
-                e->h_qidx[(size_t)r->vi * k + j] = 0;
     }
-    if (gather_q) {
-        /* only device-drafted rows: one drafting fills every sampled request's q */
-        for (int i = 0; i < s->n_seq; i++) {
-            const req *r = s->seqs[i];
-            if (r->vi >= 0 && r->state == RQ_DECODE && r->n_draft > 0 && !r->greedy &&
-                r->has_q != 2)
-                return 1; /* mixed host and device q: the host verifies */
-        }
+    if (dev_q) {
         if (op->upload(e->be, e->d_qidx, e->h_qidx, (size_t)n * k * sizeof(int32_t)))
             return 1;
         op->gather_rows(e->be, e->d_q, e->pd_qdraft, e->d_qidx, n * k, e->V, e->V, e->V);
@@ -597,8 +593,8 @@ static int launch_dev_accept(sd_engine *e, const step *s)
         op->upload(e->be, e->d_sp, e->h_sp, (size_t)n * sizeof(sd_sample_params)))
         return 1;
     int32_t *d_nacc = d + 2 * n + n * k, *d_out = d_nacc + n;
-    op->accept_sample_rows(e->be, d_nacc, d_out, e->d_probs, e->d_logits, d, use_q ? e->d_q : NULL,
-                           d + 2 * n, d + n, e->d_sp, n, k, e->V);
+    op->accept_sample_rows(e->be, d_nacc, d_out, e->d_probs, e->d_logits, d,
+                           host_q || dev_q ? e->d_q : NULL, d + 2 * n, d + n, e->d_sp, n, k, e->V);
     e->acc_n = n;
     e->acc_k = k;
     return 0;
