@@ -64,6 +64,23 @@ static size_t smem_bytes(const att_args *a)
     return floats * sizeof(float) + KT * sizeof(int);
 }
 
+/* Split-KV: chunk z of S over positions [0, n_all) is [*lo, *hi), S equal
+ * chunks of whole tiles of `tile` positions, at least min_chunk each (the
+ * last ones may be short or empty); S == 1: all of them. */
+static __device__ __forceinline__ void split_chunk(int n_all, int S, int z, int tile,
+                                                   int min_chunk, int *lo, int *hi)
+{
+    *lo = 0;
+    *hi = n_all;
+    if (S <= 1)
+        return;
+    int per = (n_all + S - 1) / S;
+    per = (per + tile - 1) / tile * tile;
+    per = per < min_chunk ? min_chunk : per;
+    *lo = z * per;
+    *hi = *lo + per < n_all ? *lo + per : n_all;
+}
+
 __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
 {
     extern __shared__ float sm[];
@@ -95,13 +112,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
     }
     const int n_all = a.pos[t] + 1;
     /* this block's chunk of the positions: [j_lo, n) */
-    int j_lo = 0, n = n_all;
-    if (a.S > 1) {
-        int per = (n_all + a.S - 1) / a.S;
-        per = (per + KT - 1) / KT * KT;
-        j_lo = blockIdx.z * per;
-        n = j_lo + per < n_all ? j_lo + per : n_all;
-    }
+    int j_lo, n;
+    split_chunk(n_all, a.S, blockIdx.z, KT, 0, &j_lo, &n);
     const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     const size_t kbase = (size_t)kvh * (size_t)a.k_head, vbase = (size_t)kvh * (size_t)a.v_head;
     __syncthreads();
@@ -357,14 +369,8 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
         lrun[tid] = 0.0f;
     }
     const int n_all = a.pos[t] + 1;
-    int j_lo = 0, n = n_all;
-    if (a.S > 1) {
-        int per = (n_all + a.S - 1) / a.S;
-        per = (per + TC_KT - 1) / TC_KT * TC_KT;
-        per = per < TC_MIN_CHUNK ? TC_MIN_CHUNK : per;
-        j_lo = blockIdx.z * per;
-        n = j_lo + per < n_all ? j_lo + per : n_all;
-    }
+    int j_lo, n;
+    split_chunk(n_all, a.S, blockIdx.z, TC_KT, TC_MIN_CHUNK, &j_lo, &n);
     const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     float acc[8][4]; /* output columns 64 warp + 8 i + (2 tq, 2 tq + 1), rows g and g + 8 */
 #pragma unroll
