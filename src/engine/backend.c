@@ -9,14 +9,25 @@
 #include "kernels/cuda/cuda.h"
 #endif
 
+const char *sd_backend_kind(const sd_opts *o)
+{
+    const char *dev = o->device ? o->device : "auto";
+    if (strcmp(dev, "auto"))
+        return dev;
+#ifdef SD_HAVE_CUDA
+    return sd_cuda_device_count() > 0 ? "cuda" : "cpu";
+#else
+    return "cpu";
+#endif
+}
+
 /* rank of n: GPU `rank` (with at least n GPUs visible), else a CPU backend
  * with its share of --threads (threads = 0 in o: all cores) */
 int sd_backend_open_rank(sd_backend **out, const sd_opts *o, int rank, int n, sd_err *err)
 {
     *out = NULL;
-    const char *dev = o->device ? o->device : "auto";
+    const char *dev = sd_backend_kind(o); /* auto: the GPU when one is present */
 #ifdef SD_HAVE_CUDA
-    /* auto: the GPU when one is present */
     int n_gpu = strcmp(dev, "cpu") ? sd_cuda_device_count() : 0;
     if (n_gpu > 0) {
         if (n_gpu < n)

@@ -598,14 +598,7 @@ int sd__tp_open(sd_tp **out, const sd_opts *o, int hidden, sd_err *err)
         /* the device as it will open (auto: cuda where a GPU is visible), so
          * a GPU node and a CPU node are told apart before their collectives
          * (NCCL and TCP) could talk past each other */
-        const char *dev = o->device ? o->device : "auto";
-#ifdef SD_HAVE_CUDA
-        if (!strcmp(dev, "auto"))
-            dev = sd_cuda_device_count() > 0 ? "cuda" : "cpu";
-#else
-        if (!strcmp(dev, "auto"))
-            dev = "cpu";
-#endif
+        const char *dev = sd_backend_kind(o);
         snprintf(fp, sizeof fp,
                  "specd tp %d nnodes %d device %s spec %s k %d ngram %d context %d block %d "
                  "kv_blocks %d batch %d tokens %d graphs %d seed %lld",
