@@ -21,36 +21,17 @@
 
 #include "core/log.h"
 #include "engine/internal.h"
+#include "net/buf.h"
 
 #define PLAN_MAGIC 0x53445031u /* "SDP1" */
 #define PLAN_QUIT 1u
 #define PLAN_TIMEOUT_S 600.0 /* node 0 sends a plan at least every 50 ms while alive */
 
-typedef struct wbuf {
-    unsigned char *p;
-    size_t n, cap;
-    int oom;
-} wbuf;
+/* the plan under construction: net/buf's growable buffer (oom checked once
+ * at the end) */
+typedef sd_buf wbuf;
 
-static void put(wbuf *b, const void *x, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n)
-            cap *= 2;
-        unsigned char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, x, n);
-    b->n += n;
-}
+static void put(wbuf *b, const void *x, size_t n) { sd_buf_append(b, x, n); }
 static void put_u32(wbuf *b, uint32_t v) { put(b, &v, 4); }
 static void put_u64(wbuf *b, uint64_t v) { put(b, &v, 8); }
 static void put_f64(wbuf *b, double v) { put(b, &v, 8); }
@@ -243,8 +224,8 @@ static int lead(sd_engine *e, uint32_t flags, sd_err *err)
     for (int i = 0; i < e->n_fresh; i++)
         put_req(&b, e->fresh[i]);
     put_u32(&b, n_cancel);
-    if (ids.n)
-        put(&b, ids.p, ids.n);
+    if (ids.len)
+        put(&b, ids.p, ids.len);
     put_u32(&b, (uint32_t)e->n_obs);
     for (int i = 0; i < e->n_obs; i++) {
         put_u32(&b, (uint32_t)e->obs[i].kind);
@@ -257,9 +238,9 @@ static int lead(sd_engine *e, uint32_t flags, sd_err *err)
     e->n_obs = 0;
     int rc = b.oom || ids.oom
                  ? sd_err_set(err, SD_ENOMEM, "node plan: out of memory")
-                 : sd_nodes_send_msg(e->nodes, b.p, b.n, PLAN_TIMEOUT_S, err);
-    free(b.p);
-    free(ids.p);
+                 : sd_nodes_send_msg(e->nodes, b.p, b.len, PLAN_TIMEOUT_S, err);
+    sd_buf_free(&b);
+    sd_buf_free(&ids);
     return rc;
 }
 
