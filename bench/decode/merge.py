@@ -44,7 +44,9 @@ def main():
     # plain decode tokens/s by (model, batch, prompts, ..., graphs): median of repeats
     plain = {}
     for d in runs:
-        if d["spec"] == "none" and not d.get("synthetic_accept"):
+        # "-simt" runs: the same plain decode on the kernels the default replaced
+        if d["spec"] == "none" and not d.get("synthetic_accept") and \
+                not d.get("label", "").endswith("-simt"):
             for x in d["results"]:
                 plain.setdefault(key(d, x), []).append(x["decode_tokens_per_s"])
     plain = {k: median(v) for k, v in plain.items()}

@@ -5,7 +5,8 @@
 # (bench/decode/copy_bw.py), and runs specd-bench-decode on:
 #   l8b       plain at batch 1 and 32, graphs on and off; EAGLE-3 (k = 3, and
 #             k = 2) at synthetic acceptance
-#   dsv2lite  plain at batch 1 and 32, graphs on and off; MTP at synthetic
+#   dsv2lite  plain at batch 1 and 32, graphs on and off, and with the SIMT
+#             MLA/MoE kernels (SPECD_MLA_TC=0 SPECD_MOE_TC=0); MTP at synthetic
 #             acceptance: k = 1 at 0.875 (DeepSeek-V3 reports 85-90% for the
 #             second token), k = 2 at 0.77 then 0.48 (vLLM's 77% and 37% per
 #             position for DeepSeek-V4 MTP: 0.37 / 0.77 given the first), k = 3
@@ -115,6 +116,8 @@ if has dsv2lite; then
     m=(--model "$CKPT/dsv2lite" --batch 1,32)
     run dsv2lite-plain "${m[@]}"
     run dsv2lite-plain-nographs "${m[@]}" --graphs off
+    # the same with MLA attention and MoE prefill/verify off tensor cores
+    SPECD_MLA_TC=0 SPECD_MOE_TC=0 run dsv2lite-plain-simt "${m[@]}"
     run dsv2lite-mtp-k1 "${m[@]}" --spec mtp --k 1 --synthetic-accept $DS
     run dsv2lite-mtp-k2 "${m[@]}" --spec mtp --k 2 --synthetic-accept $VL
     run dsv2lite-mtp-k3 "${m[@]}" --spec mtp --k 3 --synthetic-accept $A

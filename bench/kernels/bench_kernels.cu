@@ -426,14 +426,17 @@ static void mla_fn(bench *b, int rep)
                          512, 64, m->H * 64, 64, 576, 1.0f / sqrtf(192.0f));
 }
 
-/* path: "simt" (the default kernel) or "tc" (tensor cores, sd_cuda_set_mla_tc) */
+/* path: "simt" (sd_cuda_set_mla_tc off), "tc" (tensor cores, the default)
+ * or "tc4" (tensor cores, split chunks of at least 4 tiles: the first
+ * version's constant) */
 static void bench_mla(bench *b, out *o, int H, int T, const int *ctxs, int nc, const char *path)
 {
 #ifdef SD_BENCH_BASELINE
     if (strcmp(path, "simt"))
         return;
 #else
-    sd_cuda_set_mla_tc(b->be, !strcmp(path, "tc"));
+    sd_cuda_set_mla_tc(b->be, strcmp(path, "simt") != 0);
+    b->c->mla_tc_min_chunk = !strcmp(path, "tc4") ? 256 : 0;
 #endif
     for (int i = 0; i < nc; i++) {
         mla_ctx m;
@@ -507,7 +510,8 @@ static void bench_mla(bench *b, out *o, int H, int T, const int *ctxs, int nc, c
             b->be->ops->free(b->be, ptrs[k]);
     }
 #ifndef SD_BENCH_BASELINE
-    sd_cuda_set_mla_tc(b->be, 0);
+    sd_cuda_set_mla_tc(b->be, 1);
+    b->c->mla_tc_min_chunk = 0;
 #endif
 }
 
@@ -519,13 +523,14 @@ static void bench_mla_all(bench *b, out *o, int quick)
     static const int ctx_all[] = {256, 1024, 4096, 8192, 16384, 32768};
     static const int ctx_quick[] = {256, 4096, 32768};
     static const int Hs[] = {16, 128}, Ts[] = {1, 4};
+    static const char *paths[] = {"simt", "tc4", "tc"};
     printf("\n%-22s %-5s %6s %3s %3s %9s %9s %8s %6s %6s\n", "op", "path", "ctx", "H", "T",
            "us/graph", "us/eager", "GB/s", "/copy", "/read");
     for (int hi = 0; hi < (quick ? 1 : 2); hi++)
         for (int ti = 0; ti < (quick ? 1 : 2); ti++)
-            for (int pi = 0; pi < 2; pi++)
+            for (int pi = 0; pi < 3; pi++)
                 bench_mla(b, o, Hs[hi], Ts[ti], quick ? ctx_quick : ctx_all, quick ? 3 : 6,
-                          pi ? "tc" : "simt");
+                          paths[pi]);
 }
 
 /* ---- ceilings ------------------------------------------------------------------- */
@@ -673,6 +678,11 @@ int main(int argc, char **argv)
          * DeepSeek-V2-Lite's experts, then 256 experts at top-8 (V3's
          * routing, V2-Lite's expert size) */
         static const int n_pf_moe[] = {256, 512, 1024, 2048, 4096};
+        /* where the fused decode path and the tensor cores cross: batch-32
+         * decode (192 pairs) to verify steps of batch 16-32 */
+        static const int n_mid_moe[] = {16, 32, 48, 64, 96};
+        bench_moe(&b, &o, 2048, 1408, 64, 6, n_mid_moe, 5, "fused");
+        bench_moe(&b, &o, 2048, 1408, 64, 6, n_mid_moe, 5, "tc");
         bench_moe(&b, &o, 2048, 1408, 64, 6, n_pf_moe, 5, "sorted");
         bench_moe(&b, &o, 2048, 1408, 64, 6, n_pf_moe, 5, "tc");
         bench_moe(&b, &o, 2048, 1408, 256, 8, n_pf_moe, 5, "sorted");

@@ -10,8 +10,9 @@
  * This step's K/V (the latent and roped key for MLA) are stored first, by
  * a kernel earlier on the stream, so tokens of one sequence see each other.
  *
- * MLA also has a tensor-core kernel (mla_tc_kernel below, off by default:
- * SPECD_MLA_TC=1 or sd_cuda_set_mla_tc) for the DeepSeek latent shape. */
+ * MLA also has a tensor-core kernel (mla_tc_kernel below, the default for
+ * the DeepSeek latent shape; SPECD_MLA_TC=0 or sd_cuda_set_mla_tc turns it
+ * off). */
 #include <math.h>
 #include <string.h>
 
@@ -46,8 +47,9 @@ typedef struct att_args {
     const int32_t *pos, *seq, *block_table;
     int max_blocks, block_size;
     float scale;
-    int S;       /* chunks per token (1: no split) */
-    float *part; /* S > 1: (T, Hq, S, Dv + 2) partial acc, max, sum */
+    int S;         /* chunks per token (1: no split) */
+    int min_chunk; /* keys a chunk holds at least (mla_tc_kernel) */
+    float *part;   /* S > 1: (T, Hq, S, Dv + 2) partial acc, max, sum */
 } att_args;
 
 static inline int tile_stride(const att_args *a)
@@ -199,8 +201,10 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
     }
 }
 
-/* out(t, h) = the S partial softmaxes of (t, h) merged in chunk order */
-__global__ void __launch_bounds__(ATT_THREADS) attn_merge_kernel(att_args a, int Hq)
+/* out(t, h) = the S partial softmaxes of (t, h) merged in chunk order;
+ * block z takes output columns MERGE_THREADS z .. (one a thread) */
+#define MERGE_THREADS 128
+__global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(att_args a, int Hq)
 {
     const int t = blockIdx.x, h = blockIdx.y, Dv = a.Dv, W = Dv + 2;
     const float *p = a.part + ((size_t)t * Hq + (size_t)h) * a.S * W;
@@ -213,7 +217,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_merge_kernel(att_args a, int
         if (m != -INFINITY)
             L += p[(size_t)z * W + Dv + 1] * expf(m - M);
     }
-    for (int d = threadIdx.x; d < Dv; d += blockDim.x) {
+    for (int d = blockIdx.z * MERGE_THREADS + threadIdx.x; d < Dv; d += gridDim.z * MERGE_THREADS) {
         float o = 0.0f;
         for (int z = 0; z < a.S; z++) {
             float m = p[(size_t)z * W + Dv];
@@ -290,9 +294,12 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_merge_kernel(att_args a, int
 /* Split-KV: chunks per token at most, and at least this many keys a chunk
  * (a chunk's partial costs 16 x 514 floats written and read back by the
  * merge: short contexts use fewer chunks, the rest are empty and write only
- * their max and sum). Both untuned (first guesses; bench/kernels times it). */
-#define TC_SPLIT_MAX 64
-#define TC_MIN_CHUNK (4 * TC_KT)
+ * their max and sum). A block walks its tiles one after another (~10 us a
+ * tile of 64 keys on an H200), so a short context wants one tile a chunk:
+ * with 4 tiles a chunk every context up to 4k keys took ~47 us at 16 heads
+ * (bench/results/mla-tc.json). */
+#define TC_SPLIT_MAX 128
+#define TC_MIN_CHUNK TC_KT
 
 /* shared memory layout (bytes; every part 16-byte aligned) */
 #define TC_OFF_Q (TC_KT * TC_KP * 2)
@@ -370,7 +377,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
     }
     const int n_all = a.pos[t] + 1;
     int j_lo, n;
-    split_chunk(n_all, a.S, blockIdx.z, TC_KT, TC_MIN_CHUNK, &j_lo, &n);
+    split_chunk(n_all, a.S, blockIdx.z, TC_KT, a.min_chunk, &j_lo, &n);
     const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     float acc[8][4]; /* output columns 64 warp + 8 i + (2 tq, 2 tq + 1), rows g and g + 8 */
 #pragma unroll
@@ -557,6 +564,12 @@ int sd__cuda_attention_init(sd__cuda *c)
                                            (int)cudaSharedmemCarveoutMaxShared));
 }
 
+static void launch_merge(sd__cuda *c, const att_args *a, int T, int Hq)
+{
+    unsigned z = (unsigned)((a->Dv + MERGE_THREADS - 1) / MERGE_THREADS);
+    attn_merge_kernel<<<dim3((unsigned)T, (unsigned)Hq, z), MERGE_THREADS, 0, c->stream>>>(*a, Hq);
+}
+
 static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
 {
     a->G = a->group < MAX_G ? a->group : MAX_G;
@@ -588,7 +601,7 @@ static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
     attn_kernel<<<grid, ATT_THREADS, sm, c->stream>>>(*a, tile_stride(a));
     if (SD_LAUNCHED(c, "attn_kernel") || a->S == 1)
         return;
-    attn_merge_kernel<<<dim3((unsigned)T, (unsigned)Hq), 128, 0, c->stream>>>(*a, Hq);
+    launch_merge(c, a, T, Hq);
     SD_LAUNCHED(c, "attn_merge_kernel");
 }
 
@@ -621,6 +634,8 @@ static void launch_mla_tc(sd__cuda *c, att_args *a, int T)
 {
     a->G = TC_M;
     a->ngb = (a->group + TC_M - 1) / TC_M;
+    a->min_chunk = c->mla_tc_min_chunk > 0 ? (c->mla_tc_min_chunk + TC_KT - 1) / TC_KT * TC_KT
+                                           : TC_MIN_CHUNK;
     a->S = 1;
     if (T <= SPLIT_MAX_T) {
         a->S = mla_tc_split(c, a->group);
@@ -630,7 +645,7 @@ static void launch_mla_tc(sd__cuda *c, att_args *a, int T)
     mla_tc_kernel<<<grid, TC_THREADS, TC_SMEM, c->stream>>>(*a);
     if (SD_LAUNCHED(c, "mla_tc_kernel") || a->S == 1)
         return;
-    attn_merge_kernel<<<dim3((unsigned)T, (unsigned)a->group), 128, 0, c->stream>>>(*a, a->group);
+    launch_merge(c, a, T, a->group);
     SD_LAUNCHED(c, "attn_merge_kernel");
 }
 

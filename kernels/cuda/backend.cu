@@ -392,12 +392,12 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     be->impl = c;
     c->device = device;
     c->bf16_split = 1;
-    /* SPECD_MOE_TC=1: moe_ffn prefill on tensor cores (read once, kept in the context) */
-    const char *moe_tc = getenv("SPECD_MOE_TC");
-    c->moe_tc = moe_tc && !strcmp(moe_tc, "1");
-    /* SPECD_MLA_TC=1: attn_mla on tensor cores (read once, kept in the context) */
-    const char *mla_tc = getenv("SPECD_MLA_TC");
-    c->mla_tc = mla_tc && !strcmp(mla_tc, "1");
+    /* SPECD_MOE_TC=0/1: moe_ffn's sorted path off/on tensor cores (default:
+     * real-size experts); SPECD_MLA_TC=0: attn_mla off tensor cores. Read
+     * once, kept in the context. */
+    const char *moe_tc = getenv("SPECD_MOE_TC"), *mla_tc = getenv("SPECD_MLA_TC");
+    c->moe_tc = !moe_tc || !*moe_tc ? SD_CUDA_TC_AUTO : strcmp(moe_tc, "0") ? SD_CUDA_TC_ON : SD_CUDA_TC_OFF;
+    c->mla_tc = !mla_tc || strcmp(mla_tc, "0");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

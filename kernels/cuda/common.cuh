@@ -52,9 +52,12 @@ typedef struct sd__cuda {
      * fused small-batch path up to this many (token, expert) pairs
      * (SD_CUDA_MOE_FUSED_MAX_PAIRS) */
     int gemv_max_rows, moe_fused_max_pairs;
-    /* moe_ffn's sorted rows on tensor cores (SPECD_MOE_TC, sd_cuda_set_moe_tc)
-     * from this many (token, expert) pairs (benchmark override of
-     * SD_CUDA_MOE_TC_MIN_PAIRS, 0 = the default) */
+    /* benchmark override: keys a split chunk of the tensor-core MLA kernel
+     * holds at least (rounded up to its 64-key tiles; 0 = one tile) */
+    int mla_tc_min_chunk;
+    /* moe_ffn's sorted rows on tensor cores (SD_CUDA_TC_OFF/ON/AUTO:
+     * SPECD_MOE_TC, sd_cuda_set_moe_tc) from this many (token, expert)
+     * pairs (benchmark override of SD_CUDA_MOE_TC_MIN_PAIRS, 0 = the default) */
     int moe_tc, moe_tc_min_pairs;
     int sm_count;
     size_t smem_optin; /* largest dynamic shared memory per block */

@@ -43,27 +43,33 @@ extern "C" {
  * 1.5x faster at 96 pairs, 1.08x at 192 (bench/results/NOTES.md). */
 #define SD_CUDA_MOE_FUSED_MAX_PAIRS 192
 
-/* moe_ffn's sorted path on tensor cores (grouped GEMMs, mma.sync bf16):
- * off by default (the grouped GEMV); on when the environment has
- * SPECD_MOE_TC=1 as the backend opens, or through this call. It takes BF16
+/* moe_ffn's sorted path on tensor cores (grouped GEMMs, mma.sync bf16).
+ * SD_CUDA_TC_AUTO (the default): for real-size experts, D x I of at least
+ * SD_CUDA_MOE_TC_MIN_WEIGHTS (DeepSeek-V2-Lite's 2048 x 1408: 7-16x faster
+ * than the grouped GEMV from 256 tokens, bench/results/moe-prefill-tc.json);
+ * SD_CUDA_TC_ON: every shape it can take; SD_CUDA_TC_OFF: the grouped GEMV.
+ * SPECD_MOE_TC=0 or 1 as the backend opens picks off or on. It takes BF16
  * weights with D and I multiples of 8 from SD_CUDA_MOE_TC_MIN_PAIRS (token,
  * expert) pairs; other shapes keep the grouped GEMV. The activations and
  * the SiLU product are rounded to bf16 (fp32 sums): outputs within ~3e-3 of
- * max |out| of the fp32 path (kernels/cuda/moe.cu; tested to 1e-2). The
- * threshold is a guess, not yet measured against the grouped GEMV. */
+ * max |out| of the fp32 path (kernels/cuda/moe.cu; tested to 1e-2). Decode
+ * and verification steps of up to SD_CUDA_MOE_FUSED_MAX_PAIRS pairs take the
+ * fused fp32 path whatever the switch. */
 #define SD_CUDA_MOE_TC_MIN_PAIRS 256
-void sd_cuda_set_moe_tc(sd_backend *be, int on);
+#define SD_CUDA_MOE_TC_MIN_WEIGHTS (1 << 20)
+enum { SD_CUDA_TC_OFF = 0, SD_CUDA_TC_ON = 1, SD_CUDA_TC_AUTO = 2 };
+void sd_cuda_set_moe_tc(sd_backend *be, int mode);
 
 /* BF16 GEMM activations: on (the default), two bf16 terms hi = bf16(x) and
  * lo = bf16(x - hi) in two GEMMs, ~16 mantissa bits (logits within ~1e-5 of
  * fp32; twice the tensor-core work); off, one term, 8 bits (~1e-2). */
 void sd_cuda_set_bf16_split(sd_backend *be, int on);
 
-/* MLA attention (attn_mla) on tensor cores: off by default (the SIMT fp32
- * kernel); on when the environment has SPECD_MLA_TC=1 as the backend opens,
- * or through this call. The tensor-core kernel takes the DeepSeek latent
- * shape (C = 512, R = 64, a 16-byte aligned cache); other shapes keep the
- * SIMT kernel. Its products are bf16 (q, the cached rows and the softmax
+/* MLA attention (attn_mla) on tensor cores: on by default (SPECD_MLA_TC=0
+ * as the backend opens, or this call with 0, keeps the SIMT fp32 kernel:
+ * 1.7-41x slower on an H200, bench/results/mla-tc.json). The tensor-core
+ * kernel takes the DeepSeek latent shape (C = 512, R = 64, a 16-byte
+ * aligned cache); other shapes keep the SIMT kernel. Its products are bf16 (q, the cached rows and the softmax
  * weights rounded to bf16, fp32 sums): outputs within ~1e-2 of max |out| of
  * the fp32 kernel (kernels/cuda/attention.cu gives the bound), and a token
  * still gets the same bits in a decode step and in a verify step. */

@@ -115,7 +115,10 @@ __global__ void copy_rows_kernel(float *dst, const float *src, const int32_t *id
 /* The model calls silu_mul in place (out == gu, rows I apart over rows 2I
  * apart): row t's results land on the inputs of row t/2, which another block
  * may not have read yet. Such calls go through scratch in row chunks; a chunk
- * [a, b) writes [a*I, b*I), below the inputs of every later row (>= 2b*I). */
+ * [a, b) writes [a*I, b*I), below the inputs of every later row (>= 2b*I).
+ * One row in place is safe in one kernel (element i is written by the thread
+ * that read it, and no thread reads another's: the up half starts at I), so
+ * plain decode at batch 1 takes one launch, not two. */
 void sd__cuda_silu_mul(sd_backend *be, float *out, const float *gu, int n, int I)
 {
     sd__cuda *c = sd__cuda_op(be);
@@ -124,7 +127,7 @@ void sd__cuda_silu_mul(sd_backend *be, float *out, const float *gu, int n, int I
     const char *o0 = (const char *)out, *o1 = o0 + (size_t)n * (size_t)I * sizeof(float);
     const char *g0 = (const char *)gu, *g1 = g0 + (size_t)n * 2 * (size_t)I * sizeof(float);
     int overlap = o0 < g1 && g0 < o1;
-    if (!overlap) {
+    if (!overlap || (n == 1 && out == gu)) {
         silu_mul_kernel<<<blocks_for((size_t)n * I, 256), 256, 0, c->stream>>>(out, gu, n, I, I);
         SD_LAUNCHED(c, "silu_mul_kernel");
         return;

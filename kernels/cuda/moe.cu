@@ -13,9 +13,9 @@
  * GEMV over (expert, output-column tile) blocks reads each expert's weights
  * once per 8 rows routed to it and skips experts with none; gate/up and SiLU
  * are fused, down follows, and a combine sums each token's top-k rows with
- * their weights in slot order. Prefill with the switch on (SPECD_MOE_TC=1,
- * sd_cuda_set_moe_tc) replaces the grouped GEMV by grouped GEMMs on tensor
- * cores (bf16 activations; section below). The expert weight pointers
+ * their weights in slot order. For real-size experts (the default; the
+ * switch is SPECD_MOE_TC or sd_cuda_set_moe_tc) grouped GEMMs on tensor
+ * cores (bf16 activations; section below) replace the grouped GEMV. The expert weight pointers
  * travel as a kernel parameter (up to 1024 experts: 16 KiB, within the
  * 32 KiB parameter limit of CUDA 12.1+), so nothing is uploaded or
  * allocated per call. */
@@ -28,6 +28,31 @@
 #define MOE_WARPS 8
 
 /* ---- routing ----------------------------------------------------------- */
+
+/* The warp's index of the largest of v[0..n) not yet taken, lowest index on
+ * ties (the CPU's argmax_free; every lane gets it). A lane scans its
+ * stride-32 share in ascending order, then the warp keeps the larger value
+ * or, equal, the lower index. NaN scores rank below every number (the CPU
+ * keeps a NaN only when it comes first: routing logits are never NaN in a
+ * working model). */
+__device__ __forceinline__ int route_argmax(const float *v, const unsigned char *taken, int n,
+                                            int lane)
+{
+    float bv = -INFINITY;
+    int bi = n;
+    for (int i = lane; i < n; i += 32) {
+        float x = v[i] != v[i] ? -INFINITY : v[i];
+        if (!taken[i] && (bi == n || x > bv))
+            bv = x, bi = i;
+    }
+    for (int o = 16; o > 0; o /= 2) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (oi < n && (bi == n || ov > bv || (ov == bv && oi < bi)))
+            bv = ov, bi = oi;
+    }
+    return bi;
+}
 
 __global__ void moe_route_kernel(int32_t *ids, float *wts, const float *logits, const float *bias,
                                  sd_moe_route r)
@@ -64,12 +89,11 @@ __global__ void moe_route_kernel(int32_t *ids, float *wts, const float *logits, 
         taken[e] = 0;
     }
     __syncwarp();
-    if (lane != 0)
-        return;
     int G = r.n_group > 1 ? r.n_group : 1;
     if (G > 1 && r.topk_group < G) {
+        /* a lane per group: the sum of its two best biased scores */
         int per = E / G;
-        for (int g = 0; g < G; g++) {
+        for (int g = lane; g < G; g += 32) {
             float b1 = -INFINITY, b2 = -INFINITY;
             for (int e = g * per; e < (g + 1) * per; e++) {
                 float v = choice[e];
@@ -83,30 +107,34 @@ __global__ void moe_route_kernel(int32_t *ids, float *wts, const float *logits, 
             gscore[g] = per >= 2 ? b1 + b2 : b1;
             gsel[g] = 0;
         }
+        __syncwarp();
         for (int k = 0; k < r.topk_group; k++) {
-            int best = -1;
-            for (int g = 0; g < G; g++)
-                if (!gsel[g] && (best < 0 || gscore[g] > gscore[best]))
-                    best = g;
-            gsel[best] = 1;
+            int g = route_argmax(gscore, gsel, G, lane);
+            if (lane == 0)
+                gsel[g] = 1;
+            __syncwarp();
         }
-        for (int e = 0; e < E; e++)
+        for (int e = lane; e < E; e += 32)
             if (!gsel[e / per])
                 choice[e] = 0.0f; /* DeepSeek-V3 masks with 0, not -inf */
+        __syncwarp();
     }
     int32_t *io = ids + (size_t)t * (size_t)K;
     float *wo = wts + (size_t)t * (size_t)K;
-    float sum = 0;
     for (int k = 0; k < K; k++) {
-        int best = -1;
-        for (int e = 0; e < E; e++)
-            if (!taken[e] && (best < 0 || choice[e] > choice[best]))
-                best = e;
-        taken[best] = 1;
-        io[k] = best;
-        wo[k] = scores[best];
-        sum += scores[best];
+        int best = route_argmax(choice, taken, E, lane);
+        if (lane == 0) {
+            taken[best] = 1;
+            io[k] = best;
+            wo[k] = scores[best];
+        }
+        __syncwarp();
     }
+    if (lane != 0)
+        return;
+    float sum = 0; /* in slot order, as the CPU sums */
+    for (int k = 0; k < K; k++)
+        sum += wo[k];
     for (int k = 0; k < K; k++) {
         float w = wo[k];
         if (r.norm_topk_prob)
@@ -470,8 +498,8 @@ static void launch_fused_e(sd__cuda *c, const sd_experts *ex, float *out, float 
  *
  * Many (token, slot) rows per expert (prefill: hundreds to thousands of
  * tokens x top-k) make the expert FFN compute-bound; the grouped GEMV above
- * does fp32 multiply-adds. With the switch on (sd_cuda_set_moe_tc or
- * SPECD_MOE_TC=1 at open) and BF16 weights, the sorted rows go through two
+ * does fp32 multiply-adds. With the switch on (by default for real-size
+ * experts; sd_cuda_set_moe_tc, SPECD_MOE_TC) and BF16 weights, the sorted rows go through two
  * grouped GEMMs on mma.sync m16n8k16 (bf16 operands, fp32 accumulate):
  *
  *   tiles    one block: each expert's rows cut into row tiles of MOE_TC_BM,
@@ -516,7 +544,10 @@ static void launch_fused_e(sd__cuda *c, const sd_experts *ex, float *out, float 
 #define MOE_TC_THREADS 128
 #define MOE_TC_BLOCKS_PER_SM 4 /* 48 KiB of shared memory and <= 128 registers each */
 
-void sd_cuda_set_moe_tc(sd_backend *be, int on) { sd__cuda_of(be)->moe_tc = on != 0; }
+void sd_cuda_set_moe_tc(sd_backend *be, int mode)
+{
+    sd__cuda_of(be)->moe_tc = mode == SD_CUDA_TC_AUTO ? mode : mode != 0;
+}
 
 /* tile_off (E + 1): prefix of ceil(rows_e / BM); tile_e: the expert of each
  * row tile. One block of 1024 threads, one expert each (E <= 1024). */
@@ -761,6 +792,8 @@ static int moe_tc_takes(const sd__cuda *c, sd_dtype dt, int vec, size_t m, int E
                                                : (size_t)SD_CUDA_MOE_TC_MIN_PAIRS;
     if (!c->moe_tc || dt != SD_DT_BF16 || !vec || m < min_pairs)
         return 0;
+    if (c->moe_tc == SD_CUDA_TC_AUTO && (size_t)D * (size_t)I < SD_CUDA_MOE_TC_MIN_WEIGHTS)
+        return 0; /* small experts: the fp32 GEMV is fast enough and exact */
     size_t ints = 2 * ((size_t)E + 1) + 2 * m + moe_tc_max_tiles(m, E);
     return ints <= m * ((size_t)D + (size_t)I + 1);
 }

@@ -170,8 +170,11 @@ TEST(embed_copies_and_elementwise_ops_equal_the_cpu)
             free(x);
         }
     }
-    {
-        int n = 300, I = 96;
+    /* 300 rows (in place: through scratch), one row of 14336 (in place: one
+     * kernel, plain decode's call at batch 1) */
+    for (int c = 0; c < 2; c++) {
+        int n = c ? 1 : 300, I = c ? 14336 : 96;
+        char nm[80];
         size_t m = (size_t)n * 2 * I;
         float *gu = rnd_floats(&e, m, -4, 4);
         float *co = (float *)malloc((size_t)n * I * sizeof(float));
@@ -179,11 +182,13 @@ TEST(embed_copies_and_elementwise_ops_equal_the_cpu)
         float *dgu = (float *)gput(&e, gu, m * sizeof(float));
         float *dout = gpoison(&e, (size_t)n * I);
         e.gpu->ops->silu_mul(e.gpu, dout, dgu, n, I);
-        ok &= check_dev(&e, dout, co, (size_t)n * I, 1e-6, "silu_mul n=300 I=96");
+        snprintf(nm, sizeof nm, "silu_mul n=%d I=%d", n, I);
+        ok &= check_dev(&e, dout, co, (size_t)n * I, 1e-6, nm);
         /* in place, as the model calls it: out rows I apart over gu rows 2I apart */
         e.cpu->ops->silu_mul(e.cpu, gu, gu, n, I);
         e.gpu->ops->silu_mul(e.gpu, dgu, dgu, n, I);
-        ok &= check_dev(&e, dgu, gu, (size_t)n * I, 1e-6, "silu_mul in place n=300 I=96");
+        snprintf(nm, sizeof nm, "silu_mul in place n=%d I=%d", n, I);
+        ok &= check_dev(&e, dgu, gu, (size_t)n * I, 1e-6, nm);
         gfree(&e, dgu);
         gfree(&e, dout);
         free(gu);
@@ -770,7 +775,7 @@ static int mla_run(gpu_env *e, const char *what, int n_seq, const int *ctx, cons
         free(gs);
         gfree(e, dsimt);
     }
-    sd_cuda_set_mla_tc(e->gpu, 0);
+    sd_cuda_set_mla_tc(e->gpu, 1); /* the default */
     float *hs[] = {qlat, q, ckv, cache, co};
     for (size_t i = 0; i < SD_ARRAY_LEN(hs); i++)
         free(hs[i]);
@@ -897,7 +902,7 @@ static int mla_tc_decode_equals_verify(gpu_env *e, int H, int P)
     ok &= reportf(differ < 0 ? INFINITY : (double)differ, 0,
                   "attn_mla tc H=%d ctx %d: floats that differ, decode alone vs in the verify step",
                   H, P + 4);
-    sd_cuda_set_mla_tc(e->gpu, 0);
+    sd_cuda_set_mla_tc(e->gpu, 1); /* the default */
     free(gv);
     float *hs[] = {qlat, q, ckv, cache, co};
     for (size_t i = 0; i < SD_ARRAY_LEN(hs); i++)
@@ -950,12 +955,16 @@ static void route_inputs(gpu_env *e, float *lg, float *bias, int n, int E, int s
     free(perm);
 }
 
-static int route_case(gpu_env *e, const char *what, int n, sd_moe_route r, int with_bias)
+/* ties: logits rounded to steps of 1/2, so many experts and groups tie
+ * (the lowest index wins on both sides) */
+static int route_case(gpu_env *e, const char *what, int n, sd_moe_route r, int with_bias, int ties)
 {
     int E = r.n_experts, K = r.top_k;
     float *lg = (float *)malloc((size_t)n * E * sizeof(float));
     float *bias = with_bias ? (float *)malloc((size_t)E * sizeof(float)) : NULL;
     route_inputs(e, lg, bias, n, E, r.sigmoid);
+    for (size_t i = 0; ties && i < (size_t)n * E; i++)
+        lg[i] = floorf(lg[i] * 2.0f) / 2.0f;
     int32_t *cid = (int32_t *)malloc((size_t)n * K * sizeof(int32_t));
     float *cw = (float *)malloc((size_t)n * K * sizeof(float));
     e->cpu->ops->moe_route(e->cpu, cid, cw, lg, bias, n, &r);
@@ -993,13 +1002,15 @@ TEST(moe_route_matches_the_cpu)
     int ok = 1;
     sd_moe_route v3 = {.n_experts = 256, .top_k = 8, .n_group = 8, .topk_group = 4,
                        .norm_topk_prob = 1, .sigmoid = 1, .routed_scaling_factor = 2.5f};
-    ok &= route_case(&e, "v3 sigmoid+bias", 70, v3, 1);
+    ok &= route_case(&e, "v3 sigmoid+bias", 70, v3, 1, 0);
+    ok &= route_case(&e, "v3 ties", 40, v3, 0, 1);
     sd_moe_route tiny = {.n_experts = 8, .top_k = 2, .n_group = 4, .topk_group = 2,
                          .norm_topk_prob = 1, .sigmoid = 1, .routed_scaling_factor = 2.5f};
-    ok &= route_case(&e, "tiny groups", 33, tiny, 1);
+    ok &= route_case(&e, "tiny groups", 33, tiny, 1, 0);
     sd_moe_route sm = {.n_experts = 64, .top_k = 6, .n_group = 1, .topk_group = 1,
                        .norm_topk_prob = 0, .sigmoid = 0, .routed_scaling_factor = 1.0f};
-    ok &= route_case(&e, "softmax", 40, sm, 0);
+    ok &= route_case(&e, "softmax", 40, sm, 0, 0);
+    ok &= route_case(&e, "softmax ties", 40, sm, 0, 1);
     gpu_env_close(&e);
     ASSERT(ok);
 }
@@ -1047,7 +1058,9 @@ static int ffn_case_ep(gpu_env *e, sd_dtype dt, int n, int E, int K, int D, int 
     int32_t *did = (int32_t *)gput(e, ids, m * 4);
     float *dw = (float *)gput(e, w, m * 4), *dx = (float *)gput(e, x, (size_t)n * D * 4);
     float *dtmp = gpoison(e, tmpn), *dout = gpoison(e, (size_t)n * D);
+    sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_OFF); /* the fp32 paths */
     e->gpu->ops->moe_ffn(e->gpu, dout, dx, did, dw, &ge, n, K, D, dtmp);
+    sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_AUTO);
     char name[160];
     int fused = m <= SD_CUDA_MOE_FUSED_MAX_PAIRS && D % 8 == 0 && I % 8 == 0;
     snprintf(name, sizeof name, "moe_ffn %s n=%d E=%d top-%d D=%d I=%d%s (%s)", sd_dtype_name(dt),
@@ -1171,8 +1184,9 @@ static void tc_bank_free(gpu_env *e, tc_bank *b)
 static int tc_idle(int x, int salt) { return (x * 7 + salt) % 4 == 0; }
 
 /* n tokens, top-K over E_all global experts (the bank holds first .. first
- * + E - 1); see above for the skew. */
-static int tc_case(gpu_env *e, const tc_bank *b, int n, int K, int E_all)
+ * + E - 1); see above for the skew. mode: the switch (SD_CUDA_TC_ON: every
+ * shape the path takes; SD_CUDA_TC_AUTO, the default: real-size experts). */
+static int tc_case_mode(gpu_env *e, const tc_bank *b, int n, int K, int E_all, int mode)
 {
     const int E = b->E, D = b->D, I = b->I;
     const size_t m = (size_t)n * K;
@@ -1214,16 +1228,19 @@ static int tc_case(gpu_env *e, const tc_bank *b, int n, int K, int E_all)
     int32_t *did = (int32_t *)gput(e, ids, m * 4);
     float *dw = (float *)gput(e, w, m * 4), *dx = (float *)gput(e, x, (size_t)n * D * 4);
     float *dtmp = gpoison(e, tmpn), *d1 = gpoison(e, (size_t)n * D), *d2 = gpoison(e, (size_t)n * D);
-    sd_cuda_set_moe_tc(e->gpu, 1);
+    sd_cuda_set_moe_tc(e->gpu, mode);
     e->gpu->ops->moe_ffn(e->gpu, d1, dx, did, dw, &ge, n, K, D, dtmp);
     e->gpu->ops->moe_ffn(e->gpu, d2, dx, did, dw, &ge, n, K, D, dtmp);
-    sd_cuda_set_moe_tc(e->gpu, 0);
+    sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_AUTO);
     const int v8 = D % 8 == 0 && I % 8 == 0;
     const int fused = m <= SD_CUDA_MOE_FUSED_MAX_PAIRS && v8;
-    const int tc = !fused && v8 && b->dt == SD_DT_BF16 && m >= SD_CUDA_MOE_TC_MIN_PAIRS;
+    const int big = (size_t)D * (size_t)I >= SD_CUDA_MOE_TC_MIN_WEIGHTS;
+    const int tc = !fused && v8 && b->dt == SD_DT_BF16 && m >= SD_CUDA_MOE_TC_MIN_PAIRS &&
+                   (mode == SD_CUDA_TC_ON || big);
     char name[160];
-    snprintf(name, sizeof name, "moe_ffn tc on %s n=%d E=%d%s top-%d D=%d I=%d", sd_dtype_name(b->dt),
-             n, E, E < E_all ? " bank" : "", K, D, I);
+    snprintf(name, sizeof name, "moe_ffn tc %s %s n=%d E=%d%s top-%d D=%d I=%d",
+             mode == SD_CUDA_TC_ON ? "on" : "auto", sd_dtype_name(b->dt), n, E,
+             E < E_all ? " bank" : "", K, D, I);
     float *g1 = gget(e, d1, (size_t)n * D), *g2 = gget(e, d2, (size_t)n * D);
     double err = g1 ? rel_err(g1, co, (size_t)n * D) : INFINITY;
     int ok = reportf(err, tc ? 1e-2 : 1e-5, "%s, hot expert %d rows, %d idle (%s)", name, n, idle,
@@ -1253,6 +1270,11 @@ static int tc_case(gpu_env *e, const tc_bank *b, int n, int K, int E_all)
     return ok;
 }
 
+static int tc_case(gpu_env *e, const tc_bank *b, int n, int K, int E_all)
+{
+    return tc_case_mode(e, b, n, K, E_all, SD_CUDA_TC_ON);
+}
+
 TEST(moe_ffn_tensor_core_prefill_matches_the_cpu_and_odd_shapes_fall_back)
 {
     gpu_env e;
@@ -1265,6 +1287,8 @@ TEST(moe_ffn_tensor_core_prefill_matches_the_cpu_and_odd_shapes_fall_back)
     ok &= tc_case(&e, &b, 300, 6, 64);
     ok &= tc_case(&e, &b, 300, 8, 64);
     ok &= tc_case(&e, &b, 2048, 6, 64);
+    /* the default switch takes these real-size experts too */
+    ok &= tc_case_mode(&e, &b, 300, 6, 64, SD_CUDA_TC_AUTO);
     /* below the threshold: the fused path, then the grouped GEMV */
     ok &= tc_case(&e, &b, SD_CUDA_MOE_FUSED_MAX_PAIRS / 6, 6, 64);
     if (SD_CUDA_MOE_TC_MIN_PAIRS > SD_CUDA_MOE_FUSED_MAX_PAIRS + 6)
@@ -1276,6 +1300,8 @@ TEST(moe_ffn_tensor_core_prefill_matches_the_cpu_and_odd_shapes_fall_back)
     ok &= tc_case(&e, &b, 2048, 8, 256);
     ok &= tc_case(&e, &b, 300, 8, 256);
     ok &= tc_case(&e, &b, 64, 6, 256);
+    /* the default leaves experts this small (0.1 M weights) on the fp32 GEMV */
+    ok &= tc_case_mode(&e, &b, 300, 8, 256, SD_CUDA_TC_AUTO);
     tc_bank_free(&e, &b);
     /* an expert-parallel bank: experts 128..191 of 256 */
     ASSERT(tc_bank_make(&e, &b, SD_DT_BF16, 64, 264, 136, 128) == 0);
