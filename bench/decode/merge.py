@@ -44,9 +44,10 @@ def main():
     # plain decode tokens/s by (model, batch, prompts, ..., graphs): median of repeats
     plain = {}
     for d in runs:
-        # "-simt" runs: the same plain decode on the kernels the default replaced
+        # "-simt"/"-nopdl" runs: the same plain decode without a default
+        # (the SIMT kernels, plain launches): an A/B, not the baseline
         if d["spec"] == "none" and not d.get("synthetic_accept") and \
-                not d.get("label", "").endswith("-simt"):
+                not d.get("label", "").endswith(("-simt", "-nopdl")):
             for x in d["results"]:
                 plain.setdefault(key(d, x), []).append(x["decode_tokens_per_s"])
     plain = {k: median(v) for k, v in plain.items()}

@@ -328,7 +328,6 @@ static void bench_moe(bench *b, out *o, int D, int I, int E, int K, const int *n
     b->ctx = &m;
 #ifndef SD_BENCH_BASELINE
     int saved = b->c->moe_fused_max_pairs, saved_tc = b->c->moe_tc;
-    int saved_tc_min = b->c->moe_tc_min_pairs;
     if (!strcmp(path, "fused")) {
         b->c->moe_fused_max_pairs = 1 << 30;
     } else if (!strcmp(path, "sorted")) {
@@ -337,7 +336,6 @@ static void bench_moe(bench *b, out *o, int D, int I, int E, int K, const int *n
     } else if (!strcmp(path, "tc")) {
         b->c->moe_fused_max_pairs = 1;
         b->c->moe_tc = 1;
-        b->c->moe_tc_min_pairs = 1; /* every sorted call on tensor cores */
     }
 #endif
     uint64_t s = 0x1234567ull;
@@ -392,7 +390,6 @@ static void bench_moe(bench *b, out *o, int D, int I, int E, int K, const int *n
 #ifndef SD_BENCH_BASELINE
     b->c->moe_fused_max_pairs = saved;
     b->c->moe_tc = saved_tc;
-    b->c->moe_tc_min_pairs = saved_tc_min;
 #endif
     free(hids);
     free(hw);

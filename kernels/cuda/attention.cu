@@ -85,6 +85,7 @@ static __device__ __forceinline__ void split_chunk(int n_all, int S, int z, int 
 
 __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
 {
+    SD_PDL_ENTER();
     extern __shared__ float sm[];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, nw = ATT_THREADS / 32;
     const int t = blockIdx.x;
@@ -206,6 +207,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
 #define MERGE_THREADS 128
 __global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(att_args a, int Hq)
 {
+    SD_PDL_ENTER();
     const int t = blockIdx.x, h = blockIdx.y, Dv = a.Dv, W = Dv + 2;
     const float *p = a.part + ((size_t)t * Hq + (size_t)h) * a.S * W;
     float M = -INFINITY;
@@ -348,6 +350,7 @@ __device__ __forceinline__ uint32_t tc_pack(float lo, float hi)
 /* att_args as sd__cuda_attn_mla fills it (group = H, Dv = C = 512), G = 16 */
 __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
 {
+    SD_PDL_ENTER();
     extern __shared__ __align__(16) unsigned char tsm[];
     __nv_bfloat16 *ks = (__nv_bfloat16 *)tsm;              /* (TC_KT, TC_KP) key tile */
     __nv_bfloat16 *qs = (__nv_bfloat16 *)(tsm + TC_OFF_Q); /* (TC_M, TC_KP) queries */
@@ -529,6 +532,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
 __global__ void kv_store_kernel(float *kc, float *vc, const float *k, const float *v,
                                 const int32_t *slot, int Hkv, int D, int Dv, int kv_stride)
 {
+    SD_PDL_ENTER();
     int t = blockIdx.x;
     size_t s = (size_t)slot[t];
     for (int e = threadIdx.x; e < Hkv * D; e += blockDim.x)
@@ -541,6 +545,7 @@ __global__ void kv_store_kernel(float *kc, float *vc, const float *k, const floa
 __global__ void latent_store_kernel(float *cache, const float *c, const float *kpe,
                                     const int32_t *slot, int C, int R, int ck_stride)
 {
+    SD_PDL_ENTER();
     int t = blockIdx.x;
     float *dst = cache + (size_t)slot[t] * (size_t)(C + R);
     for (int e = threadIdx.x; e < C + R; e += blockDim.x)
@@ -567,7 +572,7 @@ int sd__cuda_attention_init(sd__cuda *c)
 static void launch_merge(sd__cuda *c, const att_args *a, int T, int Hq)
 {
     unsigned z = (unsigned)((a->Dv + MERGE_THREADS - 1) / MERGE_THREADS);
-    attn_merge_kernel<<<dim3((unsigned)T, (unsigned)Hq, z), MERGE_THREADS, 0, c->stream>>>(*a, Hq);
+    sd__launch(c, attn_merge_kernel, dim3((unsigned)T, (unsigned)Hq, z), MERGE_THREADS, 0, *a, Hq);
 }
 
 static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
@@ -598,7 +603,7 @@ static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
         }
     }
     dim3 grid((unsigned)T, (unsigned)(Hkv * a->ngb), (unsigned)a->S);
-    attn_kernel<<<grid, ATT_THREADS, sm, c->stream>>>(*a, tile_stride(a));
+    sd__launch(c, attn_kernel, grid, ATT_THREADS, sm, *a, tile_stride(a));
     if (SD_LAUNCHED(c, "attn_kernel") || a->S == 1)
         return;
     launch_merge(c, a, T, Hq);
@@ -642,7 +647,7 @@ static void launch_mla_tc(sd__cuda *c, att_args *a, int T)
         a->part = a->S > 1 ? c->attn_part : NULL;
     }
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
-    mla_tc_kernel<<<grid, TC_THREADS, TC_SMEM, c->stream>>>(*a);
+    sd__launch(c, mla_tc_kernel, grid, TC_THREADS, TC_SMEM, *a);
     if (SD_LAUNCHED(c, "mla_tc_kernel") || a->S == 1)
         return;
     launch_merge(c, a, T, a->group);
@@ -660,7 +665,7 @@ void sd__cuda_attn_gqa(sd_backend *be, float *out, const float *q, const float *
         SD_BADARG(c, "attn_gqa: %d query heads over %d KV heads", Hq, Hkv);
         return;
     }
-    kv_store_kernel<<<b->n_tokens, 256, 0, c->stream>>>((float *)kcache, (float *)vcache, k, v,
+    sd__launch(c, kv_store_kernel, b->n_tokens, 256, 0, (float *)kcache, (float *)vcache, k, v,
                                                         b->slot, Hkv, D, Dv, kv_stride);
     if (SD_LAUNCHED(c, "kv_store_kernel"))
         return;
@@ -699,7 +704,7 @@ void sd__cuda_attn_mla(sd_backend *be, float *out, const float *q_lat, const flo
     sd__cuda *c = sd__cuda_op(be);
     if (!c || b->n_tokens <= 0)
         return;
-    latent_store_kernel<<<b->n_tokens, 256, 0, c->stream>>>((float *)cache, c_lat, k_pe, b->slot,
+    sd__launch(c, latent_store_kernel, b->n_tokens, 256, 0, (float *)cache, c_lat, k_pe, b->slot,
                                                             C, R, ck_stride);
     if (SD_LAUNCHED(c, "latent_store_kernel"))
         return;

@@ -368,6 +368,8 @@ void sd_cuda_set_bf16_split(sd_backend *be, int on) { sd__cuda_of(be)->bf16_spli
 
 void sd_cuda_set_mla_tc(sd_backend *be, int on) { sd__cuda_of(be)->mla_tc = on != 0; }
 
+void sd_cuda_set_pdl(sd_backend *be, int on) { sd__cuda_of(be)->pdl = on != 0; }
+
 const char *sd_cuda_backend_error(const sd_backend *be)
 {
     return ((const sd__cuda *)be->impl)->msg;
@@ -398,6 +400,8 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     const char *moe_tc = getenv("SPECD_MOE_TC"), *mla_tc = getenv("SPECD_MLA_TC");
     c->moe_tc = !moe_tc || !*moe_tc ? SD_CUDA_TC_AUTO : strcmp(moe_tc, "0") ? SD_CUDA_TC_ON : SD_CUDA_TC_OFF;
     c->mla_tc = !mla_tc || strcmp(mla_tc, "0");
+    const char *pdl = getenv("SPECD_PDL"); /* 0: plain launches (common.cuh) */
+    c->pdl = !pdl || strcmp(pdl, "0");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

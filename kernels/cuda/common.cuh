@@ -56,9 +56,11 @@ typedef struct sd__cuda {
      * holds at least (rounded up to its 64-key tiles; 0 = one tile) */
     int mla_tc_min_chunk;
     /* moe_ffn's sorted rows on tensor cores (SD_CUDA_TC_OFF/ON/AUTO:
-     * SPECD_MOE_TC, sd_cuda_set_moe_tc) from this many (token, expert)
-     * pairs (benchmark override of SD_CUDA_MOE_TC_MIN_PAIRS, 0 = the default) */
-    int moe_tc, moe_tc_min_pairs;
+     * SPECD_MOE_TC, sd_cuda_set_moe_tc) */
+    int moe_tc;
+    /* kernels launched as programmatic dependents (sd__launch; SPECD_PDL=0
+     * or sd_cuda_set_pdl turns it off) */
+    int pdl;
     int sm_count;
     size_t smem_optin; /* largest dynamic shared memory per block */
     /* sticky first error */
@@ -90,6 +92,48 @@ int sd__cuda_badarg(sd__cuda *c, const char *file, int line, const char *fmt, ..
 
 /* The context for an op, or NULL when an earlier failure stopped it. */
 sd__cuda *sd__cuda_op(sd_backend *be);
+
+/* ---- launches ---------------------------------------------------------
+ *
+ * Programmatic dependent launch (sm_90). Every kernel here starts with
+ * SD_PDL_ENTER: griddepcontrol.wait (until the grids before it on the
+ * stream have finished and their memory is visible: before that it reads
+ * and writes nothing) and then launch_dependents (the next kernel may be
+ * scheduled now). sd__launch launches with programmatic stream
+ * serialization allowed, so the next kernel's blocks are resident and
+ * waiting when this one ends instead of being launched then: the gap
+ * between two dependent kernels (launch, block scheduling, ramp) leaves
+ * the critical path. Nothing is reordered: each kernel still sees every
+ * earlier kernel's writes, and the wait comes before its first access.
+ * Inside stream capture the launches become programmatic graph edges. A
+ * kernel whose predecessor is not a kernel (a copy, a cuBLASLt or NCCL
+ * call) waits as usual. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SD_PDL_ENTER() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define SD_PDL_ENTER() ((void)0)
+#endif
+
+template <class T> struct sd__nd { typedef T type; }; /* a non-deduced parameter type */
+
+/* kernel<<<g, b, sm, c->stream>>>(args...), as a programmatic dependent
+ * launch when c->pdl; check with SD_LAUNCHED as after <<<>>> */
+template <typename... KA>
+static inline void sd__launch(sd__cuda *c, void (*kernel)(KA...), dim3 g, dim3 b, size_t sm,
+                              typename sd__nd<KA>::type... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = g;
+    cfg.blockDim = b;
+    cfg.dynamicSmemBytes = sm;
+    cfg.stream = c->stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = c->pdl ? 1 : 0;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    cudaLaunchKernelEx(&cfg, kernel, args...);
+}
 
 /* ---- device helpers --------------------------------------------------- */
 

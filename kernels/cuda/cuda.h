@@ -49,14 +49,15 @@ extern "C" {
  * than the grouped GEMV from 256 tokens, bench/results/moe-prefill-tc.json);
  * SD_CUDA_TC_ON: every shape it can take; SD_CUDA_TC_OFF: the grouped GEMV.
  * SPECD_MOE_TC=0 or 1 as the backend opens picks off or on. It takes BF16
- * weights with D and I multiples of 8 from SD_CUDA_MOE_TC_MIN_PAIRS (token,
- * expert) pairs; other shapes keep the grouped GEMV. The activations and
- * the SiLU product are rounded to bf16 (fp32 sums): outputs within ~3e-3 of
- * max |out| of the fp32 path (kernels/cuda/moe.cu; tested to 1e-2). Decode
- * and verification steps of up to SD_CUDA_MOE_FUSED_MAX_PAIRS pairs take the
- * fused fp32 path whatever the switch. */
-#define SD_CUDA_MOE_TC_MIN_PAIRS 256
+ * weights with D and I multiples of 8; other shapes keep the grouped GEMV.
+ * The activations and the SiLU product are rounded to bf16 (fp32 sums):
+ * outputs within ~3e-3 of max |out| of the fp32 path (kernels/cuda/moe.cu;
+ * tested to 1e-2). Where it takes the sorted rows, steps of up to
+ * SD_CUDA_MOE_TC_FUSED_MAX_PAIRS pairs keep the fused fp32 path (equal
+ * times at 96 pairs of V2-Lite's experts, tensor cores 1.6x faster at 192:
+ * bench/results/moe-prefill-tc.json). */
 #define SD_CUDA_MOE_TC_MIN_WEIGHTS (1 << 20)
+#define SD_CUDA_MOE_TC_FUSED_MAX_PAIRS 128
 enum { SD_CUDA_TC_OFF = 0, SD_CUDA_TC_ON = 1, SD_CUDA_TC_AUTO = 2 };
 void sd_cuda_set_moe_tc(sd_backend *be, int mode);
 
@@ -74,6 +75,13 @@ void sd_cuda_set_bf16_split(sd_backend *be, int on);
  * the fp32 kernel (kernels/cuda/attention.cu gives the bound), and a token
  * still gets the same bits in a decode step and in a verify step. */
 void sd_cuda_set_mla_tc(sd_backend *be, int on);
+
+/* Kernels as programmatic dependent launches (sm_90: the next kernel's
+ * blocks wait on the GPU instead of being launched when this one ends;
+ * kernels/cuda/common.cuh): on by default; SPECD_PDL=0 as the backend
+ * opens, or this call with 0, launches them plainly. Results are the same
+ * bits either way. */
+void sd_cuda_set_pdl(sd_backend *be, int on);
 
 /* Number of CUDA devices usable here; 0 when there is no driver or device. */
 int sd_cuda_device_count(void);

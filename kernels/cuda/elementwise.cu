@@ -17,6 +17,7 @@ static inline unsigned blocks_for(size_t n, unsigned per)
 __global__ void embed_kernel(float *out, const void *table, int dt, const int32_t *ids,
                              int64_t rows, int D, int first, int shard)
 {
+    SD_PDL_ENTER();
     int i = blockIdx.x;
     int64_t id = (int64_t)ids[i] - first;
     float *o = out + (size_t)i * (size_t)D;
@@ -36,7 +37,7 @@ void sd__cuda_embed(sd_backend *be, float *out, const sd_weight *table, const in
     sd__cuda *c = sd__cuda_op(be);
     if (!c || n <= 0)
         return;
-    embed_kernel<<<n, 256, 0, c->stream>>>(out, table->data, table->dtype, ids, table->rows,
+    sd__launch(c, embed_kernel, n, 256, 0, out, table->data, table->dtype, ids, table->rows,
                                            (int)table->cols, 0, 0);
     SD_LAUNCHED(c, "embed_kernel");
 }
@@ -47,7 +48,7 @@ void sd__cuda_embed_shard(sd_backend *be, float *out, const sd_weight *table, co
     sd__cuda *c = sd__cuda_op(be);
     if (!c || n <= 0)
         return;
-    embed_kernel<<<n, 256, 0, c->stream>>>(out, table->data, table->dtype, ids, table->rows,
+    sd__launch(c, embed_kernel, n, 256, 0, out, table->data, table->dtype, ids, table->rows,
                                            (int)table->cols, first, 1);
     SD_LAUNCHED(c, "embed_kernel");
 }
@@ -55,6 +56,7 @@ void sd__cuda_embed_shard(sd_backend *be, float *out, const sd_weight *table, co
 /* y(m) += x(m), float4 when both are 16-byte aligned */
 __global__ void add_kernel(float *y, const float *x, size_t m)
 {
+    SD_PDL_ENTER();
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < m; i += stride)
         y[i] += x[i];
@@ -62,6 +64,7 @@ __global__ void add_kernel(float *y, const float *x, size_t m)
 
 __global__ void add4_kernel(float4 *y, const float4 *x, size_t m4)
 {
+    SD_PDL_ENTER();
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < m4; i += stride) {
         float4 a = y[i], b = x[i];
@@ -80,11 +83,11 @@ void sd__cuda_add(sd_backend *be, float *y, const float *x, int n, int d)
     if (!c || m == 0)
         return;
     if (m % 4 == 0 && sd__aligned16(y) && sd__aligned16(x)) {
-        add4_kernel<<<blocks_for(m / 4, 256), 256, 0, c->stream>>>((float4 *)y, (const float4 *)x,
+        sd__launch(c, add4_kernel, blocks_for(m / 4, 256), 256, 0, (float4 *)y, (const float4 *)x,
                                                                    m / 4);
         SD_LAUNCHED(c, "add4_kernel");
     } else {
-        add_kernel<<<blocks_for(m, 256), 256, 0, c->stream>>>(y, x, m);
+        sd__launch(c, add_kernel, blocks_for(m, 256), 256, 0, y, x, m);
         SD_LAUNCHED(c, "add_kernel");
     }
 }
@@ -92,6 +95,7 @@ void sd__cuda_add(sd_backend *be, float *y, const float *x, int n, int d)
 /* out(n, I) (rows out_stride apart) = silu(gu[:, :I]) * gu[:, I:], gu (n, 2I) */
 __global__ void silu_mul_kernel(float *out, const float *gu, int n, int I, int out_stride)
 {
+    SD_PDL_ENTER();
     size_t m = (size_t)n * (size_t)I, stride = (size_t)gridDim.x * blockDim.x;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m; e += stride) {
         size_t t = e / (size_t)I, i = e % (size_t)I;
@@ -104,6 +108,7 @@ __global__ void silu_mul_kernel(float *out, const float *gu, int n, int I, int o
 __global__ void copy_rows_kernel(float *dst, const float *src, const int32_t *idx, int n, int d,
                                  int ds, int ss)
 {
+    SD_PDL_ENTER();
     int i = blockIdx.x;
     size_t r = idx ? (size_t)idx[i] : (size_t)i;
     float *o = dst + (size_t)i * (size_t)ds;
@@ -128,7 +133,7 @@ void sd__cuda_silu_mul(sd_backend *be, float *out, const float *gu, int n, int I
     const char *g0 = (const char *)gu, *g1 = g0 + (size_t)n * 2 * (size_t)I * sizeof(float);
     int overlap = o0 < g1 && g0 < o1;
     if (!overlap || (n == 1 && out == gu)) {
-        silu_mul_kernel<<<blocks_for((size_t)n * I, 256), 256, 0, c->stream>>>(out, gu, n, I, I);
+        sd__launch(c, silu_mul_kernel, blocks_for((size_t)n * I, 256), 256, 0, out, gu, n, I, I);
         SD_LAUNCHED(c, "silu_mul_kernel");
         return;
     }
@@ -140,10 +145,10 @@ void sd__cuda_silu_mul(sd_backend *be, float *out, const float *gu, int n, int I
     float *tmp = (float *)c->scratch;
     for (int a = 0; a < n; a += (int)per) {
         int m = n - a < (int)per ? n - a : (int)per;
-        silu_mul_kernel<<<blocks_for((size_t)m * I, 256), 256, 0, c->stream>>>(
+        sd__launch(c, silu_mul_kernel, blocks_for((size_t)m * I, 256), 256, 0, 
             tmp, gu + (size_t)a * 2 * (size_t)I, m, I, I);
         SD_LAUNCHED(c, "silu_mul_kernel");
-        copy_rows_kernel<<<m, 256, 0, c->stream>>>(out + (size_t)a * (size_t)I, tmp, NULL, m, I, I,
+        sd__launch(c, copy_rows_kernel, m, 256, 0, out + (size_t)a * (size_t)I, tmp, NULL, m, I, I,
                                                    I);
         SD_LAUNCHED(c, "copy_rows_kernel");
     }
@@ -155,12 +160,13 @@ void sd__cuda_gather_rows(sd_backend *be, float *dst, const float *src, const in
     sd__cuda *c = sd__cuda_op(be);
     if (!c || n <= 0 || d <= 0)
         return;
-    copy_rows_kernel<<<n, 256, 0, c->stream>>>(dst, src, idx, n, d, ds, ss);
+    sd__launch(c, copy_rows_kernel, n, 256, 0, dst, src, idx, n, d, ds, ss);
     SD_LAUNCHED(c, "copy_rows_kernel");
 }
 
 __global__ void gather_i32_kernel(int32_t *out, const int32_t *table, const int32_t *idx, int n)
 {
+    SD_PDL_ENTER();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         out[i] = table[idx[i]];
@@ -172,7 +178,7 @@ void sd__cuda_gather_i32(sd_backend *be, int32_t *out, const int32_t *table, con
     sd__cuda *c = sd__cuda_op(be);
     if (!c || n <= 0)
         return;
-    gather_i32_kernel<<<(n + 255) / 256, 256, 0, c->stream>>>(out, table, idx, n);
+    sd__launch(c, gather_i32_kernel, (n + 255) / 256, 256, 0, out, table, idx, n);
     SD_LAUNCHED(c, "gather_i32_kernel");
 }
 
@@ -180,6 +186,7 @@ void sd__cuda_gather_i32(sd_backend *be, int32_t *out, const int32_t *table, con
 __global__ void scatter_cols_kernel(float *dst, const float *src, const int32_t *map, int ws,
                                     int wd)
 {
+    SD_PDL_ENTER();
     float *d = dst + (size_t)blockIdx.x * (size_t)wd;
     const float *s = src + (size_t)blockIdx.x * (size_t)ws;
     for (int c = threadIdx.x; c < wd; c += blockDim.x)
@@ -195,7 +202,7 @@ void sd__cuda_scatter_cols(sd_backend *be, float *dst, const float *src, const i
     sd__cuda *c = sd__cuda_op(be);
     if (!c || n <= 0)
         return;
-    scatter_cols_kernel<<<n, 256, 0, c->stream>>>(dst, src, map, ws, wd);
+    sd__launch(c, scatter_cols_kernel, n, 256, 0, dst, src, map, ws, wd);
     SD_LAUNCHED(c, "scatter_cols_kernel");
 }
 

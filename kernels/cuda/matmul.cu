@@ -43,6 +43,28 @@ typedef struct mm_args {
 
 #define GEMV_VR 4 /* weight rows per warp */
 #define GEMV_U 2  /* chunks per warp loaded before use */
+#define GEMV_PREFETCH_BYTES ((size_t)16 << 20) /* in L2 at once, all blocks */
+#define GEMV_RESIDENT 396                      /* blocks an H100/H200 holds: 132 SMs x 3 */
+
+/* Weights never change, so a block launched early (a programmatic
+ * dependent, common.cuh) pulls its rows [r0, r0 + rows) into L2 before it
+ * waits for the kernel ahead of it: the first loads then hit L2 instead of
+ * starting the memory stream cold. At most GEMV_PREFETCH_BYTES over the
+ * blocks that can be resident, so nothing is evicted before it is used. */
+__device__ __forceinline__ void gemv_prefetch(const char *w, int r0, int rows, int N,
+                                              size_t row_bytes)
+{
+    if (r0 >= N)
+        return;
+    rows = N - r0 < rows ? N - r0 : rows;
+    size_t blocks = (size_t)gridDim.x * gridDim.y;
+    blocks = blocks < GEMV_RESIDENT ? blocks : GEMV_RESIDENT;
+    size_t bytes = (size_t)rows * row_bytes, cap = GEMV_PREFETCH_BYTES / blocks;
+    bytes = bytes < cap ? bytes : cap;
+    const char *p = w + (size_t)r0 * row_bytes;
+    for (size_t off = (size_t)threadIdx.x * 128; off < bytes; off += (size_t)blockDim.x * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+}
 
 /* y(n, N) in passes of NR activation rows. A block is SD__GEMV_WARPS warps:
  * WK K-slices x (SD__GEMV_WARPS / WK) row groups of GEMV_VR weight rows. */
@@ -57,6 +79,8 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 
     const int rows0 = blockIdx.x * RG * GEMV_VR; /* first weight row of the block */
     const size_t esz = DT == SD__F32 ? 4 : 2;
     const char *wb = (const char *)a.w + (size_t)h * (size_t)a.N * (size_t)a.K * esz;
+    gemv_prefetch(wb, rows0, RG * GEMV_VR, a.N, (size_t)a.K * esz);
+    SD_PDL_ENTER();
     const void *wrow[GEMV_VR];
 #pragma unroll
     for (int i = 0; i < GEMV_VR; i++) {
@@ -109,6 +133,7 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 
 template <int MT, int NB>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2) gemv_mma_kernel(mm_args a, int WK)
 {
+    SD_PDL_ENTER();
     constexpr int U = MMA_LOADS / NB;   /* chunks per warp loaded before use */
     constexpr int E = MT * NB * 128;    /* outputs per warp and pass */
     __shared__ float part[SD__GEMV_WARPS * E];
@@ -215,6 +240,7 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2) gemv_mma_kernel(mm_arg
 template <int DT>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32) gemv_scalar_kernel(mm_args a)
 {
+    SD_PDL_ENTER();
     int h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int j = blockIdx.x * SD__GEMV_WARPS + warp;
     if (j >= a.N)
@@ -253,6 +279,7 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32) gemv_scalar_kernel(mm_arg
 template <int DT>
 __global__ void __launch_bounds__(256) tiled_kernel(mm_args a)
 {
+    SD_PDL_ENTER();
     __shared__ float As[TK][TM + 4], Bs[TK][TN + 4];
     int h = blockIdx.z, m0 = blockIdx.y * TM, n0 = blockIdx.x * TN;
     int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -312,6 +339,7 @@ __global__ void __launch_bounds__(256) tiled_kernel(mm_args a)
 __global__ void to_bf16_kernel(__nv_bfloat16 *hi, __nv_bfloat16 *lo, const float *x, int n, int K,
                                int x_stride)
 {
+    SD_PDL_ENTER();
     size_t m = (size_t)n * (size_t)K, stride = (size_t)gridDim.x * blockDim.x;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m; e += stride) {
         size_t r = e / (size_t)K, k = e % (size_t)K;
@@ -325,6 +353,7 @@ __global__ void to_bf16_kernel(__nv_bfloat16 *hi, __nv_bfloat16 *lo, const float
 
 __global__ void bias_kernel(float *y, const void *bias, int dt, int n, int N)
 {
+    SD_PDL_ENTER();
     size_t m = (size_t)n * (size_t)N, stride = (size_t)gridDim.x * blockDim.x;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m; e += stride)
         y[e] += sd__wload(bias, dt, e % (size_t)N);
@@ -346,7 +375,7 @@ template <int DT> static void launch_gemv(sd__cuda *c, const mm_args *a, int H)
 {
     if (!vec_ok(a)) {
         dim3 grid((unsigned)((a->N + SD__GEMV_WARPS - 1) / SD__GEMV_WARPS), (unsigned)H);
-        gemv_scalar_kernel<DT><<<grid, SD__GEMV_WARPS * 32, 0, c->stream>>>(*a);
+        sd__launch(c, gemv_scalar_kernel<DT>, grid, SD__GEMV_WARPS * 32, 0, *a);
         SD_LAUNCHED(c, "gemv_scalar_kernel");
         return;
     }
@@ -365,23 +394,23 @@ template <int DT> static void launch_gemv(sd__cuda *c, const mm_args *a, int H)
         /* one 16-row tile per pass: two tiles (MT = 2) at 17..32 rows
          * measured no faster than cuBLASLt (bench/results/NOTES.md) */
         if (nb == 4)
-            gemv_mma_kernel<1, 4><<<grid, th, 0, c->stream>>>(*a, wk);
+            sd__launch(c, gemv_mma_kernel<1, 4>, grid, th, 0, *a, wk);
         else if (nb == 2)
-            gemv_mma_kernel<1, 2><<<grid, th, 0, c->stream>>>(*a, wk);
+            sd__launch(c, gemv_mma_kernel<1, 2>, grid, th, 0, *a, wk);
         else
-            gemv_mma_kernel<1, 1><<<grid, th, 0, c->stream>>>(*a, wk);
+            sd__launch(c, gemv_mma_kernel<1, 1>, grid, th, 0, *a, wk);
         SD_LAUNCHED(c, "gemv_mma_kernel");
     } else {
         int wk = sd__gemv_wk(a->K), rows = SD__GEMV_WARPS / wk * GEMV_VR;
         dim3 grid((unsigned)((a->N + rows - 1) / rows), (unsigned)H);
         if (a->n == 1)
-            gemv_kernel<DT, 1><<<grid, th, 0, c->stream>>>(*a, wk);
+            sd__launch(c, gemv_kernel<DT, 1>, grid, th, 0, *a, wk);
         else if (a->n == 2)
-            gemv_kernel<DT, 2><<<grid, th, 0, c->stream>>>(*a, wk);
+            sd__launch(c, gemv_kernel<DT, 2>, grid, th, 0, *a, wk);
         else if (a->n <= 4)
-            gemv_kernel<DT, 4><<<grid, th, 0, c->stream>>>(*a, wk);
+            sd__launch(c, gemv_kernel<DT, 4>, grid, th, 0, *a, wk);
         else
-            gemv_kernel<DT, 8><<<grid, th, 0, c->stream>>>(*a, wk);
+            sd__launch(c, gemv_kernel<DT, 8>, grid, th, 0, *a, wk);
         SD_LAUNCHED(c, "gemv_kernel");
     }
 }
@@ -389,7 +418,7 @@ template <int DT> static void launch_gemv(sd__cuda *c, const mm_args *a, int H)
 template <int DT> static void launch_tiled(sd__cuda *c, const mm_args *a, int H)
 {
     dim3 grid((unsigned)((a->N + TN - 1) / TN), (unsigned)((a->n + TM - 1) / TM), (unsigned)H);
-    tiled_kernel<DT><<<grid, 256, 0, c->stream>>>(*a);
+    sd__launch(c, tiled_kernel<DT>, grid, 256, 0, *a);
     SD_LAUNCHED(c, "tiled_kernel");
 }
 
@@ -621,7 +650,7 @@ static int try_lt(sd__cuda *c, const mm_args *a, int dt)
             int m = a->n - r0 < per ? a->n - r0 : per;
             float *y = a->y + (size_t)r0 * (size_t)N;
             /* converted first: a new plan times its algorithms on xb */
-            to_bf16_kernel<<<grid_for((size_t)m * (size_t)K), 256, 0, c->stream>>>(
+            sd__launch(c, to_bf16_kernel, grid_for((size_t)m * (size_t)K), 256, 0, 
                 xb, xl, a->x + (size_t)r0 * (size_t)a->x_stride, m, (int)K, a->x_stride);
             if (SD_LAUNCHED(c, "to_bf16_kernel"))
                 return 0;
@@ -646,7 +675,7 @@ static int try_lt(sd__cuda *c, const mm_args *a, int dt)
         return 1;
     }
     if (a->bias && !c->err) {
-        bias_kernel<<<grid_for((size_t)a->n * (size_t)N), 256, 0, c->stream>>>(
+        sd__launch(c, bias_kernel, grid_for((size_t)a->n * (size_t)N), 256, 0, 
             a->y, a->bias, a->bias_dt, a->n, (int)N);
         SD_LAUNCHED(c, "bias_kernel");
     }

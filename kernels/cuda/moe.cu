@@ -57,6 +57,7 @@ __device__ __forceinline__ int route_argmax(const float *v, const unsigned char 
 __global__ void moe_route_kernel(int32_t *ids, float *wts, const float *logits, const float *bias,
                                  sd_moe_route r)
 {
+    SD_PDL_ENTER();
     extern __shared__ float rs[];
     const int E = r.n_experts, K = r.top_k, t = blockIdx.x, lane = threadIdx.x;
     float *scores = rs, *choice = rs + E, *gscore = choice + E;
@@ -157,7 +158,7 @@ void sd__cuda_moe_route(sd_backend *be, int32_t *ids, float *wts, const float *l
         return;
     }
     size_t sm = (size_t)E * 3 * sizeof(float) + (size_t)E * 2;
-    moe_route_kernel<<<n, 32, sm, c->stream>>>(ids, wts, logits, bias, *r);
+    sd__launch(c, moe_route_kernel, n, 32, sm, ids, wts, logits, bias, *r);
     SD_LAUNCHED(c, "moe_route_kernel");
 }
 
@@ -174,6 +175,7 @@ template <int MAXE> struct moe_tabs {
 __global__ void __launch_bounds__(1024)
 moe_sort_kernel(int *off_g, int *sorted, int *inv, const int32_t *ids, int m, int E, int first)
 {
+    SD_PDL_ENTER();
     extern __shared__ int si[];
     int *cnt = si, *off = si + E;
     for (int e = threadIdx.x; e < E; e += blockDim.x)
@@ -218,6 +220,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 moe_gate_up_kernel(float *h, const float *x, const int *off, const int *sorted, int top_k, int D,
                    int I, const __grid_constant__ moe_tabs<MAXE> tab)
 {
+    SD_PDL_ENTER();
     int e = blockIdx.y, beg = off[e], end = off[e + 1];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int j = blockIdx.x * MOE_WARPS + warp;
@@ -251,6 +254,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 moe_down_kernel(float *y, const float *h, const int *off, int D, int I,
                 const __grid_constant__ moe_tabs<MAXE> tab)
 {
+    SD_PDL_ENTER();
     int e = blockIdx.y, beg = off[e], end = off[e + 1];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int j = blockIdx.x * MOE_WARPS + warp;
@@ -281,6 +285,7 @@ moe_down_kernel(float *y, const float *h, const int *off, int D, int I,
 __global__ void moe_combine_kernel(float *out, const float *y, const int *inv, const float *wts,
                                    int top_k, int D)
 {
+    SD_PDL_ENTER();
     int t = blockIdx.x;
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float s = 0;
@@ -304,7 +309,7 @@ static void launch_experts(sd__cuda *c, const sd_experts *ex, float *h, float *y
         tab.b[e] = ex->up[e].data;
     }
     dim3 g1((unsigned)((I + MOE_WARPS - 1) / MOE_WARPS), (unsigned)ex->n);
-    moe_gate_up_kernel<DT, VEC, MAXE><<<g1, MOE_WARPS * 32, 0, c->stream>>>(h, x, off, sorted, top_k,
+    sd__launch(c, moe_gate_up_kernel<DT, VEC, MAXE>, g1, MOE_WARPS * 32, 0, h, x, off, sorted, top_k,
                                                                             D, I, tab);
     if (SD_LAUNCHED(c, "moe_gate_up_kernel"))
         return;
@@ -313,7 +318,7 @@ static void launch_experts(sd__cuda *c, const sd_experts *ex, float *h, float *y
         tab.b[e] = NULL;
     }
     dim3 g2((unsigned)((D + MOE_WARPS - 1) / MOE_WARPS), (unsigned)ex->n);
-    moe_down_kernel<DT, VEC, MAXE><<<g2, MOE_WARPS * 32, 0, c->stream>>>(y, h, off, D, I, tab);
+    sd__launch(c, moe_down_kernel<DT, VEC, MAXE>, g2, MOE_WARPS * 32, 0, y, h, off, D, I, tab);
     SD_LAUNCHED(c, "moe_down_kernel");
 }
 
@@ -360,6 +365,7 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32)
 moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k, int D, int I,
                          int first, int E, int WK, const __grid_constant__ moe_tabs<MAXE> tab)
 {
+    SD_PDL_ENTER();
     __shared__ float part[SD__GEMV_WARPS * 4];
     const int p = blockIdx.x, e = ids[p] - first;
     if (e < 0 || e >= E)
@@ -403,6 +409,7 @@ moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const floa
                       int D, int I, int first, int E, int WK,
                       const __grid_constant__ moe_tabs<MAXE> tab)
 {
+    SD_PDL_ENTER();
     extern __shared__ float part[];
     const int t = blockIdx.x, d0 = blockIdx.y * 4;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -468,7 +475,7 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
     const unsigned th = SD__GEMV_WARPS * 32;
     int wk = sd__gemv_wk(D), cols = SD__GEMV_WARPS / wk * 2;
     dim3 g1((unsigned)(n * top_k), (unsigned)((I + cols - 1) / cols));
-    moe_gate_up_fused_kernel<DT, MAXE><<<g1, th, 0, c->stream>>>(h, x, ids, top_k, D, I, ex->first,
+    sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE>, g1, th, 0, h, x, ids, top_k, D, I, ex->first,
                                                                   ex->n, wk, tab);
     if (SD_LAUNCHED(c, "moe_gate_up_fused_kernel"))
         return;
@@ -479,7 +486,7 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
     wk = down_wk(top_k, I);
     dim3 g2((unsigned)n, (unsigned)((D + 3) / 4));
     size_t sm = (size_t)top_k * (size_t)wk * 4 * sizeof(float);
-    moe_down_fused_kernel<DT, MAXE><<<g2, th, sm, c->stream>>>(out, h, ids, wts, top_k, D, I,
+    sd__launch(c, moe_down_fused_kernel<DT, MAXE>, g2, th, sm, out, h, ids, wts, top_k, D, I,
                                                                ex->first, ex->n, wk, tab);
     SD_LAUNCHED(c, "moe_down_fused_kernel");
 }
@@ -554,6 +561,7 @@ void sd_cuda_set_moe_tc(sd_backend *be, int mode)
 __global__ void __launch_bounds__(1024) moe_tc_tiles_kernel(int *tile_off, int *tile_e,
                                                             const int *off, int E)
 {
+    SD_PDL_ENTER();
     __shared__ int wsum[32];
     const int e = threadIdx.x, lane = e % 32, w = e / 32;
     const int cnt = e < E ? (off[e + 1] - off[e] + MOE_TC_BM - 1) / MOE_TC_BM : 0;
@@ -598,6 +606,7 @@ __device__ __forceinline__ uint32_t moe_tc_pack(float lo, float hi)
 /* xb(n8 * 8) = bf16(x); 8 elements a thread step */
 __global__ void moe_tc_bf16_kernel(__nv_bfloat16 *xb, const float *x, size_t n8)
 {
+    SD_PDL_ENTER();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
          i += (size_t)gridDim.x * blockDim.x) {
         const float4 a = ((const float4 *)x)[2 * i], b = ((const float4 *)x)[2 * i + 1];
@@ -644,6 +653,7 @@ moe_tc_gemm_kernel(void *outp, const __nv_bfloat16 *a, const int *sorted, int to
                    const int *off, const int *tile_off, const int *tile_e, int E, int N, int K,
                    const __grid_constant__ moe_tabs<MAXE> tab)
 {
+    SD_PDL_ENTER();
     __shared__ __align__(128) __nv_bfloat16 sa[MOE_TC_STAGES][MOE_TC_BM * MOE_TC_BK];
     __shared__ __align__(128) __nv_bfloat16 sb[MOE_TC_STAGES][MOE_TC_BROWS * MOE_TC_BK];
     const int BN = GU ? MOE_TC_BROWS / 2 : MOE_TC_BROWS; /* output columns a tile */
@@ -783,17 +793,19 @@ static size_t moe_tc_max_tiles(size_t m, int E)
     return m / MOE_TC_BM + ((size_t)E < m ? (size_t)E : m);
 }
 
-/* The path for m = n * top_k sorted rows: the switch, bf16 weights, dims
- * and pointers the 16-byte loads take (vec), enough rows, and room in tmp
- * for the tile list after the sort's ints. */
-static int moe_tc_takes(const sd__cuda *c, sd_dtype dt, int vec, size_t m, int E, int D, int I)
+/* Whether sorted rows go to the tensor cores: the switch (auto: real-size
+ * experts only; small ones keep the exact fp32 GEMV, fast enough there),
+ * bf16 weights, dims and pointers the 16-byte loads take (vec). */
+static int moe_tc_wants(const sd__cuda *c, sd_dtype dt, int vec, int D, int I)
 {
-    size_t min_pairs = c->moe_tc_min_pairs > 0 ? (size_t)c->moe_tc_min_pairs
-                                               : (size_t)SD_CUDA_MOE_TC_MIN_PAIRS;
-    if (!c->moe_tc || dt != SD_DT_BF16 || !vec || m < min_pairs)
+    if (!c->moe_tc || dt != SD_DT_BF16 || !vec)
         return 0;
-    if (c->moe_tc == SD_CUDA_TC_AUTO && (size_t)D * (size_t)I < SD_CUDA_MOE_TC_MIN_WEIGHTS)
-        return 0; /* small experts: the fp32 GEMV is fast enough and exact */
+    return c->moe_tc == SD_CUDA_TC_ON || (size_t)D * (size_t)I >= SD_CUDA_MOE_TC_MIN_WEIGHTS;
+}
+
+/* room in tmp for the tile list after the sort's ints (m sorted rows) */
+static int moe_tc_room(size_t m, int E, int D, int I)
+{
     size_t ints = 2 * ((size_t)E + 1) + 2 * m + moe_tc_max_tiles(m, E);
     return ints <= m * ((size_t)D + (size_t)I + 1);
 }
@@ -807,13 +819,13 @@ static void launch_tc(sd__cuda *c, const sd_experts *ex, float *h, float *y, con
                       int top_k, int D, int I, size_t m)
 {
     const int E = ex->n;
-    moe_tc_tiles_kernel<<<1, 1024, 0, c->stream>>>(tile_off, tile_e, off, E);
+    sd__launch(c, moe_tc_tiles_kernel, 1, 1024, 0, tile_off, tile_e, off, E);
     if (SD_LAUNCHED(c, "moe_tc_tiles_kernel"))
         return;
     __nv_bfloat16 *xb = (__nv_bfloat16 *)y, *hb = (__nv_bfloat16 *)h;
     size_t n8 = (size_t)n * (size_t)D / 8, cap = (size_t)c->sm_count * 8;
     unsigned gb = (unsigned)((n8 + 255) / 256 < cap ? (n8 + 255) / 256 : cap);
-    moe_tc_bf16_kernel<<<gb, 256, 0, c->stream>>>(xb, x, n8);
+    sd__launch(c, moe_tc_bf16_kernel, gb, 256, 0, xb, x, n8);
     if (SD_LAUNCHED(c, "moe_tc_bf16_kernel"))
         return;
     moe_tabs<MAXE> tab;
@@ -824,8 +836,7 @@ static void launch_tc(sd__cuda *c, const sd_experts *ex, float *h, float *y, con
     }
     const size_t tiles = moe_tc_max_tiles(m, E), hold = (size_t)c->sm_count * MOE_TC_BLOCKS_PER_SM;
     size_t blocks = tiles * (size_t)((I + MOE_TC_BROWS / 2 - 1) / (MOE_TC_BROWS / 2));
-    moe_tc_gemm_kernel<true, MAXE><<<(unsigned)(blocks < hold ? blocks : hold), MOE_TC_THREADS, 0,
-                                     c->stream>>>(hb, xb, sorted, top_k, off, tile_off, tile_e, E,
+    sd__launch(c, moe_tc_gemm_kernel<true, MAXE>, (unsigned)(blocks < hold ? blocks : hold), MOE_TC_THREADS, 0, hb, xb, sorted, top_k, off, tile_off, tile_e, E,
                                                   I, D, tab);
     if (SD_LAUNCHED(c, "moe_tc_gemm_kernel<gate/up>"))
         return;
@@ -834,8 +845,7 @@ static void launch_tc(sd__cuda *c, const sd_experts *ex, float *h, float *y, con
         tab.b[e] = NULL;
     }
     blocks = tiles * (size_t)((D + MOE_TC_BROWS - 1) / MOE_TC_BROWS);
-    moe_tc_gemm_kernel<false, MAXE><<<(unsigned)(blocks < hold ? blocks : hold), MOE_TC_THREADS, 0,
-                                      c->stream>>>(y, hb, NULL, 1, off, tile_off, tile_e, E, D, I,
+    sd__launch(c, moe_tc_gemm_kernel<false, MAXE>, (unsigned)(blocks < hold ? blocks : hold), MOE_TC_THREADS, 0, y, hb, NULL, 1, off, tile_off, tile_e, E, D, I,
                                                    tab);
     SD_LAUNCHED(c, "moe_tc_gemm_kernel<down>");
 }
@@ -871,7 +881,10 @@ void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t 
         return;
     }
     float *h = (float *)tmp;                 /* (m, I) */
-    int max_pairs = c->moe_fused_max_pairs > 0 ? c->moe_fused_max_pairs : SD_CUDA_MOE_FUSED_MAX_PAIRS;
+    const int tc = moe_tc_wants(c, dt, vec, D, I);
+    int max_pairs = c->moe_fused_max_pairs > 0 ? c->moe_fused_max_pairs
+                    : tc                       ? SD_CUDA_MOE_TC_FUSED_MAX_PAIRS
+                                               : SD_CUDA_MOE_FUSED_MAX_PAIRS;
     if (vec && m <= (size_t)max_pairs) {
         switch (dt) {
         case SD_DT_F32: launch_fused_e<SD__F32>(c, ex, out, h, x, ids, wts, n, top_k, D, I); break;
@@ -884,11 +897,11 @@ void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t 
     float *y = h + m * (size_t)I;            /* (m, D) */
     int *off = (int *)(y + m * (size_t)D);   /* (E + 1) */
     int *sorted = off + E + 1, *inv = sorted + m; /* (m), (m) */
-    moe_sort_kernel<<<1, 1024, (2 * (size_t)E + 1) * sizeof(int), c->stream>>>(off, sorted, inv, ids,
+    sd__launch(c, moe_sort_kernel, 1, 1024, (2 * (size_t)E + 1) * sizeof(int), off, sorted, inv, ids,
                                                                                (int)m, E, ex->first);
     if (SD_LAUNCHED(c, "moe_sort_kernel"))
         return;
-    if (moe_tc_takes(c, dt, vec, m, E, D, I)) {
+    if (tc && moe_tc_room(m, E, D, I)) {
         int *tile_off = inv + m, *tile_e = tile_off + E + 1; /* (E + 1), (tiles) */
         if (E <= 256)
             launch_tc<256>(c, ex, h, y, x, off, sorted, tile_off, tile_e, n, top_k, D, I, m);
@@ -905,6 +918,6 @@ void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t 
     }
     if (c->err)
         return;
-    moe_combine_kernel<<<n, 256, 0, c->stream>>>(out, y, inv, wts, top_k, D);
+    sd__launch(c, moe_combine_kernel, n, 256, 0, out, y, inv, wts, top_k, D);
     SD_LAUNCHED(c, "moe_combine_kernel");
 }

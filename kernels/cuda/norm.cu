@@ -39,6 +39,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
 rmsnorm_kernel(float *out, const float *x, const void *w, int wdt, int d, int x_stride,
                int out_stride, float eps)
 {
+    SD_PDL_ENTER();
     const float *xr = x + (size_t)blockIdx.x * (size_t)x_stride;
     float *o = out + (size_t)blockIdx.x * (size_t)out_stride;
     double ss = 0;
@@ -56,6 +57,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
 add_rmsnorm_kernel(float *out, float *x, const float *y, const void *w, int wdt, int d,
                    float eps)
 {
+    SD_PDL_ENTER();
     float *xr = x + (size_t)blockIdx.x * (size_t)d;
     const float *yr = y + (size_t)blockIdx.x * (size_t)d;
     float *o = out + (size_t)blockIdx.x * (size_t)d;
@@ -76,7 +78,7 @@ void sd__cuda_rmsnorm(sd_backend *be, float *out, const float *x, const sd_weigh
     sd__cuda *c = sd__cuda_op(be);
     if (!c || n <= 0 || d <= 0)
         return;
-    rmsnorm_kernel<<<n, NORM_THREADS, 0, c->stream>>>(out, x, w->data, w->dtype, d, x_stride,
+    sd__launch(c, rmsnorm_kernel, n, NORM_THREADS, 0, out, x, w->data, w->dtype, d, x_stride,
                                                      out_stride, eps);
     SD_LAUNCHED(c, "rmsnorm_kernel");
 }
@@ -87,6 +89,6 @@ void sd__cuda_add_rmsnorm(sd_backend *be, float *out, float *x, const float *y, 
     sd__cuda *c = sd__cuda_op(be);
     if (!c || n <= 0 || d <= 0)
         return;
-    add_rmsnorm_kernel<<<n, NORM_THREADS, 0, c->stream>>>(out, x, y, w->data, w->dtype, d, eps);
+    sd__launch(c, add_rmsnorm_kernel, n, NORM_THREADS, 0, out, x, y, w->data, w->dtype, d, eps);
     SD_LAUNCHED(c, "add_rmsnorm_kernel");
 }

@@ -12,6 +12,7 @@ __global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq,
                             int interleave, float mscale, int n, int H, int row_stride,
                             int head_stride, int off)
 {
+    SD_PDL_ENTER();
     size_t m = (size_t)n * (size_t)H * (size_t)half;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m; e += stride) {
@@ -41,7 +42,7 @@ void sd__cuda_rope(sd_backend *be, float *x, const int32_t *pos, const sd_rope *
     size_t blocks = (m + 255) / 256;
     if (blocks > 65535u * 16u)
         blocks = 65535u * 16u;
-    rope_kernel<<<(unsigned)blocks, 256, 0, c->stream>>>(x, pos, r->inv_freq, half, r->interleave,
+    sd__launch(c, rope_kernel, (unsigned)blocks, 256, 0, x, pos, r->inv_freq, half, r->interleave,
                                                          r->mscale, n, H, row_stride,
                                                          head_stride, off);
     SD_LAUNCHED(c, "rope_kernel");

@@ -97,6 +97,7 @@ __device__ int block_argmax(const float *x, int V)
 
 __global__ void argmax_rows_kernel(int32_t *out, const float *x, int V)
 {
+    SD_PDL_ENTER();
     int r = block_argmax(x + (size_t)blockIdx.x * (size_t)V, V);
     if (threadIdx.x == 0)
         out[blockIdx.x] = r;
@@ -492,6 +493,7 @@ __device__ int row_probs(float *probs, const float *logits, int V, const sd_samp
 __global__ void sample_rows_kernel(int32_t *out, float *probs_all, const float *logits_all,
                                    const sd_sample_params *params, int V)
 {
+    SD_PDL_ENTER();
     __shared__ hist h;
     __shared__ select_out so;
     const int row = blockIdx.x;
@@ -509,6 +511,7 @@ __global__ void sample_rows_kernel(int32_t *out, float *probs_all, const float *
 __global__ void accept_greedy_rows_kernel(int32_t *n_acc, int32_t *out_tok, const int32_t *draft,
                                           const int32_t *am, int n_seq, int k)
 {
+    SD_PDL_ENTER();
     int s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= n_seq)
         return;
@@ -546,6 +549,7 @@ __global__ void accept_probs_kernel(float *probs_all, const float *logits_all,
                                     const int32_t *row0, const int32_t *n_draft,
                                     const sd_sample_params *params, int k, int V)
 {
+    SD_PDL_ENTER();
     __shared__ hist h;
     __shared__ select_out so;
     const int s = blockIdx.x / (k + 1), i = blockIdx.x % (k + 1);
@@ -561,6 +565,7 @@ __global__ void accept_chain_kernel(int32_t *n_acc, int32_t *out_tok, const floa
                                     const int32_t *n_draft, const sd_sample_params *params, int k,
                                     int V)
 {
+    SD_PDL_ENTER();
     __shared__ int bad;
     const int s = blockIdx.x;
     const int kd = accept_kd(n_draft, s, k);
@@ -632,7 +637,7 @@ void sd__cuda_argmax_rows(sd_backend *be, int32_t *out, const float *x, int n, i
     sd__cuda *c = sd__cuda_op(be);
     if (!c || n <= 0 || V <= 0)
         return;
-    argmax_rows_kernel<<<n, SB, 0, c->stream>>>(out, x, V);
+    sd__launch(c, argmax_rows_kernel, n, SB, 0, out, x, V);
     SD_LAUNCHED(c, "argmax_rows_kernel");
 }
 
@@ -642,7 +647,7 @@ void sd__cuda_sample_rows(sd_backend *be, int32_t *out, float *probs_scratch, co
     sd__cuda *c = sd__cuda_op(be);
     if (!c || n <= 0 || V <= 0)
         return;
-    sample_rows_kernel<<<n, SB, 0, c->stream>>>(out, probs_scratch, logits, p, V);
+    sd__launch(c, sample_rows_kernel, n, SB, 0, out, probs_scratch, logits, p, V);
     SD_LAUNCHED(c, "sample_rows_kernel");
 }
 
@@ -657,7 +662,7 @@ void sd__cuda_accept_greedy_rows(sd_backend *be, int32_t *n_acc, int32_t *out_to
         SD_BADARG(c, "accept_greedy_rows: draft length %d < 0", k);
         return;
     }
-    accept_greedy_rows_kernel<<<(n_seq + 127) / 128, 128, 0, c->stream>>>(
+    sd__launch(c, accept_greedy_rows_kernel, (n_seq + 127) / 128, 128, 0, 
         n_acc, out_tok, draft, target_argmax, n_seq, k);
     SD_LAUNCHED(c, "accept_greedy_rows_kernel");
 }
@@ -674,10 +679,10 @@ void sd__cuda_accept_sample_rows(sd_backend *be, int32_t *n_acc, int32_t *out_to
         SD_BADARG(c, "accept_sample_rows: draft length %d < 0 or vocabulary %d <= 0", k, V);
         return;
     }
-    accept_probs_kernel<<<n_seq * (k + 1), SB, 0, c->stream>>>(probs_scratch, logits, row0,
+    sd__launch(c, accept_probs_kernel, n_seq * (k + 1), SB, 0, probs_scratch, logits, row0,
                                                                 n_draft, p, k, V);
     SD_LAUNCHED(c, "accept_probs_kernel");
-    accept_chain_kernel<<<n_seq, SB, 0, c->stream>>>(n_acc, out_tok, probs_scratch, q, draft, row0,
+    sd__launch(c, accept_chain_kernel, n_seq, SB, 0, n_acc, out_tok, probs_scratch, q, draft, row0,
                                                      n_draft, p, k, V);
     SD_LAUNCHED(c, "accept_chain_kernel");
 }

@@ -5,7 +5,8 @@
  * (max |d| / max |ref|). The only inexact step is the cuBLASLt GEMM of steps
  * above SD_CUDA_GEMV_MAX_ROWS tokens on bf16 activation terms (hi + lo): a
  * CPU model of it gives 0.7-1.6e-5 on these fixtures, 0 on the F16/F32 ones.
- * A whole forward captured into a CUDA graph replays bit for bit.
+ * A whole forward captured into a CUDA graph replays bit for bit, and
+ * plain kernel launches give the bits of programmatic dependent ones.
  *
  * The bundled model (models/specd-tiny, when present): greedy generation of
  * 32 tokens on the GPU equals the CPU's for every held-out prompt (its first
@@ -197,6 +198,20 @@ TEST(a_captured_model_forward_replays_the_eager_logits)
         ok &= reportf(rel_err(replay, eager, (size_t)n * V), 0,
                       "model %s graph replay vs eager logits (bitwise)", names[f]);
         sd_cuda_graph_destroy(gr);
+        /* programmatic dependent launches (the default) against plain ones */
+        sd_cuda_set_pdl(e.gpu, 0);
+        float *nan2 = (float *)malloc((size_t)n * V * sizeof(float));
+        for (size_t i = 0; i < (size_t)n * V; i++)
+            nan2[i] = NAN;
+        e.gpu->ops->upload(e.gpu, dlog, nan2, (size_t)n * V * 4);
+        free(nan2);
+        ASSERT_OK(sd_model_forward(m, &fw, &err));
+        sd_cuda_set_pdl(e.gpu, 1);
+        float *plain = gget(&e, dlog, (size_t)n * V);
+        ASSERT(plain != NULL);
+        ok &= reportf(rel_err(plain, eager, (size_t)n * V), 0,
+                      "model %s plain launches vs programmatic dependent ones (bitwise)", names[f]);
+        free(plain);
         free(eager);
         free(replay);
         void *bufs[] = {dtok, dpos, dseq, dtab, dlog};

@@ -1233,10 +1233,11 @@ static int tc_case_mode(gpu_env *e, const tc_bank *b, int n, int K, int E_all, i
     e->gpu->ops->moe_ffn(e->gpu, d2, dx, did, dw, &ge, n, K, D, dtmp);
     sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_AUTO);
     const int v8 = D % 8 == 0 && I % 8 == 0;
-    const int fused = m <= SD_CUDA_MOE_FUSED_MAX_PAIRS && v8;
     const int big = (size_t)D * (size_t)I >= SD_CUDA_MOE_TC_MIN_WEIGHTS;
-    const int tc = !fused && v8 && b->dt == SD_DT_BF16 && m >= SD_CUDA_MOE_TC_MIN_PAIRS &&
-                   (mode == SD_CUDA_TC_ON || big);
+    const int wants = v8 && b->dt == SD_DT_BF16 && (mode == SD_CUDA_TC_ON || big);
+    const int fused =
+        v8 && m <= (size_t)(wants ? SD_CUDA_MOE_TC_FUSED_MAX_PAIRS : SD_CUDA_MOE_FUSED_MAX_PAIRS);
+    const int tc = !fused && wants;
     char name[160];
     snprintf(name, sizeof name, "moe_ffn tc %s %s n=%d E=%d%s top-%d D=%d I=%d",
              mode == SD_CUDA_TC_ON ? "on" : "auto", sd_dtype_name(b->dt), n, E,
@@ -1289,10 +1290,9 @@ TEST(moe_ffn_tensor_core_prefill_matches_the_cpu_and_odd_shapes_fall_back)
     ok &= tc_case(&e, &b, 2048, 6, 64);
     /* the default switch takes these real-size experts too */
     ok &= tc_case_mode(&e, &b, 300, 6, 64, SD_CUDA_TC_AUTO);
-    /* below the threshold: the fused path, then the grouped GEMV */
-    ok &= tc_case(&e, &b, SD_CUDA_MOE_FUSED_MAX_PAIRS / 6, 6, 64);
-    if (SD_CUDA_MOE_TC_MIN_PAIRS > SD_CUDA_MOE_FUSED_MAX_PAIRS + 6)
-        ok &= tc_case(&e, &b, (SD_CUDA_MOE_TC_MIN_PAIRS - 1) / 6, 6, 64);
+    /* the fused path up to its threshold, tensor cores right above it */
+    ok &= tc_case(&e, &b, SD_CUDA_MOE_TC_FUSED_MAX_PAIRS / 6, 6, 64);
+    ok &= tc_case(&e, &b, SD_CUDA_MOE_TC_FUSED_MAX_PAIRS / 6 + 1, 6, 64);
     tc_bank_free(&e, &b);
     /* 256 experts, dims multiples of 8 but not of the tiles: K and column
      * tails in both GEMMs (520 = 16 x 32 + 8, 200 = 3 x 64 + 8) */
