@@ -402,6 +402,8 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->mla_tc = !mla_tc || strcmp(mla_tc, "0");
     const char *pdl = getenv("SPECD_PDL"); /* 0: plain launches (common.cuh) */
     c->pdl = !pdl || strcmp(pdl, "0");
+    const char *pf = getenv("SPECD_GEMV_PREFETCH");
+    c->gemv_prefetch = !pf || strcmp(pf, "0");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

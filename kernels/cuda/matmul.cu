@@ -37,6 +37,7 @@ typedef struct mm_args {
     int n, N, K;
     int x_stride, x_bstride, x_off;
     int y_stride, y_bstride;
+    int prefetch; /* gemv_kernel: weights into L2 before the wait (c->gemv_prefetch) */
 } mm_args;
 
 /* ---- GEMV (kernels/cuda/gemv.cuh has the core and its order of sums) ---- */
@@ -79,7 +80,8 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 
     const int rows0 = blockIdx.x * RG * GEMV_VR; /* first weight row of the block */
     const size_t esz = DT == SD__F32 ? 4 : 2;
     const char *wb = (const char *)a.w + (size_t)h * (size_t)a.N * (size_t)a.K * esz;
-    gemv_prefetch(wb, rows0, RG * GEMV_VR, a.N, (size_t)a.K * esz);
+    if (a.prefetch)
+        gemv_prefetch(wb, rows0, RG * GEMV_VR, a.N, (size_t)a.K * esz);
     SD_PDL_ENTER();
     const void *wrow[GEMV_VR];
 #pragma unroll
@@ -694,7 +696,7 @@ void sd__cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *
     if (!c || n <= 0 || w->rows <= 0)
         return;
     mm_args a = {y, x, w->data, bias ? bias->data : NULL, bias ? (int)bias->dtype : 0,
-                 n, (int)w->rows, (int)w->cols, x_stride, 0, 0, (int)w->rows, 0};
+                 n, (int)w->rows, (int)w->cols, x_stride, 0, 0, (int)w->rows, 0, c->gemv_prefetch};
     if (n <= gemv_max_rows(c)) {
         run_simt(c, &a, w->dtype, 1, 1);
         return;
@@ -715,6 +717,6 @@ void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_we
     }
     int N = (int)(w->rows / H);
     mm_args a = {y, x, w->data, NULL, 0, n, N, (int)w->cols, x_stride, x_head_stride, x_off,
-                 H * N, N};
+                 H * N, N, c->gemv_prefetch};
     run_simt(c, &a, w->dtype, H, n <= gemv_max_rows(c));
 }
