@@ -3,12 +3,10 @@
 # checkpoint with an EAGLE-3 head and the DeepSeek-V2-Lite-shaped one with an
 # MTP layer (tools/random_ckpt), measures the copy bandwidth
 # (bench/decode/copy_bw.py), and runs specd-bench-decode on:
-#   l8b       plain at batch 1 and 32, graphs on and off, plain launches
-#             (SPECD_PDL=0) instead of programmatic dependent; EAGLE-3 (k = 3, and
+#   l8b       plain at batch 1 and 32, graphs on and off; EAGLE-3 (k = 3, and
 #             k = 2) at synthetic acceptance
 #   dsv2lite  plain at batch 1 and 32, graphs on and off, and with the SIMT
-#             MLA/MoE kernels (SPECD_MLA_TC=0 SPECD_MOE_TC=0), plain launches
-#             (SPECD_PDL=0); MTP at synthetic
+#             MLA/MoE kernels (SPECD_MLA_TC=0 SPECD_MOE_TC=0); MTP at synthetic
 #             acceptance: k = 1 at 0.875 (DeepSeek-V3 reports 85-90% for the
 #             second token), k = 2 at 0.77 then 0.48 (vLLM's 77% and 37% per
 #             position for DeepSeek-V4 MTP: 0.37 / 0.77 given the first), k = 3
@@ -28,6 +26,7 @@
 #   QUICK=1   toy-size checkpoints and short runs: a check of this script
 #   MAXTOK    tokens per request (default 128; QUICK 24); PLEN prompt tokens (64)
 #   EXTRA     more specd-bench-decode arguments for every run (e.g. "--repeat 3")
+#   NOGRAPHS=0  skip the graphs-off runs
 #   COPY_BW_GBS  a copy bandwidth to use instead of measuring it (with no bw phase)
 #   DEVICE    the engine's device (default cuda; cpu with QUICK=1 checks the script
 #             on a machine without a GPU); PY: the python with torch (default python3)
@@ -110,18 +109,16 @@ if has l8b; then
     m=(--model "$CKPT/l8b" --batch 1,32)
     e3=(--spec eagle3 --draft-model "$CKPT/l8b-eagle3")
     run l8b-plain "${m[@]}"
-    run l8b-plain-nographs "${m[@]}" --graphs off
-    SPECD_PDL=0 run l8b-plain-nopdl "${m[@]}"
+    [ "${NOGRAPHS:-1}" = 1 ] && run l8b-plain-nographs "${m[@]}" --graphs off
     run l8b-eagle3-k3 "${m[@]}" "${e3[@]}" --k 3 --synthetic-accept $A
     run l8b-eagle3-k2 "${m[@]}" "${e3[@]}" --k 2 --synthetic-accept $VL
 fi
 if has dsv2lite; then
     m=(--model "$CKPT/dsv2lite" --batch 1,32)
     run dsv2lite-plain "${m[@]}"
-    run dsv2lite-plain-nographs "${m[@]}" --graphs off
+    [ "${NOGRAPHS:-1}" = 1 ] && run dsv2lite-plain-nographs "${m[@]}" --graphs off
     # the same with MLA attention and MoE prefill/verify off tensor cores
     SPECD_MLA_TC=0 SPECD_MOE_TC=0 run dsv2lite-plain-simt "${m[@]}"
-    SPECD_PDL=0 run dsv2lite-plain-nopdl "${m[@]}"
     run dsv2lite-mtp-k1 "${m[@]}" --spec mtp --k 1 --synthetic-accept $DS
     run dsv2lite-mtp-k2 "${m[@]}" --spec mtp --k 2 --synthetic-accept $VL
     run dsv2lite-mtp-k3 "${m[@]}" --spec mtp --k 3 --synthetic-accept $A

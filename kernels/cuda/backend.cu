@@ -400,10 +400,8 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     const char *moe_tc = getenv("SPECD_MOE_TC"), *mla_tc = getenv("SPECD_MLA_TC");
     c->moe_tc = !moe_tc || !*moe_tc ? SD_CUDA_TC_AUTO : strcmp(moe_tc, "0") ? SD_CUDA_TC_ON : SD_CUDA_TC_OFF;
     c->mla_tc = !mla_tc || strcmp(mla_tc, "0");
-    const char *pdl = getenv("SPECD_PDL"); /* 0: plain launches (common.cuh) */
-    c->pdl = !pdl || strcmp(pdl, "0");
-    const char *pf = getenv("SPECD_GEMV_PREFETCH");
-    c->gemv_prefetch = !pf || strcmp(pf, "0");
+    const char *pdl = getenv("SPECD_PDL"); /* 1: programmatic dependent launches (common.cuh) */
+    c->pdl = pdl && !strcmp(pdl, "1");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

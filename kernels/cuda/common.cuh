@@ -58,12 +58,9 @@ typedef struct sd__cuda {
     /* moe_ffn's sorted rows on tensor cores (SD_CUDA_TC_OFF/ON/AUTO:
      * SPECD_MOE_TC, sd_cuda_set_moe_tc) */
     int moe_tc;
-    /* kernels launched as programmatic dependents (sd__launch; SPECD_PDL=0
-     * or sd_cuda_set_pdl turns it off) */
+    /* kernels launched as programmatic dependents (sd__launch; SPECD_PDL=1
+     * or sd_cuda_set_pdl turns it on) */
     int pdl;
-    /* GEMV blocks pull their weights into L2 before waiting
-     * (SPECD_GEMV_PREFETCH=0 or sd_cuda_set_gemv_prefetch turns it off) */
-    int gemv_prefetch;
     int sm_count;
     size_t smem_optin; /* largest dynamic shared memory per block */
     /* sticky first error */

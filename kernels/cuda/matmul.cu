@@ -37,35 +37,12 @@ typedef struct mm_args {
     int n, N, K;
     int x_stride, x_bstride, x_off;
     int y_stride, y_bstride;
-    int prefetch; /* gemv_kernel: weights into L2 before the wait (c->gemv_prefetch) */
 } mm_args;
 
 /* ---- GEMV (kernels/cuda/gemv.cuh has the core and its order of sums) ---- */
 
 #define GEMV_VR 4 /* weight rows per warp */
 #define GEMV_U 2  /* chunks per warp loaded before use */
-#define GEMV_PREFETCH_BYTES ((size_t)16 << 20) /* in L2 at once, all blocks */
-#define GEMV_RESIDENT 396                      /* blocks an H100/H200 holds: 132 SMs x 3 */
-
-/* Weights never change, so a block launched early (a programmatic
- * dependent, common.cuh) pulls its rows [r0, r0 + rows) into L2 before it
- * waits for the kernel ahead of it: the first loads then hit L2 instead of
- * starting the memory stream cold. At most GEMV_PREFETCH_BYTES over the
- * blocks that can be resident, so nothing is evicted before it is used. */
-__device__ __forceinline__ void gemv_prefetch(const char *w, int r0, int rows, int N,
-                                              size_t row_bytes)
-{
-    if (r0 >= N)
-        return;
-    rows = N - r0 < rows ? N - r0 : rows;
-    size_t blocks = (size_t)gridDim.x * gridDim.y;
-    blocks = blocks < GEMV_RESIDENT ? blocks : GEMV_RESIDENT;
-    size_t bytes = (size_t)rows * row_bytes, cap = GEMV_PREFETCH_BYTES / blocks;
-    bytes = bytes < cap ? bytes : cap;
-    const char *p = w + (size_t)r0 * row_bytes;
-    for (size_t off = (size_t)threadIdx.x * 128; off < bytes; off += (size_t)blockDim.x * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
-}
 
 /* y(n, N) in passes of NR activation rows. A block is SD__GEMV_WARPS warps:
  * WK K-slices x (SD__GEMV_WARPS / WK) row groups of GEMV_VR weight rows. */
@@ -80,8 +57,6 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 
     const int rows0 = blockIdx.x * RG * GEMV_VR; /* first weight row of the block */
     const size_t esz = DT == SD__F32 ? 4 : 2;
     const char *wb = (const char *)a.w + (size_t)h * (size_t)a.N * (size_t)a.K * esz;
-    if (a.prefetch)
-        gemv_prefetch(wb, rows0, RG * GEMV_VR, a.N, (size_t)a.K * esz);
     SD_PDL_ENTER();
     const void *wrow[GEMV_VR];
 #pragma unroll
@@ -696,7 +671,7 @@ void sd__cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *
     if (!c || n <= 0 || w->rows <= 0)
         return;
     mm_args a = {y, x, w->data, bias ? bias->data : NULL, bias ? (int)bias->dtype : 0,
-                 n, (int)w->rows, (int)w->cols, x_stride, 0, 0, (int)w->rows, 0, c->gemv_prefetch};
+                 n, (int)w->rows, (int)w->cols, x_stride, 0, 0, (int)w->rows, 0};
     if (n <= gemv_max_rows(c)) {
         run_simt(c, &a, w->dtype, 1, 1);
         return;
@@ -717,6 +692,6 @@ void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_we
     }
     int N = (int)(w->rows / H);
     mm_args a = {y, x, w->data, NULL, 0, n, N, (int)w->cols, x_stride, x_head_stride, x_off,
-                 H * N, N, c->gemv_prefetch};
+                 H * N, N};
     run_simt(c, &a, w->dtype, H, n <= gemv_max_rows(c));
 }

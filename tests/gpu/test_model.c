@@ -198,20 +198,20 @@ TEST(a_captured_model_forward_replays_the_eager_logits)
         ok &= reportf(rel_err(replay, eager, (size_t)n * V), 0,
                       "model %s graph replay vs eager logits (bitwise)", names[f]);
         sd_cuda_graph_destroy(gr);
-        /* programmatic dependent launches (the default) against plain ones */
-        sd_cuda_set_pdl(e.gpu, 0);
+        /* programmatic dependent launches (SPECD_PDL=1) against plain ones */
+        sd_cuda_set_pdl(e.gpu, 1);
         float *nan2 = (float *)malloc((size_t)n * V * sizeof(float));
         for (size_t i = 0; i < (size_t)n * V; i++)
             nan2[i] = NAN;
         e.gpu->ops->upload(e.gpu, dlog, nan2, (size_t)n * V * 4);
         free(nan2);
         ASSERT_OK(sd_model_forward(m, &fw, &err));
-        sd_cuda_set_pdl(e.gpu, 1);
-        float *plain = gget(&e, dlog, (size_t)n * V);
-        ASSERT(plain != NULL);
-        ok &= reportf(rel_err(plain, eager, (size_t)n * V), 0,
-                      "model %s plain launches vs programmatic dependent ones (bitwise)", names[f]);
-        free(plain);
+        sd_cuda_set_pdl(e.gpu, 0);
+        float *pdl = gget(&e, dlog, (size_t)n * V);
+        ASSERT(pdl != NULL);
+        ok &= reportf(rel_err(pdl, eager, (size_t)n * V), 0,
+                      "model %s programmatic dependent launches vs plain ones (bitwise)", names[f]);
+        free(pdl);
         free(eager);
         free(replay);
         void *bufs[] = {dtok, dpos, dseq, dtab, dlog};
