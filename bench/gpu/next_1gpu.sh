@@ -25,7 +25,7 @@ for spec in mtp draft eagle3; do
     [ $spec = draft ] && d=(--draft-model models/specd-tiny-draft)
     [ $spec = eagle3 ] && d=(--draft-model models/specd-tiny-eagle3)
     for dev in cpu cuda; do
-        "$B/specd" generate --device $dev --spec $spec "${d[@]}" --temperature 0.8 --seed 7 \
+        "$B/specd" generate --device $dev --spec $spec --spec-k 3 "${d[@]}" --temperature 0.8 --seed 7 \
             --prompt 'def quicksort(xs):' --max-tokens 64 > "$w/samp_${spec}_$dev.txt" 2>/dev/null
     done
     cmp -s "$w/samp_${spec}_cpu.txt" "$w/samp_${spec}_cuda.txt" && echo "sampled $spec: cuda == cpu" ||

@@ -18,7 +18,9 @@ grep -E "decode step|^ok|^FAIL" "$w/context.txt"
 # within rounding of a boundary
 for spec in none mtp ngram; do
     for dev in cpu cuda; do
-        "$B/specd" generate --device $dev --spec $spec --temperature 0.8 --seed 7 \
+        # a fixed k: adaptive k follows measured times, and sampled tokens depend on k
+        kk=(); [ $spec != none ] && kk=(--spec-k 3)
+        "$B/specd" generate --device $dev --spec $spec "${kk[@]}" --temperature 0.8 --seed 7 \
             --prompt 'def quicksort(xs):' --max-tokens 64 > "$w/samp_${spec}_$dev.txt" 2>/dev/null
     done
     if cmp -s "$w/samp_${spec}_cpu.txt" "$w/samp_${spec}_cuda.txt"; then echo "sampled $spec: cuda == cpu"

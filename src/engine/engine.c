@@ -772,7 +772,14 @@ static int engine_step(sd_engine *e)
         reap(e);
         return 1;
     }
-    sd__plan_observe(e, 0, s.T, 0, t_target);
+    /* adaptive k models decode and verify steps: a step with prompt rows
+     * (another cost curve, whose long rows would set the slope) teaches it
+     * only while it has nothing else */
+    int prompt_rows = 0;
+    for (int i = 0; i < s.n_seq; i++)
+        prompt_rows += s.seqs[i]->chunk;
+    if (!prompt_rows || e->adapt.target.sw < 2)
+        sd__plan_observe(e, 0, s.T, 0, t_target);
     e->verify_s_total += t_target;
     /* 4. accept / sample / stream */
     for (int i = 0; i < s.n_seq; i++) {

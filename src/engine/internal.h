@@ -19,17 +19,25 @@
 #include "verify/synthetic.h"
 
 /* adaptive k: steps in a row with k = 0 before running requests stop tracking the proposer */
-#define SD_SPEC_OFF_AFTER 16
+#define SD_SPEC_OFF_AFTER 4
+/* first-position drafts adaptive k takes at k_max before it trusts its estimate */
+#define SD_ADAPT_EXPLORE 64
 
 enum { SD_SPEC_NONE = 0, SD_SPEC_MTP, SD_SPEC_EAGLE3, SD_SPEC_DRAFT, SD_SPEC_NGRAM };
 
 typedef struct sd_eagle3 sd_eagle3;
 
-/* Adaptive draft length: a cost model of the target step (base + per token),
- * the measured cost of one draft step, and the per-position acceptance. */
+/* decayed least squares of a time against one variable */
+typedef struct sd_linfit {
+    double sw, sx, sy, sxx, sxy;
+} sd_linfit;
+
+/* Adaptive draft length: cost models of the target step (base + per token,
+ * from decode and verify steps) and of drafting (base + per pass), and the
+ * per-position acceptance. */
 typedef struct sd_adaptive {
-    double sw, sx, sy, sxx, sxy; /* decayed least squares of target time vs tokens */
-    double draft_step_s;         /* one draft step (all sequences), EMA */
+    sd_linfit target; /* a target step's time vs its tokens */
+    sd_linfit draft;  /* a drafting phase's time vs k: catch-up + first draft, then a pass each */
     int have_draft;
     uint64_t steps;
     int k_max;

@@ -64,7 +64,9 @@ for spec in none mtp eagle3; do
     same_as_one_process "greedy_${spec}_two_nodes_equal_one_process" 2 generate --spec $spec \
         "${d[@]}" --prompt "$prompt" --max-tokens 24
 done
-same_as_one_process sampled_mtp_two_nodes_equal_one_process 2 generate --spec mtp \
+# sampled: a fixed k (adaptive k follows each process's measured times, and
+# the tokens a seed gives depend on k)
+same_as_one_process sampled_mtp_two_nodes_equal_one_process 2 generate --spec mtp --spec-k 3 \
     --temperature 0.8 --seed 7 --prompt "$prompt" --max-tokens 24
 same_as_one_process four_ranks_on_two_nodes_equal_one_process 4 generate --spec ngram \
     --prompt "$prompt" --max-tokens 16
