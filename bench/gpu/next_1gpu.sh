@@ -1,25 +1,30 @@
 #!/usr/bin/env bash
-# One call on one GPU for what was written without one: the GPU validation
-# (every op against the CPU, including the opt-in tensor-core MLA decode and
-# MoE prefill paths), seeded sampled output cuda vs cpu per proposer (sampled
-# drafts on the device), the tensor-core kernels timed against the default ones,
-# then where a real-size decode step's time goes (--profile-ops on the
-# Llama-3-8B-shaped and DeepSeek-V2-Lite-shaped models). Everything lands in
-# OUT/all.tgz; a short table on stdout.
-# usage: bench/gpu/next_1gpu.sh BIN_DIR OUT COMMIT
-#   BIN_DIR: specd, test_gpu_ops, test_gpu_model, bench/specd-bench-kernels
+# One call on one GPU, in the order that matters when time runs out:
+#   1. the GPU validation of BIN (tests/gpu/validate.sh: every op against the
+#      CPU, whole models, graph replay);
+#   2. seeded sampled output cuda vs cpu per proposer (fixed k: adaptive k
+#      follows measured times, and the tokens a seed gives depend on k);
+#   3. with BASE_BIN (another build, e.g. main when BIN has a kernel change):
+#      plain decode A/B of the two on both real-size models
+#      (bench/gpu/ab_launch.sh, interleaved rounds);
+#   4. bench/gpu/decode_run.sh (all phases: real-size plain and speculative,
+#      the bundled model's adaptive k at batch 1/8/32);
+#   5. where a decode step's time goes (--profile-ops on both models);
+#   6. KERNELS=1: the MLA and MoE kernel benches (specd-bench-kernels).
+# Everything lands in OUT (all.tgz after every phase, decode/ for phase 4);
+# a short table on stdout.
+# usage: bench/gpu/next_1gpu.sh BIN_DIR OUT COMMIT [BASE_BIN_DIR]
 set -uo pipefail
-B=${1:?bin}; OUT=${2:?out}; C=${3:-unknown}
+B=${1:?bin}; OUT=${2:?out}; C=${3:-unknown}; BASE=${4:-}
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 SD_SRCDIR=$PWD
+export CKPT=${CKPT:-/dev/shm/specd-ckpt}
 w=$(mktemp -d)
 # keep what ran so far in OUT after every phase: a call cut short still returns it
 save() { tar -C "$w" -czf "$OUT/all.tgz" . 2>/dev/null; }
 t0=$(date +%s)
 timeout ${VALIDATE_S:-120} bash tests/gpu/validate.sh "$B" "$w/validate" "$C" 2>&1 |
-    grep -E "tc|FAIL|passed" | tail -30
+    grep -E "FAIL|passed" | tail -8
 echo "validate: $(( $(date +%s) - t0 )) s"; save
-# sampled drafts now stay on the device (MTP, draft LM): seeded sampled output
-# on cuda vs cpu, equal unless a uniform lands within rounding of a boundary
 for spec in mtp draft eagle3; do
     d=()
     [ $spec = draft ] && d=(--draft-model models/specd-tiny-draft)
@@ -32,15 +37,22 @@ for spec in mtp draft eagle3; do
         echo "sampled $spec: cuda != cpu"
 done
 save
+if [ -n "$BASE" ]; then
+    t1=$(date +%s)
+    timeout ${AB_S:-200} bash bench/gpu/ab_launch.sh "$w/ab" "$C" new="$B" base="$BASE" 2>&1 | tail -16
+    echo "a/b: $(( $(date +%s) - t1 )) s"; save
+fi
 t1=$(date +%s)
-timeout ${KERNELS_S:-150} "$B/bench/specd-bench-kernels" --mla --commit "$C" \
-    --out "$w/mla-tc.json" > "$w/mla-tc.txt" 2>&1
-echo "mla bench: rc $? in $(( $(date +%s) - t1 )) s"; tail -25 "$w/mla-tc.txt"; save
+mkdir -p "$OUT/decode"
+timeout ${DECODE_S:-260} bash bench/gpu/decode_run.sh "$B" "$OUT/decode" "$C" > "$w/decode.txt" 2>&1
+grep -E "plain|auto|k1 |k2 |k3 " "$OUT/decode/summary.txt" 2>/dev/null | head -40
+echo "decode: $(( $(date +%s) - t1 )) s"; save
 t1=$(date +%s)
-timeout ${KERNELS_S:-150} "$B/bench/specd-bench-kernels" --moe-prefill --commit "$C" \
-    --out "$w/moe-prefill-tc.json" > "$w/moe-tc.txt" 2>&1
-echo "moe bench: rc $? in $(( $(date +%s) - t1 )) s"; tail -25 "$w/moe-tc.txt"; save
-t1=$(date +%s)
-timeout ${PROFILE_S:-200} bash bench/gpu/profile_ops.sh "$B/specd" "$w/profile" > "$w/profile.txt" 2>&1
-echo "profile_ops: rc $? in $(( $(date +%s) - t1 )) s"; head -60 "$w/profile.txt"
-save
+timeout ${PROFILE_S:-120} bash bench/gpu/profile_ops.sh "$B/specd" "$w/profile" > "$w/profile.txt" 2>&1
+echo "profile_ops: rc $? in $(( $(date +%s) - t1 )) s"; head -40 "$w/profile.txt"; save
+if [ "${KERNELS:-0}" = 1 ]; then
+    "$B/bench/specd-bench-kernels" --mla --commit "$C" --out "$w/mla-tc.json" > "$w/mla-tc.txt" 2>&1
+    "$B/bench/specd-bench-kernels" --moe-prefill --commit "$C" --out "$w/moe-prefill-tc.json" \
+        > "$w/moe-tc.txt" 2>&1
+    tail -30 "$w/mla-tc.txt"; save
+fi
