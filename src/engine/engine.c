@@ -463,15 +463,21 @@ static void reap(sd_engine *e)
     reap_list(e, e->running, &e->n_running);
 }
 
+/* Every running and waiting request ends with `why` (and msg). */
+static void end_all(sd_engine *e, sd_finish why, const char *msg)
+{
+    for (int i = 0; i < e->n_running; i++)
+        finish(e, e->running[i], why, msg);
+    for (int i = 0; i < e->n_waiting; i++)
+        finish(e, e->waiting[i], why, msg);
+    reap(e);
+}
+
 /* The node group failed: nothing more can run (the other nodes are gone or
  * out of step); every request ends with an error, and /health says so. */
 static void fail_all(sd_engine *e, const char *msg)
 {
-    for (int i = 0; i < e->n_running; i++)
-        finish(e, e->running[i], SD_FINISH_ERROR, msg);
-    for (int i = 0; i < e->n_waiting; i++)
-        finish(e, e->waiting[i], SD_FINISH_ERROR, msg);
-    reap(e);
+    end_all(e, SD_FINISH_ERROR, msg);
     pthread_mutex_lock(&e->mu);
     e->stats.failed_steps++;
     e->stats.failing++;
@@ -816,9 +822,7 @@ static int engine_step(sd_engine *e)
             sd_kv_seq_truncate(e->kv, &r->kv, r->n_tok);
     }
     pthread_mutex_lock(&e->mu);
-    for (int i = 0; i < s.n_seq; i++)
-        if (s.seqs[i]->chunk)
-            e->stats.prompt_tokens += (uint64_t)s.seqs[i]->chunk;
+    e->stats.prompt_tokens += (uint64_t)prompt_rows;
     pthread_mutex_unlock(&e->mu);
     /* 5. the proposer catches up and drafts */
     if (e->spec != SD_SPEC_NONE) {
@@ -961,11 +965,7 @@ static void *engine_main(void *arg)
     sd__plan_send_quit(e);
     /* cancel what is left */
     take_incoming(e);
-    for (int i = 0; i < e->n_running; i++)
-        finish(e, e->running[i], SD_FINISH_CANCELLED, NULL);
-    for (int i = 0; i < e->n_waiting; i++)
-        finish(e, e->waiting[i], SD_FINISH_CANCELLED, NULL);
-    reap(e);
+    end_all(e, SD_FINISH_CANCELLED, NULL);
     pthread_mutex_lock(&e->mu);
     e->stopped = 1;
     pthread_cond_broadcast(&e->cv);
