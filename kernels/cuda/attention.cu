@@ -48,6 +48,7 @@ typedef struct att_args {
     int max_blocks, block_size;
     float scale;
     int S;         /* chunks per token (1: no split) */
+    int tile;      /* S > 1: chunks are whole tiles of this many positions */
     int min_chunk; /* keys a chunk holds at least (mla_tc_kernel) */
     float *part;   /* S > 1: (T, Hq, S, Dv + 2) partial acc, max, sum */
 } att_args;
@@ -66,9 +67,17 @@ static size_t smem_bytes(const att_args *a)
     return floats * sizeof(float) + KT * sizeof(int);
 }
 
-/* Split-KV: chunk z of S over positions [0, n_all) is [*lo, *hi), S equal
- * chunks of whole tiles of `tile` positions, at least min_chunk each (the
- * last ones may be short or empty); S == 1: all of them. */
+/* Split-KV: S > 1 chunks over positions [0, n_all), each `per` positions
+ * long: whole tiles of `tile` positions, at least min_chunk (the last ones
+ * may be short or empty). */
+static __device__ __forceinline__ int split_per(int n_all, int S, int tile, int min_chunk)
+{
+    int per = (n_all + S - 1) / S;
+    per = (per + tile - 1) / tile * tile;
+    return per < min_chunk ? min_chunk : per;
+}
+
+/* chunk z of S is [*lo, *hi); S == 1: all of the positions */
 static __device__ __forceinline__ void split_chunk(int n_all, int S, int z, int tile,
                                                    int min_chunk, int *lo, int *hi)
 {
@@ -76,11 +85,18 @@ static __device__ __forceinline__ void split_chunk(int n_all, int S, int z, int 
     *hi = n_all;
     if (S <= 1)
         return;
-    int per = (n_all + S - 1) / S;
-    per = (per + tile - 1) / tile * tile;
-    per = per < min_chunk ? min_chunk : per;
+    int per = split_per(n_all, S, tile, min_chunk);
     *lo = z * per;
     *hi = *lo + per < n_all ? *lo + per : n_all;
+}
+
+/* the chunks that hold positions: 0 .. split_used - 1 (the rest are empty) */
+static __device__ __forceinline__ int split_used(int n_all, int S, int tile, int min_chunk)
+{
+    if (S <= 1)
+        return 1;
+    int per = split_per(n_all, S, tile, min_chunk);
+    return (n_all + per - 1) / per;
 }
 
 __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
@@ -116,7 +132,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
     const int n_all = a.pos[t] + 1;
     /* this block's chunk of the positions: [j_lo, n) */
     int j_lo, n;
-    split_chunk(n_all, a.S, blockIdx.z, KT, 0, &j_lo, &n);
+    split_chunk(n_all, a.S, blockIdx.z, a.tile, a.min_chunk, &j_lo, &n);
     const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     const size_t kbase = (size_t)kvh * (size_t)a.k_head, vbase = (size_t)kvh * (size_t)a.v_head;
     __syncthreads();
@@ -202,30 +218,35 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
     }
 }
 
-/* out(t, h) = the S partial softmaxes of (t, h) merged in chunk order;
- * block z takes output columns MERGE_THREADS z .. (one a thread) */
+/* out(t, h) = the partial softmaxes of (t, h) merged in chunk order; block
+ * z takes output columns MERGE_THREADS z .. (one a thread). Only the chunks
+ * that hold positions are read (a short context under a split sized for
+ * long ones has a few of up to 128), and each chunk's scale exp(m - M) is
+ * computed once, in shared memory, not once per column. */
 #define MERGE_THREADS 128
+#define MERGE_MAX_S 128
 __global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(att_args a, int Hq)
 {
     SD_PDL_ENTER();
+    __shared__ float scale[MERGE_MAX_S];
     const int t = blockIdx.x, h = blockIdx.y, Dv = a.Dv, W = Dv + 2;
     const float *p = a.part + ((size_t)t * Hq + (size_t)h) * a.S * W;
+    const int nz = split_used(a.pos[t] + 1, a.S, a.tile, a.min_chunk);
     float M = -INFINITY;
-    for (int z = 0; z < a.S; z++)
+    for (int z = 0; z < nz; z++)
         M = fmaxf(M, p[(size_t)z * W + Dv]);
-    float L = 0.0f;
-    for (int z = 0; z < a.S; z++) {
+    for (int z = threadIdx.x; z < nz; z += MERGE_THREADS) {
         float m = p[(size_t)z * W + Dv];
-        if (m != -INFINITY)
-            L += p[(size_t)z * W + Dv + 1] * expf(m - M);
+        scale[z] = m == -INFINITY ? 0.0f : expf(m - M);
     }
+    __syncthreads();
+    float L = 0.0f;
+    for (int z = 0; z < nz; z++)
+        L += p[(size_t)z * W + Dv + 1] * scale[z];
     for (int d = blockIdx.z * MERGE_THREADS + threadIdx.x; d < Dv; d += gridDim.z * MERGE_THREADS) {
         float o = 0.0f;
-        for (int z = 0; z < a.S; z++) {
-            float m = p[(size_t)z * W + Dv];
-            if (m != -INFINITY)
-                o += p[(size_t)z * W + d] * expf(m - M);
-        }
+        for (int z = 0; z < nz; z++)
+            o += p[(size_t)z * W + d] * scale[z];
         a.out[(size_t)t * a.o_tok + (size_t)h * a.o_head + d] = o / L;
     }
 }
@@ -302,6 +323,7 @@ __global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(att_args a, i
  * (bench/results/mla-tc.json). */
 #define TC_SPLIT_MAX 128
 #define TC_MIN_CHUNK TC_KT
+static_assert(TC_SPLIT_MAX <= MERGE_MAX_S && SPLIT_MAX <= MERGE_MAX_S, "merge scales in shared memory");
 
 /* shared memory layout (bytes; every part 16-byte aligned) */
 #define TC_OFF_Q (TC_KT * TC_KP * 2)
@@ -380,7 +402,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
     }
     const int n_all = a.pos[t] + 1;
     int j_lo, n;
-    split_chunk(n_all, a.S, blockIdx.z, TC_KT, a.min_chunk, &j_lo, &n);
+    split_chunk(n_all, a.S, blockIdx.z, a.tile, a.min_chunk, &j_lo, &n);
     const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     float acc[8][4]; /* output columns 64 warp + 8 i + (2 tq, 2 tq + 1), rows g and g + 8 */
 #pragma unroll
@@ -587,6 +609,8 @@ static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
         return;
     }
     a->ngb = (a->group + a->G - 1) / a->G;
+    a->tile = KT;
+    a->min_chunk = 0;
     /* few tokens: split each token's positions so the blocks fill the GPU */
     int Hq = Hkv * a->group;
     a->S = 1;
@@ -639,6 +663,7 @@ static void launch_mla_tc(sd__cuda *c, att_args *a, int T)
 {
     a->G = TC_M;
     a->ngb = (a->group + TC_M - 1) / TC_M;
+    a->tile = TC_KT;
     a->min_chunk = c->mla_tc_min_chunk > 0 ? (c->mla_tc_min_chunk + TC_KT - 1) / TC_KT * TC_KT
                                            : TC_MIN_CHUNK;
     a->S = 1;
