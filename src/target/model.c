@@ -18,11 +18,11 @@ typedef struct layer {
     int mla, moe;
     sd_weight attn_norm, ffn_norm;
     /* GQA: q, k, v projections stacked [Hq*Dh + 2*Hkv*Dh, in] (this rank's
-     * heads) for one matmul, and their biases likewise (F32) */
+     * heads) for one matmul, and their biases likewise (F32). MLA: q_a (or
+     * q_proj, this rank's heads, when there is no q_lora) and kv_a stacked. */
     sd_weight wqkv, bqkv, wo, bo, q_norm, k_norm;
     int has_bias, has_qk_norm;
-    /* MLA (wq: q_proj when there is no q_lora) */
-    sd_weight wq, q_a, q_a_norm, q_b, kv_a, kv_a_norm, wuk_t, wuv;
+    sd_weight q_a_norm, q_b, kv_a_norm, wuk_t, wuv; /* MLA */
     /* dense FFN or MoE shared experts: gate and up stacked [2I, D] */
     sd_weight gate_up, down;
     int ffn_inter;
@@ -59,8 +59,8 @@ struct sd_model {
     /* workspace (backend memory) */
     float *ws;
     size_t ws_floats;
-    float *x, *xn, *ao, *fo, *qkv, *q, *k, *v, *qa, *ckv, *qlat, *lat, *att, *gu, *rlog, *wts,
-        *moetmp, *xo, *eh;
+    float *x, *xn, *ao, *fo, *qkv, *q, *k, *v, *qlat, *lat, *att, *gu, *rlog, *wts, *moetmp, *xo,
+        *eh;
     int32_t *ids;
     float *lg_local, *lg_all; /* vocab-parallel logits: (T, vocab_shard), (tp, T, vocab_shard) */
     int n_slots;
@@ -294,9 +294,82 @@ static int load_moe(sd_model *m, const char *pre, layer *L, sd_err *err)
     return rc;
 }
 
+/* One projection's share of a stacked weight: rows [r0, r0 + n) of the
+ * checkpoint's tensor `name` (full rows); `bias`, when set, names its bias. */
+typedef struct stack_part {
+    char name[512], bias[512];
+    int64_t full, r0, n;
+} stack_part;
+
+/* Projections of one input stacked into one weight [sum of n, in_dim] (and
+ * their biases into one F32 vector when the parts have them), so they are
+ * one matmul whose output row is the parts side by side. Every output
+ * column is the dot product the separate matmuls computed, so results do
+ * not change. The stacked copy is the only one placed on the backend. */
+static int load_stack(sd_model *m, sd_weight *w, sd_weight *bias, const stack_part *p, int np,
+                      int64_t in_dim, sd_err *err)
+{
+    const sd_st_tensor *t[4];
+    if (np > (int)SD_ARRAY_LEN(t))
+        return sd_err_set(err, SD_EINVAL, "%s: %d parts to stack", p[0].name, np);
+    int64_t R = 0;
+    for (int i = 0; i < np; i++) {
+        int rc = find_w(m, p[i].name, p[i].full, in_dim, &t[i], err);
+        if (rc)
+            return rc;
+        if (p[i].r0 < 0 || p[i].r0 + p[i].n > p[i].full)
+            return sd_err_set(err, SD_EINVAL, "%s: shard [%lld, %lld) is outside the tensor",
+                              p[i].name, (long long)p[i].r0, (long long)(p[i].r0 + p[i].n));
+        R += p[i].n;
+    }
+    size_t cols = (size_t)in_dim;
+    /* one dtype for the stack: the checkpoint's; F32 (exact) if the parts differ */
+    sd_dtype dt = t[0]->dtype;
+    for (int i = 1; i < np; i++)
+        if (t[i]->dtype != dt)
+            dt = SD_DT_F32;
+    size_t es = sd_dtype_size(dt);
+    char *buf = malloc((size_t)R * cols * es);
+    if (!buf)
+        return sd_err_set(err, SD_ENOMEM, "out of memory stacking %s", p[0].name);
+    char *dst = buf;
+    for (int i = 0; i < np; i++) {
+        size_t n = (size_t)p[i].n * cols;
+        if (t[i]->dtype == dt) {
+            memcpy(dst, (const char *)t[i]->data + (size_t)p[i].r0 * cols * es, n * es);
+        } else {
+            for (size_t e = 0; e < n; e++)
+                ((float *)(void *)dst)[e] =
+                    sd_load_f32(t[i]->data, t[i]->dtype, (size_t)p[i].r0 * cols + e);
+        }
+        dst += n * es;
+    }
+    int rc = upload_host(m, w, buf, dt, R, in_dim, err);
+    if (rc || !bias || !p[0].bias[0])
+        return rc;
+    float *b = malloc((size_t)R * sizeof(float));
+    if (!b)
+        return sd_err_set(err, SD_ENOMEM, "out of memory stacking %s", p[0].bias);
+    float *bo = b;
+    for (int i = 0; i < np; i++) {
+        const sd_st_tensor *tb;
+        if ((rc = find_w(m, p[i].bias, p[i].full, 0, &tb, err))) {
+            free(b);
+            return rc;
+        }
+        /* the matmuls add the bias as fp32 (sd_load_f32): storing F32 is exact */
+        for (int64_t e = 0; e < p[i].n; e++)
+            *bo++ = sd_load_f32(tb->data, tb->dtype, (size_t)(p[i].r0 + e));
+    }
+    return upload_host(m, bias, b, SD_DT_F32, 1, R, err);
+}
+
 /* Absorbed MLA weights from kv_b_proj [H*(nope+v), C]:
  * wuk_t [H*C, nope] (row h*C+c = column c of head h's key rows) and
  * wuv [H*v, C] (head h's value rows), for this rank's heads.
+ * The projections of the normed input, q_a (or q_proj: this rank's heads)
+ * and kv_a, are one stacked weight (wqkv): one matmul gives [q_a | c_kv k_pe]
+ * (or [q | c_kv k_pe]).
  * Tensor parallel: heads split (q_b / q_proj rows, kv_b heads, o_proj
  * columns); q_a, kv_a and the latent cache replicated. */
 static int load_mla(sd_model *m, const char *pre, layer *L, sd_err *err)
@@ -308,19 +381,24 @@ static int load_mla(sd_model *m, const char *pre, layer *L, sd_err *err)
     part pq = part_rows((int64_t)h0 * qk, (int64_t)Hl * qk);
     int rc;
     L->mla = 1;
+    stack_part sp[2] = {{.full = (int64_t)H * qk, .r0 = pq.off, .n = pq.n},
+                        {.full = C + R, .r0 = 0, .n = C + R}};
     if (c->q_lora_rank > 0) {
-        rc = get_wf(m, &L->q_a, err, c->q_lora_rank, D, "%s.self_attn.q_a_proj.weight", pre);
-        if (!rc)
-            rc = get_wf(m, &L->q_a_norm, err, c->q_lora_rank, 0,
-                        "%s.self_attn.q_a_layernorm.weight", pre);
+        snprintf(sp[0].name, sizeof sp[0].name, "%s.self_attn.q_a_proj.weight", pre);
+        sp[0].full = sp[0].n = c->q_lora_rank;
+        sp[0].r0 = 0;
+    } else {
+        snprintf(sp[0].name, sizeof sp[0].name, "%s.self_attn.q_proj.weight", pre);
+    }
+    snprintf(sp[1].name, sizeof sp[1].name, "%s.self_attn.kv_a_proj_with_mqa.weight", pre);
+    rc = load_stack(m, &L->wqkv, NULL, sp, 2, D, err);
+    if (!rc && c->q_lora_rank > 0) {
+        rc = get_wf(m, &L->q_a_norm, err, c->q_lora_rank, 0, "%s.self_attn.q_a_layernorm.weight",
+                    pre);
         if (!rc)
             rc = get_wpf(m, &L->q_b, err, (int64_t)H * qk, c->q_lora_rank, pq,
                          "%s.self_attn.q_b_proj.weight", pre);
-    } else {
-        rc = get_wpf(m, &L->wq, err, (int64_t)H * qk, D, pq, "%s.self_attn.q_proj.weight", pre);
     }
-    if (!rc)
-        rc = get_wf(m, &L->kv_a, err, C + R, D, "%s.self_attn.kv_a_proj_with_mqa.weight", pre);
     if (!rc)
         rc = get_wf(m, &L->kv_a_norm, err, C, 0, "%s.self_attn.kv_a_layernorm.weight", pre);
     if (!rc)
@@ -359,12 +437,8 @@ static int load_mla(sd_model *m, const char *pre, layer *L, sd_err *err)
     return rc;
 }
 
-/* q, k and v of a GQA layer stacked into one weight [nq + 2*nkv, in_dim]
- * (and their biases into one F32 vector), so the projection is one matmul
- * whose output row is [q | k | v]. Each part is this rank's rows: q rows
- * [q0, q0 + nq), k and v rows [kv0, kv0 + nkv). Every output column is the
- * dot product the separate matmuls computed, so results do not change. The
- * stacked copy is the only one placed on the backend. */
+/* q, k and v of a GQA layer stacked into one weight [nq + 2*nkv, in_dim]:
+ * this rank's rows, q [q0, q0 + nq), k and v [kv0, kv0 + nkv). */
 static int load_qkv(sd_model *m, const char *pre, layer *L, int64_t in_dim, sd_err *err)
 {
     const sd_model_cfg *c = &m->cfg;
@@ -375,60 +449,18 @@ static int load_qkv(sd_model *m, const char *pre, layer *L, int64_t in_dim, sd_e
                      (int64_t)m->kv_head0 * Dh};
     int64_t nr[3] = {(int64_t)m->hq * Dh, (int64_t)m->hkv * Dh, (int64_t)m->hkv * Dh};
     static const char *proj[3] = {"q", "k", "v"};
-    const sd_st_tensor *t[3];
-    char name[512];
+    stack_part p[3];
     for (int i = 0; i < 3; i++) {
-        snprintf(name, sizeof name, "%s.self_attn.%s_proj.weight", pre, proj[i]);
-        int rc = find_w(m, name, full[i], in_dim, &t[i], err);
-        if (rc)
-            return rc;
-        if (r0[i] < 0 || r0[i] + nr[i] > full[i])
-            return sd_err_set(err, SD_EINVAL, "%s: shard [%lld, %lld) is outside the tensor", name,
-                              (long long)r0[i], (long long)(r0[i] + nr[i]));
+        snprintf(p[i].name, sizeof p[i].name, "%s.self_attn.%s_proj.weight", pre, proj[i]);
+        p[i].bias[0] = 0;
+        if (c->attention_bias)
+            snprintf(p[i].bias, sizeof p[i].bias, "%s.self_attn.%s_proj.bias", pre, proj[i]);
+        p[i].full = full[i];
+        p[i].r0 = r0[i];
+        p[i].n = nr[i];
     }
-    int64_t R = nr[0] + nr[1] + nr[2];
-    size_t cols = (size_t)in_dim;
-    /* one dtype for the stack: the checkpoint's; F32 (exact) if the three differ */
-    sd_dtype dt = t[0]->dtype;
-    if (t[1]->dtype != dt || t[2]->dtype != dt)
-        dt = SD_DT_F32;
-    size_t es = sd_dtype_size(dt);
-    char *buf = malloc((size_t)R * cols * es);
-    if (!buf)
-        return sd_err_set(err, SD_ENOMEM, "out of memory stacking %s.self_attn.q/k/v_proj", pre);
-    char *dst = buf;
-    for (int i = 0; i < 3; i++) {
-        size_t n = (size_t)nr[i] * cols;
-        if (t[i]->dtype == dt) {
-            memcpy(dst, (const char *)t[i]->data + (size_t)r0[i] * cols * es, n * es);
-        } else {
-            for (size_t e = 0; e < n; e++)
-                ((float *)(void *)dst)[e] =
-                    sd_load_f32(t[i]->data, t[i]->dtype, (size_t)r0[i] * cols + e);
-        }
-        dst += n * es;
-    }
-    int rc = upload_host(m, &L->wqkv, buf, dt, R, in_dim, err);
-    if (rc || !c->attention_bias)
-        return rc;
-    L->has_bias = 1;
-    float *b = malloc((size_t)R * sizeof(float));
-    if (!b)
-        return sd_err_set(err, SD_ENOMEM, "out of memory stacking %s.self_attn.q/k/v_proj.bias",
-                          pre);
-    float *bo = b;
-    for (int i = 0; i < 3; i++) {
-        const sd_st_tensor *tb;
-        snprintf(name, sizeof name, "%s.self_attn.%s_proj.bias", pre, proj[i]);
-        if ((rc = find_w(m, name, full[i], 0, &tb, err))) {
-            free(b);
-            return rc;
-        }
-        /* the matmuls add the bias as fp32 (sd_load_f32): storing F32 is exact */
-        for (int64_t e = 0; e < nr[i]; e++)
-            *bo++ = sd_load_f32(tb->data, tb->dtype, (size_t)(r0[i] + e));
-    }
-    return upload_host(m, &L->bqkv, b, SD_DT_F32, 1, R, err);
+    L->has_bias = c->attention_bias != 0;
+    return load_stack(m, &L->wqkv, &L->bqkv, p, 3, in_dim, err);
 }
 
 /* Tensor parallel: q/k/v column-parallel by heads (this rank's query heads
@@ -524,14 +556,15 @@ static size_t ws_plan(sd_model *m, int T)
     size_t inter = SD_MAX((size_t)c->intermediate_size,
                           (size_t)c->moe_intermediate_size * (size_t)SD_MAX(c->n_shared_experts, 1));
     size_t E = (size_t)c->n_routed_experts, K = (size_t)SD_MAX(c->num_experts_per_tok, 1);
-    size_t qkvdim = c->arch == SD_ARCH_DEEPSEEK_V3 ? 0 : H * (size_t)c->head_dim + 2 * kvdim;
+    /* the stacked projection's row: GQA [q | k | v], MLA [q_a or q | c_kv k_pe] */
+    size_t qkvdim = c->arch == SD_ARCH_DEEPSEEK_V3
+                        ? (c->q_lora_rank > 0 ? (size_t)c->q_lora_rank : qdim) + C + R
+                        : H * (size_t)c->head_dim + 2 * kvdim;
     size_t sz[] = {
         t * D, t * D, t * D, t * D,             /* x xn ao fo */
-        t * qkvdim,                             /* qkv (GQA) */
+        t * qkvdim,                             /* qkv */
         t * SD_MAX(qdim, H * (size_t)c->head_dim), /* q */
         t * kvdim, t * kvdim,                   /* k v */
-        t * (size_t)c->q_lora_rank,             /* qa */
-        t * (C + R),                            /* ckv */
         t * H * C, t * H * C,                   /* qlat lat */
         t * attdim,                             /* att */
         t * 2 * inter,                          /* gu */
@@ -543,8 +576,7 @@ static size_t ws_plan(sd_model *m, int T)
         m->tp_size > 1 ? t * (size_t)m->vocab_shard : 0,                    /* lg_local */
         m->tp_size > 1 ? (size_t)m->tp_size * t * (size_t)m->vocab_shard : 0, /* lg_all */
     };
-    float **dst[] = {&m->x, &m->xn, &m->ao, &m->fo, &m->qkv, &m->q, &m->k, &m->v, &m->qa, &m->ckv,
-                     &m->qlat, &m->lat, &m->att, &m->gu, &m->rlog, &m->wts, &m->moetmp, &m->xo,
+    float **dst[] = {&m->x, &m->xn, &m->ao, &m->fo, &m->qkv, &m->q, &m->k, &m->v, &m->qlat, &m->lat, &m->att, &m->gu, &m->rlog, &m->wts, &m->moetmp, &m->xo,
                      &m->eh, (float **)&m->ids, &m->lg_local, &m->lg_all};
     size_t off = 0;
     for (size_t i = 0; i < SD_ARRAY_LEN(sz); i++) {
@@ -951,22 +983,24 @@ static void attention_mla(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
     const sd_model_cfg *c = &m->cfg;
     int H = m->hq, D = c->hidden_size, C = c->kv_lora_rank, R = c->qk_rope_head_dim;
     int nope = c->qk_nope_head_dim, vd = c->v_head_dim, qk = nope + R;
+    /* one matmul: the row [q_a | c_kv k_pe] (q_lora) or [q | c_kv k_pe], W wide */
+    int W = (int)L->wqkv.rows;
+    op->matmul(be, m->qkv, m->xn, &L->wqkv, NULL, T, D);
+    float *ckv = m->qkv + (W - (C + R)), *q = m->qkv;
+    int qs = W; /* q's row stride */
     if (c->q_lora_rank > 0) {
-        op->matmul(be, m->qa, m->xn, &L->q_a, NULL, T, D);
-        op->rmsnorm(be, m->qa, m->qa, &L->q_a_norm, T, c->q_lora_rank, c->q_lora_rank,
-                    c->q_lora_rank, MLA_NORM_EPS);
-        op->matmul(be, m->q, m->qa, &L->q_b, NULL, T, c->q_lora_rank);
-    } else {
-        op->matmul(be, m->q, m->xn, &L->wq, NULL, T, D);
+        op->rmsnorm(be, m->qkv, m->qkv, &L->q_a_norm, T, c->q_lora_rank, W, W, MLA_NORM_EPS);
+        op->matmul(be, m->q, m->qkv, &L->q_b, NULL, T, W);
+        q = m->q;
+        qs = H * qk;
     }
-    op->matmul(be, m->ckv, m->xn, &L->kv_a, NULL, T, D);
-    op->rmsnorm(be, m->ckv, m->ckv, &L->kv_a_norm, T, C, C + R, C + R, MLA_NORM_EPS);
-    op->rope(be, m->ckv, ab->pos, &m->rope, T, 1, C + R, 0, C);
-    op->rope(be, m->q, ab->pos, &m->rope, T, H, H * qk, qk, nope);
+    op->rmsnorm(be, ckv, ckv, &L->kv_a_norm, T, C, W, W, MLA_NORM_EPS);
+    op->rope(be, ckv, ab->pos, &m->rope, T, 1, W, 0, C);
+    op->rope(be, q, ab->pos, &m->rope, T, H, qs, qk, nope);
     /* absorbed: q_lat = W_UK^T q_nope per head; attend over the latent cache */
-    op->matmul_heads(be, m->qlat, m->q, &L->wuk_t, T, H, H * qk, qk, 0);
-    op->attn_mla(be, m->lat, m->qlat, m->q + nope, m->ckv, m->ckv + C, L->kc, ab, H, C, R,
-                 H * qk, qk, C + R, m->attn_scale);
+    op->matmul_heads(be, m->qlat, q, &L->wuk_t, T, H, qs, qk, 0);
+    op->attn_mla(be, m->lat, m->qlat, q + nope, ckv, ckv + C, L->kc, ab, H, C, R, qs, qk, W,
+                 m->attn_scale);
     op->matmul_heads(be, m->att, m->lat, &L->wuv, T, H, H * C, C, 0);
     op->matmul(be, m->ao, m->att, &L->wo, NULL, T, H * vd);
 }
