@@ -613,6 +613,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "specd-bench-decode: %s\n", err.msg);
         return 2;
     }
+    if (sd_log_parse_level(o.log_level) >= 0) /* --opt log-level=debug: the engine's trace */
+        sd_log_set_level(sd_log_parse_level(o.log_level));
     sd_engine *e = NULL;
     uint64_t tl = sd_now_ns();
     if (sd_engine_create(&e, &o, &err)) {

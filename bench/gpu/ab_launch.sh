@@ -15,13 +15,10 @@ out=${1:?OUT}; commit=${2:-unknown}; shift 2
 [ $# -ge 1 ] || { echo "usage: $0 OUT COMMIT LABEL=BIN_DIR[:VAR=VALUE...]..."; exit 2; }
 rounds=${ROUNDS:-2}
 CK=${CKPT:-/dev/shm/specd-ckpt}
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+. bench/gpu/env.sh
 mkdir -p "$out" "$CK"
 w=$(mktemp -d)
-[ -f "$CK/l8b/.complete" ] || { python3 tools/random_ckpt/llama.py --preset llama3-8b --out "$CK/l8b" \
-    > "$w/ckpt.log" 2>&1 && touch "$CK/l8b/.complete"; }
-[ -f "$CK/dsv2lite/.complete" ] || { python3 tools/random_ckpt/deepseek.py --preset v2-lite \
-    --out "$CK/dsv2lite" >> "$w/ckpt.log" 2>&1 && touch "$CK/dsv2lite/.complete"; }
+CKPT=$CK random_ckpt l8b > "$w/ckpt.log"; CKPT=$CK random_ckpt dsv2lite >> "$w/ckpt.log"
 dev=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 for r in $(seq 1 "$rounds"); do
     for m in ${MODELS:-l8b dsv2lite}; do

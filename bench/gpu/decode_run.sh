@@ -22,7 +22,7 @@
 # environment:
 #   CKPT      where the checkpoints go (default /dev/shm/specd-ckpt when it has
 #             60 GB free, else /tmp/specd-ckpt); a checkpoint already written
-#             there (its .complete marker) is kept
+#             there by the same command (its .complete marker) is kept
 #   QUICK=1   toy-size checkpoints and short runs: a check of this script
 #   MAXTOK    tokens per request (default 128; QUICK 24); PLEN prompt tokens (64)
 #   EXTRA     more specd-bench-decode arguments for every run (e.g. "--repeat 3")
@@ -39,7 +39,7 @@ maxtok=${MAXTOK:-$([ "$quick" = 1 ] && echo 24 || echo 128)}
 plen=${PLEN:-64}
 device=${DEVICE:-cuda}
 py=${PY:-python3}
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+. bench/gpu/env.sh
 has() { [[ ",$phases," == *",$1,"* ]]; }
 w=$(mktemp -d)
 mkdir -p "$out"
@@ -57,23 +57,16 @@ if [ -z "${CKPT:-}" ]; then
     else CKPT=/tmp/specd-ckpt; fi
 fi
 echo "checkpoints in $CKPT ($(df -h --output=avail "$(dirname "$CKPT")" | tail -1 | tr -d ' ') free there)"
-size=(); [ "$quick" = 1 ] && size=(--tiny)
+[ "$quick" = 1 ] && export CKPT_ARGS=--tiny
 
 # ---- checkpoints
-ckpt() { # ckpt NAME COMMAND...
-    local name=$1; shift
-    if [ -f "$CKPT/$name/.complete" ]; then echo "$name: already written"; return; fi
+ckpt() { # ckpt NAME: random_ckpt (bench/gpu/env.sh), timed
     local t0; t0=$(date +%s.%N)
-    "$@" 2>&1 | tail -3 || { echo "$name: writing failed"; return 1; }
-    touch "$CKPT/$name/.complete"
-    echo "write_$name $(since "$t0")" | tee -a "$w/timings.txt"
+    random_ckpt "$1" && echo "write_$1 $(since "$t0")" | tee -a "$w/timings.txt"
 }
 if has ckpt; then
-    mkdir -p "$CKPT"
-    ckpt l8b "$py" tools/random_ckpt/llama.py "${size[@]}" --preset llama3-8b --out "$CKPT/l8b" \
-        --eagle3 "$CKPT/l8b-eagle3"
-    ckpt dsv2lite "$py" tools/random_ckpt/deepseek.py "${size[@]}" --preset v2-lite --mtp \
-        --out "$CKPT/dsv2lite"
+    ckpt l8b
+    ckpt dsv2lite
     du -sh "$CKPT"/* 2>/dev/null
 fi
 

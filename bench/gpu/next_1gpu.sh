@@ -16,7 +16,7 @@
 # usage: bench/gpu/next_1gpu.sh BIN_DIR OUT COMMIT [BASE_BIN_DIR]
 set -uo pipefail
 B=${1:?bin}; OUT=${2:?out}; C=${3:-unknown}; BASE=${4:-}
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 SD_SRCDIR=$PWD
+. bench/gpu/env.sh
 export CKPT=${CKPT:-/dev/shm/specd-ckpt}
 w=$(mktemp -d)
 # keep what ran so far in OUT after every phase: a call cut short still returns it

@@ -7,7 +7,7 @@
 #            bench/specd-bench-decode (a -Dcuda=enabled build)
 set -uo pipefail
 B=${1:?bin}; OUT=${2:?out}; C=${3:-unknown}
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 SD_SRCDIR=$PWD
+. bench/gpu/env.sh
 w=$(mktemp -d)
 t0=$(date +%s)
 timeout ${VALIDATE_S:-110} bash tests/gpu/validate.sh "$B" "$w/validate" "$C" 2>&1 | tail -12

@@ -6,7 +6,7 @@
 set -uo pipefail
 bin=$1; out=$2; commit=$3
 w=$(mktemp -d)
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+. bench/gpu/env.sh
 bash tests/gpu/validate.sh "$bin" "$w/validate" "$commit" 2>&1 | tail -20
 bash bench/gpu/accept_sweep.sh "$bin" "$w" "$commit" > "$w/sweep.txt" 2>&1
 tail -45 "$w/sweep.txt"

@@ -30,10 +30,7 @@
 # environment: SPEED_TPS the rank counts the speed phase runs (default "1 TP")
 set -uo pipefail
 B=${1:?BIN_DIR}; OUT=${2:?OUT}; C=${3:-unknown}
-# NVLink multicast stays off: the custom all-reduce never uses it, and NCCL
-# must not either on a shared host.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 SD_SRCDIR=$PWD
+. bench/gpu/env.sh
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 TP=${4:-$ngpu}
 phases=${5:-topo,comm,allreduce,logits,generate,speed}
@@ -69,16 +66,11 @@ fi
 # ---- random-weight checkpoints at real size (the logits and speed phases)
 shm=$(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1 | tr -d ' ')
 CKPT=${CKPT:-$([ "${shm:-0}" -ge 60 ] && echo /dev/shm/specd-ckpt || echo /tmp/specd-ckpt)}
-dsv2lite() { # the DeepSeek-V2-Lite-shaped checkpoint with an MTP layer, once
-    mkdir -p "$CKPT"
-    [ -f "$CKPT/dsv2lite/.complete" ] || { python3 tools/random_ckpt/deepseek.py --preset v2-lite \
-        --mtp --out "$CKPT/dsv2lite" 2>&1 | tail -2 && touch "$CKPT/dsv2lite/.complete"; }
-}
 
 # ---- logits: tp N vs tp 1 on the GPU (and tp 1 GPU vs the golden file)
 save
 if has logits; then
-    dsv2lite
+    random_ckpt dsv2lite
     for m in tests/golden/models/* models/specd-tiny "$CKPT/dsv2lite"; do
         name=$(basename "$m")
         if [ -f "$m/golden.json" ]; then
@@ -169,9 +161,8 @@ fi
 save
 if has speed; then
     mkdir -p "$CKPT"
-    [ -f "$CKPT/l8b/.complete" ] || { python3 tools/random_ckpt/llama.py --preset llama3-8b \
-        --out "$CKPT/l8b" --eagle3 "$CKPT/l8b-eagle3" 2>&1 | tail -2 && touch "$CKPT/l8b/.complete"; }
-    dsv2lite
+    random_ckpt l8b
+    random_ckpt dsv2lite
     common=(--device cuda --commit "$C" --machine "$ngpu x $dev" --max-tokens ${MAXTOK:-128}
             --prompt-len 64 --warmup 8 --batch 1,32)
     run() { # run LABEL TP ARGS...

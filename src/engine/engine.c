@@ -708,8 +708,10 @@ static int engine_step(sd_engine *e)
                 /* speculation off for now: does it pay at the batch this joins?
                  * Every 8th request tracks the proposer anyway, so the
                  * acceptance and cost estimates keep being refreshed. */
-                r->no_spec = e->spec_k < 0 && e->zero_k_steps >= SD_SPEC_OFF_AFTER &&
-                             sd__adaptive_best_k(&e->adapt, &e->acc_all, e->n_running) == 0 &&
+                r->no_spec = e->spec_k < 0 && e->spec != SD_SPEC_NGRAM &&
+                             e->zero_k_steps >= SD_SPEC_OFF_AFTER &&
+                             sd_adaptive_informed(&e->adapt, e->n_running) &&
+                             sd_adaptive_best_k(&e->adapt, &e->acc_all, e->n_running) == 0 &&
                              ++e->n_admitted_off % 8 != 0;
                 if (!r->st.queued_s)
                     r->st.queued_s = (double)(sd_now_ns() - r->t_submit) * 1e-9;
@@ -779,12 +781,11 @@ static int engine_step(sd_engine *e)
         return 1;
     }
     /* adaptive k models decode and verify steps: a step with prompt rows
-     * (another cost curve, whose long rows would set the slope) teaches it
-     * only while it has nothing else */
+     * is another cost curve (long rows, eager) */
     int prompt_rows = 0;
     for (int i = 0; i < s.n_seq; i++)
         prompt_rows += s.seqs[i]->chunk;
-    if (!prompt_rows || e->adapt.target.sw < 2)
+    if (!prompt_rows)
         sd__plan_observe(e, 0, s.T, 0, t_target);
     e->verify_s_total += t_target;
     /* 4. accept / sample / stream */
@@ -826,15 +827,19 @@ static int engine_step(sd_engine *e)
     pthread_mutex_unlock(&e->mu);
     /* 5. the proposer catches up and drafts */
     if (e->spec != SD_SPEC_NONE) {
-        int k = e->spec_k >= 0 ? e->spec_k : sd__adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running);
+        int k = e->spec_k >= 0 ? e->spec_k : sd_adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running);
         /* Adaptive: when drafting has not paid for a while, the running
          * requests stop tracking the proposer (its catch-up pass costs too);
          * they finish as plain decode. New requests decide on admission. */
         if (e->spec_k < 0) {
             e->zero_k_steps = k == 0 ? e->zero_k_steps + 1 : 0;
-            if (e->zero_k_steps == SD_SPEC_OFF_AFTER)
+            /* n-gram lookup keeps no state to catch up on: its k = 0 costs nothing */
+            if (e->zero_k_steps == SD_SPEC_OFF_AFTER && e->spec != SD_SPEC_NGRAM) {
+                sd_log_debug("adaptive k: 0 for %d steps: speculation off for the %d running requests",
+                             SD_SPEC_OFF_AFTER, e->n_running);
                 for (int i = 0; i < e->n_running; i++)
                     e->running[i]->no_spec = 1;
+            }
         }
         uint64_t d0 = sd_now_ns();
         rc = sd__spec_step(e, &s, k, &err);

@@ -35,16 +35,6 @@ static int has_graphs(const sd_engine *e)
     return op->graph_begin && op->graph_end && op->graph_launch && op->graph_free;
 }
 
-/* the smallest bucket >= T: 1..8, then multiples of 8 to 64, of 16 to 128,
- * of 32 to 256, of 64 beyond */
-static int bucket_up(int T)
-{
-    if (T <= 8)
-        return T;
-    int q = T <= 64 ? 8 : T <= 128 ? 16 : T <= 256 ? 32 : 64;
-    return (T + q - 1) / q * q;
-}
-
 int sd__graphs_init(sd_engine *e, const sd_opts *o)
 {
     int bs = o->cuda_graph_max_bs < e->max_batch ? o->cuda_graph_max_bs : e->max_batch;
@@ -58,7 +48,7 @@ int sd__graphs_init(sd_engine *e, const sd_opts *o)
     if (max_T > e->max_tokens)
         max_T = e->max_tokens;
     for (int T = 1; T <= max_T && e->n_buckets < SD_MAX_BUCKETS;) {
-        int b = bucket_up(T);
+        int b = sd_row_bucket(T);
         if (b > max_T)
             b = max_T;
         e->buckets[e->n_buckets++] = b;

@@ -8,6 +8,7 @@
 
 #include "core/tokenizer.h"
 #include "draft/ngram.h"
+#include "engine/adaptive.h"
 #include "engine/engine.h"
 #include "engine/memplan.h"
 #include "engine/tp.h"
@@ -20,28 +21,11 @@
 
 /* adaptive k: steps in a row with k = 0 before running requests stop tracking the proposer */
 #define SD_SPEC_OFF_AFTER 4
-/* first-position drafts adaptive k takes at k_max before it trusts its estimate */
-#define SD_ADAPT_EXPLORE 64
 
 enum { SD_SPEC_NONE = 0, SD_SPEC_MTP, SD_SPEC_EAGLE3, SD_SPEC_DRAFT, SD_SPEC_NGRAM };
 
 typedef struct sd_eagle3 sd_eagle3;
 
-/* decayed least squares of a time against one variable */
-typedef struct sd_linfit {
-    double sw, sx, sy, sxx, sxy;
-} sd_linfit;
-
-/* Adaptive draft length: cost models of the target step (base + per token,
- * from decode and verify steps) and of drafting (base + per pass), and the
- * per-position acceptance. */
-typedef struct sd_adaptive {
-    sd_linfit target; /* a target step's time vs its tokens */
-    sd_linfit draft;  /* a drafting phase's time vs k: catch-up + first draft, then a pass each */
-    int have_draft;
-    uint64_t steps;
-    int k_max;
-} sd_adaptive;
 
 #define SD_MAX_K 16
 
@@ -255,11 +239,6 @@ int sd__spec_wants_hidden(const sd_engine *e);
 /* After the target pass and acceptance: catch the proposer up and draft k tokens
  * for every decoding request of the step. */
 int sd__spec_step(sd_engine *e, step *s, int k, sd_err *err);
-void sd__adaptive_observe_target(sd_adaptive *a, int tokens, double secs);
-void sd__adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs);
-int sd__adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch);
-/* the same choice without exploration (0: speculation does not pay at this batch) */
-int sd__adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch);
 int sd__engine_reserve(sd_engine *e, req *r, int n);
 /* re-uploads the block-table rows of the step's sequences (after reservations) */
 int sd__engine_upload_tables(sd_engine *e, const step *s);

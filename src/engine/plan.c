@@ -169,9 +169,9 @@ static void cancel_id(sd_engine *e, uint64_t id)
 static void apply_obs(sd_engine *e, const sd_plan_obs *o)
 {
     if (o->kind == 0)
-        sd__adaptive_observe_target(&e->adapt, o->a, o->secs);
+        sd_adaptive_observe_target(&e->adapt, o->a, o->secs);
     else
-        sd__adaptive_observe_draft(&e->adapt, o->a, o->b, o->secs);
+        sd_adaptive_observe_draft(&e->adapt, o->a, o->b, o->secs);
 }
 
 void sd__plan_observe(sd_engine *e, int kind, int a, int b, double secs)

@@ -26,127 +26,6 @@
 #include "engine/internal.h"
 
 
-/* ------------------------------------------------------------------ adaptive */
-
-static void linfit_add(sd_linfit *f, double x, double y)
-{
-    const double decay = 0.97;
-    f->sw = f->sw * decay + 1;
-    f->sx = f->sx * decay + x;
-    f->sy = f->sy * decay + y;
-    f->sxx = f->sxx * decay + x * x;
-    f->sxy = f->sxy * decay + x * y;
-}
-
-/* c + b x from the fit (b, c >= 0); *ok = 0 when the points do not yet
- * span two values of x (the slope is unknown) */
-static double linfit_at(const sd_linfit *f, double x, int *ok)
-{
-    double den = f->sw * f->sxx - f->sx * f->sx;
-    *ok = f->sw >= 2 && fabs(den) > 1e-9 * (f->sw * f->sxx + 1e-30);
-    if (!*ok)
-        return f->sw > 0 ? f->sy / f->sw : 0.0;
-    double b = (f->sw * f->sxy - f->sx * f->sy) / den;
-    double c = (f->sy - b * f->sx) / f->sw;
-    if (b < 0)
-        b = 0;
-    if (c < 0)
-        c = 0;
-    return c + b * x;
-}
-
-void sd__adaptive_observe_target(sd_adaptive *a, int tokens, double secs)
-{
-    linfit_add(&a->target, tokens, secs);
-    a->steps++;
-}
-
-void sd__adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs)
-{
-    if (n_seqs <= 0 || k <= 0)
-        return;
-    linfit_add(&a->draft, k, secs);
-    a->have_draft = 1;
-}
-
-/* predicted target time for a step of t tokens (one size seen: their mean) */
-static double target_time(const sd_adaptive *a, double t)
-{
-    int ok;
-    double v = linfit_at(&a->target, t, &ok);
-    return a->target.sw > 0 ? v : 1.0;
-}
-
-/* predicted drafting time at k: the catch-up pass that gives the first
- * draft costs more than a chain pass, so the fit over the k seen is used;
- * with one k seen, its time per draft (an overestimate for deeper k). */
-static double draft_time(const sd_adaptive *a, int k)
-{
-    int ok;
-    double v = linfit_at(&a->draft, k, &ok);
-    if (ok)
-        return v;
-    double mean_k = a->draft.sw > 0 ? a->draft.sx / a->draft.sw : 1.0;
-    return mean_k > 0 ? v / mean_k * k : v;
-}
-
-/* Pseudo-observations behind each position's prior. The prior of position
- * k's acceptance (given the first k - 1 accepted) is position k - 1's
- * estimate (0.5 for the first): a position never drafted is expected to do
- * as well as the one before it, so a proposer that pays at k = 1 is tried
- * deeper, and the evidence then decides. */
-#define ADAPT_PRIOR_W 4.0
-
-int sd__adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch)
-{
-    int kmax = a->k_max;
-    if (kmax <= 0 || !a->have_draft)
-        return 0;
-    if (batch < 1)
-        batch = 1;
-    double cum = 1, expect = 1, prev_rate = 1, prev_cond = 0.5;
-    int best_k = 0;
-    double t0 = target_time(a, batch);
-    double best = 1.0 / (t0 > 0 ? t0 : 1e-9);
-    for (int k = 1; k <= kmax && k <= SD_ACCEPT_POSITIONS; k++) {
-        double prop = (double)acc->proposed_at[k - 1], got = (double)acc->accepted_at[k - 1];
-        /* P(first k accepted), shrunk toward the previous position's rate */
-        double prior = prev_rate * prev_cond;
-        double rate = (got + ADAPT_PRIOR_W * prior) / (prop + ADAPT_PRIOR_W);
-        double cond = prev_rate > 0 ? rate / prev_rate : 0;
-        if (cond > 1)
-            cond = 1;
-        prev_rate = rate;
-        prev_cond = cond;
-        cum *= cond;
-        expect += cum;
-        double cost = target_time(a, (double)batch * (k + 1)) + draft_time(a, k);
-        double thr = expect / (cost > 0 ? cost : 1e-9);
-        if (thr > best * 1.02) {
-            best = thr;
-            best_k = k;
-        }
-    }
-    return best_k;
-}
-
-int sd__adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch)
-{
-    if (a->k_max <= 0)
-        return 0;
-    /* Explore at k_max until the first position has been drafted
-     * SD_ADAPT_EXPLORE times (a few drafts decide nothing, and every
-     * position gets evidence); then the estimate, and now and then one
-     * deeper than it, so a proposer that improves (or costs that fall as
-     * the batch shrinks) is noticed. */
-    if (!a->have_draft || acc->proposed_at[0] < SD_ADAPT_EXPLORE)
-        return a->k_max;
-    int k = sd__adaptive_best_k(a, acc, batch);
-    if (a->steps % 97 == 0 && k < a->k_max)
-        k++;
-    return k;
-}
-
 /* ------------------------------------------------------------------ buffers */
 
 /* Per-request draft from a logits row: argmax, or a sample of q. */
@@ -177,7 +56,7 @@ static int32_t draft_token(sd_engine *e, req *r, const float *row, int j)
 
 int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
 {
-    e->adapt.k_max = e->k_max;
+    sd_adaptive_init(&e->adapt, e->k_max);
     if (e->spec == SD_SPEC_NONE)
         return 0;
     const sd_ops *op = e->be->ops;

@@ -12,7 +12,7 @@ bin=$1
 out=$2
 commit=$3
 mkdir -p "$out"
-export SD_SRCDIR=$PWD
+. bench/gpu/env.sh
 device=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)
 echo "device: $device"
 : > "$out/results.jsonl"

@@ -1,0 +1,218 @@
+/* engine/adaptive: measured cost curves and the draft length (adaptive.h). */
+#include "engine/adaptive.h"
+
+#include <string.h>
+
+#include "core/log.h"
+
+/* ------------------------------------------------------------------ curves */
+
+int sd_row_bucket(int T)
+{
+    if (T <= 8)
+        return T;
+    int q = T <= 64 ? 8 : T <= 128 ? 16 : T <= 256 ? 32 : 64;
+    return (T + q - 1) / q * q;
+}
+
+static double pt_value(const sd_curve_pt *p)
+{
+    int m = p->n < SD_CURVE_RING ? p->n : SD_CURVE_RING;
+    double v = p->t[0];
+    for (int i = 1; i < m; i++)
+        if (p->t[i] < v)
+            v = p->t[i];
+    return v;
+}
+
+void sd_curve_add(sd_curve *c, int x, double secs)
+{
+    sd_curve_pt *p = NULL;
+    for (int i = 0; i < c->n && !p; i++)
+        if (c->pt[i].x == x)
+            p = &c->pt[i];
+    if (!p) {
+        if (c->n < SD_CURVE_PTS) {
+            p = &c->pt[c->n++];
+        } else {
+            p = &c->pt[0];
+            for (int i = 1; i < c->n; i++)
+                if (c->pt[i].used < p->used)
+                    p = &c->pt[i];
+        }
+        memset(p, 0, sizeof *p);
+        p->x = x;
+    }
+    p->t[p->n % SD_CURVE_RING] = secs;
+    p->n++;
+    p->used = ++c->clock;
+}
+
+static int n_trusted(const sd_curve *c)
+{
+    int n = 0;
+    for (int i = 0; i < c->n; i++)
+        n += c->pt[i].n >= SD_CURVE_TRUST;
+    return n;
+}
+
+double sd_curve_at(const sd_curve *c, double x, int *used)
+{
+    /* the trusted points (all of them while none is), sorted by x */
+    double px[SD_CURVE_PTS], pv[SD_CURVE_PTS];
+    int trust = n_trusted(c) > 0, m = 0;
+    for (int i = 0; i < c->n; i++) {
+        if (trust && c->pt[i].n < SD_CURVE_TRUST)
+            continue;
+        double xi = c->pt[i].x, vi = pt_value(&c->pt[i]);
+        int j = m++;
+        for (; j > 0 && px[j - 1] > xi; j--) {
+            px[j] = px[j - 1];
+            pv[j] = pv[j - 1];
+        }
+        px[j] = xi;
+        pv[j] = vi;
+    }
+    if (used)
+        *used = m;
+    if (m == 0)
+        return 0;
+    if (m == 1) /* the slope is unknown: time in proportion to x */
+        return px[0] > 0 ? pv[0] * x / px[0] : pv[0];
+    int s = 0; /* the segment [s, s + 1]: containing x, else the nearest */
+    while (s < m - 2 && x > px[s + 1])
+        s++;
+    double slope = (pv[s + 1] - pv[s]) / (px[s + 1] - px[s]);
+    if (slope < 0)
+        slope = 0;
+    double v = pv[s] + slope * (x - px[s]);
+    if (x < px[0]) {
+        /* below the smallest: never under the time per row measured there */
+        double lo = px[0] > 0 ? pv[0] * x / px[0] : 0;
+        if (v < lo)
+            v = lo;
+    }
+    return v > 0 ? v : 0;
+}
+
+/* ------------------------------------------------------------------ k */
+
+void sd_adaptive_init(sd_adaptive *a, int k_max)
+{
+    memset(a, 0, sizeof *a);
+    a->k_max = k_max;
+    a->exploring = 1;
+    a->last_k = k_max;
+}
+
+void sd_adaptive_observe_target(sd_adaptive *a, int tokens, double secs)
+{
+    if (tokens <= 0)
+        return;
+    sd_curve_add(&a->target, sd_row_bucket(tokens), secs);
+    a->steps++;
+}
+
+void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs)
+{
+    if (n_seqs <= 0 || k <= 0)
+        return;
+    sd_curve_add(&a->draft, k, secs);
+}
+
+/* Pseudo-observations behind each position's prior. The prior of position
+ * k's acceptance (given the first k - 1 accepted) is position k - 1's
+ * estimate (0.5 for the first): a position never drafted is expected to do
+ * as well as the one before it, so a proposer that pays at k = 1 is tried
+ * deeper, and the evidence then decides. */
+#define ADAPT_PRIOR_W 4.0
+
+/* best_k; with trace, a debug line per k */
+static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, int trace)
+{
+    int kmax = a->k_max;
+    if (kmax <= 0 || a->draft.n == 0 || a->target.n == 0)
+        return 0;
+    if (batch < 1)
+        batch = 1;
+    double cum = 1, expect = 1, prev_rate = 1, prev_cond = 0.5;
+    int best_k = 0;
+    double t0 = sd_curve_at(&a->target, sd_row_bucket(batch), NULL);
+    double best = 1.0 / (t0 > 0 ? t0 : 1e-9);
+    for (int k = 1; k <= kmax && k <= SD_ACCEPT_POSITIONS; k++) {
+        double prop = (double)acc->proposed_at[k - 1], got = (double)acc->accepted_at[k - 1];
+        /* P(first k accepted), shrunk toward the previous position's rate */
+        double prior = prev_rate * prev_cond;
+        double rate = (got + ADAPT_PRIOR_W * prior) / (prop + ADAPT_PRIOR_W);
+        double cond = prev_rate > 0 ? rate / prev_rate : 0;
+        if (cond > 1)
+            cond = 1;
+        prev_rate = rate;
+        prev_cond = cond;
+        cum *= cond;
+        expect += cum;
+        double tt = sd_curve_at(&a->target, sd_row_bucket(batch * (k + 1)), NULL);
+        double td = sd_curve_at(&a->draft, k, NULL);
+        double cost = tt + td;
+        double thr = expect / (cost > 0 ? cost : 1e-9);
+        if (trace)
+            sd_log_debug("adaptive k:   k %d: drafted %.0f, P(first k accepted) %.3f, expect %.2f, "
+                         "target %.3f ms + draft %.3f ms: %.3f tok/ms (k 0: %.3f ms, %.3f)",
+                         k, prop, rate, expect, 1e3 * tt, 1e3 * td, thr / 1e3, 1e3 * t0, 1e-3 / t0);
+        if (thr > best * 1.02) {
+            best = thr;
+            best_k = k;
+        }
+    }
+    return best_k;
+}
+
+int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch)
+{
+    return best_k(a, acc, batch, 0);
+}
+
+int sd_adaptive_informed(const sd_adaptive *a, int batch)
+{
+    if (batch < 1)
+        batch = 1;
+    int far = 0;
+    for (int i = 0; i < a->target.n && !far; i++)
+        far = a->target.pt[i].n >= SD_CURVE_TRUST && a->target.pt[i].x >= sd_row_bucket(2 * batch);
+    return far && n_trusted(&a->draft) >= 1;
+}
+
+int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch)
+{
+    if (a->k_max <= 0)
+        return 0;
+    if (!a->exploring && !sd_adaptive_informed(a, batch)) {
+        a->exploring = 1;
+        sd_log_debug("adaptive k: batch %d is past the measured steps: exploring", batch);
+    }
+    if (a->exploring) {
+        int need_draft = a->k_max > 1 ? 2 : 1;
+        if (acc->proposed_at[0] >= SD_ADAPT_EXPLORE && n_trusted(&a->target) >= 2 &&
+            n_trusted(&a->draft) >= need_draft && sd_adaptive_informed(a, batch)) {
+            a->exploring = 0;
+            sd_log_debug("adaptive k: explored in %llu steps", (unsigned long long)a->steps);
+        } else {
+            /* k_max, 0, 1, ...: the target at three sizes, drafting at two */
+            static const int cycle[3] = {-1, 0, 1};
+            int n = a->k_max > 1 ? 3 : 2;
+            int k = cycle[a->picks++ % (uint64_t)n];
+            return k < 0 ? a->k_max : k;
+        }
+    }
+    a->picks++;
+    int k = best_k(a, acc, batch, 0);
+    if (k != a->last_k && sd_log_level() >= SD_LOG_DEBUG) {
+        sd_log_debug("adaptive k: %d -> %d at batch %d (step %llu)", a->last_k, k, batch,
+                     (unsigned long long)a->steps);
+        best_k(a, acc, batch, 1);
+    }
+    a->last_k = k;
+    if (a->picks % 97 == 0 && k < a->k_max)
+        k++;
+    return k;
+}

@@ -1,0 +1,87 @@
+/* engine/adaptive: the draft length k that maximises tokens per second.
+ *
+ * Per step, with b running requests, drafting k tokens each costs
+ *   target(b (k + 1)) + draft(k)
+ * and yields 1 + sum_{j<=k} P(the first j drafts accepted) tokens each.
+ * target(T) is a measured cost curve over a step's token rows, draft(k) one
+ * over k, and the acceptance comes from the engine-wide per-position counts.
+ *
+ * The curves are made to survive what real steps look like:
+ *   - a shape's first steps carry one-off costs (an eager pass that makes
+ *     GEMM plans, a graph capture): each point of a curve keeps its last
+ *     SD_CURVE_RING times and answers with their minimum, and a point is
+ *     trusted only from its third time on;
+ *   - a GPU's step time is flat in T up to where the GEMMs stop being
+ *     memory-bound, a CPU's grows with T from the start: no global shape is
+ *     assumed; between measured points the curve is linear, beyond them it
+ *     continues with the slope of the nearest segment;
+ *   - the slope cannot be learnt from one size: exploration cycles k through
+ *     k_max, 0 and 1, so the target is seen at b, 2 b and (k_max + 1) b and
+ *     drafting at 1 and k_max, until both curves have two trusted points and
+ *     the first position has SD_ADAPT_EXPLORE drafts; and again whenever the
+ *     batch grows past what the target curve has seen (a choice at 32
+ *     requests is not made from steps of 8).
+ * Prompt steps are another cost curve (long rows, no graphs): the engine
+ * does not report them. */
+#ifndef SD_ENGINE_ADAPTIVE_H
+#define SD_ENGINE_ADAPTIVE_H
+
+#include <stdint.h>
+
+#include "verify/accept.h"
+
+/* first-position drafts adaptive k takes before it trusts its estimate */
+#define SD_ADAPT_EXPLORE 64
+#define SD_CURVE_PTS 24
+#define SD_CURVE_RING 8
+/* a point's times before it is trusted (the first two may be one-off) */
+#define SD_CURVE_TRUST 3
+
+typedef struct sd_curve_pt {
+    int x, n;      /* x, times seen */
+    uint64_t used; /* clock of the last time (the stalest point is replaced) */
+    double t[SD_CURVE_RING];
+} sd_curve_pt;
+
+/* a measured cost curve t(x) */
+typedef struct sd_curve {
+    sd_curve_pt pt[SD_CURVE_PTS];
+    int n;
+    uint64_t clock;
+} sd_curve;
+
+/* the step sizes a curve (and the CUDA graphs) tell apart: the smallest
+ * bucket >= T of 1..8, then multiples of 8 to 64, of 16 to 128, of 32 to
+ * 256, of 64 beyond */
+int sd_row_bucket(int T);
+
+void sd_curve_add(sd_curve *c, int x, double secs);
+/* t(x) from the curve; 0 with no point. *n_trusted (may be NULL): the
+ * trusted points it used (all points when none is trusted yet) */
+double sd_curve_at(const sd_curve *c, double x, int *n_trusted);
+
+typedef struct sd_adaptive {
+    sd_curve target; /* a decode/verify step's time vs its token rows' bucket */
+    sd_curve draft;  /* a drafting phase's time vs k: catch-up + first draft, then a pass each */
+    uint64_t steps;  /* target steps seen */
+    uint64_t picks;
+    int k_max;
+    int exploring;
+    int last_k; /* the previous pick (a change is logged at debug level) */
+} sd_adaptive;
+
+void sd_adaptive_init(sd_adaptive *a, int k_max);
+void sd_adaptive_observe_target(sd_adaptive *a, int tokens, double secs);
+void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs);
+/* the k of most tokens per second at this batch (0 = do not draft) */
+int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch);
+/* 1 when the curves were measured where this batch's choice needs them: a
+ * trusted target point at 2 batch rows or more (k = 1 is not an
+ * extrapolation) and a trusted drafting point. Otherwise pick_k explores
+ * again, and best_k's 0 is no reason to stop drafting. */
+int sd_adaptive_informed(const sd_adaptive *a, int batch);
+/* the k for the next step: exploration first, then best_k (now and then one
+ * deeper, so a proposer that improves is noticed) */
+int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch);
+
+#endif

@@ -1,0 +1,163 @@
+/* Adaptive k on simulated machines: measured cost curves that survive
+ * one-off costs (a shape's eager first pass, its graph capture), the draft
+ * length a GPU-like flat cost curve and a CPU-like linear one should get,
+ * and exploration again when the batch grows past what was measured. */
+#include "engine/adaptive.h"
+#include "test.h"
+
+TEST(row_buckets_match_the_graph_buckets)
+{
+    static const int in[] = {1, 7, 8, 9, 16, 17, 64, 65, 128, 129, 256, 257, 321};
+    static const int out[] = {1, 7, 8, 16, 16, 24, 64, 80, 128, 160, 256, 320, 384};
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        ASSERT_EQ(sd_row_bucket(in[i]), out[i]);
+}
+
+TEST(curve_ignores_one_off_costs_and_interpolates)
+{
+    sd_curve c = {0};
+    int used = -1;
+    ASSERT_NEAR(sd_curve_at(&c, 8, &used), 0, 0);
+    ASSERT_EQ(used, 0);
+    /* one point, untrusted: used as it is, in proportion to x */
+    sd_curve_add(&c, 8, 0.050);
+    ASSERT_NEAR(sd_curve_at(&c, 16, &used), 0.100, 1e-12);
+    ASSERT_EQ(used, 1);
+    /* the first two times of a shape are one-off (eager + plans, capture) */
+    sd_curve_add(&c, 8, 0.040);
+    for (int i = 0; i < 3; i++)
+        sd_curve_add(&c, 8, 0.001 + 1e-6 * i);
+    sd_curve_add(&c, 40, 0.100);
+    /* x = 40 is not trusted yet: the one trusted point scales */
+    ASSERT_NEAR(sd_curve_at(&c, 40, &used), 0.005, 1e-12);
+    ASSERT_EQ(used, 1);
+    sd_curve_add(&c, 40, 0.090);
+    for (int i = 0; i < 3; i++)
+        sd_curve_add(&c, 40, 0.002);
+    ASSERT_NEAR(sd_curve_at(&c, 8, &used), 0.001, 1e-12);
+    ASSERT_EQ(used, 2);
+    ASSERT_NEAR(sd_curve_at(&c, 24, NULL), 0.0015, 1e-12);
+    /* beyond: the nearest segment's slope; below: never under the time per row */
+    ASSERT_NEAR(sd_curve_at(&c, 72, NULL), 0.003, 1e-12);
+    ASSERT_NEAR(sd_curve_at(&c, 4, NULL), 0.000875, 1e-12);
+    ASSERT_NEAR(sd_curve_at(&c, 1, NULL), 0.00078125, 1e-12);
+    /* a point answers with the least of its last SD_CURVE_RING times: it
+     * follows a slower machine once the fast times are out of the ring */
+    for (int i = 0; i < SD_CURVE_RING; i++)
+        sd_curve_add(&c, 8, 0.003);
+    ASSERT_NEAR(sd_curve_at(&c, 8, NULL), 0.003, 1e-12);
+}
+
+/* a simulated machine and proposer */
+typedef struct sim {
+    double base, knee, per_row;    /* target step: base + per_row * (T - knee)+ */
+    double d_base, d_per;          /* drafting: d_base + d_per * k */
+    double p;                      /* each draft accepted with p given the ones before */
+    int seen_t[1024], seen_d[32];
+    uint64_t rng;
+    int zero_picks, one_picks, max_picks;
+} sim;
+
+static double urand(sim *m)
+{
+    m->rng = m->rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(m->rng >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* n steps at this batch: pick k, draft, verify, accept */
+static void run(sd_adaptive *a, sd_accept_stats *acc, sim *m, int batch, int n)
+{
+    for (int s = 0; s < n; s++) {
+        int k = sd_adaptive_pick_k(a, acc, batch);
+        m->zero_picks += k == 0;
+        m->one_picks += k == 1;
+        m->max_picks += k == a->k_max;
+        if (k > 0) {
+            double t = m->d_base + m->d_per * k;
+            /* its first two times: an eager pass and a graph capture */
+            if (m->seen_d[k]++ < 2)
+                t *= 40;
+            sd_adaptive_observe_draft(a, batch, k, t);
+        }
+        int T = batch * (k + 1);
+        double t = m->base + m->per_row * (T > m->knee ? T - m->knee : 0);
+        if (m->seen_t[sd_row_bucket(T)]++ < 1)
+            t *= 40; /* an eager first step */
+        sd_adaptive_observe_target(a, T, t);
+        for (int b = 0; b < batch; b++) {
+            int acc_n = 0;
+            while (acc_n < k && urand(m) < m->p)
+                acc_n++;
+            sd_accept_stats_add(acc, k, acc_n);
+        }
+    }
+}
+
+TEST(flat_gpu_cost_drafts_deep_despite_capture_spikes)
+{
+    sd_adaptive a;
+    sd_adaptive_init(&a, 4);
+    sd_accept_stats acc = {0};
+    sim m = {.base = 3e-4, .knee = 64, .per_row = 2e-6, .d_base = 5e-5, .d_per = 3e-5, .p = 0.8,
+             .rng = 7};
+    run(&a, &acc, &m, 8, 300);
+    ASSERT(!a.exploring);
+    ASSERT(sd_adaptive_informed(&a, 8));
+    /* exploration measured k = 0, 1 and k_max */
+    ASSERT_GT(m.zero_picks, 2);
+    ASSERT_GT(m.one_picks, 2);
+    /* 0.8 per position at nearly free verification: as deep as allowed */
+    ASSERT_GE(sd_adaptive_best_k(&a, &acc, 8), 3);
+}
+
+TEST(linear_cpu_cost_with_poor_acceptance_does_not_draft)
+{
+    sd_adaptive a;
+    sd_adaptive_init(&a, 4);
+    sd_accept_stats acc = {0};
+    /* every row costs the same: k drafts cost k + 1 steps for 1 + p + ... tokens */
+    sim m = {.base = 0, .knee = 0, .per_row = 5e-4, .d_base = 1e-4, .d_per = 1e-4, .p = 0.45,
+             .rng = 11};
+    run(&a, &acc, &m, 4, 300);
+    ASSERT(!a.exploring);
+    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 4), 0);
+    /* with 0.95 a draft it pays even there */
+    sd_adaptive b;
+    sd_adaptive_init(&b, 4);
+    sd_accept_stats acc2 = {0};
+    sim m2 = {.base = 0, .knee = 0, .per_row = 5e-4, .d_base = 1e-5, .d_per = 1e-5, .p = 0.95,
+              .rng = 13};
+    m2.base = 2e-3; /* a fixed cost per step as well (launches, sync) */
+    run(&b, &acc2, &m2, 1, 300);
+    ASSERT_GE(sd_adaptive_best_k(&b, &acc2, 1), 1);
+}
+
+TEST(a_larger_batch_is_explored_before_it_is_judged)
+{
+    sd_adaptive a;
+    sd_adaptive_init(&a, 4);
+    sd_accept_stats acc = {0};
+    sim m = {.base = 3e-4, .knee = 96, .per_row = 4e-6, .d_base = 5e-5, .d_per = 3e-5, .p = 0.7,
+             .rng = 17};
+    run(&a, &acc, &m, 4, 200);
+    ASSERT(!a.exploring);
+    ASSERT(sd_adaptive_informed(&a, 4));
+    /* steps of 4 requests say nothing about 32 x (k + 1) rows */
+    ASSERT(!sd_adaptive_informed(&a, 32));
+    m.zero_picks = m.one_picks = m.max_picks = 0;
+    run(&a, &acc, &m, 32, 12);
+    ASSERT(a.exploring || sd_adaptive_informed(&a, 32));
+    /* the cycle measured 32 x 5, 32 and 32 x 2 rows */
+    ASSERT_GE(m.max_picks, 2);
+    ASSERT_GE(m.zero_picks, 2);
+    ASSERT_GE(m.one_picks, 2);
+    run(&a, &acc, &m, 32, 100);
+    ASSERT(!a.exploring);
+    ASSERT(sd_adaptive_informed(&a, 32));
+    ASSERT_GE(sd_adaptive_best_k(&a, &acc, 32), 1);
+}
+
+TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(curve_ignores_one_off_costs_and_interpolates),
+          T(flat_gpu_cost_drafts_deep_despite_capture_spikes),
+          T(linear_cpu_cost_with_poor_acceptance_does_not_draft),
+          T(a_larger_batch_is_explored_before_it_is_judged))
