@@ -172,36 +172,57 @@ int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int bat
     return best_k(a, acc, batch, 0);
 }
 
+/* x measured on c: a trusted point there, or trusted points on both sides */
+static int covered(const sd_curve *c, int x)
+{
+    int lo = 0, hi = 0;
+    for (int i = 0; i < c->n; i++) {
+        if (c->pt[i].n < SD_CURVE_TRUST)
+            continue;
+        if (c->pt[i].x == x)
+            return 1;
+        lo |= c->pt[i].x < x;
+        hi |= c->pt[i].x > x;
+    }
+    return lo && hi;
+}
+
+/* the choice between k and 0 at this batch rests on measured costs */
+static int k_measured(const sd_adaptive *a, int batch, int k)
+{
+    return covered(&a->target, sd_row_bucket(batch * (k + 1))) && (k == 0 || covered(&a->draft, k));
+}
+
 int sd_adaptive_informed(const sd_adaptive *a, int batch)
 {
     if (batch < 1)
         batch = 1;
-    int far = 0;
-    for (int i = 0; i < a->target.n && !far; i++)
-        far = a->target.pt[i].n >= SD_CURVE_TRUST && a->target.pt[i].x >= sd_row_bucket(2 * batch);
-    return far && n_trusted(&a->draft) >= 1;
+    return k_measured(a, batch, 0) && k_measured(a, batch, 1) && k_measured(a, batch, a->k_max);
 }
 
 int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch)
 {
     if (a->k_max <= 0)
         return 0;
-    if (!a->exploring && !sd_adaptive_informed(a, batch)) {
-        a->exploring = 1;
-        sd_log_debug("adaptive k: batch %d is past the measured steps: exploring", batch);
-    }
-    if (a->exploring) {
-        int need_draft = a->k_max > 1 ? 2 : 1;
-        if (acc->proposed_at[0] >= SD_ADAPT_EXPLORE && n_trusted(&a->target) >= 2 &&
-            n_trusted(&a->draft) >= need_draft && sd_adaptive_informed(a, batch)) {
-            a->exploring = 0;
-            sd_log_debug("adaptive k: explored in %llu steps", (unsigned long long)a->steps);
-        } else {
-            /* k_max, 0, 1, ...: the target at three sizes, drafting at two */
-            static const int cycle[3] = {-1, 0, 1};
-            int n = a->k_max > 1 ? 3 : 2;
-            int k = cycle[a->picks++ % (uint64_t)n];
-            return k < 0 ? a->k_max : k;
+    if (batch < 1)
+        batch = 1;
+    /* measure first: k_max, 1 and 0 in turn (each until its costs are
+     * trusted), so the target is seen at b, 2 b and (k_max + 1) b rows and
+     * drafting at 1 and k_max; again whenever the batch leaves what was
+     * measured */
+    int explore = !sd_adaptive_informed(a, batch);
+    if (explore != a->exploring)
+        sd_log_debug("adaptive k: %s at batch %d (step %llu)", explore ? "exploring" : "explored",
+                     batch, (unsigned long long)a->steps);
+    a->exploring = explore;
+    if (explore) {
+        const int cycle[3] = {a->k_max, 1, 0};
+        for (int i = 0; i < 3; i++) {
+            int k = cycle[(a->picks + (uint64_t)i) % 3];
+            if (!k_measured(a, batch, k)) {
+                a->picks++;
+                return k;
+            }
         }
     }
     a->picks++;
@@ -212,6 +233,9 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch)
         best_k(a, acc, batch, 1);
     }
     a->last_k = k;
+    /* too few drafts to give up on drafting: the cheapest probe instead */
+    if (k == 0 && acc->proposed_at[0] < SD_ADAPT_EXPLORE)
+        k = 1;
     if (a->picks % 97 == 0 && k < a->k_max)
         k++;
     return k;

@@ -15,12 +15,14 @@
  *     memory-bound, a CPU's grows with T from the start: no global shape is
  *     assumed; between measured points the curve is linear, beyond them it
  *     continues with the slope of the nearest segment;
- *   - the slope cannot be learnt from one size: exploration cycles k through
- *     k_max, 0 and 1, so the target is seen at b, 2 b and (k_max + 1) b and
- *     drafting at 1 and k_max, until both curves have two trusted points and
- *     the first position has SD_ADAPT_EXPLORE drafts; and again whenever the
- *     batch grows past what the target curve has seen (a choice at 32
- *     requests is not made from steps of 8).
+ *   - the slope cannot be learnt from one size: until the costs of k = 0, 1
+ *     and k_max at the running batch are measured (a trusted point at their
+ *     row bucket, or on both sides of it), k cycles through k_max, 1 and 0,
+ *     so the target is seen at b, 2 b and (k_max + 1) b rows and drafting at
+ *     1 and k_max; again whenever the batch leaves what was measured (a
+ *     choice at 32 requests is not made from steps of 8);
+ *   - with fewer than SD_ADAPT_EXPLORE first-position drafts, a 0 becomes 1:
+ *     the cheapest probe keeps the evidence coming before drafting stops.
  * Prompt steps are another cost curve (long rows, no graphs): the engine
  * does not report them. */
 #ifndef SD_ENGINE_ADAPTIVE_H
@@ -30,7 +32,7 @@
 
 #include "verify/accept.h"
 
-/* first-position drafts adaptive k takes before it trusts its estimate */
+/* first-position drafts before adaptive k may choose not to draft */
 #define SD_ADAPT_EXPLORE 64
 #define SD_CURVE_PTS 24
 #define SD_CURVE_RING 8
@@ -66,7 +68,7 @@ typedef struct sd_adaptive {
     uint64_t steps;  /* target steps seen */
     uint64_t picks;
     int k_max;
-    int exploring;
+    int exploring; /* the last pick explored */
     int last_k; /* the previous pick (a change is logged at debug level) */
 } sd_adaptive;
 
@@ -75,10 +77,8 @@ void sd_adaptive_observe_target(sd_adaptive *a, int tokens, double secs);
 void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs);
 /* the k of most tokens per second at this batch (0 = do not draft) */
 int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch);
-/* 1 when the curves were measured where this batch's choice needs them: a
- * trusted target point at 2 batch rows or more (k = 1 is not an
- * extrapolation) and a trusted drafting point. Otherwise pick_k explores
- * again, and best_k's 0 is no reason to stop drafting. */
+/* 1 when the costs of k = 0, 1 and k_max at this batch were measured.
+ * Otherwise pick_k explores, and best_k's 0 is no reason to stop drafting. */
 int sd_adaptive_informed(const sd_adaptive *a, int batch);
 /* the k for the next step: exploration first, then best_k (now and then one
  * deeper, so a proposer that improves is noticed) */

@@ -121,6 +121,18 @@ TEST(linear_cpu_cost_with_poor_acceptance_does_not_draft)
     run(&a, &acc, &m, 4, 300);
     ASSERT(!a.exploring);
     ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 4), 0);
+    /* the same with too few drafts to give up on: the cheapest probe, k = 1 */
+    sd_adaptive c;
+    sd_adaptive_init(&c, 4);
+    sd_accept_stats acc3 = {0};
+    sim m3 = m;
+    memset(m3.seen_t, 0, sizeof m3.seen_t);
+    memset(m3.seen_d, 0, sizeof m3.seen_d);
+    run(&c, &acc3, &m3, 1, 20);
+    ASSERT(!c.exploring);
+    ASSERT_LT(acc3.proposed_at[0], SD_ADAPT_EXPLORE);
+    ASSERT_EQ(sd_adaptive_best_k(&c, &acc3, 1), 0);
+    ASSERT_EQ(sd_adaptive_pick_k(&c, &acc3, 1), 1);
     /* with 0.95 a draft it pays even there */
     sd_adaptive b;
     sd_adaptive_init(&b, 4);
