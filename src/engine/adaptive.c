@@ -172,6 +172,14 @@ int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int bat
     return best_k(a, acc, batch, 0);
 }
 
+static int has_trusted(const sd_curve *c, int x)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->pt[i].x == x)
+            return c->pt[i].n >= SD_CURVE_TRUST;
+    return 0;
+}
+
 /* x measured on c: a trusted point there, or trusted points on both sides */
 static int covered(const sd_curve *c, int x)
 {
@@ -236,6 +244,16 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch)
     /* too few drafts to give up on drafting: the cheapest probe instead */
     if (k == 0 && acc->proposed_at[0] < SD_ADAPT_EXPLORE)
         k = 1;
+    /* between measured points the curve is a straight line and the real one
+     * is not (flat, then rising): every 4th pick measures a neighbour of the
+     * choice that has no trusted point yet */
+    for (int d = 1; d >= -1 && k > 0 && a->picks % 4 == 0; d -= 2) {
+        int nk = k + d;
+        if (nk >= 1 && nk <= a->k_max && !has_trusted(&a->target, sd_row_bucket(batch * (nk + 1)))) {
+            k = nk;
+            break;
+        }
+    }
     if (a->picks % 97 == 0 && k < a->k_max)
         k++;
     return k;

@@ -521,6 +521,11 @@ static void publish_stats(sd_engine *e, int stepped)
         comm_counts_stats(e, &e->stats);
     }
     e->stats.plans = e->plan_seq;
+    e->stats.spec_exploring = e->spec != SD_SPEC_NONE && e->spec_k < 0 && e->adapt.exploring;
+    int off = 0;
+    for (int i = 0; i < e->n_running; i++)
+        off += e->running[i]->no_spec;
+    e->stats.spec_off_running = off;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -841,6 +846,10 @@ static int engine_step(sd_engine *e)
                     e->running[i]->no_spec = 1;
             }
         }
+        pthread_mutex_lock(&e->mu);
+        e->stats.spec_k_last = k;
+        e->stats.spec_k_steps[k < 16 ? k : 16]++;
+        pthread_mutex_unlock(&e->mu);
         uint64_t d0 = sd_now_ns();
         rc = sd__spec_step(e, &s, k, &err);
         double t_draft = (double)(sd_now_ns() - d0) * 1e-9;
@@ -1112,6 +1121,7 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     e->pad_seq = e->ov_max_seqs - 1;
     e->n_ranks = o->tp > 1 ? o->tp / (o->nnodes > 1 ? o->nnodes : 1) : 1; /* this node's */
     e->stats.tp = o->tp > 1 ? o->tp : 1;
+    e->stats.spec_k_last = -1;
     if (o->tp > 1) {
         sd_model_cfg pre;
         if ((rc = sd_model_cfg_load(&pre, dir, err)) ||

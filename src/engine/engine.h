@@ -99,6 +99,13 @@ typedef struct sd_engine_stats {
     /* replays of proposer graphs, whose captured collectives are not
      * recorded: their calls are missing from the counts above */
     uint64_t allreduce_unrecorded_replays;
+    /* Speculation's draft length: engine steps by the k they drafted (k
+     * chosen by adaptive k, or --spec-k), the last step's k (-1 before any),
+     * adaptive k measuring costs (1) rather than choosing, and running
+     * requests that stopped tracking the proposer (adaptive k found that
+     * drafting does not pay at their batch). */
+    uint64_t spec_k_steps[17];
+    int spec_k_last, spec_exploring, spec_off_running;
 } sd_engine_stats;
 
 /* Loads the model named by o->model (NULL/empty: the bundled model), the

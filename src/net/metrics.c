@@ -180,6 +180,25 @@ static void spec_series(sd_buf *o, const sd_spec_stats *s)
            s->steps ? s->verify_s / (double)s->steps : 0.0);
 }
 
+/* the draft length adaptive k (or --spec-k) chose, step by step */
+static void draft_length_series(sd_buf *o, const sd_engine_stats *es)
+{
+    head(o, "specd_spec_draft_length_steps_total", "counter",
+         "Engine steps by the draft length k they drafted (16: 16 or more).");
+    for (int k = 0; k <= 16; k++)
+        if (es->spec_k_steps[k])
+            sd_buf_printf(o, "specd_spec_draft_length_steps_total{k=\"%d\"} %llu\n", k,
+                          (unsigned long long)es->spec_k_steps[k]);
+    scalar(o, "specd_spec_draft_length", "gauge",
+           "Draft length k of the last engine step (-1: none drafted yet).", es->spec_k_last);
+    scalar(o, "specd_spec_adaptive_exploring", "gauge",
+           "1 while adaptive k measures the costs of k = 0, 1 and k max at the running batch.",
+           es->spec_exploring);
+    scalar(o, "specd_spec_requests_not_drafting", "gauge",
+           "Running requests that stopped drafting (adaptive k: it does not pay at their batch).",
+           es->spec_off_running);
+}
+
 int sd_metrics_render(const sd_metrics *m, const sd_engine_stats *es, sd_buf *o)
 {
     head(o, "specd_requests_total", "counter", "Requests by outcome.");
@@ -227,6 +246,7 @@ int sd_metrics_render(const sd_metrics *m, const sd_engine_stats *es, sd_buf *o)
         if (es->allreduce_metrics && es->allreduce_metrics[0])
             sd_buf_printf(o, "%s", es->allreduce_metrics);
         spec_series(o, &es->spec);
+        draft_length_series(o, es);
     }
     return o->oom ? SD_ENOMEM : 0;
 }

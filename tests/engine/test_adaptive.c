@@ -51,6 +51,7 @@ TEST(curve_ignores_one_off_costs_and_interpolates)
 /* a simulated machine and proposer */
 typedef struct sim {
     double base, knee, per_row;    /* target step: base + per_row * (T - knee)+ */
+    int quad;                      /* ... or base + per_row * ((T - knee)+)^2 / 8 */
     double d_base, d_per;          /* drafting: d_base + d_per * k */
     double p;                      /* each draft accepted with p given the ones before */
     int seen_t[1024], seen_d[32];
@@ -62,6 +63,12 @@ static double urand(sim *m)
 {
     m->rng = m->rng * 6364136223846793005ull + 1442695040888963407ull;
     return (double)(m->rng >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static double target_cost(const sim *m, int T)
+{
+    double x = T > m->knee ? T - m->knee : 0;
+    return m->base + m->per_row * (m->quad ? x * x / 8 : x);
 }
 
 /* n steps at this batch: pick k, draft, verify, accept */
@@ -80,7 +87,7 @@ static void run(sd_adaptive *a, sd_accept_stats *acc, sim *m, int batch, int n)
             sd_adaptive_observe_draft(a, batch, k, t);
         }
         int T = batch * (k + 1);
-        double t = m->base + m->per_row * (T > m->knee ? T - m->knee : 0);
+        double t = target_cost(m, T);
         if (m->seen_t[sd_row_bucket(T)]++ < 1)
             t *= 40; /* an eager first step */
         sd_adaptive_observe_target(a, T, t);
@@ -108,6 +115,24 @@ TEST(flat_gpu_cost_drafts_deep_despite_capture_spikes)
     ASSERT_GT(m.one_picks, 2);
     /* 0.8 per position at nearly free verification: as deep as allowed */
     ASSERT_GE(sd_adaptive_best_k(&a, &acc, 8), 3);
+}
+
+TEST(the_choice_and_its_neighbours_are_measured_not_interpolated)
+{
+    sd_adaptive a;
+    sd_adaptive_init(&a, 4);
+    sd_accept_stats acc = {0};
+    /* flat to 24 rows, then ever steeper: exploration measures 8, 16 and 40
+     * rows, and a line between them is off at 24 and 32 */
+    sim m = {.base = 3e-4, .knee = 24, .per_row = 3e-5, .quad = 1, .d_base = 5e-5, .d_per = 3e-5,
+             .p = 0.7, .rng = 23};
+    run(&a, &acc, &m, 8, 400);
+    int best = sd_adaptive_best_k(&a, &acc, 8);
+    ASSERT_GE(best, 1);
+    for (int k = best - 1 > 0 ? best - 1 : 1; k <= best + 1 && k <= 4; k++) {
+        int rows = 8 * (k + 1);
+        ASSERT_NEAR(sd_curve_at(&a.target, rows, NULL), target_cost(&m, rows), 1e-12);
+    }
 }
 
 TEST(linear_cpu_cost_with_poor_acceptance_does_not_draft)
@@ -171,5 +196,6 @@ TEST(a_larger_batch_is_explored_before_it_is_judged)
 
 TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(curve_ignores_one_off_costs_and_interpolates),
           T(flat_gpu_cost_drafts_deep_despite_capture_spikes),
+          T(the_choice_and_its_neighbours_are_measured_not_interpolated),
           T(linear_cpu_cost_with_poor_acceptance_does_not_draft),
           T(a_larger_batch_is_explored_before_it_is_judged))

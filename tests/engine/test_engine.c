@@ -428,6 +428,19 @@ TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
         }
         for (int i = 0; i < 4; i++)
             drafted[pass] += outs[i].st.spec.drafted;
+        sd_engine_stats st;
+        sd_engine_get_stats(e, &st);
+        uint64_t steps = 0;
+        for (int k = 0; k <= 16; k++)
+            steps += st.spec_k_steps[k];
+        /* the draft-length series: every step counted at its k */
+        ASSERT_GT(steps, 0);
+        if (!pass) {
+            ASSERT_EQ(st.spec_k_steps[4], steps);
+            ASSERT_EQ(st.spec_k_last, 4);
+        } else {
+            ASSERT_GT(st.spec_k_steps[0], steps / 2);
+        }
         sd_engine_destroy(e);
     }
     fprintf(stderr, "  drafts: fixed k=4 %llu, auto %llu\n", (unsigned long long)drafted[0],

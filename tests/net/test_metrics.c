@@ -183,6 +183,11 @@ TEST(engine_series_and_exact_accepted_length_histogram)
     es.spec.accepted_at[0] = 8; /* steps that accepted > 0 */
     es.spec.accepted_at[1] = 5; /* > 1 */
     es.spec.accepted_at[2] = 4; /* > 2 */
+    es.spec_k_steps[0] = 2;
+    es.spec_k_steps[3] = 8;
+    es.spec_k_last = 3;
+    es.spec_exploring = 1;
+    es.spec_off_running = 2;
     sd_buf b = {0};
     ASSERT_OK(sd_metrics_render(&m, &es, &b));
     char why[256] = "";
@@ -202,6 +207,12 @@ TEST(engine_series_and_exact_accepted_length_histogram)
     ASSERT_NEAR(series(b.p, "specd_spec_draft_step_seconds"), 0.05, 1e-12);
     ASSERT_NEAR(series(b.p, "specd_spec_verify_step_seconds"), 0.2, 1e-12);
     ASSERT(isnan(series(b.p, "specd_spec_position_proposed_total{position=\"3\"}")));
+    ASSERT_NEAR(series(b.p, "specd_spec_draft_length_steps_total{k=\"0\"}"), 2, 0);
+    ASSERT_NEAR(series(b.p, "specd_spec_draft_length_steps_total{k=\"3\"}"), 8, 0);
+    ASSERT(isnan(series(b.p, "specd_spec_draft_length_steps_total{k=\"1\"}")));
+    ASSERT_NEAR(series(b.p, "specd_spec_draft_length"), 3, 0);
+    ASSERT_NEAR(series(b.p, "specd_spec_adaptive_exploring"), 1, 0);
+    ASSERT_NEAR(series(b.p, "specd_spec_requests_not_drafting"), 2, 0);
     sd_buf_free(&b);
 }
 
