@@ -210,8 +210,11 @@ static void expect_same_output(const run_cfg *c0, const run_cfg *c1, uint64_t se
                        c1->spec, c1->k, c1->temperature, c1->tp, c1->pad_bs, i, j, a[i].ids[j],
                        b[i].ids[j]);
     }
-    ASSERT_EQ(s1.spec.drafted, s2.spec.drafted);
-    ASSERT_EQ(s1.spec.accepted, s2.spec.accepted);
+    /* adaptive k follows measured step times: its draft counts may differ */
+    if (c1->k >= 0) {
+        ASSERT_EQ(s1.spec.drafted, s2.spec.drafted);
+        ASSERT_EQ(s1.spec.accepted, s2.spec.accepted);
+    }
     fprintf(stderr, "  %s %s k=%d T=%.1f tp %d pad %d: equal, %llu of %llu drafts accepted\n",
             c1->model, c1->spec, c1->k, c1->temperature, c1->tp, c1->pad_bs,
             (unsigned long long)s2.spec.accepted, (unsigned long long)s2.spec.drafted);
