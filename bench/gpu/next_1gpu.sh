@@ -6,7 +6,8 @@
 #      follows measured times, and the tokens a seed gives depend on k);
 #   3. with BASE_BIN (another build, e.g. main when BIN has a kernel change):
 #      plain decode A/B of the two on both real-size models
-#      (bench/gpu/ab_launch.sh, interleaved rounds);
+#      (bench/gpu/ab_launch.sh, interleaved rounds; AB_EXTRA adds
+#      configurations such as new-nopersist=BIN:SPECD_GEMV_PERSIST=0);
 #   4. bench/gpu/decode_run.sh (all phases: real-size plain and speculative,
 #      the bundled model's adaptive k at batch 1/8/32);
 #   5. where a decode step's time goes (--profile-ops on both models);
@@ -39,7 +40,9 @@ done
 save
 if [ -n "$BASE" ]; then
     t1=$(date +%s)
-    timeout ${AB_S:-200} bash bench/gpu/ab_launch.sh "$w/ab" "$C" new="$B" base="$BASE" 2>&1 | tail -16
+    # AB_EXTRA: more LABEL=BIN[:VAR=VALUE] configurations (e.g. the new
+    # build with one of its switches off) in the same interleaved rounds
+    timeout ${AB_S:-200} bash bench/gpu/ab_launch.sh "$w/ab" "$C" new="$B" base="$BASE" ${AB_EXTRA:-} 2>&1 | tail -24
     echo "a/b: $(( $(date +%s) - t1 )) s"; save
 fi
 t1=$(date +%s)
