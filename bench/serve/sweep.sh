@@ -45,6 +45,7 @@ if ((${#bench_args[@]} == 0)); then
                 --max-tokens 128 --num-requests 32 --duration-limit 600)
 fi
 results=${RESULTS:-bench/results}
+mkdir -p "$results"
 
 [[ -f $build/build.ninja ]] || meson setup "$build" --buildtype=release >/dev/null
 ninja -C "$build" specd bench/specd-bench-serve >/dev/null

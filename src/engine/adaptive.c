@@ -205,7 +205,7 @@ int sd_adaptive_informed(const sd_adaptive *a, int batch)
 {
     if (batch < 1)
         batch = 1;
-    return k_measured(a, batch, 0) && k_measured(a, batch, 1) && k_measured(a, batch, a->k_max);
+    return k_measured(a, batch, 0) && k_measured(a, batch, 1);
 }
 
 int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch)
@@ -214,19 +214,19 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch)
         return 0;
     if (batch < 1)
         batch = 1;
-    /* measure first: k_max, 1 and 0 in turn (each until its costs are
-     * trusted), so the target is seen at b, 2 b and (k_max + 1) b rows and
-     * drafting at 1 and k_max; again whenever the batch leaves what was
-     * measured */
+    /* measure first: k = 1 and 0 in turn (each until its costs are
+     * trusted), so the target is seen at b and 2 b rows and drafting at 1;
+     * again whenever the batch leaves what was measured. Deeper k are
+     * measured once chosen (the curve continues the last segment's slope
+     * there), and the choice's neighbours by the probes below. */
     int explore = !sd_adaptive_informed(a, batch);
     if (explore != a->exploring)
         sd_log_debug("adaptive k: %s at batch %d (step %llu)", explore ? "exploring" : "explored",
                      batch, (unsigned long long)a->steps);
     a->exploring = explore;
     if (explore) {
-        const int cycle[3] = {a->k_max, 1, 0};
-        for (int i = 0; i < 3; i++) {
-            int k = cycle[(a->picks + (uint64_t)i) % 3];
+        for (int i = 0; i < 2; i++) {
+            int k = (int)((a->picks + (uint64_t)i) % 2) ? 0 : 1;
             if (!k_measured(a, batch, k)) {
                 a->picks++;
                 return k;
@@ -249,7 +249,8 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch)
      * choice that has no trusted point yet */
     for (int d = 1; d >= -1 && k > 0 && a->picks % 4 == 0; d -= 2) {
         int nk = k + d;
-        if (nk >= 1 && nk <= a->k_max && !has_trusted(&a->target, sd_row_bucket(batch * (nk + 1)))) {
+        if (nk >= 1 && nk <= a->k_max && !(has_trusted(&a->target, sd_row_bucket(batch * (nk + 1))) &&
+                                             has_trusted(&a->draft, nk))) {
             k = nk;
             break;
         }

@@ -15,12 +15,14 @@
  *     memory-bound, a CPU's grows with T from the start: no global shape is
  *     assumed; between measured points the curve is linear, beyond them it
  *     continues with the slope of the nearest segment;
- *   - the slope cannot be learnt from one size: until the costs of k = 0, 1
- *     and k_max at the running batch are measured (a trusted point at their
- *     row bucket, or on both sides of it), k cycles through k_max, 1 and 0,
- *     so the target is seen at b, 2 b and (k_max + 1) b rows and drafting at
- *     1 and k_max; again whenever the batch leaves what was measured (a
- *     choice at 32 requests is not made from steps of 8);
+ *   - the slope cannot be learnt from one size: until the costs of k = 0
+ *     and 1 at the running batch are measured (a trusted point at their row
+ *     bucket, or on both sides of it), k alternates between 1 and 0, so the
+ *     target is seen at b and 2 b rows and drafting at 1; again whenever the
+ *     batch leaves what was measured (a choice at 32 requests is not made
+ *     from steps of 8). Deeper k are measured once chosen, and the
+ *     neighbours of the choice by a probe every 4th step, so a k = k_max
+ *     step (k_max + 1 times the rows) is never spent only to measure it;
  *   - with fewer than SD_ADAPT_EXPLORE first-position drafts, a 0 becomes 1:
  *     the cheapest probe keeps the evidence coming before drafting stops.
  * Prompt steps are another cost curve (long rows, no graphs): the engine
@@ -77,7 +79,7 @@ void sd_adaptive_observe_target(sd_adaptive *a, int tokens, double secs);
 void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs);
 /* the k of most tokens per second at this batch (0 = do not draft) */
 int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch);
-/* 1 when the costs of k = 0, 1 and k_max at this batch were measured.
+/* 1 when the costs of k = 0 and 1 at this batch were measured.
  * Otherwise pick_k explores, and best_k's 0 is no reason to stop drafting. */
 int sd_adaptive_informed(const sd_adaptive *a, int batch);
 /* the k for the next step: exploration first, then best_k (now and then one

@@ -837,7 +837,8 @@ static int engine_step(sd_engine *e)
          * requests stop tracking the proposer (its catch-up pass costs too);
          * they finish as plain decode. New requests decide on admission. */
         if (e->spec_k < 0) {
-            e->zero_k_steps = k == 0 ? e->zero_k_steps + 1 : 0;
+            /* a k = 0 that measures a cost (exploration) is no verdict */
+            e->zero_k_steps = k == 0 && !e->adapt.exploring ? e->zero_k_steps + 1 : 0;
             /* n-gram lookup keeps no state to catch up on: its k = 0 costs nothing */
             if (e->zero_k_steps == SD_SPEC_OFF_AFTER && e->spec != SD_SPEC_NGRAM) {
                 sd_log_debug("adaptive k: 0 for %d steps: speculation off for the %d running requests",
@@ -846,6 +847,19 @@ static int engine_step(sd_engine *e)
                     e->running[i]->no_spec = 1;
             }
         }
+        /* Speculation off: the few requests still tracking the proposer (one
+         * admitted in 8) pay its catch-up pass anyway, which yields their
+         * first draft: they draft that one, a row each to verify, and keep
+         * the acceptance estimate fresh. Their drafting time is not a
+         * drafting cost of the whole batch, so it is not observed. */
+        int probe = e->spec_k < 0 && k == 0 && e->spec != SD_SPEC_NGRAM &&
+                    e->zero_k_steps >= SD_SPEC_OFF_AFTER;
+        int tracking = 0;
+        for (int i = 0; i < e->n_running && probe && !tracking; i++)
+            tracking = !e->running[i]->no_spec;
+        probe = probe && tracking;
+        if (probe)
+            k = 1;
         pthread_mutex_lock(&e->mu);
         e->stats.spec_k_last = k;
         e->stats.spec_k_steps[k < 16 ? k : 16]++;
@@ -864,7 +878,8 @@ static int engine_step(sd_engine *e)
                 s.seqs[i]->st.spec.draft_s += t_draft;
                 nd++;
             }
-        sd__plan_observe(e, 1, nd, k, t_draft);
+        if (!probe)
+            sd__plan_observe(e, 1, nd, k, t_draft);
         e->draft_s_total += t_draft;
     }
     reap(e);

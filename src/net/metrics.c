@@ -192,7 +192,7 @@ static void draft_length_series(sd_buf *o, const sd_engine_stats *es)
     scalar(o, "specd_spec_draft_length", "gauge",
            "Draft length k of the last engine step (-1: none drafted yet).", es->spec_k_last);
     scalar(o, "specd_spec_adaptive_exploring", "gauge",
-           "1 while adaptive k measures the costs of k = 0, 1 and k max at the running batch.",
+           "1 while adaptive k measures the costs of k = 0 and 1 at the running batch.",
            es->spec_exploring);
     scalar(o, "specd_spec_requests_not_drafting", "gauge",
            "Running requests that stopped drafting (adaptive k: it does not pay at their batch).",

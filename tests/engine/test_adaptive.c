@@ -110,7 +110,7 @@ TEST(flat_gpu_cost_drafts_deep_despite_capture_spikes)
     run(&a, &acc, &m, 8, 300);
     ASSERT(!a.exploring);
     ASSERT(sd_adaptive_informed(&a, 8));
-    /* exploration measured k = 0, 1 and k_max */
+    /* exploration measured k = 0 and 1 */
     ASSERT_GT(m.zero_picks, 2);
     ASSERT_GT(m.one_picks, 2);
     /* 0.8 per position at nearly free verification: as deep as allowed */
@@ -184,8 +184,7 @@ TEST(a_larger_batch_is_explored_before_it_is_judged)
     m.zero_picks = m.one_picks = m.max_picks = 0;
     run(&a, &acc, &m, 32, 12);
     ASSERT(a.exploring || sd_adaptive_informed(&a, 32));
-    /* the cycle measured 32 x 5, 32 and 32 x 2 rows */
-    ASSERT_GE(m.max_picks, 2);
+    /* the cycle measured 32 and 32 x 2 rows, never spending a k_max step on it */
     ASSERT_GE(m.zero_picks, 2);
     ASSERT_GE(m.one_picks, 2);
     run(&a, &acc, &m, 32, 100);
