@@ -100,16 +100,23 @@ static void run(sd_adaptive *a, sd_accept_stats *acc, sim *m, int batch, int n)
     }
 }
 
+/* a fresh controller (k_max 4) after n steps of m at this batch: 1 when
+ * it has measured what it needs there and explores no more */
+static int settled(sd_adaptive *a, sd_accept_stats *acc, sim *m, int batch, int n)
+{
+    sd_adaptive_init(a, 4);
+    memset(acc, 0, sizeof *acc);
+    run(a, acc, m, batch, n);
+    return !a->exploring && sd_adaptive_informed(a, batch);
+}
+
 TEST(flat_gpu_cost_drafts_deep_despite_capture_spikes)
 {
     sd_adaptive a;
-    sd_adaptive_init(&a, 4);
-    sd_accept_stats acc = {0};
+    sd_accept_stats acc;
     sim m = {.base = 3e-4, .knee = 64, .per_row = 2e-6, .d_base = 5e-5, .d_per = 3e-5, .p = 0.8,
              .rng = 7};
-    run(&a, &acc, &m, 8, 300);
-    ASSERT(!a.exploring);
-    ASSERT(sd_adaptive_informed(&a, 8));
+    ASSERT(settled(&a, &acc, &m, 8, 300));
     /* exploration measured k = 0 and 1 */
     ASSERT_GT(m.zero_picks, 2);
     ASSERT_GT(m.one_picks, 2);
@@ -120,13 +127,12 @@ TEST(flat_gpu_cost_drafts_deep_despite_capture_spikes)
 TEST(the_choice_and_its_neighbours_are_measured_not_interpolated)
 {
     sd_adaptive a;
-    sd_adaptive_init(&a, 4);
-    sd_accept_stats acc = {0};
+    sd_accept_stats acc;
     /* flat to 24 rows, then ever steeper: exploration measures 8, 16 and 40
      * rows, and a line between them is off at 24 and 32 */
     sim m = {.base = 3e-4, .knee = 24, .per_row = 3e-5, .quad = 1, .d_base = 5e-5, .d_per = 3e-5,
              .p = 0.7, .rng = 23};
-    run(&a, &acc, &m, 8, 400);
+    ASSERT(settled(&a, &acc, &m, 8, 400));
     int best = sd_adaptive_best_k(&a, &acc, 8);
     ASSERT_GE(best, 1);
     for (int k = best - 1 > 0 ? best - 1 : 1; k <= best + 1 && k <= 4; k++) {
@@ -138,47 +144,39 @@ TEST(the_choice_and_its_neighbours_are_measured_not_interpolated)
 TEST(linear_cpu_cost_with_poor_acceptance_does_not_draft)
 {
     sd_adaptive a;
-    sd_adaptive_init(&a, 4);
-    sd_accept_stats acc = {0};
+    sd_accept_stats acc;
     /* every row costs the same: k drafts cost k + 1 steps for 1 + p + ... tokens */
     sim m = {.base = 0, .knee = 0, .per_row = 5e-4, .d_base = 1e-4, .d_per = 1e-4, .p = 0.45,
              .rng = 11};
-    run(&a, &acc, &m, 4, 300);
-    ASSERT(!a.exploring);
+    ASSERT(settled(&a, &acc, &m, 4, 300));
     ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 4), 0);
     /* the same with too few drafts to give up on: the cheapest probe, k = 1 */
     sd_adaptive c;
-    sd_adaptive_init(&c, 4);
-    sd_accept_stats acc3 = {0};
+    sd_accept_stats acc3;
     sim m3 = m;
     memset(m3.seen_t, 0, sizeof m3.seen_t);
     memset(m3.seen_d, 0, sizeof m3.seen_d);
-    run(&c, &acc3, &m3, 1, 20);
-    ASSERT(!c.exploring);
+    ASSERT(settled(&c, &acc3, &m3, 1, 20));
     ASSERT_LT(acc3.proposed_at[0], SD_ADAPT_EXPLORE);
     ASSERT_EQ(sd_adaptive_best_k(&c, &acc3, 1), 0);
     ASSERT_EQ(sd_adaptive_pick_k(&c, &acc3, 1), 1);
     /* with 0.95 a draft it pays even there */
     sd_adaptive b;
-    sd_adaptive_init(&b, 4);
-    sd_accept_stats acc2 = {0};
+    sd_accept_stats acc2;
     sim m2 = {.base = 0, .knee = 0, .per_row = 5e-4, .d_base = 1e-5, .d_per = 1e-5, .p = 0.95,
               .rng = 13};
     m2.base = 2e-3; /* a fixed cost per step as well (launches, sync) */
-    run(&b, &acc2, &m2, 1, 300);
+    ASSERT(settled(&b, &acc2, &m2, 1, 300));
     ASSERT_GE(sd_adaptive_best_k(&b, &acc2, 1), 1);
 }
 
 TEST(a_larger_batch_is_explored_before_it_is_judged)
 {
     sd_adaptive a;
-    sd_adaptive_init(&a, 4);
-    sd_accept_stats acc = {0};
+    sd_accept_stats acc;
     sim m = {.base = 3e-4, .knee = 96, .per_row = 4e-6, .d_base = 5e-5, .d_per = 3e-5, .p = 0.7,
              .rng = 17};
-    run(&a, &acc, &m, 4, 200);
-    ASSERT(!a.exploring);
-    ASSERT(sd_adaptive_informed(&a, 4));
+    ASSERT(settled(&a, &acc, &m, 4, 200));
     /* steps of 4 requests say nothing about 32 x (k + 1) rows */
     ASSERT(!sd_adaptive_informed(&a, 32));
     m.zero_picks = m.one_picks = m.max_picks = 0;
