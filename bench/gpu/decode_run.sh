@@ -12,7 +12,9 @@
 #             position for DeepSeek-V4 MTP: 0.37 / 0.77 given the first), k = 3
 #             at 0.85, 0.75, 0.6
 #   tiny      the bundled model on its held-out prompts at batch 1, 8 and 32:
-#             plain, and each proposer at k = 3 and auto (real acceptance)
+#             plain, and each proposer at k = 3 and auto (real acceptance);
+#             TINY_MAXTOK tokens a request (512), the median of TINY_REPEAT
+#             runs (3)
 # Everything lands in OUT: decode.json (bench/decode/merge.py: every run, the
 # summary, the speedups over plain), summary.txt, logs.tar.gz.
 #
@@ -117,7 +119,10 @@ if has dsv2lite; then
     run dsv2lite-mtp-k3 "${m[@]}" --spec mtp --k 3 --synthetic-accept $A
 fi
 if has tiny; then
+    # long enough for adaptive k's exploration to be a small part, repeated
+    # (the median): a 128-token request at batch 32 is ~60 ms of steps
     m=(--model models/specd-tiny --prompts models/specd-tiny/heldout_prompts.jsonl --batch 1,8,32)
+    [ "$quick" = 1 ] || m+=(--max-tokens "${TINY_MAXTOK:-512}" --repeat "${TINY_REPEAT:-3}")
     run tiny-plain "${m[@]}"
     for p in mtp eagle3 draft ngram; do
         d=()

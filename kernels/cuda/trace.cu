@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include <cupti_activity.h>
+#include <cupti_version.h>
 
 #include "kernels/cuda/common.cuh"
 
@@ -23,6 +24,7 @@ typedef CUptiResult (*reg_fn)(CUpti_BuffersCallbackRequestFunc, CUpti_BuffersCal
 typedef CUptiResult (*enable_fn)(CUpti_ActivityKind);
 typedef CUptiResult (*next_fn)(uint8_t *, size_t, CUpti_Activity **);
 typedef CUptiResult (*flush_fn)(uint32_t);
+typedef CUptiResult (*version_fn)(uint32_t *);
 
 static struct {
     pthread_mutex_t mu;
@@ -83,8 +85,19 @@ void sd__cuda_trace_start(void)
     enable_fn en = h ? (enable_fn)dlsym(h, "cuptiActivityEnable") : NULL;
     tr.next = h ? (next_fn)dlsym(h, "cuptiActivityGetNextRecord") : NULL;
     tr.flush = h ? (flush_fn)dlsym(h, "cuptiActivityFlushAll") : NULL;
-    if (!reg || !en || !tr.next || !tr.flush) {
+    version_fn ver = h ? (version_fn)dlsym(h, "cuptiGetVersion") : NULL;
+    if (!reg || !en || !tr.next || !tr.flush || !ver) {
         sd_log_warn("SPECD_KERNEL_TRACE: CUPTI not found (%s): no kernel trace", dlerror());
+        pthread_mutex_unlock(&tr.mu);
+        return;
+    }
+    /* the kernel records are read as this header's CUpti_ActivityKernel10:
+     * only a library of the same API version writes exactly that */
+    uint32_t v = 0;
+    if (ver(&v) != CUPTI_SUCCESS || v != CUPTI_API_VERSION) {
+        sd_log_warn("SPECD_KERNEL_TRACE: CUPTI API version %u, built for %u: no kernel trace", v,
+                    (unsigned)CUPTI_API_VERSION);
+        tr.next = NULL;
         pthread_mutex_unlock(&tr.mu);
         return;
     }
