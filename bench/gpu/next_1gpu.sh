@@ -13,7 +13,9 @@
 #   5. where a decode step's time goes (--profile-ops on both models);
 #   6. KERNELS=1: the MLA and MoE kernel benches (specd-bench-kernels).
 # Everything lands in OUT (all.tgz after every phase, decode/ for phase 4);
-# a short table on stdout.
+# a short table on stdout. SKIP_DECODE=1 / SKIP_PROFILE=1 leave out phases
+# 4 / 5 (a call is 10 minutes at most: with several A/B configurations,
+# run those in a second call); AB_S, DECODE_S, PROFILE_S: their time limits.
 # usage: bench/gpu/next_1gpu.sh BIN_DIR OUT COMMIT [BASE_BIN_DIR]
 set -uo pipefail
 B=${1:?bin}; OUT=${2:?out}; C=${3:-unknown}; BASE=${4:-}
@@ -45,14 +47,18 @@ if [ -n "$BASE" ]; then
     timeout ${AB_S:-200} bash bench/gpu/ab_launch.sh "$w/ab" "$C" new="$B" base="$BASE" ${AB_EXTRA:-} 2>&1 | tail -24
     echo "a/b: $(( $(date +%s) - t1 )) s"; save
 fi
-t1=$(date +%s)
-mkdir -p "$OUT/decode"
-timeout ${DECODE_S:-260} bash bench/gpu/decode_run.sh "$B" "$OUT/decode" "$C" > "$w/decode.txt" 2>&1
-grep -E "plain|auto|k1 |k2 |k3 " "$OUT/decode/summary.txt" 2>/dev/null | head -40
-echo "decode: $(( $(date +%s) - t1 )) s"; save
-t1=$(date +%s)
-timeout ${PROFILE_S:-120} bash bench/gpu/profile_ops.sh "$B/specd" "$w/profile" > "$w/profile.txt" 2>&1
-echo "profile_ops: rc $? in $(( $(date +%s) - t1 )) s"; head -40 "$w/profile.txt"; save
+if [ "${SKIP_DECODE:-0}" != 1 ]; then
+    t1=$(date +%s)
+    mkdir -p "$OUT/decode"
+    timeout ${DECODE_S:-300} bash bench/gpu/decode_run.sh "$B" "$OUT/decode" "$C" > "$w/decode.txt" 2>&1
+    grep -E "plain|auto|k1 |k2 |k3 " "$OUT/decode/summary.txt" 2>/dev/null | head -40
+    echo "decode: $(( $(date +%s) - t1 )) s"; save
+fi
+if [ "${SKIP_PROFILE:-0}" != 1 ]; then
+    t1=$(date +%s)
+    timeout ${PROFILE_S:-120} bash bench/gpu/profile_ops.sh "$B/specd" "$w/profile" > "$w/profile.txt" 2>&1
+    echo "profile_ops: rc $? in $(( $(date +%s) - t1 )) s"; head -40 "$w/profile.txt"; save
+fi
 if [ "${KERNELS:-0}" = 1 ]; then
     "$B/bench/specd-bench-kernels" --mla --commit "$C" --out "$w/mla-tc.json" > "$w/mla-tc.txt" 2>&1
     "$B/bench/specd-bench-kernels" --moe-prefill --commit "$C" --out "$w/moe-prefill-tc.json" \
