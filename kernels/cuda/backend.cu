@@ -382,7 +382,6 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     if (device < 0 || device >= n)
         return sd_err_set(err, SD_EDEVICE, "cuda: device %d is not present (%d visible)", device,
                           n);
-    sd__cuda_trace_start();
     sd_backend *be = (sd_backend *)calloc(1, sizeof *be);
     sd__cuda *c = (sd__cuda *)calloc(1, sizeof *c);
     if (!be || !c) {
@@ -448,7 +447,6 @@ void sd_cuda_backend_destroy(sd_backend *be)
     sd__cuda *c = sd__cuda_of(be);
     if (c) {
         cudaSetDevice(c->device);
-        sd__cuda_trace_flush();
         if (c->stream)
             cudaStreamSynchronize(c->stream);
         sd__cuda_matmul_release(c);

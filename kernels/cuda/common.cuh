@@ -80,10 +80,6 @@ static inline sd__cuda *sd__cuda_of(sd_backend *be) { return (sd__cuda *)be->imp
 int sd__cuda_fail(sd__cuda *c, const char *what, const char *detail, const char *file, int line);
 int sd__cuda_check(sd__cuda *c, cudaError_t e, const char *stmt, const char *file, int line);
 int sd__cublas_check(sd__cuda *c, cublasStatus_t s, const char *stmt, const char *file, int line);
-/* SPECD_KERNEL_TRACE=FILE: a CUPTI kernel trace (trace.cu); started as the
- * first backend opens, flushed as each closes */
-void sd__cuda_trace_start(void);
-void sd__cuda_trace_flush(void);
 
 #define SD_CUDA(c, stmt) sd__cuda_check((c), (stmt), #stmt, __FILE__, __LINE__)
 #define SD_CUBLAS(c, stmt) sd__cublas_check((c), (stmt), #stmt, __FILE__, __LINE__)
