@@ -504,6 +504,15 @@ static void comm_counts_stats(sd_engine *e, sd_engine_stats *st)
     st->allreduce_unrecorded_replays = k.unrecorded_replays;
 }
 
+/* running requests that stopped tracking the proposer (adaptive k) */
+static int n_not_drafting(const sd_engine *e)
+{
+    int off = 0;
+    for (int i = 0; i < e->n_running; i++)
+        off += e->running[i]->no_spec;
+    return off;
+}
+
 static void publish_stats(sd_engine *e, int stepped)
 {
     pthread_mutex_lock(&e->mu);
@@ -522,10 +531,7 @@ static void publish_stats(sd_engine *e, int stepped)
     }
     e->stats.plans = e->plan_seq;
     e->stats.spec_exploring = e->spec != SD_SPEC_NONE && e->spec_k < 0 && e->adapt.exploring;
-    int off = 0;
-    for (int i = 0; i < e->n_running; i++)
-        off += e->running[i]->no_spec;
-    e->stats.spec_off_running = off;
+    e->stats.spec_off_running = n_not_drafting(e);
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -853,11 +859,7 @@ static int engine_step(sd_engine *e)
          * the acceptance estimate fresh. Their drafting time is not a
          * drafting cost of the whole batch, so it is not observed. */
         int probe = e->spec_k < 0 && k == 0 && e->spec != SD_SPEC_NGRAM &&
-                    e->zero_k_steps >= SD_SPEC_OFF_AFTER;
-        int tracking = 0;
-        for (int i = 0; i < e->n_running && probe && !tracking; i++)
-            tracking = !e->running[i]->no_spec;
-        probe = probe && tracking;
+                    e->zero_k_steps >= SD_SPEC_OFF_AFTER && n_not_drafting(e) < e->n_running;
         if (probe)
             k = 1;
         pthread_mutex_lock(&e->mu);
