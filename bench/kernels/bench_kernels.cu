@@ -7,6 +7,7 @@
  * total so every call reads memory, not cache; all data is random.
  *
  *   specd-bench-kernels [--out FILE] [--commit C] [--quick] [--moe-prefill] [--mla]
+ *                       [--gemv-lab]
  *
  * moe_ffn also runs at prefill sizes (n = 256 .. 4096 tokens) on the grouped
  * GEMV ("sorted") and on the tensor-core grouped GEMMs ("tc", the
@@ -238,11 +239,18 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
     b->fn = mm_fn;
     b->ctx = &m;
 #ifndef SD_BENCH_BASELINE
-    int saved = b->c->gemv_max_rows;
+    int saved = b->c->gemv_max_rows, saved_tma = b->c->gemv_tma, saved_hint = b->c->gemv_tma_hint;
+    size_t saved_min = b->c->gemv_tma_min;
     if (!strcmp(path, "gemv"))
         b->c->gemv_max_rows = 1 << 20;
     else if (!strcmp(path, "lt"))
         b->c->gemv_max_rows = 1; /* rows >= 2 go to cuBLASLt */
+    else if (!strcmp(path, "block"))
+        sd_cuda_set_gemv_tma(b->be, 0, 0);
+    else if (!strncmp(path, "tma", 3)) { /* tmaN: configuration N, tmaNh: with the L2 hint */
+        sd_cuda_set_gemv_tma(b->be, path[3] - '0', 0);
+        b->c->gemv_tma_hint = path[4] == 'h';
+    }
 #endif
     for (int i = 0; i < nn; i++) {
         m.n = ns[i];
@@ -264,6 +272,8 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
     }
 #ifndef SD_BENCH_BASELINE
     b->c->gemv_max_rows = saved;
+    sd_cuda_set_gemv_tma(b->be, saved_tma, saved_min);
+    b->c->gemv_tma_hint = saved_hint;
 #endif
     b->be->ops->free(b->be, m.w);
     b->be->ops->free(b->be, m.x);
@@ -530,6 +540,153 @@ static void bench_mla_all(bench *b, out *o, int quick)
                           paths[pi]);
 }
 
+
+/* ---- the GEMV lab (--gemv-lab) -------------------------------------------------
+ *
+ * The decode GEMV paths at the shapes of both real-size models (the block
+ * GEMV, the copy-engine GEMV in each configuration, with and without its L2
+ * hint), and a whole batch-1 step of the Llama-3-8B shape without attention:
+ * 32 layers of the real ops in their order with their dependencies (qkv,
+ * rope, o, add_rmsnorm, gate/up, silu_mul, down, add_rmsnorm; each layer its
+ * own weights, 14 GB in all) and the head, replayed from one graph, each
+ * path with programmatic dependent launch off and on. The step's bytes over
+ * the measured copy bandwidth are its floor; how far the step is above it is
+ * what the GEMVs and the kernel boundaries cost. */
+typedef struct step_ctx {
+    int L, D, I, Q; /* layers, hidden, intermediate, q+k+v width */
+    void *w;        /* per layer: qkv (Q, D), o (D, D), gate_up (2I, D), down (D, I); head (V, D) */
+    int V;
+    float *x, *xn, *qkv, *ao, *gu, *fo, *logits;
+    const void *norm; /* (D) bf16 */
+    float *inv_freq;
+    int32_t *pos;
+} step_ctx;
+
+static size_t step_layer_elems(const step_ctx *s)
+{
+    return (size_t)s->Q * s->D + (size_t)s->D * s->D + 2 * (size_t)s->I * s->D +
+           (size_t)s->D * s->I;
+}
+
+static void step_fn(bench *b, int rep)
+{
+    (void)rep;
+    step_ctx *s = (step_ctx *)b->ctx;
+    const sd_ops *op = b->be->ops;
+    sd_backend *be = b->be;
+    sd_weight nw = {s->norm, SD_DT_BF16, 1, s->D};
+    sd_rope rope = {s->inv_freq, 128, 0, 1.0f};
+    for (int l = 0; l < s->L; l++) {
+        const uint16_t *base = (const uint16_t *)s->w + (size_t)l * step_layer_elems(s);
+        sd_weight wqkv = {base, SD_DT_BF16, s->Q, s->D};
+        sd_weight wo = {base + (size_t)s->Q * s->D, SD_DT_BF16, s->D, s->D};
+        sd_weight wgu = {(const uint16_t *)wo.data + (size_t)s->D * s->D, SD_DT_BF16, 2 * s->I,
+                         s->D};
+        sd_weight wd = {(const uint16_t *)wgu.data + 2 * (size_t)s->I * s->D, SD_DT_BF16, s->D,
+                        s->I};
+        op->matmul(be, s->qkv, s->xn, &wqkv, NULL, 1, s->D);
+        op->rope(be, s->qkv, s->pos, &rope, 1, (s->Q - s->D / 4) / 128, s->Q, 128, 0);
+        /* attention's output stands in as the first D columns of qkv */
+        op->matmul(be, s->ao, s->qkv, &wo, NULL, 1, s->D);
+        op->add_rmsnorm(be, s->xn, s->x, s->ao, &nw, 1, s->D, 1e-5f);
+        op->matmul(be, s->gu, s->xn, &wgu, NULL, 1, s->D);
+        op->silu_mul(be, s->gu, s->gu, 1, s->I);
+        op->matmul(be, s->fo, s->gu, &wd, NULL, 1, s->I);
+        op->add_rmsnorm(be, s->xn, s->x, s->fo, &nw, 1, s->D, 1e-5f);
+    }
+    sd_weight head = {(const uint16_t *)s->w + (size_t)s->L * step_layer_elems(s), SD_DT_BF16,
+                      s->V, s->D};
+    op->matmul(be, s->logits, s->xn, &head, NULL, 1, s->D);
+}
+
+static void bench_step(bench *b, out *o)
+{
+    step_ctx s = {32, 4096, 14336, 6144, NULL, 128256, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                  NULL, NULL, NULL};
+    size_t elems = step_layer_elems(&s) * (size_t)s.L + (size_t)s.V * s.D;
+    s.w = dev_alloc(b, elems * 2);
+    dev_fill(b, s.w, elems, 1, 0.02f, 5);
+    float *f = (float *)dev_alloc(b, (size_t)(2 * s.D + s.Q + s.D + 2 * s.I + s.D + s.V) * 4);
+    s.x = f;
+    s.xn = s.x + s.D;
+    s.qkv = s.xn + s.D;
+    s.ao = s.qkv + s.Q;
+    s.gu = s.ao + s.D;
+    s.fo = s.gu + 2 * s.I;
+    s.logits = s.fo + s.D;
+    dev_fill(b, s.x, (size_t)2 * s.D, 0, 1.0f, 9);
+    void *norm = dev_alloc(b, (size_t)s.D * 2);
+    dev_fill(b, norm, (size_t)s.D, 1, 1.0f, 13);
+    s.norm = norm;
+    s.inv_freq = (float *)dev_alloc(b, 64 * 4);
+    float inv[64];
+    for (int i = 0; i < 64; i++)
+        inv[i] = powf(500000.0f, -(float)i / 64.0f);
+    b->be->ops->upload(b->be, s.inv_freq, inv, sizeof inv);
+    s.pos = (int32_t *)dev_alloc(b, 4);
+    int32_t p0 = 100;
+    b->be->ops->upload(b->be, s.pos, &p0, 4);
+    b->fn = step_fn;
+    b->ctx = &s;
+    double bytes = (double)elems * 2.0;
+    printf("\nbatch-1 step of the Llama-3-8B shape without attention (%.2f GB of weights, floor "
+           "%.1f us at the copy bandwidth)\n%-10s %4s %10s %8s\n", bytes / 1e9,
+           bytes / copy_gbps / 1e3, "path", "pdl", "us/step", "/floor");
+    static const char *paths[] = {"block", "tma1", "tma2", "tma3", "tma4", "tma1h"};
+    int saved_tma = b->c->gemv_tma, saved_pdl = b->c->pdl;
+    size_t saved_min = b->c->gemv_tma_min;
+    for (int round = 0; round < 2; round++)
+        for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++)
+            for (int pdl = 0; pdl < 2; pdl++) {
+                const char *path = paths[pi];
+                if (!strcmp(path, "block"))
+                    sd_cuda_set_gemv_tma(b->be, 0, 0);
+                else
+                    sd_cuda_set_gemv_tma(b->be, path[3] - '0', SD_CUDA_GEMV_TMA_MIN);
+                b->c->gemv_tma_hint = path[4] == 'h';
+                sd_cuda_set_pdl(b->be, pdl);
+                double me, mg;
+                if (time_op(b, 1, &me, &mg))
+                    exit(1);
+                double floor_us = bytes / copy_gbps / 1e3;
+                printf("%-10s %4d %10.1f %8.3f   (round %d)\n", path, pdl, mg * 1e3,
+                       floor_us / (mg * 1e3), round + 1);
+                jrow(o,
+                     "\"op\": \"l8b_step_no_attention\", \"path\": \"%s\", \"pdl\": %d, "
+                     "\"round\": %d, \"us_graph\": %.2f, \"us_eager\": %.2f, \"bytes\": %.0f, "
+                     "\"frac_floor\": %.4f",
+                     path, pdl, round + 1, mg * 1e3, me * 1e3, bytes, floor_us / (mg * 1e3));
+                fflush(stdout);
+            }
+    sd_cuda_set_gemv_tma(b->be, saved_tma, saved_min);
+    b->c->gemv_tma_hint = 0;
+    sd_cuda_set_pdl(b->be, saved_pdl);
+    b->be->ops->free(b->be, s.w);
+    b->be->ops->free(b->be, f);
+    b->be->ops->free(b->be, norm);
+    b->be->ops->free(b->be, s.inv_freq);
+    b->be->ops->free(b->be, s.pos);
+}
+
+static void gemv_lab(bench *b, out *o, int quick)
+{
+    static const char *paths[] = {"block", "tma1", "tma2", "tma3", "tma4", "tma1h"};
+    static const int ns[] = {1, 2, 4, 8};
+    struct { const char *name; int N, K; } sh[] = {
+        {"llama8b qkv", 6144, 4096},       {"llama8b o", 4096, 4096},
+        {"llama8b gate+up", 28672, 4096},  {"llama8b down", 4096, 14336},
+        {"llama8b lm_head", 128256, 4096}, {"dsv2lite q+kv_a", 3648, 2048},
+        {"dsv2lite o", 2048, 2048},        {"dsv2lite shared g+u", 5632, 2048},
+        {"dsv2lite shared down", 2048, 2816}, {"dsv2lite lm_head", 102400, 2048},
+    };
+    printf("\n%-22s %-5s %6s %6s %3s %9s %9s %8s %6s %6s\n", "op", "path", "N", "K", "n",
+           "us/graph", "us/eager", "GB/s", "/copy", "/read");
+    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
+        for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++)
+            bench_mm(b, o, sh[i].name, sh[i].N, sh[i].K, 0, ns, quick ? 1 : 3, paths[p]);
+    bench_step(b, o);
+}
+
 /* ---- ceilings ------------------------------------------------------------------- */
 
 static void ceilings(bench *b)
@@ -566,7 +723,7 @@ static void ceilings(bench *b)
 int main(int argc, char **argv)
 {
     const char *path = "bench/results/kernels-decode.json", *commit = "unknown";
-    int quick = 0, moe_prefill = 0, mla_only = 0;
+    int quick = 0, moe_prefill = 0, mla_only = 0, lab = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc)
             path = argv[++i];
@@ -578,9 +735,11 @@ int main(int argc, char **argv)
             moe_prefill = 1;
         else if (!strcmp(argv[i], "--mla"))
             mla_only = 1;
+        else if (!strcmp(argv[i], "--gemv-lab"))
+            lab = 1;
         else {
             fprintf(stderr, "usage: specd-bench-kernels [--out FILE] [--commit C] [--quick] "
-                            "[--moe-prefill] [--mla]\n");
+                            "[--moe-prefill] [--mla] [--gemv-lab]\n");
             return 2;
         }
     }
@@ -611,8 +770,11 @@ int main(int argc, char **argv)
         fprintf(o.json, "%s%s", i ? " " : "", argv[i]);
     fprintf(o.json, "\",\n  \"copy_gbps\": %.1f,\n  \"read_gbps\": %.1f,\n  \"rows\": [", copy_gbps,
             read_gbps);
-    if (mla_only) {
-        bench_mla_all(&b, &o, quick);
+    if (mla_only || lab) {
+        if (lab)
+            gemv_lab(&b, &o, quick);
+        else
+            bench_mla_all(&b, &o, quick);
         fprintf(o.json, "\n  ]\n}\n");
         fclose(o.json);
         printf("\nwrote %s\n", path);

@@ -402,6 +402,13 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->mla_tc = !mla_tc || strcmp(mla_tc, "0");
     const char *pdl = getenv("SPECD_PDL"); /* 1: programmatic dependent launches (common.cuh) */
     c->pdl = pdl && !strcmp(pdl, "1");
+    /* SPECD_GEMV_TMA=N: the copy-engine GEMV in configuration N (0 off) for
+     * matrices of at least SD_CUDA_GEMV_TMA_MIN weights; SPECD_GEMV_TMA_HINT=1
+     * marks its weight reads evict-first in L2 */
+    const char *tma = getenv("SPECD_GEMV_TMA"), *tma_hint = getenv("SPECD_GEMV_TMA_HINT");
+    c->gemv_tma = tma && *tma ? atoi(tma) : SD_CUDA_GEMV_TMA_DEFAULT;
+    c->gemv_tma_min = SD_CUDA_GEMV_TMA_MIN;
+    c->gemv_tma_hint = tma_hint && !strcmp(tma_hint, "1");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)
@@ -431,6 +438,10 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     }
     if (!rc)
         rc = sd__cuda_attention_init(c);
+    if (!rc) {
+        sd__cuda_matmul_init(c);
+        rc = c->err;
+    }
     if (rc) {
         sd_err_set(err, SD_EDEVICE, "cuda: cannot open device %d: %s", device, c->msg);
         sd_cuda_backend_destroy(be);

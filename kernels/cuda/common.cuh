@@ -52,6 +52,12 @@ typedef struct sd__cuda {
      * fused small-batch path up to this many (token, expert) pairs
      * (SD_CUDA_MOE_FUSED_MAX_PAIRS) */
     int gemv_max_rows, moe_fused_max_pairs;
+    /* the copy-engine GEMV (matmul.cu, sd_cuda_set_gemv_tma): configuration
+     * (0 off), the fewest weights a matrix needs to take it, and whether its
+     * bulk copies carry an L2 evict-first hint (SPECD_GEMV_TMA_HINT=1) */
+    int gemv_tma;
+    size_t gemv_tma_min;
+    int gemv_tma_hint;
     /* benchmark override: keys a split chunk of the tensor-core MLA kernel
      * holds at least (rounded up to its 64-key tiles; 0 = one tile) */
     int mla_tc_min_chunk;
@@ -285,5 +291,7 @@ void sd__cuda_accept_sample_rows(sd_backend *be, int32_t *n_acc, int32_t *out_to
 int sd__cuda_attention_init(sd__cuda *c);
 /* releases the cuBLASLt plans */
 void sd__cuda_matmul_release(sd__cuda *c);
+/* per-context kernel attributes of matmul.cu (the copy-engine GEMV's shared memory) */
+void sd__cuda_matmul_init(sd__cuda *c);
 
 #endif

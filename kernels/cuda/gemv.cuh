@@ -278,4 +278,78 @@ static inline int sd__gemv_wk(int K)
     return wk;
 }
 
+/* ---- bulk copies into shared memory (sm_90) ---------------------------
+ *
+ * The copy engine moves a contiguous run of global memory into shared
+ * memory (cp.async.bulk) and signals an mbarrier with the bytes it wrote, so
+ * a warp keeps several weight pieces in flight without holding them in
+ * registers and without a block-wide barrier. The GEMV below gives each warp
+ * its own ring of stages: one mbarrier per stage, armed by lane 0 with the
+ * bytes to expect, waited on by the whole warp by phase parity. */
+__device__ __forceinline__ uint32_t sd__smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void sd__mbar_init(uint64_t *b, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sd__smem_u32(b)), "r"(count)
+                 : "memory");
+}
+
+/* the initialised barriers visible to the copy engine */
+__device__ __forceinline__ void sd__mbar_init_fence()
+{
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+/* one arrival that also says how many bytes the barrier's phase waits for */
+__device__ __forceinline__ void sd__mbar_expect(uint64_t *b, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sd__smem_u32(b)),
+                 "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void sd__mbar_wait(uint64_t *b, uint32_t parity)
+{
+    asm volatile("{\n\t.reg .pred p;\n"
+                 "SD_MBAR_WAIT:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+                 "@!p bra SD_MBAR_WAIT;\n}" ::"r"(sd__smem_u32(b)),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* shared memory read by ordinary loads, about to be overwritten by the copy engine */
+__device__ __forceinline__ void sd__fence_async_smem()
+{
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+/* an L2 policy for bytes read once (weights of a decode step) */
+__device__ __forceinline__ uint64_t sd__evict_first_policy()
+{
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
+
+/* bytes (a multiple of 16, both addresses 16-byte aligned) from global src
+ * to shared dst; completion counted on barrier b; hint: with L2 policy pol */
+__device__ __forceinline__ void sd__bulk_g2s(void *dst, const void *src, uint32_t bytes,
+                                             uint64_t *b, int hint, uint64_t pol)
+{
+    if (hint)
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+                     " [%0], [%1], %2, [%3], %4;" ::"r"(sd__smem_u32(dst)),
+                     "l"(src), "r"(bytes), "r"(sd__smem_u32(b)), "l"(pol)
+                     : "memory");
+    else
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                     " [%0], [%1], %2, [%3];" ::"r"(sd__smem_u32(dst)),
+                     "l"(src), "r"(bytes), "r"(sd__smem_u32(b))
+                     : "memory");
+}
+
 #endif

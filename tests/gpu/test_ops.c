@@ -402,6 +402,7 @@ TEST(matmul_gemv_rows_match_the_cpu_in_fp32)
     gpu_env e;
     GPU_OPEN(e);
     int ok = 1;
+    sd_cuda_set_gemv_tma(e.gpu, 0, 0); /* the block GEMV (the copy engine's: below) */
     for (int di = 0; di < 3; di++) {
         sd_dtype dt = all_dt[di];
         ok &= mm_case(&e, dt, 1, 256, 512, 512, 0);
@@ -442,56 +443,94 @@ static float *mm_rows(gpu_env *e, float *dy, const float *dx, const tw *w, int n
     return gget(e, dy, (size_t)n * N);
 }
 
+/* the batch-independence check for one weight shape and dtype */
+static int mm_batch_case(gpu_env *e, sd_dtype dt, int N, int K, const char *path)
+{
+    const int nmax = SD_CUDA_GEMV_MAX_ROWS, nex = SD_CUDA_GEMV_EXACT_ROWS;
+    tw w;
+    if (tw_make(e, &w, dt, N, K, 0.5f))
+        return report("matmul: weight upload", INFINITY, 0);
+    float *x = rnd_floats(e, (size_t)nmax * K, -1, 1);
+    float *dx = (float *)gput(e, x, (size_t)nmax * K * sizeof(float));
+    float *dy = gpoison(e, (size_t)nmax * N);
+    /* references: each row alone, and all rows in the largest batch */
+    float *alone = (float *)malloc((size_t)nmax * N * sizeof(float));
+    float *full = mm_rows(e, dy, dx, &w, nmax, N, K);
+    int got = full != NULL, ok = 1;
+    for (int r = 0; r < nmax && got; r++) {
+        float *g = mm_rows(e, dy, dx + (size_t)r * K, &w, 1, N, K);
+        got = g != NULL;
+        if (g)
+            memcpy(alone + (size_t)r * N, g, (size_t)N * sizeof(float));
+        free(g);
+    }
+    double bad[2] = {got ? 0 : INFINITY, got ? 0 : INFINITY};
+    /* batches of every size starting at every offset that fits */
+    for (int n = 2; n <= nmax && got; n++) {
+        const float *ref = n <= nex ? alone : full;
+        for (int r0 = 0; r0 + n <= nmax; r0 += n > 4 && n <= nex ? 1 : n > nex ? 3 : n) {
+            float *g = mm_rows(e, dy, dx + (size_t)r0 * K, &w, n, N, K);
+            if (!g) {
+                bad[n > nex] = INFINITY;
+                break;
+            }
+            for (size_t i = 0; i < (size_t)n * N; i++)
+                bad[n > nex] += memcmp(&g[i], &ref[(size_t)r0 * N + i], sizeof(float)) != 0;
+            free(g);
+        }
+    }
+    ok &= reportf(bad[0], 0, "matmul %s %s N=%d K=%d: a row in batches of 2..%d vs alone "
+                  "(differing elements)", path, sd_dtype_name(dt), N, K, nex);
+    if (nmax > nex)
+        ok &= reportf(bad[1], 0, "matmul %s %s N=%d K=%d: a row in batches of %d..%d vs "
+                      "in %d (differing elements)", path, sd_dtype_name(dt), N, K, nex + 1,
+                      nmax, nmax);
+    gfree(e, dx);
+    gfree(e, dy);
+    free(x);
+    free(alone);
+    free(full);
+    tw_free(e, &w);
+    return ok;
+}
+
 TEST(matmul_gemv_rows_do_not_depend_on_the_batch)
 {
     gpu_env e;
     GPU_OPEN(e);
     int ok = 1;
-    const int N = 1500, K = 4104, nmax = SD_CUDA_GEMV_MAX_ROWS, nex = SD_CUDA_GEMV_EXACT_ROWS;
-    for (int di = 0; di < 3; di++) {
-        tw w;
-        ASSERT_OK(tw_make(&e, &w, all_dt[di], N, K, 0.5f));
-        float *x = rnd_floats(&e, (size_t)nmax * K, -1, 1);
-        float *dx = (float *)gput(&e, x, (size_t)nmax * K * sizeof(float));
-        float *dy = gpoison(&e, (size_t)nmax * N);
-        /* references: each row alone, and all rows in the largest batch */
-        float *alone = (float *)malloc((size_t)nmax * N * sizeof(float));
-        float *full = mm_rows(&e, dy, dx, &w, nmax, N, K);
-        int got = full != NULL;
-        for (int r = 0; r < nmax && got; r++) {
-            float *g = mm_rows(&e, dy, dx + (size_t)r * K, &w, 1, N, K);
-            got = g != NULL;
-            if (g)
-                memcpy(alone + (size_t)r * N, g, (size_t)N * sizeof(float));
-            free(g);
+    sd_cuda_set_gemv_tma(e.gpu, 0, 0); /* the block GEMV */
+    for (int di = 0; di < 3; di++)
+        ok &= mm_batch_case(&e, all_dt[di], 1500, 4104, "gemv");
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+/* The copy-engine GEMV (sd_cuda_set_gemv_tma) in each configuration, on every
+ * shape it takes (min_weights 0): against the CPU in fp32 (rows of a group
+ * past N, a last piece shorter than the ring's, K below one piece, 1..8
+ * activation rows, strided rows, biases), and a row's bits the same in every
+ * batch up to SD_CUDA_GEMV_EXACT_ROWS. */
+TEST(matmul_copy_engine_gemv_matches_the_cpu_and_does_not_depend_on_the_batch)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    for (int cfg = 1; cfg <= 4; cfg++) {
+        sd_cuda_set_gemv_tma(e.gpu, cfg, 0);
+        for (int di = 1; di < 3; di++) {
+            sd_dtype dt = all_dt[di];
+            ok &= mm_case(&e, dt, 1, 4096, 4096, 4096, 0);
+            ok &= mm_case(&e, dt, 1, 4099, 14336, 14336, 1);
+            ok &= mm_case(&e, dt, 2, 3, 2056, 2056, 0);
+            ok &= mm_case(&e, dt, 3, 1001, 136, 140, 1);
+            ok &= mm_case(&e, dt, 4, 1027, 1408, 1416, 0);
+            ok &= mm_case(&e, dt, 5, 6143, 3080, 3080, 1);
+            ok &= mm_case(&e, dt, 7, 333, 2056, 2064, 1);
+            ok &= mm_case(&e, dt, 8, 64, 2048, 2048, 0);
+            ok &= mm_case(&e, dt, 8, 20000, 520, 520, 1);
         }
-        double bad[2] = {got ? 0 : INFINITY, got ? 0 : INFINITY};
-        /* batches of every size starting at every offset that fits */
-        for (int n = 2; n <= nmax && got; n++) {
-            const float *ref = n <= nex ? alone : full;
-            for (int r0 = 0; r0 + n <= nmax; r0 += n > 4 && n <= nex ? 1 : n > nex ? 3 : n) {
-                float *g = mm_rows(&e, dy, dx + (size_t)r0 * K, &w, n, N, K);
-                if (!g) {
-                    bad[n > nex] = INFINITY;
-                    break;
-                }
-                for (size_t i = 0; i < (size_t)n * N; i++)
-                    bad[n > nex] += memcmp(&g[i], &ref[(size_t)r0 * N + i], sizeof(float)) != 0;
-                free(g);
-            }
-        }
-        ok &= reportf(bad[0], 0, "matmul gemv %s N=%d K=%d: a row in batches of 2..%d vs alone "
-                      "(differing elements)", sd_dtype_name(all_dt[di]), N, K, nex);
-        if (nmax > nex)
-            ok &= reportf(bad[1], 0, "matmul gemv %s N=%d K=%d: a row in batches of %d..%d vs "
-                          "in %d (differing elements)", sd_dtype_name(all_dt[di]), N, K, nex + 1,
-                          nmax, nmax);
-        gfree(&e, dx);
-        gfree(&e, dy);
-        free(x);
-        free(alone);
-        free(full);
-        tw_free(&e, &w);
+        ok &= mm_batch_case(&e, SD_DT_BF16, 1500, 4104, "copy-engine gemv");
     }
     gpu_env_close(&e);
     ASSERT(ok);
@@ -2167,6 +2206,7 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(add_rmsnorm_matches_the_cpu_and_the_gpus_add_then_rmsnorm_bitwise),
           T(rope_matches_the_cpu_for_every_variant_up_to_8k_positions),
           T(matmul_gemv_rows_match_the_cpu_in_fp32), T(matmul_gemv_rows_do_not_depend_on_the_batch),
+          T(matmul_copy_engine_gemv_matches_the_cpu_and_does_not_depend_on_the_batch),
           T(matmul_many_rows_match_the_cpu),
           T(matmul_heads_matches_the_cpu), T(attn_gqa_matches_the_cpu_on_ragged_paged_batches),
           T(attn_gqa_matches_the_cpu_on_long_contexts),
