@@ -138,7 +138,8 @@ typedef struct sd_ops {
 
     /* GQA attention over the paged cache. q (T, Hq, D) rows q_stride apart;
      * k, v (T, Hkv, D) / (T, Hkv, Dv) written into kcache/vcache (slots, Hkv, D)
-     * at b->slot first; out (T, Hq, Dv). scale multiplies q.k. */
+     * at b->slot first (k NULL: rope_kv already did); out (T, Hq, Dv). scale
+     * multiplies q.k. */
     void (*attn_gqa)(sd_backend *be, float *out, const float *q, const float *k, const float *v,
                      void *kcache, void *vcache, const sd_attn_batch *b, int Hq, int Hkv, int D,
                      int Dv, int q_stride, int kv_stride, float scale);
@@ -146,7 +147,8 @@ typedef struct sd_ops {
      * q_lat (T, H, C) latent queries; q_pe (T, H, R) roped queries (rows
      * qpe_stride apart, heads qpe_head_stride apart);
      * c (T, C) normalized latent and k_pe (T, R) roped key written into
-     * cache (slots, C + R) first; out (T, H, C) = sum_j p_j c_j. */
+     * cache (slots, C + R) first (c NULL: mla_prep already did); out (T, H, C)
+     * = sum_j p_j c_j. */
     void (*attn_mla)(sd_backend *be, float *out, const float *q_lat, const float *q_pe,
                      const float *c, const float *k_pe, void *cache, const sd_attn_batch *b, int H,
                      int C, int R, int qpe_stride, int qpe_head_stride, int ck_stride,
@@ -264,6 +266,24 @@ typedef struct sd_ops {
      * target's. map is injective (ws distinct columns below wd). */
     void (*scatter_cols)(sd_backend *be, float *dst, const float *src, const int32_t *map, int n,
                          int ws, int wd);
+
+    /* ---- fused attention prologues (appended; NULL where a backend has none) ----
+     * rope_kv: rope(q, b->pos, r, T, Hq, q_stride, D, 0), rope(k, b->pos, r, T,
+     * Hkv, kv_stride, D, 0), then attn_gqa's store of k and v into the caches
+     * at b->slot: those numbers, one op. attn_gqa then takes k = v = NULL. */
+    void (*rope_kv)(sd_backend *be, float *q, float *k, const float *v, void *kcache,
+                    void *vcache, const sd_attn_batch *b, const sd_rope *r, int Hq, int Hkv,
+                    int D, int Dv, int q_stride, int kv_stride);
+    /* mla_prep: per token of b, with T = b->n_tokens:
+     *   rmsnorm(ckv, ckv, w, T, C, ck_stride, ck_stride, eps)    the latent
+     *   rope(ckv, b->pos, r, T, 1, ck_stride, 0, C)              the rope key
+     *   rope(q_pe, b->pos, r, T, H, qpe_stride, qpe_head_stride, 0)
+     * then attn_mla's store of [latent, rope key] (R floats at ckv + C) into
+     * cache (slots, C + R) at b->slot: those numbers, one op. attn_mla then
+     * takes c = k_pe = NULL. */
+    void (*mla_prep)(sd_backend *be, float *ckv, int ck_stride, float *q_pe, int qpe_stride,
+                     int qpe_head_stride, const sd_weight *w, float eps, void *cache,
+                     const sd_attn_batch *b, const sd_rope *r, int H, int C, int R);
 } sd_ops;
 
 struct sd_backend {

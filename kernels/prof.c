@@ -208,6 +208,21 @@ static void p_add_rmsnorm(sd_backend *be, float *out, float *x, const float *y, 
     TIMED(be, "add_rmsnorm", I(be)->ops->add_rmsnorm(I(be), out, x, y, w, n, d, eps));
 }
 
+static void p_rope_kv(sd_backend *be, float *q, float *k, const float *v, void *kc, void *vc,
+                      const sd_attn_batch *b, const sd_rope *r, int Hq, int Hkv, int D, int Dv,
+                      int qs, int kvs)
+{
+    TIMED(be, "rope_kv", I(be)->ops->rope_kv(I(be), q, k, v, kc, vc, b, r, Hq, Hkv, D, Dv, qs, kvs));
+}
+
+static void p_mla_prep(sd_backend *be, float *ckv, int cks, float *qpe, int qps, int qph,
+                       const sd_weight *w, float eps, void *cache, const sd_attn_batch *b,
+                       const sd_rope *r, int H, int C, int R)
+{
+    TIMED(be, "mla_prep",
+          I(be)->ops->mla_prep(I(be), ckv, cks, qpe, qps, qph, w, eps, cache, b, r, H, C, R));
+}
+
 int sd_prof_backend_wrap(sd_backend **out, sd_backend *inner)
 {
     *out = NULL;
@@ -253,7 +268,9 @@ int sd_prof_backend_wrap(sd_backend **out, sd_backend *inner)
                       .accept_sample_rows = W(accept_sample_rows),
                       .gather_i32 = W(gather_i32),
                       .add_rmsnorm = W(add_rmsnorm),
-                      .scatter_cols = W(scatter_cols)};
+                      .scatter_cols = W(scatter_cols),
+                      .rope_kv = W(rope_kv),
+                      .mla_prep = W(mla_prep)};
 #undef W
     /* the cost of an empty sync, the best of many */
     p->sync_s = 1e9;

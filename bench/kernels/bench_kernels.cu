@@ -239,18 +239,13 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
     b->fn = mm_fn;
     b->ctx = &m;
 #ifndef SD_BENCH_BASELINE
-    int saved = b->c->gemv_max_rows, saved_tma = b->c->gemv_tma, saved_hint = b->c->gemv_tma_hint;
-    size_t saved_min = b->c->gemv_tma_min;
+    int saved = b->c->gemv_max_rows, saved_hint = b->c->gemv_hint;
     if (!strcmp(path, "gemv"))
         b->c->gemv_max_rows = 1 << 20;
     else if (!strcmp(path, "lt"))
         b->c->gemv_max_rows = 1; /* rows >= 2 go to cuBLASLt */
-    else if (!strcmp(path, "block"))
-        sd_cuda_set_gemv_tma(b->be, 0, 0);
-    else if (!strncmp(path, "tma", 3)) { /* tmaN: configuration N, tmaNh: with the L2 hint */
-        sd_cuda_set_gemv_tma(b->be, path[3] - '0', 0);
-        b->c->gemv_tma_hint = path[4] == 'h';
-    }
+    else if (!strcmp(path, "hint")) /* the GEMV with its L2 evict-first hint */
+        sd_cuda_set_gemv_hint(b->be, 1);
 #endif
     for (int i = 0; i < nn; i++) {
         m.n = ns[i];
@@ -272,8 +267,7 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
     }
 #ifndef SD_BENCH_BASELINE
     b->c->gemv_max_rows = saved;
-    sd_cuda_set_gemv_tma(b->be, saved_tma, saved_min);
-    b->c->gemv_tma_hint = saved_hint;
+    sd_cuda_set_gemv_hint(b->be, saved_hint);
 #endif
     b->be->ops->free(b->be, m.w);
     b->be->ops->free(b->be, m.x);
@@ -543,13 +537,13 @@ static void bench_mla_all(bench *b, out *o, int quick)
 
 /* ---- the GEMV lab (--gemv-lab) -------------------------------------------------
  *
- * The decode GEMV paths at the shapes of both real-size models (the block
- * GEMV, the copy-engine GEMV in each configuration, with and without its L2
- * hint), and a whole batch-1 step of the Llama-3-8B shape without attention:
- * 32 layers of the real ops in their order with their dependencies (qkv,
- * rope, o, add_rmsnorm, gate/up, silu_mul, down, add_rmsnorm; each layer its
- * own weights, 14 GB in all) and the head, replayed from one graph, each
- * path with programmatic dependent launch off and on. The step's bytes over
+ * The decode GEMV at the shapes of both real-size models, with and without
+ * its L2 evict-first hint, and a whole batch-1 step of the Llama-3-8B shape
+ * without attention: 32 layers of the real ops in their order with their
+ * dependencies (qkv, rope, o, add_rmsnorm, gate/up, silu_mul, down,
+ * add_rmsnorm; each layer its own weights, 14 GB in all), the head and its
+ * argmax, replayed from one graph, with and without the hint, programmatic
+ * dependent launch off and on. The step's bytes over
  * the measured copy bandwidth are its floor; how far the step is above it is
  * what the GEMVs and the kernel boundaries cost. */
 typedef struct step_ctx {
@@ -559,7 +553,7 @@ typedef struct step_ctx {
     float *x, *xn, *qkv, *ao, *gu, *fo, *logits;
     const void *norm; /* (D) bf16 */
     float *inv_freq;
-    int32_t *pos;
+    int32_t *pos, *tok;
 } step_ctx;
 
 static size_t step_layer_elems(const step_ctx *s)
@@ -597,12 +591,13 @@ static void step_fn(bench *b, int rep)
     sd_weight head = {(const uint16_t *)s->w + (size_t)s->L * step_layer_elems(s), SD_DT_BF16,
                       s->V, s->D};
     op->matmul(be, s->logits, s->xn, &head, NULL, 1, s->D);
+    op->argmax_rows(be, s->tok, s->logits, 1, s->V);
 }
 
 static void bench_step(bench *b, out *o)
 {
     step_ctx s = {32, 4096, 14336, 6144, NULL, 128256, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                  NULL, NULL, NULL};
+                  NULL, NULL, NULL, NULL};
     size_t elems = step_layer_elems(&s) * (size_t)s.L + (size_t)s.V * s.D;
     s.w = dev_alloc(b, elems * 2);
     dev_fill(b, s.w, elems, 1, 0.02f, 5);
@@ -623,27 +618,23 @@ static void bench_step(bench *b, out *o)
     for (int i = 0; i < 64; i++)
         inv[i] = powf(500000.0f, -(float)i / 64.0f);
     b->be->ops->upload(b->be, s.inv_freq, inv, sizeof inv);
-    s.pos = (int32_t *)dev_alloc(b, 4);
+    s.pos = (int32_t *)dev_alloc(b, 8);
+    s.tok = s.pos + 1;
     int32_t p0 = 100;
     b->be->ops->upload(b->be, s.pos, &p0, 4);
     b->fn = step_fn;
     b->ctx = &s;
     double bytes = (double)elems * 2.0;
-    printf("\nbatch-1 step of the Llama-3-8B shape without attention (%.2f GB of weights, floor "
+    printf("\nbatch-1 step of the Llama-3-8B shape without attention, with the head's argmax (%.2f GB of weights, floor "
            "%.1f us at the copy bandwidth)\n%-10s %4s %10s %8s\n", bytes / 1e9,
            bytes / copy_gbps / 1e3, "path", "pdl", "us/step", "/floor");
-    static const char *paths[] = {"block", "tma1", "tma2", "tma3", "tma4", "tma1h"};
-    int saved_tma = b->c->gemv_tma, saved_pdl = b->c->pdl;
-    size_t saved_min = b->c->gemv_tma_min;
+    static const char *paths[] = {"auto", "hint"};
+    int saved_hint = b->c->gemv_hint, saved_pdl = b->c->pdl;
     for (int round = 0; round < 2; round++)
         for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++)
             for (int pdl = 0; pdl < 2; pdl++) {
                 const char *path = paths[pi];
-                if (!strcmp(path, "block"))
-                    sd_cuda_set_gemv_tma(b->be, 0, 0);
-                else
-                    sd_cuda_set_gemv_tma(b->be, path[3] - '0', SD_CUDA_GEMV_TMA_MIN);
-                b->c->gemv_tma_hint = path[4] == 'h';
+                sd_cuda_set_gemv_hint(b->be, !strcmp(path, "hint"));
                 sd_cuda_set_pdl(b->be, pdl);
                 double me, mg;
                 if (time_op(b, 1, &me, &mg))
@@ -658,8 +649,7 @@ static void bench_step(bench *b, out *o)
                      path, pdl, round + 1, mg * 1e3, me * 1e3, bytes, floor_us / (mg * 1e3));
                 fflush(stdout);
             }
-    sd_cuda_set_gemv_tma(b->be, saved_tma, saved_min);
-    b->c->gemv_tma_hint = 0;
+    sd_cuda_set_gemv_hint(b->be, saved_hint);
     sd_cuda_set_pdl(b->be, saved_pdl);
     b->be->ops->free(b->be, s.w);
     b->be->ops->free(b->be, f);
@@ -670,7 +660,7 @@ static void bench_step(bench *b, out *o)
 
 static void gemv_lab(bench *b, out *o, int quick)
 {
-    static const char *paths[] = {"block", "tma1", "tma2", "tma3", "tma4", "tma1h"};
+    static const char *paths[] = {"auto", "hint"};
     static const int ns[] = {1, 2, 4, 8};
     struct { const char *name; int N, K; } sh[] = {
         {"llama8b qkv", 6144, 4096},       {"llama8b o", 4096, 4096},

@@ -74,12 +74,9 @@ static void gqa_task(void *arg, int begin, int end, int thread)
     }
 }
 
-void sd__cpu_attn_gqa(sd_backend *be, float *out, const float *q, const float *k, const float *v,
-                      void *kcache, void *vcache, const sd_attn_batch *b, int Hq, int Hkv, int D,
-                      int Dv, int q_stride, int kv_stride, float scale)
+void sd__cpu_kv_store(float *kc, float *vc, const float *k, const float *v,
+                      const sd_attn_batch *b, int Hkv, int D, int Dv, int kv_stride)
 {
-    float *kc = kcache, *vc = vcache;
-    /* this step's keys and values go in first: tokens of one sequence see each other */
     for (int t = 0; t < b->n_tokens; t++) {
         size_t slot = (size_t)b->slot[t];
         for (int h = 0; h < Hkv; h++) {
@@ -90,6 +87,28 @@ void sd__cpu_attn_gqa(sd_backend *be, float *out, const float *q, const float *k
                    (size_t)Dv * sizeof(float));
         }
     }
+}
+
+void sd__cpu_latent_store(float *cache, const float *c_lat, const float *k_pe,
+                          const sd_attn_batch *b, int C, int R, int ck_stride)
+{
+    size_t row = (size_t)(C + R);
+    for (int t = 0; t < b->n_tokens; t++) {
+        float *dst = cache + (size_t)b->slot[t] * row;
+        memcpy(dst, c_lat + (size_t)t * (size_t)ck_stride, (size_t)C * sizeof(float));
+        memcpy(dst + C, k_pe + (size_t)t * (size_t)ck_stride, (size_t)R * sizeof(float));
+    }
+}
+
+void sd__cpu_attn_gqa(sd_backend *be, float *out, const float *q, const float *k, const float *v,
+                      void *kcache, void *vcache, const sd_attn_batch *b, int Hq, int Hkv, int D,
+                      int Dv, int q_stride, int kv_stride, float scale)
+{
+    float *kc = kcache, *vc = vcache;
+    /* this step's keys and values go in first: tokens of one sequence see
+     * each other (k NULL: rope_kv stored them) */
+    if (k)
+        sd__cpu_kv_store(kc, vc, k, v, b, Hkv, D, Dv, kv_stride);
     if (sd__cpu_reserve_scratch(be, (size_t)b->max_pos) != 0)
         return;
     attn_ctx c = {.be = be, .out = out, .q = q, .kc = kc, .vc = vc, .b = b, .Hq = Hq, .Hkv = Hkv,
@@ -131,12 +150,8 @@ void sd__cpu_attn_mla(sd_backend *be, float *out, const float *q_lat, const floa
                       float scale)
 {
     float *kc = cache;
-    size_t row = (size_t)(C + R);
-    for (int t = 0; t < b->n_tokens; t++) {
-        float *dst = kc + (size_t)b->slot[t] * row;
-        memcpy(dst, c_lat + (size_t)t * (size_t)ck_stride, (size_t)C * sizeof(float));
-        memcpy(dst + C, k_pe + (size_t)t * (size_t)ck_stride, (size_t)R * sizeof(float));
-    }
+    if (c_lat) /* NULL: mla_prep stored them */
+        sd__cpu_latent_store(kc, c_lat, k_pe, b, C, R, ck_stride);
     if (sd__cpu_reserve_scratch(be, (size_t)b->max_pos) != 0)
         return;
     attn_ctx c = {.be = be, .out = out, .q = q_lat, .q_pe = q_pe, .kc = kc, .b = b, .Hq = H,

@@ -288,6 +288,8 @@ static const sd_ops cpu_ops = {
     .gather_i32 = sd__cpu_gather_i32,
     .add_rmsnorm = sd__cpu_add_rmsnorm,
     .scatter_cols = sd__cpu_scatter_cols,
+    .rope_kv = sd__cpu_rope_kv,
+    .mla_prep = sd__cpu_mla_prep,
 };
 
 int sd_cpu_backend_create(sd_backend **out, int threads)

@@ -42,6 +42,16 @@ void sd__cpu_gather_rows(sd_backend *be, float *dst, const float *src, const int
 void sd__cpu_copy2d(sd_backend *be, float *dst, const float *src, int n, int d, int ds, int ss);
 void sd__cpu_rmsnorm(sd_backend *be, float *out, const float *x, const sd_weight *w, int n, int d,
                      int x_stride, int out_stride, float eps);
+void sd__cpu_kv_store(float *kc, float *vc, const float *k, const float *v,
+                      const sd_attn_batch *b, int Hkv, int D, int Dv, int kv_stride);
+void sd__cpu_latent_store(float *cache, const float *c_lat, const float *k_pe,
+                          const sd_attn_batch *b, int C, int R, int ck_stride);
+void sd__cpu_rope_kv(sd_backend *be, float *q, float *k, const float *v, void *kcache,
+                     void *vcache, const sd_attn_batch *b, const sd_rope *r, int Hq, int Hkv, int D,
+                     int Dv, int q_stride, int kv_stride);
+void sd__cpu_mla_prep(sd_backend *be, float *ckv, int ck_stride, float *q_pe, int qpe_stride,
+                      int qpe_head_stride, const sd_weight *w, float eps, void *cache,
+                      const sd_attn_batch *b, const sd_rope *r, int H, int C, int R);
 void sd__cpu_add_rmsnorm(sd_backend *be, float *out, float *x, const float *y, const sd_weight *w,
                          int n, int d, float eps);
 void sd__cpu_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w,

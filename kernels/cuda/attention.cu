@@ -62,8 +62,9 @@ static inline int tile_stride(const att_args *a)
 
 static size_t smem_bytes(const att_args *a)
 {
-    size_t dk = (size_t)(a->D1 + a->D2), G = (size_t)a->G;
-    size_t floats = G * dk + (size_t)KT * (size_t)tile_stride(a) + G * KT + G * (size_t)a->Dv + 3 * G;
+    size_t dk = (size_t)(a->D1 + a->D2), G = (size_t)a->G, tiles = a->v_is_k ? 1 : 2;
+    size_t floats = G * dk + tiles * (size_t)KT * (size_t)tile_stride(a) + G * KT +
+                    G * (size_t)a->Dv + 3 * G;
     return floats * sizeof(float) + KT * sizeof(int);
 }
 
@@ -109,14 +110,23 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
     const int G = a.group - g0 < a.G ? a.group - g0 : a.G;
     const int Dk = a.D1 + a.D2, Dv = a.Dv;
     float *qs = sm;               /* (G, Dk) */
-    float *ks = qs + a.G * Dk;    /* (KT, KS): key tile, then value tile */
-    float *S = ks + KT * KS;      /* (G, KT) scores, then probabilities */
+    float *ks = qs + a.G * Dk;    /* (KT, KS) key tile */
+    float *vs = a.v_is_k ? ks : ks + KT * KS; /* (KT, KS) value tile (MLA: the keys) */
+    float *S = vs + KT * KS;      /* (G, KT) scores, then probabilities */
     float *acc = S + a.G * KT;    /* (G, Dv) */
     float *mrun = acc + a.G * Dv; /* (G) running max */
     float *lrun = mrun + a.G;     /* (G) running sum */
     float *alpha = lrun + a.G;    /* (G) rescale of this tile */
     int *slots = (int *)(alpha + a.G);
     const int hbase = kvh * a.group + g0;
+    const int n_all = a.pos[t] + 1;
+    /* this block's chunk of the positions: [j_lo, n); a chunk past the
+     * token's positions has nothing to do (the merge reads only the
+     * chunks that hold positions) */
+    int j_lo, n;
+    split_chunk(n_all, a.S, blockIdx.z, a.tile, a.min_chunk, &j_lo, &n);
+    if (a.S > 1 && j_lo >= n)
+        return;
 
     for (int e = tid; e < G * Dk; e += ATT_THREADS) {
         int g = e / Dk, d = e % Dk, h = hbase + g;
@@ -129,26 +139,34 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
         mrun[tid] = -INFINITY;
         lrun[tid] = 0.0f;
     }
-    const int n_all = a.pos[t] + 1;
-    /* this block's chunk of the positions: [j_lo, n) */
-    int j_lo, n;
-    split_chunk(n_all, a.S, blockIdx.z, a.tile, a.min_chunk, &j_lo, &n);
     const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     const size_t kbase = (size_t)kvh * (size_t)a.k_head, vbase = (size_t)kvh * (size_t)a.v_head;
+    /* the first tile's slots are looked up with the queries' loads, each
+     * next tile's while this one is multiplied, and a tile's keys and values
+     * are loaded together: one dependent round trip to memory a tile */
+    if (tid < KT && j_lo + tid < n) {
+        int p = j_lo + tid;
+        slots[tid] = bt[p / a.block_size] * a.block_size + p % a.block_size;
+    }
     __syncthreads();
 
     for (int j0 = j_lo; j0 < n; j0 += KT) {
         const int kt = n - j0 < KT ? n - j0 : KT;
-        if (tid < kt) {
-            int p = j0 + tid;
-            slots[tid] = bt[p / a.block_size] * a.block_size + p % a.block_size;
-        }
-        __syncthreads();
         for (int e = tid; e < kt * Dk; e += ATT_THREADS) {
             int jj = e / Dk, d = e % Dk;
             ks[jj * KS + d] = a.kc[(size_t)slots[jj] * (size_t)a.k_slot + kbase + d];
         }
+        if (!a.v_is_k) {
+            for (int e = tid; e < kt * Dv; e += ATT_THREADS) {
+                int jj = e / Dv, d = e % Dv;
+                vs[jj * KS + d] = a.vc[(size_t)slots[jj] * (size_t)a.v_slot + vbase + d];
+            }
+        }
         __syncthreads();
+        if (tid < KT && j0 + KT + tid < n) { /* nothing reads this tile's slots any more */
+            int p = j0 + KT + tid;
+            slots[tid] = bt[p / a.block_size] * a.block_size + p % a.block_size;
+        }
         /* scores: a warp per head (KT == 32), a lane per key */
         for (int e = tid; e < G * KT; e += ATT_THREADS) {
             int g = e / KT, jj = e % KT;
@@ -185,25 +203,20 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
                 alpha[g] = al;
             }
         }
-        if (!a.v_is_k) {
-            for (int e = tid; e < kt * Dv; e += ATT_THREADS) {
-                int jj = e / Dv, d = e % Dv;
-                ks[jj * KS + d] = a.vc[(size_t)slots[jj] * (size_t)a.v_slot + vbase + d];
-            }
-        }
         __syncthreads();
         for (int e = tid; e < G * Dv; e += ATT_THREADS) {
             int g = e / Dv, d = e % Dv;
             const float *p = S + g * KT;
             float o = acc[e] * alpha[g];
             for (int jj = 0; jj < kt; jj++)
-                o += p[jj] * ks[jj * KS + d];
+                o += p[jj] * vs[jj * KS + d];
             acc[e] = o;
         }
-        __syncthreads();
+        __syncthreads(); /* tiles, scores and the next slots */
     }
     if (a.S > 1) {
-        /* partial: unnormalized acc, running max, running sum (an empty chunk: 0, -inf, 0) */
+        /* partial: unnormalized acc, running max, running sum (a chunk that
+         * holds positions: blocks past them returned at the start) */
         const int Hq = gridDim.y / a.ngb * a.group, W = Dv + 2;
         for (int e = tid; e < G * W; e += ATT_THREADS) {
             int g = e / W, d = e % W;
@@ -385,6 +398,11 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, tq = lane % 4;
     const int t = blockIdx.x, h0 = blockIdx.y * TC_M;
     const int G = a.group - h0 < TC_M ? a.group - h0 : TC_M;
+    const int n_all = a.pos[t] + 1;
+    int j_lo, n;
+    split_chunk(n_all, a.S, blockIdx.z, a.tile, a.min_chunk, &j_lo, &n);
+    if (a.S > 1 && j_lo >= n)
+        return; /* past the token's positions: the merge does not read this chunk */
 
     /* queries to bf16 once; rows past the group's heads are zeros (their
      * scores are 0, finite, and their outputs are not written) */
@@ -400,9 +418,6 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
         mrun[tid] = -INFINITY;
         lrun[tid] = 0.0f;
     }
-    const int n_all = a.pos[t] + 1;
-    int j_lo, n;
-    split_chunk(n_all, a.S, blockIdx.z, a.tile, a.min_chunk, &j_lo, &n);
     const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     float acc[8][4]; /* output columns 64 warp + 8 i + (2 tq, 2 tq + 1), rows g and g + 8 */
 #pragma unroll
@@ -518,22 +533,20 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
     }
     const int Dv = MLA_C;
     if (a.S > 1) {
-        /* partial (T, H, S, Dv + 2): unnormalized acc, max, sum; an empty
-         * chunk writes only max -inf and sum 0 (the merge skips its acc) */
+        /* partial (T, H, S, Dv + 2): unnormalized acc, max, sum (a chunk
+         * that holds positions: blocks past them returned at the start) */
         const int W = Dv + 2;
         float *pt = a.part + ((size_t)t * (size_t)a.group + (size_t)h0) * (size_t)a.S * W +
                     (size_t)blockIdx.z * W;
         const size_t hs = (size_t)a.S * W; /* one head further */
-        if (j_lo < n) {
 #pragma unroll
-            for (int i = 0; i < 8; i++)
+        for (int i = 0; i < 8; i++)
 #pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    const int r = g + (k >> 1) * 8, col = warp * 64 + i * 8 + 2 * tq + (k & 1);
-                    if (r < G)
-                        pt[(size_t)r * hs + col] = acc[i][k];
-                }
-        }
+            for (int k = 0; k < 4; k++) {
+                const int r = g + (k >> 1) * 8, col = warp * 64 + i * 8 + 2 * tq + (k & 1);
+                if (r < G)
+                    pt[(size_t)r * hs + col] = acc[i][k];
+            }
         if (tid < G) {
             pt[(size_t)tid * hs + Dv] = mrun[tid];
             pt[(size_t)tid * hs + Dv + 1] = lrun[tid];
@@ -690,10 +703,12 @@ void sd__cuda_attn_gqa(sd_backend *be, float *out, const float *q, const float *
         SD_BADARG(c, "attn_gqa: %d query heads over %d KV heads", Hq, Hkv);
         return;
     }
-    sd__launch(c, kv_store_kernel, b->n_tokens, 256, 0, (float *)kcache, (float *)vcache, k, v,
-                                                        b->slot, Hkv, D, Dv, kv_stride);
-    if (SD_LAUNCHED(c, "kv_store_kernel"))
-        return;
+    if (k) { /* NULL: rope_kv stored this step's rows */
+        sd__launch(c, kv_store_kernel, b->n_tokens, 256, 0, (float *)kcache, (float *)vcache, k, v,
+                   b->slot, Hkv, D, Dv, kv_stride);
+        if (SD_LAUNCHED(c, "kv_store_kernel"))
+            return;
+    }
     att_args a;
     memset(&a, 0, sizeof a);
     a.out = out;
@@ -729,10 +744,12 @@ void sd__cuda_attn_mla(sd_backend *be, float *out, const float *q_lat, const flo
     sd__cuda *c = sd__cuda_op(be);
     if (!c || b->n_tokens <= 0)
         return;
-    sd__launch(c, latent_store_kernel, b->n_tokens, 256, 0, (float *)cache, c_lat, k_pe, b->slot,
-                                                            C, R, ck_stride);
-    if (SD_LAUNCHED(c, "latent_store_kernel"))
-        return;
+    if (c_lat) { /* NULL: mla_prep stored this step's rows */
+        sd__launch(c, latent_store_kernel, b->n_tokens, 256, 0, (float *)cache, c_lat, k_pe,
+                   b->slot, C, R, ck_stride);
+        if (SD_LAUNCHED(c, "latent_store_kernel"))
+            return;
+    }
     att_args a;
     memset(&a, 0, sizeof a);
     a.out = out;

@@ -327,6 +327,8 @@ static const sd_ops cuda_ops = {
     /* .gather_i32 = */ sd__cuda_gather_i32,
     /* .add_rmsnorm = */ sd__cuda_add_rmsnorm,
     /* .scatter_cols = */ sd__cuda_scatter_cols,
+    /* .rope_kv = */ sd__cuda_rope_kv,
+    /* .mla_prep = */ sd__cuda_mla_prep,
 };
 
 int sd_cuda_make_current(sd_backend *be)
@@ -402,13 +404,9 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->mla_tc = !mla_tc || strcmp(mla_tc, "0");
     const char *pdl = getenv("SPECD_PDL"); /* 1: programmatic dependent launches (common.cuh) */
     c->pdl = pdl && !strcmp(pdl, "1");
-    /* SPECD_GEMV_TMA=N: the copy-engine GEMV in configuration N (0 off) for
-     * matrices of at least SD_CUDA_GEMV_TMA_MIN weights; SPECD_GEMV_TMA_HINT=1
-     * marks its weight reads evict-first in L2 */
-    const char *tma = getenv("SPECD_GEMV_TMA"), *tma_hint = getenv("SPECD_GEMV_TMA_HINT");
-    c->gemv_tma = tma && *tma ? atoi(tma) : SD_CUDA_GEMV_TMA_DEFAULT;
-    c->gemv_tma_min = SD_CUDA_GEMV_TMA_MIN;
-    c->gemv_tma_hint = tma_hint && !strcmp(tma_hint, "1");
+    /* SPECD_GEMV_HINT=1: the GEMV's weight loads evict-first in L2 */
+    const char *hint = getenv("SPECD_GEMV_HINT");
+    c->gemv_hint = hint && !strcmp(hint, "1");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)
@@ -436,12 +434,15 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
         c->attn_part_bytes = ATTN_PART_BYTES;
         rc = SD_CUDA(c, cudaMalloc((void **)&c->attn_part, c->attn_part_bytes));
     }
+    if (!rc) {
+        size_t b = SD__ARGMAX_ROWS * (sizeof(unsigned long long) + sizeof(unsigned));
+        rc = SD_CUDA(c, cudaMalloc((void **)&c->am_keys, b));
+        if (!rc)
+            rc = SD_CUDA(c, cudaMemset(c->am_keys, 0, b));
+        c->am_cnt = (unsigned *)(c->am_keys + SD__ARGMAX_ROWS);
+    }
     if (!rc)
         rc = sd__cuda_attention_init(c);
-    if (!rc) {
-        sd__cuda_matmul_init(c);
-        rc = c->err;
-    }
     if (rc) {
         sd_err_set(err, SD_EDEVICE, "cuda: cannot open device %d: %s", device, c->msg);
         sd_cuda_backend_destroy(be);
@@ -468,6 +469,8 @@ void sd_cuda_backend_destroy(sd_backend *be)
             cudaFree(c->scratch);
         if (c->attn_part)
             cudaFree(c->attn_part);
+        if (c->am_keys)
+            cudaFree(c->am_keys);
         if (c->lt_ws)
             cudaFree(c->lt_ws);
         if (c->lt)

@@ -52,12 +52,9 @@ typedef struct sd__cuda {
      * fused small-batch path up to this many (token, expert) pairs
      * (SD_CUDA_MOE_FUSED_MAX_PAIRS) */
     int gemv_max_rows, moe_fused_max_pairs;
-    /* the copy-engine GEMV (matmul.cu, sd_cuda_set_gemv_tma): configuration
-     * (0 off), the fewest weights a matrix needs to take it, and whether its
-     * bulk copies carry an L2 evict-first hint (SPECD_GEMV_TMA_HINT=1) */
-    int gemv_tma;
-    size_t gemv_tma_min;
-    int gemv_tma_hint;
+    /* the GEMV's weight loads carry an L2 evict-first policy (SPECD_GEMV_HINT=1,
+     * sd_cuda_set_gemv_hint) */
+    int gemv_hint;
     /* benchmark override: keys a split chunk of the tensor-core MLA kernel
      * holds at least (rounded up to its 64-key tiles; 0 = one tile) */
     int mla_tc_min_chunk;
@@ -67,6 +64,10 @@ typedef struct sd__cuda {
     /* kernels launched as programmatic dependents (sd__launch; SPECD_PDL=1
      * or sd_cuda_set_pdl turns it on) */
     int pdl;
+    /* the split argmax's per-row keys and block counts (sample.cu), zero
+     * between calls: SD__ARGMAX_ROWS rows */
+    unsigned long long *am_keys;
+    unsigned *am_cnt;
     int sm_count;
     size_t smem_optin; /* largest dynamic shared memory per block */
     /* sticky first error */
@@ -79,6 +80,8 @@ typedef struct sd__cuda {
     void **weights;
     int n_weights, cap_weights;
 } sd__cuda;
+
+#define SD__ARGMAX_ROWS 4096
 
 static inline sd__cuda *sd__cuda_of(sd_backend *be) { return (sd__cuda *)be->impl; }
 
@@ -208,6 +211,53 @@ __device__ __forceinline__ float sd__warp_max(float v)
     return v;
 }
 
+/* 1/rms of a row from each thread's partial sum of squares ss (double):
+ * warp butterflies, then warp 0's butterfly over the warp partials (lanes
+ * past the block's warps add 0, exactly). Every thread of the block gets
+ * the value; a block of any size up to 1024 threads. The reduction of
+ * rmsnorm and of every fused op that norms a row (the same bits for the
+ * same partials). */
+__device__ __forceinline__ float sd__block_rrms(double ss, int d, float eps)
+{
+    __shared__ double part[32];
+    __shared__ float rs;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = (blockDim.x + 31) / 32;
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1)
+        ss += __shfl_xor_sync(0xffffffffu, ss, s);
+    if (lane == 0)
+        part[warp] = ss;
+    __syncthreads();
+    if (warp == 0) {
+        double t = lane < nw ? part[lane] : 0.0;
+#pragma unroll
+        for (int s = 16; s > 0; s >>= 1)
+            t += __shfl_xor_sync(0xffffffffu, t, s);
+        if (lane == 0)
+            rs = 1.0f / sqrtf((float)(t / d) + eps);
+    }
+    __syncthreads();
+    return rs;
+}
+
+/* Rotary embedding of one pair: cos and sin of the fp32 angle inv_freq * pos
+ * (HF's), times mscale, full-range cosf/sinf (angles run to thousands of
+ * radians); then (x0, x1) rotated. Every op that ropes uses these. */
+__device__ __forceinline__ void sd__rope_cs(float inv_freq, int pos, float mscale, float *cs,
+                                            float *sn)
+{
+    float ang = __fmul_rn(inv_freq, (float)pos);
+    *cs = cosf(ang) * mscale;
+    *sn = sinf(ang) * mscale;
+}
+
+__device__ __forceinline__ void sd__rope_rot(float x0, float x1, float cs, float sn, float *y0,
+                                             float *y1)
+{
+    *y0 = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+    *y1 = __fadd_rn(__fmul_rn(x1, cs), __fmul_rn(x0, sn));
+}
+
 /* NR dot products of one weight row (K elements from w + wr) with NR
  * activation rows xr[r] (r < nr), partial sums per lane; the caller reduces
  * across the warp. VEC: K % 8 == 0, the row and every xr[r] 16-byte aligned. */
@@ -265,6 +315,12 @@ void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_we
                            int H, int x_stride, int x_head_stride, int x_off);
 void sd__cuda_rope(sd_backend *be, float *x, const int32_t *pos, const sd_rope *r, int n, int H,
                    int row_stride, int head_stride, int off);
+void sd__cuda_rope_kv(sd_backend *be, float *q, float *k, const float *v, void *kcache,
+                      void *vcache, const sd_attn_batch *b, const sd_rope *r, int Hq, int Hkv,
+                      int D, int Dv, int q_stride, int kv_stride);
+void sd__cuda_mla_prep(sd_backend *be, float *ckv, int ck_stride, float *q_pe, int qpe_stride,
+                       int qpe_head_stride, const sd_weight *w, float eps, void *cache,
+                       const sd_attn_batch *b, const sd_rope *r, int H, int C, int R);
 void sd__cuda_attn_gqa(sd_backend *be, float *out, const float *q, const float *k, const float *v,
                        void *kcache, void *vcache, const sd_attn_batch *b, int Hq, int Hkv, int D,
                        int Dv, int q_stride, int kv_stride, float scale);
@@ -291,7 +347,5 @@ void sd__cuda_accept_sample_rows(sd_backend *be, int32_t *n_acc, int32_t *out_to
 int sd__cuda_attention_init(sd__cuda *c);
 /* releases the cuBLASLt plans */
 void sd__cuda_matmul_release(sd__cuda *c);
-/* per-context kernel attributes of matmul.cu (the copy-engine GEMV's shared memory) */
-void sd__cuda_matmul_init(sd__cuda *c);
 
 #endif

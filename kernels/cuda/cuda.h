@@ -85,17 +85,11 @@ void sd_cuda_set_mla_tc(sd_backend *be, int on);
  * bits either way (tests/gpu/test_model.c). */
 void sd_cuda_set_pdl(sd_backend *be, int on);
 
-/* The GEMV of few rows on 16-bit weights through the copy engine: a
- * persistent grid whose warps stream their weight rows into shared-memory
- * rings with bulk copies (kernels/cuda/matmul.cu). cfg 1..4 picks the ring's
- * shape, 0 keeps the block GEMV; it takes matrices of at least min_weights
- * elements with up to SD_CUDA_GEMV_EXACT_ROWS rows. SPECD_GEMV_TMA=cfg as
- * the backend opens sets it with SD_CUDA_GEMV_TMA_MIN. Results are the
- * GEMV's fp32 sums in the order of one K-slice: within rounding of the block
- * GEMV, and a row's bits still do not depend on the batch. */
-#define SD_CUDA_GEMV_TMA_DEFAULT 0
-#define SD_CUDA_GEMV_TMA_MIN ((size_t)1 << 20)
-void sd_cuda_set_gemv_tma(sd_backend *be, int cfg, size_t min_weights);
+/* The GEMV's weight loads with an L2 evict-first policy (weights are read
+ * once a step, so they need not push the step's activations and KV rows
+ * out of L2): off by default; SPECD_GEMV_HINT=1 as the backend opens, or
+ * this call, turns it on. The same bits either way. */
+void sd_cuda_set_gemv_hint(sd_backend *be, int on);
 
 /* Number of CUDA devices usable here; 0 when there is no driver or device. */
 int sd_cuda_device_count(void);

@@ -30,13 +30,27 @@
 #define SD__GEMV_WARPS 8
 #define SD__GEMV_CHUNK 256 /* elements of one row per warp-wide load */
 
-/* 16 bytes of a weight stream: not kept in L1, 256-byte L2 prefetch. */
-__device__ __forceinline__ uint4 sd__ld_stream(const void *p)
+/* An L2 policy for bytes read once a step (decode weights): evict first. */
+__device__ __forceinline__ uint64_t sd__evict_first_policy()
+{
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
+
+/* 16 bytes of a weight stream: not kept in L1, 256-byte L2 prefetch;
+ * HINT: under L2 policy pol (sd__evict_first_policy). */
+template <bool HINT = false> __device__ __forceinline__ uint4 sd__ld_stream(const void *p, uint64_t pol = 0)
 {
     uint4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
+    if (HINT)
+        asm("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+            : "l"(p), "l"(pol));
+    else
+        asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+            : "l"(p));
     return v;
 }
 
@@ -45,14 +59,15 @@ template <int DT> struct sd__w8raw {
     uint4 q[DT == SD__F32 ? 2 : 1];
 };
 
-template <int DT> __device__ __forceinline__ void sd__w8_load(sd__w8raw<DT> &r, const void *row, int k)
+template <int DT, bool HINT = false>
+__device__ __forceinline__ void sd__w8_load(sd__w8raw<DT> &r, const void *row, int k, uint64_t pol = 0)
 {
     if (DT == SD__F32) {
         const float *p = (const float *)row + k;
-        r.q[0] = sd__ld_stream(p);
-        r.q[DT == SD__F32 ? 1 : 0] = sd__ld_stream(p + 4);
+        r.q[0] = sd__ld_stream<HINT>(p, pol);
+        r.q[DT == SD__F32 ? 1 : 0] = sd__ld_stream<HINT>(p + 4, pol);
     } else {
-        r.q[0] = sd__ld_stream((const uint16_t *)row + k);
+        r.q[0] = sd__ld_stream<HINT>((const uint16_t *)row + k, pol);
     }
 }
 
@@ -106,12 +121,12 @@ __device__ __forceinline__ float sd__fma8(const float w[8], float4 a, float4 b, 
 
 /* Per-lane partial dots of one warp: acc[i * NR + r] += w_i . x_r over the
  * chunks c = c0, c0 + cstep, ... of K (K % 8 == 0, every row and x_r 16-byte
- * aligned). wrow[i] NULL: a row past the end (its sums stay 0). Rows r >= nr
+ * aligned); HINT: the weight loads under L2 policy pol. wrow[i] NULL: a row past the end (its sums stay 0). Rows r >= nr
  * are skipped. */
-template <int DT, int VR, int NR, int U>
+template <int DT, int VR, int NR, int U, bool HINT = false>
 __device__ __forceinline__ void sd__warp_dots(const void *const (&wrow)[VR], const float *const (&xr)[NR],
                                               int nr, int K, int c0, int cstep, int lane,
-                                              float (&acc)[VR * NR])
+                                              float (&acc)[VR * NR], uint64_t pol = 0)
 {
     const int nch = (K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
     for (int c = c0; c < nch; c += cstep * U) {
@@ -123,7 +138,7 @@ __device__ __forceinline__ void sd__warp_dots(const void *const (&wrow)[VR], con
 #pragma unroll
             for (int i = 0; i < VR; i++) {
                 if (in && wrow[i])
-                    sd__w8_load<DT>(raw[u][i], wrow[i], k);
+                    sd__w8_load<DT, HINT>(raw[u][i], wrow[i], k, pol);
                 else
                     sd__w8_zero<DT>(raw[u][i]);
             }
@@ -276,80 +291,6 @@ static inline int sd__gemv_wk(int K)
     while (wk * 2 <= SD__GEMV_WARPS && wk * 2 <= nch)
         wk *= 2;
     return wk;
-}
-
-/* ---- bulk copies into shared memory (sm_90) ---------------------------
- *
- * The copy engine moves a contiguous run of global memory into shared
- * memory (cp.async.bulk) and signals an mbarrier with the bytes it wrote, so
- * a warp keeps several weight pieces in flight without holding them in
- * registers and without a block-wide barrier. The GEMV below gives each warp
- * its own ring of stages: one mbarrier per stage, armed by lane 0 with the
- * bytes to expect, waited on by the whole warp by phase parity. */
-__device__ __forceinline__ uint32_t sd__smem_u32(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void sd__mbar_init(uint64_t *b, uint32_t count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sd__smem_u32(b)), "r"(count)
-                 : "memory");
-}
-
-/* the initialised barriers visible to the copy engine */
-__device__ __forceinline__ void sd__mbar_init_fence()
-{
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-
-/* one arrival that also says how many bytes the barrier's phase waits for */
-__device__ __forceinline__ void sd__mbar_expect(uint64_t *b, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sd__smem_u32(b)),
-                 "r"(bytes)
-                 : "memory");
-}
-
-__device__ __forceinline__ void sd__mbar_wait(uint64_t *b, uint32_t parity)
-{
-    asm volatile("{\n\t.reg .pred p;\n"
-                 "SD_MBAR_WAIT:\n\t"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
-                 "@!p bra SD_MBAR_WAIT;\n}" ::"r"(sd__smem_u32(b)),
-                 "r"(parity)
-                 : "memory");
-}
-
-/* shared memory read by ordinary loads, about to be overwritten by the copy engine */
-__device__ __forceinline__ void sd__fence_async_smem()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-/* an L2 policy for bytes read once (weights of a decode step) */
-__device__ __forceinline__ uint64_t sd__evict_first_policy()
-{
-    uint64_t pol;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    return pol;
-}
-
-/* bytes (a multiple of 16, both addresses 16-byte aligned) from global src
- * to shared dst; completion counted on barrier b; hint: with L2 policy pol */
-__device__ __forceinline__ void sd__bulk_g2s(void *dst, const void *src, uint32_t bytes,
-                                             uint64_t *b, int hint, uint64_t pol)
-{
-    if (hint)
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-                     " [%0], [%1], %2, [%3], %4;" ::"r"(sd__smem_u32(dst)),
-                     "l"(src), "r"(bytes), "r"(sd__smem_u32(b)), "l"(pol)
-                     : "memory");
-    else
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-                     " [%0], [%1], %2, [%3];" ::"r"(sd__smem_u32(dst)),
-                     "l"(src), "r"(bytes), "r"(sd__smem_u32(b))
-                     : "memory");
 }
 
 #endif

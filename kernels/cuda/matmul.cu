@@ -46,7 +46,7 @@ typedef struct mm_args {
 
 /* y(n, N) in passes of NR activation rows. A block is SD__GEMV_WARPS warps:
  * WK K-slices x (SD__GEMV_WARPS / WK) row groups of GEMV_VR weight rows. */
-template <int DT, int NR>
+template <int DT, int NR, bool HINT>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 ? 3 : 2)
     gemv_kernel(mm_args a, int WK)
 {
@@ -76,7 +76,8 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 
 #pragma unroll
         for (int v = 0; v < V; v++)
             acc[v] = 0.0f;
-        sd__warp_dots<DT, GEMV_VR, NR, GEMV_U>(wrow, xr, nr, a.K, kw, WK, lane, acc);
+        sd__warp_dots<DT, GEMV_VR, NR, GEMV_U, HINT>(wrow, xr, nr, a.K, kw, WK, lane, acc,
+                                                     HINT ? sd__evict_first_policy() : 0);
         sd__xreduce<V>(acc, lane);
         if (lane % (32 / V) == 0)
             part[warp * V + sd__xr_index<V>(lane)] = acc[0];
@@ -94,130 +95,6 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 
             }
         }
         __syncthreads(); /* part is rewritten by the next pass */
-    }
-}
-
-/* The GEMV of 16-bit weights streamed by the copy engine (sd_cuda_set_gemv_tma).
- *
- * A persistent grid: each warp of the grid owns row groups gw, gw + W, ...
- * (VR consecutive weight rows; W warps in all) and walks them piece by piece
- * (PK elements of each row of the group), through its own ring of NS
- * shared-memory stages: lane 0 keeps up to NS pieces in flight with bulk
- * copies (cp.async.bulk), the warp multiplies the oldest one as it lands and
- * lane 0 refills its stage. No block-wide barrier, no block turnover, and the
- * loads in flight do not wait for the multiply-adds. The first NS pieces are
- * asked for before the programmatic-launch wait: weights do not depend on
- * the kernels before, so under SPECD_PDL they stream while those finish.
- *
- * Order of the float operations: lane l sums k = c*256 + l*8 + e over the
- * 256-element chunks c in increasing order (one fmaf chain, as
- * sd__warp_dots with one K-slice), then the warp's butterfly: a row's result
- * depends on K only, never on the other rows of the call. */
-#define TMA_WARPS 8
-
-template <int VR, int PK, int NS> struct tma_cfg {
-    static constexpr int stage = VR * PK * 2; /* bytes of one stage */
-    static constexpr size_t smem = (size_t)TMA_WARPS * NS * stage;
-};
-
-/* lane 0: piece i of warp gw's sequence (row group gw + (i / np) * W, piece
- * i % np) into stage i % NS */
-template <int VR, int PK, int NS>
-__device__ __forceinline__ void tma_issue(const mm_args &a, unsigned char *ring, uint64_t *bar,
-                                          int i, int np, int gw, int W, int hint, uint64_t pol)
-{
-    const int s = i % NS, g = gw + (i / np) * W, p = i % np;
-    const int k0 = p * PK, kn = a.K - k0 < PK ? a.K - k0 : PK;
-    const int nv = a.N - g * VR < VR ? a.N - g * VR : VR;
-    const uint32_t bytes = (uint32_t)kn * 2u;
-    sd__mbar_expect(&bar[s], bytes * (uint32_t)nv);
-    for (int v = 0; v < nv; v++)
-        sd__bulk_g2s(ring + (size_t)s * tma_cfg<VR, PK, NS>::stage + (size_t)v * PK * 2,
-                     (const uint16_t *)a.w + ((size_t)(g * VR + v) * (size_t)a.K + (size_t)k0),
-                     bytes, &bar[s], hint, pol);
-}
-
-template <int DT, int VR, int NR, int PK, int NS>
-__global__ void __launch_bounds__(TMA_WARPS * 32, 2) gemv_tma_kernel(mm_args a, int hint)
-{
-    constexpr int V = VR * NR, STAGE = tma_cfg<VR, PK, NS>::stage;
-    extern __shared__ __align__(128) unsigned char tma_smem[];
-    __shared__ uint64_t tma_bar[TMA_WARPS][NS];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int W = (int)gridDim.x * TMA_WARPS, gw = (int)blockIdx.x * TMA_WARPS + warp;
-    const int ng = (a.N + VR - 1) / VR, np = (a.K + PK - 1) / PK;
-    const int items = gw < ng ? ((ng - 1 - gw) / W + 1) * np : 0;
-    unsigned char *ring = tma_smem + (size_t)warp * NS * STAGE;
-    uint64_t *bar = tma_bar[warp];
-    uint64_t pol = 0;
-    if (lane == 0) {
-        for (int s = 0; s < NS; s++)
-            sd__mbar_init(&bar[s], 1);
-        sd__mbar_init_fence();
-        if (hint)
-            pol = sd__evict_first_policy();
-        for (int i = 0; i < NS && i < items; i++)
-            tma_issue<VR, PK, NS>(a, ring, bar, i, np, gw, W, hint, pol);
-    }
-    __syncwarp();
-    SD_PDL_ENTER();
-    const float *xr[NR];
-#pragma unroll
-    for (int r = 0; r < NR; r++)
-        xr[r] = a.x + (size_t)a.x_off + (size_t)(r < a.n ? r : 0) * (size_t)a.x_stride;
-    float acc[V];
-#pragma unroll
-    for (int v = 0; v < V; v++)
-        acc[v] = 0.0f;
-    for (int i = 0; i < items; i++) {
-        const int s = i % NS, p = i % np, k0 = p * PK;
-        const int kn = a.K - k0 < PK ? a.K - k0 : PK;
-        sd__mbar_wait(&bar[s], (uint32_t)(i / NS) & 1u);
-        const unsigned char *st = ring + (size_t)s * STAGE;
-#pragma unroll
-        for (int c = 0; c < PK / SD__GEMV_CHUNK; c++) {
-            const int kl = c * SD__GEMV_CHUNK + lane * 8;
-            if (kl < kn) {
-                float wf[VR][8];
-#pragma unroll
-                for (int v = 0; v < VR; v++) {
-                    sd__w8raw<DT> raw;
-                    raw.q[0] = *(const uint4 *)(st + ((size_t)v * PK + kl) * 2);
-                    sd__w8_float<DT>(raw, wf[v]);
-                }
-#pragma unroll
-                for (int r = 0; r < NR; r++) {
-                    if (r < a.n) {
-                        const float4 *xp = (const float4 *)(xr[r] + k0 + kl);
-                        float4 xa = __ldg(xp), xb = __ldg(xp + 1);
-#pragma unroll
-                        for (int v = 0; v < VR; v++)
-                            acc[v * NR + r] = sd__fma8(wf[v], xa, xb, acc[v * NR + r]);
-                    }
-                }
-            }
-        }
-        __syncwarp(); /* every lane is done with stage s */
-        if (lane == 0 && i + NS < items) {
-            sd__fence_async_smem();
-            tma_issue<VR, PK, NS>(a, ring, bar, i + NS, np, gw, W, hint, pol);
-        }
-        if (p == np - 1) {
-            const int g = gw + (i / np) * W;
-            sd__xreduce<V>(acc, lane);
-            if (lane % (32 / V) == 0) {
-                const int vi = sd__xr_index<V>(lane), v = vi / NR, r = vi % NR, j = g * VR + v;
-                if (r < a.n && j < a.N) {
-                    float sum = acc[0];
-                    if (a.bias)
-                        sum += sd__wload(a.bias, a.bias_dt, (size_t)j);
-                    a.y[(size_t)r * (size_t)a.y_stride + (size_t)j] = sum;
-                }
-            }
-#pragma unroll
-            for (int v = 0; v < V; v++)
-                acc[v] = 0.0f;
-        }
     }
 }
 
@@ -472,97 +349,21 @@ static int vec_ok(const mm_args *a)
            a->x_bstride % 4 == 0 && a->x_off % 4 == 0;
 }
 
-/* The copy-engine GEMV's configurations (sd_cuda_set_gemv_tma picks one):
- * rows per warp VR, elements per piece PK, stages per warp NS. */
-#define TMA_CONFIGS 4
-template <int DT, int NR, class F> static void tma_each(int cfg, F f)
+template <int DT, bool HINT>
+static void launch_gemv_nr(sd__cuda *c, const mm_args *a, dim3 grid, int wk)
 {
-    switch (cfg) {
-    case 1: f(gemv_tma_kernel<DT, 2, NR, 1024, 4>, tma_cfg<2, 1024, 4>::smem); break;
-    case 2: f(gemv_tma_kernel<DT, 1, NR, 2048, 4>, tma_cfg<1, 2048, 4>::smem); break;
-    case 3: f(gemv_tma_kernel<DT, 2, NR, 512, 6>, tma_cfg<2, 512, 6>::smem); break;
-    case 4: f(gemv_tma_kernel<DT, 4, NR, 512, 4>, tma_cfg<4, 512, 4>::smem); break;
-    default: break;
-    }
-}
-static int tma_vr(int cfg) { return cfg == 2 ? 1 : cfg == 4 ? 4 : 2; }
-
-/* every instance's shared-memory limit raised once per context (not a
- * stream operation: allowed before any capture) */
-template <int DT, int NR> static void tma_attrs(sd__cuda *c)
-{
-    for (int cfg = 1; cfg <= TMA_CONFIGS; cfg++)
-        tma_each<DT, NR>(cfg, [&](void (*k)(mm_args, int), size_t smem) {
-            SD_CUDA(c, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)smem));
-        });
-}
-
-void sd__cuda_matmul_init(sd__cuda *c)
-{
-    if (c->smem_optin < tma_cfg<2, 1024, 4>::smem) {
-        c->gemv_tma = 0; /* no room for the rings: the block GEMV only */
-        return;
-    }
-    tma_attrs<SD__BF16, 1>(c);
-    tma_attrs<SD__BF16, 2>(c);
-    tma_attrs<SD__BF16, 4>(c);
-    tma_attrs<SD__BF16, 8>(c);
-    tma_attrs<SD__F16, 1>(c);
-    tma_attrs<SD__F16, 2>(c);
-    tma_attrs<SD__F16, 4>(c);
-    tma_attrs<SD__F16, 8>(c);
-}
-
-void sd_cuda_set_gemv_tma(sd_backend *be, int cfg, size_t min_weights)
-{
-    sd__cuda *c = sd__cuda_of(be);
-    c->gemv_tma = cfg >= 0 && cfg <= TMA_CONFIGS && c->smem_optin >= tma_cfg<2, 1024, 4>::smem
-                      ? cfg
-                      : 0;
-    c->gemv_tma_min = min_weights;
-}
-
-/* The copy-engine GEMV when it is on and takes the call: 16-bit weights,
- * up to SD_CUDA_GEMV_EXACT_ROWS rows (the choice depends on the weight's
- * shape, never on n: a row's bits are the same in every batch), 16-byte
- * loads, one problem, at least gemv_tma_min weights. 1 when launched. */
-template <int DT, int NR> static void launch_tma_nr(sd__cuda *c, const mm_args *a)
-{
-    const int cfg = c->gemv_tma, vr = tma_vr(cfg);
-    const int ng = (a->N + vr - 1) / vr;
-    tma_each<DT, NR>(cfg, [&](void (*k)(mm_args, int), size_t smem) {
-        /* blocks an SM holds with this ring (1 KB each reserved by the system) */
-        int per_sm = (int)(228u * 1024u / (smem + 1024 + sizeof(uint64_t) * 64));
-        if (per_sm < 1)
-            per_sm = 1;
-        if (per_sm > 2)
-            per_sm = 2;
-        int grid = c->sm_count * per_sm, need = (ng + TMA_WARPS - 1) / TMA_WARPS;
-        if (need < grid)
-            grid = need;
-        sd__launch(c, k, grid, TMA_WARPS * 32, smem, *a, c->gemv_tma_hint);
-    });
-    SD_LAUNCHED(c, "gemv_tma_kernel");
-}
-
-template <int DT> static int launch_tma(sd__cuda *c, const mm_args *a, int H)
-{
-    if constexpr (DT == SD__F32)
-        return 0;
-    if (c->gemv_tma <= 0 || H != 1 || a->n > SD_CUDA_GEMV_EXACT_ROWS ||
-        !vec_ok(a) || (size_t)a->N * (size_t)a->K < c->gemv_tma_min)
-        return 0;
+    const unsigned th = SD__GEMV_WARPS * 32;
     if (a->n == 1)
-        launch_tma_nr<DT, 1>(c, a);
+        sd__launch(c, gemv_kernel<DT, 1, HINT>, grid, th, 0, *a, wk);
     else if (a->n == 2)
-        launch_tma_nr<DT, 2>(c, a);
+        sd__launch(c, gemv_kernel<DT, 2, HINT>, grid, th, 0, *a, wk);
     else if (a->n <= 4)
-        launch_tma_nr<DT, 4>(c, a);
+        sd__launch(c, gemv_kernel<DT, 4, HINT>, grid, th, 0, *a, wk);
     else
-        launch_tma_nr<DT, 8>(c, a);
-    return 1;
+        sd__launch(c, gemv_kernel<DT, 8, HINT>, grid, th, 0, *a, wk);
 }
+
+void sd_cuda_set_gemv_hint(sd_backend *be, int on) { sd__cuda_of(be)->gemv_hint = on != 0; }
 
 template <int DT> static void launch_gemv(sd__cuda *c, const mm_args *a, int H)
 {
@@ -572,8 +373,6 @@ template <int DT> static void launch_gemv(sd__cuda *c, const mm_args *a, int H)
         SD_LAUNCHED(c, "gemv_scalar_kernel");
         return;
     }
-    if (launch_tma<DT>(c, a, H))
-        return;
     const unsigned th = SD__GEMV_WARPS * 32;
     if (DT == SD__BF16 && a->n > SD_CUDA_GEMV_EXACT_ROWS) {
         /* chunks of 32: the largest power of two <= 8 leaving each warp one */
@@ -598,14 +397,10 @@ template <int DT> static void launch_gemv(sd__cuda *c, const mm_args *a, int H)
     } else {
         int wk = sd__gemv_wk(a->K), rows = SD__GEMV_WARPS / wk * GEMV_VR;
         dim3 grid((unsigned)((a->N + rows - 1) / rows), (unsigned)H);
-        if (a->n == 1)
-            sd__launch(c, gemv_kernel<DT, 1>, grid, th, 0, *a, wk);
-        else if (a->n == 2)
-            sd__launch(c, gemv_kernel<DT, 2>, grid, th, 0, *a, wk);
-        else if (a->n <= 4)
-            sd__launch(c, gemv_kernel<DT, 4>, grid, th, 0, *a, wk);
+        if (c->gemv_hint)
+            launch_gemv_nr<DT, true>(c, a, grid, wk);
         else
-            sd__launch(c, gemv_kernel<DT, 8>, grid, th, 0, *a, wk);
+            launch_gemv_nr<DT, false>(c, a, grid, wk);
         SD_LAUNCHED(c, "gemv_kernel");
     }
 }

@@ -1,75 +1,125 @@
 /* CUDA: RMSNorm and the fused residual step (add then RMSNorm), one block
  * per row (kernels/cpu/norm.c is the reference). The sum of squares is kept
- * in double like the CPU's, so the two agree to fp32 rounding. Both kernels
- * take each thread's partial sum the same way (elements threadIdx.x,
- * + NORM_THREADS, ...) and reduce it with the same block_rrms, so
- * add_rmsnorm gives the bits of add followed by rmsnorm. In place (out == x,
- * same stride) is safe: every read of the row happens before the barrier
- * that precedes the writes. */
+ * in double like the CPU's, so the two agree to fp32 rounding.
+ *
+ * Decode normalizes one row of 2-7k floats at a time, so the kernel's
+ * latency is the step's, not its bandwidth: the block is sized to the row
+ * (a thread per float4, up to 1024 threads, then up to NORM_VEC float4s
+ * a thread), every element is loaded once into registers (the add's
+ * result too) and the products are written from there, with one block-wide
+ * reduction between: one round trip to memory instead of one per 256
+ * elements, and no re-read of the row. Rows that cannot take float4 loads
+ * (odd widths or strides) go element by element, same structure.
+ *
+ * Both kernels are one template with the same thread count and the same
+ * order of sums for a row width (thread i sums its elements in order, then
+ * sd__block_rrms), so
+ * add_rmsnorm gives the bits of add followed by rmsnorm. In place
+ * (out == x) is safe: every element is read before the barrier that
+ * precedes the writes. */
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
 
-#define NORM_THREADS 256
+#define NORM_MAX_THREADS 1024
+/* elements a thread holds in registers: float4s, or floats on the scalar
+ * path; rows of up to 16384 floats either way */
+#define NORM_VEC 4
+#define NORM_SCALAR 16
 
-/* 1/rms of a row from each thread's partial sum of squares ss: warp
- * shuffles, then thread 0 adds the warps' sums in order. Every thread of
- * the block gets the value (after the barriers). */
-__device__ __forceinline__ float block_rrms(double ss, int d, float eps)
-{
-    __shared__ double part[NORM_THREADS / 32];
-    __shared__ float rs;
-#pragma unroll
-    for (int s = 16; s > 0; s >>= 1)
-        ss += __shfl_xor_sync(0xffffffffu, ss, s);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x / 32] = ss;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double t = 0;
-        for (int k = 0; k < NORM_THREADS / 32; k++)
-            t += part[k];
-        rs = 1.0f / sqrtf((float)(t / d) + eps);
-    }
-    __syncthreads();
-    return rs;
-}
-
-__global__ void __launch_bounds__(NORM_THREADS)
-rmsnorm_kernel(float *out, const float *x, const void *w, int wdt, int d, int x_stride,
-               int out_stride, float eps)
+/* out row = norm(x row [+ y row]) * w; ADD: x row += y row first (stored).
+ * VEC: float4 elements (d % 4 == 0, rows 16-byte aligned), else floats. */
+template <bool ADD, bool VEC>
+__global__ void __launch_bounds__(NORM_MAX_THREADS)
+    norm_kernel(float *out, float *x, const float *y, const void *w, int wdt, int d, int x_stride,
+                int out_stride, float eps)
 {
     SD_PDL_ENTER();
-    const float *xr = x + (size_t)blockIdx.x * (size_t)x_stride;
+    float *xr = x + (size_t)blockIdx.x * (size_t)x_stride;
+    const float *yr = ADD ? y + (size_t)blockIdx.x * (size_t)d : NULL;
     float *o = out + (size_t)blockIdx.x * (size_t)out_stride;
+    constexpr int PER = VEC ? NORM_VEC : NORM_SCALAR;
+    const int nt = blockDim.x, m = VEC ? d / 4 : d;
+    float4 v[PER];
     double ss = 0;
-    for (int i = threadIdx.x; i < d; i += NORM_THREADS)
-        ss += (double)xr[i] * xr[i];
-    float r = block_rrms(ss, d, eps);
-    for (int i = threadIdx.x; i < d; i += NORM_THREADS)
-        o[i] = sd__wload(w, wdt, (size_t)i) * (xr[i] * r);
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int i = (int)threadIdx.x + j * nt;
+        if (i < m) {
+            if (VEC) {
+                v[j] = ((const float4 *)xr)[i];
+                if (ADD) {
+                    const float4 b = ((const float4 *)yr)[i];
+                    v[j].x += b.x;
+                    v[j].y += b.y;
+                    v[j].z += b.z;
+                    v[j].w += b.w;
+                    ((float4 *)xr)[i] = v[j];
+                }
+                ss += (double)v[j].x * v[j].x;
+                ss += (double)v[j].y * v[j].y;
+                ss += (double)v[j].z * v[j].z;
+                ss += (double)v[j].w * v[j].w;
+            } else {
+                v[j].x = xr[i];
+                if (ADD) {
+                    v[j].x += yr[i];
+                    xr[i] = v[j].x;
+                }
+                ss += (double)v[j].x * v[j].x;
+            }
+        }
+    }
+    const float r = sd__block_rrms(ss, d, eps);
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int i = (int)threadIdx.x + j * nt;
+        if (i < m) {
+            if (VEC) {
+                const size_t e = (size_t)i * 4;
+                float4 q;
+                q.x = sd__wload(w, wdt, e) * (v[j].x * r);
+                q.y = sd__wload(w, wdt, e + 1) * (v[j].y * r);
+                q.z = sd__wload(w, wdt, e + 2) * (v[j].z * r);
+                q.w = sd__wload(w, wdt, e + 3) * (v[j].w * r);
+                ((float4 *)o)[i] = q;
+            } else {
+                o[i] = sd__wload(w, wdt, (size_t)i) * (v[j].x * r);
+            }
+        }
+    }
 }
 
-/* x(row) += y(row) (the fp32 add of add_kernel), then rmsnorm_kernel's
- * arithmetic on the sums. Each thread reads back only the elements it
- * wrote, so the second loop needs no barrier of its own. */
-__global__ void __launch_bounds__(NORM_THREADS)
-add_rmsnorm_kernel(float *out, float *x, const float *y, const void *w, int wdt, int d,
-                   float eps)
+/* Threads for a row of m elements (float4s or floats), a multiple of 32:
+ * one element a thread up to NORM_MAX_THREADS, then up to per elements a
+ * thread; 0 when the row is too long. The same for rmsnorm and add_rmsnorm. */
+static int norm_threads(int m, int per)
 {
-    SD_PDL_ENTER();
-    float *xr = x + (size_t)blockIdx.x * (size_t)d;
-    const float *yr = y + (size_t)blockIdx.x * (size_t)d;
-    float *o = out + (size_t)blockIdx.x * (size_t)d;
-    double ss = 0;
-    for (int i = threadIdx.x; i < d; i += NORM_THREADS) {
-        float v = xr[i] + yr[i];
-        xr[i] = v;
-        ss += (double)v * v;
+    if ((m + NORM_MAX_THREADS - 1) / NORM_MAX_THREADS > per)
+        return 0;
+    int nt = m < NORM_MAX_THREADS ? m : NORM_MAX_THREADS;
+    return (nt + 31) / 32 * 32;
+}
+
+template <bool ADD>
+static void launch_norm(sd__cuda *c, float *out, float *x, const float *y, const sd_weight *w,
+                        int n, int d, int x_stride, int out_stride, float eps)
+{
+    const int vec = d % 4 == 0 && x_stride % 4 == 0 && out_stride % 4 == 0 && sd__aligned16(x) &&
+                    sd__aligned16(out) && (!ADD || sd__aligned16(y));
+    const int nt = vec ? norm_threads(d / 4, NORM_VEC) : norm_threads(d, NORM_SCALAR);
+    if (!nt) {
+        SD_BADARG(c, "rmsnorm: rows of %d floats (at most %d)", d,
+                  NORM_MAX_THREADS * NORM_SCALAR);
+        return;
     }
-    float r = block_rrms(ss, d, eps);
-    for (int i = threadIdx.x; i < d; i += NORM_THREADS)
-        o[i] = sd__wload(w, wdt, (size_t)i) * (xr[i] * r);
+    if (vec)
+        sd__launch(c, norm_kernel<ADD, true>, n, nt, 0, out, x, y, w->data, (int)w->dtype, d,
+                   x_stride, out_stride, eps);
+    else
+        sd__launch(c, norm_kernel<ADD, false>, n, nt, 0, out, x, y, w->data, (int)w->dtype, d,
+                   x_stride, out_stride, eps);
+    SD_LAUNCHED(c, "norm_kernel");
 }
 
 void sd__cuda_rmsnorm(sd_backend *be, float *out, const float *x, const sd_weight *w, int n, int d,
@@ -78,9 +128,7 @@ void sd__cuda_rmsnorm(sd_backend *be, float *out, const float *x, const sd_weigh
     sd__cuda *c = sd__cuda_op(be);
     if (!c || n <= 0 || d <= 0)
         return;
-    sd__launch(c, rmsnorm_kernel, n, NORM_THREADS, 0, out, x, w->data, w->dtype, d, x_stride,
-                                                     out_stride, eps);
-    SD_LAUNCHED(c, "rmsnorm_kernel");
+    launch_norm<false>(c, out, (float *)x, NULL, w, n, d, x_stride, out_stride, eps);
 }
 
 void sd__cuda_add_rmsnorm(sd_backend *be, float *out, float *x, const float *y, const sd_weight *w,
@@ -89,6 +137,5 @@ void sd__cuda_add_rmsnorm(sd_backend *be, float *out, float *x, const float *y, 
     sd__cuda *c = sd__cuda_op(be);
     if (!c || n <= 0 || d <= 0)
         return;
-    sd__launch(c, add_rmsnorm_kernel, n, NORM_THREADS, 0, out, x, y, w->data, w->dtype, d, eps);
-    SD_LAUNCHED(c, "add_rmsnorm_kernel");
+    launch_norm<true>(c, out, x, y, w, n, d, d, d, eps);
 }

@@ -1,12 +1,47 @@
-/* CUDA: rotary position embedding (kernels/cpu/rope.c is the reference).
- * One thread per (token, head, pair). The angle is the fp32 product
+/* CUDA: rotary position embedding, and the attention prologues that end in
+ * it (kernels/cpu/rope.c is the reference).
+ *
+ * rope: one thread per (token, head, pair). The angle is the fp32 product
  * inv_freq[i] * pos as in HF, then the full-range cosf/sinf (no fast-math
  * intrinsics: positions run to the context length, angles to thousands of
  * radians). Both variants: interleaved pairs (2i, 2i+1) and halves
- * (i, i + rot_dim/2); dims [off, off + rot_dim) of each head. */
+ * (i, i + rot_dim/2); dims [off, off + rot_dim) of each head.
+ *
+ * The prologues do in one launch what a decode layer did in three or four
+ * small ones (at batch 1 each is a few microseconds of the step, mostly
+ * launch and one round trip to memory), with the same arithmetic:
+ * - rope_kv (GQA): rope of q and k, and k and v into the KV cache;
+ * - mla_prep (MLA): the latent's RMSNorm (the rmsnorm kernel's order of
+ *   sums: a thread per float4, sd__block_rrms), rope of the key's and the
+ *   queries' rotary parts, and [latent, rope key] into the cache. */
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
+
+/* the pair (a, b) of rotary index i of a head */
+__device__ __forceinline__ void rope_pair(int i, int half, int interleave, int *a, int *b)
+{
+    *a = interleave ? 2 * i : i;
+    *b = interleave ? 2 * i + 1 : i + half;
+}
+
+/* rotates pair i of head vector v in place (and into c when non-NULL) */
+__device__ __forceinline__ void rope_apply(float *v, float *c, int i, int pos,
+                                           const float *inv_freq, int half, int interleave,
+                                           float mscale)
+{
+    float cs, sn, y0, y1;
+    int a, b;
+    sd__rope_cs(inv_freq[i], pos, mscale, &cs, &sn);
+    rope_pair(i, half, interleave, &a, &b);
+    sd__rope_rot(v[a], v[b], cs, sn, &y0, &y1);
+    v[a] = y0;
+    v[b] = y1;
+    if (c) {
+        c[a] = y0;
+        c[b] = y1;
+    }
+}
 
 __global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq, int half,
                             int interleave, float mscale, int n, int H, int row_stride,
@@ -19,15 +54,9 @@ __global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq,
         int i = (int)(e % (size_t)half);
         size_t th = e / (size_t)half;
         int h = (int)(th % (size_t)H), t = (int)(th / (size_t)H);
-        float ang = __fmul_rn(inv_freq[i], (float)pos[t]);
-        float cs = cosf(ang) * mscale, sn = sinf(ang) * mscale;
         float *v = x + (size_t)t * (size_t)row_stride + (size_t)h * (size_t)head_stride +
                    (size_t)off;
-        int a = interleave ? 2 * i : i;
-        int b = interleave ? 2 * i + 1 : i + half;
-        float x0 = v[a], x1 = v[b];
-        v[a] = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
-        v[b] = __fadd_rn(__fmul_rn(x1, cs), __fmul_rn(x0, sn));
+        rope_apply(v, NULL, i, pos[t], inv_freq, half, interleave, mscale);
     }
 }
 
@@ -46,4 +75,158 @@ void sd__cuda_rope(sd_backend *be, float *x, const int32_t *pos, const sd_rope *
                                                          r->mscale, n, H, row_stride,
                                                          head_stride, off);
     SD_LAUNCHED(c, "rope_kernel");
+}
+
+/* ---- rope_kv ------------------------------------------------------------
+ *
+ * Token t = blockIdx.y; its work items, 256 a block along x:
+ *   [0, Hq half)              q head h, pair i: rotated in place;
+ *   [.., + Hkv D)             k head h, dim d: the first dim of a pair rotates
+ *                             the pair in place and into the cache, the second
+ *                             does nothing, a dim past rot_dim is copied;
+ *   [.., + Hkv Dv)            v head h, dim d: copied into the cache. */
+__global__ void rope_kv_kernel(float *q, float *k, const float *v, float *kc, float *vc,
+                               const int32_t *pos, const int32_t *slot, const float *inv_freq,
+                               int half, int interleave, float mscale, int Hq, int Hkv, int D,
+                               int Dv, int q_stride, int kv_stride)
+{
+    SD_PDL_ENTER();
+    const int t = blockIdx.y, p = pos[t];
+    const int nq = Hq * half, nk = Hkv * D, nv = Hkv * Dv;
+    const size_t s = (size_t)slot[t];
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < nq + nk + nv;
+         e += gridDim.x * blockDim.x) {
+        if (e < nq) {
+            const int h = e / half, i = e % half;
+            rope_apply(q + (size_t)t * q_stride + (size_t)h * D, NULL, i, p, inv_freq, half,
+                       interleave, mscale);
+        } else if (e < nq + nk) {
+            const int h = (e - nq) / D, d = (e - nq) % D;
+            float *kv = k + (size_t)t * kv_stride + (size_t)h * D;
+            float *kd = kc + (s * (size_t)Hkv + (size_t)h) * (size_t)D;
+            if (d >= 2 * half) {
+                kd[d] = kv[d];
+            } else {
+                const int i = interleave ? d / 2 : d < half ? d : -1;
+                if (i >= 0 && (!interleave || d % 2 == 0))
+                    rope_apply(kv, kd, i, p, inv_freq, half, interleave, mscale);
+            }
+        } else {
+            const int h = (e - nq - nk) / Dv, d = (e - nq - nk) % Dv;
+            vc[(s * (size_t)Hkv + (size_t)h) * (size_t)Dv + d] =
+                v[(size_t)t * kv_stride + (size_t)h * Dv + d];
+        }
+    }
+}
+
+void sd__cuda_rope_kv(sd_backend *be, float *q, float *k, const float *v, void *kcache,
+                      void *vcache, const sd_attn_batch *b, const sd_rope *r, int Hq, int Hkv,
+                      int D, int Dv, int q_stride, int kv_stride)
+{
+    sd__cuda *c = sd__cuda_op(be);
+    const int half = r->rot_dim / 2, T = b->n_tokens;
+    if (!c || T <= 0)
+        return;
+    if (half <= 0 || 2 * half > D || T > 65535) {
+        SD_BADARG(c, "rope_kv: rotary dims %d of heads of %d, %d tokens", r->rot_dim, D, T);
+        return;
+    }
+    const int items = Hq * half + Hkv * D + Hkv * Dv;
+    const dim3 grid((unsigned)((items + 255) / 256), (unsigned)T);
+    sd__launch(c, rope_kv_kernel, grid, 256, 0, q, k, v, (float *)kcache, (float *)vcache, b->pos,
+               b->slot, r->inv_freq, half, r->interleave, r->mscale, Hq, Hkv, D, Dv, q_stride,
+               kv_stride);
+    SD_LAUNCHED(c, "rope_kv_kernel");
+}
+
+/* ---- mla_prep -----------------------------------------------------------
+ *
+ * One block of MLA_PREP_THREADS per token: the latent c (C floats, C <= 4
+ * MLA_PREP_THREADS) normed with the rmsnorm kernel's arithmetic (a thread
+ * per float4 when C % 4 == 0 and the row is aligned, else a thread per
+ * float; sums in double, sd__block_rrms) and written in place and into the
+ * cache row; then the rope key (R floats at c + C) and the H query rope parts
+ * rotated in place, the key into the cache row too. */
+#define MLA_PREP_THREADS 256
+
+template <bool VEC>
+__global__ void __launch_bounds__(MLA_PREP_THREADS)
+    mla_prep_kernel(float *ckv, int ck_stride, float *q_pe, int qpe_stride, int qpe_head_stride,
+                    const void *w, int wdt, float eps, float *cache, const int32_t *pos,
+                    const int32_t *slot, const float *inv_freq, int half, int interleave,
+                    float mscale, int H, int C, int R)
+{
+    SD_PDL_ENTER();
+    const int t = blockIdx.x, p = pos[t], m = VEC ? C / 4 : C;
+    float *c = ckv + (size_t)t * (size_t)ck_stride;
+    float *row = cache + (size_t)slot[t] * (size_t)(C + R);
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    double ss = 0;
+    const int i = threadIdx.x;
+    if (i < m) {
+        if (VEC) {
+            v = ((const float4 *)c)[i];
+            ss += (double)v.x * v.x;
+            ss += (double)v.y * v.y;
+            ss += (double)v.z * v.z;
+            ss += (double)v.w * v.w;
+        } else {
+            v.x = c[i];
+            ss += (double)v.x * v.x;
+        }
+    }
+    const float rr = sd__block_rrms(ss, C, eps);
+    if (i < m) {
+        if (VEC) {
+            const size_t e = (size_t)i * 4;
+            float4 o;
+            o.x = sd__wload(w, wdt, e) * (v.x * rr);
+            o.y = sd__wload(w, wdt, e + 1) * (v.y * rr);
+            o.z = sd__wload(w, wdt, e + 2) * (v.z * rr);
+            o.w = sd__wload(w, wdt, e + 3) * (v.w * rr);
+            ((float4 *)c)[i] = o;
+            ((float4 *)row)[i] = o;
+        } else {
+            const float o = sd__wload(w, wdt, (size_t)i) * (v.x * rr);
+            c[i] = o;
+            row[i] = o;
+        }
+    }
+    /* the rope key: pairs [0, half) of c + C; the queries' pairs after */
+    for (int e = threadIdx.x; e < (H + 1) * half; e += blockDim.x) {
+        const int h = e / half, j = e % half;
+        if (h == 0)
+            rope_apply(c + C, row + C, j, p, inv_freq, half, interleave, mscale);
+        else
+            rope_apply(q_pe + (size_t)t * qpe_stride + (size_t)(h - 1) * qpe_head_stride, NULL, j,
+                       p, inv_freq, half, interleave, mscale);
+    }
+    /* rope key dims past the rotary ones (none for DeepSeek: R = rot_dim) */
+    for (int d = 2 * half + threadIdx.x; d < R; d += blockDim.x)
+        row[C + d] = c[C + d];
+}
+
+void sd__cuda_mla_prep(sd_backend *be, float *ckv, int ck_stride, float *q_pe, int qpe_stride,
+                       int qpe_head_stride, const sd_weight *w, float eps, void *cache,
+                       const sd_attn_batch *b, const sd_rope *r, int H, int C, int R)
+{
+    sd__cuda *c = sd__cuda_op(be);
+    const int half = r->rot_dim / 2, T = b->n_tokens;
+    if (!c || T <= 0)
+        return;
+    const int vec = C % 4 == 0 && ck_stride % 4 == 0 && sd__aligned16(ckv) && sd__aligned16(cache) &&
+                    (C + R) % 4 == 0;
+    if (half <= 0 || 2 * half > R || (vec ? C / 4 : C) > MLA_PREP_THREADS) {
+        SD_BADARG(c, "mla_prep: latent %d, rope key %d, rotary dims %d", C, R, r->rot_dim);
+        return;
+    }
+    if (vec)
+        sd__launch(c, mla_prep_kernel<true>, T, MLA_PREP_THREADS, 0, ckv, ck_stride, q_pe,
+                   qpe_stride, qpe_head_stride, w->data, (int)w->dtype, eps, (float *)cache,
+                   b->pos, b->slot, r->inv_freq, half, r->interleave, r->mscale, H, C, R);
+    else
+        sd__launch(c, mla_prep_kernel<false>, T, MLA_PREP_THREADS, 0, ckv, ck_stride, q_pe,
+                   qpe_stride, qpe_head_stride, w->data, (int)w->dtype, eps, (float *)cache,
+                   b->pos, b->slot, r->inv_freq, half, r->interleave, r->mscale, H, C, R);
+    SD_LAUNCHED(c, "mla_prep_kernel");
 }

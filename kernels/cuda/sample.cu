@@ -103,6 +103,70 @@ __global__ void argmax_rows_kernel(int32_t *out, const float *x, int V)
         out[blockIdx.x] = r;
 }
 
+/* The argmax of a long row split over P blocks (decode: one row of a
+ * 100k+ vocabulary was one block's serial walk, ~65 us on an H200). Block
+ * (r, b) takes elements [b AM_PER, (b + 1) AM_PER) of row r, AM_PER /
+ * AM_THREADS independent loads a thread, and folds its (value, index) into
+ * the row's key with atomicMax: the key orders by value, then by the lower
+ * index (the same winner as sd_argmax: NaN skipped, lowest id on ties,
+ * whatever the order blocks finish in). The block that counts last writes
+ * the row's result and resets its key and count, so the next call (a graph
+ * replay too) starts from zero. */
+#define AM_THREADS 256
+#define AM_PER 8192
+__device__ __forceinline__ unsigned long long am_key(float v, int i)
+{
+    uint32_t u = __float_as_uint(v);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u); /* ordered as the floats */
+    return ((unsigned long long)u << 32) | (unsigned long long)(~(uint32_t)i);
+}
+
+__global__ void __launch_bounds__(AM_THREADS)
+    argmax_split_kernel(int32_t *out, const float *x, int V, unsigned long long *keys,
+                        unsigned *cnt)
+{
+    SD_PDL_ENTER();
+    __shared__ float sv[AM_THREADS / 32];
+    __shared__ int si[AM_THREADS / 32];
+    const int r = blockIdx.x, lo = blockIdx.y * AM_PER;
+    const int hi = V - lo < AM_PER ? V : lo + AM_PER;
+    const float *xr = x + (size_t)r * (size_t)V;
+    float bv = 0.0f;
+    int bi = -1;
+#pragma unroll 8
+    for (int i = lo + threadIdx.x; i < hi; i += AM_THREADS) {
+        float v = xr[i];
+        if (!isnan(v))
+            am_merge(bv, bi, v, i);
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_down_sync(0xffffffffu, bv, o);
+        int oi = __shfl_down_sync(0xffffffffu, bi, o);
+        am_merge(bv, bi, ov, oi);
+    }
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    if (l == 0) {
+        sv[w] = bv;
+        si[w] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float v = 0.0f;
+        int b = -1;
+        for (int k = 0; k < AM_THREADS / 32; k++)
+            am_merge(v, b, sv[k], si[k]);
+        if (b >= 0)
+            atomicMax(&keys[r], am_key(v, b));
+        __threadfence();
+        if (atomicAdd(&cnt[r], 1u) == gridDim.y - 1) {
+            __threadfence();
+            const unsigned long long k = atomicExch(&keys[r], 0ull);
+            cnt[r] = 0;
+            out[r] = k ? (int32_t)~(uint32_t)(k & 0xffffffffu) : 0; /* all NaN: 0 */
+        }
+    }
+}
+
 /* Block sums; every thread gets the result. */
 __device__ double block_sum_d(double v)
 {
@@ -637,6 +701,13 @@ void sd__cuda_argmax_rows(sd_backend *be, int32_t *out, const float *x, int n, i
     sd__cuda *c = sd__cuda_op(be);
     if (!c || n <= 0 || V <= 0)
         return;
+    const int P = (V + AM_PER - 1) / AM_PER;
+    if (P > 1 && n <= SD__ARGMAX_ROWS && c->am_keys) {
+        sd__launch(c, argmax_split_kernel, dim3((unsigned)n, (unsigned)P), AM_THREADS, 0, out, x,
+                   V, c->am_keys, c->am_cnt);
+        SD_LAUNCHED(c, "argmax_split_kernel");
+        return;
+    }
     sd__launch(c, argmax_rows_kernel, n, SB, 0, out, x, V);
     SD_LAUNCHED(c, "argmax_rows_kernel");
 }

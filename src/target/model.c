@@ -364,6 +364,16 @@ static int load_stack(sd_model *m, sd_weight *w, sd_weight *bias, const stack_pa
     return upload_host(m, bias, b, SD_DT_F32, 1, R, err);
 }
 
+/* Element i of tensor t into element o of dst, as dt: t's own bits when dt
+ * is t's dtype, else its value as F32. */
+static void copy_elem(char *dst, size_t o, const sd_st_tensor *t, size_t i, sd_dtype dt)
+{
+    if (dt == t->dtype && dt != SD_DT_F32)
+        memcpy(dst + o * 2, (const char *)t->data + i * 2, 2);
+    else
+        ((float *)(void *)dst)[o] = sd_load_f32(t->data, t->dtype, i);
+}
+
 /* Absorbed MLA weights from kv_b_proj [H*(nope+v), C]:
  * wuk_t [H*C, nope] (row h*C+c = column c of head h's key rows) and
  * wuv [H*v, C] (head h's value rows), for this rank's heads.
@@ -413,8 +423,13 @@ static int load_mla(sd_model *m, const char *pre, layer *L, sd_err *err)
     rc = sd_st_expect(m->st, name, 2, shape, &kb, err);
     if (rc)
         return rc;
-    float *uk = malloc((size_t)Hl * C * nope * sizeof(float));
-    float *uv = malloc((size_t)Hl * vd * C * sizeof(float));
+    /* a re-layout, no arithmetic: the checkpoint's own 16-bit values when it
+     * has them (half the bytes a decode step reads for them, the same
+     * numbers), else F32 */
+    sd_dtype dt = kb->dtype == SD_DT_BF16 || kb->dtype == SD_DT_F16 ? kb->dtype : SD_DT_F32;
+    size_t es = sd_dtype_size(dt);
+    char *uk = malloc((size_t)Hl * C * nope * es);
+    char *uv = malloc((size_t)Hl * vd * C * es);
     if (!uk || !uv) {
         free(uk);
         free(uv);
@@ -424,16 +439,15 @@ static int load_mla(sd_model *m, const char *pre, layer *L, sd_err *err)
         size_t base = (size_t)(h0 + h) * (size_t)(nope + vd);
         for (int n = 0; n < nope; n++)
             for (int cc = 0; cc < C; cc++)
-                uk[((size_t)h * C + cc) * nope + n] =
-                    sd_load_f32(kb->data, kb->dtype, (base + n) * (size_t)C + cc);
+                copy_elem(uk, ((size_t)h * C + cc) * nope + n, kb, (base + n) * (size_t)C + cc, dt);
         for (int j = 0; j < vd; j++)
             for (int cc = 0; cc < C; cc++)
-                uv[((size_t)h * vd + j) * C + cc] =
-                    sd_load_f32(kb->data, kb->dtype, (base + nope + j) * (size_t)C + cc);
+                copy_elem(uv, ((size_t)h * vd + j) * C + cc, kb,
+                          (base + nope + j) * (size_t)C + cc, dt);
     }
-    rc = upload_host(m, &L->wuk_t, uk, SD_DT_F32, (int64_t)Hl * C, nope, err);
+    rc = upload_host(m, &L->wuk_t, uk, dt, (int64_t)Hl * C, nope, err);
     if (!rc)
-        rc = upload_host(m, &L->wuv, uv, SD_DT_F32, (int64_t)Hl * vd, C, err);
+        rc = upload_host(m, &L->wuv, uv, dt, (int64_t)Hl * vd, C, err);
     return rc;
 }
 
@@ -965,14 +979,22 @@ static void attention_gqa(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
         op->rmsnorm(be, q, q, &L->q_norm, T * Hq, Dh, Dh, Dh, (float)c->rms_eps);
         op->rmsnorm(be, k, k, &L->k_norm, T * Hkv, Dh, Dh, Dh, (float)c->rms_eps);
     }
-    if (k == q + (size_t)Hq * Dh) {
-        /* in the stacked row the k heads follow the q heads: one rope */
-        op->rope(be, q, ab->pos, &m->rope, T, Hq + Hkv, qs, Dh, 0);
+    if (op->rope_kv) {
+        /* rope of q and k and the cache store in one op */
+        op->rope_kv(be, q, k, v, L->kc, L->vc, ab, &m->rope, Hq, Hkv, Dh, Dh, qs, kvs);
+        op->attn_gqa(be, m->att, q, NULL, NULL, L->kc, L->vc, ab, Hq, Hkv, Dh, Dh, qs, kvs,
+                     m->attn_scale);
     } else {
-        op->rope(be, q, ab->pos, &m->rope, T, Hq, qs, Dh, 0);
-        op->rope(be, k, ab->pos, &m->rope, T, Hkv, kvs, Dh, 0);
+        if (k == q + (size_t)Hq * Dh) {
+            /* in the stacked row the k heads follow the q heads: one rope */
+            op->rope(be, q, ab->pos, &m->rope, T, Hq + Hkv, qs, Dh, 0);
+        } else {
+            op->rope(be, q, ab->pos, &m->rope, T, Hq, qs, Dh, 0);
+            op->rope(be, k, ab->pos, &m->rope, T, Hkv, kvs, Dh, 0);
+        }
+        op->attn_gqa(be, m->att, q, k, v, L->kc, L->vc, ab, Hq, Hkv, Dh, Dh, qs, kvs,
+                     m->attn_scale);
     }
-    op->attn_gqa(be, m->att, q, k, v, L->kc, L->vc, ab, Hq, Hkv, Dh, Dh, qs, kvs, m->attn_scale);
     op->matmul(be, m->ao, m->att, &L->wo, L->bo.data ? &L->bo : NULL, T, Hq * Dh);
 }
 
@@ -994,12 +1016,20 @@ static void attention_mla(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
         q = m->q;
         qs = H * qk;
     }
-    op->rmsnorm(be, ckv, ckv, &L->kv_a_norm, T, C, W, W, MLA_NORM_EPS);
-    op->rope(be, ckv, ab->pos, &m->rope, T, 1, W, 0, C);
-    op->rope(be, q, ab->pos, &m->rope, T, H, qs, qk, nope);
+    const float *c_lat = ckv, *k_pe = ckv + C;
+    if (op->mla_prep) {
+        /* the latent's norm, both ropes and the cache store in one op */
+        op->mla_prep(be, ckv, W, q + nope, qs, qk, &L->kv_a_norm, MLA_NORM_EPS, L->kc, ab,
+                     &m->rope, H, C, R);
+        c_lat = k_pe = NULL;
+    } else {
+        op->rmsnorm(be, ckv, ckv, &L->kv_a_norm, T, C, W, W, MLA_NORM_EPS);
+        op->rope(be, ckv, ab->pos, &m->rope, T, 1, W, 0, C);
+        op->rope(be, q, ab->pos, &m->rope, T, H, qs, qk, nope);
+    }
     /* absorbed: q_lat = W_UK^T q_nope per head; attend over the latent cache */
     op->matmul_heads(be, m->qlat, q, &L->wuk_t, T, H, qs, qk, 0);
-    op->attn_mla(be, m->lat, m->qlat, q + nope, ckv, ckv + C, L->kc, ab, H, C, R, qs, qk, W,
+    op->attn_mla(be, m->lat, m->qlat, q + nope, c_lat, k_pe, L->kc, ab, H, C, R, qs, qk, W,
                  m->attn_scale);
     op->matmul_heads(be, m->att, m->lat, &L->wuv, T, H, H * C, C, 0);
     op->matmul(be, m->ao, m->att, &L->wo, NULL, T, H * vd);

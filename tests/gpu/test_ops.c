@@ -210,6 +210,11 @@ TEST(rmsnorm_matches_the_cpu_with_strides_and_in_place)
         {5, 64, 64, 64, SD_DT_F32, 0},       {33, 4096, 4100, 4096, SD_DT_BF16, 0},
         {512, 128, 128, 128, SD_DT_F16, 1},  {3, 7000, 7000, 14000, SD_DT_BF16, 0},
         {7, 512, 576, 576, SD_DT_BF16, 1},
+        /* float4 rows of one to four float4s a thread, and rows on the
+         * element path (odd widths and strides) from 1 to 16 floats a thread */
+        {2, 16384, 16384, 16384, SD_DT_BF16, 0}, {4, 7168, 7168, 7168, SD_DT_F32, 1},
+        {3, 4099, 4099, 4103, SD_DT_BF16, 0},    {2, 16383, 16383, 16383, SD_DT_F16, 1},
+        {9, 33, 35, 33, SD_DT_F32, 0},
     };
     for (size_t k = 0; k < SD_ARRAY_LEN(cs); k++) {
         int n = cs[k].n, d = cs[k].d, xs = cs[k].xs, os = cs[k].os;
@@ -253,6 +258,7 @@ TEST(add_rmsnorm_matches_the_cpu_and_the_gpus_add_then_rmsnorm_bitwise)
     struct { int n, d; sd_dtype dt; } cs[] = {
         {1, 4096, SD_DT_BF16}, {5, 64, SD_DT_F32},  {33, 4096, SD_DT_BF16},
         {3, 7000, SD_DT_F16},  {17, 100, SD_DT_F32}, {2, 5120, SD_DT_BF16},
+        {1, 2048, SD_DT_BF16}, {2, 16384, SD_DT_BF16}, {3, 4098, SD_DT_F32}, {1, 9999, SD_DT_BF16},
     };
     for (size_t k = 0; k < SD_ARRAY_LEN(cs); k++) {
         int n = cs[k].n, d = cs[k].d;
@@ -402,7 +408,6 @@ TEST(matmul_gemv_rows_match_the_cpu_in_fp32)
     gpu_env e;
     GPU_OPEN(e);
     int ok = 1;
-    sd_cuda_set_gemv_tma(e.gpu, 0, 0); /* the block GEMV (the copy engine's: below) */
     for (int di = 0; di < 3; di++) {
         sd_dtype dt = all_dt[di];
         ok &= mm_case(&e, dt, 1, 256, 512, 512, 0);
@@ -499,39 +504,50 @@ TEST(matmul_gemv_rows_do_not_depend_on_the_batch)
     gpu_env e;
     GPU_OPEN(e);
     int ok = 1;
-    sd_cuda_set_gemv_tma(e.gpu, 0, 0); /* the block GEMV */
-    for (int di = 0; di < 3; di++)
-        ok &= mm_batch_case(&e, all_dt[di], 1500, 4104, "gemv");
+    for (int hint = 0; hint < 2; hint++) {
+        sd_cuda_set_gemv_hint(e.gpu, hint);
+        for (int di = 0; di < 3; di++)
+            ok &= mm_batch_case(&e, all_dt[di], 1500, 4104, hint ? "gemv l2-hint" : "gemv");
+    }
+    sd_cuda_set_gemv_hint(e.gpu, 0);
     gpu_env_close(&e);
     ASSERT(ok);
 }
 
-/* The copy-engine GEMV (sd_cuda_set_gemv_tma) in each configuration, on every
- * shape it takes (min_weights 0): against the CPU in fp32 (rows of a group
- * past N, a last piece shorter than the ring's, K below one piece, 1..8
- * activation rows, strided rows, biases), and a row's bits the same in every
- * batch up to SD_CUDA_GEMV_EXACT_ROWS. */
-TEST(matmul_copy_engine_gemv_matches_the_cpu_and_does_not_depend_on_the_batch)
+/* The GEMV's weight loads under an L2 evict-first policy (sd_cuda_set_gemv_hint):
+ * the same bits as without it, on the shapes of the fp32 test. */
+TEST(matmul_gemv_with_the_l2_hint_gives_the_same_bits)
 {
     gpu_env e;
     GPU_OPEN(e);
     int ok = 1;
-    for (int cfg = 1; cfg <= 4; cfg++) {
-        sd_cuda_set_gemv_tma(e.gpu, cfg, 0);
-        for (int di = 1; di < 3; di++) {
-            sd_dtype dt = all_dt[di];
-            ok &= mm_case(&e, dt, 1, 4096, 4096, 4096, 0);
-            ok &= mm_case(&e, dt, 1, 4099, 14336, 14336, 1);
-            ok &= mm_case(&e, dt, 2, 3, 2056, 2056, 0);
-            ok &= mm_case(&e, dt, 3, 1001, 136, 140, 1);
-            ok &= mm_case(&e, dt, 4, 1027, 1408, 1416, 0);
-            ok &= mm_case(&e, dt, 5, 6143, 3080, 3080, 1);
-            ok &= mm_case(&e, dt, 7, 333, 2056, 2064, 1);
-            ok &= mm_case(&e, dt, 8, 64, 2048, 2048, 0);
-            ok &= mm_case(&e, dt, 8, 20000, 520, 520, 1);
+    struct { int n, N, K; } cs[] = {{1, 4096, 4096}, {3, 1000, 136}, {4, 1027, 1408},
+                                    {7, 333, 2056}, {1, 4096, 14336}, {8, 20000, 520}};
+    for (int di = 0; di < 3; di++)
+        for (size_t k = 0; k < SD_ARRAY_LEN(cs); k++) {
+            int n = cs[k].n, N = cs[k].N, K = cs[k].K;
+            tw w;
+            ASSERT_OK(tw_make(&e, &w, all_dt[di], N, K, 0.5f));
+            float *x = rnd_floats(&e, (size_t)n * K, -1, 1);
+            float *dx = (float *)gput(&e, x, (size_t)n * K * sizeof(float));
+            float *dy = gpoison(&e, (size_t)n * N);
+            sd_cuda_set_gemv_hint(e.gpu, 0);
+            float *a = mm_rows(&e, dy, dx, &w, n, N, K);
+            sd_cuda_set_gemv_hint(e.gpu, 1);
+            float *b = mm_rows(&e, dy, dx, &w, n, N, K);
+            double bad = a && b ? 0 : INFINITY;
+            for (size_t i = 0; a && b && i < (size_t)n * N; i++)
+                bad += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+            ok &= reportf(bad, 0, "matmul gemv %s n=%d N=%d K=%d: with the L2 hint vs without "
+                          "(differing elements)", sd_dtype_name(all_dt[di]), n, N, K);
+            sd_cuda_set_gemv_hint(e.gpu, 0);
+            free(a);
+            free(b);
+            gfree(&e, dx);
+            gfree(&e, dy);
+            free(x);
+            tw_free(&e, &w);
         }
-        ok &= mm_batch_case(&e, SD_DT_BF16, 1500, 4104, "copy-engine gemv");
-    }
     gpu_env_close(&e);
     ASSERT(ok);
 }
@@ -675,6 +691,116 @@ static void tbatch_free(gpu_env *e, tbatch *b)
     gfree(e, b->dseq);
     gfree(e, b->dslot);
     gfree(e, b->dtable);
+}
+
+/* rope_kv against the CPU: q and k (rotated in place) within rope's bound,
+ * the cache rows at the step's slots too, every other cache row untouched
+ * (the caches start random on both sides; the GPU's copy is compared whole) */
+static int rope_kv_case(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew,
+                        int bs, int Hq, int Hkv, int D, int Dv, int rot, int il)
+{
+    tbatch b;
+    tbatch_make(e, &b, n_seq, ctx, nnew, bs);
+    int T = b.T, q_stride = Hq * D + 8, kv_stride = Hkv * (D > Dv ? D : Dv) + 4, half = rot / 2;
+    size_t mq = (size_t)T * q_stride, mkv = (size_t)T * kv_stride;
+    size_t mkc = (size_t)b.n_slots * Hkv * D, mvc = (size_t)b.n_slots * Hkv * Dv;
+    float *inv = (float *)malloc((size_t)half * sizeof(float));
+    for (int i = 0; i < half; i++)
+        inv[i] = powf(500000.0f, -2.0f * (float)i / (float)rot);
+    float *q = rnd_floats(e, mq, -2, 2), *k = rnd_floats(e, mkv, -1, 1);
+    float *v = rnd_floats(e, mkv, -1, 1);
+    float *kc = rnd_floats(e, mkc, -1, 1), *vc = rnd_floats(e, mvc, -1, 1);
+    float *dq = (float *)gput(e, q, mq * 4), *dk = (float *)gput(e, k, mkv * 4);
+    float *dv = (float *)gput(e, v, mkv * 4), *dinv = (float *)gput(e, inv, (size_t)half * 4);
+    float *dkc = (float *)gput(e, kc, mkc * 4), *dvc = (float *)gput(e, vc, mvc * 4);
+    sd_rope rc = {.inv_freq = inv, .rot_dim = rot, .interleave = il, .mscale = 1.0f}, rg = rc;
+    rg.inv_freq = dinv;
+    e->cpu->ops->rope_kv(e->cpu, q, k, v, kc, vc, &b.hb, &rc, Hq, Hkv, D, Dv, q_stride, kv_stride);
+    e->gpu->ops->rope_kv(e->gpu, dq, dk, dv, dkc, dvc, &b.db, &rg, Hq, Hkv, D, Dv, q_stride,
+                         kv_stride);
+    char name[200];
+    int ok = 1;
+    const char *part[4] = {"q", "k", "k cache", "v cache"};
+    float *dp[4] = {dq, dk, dkc, dvc}, *cp[4] = {q, k, kc, vc};
+    size_t m[4] = {mq, mkv, mkc, mvc};
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "rope_kv %s T=%d Hq=%d Hkv=%d D=%d rot=%d %s: %s", what, T, Hq,
+                 Hkv, D, rot, il ? "interleaved" : "halves", part[i]);
+        ok &= check_dev(e, dp[i], cp[i], m[i], i == 3 ? 0 : 1e-5, name);
+    }
+    float *ptrs[7] = {dq, dk, dv, dinv, dkc, dvc, NULL};
+    for (int i = 0; ptrs[i]; i++)
+        gfree(e, ptrs[i]);
+    free(q);
+    free(k);
+    free(v);
+    free(kc);
+    free(vc);
+    free(inv);
+    tbatch_free(e, &b);
+    return ok;
+}
+
+/* mla_prep against the CPU: the normed latent and the roped key in place,
+ * the roped query parts, and the cache (rows at the step's slots written) */
+static int mla_prep_case(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew,
+                         int bs, int H, int C, int R, int qk, sd_dtype dt)
+{
+    tbatch b;
+    tbatch_make(e, &b, n_seq, ctx, nnew, bs);
+    int T = b.T, W = H * qk + C + R, half = R / 2;
+    size_t mx = (size_t)T * W, mc = (size_t)b.n_slots * (C + R);
+    float *inv = (float *)malloc((size_t)half * sizeof(float));
+    for (int i = 0; i < half; i++)
+        inv[i] = powf(10000.0f, -2.0f * (float)i / (float)R);
+    tw w;
+    if (tw_make(e, &w, dt, 1, C, 1.5f))
+        return report("mla_prep: weight upload", INFINITY, 0);
+    float *x = rnd_floats(e, mx, -3, 3), *cache = rnd_floats(e, mc, -1, 1);
+    float *dx = (float *)gput(e, x, mx * 4), *dc = (float *)gput(e, cache, mc * 4);
+    float *dinv = (float *)gput(e, inv, (size_t)half * 4);
+    sd_rope rc = {.inv_freq = inv, .rot_dim = R, .interleave = 1, .mscale = 1.1f}, rg = rc;
+    rg.inv_freq = dinv;
+    int nope = qk - R, off = H * qk;
+    e->cpu->ops->mla_prep(e->cpu, x + off, W, x + nope, W, qk, &w.c, 1e-6f, cache, &b.hb, &rc, H,
+                          C, R);
+    e->gpu->ops->mla_prep(e->gpu, dx + off, W, dx + nope, W, qk, &w.g, 1e-6f, dc, &b.db, &rg, H,
+                          C, R);
+    char name[200];
+    snprintf(name, sizeof name, "mla_prep %s T=%d H=%d C=%d R=%d %s: rows", what, T, H, C, R,
+             sd_dtype_name(dt));
+    int ok = check_dev(e, dx, x, mx, 1e-5, name);
+    snprintf(name, sizeof name, "mla_prep %s T=%d H=%d C=%d R=%d %s: cache", what, T, H, C, R,
+             sd_dtype_name(dt));
+    ok &= check_dev(e, dc, cache, mc, 1e-5, name);
+    gfree(e, dx);
+    gfree(e, dc);
+    gfree(e, dinv);
+    free(x);
+    free(cache);
+    free(inv);
+    tw_free(e, &w);
+    tbatch_free(e, &b);
+    return ok;
+}
+
+TEST(rope_kv_and_mla_prep_match_the_cpu_on_ragged_paged_batches)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    int c1[1] = {1}, n1[1] = {1};
+    int c3[3] = {70, 5, 300}, n3[3] = {1, 5, 4};
+    int c2[2] = {4100, 9}, n2[2] = {3, 9};
+    ok &= rope_kv_case(&e, "decode", 1, c1, n1, 16, 32, 8, 128, 128, 128, 0);
+    ok &= rope_kv_case(&e, "ragged", 3, c3, n3, 16, 8, 2, 128, 128, 128, 0);
+    ok &= rope_kv_case(&e, "partial rotary", 2, c2, n2, 32, 6, 3, 64, 64, 32, 0);
+    ok &= rope_kv_case(&e, "interleaved, Dv < D", 3, c3, n3, 16, 4, 4, 96, 64, 64, 1);
+    ok &= mla_prep_case(&e, "decode", 1, c1, n1, 16, 16, 512, 64, 192, SD_DT_BF16);
+    ok &= mla_prep_case(&e, "ragged", 3, c3, n3, 16, 128, 512, 64, 192, SD_DT_BF16);
+    ok &= mla_prep_case(&e, "odd latent", 2, c2, n2, 32, 5, 250, 30, 80, SD_DT_F32);
+    gpu_env_close(&e);
+    ASSERT(ok);
 }
 
 static int gqa_case(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew, int bs,
@@ -1412,13 +1538,19 @@ TEST(argmax_rows_equals_the_cpu_with_ties_and_nan)
     gpu_env e;
     GPU_OPEN(e);
     int ok = 1;
-    const int Vs[4] = {1, 1003, 32000, 151936};
-    for (int vi = 0; vi < 4; vi++) {
-        int V = Vs[vi], n = 9;
-        float *x = sample_logits(&e, n, V, 1);
+    /* one block a row up to 8192 ids, split over blocks above (twice: the
+     * split's per-row state must be back to zero after every call) */
+    const int Vs[6] = {1, 1003, 8193, 32000, 128256, 151936};
+    for (int vi = 0; vi < 12; vi++) {
+        int V = Vs[vi % 6], n = 9;
+        float *x = sample_logits(&e, n, V, vi < 6);
         if (V > 1)
-            for (int i = 0; i < V; i++)
+            for (int i = 0; i < V; i++) {
                 x[(size_t)4 * V + i] = NAN; /* all NaN: 0 */
+                x[(size_t)6 * V + i] = -INFINITY; /* all -inf: 0 */
+            }
+        if (V > 8192)
+            x[(size_t)7 * V + V - 1] = 1e30f; /* the winner in the last block */
         int32_t *c = (int32_t *)malloc(n * sizeof(int32_t));
         e.cpu->ops->argmax_rows(e.cpu, c, x, n, V);
         float *dx = (float *)gput(&e, x, (size_t)n * V * sizeof(float));
@@ -2206,9 +2338,10 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(add_rmsnorm_matches_the_cpu_and_the_gpus_add_then_rmsnorm_bitwise),
           T(rope_matches_the_cpu_for_every_variant_up_to_8k_positions),
           T(matmul_gemv_rows_match_the_cpu_in_fp32), T(matmul_gemv_rows_do_not_depend_on_the_batch),
-          T(matmul_copy_engine_gemv_matches_the_cpu_and_does_not_depend_on_the_batch),
+          T(matmul_gemv_with_the_l2_hint_gives_the_same_bits),
           T(matmul_many_rows_match_the_cpu),
           T(matmul_heads_matches_the_cpu), T(attn_gqa_matches_the_cpu_on_ragged_paged_batches),
+          T(rope_kv_and_mla_prep_match_the_cpu_on_ragged_paged_batches),
           T(attn_gqa_matches_the_cpu_on_long_contexts),
           T(attn_mla_matches_the_cpu_on_ragged_and_long_contexts),
           T(attn_mla_on_tensor_cores_matches_the_cpu_within_bf16_rounding),
