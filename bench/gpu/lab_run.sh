@@ -4,15 +4,15 @@
 #   1. tests/gpu/validate.sh on BIN (every op against the CPU, whole models,
 #      graph replay, generate on cuda vs cpu: gpu-validate.json);
 #   2. specd-bench-kernels --gemv-lab: the GEMV at both real-size models'
-#      shapes with and without its L2 hint, and a Llama-3-8B-shaped step
-#      without attention, PDL off and on (gemv-lab.json);
+#      shapes, and a Llama-3-8B-shaped step without attention, PDL off and
+#      on (gemv-lab.json);
 #   3. the random checkpoints (bench/gpu/env.sh), then a kernel-by-kernel
 #      trace of batch-1 decode steps of both with Nsight Compute (each
 #      kernel's own time; tools/ncu_step.py sums the last step up) when ncu
 #      is there;
 #   4. plain decode A/B on both models (bench/gpu/ab_launch.sh, batch 1):
-#      BASE_BIN (when given) against BIN, BIN with SPECD_PDL=1 and BIN with
-#      SPECD_GEMV_HINT=1 (AB_EXTRA: more LABEL=BIN[:VAR=VALUE] configurations).
+#      BASE_BIN (when given) against BIN with SPECD_PDL=0 and =1 (AB_EXTRA:
+#      more LABEL=BIN[:VAR=VALUE] configurations).
 # Everything lands in a work directory packed into OUT/lab.tgz after every
 # phase (a call cut short still returns what ran).
 # usage: bench/gpu/lab_run.sh BIN_DIR OUT COMMIT [BASE_BIN_DIR]
@@ -63,7 +63,7 @@ fi
 if [ "${SKIP_AB:-0}" != 1 ]; then
     cf=()
     [ -n "$BASE" ] && cf+=(base="$BASE")
-    cf+=(new="$B" new-pdl="$B:SPECD_PDL=1" new-hint="$B:SPECD_GEMV_HINT=1" ${AB_EXTRA:-})
+    cf+=(new-nopdl="$B:SPECD_PDL=0" new-pdl="$B:SPECD_PDL=1" ${AB_EXTRA:-})
     MODELS="l8b dsv2lite" ROUNDS=${ROUNDS:-1} BATCH=${BATCH:-1} MAXTOK=${MAXTOK:-96} \
         timeout ${AB_S:-240} bash bench/gpu/ab_launch.sh "$OUT/ab" "$C" "${cf[@]}" 2>&1 | tail -20
     el "a/b done"
