@@ -52,6 +52,9 @@ typedef struct sd__cuda {
      * fused small-batch path up to this many (token, expert) pairs
      * (SD_CUDA_MOE_FUSED_MAX_PAIRS) */
     int gemv_max_rows, moe_fused_max_pairs;
+    /* the GEMV's weight loads carry an L2 evict-first policy (SPECD_GEMV_HINT=1,
+     * sd_cuda_set_gemv_hint) */
+    int gemv_hint;
     /* benchmark override: keys a split chunk of the tensor-core MLA kernel
      * holds at least (rounded up to its 64-key tiles; 0 = one tile) */
     int mla_tc_min_chunk;
@@ -102,25 +105,20 @@ sd__cuda *sd__cuda_op(sd_backend *be);
 /* ---- launches ---------------------------------------------------------
  *
  * Programmatic dependent launch (sm_90). Every kernel here starts with
- * SD_PDL_ENTER: griddepcontrol.launch_dependents (the next kernel on the
- * stream may be scheduled as soon as every block of this one has started)
- * and then griddepcontrol.wait (until the grids before it have finished and
- * their memory is visible: before that a kernel reads and writes nothing
- * that a kernel writes; the GEMV loads its first weights, which no kernel
- * writes). sd__launch launches with programmatic stream serialization
- * allowed when c->pdl, so a chain of small kernels lets the next GEMV's
- * blocks become resident while they run and stream its weights meanwhile,
- * and a GEMV's blocks fill the SMs as the previous one's last wave drains.
- * Nothing is reordered: a kernel's wait returns only once its predecessor
- * has finished, which waited for its own, so each kernel still sees every
- * earlier kernel's writes, and none overwrites what an earlier one still
- * reads. Dependents launch only once all of a kernel's blocks are resident,
- * so waiting blocks never hold slots a running kernel needs. Inside stream
- * capture the launches become programmatic graph edges. A kernel whose
- * predecessor is not a kernel (a copy, a cuBLASLt or NCCL call) waits as
- * usual. */
+ * SD_PDL_ENTER: griddepcontrol.wait (until the grids before it on the
+ * stream have finished and their memory is visible: before that it reads
+ * and writes nothing) and then launch_dependents (the next kernel may be
+ * scheduled now). sd__launch launches with programmatic stream
+ * serialization allowed, so the next kernel's blocks are resident and
+ * waiting when this one ends instead of being launched then: the gap
+ * between two dependent kernels (launch, block scheduling, ramp) leaves
+ * the critical path. Nothing is reordered: each kernel still sees every
+ * earlier kernel's writes, and the wait comes before its first access.
+ * Inside stream capture the launches become programmatic graph edges. A
+ * kernel whose predecessor is not a kernel (a copy, a cuBLASLt or NCCL
+ * call) waits as usual. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define SD_PDL_ENTER() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
+#define SD_PDL_ENTER() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
 #else
 #define SD_PDL_ENTER() ((void)0)
 #endif

@@ -30,13 +30,27 @@
 #define SD__GEMV_WARPS 8
 #define SD__GEMV_CHUNK 256 /* elements of one row per warp-wide load */
 
-/* 16 bytes of a weight stream: not kept in L1, 256-byte L2 prefetch. */
-__device__ __forceinline__ uint4 sd__ld_stream(const void *p)
+/* An L2 policy for bytes read once a step (decode weights): evict first. */
+__device__ __forceinline__ uint64_t sd__evict_first_policy()
+{
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
+
+/* 16 bytes of a weight stream: not kept in L1, 256-byte L2 prefetch;
+ * HINT: under L2 policy pol (sd__evict_first_policy). */
+template <bool HINT = false> __device__ __forceinline__ uint4 sd__ld_stream(const void *p, uint64_t pol = 0)
 {
     uint4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
+    if (HINT)
+        asm("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+            : "l"(p), "l"(pol));
+    else
+        asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+            : "l"(p));
     return v;
 }
 
@@ -45,14 +59,15 @@ template <int DT> struct sd__w8raw {
     uint4 q[DT == SD__F32 ? 2 : 1];
 };
 
-template <int DT> __device__ __forceinline__ void sd__w8_load(sd__w8raw<DT> &r, const void *row, int k)
+template <int DT, bool HINT = false>
+__device__ __forceinline__ void sd__w8_load(sd__w8raw<DT> &r, const void *row, int k, uint64_t pol = 0)
 {
     if (DT == SD__F32) {
         const float *p = (const float *)row + k;
-        r.q[0] = sd__ld_stream(p);
-        r.q[DT == SD__F32 ? 1 : 0] = sd__ld_stream(p + 4);
+        r.q[0] = sd__ld_stream<HINT>(p, pol);
+        r.q[DT == SD__F32 ? 1 : 0] = sd__ld_stream<HINT>(p + 4, pol);
     } else {
-        r.q[0] = sd__ld_stream((const uint16_t *)row + k);
+        r.q[0] = sd__ld_stream<HINT>((const uint16_t *)row + k, pol);
     }
 }
 
@@ -106,80 +121,49 @@ __device__ __forceinline__ float sd__fma8(const float w[8], float4 a, float4 b, 
 
 /* Per-lane partial dots of one warp: acc[i * NR + r] += w_i . x_r over the
  * chunks c = c0, c0 + cstep, ... of K (K % 8 == 0, every row and x_r 16-byte
- * aligned). wrow[i] NULL: a row past the end (its sums stay 0). Rows r >= nr
+ * aligned); HINT: the weight loads under L2 policy pol. wrow[i] NULL: a row past the end (its sums stay 0). Rows r >= nr
  * are skipped. */
-/* One iteration of sd__warp_dots in two halves: the weight loads of chunks
- * c, c + cstep, ..., c + (U - 1) cstep (rows past the end and chunks past K
- * as zeros), and their multiply-adds into acc. */
-template <int DT, int VR, int U>
-__device__ __forceinline__ void sd__warp_load(sd__w8raw<DT> (&raw)[U][VR], const void *const (&wrow)[VR],
-                                              int K, int c, int cstep, int lane)
-{
-    const int nch = (K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        int k = (c + u * cstep) * SD__GEMV_CHUNK + lane * 8;
-        bool in = c + u * cstep < nch && k < K;
-#pragma unroll
-        for (int i = 0; i < VR; i++) {
-            if (in && wrow[i])
-                sd__w8_load<DT>(raw[u][i], wrow[i], k);
-            else
-                sd__w8_zero<DT>(raw[u][i]);
-        }
-    }
-}
-
-template <int DT, int VR, int NR, int U>
-__device__ __forceinline__ void sd__warp_use(const sd__w8raw<DT> (&raw)[U][VR],
-                                             const float *const (&xr)[NR], int nr, int K, int c,
-                                             int cstep, int lane, float (&acc)[VR * NR])
-{
-    const int nch = (K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        int k = (c + u * cstep) * SD__GEMV_CHUNK + lane * 8;
-        if (c + u * cstep >= nch || k >= K)
-            continue;
-        float wf[VR][8];
-#pragma unroll
-        for (int i = 0; i < VR; i++)
-            sd__w8_float<DT>(raw[u][i], wf[i]);
-#pragma unroll
-        for (int r = 0; r < NR; r++) {
-            if (r < nr) {
-                const float4 *xp = (const float4 *)(xr[r] + k);
-                float4 a = __ldg(xp), b = __ldg(xp + 1);
-#pragma unroll
-                for (int i = 0; i < VR; i++)
-                    acc[i * NR + r] = sd__fma8(wf[i], a, b, acc[i * NR + r]);
-            }
-        }
-    }
-}
-
-/* The iterations of sd__warp_dots from chunk c0 on (c0 past the chunks:
- * none). */
-template <int DT, int VR, int NR, int U>
-__device__ __forceinline__ void sd__warp_dots_from(const void *const (&wrow)[VR],
-                                                   const float *const (&xr)[NR], int nr, int K,
-                                                   int c0, int cstep, int lane,
-                                                   float (&acc)[VR * NR])
+template <int DT, int VR, int NR, int U, bool HINT = false>
+__device__ __forceinline__ void sd__warp_dots(const void *const (&wrow)[VR], const float *const (&xr)[NR],
+                                              int nr, int K, int c0, int cstep, int lane,
+                                              float (&acc)[VR * NR], uint64_t pol = 0)
 {
     const int nch = (K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
     for (int c = c0; c < nch; c += cstep * U) {
         sd__w8raw<DT> raw[U][VR];
-        sd__warp_load<DT, VR, U>(raw, wrow, K, c, cstep, lane);
-        sd__warp_use<DT, VR, NR, U>(raw, xr, nr, K, c, cstep, lane, acc);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int k = (c + u * cstep) * SD__GEMV_CHUNK + lane * 8;
+            bool in = c + u * cstep < nch && k < K;
+#pragma unroll
+            for (int i = 0; i < VR; i++) {
+                if (in && wrow[i])
+                    sd__w8_load<DT, HINT>(raw[u][i], wrow[i], k, pol);
+                else
+                    sd__w8_zero<DT>(raw[u][i]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int k = (c + u * cstep) * SD__GEMV_CHUNK + lane * 8;
+            if (c + u * cstep >= nch || k >= K)
+                continue;
+            float wf[VR][8];
+#pragma unroll
+            for (int i = 0; i < VR; i++)
+                sd__w8_float<DT>(raw[u][i], wf[i]);
+#pragma unroll
+            for (int r = 0; r < NR; r++) {
+                if (r < nr) {
+                    const float4 *xp = (const float4 *)(xr[r] + k);
+                    float4 a = __ldg(xp), b = __ldg(xp + 1);
+#pragma unroll
+                    for (int i = 0; i < VR; i++)
+                        acc[i * NR + r] = sd__fma8(wf[i], a, b, acc[i * NR + r]);
+                }
+            }
+        }
     }
-}
-
-template <int DT, int VR, int NR, int U>
-__device__ __forceinline__ void sd__warp_dots(const void *const (&wrow)[VR], const float *const (&xr)[NR],
-                                              int nr, int K, int c0, int cstep, int lane,
-                                              float (&acc)[VR * NR])
-{
-    sd__warp_dots_from<DT, VR, NR, U>(wrow, xr, nr, K, c0, cstep, lane, acc);
 }
 
 /* Sums V values (a power of two <= 32) across the warp with the butterfly
