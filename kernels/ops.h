@@ -284,6 +284,15 @@ typedef struct sd_ops {
     void (*mla_prep)(sd_backend *be, float *ckv, int ck_stride, float *q_pe, int qpe_stride,
                      int qpe_head_stride, const sd_weight *w, float eps, void *cache,
                      const sd_attn_batch *b, const sd_rope *r, int H, int C, int R);
+
+    /* ---- fused gate/up (appended; NULL where a backend has none) ----
+     * w is a gate and an up projection stacked [2I, K] (gate rows first);
+     * gu is (n, 2I) of room. The numbers of matmul(gu, x, w, NULL, n,
+     * x_stride) followed by silu_mul(gu, gu, n, I) in place: on return gu
+     * holds out(n, I) = silu(x Wg^T) * (x Wu^T), rows I apart; the rest of
+     * gu is scratch. */
+    void (*matmul_silu)(sd_backend *be, float *gu, const float *x, const sd_weight *w, int n,
+                        int x_stride);
 } sd_ops;
 
 struct sd_backend {

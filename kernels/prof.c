@@ -223,6 +223,14 @@ static void p_mla_prep(sd_backend *be, float *ckv, int cks, float *qpe, int qps,
           I(be)->ops->mla_prep(I(be), ckv, cks, qpe, qps, qph, w, eps, cache, b, r, H, C, R));
 }
 
+static void p_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_weight *w, int n,
+                          int xs)
+{
+    char k[64];
+    snprintf(k, sizeof k, "matmul_silu %lldx%lld", (long long)w->rows, (long long)w->cols);
+    TIMED(be, k, I(be)->ops->matmul_silu(I(be), gu, x, w, n, xs));
+}
+
 int sd_prof_backend_wrap(sd_backend **out, sd_backend *inner)
 {
     *out = NULL;
@@ -270,7 +278,8 @@ int sd_prof_backend_wrap(sd_backend **out, sd_backend *inner)
                       .add_rmsnorm = W(add_rmsnorm),
                       .scatter_cols = W(scatter_cols),
                       .rope_kv = W(rope_kv),
-                      .mla_prep = W(mla_prep)};
+                      .mla_prep = W(mla_prep),
+                      .matmul_silu = W(matmul_silu)};
 #undef W
     /* the cost of an empty sync, the best of many */
     p->sync_s = 1e9;

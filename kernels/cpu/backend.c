@@ -290,6 +290,7 @@ static const sd_ops cpu_ops = {
     .scatter_cols = sd__cpu_scatter_cols,
     .rope_kv = sd__cpu_rope_kv,
     .mla_prep = sd__cpu_mla_prep,
+    .matmul_silu = sd__cpu_matmul_silu,
 };
 
 int sd_cpu_backend_create(sd_backend **out, int threads)

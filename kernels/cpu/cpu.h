@@ -52,6 +52,8 @@ void sd__cpu_rope_kv(sd_backend *be, float *q, float *k, const float *v, void *k
 void sd__cpu_mla_prep(sd_backend *be, float *ckv, int ck_stride, float *q_pe, int qpe_stride,
                       int qpe_head_stride, const sd_weight *w, float eps, void *cache,
                       const sd_attn_batch *b, const sd_rope *r, int H, int C, int R);
+void sd__cpu_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_weight *w, int n,
+                         int x_stride);
 void sd__cpu_add_rmsnorm(sd_backend *be, float *out, float *x, const float *y, const sd_weight *w,
                          int n, int d, float eps);
 void sd__cpu_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w,

@@ -58,3 +58,11 @@ void sd__cpu_matmul_heads(sd_backend *be, float *y, const float *x, const sd_wei
                 .x_head_stride = x_head_stride, .x_off = x_off, .N = (int)(w->rows / H)};
     sd__cpu_parallel(be, (int)w->rows, mmh_task, &c);
 }
+
+/* matmul then silu_mul in place: the ops contract's definition, step by step */
+void sd__cpu_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_weight *w, int n,
+                         int x_stride)
+{
+    sd__cpu_matmul(be, gu, x, w, NULL, n, x_stride);
+    sd__cpu_silu_mul(be, gu, gu, n, (int)(w->rows / 2));
+}

@@ -1035,6 +1035,20 @@ static void attention_mla(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
     op->matmul(be, m->ao, m->att, &L->wo, NULL, T, H * vd);
 }
 
+/* gu(T, ffn_inter) = silu(xn Wg^T) * (xn Wu^T): one op where the backend
+ * fuses it, else the matmul over the stacked [gate; up] and silu_mul in place */
+static void gate_up(sd_model *m, layer *L, int T)
+{
+    const sd_ops *op = m->be->ops;
+    int D = m->cfg.hidden_size;
+    if (op->matmul_silu) {
+        op->matmul_silu(m->be, m->gu, m->xn, &L->gate_up, T, D);
+        return;
+    }
+    op->matmul(m->be, m->gu, m->xn, &L->gate_up, NULL, T, D);
+    op->silu_mul(m->be, m->gu, m->gu, T, L->ffn_inter);
+}
+
 static void ffn(sd_model *m, layer *L, int T)
 {
     const sd_ops *op = m->be->ops;
@@ -1052,14 +1066,12 @@ static void ffn(sd_model *m, layer *L, int T)
         op->moe_ffn(be, m->fo, m->xn, m->ids, m->wts, &L->experts, T, K, D, m->moetmp);
         if (!L->gate_up.data)
             return;
-        op->matmul(be, m->gu, m->xn, &L->gate_up, NULL, T, D);
-        op->silu_mul(be, m->gu, m->gu, T, L->ffn_inter);
+        gate_up(m, L, T);
         op->matmul(be, m->ao, m->gu, &L->down, NULL, T, L->ffn_inter);
         op->add(be, m->fo, m->ao, T, D);
         return;
     }
-    op->matmul(be, m->gu, m->xn, &L->gate_up, NULL, T, D);
-    op->silu_mul(be, m->gu, m->gu, T, L->ffn_inter);
+    gate_up(m, L, T);
     op->matmul(be, m->fo, m->gu, &L->down, NULL, T, L->ffn_inter);
 }
 
