@@ -226,7 +226,7 @@ static void p_mla_prep(sd_backend *be, float *ckv, int cks, float *qpe, int qps,
 static void p_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_weight *w, int n,
                           int xs)
 {
-    char k[64];
+    char k[48];
     snprintf(k, sizeof k, "matmul_silu %lldx%lld", (long long)w->rows, (long long)w->cols);
     TIMED(be, k, I(be)->ops->matmul_silu(I(be), gu, x, w, n, xs));
 }
