@@ -191,8 +191,49 @@ TEST(a_larger_batch_is_explored_before_it_is_judged)
     ASSERT_GE(sd_adaptive_best_k(&a, &acc, 32), 1);
 }
 
+/* tokens per second of drafting k each step on m at this batch (steady
+ * state: the expected accepted length over the step's cost) */
+static double sim_rate(const sim *m, int batch, int k)
+{
+    double len = 1, run = 1;
+    for (int j = 0; j < k; j++) {
+        run *= m->p;
+        len += run;
+    }
+    double t = target_cost(m, batch * (k + 1)) + (k > 0 ? m->d_base + m->d_per * k : 0);
+    return batch * len / t;
+}
+
+/* Batch-1 decode of a memory-bound model (a DeepSeek-V2-Lite-like step of
+ * 2.9 ms, flat in rows; an MTP pass of 0.2 ms plus 0.05 ms to start
+ * drafting): at 0.15 acceptance one draft still pays (1.15 tokens for 1.09
+ * steps' time: +6%), deeper ones pay less; at 0.05 none does. Over 20 runs
+ * (machines of other random draws) the settled choice is never one that
+ * decodes slower than plain, and at 0.15 it finds the draft that pays in
+ * most of them (a run whose first drafts were unlucky may settle on plain:
+ * equal speed, not a loss). */
+TEST(poor_acceptance_on_a_memory_bound_gpu_never_settles_below_plain)
+{
+    static const double ps[2] = {0.15, 0.05};
+    for (int i = 0; i < 2; i++) {
+        int found = 0;
+        for (int run_i = 0; run_i < 20; run_i++) {
+            sd_adaptive a;
+            sd_accept_stats acc;
+            sim m = {.base = 2.9e-3, .knee = 64, .per_row = 4e-6, .d_base = 5e-5,
+                     .d_per = 2e-4, .p = ps[i], .rng = 29 + 1000 * (uint64_t)run_i + (uint64_t)i};
+            ASSERT(settled(&a, &acc, &m, 1, 400));
+            int best = sd_adaptive_best_k(&a, &acc, 1);
+            ASSERT_GE(sim_rate(&m, 1, best), sim_rate(&m, 1, 0));
+            found += best == (i == 0 ? 1 : 0);
+        }
+        ASSERT_GE(found, i == 0 ? 16 : 20);
+    }
+}
+
 TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(curve_ignores_one_off_costs_and_interpolates),
           T(flat_gpu_cost_drafts_deep_despite_capture_spikes),
           T(the_choice_and_its_neighbours_are_measured_not_interpolated),
           T(linear_cpu_cost_with_poor_acceptance_does_not_draft),
-          T(a_larger_batch_is_explored_before_it_is_judged))
+          T(a_larger_batch_is_explored_before_it_is_judged),
+          T(poor_acceptance_on_a_memory_bound_gpu_never_settles_below_plain))
