@@ -12,7 +12,10 @@
 #      is there;
 #   4. plain decode A/B on both models (bench/gpu/ab_launch.sh, batch 1):
 #      BASE_BIN (when given) against BIN with SPECD_PDL=0 and =1 (AB_EXTRA:
-#      more LABEL=BIN[:VAR=VALUE] configurations).
+#      more LABEL=BIN[:VAR=VALUE] configurations, e.g. the kernel switches
+#      of kernels/cuda/common.cuh off one at a time:
+#      nopre=BIN:SPECD_PDL=1:SPECD_GEMV_PRE=0 mergek=BIN:SPECD_PDL=1:SPECD_ATTN_MERGE=kernel
+#      nosilu=BIN:SPECD_PDL=1:SPECD_MATMUL_SILU=0).
 # Everything lands in a work directory packed into OUT/lab.tgz after every
 # phase (a call cut short still returns what ran).
 # usage: bench/gpu/lab_run.sh BIN_DIR OUT COMMIT [BASE_BIN_DIR]
@@ -31,6 +34,13 @@ if [ "${SKIP_VALIDATE:-0}" != 1 ]; then
     timeout ${VALIDATE_S:-180} bash tests/gpu/validate.sh "$B" "$OUT/validate" "$C" > "$OUT/validate.txt" 2>&1
     el "validate exit $?"
     grep -E "^FAIL|passed|cuda|failed" "$OUT/validate.txt" | grep -v '^ok' | tail -12
+    save
+fi
+# the paths an A/B switch leaves off by default, through the op tests too
+if [ "${SKIP_VALIDATE:-0}" != 1 ]; then
+    SPECD_ATTN_MERGE=kernel SPECD_GEMV_PRE=0 SPECD_MATMUL_SILU=0 timeout 120 "$B/test_gpu_ops" \
+        > "$OUT/gpu_ops_switches_off.txt" 2>&1
+    el "test_gpu_ops with the switches off: exit $?, $(grep -c '^FAIL' "$OUT/gpu_ops_switches_off.txt") FAIL"
     save
 fi
 if [ "${SKIP_LAB:-0}" != 1 ]; then
