@@ -267,7 +267,8 @@ typedef struct sd_ops {
     void (*scatter_cols)(sd_backend *be, float *dst, const float *src, const int32_t *map, int n,
                          int ws, int wd);
 
-    /* ---- fused attention prologues (appended; NULL where a backend has none) ----
+    /* ---- fused attention prologues (appended; every backend has them: the
+     * model calls no other way to rope and store) ----
      * rope_kv: rope(q, b->pos, r, T, Hq, q_stride, D, 0), rope(k, b->pos, r, T,
      * Hkv, kv_stride, D, 0), then attn_gqa's store of k and v into the caches
      * at b->slot: those numbers, one op. attn_gqa then takes k = v = NULL. */
@@ -285,7 +286,8 @@ typedef struct sd_ops {
                      int qpe_head_stride, const sd_weight *w, float eps, void *cache,
                      const sd_attn_batch *b, const sd_rope *r, int H, int C, int R);
 
-    /* ---- fused gate/up (appended; NULL where a backend has none) ----
+    /* ---- fused gate/up (appended; every backend has it: a backend without a
+     * fused kernel runs the two ops) ----
      * w is a gate and an up projection stacked [2I, K] (gate rows first);
      * gu is (n, 2I) of room. The numbers of matmul(gu, x, w, NULL, n,
      * x_stride) followed by silu_mul(gu, gu, n, I) in place: on return gu

@@ -329,6 +329,7 @@ static const sd_ops cuda_ops = {
     /* .scatter_cols = */ sd__cuda_scatter_cols,
     /* .rope_kv = */ sd__cuda_rope_kv,
     /* .mla_prep = */ sd__cuda_mla_prep,
+    /* .matmul_silu = */ sd__cuda_matmul_silu,
 };
 
 int sd_cuda_make_current(sd_backend *be)

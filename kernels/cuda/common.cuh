@@ -311,6 +311,8 @@ void sd__cuda_add_rmsnorm(sd_backend *be, float *out, float *x, const float *y, 
                           int n, int d, float eps);
 void sd__cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w,
                      const sd_weight *bias, int n, int x_stride);
+void sd__cuda_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_weight *w, int n,
+                          int x_stride);
 void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_weight *w, int n,
                            int H, int x_stride, int x_head_stride, int x_off);
 void sd__cuda_rope(sd_backend *be, float *x, const int32_t *pos, const sd_rope *r, int n, int H,

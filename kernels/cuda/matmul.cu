@@ -708,3 +708,12 @@ void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_we
                  H * N, N};
     run_simt(c, &a, w->dtype, H, n <= gemv_max_rows(c));
 }
+
+/* the ops contract's definition: the GEMV or GEMM of the stacked [gate; up]
+ * weight, then silu_mul in place */
+void sd__cuda_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_weight *w, int n,
+                          int x_stride)
+{
+    sd__cuda_matmul(be, gu, x, w, NULL, n, x_stride);
+    sd__cuda_silu_mul(be, gu, gu, n, (int)(w->rows / 2));
+}

@@ -320,28 +320,16 @@ int sd_eagle3_forward(sd_eagle3 *h, const sd_fwd *f, int first, sd_err *err)
     op->matmul(be, h->q, h->x2, &h->wq, NULL, T, 2 * H);
     op->matmul(be, h->k, h->x2, &h->wk, NULL, T, 2 * H);
     op->matmul(be, h->v, h->x2, &h->wv, NULL, T, 2 * H);
-    const float scale = (float)(1.0 / sqrt((double)h->hd));
-    if (op->rope_kv) { /* both ropes and the cache store in one op */
-        op->rope_kv(be, h->q, h->k, h->v, h->kc, h->vc, &f->ab, &h->rope, h->Hq, h->Hkv, h->hd,
-                    h->hd, qd, kvd);
-        op->attn_gqa(be, h->att, h->q, NULL, NULL, h->kc, h->vc, &f->ab, h->Hq, h->Hkv, h->hd,
-                     h->hd, qd, kvd, scale);
-    } else {
-        op->rope(be, h->q, f->ab.pos, &h->rope, T, h->Hq, qd, h->hd, 0);
-        op->rope(be, h->k, f->ab.pos, &h->rope, T, h->Hkv, kvd, h->hd, 0);
-        op->attn_gqa(be, h->att, h->q, h->k, h->v, h->kc, h->vc, &f->ab, h->Hq, h->Hkv, h->hd,
-                     h->hd, qd, kvd, scale);
-    }
+    /* both ropes and the cache store in one op; attention over the cache */
+    op->rope_kv(be, h->q, h->k, h->v, h->kc, h->vc, &f->ab, &h->rope, h->Hq, h->Hkv, h->hd, h->hd,
+                qd, kvd);
+    op->attn_gqa(be, h->att, h->q, NULL, NULL, h->kc, h->vc, &f->ab, h->Hq, h->Hkv, h->hd, h->hd,
+                 qd, kvd, (float)(1.0 / sqrt((double)h->hd)));
     /* h = hidden + o_proj(att); out = h + mlp(post_ln(h)) */
     op->matmul(be, h->h, h->att, &h->wo, NULL, T, qd);
     op->add(be, h->h, h->hid, T, H);
     op->rmsnorm(be, h->xn, h->h, &h->post_ln, T, H, H, H, eps);
-    if (op->matmul_silu) {
-        op->matmul_silu(be, h->gu, h->xn, &h->gate_up, T, H);
-    } else {
-        op->matmul(be, h->gu, h->xn, &h->gate_up, NULL, T, H);
-        op->silu_mul(be, h->gu, h->gu, T, h->I);
-    }
+    op->matmul_silu(be, h->gu, h->xn, &h->gate_up, T, H);
     op->matmul(be, h->xn, h->gu, &h->down, NULL, T, h->I);
     op->add(be, h->h, h->xn, T, H);
     if (f->out_hidden)

@@ -979,22 +979,10 @@ static void attention_gqa(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
         op->rmsnorm(be, q, q, &L->q_norm, T * Hq, Dh, Dh, Dh, (float)c->rms_eps);
         op->rmsnorm(be, k, k, &L->k_norm, T * Hkv, Dh, Dh, Dh, (float)c->rms_eps);
     }
-    if (op->rope_kv) {
-        /* rope of q and k and the cache store in one op */
-        op->rope_kv(be, q, k, v, L->kc, L->vc, ab, &m->rope, Hq, Hkv, Dh, Dh, qs, kvs);
-        op->attn_gqa(be, m->att, q, NULL, NULL, L->kc, L->vc, ab, Hq, Hkv, Dh, Dh, qs, kvs,
-                     m->attn_scale);
-    } else {
-        if (k == q + (size_t)Hq * Dh) {
-            /* in the stacked row the k heads follow the q heads: one rope */
-            op->rope(be, q, ab->pos, &m->rope, T, Hq + Hkv, qs, Dh, 0);
-        } else {
-            op->rope(be, q, ab->pos, &m->rope, T, Hq, qs, Dh, 0);
-            op->rope(be, k, ab->pos, &m->rope, T, Hkv, kvs, Dh, 0);
-        }
-        op->attn_gqa(be, m->att, q, k, v, L->kc, L->vc, ab, Hq, Hkv, Dh, Dh, qs, kvs,
-                     m->attn_scale);
-    }
+    /* rope of q and k and the cache store in one op; attention over the cache */
+    op->rope_kv(be, q, k, v, L->kc, L->vc, ab, &m->rope, Hq, Hkv, Dh, Dh, qs, kvs);
+    op->attn_gqa(be, m->att, q, NULL, NULL, L->kc, L->vc, ab, Hq, Hkv, Dh, Dh, qs, kvs,
+                 m->attn_scale);
     op->matmul(be, m->ao, m->att, &L->wo, L->bo.data ? &L->bo : NULL, T, Hq * Dh);
 }
 
@@ -1016,37 +1004,15 @@ static void attention_mla(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
         q = m->q;
         qs = H * qk;
     }
-    const float *c_lat = ckv, *k_pe = ckv + C;
-    if (op->mla_prep) {
-        /* the latent's norm, both ropes and the cache store in one op */
-        op->mla_prep(be, ckv, W, q + nope, qs, qk, &L->kv_a_norm, MLA_NORM_EPS, L->kc, ab,
-                     &m->rope, H, C, R);
-        c_lat = k_pe = NULL;
-    } else {
-        op->rmsnorm(be, ckv, ckv, &L->kv_a_norm, T, C, W, W, MLA_NORM_EPS);
-        op->rope(be, ckv, ab->pos, &m->rope, T, 1, W, 0, C);
-        op->rope(be, q, ab->pos, &m->rope, T, H, qs, qk, nope);
-    }
+    /* the latent's norm, both ropes and the cache store in one op */
+    op->mla_prep(be, ckv, W, q + nope, qs, qk, &L->kv_a_norm, MLA_NORM_EPS, L->kc, ab, &m->rope,
+                 H, C, R);
     /* absorbed: q_lat = W_UK^T q_nope per head; attend over the latent cache */
     op->matmul_heads(be, m->qlat, q, &L->wuk_t, T, H, qs, qk, 0);
-    op->attn_mla(be, m->lat, m->qlat, q + nope, c_lat, k_pe, L->kc, ab, H, C, R, qs, qk, W,
+    op->attn_mla(be, m->lat, m->qlat, q + nope, NULL, NULL, L->kc, ab, H, C, R, qs, qk, W,
                  m->attn_scale);
     op->matmul_heads(be, m->att, m->lat, &L->wuv, T, H, H * C, C, 0);
     op->matmul(be, m->ao, m->att, &L->wo, NULL, T, H * vd);
-}
-
-/* gu(T, ffn_inter) = silu(xn Wg^T) * (xn Wu^T): one op where the backend
- * fuses it, else the matmul over the stacked [gate; up] and silu_mul in place */
-static void gate_up(sd_model *m, layer *L, int T)
-{
-    const sd_ops *op = m->be->ops;
-    int D = m->cfg.hidden_size;
-    if (op->matmul_silu) {
-        op->matmul_silu(m->be, m->gu, m->xn, &L->gate_up, T, D);
-        return;
-    }
-    op->matmul(m->be, m->gu, m->xn, &L->gate_up, NULL, T, D);
-    op->silu_mul(m->be, m->gu, m->gu, T, L->ffn_inter);
 }
 
 static void ffn(sd_model *m, layer *L, int T)
@@ -1066,12 +1032,12 @@ static void ffn(sd_model *m, layer *L, int T)
         op->moe_ffn(be, m->fo, m->xn, m->ids, m->wts, &L->experts, T, K, D, m->moetmp);
         if (!L->gate_up.data)
             return;
-        gate_up(m, L, T);
+        op->matmul_silu(be, m->gu, m->xn, &L->gate_up, T, D);
         op->matmul(be, m->ao, m->gu, &L->down, NULL, T, L->ffn_inter);
         op->add(be, m->fo, m->ao, T, D);
         return;
     }
-    gate_up(m, L, T);
+    op->matmul_silu(be, m->gu, m->xn, &L->gate_up, T, D);
     op->matmul(be, m->fo, m->gu, &L->down, NULL, T, L->ffn_inter);
 }
 
