@@ -239,13 +239,12 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
     b->fn = mm_fn;
     b->ctx = &m;
 #ifndef SD_BENCH_BASELINE
-    int saved = b->c->gemv_max_rows, saved_hint = b->c->gemv_hint;
+    int saved = b->c->gemv_max_rows;
     if (!strcmp(path, "gemv"))
         b->c->gemv_max_rows = 1 << 20;
     else if (!strcmp(path, "lt"))
         b->c->gemv_max_rows = 1; /* rows >= 2 go to cuBLASLt */
-    else if (!strcmp(path, "hint")) /* the GEMV with its L2 evict-first hint */
-        sd_cuda_set_gemv_hint(b->be, 1);
+
 #endif
     for (int i = 0; i < nn; i++) {
         m.n = ns[i];
@@ -267,7 +266,7 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
     }
 #ifndef SD_BENCH_BASELINE
     b->c->gemv_max_rows = saved;
-    sd_cuda_set_gemv_hint(b->be, saved_hint);
+
 #endif
     b->be->ops->free(b->be, m.w);
     b->be->ops->free(b->be, m.x);
@@ -537,13 +536,12 @@ static void bench_mla_all(bench *b, out *o, int quick)
 
 /* ---- the GEMV lab (--gemv-lab) -------------------------------------------------
  *
- * The decode GEMV at the shapes of both real-size models, with and without
- * its L2 evict-first hint, and a whole batch-1 step of the Llama-3-8B shape
- * without attention: 32 layers of the real ops in their order with their
- * dependencies (qkv, rope, o, add_rmsnorm, gate/up, silu_mul, down,
- * add_rmsnorm; each layer its own weights, 14 GB in all), the head and its
- * argmax, replayed from one graph, with and without the hint, programmatic
- * dependent launch off and on. The step's bytes over
+ * The decode GEMV at the shapes of both real-size models, and a whole
+ * batch-1 step of the Llama-3-8B shape without attention: 32 layers of the
+ * real ops in their order with their dependencies (qkv, rope, o,
+ * add_rmsnorm, gate/up, silu_mul, down, add_rmsnorm; each layer its own
+ * weights, 14 GB in all), the head and its argmax, replayed from one graph,
+ * programmatic dependent launch off and on. The step's bytes over
  * the measured copy bandwidth are its floor; how far the step is above it is
  * what the GEMVs and the kernel boundaries cost. */
 typedef struct step_ctx {
@@ -628,28 +626,24 @@ static void bench_step(bench *b, out *o)
     printf("\nbatch-1 step of the Llama-3-8B shape without attention, with the head's argmax (%.2f GB of weights, floor "
            "%.1f us at the copy bandwidth)\n%-10s %4s %10s %8s\n", bytes / 1e9,
            bytes / copy_gbps / 1e3, "path", "pdl", "us/step", "/floor");
-    static const char *paths[] = {"auto", "hint"};
-    int saved_hint = b->c->gemv_hint, saved_pdl = b->c->pdl;
+    int saved_pdl = b->c->pdl;
     for (int round = 0; round < 2; round++)
-        for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++)
-            for (int pdl = 0; pdl < 2; pdl++) {
-                const char *path = paths[pi];
-                sd_cuda_set_gemv_hint(b->be, !strcmp(path, "hint"));
-                sd_cuda_set_pdl(b->be, pdl);
-                double me, mg;
-                if (time_op(b, 1, &me, &mg))
-                    exit(1);
-                double floor_us = bytes / copy_gbps / 1e3;
-                printf("%-10s %4d %10.1f %8.3f   (round %d)\n", path, pdl, mg * 1e3,
-                       floor_us / (mg * 1e3), round + 1);
-                jrow(o,
-                     "\"op\": \"l8b_step_no_attention\", \"path\": \"%s\", \"pdl\": %d, "
-                     "\"round\": %d, \"us_graph\": %.2f, \"us_eager\": %.2f, \"bytes\": %.0f, "
-                     "\"frac_floor\": %.4f",
-                     path, pdl, round + 1, mg * 1e3, me * 1e3, bytes, floor_us / (mg * 1e3));
-                fflush(stdout);
-            }
-    sd_cuda_set_gemv_hint(b->be, saved_hint);
+        for (int pdl = 0; pdl < 2; pdl++) {
+            sd_cuda_set_pdl(b->be, pdl);
+            double me, mg;
+            if (time_op(b, 1, &me, &mg))
+                exit(1);
+            double floor_us = bytes / copy_gbps / 1e3;
+            printf("%-10s %4d %10.1f %8.3f   (round %d)\n", "auto", pdl, mg * 1e3,
+                   floor_us / (mg * 1e3), round + 1);
+            jrow(o,
+                 "\"op\": \"l8b_step_no_attention\", \"path\": \"auto\", \"pdl\": %d, "
+                 "\"round\": %d, \"us_graph\": %.2f, \"us_eager\": %.2f, \"bytes\": %.0f, "
+                 "\"frac_floor\": %.4f",
+                 pdl, round + 1, mg * 1e3, me * 1e3, bytes, floor_us / (mg * 1e3));
+            fflush(stdout);
+        }
+
     sd_cuda_set_pdl(b->be, saved_pdl);
     b->be->ops->free(b->be, s.w);
     b->be->ops->free(b->be, f);
@@ -660,7 +654,7 @@ static void bench_step(bench *b, out *o)
 
 static void gemv_lab(bench *b, out *o, int quick)
 {
-    static const char *paths[] = {"auto", "hint"};
+    static const char *paths[] = {"auto"};
     static const int ns[] = {1, 2, 4, 8};
     struct { const char *name; int N, K; } sh[] = {
         {"llama8b qkv", 6144, 4096},       {"llama8b o", 4096, 4096},

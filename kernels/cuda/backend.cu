@@ -405,9 +405,6 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->mla_tc = !mla_tc || strcmp(mla_tc, "0");
     const char *pdl = getenv("SPECD_PDL"); /* 1: programmatic dependent launches (common.cuh) */
     c->pdl = pdl && !strcmp(pdl, "1");
-    /* SPECD_GEMV_HINT=1: the GEMV's weight loads evict-first in L2 */
-    const char *hint = getenv("SPECD_GEMV_HINT");
-    c->gemv_hint = hint && !strcmp(hint, "1");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

@@ -52,9 +52,6 @@ typedef struct sd__cuda {
      * fused small-batch path up to this many (token, expert) pairs
      * (SD_CUDA_MOE_FUSED_MAX_PAIRS) */
     int gemv_max_rows, moe_fused_max_pairs;
-    /* the GEMV's weight loads carry an L2 evict-first policy (SPECD_GEMV_HINT=1,
-     * sd_cuda_set_gemv_hint) */
-    int gemv_hint;
     /* benchmark override: keys a split chunk of the tensor-core MLA kernel
      * holds at least (rounded up to its 64-key tiles; 0 = one tile) */
     int mla_tc_min_chunk;

@@ -85,12 +85,6 @@ void sd_cuda_set_mla_tc(sd_backend *be, int on);
  * bits either way (tests/gpu/test_model.c). */
 void sd_cuda_set_pdl(sd_backend *be, int on);
 
-/* The GEMV's weight loads with an L2 evict-first policy (weights are read
- * once a step, so they need not push the step's activations and KV rows
- * out of L2): off by default; SPECD_GEMV_HINT=1 as the backend opens, or
- * this call, turns it on. The same bits either way. */
-void sd_cuda_set_gemv_hint(sd_backend *be, int on);
-
 /* Number of CUDA devices usable here; 0 when there is no driver or device. */
 int sd_cuda_device_count(void);
 

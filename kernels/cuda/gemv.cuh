@@ -30,27 +30,13 @@
 #define SD__GEMV_WARPS 8
 #define SD__GEMV_CHUNK 256 /* elements of one row per warp-wide load */
 
-/* An L2 policy for bytes read once a step (decode weights): evict first. */
-__device__ __forceinline__ uint64_t sd__evict_first_policy()
-{
-    uint64_t pol;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    return pol;
-}
-
-/* 16 bytes of a weight stream: not kept in L1, 256-byte L2 prefetch;
- * HINT: under L2 policy pol (sd__evict_first_policy). */
-template <bool HINT = false> __device__ __forceinline__ uint4 sd__ld_stream(const void *p, uint64_t pol = 0)
+/* 16 bytes of a weight stream: not kept in L1, 256-byte L2 prefetch. */
+__device__ __forceinline__ uint4 sd__ld_stream(const void *p)
 {
     uint4 v;
-    if (HINT)
-        asm("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-            : "l"(p), "l"(pol));
-    else
-        asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-            : "l"(p));
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
     return v;
 }
 
@@ -59,15 +45,14 @@ template <int DT> struct sd__w8raw {
     uint4 q[DT == SD__F32 ? 2 : 1];
 };
 
-template <int DT, bool HINT = false>
-__device__ __forceinline__ void sd__w8_load(sd__w8raw<DT> &r, const void *row, int k, uint64_t pol = 0)
+template <int DT> __device__ __forceinline__ void sd__w8_load(sd__w8raw<DT> &r, const void *row, int k)
 {
     if (DT == SD__F32) {
         const float *p = (const float *)row + k;
-        r.q[0] = sd__ld_stream<HINT>(p, pol);
-        r.q[DT == SD__F32 ? 1 : 0] = sd__ld_stream<HINT>(p + 4, pol);
+        r.q[0] = sd__ld_stream(p);
+        r.q[DT == SD__F32 ? 1 : 0] = sd__ld_stream(p + 4);
     } else {
-        r.q[0] = sd__ld_stream<HINT>((const uint16_t *)row + k, pol);
+        r.q[0] = sd__ld_stream((const uint16_t *)row + k);
     }
 }
 
@@ -121,12 +106,12 @@ __device__ __forceinline__ float sd__fma8(const float w[8], float4 a, float4 b, 
 
 /* Per-lane partial dots of one warp: acc[i * NR + r] += w_i . x_r over the
  * chunks c = c0, c0 + cstep, ... of K (K % 8 == 0, every row and x_r 16-byte
- * aligned); HINT: the weight loads under L2 policy pol. wrow[i] NULL: a row past the end (its sums stay 0). Rows r >= nr
+ * aligned). wrow[i] NULL: a row past the end (its sums stay 0). Rows r >= nr
  * are skipped. */
-template <int DT, int VR, int NR, int U, bool HINT = false>
+template <int DT, int VR, int NR, int U>
 __device__ __forceinline__ void sd__warp_dots(const void *const (&wrow)[VR], const float *const (&xr)[NR],
                                               int nr, int K, int c0, int cstep, int lane,
-                                              float (&acc)[VR * NR], uint64_t pol = 0)
+                                              float (&acc)[VR * NR])
 {
     const int nch = (K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
     for (int c = c0; c < nch; c += cstep * U) {
@@ -138,7 +123,7 @@ __device__ __forceinline__ void sd__warp_dots(const void *const (&wrow)[VR], con
 #pragma unroll
             for (int i = 0; i < VR; i++) {
                 if (in && wrow[i])
-                    sd__w8_load<DT, HINT>(raw[u][i], wrow[i], k, pol);
+                    sd__w8_load<DT>(raw[u][i], wrow[i], k);
                 else
                     sd__w8_zero<DT>(raw[u][i]);
             }

@@ -46,7 +46,7 @@ typedef struct mm_args {
 
 /* y(n, N) in passes of NR activation rows. A block is SD__GEMV_WARPS warps:
  * WK K-slices x (SD__GEMV_WARPS / WK) row groups of GEMV_VR weight rows. */
-template <int DT, int NR, bool HINT>
+template <int DT, int NR>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 ? 3 : 2)
     gemv_kernel(mm_args a, int WK)
 {
@@ -76,8 +76,7 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 
 #pragma unroll
         for (int v = 0; v < V; v++)
             acc[v] = 0.0f;
-        sd__warp_dots<DT, GEMV_VR, NR, GEMV_U, HINT>(wrow, xr, nr, a.K, kw, WK, lane, acc,
-                                                     HINT ? sd__evict_first_policy() : 0);
+        sd__warp_dots<DT, GEMV_VR, NR, GEMV_U>(wrow, xr, nr, a.K, kw, WK, lane, acc);
         sd__xreduce<V>(acc, lane);
         if (lane % (32 / V) == 0)
             part[warp * V + sd__xr_index<V>(lane)] = acc[0];
@@ -349,22 +348,6 @@ static int vec_ok(const mm_args *a)
            a->x_bstride % 4 == 0 && a->x_off % 4 == 0;
 }
 
-template <int DT, bool HINT>
-static void launch_gemv_nr(sd__cuda *c, const mm_args *a, dim3 grid, int wk)
-{
-    const unsigned th = SD__GEMV_WARPS * 32;
-    if (a->n == 1)
-        sd__launch(c, gemv_kernel<DT, 1, HINT>, grid, th, 0, *a, wk);
-    else if (a->n == 2)
-        sd__launch(c, gemv_kernel<DT, 2, HINT>, grid, th, 0, *a, wk);
-    else if (a->n <= 4)
-        sd__launch(c, gemv_kernel<DT, 4, HINT>, grid, th, 0, *a, wk);
-    else
-        sd__launch(c, gemv_kernel<DT, 8, HINT>, grid, th, 0, *a, wk);
-}
-
-void sd_cuda_set_gemv_hint(sd_backend *be, int on) { sd__cuda_of(be)->gemv_hint = on != 0; }
-
 template <int DT> static void launch_gemv(sd__cuda *c, const mm_args *a, int H)
 {
     if (!vec_ok(a)) {
@@ -397,10 +380,14 @@ template <int DT> static void launch_gemv(sd__cuda *c, const mm_args *a, int H)
     } else {
         int wk = sd__gemv_wk(a->K), rows = SD__GEMV_WARPS / wk * GEMV_VR;
         dim3 grid((unsigned)((a->N + rows - 1) / rows), (unsigned)H);
-        if (c->gemv_hint)
-            launch_gemv_nr<DT, true>(c, a, grid, wk);
+        if (a->n == 1)
+            sd__launch(c, gemv_kernel<DT, 1>, grid, th, 0, *a, wk);
+        else if (a->n == 2)
+            sd__launch(c, gemv_kernel<DT, 2>, grid, th, 0, *a, wk);
+        else if (a->n <= 4)
+            sd__launch(c, gemv_kernel<DT, 4>, grid, th, 0, *a, wk);
         else
-            launch_gemv_nr<DT, false>(c, a, grid, wk);
+            sd__launch(c, gemv_kernel<DT, 8>, grid, th, 0, *a, wk);
         SD_LAUNCHED(c, "gemv_kernel");
     }
 }

@@ -504,50 +504,8 @@ TEST(matmul_gemv_rows_do_not_depend_on_the_batch)
     gpu_env e;
     GPU_OPEN(e);
     int ok = 1;
-    for (int hint = 0; hint < 2; hint++) {
-        sd_cuda_set_gemv_hint(e.gpu, hint);
-        for (int di = 0; di < 3; di++)
-            ok &= mm_batch_case(&e, all_dt[di], 1500, 4104, hint ? "gemv l2-hint" : "gemv");
-    }
-    sd_cuda_set_gemv_hint(e.gpu, 0);
-    gpu_env_close(&e);
-    ASSERT(ok);
-}
-
-/* The GEMV's weight loads under an L2 evict-first policy (sd_cuda_set_gemv_hint):
- * the same bits as without it, on the shapes of the fp32 test. */
-TEST(matmul_gemv_with_the_l2_hint_gives_the_same_bits)
-{
-    gpu_env e;
-    GPU_OPEN(e);
-    int ok = 1;
-    struct { int n, N, K; } cs[] = {{1, 4096, 4096}, {3, 1000, 136}, {4, 1027, 1408},
-                                    {7, 333, 2056}, {1, 4096, 14336}, {8, 20000, 520}};
     for (int di = 0; di < 3; di++)
-        for (size_t k = 0; k < SD_ARRAY_LEN(cs); k++) {
-            int n = cs[k].n, N = cs[k].N, K = cs[k].K;
-            tw w;
-            ASSERT_OK(tw_make(&e, &w, all_dt[di], N, K, 0.5f));
-            float *x = rnd_floats(&e, (size_t)n * K, -1, 1);
-            float *dx = (float *)gput(&e, x, (size_t)n * K * sizeof(float));
-            float *dy = gpoison(&e, (size_t)n * N);
-            sd_cuda_set_gemv_hint(e.gpu, 0);
-            float *a = mm_rows(&e, dy, dx, &w, n, N, K);
-            sd_cuda_set_gemv_hint(e.gpu, 1);
-            float *b = mm_rows(&e, dy, dx, &w, n, N, K);
-            double bad = a && b ? 0 : INFINITY;
-            for (size_t i = 0; a && b && i < (size_t)n * N; i++)
-                bad += memcmp(&a[i], &b[i], sizeof(float)) != 0;
-            ok &= reportf(bad, 0, "matmul gemv %s n=%d N=%d K=%d: with the L2 hint vs without "
-                          "(differing elements)", sd_dtype_name(all_dt[di]), n, N, K);
-            sd_cuda_set_gemv_hint(e.gpu, 0);
-            free(a);
-            free(b);
-            gfree(&e, dx);
-            gfree(&e, dy);
-            free(x);
-            tw_free(&e, &w);
-        }
+        ok &= mm_batch_case(&e, all_dt[di], 1500, 4104, "gemv");
     gpu_env_close(&e);
     ASSERT(ok);
 }
@@ -2338,7 +2296,6 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(add_rmsnorm_matches_the_cpu_and_the_gpus_add_then_rmsnorm_bitwise),
           T(rope_matches_the_cpu_for_every_variant_up_to_8k_positions),
           T(matmul_gemv_rows_match_the_cpu_in_fp32), T(matmul_gemv_rows_do_not_depend_on_the_batch),
-          T(matmul_gemv_with_the_l2_hint_gives_the_same_bits),
           T(matmul_many_rows_match_the_cpu),
           T(matmul_heads_matches_the_cpu), T(attn_gqa_matches_the_cpu_on_ragged_paged_batches),
           T(rope_kv_and_mla_prep_match_the_cpu_on_ragged_paged_batches),
