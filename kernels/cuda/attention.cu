@@ -100,6 +100,60 @@ static __device__ __forceinline__ int split_used(int n_all, int S, int tile, int
     return (n_all + per - 1) / per;
 }
 
+/* Rows of floats into shared memory, the loads in batches of LD_BATCH per
+ * thread issued before any store (a loop of load-then-store per element
+ * waits one memory round trip per element a thread copies: a 32-key tile of
+ * 128-dim heads was 16 of them). dst row r, column c at dst[r * ds + c];
+ * source row r at row(r), cols floats; VEC: float4 loads (cols % 4 == 0,
+ * every source row 16-byte aligned). */
+#define LD_BATCH 8
+template <bool VEC, class Row>
+__device__ __forceinline__ void load_rows(float *dst, int ds, int rows, int cols, Row row)
+{
+    const int w = VEC ? cols / 4 : cols, m = rows * w;
+    for (int b = threadIdx.x; b < m; b += LD_BATCH * blockDim.x) {
+        float4 v[LD_BATCH];
+#pragma unroll
+        for (int u = 0; u < LD_BATCH; u++) {
+            const int e = b + u * (int)blockDim.x;
+            if (e < m) {
+                if (VEC)
+                    v[u] = __ldg((const float4 *)row(e / w) + e % w);
+                else
+                    v[u].x = __ldg(row(e / w) + e % w);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < LD_BATCH; u++) {
+            const int e = b + u * (int)blockDim.x;
+            if (e < m) {
+                float *d = dst + (e / w) * ds + (VEC ? 4 * (e % w) : e % w);
+                d[0] = v[u].x;
+                if (VEC) {
+                    d[1] = v[u].y;
+                    d[2] = v[u].z;
+                    d[3] = v[u].w;
+                }
+            }
+        }
+    }
+}
+
+/* the query rows (G, D1 + D2) of token t into qs, heads h0 .. h0 + G - 1 */
+template <bool VEC>
+__device__ __forceinline__ void load_q(float *qs, const att_args &a, int t, int h0, int G)
+{
+    const int Dk = a.D1 + a.D2;
+    load_rows<VEC>(qs, Dk, G, a.D1, [&](int g) {
+        return a.q1 + (size_t)t * a.q1_tok + (size_t)(h0 + g) * a.q1_head;
+    });
+    if (a.D2 > 0)
+        load_rows<VEC>(qs + a.D1, Dk, G, a.D2, [&](int g) {
+            return a.q2 + (size_t)t * a.q2_tok + (size_t)(h0 + g) * a.q2_head;
+        });
+}
+
+template <bool VEC>
 __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
 {
     SD_PDL_ENTER();
@@ -128,11 +182,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
     if (a.S > 1 && j_lo >= n)
         return;
 
-    for (int e = tid; e < G * Dk; e += ATT_THREADS) {
-        int g = e / Dk, d = e % Dk, h = hbase + g;
-        qs[e] = d < a.D1 ? a.q1[(size_t)t * a.q1_tok + (size_t)h * a.q1_head + d]
-                         : a.q2[(size_t)t * a.q2_tok + (size_t)h * a.q2_head + (d - a.D1)];
-    }
+    load_q<VEC>(qs, a, t, hbase, G);
     for (int e = tid; e < G * Dv; e += ATT_THREADS)
         acc[e] = 0.0f;
     if (tid < G) {
@@ -152,16 +202,13 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
 
     for (int j0 = j_lo; j0 < n; j0 += KT) {
         const int kt = n - j0 < KT ? n - j0 : KT;
-        for (int e = tid; e < kt * Dk; e += ATT_THREADS) {
-            int jj = e / Dk, d = e % Dk;
-            ks[jj * KS + d] = a.kc[(size_t)slots[jj] * (size_t)a.k_slot + kbase + d];
-        }
-        if (!a.v_is_k) {
-            for (int e = tid; e < kt * Dv; e += ATT_THREADS) {
-                int jj = e / Dv, d = e % Dv;
-                vs[jj * KS + d] = a.vc[(size_t)slots[jj] * (size_t)a.v_slot + vbase + d];
-            }
-        }
+        load_rows<VEC>(ks, KS, kt, Dk, [&](int jj) {
+            return a.kc + (size_t)slots[jj] * (size_t)a.k_slot + kbase;
+        });
+        if (!a.v_is_k)
+            load_rows<VEC>(vs, KS, kt, Dv, [&](int jj) {
+                return a.vc + (size_t)slots[jj] * (size_t)a.v_slot + vbase;
+            });
         __syncthreads();
         if (tid < KT && j0 + KT + tid < n) { /* nothing reads this tile's slots any more */
             int p = j0 + KT + tid;
@@ -382,6 +429,36 @@ __device__ __forceinline__ uint32_t tc_pack(float lo, float hi)
            (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16;
 }
 
+/* The queries of token t, heads h0 .. h0 + G - 1, as bf16 rows of qs
+ * (pitch TC_KP; rows past G are zeros): float4 loads, all of a thread's
+ * issued before any conversion (mla_tc_takes checked the alignment). */
+#define TC_Q4 ((TC_M * MLA_DK / 4 + TC_THREADS - 1) / TC_THREADS)
+__device__ __forceinline__ void tc_load_q(__nv_bfloat16 *qs, const att_args &a, int t, int h0,
+                                          int G)
+{
+    float4 v[TC_Q4];
+#pragma unroll
+    for (int u = 0; u < TC_Q4; u++) {
+        const int e = u * TC_THREADS + (int)threadIdx.x, r = e / (MLA_DK / 4), d = 4 * (e % (MLA_DK / 4));
+        v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (e < TC_M * MLA_DK / 4 && r < G)
+            v[u] = __ldg((const float4 *)(d < MLA_C ? a.q1 + (size_t)t * a.q1_tok +
+                                                          (size_t)(h0 + r) * a.q1_head + d
+                                                    : a.q2 + (size_t)t * a.q2_tok +
+                                                          (size_t)(h0 + r) * a.q2_head + (d - MLA_C)));
+    }
+#pragma unroll
+    for (int u = 0; u < TC_Q4; u++) {
+        const int e = u * TC_THREADS + (int)threadIdx.x, r = e / (MLA_DK / 4), d = 4 * (e % (MLA_DK / 4));
+        if (e < TC_M * MLA_DK / 4) {
+            uint2 w;
+            w.x = tc_pack(v[u].x, v[u].y);
+            w.y = tc_pack(v[u].z, v[u].w);
+            *(uint2 *)(qs + r * TC_KP + d) = w;
+        }
+    }
+}
+
 /* att_args as sd__cuda_attn_mla fills it (group = H, Dv = C = 512), G = 16 */
 __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
 {
@@ -406,14 +483,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
 
     /* queries to bf16 once; rows past the group's heads are zeros (their
      * scores are 0, finite, and their outputs are not written) */
-    for (int e = tid; e < TC_M * MLA_DK; e += TC_THREADS) {
-        const int r = e / MLA_DK, d = e % MLA_DK, h = h0 + r;
-        float v = 0.0f;
-        if (r < G)
-            v = d < MLA_C ? a.q1[(size_t)t * a.q1_tok + (size_t)h * a.q1_head + d]
-                          : a.q2[(size_t)t * a.q2_tok + (size_t)h * a.q2_head + (d - MLA_C)];
-        qs[r * TC_KP + d] = __float2bfloat16_rn(v);
-    }
+    tc_load_q(qs, a, t, h0, G);
     if (tid < TC_M) {
         mrun[tid] = -INFINITY;
         lrun[tid] = 0.0f;
@@ -590,8 +660,10 @@ __global__ void latent_store_kernel(float *cache, const float *c, const float *k
 int sd__cuda_attention_init(sd__cuda *c)
 {
     int limit = (int)c->smem_optin;
-    if (SD_CUDA(c, cudaFuncSetAttribute(attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        limit)))
+    if (SD_CUDA(c, cudaFuncSetAttribute(attn_kernel<true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, limit)) ||
+        SD_CUDA(c, cudaFuncSetAttribute(attn_kernel<false>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, limit)))
         return SD_EDEVICE;
     if (c->smem_optin < TC_SMEM)
         return 0; /* the tensor-core MLA kernel does not fit: attn_mla keeps the SIMT kernel */
@@ -602,6 +674,17 @@ int sd__cuda_attention_init(sd__cuda *c)
     return SD_CUDA(c, cudaFuncSetAttribute(mla_tc_kernel,
                                            cudaFuncAttributePreferredSharedMemoryCarveout,
                                            (int)cudaSharedmemCarveoutMaxShared));
+}
+
+/* every row attn_kernel reads is 16-byte aligned and a whole number of
+ * float4s: queries, keys and values */
+static int att_vec(const att_args *a)
+{
+    int ok = a->D1 % 4 == 0 && a->D2 % 4 == 0 && a->Dv % 4 == 0;
+    ok = ok && sd__aligned16(a->q1) && a->q1_tok % 4 == 0 && a->q1_head % 4 == 0;
+    ok = ok && (a->D2 == 0 || (sd__aligned16(a->q2) && a->q2_tok % 4 == 0 && a->q2_head % 4 == 0));
+    ok = ok && sd__aligned16(a->kc) && a->k_slot % 4 == 0 && a->k_head % 4 == 0;
+    return ok && (a->v_is_k || (sd__aligned16(a->vc) && a->v_slot % 4 == 0 && a->v_head % 4 == 0));
 }
 
 static void launch_merge(sd__cuda *c, const att_args *a, int T, int Hq)
@@ -640,7 +723,10 @@ static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
         }
     }
     dim3 grid((unsigned)T, (unsigned)(Hkv * a->ngb), (unsigned)a->S);
-    sd__launch(c, attn_kernel, grid, ATT_THREADS, sm, *a, tile_stride(a));
+    if (att_vec(a))
+        sd__launch(c, attn_kernel<true>, grid, ATT_THREADS, sm, *a, tile_stride(a));
+    else
+        sd__launch(c, attn_kernel<false>, grid, ATT_THREADS, sm, *a, tile_stride(a));
     if (SD_LAUNCHED(c, "attn_kernel") || a->S == 1)
         return;
     launch_merge(c, a, T, Hq);
@@ -648,12 +734,12 @@ static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
 }
 
 /* Whether mla_tc_kernel takes this attn_mla call: switched on, the DeepSeek
- * latent shape, float4-aligned cache rows, the shared memory there. Nothing
+ * latent shape, float4-aligned cache and query rows, the shared memory there. Nothing
  * here depends on the number of tokens (decode and verify take one path). */
-static int mla_tc_takes(const sd__cuda *c, int C, int R, const void *cache)
+static int mla_tc_takes(const sd__cuda *c, int C, int R, const void *cache, const att_args *a)
 {
     return c->mla_tc && C == MLA_C && R == MLA_R && sd__aligned16(cache) &&
-           c->smem_optin >= (size_t)TC_SMEM;
+           c->smem_optin >= (size_t)TC_SMEM && att_vec(a);
 }
 
 /* Chunks per token for steps of <= SPLIT_MAX_T tokens: enough blocks for two
@@ -777,7 +863,7 @@ void sd__cuda_attn_mla(sd_backend *be, float *out, const float *q_lat, const flo
     a.max_blocks = b->max_blocks;
     a.block_size = b->block_size;
     a.scale = scale;
-    if (mla_tc_takes(c, C, R, cache))
+    if (mla_tc_takes(c, C, R, cache, &a))
         launch_mla_tc(c, &a, b->n_tokens);
     else
         launch(c, &a, b->n_tokens, 1, "attn_mla");

@@ -404,7 +404,7 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->moe_tc = !moe_tc || !*moe_tc ? SD_CUDA_TC_AUTO : strcmp(moe_tc, "0") ? SD_CUDA_TC_ON : SD_CUDA_TC_OFF;
     c->mla_tc = !mla_tc || strcmp(mla_tc, "0");
     const char *pdl = getenv("SPECD_PDL"); /* 1: programmatic dependent launches (common.cuh) */
-    c->pdl = pdl && !strcmp(pdl, "1");
+    c->pdl = pdl && *pdl ? strcmp(pdl, "0") != 0 : SD_CUDA_PDL_DEFAULT;
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

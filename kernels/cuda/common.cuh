@@ -102,20 +102,25 @@ sd__cuda *sd__cuda_op(sd_backend *be);
 /* ---- launches ---------------------------------------------------------
  *
  * Programmatic dependent launch (sm_90). Every kernel here starts with
- * SD_PDL_ENTER: griddepcontrol.wait (until the grids before it on the
- * stream have finished and their memory is visible: before that it reads
- * and writes nothing) and then launch_dependents (the next kernel may be
- * scheduled now). sd__launch launches with programmatic stream
- * serialization allowed, so the next kernel's blocks are resident and
- * waiting when this one ends instead of being launched then: the gap
- * between two dependent kernels (launch, block scheduling, ramp) leaves
- * the critical path. Nothing is reordered: each kernel still sees every
- * earlier kernel's writes, and the wait comes before its first access.
- * Inside stream capture the launches become programmatic graph edges. A
- * kernel whose predecessor is not a kernel (a copy, a cuBLASLt or NCCL
- * call) waits as usual. */
+ * SD_PDL_ENTER: griddepcontrol.launch_dependents (the next kernel on the
+ * stream may be scheduled as soon as every block of this one has started)
+ * and then griddepcontrol.wait (until the grids before it have finished and
+ * their memory is visible: before that a kernel reads and writes nothing
+ * that a kernel writes; the GEMV loads its first weights, which no kernel
+ * writes). sd__launch launches with programmatic stream serialization
+ * allowed when c->pdl, so a chain of small kernels lets the next GEMV's
+ * blocks become resident while they run and stream its weights meanwhile,
+ * and a GEMV's blocks fill the SMs as the previous one's last wave drains.
+ * Nothing is reordered: a kernel's wait returns only once its predecessor
+ * has finished, which waited for its own, so each kernel still sees every
+ * earlier kernel's writes, and none overwrites what an earlier one still
+ * reads. Dependents launch only once all of a kernel's blocks are resident,
+ * so waiting blocks never hold slots a running kernel needs. Inside stream
+ * capture the launches become programmatic graph edges. A kernel whose
+ * predecessor is not a kernel (a copy, a cuBLASLt or NCCL call) waits as
+ * usual. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define SD_PDL_ENTER() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#define SD_PDL_ENTER() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
 #else
 #define SD_PDL_ENTER() ((void)0)
 #endif

@@ -83,6 +83,7 @@ void sd_cuda_set_mla_tc(sd_backend *be, int on);
  * DeepSeek-V2-Lite-shaped one: bench/results/ab-launch.json); SPECD_PDL=1
  * as the backend opens, or this call, turns it on. Results are the same
  * bits either way (tests/gpu/test_model.c). */
+#define SD_CUDA_PDL_DEFAULT 0
 void sd_cuda_set_pdl(sd_backend *be, int on);
 
 /* Number of CUDA devices usable here; 0 when there is no driver or device. */

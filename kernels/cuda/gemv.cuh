@@ -104,6 +104,56 @@ __device__ __forceinline__ float sd__fma8(const float w[8], float4 a, float4 b, 
     return acc;
 }
 
+/* One iteration of sd__warp_dots in two halves: the weight loads of chunks
+ * c, c + cstep, ..., c + (U - 1) cstep (rows past the end and chunks past K
+ * as zeros), and their multiply-adds into acc. */
+template <int DT, int VR, int U>
+__device__ __forceinline__ void sd__warp_load(sd__w8raw<DT> (&raw)[U][VR], const void *const (&wrow)[VR],
+                                              int K, int c, int cstep, int lane)
+{
+    const int nch = (K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        int k = (c + u * cstep) * SD__GEMV_CHUNK + lane * 8;
+        bool in = c + u * cstep < nch && k < K;
+#pragma unroll
+        for (int i = 0; i < VR; i++) {
+            if (in && wrow[i])
+                sd__w8_load<DT>(raw[u][i], wrow[i], k);
+            else
+                sd__w8_zero<DT>(raw[u][i]);
+        }
+    }
+}
+
+template <int DT, int VR, int NR, int U>
+__device__ __forceinline__ void sd__warp_use(const sd__w8raw<DT> (&raw)[U][VR],
+                                             const float *const (&xr)[NR], int nr, int K, int c,
+                                             int cstep, int lane, float (&acc)[VR * NR])
+{
+    const int nch = (K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        int k = (c + u * cstep) * SD__GEMV_CHUNK + lane * 8;
+        if (c + u * cstep >= nch || k >= K)
+            continue;
+        float wf[VR][8];
+#pragma unroll
+        for (int i = 0; i < VR; i++)
+            sd__w8_float<DT>(raw[u][i], wf[i]);
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+            if (r < nr) {
+                const float4 *xp = (const float4 *)(xr[r] + k);
+                float4 a = __ldg(xp), b = __ldg(xp + 1);
+#pragma unroll
+                for (int i = 0; i < VR; i++)
+                    acc[i * NR + r] = sd__fma8(wf[i], a, b, acc[i * NR + r]);
+            }
+        }
+    }
+}
+
 /* Per-lane partial dots of one warp: acc[i * NR + r] += w_i . x_r over the
  * chunks c = c0, c0 + cstep, ... of K (K % 8 == 0, every row and x_r 16-byte
  * aligned). wrow[i] NULL: a row past the end (its sums stay 0). Rows r >= nr
@@ -116,38 +166,8 @@ __device__ __forceinline__ void sd__warp_dots(const void *const (&wrow)[VR], con
     const int nch = (K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
     for (int c = c0; c < nch; c += cstep * U) {
         sd__w8raw<DT> raw[U][VR];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            int k = (c + u * cstep) * SD__GEMV_CHUNK + lane * 8;
-            bool in = c + u * cstep < nch && k < K;
-#pragma unroll
-            for (int i = 0; i < VR; i++) {
-                if (in && wrow[i])
-                    sd__w8_load<DT>(raw[u][i], wrow[i], k);
-                else
-                    sd__w8_zero<DT>(raw[u][i]);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            int k = (c + u * cstep) * SD__GEMV_CHUNK + lane * 8;
-            if (c + u * cstep >= nch || k >= K)
-                continue;
-            float wf[VR][8];
-#pragma unroll
-            for (int i = 0; i < VR; i++)
-                sd__w8_float<DT>(raw[u][i], wf[i]);
-#pragma unroll
-            for (int r = 0; r < NR; r++) {
-                if (r < nr) {
-                    const float4 *xp = (const float4 *)(xr[r] + k);
-                    float4 a = __ldg(xp), b = __ldg(xp + 1);
-#pragma unroll
-                    for (int i = 0; i < VR; i++)
-                        acc[i * NR + r] = sd__fma8(wf[i], a, b, acc[i * NR + r]);
-                }
-            }
-        }
+        sd__warp_load<DT, VR, U>(raw, wrow, K, c, cstep, lane);
+        sd__warp_use<DT, VR, NR, U>(raw, xr, nr, K, c, cstep, lane, acc);
     }
 }
 

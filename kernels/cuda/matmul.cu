@@ -46,7 +46,7 @@ typedef struct mm_args {
 
 /* y(n, N) in passes of NR activation rows. A block is SD__GEMV_WARPS warps:
  * WK K-slices x (SD__GEMV_WARPS / WK) row groups of GEMV_VR weight rows. */
-template <int DT, int NR>
+template <int DT, int NR, bool PRE>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 ? 3 : 2)
     gemv_kernel(mm_args a, int WK)
 {
@@ -57,16 +57,26 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 
     const int rows0 = blockIdx.x * RG * GEMV_VR; /* first weight row of the block */
     const size_t esz = DT == SD__F32 ? 4 : 2;
     const char *wb = (const char *)a.w + (size_t)h * (size_t)a.N * (size_t)a.K * esz;
-    SD_PDL_ENTER();
     const void *wrow[GEMV_VR];
 #pragma unroll
     for (int i = 0; i < GEMV_VR; i++) {
         int j = rows0 + rg * GEMV_VR + i;
         wrow[i] = j < a.N ? (const void *)(wb + (size_t)j * (size_t)a.K * esz) : NULL;
     }
+    /* PRE (one pass, and one iteration covers a warp's K-slice: K up to
+     * 4096): all of a warp's weight loads go out before the wait for the
+     * kernels before (weights are no kernel's output). Under programmatic
+     * launch the blocks resident while those finish stream their weights
+     * meanwhile, so the small kernels between two GEMVs hide behind the
+     * next one's loads. (Prefetching only the first of several iterations
+     * held twice the load registers and spilled.) */
+    sd__w8raw<DT> pre[GEMV_U][GEMV_VR];
+    if (PRE)
+        sd__warp_load<DT, GEMV_VR, GEMV_U>(pre, wrow, a.K, kw, WK, lane);
+    SD_PDL_ENTER();
     const float *xb = a.x + (size_t)h * (size_t)a.x_bstride + (size_t)a.x_off;
     float *yb = a.y + (size_t)h * (size_t)a.y_bstride;
-    for (int r0 = 0; r0 < a.n; r0 += NR) {
+    for (int r0 = 0; r0 < (PRE ? 1 : a.n); r0 += NR) { /* PRE: n <= NR, one pass */
         const int nr = a.n - r0 < NR ? a.n - r0 : NR;
         const float *xr[NR];
 #pragma unroll
@@ -76,7 +86,10 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 
 #pragma unroll
         for (int v = 0; v < V; v++)
             acc[v] = 0.0f;
-        sd__warp_dots<DT, GEMV_VR, NR, GEMV_U>(wrow, xr, nr, a.K, kw, WK, lane, acc);
+        if (PRE)
+            sd__warp_use<DT, GEMV_VR, NR, GEMV_U>(pre, xr, nr, a.K, kw, WK, lane, acc);
+        else
+            sd__warp_dots<DT, GEMV_VR, NR, GEMV_U>(wrow, xr, nr, a.K, kw, WK, lane, acc);
         sd__xreduce<V>(acc, lane);
         if (lane % (32 / V) == 0)
             part[warp * V + sd__xr_index<V>(lane)] = acc[0];
@@ -348,6 +361,20 @@ static int vec_ok(const mm_args *a)
            a->x_bstride % 4 == 0 && a->x_off % 4 == 0;
 }
 
+template <int DT, bool PRE>
+static void launch_gemv_nr(sd__cuda *c, const mm_args *a, dim3 grid, int wk)
+{
+    const unsigned th = SD__GEMV_WARPS * 32;
+    if (a->n == 1)
+        sd__launch(c, gemv_kernel<DT, 1, PRE>, grid, th, 0, *a, wk);
+    else if (a->n == 2)
+        sd__launch(c, gemv_kernel<DT, 2, PRE>, grid, th, 0, *a, wk);
+    else if (a->n <= 4)
+        sd__launch(c, gemv_kernel<DT, 4, PRE>, grid, th, 0, *a, wk);
+    else
+        sd__launch(c, gemv_kernel<DT, 8, PRE>, grid, th, 0, *a, wk);
+}
+
 template <int DT> static void launch_gemv(sd__cuda *c, const mm_args *a, int H)
 {
     if (!vec_ok(a)) {
@@ -380,14 +407,12 @@ template <int DT> static void launch_gemv(sd__cuda *c, const mm_args *a, int H)
     } else {
         int wk = sd__gemv_wk(a->K), rows = SD__GEMV_WARPS / wk * GEMV_VR;
         dim3 grid((unsigned)((a->N + rows - 1) / rows), (unsigned)H);
-        if (a->n == 1)
-            sd__launch(c, gemv_kernel<DT, 1>, grid, th, 0, *a, wk);
-        else if (a->n == 2)
-            sd__launch(c, gemv_kernel<DT, 2>, grid, th, 0, *a, wk);
-        else if (a->n <= 4)
-            sd__launch(c, gemv_kernel<DT, 4>, grid, th, 0, *a, wk);
+        /* one pass of <= 8 rows whose warps each load their whole K-slice at once */
+        const int nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
+        if (a->n <= 8 && nch <= wk * GEMV_U)
+            launch_gemv_nr<DT, true>(c, a, grid, wk);
         else
-            sd__launch(c, gemv_kernel<DT, 8>, grid, th, 0, *a, wk);
+            launch_gemv_nr<DT, false>(c, a, grid, wk);
         SD_LAUNCHED(c, "gemv_kernel");
     }
 }
