@@ -46,22 +46,33 @@ typedef struct mm_args {
 
 /* y(n, N) in passes of NR activation rows. A block is SD__GEMV_WARPS warps:
  * WK K-slices x (SD__GEMV_WARPS / WK) row groups of GEMV_VR weight rows. */
-template <int DT, int NR, bool PRE>
+/* SILU (matmul_silu): w is [gate; up] stacked, N = 2I rows; a row group
+ * takes gate rows o, o + 1 and up rows I + o, I + o + 1 (o = 2 x the group's
+ * index) and writes y(n, I) = silu(gate) * up (silu_mul_kernel's formula on
+ * the same sums: the bits of the two ops). */
+template <int DT, int NR, bool PRE, bool SILU>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 ? 3 : 2)
     gemv_kernel(mm_args a, int WK)
 {
     constexpr int V = GEMV_VR * NR;
+    static_assert(!SILU || GEMV_VR == 4, "a SiLU row group is 2 gate and 2 up rows");
     __shared__ float part[SD__GEMV_WARPS * V];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h = blockIdx.y;
     const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK;
     const int rows0 = blockIdx.x * RG * GEMV_VR; /* first weight row of the block */
+    const int I = a.N / 2, o0 = (blockIdx.x * RG + rg) * 2; /* SILU */
     const size_t esz = DT == SD__F32 ? 4 : 2;
     const char *wb = (const char *)a.w + (size_t)h * (size_t)a.N * (size_t)a.K * esz;
     const void *wrow[GEMV_VR];
 #pragma unroll
     for (int i = 0; i < GEMV_VR; i++) {
         int j = rows0 + rg * GEMV_VR + i;
-        wrow[i] = j < a.N ? (const void *)(wb + (size_t)j * (size_t)a.K * esz) : NULL;
+        bool in = j < a.N;
+        if (SILU) {
+            j = (i < 2 ? 0 : I) + o0 + (i & 1);
+            in = o0 + (i & 1) < I;
+        }
+        wrow[i] = in ? (const void *)(wb + (size_t)j * (size_t)a.K * esz) : NULL;
     }
     /* PRE (one pass, and one iteration covers a warp's K-slice: K up to
      * 4096): all of a warp's weight loads go out before the wait for the
@@ -94,7 +105,21 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 
         if (lane % (32 / V) == 0)
             part[warp * V + sd__xr_index<V>(lane)] = acc[0];
         __syncthreads();
-        if ((int)threadIdx.x < RG * V) {
+        if (SILU) {
+            if ((int)threadIdx.x < RG * 2 * NR) {
+                const int g = threadIdx.x / (2 * NR), i = threadIdx.x % (2 * NR) / NR;
+                const int r = threadIdx.x % NR, o = (blockIdx.x * RG + g) * 2 + i;
+                if (r < nr && o < I) {
+                    const int vg = i * NR + r, vu = (i + 2) * NR + r;
+                    float sg = part[(g * WK) * V + vg], su = part[(g * WK) * V + vu];
+                    for (int q = 1; q < WK; q++) {
+                        sg += part[(g * WK + q) * V + vg];
+                        su += part[(g * WK + q) * V + vu];
+                    }
+                    yb[(size_t)(r0 + r) * (size_t)I + (size_t)o] = sg / (1.0f + expf(-sg)) * su;
+                }
+            }
+        } else if ((int)threadIdx.x < RG * V) {
             const int g = threadIdx.x / V, v = threadIdx.x % V, i = v / NR, r = v % NR;
             const int j = rows0 + g * GEMV_VR + i;
             if (r < nr && j < a.N) {
@@ -361,18 +386,34 @@ static int vec_ok(const mm_args *a)
            a->x_bstride % 4 == 0 && a->x_off % 4 == 0;
 }
 
-template <int DT, bool PRE>
+template <int DT, bool PRE, bool SILU>
 static void launch_gemv_nr(sd__cuda *c, const mm_args *a, dim3 grid, int wk)
 {
     const unsigned th = SD__GEMV_WARPS * 32;
     if (a->n == 1)
-        sd__launch(c, gemv_kernel<DT, 1, PRE>, grid, th, 0, *a, wk);
+        sd__launch(c, gemv_kernel<DT, 1, PRE, SILU>, grid, th, 0, *a, wk);
     else if (a->n == 2)
-        sd__launch(c, gemv_kernel<DT, 2, PRE>, grid, th, 0, *a, wk);
+        sd__launch(c, gemv_kernel<DT, 2, PRE, SILU>, grid, th, 0, *a, wk);
     else if (a->n <= 4)
-        sd__launch(c, gemv_kernel<DT, 4, PRE>, grid, th, 0, *a, wk);
+        sd__launch(c, gemv_kernel<DT, 4, PRE, SILU>, grid, th, 0, *a, wk);
     else
-        sd__launch(c, gemv_kernel<DT, 8, PRE>, grid, th, 0, *a, wk);
+        sd__launch(c, gemv_kernel<DT, 8, PRE, SILU>, grid, th, 0, *a, wk);
+}
+
+/* the block GEMV of a (n <= 8 when SILU) on the 16-byte path */
+template <int DT, bool SILU> static void launch_block_gemv(sd__cuda *c, const mm_args *a, int H)
+{
+    int wk = sd__gemv_wk(a->K), rows = SD__GEMV_WARPS / wk * GEMV_VR;
+    /* SILU: a block's rows give half as many outputs (gate and up rows) */
+    int outs = SILU ? a->N / 2 : a->N, per = SILU ? rows / 2 : rows;
+    dim3 grid((unsigned)((outs + per - 1) / per), (unsigned)H);
+    /* one pass of <= 8 rows whose warps each load their whole K-slice at once */
+    const int nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
+    if (a->n <= 8 && nch <= wk * GEMV_U)
+        launch_gemv_nr<DT, true, SILU>(c, a, grid, wk);
+    else
+        launch_gemv_nr<DT, false, SILU>(c, a, grid, wk);
+    SD_LAUNCHED(c, "gemv_kernel");
 }
 
 template <int DT> static void launch_gemv(sd__cuda *c, const mm_args *a, int H)
@@ -405,15 +446,7 @@ template <int DT> static void launch_gemv(sd__cuda *c, const mm_args *a, int H)
             sd__launch(c, gemv_mma_kernel<1, 1>, grid, th, 0, *a, wk);
         SD_LAUNCHED(c, "gemv_mma_kernel");
     } else {
-        int wk = sd__gemv_wk(a->K), rows = SD__GEMV_WARPS / wk * GEMV_VR;
-        dim3 grid((unsigned)((a->N + rows - 1) / rows), (unsigned)H);
-        /* one pass of <= 8 rows whose warps each load their whole K-slice at once */
-        const int nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
-        if (a->n <= 8 && nch <= wk * GEMV_U)
-            launch_gemv_nr<DT, true>(c, a, grid, wk);
-        else
-            launch_gemv_nr<DT, false>(c, a, grid, wk);
-        SD_LAUNCHED(c, "gemv_kernel");
+        launch_block_gemv<DT, false>(c, a, H);
     }
 }
 
@@ -721,11 +754,30 @@ void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_we
     run_simt(c, &a, w->dtype, H, n <= gemv_max_rows(c));
 }
 
-/* the ops contract's definition: the GEMV or GEMM of the stacked [gate; up]
- * weight, then silu_mul in place */
+/* matmul then silu_mul (the ops contract): one GEMV that writes the SiLU
+ * product where the GEMV takes the call (up to SD_CUDA_GEMV_EXACT_ROWS rows,
+ * 16-byte loads), else the two ops. Either way the same bits. */
 void sd__cuda_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_weight *w, int n,
                           int x_stride)
 {
+    sd__cuda *c = sd__cuda_op(be);
+    if (!c || n <= 0 || w->rows <= 0)
+        return;
+    if (w->rows % 2) {
+        SD_BADARG(c, "matmul_silu: %lld weight rows are not a gate and an up half",
+                  (long long)w->rows);
+        return;
+    }
+    mm_args a = {gu, x, w->data, NULL, 0, n, (int)w->rows, (int)w->cols, x_stride, 0, 0,
+                 (int)w->rows / 2, 0};
+    if (n <= SD_CUDA_GEMV_EXACT_ROWS && n <= gemv_max_rows(c) && vec_ok(&a)) {
+        switch (w->dtype) {
+        case SD_DT_F32: launch_block_gemv<SD__F32, true>(c, &a, 1); return;
+        case SD_DT_BF16: launch_block_gemv<SD__BF16, true>(c, &a, 1); return;
+        case SD_DT_F16: launch_block_gemv<SD__F16, true>(c, &a, 1); return;
+        default: break;
+        }
+    }
     sd__cuda_matmul(be, gu, x, w, NULL, n, x_stride);
     sd__cuda_silu_mul(be, gu, gu, n, (int)(w->rows / 2));
 }

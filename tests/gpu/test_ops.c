@@ -510,6 +510,53 @@ TEST(matmul_gemv_rows_do_not_depend_on_the_batch)
     ASSERT(ok);
 }
 
+/* matmul_silu: within the GEMV's bound of the CPU, and bit for bit the
+ * GPU's own matmul followed by its silu_mul (the pair the model ran before),
+ * on the fused GEMV (n <= SD_CUDA_GEMV_EXACT_ROWS) and on the pair beyond */
+TEST(matmul_silu_matches_the_cpu_and_the_gpus_matmul_then_silu_mul_bitwise)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    struct { int n, I, K; } cs[] = {{1, 14336, 4096}, {3, 2816, 2048}, {8, 1001, 520},
+                                    {2, 7, 64},       {5, 1408, 2056}, {20, 600, 1024}};
+    for (int di = 0; di < 3; di++)
+        for (size_t k = 0; k < SD_ARRAY_LEN(cs); k++) {
+            int n = cs[k].n, I = cs[k].I, K = cs[k].K;
+            tw w;
+            ASSERT_OK(tw_make(&e, &w, all_dt[di], 2 * I, K, 0.5f));
+            float *x = rnd_floats(&e, (size_t)n * K, -1, 1);
+            float *co = (float *)malloc((size_t)n * 2 * I * sizeof(float));
+            e.cpu->ops->matmul_silu(e.cpu, co, x, &w.c, n, K);
+            float *dx = (float *)gput(&e, x, (size_t)n * K * sizeof(float));
+            float *dy = gpoison(&e, (size_t)n * 2 * I), *dz = gpoison(&e, (size_t)n * 2 * I);
+            e.gpu->ops->matmul_silu(e.gpu, dy, dx, &w.g, n, K);
+            e.gpu->ops->matmul(e.gpu, dz, dx, &w.g, NULL, n, K);
+            e.gpu->ops->silu_mul(e.gpu, dz, dz, n, I);
+            char name[160];
+            snprintf(name, sizeof name, "matmul_silu %s n=%d I=%d K=%d", sd_dtype_name(all_dt[di]),
+                     n, I, K);
+            ok &= check_dev(&e, dy, co, (size_t)n * I, n > SD_CUDA_GEMV_MAX_ROWS ? 1e-4 : 1e-5,
+                            name);
+            float *a = gget(&e, dy, (size_t)n * I), *b = gget(&e, dz, (size_t)n * I);
+            double bad = a && b ? 0 : INFINITY;
+            for (size_t i = 0; a && b && i < (size_t)n * I; i++)
+                bad += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+            ok &= reportf(bad, 0, "matmul_silu %s n=%d I=%d K=%d vs matmul + silu_mul on the GPU "
+                          "(differing elements)", sd_dtype_name(all_dt[di]), n, I, K);
+            free(a);
+            free(b);
+            gfree(&e, dx);
+            gfree(&e, dy);
+            gfree(&e, dz);
+            free(x);
+            free(co);
+            tw_free(&e, &w);
+        }
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
 TEST(matmul_many_rows_match_the_cpu)
 {
     gpu_env e;
@@ -2297,6 +2344,7 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(rope_matches_the_cpu_for_every_variant_up_to_8k_positions),
           T(matmul_gemv_rows_match_the_cpu_in_fp32), T(matmul_gemv_rows_do_not_depend_on_the_batch),
           T(matmul_many_rows_match_the_cpu),
+          T(matmul_silu_matches_the_cpu_and_the_gpus_matmul_then_silu_mul_bitwise),
           T(matmul_heads_matches_the_cpu), T(attn_gqa_matches_the_cpu_on_ragged_paged_batches),
           T(rope_kv_and_mla_prep_match_the_cpu_on_ragged_paged_batches),
           T(attn_gqa_matches_the_cpu_on_long_contexts),
