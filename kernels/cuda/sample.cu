@@ -58,19 +58,14 @@ __device__ __forceinline__ void am_merge(float &bv, int &bi, float v, int i)
     }
 }
 
-/* sd_argmax of x (V): every thread of the block gets the result. */
-__device__ int block_argmax(const float *x, int V)
+/* The block's (value, index) pair from each thread's (bv, bi): warp
+ * shuffles, then thread 0 merges the warps' pairs in order; thread 0's bv,
+ * bi hold the result on return (the others' are partial). Blocks of up to
+ * SB threads. */
+__device__ __forceinline__ void block_am_reduce(float &bv, int &bi)
 {
     __shared__ float sv[SB / 32];
     __shared__ int si[SB / 32];
-    __shared__ int res;
-    float bv = 0.0f;
-    int bi = -1;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        float v = x[i];
-        if (!isnan(v))
-            am_merge(bv, bi, v, i);
-    }
     for (int o = 16; o > 0; o >>= 1) {
         float ov = __shfl_down_sync(0xffffffffu, bv, o);
         int oi = __shfl_down_sync(0xffffffffu, bi, o);
@@ -87,8 +82,25 @@ __device__ int block_argmax(const float *x, int V)
         int b = -1;
         for (int k = 0; k < (int)(blockDim.x >> 5); k++)
             am_merge(v, b, sv[k], si[k]);
-        res = b < 0 ? 0 : b;
+        bv = v;
+        bi = b;
     }
+}
+
+/* sd_argmax of x (V): every thread of the block gets the result. */
+__device__ int block_argmax(const float *x, int V)
+{
+    __shared__ int res;
+    float bv = 0.0f;
+    int bi = -1;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float v = x[i];
+        if (!isnan(v))
+            am_merge(bv, bi, v, i);
+    }
+    block_am_reduce(bv, bi);
+    if (threadIdx.x == 0)
+        res = bi < 0 ? 0 : bi;
     __syncthreads();
     int r = res;
     __syncthreads();
@@ -126,8 +138,6 @@ __global__ void __launch_bounds__(AM_THREADS)
                         unsigned *cnt)
 {
     SD_PDL_ENTER();
-    __shared__ float sv[AM_THREADS / 32];
-    __shared__ int si[AM_THREADS / 32];
     const int r = blockIdx.x, lo = blockIdx.y * AM_PER;
     const int hi = V - lo < AM_PER ? V : lo + AM_PER;
     const float *xr = x + (size_t)r * (size_t)V;
@@ -139,24 +149,10 @@ __global__ void __launch_bounds__(AM_THREADS)
         if (!isnan(v))
             am_merge(bv, bi, v, i);
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_down_sync(0xffffffffu, bv, o);
-        int oi = __shfl_down_sync(0xffffffffu, bi, o);
-        am_merge(bv, bi, ov, oi);
-    }
-    const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-    if (l == 0) {
-        sv[w] = bv;
-        si[w] = bi;
-    }
-    __syncthreads();
+    block_am_reduce(bv, bi);
     if (threadIdx.x == 0) {
-        float v = 0.0f;
-        int b = -1;
-        for (int k = 0; k < AM_THREADS / 32; k++)
-            am_merge(v, b, sv[k], si[k]);
-        if (b >= 0)
-            atomicMax(&keys[r], am_key(v, b));
+        if (bi >= 0)
+            atomicMax(&keys[r], am_key(bv, bi));
         __threadfence();
         if (atomicAdd(&cnt[r], 1u) == gridDim.y - 1) {
             __threadfence();
