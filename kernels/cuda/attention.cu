@@ -51,6 +51,8 @@ typedef struct att_args {
     int tile;      /* S > 1: chunks are whole tiles of this many positions */
     int min_chunk; /* keys a chunk holds at least (mla_tc_kernel) */
     float *part;   /* S > 1: (T, Hq, S, Dv + 2) partial acc, max, sum */
+    unsigned *cnt; /* S > 1: (T, gridDim.y) chunks done, zero between calls; NULL: the
+                    * merge is a kernel of its own */
 } att_args;
 
 static inline int tile_stride(const att_args *a)
@@ -98,6 +100,75 @@ static __device__ __forceinline__ int split_used(int n_all, int S, int tile, int
         return 1;
     int per = split_per(n_all, S, tile, min_chunk);
     return (n_all + per - 1) / per;
+}
+
+/* out(t, h) = the partial softmaxes of (t, h) merged in chunk order, the
+ * block's threads taking output columns c0, c0 + cstep, ... Only the chunks
+ * that hold positions are read (a short context under a split sized for
+ * long ones has a few of up to 128), and each chunk's scale exp(m - M) is
+ * computed once, in shared memory, not once per column. LDCG: read the
+ * partials past L1 (other blocks of the same kernel wrote them). */
+#define MERGE_THREADS 128
+#define MERGE_MAX_S 128
+template <bool LDCG>
+__device__ __forceinline__ void merge_head(const att_args &a, int t, int h, int Hq, int c0,
+                                           int cstep)
+{
+    __shared__ float scale[MERGE_MAX_S];
+    const int Dv = a.Dv, W = Dv + 2;
+    const float *p = a.part + ((size_t)t * Hq + (size_t)h) * a.S * W;
+    const int nz = split_used(a.pos[t] + 1, a.S, a.tile, a.min_chunk);
+    float M = -INFINITY;
+    for (int z = 0; z < nz; z++)
+        M = fmaxf(M, LDCG ? __ldcg(&p[(size_t)z * W + Dv]) : p[(size_t)z * W + Dv]);
+    for (int z = threadIdx.x; z < nz; z += blockDim.x) {
+        float m = LDCG ? __ldcg(&p[(size_t)z * W + Dv]) : p[(size_t)z * W + Dv];
+        scale[z] = m == -INFINITY ? 0.0f : expf(m - M);
+    }
+    __syncthreads();
+    float L = 0.0f;
+    for (int z = 0; z < nz; z++)
+        L += (LDCG ? __ldcg(&p[(size_t)z * W + Dv + 1]) : p[(size_t)z * W + Dv + 1]) * scale[z];
+    for (int d = c0; d < Dv; d += cstep) {
+        float o = 0.0f;
+        for (int z = 0; z < nz; z++)
+            o += (LDCG ? __ldcg(&p[(size_t)z * W + d]) : p[(size_t)z * W + d]) * scale[z];
+        a.out[(size_t)t * a.o_tok + (size_t)h * a.o_head + d] = o / L;
+    }
+    __syncthreads(); /* scale is rewritten by the next head */
+}
+
+/* block z takes output columns MERGE_THREADS z .. (one a thread) */
+__global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(att_args a, int Hq)
+{
+    SD_PDL_ENTER();
+    merge_head<false>(a, blockIdx.x, blockIdx.y, Hq, blockIdx.z * MERGE_THREADS + threadIdx.x,
+                      gridDim.z * MERGE_THREADS);
+}
+
+/* After a block of split chunk z wrote its partials for heads h0 ..
+ * h0 + G - 1 of token t: the block that finishes last among the chunks
+ * that hold positions merges them (the same arithmetic as
+ * attn_merge_kernel) and resets the count, so no merge kernel runs. Every
+ * thread of the block calls it. */
+__device__ __forceinline__ void merge_if_last(const att_args &a, int t, int h0, int G, int Hq)
+{
+    __shared__ int last;
+    __threadfence(); /* this thread's partials, before the count says they are there */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned *c = a.cnt + (size_t)t * gridDim.y + blockIdx.y;
+        const int nz = split_used(a.pos[t] + 1, a.S, a.tile, a.min_chunk);
+        last = atomicAdd(c, 1u) == (unsigned)(nz - 1);
+        if (last)
+            *c = 0; /* every other chunk has counted: the next call starts at 0 */
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    for (int g = 0; g < G; g++)
+        merge_head<true>(a, t, h0 + g, Hq, threadIdx.x, blockDim.x);
 }
 
 /* Rows of floats into shared memory, the loads in batches of LD_BATCH per
@@ -270,44 +341,13 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
             float *p = a.part + (((size_t)t * Hq + (size_t)(hbase + g)) * a.S + blockIdx.z) * W;
             p[d] = d < Dv ? acc[g * Dv + d] : d == Dv ? mrun[g] : lrun[g];
         }
+        if (a.cnt)
+            merge_if_last(a, t, hbase, G, Hq);
         return;
     }
     for (int e = tid; e < G * Dv; e += ATT_THREADS) {
         int g = e / Dv, d = e % Dv;
         a.out[(size_t)t * a.o_tok + (size_t)(hbase + g) * a.o_head + d] = acc[e] / lrun[g];
-    }
-}
-
-/* out(t, h) = the partial softmaxes of (t, h) merged in chunk order; block
- * z takes output columns MERGE_THREADS z .. (one a thread). Only the chunks
- * that hold positions are read (a short context under a split sized for
- * long ones has a few of up to 128), and each chunk's scale exp(m - M) is
- * computed once, in shared memory, not once per column. */
-#define MERGE_THREADS 128
-#define MERGE_MAX_S 128
-__global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(att_args a, int Hq)
-{
-    SD_PDL_ENTER();
-    __shared__ float scale[MERGE_MAX_S];
-    const int t = blockIdx.x, h = blockIdx.y, Dv = a.Dv, W = Dv + 2;
-    const float *p = a.part + ((size_t)t * Hq + (size_t)h) * a.S * W;
-    const int nz = split_used(a.pos[t] + 1, a.S, a.tile, a.min_chunk);
-    float M = -INFINITY;
-    for (int z = 0; z < nz; z++)
-        M = fmaxf(M, p[(size_t)z * W + Dv]);
-    for (int z = threadIdx.x; z < nz; z += MERGE_THREADS) {
-        float m = p[(size_t)z * W + Dv];
-        scale[z] = m == -INFINITY ? 0.0f : expf(m - M);
-    }
-    __syncthreads();
-    float L = 0.0f;
-    for (int z = 0; z < nz; z++)
-        L += p[(size_t)z * W + Dv + 1] * scale[z];
-    for (int d = blockIdx.z * MERGE_THREADS + threadIdx.x; d < Dv; d += gridDim.z * MERGE_THREADS) {
-        float o = 0.0f;
-        for (int z = 0; z < nz; z++)
-            o += p[(size_t)z * W + d] * scale[z];
-        a.out[(size_t)t * a.o_tok + (size_t)h * a.o_head + d] = o / L;
     }
 }
 
@@ -621,6 +661,8 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
             pt[(size_t)tid * hs + Dv] = mrun[tid];
             pt[(size_t)tid * hs + Dv + 1] = lrun[tid];
         }
+        if (a.cnt)
+            merge_if_last(a, t, h0, G, a.group);
         return;
     }
 #pragma unroll
@@ -659,13 +701,22 @@ __global__ void latent_store_kernel(float *cache, const float *c, const float *k
 
 int sd__cuda_attention_init(sd__cuda *c)
 {
-    int limit = (int)c->smem_optin;
+    /* the dynamic part may take what the kernel's static shared memory (the
+     * in-kernel merge's) leaves of a block's limit */
+    cudaFuncAttributes fa[2];
+    if (SD_CUDA(c, cudaFuncGetAttributes(&fa[0], attn_kernel<true>)) ||
+        SD_CUDA(c, cudaFuncGetAttributes(&fa[1], attn_kernel<false>)))
+        return SD_EDEVICE;
+    size_t st = fa[0].sharedSizeBytes > fa[1].sharedSizeBytes ? fa[0].sharedSizeBytes
+                                                              : fa[1].sharedSizeBytes;
+    c->attn_dyn_max = c->smem_optin > st ? c->smem_optin - st : 0;
+    int limit = (int)c->attn_dyn_max;
     if (SD_CUDA(c, cudaFuncSetAttribute(attn_kernel<true>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, limit)) ||
         SD_CUDA(c, cudaFuncSetAttribute(attn_kernel<false>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, limit)))
         return SD_EDEVICE;
-    if (c->smem_optin < TC_SMEM)
+    if (c->smem_optin < TC_SMEM + 1024) /* + the merge's static shared memory */
         return 0; /* the tensor-core MLA kernel does not fit: attn_mla keeps the SIMT kernel */
     if (SD_CUDA(c, cudaFuncSetAttribute(mla_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         TC_SMEM)))
@@ -687,6 +738,14 @@ static int att_vec(const att_args *a)
     return ok && (a->v_is_k || (sd__aligned16(a->vc) && a->v_slot % 4 == 0 && a->v_head % 4 == 0));
 }
 
+/* the counts of merge_if_last for n (token, head block) pairs, or NULL
+ * (no split, or more pairs than the context keeps counts for: the merge
+ * kernel runs) */
+static unsigned *merge_counts(const sd__cuda *c, const att_args *a, int n)
+{
+    return a->S > 1 && c->attn_cnt && n <= SD__ATTN_COUNTS ? c->attn_cnt : NULL;
+}
+
 static void launch_merge(sd__cuda *c, const att_args *a, int T, int Hq)
 {
     unsigned z = (unsigned)((a->Dv + MERGE_THREADS - 1) / MERGE_THREADS);
@@ -696,12 +755,12 @@ static void launch_merge(sd__cuda *c, const att_args *a, int T, int Hq)
 static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
 {
     a->G = a->group < MAX_G ? a->group : MAX_G;
-    while (a->G > 1 && smem_bytes(a) > c->smem_optin)
+    while (a->G > 1 && smem_bytes(a) > c->attn_dyn_max)
         a->G = (a->G + 1) / 2;
     size_t sm = smem_bytes(a);
-    if (sm > c->smem_optin) {
+    if (sm > c->attn_dyn_max) {
         SD_BADARG(c, "%s: head dims %d+%d/%d need %zu bytes of shared memory (limit %zu)", what,
-                  a->D1, a->D2, a->Dv, sm, c->smem_optin);
+                  a->D1, a->D2, a->Dv, sm, c->attn_dyn_max);
         return;
     }
     a->ngb = (a->group + a->G - 1) / a->G;
@@ -723,11 +782,12 @@ static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
         }
     }
     dim3 grid((unsigned)T, (unsigned)(Hkv * a->ngb), (unsigned)a->S);
+    a->cnt = merge_counts(c, a, T * (int)grid.y);
     if (att_vec(a))
         sd__launch(c, attn_kernel<true>, grid, ATT_THREADS, sm, *a, tile_stride(a));
     else
         sd__launch(c, attn_kernel<false>, grid, ATT_THREADS, sm, *a, tile_stride(a));
-    if (SD_LAUNCHED(c, "attn_kernel") || a->S == 1)
+    if (SD_LAUNCHED(c, "attn_kernel") || a->S == 1 || a->cnt)
         return;
     launch_merge(c, a, T, Hq);
     SD_LAUNCHED(c, "attn_merge_kernel");
@@ -739,7 +799,7 @@ static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
 static int mla_tc_takes(const sd__cuda *c, int C, int R, const void *cache, const att_args *a)
 {
     return c->mla_tc && C == MLA_C && R == MLA_R && sd__aligned16(cache) &&
-           c->smem_optin >= (size_t)TC_SMEM && att_vec(a);
+           c->smem_optin >= (size_t)TC_SMEM + 1024 && att_vec(a);
 }
 
 /* Chunks per token for steps of <= SPLIT_MAX_T tokens: enough blocks for two
@@ -771,8 +831,9 @@ static void launch_mla_tc(sd__cuda *c, att_args *a, int T)
         a->part = a->S > 1 ? c->attn_part : NULL;
     }
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
+    a->cnt = merge_counts(c, a, T * a->ngb);
     sd__launch(c, mla_tc_kernel, grid, TC_THREADS, TC_SMEM, *a);
-    if (SD_LAUNCHED(c, "mla_tc_kernel") || a->S == 1)
+    if (SD_LAUNCHED(c, "mla_tc_kernel") || a->S == 1 || a->cnt)
         return;
     launch_merge(c, a, T, a->group);
     SD_LAUNCHED(c, "attn_merge_kernel");

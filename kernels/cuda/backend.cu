@@ -433,6 +433,11 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
         rc = SD_CUDA(c, cudaMalloc((void **)&c->attn_part, c->attn_part_bytes));
     }
     if (!rc) {
+        rc = SD_CUDA(c, cudaMalloc((void **)&c->attn_cnt, SD__ATTN_COUNTS * sizeof(unsigned)));
+        if (!rc)
+            rc = SD_CUDA(c, cudaMemset(c->attn_cnt, 0, SD__ATTN_COUNTS * sizeof(unsigned)));
+    }
+    if (!rc) {
         size_t b = SD__ARGMAX_ROWS * (sizeof(unsigned long long) + sizeof(unsigned));
         rc = SD_CUDA(c, cudaMalloc((void **)&c->am_keys, b));
         if (!rc)
@@ -469,6 +474,8 @@ void sd_cuda_backend_destroy(sd_backend *be)
             cudaFree(c->attn_part);
         if (c->am_keys)
             cudaFree(c->am_keys);
+        if (c->attn_cnt)
+            cudaFree(c->attn_cnt);
         if (c->lt_ws)
             cudaFree(c->lt_ws);
         if (c->lt)

@@ -45,6 +45,7 @@ typedef struct sd__cuda {
     size_t scratch_bytes;
     float *attn_part; /* split-KV attention partials (attention.cu) */
     size_t attn_part_bytes;
+    size_t attn_dyn_max; /* attn_kernel's dynamic shared memory at most */
     int bf16_split; /* BF16 GEMMs on hi + lo activation terms (sd_cuda_set_bf16_split) */
     int mla_tc;     /* MLA attention on tensor cores (SPECD_MLA_TC, sd_cuda_set_mla_tc) */
     /* benchmark overrides of built-in crossovers, 0 = the default:
@@ -61,6 +62,9 @@ typedef struct sd__cuda {
     /* kernels launched as programmatic dependents (sd__launch; SPECD_PDL=1
      * or sd_cuda_set_pdl turns it on) */
     int pdl;
+    /* split-KV attention's chunks done per (token, head block), zero
+     * between calls (attention.cu: the last chunk merges) */
+    unsigned *attn_cnt;
     /* the split argmax's per-row keys and block counts (sample.cu), zero
      * between calls: SD__ARGMAX_ROWS rows */
     unsigned long long *am_keys;
@@ -79,6 +83,7 @@ typedef struct sd__cuda {
 } sd__cuda;
 
 #define SD__ARGMAX_ROWS 4096
+#define SD__ATTN_COUNTS 8192
 
 static inline sd__cuda *sd__cuda_of(sd_backend *be) { return (sd__cuda *)be->impl; }
 
