@@ -43,30 +43,37 @@ typedef struct mm_args {
 
 #define GEMV_VR 4 /* weight rows per warp */
 #define GEMV_U 2  /* chunks per warp loaded before use */
+/* rows longer than a GEMV_U-chunk K-slice (down projections: 14336 wide)
+ * prefetch with fewer rows a warp and all their chunks at once */
+#define GEMV_LONG_VR 2
+#define GEMV_LONG_U 8
 
 /* y(n, N) in passes of NR activation rows. A block is SD__GEMV_WARPS warps:
- * WK K-slices x (SD__GEMV_WARPS / WK) row groups of GEMV_VR weight rows. */
+ * WK K-slices x (SD__GEMV_WARPS / WK) row groups of VR weight rows; a warp
+ * loads U chunks of each row before it uses them (GEMV_VR x GEMV_U, or
+ * GEMV_LONG_VR x up to GEMV_LONG_U for the long rows of a prefetching
+ * launch). A row's sums depend on K and WK only, whatever VR and U. */
 /* SILU (matmul_silu): w is [gate; up] stacked, N = 2I rows; a row group
  * takes gate rows o, o + 1 and up rows I + o, I + o + 1 (o = 2 x the group's
  * index) and writes y(n, I) = silu(gate) * up (silu_mul_kernel's formula on
  * the same sums: the bits of the two ops). */
-template <int DT, int NR, bool PRE, bool SILU>
-__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 ? 3 : 2)
+template <int DT, int NR, bool PRE, bool SILU, int VR, int U>
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 && VR * U <= 8 ? 3 : 2)
     gemv_kernel(mm_args a, int WK)
 {
-    constexpr int V = GEMV_VR * NR;
-    static_assert(!SILU || GEMV_VR == 4, "a SiLU row group is 2 gate and 2 up rows");
+    constexpr int V = VR * NR;
+    static_assert(!SILU || VR == 4, "a SiLU row group is 2 gate and 2 up rows");
     __shared__ float part[SD__GEMV_WARPS * V];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h = blockIdx.y;
     const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK;
-    const int rows0 = blockIdx.x * RG * GEMV_VR; /* first weight row of the block */
+    const int rows0 = blockIdx.x * RG * VR; /* first weight row of the block */
     const int I = a.N / 2, o0 = (blockIdx.x * RG + rg) * 2; /* SILU */
     const size_t esz = DT == SD__F32 ? 4 : 2;
     const char *wb = (const char *)a.w + (size_t)h * (size_t)a.N * (size_t)a.K * esz;
-    const void *wrow[GEMV_VR];
+    const void *wrow[VR];
 #pragma unroll
-    for (int i = 0; i < GEMV_VR; i++) {
-        int j = rows0 + rg * GEMV_VR + i;
+    for (int i = 0; i < VR; i++) {
+        int j = rows0 + rg * VR + i;
         bool in = j < a.N;
         if (SILU) {
             j = (i < 2 ? 0 : I) + o0 + (i & 1);
@@ -81,9 +88,9 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 
      * meanwhile, so the small kernels between two GEMVs hide behind the
      * next one's loads. (Prefetching only the first of several iterations
      * held twice the load registers and spilled.) */
-    sd__w8raw<DT> pre[GEMV_U][GEMV_VR];
+    sd__w8raw<DT> pre[U][VR];
     if (PRE)
-        sd__warp_load<DT, GEMV_VR, GEMV_U>(pre, wrow, a.K, kw, WK, lane);
+        sd__warp_load<DT, VR, U>(pre, wrow, a.K, kw, WK, lane);
     SD_PDL_ENTER();
     const float *xb = a.x + (size_t)h * (size_t)a.x_bstride + (size_t)a.x_off;
     float *yb = a.y + (size_t)h * (size_t)a.y_bstride;
@@ -98,9 +105,9 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 
         for (int v = 0; v < V; v++)
             acc[v] = 0.0f;
         if (PRE)
-            sd__warp_use<DT, GEMV_VR, NR, GEMV_U>(pre, xr, nr, a.K, kw, WK, lane, acc);
+            sd__warp_use<DT, VR, NR, U>(pre, xr, nr, a.K, kw, WK, lane, acc);
         else
-            sd__warp_dots<DT, GEMV_VR, NR, GEMV_U>(wrow, xr, nr, a.K, kw, WK, lane, acc);
+            sd__warp_dots<DT, VR, NR, U>(wrow, xr, nr, a.K, kw, WK, lane, acc);
         sd__xreduce<V>(acc, lane);
         if (lane % (32 / V) == 0)
             part[warp * V + sd__xr_index<V>(lane)] = acc[0];
@@ -121,7 +128,7 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 
             }
         } else if ((int)threadIdx.x < RG * V) {
             const int g = threadIdx.x / V, v = threadIdx.x % V, i = v / NR, r = v % NR;
-            const int j = rows0 + g * GEMV_VR + i;
+            const int j = rows0 + g * VR + i;
             if (r < nr && j < a.N) {
                 float s = part[(g * WK) * V + v];
                 for (int q = 1; q < WK; q++)
@@ -386,33 +393,48 @@ static int vec_ok(const mm_args *a)
            a->x_bstride % 4 == 0 && a->x_off % 4 == 0;
 }
 
-template <int DT, bool PRE, bool SILU>
-static void launch_gemv_nr(sd__cuda *c, const mm_args *a, dim3 grid, int wk)
+template <int DT, bool PRE, bool SILU, int VR, int U>
+static void launch_gemv_nr(sd__cuda *c, const mm_args *a, int H, int wk)
 {
     const unsigned th = SD__GEMV_WARPS * 32;
+    const int rows = SD__GEMV_WARPS / wk * VR;
+    /* SILU: a block's rows give half as many outputs (gate and up rows) */
+    const int outs = SILU ? a->N / 2 : a->N, per = SILU ? rows / 2 : rows;
+    const dim3 grid((unsigned)((outs + per - 1) / per), (unsigned)H);
     if (a->n == 1)
-        sd__launch(c, gemv_kernel<DT, 1, PRE, SILU>, grid, th, 0, *a, wk);
+        sd__launch(c, gemv_kernel<DT, 1, PRE, SILU, VR, U>, grid, th, 0, *a, wk);
     else if (a->n == 2)
-        sd__launch(c, gemv_kernel<DT, 2, PRE, SILU>, grid, th, 0, *a, wk);
+        sd__launch(c, gemv_kernel<DT, 2, PRE, SILU, VR, U>, grid, th, 0, *a, wk);
     else if (a->n <= 4)
-        sd__launch(c, gemv_kernel<DT, 4, PRE, SILU>, grid, th, 0, *a, wk);
+        sd__launch(c, gemv_kernel<DT, 4, PRE, SILU, VR, U>, grid, th, 0, *a, wk);
     else
-        sd__launch(c, gemv_kernel<DT, 8, PRE, SILU>, grid, th, 0, *a, wk);
+        sd__launch(c, gemv_kernel<DT, 8, PRE, SILU, VR, U>, grid, th, 0, *a, wk);
 }
 
-/* the block GEMV of a (n <= 8 when SILU) on the 16-byte path */
+/* the block GEMV of a (n <= 8 when SILU) on the 16-byte path: one pass of
+ * <= 8 rows prefetches (PRE) when a warp can load its whole K-slice at once,
+ * GEMV_U chunks of GEMV_VR rows, or for long rows (16-bit weights, not
+ * SILU) up to GEMV_LONG_U chunks of GEMV_LONG_VR rows */
 template <int DT, bool SILU> static void launch_block_gemv(sd__cuda *c, const mm_args *a, int H)
 {
-    int wk = sd__gemv_wk(a->K), rows = SD__GEMV_WARPS / wk * GEMV_VR;
-    /* SILU: a block's rows give half as many outputs (gate and up rows) */
-    int outs = SILU ? a->N / 2 : a->N, per = SILU ? rows / 2 : rows;
-    dim3 grid((unsigned)((outs + per - 1) / per), (unsigned)H);
-    /* one pass of <= 8 rows whose warps each load their whole K-slice at once */
-    const int nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
-    if (a->n <= 8 && nch <= wk * GEMV_U)
-        launch_gemv_nr<DT, true, SILU>(c, a, grid, wk);
-    else
-        launch_gemv_nr<DT, false, SILU>(c, a, grid, wk);
+    const int wk = sd__gemv_wk(a->K), nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
+    if (a->n <= 8 && nch <= wk * GEMV_U) {
+        launch_gemv_nr<DT, true, SILU, GEMV_VR, GEMV_U>(c, a, H, wk);
+    } else if (DT != SD__F32 && !SILU && a->n <= 2 && nch <= wk * GEMV_LONG_U) {
+        if constexpr (DT != SD__F32 && !SILU) {
+            const unsigned th = SD__GEMV_WARPS * 32;
+            const int rows = SD__GEMV_WARPS / wk * GEMV_LONG_VR;
+            const dim3 grid((unsigned)((a->N + rows - 1) / rows), (unsigned)H);
+            if (a->n == 1)
+                sd__launch(c, gemv_kernel<DT, 1, true, false, GEMV_LONG_VR, GEMV_LONG_U>, grid, th,
+                           0, *a, wk);
+            else
+                sd__launch(c, gemv_kernel<DT, 2, true, false, GEMV_LONG_VR, GEMV_LONG_U>, grid, th,
+                           0, *a, wk);
+        }
+    } else {
+        launch_gemv_nr<DT, false, SILU, GEMV_VR, GEMV_U>(c, a, H, wk);
+    }
     SD_LAUNCHED(c, "gemv_kernel");
 }
 
