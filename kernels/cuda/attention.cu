@@ -743,7 +743,8 @@ static int att_vec(const att_args *a)
  * kernel runs) */
 static unsigned *merge_counts(const sd__cuda *c, const att_args *a, int n)
 {
-    return a->S > 1 && c->attn_cnt && n <= SD__ATTN_COUNTS ? c->attn_cnt : NULL;
+    return a->S > 1 && c->attn_merge_last && c->attn_cnt && n <= SD__ATTN_COUNTS ? c->attn_cnt
+                                                                                 : NULL;
 }
 
 static void launch_merge(sd__cuda *c, const att_args *a, int T, int Hq)

@@ -405,6 +405,11 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->mla_tc = !mla_tc || strcmp(mla_tc, "0");
     const char *pdl = getenv("SPECD_PDL"); /* 1: programmatic dependent launches (common.cuh) */
     c->pdl = pdl && *pdl ? strcmp(pdl, "0") != 0 : SD_CUDA_PDL_DEFAULT;
+    const char *pre = getenv("SPECD_GEMV_PRE"), *merge = getenv("SPECD_ATTN_MERGE"),
+               *silu = getenv("SPECD_MATMUL_SILU");
+    c->gemv_pre = !pre || strcmp(pre, "0");
+    c->attn_merge_last = !merge || strcmp(merge, "kernel");
+    c->matmul_silu = !silu || strcmp(silu, "0");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

@@ -62,6 +62,12 @@ typedef struct sd__cuda {
     /* kernels launched as programmatic dependents (sd__launch; SPECD_PDL=1
      * or sd_cuda_set_pdl turns it on) */
     int pdl;
+    /* A/B switches of the decode kernels, read as the backend opens (all on
+     * by default): the GEMV's prefetch before the PDL wait (SPECD_GEMV_PRE=0
+     * off), the split-KV merge in the last chunk's block (SPECD_ATTN_MERGE=
+     * kernel: a kernel of its own), the fused gate/up SiLU GEMV
+     * (SPECD_MATMUL_SILU=0: matmul then silu_mul). The same bits either way. */
+    int gemv_pre, attn_merge_last, matmul_silu;
     /* split-KV attention's chunks done per (token, head block), zero
      * between calls (attention.cu: the last chunk merges) */
     unsigned *attn_cnt;

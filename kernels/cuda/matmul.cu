@@ -418,9 +418,9 @@ static void launch_gemv_nr(sd__cuda *c, const mm_args *a, int H, int wk)
 template <int DT, bool SILU> static void launch_block_gemv(sd__cuda *c, const mm_args *a, int H)
 {
     const int wk = sd__gemv_wk(a->K), nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
-    if (a->n <= 8 && nch <= wk * GEMV_U) {
+    if (c->gemv_pre && a->n <= 8 && nch <= wk * GEMV_U) {
         launch_gemv_nr<DT, true, SILU, GEMV_VR, GEMV_U>(c, a, H, wk);
-    } else if (DT != SD__F32 && !SILU && a->n <= 2 && nch <= wk * GEMV_LONG_U) {
+    } else if (c->gemv_pre && DT != SD__F32 && !SILU && a->n <= 2 && nch <= wk * GEMV_LONG_U) {
         if constexpr (DT != SD__F32 && !SILU) {
             const unsigned th = SD__GEMV_WARPS * 32;
             const int rows = SD__GEMV_WARPS / wk * GEMV_LONG_VR;
@@ -792,7 +792,7 @@ void sd__cuda_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_we
     }
     mm_args a = {gu, x, w->data, NULL, 0, n, (int)w->rows, (int)w->cols, x_stride, 0, 0,
                  (int)w->rows / 2, 0};
-    if (n <= SD_CUDA_GEMV_EXACT_ROWS && n <= gemv_max_rows(c) && vec_ok(&a)) {
+    if (c->matmul_silu && n <= SD_CUDA_GEMV_EXACT_ROWS && n <= gemv_max_rows(c) && vec_ok(&a)) {
         switch (w->dtype) {
         case SD_DT_F32: launch_block_gemv<SD__F32, true>(c, &a, 1); return;
         case SD_DT_BF16: launch_block_gemv<SD__BF16, true>(c, &a, 1); return;
