@@ -410,6 +410,8 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->gemv_pre = !pre || strcmp(pre, "0");
     c->attn_merge_last = !merge || strcmp(merge, "kernel");
     c->matmul_silu = !silu || strcmp(silu, "0");
+    const char *mdown = getenv("SPECD_MOE_DOWN");
+    c->moe_down_long = !mdown || strcmp(mdown, "4");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

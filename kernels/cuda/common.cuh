@@ -66,8 +66,10 @@ typedef struct sd__cuda {
      * by default): the GEMV's prefetch before the PDL wait (SPECD_GEMV_PRE=0
      * off), the split-KV merge in the last chunk's block (SPECD_ATTN_MERGE=
      * kernel: a kernel of its own), the fused gate/up SiLU GEMV
-     * (SPECD_MATMUL_SILU=0: matmul then silu_mul). The same bits either way. */
-    int gemv_pre, attn_merge_last, matmul_silu;
+     * (SPECD_MATMUL_SILU=0: matmul then silu_mul), the MoE down kernel's
+     * one-shot loads of 2 rows (SPECD_MOE_DOWN=4: 4 rows, 2 chunks at a
+     * time). The same bits either way. */
+    int gemv_pre, attn_merge_last, matmul_silu, moe_down_long;
     /* split-KV attention's chunks done per (token, head block), zero
      * between calls (attention.cu: the last chunk merges) */
     unsigned *attn_cnt;
