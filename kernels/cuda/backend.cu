@@ -412,6 +412,8 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->matmul_silu = !silu || strcmp(silu, "0");
     const char *mdown = getenv("SPECD_MOE_DOWN");
     c->moe_down_long = !mdown || strcmp(mdown, "4");
+    const char *mgate = getenv("SPECD_MOE_GATE");
+    c->moe_gate_wide = !mgate || strcmp(mgate, "2");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

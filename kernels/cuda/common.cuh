@@ -68,8 +68,9 @@ typedef struct sd__cuda {
      * kernel: a kernel of its own), the fused gate/up SiLU GEMV
      * (SPECD_MATMUL_SILU=0: matmul then silu_mul), the MoE down kernel's
      * one-shot loads of 2 rows (SPECD_MOE_DOWN=4: 4 rows, 2 chunks at a
-     * time). The same bits either way. */
-    int gemv_pre, attn_merge_last, matmul_silu, moe_down_long;
+     * time), the MoE gate/up kernel's 4 columns a row group where a warp
+     * has one chunk (SPECD_MOE_GATE=2: 2 columns). The same bits either way. */
+    int gemv_pre, attn_merge_last, matmul_silu, moe_down_long, moe_gate_wide;
     /* split-KV attention's chunks done per (token, head block), zero
      * between calls (attention.cu: the last chunk merges) */
     unsigned *attn_cnt;

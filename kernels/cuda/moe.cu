@@ -359,40 +359,52 @@ static void launch_experts_v(sd__cuda *c, int vec, const sd_experts *ex, float *
 /* h(p, I) = silu(x_t @ gate_e^T) * (x_t @ up_e^T) for pair p = blockIdx.x
  * (t = p / top_k, e = ids[p] - first; pairs of other banks are skipped).
  * Block: WK K-slices x RG row groups; a row group computes output columns
- * j, j + 1 from 4 weight rows (gate j, j + 1, up j, j + 1) sharing x_t. */
-template <int DT, int MAXE>
-__global__ void __launch_bounds__(SD__GEMV_WARPS * 32)
+ * j .. j + GU - 1 from 2 GU weight rows (gate j.., up j..) sharing x_t, U
+ * chunks of each loaded before use: GU = 2 with MOE_FUSED_U chunks, or,
+ * where one chunk is all a warp has of a row (D <= 8 x 256: V2-Lite's
+ * 2048), GU = 4 with one, so a block streams twice the bytes and the grid
+ * has half the blocks (the same sums: a row's order depends on D and WK
+ * only). */
+#define MOE_GATE_WIDE_GU 4
+template <int DT, int MAXE, int GU, int U>
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, GU == 2 ? 4 : 2)
 moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k, int D, int I,
                          int first, int E, int WK, const __grid_constant__ moe_tabs<MAXE> tab)
 {
+    constexpr int VR = 2 * GU;
     SD_PDL_ENTER();
-    __shared__ float part[SD__GEMV_WARPS * 4];
+    __shared__ float part[SD__GEMV_WARPS * VR];
     const int p = blockIdx.x, e = ids[p] - first;
     if (e < 0 || e >= E)
         return;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK;
-    const int cols0 = blockIdx.y * RG * 2, j0 = cols0 + rg * 2;
+    const int cols0 = blockIdx.y * RG * GU, j0 = cols0 + rg * GU;
     const size_t esz = DT == SD__F32 ? 4 : 2, rb = (size_t)D * esz;
     const char *wg = (const char *)tab.a[e], *wu = (const char *)tab.b[e];
-    const void *wrow[4] = {j0 < I ? wg + (size_t)j0 * rb : NULL,
-                           j0 + 1 < I ? wg + (size_t)(j0 + 1) * rb : NULL,
-                           j0 < I ? wu + (size_t)j0 * rb : NULL,
-                           j0 + 1 < I ? wu + (size_t)(j0 + 1) * rb : NULL};
+    const void *wrow[VR];
+#pragma unroll
+    for (int i = 0; i < VR; i++) {
+        const int j = j0 + i % GU;
+        wrow[i] = j < I ? (i < GU ? wg : wu) + (size_t)j * rb : NULL;
+    }
     const float *xr[1] = {x + (size_t)(p / top_k) * (size_t)D};
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    sd__warp_dots<DT, 4, 1, MOE_FUSED_U>(wrow, xr, 1, D, kw, WK, lane, acc);
-    sd__xreduce<4>(acc, lane);
-    if (lane % 8 == 0)
-        part[warp * 4 + sd__xr_index<4>(lane)] = acc[0];
+    float acc[VR];
+#pragma unroll
+    for (int i = 0; i < VR; i++)
+        acc[i] = 0.0f;
+    sd__warp_dots<DT, VR, 1, U>(wrow, xr, 1, D, kw, WK, lane, acc);
+    sd__xreduce<VR>(acc, lane);
+    if (lane % (32 / VR) == 0)
+        part[warp * VR + sd__xr_index<VR>(lane)] = acc[0];
     __syncthreads();
-    if ((int)threadIdx.x < RG * 2) {
-        const int g = threadIdx.x / 2, q = threadIdx.x % 2, j = cols0 + g * 2 + q;
+    if ((int)threadIdx.x < RG * GU) {
+        const int g = threadIdx.x / GU, q = threadIdx.x % GU, j = cols0 + g * GU + q;
         if (j < I) {
-            float gs = part[(g * WK) * 4 + q], us = part[(g * WK) * 4 + 2 + q];
+            float gs = part[(g * WK) * VR + q], us = part[(g * WK) * VR + GU + q];
             for (int k = 1; k < WK; k++) {
-                gs += part[(g * WK + k) * 4 + q];
-                us += part[(g * WK + k) * 4 + 2 + q];
+                gs += part[(g * WK + k) * VR + q];
+                us += part[(g * WK + k) * VR + GU + q];
             }
             h[(size_t)p * (size_t)I + (size_t)j] = gs / (1.0f + expf(-gs)) * us;
         }
@@ -482,10 +494,19 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
         tab.b[e] = ex->up[e].data;
     }
     const unsigned th = SD__GEMV_WARPS * 32;
-    int wk = sd__gemv_wk(D), cols = SD__GEMV_WARPS / wk * 2;
-    dim3 g1((unsigned)(n * top_k), (unsigned)((I + cols - 1) / cols));
-    sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE>, g1, th, 0, h, x, ids, top_k, D, I, ex->first,
-                                                                  ex->n, wk, tab);
+    int wk = sd__gemv_wk(D);
+    if (c->moe_gate_wide && (D + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK <= wk) {
+        /* one chunk a warp: 4 output columns a row group, one load each */
+        int cols = SD__GEMV_WARPS / wk * MOE_GATE_WIDE_GU;
+        dim3 g1((unsigned)(n * top_k), (unsigned)((I + cols - 1) / cols));
+        sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, MOE_GATE_WIDE_GU, 1>, g1, th, 0, h, x,
+                   ids, top_k, D, I, ex->first, ex->n, wk, tab);
+    } else {
+        int cols = SD__GEMV_WARPS / wk * 2;
+        dim3 g1((unsigned)(n * top_k), (unsigned)((I + cols - 1) / cols));
+        sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, 2, MOE_FUSED_U>, g1, th, 0, h, x, ids,
+                   top_k, D, I, ex->first, ex->n, wk, tab);
+    }
     if (SD_LAUNCHED(c, "moe_gate_up_fused_kernel"))
         return;
     for (int e = 0; e < ex->n; e++) {
