@@ -14,8 +14,7 @@
 #      BASE_BIN (when given) against BIN with SPECD_PDL=0 and =1 (AB_EXTRA:
 #      more LABEL=BIN[:VAR=VALUE] configurations, e.g. the kernel switches
 #      of kernels/cuda/common.cuh off one at a time:
-#      nopre=BIN:SPECD_PDL=1:SPECD_GEMV_PRE=0 mergek=BIN:SPECD_PDL=1:SPECD_ATTN_MERGE=kernel
-#      nosilu=BIN:SPECD_PDL=1:SPECD_MATMUL_SILU=0 down4=BIN:SPECD_PDL=1:SPECD_MOE_DOWN=4
+#      nopre=BIN:SPECD_PDL=1:SPECD_GEMV_PRE=0 nosilu=BIN:SPECD_PDL=1:SPECD_MATMUL_SILU=0
 #      gate2=BIN:SPECD_PDL=1:SPECD_MOE_GATE=2).
 # Everything lands in a work directory packed into OUT/lab.tgz after every
 # phase (a call cut short still returns what ran).
@@ -39,7 +38,7 @@ if [ "${SKIP_VALIDATE:-0}" != 1 ]; then
 fi
 # the paths an A/B switch leaves off by default, through the op tests too
 if [ "${SKIP_VALIDATE:-0}" != 1 ]; then
-    SPECD_ATTN_MERGE=kernel SPECD_GEMV_PRE=0 SPECD_MATMUL_SILU=0 SPECD_MOE_DOWN=4 SPECD_MOE_GATE=2 \
+    SPECD_GEMV_PRE=0 SPECD_MATMUL_SILU=0 SPECD_MOE_GATE=2 \
         timeout 120 "$B/test_gpu_ops" \
         > "$OUT/gpu_ops_switches_off.txt" 2>&1
     el "test_gpu_ops with the switches off: exit $?, $(grep -c '^FAIL' "$OUT/gpu_ops_switches_off.txt") FAIL"

@@ -51,8 +51,6 @@ typedef struct att_args {
     int tile;      /* S > 1: chunks are whole tiles of this many positions */
     int min_chunk; /* keys a chunk holds at least (mla_tc_kernel) */
     float *part;   /* S > 1: (T, Hq, S, Dv + 2) partial acc, max, sum */
-    unsigned *cnt; /* S > 1: (T, gridDim.y) chunks done, zero between calls; NULL: the
-                    * merge is a kernel of its own */
 } att_args;
 
 static inline int tile_stride(const att_args *a)
@@ -106,11 +104,9 @@ static __device__ __forceinline__ int split_used(int n_all, int S, int tile, int
  * block's threads taking output columns c0, c0 + cstep, ... Only the chunks
  * that hold positions are read (a short context under a split sized for
  * long ones has a few of up to 128), and each chunk's scale exp(m - M) is
- * computed once, in shared memory, not once per column. LDCG: read the
- * partials past L1 (other blocks of the same kernel wrote them). */
+ * computed once, in shared memory, not once per column. */
 #define MERGE_THREADS 128
 #define MERGE_MAX_S 128
-template <bool LDCG>
 __device__ __forceinline__ void merge_head(const att_args &a, int t, int h, int Hq, int c0,
                                            int cstep)
 {
@@ -120,19 +116,19 @@ __device__ __forceinline__ void merge_head(const att_args &a, int t, int h, int 
     const int nz = split_used(a.pos[t] + 1, a.S, a.tile, a.min_chunk);
     float M = -INFINITY;
     for (int z = 0; z < nz; z++)
-        M = fmaxf(M, LDCG ? __ldcg(&p[(size_t)z * W + Dv]) : p[(size_t)z * W + Dv]);
+        M = fmaxf(M, p[(size_t)z * W + Dv]);
     for (int z = threadIdx.x; z < nz; z += blockDim.x) {
-        float m = LDCG ? __ldcg(&p[(size_t)z * W + Dv]) : p[(size_t)z * W + Dv];
+        float m = p[(size_t)z * W + Dv];
         scale[z] = m == -INFINITY ? 0.0f : expf(m - M);
     }
     __syncthreads();
     float L = 0.0f;
     for (int z = 0; z < nz; z++)
-        L += (LDCG ? __ldcg(&p[(size_t)z * W + Dv + 1]) : p[(size_t)z * W + Dv + 1]) * scale[z];
+        L += (p[(size_t)z * W + Dv + 1]) * scale[z];
     for (int d = c0; d < Dv; d += cstep) {
         float o = 0.0f;
         for (int z = 0; z < nz; z++)
-            o += (LDCG ? __ldcg(&p[(size_t)z * W + d]) : p[(size_t)z * W + d]) * scale[z];
+            o += (p[(size_t)z * W + d]) * scale[z];
         a.out[(size_t)t * a.o_tok + (size_t)h * a.o_head + d] = o / L;
     }
     __syncthreads(); /* scale is rewritten by the next head */
@@ -142,33 +138,8 @@ __device__ __forceinline__ void merge_head(const att_args &a, int t, int h, int 
 __global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(att_args a, int Hq)
 {
     SD_PDL_ENTER();
-    merge_head<false>(a, blockIdx.x, blockIdx.y, Hq, blockIdx.z * MERGE_THREADS + threadIdx.x,
+    merge_head(a, blockIdx.x, blockIdx.y, Hq, blockIdx.z * MERGE_THREADS + threadIdx.x,
                       gridDim.z * MERGE_THREADS);
-}
-
-/* After a block of split chunk z wrote its partials for heads h0 ..
- * h0 + G - 1 of token t: the block that finishes last among the chunks
- * that hold positions merges them (the same arithmetic as
- * attn_merge_kernel) and resets the count, so no merge kernel runs. Every
- * thread of the block calls it. */
-__device__ __forceinline__ void merge_if_last(const att_args &a, int t, int h0, int G, int Hq)
-{
-    __shared__ int last;
-    __threadfence(); /* this thread's partials, before the count says they are there */
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned *c = a.cnt + (size_t)t * gridDim.y + blockIdx.y;
-        const int nz = split_used(a.pos[t] + 1, a.S, a.tile, a.min_chunk);
-        last = atomicAdd(c, 1u) == (unsigned)(nz - 1);
-        if (last)
-            *c = 0; /* every other chunk has counted: the next call starts at 0 */
-    }
-    __syncthreads();
-    if (!last)
-        return;
-    __threadfence();
-    for (int g = 0; g < G; g++)
-        merge_head<true>(a, t, h0 + g, Hq, threadIdx.x, blockDim.x);
 }
 
 /* Rows of floats into shared memory, the loads in batches of LD_BATCH per
@@ -341,8 +312,6 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
             float *p = a.part + (((size_t)t * Hq + (size_t)(hbase + g)) * a.S + blockIdx.z) * W;
             p[d] = d < Dv ? acc[g * Dv + d] : d == Dv ? mrun[g] : lrun[g];
         }
-        if (a.cnt)
-            merge_if_last(a, t, hbase, G, Hq);
         return;
     }
     for (int e = tid; e < G * Dv; e += ATT_THREADS) {
@@ -661,8 +630,6 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
             pt[(size_t)tid * hs + Dv] = mrun[tid];
             pt[(size_t)tid * hs + Dv + 1] = lrun[tid];
         }
-        if (a.cnt)
-            merge_if_last(a, t, h0, G, a.group);
         return;
     }
 #pragma unroll
@@ -701,8 +668,8 @@ __global__ void latent_store_kernel(float *cache, const float *c, const float *k
 
 int sd__cuda_attention_init(sd__cuda *c)
 {
-    /* the dynamic part may take what the kernel's static shared memory (the
-     * in-kernel merge's) leaves of a block's limit */
+    /* the dynamic part may take what the kernel's static shared memory
+     * leaves of a block's limit */
     cudaFuncAttributes fa[2];
     if (SD_CUDA(c, cudaFuncGetAttributes(&fa[0], attn_kernel<true>)) ||
         SD_CUDA(c, cudaFuncGetAttributes(&fa[1], attn_kernel<false>)))
@@ -716,7 +683,7 @@ int sd__cuda_attention_init(sd__cuda *c)
         SD_CUDA(c, cudaFuncSetAttribute(attn_kernel<false>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, limit)))
         return SD_EDEVICE;
-    if (c->smem_optin < TC_SMEM + 1024) /* + the merge's static shared memory */
+    if (c->smem_optin < TC_SMEM)
         return 0; /* the tensor-core MLA kernel does not fit: attn_mla keeps the SIMT kernel */
     if (SD_CUDA(c, cudaFuncSetAttribute(mla_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         TC_SMEM)))
@@ -736,15 +703,6 @@ static int att_vec(const att_args *a)
     ok = ok && (a->D2 == 0 || (sd__aligned16(a->q2) && a->q2_tok % 4 == 0 && a->q2_head % 4 == 0));
     ok = ok && sd__aligned16(a->kc) && a->k_slot % 4 == 0 && a->k_head % 4 == 0;
     return ok && (a->v_is_k || (sd__aligned16(a->vc) && a->v_slot % 4 == 0 && a->v_head % 4 == 0));
-}
-
-/* the counts of merge_if_last for n (token, head block) pairs, or NULL
- * (no split, or more pairs than the context keeps counts for: the merge
- * kernel runs) */
-static unsigned *merge_counts(const sd__cuda *c, const att_args *a, int n)
-{
-    return a->S > 1 && c->attn_merge_last && c->attn_cnt && n <= SD__ATTN_COUNTS ? c->attn_cnt
-                                                                                 : NULL;
 }
 
 static void launch_merge(sd__cuda *c, const att_args *a, int T, int Hq)
@@ -783,12 +741,11 @@ static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
         }
     }
     dim3 grid((unsigned)T, (unsigned)(Hkv * a->ngb), (unsigned)a->S);
-    a->cnt = merge_counts(c, a, T * (int)grid.y);
     if (att_vec(a))
         sd__launch(c, attn_kernel<true>, grid, ATT_THREADS, sm, *a, tile_stride(a));
     else
         sd__launch(c, attn_kernel<false>, grid, ATT_THREADS, sm, *a, tile_stride(a));
-    if (SD_LAUNCHED(c, "attn_kernel") || a->S == 1 || a->cnt)
+    if (SD_LAUNCHED(c, "attn_kernel") || a->S == 1)
         return;
     launch_merge(c, a, T, Hq);
     SD_LAUNCHED(c, "attn_merge_kernel");
@@ -800,7 +757,7 @@ static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
 static int mla_tc_takes(const sd__cuda *c, int C, int R, const void *cache, const att_args *a)
 {
     return c->mla_tc && C == MLA_C && R == MLA_R && sd__aligned16(cache) &&
-           c->smem_optin >= (size_t)TC_SMEM + 1024 && att_vec(a);
+           c->smem_optin >= (size_t)TC_SMEM && att_vec(a);
 }
 
 /* Chunks per token for steps of <= SPLIT_MAX_T tokens: enough blocks for two
@@ -832,9 +789,8 @@ static void launch_mla_tc(sd__cuda *c, att_args *a, int T)
         a->part = a->S > 1 ? c->attn_part : NULL;
     }
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
-    a->cnt = merge_counts(c, a, T * a->ngb);
     sd__launch(c, mla_tc_kernel, grid, TC_THREADS, TC_SMEM, *a);
-    if (SD_LAUNCHED(c, "mla_tc_kernel") || a->S == 1 || a->cnt)
+    if (SD_LAUNCHED(c, "mla_tc_kernel") || a->S == 1)
         return;
     launch_merge(c, a, T, a->group);
     SD_LAUNCHED(c, "attn_merge_kernel");

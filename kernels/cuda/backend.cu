@@ -405,13 +405,10 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->mla_tc = !mla_tc || strcmp(mla_tc, "0");
     const char *pdl = getenv("SPECD_PDL"); /* 1: programmatic dependent launches (common.cuh) */
     c->pdl = pdl && *pdl ? strcmp(pdl, "0") != 0 : SD_CUDA_PDL_DEFAULT;
-    const char *pre = getenv("SPECD_GEMV_PRE"), *merge = getenv("SPECD_ATTN_MERGE"),
+    const char *pre = getenv("SPECD_GEMV_PRE"),
                *silu = getenv("SPECD_MATMUL_SILU");
     c->gemv_pre = !pre || strcmp(pre, "0");
-    c->attn_merge_last = !merge || strcmp(merge, "kernel");
     c->matmul_silu = !silu || strcmp(silu, "0");
-    const char *mdown = getenv("SPECD_MOE_DOWN");
-    c->moe_down_long = !mdown || strcmp(mdown, "4");
     const char *mgate = getenv("SPECD_MOE_GATE");
     c->moe_gate_wide = !mgate || strcmp(mgate, "2");
     cudaDeviceProp p;
@@ -440,11 +437,6 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     if (!rc) {
         c->attn_part_bytes = ATTN_PART_BYTES;
         rc = SD_CUDA(c, cudaMalloc((void **)&c->attn_part, c->attn_part_bytes));
-    }
-    if (!rc) {
-        rc = SD_CUDA(c, cudaMalloc((void **)&c->attn_cnt, SD__ATTN_COUNTS * sizeof(unsigned)));
-        if (!rc)
-            rc = SD_CUDA(c, cudaMemset(c->attn_cnt, 0, SD__ATTN_COUNTS * sizeof(unsigned)));
     }
     if (!rc) {
         size_t b = SD__ARGMAX_ROWS * (sizeof(unsigned long long) + sizeof(unsigned));
@@ -483,8 +475,6 @@ void sd_cuda_backend_destroy(sd_backend *be)
             cudaFree(c->attn_part);
         if (c->am_keys)
             cudaFree(c->am_keys);
-        if (c->attn_cnt)
-            cudaFree(c->attn_cnt);
         if (c->lt_ws)
             cudaFree(c->lt_ws);
         if (c->lt)

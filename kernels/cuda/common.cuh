@@ -64,16 +64,11 @@ typedef struct sd__cuda {
     int pdl;
     /* A/B switches of the decode kernels, read as the backend opens (all on
      * by default): the GEMV's prefetch before the PDL wait (SPECD_GEMV_PRE=0
-     * off), the split-KV merge in the last chunk's block (SPECD_ATTN_MERGE=
-     * kernel: a kernel of its own), the fused gate/up SiLU GEMV
-     * (SPECD_MATMUL_SILU=0: matmul then silu_mul), the MoE down kernel's
-     * one-shot loads of 2 rows (SPECD_MOE_DOWN=4: 4 rows, 2 chunks at a
-     * time), the MoE gate/up kernel's 4 columns a row group where a warp
-     * has one chunk (SPECD_MOE_GATE=2: 2 columns). The same bits either way. */
-    int gemv_pre, attn_merge_last, matmul_silu, moe_down_long, moe_gate_wide;
-    /* split-KV attention's chunks done per (token, head block), zero
-     * between calls (attention.cu: the last chunk merges) */
-    unsigned *attn_cnt;
+     * off), the fused gate/up SiLU GEMV
+     * (SPECD_MATMUL_SILU=0: matmul then silu_mul), the MoE gate/up kernel's
+     * 4 columns a row group where a warp has one chunk (SPECD_MOE_GATE=2: 2
+     * columns). The same bits either way. */
+    int gemv_pre, matmul_silu, moe_gate_wide;
     /* the split argmax's per-row keys and block counts (sample.cu), zero
      * between calls: SD__ARGMAX_ROWS rows */
     unsigned long long *am_keys;
@@ -92,7 +87,6 @@ typedef struct sd__cuda {
 } sd__cuda;
 
 #define SD__ARGMAX_ROWS 4096
-#define SD__ATTN_COUNTS 8192
 
 static inline sd__cuda *sd__cuda_of(sd_backend *be) { return (sd__cuda *)be->impl; }
 

@@ -78,12 +78,13 @@ void sd_cuda_set_mla_tc(sd_backend *be, int on);
 
 /* Kernels as programmatic dependent launches (sm_90: the next kernel's
  * blocks wait on the GPU instead of being launched when this one ends;
- * kernels/cuda/common.cuh): off by default (on an H200, batch-1 decode was
- * 1% faster with it on the Llama-3-8B-shaped model and 7% slower on the
- * DeepSeek-V2-Lite-shaped one: bench/results/ab-launch.json); SPECD_PDL=1
- * as the backend opens, or this call, turns it on. Results are the same
- * bits either way (tests/gpu/test_model.c). */
-#define SD_CUDA_PDL_DEFAULT 0
+ * kernels/cuda/common.cuh): on by default since every kernel asks for
+ * its weights before it waits (on an H200, batch-1 decode 1.6% faster on
+ * the Llama-3-8B-shaped model and 2.2% on the DeepSeek-V2-Lite-shaped one:
+ * bench/results/ab-series-8000d37.json); SPECD_PDL=0 as the backend opens,
+ * or this call, turns it off. Results are the same bits either way
+ * (tests/gpu/test_model.c). */
+#define SD_CUDA_PDL_DEFAULT 1
 void sd_cuda_set_pdl(sd_backend *be, int on);
 
 /* Number of CUDA devices usable here; 0 when there is no driver or device. */

@@ -412,16 +412,10 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
 }
 
 /* out(t, d) = sum_j wts[t, j] * (h(t * top_k + j) @ down_e^T)[d], slots j in
- * order, for token t = blockIdx.x and rows d of tile blockIdx.y (VR rows).
- * Warps: SW slot lanes x WK K-slices; slot lane s takes slots s, s + SW, ...;
- * a warp loads U chunks of its VR rows before it uses them (4 x
- * MOE_FUSED_U, or MOE_DOWN_LONG_VR x MOE_DOWN_LONG_U: every chunk of a
- * 2 KB-wide slice at once, one round trip to memory a slot instead of
- * three at V2-Lite's 1408). A row's sums do not depend on VR or U.
- * part: (top_k, WK, VR) floats of dynamic shared memory. */
-#define MOE_DOWN_LONG_VR 2
-#define MOE_DOWN_LONG_U 8
-template <int DT, int MAXE, int VR, int U>
+ * order, for token t = blockIdx.x and rows d of tile blockIdx.y (4 rows).
+ * Warps: SW slot lanes x WK K-slices; slot lane s takes slots s, s + SW, ...
+ * part: (top_k, WK, 4) floats of dynamic shared memory. */
+template <int DT, int MAXE>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32)
 moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int top_k,
                       int D, int I, int first, int E, int WK,
@@ -429,7 +423,7 @@ moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const floa
 {
     SD_PDL_ENTER();
     extern __shared__ float part[];
-    const int t = blockIdx.x, d0 = blockIdx.y * VR;
+    const int t = blockIdx.x, d0 = blockIdx.y * 4;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int SW = SD__GEMV_WARPS / WK, kw = warp % WK, sl = warp / WK;
     const size_t esz = DT == SD__F32 ? 4 : 2, rb = (size_t)I * esz;
@@ -439,22 +433,19 @@ moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const floa
         if (e < 0 || e >= E)
             continue; /* the same for the whole warp */
         const char *wd = (const char *)tab.a[e];
-        const void *wrow[VR];
+        const void *wrow[4];
 #pragma unroll
-        for (int i = 0; i < VR; i++)
+        for (int i = 0; i < 4; i++)
             wrow[i] = d0 + i < D ? (const void *)(wd + (size_t)(d0 + i) * rb) : NULL;
         const float *xr[1] = {h + p * (size_t)I};
-        float acc[VR];
-#pragma unroll
-        for (int i = 0; i < VR; i++)
-            acc[i] = 0.0f;
-        sd__warp_dots<DT, VR, 1, U>(wrow, xr, 1, I, kw, WK, lane, acc);
-        sd__xreduce<VR>(acc, lane);
-        if (lane % (32 / VR) == 0)
-            part[(j * WK + kw) * VR + sd__xr_index<VR>(lane)] = acc[0];
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        sd__warp_dots<DT, 4, 1, MOE_FUSED_U>(wrow, xr, 1, I, kw, WK, lane, acc);
+        sd__xreduce<4>(acc, lane);
+        if (lane % 8 == 0)
+            part[(j * WK + kw) * 4 + sd__xr_index<4>(lane)] = acc[0];
     }
     __syncthreads();
-    if (threadIdx.x < VR && d0 + (int)threadIdx.x < D) {
+    if (threadIdx.x < 4 && d0 + (int)threadIdx.x < D) {
         const int i = threadIdx.x;
         float s = 0.0f;
         for (int j = 0; j < top_k; j++) {
@@ -462,9 +453,9 @@ moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const floa
             const int e = ids[p] - first;
             if (e < 0 || e >= E)
                 continue;
-            float y = part[(j * WK) * VR + i];
+            float y = part[(j * WK) * 4 + i];
             for (int k = 1; k < WK; k++)
-                y += part[(j * WK + k) * VR + i];
+                y += part[(j * WK + k) * 4 + i];
             s += wts[p] * y;
         }
         out[(size_t)t * (size_t)D + (size_t)(d0 + i)] = s;
@@ -514,20 +505,10 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
         tab.b[e] = NULL;
     }
     wk = down_wk(top_k, I);
-    /* a K-slice of more chunks than MOE_FUSED_U but at most MOE_DOWN_LONG_U:
-     * 2 rows a warp, all the chunks at once */
-    const int nch = (I + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK, cpw = (nch + wk - 1) / wk;
-    if (c->moe_down_long && cpw > MOE_FUSED_U && cpw <= MOE_DOWN_LONG_U) {
-        dim3 g2((unsigned)n, (unsigned)((D + MOE_DOWN_LONG_VR - 1) / MOE_DOWN_LONG_VR));
-        size_t sm = (size_t)top_k * (size_t)wk * MOE_DOWN_LONG_VR * sizeof(float);
-        sd__launch(c, moe_down_fused_kernel<DT, MAXE, MOE_DOWN_LONG_VR, MOE_DOWN_LONG_U>, g2, th,
-                   sm, out, h, ids, wts, top_k, D, I, ex->first, ex->n, wk, tab);
-    } else {
-        dim3 g2((unsigned)n, (unsigned)((D + 3) / 4));
-        size_t sm = (size_t)top_k * (size_t)wk * 4 * sizeof(float);
-        sd__launch(c, moe_down_fused_kernel<DT, MAXE, 4, MOE_FUSED_U>, g2, th, sm, out, h, ids,
-                   wts, top_k, D, I, ex->first, ex->n, wk, tab);
-    }
+    dim3 g2((unsigned)n, (unsigned)((D + 3) / 4));
+    size_t sm = (size_t)top_k * (size_t)wk * 4 * sizeof(float);
+    sd__launch(c, moe_down_fused_kernel<DT, MAXE>, g2, th, sm, out, h, ids, wts, top_k, D, I,
+                                                               ex->first, ex->n, wk, tab);
     SD_LAUNCHED(c, "moe_down_fused_kernel");
 }
 
