@@ -1,6 +1,7 @@
 /* engine/adaptive: measured cost curves and the draft length (adaptive.h). */
 #include "engine/adaptive.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "core/log.h"
@@ -126,9 +127,14 @@ void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs)
  * as well as the one before it, so a proposer that pays at k = 1 is tried
  * deeper, and the evidence then decides. */
 #define ADAPT_PRIOR_W 4.0
+/* standard deviations above its estimate at which a position's acceptance
+ * counts as still possible (the hopeful estimate of pick_k) */
+#define ADAPT_HOPE_Z 2.0
 
-/* best_k; with trace, a debug line per k */
-static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, int trace)
+/* best_k; with trace, a debug line per k. z > 0: each position's
+ * acceptance taken z standard deviations above its estimate (the evidence
+ * so far cannot rule that out), capped at 1: a hopeful best_k */
+static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, int trace, double z)
 {
     int kmax = a->k_max;
     if (kmax <= 0 || a->draft.n == 0 || a->target.n == 0)
@@ -144,6 +150,11 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
         /* P(first k accepted), shrunk toward the previous position's rate */
         double prior = prev_rate * prev_cond;
         double rate = (got + ADAPT_PRIOR_W * prior) / (prop + ADAPT_PRIOR_W);
+        if (z > 0) {
+            rate += z * sqrt(rate * (1 - rate) / (prop + ADAPT_PRIOR_W));
+            if (rate > 1)
+                rate = 1;
+        }
         double cond = prev_rate > 0 ? rate / prev_rate : 0;
         if (cond > 1)
             cond = 1;
@@ -169,7 +180,7 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
 
 int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch)
 {
-    return best_k(a, acc, batch, 0);
+    return best_k(a, acc, batch, 0, 0);
 }
 
 static int has_trusted(const sd_curve *c, int x)
@@ -234,15 +245,18 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch)
         }
     }
     a->picks++;
-    int k = best_k(a, acc, batch, 0);
+    int k = best_k(a, acc, batch, 0, 0);
     if (k != a->last_k && sd_log_level() >= SD_LOG_DEBUG) {
         sd_log_debug("adaptive k: %d -> %d at batch %d (step %llu)", a->last_k, k, batch,
                      (unsigned long long)a->steps);
-        best_k(a, acc, batch, 1);
+        best_k(a, acc, batch, 1, 0);
     }
     a->last_k = k;
-    /* too few drafts to give up on drafting: the cheapest probe instead */
-    if (k == 0 && acc->proposed_at[0] < SD_ADAPT_EXPLORE)
+    /* too few drafts to give up on drafting: the cheapest probe instead,
+     * while drafting could still pay at an acceptance the drafts so far do
+     * not rule out (a draft that costs more than a perfect one returns
+     * stops at once, a poor one after a few; bench/results/NOTES.md) */
+    if (k == 0 && acc->proposed_at[0] < SD_ADAPT_EXPLORE && best_k(a, acc, batch, 0, ADAPT_HOPE_Z) > 0)
         k = 1;
     /* between measured points the curve is a straight line and the real one
      * is not (flat, then rising): every 4th pick measures a neighbour of the

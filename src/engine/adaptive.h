@@ -23,8 +23,11 @@
  *     from steps of 8). Deeper k are measured once chosen, and the
  *     neighbours of the choice by a probe every 4th step, so a k = k_max
  *     step (k_max + 1 times the rows) is never spent only to measure it;
- *   - with fewer than SD_ADAPT_EXPLORE first-position drafts, a 0 becomes 1:
- *     the cheapest probe keeps the evidence coming before drafting stops.
+ *   - with fewer than SD_ADAPT_EXPLORE first-position drafts, a 0 becomes 1
+ *     while drafting would pay at an acceptance the drafts so far cannot
+ *     rule out (two standard deviations above the estimate): the cheapest
+ *     probe keeps the evidence coming until it settles the question, which
+ *     at poor acceptance takes a few drafts, not SD_ADAPT_EXPLORE of them.
  * Prompt steps are another cost curve (long rows, no graphs): the engine
  * does not report them. */
 #ifndef SD_ENGINE_ADAPTIVE_H
