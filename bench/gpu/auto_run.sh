@@ -7,6 +7,7 @@
 # about plain). Batch 1, 8 and 32. OUT gets auto.json (every run) and
 # summary.txt.
 # usage: bench/gpu/auto_run.sh BIN_DIR OUT COMMIT
+#   ONLY=REGEX: only the runs whose label matches (e.g. 'plain|poor')
 set -uo pipefail
 B=${1:?bin}; OUT=${2:?out}; C=${3:-unknown}
 . bench/gpu/env.sh
@@ -17,6 +18,7 @@ random_ckpt l8b > "$w/ckpt.log"; random_ckpt dsv2lite >> "$w/ckpt.log"
 dev=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)
 run() { # run LABEL ARGS...
     local label=$1; shift
+    [[ -n ${ONLY:-} && ! $label =~ $ONLY ]] && return 0
     timeout 150 "$B/bench/specd-bench-decode" --device cuda --commit "$C" --machine "$dev" \
         --max-tokens ${MAXTOK:-128} --prompt-len 64 --warmup 8 --batch 1,8,32 --label "$label" \
         --out "$w/run-$label.json" "$@" > "$w/$label.txt" 2> "$w/$label.log" ||
