@@ -7,7 +7,7 @@
  * total so every call reads memory, not cache; all data is random.
  *
  *   specd-bench-kernels [--out FILE] [--commit C] [--quick] [--moe-prefill] [--mla]
- *                       [--gemv-lab] [--gemv-sweep]
+ *                       [--gemv-lab]
  *
  * moe_ffn also runs at prefill sizes (n = 256 .. 4096 tokens) on the grouped
  * GEMV ("sorted") and on the tensor-core grouped GEMMs ("tc", the
@@ -215,19 +215,8 @@ static double copy_gbps, read_gbps;
 
 /* one matmul shape at several row counts; path: "gemv", "lt" (cuBLASLt
  * forced) or "auto" (the built-in choice) */
-/* shapes (NULL: the default only): the GEMV warp shapes to time at each n
- * (sd__cuda.gemv_shape; 0 the default) */
-static void bench_mm_shapes(bench *b, out *o, const char *name, int N, int K, int H, const int *ns,
-                            int nn, const char *path, const int *shapes, int nshape);
-
 static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, const int *ns,
                      int nn, const char *path)
-{
-    bench_mm_shapes(b, o, name, N, K, H, ns, nn, path, NULL, 1);
-}
-
-static void bench_mm_shapes(bench *b, out *o, const char *name, int N, int K, int H, const int *ns,
-                            int nn, const char *path, const int *shapes, int nshape)
 {
 #ifdef SD_BENCH_BASELINE
     if (strcmp(path, "auto"))
@@ -257,40 +246,24 @@ static void bench_mm_shapes(bench *b, out *o, const char *name, int N, int K, in
         b->c->gemv_max_rows = 1; /* rows >= 2 go to cuBLASLt */
 
 #endif
-    for (int i = 0; i < nn; i++)
-        for (int si = 0; si < nshape; si++) {
-#ifndef SD_BENCH_BASELINE
-            const int shape = shapes ? shapes[si] : b->c->gemv_shape;
-            const int saved_shape = b->c->gemv_shape;
-            b->c->gemv_shape = shape;
-#else
-            const int shape = 0;
-#endif
-            m.n = ns[i];
-            int reps = copies < 16 ? 16 : copies;
-            double me, mg;
-            if (time_op(b, reps, &me, &mg))
-                exit(1);
-#ifndef SD_BENCH_BASELINE
-            b->c->gemv_shape = saved_shape;
-#endif
-            double bytes = (double)wbytes + (double)m.n * heads * (K + N) * 4.0;
-            double gbps = bytes / (mg * 1e-3) / 1e9;
-            char pl[32];
-            if (shapes)
-                snprintf(pl, sizeof pl, "s%03d", shape);
-            else
-                snprintf(pl, sizeof pl, "%s", path);
-            printf("%-22s %-5s %6d %6d %3d %9.2f %9.2f %8.0f %6.3f %6.3f\n", name, pl, N, K, m.n,
-                   mg * 1e3, me * 1e3, gbps, gbps / copy_gbps, gbps / read_gbps);
-            jrow(o,
-                 "\"op\": \"%s\", \"name\": \"%s\", \"path\": \"%s\", \"gemv_shape\": %d, \"N\": %d, "
-                 "\"K\": %d, \"heads\": %d, \"n\": %d, \"us_graph\": %.3f, \"us_eager\": %.3f, "
-                 "\"bytes\": %.0f, \"gbps\": %.1f, \"frac_copy\": %.4f, \"frac_read\": %.4f",
-                 H > 0 ? "matmul_heads" : "matmul", name, path, shape, N, K, heads, m.n, mg * 1e3,
-                 me * 1e3, bytes, gbps, gbps / copy_gbps, gbps / read_gbps);
-            fflush(stdout);
-        }
+    for (int i = 0; i < nn; i++) {
+        m.n = ns[i];
+        int reps = copies < 16 ? 16 : copies;
+        double me, mg;
+        if (time_op(b, reps, &me, &mg))
+            exit(1);
+        double bytes = (double)wbytes + (double)m.n * heads * (K + N) * 4.0;
+        double gbps = bytes / (mg * 1e-3) / 1e9;
+        printf("%-22s %-5s %6d %6d %3d %9.2f %9.2f %8.0f %6.3f %6.3f\n", name, path, N, K, m.n,
+               mg * 1e3, me * 1e3, gbps, gbps / copy_gbps, gbps / read_gbps);
+        jrow(o,
+             "\"op\": \"%s\", \"name\": \"%s\", \"path\": \"%s\", \"N\": %d, \"K\": %d, \"heads\": %d, "
+             "\"n\": %d, \"us_graph\": %.3f, \"us_eager\": %.3f, \"bytes\": %.0f, \"gbps\": %.1f, "
+             "\"frac_copy\": %.4f, \"frac_read\": %.4f",
+             H > 0 ? "matmul_heads" : "matmul", name, path, N, K, heads, m.n, mg * 1e3, me * 1e3,
+             bytes, gbps, gbps / copy_gbps, gbps / read_gbps);
+        fflush(stdout);
+    }
 #ifndef SD_BENCH_BASELINE
     b->c->gemv_max_rows = saved;
 
@@ -698,27 +671,6 @@ static void gemv_lab(bench *b, out *o, int quick)
     bench_step(b, o);
 }
 
-/* --gemv-sweep: the GEMV at 3, 4 and 8 rows (verification at batch 1,
- * decode at small batches) in every warp shape matmul.cu instantiates
- * (PRE * 100 + VR * 10 + U; 0: the default), at the real-size models'
- * shapes. The same bits in each; only the time differs. */
-static void gemv_sweep(bench *b, out *o)
-{
-    static const int ns[] = {3, 4, 8};
-    static const int shapes[] = {0, 42, 22, 24, 41, 21, 14, 18, 142, 124, 128, 118};
-    struct { const char *name; int N, K; } sh[] = {
-        {"llama8b qkv", 6144, 4096},       {"llama8b o", 4096, 4096},
-        {"llama8b gate+up", 28672, 4096},  {"llama8b down", 4096, 14336},
-        {"llama8b lm_head", 128256, 4096}, {"dsv2lite q+kv_a", 3648, 2048},
-        {"dsv2lite o", 2048, 2048},        {"dsv2lite lm_head", 102400, 2048},
-    };
-    printf("\n%-22s %-5s %6s %6s %3s %9s %9s %8s %6s %6s\n", "op", "shape", "N", "K", "n",
-           "us/graph", "us/eager", "GB/s", "/copy", "/read");
-    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
-        bench_mm_shapes(b, o, sh[i].name, sh[i].N, sh[i].K, 0, ns, 3, "gemv", shapes,
-                        (int)(sizeof shapes / sizeof shapes[0]));
-}
-
 /* ---- ceilings ------------------------------------------------------------------- */
 
 static void ceilings(bench *b)
@@ -755,7 +707,7 @@ static void ceilings(bench *b)
 int main(int argc, char **argv)
 {
     const char *path = "bench/results/kernels-decode.json", *commit = "unknown";
-    int quick = 0, moe_prefill = 0, mla_only = 0, lab = 0, sweep = 0;
+    int quick = 0, moe_prefill = 0, mla_only = 0, lab = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc)
             path = argv[++i];
@@ -769,11 +721,9 @@ int main(int argc, char **argv)
             mla_only = 1;
         else if (!strcmp(argv[i], "--gemv-lab"))
             lab = 1;
-        else if (!strcmp(argv[i], "--gemv-sweep"))
-            sweep = 1;
         else {
             fprintf(stderr, "usage: specd-bench-kernels [--out FILE] [--commit C] [--quick] "
-                            "[--moe-prefill] [--mla] [--gemv-lab] [--gemv-sweep]\n");
+                            "[--moe-prefill] [--mla] [--gemv-lab]\n");
             return 2;
         }
     }
@@ -804,10 +754,8 @@ int main(int argc, char **argv)
         fprintf(o.json, "%s%s", i ? " " : "", argv[i]);
     fprintf(o.json, "\",\n  \"copy_gbps\": %.1f,\n  \"read_gbps\": %.1f,\n  \"rows\": [", copy_gbps,
             read_gbps);
-    if (mla_only || lab || sweep) {
-        if (sweep)
-            gemv_sweep(&b, &o);
-        else if (lab)
+    if (mla_only || lab) {
+        if (lab)
             gemv_lab(&b, &o, quick);
         else
             bench_mla_all(&b, &o, quick);

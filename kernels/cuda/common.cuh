@@ -69,11 +69,6 @@ typedef struct sd__cuda {
      * 4 columns a row group where a warp has one chunk (SPECD_MOE_GATE=2: 2
      * columns). The same bits either way. */
     int gemv_pre, matmul_silu, moe_gate_wide;
-    /* the GEMV's warp shape for 3..SD_CUDA_GEMV_EXACT_ROWS rows of BF16
-     * weights (matmul.cu's gemv_shape), 0: the default; PRE * 100 + VR * 10
-     * + U. SPECD_GEMV_SHAPE as the backend opens (the GEMV lab sweeps it).
-     * The same bits whatever the shape (the sums depend on K and WK only). */
-    int gemv_shape;
     /* the split argmax's per-row keys and block counts (sample.cu), zero
      * between calls: SD__ARGMAX_ROWS rows */
     unsigned long long *am_keys;

@@ -411,38 +411,6 @@ static void launch_gemv_nr(sd__cuda *c, const mm_args *a, int H, int wk)
         sd__launch(c, gemv_kernel<DT, 8, PRE, SILU, VR, U>, grid, th, 0, *a, wk);
 }
 
-/* 3..8 rows of BF16 weights in the warp shape c->gemv_shape (PRE * 100 +
- * VR * 10 + U; the shapes instantiated below): false when it is 0, not one
- * of them, or a PRE shape whose one pass does not cover the K-slice */
-template <int PRE, int VR, int U> static void launch_shape(sd__cuda *c, const mm_args *a, int H, int wk)
-{
-    const unsigned th = SD__GEMV_WARPS * 32;
-    const int rows = SD__GEMV_WARPS / wk * VR;
-    const dim3 grid((unsigned)((a->N + rows - 1) / rows), (unsigned)H);
-    if (a->n <= 4)
-        sd__launch(c, gemv_kernel<SD__BF16, 4, PRE != 0, false, VR, U>, grid, th, 0, *a, wk);
-    else
-        sd__launch(c, gemv_kernel<SD__BF16, 8, PRE != 0, false, VR, U>, grid, th, 0, *a, wk);
-}
-
-static bool gemv_shape(sd__cuda *c, const mm_args *a, int H)
-{
-    const int s = c->gemv_shape, pre = s / 100, vr = s / 10 % 10, u = s % 10;
-    const int wk = sd__gemv_wk(a->K), nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
-    if (!s || a->n < 3 || a->n > 8 || (pre && nch > wk * u))
-        return false;
-#define SD__SHAPE(P, V, U)                                                                         \
-    if (pre == P && vr == V && u == U) {                                                           \
-        launch_shape<P, V, U>(c, a, H, wk);                                                        \
-        return true;                                                                               \
-    }
-    SD__SHAPE(0, 4, 2) SD__SHAPE(0, 2, 2) SD__SHAPE(0, 2, 4) SD__SHAPE(0, 4, 1)
-    SD__SHAPE(0, 2, 1) SD__SHAPE(0, 1, 4) SD__SHAPE(0, 1, 8) SD__SHAPE(1, 4, 2)
-    SD__SHAPE(1, 2, 4) SD__SHAPE(1, 2, 8) SD__SHAPE(1, 1, 8)
-#undef SD__SHAPE
-    return false;
-}
-
 /* the block GEMV of a (n <= 8 when SILU) on the 16-byte path: one pass of
  * <= 8 rows prefetches (PRE) when a warp can load its whole K-slice at once,
  * GEMV_U chunks of GEMV_VR rows, or for long rows (16-bit weights, not
@@ -450,9 +418,7 @@ static bool gemv_shape(sd__cuda *c, const mm_args *a, int H)
 template <int DT, bool SILU> static void launch_block_gemv(sd__cuda *c, const mm_args *a, int H)
 {
     const int wk = sd__gemv_wk(a->K), nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
-    if (DT == SD__BF16 && !SILU && gemv_shape(c, a, H)) {
-        /* a shape of the sweep */
-    } else if (c->gemv_pre && a->n <= 8 && nch <= wk * GEMV_U) {
+    if (c->gemv_pre && a->n <= 8 && nch <= wk * GEMV_U) {
         launch_gemv_nr<DT, true, SILU, GEMV_VR, GEMV_U>(c, a, H, wk);
     } else if (c->gemv_pre && DT != SD__F32 && !SILU && a->n <= 2 && nch <= wk * GEMV_LONG_U) {
         if constexpr (DT != SD__F32 && !SILU) {
