@@ -14,6 +14,7 @@
 # usage: bench/gpu/pending/build.sh   (from the repository root)
 set -euo pipefail
 root=$(pwd)
+ls bench/gpu/pending/*.patch >/dev/null 2>&1 || { echo "no bench/gpu/pending/*.patch: nothing waits for a GPU"; exit 1; }
 opts=(-Dcuda=enabled -Dgencode=arch=compute_90a,code=sm_90a --buildtype=release -Dstatic_deps=true)
 mkdir -p .carry
 [ -f .carry/build-base/build.ninja ] || meson setup .carry/build-base "${opts[@]}" >/dev/null
