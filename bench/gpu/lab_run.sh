@@ -15,11 +15,13 @@
 #      more LABEL=BIN[:VAR=VALUE] configurations, e.g. the kernel switches
 #      of kernels/cuda/common.cuh off one at a time:
 #      nopre=BIN:SPECD_PDL=1:SPECD_GEMV_PRE=0 nosilu=BIN:SPECD_PDL=1:SPECD_MATMUL_SILU=0
-#      gate2=BIN:SPECD_PDL=1:SPECD_MOE_GATE=2).
+#      gate2=BIN:SPECD_PDL=1:SPECD_MOE_GATE=2, and with bench/gpu/pending/0001
+#      nofew=BIN:SPECD_GEMV_FEW=0 at BATCH=1,4,8).
 # Everything lands in a work directory packed into OUT/lab.tgz after every
 # phase (a call cut short still returns what ran).
 # usage: bench/gpu/lab_run.sh BIN_DIR OUT COMMIT [BASE_BIN_DIR]
 #   SKIP_VALIDATE=1 SKIP_LAB=1 SKIP_NCU=1 SKIP_AB=1: leave a phase out
+#   LAB_AB=VAR=VALUE: run the GEMV lab again under that switch
 set -uo pipefail
 B=${1:?bin}; FINAL=${2:?out}; C=${3:-unknown}; BASE=${4:-}
 . bench/gpu/env.sh
@@ -38,7 +40,7 @@ if [ "${SKIP_VALIDATE:-0}" != 1 ]; then
 fi
 # the paths an A/B switch leaves off by default, through the op tests too
 if [ "${SKIP_VALIDATE:-0}" != 1 ]; then
-    SPECD_GEMV_PRE=0 SPECD_MATMUL_SILU=0 SPECD_MOE_GATE=2 \
+    SPECD_GEMV_PRE=0 SPECD_MATMUL_SILU=0 SPECD_MOE_GATE=2 SPECD_GEMV_FEW=0 \
         timeout 120 "$B/test_gpu_ops" \
         > "$OUT/gpu_ops_switches_off.txt" 2>&1
     el "test_gpu_ops with the switches off: exit $?, $(grep -c '^FAIL' "$OUT/gpu_ops_switches_off.txt") FAIL"
@@ -50,6 +52,16 @@ if [ "${SKIP_LAB:-0}" != 1 ]; then
     el "gemv lab exit $?"
     grep -A12 "batch-1 step" "$OUT/gemv-lab.txt" | head -12
     save
+    # LAB_AB=VAR=VALUE: the lab once more under that switch (gemv-lab-ab.json)
+    if [ -n "${LAB_AB:-}" ]; then
+        env "$LAB_AB" timeout ${LAB_S:-200} "$B/bench/specd-bench-kernels" --gemv-lab --commit "$C" \
+            --out "$OUT/gemv-lab-ab.json" > "$OUT/gemv-lab-ab.txt" 2>&1
+        el "gemv lab with $LAB_AB exit $?"
+        # the n = 4 rows: us/graph here, then under the switch
+        paste <(awk 'NF > 8 && $(NF-5) == 4 {print $0}' "$OUT/gemv-lab.txt") \
+            <(awk 'NF > 8 && $(NF-5) == 4 {print $(NF-4)}' "$OUT/gemv-lab-ab.txt") | head -12
+        save
+    fi
 fi
 random_ckpt l8b > "$OUT/ckpt.log" 2>&1; random_ckpt dsv2lite >> "$OUT/ckpt.log" 2>&1
 el "checkpoints"
