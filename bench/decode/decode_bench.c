@@ -6,21 +6,27 @@
  * N, fixed prompts), after a short warm-up round of the same shape, and
  * measures:
  *   decode tokens/s  the tokens all B requests emitted inside the window
- *                    from the moment the LAST request got its first token
- *                    (every prefill is done) to the last output of the FIRST
- *                    request to finish (the batch is still full), divided by
- *                    the window's length: steady-state batch-B decode, with
- *                    no prefill and no tail. At B = 1 this is
- *                    (N - 1) / (t_last_token - t_first_token).
+ *                    from the moment the LAST request got its second token
+ *                    (every prefill is done, and the proposer's pass over
+ *                    the prompts that follows it) to the last output of
+ *                    the FIRST request to finish (the batch is still full),
+ *                    divided by the window's length: steady-state batch-B
+ *                    decode, with no prefill and no tail. At B = 1 this is
+ *                    (N - 2) / (t_last_token - t_second_token).
+ *   second token     mean over requests of the time from the first token
+ *                    to the second (second_token_s): one decode step, and
+ *                    with speculation the proposer's catch-up over the
+ *                    prompt, which the window leaves out.
  *   per-request      mean over requests of (tokens - first) / (last - first
  *                    token time): what one user sees.
  *   step time        the window's length over the steps in it (each step
  *                    gives every running request one output call).
  *   draft and verify time per engine step, mean accepted length and
  *                    acceptance by position: from the engine's statistics
- *                    taken once every request has its second output (its
- *                    prefill step is then behind) and after the first
- *                    request finished.
+ *                    taken at the window's two ends, inside the engine's
+ *                    callbacks (the output that opens the window, the
+ *                    finish of the first request), so they cover the same
+ *                    steps as the window.
  * Floor: floor.h says which bytes a plain decode step of B tokens reads;
  * floor tokens/s = B * copy bandwidth / those bytes, and the fraction is the
  * measured decode tokens/s over it (a speculative run can pass 1). The copy
@@ -222,6 +228,14 @@ typedef struct shared {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int n_second, n_done; /* requests with two output calls; finished requests */
+    /* the engine's statistics at the window's ends, taken in the callbacks
+     * (the engine thread, which holds no lock of its own while it calls
+     * them): when the last of n_req requests has its second output, and
+     * when the first request finishes */
+    sd_engine *e;
+    int n_req, have0, have1;
+    uint64_t t0;
+    sd_engine_stats s0, s1;
 } shared;
 
 typedef struct track {
@@ -251,8 +265,13 @@ static void on_output(void *u, const char *text, size_t len, const int32_t *ids,
         tr->t[tr->n_calls] = now;
         tr->cum[tr->n_calls++] = tr->n;
         if (tr->n_calls == 2) {
-            tr->sh->n_second++;
-            pthread_cond_broadcast(&tr->sh->cv);
+            shared *sh = tr->sh;
+            if (++sh->n_second == sh->n_req && !sh->have0 && sh->e) {
+                sd_engine_get_stats(sh->e, &sh->s0);
+                sh->t0 = now;
+                sh->have0 = 1;
+            }
+            pthread_cond_broadcast(&sh->cv);
         }
     }
     pthread_mutex_unlock(&tr->sh->mu);
@@ -266,7 +285,10 @@ static void on_finish(void *u, sd_finish why, const sd_req_stats *st, const char
     tr->st = *st;
     snprintf(tr->msg, sizeof tr->msg, "%s", msg ? msg : "");
     tr->done = 1;
-    tr->sh->n_done++;
+    if (tr->sh->n_done++ == 0 && tr->sh->have0) {
+        sd_engine_get_stats(tr->sh->e, &tr->sh->s1);
+        tr->sh->have1 = 1;
+    }
     pthread_cond_broadcast(&tr->sh->cv);
     pthread_mutex_unlock(&tr->sh->mu);
 }
@@ -320,7 +342,7 @@ static int file_prompts(prompt *ps, int n, int max_len, const char *file, const 
 
 typedef struct result {
     int batch, rep;
-    double decode_tok_s, per_req_tok_s, window_s, ttft_s, wall_s;
+    double decode_tok_s, per_req_tok_s, window_s, ttft_s, wall_s, second_token_s;
     long long window_tokens;
     double step_ms, draft_ms, verify_ms;
     long long engine_steps, window_steps;
@@ -341,7 +363,7 @@ typedef struct result {
 static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int max_tokens,
                      int measure, result *r)
 {
-    shared sh = {.n_second = 0, .n_done = 0};
+    shared sh = {.n_second = 0, .n_done = 0, .e = e, .n_req = B};
     pthread_mutex_init(&sh.mu, NULL);
     pthread_cond_init(&sh.cv, NULL);
     track *tr = calloc((size_t)B, sizeof *tr);
@@ -365,12 +387,12 @@ static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int m
         }
         submitted++;
     }
+    /* the statistics at the window's ends: taken in the callbacks (shared);
+     * here, when a request finished before every one had two outputs (no
+     * window worth the name), once they all have and after the first
+     * finished */
     sd_engine_stats s0, s1;
     pthread_mutex_lock(&sh.mu);
-    /* The statistics' first snapshot once every request has its SECOND
-     * output: the step that gave a request its first token (prefill) has
-     * been published by then, so the counters' differences hold decode
-     * steps only. The second snapshot: after the first request finished. */
     while (sh.n_second + sh.n_done < submitted)
         pthread_cond_wait(&sh.cv, &sh.mu);
     pthread_mutex_unlock(&sh.mu);
@@ -383,6 +405,11 @@ static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int m
     pthread_mutex_lock(&sh.mu);
     while (sh.n_done < submitted)
         pthread_cond_wait(&sh.cv, &sh.mu);
+    int aligned = sh.have0 && sh.have1 && submitted == B;
+    if (aligned) {
+        s0 = sh.s0;
+        s1 = sh.s1;
+    }
     pthread_mutex_unlock(&sh.mu);
     double wall = (double)(sd_now_ns() - t0) * 1e-9;
     for (int i = 0; i < submitted; i++)
@@ -396,12 +423,16 @@ static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int m
         r->batch = B;
         r->wall_s = wall;
         uint64_t t_start = 0, t_end = UINT64_MAX;
-        int first_done = 0;
-        double per = 0, ttft = 0;
+        int first_done = 0, n_second = 0;
+        double per = 0, ttft = 0, second = 0;
         for (int i = 0; i < B; i++) {
             const track *x = &tr[i];
             if (x->t[0] > t_start)
                 t_start = x->t[0];
+            if (x->n_calls >= 2) {
+                second += (double)(x->t[1] - x->t[0]) * 1e-9;
+                n_second++;
+            }
             if (x->t[x->n_calls - 1] < t_end) {
                 t_end = x->t[x->n_calls - 1];
                 first_done = i;
@@ -410,6 +441,9 @@ static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int m
             per += span > 0 ? (double)(x->n - x->cum[0]) / span : 0;
             ttft += x->st.ttft_s;
         }
+        if (aligned)
+            t_start = sh.t0; /* the last second output (the first snapshot's moment) */
+        r->second_token_s = n_second ? second / n_second : 0;
         long long tok = 0;
         double ctx = 0;
         int nctx = 0;
@@ -726,6 +760,7 @@ int main(int argc, char **argv)
             json_array_append_new(pa, json_real(r->acc_at[p]));
         json_object_set_new(x, "acceptance_by_position", pa);
         json_object_set_new(x, "ttft_s", json_real(r->ttft_s));
+        json_object_set_new(x, "second_token_s", json_real(r->second_token_s));
         json_object_set_new(x, "wall_s", json_real(r->wall_s));
         json_object_set_new(x, "mean_context_tokens", json_real(r->mean_context));
         json_object_set_new(x, "expected_routed_experts",
