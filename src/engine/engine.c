@@ -1166,7 +1166,8 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     }
     e->max_tokens = o->max_batch_tokens + o->max_batch * (e->k_max + 1);
     for (int r = 0; r < e->n_ranks; r++) {
-        sd_model_opts mo = {.max_tokens = e->max_tokens, .load_mtp = e->spec == SD_SPEC_MTP};
+        sd_model_opts mo = {.max_tokens = e->max_tokens, .load_mtp = e->spec == SD_SPEC_MTP,
+                            .ep = o->ep};
         if (e->tp) {
             mo.tp_rank = sd__tp_rank0(e->tp) + r;
             mo.tp_size = sd__tp_total(e->tp);
@@ -1177,6 +1178,9 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
             goto fail;
     }
     e->target = e->targets[0];
+    e->stats.ep = sd_model_expert_parallel(e->target);
+    if (e->stats.ep)
+        sd_log_info("expert parallel: the routed experts split whole over %d ranks", o->tp);
     const sd_model_cfg *c = sd_model_cfg_of(e->target);
     if (e->spec == SD_SPEC_MTP && !sd_model_has_mtp(e->target)) {
         rc = sd_err_set(err, SD_EINVAL, "--spec mtp: %s has no MTP layer (num_nextn_predict_layers)",

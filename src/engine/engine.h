@@ -79,6 +79,7 @@ typedef struct sd_engine_stats {
     uint64_t prompt_tokens, completion_tokens;
     sd_spec_stats spec;
     int tp;                        /* tensor-parallel ranks */
+    int ep;                        /* routed experts split whole over them (--ep) */
     uint64_t failed_steps;         /* model steps that failed (their requests got errors) */
     int failing;                   /* consecutive failed model steps: 0 once one runs */
     uint64_t plans;                /* several nodes: step plans sent / followed so far */

@@ -799,6 +799,7 @@ void sd_model_free(sd_model *m)
 
 const sd_model_cfg *sd_model_cfg_of(const sd_model *m) { return &m->cfg; }
 int sd_model_has_mtp(const sd_model *m) { return m->has_mtp; }
+int sd_model_expert_parallel(const sd_model *m) { return m->ep; }
 int sd_model_tp_size(const sd_model *m) { return m->tp_size; }
 int sd_model_tp_rank(const sd_model *m) { return m->tp_rank; }
 const sd_weight *sd_model_embed(const sd_model *m) { return &m->embed; }

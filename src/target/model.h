@@ -56,6 +56,8 @@ int sd_model_load(sd_model **out, const char *dir, sd_backend *be, const sd_mode
 void sd_model_free(sd_model *m);
 const sd_model_cfg *sd_model_cfg_of(const sd_model *m);
 int sd_model_has_mtp(const sd_model *m);
+/* 1 when the routed experts are split whole over the ranks (--ep) */
+int sd_model_expert_parallel(const sd_model *m);
 sd_backend *sd_model_backend(const sd_model *m);
 /* The checkpoint folder the model was loaded from. */
 const char *sd_model_dir(const sd_model *m);

@@ -22,6 +22,7 @@ typedef struct run_cfg {
     double temperature;
     int pad_bs; /* > 0: pad steps as CUDA graphs do, up to this many sequences */
     int tp;     /* > 1: tensor-parallel ranks */
+    int ep;     /* with tp: expert parallel (whole experts per rank) */
 } run_cfg;
 
 static int make_prompt(uint64_t seed, int i, int32_t *p, int vocab)
@@ -74,6 +75,8 @@ static int run(const run_cfg *c, uint64_t seed, engine_out *outs, sd_engine_stat
         snprintf(buf, sizeof buf, "%d", c->tp);
         sd_opts_set(&o, SD_CMD_GENERATE, "tp", buf, &err);
     }
+    if (c->ep)
+        sd_opts_set(&o, SD_CMD_GENERATE, "ep", "true", &err);
     if (c->pad_bs > 0) {
         snprintf(buf, sizeof buf, "%d", c->pad_bs);
         sd_opts_set(&o, SD_CMD_GENERATE, "cuda-graph-max-bs", buf, &err);
@@ -215,8 +218,8 @@ static void expect_same_output(const run_cfg *c0, const run_cfg *c1, uint64_t se
         ASSERT_EQ(s1.spec.drafted, s2.spec.drafted);
         ASSERT_EQ(s1.spec.accepted, s2.spec.accepted);
     }
-    fprintf(stderr, "  %s %s k=%d T=%.1f tp %d pad %d: equal, %llu of %llu drafts accepted\n",
-            c1->model, c1->spec, c1->k, c1->temperature, c1->tp, c1->pad_bs,
+    fprintf(stderr, "  %s %s k=%d T=%.1f tp %d%s pad %d: equal, %llu of %llu drafts accepted\n",
+            c1->model, c1->spec, c1->k, c1->temperature, c1->tp, c1->ep ? " ep" : "", c1->pad_bs,
             (unsigned long long)s2.spec.accepted, (unsigned long long)s2.spec.drafted);
 }
 
@@ -277,15 +280,30 @@ TEST(tensor_parallel_engine_gives_the_same_output_as_one_rank)
         {.model = "deepseek-v3", .spec = "draft", .draft = "llama-tied", .k = 2, .n_req = 6,
          .tp = 2, .temperature = 0.8},
         {.model = "llama", .spec = "none", .n_req = 6, .tp = 4, .temperature = 0.8},
+        /* expert parallel: whole experts per rank (8 and 6 of them over 2) */
+        {.model = tiny, .spec = "mtp", .k = 3, .n_req = 4, .tp = 2, .ep = 1},
+        {.model = "deepseek-v3", .spec = "mtp", .k = 2, .n_req = 6, .tp = 2, .ep = 1,
+         .temperature = 0.8},
     };
     for (size_t ci = 0; ci < SD_ARRAY_LEN(cfgs); ci++) {
         run_cfg c1 = cfgs[ci];
         c1.max_context = 256;
         run_cfg c0 = c1;
         c0.tp = 1;
+        c0.ep = 0;
         c0.pad_bs = 0;
         expect_same_output(&c0, &c1, seed);
     }
+    /* --ep reaches the model (the engine used to drop it) */
+    run_cfg epc = {.model = "deepseek-v3", .spec = "none", .max_context = 256, .n_req = 1,
+                   .tp = 2, .ep = 1};
+    engine_out o1[MAXR];
+    sd_engine_stats sb;
+    ASSERT_OK(run(&epc, seed, o1, &sb));
+    ASSERT_EQ(sb.ep, 1);
+    epc.ep = 0;
+    ASSERT_OK(run(&epc, seed, o1, &sb));
+    ASSERT_EQ(sb.ep, 0);
     free(tiny);
     free(tiny_e3);
     tiny_model_remove(head);
