@@ -55,12 +55,16 @@ typedef struct sd_attn_batch {
     int max_pos; /* largest pos in the batch + 1 (sizes scratch; never loops) */
 } sd_attn_batch;
 
-/* MoE routing parameters (DeepSeek-V3 style). */
+/* MoE routing parameters (DeepSeek-V3 style). A token's row of ids / wts
+ * holds top_k routed slots, then n_always always-on slots: ids n_experts,
+ * n_experts + 1, ... with weight 1 (shared experts held in the expert bank
+ * after the routed ones, so moe_ffn runs them with the routed experts). */
 typedef struct sd_moe_route {
     int n_experts, top_k, n_group, topk_group;
     int norm_topk_prob;
     int sigmoid; /* 1: sigmoid scores (V3), 0: softmax */
     float routed_scaling_factor;
+    int n_always; /* always-on slots after the routed ones (0: none) */
 } sd_moe_route;
 
 /* One expert bank: n experts of gate/up [inter, D] and down [D, inter].

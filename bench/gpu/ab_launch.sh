@@ -4,7 +4,9 @@
 # checkpoints, for each configuration, interleaved over ROUNDS rounds
 # (machines drift between calls and within one: compare within a round).
 # A configuration is LABEL=BIN_DIR[:VAR=VALUE...], e.g. main=.carry/a
-# merge=.carry/b pdl=.carry/a:SPECD_PDL=1. Writes OUT/ab.json (every run)
+# merge=.carry/b pdl=.carry/a:SPECD_PDL=1; a part that starts with -- is an
+# argument of specd-bench-decode instead (slots=.carry/a:--opt=moe-shared-slots=true
+# passes --opt moe-shared-slots=true). Writes OUT/ab.json (every run)
 # and OUT/ab-runs.tgz; prints a table.
 # (bench/results/ab-launch.json is this script's first use: SPECD_PDL on
 # and off, and a GEMV L2 weight prefetch, measured slower and removed.)
@@ -25,9 +27,12 @@ for r in $(seq 1 "$rounds"); do
         for cfg in "$@"; do
             label=${cfg%%=*}; rest=${cfg#*=}
             IFS=: read -r -a parts <<< "$rest"
-            bin=${parts[0]}; envs=("${parts[@]:1}")
+            bin=${parts[0]}; envs=(); args=()
+            for p in "${parts[@]:1}"; do
+                if [[ $p == --*=* ]]; then args+=("${p%%=*}" "${p#*=}"); else envs+=("$p"); fi
+            done
             l=$m-$label-r$r
-            env "${envs[@]}" "$bin/bench/specd-bench-decode" \
+            env "${envs[@]}" "$bin/bench/specd-bench-decode" "${args[@]}" \
                 --model "$CK/$m" --batch "${BATCH:-1,32}" --max-tokens "${MAXTOK:-128}" \
                 --prompt-len 64 --warmup 8 --device cuda --commit "$commit" --machine "$dev" \
                 --label "$l" --out "$w/$l.json" > "$w/$l.txt" 2> "$w/$l.log" || tail -3 "$w/$l.log"

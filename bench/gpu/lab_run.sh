@@ -16,7 +16,8 @@
 #      of kernels/cuda/common.cuh off one at a time:
 #      nopre=BIN:SPECD_PDL=1:SPECD_GEMV_PRE=0 nosilu=BIN:SPECD_PDL=1:SPECD_MATMUL_SILU=0
 #      gate2=BIN:SPECD_PDL=1:SPECD_MOE_GATE=2, and with bench/gpu/pending/0001
-#      nofew=BIN:SPECD_GEMV_FEW=0 at BATCH=1,4,8).
+#      nofew=BIN:SPECD_GEMV_FEW=0 at BATCH=1,4,8; engine options as bench
+#      arguments: slots=BIN:--opt=moe-shared-slots=true).
 # Everything lands in a work directory packed into OUT/lab.tgz after every
 # phase (a call cut short still returns what ran).
 # usage: bench/gpu/lab_run.sh BIN_DIR OUT COMMIT [BASE_BIN_DIR]

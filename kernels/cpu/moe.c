@@ -25,7 +25,7 @@ void sd__cpu_moe_route(sd_backend *be, int32_t *ids, float *wts, const float *lo
                        const float *bias, int n, const sd_moe_route *r)
 {
     (void)be;
-    int E = r->n_experts, K = r->top_k;
+    int E = r->n_experts, K = r->top_k, W = K + (r->n_always > 0 ? r->n_always : 0);
     float scores[MAX_EXPERTS], choice[MAX_EXPERTS], gscore[MAX_EXPERTS];
     unsigned char taken[MAX_EXPERTS], gsel[MAX_EXPERTS];
     if (E > MAX_EXPERTS)
@@ -79,15 +79,19 @@ void sd__cpu_moe_route(sd_backend *be, int32_t *ids, float *wts, const float *lo
         for (int k = 0; k < K; k++) {
             int e = argmax_free(choice, taken, E);
             taken[e] = 1;
-            ids[(size_t)t * (size_t)K + (size_t)k] = e;
-            wts[(size_t)t * (size_t)K + (size_t)k] = scores[e];
+            ids[(size_t)t * (size_t)W + (size_t)k] = e;
+            wts[(size_t)t * (size_t)W + (size_t)k] = scores[e];
             sum += scores[e];
         }
         for (int k = 0; k < K; k++) {
-            float *w = &wts[(size_t)t * (size_t)K + (size_t)k];
+            float *w = &wts[(size_t)t * (size_t)W + (size_t)k];
             if (r->norm_topk_prob)
                 *w /= (sum + 1e-20f);
             *w *= r->routed_scaling_factor;
+        }
+        for (int k = K; k < W; k++) { /* always-on: the bank's experts past the routed ones */
+            ids[(size_t)t * (size_t)W + (size_t)k] = E + (k - K);
+            wts[(size_t)t * (size_t)W + (size_t)k] = 1.0f;
         }
     }
 }

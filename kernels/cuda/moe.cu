@@ -120,8 +120,9 @@ __global__ void moe_route_kernel(int32_t *ids, float *wts, const float *logits, 
                 choice[e] = 0.0f; /* DeepSeek-V3 masks with 0, not -inf */
         __syncwarp();
     }
-    int32_t *io = ids + (size_t)t * (size_t)K;
-    float *wo = wts + (size_t)t * (size_t)K;
+    const int W = K + (r.n_always > 0 ? r.n_always : 0); /* a token's row: routed, always-on */
+    int32_t *io = ids + (size_t)t * (size_t)W;
+    float *wo = wts + (size_t)t * (size_t)W;
     for (int k = 0; k < K; k++) {
         int best = route_argmax(choice, taken, E, lane);
         if (lane == 0) {
@@ -142,6 +143,10 @@ __global__ void moe_route_kernel(int32_t *ids, float *wts, const float *logits, 
             w /= (sum + 1e-20f);
         wo[k] = w * r.routed_scaling_factor;
     }
+    for (int k = K; k < W; k++) {
+        io[k] = E + (k - K);
+        wo[k] = 1.0f;
+    }
 }
 
 void sd__cuda_moe_route(sd_backend *be, int32_t *ids, float *wts, const float *logits,
@@ -151,7 +156,7 @@ void sd__cuda_moe_route(sd_backend *be, int32_t *ids, float *wts, const float *l
     if (!c || n <= 0)
         return;
     int E = r->n_experts, G = r->n_group > 1 ? r->n_group : 1;
-    if (E <= 0 || E > MOE_MAX_EXPERTS || r->top_k <= 0 || r->top_k > E ||
+    if (E <= 0 || E > MOE_MAX_EXPERTS || r->top_k <= 0 || r->top_k > E || r->n_always < 0 ||
         (G > 1 && (E % G || r->topk_group <= 0 || r->topk_group > G))) {
         SD_BADARG(c, "moe_route: %d experts, top-%d, %d groups (top-%d)", E, r->top_k,
                   r->n_group, r->topk_group);

@@ -27,7 +27,8 @@ static int logits_tp(const sd_opts *o, const int32_t *ids, int n, sd_err *err)
 {
     sd_tp_runner *t = NULL;
     float *logits = NULL;
-    sd_model_opts mo = {.max_tokens = n < 256 ? n : 256, .load_mtp = 0, .ep = o->ep};
+    sd_model_opts mo = {.max_tokens = n < 256 ? n : 256, .load_mtp = 0, .ep = o->ep,
+                        .moe_shared_slots = o->moe_shared_slots};
     int rc = sd_tp_runner_open(&t, sd_opts_model_dir(o), o, &mo, err);
     if (rc)
         return rc;

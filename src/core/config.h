@@ -35,6 +35,7 @@ typedef struct sd_opts {
     char *device;        /* auto | cpu | cuda */
     int tp;              /* tensor-parallel ranks */
     int ep;              /* expert parallel (bool) */
+    int moe_shared_slots; /* MoE shared experts in the expert bank (bool) */
     int threads;         /* CPU backend threads, 0 = all cores */
     char *tokenizer;     /* tokenizer.json or its folder */
     char *chat_template; /* auto | llama3 | chatml | deepseek3 | kimi-k2 */

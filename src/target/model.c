@@ -31,6 +31,7 @@ typedef struct layer {
     float *corr_bias; /* backend (E) or NULL */
     sd_weight *eg, *eu, *ed;
     sd_experts experts;
+    int n_always; /* shared experts in the bank after the routed ones (their slots) */
     /* cache */
     void *kc, *vc;
 } layer;
@@ -47,6 +48,7 @@ struct sd_model {
     sd_rope rope;
     float attn_scale;
     int qk_dim; /* MLA: nope + rope; GQA: head_dim */
+    int shared_slots; /* MoE layers keep their shared experts in the bank (sd_model_opts) */
     /* MTP */
     int has_mtp;
     layer mtp;
@@ -268,9 +270,13 @@ static int load_moe(sd_model *m, const char *pre, layer *L, sd_err *err)
      * [i0, i0 + il)). Expert parallel: experts [e0, e0 + el) whole. */
     int el = m->ep ? E / m->tp_size : E, e0 = m->ep ? m->tp_rank * el : 0;
     int il = m->ep ? I : I / m->tp_size, i0 = m->ep ? 0 : m->tp_rank * il;
-    L->eg = calloc((size_t)el, sizeof(sd_weight));
-    L->eu = calloc((size_t)el, sizeof(sd_weight));
-    L->ed = calloc((size_t)el, sizeof(sd_weight));
+    /* shared experts in the bank: S more experts after the routed ones,
+     * expert j being rows [j I, (j + 1) I) of the shared gate / up and those
+     * columns of its down (this rank's slice of them, as for the routed) */
+    int S = m->shared_slots ? c->n_shared_experts : 0;
+    L->eg = calloc((size_t)(el + S), sizeof(sd_weight));
+    L->eu = calloc((size_t)(el + S), sizeof(sd_weight));
+    L->ed = calloc((size_t)(el + S), sizeof(sd_weight));
     if (!L->eg || !L->eu || !L->ed)
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     part pr = part_rows(i0, il), pc = part_cols(i0, il);
@@ -283,10 +289,23 @@ static int load_moe(sd_model *m, const char *pre, layer *L, sd_err *err)
             rc = get_wpf(m, &L->ed[j], err, D, I, pc, "%s.mlp.experts.%d.down_proj.weight", pre,
                          e);
     }
+    for (int j = 0; j < S && !rc; j++) {
+        const int64_t IS = (int64_t)I * S;
+        part sr = part_rows((int64_t)j * I + i0, il), sc = part_cols((int64_t)j * I + i0, il);
+        rc = get_wpf(m, &L->eg[el + j], err, IS, D, sr, "%s.mlp.shared_experts.gate_proj.weight",
+                     pre);
+        if (!rc)
+            rc = get_wpf(m, &L->eu[el + j], err, IS, D, sr,
+                         "%s.mlp.shared_experts.up_proj.weight", pre);
+        if (!rc)
+            rc = get_wpf(m, &L->ed[el + j], err, D, IS, sc,
+                         "%s.mlp.shared_experts.down_proj.weight", pre);
+    }
     if (rc)
         return rc;
-    L->experts = (sd_experts){.n = el, .gate = L->eg, .up = L->eu, .down = L->ed, .first = e0};
-    if (c->n_shared_experts > 0) {
+    L->n_always = S;
+    L->experts = (sd_experts){.n = el + S, .gate = L->eg, .up = L->eu, .down = L->ed, .first = e0};
+    if (c->n_shared_experts > 0 && !S) {
         char sp[512];
         snprintf(sp, sizeof sp, "%s.mlp.shared_experts", pre);
         rc = load_ffn_dense(m, sp, (int64_t)I * c->n_shared_experts, L, err);
@@ -570,6 +589,8 @@ static size_t ws_plan(sd_model *m, int T)
     size_t inter = SD_MAX((size_t)c->intermediate_size,
                           (size_t)c->moe_intermediate_size * (size_t)SD_MAX(c->n_shared_experts, 1));
     size_t E = (size_t)c->n_routed_experts, K = (size_t)SD_MAX(c->num_experts_per_tok, 1);
+    if (m->shared_slots)
+        K += (size_t)c->n_shared_experts; /* a token's slots: routed, then shared */
     /* the stacked projection's row: GQA [q | k | v], MLA [q_a or q | c_kv k_pe] */
     size_t qkvdim = c->arch == SD_ARCH_DEEPSEEK_V3
                         ? (c->q_lora_rank > 0 ? (size_t)c->q_lora_rank : qdim) + C + R
@@ -646,6 +667,8 @@ static int tp_plan(sd_model *m, const char *dir, const sd_model_opts *o, sd_err 
                           "%s/config.json: intermediate_size %d is not divisible by --tp %d", dir,
                           c->intermediate_size, P);
     m->ep = P > 1 && o->ep && c->n_routed_experts > 0;
+    m->shared_slots = o->moe_shared_slots && !m->ep && c->n_routed_experts > 0 &&
+                      c->n_shared_experts > 0;
     if (m->ep && c->n_routed_experts % P)
         return sd_err_set(err, SD_EINVAL,
                           "%s/config.json: n_routed_experts %d is not divisible by --tp %d (--ep)",
@@ -1027,10 +1050,12 @@ static void ffn(sd_model *m, layer *L, int T)
         sd_moe_route r = {.n_experts = c->n_routed_experts, .top_k = K, .n_group = c->n_group,
                           .topk_group = c->topk_group, .norm_topk_prob = c->norm_topk_prob,
                           .sigmoid = c->scoring_sigmoid,
-                          .routed_scaling_factor = (float)c->routed_scaling_factor};
+                          .routed_scaling_factor = (float)c->routed_scaling_factor,
+                          .n_always = L->n_always};
         op->matmul(be, m->rlog, m->xn, &L->router, NULL, T, D);
         op->moe_route(be, m->ids, m->wts, m->rlog, L->corr_bias, T, &r);
-        op->moe_ffn(be, m->fo, m->xn, m->ids, m->wts, &L->experts, T, K, D, m->moetmp);
+        op->moe_ffn(be, m->fo, m->xn, m->ids, m->wts, &L->experts, T, K + L->n_always, D,
+                    m->moetmp);
         if (!L->gate_up.data)
             return;
         op->matmul_silu(be, m->gu, m->xn, &L->gate_up, T, D);

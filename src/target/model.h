@@ -49,6 +49,11 @@ typedef struct sd_model_opts {
     /* Expert parallel MoE: each rank holds n_routed_experts / tp whole
      * experts instead of a slice of every expert (shared experts stay sliced). */
     int ep;
+    /* MoE shared experts as always-on slots of the expert bank (one slot of
+     * moe_intermediate_size per shared expert, weight 1), so the expert
+     * kernels run them with the routed ones instead of a dense MLP after
+     * them. Not with ep. The same sums up to their order. */
+    int moe_shared_slots;
 } sd_model_opts;
 
 int sd_model_load(sd_model **out, const char *dir, sd_backend *be, const sd_model_opts *o,

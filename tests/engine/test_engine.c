@@ -23,6 +23,7 @@ typedef struct run_cfg {
     int pad_bs; /* > 0: pad steps as CUDA graphs do, up to this many sequences */
     int tp;     /* > 1: tensor-parallel ranks */
     int ep;     /* with tp: expert parallel (whole experts per rank) */
+    int slots;  /* MoE shared experts as always-on slots of the expert bank */
 } run_cfg;
 
 static int make_prompt(uint64_t seed, int i, int32_t *p, int vocab)
@@ -77,6 +78,8 @@ static int run(const run_cfg *c, uint64_t seed, engine_out *outs, sd_engine_stat
     }
     if (c->ep)
         sd_opts_set(&o, SD_CMD_GENERATE, "ep", "true", &err);
+    if (c->slots)
+        sd_opts_set(&o, SD_CMD_GENERATE, "moe-shared-slots", "true", &err);
     if (c->pad_bs > 0) {
         snprintf(buf, sizeof buf, "%d", c->pad_bs);
         sd_opts_set(&o, SD_CMD_GENERATE, "cuda-graph-max-bs", buf, &err);
@@ -218,8 +221,9 @@ static void expect_same_output(const run_cfg *c0, const run_cfg *c1, uint64_t se
         ASSERT_EQ(s1.spec.drafted, s2.spec.drafted);
         ASSERT_EQ(s1.spec.accepted, s2.spec.accepted);
     }
-    fprintf(stderr, "  %s %s k=%d T=%.1f tp %d%s pad %d: equal, %llu of %llu drafts accepted\n",
-            c1->model, c1->spec, c1->k, c1->temperature, c1->tp, c1->ep ? " ep" : "", c1->pad_bs,
+    fprintf(stderr, "  %s %s k=%d T=%.1f tp %d%s%s pad %d: equal, %llu of %llu drafts accepted\n",
+            c1->model, c1->spec, c1->k, c1->temperature, c1->tp, c1->ep ? " ep" : "",
+            c1->slots ? " shared-slots" : "", c1->pad_bs,
             (unsigned long long)s2.spec.accepted, (unsigned long long)s2.spec.drafted);
 }
 
@@ -307,6 +311,30 @@ TEST(tensor_parallel_engine_gives_the_same_output_as_one_rank)
     free(tiny);
     free(tiny_e3);
     tiny_model_remove(head);
+}
+
+/* --moe-shared-slots: the shared expert in the expert bank gives the same
+ * output as the dense shared MLP, target and MTP layer alike, on one rank
+ * and over two, greedy and sampled (one shared expert: the same sums) */
+TEST(moe_shared_slots_give_the_same_output)
+{
+    uint64_t seed = sd_test_seed();
+    char *tiny = sd_strfmt("%s/models/specd-tiny", sd_test_srcdir());
+    run_cfg cfgs[] = {
+        {.model = tiny, .spec = "mtp", .k = 3, .n_req = 4, .slots = 1},
+        {.model = "deepseek-v3", .spec = "mtp", .k = 2, .n_req = 6, .slots = 1},
+        {.model = "deepseek-v3", .spec = "mtp", .k = 2, .n_req = 6, .slots = 1, .tp = 2,
+         .temperature = 0.8},
+    };
+    for (size_t ci = 0; ci < SD_ARRAY_LEN(cfgs); ci++) {
+        run_cfg c1 = cfgs[ci];
+        c1.max_context = 256;
+        run_cfg c0 = c1;
+        c0.slots = 0;
+        c0.tp = 1;
+        expect_same_output(&c0, &c1, seed);
+    }
+    free(tiny);
 }
 
 TEST(small_kv_cache_preempts_and_every_request_still_finishes_with_the_same_output)
@@ -581,7 +609,7 @@ TEST_MAIN(T(mtp_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(eagle3_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(adaptive_k_greedy_output_equals_plain),
           T(padded_steps_give_the_same_output_for_every_proposer_greedy_and_sampled),
-          T(tensor_parallel_engine_gives_the_same_output_as_one_rank),
+          T(tensor_parallel_engine_gives_the_same_output_as_one_rank), T(moe_shared_slots_give_the_same_output),
           T(small_kv_cache_preempts_and_every_request_still_finishes_with_the_same_output),
           T(a_seeded_sampled_request_is_reproducible_whatever_the_batch),
           T(submit_refuses_bad_requests_with_a_message),

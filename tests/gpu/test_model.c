@@ -69,12 +69,13 @@ static void run_out_free(run_out *r)
     free(r->mtp);
 }
 
+/* slots: the MoE shared experts in the expert bank (--moe-shared-slots) */
 static int run_model(sd_backend *be, const char *dir, const int32_t *ids, int n,
-                     const float *mtp_in, run_out *o, sd_err *err)
+                     const float *mtp_in, int slots, run_out *o, sd_err *err)
 {
     memset(o, 0, sizeof *o);
     sd_model *m = NULL;
-    sd_model_opts mo = {.max_tokens = 64, .load_mtp = 1};
+    sd_model_opts mo = {.max_tokens = 64, .load_mtp = 1, .moe_shared_slots = slots};
     int rc = sd_model_load(&m, dir, be, &mo, err);
     if (!rc)
         rc = sd_model_alloc_kv(m, n + 64, err);
@@ -123,9 +124,9 @@ TEST(gpu_logits_match_the_cpu_on_every_golden_fixture)
         ASSERT_MSG(n > 2, "%s: no ids", dir);
         run_out c, g;
         sd_err err = {0};
-        ASSERT_MSG(run_model(e.cpu, dir, ids, n, NULL, &c, &err) == 0, "%s: cpu: %s", names[f],
+        ASSERT_MSG(run_model(e.cpu, dir, ids, n, NULL, 0, &c, &err) == 0, "%s: cpu: %s", names[f],
                    err.msg);
-        ASSERT_MSG(run_model(e.gpu, dir, ids, n, c.hidden, &g, &err) == 0, "%s: gpu: %s (%s)",
+        ASSERT_MSG(run_model(e.gpu, dir, ids, n, c.hidden, 0, &g, &err) == 0, "%s: gpu: %s (%s)",
                    names[f], err.msg, sd_cuda_backend_error(e.gpu));
         size_t nv = (size_t)n * c.V;
         ok &= reportf(rel_err(g.prefill, c.prefill, nv), MODEL_BOUND, "model %s prefill logits (%d tokens)",
@@ -137,6 +138,23 @@ TEST(gpu_logits_match_the_cpu_on_every_golden_fixture)
         if (c.has_mtp)
             ok &= reportf(g.has_mtp ? rel_err(g.mtp, c.mtp, (size_t)(n - 1) * c.V) : INFINITY,
                           MODEL_BOUND, "model %s mtp logits", names[f]);
+        /* the MoE fixtures again with their shared experts in the expert
+         * bank, against the CPU's dense shared MLP */
+        if (!strncmp(names[f], "deepseek", 8)) {
+            run_out s;
+            ASSERT_MSG(run_model(e.gpu, dir, ids, n, c.hidden, 1, &s, &err) == 0,
+                       "%s: gpu, shared slots: %s (%s)", names[f], err.msg,
+                       sd_cuda_backend_error(e.gpu));
+            ok &= reportf(rel_err(s.prefill, c.prefill, nv), MODEL_BOUND,
+                          "model %s, shared experts in the bank: prefill logits", names[f]);
+            ok &= reportf(rel_err(s.decode, c.decode, nv), MODEL_BOUND,
+                          "model %s, shared experts in the bank: decode logits", names[f]);
+            if (c.has_mtp)
+                ok &= reportf(s.has_mtp ? rel_err(s.mtp, c.mtp, (size_t)(n - 1) * c.V) : INFINITY,
+                              MODEL_BOUND, "model %s, shared experts in the bank: mtp logits",
+                              names[f]);
+            run_out_free(&s);
+        }
         run_out_free(&c);
         run_out_free(&g);
     }

@@ -1129,7 +1129,7 @@ static void route_inputs(gpu_env *e, float *lg, float *bias, int n, int E, int s
  * (the lowest index wins on both sides) */
 static int route_case(gpu_env *e, const char *what, int n, sd_moe_route r, int with_bias, int ties)
 {
-    int E = r.n_experts, K = r.top_k;
+    int E = r.n_experts, K = r.top_k + r.n_always; /* a token's row */
     float *lg = (float *)malloc((size_t)n * E * sizeof(float));
     float *bias = with_bias ? (float *)malloc((size_t)E * sizeof(float)) : NULL;
     route_inputs(e, lg, bias, n, E, r.sigmoid);
@@ -1148,8 +1148,9 @@ static int route_case(gpu_env *e, const char *what, int n, sd_moe_route r, int w
     for (int i = 0; gid && i < n * K; i++)
         bad += gid[i] != cid[i];
     char name[160];
-    snprintf(name, sizeof name, "moe_route %s n=%d E=%d top-%d groups %d/%d ids (mismatches)", what,
-             n, E, K, r.topk_group, r.n_group);
+    snprintf(name, sizeof name,
+             "moe_route %s n=%d E=%d top-%d + %d always-on groups %d/%d ids (mismatches)", what, n,
+             E, r.top_k, r.n_always, r.topk_group, r.n_group);
     int ok = report(name, bad, 0);
     snprintf(name, sizeof name, "moe_route %s weights", what);
     ok &= check_dev(e, dw, cw, (size_t)n * K, 1e-6, name);
@@ -1181,6 +1182,11 @@ TEST(moe_route_matches_the_cpu)
                        .norm_topk_prob = 0, .sigmoid = 0, .routed_scaling_factor = 1.0f};
     ok &= route_case(&e, "softmax", 40, sm, 0, 0);
     ok &= route_case(&e, "softmax ties", 40, sm, 0, 1);
+    /* shared experts in the bank: always-on slots after the routed ones */
+    sm.n_always = 2;
+    ok &= route_case(&e, "softmax + shared", 40, sm, 0, 0);
+    v3.n_always = 1;
+    ok &= route_case(&e, "v3 + shared", 40, v3, 1, 0);
     gpu_env_close(&e);
     ASSERT(ok);
 }
