@@ -8,6 +8,11 @@
 # summary.txt.
 # usage: bench/gpu/auto_run.sh BIN_DIR OUT COMMIT
 #   ONLY=REGEX: only the runs whose label matches (e.g. 'plain|poor')
+#   WARMUP=N: tokens a request of the warm-up round before each batch size
+#     (default 64): adaptive k learns once per engine (its acceptance and
+#     cost estimates outlive requests), so the measured round is what a
+#     running server sees; WARMUP=8 (sessions 5-7) leaves the learning in
+#     the measured window of a fresh engine
 set -uo pipefail
 B=${1:?bin}; OUT=${2:?out}; C=${3:-unknown}
 . bench/gpu/env.sh
@@ -20,7 +25,7 @@ run() { # run LABEL ARGS...
     local label=$1; shift
     [[ -n ${ONLY:-} && ! $label =~ $ONLY ]] && return 0
     timeout 150 "$B/bench/specd-bench-decode" --device cuda --commit "$C" --machine "$dev" \
-        --max-tokens ${MAXTOK:-128} --prompt-len 64 --warmup 8 --batch 1,8,32 --label "$label" \
+        --max-tokens ${MAXTOK:-128} --prompt-len 64 --warmup ${WARMUP:-64} --batch 1,8,32 --label "$label" \
         --out "$w/run-$label.json" "$@" > "$w/$label.txt" 2> "$w/$label.log" ||
         { echo "== $label: exit $?"; tail -3 "$w/$label.log"; }
     tail -n +2 "$w/$label.txt" | awk -v l="$label" '{printf "%-22s %4s %10s %6s\n", l, $1, $6, $10}'
