@@ -227,6 +227,22 @@ static void expect_same_output(const run_cfg *c0, const run_cfg *c1, uint64_t se
             (unsigned long long)s2.spec.accepted, (unsigned long long)s2.spec.drafted);
 }
 
+/* Each configuration against the same run on one rank, without expert
+ * parallelism, shared-expert slots or padded steps (c->max_context 256). */
+static void expect_each_like_one_plain_rank(const run_cfg *cfgs, size_t n, uint64_t seed)
+{
+    for (size_t ci = 0; ci < n; ci++) {
+        run_cfg c1 = cfgs[ci];
+        c1.max_context = 256;
+        run_cfg c0 = c1;
+        c0.tp = 1;
+        c0.ep = 0;
+        c0.slots = 0;
+        c0.pad_bs = 0;
+        expect_same_output(&c0, &c1, seed);
+    }
+}
+
 /* CUDA graphs run decode/verify steps and proposer passes padded to a
  * bucket (graphs.c): the padding rows write only the trash block and their
  * logits are ignored, so outputs equal unpadded runs exactly (the CPU
@@ -289,15 +305,7 @@ TEST(tensor_parallel_engine_gives_the_same_output_as_one_rank)
         {.model = "deepseek-v3", .spec = "mtp", .k = 2, .n_req = 6, .tp = 2, .ep = 1,
          .temperature = 0.8},
     };
-    for (size_t ci = 0; ci < SD_ARRAY_LEN(cfgs); ci++) {
-        run_cfg c1 = cfgs[ci];
-        c1.max_context = 256;
-        run_cfg c0 = c1;
-        c0.tp = 1;
-        c0.ep = 0;
-        c0.pad_bs = 0;
-        expect_same_output(&c0, &c1, seed);
-    }
+    expect_each_like_one_plain_rank(cfgs, SD_ARRAY_LEN(cfgs), seed);
     /* --ep reaches the model (the engine used to drop it) */
     run_cfg epc = {.model = "deepseek-v3", .spec = "none", .max_context = 256, .n_req = 1,
                    .tp = 2, .ep = 1};
@@ -326,14 +334,7 @@ TEST(moe_shared_slots_give_the_same_output)
         {.model = "deepseek-v3", .spec = "mtp", .k = 2, .n_req = 6, .slots = 1, .tp = 2,
          .temperature = 0.8},
     };
-    for (size_t ci = 0; ci < SD_ARRAY_LEN(cfgs); ci++) {
-        run_cfg c1 = cfgs[ci];
-        c1.max_context = 256;
-        run_cfg c0 = c1;
-        c0.slots = 0;
-        c0.tp = 1;
-        expect_same_output(&c0, &c1, seed);
-    }
+    expect_each_like_one_plain_rank(cfgs, SD_ARRAY_LEN(cfgs), seed);
     free(tiny);
 }
 
