@@ -299,6 +299,16 @@ typedef struct sd_ops {
      * gu is scratch. */
     void (*matmul_silu)(sd_backend *be, float *gu, const float *x, const sd_weight *w, int n,
                         int x_stride);
+
+    /* ---- fused MoE router (appended; every backend has it: a backend
+     * without a fused kernel runs the two ops) ----
+     * The numbers of matmul(logits, x, w, NULL, n, x_stride) (w: the router
+     * [r->n_experts, K]; logits (n, n_experts) of room) followed by
+     * moe_route(ids, wts, logits, bias, n, r): on return logits holds the
+     * router's logits and ids / wts the routing. */
+    void (*moe_router_route)(sd_backend *be, int32_t *ids, float *wts, float *logits,
+                             const float *x, const sd_weight *w, const float *bias, int n,
+                             int x_stride, const sd_moe_route *r);
 } sd_ops;
 
 struct sd_backend {

@@ -231,6 +231,14 @@ static void p_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_we
     TIMED(be, k, I(be)->ops->matmul_silu(I(be), gu, x, w, n, xs));
 }
 
+static void p_moe_router_route(sd_backend *be, int32_t *ids, float *wts, float *lg, const float *x,
+                               const sd_weight *w, const float *bias, int n, int xs,
+                               const sd_moe_route *r)
+{
+    TIMED(be, "moe_router_route",
+          I(be)->ops->moe_router_route(I(be), ids, wts, lg, x, w, bias, n, xs, r));
+}
+
 int sd_prof_backend_wrap(sd_backend **out, sd_backend *inner)
 {
     *out = NULL;
@@ -279,7 +287,7 @@ int sd_prof_backend_wrap(sd_backend **out, sd_backend *inner)
                       .scatter_cols = W(scatter_cols),
                       .rope_kv = W(rope_kv),
                       .mla_prep = W(mla_prep),
-                      .matmul_silu = W(matmul_silu)};
+                      .matmul_silu = W(matmul_silu), .moe_router_route = W(moe_router_route)};
 #undef W
     /* the cost of an empty sync, the best of many */
     p->sync_s = 1e9;

@@ -291,6 +291,7 @@ static const sd_ops cpu_ops = {
     .rope_kv = sd__cpu_rope_kv,
     .mla_prep = sd__cpu_mla_prep,
     .matmul_silu = sd__cpu_matmul_silu,
+    .moe_router_route = sd__cpu_moe_router_route,
 };
 
 int sd_cpu_backend_create(sd_backend **out, int threads)

@@ -69,6 +69,9 @@ void sd__cpu_attn_mla(sd_backend *be, float *out, const float *q_lat, const floa
                       const float *c, const float *k_pe, void *cache, const sd_attn_batch *b, int H,
                       int C, int R, int qpe_stride, int qpe_head_stride, int ck_stride,
                       float scale);
+void sd__cpu_moe_router_route(sd_backend *be, int32_t *ids, float *wts, float *logits,
+                              const float *x, const sd_weight *w, const float *bias, int n,
+                              int x_stride, const sd_moe_route *r);
 void sd__cpu_moe_route(sd_backend *be, int32_t *ids, float *wts, const float *logits,
                        const float *bias, int n, const sd_moe_route *r);
 void sd__cpu_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t *ids,

@@ -96,6 +96,15 @@ void sd__cpu_moe_route(sd_backend *be, int32_t *ids, float *wts, const float *lo
     }
 }
 
+/* the router's matmul then moe_route: the ops contract's definition */
+void sd__cpu_moe_router_route(sd_backend *be, int32_t *ids, float *wts, float *logits,
+                              const float *x, const sd_weight *w, const float *bias, int n,
+                              int x_stride, const sd_moe_route *r)
+{
+    sd__cpu_matmul(be, logits, x, w, NULL, n, x_stride);
+    sd__cpu_moe_route(be, ids, wts, logits, bias, n, r);
+}
+
 /* Tokens grouped by expert: each expert's rows go through its gate/up/down
  * as one small matmul (every expert weight read once per call). tmp holds
  * xg (m, D), g (m, I), u (m, I), y (m, D) for m = n * top_k rows, then m ints. */

@@ -330,6 +330,7 @@ static const sd_ops cuda_ops = {
     /* .rope_kv = */ sd__cuda_rope_kv,
     /* .mla_prep = */ sd__cuda_mla_prep,
     /* .matmul_silu = */ sd__cuda_matmul_silu,
+    /* .moe_router_route = */ sd__cuda_moe_router_route,
 };
 
 int sd_cuda_make_current(sd_backend *be)

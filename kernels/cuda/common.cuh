@@ -321,6 +321,9 @@ void sd__cuda_add_rmsnorm(sd_backend *be, float *out, float *x, const float *y, 
                           int n, int d, float eps);
 void sd__cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w,
                      const sd_weight *bias, int n, int x_stride);
+void sd__cuda_moe_router_route(sd_backend *be, int32_t *ids, float *wts, float *logits,
+                               const float *x, const sd_weight *w, const float *bias, int n,
+                               int x_stride, const sd_moe_route *r);
 void sd__cuda_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_weight *w, int n,
                           int x_stride);
 void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_weight *w, int n,

@@ -167,6 +167,16 @@ void sd__cuda_moe_route(sd_backend *be, int32_t *ids, float *wts, const float *l
     SD_LAUNCHED(c, "moe_route_kernel");
 }
 
+/* the router's matmul then moe_route (the ops contract's definition; a
+ * fused kernel would be one launch) */
+void sd__cuda_moe_router_route(sd_backend *be, int32_t *ids, float *wts, float *logits,
+                               const float *x, const sd_weight *w, const float *bias, int n,
+                               int x_stride, const sd_moe_route *r)
+{
+    sd__cuda_matmul(be, logits, x, w, NULL, n, x_stride);
+    sd__cuda_moe_route(be, ids, wts, logits, bias, n, r);
+}
+
 /* ---- experts ----------------------------------------------------------- */
 
 template <int MAXE> struct moe_tabs {

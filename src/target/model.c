@@ -1052,8 +1052,8 @@ static void ffn(sd_model *m, layer *L, int T)
                           .sigmoid = c->scoring_sigmoid,
                           .routed_scaling_factor = (float)c->routed_scaling_factor,
                           .n_always = L->n_always};
-        op->matmul(be, m->rlog, m->xn, &L->router, NULL, T, D);
-        op->moe_route(be, m->ids, m->wts, m->rlog, L->corr_bias, T, &r);
+        op->moe_router_route(be, m->ids, m->wts, m->rlog, m->xn, &L->router, L->corr_bias, T, D,
+                             &r);
         op->moe_ffn(be, m->fo, m->xn, m->ids, m->wts, &L->experts, T, K + L->n_always, D,
                     m->moetmp);
         if (!L->gate_up.data)

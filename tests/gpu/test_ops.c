@@ -1191,6 +1191,85 @@ TEST(moe_route_matches_the_cpu)
     ASSERT(ok);
 }
 
+/* moe_router_route on the GPU: bit for bit the GPU's matmul followed by its
+ * moe_route (a fused kernel must keep the GEMV's sums), and its logits
+ * within the GEMV's bound of the CPU's; random router weights and inputs,
+ * decode and verify sizes and one prefill-sized call */
+static int router_case(gpu_env *e, const char *what, int n, int D, sd_moe_route r)
+{
+    int E = r.n_experts, W = r.top_k + r.n_always;
+    tw w;
+    if (tw_make(e, &w, SD_DT_BF16, E, D, 0.5f))
+        return report("moe_router_route: weight upload", INFINITY, 0);
+    float *x = rnd_floats(e, (size_t)n * D, -1, 1);
+    float *bias = (float *)malloc((size_t)E * sizeof(float));
+    for (int i = 0; i < E; i++)
+        bias[i] = sd_test_randf(&e->rng, -0.05f, 0.05f);
+    float *clg = (float *)malloc((size_t)n * E * sizeof(float));
+    int32_t *cid = (int32_t *)malloc((size_t)n * W * sizeof(int32_t));
+    float *cw = (float *)malloc((size_t)n * W * sizeof(float));
+    e->cpu->ops->moe_router_route(e->cpu, cid, cw, clg, x, &w.c, bias, n, D, &r);
+    float *dx = (float *)gput(e, x, (size_t)n * D * sizeof(float));
+    float *db = (float *)gput(e, bias, (size_t)E * sizeof(float));
+    float *dlg = gpoison(e, (size_t)n * E), *dlg2 = gpoison(e, (size_t)n * E);
+    int32_t *did = (int32_t *)gpoison(e, (size_t)n * W), *did2 = (int32_t *)gpoison(e, (size_t)n * W);
+    float *dw = gpoison(e, (size_t)n * W), *dw2 = gpoison(e, (size_t)n * W);
+    e->gpu->ops->moe_router_route(e->gpu, did, dw, dlg, dx, &w.g, db, n, D, &r);
+    e->gpu->ops->matmul(e->gpu, dlg2, dx, &w.g, NULL, n, D);
+    e->gpu->ops->moe_route(e->gpu, did2, dw2, dlg2, db, n, &r);
+    float *g[3] = {gget(e, dlg, (size_t)n * E), gget(e, dw, (size_t)n * W),
+                   gget(e, (float *)did, (size_t)n * W)};
+    float *h[3] = {gget(e, dlg2, (size_t)n * E), gget(e, dw2, (size_t)n * W),
+                   gget(e, (float *)did2, (size_t)n * W)};
+    size_t cnt[3] = {(size_t)n * E, (size_t)n * W, (size_t)n * W};
+    long bad = 0;
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < cnt[k]; i++)
+            bad += !g[k] || !h[k] || memcmp(&g[k][i], &h[k][i], sizeof(float)) != 0;
+    char name[160];
+    snprintf(name, sizeof name,
+             "moe_router_route %s n=%d E=%d D=%d vs the GPU's matmul + moe_route (differing "
+             "values)",
+             what, n, E, D);
+    int ok = report(name, (double)bad, 0);
+    snprintf(name, sizeof name, "moe_router_route %s n=%d logits vs the cpu", what, n);
+    ok &= reportf(g[0] ? rel_err(g[0], clg, (size_t)n * E) : INFINITY, 1e-5, "%s", name);
+    for (int k = 0; k < 3; k++) {
+        free(g[k]);
+        free(h[k]);
+    }
+    void *bufs[] = {dx, db, dlg, dlg2, did, did2, dw, dw2};
+    for (size_t i = 0; i < SD_ARRAY_LEN(bufs); i++)
+        gfree(e, bufs[i]);
+    tw_free(e, &w);
+    free(x);
+    free(bias);
+    free(clg);
+    free(cid);
+    free(cw);
+    return ok;
+}
+
+TEST(moe_router_route_is_the_gpus_matmul_then_moe_route)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    sd_moe_route lite = {.n_experts = 64, .top_k = 6, .n_group = 1, .topk_group = 1,
+                         .norm_topk_prob = 0, .sigmoid = 0, .routed_scaling_factor = 1.0f};
+    sd_moe_route v3 = {.n_experts = 256, .top_k = 8, .n_group = 8, .topk_group = 4,
+                       .norm_topk_prob = 1, .sigmoid = 1, .routed_scaling_factor = 2.5f};
+    const int ns[4] = {1, 3, 8, 40};
+    for (int i = 0; i < 4; i++) {
+        ok &= router_case(&e, "v2-lite", ns[i], 2048, lite);
+        ok &= router_case(&e, "v3", ns[i], 7168, v3);
+    }
+    lite.n_always = 2;
+    ok &= router_case(&e, "v2-lite + shared", 4, 2048, lite);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
 /* A bank of E experts, global ids first .. first + E - 1 of E_all; tokens
  * pick K distinct global experts (expert parallel when E < E_all). */
 static int ffn_case_ep(gpu_env *e, sd_dtype dt, int n, int E, int K, int D, int I, int first,
@@ -2512,7 +2591,7 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(attn_mla_matches_the_cpu_on_ragged_and_long_contexts),
           T(attn_mla_on_tensor_cores_matches_the_cpu_within_bf16_rounding),
           T(attn_mla_on_tensor_cores_gives_a_token_the_same_bits_in_decode_and_verify),
-          T(moe_route_matches_the_cpu),
+          T(moe_route_matches_the_cpu), T(moe_router_route_is_the_gpus_matmul_then_moe_route),
           T(moe_ffn_matches_the_cpu), T(moe_ffn_fused_small_batches_match_the_cpu),
           T(moe_ffn_tensor_core_prefill_matches_the_cpu_and_odd_shapes_fall_back),
           T(argmax_rows_equals_the_cpu_with_ties_and_nan),
