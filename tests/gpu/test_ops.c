@@ -1166,20 +1166,27 @@ static int route_case(gpu_env *e, const char *what, int n, sd_moe_route r, int w
     return ok;
 }
 
+/* DeepSeek-V3's routing (256 experts, top-8 of 4 of 8 groups, sigmoid) and
+ * V2-Lite's (64 experts, top-6, softmax) */
+static const sd_moe_route route_v3 = {.n_experts = 256, .top_k = 8, .n_group = 8, .topk_group = 4,
+                                      .norm_topk_prob = 1, .sigmoid = 1,
+                                      .routed_scaling_factor = 2.5f};
+static const sd_moe_route route_lite = {.n_experts = 64, .top_k = 6, .n_group = 1,
+                                        .topk_group = 1, .norm_topk_prob = 0, .sigmoid = 0,
+                                        .routed_scaling_factor = 1.0f};
+
 TEST(moe_route_matches_the_cpu)
 {
     gpu_env e;
     GPU_OPEN(e);
     int ok = 1;
-    sd_moe_route v3 = {.n_experts = 256, .top_k = 8, .n_group = 8, .topk_group = 4,
-                       .norm_topk_prob = 1, .sigmoid = 1, .routed_scaling_factor = 2.5f};
+    sd_moe_route v3 = route_v3;
     ok &= route_case(&e, "v3 sigmoid+bias", 70, v3, 1, 0);
     ok &= route_case(&e, "v3 ties", 40, v3, 0, 1);
     sd_moe_route tiny = {.n_experts = 8, .top_k = 2, .n_group = 4, .topk_group = 2,
                          .norm_topk_prob = 1, .sigmoid = 1, .routed_scaling_factor = 2.5f};
     ok &= route_case(&e, "tiny groups", 33, tiny, 1, 0);
-    sd_moe_route sm = {.n_experts = 64, .top_k = 6, .n_group = 1, .topk_group = 1,
-                       .norm_topk_prob = 0, .sigmoid = 0, .routed_scaling_factor = 1.0f};
+    sd_moe_route sm = route_lite;
     ok &= route_case(&e, "softmax", 40, sm, 0, 0);
     ok &= route_case(&e, "softmax ties", 40, sm, 0, 1);
     /* shared experts in the bank: always-on slots after the routed ones */
@@ -1255,10 +1262,7 @@ TEST(moe_router_route_is_the_gpus_matmul_then_moe_route)
     gpu_env e;
     GPU_OPEN(e);
     int ok = 1;
-    sd_moe_route lite = {.n_experts = 64, .top_k = 6, .n_group = 1, .topk_group = 1,
-                         .norm_topk_prob = 0, .sigmoid = 0, .routed_scaling_factor = 1.0f};
-    sd_moe_route v3 = {.n_experts = 256, .top_k = 8, .n_group = 8, .topk_group = 4,
-                       .norm_topk_prob = 1, .sigmoid = 1, .routed_scaling_factor = 2.5f};
+    sd_moe_route lite = route_lite, v3 = route_v3;
     const int ns[4] = {1, 3, 8, 40};
     for (int i = 0; i < 4; i++) {
         ok &= router_case(&e, "v2-lite", ns[i], 2048, lite);
