@@ -18,7 +18,7 @@ ls bench/gpu/pending/*.patch >/dev/null 2>&1 || { echo "no bench/gpu/pending/*.p
 opts=(-Dcuda=enabled -Dgencode=arch=compute_90a,code=sm_90a --buildtype=release -Dstatic_deps=true)
 mkdir -p .carry
 [ -f .carry/build-base/build.ninja ] || meson setup .carry/build-base "${opts[@]}" >/dev/null
-ninja -C .carry/build-base >/dev/null
+ninja -C .carry/build-base | { grep -iE "warning|error" || true; }
 bash bench/gpu/pack.sh .carry/build-base .carry/base-bin >/dev/null
 # the base only runs the decode A/B: its bench alone (the tree and two full
 # packs come near the 64 MiB a call carries)
@@ -30,6 +30,6 @@ trap 'git -C "$root" worktree remove --force "$wt"' EXIT
 git -C "$wt" am -q "$root"/bench/gpu/pending/*.patch
 rm -rf .carry/build-series # its sources are a new worktree each time
 (cd "$wt" && meson setup "$root/.carry/build-series" "${opts[@]}" >/dev/null)
-ninja -C .carry/build-series >/dev/null
+ninja -C .carry/build-series | { grep -iE "warning|error" || true; }
 bash bench/gpu/pack.sh .carry/build-series .carry/new-bin
 echo "series at $(git -C "$wt" rev-parse --short HEAD) on $(git rev-parse --short HEAD)"
