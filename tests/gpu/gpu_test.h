@@ -112,6 +112,14 @@ static inline void gfree(gpu_env *e, void *d)
         e->gpu->ops->free(e->gpu, d);
 }
 
+/* gfree of each of the GPU buffers listed (NULLs skipped) */
+#define GFREE_ALL(e, ...)                                                                          \
+    do {                                                                                           \
+        void *gfree_all_[] = {__VA_ARGS__};                                                        \
+        for (size_t gfree_i_ = 0; gfree_i_ < SD_ARRAY_LEN(gfree_all_); gfree_i_++)                 \
+            gfree((e), gfree_all_[gfree_i_]);                                                      \
+    } while (0)
+
 /* A weight in dtype dt, the same bytes for both backends. */
 typedef struct tw {
     sd_weight c, g;

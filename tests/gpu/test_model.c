@@ -232,9 +232,7 @@ TEST(a_captured_model_forward_replays_the_eager_logits)
         free(pdl);
         free(eager);
         free(replay);
-        void *bufs[] = {dtok, dpos, dseq, dtab, dlog};
-        for (size_t i = 0; i < SD_ARRAY_LEN(bufs); i++)
-            gfree(&e, bufs[i]);
+        GFREE_ALL(&e, dtok, dpos, dseq, dtab, dlog);
         sd_model_free(m);
     }
     gpu_env_close(&e);

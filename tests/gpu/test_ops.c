@@ -490,8 +490,7 @@ static int mm_batch_case(gpu_env *e, sd_dtype dt, int N, int K, const char *path
         ok &= reportf(bad[1], 0, "matmul %s %s N=%d K=%d: a row in batches of %d..%d vs "
                       "in %d (differing elements)", path, sd_dtype_name(dt), N, K, nex + 1,
                       nmax, nmax);
-    gfree(e, dx);
-    gfree(e, dy);
+    GFREE_ALL(e, dx, dy);
     free(x);
     free(alone);
     free(full);
@@ -778,9 +777,7 @@ static int mla_prep_case(gpu_env *e, const char *what, int n_seq, const int *ctx
     snprintf(name, sizeof name, "mla_prep %s T=%d H=%d C=%d R=%d %s: cache", what, T, H, C, R,
              sd_dtype_name(dt));
     ok &= check_dev(e, dc, cache, mc, 1e-5, name);
-    gfree(e, dx);
-    gfree(e, dc);
-    gfree(e, dinv);
+    GFREE_ALL(e, dx, dc, dinv);
     free(x);
     free(cache);
     free(inv);
@@ -1245,9 +1242,7 @@ static int router_case(gpu_env *e, const char *what, int n, int D, sd_moe_route 
         free(g[k]);
         free(h[k]);
     }
-    void *bufs[] = {dx, db, dlg, dlg2, did, did2, dw, dw2};
-    for (size_t i = 0; i < SD_ARRAY_LEN(bufs); i++)
-        gfree(e, bufs[i]);
+    GFREE_ALL(e, dx, db, dlg, dlg2, did, did2, dw, dw2);
     tw_free(e, &w);
     free(x);
     free(bias);
@@ -2180,9 +2175,8 @@ static void acc_upload(gpu_env *e, const acc_batch *b, acc_dev *d)
 
 static void acc_dev_free(gpu_env *e, acc_dev *d)
 {
-    void *bufs[] = {d->logits, d->q, d->probs, d->draft, d->n_draft, d->row0, d->n_acc, d->out, d->p};
-    for (size_t i = 0; i < SD_ARRAY_LEN(bufs); i++)
-        gfree(e, bufs[i]);
+    GFREE_ALL(e, d->logits, d->q, d->probs, d->draft, d->n_draft, d->row0, d->n_acc, d->out,
+              d->p);
 }
 
 static void acc_gpu_op(gpu_env *e, const acc_batch *b, const acc_dev *d)
@@ -2566,9 +2560,7 @@ TEST(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run)
     free(replay);
     free(x0);
     free(inv);
-    void *bufs[] = {dinv, dx0, x, xn, qkv, att, gu, fo, rl, wts, ids, tmp, kc, vc, wts4, ids4};
-    for (size_t i = 0; i < SD_ARRAY_LEN(bufs); i++)
-        gfree(&e, bufs[i]);
+    GFREE_ALL(&e, dinv, dx0, x, xn, qkv, att, gu, fo, rl, wts, ids, tmp, kc, vc, wts4, ids4);
     tw *ws[] = {&wqkv, &wo, &norm, &wgu, &router};
     for (size_t i = 0; i < SD_ARRAY_LEN(ws); i++)
         tw_free(&e, ws[i]);
