@@ -309,6 +309,21 @@ typedef struct sd_ops {
     void (*moe_router_route)(sd_backend *be, int32_t *ids, float *wts, float *logits,
                              const float *x, const sd_weight *w, const float *bias, int n,
                              int x_stride, const sd_moe_route *r);
+
+    /* ---- fused residual GEMVs (appended; NULL where a backend has none:
+     * the callers then run the ops they stand for) ----
+     * matmul_add: y(n, w.rows) += x @ w^T (+ bias), y dense: the numbers of
+     * matmul(tmp, x, w, bias, n, x_stride) followed by add(y, tmp, n,
+     * w.rows); tmp is (n, w.rows) of room the op may use for that. y may
+     * not alias x or tmp. */
+    void (*matmul_add)(sd_backend *be, float *y, const float *x, const sd_weight *w,
+                       const sd_weight *bias, int n, int x_stride, float *tmp);
+    /* rmsnorm_matmul: the numbers of rmsnorm(xn, x, g, n, K, K, K, eps)
+     * (K = w.cols, dense rows) followed by matmul(y, xn, w, bias, n, K), or
+     * with silu (bias NULL) by matmul_silu(y, xn, w, n, K): the normalized
+     * rows land in xn too. xn may not alias x or y. */
+    void (*rmsnorm_matmul)(sd_backend *be, float *y, float *xn, const float *x, const sd_weight *g,
+                           float eps, const sd_weight *w, const sd_weight *bias, int n, int silu);
 } sd_ops;
 
 struct sd_backend {
@@ -317,6 +332,36 @@ struct sd_backend {
     int rank;    /* tensor-parallel rank */
     void *impl;  /* backend-private state */
 };
+
+/* matmul_add where the backend has it, else the two ops it stands for */
+static inline void sd_matmul_add(sd_backend *be, float *y, const float *x, const sd_weight *w,
+                                 const sd_weight *bias, int n, int x_stride, float *tmp)
+{
+    if (be->ops->matmul_add) {
+        be->ops->matmul_add(be, y, x, w, bias, n, x_stride, tmp);
+        return;
+    }
+    be->ops->matmul(be, tmp, x, w, bias, n, x_stride);
+    be->ops->add(be, y, tmp, n, (int)w->rows);
+}
+
+/* rmsnorm_matmul where the backend has it, else the ops it stands for */
+static inline void sd_rmsnorm_matmul(sd_backend *be, float *y, float *xn, const float *x,
+                                     const sd_weight *g, float eps, const sd_weight *w,
+                                     const sd_weight *bias, int n, int silu)
+{
+    const sd_ops *op = be->ops;
+    int K = (int)w->cols;
+    if (op->rmsnorm_matmul) {
+        op->rmsnorm_matmul(be, y, xn, x, g, eps, w, bias, n, silu);
+        return;
+    }
+    op->rmsnorm(be, xn, x, g, n, K, K, K, eps);
+    if (silu)
+        op->matmul_silu(be, y, xn, w, n, K);
+    else
+        op->matmul(be, y, xn, w, bias, n, K);
+}
 
 /* kernels/cpu: threads = 0 for all cores. */
 int sd_cpu_backend_create(sd_backend **out, int threads);

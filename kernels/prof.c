@@ -239,6 +239,24 @@ static void p_moe_router_route(sd_backend *be, int32_t *ids, float *wts, float *
           I(be)->ops->moe_router_route(I(be), ids, wts, lg, x, w, bias, n, xs, r));
 }
 
+static void p_matmul_add(sd_backend *be, float *y, const float *x, const sd_weight *w,
+                         const sd_weight *bias, int n, int xs, float *tmp)
+{
+    char k[48];
+    snprintf(k, sizeof k, "matmul_add %lldx%lld", (long long)w->rows, (long long)w->cols);
+    TIMED(be, k, I(be)->ops->matmul_add(I(be), y, x, w, bias, n, xs, tmp));
+}
+
+static void p_rmsnorm_matmul(sd_backend *be, float *y, float *xn, const float *x,
+                             const sd_weight *g, float eps, const sd_weight *w,
+                             const sd_weight *bias, int n, int silu)
+{
+    char k[48];
+    snprintf(k, sizeof k, "rmsnorm_matmul%s %lldx%lld", silu ? "_silu" : "", (long long)w->rows,
+             (long long)w->cols);
+    TIMED(be, k, I(be)->ops->rmsnorm_matmul(I(be), y, xn, x, g, eps, w, bias, n, silu));
+}
+
 int sd_prof_backend_wrap(sd_backend **out, sd_backend *inner)
 {
     *out = NULL;
@@ -287,7 +305,9 @@ int sd_prof_backend_wrap(sd_backend **out, sd_backend *inner)
                       .scatter_cols = W(scatter_cols),
                       .rope_kv = W(rope_kv),
                       .mla_prep = W(mla_prep),
-                      .matmul_silu = W(matmul_silu), .moe_router_route = W(moe_router_route)};
+                      .matmul_silu = W(matmul_silu), .moe_router_route = W(moe_router_route),
+                      .matmul_add = W(matmul_add),
+                      .rmsnorm_matmul = W(rmsnorm_matmul)};
 #undef W
     /* the cost of an empty sync, the best of many */
     p->sync_s = 1e9;

@@ -292,6 +292,8 @@ static const sd_ops cpu_ops = {
     .mla_prep = sd__cpu_mla_prep,
     .matmul_silu = sd__cpu_matmul_silu,
     .moe_router_route = sd__cpu_moe_router_route,
+    .matmul_add = sd__cpu_matmul_add,
+    .rmsnorm_matmul = sd__cpu_rmsnorm_matmul,
 };
 
 int sd_cpu_backend_create(sd_backend **out, int threads)

@@ -325,17 +325,16 @@ int sd_eagle3_forward(sd_eagle3 *h, const sd_fwd *f, int first, sd_err *err)
                 qd, kvd);
     op->attn_gqa(be, h->att, h->q, NULL, NULL, h->kc, h->vc, &f->ab, h->Hq, h->Hkv, h->hd, h->hd,
                  qd, kvd, (float)(1.0 / sqrt((double)h->hd)));
-    /* h = hidden + o_proj(att); out = h + mlp(post_ln(h)) */
-    op->matmul(be, h->h, h->att, &h->wo, NULL, T, qd);
-    op->add(be, h->h, h->hid, T, H);
-    op->rmsnorm(be, h->xn, h->h, &h->post_ln, T, H, H, H, eps);
-    op->matmul_silu(be, h->gu, h->xn, &h->gate_up, T, H);
-    op->matmul(be, h->xn, h->gu, &h->down, NULL, T, h->I);
-    op->add(be, h->h, h->xn, T, H);
+    /* r = hidden + o_proj(att); out = r + mlp(post_ln(r)), the residual r
+     * kept in hid (this step's copy of the input hidden: read no more) */
+    float *r = h->hid;
+    sd_matmul_add(be, r, h->att, &h->wo, NULL, T, qd, h->h);
+    sd_rmsnorm_matmul(be, h->gu, h->xn, r, &h->post_ln, eps, &h->gate_up, NULL, T, 1);
+    sd_matmul_add(be, r, h->gu, &h->down, NULL, T, h->I, h->xn);
     if (f->out_hidden)
-        op->copy2d(be, f->out_hidden, h->h, T, H, H, H);
+        op->copy2d(be, f->out_hidden, r, T, H, H, H);
     if (f->logits && f->n_out > 0) {
-        op->gather_rows(be, h->xo, h->h, f->out_rows, f->n_out, H, H, H);
+        op->gather_rows(be, h->xo, r, f->out_rows, f->n_out, H, H, H);
         op->rmsnorm(be, h->xo, h->xo, &h->norm, f->n_out, H, H, H, eps);
         op->matmul(be, f->logits, h->xo, &h->lm_head, NULL, f->n_out, H);
     }

@@ -71,6 +71,9 @@ struct sd_model {
     sd_comm *comm;
     int ep;       /* routed experts split whole across the ranks */
     int comm_rc;  /* first failed collective of the step */
+    /* the fused residual path (fused_residual): xn = rmsnorm(x, xn_norm) is
+     * owed, not yet computed (NULL: xn is current) */
+    const sd_weight *xn_norm;
     int hq, hkv;  /* attention heads on this rank (GQA kv heads: hkv from kv_head0) */
     int kv_head0;
     int vocab_shard;             /* rows per vocab shard: ceil(vocab / tp) */
@@ -912,17 +915,80 @@ static void tp_sum(sd_model *m, float *buf, size_t n)
         m->comm_rc = rc;
 }
 
+/* The fused residual path: one rank and a backend with matmul_add and
+ * rmsnorm_matmul. A row-parallel output projection adds into x itself
+ * (matmul_add), and the norm after a residual step is owed to its reader
+ * (xn_norm): a lone GEMV takes it as its prologue (rmsnorm_matmul: the
+ * attention's input projection, the dense MLP's gate/up), any other reader
+ * has it computed first (xn_ready). The numbers of add, rmsnorm and matmul
+ * in the unfused order, with one kernel a sublayer fewer on a GPU. */
+static int fused_residual(const sd_model *m)
+{
+    const sd_ops *op = m->be->ops;
+    return m->tp_size == 1 && op->matmul_add && op->rmsnorm_matmul;
+}
+
+/* xn = the owed norm of x, if one is owed */
+static void xn_ready(sd_model *m, int T)
+{
+    if (!m->xn_norm)
+        return;
+    int D = m->cfg.hidden_size;
+    m->be->ops->rmsnorm(m->be, m->xn, m->x, m->xn_norm, T, D, D, D, (float)m->cfg.rms_eps);
+    m->xn_norm = NULL;
+}
+
+/* y = xn @ w^T (+ bias), or with silu matmul_silu(y, xn, w): from the owed
+ * norm in one op where one is owed */
+static void xn_matmul(sd_model *m, float *y, const sd_weight *w, const sd_weight *bias, int T,
+                      int silu)
+{
+    const sd_ops *op = m->be->ops;
+    int D = m->cfg.hidden_size;
+    if (m->xn_norm) {
+        sd_rmsnorm_matmul(m->be, y, m->xn, m->x, m->xn_norm, (float)m->cfg.rms_eps, w, bias, T,
+                          silu);
+        m->xn_norm = NULL;
+    } else if (silu) {
+        op->matmul_silu(m->be, y, m->xn, w, T, D);
+    } else {
+        op->matmul(m->be, y, m->xn, w, bias, T, D);
+    }
+}
+
+/* A row-parallel output projection of x_in (T, K): on the fused path added
+ * into x (returns 1), else its partial into out (returns 0: the residual
+ * step adds it). */
+static int out_proj(sd_model *m, float *out, const float *x_in, const sd_weight *w,
+                    const sd_weight *bias, int T, int K)
+{
+    if (fused_residual(m)) {
+        sd_matmul_add(m->be, m->x, x_in, w, bias, T, K, out);
+        return 1;
+    }
+    m->be->ops->matmul(m->be, out, x_in, w, bias, T, K);
+    return 0;
+}
+
 /* The residual step after a row-parallel sublayer (o_proj, down_proj, the
- * MoE combine): x += the ranks' partials summed, then xn = norm(x), the input
- * of the next sublayer or of the head. One rank: add and rmsnorm (one op,
- * add_rmsnorm, where the backend has it). Several:
- * the communicator's all-reduce + add + RMSNorm, fused where it has a kernel
- * for it (the custom GPU all-reduce), else the same three steps. */
+ * MoE combine): x += the ranks' partials summed (partial NULL: the
+ * sublayer added into x itself), then xn = norm(x), the input of the next
+ * sublayer or of the head. The fused path: the add where one is left, and
+ * the norm owed. One rank: add and rmsnorm (one op, add_rmsnorm, where the
+ * backend has it). Several: the communicator's all-reduce + add + RMSNorm,
+ * fused where it has a kernel for it (the custom GPU all-reduce), else the
+ * same three steps. */
 static void residual_norm(sd_model *m, float *partial, const sd_weight *norm, int T)
 {
     const sd_ops *op = m->be->ops;
     int D = m->cfg.hidden_size;
     float eps = (float)m->cfg.rms_eps;
+    if (fused_residual(m)) {
+        if (partial)
+            op->add(m->be, m->x, partial, T, D);
+        m->xn_norm = norm;
+        return;
+    }
     if (m->tp_size == 1) {
         if (op->add_rmsnorm) {
             op->add_rmsnorm(m->be, m->xn, m->x, partial, norm, T, D, eps);
@@ -936,6 +1002,16 @@ static void residual_norm(sd_model *m, float *partial, const sd_weight *norm, in
                                            T, D, eps);
     if (rc && !m->comm_rc)
         m->comm_rc = rc;
+}
+
+/* xn = norm(x) at the start of a forward: owed on the fused path */
+static void first_norm(sd_model *m, const sd_weight *norm, int T)
+{
+    int D = m->cfg.hidden_size;
+    if (fused_residual(m))
+        m->xn_norm = norm;
+    else
+        m->be->ops->rmsnorm(m->be, m->xn, m->x, norm, T, D, D, D, (float)m->cfg.rms_eps);
 }
 
 /* out(T, D) = embedding rows of tokens; vocab-parallel when sharded. */
@@ -978,15 +1054,16 @@ static void lm_logits(sd_model *m, float *logits, const float *x, const sd_weigh
 #define MLA_NORM_EPS 1e-6f
 
 /* q, k, v come out of one matmul as the row [q | k | v] of qkv (T, W),
- * W = (Hq + 2 Hkv) Dh, and the ops read them in place (rows W apart). */
-static void attention_gqa(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
+ * W = (Hq + 2 Hkv) Dh, and the ops read them in place (rows W apart).
+ * Returns out_proj's: 1 when the output went into x. */
+static int attention_gqa(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
 {
     const sd_ops *op = m->be->ops;
     sd_backend *be = m->be;
     const sd_model_cfg *c = &m->cfg;
     int Hq = m->hq, Hkv = m->hkv, Dh = c->head_dim; /* this rank's heads */
-    int in_dim = (int)L->wqkv.cols, W = (int)L->wqkv.rows;
-    op->matmul(be, m->qkv, m->xn, &L->wqkv, L->has_bias ? &L->bqkv : NULL, T, in_dim);
+    int W = (int)L->wqkv.rows;
+    xn_matmul(m, m->qkv, &L->wqkv, L->has_bias ? &L->bqkv : NULL, T, 0);
     float *q = m->qkv, *k = q + (size_t)Hq * Dh, *v = k + (size_t)Hkv * Dh;
     int qs = W, kvs = W;
     if (L->has_qk_norm) {
@@ -1007,19 +1084,19 @@ static void attention_gqa(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
     op->rope_kv(be, q, k, v, L->kc, L->vc, ab, &m->rope, Hq, Hkv, Dh, Dh, qs, kvs);
     op->attn_gqa(be, m->att, q, NULL, NULL, L->kc, L->vc, ab, Hq, Hkv, Dh, Dh, qs, kvs,
                  m->attn_scale);
-    op->matmul(be, m->ao, m->att, &L->wo, L->bo.data ? &L->bo : NULL, T, Hq * Dh);
+    return out_proj(m, m->ao, m->att, &L->wo, L->bo.data ? &L->bo : NULL, T, Hq * Dh);
 }
 
-static void attention_mla(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
+static int attention_mla(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
 {
     const sd_ops *op = m->be->ops;
     sd_backend *be = m->be;
     const sd_model_cfg *c = &m->cfg;
-    int H = m->hq, D = c->hidden_size, C = c->kv_lora_rank, R = c->qk_rope_head_dim;
+    int H = m->hq, C = c->kv_lora_rank, R = c->qk_rope_head_dim;
     int nope = c->qk_nope_head_dim, vd = c->v_head_dim, qk = nope + R;
     /* one matmul: the row [q_a | c_kv k_pe] (q_lora) or [q | c_kv k_pe], W wide */
     int W = (int)L->wqkv.rows;
-    op->matmul(be, m->qkv, m->xn, &L->wqkv, NULL, T, D);
+    xn_matmul(m, m->qkv, &L->wqkv, NULL, T, 0);
     float *ckv = m->qkv + (W - (C + R)), *q = m->qkv;
     int qs = W; /* q's row stride */
     if (c->q_lora_rank > 0) {
@@ -1036,10 +1113,12 @@ static void attention_mla(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
     op->attn_mla(be, m->lat, m->qlat, q + nope, NULL, NULL, L->kc, ab, H, C, R, qs, qk, W,
                  m->attn_scale);
     op->matmul_heads(be, m->att, m->lat, &L->wuv, T, H, H * C, C, 0);
-    op->matmul(be, m->ao, m->att, &L->wo, NULL, T, H * vd);
+    return out_proj(m, m->ao, m->att, &L->wo, NULL, T, H * vd);
 }
 
-static void ffn(sd_model *m, layer *L, int T)
+/* Returns out_proj's: 1 when the output went into x (a dense MLP on the
+ * fused path). */
+static int ffn(sd_model *m, layer *L, int T)
 {
     const sd_ops *op = m->be->ops;
     sd_backend *be = m->be;
@@ -1052,19 +1131,20 @@ static void ffn(sd_model *m, layer *L, int T)
                           .sigmoid = c->scoring_sigmoid,
                           .routed_scaling_factor = (float)c->routed_scaling_factor,
                           .n_always = L->n_always};
+        xn_ready(m, T); /* three readers: the router, the experts, the shared MLP */
         op->moe_router_route(be, m->ids, m->wts, m->rlog, m->xn, &L->router, L->corr_bias, T, D,
                              &r);
         op->moe_ffn(be, m->fo, m->xn, m->ids, m->wts, &L->experts, T, K + L->n_always, D,
                     m->moetmp);
         if (!L->gate_up.data)
-            return;
+            return 0;
         op->matmul_silu(be, m->gu, m->xn, &L->gate_up, T, D);
-        op->matmul(be, m->ao, m->gu, &L->down, NULL, T, L->ffn_inter);
-        op->add(be, m->fo, m->ao, T, D);
-        return;
+        /* fo += the shared experts: a rank's partial, any tp */
+        sd_matmul_add(be, m->fo, m->gu, &L->down, NULL, T, L->ffn_inter, m->ao);
+        return 0;
     }
-    op->matmul_silu(be, m->gu, m->xn, &L->gate_up, T, D);
-    op->matmul(be, m->fo, m->gu, &L->down, NULL, T, L->ffn_inter);
+    xn_matmul(m, m->gu, &L->gate_up, NULL, T, 1);
+    return out_proj(m, m->fo, m->gu, &L->down, NULL, T, L->ffn_inter);
 }
 
 /* x += attn(norm(x)); x += ffn(norm(x)). On entry xn = attn_norm(x) (the
@@ -1074,13 +1154,10 @@ static void ffn(sd_model *m, layer *L, int T)
 static void decoder_layer(sd_model *m, layer *L, const sd_attn_batch *ab, int T,
                           const sd_weight *next_norm)
 {
-    if (L->mla)
-        attention_mla(m, L, ab, T);
-    else
-        attention_gqa(m, L, ab, T);
-    residual_norm(m, m->ao, &L->ffn_norm, T); /* row-parallel o_proj partials */
-    ffn(m, L, T);
-    residual_norm(m, m->fo, next_norm, T); /* down / experts' down partials */
+    int added = L->mla ? attention_mla(m, L, ab, T) : attention_gqa(m, L, ab, T);
+    residual_norm(m, added ? NULL : m->ao, &L->ffn_norm, T); /* row-parallel o_proj partials */
+    added = ffn(m, L, T);
+    residual_norm(m, added ? NULL : m->fo, next_norm, T); /* down / experts' down partials */
 }
 
 static int check_batch(sd_model *m, const sd_fwd *f, sd_err *err)
@@ -1103,6 +1180,7 @@ static void head(sd_model *m, const sd_fwd *f, const sd_weight *lm)
     const sd_ops *op = m->be->ops;
     sd_backend *be = m->be;
     int T = f->ab.n_tokens, D = m->cfg.hidden_size;
+    xn_ready(m, T);
     if (f->hidden)
         op->copy2d(be, f->hidden, m->xn, T, D, D, D);
     if (f->logits && f->n_out > 0) {
@@ -1131,8 +1209,7 @@ int sd_model_forward(sd_model *m, const sd_fwd *f, sd_err *err)
     sd_backend *be = m->be;
     int T = f->ab.n_tokens, D = m->cfg.hidden_size;
     embed_tokens(m, m->x, &m->embed, f->tokens, T);
-    op->rmsnorm(be, m->xn, m->x, m->n_layers ? &m->layers[0].attn_norm : &m->norm, T, D, D, D,
-                (float)m->cfg.rms_eps);
+    first_norm(m, m->n_layers ? &m->layers[0].attn_norm : &m->norm, T);
     for (int i = 0; i < m->n_layers; i++) {
         decoder_layer(m, &m->layers[i], &f->ab, T,
                       i + 1 < m->n_layers ? &m->layers[i + 1].attn_norm : &m->norm);
@@ -1163,7 +1240,7 @@ int sd_model_mtp_forward(sd_model *m, const sd_fwd *f, sd_err *err)
     op->rmsnorm(be, m->eh, m->xn, &m->enorm, T, D, D, 2 * D, eps);
     op->rmsnorm(be, m->eh + D, f->in_hidden, &m->hnorm, T, D, D, 2 * D, eps);
     op->matmul(be, m->x, m->eh, &m->eh_proj, NULL, T, 2 * D);
-    op->rmsnorm(be, m->xn, m->x, &m->mtp.attn_norm, T, D, D, D, eps);
+    first_norm(m, &m->mtp.attn_norm, T);
     decoder_layer(m, &m->mtp, &f->ab, T, &m->sh_norm);
     if (f->out_hidden)
         op->copy2d(be, f->out_hidden, m->x, T, D, D, D);
