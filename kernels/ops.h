@@ -321,7 +321,7 @@ typedef struct sd_ops {
     /* rmsnorm_matmul: the numbers of rmsnorm(xn, x, g, n, K, K, K, eps)
      * (K = w.cols, dense rows) followed by matmul(y, xn, w, bias, n, K), or
      * with silu (bias NULL) by matmul_silu(y, xn, w, n, K): the normalized
-     * rows land in xn too. xn may not alias x or y. */
+     * rows land in xn too. Neither y nor xn may alias x or each other. */
     void (*rmsnorm_matmul)(sd_backend *be, float *y, float *xn, const float *x, const sd_weight *g,
                            float eps, const sd_weight *w, const sd_weight *bias, int n, int silu);
 } sd_ops;

@@ -17,7 +17,9 @@
 #      nopre=BIN:SPECD_PDL=1:SPECD_GEMV_PRE=0 nosilu=BIN:SPECD_PDL=1:SPECD_MATMUL_SILU=0
 #      gate2=BIN:SPECD_PDL=1:SPECD_MOE_GATE=2, and with bench/gpu/pending/0001
 #      nofew=BIN:SPECD_GEMV_FEW=0 at BATCH=1,4,8, with 0002
-#      norouter=BIN:SPECD_ROUTER_FUSED=0, with 0003 mergek=BIN:SPECD_ATTN_MERGE=kernel;
+#      norouter=BIN:SPECD_ROUTER_FUSED=0, with 0003 mergek=BIN:SPECD_ATTN_MERGE=kernel,
+#      with 0004 unfused=BIN:SPECD_RESIDUAL_FUSED=0 (the model's add_rmsnorm
+#      path) and normk=BIN:SPECD_NORM_FUSED=0 (the fused ops, norm kernels);
 #      engine options as bench
 #      arguments: slots=BIN:--opt=moe-shared-slots=true).
 # Everything lands in a work directory packed into OUT/lab.tgz after every
@@ -43,7 +45,7 @@ if [ "${SKIP_VALIDATE:-0}" != 1 ]; then
 fi
 # the paths an A/B switch leaves off by default, through the op tests too
 if [ "${SKIP_VALIDATE:-0}" != 1 ]; then
-    SPECD_GEMV_PRE=0 SPECD_MATMUL_SILU=0 SPECD_MOE_GATE=2 SPECD_GEMV_FEW=0 SPECD_ROUTER_FUSED=0 SPECD_ATTN_MERGE=kernel \
+    SPECD_GEMV_PRE=0 SPECD_MATMUL_SILU=0 SPECD_MOE_GATE=2 SPECD_GEMV_FEW=0 SPECD_ROUTER_FUSED=0 SPECD_ATTN_MERGE=kernel SPECD_NORM_FUSED=0 \
         timeout 120 "$B/test_gpu_ops" \
         > "$OUT/gpu_ops_switches_off.txt" 2>&1
     el "test_gpu_ops with the switches off: exit $?, $(grep -c '^FAIL' "$OUT/gpu_ops_switches_off.txt") FAIL"
