@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Packs what the GPU scripts run from a CUDA build: specd, the GPU test
 # programs, the benches and the context test, into DIR (bench/ and tests/
-# under it, as the scripts expect) and DIR.tgz next to it, one file to
-# carry to the GPU machine (untar it there with `tar -xzf DIR.tgz -C PARENT`).
+# under it, as the scripts expect) and DIR.txz next to it, one file to
+# carry to the GPU machine (unpack it there with bench/gpu/unpack.sh
+# DIR.txz PARENT). xz with its large window: the binaries each hold the
+# same ~14 MB of device code, which gzip's 32 KB window packs once per
+# binary (21 MB) and xz once (2-3 MB).
 # usage: bench/gpu/pack.sh BUILD_DIR DIR
 set -euo pipefail
 b=${1:?BUILD_DIR}; d=${2:?DIR}
@@ -11,5 +14,5 @@ mkdir -p "$d/bench" "$d/tests"
 cp "$b/specd" "$b/tests/test_gpu_ops" "$b/tests/test_gpu_model" "$b/tests/test_gpu_comm" "$d/"
 cp "$b/bench/specd-bench-decode" "$b/bench/specd-bench-allreduce" "$b/bench/specd-bench-kernels" "$d/bench/"
 cp "$b/tests/test_engine_context" "$d/tests/"
-tar -C "$(dirname "$d")" -czf "$d.tgz" "$(basename "$d")"
-ls -la "$d.tgz"
+tar -C "$(dirname "$d")" -cf - "$(basename "$d")" | xz -9 -T0 > "$d.txz"
+ls -la "$d.txz"

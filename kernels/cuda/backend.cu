@@ -331,6 +331,8 @@ static const sd_ops cuda_ops = {
     /* .mla_prep = */ sd__cuda_mla_prep,
     /* .matmul_silu = */ sd__cuda_matmul_silu,
     /* .moe_router_route = */ sd__cuda_moe_router_route,
+    /* .matmul_add = */ NULL, /* the fused residual ops: not yet (the model */
+    /* .rmsnorm_matmul = */ NULL, /* runs add_rmsnorm after each sublayer) */
 };
 
 int sd_cuda_make_current(sd_backend *be)

@@ -3,13 +3,13 @@
 # beside this script, written without a GPU): this tree as the base, and
 # this tree with the series applied (git am in a worktree), both CUDA
 # release builds, packed for the call (bench/gpu/pack.sh):
-#   .carry/base-bin.tgz   this checkout (specd-bench-decode only: the A/B)
-#   .carry/new-bin.tgz    this checkout + the series (all that lab_run.sh runs)
+#   .carry/base-bin.txz   this checkout
+#   .carry/new-bin.txz    this checkout + the series (all that lab_run.sh runs)
 # Then, on the GPU machine (one call; the tree that travels is this one,
 # whose bench/gpu/lab_run.sh is the same in both):
-#   for t in new-bin base-bin; do tar -xzf .carry/$t.tgz -C .carry; done
+#   for t in new-bin base-bin; do bash bench/gpu/unpack.sh .carry/$t.txz .carry; done
 #   ROUNDS=2 bash bench/gpu/lab_run.sh .carry/new-bin $OUT COMMIT .carry/base-bin
-# with carry [".carry/new-bin.tgz", ".carry/base-bin.tgz"]. Land the series
+# with carry [".carry/new-bin.txz", ".carry/base-bin.txz"]. Land the series
 # (git am) only if that validation passes.
 # usage: bench/gpu/pending/build.sh   (from the repository root)
 set -euo pipefail
@@ -19,11 +19,7 @@ opts=(-Dcuda=enabled -Dgencode=arch=compute_90a,code=sm_90a --buildtype=release 
 mkdir -p .carry
 [ -f .carry/build-base/build.ninja ] || meson setup .carry/build-base "${opts[@]}" >/dev/null
 ninja -C .carry/build-base | { grep -iE "warning|error" || true; }
-bash bench/gpu/pack.sh .carry/build-base .carry/base-bin >/dev/null
-# the base only runs the decode A/B: its bench alone (the tree and two full
-# packs come near the 64 MiB a call carries)
-tar -C .carry -czf .carry/base-bin.tgz base-bin/bench/specd-bench-decode
-ls -la .carry/base-bin.tgz
+bash bench/gpu/pack.sh .carry/build-base .carry/base-bin
 wt=$(mktemp -d)/series
 git worktree add -q --detach "$wt" HEAD
 trap 'git -C "$root" worktree remove --force "$wt"' EXIT
