@@ -27,6 +27,7 @@
 # usage: bench/gpu/lab_run.sh BIN_DIR OUT COMMIT [BASE_BIN_DIR]
 #   SKIP_VALIDATE=1 SKIP_LAB=1 SKIP_NCU=1 SKIP_AB=1: leave a phase out
 #   LAB_AB=VAR=VALUE: run the GEMV lab again under that switch
+#   NCU_DEEP=1: stall reasons of the 8B's small kernels (after the trace)
 set -uo pipefail
 B=${1:?bin}; FINAL=${2:?out}; C=${3:-unknown}; BASE=${4:-}
 . bench/gpu/env.sh
@@ -87,6 +88,23 @@ if [ -n "$NCU" ] && [ "${SKIP_NCU:-0}" != 1 ]; then
     done
 else
     el "no ncu ($NCU) or skipped"
+fi
+# NCU_DEEP=1: the small kernels of the 8B's decode at batch 1 and 4 with
+# stall reasons, DRAM throughput and occupancy (tools/ncu_deep.py): where
+# their microseconds go (the next step for attention and the few-row GEMV)
+if [ -n "$NCU" ] && [ "${NCU_DEEP:-0}" = 1 ]; then
+    for bt in 1 4; do
+        timeout ${NCU_DEEP_S:-120} "$NCU" --clock-control none --cache-control none \
+            --kernel-name 'regex:attn_kernel|attn_merge_kernel|gemv_kernel|norm_kernel|rope_kv_kernel' \
+            --launch-skip ${NCU_DEEP_SKIP:-700} --launch-count ${NCU_DEEP_N:-24} \
+            --metrics 'gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+            --print-units base --csv --page raw --log-file "$OUT/ncu-deep-l8b-b$bt.csv" \
+            "$B/bench/specd-bench-decode" --model "$CKPT/l8b" --batch $bt --max-tokens 16 \
+            --prompt-len 8 --warmup 2 --device cuda > "$OUT/ncu-deep-l8b-b$bt.txt" 2>&1
+        el "ncu deep l8b batch $bt exit $?"
+        python3 tools/ncu_deep.py "$OUT/ncu-deep-l8b-b$bt.csv" --json "$OUT/ncu-deep-l8b-b$bt.json" 2>&1 | head -16
+        save
+    done
 fi
 if [ "${SKIP_AB:-0}" != 1 ]; then
     cf=()
