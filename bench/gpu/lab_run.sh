@@ -19,14 +19,15 @@
 #      nofew=BIN:SPECD_GEMV_FEW=0 at BATCH=1,4,8, with 0002
 #      norouter=BIN:SPECD_ROUTER_FUSED=0, with 0003 mergek=BIN:SPECD_ATTN_MERGE=kernel,
 #      with 0004 unfused=BIN:SPECD_RESIDUAL_FUSED=0 (the model's add_rmsnorm
-#      path) and normk=BIN:SPECD_NORM_FUSED=0 (the fused ops, norm kernels);
+#      path) and normk=BIN:SPECD_NORM_FUSED=0 (the fused ops, norm kernels),
+#      with 0005 nowide=BIN:SPECD_GEMV_WIDE=0;
 #      engine options as bench
 #      arguments: slots=BIN:--opt=moe-shared-slots=true).
 # Everything lands in a work directory packed into OUT/lab.tgz after every
 # phase (a call cut short still returns what ran).
 # usage: bench/gpu/lab_run.sh BIN_DIR OUT COMMIT [BASE_BIN_DIR]
 #   SKIP_VALIDATE=1 SKIP_LAB=1 SKIP_NCU=1 SKIP_AB=1: leave a phase out
-#   LAB_AB=VAR=VALUE: run the GEMV lab again under that switch
+#   LAB_AB="VAR=VALUE ...": run the GEMV lab again under those switches
 #   NCU_DEEP=1: stall reasons of the 8B's small kernels (after the trace)
 set -uo pipefail
 B=${1:?bin}; FINAL=${2:?out}; C=${3:-unknown}; BASE=${4:-}
@@ -46,7 +47,7 @@ if [ "${SKIP_VALIDATE:-0}" != 1 ]; then
 fi
 # the paths an A/B switch leaves off by default, through the op tests too
 if [ "${SKIP_VALIDATE:-0}" != 1 ]; then
-    SPECD_GEMV_PRE=0 SPECD_MATMUL_SILU=0 SPECD_MOE_GATE=2 SPECD_GEMV_FEW=0 SPECD_ROUTER_FUSED=0 SPECD_ATTN_MERGE=kernel SPECD_NORM_FUSED=0 \
+    SPECD_GEMV_PRE=0 SPECD_MATMUL_SILU=0 SPECD_MOE_GATE=2 SPECD_GEMV_FEW=0 SPECD_ROUTER_FUSED=0 SPECD_ATTN_MERGE=kernel SPECD_NORM_FUSED=0 SPECD_GEMV_WIDE=0 \
         timeout 120 "$B/test_gpu_ops" \
         > "$OUT/gpu_ops_switches_off.txt" 2>&1
     el "test_gpu_ops with the switches off: exit $?, $(grep -c '^FAIL' "$OUT/gpu_ops_switches_off.txt") FAIL"
@@ -58,14 +59,14 @@ if [ "${SKIP_LAB:-0}" != 1 ]; then
     el "gemv lab exit $?"
     grep -A12 "batch-1 step" "$OUT/gemv-lab.txt" | head -12
     save
-    # LAB_AB=VAR=VALUE: the lab once more under that switch (gemv-lab-ab.json)
+    # LAB_AB="VAR=VALUE ...": the lab once more under those switches (gemv-lab-ab.json)
     if [ -n "${LAB_AB:-}" ]; then
-        env "$LAB_AB" timeout ${LAB_S:-200} "$B/bench/specd-bench-kernels" --gemv-lab --commit "$C" \
+        env $LAB_AB timeout ${LAB_S:-200} "$B/bench/specd-bench-kernels" --gemv-lab --commit "$C" \
             --out "$OUT/gemv-lab-ab.json" > "$OUT/gemv-lab-ab.txt" 2>&1
         el "gemv lab with $LAB_AB exit $?"
-        # the n = 4 rows: us/graph here, then under the switch
-        paste <(awk 'NF > 8 && $(NF-5) == 4 {print $0}' "$OUT/gemv-lab.txt") \
-            <(awk 'NF > 8 && $(NF-5) == 4 {print $(NF-4)}' "$OUT/gemv-lab-ab.txt") | head -12
+        # the n = 1 and 4 rows: us/graph here, then under the switches
+        paste <(awk 'NF > 8 && ($(NF-5) == 4 || $(NF-5) == 1) {print $0}' "$OUT/gemv-lab.txt") \
+            <(awk 'NF > 8 && ($(NF-5) == 4 || $(NF-5) == 1) {print $(NF-4)}' "$OUT/gemv-lab-ab.txt") | head -24
         save
     fi
 fi
