@@ -4,6 +4,7 @@
 #define SD_TESTS_TARGET_FIXTURES_H
 
 #include <dirent.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 
@@ -29,6 +30,25 @@ static inline int golden_fixtures(char names[][256], int max)
             snprintf(names[n++], 256, "%s", e->d_name);
     }
     closedir(d);
+    return n;
+}
+
+/* The first max token ids of a fixture's golden.json; returns the count (0
+ * when it cannot be read). */
+static inline int fixture_ids(const char *dir, int32_t *ids, int max)
+{
+    char path[1600];
+    snprintf(path, sizeof path, "%s/golden.json", dir);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j)
+        return 0;
+    json_t *a = json_object_get(j, "ids");
+    int n = (int)json_array_size(a);
+    n = n < max ? n : max;
+    for (int i = 0; i < n; i++)
+        ids[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    json_decref(j);
     return n;
 }
 

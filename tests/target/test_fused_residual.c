@@ -16,23 +16,6 @@
 #include "fixtures.h"
 #include "test.h"
 
-static int read_ids(const char *dir, int32_t *ids, int max)
-{
-    char path[1600];
-    snprintf(path, sizeof path, "%s/golden.json", dir);
-    json_error_t je;
-    json_t *j = json_load_file(path, 0, &je);
-    if (!j)
-        return 0;
-    json_t *a = json_object_get(j, "ids");
-    int n = (int)json_array_size(a);
-    n = n < max ? n : max;
-    for (int i = 0; i < n; i++)
-        ids[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
-    json_decref(j);
-    return n;
-}
-
 /* Everything one model gives for ids. */
 typedef struct outs {
     float *logits, *hidden, *step, *mtp, *mtp_hidden; /* (n,V) (n,D) (n,V) (n-1,V) (n-1,D) */
@@ -116,7 +99,7 @@ TEST(fused_residual_path_gives_the_unfused_bits_on_every_fixture)
         char dir[1400];
         snprintf(dir, sizeof dir, "%.1000s/tests/golden/models/%.255s", sd_test_srcdir(), names[f]);
         int32_t ids[64];
-        int n = read_ids(dir, ids, 24);
+        int n = fixture_ids(dir, ids, 24);
         if (n < 4) {
             fprintf(stderr, "  %s: no ids\n", names[f]);
             failed = 1;

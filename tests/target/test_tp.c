@@ -23,23 +23,6 @@
 /* fp32 partial sums added in another order: relative to the largest logit */
 #define TP_TOL 1e-5
 
-static int read_ids(const char *dir, int32_t *ids, int max)
-{
-    char path[1600];
-    snprintf(path, sizeof path, "%s/golden.json", dir);
-    json_error_t je;
-    json_t *j = json_load_file(path, 0, &je);
-    if (!j)
-        return 0;
-    json_t *a = json_object_get(j, "ids");
-    int n = (int)json_array_size(a);
-    n = n < max ? n : max;
-    for (int i = 0; i < n; i++)
-        ids[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
-    json_decref(j);
-    return n;
-}
-
 /* The TP runner on `tp` CPU ranks sharing `threads` threads. */
 static int runner_open(sd_tp_runner **t, const char *dir, int tp, int threads,
                        const sd_model_opts *mo, sd_err *err)
@@ -196,7 +179,7 @@ TEST(tp_2_and_4_logits_hidden_and_mtp_equal_tp_1_on_every_fixture)
         char dir[1400];
         snprintf(dir, sizeof dir, "%.1000s/tests/golden/models/%.255s", sd_test_srcdir(), names[f]);
         int32_t ids[64];
-        int n = read_ids(dir, ids, 24);
+        int n = fixture_ids(dir, ids, 24);
         ref r;
         sd_err err = {0};
         if (n < 4 || tp1_ref(dir, ids, n, &r, &err)) {
@@ -476,7 +459,7 @@ static void *hk_rank_main(void *arg)
 static int hooked_tp(const char *name, const char *dir, int P, int ep, char *msg, size_t ml)
 {
     int32_t ids[16];
-    int n = read_ids(dir, ids, 16);
+    int n = fixture_ids(dir, ids, 16);
     hook_comm h;
     memset(&h, 0, sizeof h);
     sd_err err = {0};
