@@ -94,15 +94,23 @@ fi
 # stall reasons, DRAM throughput and occupancy (tools/ncu_deep.py): where
 # their microseconds go (the next step for attention and the few-row GEMV)
 if [ -n "$NCU" ] && [ "${NCU_DEEP:-0}" = 1 ]; then
+    base_m=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size
+    st=smsp__average_warps_issue_stalled_
+    # every stall reason by a regex; if this ncu refuses it, the common ones by name
     for bt in 1 4; do
-        timeout ${NCU_DEEP_S:-120} "$NCU" --clock-control none --cache-control none \
-            --kernel-name 'regex:attn_kernel|attn_merge_kernel|gemv_kernel|norm_kernel|rope_kv_kernel' \
-            --launch-skip ${NCU_DEEP_SKIP:-700} --launch-count ${NCU_DEEP_N:-24} \
-            --metrics 'gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
-            --print-units base --csv --page raw --log-file "$OUT/ncu-deep-l8b-b$bt.csv" \
-            "$B/bench/specd-bench-decode" --model "$CKPT/l8b" --batch $bt --max-tokens 16 \
-            --prompt-len 8 --warmup 2 --device cuda > "$OUT/ncu-deep-l8b-b$bt.txt" 2>&1
-        el "ncu deep l8b batch $bt exit $?"
+        for mset in "regex:${st}.*_per_issue_active\\.ratio" \
+            "$(for r in long_scoreboard short_scoreboard barrier wait mio_throttle lg_throttle not_selected math_pipe_throttle; do printf '%s%s_per_issue_active.ratio,' $st $r; done | sed 's/,$//')"; do
+            timeout ${NCU_DEEP_S:-120} "$NCU" --clock-control none --cache-control none \
+                --kernel-name 'regex:attn_kernel|attn_merge_kernel|gemv_kernel|norm_kernel|rope_kv_kernel' \
+                --launch-skip ${NCU_DEEP_SKIP:-700} --launch-count ${NCU_DEEP_N:-24} \
+                --metrics "$base_m,$mset" \
+                --print-units base --csv --page raw --log-file "$OUT/ncu-deep-l8b-b$bt.csv" \
+                "$B/bench/specd-bench-decode" --model "$CKPT/l8b" --batch $bt --max-tokens 16 \
+                --prompt-len 8 --warmup 2 --device cuda > "$OUT/ncu-deep-l8b-b$bt.txt" 2>&1
+            rc=$?
+            el "ncu deep l8b batch $bt exit $rc"
+            grep -q '"ID"' "$OUT/ncu-deep-l8b-b$bt.csv" 2>/dev/null && break
+        done
         python3 tools/ncu_deep.py "$OUT/ncu-deep-l8b-b$bt.csv" --json "$OUT/ncu-deep-l8b-b$bt.json" 2>&1 | head -16
         save
     done
