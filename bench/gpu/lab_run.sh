@@ -20,7 +20,8 @@
 #      norouter=BIN:SPECD_ROUTER_FUSED=0, with 0003 mergek=BIN:SPECD_ATTN_MERGE=kernel,
 #      with 0004 unfused=BIN:SPECD_RESIDUAL_FUSED=0 (the model's add_rmsnorm
 #      path) and normk=BIN:SPECD_NORM_FUSED=0 (the fused ops, norm kernels),
-#      with 0005 nowide=BIN:SPECD_GEMV_WIDE=0;
+#      with 0005 nowide=BIN:SPECD_GEMV_WIDE=0, with 0006
+#      nopersist=BIN:SPECD_GEMV_PERSIST=0;
 #      engine options as bench
 #      arguments: slots=BIN:--opt=moe-shared-slots=true).
 # Everything lands in a work directory packed into OUT/lab.tgz after every
@@ -29,6 +30,7 @@
 #   SKIP_VALIDATE=1 SKIP_LAB=1 SKIP_NCU=1 SKIP_AB=1: leave a phase out
 #   LAB_AB="VAR=VALUE ...": run the GEMV lab again under those switches
 #   NCU_DEEP=1: stall reasons of the 8B's small kernels (after the trace)
+#   AB_NOPDL=0: the A/B without the new build's SPECD_PDL=0 run
 set -uo pipefail
 B=${1:?bin}; FINAL=${2:?out}; C=${3:-unknown}; BASE=${4:-}
 . bench/gpu/env.sh
@@ -47,7 +49,7 @@ if [ "${SKIP_VALIDATE:-0}" != 1 ]; then
 fi
 # the paths an A/B switch leaves off by default, through the op tests too
 if [ "${SKIP_VALIDATE:-0}" != 1 ]; then
-    SPECD_GEMV_PRE=0 SPECD_MATMUL_SILU=0 SPECD_MOE_GATE=2 SPECD_GEMV_FEW=0 SPECD_ROUTER_FUSED=0 SPECD_ATTN_MERGE=kernel SPECD_NORM_FUSED=0 SPECD_GEMV_WIDE=0 \
+    SPECD_GEMV_PRE=0 SPECD_MATMUL_SILU=0 SPECD_MOE_GATE=2 SPECD_GEMV_FEW=0 SPECD_ROUTER_FUSED=0 SPECD_ATTN_MERGE=kernel SPECD_NORM_FUSED=0 SPECD_GEMV_WIDE=0 SPECD_GEMV_PERSIST=0 \
         timeout 120 "$B/test_gpu_ops" \
         > "$OUT/gpu_ops_switches_off.txt" 2>&1
     el "test_gpu_ops with the switches off: exit $?, $(grep -c '^FAIL' "$OUT/gpu_ops_switches_off.txt") FAIL"
@@ -118,7 +120,8 @@ fi
 if [ "${SKIP_AB:-0}" != 1 ]; then
     cf=()
     [ -n "$BASE" ] && cf+=(base="$BASE")
-    cf+=(new-nopdl="$B:SPECD_PDL=0" new-pdl="$B:SPECD_PDL=1" ${AB_EXTRA:-})
+    [ "${AB_NOPDL:-1}" = 1 ] && cf+=(new-nopdl="$B:SPECD_PDL=0") # AB_NOPDL=0: PDL is settled
+    cf+=(new-pdl="$B:SPECD_PDL=1" ${AB_EXTRA:-})
     MODELS="l8b dsv2lite" ROUNDS=${ROUNDS:-1} BATCH=${BATCH:-1} MAXTOK=${MAXTOK:-96} \
         timeout ${AB_S:-240} bash bench/gpu/ab_launch.sh "$OUT/ab" "$C" "${cf[@]}" 2>&1 | tail -20
     el "a/b done"

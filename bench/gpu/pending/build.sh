@@ -12,6 +12,7 @@
 # with carry [".carry/new-bin.txz", ".carry/base-bin.txz"]. Land the series
 # (git am) only if that validation passes.
 # usage: bench/gpu/pending/build.sh   (from the repository root)
+#   SKIP_PATCHES="NNNN ...": build the series without those patches
 set -euo pipefail
 root=$(pwd)
 ls bench/gpu/pending/*.patch >/dev/null 2>&1 || { echo "no bench/gpu/pending/*.patch: nothing waits for a GPU"; exit 1; }
@@ -23,7 +24,12 @@ bash bench/gpu/pack.sh .carry/build-base .carry/base-bin
 wt=$(mktemp -d)/series
 git worktree add -q --detach "$wt" HEAD
 trap 'git -C "$root" worktree remove --force "$wt"' EXIT
-git -C "$wt" am -q "$root"/bench/gpu/pending/*.patch
+# SKIP_PATCHES="0003 0006": leave those patches out (by their numbers)
+for p in "$root"/bench/gpu/pending/*.patch; do
+    n=$(basename "$p" | cut -c1-4)
+    if [[ " ${SKIP_PATCHES:-} " == *" $n "* ]]; then echo "left out: $(basename "$p")"; continue; fi
+    git -C "$wt" am -q "$p"
+done
 rm -rf .carry/build-series # its sources are a new worktree each time
 (cd "$wt" && meson setup "$root/.carry/build-series" "${opts[@]}" >/dev/null)
 ninja -C .carry/build-series | { grep -iE "warning|error" || true; }
