@@ -22,6 +22,23 @@ mkdir -p "$out" "$CK"
 w=$(mktemp -d)
 CKPT=$CK random_ckpt l8b > "$w/ckpt.log"; CKPT=$CK random_ckpt dsv2lite >> "$w/ckpt.log"
 dev=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+configs="$*"
+merge() {
+python3 - "$w" "$out/ab.json" "$commit" "$dev" "$configs" "$1" <<'PY'
+import glob, json, sys
+w, out, commit, dev, configs, quiet = sys.argv[1:7]
+runs = []
+for p in sorted(glob.glob(f"{w}/*.json")):
+    d = json.load(open(p))
+    for x in d["results"]:
+        runs.append(dict(label=d["label"], batch=x["batch"],
+                         decode_tokens_per_s=x["decode_tokens_per_s"], step_ms=x["step_ms"]))
+json.dump(dict(benchmark="bench/gpu/ab_launch.sh", commit=commit, machine=dev, configs=configs,
+               runs=runs), open(out, "w"), indent=1)
+for r in runs if quiet != "1" else []:
+    print(f"{r['label']:32s} b{r['batch']:<3d} {r['decode_tokens_per_s']:9.1f} tok/s  {r['step_ms']:.3f} ms/step")
+PY
+}
 for r in $(seq 1 "$rounds"); do
     for m in ${MODELS:-l8b dsv2lite}; do
         for cfg in "$@"; do
@@ -36,21 +53,9 @@ for r in $(seq 1 "$rounds"); do
                 --model "$CK/$m" --batch "${BATCH:-1,32}" --max-tokens "${MAXTOK:-128}" \
                 --prompt-len 64 --warmup 8 --device cuda --commit "$commit" --machine "$dev" \
                 --label "$l" --out "$w/$l.json" > "$w/$l.txt" 2> "$w/$l.log" || tail -3 "$w/$l.log"
+            merge 1 # ab.json holds every finished run, should a time limit stop the rest
         done
     done
 done
-python3 - "$w" "$out/ab.json" "$commit" "$dev" "$*" <<'PY'
-import glob, json, sys
-w, out, commit, dev, configs = sys.argv[1:6]
-runs = []
-for p in sorted(glob.glob(f"{w}/*.json")):
-    d = json.load(open(p))
-    for x in d["results"]:
-        runs.append(dict(label=d["label"], batch=x["batch"],
-                         decode_tokens_per_s=x["decode_tokens_per_s"], step_ms=x["step_ms"]))
-json.dump(dict(benchmark="bench/gpu/ab_launch.sh", commit=commit, machine=dev, configs=configs,
-               runs=runs), open(out, "w"), indent=1)
-for r in runs:
-    print(f"{r['label']:32s} b{r['batch']:<3d} {r['decode_tokens_per_s']:9.1f} tok/s  {r['step_ms']:.3f} ms/step")
-PY
+merge 0
 tar -C "$w" -czf "$out/ab-runs.tgz" .
