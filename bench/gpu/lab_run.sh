@@ -92,28 +92,32 @@ if [ -n "$NCU" ] && [ "${SKIP_NCU:-0}" != 1 ]; then
 else
     el "no ncu ($NCU) or skipped"
 fi
-# NCU_DEEP=1: the small kernels of the 8B's decode at batch 1 and 4 with
-# stall reasons, DRAM throughput and occupancy (tools/ncu_deep.py): where
-# their microseconds go (the next step for attention and the few-row GEMV)
+# NCU_DEEP=1: the small kernels of the 8B's decode at batch 1 and 4 and of
+# V2-Lite's at batch 1 with stall reasons, DRAM throughput and occupancy
+# (tools/ncu_deep.py): where their microseconds go (the next step for
+# attention, the few-row GEMV, the MLA and MoE kernels)
 if [ -n "$NCU" ] && [ "${NCU_DEEP:-0}" = 1 ]; then
     base_m=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size
     st=smsp__average_warps_issue_stalled_
     # every stall reason by a regex; if this ncu refuses it, the common ones by name
-    for bt in 1 4; do
+    for run in l8b:1 l8b:4 dsv2lite:1; do
+        m=${run%%:*}; bt=${run#*:}; tag=$m-b$bt
+        ks='attn_kernel|attn_merge_kernel|gemv_kernel|norm_kernel|rope_kv_kernel'
+        [ $m = dsv2lite ] && ks='mla_tc_kernel|mla_prep_kernel|attn_merge_kernel|gemv_kernel|moe_.*|router_route_kernel|norm_kernel|add4_kernel'
         for mset in "regex:${st}.*_per_issue_active\\.ratio" \
             "$(for r in long_scoreboard short_scoreboard barrier wait mio_throttle lg_throttle not_selected math_pipe_throttle; do printf '%s%s_per_issue_active.ratio,' $st $r; done | sed 's/,$//')"; do
             timeout ${NCU_DEEP_S:-120} "$NCU" --clock-control none --cache-control none \
-                --kernel-name 'regex:attn_kernel|attn_merge_kernel|gemv_kernel|norm_kernel|rope_kv_kernel' \
+                --kernel-name "regex:$ks" \
                 --launch-skip ${NCU_DEEP_SKIP:-700} --launch-count ${NCU_DEEP_N:-24} \
                 --metrics "$base_m,$mset" \
-                --print-units base --csv --page raw --log-file "$OUT/ncu-deep-l8b-b$bt.csv" \
-                "$B/bench/specd-bench-decode" --model "$CKPT/l8b" --batch $bt --max-tokens 16 \
-                --prompt-len 8 --warmup 2 --device cuda > "$OUT/ncu-deep-l8b-b$bt.txt" 2>&1
+                --print-units base --csv --page raw --log-file "$OUT/ncu-deep-$tag.csv" \
+                "$B/bench/specd-bench-decode" --model "$CKPT/$m" --batch $bt --max-tokens 16 \
+                --prompt-len 8 --warmup 2 --device cuda > "$OUT/ncu-deep-$tag.txt" 2>&1
             rc=$?
-            el "ncu deep l8b batch $bt exit $rc"
-            grep -q '"ID"' "$OUT/ncu-deep-l8b-b$bt.csv" 2>/dev/null && break
+            el "ncu deep $tag exit $rc"
+            grep -q '"ID"' "$OUT/ncu-deep-$tag.csv" 2>/dev/null && break
         done
-        python3 tools/ncu_deep.py "$OUT/ncu-deep-l8b-b$bt.csv" --json "$OUT/ncu-deep-l8b-b$bt.json" 2>&1 | head -16
+        python3 tools/ncu_deep.py "$OUT/ncu-deep-$tag.csv" --json "$OUT/ncu-deep-$tag.json" 2>&1 | head -16
         save
     done
 fi
