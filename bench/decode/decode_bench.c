@@ -349,6 +349,11 @@ typedef struct result {
     double mean_len;
     double acc_at[16];
     int n_pos;
+    /* speculation: the window's engine steps by the k they drafted (16: 16
+     * or more), and the running requests that had stopped tracking the
+     * proposer at the window's end (adaptive k: drafting did not pay) */
+    long long k_steps[17];
+    int n_k, spec_off_running;
     double mean_context; /* tokens of context per sequence, mean over the window */
     /* tensor parallel: collectives per engine step between the snapshots */
     int tp;
@@ -492,6 +497,12 @@ static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int m
             r->ar_unrecorded =
                 (double)(s1.allreduce_unrecorded_replays - s0.allreduce_unrecorded_replays) / n;
         }
+        for (int k = 0; k < 17; k++) {
+            r->k_steps[k] = (long long)(s1.spec_k_steps[k] - s0.spec_k_steps[k]);
+            if (r->k_steps[k])
+                r->n_k = k + 1;
+        }
+        r->spec_off_running = s1.spec_off_running;
         uint64_t vs = s1.spec.steps - s0.spec.steps;
         r->mean_len = vs ? (double)(s1.spec.emitted - s0.spec.emitted) / (double)vs : 1.0;
         for (int p = 0; p < 16; p++) {
@@ -759,6 +770,13 @@ int main(int argc, char **argv)
         for (int p = 0; p < r->n_pos; p++)
             json_array_append_new(pa, json_real(r->acc_at[p]));
         json_object_set_new(x, "acceptance_by_position", pa);
+        if (r->n_k > 0) { /* a speculative engine: steps by draft length */
+            json_t *ka = json_array();
+            for (int k = 0; k < r->n_k; k++)
+                json_array_append_new(ka, json_integer(r->k_steps[k]));
+            json_object_set_new(x, "steps_by_k", ka);
+            json_object_set_new(x, "requests_not_drafting", json_integer(r->spec_off_running));
+        }
         json_object_set_new(x, "ttft_s", json_real(r->ttft_s));
         json_object_set_new(x, "second_token_s", json_real(r->second_token_s));
         json_object_set_new(x, "wall_s", json_real(r->wall_s));

@@ -44,16 +44,34 @@ void sd_curve_add(sd_curve *c, int x, double secs)
         memset(p, 0, sizeof *p);
         p->x = x;
     }
-    p->t[p->n % SD_CURVE_RING] = secs;
-    p->n++;
+    if (p->n > 0 && c->now - p->at > SD_CURVE_STALE) {
+        /* seen again after a while: its old times may be another machine's,
+         * and the least of a ring that mixes the two would be the stale
+         * one; the point starts over from this time, trusted from the next
+         * (one time alone may be a shape's one-off: a graph captured the
+         * second time its shape comes) */
+        for (int i = 0; i < SD_CURVE_RING; i++)
+            p->t[i] = secs;
+        p->n = SD_CURVE_TRUST - 1;
+    } else {
+        p->t[p->n % SD_CURVE_RING] = secs;
+        p->n++;
+    }
     p->used = ++c->clock;
+    p->at = c->now;
+}
+
+/* seen often enough, and recently enough */
+static int trusted(const sd_curve *c, const sd_curve_pt *p)
+{
+    return p->n >= SD_CURVE_TRUST && c->now - p->at <= SD_CURVE_FRESH;
 }
 
 static int n_trusted(const sd_curve *c)
 {
     int n = 0;
     for (int i = 0; i < c->n; i++)
-        n += c->pt[i].n >= SD_CURVE_TRUST;
+        n += trusted(c, &c->pt[i]);
     return n;
 }
 
@@ -61,18 +79,39 @@ double sd_curve_at(const sd_curve *c, double x, int *used)
 {
     /* the trusted points (all of them while none is), sorted by x */
     double px[SD_CURVE_PTS], pv[SD_CURVE_PTS];
+    uint64_t pa[SD_CURVE_PTS];
     int trust = n_trusted(c) > 0, m = 0;
     for (int i = 0; i < c->n; i++) {
-        if (trust && c->pt[i].n < SD_CURVE_TRUST)
+        if (trust && !trusted(c, &c->pt[i]))
             continue;
         double xi = c->pt[i].x, vi = pt_value(&c->pt[i]);
+        uint64_t ai = c->pt[i].at;
         int j = m++;
         for (; j > 0 && px[j - 1] > xi; j--) {
             px[j] = px[j - 1];
             pv[j] = pv[j - 1];
+            pa[j] = pa[j - 1];
         }
         px[j] = xi;
         pv[j] = vi;
+        pa[j] = ai;
+    }
+    /* a falling segment between points of different times: the older
+     * point measured another machine; leave it out (SD_CURVE_STALE) */
+    for (int i = 0; i + 1 < m;) {
+        uint64_t d = pa[i] > pa[i + 1] ? pa[i] - pa[i + 1] : pa[i + 1] - pa[i];
+        if (pv[i + 1] < pv[i] && d > SD_CURVE_STALE) {
+            int drop = pa[i] < pa[i + 1] ? i : i + 1;
+            for (int j = drop; j + 1 < m; j++) {
+                px[j] = px[j + 1];
+                pv[j] = pv[j + 1];
+                pa[j] = pa[j + 1];
+            }
+            m--;
+            i = i > 0 ? i - 1 : 0; /* the new neighbours */
+        } else {
+            i++;
+        }
     }
     if (used)
         *used = m;
@@ -110,6 +149,8 @@ void sd_adaptive_observe_target(sd_adaptive *a, int tokens, double secs)
 {
     if (tokens <= 0)
         return;
+    /* the curves' clock: target steps (the draft's points age with them) */
+    a->target.now = a->draft.now = a->steps;
     sd_curve_add(&a->target, sd_row_bucket(tokens), secs);
     a->steps++;
 }
@@ -187,7 +228,7 @@ static int has_trusted(const sd_curve *c, int x)
 {
     for (int i = 0; i < c->n; i++)
         if (c->pt[i].x == x)
-            return c->pt[i].n >= SD_CURVE_TRUST;
+            return trusted(c, &c->pt[i]);
     return 0;
 }
 
@@ -196,7 +237,7 @@ static int covered(const sd_curve *c, int x)
 {
     int lo = 0, hi = 0;
     for (int i = 0; i < c->n; i++) {
-        if (c->pt[i].n < SD_CURVE_TRUST)
+        if (!trusted(c, &c->pt[i]))
             continue;
         if (c->pt[i].x == x)
             return 1;

@@ -43,10 +43,20 @@
 #define SD_CURVE_RING 8
 /* a point's times before it is trusted (the first two may be one-off) */
 #define SD_CURVE_TRUST 3
+/* Steps (the owner's clock, sd_curve.now) after which a point is trusted
+ * no more: the machine it measured may have changed; exploration measures
+ * it again. */
+#define SD_CURVE_FRESH 1024
+/* Steps after which a point's times are stale: read together with a
+ * point whose times fall below its own as x grows, and whose age differs
+ * by more, it is left out (the two measured two machines, not one falling
+ * curve); seen again after that long, it starts over from the new time. */
+#define SD_CURVE_STALE 16
 
 typedef struct sd_curve_pt {
     int x, n;      /* x, times seen */
     uint64_t used; /* clock of the last time (the stalest point is replaced) */
+    uint64_t at;   /* the owner's clock (sd_curve.now) at the last time */
     double t[SD_CURVE_RING];
 } sd_curve_pt;
 
@@ -55,6 +65,7 @@ typedef struct sd_curve {
     sd_curve_pt pt[SD_CURVE_PTS];
     int n;
     uint64_t clock;
+    uint64_t now; /* the owner's clock (steps), for the points' ages */
 } sd_curve;
 
 /* the step sizes a curve (and the CUDA graphs) tell apart: the smallest

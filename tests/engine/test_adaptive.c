@@ -268,10 +268,38 @@ TEST(a_poor_draft_on_a_memory_bound_gpu_is_given_up_after_a_few_drafts)
     ASSERT_GE(sd_adaptive_best_k(&a, &acc, 1), 1);
 }
 
+/* The machine slows down (4x: another process, a clock, a longer context)
+ * while k = 0 is chosen: the 1-row point follows, the 2-row point and the
+ * draft's stay as they were measured, fast. Read together they said a
+ * second row costs nothing (the line between them falls, clamped flat), so
+ * a draft that loses at 0.1 acceptance looked like it paid, and drafting
+ * came back for good (the CPU backend on the bundled model did this). Now
+ * a point much staler than the one it is read with is left out, and a
+ * stale point is measured again. */
+TEST(a_slower_machine_does_not_make_stale_points_look_cheap)
+{
+    sd_adaptive a;
+    sd_accept_stats acc;
+    sim m = {.base = 0, .knee = 0, .per_row = 5e-4, .d_base = 5e-5, .d_per = 5e-5, .p = 0.1,
+             .rng = 31};
+    ASSERT(settled(&a, &acc, &m, 1, 120));
+    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 1), 0);
+    m.per_row *= 4; /* every row 4x slower from here on; drafting too */
+    m.d_base *= 4;
+    m.d_per *= 4;
+    m.zero_picks = m.one_picks = m.max_picks = 0;
+    run(&a, &acc, &m, 1, 400);
+    /* a few steps to measure again at most, never a settled draft */
+    ASSERT_LE(400 - m.zero_picks, 12);
+    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 1), 0);
+    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 1), 0);
+}
+
 TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(curve_ignores_one_off_costs_and_interpolates),
           T(flat_gpu_cost_drafts_deep_despite_capture_spikes),
           T(the_choice_and_its_neighbours_are_measured_not_interpolated),
           T(linear_cpu_cost_with_poor_acceptance_does_not_draft),
           T(a_larger_batch_is_explored_before_it_is_judged),
           T(poor_acceptance_on_a_memory_bound_gpu_never_settles_below_plain),
-          T(a_poor_draft_on_a_memory_bound_gpu_is_given_up_after_a_few_drafts))
+          T(a_poor_draft_on_a_memory_bound_gpu_is_given_up_after_a_few_drafts),
+          T(a_slower_machine_does_not_make_stale_points_look_cheap))
