@@ -113,7 +113,7 @@ void sd__cpu_attn_gqa(sd_backend *be, float *out, const float *q, const float *k
         return;
     attn_ctx c = {.be = be, .out = out, .q = q, .kc = kc, .vc = vc, .b = b, .Hq = Hq, .Hkv = Hkv,
                   .D = D, .Dv = Dv, .q_stride = q_stride, .scale = scale};
-    sd__cpu_parallel(be, b->n_tokens * Hq, gqa_task, &c);
+    sd__cpu_parallel(be, b->n_tokens * Hq, (size_t)b->max_pos * (size_t)(D + Dv), gqa_task, &c);
 }
 
 static void mla_task(void *arg, int begin, int end, int thread)
@@ -157,5 +157,5 @@ void sd__cpu_attn_mla(sd_backend *be, float *out, const float *q_lat, const floa
     attn_ctx c = {.be = be, .out = out, .q = q_lat, .q_pe = q_pe, .kc = kc, .b = b, .Hq = H,
                   .C = C, .R = R, .qpe_stride = qpe_stride, .qpe_head_stride = qpe_head_stride,
                   .scale = scale};
-    sd__cpu_parallel(be, b->n_tokens * H, mla_task, &c);
+    sd__cpu_parallel(be, b->n_tokens * H, (size_t)b->max_pos * (size_t)(2 * C + R), mla_task, &c);
 }

@@ -17,7 +17,11 @@ typedef struct sd__cpu {
 } sd__cpu;
 
 /* Runs task over [0, n) split in contiguous chunks, one per thread (at most). */
-void sd__cpu_parallel(sd_backend *be, int n, sd__cpu_task task, void *ctx);
+/* task over items 0..n-1 split across the pool's threads; work: about the
+ * multiply-adds (or element steps) of one item. A job under the pool's
+ * min_work in all runs on the caller alone (a split costs a hand-off to
+ * every thread; SPECD_CPU_MIN_WORK). */
+void sd__cpu_parallel(sd_backend *be, int n, size_t work, sd__cpu_task task, void *ctx);
 /* Per-thread scratch of at least len floats (grown between ops only). */
 float *sd__cpu_scratch(sd_backend *be, int thread, size_t len);
 int sd__cpu_reserve_scratch(sd_backend *be, size_t len);

@@ -30,7 +30,7 @@ void sd__cpu_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w
                     const sd_weight *bias, int n, int x_stride)
 {
     mm_ctx c = {.y = y, .x = x, .w = w, .bias = bias, .n = n, .x_stride = x_stride};
-    sd__cpu_parallel(be, (int)w->rows, mm_task, &c);
+    sd__cpu_parallel(be, (int)w->rows, (size_t)w->cols * (size_t)n, mm_task, &c);
 }
 
 /* y(n, H, N) = x(n, H, K) @ W_h^T, W = [H*N, K]: output column j of head h is
@@ -56,7 +56,7 @@ void sd__cpu_matmul_heads(sd_backend *be, float *y, const float *x, const sd_wei
 {
     mm_ctx c = {.y = y, .x = x, .w = w, .n = n, .x_stride = x_stride, .H = H,
                 .x_head_stride = x_head_stride, .x_off = x_off, .N = (int)(w->rows / H)};
-    sd__cpu_parallel(be, (int)w->rows, mmh_task, &c);
+    sd__cpu_parallel(be, (int)w->rows, (size_t)w->cols * (size_t)n, mmh_task, &c);
 }
 
 /* matmul then silu_mul in place: the ops contract's definition, step by step */

@@ -25,7 +25,7 @@ void sd__cpu_argmax_rows(sd_backend *be, int32_t *out, const float *x, int n, in
     if (n <= 0 || V <= 0)
         return;
     argmax_ctx c = {out, x, V};
-    sd__cpu_parallel(be, n, argmax_task, &c);
+    sd__cpu_parallel(be, n, (size_t)V, argmax_task, &c);
 }
 
 typedef struct sample_ctx {
@@ -56,7 +56,7 @@ void sd__cpu_sample_rows(sd_backend *be, int32_t *out, float *probs_scratch, con
     if (n <= 0 || V <= 0)
         return;
     sample_ctx c = {out, probs_scratch, logits, p, V};
-    sd__cpu_parallel(be, n, sample_task, &c);
+    sd__cpu_parallel(be, n, 4 * (size_t)V, sample_task, &c);
 }
 
 void sd__cpu_accept_greedy_rows(sd_backend *be, int32_t *n_acc, int32_t *out_tok,
@@ -150,6 +150,6 @@ void sd__cpu_accept_sample_rows(sd_backend *be, int32_t *n_acc, int32_t *out_tok
     if (n_seq <= 0 || k < 0 || V <= 0)
         return;
     accept_ctx c = {n_acc, out_tok, probs_scratch, logits, q, row0, draft, n_draft, p, k, V};
-    sd__cpu_parallel(be, n_seq * (k + 1), accept_probs_task, &c);
-    sd__cpu_parallel(be, n_seq, accept_chain_task, &c);
+    sd__cpu_parallel(be, n_seq * (k + 1), 4 * (size_t)V, accept_probs_task, &c);
+    sd__cpu_parallel(be, n_seq, (size_t)(k + 1) * (size_t)V, accept_chain_task, &c);
 }
