@@ -16,14 +16,26 @@ int sd_row_bucket(int T)
     return (T + q - 1) / q * q;
 }
 
+/* A point's time: of its last m times (m <= SD_CURVE_RING) the
+ * ((m - 3) / 2)-th smallest: the least up to 4 times (a shape's first two
+ * are one-off: an eager pass, a graph capture), the 3rd smallest of 8 (a
+ * lower median). The least of 8 is the luckiest step of a noisy machine,
+ * not its typical one (throughput is the typical one), and how lucky
+ * depends on each point's own spread, so a choice between two costs
+ * measured at different moments leaned to the noisier. On a steady
+ * machine (a GPU replaying graphs) the two agree. */
 static double pt_value(const sd_curve_pt *p)
 {
     int m = p->n < SD_CURVE_RING ? p->n : SD_CURVE_RING;
-    double v = p->t[0];
-    for (int i = 1; i < m; i++)
-        if (p->t[i] < v)
-            v = p->t[i];
-    return v;
+    double v[SD_CURVE_RING];
+    for (int i = 0; i < m; i++) { /* insertion sort of the ring */
+        int j = i;
+        for (; j > 0 && v[j - 1] > p->t[i]; j--)
+            v[j] = v[j - 1];
+        v[j] = p->t[i];
+    }
+    int q = m > 3 ? (m - 3) / 2 : 0;
+    return v[q];
 }
 
 void sd_curve_add(sd_curve *c, int x, double secs)
