@@ -9,8 +9,16 @@
  * The curves are made to survive what real steps look like:
  *   - a shape's first steps carry one-off costs (an eager pass that makes
  *     GEMM plans, a graph capture): each point of a curve keeps its last
- *     SD_CURVE_RING times and answers with their minimum, and a point is
- *     trusted only from its third time on;
+ *     SD_CURVE_RING times and answers with a low order statistic of them
+ *     (the least up to 4 times, the 3rd smallest of 8: not a noisy
+ *     machine's luckiest step), and a point is trusted only from its
+ *     third time on;
+ *   - the machine changes under a long run (other processes, clocks, the
+ *     context growing): a point keeps the step of its last time; read with
+ *     a point whose time falls below its own as x grows, a point more than
+ *     SD_CURVE_STALE steps older is left out, a point seen again after that
+ *     long starts over, and one untouched for SD_CURVE_FRESH steps is
+ *     trusted no more (measured again);
  *   - a GPU's step time is flat in T up to where the GEMMs stop being
  *     memory-bound, a CPU's grows with T from the start: no global shape is
  *     assumed; between measured points the curve is linear, beyond them it
