@@ -27,6 +27,8 @@ int sd_row_bucket(int T)
 static double pt_value(const sd_curve_pt *p)
 {
     int m = p->n < SD_CURVE_RING ? p->n : SD_CURVE_RING;
+    if (m <= 0)
+        return 0;
     double v[SD_CURVE_RING];
     for (int i = 0; i < m; i++) { /* insertion sort of the ring */
         int j = i;
