@@ -186,6 +186,35 @@ void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs)
  * counts as still possible (the hopeful estimate of pick_k) */
 #define ADAPT_HOPE_Z 2.0
 
+static int has_trusted(const sd_curve *c, int x)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->pt[i].x == x)
+            return trusted(c, &c->pt[i]);
+    return 0;
+}
+
+/* x measured on c: a trusted point there, or trusted points on both sides */
+static int covered(const sd_curve *c, int x)
+{
+    int lo = 0, hi = 0;
+    for (int i = 0; i < c->n; i++) {
+        if (!trusted(c, &c->pt[i]))
+            continue;
+        if (c->pt[i].x == x)
+            return 1;
+        lo |= c->pt[i].x < x;
+        hi |= c->pt[i].x > x;
+    }
+    return lo && hi;
+}
+
+/* the choice between k and 0 at this batch rests on measured costs */
+static int k_measured(const sd_adaptive *a, int batch, int k)
+{
+    return covered(&a->target, sd_row_bucket(batch * (k + 1))) && (k == 0 || covered(&a->draft, k));
+}
+
 /* best_k; with trace, a debug line per k. z > 0: each position's
  * acceptance taken z standard deviations above its estimate (the evidence
  * so far cannot rule that out), capped at 1: a hopeful best_k */
@@ -200,6 +229,15 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
     int best_k = 0;
     double t0 = sd_curve_at(&a->target, sd_row_bucket(batch), NULL);
     double best = 1.0 / (t0 > 0 ? t0 : 1e-9);
+    /* at most one k past the measured ones: beyond the last measured row
+     * count the curve only extrapolates, and a falling last segment (noise,
+     * clamped flat) would make every deeper k look free (a CPU server at
+     * batch 8 went from k = 0 to 4 on two points 8 and 16 rows apart) */
+    int measured = 0;
+    while (measured < kmax && k_measured(a, batch, measured + 1))
+        measured++;
+    if (kmax > measured + 1)
+        kmax = measured + 1;
     for (int k = 1; k <= kmax && k <= SD_ACCEPT_POSITIONS; k++) {
         double prop = (double)acc->proposed_at[k - 1], got = (double)acc->accepted_at[k - 1];
         /* P(first k accepted), shrunk toward the previous position's rate */
@@ -236,35 +274,6 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
 int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch)
 {
     return best_k(a, acc, batch, 0, 0);
-}
-
-static int has_trusted(const sd_curve *c, int x)
-{
-    for (int i = 0; i < c->n; i++)
-        if (c->pt[i].x == x)
-            return trusted(c, &c->pt[i]);
-    return 0;
-}
-
-/* x measured on c: a trusted point there, or trusted points on both sides */
-static int covered(const sd_curve *c, int x)
-{
-    int lo = 0, hi = 0;
-    for (int i = 0; i < c->n; i++) {
-        if (!trusted(c, &c->pt[i]))
-            continue;
-        if (c->pt[i].x == x)
-            return 1;
-        lo |= c->pt[i].x < x;
-        hi |= c->pt[i].x > x;
-    }
-    return lo && hi;
-}
-
-/* the choice between k and 0 at this batch rests on measured costs */
-static int k_measured(const sd_adaptive *a, int batch, int k)
-{
-    return covered(&a->target, sd_row_bucket(batch * (k + 1))) && (k == 0 || covered(&a->draft, k));
 }
 
 int sd_adaptive_informed(const sd_adaptive *a, int batch)

@@ -302,6 +302,34 @@ TEST(a_slower_machine_does_not_make_stale_points_look_cheap)
     ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 1), 0);
 }
 
+/* Two measured points whose line falls (noise: 16 rows measured a little
+ * faster than 8) said nothing about 24..40 rows, but extrapolated flat
+ * they made every deeper k look free: a CPU server at batch 8 went from
+ * k = 0 straight to 4 and paid 40-row steps. Only one k past the measured
+ * ones may be chosen; measuring it opens the next. */
+TEST(deeper_k_than_measured_waits_for_its_measurement)
+{
+    sd_adaptive a;
+    sd_accept_stats acc;
+    sd_adaptive_init(&a, 4);
+    memset(&acc, 0, sizeof acc);
+    for (int i = 0; i < 6; i++) {
+        sd_adaptive_observe_target(&a, 8, 2.60e-3);
+        sd_adaptive_observe_target(&a, 16, 2.55e-3);
+        sd_adaptive_observe_draft(&a, 8, 1, 0.5e-3);
+    }
+    for (int i = 0; i < 200; i++) /* 0.9 per position: deep drafts look good */
+        sd_accept_stats_add(&acc, 4, i % 10 == 0 ? 0 : 4);
+    ASSERT(sd_adaptive_informed(&a, 8));
+    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 8), 2);
+    /* 24 rows measured (what they cost on this machine: 3 of 8): k = 3 opens, and loses */
+    for (int i = 0; i < 4; i++) {
+        sd_adaptive_observe_target(&a, 24, 7.8e-3);
+        sd_adaptive_observe_draft(&a, 8, 2, 1.0e-3);
+    }
+    ASSERT_LE(sd_adaptive_best_k(&a, &acc, 8), 1);
+}
+
 TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(curve_ignores_one_off_costs_and_interpolates),
           T(flat_gpu_cost_drafts_deep_despite_capture_spikes),
           T(the_choice_and_its_neighbours_are_measured_not_interpolated),
@@ -309,4 +337,5 @@ TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(curve_ignores_one_off_costs_
           T(a_larger_batch_is_explored_before_it_is_judged),
           T(poor_acceptance_on_a_memory_bound_gpu_never_settles_below_plain),
           T(a_poor_draft_on_a_memory_bound_gpu_is_given_up_after_a_few_drafts),
-          T(a_slower_machine_does_not_make_stale_points_look_cheap))
+          T(a_slower_machine_does_not_make_stale_points_look_cheap),
+          T(deeper_k_than_measured_waits_for_its_measurement))
