@@ -24,9 +24,10 @@ int sd_row_bucket(int T)
  * depends on each point's own spread, so a choice between two costs
  * measured at different moments leaned to the noisier. On a steady
  * machine (a GPU replaying graphs) the two agree. */
-static double pt_value(const sd_curve_pt *p)
+static double pt_value(const sd_curve_pt *p, double *spread)
 {
     int m = p->n < SD_CURVE_RING ? p->n : SD_CURVE_RING;
+    *spread = 0;
     if (m <= 0)
         return 0;
     double v[SD_CURVE_RING];
@@ -37,6 +38,9 @@ static double pt_value(const sd_curve_pt *p)
         v[j] = p->t[i];
     }
     int q = m > 3 ? (m - 3) / 2 : 0;
+    /* how far apart the same shape's times are: the order statistics
+     * symmetric to the answer (0 up to 4 times) */
+    *spread = v[m - 1 - q] - v[q];
     return v[q];
 }
 
@@ -92,22 +96,24 @@ static int n_trusted(const sd_curve *c)
 double sd_curve_at(const sd_curve *c, double x, int *used)
 {
     /* the trusted points (all of them while none is), sorted by x */
-    double px[SD_CURVE_PTS], pv[SD_CURVE_PTS];
+    double px[SD_CURVE_PTS], pv[SD_CURVE_PTS], pw[SD_CURVE_PTS];
     uint64_t pa[SD_CURVE_PTS];
     int trust = n_trusted(c) > 0, m = 0;
     for (int i = 0; i < c->n; i++) {
         if (trust && !trusted(c, &c->pt[i]))
             continue;
-        double xi = c->pt[i].x, vi = pt_value(&c->pt[i]);
+        double wi, xi = c->pt[i].x, vi = pt_value(&c->pt[i], &wi);
         uint64_t ai = c->pt[i].at;
         int j = m++;
         for (; j > 0 && px[j - 1] > xi; j--) {
             px[j] = px[j - 1];
             pv[j] = pv[j - 1];
+            pw[j] = pw[j - 1];
             pa[j] = pa[j - 1];
         }
         px[j] = xi;
         pv[j] = vi;
+        pw[j] = wi;
         pa[j] = ai;
     }
     /* a falling segment between points of different times: the older
@@ -119,6 +125,7 @@ double sd_curve_at(const sd_curve *c, double x, int *used)
             for (int j = drop; j + 1 < m; j++) {
                 px[j] = px[j + 1];
                 pv[j] = pv[j + 1];
+                pw[j] = pw[j + 1];
                 pa[j] = pa[j + 1];
             }
             m--;
@@ -137,8 +144,15 @@ double sd_curve_at(const sd_curve *c, double x, int *used)
     while (s < m - 2 && x > px[s + 1])
         s++;
     double slope = (pv[s + 1] - pv[s]) / (px[s + 1] - px[s]);
-    if (slope < 0)
-        slope = 0;
+    if (slope < 0) {
+        /* a fall within what either point's times spread over is noise, not
+         * a shape that costs less (a GPU's 16-row tensor-core steps under
+         * its 8-row fp32 ones are a fall outside the spread): the larger
+         * point's time per row then, as if the two had not been told
+         * apart; a real fall flat */
+        double fall = pv[s] - pv[s + 1], w = pw[s] > pw[s + 1] ? pw[s] : pw[s + 1];
+        slope = fall <= w && px[s + 1] > 0 ? pv[s + 1] / px[s + 1] : 0;
+    }
     double v = pv[s] + slope * (x - px[s]);
     if (x < px[0]) {
         /* below the smallest: never under the time per row measured there */

@@ -330,6 +330,41 @@ TEST(deeper_k_than_measured_waits_for_its_measurement)
     ASSERT_LE(sd_adaptive_best_k(&a, &acc, 8), 1);
 }
 
+/* A CPU's step times at batch 8 spread over 3-5.5 ms; its 16-row point
+ * came out a little under its 8-row one. Read as a curve that falls, one
+ * draft looked free. A fall within the points' own spread is noise: the
+ * curve then rises at the larger point's time per row, and a draft that
+ * the rows do not pay for is not drafted. A GPU's real fall (16-row tensor
+ * core steps under 8-row fp32 ones, each steady) stays a fall. */
+TEST(a_fall_within_the_noise_is_not_free_rows)
+{
+    static const double t8[8] = {3.0e-3, 5.5e-3, 3.6e-3, 4.8e-3, 3.2e-3, 5.1e-3, 4.2e-3, 3.9e-3};
+    static const double t16[8] = {3.4e-3, 6.0e-3, 5.2e-3, 3.3e-3, 4.9e-3, 6.4e-3, 3.5e-3, 5.8e-3};
+    sd_adaptive a;
+    sd_accept_stats acc;
+    sd_adaptive_init(&a, 4);
+    memset(&acc, 0, sizeof acc);
+    for (int i = 0; i < 8; i++) {
+        sd_adaptive_observe_target(&a, 8, t8[i]);
+        sd_adaptive_observe_target(&a, 16, t16[i]);
+        sd_adaptive_observe_draft(&a, 8, 1, 0.5e-3);
+    }
+    for (int i = 0; i < 100; i++) /* 0.6 a draft */
+        sd_accept_stats_add(&acc, 1, i % 5 < 3);
+    ASSERT(sd_adaptive_informed(&a, 8));
+    ASSERT(sd_curve_at(&a.target, 16, NULL) > sd_curve_at(&a.target, 8, NULL));
+    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 8), 0);
+    /* steady times, a real fall: 16 rows are cheaper, and one draft pays */
+    sd_adaptive g;
+    sd_adaptive_init(&g, 4);
+    for (int i = 0; i < 8; i++) {
+        sd_adaptive_observe_target(&g, 8, 10.34e-3 + 1e-6 * (i % 3));
+        sd_adaptive_observe_target(&g, 16, 7.90e-3 + 1e-6 * (i % 2));
+        sd_adaptive_observe_draft(&g, 8, 1, 0.2e-3);
+    }
+    ASSERT_GE(sd_adaptive_best_k(&g, &acc, 8), 1);
+}
+
 TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(curve_ignores_one_off_costs_and_interpolates),
           T(flat_gpu_cost_drafts_deep_despite_capture_spikes),
           T(the_choice_and_its_neighbours_are_measured_not_interpolated),
@@ -338,4 +373,5 @@ TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(curve_ignores_one_off_costs_
           T(poor_acceptance_on_a_memory_bound_gpu_never_settles_below_plain),
           T(a_poor_draft_on_a_memory_bound_gpu_is_given_up_after_a_few_drafts),
           T(a_slower_machine_does_not_make_stale_points_look_cheap),
-          T(deeper_k_than_measured_waits_for_its_measurement))
+          T(deeper_k_than_measured_waits_for_its_measurement),
+          T(a_fall_within_the_noise_is_not_free_rows))
