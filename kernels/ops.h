@@ -333,16 +333,38 @@ struct sd_backend {
     void *impl;  /* backend-private state */
 };
 
+/* The ops matmul_add stands for: matmul into tmp, then add (the contract's
+ * definition; a backend may implement the op as this). */
+static inline void sd_matmul_add_ops(sd_backend *be, float *y, const float *x, const sd_weight *w,
+                                     const sd_weight *bias, int n, int x_stride, float *tmp)
+{
+    be->ops->matmul(be, tmp, x, w, bias, n, x_stride);
+    be->ops->add(be, y, tmp, n, (int)w->rows);
+}
+
+/* The ops rmsnorm_matmul stands for: rmsnorm into xn, then matmul or
+ * matmul_silu from it. */
+static inline void sd_rmsnorm_matmul_ops(sd_backend *be, float *y, float *xn, const float *x,
+                                         const sd_weight *g, float eps, const sd_weight *w,
+                                         const sd_weight *bias, int n, int silu)
+{
+    const sd_ops *op = be->ops;
+    int K = (int)w->cols;
+    op->rmsnorm(be, xn, x, g, n, K, K, K, eps);
+    if (silu)
+        op->matmul_silu(be, y, xn, w, n, K);
+    else
+        op->matmul(be, y, xn, w, bias, n, K);
+}
+
 /* matmul_add where the backend has it, else the two ops it stands for */
 static inline void sd_matmul_add(sd_backend *be, float *y, const float *x, const sd_weight *w,
                                  const sd_weight *bias, int n, int x_stride, float *tmp)
 {
-    if (be->ops->matmul_add) {
+    if (be->ops->matmul_add)
         be->ops->matmul_add(be, y, x, w, bias, n, x_stride, tmp);
-        return;
-    }
-    be->ops->matmul(be, tmp, x, w, bias, n, x_stride);
-    be->ops->add(be, y, tmp, n, (int)w->rows);
+    else
+        sd_matmul_add_ops(be, y, x, w, bias, n, x_stride, tmp);
 }
 
 /* rmsnorm_matmul where the backend has it, else the ops it stands for */
@@ -350,17 +372,10 @@ static inline void sd_rmsnorm_matmul(sd_backend *be, float *y, float *xn, const 
                                      const sd_weight *g, float eps, const sd_weight *w,
                                      const sd_weight *bias, int n, int silu)
 {
-    const sd_ops *op = be->ops;
-    int K = (int)w->cols;
-    if (op->rmsnorm_matmul) {
-        op->rmsnorm_matmul(be, y, xn, x, g, eps, w, bias, n, silu);
-        return;
-    }
-    op->rmsnorm(be, xn, x, g, n, K, K, K, eps);
-    if (silu)
-        op->matmul_silu(be, y, xn, w, n, K);
+    if (be->ops->rmsnorm_matmul)
+        be->ops->rmsnorm_matmul(be, y, xn, x, g, eps, w, bias, n, silu);
     else
-        op->matmul(be, y, xn, w, bias, n, K);
+        sd_rmsnorm_matmul_ops(be, y, xn, x, g, eps, w, bias, n, silu);
 }
 
 /* kernels/cpu: threads = 0 for all cores. */

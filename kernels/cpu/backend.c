@@ -373,8 +373,9 @@ static const sd_ops cpu_ops = {
     .mla_prep = sd__cpu_mla_prep,
     .matmul_silu = sd__cpu_matmul_silu,
     .moe_router_route = sd__cpu_moe_router_route,
-    .matmul_add = sd__cpu_matmul_add,
-    .rmsnorm_matmul = sd__cpu_rmsnorm_matmul,
+    /* the fused residual ops: the ops they stand for (ops.h) */
+    .matmul_add = sd_matmul_add_ops,
+    .rmsnorm_matmul = sd_rmsnorm_matmul_ops,
 };
 
 int sd_cpu_backend_create(sd_backend **out, int threads)

@@ -58,11 +58,6 @@ void sd__cpu_mla_prep(sd_backend *be, float *ckv, int ck_stride, float *q_pe, in
                       const sd_attn_batch *b, const sd_rope *r, int H, int C, int R);
 void sd__cpu_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_weight *w, int n,
                          int x_stride);
-void sd__cpu_matmul_add(sd_backend *be, float *y, const float *x, const sd_weight *w,
-                        const sd_weight *bias, int n, int x_stride, float *tmp);
-void sd__cpu_rmsnorm_matmul(sd_backend *be, float *y, float *xn, const float *x,
-                            const sd_weight *g, float eps, const sd_weight *w,
-                            const sd_weight *bias, int n, int silu);
 void sd__cpu_add_rmsnorm(sd_backend *be, float *out, float *x, const float *y, const sd_weight *w,
                          int n, int d, float eps);
 void sd__cpu_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w,

@@ -66,24 +66,3 @@ void sd__cpu_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_wei
     sd__cpu_matmul(be, gu, x, w, NULL, n, x_stride);
     sd__cpu_silu_mul(be, gu, gu, n, (int)(w->rows / 2));
 }
-
-/* matmul into tmp, then add: the ops contract's definition */
-void sd__cpu_matmul_add(sd_backend *be, float *y, const float *x, const sd_weight *w,
-                        const sd_weight *bias, int n, int x_stride, float *tmp)
-{
-    sd__cpu_matmul(be, tmp, x, w, bias, n, x_stride);
-    sd__cpu_add(be, y, tmp, n, (int)w->rows);
-}
-
-/* rmsnorm into xn, then matmul (or matmul_silu) from it */
-void sd__cpu_rmsnorm_matmul(sd_backend *be, float *y, float *xn, const float *x,
-                            const sd_weight *g, float eps, const sd_weight *w,
-                            const sd_weight *bias, int n, int silu)
-{
-    int K = (int)w->cols;
-    sd__cpu_rmsnorm(be, xn, x, g, n, K, K, K, eps);
-    if (silu)
-        sd__cpu_matmul_silu(be, y, xn, w, n, K);
-    else
-        sd__cpu_matmul(be, y, xn, w, bias, n, K);
-}
