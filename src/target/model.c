@@ -1007,11 +1007,9 @@ static void residual_norm(sd_model *m, float *partial, const sd_weight *norm, in
 /* xn = norm(x) at the start of a forward: owed on the fused path */
 static void first_norm(sd_model *m, const sd_weight *norm, int T)
 {
-    int D = m->cfg.hidden_size;
-    if (fused_residual(m))
-        m->xn_norm = norm;
-    else
-        m->be->ops->rmsnorm(m->be, m->xn, m->x, norm, T, D, D, D, (float)m->cfg.rms_eps);
+    m->xn_norm = norm;
+    if (!fused_residual(m))
+        xn_ready(m, T);
 }
 
 /* out(T, D) = embedding rows of tokens; vocab-parallel when sharded. */
