@@ -93,41 +93,34 @@ static int n_trusted(const sd_curve *c)
     return n;
 }
 
+/* a point as sd_curve_at reads it: x, its time, its spread, its step */
+typedef struct pt_read {
+    double x, v, w;
+    uint64_t at;
+} pt_read;
+
 double sd_curve_at(const sd_curve *c, double x, int *used)
 {
     /* the trusted points (all of them while none is), sorted by x */
-    double px[SD_CURVE_PTS], pv[SD_CURVE_PTS], pw[SD_CURVE_PTS];
-    uint64_t pa[SD_CURVE_PTS];
+    pt_read p[SD_CURVE_PTS];
     int trust = n_trusted(c) > 0, m = 0;
     for (int i = 0; i < c->n; i++) {
         if (trust && !trusted(c, &c->pt[i]))
             continue;
-        double wi, xi = c->pt[i].x, vi = pt_value(&c->pt[i], &wi);
-        uint64_t ai = c->pt[i].at;
+        pt_read r = {.x = c->pt[i].x, .at = c->pt[i].at};
+        r.v = pt_value(&c->pt[i], &r.w);
         int j = m++;
-        for (; j > 0 && px[j - 1] > xi; j--) {
-            px[j] = px[j - 1];
-            pv[j] = pv[j - 1];
-            pw[j] = pw[j - 1];
-            pa[j] = pa[j - 1];
-        }
-        px[j] = xi;
-        pv[j] = vi;
-        pw[j] = wi;
-        pa[j] = ai;
+        for (; j > 0 && p[j - 1].x > r.x; j--)
+            p[j] = p[j - 1];
+        p[j] = r;
     }
     /* a falling segment between points of different times: the older
      * point measured another machine; leave it out (SD_CURVE_STALE) */
     for (int i = 0; i + 1 < m;) {
-        uint64_t d = pa[i] > pa[i + 1] ? pa[i] - pa[i + 1] : pa[i + 1] - pa[i];
-        if (pv[i + 1] < pv[i] && d > SD_CURVE_STALE) {
-            int drop = pa[i] < pa[i + 1] ? i : i + 1;
-            for (int j = drop; j + 1 < m; j++) {
-                px[j] = px[j + 1];
-                pv[j] = pv[j + 1];
-                pw[j] = pw[j + 1];
-                pa[j] = pa[j + 1];
-            }
+        uint64_t d = p[i].at > p[i + 1].at ? p[i].at - p[i + 1].at : p[i + 1].at - p[i].at;
+        if (p[i + 1].v < p[i].v && d > SD_CURVE_STALE) {
+            int drop = p[i].at < p[i + 1].at ? i : i + 1;
+            memmove(&p[drop], &p[drop + 1], (size_t)(m - drop - 1) * sizeof p[0]);
             m--;
             i = i > 0 ? i - 1 : 0; /* the new neighbours */
         } else {
@@ -139,24 +132,24 @@ double sd_curve_at(const sd_curve *c, double x, int *used)
     if (m == 0)
         return 0;
     if (m == 1) /* the slope is unknown: time in proportion to x */
-        return px[0] > 0 ? pv[0] * x / px[0] : pv[0];
+        return p[0].x > 0 ? p[0].v * x / p[0].x : p[0].v;
     int s = 0; /* the segment [s, s + 1]: containing x, else the nearest */
-    while (s < m - 2 && x > px[s + 1])
+    while (s < m - 2 && x > p[s + 1].x)
         s++;
-    double slope = (pv[s + 1] - pv[s]) / (px[s + 1] - px[s]);
+    double slope = (p[s + 1].v - p[s].v) / (p[s + 1].x - p[s].x);
     if (slope < 0) {
         /* a fall within what either point's times spread over is noise, not
          * a shape that costs less (a GPU's 16-row tensor-core steps under
          * its 8-row fp32 ones are a fall outside the spread): the larger
          * point's time per row then, as if the two had not been told
          * apart; a real fall flat */
-        double fall = pv[s] - pv[s + 1], w = pw[s] > pw[s + 1] ? pw[s] : pw[s + 1];
-        slope = fall <= w && px[s + 1] > 0 ? pv[s + 1] / px[s + 1] : 0;
+        double fall = p[s].v - p[s + 1].v, w = p[s].w > p[s + 1].w ? p[s].w : p[s + 1].w;
+        slope = fall <= w && p[s + 1].x > 0 ? p[s + 1].v / p[s + 1].x : 0;
     }
-    double v = pv[s] + slope * (x - px[s]);
-    if (x < px[0]) {
+    double v = p[s].v + slope * (x - p[s].x);
+    if (x < p[0].x) {
         /* below the smallest: never under the time per row measured there */
-        double lo = px[0] > 0 ? pv[0] * x / px[0] : 0;
+        double lo = p[0].x > 0 ? p[0].v * x / p[0].x : 0;
         if (v < lo)
             v = lo;
     }
