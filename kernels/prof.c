@@ -67,6 +67,12 @@ static void add_key(sd_prof *p, const char *name, double secs)
         add_key(p_, key, now_s() - t_ - p_->sync_s);                                               \
     } while (0)
 
+/* a key per weight shape: "NAME ROWSxCOLS" */
+static void shape_key(char *k, size_t n, const char *name, const sd_weight *w)
+{
+    snprintf(k, n, "%s %lldx%lld", name, (long long)w->rows, (long long)w->cols);
+}
+
 static void *p_alloc(sd_backend *be, size_t b) { return I(be)->ops->alloc(I(be), b); }
 static void p_free(sd_backend *be, void *q) { I(be)->ops->free(I(be), q); }
 static int p_upload(sd_backend *be, void *d, const void *s, size_t b)
@@ -108,14 +114,14 @@ static void p_matmul(sd_backend *be, float *y, const float *x, const sd_weight *
                      const sd_weight *bias, int n, int xs)
 {
     char k[48];
-    snprintf(k, sizeof k, "matmul %lldx%lld", (long long)w->rows, (long long)w->cols);
+    shape_key(k, sizeof k, "matmul", w);
     TIMED(be, k, I(be)->ops->matmul(I(be), y, x, w, bias, n, xs));
 }
 static void p_matmul_heads(sd_backend *be, float *y, const float *x, const sd_weight *w, int n,
                            int H, int xs, int xhs, int xo)
 {
     char k[48];
-    snprintf(k, sizeof k, "matmul_heads %lldx%lld", (long long)w->rows, (long long)w->cols);
+    shape_key(k, sizeof k, "matmul_heads", w);
     TIMED(be, k, I(be)->ops->matmul_heads(I(be), y, x, w, n, H, xs, xhs, xo));
 }
 static void p_add(sd_backend *be, float *y, const float *x, int n, int d)
@@ -227,7 +233,7 @@ static void p_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_we
                           int xs)
 {
     char k[48];
-    snprintf(k, sizeof k, "matmul_silu %lldx%lld", (long long)w->rows, (long long)w->cols);
+    shape_key(k, sizeof k, "matmul_silu", w);
     TIMED(be, k, I(be)->ops->matmul_silu(I(be), gu, x, w, n, xs));
 }
 
@@ -243,7 +249,7 @@ static void p_matmul_add(sd_backend *be, float *y, const float *x, const sd_weig
                          const sd_weight *bias, int n, int xs, float *tmp)
 {
     char k[48];
-    snprintf(k, sizeof k, "matmul_add %lldx%lld", (long long)w->rows, (long long)w->cols);
+    shape_key(k, sizeof k, "matmul_add", w);
     TIMED(be, k, I(be)->ops->matmul_add(I(be), y, x, w, bias, n, xs, tmp));
 }
 
@@ -252,8 +258,7 @@ static void p_rmsnorm_matmul(sd_backend *be, float *y, float *xn, const float *x
                              const sd_weight *bias, int n, int silu)
 {
     char k[48];
-    snprintf(k, sizeof k, "rmsnorm_matmul%s %lldx%lld", silu ? "_silu" : "", (long long)w->rows,
-             (long long)w->cols);
+    shape_key(k, sizeof k, silu ? "rmsnorm_matmul_silu" : "rmsnorm_matmul", w);
     TIMED(be, k, I(be)->ops->rmsnorm_matmul(I(be), y, xn, x, g, eps, w, bias, n, silu));
 }
 
