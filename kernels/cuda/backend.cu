@@ -414,6 +414,8 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->matmul_silu = !silu || strcmp(silu, "0");
     const char *mgate = getenv("SPECD_MOE_GATE");
     c->moe_gate_wide = !mgate || strcmp(mgate, "2");
+    const char *wide = getenv("SPECD_GEMV_WIDE");
+    c->gemv_wide = !wide || strcmp(wide, "0");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

@@ -69,6 +69,9 @@ typedef struct sd__cuda {
      * 4 columns a row group where a warp has one chunk (SPECD_MOE_GATE=2: 2
      * columns). The same bits either way. */
     int gemv_pre, matmul_silu, moe_gate_wide;
+    /* the GEMV of 1-2 rows of short 16-bit rows with 8 weight rows a warp
+     * (SPECD_GEMV_WIDE=0: the 4-row shape). The same bits. */
+    int gemv_wide;
     /* the split argmax's per-row keys and block counts (sample.cu), zero
      * between calls: SD__ARGMAX_ROWS rows */
     unsigned long long *am_keys;

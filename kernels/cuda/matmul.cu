@@ -47,6 +47,12 @@ typedef struct mm_args {
  * prefetch with fewer rows a warp and all their chunks at once */
 #define GEMV_LONG_VR 2
 #define GEMV_LONG_U 8
+/* 1-2 rows of short rows (K up to one chunk a warp of the K-split: the
+ * DeepSeek-V2-Lite-shaped model's 2048): 8 weight rows a warp, so a lane
+ * has 8 loads in flight as at K = 4096 with GEMV_VR x GEMV_U, not 4 (the
+ * gemv lab measured V2-Lite's K = 2048 GEMVs at 0.40-0.58 of copy) */
+#define GEMV_WIDE_VR 8
+#define GEMV_WIDE_U 1
 
 /* y(n, N) in passes of NR activation rows. A block is SD__GEMV_WARPS warps:
  * WK K-slices x (SD__GEMV_WARPS / WK) row groups of VR weight rows; a warp
@@ -54,20 +60,26 @@ typedef struct mm_args {
  * GEMV_LONG_VR x up to GEMV_LONG_U for the long rows of a prefetching
  * launch). A row's sums depend on K and WK only, whatever VR and U. */
 /* SILU (matmul_silu): w is [gate; up] stacked, N = 2I rows; a row group
- * takes gate rows o, o + 1 and up rows I + o, I + o + 1 (o = 2 x the group's
- * index) and writes y(n, I) = silu(gate) * up (silu_mul_kernel's formula on
- * the same sums: the bits of the two ops). */
+ * takes gate rows o .. o + VR/2 - 1 and the up rows I + o .. (o = VR/2 x
+ * the group's index) and writes y(n, I) = silu(gate) * up (silu_mul_kernel's
+ * formula on the same sums: the bits of the two ops). */
 template <int DT, int NR, bool PRE, bool SILU, int VR, int U>
-__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 && VR * U <= 8 ? 3 : 2)
+__global__ void __launch_bounds__(
+    SD__GEMV_WARPS * 32,
+    /* 8 rows a warp: 3 blocks an SM for 1 BF16 row, else 2 (no spills) */
+    VR == 8 ? (NR == 1 && DT == SD__BF16 ? 3 : 2)
+    : NR == 1 && DT != SD__F32 && VR * U <= 8 ? 3
+                                              : 2)
     gemv_kernel(mm_args a, int WK)
 {
     constexpr int V = VR * NR;
-    static_assert(!SILU || VR == 4, "a SiLU row group is 2 gate and 2 up rows");
+    static_assert(!SILU || VR % 2 == 0, "a SiLU row group is VR/2 gate and VR/2 up rows");
+    constexpr int HV = VR / 2; /* SILU: gate (and up) rows of a row group */
     __shared__ float part[SD__GEMV_WARPS * V];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h = blockIdx.y;
     const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK;
     const int rows0 = blockIdx.x * RG * VR; /* first weight row of the block */
-    const int I = a.N / 2, o0 = (blockIdx.x * RG + rg) * 2; /* SILU */
+    const int I = a.N / 2, o0 = (blockIdx.x * RG + rg) * HV; /* SILU */
     const size_t esz = DT == SD__F32 ? 4 : 2;
     const char *wb = (const char *)a.w + (size_t)h * (size_t)a.N * (size_t)a.K * esz;
     const void *wrow[VR];
@@ -76,8 +88,8 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 
         int j = rows0 + rg * VR + i;
         bool in = j < a.N;
         if (SILU) {
-            j = (i < 2 ? 0 : I) + o0 + (i & 1);
-            in = o0 + (i & 1) < I;
+            j = (i < HV ? 0 : I) + o0 + i % HV;
+            in = o0 + i % HV < I;
         }
         wrow[i] = in ? (const void *)(wb + (size_t)j * (size_t)a.K * esz) : NULL;
     }
@@ -113,11 +125,11 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, NR == 1 && DT != SD__F32 
             part[warp * V + sd__xr_index<V>(lane)] = acc[0];
         __syncthreads();
         if (SILU) {
-            if ((int)threadIdx.x < RG * 2 * NR) {
-                const int g = threadIdx.x / (2 * NR), i = threadIdx.x % (2 * NR) / NR;
-                const int r = threadIdx.x % NR, o = (blockIdx.x * RG + g) * 2 + i;
+            if ((int)threadIdx.x < RG * HV * NR) {
+                const int g = threadIdx.x / (HV * NR), i = threadIdx.x % (HV * NR) / NR;
+                const int r = threadIdx.x % NR, o = (blockIdx.x * RG + g) * HV + i;
                 if (r < nr && o < I) {
-                    const int vg = i * NR + r, vu = (i + 2) * NR + r;
+                    const int vg = i * NR + r, vu = (i + HV) * NR + r;
                     float sg = part[(g * WK) * V + vg], su = part[(g * WK) * V + vu];
                     for (int q = 1; q < WK; q++) {
                         sg += part[(g * WK + q) * V + vg];
@@ -413,12 +425,27 @@ static void launch_gemv_nr(sd__cuda *c, const mm_args *a, int H, int wk)
 
 /* the block GEMV of a (n <= 8 when SILU) on the 16-byte path: one pass of
  * <= 8 rows prefetches (PRE) when a warp can load its whole K-slice at once,
- * GEMV_U chunks of GEMV_VR rows, or for long rows (16-bit weights, not
- * SILU) up to GEMV_LONG_U chunks of GEMV_LONG_VR rows */
+ * GEMV_U chunks of GEMV_VR rows; for short rows (16-bit weights, 1-2 rows,
+ * one chunk a warp) GEMV_WIDE_VR rows a warp; for long rows (16-bit
+ * weights, not SILU, 1-2 rows) up to GEMV_LONG_U chunks of GEMV_LONG_VR
+ * rows */
 template <int DT, bool SILU> static void launch_block_gemv(sd__cuda *c, const mm_args *a, int H)
 {
     const int wk = sd__gemv_wk(a->K), nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
-    if (c->gemv_pre && a->n <= 8 && nch <= wk * GEMV_U) {
+    if (DT != SD__F32 && c->gemv_pre && c->gemv_wide && a->n <= 2 && nch <= wk) {
+        if constexpr (DT != SD__F32) {
+            const unsigned th = SD__GEMV_WARPS * 32;
+            const int rows = SD__GEMV_WARPS / wk * GEMV_WIDE_VR, per = SILU ? rows / 2 : rows;
+            const int outs = SILU ? a->N / 2 : a->N;
+            const dim3 grid((unsigned)((outs + per - 1) / per), (unsigned)H);
+            if (a->n == 1)
+                sd__launch(c, gemv_kernel<DT, 1, true, SILU, GEMV_WIDE_VR, GEMV_WIDE_U>, grid, th, 0,
+                           *a, wk);
+            else
+                sd__launch(c, gemv_kernel<DT, 2, true, SILU, GEMV_WIDE_VR, GEMV_WIDE_U>, grid, th, 0,
+                           *a, wk);
+        }
+    } else if (c->gemv_pre && a->n <= 8 && nch <= wk * GEMV_U) {
         launch_gemv_nr<DT, true, SILU, GEMV_VR, GEMV_U>(c, a, H, wk);
     } else if (c->gemv_pre && DT != SD__F32 && !SILU && a->n <= 2 && nch <= wk * GEMV_LONG_U) {
         if constexpr (DT != SD__F32 && !SILU) {

@@ -503,8 +503,11 @@ TEST(matmul_gemv_rows_do_not_depend_on_the_batch)
     gpu_env e;
     GPU_OPEN(e);
     int ok = 1;
-    for (int di = 0; di < 3; di++)
+    for (int di = 0; di < 3; di++) {
         ok &= mm_batch_case(&e, all_dt[di], 1500, 4104, "gemv");
+        /* short rows: 1-2 rows take 8 weight rows a warp (SPECD_GEMV_WIDE) */
+        ok &= mm_batch_case(&e, all_dt[di], 1000, 2048, "gemv short rows");
+    }
     gpu_env_close(&e);
     ASSERT(ok);
 }
@@ -518,7 +521,8 @@ TEST(matmul_silu_matches_the_cpu_and_the_gpus_matmul_then_silu_mul_bitwise)
     GPU_OPEN(e);
     int ok = 1;
     struct { int n, I, K; } cs[] = {{1, 14336, 4096}, {3, 2816, 2048}, {8, 1001, 520},
-                                    {2, 7, 64},       {5, 1408, 2056}, {20, 600, 1024}};
+                                    {2, 7, 64},       {5, 1408, 2056}, {20, 600, 1024},
+                                    {1, 1408, 2048},  {2, 1001, 2048}};
     for (int di = 0; di < 3; di++)
         for (size_t k = 0; k < SD_ARRAY_LEN(cs); k++) {
             int n = cs[k].n, I = cs[k].I, K = cs[k].K;
