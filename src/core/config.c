@@ -33,7 +33,7 @@ const sd_opt_def sd_opt_table[] = {
     {"tp", NULL, I, OFF(tp), "1", 1, 64, NULL, SD_CMD_MODEL, "tensor-parallel ranks"},
     {"ep", NULL, B, OFF(ep), "false", 0, 0, NULL, SD_CMD_MODEL,
      "expert-parallel MoE instead of TP-sharded experts"},
-    {"moe-shared-slots", NULL, B, OFF(moe_shared_slots), "false", 0, 0, NULL, SD_CMD_MODEL,
+    {"moe-shared-slots", NULL, B, OFF(moe_shared_slots), "true", 0, 0, NULL, SD_CMD_MODEL,
      "run MoE shared experts as always-on slots of the expert kernels (not with --ep)"},
     {"threads", NULL, I, OFF(threads), "0", 0, 1024, NULL, SD_CMD_MODEL,
      "CPU backend threads per rank (0: all cores)"},

@@ -94,9 +94,10 @@ TEST(sample_config_is_the_committed_one)
     char *committed = NULL;
     sd_err err = {0};
     ASSERT_OK(sd_read_file(path, &committed, NULL, &err));
-    ASSERT_MSG(strcmp(mem, committed) == 0, "etc/specd.conf is stale: run `specd config > etc/specd.conf`");
+    int same = strcmp(mem, committed) == 0;
     free(mem);
     free(committed);
+    ASSERT_MSG(same, "etc/specd.conf is stale: run `specd config > etc/specd.conf`");
 }
 
 TEST_MAIN(T(defaults_are_set_from_the_table), T(flags_parse_both_forms_and_sglang_aliases),

@@ -78,8 +78,7 @@ static int run(const run_cfg *c, uint64_t seed, engine_out *outs, sd_engine_stat
     }
     if (c->ep)
         sd_opts_set(&o, SD_CMD_GENERATE, "ep", "true", &err);
-    if (c->slots)
-        sd_opts_set(&o, SD_CMD_GENERATE, "moe-shared-slots", "true", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "moe-shared-slots", c->slots ? "true" : "false", &err);
     if (c->pad_bs > 0) {
         snprintf(buf, sizeof buf, "%d", c->pad_bs);
         sd_opts_set(&o, SD_CMD_GENERATE, "cuda-graph-max-bs", buf, &err);

@@ -39,7 +39,7 @@ PY
 }
 
 # one shared expert: the same sums in the same order
-logits "$tmp/one.bin" "$fx"
+logits "$tmp/one.bin" "$fx" --no-moe-shared-slots
 logits "$tmp/one-slots.bin" "$fx" --moe-shared-slots
 compare "$tmp/one.bin" "$tmp/one-slots.bin" 0
 
@@ -97,10 +97,10 @@ for f in os.listdir(src):
     with open(os.path.join(dst, f), "wb") as o:
         o.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 PY
-logits "$tmp/two.bin" "$tmp/two"
+logits "$tmp/two.bin" "$tmp/two" --no-moe-shared-slots
 logits "$tmp/two-slots.bin" "$tmp/two" --moe-shared-slots
 logits "$tmp/two-slots-tp2.bin" "$tmp/two" --moe-shared-slots --tp 2
-logits "$tmp/two-tp2.bin" "$tmp/two" --tp 2
+logits "$tmp/two-tp2.bin" "$tmp/two" --no-moe-shared-slots --tp 2
 compare "$tmp/two.bin" "$tmp/two-slots.bin" 1e-5
 compare "$tmp/two.bin" "$tmp/two-slots-tp2.bin" 1e-5
 compare "$tmp/two-tp2.bin" "$tmp/two-slots-tp2.bin" 1e-5
