@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/util.h"
 
 /* ------------------------------------------------------------------ curves */
 
@@ -42,6 +43,38 @@ static double pt_value(const sd_curve_pt *p, double *spread)
      * symmetric to the answer (0 up to 4 times) */
     *spread = v[m - 1 - q] - v[q];
     return v[q];
+}
+
+/* A point's typical time: the median of its ring, leaving out the first
+ * SD_CURVE_TRUST - 1 times while they are still in it (one-offs: an eager
+ * pass, a graph capture). What a fall between two points within their
+ * noise is read with: two rings' medians tell a flat GPU curve (about
+ * equal) from a CPU's rising one (the larger point's median above). */
+static double pt_typical(const sd_curve_pt *p)
+{
+    int m = p->n < SD_CURVE_RING ? p->n : SD_CURVE_RING;
+    int first = p->n <= SD_CURVE_RING ? SD_MIN(SD_CURVE_TRUST - 1, m - 1) : 0;
+    double v[SD_CURVE_RING];
+    int k = 0;
+    for (int i = first; i < m; i++) { /* insertion sort of the kept times */
+        int j = k++;
+        for (; j > 0 && v[j - 1] > p->t[i]; j--)
+            v[j] = v[j - 1];
+        v[j] = p->t[i];
+    }
+    if (k == 0)
+        return 0;
+    return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+}
+
+/* the least of a point's times (the optimistic reading of pick_k's hope) */
+static double pt_least(const sd_curve_pt *p)
+{
+    int m = p->n < SD_CURVE_RING ? p->n : SD_CURVE_RING;
+    double v = m > 0 ? p->t[0] : 0;
+    for (int i = 1; i < m; i++)
+        v = p->t[i] < v ? p->t[i] : v;
+    return v;
 }
 
 void sd_curve_add(sd_curve *c, int x, double secs)
@@ -93,13 +126,15 @@ static int n_trusted(const sd_curve *c)
     return n;
 }
 
-/* a point as sd_curve_at reads it: x, its time, its spread, its step */
+/* a point as sd_curve_at reads it: x, its time, its spread, its typical
+ * time, its step */
 typedef struct pt_read {
-    double x, v, w;
+    double x, v, w, md;
     uint64_t at;
 } pt_read;
 
-double sd_curve_at(const sd_curve *c, double x, int *used)
+/* t(x); optimistic: each point at the least of its times */
+static double curve_eval(const sd_curve *c, double x, int *used, int optimistic)
 {
     /* the trusted points (all of them while none is), sorted by x */
     pt_read p[SD_CURVE_PTS];
@@ -109,6 +144,9 @@ double sd_curve_at(const sd_curve *c, double x, int *used)
             continue;
         pt_read r = {.x = c->pt[i].x, .at = c->pt[i].at};
         r.v = pt_value(&c->pt[i], &r.w);
+        r.md = pt_typical(&c->pt[i]);
+        if (optimistic)
+            r.v = pt_least(&c->pt[i]);
         int j = m++;
         for (; j > 0 && p[j - 1].x > r.x; j--)
             p[j] = p[j - 1];
@@ -140,11 +178,14 @@ double sd_curve_at(const sd_curve *c, double x, int *used)
     if (slope < 0) {
         /* a fall within what either point's times spread over is noise, not
          * a shape that costs less (a GPU's 16-row tensor-core steps under
-         * its 8-row fp32 ones are a fall outside the spread): the larger
-         * point's time per row then, as if the two had not been told
-         * apart; a real fall flat */
+         * its 8-row fp32 ones are a fall outside the spread): the segment
+         * then rises as the two points' typical times do, or lies flat
+         * where they do not (a GPU's flat curve, measured a little lower at
+         * the larger point, is still flat; a noisy CPU's rising one still
+         * rises); a real fall flat */
         double fall = p[s].v - p[s + 1].v, w = p[s].w > p[s + 1].w ? p[s].w : p[s + 1].w;
-        slope = fall <= w && p[s + 1].x > 0 ? p[s + 1].v / p[s + 1].x : 0;
+        double rise = (p[s + 1].md - p[s].md) / (p[s + 1].x - p[s].x);
+        slope = fall <= w && rise > 0 ? rise : 0;
     }
     double v = p[s].v + slope * (x - p[s].x);
     if (x < p[0].x) {
@@ -154,6 +195,11 @@ double sd_curve_at(const sd_curve *c, double x, int *used)
             v = lo;
     }
     return v > 0 ? v : 0;
+}
+
+double sd_curve_at(const sd_curve *c, double x, int *used)
+{
+    return curve_eval(c, x, used, 0);
 }
 
 /* ------------------------------------------------------------------ k */
@@ -181,6 +227,7 @@ void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs)
     if (n_seqs <= 0 || k <= 0)
         return;
     sd_curve_add(&a->draft, k, secs);
+    a->draft_steps++;
 }
 
 /* Pseudo-observations behind each position's prior. The prior of position
@@ -192,6 +239,19 @@ void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs)
 /* standard deviations above its estimate at which a position's acceptance
  * counts as still possible (the hopeful estimate of pick_k) */
 #define ADAPT_HOPE_Z 2.0
+/* The drafts of one step are not independent evidence: they share the
+ * step's place in the requests (right after their prompts, the drafts of
+ * the bundled model's MTP layer at batch 32 were accepted at 0.68 over 115
+ * drafts in 3 steps, 0.9 later). The hope counts at most this many drafts
+ * a drafting step. */
+#define ADAPT_PER_STEP 4.0
+
+/* drafts at this position that count as evidence for the hope */
+static double hope_evidence(const sd_adaptive *a, double proposed)
+{
+    double cap = ADAPT_PER_STEP * (double)a->draft_steps;
+    return proposed < cap ? proposed : cap;
+}
 
 static int has_trusted(const sd_curve *c, int x)
 {
@@ -216,32 +276,46 @@ static int covered(const sd_curve *c, int x)
     return lo && hi;
 }
 
-/* the choice between k and 0 at this batch rests on measured costs */
-static int k_measured(const sd_adaptive *a, int batch, int k)
+/* a step's token rows at this batch when `drafting` of its requests draft k */
+static int step_rows(int batch, int drafting, int k)
 {
-    return covered(&a->target, sd_row_bucket(batch * (k + 1))) && (k == 0 || covered(&a->draft, k));
+    return batch + drafting * k;
 }
 
-/* best_k; with trace, a debug line per k. z > 0: each position's
- * acceptance taken z standard deviations above its estimate (the evidence
- * so far cannot rule that out), capped at 1: a hopeful best_k */
-static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, int trace, double z)
+/* the choice between k and 0 at this batch rests on measured costs */
+static int k_measured(const sd_adaptive *a, int batch, int drafting, int k)
+{
+    return covered(&a->target, sd_row_bucket(step_rows(batch, drafting, k))) &&
+           (k == 0 || covered(&a->draft, k));
+}
+
+/* best_k at a batch of which `drafting` requests draft (the others are
+ * plain rows: a token each, whatever k); with trace, a debug line per k.
+ * z > 0: each position's acceptance taken z standard deviations above its
+ * estimate (the evidence so far cannot rule that out), capped at 1, and
+ * each cost at the least time measured: a hopeful best_k */
+static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, int drafting,
+                  int trace, double z)
 {
     int kmax = a->k_max;
     if (kmax <= 0 || a->draft.n == 0 || a->target.n == 0)
         return 0;
     if (batch < 1)
         batch = 1;
+    drafting = drafting < 0 ? 0 : drafting > batch ? batch : drafting;
+    if (drafting == 0)
+        return 0;
+    const int hope = z > 0;
     double cum = 1, expect = 1, prev_rate = 1, prev_cond = 0.5;
     int best_k = 0;
-    double t0 = sd_curve_at(&a->target, sd_row_bucket(batch), NULL);
-    double best = 1.0 / (t0 > 0 ? t0 : 1e-9);
+    double t0 = curve_eval(&a->target, sd_row_bucket(batch), NULL, hope);
+    double best = batch / (t0 > 0 ? t0 : 1e-9);
     /* at most one k past the measured ones: beyond the last measured row
      * count the curve only extrapolates, and a falling last segment (noise,
      * clamped flat) would make every deeper k look free (a CPU server at
      * batch 8 went from k = 0 to 4 on two points 8 and 16 rows apart) */
     int measured = 0;
-    while (measured < kmax && k_measured(a, batch, measured + 1))
+    while (measured < kmax && k_measured(a, batch, drafting, measured + 1))
         measured++;
     if (kmax > measured + 1)
         kmax = measured + 1;
@@ -251,7 +325,7 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
         double prior = prev_rate * prev_cond;
         double rate = (got + ADAPT_PRIOR_W * prior) / (prop + ADAPT_PRIOR_W);
         if (z > 0) {
-            rate += z * sqrt(rate * (1 - rate) / (prop + ADAPT_PRIOR_W));
+            rate += z * sqrt(rate * (1 - rate) / (hope_evidence(a, prop) + ADAPT_PRIOR_W));
             if (rate > 1)
                 rate = 1;
         }
@@ -262,14 +336,16 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
         prev_cond = cond;
         cum *= cond;
         expect += cum;
-        double tt = sd_curve_at(&a->target, sd_row_bucket(batch * (k + 1)), NULL);
-        double td = sd_curve_at(&a->draft, k, NULL);
+        double tt = curve_eval(&a->target, sd_row_bucket(step_rows(batch, drafting, k)), NULL, hope);
+        double td = curve_eval(&a->draft, k, NULL, hope);
         double cost = tt + td;
-        double thr = expect / (cost > 0 ? cost : 1e-9);
+        double thr = (batch - drafting + drafting * expect) / (cost > 0 ? cost : 1e-9);
         if (trace)
             sd_log_debug("adaptive k:   k %d: drafted %.0f, P(first k accepted) %.3f, expect %.2f, "
-                         "target %.3f ms + draft %.3f ms: %.3f tok/ms (k 0: %.3f ms, %.3f)",
-                         k, prop, rate, expect, 1e3 * tt, 1e3 * td, thr / 1e3, 1e3 * t0, 1e-3 / t0);
+                         "%d of %d drafting, target %.3f ms + draft %.3f ms: %.3f tok/ms "
+                         "(k 0: %.3f ms, %.3f)",
+                         k, prop, rate, expect, drafting, batch, 1e3 * tt, 1e3 * td, thr / 1e3,
+                         1e3 * t0, 1e-3 * batch / t0);
         if (thr > best * 1.02) {
             best = thr;
             best_k = k;
@@ -280,28 +356,34 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
 
 int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch)
 {
-    return best_k(a, acc, batch, 0, 0);
+    return best_k(a, acc, batch, batch, 0, 0);
+}
+
+static int informed(const sd_adaptive *a, int batch, int drafting)
+{
+    return k_measured(a, batch, drafting, 0) && k_measured(a, batch, drafting, 1);
 }
 
 int sd_adaptive_informed(const sd_adaptive *a, int batch)
 {
     if (batch < 1)
         batch = 1;
-    return k_measured(a, batch, 0) && k_measured(a, batch, 1);
+    return informed(a, batch, batch);
 }
 
-int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch)
+int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, int drafting)
 {
     if (a->k_max <= 0)
         return 0;
     if (batch < 1)
         batch = 1;
+    drafting = drafting < 1 ? 1 : drafting > batch ? batch : drafting;
     /* measure first: k = 1 and 0 in turn (each until its costs are
      * trusted), so the target is seen at b and 2 b rows and drafting at 1;
      * again whenever the batch leaves what was measured. Deeper k are
      * measured once chosen (the curve continues the last segment's slope
      * there), and the choice's neighbours by the probes below. */
-    int explore = !sd_adaptive_informed(a, batch);
+    int explore = !informed(a, batch, drafting);
     if (explore != a->exploring)
         sd_log_debug("adaptive k: %s at batch %d (step %llu)", explore ? "exploring" : "explored",
                      batch, (unsigned long long)a->steps);
@@ -309,32 +391,34 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch)
     if (explore) {
         for (int i = 0; i < 2; i++) {
             int k = (int)((a->picks + (uint64_t)i) % 2) ? 0 : 1;
-            if (!k_measured(a, batch, k)) {
+            if (!k_measured(a, batch, drafting, k)) {
                 a->picks++;
                 return k;
             }
         }
     }
     a->picks++;
-    int k = best_k(a, acc, batch, 0, 0);
+    int k = best_k(a, acc, batch, drafting, 0, 0);
     if (k != a->last_k && sd_log_level() >= SD_LOG_DEBUG) {
         sd_log_debug("adaptive k: %d -> %d at batch %d (step %llu)", a->last_k, k, batch,
                      (unsigned long long)a->steps);
-        best_k(a, acc, batch, 1, 0);
+        best_k(a, acc, batch, drafting, 1, 0);
     }
     a->last_k = k;
     /* too few drafts to give up on drafting: the cheapest probe instead,
      * while drafting could still pay at an acceptance the drafts so far do
      * not rule out (a draft that costs more than a perfect one returns
      * stops at once, a poor one after a few; bench/results/NOTES.md) */
-    if (k == 0 && acc->proposed_at[0] < SD_ADAPT_EXPLORE && best_k(a, acc, batch, 0, ADAPT_HOPE_Z) > 0)
+    if (k == 0 && hope_evidence(a, (double)acc->proposed_at[0]) < SD_ADAPT_EXPLORE &&
+        best_k(a, acc, batch, drafting, 0, ADAPT_HOPE_Z) > 0)
         k = 1;
     /* between measured points the curve is a straight line and the real one
      * is not (flat, then rising): every 4th pick measures a neighbour of the
      * choice that has no trusted point yet */
     for (int d = 1; d >= -1 && k > 0 && a->picks % 4 == 0; d -= 2) {
         int nk = k + d;
-        if (nk >= 1 && nk <= a->k_max && !(has_trusted(&a->target, sd_row_bucket(batch * (nk + 1))) &&
+        if (nk >= 1 && nk <= a->k_max &&
+            !(has_trusted(&a->target, sd_row_bucket(step_rows(batch, drafting, nk))) &&
                                              has_trusted(&a->draft, nk))) {
             k = nk;
             break;

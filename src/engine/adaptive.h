@@ -31,11 +31,15 @@
  *     from steps of 8). Deeper k are measured once chosen, and the
  *     neighbours of the choice by a probe every 4th step, so a k = k_max
  *     step (k_max + 1 times the rows) is never spent only to measure it;
- *   - with fewer than SD_ADAPT_EXPLORE first-position drafts, a 0 becomes 1
+ *   - with fewer than SD_ADAPT_EXPLORE first-position drafts (counting at
+ *     most 4 a drafting step: one step's drafts share their place in the
+ *     requests), a 0 becomes 1
  *     while drafting would pay at an acceptance the drafts so far cannot
- *     rule out (two standard deviations above the estimate): the cheapest
- *     probe keeps the evidence coming until it settles the question, which
- *     at poor acceptance takes a few drafts, not SD_ADAPT_EXPLORE of them.
+ *     rule out (two standard deviations above the estimate) and at the
+ *     least times measured (a GPU's draft phase of a few hundred us moves
+ *     by 2x between steps): the cheapest probe keeps the evidence coming
+ *     until it settles the question, which at poor acceptance takes a few
+ *     drafts, not SD_ADAPT_EXPLORE of them.
  * Prompt steps are another cost curve (long rows, no graphs): the engine
  * does not report them. */
 #ifndef SD_ENGINE_ADAPTIVE_H
@@ -90,6 +94,7 @@ typedef struct sd_adaptive {
     sd_curve target; /* a decode/verify step's time vs its token rows' bucket */
     sd_curve draft;  /* a drafting phase's time vs k: catch-up + first draft, then a pass each */
     uint64_t steps;  /* target steps seen */
+    uint64_t draft_steps; /* drafting phases seen */
     uint64_t picks;
     int k_max;
     int exploring; /* the last pick explored */
@@ -104,8 +109,11 @@ int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int bat
 /* 1 when the costs of k = 0 and 1 at this batch were measured.
  * Otherwise pick_k explores, and best_k's 0 is no reason to stop drafting. */
 int sd_adaptive_informed(const sd_adaptive *a, int batch);
-/* the k for the next step: exploration first, then best_k (now and then one
- * deeper, so a proposer that improves is noticed) */
-int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch);
+/* the k for the next step of `batch` requests of which `drafting` draft
+ * (the others stopped tracking the proposer: a row and a token each, so a
+ * k that pays for the few drafting ones must pay for the whole step):
+ * exploration first, then best_k (now and then one deeper, so a proposer
+ * that improves is noticed) */
+int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, int drafting);
 
 #endif

@@ -838,7 +838,9 @@ static int engine_step(sd_engine *e)
     pthread_mutex_unlock(&e->mu);
     /* 5. the proposer catches up and drafts */
     if (e->spec != SD_SPEC_NONE) {
-        int k = e->spec_k >= 0 ? e->spec_k : sd_adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running);
+        int k = e->spec_k >= 0 ? e->spec_k
+                               : sd_adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running,
+                                                    e->n_running - n_not_drafting(e));
         /* Adaptive: when drafting has not paid for a while, the running
          * requests stop tracking the proposer (its catch-up pass costs too);
          * they finish as plain decode. New requests decide on admission. */
