@@ -716,13 +716,16 @@ static int engine_step(sd_engine *e)
                 i--;
                 list_push(&e->running, &e->n_running, &e->cap_running, r);
                 r->state = RQ_PREFILL;
-                /* speculation off for now: does it pay at the batch this joins?
+                /* speculation off for now: does it pay at the batch this joins
+                 * (the running requests and the ones waiting behind it: a burst
+                 * of 32 arrivals is a batch of 32, not of 1, 2, 3, ...)?
                  * Every 8th request tracks the proposer anyway, so the
                  * acceptance and cost estimates keep being refreshed. */
+                int joins = SD_MIN(e->n_running + e->n_waiting, e->max_batch);
                 r->no_spec = e->spec_k < 0 && e->spec != SD_SPEC_NGRAM &&
                              e->zero_k_steps >= SD_SPEC_OFF_AFTER &&
-                             sd_adaptive_informed(&e->adapt, e->n_running) &&
-                             sd_adaptive_best_k(&e->adapt, &e->acc_all, e->n_running) == 0 &&
+                             sd_adaptive_informed(&e->adapt, joins) &&
+                             sd_adaptive_best_k(&e->adapt, &e->acc_all, joins) == 0 &&
                              ++e->n_admitted_off % 8 != 0;
                 if (!r->st.queued_s)
                     r->st.queued_s = (double)(sd_now_ns() - r->t_submit) * 1e-9;
