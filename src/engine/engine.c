@@ -532,6 +532,8 @@ static void publish_stats(sd_engine *e, int stepped)
     e->stats.plans = e->plan_seq;
     e->stats.spec_exploring = e->spec != SD_SPEC_NONE && e->spec_k < 0 && e->adapt.exploring;
     e->stats.spec_off_running = n_not_drafting(e);
+    e->stats.spec_eager_passes = e->prop_eager;
+    e->stats.spec_graph_cache_full = e->prop_cache_full;
     pthread_mutex_unlock(&e->mu);
 }
 

@@ -107,6 +107,10 @@ typedef struct sd_engine_stats {
      * drafting does not pay at their batch). */
     uint64_t spec_k_steps[17];
     int spec_k_last, spec_exploring, spec_off_running;
+    /* proposer passes run without a CUDA graph (a shape's first pass, a
+     * size past the graphs', none on the CPU), and of those the ones whose
+     * shape found the proposer graph cache full (SD_MAX_PGRAPHS shapes) */
+    uint64_t spec_eager_passes, spec_graph_cache_full;
 } sd_engine_stats;
 
 /* Loads the model named by o->model (NULL/empty: the bundled model), the

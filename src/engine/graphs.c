@@ -208,8 +208,10 @@ sd_pgraph *sd__pgraph_find(sd_engine *e, int mode, const void *src, int T, int n
         if (g->mode == mode && g->src == src && g->T == T && g->n_out == n_out)
             return g; /* spec.c's pgraph_run counts its replays' collectives */
     }
-    if (e->n_pgraphs == SD_MAX_PGRAPHS)
+    if (e->n_pgraphs == SD_MAX_PGRAPHS) {
+        e->prop_cache_full++; /* its passes run eagerly from now on */
         return NULL;
+    }
     sd_pgraph *g = &e->pgraphs[e->n_pgraphs++];
     memset(g, 0, sizeof *g);
     g->mode = mode;

@@ -186,6 +186,9 @@ struct sd_engine {
     void *tgraph[SD_MAX_BUCKETS]; /* target step of buckets[i] tokens */
     sd_pgraph pgraphs[SD_MAX_PGRAPHS];
     int n_pgraphs;
+    /* proposer passes run eagerly (a shape's first pass, no graph for its
+     * size), and of those the ones whose shape found the graph cache full */
+    uint64_t prop_eager, prop_cache_full;
     int pad_seq;        /* block-table row of padding rows: the trash block */
     int32_t trash_slot; /* first slot of the trash block (past the pool's) */
     sd_synthetic synth; /* --synthetic-accept (benchmarks only; n == 0: off) */

@@ -354,6 +354,7 @@ static int pgraph_run(sd_engine *e, sd_pgraph *g, int (*fn)(sd_engine *, void *,
     }
     if (g)
         g->seen = 1;
+    e->prop_eager++;
     return fn(e, ctx, err);
 }
 

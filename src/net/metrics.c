@@ -197,6 +197,12 @@ static void draft_length_series(sd_buf *o, const sd_engine_stats *es)
     scalar(o, "specd_spec_requests_not_drafting", "gauge",
            "Running requests that stopped drafting (adaptive k: it does not pay at their batch).",
            es->spec_off_running);
+    scalar(o, "specd_spec_eager_passes_total", "counter",
+           "Proposer passes run without a CUDA graph (first of a shape, past the graph sizes, CPU).",
+           (double)es->spec_eager_passes);
+    scalar(o, "specd_spec_graph_cache_full_total", "counter",
+           "Proposer passes run eagerly because the proposer graph cache was full.",
+           (double)es->spec_graph_cache_full);
 }
 
 int sd_metrics_render(const sd_metrics *m, const sd_engine_stats *es, sd_buf *o)

@@ -188,6 +188,8 @@ TEST(engine_series_and_exact_accepted_length_histogram)
     es.spec_k_last = 3;
     es.spec_exploring = 1;
     es.spec_off_running = 2;
+    es.spec_eager_passes = 41;
+    es.spec_graph_cache_full = 7;
     sd_buf b = {0};
     ASSERT_OK(sd_metrics_render(&m, &es, &b));
     char why[256] = "";
@@ -213,6 +215,8 @@ TEST(engine_series_and_exact_accepted_length_histogram)
     ASSERT_NEAR(series(b.p, "specd_spec_draft_length"), 3, 0);
     ASSERT_NEAR(series(b.p, "specd_spec_adaptive_exploring"), 1, 0);
     ASSERT_NEAR(series(b.p, "specd_spec_requests_not_drafting"), 2, 0);
+    ASSERT_NEAR(series(b.p, "specd_spec_eager_passes_total"), 41, 0);
+    ASSERT_NEAR(series(b.p, "specd_spec_graph_cache_full_total"), 7, 0);
     sd_buf_free(&b);
 }
 
