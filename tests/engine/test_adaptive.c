@@ -107,12 +107,18 @@ static void run(sd_adaptive *a, sd_accept_stats *acc, sim *m, int batch, int n)
     }
 }
 
+/* a fresh controller (k_max 4) and no acceptance counts */
+static void fresh(sd_adaptive *a, sd_accept_stats *acc)
+{
+    sd_adaptive_init(a, 4);
+    memset(acc, 0, sizeof *acc);
+}
+
 /* a fresh controller (k_max 4) after n steps of m at this batch: 1 when
  * it has measured what it needs there and explores no more */
 static int settled(sd_adaptive *a, sd_accept_stats *acc, sim *m, int batch, int n)
 {
-    sd_adaptive_init(a, 4);
-    memset(acc, 0, sizeof *acc);
+    fresh(a, acc);
     run(a, acc, m, batch, n);
     return !a->exploring && sd_adaptive_informed(a, batch);
 }
@@ -269,8 +275,7 @@ TEST(a_poor_draft_on_a_memory_bound_gpu_is_given_up_after_a_few_drafts)
     sd_accept_stats acc;
     sim m = {.base = 2.5e-3, .knee = 1, .per_row = 0.96e-3, .d_base = 5e-6, .d_per = 3e-4, .p = 0.8,
              .rng = 5};
-    sd_adaptive_init(&a, 4);
-    memset(&acc, 0, sizeof acc);
+    fresh(&a, &acc);
     run(&a, &acc, &m, 1, 200);
     ASSERT_GE(sd_adaptive_best_k(&a, &acc, 1), 1);
 }
@@ -311,8 +316,7 @@ TEST(deeper_k_than_measured_waits_for_its_measurement)
 {
     sd_adaptive a;
     sd_accept_stats acc;
-    sd_adaptive_init(&a, 4);
-    memset(&acc, 0, sizeof acc);
+    fresh(&a, &acc);
     for (int i = 0; i < 6; i++) {
         sd_adaptive_observe_target(&a, 8, 2.60e-3);
         sd_adaptive_observe_target(&a, 16, 2.55e-3);
@@ -343,8 +347,7 @@ TEST(a_fall_within_the_noise_is_not_free_rows)
     static const double t16[8] = {3.4e-3, 6.0e-3, 5.2e-3, 3.3e-3, 4.9e-3, 6.4e-3, 3.5e-3, 5.8e-3};
     sd_adaptive a;
     sd_accept_stats acc;
-    sd_adaptive_init(&a, 4);
-    memset(&acc, 0, sizeof acc);
+    fresh(&a, &acc);
     for (int i = 0; i < 8; i++) {
         sd_adaptive_observe_target(&a, 8, t8[i]);
         sd_adaptive_observe_target(&a, 16, t16[i]);
@@ -386,8 +389,7 @@ TEST(a_flat_gpu_curve_measured_a_little_lower_at_more_rows_stays_flat)
     static const double t16[3] = {0.365e-3, 0.238e-3, 0.236e-3};
     sd_adaptive a;
     sd_accept_stats acc;
-    sd_adaptive_init(&a, 4);
-    memset(&acc, 0, sizeof acc);
+    fresh(&a, &acc);
     for (int i = 0; i < 3; i++) {
         sd_adaptive_observe_target(&a, 8, t8[i]);
         sd_adaptive_observe_target(&a, 16, t16[i]);
@@ -410,8 +412,7 @@ TEST(the_hope_is_read_at_the_least_times)
     static const double d1[5] = {24.078e-3, 0.137e-3, 0.365e-3, 0.161e-3, 0.286e-3};
     sd_adaptive a;
     sd_accept_stats acc;
-    sd_adaptive_init(&a, 4);
-    memset(&acc, 0, sizeof acc);
+    fresh(&a, &acc);
     for (int i = 0; i < 5; i++) {
         sd_adaptive_observe_target(&a, 2, i ? 0.187e-3 : 0.300e-3);
         sd_adaptive_observe_target(&a, 1, i ? 0.175e-3 : 0.262e-3);
@@ -440,8 +441,7 @@ TEST(a_draft_for_one_request_of_eight_must_pay_for_the_whole_step)
 {
     sd_adaptive a;
     sd_accept_stats acc;
-    sd_adaptive_init(&a, 4);
-    memset(&acc, 0, sizeof acc);
+    fresh(&a, &acc);
     for (int i = 0; i < 8; i++) {
         for (int T = 8; T <= 12; T++)
             sd_adaptive_observe_target(&a, T, 0.245e-3);
@@ -471,8 +471,7 @@ TEST(drafts_of_a_few_steps_are_not_settled_evidence)
     static const double t32[3] = {0.507e-3, 0.328e-3, 0.341e-3};
     sd_adaptive a;
     sd_accept_stats acc;
-    sd_adaptive_init(&a, 4);
-    memset(&acc, 0, sizeof acc);
+    fresh(&a, &acc);
     for (int i = 0; i < 3; i++) {
         sd_adaptive_observe_target(&a, 64, t64[i]);
         sd_adaptive_observe_target(&a, 32, t32[i]);
