@@ -169,8 +169,12 @@ static double curve_eval(const sd_curve *c, double x, int *used, int optimistic)
         *used = m;
     if (m == 0)
         return 0;
-    if (m == 1) /* the slope is unknown: time in proportion to x */
-        return p[0].x > 0 ? p[0].v * x / p[0].x : p[0].v;
+    /* the slope is unknown: time in proportion to x; optimistic, flat (a
+     * drafting phase of k = 1 is a catch-up pass and a draft, and each
+     * further draft a one-row pass that may cost far less: the bundled
+     * draft LM's phase took 0.137 ms at k = 1, 0.170 at 2, 0.194 at 3) */
+    if (m == 1)
+        return optimistic || p[0].x <= 0 ? p[0].v : p[0].v * x / p[0].x;
     int s = 0; /* the segment [s, s + 1]: containing x, else the nearest */
     while (s < m - 2 && x > p[s + 1].x)
         s++;

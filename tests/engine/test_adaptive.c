@@ -425,11 +425,45 @@ TEST(the_hope_is_read_at_the_least_times)
     /* not yet a verdict: the least times and a hopeful acceptance pay */
     a.picks = 1; /* not a neighbour-probe pick */
     ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 1, 1), 1);
-    /* 64 drafts at 0.5: no hope left */
-    for (int i = 0; i < 64; i++)
+    /* 64 drafting steps at 0.5: no hope left */
+    for (int i = 0; i < 64; i++) {
+        sd_adaptive_observe_draft(&a, 1, 1, d1[1 + i % 4]);
         sd_accept_stats_add(&acc, 1, i % 2);
+    }
     a.picks = 1;
     ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 1, 1), 0);
+}
+
+/* The draft LM at batch 1 on an H200 again: one draft (0.16 ms of
+ * drafting phase on a 0.175 ms step) does not pay even at a hopeful
+ * acceptance, but its second and third drafts cost 0.03 ms each and k = 3
+ * runs 1.79x plain. Before k = 2 is measured the hope reads the draft
+ * curve flat past its one point, not in proportion to k (0.32 ms at k = 2),
+ * so drafting goes on and the neighbour probes measure k = 2. */
+TEST(the_hope_looks_past_a_first_draft_that_does_not_pay_alone)
+{
+    sd_adaptive a;
+    sd_accept_stats acc;
+    fresh(&a, &acc);
+    for (int i = 0; i < 5; i++) {
+        sd_adaptive_observe_target(&a, 2, 0.187e-3);
+        sd_adaptive_observe_target(&a, 1, 0.175e-3);
+        sd_adaptive_observe_draft(&a, 1, 1, 0.160e-3);
+    }
+    for (int i = 0; i < 6; i++)
+        sd_accept_stats_add(&acc, 1, 1);
+    ASSERT(sd_adaptive_informed(&a, 1));
+    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 1), 0);
+    a.picks = 1;
+    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 1, 1), 1);
+    /* the probe measures k = 2 (0.19 ms): settled, it pays at 0.97 */
+    for (int i = 0; i < 4; i++) {
+        sd_adaptive_observe_target(&a, 3, 0.199e-3);
+        sd_adaptive_observe_draft(&a, 1, 2, 0.190e-3);
+    }
+    for (int i = 0; i < 100; i++)
+        sd_accept_stats_add(&acc, 2, i % 33 ? 2 : 0);
+    ASSERT_GE(sd_adaptive_best_k(&a, &acc, 1), 2);
 }
 
 /* After speculation went off, the requests still tracking the proposer
@@ -505,5 +539,6 @@ TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(curve_ignores_one_off_costs_
           T(a_fall_within_the_noise_is_not_free_rows),
           T(a_flat_gpu_curve_measured_a_little_lower_at_more_rows_stays_flat),
           T(the_hope_is_read_at_the_least_times),
+          T(the_hope_looks_past_a_first_draft_that_does_not_pay_alone),
           T(a_draft_for_one_request_of_eight_must_pay_for_the_whole_step),
           T(drafts_of_a_few_steps_are_not_settled_evidence))
