@@ -297,7 +297,11 @@ static int k_measured(const sd_adaptive *a, int batch, int drafting, int k)
  * plain rows: a token each, whatever k); with trace, a debug line per k.
  * z > 0: each position's acceptance taken z standard deviations above its
  * estimate (the evidence so far cannot rule that out), capped at 1, and
- * each cost at the least time measured: a hopeful best_k */
+ * the drafting phase at the least time measured: a hopeful best_k. (Only
+ * the drafting phase: its host time is what jumps on a GPU, while target
+ * steps replayed from graphs are steady; on a noisy CPU the least target
+ * time is a lucky step, and reading it made 64-row steps at batch 32 look
+ * as cheap as 32-row ones.) */
 static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, int drafting,
                   int trace, double z)
 {
@@ -312,7 +316,7 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
     const int hope = z > 0;
     double cum = 1, expect = 1, prev_rate = 1, prev_cond = 0.5;
     int best_k = 0;
-    double t0 = curve_eval(&a->target, sd_row_bucket(batch), NULL, hope);
+    double t0 = curve_eval(&a->target, sd_row_bucket(batch), NULL, 0);
     double best = batch / (t0 > 0 ? t0 : 1e-9);
     /* at most one k past the measured ones: beyond the last measured row
      * count the curve only extrapolates, and a falling last segment (noise,
@@ -340,7 +344,7 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
         prev_cond = cond;
         cum *= cond;
         expect += cum;
-        double tt = curve_eval(&a->target, sd_row_bucket(step_rows(batch, drafting, k)), NULL, hope);
+        double tt = curve_eval(&a->target, sd_row_bucket(step_rows(batch, drafting, k)), NULL, 0);
         double td = curve_eval(&a->draft, k, NULL, hope);
         double cost = tt + td;
         double thr = (batch - drafting + drafting * expect) / (cost > 0 ? cost : 1e-9);

@@ -36,8 +36,9 @@
  *     requests), a 0 becomes 1
  *     while drafting would pay at an acceptance the drafts so far cannot
  *     rule out (two standard deviations above the estimate) and at the
- *     least times measured (a GPU's draft phase of a few hundred us moves
- *     by 2x between steps): the cheapest probe keeps the evidence coming
+ *     drafting phase's least time (a GPU's draft phase of a few hundred us
+ *     moves by 2x between steps; with one point measured, flat in k): the
+ *     cheapest probe keeps the evidence coming
  *     until it settles the question, which at poor acceptance takes a few
  *     drafts, not SD_ADAPT_EXPLORE of them.
  * Prompt steps are another cost curve (long rows, no graphs): the engine
