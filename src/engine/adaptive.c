@@ -265,19 +265,39 @@ static int has_trusted(const sd_curve *c, int x)
     return 0;
 }
 
-/* x measured on c: a trusted point there, or trusted points on both sides */
+/* The top two trusted points rise in proportion to x (a CPU's steps: each
+ * row costs about the same): past them the curve's own continuation cannot
+ * be an underestimate, as a flat GPU curve's is before its knee. */
+#define ADAPT_PROPORTIONAL 0.8
+
+/* x measured on c: a trusted point there, trusted points on both sides, or
+ * past the largest one a curve that already grows in proportion to x */
 static int covered(const sd_curve *c, int x)
 {
     int lo = 0, hi = 0;
+    const sd_curve_pt *top = NULL, *next = NULL; /* the largest two trusted x */
     for (int i = 0; i < c->n; i++) {
-        if (!trusted(c, &c->pt[i]))
+        const sd_curve_pt *p = &c->pt[i];
+        if (!trusted(c, p))
             continue;
-        if (c->pt[i].x == x)
+        if (p->x == x)
             return 1;
-        lo |= c->pt[i].x < x;
-        hi |= c->pt[i].x > x;
+        lo |= p->x < x;
+        hi |= p->x > x;
+        if (!top || p->x > top->x) {
+            next = top;
+            top = p;
+        } else if (!next || p->x > next->x) {
+            next = p;
+        }
     }
-    return lo && hi;
+    if (lo && hi)
+        return 1;
+    if (!lo || !next || x < top->x)
+        return 0;
+    double spread, vt = pt_value(top, &spread), vn = pt_value(next, &spread);
+    double slope = (vt - vn) / (double)(top->x - next->x);
+    return vt > 0 && slope >= ADAPT_PROPORTIONAL * vt / (double)top->x;
 }
 
 /* a step's token rows at this batch when `drafting` of its requests draft k */

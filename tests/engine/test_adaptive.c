@@ -185,6 +185,27 @@ TEST(linear_cpu_cost_with_poor_acceptance_does_not_draft)
     ASSERT_GE(sd_adaptive_best_k(&b, &acc2, 1), 1);
 }
 
+/* A CPU's rows each cost about the same: once batch 1's steps of 1 and 2
+ * rows are measured, the curve past them is its own continuation, and a
+ * growing batch (a server's requests arriving while prompts prefill) is
+ * judged without one-draft steps at every new size (on two cores they
+ * cost adaptive MTP 2-10% of a serving level). A flat GPU curve is still
+ * explored at each new size (the test after this one). */
+TEST(a_proportional_cpu_curve_is_not_explored_again_as_the_batch_grows)
+{
+    sd_adaptive a;
+    sd_accept_stats acc;
+    sim m = {.base = 0, .knee = 0, .per_row = 5e-4, .d_base = 1e-4, .d_per = 1e-4, .p = 0.8,
+             .rng = 23};
+    ASSERT(settled(&a, &acc, &m, 1, 40));
+    ASSERT(sd_adaptive_informed(&a, 4));
+    ASSERT(sd_adaptive_informed(&a, 32));
+    m.zero_picks = m.one_picks = m.max_picks = 0;
+    run(&a, &acc, &m, 8, 50);
+    ASSERT_LE(m.one_picks, 2);
+    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 8), 0);
+}
+
 TEST(a_larger_batch_is_explored_before_it_is_judged)
 {
     sd_adaptive a;
@@ -631,6 +652,7 @@ TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(curve_ignores_one_off_costs_
           T(flat_gpu_cost_drafts_deep_despite_capture_spikes),
           T(the_choice_and_its_neighbours_are_measured_not_interpolated),
           T(linear_cpu_cost_with_poor_acceptance_does_not_draft),
+          T(a_proportional_cpu_curve_is_not_explored_again_as_the_batch_grows),
           T(a_larger_batch_is_explored_before_it_is_judged),
           T(poor_acceptance_on_a_memory_bound_gpu_never_settles_below_plain),
           T(a_poor_draft_on_a_memory_bound_gpu_is_given_up_after_a_few_drafts),
