@@ -16,8 +16,7 @@ typedef struct sd__cpu {
     size_t scratch_len;
 } sd__cpu;
 
-/* Runs task over [0, n) split in contiguous chunks, one per thread (at most). */
-/* task over items 0..n-1 split across the pool's threads; work: about the
+/* task over items 0..n-1 in contiguous chunks, one a thread (at most); work: about the
  * multiply-adds (or element steps) of one item. A job under the pool's
  * min_work in all runs on the caller alone (a split costs a hand-off to
  * every thread; SPECD_CPU_MIN_WORK). */
