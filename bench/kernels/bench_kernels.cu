@@ -409,10 +409,12 @@ static void bench_moe(bench *b, out *o, int D, int I, int E, int K, const int *n
  * call takes another sequence (its own cache region), copies of them
  * together well past L2, so every call reads its cache from memory. */
 #define MLA_BS 16 /* KV block size: the engine's default */
+#define GQA_KV 8  /* attn_gqa: KV heads (Llama-3-8B) */
 
 typedef struct mla_ctx {
     int T, H, ctx, copies, max_blocks;
-    float *qlat, *qpe, *ckv, *cache, *out;
+    int gqa; /* attn_gqa at the Llama-3-8B shape instead (32 query heads, 8 KV heads, 128 dims) */
+    float *qlat, *qpe, *ckv, *cache, *vcache, *out;
     int32_t *pos, *seq, *slot, *table; /* seq and slot: copies x T */
 } mla_ctx;
 
@@ -422,8 +424,12 @@ static void mla_fn(bench *b, int rep)
     int cp = rep % m->copies;
     sd_attn_batch ab = {m->T, m->pos, m->seq + (size_t)cp * m->T, m->slot + (size_t)cp * m->T,
                         m->table, m->max_blocks, MLA_BS, m->ctx};
-    b->be->ops->attn_mla(b->be, m->out, m->qlat, m->qpe, m->ckv, m->ckv + 512, m->cache, &ab, m->H,
-                         512, 64, m->H * 64, 64, 576, 1.0f / sqrtf(192.0f));
+    if (m->gqa)
+        b->be->ops->attn_gqa(b->be, m->out, m->qlat, NULL, NULL, m->cache, m->vcache, &ab, m->H,
+                             GQA_KV, 128, 128, m->H * 128, 0, 1.0f / sqrtf(128.0f));
+    else
+        b->be->ops->attn_mla(b->be, m->out, m->qlat, m->qpe, m->ckv, m->ckv + 512, m->cache, &ab,
+                             m->H, 512, 64, m->H * 64, 64, 576, 1.0f / sqrtf(192.0f));
 }
 
 /* path: "simt" (sd_cuda_set_mla_tc off), "tc" (tensor cores, the default)
@@ -431,8 +437,11 @@ static void mla_fn(bench *b, int rep)
  * version's constant) */
 static void bench_mla(bench *b, out *o, int H, int T, const int *ctxs, int nc, const char *path)
 {
+    const int gqa = !strcmp(path, "gqa");
+    /* a cached row: the latent and rope key (MLA), or K of the KV heads (GQA; V beside) */
+    const size_t row = gqa ? GQA_KV * 128 : 576, qd = gqa ? 128 : 512;
 #ifdef SD_BENCH_BASELINE
-    if (strcmp(path, "simt"))
+    if (strcmp(path, "simt") && !gqa)
         return;
 #else
     sd_cuda_set_mla_tc(b->be, strcmp(path, "simt") != 0);
@@ -443,19 +452,24 @@ static void bench_mla(bench *b, out *o, int H, int T, const int *ctxs, int nc, c
         memset(&m, 0, sizeof m);
         m.T = T;
         m.H = H;
+        m.gqa = gqa;
         m.ctx = ctxs[i];
         m.max_blocks = (m.ctx + MLA_BS - 1) / MLA_BS;
-        double seq_bytes = (double)m.ctx * 576.0 * 4.0;
+        double seq_bytes = (double)m.ctx * (double)row * 4.0 * (gqa ? 2 : 1);
         int copies = (int)ceil((256.0 * 1048576.0) / seq_bytes);
         m.copies = copies < 16 ? 16 : copies > 1024 ? 1024 : copies;
         size_t slots = (size_t)m.copies * (size_t)m.max_blocks * MLA_BS;
-        m.cache = (float *)dev_alloc(b, slots * 576 * 4);
-        dev_fill(b, m.cache, slots * 576, 0, 1.0f, 13);
-        m.qlat = (float *)dev_alloc(b, (size_t)T * H * 512 * 4);
+        m.cache = (float *)dev_alloc(b, slots * row * 4);
+        dev_fill(b, m.cache, slots * row, 0, 1.0f, 13);
+        if (gqa) {
+            m.vcache = (float *)dev_alloc(b, slots * row * 4);
+            dev_fill(b, m.vcache, slots * row, 0, 1.0f, 29);
+        }
+        m.qlat = (float *)dev_alloc(b, (size_t)T * H * qd * 4);
         m.qpe = (float *)dev_alloc(b, (size_t)T * H * 64 * 4);
         m.ckv = (float *)dev_alloc(b, (size_t)T * 576 * 4);
-        m.out = (float *)dev_alloc(b, (size_t)T * H * 512 * 4);
-        dev_fill(b, m.qlat, (size_t)T * H * 512, 0, 1.0f, 17);
+        m.out = (float *)dev_alloc(b, (size_t)T * H * qd * 4);
+        dev_fill(b, m.qlat, (size_t)T * H * qd, 0, 1.0f, 17);
         dev_fill(b, m.qpe, (size_t)T * H * 64, 0, 1.0f, 19);
         dev_fill(b, m.ckv, (size_t)T * 576, 0, 1.0f, 23);
         /* sequence cp owns blocks cp * max_blocks ..; its T tokens are its last positions */
@@ -488,26 +502,28 @@ static void bench_mla(bench *b, out *o, int H, int T, const int *ctxs, int nc, c
             exit(1);
         /* the bytes a step must read: the sequence's cache once (its tokens
          * and head groups share it), queries in, outputs out */
-        double bytes = seq_bytes + (double)T * H * (512 + 64 + 512) * 4.0;
+        double bytes = seq_bytes + (double)T * H * (gqa ? 256 : 512 + 64 + 512) * 4.0;
         double gbps = bytes / (mg * 1e-3) / 1e9;
+        const char *op = gqa ? "attn_gqa" : "attn_mla";
         char name[64];
-        snprintf(name, sizeof name, "mla H=%d ctx=%d", H, m.ctx);
-        printf("%-22s %-5s %6d %3d %3d %9.2f %9.2f %8.0f %6.3f %6.3f\n", "attn_mla", path, m.ctx, H,
+        snprintf(name, sizeof name, "%s H=%d ctx=%d", gqa ? "gqa" : "mla", H, m.ctx);
+        printf("%-22s %-5s %6d %3d %3d %9.2f %9.2f %8.0f %6.3f %6.3f\n", op, path, m.ctx, H,
                T, mg * 1e3, me * 1e3, gbps, gbps / copy_gbps, gbps / read_gbps);
         jrow(o,
-             "\"op\": \"attn_mla\", \"name\": \"%s\", \"path\": \"%s\", \"heads\": %d, \"ctx\": %d, "
+             "\"op\": \"%s\", \"name\": \"%s\", \"path\": \"%s\", \"heads\": %d, \"ctx\": %d, "
              "\"n\": %d, \"copies\": %d, \"us_graph\": %.3f, \"us_eager\": %.3f, \"bytes\": %.0f, "
              "\"gbps\": %.1f, \"frac_copy\": %.4f, \"frac_read\": %.4f",
-             name, path, H, m.ctx, T, m.copies, mg * 1e3, me * 1e3, bytes, gbps, gbps / copy_gbps,
+             op, name, path, H, m.ctx, T, m.copies, mg * 1e3, me * 1e3, bytes, gbps, gbps / copy_gbps,
              gbps / read_gbps);
         fflush(stdout);
         free(tab);
         free(sq);
         free(sl);
         free(ps);
-        void *ptrs[] = {m.cache, m.qlat, m.qpe, m.ckv, m.out, m.table, m.seq, m.slot, m.pos};
+        void *ptrs[] = {m.cache, m.qlat, m.qpe, m.ckv, m.out, m.table, m.seq, m.slot, m.pos, m.vcache};
         for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++)
-            b->be->ops->free(b->be, ptrs[k]);
+            if (ptrs[k])
+                b->be->ops->free(b->be, ptrs[k]);
     }
 #ifndef SD_BENCH_BASELINE
     sd_cuda_set_mla_tc(b->be, 1);
@@ -524,6 +540,7 @@ static void bench_mla_all(bench *b, out *o, int quick)
     static const int ctx_quick[] = {256, 4096, 32768};
     static const int Hs[] = {16, 128}, Ts[] = {1, 4};
     static const char *paths[] = {"simt", "tc4", "tc"};
+    static const int ctx_short[] = {64, 128, 192, 256, 512, 1024, 4096};
     printf("\n%-22s %-5s %6s %3s %3s %9s %9s %8s %6s %6s\n", "op", "path", "ctx", "H", "T",
            "us/graph", "us/eager", "GB/s", "/copy", "/read");
     for (int hi = 0; hi < (quick ? 1 : 2); hi++)
@@ -531,6 +548,11 @@ static void bench_mla_all(bench *b, out *o, int quick)
             for (int pi = 0; pi < 3; pi++)
                 bench_mla(b, o, Hs[hi], Ts[ti], quick ? ctx_quick : ctx_all, quick ? 3 : 6,
                           paths[pi]);
+    /* short contexts: decode's usual case; GQA at the Llama-3-8B shape beside */
+    for (int ti = 0; ti < 2; ti++) {
+        bench_mla(b, o, 32, Ts[ti], ctx_short, 7, "gqa");
+        bench_mla(b, o, 16, Ts[ti], ctx_short, 7, "tc");
+    }
 }
 
 

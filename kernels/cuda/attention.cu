@@ -320,6 +320,171 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
     }
 }
 
+/* ---- GQA decode, 128-dim heads -------------------------------------------
+ *
+ * The split path (steps of <= SPLIT_MAX_T tokens) of 128-dim GQA heads with
+ * up to 8 query heads a block: attn_kernel's walk (one block = a token, a
+ * head group and a chunk of whole 32-key tiles; online softmax; the same
+ * partials for attn_merge_kernel), but with no serial loop over a head's
+ * dims. A lane holds 4 of the 128 dims: of each head's query (registers),
+ * of the 4 keys and 4 values a warp takes of a tile (8 warps x 4 = 32 keys,
+ * loaded straight from the cache, 8 16-byte loads a lane in flight), and of
+ * each head's output accumulator. A score is 4 multiply-adds a lane and the
+ * warp's butterfly (all 4 x GP of a warp's scores at once, sd__xreduce);
+ * the 8 warps' accumulators meet in shared memory at the end, added in
+ * warp order. attn_kernel's 128-element dot products, one thread each,
+ * took ~12 us a layer for a context of 100 keys on an H200, at any context
+ * up to 512 (bench/results/ktrace-*.json).
+ *
+ * Bits: a token's result depends on its positions and the chunk count S
+ * (from the head layout), never on the other tokens of the step. */
+#define DEC_D 128
+#define DEC_KW 4 /* keys a warp takes of a tile */
+#define DEC_WARPS (KT / DEC_KW)
+#define DEC_MAX_G 8
+static_assert(DEC_WARPS * 32 == ATT_THREADS, "a block: 8 warps of 4 keys");
+
+__device__ __forceinline__ float dec_dot(float4 q, float4 k, float acc)
+{
+    acc = fmaf(q.x, k.x, acc);
+    acc = fmaf(q.y, k.y, acc);
+    acc = fmaf(q.z, k.z, acc);
+    return fmaf(q.w, k.w, acc);
+}
+
+__device__ __forceinline__ void dec_axpy(float4 &o, float p, float4 v)
+{
+    o.x = fmaf(p, v.x, o.x);
+    o.y = fmaf(p, v.y, o.y);
+    o.z = fmaf(p, v.z, o.z);
+    o.w = fmaf(p, v.w, o.w);
+}
+
+template <int GP> /* heads a block at most: a power of two >= a.G */
+__global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(att_args a)
+{
+    SD_PDL_ENTER();
+    constexpr int V = DEC_KW * GP; /* a warp's scores a tile: key i, head g at i * GP + g */
+    __shared__ float S[GP][KT];    /* scores, then probabilities */
+    __shared__ float mrun[GP], lrun[GP], alpha[GP];
+    __shared__ float4 red[DEC_WARPS][GP][32];
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int t = blockIdx.x;
+    const int kvh = blockIdx.y / a.ngb, g0 = (blockIdx.y % a.ngb) * a.G;
+    const int G = a.group - g0 < a.G ? a.group - g0 : a.G;
+    const int n_all = a.pos[t] + 1;
+    int j_lo, n;
+    split_chunk(n_all, a.S, blockIdx.z, a.tile, a.min_chunk, &j_lo, &n);
+    if (a.S > 1 && j_lo >= n)
+        return;
+    const int hbase = kvh * a.group + g0;
+    float4 q[GP], acc[GP];
+#pragma unroll
+    for (int g = 0; g < GP; g++) {
+        q[g] = g < G ? __ldg((const float4 *)(a.q1 + (size_t)t * a.q1_tok +
+                                              (size_t)(hbase + g) * a.q1_head) + lane)
+                     : make_float4(0.f, 0.f, 0.f, 0.f);
+        acc[g] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    if (tid < GP) {
+        mrun[tid] = -INFINITY;
+        lrun[tid] = 0.0f;
+    }
+    const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
+    const float *kb = a.kc + (size_t)kvh * (size_t)a.k_head, *vb = a.vc + (size_t)kvh * (size_t)a.v_head;
+    for (int j0 = j_lo; j0 < n; j0 += KT) {
+        /* lane l looks up key j0 + l; a warp's keys come by shuffle */
+        const int p = j0 + lane;
+        const int slot = p < n ? bt[p / a.block_size] * a.block_size + p % a.block_size : 0;
+        float4 kr[DEC_KW], vr[DEC_KW];
+#pragma unroll
+        for (int i = 0; i < DEC_KW; i++) {
+            const int key = warp * DEC_KW + i;
+            const size_t sl = (size_t)__shfl_sync(0xffffffffu, slot, key);
+            const bool in = j0 + key < n;
+            kr[i] = in ? __ldg((const float4 *)(kb + sl * (size_t)a.k_slot) + lane)
+                       : make_float4(0.f, 0.f, 0.f, 0.f);
+            vr[i] = in ? __ldg((const float4 *)(vb + sl * (size_t)a.v_slot) + lane)
+                       : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        float sc[V];
+#pragma unroll
+        for (int i = 0; i < DEC_KW; i++)
+#pragma unroll
+            for (int g = 0; g < GP; g++)
+                sc[i * GP + g] = dec_dot(q[g], kr[i], 0.0f);
+        sd__xreduce<V>(sc, lane);
+        if (lane % (32 / V) == 0) {
+            const int v = sd__xr_index<V>(lane), i = v / GP, g = v % GP, key = warp * DEC_KW + i;
+            if (g < G)
+                S[g][key] = j0 + key < n ? sc[0] * a.scale : -INFINITY;
+        }
+        __syncthreads();
+        /* online softmax, a warp per head: the chunk's first tile holds
+         * key j_lo, so the max is finite */
+        if (warp < G) {
+            const float v = S[warp][lane];
+            const float mo = mrun[warp], mn = fmaxf(mo, sd__warp_max(v));
+            const float pr = v == -INFINITY ? 0.0f : expf(v - mn);
+            S[warp][lane] = pr;
+            const float sum = sd__warp_sum(pr);
+            if (lane == 0) {
+                const float al = mo == -INFINITY ? 0.0f : expf(mo - mn);
+                mrun[warp] = mn;
+                lrun[warp] = lrun[warp] * al + sum;
+                alpha[warp] = al;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int g = 0; g < GP; g++) {
+            if (g < G) {
+                const float al = alpha[g];
+                acc[g].x *= al;
+                acc[g].y *= al;
+                acc[g].z *= al;
+                acc[g].w *= al;
+#pragma unroll
+                for (int i = 0; i < DEC_KW; i++)
+                    dec_axpy(acc[g], S[g][warp * DEC_KW + i], vr[i]);
+            }
+        }
+        __syncthreads(); /* S and alpha are rewritten by the next tile */
+    }
+#pragma unroll
+    for (int g = 0; g < GP; g++)
+        if (g < G)
+            red[warp][g][lane] = acc[g];
+    __syncthreads();
+    if (tid >= G * 32)
+        return;
+    const int g = tid / 32;
+    float4 o = red[0][g][lane];
+#pragma unroll
+    for (int w = 1; w < DEC_WARPS; w++) {
+        const float4 r = red[w][g][lane];
+        o.x += r.x;
+        o.y += r.y;
+        o.z += r.z;
+        o.w += r.w;
+    }
+    if (a.S > 1) {
+        const int Hq = gridDim.y / a.ngb * a.group, W = DEC_D + 2;
+        float *pp = a.part + (((size_t)t * Hq + (size_t)(hbase + g)) * a.S + blockIdx.z) * W;
+        /* a partial row is 520 bytes: 8-byte aligned */
+        ((float2 *)pp)[2 * lane] = make_float2(o.x, o.y);
+        ((float2 *)pp)[2 * lane + 1] = make_float2(o.z, o.w);
+        if (lane == 0) {
+            pp[DEC_D] = mrun[g];
+            pp[DEC_D + 1] = lrun[g];
+        }
+        return;
+    }
+    const float L = lrun[g];
+    float4 r = make_float4(o.x / L, o.y / L, o.z / L, o.w / L);
+    *((float4 *)(a.out + (size_t)t * a.o_tok + (size_t)(hbase + g) * a.o_head) + lane) = r;
+}
+
 /* ---- MLA decode on tensor cores ----------------------------------------
  *
  * The same walk as attn_kernel for MLA (one block = one token x a group of
@@ -711,8 +876,60 @@ static void launch_merge(sd__cuda *c, const att_args *a, int T, int Hq)
     sd__launch(c, attn_merge_kernel, dim3((unsigned)T, (unsigned)Hq, z), MERGE_THREADS, 0, *a, Hq);
 }
 
+/* Chunks per token of the split path (T <= SPLIT_MAX_T): two blocks a SM
+ * from the head layout (Hkv KV heads, ngb blocks each), at most SPLIT_MAX
+ * and what the partials buffer holds; 1: no split. */
+static int split_count(const sd__cuda *c, int Hkv, int ngb, int Hq, int Dv)
+{
+    if (!c->attn_part)
+        return 1;
+    int S = (2 * c->sm_count + Hkv * ngb - 1) / (Hkv * ngb);
+    size_t per_s = (size_t)SPLIT_MAX_T * (size_t)Hq * (size_t)(Dv + 2) * sizeof(float);
+    if (S > SPLIT_MAX)
+        S = SPLIT_MAX;
+    if ((size_t)S * per_s > c->attn_part_bytes)
+        S = (int)(c->attn_part_bytes / per_s);
+    return S > 1 ? S : 1;
+}
+
+/* attn_dec_kernel takes the split path of 128-dim heads (every row 16-byte
+ * aligned, the output too), SPECD_ATTN_DEC=0 aside */
+static int dec_takes(const sd__cuda *c, const att_args *a, int T)
+{
+    return c->attn_dec && T <= SPLIT_MAX_T && !a->v_is_k && a->D1 == DEC_D && a->D2 == 0 &&
+           a->Dv == DEC_D && att_vec(a) && sd__aligned16(a->out) && a->o_tok % 4 == 0 &&
+           a->o_head % 4 == 0;
+}
+
+static void launch_dec(sd__cuda *c, att_args *a, int T, int Hkv)
+{
+    a->G = a->group < DEC_MAX_G ? a->group : DEC_MAX_G;
+    a->ngb = (a->group + a->G - 1) / a->G;
+    a->tile = KT;
+    a->min_chunk = 0;
+    a->S = split_count(c, Hkv, a->ngb, Hkv * a->group, a->Dv);
+    a->part = a->S > 1 ? c->attn_part : NULL;
+    dim3 grid((unsigned)T, (unsigned)(Hkv * a->ngb), (unsigned)a->S);
+    if (a->G > 4)
+        sd__launch(c, attn_dec_kernel<8>, grid, ATT_THREADS, 0, *a);
+    else if (a->G > 2)
+        sd__launch(c, attn_dec_kernel<4>, grid, ATT_THREADS, 0, *a);
+    else if (a->G > 1)
+        sd__launch(c, attn_dec_kernel<2>, grid, ATT_THREADS, 0, *a);
+    else
+        sd__launch(c, attn_dec_kernel<1>, grid, ATT_THREADS, 0, *a);
+    if (SD_LAUNCHED(c, "attn_dec_kernel") || a->S == 1)
+        return;
+    launch_merge(c, a, T, Hkv * a->group);
+    SD_LAUNCHED(c, "attn_merge_kernel");
+}
+
 static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
 {
+    if (dec_takes(c, a, T)) {
+        launch_dec(c, a, T, Hkv);
+        return;
+    }
     a->G = a->group < MAX_G ? a->group : MAX_G;
     while (a->G > 1 && smem_bytes(a) > c->attn_dyn_max)
         a->G = (a->G + 1) / 2;
@@ -727,19 +944,8 @@ static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
     a->min_chunk = 0;
     /* few tokens: split each token's positions so the blocks fill the GPU */
     int Hq = Hkv * a->group;
-    a->S = 1;
-    if (T <= SPLIT_MAX_T && c->attn_part) {
-        int S = (2 * c->sm_count + Hkv * a->ngb - 1) / (Hkv * a->ngb);
-        size_t per_s = (size_t)SPLIT_MAX_T * (size_t)Hq * (size_t)(a->Dv + 2) * sizeof(float);
-        if (S > SPLIT_MAX)
-            S = SPLIT_MAX;
-        if ((size_t)S * per_s > c->attn_part_bytes)
-            S = (int)(c->attn_part_bytes / per_s);
-        if (S > 1) {
-            a->S = S;
-            a->part = c->attn_part;
-        }
-    }
+    a->S = T <= SPLIT_MAX_T ? split_count(c, Hkv, a->ngb, Hq, a->Dv) : 1;
+    a->part = a->S > 1 ? c->attn_part : NULL;
     dim3 grid((unsigned)T, (unsigned)(Hkv * a->ngb), (unsigned)a->S);
     if (att_vec(a))
         sd__launch(c, attn_kernel<true>, grid, ATT_THREADS, sm, *a, tile_stride(a));
@@ -886,3 +1092,5 @@ void sd__cuda_attn_mla(sd_backend *be, float *out, const float *q_lat, const flo
     else
         launch(c, &a, b->n_tokens, 1, "attn_mla");
 }
+
+SD_KTRACE_EXPORT(attention)

@@ -381,6 +381,69 @@ const char *sd_cuda_backend_error(const sd_backend *be)
     return ((const sd__cuda *)be->impl)->msg;
 }
 
+/* ---- kernel trace (common.cuh: SD_KTRACE builds, SPECD_KTRACE=FILE) ---- */
+#ifdef SD_KTRACE
+int sd__kt_set_attention(void *p);
+int sd__kt_set_elementwise(void *p);
+int sd__kt_set_matmul(void *p);
+int sd__kt_set_moe(void *p);
+int sd__kt_set_norm(void *p);
+int sd__kt_set_rope(void *p);
+int sd__kt_set_sample(void *p);
+
+static int kt_open(sd__cuda *c)
+{
+    const char *path = getenv("SPECD_KTRACE");
+    if (!path || !*path)
+        return 0;
+    size_t bytes = (1 + 2 * (size_t)SD__KT_CAP) * sizeof(unsigned long long);
+    int rc = SD_CUDA(c, cudaMalloc((void **)&c->kt_buf, bytes));
+    if (!rc)
+        rc = SD_CUDA(c, cudaMemset(c->kt_buf, 0, bytes));
+    int (*set[])(void *) = {sd__kt_set_attention, sd__kt_set_elementwise, sd__kt_set_matmul,
+                            sd__kt_set_moe, sd__kt_set_norm, sd__kt_set_rope, sd__kt_set_sample};
+    for (size_t i = 0; !rc && i < sizeof set / sizeof set[0]; i++)
+        if (set[i](c->kt_buf))
+            rc = sd__cuda_fail(c, "kernel trace", "cannot set the trace buffer", __FILE__, __LINE__);
+    c->kt_path = rc ? NULL : strdup(path);
+    return rc;
+}
+
+/* FILE.N (the N-th backend closed by this process): the count, then two
+ * words a stamp (common.cuh) */
+static void kt_close(sd__cuda *c)
+{
+    static int seq;
+    if (c->kt_buf && c->kt_path) {
+        unsigned long long n = 0;
+        cudaMemcpy(&n, c->kt_buf, sizeof n, cudaMemcpyDeviceToHost);
+        size_t m = n < SD__KT_CAP ? (size_t)n : SD__KT_CAP;
+        unsigned long long *h = (unsigned long long *)malloc((1 + 2 * m) * sizeof *h);
+        char name[4096];
+        snprintf(name, sizeof name, "%s.%d", c->kt_path, seq++);
+        FILE *f = fopen(name, "wb");
+        if (h && f && cudaMemcpy(h, c->kt_buf, (1 + 2 * m) * sizeof *h, cudaMemcpyDeviceToHost) == cudaSuccess) {
+            h[0] = m;
+            fwrite(h, sizeof *h, 1 + 2 * m, f);
+            sd_log_info("cuda: kernel trace: %zu stamps in %s", m, name);
+        }
+        if (f)
+            fclose(f);
+        free(h);
+    }
+    if (c->kt_buf)
+        cudaFree(c->kt_buf);
+    free(c->kt_path);
+}
+#else
+static int kt_open(sd__cuda *c)
+{
+    (void)c;
+    return 0;
+}
+static void kt_close(sd__cuda *c) { (void)c; }
+#endif
+
 int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
 {
     *out = NULL;
@@ -416,6 +479,8 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->moe_gate_wide = !mgate || strcmp(mgate, "2");
     const char *wide = getenv("SPECD_GEMV_WIDE");
     c->gemv_wide = !wide || strcmp(wide, "0");
+    const char *adec = getenv("SPECD_ATTN_DEC");
+    c->attn_dec = !adec || strcmp(adec, "0");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)
@@ -452,6 +517,8 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     }
     if (!rc)
         rc = sd__cuda_attention_init(c);
+    if (!rc)
+        rc = kt_open(c);
     if (rc) {
         sd_err_set(err, SD_EDEVICE, "cuda: cannot open device %d: %s", device, c->msg);
         sd_cuda_backend_destroy(be);
@@ -480,6 +547,7 @@ void sd_cuda_backend_destroy(sd_backend *be)
             cudaFree(c->attn_part);
         if (c->am_keys)
             cudaFree(c->am_keys);
+        kt_close(c);
         if (c->lt_ws)
             cudaFree(c->lt_ws);
         if (c->lt)

@@ -72,10 +72,16 @@ typedef struct sd__cuda {
     /* the GEMV of 1-2 rows of short 16-bit rows with 8 weight rows a warp
      * (SPECD_GEMV_WIDE=0: the 4-row shape). The same bits. */
     int gemv_wide;
+    /* GQA decode of 128-dim heads on attn_dec_kernel (SPECD_ATTN_DEC=0:
+     * attn_kernel; other bits, the same to the CPU's tolerance) */
+    int attn_dec;
     /* the split argmax's per-row keys and block counts (sample.cu), zero
      * between calls: SD__ARGMAX_ROWS rows */
     unsigned long long *am_keys;
     unsigned *am_cnt;
+    /* the kernel trace's stamps and where they go at close (SD_KTRACE) */
+    unsigned long long *kt_buf;
+    char *kt_path;
     int sm_count;
     size_t smem_optin; /* largest dynamic shared memory per block */
     /* sticky first error */
@@ -131,9 +137,56 @@ sd__cuda *sd__cuda_op(sd_backend *be);
  * predecessor is not a kernel (a copy, a cuBLASLt or NCCL call) waits as
  * usual. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define SD_PDL_ENTER() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
+#define SD__PDL_WAIT() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
 #else
-#define SD_PDL_ENTER() ((void)0)
+#define SD__PDL_WAIT() ((void)0)
+#endif
+
+/* ---- kernel trace (meson -Dktrace=true, a diagnostic build) -------------
+ *
+ * With SD_KTRACE, SD_PDL_ENTER also stamps, in thread 0 of block 0, the
+ * global timer just after the wait returns, with the kernel's grid and
+ * block shape, into a device buffer (SPECD_KTRACE=FILE at backend open;
+ * written to FILE at close). Under programmatic launch the wait returns
+ * when the kernel before has finished, so the difference between two
+ * consecutive stamps is what a kernel adds to the step in the real
+ * (graph, PDL) schedule: its exposed time, where a serialized profiler
+ * reads a latency the overlap may hide (tools/ktrace.py reads the file).
+ * Each .cu holding kernels ends with SD_KTRACE_EXPORT(name), the setter of
+ * its copy of the buffer pointer (no device linking here). */
+#define SD__KT_CAP (1u << 21) /* stamps at most */
+#ifdef SD_KTRACE
+static __device__ unsigned long long *sd__kt_buf; /* [0]: count, then 2 words a stamp */
+__device__ __forceinline__ void sd__kt_mark(void)
+{
+    if ((threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) != 0)
+        return;
+    unsigned long long *b = sd__kt_buf;
+    if (!b)
+        return;
+    unsigned long long i = atomicAdd(b, 1ull), t;
+    if (i >= SD__KT_CAP)
+        return;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    b[1 + 2 * i] = t;
+    b[2 + 2 * i] = (unsigned long long)(gridDim.x & 0xffffffu) |
+                   (unsigned long long)(gridDim.y & 0xffffu) << 24 |
+                   (unsigned long long)(gridDim.z & 0xffu) << 40 |
+                   (unsigned long long)(blockDim.x & 0xffffu) << 48;
+}
+#define SD_PDL_ENTER() \
+    do {               \
+        SD__PDL_WAIT(); \
+        sd__kt_mark(); \
+    } while (0)
+#define SD_KTRACE_EXPORT(name)                                               \
+    int sd__kt_set_##name(void *p)                                           \
+    {                                                                        \
+        return cudaMemcpyToSymbol(sd__kt_buf, &p, sizeof p) != cudaSuccess; \
+    }
+#else
+#define SD_PDL_ENTER() SD__PDL_WAIT()
+#define SD_KTRACE_EXPORT(name)
 #endif
 
 template <class T> struct sd__nd { typedef T type; }; /* a non-deduced parameter type */

@@ -216,3 +216,5 @@ void sd__cuda_copy2d(sd_backend *be, float *dst, const float *src, int n, int d,
                                      (size_t)n, cudaMemcpyDeviceToDevice, c->stream)))
         return;
 }
+
+SD_KTRACE_EXPORT(elementwise)

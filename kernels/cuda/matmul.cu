@@ -830,3 +830,5 @@ void sd__cuda_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_we
     sd__cuda_matmul(be, gu, x, w, NULL, n, x_stride);
     sd__cuda_silu_mul(be, gu, gu, n, (int)(w->rows / 2));
 }
+
+SD_KTRACE_EXPORT(matmul)

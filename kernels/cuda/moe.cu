@@ -957,3 +957,5 @@ void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t 
     sd__launch(c, moe_combine_kernel, n, 256, 0, out, y, inv, wts, top_k, D);
     SD_LAUNCHED(c, "moe_combine_kernel");
 }
+
+SD_KTRACE_EXPORT(moe)

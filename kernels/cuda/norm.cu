@@ -139,3 +139,5 @@ void sd__cuda_add_rmsnorm(sd_backend *be, float *out, float *x, const float *y, 
         return;
     launch_norm<true>(c, out, x, y, w, n, d, d, d, eps);
 }
+
+SD_KTRACE_EXPORT(norm)

@@ -230,3 +230,5 @@ void sd__cuda_mla_prep(sd_backend *be, float *ckv, int ck_stride, float *q_pe, i
                    b->pos, b->slot, r->inv_freq, half, r->interleave, r->mscale, H, C, R);
     SD_LAUNCHED(c, "mla_prep_kernel");
 }
+
+SD_KTRACE_EXPORT(rope)

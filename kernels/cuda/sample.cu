@@ -753,3 +753,5 @@ void sd__cuda_accept_sample_rows(sd_backend *be, int32_t *n_acc, int32_t *out_to
                                                      n_draft, p, k, V);
     SD_LAUNCHED(c, "accept_chain_kernel");
 }
+
+SD_KTRACE_EXPORT(sample)

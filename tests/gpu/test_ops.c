@@ -885,6 +885,17 @@ TEST(attn_gqa_matches_the_cpu_on_long_contexts)
     ok &= gqa_case(&e, "split decode+verify", 3, c4, n4, 16, 32, 8, 128, 128);
     int c5[2] = {20000, 3}, n5[2] = {1, 1};
     ok &= gqa_case(&e, "split long", 2, c5, n5, 16, 8, 2, 64, 64);
+    /* 128-dim heads of every group width attn_dec_kernel takes (1, 2, 3-4,
+     * 5-8 heads a block; 16: two blocks a KV head), ragged decode and
+     * verify rows, chunks of several tiles and partly filled ones */
+    int c6[4] = {1, 95, 2100, 31}, n6[4] = {1, 3, 1, 3};
+    ok &= gqa_case(&e, "split mha D=128", 4, c6, n6, 16, 4, 4, 128, 128);
+    ok &= gqa_case(&e, "split group-2 D=128", 4, c6, n6, 16, 8, 4, 128, 128);
+    ok &= gqa_case(&e, "split group-3 D=128", 4, c6, n6, 32, 12, 4, 128, 128);
+    ok &= gqa_case(&e, "split group-7 D=128", 4, c6, n6, 16, 28, 4, 128, 128);
+    ok &= gqa_case(&e, "split group-16 D=128", 4, c6, n6, 16, 32, 2, 128, 128);
+    int c7[1] = {30000}, n7[1] = {8};
+    ok &= gqa_case(&e, "split long verify D=128", 1, c7, n7, 16, 32, 8, 128, 128);
     gpu_env_close(&e);
     ASSERT(ok);
 }
