@@ -320,10 +320,9 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
     }
 }
 
-/* ---- GQA decode, 128-dim heads -------------------------------------------
+/* ---- GQA, 128-dim heads ---------------------------------------------------
  *
- * The split path (steps of <= SPLIT_MAX_T tokens) of 128-dim GQA heads with
- * up to 8 query heads a block: attn_kernel's walk (one block = a token, a
+ * 128-dim GQA heads, up to 8 query heads a block: attn_kernel's walk (one block = a token, a
  * head group and a chunk of whole 32-key tiles; online softmax; the same
  * partials for attn_merge_kernel), but with no serial loop over a head's
  * dims. A lane holds 4 of the 128 dims: of each head's query (registers),
@@ -892,11 +891,13 @@ static int split_count(const sd__cuda *c, int Hkv, int ngb, int Hq, int Dv)
     return S > 1 ? S : 1;
 }
 
-/* attn_dec_kernel takes the split path of 128-dim heads (every row 16-byte
- * aligned, the output too), SPECD_ATTN_DEC=0 aside */
-static int dec_takes(const sd__cuda *c, const att_args *a, int T)
+/* attn_dec_kernel takes 128-dim heads (every row 16-byte aligned, the
+ * output too), SPECD_ATTN_DEC=0 aside: split into chunks for steps of <=
+ * SPLIT_MAX_T tokens, whole for larger ones (a batch-32 decode step: the
+ * 8B's attention took 47 us a layer on attn_kernel) */
+static int dec_takes(const sd__cuda *c, const att_args *a)
 {
-    return c->attn_dec && T <= SPLIT_MAX_T && !a->v_is_k && a->D1 == DEC_D && a->D2 == 0 &&
+    return c->attn_dec && !a->v_is_k && a->D1 == DEC_D && a->D2 == 0 &&
            a->Dv == DEC_D && att_vec(a) && sd__aligned16(a->out) && a->o_tok % 4 == 0 &&
            a->o_head % 4 == 0;
 }
@@ -907,7 +908,7 @@ static void launch_dec(sd__cuda *c, att_args *a, int T, int Hkv)
     a->ngb = (a->group + a->G - 1) / a->G;
     a->tile = KT;
     a->min_chunk = 0;
-    a->S = split_count(c, Hkv, a->ngb, Hkv * a->group, a->Dv);
+    a->S = T <= SPLIT_MAX_T ? split_count(c, Hkv, a->ngb, Hkv * a->group, a->Dv) : 1;
     a->part = a->S > 1 ? c->attn_part : NULL;
     dim3 grid((unsigned)T, (unsigned)(Hkv * a->ngb), (unsigned)a->S);
     if (a->G > 4)
@@ -926,7 +927,7 @@ static void launch_dec(sd__cuda *c, att_args *a, int T, int Hkv)
 
 static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
 {
-    if (dec_takes(c, a, T)) {
+    if (dec_takes(c, a)) {
         launch_dec(c, a, T, Hkv);
         return;
     }
