@@ -432,7 +432,7 @@ static void mla_fn(bench *b, int rep)
                              m->H, 512, 64, m->H * 64, 64, 576, 1.0f / sqrtf(192.0f));
 }
 
-/* path: "simt" (sd_cuda_set_mla_tc off), "tc" (tensor cores, the default)
+/* path: "simt" (sd_cuda_set_mla_tc off), "tc" (tensor cores), "dec" (mla_dec_kernel, the default for <= 8 tokens)
  * or "tc4" (tensor cores, split chunks of at least 4 tiles: the first
  * version's constant) */
 static void bench_mla(bench *b, out *o, int H, int T, const int *ctxs, int nc, const char *path)
@@ -445,6 +445,7 @@ static void bench_mla(bench *b, out *o, int H, int T, const int *ctxs, int nc, c
         return;
 #else
     sd_cuda_set_mla_tc(b->be, strcmp(path, "simt") != 0);
+    sd_cuda_set_mla_dec(b->be, !strcmp(path, "dec"));
     b->c->mla_tc_min_chunk = !strcmp(path, "tc4") ? 256 : 0;
 #endif
     for (int i = 0; i < nc; i++) {
@@ -527,6 +528,7 @@ static void bench_mla(bench *b, out *o, int H, int T, const int *ctxs, int nc, c
     }
 #ifndef SD_BENCH_BASELINE
     sd_cuda_set_mla_tc(b->be, 1);
+    sd_cuda_set_mla_dec(b->be, 1);
     b->c->mla_tc_min_chunk = 0;
 #endif
 }
@@ -552,6 +554,7 @@ static void bench_mla_all(bench *b, out *o, int quick)
     for (int ti = 0; ti < 2; ti++) {
         bench_mla(b, o, 32, Ts[ti], ctx_short, 7, "gqa");
         bench_mla(b, o, 16, Ts[ti], ctx_short, 7, "tc");
+        bench_mla(b, o, 16, Ts[ti], ctx_short, 7, "dec");
     }
 }
 

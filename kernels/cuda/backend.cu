@@ -373,6 +373,7 @@ int sd_cuda_device_name(int device, char *buf, size_t len)
 void sd_cuda_set_bf16_split(sd_backend *be, int on) { sd__cuda_of(be)->bf16_split = on != 0; }
 
 void sd_cuda_set_mla_tc(sd_backend *be, int on) { sd__cuda_of(be)->mla_tc = on != 0; }
+void sd_cuda_set_mla_dec(sd_backend *be, int on) { sd__cuda_of(be)->mla_dec = on != 0; }
 
 void sd_cuda_set_pdl(sd_backend *be, int on) { sd__cuda_of(be)->pdl = on != 0; }
 
@@ -481,6 +482,8 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->gemv_wide = !wide || strcmp(wide, "0");
     const char *adec = getenv("SPECD_ATTN_DEC");
     c->attn_dec = !adec || strcmp(adec, "0");
+    const char *mdec = getenv("SPECD_MLA_DEC");
+    c->mla_dec = !mdec || strcmp(mdec, "0");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

@@ -909,17 +909,25 @@ TEST(attn_gqa_matches_the_cpu_on_long_contexts)
  * attention.cu derives it. */
 #define MLA_TC_BOUND 1e-2
 
-/* One attn_mla step, GPU against CPU. tc: the tensor-core kernel switched
- * on; for shapes it takes the bound is MLA_TC_BOUND and the output must
- * also differ from the SIMT kernel's (the new path ran, not the fallback);
- * other shapes must fall back to the SIMT kernel and its 5e-5. */
+/* One attn_mla step, GPU against CPU, on one of the kernels:
+ * MLA_SIMT  the fp32 SIMT kernel (tensor cores and the decode kernel off);
+ * MLA_TC    the tensor-core kernel (the decode kernel off): for shapes it
+ *           takes the bound is MLA_TC_BOUND and the output must also differ
+ *           from the SIMT kernel's (the new path ran, not the fallback);
+ *           other shapes fall back to the SIMT kernel and its 5e-5;
+ * MLA_DEC   the defaults: steps of <= 8 tokens at the DeepSeek shape on
+ *           mla_dec_kernel (fp32: 5e-5), which must differ from the
+ *           tensor-core kernel's output (it ran), the rest as MLA_TC. */
+enum { MLA_SIMT, MLA_TC, MLA_DEC };
 static int mla_run(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew, int bs,
-                   int H, int C, int R, int nope, int tc)
+                   int H, int C, int R, int nope, int mode)
 {
     tbatch b;
     tbatch_make(e, &b, n_seq, ctx, nnew, bs);
-    int tc_shape = tc && C == 512 && R == 64;
-    sd_cuda_set_mla_tc(e->gpu, tc);
+    int dec_shape = mode == MLA_DEC && C == 512 && R == 64 && b.T <= 8;
+    int tc_shape = mode != MLA_SIMT && C == 512 && R == 64 && !dec_shape;
+    sd_cuda_set_mla_tc(e->gpu, mode != MLA_SIMT);
+    sd_cuda_set_mla_dec(e->gpu, mode == MLA_DEC);
     int T = b.T, qk = nope + R, row = C + R;
     size_t mql = (size_t)T * H * C, mq = (size_t)T * H * qk, mck = (size_t)T * row;
     size_t mc = (size_t)b.n_slots * row, mo = (size_t)T * H * C;
@@ -935,7 +943,7 @@ static int mla_run(gpu_env *e, const char *what, int n_seq, const int *ctx, cons
     e->gpu->ops->attn_mla(e->gpu, dout, dqlat, dq + nope, dckv, dckv + C, dcache, &b.db, H, C, R,
                           H * qk, qk, row, scale);
     char name[200];
-    const char *op = tc ? "attn_mla tc" : "attn_mla";
+    const char *op = dec_shape ? "attn_mla dec" : tc_shape ? "attn_mla tc" : "attn_mla";
     snprintf(name, sizeof name, "%s %s T=%d max_pos=%d H=%d C=%d R=%d bs=%d", op, what, T,
              b.max_pos, H, C, R, bs);
     int ok = check_dev(e, dout, co, mo, tc_shape ? MLA_TC_BOUND : 5e-5, name);
@@ -943,21 +951,25 @@ static int mla_run(gpu_env *e, const char *what, int n_seq, const int *ctx, cons
     float *gc = gget(e, dcache, mc);
     ok &= report(name, gc ? rel_err(gc, cache, mc) : INFINITY, 0);
     free(gc);
-    if (tc_shape) {
-        /* the same step on the SIMT kernel (it rewrites the same rows) */
+    if (tc_shape || dec_shape) {
+        /* the same step on the SIMT kernel, or the decode kernel's on the
+         * tensor-core one (it rewrites the same rows) */
         float *dsimt = gpoison(e, mo);
-        sd_cuda_set_mla_tc(e->gpu, 0);
+        sd_cuda_set_mla_tc(e->gpu, dec_shape);
+        sd_cuda_set_mla_dec(e->gpu, 0);
         e->gpu->ops->attn_mla(e->gpu, dsimt, dqlat, dq + nope, dckv, dckv + C, dcache, &b.db, H, C,
                               R, H * qk, qk, row, scale);
         float *gt = gget(e, dout, mo), *gs = gget(e, dsimt, mo);
         double d = gt && gs ? rel_err(gt, gs, mo) : 0;
-        ok &= reportf(d > 1e-5 ? 0 : 1, 0, "%s %s ran on tensor cores (differs from SIMT by %.2g)",
-                      op, what, d);
+        ok &= reportf(d > 1e-5 ? 0 : 1, 0, "%s %s ran %s (differs from %s by %.2g)", op, what,
+                      dec_shape ? "mla_dec_kernel" : "on tensor cores",
+                      dec_shape ? "the tensor-core kernel" : "SIMT", d);
         free(gt);
         free(gs);
         gfree(e, dsimt);
     }
-    sd_cuda_set_mla_tc(e->gpu, 1); /* the default */
+    sd_cuda_set_mla_tc(e->gpu, 1); /* the defaults */
+    sd_cuda_set_mla_dec(e->gpu, 1);
     float *hs[] = {qlat, q, ckv, cache, co};
     for (size_t i = 0; i < SD_ARRAY_LEN(hs); i++)
         free(hs[i]);
@@ -971,7 +983,7 @@ static int mla_run(gpu_env *e, const char *what, int n_seq, const int *ctx, cons
 static int mla_case(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew, int bs,
                     int H, int C, int R, int nope)
 {
-    return mla_run(e, what, n_seq, ctx, nnew, bs, H, C, R, nope, 0);
+    return mla_run(e, what, n_seq, ctx, nnew, bs, H, C, R, nope, MLA_SIMT);
 }
 
 TEST(attn_mla_matches_the_cpu_on_ragged_and_long_contexts)
@@ -1005,26 +1017,50 @@ TEST(attn_mla_on_tensor_cores_matches_the_cpu_within_bf16_rounding)
         /* decodes at 1, 33, 300 positions and a 4-token verify at 4100, one
          * step of <= 8 tokens: split-KV chunks (some empty), partial tiles */
         int c1[4] = {1, 33, 300, 4100}, n1[4] = {1, 1, 1, 4};
-        ok &= mla_run(&e, "decode+verify", 4, c1, n1, 16, H, 512, 64, 128, 1);
+        ok &= mla_run(&e, "decode+verify", 4, c1, n1, 16, H, 512, 64, 128, MLA_TC);
         /* the same contexts as a ragged prefill step (> 8 tokens: no split) */
         int c2[4] = {33, 300, 4100, 1}, n2[4] = {33, 2, 5, 1};
-        ok &= mla_run(&e, "ragged prefill", 4, c2, n2, 64, H, 512, 64, 128, 1);
+        ok &= mla_run(&e, "ragged prefill", 4, c2, n2, 64, H, 512, 64, 128, MLA_TC);
         int c3[1] = {1}, n3[1] = {1};
-        ok &= mla_run(&e, "decode ctx 1", 1, c3, n3, 16, H, 512, 64, 128, 1);
+        ok &= mla_run(&e, "decode ctx 1", 1, c3, n3, 16, H, 512, 64, 128, MLA_TC);
         /* long contexts alone (the error is relative to max |out|, which a
          * short context in the same step would set) */
         int c6[2] = {4100, 3000}, n6[2] = {4, 1};
-        ok &= mla_run(&e, "long decode+verify", 2, c6, n6, 16, H, 512, 64, 128, 1);
+        ok &= mla_run(&e, "long decode+verify", 2, c6, n6, 16, H, 512, 64, 128, MLA_TC);
         int c7[1] = {4100}, n7[1] = {12};
-        ok &= mla_run(&e, "long prefill chunk", 1, c7, n7, 64, H, 512, 64, 128, 1);
+        ok &= mla_run(&e, "long prefill chunk", 1, c7, n7, 64, H, 512, 64, 128, MLA_TC);
     }
     /* 40 heads: 3 head groups, the last 8 heads of 16 */
     int c4[3] = {300, 65, 2}, n4[3] = {1, 3, 2};
-    ok &= mla_run(&e, "partial head group decode+verify", 3, c4, n4, 16, 40, 512, 64, 128, 1);
+    ok &= mla_run(&e, "partial head group decode+verify", 3, c4, n4, 16, 40, 512, 64, 128, MLA_TC);
     int c5[4] = {1, 200, 77, 300}, n5[4] = {1, 7, 30, 1};
-    ok &= mla_run(&e, "partial head group ragged", 4, c5, n5, 16, 40, 512, 64, 128, 1);
+    ok &= mla_run(&e, "partial head group ragged", 4, c5, n5, 16, 40, 512, 64, 128, MLA_TC);
     /* a shape the kernel does not take runs on the SIMT kernel */
-    ok &= mla_run(&e, "other shape falls back", 4, c5, n5, 16, 4, 32, 8, 16, 1);
+    ok &= mla_run(&e, "other shape falls back", 4, c5, n5, 16, 4, 32, 8, 16, MLA_TC);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+TEST(attn_mla_decode_kernel_matches_the_cpu)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    static const int Hs[3] = {16, 40, 128}; /* V2-Lite, 3 head groups (the last partial), V3 a rank */
+    for (int i = 0; i < 3; i++) {
+        int H = Hs[i];
+        /* decodes at 1, 33, 300 and a 4-token verify at 4100: one step of
+         * 7 tokens, chunks of one or several tiles, partial tiles, empty chunks */
+        int c1[4] = {1, 33, 300, 4100}, n1[4] = {1, 1, 1, 4};
+        ok &= mla_run(&e, "decode+verify", 4, c1, n1, 16, H, 512, 64, 128, MLA_DEC);
+        int c2[1] = {1}, n2[1] = {1};
+        ok &= mla_run(&e, "decode ctx 1", 1, c2, n2, 16, H, 512, 64, 128, MLA_DEC);
+        int c3[2] = {20000, 64}, n3[2] = {4, 4};
+        ok &= mla_run(&e, "long verify", 2, c3, n3, 16, H, 512, 64, 128, MLA_DEC);
+    }
+    /* more than 8 tokens: the tensor-core kernel as before */
+    int c4[4] = {33, 300, 4100, 1}, n4[4] = {33, 2, 5, 1};
+    ok &= mla_run(&e, "ragged prefill", 4, c4, n4, 64, 16, 512, 64, 128, MLA_DEC);
     gpu_env_close(&e);
     ASSERT(ok);
 }
@@ -1032,7 +1068,7 @@ TEST(attn_mla_on_tensor_cores_matches_the_cpu_within_bf16_rounding)
 /* A token of a k+1-token verify step and the same token decoded alone
  * (same cache rows, same inputs): the tensor-core kernel's chunking depends
  * on the head layout, not on the step's tokens, so the bits are equal. */
-static int mla_tc_decode_equals_verify(gpu_env *e, int H, int P)
+static int mla_tc_decode_equals_verify(gpu_env *e, int H, int P, int dec)
 {
     const int C = 512, R = 64, nope = 128, qk = nope + R, row = C + R;
     /* sequence 0: tokens at P .. P+3 (a verify of 3 drafts); sequence 1: a decode */
@@ -1050,14 +1086,16 @@ static int mla_tc_decode_equals_verify(gpu_env *e, int H, int P)
     float *co = (float *)malloc(mo * sizeof(float));
     float scale = 1.0f / sqrtf((float)qk);
     sd_cuda_set_mla_tc(e->gpu, 1);
+    sd_cuda_set_mla_dec(e->gpu, dec);
+    const char *op = dec ? "attn_mla dec" : "attn_mla tc";
     e->cpu->ops->attn_mla(e->cpu, co, qlat, q + nope, ckv, ckv + C, cache, &b.hb, H, C, R, H * qk,
                           qk, row, scale);
     e->gpu->ops->attn_mla(e->gpu, dout, dqlat, dq + nope, dckv, dckv + C, dcache, &b.db, H, C, R,
                           H * qk, qk, row, scale);
     char name[160];
-    snprintf(name, sizeof name, "attn_mla tc verify step H=%d positions %d..%d + a decode", H, P,
+    snprintf(name, sizeof name, "%s verify step H=%d positions %d..%d + a decode", op, H, P,
              P + 3);
-    int ok = check_dev(e, dout, co, mo, MLA_TC_BOUND, name);
+    int ok = check_dev(e, dout, co, mo, dec ? 5e-5 : MLA_TC_BOUND, name);
     float *gv = gget(e, dout, mo);
     long differ = gv ? 0 : -1;
     for (int k = 0; k < T && gv; k++) {
@@ -1082,9 +1120,10 @@ static int mla_tc_decode_equals_verify(gpu_env *e, int H, int P)
         free(g1);
     }
     ok &= reportf(differ < 0 ? INFINITY : (double)differ, 0,
-                  "attn_mla tc H=%d ctx %d: floats that differ, decode alone vs in the verify step",
-                  H, P + 4);
-    sd_cuda_set_mla_tc(e->gpu, 1); /* the default */
+                  "%s H=%d ctx %d: floats that differ, decode alone vs in the verify step",
+                  op, H, P + 4);
+    sd_cuda_set_mla_tc(e->gpu, 1); /* the defaults */
+    sd_cuda_set_mla_dec(e->gpu, 1);
     free(gv);
     float *hs[] = {qlat, q, ckv, cache, co};
     for (size_t i = 0; i < SD_ARRAY_LEN(hs); i++)
@@ -1101,9 +1140,11 @@ TEST(attn_mla_on_tensor_cores_gives_a_token_the_same_bits_in_decode_and_verify)
     gpu_env e;
     GPU_OPEN(e);
     int ok = 1;
-    ok &= mla_tc_decode_equals_verify(&e, 16, 300);
-    ok &= mla_tc_decode_equals_verify(&e, 16, 4100);
-    ok &= mla_tc_decode_equals_verify(&e, 128, 4100);
+    for (int dec = 0; dec < 2; dec++) {
+        ok &= mla_tc_decode_equals_verify(&e, 16, 300, dec);
+        ok &= mla_tc_decode_equals_verify(&e, 16, 4100, dec);
+        ok &= mla_tc_decode_equals_verify(&e, 128, 4100, dec);
+    }
     gpu_env_close(&e);
     ASSERT(ok);
 }
@@ -2598,7 +2639,7 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(matmul_silu_matches_the_cpu_and_the_gpus_matmul_then_silu_mul_bitwise),
           T(matmul_heads_matches_the_cpu), T(attn_gqa_matches_the_cpu_on_ragged_paged_batches),
           T(rope_kv_and_mla_prep_match_the_cpu_on_ragged_paged_batches),
-          T(attn_gqa_matches_the_cpu_on_long_contexts),
+          T(attn_gqa_matches_the_cpu_on_long_contexts), T(attn_mla_decode_kernel_matches_the_cpu),
           T(attn_mla_matches_the_cpu_on_ragged_and_long_contexts),
           T(attn_mla_on_tensor_cores_matches_the_cpu_within_bf16_rounding),
           T(attn_mla_on_tensor_cores_gives_a_token_the_same_bits_in_decode_and_verify),
