@@ -432,7 +432,7 @@ static void mla_fn(bench *b, int rep)
                              m->H, 512, 64, m->H * 64, 64, 576, 1.0f / sqrtf(192.0f));
 }
 
-/* path: "simt" (sd_cuda_set_mla_tc off), "tc" (tensor cores), "dec" (mla_dec_kernel, the default for <= 8 tokens)
+/* path: "simt" (sd_cuda_set_mla_tc off), "tc" (tensor cores), "dec" (mla_dec_kernel for <= 8 tokens, off by default)
  * or "tc4" (tensor cores, split chunks of at least 4 tiles: the first
  * version's constant) */
 static void bench_mla(bench *b, out *o, int H, int T, const int *ctxs, int nc, const char *path)
@@ -528,7 +528,7 @@ static void bench_mla(bench *b, out *o, int H, int T, const int *ctxs, int nc, c
     }
 #ifndef SD_BENCH_BASELINE
     sd_cuda_set_mla_tc(b->be, 1);
-    sd_cuda_set_mla_dec(b->be, 1);
+    sd_cuda_set_mla_dec(b->be, 0);
     b->c->mla_tc_min_chunk = 0;
 #endif
 }

@@ -809,9 +809,13 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
 /* ---- MLA decode, fp32, a lane per dims -----------------------------------
  *
  * Steps of <= SPLIT_MAX_T tokens at the DeepSeek latent shape (C = 512,
- * R = 64): the short-context case where mla_tc_kernel pays ~10 us a tile
- * of 64 keys whatever the context (13.4 us a layer on V2-Lite's batch-1
- * decode at 64-192 keys, bench/results/ktrace-7d8d4b6.json). A block takes
+ * R = 64), off by default (SPECD_MLA_DEC=1): written for the short-context
+ * case where mla_tc_kernel pays ~10 us a tile of 64 keys whatever the
+ * context (13.4 us a layer on V2-Lite's batch-1 decode at 64-192 keys,
+ * bench/results/ktrace-7d8d4b6.json), it measured no faster (14.5 us in the
+ * step, the op alone 15.4 vs 14.3 us at 64 keys: bench/results/mla-dec.json):
+ * 16 heads a block leave each warp ~3000 dependent instructions a tile,
+ * and staging a tile is 3 round trips; fewer heads a block is next. A block takes
  * a token, 16 heads and a chunk of whole 32-key tiles (the chunks of
  * mla_tc_split, the partials attn_merge_kernel reads); each tile's 32 rows
  * of 576 floats go to shared memory once (18 16-byte loads a thread in

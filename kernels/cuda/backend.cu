@@ -482,8 +482,8 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->gemv_wide = !wide || strcmp(wide, "0");
     const char *adec = getenv("SPECD_ATTN_DEC");
     c->attn_dec = !adec || strcmp(adec, "0");
-    const char *mdec = getenv("SPECD_MLA_DEC");
-    c->mla_dec = !mdec || strcmp(mdec, "0");
+    const char *mdec = getenv("SPECD_MLA_DEC"); /* 1: on (off by default: measured slower) */
+    c->mla_dec = mdec && *mdec && strcmp(mdec, "0") != 0;
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

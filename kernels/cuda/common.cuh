@@ -75,8 +75,9 @@ typedef struct sd__cuda {
     /* GQA decode of 128-dim heads on attn_dec_kernel (SPECD_ATTN_DEC=0:
      * attn_kernel; other bits, the same to the CPU's tolerance) */
     int attn_dec;
-    /* MLA decode steps (<= 8 tokens) on mla_dec_kernel, fp32 (SPECD_MLA_DEC=0,
-     * sd_cuda_set_mla_dec: the tensor-core or SIMT kernel as before) */
+    /* MLA decode steps (<= 8 tokens) on mla_dec_kernel, fp32 (SPECD_MLA_DEC=1,
+     * sd_cuda_set_mla_dec; off by default: as slow as the tensor-core
+     * kernel at short contexts, bench/results/mla-dec.json) */
     int mla_dec;
     /* the split argmax's per-row keys and block counts (sample.cu), zero
      * between calls: SD__ARGMAX_ROWS rows */

@@ -76,7 +76,7 @@ void sd_cuda_set_bf16_split(sd_backend *be, int on);
  * still gets the same bits in a decode step and in a verify step. */
 void sd_cuda_set_mla_tc(sd_backend *be, int on);
 /* MLA decode and verify steps (<= 8 tokens) on the fp32 lane-per-dims
- * kernel (default on; SPECD_MLA_DEC=0 off) */
+ * kernel (default off; SPECD_MLA_DEC=1 on) */
 void sd_cuda_set_mla_dec(sd_backend *be, int on);
 
 /* Kernels as programmatic dependent launches (sm_90: the next kernel's

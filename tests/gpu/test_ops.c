@@ -915,9 +915,10 @@ TEST(attn_gqa_matches_the_cpu_on_long_contexts)
  *           takes the bound is MLA_TC_BOUND and the output must also differ
  *           from the SIMT kernel's (the new path ran, not the fallback);
  *           other shapes fall back to the SIMT kernel and its 5e-5;
- * MLA_DEC   the defaults: steps of <= 8 tokens at the DeepSeek shape on
- *           mla_dec_kernel (fp32: 5e-5), which must differ from the
- *           tensor-core kernel's output (it ran), the rest as MLA_TC. */
+ * MLA_DEC   the decode kernel on (sd_cuda_set_mla_dec): steps of <= 8
+ *           tokens at the DeepSeek shape on mla_dec_kernel (fp32: 5e-5),
+ *           which must differ from the tensor-core kernel's output (it
+ *           ran), the rest as MLA_TC. */
 enum { MLA_SIMT, MLA_TC, MLA_DEC };
 static int mla_run(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew, int bs,
                    int H, int C, int R, int nope, int mode)
@@ -969,7 +970,7 @@ static int mla_run(gpu_env *e, const char *what, int n_seq, const int *ctx, cons
         gfree(e, dsimt);
     }
     sd_cuda_set_mla_tc(e->gpu, 1); /* the defaults */
-    sd_cuda_set_mla_dec(e->gpu, 1);
+    sd_cuda_set_mla_dec(e->gpu, 0);
     float *hs[] = {qlat, q, ckv, cache, co};
     for (size_t i = 0; i < SD_ARRAY_LEN(hs); i++)
         free(hs[i]);
@@ -1123,7 +1124,7 @@ static int mla_tc_decode_equals_verify(gpu_env *e, int H, int P, int dec)
                   "%s H=%d ctx %d: floats that differ, decode alone vs in the verify step",
                   op, H, P + 4);
     sd_cuda_set_mla_tc(e->gpu, 1); /* the defaults */
-    sd_cuda_set_mla_dec(e->gpu, 1);
+    sd_cuda_set_mla_dec(e->gpu, 0);
     free(gv);
     float *hs[] = {qlat, q, ckv, cache, co};
     for (size_t i = 0; i < SD_ARRAY_LEN(hs); i++)
