@@ -195,6 +195,26 @@ __device__ __forceinline__ void load_q(float *qs, const att_args &a, int t, int 
         });
 }
 
+/* One warp's online-softmax step for head g over a tile's KT scores
+ * s[lane] (-INFINITY: no key): s becomes the probabilities exp(s - m) under
+ * the new running max m; the running sum, the max and alpha, the factor that
+ * rescales what was accumulated before, are updated in shared memory. */
+__device__ __forceinline__ void softmax_tile(float *s, float *mrun, float *lrun, float *alpha,
+                                             int g, int lane)
+{
+    const float v = s[lane];
+    const float mo = mrun[g], mn = fmaxf(mo, sd__warp_max(v));
+    const float p = v == -INFINITY ? 0.0f : expf(v - mn);
+    s[lane] = p;
+    const float sum = sd__warp_sum(p);
+    if (lane == 0) {
+        const float al = mo == -INFINITY ? 0.0f : expf(mo - mn);
+        mrun[g] = mn;
+        lrun[g] = lrun[g] * al + sum;
+        alpha[g] = al;
+    }
+}
+
 template <bool VEC>
 __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
 {
@@ -279,19 +299,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
         }
         __syncthreads();
         /* online softmax: the first tile always holds key 0, so the max is finite */
-        for (int g = warp; g < G; g += nw) {
-            float v = S[g * KT + lane];
-            float mo = mrun[g], mn = fmaxf(mo, sd__warp_max(v));
-            float p = v == -INFINITY ? 0.0f : expf(v - mn);
-            S[g * KT + lane] = p;
-            float sum = sd__warp_sum(p);
-            if (lane == 0) {
-                float al = mo == -INFINITY ? 0.0f : expf(mo - mn);
-                mrun[g] = mn;
-                lrun[g] = lrun[g] * al + sum;
-                alpha[g] = al;
-            }
-        }
+        for (int g = warp; g < G; g += nw)
+            softmax_tile(S + g * KT, mrun, lrun, alpha, g, lane);
         __syncthreads();
         for (int e = tid; e < G * Dv; e += ATT_THREADS) {
             int g = e / Dv, d = e % Dv;
@@ -421,19 +430,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(att_args a)
         __syncthreads();
         /* online softmax, a warp per head: the chunk's first tile holds
          * key j_lo, so the max is finite */
-        if (warp < G) {
-            const float v = S[warp][lane];
-            const float mo = mrun[warp], mn = fmaxf(mo, sd__warp_max(v));
-            const float pr = v == -INFINITY ? 0.0f : expf(v - mn);
-            S[warp][lane] = pr;
-            const float sum = sd__warp_sum(pr);
-            if (lane == 0) {
-                const float al = mo == -INFINITY ? 0.0f : expf(mo - mn);
-                mrun[warp] = mn;
-                lrun[warp] = lrun[warp] * al + sum;
-                alpha[warp] = al;
-            }
-        }
+        if (warp < G)
+            softmax_tile(S[warp], mrun, lrun, alpha, warp, lane);
         __syncthreads();
 #pragma unroll
         for (int g = 0; g < GP; g++) {

@@ -889,11 +889,14 @@ TEST(attn_gqa_matches_the_cpu_on_long_contexts)
      * 5-8 heads a block; 16: two blocks a KV head), ragged decode and
      * verify rows, chunks of several tiles and partly filled ones */
     int c6[4] = {1, 95, 2100, 31}, n6[4] = {1, 3, 1, 3};
-    ok &= gqa_case(&e, "split mha D=128", 4, c6, n6, 16, 4, 4, 128, 128);
-    ok &= gqa_case(&e, "split group-2 D=128", 4, c6, n6, 16, 8, 4, 128, 128);
-    ok &= gqa_case(&e, "split group-3 D=128", 4, c6, n6, 32, 12, 4, 128, 128);
-    ok &= gqa_case(&e, "split group-7 D=128", 4, c6, n6, 16, 28, 4, 128, 128);
-    ok &= gqa_case(&e, "split group-16 D=128", 4, c6, n6, 16, 32, 2, 128, 128);
+    static const struct { const char *what; int bs, Hq, Hkv; } widths[] = {
+        {"split mha D=128", 16, 4, 4},      {"split group-2 D=128", 16, 8, 4},
+        {"split group-3 D=128", 32, 12, 4}, {"split group-7 D=128", 16, 28, 4},
+        {"split group-16 D=128", 16, 32, 2},
+    };
+    for (size_t i = 0; i < SD_ARRAY_LEN(widths); i++)
+        ok &= gqa_case(&e, widths[i].what, 4, c6, n6, widths[i].bs, widths[i].Hq, widths[i].Hkv,
+                       128, 128);
     int c7[1] = {30000}, n7[1] = {8};
     ok &= gqa_case(&e, "split long verify D=128", 1, c7, n7, 16, 32, 8, 128, 128);
     gpu_env_close(&e);
