@@ -111,6 +111,9 @@ typedef struct sd_engine_stats {
      * size past the graphs', none on the CPU), and of those the ones whose
      * shape found the proposer graph cache full (SD_MAX_PGRAPHS shapes) */
     uint64_t spec_eager_passes, spec_graph_cache_full;
+    /* target steps of a speculative engine that skipped the hidden states
+     * a proposer reads (MTP, EAGLE-3): no request of the step drafts */
+    uint64_t spec_plain_steps;
 } sd_engine_stats;
 
 /* Loads the model named by o->model (NULL/empty: the bundled model), the

@@ -143,6 +143,20 @@ static int capture_target(sd_engine *e, void *ctx, sd_err *err)
     return fr ? fr : rc;
 }
 
+/* bucket b's target pass with f's inputs and outputs captured into *graph */
+static int capture_bucket(sd_engine *e, int b, const sd_fwd *f, void **graph, sd_err *err)
+{
+    struct capture_ctx cx = {f, graph};
+    /* the collectives of the capture run at each replay, not now */
+    sd_comm *comm = e->tp ? sd__tp_comm(e->tp) : NULL;
+    sd_comm_record_begin(comm);
+    int rc = sd__engine_each(e, capture_target, &cx, err);
+    if (sd_comm_record_end(comm, *graph))
+        sd_log_warn("cuda graphs: no memory to count the collectives of %d-token steps",
+                    e->buckets[b]);
+    return rc;
+}
+
 int sd__graphs_capture(sd_engine *e, sd_err *err)
 {
     if (!e->graphs_on)
@@ -158,21 +172,14 @@ int sd__graphs_capture(sd_engine *e, sd_err *err)
         for (int i = 0; i < T; i++)
             e->h_rows[i] = i;
         sd_fwd f;
-        int rc = sd__engine_upload_step(e, T, T, &f);
+        int rc = sd__engine_upload_step(e, T, T, 1, &f);
         /* warm-up: the first run makes the GEMM plans outside the capture */
         if (!rc)
             rc = sd__target_pass(e, &f, 1, err);
         if (!rc)
             rc = op->sync(e->be);
-        struct capture_ctx cx = {&f, &e->tgraph[b]};
-        /* the collectives of the capture run at each replay, not now */
-        sd_comm *comm = e->tp ? sd__tp_comm(e->tp) : NULL;
-        if (!rc) {
-            sd_comm_record_begin(comm);
-            rc = sd__engine_each(e, capture_target, &cx, err);
-            if (sd_comm_record_end(comm, e->tgraph[b]))
-                sd_log_warn("cuda graphs: no memory to count the collectives of %d-token steps", T);
-        }
+        if (!rc)
+            rc = capture_bucket(e, b, &f, &e->tgraph[b], err);
         if (rc)
             return err->msg[0] ? rc
                                : sd_err_set(err, rc, "capturing the CUDA graph of %d-token steps failed",
@@ -186,14 +193,26 @@ int sd__graphs_capture(sd_engine *e, sd_err *err)
     return 0;
 }
 
-int sd__target_graph_launch(sd_engine *e, int Tp)
+int sd__target_graph_launch(sd_engine *e, int Tp, const sd_fwd *f, sd_err *err)
 {
     int b = bucket_index(e, Tp);
     if (b < 0 || !e->tgraph[b])
         return SD_EINVAL;
-    int rc = e->be->ops->graph_launch(e->be, e->tgraph[b]);
+    void **g = &e->tgraph[b];
+    if (sd__spec_wants_hidden(e) && !f->hidden && !f->aux) {
+        g = &e->tgraph_plain[b];
+        if (!*g) {
+            /* the step's inputs are uploaded: capture records, runs nothing */
+            int rc = capture_bucket(e, b, f, g, err);
+            if (rc)
+                return rc;
+            sd_log_debug("cuda graphs: %d-token steps without the proposer's hidden states captured",
+                         Tp);
+        }
+    }
+    int rc = e->be->ops->graph_launch(e->be, *g);
     if (!rc && e->tp)
-        sd_comm_replayed(sd__tp_comm(e->tp), e->tgraph[b]); /* its collectives ran */
+        sd_comm_replayed(sd__tp_comm(e->tp), *g); /* its collectives ran */
     return rc;
 }
 
@@ -225,12 +244,16 @@ void sd__graphs_free(sd_engine *e)
 {
     if (!e->be || !e->be->ops->graph_free)
         return;
-    for (int b = 0; b < e->n_buckets; b++)
+    for (int b = 0; b < e->n_buckets; b++) {
         if (e->tgraph[b])
             e->be->ops->graph_free(e->be, e->tgraph[b]);
+        if (e->tgraph_plain[b])
+            e->be->ops->graph_free(e->be, e->tgraph_plain[b]);
+    }
     for (int i = 0; i < e->n_pgraphs; i++)
         if (e->pgraphs[i].graph)
             e->be->ops->graph_free(e->be, e->pgraphs[i].graph);
     memset(e->tgraph, 0, sizeof e->tgraph);
+    memset(e->tgraph_plain, 0, sizeof e->tgraph_plain);
     e->n_pgraphs = 0;
 }

@@ -184,11 +184,16 @@ struct sd_engine {
     int n_buckets, graph_max_T;
     int buckets[SD_MAX_BUCKETS];
     void *tgraph[SD_MAX_BUCKETS]; /* target step of buckets[i] tokens */
+    /* the same without the hidden states a proposer reads (MTP, EAGLE-3),
+     * for steps where no request tracks the proposer; captured when first
+     * needed */
+    void *tgraph_plain[SD_MAX_BUCKETS];
     sd_pgraph pgraphs[SD_MAX_PGRAPHS];
     int n_pgraphs;
     /* proposer passes run eagerly (a shape's first pass, no graph for its
      * size), and of those the ones whose shape found the graph cache full */
     uint64_t prop_eager, prop_cache_full;
+    uint64_t plain_steps; /* target steps without the proposer's hidden states */
     int pad_seq;        /* block-table row of padding rows: the trash block */
     int32_t trash_slot; /* first slot of the trash block (past the pool's) */
     sd_synthetic synth; /* --synthetic-accept (benchmarks only; n == 0: off) */
@@ -247,8 +252,9 @@ int sd__engine_reserve(sd_engine *e, req *r, int n);
 int sd__engine_upload_tables(sd_engine *e, const step *s);
 /* uploads rows 0..T-1 of h_tok/h_pos/h_seq/h_slot and n_out of h_rows in one
  * copy and fills f's inputs with their device addresses (fixed for a given
- * T and n_out, so a graph captured with them stays valid) */
-int sd__engine_upload_step(sd_engine *e, int T, int n_out, sd_fwd *f);
+ * T and n_out, so a graph captured with them stays valid); hidden: the pass
+ * also writes the hidden states the proposer reads (MTP, EAGLE-3) */
+int sd__engine_upload_step(sd_engine *e, int T, int n_out, int hidden, sd_fwd *f);
 
 /* model passes on every rank (tp.c's rank threads) or the one backend */
 enum { SD_FWD_TARGET = 0, SD_FWD_MTP, SD_FWD_DRAFT, SD_FWD_EAGLE_FIRST, SD_FWD_EAGLE_CHAIN };
@@ -273,7 +279,9 @@ size_t sd__pack_step(const sd_engine *e, int32_t *h, int T, int n, const int32_t
                      int ncol, const int32_t *rows, int n_rows, int N, int *max_pos);
 int sd__target_pass(sd_engine *e, const sd_fwd *f, int argmax, sd_err *err);
 int sd__graphs_capture(sd_engine *e, sd_err *err);
-int sd__target_graph_launch(sd_engine *e, int Tp);
+/* replays the target graph of Tp rows; f (its inputs, uploaded) without
+ * the proposer's hidden states selects, and first captures, the plain one */
+int sd__target_graph_launch(sd_engine *e, int Tp, const sd_fwd *f, sd_err *err);
 sd_pgraph *sd__pgraph_find(sd_engine *e, int mode, const void *src, int T, int n_out);
 void sd__graphs_free(sd_engine *e);
 

@@ -203,6 +203,9 @@ static void draft_length_series(sd_buf *o, const sd_engine_stats *es)
     scalar(o, "specd_spec_graph_cache_full_total", "counter",
            "Proposer passes run eagerly because the proposer graph cache was full.",
            (double)es->spec_graph_cache_full);
+    scalar(o, "specd_spec_plain_steps_total", "counter",
+           "Target steps with no request drafting, run without the proposer's hidden states.",
+           (double)es->spec_plain_steps);
 }
 
 int sd_metrics_render(const sd_metrics *m, const sd_engine_stats *es, sd_buf *o)

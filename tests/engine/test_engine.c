@@ -446,6 +446,7 @@ TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
     sd_opts o;
     sd_err err = {0};
     uint64_t drafted[2] = {0, 0};
+    static engine_out outs_of[2][4];
     for (int pass = 0; pass < 2; pass++) {
         ASSERT_OK(sd_opts_init(&o, &err));
         char *m = dir_of("deepseek-v3");
@@ -475,8 +476,10 @@ TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
                 break;
             usleep(1000);
         }
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 4; i++) {
             drafted[pass] += outs[i].st.spec.drafted;
+            outs_of[pass][i] = outs[i];
+        }
         sd_engine_stats st;
         sd_engine_get_stats(e, &st);
         uint64_t steps = 0;
@@ -487,10 +490,21 @@ TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
         if (!pass) {
             ASSERT_EQ(st.spec_k_steps[4], steps);
             ASSERT_EQ(st.spec_k_last, 4);
+            ASSERT_EQ(st.spec_plain_steps, 0);
         } else {
             ASSERT_GT(st.spec_k_steps[0], steps / 2);
+            /* speculation off: the target steps skip the MTP hidden states */
+            ASSERT_GT(st.spec_plain_steps, 0);
         }
         sd_engine_destroy(e);
+    }
+    /* and the greedy tokens are the same either way */
+    for (int i = 0; i < 4; i++) {
+        ASSERT_EQ(outs_of[0][i].n, outs_of[1][i].n);
+        for (int j = 0; j < outs_of[0][i].n; j++)
+            ASSERT_MSG(outs_of[0][i].ids[j] == outs_of[1][i].ids[j],
+                       "request %d token %d: k=4 %d, auto %d", i, j, outs_of[0][i].ids[j],
+                       outs_of[1][i].ids[j]);
     }
     fprintf(stderr, "  drafts: fixed k=4 %llu, auto %llu\n", (unsigned long long)drafted[0],
             (unsigned long long)drafted[1]);
