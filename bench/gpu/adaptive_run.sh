@@ -54,7 +54,8 @@ for (label, spec, rnd, b), x in sorted(runs.items()):
                      tokens_per_s=x["decode_tokens_per_s"], plain_tokens_per_s=plain["decode_tokens_per_s"],
                      steps_by_k=x.get("steps_by_k"), requests_not_drafting=x.get("requests_not_drafting"),
                      proposer_eager_passes=x.get("proposer_eager_passes"),
-                     proposer_graph_cache_full=x.get("proposer_graph_cache_full")))
+                     proposer_graph_cache_full=x.get("proposer_graph_cache_full"),
+                     target_plain_steps=x.get("target_plain_steps")))
     cells.setdefault((spec, b, label), []).append(s)
 summary = {f"{spec} b{b} {label}": dict(min=round(min(v), 3), median=round(statistics.median(v), 3),
                                         max=round(max(v), 3), below_plain=sum(s < 1 for s in v), runs=len(v))
