@@ -851,9 +851,10 @@ static int engine_step(sd_engine *e)
     pthread_mutex_unlock(&e->mu);
     /* 5. the proposer catches up and drafts */
     if (e->spec != SD_SPEC_NONE) {
+        int off = n_not_drafting(e);
         int k = e->spec_k >= 0 ? e->spec_k
                                : sd_adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running,
-                                                    e->n_running - n_not_drafting(e));
+                                                    e->n_running - off);
         /* Adaptive: when drafting has not paid for a while, the running
          * requests stop tracking the proposer (its catch-up pass costs too);
          * they finish as plain decode. New requests decide on admission. */
@@ -866,6 +867,7 @@ static int engine_step(sd_engine *e)
                              SD_SPEC_OFF_AFTER, e->n_running);
                 for (int i = 0; i < e->n_running; i++)
                     e->running[i]->no_spec = 1;
+                off = e->n_running;
             }
         }
         /* Speculation off: the few requests still tracking the proposer (one
@@ -874,7 +876,7 @@ static int engine_step(sd_engine *e)
          * the acceptance estimate fresh. Their drafting time is not a
          * drafting cost of the whole batch, so it is not observed. */
         int probe = e->spec_k < 0 && k == 0 && e->spec != SD_SPEC_NGRAM &&
-                    e->zero_k_steps >= SD_SPEC_OFF_AFTER && n_not_drafting(e) < e->n_running;
+                    e->zero_k_steps >= SD_SPEC_OFF_AFTER && off < e->n_running;
         if (probe)
             k = 1;
         pthread_mutex_lock(&e->mu);
