@@ -324,6 +324,15 @@ typedef struct sd_ops {
      * rows land in xn too. Neither y nor xn may alias x or each other. */
     void (*rmsnorm_matmul)(sd_backend *be, float *y, float *xn, const float *x, const sd_weight *g,
                            float eps, const sd_weight *w, const sd_weight *bias, int n, int silu);
+
+    /* ---- page-locked host buffers (appended; NULL where a backend has none:
+     * the caller mallocs) ----
+     * Host memory the backend copies to and from without staging it through
+     * a buffer of its own. A download into it is done when download returns;
+     * an upload from it may still be queued after upload returns, so its
+     * source must not be rewritten before the next sync. NULL on failure. */
+    void *(*host_alloc)(sd_backend *be, size_t bytes);
+    void (*host_free)(sd_backend *be, void *p);
 } sd_ops;
 
 struct sd_backend {

@@ -288,6 +288,29 @@ static void cu_graph_free(sd_backend *be, void *graph)
     sd_cuda_graph_destroy((sd_cuda_graph *)graph);
 }
 
+/* Page-locked host memory (SPECD_PINNED=0: none, the engine mallocs): a
+ * copy from or to pageable memory goes through the driver's staging buffer
+ * and waits for it, ~5-10 us a small copy, several a step. */
+static void *cu_host_alloc(sd_backend *be, size_t bytes)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    void *p = NULL;
+    if (!c->pinned || c->err)
+        return NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: the caller mallocs instead */
+        return NULL;
+    }
+    return p;
+}
+
+static void cu_host_free(sd_backend *be, void *p)
+{
+    (void)be;
+    if (p)
+        cudaFreeHost(p);
+}
+
 /* ---- the table --------------------------------------------------------- */
 
 static const sd_ops cuda_ops = {
@@ -333,6 +356,8 @@ static const sd_ops cuda_ops = {
     /* .moe_router_route = */ sd__cuda_moe_router_route,
     /* .matmul_add = */ NULL, /* the fused residual ops: not yet (the model */
     /* .rmsnorm_matmul = */ NULL, /* runs add_rmsnorm after each sublayer) */
+    /* .host_alloc = */ cu_host_alloc,
+    /* .host_free = */ cu_host_free,
 };
 
 int sd_cuda_make_current(sd_backend *be)
@@ -480,6 +505,8 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->moe_gate_wide = !mgate || strcmp(mgate, "2");
     const char *wide = getenv("SPECD_GEMV_WIDE");
     c->gemv_wide = !wide || strcmp(wide, "0");
+    const char *pin = getenv("SPECD_PINNED");
+    c->pinned = !pin || strcmp(pin, "0");
     const char *adec = getenv("SPECD_ATTN_DEC");
     c->attn_dec = !adec || strcmp(adec, "0");
     const char *mdec = getenv("SPECD_MLA_DEC"); /* 1: on (off by default: measured slower) */

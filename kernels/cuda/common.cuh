@@ -79,6 +79,8 @@ typedef struct sd__cuda {
      * sd_cuda_set_mla_dec; off by default: as slow as the tensor-core
      * kernel at short contexts, bench/results/mla-dec.json) */
     int mla_dec;
+    /* host_alloc gives page-locked memory (SPECD_PINNED=0: NULL, malloc) */
+    int pinned;
     /* the split argmax's per-row keys and block counts (sample.cu), zero
      * between calls: SD__ARGMAX_ROWS rows */
     unsigned long long *am_keys;

@@ -1038,13 +1038,50 @@ int sd_engine_wait(sd_engine *e, double timeout_s)
 
 /* ------------------------------------------------------------------ public */
 
+/* sd__host_buf: a 64-byte header (which allocator) before the buffer; no
+ * more than HOST_PIN_MAX bytes a buffer page-locked (a large vocabulary's
+ * logits rows for every sequence would lock GBs of host memory for copies
+ * a greedy step never makes) */
+#define HOST_BUF_HEAD 64
+#define HOST_PIN_MAX ((size_t)64 << 20)
+
+void *sd__host_buf(sd_engine *e, size_t bytes)
+{
+    const sd_ops *op = e->be->ops;
+    int pinned = 1;
+    char *raw = op->host_alloc && bytes <= HOST_PIN_MAX
+                    ? op->host_alloc(e->be, bytes + HOST_BUF_HEAD)
+                    : NULL;
+    if (!raw) {
+        pinned = 0;
+        raw = malloc(bytes + HOST_BUF_HEAD);
+    }
+    if (!raw)
+        return NULL;
+    memcpy(raw, &pinned, sizeof pinned);
+    return raw + HOST_BUF_HEAD;
+}
+
+void sd__host_buf_free(sd_engine *e, void *p)
+{
+    if (!p)
+        return;
+    char *raw = (char *)p - HOST_BUF_HEAD;
+    int pinned;
+    memcpy(&pinned, raw, sizeof pinned);
+    if (pinned)
+        e->be->ops->host_free(e->be, raw);
+    else
+        free(raw);
+}
+
 static int alloc_step_buffers(sd_engine *e, sd_err *err)
 {
     const sd_ops *op = e->be->ops;
     size_t T = (size_t)e->max_tokens;
     size_t tb = (size_t)e->ov_max_seqs * (size_t)e->max_blocks;
     e->d_meta = op->alloc(e->be, 5 * T * 4);
-    e->h_meta = malloc(5 * T * 4);
+    e->h_meta = sd__host_buf(e, 5 * T * 4);
     e->d_table = op->alloc(e->be, tb * 4);
     /* logits rows: every sequence's last token and drafts at most */
     size_t ov = (size_t)e->ov_max_seqs, O = ov * (size_t)(e->k_max + 1);
@@ -1065,14 +1102,14 @@ static int alloc_step_buffers(sd_engine *e, sd_err *err)
         return sd_err_set(err, SD_ENOMEM, "engine: out of memory for the verification buffers");
     e->d_hidden = op->alloc(e->be, T * (size_t)e->D * 4);
     e->d_am = op->alloc(e->be, T * 4);
-    e->h_am = malloc(T * 4);
+    e->h_am = sd__host_buf(e, T * 4);
     e->h_tok = malloc(T * 4);
     e->h_pos = malloc(T * 4);
     e->h_seq = malloc(T * 4);
     e->h_slot = malloc(T * 4);
     e->h_rows = malloc(T * 4);
     e->h_table = malloc(tb * 4);
-    e->h_logits = malloc(O * (size_t)e->V * 4);
+    e->h_logits = sd__host_buf(e, O * (size_t)e->V * 4);
     e->p_rows = malloc((size_t)(SD_MAX_K + 1) * (size_t)e->V * 4);
     if (!e->d_meta || !e->h_meta || !e->d_table ||
         !e->d_logits || !e->d_hidden || !e->d_am || !e->h_am || !e->h_tok || !e->h_pos || !e->h_seq || !e->h_slot ||
@@ -1088,15 +1125,15 @@ static void free_step_buffers(sd_engine *e)
     for (size_t i = 0; i < SD_ARRAY_LEN(dev); i++)
         if (dev[i])
             e->be->ops->free(e->be, dev[i]);
-    free(e->h_meta);
+    sd__host_buf_free(e, e->h_meta);
     free(e->h_tok);
     free(e->h_pos);
     free(e->h_seq);
     free(e->h_slot);
     free(e->h_rows);
     free(e->h_table);
-    free(e->h_logits);
-    free(e->h_am);
+    sd__host_buf_free(e, e->h_logits);
+    sd__host_buf_free(e, e->h_am);
     free(e->h_acc);
     free(e->h_acc_res);
     free(e->h_sp);

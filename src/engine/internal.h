@@ -250,6 +250,11 @@ int sd__spec_step(sd_engine *e, step *s, int k, sd_err *err);
 int sd__engine_reserve(sd_engine *e, req *r, int n);
 /* re-uploads the block-table rows of the step's sequences (after reservations) */
 int sd__engine_upload_tables(sd_engine *e, const step *s);
+/* a host buffer the backend downloads into, or uploads from once before a
+ * sync: page-locked where the backend has it (ops.h host_alloc), else
+ * malloc; NULL when out of memory. Freed with sd__host_buf_free. */
+void *sd__host_buf(sd_engine *e, size_t bytes);
+void sd__host_buf_free(sd_engine *e, void *p);
 /* uploads rows 0..T-1 of h_tok/h_pos/h_seq/h_slot and n_out of h_rows in one
  * copy and fills f's inputs with their device addresses (fixed for a given
  * T and n_out, so a graph captured with them stays valid); hidden: the pass

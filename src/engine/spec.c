@@ -68,7 +68,7 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
     e->pd_hid_in = op->alloc(e->be, T * (size_t)e->D * 4);
     e->pd_hid_out = op->alloc(e->be, T * (size_t)e->D * 4);
     e->pd_hid_prev = op->alloc(e->be, (size_t)e->ov_max_seqs * (size_t)e->D * 4);
-    e->ph_logits = malloc((size_t)e->ov_max_seqs * (size_t)e->V * 4);
+    e->ph_logits = sd__host_buf(e, (size_t)e->ov_max_seqs * (size_t)e->V * 4);
     e->ph_i32 = malloc(T * 4 * 6);
     /* the device draft chain: k drafts per chain row, pass metadata */
     size_t ov = (size_t)e->ov_max_seqs;
@@ -239,7 +239,7 @@ void sd__spec_free(sd_engine *e)
             e->be->ops->free(e->be, dev[i]);
     if (e->pd_aux_in)
         e->be->ops->free(e->be, e->pd_aux_in);
-    free(e->ph_logits);
+    sd__host_buf_free(e, e->ph_logits);
     free(e->ph_meta);
     free(e->ph_chain);
     free(e->ph_drafts);
