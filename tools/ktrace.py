@@ -14,10 +14,16 @@ layer pattern onwards; the kernels outside it (embedding, head, argmax) and
 the host's gap between steps (inside the delta of the step's last kernel)
 are listed one by one.
 
+Kernel names come from FILE.names (the build writes the shape word and
+the symbol of every distinct launch): a shape launched by several kernels
+shows all of them.
+
 usage: tools/ktrace.py FILE [--min-period N] [--json OUT] [--label L]
 """
 import argparse
 import json
+import os
+import re
 import sys
 
 import numpy as np
@@ -29,6 +35,38 @@ def shape(sig):
     gz = (sig >> 40) & 0xFF
     bx = (sig >> 48) & 0xFFFF
     return f"{gx}x{gy}x{gz}/{bx}"
+
+
+def short_name(mangled):
+    """a kernel's name from its mangled symbol: _Z15attn_dec_kernelILi4EEv...
+    -> attn_dec_kernel<4> (integer and bool template arguments only)"""
+    m = re.match(r"_Z(\d+)", mangled)
+    if not m:
+        return mangled
+    n, i = int(m.group(1)), m.end()
+    name, i = mangled[i:i + n], i + n
+    if mangled[i:i + 1] != "I":
+        return name
+    args, i = [], i + 1
+    while i < len(mangled) and mangled[i] == "L":
+        a = re.match(r"L[a-z](n?\d+)E", mangled[i:])
+        if not a:
+            break
+        args.append(a.group(1).replace("n", "-"))
+        i += a.end()
+    return f"{name}<{', '.join(args)}>" if args else name
+
+
+def load_names(path):
+    """shape word -> the kernels launched with it (FILE.names beside the trace)"""
+    names = {}
+    if not os.path.exists(path):
+        return names
+    for line in open(path):
+        parts = line.split(None, 1)
+        if len(parts) == 2:
+            names.setdefault(int(parts[0], 16), []).append(short_name(parts[1].strip()))
+    return names
 
 
 def runs(m):
@@ -100,6 +138,11 @@ def main():
     mean = body.mean(axis=0)
     med = np.median(body, axis=0)
     cyc = [int(x) for x in sig[lo:lo + P]]
+    names = load_names(a.file + ".names")
+
+    def kname(v):
+        k = sorted(set(names.get(v, [])))
+        return "|".join(k) if k else ""
     fold = layer_fold(cyc)
     step_us = float(body.sum(axis=1).mean())
     out = {"file": a.file, "label": a.label, "stamps": n, "period": P, "steps": int(body.shape[0]),
@@ -113,24 +156,26 @@ def main():
         lay = np.array([[mean[f0 + l * L + j] for j in range(L)] for l in range(nl)])
         print(f"  layer pattern: {L} kernels x {nl} layers from position {f0}: "
               f"{lay.sum(axis=1).mean():.2f} us a layer, {lay.sum():.1f} us of the step")
-        print(f"  {'pos':>4} {'shape':<22} {'mean us':>8} {'min layer':>9} {'max layer':>9}")
+        print(f"  {'pos':>4} {'shape':<22} {'mean us':>8} {'min layer':>9} {'max layer':>9}  kernel")
         for j in range(L):
             col = lay[:, j]
-            rows.append({"where": "layer", "pos": j, "shape": shape(cyc[f0 + j]),
+            v = cyc[f0 + j]
+            rows.append({"where": "layer", "pos": j, "shape": shape(v), "kernel": kname(v),
                          "us": round(float(col.mean()), 3), "min": round(float(col.min()), 3),
                          "max": round(float(col.max()), 3)})
-            print(f"  {j:>4} {shape(cyc[f0 + j]):<22} {col.mean():8.2f} {col.min():9.2f} {col.max():9.2f}")
+            print(f"  {j:>4} {shape(v):<22} {col.mean():8.2f} {col.min():9.2f} {col.max():9.2f}  {kname(v)}")
         print("  outside the layers (the last one holds the host's gap between steps):")
         for i in list(range(f0 + L * nl, P)) + list(range(0, f0)):
-            rows.append({"where": "other", "pos": i, "shape": shape(cyc[i]),
+            rows.append({"where": "other", "pos": i, "shape": shape(cyc[i]), "kernel": kname(cyc[i]),
                          "us": round(float(mean[i]), 3), "median": round(float(med[i]), 3)})
-            print(f"  {i:>4} {shape(cyc[i]):<22} {mean[i]:8.2f} (median {med[i]:.2f})")
+            print(f"  {i:>4} {shape(cyc[i]):<22} {mean[i]:8.2f} (median {med[i]:.2f})  {kname(cyc[i])}")
         out["layer"] = {"kernels": L, "layers": nl, "first": f0,
                         "us_per_layer": round(float(lay.sum(axis=1).mean()), 3)}
     else:
         for i in range(P):
-            rows.append({"where": "step", "pos": i, "shape": shape(cyc[i]), "us": round(float(mean[i]), 3)})
-            print(f"  {i:>4} {shape(cyc[i]):<22} {mean[i]:8.2f}")
+            rows.append({"where": "step", "pos": i, "shape": shape(cyc[i]), "kernel": kname(cyc[i]),
+                         "us": round(float(mean[i]), 3)})
+            print(f"  {i:>4} {shape(cyc[i]):<22} {mean[i]:8.2f}  {kname(cyc[i])}")
     out["kernels"] = rows
     if a.json:
         with open(a.json, "w") as f:

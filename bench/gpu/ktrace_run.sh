@@ -29,6 +29,7 @@ for m in ${MODELS:-l8b dsv2lite}; do
         [ -n "$plain" ] && { "$plain/bench/specd-bench-decode" "${common[@]}" --label "$tag" \
             --out "$w/$tag.json" > "$w/$tag.txt" 2>&1 || echo "== $tag: exit $?"; }
         for f in "$w/$tag.kt".*; do
+            case $f in *.names|*.json) continue ;; esac
             [ -f "$f" ] || continue
             python3 tools/ktrace.py "$f" --label "$tag" --json "$f.json" | tee -a "$out/ktrace.txt"
         done

@@ -435,8 +435,32 @@ static int kt_open(sd__cuda *c)
     return rc;
 }
 
+/* a launch's shape and kernel: a name for each shape the stamps show */
+struct sd__kt_launch {
+    unsigned long long sig;
+    const char *name;
+};
+#define KT_LAUNCHES 4096 /* distinct (shape, kernel) pairs kept */
+
+void sd__kt_note(sd__cuda *c, const void *kernel, unsigned long long sig)
+{
+    const char *name = NULL;
+    if (cudaFuncGetName(&name, kernel) != cudaSuccess || !name) {
+        cudaGetLastError();
+        name = "?";
+    }
+    for (int i = 0; i < c->n_kt_launch; i++)
+        if (c->kt_launch[i].sig == sig && c->kt_launch[i].name == name)
+            return;
+    if (!c->kt_launch)
+        c->kt_launch = (struct sd__kt_launch *)calloc(KT_LAUNCHES, sizeof *c->kt_launch);
+    if (c->kt_launch && c->n_kt_launch < KT_LAUNCHES)
+        c->kt_launch[c->n_kt_launch++] = (struct sd__kt_launch){sig, name};
+}
+
 /* FILE.N (the N-th backend closed by this process): the count, then two
- * words a stamp (common.cuh) */
+ * words a stamp (common.cuh); FILE.N.names: a line a (shape, kernel) pair
+ * launched, the shape word in hex and the kernel's name */
 static void kt_close(sd__cuda *c)
 {
     static int seq;
@@ -456,7 +480,14 @@ static void kt_close(sd__cuda *c)
         if (f)
             fclose(f);
         free(h);
+        snprintf(name, sizeof name, "%s.%d.names", c->kt_path, seq - 1);
+        FILE *nf = fopen(name, "w");
+        for (int i = 0; nf && i < c->n_kt_launch; i++)
+            fprintf(nf, "%llx %s\n", c->kt_launch[i].sig, c->kt_launch[i].name);
+        if (nf)
+            fclose(nf);
     }
+    free(c->kt_launch);
     if (c->kt_buf)
         cudaFree(c->kt_buf);
     free(c->kt_path);

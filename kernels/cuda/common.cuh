@@ -85,9 +85,12 @@ typedef struct sd__cuda {
      * between calls: SD__ARGMAX_ROWS rows */
     unsigned long long *am_keys;
     unsigned *am_cnt;
-    /* the kernel trace's stamps and where they go at close (SD_KTRACE) */
+    /* the kernel trace's stamps and where they go at close (SD_KTRACE), and
+     * the launches seen (shape and kernel name: FILE.N.names) */
     unsigned long long *kt_buf;
     char *kt_path;
+    struct sd__kt_launch *kt_launch;
+    int n_kt_launch;
     int sm_count;
     size_t smem_optin; /* largest dynamic shared memory per block */
     /* sticky first error */
@@ -190,6 +193,12 @@ __device__ __forceinline__ void sd__kt_mark(void)
     {                                                                        \
         return cudaMemcpyToSymbol(sd__kt_buf, &p, sizeof p) != cudaSuccess; \
     }
+/* the stamp's shape word of a launch, as sd__kt_mark packs it */
+static inline unsigned long long sd__kt_sig(dim3 g, dim3 b)
+{
+    return (unsigned long long)(g.x & 0xffffffu) | (unsigned long long)(g.y & 0xffffu) << 24 |
+           (unsigned long long)(g.z & 0xffu) << 40 | (unsigned long long)(b.x & 0xffffu) << 48;
+}
 #else
 #define SD_PDL_ENTER() SD__PDL_WAIT()
 #define SD_KTRACE_EXPORT(name)
@@ -199,10 +208,17 @@ template <class T> struct sd__nd { typedef T type; }; /* a non-deduced parameter
 
 /* kernel<<<g, b, sm, c->stream>>>(args...), as a programmatic dependent
  * launch when c->pdl; check with SD_LAUNCHED as after <<<>>> */
+/* SD_KTRACE: notes a launch's shape and kernel (backend.cu) */
+void sd__kt_note(struct sd__cuda *c, const void *kernel, unsigned long long sig);
+
 template <typename... KA>
 static inline void sd__launch(sd__cuda *c, void (*kernel)(KA...), dim3 g, dim3 b, size_t sm,
                               typename sd__nd<KA>::type... args)
 {
+#ifdef SD_KTRACE
+    if (c->kt_buf)
+        sd__kt_note(c, (const void *)kernel, sd__kt_sig(g, b));
+#endif
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = g;
     cfg.blockDim = b;
