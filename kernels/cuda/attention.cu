@@ -532,7 +532,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(att_args a)
  * bf16 attention kernel does.
  *
  * Bits: a token's result depends on its own positions and the chunk count,
- * which is fixed by the head layout (mla_tc_split), never by the number of
+ * which is fixed by the head layout (mla_split), never by the number of
  * tokens in the step, so decode and verify steps agree bit for bit. */
 #define MLA_C 512
 #define MLA_R 64
@@ -807,172 +807,166 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
 /* ---- MLA decode, fp32, a lane per dims -----------------------------------
  *
  * Steps of <= SPLIT_MAX_T tokens at the DeepSeek latent shape (C = 512,
- * R = 64), off by default (SPECD_MLA_DEC=1): written for the short-context
- * case where mla_tc_kernel pays ~10 us a tile of 64 keys whatever the
- * context (13.4 us a layer on V2-Lite's batch-1 decode at 64-192 keys,
- * bench/results/ktrace-7d8d4b6.json), it measured no faster (14.5 us in the
- * step, the op alone 15.4 vs 14.3 us at 64 keys: bench/results/mla-dec.json):
- * 16 heads a block leave each warp ~3000 dependent instructions a tile,
- * and staging a tile is 3 round trips; fewer heads a block is next. A block takes
- * a token, 16 heads and a chunk of whole 32-key tiles (the chunks of
- * mla_tc_split, the partials attn_merge_kernel reads); each tile's 32 rows
- * of 576 floats go to shared memory once (18 16-byte loads a thread in
- * flight), and each warp owns 2 heads: a lane holds 16 of the 512 latent
- * dims and 2 of the 64 rope dims of both heads' queries and the 16 latent
- * dims of both heads' output accumulators. Scores: 18 FMAs a lane a key and
- * head, the warp butterfly for 16 keys x 2 heads at once (sd__xreduce);
- * the softmax state of a warp's heads lives in its registers (no block
- * barrier for it). fp32 throughout: the error is the CPU op's order of
- * sums, not bf16 rounding.
+ * R = 64), off by default (SPECD_MLA_DEC=1, not yet timed on a GPU):
+ * attn_dec_kernel's design for MLA rows. A block takes a token, 2 heads and
+ * a chunk of whole 32-key tiles; each warp takes 4 keys of a tile, loading
+ * their rows straight from the cache (a lane: 4 16-byte loads of the latent,
+ * one 8-byte load of the rope key, for 4 keys: 20 loads in flight), and a
+ * lane holds 16 latent + 2 rope dims of both heads' queries and 16 latent
+ * dims of both heads' output accumulators (the values are the rows' first
+ * 512 floats: the loaded keys). A score is 18 FMAs a lane and the warp
+ * butterfly for 4 keys x 2 heads at once; the online softmax as
+ * attn_kernel's (softmax_tile); the 8 warps' accumulators are added in warp
+ * order at the end.
+ *
+ * Its first version (bb4734f: 16 heads a block, a warp owning 2 heads over
+ * all 32 keys of a tile staged in 72 KB of shared memory) was correct and
+ * no faster than mla_tc_kernel at short contexts (14.5 vs 13.4 us a layer
+ * on V2-Lite, bench/results/mla-dec.json): ~2200 dependent FMAs a lane a
+ * tile and 3 staging round trips. Here a lane has ~270 FMAs a tile and one
+ * round trip, with 8 times the blocks.
  *
  * Bits: a token's result depends on its positions and the chunk count,
- * which comes from the head layout (mla_tc_split), never on the step's
- * other tokens. */
-#define MD_KT 32              /* keys a tile */
-#define MD_HW 2               /* heads a warp */
-#define MD_GH (8 * MD_HW)     /* heads a block */
-#define MD_RQ (MLA_DK / 4)    /* float4 of a cached row: 144 */
-#define MD_SMEM (MD_KT * MLA_DK * 4 + MD_KT * 4)
-static_assert(ATT_THREADS == 256 && MD_KT == 2 * 16, "8 warps; a tile in two halves of 16 keys");
+ * which comes from the head layout (mla_split), never on the step's other
+ * tokens. */
+#define MD_KW 4  /* keys a warp takes of a tile */
+#define MD_GH 2  /* heads a block */
+#define MD_WARPS (KT / MD_KW)
+static_assert(MD_WARPS * 32 == ATT_THREADS, "a block: 8 warps of 4 keys");
 
 __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
 {
     SD_PDL_ENTER();
-    extern __shared__ float4 md_rows[]; /* (MD_KT, 144) float4, then MD_KT slots */
-    int *slots = (int *)(md_rows + MD_KT * MD_RQ);
+    constexpr int V = MD_KW * MD_GH; /* a warp's scores a tile: key i, head g at i * MD_GH + g */
+    __shared__ float S[MD_GH][KT];
+    __shared__ float mrun[MD_GH], lrun[MD_GH], alpha[MD_GH];
+    __shared__ float4 red[MD_WARPS][MD_GH][4][32];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int t = blockIdx.x, h0 = blockIdx.y * MD_GH + warp * MD_HW;
+    const int t = blockIdx.x, h0 = blockIdx.y * MD_GH;
+    const int G = a.group - h0 < MD_GH ? a.group - h0 : MD_GH;
     const int n_all = a.pos[t] + 1;
     int j_lo, n;
     split_chunk(n_all, a.S, blockIdx.z, a.tile, a.min_chunk, &j_lo, &n);
     if (a.S > 1 && j_lo >= n)
         return;
-    /* lane's dims: latent float4s lane + 32 m (m = 0..3), rope float2 lane */
-    float4 qc[MD_HW][4], acc[MD_HW][4];
-    float2 qp[MD_HW];
-    float mrun[MD_HW], lrun[MD_HW];
+    /* a lane's dims: latent float4s lane + 32 m (m = 0..3), rope float2 lane */
+    float4 qc[MD_GH][4], acc[MD_GH][4];
+    float2 qp[MD_GH];
 #pragma unroll
-    for (int i = 0; i < MD_HW; i++) {
-        const int h = h0 + i < a.group ? h0 + i : a.group - 1; /* a head past H: computed, not written */
+    for (int g = 0; g < MD_GH; g++) {
+        const int h = g < G ? h0 + g : h0; /* a head past H: computed, not written */
         const float4 *q1 = (const float4 *)(a.q1 + (size_t)t * a.q1_tok + (size_t)h * a.q1_head);
         const float2 *q2 = (const float2 *)(a.q2 + (size_t)t * a.q2_tok + (size_t)h * a.q2_head);
 #pragma unroll
         for (int m = 0; m < 4; m++) {
-            qc[i][m] = __ldg(q1 + lane + 32 * m);
-            acc[i][m] = make_float4(0.f, 0.f, 0.f, 0.f);
+            qc[g][m] = __ldg(q1 + lane + 32 * m);
+            acc[g][m] = make_float4(0.f, 0.f, 0.f, 0.f);
         }
-        qp[i] = __ldg(q2 + lane);
-        mrun[i] = -INFINITY;
-        lrun[i] = 0.0f;
+        qp[g] = __ldg(q2 + lane);
+    }
+    if (tid < MD_GH) {
+        mrun[tid] = -INFINITY;
+        lrun[tid] = 0.0f;
     }
     const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
-    for (int j0 = j_lo; j0 < n; j0 += MD_KT) {
-        const int kt = n - j0 < MD_KT ? n - j0 : MD_KT;
-        __syncthreads(); /* the last tile's rows and slots are read */
-        if (tid < kt) {
-            const int p = j0 + tid;
-            slots[tid] = bt[p / a.block_size] * a.block_size + p % a.block_size;
-        }
-        __syncthreads();
-        load_rows<true>((float *)md_rows, MLA_DK, kt, MLA_DK,
-                        [&](int jj) { return a.kc + (size_t)slots[jj] * (size_t)a.k_slot; });
-        __syncthreads();
-        /* scores: lane L ends with key 16 half + L / 2, head L % 2 */
-        float sv[2];
+    for (int j0 = j_lo; j0 < n; j0 += KT) {
+        /* lane l looks up key j0 + l; a warp's keys come by shuffle */
+        const int p = j0 + lane;
+        const int slot = p < n ? bt[p / a.block_size] * a.block_size + p % a.block_size : 0;
+        float4 kc[MD_KW][4];
+        float2 kp[MD_KW];
 #pragma unroll
-        for (int half = 0; half < 2; half++) {
-            float sc[16 * MD_HW];
-#pragma unroll
-            for (int kk = 0; kk < 16; kk++) {
-                const float4 *r = md_rows + (half * 16 + kk) * MD_RQ;
-                const float4 c0 = r[lane], c1 = r[lane + 32], c2 = r[lane + 64], c3 = r[lane + 96];
-                const float2 pe = ((const float2 *)(r + 128))[lane];
-#pragma unroll
-                for (int i = 0; i < MD_HW; i++) {
-                    float x = dec_dot(qc[i][0], c0, 0.0f);
-                    x = dec_dot(qc[i][1], c1, x);
-                    x = dec_dot(qc[i][2], c2, x);
-                    x = dec_dot(qc[i][3], c3, x);
-                    x = fmaf(qp[i].x, pe.x, x);
-                    sc[kk * MD_HW + i] = fmaf(qp[i].y, pe.y, x);
-                }
-            }
-            sd__xreduce<16 * MD_HW>(sc, lane);
-            const int key = half * 16 + lane / MD_HW;
-            sv[half] = key < kt ? sc[0] * a.scale : -INFINITY;
-        }
-        /* online softmax of the warp's 2 heads: lanes of one parity hold
-         * one head's 32 scores (the chunk's first tile holds key j_lo, so
-         * the max is finite) */
-        float mx = fmaxf(sv[0], sv[1]);
-#pragma unroll
-        for (int d = 2; d < 32; d <<= 1)
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
-        const int mine = lane % MD_HW;
-        const float mn = fmaxf(mrun[mine], mx);
-        const float p0 = sv[0] == -INFINITY ? 0.0f : expf(sv[0] - mn);
-        const float p1 = sv[1] == -INFINITY ? 0.0f : expf(sv[1] - mn);
-        float sum = p0 + p1;
-#pragma unroll
-        for (int d = 2; d < 32; d <<= 1)
-            sum += __shfl_xor_sync(0xffffffffu, sum, d);
-#pragma unroll
-        for (int i = 0; i < MD_HW; i++) {
-            const float mi = __shfl_sync(0xffffffffu, mn, i), si = __shfl_sync(0xffffffffu, sum, i);
-            const float al = mrun[i] == -INFINITY ? 0.0f : expf(mrun[i] - mi);
-            mrun[i] = mi;
-            lrun[i] = lrun[i] * al + si;
-#pragma unroll
-            for (int m = 0; m < 4; m++) {
-                acc[i][m].x *= al;
-                acc[i][m].y *= al;
-                acc[i][m].z *= al;
-                acc[i][m].w *= al;
-            }
-        }
-        /* P V: the values are the rows' first 512 floats */
-        for (int key = 0; key < kt; key++) {
-            const float4 *r = md_rows + key * MD_RQ;
-            const float4 c0 = r[lane], c1 = r[lane + 32], c2 = r[lane + 64], c3 = r[lane + 96];
-            const float ph = key < 16 ? p0 : p1;
-#pragma unroll
-            for (int i = 0; i < MD_HW; i++) {
-                const float pk = __shfl_sync(0xffffffffu, ph, (key % 16) * MD_HW + i);
-                dec_axpy(acc[i][0], pk, c0);
-                dec_axpy(acc[i][1], pk, c1);
-                dec_axpy(acc[i][2], pk, c2);
-                dec_axpy(acc[i][3], pk, c3);
-            }
-        }
-    }
-    const int W = MLA_C + 2;
-#pragma unroll
-    for (int i = 0; i < MD_HW; i++) {
-        const int h = h0 + i;
-        if (h >= a.group)
-            continue;
-        if (a.S > 1) {
-            /* a partial row is 514 floats: 8-byte aligned */
-            float *pp = a.part + (((size_t)t * a.group + (size_t)h) * a.S + blockIdx.z) * W;
-#pragma unroll
-            for (int m = 0; m < 4; m++) {
-                float2 *d2 = (float2 *)(pp + 4 * (lane + 32 * m));
-                d2[0] = make_float2(acc[i][m].x, acc[i][m].y);
-                d2[1] = make_float2(acc[i][m].z, acc[i][m].w);
-            }
-            if (lane == 0) {
-                pp[MLA_C] = mrun[i];
-                pp[MLA_C + 1] = lrun[i];
-            }
-        } else {
-            const float L = lrun[i];
-            float4 *o = (float4 *)(a.out + (size_t)t * a.o_tok + (size_t)h * a.o_head);
+        for (int i = 0; i < MD_KW; i++) {
+            const int key = warp * MD_KW + i;
+            const size_t sl = (size_t)__shfl_sync(0xffffffffu, slot, key);
+            const bool in = j0 + key < n;
+            const float *row = a.kc + sl * (size_t)a.k_slot;
 #pragma unroll
             for (int m = 0; m < 4; m++)
-                o[lane + 32 * m] = make_float4(acc[i][m].x / L, acc[i][m].y / L, acc[i][m].z / L,
-                                               acc[i][m].w / L);
+                kc[i][m] = in ? __ldg((const float4 *)row + lane + 32 * m)
+                              : make_float4(0.f, 0.f, 0.f, 0.f);
+            kp[i] = in ? __ldg((const float2 *)(row + MLA_C) + lane) : make_float2(0.f, 0.f);
         }
+        float sc[V];
+#pragma unroll
+        for (int i = 0; i < MD_KW; i++)
+#pragma unroll
+            for (int g = 0; g < MD_GH; g++) {
+                float x = dec_dot(qc[g][0], kc[i][0], 0.0f);
+                x = dec_dot(qc[g][1], kc[i][1], x);
+                x = dec_dot(qc[g][2], kc[i][2], x);
+                x = dec_dot(qc[g][3], kc[i][3], x);
+                x = fmaf(qp[g].x, kp[i].x, x);
+                sc[i * MD_GH + g] = fmaf(qp[g].y, kp[i].y, x);
+            }
+        sd__xreduce<V>(sc, lane);
+        if (lane % (32 / V) == 0) {
+            const int v = sd__xr_index<V>(lane), i = v / MD_GH, g = v % MD_GH, key = warp * MD_KW + i;
+            if (g < G)
+                S[g][key] = j0 + key < n ? sc[0] * a.scale : -INFINITY;
+        }
+        __syncthreads();
+        /* the chunk's first tile holds key j_lo, so the max is finite */
+        if (warp < G)
+            softmax_tile(S[warp], mrun, lrun, alpha, warp, lane);
+        __syncthreads();
+#pragma unroll
+        for (int g = 0; g < MD_GH; g++) {
+            if (g < G) {
+                const float al = alpha[g];
+#pragma unroll
+                for (int m = 0; m < 4; m++) {
+                    acc[g][m].x *= al;
+                    acc[g][m].y *= al;
+                    acc[g][m].z *= al;
+                    acc[g][m].w *= al;
+                }
+#pragma unroll
+                for (int i = 0; i < MD_KW; i++) {
+                    const float pr = S[g][warp * MD_KW + i];
+#pragma unroll
+                    for (int m = 0; m < 4; m++)
+                        dec_axpy(acc[g][m], pr, kc[i][m]);
+                }
+            }
+        }
+        __syncthreads(); /* S and alpha are rewritten by the next tile */
     }
+#pragma unroll
+    for (int g = 0; g < MD_GH; g++)
+        if (g < G)
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+                red[warp][g][m][lane] = acc[g][m];
+    __syncthreads();
+    if (tid >= G * 128)
+        return;
+    const int g = tid / 128, m = tid / 32 % 4, h = h0 + g;
+    float4 o = red[0][g][m][lane];
+#pragma unroll
+    for (int w = 1; w < MD_WARPS; w++) {
+        const float4 r = red[w][g][m][lane];
+        o.x += r.x;
+        o.y += r.y;
+        o.z += r.z;
+        o.w += r.w;
+    }
+    const int d = 4 * (lane + 32 * m);
+    if (a.S > 1) {
+        /* a partial row is 514 floats: 8-byte aligned */
+        const int W = MLA_C + 2;
+        float *pp = a.part + (((size_t)t * a.group + (size_t)h) * a.S + blockIdx.z) * W;
+        ((float2 *)(pp + d))[0] = make_float2(o.x, o.y);
+        ((float2 *)(pp + d))[1] = make_float2(o.z, o.w);
+        if (tid % 128 == 0) {
+            pp[MLA_C] = mrun[g];
+            pp[MLA_C + 1] = lrun[g];
+        }
+        return;
+    }
+    const float L = lrun[g];
+    *(float4 *)(a.out + (size_t)t * a.o_tok + (size_t)h * a.o_head + d) =
+        make_float4(o.x / L, o.y / L, o.z / L, o.w / L);
 }
 
 /* kcache/vcache (slots, Hkv, D/Dv) at slot[t] = k/v of token t */
@@ -1015,10 +1009,6 @@ int sd__cuda_attention_init(sd__cuda *c)
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, limit)) ||
         SD_CUDA(c, cudaFuncSetAttribute(attn_kernel<false>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, limit)))
-        return SD_EDEVICE;
-    if (c->smem_optin >= (size_t)MD_SMEM &&
-        SD_CUDA(c, cudaFuncSetAttribute(mla_dec_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        MD_SMEM)))
         return SD_EDEVICE;
     if (c->smem_optin < TC_SMEM)
         return 0; /* the tensor-core MLA kernel does not fit: attn_mla keeps the SIMT kernel */
@@ -1141,10 +1131,10 @@ static int mla_tc_takes(const sd__cuda *c, int C, int R, const void *cache, cons
 }
 
 /* Chunks per token for steps of <= SPLIT_MAX_T tokens: enough blocks for two
- * a SM, from the head layout alone (H heads in groups of 16). */
-static int mla_tc_split(const sd__cuda *c, int H)
+ * a SM, from the head layout alone (H heads in blocks of gh). */
+static int mla_split(const sd__cuda *c, int H, int gh)
 {
-    int ngb = (H + TC_M - 1) / TC_M;
+    int ngb = (H + gh - 1) / gh;
     int S = (2 * c->sm_count + ngb - 1) / ngb;
     size_t per_s = (size_t)SPLIT_MAX_T * (size_t)H * (size_t)(MLA_C + 2) * sizeof(float);
     if (S > TC_SPLIT_MAX)
@@ -1164,20 +1154,19 @@ static int mla_dec_takes(const sd__cuda *c, int C, int R, const void *cache, con
                          int T)
 {
     return c->mla_dec && T <= SPLIT_MAX_T && C == MLA_C && R == MLA_R && sd__aligned16(cache) &&
-           c->smem_optin >= (size_t)MD_SMEM && att_vec(a) && sd__aligned16(a->out) &&
-           a->o_tok % 4 == 0 && a->o_head % 4 == 0;
+           att_vec(a) && sd__aligned16(a->out) && a->o_tok % 4 == 0 && a->o_head % 4 == 0;
 }
 
 static void launch_mla_dec(sd__cuda *c, att_args *a, int T)
 {
     a->G = MD_GH;
     a->ngb = (a->group + MD_GH - 1) / MD_GH;
-    a->tile = MD_KT;
-    a->min_chunk = MD_KT;
-    a->S = mla_tc_split(c, a->group);
+    a->tile = KT;
+    a->min_chunk = KT;
+    a->S = mla_split(c, a->group, MD_GH);
     a->part = a->S > 1 ? c->attn_part : NULL;
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
-    sd__launch(c, mla_dec_kernel, grid, ATT_THREADS, MD_SMEM, *a);
+    sd__launch(c, mla_dec_kernel, grid, ATT_THREADS, 0, *a);
     if (SD_LAUNCHED(c, "mla_dec_kernel") || a->S == 1)
         return;
     launch_merge(c, a, T, a->group);
@@ -1193,7 +1182,7 @@ static void launch_mla_tc(sd__cuda *c, att_args *a, int T)
                                            : TC_MIN_CHUNK;
     a->S = 1;
     if (T <= SPLIT_MAX_T) {
-        a->S = mla_tc_split(c, a->group);
+        a->S = mla_split(c, a->group, TC_M);
         a->part = a->S > 1 ? c->attn_part : NULL;
     }
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);

@@ -76,8 +76,9 @@ typedef struct sd__cuda {
      * attn_kernel; other bits, the same to the CPU's tolerance) */
     int attn_dec;
     /* MLA decode steps (<= 8 tokens) on mla_dec_kernel, fp32 (SPECD_MLA_DEC=1,
-     * sd_cuda_set_mla_dec; off by default: as slow as the tensor-core
-     * kernel at short contexts, bench/results/mla-dec.json) */
+     * sd_cuda_set_mla_dec; off by default: its first design was no faster
+     * than the tensor-core kernel, bench/results/mla-dec.json, the second
+     * is not yet timed) */
     int mla_dec;
     /* host_alloc gives page-locked memory (SPECD_PINNED=0: NULL, malloc) */
     int pinned;

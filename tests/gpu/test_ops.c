@@ -1050,8 +1050,9 @@ TEST(attn_mla_decode_kernel_matches_the_cpu)
     gpu_env e;
     GPU_OPEN(e);
     int ok = 1;
-    static const int Hs[3] = {16, 40, 128}; /* V2-Lite, 3 head groups (the last partial), V3 a rank */
-    for (int i = 0; i < 3; i++) {
+    /* V2-Lite, V3 a rank, 40 and 5 heads (the last block of 2 heads half empty at 5) */
+    static const int Hs[4] = {16, 128, 40, 5};
+    for (int i = 0; i < 4; i++) {
         int H = Hs[i];
         /* decodes at 1, 33, 300 and a 4-token verify at 4100: one step of
          * 7 tokens, chunks of one or several tiles, partial tiles, empty chunks */
