@@ -103,35 +103,56 @@ static __device__ __forceinline__ int split_used(int n_all, int S, int tile, int
 /* out(t, h) = the partial softmaxes of (t, h) merged in chunk order, the
  * block's threads taking output columns c0, c0 + cstep, ... Only the chunks
  * that hold positions are read (a short context under a split sized for
- * long ones has a few of up to 128), and each chunk's scale exp(m - M) is
- * computed once, in shared memory, not once per column. */
+ * long ones has a few of up to 128). The chunks' maxes and sums are loaded
+ * at once, a thread each, into shared memory; the max (any order gives the
+ * same), each chunk's scale exp(m - M) and the sum L (in chunk order, one
+ * thread) are computed once there, not once per column; a column's sum
+ * over the chunks (in chunk order) loads 8 chunks' values before it adds.
+ * The loops that read the partials straight from memory, each thread
+ * alone, were ~7 dependent round trips to L2 at 5 chunks. */
 #define MERGE_THREADS 128
 #define MERGE_MAX_S 128
 __device__ __forceinline__ void merge_head(const att_args &a, int t, int h, int Hq, int c0,
                                            int cstep)
 {
-    __shared__ float scale[MERGE_MAX_S];
+    __shared__ float scale[MERGE_MAX_S], mz[MERGE_MAX_S], lz[MERGE_MAX_S], ml[2];
     const int Dv = a.Dv, W = Dv + 2;
     const float *p = a.part + ((size_t)t * Hq + (size_t)h) * a.S * W;
     const int nz = split_used(a.pos[t] + 1, a.S, a.tile, a.min_chunk);
-    float M = -INFINITY;
-    for (int z = 0; z < nz; z++)
-        M = fmaxf(M, p[(size_t)z * W + Dv]);
     for (int z = threadIdx.x; z < nz; z += blockDim.x) {
-        float m = p[(size_t)z * W + Dv];
-        scale[z] = m == -INFINITY ? 0.0f : expf(m - M);
+        mz[z] = p[(size_t)z * W + Dv];
+        lz[z] = p[(size_t)z * W + Dv + 1];
     }
     __syncthreads();
-    float L = 0.0f;
-    for (int z = 0; z < nz; z++)
-        L += (p[(size_t)z * W + Dv + 1]) * scale[z];
+    if (threadIdx.x < 32) {
+        float m = -INFINITY;
+        for (int z = threadIdx.x; z < nz; z += 32)
+            m = fmaxf(m, mz[z]);
+        m = sd__warp_max(m);
+        if (threadIdx.x == 0)
+            ml[0] = m;
+    }
+    __syncthreads();
+    const float M = ml[0];
+    for (int z = threadIdx.x; z < nz; z += blockDim.x)
+        scale[z] = mz[z] == -INFINITY ? 0.0f : expf(mz[z] - M);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float L = 0.0f;
+        for (int z = 0; z < nz; z++)
+            L += lz[z] * scale[z];
+        ml[1] = L;
+    }
+    __syncthreads();
+    const float L = ml[1];
     for (int d = c0; d < Dv; d += cstep) {
         float o = 0.0f;
+#pragma unroll 8
         for (int z = 0; z < nz; z++)
             o += (p[(size_t)z * W + d]) * scale[z];
         a.out[(size_t)t * a.o_tok + (size_t)h * a.o_head + d] = o / L;
     }
-    __syncthreads(); /* scale is rewritten by the next head */
+    __syncthreads(); /* the shared arrays are rewritten by the next head */
 }
 
 /* block z takes output columns MERGE_THREADS z .. (one a thread) */
