@@ -44,6 +44,22 @@ for spec in none mtp; do
     echo "{\"program\": \"specd\", \"test\": \"specd generate --device cuda --spec $spec (64 greedy tokens) equals --device cpu\", \"error\": $e, \"bound\": 0, \"passed\": $([ $e = 0 ] && echo true || echo false)}" \
         >> "$out/results.jsonl"
 done
+# Adaptive MTP on a random fixture turns speculation off after a few
+# drafts: the steps after that replay the target graphs without the
+# proposer's hidden states (captured then). The tokens equal plain decoding's.
+fx=tests/golden/models/deepseek-v3
+for spec in none mtp; do
+    "$bin/specd" generate --device cuda --model "$fx" --spec $spec --spec-k auto --ids 1,5,9 \
+        --max-tokens 120 --max-context 256 --log-level debug > "$out/off_$spec.txt" 2> "$out/off_$spec.err"
+    echo "specd generate --device cuda --model $fx --spec $spec --spec-k auto: exit $?" >> "$out/runs.txt"
+done
+e=1
+if cmp -s "$out/off_none.txt" "$out/off_mtp.txt" && [ -s "$out/off_none.txt" ] &&
+    grep -q "without the proposer's hidden states captured" "$out/off_mtp.err"; then
+    e=0
+fi
+echo "{\"program\": \"specd\", \"test\": \"adaptive MTP on $fx turns speculation off: plain target graphs replayed, 120 greedy tokens equal --spec none\", \"error\": $e, \"bound\": 0, \"passed\": $([ $e = 0 ] && echo true || echo false)}" \
+    >> "$out/results.jsonl"
 python3 - "$out" "$commit" "$device" <<'EOF'
 import json, sys, datetime
 out, commit, device = sys.argv[1:4]
