@@ -145,7 +145,7 @@ def main():
         return "|".join(k) if k else ""
     fold = layer_fold(cyc)
     step_us = float(body.sum(axis=1).mean())
-    out = {"file": a.file, "label": a.label, "stamps": n, "period": P, "steps": int(body.shape[0]),
+    out = {"file": os.path.basename(a.file), "label": a.label, "stamps": n, "period": P, "steps": int(body.shape[0]),
            "step_us_mean": round(step_us, 2), "step_us_median": round(float(np.median(body.sum(axis=1))), 2)}
     print(f"{a.label or a.file}: {n} stamps; step of {P} kernels, {body.shape[0]} steps; "
           f"step {step_us:.1f} us (median {out['step_us_median']:.1f})")
