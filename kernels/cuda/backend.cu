@@ -465,12 +465,13 @@ static void kt_close(sd__cuda *c)
 {
     static int seq;
     if (c->kt_buf && c->kt_path) {
+        const int me = seq++;
         unsigned long long n = 0;
         cudaMemcpy(&n, c->kt_buf, sizeof n, cudaMemcpyDeviceToHost);
         size_t m = n < SD__KT_CAP ? (size_t)n : SD__KT_CAP;
         unsigned long long *h = (unsigned long long *)malloc((1 + 2 * m) * sizeof *h);
         char name[4096];
-        snprintf(name, sizeof name, "%s.%d", c->kt_path, seq++);
+        snprintf(name, sizeof name, "%s.%d", c->kt_path, me);
         FILE *f = fopen(name, "wb");
         if (h && f && cudaMemcpy(h, c->kt_buf, (1 + 2 * m) * sizeof *h, cudaMemcpyDeviceToHost) == cudaSuccess) {
             h[0] = m;
@@ -480,7 +481,7 @@ static void kt_close(sd__cuda *c)
         if (f)
             fclose(f);
         free(h);
-        snprintf(name, sizeof name, "%s.%d.names", c->kt_path, seq - 1);
+        snprintf(name, sizeof name, "%s.%d.names", c->kt_path, me);
         FILE *nf = fopen(name, "w");
         for (int i = 0; nf && i < c->n_kt_launch; i++)
             fprintf(nf, "%llx %s\n", c->kt_launch[i].sig, c->kt_launch[i].name);

@@ -167,6 +167,12 @@ sd__cuda *sd__cuda_op(sd_backend *be);
 #define SD__KT_CAP (1u << 21) /* stamps at most */
 #ifdef SD_KTRACE
 static __device__ unsigned long long *sd__kt_buf; /* [0]: count, then 2 words a stamp */
+/* a stamp's shape word: grid x (24 bits), y (16), z (8), block x (16) */
+static __host__ __device__ __forceinline__ unsigned long long sd__kt_sig(dim3 g, dim3 b)
+{
+    return (unsigned long long)(g.x & 0xffffffu) | (unsigned long long)(g.y & 0xffffu) << 24 |
+           (unsigned long long)(g.z & 0xffu) << 40 | (unsigned long long)(b.x & 0xffffu) << 48;
+}
 __device__ __forceinline__ void sd__kt_mark(void)
 {
     if ((threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) != 0)
@@ -179,10 +185,7 @@ __device__ __forceinline__ void sd__kt_mark(void)
         return;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     b[1 + 2 * i] = t;
-    b[2 + 2 * i] = (unsigned long long)(gridDim.x & 0xffffffu) |
-                   (unsigned long long)(gridDim.y & 0xffffu) << 24 |
-                   (unsigned long long)(gridDim.z & 0xffu) << 40 |
-                   (unsigned long long)(blockDim.x & 0xffffu) << 48;
+    b[2 + 2 * i] = sd__kt_sig(gridDim, blockDim);
 }
 #define SD_PDL_ENTER() \
     do {               \
@@ -194,12 +197,6 @@ __device__ __forceinline__ void sd__kt_mark(void)
     {                                                                        \
         return cudaMemcpyToSymbol(sd__kt_buf, &p, sizeof p) != cudaSuccess; \
     }
-/* the stamp's shape word of a launch, as sd__kt_mark packs it */
-static inline unsigned long long sd__kt_sig(dim3 g, dim3 b)
-{
-    return (unsigned long long)(g.x & 0xffffffu) | (unsigned long long)(g.y & 0xffffu) << 24 |
-           (unsigned long long)(g.z & 0xffu) << 40 | (unsigned long long)(b.x & 0xffffu) << 48;
-}
 #else
 #define SD_PDL_ENTER() SD__PDL_WAIT()
 #define SD_KTRACE_EXPORT(name)
