@@ -25,19 +25,26 @@ int sd_row_bucket(int T)
  * depends on each point's own spread, so a choice between two costs
  * measured at different moments leaned to the noisier. On a steady
  * machine (a GPU replaying graphs) the two agree. */
-static double pt_value(const sd_curve_pt *p, double *spread)
+/* the ring's times from its first-th on (0: all), sorted into v; their count */
+static int ring_sorted(const sd_curve_pt *p, int first, double v[SD_CURVE_RING])
 {
-    int m = p->n < SD_CURVE_RING ? p->n : SD_CURVE_RING;
-    *spread = 0;
-    if (m <= 0)
-        return 0;
-    double v[SD_CURVE_RING];
-    for (int i = 0; i < m; i++) { /* insertion sort of the ring */
-        int j = i;
+    int m = p->n < SD_CURVE_RING ? p->n : SD_CURVE_RING, k = 0;
+    for (int i = first > 0 ? first : 0; i < m; i++) { /* insertion sort */
+        int j = k++;
         for (; j > 0 && v[j - 1] > p->t[i]; j--)
             v[j] = v[j - 1];
         v[j] = p->t[i];
     }
+    return k;
+}
+
+static double pt_value(const sd_curve_pt *p, double *spread)
+{
+    double v[SD_CURVE_RING];
+    int m = ring_sorted(p, 0, v);
+    *spread = 0;
+    if (m <= 0)
+        return 0;
     int q = m > 3 ? (m - 3) / 2 : 0;
     /* how far apart the same shape's times are: the order statistics
      * symmetric to the answer (0 up to 4 times) */
@@ -53,15 +60,8 @@ static double pt_value(const sd_curve_pt *p, double *spread)
 static double pt_typical(const sd_curve_pt *p)
 {
     int m = p->n < SD_CURVE_RING ? p->n : SD_CURVE_RING;
-    int first = p->n <= SD_CURVE_RING ? SD_MIN(SD_CURVE_TRUST - 1, m - 1) : 0;
     double v[SD_CURVE_RING];
-    int k = 0;
-    for (int i = first; i < m; i++) { /* insertion sort of the kept times */
-        int j = k++;
-        for (; j > 0 && v[j - 1] > p->t[i]; j--)
-            v[j] = v[j - 1];
-        v[j] = p->t[i];
-    }
+    int k = ring_sorted(p, p->n <= SD_CURVE_RING ? SD_MIN(SD_CURVE_TRUST - 1, m - 1) : 0, v);
     if (k == 0)
         return 0;
     return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
@@ -447,7 +447,7 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
         int nk = k + d;
         if (nk >= 1 && nk <= a->k_max &&
             !(has_trusted(&a->target, sd_row_bucket(step_rows(batch, drafting, nk))) &&
-                                             has_trusted(&a->draft, nk))) {
+              has_trusted(&a->draft, nk))) {
             k = nk;
             break;
         }
