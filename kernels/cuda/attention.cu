@@ -389,6 +389,37 @@ __device__ __forceinline__ void dec_axpy(float4 &o, float p, float4 v)
     o.w = fmaf(p, v.w, o.w);
 }
 
+__device__ __forceinline__ void dec_scale(float4 &o, float s)
+{
+    o.x *= s;
+    o.y *= s;
+    o.z *= s;
+    o.w *= s;
+}
+
+/* the cache slot of position j0 + lane of a tile (0 past n): lane l looks
+ * up key l, a warp's keys then come by shuffle */
+__device__ __forceinline__ int dec_slot(const att_args &a, const int32_t *bt, int j0, int n,
+                                        int lane)
+{
+    const int p = j0 + lane;
+    return p < n ? bt[p / a.block_size] * a.block_size + p % a.block_size : 0;
+}
+
+/* After sd__xreduce<V> of a warp's KW keys x GP heads of scores (key i,
+ * head g at i * GP + g): the lanes holding a sum write it, scaled, to
+ * S[g][key] for the block's G heads (-INFINITY past the chunk's n). */
+template <int V, int GP, int KW>
+__device__ __forceinline__ void dec_put_scores(float (*S)[KT], float sum, const att_args &a,
+                                               int lane, int warp, int G, int j0, int n)
+{
+    if (lane % (32 / V) == 0) {
+        const int v = sd__xr_index<V>(lane), i = v / GP, g = v % GP, key = warp * KW + i;
+        if (g < G)
+            S[g][key] = j0 + key < n ? sum * a.scale : -INFINITY;
+    }
+}
+
 template <int GP> /* heads a block at most: a power of two >= a.G */
 __global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(att_args a)
 {
@@ -422,9 +453,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(att_args a)
     const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     const float *kb = a.kc + (size_t)kvh * (size_t)a.k_head, *vb = a.vc + (size_t)kvh * (size_t)a.v_head;
     for (int j0 = j_lo; j0 < n; j0 += KT) {
-        /* lane l looks up key j0 + l; a warp's keys come by shuffle */
-        const int p = j0 + lane;
-        const int slot = p < n ? bt[p / a.block_size] * a.block_size + p % a.block_size : 0;
+        const int slot = dec_slot(a, bt, j0, n, lane);
         float4 kr[DEC_KW], vr[DEC_KW];
 #pragma unroll
         for (int i = 0; i < DEC_KW; i++) {
@@ -443,11 +472,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(att_args a)
             for (int g = 0; g < GP; g++)
                 sc[i * GP + g] = dec_dot(q[g], kr[i], 0.0f);
         sd__xreduce<V>(sc, lane);
-        if (lane % (32 / V) == 0) {
-            const int v = sd__xr_index<V>(lane), i = v / GP, g = v % GP, key = warp * DEC_KW + i;
-            if (g < G)
-                S[g][key] = j0 + key < n ? sc[0] * a.scale : -INFINITY;
-        }
+        dec_put_scores<V, GP, DEC_KW>(S, sc[0], a, lane, warp, G, j0, n);
         __syncthreads();
         /* online softmax, a warp per head: the chunk's first tile holds
          * key j_lo, so the max is finite */
@@ -457,11 +482,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(att_args a)
 #pragma unroll
         for (int g = 0; g < GP; g++) {
             if (g < G) {
-                const float al = alpha[g];
-                acc[g].x *= al;
-                acc[g].y *= al;
-                acc[g].z *= al;
-                acc[g].w *= al;
+                dec_scale(acc[g], alpha[g]);
 #pragma unroll
                 for (int i = 0; i < DEC_KW; i++)
                     dec_axpy(acc[g], S[g][warp * DEC_KW + i], vr[i]);
@@ -891,9 +912,7 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
     }
     const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     for (int j0 = j_lo; j0 < n; j0 += KT) {
-        /* lane l looks up key j0 + l; a warp's keys come by shuffle */
-        const int p = j0 + lane;
-        const int slot = p < n ? bt[p / a.block_size] * a.block_size + p % a.block_size : 0;
+        const int slot = dec_slot(a, bt, j0, n, lane);
         float4 kc[MD_KW][4];
         float2 kp[MD_KW];
 #pragma unroll
@@ -921,11 +940,7 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
                 sc[i * MD_GH + g] = fmaf(qp[g].y, kp[i].y, x);
             }
         sd__xreduce<V>(sc, lane);
-        if (lane % (32 / V) == 0) {
-            const int v = sd__xr_index<V>(lane), i = v / MD_GH, g = v % MD_GH, key = warp * MD_KW + i;
-            if (g < G)
-                S[g][key] = j0 + key < n ? sc[0] * a.scale : -INFINITY;
-        }
+        dec_put_scores<V, MD_GH, MD_KW>(S, sc[0], a, lane, warp, G, j0, n);
         __syncthreads();
         /* the chunk's first tile holds key j_lo, so the max is finite */
         if (warp < G)
@@ -934,14 +949,9 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
 #pragma unroll
         for (int g = 0; g < MD_GH; g++) {
             if (g < G) {
-                const float al = alpha[g];
 #pragma unroll
-                for (int m = 0; m < 4; m++) {
-                    acc[g][m].x *= al;
-                    acc[g][m].y *= al;
-                    acc[g][m].z *= al;
-                    acc[g][m].w *= al;
-                }
+                for (int m = 0; m < 4; m++)
+                    dec_scale(acc[g][m], alpha[g]);
 #pragma unroll
                 for (int i = 0; i < MD_KW; i++) {
                     const float pr = S[g][warp * MD_KW + i];
