@@ -42,14 +42,9 @@ PY
 for r in $(seq 1 "$rounds"); do
     for m in ${MODELS:-l8b dsv2lite}; do
         for cfg in "$@"; do
-            label=${cfg%%=*}; rest=${cfg#*=}
-            IFS=: read -r -a parts <<< "$rest"
-            bin=${parts[0]}; envs=(); args=()
-            for p in "${parts[@]:1}"; do
-                if [[ $p == --*=* ]]; then args+=("${p%%=*}" "${p#*=}"); else envs+=("$p"); fi
-            done
-            l=$m-$label-r$r
-            env "${envs[@]}" "$bin/bench/specd-bench-decode" "${args[@]}" \
+            parse_config "$cfg"
+            l=$m-$cfg_label-r$r
+            env "${cfg_env[@]}" "$cfg_bin/bench/specd-bench-decode" "${cfg_args[@]}" \
                 --model "$CK/$m" --batch "${BATCH:-1,32}" --max-tokens "${MAXTOK:-128}" \
                 --prompt-len 64 --warmup 8 --device cuda --commit "$commit" --machine "$dev" \
                 --label "$l" --out "$w/$l.json" > "$w/$l.txt" 2> "$w/$l.log" || tail -3 "$w/$l.log"

@@ -10,13 +10,14 @@
 # turned away), OUT/summary.txt (min / median / max a cell and build) and
 # OUT/runs.tgz (the bench's JSON and logs): three files, whatever the count
 # of runs.
-# usage: bench/gpu/adaptive_run.sh OUT COMMIT LABEL=BIN_DIR[:VAR=VALUE...]...
+# usage: bench/gpu/adaptive_run.sh OUT COMMIT LABEL=BIN_DIR[:VAR=VALUE...][:--opt=VALUE...]...
 #   (e.g. new=.carry/a pin0=.carry/a:SPECD_PINNED=0: the same build, a switch off)
 #   ROUNDS (3), BATCH (1,8,32), SPECS ("mtp eagle3 draft"), MAXTOK (512)
 set -uo pipefail
 out=${1:?OUT}; commit=${2:-unknown}; shift 2
 [ $# -ge 1 ] || { echo "usage: $0 OUT COMMIT LABEL=BIN_DIR[:VAR=VALUE...]..."; exit 2; }
 mkdir -p "$out"
+. bench/gpu/env.sh
 w=$(mktemp -d)
 dev=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 m=(--model models/specd-tiny --prompts models/specd-tiny/heldout_prompts.jsonl
@@ -24,16 +25,15 @@ m=(--model models/specd-tiny --prompts models/specd-tiny/heldout_prompts.jsonl
    --commit "$commit" --machine "${dev:-unknown}")
 for r in $(seq 1 "${ROUNDS:-3}"); do
     for cfg in "$@"; do
-        label=${cfg%%=*}; rest=${cfg#*=}
-        IFS=: read -r -a parts <<< "$rest"
-        bin=${parts[0]}; envs=("${parts[@]:1}")
+        parse_config "$cfg"
         for spec in none ${SPECS:-mtp eagle3 draft}; do
             d=()
             [ "$spec" = eagle3 ] && d=(--draft-model models/specd-tiny-eagle3)
             [ "$spec" = draft ] && d=(--draft-model models/specd-tiny-draft)
             k=(--k auto); [ "$spec" = none ] && k=()
-            tag=$label-$spec-r$r
-            env "${envs[@]}" timeout 120 "$bin/bench/specd-bench-decode" "${m[@]}" --spec "$spec" "${d[@]}" "${k[@]}" \
+            tag=$cfg_label-$spec-r$r
+            env "${cfg_env[@]}" timeout 120 "$cfg_bin/bench/specd-bench-decode" "${m[@]}" "${cfg_args[@]}" \
+                --spec "$spec" "${d[@]}" "${k[@]}" \
                 --label "$tag" --out "$w/$tag.json" > "$w/$tag.txt" 2>&1 ||
                 echo "== $tag: exit $?"
         done

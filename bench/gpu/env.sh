@@ -31,3 +31,17 @@ random_ckpt() {
     [ "${PIPESTATUS[0]}" = 0 ] || { echo "$name: writing failed"; return 1; }
     printf '%s' "${cmd[*]}" > "$CKPT/$name/.complete"
 }
+
+# parse_config LABEL=BIN_DIR[:VAR=VALUE...][:--opt=VALUE...]: a benchmark
+# configuration of the A/B scripts into cfg_label, cfg_bin, cfg_env (the
+# VAR=VALUE parts, for env) and cfg_args (a --opt=VALUE part as two
+# arguments of specd-bench-decode: --opt VALUE)
+parse_config() {
+    cfg_label=${1%%=*}
+    local parts p
+    IFS=: read -r -a parts <<< "${1#*=}"
+    cfg_bin=${parts[0]}; cfg_env=(); cfg_args=()
+    for p in "${parts[@]:1}"; do
+        if [[ $p == --*=* ]]; then cfg_args+=("${p%%=*}" "${p#*=}"); else cfg_env+=("$p"); fi
+    done
+}
