@@ -28,6 +28,11 @@ for t in ops model; do
         >> "$out/results.jsonl"
     grep -E '^(FAIL|ok|skip) |passed,' "$out/gpu_$t.log"
 done
+# result TEST ERR: a check of the CLI (ERR 0: passed) into results.jsonl
+result() {
+    echo "{\"program\": \"specd\", \"test\": \"$1\", \"error\": $2, \"bound\": 0, \"passed\": $([ "$2" = 0 ] && echo true || echo false)}" \
+        >> "$out/results.jsonl"
+}
 # The CLI through the engine: greedy text on cuda equals cpu's, plain and MTP.
 prompt='def fibonacci(n):'
 for spec in none mtp; do
@@ -41,8 +46,7 @@ for spec in none mtp; do
     else
         e=1
     fi
-    echo "{\"program\": \"specd\", \"test\": \"specd generate --device cuda --spec $spec (64 greedy tokens) equals --device cpu\", \"error\": $e, \"bound\": 0, \"passed\": $([ $e = 0 ] && echo true || echo false)}" \
-        >> "$out/results.jsonl"
+    result "specd generate --device cuda --spec $spec (64 greedy tokens) equals --device cpu" $e
 done
 # Adaptive MTP on a random fixture turns speculation off after a few
 # drafts: the steps after that replay the target graphs without the
@@ -58,8 +62,7 @@ if cmp -s "$out/off_none.txt" "$out/off_mtp.txt" && [ -s "$out/off_none.txt" ] &
     grep -q "without the proposer's hidden states captured" "$out/off_mtp.err"; then
     e=0
 fi
-echo "{\"program\": \"specd\", \"test\": \"adaptive MTP on $fx turns speculation off: plain target graphs replayed, 120 greedy tokens equal --spec none\", \"error\": $e, \"bound\": 0, \"passed\": $([ $e = 0 ] && echo true || echo false)}" \
-    >> "$out/results.jsonl"
+result "adaptive MTP on $fx turns speculation off: plain target graphs replayed, 120 greedy tokens equal --spec none" $e
 python3 - "$out" "$commit" "$device" <<'EOF'
 import json, sys, datetime
 out, commit, device = sys.argv[1:4]
