@@ -402,25 +402,26 @@ static void bench_moe(bench *b, out *o, int D, int I, int E, int K, const int *n
     free(ws);
 }
 
-/* ---- MLA attention ---------------------------------------------------------------- */
+/* ---- attention (MLA, and GQA beside it) -------------------------------------------- */
 
 /* attn_mla at the DeepSeek latent shape (C = 512, R = 64, fp32 cache rows of
- * 576 floats): T tokens at the end of one sequence of ctx positions. Each
+ * 576 floats), or attn_gqa at the Llama-3-8B shape (path "gqa"): T tokens
+ * at the end of one sequence of ctx positions. Each
  * call takes another sequence (its own cache region), copies of them
  * together well past L2, so every call reads its cache from memory. */
 #define MLA_BS 16 /* KV block size: the engine's default */
 #define GQA_KV 8  /* attn_gqa: KV heads (Llama-3-8B) */
 
-typedef struct mla_ctx {
+typedef struct attn_ctx {
     int T, H, ctx, copies, max_blocks;
     int gqa; /* attn_gqa at the Llama-3-8B shape instead (32 query heads, 8 KV heads, 128 dims) */
     float *qlat, *qpe, *ckv, *cache, *vcache, *out;
     int32_t *pos, *seq, *slot, *table; /* seq and slot: copies x T */
-} mla_ctx;
+} attn_ctx;
 
-static void mla_fn(bench *b, int rep)
+static void attn_fn(bench *b, int rep)
 {
-    mla_ctx *m = (mla_ctx *)b->ctx;
+    attn_ctx *m = (attn_ctx *)b->ctx;
     int cp = rep % m->copies;
     sd_attn_batch ab = {m->T, m->pos, m->seq + (size_t)cp * m->T, m->slot + (size_t)cp * m->T,
                         m->table, m->max_blocks, MLA_BS, m->ctx};
@@ -435,7 +436,7 @@ static void mla_fn(bench *b, int rep)
 /* path: "simt" (sd_cuda_set_mla_tc off), "tc" (tensor cores), "dec" (mla_dec_kernel for <= 8 tokens, off by default)
  * or "tc4" (tensor cores, split chunks of at least 4 tiles: the first
  * version's constant) */
-static void bench_mla(bench *b, out *o, int H, int T, const int *ctxs, int nc, const char *path)
+static void bench_attn(bench *b, out *o, int H, int T, const int *ctxs, int nc, const char *path)
 {
     const int gqa = !strcmp(path, "gqa");
     /* a cached row: the latent and rope key (MLA), or K of the KV heads (GQA; V beside) */
@@ -449,7 +450,7 @@ static void bench_mla(bench *b, out *o, int H, int T, const int *ctxs, int nc, c
     b->c->mla_tc_min_chunk = !strcmp(path, "tc4") ? 256 : 0;
 #endif
     for (int i = 0; i < nc; i++) {
-        mla_ctx m;
+        attn_ctx m;
         memset(&m, 0, sizeof m);
         m.T = T;
         m.H = H;
@@ -496,7 +497,7 @@ static void bench_mla(bench *b, out *o, int H, int T, const int *ctxs, int nc, c
         b->be->ops->upload(b->be, m.seq, sq, (size_t)m.copies * T * 4);
         b->be->ops->upload(b->be, m.slot, sl, (size_t)m.copies * T * 4);
         b->be->ops->upload(b->be, m.pos, ps, (size_t)T * 4);
-        b->fn = mla_fn;
+        b->fn = attn_fn;
         b->ctx = &m;
         double me, mg;
         if (time_op(b, m.copies, &me, &mg))
@@ -548,13 +549,13 @@ static void bench_mla_all(bench *b, out *o, int quick)
     for (int hi = 0; hi < (quick ? 1 : 2); hi++)
         for (int ti = 0; ti < (quick ? 1 : 2); ti++)
             for (int pi = 0; pi < 3; pi++)
-                bench_mla(b, o, Hs[hi], Ts[ti], quick ? ctx_quick : ctx_all, quick ? 3 : 6,
+                bench_attn(b, o, Hs[hi], Ts[ti], quick ? ctx_quick : ctx_all, quick ? 3 : 6,
                           paths[pi]);
     /* short contexts: decode's usual case; GQA at the Llama-3-8B shape beside */
     for (int ti = 0; ti < 2; ti++) {
-        bench_mla(b, o, 32, Ts[ti], ctx_short, 7, "gqa");
-        bench_mla(b, o, 16, Ts[ti], ctx_short, 7, "tc");
-        bench_mla(b, o, 16, Ts[ti], ctx_short, 7, "dec");
+        bench_attn(b, o, 32, Ts[ti], ctx_short, 7, "gqa");
+        bench_attn(b, o, 16, Ts[ti], ctx_short, 7, "tc");
+        bench_attn(b, o, 16, Ts[ti], ctx_short, 7, "dec");
     }
 }
 
