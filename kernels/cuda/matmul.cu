@@ -414,31 +414,32 @@ static dim3 gemv_grid(const mm_args *a, int H, int wk, int VR, bool silu)
     return dim3((unsigned)((outs + per - 1) / per), (unsigned)H);
 }
 
+/* 1 or 2 rows (the wide and long-row shapes take only these) */
 template <int DT, bool PRE, bool SILU, int VR, int U>
-static void launch_gemv_nr(sd__cuda *c, const mm_args *a, int H, int wk)
-{
-    const unsigned th = SD__GEMV_WARPS * 32;
-    const dim3 grid = gemv_grid(a, H, wk, VR, SILU);
-    if (a->n == 1)
-        sd__launch(c, gemv_kernel<DT, 1, PRE, SILU, VR, U>, grid, th, 0, *a, wk);
-    else if (a->n == 2)
-        sd__launch(c, gemv_kernel<DT, 2, PRE, SILU, VR, U>, grid, th, 0, *a, wk);
-    else if (a->n <= 4)
-        sd__launch(c, gemv_kernel<DT, 4, PRE, SILU, VR, U>, grid, th, 0, *a, wk);
-    else
-        sd__launch(c, gemv_kernel<DT, 8, PRE, SILU, VR, U>, grid, th, 0, *a, wk);
-}
-
-/* 1 or 2 rows, prefetching: the wide and long-row shapes */
-template <int DT, bool SILU, int VR, int U>
 static void launch_gemv_12(sd__cuda *c, const mm_args *a, int H, int wk)
 {
     const unsigned th = SD__GEMV_WARPS * 32;
     const dim3 grid = gemv_grid(a, H, wk, VR, SILU);
     if (a->n == 1)
-        sd__launch(c, gemv_kernel<DT, 1, true, SILU, VR, U>, grid, th, 0, *a, wk);
+        sd__launch(c, gemv_kernel<DT, 1, PRE, SILU, VR, U>, grid, th, 0, *a, wk);
     else
-        sd__launch(c, gemv_kernel<DT, 2, true, SILU, VR, U>, grid, th, 0, *a, wk);
+        sd__launch(c, gemv_kernel<DT, 2, PRE, SILU, VR, U>, grid, th, 0, *a, wk);
+}
+
+/* 1, 2, up to 4 or up to 8 rows (PRE: one pass, n <= 8) */
+template <int DT, bool PRE, bool SILU, int VR, int U>
+static void launch_gemv_nr(sd__cuda *c, const mm_args *a, int H, int wk)
+{
+    if (a->n <= 2) {
+        launch_gemv_12<DT, PRE, SILU, VR, U>(c, a, H, wk);
+        return;
+    }
+    const unsigned th = SD__GEMV_WARPS * 32;
+    const dim3 grid = gemv_grid(a, H, wk, VR, SILU);
+    if (a->n <= 4)
+        sd__launch(c, gemv_kernel<DT, 4, PRE, SILU, VR, U>, grid, th, 0, *a, wk);
+    else
+        sd__launch(c, gemv_kernel<DT, 8, PRE, SILU, VR, U>, grid, th, 0, *a, wk);
 }
 
 /* the block GEMV of a (n <= 8 when SILU) on the 16-byte path: one pass of
@@ -452,12 +453,12 @@ template <int DT, bool SILU> static void launch_block_gemv(sd__cuda *c, const mm
     const int wk = sd__gemv_wk(a->K), nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
     if (DT != SD__F32 && c->gemv_pre && c->gemv_wide && a->n <= 2 && nch <= wk) {
         if constexpr (DT != SD__F32)
-            launch_gemv_12<DT, SILU, GEMV_WIDE_VR, GEMV_WIDE_U>(c, a, H, wk);
+            launch_gemv_12<DT, true, SILU, GEMV_WIDE_VR, GEMV_WIDE_U>(c, a, H, wk);
     } else if (c->gemv_pre && a->n <= 8 && nch <= wk * GEMV_U) {
         launch_gemv_nr<DT, true, SILU, GEMV_VR, GEMV_U>(c, a, H, wk);
     } else if (c->gemv_pre && DT != SD__F32 && !SILU && a->n <= 2 && nch <= wk * GEMV_LONG_U) {
         if constexpr (DT != SD__F32 && !SILU)
-            launch_gemv_12<DT, false, GEMV_LONG_VR, GEMV_LONG_U>(c, a, H, wk);
+            launch_gemv_12<DT, true, false, GEMV_LONG_VR, GEMV_LONG_U>(c, a, H, wk);
     } else {
         launch_gemv_nr<DT, false, SILU, GEMV_VR, GEMV_U>(c, a, H, wk);
     }
