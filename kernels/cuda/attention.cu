@@ -406,18 +406,26 @@ __device__ __forceinline__ int dec_slot(const att_args &a, const int32_t *bt, in
     return p < n ? bt[p / a.block_size] * a.block_size + p % a.block_size : 0;
 }
 
-/* After sd__xreduce<V> of a warp's KW keys x GP heads of scores (key i,
- * head g at i * GP + g): the lanes holding a sum write it, scaled, to
- * S[g][key] for the block's G heads (-INFINITY past the chunk's n). */
+/* A tile's softmax step, after sd__xreduce<V> of each warp's KW keys x GP
+ * heads of scores (key i, head g at i * GP + g): the lanes holding a sum
+ * write it, scaled, to S[g][key] for the block's G heads (-INFINITY past
+ * the chunk's n), then a warp a head takes the online-softmax step
+ * (softmax_tile: the chunk's first tile holds key j_lo, so the max is
+ * finite). On return S holds the probabilities and alpha the rescale. */
 template <int V, int GP, int KW>
-__device__ __forceinline__ void dec_put_scores(float (*S)[KT], float sum, const att_args &a,
-                                               int lane, int warp, int G, int j0, int n)
+__device__ __forceinline__ void dec_softmax(float (*S)[KT], float *mrun, float *lrun, float *alpha,
+                                            float sum, const att_args &a, int lane, int warp,
+                                            int G, int j0, int n)
 {
     if (lane % (32 / V) == 0) {
         const int v = sd__xr_index<V>(lane), i = v / GP, g = v % GP, key = warp * KW + i;
         if (g < G)
             S[g][key] = j0 + key < n ? sum * a.scale : -INFINITY;
     }
+    __syncthreads();
+    if (warp < G)
+        softmax_tile(S[warp], mrun, lrun, alpha, warp, lane);
+    __syncthreads();
 }
 
 template <int GP> /* heads a block at most: a power of two >= a.G */
@@ -472,13 +480,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(att_args a)
             for (int g = 0; g < GP; g++)
                 sc[i * GP + g] = dec_dot(q[g], kr[i], 0.0f);
         sd__xreduce<V>(sc, lane);
-        dec_put_scores<V, GP, DEC_KW>(S, sc[0], a, lane, warp, G, j0, n);
-        __syncthreads();
-        /* online softmax, a warp per head: the chunk's first tile holds
-         * key j_lo, so the max is finite */
-        if (warp < G)
-            softmax_tile(S[warp], mrun, lrun, alpha, warp, lane);
-        __syncthreads();
+        dec_softmax<V, GP, DEC_KW>(S, mrun, lrun, alpha, sc[0], a, lane, warp, G, j0, n);
 #pragma unroll
         for (int g = 0; g < GP; g++) {
             if (g < G) {
@@ -940,12 +942,7 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
                 sc[i * MD_GH + g] = fmaf(qp[g].y, kp[i].y, x);
             }
         sd__xreduce<V>(sc, lane);
-        dec_put_scores<V, MD_GH, MD_KW>(S, sc[0], a, lane, warp, G, j0, n);
-        __syncthreads();
-        /* the chunk's first tile holds key j_lo, so the max is finite */
-        if (warp < G)
-            softmax_tile(S[warp], mrun, lrun, alpha, warp, lane);
-        __syncthreads();
+        dec_softmax<V, MD_GH, MD_KW>(S, mrun, lrun, alpha, sc[0], a, lane, warp, G, j0, n);
 #pragma unroll
         for (int g = 0; g < MD_GH; g++) {
             if (g < G) {
