@@ -100,6 +100,15 @@ static __device__ __forceinline__ int split_used(int n_all, int S, int tile, int
     return (n_all + per - 1) / per;
 }
 
+/* this block's chunk [*lo, *hi) of token t's positions (blockIdx.z of
+ * a.S); 0: a chunk past them, nothing to do (the merge reads only the
+ * chunks that hold positions) */
+static __device__ __forceinline__ int block_chunk(const att_args &a, int t, int *lo, int *hi)
+{
+    split_chunk(a.pos[t] + 1, a.S, blockIdx.z, a.tile, a.min_chunk, lo, hi);
+    return a.S <= 1 || *lo < *hi;
+}
+
 /* out(t, h) = the partial softmaxes of (t, h) merged in chunk order, the
  * block's threads taking output columns c0, c0 + cstep, ... Only the chunks
  * that hold positions are read (a short context under a split sized for
@@ -256,13 +265,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
     float *alpha = lrun + a.G;    /* (G) rescale of this tile */
     int *slots = (int *)(alpha + a.G);
     const int hbase = kvh * a.group + g0;
-    const int n_all = a.pos[t] + 1;
-    /* this block's chunk of the positions: [j_lo, n); a chunk past the
-     * token's positions has nothing to do (the merge reads only the
-     * chunks that hold positions) */
-    int j_lo, n;
-    split_chunk(n_all, a.S, blockIdx.z, a.tile, a.min_chunk, &j_lo, &n);
-    if (a.S > 1 && j_lo >= n)
+    int j_lo, n; /* this block's chunk of the positions */
+    if (!block_chunk(a, t, &j_lo, &n))
         return;
 
     load_q<VEC>(qs, a, t, hbase, G);
@@ -440,10 +444,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(att_args a)
     const int t = blockIdx.x;
     const int kvh = blockIdx.y / a.ngb, g0 = (blockIdx.y % a.ngb) * a.G;
     const int G = a.group - g0 < a.G ? a.group - g0 : a.G;
-    const int n_all = a.pos[t] + 1;
     int j_lo, n;
-    split_chunk(n_all, a.S, blockIdx.z, a.tile, a.min_chunk, &j_lo, &n);
-    if (a.S > 1 && j_lo >= n)
+    if (!block_chunk(a, t, &j_lo, &n))
         return;
     const int hbase = kvh * a.group + g0;
     float4 q[GP], acc[GP];
@@ -690,11 +692,9 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, tq = lane % 4;
     const int t = blockIdx.x, h0 = blockIdx.y * TC_M;
     const int G = a.group - h0 < TC_M ? a.group - h0 : TC_M;
-    const int n_all = a.pos[t] + 1;
     int j_lo, n;
-    split_chunk(n_all, a.S, blockIdx.z, a.tile, a.min_chunk, &j_lo, &n);
-    if (a.S > 1 && j_lo >= n)
-        return; /* past the token's positions: the merge does not read this chunk */
+    if (!block_chunk(a, t, &j_lo, &n))
+        return;
 
     /* queries to bf16 once; rows past the group's heads are zeros (their
      * scores are 0, finite, and their outputs are not written) */
@@ -888,10 +888,8 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int t = blockIdx.x, h0 = blockIdx.y * MD_GH;
     const int G = a.group - h0 < MD_GH ? a.group - h0 : MD_GH;
-    const int n_all = a.pos[t] + 1;
     int j_lo, n;
-    split_chunk(n_all, a.S, blockIdx.z, a.tile, a.min_chunk, &j_lo, &n);
-    if (a.S > 1 && j_lo >= n)
+    if (!block_chunk(a, t, &j_lo, &n))
         return;
     /* a lane's dims: latent float4s lane + 32 m (m = 0..3), rope float2 lane */
     float4 qc[MD_GH][4], acc[MD_GH][4];
