@@ -121,12 +121,57 @@ static __device__ __forceinline__ int block_chunk(const att_args &a, int t, int 
  * alone, were ~7 dependent round trips to L2 at 5 chunks. */
 #define MERGE_THREADS 128
 #define MERGE_MAX_S 128
+#define MERGE_FAST 8 /* chunks the one-round-trip path takes */
+
+/* The merge of a thread's one column (c0, cstep >= Dv - c0) over nz <=
+ * MERGE_FAST chunks: every load (the maxes, sums and the column's values of
+ * the first MERGE_FAST chunks, whether they hold positions or not, and the
+ * token's position) is issued before the first is used, so the merge costs
+ * one round trip to L2 instead of three and no barriers: each thread takes
+ * the max and the sum itself. The numbers of the general path (the same
+ * max, scales, and sums in chunk order). 0: more chunks, nothing done. */
+__device__ __forceinline__ int merge_fast(const att_args &a, const float *p, int t, int h,
+                                          int c0, int W)
+{
+    const int Dv = a.Dv, nu = a.S < MERGE_FAST ? a.S : MERGE_FAST;
+    const int n_all = a.pos[t] + 1;
+    float mv[MERGE_FAST], lv[MERGE_FAST], ov[MERGE_FAST];
+#pragma unroll
+    for (int u = 0; u < MERGE_FAST; u++) {
+        mv[u] = u < nu ? p[(size_t)u * W + Dv] : -INFINITY;
+        lv[u] = u < nu ? p[(size_t)u * W + Dv + 1] : 0.0f;
+        ov[u] = u < nu && c0 < Dv ? p[(size_t)u * W + c0] : 0.0f;
+    }
+    const int nz = split_used(n_all, a.S, a.tile, a.min_chunk);
+    if (nz > MERGE_FAST)
+        return 0;
+    float M = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < MERGE_FAST; u++)
+        if (u < nz)
+            M = fmaxf(M, mv[u]);
+    float L = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int u = 0; u < MERGE_FAST; u++)
+        if (u < nz) {
+            const float sc = mv[u] == -INFINITY ? 0.0f : expf(mv[u] - M);
+            L += lv[u] * sc;
+            o += ov[u] * sc;
+        }
+    if (c0 < Dv)
+        a.out[(size_t)t * a.o_tok + (size_t)h * a.o_head + c0] = o / L;
+    return 1;
+}
+
 __device__ __forceinline__ void merge_head(const att_args &a, int t, int h, int Hq, int c0,
                                            int cstep)
 {
     __shared__ float scale[MERGE_MAX_S], mz[MERGE_MAX_S], lz[MERGE_MAX_S], ml[2];
     const int Dv = a.Dv, W = Dv + 2;
     const float *p = a.part + ((size_t)t * Hq + (size_t)h) * a.S * W;
+    /* a block's threads all take the fast path or none (nz is the token's) */
+    if (c0 + cstep >= Dv && merge_fast(a, p, t, h, c0, W))
+        return;
     const int nz = split_used(a.pos[t] + 1, a.S, a.tile, a.min_chunk);
     for (int z = threadIdx.x; z < nz; z += blockDim.x) {
         mz[z] = p[(size_t)z * W + Dv];

@@ -399,6 +399,10 @@ void sd_cuda_set_bf16_split(sd_backend *be, int on) { sd__cuda_of(be)->bf16_spli
 
 void sd_cuda_set_mla_tc(sd_backend *be, int on) { sd__cuda_of(be)->mla_tc = on != 0; }
 void sd_cuda_set_mla_dec(sd_backend *be, int on) { sd__cuda_of(be)->mla_dec = on != 0; }
+void sd_cuda_set_moe_down(sd_backend *be, int shape)
+{
+    sd__cuda_of(be)->moe_down = shape >= 0 && shape <= 2 ? shape : SD_CUDA_MOE_DOWN_DEFAULT;
+}
 
 void sd_cuda_set_pdl(sd_backend *be, int on) { sd__cuda_of(be)->pdl = on != 0; }
 
@@ -534,15 +538,19 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->gemv_pre = !pre || strcmp(pre, "0");
     c->matmul_silu = !silu || strcmp(silu, "0");
     const char *mgate = getenv("SPECD_MOE_GATE");
-    c->moe_gate_wide = !mgate || strcmp(mgate, "2");
+    c->moe_gate_wide = mgate && !strcmp(mgate, "2") ? 0 : mgate && !strcmp(mgate, "4b4") ? 2 : 1;
+    const char *mdown = getenv("SPECD_MOE_DOWN");
+    c->moe_down = mdown && *mdown ? atoi(mdown) : SD_CUDA_MOE_DOWN_DEFAULT;
+    if (c->moe_down < 0 || c->moe_down > 2)
+        c->moe_down = SD_CUDA_MOE_DOWN_DEFAULT;
     const char *wide = getenv("SPECD_GEMV_WIDE");
     c->gemv_wide = !wide || strcmp(wide, "0");
     const char *pin = getenv("SPECD_PINNED");
     c->pinned = !pin || strcmp(pin, "0");
     const char *adec = getenv("SPECD_ATTN_DEC");
     c->attn_dec = !adec || strcmp(adec, "0");
-    const char *mdec = getenv("SPECD_MLA_DEC"); /* 1: on (off by default: measured slower) */
-    c->mla_dec = mdec && *mdec && strcmp(mdec, "0") != 0;
+    const char *mdec = getenv("SPECD_MLA_DEC"); /* 0: off (the tensor-core kernel) */
+    c->mla_dec = !mdec || strcmp(mdec, "0");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

@@ -66,19 +66,26 @@ typedef struct sd__cuda {
      * by default): the GEMV's prefetch before the PDL wait (SPECD_GEMV_PRE=0
      * off), the fused gate/up SiLU GEMV
      * (SPECD_MATMUL_SILU=0: matmul then silu_mul), the MoE gate/up kernel's
-     * 4 columns a row group where a warp has one chunk (SPECD_MOE_GATE=2: 2
-     * columns). The same bits either way. */
+     * 4 columns a row group where a warp has one chunk (moe_gate_wide 1;
+     * SPECD_MOE_GATE=2: 2 columns, 0; =4b4: 4 columns in 64 registers, 4
+     * blocks an SM, 2). The same bits either way. */
     int gemv_pre, matmul_silu, moe_gate_wide;
+    /* the fused MoE down kernel's shape (SPECD_MOE_DOWN, sd_cuda_set_moe_down;
+     * moe.cu): 0 4 rows a block, 2 chunks a load, no register cap; 1 the
+     * same in 64 registers (4 blocks an SM); 2 8 rows a block, 1 chunk a
+     * load, 2 blocks an SM. The same bits. */
+    int moe_down;
     /* the GEMV of 1-2 rows of short 16-bit rows with 8 weight rows a warp
      * (SPECD_GEMV_WIDE=0: the 4-row shape). The same bits. */
     int gemv_wide;
     /* GQA decode of 128-dim heads on attn_dec_kernel (SPECD_ATTN_DEC=0:
      * attn_kernel; other bits, the same to the CPU's tolerance) */
     int attn_dec;
-    /* MLA decode steps (<= 8 tokens) on mla_dec_kernel, fp32 (SPECD_MLA_DEC=1,
-     * sd_cuda_set_mla_dec; off by default: its first design was no faster
-     * than the tensor-core kernel, bench/results/mla-dec.json, the second
-     * is not yet timed) */
+    /* MLA decode steps (<= 8 tokens) on mla_dec_kernel, fp32 (on by
+     * default; SPECD_MLA_DEC=0, sd_cuda_set_mla_dec: the tensor-core
+     * kernel. Its first design was no faster, bench/results/mla-dec.json;
+     * the second, 2 heads a block, took V2-Lite's attention from 13.4 to
+     * 4.0 us a layer: NOTES.md, session 11) */
     int mla_dec;
     /* host_alloc gives page-locked memory (SPECD_PINNED=0: NULL, malloc) */
     int pinned;

@@ -76,8 +76,15 @@ void sd_cuda_set_bf16_split(sd_backend *be, int on);
  * still gets the same bits in a decode step and in a verify step. */
 void sd_cuda_set_mla_tc(sd_backend *be, int on);
 /* MLA decode and verify steps (<= 8 tokens) on the fp32 lane-per-dims
- * kernel (default off; SPECD_MLA_DEC=1 on) */
+ * kernel (default on: 12.8% faster V2-Lite decode at batch 1 than the
+ * tensor-core kernel, bench/results/NOTES.md session 11; SPECD_MLA_DEC=0
+ * off) */
 void sd_cuda_set_mla_dec(sd_backend *be, int on);
+
+/* The fused (decode-size) MoE down kernel's shape, 0..2 (moe.cu; the same
+ * bits for every shape): SPECD_MOE_DOWN as the backend opens, or this call */
+#define SD_CUDA_MOE_DOWN_DEFAULT 1
+void sd_cuda_set_moe_down(sd_backend *be, int shape);
 
 /* Kernels as programmatic dependent launches (sm_90: the next kernel's
  * blocks wait on the GPU instead of being launched when this one ends;

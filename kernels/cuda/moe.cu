@@ -3,8 +3,9 @@
  * dense FFN, plain matmuls).
  *
  * Routing runs on the device, one warp per token: scores in parallel, then
- * the group-limited top-k with the correction bias in one lane, in the CPU's
- * order, so ties break the same way (lowest expert index).
+ * the group-limited top-k with the correction bias, picked in the CPU's
+ * order, so ties break the same way (lowest expert index), and summed in
+ * the CPU's order.
  *
  * The expert FFN never leaves the device either. Few (token, slot) pairs
  * (decode, verification: up to SD_CUDA_MOE_FUSED_MAX_PAIRS) take the fused
@@ -54,14 +55,46 @@ __device__ __forceinline__ int route_argmax(const float *v, const unsigned char 
     return bi;
 }
 
+/* The top K of choice[0..E) (E <= 64: a lane's two entries e = lane,
+ * lane + 32) by rank: an entry's slot is the count of entries before it in
+ * the order of route_argmax's rounds (larger value first, the lower index
+ * on ties, NaN as -inf), so slot k holds round k's pick. One pass over the
+ * shared scores a lane instead of K rounds of a 10-shuffle reduction. */
+__device__ __forceinline__ void route_rank_topk(const float *choice, const float *scores, int E,
+                                                int K, int lane, int *sel, float *selw)
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int e = lane + 32 * h;
+        if (e >= E)
+            continue;
+        const float x = choice[e] != choice[e] ? -INFINITY : choice[e];
+        int rank = 0;
+        for (int j = 0; j < E; j++) {
+            const float y = choice[j] != choice[j] ? -INFINITY : choice[j];
+            rank += y > x || (y == x && j < e);
+        }
+        if (rank < K) {
+            sel[rank] = e;
+            selw[rank] = scores[e];
+        }
+    }
+}
+
+/* One warp a token. Shared memory (the launcher's size): scores, choice,
+ * group scores (E floats each), the K picks and their scores, the taken
+ * and group flags (E bytes each). The picks stay in shared memory until
+ * the lanes write a token's row at once (writing them to ids / wts one
+ * round at a time and reading them back for the sum cost L2 round trips). */
 __global__ void moe_route_kernel(int32_t *ids, float *wts, const float *logits, const float *bias,
                                  sd_moe_route r)
 {
     SD_PDL_ENTER();
     extern __shared__ float rs[];
     const int E = r.n_experts, K = r.top_k, t = blockIdx.x, lane = threadIdx.x;
-    float *scores = rs, *choice = rs + E, *gscore = choice + E;
-    unsigned char *taken = (unsigned char *)(gscore + E), *gsel = taken + E;
+    float *scores = rs, *choice = rs + E, *gscore = choice + E, *selw = gscore + E;
+    int *sel = (int *)(selw + K);
+    unsigned char *taken = (unsigned char *)(sel + K), *gsel = taken + E;
     const float *lg = logits + (size_t)t * (size_t)E;
     if (r.sigmoid) {
         for (int e = lane; e < E; e += 32)
@@ -74,14 +107,10 @@ __global__ void moe_route_kernel(int32_t *ids, float *wts, const float *logits, 
         for (int e = lane; e < E; e += 32)
             scores[e] = expf(lg[e] - m);
         __syncwarp();
-        if (lane == 0) {
-            float s = 0; /* in expert order, as the CPU sums */
-            for (int e = 0; e < E; e++)
-                s += scores[e];
-            gscore[0] = s;
-        }
+        float s = 0; /* in expert order, as the CPU sums: every lane alike */
+        for (int e = 0; e < E; e++)
+            s += scores[e];
         __syncwarp();
-        float s = gscore[0];
         for (int e = lane; e < E; e += 32)
             scores[e] /= s;
     }
@@ -120,32 +149,37 @@ __global__ void moe_route_kernel(int32_t *ids, float *wts, const float *logits, 
                 choice[e] = 0.0f; /* DeepSeek-V3 masks with 0, not -inf */
         __syncwarp();
     }
+    if (E <= 64) {
+        route_rank_topk(choice, scores, E, K, lane, sel, selw);
+    } else {
+        for (int k = 0; k < K; k++) {
+            int best = route_argmax(choice, taken, E, lane);
+            if (lane == 0) {
+                taken[best] = 1;
+                sel[k] = best;
+                selw[k] = scores[best];
+            }
+            __syncwarp();
+        }
+    }
+    __syncwarp();
+    float sum = 0; /* in slot order, as the CPU sums: every lane alike */
+    for (int k = 0; k < K; k++)
+        sum += selw[k];
     const int W = K + (r.n_always > 0 ? r.n_always : 0); /* a token's row: routed, always-on */
     int32_t *io = ids + (size_t)t * (size_t)W;
     float *wo = wts + (size_t)t * (size_t)W;
-    for (int k = 0; k < K; k++) {
-        int best = route_argmax(choice, taken, E, lane);
-        if (lane == 0) {
-            taken[best] = 1;
-            io[k] = best;
-            wo[k] = scores[best];
+    for (int k = lane; k < W; k += 32) {
+        if (k < K) {
+            float w = selw[k];
+            if (r.norm_topk_prob)
+                w /= (sum + 1e-20f);
+            io[k] = sel[k];
+            wo[k] = w * r.routed_scaling_factor;
+        } else {
+            io[k] = E + (k - K);
+            wo[k] = 1.0f;
         }
-        __syncwarp();
-    }
-    if (lane != 0)
-        return;
-    float sum = 0; /* in slot order, as the CPU sums */
-    for (int k = 0; k < K; k++)
-        sum += wo[k];
-    for (int k = 0; k < K; k++) {
-        float w = wo[k];
-        if (r.norm_topk_prob)
-            w /= (sum + 1e-20f);
-        wo[k] = w * r.routed_scaling_factor;
-    }
-    for (int k = K; k < W; k++) {
-        io[k] = E + (k - K);
-        wo[k] = 1.0f;
     }
 }
 
@@ -162,7 +196,7 @@ void sd__cuda_moe_route(sd_backend *be, int32_t *ids, float *wts, const float *l
                   r->n_group, r->topk_group);
         return;
     }
-    size_t sm = (size_t)E * 3 * sizeof(float) + (size_t)E * 2;
+    size_t sm = ((size_t)E * 3 + 2 * (size_t)r->top_k) * sizeof(float) + (size_t)E * 2;
     sd__launch(c, moe_route_kernel, n, 32, sm, ids, wts, logits, bias, *r);
     SD_LAUNCHED(c, "moe_route_kernel");
 }
@@ -381,8 +415,8 @@ static void launch_experts_v(sd__cuda *c, int vec, const sd_experts *ex, float *
  * has half the blocks (the same sums: a row's order depends on D and WK
  * only). */
 #define MOE_GATE_WIDE_GU 4
-template <int DT, int MAXE, int GU, int U>
-__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, GU == 2 ? 4 : 2)
+template <int DT, int MAXE, int GU, int U, int MINB>
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k, int D, int I,
                          int first, int E, int WK, const __grid_constant__ moe_tabs<MAXE> tab)
 {
@@ -427,18 +461,30 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
 }
 
 /* out(t, d) = sum_j wts[t, j] * (h(t * top_k + j) @ down_e^T)[d], slots j in
- * order, for token t = blockIdx.x and rows d of tile blockIdx.y (4 rows).
+ * order, for token t = blockIdx.x and rows d of tile blockIdx.y (DR rows).
  * Warps: SW slot lanes x WK K-slices; slot lane s takes slots s, s + SW, ...
- * part: (top_k, WK, 4) floats of dynamic shared memory. */
-template <int DT, int MAXE>
-__global__ void __launch_bounds__(SD__GEMV_WARPS * 32)
+ * A warp loads DU chunks of its DR rows before it uses them. part: (top_k,
+ * WK, DR) floats of dynamic shared memory. A row's sums do not depend on DR
+ * or DU (its chunks in order, the warp butterfly), so every shape gives the
+ * same bits; MINB blocks an SM caps the registers.
+ *
+ * The shapes (SPECD_MOE_DOWN, c->moe_down): at batch 1 V2-Lite's 8 slots
+ * of I = 1408 take one warp each, the whole K. With 4 rows a block and 2
+ * chunks a load (0: the first shape) the kernel took 79 registers: 3
+ * blocks an SM, 396 of its 512 blocks at once, and the other 116 a second
+ * wave at a fraction of the bandwidth (17.8 us a layer for 46 MB, 60% of
+ * the copy rate). 1: the same work in 64 registers, 4 blocks an SM, one
+ * wave (the F32 instance spills); 2: 8 rows a block, 1 chunk a load, 256
+ * blocks at 2 an SM, one wave. */
+template <int DT, int MAXE, int DR, int DU, int MINB>
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int top_k,
                       int D, int I, int first, int E, int WK,
                       const __grid_constant__ moe_tabs<MAXE> tab)
 {
     SD_PDL_ENTER();
     extern __shared__ float part[];
-    const int t = blockIdx.x, d0 = blockIdx.y * 4;
+    const int t = blockIdx.x, d0 = blockIdx.y * DR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int SW = SD__GEMV_WARPS / WK, kw = warp % WK, sl = warp / WK;
     const size_t esz = DT == SD__F32 ? 4 : 2, rb = (size_t)I * esz;
@@ -448,19 +494,22 @@ moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const floa
         if (e < 0 || e >= E)
             continue; /* the same for the whole warp */
         const char *wd = (const char *)tab.a[e];
-        const void *wrow[4];
+        const void *wrow[DR];
 #pragma unroll
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < DR; i++)
             wrow[i] = d0 + i < D ? (const void *)(wd + (size_t)(d0 + i) * rb) : NULL;
         const float *xr[1] = {h + p * (size_t)I};
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        sd__warp_dots<DT, 4, 1, MOE_FUSED_U>(wrow, xr, 1, I, kw, WK, lane, acc);
-        sd__xreduce<4>(acc, lane);
-        if (lane % 8 == 0)
-            part[(j * WK + kw) * 4 + sd__xr_index<4>(lane)] = acc[0];
+        float acc[DR];
+#pragma unroll
+        for (int i = 0; i < DR; i++)
+            acc[i] = 0.0f;
+        sd__warp_dots<DT, DR, 1, DU>(wrow, xr, 1, I, kw, WK, lane, acc);
+        sd__xreduce<DR>(acc, lane);
+        if (lane % (32 / DR) == 0)
+            part[(j * WK + kw) * DR + sd__xr_index<DR>(lane)] = acc[0];
     }
     __syncthreads();
-    if (threadIdx.x < 4 && d0 + (int)threadIdx.x < D) {
+    if (threadIdx.x < DR && d0 + (int)threadIdx.x < D) {
         const int i = threadIdx.x;
         float s = 0.0f;
         for (int j = 0; j < top_k; j++) {
@@ -468,9 +517,9 @@ moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const floa
             const int e = ids[p] - first;
             if (e < 0 || e >= E)
                 continue;
-            float y = part[(j * WK) * 4 + i];
+            float y = part[(j * WK) * DR + i];
             for (int k = 1; k < WK; k++)
-                y += part[(j * WK + k) * 4 + i];
+                y += part[(j * WK + k) * DR + i];
             s += wts[p] * y;
         }
         out[(size_t)t * (size_t)D + (size_t)(d0 + i)] = s;
@@ -502,15 +551,20 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
     const unsigned th = SD__GEMV_WARPS * 32;
     int wk = sd__gemv_wk(D);
     if (c->moe_gate_wide && (D + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK <= wk) {
-        /* one chunk a warp: 4 output columns a row group, one load each */
+        /* one chunk a warp: 4 output columns a row group, one load each
+         * (80 registers: 3 blocks an SM; moe_gate_wide 2: 64, 4 blocks) */
         int cols = SD__GEMV_WARPS / wk * MOE_GATE_WIDE_GU;
         dim3 g1((unsigned)(n * top_k), (unsigned)((I + cols - 1) / cols));
-        sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, MOE_GATE_WIDE_GU, 1>, g1, th, 0, h, x,
-                   ids, top_k, D, I, ex->first, ex->n, wk, tab);
+        if (c->moe_gate_wide == 2)
+            sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, MOE_GATE_WIDE_GU, 1, 4>, g1, th, 0,
+                       h, x, ids, top_k, D, I, ex->first, ex->n, wk, tab);
+        else
+            sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, MOE_GATE_WIDE_GU, 1, 2>, g1, th, 0,
+                       h, x, ids, top_k, D, I, ex->first, ex->n, wk, tab);
     } else {
         int cols = SD__GEMV_WARPS / wk * 2;
         dim3 g1((unsigned)(n * top_k), (unsigned)((I + cols - 1) / cols));
-        sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, 2, MOE_FUSED_U>, g1, th, 0, h, x, ids,
+        sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, 2, MOE_FUSED_U, 4>, g1, th, 0, h, x, ids,
                    top_k, D, I, ex->first, ex->n, wk, tab);
     }
     if (SD_LAUNCHED(c, "moe_gate_up_fused_kernel"))
@@ -520,10 +574,18 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
         tab.b[e] = NULL;
     }
     wk = down_wk(top_k, I);
-    dim3 g2((unsigned)n, (unsigned)((D + 3) / 4));
-    size_t sm = (size_t)top_k * (size_t)wk * 4 * sizeof(float);
-    sd__launch(c, moe_down_fused_kernel<DT, MAXE>, g2, th, sm, out, h, ids, wts, top_k, D, I,
-                                                               ex->first, ex->n, wk, tab);
+    const int dr = c->moe_down == 2 ? 8 : 4;
+    dim3 g2((unsigned)n, (unsigned)((D + dr - 1) / dr));
+    size_t sm = (size_t)top_k * (size_t)wk * (size_t)dr * sizeof(float);
+    if (c->moe_down == 2)
+        sd__launch(c, moe_down_fused_kernel<DT, MAXE, 8, 1, 2>, g2, th, sm, out, h, ids, wts,
+                   top_k, D, I, ex->first, ex->n, wk, tab);
+    else if (c->moe_down == 1)
+        sd__launch(c, moe_down_fused_kernel<DT, MAXE, 4, MOE_FUSED_U, 4>, g2, th, sm, out, h, ids,
+                   wts, top_k, D, I, ex->first, ex->n, wk, tab);
+    else
+        sd__launch(c, moe_down_fused_kernel<DT, MAXE, 4, MOE_FUSED_U, 3>, g2, th, sm, out, h, ids,
+                   wts, top_k, D, I, ex->first, ex->n, wk, tab);
     SD_LAUNCHED(c, "moe_down_fused_kernel");
 }
 

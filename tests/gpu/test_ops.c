@@ -973,7 +973,7 @@ static int mla_run(gpu_env *e, const char *what, int n_seq, const int *ctx, cons
         gfree(e, dsimt);
     }
     sd_cuda_set_mla_tc(e->gpu, 1); /* the defaults */
-    sd_cuda_set_mla_dec(e->gpu, 0);
+    sd_cuda_set_mla_dec(e->gpu, 1);
     float *hs[] = {qlat, q, ckv, cache, co};
     for (size_t i = 0; i < SD_ARRAY_LEN(hs); i++)
         free(hs[i]);
@@ -1128,7 +1128,7 @@ static int mla_tc_decode_equals_verify(gpu_env *e, int H, int P, int dec)
                   "%s H=%d ctx %d: floats that differ, decode alone vs in the verify step",
                   op, H, P + 4);
     sd_cuda_set_mla_tc(e->gpu, 1); /* the defaults */
-    sd_cuda_set_mla_dec(e->gpu, 0);
+    sd_cuda_set_mla_dec(e->gpu, 1);
     free(gv);
     float *hs[] = {qlat, q, ckv, cache, co};
     for (size_t i = 0; i < SD_ARRAY_LEN(hs); i++)
@@ -1381,6 +1381,26 @@ static int ffn_case_ep(gpu_env *e, sd_dtype dt, int n, int E, int K, int D, int 
     snprintf(name, sizeof name, "moe_ffn %s n=%d E=%d top-%d D=%d I=%d%s (%s)", sd_dtype_name(dt),
              n, E, K, D, I, E < E_all ? " expert-parallel bank" : "", fused ? "fused" : "sorted");
     int ok = check_dev(e, dout, co, (size_t)n * D, 1e-5, name);
+    if (fused) {
+        /* every shape of the down kernel: the default's bits */
+        float *ref = gget(e, dout, (size_t)n * D);
+        for (int sh = 0; sh <= 2; sh++) {
+            float *d2 = gpoison(e, (size_t)n * D);
+            sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_OFF);
+            sd_cuda_set_moe_down(e->gpu, sh);
+            e->gpu->ops->moe_ffn(e->gpu, d2, dx, did, dw, &ge, n, K, D, dtmp);
+            sd_cuda_set_moe_down(e->gpu, SD_CUDA_MOE_DOWN_DEFAULT);
+            sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_AUTO);
+            float *g2 = gget(e, d2, (size_t)n * D);
+            size_t diff = ref && g2 ? 0 : (size_t)n * D;
+            for (size_t i = 0; ref && g2 && i < (size_t)n * D; i++)
+                diff += memcmp(&ref[i], &g2[i], sizeof(float)) != 0;
+            ok &= reportf((double)diff, 0, "%s: down shape %d bitwise (mismatches)", name, sh);
+            free(g2);
+            gfree(e, d2);
+        }
+        free(ref);
+    }
     for (int k = 0; k < E; k++) {
         tw_free(e, &g[k]);
         tw_free(e, &u[k]);
