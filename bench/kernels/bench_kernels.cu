@@ -447,7 +447,7 @@ static void bench_attn(bench *b, out *o, int H, int T, const int *ctxs, int nc, 
 #else
     sd_cuda_set_mla_tc(b->be, strcmp(path, "simt") != 0);
     sd_cuda_set_mla_dec(b->be, !strcmp(path, "dec"));
-    b->c->mla_tc_min_chunk = !strcmp(path, "tc4") ? 256 : 0;
+    b->c->mla_min_chunk = !strcmp(path, "tc4") ? 256 : 0;
 #endif
     for (int i = 0; i < nc; i++) {
         attn_ctx m;
@@ -528,9 +528,9 @@ static void bench_attn(bench *b, out *o, int H, int T, const int *ctxs, int nc, 
                 b->be->ops->free(b->be, ptrs[k]);
     }
 #ifndef SD_BENCH_BASELINE
-    sd_cuda_set_mla_tc(b->be, 1);
-    sd_cuda_set_mla_dec(b->be, 0);
-    b->c->mla_tc_min_chunk = 0;
+    sd_cuda_set_mla_tc(b->be, 1); /* the defaults */
+    sd_cuda_set_mla_dec(b->be, 1);
+    b->c->mla_min_chunk = 0;
 #endif
 }
 

@@ -1233,7 +1233,7 @@ static void launch_mla_dec(sd__cuda *c, att_args *a, int T)
     a->G = MD_GH;
     a->ngb = (a->group + MD_GH - 1) / MD_GH;
     a->tile = KT;
-    a->min_chunk = KT;
+    a->min_chunk = c->mla_min_chunk > 0 ? (c->mla_min_chunk + KT - 1) / KT * KT : KT;
     a->S = mla_split(c, a->group, MD_GH);
     a->part = a->S > 1 ? c->attn_part : NULL;
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
@@ -1249,8 +1249,8 @@ static void launch_mla_tc(sd__cuda *c, att_args *a, int T)
     a->G = TC_M;
     a->ngb = (a->group + TC_M - 1) / TC_M;
     a->tile = TC_KT;
-    a->min_chunk = c->mla_tc_min_chunk > 0 ? (c->mla_tc_min_chunk + TC_KT - 1) / TC_KT * TC_KT
-                                           : TC_MIN_CHUNK;
+    a->min_chunk = c->mla_min_chunk > 0 ? (c->mla_min_chunk + TC_KT - 1) / TC_KT * TC_KT
+                                        : TC_MIN_CHUNK;
     a->S = 1;
     if (T <= SPLIT_MAX_T) {
         a->S = mla_split(c, a->group, TC_M);

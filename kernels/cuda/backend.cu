@@ -401,7 +401,7 @@ void sd_cuda_set_mla_tc(sd_backend *be, int on) { sd__cuda_of(be)->mla_tc = on !
 void sd_cuda_set_mla_dec(sd_backend *be, int on) { sd__cuda_of(be)->mla_dec = on != 0; }
 void sd_cuda_set_moe_down(sd_backend *be, int shape)
 {
-    sd__cuda_of(be)->moe_down = shape >= 0 && shape <= 2 ? shape : SD_CUDA_MOE_DOWN_DEFAULT;
+    sd__cuda_of(be)->moe_down = shape >= 0 && shape <= 3 ? shape : SD_CUDA_MOE_DOWN_DEFAULT;
 }
 
 void sd_cuda_set_pdl(sd_backend *be, int on) { sd__cuda_of(be)->pdl = on != 0; }
@@ -539,9 +539,11 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->matmul_silu = !silu || strcmp(silu, "0");
     const char *mgate = getenv("SPECD_MOE_GATE");
     c->moe_gate_wide = mgate && !strcmp(mgate, "2") ? 0 : mgate && !strcmp(mgate, "4b4") ? 2 : 1;
+    const char *mchunk = getenv("SPECD_MLA_MIN_CHUNK");
+    c->mla_min_chunk = mchunk && *mchunk ? atoi(mchunk) : 0;
     const char *mdown = getenv("SPECD_MOE_DOWN");
     c->moe_down = mdown && *mdown ? atoi(mdown) : SD_CUDA_MOE_DOWN_DEFAULT;
-    if (c->moe_down < 0 || c->moe_down > 2)
+    if (c->moe_down < 0 || c->moe_down > 3)
         c->moe_down = SD_CUDA_MOE_DOWN_DEFAULT;
     const char *wide = getenv("SPECD_GEMV_WIDE");
     c->gemv_wide = !wide || strcmp(wide, "0");

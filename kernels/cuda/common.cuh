@@ -53,9 +53,11 @@ typedef struct sd__cuda {
      * fused small-batch path up to this many (token, expert) pairs
      * (SD_CUDA_MOE_FUSED_MAX_PAIRS) */
     int gemv_max_rows, moe_fused_max_pairs;
-    /* benchmark override: keys a split chunk of the tensor-core MLA kernel
-     * holds at least (rounded up to its 64-key tiles; 0 = one tile) */
-    int mla_tc_min_chunk;
+    /* keys a split chunk of the MLA kernels holds at least, rounded up to
+     * their tiles (SPECD_MLA_MIN_CHUNK; 0: one tile, 32 keys on
+     * mla_dec_kernel, 64 on mla_tc_kernel). Other chunks, other bits; a
+     * token's bits still do not depend on the step's other tokens. */
+    int mla_min_chunk;
     /* moe_ffn's sorted rows on tensor cores (SD_CUDA_TC_OFF/ON/AUTO:
      * SPECD_MOE_TC, sd_cuda_set_moe_tc) */
     int moe_tc;
@@ -71,9 +73,10 @@ typedef struct sd__cuda {
      * blocks an SM, 2). The same bits either way. */
     int gemv_pre, matmul_silu, moe_gate_wide;
     /* the fused MoE down kernel's shape (SPECD_MOE_DOWN, sd_cuda_set_moe_down;
-     * moe.cu): 0 4 rows a block, 2 chunks a load, no register cap; 1 the
+     * moe.cu): 0 4 rows a block, 2 chunks a load, 3 blocks an SM; 1 the
      * same in 64 registers (4 blocks an SM); 2 8 rows a block, 1 chunk a
-     * load, 2 blocks an SM. The same bits. */
+     * load, 2 blocks an SM; 3 8 rows, 2 chunks a load, 2 blocks an SM. The
+     * same bits. */
     int moe_down;
     /* the GEMV of 1-2 rows of short 16-bit rows with 8 weight rows a warp
      * (SPECD_GEMV_WIDE=0: the 4-row shape). The same bits. */

@@ -475,7 +475,8 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
  * wave at a fraction of the bandwidth (17.8 us a layer for 46 MB, 60% of
  * the copy rate). 1: the same work in 64 registers, 4 blocks an SM, one
  * wave (the F32 instance spills); 2: 8 rows a block, 1 chunk a load, 256
- * blocks at 2 an SM, one wave. */
+ * blocks at 2 an SM, one wave (half the reads of h from L2); 3: 8 rows, 2
+ * chunks a load (16 loads in flight a lane), 2 blocks an SM. */
 template <int DT, int MAXE, int DR, int DU, int MINB>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int top_k,
@@ -574,10 +575,13 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
         tab.b[e] = NULL;
     }
     wk = down_wk(top_k, I);
-    const int dr = c->moe_down == 2 ? 8 : 4;
+    const int dr = c->moe_down >= 2 ? 8 : 4;
     dim3 g2((unsigned)n, (unsigned)((D + dr - 1) / dr));
     size_t sm = (size_t)top_k * (size_t)wk * (size_t)dr * sizeof(float);
-    if (c->moe_down == 2)
+    if (c->moe_down == 3)
+        sd__launch(c, moe_down_fused_kernel<DT, MAXE, 8, 2, 2>, g2, th, sm, out, h, ids, wts,
+                   top_k, D, I, ex->first, ex->n, wk, tab);
+    else if (c->moe_down == 2)
         sd__launch(c, moe_down_fused_kernel<DT, MAXE, 8, 1, 2>, g2, th, sm, out, h, ids, wts,
                    top_k, D, I, ex->first, ex->n, wk, tab);
     else if (c->moe_down == 1)
