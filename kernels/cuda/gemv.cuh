@@ -208,6 +208,25 @@ template <int V> __device__ __forceinline__ void sd__xreduce(float (&v)[V], int 
         v[0] += __shfl_xor_sync(0xffffffffu, v[0], d);
 }
 
+/* The V dot products of weight rows wrow with one activation row x over a
+ * warp's chunks c0, c0 + cstep, ... (sd__warp_dots, U chunks a load),
+ * summed over the warp: dst[i] = that warp's part of w_i . x, written by
+ * the lane that holds it (lane % (32 / V) == 0, value sd__xr_index). */
+template <int DT, int V, int U>
+__device__ __forceinline__ void sd__warp_dots1(const void *const (&wrow)[V], const float *x,
+                                               int K, int c0, int cstep, int lane, float *dst)
+{
+    const float *xr[1] = {x};
+    float acc[V];
+#pragma unroll
+    for (int i = 0; i < V; i++)
+        acc[i] = 0.0f;
+    sd__warp_dots<DT, V, 1, U>(wrow, xr, 1, K, c0, cstep, lane, acc);
+    sd__xreduce<V>(acc, lane);
+    if (lane % (32 / V) == 0)
+        dst[sd__xr_index<V>(lane)] = acc[0];
+}
+
 /* ---- BF16 weights on tensor cores ----------------------------------------
  *
  * mma.sync m16n8k16 with the weights as B (8 weight rows per mma, the n8

@@ -437,15 +437,8 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
         const int j = j0 + i % GU;
         wrow[i] = j < I ? (i < GU ? wg : wu) + (size_t)j * rb : NULL;
     }
-    const float *xr[1] = {x + (size_t)(p / top_k) * (size_t)D};
-    float acc[VR];
-#pragma unroll
-    for (int i = 0; i < VR; i++)
-        acc[i] = 0.0f;
-    sd__warp_dots<DT, VR, 1, U>(wrow, xr, 1, D, kw, WK, lane, acc);
-    sd__xreduce<VR>(acc, lane);
-    if (lane % (32 / VR) == 0)
-        part[warp * VR + sd__xr_index<VR>(lane)] = acc[0];
+    sd__warp_dots1<DT, VR, U>(wrow, x + (size_t)(p / top_k) * (size_t)D, D, kw, WK, lane,
+                              part + warp * VR);
     __syncthreads();
     if ((int)threadIdx.x < RG * GU) {
         const int g = threadIdx.x / GU, q = threadIdx.x % GU, j = cols0 + g * GU + q;
@@ -499,15 +492,8 @@ moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const floa
 #pragma unroll
         for (int i = 0; i < DR; i++)
             wrow[i] = d0 + i < D ? (const void *)(wd + (size_t)(d0 + i) * rb) : NULL;
-        const float *xr[1] = {h + p * (size_t)I};
-        float acc[DR];
-#pragma unroll
-        for (int i = 0; i < DR; i++)
-            acc[i] = 0.0f;
-        sd__warp_dots<DT, DR, 1, DU>(wrow, xr, 1, I, kw, WK, lane, acc);
-        sd__xreduce<DR>(acc, lane);
-        if (lane % (32 / DR) == 0)
-            part[(j * WK + kw) * DR + sd__xr_index<DR>(lane)] = acc[0];
+        sd__warp_dots1<DT, DR, DU>(wrow, h + p * (size_t)I, I, kw, WK, lane,
+                                   part + (j * WK + kw) * DR);
     }
     __syncthreads();
     if (threadIdx.x < DR && d0 + (int)threadIdx.x < D) {
