@@ -356,6 +356,7 @@ typedef struct result {
     int n_k, spec_off_running;
     long long eager_passes, graph_cache_full; /* proposer passes in the window */
     long long plain_steps; /* target steps without the proposer's hidden states */
+    long long draft_phases, draft_learnt; /* drafting phases; those adaptive k learnt from */
     double mean_context; /* tokens of context per sequence, mean over the window */
     /* tensor parallel: collectives per engine step between the snapshots */
     int tp;
@@ -508,6 +509,8 @@ static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int m
         r->eager_passes = (long long)(s1.spec_eager_passes - s0.spec_eager_passes);
         r->graph_cache_full = (long long)(s1.spec_graph_cache_full - s0.spec_graph_cache_full);
         r->plain_steps = (long long)(s1.spec_plain_steps - s0.spec_plain_steps);
+        r->draft_phases = (long long)(s1.spec_draft_phases - s0.spec_draft_phases);
+        r->draft_learnt = (long long)(s1.spec_draft_observed - s0.spec_draft_observed);
         uint64_t vs = s1.spec.steps - s0.spec.steps;
         r->mean_len = vs ? (double)(s1.spec.emitted - s0.spec.emitted) / (double)vs : 1.0;
         for (int p = 0; p < 16; p++) {
@@ -784,6 +787,8 @@ int main(int argc, char **argv)
             json_object_set_new(x, "proposer_eager_passes", json_integer(r->eager_passes));
             json_object_set_new(x, "proposer_graph_cache_full", json_integer(r->graph_cache_full));
             json_object_set_new(x, "target_plain_steps", json_integer(r->plain_steps));
+            json_object_set_new(x, "draft_phases", json_integer(r->draft_phases));
+            json_object_set_new(x, "draft_phases_learnt", json_integer(r->draft_learnt));
         }
         json_object_set_new(x, "ttft_s", json_real(r->ttft_s));
         json_object_set_new(x, "second_token_s", json_real(r->second_token_s));

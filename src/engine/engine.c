@@ -535,6 +535,8 @@ static void publish_stats(sd_engine *e, int stepped)
     e->stats.spec_eager_passes = e->prop_eager;
     e->stats.spec_graph_cache_full = e->prop_cache_full;
     e->stats.spec_plain_steps = e->plain_steps;
+    e->stats.spec_draft_phases = e->draft_phases;
+    e->stats.spec_draft_observed = e->draft_observed;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -897,8 +899,18 @@ static int engine_step(sd_engine *e)
                 s.seqs[i]->st.spec.draft_s += t_draft;
                 nd++;
             }
-        if (!probe)
-            sd__plan_observe(e, 1, nd, k, t_draft);
+        /* adaptive k learns a drafting phase's cost from the steps it
+         * learns the target's from: none with prompt rows, whose catch-up
+         * pass runs the prompt chunk through the proposer (on a fresh
+         * batch those were most of k = 1's first times, and the inflated
+         * point turned speculation off for good: NOTES.md, session 11) */
+        if (nd > 0) {
+            e->draft_phases++;
+            if (!probe && !prompt_rows) {
+                sd__plan_observe(e, 1, nd, k, t_draft);
+                e->draft_observed++;
+            }
+        }
         e->draft_s_total += t_draft;
     }
     reap(e);

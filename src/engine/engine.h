@@ -114,6 +114,10 @@ typedef struct sd_engine_stats {
     /* target steps of a speculative engine that skipped the hidden states
      * a proposer reads (MTP, EAGLE-3): no request of the step drafts */
     uint64_t spec_plain_steps;
+    /* drafting phases (a request drafted), and of those the ones adaptive
+     * k learnt the drafting cost from (no prompt rows in the step, not a
+     * probe of requests admitted with speculation off) */
+    uint64_t spec_draft_phases, spec_draft_observed;
 } sd_engine_stats;
 
 /* Loads the model named by o->model (NULL/empty: the bundled model), the

@@ -194,6 +194,7 @@ struct sd_engine {
      * size), and of those the ones whose shape found the graph cache full */
     uint64_t prop_eager, prop_cache_full;
     uint64_t plain_steps; /* target steps without the proposer's hidden states */
+    uint64_t draft_phases, draft_observed; /* sd_engine_stats.spec_draft_* */
     int pad_seq;        /* block-table row of padding rows: the trash block */
     int32_t trash_slot; /* first slot of the trash block (past the pool's) */
     sd_synthetic synth; /* --synthetic-accept (benchmarks only; n == 0: off) */

@@ -512,6 +512,48 @@ TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
     ASSERT_LT(drafted[1] * 4, drafted[0]);
 }
 
+/* Adaptive k learns a drafting phase's cost only from steps without prompt
+ * rows, as it learns the target's: a request drafts in the step that ends
+ * its prefill, and that phase also runs the prompt through the proposer
+ * (a catch-up pass the size of the prompt), so it is counted but not
+ * learnt from; every later phase is. 3 requests of short prompts (each
+ * prefilled in one step): 1 to 3 such steps, then steady ones. */
+TEST(adaptive_k_learns_drafting_costs_only_from_steps_without_prompt_rows)
+{
+    sd_opts o;
+    sd_err err = {0};
+    ASSERT_OK(sd_opts_init(&o, &err));
+    char *m = dir_of("deepseek-v3");
+    sd_opts_set(&o, SD_CMD_GENERATE, "model", m, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "spec", "mtp", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "spec-k", "2", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "256", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "threads", "2", &err);
+    sd_engine *e;
+    ASSERT_OK(sd_engine_create(&e, &o, &err));
+    free(m);
+    sd_opts_free(&o);
+    engine_out outs[3];
+    sd_req_events ev = {.on_output = engine_out_on_output, .on_finish = engine_out_on_finish};
+    for (int i = 0; i < 3; i++) {
+        memset(&outs[i], 0, sizeof outs[i]);
+        outs[i].mu = &g_mu;
+        int32_t p[3] = {i + 2, 7, 11};
+        sd_gen_params gp = {.max_tokens = 24, .top_p = 1, .ignore_eos = 1};
+        ASSERT_OK(sd_engine_submit(e, p, 3, &gp, &ev, &outs[i], NULL, &err));
+    }
+    ASSERT_EQ(engine_out_wait(outs, 3, 60000), 1);
+    usleep(120000); /* the engine publishes its stats after the step */
+    sd_engine_stats st;
+    sd_engine_get_stats(e, &st);
+    sd_engine_destroy(e);
+    fprintf(stderr, "  drafting phases %llu, learnt from %llu\n",
+            (unsigned long long)st.spec_draft_phases, (unsigned long long)st.spec_draft_observed);
+    ASSERT_GT(st.spec_draft_observed, 0);
+    ASSERT_GE(st.spec_draft_phases - st.spec_draft_observed, 1);
+    ASSERT_LE(st.spec_draft_phases - st.spec_draft_observed, 3);
+}
+
 /* A request's stop token ids end it like eos (a chat template's end of turn). */
 TEST(stop_token_ids_end_a_request_like_eos)
 {
@@ -629,6 +671,7 @@ TEST_MAIN(T(mtp_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(submit_refuses_bad_requests_with_a_message),
           T(draft_lm_reserves_the_last_token_position_at_a_block_boundary),
           T(adaptive_k_stops_drafting_when_nothing_is_accepted),
+          T(adaptive_k_learns_drafting_costs_only_from_steps_without_prompt_rows),
           T(stop_token_ids_end_a_request_like_eos),
           T(a_draft_model_with_another_tokenizer_is_refused),
           T(a_kv_cache_too_small_for_one_full_context_request_is_refused_at_start))
