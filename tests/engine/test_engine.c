@@ -439,35 +439,53 @@ TEST(draft_lm_reserves_the_last_token_position_at_a_block_boundary)
     }
 }
 
+/* An engine drafting with MTP on the DeepSeek fixture (random weights:
+ * drafts are rarely accepted), spec-k k ("auto" or a number), with n
+ * greedy requests of the 3-token prompts {i + 1, 5, 9} submitted at once;
+ * NULL on failure (err says why). */
+static sd_engine *mtp_engine_with(const char *k, engine_out *outs, int n, int max_tokens,
+                                  sd_err *err)
+{
+    sd_opts o;
+    if (sd_opts_init(&o, err))
+        return NULL;
+    char *m = dir_of("deepseek-v3");
+    sd_opts_set(&o, SD_CMD_GENERATE, "model", m, err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "spec", "mtp", err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "spec-k", k, err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "256", err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "threads", "2", err);
+    sd_engine *e = NULL;
+    int rc = sd_engine_create(&e, &o, err);
+    free(m);
+    sd_opts_free(&o);
+    if (rc)
+        return NULL;
+    sd_req_events ev = {.on_output = engine_out_on_output, .on_finish = engine_out_on_finish};
+    for (int i = 0; i < n; i++) {
+        memset(&outs[i], 0, sizeof outs[i]);
+        outs[i].mu = &g_mu;
+        int32_t p[3] = {i + 1, 5, 9};
+        sd_gen_params gp = {.max_tokens = max_tokens, .top_p = 1, .ignore_eos = 1};
+        if (sd_engine_submit(e, p, 3, &gp, &ev, &outs[i], NULL, err)) {
+            sd_engine_destroy(e);
+            return NULL;
+        }
+    }
+    return e;
+}
+
 /* With drafts that are never accepted (random-weight MTP), adaptive k falls
  * back to plain decode after its exploration steps. */
 TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
 {
-    sd_opts o;
     sd_err err = {0};
     uint64_t drafted[2] = {0, 0};
     static engine_out outs_of[2][4];
     for (int pass = 0; pass < 2; pass++) {
-        ASSERT_OK(sd_opts_init(&o, &err));
-        char *m = dir_of("deepseek-v3");
-        sd_opts_set(&o, SD_CMD_GENERATE, "model", m, &err);
-        sd_opts_set(&o, SD_CMD_GENERATE, "spec", "mtp", &err);
-        sd_opts_set(&o, SD_CMD_GENERATE, "spec-k", pass ? "auto" : "4", &err);
-        sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "256", &err);
-        sd_opts_set(&o, SD_CMD_GENERATE, "threads", "2", &err);
-        sd_engine *e;
-        ASSERT_OK(sd_engine_create(&e, &o, &err));
-        free(m);
-        sd_opts_free(&o);
         engine_out outs[4];
-        sd_req_events ev = {.on_output = engine_out_on_output, .on_finish = engine_out_on_finish};
-        for (int i = 0; i < 4; i++) {
-            memset(&outs[i], 0, sizeof outs[i]);
-            outs[i].mu = &g_mu;
-            int32_t p[3] = {i + 1, 5, 9};
-            sd_gen_params gp = {.max_tokens = 120, .top_p = 1, .ignore_eos = 1};
-            ASSERT_OK(sd_engine_submit(e, p, 3, &gp, &ev, &outs[i], NULL, &err));
-        }
+        sd_engine *e = mtp_engine_with(pass ? "auto" : "4", outs, 4, 120, &err);
+        ASSERT_MSG(e, "engine: %s", err.msg);
         for (int spin = 0; spin < 60000; spin++) {
             pthread_mutex_lock(&g_mu);
             int all = outs[0].done && outs[1].done && outs[2].done && outs[3].done;
@@ -520,28 +538,10 @@ TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
  * prefilled in one step): 1 to 3 such steps, then steady ones. */
 TEST(adaptive_k_learns_drafting_costs_only_from_steps_without_prompt_rows)
 {
-    sd_opts o;
     sd_err err = {0};
-    ASSERT_OK(sd_opts_init(&o, &err));
-    char *m = dir_of("deepseek-v3");
-    sd_opts_set(&o, SD_CMD_GENERATE, "model", m, &err);
-    sd_opts_set(&o, SD_CMD_GENERATE, "spec", "mtp", &err);
-    sd_opts_set(&o, SD_CMD_GENERATE, "spec-k", "2", &err);
-    sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "256", &err);
-    sd_opts_set(&o, SD_CMD_GENERATE, "threads", "2", &err);
-    sd_engine *e;
-    ASSERT_OK(sd_engine_create(&e, &o, &err));
-    free(m);
-    sd_opts_free(&o);
     engine_out outs[3];
-    sd_req_events ev = {.on_output = engine_out_on_output, .on_finish = engine_out_on_finish};
-    for (int i = 0; i < 3; i++) {
-        memset(&outs[i], 0, sizeof outs[i]);
-        outs[i].mu = &g_mu;
-        int32_t p[3] = {i + 2, 7, 11};
-        sd_gen_params gp = {.max_tokens = 24, .top_p = 1, .ignore_eos = 1};
-        ASSERT_OK(sd_engine_submit(e, p, 3, &gp, &ev, &outs[i], NULL, &err));
-    }
+    sd_engine *e = mtp_engine_with("2", outs, 3, 24, &err);
+    ASSERT_MSG(e, "engine: %s", err.msg);
     ASSERT_EQ(engine_out_wait(outs, 3, 60000), 1);
     usleep(120000); /* the engine publishes its stats after the step */
     sd_engine_stats st;
