@@ -636,15 +636,14 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(att_args a)
 #define TC_SP (TC_KT + 4)  /* fp32 pitch of score rows */
 #define TC_PP (TC_KT + 8)  /* bf16 pitch of probability rows: 144 bytes, 9 x 16 */
 #define TC_LOADS 12        /* 16-byte cache loads per thread in flight */
-/* Split-KV: chunks per token at most, and at least this many keys a chunk
- * (a chunk's partial costs 16 x 514 floats written and read back by the
+/* Split-KV: chunks per token at most; a chunk holds one tile of keys at
+ * least (mla_min_chunk) (a chunk's partial costs 16 x 514 floats written and read back by the
  * merge: short contexts use fewer chunks, the rest are empty and write only
  * their max and sum). A block walks its tiles one after another (~10 us a
  * tile of 64 keys on an H200), so a short context wants one tile a chunk:
  * with 4 tiles a chunk every context up to 4k keys took ~47 us at 16 heads
  * (bench/results/mla-tc.json). */
 #define TC_SPLIT_MAX 128
-#define TC_MIN_CHUNK TC_KT
 static_assert(TC_SPLIT_MAX <= MERGE_MAX_S && SPLIT_MAX <= MERGE_MAX_S, "merge scales in shared memory");
 
 /* shared memory layout (bytes; every part 16-byte aligned) */
@@ -1228,12 +1227,19 @@ static int mla_dec_takes(const sd__cuda *c, int C, int R, const void *cache, con
            att_vec(a) && sd__aligned16(a->out) && a->o_tok % 4 == 0 && a->o_head % 4 == 0;
 }
 
+/* keys a split chunk holds at least: SPECD_MLA_MIN_CHUNK rounded up to
+ * whole tiles, else one tile */
+static int mla_min_chunk(const sd__cuda *c, int tile)
+{
+    return c->mla_min_chunk > 0 ? (c->mla_min_chunk + tile - 1) / tile * tile : tile;
+}
+
 static void launch_mla_dec(sd__cuda *c, att_args *a, int T)
 {
     a->G = MD_GH;
     a->ngb = (a->group + MD_GH - 1) / MD_GH;
     a->tile = KT;
-    a->min_chunk = c->mla_min_chunk > 0 ? (c->mla_min_chunk + KT - 1) / KT * KT : KT;
+    a->min_chunk = mla_min_chunk(c, KT);
     a->S = mla_split(c, a->group, MD_GH);
     a->part = a->S > 1 ? c->attn_part : NULL;
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
@@ -1249,8 +1255,7 @@ static void launch_mla_tc(sd__cuda *c, att_args *a, int T)
     a->G = TC_M;
     a->ngb = (a->group + TC_M - 1) / TC_M;
     a->tile = TC_KT;
-    a->min_chunk = c->mla_min_chunk > 0 ? (c->mla_min_chunk + TC_KT - 1) / TC_KT * TC_KT
-                                        : TC_MIN_CHUNK;
+    a->min_chunk = mla_min_chunk(c, TC_KT);
     a->S = 1;
     if (T <= SPLIT_MAX_T) {
         a->S = mla_split(c, a->group, TC_M);

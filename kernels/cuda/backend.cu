@@ -399,9 +399,14 @@ void sd_cuda_set_bf16_split(sd_backend *be, int on) { sd__cuda_of(be)->bf16_spli
 
 void sd_cuda_set_mla_tc(sd_backend *be, int on) { sd__cuda_of(be)->mla_tc = on != 0; }
 void sd_cuda_set_mla_dec(sd_backend *be, int on) { sd__cuda_of(be)->mla_dec = on != 0; }
+/* a down-kernel shape of moe.cu, the default for any other number */
+static int moe_down_shape(int shape)
+{
+    return shape >= 0 && shape <= 3 ? shape : SD_CUDA_MOE_DOWN_DEFAULT;
+}
 void sd_cuda_set_moe_down(sd_backend *be, int shape)
 {
-    sd__cuda_of(be)->moe_down = shape >= 0 && shape <= 3 ? shape : SD_CUDA_MOE_DOWN_DEFAULT;
+    sd__cuda_of(be)->moe_down = moe_down_shape(shape);
 }
 
 void sd_cuda_set_pdl(sd_backend *be, int on) { sd__cuda_of(be)->pdl = on != 0; }
@@ -542,9 +547,7 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     const char *mchunk = getenv("SPECD_MLA_MIN_CHUNK");
     c->mla_min_chunk = mchunk && *mchunk ? atoi(mchunk) : 0;
     const char *mdown = getenv("SPECD_MOE_DOWN");
-    c->moe_down = mdown && *mdown ? atoi(mdown) : SD_CUDA_MOE_DOWN_DEFAULT;
-    if (c->moe_down < 0 || c->moe_down > 3)
-        c->moe_down = SD_CUDA_MOE_DOWN_DEFAULT;
+    c->moe_down = moe_down_shape(mdown && *mdown ? atoi(mdown) : SD_CUDA_MOE_DOWN_DEFAULT);
     const char *wide = getenv("SPECD_GEMV_WIDE");
     c->gemv_wide = !wide || strcmp(wide, "0");
     const char *pin = getenv("SPECD_PINNED");

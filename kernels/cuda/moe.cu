@@ -525,6 +525,18 @@ static int down_wk(int top_k, int I)
     return wk < kmax ? wk : kmax;
 }
 
+/* the down kernel of one shape: a block of DR rows of every token */
+template <int DT, int MAXE, int DR, int DU, int MINB>
+static void launch_down(sd__cuda *c, const moe_tabs<MAXE> &tab, float *out, const float *h,
+                        const int32_t *ids, const float *wts, int n, int top_k, int D, int I,
+                        const sd_experts *ex, int wk)
+{
+    dim3 g((unsigned)n, (unsigned)((D + DR - 1) / DR));
+    size_t sm = (size_t)top_k * (size_t)wk * DR * sizeof(float);
+    sd__launch(c, moe_down_fused_kernel<DT, MAXE, DR, DU, MINB>, g, SD__GEMV_WARPS * 32, sm, out,
+               h, ids, wts, top_k, D, I, ex->first, ex->n, wk, tab);
+}
+
 template <int DT, int MAXE>
 static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h, const float *x,
                          const int32_t *ids, const float *wts, int n, int top_k, int D, int I)
@@ -561,21 +573,14 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
         tab.b[e] = NULL;
     }
     wk = down_wk(top_k, I);
-    const int dr = c->moe_down >= 2 ? 8 : 4;
-    dim3 g2((unsigned)n, (unsigned)((D + dr - 1) / dr));
-    size_t sm = (size_t)top_k * (size_t)wk * (size_t)dr * sizeof(float);
     if (c->moe_down == 3)
-        sd__launch(c, moe_down_fused_kernel<DT, MAXE, 8, 2, 2>, g2, th, sm, out, h, ids, wts,
-                   top_k, D, I, ex->first, ex->n, wk, tab);
+        launch_down<DT, MAXE, 8, 2, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
     else if (c->moe_down == 2)
-        sd__launch(c, moe_down_fused_kernel<DT, MAXE, 8, 1, 2>, g2, th, sm, out, h, ids, wts,
-                   top_k, D, I, ex->first, ex->n, wk, tab);
+        launch_down<DT, MAXE, 8, 1, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
     else if (c->moe_down == 1)
-        sd__launch(c, moe_down_fused_kernel<DT, MAXE, 4, MOE_FUSED_U, 4>, g2, th, sm, out, h, ids,
-                   wts, top_k, D, I, ex->first, ex->n, wk, tab);
+        launch_down<DT, MAXE, 4, MOE_FUSED_U, 4>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
     else
-        sd__launch(c, moe_down_fused_kernel<DT, MAXE, 4, MOE_FUSED_U, 3>, g2, th, sm, out, h, ids,
-                   wts, top_k, D, I, ex->first, ex->n, wk, tab);
+        launch_down<DT, MAXE, 4, MOE_FUSED_U, 3>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
     SD_LAUNCHED(c, "moe_down_fused_kernel");
 }
 

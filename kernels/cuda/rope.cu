@@ -145,26 +145,9 @@ void sd__cuda_rope_kv(sd_backend *be, float *q, float *k, const float *v, void *
  * MLA_PREP_THREADS) normed with the rmsnorm kernel's arithmetic (a thread
  * per float4 when C % 4 == 0 and the row is aligned, else a thread per
  * float; sums in double, sd__block_rrms) and written in place and into the
- * cache row; the rope key (R floats at c + C) and the H query rope parts
- * rotated in place, the key into the cache row too.
- *
- * Every load comes first: a thread's latent values and norm weights, then
- * up to MLA_PREP_U rotary pairs (the key's and the queries': (H + 1) half
- * of them, V2-Lite's 544 at most 3 a thread); the pairs are rotated and
- * stored before the norm's reduction, so the kernel waits on memory once.
- * (Loading a pair, rotating and storing it one pair after another, after
- * the reduction, was three or four round trips: 3.5 us a layer at batch 1
- * on V2-Lite.) Pairs past MLA_PREP_U a thread take the loop after. */
+ * cache row; then the rope key (R floats at c + C) and the H query rope parts
+ * rotated in place, the key into the cache row too. */
 #define MLA_PREP_THREADS 256
-#define MLA_PREP_U 4
-
-/* the head vector pair e of the rope key (h = 0) and the queries lie in */
-__device__ __forceinline__ float *prep_vec(float *c, float *q_pe, int qpe_head_stride, int e,
-                                           int half)
-{
-    const int h = e / half;
-    return h == 0 ? c : q_pe + (size_t)(h - 1) * qpe_head_stride;
-}
 
 template <bool VEC>
 __global__ void __launch_bounds__(MLA_PREP_THREADS)
@@ -177,84 +160,50 @@ __global__ void __launch_bounds__(MLA_PREP_THREADS)
     const int t = blockIdx.x, p = pos[t], m = VEC ? C / 4 : C;
     float *c = ckv + (size_t)t * (size_t)ck_stride;
     float *row = cache + (size_t)slot[t] * (size_t)(C + R);
-    float *q = q_pe + (size_t)t * qpe_stride;
-    const int i = threadIdx.x, np = (H + 1) * half;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f), wv = v;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    double ss = 0;
+    const int i = threadIdx.x;
     if (i < m) {
         if (VEC) {
             v = ((const float4 *)c)[i];
-            wv.x = sd__wload(w, wdt, (size_t)i * 4);
-            wv.y = sd__wload(w, wdt, (size_t)i * 4 + 1);
-            wv.z = sd__wload(w, wdt, (size_t)i * 4 + 2);
-            wv.w = sd__wload(w, wdt, (size_t)i * 4 + 3);
-        } else {
-            v.x = c[i];
-            wv.x = sd__wload(w, wdt, (size_t)i);
-        }
-    }
-    /* the rotary pairs: all loads, then the rotations and the stores */
-    float x0[MLA_PREP_U], x1[MLA_PREP_U], f[MLA_PREP_U];
-#pragma unroll
-    for (int u = 0; u < MLA_PREP_U; u++) {
-        const int e = i + u * MLA_PREP_THREADS;
-        if (e < np) {
-            int a, b;
-            const float *vv = prep_vec(c + C, q, qpe_head_stride, e, half);
-            rope_pair(e % half, half, interleave, &a, &b);
-            f[u] = inv_freq[e % half];
-            x0[u] = vv[a];
-            x1[u] = vv[b];
-        }
-    }
-#pragma unroll
-    for (int u = 0; u < MLA_PREP_U; u++) {
-        const int e = i + u * MLA_PREP_THREADS;
-        if (e < np) {
-            float cs, sn, y0, y1;
-            int a, b;
-            float *vv = prep_vec(c + C, q, qpe_head_stride, e, half);
-            rope_pair(e % half, half, interleave, &a, &b);
-            sd__rope_cs(f[u], p, mscale, &cs, &sn);
-            sd__rope_rot(x0[u], x1[u], cs, sn, &y0, &y1);
-            vv[a] = y0;
-            vv[b] = y1;
-            if (e < half) { /* the rope key: into the cache row too */
-                row[C + a] = y0;
-                row[C + b] = y1;
-            }
-        }
-    }
-    for (int e = i + MLA_PREP_U * MLA_PREP_THREADS; e < np; e += MLA_PREP_THREADS)
-        rope_apply(prep_vec(c + C, q, qpe_head_stride, e, half), e < half ? row + C : NULL,
-                   e % half, p, inv_freq, half, interleave, mscale);
-    /* rope key dims past the rotary ones (none for DeepSeek: R = rot_dim) */
-    for (int d = 2 * half + threadIdx.x; d < R; d += blockDim.x)
-        row[C + d] = c[C + d];
-    double ss = 0;
-    if (i < m) {
-        ss += (double)v.x * v.x;
-        if (VEC) {
+            ss += (double)v.x * v.x;
             ss += (double)v.y * v.y;
             ss += (double)v.z * v.z;
             ss += (double)v.w * v.w;
+        } else {
+            v.x = c[i];
+            ss += (double)v.x * v.x;
         }
     }
     const float rr = sd__block_rrms(ss, C, eps);
     if (i < m) {
         if (VEC) {
+            const size_t e = (size_t)i * 4;
             float4 o;
-            o.x = wv.x * (v.x * rr);
-            o.y = wv.y * (v.y * rr);
-            o.z = wv.z * (v.z * rr);
-            o.w = wv.w * (v.w * rr);
+            o.x = sd__wload(w, wdt, e) * (v.x * rr);
+            o.y = sd__wload(w, wdt, e + 1) * (v.y * rr);
+            o.z = sd__wload(w, wdt, e + 2) * (v.z * rr);
+            o.w = sd__wload(w, wdt, e + 3) * (v.w * rr);
             ((float4 *)c)[i] = o;
             ((float4 *)row)[i] = o;
         } else {
-            const float o = wv.x * (v.x * rr);
+            const float o = sd__wload(w, wdt, (size_t)i) * (v.x * rr);
             c[i] = o;
             row[i] = o;
         }
     }
+    /* the rope key: pairs [0, half) of c + C; the queries' pairs after */
+    for (int e = threadIdx.x; e < (H + 1) * half; e += blockDim.x) {
+        const int h = e / half, j = e % half;
+        if (h == 0)
+            rope_apply(c + C, row + C, j, p, inv_freq, half, interleave, mscale);
+        else
+            rope_apply(q_pe + (size_t)t * qpe_stride + (size_t)(h - 1) * qpe_head_stride, NULL, j,
+                       p, inv_freq, half, interleave, mscale);
+    }
+    /* rope key dims past the rotary ones (none for DeepSeek: R = rot_dim) */
+    for (int d = 2 * half + threadIdx.x; d < R; d += blockDim.x)
+        row[C + d] = c[C + d];
 }
 
 void sd__cuda_mla_prep(sd_backend *be, float *ckv, int ck_stride, float *q_pe, int qpe_stride,
