@@ -1104,6 +1104,8 @@ static int att_vec(const att_args *a)
 
 static void launch_merge(sd__cuda *c, const att_args *a, int T, int Hq)
 {
+    if (c->ablate & SD__AB_MERGE)
+        return;
     unsigned z = (unsigned)((a->Dv + MERGE_THREADS - 1) / MERGE_THREADS);
     sd__launch(c, attn_merge_kernel, dim3((unsigned)T, (unsigned)Hq, z), MERGE_THREADS, 0, *a, Hq);
 }
@@ -1319,7 +1321,7 @@ void sd__cuda_attn_mla(sd_backend *be, float *out, const float *q_lat, const flo
                        float scale)
 {
     sd__cuda *c = sd__cuda_op(be);
-    if (!c || b->n_tokens <= 0)
+    if (!c || b->n_tokens <= 0 || (c->ablate & SD__AB_ATTN))
         return;
     if (c_lat) { /* NULL: mla_prep stored this step's rows */
         sd__launch(c, latent_store_kernel, b->n_tokens, 256, 0, (float *)cache, c_lat, k_pe,

@@ -400,6 +400,28 @@ void sd_cuda_set_bf16_split(sd_backend *be, int on) { sd__cuda_of(be)->bf16_spli
 void sd_cuda_set_mla_tc(sd_backend *be, int on) { sd__cuda_of(be)->mla_tc = on != 0; }
 void sd_cuda_set_mla_dec(sd_backend *be, int on) { sd__cuda_of(be)->mla_dec = on != 0; }
 /* a down-kernel shape of moe.cu, the default for any other number */
+/* SPECD_ABLATE's comma-separated kernel names -> common.cuh's bits (a
+ * timing experiment: an unknown name is logged and ignored) */
+static unsigned ablate_mask(const char *v)
+{
+    static const char *const names[] = SD__ABLATE_NAMES;
+    unsigned m = 0;
+    while (v && *v) {
+        size_t n = strcspn(v, ",");
+        unsigned b = 0;
+        for (unsigned i = 0; i < sizeof names / sizeof *names; i++)
+            if (strlen(names[i]) == n && !strncmp(v, names[i], n))
+                b = 1u << i;
+        if (!b && n)
+            sd_log_warn("cuda: SPECD_ABLATE: no kernel named %.*s", (int)n, v);
+        m |= b;
+        v += n + (v[n] == ',');
+    }
+    if (m)
+        sd_log_warn("cuda: SPECD_ABLATE=%#x: kernels left out for timing; outputs are wrong", m);
+    return m;
+}
+
 static int moe_down_shape(int shape)
 {
     return shape >= 0 && shape <= 3 ? shape : SD_CUDA_MOE_DOWN_DEFAULT;
@@ -556,6 +578,7 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->attn_dec = !adec || strcmp(adec, "0");
     const char *mdec = getenv("SPECD_MLA_DEC"); /* 0: off (the tensor-core kernel) */
     c->mla_dec = !mdec || strcmp(mdec, "0");
+    c->ablate = ablate_mask(getenv("SPECD_ABLATE"));
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

@@ -92,6 +92,13 @@ typedef struct sd__cuda {
     int mla_dec;
     /* host_alloc gives page-locked memory (SPECD_PINNED=0: NULL, malloc) */
     int pinned;
+    /* Timing ablation, for benchmarks only (SPECD_ABLATE=name,name...):
+     * the named kernels are not launched (moe_route: a kernel that only
+     * writes a fixed routing, so the experts still read top-k distinct
+     * experts), so a decode step shows what each costs inside the graph.
+     * The model's outputs are then wrong. 0: off (always, outside
+     * benchmarks). */
+    unsigned ablate;
     /* the split argmax's per-row keys and block counts (sample.cu), zero
      * between calls: SD__ARGMAX_ROWS rows */
     unsigned long long *am_keys;
@@ -116,6 +123,19 @@ typedef struct sd__cuda {
 } sd__cuda;
 
 #define SD__ARGMAX_ROWS 4096
+
+/* SPECD_ABLATE's names, in bit order (backend.cu parses them) */
+#define SD__ABLATE_NAMES {"addnorm", "norm", "route", "router", "merge", "prep", "attn", "absorb"}
+enum {
+    SD__AB_ADDNORM = 1u << 0, /* add_rmsnorm */
+    SD__AB_NORM = 1u << 1,    /* rmsnorm */
+    SD__AB_ROUTE = 1u << 2,   /* moe_route (a fixed routing instead) */
+    SD__AB_ROUTER = 1u << 3,  /* moe_router_route's matmul */
+    SD__AB_MERGE = 1u << 4,   /* the split-KV merge */
+    SD__AB_PREP = 1u << 5,    /* mla_prep */
+    SD__AB_ATTN = 1u << 6,    /* attn_mla (its merge too) */
+    SD__AB_ABSORB = 1u << 7,  /* matmul_heads */
+};
 
 static inline sd__cuda *sd__cuda_of(sd_backend *be) { return (sd__cuda *)be->impl; }
 

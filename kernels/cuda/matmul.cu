@@ -791,7 +791,7 @@ void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_we
                            int H, int x_stride, int x_head_stride, int x_off)
 {
     sd__cuda *c = sd__cuda_op(be);
-    if (!c || n <= 0 || H <= 0)
+    if (!c || n <= 0 || H <= 0 || (c->ablate & SD__AB_ABSORB))
         return;
     if (w->rows % H) {
         SD_BADARG(c, "matmul_heads: %lld weight rows for %d heads", (long long)w->rows, H);

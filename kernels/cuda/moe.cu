@@ -183,6 +183,18 @@ __global__ void moe_route_kernel(int32_t *ids, float *wts, const float *logits, 
     }
 }
 
+/* SPECD_ABLATE=route: token t's row gets experts t * W + k (mod E) with
+ * weight 1 / W: top-k distinct experts, none of the routing's work */
+__global__ void moe_route_fixed_kernel(int32_t *ids, float *wts, sd_moe_route r)
+{
+    SD_PDL_ENTER();
+    const int K = r.top_k, W = K + (r.n_always > 0 ? r.n_always : 0), t = blockIdx.x;
+    for (int k = threadIdx.x; k < W; k += 32) {
+        ids[(size_t)t * W + k] = k < K ? (t * W + k) % r.n_experts : r.n_experts + (k - K);
+        wts[(size_t)t * W + k] = 1.0f / (float)W;
+    }
+}
+
 void sd__cuda_moe_route(sd_backend *be, int32_t *ids, float *wts, const float *logits,
                         const float *bias, int n, const sd_moe_route *r)
 {
@@ -196,6 +208,11 @@ void sd__cuda_moe_route(sd_backend *be, int32_t *ids, float *wts, const float *l
                   r->n_group, r->topk_group);
         return;
     }
+    if (c->ablate & SD__AB_ROUTE) {
+        sd__launch(c, moe_route_fixed_kernel, n, 32, 0, ids, wts, *r);
+        SD_LAUNCHED(c, "moe_route_fixed_kernel");
+        return;
+    }
     size_t sm = ((size_t)E * 3 + 2 * (size_t)r->top_k) * sizeof(float) + (size_t)E * 2;
     sd__launch(c, moe_route_kernel, n, 32, sm, ids, wts, logits, bias, *r);
     SD_LAUNCHED(c, "moe_route_kernel");
@@ -207,7 +224,8 @@ void sd__cuda_moe_router_route(sd_backend *be, int32_t *ids, float *wts, float *
                                const float *x, const sd_weight *w, const float *bias, int n,
                                int x_stride, const sd_moe_route *r)
 {
-    sd__cuda_matmul(be, logits, x, w, NULL, n, x_stride);
+    if (!(sd__cuda_of(be)->ablate & SD__AB_ROUTER))
+        sd__cuda_matmul(be, logits, x, w, NULL, n, x_stride);
     sd__cuda_moe_route(be, ids, wts, logits, bias, n, r);
 }
 

@@ -126,7 +126,7 @@ void sd__cuda_rmsnorm(sd_backend *be, float *out, const float *x, const sd_weigh
                       int x_stride, int out_stride, float eps)
 {
     sd__cuda *c = sd__cuda_op(be);
-    if (!c || n <= 0 || d <= 0)
+    if (!c || n <= 0 || d <= 0 || (c->ablate & SD__AB_NORM))
         return;
     launch_norm<false>(c, out, (float *)x, NULL, w, n, d, x_stride, out_stride, eps);
 }
@@ -135,7 +135,7 @@ void sd__cuda_add_rmsnorm(sd_backend *be, float *out, float *x, const float *y, 
                           int n, int d, float eps)
 {
     sd__cuda *c = sd__cuda_op(be);
-    if (!c || n <= 0 || d <= 0)
+    if (!c || n <= 0 || d <= 0 || (c->ablate & SD__AB_ADDNORM))
         return;
     launch_norm<true>(c, out, x, y, w, n, d, d, d, eps);
 }

@@ -212,7 +212,7 @@ void sd__cuda_mla_prep(sd_backend *be, float *ckv, int ck_stride, float *q_pe, i
 {
     sd__cuda *c = sd__cuda_op(be);
     const int half = r->rot_dim / 2, T = b->n_tokens;
-    if (!c || T <= 0)
+    if (!c || T <= 0 || (c->ablate & SD__AB_PREP))
         return;
     const int vec = C % 4 == 0 && ck_stride % 4 == 0 && sd__aligned16(ckv) && sd__aligned16(cache) &&
                     (C + R) % 4 == 0;
