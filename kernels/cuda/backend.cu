@@ -433,6 +433,8 @@ void sd_cuda_set_moe_down(sd_backend *be, int shape)
 
 void sd_cuda_set_pdl(sd_backend *be, int on) { sd__cuda_of(be)->pdl = on != 0; }
 
+void sd_cuda_set_route_small(sd_backend *be, int on) { sd__cuda_of(be)->route_small = on != 0; }
+
 const char *sd_cuda_backend_error(const sd_backend *be)
 {
     return ((const sd__cuda *)be->impl)->msg;
@@ -579,6 +581,8 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     const char *mdec = getenv("SPECD_MLA_DEC"); /* 0: off (the tensor-core kernel) */
     c->mla_dec = !mdec || strcmp(mdec, "0");
     c->ablate = ablate_mask(getenv("SPECD_ABLATE"));
+    const char *rsmall = getenv("SPECD_ROUTE_SMALL");
+    c->route_small = !rsmall || strcmp(rsmall, "0");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

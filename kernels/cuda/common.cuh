@@ -90,6 +90,9 @@ typedef struct sd__cuda {
      * the second, 2 heads a block, took V2-Lite's attention from 13.4 to
      * 4.0 us a layer: NOTES.md, session 11) */
     int mla_dec;
+    /* moe_route for E <= 64 without group limits on moe_route_small_kernel
+     * (SPECD_ROUTE_SMALL=0: moe_route_kernel; the same bits) */
+    int route_small;
     /* host_alloc gives page-locked memory (SPECD_PINNED=0: NULL, malloc) */
     int pinned;
     /* Timing ablation, for benchmarks only (SPECD_ABLATE=name,name...):

@@ -86,6 +86,11 @@ void sd_cuda_set_mla_dec(sd_backend *be, int on);
 #define SD_CUDA_MOE_DOWN_DEFAULT 1
 void sd_cuda_set_moe_down(sd_backend *be, int shape);
 
+/* moe_route for up to 64 experts without group limits on its register
+ * kernel (moe.cu; on by default, SPECD_ROUTE_SMALL=0 or this call: the
+ * general kernel). The same bits either way. */
+void sd_cuda_set_route_small(sd_backend *be, int on);
+
 /* Kernels as programmatic dependent launches (sm_90: the next kernel's
  * blocks wait on the GPU instead of being launched when this one ends;
  * kernels/cuda/common.cuh): on by default since every kernel asks for

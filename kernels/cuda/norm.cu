@@ -34,12 +34,28 @@ __global__ void __launch_bounds__(NORM_MAX_THREADS)
     norm_kernel(float *out, float *x, const float *y, const void *w, int wdt, int d, int x_stride,
                 int out_stride, float eps)
 {
+    constexpr int PER = VEC ? NORM_VEC : NORM_SCALAR;
+    const int nt = blockDim.x, m = VEC ? d / 4 : d;
+    /* the weights first: no kernel writes them, so they load before the
+     * wait for the kernel before (a round trip to memory off the step) */
+    float4 g[PER];
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int i = (int)threadIdx.x + j * nt;
+        if (i < m) {
+            const size_t e = VEC ? (size_t)i * 4 : (size_t)i;
+            g[j].x = sd__wload(w, wdt, e);
+            if (VEC) {
+                g[j].y = sd__wload(w, wdt, e + 1);
+                g[j].z = sd__wload(w, wdt, e + 2);
+                g[j].w = sd__wload(w, wdt, e + 3);
+            }
+        }
+    }
     SD_PDL_ENTER();
     float *xr = x + (size_t)blockIdx.x * (size_t)x_stride;
     const float *yr = ADD ? y + (size_t)blockIdx.x * (size_t)d : NULL;
     float *o = out + (size_t)blockIdx.x * (size_t)out_stride;
-    constexpr int PER = VEC ? NORM_VEC : NORM_SCALAR;
-    const int nt = blockDim.x, m = VEC ? d / 4 : d;
     float4 v[PER];
     double ss = 0;
 #pragma unroll
@@ -76,15 +92,14 @@ __global__ void __launch_bounds__(NORM_MAX_THREADS)
         const int i = (int)threadIdx.x + j * nt;
         if (i < m) {
             if (VEC) {
-                const size_t e = (size_t)i * 4;
                 float4 q;
-                q.x = sd__wload(w, wdt, e) * (v[j].x * r);
-                q.y = sd__wload(w, wdt, e + 1) * (v[j].y * r);
-                q.z = sd__wload(w, wdt, e + 2) * (v[j].z * r);
-                q.w = sd__wload(w, wdt, e + 3) * (v[j].w * r);
+                q.x = g[j].x * (v[j].x * r);
+                q.y = g[j].y * (v[j].y * r);
+                q.z = g[j].z * (v[j].z * r);
+                q.w = g[j].w * (v[j].w * r);
                 ((float4 *)o)[i] = q;
             } else {
-                o[i] = sd__wload(w, wdt, (size_t)i) * (v[j].x * r);
+                o[i] = g[j].x * (v[j].x * r);
             }
         }
     }

@@ -145,9 +145,15 @@ void sd__cuda_rope_kv(sd_backend *be, float *q, float *k, const float *v, void *
  * MLA_PREP_THREADS) normed with the rmsnorm kernel's arithmetic (a thread
  * per float4 when C % 4 == 0 and the row is aligned, else a thread per
  * float; sums in double, sd__block_rrms) and written in place and into the
- * cache row; then the rope key (R floats at c + C) and the H query rope parts
- * rotated in place, the key into the cache row too. */
+ * cache row; the rope key (R floats at c + C) and the H query rope parts
+ * rotated in place, the key into the cache row too. The kernel is a chain
+ * of round trips at batch 1 (3.3 us of a V2-Lite layer with SPECD_ABLATE),
+ * so the weights load before the wait, and the rope, which does not need
+ * the norm, runs while the latent's sums go through the block reduction. */
 #define MLA_PREP_THREADS 256
+
+/* rope items (pairs of the key and the queries) a thread loads at once */
+#define MLA_PREP_ITEMS 4
 
 template <bool VEC>
 __global__ void __launch_bounds__(MLA_PREP_THREADS)
@@ -156,13 +162,29 @@ __global__ void __launch_bounds__(MLA_PREP_THREADS)
                     const int32_t *slot, const float *inv_freq, int half, int interleave,
                     float mscale, int H, int C, int R)
 {
+    const int t = blockIdx.x, m = VEC ? C / 4 : C, i = threadIdx.x;
+    /* The weights before the wait (no kernel writes them): the norm's, and
+     * the inverse frequency of the thread's rotary index, which is the same
+     * for all its pairs when the block is a multiple of half wide (then one
+     * cos/sin a thread, not one a pair: the same numbers). */
+    const bool jfix = blockDim.x % half == 0;
+    float4 g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (i < m) {
+        const size_t e = VEC ? (size_t)i * 4 : (size_t)i;
+        g.x = sd__wload(w, wdt, e);
+        if (VEC) {
+            g.y = sd__wload(w, wdt, e + 1);
+            g.z = sd__wload(w, wdt, e + 2);
+            g.w = sd__wload(w, wdt, e + 3);
+        }
+    }
+    const float fq = jfix ? inv_freq[i % half] : 0.0f;
     SD_PDL_ENTER();
-    const int t = blockIdx.x, p = pos[t], m = VEC ? C / 4 : C;
+    const int p = pos[t];
     float *c = ckv + (size_t)t * (size_t)ck_stride;
     float *row = cache + (size_t)slot[t] * (size_t)(C + R);
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     double ss = 0;
-    const int i = threadIdx.x;
     if (i < m) {
         if (VEC) {
             v = ((const float4 *)c)[i];
@@ -175,35 +197,65 @@ __global__ void __launch_bounds__(MLA_PREP_THREADS)
             ss += (double)v.x * v.x;
         }
     }
+    /* The rope key (pairs [0, half) of c + C, also into the cache row) and
+     * the queries' pairs after it: they do not wait for the norm, and a
+     * thread loads MLA_PREP_ITEMS pairs before it rotates any. */
+    float cs0 = 0.0f, sn0 = 0.0f;
+    if (jfix)
+        sd__rope_cs(fq, p, mscale, &cs0, &sn0);
+    const int items = (H + 1) * half;
+    for (int e0 = i; e0 < items; e0 += MLA_PREP_ITEMS * (int)blockDim.x) {
+        float *vp[MLA_PREP_ITEMS];
+        float x0[MLA_PREP_ITEMS], x1[MLA_PREP_ITEMS];
+        int ia[MLA_PREP_ITEMS], ib[MLA_PREP_ITEMS];
+#pragma unroll
+        for (int k = 0; k < MLA_PREP_ITEMS; k++) {
+            const int e = e0 + k * (int)blockDim.x, h = e / half, j = e % half;
+            vp[k] = NULL;
+            if (e < items) {
+                vp[k] = h == 0 ? c + C
+                               : q_pe + (size_t)t * qpe_stride + (size_t)(h - 1) * qpe_head_stride;
+                rope_pair(j, half, interleave, &ia[k], &ib[k]);
+                x0[k] = vp[k][ia[k]];
+                x1[k] = vp[k][ib[k]];
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < MLA_PREP_ITEMS; k++) {
+            if (!vp[k])
+                continue;
+            const int e = e0 + k * (int)blockDim.x;
+            float cs = cs0, sn = sn0, y0, y1;
+            if (!jfix)
+                sd__rope_cs(inv_freq[e % half], p, mscale, &cs, &sn);
+            sd__rope_rot(x0[k], x1[k], cs, sn, &y0, &y1);
+            vp[k][ia[k]] = y0;
+            vp[k][ib[k]] = y1;
+            if (e < half) {
+                row[C + ia[k]] = y0;
+                row[C + ib[k]] = y1;
+            }
+        }
+    }
+    /* rope key dims past the rotary ones (none for DeepSeek: R = rot_dim) */
+    for (int d = 2 * half + i; d < R; d += blockDim.x)
+        row[C + d] = c[C + d];
     const float rr = sd__block_rrms(ss, C, eps);
     if (i < m) {
         if (VEC) {
-            const size_t e = (size_t)i * 4;
             float4 o;
-            o.x = sd__wload(w, wdt, e) * (v.x * rr);
-            o.y = sd__wload(w, wdt, e + 1) * (v.y * rr);
-            o.z = sd__wload(w, wdt, e + 2) * (v.z * rr);
-            o.w = sd__wload(w, wdt, e + 3) * (v.w * rr);
+            o.x = g.x * (v.x * rr);
+            o.y = g.y * (v.y * rr);
+            o.z = g.z * (v.z * rr);
+            o.w = g.w * (v.w * rr);
             ((float4 *)c)[i] = o;
             ((float4 *)row)[i] = o;
         } else {
-            const float o = sd__wload(w, wdt, (size_t)i) * (v.x * rr);
+            const float o = g.x * (v.x * rr);
             c[i] = o;
             row[i] = o;
         }
     }
-    /* the rope key: pairs [0, half) of c + C; the queries' pairs after */
-    for (int e = threadIdx.x; e < (H + 1) * half; e += blockDim.x) {
-        const int h = e / half, j = e % half;
-        if (h == 0)
-            rope_apply(c + C, row + C, j, p, inv_freq, half, interleave, mscale);
-        else
-            rope_apply(q_pe + (size_t)t * qpe_stride + (size_t)(h - 1) * qpe_head_stride, NULL, j,
-                       p, inv_freq, half, interleave, mscale);
-    }
-    /* rope key dims past the rotary ones (none for DeepSeek: R = rot_dim) */
-    for (int d = 2 * half + threadIdx.x; d < R; d += blockDim.x)
-        row[C + d] = c[C + d];
 }
 
 void sd__cuda_mla_prep(sd_backend *be, float *ckv, int ck_stride, float *q_pe, int qpe_stride,

@@ -1205,11 +1205,31 @@ static int route_case(gpu_env *e, const char *what, int n, sd_moe_route r, int w
     int bad = gid ? 0 : n * K;
     for (int i = 0; gid && i < n * K; i++)
         bad += gid[i] != cid[i];
+    /* the general kernel where the register one ran (E <= 64, no group
+     * limit): the same bits */
+    int32_t *did2 = (int32_t *)gpoison(e, (size_t)n * K);
+    float *dw2 = gpoison(e, (size_t)n * K);
+    sd_cuda_set_route_small(e->gpu, 0);
+    e->gpu->ops->moe_route(e->gpu, did2, dw2, dlg, dbias, n, &r);
+    sd_cuda_set_route_small(e->gpu, 1);
+    int32_t *gid2 = (int32_t *)gget(e, did2, (size_t)n * K);
+    float *gw = gget(e, dw, (size_t)n * K), *gw2 = gget(e, dw2, (size_t)n * K);
+    long bits = gid2 && gw && gw2 ? 0 : n * K;
+    for (int i = 0; !bits && i < n * K; i++)
+        bits += gid2[i] != gid[i] || memcmp(&gw[i], &gw2[i], sizeof(float)) != 0;
     char name[160];
+    snprintf(name, sizeof name, "moe_route %s: both kernels, the same bits (mismatches)", what);
+    report(name, (double)bits, 0);
+    int ok0 = bits == 0;
+    free(gid2);
+    free(gw);
+    free(gw2);
+    gfree(e, did2);
+    gfree(e, dw2);
     snprintf(name, sizeof name,
              "moe_route %s n=%d E=%d top-%d + %d always-on groups %d/%d ids (mismatches)", what, n,
              E, r.top_k, r.n_always, r.topk_group, r.n_group);
-    int ok = report(name, bad, 0);
+    int ok = report(name, bad, 0) && ok0;
     snprintf(name, sizeof name, "moe_route %s weights", what);
     ok &= check_dev(e, dw, cw, (size_t)n * K, 1e-6, name);
     free(gid);
@@ -1247,6 +1267,15 @@ TEST(moe_route_matches_the_cpu)
     sd_moe_route sm = route_lite;
     ok &= route_case(&e, "softmax", 40, sm, 0, 0);
     ok &= route_case(&e, "softmax ties", 40, sm, 0, 1);
+    ok &= route_case(&e, "softmax + bias", 40, sm, 1, 0);
+    sd_moe_route sg = route_lite; /* sigmoid, 64 experts, one group: the register kernel */
+    sg.sigmoid = 1;
+    sg.norm_topk_prob = 1;
+    ok &= route_case(&e, "sigmoid 64", 40, sg, 1, 0);
+    ok &= route_case(&e, "sigmoid 64 ties", 40, sg, 1, 1);
+    sd_moe_route odd = {.n_experts = 30, .top_k = 4, .n_group = 1, .topk_group = 1,
+                        .norm_topk_prob = 1, .routed_scaling_factor = 1.5f};
+    ok &= route_case(&e, "30 experts", 33, odd, 1, 0);
     /* shared experts in the bank: always-on slots after the routed ones */
     sm.n_always = 2;
     ok &= route_case(&e, "softmax + shared", 40, sm, 0, 0);
