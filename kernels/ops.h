@@ -333,20 +333,6 @@ typedef struct sd_ops {
      * source must not be rewritten before the next sync. NULL on failure. */
     void *(*host_alloc)(sd_backend *be, size_t bytes);
     void (*host_free)(sd_backend *be, void *p);
-
-    /* ---- MLA attention with its value absorb (appended; NULL where a
-     * backend has none: the callers run the two ops, sd_attn_mla_absorb) ----
-     * The numbers of attn_mla(lat, q_lat, q_pe, c, k_pe, cache, b, H, C, R,
-     * qpe_stride, qpe_head_stride, ck_stride, scale) followed by
-     * matmul_heads(y, lat, w, b->n_tokens, H, H * C, C, 0): y (T, H, N) with
-     * N = w.rows / H. lat (T, H, C) is room the op may use; what it holds
-     * afterwards is unspecified (a GPU may merge the split attention's
-     * partials straight into the absorb's inputs and never write it). */
-    void (*attn_mla_absorb)(sd_backend *be, float *y, float *lat, const sd_weight *w,
-                            const float *q_lat, const float *q_pe, const float *c,
-                            const float *k_pe, void *cache, const sd_attn_batch *b, int H, int C,
-                            int R, int qpe_stride, int qpe_head_stride, int ck_stride,
-                            float scale);
 } sd_ops;
 
 struct sd_backend {
@@ -399,24 +385,6 @@ static inline void sd_rmsnorm_matmul(sd_backend *be, float *y, float *xn, const 
         be->ops->rmsnorm_matmul(be, y, xn, x, g, eps, w, bias, n, silu);
     else
         sd_rmsnorm_matmul_ops(be, y, xn, x, g, eps, w, bias, n, silu);
-}
-
-/* attn_mla_absorb where the backend has it, else the two ops it stands for */
-static inline void sd_attn_mla_absorb(sd_backend *be, float *y, float *lat, const sd_weight *w,
-                                      const float *q_lat, const float *q_pe, const float *c,
-                                      const float *k_pe, void *cache, const sd_attn_batch *b,
-                                      int H, int C, int R, int qpe_stride, int qpe_head_stride,
-                                      int ck_stride, float scale)
-{
-    const sd_ops *op = be->ops;
-    if (op->attn_mla_absorb) {
-        op->attn_mla_absorb(be, y, lat, w, q_lat, q_pe, c, k_pe, cache, b, H, C, R, qpe_stride,
-                            qpe_head_stride, ck_stride, scale);
-        return;
-    }
-    op->attn_mla(be, lat, q_lat, q_pe, c, k_pe, cache, b, H, C, R, qpe_stride, qpe_head_stride,
-                 ck_stride, scale);
-    op->matmul_heads(be, y, lat, w, b->n_tokens, H, H * C, C, 0);
 }
 
 /* kernels/cpu: threads = 0 for all cores. */

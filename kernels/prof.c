@@ -161,16 +161,6 @@ static void p_attn_mla(sd_backend *be, float *out, const float *ql, const float 
           I(be)->ops->attn_mla(I(be), out, ql, qpe, c, kpe, cache, b, H, C, R, qps, qphs, cks,
                                scale));
 }
-
-static void p_attn_mla_absorb(sd_backend *be, float *y, float *lat, const sd_weight *w,
-                              const float *ql, const float *qpe, const float *c, const float *kpe,
-                              void *cache, const sd_attn_batch *b, int H, int C, int R, int qps,
-                              int qphs, int cks, float scale)
-{
-    TIMED(be, "attn_mla_absorb",
-          I(be)->ops->attn_mla_absorb(I(be), y, lat, w, ql, qpe, c, kpe, cache, b, H, C, R, qps,
-                                      qphs, cks, scale));
-}
 static void p_moe_route(sd_backend *be, int32_t *ids, float *wts, const float *lg,
                         const float *bias, int n, const sd_moe_route *r)
 {
@@ -322,8 +312,7 @@ int sd_prof_backend_wrap(sd_backend **out, sd_backend *inner)
                       .mla_prep = W(mla_prep),
                       .matmul_silu = W(matmul_silu), .moe_router_route = W(moe_router_route),
                       .matmul_add = W(matmul_add),
-                      .rmsnorm_matmul = W(rmsnorm_matmul),
-                      .attn_mla_absorb = W(attn_mla_absorb)};
+                      .rmsnorm_matmul = W(rmsnorm_matmul)};
 #undef W
     /* the cost of an empty sync, the best of many */
     p->sync_s = 1e9;

@@ -123,30 +123,24 @@ static __device__ __forceinline__ int block_chunk(const att_args &a, int t, int 
 #define MERGE_MAX_S 128
 #define MERGE_FAST 8 /* chunks the one-round-trip path takes */
 
-/* The merge of a thread's columns c0, c0 + cstep, ... (CPT of them at
- * most: c0 + CPT cstep >= Dv) over nz <= MERGE_FAST chunks into dst (the
- * (token, head) row): every load (the maxes, sums and the columns' values
- * of the first MERGE_FAST chunks, whether they hold positions or not, and
- * the token's position) is issued before the first is used, so the merge
- * costs one round trip to L2 instead of three and no barriers: each thread
- * takes the max and the sum itself. The numbers of the general path (the
- * same max, scales, and sums in chunk order). 0: more chunks, nothing done. */
-template <int CPT>
-__device__ __forceinline__ int merge_fast(const att_args &a, const float *p, int t, int c0,
-                                          int cstep, int W, float *dst)
+/* The merge of a thread's one column (c0, cstep >= Dv - c0) over nz <=
+ * MERGE_FAST chunks: every load (the maxes, sums and the column's values of
+ * the first MERGE_FAST chunks, whether they hold positions or not, and the
+ * token's position) is issued before the first is used, so the merge costs
+ * one round trip to L2 instead of three and no barriers: each thread takes
+ * the max and the sum itself. The numbers of the general path (the same
+ * max, scales, and sums in chunk order). 0: more chunks, nothing done. */
+__device__ __forceinline__ int merge_fast(const att_args &a, const float *p, int t, int h,
+                                          int c0, int W)
 {
     const int Dv = a.Dv, nu = a.S < MERGE_FAST ? a.S : MERGE_FAST;
     const int n_all = a.pos[t] + 1;
-    float mv[MERGE_FAST], lv[MERGE_FAST], ov[CPT][MERGE_FAST];
+    float mv[MERGE_FAST], lv[MERGE_FAST], ov[MERGE_FAST];
 #pragma unroll
     for (int u = 0; u < MERGE_FAST; u++) {
         mv[u] = u < nu ? p[(size_t)u * W + Dv] : -INFINITY;
         lv[u] = u < nu ? p[(size_t)u * W + Dv + 1] : 0.0f;
-#pragma unroll
-        for (int q = 0; q < CPT; q++) {
-            const int c = c0 + q * cstep;
-            ov[q][u] = u < nu && c < Dv ? p[(size_t)u * W + c] : 0.0f;
-        }
+        ov[u] = u < nu && c0 < Dv ? p[(size_t)u * W + c0] : 0.0f;
     }
     const int nz = split_used(n_all, a.S, a.tile, a.min_chunk);
     if (nz > MERGE_FAST)
@@ -156,39 +150,27 @@ __device__ __forceinline__ int merge_fast(const att_args &a, const float *p, int
     for (int u = 0; u < MERGE_FAST; u++)
         if (u < nz)
             M = fmaxf(M, mv[u]);
-    float L = 0.0f, o[CPT];
-#pragma unroll
-    for (int q = 0; q < CPT; q++)
-        o[q] = 0.0f;
+    float L = 0.0f, o = 0.0f;
 #pragma unroll
     for (int u = 0; u < MERGE_FAST; u++)
         if (u < nz) {
             const float sc = mv[u] == -INFINITY ? 0.0f : expf(mv[u] - M);
             L += lv[u] * sc;
-#pragma unroll
-            for (int q = 0; q < CPT; q++)
-                o[q] += ov[q][u] * sc;
+            o += ov[u] * sc;
         }
-#pragma unroll
-    for (int q = 0; q < CPT; q++)
-        if (c0 + q * cstep < Dv)
-            dst[c0 + q * cstep] = o[q] / L;
+    if (c0 < Dv)
+        a.out[(size_t)t * a.o_tok + (size_t)h * a.o_head + c0] = o / L;
     return 1;
 }
 
-/* The (t, h) row of the merge into dst, the block's threads taking columns
- * c0, c0 + cstep, ...: merge_fast where each thread has at most CPT
- * columns and the token at most MERGE_FAST chunks (a block's threads all
- * take it or none: nz is the token's), else the general path (ends with a
- * barrier). */
-template <int CPT>
 __device__ __forceinline__ void merge_head(const att_args &a, int t, int h, int Hq, int c0,
-                                           int cstep, float *dst)
+                                           int cstep)
 {
     __shared__ float scale[MERGE_MAX_S], mz[MERGE_MAX_S], lz[MERGE_MAX_S], ml[2];
     const int Dv = a.Dv, W = Dv + 2;
     const float *p = a.part + ((size_t)t * Hq + (size_t)h) * a.S * W;
-    if (c0 + CPT * cstep >= Dv && merge_fast<CPT>(a, p, t, c0, cstep, W, dst))
+    /* a block's threads all take the fast path or none (nz is the token's) */
+    if (c0 + cstep >= Dv && merge_fast(a, p, t, h, c0, W))
         return;
     const int nz = split_used(a.pos[t] + 1, a.S, a.tile, a.min_chunk);
     for (int z = threadIdx.x; z < nz; z += blockDim.x) {
@@ -222,7 +204,7 @@ __device__ __forceinline__ void merge_head(const att_args &a, int t, int h, int 
 #pragma unroll 8
         for (int z = 0; z < nz; z++)
             o += (p[(size_t)z * W + d]) * scale[z];
-        dst[d] = o / L;
+        a.out[(size_t)t * a.o_tok + (size_t)h * a.o_head + d] = o / L;
     }
     __syncthreads(); /* the shared arrays are rewritten by the next head */
 }
@@ -231,9 +213,8 @@ __device__ __forceinline__ void merge_head(const att_args &a, int t, int h, int 
 __global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(att_args a, int Hq)
 {
     SD_PDL_ENTER();
-    const int t = blockIdx.x, h = blockIdx.y;
-    merge_head<1>(a, t, h, Hq, blockIdx.z * MERGE_THREADS + threadIdx.x, gridDim.z * MERGE_THREADS,
-                  a.out + (size_t)t * a.o_tok + (size_t)h * a.o_head);
+    merge_head(a, blockIdx.x, blockIdx.y, Hq, blockIdx.z * MERGE_THREADS + threadIdx.x,
+                      gridDim.z * MERGE_THREADS);
 }
 
 /* Rows of floats into shared memory, the loads in batches of LD_BATCH per
@@ -1255,8 +1236,7 @@ static int mla_min_chunk(const sd__cuda *c, int tile)
     return c->mla_min_chunk > 0 ? (c->mla_min_chunk + tile - 1) / tile * tile : tile;
 }
 
-/* mla_dec_kernel, then (merge) the merge of its chunks when it split */
-static void launch_mla_dec(sd__cuda *c, att_args *a, int T, bool merge = true)
+static void launch_mla_dec(sd__cuda *c, att_args *a, int T)
 {
     a->G = MD_GH;
     a->ngb = (a->group + MD_GH - 1) / MD_GH;
@@ -1266,7 +1246,7 @@ static void launch_mla_dec(sd__cuda *c, att_args *a, int T, bool merge = true)
     a->part = a->S > 1 ? c->attn_part : NULL;
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
     sd__launch(c, mla_dec_kernel, grid, ATT_THREADS, 0, *a);
-    if (SD_LAUNCHED(c, "mla_dec_kernel") || a->S == 1 || !merge)
+    if (SD_LAUNCHED(c, "mla_dec_kernel") || a->S == 1)
         return;
     launch_merge(c, a, T, a->group);
     SD_LAUNCHED(c, "attn_merge_kernel");
@@ -1335,11 +1315,20 @@ void sd__cuda_attn_gqa(sd_backend *be, float *out, const float *q, const float *
     launch(c, &a, b->n_tokens, Hkv, "attn_gqa");
 }
 
-/* attn_mla's kernel arguments: out (T, H, C), the queries, the latent cache */
-static att_args mla_args(float *out, const float *q_lat, const float *q_pe, void *cache,
-                         const sd_attn_batch *b, int H, int C, int R, int qpe_stride,
-                         int qpe_head_stride, float scale)
+void sd__cuda_attn_mla(sd_backend *be, float *out, const float *q_lat, const float *q_pe,
+                       const float *c_lat, const float *k_pe, void *cache, const sd_attn_batch *b,
+                       int H, int C, int R, int qpe_stride, int qpe_head_stride, int ck_stride,
+                       float scale)
 {
+    sd__cuda *c = sd__cuda_op(be);
+    if (!c || b->n_tokens <= 0 || (c->ablate & SD__AB_ATTN))
+        return;
+    if (c_lat) { /* NULL: mla_prep stored this step's rows */
+        sd__launch(c, latent_store_kernel, b->n_tokens, 256, 0, (float *)cache, c_lat, k_pe,
+                   b->slot, C, R, ck_stride);
+        if (SD_LAUNCHED(c, "latent_store_kernel"))
+            return;
+    }
     att_args a;
     memset(&a, 0, sizeof a);
     a.out = out;
@@ -1367,151 +1356,12 @@ static att_args mla_args(float *out, const float *q_lat, const float *q_pe, void
     a.max_blocks = b->max_blocks;
     a.block_size = b->block_size;
     a.scale = scale;
-    return a;
-}
-
-void sd__cuda_attn_mla(sd_backend *be, float *out, const float *q_lat, const float *q_pe,
-                       const float *c_lat, const float *k_pe, void *cache, const sd_attn_batch *b,
-                       int H, int C, int R, int qpe_stride, int qpe_head_stride, int ck_stride,
-                       float scale)
-{
-    sd__cuda *c = sd__cuda_op(be);
-    if (!c || b->n_tokens <= 0 || (c->ablate & SD__AB_ATTN))
-        return;
-    if (c_lat) { /* NULL: mla_prep stored this step's rows */
-        sd__launch(c, latent_store_kernel, b->n_tokens, 256, 0, (float *)cache, c_lat, k_pe,
-                   b->slot, C, R, ck_stride);
-        if (SD_LAUNCHED(c, "latent_store_kernel"))
-            return;
-    }
-    att_args a = mla_args(out, q_lat, q_pe, cache, b, H, C, R, qpe_stride, qpe_head_stride, scale);
     if (mla_dec_takes(c, C, R, cache, &a, b->n_tokens))
         launch_mla_dec(c, &a, b->n_tokens);
     else if (mla_tc_takes(c, C, R, cache, &a))
         launch_mla_tc(c, &a, b->n_tokens);
     else
         launch(c, &a, b->n_tokens, 1, "attn_mla");
-}
-
-/* ---- attn_mla_absorb: the split attention's merge inside the absorb -----
- *
- * A decode step of 1-2 tokens on mla_dec_kernel leaves each (token, head)
- * as S partial softmaxes; the merge kernel made them the latent rows lat,
- * and the per-head absorb GEMV (matmul_heads, W_UV: N rows of C a head)
- * read those back. Here one kernel does both: a block takes RG x ABS_VR
- * rows of one head's W_UV, asks for its weights before the wait (the
- * GEMV's prefetch), merges the head's latent row of each token into shared
- * memory (merge_head: the merge kernel's numbers, two columns a thread)
- * and runs the GEMV's dot products on it (sd__warp_use over shared x, the
- * K-split of matmul_heads: sd__gemv_wk(C)). So y has the bits of the merge
- * kernel followed by matmul_heads, and a V2-Lite layer loses one launch
- * (the merge measured 1.8 us of the step a layer with SPECD_ABLATE; each
- * block merging its head again costs a round trip to L2 that the
- * prefetched weights hide). lat is not written. */
-#define ABS_VR 8 /* weight rows a warp: the wide GEMV's */
-
-template <int DT, int NR>
-__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2)
-    mla_absorb_kernel(att_args a, const void *w, float *y, int n, int N, int WK)
-{
-    constexpr int V = ABS_VR * NR;
-    extern __shared__ float xs[]; /* (NR, Dv): the head's merged latent row of each token */
-    __shared__ float part[SD__GEMV_WARPS * V];
-    const int C = a.Dv, Hq = a.group, h = blockIdx.y;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK;
-    const int rows0 = blockIdx.x * RG * ABS_VR;
-    const char *wb = (const char *)w + (size_t)h * (size_t)N * (size_t)C * 2;
-    const void *wrow[ABS_VR];
-#pragma unroll
-    for (int i = 0; i < ABS_VR; i++) {
-        const int j = rows0 + rg * ABS_VR + i;
-        wrow[i] = j < N ? (const void *)(wb + (size_t)j * (size_t)C * 2) : NULL;
-    }
-    sd__w8raw<DT> pre[1][ABS_VR];
-    sd__warp_load<DT, ABS_VR, 1>(pre, wrow, C, kw, WK, lane);
-    SD_PDL_ENTER();
-    for (int t = 0; t < n; t++)
-        merge_head<2>(a, t, h, Hq, threadIdx.x, blockDim.x, xs + (size_t)t * C);
-    __syncthreads();
-    const float *xr[NR];
-#pragma unroll
-    for (int r = 0; r < NR; r++)
-        xr[r] = xs + (size_t)(r < n ? r : 0) * C;
-    float acc[V];
-#pragma unroll
-    for (int v = 0; v < V; v++)
-        acc[v] = 0.0f;
-    sd__warp_use<DT, ABS_VR, NR, 1, true>(pre, xr, n, C, kw, WK, lane, acc);
-    sd__xreduce<V>(acc, lane);
-    if (lane % (32 / V) == 0)
-        part[warp * V + sd__xr_index<V>(lane)] = acc[0];
-    __syncthreads();
-    if ((int)threadIdx.x < RG * V) {
-        const int g = threadIdx.x / V, v = threadIdx.x % V, i = v / NR, r = v % NR;
-        const int j = rows0 + g * ABS_VR + i;
-        if (r < n && j < N) {
-            float s = part[(g * WK) * V + v];
-            for (int q = 1; q < WK; q++)
-                s += part[(g * WK + q) * V + v];
-            y[((size_t)r * Hq + h) * (size_t)N + (size_t)j] = s;
-        }
-    }
-}
-
-template <int DT>
-static void launch_absorb(sd__cuda *c, const att_args *a, const sd_weight *w, float *y, int T,
-                          int N, int wk)
-{
-    const dim3 grid((unsigned)((N + SD__GEMV_WARPS / wk * ABS_VR - 1) / (SD__GEMV_WARPS / wk * ABS_VR)),
-                    (unsigned)a->group);
-    const size_t sm = (size_t)T * (size_t)a->Dv * sizeof(float);
-    if (T == 1)
-        sd__launch(c, mla_absorb_kernel<DT, 1>, grid, SD__GEMV_WARPS * 32, sm, *a, w->data, y, T,
-                   N, wk);
-    else
-        sd__launch(c, mla_absorb_kernel<DT, 2>, grid, SD__GEMV_WARPS * 32, sm, *a, w->data, y, T,
-                   N, wk);
-    SD_LAUNCHED(c, "mla_absorb_kernel");
-}
-
-void sd__cuda_attn_mla_absorb(sd_backend *be, float *y, float *lat, const sd_weight *w,
-                              const float *q_lat, const float *q_pe, const float *c_lat,
-                              const float *k_pe, void *cache, const sd_attn_batch *b, int H,
-                              int C, int R, int qpe_stride, int qpe_head_stride, int ck_stride,
-                              float scale)
-{
-    sd__cuda *c = sd__cuda_op(be);
-    const int T = b->n_tokens;
-    if (!c || T <= 0)
-        return;
-    att_args a = mla_args(lat, q_lat, q_pe, cache, b, H, C, R, qpe_stride, qpe_head_stride, scale);
-    const int N = H > 0 && w->rows % H == 0 ? (int)(w->rows / H) : 0;
-    const int wk = sd__gemv_wk(C), nch = (C + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
-    /* the fused path: 1-2 tokens on mla_dec_kernel, a 16-bit W_UV whose
-     * rows a warp loads in one pass, the ablation switches off */
-    const bool fused = c->mla_absorb && !c_lat && T <= 2 && N > 0 && w->cols == C &&
-                       (w->dtype == SD_DT_BF16 || w->dtype == SD_DT_F16) &&
-                       sd__aligned16(w->data) && C % 8 == 0 && nch <= wk &&
-                       !(c->ablate & (SD__AB_ATTN | SD__AB_MERGE | SD__AB_ABSORB)) &&
-                       mla_dec_takes(c, C, R, cache, &a, T);
-    if (!fused) {
-        sd__cuda_attn_mla(be, lat, q_lat, q_pe, c_lat, k_pe, cache, b, H, C, R, qpe_stride,
-                          qpe_head_stride, ck_stride, scale);
-        sd__cuda_matmul_heads(be, y, lat, w, T, H, H * C, C, 0);
-        return;
-    }
-    launch_mla_dec(c, &a, T, false);
-    if (c->err)
-        return;
-    if (a.S == 1) { /* no split: mla_dec_kernel wrote lat */
-        sd__cuda_matmul_heads(be, y, lat, w, T, H, H * C, C, 0);
-        return;
-    }
-    if (w->dtype == SD_DT_BF16)
-        launch_absorb<SD__BF16>(c, &a, w, y, T, N, wk);
-    else
-        launch_absorb<SD__F16>(c, &a, w, y, T, N, wk);
 }
 
 SD_KTRACE_EXPORT(attention)

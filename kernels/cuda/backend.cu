@@ -358,7 +358,6 @@ static const sd_ops cuda_ops = {
     /* .rmsnorm_matmul = */ NULL, /* runs add_rmsnorm after each sublayer) */
     /* .host_alloc = */ cu_host_alloc,
     /* .host_free = */ cu_host_free,
-    /* .attn_mla_absorb = */ sd__cuda_attn_mla_absorb,
 };
 
 int sd_cuda_make_current(sd_backend *be)
@@ -435,8 +434,6 @@ void sd_cuda_set_moe_down(sd_backend *be, int shape)
 void sd_cuda_set_pdl(sd_backend *be, int on) { sd__cuda_of(be)->pdl = on != 0; }
 
 void sd_cuda_set_route_small(sd_backend *be, int on) { sd__cuda_of(be)->route_small = on != 0; }
-
-void sd_cuda_set_mla_absorb(sd_backend *be, int on) { sd__cuda_of(be)->mla_absorb = on != 0; }
 
 const char *sd_cuda_backend_error(const sd_backend *be)
 {
@@ -584,8 +581,6 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     const char *mdec = getenv("SPECD_MLA_DEC"); /* 0: off (the tensor-core kernel) */
     c->mla_dec = !mdec || strcmp(mdec, "0");
     c->ablate = ablate_mask(getenv("SPECD_ABLATE"));
-    const char *mabs = getenv("SPECD_MLA_ABSORB");
-    c->mla_absorb = !mabs || strcmp(mabs, "0");
     const char *rsmall = getenv("SPECD_ROUTE_SMALL");
     c->route_small = !rsmall || strcmp(rsmall, "0");
     cudaDeviceProp p;

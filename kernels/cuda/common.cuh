@@ -90,9 +90,6 @@ typedef struct sd__cuda {
      * the second, 2 heads a block, took V2-Lite's attention from 13.4 to
      * 4.0 us a layer: NOTES.md, session 11) */
     int mla_dec;
-    /* attn_mla_absorb's split-KV merge inside the absorb GEMV (attention.cu;
-     * SPECD_MLA_ABSORB=0: the merge kernel and matmul_heads; the same bits) */
-    int mla_absorb;
     /* moe_route for E <= 64 without group limits on moe_route_small_kernel
      * (SPECD_ROUTE_SMALL=0: moe_route_kernel; the same bits) */
     int route_small;
@@ -455,11 +452,6 @@ void sd__cuda_attn_mla(sd_backend *be, float *out, const float *q_lat, const flo
                        const float *c, const float *k_pe, void *cache, const sd_attn_batch *b, int H,
                        int C, int R, int qpe_stride, int qpe_head_stride, int ck_stride,
                        float scale);
-void sd__cuda_attn_mla_absorb(sd_backend *be, float *y, float *lat, const sd_weight *w,
-                              const float *q_lat, const float *q_pe, const float *c_lat,
-                              const float *k_pe, void *cache, const sd_attn_batch *b, int H,
-                              int C, int R, int qpe_stride, int qpe_head_stride, int ck_stride,
-                              float scale);
 void sd__cuda_moe_route(sd_backend *be, int32_t *ids, float *wts, const float *logits,
                         const float *bias, int n, const sd_moe_route *r);
 void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t *ids,

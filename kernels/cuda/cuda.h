@@ -91,11 +91,6 @@ void sd_cuda_set_moe_down(sd_backend *be, int shape);
  * general kernel). The same bits either way. */
 void sd_cuda_set_route_small(sd_backend *be, int on);
 
-/* attn_mla_absorb of 1-2 tokens with the split attention's merge inside the
- * absorb GEMV (attention.cu; on by default, SPECD_MLA_ABSORB=0 or this call:
- * the merge kernel then matmul_heads). The same bits either way. */
-void sd_cuda_set_mla_absorb(sd_backend *be, int on);
-
 /* Kernels as programmatic dependent launches (sm_90: the next kernel's
  * blocks wait on the GPU instead of being launched when this one ends;
  * kernels/cuda/common.cuh): on by default since every kernel asks for

@@ -126,9 +126,7 @@ __device__ __forceinline__ void sd__warp_load(sd__w8raw<DT> (&raw)[U][VR], const
     }
 }
 
-/* XSH: the activation rows are in shared memory (plain loads; __ldg is for
- * global memory only) */
-template <int DT, int VR, int NR, int U, bool XSH = false>
+template <int DT, int VR, int NR, int U>
 __device__ __forceinline__ void sd__warp_use(const sd__w8raw<DT> (&raw)[U][VR],
                                              const float *const (&xr)[NR], int nr, int K, int c,
                                              int cstep, int lane, float (&acc)[VR * NR])
@@ -147,7 +145,7 @@ __device__ __forceinline__ void sd__warp_use(const sd__w8raw<DT> (&raw)[U][VR],
         for (int r = 0; r < NR; r++) {
             if (r < nr) {
                 const float4 *xp = (const float4 *)(xr[r] + k);
-                float4 a = XSH ? xp[0] : __ldg(xp), b = XSH ? xp[1] : __ldg(xp + 1);
+                float4 a = __ldg(xp), b = __ldg(xp + 1);
 #pragma unroll
                 for (int i = 0; i < VR; i++)
                     acc[i * NR + r] = sd__fma8(wf[i], a, b, acc[i * NR + r]);

@@ -1106,12 +1106,11 @@ static int attention_mla(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
     /* the latent's norm, both ropes and the cache store in one op */
     op->mla_prep(be, ckv, W, q + nope, qs, qk, &L->kv_a_norm, MLA_NORM_EPS, L->kc, ab, &m->rope,
                  H, C, R);
-    /* absorbed: q_lat = W_UK^T q_nope per head */
+    /* absorbed: q_lat = W_UK^T q_nope per head; attend over the latent cache */
     op->matmul_heads(be, m->qlat, q, &L->wuk_t, T, H, qs, qk, 0);
-    /* attend over the latent cache, then out = W_UV lat per head (one op
-     * where the backend fuses the split attention's merge into it) */
-    sd_attn_mla_absorb(be, m->att, m->lat, &L->wuv, m->qlat, q + nope, NULL, NULL, L->kc, ab, H,
-                       C, R, qs, qk, W, m->attn_scale);
+    op->attn_mla(be, m->lat, m->qlat, q + nope, NULL, NULL, L->kc, ab, H, C, R, qs, qk, W,
+                 m->attn_scale);
+    op->matmul_heads(be, m->att, m->lat, &L->wuv, T, H, H * C, C, 0);
     return out_proj(m, m->ao, m->att, &L->wo, NULL, T, H * vd);
 }
 

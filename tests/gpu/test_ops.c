@@ -1070,92 +1070,6 @@ TEST(attn_mla_decode_kernel_matches_the_cpu)
     ASSERT(ok);
 }
 
-/* attn_mla_absorb (W_UV a head: N = 128 rows of the 512 latent): bit for
- * bit the GPU's attn_mla followed by its matmul_heads, within the
- * attention's bound of the CPU's two ops. Steps of 1-2 tokens on the
- * decode kernel merge inside the absorb and leave lat unwritten (checked:
- * the fused path ran); 4 tokens take the two ops (lat written). */
-static int absorb_case(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew,
-                       int H)
-{
-    const int C = 512, R = 64, nope = 128, qk = nope + R, row = C + R, N = 128;
-    tbatch b;
-    tbatch_make(e, &b, n_seq, ctx, nnew, 16);
-    const int T = b.T;
-    tw w;
-    if (tw_make(e, &w, SD_DT_BF16, (int64_t)H * N, C, 0.5f)) {
-        tbatch_free(e, &b);
-        return report("attn_mla_absorb: weight upload", INFINITY, 0);
-    }
-    size_t mql = (size_t)T * H * C, mq = (size_t)T * H * qk, mc = (size_t)b.n_slots * row;
-    size_t mo = (size_t)T * H * N;
-    float *qlat = rnd_floats(e, mql, -1, 1), *q = rnd_floats(e, mq, -1, 1);
-    float *cache = rnd_floats(e, mc, -1, 1);
-    float *dqlat = (float *)gput(e, qlat, mql * 4), *dq = (float *)gput(e, q, mq * 4);
-    float *dcache = (float *)gput(e, cache, mc * 4);
-    float *dy = gpoison(e, mo), *dlat = gpoison(e, mql), *dy2 = gpoison(e, mo);
-    float *dlat2 = gpoison(e, mql);
-    float *clat = (float *)malloc(mql * sizeof(float)), *cy = (float *)malloc(mo * sizeof(float));
-    const float scale = 1.0f / sqrtf((float)qk);
-    e->cpu->ops->attn_mla(e->cpu, clat, qlat, q + nope, NULL, NULL, cache, &b.hb, H, C, R, H * qk,
-                          qk, row, scale);
-    e->cpu->ops->matmul_heads(e->cpu, cy, clat, &w.c, T, H, H * C, C, 0);
-    e->gpu->ops->attn_mla_absorb(e->gpu, dy, dlat, &w.g, dqlat, dq + nope, NULL, NULL, dcache,
-                                 &b.db, H, C, R, H * qk, qk, row, scale);
-    e->gpu->ops->attn_mla(e->gpu, dlat2, dqlat, dq + nope, NULL, NULL, dcache, &b.db, H, C, R,
-                          H * qk, qk, row, scale);
-    e->gpu->ops->matmul_heads(e->gpu, dy2, dlat2, &w.g, T, H, H * C, C, 0);
-    char name[200];
-    snprintf(name, sizeof name, "attn_mla_absorb %s T=%d max_pos=%d H=%d", what, T, b.max_pos, H);
-    int ok = check_dev(e, dy, cy, mo, 1e-4, name);
-    float *gy = gget(e, dy, mo), *gy2 = gget(e, dy2, mo), *gl = gget(e, dlat, mql);
-    long bits = gy && gy2 ? 0 : (long)mo, written = 0;
-    for (size_t i = 0; gy && gy2 && i < mo; i++)
-        bits += memcmp(&gy[i], &gy2[i], sizeof(float)) != 0;
-    ok &= reportf((double)bits, 0, "attn_mla_absorb %s: the bits of attn_mla + matmul_heads", what);
-    for (size_t i = 0; gl && i < mql; i++)
-        written += !isnan(gl[i]);
-    /* the merge ran in the absorb (1-2 tokens): lat keeps its poison */
-    ok &= reportf(T <= 2 ? (double)written : (double)(written != (long)mql), 0,
-                  "attn_mla_absorb %s: %s", what,
-                  T <= 2 ? "merged inside the absorb (lat untouched)" : "two ops (lat written)");
-    free(gy);
-    free(gy2);
-    free(gl);
-    float *hs[] = {qlat, q, cache, clat, cy};
-    for (size_t i = 0; i < SD_ARRAY_LEN(hs); i++)
-        free(hs[i]);
-    float *ds[] = {dqlat, dq, dcache, dy, dlat, dy2, dlat2};
-    for (size_t i = 0; i < SD_ARRAY_LEN(ds); i++)
-        gfree(e, ds[i]);
-    tw_free(e, &w);
-    tbatch_free(e, &b);
-    return ok;
-}
-
-TEST(attn_mla_absorb_merges_inside_the_absorb_with_the_bits_of_the_two_ops)
-{
-    gpu_env e;
-    GPU_OPEN(e);
-    int ok = 1;
-    int c1[1] = {100}, n1[1] = {1};
-    ok &= absorb_case(&e, "decode (<= 8 chunks)", 1, c1, n1, 16);
-    int c2[1] = {4000}, n2[1] = {1};
-    ok &= absorb_case(&e, "long decode (> 8 chunks)", 1, c2, n2, 16);
-    int c3[1] = {1}, n3[1] = {1};
-    ok &= absorb_case(&e, "decode ctx 1", 1, c3, n3, 16);
-    int c4[2] = {300, 17}, n4[2] = {1, 1};
-    ok &= absorb_case(&e, "two decodes", 2, c4, n4, 16);
-    int c5[1] = {50}, n5[1] = {2};
-    ok &= absorb_case(&e, "2-token verify", 1, c5, n5, 16);
-    ok &= absorb_case(&e, "decode v3 heads", 1, c1, n1, 128);
-    ok &= absorb_case(&e, "decode 5 heads", 1, c2, n2, 5);
-    int c6[1] = {80}, n6[1] = {4};
-    ok &= absorb_case(&e, "4-token verify", 1, c6, n6, 16);
-    gpu_env_close(&e);
-    ASSERT(ok);
-}
-
 /* A token of a k+1-token verify step and the same token decoded alone
  * (same cache rows, same inputs): the tensor-core kernel's chunking depends
  * on the head layout, not on the step's tokens, so the bits are equal. */
@@ -2780,7 +2694,6 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(matmul_heads_matches_the_cpu), T(attn_gqa_matches_the_cpu_on_ragged_paged_batches),
           T(rope_kv_and_mla_prep_match_the_cpu_on_ragged_paged_batches),
           T(attn_gqa_matches_the_cpu_on_long_contexts), T(attn_mla_decode_kernel_matches_the_cpu),
-          T(attn_mla_absorb_merges_inside_the_absorb_with_the_bits_of_the_two_ops),
           T(attn_mla_matches_the_cpu_on_ragged_and_long_contexts),
           T(attn_mla_on_tensor_cores_matches_the_cpu_within_bf16_rounding),
           T(attn_mla_on_tensor_cores_gives_a_token_the_same_bits_in_decode_and_verify),
