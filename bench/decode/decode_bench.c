@@ -357,6 +357,7 @@ typedef struct result {
     long long eager_passes, graph_cache_full; /* proposer passes in the window */
     long long plain_steps; /* target steps without the proposer's hidden states */
     long long draft_phases, draft_learnt; /* drafting phases; those adaptive k learnt from */
+    long long draft_oneoff; /* drafting phases left out for a shape's first proposer pass */
     double mean_context; /* tokens of context per sequence, mean over the window */
     /* tensor parallel: collectives per engine step between the snapshots */
     int tp;
@@ -511,6 +512,7 @@ static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int m
         r->plain_steps = (long long)(s1.spec_plain_steps - s0.spec_plain_steps);
         r->draft_phases = (long long)(s1.spec_draft_phases - s0.spec_draft_phases);
         r->draft_learnt = (long long)(s1.spec_draft_observed - s0.spec_draft_observed);
+        r->draft_oneoff = (long long)(s1.spec_draft_oneoff - s0.spec_draft_oneoff);
         uint64_t vs = s1.spec.steps - s0.spec.steps;
         r->mean_len = vs ? (double)(s1.spec.emitted - s0.spec.emitted) / (double)vs : 1.0;
         for (int p = 0; p < 16; p++) {
@@ -789,6 +791,7 @@ int main(int argc, char **argv)
             json_object_set_new(x, "target_plain_steps", json_integer(r->plain_steps));
             json_object_set_new(x, "draft_phases", json_integer(r->draft_phases));
             json_object_set_new(x, "draft_phases_learnt", json_integer(r->draft_learnt));
+            json_object_set_new(x, "draft_phases_oneoff", json_integer(r->draft_oneoff));
         }
         json_object_set_new(x, "ttft_s", json_real(r->ttft_s));
         json_object_set_new(x, "second_token_s", json_real(r->second_token_s));

@@ -537,6 +537,7 @@ static void publish_stats(sd_engine *e, int stepped)
     e->stats.spec_plain_steps = e->plain_steps;
     e->stats.spec_draft_phases = e->draft_phases;
     e->stats.spec_draft_observed = e->draft_observed;
+    e->stats.spec_draft_oneoff = e->draft_oneoff;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -885,8 +886,9 @@ static int engine_step(sd_engine *e)
         e->stats.spec_k_last = k;
         e->stats.spec_k_steps[k < 16 ? k : 16]++;
         pthread_mutex_unlock(&e->mu);
-        uint64_t d0 = sd_now_ns();
+        uint64_t d0 = sd_now_ns(), oneoff0 = e->prop_oneoff;
         rc = sd__spec_step(e, &s, k, &err);
+        int oneoff = e->prop_oneoff != oneoff0;
         double t_draft = (double)(sd_now_ns() - d0) * 1e-9;
         if (rc) {
             sd_log_error("proposer failed: %s", err.msg);
@@ -903,10 +905,17 @@ static int engine_step(sd_engine *e)
          * learns the target's from: none with prompt rows, whose catch-up
          * pass runs the prompt chunk through the proposer (on a fresh
          * batch those were most of k = 1's first times, and the inflated
-         * point turned speculation off for good: NOTES.md, session 11) */
+         * point turned speculation off for good: NOTES.md, session 11);
+         * and none with a proposer pass that was its graph shape's first
+         * run or capture (a batch's tail: each finish gives a new shape,
+         * and on the H200 the bundled model's k = 2..4 phases were learnt
+         * at twice their cost there, which turned speculation off for the
+         * next batch: NOTES.md, session 12) */
         if (nd > 0) {
             e->draft_phases++;
-            if (!probe && !prompt_rows) {
+            if (oneoff && !probe && !prompt_rows) {
+                e->draft_oneoff++;
+            } else if (!probe && !prompt_rows) {
                 sd__plan_observe(e, 1, nd, k, t_draft);
                 e->draft_observed++;
             }

@@ -116,8 +116,10 @@ typedef struct sd_engine_stats {
     uint64_t spec_plain_steps;
     /* drafting phases (a request drafted), and of those the ones adaptive
      * k learnt the drafting cost from (no prompt rows in the step, not a
-     * probe of requests admitted with speculation off) */
-    uint64_t spec_draft_phases, spec_draft_observed;
+     * probe of requests admitted with speculation off, no proposer pass
+     * that was its graph shape's first run or capture), and the phases left
+     * out for such a one-off pass */
+    uint64_t spec_draft_phases, spec_draft_observed, spec_draft_oneoff;
 } sd_engine_stats;
 
 /* Loads the model named by o->model (NULL/empty: the bundled model), the

@@ -193,8 +193,11 @@ struct sd_engine {
     /* proposer passes run eagerly (a shape's first pass, no graph for its
      * size), and of those the ones whose shape found the graph cache full */
     uint64_t prop_eager, prop_cache_full;
+    /* proposer passes that were a graph shape's first run (eager, making
+     * GEMM plans) or its capture: one-off costs, not a drafting phase's */
+    uint64_t prop_oneoff;
     uint64_t plain_steps; /* target steps without the proposer's hidden states */
-    uint64_t draft_phases, draft_observed; /* sd_engine_stats.spec_draft_* */
+    uint64_t draft_phases, draft_observed, draft_oneoff; /* sd_engine_stats.spec_draft_* */
     int pad_seq;        /* block-table row of padding rows: the trash block */
     int32_t trash_slot; /* first slot of the trash block (past the pool's) */
     sd_synthetic synth; /* --synthetic-accept (benchmarks only; n == 0: off) */

@@ -336,6 +336,8 @@ static int pgraph_run(sd_engine *e, sd_pgraph *g, int (*fn)(sd_engine *, void *,
 {
     const sd_ops *op = e->be->ops;
     sd_comm *comm = e->tp ? sd__tp_comm(e->tp) : NULL;
+    if (g && !g->graph)
+        e->prop_oneoff++; /* the shape's first run, or its capture */
     if (g && !g->graph && g->seen) {
         /* the collectives of the capture run at each replay, not now */
         struct capture_ctx cx = {fn, ctx, &g->graph};

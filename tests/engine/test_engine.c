@@ -552,6 +552,9 @@ TEST(adaptive_k_learns_drafting_costs_only_from_steps_without_prompt_rows)
     ASSERT_GT(st.spec_draft_observed, 0);
     ASSERT_GE(st.spec_draft_phases - st.spec_draft_observed, 1);
     ASSERT_LE(st.spec_draft_phases - st.spec_draft_observed, 3);
+    /* no graphs on the CPU: every proposer pass runs eagerly, none is a
+     * graph shape's one-off, and no phase is left out for one */
+    ASSERT_EQ(st.spec_draft_oneoff, 0);
 }
 
 /* A request's stop token ids end it like eos (a chat template's end of turn). */
