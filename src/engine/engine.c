@@ -651,6 +651,7 @@ static int fetch_dev_accept(sd_engine *e)
 /* One engine step. Returns 1 if work was done. */
 static int engine_step(sd_engine *e)
 {
+    const uint64_t step0 = sd_now_ns();
     take_incoming(e);
     sd_err perr = {0};
     if (sd__plan_exchange(e, &perr)) {
@@ -815,6 +816,7 @@ static int engine_step(sd_engine *e)
     if (!prompt_rows)
         sd__plan_observe(e, 0, s.T, 0, t_target);
     e->verify_s_total += t_target;
+    double t_draft = 0; /* the drafting phase's part of the step */
     /* 4. accept / sample / stream */
     for (int i = 0; i < s.n_seq; i++) {
         req *r = s.seqs[i];
@@ -889,7 +891,7 @@ static int engine_step(sd_engine *e)
         uint64_t d0 = sd_now_ns(), oneoff0 = e->prop_oneoff;
         rc = sd__spec_step(e, &s, k, &err);
         int oneoff = e->prop_oneoff != oneoff0;
-        double t_draft = (double)(sd_now_ns() - d0) * 1e-9;
+        t_draft = (double)(sd_now_ns() - d0) * 1e-9;
         if (rc) {
             sd_log_error("proposer failed: %s", err.msg);
             for (int i = 0; i < s.n_seq; i++)
@@ -924,6 +926,12 @@ static int engine_step(sd_engine *e)
     }
     reap(e);
     publish_stats(e, 1);
+    /* adaptive k: the rest of the step's wall time, which every step pays
+     * drafting or not (learnt from the steps the target's cost is) */
+    if (e->spec != SD_SPEC_NONE && e->spec_k < 0 && !prompt_rows) {
+        double t_host = (double)(sd_now_ns() - step0) * 1e-9 - t_target - t_draft;
+        sd__plan_observe(e, 2, s.n_seq, 0, t_host > 0 ? t_host : 0);
+    }
     return 1;
 }
 
