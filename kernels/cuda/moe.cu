@@ -81,6 +81,35 @@ __device__ __forceinline__ void route_rank_topk(const float *choice, const float
     }
 }
 
+/* Token t's row of ids and weights from its K picks (sel, selw: expert and
+ * score by slot, in shared memory): the routed slots' scores summed in slot
+ * order, as the CPU sums (every lane alike), normalized and scaled, then
+ * the always-on slots (ids E.., weight 1); the lanes write the row at once. */
+__device__ __forceinline__ void route_write_row(int32_t *ids, float *wts, const int *sel,
+                                                const float *selw, const sd_moe_route &r, int t,
+                                                int lane)
+{
+    const int E = r.n_experts, K = r.top_k;
+    float sum = 0;
+    for (int k = 0; k < K; k++)
+        sum += selw[k];
+    const int W = K + (r.n_always > 0 ? r.n_always : 0); /* a token's row: routed, always-on */
+    int32_t *io = ids + (size_t)t * (size_t)W;
+    float *wo = wts + (size_t)t * (size_t)W;
+    for (int k = lane; k < W; k += 32) {
+        if (k < K) {
+            float w = selw[k];
+            if (r.norm_topk_prob)
+                w /= (sum + 1e-20f);
+            io[k] = sel[k];
+            wo[k] = w * r.routed_scaling_factor;
+        } else {
+            io[k] = E + (k - K);
+            wo[k] = 1.0f;
+        }
+    }
+}
+
 /* One warp a token. Shared memory (the launcher's size): scores, choice,
  * group scores (E floats each), the K picks and their scores, the taken
  * and group flags (E bytes each). The picks stay in shared memory until
@@ -163,24 +192,7 @@ __global__ void moe_route_kernel(int32_t *ids, float *wts, const float *logits, 
         }
     }
     __syncwarp();
-    float sum = 0; /* in slot order, as the CPU sums: every lane alike */
-    for (int k = 0; k < K; k++)
-        sum += selw[k];
-    const int W = K + (r.n_always > 0 ? r.n_always : 0); /* a token's row: routed, always-on */
-    int32_t *io = ids + (size_t)t * (size_t)W;
-    float *wo = wts + (size_t)t * (size_t)W;
-    for (int k = lane; k < W; k += 32) {
-        if (k < K) {
-            float w = selw[k];
-            if (r.norm_topk_prob)
-                w /= (sum + 1e-20f);
-            io[k] = sel[k];
-            wo[k] = w * r.routed_scaling_factor;
-        } else {
-            io[k] = E + (k - K);
-            wo[k] = 1.0f;
-        }
-    }
+    route_write_row(ids, wts, sel, selw, r, t, lane);
 }
 
 /* moe_route for E <= 64 without group limits (V2-Lite: 64 experts, one
@@ -269,24 +281,7 @@ __global__ void moe_route_small_kernel(int32_t *ids, float *wts, const float *lo
         selw[r1] = s1;
     }
     __syncwarp();
-    float sum = 0; /* in slot order, as the CPU sums: every lane alike */
-    for (int k = 0; k < K; k++)
-        sum += selw[k];
-    const int W = K + (r.n_always > 0 ? r.n_always : 0); /* a token's row: routed, always-on */
-    int32_t *io = ids + (size_t)t * (size_t)W;
-    float *wo = wts + (size_t)t * (size_t)W;
-    for (int k = lane; k < W; k += 32) {
-        if (k < K) {
-            float w = selw[k];
-            if (r.norm_topk_prob)
-                w /= (sum + 1e-20f);
-            io[k] = sel[k];
-            wo[k] = w * r.routed_scaling_factor;
-        } else {
-            io[k] = E + (k - K);
-            wo[k] = 1.0f;
-        }
-    }
+    route_write_row(ids, wts, sel, selw, r, t, lane);
 }
 
 /* SPECD_ABLATE=route: token t's row gets experts t * W + k (mod E) with

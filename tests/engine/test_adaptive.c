@@ -522,38 +522,37 @@ TEST(a_draft_for_one_request_of_eight_must_pay_for_the_whole_step)
  * wins (102 against 87 tokens a ms), and speculation went off; but each
  * step also spent 0.16 ms on the host, and with it the model predicts the
  * runs (plain 67.7 tokens a ms, measured 67.3; k = 2 74.7, measured
- * 74.5-76.4 with k 2-4): drafting pays once the host's part is learnt. */
+ * 74.5-76.4 with k 2-4): drafting pays once the host's part is learnt.
+ * h200_eagle3_b32: a fresh controller with the log's target and drafting
+ * points, a host part of host_s a step at batch 32 (0: none measured), and
+ * its acceptance. */
+static void h200_eagle3_b32(sd_adaptive *a, sd_accept_stats *acc, double host_s)
+{
+    fresh(a, acc);
+    for (int i = 0; i < 8; i++) {
+        sd_adaptive_observe_target(a, 32, 0.313e-3);
+        sd_adaptive_observe_target(a, 64, 0.381e-3);
+        sd_adaptive_observe_target(a, 96, 0.449e-3);
+        for (int k = 1; k <= 2; k++)
+            sd_adaptive_observe_draft(a, 32, k, 0.543e-3);
+        if (host_s > 0)
+            sd_adaptive_observe_host(a, 32, host_s);
+    }
+    for (int i = 0; i < 1000; i++) /* P(first 1) 0.935, P(first 2) 0.753 */
+        sd_accept_stats_add(acc, 2, i < 65 ? 0 : i < 247 ? 1 : 2);
+}
+
 TEST(the_host_part_of_a_step_counts_once_a_step_drafting_or_not)
 {
     sd_adaptive a;
     sd_accept_stats acc;
-    fresh(&a, &acc);
-    for (int i = 0; i < 8; i++) {
-        sd_adaptive_observe_target(&a, 32, 0.313e-3);
-        sd_adaptive_observe_target(&a, 64, 0.381e-3);
-        sd_adaptive_observe_target(&a, 96, 0.449e-3);
-        sd_adaptive_observe_draft(&a, 32, 1, 0.543e-3);
-        sd_adaptive_observe_draft(&a, 32, 2, 0.543e-3);
-    }
-    for (int i = 0; i < 1000; i++) /* P(first 1) 0.935, P(first 2) 0.753 */
-        sd_accept_stats_add(&acc, 2, i < 65 ? 0 : i < 247 ? 1 : 2);
+    h200_eagle3_b32(&a, &acc, 0);
     ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 0);
-    for (int i = 0; i < 8; i++)
-        sd_adaptive_observe_host(&a, 32, 0.16e-3);
+    h200_eagle3_b32(&a, &acc, 0.16e-3);
     ASSERT_GE(sd_adaptive_best_k(&a, &acc, 32), 2);
     /* a host part that is small next to the step (a large model's) leaves
      * the choice to the other two */
-    fresh(&a, &acc);
-    for (int i = 0; i < 8; i++) {
-        sd_adaptive_observe_target(&a, 32, 0.313e-3);
-        sd_adaptive_observe_target(&a, 64, 0.381e-3);
-        sd_adaptive_observe_target(&a, 96, 0.449e-3);
-        sd_adaptive_observe_draft(&a, 32, 1, 0.543e-3);
-        sd_adaptive_observe_draft(&a, 32, 2, 0.543e-3);
-        sd_adaptive_observe_host(&a, 32, 0.005e-3);
-    }
-    for (int i = 0; i < 1000; i++)
-        sd_accept_stats_add(&acc, 2, i < 65 ? 0 : i < 247 ? 1 : 2);
+    h200_eagle3_b32(&a, &acc, 0.005e-3);
     ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 0);
 }
 
