@@ -344,7 +344,7 @@ typedef struct result {
     int batch, rep;
     double decode_tok_s, per_req_tok_s, window_s, ttft_s, wall_s, second_token_s;
     long long window_tokens;
-    double step_ms, draft_ms, verify_ms;
+    double step_ms, draft_ms, verify_ms, host_ms;
     long long engine_steps, window_steps;
     double mean_len;
     double acc_at[16];
@@ -482,6 +482,7 @@ static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int m
         if (steps > 0) {
             r->draft_ms = 1e3 * (s1.spec.draft_s - s0.spec.draft_s) / (double)steps;
             r->verify_ms = 1e3 * (s1.spec.verify_s - s0.spec.verify_s) / (double)steps;
+            r->host_ms = 1e3 * (s1.spec.host_s - s0.spec.host_s) / (double)steps;
         }
         r->tp = s1.tp;
         if (steps > 0 && s1.tp > 1) {
@@ -775,6 +776,7 @@ int main(int argc, char **argv)
         json_object_set_new(x, "step_ms", json_real(r->step_ms));
         json_object_set_new(x, "draft_ms_per_step", json_real(r->draft_ms));
         json_object_set_new(x, "verify_ms_per_step", json_real(r->verify_ms));
+        json_object_set_new(x, "host_ms_per_step", json_real(r->host_ms));
         json_object_set_new(x, "mean_accepted_length", json_real(r->mean_len));
         json_t *pa = json_array();
         for (int p = 0; p < r->n_pos; p++)

@@ -234,14 +234,6 @@ void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs)
     a->draft_steps++;
 }
 
-void sd_adaptive_observe_host(sd_adaptive *a, int batch, double secs)
-{
-    if (batch <= 0 || !(secs >= 0))
-        return;
-    a->host.now = a->steps;
-    sd_curve_add(&a->host, sd_row_bucket(batch), secs);
-}
-
 /* Pseudo-observations behind each position's prior. The prior of position
  * k's acceptance (given the first k - 1 accepted) is position k - 1's
  * estimate (0.5 for the first): a position never drafted is expected to do
@@ -344,9 +336,7 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
     const int hope = z > 0;
     double cum = 1, expect = 1, prev_rate = 1, prev_cond = 0.5;
     int best_k = 0;
-    /* the host's part of a step: the same at every k (none measured yet: 0) */
-    double th = a->host.n ? curve_eval(&a->host, sd_row_bucket(batch), NULL, 0) : 0;
-    double t0 = curve_eval(&a->target, sd_row_bucket(batch), NULL, 0) + th;
+    double t0 = curve_eval(&a->target, sd_row_bucket(batch), NULL, 0);
     double best = batch / (t0 > 0 ? t0 : 1e-9);
     /* at most one k past the measured ones: beyond the last measured row
      * count the curve only extrapolates, and a falling last segment (noise,
@@ -376,14 +366,14 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
         expect += cum;
         double tt = curve_eval(&a->target, sd_row_bucket(step_rows(batch, drafting, k)), NULL, 0);
         double td = curve_eval(&a->draft, k, NULL, hope);
-        double cost = tt + td + th;
+        double cost = tt + td;
         double thr = (batch - drafting + drafting * expect) / (cost > 0 ? cost : 1e-9);
         if (trace)
             sd_log_debug("adaptive k:   k %d: drafted %.0f, P(first k accepted) %.3f, expect %.2f, "
-                         "%d of %d drafting, target %.3f ms + draft %.3f ms + host %.3f ms: "
-                         "%.3f tok/ms (k 0: %.3f ms, %.3f)",
-                         k, prop, rate, expect, drafting, batch, 1e3 * tt, 1e3 * td, 1e3 * th,
-                         thr / 1e3, 1e3 * t0, 1e-3 * batch / t0);
+                         "%d of %d drafting, target %.3f ms + draft %.3f ms: %.3f tok/ms "
+                         "(k 0: %.3f ms, %.3f)",
+                         k, prop, rate, expect, drafting, batch, 1e3 * tt, 1e3 * td, thr / 1e3,
+                         1e3 * t0, 1e-3 * batch / t0);
         if (thr > best * 1.02) {
             best = thr;
             best_k = k;

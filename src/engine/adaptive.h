@@ -1,12 +1,10 @@
 /* engine/adaptive: the draft length k that maximises tokens per second.
  *
  * Per step, with b running requests, drafting k tokens each costs
- *   target(b (k + 1)) + draft(k) + host(b)
+ *   target(b (k + 1)) + draft(k)
  * and yields 1 + sum_{j<=k} P(the first j drafts accepted) tokens each.
  * target(T) is a measured cost curve over a step's token rows, draft(k) one
- * over k, host(b) one over the batch (the step's wall time less the other
- * two: what every step pays on the host, drafting or not), and the
- * acceptance comes from the engine-wide per-position counts.
+ * over k, and the acceptance comes from the engine-wide per-position counts.
  *
  * The curves are made to survive what real steps look like:
  *   - a shape's first steps carry one-off costs (an eager pass that makes
@@ -96,12 +94,6 @@ double sd_curve_at(const sd_curve *c, double x, int *n_trusted);
 typedef struct sd_adaptive {
     sd_curve target; /* a decode/verify step's time vs its token rows' bucket */
     sd_curve draft;  /* a drafting phase's time vs k: catch-up + first draft, then a pass each */
-    /* the rest of a step's wall time (scheduling, accepting, streaming,
-     * the engine's bookkeeping) vs its batch's bucket: paid once a step,
-     * drafting or not, so fewer steps a token save it too (the bundled
-     * model on an H200 at batch 32: 0.16 ms next to a 0.31 ms target
-     * step, which made plain decode look 1.5x faster than it ran) */
-    sd_curve host;
     uint64_t steps;  /* target steps seen */
     uint64_t draft_steps; /* drafting phases seen */
     uint64_t picks;
@@ -113,8 +105,6 @@ typedef struct sd_adaptive {
 void sd_adaptive_init(sd_adaptive *a, int k_max);
 void sd_adaptive_observe_target(sd_adaptive *a, int tokens, double secs);
 void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs);
-/* a step of `batch` requests took secs besides its target and drafting parts */
-void sd_adaptive_observe_host(sd_adaptive *a, int batch, double secs);
 /* the k of most tokens per second at this batch (0 = do not draft) */
 int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch);
 /* 1 when the costs of k = 0 and 1 at this batch were measured.

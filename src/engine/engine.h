@@ -51,6 +51,9 @@ typedef struct sd_spec_stats {
     uint64_t accepted_at[16]; /* accepted at draft position i (0-based) */
     uint64_t proposed_at[16]; /* proposed at draft position i */
     double draft_s, verify_s; /* time in draft and verify */
+    /* engine-wide only: the rest of the steps' wall time (scheduling,
+     * accepting, streaming, the engine's bookkeeping) */
+    double host_s;
 } sd_spec_stats;
 
 typedef struct sd_req_stats {

@@ -175,7 +175,7 @@ struct sd_engine {
     sd_adaptive adapt;
     sd_mem_plan plan;
     sd_accept_stats acc_all; /* engine-wide, engine thread only */
-    double draft_s_total, verify_s_total;
+    double draft_s_total, verify_s_total, host_s_total;
     int zero_k_steps; /* consecutive steps adaptive k chose 0 */
     unsigned n_admitted_off; /* requests admitted while speculation was off */
     /* padded steps and CUDA graphs (graphs.c) */
@@ -225,9 +225,8 @@ int sd__plan_exchange(sd_engine *e, sd_err *err);
 void sd__plan_send_quit(sd_engine *e);
 /* every node: n_blocks := the smallest of the nodes' */
 int sd__plan_agree_blocks(sd_engine *e, int *n_blocks, sd_err *err);
-/* a timing for the adaptive draft length (kind 0: a target step of a rows;
- * 1: a drafting phase of a requests at k = b; 2: a step's host part at a
- * batch of a): applied now on one node, through the next plan on several */
+/* a timing for the adaptive draft length: applied now on one node, through
+ * the next plan on several */
 void sd__plan_observe(sd_engine *e, int kind, int a, int b, double secs);
 /* engine.c: a request checked and built (not queued); queued as waiting */
 req *sd__engine_req_new(sd_engine *e, const int32_t *prompt, int n_prompt,

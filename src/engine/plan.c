@@ -170,10 +170,8 @@ static void apply_obs(sd_engine *e, const sd_plan_obs *o)
 {
     if (o->kind == 0)
         sd_adaptive_observe_target(&e->adapt, o->a, o->secs);
-    else if (o->kind == 1)
-        sd_adaptive_observe_draft(&e->adapt, o->a, o->b, o->secs);
     else
-        sd_adaptive_observe_host(&e->adapt, o->a, o->secs);
+        sd_adaptive_observe_draft(&e->adapt, o->a, o->b, o->secs);
 }
 
 void sd__plan_observe(sd_engine *e, int kind, int a, int b, double secs)

@@ -515,47 +515,6 @@ TEST(a_draft_for_one_request_of_eight_must_pay_for_the_whole_step)
     ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 8, 1), 0);
 }
 
-/* The bundled model's EAGLE-3 head on an H200 at batch 32 (its debug log,
- * NOTES.md session 12): a plain step's target part 0.313 ms, k = 1 and 2
- * 0.381 and 0.449 ms with a 0.543 ms drafting phase, 0.935 and 0.753 of
- * the first one and two drafts accepted. On those parts alone plain decode
- * wins (102 against 87 tokens a ms), and speculation went off; but each
- * step also spent 0.16 ms on the host, and with it the model predicts the
- * runs (plain 67.7 tokens a ms, measured 67.3; k = 2 74.7, measured
- * 74.5-76.4 with k 2-4): drafting pays once the host's part is learnt.
- * h200_eagle3_b32: a fresh controller with the log's target and drafting
- * points, a host part of host_s a step at batch 32 (0: none measured), and
- * its acceptance. */
-static void h200_eagle3_b32(sd_adaptive *a, sd_accept_stats *acc, double host_s)
-{
-    fresh(a, acc);
-    for (int i = 0; i < 8; i++) {
-        sd_adaptive_observe_target(a, 32, 0.313e-3);
-        sd_adaptive_observe_target(a, 64, 0.381e-3);
-        sd_adaptive_observe_target(a, 96, 0.449e-3);
-        for (int k = 1; k <= 2; k++)
-            sd_adaptive_observe_draft(a, 32, k, 0.543e-3);
-        if (host_s > 0)
-            sd_adaptive_observe_host(a, 32, host_s);
-    }
-    for (int i = 0; i < 1000; i++) /* P(first 1) 0.935, P(first 2) 0.753 */
-        sd_accept_stats_add(acc, 2, i < 65 ? 0 : i < 247 ? 1 : 2);
-}
-
-TEST(the_host_part_of_a_step_counts_once_a_step_drafting_or_not)
-{
-    sd_adaptive a;
-    sd_accept_stats acc;
-    h200_eagle3_b32(&a, &acc, 0);
-    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 0);
-    h200_eagle3_b32(&a, &acc, 0.16e-3);
-    ASSERT_GE(sd_adaptive_best_k(&a, &acc, 32), 2);
-    /* a host part that is small next to the step (a large model's) leaves
-     * the choice to the other two */
-    h200_eagle3_b32(&a, &acc, 0.005e-3);
-    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 0);
-}
-
 /* The bundled model's MTP layer on an H200 at batch 32 (its trace): 115
  * first drafts in 3 steps right after the prompts, 0.68 accepted; one
  * draft then lost to plain decode by 4% and speculation went off for
@@ -689,7 +648,7 @@ TEST(noisy_small_gpu_steps_draft_in_most_runs)
     ASSERT(ok);
 }
 
-TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(the_host_part_of_a_step_counts_once_a_step_drafting_or_not), T(curve_ignores_one_off_costs_and_interpolates),
+TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(curve_ignores_one_off_costs_and_interpolates),
           T(flat_gpu_cost_drafts_deep_despite_capture_spikes),
           T(the_choice_and_its_neighbours_are_measured_not_interpolated),
           T(linear_cpu_cost_with_poor_acceptance_does_not_draft),
