@@ -216,13 +216,52 @@ void sd_adaptive_init(sd_adaptive *a, int k_max)
     a->last_k = k_max;
 }
 
-void sd_adaptive_observe_target(sd_adaptive *a, int tokens, double secs)
+int sd_adapt_batch_bucket(int batch)
 {
-    if (tokens <= 0)
+    int b = 1;
+    while (b < batch && b < (1 << 30))
+        b *= 2;
+    return b;
+}
+
+static sd_adapt_target *target_of(sd_adaptive *a, int batch, int make)
+{
+    const int bb = sd_adapt_batch_bucket(batch);
+    sd_adapt_target *free_t = NULL, *stale = &a->target[0];
+    for (int i = 0; i < SD_ADAPT_BATCHES; i++) {
+        sd_adapt_target *t = &a->target[i];
+        if (t->batch == bb)
+            return t;
+        if (!t->batch && !free_t)
+            free_t = t;
+        if (t->used < stale->used)
+            stale = t;
+    }
+    if (!make)
+        return NULL;
+    sd_adapt_target *t = free_t ? free_t : stale;
+    memset(t, 0, sizeof *t);
+    t->batch = bb;
+    return t;
+}
+
+const sd_curve *sd_adaptive_target(const sd_adaptive *a, int batch)
+{
+    const sd_adapt_target *t = target_of((sd_adaptive *)a, batch, 0);
+    return t ? &t->c : NULL;
+}
+
+void sd_adaptive_observe_target(sd_adaptive *a, int batch, int tokens, double secs)
+{
+    if (tokens <= 0 || batch <= 0)
         return;
-    /* the curves' clock: target steps (the draft's points age with them) */
-    a->target.now = a->draft.now = a->steps;
-    sd_curve_add(&a->target, sd_row_bucket(tokens), secs);
+    sd_adapt_target *t = target_of(a, batch, 1);
+    /* the curves' clock: target steps (every curve's points age with them) */
+    for (int i = 0; i < SD_ADAPT_BATCHES; i++)
+        a->target[i].c.now = a->steps;
+    a->draft.now = a->steps;
+    sd_curve_add(&t->c, sd_row_bucket(tokens), secs);
+    t->used = a->steps;
     a->steps++;
 }
 
@@ -270,12 +309,40 @@ static int has_trusted(const sd_curve *c, int x)
  * be an underestimate, as a flat GPU curve's is before its knee. */
 #define ADAPT_PROPORTIONAL 0.8
 
+/* the largest two trusted points of c (NULL where there are fewer) */
+static void top_two(const sd_curve *c, const sd_curve_pt **top, const sd_curve_pt **next)
+{
+    *top = *next = NULL;
+    for (int i = 0; i < c->n; i++) {
+        const sd_curve_pt *p = &c->pt[i];
+        if (!trusted(c, p))
+            continue;
+        if (!*top || p->x > (*top)->x) {
+            *next = *top;
+            *top = p;
+        } else if (!*next || p->x > (*next)->x) {
+            *next = p;
+        }
+    }
+}
+
+/* c's top two trusted points rise in proportion to x */
+static int proportional(const sd_curve *c)
+{
+    const sd_curve_pt *top, *next;
+    top_two(c, &top, &next);
+    if (!next)
+        return 0;
+    double spread, vt = pt_value(top, &spread), vn = pt_value(next, &spread);
+    double slope = (vt - vn) / (double)(top->x - next->x);
+    return vt > 0 && slope >= ADAPT_PROPORTIONAL * vt / (double)top->x;
+}
+
 /* x measured on c: a trusted point there, trusted points on both sides, or
  * past the largest one a curve that already grows in proportion to x */
 static int covered(const sd_curve *c, int x)
 {
     int lo = 0, hi = 0;
-    const sd_curve_pt *top = NULL, *next = NULL; /* the largest two trusted x */
     for (int i = 0; i < c->n; i++) {
         const sd_curve_pt *p = &c->pt[i];
         if (!trusted(c, p))
@@ -284,20 +351,35 @@ static int covered(const sd_curve *c, int x)
             return 1;
         lo |= p->x < x;
         hi |= p->x > x;
-        if (!top || p->x > top->x) {
-            next = top;
-            top = p;
-        } else if (!next || p->x > next->x) {
-            next = p;
-        }
     }
     if (lo && hi)
         return 1;
-    if (!lo || !next || x < top->x)
-        return 0;
-    double spread, vt = pt_value(top, &spread), vn = pt_value(next, &spread);
-    double slope = (vt - vn) / (double)(top->x - next->x);
-    return vt > 0 && slope >= ADAPT_PROPORTIONAL * vt / (double)top->x;
+    const sd_curve_pt *top, *next;
+    top_two(c, &top, &next);
+    return lo && next && x >= top->x && proportional(c);
+}
+
+/* The target curve that prices x rows at this batch: its bucket's where
+ * that covers x; else the largest smaller bucket's that covers x and rises
+ * in proportion to its rows (a CPU's: a row costs about the same whichever
+ * request it is of, so a batch that grows is judged without exploring each
+ * size again); else its bucket's (NULL before a step of it). A GPU's flat
+ * curve is never borrowed: there the rows of 8 requests at k = 3 cost less
+ * than the rows of 32 plain ones. */
+static const sd_curve *target_curve(const sd_adaptive *a, int batch, int x)
+{
+    const sd_curve *own = sd_adaptive_target(a, batch);
+    if (own && covered(own, x))
+        return own;
+    const int bb = sd_adapt_batch_bucket(batch);
+    const sd_adapt_target *best = NULL;
+    for (int i = 0; i < SD_ADAPT_BATCHES; i++) {
+        const sd_adapt_target *t = &a->target[i];
+        if (t->batch && t->batch < bb && (!best || t->batch > best->batch) &&
+            covered(&t->c, x) && proportional(&t->c))
+            best = t;
+    }
+    return best ? &best->c : own;
 }
 
 /* a step's token rows at this batch when `drafting` of its requests draft k */
@@ -306,11 +388,13 @@ static int step_rows(int batch, int drafting, int k)
     return batch + drafting * k;
 }
 
-/* the choice between k and 0 at this batch rests on measured costs */
+/* the choice between k and 0 at this batch rests on measured costs (of
+ * steps of this batch's bucket) */
 static int k_measured(const sd_adaptive *a, int batch, int drafting, int k)
 {
-    return covered(&a->target, sd_row_bucket(step_rows(batch, drafting, k))) &&
-           (k == 0 || covered(&a->draft, k));
+    const int x = sd_row_bucket(step_rows(batch, drafting, k));
+    const sd_curve *tc = target_curve(a, batch, x);
+    return tc && covered(tc, x) && (k == 0 || covered(&a->draft, k));
 }
 
 /* best_k at a batch of which `drafting` requests draft (the others are
@@ -326,7 +410,8 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
                   int trace, double z)
 {
     int kmax = a->k_max;
-    if (kmax <= 0 || a->draft.n == 0 || a->target.n == 0)
+    const sd_curve *tc = target_curve(a, batch, sd_row_bucket(batch));
+    if (kmax <= 0 || a->draft.n == 0 || !tc || tc->n == 0)
         return 0;
     if (batch < 1)
         batch = 1;
@@ -336,7 +421,7 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
     const int hope = z > 0;
     double cum = 1, expect = 1, prev_rate = 1, prev_cond = 0.5;
     int best_k = 0;
-    double t0 = curve_eval(&a->target, sd_row_bucket(batch), NULL, 0);
+    double t0 = curve_eval(tc, sd_row_bucket(batch), NULL, 0);
     double best = batch / (t0 > 0 ? t0 : 1e-9);
     /* at most one k past the measured ones: beyond the last measured row
      * count the curve only extrapolates, and a falling last segment (noise,
@@ -364,7 +449,9 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
         prev_cond = cond;
         cum *= cond;
         expect += cum;
-        double tt = curve_eval(&a->target, sd_row_bucket(step_rows(batch, drafting, k)), NULL, 0);
+        const int xk = sd_row_bucket(step_rows(batch, drafting, k));
+        const sd_curve *tk = target_curve(a, batch, xk);
+        double tt = curve_eval(tk ? tk : tc, xk, NULL, 0);
         double td = curve_eval(&a->draft, k, NULL, hope);
         double cost = tt + td;
         double thr = (batch - drafting + drafting * expect) / (cost > 0 ? cost : 1e-9);
@@ -445,9 +532,10 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
      * choice that has no trusted point yet */
     for (int d = 1; d >= -1 && k > 0 && a->picks % 4 == 0; d -= 2) {
         int nk = k + d;
+        const int xn = sd_row_bucket(step_rows(batch, drafting, nk));
+        const sd_curve *tn = target_curve(a, batch, xn);
         if (nk >= 1 && nk <= a->k_max &&
-            !(has_trusted(&a->target, sd_row_bucket(step_rows(batch, drafting, nk))) &&
-              has_trusted(&a->draft, nk))) {
+            !(tn && has_trusted(tn, xn) && has_trusted(&a->draft, nk))) {
             k = nk;
             break;
         }

@@ -3,8 +3,10 @@
  * Per step, with b running requests, drafting k tokens each costs
  *   target(b (k + 1)) + draft(k)
  * and yields 1 + sum_{j<=k} P(the first j drafts accepted) tokens each.
- * target(T) is a measured cost curve over a step's token rows, draft(k) one
- * over k, and the acceptance comes from the engine-wide per-position counts.
+ * target(T) is a measured cost curve over a step's token rows, one for each
+ * batch bucket (powers of two: a step's attention reads each request's
+ * context, so rows of more requests cost more), draft(k) one over k, and
+ * the acceptance comes from the engine-wide per-position counts.
  *
  * The curves are made to survive what real steps look like:
  *   - a shape's first steps carry one-off costs (an eager pass that makes
@@ -91,8 +93,22 @@ void sd_curve_add(sd_curve *c, int x, double secs);
  * trusted points it used (all points when none is trusted yet) */
 double sd_curve_at(const sd_curve *c, double x, int *n_trusted);
 
+/* Batch buckets (powers of two) that keep target curves of their own: a
+ * step's cost is not its rows' alone. Attention reads each request's
+ * context, so 32 rows of 32 requests cost more than 32 rows of 8 at k = 3
+ * (the bundled model on an H200: 0.454 against 0.313 ms), and the plain
+ * step of 32 read off the curve of the 8's looked 1.5x cheaper than it ran. */
+#define SD_ADAPT_BATCHES 12
+
+/* the target curve of one batch bucket */
+typedef struct sd_adapt_target {
+    int batch;     /* its batch bucket (0: unused) */
+    uint64_t used; /* the controller's step when last observed (the stalest is reused) */
+    sd_curve c;    /* a decode/verify step's time vs its token rows' bucket */
+} sd_adapt_target;
+
 typedef struct sd_adaptive {
-    sd_curve target; /* a decode/verify step's time vs its token rows' bucket */
+    sd_adapt_target target[SD_ADAPT_BATCHES];
     sd_curve draft;  /* a drafting phase's time vs k: catch-up + first draft, then a pass each */
     uint64_t steps;  /* target steps seen */
     uint64_t draft_steps; /* drafting phases seen */
@@ -103,7 +119,12 @@ typedef struct sd_adaptive {
 } sd_adaptive;
 
 void sd_adaptive_init(sd_adaptive *a, int k_max);
-void sd_adaptive_observe_target(sd_adaptive *a, int tokens, double secs);
+/* the batch bucket whose target curve a step of `batch` requests uses */
+int sd_adapt_batch_bucket(int batch);
+/* a target step of `batch` requests and `tokens` rows took secs */
+void sd_adaptive_observe_target(sd_adaptive *a, int batch, int tokens, double secs);
+/* the target curve of this batch's bucket; NULL before a step of it */
+const sd_curve *sd_adaptive_target(const sd_adaptive *a, int batch);
 void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs);
 /* the k of most tokens per second at this batch (0 = do not draft) */
 int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch);

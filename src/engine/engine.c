@@ -815,7 +815,7 @@ static int engine_step(sd_engine *e)
     for (int i = 0; i < s.n_seq; i++)
         prompt_rows += s.seqs[i]->chunk;
     if (!prompt_rows)
-        sd__plan_observe(e, 0, s.T, 0, t_target);
+        sd__plan_observe(e, 0, s.T, s.n_seq, t_target);
     e->verify_s_total += t_target;
     double t_draft = 0; /* the drafting phase's part of the step */
     /* 4. accept / sample / stream */

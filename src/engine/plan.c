@@ -169,7 +169,7 @@ static void cancel_id(sd_engine *e, uint64_t id)
 static void apply_obs(sd_engine *e, const sd_plan_obs *o)
 {
     if (o->kind == 0)
-        sd_adaptive_observe_target(&e->adapt, o->a, o->secs);
+        sd_adaptive_observe_target(&e->adapt, o->b, o->a, o->secs);
     else
         sd_adaptive_observe_draft(&e->adapt, o->a, o->b, o->secs);
 }
