@@ -58,17 +58,32 @@ for (label, spec, rnd, b), x in sorted(runs.items()):
                      steps_by_k=x.get("steps_by_k"), requests_not_drafting=x.get("requests_not_drafting"),
                      proposer_eager_passes=x.get("proposer_eager_passes"),
                      proposer_graph_cache_full=x.get("proposer_graph_cache_full"),
-                     target_plain_steps=x.get("target_plain_steps")))
+                     target_plain_steps=x.get("target_plain_steps"),
+                     draft_phases=x.get("draft_phases"), draft_phases_learnt=x.get("draft_phases_learnt"),
+                     draft_phases_oneoff=x.get("draft_phases_oneoff"),
+                     host_ms_per_step=x.get("host_ms_per_step")))
     cells.setdefault((spec, b, label), []).append(s)
 summary = {f"{spec} b{b} {label}": dict(min=round(min(v), 3), median=round(statistics.median(v), 3),
                                         max=round(max(v), 3), below_plain=sum(s < 1 for s in v), runs=len(v))
            for (spec, b, label), v in sorted(cells.items())}
+# the noise band: plain decode of each build over the first build's, the
+# same round and batch (with one build: none). A speedup within it of 1.0
+# is not a measured loss.
+labels = sorted({k[0] for k in runs}, key=lambda l: configs.find(l + "="))
+band = [runs[(l, "none", rnd, b)]["decode_tokens_per_s"] / runs[(labels[0], "none", rnd, b)]["decode_tokens_per_s"]
+        for (l, spec, rnd, b) in runs if spec == "none" and l != labels[0]
+        and (labels[0], "none", rnd, b) in runs]
+plain_band = dict(min=round(min(band), 3), max=round(max(band), 3), n=len(band)) if band else None
 json.dump(dict(benchmark="bench/gpu/adaptive_run.sh", commit=commit, device=dev, configs=configs,
-               summary=summary, runs=rows), open(os.path.join(out, "adaptive.json"), "w"), indent=1)
+               summary=summary, plain_band=plain_band, runs=rows),
+          open(os.path.join(out, "adaptive.json"), "w"), indent=1)
 with open(os.path.join(out, "summary.txt"), "w") as f:
     for k, v in summary.items():
         f.write(f"{k:28s} min {v['min']:.3f} median {v['median']:.3f} max {v['max']:.3f} "
                 f"below plain {v['below_plain']}/{v['runs']}\n")
+    if plain_band:
+        f.write(f"plain of the other builds over the first's, same round and batch: "
+                f"{plain_band['min']:.3f}-{plain_band['max']:.3f} ({plain_band['n']} pairs)\n")
 print(open(os.path.join(out, "summary.txt")).read(), end="")
 PY
 tar -C "$w" -czf "$out/runs.tgz" .
