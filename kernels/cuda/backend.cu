@@ -399,7 +399,13 @@ void sd_cuda_set_bf16_split(sd_backend *be, int on) { sd__cuda_of(be)->bf16_spli
 
 void sd_cuda_set_mla_tc(sd_backend *be, int on) { sd__cuda_of(be)->mla_tc = on != 0; }
 void sd_cuda_set_mla_dec(sd_backend *be, int on) { sd__cuda_of(be)->mla_dec = on != 0; }
-/* a down-kernel shape of moe.cu, the default for any other number */
+/* a switch that is on unless the variable is "0" */
+static int env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return !v || strcmp(v, "0") != 0;
+}
+
 /* SPECD_ABLATE's comma-separated kernel names -> common.cuh's bits (a
  * timing experiment: an unknown name is logged and ignored) */
 static unsigned ablate_mask(const char *v)
@@ -422,6 +428,7 @@ static unsigned ablate_mask(const char *v)
     return m;
 }
 
+/* a down-kernel shape of moe.cu, the default for any other number */
 static int moe_down_shape(int shape)
 {
     return shape >= 0 && shape <= 3 ? shape : SD_CUDA_MOE_DOWN_DEFAULT;
@@ -557,32 +564,25 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     /* SPECD_MOE_TC=0/1: moe_ffn's sorted path off/on tensor cores (default:
      * real-size experts); SPECD_MLA_TC=0: attn_mla off tensor cores. Read
      * once, kept in the context. */
-    const char *moe_tc = getenv("SPECD_MOE_TC"), *mla_tc = getenv("SPECD_MLA_TC");
+    const char *moe_tc = getenv("SPECD_MOE_TC");
     c->moe_tc = !moe_tc || !*moe_tc ? SD_CUDA_TC_AUTO : strcmp(moe_tc, "0") ? SD_CUDA_TC_ON : SD_CUDA_TC_OFF;
-    c->mla_tc = !mla_tc || strcmp(mla_tc, "0");
+    c->mla_tc = env_on("SPECD_MLA_TC");
     const char *pdl = getenv("SPECD_PDL"); /* 1: programmatic dependent launches (common.cuh) */
     c->pdl = pdl && *pdl ? strcmp(pdl, "0") != 0 : SD_CUDA_PDL_DEFAULT;
-    const char *pre = getenv("SPECD_GEMV_PRE"),
-               *silu = getenv("SPECD_MATMUL_SILU");
-    c->gemv_pre = !pre || strcmp(pre, "0");
-    c->matmul_silu = !silu || strcmp(silu, "0");
+    c->gemv_pre = env_on("SPECD_GEMV_PRE");
+    c->matmul_silu = env_on("SPECD_MATMUL_SILU");
     const char *mgate = getenv("SPECD_MOE_GATE");
     c->moe_gate_wide = mgate && !strcmp(mgate, "2") ? 0 : mgate && !strcmp(mgate, "4b4") ? 2 : 1;
     const char *mchunk = getenv("SPECD_MLA_MIN_CHUNK");
     c->mla_min_chunk = mchunk && *mchunk ? atoi(mchunk) : 0;
     const char *mdown = getenv("SPECD_MOE_DOWN");
     c->moe_down = moe_down_shape(mdown && *mdown ? atoi(mdown) : SD_CUDA_MOE_DOWN_DEFAULT);
-    const char *wide = getenv("SPECD_GEMV_WIDE");
-    c->gemv_wide = !wide || strcmp(wide, "0");
-    const char *pin = getenv("SPECD_PINNED");
-    c->pinned = !pin || strcmp(pin, "0");
-    const char *adec = getenv("SPECD_ATTN_DEC");
-    c->attn_dec = !adec || strcmp(adec, "0");
-    const char *mdec = getenv("SPECD_MLA_DEC"); /* 0: off (the tensor-core kernel) */
-    c->mla_dec = !mdec || strcmp(mdec, "0");
+    c->gemv_wide = env_on("SPECD_GEMV_WIDE");
+    c->pinned = env_on("SPECD_PINNED");
+    c->attn_dec = env_on("SPECD_ATTN_DEC");
+    c->mla_dec = env_on("SPECD_MLA_DEC"); /* 0: off (the tensor-core kernel) */
     c->ablate = ablate_mask(getenv("SPECD_ABLATE"));
-    const char *rsmall = getenv("SPECD_ROUTE_SMALL");
-    c->route_small = !rsmall || strcmp(rsmall, "0");
+    c->route_small = env_on("SPECD_ROUTE_SMALL");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

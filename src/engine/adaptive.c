@@ -224,38 +224,43 @@ int sd_adapt_batch_bucket(int batch)
     return b;
 }
 
-static sd_adapt_target *target_of(sd_adaptive *a, int batch, int make)
+/* the index of this batch's bucket among a's target curves; -1: none yet */
+static int target_index(const sd_adaptive *a, int batch)
 {
     const int bb = sd_adapt_batch_bucket(batch);
-    sd_adapt_target *free_t = NULL, *stale = &a->target[0];
-    for (int i = 0; i < SD_ADAPT_BATCHES; i++) {
-        sd_adapt_target *t = &a->target[i];
-        if (t->batch == bb)
-            return t;
-        if (!t->batch && !free_t)
-            free_t = t;
-        if (t->used < stale->used)
-            stale = t;
-    }
-    if (!make)
-        return NULL;
-    sd_adapt_target *t = free_t ? free_t : stale;
-    memset(t, 0, sizeof *t);
-    t->batch = bb;
-    return t;
+    for (int i = 0; i < SD_ADAPT_BATCHES; i++)
+        if (a->target[i].batch == bb)
+            return i;
+    return -1;
 }
 
 const sd_curve *sd_adaptive_target(const sd_adaptive *a, int batch)
 {
-    const sd_adapt_target *t = target_of((sd_adaptive *)a, batch, 0);
-    return t ? &t->c : NULL;
+    const int i = target_index(a, batch);
+    return i >= 0 ? &a->target[i].c : NULL;
+}
+
+/* this batch's bucket's target curve, made (in an unused slot, else in the
+ * stalest one) when it has none */
+static sd_adapt_target *target_of(sd_adaptive *a, int batch)
+{
+    const int i = target_index(a, batch);
+    if (i >= 0)
+        return &a->target[i];
+    sd_adapt_target *t = &a->target[0];
+    for (int j = 1; j < SD_ADAPT_BATCHES && t->batch; j++)
+        if (!a->target[j].batch || a->target[j].used < t->used)
+            t = &a->target[j];
+    memset(t, 0, sizeof *t);
+    t->batch = sd_adapt_batch_bucket(batch);
+    return t;
 }
 
 void sd_adaptive_observe_target(sd_adaptive *a, int batch, int tokens, double secs)
 {
     if (tokens <= 0 || batch <= 0)
         return;
-    sd_adapt_target *t = target_of(a, batch, 1);
+    sd_adapt_target *t = target_of(a, batch);
     /* the curves' clock: target steps (every curve's points age with them) */
     for (int i = 0; i < SD_ADAPT_BATCHES; i++)
         a->target[i].c.now = a->steps;
