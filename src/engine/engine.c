@@ -916,9 +916,10 @@ static int engine_step(sd_engine *e)
          * next batch: NOTES.md, session 12) */
         if (nd > 0) {
             e->draft_phases++;
-            if (oneoff && !probe && !prompt_rows) {
+            int learnable = !probe && !prompt_rows;
+            if (learnable && oneoff) {
                 e->draft_oneoff++;
-            } else if (!probe && !prompt_rows) {
+            } else if (learnable) {
                 sd__plan_observe(e, 1, nd, k, t_draft);
                 e->draft_observed++;
             }
@@ -926,12 +927,13 @@ static int engine_step(sd_engine *e)
         e->draft_s_total += t_draft;
     }
     reap(e);
-    publish_stats(e, 1);
     /* the rest of the step's wall time (scheduling, accepting, streaming):
      * 0.01-0.03 ms a step on the H200 with the bundled model at batch 8-32,
-     * against 0.3-0.9 ms of target and drafting */
+     * against 0.3-0.9 ms of target and drafting; summed before the stats
+     * go out, so they hold this step's */
     double t_host = (double)(sd_now_ns() - step0) * 1e-9 - t_target - t_draft;
     e->host_s_total += t_host > 0 ? t_host : 0;
+    publish_stats(e, 1);
     return 1;
 }
 
