@@ -333,13 +333,6 @@ typedef struct sd_ops {
      * source must not be rewritten before the next sync. NULL on failure. */
     void *(*host_alloc)(sd_backend *be, size_t bytes);
     void (*host_free)(sd_backend *be, void *p);
-
-    /* ---- cache prefetch (appended; NULL where a backend has none) ----
-     * A hint: the bytes of w[0..n) (NULL entries skipped) asked into the
-     * device's last-level cache, in order, up to the backend's budget, while
-     * the ops queued after it run. For weights read just after a stretch of
-     * latency-bound ops. Writes nothing; no result changes. */
-    void (*prefetch)(sd_backend *be, const sd_weight *const *w, int n);
 } sd_ops;
 
 struct sd_backend {

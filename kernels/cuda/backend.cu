@@ -358,7 +358,6 @@ static const sd_ops cuda_ops = {
     /* .rmsnorm_matmul = */ NULL, /* runs add_rmsnorm after each sublayer) */
     /* .host_alloc = */ cu_host_alloc,
     /* .host_free = */ cu_host_free,
-    /* .prefetch = */ sd__cuda_prefetch,
 };
 
 int sd_cuda_make_current(sd_backend *be)
@@ -400,11 +399,6 @@ void sd_cuda_set_bf16_split(sd_backend *be, int on) { sd__cuda_of(be)->bf16_spli
 
 void sd_cuda_set_mla_tc(sd_backend *be, int on) { sd__cuda_of(be)->mla_tc = on != 0; }
 void sd_cuda_set_mla_dec(sd_backend *be, int on) { sd__cuda_of(be)->mla_dec = on != 0; }
-void sd_cuda_set_l2_prefetch(sd_backend *be, double mb)
-{
-    sd__cuda_of(be)->pf_budget = mb > 0 ? (size_t)(mb * 1048576.0) : 0;
-}
-void sd_cuda_set_l2_prefetch_last(sd_backend *be, int on) { sd__cuda_of(be)->pf_last = on != 0; }
 /* a switch that is on unless the variable is "0" */
 static int env_on(const char *name)
 {
@@ -589,10 +583,6 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->mla_dec = env_on("SPECD_MLA_DEC"); /* 0: off (the tensor-core kernel) */
     c->ablate = ablate_mask(getenv("SPECD_ABLATE"));
     c->route_small = env_on("SPECD_ROUTE_SMALL");
-    const char *pf = getenv("SPECD_L2_PREFETCH"); /* MB a prefetch at most; 0: off */
-    double pf_mb = pf && *pf ? atof(pf) : SD_CUDA_L2_PREFETCH_MB;
-    c->pf_budget = pf_mb > 0 ? (size_t)(pf_mb * 1048576.0) : 0;
-    c->pf_last = env_on("SPECD_L2_PREFETCH_LAST");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

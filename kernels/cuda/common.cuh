@@ -93,11 +93,6 @@ typedef struct sd__cuda {
     /* moe_route for E <= 64 without group limits on moe_route_small_kernel
      * (SPECD_ROUTE_SMALL=0: moe_route_kernel; the same bits) */
     int route_small;
-    /* the prefetch op's budget, bytes a call (SPECD_L2_PREFETCH, MB; 0:
-     * off), and its lines marked evict_last (SPECD_L2_PREFETCH_LAST=0:
-     * evict_normal) */
-    size_t pf_budget;
-    int pf_last;
     /* host_alloc gives page-locked memory (SPECD_PINNED=0: NULL, malloc) */
     int pinned;
     /* Timing ablation, for benchmarks only (SPECD_ABLATE=name,name...):
@@ -429,14 +424,6 @@ void sd__cuda_gather_i32(sd_backend *be, int32_t *out, const int32_t *table, con
 void sd__cuda_gather_rows(sd_backend *be, float *dst, const float *src, const int32_t *idx, int n,
                           int d, int ds, int ss);
 void sd__cuda_copy2d(sd_backend *be, float *dst, const float *src, int n, int d, int ds, int ss);
-/* the prefetch op's regions (a kernel argument) */
-#define SD__PF_MAX 8
-struct sd__pf_list {
-    const char *p[SD__PF_MAX];
-    unsigned long long n[SD__PF_MAX];
-    int cnt;
-};
-void sd__cuda_prefetch(sd_backend *be, const sd_weight *const *w, int n);
 void sd__cuda_rmsnorm(sd_backend *be, float *out, const float *x, const sd_weight *w, int n, int d,
                       int x_stride, int out_stride, float eps);
 void sd__cuda_add_rmsnorm(sd_backend *be, float *out, float *x, const float *y, const sd_weight *w,

@@ -100,13 +100,6 @@ void sd_cuda_set_route_small(sd_backend *be, int on);
  * or this call, turns it off. Results are the same bits either way
  * (tests/gpu/test_model.c). */
 #define SD_CUDA_PDL_DEFAULT 1
-
-/* The prefetch op's budget, MB a call (SPECD_L2_PREFETCH overrides; 0:
- * off). The H200's L2 holds 60 MB. */
-#define SD_CUDA_L2_PREFETCH_MB 40
-void sd_cuda_set_l2_prefetch(sd_backend *be, double mb);
-/* the prefetched lines evict_last (1, the default; SPECD_L2_PREFETCH_LAST=0) or evict_normal */
-void sd_cuda_set_l2_prefetch_last(sd_backend *be, int on);
 void sd_cuda_set_pdl(sd_backend *be, int on);
 
 /* Number of CUDA devices usable here; 0 when there is no driver or device. */

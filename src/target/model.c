@@ -1048,38 +1048,6 @@ static void lm_logits(sd_model *m, float *logits, const float *x, const sd_weigh
     }
 }
 
-/* Steps of up to this many tokens (decode, verify) are bound by reading
- * the weights; a prefill's would be evicted by its activations. */
-#define PREFETCH_MAX_TOKENS 64
-
-/* After a layer's qkv matmul come latency-bound ops (rope, the cache
- * store, attention; MLA's chain of five) that leave memory idle: ask for
- * the weights read after them meanwhile, in the order they are read: the
- * output projection, the router, the shared experts (or the dense MLP). */
-static void prefetch_after_attn(sd_model *m, const layer *L, int T)
-{
-    const sd_ops *op = m->be->ops;
-    if (!op->prefetch || T > PREFETCH_MAX_TOKENS)
-        return;
-    const sd_weight *w[8];
-    int n = 0;
-    w[n++] = &L->wo;
-    if (L->moe) {
-        w[n++] = &L->router;
-        for (int j = 0; j < L->n_always && n + 3 <= 8; j++) {
-            int e = L->experts.n - L->n_always + j;
-            w[n++] = &L->eg[e];
-            w[n++] = &L->eu[e];
-            w[n++] = &L->ed[e];
-        }
-    }
-    if (L->gate_up.data && n + 2 <= 8) {
-        w[n++] = &L->gate_up;
-        w[n++] = &L->down;
-    }
-    op->prefetch(m->be, w, n);
-}
-
 /* DeepSeek's q_a_layernorm and kv_a_layernorm use RMSNorm's default eps. */
 #define MLA_NORM_EPS 1e-6f
 
@@ -1094,7 +1062,6 @@ static int attention_gqa(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
     int Hq = m->hq, Hkv = m->hkv, Dh = c->head_dim; /* this rank's heads */
     int W = (int)L->wqkv.rows;
     xn_matmul(m, m->qkv, &L->wqkv, L->has_bias ? &L->bqkv : NULL, T, 0);
-    prefetch_after_attn(m, L, T);
     float *q = m->qkv, *k = q + (size_t)Hq * Dh, *v = k + (size_t)Hkv * Dh;
     int qs = W, kvs = W;
     if (L->has_qk_norm) {
@@ -1128,7 +1095,6 @@ static int attention_mla(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
     /* one matmul: the row [q_a | c_kv k_pe] (q_lora) or [q | c_kv k_pe], W wide */
     int W = (int)L->wqkv.rows;
     xn_matmul(m, m->qkv, &L->wqkv, NULL, T, 0);
-    prefetch_after_attn(m, L, T);
     float *ckv = m->qkv + (W - (C + R)), *q = m->qkv;
     int qs = W; /* q's row stride */
     if (c->q_lora_rank > 0) {
