@@ -98,12 +98,18 @@ void sd_curve_add(sd_curve *c, int x, double secs)
     if (p->n > 0 && c->now - p->at > SD_CURVE_STALE) {
         /* seen again after a while: its old times may be another machine's,
          * and the least of a ring that mixes the two would be the stale
-         * one; the point starts over from this time, trusted from the next
-         * (one time alone may be a shape's one-off: a graph captured the
-         * second time its shape comes) */
+         * one; the point starts over from this time. A point not yet
+         * trusted is trusted from the next (one time alone may be a
+         * shape's one-off: a graph captured the second time its shape
+         * comes); one that was stays trusted, at this time: its shape is
+         * not new, and left untrusted the curve was read off its other
+         * points instead (on an H200 a batch's 40 rows restarted at 0.342
+         * ms and priced at 1.2 ms off the 8- and 16-row points: speculation
+         * went off where it ran 1.2x plain; NOTES.md, session 13) */
+        int was_trusted = p->n >= SD_CURVE_TRUST;
         for (int i = 0; i < SD_CURVE_RING; i++)
             p->t[i] = secs;
-        p->n = SD_CURVE_TRUST - 1;
+        p->n = was_trusted ? SD_CURVE_TRUST : SD_CURVE_TRUST - 1;
     } else {
         p->t[p->n % SD_CURVE_RING] = secs;
         p->n++;
@@ -331,16 +337,29 @@ static void top_two(const sd_curve *c, const sd_curve_pt **top, const sd_curve_p
     }
 }
 
-/* c's top two trusted points rise in proportion to x */
+/* the segment from p up to the top point rises in proportion to x */
+static int rises_to(const sd_curve_pt *p, const sd_curve_pt *top)
+{
+    double spread, vt = pt_value(top, &spread), vp = pt_value(p, &spread);
+    double slope = (vt - vp) / (double)(top->x - p->x);
+    return vt > 0 && slope >= ADAPT_PROPORTIONAL * vt / (double)top->x;
+}
+
+/* c rises in proportion to x: from its next-to-top trusted point to the
+ * top, and from its smallest (a GPU's steps of a few requests had a bump:
+ * 9-16 rows at 0.47 ms against 0.23-0.27 for 3-8 rows, the top two of
+ * the batch-4 curve rose in proportion, and the curve was lent to a batch
+ * of 32; NOTES.md, session 13) */
 static int proportional(const sd_curve *c)
 {
-    const sd_curve_pt *top, *next;
+    const sd_curve_pt *top, *next, *low = NULL;
     top_two(c, &top, &next);
     if (!next)
         return 0;
-    double spread, vt = pt_value(top, &spread), vn = pt_value(next, &spread);
-    double slope = (vt - vn) / (double)(top->x - next->x);
-    return vt > 0 && slope >= ADAPT_PROPORTIONAL * vt / (double)top->x;
+    for (int i = 0; i < c->n; i++)
+        if (trusted(c, &c->pt[i]) && (!low || c->pt[i].x < low->x))
+            low = &c->pt[i];
+    return rises_to(next, top) && (low == next || rises_to(low, top));
 }
 
 /* x measured on c: a trusted point there, trusted points on both sides, or

@@ -168,6 +168,9 @@ static void cancel_id(sd_engine *e, uint64_t id)
 
 static void apply_obs(sd_engine *e, const sd_plan_obs *o)
 {
+    sd_log_debug("adaptive k: %s %d x %d: %.3f ms (step %llu)",
+                 o->kind ? "drafting phase: requests x k" : "target step: rows x batch", o->a, o->b,
+                 1e3 * o->secs, (unsigned long long)e->adapt.steps);
     if (o->kind == 0)
         sd_adaptive_observe_target(&e->adapt, o->b, o->a, o->secs);
     else

@@ -553,6 +553,83 @@ TEST(rows_of_more_requests_are_priced_on_their_own_batch_curve)
     ASSERT(!sd_adaptive_informed(&a, 16));
 }
 
+/* The bundled draft LM on an H200 at batch 8 (its trace, 3 repeats of 8
+ * requests in one engine): the batch's tail (batches 6..1) left the
+ * batch-8 curve's points of 24..40 rows older than SD_CURVE_STALE steps,
+ * and its 16-row point priced by the tail's 12 rows of 6 requests (0.48
+ * ms against 0.30 for 16 rows of 8). The next repeat's first steps at 40
+ * and 32 rows (0.342, 0.323 ms: what they always cost) restarted those
+ * points untrusted, the curve was read off its 8- and 16-row points, 40
+ * rows came out at 1.2 ms, k went to 0 and speculation off for the whole
+ * repeat (1.21x plain at fixed k = 3 there). A point that was trusted
+ * restarts trusted: its shape is not new, its time is no one-off. */
+TEST(a_stale_point_measured_again_is_read_at_its_new_time)
+{
+    static const double t8[5] = {0.233e-3, 0, 0.35e-3, 0.40e-3, 0.45e-3};
+    static const double d[4] = {0.147e-3, 0.150e-3, 0.200e-3, 0.325e-3};
+    sd_adaptive a;
+    sd_accept_stats acc;
+    fresh(&a, &acc);
+    for (int i = 0; i < 8; i++) {
+        for (int k = 0; k <= 4; k++)
+            if (t8[k] > 0)
+                sd_adaptive_observe_target(&a, 8, 8 * (k + 1), t8[k]);
+        for (int k = 1; k <= 4; k++)
+            sd_adaptive_observe_draft(&a, 8, k, d[k - 1]);
+    }
+    for (int i = 0; i < 1000; i++) /* 0.93, 0.89, 0.88, 0.87 of the first 1..4 */
+        sd_accept_stats_add(&acc, 4, i < 70 ? 0 : i < 110 ? 1 : i < 120 ? 2 : i < 130 ? 3 : 4);
+    ASSERT_GE(sd_adaptive_best_k(&a, &acc, 8), 3);
+    /* plain steps a while, then the tail: 12 rows of 6 requests and 25 of
+     * 8 (bucket 8, the 16- and 24-row points), then batches of 4, 2, 1 */
+    for (int i = 0; i < 20; i++)
+        sd_adaptive_observe_target(&a, 8, 8, 0.235e-3);
+    for (int i = 0; i < 4; i++)
+        sd_adaptive_observe_target(&a, 6, 12, 0.48e-3);
+    sd_adaptive_observe_target(&a, 8, 25, 0.588e-3);
+    for (int i = 0; i < 60; i++)
+        sd_adaptive_observe_target(&a, 4 >> (i / 20), 4 * (4 >> (i / 20)), 0.21e-3);
+    /* the next 8 requests */
+    sd_adaptive_observe_target(&a, 8, 40, 0.342e-3);
+    ASSERT_GE(sd_adaptive_best_k(&a, &acc, 8), 3);
+    sd_adaptive_observe_target(&a, 8, 32, 0.323e-3);
+    ASSERT_GE(sd_adaptive_best_k(&a, &acc, 8), 3);
+    ASSERT_NEAR(sd_curve_at(sd_adaptive_target(&a, 8), 40, NULL), 0.342e-3, 1e-12);
+}
+
+/* The same trace, the next batch of 32: the batch-4 curve (the tail's
+ * steps of 3..4 requests) rose from 0.215 ms at 3 rows to 0.268 at 8 and
+ * 0.471 at 16 (padded steps of a few requests cost that much there). Its
+ * top two points rose in proportion to their rows, as a CPU's do, so it
+ * was lent to the 32 arrivals, which read plain decode as cheaper than
+ * drafting and started with speculation off. A curve is lent only where
+ * it rises in proportion over its whole range. */
+TEST(a_gpu_curve_with_a_bump_is_not_lent_to_a_larger_batch)
+{
+    static const int x[5] = {3, 4, 6, 8, 16};
+    static const double t[5] = {0.215e-3, 0.233e-3, 0.251e-3, 0.268e-3, 0.471e-3};
+    sd_adaptive a;
+    sd_accept_stats acc;
+    fresh(&a, &acc);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 5; j++)
+            sd_adaptive_observe_target(&a, 4, x[j], t[j]);
+    for (int k = 1; k <= 4; k++)
+        for (int i = 0; i < 4; i++)
+            sd_adaptive_observe_draft(&a, 4, k, 0.1e-3 + 0.05e-3 * k);
+    ASSERT(sd_adaptive_informed(&a, 4));
+    ASSERT(!sd_adaptive_informed(&a, 32));
+    /* a CPU's curve of the same points in proportion is still lent */
+    fresh(&a, &acc);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 5; j++)
+            sd_adaptive_observe_target(&a, 4, x[j], 0.03e-3 * x[j]);
+    for (int k = 1; k <= 4; k++)
+        for (int i = 0; i < 4; i++)
+            sd_adaptive_observe_draft(&a, 4, k, 0.1e-3 + 0.05e-3 * k);
+    ASSERT(sd_adaptive_informed(&a, 32));
+}
+
 /* The bundled model's MTP layer on an H200 at batch 32 (its trace): 115
  * first drafts in 3 steps right after the prompts, 0.68 accepted; one
  * draft then lost to plain decode by 4% and speculation went off for
@@ -693,6 +770,8 @@ TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(curve_ignores_one_off_costs_
           T(a_proportional_cpu_curve_is_not_explored_again_as_the_batch_grows),
           T(a_larger_batch_is_explored_before_it_is_judged),
           T(rows_of_more_requests_are_priced_on_their_own_batch_curve),
+          T(a_stale_point_measured_again_is_read_at_its_new_time),
+          T(a_gpu_curve_with_a_bump_is_not_lent_to_a_larger_batch),
           T(poor_acceptance_on_a_memory_bound_gpu_never_settles_below_plain),
           T(a_poor_draft_on_a_memory_bound_gpu_is_given_up_after_a_few_drafts),
           T(a_slower_machine_does_not_make_stale_points_look_cheap),
