@@ -230,18 +230,15 @@ __global__ void moe_route_small_kernel(int32_t *ids, float *wts, const float *lo
         sh[e0] = s0;
         sh[e1] = s1;
         __syncwarp();
-        float s = 0; /* in expert order, as the CPU sums: every lane alike */
-        if (E % 4 == 0) {
-            for (int j = 0; j < E / 4; j++) {
-                const float4 y = sh4[j];
-                s += y.x;
-                s += y.y;
-                s += y.z;
-                s += y.w;
-            }
-        } else {
-            for (int e = 0; e < E; e++)
-                s += sh[e];
+        /* in expert order, as the CPU sums, every lane alike; the entries
+         * past E (up to a multiple of 4) hold 0 and add nothing */
+        float s = 0;
+        for (int j = 0; j < (E + 3) / 4; j++) {
+            const float4 y = sh4[j];
+            s += y.x;
+            s += y.y;
+            s += y.z;
+            s += y.w;
         }
         s0 /= s;
         s1 /= s;
@@ -253,23 +250,17 @@ __global__ void moe_route_small_kernel(int32_t *ids, float *wts, const float *lo
     sh[e0] = x0;
     sh[e1] = x1;
     __syncwarp();
+    /* the entries past E are not experts (0.5 each with the sigmoid): they
+     * rank nothing */
     int r0 = 0, r1 = 0;
-    if (E % 4 == 0) {
-        for (int j4 = 0; j4 < E / 4; j4++) {
-            const float4 y = sh4[j4];
-            const float yv[4] = {y.x, y.y, y.z, y.w};
+    for (int j4 = 0; j4 < (E + 3) / 4; j4++) {
+        const float4 y = sh4[j4];
+        const float yv[4] = {y.x, y.y, y.z, y.w};
 #pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const int j = 4 * j4 + q;
-                r0 += yv[q] > x0 || (yv[q] == x0 && j < e0);
-                r1 += yv[q] > x1 || (yv[q] == x1 && j < e1);
-            }
-        }
-    } else {
-        for (int j = 0; j < E; j++) {
-            const float y = sh[j];
-            r0 += y > x0 || (y == x0 && j < e0);
-            r1 += y > x1 || (y == x1 && j < e1);
+        for (int q = 0; q < 4; q++) {
+            const int j = 4 * j4 + q;
+            r0 += j < E && (yv[q] > x0 || (yv[q] == x0 && j < e0));
+            r1 += j < E && (yv[q] > x1 || (yv[q] == x1 && j < e1));
         }
     }
     if (in0 && r0 < K) {

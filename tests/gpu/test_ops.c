@@ -1276,6 +1276,12 @@ TEST(moe_route_matches_the_cpu)
     sd_moe_route odd = {.n_experts = 30, .top_k = 4, .n_group = 1, .topk_group = 1,
                         .norm_topk_prob = 1, .routed_scaling_factor = 1.5f};
     ok &= route_case(&e, "30 experts", 33, odd, 1, 0);
+    /* E % 4 != 0 with the sigmoid: the register kernel's entries past E
+     * hold 0.5 and must rank nothing */
+    odd.n_experts = 41;
+    odd.sigmoid = 1;
+    ok &= route_case(&e, "41 experts sigmoid", 33, odd, 1, 0);
+    ok &= route_case(&e, "41 experts sigmoid ties", 33, odd, 0, 1);
     /* shared experts in the bank: always-on slots after the routed ones */
     sm.n_always = 2;
     ok &= route_case(&e, "softmax + shared", 40, sm, 0, 0);
