@@ -772,6 +772,7 @@ static int engine_step(sd_engine *e)
     int rc = sd__engine_upload_tables(e, &s);
     if (!rc)
         rc = sd__engine_upload_step(e, Tp ? Tp : s.T, Tp ? Tp : s.n_out, hidden, &f);
+    uint64_t t_up = sd_now_ns();
     /* Only greedy requests in the step: the argmax is taken where the logits
      * are, and only token ids cross to the host. */
     e->am_valid = 0;
@@ -784,8 +785,10 @@ static int engine_step(sd_engine *e)
         e->am_valid = greedy_only && e->be->ops->argmax_rows;
     }
     e->dev_acc = !rc && !greedy_only && s.n_out > 0 && !launch_dev_accept(e, &s);
+    uint64_t t_launch = sd_now_ns();
     if (!rc)
         rc = e->be->ops->sync(e->be);
+    uint64_t t_run = sd_now_ns();
     if (!rc && e->am_valid)
         rc = e->be->ops->download(e->be, e->h_am, e->d_am, (size_t)s.n_out * sizeof(int32_t));
     else if (!rc && e->dev_acc)
@@ -793,7 +796,13 @@ static int engine_step(sd_engine *e)
     else if (!rc)
         rc = e->be->ops->download(e->be, e->h_logits, e->d_logits,
                                   (size_t)s.n_out * (size_t)e->V * sizeof(float));
-    double t_target = (double)(sd_now_ns() - t0) * 1e-9;
+    uint64_t t_end = sd_now_ns();
+    double t_target = (double)(t_end - t0) * 1e-9;
+    sd_log_debug("target step: %d rows of %d requests (%s %d): upload %.3f, launch %.3f, run %.3f, "
+                 "download %.3f ms",
+                 s.T, s.n_seq, Tp && e->graphs_on ? "graph" : "eager", Tp ? Tp : s.T,
+                 1e-6 * (double)(t_up - t0), 1e-6 * (double)(t_launch - t_up),
+                 1e-6 * (double)(t_run - t_launch), 1e-6 * (double)(t_end - t_run));
     pthread_mutex_lock(&e->mu);
     if (rc) {
         e->stats.failed_steps++;
