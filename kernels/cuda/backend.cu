@@ -399,6 +399,7 @@ void sd_cuda_set_bf16_split(sd_backend *be, int on) { sd__cuda_of(be)->bf16_spli
 
 void sd_cuda_set_mla_tc(sd_backend *be, int on) { sd__cuda_of(be)->mla_tc = on != 0; }
 void sd_cuda_set_mla_dec(sd_backend *be, int on) { sd__cuda_of(be)->mla_dec = on != 0; }
+void sd_cuda_set_moe_preload(sd_backend *be, int on) { sd__cuda_of(be)->moe_preload = on != 0; }
 /* a switch that is on unless the variable is "0" */
 static int env_on(const char *name)
 {
@@ -583,6 +584,8 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->mla_dec = env_on("SPECD_MLA_DEC"); /* 0: off (the tensor-core kernel) */
     c->ablate = ablate_mask(getenv("SPECD_ABLATE"));
     c->route_small = env_on("SPECD_ROUTE_SMALL");
+    const char *pre = getenv("SPECD_MOE_PRELOAD");
+    c->moe_preload = pre && *pre ? strcmp(pre, "0") != 0 : SD_CUDA_MOE_PRELOAD_DEFAULT;
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

@@ -91,6 +91,14 @@ void sd_cuda_set_moe_down(sd_backend *be, int shape);
  * general kernel). The same bits either way. */
 void sd_cuda_set_route_small(sd_backend *be, int on);
 
+/* The fused (decode-size) MoE gate/up kernel with the always-on (shared)
+ * experts' blocks first, loading their weights before the routing is read
+ * (moe.cu; sd_experts.n_always). SPECD_MOE_PRELOAD=0/1 as the backend
+ * opens, or this call; off by default until measured on a GPU. The same
+ * bits either way. */
+#define SD_CUDA_MOE_PRELOAD_DEFAULT 0
+void sd_cuda_set_moe_preload(sd_backend *be, int on);
+
 /* Kernels as programmatic dependent launches (sm_90: the next kernel's
  * blocks wait on the GPU instead of being launched when this one ends;
  * kernels/cuda/common.cuh): on by default since every kernel asks for

@@ -523,41 +523,118 @@ static void launch_experts_v(sd__cuda *c, int vec, const sd_experts *ex, float *
 
 #define MOE_FUSED_U 2 /* chunks per warp loaded before use (3 measured slower) */
 
-/* h(p, I) = silu(x_t @ gate_e^T) * (x_t @ up_e^T) for pair p = blockIdx.x
- * (t = p / top_k, e = ids[p] - first; pairs of other banks are skipped).
+/* The (pair, column group) of this block. n_fix > 0 (the bank's last
+ * n_fix experts always-on: each token's last n_fix slots): the always-on
+ * pairs' blocks come first in launch order, so the first wave of resident
+ * blocks is theirs, then the routed pairs'; n_fix = 0: (blockIdx.x,
+ * blockIdx.y). Which block computes what changes no sum. */
+__device__ __forceinline__ void moe_block_pair(int top_k, int n_fix, int *p, int *cy)
+{
+    const int np = (int)gridDim.x, ny = (int)gridDim.y;
+    if (n_fix <= 0 || n_fix > top_k) {
+        *p = (int)blockIdx.x;
+        *cy = (int)blockIdx.y;
+        return;
+    }
+    const int nr = top_k - n_fix, fp = np / top_k * n_fix; /* routed slots, always-on pairs */
+    const int l = (int)blockIdx.y * np + (int)blockIdx.x;
+    if (l < fp * ny) {
+        const int i = l % fp;
+        *p = i / n_fix * top_k + nr + i % n_fix;
+        *cy = l / fp;
+    } else {
+        const int i = (l - fp * ny) % (np - fp);
+        *p = i / nr * top_k + i % nr;
+        *cy = (l - fp * ny) / (np - fp);
+    }
+}
+
+/* h(p, I) = silu(x_t @ gate_e^T) * (x_t @ up_e^T) for pair p (moe_block_pair;
+ * t = p / top_k, e = ids[p] - first; pairs of other banks are skipped).
  * Block: WK K-slices x RG row groups; a row group computes output columns
  * j .. j + GU - 1 from 2 GU weight rows (gate j.., up j..) sharing x_t, U
  * chunks of each loaded before use: GU = 2 with MOE_FUSED_U chunks, or,
  * where one chunk is all a warp has of a row (D <= 8 x 256: V2-Lite's
  * 2048), GU = 4 with one, so a block streams twice the bytes and the grid
  * has half the blocks (the same sums: a row's order depends on D and WK
- * only). */
+ * only).
+ *
+ * An always-on slot's expert is known before the routing (n_fix > 0): its
+ * blocks load their first U chunks of weights before the PDL wait, while
+ * the norm, the router and the route before them run (the chain leaves
+ * DRAM idle there; V2-Lite's two shared experts are a quarter of the
+ * kernel's 92 MB a token). After the wait ids decide: a slot whose id is
+ * not the one assumed loads again. The same sums either way. */
 #define MOE_GATE_WIDE_GU 4
-template <int DT, int MAXE, int GU, int U, int MINB>
+template <int DT, int MAXE, int GU, int U, int MINB, bool PRE>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k, int D, int I,
-                         int first, int E, int WK, const __grid_constant__ moe_tabs<MAXE> tab)
+                         int first, int E, int WK, int n_fix,
+                         const __grid_constant__ moe_tabs<MAXE> tab)
 {
     constexpr int VR = 2 * GU;
-    SD_PDL_ENTER();
     __shared__ float part[SD__GEMV_WARPS * VR];
-    const int p = blockIdx.x, e = ids[p] - first;
-    if (e < 0 || e >= E)
-        return;
+    int p = blockIdx.x, cy = blockIdx.y;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK;
-    const int cols0 = blockIdx.y * RG * GU, j0 = cols0 + rg * GU;
     const size_t esz = DT == SD__F32 ? 4 : 2, rb = (size_t)D * esz;
-    const char *wg = (const char *)tab.a[e], *wu = (const char *)tab.b[e];
     const void *wrow[VR];
+    int e;
+    if (!PRE) {
+        SD_PDL_ENTER();
+        e = ids[p] - first;
+        if (e < 0 || e >= E)
+            return;
+        const char *wg = (const char *)tab.a[e], *wu = (const char *)tab.b[e];
+        const int j0 = cy * RG * GU + rg * GU;
 #pragma unroll
-    for (int i = 0; i < VR; i++) {
-        const int j = j0 + i % GU;
-        wrow[i] = j < I ? (i < GU ? wg : wu) + (size_t)j * rb : NULL;
+        for (int i = 0; i < VR; i++) {
+            const int j = j0 + i % GU;
+            wrow[i] = j < I ? (i < GU ? wg : wu) + (size_t)j * rb : NULL;
+        }
+        sd__warp_dots1<DT, VR, U>(wrow, x + (size_t)(p / top_k) * (size_t)D, D, kw, WK, lane,
+                                  part + warp * VR);
+    } else {
+        moe_block_pair(top_k, n_fix, &p, &cy);
+        const int j0 = cy * RG * GU + rg * GU, slot = p % top_k;
+        const int eg = slot >= top_k - n_fix ? E - top_k + slot : -1;
+        sd__w8raw<DT> raw[U][VR];
+        if (eg >= 0 && eg < E) { /* weights only: no kernel writes them */
+            const char *wg = (const char *)tab.a[eg], *wu = (const char *)tab.b[eg];
+#pragma unroll
+            for (int i = 0; i < VR; i++) {
+                const int j = j0 + i % GU;
+                wrow[i] = j < I ? (i < GU ? wg : wu) + (size_t)j * rb : NULL;
+            }
+            sd__warp_load<DT, VR, U>(raw, wrow, D, kw, WK, lane);
+        }
+        SD_PDL_ENTER();
+        e = ids[p] - first;
+        if (e < 0 || e >= E)
+            return;
+        if (e != eg) {
+            const char *wg = (const char *)tab.a[e], *wu = (const char *)tab.b[e];
+#pragma unroll
+            for (int i = 0; i < VR; i++) {
+                const int j = j0 + i % GU;
+                wrow[i] = j < I ? (i < GU ? wg : wu) + (size_t)j * rb : NULL;
+            }
+            sd__warp_load<DT, VR, U>(raw, wrow, D, kw, WK, lane);
+        }
+        /* sd__warp_dots1's sums: its first U chunks from raw, then the rest */
+        const float *xr[1] = {x + (size_t)(p / top_k) * (size_t)D};
+        float acc[VR];
+#pragma unroll
+        for (int i = 0; i < VR; i++)
+            acc[i] = 0.0f;
+        sd__warp_use<DT, VR, 1, U>(raw, xr, 1, D, kw, WK, lane, acc);
+        sd__warp_dots<DT, VR, 1, U>(wrow, xr, 1, D, kw + WK * U, WK, lane, acc);
+        sd__xreduce<VR>(acc, lane);
+        if (lane % (32 / VR) == 0)
+            part[warp * VR + sd__xr_index<VR>(lane)] = acc[0];
     }
-    sd__warp_dots1<DT, VR, U>(wrow, x + (size_t)(p / top_k) * (size_t)D, D, kw, WK, lane,
-                              part + warp * VR);
     __syncthreads();
+    const int cols0 = cy * RG * GU;
     if ((int)threadIdx.x < RG * GU) {
         const int g = threadIdx.x / GU, q = threadIdx.x % GU, j = cols0 + g * GU + q;
         if (j < I) {
@@ -569,6 +646,25 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
             h[(size_t)p * (size_t)I + (size_t)j] = gs / (1.0f + expf(-gs)) * us;
         }
     }
+}
+
+/* the gate/up kernel of one shape, with the always-on blocks first and
+ * loading before the wait where n_fix > 0 */
+template <int DT, int MAXE, int GU, int U, int MINB>
+static void launch_gate_up(sd__cuda *c, dim3 g, float *h, const float *x, const int32_t *ids,
+                           int top_k, int D, int I, const sd_experts *ex, int wk, int n_fix,
+                           const moe_tabs<MAXE> &tab)
+{
+    const unsigned th = SD__GEMV_WARPS * 32;
+    /* the loads held across the wait cost registers: at MINB 2 (V2-Lite's
+     * shape, 80 registers without them) ptxas took 104, two blocks an SM;
+     * capped at three */
+    if (n_fix > 0)
+        sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, GU, U, MINB < 3 ? 3 : MINB, true>, g, th, 0,
+                   h, x, ids, top_k, D, I, ex->first, ex->n, wk, n_fix, tab);
+    else
+        sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, GU, U, MINB, false>, g, th, 0, h, x, ids,
+                   top_k, D, I, ex->first, ex->n, wk, 0, tab);
 }
 
 /* out(t, d) = sum_j wts[t, j] * (h(t * top_k + j) @ down_e^T)[d], slots j in
@@ -665,24 +761,26 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
         tab.a[e] = ex->gate[e].data;
         tab.b[e] = ex->up[e].data;
     }
-    const unsigned th = SD__GEMV_WARPS * 32;
     int wk = sd__gemv_wk(D);
+    /* the always-on experts' blocks first, loading before the wait
+     * (SPECD_MOE_PRELOAD) */
+    const int n_fix = c->moe_preload && ex->n_always > 0 && ex->n_always <= top_k ? ex->n_always : 0;
     if (c->moe_gate_wide && (D + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK <= wk) {
         /* one chunk a warp: 4 output columns a row group, one load each
          * (80 registers: 3 blocks an SM; moe_gate_wide 2: 64, 4 blocks) */
         int cols = SD__GEMV_WARPS / wk * MOE_GATE_WIDE_GU;
         dim3 g1((unsigned)(n * top_k), (unsigned)((I + cols - 1) / cols));
         if (c->moe_gate_wide == 2)
-            sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, MOE_GATE_WIDE_GU, 1, 4>, g1, th, 0,
-                       h, x, ids, top_k, D, I, ex->first, ex->n, wk, tab);
+            launch_gate_up<DT, MAXE, MOE_GATE_WIDE_GU, 1, 4>(c, g1, h, x, ids, top_k, D, I, ex, wk,
+                                                             n_fix, tab);
         else
-            sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, MOE_GATE_WIDE_GU, 1, 2>, g1, th, 0,
-                       h, x, ids, top_k, D, I, ex->first, ex->n, wk, tab);
+            launch_gate_up<DT, MAXE, MOE_GATE_WIDE_GU, 1, 2>(c, g1, h, x, ids, top_k, D, I, ex, wk,
+                                                             n_fix, tab);
     } else {
         int cols = SD__GEMV_WARPS / wk * 2;
         dim3 g1((unsigned)(n * top_k), (unsigned)((I + cols - 1) / cols));
-        sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, 2, MOE_FUSED_U, 4>, g1, th, 0, h, x, ids,
-                   top_k, D, I, ex->first, ex->n, wk, tab);
+        launch_gate_up<DT, MAXE, 2, MOE_FUSED_U, 4>(c, g1, h, x, ids, top_k, D, I, ex, wk, n_fix,
+                                                    tab);
     }
     if (SD_LAUNCHED(c, "moe_gate_up_fused_kernel"))
         return;

@@ -307,7 +307,8 @@ static int load_moe(sd_model *m, const char *pre, layer *L, sd_err *err)
     if (rc)
         return rc;
     L->n_always = S;
-    L->experts = (sd_experts){.n = el + S, .gate = L->eg, .up = L->eu, .down = L->ed, .first = e0};
+    L->experts = (sd_experts){.n = el + S, .gate = L->eg, .up = L->eu, .down = L->ed, .first = e0,
+                              .n_always = S};
     if (c->n_shared_experts > 0 && !S) {
         char sp[512];
         snprintf(sp, sizeof sp, "%s.mlp.shared_experts", pre);

@@ -1435,6 +1435,44 @@ static int ffn_case_ep(gpu_env *e, sd_dtype dt, int n, int E, int K, int D, int 
             gfree(e, d2);
         }
         free(ref);
+        /* the always-on experts' blocks first, loading before the wait
+         * (SPECD_MOE_PRELOAD): the bits of the plain launch, whether the
+         * last slots name the always-on experts (v 1) or other ones (v 0:
+         * the loads made before the wait are not used) */
+        const int S = K >= 2 ? 2 : 1;
+        int32_t *ids2 = (int32_t *)malloc(m * sizeof(int32_t));
+        for (int v = 0; v < 2; v++) {
+            memcpy(ids2, ids, m * sizeof(int32_t));
+            for (int t = 0; v && t < n; t++)
+                for (int j = 0; j < S; j++)
+                    ids2[(size_t)t * K + K - S + j] = first + E - S + j;
+            int32_t *did2 = (int32_t *)gput(e, ids2, m * 4);
+            float *o0 = gpoison(e, (size_t)n * D), *o1 = gpoison(e, (size_t)n * D);
+            sd_experts ge2 = ge;
+            ge2.n_always = S;
+            sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_OFF);
+            sd_cuda_set_moe_preload(e->gpu, 0);
+            e->gpu->ops->moe_ffn(e->gpu, o0, dx, did2, dw, &ge2, n, K, D, dtmp);
+            sd_cuda_set_moe_preload(e->gpu, 1);
+            e->gpu->ops->moe_ffn(e->gpu, o1, dx, did2, dw, &ge2, n, K, D, dtmp);
+            sd_cuda_set_moe_preload(e->gpu, SD_CUDA_MOE_PRELOAD_DEFAULT);
+            sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_AUTO);
+            float *a0 = gget(e, o0, (size_t)n * D), *a1 = gget(e, o1, (size_t)n * D);
+            size_t diff = a0 && a1 ? 0 : (size_t)n * D;
+            for (size_t i = 0; a0 && a1 && i < (size_t)n * D; i++)
+                diff += memcmp(&a0[i], &a1[i], sizeof(float)) != 0;
+            ok &= reportf((double)diff, 0, "%s: %d always-on slots %s, loaded before the wait: bitwise (mismatches)",
+                          name, S, v ? "named" : "not named");
+            if (v) {
+                e->cpu->ops->moe_ffn(e->cpu, co, x, ids2, w, &ce, n, K, D, tmp);
+                ok &= reportf(a1 ? rel_err(a1, co, (size_t)n * D) : INFINITY, 1e-5,
+                              "%s: %d always-on slots, loaded before the wait, vs the cpu", name, S);
+            }
+            free(a0);
+            free(a1);
+            GFREE_ALL(e, did2, o0, o1);
+        }
+        free(ids2);
     }
     for (int k = 0; k < E; k++) {
         tw_free(e, &g[k]);
