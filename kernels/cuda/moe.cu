@@ -683,7 +683,12 @@ static void launch_gate_up(sd__cuda *c, dim3 g, float *h, const float *x, const 
  * the copy rate). 1: the same work in 64 registers, 4 blocks an SM, one
  * wave (the F32 instance spills); 2: 8 rows a block, 1 chunk a load, 256
  * blocks at 2 an SM, one wave (half the reads of h from L2); 3: 8 rows, 2
- * chunks a load (16 loads in flight a lane), 2 blocks an SM. */
+ * chunks a load (16 loads in flight a lane), 2 blocks an SM. Under Nsight
+ * Compute shape 1 read 3.18 TB/s where the gate/up kernel (7 waves) read
+ * 3.72 (bench/results/ncu-v2lite-b1-169c5d8.json): probably one wave of
+ * blocks that each load, then use, 3 times over I = 1408, with no other
+ * block to fill the gaps. 3 chunks a load spill at 4 rows and 4 blocks an
+ * SM (136 bytes) and at 8 rows and 2 (68 bytes). */
 template <int DT, int MAXE, int DR, int DU, int MINB>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int top_k,
