@@ -19,8 +19,8 @@
  *     context growing): a point keeps the step of its last time; read with
  *     a point whose time falls below its own as x grows, a point more than
  *     SD_CURVE_STALE steps older is left out, a point seen again after that
- *     long starts over, and one untouched for SD_CURVE_FRESH steps is
- *     trusted no more (measured again);
+ *     long starts over (trusted if it was), and one untouched for
+ *     SD_CURVE_FRESH steps is trusted no more (measured again);
  *   - a GPU's step time is flat in T up to where the GEMMs stop being
  *     memory-bound, a CPU's grows with T from the start: no global shape is
  *     assumed; between measured points the curve is linear, beyond them it
@@ -30,7 +30,9 @@
  *     bucket, or on both sides of it), k alternates between 1 and 0, so the
  *     target is seen at b and 2 b rows and drafting at 1; again whenever the
  *     batch leaves what was measured (a choice at 32 requests is not made
- *     from steps of 8). Deeper k are measured once chosen, and the
+ *     from steps of 8; a smaller batch's curve prices it only where that
+ *     rises in proportion to its rows over its whole range, a CPU's).
+ *     Deeper k are measured once chosen, and the
  *     neighbours of the choice by a probe every 4th step, so a k = k_max
  *     step (k_max + 1 times the rows) is never spent only to measure it;
  *   - with fewer than SD_ADAPT_EXPLORE first-position drafts (counting at
@@ -65,7 +67,8 @@
 /* Steps after which a point's times are stale: read together with a
  * point whose times fall below its own as x grows, and whose age differs
  * by more, it is left out (the two measured two machines, not one falling
- * curve); seen again after that long, it starts over from the new time. */
+ * curve); seen again after that long, it starts over from the new time
+ * (still trusted if it was). */
 #define SD_CURVE_STALE 16
 
 typedef struct sd_curve_pt {
