@@ -565,6 +565,21 @@ __device__ __forceinline__ void moe_block_pair(int top_k, int n_fix, int *p, int
  * DRAM idle there; V2-Lite's two shared experts are a quarter of the
  * kernel's 92 MB a token). After the wait ids decide: a slot whose id is
  * not the one assumed loads again. The same sums either way. */
+/* a row group's weight rows of expert e: gate columns j0 .. j0 + GU - 1,
+ * then up's (NULL past I) */
+template <int GU, int MAXE>
+__device__ __forceinline__ void gate_up_rows(const void *(&wrow)[2 * GU],
+                                             const moe_tabs<MAXE> &tab, int e, int j0, int I,
+                                             size_t rb)
+{
+    const char *wg = (const char *)tab.a[e], *wu = (const char *)tab.b[e];
+#pragma unroll
+    for (int i = 0; i < 2 * GU; i++) {
+        const int j = j0 + i % GU;
+        wrow[i] = j < I ? (i < GU ? wg : wu) + (size_t)j * rb : NULL;
+    }
+}
+
 #define MOE_GATE_WIDE_GU 4
 template <int DT, int MAXE, int GU, int U, int MINB, bool PRE>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
@@ -585,13 +600,7 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
         e = ids[p] - first;
         if (e < 0 || e >= E)
             return;
-        const char *wg = (const char *)tab.a[e], *wu = (const char *)tab.b[e];
-        const int j0 = cy * RG * GU + rg * GU;
-#pragma unroll
-        for (int i = 0; i < VR; i++) {
-            const int j = j0 + i % GU;
-            wrow[i] = j < I ? (i < GU ? wg : wu) + (size_t)j * rb : NULL;
-        }
+        gate_up_rows<GU>(wrow, tab, e, cy * RG * GU + rg * GU, I, rb);
         sd__warp_dots1<DT, VR, U>(wrow, x + (size_t)(p / top_k) * (size_t)D, D, kw, WK, lane,
                                   part + warp * VR);
     } else {
@@ -600,12 +609,7 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
         const int eg = slot >= top_k - n_fix ? E - top_k + slot : -1;
         sd__w8raw<DT> raw[U][VR];
         if (eg >= 0 && eg < E) { /* weights only: no kernel writes them */
-            const char *wg = (const char *)tab.a[eg], *wu = (const char *)tab.b[eg];
-#pragma unroll
-            for (int i = 0; i < VR; i++) {
-                const int j = j0 + i % GU;
-                wrow[i] = j < I ? (i < GU ? wg : wu) + (size_t)j * rb : NULL;
-            }
+            gate_up_rows<GU>(wrow, tab, eg, j0, I, rb);
             sd__warp_load<DT, VR, U>(raw, wrow, D, kw, WK, lane);
         }
         SD_PDL_ENTER();
@@ -613,12 +617,7 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
         if (e < 0 || e >= E)
             return;
         if (e != eg) {
-            const char *wg = (const char *)tab.a[e], *wu = (const char *)tab.b[e];
-#pragma unroll
-            for (int i = 0; i < VR; i++) {
-                const int j = j0 + i % GU;
-                wrow[i] = j < I ? (i < GU ? wg : wu) + (size_t)j * rb : NULL;
-            }
+            gate_up_rows<GU>(wrow, tab, e, j0, I, rb);
             sd__warp_load<DT, VR, U>(raw, wrow, D, kw, WK, lane);
         }
         /* sd__warp_dots1's sums: its first U chunks from raw, then the rest */
