@@ -5,9 +5,8 @@
 # download; graph or eager and its rows) averaged by rows x requests.
 # Made for the padded steps of a batch's tail (9-15 rows of 2-6 requests:
 # 0.46-0.60 ms against 0.20-0.35 for exact graph buckets; NOTES.md,
-# session 13), and for the same shapes costing 0.32 ms with speculation off
-# and 0.57 with it on (32 rows of 32 requests). SPEC none gives the plain
-# engine's. Writes OUT/split.txt and OUT/split.tgz (the log, the JSON).
+# session 13). SPEC none gives the plain engine's. Writes OUT/split.txt
+# and OUT/split.tgz (the log, the JSON).
 # usage: bench/gpu/step_split.sh BIN_DIR OUT [SPEC]   (draft, eagle3, mtp, none)
 set -uo pipefail
 bin=${1:?BIN_DIR}; out=${2:?OUT}; spec=${3:-draft}
