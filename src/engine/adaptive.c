@@ -9,6 +9,10 @@
 
 /* ------------------------------------------------------------------ curves */
 
+/* A rise "in proportion to x": a slope of at least this share of the time
+ * per row (a CPU's steps, where each row costs about the same) */
+#define CURVE_PROPORTIONAL 0.8
+
 int sd_row_bucket(int T)
 {
     if (T <= 8)
@@ -199,9 +203,17 @@ static double curve_eval(const sd_curve *c, double x, int *used, int optimistic)
     }
     double v = p[s].v + slope * (x - p[s].x);
     if (x < p[0].x) {
-        /* below the smallest: never under the time per row measured there */
+        /* below the smallest: where the first segment rises in proportion
+         * to x (a CPU's rows), never under the time per row measured
+         * there; else (a GPU's flat cost below its knee) the smallest's
+         * time. Scaled down per row, a GPU's 16-row point priced 8 rows
+         * at half their cost once the 8-row point was left out as stale,
+         * and plain decode looked 1.5x cheaper than it was (the H200's
+         * trace of the bundled draft LM at batch 8; NOTES.md, session 13) */
         double lo = p[0].x > 0 ? p[0].v * x / p[0].x : 0;
-        if (v < lo)
+        if (slope < CURVE_PROPORTIONAL * p[1].v / p[1].x)
+            v = p[0].v;
+        else if (v < lo)
             v = lo;
     }
     return v > 0 ? v : 0;
@@ -318,7 +330,7 @@ static int has_trusted(const sd_curve *c, int x)
 /* The top two trusted points rise in proportion to x (a CPU's steps: each
  * row costs about the same): past them the curve's own continuation cannot
  * be an underestimate, as a flat GPU curve's is before its knee. */
-#define ADAPT_PROPORTIONAL 0.8
+#define ADAPT_PROPORTIONAL CURVE_PROPORTIONAL
 
 /* the largest two trusted points of c (NULL where there are fewer) */
 static void top_two(const sd_curve *c, const sd_curve_pt **top, const sd_curve_pt **next)

@@ -38,10 +38,29 @@ TEST(curve_ignores_one_off_costs_and_interpolates)
     ASSERT_NEAR(sd_curve_at(&c, 8, &used), 0.001, 1e-12);
     ASSERT_EQ(used, 2);
     ASSERT_NEAR(sd_curve_at(&c, 24, NULL), 0.0015, 1e-12);
-    /* beyond: the nearest segment's slope; below: never under the time per row */
+    /* beyond: the nearest segment's slope; below a segment that rises less
+     * than in proportion (a GPU's): the smallest point's time */
     ASSERT_NEAR(sd_curve_at(&c, 72, NULL), 0.003, 1e-12);
-    ASSERT_NEAR(sd_curve_at(&c, 4, NULL), 0.000875, 1e-12);
-    ASSERT_NEAR(sd_curve_at(&c, 1, NULL), 0.00078125, 1e-12);
+    ASSERT_NEAR(sd_curve_at(&c, 4, NULL), 0.001, 1e-12);
+    ASSERT_NEAR(sd_curve_at(&c, 1, NULL), 0.001, 1e-12);
+    /* below one that rises in proportion (a CPU's, with a fixed part): the
+     * segment, never under the time per row */
+    sd_curve cpu = {0};
+    for (int i = 0; i < 3; i++) {
+        sd_curve_add(&cpu, 8, 0.0050);
+        sd_curve_add(&cpu, 16, 0.0090);
+    }
+    ASSERT_NEAR(sd_curve_at(&cpu, 4, NULL), 0.0030, 1e-12);
+    ASSERT_NEAR(sd_curve_at(&cpu, 1, NULL), 0.0015, 1e-12);
+    /* below a steep segment that is still less than proportional (a GPU's
+     * 16 to 24 rows across a kernel switch: 0.241, 0.317 ms): flat, not the
+     * segment down to 0.165 at 8 rows */
+    sd_curve gpu = {0};
+    for (int i = 0; i < 3; i++) {
+        sd_curve_add(&gpu, 16, 0.241e-3);
+        sd_curve_add(&gpu, 24, 0.317e-3);
+    }
+    ASSERT_NEAR(sd_curve_at(&gpu, 8, NULL), 0.241e-3, 1e-12);
     /* a point answers with a low order statistic of its last SD_CURVE_RING
      * times (the least up to 4, the 3rd smallest of 8): it follows a slower
      * machine once the fast times are out of the ring */
