@@ -13,6 +13,12 @@
  * per row (a CPU's steps, where each row costs about the same) */
 #define CURVE_PROPORTIONAL 0.8
 
+/* a slope that rises in proportion to x, up to a point of time v at x */
+static int in_proportion(double slope, double v, double x)
+{
+    return v > 0 && slope >= CURVE_PROPORTIONAL * v / x;
+}
+
 int sd_row_bucket(int T)
 {
     if (T <= 8)
@@ -211,7 +217,7 @@ static double curve_eval(const sd_curve *c, double x, int *used, int optimistic)
          * and plain decode looked 1.5x cheaper than it was (the H200's
          * trace of the bundled draft LM at batch 8; NOTES.md, session 13) */
         double lo = p[0].x > 0 ? p[0].v * x / p[0].x : 0;
-        if (slope < CURVE_PROPORTIONAL * p[1].v / p[1].x)
+        if (!in_proportion(slope, p[1].v, p[1].x))
             v = p[0].v;
         else if (v < lo)
             v = lo;
@@ -327,11 +333,6 @@ static int has_trusted(const sd_curve *c, int x)
     return 0;
 }
 
-/* The top two trusted points rise in proportion to x (a CPU's steps: each
- * row costs about the same): past them the curve's own continuation cannot
- * be an underestimate, as a flat GPU curve's is before its knee. */
-#define ADAPT_PROPORTIONAL CURVE_PROPORTIONAL
-
 /* the largest two trusted points of c (NULL where there are fewer) */
 static void top_two(const sd_curve *c, const sd_curve_pt **top, const sd_curve_pt **next)
 {
@@ -353,12 +354,14 @@ static void top_two(const sd_curve *c, const sd_curve_pt **top, const sd_curve_p
 static int rises_to(const sd_curve_pt *p, const sd_curve_pt *top)
 {
     double spread, vt = pt_value(top, &spread), vp = pt_value(p, &spread);
-    double slope = (vt - vp) / (double)(top->x - p->x);
-    return vt > 0 && slope >= ADAPT_PROPORTIONAL * vt / (double)top->x;
+    return in_proportion((vt - vp) / (double)(top->x - p->x), vt, (double)top->x);
 }
 
-/* c rises in proportion to x: from its next-to-top trusted point to the
- * top, and from its smallest (a GPU's steps of a few requests had a bump:
+/* c rises in proportion to x (a CPU's steps: each row costs about the
+ * same; past its top points the curve's own continuation cannot be an
+ * underestimate, as a flat GPU curve's is before its knee): from its
+ * next-to-top trusted point to the top, and from its smallest (a GPU's
+ * steps of a few requests had a bump:
  * 9-16 rows at 0.47 ms against 0.23-0.27 for 3-8 rows, the top two of
  * the batch-4 curve rose in proportion, and the curve was lent to a batch
  * of 32; NOTES.md, session 13) */
@@ -388,11 +391,8 @@ static int covered(const sd_curve *c, int x)
         lo |= p->x < x;
         hi |= p->x > x;
     }
-    if (lo && hi)
-        return 1;
-    const sd_curve_pt *top, *next;
-    top_two(c, &top, &next);
-    return lo && next && x >= top->x && proportional(c);
+    /* here no trusted point is at x, so with lo alone x is past them all */
+    return lo && (hi || proportional(c));
 }
 
 /* The target curve that prices x rows at this batch: its bucket's where
