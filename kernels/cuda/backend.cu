@@ -400,12 +400,16 @@ void sd_cuda_set_bf16_split(sd_backend *be, int on) { sd__cuda_of(be)->bf16_spli
 void sd_cuda_set_mla_tc(sd_backend *be, int on) { sd__cuda_of(be)->mla_tc = on != 0; }
 void sd_cuda_set_mla_dec(sd_backend *be, int on) { sd__cuda_of(be)->mla_dec = on != 0; }
 void sd_cuda_set_moe_preload(sd_backend *be, int on) { sd__cuda_of(be)->moe_preload = on != 0; }
-/* a switch that is on unless the variable is "0" */
-static int env_on(const char *name)
+/* a switch: off where the variable is "0", on where it is set otherwise,
+ * def where it is unset or empty */
+static int env_flag(const char *name, int def)
 {
     const char *v = getenv(name);
-    return !v || strcmp(v, "0") != 0;
+    return v && *v ? strcmp(v, "0") != 0 : def;
 }
+
+/* a switch that is on unless the variable is "0" */
+static int env_on(const char *name) { return env_flag(name, 1); }
 
 /* SPECD_ABLATE's comma-separated kernel names -> common.cuh's bits (a
  * timing experiment: an unknown name is logged and ignored) */
@@ -568,8 +572,7 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     const char *moe_tc = getenv("SPECD_MOE_TC");
     c->moe_tc = !moe_tc || !*moe_tc ? SD_CUDA_TC_AUTO : strcmp(moe_tc, "0") ? SD_CUDA_TC_ON : SD_CUDA_TC_OFF;
     c->mla_tc = env_on("SPECD_MLA_TC");
-    const char *pdl = getenv("SPECD_PDL"); /* 1: programmatic dependent launches (common.cuh) */
-    c->pdl = pdl && *pdl ? strcmp(pdl, "0") != 0 : SD_CUDA_PDL_DEFAULT;
+    c->pdl = env_flag("SPECD_PDL", SD_CUDA_PDL_DEFAULT); /* programmatic dependent launches */
     c->gemv_pre = env_on("SPECD_GEMV_PRE");
     c->matmul_silu = env_on("SPECD_MATMUL_SILU");
     const char *mgate = getenv("SPECD_MOE_GATE");
@@ -584,8 +587,7 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->mla_dec = env_on("SPECD_MLA_DEC"); /* 0: off (the tensor-core kernel) */
     c->ablate = ablate_mask(getenv("SPECD_ABLATE"));
     c->route_small = env_on("SPECD_ROUTE_SMALL");
-    const char *pre = getenv("SPECD_MOE_PRELOAD");
-    c->moe_preload = pre && *pre ? strcmp(pre, "0") != 0 : SD_CUDA_MOE_PRELOAD_DEFAULT;
+    c->moe_preload = env_flag("SPECD_MOE_PRELOAD", SD_CUDA_MOE_PRELOAD_DEFAULT);
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)
