@@ -620,17 +620,8 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
             gate_up_rows<GU>(wrow, tab, e, j0, I, rb);
             sd__warp_load<DT, VR, U>(raw, wrow, D, kw, WK, lane);
         }
-        /* sd__warp_dots1's sums: its first U chunks from raw, then the rest */
-        const float *xr[1] = {x + (size_t)(p / top_k) * (size_t)D};
-        float acc[VR];
-#pragma unroll
-        for (int i = 0; i < VR; i++)
-            acc[i] = 0.0f;
-        sd__warp_use<DT, VR, 1, U>(raw, xr, 1, D, kw, WK, lane, acc);
-        sd__warp_dots<DT, VR, 1, U>(wrow, xr, 1, D, kw + WK * U, WK, lane, acc);
-        sd__xreduce<VR>(acc, lane);
-        if (lane % (32 / VR) == 0)
-            part[warp * VR + sd__xr_index<VR>(lane)] = acc[0];
+        sd__warp_dots1_loaded<DT, VR, U>(raw, wrow, x + (size_t)(p / top_k) * (size_t)D, D, kw,
+                                         WK, lane, part + warp * VR);
     }
     __syncthreads();
     const int cols0 = cy * RG * GU;
