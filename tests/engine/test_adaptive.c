@@ -534,6 +534,19 @@ TEST(a_draft_for_one_request_of_eight_must_pay_for_the_whole_step)
     ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 8, 1), 0);
 }
 
+/* 8 rounds of a batch of 8 requests at k = 0..4 (8..40 rows): target
+ * steps of t[k] (0: none of that k) and drafting phases of d[k - 1] */
+static void observe_batch8(sd_adaptive *a, const double t[5], const double d[4])
+{
+    for (int i = 0; i < 8; i++) {
+        for (int k = 0; k <= 4; k++)
+            if (t[k] > 0)
+                sd_adaptive_observe_target(a, 8, 8 * (k + 1), t[k]);
+        for (int k = 1; k <= 4; k++)
+            sd_adaptive_observe_draft(a, 8, k, d[k - 1]);
+    }
+}
+
 /* The bundled model's MTP layer on an H200 (its debug log, NOTES.md
  * session 12): 32-row steps of 8 requests at k = 3 took 0.313 ms, plain
  * steps of 32 requests 0.454 (each request's context read by the
@@ -549,12 +562,7 @@ TEST(rows_of_more_requests_are_priced_on_their_own_batch_curve)
     sd_adaptive a;
     sd_accept_stats acc;
     fresh(&a, &acc);
-    for (int i = 0; i < 8; i++) {
-        for (int k = 0; k <= 4; k++)
-            sd_adaptive_observe_target(&a, 8, 8 * (k + 1), t8[k]);
-        for (int k = 1; k <= 4; k++)
-            sd_adaptive_observe_draft(&a, 8, k, d[k - 1]);
-    }
+    observe_batch8(&a, t8, d);
     for (int i = 0; i < 1000; i++) /* 0.967, 0.894, 0.826, 0.749 of the first 1..4 */
         sd_accept_stats_add(&acc, 4, i < 33 ? 0 : i < 106 ? 1 : i < 174 ? 2 : i < 251 ? 3 : 4);
     /* batch 32 before a step of its own: nothing measured, it explores */
@@ -589,13 +597,7 @@ TEST(a_stale_point_measured_again_is_read_at_its_new_time)
     sd_adaptive a;
     sd_accept_stats acc;
     fresh(&a, &acc);
-    for (int i = 0; i < 8; i++) {
-        for (int k = 0; k <= 4; k++)
-            if (t8[k] > 0)
-                sd_adaptive_observe_target(&a, 8, 8 * (k + 1), t8[k]);
-        for (int k = 1; k <= 4; k++)
-            sd_adaptive_observe_draft(&a, 8, k, d[k - 1]);
-    }
+    observe_batch8(&a, t8, d);
     for (int i = 0; i < 1000; i++) /* 0.93, 0.89, 0.88, 0.87 of the first 1..4 */
         sd_accept_stats_add(&acc, 4, i < 70 ? 0 : i < 110 ? 1 : i < 120 ? 2 : i < 130 ? 3 : 4);
     ASSERT_GE(sd_adaptive_best_k(&a, &acc, 8), 3);
