@@ -170,6 +170,18 @@ static inline double rel_err(const float *g, const float *c, size_t n)
     return mr > 0 ? md / mr : md;
 }
 
+/* Elements of a and b (n floats each, host copies) whose bits differ;
+ * infinite when either is missing (a failed download). */
+static inline double bit_mismatches(const float *a, const float *b, size_t n)
+{
+    if (!a || !b)
+        return INFINITY;
+    double d = 0;
+    for (size_t i = 0; i < n; i++)
+        d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return d;
+}
+
 /* Records a check; returns 1 when err <= bound. */
 static inline int report(const char *name, double err, double bound)
 {

@@ -1427,10 +1427,8 @@ static int ffn_case_ep(gpu_env *e, sd_dtype dt, int n, int E, int K, int D, int 
             sd_cuda_set_moe_down(e->gpu, SD_CUDA_MOE_DOWN_DEFAULT);
             sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_AUTO);
             float *g2 = gget(e, d2, (size_t)n * D);
-            size_t diff = ref && g2 ? 0 : (size_t)n * D;
-            for (size_t i = 0; ref && g2 && i < (size_t)n * D; i++)
-                diff += memcmp(&ref[i], &g2[i], sizeof(float)) != 0;
-            ok &= reportf((double)diff, 0, "%s: down shape %d bitwise (mismatches)", name, sh);
+            ok &= reportf(bit_mismatches(ref, g2, (size_t)n * D), 0,
+                          "%s: down shape %d bitwise (mismatches)", name, sh);
             free(g2);
             gfree(e, d2);
         }
@@ -1458,10 +1456,8 @@ static int ffn_case_ep(gpu_env *e, sd_dtype dt, int n, int E, int K, int D, int 
             sd_cuda_set_moe_preload(e->gpu, SD_CUDA_MOE_PRELOAD_DEFAULT);
             sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_AUTO);
             float *a0 = gget(e, o0, (size_t)n * D), *a1 = gget(e, o1, (size_t)n * D);
-            size_t diff = a0 && a1 ? 0 : (size_t)n * D;
-            for (size_t i = 0; a0 && a1 && i < (size_t)n * D; i++)
-                diff += memcmp(&a0[i], &a1[i], sizeof(float)) != 0;
-            ok &= reportf((double)diff, 0, "%s: %d always-on slots %s, loaded before the wait: bitwise (mismatches)",
+            ok &= reportf(bit_mismatches(a0, a1, (size_t)n * D), 0,
+                          "%s: %d always-on slots %s, loaded before the wait: bitwise (mismatches)",
                           name, S, v ? "named" : "not named");
             if (v) {
                 e->cpu->ops->moe_ffn(e->cpu, co, x, ids2, w, &ce, n, K, D, tmp);
