@@ -75,8 +75,8 @@ typedef struct sd_experts {
     const sd_weight *gate, *up, *down; /* arrays of n */
     int first;                         /* global id of gate[0] (0 unless expert parallel) */
     /* the bank's last n_always experts are always-on (shared experts): a
-     * token's last n_always slots name them in order. A hint (a backend
-     * may load their weights before the routing is read); ids decide. */
+     * token's last n_always slots name them in order (the routing writes
+     * them: sd_moe_route.n_always) */
     int n_always;
 } sd_experts;
 

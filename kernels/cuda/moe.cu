@@ -523,48 +523,17 @@ static void launch_experts_v(sd__cuda *c, int vec, const sd_experts *ex, float *
 
 #define MOE_FUSED_U 2 /* chunks per warp loaded before use (3 measured slower) */
 
-/* The (pair, column group) of this block. n_fix > 0 (the bank's last
- * n_fix experts always-on: each token's last n_fix slots): the always-on
- * pairs' blocks come first in launch order, so the first wave of resident
- * blocks is theirs, then the routed pairs'; n_fix = 0: (blockIdx.x,
- * blockIdx.y). Which block computes what changes no sum. */
-__device__ __forceinline__ void moe_block_pair(int top_k, int n_fix, int *p, int *cy)
-{
-    const int np = (int)gridDim.x, ny = (int)gridDim.y;
-    if (n_fix <= 0 || n_fix > top_k) {
-        *p = (int)blockIdx.x;
-        *cy = (int)blockIdx.y;
-        return;
-    }
-    const int nr = top_k - n_fix, fp = np / top_k * n_fix; /* routed slots, always-on pairs */
-    const int l = (int)blockIdx.y * np + (int)blockIdx.x;
-    if (l < fp * ny) {
-        const int i = l % fp;
-        *p = i / n_fix * top_k + nr + i % n_fix;
-        *cy = l / fp;
-    } else {
-        const int i = (l - fp * ny) % (np - fp);
-        *p = i / nr * top_k + i % nr;
-        *cy = (l - fp * ny) / (np - fp);
-    }
-}
-
-/* h(p, I) = silu(x_t @ gate_e^T) * (x_t @ up_e^T) for pair p (moe_block_pair;
- * t = p / top_k, e = ids[p] - first; pairs of other banks are skipped).
+/* h(p, I) = silu(x_t @ gate_e^T) * (x_t @ up_e^T) for pair p = blockIdx.x
+ * (t = p / top_k, e = ids[p] - first; pairs of other banks are skipped).
  * Block: WK K-slices x RG row groups; a row group computes output columns
  * j .. j + GU - 1 from 2 GU weight rows (gate j.., up j..) sharing x_t, U
  * chunks of each loaded before use: GU = 2 with MOE_FUSED_U chunks, or,
  * where one chunk is all a warp has of a row (D <= 8 x 256: V2-Lite's
  * 2048), GU = 4 with one, so a block streams twice the bytes and the grid
  * has half the blocks (the same sums: a row's order depends on D and WK
- * only).
- *
- * An always-on slot's expert is known before the routing (n_fix > 0): its
- * blocks load their first U chunks of weights before the PDL wait, while
- * the norm, the router and the route before them run (the chain leaves
- * DRAM idle there; V2-Lite's two shared experts are a quarter of the
- * kernel's 92 MB a token). After the wait ids decide: a slot whose id is
- * not the one assumed loads again. The same sums either way. */
+ * only). (Loading the always-on experts' weights before the PDL wait, while
+ * the norm, router and route ran, measured 2% slower at V2-Lite's batch 1:
+ * bench/results/NOTES.md, session 14.) */
 /* a row group's weight rows of expert e: gate columns j0 .. j0 + GU - 1,
  * then up's (NULL past I) */
 template <int GU, int MAXE>
@@ -581,48 +550,25 @@ __device__ __forceinline__ void gate_up_rows(const void *(&wrow)[2 * GU],
 }
 
 #define MOE_GATE_WIDE_GU 4
-template <int DT, int MAXE, int GU, int U, int MINB, bool PRE>
+template <int DT, int MAXE, int GU, int U, int MINB>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k, int D, int I,
-                         int first, int E, int WK, int n_fix,
-                         const __grid_constant__ moe_tabs<MAXE> tab)
+                         int first, int E, int WK, const __grid_constant__ moe_tabs<MAXE> tab)
 {
+    SD_PDL_ENTER();
     constexpr int VR = 2 * GU;
     __shared__ float part[SD__GEMV_WARPS * VR];
-    int p = blockIdx.x, cy = blockIdx.y;
+    const int p = blockIdx.x, cy = blockIdx.y;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK;
     const size_t esz = DT == SD__F32 ? 4 : 2, rb = (size_t)D * esz;
+    const int e = ids[p] - first;
+    if (e < 0 || e >= E)
+        return;
     const void *wrow[VR];
-    int e;
-    if (!PRE) {
-        SD_PDL_ENTER();
-        e = ids[p] - first;
-        if (e < 0 || e >= E)
-            return;
-        gate_up_rows<GU>(wrow, tab, e, cy * RG * GU + rg * GU, I, rb);
-        sd__warp_dots1<DT, VR, U>(wrow, x + (size_t)(p / top_k) * (size_t)D, D, kw, WK, lane,
-                                  part + warp * VR);
-    } else {
-        moe_block_pair(top_k, n_fix, &p, &cy);
-        const int j0 = cy * RG * GU + rg * GU, slot = p % top_k;
-        const int eg = slot >= top_k - n_fix ? E - top_k + slot : -1;
-        sd__w8raw<DT> raw[U][VR];
-        if (eg >= 0 && eg < E) { /* weights only: no kernel writes them */
-            gate_up_rows<GU>(wrow, tab, eg, j0, I, rb);
-            sd__warp_load<DT, VR, U>(raw, wrow, D, kw, WK, lane);
-        }
-        SD_PDL_ENTER();
-        e = ids[p] - first;
-        if (e < 0 || e >= E)
-            return;
-        if (e != eg) {
-            gate_up_rows<GU>(wrow, tab, e, j0, I, rb);
-            sd__warp_load<DT, VR, U>(raw, wrow, D, kw, WK, lane);
-        }
-        sd__warp_dots1_loaded<DT, VR, U>(raw, wrow, x + (size_t)(p / top_k) * (size_t)D, D, kw,
-                                         WK, lane, part + warp * VR);
-    }
+    gate_up_rows<GU>(wrow, tab, e, cy * RG * GU + rg * GU, I, rb);
+    sd__warp_dots1<DT, VR, U>(wrow, x + (size_t)(p / top_k) * (size_t)D, D, kw, WK, lane,
+                              part + warp * VR);
     __syncthreads();
     const int cols0 = cy * RG * GU;
     if ((int)threadIdx.x < RG * GU) {
@@ -638,23 +584,25 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
     }
 }
 
-/* the gate/up kernel of one shape, with the always-on blocks first and
- * loading before the wait where n_fix > 0 */
+/* the gate/up kernel of one shape */
 template <int DT, int MAXE, int GU, int U, int MINB>
 static void launch_gate_up(sd__cuda *c, dim3 g, float *h, const float *x, const int32_t *ids,
-                           int top_k, int D, int I, const sd_experts *ex, int wk, int n_fix,
+                           int top_k, int D, int I, const sd_experts *ex, int wk,
                            const moe_tabs<MAXE> &tab)
 {
-    const unsigned th = SD__GEMV_WARPS * 32;
-    /* the loads held across the wait cost registers: at MINB 2 (V2-Lite's
-     * shape, 80 registers without them) ptxas took 104, two blocks an SM;
-     * capped at three */
-    if (n_fix > 0)
-        sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, GU, U, MINB < 3 ? 3 : MINB, true>, g, th, 0,
-                   h, x, ids, top_k, D, I, ex->first, ex->n, wk, n_fix, tab);
-    else
-        sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, GU, U, MINB, false>, g, th, 0, h, x, ids,
-                   top_k, D, I, ex->first, ex->n, wk, 0, tab);
+    sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, GU, U, MINB>, g, SD__GEMV_WARPS * 32, 0, h,
+               x, ids, top_k, D, I, ex->first, ex->n, wk, tab);
+}
+
+/* a down block's weight rows of expert e: d0 .. d0 + DR - 1 (NULL past D) */
+template <int DR, int MAXE>
+__device__ __forceinline__ void down_rows(const void *(&wrow)[DR], const moe_tabs<MAXE> &tab,
+                                          int e, int d0, int D, size_t rb)
+{
+    const char *wd = (const char *)tab.a[e];
+#pragma unroll
+    for (int i = 0; i < DR; i++)
+        wrow[i] = d0 + i < D ? (const void *)(wd + (size_t)(d0 + i) * rb) : NULL;
 }
 
 /* out(t, d) = sum_j wts[t, j] * (h(t * top_k + j) @ down_e^T)[d], slots j in
@@ -678,29 +626,60 @@ static void launch_gate_up(sd__cuda *c, dim3 g, float *h, const float *x, const 
  * 3.72 (bench/results/ncu-v2lite-b1-169c5d8.json): probably one wave of
  * blocks that each load, then use, 3 times over I = 1408, with no other
  * block to fill the gaps. 3 chunks a load spill at 4 rows and 4 blocks an
- * SM (136 bytes) and at 8 rows and 2 (68 bytes). */
-template <int DT, int MAXE, int DR, int DU, int MINB>
+ * SM (136 bytes) and at 8 rows and 2 (68 bytes). In the step (a kernel
+ * trace) it adds 15.2 us a layer, the gate/up kernel 23.4.
+ *
+ * PRE (SPECD_MOE_PRELOAD=1): a warp loads the first DU chunks of its first
+ * slot's rows before the PDL wait, for the expert ids name then. This
+ * kernel's blocks become resident as the gate/up kernel's last wave drains
+ * (its 7.1 waves at V2-Lite's batch 1 leave 45 blocks in the last), DRAM
+ * mostly idle; the routing that writes ids ran before that kernel, whose
+ * later waves started only after earlier blocks had passed their own wait,
+ * so the guess is the routing's at such shapes. After the wait ids decide:
+ * a warp whose expert is not the one it guessed loads again. The same
+ * sums either way. */
+template <int DT, int MAXE, int DR, int DU, int MINB, bool PRE>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int top_k,
                       int D, int I, int first, int E, int WK,
                       const __grid_constant__ moe_tabs<MAXE> tab)
 {
-    SD_PDL_ENTER();
     extern __shared__ float part[];
     const int t = blockIdx.x, d0 = blockIdx.y * DR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int SW = SD__GEMV_WARPS / WK, kw = warp % WK, sl = warp / WK;
     const size_t esz = DT == SD__F32 ? 4 : 2, rb = (size_t)I * esz;
-    for (int j = sl; j < top_k; j += SW) {
+    const void *wrow[DR];
+    sd__w8raw<DT> raw[DU][DR];
+    int j = sl, eg = -1; /* eg: the expert whose first DU chunks raw holds */
+    if (PRE && j < top_k) {
+        /* A guess, read past L1: the routing ran two kernels before this
+         * one, which starts once every gate/up block has; weights only */
+        eg = __ldcg(ids + (size_t)t * (size_t)top_k + (size_t)j) - first;
+        if (eg >= 0 && eg < E) {
+            down_rows<DR>(wrow, tab, eg, d0, D, rb);
+            sd__warp_load<DT, DR, DU>(raw, wrow, I, kw, WK, lane);
+        }
+    }
+    SD_PDL_ENTER();
+    if (PRE && j < top_k) { /* the first slot, from raw (loaded again if the guess was wrong) */
+        const size_t p = (size_t)t * (size_t)top_k + (size_t)j;
+        const int e = ids[p] - first;
+        if (e >= 0 && e < E) {
+            down_rows<DR>(wrow, tab, e, d0, D, rb);
+            if (e != eg)
+                sd__warp_load<DT, DR, DU>(raw, wrow, I, kw, WK, lane);
+            sd__warp_dots1_loaded<DT, DR, DU>(raw, wrow, h + p * (size_t)I, I, kw, WK, lane,
+                                              part + (j * WK + kw) * DR);
+        }
+        j += SW;
+    }
+    for (; j < top_k; j += SW) {
         const size_t p = (size_t)t * (size_t)top_k + (size_t)j;
         const int e = ids[p] - first;
         if (e < 0 || e >= E)
             continue; /* the same for the whole warp */
-        const char *wd = (const char *)tab.a[e];
-        const void *wrow[DR];
-#pragma unroll
-        for (int i = 0; i < DR; i++)
-            wrow[i] = d0 + i < D ? (const void *)(wd + (size_t)(d0 + i) * rb) : NULL;
+        down_rows<DR>(wrow, tab, e, d0, D, rb);
         sd__warp_dots1<DT, DR, DU>(wrow, h + p * (size_t)I, I, kw, WK, lane,
                                    part + (j * WK + kw) * DR);
     }
@@ -742,8 +721,12 @@ static void launch_down(sd__cuda *c, const moe_tabs<MAXE> &tab, float *out, cons
 {
     dim3 g((unsigned)n, (unsigned)((D + DR - 1) / DR));
     size_t sm = (size_t)top_k * (size_t)wk * DR * sizeof(float);
-    sd__launch(c, moe_down_fused_kernel<DT, MAXE, DR, DU, MINB>, g, SD__GEMV_WARPS * 32, sm, out,
-               h, ids, wts, top_k, D, I, ex->first, ex->n, wk, tab);
+    if (c->moe_preload)
+        sd__launch(c, moe_down_fused_kernel<DT, MAXE, DR, DU, MINB, true>, g, SD__GEMV_WARPS * 32,
+                   sm, out, h, ids, wts, top_k, D, I, ex->first, ex->n, wk, tab);
+    else
+        sd__launch(c, moe_down_fused_kernel<DT, MAXE, DR, DU, MINB, false>, g, SD__GEMV_WARPS * 32,
+                   sm, out, h, ids, wts, top_k, D, I, ex->first, ex->n, wk, tab);
 }
 
 template <int DT, int MAXE>
@@ -757,9 +740,6 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
         tab.b[e] = ex->up[e].data;
     }
     int wk = sd__gemv_wk(D);
-    /* the always-on experts' blocks first, loading before the wait
-     * (SPECD_MOE_PRELOAD) */
-    const int n_fix = c->moe_preload && ex->n_always > 0 && ex->n_always <= top_k ? ex->n_always : 0;
     if (c->moe_gate_wide && (D + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK <= wk) {
         /* one chunk a warp: 4 output columns a row group, one load each
          * (80 registers: 3 blocks an SM; moe_gate_wide 2: 64, 4 blocks) */
@@ -767,15 +747,14 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
         dim3 g1((unsigned)(n * top_k), (unsigned)((I + cols - 1) / cols));
         if (c->moe_gate_wide == 2)
             launch_gate_up<DT, MAXE, MOE_GATE_WIDE_GU, 1, 4>(c, g1, h, x, ids, top_k, D, I, ex, wk,
-                                                             n_fix, tab);
+                                                             tab);
         else
             launch_gate_up<DT, MAXE, MOE_GATE_WIDE_GU, 1, 2>(c, g1, h, x, ids, top_k, D, I, ex, wk,
-                                                             n_fix, tab);
+                                                             tab);
     } else {
         int cols = SD__GEMV_WARPS / wk * 2;
         dim3 g1((unsigned)(n * top_k), (unsigned)((I + cols - 1) / cols));
-        launch_gate_up<DT, MAXE, 2, MOE_FUSED_U, 4>(c, g1, h, x, ids, top_k, D, I, ex, wk, n_fix,
-                                                    tab);
+        launch_gate_up<DT, MAXE, 2, MOE_FUSED_U, 4>(c, g1, h, x, ids, top_k, D, I, ex, wk, tab);
     }
     if (SD_LAUNCHED(c, "moe_gate_up_fused_kernel"))
         return;
