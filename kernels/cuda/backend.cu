@@ -399,7 +399,6 @@ void sd_cuda_set_bf16_split(sd_backend *be, int on) { sd__cuda_of(be)->bf16_spli
 
 void sd_cuda_set_mla_tc(sd_backend *be, int on) { sd__cuda_of(be)->mla_tc = on != 0; }
 void sd_cuda_set_mla_dec(sd_backend *be, int on) { sd__cuda_of(be)->mla_dec = on != 0; }
-void sd_cuda_set_moe_preload(sd_backend *be, int on) { sd__cuda_of(be)->moe_preload = on != 0; }
 /* a switch: off where the variable is "0", on where it is set otherwise,
  * def where it is unset or empty */
 static int env_flag(const char *name, int def)
@@ -587,7 +586,6 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->mla_dec = env_on("SPECD_MLA_DEC"); /* 0: off (the tensor-core kernel) */
     c->ablate = ablate_mask(getenv("SPECD_ABLATE"));
     c->route_small = env_on("SPECD_ROUTE_SMALL");
-    c->moe_preload = env_flag("SPECD_MOE_PRELOAD", SD_CUDA_MOE_PRELOAD_DEFAULT);
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

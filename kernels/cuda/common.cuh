@@ -93,10 +93,6 @@ typedef struct sd__cuda {
     /* moe_route for E <= 64 without group limits on moe_route_small_kernel
      * (SPECD_ROUTE_SMALL=0: moe_route_kernel; the same bits) */
     int route_small;
-    /* the fused MoE down kernel loads its first weights before the PDL
-     * wait, for the experts ids name then (SPECD_MOE_PRELOAD=1; off by
-     * default until measured). The same bits either way. */
-    int moe_preload;
     /* host_alloc gives page-locked memory (SPECD_PINNED=0: NULL, malloc) */
     int pinned;
     /* Timing ablation, for benchmarks only (SPECD_ABLATE=name,name...):

@@ -91,19 +91,6 @@ void sd_cuda_set_moe_down(sd_backend *be, int shape);
  * general kernel). The same bits either way. */
 void sd_cuda_set_route_small(sd_backend *be, int on);
 
-/* The fused (decode-size) MoE down kernel loading its first weights before
- * the PDL wait, for the experts the routing names then (moe.cu; ids decide
- * after the wait). SPECD_MOE_PRELOAD=0/1 as the backend opens, or this
- * call; off by default until measured on a GPU. The same bits either way. */
-#define SD_CUDA_MOE_PRELOAD_DEFAULT 0
-void sd_cuda_set_moe_preload(sd_backend *be, int on);
-
-/* Tests only: dst[0 .. n) = src[...] on the backend's stream, written after
- * the kernel has spun for about spin_us microseconds, as a programmatic
- * launch: a kernel launched after it can start, and read dst as it was,
- * before the copy (what a kernel reads before its PDL wait). */
-void sd_cuda_test_late_copy(sd_backend *be, int32_t *dst, const int32_t *src, int n, int spin_us);
-
 /* Kernels as programmatic dependent launches (sm_90: the next kernel's
  * blocks wait on the GPU instead of being launched when this one ends;
  * kernels/cuda/common.cuh): on by default since every kernel asks for

@@ -218,25 +218,3 @@ void sd__cuda_copy2d(sd_backend *be, float *dst, const float *src, int n, int d,
 }
 
 SD_KTRACE_EXPORT(elementwise)
-
-/* ---- tests only ---------------------------------------------------------- */
-
-__global__ void late_copy_kernel(int32_t *dst, const int32_t *src, int n, int spin_us)
-{
-    SD_PDL_ENTER();
-    const long long t0 = clock64();
-    const long long spin = (long long)spin_us * 1000LL; /* ~1 GHz and up: at least spin_us */
-    while (clock64() - t0 < spin)
-        ;
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-        dst[i] = src[i];
-}
-
-void sd_cuda_test_late_copy(sd_backend *be, int32_t *dst, const int32_t *src, int n, int spin_us)
-{
-    sd__cuda *c = sd__cuda_op(be);
-    if (!c || n <= 0)
-        return;
-    sd__launch(c, late_copy_kernel, 1, 256, 0, dst, src, n, spin_us);
-    SD_LAUNCHED(c, "late_copy_kernel");
-}

@@ -227,28 +227,6 @@ __device__ __forceinline__ void sd__warp_dots1(const void *const (&wrow)[V], con
         dst[sd__xr_index<V>(lane)] = acc[0];
 }
 
-/* sd__warp_dots1 with its first U chunks (c0, c0 + cstep, ...) already in
- * raw (sd__warp_load, e.g. before a PDL wait): the same sums. (sd__warp_dots1
- * is this after a load; it is kept as it was, the code the GPU validated,
- * until a GPU runs the two as one.) */
-template <int DT, int V, int U>
-__device__ __forceinline__ void sd__warp_dots1_loaded(const sd__w8raw<DT> (&raw)[U][V],
-                                                      const void *const (&wrow)[V], const float *x,
-                                                      int K, int c0, int cstep, int lane,
-                                                      float *dst)
-{
-    const float *xr[1] = {x};
-    float acc[V];
-#pragma unroll
-    for (int i = 0; i < V; i++)
-        acc[i] = 0.0f;
-    sd__warp_use<DT, V, 1, U>(raw, xr, 1, K, c0, cstep, lane, acc);
-    sd__warp_dots<DT, V, 1, U>(wrow, xr, 1, K, c0 + cstep * U, cstep, lane, acc);
-    sd__xreduce<V>(acc, lane);
-    if (lane % (32 / V) == 0)
-        dst[sd__xr_index<V>(lane)] = acc[0];
-}
-
 /* ---- BF16 weights on tensor cores ----------------------------------------
  *
  * mma.sync m16n8k16 with the weights as B (8 weight rows per mma, the n8

@@ -629,52 +629,25 @@ __device__ __forceinline__ void down_rows(const void *(&wrow)[DR], const moe_tab
  * SM (136 bytes) and at 8 rows and 2 (68 bytes). In the step (a kernel
  * trace) it adds 15.2 us a layer, the gate/up kernel 23.4.
  *
- * PRE (SPECD_MOE_PRELOAD=1): a warp loads the first DU chunks of its first
- * slot's rows before the PDL wait, for the expert ids name then. This
- * kernel's blocks become resident as the gate/up kernel's last wave drains
- * (its 7.1 waves at V2-Lite's batch 1 leave 45 blocks in the last), DRAM
- * mostly idle; the routing that writes ids ran before that kernel, whose
- * later waves started only after earlier blocks had passed their own wait,
- * so the guess is the routing's at such shapes. After the wait ids decide:
- * a warp whose expert is not the one it guessed loads again. The same
- * sums either way. */
-template <int DT, int MAXE, int DR, int DU, int MINB, bool PRE>
+ * Loading the first DU chunks before the PDL wait, for the experts ids
+ * named then (the routing ran two kernels before), moved 3.3 us a layer
+ * from this kernel into the gate/up kernel's last wave and saved nothing
+ * (session 14, NOTES.md): the two kernels together read 138 MB a layer at
+ * ~3.6 TB/s either way. */
+template <int DT, int MAXE, int DR, int DU, int MINB>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int top_k,
                       int D, int I, int first, int E, int WK,
                       const __grid_constant__ moe_tabs<MAXE> tab)
 {
+    SD_PDL_ENTER();
     extern __shared__ float part[];
     const int t = blockIdx.x, d0 = blockIdx.y * DR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int SW = SD__GEMV_WARPS / WK, kw = warp % WK, sl = warp / WK;
     const size_t esz = DT == SD__F32 ? 4 : 2, rb = (size_t)I * esz;
     const void *wrow[DR];
-    sd__w8raw<DT> raw[DU][DR];
-    int j = sl, eg = -1; /* eg: the expert whose first DU chunks raw holds */
-    if (PRE && j < top_k) {
-        /* A guess, read past L1: the routing ran two kernels before this
-         * one, which starts once every gate/up block has; weights only */
-        eg = __ldcg(ids + (size_t)t * (size_t)top_k + (size_t)j) - first;
-        if (eg >= 0 && eg < E) {
-            down_rows<DR>(wrow, tab, eg, d0, D, rb);
-            sd__warp_load<DT, DR, DU>(raw, wrow, I, kw, WK, lane);
-        }
-    }
-    SD_PDL_ENTER();
-    if (PRE && j < top_k) { /* the first slot, from raw (loaded again if the guess was wrong) */
-        const size_t p = (size_t)t * (size_t)top_k + (size_t)j;
-        const int e = ids[p] - first;
-        if (e >= 0 && e < E) {
-            down_rows<DR>(wrow, tab, e, d0, D, rb);
-            if (e != eg)
-                sd__warp_load<DT, DR, DU>(raw, wrow, I, kw, WK, lane);
-            sd__warp_dots1_loaded<DT, DR, DU>(raw, wrow, h + p * (size_t)I, I, kw, WK, lane,
-                                              part + (j * WK + kw) * DR);
-        }
-        j += SW;
-    }
-    for (; j < top_k; j += SW) {
+    for (int j = sl; j < top_k; j += SW) {
         const size_t p = (size_t)t * (size_t)top_k + (size_t)j;
         const int e = ids[p] - first;
         if (e < 0 || e >= E)
@@ -721,12 +694,8 @@ static void launch_down(sd__cuda *c, const moe_tabs<MAXE> &tab, float *out, cons
 {
     dim3 g((unsigned)n, (unsigned)((D + DR - 1) / DR));
     size_t sm = (size_t)top_k * (size_t)wk * DR * sizeof(float);
-    if (c->moe_preload)
-        sd__launch(c, moe_down_fused_kernel<DT, MAXE, DR, DU, MINB, true>, g, SD__GEMV_WARPS * 32,
-                   sm, out, h, ids, wts, top_k, D, I, ex->first, ex->n, wk, tab);
-    else
-        sd__launch(c, moe_down_fused_kernel<DT, MAXE, DR, DU, MINB, false>, g, SD__GEMV_WARPS * 32,
-                   sm, out, h, ids, wts, top_k, D, I, ex->first, ex->n, wk, tab);
+    sd__launch(c, moe_down_fused_kernel<DT, MAXE, DR, DU, MINB>, g, SD__GEMV_WARPS * 32, sm, out,
+               h, ids, wts, top_k, D, I, ex->first, ex->n, wk, tab);
 }
 
 template <int DT, int MAXE>
