@@ -25,8 +25,13 @@
  * cut into S contiguous chunks (whole tiles), one block each, and a second
  * kernel merges the S partial softmaxes in chunk order. S depends on the
  * head layout only, never on the number of tokens, so a token's bits are the
- * same in a 1-token decode step and a k+1-token verify step. */
-#define SPLIT_MAX_T 8  /* tokens in a step at most for the split path */
+ * same in a 1-token decode step and a k+1-token verify step. The general
+ * kernel (attn_kernel) splits larger steps the same way while the partials
+ * buffer holds them: whole, a verify step of 9+ rows walked each token's
+ * context one tile after another in T blocks (the bundled model's 16-row
+ * steps: 0.20 ms at a 64-token context, 0.45 at 576, where 8-row steps took
+ * 0.21-0.23; bench/results/step-split-833c19a.json). */
+#define SPLIT_MAX_T 8  /* tokens in a step at most for the split path (the general kernel: more) */
 #define SPLIT_MAX 16   /* chunks per token at most */
 
 typedef struct att_args {
@@ -1126,6 +1131,13 @@ static int split_count(const sd__cuda *c, int Hkv, int ngb, int Hq, int Dv)
     return S > 1 ? S : 1;
 }
 
+/* whether the partials buffer holds S chunks of T tokens' Hq heads */
+static int split_holds(const sd__cuda *c, int S, int T, int Hq, int Dv)
+{
+    return (size_t)S * (size_t)T * (size_t)Hq * (size_t)(Dv + 2) * sizeof(float) <=
+           c->attn_part_bytes;
+}
+
 /* attn_dec_kernel takes 128-dim heads (every row 16-byte aligned, the
  * output too), SPECD_ATTN_DEC=0 aside: split into chunks for steps of <=
  * SPLIT_MAX_T tokens, whole for larger ones (a batch-32 decode step: the
@@ -1178,9 +1190,15 @@ static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
     a->ngb = (a->group + a->G - 1) / a->G;
     a->tile = KT;
     a->min_chunk = 0;
-    /* few tokens: split each token's positions so the blocks fill the GPU */
+    /* split each token's positions so the blocks fill the GPU: the head
+     * layout's chunks for a step of up to SPLIT_MAX_T tokens, and for a
+     * larger one whose partials the buffer holds (c->attn_split_all:
+     * verify steps of 9+ rows, a batch's decode; the same chunks, so a
+     * token's bits do not depend on the step it is in); else whole */
     int Hq = Hkv * a->group;
-    a->S = T <= SPLIT_MAX_T ? split_count(c, Hkv, a->ngb, Hq, a->Dv) : 1;
+    a->S = split_count(c, Hkv, a->ngb, Hq, a->Dv);
+    if (T > SPLIT_MAX_T && !(c->attn_split_all && split_holds(c, a->S, T, Hq, a->Dv)))
+        a->S = 1;
     a->part = a->S > 1 ? c->attn_part : NULL;
     dim3 grid((unsigned)T, (unsigned)(Hkv * a->ngb), (unsigned)a->S);
     if (att_vec(a))

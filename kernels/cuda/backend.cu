@@ -444,6 +444,8 @@ void sd_cuda_set_moe_down(sd_backend *be, int shape)
 
 void sd_cuda_set_pdl(sd_backend *be, int on) { sd__cuda_of(be)->pdl = on != 0; }
 
+void sd_cuda_set_attn_split_all(sd_backend *be, int on) { sd__cuda_of(be)->attn_split_all = on != 0; }
+
 void sd_cuda_set_route_small(sd_backend *be, int on) { sd__cuda_of(be)->route_small = on != 0; }
 
 const char *sd_cuda_backend_error(const sd_backend *be)
@@ -583,6 +585,7 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->gemv_wide = env_on("SPECD_GEMV_WIDE");
     c->pinned = env_on("SPECD_PINNED");
     c->attn_dec = env_on("SPECD_ATTN_DEC");
+    c->attn_split_all = env_on("SPECD_ATTN_SPLIT_ALL");
     c->mla_dec = env_on("SPECD_MLA_DEC"); /* 0: off (the tensor-core kernel) */
     c->ablate = ablate_mask(getenv("SPECD_ABLATE"));
     c->route_small = env_on("SPECD_ROUTE_SMALL");

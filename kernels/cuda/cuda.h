@@ -91,6 +91,14 @@ void sd_cuda_set_moe_down(sd_backend *be, int shape);
  * general kernel). The same bits either way. */
 void sd_cuda_set_route_small(sd_backend *be, int on);
 
+/* attn_gqa / attn_mla on the general kernel (head dims other than the
+ * 128-dim GQA and the DeepSeek latent kernels' shapes, e.g. the bundled
+ * model's) split the positions of a step of more than 8 tokens into the
+ * same chunks as a decode step's where the partials buffer holds them (on
+ * by default; SPECD_ATTN_SPLIT_ALL=0 or this call: such a step takes each
+ * token's positions whole, as before). Not the same bits as whole. */
+void sd_cuda_set_attn_split_all(sd_backend *be, int on);
+
 /* Kernels as programmatic dependent launches (sm_90: the next kernel's
  * blocks wait on the GPU instead of being launched when this one ends;
  * kernels/cuda/common.cuh): on by default since every kernel asks for

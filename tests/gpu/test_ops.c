@@ -1070,14 +1070,18 @@ TEST(attn_mla_decode_kernel_matches_the_cpu)
     ASSERT(ok);
 }
 
-/* A token of a k+1-token verify step and the same token decoded alone
- * (same cache rows, same inputs): the tensor-core kernel's chunking depends
- * on the head layout, not on the step's tokens, so the bits are equal. */
-static int mla_tc_decode_equals_verify(gpu_env *e, int H, int P, int dec)
+/* A token of a verify step and the same token decoded alone (same cache
+ * rows, same inputs): the kernels' chunking depends on the head layout, not
+ * on the step's tokens, so the bits are equal. mode: MLA_TC or MLA_DEC at
+ * the DeepSeek shape (nv = 4: a verify of 3 drafts), MLA_SIMT at any (the
+ * general kernel; nv > 7 makes a step of more than 8 tokens, split too
+ * unless split_all is off, when the bits must differ). */
+static int mla_decode_equals_verify(gpu_env *e, int H, int C, int R, int nope, int P, int nv,
+                                    int mode, int split_all)
 {
-    const int C = 512, R = 64, nope = 128, qk = nope + R, row = C + R;
-    /* sequence 0: tokens at P .. P+3 (a verify of 3 drafts); sequence 1: a decode */
-    int ctx[2] = {P + 4, 50}, nnew[2] = {4, 1};
+    const int qk = nope + R, row = C + R;
+    /* sequence 0: tokens at P .. P + nv - 1; sequence 1: a decode */
+    int ctx[2] = {P + nv, 50}, nnew[2] = {nv, 1};
     tbatch b;
     tbatch_make(e, &b, 2, ctx, nnew, 16);
     int T = b.T;
@@ -1090,17 +1094,18 @@ static int mla_tc_decode_equals_verify(gpu_env *e, int H, int P, int dec)
     float *dout = gpoison(e, mo), *dout1 = gpoison(e, m1);
     float *co = (float *)malloc(mo * sizeof(float));
     float scale = 1.0f / sqrtf((float)qk);
-    sd_cuda_set_mla_tc(e->gpu, 1);
-    sd_cuda_set_mla_dec(e->gpu, dec);
-    const char *op = dec ? "attn_mla dec" : "attn_mla tc";
+    sd_cuda_set_mla_tc(e->gpu, mode != MLA_SIMT);
+    sd_cuda_set_mla_dec(e->gpu, mode == MLA_DEC);
+    sd_cuda_set_attn_split_all(e->gpu, split_all);
+    const char *op = mode == MLA_DEC ? "attn_mla dec" : mode == MLA_TC ? "attn_mla tc" : "attn_mla";
     e->cpu->ops->attn_mla(e->cpu, co, qlat, q + nope, ckv, ckv + C, cache, &b.hb, H, C, R, H * qk,
                           qk, row, scale);
     e->gpu->ops->attn_mla(e->gpu, dout, dqlat, dq + nope, dckv, dckv + C, dcache, &b.db, H, C, R,
                           H * qk, qk, row, scale);
     char name[160];
-    snprintf(name, sizeof name, "%s verify step H=%d positions %d..%d + a decode", op, H, P,
-             P + 3);
-    int ok = check_dev(e, dout, co, mo, dec ? 5e-5 : MLA_TC_BOUND, name);
+    snprintf(name, sizeof name, "%s verify step H=%d C=%d positions %d..%d + a decode%s", op, H,
+             C, P, P + nv - 1, split_all ? "" : " (split_all off)");
+    int ok = check_dev(e, dout, co, mo, mode == MLA_TC ? MLA_TC_BOUND : 5e-5, name);
     float *gv = gget(e, dout, mo);
     long differ = gv ? 0 : -1;
     for (int k = 0; k < T && gv; k++) {
@@ -1124,11 +1129,18 @@ static int mla_tc_decode_equals_verify(gpu_env *e, int H, int P, int dec)
             differ += memcmp(&g1[x], &gv[(size_t)k * m1 + x], sizeof(float)) != 0;
         free(g1);
     }
-    ok &= reportf(differ < 0 ? INFINITY : (double)differ, 0,
-                  "%s H=%d ctx %d: floats that differ, decode alone vs in the verify step",
-                  op, H, P + 4);
+    if (split_all)
+        ok &= reportf(differ < 0 ? INFINITY : (double)differ, 0,
+                      "%s H=%d C=%d ctx %d, %d tokens: floats that differ, decode alone vs in "
+                      "the verify step",
+                      op, H, C, P + nv, T);
+    else /* whole positions: the switch took effect */
+        ok &= reportf(differ > 0 ? 0 : 1, 0,
+                      "%s H=%d C=%d ctx %d, %d tokens, split_all off: the bits differ (%ld floats)",
+                      op, H, C, P + nv, T, differ);
     sd_cuda_set_mla_tc(e->gpu, 1); /* the defaults */
     sd_cuda_set_mla_dec(e->gpu, 1);
+    sd_cuda_set_attn_split_all(e->gpu, 1);
     free(gv);
     float *hs[] = {qlat, q, ckv, cache, co};
     for (size_t i = 0; i < SD_ARRAY_LEN(hs); i++)
@@ -1146,10 +1158,28 @@ TEST(attn_mla_on_tensor_cores_gives_a_token_the_same_bits_in_decode_and_verify)
     GPU_OPEN(e);
     int ok = 1;
     for (int dec = 0; dec < 2; dec++) {
-        ok &= mla_tc_decode_equals_verify(&e, 16, 300, dec);
-        ok &= mla_tc_decode_equals_verify(&e, 16, 4100, dec);
-        ok &= mla_tc_decode_equals_verify(&e, 128, 4100, dec);
+        const int mode = dec ? MLA_DEC : MLA_TC;
+        ok &= mla_decode_equals_verify(&e, 16, 512, 64, 128, 300, 4, mode, 1);
+        ok &= mla_decode_equals_verify(&e, 16, 512, 64, 128, 4100, 4, mode, 1);
+        ok &= mla_decode_equals_verify(&e, 128, 512, 64, 128, 4100, 4, mode, 1);
     }
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+/* The general kernel (the bundled model's MLA: 8 heads, a 64-float latent,
+ * 16 rope dims): verify steps of 5 and 13 tokens (more than 8: split into
+ * the same chunks as a decode step where the partials buffer holds them) */
+TEST(attn_mla_on_the_general_kernel_gives_a_token_the_same_bits_in_decode_and_verify)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    ok &= mla_decode_equals_verify(&e, 8, 64, 16, 32, 300, 4, MLA_SIMT, 1);
+    ok &= mla_decode_equals_verify(&e, 8, 64, 16, 32, 300, 12, MLA_SIMT, 1);
+    ok &= mla_decode_equals_verify(&e, 8, 64, 16, 32, 1500, 12, MLA_SIMT, 1);
+    ok &= mla_decode_equals_verify(&e, 16, 512, 64, 128, 700, 12, MLA_SIMT, 1);
+    ok &= mla_decode_equals_verify(&e, 8, 64, 16, 32, 300, 12, MLA_SIMT, 0);
     gpu_env_close(&e);
     ASSERT(ok);
 }
@@ -2701,6 +2731,7 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(attn_mla_matches_the_cpu_on_ragged_and_long_contexts),
           T(attn_mla_on_tensor_cores_matches_the_cpu_within_bf16_rounding),
           T(attn_mla_on_tensor_cores_gives_a_token_the_same_bits_in_decode_and_verify),
+          T(attn_mla_on_the_general_kernel_gives_a_token_the_same_bits_in_decode_and_verify),
           T(moe_route_matches_the_cpu), T(moe_router_route_is_the_gpus_matmul_then_moe_route),
           T(moe_ffn_matches_the_cpu), T(moe_ffn_fused_small_batches_match_the_cpu),
           T(moe_ffn_tensor_core_prefill_matches_the_cpu_and_odd_shapes_fall_back),
