@@ -11,7 +11,7 @@
 # (bench/results/ab-launch.json is this script's first use: SPECD_PDL on
 # and off, and a GEMV L2 weight prefetch, measured slower and removed.)
 # usage: bench/gpu/ab_launch.sh OUT COMMIT CONFIG...
-#   ROUNDS (2), BATCH (1,32), MODELS (l8b dsv2lite), MAXTOK (128), CKPT
+#   ROUNDS (2), BATCH (1,32), MODELS (l8b dsv2lite), MAXTOK (128), PLEN (64: prompt tokens), CKPT
 set -uo pipefail
 out=${1:?OUT}; commit=${2:-unknown}; shift 2
 [ $# -ge 1 ] || { echo "usage: $0 OUT COMMIT LABEL=BIN_DIR[:VAR=VALUE...]..."; exit 2; }
@@ -46,7 +46,7 @@ for r in $(seq 1 "$rounds"); do
             l=$m-$cfg_label-r$r
             env "${cfg_env[@]}" "$cfg_bin/bench/specd-bench-decode" "${cfg_args[@]}" \
                 --model "$CK/$m" --batch "${BATCH:-1,32}" --max-tokens "${MAXTOK:-128}" \
-                --prompt-len 64 --warmup 8 --device cuda --commit "$commit" --machine "$dev" \
+                --prompt-len "${PLEN:-64}" --warmup 8 --device cuda --commit "$commit" --machine "$dev" \
                 --label "$l" --out "$w/$l.json" > "$w/$l.txt" 2> "$w/$l.log" || tail -3 "$w/$l.log"
             merge 1 # ab.json holds every finished run, should a time limit stop the rest
         done

@@ -1131,17 +1131,35 @@ static int split_count(const sd__cuda *c, int Hkv, int ngb, int Hq, int Dv)
     return S > 1 ? S : 1;
 }
 
-/* whether the partials buffer holds S chunks of T tokens' Hq heads */
-static int split_holds(const sd__cuda *c, int S, int T, int Hq, int Dv)
+/* The chunks of a step of T tokens, from S, the head layout's for steps of
+ * up to SPLIT_MAX_T (c->attn_split_all):
+ *   T <= SPLIT_MAX_T    S;
+ *   level >= lvl and the partials buffer holds S chunks of T tokens' Hq
+ *                       heads: S (a token's bits as in a decode step);
+ *   level 2             as many chunks as the buffer holds, up to S;
+ *   else                1: each token's positions whole.
+ * The general kernel splits larger steps from level 1 (the default), the
+ * 128-dim GQA and the DeepSeek latent kernels from level 2. */
+static int split_for_step(const sd__cuda *c, int S, int T, int Hq, int Dv, int lvl)
 {
-    return (size_t)S * (size_t)T * (size_t)Hq * (size_t)(Dv + 2) * sizeof(float) <=
-           c->attn_part_bytes;
+    if (T <= SPLIT_MAX_T || S <= 1)
+        return S;
+    if (c->attn_split_all < lvl)
+        return 1;
+    const size_t per = (size_t)T * (size_t)Hq * (size_t)(Dv + 2) * sizeof(float);
+    if ((size_t)S * per <= c->attn_part_bytes)
+        return S;
+    if (c->attn_split_all < 2)
+        return 1;
+    const size_t fit = c->attn_part_bytes / per;
+    return fit > 1 ? (int)fit : 1;
 }
 
 /* attn_dec_kernel takes 128-dim heads (every row 16-byte aligned, the
  * output too), SPECD_ATTN_DEC=0 aside: split into chunks for steps of <=
- * SPLIT_MAX_T tokens, whole for larger ones (a batch-32 decode step: the
- * 8B's attention took 47 us a layer on attn_kernel) */
+ * SPLIT_MAX_T tokens, whole for larger ones unless SPECD_ATTN_SPLIT_ALL=2
+ * (split_for_step; a batch-32 decode step: the 8B's attention took 47 us a
+ * layer on attn_kernel) */
 static int dec_takes(const sd__cuda *c, const att_args *a)
 {
     return c->attn_dec && !a->v_is_k && a->D1 == DEC_D && a->D2 == 0 &&
@@ -1155,7 +1173,8 @@ static void launch_dec(sd__cuda *c, att_args *a, int T, int Hkv)
     a->ngb = (a->group + a->G - 1) / a->G;
     a->tile = KT;
     a->min_chunk = 0;
-    a->S = T <= SPLIT_MAX_T ? split_count(c, Hkv, a->ngb, Hkv * a->group, a->Dv) : 1;
+    a->S = split_for_step(c, split_count(c, Hkv, a->ngb, Hkv * a->group, a->Dv), T,
+                          Hkv * a->group, a->Dv, 2);
     a->part = a->S > 1 ? c->attn_part : NULL;
     dim3 grid((unsigned)T, (unsigned)(Hkv * a->ngb), (unsigned)a->S);
     if (a->G > 4)
@@ -1192,13 +1211,11 @@ static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
     a->min_chunk = 0;
     /* split each token's positions so the blocks fill the GPU: the head
      * layout's chunks for a step of up to SPLIT_MAX_T tokens, and for a
-     * larger one whose partials the buffer holds (c->attn_split_all:
-     * verify steps of 9+ rows, a batch's decode; the same chunks, so a
-     * token's bits do not depend on the step it is in); else whole */
+     * larger one whose partials the buffer holds (split_for_step: verify
+     * steps of 9+ rows, a batch's decode; the same chunks, so a token's
+     * bits do not depend on the step it is in); else whole */
     int Hq = Hkv * a->group;
-    a->S = split_count(c, Hkv, a->ngb, Hq, a->Dv);
-    if (T > SPLIT_MAX_T && !(c->attn_split_all && split_holds(c, a->S, T, Hq, a->Dv)))
-        a->S = 1;
+    a->S = split_for_step(c, split_count(c, Hkv, a->ngb, Hq, a->Dv), T, Hq, a->Dv, 1);
     a->part = a->S > 1 ? c->attn_part : NULL;
     dim3 grid((unsigned)T, (unsigned)(Hkv * a->ngb), (unsigned)a->S);
     if (att_vec(a))
@@ -1276,11 +1293,8 @@ static void launch_mla_tc(sd__cuda *c, att_args *a, int T)
     a->ngb = (a->group + TC_M - 1) / TC_M;
     a->tile = TC_KT;
     a->min_chunk = mla_min_chunk(c, TC_KT);
-    a->S = 1;
-    if (T <= SPLIT_MAX_T) {
-        a->S = mla_split(c, a->group, TC_M);
-        a->part = a->S > 1 ? c->attn_part : NULL;
-    }
+    a->S = split_for_step(c, mla_split(c, a->group, TC_M), T, a->group, MLA_C, 2);
+    a->part = a->S > 1 ? c->attn_part : NULL;
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
     sd__launch(c, mla_tc_kernel, grid, TC_THREADS, TC_SMEM, *a);
     if (SD_LAUNCHED(c, "mla_tc_kernel") || a->S == 1)

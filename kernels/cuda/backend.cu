@@ -444,7 +444,14 @@ void sd_cuda_set_moe_down(sd_backend *be, int shape)
 
 void sd_cuda_set_pdl(sd_backend *be, int on) { sd__cuda_of(be)->pdl = on != 0; }
 
-void sd_cuda_set_attn_split_all(sd_backend *be, int on) { sd__cuda_of(be)->attn_split_all = on != 0; }
+static int attn_split_level(int level)
+{
+    return level >= 0 && level <= 2 ? level : SD_CUDA_ATTN_SPLIT_ALL_DEFAULT;
+}
+void sd_cuda_set_attn_split_all(sd_backend *be, int level)
+{
+    sd__cuda_of(be)->attn_split_all = attn_split_level(level);
+}
 
 void sd_cuda_set_route_small(sd_backend *be, int on) { sd__cuda_of(be)->route_small = on != 0; }
 
@@ -585,7 +592,8 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->gemv_wide = env_on("SPECD_GEMV_WIDE");
     c->pinned = env_on("SPECD_PINNED");
     c->attn_dec = env_on("SPECD_ATTN_DEC");
-    c->attn_split_all = env_on("SPECD_ATTN_SPLIT_ALL");
+    const char *split = getenv("SPECD_ATTN_SPLIT_ALL");
+    c->attn_split_all = attn_split_level(split && *split ? atoi(split) : SD_CUDA_ATTN_SPLIT_ALL_DEFAULT);
     c->mla_dec = env_on("SPECD_MLA_DEC"); /* 0: off (the tensor-core kernel) */
     c->ablate = ablate_mask(getenv("SPECD_ABLATE"));
     c->route_small = env_on("SPECD_ROUTE_SMALL");

@@ -93,9 +93,9 @@ typedef struct sd__cuda {
     /* moe_route for E <= 64 without group limits on moe_route_small_kernel
      * (SPECD_ROUTE_SMALL=0: moe_route_kernel; the same bits) */
     int route_small;
-    /* attn_kernel splits a step of more than 8 tokens into the head
-     * layout's chunks too where the partials buffer holds them
-     * (SPECD_ATTN_SPLIT_ALL=0: whole, as before) */
+    /* steps of more than 8 tokens split into chunks (attention.cu,
+     * split_for_step; SPECD_ATTN_SPLIT_ALL): 0 none, 1 the general kernel
+     * (the default), 2 the 128-dim GQA and DeepSeek latent kernels too */
     int attn_split_all;
     /* host_alloc gives page-locked memory (SPECD_PINNED=0: NULL, malloc) */
     int pinned;

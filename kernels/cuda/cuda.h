@@ -91,13 +91,18 @@ void sd_cuda_set_moe_down(sd_backend *be, int shape);
  * general kernel). The same bits either way. */
 void sd_cuda_set_route_small(sd_backend *be, int on);
 
-/* attn_gqa / attn_mla on the general kernel (head dims other than the
- * 128-dim GQA and the DeepSeek latent kernels' shapes, e.g. the bundled
- * model's) split the positions of a step of more than 8 tokens into the
- * same chunks as a decode step's where the partials buffer holds them (on
- * by default; SPECD_ATTN_SPLIT_ALL=0 or this call: such a step takes each
- * token's positions whole, as before). Not the same bits as whole. */
-void sd_cuda_set_attn_split_all(sd_backend *be, int on);
+/* Attention steps of more than 8 tokens (verify steps of 9+ rows, a
+ * batch's decode) split each token's positions into chunks, as a decode
+ * step's are (attention.cu, split_for_step). Level 0: none, each token's
+ * positions whole (before 2c6448d); 1 (the default): the general kernel
+ * (head dims other than the 128-dim GQA and the DeepSeek latent shapes, e.g.
+ * the bundled model's), with a decode step's chunks where the partials
+ * buffer holds them; 2: the 128-dim GQA and DeepSeek latent kernels too,
+ * and where the buffer does not hold a decode step's chunks as many as it
+ * holds (not yet measured on a GPU). SPECD_ATTN_SPLIT_ALL=0/1/2 as the
+ * backend opens, or this call. Not the same bits as whole. */
+#define SD_CUDA_ATTN_SPLIT_ALL_DEFAULT 1
+void sd_cuda_set_attn_split_all(sd_backend *be, int level);
 
 /* Kernels as programmatic dependent launches (sm_90: the next kernel's
  * blocks wait on the GPU instead of being launched when this one ends;

@@ -903,6 +903,74 @@ TEST(attn_gqa_matches_the_cpu_on_long_contexts)
     ASSERT(ok);
 }
 
+/* A token of a verify step of nv tokens plus a decode, and the same token
+ * computed alone (a 1-token step on the same cache rows): equal bits where
+ * both steps take a decode step's chunks (128-dim heads: attn_dec_kernel,
+ * steps of 9+ tokens split from SPECD_ATTN_SPLIT_ALL=2) */
+static int gqa_decode_equals_verify(gpu_env *e, int Hq, int Hkv, int P, int nv, int level)
+{
+    const int D = 128;
+    int ctx[2] = {P + nv, 50}, nnew[2] = {nv, 1};
+    tbatch b;
+    tbatch_make(e, &b, 2, ctx, nnew, 16);
+    int T = b.T, q_stride = Hq * D, kv_stride = Hkv * D;
+    size_t mq = (size_t)T * q_stride, mkv = (size_t)T * kv_stride;
+    size_t mc = (size_t)b.n_slots * Hkv * D, mo = (size_t)T * Hq * D, m1 = (size_t)Hq * D;
+    float *q = rnd_floats(e, mq, -2, 2), *k = rnd_floats(e, mkv, -1, 1);
+    float *v = rnd_floats(e, mkv, -1, 1);
+    float *kc = rnd_floats(e, mc, -1, 1), *vc = rnd_floats(e, mc, -1, 1);
+    float *dq = (float *)gput(e, q, mq * 4), *dk = (float *)gput(e, k, mkv * 4);
+    float *dv = (float *)gput(e, v, mkv * 4);
+    float *dkc = (float *)gput(e, kc, mc * 4), *dvc = (float *)gput(e, vc, mc * 4);
+    float *dout = gpoison(e, mo), *dout1 = gpoison(e, m1);
+    float *co = (float *)malloc(mo * sizeof(float));
+    float scale = 1.0f / sqrtf((float)D);
+    sd_cuda_set_attn_split_all(e->gpu, level);
+    e->cpu->ops->attn_gqa(e->cpu, co, q, k, v, kc, vc, &b.hb, Hq, Hkv, D, D, q_stride, kv_stride,
+                          scale);
+    e->gpu->ops->attn_gqa(e->gpu, dout, dq, dk, dv, dkc, dvc, &b.db, Hq, Hkv, D, D, q_stride,
+                          kv_stride, scale);
+    char name[160];
+    snprintf(name, sizeof name, "attn_gqa verify step Hq=%d Hkv=%d positions %d..%d + a decode, "
+             "split level %d", Hq, Hkv, P, P + nv - 1, level);
+    int ok = check_dev(e, dout, co, mo, 5e-5, name);
+    float *gv = gget(e, dout, mo);
+    long differ = gv ? 0 : -1;
+    for (int t = 0; t < T && gv; t++) {
+        sd_attn_batch one = b.db;
+        one.n_tokens = 1;
+        one.pos = b.dpos + t;
+        one.seq = b.dseq + t;
+        one.slot = b.dslot + t;
+        one.max_pos = b.pos[t] + 1;
+        e->gpu->ops->attn_gqa(e->gpu, dout1, dq + (size_t)t * q_stride, dk + (size_t)t * kv_stride,
+                              dv + (size_t)t * kv_stride, dkc, dvc, &one, Hq, Hkv, D, D, q_stride,
+                              kv_stride, scale);
+        float *g1 = gget(e, dout1, m1);
+        if (!g1) {
+            differ = -1;
+            break;
+        }
+        for (size_t x = 0; x < m1; x++)
+            differ += memcmp(&g1[x], &gv[(size_t)t * m1 + x], sizeof(float)) != 0;
+        free(g1);
+    }
+    ok &= reportf(differ < 0 ? INFINITY : (double)differ, 0,
+                  "attn_gqa Hq=%d Hkv=%d ctx %d, %d tokens, split level %d: floats that differ, "
+                  "decode alone vs in the verify step",
+                  Hq, Hkv, P + nv, T, level);
+    sd_cuda_set_attn_split_all(e->gpu, SD_CUDA_ATTN_SPLIT_ALL_DEFAULT);
+    free(gv);
+    float *hs[] = {q, k, v, kc, vc, co};
+    for (size_t i = 0; i < SD_ARRAY_LEN(hs); i++)
+        free(hs[i]);
+    float *ds[] = {dq, dk, dv, dkc, dvc, dout, dout1};
+    for (size_t i = 0; i < SD_ARRAY_LEN(ds); i++)
+        gfree(e, ds[i]);
+    tbatch_free(e, &b);
+    return ok;
+}
+
 /* The tensor-core MLA kernel (sd_cuda_set_mla_tc, DeepSeek shape C = 512,
  * R = 64) against the fp32 CPU op: q, the cached rows and the softmax
  * weights are rounded to bf16 (u = 2^-8), so the error is bf16 rounding, not
@@ -1140,7 +1208,7 @@ static int mla_decode_equals_verify(gpu_env *e, int H, int C, int R, int nope, i
                       op, H, C, P + nv, T, differ);
     sd_cuda_set_mla_tc(e->gpu, 1); /* the defaults */
     sd_cuda_set_mla_dec(e->gpu, 1);
-    sd_cuda_set_attn_split_all(e->gpu, 1);
+    sd_cuda_set_attn_split_all(e->gpu, SD_CUDA_ATTN_SPLIT_ALL_DEFAULT);
     free(gv);
     float *hs[] = {qlat, q, ckv, cache, co};
     for (size_t i = 0; i < SD_ARRAY_LEN(hs); i++)
@@ -1180,6 +1248,40 @@ TEST(attn_mla_on_the_general_kernel_gives_a_token_the_same_bits_in_decode_and_ve
     ok &= mla_decode_equals_verify(&e, 8, 64, 16, 32, 1500, 12, MLA_SIMT, 1);
     ok &= mla_decode_equals_verify(&e, 16, 512, 64, 128, 700, 12, MLA_SIMT, 1);
     ok &= mla_decode_equals_verify(&e, 8, 64, 16, 32, 300, 12, MLA_SIMT, 0);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+/* SPECD_ATTN_SPLIT_ALL=2: steps of 9+ tokens on the 128-dim GQA and the
+ * DeepSeek latent kernels split too (a decode step's chunks where the
+ * partials buffer holds them, else as many as it holds): against the CPU,
+ * and a token's bits in a 13-token verify step as decoded alone (GQA) */
+TEST(attention_split_level_2_matches_the_cpu_on_steps_of_more_than_8_tokens)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    sd_cuda_set_attn_split_all(e.gpu, 2);
+    /* a batch's decode and verify rows (17 tokens), a prefill chunk whose
+     * partials the buffer holds (64) and one it does not (300: fewer chunks) */
+    int c1[5] = {40, 700, 2100, 31, 5000}, n1[5] = {4, 4, 4, 4, 1};
+    ok &= gqa_case(&e, "level 2 batch decode+verify D=128", 5, c1, n1, 16, 32, 8, 128, 128);
+    int c2[1] = {6000}, n2[1] = {64};
+    ok &= gqa_case(&e, "level 2 prefill chunk D=128", 1, c2, n2, 16, 32, 8, 128, 128);
+    int c3[1] = {1200}, n3[1] = {300};
+    ok &= gqa_case(&e, "level 2 long prefill chunk D=128", 1, c3, n3, 64, 32, 8, 128, 128);
+    static const int Hs[2] = {16, 128};
+    for (int i = 0; i < 2; i++) {
+        int c4[5] = {40, 700, 4100, 31, 300}, n4[5] = {4, 4, 4, 4, 1};
+        ok &= mla_run(&e, "level 2 batch decode+verify", 5, c4, n4, 16, Hs[i], 512, 64, 128,
+                      MLA_TC);
+        int c5[4] = {33, 300, 4100, 1}, n5[4] = {33, 2, 5, 1};
+        ok &= mla_run(&e, "level 2 ragged prefill", 4, c5, n5, 64, Hs[i], 512, 64, 128, MLA_DEC);
+    }
+    sd_cuda_set_attn_split_all(e.gpu, SD_CUDA_ATTN_SPLIT_ALL_DEFAULT);
+    ok &= gqa_decode_equals_verify(&e, 32, 8, 300, 12, 2);
+    ok &= gqa_decode_equals_verify(&e, 32, 8, 4100, 12, 2);
+    ok &= gqa_decode_equals_verify(&e, 8, 1, 1500, 12, 2);
     gpu_env_close(&e);
     ASSERT(ok);
 }
@@ -2732,6 +2834,7 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(attn_mla_on_tensor_cores_matches_the_cpu_within_bf16_rounding),
           T(attn_mla_on_tensor_cores_gives_a_token_the_same_bits_in_decode_and_verify),
           T(attn_mla_on_the_general_kernel_gives_a_token_the_same_bits_in_decode_and_verify),
+          T(attention_split_level_2_matches_the_cpu_on_steps_of_more_than_8_tokens),
           T(moe_route_matches_the_cpu), T(moe_router_route_is_the_gpus_matmul_then_moe_route),
           T(moe_ffn_matches_the_cpu), T(moe_ffn_fused_small_batches_match_the_cpu),
           T(moe_ffn_tensor_core_prefill_matches_the_cpu_and_odd_shapes_fall_back),
