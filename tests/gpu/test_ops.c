@@ -935,7 +935,7 @@ static int gqa_decode_equals_verify(gpu_env *e, int Hq, int Hkv, int P, int nv, 
              "split level %d", Hq, Hkv, P, P + nv - 1, level);
     int ok = check_dev(e, dout, co, mo, 5e-5, name);
     float *gv = gget(e, dout, mo);
-    long differ = gv ? 0 : -1;
+    double differ = gv ? 0 : INFINITY;
     for (int t = 0; t < T && gv; t++) {
         sd_attn_batch one = b.db;
         one.n_tokens = 1;
@@ -947,15 +947,10 @@ static int gqa_decode_equals_verify(gpu_env *e, int Hq, int Hkv, int P, int nv, 
                               dv + (size_t)t * kv_stride, dkc, dvc, &one, Hq, Hkv, D, D, q_stride,
                               kv_stride, scale);
         float *g1 = gget(e, dout1, m1);
-        if (!g1) {
-            differ = -1;
-            break;
-        }
-        for (size_t x = 0; x < m1; x++)
-            differ += memcmp(&g1[x], &gv[(size_t)t * m1 + x], sizeof(float)) != 0;
+        differ += bit_mismatches(g1, gv + (size_t)t * m1, m1);
         free(g1);
     }
-    ok &= reportf(differ < 0 ? INFINITY : (double)differ, 0,
+    ok &= reportf(differ, 0,
                   "attn_gqa Hq=%d Hkv=%d ctx %d, %d tokens, split level %d: floats that differ, "
                   "decode alone vs in the verify step",
                   Hq, Hkv, P + nv, T, level);
@@ -1175,7 +1170,7 @@ static int mla_decode_equals_verify(gpu_env *e, int H, int C, int R, int nope, i
              C, P, P + nv - 1, split_all ? "" : " (split_all off)");
     int ok = check_dev(e, dout, co, mo, mode == MLA_TC ? MLA_TC_BOUND : 5e-5, name);
     float *gv = gget(e, dout, mo);
-    long differ = gv ? 0 : -1;
+    double differ = gv ? 0 : INFINITY;
     for (int k = 0; k < T && gv; k++) {
         /* token k alone: the batch's arrays from entry k, a 1-token step
          * (it rewrites its own cache row with the same values) */
@@ -1189,22 +1184,17 @@ static int mla_decode_equals_verify(gpu_env *e, int H, int C, int R, int nope, i
                               dckv + (size_t)k * row, dckv + (size_t)k * row + C, dcache, &one, H, C,
                               R, H * qk, qk, row, scale);
         float *g1 = gget(e, dout1, m1);
-        if (!g1) {
-            differ = -1;
-            break;
-        }
-        for (size_t x = 0; x < m1; x++)
-            differ += memcmp(&g1[x], &gv[(size_t)k * m1 + x], sizeof(float)) != 0;
+        differ += bit_mismatches(g1, gv + (size_t)k * m1, m1);
         free(g1);
     }
     if (split_all)
-        ok &= reportf(differ < 0 ? INFINITY : (double)differ, 0,
+        ok &= reportf(differ, 0,
                       "%s H=%d C=%d ctx %d, %d tokens: floats that differ, decode alone vs in "
                       "the verify step",
                       op, H, C, P + nv, T);
     else /* whole positions: the switch took effect */
-        ok &= reportf(differ > 0 ? 0 : 1, 0,
-                      "%s H=%d C=%d ctx %d, %d tokens, split_all off: the bits differ (%ld floats)",
+        ok &= reportf(differ > 0 && differ < INFINITY ? 0 : 1, 0,
+                      "%s H=%d C=%d ctx %d, %d tokens, split_all off: the bits differ (%.0f floats)",
                       op, H, C, P + nv, T, differ);
     sd_cuda_set_mla_tc(e->gpu, 1); /* the defaults */
     sd_cuda_set_mla_dec(e->gpu, 1);
