@@ -21,11 +21,13 @@ timeout 120 "$bin/bench/specd-bench-decode" --model models/specd-tiny \
     --opt log-level=debug \
     --out "$w/run.json" > "$w/run.txt" 2> "$w/run.log"
 echo "bench exit $?"
-# "... target step: T rows of N requests (graph|eager P): upload a, launch b, run c, download d ms"
+# "... target step: T rows of N requests (graph|eager P): upload a, launch b, run c, download d ms, K keys"
+# (K: the keys the rows attend to, the attention's work; the mean a row beside each shape)
 grep "target step: .* rows of" "$w/run.log" |
-    sed -E 's/.*target step: ([0-9]+) rows of ([0-9]+) requests \(([a-z]+) ([0-9]+)\): upload ([0-9.]+), launch ([0-9.]+), run ([0-9.]+), download ([0-9.]+) ms/\1 \2 \3 \4 \5 \6 \7 \8/' |
-    awk '{k = sprintf("%4d x %-3d %s %d", $1, $2, $3, $4); up[k] += $5; la[k] += $6; ru[k] += $7; dl[k] += $8; c[k]++}
-         END {for (k in c) printf "%-22s n=%4d upload %.3f launch %.3f run %.3f download %.3f ms\n",
-              k, c[k], up[k] / c[k], la[k] / c[k], ru[k] / c[k], dl[k] / c[k]}' |
+    sed -E 's/.*target step: ([0-9]+) rows of ([0-9]+) requests \(([a-z]+) ([0-9]+)\): upload ([0-9.]+), launch ([0-9.]+), run ([0-9.]+), download ([0-9.]+) ms,? ?([0-9]*).*/\1 \2 \3 \4 \5 \6 \7 \8 \9/' |
+    awk '{k = sprintf("%4d x %-3d %s %d", $1, $2, $3, $4); up[k] += $5; la[k] += $6; ru[k] += $7; dl[k] += $8;
+          ky[k] += ($9 == "" ? 0 : $9 / $1); c[k]++}
+         END {for (k in c) printf "%-22s n=%4d upload %.3f launch %.3f run %.3f download %.3f ms, %.0f keys a row\n",
+              k, c[k], up[k] / c[k], la[k] / c[k], ru[k] / c[k], dl[k] / c[k], ky[k] / c[k]}' |
     sort -k3,3n -k1,1n | tee "$out/split.txt"
 tar -C "$w" -czf "$out/split.tgz" .

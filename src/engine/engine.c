@@ -798,11 +798,16 @@ static int engine_step(sd_engine *e)
                                   (size_t)s.n_out * (size_t)e->V * sizeof(float));
     uint64_t t_end = sd_now_ns();
     double t_target = (double)(t_end - t0) * 1e-9;
-    sd_log_debug("target step: %d rows of %d requests (%s %d): upload %.3f, launch %.3f, run %.3f, "
-                 "download %.3f ms",
-                 s.T, s.n_seq, Tp && e->graphs_on ? "graph" : "eager", Tp ? Tp : s.T,
-                 1e-6 * (double)(t_up - t0), 1e-6 * (double)(t_launch - t_up),
-                 1e-6 * (double)(t_run - t_launch), 1e-6 * (double)(t_end - t_run));
+    if (sd_log_level() >= SD_LOG_DEBUG) {
+        long long keys = 0; /* the keys the step's rows attend to: its attention's work */
+        for (int i = 0; i < s.T; i++)
+            keys += (long long)e->h_pos[i] + 1;
+        sd_log_debug("target step: %d rows of %d requests (%s %d): upload %.3f, launch %.3f, "
+                     "run %.3f, download %.3f ms, %lld keys",
+                     s.T, s.n_seq, Tp && e->graphs_on ? "graph" : "eager", Tp ? Tp : s.T,
+                     1e-6 * (double)(t_up - t0), 1e-6 * (double)(t_launch - t_up),
+                     1e-6 * (double)(t_run - t_launch), 1e-6 * (double)(t_end - t_run), keys);
+    }
     pthread_mutex_lock(&e->mu);
     if (rc) {
         e->stats.failed_steps++;
