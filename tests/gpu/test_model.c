@@ -10,11 +10,16 @@
  *
  * The bundled model (models/specd-tiny, when present): greedy generation of
  * 32 tokens on the GPU equals the CPU's for every held-out prompt (its first
- * 64 tokens), and prefill logits stay within 1e-3. */
+ * 64 tokens), and prefill logits stay within 1e-3. Through the engine on the
+ * GPU, greedy speculation (MTP, EAGLE-3, the draft LM at k = 3) gives plain
+ * decode's tokens at batch 1, 3 and 4, whose verify steps (4, 12, 16 rows)
+ * take attention's split path as the decode steps do. */
 #include <dirent.h>
 #include <jansson.h>
 
+#include "core/config.h"
 #include "core/tokenizer.h"
+#include "engine/engine_run.h"
 #include "gpu_test.h"
 #include "target/runner.h"
 
@@ -350,6 +355,107 @@ TEST(greedy_generation_on_the_gpu_equals_the_cpu_on_the_bundled_model)
     ASSERT(ok);
 }
 
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* n requests of greedy decoding on the bundled model through the engine on
+ * the GPU (random prompts of 8-40 ids, 40 tokens each, all at once) */
+static int engine_greedy(const char *dir, const char *spec, const char *draft, int n,
+                         engine_out *outs)
+{
+    sd_opts o;
+    sd_err err = {0};
+    if (sd_opts_init(&o, &err))
+        return -1;
+    char buf[64];
+    sd_opts_set(&o, SD_CMD_GENERATE, "model", dir, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "device", "cuda", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "spec", spec, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "spec-k", "3", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "256", &err);
+    if (draft) {
+        snprintf(buf, sizeof buf, "%s-%s", dir, draft);
+        sd_opts_set(&o, SD_CMD_GENERATE, "draft-model", buf, &err);
+    }
+    sd_engine *e = NULL;
+    int rc = err.msg[0] ? -1 : sd_engine_create(&e, &o, &err);
+    sd_opts_free(&o);
+    if (rc) {
+        fprintf(stderr, "  engine (%s): %s\n", spec, err.msg);
+        return -1;
+    }
+    sd_req_events ev = {.on_output = engine_out_on_output, .on_finish = engine_out_on_finish};
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < n && !rc; i++) {
+        memset(&outs[i], 0, sizeof outs[i]);
+        outs[i].mu = &g_mu;
+        int32_t p[40];
+        int np = 8 + i * 9 % 33;
+        for (int j = 0; j < np; j++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            p[j] = (int32_t)(3 + x % 8000);
+        }
+        sd_gen_params gp = {.max_tokens = 40, .temperature = 0, .top_p = 1, .ignore_eos = 1};
+        rc = sd_engine_submit(e, p, np, &gp, &ev, &outs[i], NULL, &err);
+    }
+    if (!rc && !engine_out_wait(outs, n, 120000))
+        rc = -1;
+    if (rc)
+        fprintf(stderr, "  %s batch %d: %s\n", spec, n, err.msg[0] ? err.msg : "timed out");
+    sd_engine_destroy(e);
+    return rc;
+}
+
+TEST(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model)
+{
+    char dir[1200], path[1300];
+    snprintf(dir, sizeof dir, "%s/models/specd-tiny", sd_test_srcdir());
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!sd_file_exists(path))
+        TEST_SKIP("%s is absent", path);
+    gpu_env e;
+    GPU_OPEN(e); /* skips without a GPU */
+    gpu_env_close(&e);
+    static const struct { const char *spec, *draft; } props[] = {
+        {"mtp", NULL}, {"eagle3", "eagle3"}, {"draft", "draft"}};
+    static const int batches[] = {1, 3, 4};
+    int ok = 1;
+    for (size_t b = 0; b < SD_ARRAY_LEN(batches); b++) {
+        int n = batches[b];
+        engine_out plain[4], sp[4];
+        if (engine_greedy(dir, "none", NULL, n, plain)) {
+            ok = 0;
+            continue;
+        }
+        for (size_t q = 0; q < SD_ARRAY_LEN(props); q++) {
+            snprintf(path, sizeof path, "%s-%s/config.json", dir, props[q].draft ? props[q].draft : "");
+            if (props[q].draft && !sd_file_exists(path))
+                continue;
+            if (engine_greedy(dir, props[q].spec, props[q].draft, n, sp)) {
+                ok = 0;
+                continue;
+            }
+            long differ = 0, drafted = 0;
+            for (int i = 0; i < n; i++) {
+                differ += plain[i].n != sp[i].n || plain[i].why != SD_FINISH_LENGTH ||
+                          sp[i].why != SD_FINISH_LENGTH;
+                for (int j = 0; j < plain[i].n && j < sp[i].n; j++)
+                    differ += plain[i].ids[j] != sp[i].ids[j];
+                drafted += (long)sp[i].st.spec.drafted;
+            }
+            ok &= reportf((double)differ, 0,
+                          "engine on the gpu, %s k=3 at batch %d (%ld drafts): tokens that differ "
+                          "from plain decode",
+                          props[q].spec, n, drafted);
+            ok &= reportf(drafted > 0 ? 0 : 1, 0, "engine on the gpu, %s at batch %d drafted",
+                          props[q].spec, n);
+        }
+    }
+    ASSERT(ok);
+}
+
 TEST_MAIN(T(gpu_logits_match_the_cpu_on_every_golden_fixture),
           T(a_captured_model_forward_replays_the_eager_logits),
-          T(greedy_generation_on_the_gpu_equals_the_cpu_on_the_bundled_model))
+          T(greedy_generation_on_the_gpu_equals_the_cpu_on_the_bundled_model),
+          T(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model))
