@@ -809,8 +809,63 @@ TEST(rope_kv_and_mla_prep_match_the_cpu_on_ragged_paged_batches)
     ASSERT(ok);
 }
 
-static int gqa_case(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew, int bs,
-                    int Hq, int Hkv, int D, int Dv)
+/* A step's output rows (dout: T rows of m1 floats) against each token run
+ * alone, a 1-token step on the same cache rows (the batch's arrays from
+ * entry t; it rewrites its own cache row with the same values): the floats
+ * whose bits differ, INFINITY on a failed download. run(e, ctx, out, t,
+ * one): the op on token t's inputs. Attention's chunks come from the head
+ * layout, not from the step's tokens, so where a kernel splits both steps
+ * alike this is 0. */
+typedef void (*token_alone_fn)(gpu_env *e, void *ctx, float *out, int t, const sd_attn_batch *one);
+static double alone_mismatches(gpu_env *e, const tbatch *b, float *dout, size_t m1,
+                               token_alone_fn run, void *ctx)
+{
+    float *gv = gget(e, dout, (size_t)b->T * m1), *dout1 = gpoison(e, m1);
+    double differ = gv ? 0 : INFINITY;
+    for (int t = 0; t < b->T && gv; t++) {
+        sd_attn_batch one = b->db;
+        one.n_tokens = 1;
+        one.pos = b->dpos + t;
+        one.seq = b->dseq + t;
+        one.slot = b->dslot + t;
+        one.max_pos = b->pos[t] + 1;
+        run(e, ctx, dout1, t, &one);
+        float *g1 = gget(e, dout1, m1);
+        differ += bit_mismatches(g1, gv + (size_t)t * m1, m1);
+        free(g1);
+    }
+    free(gv);
+    gfree(e, dout1);
+    return differ;
+}
+
+/* what a check expects of each token run alone (alone_mismatches) */
+enum { ALONE_SKIP = 0, ALONE_SAME = 1, ALONE_DIFFERS = -1 };
+static int report_alone(double differ, int alone, const char *name)
+{
+    if (alone == ALONE_SAME)
+        return reportf(differ, 0, "%s: floats that differ, each token alone vs in the step", name);
+    return reportf(differ > 0 && differ < INFINITY ? 0 : 1, 0,
+                   "%s: each token alone differs from the step (%.0f floats)", name, differ);
+}
+
+struct gqa_args {
+    const float *q, *k, *v;
+    float *kc, *vc;
+    int Hq, Hkv, D, Dv, q_stride, kv_stride;
+    float scale;
+};
+
+static void gqa_alone(gpu_env *e, void *ctx, float *out, int t, const sd_attn_batch *one)
+{
+    const struct gqa_args *g = ctx;
+    e->gpu->ops->attn_gqa(e->gpu, out, g->q + (size_t)t * g->q_stride, g->k + (size_t)t * g->kv_stride,
+                          g->v + (size_t)t * g->kv_stride, g->kc, g->vc, one, g->Hq, g->Hkv, g->D,
+                          g->Dv, g->q_stride, g->kv_stride, g->scale);
+}
+
+static int gqa_run(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew, int bs,
+                   int Hq, int Hkv, int D, int Dv, int alone)
 {
     tbatch b;
     tbatch_make(e, &b, n_seq, ctx, nnew, bs);
@@ -835,6 +890,11 @@ static int gqa_case(gpu_env *e, const char *what, int n_seq, const int *ctx, con
     snprintf(name, sizeof name, "attn_gqa %s T=%d max_pos=%d Hq=%d Hkv=%d D=%d Dv=%d bs=%d", what,
              T, b.max_pos, Hq, Hkv, D, Dv, bs);
     int ok = check_dev(e, dout, co, mo, 5e-5, name);
+    if (alone != ALONE_SKIP) {
+        struct gqa_args g = {dq, dk, dv, dkc, dvc, Hq, Hkv, D, Dv, q_stride, kv_stride, scale};
+        ok &= report_alone(alone_mismatches(e, &b, dout, (size_t)Hq * Dv, gqa_alone, &g), alone,
+                           name);
+    }
     snprintf(name, sizeof name, "attn_gqa %s K/V cache stores", what);
     float *gk = gget(e, dkc, mkc), *gv = gget(e, dvc, mvc);
     double err = gk && gv ? fmax(rel_err(gk, kc, mkc), rel_err(gv, vc, mvc)) : INFINITY;
@@ -849,6 +909,12 @@ static int gqa_case(gpu_env *e, const char *what, int n_seq, const int *ctx, con
         gfree(e, ds[i]);
     tbatch_free(e, &b);
     return ok;
+}
+
+static int gqa_case(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew, int bs,
+                    int Hq, int Hkv, int D, int Dv)
+{
+    return gqa_run(e, what, n_seq, ctx, nnew, bs, Hq, Hkv, D, Dv, ALONE_SKIP);
 }
 
 TEST(attn_gqa_matches_the_cpu_on_ragged_paged_batches)
@@ -903,66 +969,17 @@ TEST(attn_gqa_matches_the_cpu_on_long_contexts)
     ASSERT(ok);
 }
 
-/* A token of a verify step of nv tokens plus a decode, and the same token
- * computed alone (a 1-token step on the same cache rows): equal bits where
- * both steps take a decode step's chunks (128-dim heads: attn_dec_kernel,
- * steps of 9+ tokens split from SPECD_ATTN_SPLIT_ALL=2) */
+/* A verify step of nv tokens plus a decode at 128-dim heads (attn_dec_kernel;
+ * steps of 9+ tokens split from SPECD_ATTN_SPLIT_ALL=2): each token's bits
+ * as computed alone */
 static int gqa_decode_equals_verify(gpu_env *e, int Hq, int Hkv, int P, int nv, int level)
 {
-    const int D = 128;
     int ctx[2] = {P + nv, 50}, nnew[2] = {nv, 1};
-    tbatch b;
-    tbatch_make(e, &b, 2, ctx, nnew, 16);
-    int T = b.T, q_stride = Hq * D, kv_stride = Hkv * D;
-    size_t mq = (size_t)T * q_stride, mkv = (size_t)T * kv_stride;
-    size_t mc = (size_t)b.n_slots * Hkv * D, mo = (size_t)T * Hq * D, m1 = (size_t)Hq * D;
-    float *q = rnd_floats(e, mq, -2, 2), *k = rnd_floats(e, mkv, -1, 1);
-    float *v = rnd_floats(e, mkv, -1, 1);
-    float *kc = rnd_floats(e, mc, -1, 1), *vc = rnd_floats(e, mc, -1, 1);
-    float *dq = (float *)gput(e, q, mq * 4), *dk = (float *)gput(e, k, mkv * 4);
-    float *dv = (float *)gput(e, v, mkv * 4);
-    float *dkc = (float *)gput(e, kc, mc * 4), *dvc = (float *)gput(e, vc, mc * 4);
-    float *dout = gpoison(e, mo), *dout1 = gpoison(e, m1);
-    float *co = (float *)malloc(mo * sizeof(float));
-    float scale = 1.0f / sqrtf((float)D);
+    char what[64];
+    snprintf(what, sizeof what, "verify+decode, split level %d", level);
     sd_cuda_set_attn_split_all(e->gpu, level);
-    e->cpu->ops->attn_gqa(e->cpu, co, q, k, v, kc, vc, &b.hb, Hq, Hkv, D, D, q_stride, kv_stride,
-                          scale);
-    e->gpu->ops->attn_gqa(e->gpu, dout, dq, dk, dv, dkc, dvc, &b.db, Hq, Hkv, D, D, q_stride,
-                          kv_stride, scale);
-    char name[160];
-    snprintf(name, sizeof name, "attn_gqa verify step Hq=%d Hkv=%d positions %d..%d + a decode, "
-             "split level %d", Hq, Hkv, P, P + nv - 1, level);
-    int ok = check_dev(e, dout, co, mo, 5e-5, name);
-    float *gv = gget(e, dout, mo);
-    double differ = gv ? 0 : INFINITY;
-    for (int t = 0; t < T && gv; t++) {
-        sd_attn_batch one = b.db;
-        one.n_tokens = 1;
-        one.pos = b.dpos + t;
-        one.seq = b.dseq + t;
-        one.slot = b.dslot + t;
-        one.max_pos = b.pos[t] + 1;
-        e->gpu->ops->attn_gqa(e->gpu, dout1, dq + (size_t)t * q_stride, dk + (size_t)t * kv_stride,
-                              dv + (size_t)t * kv_stride, dkc, dvc, &one, Hq, Hkv, D, D, q_stride,
-                              kv_stride, scale);
-        float *g1 = gget(e, dout1, m1);
-        differ += bit_mismatches(g1, gv + (size_t)t * m1, m1);
-        free(g1);
-    }
-    ok &= reportf(differ, 0,
-                  "attn_gqa Hq=%d Hkv=%d ctx %d, %d tokens, split level %d: floats that differ, "
-                  "decode alone vs in the verify step",
-                  Hq, Hkv, P + nv, T, level);
+    int ok = gqa_run(e, what, 2, ctx, nnew, 16, Hq, Hkv, 128, 128, ALONE_SAME);
     sd_cuda_set_attn_split_all(e->gpu, SD_CUDA_ATTN_SPLIT_ALL_DEFAULT);
-    free(gv);
-    float *hs[] = {q, k, v, kc, vc, co};
-    for (size_t i = 0; i < SD_ARRAY_LEN(hs); i++)
-        free(hs[i]);
-    float *ds[] = {dq, dk, dv, dkc, dvc, dout, dout1};
-    for (size_t i = 0; i < SD_ARRAY_LEN(ds); i++)
-        gfree(e, ds[i]);
-    tbatch_free(e, &b);
     return ok;
 }
 
@@ -986,8 +1003,27 @@ static int gqa_decode_equals_verify(gpu_env *e, int Hq, int Hkv, int P, int nv, 
  *           which must differ from the tensor-core kernel's output (it
  *           ran), the rest as MLA_TC. */
 enum { MLA_SIMT, MLA_TC, MLA_DEC };
-static int mla_run(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew, int bs,
-                   int H, int C, int R, int nope, int mode)
+struct mla_args {
+    const float *qlat, *q, *ckv;
+    float *cache;
+    int H, C, R, nope;
+    float scale;
+};
+
+static void mla_alone(gpu_env *e, void *ctx, float *out, int t, const sd_attn_batch *one)
+{
+    const struct mla_args *m = ctx;
+    const int qk = m->nope + m->R, row = m->C + m->R;
+    e->gpu->ops->attn_mla(e->gpu, out, m->qlat + (size_t)t * m->H * m->C,
+                          m->q + (size_t)t * m->H * qk + m->nope, m->ckv + (size_t)t * row,
+                          m->ckv + (size_t)t * row + m->C, m->cache, one, m->H, m->C, m->R,
+                          m->H * qk, qk, row, m->scale);
+}
+
+/* mla_run, and with alone (ALONE_SAME / ALONE_DIFFERS) each token of the
+ * step run alone on the same kernel settings */
+static int mla_check(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew,
+                     int bs, int H, int C, int R, int nope, int mode, int alone)
 {
     tbatch b;
     tbatch_make(e, &b, n_seq, ctx, nnew, bs);
@@ -1014,6 +1050,11 @@ static int mla_run(gpu_env *e, const char *what, int n_seq, const int *ctx, cons
     snprintf(name, sizeof name, "%s %s T=%d max_pos=%d H=%d C=%d R=%d bs=%d", op, what, T,
              b.max_pos, H, C, R, bs);
     int ok = check_dev(e, dout, co, mo, tc_shape ? MLA_TC_BOUND : 5e-5, name);
+    if (alone != ALONE_SKIP) {
+        struct mla_args m = {dqlat, dq, dckv, dcache, H, C, R, nope, scale};
+        ok &= report_alone(alone_mismatches(e, &b, dout, (size_t)H * C, mla_alone, &m), alone,
+                           name);
+    }
     snprintf(name, sizeof name, "%s %s latent cache stores", op, what);
     float *gc = gget(e, dcache, mc);
     ok &= report(name, gc ? rel_err(gc, cache, mc) : INFINITY, 0);
@@ -1045,6 +1086,12 @@ static int mla_run(gpu_env *e, const char *what, int n_seq, const int *ctx, cons
         gfree(e, ds[i]);
     tbatch_free(e, &b);
     return ok;
+}
+
+static int mla_run(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew, int bs,
+                   int H, int C, int R, int nope, int mode)
+{
+    return mla_check(e, what, n_seq, ctx, nnew, bs, H, C, R, nope, mode, ALONE_SKIP);
 }
 
 static int mla_case(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew, int bs,
@@ -1133,80 +1180,20 @@ TEST(attn_mla_decode_kernel_matches_the_cpu)
     ASSERT(ok);
 }
 
-/* A token of a verify step and the same token decoded alone (same cache
- * rows, same inputs): the kernels' chunking depends on the head layout, not
- * on the step's tokens, so the bits are equal. mode: MLA_TC or MLA_DEC at
- * the DeepSeek shape (nv = 4: a verify of 3 drafts), MLA_SIMT at any (the
- * general kernel; nv > 7 makes a step of more than 8 tokens, split too
- * unless split_all is off, when the bits must differ). */
+/* A verify step of nv tokens plus a decode: each token's bits as computed
+ * alone. mode: MLA_TC or MLA_DEC at the DeepSeek shape (nv = 4: a verify of
+ * 3 drafts), MLA_SIMT at any (the general kernel; nv > 7 makes a step of
+ * more than 8 tokens, split too unless split_all is 0, when they differ). */
 static int mla_decode_equals_verify(gpu_env *e, int H, int C, int R, int nope, int P, int nv,
                                     int mode, int split_all)
 {
-    const int qk = nope + R, row = C + R;
-    /* sequence 0: tokens at P .. P + nv - 1; sequence 1: a decode */
     int ctx[2] = {P + nv, 50}, nnew[2] = {nv, 1};
-    tbatch b;
-    tbatch_make(e, &b, 2, ctx, nnew, 16);
-    int T = b.T;
-    size_t mql = (size_t)T * H * C, mq = (size_t)T * H * qk, mck = (size_t)T * row;
-    size_t mc = (size_t)b.n_slots * row, mo = (size_t)T * H * C, m1 = (size_t)H * C;
-    float *qlat = rnd_floats(e, mql, -1, 1), *q = rnd_floats(e, mq, -1, 1);
-    float *ckv = rnd_floats(e, mck, -1, 1), *cache = rnd_floats(e, mc, -1, 1);
-    float *dqlat = (float *)gput(e, qlat, mql * 4), *dq = (float *)gput(e, q, mq * 4);
-    float *dckv = (float *)gput(e, ckv, mck * 4), *dcache = (float *)gput(e, cache, mc * 4);
-    float *dout = gpoison(e, mo), *dout1 = gpoison(e, m1);
-    float *co = (float *)malloc(mo * sizeof(float));
-    float scale = 1.0f / sqrtf((float)qk);
-    sd_cuda_set_mla_tc(e->gpu, mode != MLA_SIMT);
-    sd_cuda_set_mla_dec(e->gpu, mode == MLA_DEC);
+    char what[64];
+    snprintf(what, sizeof what, "verify+decode at %d, split level %d", P, split_all);
     sd_cuda_set_attn_split_all(e->gpu, split_all);
-    const char *op = mode == MLA_DEC ? "attn_mla dec" : mode == MLA_TC ? "attn_mla tc" : "attn_mla";
-    e->cpu->ops->attn_mla(e->cpu, co, qlat, q + nope, ckv, ckv + C, cache, &b.hb, H, C, R, H * qk,
-                          qk, row, scale);
-    e->gpu->ops->attn_mla(e->gpu, dout, dqlat, dq + nope, dckv, dckv + C, dcache, &b.db, H, C, R,
-                          H * qk, qk, row, scale);
-    char name[160];
-    snprintf(name, sizeof name, "%s verify step H=%d C=%d positions %d..%d + a decode%s", op, H,
-             C, P, P + nv - 1, split_all ? "" : " (split_all off)");
-    int ok = check_dev(e, dout, co, mo, mode == MLA_TC ? MLA_TC_BOUND : 5e-5, name);
-    float *gv = gget(e, dout, mo);
-    double differ = gv ? 0 : INFINITY;
-    for (int k = 0; k < T && gv; k++) {
-        /* token k alone: the batch's arrays from entry k, a 1-token step
-         * (it rewrites its own cache row with the same values) */
-        sd_attn_batch one = b.db;
-        one.n_tokens = 1;
-        one.pos = b.dpos + k;
-        one.seq = b.dseq + k;
-        one.slot = b.dslot + k;
-        one.max_pos = b.pos[k] + 1;
-        e->gpu->ops->attn_mla(e->gpu, dout1, dqlat + (size_t)k * H * C, dq + (size_t)k * H * qk + nope,
-                              dckv + (size_t)k * row, dckv + (size_t)k * row + C, dcache, &one, H, C,
-                              R, H * qk, qk, row, scale);
-        float *g1 = gget(e, dout1, m1);
-        differ += bit_mismatches(g1, gv + (size_t)k * m1, m1);
-        free(g1);
-    }
-    if (split_all)
-        ok &= reportf(differ, 0,
-                      "%s H=%d C=%d ctx %d, %d tokens: floats that differ, decode alone vs in "
-                      "the verify step",
-                      op, H, C, P + nv, T);
-    else /* whole positions: the switch took effect */
-        ok &= reportf(differ > 0 && differ < INFINITY ? 0 : 1, 0,
-                      "%s H=%d C=%d ctx %d, %d tokens, split_all off: the bits differ (%.0f floats)",
-                      op, H, C, P + nv, T, differ);
-    sd_cuda_set_mla_tc(e->gpu, 1); /* the defaults */
-    sd_cuda_set_mla_dec(e->gpu, 1);
+    int ok = mla_check(e, what, 2, ctx, nnew, 16, H, C, R, nope, mode,
+                       split_all ? ALONE_SAME : ALONE_DIFFERS);
     sd_cuda_set_attn_split_all(e->gpu, SD_CUDA_ATTN_SPLIT_ALL_DEFAULT);
-    free(gv);
-    float *hs[] = {qlat, q, ckv, cache, co};
-    for (size_t i = 0; i < SD_ARRAY_LEN(hs); i++)
-        free(hs[i]);
-    float *ds[] = {dqlat, dq, dckv, dcache, dout, dout1};
-    for (size_t i = 0; i < SD_ARRAY_LEN(ds); i++)
-        gfree(e, ds[i]);
-    tbatch_free(e, &b);
     return ok;
 }
 
