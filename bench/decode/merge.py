@@ -44,10 +44,11 @@ def main():
     # plain decode tokens/s by (model, batch, prompts, ..., graphs): median of repeats
     plain = {}
     for d in runs:
-        # "-simt"/"-nopdl" runs: the same plain decode without a default
-        # (the SIMT kernels, plain launches): an A/B, not the baseline
+        # "-simt"/"-nopdl"/"-split2" runs: the same plain decode without a
+        # default (the SIMT kernels, plain launches, attention's split level
+        # 2): an A/B, not the baseline
         if d["spec"] == "none" and not d.get("synthetic_accept") and \
-                not d.get("label", "").endswith(("-simt", "-nopdl")):
+                not d.get("label", "").endswith(("-simt", "-nopdl", "-split2")):
             for x in d["results"]:
                 plain.setdefault(key(d, x), []).append(x["decode_tokens_per_s"])
     plain = {k: median(v) for k, v in plain.items()}

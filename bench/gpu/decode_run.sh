@@ -11,6 +11,8 @@
 #             second token), k = 2 at 0.77 then 0.48 (vLLM's 77% and 37% per
 #             position for DeepSeek-V4 MTP: 0.37 / 0.77 given the first), k = 3
 #             at 0.85, 0.75, 0.6
+#   long      both at LONG_PLEN-token prompts (4096), batch 1 and 32, 64 tokens:
+#             plain, V2-Lite's MTP k = 3, each with SPECD_ATTN_SPLIT_ALL=2 too
 #   tiny      the bundled model on its held-out prompts at batch 1, 8 and 32:
 #             plain, and each proposer at k = 3 and auto (real acceptance);
 #             TINY_MAXTOK tokens a request (512), the median of TINY_REPEAT
@@ -20,7 +22,7 @@
 #
 # usage: bench/gpu/decode_run.sh BIN_DIR OUT COMMIT [PHASES]
 #   BIN_DIR   a CUDA build (BIN_DIR/bench/specd-bench-decode)
-#   PHASES    comma list of ckpt,bw,l8b,dsv2lite,tiny (default: all of them)
+#   PHASES    comma list of ckpt,bw,l8b,dsv2lite,long,tiny (default: all of them)
 # environment:
 #   CKPT      where the checkpoints go (default /dev/shm/specd-ckpt when it has
 #             60 GB free, else /tmp/specd-ckpt); a checkpoint already written
@@ -34,7 +36,7 @@
 #             on a machine without a GPU); PY: the python with torch (default python3)
 set -uo pipefail
 bin=${1:?BIN_DIR}; out=${2:?OUT}; commit=${3:-unknown}
-phases=${4:-ckpt,bw,l8b,dsv2lite,tiny}
+phases=${4:-ckpt,bw,l8b,dsv2lite,long,tiny}
 bench=$bin/bench/specd-bench-decode
 quick=${QUICK:-0}
 maxtok=${MAXTOK:-$([ "$quick" = 1 ] && echo 24 || echo 128)}
@@ -117,6 +119,20 @@ if has dsv2lite; then
     run dsv2lite-mtp-k1 "${m[@]}" --spec mtp --k 1 --synthetic-accept $DS
     run dsv2lite-mtp-k2 "${m[@]}" --spec mtp --k 2 --synthetic-accept $VL
     run dsv2lite-mtp-k3 "${m[@]}" --spec mtp --k 3 --synthetic-accept $A
+fi
+if has long; then
+    # long contexts (LONG_PLEN, 4096-token prompts): the step's attention
+    # reads each request's context, so this is where it shows; with
+    # SPECD_ATTN_SPLIT_ALL=2 the 128-dim GQA and DeepSeek latent kernels
+    # split steps of 9+ tokens (a batch's decode, verify steps) too
+    lp=(--prompt-len "${LONG_PLEN:-4096}" --max-tokens 64 --batch 1,32)
+    run l8b-long "${lp[@]}" --model "$CKPT/l8b"
+    SPECD_ATTN_SPLIT_ALL=2 run l8b-long-split2 "${lp[@]}" --model "$CKPT/l8b"
+    run dsv2lite-long "${lp[@]}" --model "$CKPT/dsv2lite"
+    SPECD_ATTN_SPLIT_ALL=2 run dsv2lite-long-split2 "${lp[@]}" --model "$CKPT/dsv2lite"
+    run dsv2lite-long-mtp-k3 "${lp[@]}" --model "$CKPT/dsv2lite" --spec mtp --k 3 --synthetic-accept $A
+    SPECD_ATTN_SPLIT_ALL=2 run dsv2lite-long-mtp-k3-split2 "${lp[@]}" --model "$CKPT/dsv2lite" \
+        --spec mtp --k 3 --synthetic-accept $A
 fi
 if has tiny; then
     # long enough for adaptive k's exploration to be a small part, repeated
