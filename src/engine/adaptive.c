@@ -287,8 +287,7 @@ void sd_adaptive_observe_target(sd_adaptive *a, int batch, int tokens, double se
     sd_adapt_target *t = target_of(a, batch);
     /* the curves' clock: target steps (every curve's points age with them) */
     for (int i = 0; i < SD_ADAPT_BATCHES; i++)
-        a->target[i].c.now = a->steps;
-    a->draft.now = a->steps;
+        a->target[i].c.now = a->target[i].draft.now = a->steps;
     sd_curve_add(&t->c, sd_row_bucket(tokens), secs);
     t->used = a->steps;
     a->steps++;
@@ -298,7 +297,10 @@ void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs)
 {
     if (n_seqs <= 0 || k <= 0)
         return;
-    sd_curve_add(&a->draft, k, secs);
+    sd_adapt_target *t = target_of(a, n_seqs);
+    t->draft.now = a->steps;
+    sd_curve_add(&t->draft, k, secs);
+    t->used = a->steps;
     a->draft_steps++;
 }
 
@@ -418,6 +420,51 @@ static const sd_curve *target_curve(const sd_adaptive *a, int batch, int x)
     return best ? &best->c : own;
 }
 
+/* The drafting curve that prices k drafts each for `drafting` requests,
+ * and the factor on its times: its bucket's where that covers k; else the
+ * smallest larger bucket's that covers k (more requests' phase: an upper
+ * bound, as when some requests stopped drafting or a batch's tail
+ * finishes); else the largest smaller bucket's that covers k where that
+ * bucket's target curve rises in proportion to its rows (a CPU's: a
+ * phase's passes are over the drafting requests' rows, so its time is
+ * scaled by the buckets' ratio); else its bucket's (NULL before a phase of
+ * it). One curve for every batch priced a GPU's 32 drafting requests at
+ * the 8's (the bundled model's MTP at k = 3: 0.32 ms for 8 requests, 0.57
+ * for 32; NOTES.md, session 14). */
+static const sd_curve *draft_curve(const sd_adaptive *a, int drafting, int k, double *scale)
+{
+    *scale = 1;
+    const int i = target_index(a, drafting);
+    const sd_curve *own = i >= 0 && a->target[i].draft.n > 0 ? &a->target[i].draft : NULL;
+    if (own && covered(own, k))
+        return own;
+    const int bb = sd_adapt_batch_bucket(drafting);
+    const sd_adapt_target *up = NULL, *down = NULL;
+    for (int j = 0; j < SD_ADAPT_BATCHES; j++) {
+        const sd_adapt_target *t = &a->target[j];
+        if (!t->batch || !covered(&t->draft, k))
+            continue;
+        if (t->batch > bb && (!up || t->batch < up->batch))
+            up = t;
+        if (t->batch < bb && (!down || t->batch > down->batch) && proportional(&t->c))
+            down = t;
+    }
+    if (up)
+        return &up->draft;
+    if (!down)
+        return own;
+    *scale = (double)bb / (double)down->batch;
+    return &down->draft;
+}
+
+/* k drafts measured for `drafting` requests (draft_curve) */
+static int draft_covered(const sd_adaptive *a, int drafting, int k)
+{
+    double scale;
+    const sd_curve *d = draft_curve(a, drafting, k, &scale);
+    return d && covered(d, k);
+}
+
 /* a step's token rows at this batch when `drafting` of its requests draft k */
 static int step_rows(int batch, int drafting, int k)
 {
@@ -430,7 +477,7 @@ static int k_measured(const sd_adaptive *a, int batch, int drafting, int k)
 {
     const int x = sd_row_bucket(step_rows(batch, drafting, k));
     const sd_curve *tc = target_curve(a, batch, x);
-    return tc && covered(tc, x) && (k == 0 || covered(&a->draft, k));
+    return tc && covered(tc, x) && (k == 0 || draft_covered(a, drafting, k));
 }
 
 /* best_k at a batch of which `drafting` requests draft (the others are
@@ -446,13 +493,13 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
                   int trace, double z)
 {
     int kmax = a->k_max;
-    const sd_curve *tc = target_curve(a, batch, sd_row_bucket(batch));
-    if (kmax <= 0 || a->draft.n == 0 || !tc || tc->n == 0)
-        return 0;
     if (batch < 1)
         batch = 1;
     drafting = drafting < 0 ? 0 : drafting > batch ? batch : drafting;
-    if (drafting == 0)
+    const sd_curve *tc = target_curve(a, batch, sd_row_bucket(batch));
+    double s1;
+    const sd_curve *d1 = drafting > 0 ? draft_curve(a, drafting, 1, &s1) : NULL;
+    if (kmax <= 0 || !d1 || !tc || tc->n == 0)
         return 0;
     const int hope = z > 0;
     double cum = 1, expect = 1, prev_rate = 1, prev_cond = 0.5;
@@ -488,7 +535,9 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
         const int xk = sd_row_bucket(step_rows(batch, drafting, k));
         const sd_curve *tk = target_curve(a, batch, xk);
         double tt = curve_eval(tk ? tk : tc, xk, NULL, 0);
-        double td = curve_eval(&a->draft, k, NULL, hope);
+        double sk;
+        const sd_curve *dk = draft_curve(a, drafting, k, &sk);
+        double td = dk ? sk * curve_eval(dk, k, NULL, hope) : s1 * curve_eval(d1, k, NULL, hope);
         double cost = tt + td;
         double thr = (batch - drafting + drafting * expect) / (cost > 0 ? cost : 1e-9);
         if (trace)
@@ -570,8 +619,10 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
         int nk = k + d;
         const int xn = sd_row_bucket(step_rows(batch, drafting, nk));
         const sd_curve *tn = target_curve(a, batch, xn);
+        double sn;
+        const sd_curve *dn = draft_curve(a, drafting, nk, &sn);
         if (nk >= 1 && nk <= a->k_max &&
-            !(tn && has_trusted(tn, xn) && has_trusted(&a->draft, nk))) {
+            !(tn && has_trusted(tn, xn) && dn && has_trusted(dn, nk))) {
             k = nk;
             break;
         }

@@ -522,8 +522,10 @@ TEST(a_draft_for_one_request_of_eight_must_pay_for_the_whole_step)
             sd_adaptive_observe_target(&a, 8, T, 0.245e-3);
         for (int T = 16; T <= 40; T += 8)
             sd_adaptive_observe_target(&a, 8, T, 0.245e-3 + 0.002e-3 * (T / 8));
-        for (int k = 1; k <= 4; k++)
+        for (int k = 1; k <= 4; k++) { /* a GPU's phase: the same for 1 request and 8 */
             sd_adaptive_observe_draft(&a, 1, k, 0.10e-3 + 0.033e-3 * k);
+            sd_adaptive_observe_draft(&a, 8, k, 0.10e-3 + 0.033e-3 * k);
+        }
     }
     for (int i = 0; i < 400; i++) /* 0.97 a position */
         sd_accept_stats_add(&acc, 4, i % 33 ? 4 : 0);
@@ -552,8 +554,9 @@ static void observe_batch8(sd_adaptive *a, const double t[5], const double d[4])
  * steps of 32 requests 0.454 (each request's context read by the
  * attention). Priced by rows alone, a plain step of 32 read the 8's point:
  * 102 tokens a ms against 79 for one draft, and speculation went off where
- * it ran 1.20x plain. Each batch bucket has its own curve; a GPU's flat
- * one is not lent to another batch, which explores first. */
+ * it ran 1.20x plain. Each batch bucket has its own curves (target steps,
+ * drafting phases); a GPU's flat one is not lent to another batch, which
+ * explores first. */
 TEST(rows_of_more_requests_are_priced_on_their_own_batch_curve)
 {
     static const double t8[5] = {0.250e-3, 0.262e-3, 0.281e-3, 0.313e-3, 0.330e-3};
@@ -568,9 +571,16 @@ TEST(rows_of_more_requests_are_priced_on_their_own_batch_curve)
     /* batch 32 before a step of its own: nothing measured, it explores */
     ASSERT(!sd_adaptive_informed(&a, 32));
     ASSERT(sd_adaptive_target(&a, 32) == NULL);
-    for (int i = 0; i < 8; i++)
+    /* its steps at k = 0..2, and its drafting phases (32 requests: dearer
+     * than 8's, and no reason to reprice 8's: with one drafting curve for
+     * every batch they did, and batch 8's best k fell from 2 to 0) */
+    static const double d32[2] = {0.25e-3, 0.45e-3};
+    for (int i = 0; i < 8; i++) {
         for (int k = 0; k <= 2; k++)
             sd_adaptive_observe_target(&a, 32, 32 * (k + 1), t32[k]);
+        for (int k = 1; k <= 2; k++)
+            sd_adaptive_observe_draft(&a, 32, k, d32[k - 1]);
+    }
     ASSERT(sd_adaptive_informed(&a, 32));
     ASSERT_NEAR(sd_curve_at(sd_adaptive_target(&a, 8), 32, NULL), 0.313e-3, 1e-12);
     ASSERT_NEAR(sd_curve_at(sd_adaptive_target(&a, 32), 32, NULL), 0.454e-3, 1e-12);
@@ -803,4 +813,4 @@ TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(curve_ignores_one_off_costs_
           T(the_hope_looks_past_a_first_draft_that_does_not_pay_alone),
           T(a_draft_for_one_request_of_eight_must_pay_for_the_whole_step),
           T(drafts_of_a_few_steps_are_not_settled_evidence),
-          T(noisy_small_gpu_steps_draft_in_most_runs))
+         T(noisy_small_gpu_steps_draft_in_most_runs))
