@@ -590,6 +590,29 @@ TEST(rows_of_more_requests_are_priced_on_their_own_batch_curve)
     ASSERT(!sd_adaptive_informed(&a, 16));
 }
 
+/* Fewer drafting requests than a measured bucket's (some stopped tracking
+ * the proposer, or a batch's tail): that bucket's phases are an upper bound
+ * of theirs, so nothing is explored again for them (before, the engine's
+ * 4 requests with speculation off explored k = 1 for 1 drafting request
+ * at every step) */
+TEST(fewer_drafting_requests_are_priced_by_a_larger_buckets_phases)
+{
+    sd_adaptive a;
+    sd_accept_stats acc;
+    fresh(&a, &acc);
+    for (int i = 0; i < 4; i++) {
+        sd_adaptive_observe_target(&a, 4, 4, 3.0e-3);
+        sd_adaptive_observe_target(&a, 4, 8, 5.5e-3);
+        sd_adaptive_observe_draft(&a, 4, 1, 1.4e-3);
+    }
+    for (int i = 0; i < 100; i++) /* 0.1 accepted: not worth a draft */
+        sd_accept_stats_add(&acc, 1, i % 10 == 0);
+    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 4, 1), 0);
+    ASSERT(!a.exploring);
+    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 4, 4), 0);
+    ASSERT(!a.exploring);
+}
+
 /* The bundled draft LM on an H200 at batch 8 (its trace, 3 repeats of 8
  * requests in one engine): the batch's tail (batches 6..1) left the
  * batch-8 curve's points of 24..40 rows older than SD_CURVE_STALE steps,
@@ -801,6 +824,7 @@ TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(curve_ignores_one_off_costs_
           T(a_proportional_cpu_curve_is_not_explored_again_as_the_batch_grows),
           T(a_larger_batch_is_explored_before_it_is_judged),
           T(rows_of_more_requests_are_priced_on_their_own_batch_curve),
+          T(fewer_drafting_requests_are_priced_by_a_larger_buckets_phases),
           T(a_stale_point_measured_again_is_read_at_its_new_time),
           T(a_gpu_curve_with_a_bump_is_not_lent_to_a_larger_batch),
           T(poor_acceptance_on_a_memory_bound_gpu_never_settles_below_plain),
