@@ -57,21 +57,6 @@ double sd_ar_table_est_us(const sd_ar_table *t, sd_ar_algo a, size_t n)
     return lo->us[a] + f * (hi->us[a] - lo->us[a]);
 }
 
-/* Appends to buf at *off without overflowing. */
-static void put(char *buf, size_t len, size_t *off, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void put(char *buf, size_t len, size_t *off, const char *fmt, ...)
-{
-    if (*off >= len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(buf + *off, len - *off, fmt, ap);
-    va_end(ap);
-    if (k > 0)
-        *off = SD_MIN(len - 1, *off + (size_t)k);
-}
-
 static void fmt_us(char *s, size_t n, const sd_ar_choice *c, int a)
 {
     if (c->us[a] <= 0)
@@ -87,15 +72,15 @@ void sd_ar_table_format(const sd_ar_table *t, char *buf, size_t len)
         buf[0] = 0;
     sd_ar_table s = *t;
     qsort(s.c, (size_t)s.n, sizeof s.c[0], cmp_size);
-    put(buf, len, &off, "%12s %12s %8s %12s %12s %12s\n", "floats", "bytes", "pick", "nccl_us",
-        "oneshot_us", "twoshot_us");
+    sd_bufappend(buf, len, &off, "%12s %12s %8s %12s %12s %12s\n", "floats", "bytes", "pick",
+                 "nccl_us", "oneshot_us", "twoshot_us");
     for (int i = 0; i < s.n; i++) {
         const sd_ar_choice *c = &s.c[i];
         char u[SD_AR_N_ALGOS][32];
         for (int a = 0; a < SD_AR_N_ALGOS; a++)
             fmt_us(u[a], sizeof u[a], c, a);
-        put(buf, len, &off, "%12zu %12zu %8s %12s %12s %12s\n", c->floats, c->floats * sizeof(float),
-            sd_ar_algo_name(c->algo), u[0], u[1], u[2]);
+        sd_bufappend(buf, len, &off, "%12zu %12zu %8s %12s %12s %12s\n", c->floats,
+                     c->floats * sizeof(float), sd_ar_algo_name(c->algo), u[0], u[1], u[2]);
     }
 }
 
@@ -106,21 +91,22 @@ void sd_ar_table_metrics(const sd_ar_table *t, char *buf, size_t len)
         buf[0] = 0;
     sd_ar_table s = *t;
     qsort(s.c, (size_t)s.n, sizeof s.c[0], cmp_size);
-    put(buf, len, &off,
+    sd_bufappend(buf, len, &off,
         "# HELP specd_allreduce_choice All-reduce algorithm picked at start per message size.\n"
         "# TYPE specd_allreduce_choice gauge\n");
     for (int i = 0; i < s.n; i++)
-        put(buf, len, &off, "specd_allreduce_choice{bytes=\"%zu\",algo=\"%s\"} 1\n",
+        sd_bufappend(buf, len, &off, "specd_allreduce_choice{bytes=\"%zu\",algo=\"%s\"} 1\n",
             s.c[i].floats * sizeof(float), sd_ar_algo_name(s.c[i].algo));
-    put(buf, len, &off,
+    sd_bufappend(buf, len, &off,
         "# HELP specd_allreduce_seconds Measured time of one all-reduce at start.\n"
         "# TYPE specd_allreduce_seconds gauge\n");
     for (int i = 0; i < s.n; i++)
         for (int a = 0; a < SD_AR_N_ALGOS; a++)
             if (s.c[i].us[a] > 0 && s.c[i].ok[a])
-                put(buf, len, &off, "specd_allreduce_seconds{bytes=\"%zu\",algo=\"%s\"} %.9g\n",
-                    s.c[i].floats * sizeof(float), sd_ar_algo_name((sd_ar_algo)a),
-                    s.c[i].us[a] * 1e-6);
+                sd_bufappend(buf, len, &off,
+                             "specd_allreduce_seconds{bytes=\"%zu\",algo=\"%s\"} %.9g\n",
+                             s.c[i].floats * sizeof(float), sd_ar_algo_name((sd_ar_algo)a),
+                             s.c[i].us[a] * 1e-6);
 }
 
 #if !defined(SD_HAVE_CUDA)

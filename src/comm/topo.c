@@ -23,20 +23,6 @@
 
 /* ---- formatting (plain C) ---- */
 
-static void put(char *buf, size_t len, size_t *off, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void put(char *buf, size_t len, size_t *off, const char *fmt, ...)
-{
-    if (*off >= len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(buf + *off, len - *off, fmt, ap);
-    va_end(ap);
-    if (k > 0)
-        *off = SD_MIN(len - 1, *off + (size_t)k);
-}
-
 static void link_name(const sd_topo *t, int i, int j, char *s, size_t n)
 {
     static const char *names[] = {"X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS", "?"};
@@ -52,36 +38,36 @@ void sd_topo_format(const sd_topo *t, char *buf, size_t len)
     size_t off = 0;
     if (len)
         buf[0] = 0;
-    put(buf, len, &off, "%-8s", "");
+    sd_bufappend(buf, len, &off, "%-8s", "");
     for (int j = 0; j < t->n; j++)
-        put(buf, len, &off, "GPU%-5d", j);
-    put(buf, len, &off, "%-16s%s\n", "CPU Affinity", "NUMA Affinity");
+        sd_bufappend(buf, len, &off, "GPU%-5d", j);
+    sd_bufappend(buf, len, &off, "%-16s%s\n", "CPU Affinity", "NUMA Affinity");
     for (int i = 0; i < t->n; i++) {
-        put(buf, len, &off, "GPU%-5d", i);
+        sd_bufappend(buf, len, &off, "GPU%-5d", i);
         for (int j = 0; j < t->n; j++) {
             char s[16];
             link_name(t, i, j, s, sizeof s);
-            put(buf, len, &off, "%-8s", s);
+            sd_bufappend(buf, len, &off, "%-8s", s);
         }
         char numa[16];
         if (t->numa[i] >= 0)
             snprintf(numa, sizeof numa, "%d", t->numa[i]);
         else
             snprintf(numa, sizeof numa, "N/A");
-        put(buf, len, &off, "%-16s%s\n", t->cpus[i][0] ? t->cpus[i] : "N/A", numa);
+        sd_bufappend(buf, len, &off, "%-16s%s\n", t->cpus[i][0] ? t->cpus[i] : "N/A", numa);
     }
-    put(buf, len, &off, "\n%-8s", "P2P");
+    sd_bufappend(buf, len, &off, "\n%-8s", "P2P");
     for (int j = 0; j < t->n; j++)
-        put(buf, len, &off, "GPU%-5d", j);
-    put(buf, len, &off, "\n");
+        sd_bufappend(buf, len, &off, "GPU%-5d", j);
+    sd_bufappend(buf, len, &off, "\n");
     for (int i = 0; i < t->n; i++) {
-        put(buf, len, &off, "GPU%-5d", i);
+        sd_bufappend(buf, len, &off, "GPU%-5d", i);
         for (int j = 0; j < t->n; j++)
-            put(buf, len, &off, "%-8s",
+            sd_bufappend(buf, len, &off, "%-8s",
                 i == j ? "X" : t->p2p[i][j] > 0 ? "OK" : t->p2p[i][j] == 0 ? "NS" : "?");
-        put(buf, len, &off, "\n");
+        sd_bufappend(buf, len, &off, "\n");
     }
-    put(buf, len, &off,
+    sd_bufappend(buf, len, &off,
         "\nLegend: X = self, NV# = # NVLinks, PIX = one PCIe switch, PXB = several PCIe "
         "switches, PHB = a PCIe host bridge, NODE = host bridges in one NUMA node, SYS = across "
         "NUMA nodes; P2P: OK = direct access, NS = not supported\n");

@@ -93,6 +93,18 @@ char *sd_strfmt(const char *fmt, ...)
     return s;
 }
 
+void sd_bufappend(char *buf, size_t len, size_t *off, const char *fmt, ...)
+{
+    if (*off >= len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf + *off, len - *off, fmt, ap);
+    va_end(ap);
+    if (k > 0)
+        *off = SD_MIN(len - 1, *off + (size_t)k);
+}
+
 int sd_parse_i64(const char *s, int64_t *out)
 {
     if (!s || !*s)

@@ -23,6 +23,10 @@ int sd_file_exists(const char *path);
 int sd_dir_exists(const char *path);
 /* snprintf into a malloc'd string. */
 char *sd_strfmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* snprintf appended to buf (len bytes) at *off, which it advances; what does
+ * not fit is cut, buf stays NUL-terminated */
+void sd_bufappend(char *buf, size_t len, size_t *off, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* "1,2,3" -> malloc'd int32 array. what names the flag in the message. */
 int sd_parse_ids(const char *s, int32_t **ids, int *n, const char *what, sd_err *err);
 /* Strict number parsing: whole string, no overflow. */
