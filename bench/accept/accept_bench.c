@@ -86,31 +86,9 @@ static int parse_args(args *a, int argc, char **argv)
     a->graph_bs = -1;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define STR(name, field)                                                                        \
-    if (!strcmp(k, name)) {                                                                     \
-        if (!v)                                                                                 \
-            return -1;                                                                          \
-        field = v;                                                                              \
-        i++;                                                                                    \
-        continue;                                                                               \
-    }
-#define BUF(name, field)                                                                        \
-    if (!strcmp(k, name)) {                                                                     \
-        if (!v)                                                                                 \
-            return -1;                                                                          \
-        snprintf(field, sizeof field, "%s", v);                                                 \
-        i++;                                                                                    \
-        continue;                                                                               \
-    }
-#define INT(name, field)                                                                        \
-    if (!strcmp(k, name)) {                                                                     \
-        int64_t x;                                                                              \
-        if (!v || sd_parse_i64(v, &x) || x < 0 || x > 1000000)                                  \
-            return -1;                                                                          \
-        field = (int)x;                                                                         \
-        i++;                                                                                    \
-        continue;                                                                               \
-    }
+#define STR SD_BENCH_ARG_STR
+#define BUF SD_BENCH_ARG_BUF
+#define INT(name, field) SD_BENCH_ARG_INT("specd-bench-accept", name, field, 0, 1000000)
         STR("--model", a->model)
         STR("--prompts", a->prompts)
         STR("--out", a->out)
@@ -135,6 +113,9 @@ static int parse_args(args *a, int argc, char **argv)
         fprintf(stderr, "specd-bench-accept: unknown option %s\n", k);
         return -1;
     }
+#undef STR
+#undef BUF
+#undef INT
     if (a->batch < 1 || a->n_prompts < 1 || a->max_tokens < 1)
         return -1;
     return 0;

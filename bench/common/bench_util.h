@@ -39,4 +39,51 @@ int sd_bench_load_prompts(const char *file, const sd_tokenizer *tok, const sd_ch
 void sd_bench_json_head(json_t *root, const char *benchmark, const char *commit,
                         const char *machine, const char *device, int argc, char **argv);
 
+/* Options of an in-process benchmark's argv loop: inside
+ *   for (int i = 1; i < argc; i++) {
+ *       const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+ * each takes option `name` and its value into field and goes on to the next
+ * argument, or makes the parse return -1 (a number out of [lo, hi] says so
+ * on stderr, naming the program prog). */
+#define SD_BENCH_ARG_STR(name, field)                                                           \
+    if (!strcmp(k, name)) {                                                                     \
+        if (!v)                                                                                 \
+            return -1;                                                                          \
+        field = v;                                                                              \
+        i++;                                                                                    \
+        continue;                                                                               \
+    }
+#define SD_BENCH_ARG_BUF(name, field)                                                           \
+    if (!strcmp(k, name)) {                                                                     \
+        if (!v)                                                                                 \
+            return -1;                                                                          \
+        snprintf(field, sizeof field, "%s", v);                                                 \
+        i++;                                                                                    \
+        continue;                                                                               \
+    }
+#define SD_BENCH_ARG_INT(prog, name, field, lo, hi)                                             \
+    if (!strcmp(k, name)) {                                                                     \
+        int64_t x;                                                                              \
+        if (!v || sd_parse_i64(v, &x) || x < (lo) || x > (hi)) {                                \
+            fprintf(stderr, "%s: %s: '%s' is not an integer in [%d, %d]\n", prog, name,         \
+                    v ? v : "", (int)(lo), (int)(hi));                                          \
+            return -1;                                                                          \
+        }                                                                                       \
+        field = (int)x;                                                                         \
+        i++;                                                                                    \
+        continue;                                                                               \
+    }
+#define SD_BENCH_ARG_NUM(prog, name, field, lo, hi)                                             \
+    if (!strcmp(k, name)) {                                                                     \
+        double x;                                                                               \
+        if (!v || sd_parse_f64(v, &x) || x < (lo) || x > (hi)) {                                \
+            fprintf(stderr, "%s: %s: '%s' is not a number in [%g, %g]\n", prog, name,           \
+                    v ? v : "", (double)(lo), (double)(hi));                                    \
+            return -1;                                                                          \
+        }                                                                                       \
+        field = x;                                                                              \
+        i++;                                                                                    \
+        continue;                                                                               \
+    }
+
 #endif

@@ -122,38 +122,9 @@ static int parse_args(args *a, int argc, char **argv)
     a->seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define STR(name, field)                                                                        \
-    if (!strcmp(k, name)) {                                                                     \
-        if (!v)                                                                                 \
-            return -1;                                                                          \
-        field = v;                                                                              \
-        i++;                                                                                    \
-        continue;                                                                               \
-    }
-#define INT(name, field, lo, hi)                                                                \
-    if (!strcmp(k, name)) {                                                                     \
-        int64_t x;                                                                              \
-        if (!v || sd_parse_i64(v, &x) || x < (lo) || x > (hi)) {                                \
-            fprintf(stderr, "specd-bench-decode: %s: '%s' is not an integer in [%d, %d]\n",     \
-                    name, v ? v : "", (int)(lo), (int)(hi));                                    \
-            return -1;                                                                          \
-        }                                                                                       \
-        field = (int)x;                                                                         \
-        i++;                                                                                    \
-        continue;                                                                               \
-    }
-#define NUM(name, field, lo, hi)                                                                \
-    if (!strcmp(k, name)) {                                                                     \
-        double x;                                                                               \
-        if (!v || sd_parse_f64(v, &x) || x < (lo) || x > (hi)) {                                \
-            fprintf(stderr, "specd-bench-decode: %s: '%s' is not a number in [%g, %g]\n", name, \
-                    v ? v : "", (double)(lo), (double)(hi));                                    \
-            return -1;                                                                          \
-        }                                                                                       \
-        field = x;                                                                              \
-        i++;                                                                                    \
-        continue;                                                                               \
-    }
+#define STR SD_BENCH_ARG_STR
+#define INT(name, field, lo, hi) SD_BENCH_ARG_INT("specd-bench-decode", name, field, lo, hi)
+#define NUM(name, field, lo, hi) SD_BENCH_ARG_NUM("specd-bench-decode", name, field, lo, hi)
         STR("--model", a->model)
         STR("--spec", a->spec)
         STR("--draft-model", a->draft)
@@ -213,6 +184,9 @@ static int parse_args(args *a, int argc, char **argv)
         fprintf(stderr, "specd-bench-decode: unknown option %s\n", k);
         return -1;
     }
+#undef STR
+#undef INT
+#undef NUM
     if (strcmp(a->graphs, "on") && strcmp(a->graphs, "off")) {
         fprintf(stderr, "specd-bench-decode: --graphs: '%s' is not on or off\n", a->graphs);
         return -1;
