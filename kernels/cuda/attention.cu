@@ -1303,6 +1303,17 @@ static void launch_mla_tc(sd__cuda *c, att_args *a, int T)
     SD_LAUNCHED(c, "attn_merge_kernel");
 }
 
+/* the step's rows and the paged cache of an attention op's arguments */
+static void att_batch(att_args *a, const sd_attn_batch *b, float scale)
+{
+    a->pos = b->pos;
+    a->seq = b->seq;
+    a->block_table = b->block_table;
+    a->max_blocks = b->max_blocks;
+    a->block_size = b->block_size;
+    a->scale = scale;
+}
+
 void sd__cuda_attn_gqa(sd_backend *be, float *out, const float *q, const float *k, const float *v,
                        void *kcache, void *vcache, const sd_attn_batch *b, int Hq, int Hkv, int D,
                        int Dv, int q_stride, int kv_stride, float scale)
@@ -1338,12 +1349,7 @@ void sd__cuda_attn_gqa(sd_backend *be, float *out, const float *q, const float *
     a.v_head = Dv;
     a.Dv = Dv;
     a.group = Hq / Hkv;
-    a.pos = b->pos;
-    a.seq = b->seq;
-    a.block_table = b->block_table;
-    a.max_blocks = b->max_blocks;
-    a.block_size = b->block_size;
-    a.scale = scale;
+    att_batch(&a, b, scale);
     launch(c, &a, b->n_tokens, Hkv, "attn_gqa");
 }
 
@@ -1382,12 +1388,7 @@ void sd__cuda_attn_mla(sd_backend *be, float *out, const float *q_lat, const flo
     a.Dv = C;
     a.v_is_k = 1;
     a.group = H;
-    a.pos = b->pos;
-    a.seq = b->seq;
-    a.block_table = b->block_table;
-    a.max_blocks = b->max_blocks;
-    a.block_size = b->block_size;
-    a.scale = scale;
+    att_batch(&a, b, scale);
     if (mla_dec_takes(c, C, R, cache, &a, b->n_tokens))
         launch_mla_dec(c, &a, b->n_tokens);
     else if (mla_tc_takes(c, C, R, cache, &a))
