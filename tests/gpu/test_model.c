@@ -366,7 +366,7 @@ static int engine_greedy(const char *dir, const char *spec, const char *draft, i
     sd_err err = {0};
     if (sd_opts_init(&o, &err))
         return -1;
-    char buf[64];
+    char buf[1300];
     sd_opts_set(&o, SD_CMD_GENERATE, "model", dir, &err);
     sd_opts_set(&o, SD_CMD_GENERATE, "device", "cuda", &err);
     sd_opts_set(&o, SD_CMD_GENERATE, "spec", spec, &err);
