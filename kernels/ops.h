@@ -74,10 +74,6 @@ typedef struct sd_experts {
     int n;
     const sd_weight *gate, *up, *down; /* arrays of n */
     int first;                         /* global id of gate[0] (0 unless expert parallel) */
-    /* the bank's last n_always experts are always-on (shared experts): a
-     * token's last n_always slots name them in order (the routing writes
-     * them: sd_moe_route.n_always) */
-    int n_always;
 } sd_experts;
 
 #define SD_MOE_TMP_FLOATS(n, k, D, I) ((size_t)(n) * (size_t)(k) * (2 * (size_t)(D) + 2 * (size_t)(I) + 1))

@@ -317,7 +317,7 @@ static void bench_moe(bench *b, out *o, int D, int I, int E, int K, const int *n
     m.I = I;
     m.E = E;
     m.sets = sets;
-    m.ex = (sd_experts){E, ws, ws + E, ws + 2 * E, 0, 0};
+    m.ex = (sd_experts){E, ws, ws + E, ws + 2 * E, 0};
     size_t mids = (size_t)sets * (size_t)nmax * (size_t)K;
     m.ids = (int32_t *)dev_alloc(b, mids * 4);
     m.wts = (float *)dev_alloc(b, mids * 4);

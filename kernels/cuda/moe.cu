@@ -534,43 +534,32 @@ static void launch_experts_v(sd__cuda *c, int vec, const sd_experts *ex, float *
  * only). (Loading the always-on experts' weights before the PDL wait, while
  * the norm, router and route ran, measured 2% slower at V2-Lite's batch 1:
  * bench/results/NOTES.md, session 14.) */
-/* a row group's weight rows of expert e: gate columns j0 .. j0 + GU - 1,
- * then up's (NULL past I) */
-template <int GU, int MAXE>
-__device__ __forceinline__ void gate_up_rows(const void *(&wrow)[2 * GU],
-                                             const moe_tabs<MAXE> &tab, int e, int j0, int I,
-                                             size_t rb)
-{
-    const char *wg = (const char *)tab.a[e], *wu = (const char *)tab.b[e];
-#pragma unroll
-    for (int i = 0; i < 2 * GU; i++) {
-        const int j = j0 + i % GU;
-        wrow[i] = j < I ? (i < GU ? wg : wu) + (size_t)j * rb : NULL;
-    }
-}
-
 #define MOE_GATE_WIDE_GU 4
 template <int DT, int MAXE, int GU, int U, int MINB>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k, int D, int I,
                          int first, int E, int WK, const __grid_constant__ moe_tabs<MAXE> tab)
 {
-    SD_PDL_ENTER();
     constexpr int VR = 2 * GU;
+    SD_PDL_ENTER();
     __shared__ float part[SD__GEMV_WARPS * VR];
-    const int p = blockIdx.x, cy = blockIdx.y;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK;
-    const size_t esz = DT == SD__F32 ? 4 : 2, rb = (size_t)D * esz;
-    const int e = ids[p] - first;
+    const int p = blockIdx.x, e = ids[p] - first;
     if (e < 0 || e >= E)
         return;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK;
+    const int cols0 = blockIdx.y * RG * GU, j0 = cols0 + rg * GU;
+    const size_t esz = DT == SD__F32 ? 4 : 2, rb = (size_t)D * esz;
+    const char *wg = (const char *)tab.a[e], *wu = (const char *)tab.b[e];
     const void *wrow[VR];
-    gate_up_rows<GU>(wrow, tab, e, cy * RG * GU + rg * GU, I, rb);
+#pragma unroll
+    for (int i = 0; i < VR; i++) {
+        const int j = j0 + i % GU;
+        wrow[i] = j < I ? (i < GU ? wg : wu) + (size_t)j * rb : NULL;
+    }
     sd__warp_dots1<DT, VR, U>(wrow, x + (size_t)(p / top_k) * (size_t)D, D, kw, WK, lane,
                               part + warp * VR);
     __syncthreads();
-    const int cols0 = cy * RG * GU;
     if ((int)threadIdx.x < RG * GU) {
         const int g = threadIdx.x / GU, q = threadIdx.x % GU, j = cols0 + g * GU + q;
         if (j < I) {
@@ -582,27 +571,6 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
             h[(size_t)p * (size_t)I + (size_t)j] = gs / (1.0f + expf(-gs)) * us;
         }
     }
-}
-
-/* the gate/up kernel of one shape */
-template <int DT, int MAXE, int GU, int U, int MINB>
-static void launch_gate_up(sd__cuda *c, dim3 g, float *h, const float *x, const int32_t *ids,
-                           int top_k, int D, int I, const sd_experts *ex, int wk,
-                           const moe_tabs<MAXE> &tab)
-{
-    sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, GU, U, MINB>, g, SD__GEMV_WARPS * 32, 0, h,
-               x, ids, top_k, D, I, ex->first, ex->n, wk, tab);
-}
-
-/* a down block's weight rows of expert e: d0 .. d0 + DR - 1 (NULL past D) */
-template <int DR, int MAXE>
-__device__ __forceinline__ void down_rows(const void *(&wrow)[DR], const moe_tabs<MAXE> &tab,
-                                          int e, int d0, int D, size_t rb)
-{
-    const char *wd = (const char *)tab.a[e];
-#pragma unroll
-    for (int i = 0; i < DR; i++)
-        wrow[i] = d0 + i < D ? (const void *)(wd + (size_t)(d0 + i) * rb) : NULL;
 }
 
 /* out(t, d) = sum_j wts[t, j] * (h(t * top_k + j) @ down_e^T)[d], slots j in
@@ -646,13 +614,16 @@ moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const floa
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int SW = SD__GEMV_WARPS / WK, kw = warp % WK, sl = warp / WK;
     const size_t esz = DT == SD__F32 ? 4 : 2, rb = (size_t)I * esz;
-    const void *wrow[DR];
     for (int j = sl; j < top_k; j += SW) {
         const size_t p = (size_t)t * (size_t)top_k + (size_t)j;
         const int e = ids[p] - first;
         if (e < 0 || e >= E)
             continue; /* the same for the whole warp */
-        down_rows<DR>(wrow, tab, e, d0, D, rb);
+        const char *wd = (const char *)tab.a[e];
+        const void *wrow[DR];
+#pragma unroll
+        for (int i = 0; i < DR; i++)
+            wrow[i] = d0 + i < D ? (const void *)(wd + (size_t)(d0 + i) * rb) : NULL;
         sd__warp_dots1<DT, DR, DU>(wrow, h + p * (size_t)I, I, kw, WK, lane,
                                    part + (j * WK + kw) * DR);
     }
@@ -708,6 +679,7 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
         tab.a[e] = ex->gate[e].data;
         tab.b[e] = ex->up[e].data;
     }
+    const unsigned th = SD__GEMV_WARPS * 32;
     int wk = sd__gemv_wk(D);
     if (c->moe_gate_wide && (D + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK <= wk) {
         /* one chunk a warp: 4 output columns a row group, one load each
@@ -715,15 +687,16 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
         int cols = SD__GEMV_WARPS / wk * MOE_GATE_WIDE_GU;
         dim3 g1((unsigned)(n * top_k), (unsigned)((I + cols - 1) / cols));
         if (c->moe_gate_wide == 2)
-            launch_gate_up<DT, MAXE, MOE_GATE_WIDE_GU, 1, 4>(c, g1, h, x, ids, top_k, D, I, ex, wk,
-                                                             tab);
+            sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, MOE_GATE_WIDE_GU, 1, 4>, g1, th, 0,
+                       h, x, ids, top_k, D, I, ex->first, ex->n, wk, tab);
         else
-            launch_gate_up<DT, MAXE, MOE_GATE_WIDE_GU, 1, 2>(c, g1, h, x, ids, top_k, D, I, ex, wk,
-                                                             tab);
+            sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, MOE_GATE_WIDE_GU, 1, 2>, g1, th, 0,
+                       h, x, ids, top_k, D, I, ex->first, ex->n, wk, tab);
     } else {
         int cols = SD__GEMV_WARPS / wk * 2;
         dim3 g1((unsigned)(n * top_k), (unsigned)((I + cols - 1) / cols));
-        launch_gate_up<DT, MAXE, 2, MOE_FUSED_U, 4>(c, g1, h, x, ids, top_k, D, I, ex, wk, tab);
+        sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, 2, MOE_FUSED_U, 4>, g1, th, 0, h, x, ids,
+                   top_k, D, I, ex->first, ex->n, wk, tab);
     }
     if (SD_LAUNCHED(c, "moe_gate_up_fused_kernel"))
         return;

@@ -31,6 +31,7 @@ typedef struct layer {
     float *corr_bias; /* backend (E) or NULL */
     sd_weight *eg, *eu, *ed;
     sd_experts experts;
+    int n_always; /* shared experts in the bank after the routed ones (their slots) */
     /* cache */
     void *kc, *vc;
 } layer;
@@ -305,8 +306,8 @@ static int load_moe(sd_model *m, const char *pre, layer *L, sd_err *err)
     }
     if (rc)
         return rc;
-    L->experts = (sd_experts){.n = el + S, .gate = L->eg, .up = L->eu, .down = L->ed, .first = e0,
-                              .n_always = S};
+    L->n_always = S;
+    L->experts = (sd_experts){.n = el + S, .gate = L->eg, .up = L->eu, .down = L->ed, .first = e0};
     if (c->n_shared_experts > 0 && !S) {
         char sp[512];
         snprintf(sp, sizeof sp, "%s.mlp.shared_experts", pre);
@@ -1127,11 +1128,11 @@ static int ffn(sd_model *m, layer *L, int T)
                           .topk_group = c->topk_group, .norm_topk_prob = c->norm_topk_prob,
                           .sigmoid = c->scoring_sigmoid,
                           .routed_scaling_factor = (float)c->routed_scaling_factor,
-                          .n_always = L->experts.n_always};
+                          .n_always = L->n_always};
         xn_ready(m, T); /* three readers: the router, the experts, the shared MLP */
         op->moe_router_route(be, m->ids, m->wts, m->rlog, m->xn, &L->router, L->corr_bias, T, D,
                              &r);
-        op->moe_ffn(be, m->fo, m->xn, m->ids, m->wts, &L->experts, T, K + L->experts.n_always, D,
+        op->moe_ffn(be, m->fo, m->xn, m->ids, m->wts, &L->experts, T, K + L->n_always, D,
                     m->moetmp);
         if (!L->gate_up.data)
             return 0;
