@@ -432,25 +432,25 @@ static unsigned ablate_mask(const char *v)
     return m;
 }
 
-/* a down-kernel shape of moe.cu, the default for any other number */
-static int moe_down_shape(int shape)
+/* a switch of levels 0 .. max: v, or def for any other number */
+static int level_or(int v, int max, int def) { return v >= 0 && v <= max ? v : def; }
+
+/* the level a variable names (level_or), def where it is unset or empty */
+static int env_level(const char *name, int max, int def)
 {
-    return shape >= 0 && shape <= 3 ? shape : SD_CUDA_MOE_DOWN_DEFAULT;
+    const char *v = getenv(name);
+    return level_or(v && *v ? atoi(v) : def, max, def);
 }
 void sd_cuda_set_moe_down(sd_backend *be, int shape)
 {
-    sd__cuda_of(be)->moe_down = moe_down_shape(shape);
+    sd__cuda_of(be)->moe_down = level_or(shape, 3, SD_CUDA_MOE_DOWN_DEFAULT); /* moe.cu's shapes */
 }
 
 void sd_cuda_set_pdl(sd_backend *be, int on) { sd__cuda_of(be)->pdl = on != 0; }
 
-static int attn_split_level(int level)
-{
-    return level >= 0 && level <= 2 ? level : SD_CUDA_ATTN_SPLIT_ALL_DEFAULT;
-}
 void sd_cuda_set_attn_split_all(sd_backend *be, int level)
 {
-    sd__cuda_of(be)->attn_split_all = attn_split_level(level);
+    sd__cuda_of(be)->attn_split_all = level_or(level, 2, SD_CUDA_ATTN_SPLIT_ALL_DEFAULT);
 }
 
 void sd_cuda_set_route_small(sd_backend *be, int on) { sd__cuda_of(be)->route_small = on != 0; }
@@ -587,13 +587,11 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->moe_gate_wide = mgate && !strcmp(mgate, "2") ? 0 : mgate && !strcmp(mgate, "4b4") ? 2 : 1;
     const char *mchunk = getenv("SPECD_MLA_MIN_CHUNK");
     c->mla_min_chunk = mchunk && *mchunk ? atoi(mchunk) : 0;
-    const char *mdown = getenv("SPECD_MOE_DOWN");
-    c->moe_down = moe_down_shape(mdown && *mdown ? atoi(mdown) : SD_CUDA_MOE_DOWN_DEFAULT);
+    c->moe_down = env_level("SPECD_MOE_DOWN", 3, SD_CUDA_MOE_DOWN_DEFAULT);
     c->gemv_wide = env_on("SPECD_GEMV_WIDE");
     c->pinned = env_on("SPECD_PINNED");
     c->attn_dec = env_on("SPECD_ATTN_DEC");
-    const char *split = getenv("SPECD_ATTN_SPLIT_ALL");
-    c->attn_split_all = attn_split_level(split && *split ? atoi(split) : SD_CUDA_ATTN_SPLIT_ALL_DEFAULT);
+    c->attn_split_all = env_level("SPECD_ATTN_SPLIT_ALL", 2, SD_CUDA_ATTN_SPLIT_ALL_DEFAULT);
     c->mla_dec = env_on("SPECD_MLA_DEC"); /* 0: off (the tensor-core kernel) */
     c->ablate = ablate_mask(getenv("SPECD_ABLATE"));
     c->route_small = env_on("SPECD_ROUTE_SMALL");
