@@ -333,6 +333,19 @@ typedef struct sd_ops {
      * source must not be rewritten before the next sync. NULL on failure. */
     void *(*host_alloc)(sd_backend *be, size_t bytes);
     void (*host_free)(sd_backend *be, void *p);
+
+    /* ---- a step queued before the one ahead of it is read (appended; NULL
+     * where a backend has none: the engine then reads each step before it
+     * queues the next) ----
+     * copy: bytes from device memory to device memory, after the work
+     * queued before it. download_async: queues a copy to host memory
+     * (host_alloc's, or the call waits for it) and marks its end with mark
+     * `ev` (0 or 1), then returns. download_wait: returns when mark ev's
+     * copy and everything queued before it are done, with the first
+     * recorded error (0 if none). */
+    int (*copy)(sd_backend *be, void *dst, const void *src, size_t bytes);
+    int (*download_async)(sd_backend *be, void *dst, const void *src, size_t bytes, int ev);
+    int (*download_wait)(sd_backend *be, int ev);
 } sd_ops;
 
 struct sd_backend {

@@ -330,6 +330,7 @@ typedef struct result {
     int n_k, spec_off_running;
     long long eager_passes, graph_cache_full; /* proposer passes in the window */
     long long plain_steps; /* target steps without the proposer's hidden states */
+    long long ahead_steps; /* steps queued before the step before them was read */
     long long draft_phases, draft_learnt; /* drafting phases; those adaptive k learnt from */
     long long draft_oneoff; /* drafting phases left out for a shape's first proposer pass */
     double mean_context; /* tokens of context per sequence, mean over the window */
@@ -485,6 +486,7 @@ static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int m
         r->eager_passes = (long long)(s1.spec_eager_passes - s0.spec_eager_passes);
         r->graph_cache_full = (long long)(s1.spec_graph_cache_full - s0.spec_graph_cache_full);
         r->plain_steps = (long long)(s1.spec_plain_steps - s0.spec_plain_steps);
+        r->ahead_steps = (long long)(s1.ahead_steps - s0.ahead_steps);
         r->draft_phases = (long long)(s1.spec_draft_phases - s0.spec_draft_phases);
         r->draft_learnt = (long long)(s1.spec_draft_observed - s0.spec_draft_observed);
         r->draft_oneoff = (long long)(s1.spec_draft_oneoff - s0.spec_draft_oneoff);
@@ -747,6 +749,7 @@ int main(int argc, char **argv)
         json_object_set_new(x, "window_tokens", json_integer(r->window_tokens));
         json_object_set_new(x, "window_steps", json_integer(r->window_steps));
         json_object_set_new(x, "engine_steps", json_integer(r->engine_steps));
+        json_object_set_new(x, "ahead_steps", json_integer(r->ahead_steps));
         json_object_set_new(x, "step_ms", json_real(r->step_ms));
         json_object_set_new(x, "draft_ms_per_step", json_real(r->draft_ms));
         json_object_set_new(x, "verify_ms_per_step", json_real(r->verify_ms));

@@ -335,6 +335,20 @@ static int cpu_upload2d(sd_backend *be, void *dst, size_t dpitch, const void *sr
     return 0;
 }
 
+/* the CPU's ops are done when they return: a queued download is a copy */
+static int cpu_download_async(sd_backend *be, void *dst, const void *src, size_t bytes, int ev)
+{
+    (void)ev;
+    return cpu_copy(be, dst, src, bytes);
+}
+
+static int cpu_download_wait(sd_backend *be, int ev)
+{
+    (void)be;
+    (void)ev;
+    return 0;
+}
+
 static const sd_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -376,6 +390,9 @@ static const sd_ops cpu_ops = {
     /* the fused residual ops: the ops they stand for (ops.h) */
     .matmul_add = sd_matmul_add_ops,
     .rmsnorm_matmul = sd_rmsnorm_matmul_ops,
+    .copy = cpu_copy,
+    .download_async = cpu_download_async,
+    .download_wait = cpu_download_wait,
 };
 
 int sd_cpu_backend_create(sd_backend **out, int threads)

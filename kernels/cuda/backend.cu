@@ -116,6 +116,45 @@ static int cu_download(sd_backend *be, void *dst, const void *src, size_t bytes)
     return c->err;
 }
 
+static int cu_copy(sd_backend *be, void *dst, const void *src, size_t bytes)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    if (!bytes)
+        return c->err;
+    if (c->err)
+        return c->err;
+    return SD_CUDA(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+}
+
+/* a download the host reads after download_wait(ev): the step queued after
+ * it runs meanwhile (the engine's launch ahead) */
+static int cu_download_async(sd_backend *be, void *dst, const void *src, size_t bytes, int ev)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    if (c->err)
+        return c->err;
+    if (ev < 0 || ev > 1)
+        return SD_BADARG(c, "download_async: mark %d (0 or 1)", ev), c->err;
+    if (!c->marks[ev] &&
+        SD_CUDA(c, cudaEventCreateWithFlags(&c->marks[ev], cudaEventDisableTiming)))
+        return c->err;
+    if (bytes && SD_CUDA(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream)))
+        return c->err;
+    return SD_CUDA(c, cudaEventRecord(c->marks[ev], c->stream));
+}
+
+static int cu_download_wait(sd_backend *be, int ev)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    if (c->err)
+        return c->err;
+    if (ev < 0 || ev > 1 || !c->marks[ev])
+        return SD_BADARG(c, "download_wait: mark %d was not queued", ev), c->err;
+    cudaSetDevice(c->device);
+    SD_CUDA(c, cudaEventSynchronize(c->marks[ev]));
+    return c->err;
+}
+
 static int cu_memset0(sd_backend *be, void *dst, size_t bytes)
 {
     sd__cuda *c = sd__cuda_of(be);
@@ -358,6 +397,9 @@ static const sd_ops cuda_ops = {
     /* .rmsnorm_matmul = */ NULL, /* runs add_rmsnorm after each sublayer) */
     /* .host_alloc = */ cu_host_alloc,
     /* .host_free = */ cu_host_free,
+    /* .copy = */ cu_copy,
+    /* .download_async = */ cu_download_async,
+    /* .download_wait = */ cu_download_wait,
 };
 
 int sd_cuda_make_current(sd_backend *be)
@@ -666,6 +708,9 @@ void sd_cuda_backend_destroy(sd_backend *be)
             cudaFree(c->lt_ws);
         if (c->lt)
             cublasLtDestroy(c->lt);
+        for (int i = 0; i < 2; i++)
+            if (c->marks[i])
+                cudaEventDestroy(c->marks[i]);
         if (c->stream)
             cudaStreamDestroy(c->stream);
         cudaGetLastError();

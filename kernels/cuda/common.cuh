@@ -127,6 +127,8 @@ typedef struct sd__cuda {
     /* weights uploaded by weight(), freed at destroy if still held */
     void **weights;
     int n_weights, cap_weights;
+    /* download_async's two marks (created on first use) */
+    cudaEvent_t marks[2];
 } sd__cuda;
 
 #define SD__ARGMAX_ROWS 4096

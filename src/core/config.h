@@ -64,6 +64,7 @@ typedef struct sd_opts {
     int max_batch_tokens; /* tokens per step (chunked prefill budget) */
     double mem_fraction;
     int cuda_graph_max_bs;
+    char *launch_ahead; /* auto | on | off */
     int profile_ops; /* time every backend op (kernels/prof.c) */
     int debug_pad_steps; /* not an option: tests pad steps as graphs would, on any backend */
     char *allreduce; /* auto | nccl | oneshot | twoshot */

@@ -322,6 +322,8 @@ static int accept_decode(sd_engine *e, req *r, const float *logits, const int32_
     int32_t out[SD_MAX_K + 1];
     int n;
     sd_err err = {0};
+    if (k < 0 || k > SD_MAX_K)
+        return SD_EINVAL;
     if (dev_out) {
         n = dev_out[0];
         if (n < 0 || n > k)
@@ -459,6 +461,13 @@ static void reap_list(sd_engine *e, req **list, int *n)
 
 static void reap(sd_engine *e)
 {
+    /* the step queued ahead keeps its rows for them (the device computes
+     * them anyway); it reads none of their results */
+    for (int i = 0; e->ahead_live && i < e->ahead->n_seq; i++) {
+        req *r = e->ahead->seqs[i];
+        if (r && (r->state == RQ_DONE || r->cancel_applied))
+            e->ahead->seqs[i] = NULL;
+    }
     reap_list(e, e->waiting, &e->n_waiting);
     reap_list(e, e->running, &e->n_running);
 }
@@ -539,6 +548,7 @@ static void publish_stats(sd_engine *e, int stepped)
     e->stats.spec_draft_phases = e->draft_phases;
     e->stats.spec_draft_observed = e->draft_observed;
     e->stats.spec_draft_oneoff = e->draft_oneoff;
+    e->stats.ahead_steps = e->ahead_steps;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -649,6 +659,140 @@ static int fetch_dev_accept(sd_engine *e)
     return 0;
 }
 
+/* How a target step was queued, for its reading */
+typedef struct step_launch {
+    int Tp;           /* padded rows (0: none) */
+    const char *mode; /* eager, graph, ahead (queued before the step before it was read) */
+    int ev;           /* the mark its argmax downloads with; -1: read after a sync */
+    uint64_t step0, t0, t_up, t_launch;
+    long long keys; /* the keys its rows attend to: its attention's work (debug logs) */
+} step_launch;
+
+static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err *err);
+
+/* the keys a step's rows attend to (its attention's work), for the debug
+ * log: from the host rows built last */
+static long long step_keys(const sd_engine *e, int T)
+{
+    long long keys = 0;
+    for (int i = 0; sd_log_level() >= SD_LOG_DEBUG && i < T; i++)
+        keys += (long long)e->h_pos[i] + 1;
+    return keys;
+}
+
+/* ---- launch ahead ----
+ * Between two decode steps the host reads the argmax, accepts and streams
+ * the tokens, checks the stops, builds the next step and uploads it: 30-60
+ * us a step on the H200 (NOTES.md), while the GPU waits. Where nothing can
+ * change the next step but the tokens themselves (plain greedy decode, no
+ * request waiting, none ending by length at this step, one rank, one node),
+ * it is queued before this one is read: its rows are this step's, a
+ * position on; its tokens this step's argmax, copied on the device; its
+ * KV slots reserved now. A request this step ends (a stop token, a stop
+ * string, a cancel) keeps its row in the queued step, which computes it and
+ * reads nothing of it (its KV blocks, freed, go to a later step only in
+ * queue order). */
+
+/* whether the step s just queued may have the next one queued before it is read */
+static int ahead_ok(sd_engine *e, const step *s)
+{
+    const sd_ops *op = e->be->ops;
+    if (!e->ahead_on || !e->am_valid || e->spec != SD_SPEC_NONE || e->tp || e->nodes ||
+        e->synth.n > 0 || !op->copy || !op->download_async || !op->download_wait)
+        return 0;
+    if (s->T != s->n_seq || s->n_out != s->T || s->n_seq != e->n_running || e->n_waiting)
+        return 0;
+    pthread_mutex_lock(&e->mu);
+    int incoming = e->incoming != NULL;
+    pthread_mutex_unlock(&e->mu);
+    if (incoming)
+        return 0; /* it joins at the next step, not one later */
+    for (int i = 0; i < s->n_seq; i++) {
+        const req *r = s->seqs[i];
+        int n = r->n_tok + 1; /* its tokens once s is read */
+        if (!r->greedy || r->state != RQ_DECODE || r->chunk || r->n_draft || r->cancel_applied ||
+            atomic_load(&r->cancel) || n - r->n_prompt >= r->max_tokens || n >= e->max_ctx)
+            return 0;
+    }
+    return 1;
+}
+
+/* Queues the step after s (padded to Tp rows as s was) before s is read,
+ * its argmax downloading with mark ev. Nothing is queued where the KV
+ * cache is short of a block (the next step reserves it, preempting if it
+ * must) or a launch fails (the backend's error reaches s's reading). */
+static void launch_ahead(sd_engine *e, const step *s, int Tp, int ev)
+{
+    const sd_ops *op = e->be->ops;
+    for (int i = 0; i < s->n_seq; i++)
+        if (sd_kv_seq_reserve(e->kv, &s->seqs[i]->kv, s->seqs[i]->n_tok + 1) != 0)
+            return;
+    step *a = e->ahead;
+    a->T = a->n_out = a->n_seq = 0;
+    for (int i = 0; i < s->n_seq; i++) {
+        const int32_t t = 0; /* s's argmax, copied below */
+        add_rows(e, a, s->seqs[i], &t, 1, s->seqs[i]->n_tok, 1);
+    }
+    if (Tp) {
+        sd__pad_rows(e, e->h_tok, e->h_pos, e->h_seq, e->h_slot, a->T, Tp);
+        for (int i = a->T; i < Tp; i++)
+            e->h_rows[i] = i;
+    }
+    /* s's inputs may still be on their way up: this step's go from
+     * buffers of its own mark (the previous user of the mark was read) */
+    int32_t *meta = e->h_meta, *table = e->h_table;
+    e->h_meta = e->h_meta_ev[ev];
+    e->h_table = e->h_table_ev[ev];
+    sd_fwd f;
+    sd_err err = {0};
+    int rc = sd__engine_upload_tables(e, a);
+    if (!rc)
+        rc = sd__engine_upload_step(e, Tp ? Tp : a->T, Tp ? Tp : a->n_out, 0, &f);
+    e->h_meta = meta;
+    e->h_table = table;
+    /* the tokens lead the packed inputs */
+    if (!rc)
+        rc = op->copy(e->be, e->d_meta, e->d_am, (size_t)a->T * sizeof(int32_t));
+    if (!rc)
+        rc = Tp && e->graphs_on ? sd__target_graph_launch(e, Tp, &f, &err)
+                                : sd__target_pass(e, &f, 1, &err);
+    if (!rc)
+        rc = op->download_async(e->be, e->h_am_ev[ev], e->d_am,
+                                (size_t)a->n_out * sizeof(int32_t), ev);
+    if (rc) {
+        sd_log_debug("launch ahead: %s", err.msg[0] ? err.msg : "backend error");
+        return;
+    }
+    e->ahead_live = 1;
+    e->ahead_ev = ev;
+    e->ahead_Tp = Tp;
+    e->ahead_steps++;
+}
+
+/* Reads the step queued ahead, queueing the one after it first where the
+ * batch is still whole. */
+static int read_ahead(sd_engine *e, uint64_t step0)
+{
+    step s;
+    const step *a = e->ahead;
+    s.T = a->T;
+    s.n_out = a->n_out;
+    s.n_seq = a->n_seq;
+    memcpy(s.seqs, a->seqs, (size_t)a->n_seq * sizeof *s.seqs);
+    step_launch L = {.Tp = e->ahead_Tp, .mode = "ahead", .ev = e->ahead_ev, .step0 = step0,
+                     .t0 = step0, .t_up = step0, .t_launch = step0, .keys = step_keys(e, s.T)};
+    e->ahead_live = 0;
+    e->am_valid = 1;
+    e->dev_acc = 0;
+    int whole = 1;
+    for (int i = 0; i < s.n_seq; i++)
+        whole = whole && s.seqs[i];
+    if (whole && ahead_ok(e, &s))
+        launch_ahead(e, &s, L.Tp, L.ev ^ 1);
+    sd_err err = {0};
+    return read_step(e, &s, &L, 0, &err);
+}
+
 /* One engine step. Returns 1 if work was done. */
 static int engine_step(sd_engine *e)
 {
@@ -663,6 +807,8 @@ static int engine_step(sd_engine *e)
         return 0;
     }
     reap(e);
+    if (e->ahead_live)
+        return read_ahead(e, step0);
     if (!e->n_running && !e->n_waiting) {
         publish_stats(e, 0);
         return 0;
@@ -785,28 +931,46 @@ static int engine_step(sd_engine *e)
         e->am_valid = greedy_only && e->be->ops->argmax_rows;
     }
     e->dev_acc = !rc && !greedy_only && s.n_out > 0 && !launch_dev_accept(e, &s);
-    uint64_t t_launch = sd_now_ns();
-    if (!rc)
+    step_launch L = {.Tp = Tp, .mode = Tp && e->graphs_on ? "graph" : "eager", .ev = -1,
+                     .step0 = step0, .t0 = t0, .t_up = t_up, .t_launch = sd_now_ns(),
+                     .keys = step_keys(e, s.T)};
+    if (!rc && ahead_ok(e, &s) &&
+        !e->be->ops->download_async(e->be, e->h_am_ev[0], e->d_am,
+                                    (size_t)s.n_out * sizeof(int32_t), 0)) {
+        L.ev = 0;
+        launch_ahead(e, &s, Tp, 1);
+    }
+    return read_step(e, &s, &L, rc, &err);
+}
+
+/* Waits for a queued target step, accepts / samples / streams its tokens,
+ * then lets the proposer draft. rc: the launch's. Returns 1. */
+static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err *err)
+{
+    if (!rc && L->ev >= 0) {
+        rc = e->be->ops->download_wait(e->be, L->ev); /* the argmax is there too */
+        e->h_am = e->h_am_ev[L->ev];
+    } else if (!rc) {
         rc = e->be->ops->sync(e->be);
+    }
     uint64_t t_run = sd_now_ns();
-    if (!rc && e->am_valid)
-        rc = e->be->ops->download(e->be, e->h_am, e->d_am, (size_t)s.n_out * sizeof(int32_t));
-    else if (!rc && e->dev_acc)
+    if (rc || L->ev >= 0) {
+    } else if (e->am_valid)
+        rc = e->be->ops->download(e->be, e->h_am, e->d_am, (size_t)s->n_out * sizeof(int32_t));
+    else if (e->dev_acc)
         rc = fetch_dev_accept(e);
-    else if (!rc)
+    else
         rc = e->be->ops->download(e->be, e->h_logits, e->d_logits,
-                                  (size_t)s.n_out * (size_t)e->V * sizeof(float));
+                                  (size_t)s->n_out * (size_t)e->V * sizeof(float));
     uint64_t t_end = sd_now_ns();
-    double t_target = (double)(t_end - t0) * 1e-9;
+    double t_target = (double)(t_end - L->t0) * 1e-9;
     if (sd_log_level() >= SD_LOG_DEBUG) {
-        long long keys = 0; /* the keys the step's rows attend to: its attention's work */
-        for (int i = 0; i < s.T; i++)
-            keys += (long long)e->h_pos[i] + 1;
         sd_log_debug("target step: %d rows of %d requests (%s %d): upload %.3f, launch %.3f, "
                      "run %.3f, download %.3f ms, %lld keys",
-                     s.T, s.n_seq, Tp && e->graphs_on ? "graph" : "eager", Tp ? Tp : s.T,
-                     1e-6 * (double)(t_up - t0), 1e-6 * (double)(t_launch - t_up),
-                     1e-6 * (double)(t_run - t_launch), 1e-6 * (double)(t_end - t_run), keys);
+                     s->T, s->n_seq, L->mode, L->Tp ? L->Tp : s->T,
+                     1e-6 * (double)(L->t_up - L->t0), 1e-6 * (double)(L->t_launch - L->t_up),
+                     1e-6 * (double)(t_run - L->t_launch), 1e-6 * (double)(t_end - t_run),
+                     L->keys);
     }
     pthread_mutex_lock(&e->mu);
     if (rc) {
@@ -817,25 +981,26 @@ static int engine_step(sd_engine *e)
     }
     pthread_mutex_unlock(&e->mu);
     if (rc) {
-        sd_log_error("target step failed: %s", err.msg[0] ? err.msg : "backend error");
-        for (int i = 0; i < s.n_seq; i++)
-            finish(e, s.seqs[i], SD_FINISH_ERROR, "the model step failed");
+        sd_log_error("target step failed: %s", err->msg[0] ? err->msg : "backend error");
+        for (int i = 0; i < s->n_seq; i++)
+            if (s->seqs[i])
+                finish(e, s->seqs[i], SD_FINISH_ERROR, "the model step failed");
         reap(e);
         return 1;
     }
     /* adaptive k models decode and verify steps: a step with prompt rows
      * is another cost curve (long rows, eager) */
     int prompt_rows = 0;
-    for (int i = 0; i < s.n_seq; i++)
-        prompt_rows += s.seqs[i]->chunk;
+    for (int i = 0; i < s->n_seq; i++)
+        prompt_rows += s->seqs[i] ? s->seqs[i]->chunk : 0;
     if (!prompt_rows)
-        sd__plan_observe(e, 0, s.T, s.n_seq, t_target);
+        sd__plan_observe(e, 0, s->T, s->n_seq, t_target);
     e->verify_s_total += t_target;
     double t_draft = 0; /* the drafting phase's part of the step */
     /* 4. accept / sample / stream */
-    for (int i = 0; i < s.n_seq; i++) {
-        req *r = s.seqs[i];
-        if (r->state == RQ_DONE)
+    for (int i = 0; i < s->n_seq; i++) {
+        req *r = s->seqs[i];
+        if (!r || r->state == RQ_DONE) /* NULL: ended before this step queued ahead was read */
             continue;
         int from = r->n_tok;
         if (r->state == RQ_DECODE) {
@@ -904,18 +1069,18 @@ static int engine_step(sd_engine *e)
         e->stats.spec_k_steps[k < 16 ? k : 16]++;
         pthread_mutex_unlock(&e->mu);
         uint64_t d0 = sd_now_ns(), oneoff0 = e->prop_oneoff;
-        rc = sd__spec_step(e, &s, k, &err);
+        rc = sd__spec_step(e, s, k, err);
         int oneoff = e->prop_oneoff != oneoff0;
         t_draft = (double)(sd_now_ns() - d0) * 1e-9;
         if (rc) {
-            sd_log_error("proposer failed: %s", err.msg);
-            for (int i = 0; i < s.n_seq; i++)
-                s.seqs[i]->n_draft = 0;
+            sd_log_error("proposer failed: %s", err->msg);
+            for (int i = 0; i < s->n_seq; i++)
+                s->seqs[i]->n_draft = 0;
         }
         int nd = 0;
-        for (int i = 0; i < s.n_seq; i++)
-            if (s.seqs[i]->n_draft) {
-                s.seqs[i]->st.spec.draft_s += t_draft;
+        for (int i = 0; i < s->n_seq; i++)
+            if (s->seqs[i]->n_draft) {
+                s->seqs[i]->st.spec.draft_s += t_draft;
                 nd++;
             }
         /* adaptive k learns a drafting phase's cost from the steps it
@@ -945,7 +1110,7 @@ static int engine_step(sd_engine *e)
      * 0.01-0.03 ms a step on the H200 with the bundled model at batch 8-32,
      * against 0.3-0.9 ms of target and drafting; summed before the stats
      * go out, so they hold this step's */
-    double t_host = (double)(sd_now_ns() - step0) * 1e-9 - t_target - t_draft;
+    double t_host = (double)(sd_now_ns() - L->step0) * 1e-9 - t_target - t_draft;
     e->host_s_total += t_host > 0 ? t_host : 0;
     publish_stats(e, 1);
     return 1;
@@ -1055,6 +1220,9 @@ static void *engine_main(void *arg)
         }
         pthread_mutex_unlock(&e->mu);
     }
+    if (e->ahead_live) /* its buffers outlive it */
+        e->be->ops->download_wait(e->be, e->ahead_ev);
+    e->ahead_live = 0;
     sd__plan_send_quit(e);
     /* cancel what is left */
     take_incoming(e);
@@ -1147,7 +1315,15 @@ static int alloc_step_buffers(sd_engine *e, sd_err *err)
         return sd_err_set(err, SD_ENOMEM, "engine: out of memory for the verification buffers");
     e->d_hidden = op->alloc(e->be, T * (size_t)e->D * 4);
     e->d_am = op->alloc(e->be, T * 4);
-    e->h_am = sd__host_buf(e, T * 4);
+    for (int i = 0; i < 2; i++) {
+        e->h_am_ev[i] = sd__host_buf(e, T * 4);
+        e->h_meta_ev[i] = sd__host_buf(e, 5 * T * 4);
+        e->h_table_ev[i] = sd__host_buf(e, tb * 4);
+        if (!e->h_am_ev[i] || !e->h_meta_ev[i] || !e->h_table_ev[i])
+            return sd_err_set(err, SD_ENOMEM, "engine: out of memory for the step buffers");
+    }
+    e->h_am = e->h_am_ev[0];
+    e->ahead = malloc(sizeof *e->ahead);
     e->h_tok = malloc(T * 4);
     e->h_pos = malloc(T * 4);
     e->h_seq = malloc(T * 4);
@@ -1158,7 +1334,7 @@ static int alloc_step_buffers(sd_engine *e, sd_err *err)
     e->p_rows = malloc((size_t)(SD_MAX_K + 1) * (size_t)e->V * 4);
     if (!e->d_meta || !e->h_meta || !e->d_table ||
         !e->d_logits || !e->d_hidden || !e->d_am || !e->h_am || !e->h_tok || !e->h_pos || !e->h_seq || !e->h_slot ||
-        !e->h_rows || !e->h_table || !e->h_logits || !e->p_rows)
+        !e->h_rows || !e->h_table || !e->h_logits || !e->p_rows || !e->ahead)
         return sd_err_set(err, SD_ENOMEM, "engine: out of memory for the step buffers");
     return 0;
 }
@@ -1178,7 +1354,12 @@ static void free_step_buffers(sd_engine *e)
     free(e->h_rows);
     free(e->h_table);
     sd__host_buf_free(e, e->h_logits);
-    sd__host_buf_free(e, e->h_am);
+    for (int i = 0; i < 2; i++) {
+        sd__host_buf_free(e, e->h_am_ev[i]);
+        sd__host_buf_free(e, e->h_meta_ev[i]);
+        sd__host_buf_free(e, e->h_table_ev[i]);
+    }
+    free(e->ahead);
     free(e->h_acc);
     free(e->h_acc_res);
     free(e->h_sp);
@@ -1328,6 +1509,8 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     mp->fraction = o->mem_fraction;
     mp->weights = sd_checkpoint_bytes(dir);
     sd__graphs_init(e, o);
+    const char *la = o->launch_ahead ? o->launch_ahead : "auto";
+    e->ahead_on = !strcmp(la, "on") || (!strcmp(la, "auto") && e->graphs_on);
     if (e->tp) {
         /* the all-reduce of the residual stream at every step size the graphs capture */
         size_t sizes[SD_AR_SIZES];

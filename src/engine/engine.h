@@ -123,6 +123,9 @@ typedef struct sd_engine_stats {
      * that was its graph shape's first run or capture), and the phases left
      * out for such a one-off pass */
     uint64_t spec_draft_phases, spec_draft_observed, spec_draft_oneoff;
+    /* decode steps queued before the step before them was read
+     * (--launch-ahead): the host's work between steps ran while the GPU did */
+    uint64_t ahead_steps;
 } sd_engine_stats;
 
 /* Loads the model named by o->model (NULL/empty: the bundled model), the

@@ -160,6 +160,19 @@ struct sd_engine {
     float *h_logits, *p_rows;
     int32_t *d_am, *h_am; /* argmax of each logits row (greedy-only steps) */
     int am_valid;         /* h_am holds this step's argmax; h_logits does not */
+    /* Launch ahead (engine.c): a plain greedy decode step whose batch
+     * cannot change queues the step after it before it is read; that
+     * step's tokens are its argmax, copied on the device. Each of the two
+     * (the step being read, the one queued) has a download mark of the
+     * backend, an argmax buffer and page-locked step inputs of its own. */
+    int ahead_on;         /* --launch-ahead */
+    int ahead_live;       /* ahead holds a queued step not yet read */
+    int ahead_ev;         /* its mark */
+    int ahead_Tp;         /* its padded rows (0: none) */
+    struct step *ahead;   /* its rows; a request that ended since: NULL */
+    int32_t *h_am_ev[2];  /* each mark's argmax (h_am points at one) */
+    int32_t *h_meta_ev[2], *h_table_ev[2];
+    uint64_t ahead_steps; /* sd_engine_stats.ahead_steps */
     /* sampled steps verified on the backend (engine.c launch_dev_accept):
      * probabilities scratch (max_out, V), draft distributions (ov, k_max, V)
      * with a model proposer, packed ints (row0, n_draft, drafts, n_acc, out)

@@ -599,6 +599,154 @@ TEST(stop_token_ids_end_a_request_like_eos)
     ASSERT_EQ(b.n, first + 1);
 }
 
+/* Launch ahead (engine.c): a plain greedy decode step queued before the one
+ * before it is read, its tokens copied on the device. Against reading every
+ * step first: the same tokens and finish reasons, with requests ending at a
+ * stop token mid-chain (their rows in the queued step are computed and
+ * dropped), requests arriving while a chain runs, one cancelled, and every
+ * KV block back at the end. On the CPU the queued step runs at once; the
+ * order of the engine's work is the GPU's. */
+static sd_engine *ahead_engine(const char *model, const char *ahead, int pad_bs)
+{
+    sd_opts o;
+    sd_err err = {0};
+    if (sd_opts_init(&o, &err))
+        return NULL;
+    char *m = dir_of(model);
+    sd_opts_set(&o, SD_CMD_GENERATE, "model", m, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "256", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "threads", "2", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "launch-ahead", ahead, &err);
+    if (pad_bs > 0) {
+        char buf[16];
+        snprintf(buf, sizeof buf, "%d", pad_bs);
+        sd_opts_set(&o, SD_CMD_GENERATE, "cuda-graph-max-bs", buf, &err);
+        o.debug_pad_steps = 1;
+    }
+    sd_engine *e = NULL;
+    if (sd_engine_create(&e, &o, &err))
+        fprintf(stderr, "  engine: %s\n", err.msg);
+    free(m);
+    sd_opts_free(&o);
+    return e;
+}
+
+#define AHEAD_N 7
+
+/* Runs AHEAD_N greedy requests (stop[i] >= 0: a stop id), the last three
+ * arriving once the first has 4 tokens; cancel >= 0: that request is
+ * cancelled once it has 3. Returns the engine's queued-ahead steps, -1 on
+ * failure. */
+static long long ahead_run(const char *model, const char *ahead, int pad_bs, const int32_t *stop,
+                           int cancel, engine_out *outs)
+{
+    sd_engine *e = ahead_engine(model, ahead, pad_bs);
+    if (!e)
+        return -1;
+    sd_req_events ev = {.on_output = engine_out_on_output, .on_finish = engine_out_on_finish};
+    uint64_t ids[AHEAD_N];
+    sd_err err = {0};
+    for (int i = 0; i < AHEAD_N; i++) {
+        memset(&outs[i], 0, sizeof outs[i]);
+        outs[i].mu = &g_mu;
+    }
+    for (int i = 0; i < AHEAD_N; i++) {
+        int wait_for = i == AHEAD_N - 3 ? 4 : 0;
+        for (int spin = 0; wait_for && spin < 20000; spin++) {
+            pthread_mutex_lock(&g_mu);
+            int n = outs[0].n;
+            pthread_mutex_unlock(&g_mu);
+            if (n >= wait_for || outs[0].done)
+                break;
+            usleep(500);
+        }
+        int32_t p[8];
+        for (int j = 0; j < 3 + i % 4; j++)
+            p[j] = (int32_t)(11 + 17 * i + 5 * j);
+        sd_gen_params gp = {.max_tokens = 20 + 3 * i, .top_p = 1};
+        if (stop && stop[i] >= 0) {
+            gp.stop_ids = &stop[i];
+            gp.n_stop_ids = 1;
+        }
+        if (sd_engine_submit(e, p, 3 + i % 4, &gp, &ev, &outs[i], &ids[i], &err)) {
+            fprintf(stderr, "  submit: %s\n", err.msg);
+            sd_engine_destroy(e);
+            return -1;
+        }
+    }
+    if (cancel >= 0) {
+        for (int spin = 0; spin < 20000; spin++) {
+            pthread_mutex_lock(&g_mu);
+            int n = outs[cancel].n, done = outs[cancel].done;
+            pthread_mutex_unlock(&g_mu);
+            if (n >= 3 || done)
+                break;
+            usleep(200);
+        }
+        sd_engine_cancel(e, ids[cancel]);
+    }
+    engine_out_wait(outs, AHEAD_N, 60000);
+    usleep(120000); /* the stats go out after the step */
+    sd_engine_stats st;
+    sd_engine_get_stats(e, &st);
+    sd_engine_destroy(e);
+    if (st.kv_blocks_used != 0) {
+        fprintf(stderr, "  %d KV blocks still held\n", st.kv_blocks_used);
+        return -1;
+    }
+    return (long long)st.ahead_steps;
+}
+
+TEST(launch_ahead_gives_the_same_tokens_as_reading_each_step)
+{
+    const char *models[] = {"llama", "deepseek-v3"};
+    for (int mi = 0; mi < 2; mi++) {
+        for (int pad = 0; pad < 2; pad++) {
+            int pad_bs = pad ? 4 : 0;
+            engine_out free_run[AHEAD_N], off[AHEAD_N], on[AHEAD_N];
+            ASSERT(ahead_run(models[mi], "off", pad_bs, NULL, -1, free_run) == 0);
+            /* stop ids from the free run: requests end at a token's first
+             * occurrence, between 3 and 12 tokens in; one has none */
+            int32_t stop[AHEAD_N];
+            for (int i = 0; i < AHEAD_N; i++) {
+                ASSERT(free_run[i].done && free_run[i].n > 12);
+                stop[i] = i == 2 ? -1 : free_run[i].ids[3 + (i * 5) % 10];
+            }
+            ASSERT(ahead_run(models[mi], "off", pad_bs, stop, -1, off) == 0);
+            long long n_ahead = ahead_run(models[mi], "on", pad_bs, stop, -1, on);
+            ASSERT_MSG(n_ahead > 0, "%s pad %d: %lld steps queued ahead", models[mi], pad_bs,
+                       n_ahead);
+            int stopped = 0;
+            for (int i = 0; i < AHEAD_N; i++) {
+                ASSERT_EQ(on[i].why, off[i].why);
+                ASSERT_EQ(on[i].n, off[i].n);
+                for (int j = 0; j < on[i].n; j++)
+                    ASSERT_MSG(on[i].ids[j] == off[i].ids[j], "%s pad %d request %d token %d",
+                               models[mi], pad_bs, i, j);
+                stopped += on[i].why == SD_FINISH_STOP;
+            }
+            ASSERT(stopped >= 3);
+            /* a cancel mid-chain: that request ends CANCELLED on a prefix of
+             * its tokens; the others are untouched */
+            long long n2 = ahead_run(models[mi], "on", pad_bs, stop, 2, on);
+            ASSERT(n2 > 0);
+            for (int i = 0; i < AHEAD_N; i++) {
+                if (i == 2) {
+                    ASSERT(on[i].why == SD_FINISH_CANCELLED || on[i].why == SD_FINISH_LENGTH);
+                    ASSERT(on[i].n <= off[i].n);
+                } else {
+                    ASSERT_EQ(on[i].why, off[i].why);
+                    ASSERT_EQ(on[i].n, off[i].n);
+                }
+                for (int j = 0; j < on[i].n; j++)
+                    ASSERT_EQ(on[i].ids[j], off[i].ids[j]);
+            }
+            fprintf(stderr, "  %s pad %d: equal; %lld steps queued ahead, %d requests stopped\n",
+                    models[mi], pad_bs, n_ahead, stopped);
+        }
+    }
+}
+
 /* A draft LM whose tokenizer differs from the target's is refused at start. */
 TEST(a_draft_model_with_another_tokenizer_is_refused)
 {
@@ -676,5 +824,6 @@ TEST_MAIN(T(mtp_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(adaptive_k_stops_drafting_when_nothing_is_accepted),
           T(adaptive_k_learns_drafting_costs_only_from_steps_without_prompt_rows),
           T(stop_token_ids_end_a_request_like_eos),
+          T(launch_ahead_gives_the_same_tokens_as_reading_each_step),
           T(a_draft_model_with_another_tokenizer_is_refused),
           T(a_kv_cache_too_small_for_one_full_context_request_is_refused_at_start))

@@ -358,9 +358,10 @@ TEST(greedy_generation_on_the_gpu_equals_the_cpu_on_the_bundled_model)
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* n requests of greedy decoding on the bundled model through the engine on
- * the GPU (random prompts of 8-40 ids, 40 tokens each, all at once) */
+ * the GPU (random prompts of 8-40 ids, 40 tokens each, all at once);
+ * ahead: --launch-ahead; *n_ahead (if not NULL): the steps queued ahead */
 static int engine_greedy(const char *dir, const char *spec, const char *draft, int n,
-                         engine_out *outs)
+                         const char *ahead, engine_out *outs, long *n_ahead)
 {
     sd_opts o;
     sd_err err = {0};
@@ -372,6 +373,7 @@ static int engine_greedy(const char *dir, const char *spec, const char *draft, i
     sd_opts_set(&o, SD_CMD_GENERATE, "spec", spec, &err);
     sd_opts_set(&o, SD_CMD_GENERATE, "spec-k", "3", &err);
     sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "256", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "launch-ahead", ahead, &err);
     if (draft) {
         snprintf(buf, sizeof buf, "%s-%s", dir, draft);
         sd_opts_set(&o, SD_CMD_GENERATE, "draft-model", buf, &err);
@@ -403,8 +405,26 @@ static int engine_greedy(const char *dir, const char *spec, const char *draft, i
         rc = -1;
     if (rc)
         fprintf(stderr, "  %s batch %d: %s\n", spec, n, err.msg[0] ? err.msg : "timed out");
+    usleep(50000); /* the stats go out after the step */
+    sd_engine_stats st;
+    sd_engine_get_stats(e, &st);
+    if (n_ahead)
+        *n_ahead = (long)st.ahead_steps;
     sd_engine_destroy(e);
     return rc;
+}
+
+/* tokens of a and b (n requests each) that differ, a request that did not
+ * end at its length counting one */
+static long tokens_differ(const engine_out *a, const engine_out *b, int n)
+{
+    long differ = 0;
+    for (int i = 0; i < n; i++) {
+        differ += a[i].n != b[i].n || a[i].why != SD_FINISH_LENGTH || b[i].why != SD_FINISH_LENGTH;
+        for (int j = 0; j < a[i].n && j < b[i].n; j++)
+            differ += a[i].ids[j] != b[i].ids[j];
+    }
+    return differ;
 }
 
 TEST(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model)
@@ -424,26 +444,29 @@ TEST(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model)
     for (size_t b = 0; b < SD_ARRAY_LEN(batches); b++) {
         int n = batches[b];
         engine_out plain[4], sp[4];
-        if (engine_greedy(dir, "none", NULL, n, plain)) {
+        long n_ahead = 0;
+        if (engine_greedy(dir, "none", NULL, n, "off", plain, NULL) ||
+            engine_greedy(dir, "none", NULL, n, "on", sp, &n_ahead)) {
             ok = 0;
             continue;
         }
+        /* plain decode queued a step ahead of its reading: the same tokens */
+        ok &= reportf((double)tokens_differ(plain, sp, n), 0,
+                      "engine on the gpu, plain decode launched ahead at batch %d (%ld steps "
+                      "ahead): tokens that differ from reading each step",
+                      n, n_ahead);
+        ok &= reportf(n_ahead > 0 ? 0 : 1, 0, "engine on the gpu, batch %d: steps queued ahead", n);
         for (size_t q = 0; q < SD_ARRAY_LEN(props); q++) {
             snprintf(path, sizeof path, "%s-%s/config.json", dir, props[q].draft ? props[q].draft : "");
             if (props[q].draft && !sd_file_exists(path))
                 continue;
-            if (engine_greedy(dir, props[q].spec, props[q].draft, n, sp)) {
+            if (engine_greedy(dir, props[q].spec, props[q].draft, n, "auto", sp, NULL)) {
                 ok = 0;
                 continue;
             }
-            long differ = 0, drafted = 0;
-            for (int i = 0; i < n; i++) {
-                differ += plain[i].n != sp[i].n || plain[i].why != SD_FINISH_LENGTH ||
-                          sp[i].why != SD_FINISH_LENGTH;
-                for (int j = 0; j < plain[i].n && j < sp[i].n; j++)
-                    differ += plain[i].ids[j] != sp[i].ids[j];
+            long differ = tokens_differ(plain, sp, n), drafted = 0;
+            for (int i = 0; i < n; i++)
                 drafted += (long)sp[i].st.spec.drafted;
-            }
             ok &= reportf((double)differ, 0,
                           "engine on the gpu, %s k=3 at batch %d (%ld drafts): tokens that differ "
                           "from plain decode",
