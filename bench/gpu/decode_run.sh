@@ -11,7 +11,9 @@
 #             second token), k = 2 at 0.77 then 0.48 (vLLM's 77% and 37% per
 #             position for DeepSeek-V4 MTP: 0.37 / 0.77 given the first), k = 3
 #             at 0.85, 0.75, 0.6
-#   long      both at LONG_PLEN-token prompts (4096), batch 1 and 32, 64 tokens:
+#   long      both at LONG_PLEN-token prompts (3968: the V2-Lite-shaped checkpoint's
+#             context is 4096), batch 1 and 32, 128 tokens (at 32 the first
+#             request must still decode after the last prompt is in):
 #             plain, V2-Lite's MTP k = 3, each with SPECD_ATTN_SPLIT_ALL=2 too
 #   tiny      the bundled model on its held-out prompts at batch 1, 8 and 32:
 #             plain, and each proposer at k = 3 and auto (real acceptance);
@@ -121,11 +123,11 @@ if has dsv2lite; then
     run dsv2lite-mtp-k3 "${m[@]}" --spec mtp --k 3 --synthetic-accept $A
 fi
 if has long; then
-    # long contexts (LONG_PLEN, 4096-token prompts): the step's attention
+    # long contexts (LONG_PLEN, 3968-token prompts): the step's attention
     # reads each request's context, so this is where it shows; with
     # SPECD_ATTN_SPLIT_ALL=2 the 128-dim GQA and DeepSeek latent kernels
     # split steps of 9+ tokens (a batch's decode, verify steps) too
-    lp=(--prompt-len "${LONG_PLEN:-4096}" --max-tokens 64 --batch 1,32)
+    lp=(--prompt-len "${LONG_PLEN:-3968}" --max-tokens 128 --batch 1,32)
     run l8b-long "${lp[@]}" --model "$CKPT/l8b"
     SPECD_ATTN_SPLIT_ALL=2 run l8b-long-split2 "${lp[@]}" --model "$CKPT/l8b"
     run dsv2lite-long "${lp[@]}" --model "$CKPT/dsv2lite"

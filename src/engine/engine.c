@@ -697,8 +697,8 @@ static long long step_keys(const sd_engine *e, int T)
 static int ahead_ok(sd_engine *e, const step *s)
 {
     const sd_ops *op = e->be->ops;
-    if (!e->ahead_on || !e->am_valid || e->spec != SD_SPEC_NONE || e->tp || e->nodes ||
-        e->synth.n > 0 || !op->copy || !op->download_async || !op->download_wait)
+    if (!e->ahead_on || !e->am_valid || e->tp || e->nodes || e->synth.n > 0 || !op->copy ||
+        !op->download_async || !op->download_wait)
         return 0;
     if (s->T != s->n_seq || s->n_out != s->T || s->n_seq != e->n_running || e->n_waiting)
         return 0;
@@ -710,8 +710,12 @@ static int ahead_ok(sd_engine *e, const step *s)
     for (int i = 0; i < s->n_seq; i++) {
         const req *r = s->seqs[i];
         int n = r->n_tok + 1; /* its tokens once s is read */
+        /* a request that tracks the proposer needs this step's hidden
+         * states and tokens before the next step: speculative engines queue
+         * ahead only where adaptive k turned speculation off for all */
         if (!r->greedy || r->state != RQ_DECODE || r->chunk || r->n_draft || r->cancel_applied ||
-            atomic_load(&r->cancel) || n - r->n_prompt >= r->max_tokens || n >= e->max_ctx)
+            (e->spec != SD_SPEC_NONE && !r->no_spec) || atomic_load(&r->cancel) ||
+            n - r->n_prompt >= r->max_tokens || n >= e->max_ctx)
             return 0;
     }
     return 1;
@@ -1034,7 +1038,13 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
     pthread_mutex_lock(&e->mu);
     e->stats.prompt_tokens += (uint64_t)prompt_rows;
     pthread_mutex_unlock(&e->mu);
-    /* 5. the proposer catches up and drafts */
+    /* 5. the proposer catches up and drafts (none of a step read ahead's
+     * requests tracks it; those that ended are no longer in it) */
+    int live = 0;
+    for (int i = 0; i < s->n_seq; i++)
+        if (s->seqs[i])
+            s->seqs[live++] = s->seqs[i];
+    s->n_seq = live;
     if (e->spec != SD_SPEC_NONE) {
         int off = n_not_drafting(e);
         int k = e->spec_k >= 0 ? e->spec_k

@@ -443,8 +443,8 @@ TEST(draft_lm_reserves_the_last_token_position_at_a_block_boundary)
  * drafts are rarely accepted), spec-k k ("auto" or a number), with n
  * greedy requests of the 3-token prompts {i + 1, 5, 9} submitted at once;
  * NULL on failure (err says why). */
-static sd_engine *mtp_engine_with(const char *k, engine_out *outs, int n, int max_tokens,
-                                  sd_err *err)
+static sd_engine *mtp_engine_with(const char *k, const char *ahead, engine_out *outs, int n,
+                                  int max_tokens, sd_err *err)
 {
     sd_opts o;
     if (sd_opts_init(&o, err))
@@ -455,6 +455,7 @@ static sd_engine *mtp_engine_with(const char *k, engine_out *outs, int n, int ma
     sd_opts_set(&o, SD_CMD_GENERATE, "spec-k", k, err);
     sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "256", err);
     sd_opts_set(&o, SD_CMD_GENERATE, "threads", "2", err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "launch-ahead", ahead, err);
     sd_engine *e = NULL;
     int rc = sd_engine_create(&e, &o, err);
     free(m);
@@ -476,15 +477,17 @@ static sd_engine *mtp_engine_with(const char *k, engine_out *outs, int n, int ma
 }
 
 /* With drafts that are never accepted (random-weight MTP), adaptive k falls
- * back to plain decode after its exploration steps. */
+ * back to plain decode after its exploration steps; with --launch-ahead
+ * (pass 2) those plain steps are queued ahead, as a plain engine's are. */
 TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
 {
     sd_err err = {0};
-    uint64_t drafted[2] = {0, 0};
-    static engine_out outs_of[2][4];
-    for (int pass = 0; pass < 2; pass++) {
+    uint64_t drafted[3] = {0, 0, 0};
+    static engine_out outs_of[3][4];
+    for (int pass = 0; pass < 3; pass++) {
         engine_out outs[4];
-        sd_engine *e = mtp_engine_with(pass ? "auto" : "4", outs, 4, 120, &err);
+        sd_engine *e = mtp_engine_with(pass ? "auto" : "4", pass == 2 ? "on" : "off", outs, 4,
+                                       120, &err);
         ASSERT_MSG(e, "engine: %s", err.msg);
         for (int spin = 0; spin < 60000; spin++) {
             pthread_mutex_lock(&g_mu);
@@ -514,16 +517,18 @@ TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
             /* speculation off: the target steps skip the MTP hidden states */
             ASSERT_GT(st.spec_plain_steps, 0);
         }
+        ASSERT(pass == 2 ? st.ahead_steps > 0 : st.ahead_steps == 0);
         sd_engine_destroy(e);
     }
     /* and the greedy tokens are the same either way */
-    for (int i = 0; i < 4; i++) {
-        ASSERT_EQ(outs_of[0][i].n, outs_of[1][i].n);
-        for (int j = 0; j < outs_of[0][i].n; j++)
-            ASSERT_MSG(outs_of[0][i].ids[j] == outs_of[1][i].ids[j],
-                       "request %d token %d: k=4 %d, auto %d", i, j, outs_of[0][i].ids[j],
-                       outs_of[1][i].ids[j]);
-    }
+    for (int pass = 1; pass < 3; pass++)
+        for (int i = 0; i < 4; i++) {
+            ASSERT_EQ(outs_of[0][i].n, outs_of[pass][i].n);
+            for (int j = 0; j < outs_of[0][i].n; j++)
+                ASSERT_MSG(outs_of[0][i].ids[j] == outs_of[pass][i].ids[j],
+                           "request %d token %d: k=4 %d, auto (pass %d) %d", i, j,
+                           outs_of[0][i].ids[j], pass, outs_of[pass][i].ids[j]);
+        }
     fprintf(stderr, "  drafts: fixed k=4 %llu, auto %llu\n", (unsigned long long)drafted[0],
             (unsigned long long)drafted[1]);
     ASSERT_GT(drafted[0], 0);
@@ -540,7 +545,7 @@ TEST(adaptive_k_learns_drafting_costs_only_from_steps_without_prompt_rows)
 {
     sd_err err = {0};
     engine_out outs[3];
-    sd_engine *e = mtp_engine_with("2", outs, 3, 24, &err);
+    sd_engine *e = mtp_engine_with("2", "off", outs, 3, 24, &err);
     ASSERT_MSG(e, "engine: %s", err.msg);
     ASSERT_EQ(engine_out_wait(outs, 3, 60000), 1);
     usleep(120000); /* the engine publishes its stats after the step */
