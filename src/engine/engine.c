@@ -685,7 +685,8 @@ static long long step_keys(const sd_engine *e, int T)
  * the tokens, checks the stops, builds the next step and uploads it: 30-60
  * us a step on the H200 (NOTES.md), while the GPU waits. Where nothing can
  * change the next step but the tokens themselves (plain greedy decode, no
- * request waiting, none ending by length at this step, one rank, one node),
+ * request waiting, none ending by length at this step, one node: a node
+ * group's followers take each step from node 0's plan),
  * it is queued before this one is read: its rows are this step's, a
  * position on; its tokens this step's argmax, copied on the device; its
  * KV slots reserved now. A request this step ends (a stop token, a stop
@@ -697,7 +698,7 @@ static long long step_keys(const sd_engine *e, int T)
 static int ahead_ok(sd_engine *e, const step *s)
 {
     const sd_ops *op = e->be->ops;
-    if (!e->ahead_on || !e->am_valid || e->tp || e->nodes || e->synth.n > 0 || !op->copy ||
+    if (!e->ahead_on || !e->am_valid || e->nodes || e->synth.n > 0 || !op->copy ||
         !op->download_async || !op->download_wait)
         return 0;
     if (s->T != s->n_seq || s->n_out != s->T || s->n_seq != e->n_running || e->n_waiting)
@@ -1520,7 +1521,9 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     mp->weights = sd_checkpoint_bytes(dir);
     sd__graphs_init(e, o);
     const char *la = o->launch_ahead ? o->launch_ahead : "auto";
-    e->ahead_on = !strcmp(la, "on") || (!strcmp(la, "auto") && e->graphs_on);
+    /* auto: one rank with CUDA graphs; over tensor-parallel GPU ranks only
+     * when asked (CPU-tested, not yet run on several GPUs) */
+    e->ahead_on = !strcmp(la, "on") || (!strcmp(la, "auto") && e->graphs_on && !e->tp);
     if (e->tp) {
         /* the all-reduce of the residual stream at every step size the graphs capture */
         size_t sizes[SD_AR_SIZES];

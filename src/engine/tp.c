@@ -205,6 +205,34 @@ static int v_download(sd_backend *vb, void *dst, const void *src, size_t bytes)
     return t->be[r]->ops->download(t->be[r], dst, M(src, r), bytes);
 }
 
+static int v_copy(sd_backend *vb, void *dst, const void *src, size_t bytes)
+{
+    sd_tp *t = tp_of(vb);
+    int rc = 0;
+    RANKS(t, r)
+    if (!rc)
+        rc = t->be[r]->ops->copy(t->be[r], M(dst, r), M(src, r), bytes);
+    return rc;
+}
+
+/* A queued download comes from one rank, as v_download's does (every rank
+ * holds the same argmax), and its mark is that rank's. The other ranks'
+ * inputs of the step it ends went up before the step's collectives, which
+ * that rank has finished too: the engine may rewrite them after the wait. */
+static int v_download_async(sd_backend *vb, void *dst, const void *src, size_t bytes, int ev)
+{
+    sd_tp *t = tp_of(vb);
+    int r = tls_rank >= 0 ? tls_rank : 0;
+    return t->be[r]->ops->download_async(t->be[r], dst, M(src, r), bytes, ev);
+}
+
+static int v_download_wait(sd_backend *vb, int ev)
+{
+    sd_tp *t = tp_of(vb);
+    int r = tls_rank >= 0 ? tls_rank : 0;
+    return t->be[r]->ops->download_wait(t->be[r], ev);
+}
+
 static int v_memset0(sd_backend *vb, void *dst, size_t bytes)
 {
     sd_tp *t = tp_of(vb);
@@ -636,6 +664,11 @@ int sd__tp_open(sd_tp **out, const sd_opts *o, int hidden, sd_err *err)
                       .sample_rows = t->be[0]->ops->sample_rows ? v_sample_rows : NULL,
                       .scatter_cols = t->be[0]->ops->scatter_cols ? v_scatter_cols : NULL,
                       .gather_i32 = t->be[0]->ops->gather_i32 ? v_gather_i32 : NULL};
+    if (t->be[0]->ops->copy && t->be[0]->ops->download_async && t->be[0]->ops->download_wait) {
+        t->ops.copy = v_copy;
+        t->ops.download_async = v_download_async;
+        t->ops.download_wait = v_download_wait;
+    }
     if (t->be[0]->ops->graph_begin) {
         t->ops.graph_begin = v_graph_begin;
         t->ops.graph_end = v_graph_end;

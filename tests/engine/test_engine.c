@@ -24,6 +24,7 @@ typedef struct run_cfg {
     int tp;     /* > 1: tensor-parallel ranks */
     int ep;     /* with tp: expert parallel (whole experts per rank) */
     int slots;  /* MoE shared experts as always-on slots of the expert bank */
+    int ahead;  /* --launch-ahead on (else off) */
 } run_cfg;
 
 static int make_prompt(uint64_t seed, int i, int32_t *p, int vocab)
@@ -79,6 +80,7 @@ static int run(const run_cfg *c, uint64_t seed, engine_out *outs, sd_engine_stat
     if (c->ep)
         sd_opts_set(&o, SD_CMD_GENERATE, "ep", "true", &err);
     sd_opts_set(&o, SD_CMD_GENERATE, "moe-shared-slots", c->slots ? "true" : "false", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "launch-ahead", c->ahead ? "on" : "off", &err);
     if (c->pad_bs > 0) {
         snprintf(buf, sizeof buf, "%d", c->pad_bs);
         sd_opts_set(&o, SD_CMD_GENERATE, "cuda-graph-max-bs", buf, &err);
@@ -215,15 +217,20 @@ static void expect_same_output(const run_cfg *c0, const run_cfg *c1, uint64_t se
                        c1->spec, c1->k, c1->temperature, c1->tp, c1->pad_bs, i, j, a[i].ids[j],
                        b[i].ids[j]);
     }
+    /* plain greedy decode with --launch-ahead queued steps ahead */
+    if (c1->ahead && !strcmp(c1->spec, "none") && c1->temperature == 0)
+        ASSERT_GT(s2.ahead_steps, 0);
     /* adaptive k follows measured step times: its draft counts may differ */
     if (c1->k >= 0) {
         ASSERT_EQ(s1.spec.drafted, s2.spec.drafted);
         ASSERT_EQ(s1.spec.accepted, s2.spec.accepted);
     }
-    fprintf(stderr, "  %s %s k=%d T=%.1f tp %d%s%s pad %d: equal, %llu of %llu drafts accepted\n",
+    fprintf(stderr,
+            "  %s %s k=%d T=%.1f tp %d%s%s pad %d: equal, %llu of %llu drafts accepted, %llu "
+            "steps ahead\n",
             c1->model, c1->spec, c1->k, c1->temperature, c1->tp, c1->ep ? " ep" : "",
-            c1->slots ? " shared-slots" : "", c1->pad_bs,
-            (unsigned long long)s2.spec.accepted, (unsigned long long)s2.spec.drafted);
+            c1->slots ? " shared-slots" : "", c1->pad_bs, (unsigned long long)s2.spec.accepted,
+            (unsigned long long)s2.spec.drafted, (unsigned long long)s2.ahead_steps);
 }
 
 /* Each configuration against the same run on one rank, without expert
@@ -238,6 +245,7 @@ static void expect_each_like_one_plain_rank(const run_cfg *cfgs, size_t n, uint6
         c0.ep = 0;
         c0.slots = 0;
         c0.pad_bs = 0;
+        c0.ahead = 0;
         expect_same_output(&c0, &c1, seed);
     }
 }
@@ -293,6 +301,9 @@ TEST(tensor_parallel_engine_gives_the_same_output_as_one_rank)
         {.model = tiny, .spec = "eagle3", .draft = tiny_e3, .k = 3, .n_req = 4, .tp = 2},
         {.model = "deepseek-v3", .spec = "eagle3", .draft = head, .k = 3, .n_req = 6, .tp = 2},
         {.model = "llama", .spec = "none", .n_req = 6, .tp = 2},
+        /* steps queued ahead on the ranks (greedy; sampled: never) */
+        {.model = "deepseek-v3", .spec = "none", .n_req = 6, .tp = 2, .ahead = 1},
+        {.model = "llama", .spec = "none", .n_req = 6, .tp = 4, .pad_bs = 3, .ahead = 1},
         {.model = "qwen3", .spec = "ngram", .k = 3, .n_req = 6, .tp = 2},
         {.model = "deepseek-v3", .spec = "mtp", .k = 2, .n_req = 6, .tp = 2},
         {.model = "deepseek-v3", .spec = "mtp", .k = 2, .n_req = 6, .tp = 4, .pad_bs = 3},
