@@ -82,8 +82,8 @@ const sd_opt_def sd_opt_table[] = {
     {"cuda-graph-max-bs", NULL, I, OFF(cuda_graph_max_bs), "64", 0, 4096, NULL, C_RUN,
      "largest batch captured in CUDA graphs (0: no graphs)"},
     {"launch-ahead", NULL, E, OFF(launch_ahead), "auto", 0, 0, "auto|on|off", C_RUN,
-     "queue a plain greedy decode step before the one before it is read, when the batch "
-     "cannot change (auto: with CUDA graphs on one rank)"},
+     "queue a plain decode step before the one before it is read, when the batch cannot "
+     "change (auto: greedy, one rank with CUDA graphs; on: sampled and tensor-parallel too)"},
     {"profile-ops", NULL, B, OFF(profile_ops), "false", 0, 0, NULL, C_RUN,
      "time every backend op (a sync around each, no graphs) and print a table at exit"},
     {"allreduce", NULL, E, OFF(allreduce), "auto", 0, 0, "auto|nccl|oneshot|twoshot", SD_CMD_MODEL,

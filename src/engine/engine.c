@@ -563,8 +563,10 @@ static int samples_after_prefill(const req *r)
  * run on the backend over the logits rows where they are (accept_sample_rows),
  * and only the accepted counts and tokens come back. The draft distributions
  * of sampled model drafts (computed on the host) go up. Returns 1 when the
- * step must verify on the host instead. */
-static int launch_dev_accept(sd_engine *e, const step *s)
+ * step must verify on the host instead. ahead: the step is queued before
+ * the one before it is read (its requests' tokens are one more each than
+ * the host holds yet: the sampling counters a step on). */
+static int launch_dev_accept(sd_engine *e, const step *s, int ahead)
 {
     const sd_ops *op = e->be->ops;
     if (!op->accept_sample_rows || !e->d_acc || e->synth.n > 0)
@@ -604,7 +606,7 @@ static int launch_dev_accept(sd_engine *e, const step *s)
         e->h_sp[r->vi] = (sd_sample_params){
             .temperature = r->greedy ? 0.0f : r->samp.temperature, .top_p = r->samp.top_p,
             .top_k = r->samp.top_k, .seed = r->samp.seed,
-            .counter = (uint64_t)(r->n_tok - r->n_prompt)};
+            .counter = (uint64_t)(r->n_tok - r->n_prompt + ahead)};
         if (dev_q) {
             /* d_q row vi * k + j := pd_qdraft row j * ov + q_row; rows
              * nobody reads take row 0 */
@@ -642,21 +644,35 @@ static const int32_t *dev_result(sd_engine *e, const req *r)
     return res;
 }
 
-/* Copies the downloaded counts and tokens into per-request rows. */
-static int fetch_dev_accept(sd_engine *e)
+/* the device's results of launch_dev_accept: n_acc (n), out (n, k + 1) */
+static const int32_t *dev_accept_out(const sd_engine *e)
+{
+    return e->d_acc + 2 * e->acc_n + e->acc_n * e->acc_k;
+}
+
+static size_t dev_accept_bytes(const sd_engine *e)
+{
+    return (size_t)(e->acc_n + e->acc_n * (e->acc_k + 1)) * sizeof(int32_t);
+}
+
+/* The downloaded counts and tokens (raw: dev_accept_out's) into per-request rows. */
+static void unpack_dev_accept(sd_engine *e, const int32_t *raw)
 {
     int n = e->acc_n, k = e->acc_k;
-    int32_t *raw = e->h_acc + 2 * n + n * k; /* n_acc (n), out (n, k + 1) */
-    int rc = e->be->ops->download(e->be, raw, e->d_acc + 2 * n + n * k,
-                                  (size_t)(n + n * (k + 1)) * sizeof(int32_t));
-    if (rc)
-        return rc;
     for (int i = 0; i < n; i++) {
         int32_t *res = e->h_acc_res + (size_t)i * (SD_MAX_K + 2);
         res[0] = raw[i];
         memcpy(res + 1, raw + n + (size_t)i * (k + 1), (size_t)(k + 1) * sizeof(int32_t));
     }
-    return 0;
+}
+
+static int fetch_dev_accept(sd_engine *e)
+{
+    int32_t *raw = e->h_acc + 2 * e->acc_n + e->acc_n * e->acc_k;
+    int rc = e->be->ops->download(e->be, raw, dev_accept_out(e), dev_accept_bytes(e));
+    if (!rc)
+        unpack_dev_accept(e, raw);
+    return rc;
 }
 
 /* How a target step was queued, for its reading */
@@ -698,8 +714,11 @@ static long long step_keys(const sd_engine *e, int T)
 static int ahead_ok(sd_engine *e, const step *s)
 {
     const sd_ops *op = e->be->ops;
-    if (!e->ahead_on || !e->am_valid || e->nodes || e->synth.n > 0 || !op->copy ||
-        !op->download_async || !op->download_wait)
+    /* the tokens on the device: the argmax (greedy), or the device's
+     * sampling of a step without drafts (--launch-ahead on) */
+    int sampled = e->dev_acc && e->acc_k == 0;
+    if (!e->ahead_on || !(e->am_valid || (sampled && e->ahead_on > 1)) || e->nodes ||
+        e->synth.n > 0 || !op->copy || !op->download_async || !op->download_wait)
         return 0;
     if (s->T != s->n_seq || s->n_out != s->T || s->n_seq != e->n_running || e->n_waiting)
         return 0;
@@ -714,7 +733,8 @@ static int ahead_ok(sd_engine *e, const step *s)
         /* a request that tracks the proposer needs this step's hidden
          * states and tokens before the next step: speculative engines queue
          * ahead only where adaptive k turned speculation off for all */
-        if (!r->greedy || r->state != RQ_DECODE || r->chunk || r->n_draft || r->cancel_applied ||
+        if ((!r->greedy && !sampled) || r->state != RQ_DECODE || r->chunk || r->n_draft ||
+            r->cancel_applied ||
             (e->spec != SD_SPEC_NONE && !r->no_spec) || atomic_load(&r->cancel) ||
             n - r->n_prompt >= r->max_tokens || n >= e->max_ctx)
             return 0;
@@ -755,13 +775,21 @@ static void launch_ahead(sd_engine *e, const step *s, int Tp, int ev)
         rc = sd__engine_upload_step(e, Tp ? Tp : a->T, Tp ? Tp : a->n_out, 0, &f);
     e->h_meta = meta;
     e->h_table = table;
-    /* the tokens lead the packed inputs */
+    /* the tokens lead the packed inputs: s's argmax, or its sampled tokens
+     * (one a request: no drafts) */
+    int sampled = e->dev_acc;
+    const int32_t *toks = sampled ? dev_accept_out(e) + e->acc_n : e->d_am;
     if (!rc)
-        rc = op->copy(e->be, e->d_meta, e->d_am, (size_t)a->T * sizeof(int32_t));
+        rc = op->copy(e->be, e->d_meta, toks, (size_t)a->T * sizeof(int32_t));
     if (!rc)
         rc = Tp && e->graphs_on ? sd__target_graph_launch(e, Tp, &f, &err)
-                                : sd__target_pass(e, &f, 1, &err);
-    if (!rc)
+                                : sd__target_pass(e, &f, !sampled, &err);
+    if (!rc && sampled && launch_dev_accept(e, a, 1))
+        rc = SD_EDEVICE;
+    if (!rc && sampled)
+        rc = op->download_async(e->be, e->h_accraw_ev[ev], dev_accept_out(e), dev_accept_bytes(e),
+                                ev);
+    else if (!rc)
         rc = op->download_async(e->be, e->h_am_ev[ev], e->d_am,
                                 (size_t)a->n_out * sizeof(int32_t), ev);
     if (rc) {
@@ -769,6 +797,7 @@ static void launch_ahead(sd_engine *e, const step *s, int Tp, int ev)
         return;
     }
     e->ahead_live = 1;
+    e->ahead_sampled = sampled;
     e->ahead_ev = ev;
     e->ahead_Tp = Tp;
     e->ahead_steps++;
@@ -787,8 +816,8 @@ static int read_ahead(sd_engine *e, uint64_t step0)
     step_launch L = {.Tp = e->ahead_Tp, .mode = "ahead", .ev = e->ahead_ev, .step0 = step0,
                      .t0 = step0, .t_up = step0, .t_launch = step0, .keys = step_keys(e, s.T)};
     e->ahead_live = 0;
-    e->am_valid = 1;
-    e->dev_acc = 0;
+    e->am_valid = !e->ahead_sampled;
+    e->dev_acc = e->ahead_sampled;
     int whole = 1;
     for (int i = 0; i < s.n_seq; i++)
         whole = whole && s.seqs[i];
@@ -935,13 +964,15 @@ static int engine_step(sd_engine *e)
         rc = sd__target_pass(e, &f, greedy_only, &err);
         e->am_valid = greedy_only && e->be->ops->argmax_rows;
     }
-    e->dev_acc = !rc && !greedy_only && s.n_out > 0 && !launch_dev_accept(e, &s);
+    e->dev_acc = !rc && !greedy_only && s.n_out > 0 && !launch_dev_accept(e, &s, 0);
     step_launch L = {.Tp = Tp, .mode = Tp && e->graphs_on ? "graph" : "eager", .ev = -1,
                      .step0 = step0, .t0 = t0, .t_up = t_up, .t_launch = sd_now_ns(),
                      .keys = step_keys(e, s.T)};
     if (!rc && ahead_ok(e, &s) &&
-        !e->be->ops->download_async(e->be, e->h_am_ev[0], e->d_am,
-                                    (size_t)s.n_out * sizeof(int32_t), 0)) {
+        !(e->dev_acc ? e->be->ops->download_async(e->be, e->h_accraw_ev[0], dev_accept_out(e),
+                                                  dev_accept_bytes(e), 0)
+                     : e->be->ops->download_async(e->be, e->h_am_ev[0], e->d_am,
+                                                  (size_t)s.n_out * sizeof(int32_t), 0))) {
         L.ev = 0;
         launch_ahead(e, &s, Tp, 1);
     }
@@ -953,8 +984,10 @@ static int engine_step(sd_engine *e)
 static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err *err)
 {
     if (!rc && L->ev >= 0) {
-        rc = e->be->ops->download_wait(e->be, L->ev); /* the argmax is there too */
+        rc = e->be->ops->download_wait(e->be, L->ev); /* its tokens are there too */
         e->h_am = e->h_am_ev[L->ev];
+        if (!rc && e->dev_acc)
+            unpack_dev_accept(e, e->h_accraw_ev[L->ev]);
     } else if (!rc) {
         rc = e->be->ops->sync(e->be);
     }
@@ -1330,7 +1363,8 @@ static int alloc_step_buffers(sd_engine *e, sd_err *err)
         e->h_am_ev[i] = sd__host_buf(e, T * 4);
         e->h_meta_ev[i] = sd__host_buf(e, 5 * T * 4);
         e->h_table_ev[i] = sd__host_buf(e, tb * 4);
-        if (!e->h_am_ev[i] || !e->h_meta_ev[i] || !e->h_table_ev[i])
+        e->h_accraw_ev[i] = sd__host_buf(e, ov * (SD_MAX_K + 2) * 4);
+        if (!e->h_am_ev[i] || !e->h_meta_ev[i] || !e->h_table_ev[i] || !e->h_accraw_ev[i])
             return sd_err_set(err, SD_ENOMEM, "engine: out of memory for the step buffers");
     }
     e->h_am = e->h_am_ev[0];
@@ -1369,6 +1403,7 @@ static void free_step_buffers(sd_engine *e)
         sd__host_buf_free(e, e->h_am_ev[i]);
         sd__host_buf_free(e, e->h_meta_ev[i]);
         sd__host_buf_free(e, e->h_table_ev[i]);
+        sd__host_buf_free(e, e->h_accraw_ev[i]);
     }
     free(e->ahead);
     free(e->h_acc);
@@ -1521,9 +1556,10 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     mp->weights = sd_checkpoint_bytes(dir);
     sd__graphs_init(e, o);
     const char *la = o->launch_ahead ? o->launch_ahead : "auto";
-    /* auto: one rank with CUDA graphs; over tensor-parallel GPU ranks only
-     * when asked (CPU-tested, not yet run on several GPUs) */
-    e->ahead_on = !strcmp(la, "on") || (!strcmp(la, "auto") && e->graphs_on && !e->tp);
+    /* auto (1): greedy requests, one rank with CUDA graphs; on (2): sampled
+     * requests and tensor-parallel ranks too (CPU-tested, not yet run on a
+     * GPU) */
+    e->ahead_on = !strcmp(la, "on") ? 2 : !strcmp(la, "auto") && e->graphs_on && !e->tp;
     if (e->tp) {
         /* the all-reduce of the residual stream at every step size the graphs capture */
         size_t sizes[SD_AR_SIZES];

@@ -165,13 +165,15 @@ struct sd_engine {
      * step's tokens are its argmax, copied on the device. Each of the two
      * (the step being read, the one queued) has a download mark of the
      * backend, an argmax buffer and page-locked step inputs of its own. */
-    int ahead_on;         /* --launch-ahead */
+    int ahead_on;         /* --launch-ahead: 0 off, 1 greedy (auto), 2 sampled too (on) */
     int ahead_live;       /* ahead holds a queued step not yet read */
+    int ahead_sampled;    /* its tokens are sampled on the device (launch_dev_accept) */
     int ahead_ev;         /* its mark */
     int ahead_Tp;         /* its padded rows (0: none) */
     struct step *ahead;   /* its rows; a request that ended since: NULL */
     int32_t *h_am_ev[2];  /* each mark's argmax (h_am points at one) */
     int32_t *h_meta_ev[2], *h_table_ev[2];
+    int32_t *h_accraw_ev[2]; /* each mark's launch_dev_accept results */
     uint64_t ahead_steps; /* sd_engine_stats.ahead_steps */
     /* sampled steps verified on the backend (engine.c launch_dev_accept):
      * probabilities scratch (max_out, V), draft distributions (ov, k_max, V)

@@ -649,12 +649,12 @@ static sd_engine *ahead_engine(const char *model, const char *ahead, int pad_bs)
 
 #define AHEAD_N 7
 
-/* Runs AHEAD_N greedy requests (stop[i] >= 0: a stop id), the last three
- * arriving once the first has 4 tokens; cancel >= 0: that request is
- * cancelled once it has 3. Returns the engine's queued-ahead steps, -1 on
- * failure. */
+/* Runs AHEAD_N requests (stop[i] >= 0: a stop id; sampled: the odd ones
+ * sample, seeded, at T 0.8, the rest greedy), the last three arriving
+ * once the first has 4 tokens; cancel >= 0: that request is cancelled
+ * once it has 3. Returns the engine's queued-ahead steps, -1 on failure. */
 static long long ahead_run(const char *model, const char *ahead, int pad_bs, const int32_t *stop,
-                           int cancel, engine_out *outs)
+                           int cancel, int sampled, engine_out *outs)
 {
     sd_engine *e = ahead_engine(model, ahead, pad_bs);
     if (!e)
@@ -680,6 +680,11 @@ static long long ahead_run(const char *model, const char *ahead, int pad_bs, con
         for (int j = 0; j < 3 + i % 4; j++)
             p[j] = (int32_t)(11 + 17 * i + 5 * j);
         sd_gen_params gp = {.max_tokens = 20 + 3 * i, .top_p = 1};
+        if (sampled && i % 2) {
+            gp.temperature = 0.8;
+            gp.seed = 1000 + (uint64_t)i;
+            gp.has_seed = 1;
+        }
         if (stop && stop[i] >= 0) {
             gp.stop_ids = &stop[i];
             gp.n_stop_ids = 1;
@@ -716,11 +721,13 @@ static long long ahead_run(const char *model, const char *ahead, int pad_bs, con
 TEST(launch_ahead_gives_the_same_tokens_as_reading_each_step)
 {
     const char *models[] = {"llama", "deepseek-v3"};
-    for (int mi = 0; mi < 2; mi++) {
-        for (int pad = 0; pad < 2; pad++) {
+    for (int v = 0; v < 6; v++) {
+        /* llama, deepseek-v3: greedy unpadded, greedy padded, half sampled */
+        int mi = v / 3, pad = v % 3 == 1, smp = v % 3 == 2;
+        {
             int pad_bs = pad ? 4 : 0;
             engine_out free_run[AHEAD_N], off[AHEAD_N], on[AHEAD_N];
-            ASSERT(ahead_run(models[mi], "off", pad_bs, NULL, -1, free_run) == 0);
+            ASSERT(ahead_run(models[mi], "off", pad_bs, NULL, -1, smp, free_run) == 0);
             /* stop ids from the free run: requests end at a token's first
              * occurrence, between 3 and 12 tokens in; one has none */
             int32_t stop[AHEAD_N];
@@ -728,8 +735,8 @@ TEST(launch_ahead_gives_the_same_tokens_as_reading_each_step)
                 ASSERT(free_run[i].done && free_run[i].n > 12);
                 stop[i] = i == 2 ? -1 : free_run[i].ids[3 + (i * 5) % 10];
             }
-            ASSERT(ahead_run(models[mi], "off", pad_bs, stop, -1, off) == 0);
-            long long n_ahead = ahead_run(models[mi], "on", pad_bs, stop, -1, on);
+            ASSERT(ahead_run(models[mi], "off", pad_bs, stop, -1, smp, off) == 0);
+            long long n_ahead = ahead_run(models[mi], "on", pad_bs, stop, -1, smp, on);
             ASSERT_MSG(n_ahead > 0, "%s pad %d: %lld steps queued ahead", models[mi], pad_bs,
                        n_ahead);
             int stopped = 0;
@@ -744,7 +751,7 @@ TEST(launch_ahead_gives_the_same_tokens_as_reading_each_step)
             ASSERT(stopped >= 3);
             /* a cancel mid-chain: that request ends CANCELLED on a prefix of
              * its tokens; the others are untouched */
-            long long n2 = ahead_run(models[mi], "on", pad_bs, stop, 2, on);
+            long long n2 = ahead_run(models[mi], "on", pad_bs, stop, 2, smp, on);
             ASSERT(n2 > 0);
             for (int i = 0; i < AHEAD_N; i++) {
                 if (i == 2) {
@@ -757,8 +764,8 @@ TEST(launch_ahead_gives_the_same_tokens_as_reading_each_step)
                 for (int j = 0; j < on[i].n; j++)
                     ASSERT_EQ(on[i].ids[j], off[i].ids[j]);
             }
-            fprintf(stderr, "  %s pad %d: equal; %lld steps queued ahead, %d requests stopped\n",
-                    models[mi], pad_bs, n_ahead, stopped);
+            fprintf(stderr, "  %s pad %d%s: equal; %lld steps queued ahead, %d requests stopped\n",
+                    models[mi], pad_bs, smp ? " sampled" : "", n_ahead, stopped);
         }
     }
 }

@@ -358,10 +358,11 @@ TEST(greedy_generation_on_the_gpu_equals_the_cpu_on_the_bundled_model)
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* n requests of greedy decoding on the bundled model through the engine on
- * the GPU (random prompts of 8-40 ids, 40 tokens each, all at once);
- * ahead: --launch-ahead; *n_ahead (if not NULL): the steps queued ahead */
-static int engine_greedy(const char *dir, const char *spec, const char *draft, int n,
-                         const char *ahead, engine_out *outs, long *n_ahead)
+ * the GPU (random prompts of 8-40 ids, 40 tokens each, all at once; temp >
+ * 0: the odd ones sample, seeded); ahead: --launch-ahead; *n_ahead (if not
+ * NULL): the steps queued ahead */
+static int engine_run(const char *dir, const char *spec, const char *draft, int n,
+                      const char *ahead, float temp, engine_out *outs, long *n_ahead)
 {
     sd_opts o;
     sd_err err = {0};
@@ -398,7 +399,8 @@ static int engine_greedy(const char *dir, const char *spec, const char *draft, i
             x ^= x << 17;
             p[j] = (int32_t)(3 + x % 8000);
         }
-        sd_gen_params gp = {.max_tokens = 40, .temperature = 0, .top_p = 1, .ignore_eos = 1};
+        sd_gen_params gp = {.max_tokens = 40, .temperature = i % 2 ? temp : 0, .top_p = 1,
+                            .seed = 77 + (uint64_t)i, .has_seed = 1, .ignore_eos = 1};
         rc = sd_engine_submit(e, p, np, &gp, &ev, &outs[i], NULL, &err);
     }
     if (!rc && !engine_out_wait(outs, n, 120000))
@@ -445,8 +447,8 @@ TEST(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model)
         int n = batches[b];
         engine_out plain[4], sp[4];
         long n_ahead = 0;
-        if (engine_greedy(dir, "none", NULL, n, "off", plain, NULL) ||
-            engine_greedy(dir, "none", NULL, n, "on", sp, &n_ahead)) {
+        if (engine_run(dir, "none", NULL, n, "off", 0, plain, NULL) ||
+            engine_run(dir, "none", NULL, n, "on", 0, sp, &n_ahead)) {
             ok = 0;
             continue;
         }
@@ -456,11 +458,28 @@ TEST(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model)
                       "ahead): tokens that differ from reading each step",
                       n, n_ahead);
         ok &= reportf(n_ahead > 0 ? 0 : 1, 0, "engine on the gpu, batch %d: steps queued ahead", n);
+        /* sampled (seeded) requests among them: their tokens come from the
+         * device's sampling, queued ahead with --launch-ahead on */
+        if (n > 1) {
+            engine_out s0[4], s1[4];
+            long n_ahead_s = 0;
+            if (engine_run(dir, "none", NULL, n, "off", 0.8f, s0, NULL) ||
+                engine_run(dir, "none", NULL, n, "on", 0.8f, s1, &n_ahead_s)) {
+                ok = 0;
+                continue;
+            }
+            ok &= reportf((double)tokens_differ(s0, s1, n), 0,
+                          "engine on the gpu, sampled plain decode launched ahead at batch %d "
+                          "(%ld steps ahead): tokens that differ from reading each step",
+                          n, n_ahead_s);
+            ok &= reportf(n_ahead_s > 0 ? 0 : 1, 0,
+                          "engine on the gpu, sampled batch %d: steps queued ahead", n);
+        }
         for (size_t q = 0; q < SD_ARRAY_LEN(props); q++) {
             snprintf(path, sizeof path, "%s-%s/config.json", dir, props[q].draft ? props[q].draft : "");
             if (props[q].draft && !sd_file_exists(path))
                 continue;
-            if (engine_greedy(dir, props[q].spec, props[q].draft, n, "auto", sp, NULL)) {
+            if (engine_run(dir, props[q].spec, props[q].draft, n, "auto", 0, sp, NULL)) {
                 ok = 0;
                 continue;
             }
