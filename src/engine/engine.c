@@ -784,8 +784,18 @@ static void launch_ahead(sd_engine *e, const step *s, int Tp, int ev)
     if (!rc)
         rc = Tp && e->graphs_on ? sd__target_graph_launch(e, Tp, &f, &err)
                                 : sd__target_pass(e, &f, !sampled, &err);
-    if (!rc && sampled && launch_dev_accept(e, a, 1))
-        rc = SD_EDEVICE;
+    if (!rc && sampled) {
+        /* its verification inputs too go up from page-locked buffers of
+         * the mark (a copy from pageable memory may wait for the queue) */
+        int32_t *acc = e->h_acc;
+        sd_sample_params *sp = e->h_sp;
+        e->h_acc = e->h_acc_ev[ev];
+        e->h_sp = e->h_sp_ev[ev];
+        if (launch_dev_accept(e, a, 1))
+            rc = SD_EDEVICE;
+        e->h_acc = acc;
+        e->h_sp = sp;
+    }
     if (!rc && sampled)
         rc = op->download_async(e->be, e->h_accraw_ev[ev], dev_accept_out(e), dev_accept_bytes(e),
                                 ev);
@@ -1364,7 +1374,10 @@ static int alloc_step_buffers(sd_engine *e, sd_err *err)
         e->h_meta_ev[i] = sd__host_buf(e, 5 * T * 4);
         e->h_table_ev[i] = sd__host_buf(e, tb * 4);
         e->h_accraw_ev[i] = sd__host_buf(e, ov * (SD_MAX_K + 2) * 4);
-        if (!e->h_am_ev[i] || !e->h_meta_ev[i] || !e->h_table_ev[i] || !e->h_accraw_ev[i])
+        e->h_acc_ev[i] = sd__host_buf(e, ov * (4 + 2 * SD_MAX_K) * 4);
+        e->h_sp_ev[i] = sd__host_buf(e, ov * sizeof(sd_sample_params));
+        if (!e->h_am_ev[i] || !e->h_meta_ev[i] || !e->h_table_ev[i] || !e->h_accraw_ev[i] ||
+            !e->h_acc_ev[i] || !e->h_sp_ev[i])
             return sd_err_set(err, SD_ENOMEM, "engine: out of memory for the step buffers");
     }
     e->h_am = e->h_am_ev[0];
@@ -1404,6 +1417,8 @@ static void free_step_buffers(sd_engine *e)
         sd__host_buf_free(e, e->h_meta_ev[i]);
         sd__host_buf_free(e, e->h_table_ev[i]);
         sd__host_buf_free(e, e->h_accraw_ev[i]);
+        sd__host_buf_free(e, e->h_acc_ev[i]);
+        sd__host_buf_free(e, e->h_sp_ev[i]);
     }
     free(e->ahead);
     free(e->h_acc);

@@ -174,6 +174,8 @@ struct sd_engine {
     int32_t *h_am_ev[2];  /* each mark's argmax (h_am points at one) */
     int32_t *h_meta_ev[2], *h_table_ev[2];
     int32_t *h_accraw_ev[2]; /* each mark's launch_dev_accept results */
+    int32_t *h_acc_ev[2];    /* and its inputs (h_acc's, h_sp's) */
+    sd_sample_params *h_sp_ev[2];
     uint64_t ahead_steps; /* sd_engine_stats.ahead_steps */
     /* sampled steps verified on the backend (engine.c launch_dev_accept):
      * probabilities scratch (max_out, V), draft distributions (ov, k_max, V)
