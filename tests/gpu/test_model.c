@@ -429,6 +429,29 @@ static long tokens_differ(const engine_out *a, const engine_out *b, int n)
     return differ;
 }
 
+/* n requests of plain decode (temp: the odd ones' temperature) read step
+ * by step and launched ahead: the same tokens, and steps were queued
+ * ahead. off (if not NULL) keeps the step-by-step run's outputs. Returns
+ * 1 when they agree, 0 when not, -1 when a run failed. */
+static int check_ahead(const char *dir, int n, float temp, engine_out *off)
+{
+    engine_out a[4], b[4];
+    long n_ahead = 0;
+    if (!off)
+        off = a;
+    if (engine_run(dir, "none", NULL, n, "off", temp, off, NULL) ||
+        engine_run(dir, "none", NULL, n, "on", temp, b, &n_ahead))
+        return -1;
+    const char *what = temp > 0 ? "sampled plain decode" : "plain decode";
+    int ok = reportf((double)tokens_differ(off, b, n), 0,
+                     "engine on the gpu, %s launched ahead at batch %d (%ld steps ahead): tokens "
+                     "that differ from reading each step",
+                     what, n, n_ahead);
+    ok &= reportf(n_ahead > 0 ? 0 : 1, 0, "engine on the gpu, %s at batch %d: steps queued ahead",
+                  what, n);
+    return ok;
+}
+
 TEST(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model)
 {
     char dir[1200], path[1300];
@@ -446,34 +469,16 @@ TEST(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model)
     for (size_t b = 0; b < SD_ARRAY_LEN(batches); b++) {
         int n = batches[b];
         engine_out plain[4], sp[4];
-        long n_ahead = 0;
-        if (engine_run(dir, "none", NULL, n, "off", 0, plain, NULL) ||
-            engine_run(dir, "none", NULL, n, "on", 0, sp, &n_ahead)) {
+        /* plain decode queued a step ahead of its reading: the same tokens;
+         * with seeded sampled requests among them too (the device's
+         * sampling feeds the next step, --launch-ahead on) */
+        int r = check_ahead(dir, n, 0, plain);
+        if (r >= 0 && n > 1)
+            r = SD_MIN(r, check_ahead(dir, n, 0.8f, NULL));
+        if (r <= 0) {
             ok = 0;
-            continue;
-        }
-        /* plain decode queued a step ahead of its reading: the same tokens */
-        ok &= reportf((double)tokens_differ(plain, sp, n), 0,
-                      "engine on the gpu, plain decode launched ahead at batch %d (%ld steps "
-                      "ahead): tokens that differ from reading each step",
-                      n, n_ahead);
-        ok &= reportf(n_ahead > 0 ? 0 : 1, 0, "engine on the gpu, batch %d: steps queued ahead", n);
-        /* sampled (seeded) requests among them: their tokens come from the
-         * device's sampling, queued ahead with --launch-ahead on */
-        if (n > 1) {
-            engine_out s0[4], s1[4];
-            long n_ahead_s = 0;
-            if (engine_run(dir, "none", NULL, n, "off", 0.8f, s0, NULL) ||
-                engine_run(dir, "none", NULL, n, "on", 0.8f, s1, &n_ahead_s)) {
-                ok = 0;
+            if (r < 0)
                 continue;
-            }
-            ok &= reportf((double)tokens_differ(s0, s1, n), 0,
-                          "engine on the gpu, sampled plain decode launched ahead at batch %d "
-                          "(%ld steps ahead): tokens that differ from reading each step",
-                          n, n_ahead_s);
-            ok &= reportf(n_ahead_s > 0 ? 0 : 1, 0,
-                          "engine on the gpu, sampled batch %d: steps queued ahead", n);
         }
         for (size_t q = 0; q < SD_ARRAY_LEN(props); q++) {
             snprintf(path, sizeof path, "%s-%s/config.json", dir, props[q].draft ? props[q].draft : "");
