@@ -119,9 +119,7 @@ static int cu_download(sd_backend *be, void *dst, const void *src, size_t bytes)
 static int cu_copy(sd_backend *be, void *dst, const void *src, size_t bytes)
 {
     sd__cuda *c = sd__cuda_of(be);
-    if (!bytes)
-        return c->err;
-    if (c->err)
+    if (!bytes || c->err)
         return c->err;
     return SD_CUDA(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
 }

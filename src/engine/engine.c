@@ -675,6 +675,35 @@ static int fetch_dev_accept(sd_engine *e)
     return rc;
 }
 
+/* Queues the download of a step's tokens (n_out rows) with mark ev into
+ * that mark's buffers: the argmax, or launch_dev_accept's results. */
+static int queue_tokens_down(sd_engine *e, int n_out, int ev)
+{
+    const sd_ops *op = e->be->ops;
+    if (e->dev_acc)
+        return op->download_async(e->be, e->h_accraw_ev[ev], dev_accept_out(e),
+                                  dev_accept_bytes(e), ev);
+    return op->download_async(e->be, e->h_am_ev[ev], e->d_am, (size_t)n_out * sizeof(int32_t),
+                              ev);
+}
+
+/* Swaps the host buffers a step uploads from (inputs, block tables,
+ * verification ints and sampling parameters) with mark ev's page-locked
+ * ones; a second call swaps them back. */
+static void swap_mark_bufs(sd_engine *e, int ev)
+{
+    int32_t *meta = e->h_meta, *table = e->h_table, *acc = e->h_acc;
+    sd_sample_params *sp = e->h_sp;
+    e->h_meta = e->h_meta_ev[ev];
+    e->h_table = e->h_table_ev[ev];
+    e->h_acc = e->h_acc_ev[ev];
+    e->h_sp = e->h_sp_ev[ev];
+    e->h_meta_ev[ev] = meta;
+    e->h_table_ev[ev] = table;
+    e->h_acc_ev[ev] = acc;
+    e->h_sp_ev[ev] = sp;
+}
+
 /* How a target step was queued, for its reading */
 typedef struct step_launch {
     int Tp;           /* padded rows (0: none) */
@@ -700,12 +729,12 @@ static long long step_keys(const sd_engine *e, int T)
  * Between two decode steps the host reads the argmax, accepts and streams
  * the tokens, checks the stops, builds the next step and uploads it: 30-60
  * us a step on the H200 (NOTES.md), while the GPU waits. Where nothing can
- * change the next step but the tokens themselves (plain greedy decode, no
- * request waiting, none ending by length at this step, one node: a node
- * group's followers take each step from node 0's plan),
- * it is queued before this one is read: its rows are this step's, a
- * position on; its tokens this step's argmax, copied on the device; its
- * KV slots reserved now. A request this step ends (a stop token, a stop
+ * change the next step but the tokens themselves (plain decode: greedy, or
+ * sampled on the device with --launch-ahead on; no request waiting, none
+ * ending by length at this step, one node: a node group's followers take
+ * each step from node 0's plan), it is queued before this one is read: its
+ * rows are this step's, a position on; its tokens this step's argmax or
+ * sampled tokens, copied on the device; its KV slots reserved now. A request this step ends (a stop token, a stop
  * string, a cancel) keeps its row in the queued step, which computes it and
  * reads nothing of it (its KV blocks, freed, go to a later step only in
  * queue order). */
@@ -764,17 +793,14 @@ static void launch_ahead(sd_engine *e, const step *s, int Tp, int ev)
             e->h_rows[i] = i;
     }
     /* s's inputs may still be on their way up: this step's go from
-     * buffers of its own mark (the previous user of the mark was read) */
-    int32_t *meta = e->h_meta, *table = e->h_table;
-    e->h_meta = e->h_meta_ev[ev];
-    e->h_table = e->h_table_ev[ev];
+     * page-locked buffers of its own mark (the previous user of the mark
+     * was read; a copy from pageable memory may wait for the queue) */
+    swap_mark_bufs(e, ev);
     sd_fwd f;
     sd_err err = {0};
     int rc = sd__engine_upload_tables(e, a);
     if (!rc)
         rc = sd__engine_upload_step(e, Tp ? Tp : a->T, Tp ? Tp : a->n_out, 0, &f);
-    e->h_meta = meta;
-    e->h_table = table;
     /* the tokens lead the packed inputs: s's argmax, or its sampled tokens
      * (one a request: no drafts) */
     int sampled = e->dev_acc;
@@ -784,24 +810,11 @@ static void launch_ahead(sd_engine *e, const step *s, int Tp, int ev)
     if (!rc)
         rc = Tp && e->graphs_on ? sd__target_graph_launch(e, Tp, &f, &err)
                                 : sd__target_pass(e, &f, !sampled, &err);
-    if (!rc && sampled) {
-        /* its verification inputs too go up from page-locked buffers of
-         * the mark (a copy from pageable memory may wait for the queue) */
-        int32_t *acc = e->h_acc;
-        sd_sample_params *sp = e->h_sp;
-        e->h_acc = e->h_acc_ev[ev];
-        e->h_sp = e->h_sp_ev[ev];
-        if (launch_dev_accept(e, a, 1))
-            rc = SD_EDEVICE;
-        e->h_acc = acc;
-        e->h_sp = sp;
-    }
-    if (!rc && sampled)
-        rc = op->download_async(e->be, e->h_accraw_ev[ev], dev_accept_out(e), dev_accept_bytes(e),
-                                ev);
-    else if (!rc)
-        rc = op->download_async(e->be, e->h_am_ev[ev], e->d_am,
-                                (size_t)a->n_out * sizeof(int32_t), ev);
+    if (!rc && sampled && launch_dev_accept(e, a, 1))
+        rc = SD_EDEVICE;
+    swap_mark_bufs(e, ev);
+    if (!rc)
+        rc = queue_tokens_down(e, a->n_out, ev);
     if (rc) {
         sd_log_debug("launch ahead: %s", err.msg[0] ? err.msg : "backend error");
         return;
@@ -978,11 +991,7 @@ static int engine_step(sd_engine *e)
     step_launch L = {.Tp = Tp, .mode = Tp && e->graphs_on ? "graph" : "eager", .ev = -1,
                      .step0 = step0, .t0 = t0, .t_up = t_up, .t_launch = sd_now_ns(),
                      .keys = step_keys(e, s.T)};
-    if (!rc && ahead_ok(e, &s) &&
-        !(e->dev_acc ? e->be->ops->download_async(e->be, e->h_accraw_ev[0], dev_accept_out(e),
-                                                  dev_accept_bytes(e), 0)
-                     : e->be->ops->download_async(e->be, e->h_am_ev[0], e->d_am,
-                                                  (size_t)s.n_out * sizeof(int32_t), 0))) {
+    if (!rc && ahead_ok(e, &s) && !queue_tokens_down(e, s.n_out, 0)) {
         L.ev = 0;
         launch_ahead(e, &s, Tp, 1);
     }
@@ -1572,8 +1581,8 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     sd__graphs_init(e, o);
     const char *la = o->launch_ahead ? o->launch_ahead : "auto";
     /* auto (1): greedy requests, one rank with CUDA graphs; on (2): sampled
-     * requests and tensor-parallel ranks too (CPU-tested, not yet run on a
-     * GPU) */
+     * requests (measured slower once on a GPU, NOTES.md) and tensor-parallel
+     * ranks (CPU-tested, not yet run on several GPUs) too */
     e->ahead_on = !strcmp(la, "on") ? 2 : !strcmp(la, "auto") && e->graphs_on && !e->tp;
     if (e->tp) {
         /* the all-reduce of the residual stream at every step size the graphs capture */

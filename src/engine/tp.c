@@ -198,10 +198,14 @@ static int v_upload2d(sd_backend *vb, void *dst, size_t dpitch, const void *src,
     return rc;
 }
 
+/* the rank a download reads: this thread's, or rank 0 (every rank holds
+ * the same tokens and logits) */
+static int read_rank(void) { return tls_rank >= 0 ? tls_rank : 0; }
+
 static int v_download(sd_backend *vb, void *dst, const void *src, size_t bytes)
 {
     sd_tp *t = tp_of(vb);
-    int r = tls_rank >= 0 ? tls_rank : 0;
+    int r = read_rank();
     return t->be[r]->ops->download(t->be[r], dst, M(src, r), bytes);
 }
 
@@ -222,14 +226,14 @@ static int v_copy(sd_backend *vb, void *dst, const void *src, size_t bytes)
 static int v_download_async(sd_backend *vb, void *dst, const void *src, size_t bytes, int ev)
 {
     sd_tp *t = tp_of(vb);
-    int r = tls_rank >= 0 ? tls_rank : 0;
+    int r = read_rank();
     return t->be[r]->ops->download_async(t->be[r], dst, M(src, r), bytes, ev);
 }
 
 static int v_download_wait(sd_backend *vb, int ev)
 {
     sd_tp *t = tp_of(vb);
-    int r = tls_rank >= 0 ? tls_rank : 0;
+    int r = read_rank();
     return t->be[r]->ops->download_wait(t->be[r], ev);
 }
 
