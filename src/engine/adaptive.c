@@ -280,17 +280,45 @@ static sd_adapt_target *target_of(sd_adaptive *a, int batch)
     return t;
 }
 
+/* the curves' clock: target steps, read one at a time or queued ahead
+ * (every curve's points age with them) */
+static void clock_to(sd_adaptive *a)
+{
+    for (int i = 0; i < SD_ADAPT_BATCHES; i++) {
+        sd_adapt_target *t = &a->target[i];
+        t->c.now = t->draft.now = t->ahead.now = t->hide.now = a->steps;
+    }
+}
+
 void sd_adaptive_observe_target(sd_adaptive *a, int batch, int tokens, double secs)
 {
     if (tokens <= 0 || batch <= 0)
         return;
     sd_adapt_target *t = target_of(a, batch);
-    /* the curves' clock: target steps (every curve's points age with them) */
-    for (int i = 0; i < SD_ADAPT_BATCHES; i++)
-        a->target[i].c.now = a->target[i].draft.now = a->steps;
+    clock_to(a);
     sd_curve_add(&t->c, sd_row_bucket(tokens), secs);
     t->used = a->steps;
     a->steps++;
+}
+
+void sd_adaptive_observe_ahead(sd_adaptive *a, int batch, int tokens, double secs)
+{
+    if (tokens <= 0 || batch <= 0)
+        return;
+    sd_adapt_target *t = target_of(a, batch);
+    clock_to(a);
+    sd_curve_add(&t->ahead, sd_row_bucket(tokens), secs);
+    t->used = a->steps;
+    a->steps++;
+}
+
+void sd_adaptive_observe_hidden(sd_adaptive *a, int batch, double secs)
+{
+    if (batch <= 0 || secs < 0)
+        return;
+    sd_adapt_target *t = target_of(a, batch);
+    t->hide.now = a->steps;
+    sd_curve_add(&t->hide, 1, secs);
 }
 
 void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs)
@@ -480,6 +508,39 @@ static int k_measured(const sd_adaptive *a, int batch, int drafting, int k)
     return tc && covered(tc, x) && (k == 0 || draft_covered(a, drafting, k));
 }
 
+/* k = 0's time at this batch, the target step tc prices at t0 (one read
+ * at a time). Where plain steps would be queued ahead (a->ahead): the
+ * queued-ahead steps' own time where this bucket measured it (they run
+ * once speculation is off for every request), else t0 less what queueing
+ * ahead hides of a step read one at a time (measured on every such step),
+ * never under half of t0. That estimate errs low where a GPU already runs
+ * part of a step during its launch call, so the measured time replaces it
+ * as soon as there is one. */
+static double plain_cost(const sd_adaptive *a, int batch, double t0)
+{
+    const int i = target_index(a, batch);
+    if (!a->ahead || i < 0 || t0 <= 0)
+        return t0;
+    const sd_adapt_target *t = &a->target[i];
+    const int x = sd_row_bucket(batch);
+    if (has_trusted(&t->ahead, x))
+        return curve_eval(&t->ahead, x, NULL, 0);
+    if (!has_trusted(&t->hide, 1))
+        return t0;
+    const double h = curve_eval(&t->hide, 1, NULL, 0);
+    return t0 - h > 0.5 * t0 ? t0 - h : 0.5 * t0;
+}
+
+double sd_adaptive_plain_cost(const sd_adaptive *a, int batch)
+{
+    if (batch < 1)
+        batch = 1;
+    const sd_curve *tc = target_curve(a, batch, sd_row_bucket(batch));
+    if (!tc || tc->n == 0)
+        return 0;
+    return plain_cost(a, batch, curve_eval(tc, sd_row_bucket(batch), NULL, 0));
+}
+
 /* best_k at a batch of which `drafting` requests draft (the others are
  * plain rows: a token each, whatever k); with trace, a debug line per k.
  * z > 0: each position's acceptance taken z standard deviations above its
@@ -504,7 +565,7 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
     const int hope = z > 0;
     double cum = 1, expect = 1, prev_rate = 1, prev_cond = 0.5;
     int best_k = 0;
-    double t0 = curve_eval(tc, sd_row_bucket(batch), NULL, 0);
+    double t0 = plain_cost(a, batch, curve_eval(tc, sd_row_bucket(batch), NULL, 0));
     double best = batch / (t0 > 0 ? t0 : 1e-9);
     /* at most one k past the measured ones: beyond the last measured row
      * count the curve only extrapolates, and a falling last segment (noise,

@@ -114,6 +114,14 @@ typedef struct sd_adapt_target {
      * over their rows (the bundled model's MTP at k = 3 on an H200: 0.20 ms
      * for 1 request, 0.32 for 8, 0.57 for 32) */
     sd_curve draft;
+    /* plain steps queued ahead (the owner's a->ahead): their time vs rows,
+     * from the end of the host's work on the step before to their tokens
+     * (what the other curves leave out, the host's part, runs during them) */
+    sd_curve ahead;
+    /* what queueing ahead would hide of a step read one at a time (the
+     * host's work around it, its upload and launch, its download): one
+     * point, x = 1 */
+    sd_curve hide;
 } sd_adapt_target;
 
 typedef struct sd_adaptive {
@@ -124,6 +132,13 @@ typedef struct sd_adaptive {
     int k_max;
     int exploring; /* the last pick explored */
     int last_k; /* the previous pick (a change is logged at debug level) */
+    /* set by the owner: with speculation off for all of them, the running
+     * requests' plain steps would be queued ahead (launch ahead), so k = 0
+     * is priced at a queued-ahead step, not at the step the speculative
+     * engine reads one at a time (on the bundled model at batch 32 that
+     * was 5-9% dearer, and drafting that tied with the cheaper plain
+     * decode kept drafting: NOTES.md, session 15) */
+    int ahead;
 } sd_adaptive;
 
 void sd_adaptive_init(sd_adaptive *a, int k_max);
@@ -131,6 +146,16 @@ void sd_adaptive_init(sd_adaptive *a, int k_max);
 int sd_adapt_batch_bucket(int batch);
 /* a target step of `batch` requests and `tokens` rows took secs */
 void sd_adaptive_observe_target(sd_adaptive *a, int batch, int tokens, double secs);
+/* a plain step of `batch` requests and `tokens` rows queued ahead took
+ * secs (from the end of the host's work on the step before to its tokens) */
+void sd_adaptive_observe_ahead(sd_adaptive *a, int batch, int tokens, double secs);
+/* a step of `batch` requests read one at a time spent secs where queueing
+ * ahead would have hidden them (host work, upload and launch, download) */
+void sd_adaptive_observe_hidden(sd_adaptive *a, int batch, double secs);
+/* k = 0's time at this batch (the plain step, or with a->ahead the
+ * queued-ahead one: measured, else the plain step less what queueing ahead
+ * hides, never under half of it); 0 before a step of it */
+double sd_adaptive_plain_cost(const sd_adaptive *a, int batch);
 /* the target curve of this batch's bucket; NULL before a step of it */
 const sd_curve *sd_adaptive_target(const sd_adaptive *a, int batch);
 /* a drafting phase of n_seqs requests at k took secs */

@@ -709,6 +709,7 @@ typedef struct step_launch {
     int Tp;           /* padded rows (0: none) */
     const char *mode; /* eager, graph, ahead (queued before the step before it was read) */
     int ev;           /* the mark its argmax downloads with; -1: read after a sync */
+    int queued;       /* queued before the step before it was read */
     uint64_t step0, t0, t_up, t_launch;
     long long keys; /* the keys its rows attend to: its attention's work (debug logs) */
 } step_launch;
@@ -746,7 +747,7 @@ static int ahead_ok(sd_engine *e, const step *s)
     /* the tokens on the device: the argmax (greedy), or the device's
      * sampling of a step without drafts (--launch-ahead on) */
     int sampled = e->dev_acc && e->acc_k == 0;
-    if (!e->ahead_on || !(e->am_valid || (sampled && e->ahead_on > 1)) || e->nodes ||
+    if (!e->ahead_on || !(e->am_valid || sampled) || e->nodes ||
         e->synth.n > 0 || !op->copy || !op->download_async || !op->download_wait)
         return 0;
     if (s->T != s->n_seq || s->n_out != s->T || s->n_seq != e->n_running || e->n_waiting)
@@ -836,7 +837,8 @@ static int read_ahead(sd_engine *e, uint64_t step0)
     s.n_out = a->n_out;
     s.n_seq = a->n_seq;
     memcpy(s.seqs, a->seqs, (size_t)a->n_seq * sizeof *s.seqs);
-    step_launch L = {.Tp = e->ahead_Tp, .mode = "ahead", .ev = e->ahead_ev, .step0 = step0,
+    step_launch L = {.Tp = e->ahead_Tp, .mode = "ahead", .ev = e->ahead_ev, .queued = 1,
+                     .step0 = step0,
                      .t0 = step0, .t_up = step0, .t_launch = step0, .keys = step_keys(e, s.T)};
     e->ahead_live = 0;
     e->am_valid = !e->ahead_sampled;
@@ -931,13 +933,17 @@ static int engine_step(sd_engine *e)
                  * (the running requests and the ones waiting behind it: a burst
                  * of 32 arrivals is a batch of 32, not of 1, 2, 3, ...)?
                  * Every 8th request tracks the proposer anyway, so the
-                 * acceptance and cost estimates keep being refreshed. */
+                 * acceptance and cost estimates keep being refreshed, unless
+                 * plain steps are queued ahead (adaptive.ahead): one
+                 * request tracking it stops that for the whole batch, so
+                 * there the estimates are refreshed when their points age
+                 * (SD_CURVE_FRESH steps) and arrivals explore again. */
                 int joins = SD_MIN(e->n_running + e->n_waiting, e->max_batch);
                 r->no_spec = e->spec_k < 0 && e->spec != SD_SPEC_NGRAM &&
                              e->zero_k_steps >= SD_SPEC_OFF_AFTER &&
                              sd_adaptive_informed(&e->adapt, joins) &&
                              sd_adaptive_best_k(&e->adapt, &e->acc_all, joins) == 0 &&
-                             ++e->n_admitted_off % 8 != 0;
+                             (e->adapt.ahead || ++e->n_admitted_off % 8 != 0);
                 if (!r->st.queued_s)
                     r->st.queued_s = (double)(sd_now_ns() - r->t_submit) * 1e-9;
             }
@@ -1050,8 +1056,10 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
     int prompt_rows = 0;
     for (int i = 0; i < s->n_seq; i++)
         prompt_rows += s->seqs[i] ? s->seqs[i]->chunk : 0;
+    /* a step queued ahead is timed from the end of the host's work on the
+     * step before (that work ran during it): another curve */
     if (!prompt_rows)
-        sd__plan_observe(e, 0, s->T, s->n_seq, t_target);
+        sd__plan_observe(e, L->queued ? SD_OBS_AHEAD : SD_OBS_TARGET, s->T, s->n_seq, t_target);
     e->verify_s_total += t_target;
     double t_draft = 0; /* the drafting phase's part of the step */
     /* 4. accept / sample / stream */
@@ -1162,7 +1170,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
             if (learnable && oneoff) {
                 e->draft_oneoff++;
             } else if (learnable) {
-                sd__plan_observe(e, 1, nd, k, t_draft);
+                sd__plan_observe(e, SD_OBS_DRAFT, nd, k, t_draft);
                 e->draft_observed++;
             }
         }
@@ -1175,6 +1183,14 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
      * go out, so they hold this step's */
     double t_host = (double)(sd_now_ns() - L->step0) * 1e-9 - t_target - t_draft;
     e->host_s_total += t_host > 0 ? t_host : 0;
+    /* what queueing ahead would have hidden of a step read one at a time:
+     * the host's work around it, its upload and launch, its download
+     * (adaptive k prices a queued-ahead plain step with it until one is
+     * measured) */
+    if (!L->queued && !prompt_rows && e->adapt.ahead)
+        sd__plan_observe(e, SD_OBS_HIDDEN, 1, s->n_seq,
+                         (t_host > 0 ? t_host : 0) +
+                             (double)(L->t_launch - L->t0 + t_end - t_run) * 1e-9);
     publish_stats(e, 1);
     return 1;
 }
@@ -1580,10 +1596,15 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     mp->weights = sd_checkpoint_bytes(dir);
     sd__graphs_init(e, o);
     const char *la = o->launch_ahead ? o->launch_ahead : "auto";
-    /* auto (1): greedy requests, one rank with CUDA graphs; on (2): sampled
-     * requests (measured slower once on a GPU, NOTES.md) and tensor-parallel
-     * ranks (CPU-tested, not yet run on several GPUs) too */
+    /* auto (1): one rank with CUDA graphs (greedy and sampled requests); on
+     * (2): tensor-parallel ranks (CPU-tested, not yet run on several GPUs)
+     * and backends without graphs too */
     e->ahead_on = !strcmp(la, "on") ? 2 : !strcmp(la, "auto") && e->graphs_on && !e->tp;
+    /* adaptive k prices k = 0 at a queued-ahead step where one would run:
+     * with graphs (a backend without them, the CPU's, runs a step inside its
+     * launch: nothing to hide) on one node, without synthetic acceptance */
+    e->adapt.ahead = e->ahead_on && e->graphs_on && !e->nodes && e->synth.n == 0 &&
+                     e->be->ops->copy && e->be->ops->download_async && e->be->ops->download_wait;
     if (e->tp) {
         /* the all-reduce of the residual stream at every step size the graphs capture */
         size_t sizes[SD_AR_SIZES];

@@ -85,9 +85,16 @@ typedef struct req {
     struct req *all_next;
 } req;
 
-/* A timing the adaptive draft length learns from (plan.c). */
+/* A timing the adaptive draft length learns from (plan.c): b is the batch
+ * (the requests; k for drafts) */
+enum {
+    SD_OBS_TARGET, /* a target step read one at a time (a = token rows) */
+    SD_OBS_DRAFT,  /* a drafting phase (a = drafting requests, b = k) */
+    SD_OBS_AHEAD,  /* a plain step queued ahead (a = token rows) */
+    SD_OBS_HIDDEN, /* what queueing ahead would hide of a step read one at a time (a = 1) */
+};
 typedef struct sd_plan_obs {
-    int kind; /* 0: target step (a = tokens), 1: drafts (a = sequences, b = k) */
+    int kind; /* SD_OBS_* */
     int a, b;
     double secs;
 } sd_plan_obs;

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/util.h"
 #include "engine/internal.h"
 #include "net/buf.h"
 
@@ -168,13 +169,21 @@ static void cancel_id(sd_engine *e, uint64_t id)
 
 static void apply_obs(sd_engine *e, const sd_plan_obs *o)
 {
-    sd_log_debug("adaptive k: %s %d x %d: %.3f ms (step %llu)",
-                 o->kind ? "drafting phase: requests x k" : "target step: rows x batch", o->a, o->b,
+    static const char *what[] = {"target step: rows x batch", "drafting phase: requests x k",
+                                 "queued-ahead step: rows x batch",
+                                 "hidden by queueing ahead: 1 x batch"};
+    if (o->kind < 0 || o->kind >= (int)SD_ARRAY_LEN(what))
+        return;
+    sd_log_debug("adaptive k: %s %d x %d: %.3f ms (step %llu)", what[o->kind], o->a, o->b,
                  1e3 * o->secs, (unsigned long long)e->adapt.steps);
-    if (o->kind == 0)
+    if (o->kind == SD_OBS_TARGET)
         sd_adaptive_observe_target(&e->adapt, o->b, o->a, o->secs);
-    else
+    else if (o->kind == SD_OBS_DRAFT)
         sd_adaptive_observe_draft(&e->adapt, o->a, o->b, o->secs);
+    else if (o->kind == SD_OBS_AHEAD)
+        sd_adaptive_observe_ahead(&e->adapt, o->b, o->a, o->secs);
+    else
+        sd_adaptive_observe_hidden(&e->adapt, o->b, o->secs);
 }
 
 void sd__plan_observe(sd_engine *e, int kind, int a, int b, double secs)
