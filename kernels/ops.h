@@ -346,6 +346,16 @@ typedef struct sd_ops {
     int (*copy)(sd_backend *be, void *dst, const void *src, size_t bytes);
     int (*download_async)(sd_backend *be, void *dst, const void *src, size_t bytes, int ev);
     int (*download_wait)(sd_backend *be, int ev);
+
+    /* ---- a MoE block's routing and experts in one op (appended; NULL where
+     * a backend has none: the caller runs the two ops) ----
+     * moe_router_ffn: the numbers of moe_router_route(ids, wts, logits, x,
+     * w, bias, n, D, r) followed by moe_ffn(out, x, ids, wts, ex, n,
+     * r->top_k + r->n_always, D, tmp) (x dense, n rows of D): a backend may
+     * run the always-on experts while it routes. */
+    void (*moe_router_ffn)(sd_backend *be, float *out, int32_t *ids, float *wts, float *logits,
+                           const float *x, const sd_weight *w, const float *bias,
+                           const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp);
 } sd_ops;
 
 struct sd_backend {
@@ -398,6 +408,22 @@ static inline void sd_rmsnorm_matmul(sd_backend *be, float *y, float *xn, const 
         be->ops->rmsnorm_matmul(be, y, xn, x, g, eps, w, bias, n, silu);
     else
         sd_rmsnorm_matmul_ops(be, y, xn, x, g, eps, w, bias, n, silu);
+}
+
+/* moe_router_ffn where the backend has it, else the two ops it stands for */
+static inline void sd_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wts,
+                                     float *logits, const float *x, const sd_weight *w,
+                                     const float *bias, const sd_experts *ex, int n, int D,
+                                     const sd_moe_route *r, void *tmp)
+{
+    const sd_ops *op = be->ops;
+    if (op->moe_router_ffn) {
+        op->moe_router_ffn(be, out, ids, wts, logits, x, w, bias, ex, n, D, r, tmp);
+        return;
+    }
+    op->moe_router_route(be, ids, wts, logits, x, w, bias, n, D, r);
+    op->moe_ffn(be, out, x, ids, wts, ex, n, r->top_k + (r->n_always > 0 ? r->n_always : 0), D,
+                tmp);
 }
 
 /* kernels/cpu: threads = 0 for all cores. */

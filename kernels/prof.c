@@ -262,6 +262,14 @@ static void p_rmsnorm_matmul(sd_backend *be, float *y, float *xn, const float *x
     TIMED(be, k, I(be)->ops->rmsnorm_matmul(I(be), y, xn, x, g, eps, w, bias, n, silu));
 }
 
+static void p_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wts, float *lg,
+                             const float *x, const sd_weight *w, const float *bias,
+                             const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp)
+{
+    TIMED(be, "moe_router_ffn",
+          I(be)->ops->moe_router_ffn(I(be), out, ids, wts, lg, x, w, bias, ex, n, D, r, tmp));
+}
+
 int sd_prof_backend_wrap(sd_backend **out, sd_backend *inner)
 {
     *out = NULL;
@@ -312,7 +320,8 @@ int sd_prof_backend_wrap(sd_backend **out, sd_backend *inner)
                       .mla_prep = W(mla_prep),
                       .matmul_silu = W(matmul_silu), .moe_router_route = W(moe_router_route),
                       .matmul_add = W(matmul_add),
-                      .rmsnorm_matmul = W(rmsnorm_matmul)};
+                      .rmsnorm_matmul = W(rmsnorm_matmul),
+                      .moe_router_ffn = W(moe_router_ffn)};
 #undef W
     /* the cost of an empty sync, the best of many */
     p->sync_s = 1e9;

@@ -398,6 +398,7 @@ static const sd_ops cuda_ops = {
     /* .copy = */ cu_copy,
     /* .download_async = */ cu_download_async,
     /* .download_wait = */ cu_download_wait,
+    /* .moe_router_ffn = */ sd__cuda_moe_router_ffn,
 };
 
 int sd_cuda_make_current(sd_backend *be)
@@ -494,6 +495,7 @@ void sd_cuda_set_attn_split_all(sd_backend *be, int level)
 }
 
 void sd_cuda_set_route_small(sd_backend *be, int on) { sd__cuda_of(be)->route_small = on != 0; }
+void sd_cuda_set_moe_overlap(sd_backend *be, int on) { sd__cuda_of(be)->moe_overlap = on != 0; }
 
 const char *sd_cuda_backend_error(const sd_backend *be)
 {
@@ -635,6 +637,7 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->mla_dec = env_on("SPECD_MLA_DEC"); /* 0: off (the tensor-core kernel) */
     c->ablate = ablate_mask(getenv("SPECD_ABLATE"));
     c->route_small = env_on("SPECD_ROUTE_SMALL");
+    c->moe_overlap = env_on("SPECD_MOE_OVERLAP");
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

@@ -93,6 +93,9 @@ typedef struct sd__cuda {
     /* moe_route for E <= 64 without group limits on moe_route_small_kernel
      * (SPECD_ROUTE_SMALL=0: moe_route_kernel; the same bits) */
     int route_small;
+    /* moe_router_ffn routes beside the always-on experts' gate/up
+     * (SPECD_MOE_OVERLAP=0, sd_cuda_set_moe_overlap: off; the same bits) */
+    int moe_overlap;
     /* steps of more than 8 tokens split into chunks (attention.cu,
      * split_for_step; SPECD_ATTN_SPLIT_ALL): 0 none, 1 the general kernel
      * (the default), 2 the 128-dim GQA and DeepSeek latent kernels too */
@@ -439,6 +442,9 @@ void sd__cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *
 void sd__cuda_moe_router_route(sd_backend *be, int32_t *ids, float *wts, float *logits,
                                const float *x, const sd_weight *w, const float *bias, int n,
                                int x_stride, const sd_moe_route *r);
+void sd__cuda_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wts, float *logits,
+                             const float *x, const sd_weight *w, const float *bias,
+                             const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp);
 void sd__cuda_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_weight *w, int n,
                           int x_stride);
 void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_weight *w, int n,

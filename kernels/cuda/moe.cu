@@ -204,19 +204,21 @@ __global__ void moe_route_kernel(int32_t *ids, float *wts, const float *logits, 
  * routing) in chains of shared-memory and L2 round trips. The same
  * numbers as moe_route_kernel: the softmax sum in expert order, the picks
  * by route_rank_topk's rank, their sum in slot order. */
+/* token t's routing by warp 0 of a block (lane = its lane), after the PDL
+ * wait; b0, b1: the bias of experts lane and lane + 32 (0 past E or
+ * without one), loaded before it */
 template <bool SIG>
-__global__ void moe_route_small_kernel(int32_t *ids, float *wts, const float *logits,
-                                       const float *bias, sd_moe_route r)
+__device__ __forceinline__ void route_small_token(int32_t *ids, float *wts, const float *logits,
+                                                  float b0, float b1, const sd_moe_route &r,
+                                                  int t, int lane)
 {
     __shared__ float4 sh4[16]; /* 64 floats: the scores, then the ranked choices */
     __shared__ int sel[64];
     __shared__ float selw[64];
     float *sh = (float *)sh4;
-    const int E = r.n_experts, K = r.top_k, t = blockIdx.x, lane = threadIdx.x;
+    const int E = r.n_experts, K = r.top_k;
     const int e0 = lane, e1 = lane + 32;
     const bool in0 = e0 < E, in1 = e1 < E;
-    const float b0 = bias && in0 ? bias[e0] : 0.0f, b1 = bias && in1 ? bias[e1] : 0.0f;
-    SD_PDL_ENTER();
     const float *lg = logits + (size_t)t * (size_t)E;
     const float l0 = in0 ? lg[e0] : 0.0f, l1 = in1 ? lg[e1] : 0.0f;
     float s0, s1;
@@ -273,6 +275,17 @@ __global__ void moe_route_small_kernel(int32_t *ids, float *wts, const float *lo
     }
     __syncwarp();
     route_write_row(ids, wts, sel, selw, r, t, lane);
+}
+
+template <bool SIG>
+__global__ void moe_route_small_kernel(int32_t *ids, float *wts, const float *logits,
+                                       const float *bias, sd_moe_route r)
+{
+    const int E = r.n_experts, lane = threadIdx.x;
+    const float b0 = bias && lane < E ? bias[lane] : 0.0f;
+    const float b1 = bias && lane + 32 < E ? bias[lane + 32] : 0.0f;
+    SD_PDL_ENTER();
+    route_small_token<SIG>(ids, wts, logits, b0, b1, r, blockIdx.x, lane);
 }
 
 /* SPECD_ABLATE=route: token t's row gets experts t * W + k (mod E) with
@@ -535,20 +548,18 @@ static void launch_experts_v(sd__cuda *c, int vec, const sd_experts *ex, float *
  * the norm, router and route ran, measured 2% slower at V2-Lite's batch 1:
  * bench/results/NOTES.md, session 14.) */
 #define MOE_GATE_WIDE_GU 4
-template <int DT, int MAXE, int GU, int U, int MINB>
-__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
-moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k, int D, int I,
-                         int first, int E, int WK, const __grid_constant__ moe_tabs<MAXE> tab)
+/* a pair's column tile ty of its row hp of h (I wide), from its token's
+ * row xt and expert e of the table (the kernel below; the routing
+ * kernel's always-on tiles) */
+template <int DT, int MAXE, int GU, int U>
+__device__ __forceinline__ void gate_up_tile(float *hp, const float *xt, int e, int ty, int D,
+                                             int I, int WK, const moe_tabs<MAXE> &tab)
 {
     constexpr int VR = 2 * GU;
-    SD_PDL_ENTER();
     __shared__ float part[SD__GEMV_WARPS * VR];
-    const int p = blockIdx.x, e = ids[p] - first;
-    if (e < 0 || e >= E)
-        return;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK;
-    const int cols0 = blockIdx.y * RG * GU, j0 = cols0 + rg * GU;
+    const int cols0 = ty * RG * GU, j0 = cols0 + rg * GU;
     const size_t esz = DT == SD__F32 ? 4 : 2, rb = (size_t)D * esz;
     const char *wg = (const char *)tab.a[e], *wu = (const char *)tab.b[e];
     const void *wrow[VR];
@@ -557,8 +568,7 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
         const int j = j0 + i % GU;
         wrow[i] = j < I ? (i < GU ? wg : wu) + (size_t)j * rb : NULL;
     }
-    sd__warp_dots1<DT, VR, U>(wrow, x + (size_t)(p / top_k) * (size_t)D, D, kw, WK, lane,
-                              part + warp * VR);
+    sd__warp_dots1<DT, VR, U>(wrow, xt, D, kw, WK, lane, part + warp * VR);
     __syncthreads();
     if ((int)threadIdx.x < RG * GU) {
         const int g = threadIdx.x / GU, q = threadIdx.x % GU, j = cols0 + g * GU + q;
@@ -568,9 +578,64 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
                 gs += part[(g * WK + k) * VR + q];
                 us += part[(g * WK + k) * VR + GU + q];
             }
-            h[(size_t)p * (size_t)I + (size_t)j] = gs / (1.0f + expf(-gs)) * us;
+            hp[j] = gs / (1.0f + expf(-gs)) * us;
         }
     }
+}
+
+/* Slots j >= routed of each token are skipped (its always-on slots, run
+ * beside the routing: moe_route_always_kernel; routed = top_k: none). */
+template <int DT, int MAXE, int GU, int U, int MINB>
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
+moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k, int routed,
+                         int D, int I, int first, int E, int WK,
+                         const __grid_constant__ moe_tabs<MAXE> tab)
+{
+    SD_PDL_ENTER();
+    const int p = blockIdx.x, t = p / top_k;
+    if (p - t * top_k >= routed)
+        return;
+    const int e = ids[p] - first;
+    if (e < 0 || e >= E)
+        return;
+    gate_up_tile<DT, MAXE, GU, U>(h + (size_t)p * (size_t)I, x + (size_t)t * (size_t)D, e,
+                                  blockIdx.y, D, I, WK, tab);
+}
+
+/* The routing of n tokens beside their always-on experts' gate/up: blocks
+ * 0 .. n - 1 route a token each (warp 0: moe_route_small_kernel's work),
+ * the others take gate_up_tile's column tiles (`tiles` a pair) of each
+ * token's slots K .. K + n_always - 1, whose experts (E + a) do not wait
+ * for the routing. The routing's chain (the logits' round trip, its
+ * reductions) then runs while the always-on experts' weights stream
+ * instead of before every expert's. The same bits as the two kernels. At
+ * least 3 blocks an SM, as the gate/up kernel's wide shape gets (80
+ * registers; the routing's part took it to 84 and 2 blocks an SM). */
+template <int DT, int MAXE, int GU, int U, int MINB, bool SIG>
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB < 3 ? 3 : MINB)
+moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const float *bias,
+                        sd_moe_route r, int n, float *h, const float *x, int D, int I, int first,
+                        int E, int WK, int tiles, const __grid_constant__ moe_tabs<MAXE> tab)
+{
+    const int b = blockIdx.x;
+    if (b < n) {
+        const int lane = threadIdx.x, NE = r.n_experts;
+        if (lane >= 32)
+            return;
+        const float b0 = bias && lane < NE ? bias[lane] : 0.0f;
+        const float b1 = bias && lane + 32 < NE ? bias[lane + 32] : 0.0f;
+        SD_PDL_ENTER();
+        route_small_token<SIG>(ids, wts, logits, b0, b1, r, b, lane);
+        return;
+    }
+    SD_PDL_ENTER();
+    const int q = b - n, pa = q / tiles, ty = q - pa * tiles;
+    const int t = pa / r.n_always, a = pa - t * r.n_always, W = r.top_k + r.n_always;
+    const int e = r.n_experts + a - first;
+    if (e < 0 || e >= E)
+        return;
+    gate_up_tile<DT, MAXE, GU, U>(h + (size_t)(t * W + r.top_k + a) * (size_t)I,
+                                  x + (size_t)t * (size_t)D, e, ty, D, I, WK, tab);
 }
 
 /* out(t, d) = sum_j wts[t, j] * (h(t * top_k + j) @ down_e^T)[d], slots j in
@@ -669,9 +734,46 @@ static void launch_down(sd__cuda *c, const moe_tabs<MAXE> &tab, float *out, cons
                h, ids, wts, top_k, D, I, ex->first, ex->n, wk, tab);
 }
 
+/* the routing moe_route_always_kernel runs beside the always-on experts */
+struct moe_route_args {
+    const float *logits, *bias;
+    sd_moe_route r;
+};
+
+/* gate/up (with ra: after the routing beside the always-on slots) in the
+ * shape (GU, U, MINB), then nothing */
+template <int DT, int MAXE, int GU, int U, int MINB>
+static void launch_gate_up(sd__cuda *c, const moe_route_args *ra, int32_t *ids, float *wts,
+                           float *h, const float *x, int n, int top_k, int D, int I,
+                           const sd_experts *ex, int wk, const moe_tabs<MAXE> &tab)
+{
+    const int cols = SD__GEMV_WARPS / wk * GU, tiles = (I + cols - 1) / cols;
+    int routed = top_k;
+    if (ra) {
+        const unsigned g = (unsigned)(n + n * ra->r.n_always * tiles), th = SD__GEMV_WARPS * 32;
+        if (ra->r.sigmoid)
+            sd__launch(c, moe_route_always_kernel<DT, MAXE, GU, U, MINB, true>, g, th, 0, ids,
+                       wts, ra->logits, ra->bias, ra->r, n, h, x, D, I, ex->first, ex->n, wk,
+                       tiles, tab);
+        else
+            sd__launch(c, moe_route_always_kernel<DT, MAXE, GU, U, MINB, false>, g, th, 0, ids,
+                       wts, ra->logits, ra->bias, ra->r, n, h, x, D, I, ex->first, ex->n, wk,
+                       tiles, tab);
+        if (SD_LAUNCHED(c, "moe_route_always_kernel"))
+            return;
+        routed = ra->r.top_k;
+    }
+    dim3 g1((unsigned)(n * top_k), (unsigned)tiles);
+    sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, GU, U, MINB>, g1, SD__GEMV_WARPS * 32, 0, h,
+               x, (const int32_t *)ids, top_k, routed, D, I, ex->first, ex->n, wk, tab);
+}
+
+/* ra: route too, beside the always-on slots (moe_router_ffn); ids and wts
+ * are then written here */
 template <int DT, int MAXE>
 static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h, const float *x,
-                         const int32_t *ids, const float *wts, int n, int top_k, int D, int I)
+                         int32_t *ids, float *wts, int n, int top_k, int D, int I,
+                         const moe_route_args *ra)
 {
     moe_tabs<MAXE> tab;
     memset(&tab, 0, sizeof tab);
@@ -679,24 +781,19 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
         tab.a[e] = ex->gate[e].data;
         tab.b[e] = ex->up[e].data;
     }
-    const unsigned th = SD__GEMV_WARPS * 32;
     int wk = sd__gemv_wk(D);
     if (c->moe_gate_wide && (D + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK <= wk) {
         /* one chunk a warp: 4 output columns a row group, one load each
          * (80 registers: 3 blocks an SM; moe_gate_wide 2: 64, 4 blocks) */
-        int cols = SD__GEMV_WARPS / wk * MOE_GATE_WIDE_GU;
-        dim3 g1((unsigned)(n * top_k), (unsigned)((I + cols - 1) / cols));
         if (c->moe_gate_wide == 2)
-            sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, MOE_GATE_WIDE_GU, 1, 4>, g1, th, 0,
-                       h, x, ids, top_k, D, I, ex->first, ex->n, wk, tab);
+            launch_gate_up<DT, MAXE, MOE_GATE_WIDE_GU, 1, 4>(c, ra, ids, wts, h, x, n, top_k, D,
+                                                              I, ex, wk, tab);
         else
-            sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, MOE_GATE_WIDE_GU, 1, 2>, g1, th, 0,
-                       h, x, ids, top_k, D, I, ex->first, ex->n, wk, tab);
+            launch_gate_up<DT, MAXE, MOE_GATE_WIDE_GU, 1, 2>(c, ra, ids, wts, h, x, n, top_k, D,
+                                                              I, ex, wk, tab);
     } else {
-        int cols = SD__GEMV_WARPS / wk * 2;
-        dim3 g1((unsigned)(n * top_k), (unsigned)((I + cols - 1) / cols));
-        sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, 2, MOE_FUSED_U, 4>, g1, th, 0, h, x, ids,
-                   top_k, D, I, ex->first, ex->n, wk, tab);
+        launch_gate_up<DT, MAXE, 2, MOE_FUSED_U, 4>(c, ra, ids, wts, h, x, n, top_k, D, I, ex, wk,
+                                                    tab);
     }
     if (SD_LAUNCHED(c, "moe_gate_up_fused_kernel"))
         return;
@@ -718,12 +815,13 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
 
 template <int DT>
 static void launch_fused_e(sd__cuda *c, const sd_experts *ex, float *out, float *h, const float *x,
-                           const int32_t *ids, const float *wts, int n, int top_k, int D, int I)
+                           int32_t *ids, float *wts, int n, int top_k, int D, int I,
+                           const moe_route_args *ra)
 {
     if (ex->n <= 256)
-        launch_fused<DT, 256>(c, ex, out, h, x, ids, wts, n, top_k, D, I);
+        launch_fused<DT, 256>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra);
     else
-        launch_fused<DT, MOE_MAX_EXPERTS>(c, ex, out, h, x, ids, wts, n, top_k, D, I);
+        launch_fused<DT, MOE_MAX_EXPERTS>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra);
 }
 
 /* ---- grouped GEMM on tensor cores (prefill) ------------------------------
@@ -1075,50 +1173,78 @@ static void launch_tc(sd__cuda *c, const sd_experts *ex, float *h, float *y, con
     SD_LAUNCHED(c, "moe_tc_gemm_kernel<down>");
 }
 
+/* moe_ffn's arguments checked (a bad one recorded as the backend's error:
+ * -1) and its path: 1 the fused kernels, 0 the sorted one. *I, *dt: the
+ * experts' intermediate size and dtype; *vec: 16-byte rows and data. */
+static int moe_ffn_path(sd__cuda *c, const sd_experts *ex, const float *x, const void *tmp, int n,
+                        int top_k, int D, int *I, sd_dtype *dt, int *vec)
+{
+    int E = ex->n;
+    if (E <= 0 || E > MOE_MAX_EXPERTS || top_k <= 0) {
+        SD_BADARG(c, "moe_ffn: %d experts, top-%d", E, top_k);
+        return -1;
+    }
+    *I = (int)ex->gate[0].rows;
+    *dt = ex->gate[0].dtype;
+    /* a weight row is 16-byte aligned when its length is a multiple of 8 */
+    *vec = D % 8 == 0 && *I % 8 == 0 && sd__aligned16(x) && sd__aligned16(tmp);
+    for (int e = 0; e < E; e++) {
+        const sd_weight *g = &ex->gate[e], *u = &ex->up[e], *d = &ex->down[e];
+        if (g->dtype != *dt || u->dtype != *dt || d->dtype != *dt || g->rows != *I ||
+            u->rows != *I || g->cols != D || u->cols != D || d->rows != D || d->cols != *I) {
+            SD_BADARG(c, "moe_ffn: expert %d: weights differ from expert 0 in dtype or shape", e);
+            return -1;
+        }
+        *vec = *vec && sd__aligned16(g->data) && sd__aligned16(u->data) && sd__aligned16(d->data);
+    }
+    size_t m = (size_t)n * (size_t)top_k;
+    if ((size_t)E + 1 + 2 * m > m * ((size_t)D + (size_t)*I + 1)) {
+        SD_BADARG(c, "moe_ffn: scratch of %zu floats cannot hold %d expert offsets",
+                  SD_MOE_TMP_FLOATS(n, top_k, D, *I), E);
+        return -1;
+    }
+    if (*dt != SD_DT_F32 && *dt != SD_DT_BF16 && *dt != SD_DT_F16) {
+        SD_BADARG(c, "moe_ffn: weight dtype %s", sd_dtype_name(*dt));
+        return -1;
+    }
+    const int tc = moe_tc_wants(c, *dt, *vec, D, *I);
+    int max_pairs = c->moe_fused_max_pairs > 0 ? c->moe_fused_max_pairs
+                    : tc                       ? SD_CUDA_MOE_TC_FUSED_MAX_PAIRS
+                                               : SD_CUDA_MOE_FUSED_MAX_PAIRS;
+    return *vec && m <= (size_t)max_pairs;
+}
+
+/* the fused path of a checked moe_ffn (ra: routing beside it) */
+static void moe_fused(sd__cuda *c, sd_dtype dt, const sd_experts *ex, float *out, float *h,
+                      const float *x, int32_t *ids, float *wts, int n, int top_k, int D, int I,
+                      const moe_route_args *ra)
+{
+    switch (dt) {
+    case SD_DT_F32: launch_fused_e<SD__F32>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra); break;
+    case SD_DT_BF16: launch_fused_e<SD__BF16>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra); break;
+    default: launch_fused_e<SD__F16>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra); break;
+    }
+}
+
 void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t *ids,
                       const float *wts, const sd_experts *ex, int n, int top_k, int D, void *tmp)
 {
     sd__cuda *c = sd__cuda_op(be);
     if (!c || n <= 0)
         return;
-    int E = ex->n;
-    if (E <= 0 || E > MOE_MAX_EXPERTS || top_k <= 0) {
-        SD_BADARG(c, "moe_ffn: %d experts, top-%d", E, top_k);
+    int I, vec;
+    sd_dtype dt;
+    const int path = moe_ffn_path(c, ex, x, tmp, n, top_k, D, &I, &dt, &vec);
+    if (path < 0)
+        return;
+    float *h = (float *)tmp; /* (m, I) */
+    if (path == 1) {
+        /* the fused kernels only read ids and wts without a routing to run */
+        moe_fused(c, dt, ex, out, h, x, (int32_t *)ids, (float *)wts, n, top_k, D, I, NULL);
         return;
     }
-    int I = (int)ex->gate[0].rows;
-    sd_dtype dt = ex->gate[0].dtype;
-    /* a weight row is 16-byte aligned when its length is a multiple of 8 */
-    int vec = D % 8 == 0 && I % 8 == 0 && sd__aligned16(x) && sd__aligned16(tmp);
-    for (int e = 0; e < E; e++) {
-        const sd_weight *g = &ex->gate[e], *u = &ex->up[e], *d = &ex->down[e];
-        if (g->dtype != dt || u->dtype != dt || d->dtype != dt || g->rows != I || u->rows != I ||
-            g->cols != D || u->cols != D || d->rows != D || d->cols != I) {
-            SD_BADARG(c, "moe_ffn: expert %d: weights differ from expert 0 in dtype or shape", e);
-            return;
-        }
-        vec = vec && sd__aligned16(g->data) && sd__aligned16(u->data) && sd__aligned16(d->data);
-    }
+    const int E = ex->n, tc = moe_tc_wants(c, dt, vec, D, I);
     size_t m = (size_t)n * (size_t)top_k;
-    if ((size_t)E + 1 + 2 * m > m * ((size_t)D + (size_t)I + 1)) {
-        SD_BADARG(c, "moe_ffn: scratch of %zu floats cannot hold %d expert offsets",
-                  SD_MOE_TMP_FLOATS(n, top_k, D, I), E);
-        return;
-    }
-    float *h = (float *)tmp;                 /* (m, I) */
-    const int tc = moe_tc_wants(c, dt, vec, D, I);
-    int max_pairs = c->moe_fused_max_pairs > 0 ? c->moe_fused_max_pairs
-                    : tc                       ? SD_CUDA_MOE_TC_FUSED_MAX_PAIRS
-                                               : SD_CUDA_MOE_FUSED_MAX_PAIRS;
-    if (vec && m <= (size_t)max_pairs) {
-        switch (dt) {
-        case SD_DT_F32: launch_fused_e<SD__F32>(c, ex, out, h, x, ids, wts, n, top_k, D, I); break;
-        case SD_DT_BF16: launch_fused_e<SD__BF16>(c, ex, out, h, x, ids, wts, n, top_k, D, I); break;
-        case SD_DT_F16: launch_fused_e<SD__F16>(c, ex, out, h, x, ids, wts, n, top_k, D, I); break;
-        default: SD_BADARG(c, "moe_ffn: weight dtype %s", sd_dtype_name(dt)); break;
-        }
-        return;
-    }
     float *y = h + m * (size_t)I;            /* (m, D) */
     int *off = (int *)(y + m * (size_t)D);   /* (E + 1) */
     int *sorted = off + E + 1, *inv = sorted + m; /* (m), (m) */
@@ -1137,14 +1263,44 @@ void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t 
         switch (dt) {
         case SD_DT_F32: launch_experts_v<SD__F32>(c, vec, ex, h, y, x, off, sorted, top_k, D, I); break;
         case SD_DT_BF16: launch_experts_v<SD__BF16>(c, vec, ex, h, y, x, off, sorted, top_k, D, I); break;
-        case SD_DT_F16: launch_experts_v<SD__F16>(c, vec, ex, h, y, x, off, sorted, top_k, D, I); break;
-        default: SD_BADARG(c, "moe_ffn: weight dtype %s", sd_dtype_name(dt)); return;
+        default: launch_experts_v<SD__F16>(c, vec, ex, h, y, x, off, sorted, top_k, D, I); break;
         }
     }
     if (c->err)
         return;
     sd__launch(c, moe_combine_kernel, n, 256, 0, out, y, inv, wts, top_k, D);
     SD_LAUNCHED(c, "moe_combine_kernel");
+}
+
+/* moe_router_ffn: where the experts take the fused path, the routing is
+ * the register kernel's (E <= 64, no group limits) and there are always-on
+ * experts, the routing runs beside their gate/up (moe_route_always_kernel:
+ * SPECD_MOE_OVERLAP=0, sd_cuda_set_moe_overlap, turns it off); otherwise
+ * moe_router_route, then moe_ffn. */
+void sd__cuda_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wts, float *logits,
+                             const float *x, const sd_weight *w, const float *bias,
+                             const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp)
+{
+    sd__cuda *c = sd__cuda_op(be);
+    if (!c || n <= 0)
+        return;
+    const int na = r->n_always > 0 ? r->n_always : 0, W = r->top_k + na;
+    const int G = r->n_group > 1 ? r->n_group : 1, E = r->n_experts;
+    int I = 0, vec = 0, path = -1;
+    sd_dtype dt = SD_DT_F32;
+    if (c->moe_overlap && na > 0 && c->route_small && !(c->ablate & SD__AB_ROUTE) && E > 0 &&
+        E <= 64 && r->top_k > 0 && r->top_k <= E && (G == 1 || r->topk_group >= G) &&
+        ex->n > 0 && (path = moe_ffn_path(c, ex, x, tmp, n, W, D, &I, &dt, &vec)) < 0)
+        return;
+    if (path != 1) {
+        sd__cuda_moe_router_route(be, ids, wts, logits, x, w, bias, n, D, r);
+        sd__cuda_moe_ffn(be, out, x, ids, wts, ex, n, W, D, tmp);
+        return;
+    }
+    if (!(c->ablate & SD__AB_ROUTER))
+        sd__cuda_matmul(be, logits, x, w, NULL, n, D);
+    moe_route_args ra = {logits, bias, *r};
+    moe_fused(c, dt, ex, out, (float *)tmp, x, ids, wts, n, W, D, I, &ra);
 }
 
 SD_KTRACE_EXPORT(moe)

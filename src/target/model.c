@@ -1130,10 +1130,8 @@ static int ffn(sd_model *m, layer *L, int T)
                           .routed_scaling_factor = (float)c->routed_scaling_factor,
                           .n_always = L->n_always};
         xn_ready(m, T); /* three readers: the router, the experts, the shared MLP */
-        op->moe_router_route(be, m->ids, m->wts, m->rlog, m->xn, &L->router, L->corr_bias, T, D,
-                             &r);
-        op->moe_ffn(be, m->fo, m->xn, m->ids, m->wts, &L->experts, T, K + L->n_always, D,
-                    m->moetmp);
+        sd_moe_router_ffn(be, m->fo, m->ids, m->wts, m->rlog, m->xn, &L->router, L->corr_bias,
+                          &L->experts, T, D, &r, m->moetmp);
         if (!L->gate_up.data)
             return 0;
         op->matmul_silu(be, m->gu, m->xn, &L->gate_up, T, D);

@@ -1474,6 +1474,142 @@ TEST(moe_router_route_is_the_gpus_matmul_then_moe_route)
     ASSERT(ok);
 }
 
+/* moe_router_ffn: the routing beside the always-on experts' gate/up
+ * (moe_route_always_kernel) gives bit for bit the GPU's moe_router_route +
+ * moe_ffn (logits, ids, weights, output: the switch off), and the output
+ * the CPU's within moe_ffn's bound. A bank of r.n_experts routed experts
+ * and r.n_always always-on ones (ids E..), `first` the bank's first id of
+ * `e_all` routed + always-on ones (expert parallel: other ranks' pairs
+ * skipped); the shapes it does not take (no always-on experts, more than
+ * 64 experts, many pairs) run the two ops, checked the same way. */
+static int router_ffn_case(gpu_env *e, const char *what, sd_dtype dt, int n, int D, int I,
+                           sd_moe_route r, int first, int bank)
+{
+    const int E = r.n_experts, na = r.n_always, W = r.top_k + na;
+    tw rw;
+    if (tw_make(e, &rw, SD_DT_BF16, E, D, 0.5f))
+        return report("moe_router_ffn: weight upload", INFINITY, 0);
+    tw *g = (tw *)calloc((size_t)bank, sizeof(tw)), *u = (tw *)calloc((size_t)bank, sizeof(tw));
+    tw *d = (tw *)calloc((size_t)bank, sizeof(tw));
+    sd_weight *cw = (sd_weight *)calloc((size_t)bank * 6, sizeof(sd_weight));
+    for (int x = 0; x < bank; x++) {
+        if (tw_make(e, &g[x], dt, I, D, 0.3f) || tw_make(e, &u[x], dt, I, D, 0.3f) ||
+            tw_make(e, &d[x], dt, D, I, 0.3f))
+            return report("moe_router_ffn: weight upload", INFINITY, 0);
+        cw[x] = g[x].c;
+        cw[bank + x] = u[x].c;
+        cw[2 * bank + x] = d[x].c;
+        cw[3 * bank + x] = g[x].g;
+        cw[4 * bank + x] = u[x].g;
+        cw[5 * bank + x] = d[x].g;
+    }
+    sd_experts ce = {.n = bank, .gate = cw, .up = cw + bank, .down = cw + 2 * bank, .first = first};
+    sd_experts ge = {.n = bank, .gate = cw + 3 * bank, .up = cw + 4 * bank,
+                     .down = cw + 5 * bank, .first = first};
+    float *x = rnd_floats(e, (size_t)n * D, -1, 1);
+    float *bias = (float *)malloc((size_t)E * sizeof(float));
+    for (int i = 0; i < E; i++)
+        bias[i] = sd_test_randf(&e->rng, -0.05f, 0.05f);
+    size_t tmpn = SD_MOE_TMP_FLOATS(n, W, D, I);
+    float *tmp = (float *)malloc(tmpn * sizeof(float));
+    float *co = (float *)malloc((size_t)n * D * sizeof(float));
+    float *clg = (float *)malloc((size_t)n * E * sizeof(float));
+    int32_t *cid = (int32_t *)malloc((size_t)n * W * sizeof(int32_t));
+    float *cwt = (float *)malloc((size_t)n * W * sizeof(float));
+    sd_moe_router_ffn(e->cpu, co, cid, cwt, clg, x, &rw.c, bias, &ce, n, D, &r, tmp);
+    float *dx = (float *)gput(e, x, (size_t)n * D * sizeof(float));
+    float *db = (float *)gput(e, bias, (size_t)E * sizeof(float));
+    float *dtmp = gpoison(e, tmpn);
+    float *dout[2], *dlg[2], *dwt[2];
+    int32_t *did[2];
+    for (int v = 0; v < 2; v++) { /* v = 0: beside; 1: the switch off */
+        dout[v] = gpoison(e, (size_t)n * D);
+        dlg[v] = gpoison(e, (size_t)n * E);
+        dwt[v] = gpoison(e, (size_t)n * W);
+        did[v] = (int32_t *)gpoison(e, (size_t)n * W);
+        sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_OFF);
+        sd_cuda_set_moe_overlap(e->gpu, v == 0);
+        e->gpu->ops->moe_router_ffn(e->gpu, dout[v], did[v], dwt[v], dlg[v], dx, &rw.g, db, &ge, n,
+                                    D, &r, dtmp);
+        sd_cuda_set_moe_overlap(e->gpu, 1);
+        sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_AUTO);
+    }
+    long bad = 0;
+    const void *pa[4] = {dout[0], dlg[0], dwt[0], did[0]}, *pb[4] = {dout[1], dlg[1], dwt[1], did[1]};
+    const size_t cnt[4] = {(size_t)n * D, (size_t)n * E, (size_t)n * W, (size_t)n * W};
+    for (int k = 0; k < 4; k++) {
+        float *ga = gget(e, pa[k], cnt[k]), *gb = gget(e, pb[k], cnt[k]);
+        bad += ga && gb ? (long)bit_mismatches(ga, gb, cnt[k]) : 1;
+        free(ga);
+        free(gb);
+    }
+    char name[200];
+    snprintf(name, sizeof name,
+             "moe_router_ffn %s %s n=%d E=%d+%d top-%d D=%d I=%d: beside vs the two ops (bits "
+             "that differ)",
+             what, sd_dtype_name(dt), n, E, na, r.top_k, D, I);
+    int ok = report(name, (double)bad, 0);
+    snprintf(name, sizeof name, "moe_router_ffn %s n=%d output vs the cpu", what, n);
+    ok &= check_dev(e, dout[0], co, (size_t)n * D, 1e-5, name);
+    for (int v = 0; v < 2; v++)
+        GFREE_ALL(e, dout[v], dlg[v], dwt[v], did[v]);
+    GFREE_ALL(e, dx, db, dtmp);
+    for (int k = 0; k < bank; k++) {
+        tw_free(e, &g[k]);
+        tw_free(e, &u[k]);
+        tw_free(e, &d[k]);
+    }
+    tw_free(e, &rw);
+    free(g);
+    free(u);
+    free(d);
+    free(cw);
+    free(x);
+    free(bias);
+    free(tmp);
+    free(co);
+    free(clg);
+    free(cid);
+    free(cwt);
+    return ok;
+}
+
+TEST(moe_router_ffn_routes_beside_the_always_on_experts)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    sd_moe_route lite = route_lite, sig = route_lite, v3 = route_v3;
+    lite.n_always = 2;
+    /* V2-Lite's expert shape (16 of its 64 routed experts: the register
+     * routing takes up to 64), decode and verify sizes */
+    lite.n_experts = 16;
+    const int ns[3] = {1, 3, 4};
+    for (int i = 0; i < 3; i++)
+        ok &= router_ffn_case(&e, "v2-lite", SD_DT_BF16, ns[i], 2048, 1408, lite, 0, 18);
+    /* 64 experts, sigmoid with the correction bias, normalized, scaled */
+    sig.n_always = 1;
+    sig.sigmoid = 1;
+    sig.norm_topk_prob = 1;
+    sig.routed_scaling_factor = 2.5f;
+    ok &= router_ffn_case(&e, "sigmoid", SD_DT_BF16, 8, 256, 128, sig, 0, 65);
+    ok &= router_ffn_case(&e, "sigmoid", SD_DT_F16, 2, 256, 136, sig, 0, 65);
+    ok &= router_ffn_case(&e, "sigmoid", SD_DT_F32, 5, 128, 64, sig, 0, 65);
+    /* an expert-parallel bank (ids 32..65 of 66: half the routed experts
+     * and both always-on ones) */
+    sd_moe_route ep = route_lite;
+    ep.n_always = 2;
+    ok &= router_ffn_case(&e, "expert-parallel bank", SD_DT_BF16, 3, 256, 128, ep, 32, 34);
+    /* the shapes it leaves to the two ops */
+    sd_moe_route none = route_lite;
+    ok &= router_ffn_case(&e, "no always-on", SD_DT_BF16, 2, 256, 128, none, 0, 64);
+    v3.n_always = 1;
+    ok &= router_ffn_case(&e, "v3 groups", SD_DT_BF16, 2, 256, 64, v3, 0, 257);
+    ok &= router_ffn_case(&e, "many pairs", SD_DT_BF16, 40, 256, 64, lite, 0, 18);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
 /* A bank of E experts, global ids first .. first + E - 1 of E_all; tokens
  * pick K distinct global experts (expert parallel when E < E_all). */
 static int ffn_case_ep(gpu_env *e, sd_dtype dt, int n, int E, int K, int D, int I, int first,
@@ -2814,6 +2950,7 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(attention_split_level_2_matches_the_cpu_on_steps_of_more_than_8_tokens),
           T(moe_route_matches_the_cpu), T(moe_router_route_is_the_gpus_matmul_then_moe_route),
           T(moe_ffn_matches_the_cpu), T(moe_ffn_fused_small_batches_match_the_cpu),
+          T(moe_router_ffn_routes_beside_the_always_on_experts),
           T(moe_ffn_tensor_core_prefill_matches_the_cpu_and_odd_shapes_fall_back),
           T(argmax_rows_equals_the_cpu_with_ties_and_nan),
           T(sample_rows_gives_the_cpu_distribution_and_token_on_mixed_rows),
