@@ -13,8 +13,10 @@
 #             at 0.85, 0.75, 0.6
 #   long      both at LONG_PLEN-token prompts (3968: the V2-Lite-shaped checkpoint's
 #             context is 4096), batch 1 and 32, 128 tokens (at 32 the first
-#             request must still decode after the last prompt is in):
-#             plain, V2-Lite's MTP k = 3, each with SPECD_ATTN_SPLIT_ALL=2 too
+#             request must still decode after the last prompt is in): plain,
+#             the 8B with SPECD_ATTN_SPLIT_ALL=2 too, V2-Lite with =0 too
+#             (its latent kernel splits at the default level 1); V2-Lite's MTP
+#             k = 3 at 3584-token prompts and 480 tokens, with =0 too
 #   tiny      the bundled model on its held-out prompts at batch 1, 8 and 32:
 #             plain, and each proposer at k = 3 and auto (real acceptance);
 #             TINY_MAXTOK tokens a request (512), the median of TINY_REPEAT
@@ -124,16 +126,20 @@ if has dsv2lite; then
 fi
 if has long; then
     # long contexts (LONG_PLEN, 3968-token prompts): the step's attention
-    # reads each request's context, so this is where it shows; with
-    # SPECD_ATTN_SPLIT_ALL=2 the 128-dim GQA and DeepSeek latent kernels
-    # split steps of 9+ tokens (a batch's decode, verify steps) too
+    # reads each request's context, so this is where it shows; the DeepSeek
+    # latent kernel splits steps of 9+ tokens (a batch's decode, verify
+    # steps) by default (=0: whole), the 128-dim GQA one with
+    # SPECD_ATTN_SPLIT_ALL=2
     lp=(--prompt-len "${LONG_PLEN:-3968}" --max-tokens 128 --batch 1,32)
     run l8b-long "${lp[@]}" --model "$CKPT/l8b"
     SPECD_ATTN_SPLIT_ALL=2 run l8b-long-split2 "${lp[@]}" --model "$CKPT/l8b"
     run dsv2lite-long "${lp[@]}" --model "$CKPT/dsv2lite"
-    SPECD_ATTN_SPLIT_ALL=2 run dsv2lite-long-split2 "${lp[@]}" --model "$CKPT/dsv2lite"
-    run dsv2lite-long-mtp-k3 "${lp[@]}" --model "$CKPT/dsv2lite" --spec mtp --k 3 --synthetic-accept $A
-    SPECD_ATTN_SPLIT_ALL=2 run dsv2lite-long-mtp-k3-split2 "${lp[@]}" --model "$CKPT/dsv2lite" \
+    SPECD_ATTN_SPLIT_ALL=0 run dsv2lite-long-split0 "${lp[@]}" --model "$CKPT/dsv2lite"
+    # MTP at k = 3 takes ~2.9 tokens a step: 480 tokens keep the first
+    # request decoding until the last one's prompt is in (128 did not)
+    lm=(--prompt-len "${LONG_MTP_PLEN:-3584}" --max-tokens 480 --batch 1,32)
+    run dsv2lite-long-mtp-k3 "${lm[@]}" --model "$CKPT/dsv2lite" --spec mtp --k 3 --synthetic-accept $A
+    SPECD_ATTN_SPLIT_ALL=0 run dsv2lite-long-mtp-k3-split0 "${lm[@]}" --model "$CKPT/dsv2lite" \
         --spec mtp --k 3 --synthetic-accept $A
 fi
 if has tiny; then

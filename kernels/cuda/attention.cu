@@ -1136,11 +1136,14 @@ static int split_count(const sd__cuda *c, int Hkv, int ngb, int Hq, int Dv)
  *   T <= SPLIT_MAX_T    S;
  *   level >= lvl and the partials buffer holds S chunks of T tokens' Hq
  *                       heads: S (a token's bits as in a decode step);
- *   level 2             as many chunks as the buffer holds, up to S;
+ *   level >= fit        as many chunks as the buffer holds, up to S;
  *   else                1: each token's positions whole.
- * The general kernel splits larger steps from level 1 (the default), the
- * 128-dim GQA and the DeepSeek latent kernels from level 2. */
-static int split_for_step(const sd__cuda *c, int S, int T, int Hq, int Dv, int lvl)
+ * The general kernel splits larger steps from level 1 (the default), as
+ * many chunks as fit from level 2; the DeepSeek latent kernel both from
+ * level 1 (V2-Lite at batch 32: +52% at 3968-token contexts, +1% at 64:
+ * bench/results/NOTES.md, session 16); the 128-dim GQA kernel both from
+ * level 2 (the 8B at batch 32: +10% at 3968, -2.1% at 64). */
+static int split_for_step(const sd__cuda *c, int S, int T, int Hq, int Dv, int lvl, int fit)
 {
     if (T <= SPLIT_MAX_T || S <= 1)
         return S;
@@ -1149,10 +1152,10 @@ static int split_for_step(const sd__cuda *c, int S, int T, int Hq, int Dv, int l
     const size_t per = (size_t)T * (size_t)Hq * (size_t)(Dv + 2) * sizeof(float);
     if ((size_t)S * per <= c->attn_part_bytes)
         return S;
-    if (c->attn_split_all < 2)
+    if (c->attn_split_all < fit)
         return 1;
-    const size_t fit = c->attn_part_bytes / per;
-    return fit > 1 ? (int)fit : 1;
+    const size_t held = c->attn_part_bytes / per;
+    return held > 1 ? (int)held : 1;
 }
 
 /* attn_dec_kernel takes 128-dim heads (every row 16-byte aligned, the
@@ -1174,7 +1177,7 @@ static void launch_dec(sd__cuda *c, att_args *a, int T, int Hkv)
     a->tile = KT;
     a->min_chunk = 0;
     a->S = split_for_step(c, split_count(c, Hkv, a->ngb, Hkv * a->group, a->Dv), T,
-                          Hkv * a->group, a->Dv, 2);
+                          Hkv * a->group, a->Dv, 2, 2);
     a->part = a->S > 1 ? c->attn_part : NULL;
     dim3 grid((unsigned)T, (unsigned)(Hkv * a->ngb), (unsigned)a->S);
     if (a->G > 4)
@@ -1215,7 +1218,7 @@ static void launch(sd__cuda *c, att_args *a, int T, int Hkv, const char *what)
      * steps of 9+ rows, a batch's decode; the same chunks, so a token's
      * bits do not depend on the step it is in); else whole */
     int Hq = Hkv * a->group;
-    a->S = split_for_step(c, split_count(c, Hkv, a->ngb, Hq, a->Dv), T, Hq, a->Dv, 1);
+    a->S = split_for_step(c, split_count(c, Hkv, a->ngb, Hq, a->Dv), T, Hq, a->Dv, 1, 2);
     a->part = a->S > 1 ? c->attn_part : NULL;
     dim3 grid((unsigned)T, (unsigned)(Hkv * a->ngb), (unsigned)a->S);
     if (att_vec(a))
@@ -1293,7 +1296,7 @@ static void launch_mla_tc(sd__cuda *c, att_args *a, int T)
     a->ngb = (a->group + TC_M - 1) / TC_M;
     a->tile = TC_KT;
     a->min_chunk = mla_min_chunk(c, TC_KT);
-    a->S = split_for_step(c, mla_split(c, a->group, TC_M), T, a->group, MLA_C, 2);
+    a->S = split_for_step(c, mla_split(c, a->group, TC_M), T, a->group, MLA_C, 1, 1);
     a->part = a->S > 1 ? c->attn_part : NULL;
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
     sd__launch(c, mla_tc_kernel, grid, TC_THREADS, TC_SMEM, *a);

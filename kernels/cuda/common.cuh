@@ -97,8 +97,8 @@ typedef struct sd__cuda {
      * (SPECD_MOE_OVERLAP=0, sd_cuda_set_moe_overlap: off; the same bits) */
     int moe_overlap;
     /* steps of more than 8 tokens split into chunks (attention.cu,
-     * split_for_step; SPECD_ATTN_SPLIT_ALL): 0 none, 1 the general kernel
-     * (the default), 2 the 128-dim GQA and DeepSeek latent kernels too */
+     * split_for_step; SPECD_ATTN_SPLIT_ALL): 0 none, 1 the general and
+     * DeepSeek latent kernels (the default), 2 the 128-dim GQA kernel too */
     int attn_split_all;
     /* host_alloc gives page-locked memory (SPECD_PINNED=0: NULL, malloc) */
     int pinned;

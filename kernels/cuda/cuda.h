@@ -100,10 +100,12 @@ void sd_cuda_set_moe_overlap(sd_backend *be, int on);
  * positions whole (before 2c6448d); 1 (the default): the general kernel
  * (head dims other than the 128-dim GQA and the DeepSeek latent shapes, e.g.
  * the bundled model's), with a decode step's chunks where the partials
- * buffer holds them; 2: the 128-dim GQA and DeepSeek latent kernels too,
- * and where the buffer does not hold a decode step's chunks as many as it
- * holds (not yet measured on a GPU). SPECD_ATTN_SPLIT_ALL=0/1/2 as the
- * backend opens, or this call. Not the same bits as whole. */
+ * buffer holds them, and the DeepSeek latent kernel, as many chunks as the
+ * buffer holds (V2-Lite at batch 32: +52% at 3968-token contexts); 2: the
+ * 128-dim GQA kernel too (the 8B at batch 32: +10% at 3968 tokens, -2.1% at
+ * 64), and as many chunks as the buffer holds on every kernel.
+ * SPECD_ATTN_SPLIT_ALL=0/1/2 as the backend opens, or this call. Not the
+ * same bits as whole. */
 #define SD_CUDA_ATTN_SPLIT_ALL_DEFAULT 1
 void sd_cuda_set_attn_split_all(sd_backend *be, int level);
 

@@ -604,8 +604,8 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
 
 /* The routing of n tokens beside their always-on experts' gate/up: blocks
  * 0 .. n - 1 route a token each (warp 0: moe_route_small_kernel's work),
- * the others take gate_up_tile's column tiles (`tiles` a pair) of each
- * token's slots K .. K + n_always - 1, whose experts (E + a) do not wait
+ * the others take gate_up_tile's column tiles of each token's slots
+ * K .. K + n_always - 1, whose experts (E + a) do not wait
  * for the routing. The routing's chain (the logits' round trip, its
  * reductions) then runs while the always-on experts' weights stream
  * instead of before every expert's. The same bits as the two kernels. At
@@ -615,7 +615,7 @@ template <int DT, int MAXE, int GU, int U, int MINB, bool SIG>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB < 3 ? 3 : MINB)
 moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const float *bias,
                         sd_moe_route r, int n, float *h, const float *x, int D, int I, int first,
-                        int E, int WK, int tiles, const __grid_constant__ moe_tabs<MAXE> tab)
+                        int E, int WK, const __grid_constant__ moe_tabs<MAXE> tab)
 {
     const int b = blockIdx.x;
     if (b < n) {
@@ -629,7 +629,11 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
         return;
     }
     SD_PDL_ENTER();
-    const int q = b - n, pa = q / tiles, ty = q - pa * tiles;
+    /* pairs fastest, as the gate/up kernel's grid: the tokens' blocks of one
+     * always-on expert's tile run side by side and share its weights in L2
+     * (tiles fastest, a verify step's tokens each read an expert's 11.5 MB
+     * tens of MB apart: V2-Lite's MTP verify steps ran 4-6% slower) */
+    const int npa = n * r.n_always, q = b - n, ty = q / npa, pa = q - ty * npa;
     const int t = pa / r.n_always, a = pa - t * r.n_always, W = r.top_k + r.n_always;
     const int e = r.n_experts + a - first;
     if (e < 0 || e >= E)
@@ -754,11 +758,11 @@ static void launch_gate_up(sd__cuda *c, const moe_route_args *ra, int32_t *ids, 
         if (ra->r.sigmoid)
             sd__launch(c, moe_route_always_kernel<DT, MAXE, GU, U, MINB, true>, g, th, 0, ids,
                        wts, ra->logits, ra->bias, ra->r, n, h, x, D, I, ex->first, ex->n, wk,
-                       tiles, tab);
+                       tab);
         else
             sd__launch(c, moe_route_always_kernel<DT, MAXE, GU, U, MINB, false>, g, th, 0, ids,
                        wts, ra->logits, ra->bias, ra->r, n, h, x, D, I, ex->first, ex->n, wk,
-                       tiles, tab);
+                       tab);
         if (SD_LAUNCHED(c, "moe_route_always_kernel"))
             return;
         routed = ra->r.top_k;

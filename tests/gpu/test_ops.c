@@ -1229,11 +1229,12 @@ TEST(attn_mla_on_the_general_kernel_gives_a_token_the_same_bits_in_decode_and_ve
     ASSERT(ok);
 }
 
-/* SPECD_ATTN_SPLIT_ALL=2: steps of 9+ tokens on the 128-dim GQA and the
- * DeepSeek latent kernels split too (a decode step's chunks where the
- * partials buffer holds them, else as many as it holds): against the CPU,
- * and a token's bits in a 13-token verify step as decoded alone (GQA) */
-TEST(attention_split_level_2_matches_the_cpu_on_steps_of_more_than_8_tokens)
+/* Steps of 9+ tokens on the DeepSeek latent kernels (split from level 1,
+ * the default) and with SPECD_ATTN_SPLIT_ALL=2 on the 128-dim GQA kernel
+ * too (a decode step's chunks where the partials buffer holds them, else as
+ * many as it holds): against the CPU, and a token's bits in a 13-token
+ * verify step as decoded alone (GQA) */
+TEST(attention_split_steps_of_more_than_8_tokens_match_the_cpu)
 {
     gpu_env e;
     GPU_OPEN(e);
@@ -1247,15 +1248,14 @@ TEST(attention_split_level_2_matches_the_cpu_on_steps_of_more_than_8_tokens)
     ok &= gqa_case(&e, "level 2 prefill chunk D=128", 1, c2, n2, 16, 32, 8, 128, 128);
     int c3[1] = {1200}, n3[1] = {300};
     ok &= gqa_case(&e, "level 2 long prefill chunk D=128", 1, c3, n3, 64, 32, 8, 128, 128);
+    sd_cuda_set_attn_split_all(e.gpu, SD_CUDA_ATTN_SPLIT_ALL_DEFAULT);
     static const int Hs[2] = {16, 128};
     for (int i = 0; i < 2; i++) {
         int c4[5] = {40, 700, 4100, 31, 300}, n4[5] = {4, 4, 4, 4, 1};
-        ok &= mla_run(&e, "level 2 batch decode+verify", 5, c4, n4, 16, Hs[i], 512, 64, 128,
-                      MLA_TC);
+        ok &= mla_run(&e, "split batch decode+verify", 5, c4, n4, 16, Hs[i], 512, 64, 128, MLA_TC);
         int c5[4] = {33, 300, 4100, 1}, n5[4] = {33, 2, 5, 1};
-        ok &= mla_run(&e, "level 2 ragged prefill", 4, c5, n5, 64, Hs[i], 512, 64, 128, MLA_DEC);
+        ok &= mla_run(&e, "split ragged prefill", 4, c5, n5, 64, Hs[i], 512, 64, 128, MLA_DEC);
     }
-    sd_cuda_set_attn_split_all(e.gpu, SD_CUDA_ATTN_SPLIT_ALL_DEFAULT);
     ok &= gqa_decode_equals_verify(&e, 32, 8, 300, 12, 2);
     ok &= gqa_decode_equals_verify(&e, 32, 8, 4100, 12, 2);
     ok &= gqa_decode_equals_verify(&e, 8, 1, 1500, 12, 2);
@@ -2947,7 +2947,7 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(attn_mla_on_tensor_cores_matches_the_cpu_within_bf16_rounding),
           T(attn_mla_on_tensor_cores_gives_a_token_the_same_bits_in_decode_and_verify),
           T(attn_mla_on_the_general_kernel_gives_a_token_the_same_bits_in_decode_and_verify),
-          T(attention_split_level_2_matches_the_cpu_on_steps_of_more_than_8_tokens),
+          T(attention_split_steps_of_more_than_8_tokens_match_the_cpu),
           T(moe_route_matches_the_cpu), T(moe_router_route_is_the_gpus_matmul_then_moe_route),
           T(moe_ffn_matches_the_cpu), T(moe_ffn_fused_small_batches_match_the_cpu),
           T(moe_router_ffn_routes_beside_the_always_on_experts),
