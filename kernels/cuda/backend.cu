@@ -495,7 +495,10 @@ void sd_cuda_set_attn_split_all(sd_backend *be, int level)
 }
 
 void sd_cuda_set_route_small(sd_backend *be, int on) { sd__cuda_of(be)->route_small = on != 0; }
-void sd_cuda_set_moe_overlap(sd_backend *be, int on) { sd__cuda_of(be)->moe_overlap = on != 0; }
+void sd_cuda_set_moe_overlap(sd_backend *be, int max_tokens)
+{
+    sd__cuda_of(be)->moe_overlap = max_tokens > 0 ? max_tokens : 0;
+}
 
 const char *sd_cuda_backend_error(const sd_backend *be)
 {
@@ -637,7 +640,7 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->mla_dec = env_on("SPECD_MLA_DEC"); /* 0: off (the tensor-core kernel) */
     c->ablate = ablate_mask(getenv("SPECD_ABLATE"));
     c->route_small = env_on("SPECD_ROUTE_SMALL");
-    c->moe_overlap = env_on("SPECD_MOE_OVERLAP");
+    c->moe_overlap = env_level("SPECD_MOE_OVERLAP", 1 << 20, SD_CUDA_MOE_OVERLAP_DEFAULT);
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

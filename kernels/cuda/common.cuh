@@ -93,8 +93,9 @@ typedef struct sd__cuda {
     /* moe_route for E <= 64 without group limits on moe_route_small_kernel
      * (SPECD_ROUTE_SMALL=0: moe_route_kernel; the same bits) */
     int route_small;
-    /* moe_router_ffn routes beside the always-on experts' gate/up
-     * (SPECD_MOE_OVERLAP=0, sd_cuda_set_moe_overlap: off; the same bits) */
+    /* moe_router_ffn routes beside the always-on experts' gate/up in steps
+     * of up to this many tokens (SPECD_MOE_OVERLAP, sd_cuda_set_moe_overlap;
+     * 0: never; the same bits) */
     int moe_overlap;
     /* steps of more than 8 tokens split into chunks (attention.cu,
      * split_for_step; SPECD_ATTN_SPLIT_ALL): 0 none, 1 the general and

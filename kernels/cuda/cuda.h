@@ -90,9 +90,13 @@ void sd_cuda_set_moe_down(sd_backend *be, int shape);
  * kernel (moe.cu; on by default, SPECD_ROUTE_SMALL=0 or this call: the
  * general kernel). The same bits either way. */
 void sd_cuda_set_route_small(sd_backend *be, int on);
-/* moe_router_ffn's routing beside the always-on experts' gate/up (on by
- * default; SPECD_MOE_OVERLAP=0 off: moe_router_route, then moe_ffn) */
-void sd_cuda_set_moe_overlap(sd_backend *be, int on);
+/* moe_router_ffn's routing beside the always-on experts' gate/up, in steps
+ * of up to max_tokens tokens (SPECD_MOE_OVERLAP=N as the backend opens, or
+ * this call; 0: never, moe_router_route then moe_ffn; the same bits). The
+ * default 1: V2-Lite's batch-1 decode +0.4%, its 2-token MTP verify steps
+ * -2.2% (bench/results/NOTES.md, session 16). */
+#define SD_CUDA_MOE_OVERLAP_DEFAULT 1
+void sd_cuda_set_moe_overlap(sd_backend *be, int max_tokens);
 
 /* Attention steps of more than 8 tokens (verify steps of 9+ rows, a
  * batch's decode) split each token's positions into chunks, as a decode

@@ -1276,10 +1276,10 @@ void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t 
     SD_LAUNCHED(c, "moe_combine_kernel");
 }
 
-/* moe_router_ffn: where the experts take the fused path, the routing is
- * the register kernel's (E <= 64, no group limits) and there are always-on
- * experts, the routing runs beside their gate/up (moe_route_always_kernel:
- * SPECD_MOE_OVERLAP=0, sd_cuda_set_moe_overlap, turns it off); otherwise
+/* moe_router_ffn: in steps of up to c->moe_overlap tokens (1 by default)
+ * where the experts take the fused path, the routing is the register
+ * kernel's (E <= 64, no group limits) and there are always-on experts, the
+ * routing runs beside their gate/up (moe_route_always_kernel); otherwise
  * moe_router_route, then moe_ffn. */
 void sd__cuda_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wts, float *logits,
                              const float *x, const sd_weight *w, const float *bias,
@@ -1292,7 +1292,7 @@ void sd__cuda_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wt
     const int G = r->n_group > 1 ? r->n_group : 1, E = r->n_experts;
     int I = 0, vec = 0, path = -1;
     sd_dtype dt = SD_DT_F32;
-    if (c->moe_overlap && na > 0 && c->route_small && !(c->ablate & SD__AB_ROUTE) && E > 0 &&
+    if (n <= c->moe_overlap && na > 0 && c->route_small && !(c->ablate & SD__AB_ROUTE) && E > 0 &&
         E <= 64 && r->top_k > 0 && r->top_k <= E && (G == 1 || r->topk_group >= G) &&
         ex->n > 0 && (path = moe_ffn_path(c, ex, x, tmp, n, W, D, &I, &dt, &vec)) < 0)
         return;

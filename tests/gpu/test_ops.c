@@ -1528,10 +1528,10 @@ static int router_ffn_case(gpu_env *e, const char *what, sd_dtype dt, int n, int
         dwt[v] = gpoison(e, (size_t)n * W);
         did[v] = (int32_t *)gpoison(e, (size_t)n * W);
         sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_OFF);
-        sd_cuda_set_moe_overlap(e->gpu, v == 0);
+        sd_cuda_set_moe_overlap(e->gpu, v == 0 ? 1 << 20 : 0);
         e->gpu->ops->moe_router_ffn(e->gpu, dout[v], did[v], dwt[v], dlg[v], dx, &rw.g, db, &ge, n,
                                     D, &r, dtmp);
-        sd_cuda_set_moe_overlap(e->gpu, 1);
+        sd_cuda_set_moe_overlap(e->gpu, SD_CUDA_MOE_OVERLAP_DEFAULT);
         sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_AUTO);
     }
     long bad = 0;
