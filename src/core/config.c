@@ -83,7 +83,7 @@ const sd_opt_def sd_opt_table[] = {
      "largest batch captured in CUDA graphs (0: no graphs)"},
     {"launch-ahead", NULL, E, OFF(launch_ahead), "auto", 0, 0, "auto|on|off", C_RUN,
      "queue a plain decode step before the one before it is read, when the batch cannot "
-     "change (auto: greedy, one rank with CUDA graphs; on: sampled and tensor-parallel too)"},
+     "change (auto: one rank with CUDA graphs; on: tensor-parallel ranks and no graphs too)"},
     {"profile-ops", NULL, B, OFF(profile_ops), "false", 0, 0, NULL, C_RUN,
      "time every backend op (a sync around each, no graphs) and print a table at exit"},
     {"allreduce", NULL, E, OFF(allreduce), "auto", 0, 0, "auto|nccl|oneshot|twoshot", SD_CMD_MODEL,

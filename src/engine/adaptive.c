@@ -290,26 +290,26 @@ static void clock_to(sd_adaptive *a)
     }
 }
 
-void sd_adaptive_observe_target(sd_adaptive *a, int batch, int tokens, double secs)
+/* a target step, read one at a time or queued ahead: a tick of the clock */
+static void observe_step(sd_adaptive *a, int batch, int tokens, double secs, int ahead)
 {
     if (tokens <= 0 || batch <= 0)
         return;
     sd_adapt_target *t = target_of(a, batch);
     clock_to(a);
-    sd_curve_add(&t->c, sd_row_bucket(tokens), secs);
+    sd_curve_add(ahead ? &t->ahead : &t->c, sd_row_bucket(tokens), secs);
     t->used = a->steps;
     a->steps++;
 }
 
+void sd_adaptive_observe_target(sd_adaptive *a, int batch, int tokens, double secs)
+{
+    observe_step(a, batch, tokens, secs, 0);
+}
+
 void sd_adaptive_observe_ahead(sd_adaptive *a, int batch, int tokens, double secs)
 {
-    if (tokens <= 0 || batch <= 0)
-        return;
-    sd_adapt_target *t = target_of(a, batch);
-    clock_to(a);
-    sd_curve_add(&t->ahead, sd_row_bucket(tokens), secs);
-    t->used = a->steps;
-    a->steps++;
+    observe_step(a, batch, tokens, secs, 1);
 }
 
 void sd_adaptive_observe_hidden(sd_adaptive *a, int batch, double secs)
