@@ -38,6 +38,10 @@
 #   COPY_BW_GBS  a copy bandwidth to use instead of measuring it (with no bw phase)
 #   DEVICE    the engine's device (default cuda; cpu with QUICK=1 checks the script
 #             on a machine without a GPU); PY: the python with torch (default python3)
+#   BUDGET_S  seconds for the whole script: a run that would start past them
+#             is skipped (noted in the output), so the merge still writes
+#             decode.json when a machine's time is short (a call cut by its
+#             limit before the merge leaves no JSON)
 set -uo pipefail
 bin=${1:?BIN_DIR}; out=${2:?OUT}; commit=${3:-unknown}
 phases=${4:-ckpt,bw,l8b,dsv2lite,long,tiny}
@@ -95,6 +99,10 @@ common=(--device "$device" --commit "$commit" --machine "$dev" --max-tokens "$ma
 extra=(${EXTRA:-})
 run() { # run LABEL ARGS...
     local label=$1; shift
+    if [ -n "${BUDGET_S:-}" ] && awk "BEGIN { exit !($(since "$t_all") > ${BUDGET_S}) }"; then
+        echo "== $label: skipped (BUDGET_S=$BUDGET_S spent)"
+        return 0
+    fi
     local t0; t0=$(date +%s.%N)
     "$bench" "${common[@]}" "${extra[@]}" --label "$label" --out "$w/run-$label.json" "$@" \
         > "$w/$label.txt" 2> "$w/$label.log"
