@@ -67,6 +67,9 @@ typedef struct sd_opts {
     char *launch_ahead; /* auto | on | off */
     int profile_ops; /* time every backend op (kernels/prof.c) */
     int debug_pad_steps; /* not an option: tests pad steps as graphs would, on any backend */
+    /* not an option: adaptive k prices k = 0 at a queued-ahead step on any
+     * backend (tests; else only where CUDA graphs run) */
+    int debug_price_ahead;
     char *allreduce; /* auto | nccl | oneshot | twoshot */
     int nnodes;           /* nodes of the tensor-parallel group */
     int node_rank;        /* this node, 0..nnodes-1 */

@@ -1603,7 +1603,8 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     /* adaptive k prices k = 0 at a queued-ahead step where one would run:
      * with graphs (a backend without them, the CPU's, runs a step inside its
      * launch: nothing to hide) on one node, without synthetic acceptance */
-    e->adapt.ahead = e->ahead_on && e->graphs_on && !e->nodes && e->synth.n == 0 &&
+    e->adapt.ahead = e->ahead_on && (e->graphs_on || o->debug_price_ahead) && !e->nodes &&
+                     e->synth.n == 0 &&
                      e->be->ops->copy && e->be->ops->download_async && e->be->ops->download_wait;
     if (e->tp) {
         /* the all-reduce of the residual stream at every step size the graphs capture */

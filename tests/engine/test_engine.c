@@ -454,12 +454,13 @@ TEST(draft_lm_reserves_the_last_token_position_at_a_block_boundary)
  * drafts are rarely accepted), spec-k k ("auto" or a number), with n
  * greedy requests of the 3-token prompts {i + 1, 5, 9} submitted at once;
  * NULL on failure (err says why). */
-static sd_engine *mtp_engine_with(const char *k, const char *ahead, engine_out *outs, int n,
-                                  int max_tokens, sd_err *err)
+static sd_engine *mtp_engine_with_price(const char *k, const char *ahead, int price_ahead,
+                                        engine_out *outs, int n, int max_tokens, sd_err *err)
 {
     sd_opts o;
     if (sd_opts_init(&o, err))
         return NULL;
+    o.debug_price_ahead = price_ahead;
     char *m = dir_of("deepseek-v3");
     sd_opts_set(&o, SD_CMD_GENERATE, "model", m, err);
     sd_opts_set(&o, SD_CMD_GENERATE, "spec", "mtp", err);
@@ -487,18 +488,26 @@ static sd_engine *mtp_engine_with(const char *k, const char *ahead, engine_out *
     return e;
 }
 
+static sd_engine *mtp_engine_with(const char *k, const char *ahead, engine_out *outs, int n,
+                                  int max_tokens, sd_err *err)
+{
+    return mtp_engine_with_price(k, ahead, 0, outs, n, max_tokens, err);
+}
+
 /* With drafts that are never accepted (random-weight MTP), adaptive k falls
  * back to plain decode after its exploration steps; with --launch-ahead
- * (pass 2) those plain steps are queued ahead, as a plain engine's are. */
+ * (pass 2) those plain steps are queued ahead, as a plain engine's are;
+ * pass 3 prices k = 0 at the queued-ahead step as a GPU's engine does
+ * (adaptive.ahead: the hidden times and queued-ahead steps observed). */
 TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
 {
     sd_err err = {0};
-    uint64_t drafted[3] = {0, 0, 0};
-    static engine_out outs_of[3][4];
-    for (int pass = 0; pass < 3; pass++) {
+    uint64_t drafted[4] = {0, 0, 0, 0};
+    static engine_out outs_of[4][4];
+    for (int pass = 0; pass < 4; pass++) {
         engine_out outs[4];
-        sd_engine *e = mtp_engine_with(pass ? "auto" : "4", pass == 2 ? "on" : "off", outs, 4,
-                                       120, &err);
+        sd_engine *e = mtp_engine_with_price(pass ? "auto" : "4", pass >= 2 ? "on" : "off",
+                                             pass == 3, outs, 4, 120, &err);
         ASSERT_MSG(e, "engine: %s", err.msg);
         for (int spin = 0; spin < 60000; spin++) {
             pthread_mutex_lock(&g_mu);
@@ -528,11 +537,11 @@ TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
             /* speculation off: the target steps skip the MTP hidden states */
             ASSERT_GT(st.spec_plain_steps, 0);
         }
-        ASSERT(pass == 2 ? st.ahead_steps > 0 : st.ahead_steps == 0);
+        ASSERT(pass >= 2 ? st.ahead_steps > 0 : st.ahead_steps == 0);
         sd_engine_destroy(e);
     }
     /* and the greedy tokens are the same either way */
-    for (int pass = 1; pass < 3; pass++)
+    for (int pass = 1; pass < 4; pass++)
         for (int i = 0; i < 4; i++) {
             ASSERT_EQ(outs_of[0][i].n, outs_of[pass][i].n);
             for (int j = 0; j < outs_of[0][i].n; j++)
@@ -544,6 +553,7 @@ TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
             (unsigned long long)drafted[1]);
     ASSERT_GT(drafted[0], 0);
     ASSERT_LT(drafted[1] * 4, drafted[0]);
+    ASSERT_LT(drafted[3] * 4, drafted[0]);
 }
 
 /* Adaptive k learns a drafting phase's cost only from steps without prompt
