@@ -14,7 +14,12 @@
  * it would have. What it shows is how a change of the model reads the same
  * numbers (session 13 found its two faults this way: NOTES.md).
  *
- * usage: specd-adaptive-replay [--accept P] [--k-max K] [--quiet] < LOG */
+ * --ahead: the engine priced k = 0 at a queued-ahead plain step (a GPU's
+ * engine with launch ahead): its "queued-ahead step" and "hidden by
+ * queueing ahead" lines are fed too (no pick after a queued-ahead step:
+ * the engine makes none while no request tracks the proposer).
+ *
+ * usage: specd-adaptive-replay [--accept P] [--k-max K] [--ahead] [--quiet] < LOG */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +43,7 @@ static void accept_counts(sd_accept_stats *acc, double p, int k_max)
 int main(int argc, char **argv)
 {
     double p = 0.9;
-    int k_max = 4, quiet = 0;
+    int k_max = 4, quiet = 0, ahead = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--accept") && i + 1 < argc)
             p = atof(argv[++i]);
@@ -46,8 +51,11 @@ int main(int argc, char **argv)
             k_max = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quiet"))
             quiet = 1;
+        else if (!strcmp(argv[i], "--ahead"))
+            ahead = 1;
         else {
-            fprintf(stderr, "usage: %s [--accept P] [--k-max K] [--quiet] < LOG\n", argv[0]);
+            fprintf(stderr, "usage: %s [--accept P] [--k-max K] [--ahead] [--quiet] < LOG\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -57,6 +65,7 @@ int main(int argc, char **argv)
     }
     sd_adaptive a;
     sd_adaptive_init(&a, k_max);
+    a.ahead = ahead;
     sd_accept_stats acc;
     accept_counts(&acc, p, k_max);
     char line[1024];
@@ -65,8 +74,20 @@ int main(int argc, char **argv)
     while (fgets(line, sizeof line, stdin)) {
         const char *t = strstr(line, "adaptive k: target step: rows x batch ");
         const char *d = strstr(line, "adaptive k: drafting phase: requests x k ");
+        const char *q = strstr(line, "adaptive k: queued-ahead step: rows x batch ");
+        const char *h = strstr(line, "adaptive k: hidden by queueing ahead: 1 x batch ");
         int x, y;
         double ms;
+        if (q && sscanf(q, "adaptive k: queued-ahead step: rows x batch %d x %d: %lf ms", &x, &y,
+                        &ms) == 3) {
+            sd_adaptive_observe_ahead(&a, y, x, ms * 1e-3);
+            continue;
+        }
+        if (h && sscanf(h, "adaptive k: hidden by queueing ahead: 1 x batch %d x %d: %lf ms", &x,
+                        &y, &ms) == 3) {
+            sd_adaptive_observe_hidden(&a, y, ms * 1e-3);
+            continue;
+        }
         if (d && sscanf(d, "adaptive k: drafting phase: requests x k %d x %d: %lf ms", &x, &y,
                         &ms) == 3) {
             sd_adaptive_observe_draft(&a, x, y, ms * 1e-3);

@@ -1108,9 +1108,15 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
     s->n_seq = live;
     if (e->spec != SD_SPEC_NONE) {
         int off = n_not_drafting(e);
-        int k = e->spec_k >= 0 ? e->spec_k
-                               : sd_adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running,
-                                                    e->n_running - off);
+        /* no request tracks the proposer: no pick (one would be for nobody,
+         * and a 1 there, an exploration or a hope, would reset the count of
+         * zeros that admits arrivals with speculation off: each arrival
+         * would then track the proposer and stop launch ahead) */
+        int k = e->spec_k >= 0                       ? e->spec_k
+                : e->n_running > 0 && off == e->n_running ? 0
+                                                        : sd_adaptive_pick_k(&e->adapt, &e->acc_all,
+                                                                             e->n_running,
+                                                                             e->n_running - off);
         /* Adaptive: when drafting has not paid for a while, the running
          * requests stop tracking the proposer (its catch-up pass costs too);
          * they finish as plain decode. New requests decide on admission. */

@@ -45,4 +45,18 @@ set -- $picks
 craft 0.200 0.600 0.900 1.200 1.500 0.10 > "$tmp/dear.log"
 "$replay" --accept 0.1 < "$tmp/dear.log" > "$tmp/dear.txt"
 grep -q 'speculation off$' "$tmp/dear.txt" || fail "poor, dear drafts never turned off: $(tail -3 "$tmp/dear.txt")"
+
+# crafted: one draft gains 4% over a plain step read one at a time, and
+# queueing plain steps ahead would hide 0.04 of its 0.30 ms (the engine's
+# "hidden by queueing ahead" lines): with --ahead (a GPU engine with launch
+# ahead) plain decode wins
+craft 0.300 0.330 0.450 0.600 0.750 0.03 |
+    sed 's/^\(.*target step: rows x batch 8 x 8: .*(step \([0-9]*\))\)$/00:00:00.000 specd debug: adaptive k: hidden by queueing ahead: 1 x batch 1 x 8: 0.040 ms (step \2)\n\1/' \
+    > "$tmp/tie.log"
+[ "$(grep -c 'hidden by queueing ahead' "$tmp/tie.log")" = 60 ] || fail "crafted hidden lines"
+"$replay" --accept 0.25 --quiet < "$tmp/tie.log" > "$tmp/tie.txt"
+grep -q 'speculation off 0 times' "$tmp/tie.txt" || fail "a 4% draft turned off: $(cat "$tmp/tie.txt")"
+"$replay" --accept 0.25 --ahead < "$tmp/tie.log" > "$tmp/tie-ahead.txt"
+grep -q 'speculation off$' "$tmp/tie-ahead.txt" ||
+    fail "plain launched ahead did not win: $(tail -3 "$tmp/tie-ahead.txt")"
 echo "ok"

@@ -538,12 +538,10 @@ TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
             ASSERT_EQ(st.spec_k_last, 4);
             ASSERT_EQ(st.spec_plain_steps, 0);
         } else {
-            /* (pass 3's picks after speculation went off are the CPU's: its
-             * "launch" runs the step, so the hidden and queued-ahead times
-             * it measures price nothing real, and a k = 1 picked for no
-             * drafting request changes no step) */
-            if (pass < 3)
-                ASSERT_GT(st.spec_k_steps[0], steps / 2);
+            /* once no request tracks the proposer every step counts as
+             * k = 0 (a 2-core CI machine once picked k = 1 for nobody in
+             * 75 of 120 steps of pass 3) */
+            ASSERT_GT(st.spec_k_steps[0], steps / 2);
             /* speculation off: the target steps skip the MTP hidden states */
             ASSERT_GT(st.spec_plain_steps, 0);
         }
