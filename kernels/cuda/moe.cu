@@ -204,12 +204,11 @@ __global__ void moe_route_kernel(int32_t *ids, float *wts, const float *logits, 
  * routing) in chains of shared-memory and L2 round trips. The same
  * numbers as moe_route_kernel: the softmax sum in expert order, the picks
  * by route_rank_topk's rank, their sum in slot order. */
-/* token t's routing by warp 0 of a block (lane = its lane), after the PDL
- * wait; b0, b1: the bias of experts lane and lane + 32 (0 past E or
- * without one), loaded before it */
+/* token t's routing by the first warp of a block (lane: its lane): the
+ * bias of experts lane and lane + 32 before the PDL wait, the rest after */
 template <bool SIG>
 __device__ __forceinline__ void route_small_token(int32_t *ids, float *wts, const float *logits,
-                                                  float b0, float b1, const sd_moe_route &r,
+                                                  const float *bias, const sd_moe_route &r,
                                                   int t, int lane)
 {
     __shared__ float4 sh4[16]; /* 64 floats: the scores, then the ranked choices */
@@ -219,6 +218,8 @@ __device__ __forceinline__ void route_small_token(int32_t *ids, float *wts, cons
     const int E = r.n_experts, K = r.top_k;
     const int e0 = lane, e1 = lane + 32;
     const bool in0 = e0 < E, in1 = e1 < E;
+    const float b0 = bias && in0 ? bias[e0] : 0.0f, b1 = bias && in1 ? bias[e1] : 0.0f;
+    SD_PDL_ENTER();
     const float *lg = logits + (size_t)t * (size_t)E;
     const float l0 = in0 ? lg[e0] : 0.0f, l1 = in1 ? lg[e1] : 0.0f;
     float s0, s1;
@@ -281,11 +282,7 @@ template <bool SIG>
 __global__ void moe_route_small_kernel(int32_t *ids, float *wts, const float *logits,
                                        const float *bias, sd_moe_route r)
 {
-    const int E = r.n_experts, lane = threadIdx.x;
-    const float b0 = bias && lane < E ? bias[lane] : 0.0f;
-    const float b1 = bias && lane + 32 < E ? bias[lane + 32] : 0.0f;
-    SD_PDL_ENTER();
-    route_small_token<SIG>(ids, wts, logits, b0, b1, r, blockIdx.x, lane);
+    route_small_token<SIG>(ids, wts, logits, bias, r, blockIdx.x, threadIdx.x);
 }
 
 /* SPECD_ABLATE=route: token t's row gets experts t * W + k (mod E) with
@@ -298,6 +295,16 @@ __global__ void moe_route_fixed_kernel(int32_t *ids, float *wts, sd_moe_route r)
         ids[(size_t)t * W + k] = k < K ? (t * W + k) % r.n_experts : r.n_experts + (k - K);
         wts[(size_t)t * W + k] = 1.0f / (float)W;
     }
+}
+
+/* r is routed on moe_route_small_kernel: a valid routing of up to 64
+ * experts without group limits, that kernel on (SPECD_ROUTE_SMALL), the
+ * routing not ablated */
+static int route_small_takes(const sd__cuda *c, const sd_moe_route *r)
+{
+    const int E = r->n_experts, G = r->n_group > 1 ? r->n_group : 1;
+    return c->route_small && !(c->ablate & SD__AB_ROUTE) && E > 0 && E <= 64 && r->top_k > 0 &&
+           r->top_k <= E && r->n_always >= 0 && (G == 1 || r->topk_group >= G);
 }
 
 void sd__cuda_moe_route(sd_backend *be, int32_t *ids, float *wts, const float *logits,
@@ -318,7 +325,7 @@ void sd__cuda_moe_route(sd_backend *be, int32_t *ids, float *wts, const float *l
         SD_LAUNCHED(c, "moe_route_fixed_kernel");
         return;
     }
-    if (E <= 64 && (G == 1 || r->topk_group >= G) && c->route_small) {
+    if (route_small_takes(c, r)) {
         if (r->sigmoid)
             sd__launch(c, moe_route_small_kernel<true>, n, 32, 0, ids, wts, logits, bias, *r);
         else
@@ -619,13 +626,8 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
 {
     const int b = blockIdx.x;
     if (b < n) {
-        const int lane = threadIdx.x, NE = r.n_experts;
-        if (lane >= 32)
-            return;
-        const float b0 = bias && lane < NE ? bias[lane] : 0.0f;
-        const float b1 = bias && lane + 32 < NE ? bias[lane + 32] : 0.0f;
-        SD_PDL_ENTER();
-        route_small_token<SIG>(ids, wts, logits, b0, b1, r, b, lane);
+        if (threadIdx.x < 32)
+            route_small_token<SIG>(ids, wts, logits, bias, r, b, threadIdx.x);
         return;
     }
     SD_PDL_ENTER();
@@ -1298,12 +1300,10 @@ void sd__cuda_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wt
     if (!c || n <= 0)
         return;
     const int na = r->n_always > 0 ? r->n_always : 0, W = r->top_k + na;
-    const int G = r->n_group > 1 ? r->n_group : 1, E = r->n_experts;
     int I = 0, vec = 0, path = -1;
     sd_dtype dt = SD_DT_F32;
-    if (n <= c->moe_overlap && na > 0 && c->route_small && !(c->ablate & SD__AB_ROUTE) && E > 0 &&
-        E <= 64 && r->top_k > 0 && r->top_k <= E && (G == 1 || r->topk_group >= G) &&
-        ex->n > 0 && (path = moe_ffn_path(c, ex, x, tmp, n, W, D, &I, &dt, &vec)) < 0)
+    if (n <= c->moe_overlap && na > 0 && route_small_takes(c, r) && ex->n > 0 &&
+        (path = moe_ffn_path(c, ex, x, tmp, n, W, D, &I, &dt, &vec)) < 0)
         return;
     if (path != 1) {
         sd__cuda_moe_router_route(be, ids, wts, logits, x, w, bias, n, D, r);

@@ -508,16 +508,17 @@ static int k_measured(const sd_adaptive *a, int batch, int drafting, int k)
     return tc && covered(tc, x) && (k == 0 || draft_covered(a, drafting, k));
 }
 
-/* k = 0's time at this batch, the target step tc prices at t0 (one read
- * at a time). Where plain steps would be queued ahead (a->ahead): the
+/* k = 0's time at this batch from tc, its target curve: the step read one
+ * at a time, t0. Where plain steps would be queued ahead (a->ahead): the
  * queued-ahead steps' own time where this bucket measured it (they run
  * once speculation is off for every request), else t0 less what queueing
  * ahead hides of a step read one at a time (measured on every such step),
  * never under half of t0. That estimate errs low where a GPU already runs
  * part of a step during its launch call, so the measured time replaces it
  * as soon as there is one. */
-static double plain_cost(const sd_adaptive *a, int batch, double t0)
+static double plain_cost(const sd_adaptive *a, int batch, const sd_curve *tc)
 {
+    const double t0 = curve_eval(tc, sd_row_bucket(batch), NULL, 0);
     const int i = target_index(a, batch);
     if (!a->ahead || i < 0 || t0 <= 0)
         return t0;
@@ -538,7 +539,7 @@ double sd_adaptive_plain_cost(const sd_adaptive *a, int batch)
     const sd_curve *tc = target_curve(a, batch, sd_row_bucket(batch));
     if (!tc || tc->n == 0)
         return 0;
-    return plain_cost(a, batch, curve_eval(tc, sd_row_bucket(batch), NULL, 0));
+    return plain_cost(a, batch, tc);
 }
 
 /* best_k at a batch of which `drafting` requests draft (the others are
@@ -565,7 +566,7 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
     const int hope = z > 0;
     double cum = 1, expect = 1, prev_rate = 1, prev_cond = 0.5;
     int best_k = 0;
-    double t0 = plain_cost(a, batch, curve_eval(tc, sd_row_bucket(batch), NULL, 0));
+    double t0 = plain_cost(a, batch, tc);
     double best = batch / (t0 > 0 ? t0 : 1e-9);
     /* at most one k past the measured ones: beyond the last measured row
      * count the curve only extrapolates, and a falling last segment (noise,

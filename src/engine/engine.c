@@ -706,10 +706,9 @@ static void swap_mark_bufs(sd_engine *e, int ev)
 
 /* How a target step was queued, for its reading */
 typedef struct step_launch {
-    int Tp;           /* padded rows (0: none) */
-    const char *mode; /* eager, graph, ahead (queued before the step before it was read) */
-    int ev;           /* the mark its argmax downloads with; -1: read after a sync */
-    int queued;       /* queued before the step before it was read */
+    int Tp;     /* padded rows (0: none) */
+    int ev;     /* the mark its argmax downloads with; -1: read after a sync */
+    int queued; /* queued before the step before it was read */
     uint64_t step0, t0, t_up, t_launch;
     long long keys; /* the keys its rows attend to: its attention's work (debug logs) */
 } step_launch;
@@ -731,7 +730,7 @@ static long long step_keys(const sd_engine *e, int T)
  * the tokens, checks the stops, builds the next step and uploads it: 30-60
  * us a step on the H200 (NOTES.md), while the GPU waits. Where nothing can
  * change the next step but the tokens themselves (plain decode: greedy, or
- * sampled on the device with --launch-ahead on; no request waiting, none
+ * sampled on the device; no request waiting, none
  * ending by length at this step, one node: a node group's followers take
  * each step from node 0's plan), it is queued before this one is read: its
  * rows are this step's, a position on; its tokens this step's argmax or
@@ -740,15 +739,22 @@ static long long step_keys(const sd_engine *e, int T)
  * reads nothing of it (its KV blocks, freed, go to a later step only in
  * queue order). */
 
+/* whether this engine queues steps ahead at all: switched on, one node,
+ * no synthetic acceptance, a backend with the ops */
+static int ahead_possible(const sd_engine *e)
+{
+    const sd_ops *op = e->be->ops;
+    return e->ahead_on && !e->nodes && e->synth.n == 0 && op->copy && op->download_async &&
+           op->download_wait;
+}
+
 /* whether the step s just queued may have the next one queued before it is read */
 static int ahead_ok(sd_engine *e, const step *s)
 {
-    const sd_ops *op = e->be->ops;
     /* the tokens on the device: the argmax (greedy), or the device's
-     * sampling of a step without drafts (--launch-ahead on) */
+     * sampling of a step without drafts */
     int sampled = e->dev_acc && e->acc_k == 0;
-    if (!e->ahead_on || !(e->am_valid || sampled) || e->nodes ||
-        e->synth.n > 0 || !op->copy || !op->download_async || !op->download_wait)
+    if (!ahead_possible(e) || !(e->am_valid || sampled))
         return 0;
     if (s->T != s->n_seq || s->n_out != s->T || s->n_seq != e->n_running || e->n_waiting)
         return 0;
@@ -837,8 +843,7 @@ static int read_ahead(sd_engine *e, uint64_t step0)
     s.n_out = a->n_out;
     s.n_seq = a->n_seq;
     memcpy(s.seqs, a->seqs, (size_t)a->n_seq * sizeof *s.seqs);
-    step_launch L = {.Tp = e->ahead_Tp, .mode = "ahead", .ev = e->ahead_ev, .queued = 1,
-                     .step0 = step0,
+    step_launch L = {.Tp = e->ahead_Tp, .ev = e->ahead_ev, .queued = 1, .step0 = step0,
                      .t0 = step0, .t_up = step0, .t_launch = step0, .keys = step_keys(e, s.T)};
     e->ahead_live = 0;
     e->am_valid = !e->ahead_sampled;
@@ -994,9 +999,8 @@ static int engine_step(sd_engine *e)
         e->am_valid = greedy_only && e->be->ops->argmax_rows;
     }
     e->dev_acc = !rc && !greedy_only && s.n_out > 0 && !launch_dev_accept(e, &s, 0);
-    step_launch L = {.Tp = Tp, .mode = Tp && e->graphs_on ? "graph" : "eager", .ev = -1,
-                     .step0 = step0, .t0 = t0, .t_up = t_up, .t_launch = sd_now_ns(),
-                     .keys = step_keys(e, s.T)};
+    step_launch L = {.Tp = Tp, .ev = -1, .step0 = step0, .t0 = t0, .t_up = t_up,
+                     .t_launch = sd_now_ns(), .keys = step_keys(e, s.T)};
     if (!rc && ahead_ok(e, &s) && !queue_tokens_down(e, s.n_out, 0)) {
         L.ev = 0;
         launch_ahead(e, &s, Tp, 1);
@@ -1017,20 +1021,23 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
         rc = e->be->ops->sync(e->be);
     }
     uint64_t t_run = sd_now_ns();
-    if (rc || L->ev >= 0) {
-    } else if (e->am_valid)
-        rc = e->be->ops->download(e->be, e->h_am, e->d_am, (size_t)s->n_out * sizeof(int32_t));
-    else if (e->dev_acc)
-        rc = fetch_dev_accept(e);
-    else
-        rc = e->be->ops->download(e->be, e->h_logits, e->d_logits,
-                                  (size_t)s->n_out * (size_t)e->V * sizeof(float));
+    if (!rc && L->ev < 0) { /* a marked step's tokens came down with its mark */
+        if (e->am_valid)
+            rc = e->be->ops->download(e->be, e->h_am, e->d_am, (size_t)s->n_out * sizeof(int32_t));
+        else if (e->dev_acc)
+            rc = fetch_dev_accept(e);
+        else
+            rc = e->be->ops->download(e->be, e->h_logits, e->d_logits,
+                                      (size_t)s->n_out * (size_t)e->V * sizeof(float));
+    }
     uint64_t t_end = sd_now_ns();
     double t_target = (double)(t_end - L->t0) * 1e-9;
     if (sd_log_level() >= SD_LOG_DEBUG) {
         sd_log_debug("target step: %d rows of %d requests (%s %d): upload %.3f, launch %.3f, "
                      "run %.3f, download %.3f ms, %lld keys",
-                     s->T, s->n_seq, L->mode, L->Tp ? L->Tp : s->T,
+                     s->T, s->n_seq,
+                     L->queued ? "ahead" : L->Tp && e->graphs_on ? "graph" : "eager",
+                     L->Tp ? L->Tp : s->T,
                      1e-6 * (double)(L->t_up - L->t0), 1e-6 * (double)(L->t_launch - L->t_up),
                      1e-6 * (double)(t_run - L->t_launch), 1e-6 * (double)(t_end - t_run),
                      L->keys);
@@ -1112,11 +1119,11 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
          * and a 1 there, an exploration or a hope, would reset the count of
          * zeros that admits arrivals with speculation off: each arrival
          * would then track the proposer and stop launch ahead) */
-        int k = e->spec_k >= 0                       ? e->spec_k
-                : e->n_running > 0 && off == e->n_running ? 0
-                                                        : sd_adaptive_pick_k(&e->adapt, &e->acc_all,
-                                                                             e->n_running,
-                                                                             e->n_running - off);
+        int k = e->spec_k;
+        if (k < 0)
+            k = e->n_running > 0 && off == e->n_running
+                    ? 0
+                    : sd_adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running, e->n_running - off);
         /* Adaptive: when drafting has not paid for a while, the running
          * requests stop tracking the proposer (its catch-up pass costs too);
          * they finish as plain decode. New requests decide on admission. */
@@ -1609,9 +1616,7 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     /* adaptive k prices k = 0 at a queued-ahead step where one would run:
      * with graphs (a backend without them, the CPU's, runs a step inside its
      * launch: nothing to hide) on one node, without synthetic acceptance */
-    e->adapt.ahead = e->ahead_on && (e->graphs_on || o->debug_price_ahead) && !e->nodes &&
-                     e->synth.n == 0 &&
-                     e->be->ops->copy && e->be->ops->download_async && e->be->ops->download_wait;
+    e->adapt.ahead = ahead_possible(e) && (e->graphs_on || o->debug_price_ahead);
     if (e->tp) {
         /* the all-reduce of the residual stream at every step size the graphs capture */
         size_t sizes[SD_AR_SIZES];

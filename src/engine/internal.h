@@ -167,12 +167,12 @@ struct sd_engine {
     float *h_logits, *p_rows;
     int32_t *d_am, *h_am; /* argmax of each logits row (greedy-only steps) */
     int am_valid;         /* h_am holds this step's argmax; h_logits does not */
-    /* Launch ahead (engine.c): a plain greedy decode step whose batch
-     * cannot change queues the step after it before it is read; that
-     * step's tokens are its argmax, copied on the device. Each of the two
+    /* Launch ahead (engine.c): a plain decode step whose batch cannot
+     * change queues the step after it before it is read; that step's
+     * tokens are its argmax or its device sampling, copied on the device. Each of the two
      * (the step being read, the one queued) has a download mark of the
      * backend, an argmax buffer and page-locked step inputs of its own. */
-    int ahead_on;         /* --launch-ahead: 0 off, 1 greedy (auto), 2 sampled too (on) */
+    int ahead_on;         /* --launch-ahead: 0 off, 1 auto (one rank, graphs), 2 on (any) */
     int ahead_live;       /* ahead holds a queued step not yet read */
     int ahead_sampled;    /* its tokens are sampled on the device (launch_dev_accept) */
     int ahead_ev;         /* its mark */
