@@ -7,7 +7,7 @@
  * total so every call reads memory, not cache; all data is random.
  *
  *   specd-bench-kernels [--out FILE] [--commit C] [--quick] [--moe-prefill] [--mla]
- *                       [--gemv-lab]
+ *                       [--gemv-lab] [--read-lab]
  *
  * moe_ffn also runs at prefill sizes (n = 256 .. 4096 tokens) on the grouped
  * GEMV ("sorted") and on the tensor-core grouped GEMMs ("tc", the
@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemv.cuh"
 
 #define CHECK(x)                                                                            \
     do {                                                                                    \
@@ -697,6 +698,154 @@ static void gemv_lab(bench *b, out *o, int quick)
     bench_step(b, o);
 }
 
+
+/* ---- the read lab (--read-lab) --------------------------------------------------
+ *
+ * How fast one DeepSeek-V2-Lite MoE layer's expert bytes can stream at batch
+ * 1: 8 experts (6 routed, 2 always-on), each gate and up (1408 x 2048 bf16)
+ * and down (2048 x 1408), 24 runs of 5.77 MB, 138 MB a layer; 26 layers,
+ * each its own bytes, replayed from one graph (no launch gaps, no L2 reuse).
+ * A plain grid-stride read of each layer's 138 MB, and warps that stream
+ * 4096-byte rows of the 24 runs with U rows in flight (a load-use pipeline:
+ * row i + U loads as row i is used, each row's 8 16-byte loads a lane
+ * multiplied into an fp32 activation from L1, as the GEMV does), in one
+ * launch a layer or two (gate/up's 16 runs, then down's 8), B blocks of 256
+ * threads an SM. Against these: the fused moe_ffn op at n = 1, top-8. */
+#define RL_RB 4096                /* bytes a row */
+#define RL_SEG (1408ull * RL_RB)  /* one matrix */
+#define RL_LAYERS 26
+
+template <int U>
+__global__ void __launch_bounds__(256) rl_rows_kernel(const char *base, int seg0, int nseg,
+                                                      const float *x, unsigned *sink)
+{
+    const int lane = threadIdx.x % 32;
+    const int G = gridDim.x * (blockDim.x / 32);
+    const int g = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int per = (int)(RL_SEG / RL_RB), n = nseg * per;
+    const char *b0 = base + (size_t)seg0 * RL_SEG;
+    uint4 buf[U][8];
+    float acc = 0.0f;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int it = g + u * G;
+#pragma unroll
+        for (int c = 0; c < 8; c++)
+            buf[u][c] = it < n ? sd__ld_stream(b0 + (size_t)it * RL_RB + c * 512 + lane * 16)
+                               : make_uint4(0, 0, 0, 0);
+    }
+    for (int b = g; b < n; b += U * G) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int it = b + u * G, nx = it + U * G;
+#pragma unroll
+            for (int c = 0; c < 8; c++) {
+                float lo, hi;
+                const uint32_t w[4] = {buf[u][c].x, buf[u][c].y, buf[u][c].z, buf[u][c].w};
+                const float4 *xp = (const float4 *)(x + c * 256 + lane * 8);
+                const float4 xa = __ldg(xp), xb = __ldg(xp + 1);
+                const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    sd__u2f(w[q], SD__BF16, lo, hi);
+                    acc = fmaf(lo, xv[2 * q], fmaf(hi, xv[2 * q + 1], acc));
+                }
+                buf[u][c] = nx < n ? sd__ld_stream(b0 + (size_t)nx * RL_RB + c * 512 + lane * 16)
+                                   : make_uint4(0, 0, 0, 0);
+            }
+            (void)it;
+        }
+    }
+    if (acc == 1234.5f)
+        sink[0] = 1; /* keeps the loads */
+}
+
+typedef struct rl_ctx {
+    const char *w;
+    const float *x;
+    unsigned *sink;
+    int mode, U, B; /* mode 0: grid-stride read; 1: rows, one launch; 2: rows, two launches */
+} rl_ctx;
+
+template <int U> static void rl_launch(bench *b, const rl_ctx *r, const char *lw, int s0, int ns)
+{
+    rl_rows_kernel<U><<<b->c->sm_count * r->B, 256, 0, b->c->stream>>>(lw, s0, ns, r->x, r->sink);
+}
+
+static void rl_rows(bench *b, const rl_ctx *r, const char *lw, int s0, int ns)
+{
+    if (r->U == 1)
+        rl_launch<1>(b, r, lw, s0, ns);
+    else if (r->U == 2)
+        rl_launch<2>(b, r, lw, s0, ns);
+    else if (r->U == 3)
+        rl_launch<3>(b, r, lw, s0, ns);
+    else
+        rl_launch<4>(b, r, lw, s0, ns);
+}
+
+static void rl_fn(bench *b, int rep)
+{
+    (void)rep;
+    const rl_ctx *r = (const rl_ctx *)b->ctx;
+    for (int l = 0; l < RL_LAYERS; l++) {
+        const char *lw = r->w + (size_t)l * 24 * RL_SEG;
+        if (r->mode == 0)
+            read_kernel<<<b->c->sm_count * 8, 256, 0, b->c->stream>>>((const uint4 *)lw,
+                                                                     24 * RL_SEG / 16, r->sink);
+        else if (r->mode == 1)
+            rl_rows(b, r, lw, 0, 24);
+        else {
+            rl_rows(b, r, lw, 0, 16);
+            rl_rows(b, r, lw, 16, 8);
+        }
+    }
+}
+
+static void read_lab(bench *b, out *o)
+{
+    size_t bytes = (size_t)RL_LAYERS * 24 * RL_SEG;
+    rl_ctx r;
+    memset(&r, 0, sizeof r);
+    r.w = (const char *)dev_alloc(b, bytes);
+    dev_fill(b, (void *)r.w, bytes / 4, 0, 1.0f, 21);
+    r.x = (const float *)dev_alloc(b, 2048 * 4);
+    dev_fill(b, (void *)r.x, 2048, 0, 1.0f, 22);
+    r.sink = (unsigned *)dev_alloc(b, 64);
+    b->fn = rl_fn;
+    b->ctx = &r;
+    const double lb = 24.0 * (double)RL_SEG;
+    printf("\nread lab: %d layers of 24 x %.2f MB (%.1f MB a layer)\n%-10s %2s %2s %10s %8s %6s %6s\n",
+           RL_LAYERS, RL_SEG / 1e6, lb / 1e6, "mode", "U", "B", "us/layer", "GB/s", "/copy",
+           "/read");
+    static const char *names[] = {"read", "rows1", "rows2"};
+    static const int Us[] = {1, 2, 3, 4}, Bs[] = {2, 3, 4, 8};
+    for (int mode = 0; mode < 3; mode++)
+        for (int ui = 0; ui < (mode ? 4 : 1); ui++)
+            for (int bi = 0; bi < (mode ? 4 : 1); bi++) {
+                r.mode = mode;
+                r.U = Us[ui];
+                r.B = Bs[bi];
+                double me, mg;
+                if (time_op(b, 1, &me, &mg))
+                    exit(1);
+                const double us = mg * 1e3 / RL_LAYERS, gbps = lb / (us * 1e-6) / 1e9;
+                printf("%-10s %2d %2d %10.2f %8.0f %6.3f %6.3f\n", names[mode], mode ? r.U : 0,
+                       mode ? r.B : 8, us, gbps, gbps / copy_gbps, gbps / read_gbps);
+                jrow(o,
+                     "\"op\": \"read_lab\", \"mode\": \"%s\", \"U\": %d, \"B\": %d, "
+                     "\"us_layer\": %.3f, \"gbps\": %.1f, \"frac_copy\": %.4f, \"frac_read\": %.4f",
+                     names[mode], mode ? r.U : 0, mode ? r.B : 8, us, gbps, gbps / copy_gbps,
+                     gbps / read_gbps);
+                fflush(stdout);
+            }
+    b->be->ops->free(b->be, (void *)r.w);
+    b->be->ops->free(b->be, (void *)r.x);
+    b->be->ops->free(b->be, r.sink);
+    static const int n1[] = {1, 2};
+    bench_moe(b, o, 2048, 1408, 64, 8, n1, 2, "fused");
+}
+
 /* ---- ceilings ------------------------------------------------------------------- */
 
 static void ceilings(bench *b)
@@ -747,9 +896,11 @@ int main(int argc, char **argv)
             mla_only = 1;
         else if (!strcmp(argv[i], "--gemv-lab"))
             lab = 1;
+        else if (!strcmp(argv[i], "--read-lab"))
+            lab = 2;
         else {
             fprintf(stderr, "usage: specd-bench-kernels [--out FILE] [--commit C] [--quick] "
-                            "[--moe-prefill] [--mla] [--gemv-lab]\n");
+                            "[--moe-prefill] [--mla] [--gemv-lab] [--read-lab]\n");
             return 2;
         }
     }
@@ -781,7 +932,9 @@ int main(int argc, char **argv)
     fprintf(o.json, "\",\n  \"copy_gbps\": %.1f,\n  \"read_gbps\": %.1f,\n  \"rows\": [", copy_gbps,
             read_gbps);
     if (mla_only || lab) {
-        if (lab)
+        if (lab == 2)
+            read_lab(&b, &o);
+        else if (lab)
             gemv_lab(&b, &o, quick);
         else
             bench_mla_all(&b, &o, quick);
