@@ -75,9 +75,8 @@ typedef struct sd__cuda {
     /* the fused MoE down kernel's shape (SPECD_MOE_DOWN, sd_cuda_set_moe_down;
      * moe.cu): 0 4 rows a block, 2 chunks a load, 3 blocks an SM; 1 the
      * same in 64 registers (4 blocks an SM); 2 8 rows a block, 1 chunk a
-     * load, 2 blocks an SM; 3 8 rows, 2 chunks a load, 2 blocks an SM; 4 2
-     * rows, 6 chunks a load, 2 blocks an SM; 5 1 row, 6 chunks a load, 4
-     * blocks an SM. The same bits. */
+     * load, 2 blocks an SM; 3 8 rows, 2 chunks a load, 2 blocks an SM. The
+     * same bits. */
     int moe_down;
     /* the GEMV of 1-2 rows of short 16-bit rows with 8 weight rows a warp
      * (SPECD_GEMV_WIDE=0: the 4-row shape). The same bits. */

@@ -666,12 +666,11 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
  * blocks that each load, then use, 3 times over I = 1408, with no other
  * block to fill the gaps. 3 chunks a load spill at 4 rows and 4 blocks an
  * SM (136 bytes) and at 8 rows and 2 (68 bytes). In the step (a kernel
- * trace) it adds 15.2 us a layer, the gate/up kernel 23.4. Not yet run on
- * a GPU (session 16): 4, 2 rows a block and 6 chunks a load (the whole of
- * V2-Lite's I = 1408 in one round trip a warp, 12 loads in flight a lane),
- * 2 blocks an SM, 1024 blocks; 5, 1 row and 6 chunks, 4 blocks an SM, 2048
- * blocks: a block that loads once and exits, as the gate/up kernel's
- * (3.72 TB/s) do.
+ * trace) it adds 15.2 us a layer, the gate/up kernel 23.4. Two shapes that
+ * load V2-Lite's whole I = 1408 in one round trip a warp (2 rows and 6
+ * chunks a load, 2 blocks an SM; 1 row, 4 blocks an SM, blocks that load
+ * once and exit as the gate/up kernel's do) ran 6.1% and 5.5% slower at
+ * V2-Lite's batch 1 (session 17) and were removed.
  *
  * Loading the first DU chunks before the PDL wait, for the experts ids
  * named then (the routing ran two kernels before), moved 3.3 us a layer
@@ -813,11 +812,7 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
         tab.b[e] = NULL;
     }
     wk = down_wk(top_k, I);
-    if (c->moe_down == 5)
-        launch_down<DT, MAXE, 1, 6, 4>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
-    else if (c->moe_down == 4)
-        launch_down<DT, MAXE, 2, 6, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
-    else if (c->moe_down == 3)
+    if (c->moe_down == 3)
         launch_down<DT, MAXE, 8, 2, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
     else if (c->moe_down == 2)
         launch_down<DT, MAXE, 8, 1, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
