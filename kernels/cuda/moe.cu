@@ -772,7 +772,7 @@ static void launch_down(sd__cuda *c, const moe_tabs<MAXE> &tab, float *out, cons
  * draining, the second's blocks ramping up) costs ~3 us a layer. Here one
  * persistent grid (the blocks the SMs hold at once) does both: block b
  * takes the gate/up tiles b, b + G, ... (pairs fastest, as the gate/up
- * kernel's grid), then adds the tiles it did to each pair's counter, then
+ * kernel's grid), counting each finished tile in its pair's counter, then
  * the down tiles b, b + G, ... (tokens fastest). A down tile's warps issue
  * their first weight loads, then wait until every pair's counter holds all
  * its tiles (an acquire), then read h by plain loads: the weights stream
@@ -834,21 +834,14 @@ moe_one_kernel(float *out, float *h, const float *x, const int32_t *ids, const f
     const int ngu = np * tiles, nd = n * ((D + DR - 1) / DR);
     for (int i = blockIdx.x; i < ngu; i += gridDim.x) {
         const int ty = i / np, p = i - ty * np, t = p / top_k, e = ids[p] - first;
-        if (e >= 0 && e < E)
+        if (e >= 0 && e < E) {
             gate_up_tile<DT, MAXE, GU, U>(h + (size_t)p * (size_t)I, x + (size_t)t * (size_t)D,
                                           e, ty, D, I, wkg, gu);
-        __syncthreads(); /* its shared partials free */
-    }
-    /* the block's h, then its tiles of each pair counted (a fence a tile
-     * made each tile a round trip longer) */
-    __threadfence();
-    __syncthreads();
-    for (int q = threadIdx.x; q < np; q += blockDim.x) {
-        unsigned k = 0;
-        for (int i = blockIdx.x; i < ngu; i += gridDim.x)
-            k += i % np == q;
-        if (k)
-            atomicAdd(sync + (size_t)(1 + q) * MOE_ONE_LINE, k);
+            __threadfence(); /* this thread's h, before the count */
+        }
+        __syncthreads(); /* the tile's h written, its shared partials free */
+        if (threadIdx.x == 0)
+            atomicAdd(sync + (size_t)(1 + p) * MOE_ONE_LINE, 1u);
     }
     const moe_one_wait wait = {sync, np, tiles};
     for (int i = blockIdx.x; i < nd; i += gridDim.x) {
