@@ -487,8 +487,6 @@ void sd_cuda_set_moe_down(sd_backend *be, int shape)
     sd__cuda_of(be)->moe_down = level_or(shape, 3, SD_CUDA_MOE_DOWN_DEFAULT); /* moe.cu's shapes */
 }
 
-void sd_cuda_set_moe_one(sd_backend *be, int on) { sd__cuda_of(be)->moe_one = on != 0; }
-
 void sd_cuda_set_pdl(sd_backend *be, int on) { sd__cuda_of(be)->pdl = on != 0; }
 
 void sd_cuda_set_attn_split_all(sd_backend *be, int level)
@@ -643,7 +641,6 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->ablate = ablate_mask(getenv("SPECD_ABLATE"));
     c->route_small = env_on("SPECD_ROUTE_SMALL");
     c->moe_overlap = env_level("SPECD_MOE_OVERLAP", 1 << 20, SD_CUDA_MOE_OVERLAP_DEFAULT);
-    c->moe_one = env_flag("SPECD_MOE_ONE", SD_CUDA_MOE_ONE_DEFAULT);
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)
@@ -678,11 +675,6 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
             rc = SD_CUDA(c, cudaMemset(c->am_keys, 0, b));
         c->am_cnt = (unsigned *)(c->am_keys + SD__ARGMAX_ROWS);
     }
-    if (!rc) {
-        rc = SD_CUDA(c, cudaMalloc((void **)&c->moe_sync, SD__MOE_SYNC_BYTES));
-        if (!rc)
-            rc = SD_CUDA(c, cudaMemset(c->moe_sync, 0, SD__MOE_SYNC_BYTES));
-    }
     if (!rc)
         rc = sd__cuda_attention_init(c);
     if (!rc)
@@ -715,8 +707,6 @@ void sd_cuda_backend_destroy(sd_backend *be)
             cudaFree(c->attn_part);
         if (c->am_keys)
             cudaFree(c->am_keys);
-        if (c->moe_sync)
-            cudaFree(c->moe_sync);
         kt_close(c);
         if (c->lt_ws)
             cudaFree(c->lt_ws);

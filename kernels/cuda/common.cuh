@@ -97,11 +97,6 @@ typedef struct sd__cuda {
      * of up to this many tokens (SPECD_MOE_OVERLAP, sd_cuda_set_moe_overlap;
      * 0: never; the same bits) */
     int moe_overlap;
-    /* the fused MoE experts in one launch (SPECD_MOE_ONE=1,
-     * sd_cuda_set_moe_one; moe.cu; the same bits), and its counters: zero
-     * between launches */
-    int moe_one;
-    unsigned *moe_sync;
     /* steps of more than 8 tokens split into chunks (attention.cu,
      * split_for_step; SPECD_ATTN_SPLIT_ALL): 0 none, 1 the general and
      * DeepSeek latent kernels (the default), 2 the 128-dim GQA kernel too */
@@ -141,11 +136,6 @@ typedef struct sd__cuda {
 } sd__cuda;
 
 #define SD__ARGMAX_ROWS 4096
-/* the one-launch MoE's counters (moe.cu): blocks finished, then a pair's
- * finished gate/up tiles, each on its own 128-byte line */
-#define SD__MOE_ONE_MAX_PAIRS 64
-#define SD__MOE_ONE_LINE 32
-#define SD__MOE_SYNC_BYTES ((1 + SD__MOE_ONE_MAX_PAIRS) * SD__MOE_ONE_LINE * sizeof(unsigned))
 
 /* SPECD_ABLATE's names, in bit order (backend.cu parses them) */
 #define SD__ABLATE_NAMES {"addnorm", "norm", "route", "router", "merge", "prep", "attn", "absorb"}

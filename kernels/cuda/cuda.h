@@ -97,12 +97,6 @@ void sd_cuda_set_route_small(sd_backend *be, int on);
  * -2.2% (bench/results/NOTES.md, session 16). */
 #define SD_CUDA_MOE_OVERLAP_DEFAULT 1
 void sd_cuda_set_moe_overlap(sd_backend *be, int max_tokens);
-/* the fused (decode-size) MoE experts' gate/up and down in one persistent
- * launch instead of two (moe.cu; SPECD_MOE_ONE=1 as the backend opens, or
- * this call; 16-bit experts, up to 64 (token, slot) pairs; the same bits).
- * While on, moe_router_ffn routes before the experts. */
-#define SD_CUDA_MOE_ONE_DEFAULT 0
-void sd_cuda_set_moe_one(sd_backend *be, int on);
 
 /* Attention steps of more than 8 tokens (verify steps of 9+ rows, a
  * batch's decode) split each token's positions into chunks, as a decode

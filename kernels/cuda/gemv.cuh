@@ -126,29 +126,7 @@ __device__ __forceinline__ void sd__warp_load(sd__w8raw<DT> (&raw)[U][VR], const
     }
 }
 
-/* 8 activations at p: through the read-only path (NC: data written before
- * the kernel), or by plain loads (written by other blocks of this kernel,
- * read after an acquire: kernels/cuda/moe.cu's MoE in one launch) */
-template <bool NC> __device__ __forceinline__ void sd__x8(const float *p, float4 &a, float4 &b)
-{
-    if (NC) {
-        a = __ldg((const float4 *)p);
-        b = __ldg((const float4 *)p + 1);
-    } else {
-        asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];"
-                     : "=f"(a.x), "=f"(a.y), "=f"(a.z), "=f"(a.w) : "l"(p) : "memory");
-        asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];"
-                     : "=f"(b.x), "=f"(b.y), "=f"(b.z), "=f"(b.w) : "l"(p + 4) : "memory");
-    }
-}
-
-/* the default hook of sd__warp_dots: nothing between the first loads and
- * their use */
-struct sd__no_hook {
-    __device__ __forceinline__ void operator()() const {}
-};
-
-template <int DT, int VR, int NR, int U, bool NC = true>
+template <int DT, int VR, int NR, int U>
 __device__ __forceinline__ void sd__warp_use(const sd__w8raw<DT> (&raw)[U][VR],
                                              const float *const (&xr)[NR], int nr, int K, int c,
                                              int cstep, int lane, float (&acc)[VR * NR])
@@ -166,8 +144,8 @@ __device__ __forceinline__ void sd__warp_use(const sd__w8raw<DT> (&raw)[U][VR],
 #pragma unroll
         for (int r = 0; r < NR; r++) {
             if (r < nr) {
-                float4 a, b;
-                sd__x8<NC>(xr[r] + k, a, b);
+                const float4 *xp = (const float4 *)(xr[r] + k);
+                float4 a = __ldg(xp), b = __ldg(xp + 1);
 #pragma unroll
                 for (int i = 0; i < VR; i++)
                     acc[i * NR + r] = sd__fma8(wf[i], a, b, acc[i * NR + r]);
@@ -179,27 +157,18 @@ __device__ __forceinline__ void sd__warp_use(const sd__w8raw<DT> (&raw)[U][VR],
 /* Per-lane partial dots of one warp: acc[i * NR + r] += w_i . x_r over the
  * chunks c = c0, c0 + cstep, ... of K (K % 8 == 0, every row and x_r 16-byte
  * aligned). wrow[i] NULL: a row past the end (its sums stay 0). Rows r >= nr
- * are skipped. hook() runs once, after the first weight loads are issued
- * and before any activation is read (or at the end, for a warp with no
- * chunk); NC: activations through the read-only path (sd__x8). */
-template <int DT, int VR, int NR, int U, bool NC = true, typename Hook = sd__no_hook>
+ * are skipped. */
+template <int DT, int VR, int NR, int U>
 __device__ __forceinline__ void sd__warp_dots(const void *const (&wrow)[VR], const float *const (&xr)[NR],
                                               int nr, int K, int c0, int cstep, int lane,
-                                              float (&acc)[VR * NR], Hook hook = Hook())
+                                              float (&acc)[VR * NR])
 {
     const int nch = (K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
-    bool hooked = false;
     for (int c = c0; c < nch; c += cstep * U) {
         sd__w8raw<DT> raw[U][VR];
         sd__warp_load<DT, VR, U>(raw, wrow, K, c, cstep, lane);
-        if (!hooked) {
-            hook();
-            hooked = true;
-        }
-        sd__warp_use<DT, VR, NR, U, NC>(raw, xr, nr, K, c, cstep, lane, acc);
+        sd__warp_use<DT, VR, NR, U>(raw, xr, nr, K, c, cstep, lane, acc);
     }
-    if (!hooked)
-        hook();
 }
 
 /* Sums V values (a power of two <= 32) across the warp with the butterfly
@@ -243,17 +212,16 @@ template <int V> __device__ __forceinline__ void sd__xreduce(float (&v)[V], int 
  * warp's chunks c0, c0 + cstep, ... (sd__warp_dots, U chunks a load),
  * summed over the warp: dst[i] = that warp's part of w_i . x, written by
  * the lane that holds it (lane % (32 / V) == 0, value sd__xr_index). */
-template <int DT, int V, int U, bool NC = true, typename Hook = sd__no_hook>
+template <int DT, int V, int U>
 __device__ __forceinline__ void sd__warp_dots1(const void *const (&wrow)[V], const float *x,
-                                               int K, int c0, int cstep, int lane, float *dst,
-                                               Hook hook = Hook())
+                                               int K, int c0, int cstep, int lane, float *dst)
 {
     const float *xr[1] = {x};
     float acc[V];
 #pragma unroll
     for (int i = 0; i < V; i++)
         acc[i] = 0.0f;
-    sd__warp_dots<DT, V, 1, U, NC, Hook>(wrow, xr, 1, K, c0, cstep, lane, acc, hook);
+    sd__warp_dots<DT, V, 1, U>(wrow, xr, 1, K, c0, cstep, lane, acc);
     sd__xreduce<V>(acc, lane);
     if (lane % (32 / V) == 0)
         dst[sd__xr_index<V>(lane)] = acc[0];

@@ -677,20 +677,18 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
  * from this kernel into the gate/up kernel's last wave and saved nothing
  * (session 14, NOTES.md): the two kernels together read 138 MB a layer at
  * ~3.6 TB/s either way. */
-/* token t's rows d0 .. d0 + DR - 1 of out (the kernel below; the one-launch
- * MoE's down items). wait: run once by each warp that reads h, after its
- * first weight loads are issued and before it reads h (NC false: h is
- * read by plain loads, written by this kernel's other blocks). */
-template <int DT, int MAXE, int DR, int DU, bool NC, typename Wait>
-__device__ __forceinline__ void down_tile(float *out, const float *h, const int32_t *ids,
-                                          const float *wts, int t, int d0, int top_k, int D,
-                                          int I, int first, int E, int WK,
-                                          const moe_tabs<MAXE> &tab, float *part, Wait wait)
+template <int DT, int MAXE, int DR, int DU, int MINB>
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
+moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int top_k,
+                      int D, int I, int first, int E, int WK,
+                      const __grid_constant__ moe_tabs<MAXE> tab)
 {
+    SD_PDL_ENTER();
+    extern __shared__ float part[];
+    const int t = blockIdx.x, d0 = blockIdx.y * DR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int SW = SD__GEMV_WARPS / WK, kw = warp % WK, sl = warp / WK;
     const size_t esz = DT == SD__F32 ? 4 : 2, rb = (size_t)I * esz;
-    bool waited = false;
     for (int j = sl; j < top_k; j += SW) {
         const size_t p = (size_t)t * (size_t)top_k + (size_t)j;
         const int e = ids[p] - first;
@@ -701,13 +699,8 @@ __device__ __forceinline__ void down_tile(float *out, const float *h, const int3
 #pragma unroll
         for (int i = 0; i < DR; i++)
             wrow[i] = d0 + i < D ? (const void *)(wd + (size_t)(d0 + i) * rb) : NULL;
-        auto hook = [&]() {
-            if (!waited)
-                wait();
-            waited = true;
-        };
-        sd__warp_dots1<DT, DR, DU, NC>(wrow, h + p * (size_t)I, I, kw, WK, lane,
-                                       part + (j * WK + kw) * DR, hook);
+        sd__warp_dots1<DT, DR, DU>(wrow, h + p * (size_t)I, I, kw, WK, lane,
+                                   part + (j * WK + kw) * DR);
     }
     __syncthreads();
     if (threadIdx.x < DR && d0 + (int)threadIdx.x < D) {
@@ -725,18 +718,6 @@ __device__ __forceinline__ void down_tile(float *out, const float *h, const int3
         }
         out[(size_t)t * (size_t)D + (size_t)(d0 + i)] = s;
     }
-}
-
-template <int DT, int MAXE, int DR, int DU, int MINB>
-__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
-moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int top_k,
-                      int D, int I, int first, int E, int WK,
-                      const __grid_constant__ moe_tabs<MAXE> tab)
-{
-    SD_PDL_ENTER();
-    extern __shared__ float part[];
-    down_tile<DT, MAXE, DR, DU, true>(out, h, ids, wts, blockIdx.x, blockIdx.y * DR, top_k, D, I,
-                                      first, E, WK, tab, part, sd__no_hook());
 }
 
 /* Warps splitting I in the down kernel: as many as the slots leave free
@@ -761,136 +742,6 @@ static void launch_down(sd__cuda *c, const moe_tabs<MAXE> &tab, float *out, cons
     size_t sm = (size_t)top_k * (size_t)wk * DR * sizeof(float);
     sd__launch(c, moe_down_fused_kernel<DT, MAXE, DR, DU, MINB>, g, SD__GEMV_WARPS * 32, sm, out,
                h, ids, wts, top_k, D, I, ex->first, ex->n, wk, tab);
-}
-
-/* ---- the fused experts in one launch (SPECD_MOE_ONE=1) -------------------
- *
- * The two kernels above read V2-Lite's 138 MB a layer at batch 1 in 37.4 us
- * (bench/kernels --read-lab, session 17), where warps streaming the same
- * bytes took 35.2 us in one launch and 38.5 in two, and a plain read 33.7:
- * the boundary between gate/up and down (the first kernel's last wave
- * draining, the second's blocks ramping up) costs ~3 us a layer. Here one
- * persistent grid (the blocks the SMs hold at once) does both: block b
- * takes the gate/up tiles b, b + G, ... (pairs fastest, as the gate/up
- * kernel's grid), counting each finished tile in its pair's counter, then
- * the down tiles b, b + G, ... (tokens fastest). A down tile's warps issue
- * their first weight loads, then wait until every pair's counter holds all
- * its tiles (an acquire), then read h by plain loads: the weights stream
- * while the last gate/up tiles finish. The block that finishes last puts
- * the counters back to zero for the next launch. The tiles are the same
- * device functions as the two kernels', so every value has their bits.
- *
- * No deadlock: the grid is no larger than what the SMs hold, and every
- * gate/up tile is taken by a block that never waits before it finishes
- * its own gate/up tiles (a block waits only in its down tiles, after
- * them); under PDL the next kernel's blocks launch only when all of this
- * grid's have started. A wait past 200 ms traps (a broken invariant
- * becomes an error, not a hang). */
-#define MOE_ONE_MAX_PAIRS SD__MOE_ONE_MAX_PAIRS
-#define MOE_ONE_LINE SD__MOE_ONE_LINE
-
-__device__ __forceinline__ unsigned moe_one_acquire(const unsigned *p)
-{
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ unsigned long long moe_one_ns()
-{
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
-/* a warp waits until each of the np pairs' counters holds `tiles` */
-struct moe_one_wait {
-    const unsigned *sync;
-    int np, tiles;
-    __device__ __forceinline__ void operator()() const
-    {
-        const unsigned long long t0 = moe_one_ns();
-        /* every lane acquires (a pair's counter at least), then reads h */
-        for (int q = threadIdx.x % 32; q < (np > 32 ? np : 32); q += 32)
-            while (moe_one_acquire(sync + (size_t)(1 + q % np) * MOE_ONE_LINE) < (unsigned)tiles) {
-                if (moe_one_ns() - t0 > 200000000ull)
-                    __trap();
-                __nanosleep(32);
-            }
-        __syncwarp();
-    }
-};
-
-template <int DT, int MAXE, int GU, int U, int DR, int DU, int MINB>
-__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
-moe_one_kernel(float *out, float *h, const float *x, const int32_t *ids, const float *wts,
-               int n, int top_k, int D, int I, int first, int E, int wkg, int wkd,
-               unsigned *sync, const __grid_constant__ moe_tabs<MAXE> gu,
-               const __grid_constant__ moe_tabs<MAXE> dn)
-{
-    SD_PDL_ENTER();
-    extern __shared__ float part[];
-    const int np = n * top_k, cols = SD__GEMV_WARPS / wkg * GU, tiles = (I + cols - 1) / cols;
-    const int ngu = np * tiles, nd = n * ((D + DR - 1) / DR);
-    for (int i = blockIdx.x; i < ngu; i += gridDim.x) {
-        const int ty = i / np, p = i - ty * np, t = p / top_k, e = ids[p] - first;
-        if (e >= 0 && e < E) {
-            gate_up_tile<DT, MAXE, GU, U>(h + (size_t)p * (size_t)I, x + (size_t)t * (size_t)D,
-                                          e, ty, D, I, wkg, gu);
-            __threadfence(); /* this thread's h, before the count */
-        }
-        __syncthreads(); /* the tile's h written, its shared partials free */
-        if (threadIdx.x == 0)
-            atomicAdd(sync + (size_t)(1 + p) * MOE_ONE_LINE, 1u);
-    }
-    const moe_one_wait wait = {sync, np, tiles};
-    for (int i = blockIdx.x; i < nd; i += gridDim.x) {
-        const int ty = i / n, t = i - ty * n;
-        down_tile<DT, MAXE, DR, DU, false>(out, h, ids, wts, t, ty * DR, top_k, D, I, first, E,
-                                           wkd, dn, part, wait);
-        __syncthreads(); /* the shared partials free */
-    }
-    if (threadIdx.x == 0 && atomicAdd(sync, 1u) == gridDim.x - 1) {
-        /* every block has counted and read every count: zeros for the next */
-        for (int q = 0; q < np; q++)
-            sync[(size_t)(1 + q) * MOE_ONE_LINE] = 0;
-        sync[0] = 0;
-        __threadfence();
-    }
-}
-
-/* the MoE in one launch where it applies (c->moe_one, 16-bit experts, at
- * most MOE_ONE_MAX_PAIRS pairs); 0: not launched, the two kernels run */
-template <int DT, int MAXE, int GU, int U, int MINB>
-static int launch_one(sd__cuda *c, const moe_tabs<MAXE> &gu, const sd_experts *ex, float *out,
-                      float *h, const float *x, const int32_t *ids, const float *wts, int n,
-                      int top_k, int D, int I, int wkg)
-{
-    constexpr int DR = 4, DU = MOE_FUSED_U; /* the default down shape's bits: any shape's */
-    if constexpr (MAXE > 256 || DT == SD__F32) { /* two tables past the parameter space; spills */
-        return 0;
-    } else {
-    if (!c->moe_one || !c->moe_sync || n * top_k > MOE_ONE_MAX_PAIRS)
-        return 0;
-    moe_tabs<MAXE> dn;
-    memset(&dn, 0, sizeof dn);
-    for (int e = 0; e < ex->n; e++)
-        dn.a[e] = ex->down[e].data;
-    const int wkd = down_wk(top_k, I);
-    const size_t sm = (size_t)top_k * (size_t)wkd * DR * sizeof(float);
-    auto k = moe_one_kernel<DT, MAXE, GU, U, DR, DU, MINB>;
-    int per = 0;
-    if (SD_CUDA(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, SD__GEMV_WARPS * 32, sm)))
-        return 1;
-    if (per < 1) {
-        SD_BADARG(c, "moe_ffn: the one-launch kernel fits no SM");
-        return 1;
-    }
-    sd__launch(c, k, (unsigned)(c->sm_count * per), SD__GEMV_WARPS * 32, sm, out, h, x, ids, wts,
-               n, top_k, D, I, ex->first, ex->n, wkg, wkd, c->moe_sync, gu, dn);
-    SD_LAUNCHED(c, "moe_one_kernel");
-    return 1;
-    }
 }
 
 /* the routing moe_route_always_kernel runs beside the always-on experts */
@@ -941,13 +792,7 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
         tab.b[e] = ex->up[e].data;
     }
     int wk = sd__gemv_wk(D);
-    const int wide = c->moe_gate_wide && (D + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK <= wk;
-    if (!ra && (wide ? launch_one<DT, MAXE, MOE_GATE_WIDE_GU, 1, 3>(c, tab, ex, out, h, x, ids,
-                                                                    wts, n, top_k, D, I, wk)
-                     : launch_one<DT, MAXE, 2, MOE_FUSED_U, 3>(c, tab, ex, out, h, x, ids, wts,
-                                                                n, top_k, D, I, wk)))
-        return;
-    if (wide) {
+    if (c->moe_gate_wide && (D + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK <= wk) {
         /* one chunk a warp: 4 output columns a row group, one load each
          * (80 registers: 3 blocks an SM; moe_gate_wide 2: 64, 4 blocks) */
         if (c->moe_gate_wide == 2)
@@ -1438,7 +1283,7 @@ void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t 
 }
 
 /* moe_router_ffn: in steps of up to c->moe_overlap tokens (1 by default)
- * where the experts take the fused path (not in one launch: c->moe_one), the routing is the register
+ * where the experts take the fused path, the routing is the register
  * kernel's (E <= 64, no group limits) and there are always-on experts, the
  * routing runs beside their gate/up (moe_route_always_kernel); otherwise
  * moe_router_route, then moe_ffn. */
@@ -1452,7 +1297,7 @@ void sd__cuda_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wt
     const int na = r->n_always > 0 ? r->n_always : 0, W = r->top_k + na;
     int I = 0, vec = 0, path = -1;
     sd_dtype dt = SD_DT_F32;
-    if (n <= c->moe_overlap && !c->moe_one && na > 0 && route_small_takes(c, r) && ex->n > 0 &&
+    if (n <= c->moe_overlap && na > 0 && route_small_takes(c, r) && ex->n > 0 &&
         (path = moe_ffn_path(c, ex, x, tmp, n, W, D, &I, &dt, &vec)) < 0)
         return;
     if (path != 1) {

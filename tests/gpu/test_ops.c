@@ -1677,21 +1677,6 @@ static int ffn_case_ep(gpu_env *e, sd_dtype dt, int n, int E, int K, int D, int 
             free(g2);
             gfree(e, d2);
         }
-        /* in one launch (16-bit experts), twice: the second launch finds
-         * the counters the first put back to zero */
-        for (int rep = 0; rep < 2 && dt != SD_DT_F32; rep++) {
-            float *d2 = gpoison(e, (size_t)n * D);
-            sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_OFF);
-            sd_cuda_set_moe_one(e->gpu, 1);
-            e->gpu->ops->moe_ffn(e->gpu, d2, dx, did, dw, &ge, n, K, D, dtmp);
-            sd_cuda_set_moe_one(e->gpu, SD_CUDA_MOE_ONE_DEFAULT);
-            sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_AUTO);
-            float *g2 = gget(e, d2, (size_t)n * D);
-            ok &= reportf(bit_mismatches(ref, g2, (size_t)n * D), 0,
-                          "%s: in one launch, call %d, bitwise (mismatches)", name, rep + 1);
-            free(g2);
-            gfree(e, d2);
-        }
         free(ref);
     }
     for (int k = 0; k < E; k++) {
@@ -1748,8 +1733,6 @@ TEST(moe_ffn_fused_small_batches_match_the_cpu)
     int ok = 1;
     ok &= ffn_case(&e, SD_DT_BF16, 1, 16, 6, 2048, 1408);
     ok &= ffn_case(&e, SD_DT_BF16, 8, 16, 6, 2048, 1408);
-    ok &= ffn_case(&e, SD_DT_BF16, 1, 16, 8, 2048, 1408); /* V2-Lite's 8 slots a token */
-    ok &= ffn_case(&e, SD_DT_BF16, 2, 16, 8, 2048, 1408);
     ok &= ffn_case(&e, SD_DT_BF16, 3, 8, 1, 256, 264);
     ok &= ffn_case(&e, SD_DT_BF16, 5, 8, 2, 520, 128);
     ok &= ffn_case(&e, SD_DT_F16, 2, 12, 3, 136, 64);
