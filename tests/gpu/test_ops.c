@@ -1733,6 +1733,8 @@ TEST(moe_ffn_fused_small_batches_match_the_cpu)
     int ok = 1;
     ok &= ffn_case(&e, SD_DT_BF16, 1, 16, 6, 2048, 1408);
     ok &= ffn_case(&e, SD_DT_BF16, 8, 16, 6, 2048, 1408);
+    ok &= ffn_case(&e, SD_DT_BF16, 1, 16, 8, 2048, 1408); /* V2-Lite's 8 slots a token */
+    ok &= ffn_case(&e, SD_DT_BF16, 2, 16, 8, 2048, 1408);
     ok &= ffn_case(&e, SD_DT_BF16, 3, 8, 1, 256, 264);
     ok &= ffn_case(&e, SD_DT_BF16, 5, 8, 2, 520, 128);
     ok &= ffn_case(&e, SD_DT_F16, 2, 12, 3, 136, 64);
