@@ -927,37 +927,9 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
 #define MD_WARPS (KT / MD_KW)
 static_assert(MD_WARPS * 32 == ATT_THREADS, "a block: 8 warps of 4 keys");
 
-/* the rows of a tile's keys j0 + key in [lo, hi) of the warp's MD_KW
- * (key = warp * MD_KW + i; slot: the lanes' slots from dec_slot) into kc,
- * kp; the other keys' left as they are */
-__device__ __forceinline__ void md_keys(float4 (&kc)[MD_KW][4], float2 (&kp)[MD_KW],
-                                        const att_args &a, int slot, int j0, int lo, int hi,
-                                        int warp, int lane)
-{
-#pragma unroll
-    for (int i = 0; i < MD_KW; i++) {
-        const int key = warp * MD_KW + i;
-        const size_t sl = (size_t)__shfl_sync(0xffffffffu, slot, key);
-        if (j0 + key >= lo && j0 + key < hi) {
-            const float *row = a.kc + sl * (size_t)a.k_slot;
-#pragma unroll
-            for (int m = 0; m < 4; m++)
-                kc[i][m] = __ldg((const float4 *)row + lane + 32 * m);
-            kp[i] = __ldg((const float2 *)(row + MLA_C) + lane);
-        }
-    }
-}
-
-/* The first tile's keys that earlier steps wrote are loaded before the PDL
- * wait, while the kernels before this one (mla_prep storing this step's
- * rows, the query's absorb) run: the positions, sequences and block table
- * are the step's inputs, uploaded before its first kernel, and the keys
- * below the smallest position this step writes for the token's sequence
- * (its verify tokens' included) no kernel of the step writes. The rest of
- * the tile (this step's rows) after the wait. The same loads, so the same
- * bits. */
 __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
 {
+    SD_PDL_ENTER();
     constexpr int V = MD_KW * MD_GH; /* a warp's scores a tile: key i, head g at i * MD_GH + g */
     __shared__ float S[MD_GH][KT];
     __shared__ float mrun[MD_GH], lrun[MD_GH], alpha[MD_GH];
@@ -966,27 +938,7 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
     const int t = blockIdx.x, h0 = blockIdx.y * MD_GH;
     const int G = a.group - h0 < MD_GH ? a.group - h0 : MD_GH;
     int j_lo, n;
-    const int any = block_chunk(a, t, &j_lo, &n);
-    const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
-    float4 kc[MD_KW][4];
-    float2 kp[MD_KW];
-#pragma unroll
-    for (int i = 0; i < MD_KW; i++) {
-#pragma unroll
-        for (int m = 0; m < 4; m++)
-            kc[i][m] = make_float4(0.f, 0.f, 0.f, 0.f);
-        kp[i] = make_float2(0.f, 0.f);
-    }
-    int fresh = a.pos[t], slot = 0;
-    for (int u = 0; u < (int)gridDim.x; u++)
-        if (a.seq[u] == a.seq[t] && a.pos[u] < fresh)
-            fresh = a.pos[u];
-    if (any && j_lo < n) {
-        slot = dec_slot(a, bt, j_lo, n, lane);
-        md_keys(kc, kp, a, slot, j_lo, j_lo, fresh < n ? fresh : n, warp, lane);
-    }
-    SD_PDL_ENTER();
-    if (!any)
+    if (!block_chunk(a, t, &j_lo, &n))
         return;
     /* a lane's dims: latent float4s lane + 32 m (m = 0..3), rope float2 lane */
     float4 qc[MD_GH][4], acc[MD_GH][4];
@@ -1007,19 +959,22 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
         mrun[tid] = -INFINITY;
         lrun[tid] = 0.0f;
     }
+    const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     for (int j0 = j_lo; j0 < n; j0 += KT) {
-        if (j0 == j_lo) { /* this step's rows of the first tile */
-            md_keys(kc, kp, a, slot, j0, fresh > j0 ? fresh : j0, n, warp, lane);
-        } else {
-            slot = dec_slot(a, bt, j0, n, lane);
+        const int slot = dec_slot(a, bt, j0, n, lane);
+        float4 kc[MD_KW][4];
+        float2 kp[MD_KW];
 #pragma unroll
-            for (int i = 0; i < MD_KW; i++) {
+        for (int i = 0; i < MD_KW; i++) {
+            const int key = warp * MD_KW + i;
+            const size_t sl = (size_t)__shfl_sync(0xffffffffu, slot, key);
+            const bool in = j0 + key < n;
+            const float *row = a.kc + sl * (size_t)a.k_slot;
 #pragma unroll
-                for (int m = 0; m < 4; m++)
-                    kc[i][m] = make_float4(0.f, 0.f, 0.f, 0.f);
-                kp[i] = make_float2(0.f, 0.f);
-            }
-            md_keys(kc, kp, a, slot, j0, j0, n, warp, lane);
+            for (int m = 0; m < 4; m++)
+                kc[i][m] = in ? __ldg((const float4 *)row + lane + 32 * m)
+                              : make_float4(0.f, 0.f, 0.f, 0.f);
+            kp[i] = in ? __ldg((const float2 *)(row + MLA_C) + lane) : make_float2(0.f, 0.f);
         }
         float sc[V];
 #pragma unroll
