@@ -356,6 +356,19 @@ typedef struct sd_ops {
     void (*moe_router_ffn)(sd_backend *be, float *out, int32_t *ids, float *wts, float *logits,
                            const float *x, const sd_weight *w, const float *bias,
                            const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp);
+
+    /* ---- MLA's latent prep and query absorb in one op (appended; NULL
+     * where a backend has none: the caller runs the two ops) ----
+     * mla_prep_absorb: the numbers of mla_prep(ckv, ck_stride, q_pe,
+     * qpe_stride, qpe_head_stride, w, eps, cache, b, r, H, C, R) and
+     * matmul_heads(y, x, wuk, b->n_tokens, H, x_stride, x_head_stride, 0);
+     * x's rows (the query's nope parts) are none of mla_prep's memory, so a
+     * backend may run the two at once. */
+    void (*mla_prep_absorb)(sd_backend *be, float *ckv, int ck_stride, float *q_pe,
+                            int qpe_stride, int qpe_head_stride, const sd_weight *w, float eps,
+                            void *cache, const sd_attn_batch *b, const sd_rope *r, int H, int C,
+                            int R, float *y, const float *x, const sd_weight *wuk, int x_stride,
+                            int x_head_stride);
 } sd_ops;
 
 struct sd_backend {
@@ -424,6 +437,25 @@ static inline void sd_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, f
     op->moe_router_route(be, ids, wts, logits, x, w, bias, n, D, r);
     op->moe_ffn(be, out, x, ids, wts, ex, n, r->top_k + (r->n_always > 0 ? r->n_always : 0), D,
                 tmp);
+}
+
+/* mla_prep_absorb where the backend has it, else the two ops it stands for */
+static inline void sd_mla_prep_absorb(sd_backend *be, float *ckv, int ck_stride, float *q_pe,
+                                      int qpe_stride, int qpe_head_stride, const sd_weight *w,
+                                      float eps, void *cache, const sd_attn_batch *b,
+                                      const sd_rope *r, int H, int C, int R, float *y,
+                                      const float *x, const sd_weight *wuk, int x_stride,
+                                      int x_head_stride)
+{
+    const sd_ops *op = be->ops;
+    if (op->mla_prep_absorb) {
+        op->mla_prep_absorb(be, ckv, ck_stride, q_pe, qpe_stride, qpe_head_stride, w, eps, cache,
+                            b, r, H, C, R, y, x, wuk, x_stride, x_head_stride);
+        return;
+    }
+    op->mla_prep(be, ckv, ck_stride, q_pe, qpe_stride, qpe_head_stride, w, eps, cache, b, r, H, C,
+                 R);
+    op->matmul_heads(be, y, x, wuk, b->n_tokens, H, x_stride, x_head_stride, 0);
 }
 
 /* kernels/cpu: threads = 0 for all cores. */

@@ -270,6 +270,16 @@ static void p_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wt
           I(be)->ops->moe_router_ffn(I(be), out, ids, wts, lg, x, w, bias, ex, n, D, r, tmp));
 }
 
+static void p_mla_prep_absorb(sd_backend *be, float *ckv, int cks, float *qpe, int qps, int qph,
+                              const sd_weight *w, float eps, void *cache, const sd_attn_batch *b,
+                              const sd_rope *r, int H, int C, int R, float *y, const float *x,
+                              const sd_weight *wuk, int xs, int xhs)
+{
+    TIMED(be, "mla_prep_absorb",
+          I(be)->ops->mla_prep_absorb(I(be), ckv, cks, qpe, qps, qph, w, eps, cache, b, r, H, C, R,
+                                      y, x, wuk, xs, xhs));
+}
+
 int sd_prof_backend_wrap(sd_backend **out, sd_backend *inner)
 {
     *out = NULL;
@@ -321,7 +331,8 @@ int sd_prof_backend_wrap(sd_backend **out, sd_backend *inner)
                       .matmul_silu = W(matmul_silu), .moe_router_route = W(moe_router_route),
                       .matmul_add = W(matmul_add),
                       .rmsnorm_matmul = W(rmsnorm_matmul),
-                      .moe_router_ffn = W(moe_router_ffn)};
+                      .moe_router_ffn = W(moe_router_ffn),
+                      .mla_prep_absorb = W(mla_prep_absorb)};
 #undef W
     /* the cost of an empty sync, the best of many */
     p->sync_s = 1e9;

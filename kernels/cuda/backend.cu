@@ -399,6 +399,7 @@ static const sd_ops cuda_ops = {
     /* .download_async = */ cu_download_async,
     /* .download_wait = */ cu_download_wait,
     /* .moe_router_ffn = */ sd__cuda_moe_router_ffn,
+    /* .mla_prep_absorb = */ sd__cuda_mla_prep_absorb,
 };
 
 int sd_cuda_make_current(sd_backend *be)
@@ -641,6 +642,7 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->ablate = ablate_mask(getenv("SPECD_ABLATE"));
     c->route_small = env_on("SPECD_ROUTE_SMALL");
     c->moe_overlap = env_level("SPECD_MOE_OVERLAP", 1 << 20, SD_CUDA_MOE_OVERLAP_DEFAULT);
+    c->mla_overlap = env_flag("SPECD_MLA_OVERLAP", SD_CUDA_MLA_OVERLAP_DEFAULT);
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

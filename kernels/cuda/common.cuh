@@ -97,6 +97,10 @@ typedef struct sd__cuda {
      * of up to this many tokens (SPECD_MOE_OVERLAP, sd_cuda_set_moe_overlap;
      * 0: never; the same bits) */
     int moe_overlap;
+    /* mla_prep_absorb runs mla_prep beside the query's absorb in one launch
+     * (SPECD_MLA_OVERLAP=1, sd_cuda_set_mla_overlap; matmul.cu; the same
+     * bits) */
+    int mla_overlap;
     /* steps of more than 8 tokens split into chunks (attention.cu,
      * split_for_step; SPECD_ATTN_SPLIT_ALL): 0 none, 1 the general and
      * DeepSeek latent kernels (the default), 2 the 128-dim GQA kernel too */
@@ -458,6 +462,11 @@ void sd__cuda_rope_kv(sd_backend *be, float *q, float *k, const float *v, void *
 void sd__cuda_mla_prep(sd_backend *be, float *ckv, int ck_stride, float *q_pe, int qpe_stride,
                        int qpe_head_stride, const sd_weight *w, float eps, void *cache,
                        const sd_attn_batch *b, const sd_rope *r, int H, int C, int R);
+void sd__cuda_mla_prep_absorb(sd_backend *be, float *ckv, int ck_stride, float *q_pe,
+                              int qpe_stride, int qpe_head_stride, const sd_weight *w, float eps,
+                              void *cache, const sd_attn_batch *b, const sd_rope *r, int H, int C,
+                              int R, float *y, const float *x, const sd_weight *wuk, int x_stride,
+                              int x_head_stride);
 void sd__cuda_attn_gqa(sd_backend *be, float *out, const float *q, const float *k, const float *v,
                        void *kcache, void *vcache, const sd_attn_batch *b, int Hq, int Hkv, int D,
                        int Dv, int q_stride, int kv_stride, float scale);

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/mla_prep.cuh"
 
 /* One (x, w, y) problem, batched over blockIdx.y (matmul: 1 batch). */
 typedef struct mm_args {
@@ -63,23 +64,26 @@ typedef struct mm_args {
  * takes gate rows o .. o + VR/2 - 1 and the up rows I + o .. (o = VR/2 x
  * the group's index) and writes y(n, I) = silu(gate) * up (silu_mul_kernel's
  * formula on the same sums: the bits of the two ops). */
+/* blocks an SM of a gemv_kernel shape */
+#define GEMV_MINB(DT, NR, VR, U)                                            \
+    /* 8 rows a warp: 3 blocks an SM for 1 BF16 row, else 2 (no spills) */ \
+    ((VR) == 8 ? ((NR) == 1 && (DT) == SD__BF16 ? 3 : 2)                   \
+     : (NR) == 1 && (DT) != SD__F32 && (VR) * (U) <= 8 ? 3                 \
+                                                        : 2)
+
+/* block (bx, h) of the GEMV (the kernel below; a block of
+ * mla_prep_absorb_kernel) */
 template <int DT, int NR, bool PRE, bool SILU, int VR, int U>
-__global__ void __launch_bounds__(
-    SD__GEMV_WARPS * 32,
-    /* 8 rows a warp: 3 blocks an SM for 1 BF16 row, else 2 (no spills) */
-    VR == 8 ? (NR == 1 && DT == SD__BF16 ? 3 : 2)
-    : NR == 1 && DT != SD__F32 && VR * U <= 8 ? 3
-                                              : 2)
-    gemv_kernel(mm_args a, int WK)
+__device__ __forceinline__ void gemv_block(const mm_args &a, int WK, int bx, int h)
 {
     constexpr int V = VR * NR;
     static_assert(!SILU || VR % 2 == 0, "a SiLU row group is VR/2 gate and VR/2 up rows");
     constexpr int HV = VR / 2; /* SILU: gate (and up) rows of a row group */
     __shared__ float part[SD__GEMV_WARPS * V];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h = blockIdx.y;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK;
-    const int rows0 = blockIdx.x * RG * VR; /* first weight row of the block */
-    const int I = a.N / 2, o0 = (blockIdx.x * RG + rg) * HV; /* SILU */
+    const int rows0 = bx * RG * VR; /* first weight row of the block */
+    const int I = a.N / 2, o0 = (bx * RG + rg) * HV; /* SILU */
     const size_t esz = DT == SD__F32 ? 4 : 2;
     const char *wb = (const char *)a.w + (size_t)h * (size_t)a.N * (size_t)a.K * esz;
     const void *wrow[VR];
@@ -127,7 +131,7 @@ __global__ void __launch_bounds__(
         if (SILU) {
             if ((int)threadIdx.x < RG * HV * NR) {
                 const int g = threadIdx.x / (HV * NR), i = threadIdx.x % (HV * NR) / NR;
-                const int r = threadIdx.x % NR, o = (blockIdx.x * RG + g) * HV + i;
+                const int r = threadIdx.x % NR, o = (bx * RG + g) * HV + i;
                 if (r < nr && o < I) {
                     const int vg = i * NR + r, vu = (i + HV) * NR + r;
                     float sg = part[(g * WK) * V + vg], su = part[(g * WK) * V + vu];
@@ -152,6 +156,13 @@ __global__ void __launch_bounds__(
         }
         __syncthreads(); /* part is rewritten by the next pass */
     }
+}
+
+template <int DT, int NR, bool PRE, bool SILU, int VR, int U>
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, GEMV_MINB(DT, NR, VR, U))
+    gemv_kernel(mm_args a, int WK)
+{
+    gemv_block<DT, NR, PRE, SILU, VR, U>(a, WK, blockIdx.x, blockIdx.y);
 }
 
 /* BF16 weights on tensor cores (gemv.cuh), for batches above
@@ -801,6 +812,84 @@ void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_we
     mm_args a = {y, x, w->data, NULL, 0, n, N, (int)w->cols, x_stride, x_head_stride, x_off,
                  H * N, N};
     run_simt(c, &a, w->dtype, H, n <= gemv_max_rows(c));
+}
+
+/* ---- mla_prep beside the query's absorb (SPECD_MLA_OVERLAP=1) ------------
+ *
+ * MLA's query absorb (matmul_heads of the query's nope part through W_UK)
+ * and mla_prep (the latent's norm, the ropes, the cache store) read the
+ * same projection's output and touch disjoint memory, yet ran one after
+ * the other: two chains of round trips at batch 1 (prep 2.7 us, the
+ * absorb 1.4 in V2-Lite's layer, bench/results/NOTES.md). Here one launch
+ * runs them side by side: blocks 0 .. T - 1 prep a token each, the others
+ * are the absorb's one-pass GEMV blocks (weights loaded before the PDL
+ * wait, as the GEMV's), so the absorb's chain runs under prep's. The same
+ * device functions as the two kernels: the same bits. Where the absorb
+ * would not take the wide one-pass shape (more than 2 tokens, fp32
+ * weights, long rows), or the switch is off, the two ops run. */
+template <bool VEC, int DT, int NR>
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, GEMV_MINB(DT, NR, GEMV_WIDE_VR, GEMV_WIDE_U))
+    mla_prep_absorb_kernel(sd__mla_prep_args p, int T, mm_args a, int WK, int gx)
+{
+    static_assert(MLA_PREP_THREADS == SD__GEMV_WARPS * 32, "one block shape for both");
+    if ((int)blockIdx.x < T) {
+        sd__mla_prep_token<VEC>(p, blockIdx.x);
+        return;
+    }
+    const int q = blockIdx.x - T;
+    gemv_block<DT, NR, true, false, GEMV_WIDE_VR, GEMV_WIDE_U>(a, WK, q % gx, q / gx);
+}
+
+template <bool VEC, int DT>
+static void launch_prep_absorb(sd__cuda *c, const sd__mla_prep_args &p, int T, const mm_args *a,
+                               int H, int wk)
+{
+    const dim3 g = gemv_grid(a, H, wk, GEMV_WIDE_VR, false);
+    const unsigned blocks = (unsigned)T + g.x * g.y;
+    if (T == 1)
+        sd__launch(c, mla_prep_absorb_kernel<VEC, DT, 1>, blocks, SD__GEMV_WARPS * 32, 0, p, T, *a,
+                   wk, (int)g.x);
+    else
+        sd__launch(c, mla_prep_absorb_kernel<VEC, DT, 2>, blocks, SD__GEMV_WARPS * 32, 0, p, T, *a,
+                   wk, (int)g.x);
+}
+
+void sd_cuda_set_mla_overlap(sd_backend *be, int on) { sd__cuda_of(be)->mla_overlap = on != 0; }
+
+void sd__cuda_mla_prep_absorb(sd_backend *be, float *ckv, int ck_stride, float *q_pe,
+                              int qpe_stride, int qpe_head_stride, const sd_weight *w, float eps,
+                              void *cache, const sd_attn_batch *b, const sd_rope *r, int H, int C,
+                              int R, float *y, const float *x, const sd_weight *wuk, int x_stride,
+                              int x_head_stride)
+{
+    sd__cuda *c = sd__cuda_op(be);
+    const int T = b->n_tokens;
+    if (!c || T <= 0)
+        return;
+    const int N = H > 0 && wuk->rows % H == 0 ? (int)(wuk->rows / H) : 0;
+    mm_args a = {y, x, wuk->data, NULL, 0, T, N, (int)wuk->cols, x_stride, x_head_stride, 0,
+                 H * N, N};
+    const int wk = sd__gemv_wk(a.K), nch = (a.K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
+    sd__mla_prep_args p;
+    int vec = 0;
+    const int takes = c->mla_overlap && N > 0 && T <= 2 && T <= gemv_max_rows(c) &&
+                      !(c->ablate & (SD__AB_PREP | SD__AB_ABSORB)) &&
+                      (wuk->dtype == SD_DT_BF16 || wuk->dtype == SD_DT_F16) && vec_ok(&a) &&
+                      c->gemv_pre && c->gemv_wide && nch <= wk;
+    if (!takes || sd__cuda_mla_prep_args(c, ckv, ck_stride, q_pe, qpe_stride, qpe_head_stride, w,
+                                         eps, cache, b, r, H, C, R, &p, &vec)) {
+        sd__cuda_mla_prep(be, ckv, ck_stride, q_pe, qpe_stride, qpe_head_stride, w, eps, cache, b,
+                          r, H, C, R);
+        sd__cuda_matmul_heads(be, y, x, wuk, T, H, x_stride, x_head_stride, 0);
+        return;
+    }
+    if (wuk->dtype == SD_DT_BF16)
+        vec ? launch_prep_absorb<true, SD__BF16>(c, p, T, &a, H, wk)
+            : launch_prep_absorb<false, SD__BF16>(c, p, T, &a, H, wk);
+    else
+        vec ? launch_prep_absorb<true, SD__F16>(c, p, T, &a, H, wk)
+            : launch_prep_absorb<false, SD__F16>(c, p, T, &a, H, wk);
+    SD_LAUNCHED(c, "mla_prep_absorb_kernel");
 }
 
 /* matmul then silu_mul (the ops contract): one GEMV that writes the SiLU

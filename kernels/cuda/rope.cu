@@ -17,13 +17,7 @@
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
-
-/* the pair (a, b) of rotary index i of a head */
-__device__ __forceinline__ void rope_pair(int i, int half, int interleave, int *a, int *b)
-{
-    *a = interleave ? 2 * i : i;
-    *b = interleave ? 2 * i + 1 : i + half;
-}
+#include "kernels/cuda/mla_prep.cuh"
 
 /* rotates pair i of head vector v in place (and into c when non-NULL) */
 __device__ __forceinline__ void rope_apply(float *v, float *c, int i, int pos,
@@ -33,7 +27,7 @@ __device__ __forceinline__ void rope_apply(float *v, float *c, int i, int pos,
     float cs, sn, y0, y1;
     int a, b;
     sd__rope_cs(inv_freq[i], pos, mscale, &cs, &sn);
-    rope_pair(i, half, interleave, &a, &b);
+    sd__rope_pair(i, half, interleave, &a, &b);
     sd__rope_rot(v[a], v[b], cs, sn, &y0, &y1);
     v[a] = y0;
     v[b] = y1;
@@ -139,123 +133,29 @@ void sd__cuda_rope_kv(sd_backend *be, float *q, float *k, const float *v, void *
     SD_LAUNCHED(c, "rope_kv_kernel");
 }
 
-/* ---- mla_prep -----------------------------------------------------------
- *
- * One block of MLA_PREP_THREADS per token: the latent c (C floats, C <= 4
- * MLA_PREP_THREADS) normed with the rmsnorm kernel's arithmetic (a thread
- * per float4 when C % 4 == 0 and the row is aligned, else a thread per
- * float; sums in double, sd__block_rrms) and written in place and into the
- * cache row; the rope key (R floats at c + C) and the H query rope parts
- * rotated in place, the key into the cache row too. The kernel is a chain
- * of round trips at batch 1 (3.3 us of a V2-Lite layer with SPECD_ABLATE),
- * so the weights load before the wait, and the rope, which does not need
- * the norm, runs while the latent's sums go through the block reduction. */
-#define MLA_PREP_THREADS 256
-
-/* rope items (pairs of the key and the queries) a thread loads at once */
-#define MLA_PREP_ITEMS 4
-
 template <bool VEC>
-__global__ void __launch_bounds__(MLA_PREP_THREADS)
-    mla_prep_kernel(float *ckv, int ck_stride, float *q_pe, int qpe_stride, int qpe_head_stride,
-                    const void *w, int wdt, float eps, float *cache, const int32_t *pos,
-                    const int32_t *slot, const float *inv_freq, int half, int interleave,
-                    float mscale, int H, int C, int R)
+__global__ void __launch_bounds__(MLA_PREP_THREADS) mla_prep_kernel(sd__mla_prep_args a)
 {
-    const int t = blockIdx.x, m = VEC ? C / 4 : C, i = threadIdx.x;
-    /* The weights before the wait (no kernel writes them): the norm's, and
-     * the inverse frequency of the thread's rotary index, which is the same
-     * for all its pairs when the block is a multiple of half wide (then one
-     * cos/sin a thread, not one a pair: the same numbers). */
-    const bool jfix = blockDim.x % half == 0;
-    float4 g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (i < m) {
-        const size_t e = VEC ? (size_t)i * 4 : (size_t)i;
-        g.x = sd__wload(w, wdt, e);
-        if (VEC) {
-            g.y = sd__wload(w, wdt, e + 1);
-            g.z = sd__wload(w, wdt, e + 2);
-            g.w = sd__wload(w, wdt, e + 3);
-        }
+    sd__mla_prep_token<VEC>(a, blockIdx.x);
+}
+
+int sd__cuda_mla_prep_args(sd__cuda *c, float *ckv, int ck_stride, float *q_pe, int qpe_stride,
+                           int qpe_head_stride, const sd_weight *w, float eps, void *cache,
+                           const sd_attn_batch *b, const sd_rope *r, int H, int C, int R,
+                           sd__mla_prep_args *a, int *vec)
+{
+    const int half = r->rot_dim / 2;
+    *vec = C % 4 == 0 && ck_stride % 4 == 0 && sd__aligned16(ckv) && sd__aligned16(cache) &&
+           (C + R) % 4 == 0;
+    if (half <= 0 || 2 * half > R || (*vec ? C / 4 : C) > MLA_PREP_THREADS) {
+        SD_BADARG(c, "mla_prep: latent %d, rope key %d, rotary dims %d", C, R, r->rot_dim);
+        return -1;
     }
-    const float fq = jfix ? inv_freq[i % half] : 0.0f;
-    SD_PDL_ENTER();
-    const int p = pos[t];
-    float *c = ckv + (size_t)t * (size_t)ck_stride;
-    float *row = cache + (size_t)slot[t] * (size_t)(C + R);
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    double ss = 0;
-    if (i < m) {
-        if (VEC) {
-            v = ((const float4 *)c)[i];
-            ss += (double)v.x * v.x;
-            ss += (double)v.y * v.y;
-            ss += (double)v.z * v.z;
-            ss += (double)v.w * v.w;
-        } else {
-            v.x = c[i];
-            ss += (double)v.x * v.x;
-        }
-    }
-    /* The rope key (pairs [0, half) of c + C, also into the cache row) and
-     * the queries' pairs after it: they do not wait for the norm, and a
-     * thread loads MLA_PREP_ITEMS pairs before it rotates any. */
-    float cs0 = 0.0f, sn0 = 0.0f;
-    if (jfix)
-        sd__rope_cs(fq, p, mscale, &cs0, &sn0);
-    const int items = (H + 1) * half;
-    for (int e0 = i; e0 < items; e0 += MLA_PREP_ITEMS * (int)blockDim.x) {
-        float *vp[MLA_PREP_ITEMS];
-        float x0[MLA_PREP_ITEMS], x1[MLA_PREP_ITEMS];
-        int ia[MLA_PREP_ITEMS], ib[MLA_PREP_ITEMS];
-#pragma unroll
-        for (int k = 0; k < MLA_PREP_ITEMS; k++) {
-            const int e = e0 + k * (int)blockDim.x, h = e / half, j = e % half;
-            vp[k] = NULL;
-            if (e < items) {
-                vp[k] = h == 0 ? c + C
-                               : q_pe + (size_t)t * qpe_stride + (size_t)(h - 1) * qpe_head_stride;
-                rope_pair(j, half, interleave, &ia[k], &ib[k]);
-                x0[k] = vp[k][ia[k]];
-                x1[k] = vp[k][ib[k]];
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < MLA_PREP_ITEMS; k++) {
-            if (!vp[k])
-                continue;
-            const int e = e0 + k * (int)blockDim.x;
-            float cs = cs0, sn = sn0, y0, y1;
-            if (!jfix)
-                sd__rope_cs(inv_freq[e % half], p, mscale, &cs, &sn);
-            sd__rope_rot(x0[k], x1[k], cs, sn, &y0, &y1);
-            vp[k][ia[k]] = y0;
-            vp[k][ib[k]] = y1;
-            if (e < half) {
-                row[C + ia[k]] = y0;
-                row[C + ib[k]] = y1;
-            }
-        }
-    }
-    /* rope key dims past the rotary ones (none for DeepSeek: R = rot_dim) */
-    for (int d = 2 * half + i; d < R; d += blockDim.x)
-        row[C + d] = c[C + d];
-    const float rr = sd__block_rrms(ss, C, eps);
-    if (i < m) {
-        if (VEC) {
-            float4 o;
-            o.x = g.x * (v.x * rr);
-            o.y = g.y * (v.y * rr);
-            o.z = g.z * (v.z * rr);
-            o.w = g.w * (v.w * rr);
-            ((float4 *)c)[i] = o;
-            ((float4 *)row)[i] = o;
-        } else {
-            const float o = g.x * (v.x * rr);
-            c[i] = o;
-            row[i] = o;
-        }
-    }
+    *a = sd__mla_prep_args{ckv,     q_pe,       (float *)cache, ck_stride,   qpe_stride,
+                             qpe_head_stride,     w->data,        (int)w->dtype, eps,
+                             b->pos,  b->slot,    r->inv_freq,    half,        r->interleave,
+                             r->mscale, H,        C,              R};
+    return 0;
 }
 
 void sd__cuda_mla_prep(sd_backend *be, float *ckv, int ck_stride, float *q_pe, int qpe_stride,
@@ -263,23 +163,18 @@ void sd__cuda_mla_prep(sd_backend *be, float *ckv, int ck_stride, float *q_pe, i
                        const sd_attn_batch *b, const sd_rope *r, int H, int C, int R)
 {
     sd__cuda *c = sd__cuda_op(be);
-    const int half = r->rot_dim / 2, T = b->n_tokens;
+    const int T = b->n_tokens;
     if (!c || T <= 0 || (c->ablate & SD__AB_PREP))
         return;
-    const int vec = C % 4 == 0 && ck_stride % 4 == 0 && sd__aligned16(ckv) && sd__aligned16(cache) &&
-                    (C + R) % 4 == 0;
-    if (half <= 0 || 2 * half > R || (vec ? C / 4 : C) > MLA_PREP_THREADS) {
-        SD_BADARG(c, "mla_prep: latent %d, rope key %d, rotary dims %d", C, R, r->rot_dim);
+    sd__mla_prep_args a;
+    int vec;
+    if (sd__cuda_mla_prep_args(c, ckv, ck_stride, q_pe, qpe_stride, qpe_head_stride, w, eps,
+                               cache, b, r, H, C, R, &a, &vec))
         return;
-    }
     if (vec)
-        sd__launch(c, mla_prep_kernel<true>, T, MLA_PREP_THREADS, 0, ckv, ck_stride, q_pe,
-                   qpe_stride, qpe_head_stride, w->data, (int)w->dtype, eps, (float *)cache,
-                   b->pos, b->slot, r->inv_freq, half, r->interleave, r->mscale, H, C, R);
+        sd__launch(c, mla_prep_kernel<true>, T, MLA_PREP_THREADS, 0, a);
     else
-        sd__launch(c, mla_prep_kernel<false>, T, MLA_PREP_THREADS, 0, ckv, ck_stride, q_pe,
-                   qpe_stride, qpe_head_stride, w->data, (int)w->dtype, eps, (float *)cache,
-                   b->pos, b->slot, r->inv_freq, half, r->interleave, r->mscale, H, C, R);
+        sd__launch(c, mla_prep_kernel<false>, T, MLA_PREP_THREADS, 0, a);
     SD_LAUNCHED(c, "mla_prep_kernel");
 }
 

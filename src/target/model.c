@@ -1103,11 +1103,11 @@ static int attention_mla(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
         q = m->q;
         qs = H * qk;
     }
-    /* the latent's norm, both ropes and the cache store in one op */
-    op->mla_prep(be, ckv, W, q + nope, qs, qk, &L->kv_a_norm, MLA_NORM_EPS, L->kc, ab, &m->rope,
-                 H, C, R);
-    /* absorbed: q_lat = W_UK^T q_nope per head; attend over the latent cache */
-    op->matmul_heads(be, m->qlat, q, &L->wuk_t, T, H, qs, qk, 0);
+    /* the latent's norm, both ropes and the cache store in one op; beside
+     * it, absorbed: q_lat = W_UK^T q_nope per head; attend over the latent
+     * cache */
+    sd_mla_prep_absorb(be, ckv, W, q + nope, qs, qk, &L->kv_a_norm, MLA_NORM_EPS, L->kc, ab,
+                       &m->rope, H, C, R, m->qlat, q, &L->wuk_t, qs, qk);
     op->attn_mla(be, m->lat, m->qlat, q + nope, NULL, NULL, L->kc, ab, H, C, R, qs, qk, W,
                  m->attn_scale);
     op->matmul_heads(be, m->att, m->lat, &L->wuv, T, H, H * C, C, 0);

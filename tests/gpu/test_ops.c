@@ -790,6 +790,90 @@ static int mla_prep_case(gpu_env *e, const char *what, int n_seq, const int *ctx
     return ok;
 }
 
+/* mla_prep_absorb with the CUDA backend's one launch (sd_cuda_set_mla_overlap)
+ * against its two GPU ops, bit for bit (the rows in place: the normed latent,
+ * the roped key and query parts, the nope parts untouched; the cache; the
+ * absorbed queries), and against the CPU's two ops within their bounds.
+ * Steps of 1 and 2 tokens take the one launch; 3 tokens and fp32 W_UK the
+ * two ops (the same bits trivially). */
+static int mla_prep_absorb_case(gpu_env *e, const char *what, int n_seq, const int *ctx,
+                                const int *nnew, int H, int C, int R, int qk, sd_dtype wdt)
+{
+    tbatch b;
+    tbatch_make(e, &b, n_seq, ctx, nnew, 16);
+    int T = b.T, W = H * qk + C + R, half = R / 2, nope = qk - R, off = H * qk;
+    size_t mx = (size_t)T * W, mc = (size_t)b.n_slots * (C + R), my = (size_t)T * H * C;
+    float *inv = (float *)malloc((size_t)half * sizeof(float));
+    for (int i = 0; i < half; i++)
+        inv[i] = powf(10000.0f, -2.0f * (float)i / (float)R);
+    tw w, wuk;
+    if (tw_make(e, &w, SD_DT_BF16, 1, C, 1.5f) || tw_make(e, &wuk, wdt, (int64_t)H * C, nope, 0.5f))
+        return report("mla_prep_absorb: weight upload", INFINITY, 0);
+    float *x = rnd_floats(e, mx, -3, 3), *cache = rnd_floats(e, mc, -1, 1);
+    float *y = (float *)malloc(my * sizeof(float));
+    float *dinv = (float *)gput(e, inv, (size_t)half * 4);
+    sd_rope rc = {.inv_freq = inv, .rot_dim = R, .interleave = 1, .mscale = 1.1f}, rg = rc;
+    rg.inv_freq = dinv;
+    float *dx[2], *dc[2], *dy[2];
+    for (int v = 0; v < 2; v++) { /* 0: the two ops, 1: the one launch */
+        dx[v] = (float *)gput(e, x, mx * 4);
+        dc[v] = (float *)gput(e, cache, mc * 4);
+        dy[v] = gpoison(e, my);
+        sd_cuda_set_mla_overlap(e->gpu, v);
+        e->gpu->ops->mla_prep_absorb(e->gpu, dx[v] + off, W, dx[v] + nope, W, qk, &w.g, 1e-6f,
+                                     dc[v], &b.db, &rg, H, C, R, dy[v], dx[v], &wuk.g, W, qk);
+        sd_cuda_set_mla_overlap(e->gpu, SD_CUDA_MLA_OVERLAP_DEFAULT);
+    }
+    sd_mla_prep_absorb(e->cpu, x + off, W, x + nope, W, qk, &w.c, 1e-6f, cache, &b.hb, &rc, H, C,
+                       R, y, x, &wuk.c, W, qk);
+    char name[200];
+    int ok = 1;
+    const char *part[3] = {"rows", "cache", "absorbed queries"};
+    float *dv[3][2] = {{dx[0], dx[1]}, {dc[0], dc[1]}, {dy[0], dy[1]}}, *cv[3] = {x, cache, y};
+    size_t m[3] = {mx, mc, my};
+    for (int i = 0; i < 3; i++) {
+        float *g0 = gget(e, dv[i][0], m[i]), *g1 = gget(e, dv[i][1], m[i]);
+        snprintf(name, sizeof name, "mla_prep_absorb %s T=%d H=%d C=%d R=%d W_UK %s: %s, one "
+                 "launch vs the two ops (mismatches)", what, T, H, C, R, sd_dtype_name(wdt),
+                 part[i]);
+        ok &= report(name, g0 && g1 ? bit_mismatches(g0, g1, m[i]) : INFINITY, 0);
+        free(g0);
+        free(g1);
+        snprintf(name, sizeof name, "mla_prep_absorb %s T=%d H=%d C=%d R=%d W_UK %s: %s vs the cpu",
+                 what, T, H, C, R, sd_dtype_name(wdt), part[i]);
+        ok &= check_dev(e, dv[i][1], cv[i], m[i], 1e-5, name);
+    }
+    GFREE_ALL(e, dx[0], dx[1], dc[0], dc[1], dy[0], dy[1], dinv);
+    free(x);
+    free(cache);
+    free(y);
+    free(inv);
+    tw_free(e, &w);
+    tw_free(e, &wuk);
+    tbatch_free(e, &b);
+    return ok;
+}
+
+TEST(mla_prep_absorb_in_one_launch_gives_the_two_ops_bits)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    int c1[1] = {1}, n1[1] = {1}, c1b[1] = {300}, c2[2] = {70, 9}, n2[2] = {1, 1};
+    int c3[1] = {40}, n3[1] = {3}, c5[2] = {33, 4100}, n5[2] = {1, 2};
+    /* V2-Lite (16 heads), V3 a rank of 8 (16) and whole (128), an odd one */
+    ok &= mla_prep_absorb_case(&e, "decode", 1, c1, n1, 16, 512, 64, 192, SD_DT_BF16);
+    ok &= mla_prep_absorb_case(&e, "decode at 300", 1, c1b, n1, 16, 512, 64, 192, SD_DT_BF16);
+    ok &= mla_prep_absorb_case(&e, "two sequences", 2, c2, n2, 128, 512, 64, 192, SD_DT_BF16);
+    ok &= mla_prep_absorb_case(&e, "2-token verify", 1, c3, n5 + 1, 16, 512, 64, 192, SD_DT_F16);
+    ok &= mla_prep_absorb_case(&e, "odd heads", 1, c1b, n1, 5, 512, 64, 192, SD_DT_BF16);
+    /* the two ops: 3 tokens, fp32 W_UK */
+    ok &= mla_prep_absorb_case(&e, "3-token verify", 1, c3, n3, 16, 512, 64, 192, SD_DT_BF16);
+    ok &= mla_prep_absorb_case(&e, "fp32 W_UK", 2, c5, n5, 16, 512, 64, 192, SD_DT_F32);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
 TEST(rope_kv_and_mla_prep_match_the_cpu_on_ragged_paged_batches)
 {
     gpu_env e;
@@ -2953,6 +3037,7 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(moe_route_matches_the_cpu), T(moe_router_route_is_the_gpus_matmul_then_moe_route),
           T(moe_ffn_matches_the_cpu), T(moe_ffn_fused_small_batches_match_the_cpu),
           T(moe_router_ffn_routes_beside_the_always_on_experts),
+          T(mla_prep_absorb_in_one_launch_gives_the_two_ops_bits),
           T(moe_ffn_tensor_core_prefill_matches_the_cpu_and_odd_shapes_fall_back),
           T(argmax_rows_equals_the_cpu_with_ties_and_nan),
           T(sample_rows_gives_the_cpu_distribution_and_token_on_mixed_rows),
