@@ -134,8 +134,15 @@ void sd__cuda_rope_kv(sd_backend *be, float *q, float *k, const float *v, void *
 }
 
 template <bool VEC>
-__global__ void __launch_bounds__(MLA_PREP_THREADS) mla_prep_kernel(sd__mla_prep_args a)
+__global__ void __launch_bounds__(MLA_PREP_THREADS)
+    mla_prep_kernel(float *ckv, float *q_pe, float *cache, int ck_stride, int qpe_stride,
+                    int qpe_head_stride, const void *w, int wdt, float eps, const int32_t *pos,
+                    const int32_t *slot, const float *inv_freq, int half, int interleave,
+                    float mscale, int H, int C, int R)
 {
+    const sd__mla_prep_args a = {ckv,      q_pe, cache, ck_stride,  qpe_stride, qpe_head_stride,
+                                 w,        wdt,  eps,   pos,        slot,       inv_freq,
+                                 half,     interleave,  mscale,     H,          C,  R};
     sd__mla_prep_token<VEC>(a, blockIdx.x);
 }
 
@@ -171,10 +178,10 @@ void sd__cuda_mla_prep(sd_backend *be, float *ckv, int ck_stride, float *q_pe, i
     if (sd__cuda_mla_prep_args(c, ckv, ck_stride, q_pe, qpe_stride, qpe_head_stride, w, eps,
                                cache, b, r, H, C, R, &a, &vec))
         return;
-    if (vec)
-        sd__launch(c, mla_prep_kernel<true>, T, MLA_PREP_THREADS, 0, a);
-    else
-        sd__launch(c, mla_prep_kernel<false>, T, MLA_PREP_THREADS, 0, a);
+    auto k = vec ? mla_prep_kernel<true> : mla_prep_kernel<false>;
+    sd__launch(c, k, T, MLA_PREP_THREADS, 0, a.ckv, a.q_pe, a.cache, a.ck_stride, a.qpe_stride,
+               a.qpe_head_stride, a.w, a.wdt, a.eps, a.pos, a.slot, a.inv_freq, a.half,
+               a.interleave, a.mscale, a.H, a.C, a.R);
     SD_LAUNCHED(c, "mla_prep_kernel");
 }
 
