@@ -539,7 +539,10 @@ static void launch_experts_v(sd__cuda *c, int vec, const sd_experts *ex, float *
  * so results are bit-identical from run to run and in graph replay. The dot
  * products are the GEMV's (kernels/cuda/gemv.cuh). An expert used by several
  * pairs is read once per pair (mostly from L2: all pairs of one row tile run
- * side by side). */
+ * side by side). At V2-Lite's batch 1 the two read a layer's 138 MB in 37.4
+ * us, where a plain read of them takes 33.7 (specd-bench-kernels
+ * --read-lab); one persistent launch of these tiles for both was 22-25%
+ * slower (bench/results/NOTES.md, session 17). */
 
 #define MOE_FUSED_U 2 /* chunks per warp loaded before use (3 measured slower) */
 
