@@ -737,7 +737,7 @@ __global__ void __launch_bounds__(256) rl_rows_kernel(const char *base, int seg0
     for (int b = g; b < n; b += U * G) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int it = b + u * G, nx = it + U * G;
+            const int nx = b + (u + U) * G; /* the row that reloads this slot */
 #pragma unroll
             for (int c = 0; c < 8; c++) {
                 float lo, hi;
@@ -753,7 +753,6 @@ __global__ void __launch_bounds__(256) rl_rows_kernel(const char *base, int seg0
                 buf[u][c] = nx < n ? sd__ld_stream(b0 + (size_t)nx * RL_RB + c * 512 + lane * 16)
                                    : make_uint4(0, 0, 0, 0);
             }
-            (void)it;
         }
     }
     if (acc == 1234.5f)

@@ -500,6 +500,7 @@ void sd_cuda_set_moe_overlap(sd_backend *be, int max_tokens)
 {
     sd__cuda_of(be)->moe_overlap = max_tokens > 0 ? max_tokens : 0;
 }
+void sd_cuda_set_mla_overlap(sd_backend *be, int on) { sd__cuda_of(be)->mla_overlap = on != 0; }
 
 const char *sd_cuda_backend_error(const sd_backend *be)
 {

@@ -55,6 +55,13 @@ typedef struct mm_args {
 #define GEMV_WIDE_VR 8
 #define GEMV_WIDE_U 1
 
+/* blocks an SM of a gemv_kernel shape */
+#define GEMV_MINB(DT, NR, VR, U)                                            \
+    /* 8 rows a warp: 3 blocks an SM for 1 BF16 row, else 2 (no spills) */ \
+    ((VR) == 8 ? ((NR) == 1 && (DT) == SD__BF16 ? 3 : 2)                   \
+     : (NR) == 1 && (DT) != SD__F32 && (VR) * (U) <= 8 ? 3                 \
+                                                        : 2)
+
 /* y(n, N) in passes of NR activation rows. A block is SD__GEMV_WARPS warps:
  * WK K-slices x (SD__GEMV_WARPS / WK) row groups of VR weight rows; a warp
  * loads U chunks of each row before it uses them (GEMV_VR x GEMV_U, or
@@ -63,16 +70,8 @@ typedef struct mm_args {
 /* SILU (matmul_silu): w is [gate; up] stacked, N = 2I rows; a row group
  * takes gate rows o .. o + VR/2 - 1 and the up rows I + o .. (o = VR/2 x
  * the group's index) and writes y(n, I) = silu(gate) * up (silu_mul_kernel's
- * formula on the same sums: the bits of the two ops). */
-/* blocks an SM of a gemv_kernel shape */
-#define GEMV_MINB(DT, NR, VR, U)                                            \
-    /* 8 rows a warp: 3 blocks an SM for 1 BF16 row, else 2 (no spills) */ \
-    ((VR) == 8 ? ((NR) == 1 && (DT) == SD__BF16 ? 3 : 2)                   \
-     : (NR) == 1 && (DT) != SD__F32 && (VR) * (U) <= 8 ? 3                 \
-                                                        : 2)
-
-/* block (bx, h) of the GEMV (the kernel below; a block of
- * mla_prep_absorb_kernel) */
+ * formula on the same sums: the bits of the two ops). gemv_block is block
+ * (bx, h) of it: the kernel below's, or a block of mla_prep_absorb_kernel. */
 template <int DT, int NR, bool PRE, bool SILU, int VR, int U>
 __device__ __forceinline__ void gemv_block(const mm_args &a, int WK, int bx, int h)
 {
@@ -459,10 +458,19 @@ static void launch_gemv_nr(sd__cuda *c, const mm_args *a, int H, int wk)
  * one chunk a warp) GEMV_WIDE_VR rows a warp; for long rows (16-bit
  * weights, not SILU, 1-2 rows) up to GEMV_LONG_U chunks of GEMV_LONG_VR
  * rows */
+/* whether a GEMV takes the wide one-pass shape: 16-bit weights (dt16), 1-2
+ * rows, one chunk a warp (launch_block_gemv's first; the absorb's blocks of
+ * mla_prep_absorb_kernel) */
+static int gemv_wide_pre(const sd__cuda *c, const mm_args *a, int dt16)
+{
+    const int wk = sd__gemv_wk(a->K), nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
+    return dt16 && c->gemv_pre && c->gemv_wide && a->n <= 2 && nch <= wk;
+}
+
 template <int DT, bool SILU> static void launch_block_gemv(sd__cuda *c, const mm_args *a, int H)
 {
     const int wk = sd__gemv_wk(a->K), nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
-    if (DT != SD__F32 && c->gemv_pre && c->gemv_wide && a->n <= 2 && nch <= wk) {
+    if (gemv_wide_pre(c, a, DT != SD__F32)) {
         if constexpr (DT != SD__F32)
             launch_gemv_12<DT, true, SILU, GEMV_WIDE_VR, GEMV_WIDE_U>(c, a, H, wk);
     } else if (c->gemv_pre && a->n <= 8 && nch <= wk * GEMV_U) {
@@ -854,8 +862,6 @@ static void launch_prep_absorb(sd__cuda *c, const sd__mla_prep_args &p, int T, c
                    wk, (int)g.x);
 }
 
-void sd_cuda_set_mla_overlap(sd_backend *be, int on) { sd__cuda_of(be)->mla_overlap = on != 0; }
-
 void sd__cuda_mla_prep_absorb(sd_backend *be, float *ckv, int ck_stride, float *q_pe,
                               int qpe_stride, int qpe_head_stride, const sd_weight *w, float eps,
                               void *cache, const sd_attn_batch *b, const sd_rope *r, int H, int C,
@@ -869,13 +875,12 @@ void sd__cuda_mla_prep_absorb(sd_backend *be, float *ckv, int ck_stride, float *
     const int N = H > 0 && wuk->rows % H == 0 ? (int)(wuk->rows / H) : 0;
     mm_args a = {y, x, wuk->data, NULL, 0, T, N, (int)wuk->cols, x_stride, x_head_stride, 0,
                  H * N, N};
-    const int wk = sd__gemv_wk(a.K), nch = (a.K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
     sd__mla_prep_args p;
     int vec = 0;
-    const int takes = c->mla_overlap && N > 0 && T <= 2 && T <= gemv_max_rows(c) &&
-                      !(c->ablate & (SD__AB_PREP | SD__AB_ABSORB)) &&
-                      (wuk->dtype == SD_DT_BF16 || wuk->dtype == SD_DT_F16) && vec_ok(&a) &&
-                      c->gemv_pre && c->gemv_wide && nch <= wk;
+    /* where matmul_heads would run the wide one-pass GEMV */
+    const int takes = c->mla_overlap && N > 0 && T <= gemv_max_rows(c) &&
+                      !(c->ablate & (SD__AB_PREP | SD__AB_ABSORB)) && vec_ok(&a) &&
+                      gemv_wide_pre(c, &a, wuk->dtype == SD_DT_BF16 || wuk->dtype == SD_DT_F16);
     if (!takes || sd__cuda_mla_prep_args(c, ckv, ck_stride, q_pe, qpe_stride, qpe_head_stride, w,
                                          eps, cache, b, r, H, C, R, &p, &vec)) {
         sd__cuda_mla_prep(be, ckv, ck_stride, q_pe, qpe_stride, qpe_head_stride, w, eps, cache, b,
@@ -883,6 +888,7 @@ void sd__cuda_mla_prep_absorb(sd_backend *be, float *ckv, int ck_stride, float *
         sd__cuda_matmul_heads(be, y, x, wuk, T, H, x_stride, x_head_stride, 0);
         return;
     }
+    const int wk = sd__gemv_wk(a.K);
     if (wuk->dtype == SD_DT_BF16)
         vec ? launch_prep_absorb<true, SD__BF16>(c, p, T, &a, H, wk)
             : launch_prep_absorb<false, SD__BF16>(c, p, T, &a, H, wk);

@@ -1188,9 +1188,10 @@ static void launch_tc(sd__cuda *c, const sd_experts *ex, float *h, float *y, con
 
 /* moe_ffn's arguments checked (a bad one recorded as the backend's error:
  * -1) and its path: 1 the fused kernels, 0 the sorted one. *I, *dt: the
- * experts' intermediate size and dtype; *vec: 16-byte rows and data. */
+ * experts' intermediate size and dtype; *vec: 16-byte rows and data; *tc:
+ * the sorted path on tensor cores (moe_tc_wants). */
 static int moe_ffn_path(sd__cuda *c, const sd_experts *ex, const float *x, const void *tmp, int n,
-                        int top_k, int D, int *I, sd_dtype *dt, int *vec)
+                        int top_k, int D, int *I, sd_dtype *dt, int *vec, int *tc)
 {
     int E = ex->n;
     if (E <= 0 || E > MOE_MAX_EXPERTS || top_k <= 0) {
@@ -1220,9 +1221,9 @@ static int moe_ffn_path(sd__cuda *c, const sd_experts *ex, const float *x, const
         SD_BADARG(c, "moe_ffn: weight dtype %s", sd_dtype_name(*dt));
         return -1;
     }
-    const int tc = moe_tc_wants(c, *dt, *vec, D, *I);
+    *tc = moe_tc_wants(c, *dt, *vec, D, *I);
     int max_pairs = c->moe_fused_max_pairs > 0 ? c->moe_fused_max_pairs
-                    : tc                       ? SD_CUDA_MOE_TC_FUSED_MAX_PAIRS
+                    : *tc                      ? SD_CUDA_MOE_TC_FUSED_MAX_PAIRS
                                                : SD_CUDA_MOE_FUSED_MAX_PAIRS;
     return *vec && m <= (size_t)max_pairs;
 }
@@ -1245,9 +1246,9 @@ void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t 
     sd__cuda *c = sd__cuda_op(be);
     if (!c || n <= 0)
         return;
-    int I, vec;
+    int I, vec, tc;
     sd_dtype dt;
-    const int path = moe_ffn_path(c, ex, x, tmp, n, top_k, D, &I, &dt, &vec);
+    const int path = moe_ffn_path(c, ex, x, tmp, n, top_k, D, &I, &dt, &vec, &tc);
     if (path < 0)
         return;
     float *h = (float *)tmp; /* (m, I) */
@@ -1256,7 +1257,7 @@ void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t 
         moe_fused(c, dt, ex, out, h, x, (int32_t *)ids, (float *)wts, n, top_k, D, I, NULL);
         return;
     }
-    const int E = ex->n, tc = moe_tc_wants(c, dt, vec, D, I);
+    const int E = ex->n;
     size_t m = (size_t)n * (size_t)top_k;
     float *y = h + m * (size_t)I;            /* (m, D) */
     int *off = (int *)(y + m * (size_t)D);   /* (E + 1) */
@@ -1298,10 +1299,10 @@ void sd__cuda_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wt
     if (!c || n <= 0)
         return;
     const int na = r->n_always > 0 ? r->n_always : 0, W = r->top_k + na;
-    int I = 0, vec = 0, path = -1;
+    int I = 0, vec = 0, tc = 0, path = -1;
     sd_dtype dt = SD_DT_F32;
     if (n <= c->moe_overlap && na > 0 && route_small_takes(c, r) && ex->n > 0 &&
-        (path = moe_ffn_path(c, ex, x, tmp, n, W, D, &I, &dt, &vec)) < 0)
+        (path = moe_ffn_path(c, ex, x, tmp, n, W, D, &I, &dt, &vec, &tc)) < 0)
         return;
     if (path != 1) {
         sd__cuda_moe_router_route(be, ids, wts, logits, x, w, bias, n, D, r);
