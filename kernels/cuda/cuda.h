@@ -99,9 +99,9 @@ void sd_cuda_set_route_small(sd_backend *be, int on);
 void sd_cuda_set_moe_overlap(sd_backend *be, int max_tokens);
 /* mla_prep_absorb's two ops in one launch, side by side (matmul.cu;
  * SPECD_MLA_OVERLAP=1 as the backend opens, or this call; steps of 1-2
- * tokens with 16-bit W_UK; the same bits). Off by default until measured
- * (bench/results/NOTES.md, session 17). */
-#define SD_CUDA_MLA_OVERLAP_DEFAULT 0
+ * tokens with 16-bit W_UK; the same bits). The default 1: V2-Lite's
+ * batch-1 decode +1.45% in three rounds (bench/results/NOTES.md, session 18). */
+#define SD_CUDA_MLA_OVERLAP_DEFAULT 1
 void sd_cuda_set_mla_overlap(sd_backend *be, int on);
 
 /* Attention steps of more than 8 tokens (verify steps of 9+ rows, a

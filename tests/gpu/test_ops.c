@@ -560,6 +560,152 @@ TEST(matmul_silu_matches_the_cpu_and_the_gpus_matmul_then_silu_mul_bitwise)
     ASSERT(ok);
 }
 
+/* elements of two device arrays whose bits differ (INFINITY: unreadable) */
+static double bits_differ(gpu_env *e, const float *da, const float *db, size_t n)
+{
+    float *a = gget(e, da, n), *b = gget(e, db, n);
+    double bad = a && b ? 0 : INFINITY;
+    for (size_t i = 0; a && b && i < n; i++)
+        bad += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    free(a);
+    free(b);
+    return bad;
+}
+
+/* matmul_add: y = (y + d) + x @ W^T (+ bias), in the block GEMV's epilogue
+ * up to SD_CUDA_GEMV_EXACT_ROWS rows, else the ops: the bits of add, matmul
+ * and add on the GPU either way, and the CPU's numbers to matmul's bound */
+TEST(matmul_add_is_the_gpus_add_matmul_add_bitwise)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    struct { int n, N, K; sd_dtype dt; int d, bias; } cs[] = {
+        {1, 2048, 2048, SD_DT_BF16, 1, 0}, {2, 2048, 2048, SD_DT_BF16, 1, 0},
+        {1, 4096, 4096, SD_DT_BF16, 0, 0}, {3, 1000, 520, SD_DT_F16, 1, 1},
+        {8, 300, 1024, SD_DT_F32, 1, 0},   {20, 600, 1024, SD_DT_BF16, 1, 0},
+        {1, 64, 1408, SD_DT_BF16, 0, 1},   {2, 4096, 14336, SD_DT_BF16, 1, 0},
+        {5, 77, 1000, SD_DT_BF16, 1, 1},
+    };
+    for (size_t k = 0; k < SD_ARRAY_LEN(cs); k++) {
+        int n = cs[k].n, N = cs[k].N, K = cs[k].K;
+        size_t m = (size_t)n * N;
+        tw w, b;
+        ASSERT_OK(tw_make(&e, &w, cs[k].dt, N, K, 0.5f));
+        ASSERT_OK(tw_make(&e, &b, SD_DT_F32, 1, N, 1.0f));
+        float *x = rnd_floats(&e, (size_t)n * K, -1, 1);
+        float *y0 = rnd_floats(&e, m, -40, 40), *d = rnd_floats(&e, m, -3, 3);
+        float *yc = (float *)malloc(m * sizeof(float)), *tc = (float *)malloc(m * sizeof(float));
+        memcpy(yc, y0, m * sizeof(float));
+        const sd_weight *bc = cs[k].bias ? &b.c : NULL, *bg = cs[k].bias ? &b.g : NULL;
+        sd_matmul_add_ops(e.cpu, yc, cs[k].d ? d : NULL, x, &w.c, bc, n, K, tc);
+        float *dx = (float *)gput(&e, x, (size_t)n * K * sizeof(float));
+        float *dd = (float *)gput(&e, d, m * sizeof(float));
+        float *dy = (float *)gput(&e, y0, m * sizeof(float));
+        float *dy2 = (float *)gput(&e, y0, m * sizeof(float));
+        float *dt = gpoison(&e, m), *dt2 = gpoison(&e, m);
+        e.gpu->ops->matmul_add(e.gpu, dy, cs[k].d ? dd : NULL, dx, &w.g, bg, n, K, dt);
+        sd_matmul_add_ops(e.gpu, dy2, cs[k].d ? dd : NULL, dx, &w.g, bg, n, K, dt2);
+        char name[160];
+        snprintf(name, sizeof name, "matmul_add %s n=%d N=%d K=%d d=%d bias=%d",
+                 sd_dtype_name(cs[k].dt), n, N, K, cs[k].d, cs[k].bias);
+        ok &= check_dev(&e, dy, yc, m, 1e-5, name);
+        ok &= reportf(bits_differ(&e, dy, dy2, m), 0, "%s vs add, matmul, add on the GPU "
+                      "(differing elements)", name);
+        gfree(&e, dx);
+        gfree(&e, dd);
+        gfree(&e, dy);
+        gfree(&e, dy2);
+        gfree(&e, dt);
+        gfree(&e, dt2);
+        free(x);
+        free(y0);
+        free(d);
+        free(yc);
+        free(tc);
+        tw_free(&e, &w);
+        tw_free(&e, &b);
+    }
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
+/* rmsnorm_matmul: the norm of x + d (stored nowhere) inside the wide
+ * one-pass GEMV (1-2 rows, 16-bit weights, K up to 2048: gemv_norm_kernel),
+ * else norm_kernel then the GEMV: y and xn the bits of add, rmsnorm and
+ * matmul (or matmul_silu) on the GPU, x and d untouched, and the CPU's
+ * numbers to matmul's bound */
+TEST(rmsnorm_matmul_is_the_gpus_add_rmsnorm_matmul_bitwise)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    struct { int n, N, K; sd_dtype dt; int d, silu, bias; } cs[] = {
+        {1, 3648, 2048, SD_DT_BF16, 1, 0, 0}, {2, 3648, 2048, SD_DT_BF16, 1, 0, 0},
+        {1, 64, 2048, SD_DT_BF16, 0, 0, 0},   {2, 64, 2048, SD_DT_BF16, 0, 0, 0},
+        {1, 2816, 2048, SD_DT_BF16, 1, 1, 0}, {2, 2816, 2048, SD_DT_F16, 0, 1, 0},
+        {1, 1000, 1024, SD_DT_BF16, 1, 0, 0}, {1, 300, 1000, SD_DT_BF16, 1, 0, 1},
+        {2, 500, 520, SD_DT_BF16, 1, 0, 0},   {3, 700, 2048, SD_DT_BF16, 1, 0, 0},
+        {1, 4096, 4096, SD_DT_BF16, 1, 0, 0}, {1, 100, 256, SD_DT_BF16, 1, 0, 0},
+        {2, 77, 768, SD_DT_F16, 0, 0, 1},     {1, 512, 2048, SD_DT_F32, 1, 0, 0},
+        {2, 14, 1792, SD_DT_BF16, 1, 1, 0},
+    };
+    for (size_t k = 0; k < SD_ARRAY_LEN(cs); k++) {
+        int n = cs[k].n, N = cs[k].N, K = cs[k].K, silu = cs[k].silu;
+        size_t mx = (size_t)n * K, my = (size_t)n * (silu ? N / 2 : N);
+        tw w, g, b;
+        ASSERT_OK(tw_make(&e, &w, cs[k].dt, N, K, 0.5f));
+        ASSERT_OK(tw_make(&e, &g, cs[k].dt == SD_DT_F32 ? SD_DT_F32 : SD_DT_BF16, 1, K, 1.5f));
+        ASSERT_OK(tw_make(&e, &b, SD_DT_F32, 1, N, 1.0f));
+        const sd_weight *bc = cs[k].bias ? &b.c : NULL, *bg = cs[k].bias ? &b.g : NULL;
+        float *x = rnd_floats(&e, mx, -40, 40), *d = rnd_floats(&e, mx, -3, 3);
+        float *yc = nan_floats((size_t)n * N), *xnc = nan_floats(mx);
+        sd_rmsnorm_matmul_ops(e.cpu, yc, xnc, x, cs[k].d ? d : NULL, &g.c, 1e-6f, &w.c, bc, n,
+                              silu);
+        float *dx = (float *)gput(&e, x, mx * sizeof(float));
+        float *dd = (float *)gput(&e, d, mx * sizeof(float));
+        float *dy = gpoison(&e, (size_t)n * N), *dxn = gpoison(&e, mx);
+        e.gpu->ops->rmsnorm_matmul(e.gpu, dy, dxn, dx, cs[k].d ? dd : NULL, &g.g, 1e-6f, &w.g,
+                                   bg, n, silu);
+        /* the GPU's add, rmsnorm and matmul on a copy */
+        float *dx2 = (float *)gput(&e, x, mx * sizeof(float));
+        float *dy2 = gpoison(&e, (size_t)n * N), *dxn2 = gpoison(&e, mx);
+        if (cs[k].d)
+            e.gpu->ops->add(e.gpu, dx2, dd, n, K);
+        e.gpu->ops->rmsnorm(e.gpu, dxn2, dx2, &g.g, n, K, K, K, 1e-6f);
+        if (silu)
+            e.gpu->ops->matmul_silu(e.gpu, dy2, dxn2, &w.g, n, K);
+        else
+            e.gpu->ops->matmul(e.gpu, dy2, dxn2, &w.g, bg, n, K);
+        char name[160];
+        snprintf(name, sizeof name, "rmsnorm_matmul %s n=%d N=%d K=%d d=%d silu=%d bias=%d",
+                 sd_dtype_name(cs[k].dt), n, N, K, cs[k].d, silu, cs[k].bias);
+        ok &= check_dev(&e, dy, yc, my, 1e-5, name);
+        ok &= check_dev(&e, dxn, xnc, mx, 1e-6, name);
+        ok &= check_dev(&e, dx, x, mx, 0, name); /* x as it was */
+        ok &= check_dev(&e, dd, d, mx, 0, name); /* d too */
+        ok &= reportf(bits_differ(&e, dy, dy2, my) + bits_differ(&e, dxn, dxn2, mx), 0,
+                      "%s: y and xn vs add, rmsnorm, matmul on the GPU (differing elements)",
+                      name);
+        gfree(&e, dx);
+        gfree(&e, dd);
+        gfree(&e, dy);
+        gfree(&e, dxn);
+        gfree(&e, dx2);
+        gfree(&e, dy2);
+        gfree(&e, dxn2);
+        free(x);
+        free(d);
+        free(yc);
+        free(xnc);
+        tw_free(&e, &w);
+        tw_free(&e, &g);
+        tw_free(&e, &b);
+    }
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
 TEST(matmul_many_rows_match_the_cpu)
 {
     gpu_env e;
@@ -3026,6 +3172,8 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(matmul_gemv_rows_match_the_cpu_in_fp32), T(matmul_gemv_rows_do_not_depend_on_the_batch),
           T(matmul_many_rows_match_the_cpu),
           T(matmul_silu_matches_the_cpu_and_the_gpus_matmul_then_silu_mul_bitwise),
+          T(matmul_add_is_the_gpus_add_matmul_add_bitwise),
+          T(rmsnorm_matmul_is_the_gpus_add_rmsnorm_matmul_bitwise),
           T(matmul_heads_matches_the_cpu), T(attn_gqa_matches_the_cpu_on_ragged_paged_batches),
           T(rope_kv_and_mla_prep_match_the_cpu_on_ragged_paged_batches),
           T(attn_gqa_matches_the_cpu_on_long_contexts), T(attn_mla_decode_kernel_matches_the_cpu),
