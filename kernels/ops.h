@@ -312,22 +312,18 @@ typedef struct sd_ops {
 
     /* ---- fused residual GEMVs (appended; NULL where a backend has none:
      * the callers then run the ops they stand for) ----
-     * matmul_add: y(n, w.rows) += d (where d is not NULL: a residual step
-     * owed), then += x @ w^T (+ bias), y and d dense: the numbers of add(y,
-     * d, n, w.rows), matmul(tmp, x, w, bias, n, x_stride) and add(y, tmp,
-     * n, w.rows); tmp is (n, w.rows) of room the op may use for that. y
-     * may not alias x, d or tmp. */
-    void (*matmul_add)(sd_backend *be, float *y, const float *d, const float *x,
-                       const sd_weight *w, const sd_weight *bias, int n, int x_stride, float *tmp);
-    /* rmsnorm_matmul: the numbers of rmsnorm(xn, x + d, g, n, K, K, K, eps)
-     * (K = w.cols, dense rows; d NULL: x alone; x + d as add computes it,
-     * written nowhere: x and d are left as they are) followed by matmul(y,
-     * xn, w, bias, n, K), or with silu (bias NULL) by matmul_silu(y, xn, w,
-     * n, K): the normalized rows land in xn too. Neither y nor xn may alias
-     * x, d or each other. */
-    void (*rmsnorm_matmul)(sd_backend *be, float *y, float *xn, const float *x, const float *d,
-                           const sd_weight *g, float eps, const sd_weight *w,
-                           const sd_weight *bias, int n, int silu);
+     * matmul_add: y(n, w.rows) += x @ w^T (+ bias), y dense: the numbers of
+     * matmul(tmp, x, w, bias, n, x_stride) followed by add(y, tmp, n,
+     * w.rows); tmp is (n, w.rows) of room the op may use for that. y may
+     * not alias x or tmp. */
+    void (*matmul_add)(sd_backend *be, float *y, const float *x, const sd_weight *w,
+                       const sd_weight *bias, int n, int x_stride, float *tmp);
+    /* rmsnorm_matmul: the numbers of rmsnorm(xn, x, g, n, K, K, K, eps)
+     * (K = w.cols, dense rows) followed by matmul(y, xn, w, bias, n, K), or
+     * with silu (bias NULL) by matmul_silu(y, xn, w, n, K): the normalized
+     * rows land in xn too. Neither y nor xn may alias x or each other. */
+    void (*rmsnorm_matmul)(sd_backend *be, float *y, float *xn, const float *x, const sd_weight *g,
+                           float eps, const sd_weight *w, const sd_weight *bias, int n, int silu);
 
     /* ---- page-locked host buffers (appended; NULL where a backend has none:
      * the caller mallocs) ----
@@ -356,8 +352,7 @@ typedef struct sd_ops {
      * moe_router_ffn: the numbers of moe_router_route(ids, wts, logits, x,
      * w, bias, n, D, r) followed by moe_ffn(out, x, ids, wts, ex, n,
      * r->top_k + r->n_always, D, tmp) (x dense, n rows of D): a backend may
-     * run the always-on experts while it routes. w NULL: logits already
-     * hold the router's output (moe_route instead of moe_router_route). */
+     * run the always-on experts while it routes. */
     void (*moe_router_ffn)(sd_backend *be, float *out, int32_t *ids, float *wts, float *logits,
                            const float *x, const sd_weight *w, const float *bias,
                            const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp);
@@ -385,30 +380,21 @@ struct sd_backend {
 
 /* The ops matmul_add stands for: matmul into tmp, then add (the contract's
  * definition; a backend may implement the op as this). */
-static inline void sd_matmul_add_ops(sd_backend *be, float *y, const float *d, const float *x,
-                                     const sd_weight *w, const sd_weight *bias, int n,
-                                     int x_stride, float *tmp)
+static inline void sd_matmul_add_ops(sd_backend *be, float *y, const float *x, const sd_weight *w,
+                                     const sd_weight *bias, int n, int x_stride, float *tmp)
 {
-    if (d)
-        be->ops->add(be, y, d, n, (int)w->rows);
     be->ops->matmul(be, tmp, x, w, bias, n, x_stride);
     be->ops->add(be, y, tmp, n, (int)w->rows);
 }
 
-/* The ops rmsnorm_matmul stands for: x (+ d) into xn, rmsnorm in place,
- * then matmul or matmul_silu from it. */
+/* The ops rmsnorm_matmul stands for: rmsnorm into xn, then matmul or
+ * matmul_silu from it. */
 static inline void sd_rmsnorm_matmul_ops(sd_backend *be, float *y, float *xn, const float *x,
-                                         const float *d, const sd_weight *g, float eps,
-                                         const sd_weight *w, const sd_weight *bias, int n,
-                                         int silu)
+                                         const sd_weight *g, float eps, const sd_weight *w,
+                                         const sd_weight *bias, int n, int silu)
 {
     const sd_ops *op = be->ops;
     int K = (int)w->cols;
-    if (d) {
-        op->copy2d(be, xn, x, n, K, K, K);
-        op->add(be, xn, d, n, K);
-        x = xn;
-    }
     op->rmsnorm(be, xn, x, g, n, K, K, K, eps);
     if (silu)
         op->matmul_silu(be, y, xn, w, n, K);
@@ -417,25 +403,24 @@ static inline void sd_rmsnorm_matmul_ops(sd_backend *be, float *y, float *xn, co
 }
 
 /* matmul_add where the backend has it, else the two ops it stands for */
-static inline void sd_matmul_add(sd_backend *be, float *y, const float *d, const float *x,
-                                 const sd_weight *w, const sd_weight *bias, int n, int x_stride,
-                                 float *tmp)
+static inline void sd_matmul_add(sd_backend *be, float *y, const float *x, const sd_weight *w,
+                                 const sd_weight *bias, int n, int x_stride, float *tmp)
 {
     if (be->ops->matmul_add)
-        be->ops->matmul_add(be, y, d, x, w, bias, n, x_stride, tmp);
+        be->ops->matmul_add(be, y, x, w, bias, n, x_stride, tmp);
     else
-        sd_matmul_add_ops(be, y, d, x, w, bias, n, x_stride, tmp);
+        sd_matmul_add_ops(be, y, x, w, bias, n, x_stride, tmp);
 }
 
 /* rmsnorm_matmul where the backend has it, else the ops it stands for */
 static inline void sd_rmsnorm_matmul(sd_backend *be, float *y, float *xn, const float *x,
-                                     const float *d, const sd_weight *g, float eps,
-                                     const sd_weight *w, const sd_weight *bias, int n, int silu)
+                                     const sd_weight *g, float eps, const sd_weight *w,
+                                     const sd_weight *bias, int n, int silu)
 {
     if (be->ops->rmsnorm_matmul)
-        be->ops->rmsnorm_matmul(be, y, xn, x, d, g, eps, w, bias, n, silu);
+        be->ops->rmsnorm_matmul(be, y, xn, x, g, eps, w, bias, n, silu);
     else
-        sd_rmsnorm_matmul_ops(be, y, xn, x, d, g, eps, w, bias, n, silu);
+        sd_rmsnorm_matmul_ops(be, y, xn, x, g, eps, w, bias, n, silu);
 }
 
 /* moe_router_ffn where the backend has it, else the two ops it stands for */
@@ -449,10 +434,7 @@ static inline void sd_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, f
         op->moe_router_ffn(be, out, ids, wts, logits, x, w, bias, ex, n, D, r, tmp);
         return;
     }
-    if (w)
-        op->moe_router_route(be, ids, wts, logits, x, w, bias, n, D, r);
-    else
-        op->moe_route(be, ids, wts, logits, bias, n, r);
+    op->moe_router_route(be, ids, wts, logits, x, w, bias, n, D, r);
     op->moe_ffn(be, out, x, ids, wts, ex, n, r->top_k + (r->n_always > 0 ? r->n_always : 0), D,
                 tmp);
 }

@@ -245,21 +245,21 @@ static void p_moe_router_route(sd_backend *be, int32_t *ids, float *wts, float *
           I(be)->ops->moe_router_route(I(be), ids, wts, lg, x, w, bias, n, xs, r));
 }
 
-static void p_matmul_add(sd_backend *be, float *y, const float *d, const float *x,
-                         const sd_weight *w, const sd_weight *bias, int n, int xs, float *tmp)
+static void p_matmul_add(sd_backend *be, float *y, const float *x, const sd_weight *w,
+                         const sd_weight *bias, int n, int xs, float *tmp)
 {
     char k[48];
     shape_key(k, sizeof k, "matmul_add", w);
-    TIMED(be, k, I(be)->ops->matmul_add(I(be), y, d, x, w, bias, n, xs, tmp));
+    TIMED(be, k, I(be)->ops->matmul_add(I(be), y, x, w, bias, n, xs, tmp));
 }
 
-static void p_rmsnorm_matmul(sd_backend *be, float *y, float *xn, const float *x, const float *d,
+static void p_rmsnorm_matmul(sd_backend *be, float *y, float *xn, const float *x,
                              const sd_weight *g, float eps, const sd_weight *w,
                              const sd_weight *bias, int n, int silu)
 {
     char k[48];
     shape_key(k, sizeof k, silu ? "rmsnorm_matmul_silu" : "rmsnorm_matmul", w);
-    TIMED(be, k, I(be)->ops->rmsnorm_matmul(I(be), y, xn, x, d, g, eps, w, bias, n, silu));
+    TIMED(be, k, I(be)->ops->rmsnorm_matmul(I(be), y, xn, x, g, eps, w, bias, n, silu));
 }
 
 static void p_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wts, float *lg,

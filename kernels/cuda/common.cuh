@@ -101,13 +101,6 @@ typedef struct sd__cuda {
      * (SPECD_MLA_OVERLAP=1, sd_cuda_set_mla_overlap; matmul.cu; the same
      * bits) */
     int mla_overlap;
-    /* rmsnorm_matmul norms inside the wide one-pass GEMV (gemv_norm_kernel;
-     * SPECD_NORM_GEMV=0: the norm kernel, then the GEMV; the same bits) */
-    int norm_gemv;
-    /* the backend's table: cuda_ops, or (SPECD_RESIDUAL_FUSED=0) without
-     * matmul_add and rmsnorm_matmul, so the model adds and norms after
-     * each sublayer (add_rmsnorm) as before they were here */
-    sd_ops ops;
     /* steps of more than 8 tokens split into chunks (attention.cu,
      * split_for_step; SPECD_ATTN_SPLIT_ALL): 0 none, 1 the general and
      * DeepSeek latent kernels (the default), 2 the 128-dim GQA kernel too */
@@ -357,12 +350,6 @@ __device__ __forceinline__ float sd__warp_max(float v)
  * the value; a block of any size up to 1024 threads. The reduction of
  * rmsnorm and of every fused op that norms a row (the same bits for the
  * same partials). */
-/* the reciprocal RMS of a row of d floats from its sum of squares t */
-__device__ __forceinline__ float sd__rrms(double t, int d, float eps)
-{
-    return 1.0f / sqrtf((float)(t / d) + eps);
-}
-
 __device__ __forceinline__ float sd__block_rrms(double ss, int d, float eps)
 {
     __shared__ double part[32];
@@ -380,7 +367,7 @@ __device__ __forceinline__ float sd__block_rrms(double ss, int d, float eps)
         for (int s = 16; s > 0; s >>= 1)
             t += __shfl_xor_sync(0xffffffffu, t, s);
         if (lane == 0)
-            rs = sd__rrms(t, d, eps);
+            rs = 1.0f / sqrtf((float)(t / d) + eps);
     }
     __syncthreads();
     return rs;
@@ -455,16 +442,8 @@ void sd__cuda_rmsnorm(sd_backend *be, float *out, const float *x, const sd_weigh
                       int x_stride, int out_stride, float eps);
 void sd__cuda_add_rmsnorm(sd_backend *be, float *out, float *x, const float *y, const sd_weight *w,
                           int n, int d, float eps);
-void sd__cuda_add_rmsnorm_to(sd_backend *be, float *xn, const float *x, const float *d,
-                             const sd_weight *w, int n, int dd, float eps);
 void sd__cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w,
                      const sd_weight *bias, int n, int x_stride);
-void sd__cuda_matmul_add(sd_backend *be, float *y, const float *d, const float *x,
-                         const sd_weight *w, const sd_weight *bias, int n, int x_stride,
-                         float *tmp);
-void sd__cuda_rmsnorm_matmul(sd_backend *be, float *y, float *xn, const float *x, const float *d,
-                             const sd_weight *g, float eps, const sd_weight *w,
-                             const sd_weight *bias, int n, int silu);
 void sd__cuda_moe_router_route(sd_backend *be, int32_t *ids, float *wts, float *logits,
                                const float *x, const sd_weight *w, const float *bias, int n,
                                int x_stride, const sd_moe_route *r);

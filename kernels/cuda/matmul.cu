@@ -38,9 +38,6 @@ typedef struct mm_args {
     int n, N, K;
     int x_stride, x_bstride, x_off;
     int y_stride, y_bstride;
-    /* matmul_add (the block GEMV's ACC): y = (y + d) + the sums, d NULL:
-     * y + the sums (add's numbers; d's rows y_stride apart) */
-    const float *d;
 } mm_args;
 
 /* ---- GEMV (kernels/cuda/gemv.cuh has the core and its order of sums) ---- */
@@ -65,87 +62,6 @@ typedef struct mm_args {
      : (NR) == 1 && (DT) != SD__F32 && (VR) * (U) <= 8 ? 3                 \
                                                         : 2)
 
-/* matmul_add's old value of output (r, j): y + d as add computes it */
-__device__ __forceinline__ float gemv_acc_old(const mm_args &a, const float *yb, int r, int j)
-{
-    const size_t e = (size_t)r * (size_t)a.y_stride + (size_t)j;
-    float v = yb[e];
-    if (a.d)
-        v = v + a.d[e];
-    return v;
-}
-
-/* The output thread's row (r, of NR) and weight row j of a block GEMV's
- * plain (not SILU) epilogue: threads 0 .. RG * VR * NR - 1 (-1: none) */
-template <int NR, int VR>
-__device__ __forceinline__ int gemv_out_rj(int WK, int bx, int *r)
-{
-    constexpr int V = VR * NR;
-    const int RG = SD__GEMV_WARPS / WK;
-    if ((int)threadIdx.x >= RG * V)
-        return -1;
-    const int g = threadIdx.x / V, v = threadIdx.x % V;
-    *r = v % NR;
-    return bx * RG * VR + g * VR + v / NR;
-}
-
-/* A block GEMV's pass of NR rows from r0 (nr of them), from each warp's
- * per-lane sums acc: the warp butterfly, the K-slices' partials in warp
- * order, the SiLU product (SILU) or the bias and matmul_add's old value
- * (yo: loaded ahead where the pass is the only one, PRE; else here). */
-template <int NR, bool SILU, int VR, bool PRE, bool ACC>
-__device__ __forceinline__ void gemv_store(const mm_args &a, float (&acc)[VR * NR], float *part,
-                                           int WK, int bx, int r0, int nr, float *yb, float yo)
-{
-    constexpr int V = VR * NR, HV = VR / 2;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int RG = SD__GEMV_WARPS / WK, I = a.N / 2;
-    sd__xreduce<V>(acc, lane);
-    if (lane % (32 / V) == 0)
-        part[warp * V + sd__xr_index<V>(lane)] = acc[0];
-    __syncthreads();
-    if (SILU) {
-        if ((int)threadIdx.x < RG * HV * NR) {
-            const int g = threadIdx.x / (HV * NR), i = threadIdx.x % (HV * NR) / NR;
-            const int r = threadIdx.x % NR, o = (bx * RG + g) * HV + i;
-            if (r < nr && o < I) {
-                const int vg = i * NR + r, vu = (i + HV) * NR + r;
-                float sg = part[(g * WK) * V + vg], su = part[(g * WK) * V + vu];
-                for (int q = 1; q < WK; q++) {
-                    sg += part[(g * WK + q) * V + vg];
-                    su += part[(g * WK + q) * V + vu];
-                }
-                yb[(size_t)(r0 + r) * (size_t)I + (size_t)o] = sg / (1.0f + expf(-sg)) * su;
-            }
-        }
-    } else {
-        int r;
-        const int j = gemv_out_rj<NR, VR>(WK, bx, &r);
-        if (j >= 0 && r < nr && j < a.N) {
-            const int g = threadIdx.x / V, v = threadIdx.x % V;
-            float s = part[(g * WK) * V + v];
-            for (int q = 1; q < WK; q++)
-                s += part[(g * WK + q) * V + v];
-            if (a.bias)
-                s += sd__wload(a.bias, a.bias_dt, (size_t)j);
-            if (ACC)
-                s = (PRE ? yo : gemv_acc_old(a, yb, r0 + r, j)) + s;
-            yb[(size_t)(r0 + r) * (size_t)a.y_stride + (size_t)j] = s;
-        }
-    }
-    __syncthreads(); /* part is rewritten by the next pass */
-}
-
-/* matmul_add's old values for a one-pass (PRE) plain GEMV, loaded right
- * after the wait with the activations instead of after the sums */
-template <int NR, int VR>
-__device__ __forceinline__ float gemv_acc_pre(const mm_args &a, int WK, int bx, const float *yb)
-{
-    int r;
-    const int j = gemv_out_rj<NR, VR>(WK, bx, &r);
-    return j >= 0 && r < a.n && j < a.N ? gemv_acc_old(a, yb, r, j) : 0.0f;
-}
-
 /* y(n, N) in passes of NR activation rows. A block is SD__GEMV_WARPS warps:
  * WK K-slices x (SD__GEMV_WARPS / WK) row groups of VR weight rows; a warp
  * loads U chunks of each row before it uses them (GEMV_VR x GEMV_U, or
@@ -156,10 +72,9 @@ __device__ __forceinline__ float gemv_acc_pre(const mm_args &a, int WK, int bx, 
  * the group's index) and writes y(n, I) = silu(gate) * up (silu_mul_kernel's
  * formula on the same sums: the bits of the two ops). gemv_block is block
  * (bx, h) of it: the kernel below's, or a block of mla_prep_absorb_kernel. */
-template <int DT, int NR, bool PRE, bool SILU, int VR, int U, bool ACC = false>
+template <int DT, int NR, bool PRE, bool SILU, int VR, int U>
 __device__ __forceinline__ void gemv_block(const mm_args &a, int WK, int bx, int h)
 {
-    static_assert(!ACC || !SILU, "matmul_add is a plain GEMV");
     constexpr int V = VR * NR;
     static_assert(!SILU || VR % 2 == 0, "a SiLU row group is VR/2 gate and VR/2 up rows");
     constexpr int HV = VR / 2; /* SILU: gate (and up) rows of a row group */
@@ -194,7 +109,6 @@ __device__ __forceinline__ void gemv_block(const mm_args &a, int WK, int bx, int
     SD_PDL_ENTER();
     const float *xb = a.x + (size_t)h * (size_t)a.x_bstride + (size_t)a.x_off;
     float *yb = a.y + (size_t)h * (size_t)a.y_bstride;
-    const float yo = PRE && ACC ? gemv_acc_pre<NR, VR>(a, WK, bx, yb) : 0.0f;
     for (int r0 = 0; r0 < (PRE ? 1 : a.n); r0 += NR) { /* PRE: n <= NR, one pass */
         const int nr = a.n - r0 < NR ? a.n - r0 : NR;
         const float *xr[NR];
@@ -209,154 +123,45 @@ __device__ __forceinline__ void gemv_block(const mm_args &a, int WK, int bx, int
             sd__warp_use<DT, VR, NR, U>(pre, xr, nr, a.K, kw, WK, lane, acc);
         else
             sd__warp_dots<DT, VR, NR, U>(wrow, xr, nr, a.K, kw, WK, lane, acc);
-        gemv_store<NR, SILU, VR, PRE, ACC>(a, acc, part, WK, bx, r0, nr, yb, yo);
+        sd__xreduce<V>(acc, lane);
+        if (lane % (32 / V) == 0)
+            part[warp * V + sd__xr_index<V>(lane)] = acc[0];
+        __syncthreads();
+        if (SILU) {
+            if ((int)threadIdx.x < RG * HV * NR) {
+                const int g = threadIdx.x / (HV * NR), i = threadIdx.x % (HV * NR) / NR;
+                const int r = threadIdx.x % NR, o = (bx * RG + g) * HV + i;
+                if (r < nr && o < I) {
+                    const int vg = i * NR + r, vu = (i + HV) * NR + r;
+                    float sg = part[(g * WK) * V + vg], su = part[(g * WK) * V + vu];
+                    for (int q = 1; q < WK; q++) {
+                        sg += part[(g * WK + q) * V + vg];
+                        su += part[(g * WK + q) * V + vu];
+                    }
+                    yb[(size_t)(r0 + r) * (size_t)I + (size_t)o] = sg / (1.0f + expf(-sg)) * su;
+                }
+            }
+        } else if ((int)threadIdx.x < RG * V) {
+            const int g = threadIdx.x / V, v = threadIdx.x % V, i = v / NR, r = v % NR;
+            const int j = rows0 + g * VR + i;
+            if (r < nr && j < a.N) {
+                float s = part[(g * WK) * V + v];
+                for (int q = 1; q < WK; q++)
+                    s += part[(g * WK + q) * V + v];
+                if (a.bias)
+                    s += sd__wload(a.bias, a.bias_dt, (size_t)j);
+                yb[(size_t)(r0 + r) * (size_t)a.y_stride + (size_t)j] = s;
+            }
+        }
+        __syncthreads(); /* part is rewritten by the next pass */
     }
 }
 
-template <int DT, int NR, bool PRE, bool SILU, int VR, int U, bool ACC>
+template <int DT, int NR, bool PRE, bool SILU, int VR, int U>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, GEMV_MINB(DT, NR, VR, U))
     gemv_kernel(mm_args a, int WK)
 {
-    gemv_block<DT, NR, PRE, SILU, VR, U, ACC>(a, WK, blockIdx.x, blockIdx.y);
-}
-
-/* ---- rmsnorm_matmul on the wide one-pass GEMV -----------------------------
- *
- * At batch 1 a residual step's add + RMSNorm was a kernel of its own
- * between the sublayer that produced the output and the GEMV that reads
- * the normed row: a chain of round trips (~2 us each in V2-Lite's step,
- * bench/results/NOTES.md). Where the GEMV takes the wide one-pass shape
- * (16-bit weights, 1-2 rows, one 256-element chunk of K a warp: K up to
- * 2048) every block already loads the whole row, a chunk a warp, so it
- * norms the row itself: x (+ d) loaded once after the wait, the sum of
- * squares, the normed chunk in registers, the dot products from there;
- * block 0 stores xn. The bits are rmsnorm's then matmul's: the row's
- * squares are summed in norm_kernel's order (its thread i holds float4 i,
- * here lane l of warp kw holds float4s 64 kw + 2 l and + 1: the halves of
- * a warp are two of norm_kernel's warps, each butterfly step the same
- * pair of partials), the warp partials in its warp 0's butterfly, the
- * reciprocal by sd__rrms, xn = w * (x * r) as norm_kernel writes it, and
- * the dots as gemv_block's on xn. */
-typedef struct nm_args {
-    const float *d; /* added to x (add's numbers; dense rows of K), stored nowhere; NULL: none */
-    const void *g;  /* the norm's weight (K) */
-    int g_dt;
-    float eps;
-    float *xn; /* block 0 stores the normed rows (dense, K) */
-} nm_args;
-
-template <int DT, int NR, bool SILU>
-__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, GEMV_MINB(DT, NR, GEMV_WIDE_VR, GEMV_WIDE_U))
-    gemv_norm_kernel(mm_args a, nm_args nm, int WK)
-{
-    constexpr int VR = GEMV_WIDE_VR, V = VR * NR, HV = VR / 2;
-    __shared__ float part[SD__GEMV_WARPS * V];
-    __shared__ double nsum[NR][32];
-    __shared__ float rr[NR];
-    const int bx = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK;
-    const int rows0 = bx * RG * VR, I = a.N / 2, o0 = (bx * RG + rg) * HV;
-    const size_t esz = DT == SD__F32 ? 4 : 2;
-    const void *wrow[VR];
-#pragma unroll
-    for (int i = 0; i < VR; i++) {
-        int j = rows0 + rg * VR + i;
-        bool in = j < a.N;
-        if (SILU) {
-            j = (i < HV ? 0 : I) + o0 + i % HV;
-            in = o0 + i % HV < I;
-        }
-        wrow[i] = in ? (const void *)((const char *)a.w + (size_t)j * (size_t)a.K * esz) : NULL;
-    }
-    sd__w8raw<DT> pre[1][VR];
-    sd__warp_load<DT, VR, 1>(pre, wrow, a.K, kw, WK, lane);
-    const int k = kw * SD__GEMV_CHUNK + lane * 8;
-    const bool kin = k < a.K;
-    float gw[8];
-#pragma unroll
-    for (int e = 0; e < 8; e++)
-        gw[e] = kin ? sd__wload(nm.g, nm.g_dt, (size_t)(k + e)) : 0.0f;
-    SD_PDL_ENTER();
-    float *yb = a.y;
-    float4 v[NR][2];
-#pragma unroll
-    for (int r = 0; r < NR; r++) {
-        v[r][0] = v[r][1] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (r < a.n && kin) {
-            const float4 *xp = (const float4 *)(a.x + (size_t)r * (size_t)a.x_stride + k);
-            v[r][0] = xp[0];
-            v[r][1] = xp[1];
-            if (nm.d) {
-                const float4 *dp = (const float4 *)(nm.d + (size_t)r * (size_t)a.K + k);
-                const float4 p = dp[0], q = dp[1];
-                v[r][0].x += p.x; v[r][0].y += p.y; v[r][0].z += p.z; v[r][0].w += p.w;
-                v[r][1].x += q.x; v[r][1].y += q.y; v[r][1].z += q.z; v[r][1].w += q.w;
-            }
-        }
-    }
-    /* norm_kernel's sums: a thread's float4 in order, then its warp's
-     * butterfly (distances 16 .. 2 of its lanes are 8 .. 1 of ours, in
-     * each half; 1 is our two float4s) */
-#pragma unroll
-    for (int r = 0; r < NR; r++) {
-        double s2[2];
-#pragma unroll
-        for (int b = 0; b < 2; b++) {
-            const float4 q = v[r][b];
-            double ss = 0;
-            ss += (double)q.x * q.x;
-            ss += (double)q.y * q.y;
-            ss += (double)q.z * q.z;
-            ss += (double)q.w * q.w;
-#pragma unroll
-            for (int st = 8; st > 0; st >>= 1)
-                ss += __shfl_xor_sync(0xffffffffu, ss, st);
-            s2[b] = ss;
-        }
-        if (rg == 0 && lane % 16 == 0)
-            nsum[r][2 * kw + lane / 16] = s2[0] + s2[1];
-    }
-    __syncthreads();
-    if (warp == 0) {
-#pragma unroll
-        for (int r = 0; r < NR; r++) {
-            double t = lane < 2 * WK ? nsum[r][lane] : 0.0;
-#pragma unroll
-            for (int st = 16; st > 0; st >>= 1)
-                t += __shfl_xor_sync(0xffffffffu, t, st);
-            if (lane == 0)
-                rr[r] = sd__rrms(t, a.K, nm.eps);
-        }
-    }
-    __syncthreads();
-    float acc[V];
-#pragma unroll
-    for (int q = 0; q < V; q++)
-        acc[q] = 0.0f;
-    float wf[VR][8];
-#pragma unroll
-    for (int i = 0; i < VR; i++)
-        sd__w8_float<DT>(pre[0][i], wf[i]);
-#pragma unroll
-    for (int r = 0; r < NR; r++) {
-        const float rs = rr[r];
-        float4 p = v[r][0], q = v[r][1];
-        p.x = gw[0] * (p.x * rs); p.y = gw[1] * (p.y * rs);
-        p.z = gw[2] * (p.z * rs); p.w = gw[3] * (p.w * rs);
-        q.x = gw[4] * (q.x * rs); q.y = gw[5] * (q.y * rs);
-        q.z = gw[6] * (q.z * rs); q.w = gw[7] * (q.w * rs);
-        if (r < a.n && kin) {
-            if (bx == 0 && rg == 0) {
-                float4 *xo = (float4 *)(nm.xn + (size_t)r * (size_t)a.K + k);
-                xo[0] = p;
-                xo[1] = q;
-            }
-#pragma unroll
-            for (int i = 0; i < VR; i++)
-                acc[i * NR + r] = sd__fma8(wf[i], p, q, acc[i * NR + r]);
-        }
-    }
-    gemv_store<NR, SILU, VR, true, false>(a, acc, part, WK, bx, 0, a.n, yb, 0.0f);
+    gemv_block<DT, NR, PRE, SILU, VR, U>(a, WK, blockIdx.x, blockIdx.y);
 }
 
 /* BF16 weights on tensor cores (gemv.cuh), for batches above
@@ -620,31 +425,31 @@ static dim3 gemv_grid(const mm_args *a, int H, int wk, int VR, bool silu)
 }
 
 /* 1 or 2 rows (the wide and long-row shapes take only these) */
-template <int DT, bool PRE, bool SILU, int VR, int U, bool ACC>
+template <int DT, bool PRE, bool SILU, int VR, int U>
 static void launch_gemv_12(sd__cuda *c, const mm_args *a, int H, int wk)
 {
     const unsigned th = SD__GEMV_WARPS * 32;
     const dim3 grid = gemv_grid(a, H, wk, VR, SILU);
     if (a->n == 1)
-        sd__launch(c, gemv_kernel<DT, 1, PRE, SILU, VR, U, ACC>, grid, th, 0, *a, wk);
+        sd__launch(c, gemv_kernel<DT, 1, PRE, SILU, VR, U>, grid, th, 0, *a, wk);
     else
-        sd__launch(c, gemv_kernel<DT, 2, PRE, SILU, VR, U, ACC>, grid, th, 0, *a, wk);
+        sd__launch(c, gemv_kernel<DT, 2, PRE, SILU, VR, U>, grid, th, 0, *a, wk);
 }
 
 /* 1, 2, up to 4 or up to 8 rows (PRE: one pass, n <= 8) */
-template <int DT, bool PRE, bool SILU, int VR, int U, bool ACC>
+template <int DT, bool PRE, bool SILU, int VR, int U>
 static void launch_gemv_nr(sd__cuda *c, const mm_args *a, int H, int wk)
 {
     if (a->n <= 2) {
-        launch_gemv_12<DT, PRE, SILU, VR, U, ACC>(c, a, H, wk);
+        launch_gemv_12<DT, PRE, SILU, VR, U>(c, a, H, wk);
         return;
     }
     const unsigned th = SD__GEMV_WARPS * 32;
     const dim3 grid = gemv_grid(a, H, wk, VR, SILU);
     if (a->n <= 4)
-        sd__launch(c, gemv_kernel<DT, 4, PRE, SILU, VR, U, ACC>, grid, th, 0, *a, wk);
+        sd__launch(c, gemv_kernel<DT, 4, PRE, SILU, VR, U>, grid, th, 0, *a, wk);
     else
-        sd__launch(c, gemv_kernel<DT, 8, PRE, SILU, VR, U, ACC>, grid, th, 0, *a, wk);
+        sd__launch(c, gemv_kernel<DT, 8, PRE, SILU, VR, U>, grid, th, 0, *a, wk);
 }
 
 /* the block GEMV of a (n <= 8 when SILU) on the 16-byte path: one pass of
@@ -662,20 +467,19 @@ static int gemv_wide_pre(const sd__cuda *c, const mm_args *a, int dt16)
     return dt16 && c->gemv_pre && c->gemv_wide && a->n <= 2 && nch <= wk;
 }
 
-template <int DT, bool SILU, bool ACC = false>
-static void launch_block_gemv(sd__cuda *c, const mm_args *a, int H)
+template <int DT, bool SILU> static void launch_block_gemv(sd__cuda *c, const mm_args *a, int H)
 {
     const int wk = sd__gemv_wk(a->K), nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
     if (gemv_wide_pre(c, a, DT != SD__F32)) {
         if constexpr (DT != SD__F32)
-            launch_gemv_12<DT, true, SILU, GEMV_WIDE_VR, GEMV_WIDE_U, ACC>(c, a, H, wk);
+            launch_gemv_12<DT, true, SILU, GEMV_WIDE_VR, GEMV_WIDE_U>(c, a, H, wk);
     } else if (c->gemv_pre && a->n <= 8 && nch <= wk * GEMV_U) {
-        launch_gemv_nr<DT, true, SILU, GEMV_VR, GEMV_U, ACC>(c, a, H, wk);
+        launch_gemv_nr<DT, true, SILU, GEMV_VR, GEMV_U>(c, a, H, wk);
     } else if (c->gemv_pre && DT != SD__F32 && !SILU && a->n <= 2 && nch <= wk * GEMV_LONG_U) {
         if constexpr (DT != SD__F32 && !SILU)
-            launch_gemv_12<DT, true, false, GEMV_LONG_VR, GEMV_LONG_U, ACC>(c, a, H, wk);
+            launch_gemv_12<DT, true, false, GEMV_LONG_VR, GEMV_LONG_U>(c, a, H, wk);
     } else {
-        launch_gemv_nr<DT, false, SILU, GEMV_VR, GEMV_U, ACC>(c, a, H, wk);
+        launch_gemv_nr<DT, false, SILU, GEMV_VR, GEMV_U>(c, a, H, wk);
     }
     SD_LAUNCHED(c, "gemv_kernel");
 }
@@ -993,7 +797,7 @@ void sd__cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *
     if (!c || n <= 0 || w->rows <= 0)
         return;
     mm_args a = {y, x, w->data, bias ? bias->data : NULL, bias ? (int)bias->dtype : 0,
-                 n, (int)w->rows, (int)w->cols, x_stride, 0, 0, (int)w->rows, 0, NULL};
+                 n, (int)w->rows, (int)w->cols, x_stride, 0, 0, (int)w->rows, 0};
     if (n <= gemv_max_rows(c)) {
         run_simt(c, &a, w->dtype, 1, 1);
         return;
@@ -1014,7 +818,7 @@ void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_we
     }
     int N = (int)(w->rows / H);
     mm_args a = {y, x, w->data, NULL, 0, n, N, (int)w->cols, x_stride, x_head_stride, x_off,
-                 H * N, N, NULL};
+                 H * N, N};
     run_simt(c, &a, w->dtype, H, n <= gemv_max_rows(c));
 }
 
@@ -1070,7 +874,7 @@ void sd__cuda_mla_prep_absorb(sd_backend *be, float *ckv, int ck_stride, float *
         return;
     const int N = H > 0 && wuk->rows % H == 0 ? (int)(wuk->rows / H) : 0;
     mm_args a = {y, x, wuk->data, NULL, 0, T, N, (int)wuk->cols, x_stride, x_head_stride, 0,
-                 H * N, N, NULL};
+                 H * N, N};
     sd__mla_prep_args p;
     int vec = 0;
     /* where matmul_heads would run the wide one-pass GEMV */
@@ -1094,87 +898,6 @@ void sd__cuda_mla_prep_absorb(sd_backend *be, float *ckv, int ck_stride, float *
     SD_LAUNCHED(c, "mla_prep_absorb_kernel");
 }
 
-/* matmul_add: the block GEMV's epilogue adds y (+ d) where the call takes
- * the block GEMV (up to SD_CUDA_GEMV_EXACT_ROWS rows on the 16-byte path),
- * else the ops it stands for. The same bits either way. */
-void sd__cuda_matmul_add(sd_backend *be, float *y, const float *d, const float *x,
-                         const sd_weight *w, const sd_weight *bias, int n, int x_stride,
-                         float *tmp)
-{
-    sd__cuda *c = sd__cuda_op(be);
-    if (!c || n <= 0 || w->rows <= 0)
-        return;
-    mm_args a = {y, x, w->data, bias ? bias->data : NULL, bias ? (int)bias->dtype : 0,
-                 n, (int)w->rows, (int)w->cols, x_stride, 0, 0, (int)w->rows, 0, d};
-    if (n <= SD_CUDA_GEMV_EXACT_ROWS && n <= gemv_max_rows(c) && vec_ok(&a) &&
-        (!d || sd__aligned16(d))) {
-        switch (w->dtype) {
-        case SD_DT_F32: launch_block_gemv<SD__F32, false, true>(c, &a, 1); return;
-        case SD_DT_BF16: launch_block_gemv<SD__BF16, false, true>(c, &a, 1); return;
-        case SD_DT_F16: launch_block_gemv<SD__F16, false, true>(c, &a, 1); return;
-        default: break;
-        }
-    }
-    if (d)
-        sd__cuda_add(be, y, d, n, (int)w->rows);
-    sd__cuda_matmul(be, tmp, x, w, bias, n, x_stride);
-    sd__cuda_add(be, y, tmp, n, (int)w->rows);
-}
-
-template <int DT, bool SILU>
-static void launch_norm_gemv(sd__cuda *c, const mm_args *a, const nm_args *nm)
-{
-    const int wk = sd__gemv_wk(a->K);
-    const dim3 grid = gemv_grid(a, 1, wk, GEMV_WIDE_VR, SILU);
-    if (a->n == 1)
-        sd__launch(c, gemv_norm_kernel<DT, 1, SILU>, grid, SD__GEMV_WARPS * 32, 0, *a, *nm, wk);
-    else
-        sd__launch(c, gemv_norm_kernel<DT, 2, SILU>, grid, SD__GEMV_WARPS * 32, 0, *a, *nm, wk);
-    SD_LAUNCHED(c, "gemv_norm_kernel");
-}
-
-/* rmsnorm_matmul: one launch (gemv_norm_kernel) where the GEMV takes the
- * wide one-pass shape and the norm is norm_kernel's float4 path (c->
- * norm_gemv, SPECD_NORM_GEMV); else the norm (of x + d, stored nowhere)
- * and the matmul. The same bits either way. */
-void sd__cuda_rmsnorm_matmul(sd_backend *be, float *y, float *xn, const float *x, const float *d,
-                             const sd_weight *g, float eps, const sd_weight *w,
-                             const sd_weight *bias, int n, int silu)
-{
-    sd__cuda *c = sd__cuda_op(be);
-    if (!c || n <= 0 || w->rows <= 0)
-        return;
-    const int K = (int)w->cols;
-    if (silu && w->rows % 2) {
-        SD_BADARG(c, "rmsnorm_matmul: %lld weight rows are not a gate and an up half",
-                  (long long)w->rows);
-        return;
-    }
-    mm_args a = {y, x, w->data, bias ? bias->data : NULL, bias ? (int)bias->dtype : 0,
-                 n, (int)w->rows, K, K, 0, 0, silu ? (int)w->rows / 2 : (int)w->rows, 0, NULL};
-    nm_args nm = {d, g->data, (int)g->dtype, eps, xn};
-    const int dt16 = w->dtype == SD_DT_BF16 || w->dtype == SD_DT_F16;
-    if (c->norm_gemv && !(c->ablate & SD__AB_ADDNORM) && n <= gemv_max_rows(c) && K % 8 == 0 &&
-        vec_ok(&a) && gemv_wide_pre(c, &a, dt16) && sd__aligned16(xn) &&
-        (!d || sd__aligned16(d)) && (!silu || c->matmul_silu)) {
-        if (w->dtype == SD_DT_BF16)
-            silu ? launch_norm_gemv<SD__BF16, true>(c, &a, &nm)
-                 : launch_norm_gemv<SD__BF16, false>(c, &a, &nm);
-        else
-            silu ? launch_norm_gemv<SD__F16, true>(c, &a, &nm)
-                 : launch_norm_gemv<SD__F16, false>(c, &a, &nm);
-        return;
-    }
-    if (d)
-        sd__cuda_add_rmsnorm_to(be, xn, x, d, g, n, K, eps);
-    else
-        sd__cuda_rmsnorm(be, xn, x, g, n, K, K, K, eps);
-    if (silu)
-        sd__cuda_matmul_silu(be, y, xn, w, n, K);
-    else
-        sd__cuda_matmul(be, y, xn, w, bias, n, K);
-}
-
 /* matmul then silu_mul (the ops contract): one GEMV that writes the SiLU
  * product where the GEMV takes the call (up to SD_CUDA_GEMV_EXACT_ROWS rows,
  * 16-byte loads), else the two ops. Either way the same bits. */
@@ -1190,7 +913,7 @@ void sd__cuda_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_we
         return;
     }
     mm_args a = {gu, x, w->data, NULL, 0, n, (int)w->rows, (int)w->cols, x_stride, 0, 0,
-                 (int)w->rows / 2, 0, NULL};
+                 (int)w->rows / 2, 0};
     if (c->matmul_silu && n <= SD_CUDA_GEMV_EXACT_ROWS && n <= gemv_max_rows(c) && vec_ok(&a)) {
         switch (w->dtype) {
         case SD_DT_F32: launch_block_gemv<SD__F32, true>(c, &a, 1); return;

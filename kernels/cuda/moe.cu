@@ -1286,8 +1286,7 @@ void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t 
     SD_LAUNCHED(c, "moe_combine_kernel");
 }
 
-/* moe_router_ffn (w NULL: the logits are the router's already): in steps
- * of up to c->moe_overlap tokens (1 by default)
+/* moe_router_ffn: in steps of up to c->moe_overlap tokens (1 by default)
  * where the experts take the fused path, the routing is the register
  * kernel's (E <= 64, no group limits) and there are always-on experts, the
  * routing runs beside their gate/up (moe_route_always_kernel); otherwise
@@ -1306,14 +1305,11 @@ void sd__cuda_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wt
         (path = moe_ffn_path(c, ex, x, tmp, n, W, D, &I, &dt, &vec, &tc)) < 0)
         return;
     if (path != 1) {
-        if (w)
-            sd__cuda_moe_router_route(be, ids, wts, logits, x, w, bias, n, D, r);
-        else
-            sd__cuda_moe_route(be, ids, wts, logits, bias, n, r);
+        sd__cuda_moe_router_route(be, ids, wts, logits, x, w, bias, n, D, r);
         sd__cuda_moe_ffn(be, out, x, ids, wts, ex, n, W, D, tmp);
         return;
     }
-    if (w && !(c->ablate & SD__AB_ROUTER))
+    if (!(c->ablate & SD__AB_ROUTER))
         sd__cuda_matmul(be, logits, x, w, NULL, n, D);
     moe_route_args ra = {logits, bias, *r};
     moe_fused(c, dt, ex, out, (float *)tmp, x, ids, wts, n, W, D, I, &ra);

@@ -27,14 +27,12 @@
 #define NORM_VEC 4
 #define NORM_SCALAR 16
 
-/* out row = norm(x row [+ y row]) * w; ADD: x row + y row first, stored
- * into x where store is set (add_rmsnorm), else only normed (rmsnorm_matmul's
- * x + d). VEC: float4 elements (d % 4 == 0, rows 16-byte aligned), else
- * floats. */
+/* out row = norm(x row [+ y row]) * w; ADD: x row += y row first (stored).
+ * VEC: float4 elements (d % 4 == 0, rows 16-byte aligned), else floats. */
 template <bool ADD, bool VEC>
 __global__ void __launch_bounds__(NORM_MAX_THREADS)
     norm_kernel(float *out, float *x, const float *y, const void *w, int wdt, int d, int x_stride,
-                int out_stride, float eps, int store)
+                int out_stride, float eps)
 {
     constexpr int PER = VEC ? NORM_VEC : NORM_SCALAR;
     const int nt = blockDim.x, m = VEC ? d / 4 : d;
@@ -72,8 +70,7 @@ __global__ void __launch_bounds__(NORM_MAX_THREADS)
                     v[j].y += b.y;
                     v[j].z += b.z;
                     v[j].w += b.w;
-                    if (store)
-                        ((float4 *)xr)[i] = v[j];
+                    ((float4 *)xr)[i] = v[j];
                 }
                 ss += (double)v[j].x * v[j].x;
                 ss += (double)v[j].y * v[j].y;
@@ -83,8 +80,7 @@ __global__ void __launch_bounds__(NORM_MAX_THREADS)
                 v[j].x = xr[i];
                 if (ADD) {
                     v[j].x += yr[i];
-                    if (store)
-                        xr[i] = v[j].x;
+                    xr[i] = v[j].x;
                 }
                 ss += (double)v[j].x * v[j].x;
             }
@@ -122,7 +118,7 @@ static int norm_threads(int m, int per)
 
 template <bool ADD>
 static void launch_norm(sd__cuda *c, float *out, float *x, const float *y, const sd_weight *w,
-                        int n, int d, int x_stride, int out_stride, float eps, int store = 1)
+                        int n, int d, int x_stride, int out_stride, float eps)
 {
     const int vec = d % 4 == 0 && x_stride % 4 == 0 && out_stride % 4 == 0 && sd__aligned16(x) &&
                     sd__aligned16(out) && (!ADD || sd__aligned16(y));
@@ -134,10 +130,10 @@ static void launch_norm(sd__cuda *c, float *out, float *x, const float *y, const
     }
     if (vec)
         sd__launch(c, norm_kernel<ADD, true>, n, nt, 0, out, x, y, w->data, (int)w->dtype, d,
-                   x_stride, out_stride, eps, store);
+                   x_stride, out_stride, eps);
     else
         sd__launch(c, norm_kernel<ADD, false>, n, nt, 0, out, x, y, w->data, (int)w->dtype, d,
-                   x_stride, out_stride, eps, store);
+                   x_stride, out_stride, eps);
     SD_LAUNCHED(c, "norm_kernel");
 }
 
@@ -157,17 +153,6 @@ void sd__cuda_add_rmsnorm(sd_backend *be, float *out, float *x, const float *y, 
     if (!c || n <= 0 || d <= 0 || (c->ablate & SD__AB_ADDNORM))
         return;
     launch_norm<true>(c, out, x, y, w, n, d, d, d, eps);
-}
-
-/* xn = rmsnorm(x + d) (dense rows of d floats), x and d as they were:
- * rmsnorm_matmul's norm where its GEMV does not take it */
-void sd__cuda_add_rmsnorm_to(sd_backend *be, float *xn, const float *x, const float *d,
-                             const sd_weight *w, int n, int dd, float eps)
-{
-    sd__cuda *c = sd__cuda_op(be);
-    if (!c || n <= 0 || dd <= 0 || (c->ablate & SD__AB_ADDNORM))
-        return;
-    launch_norm<true>(c, xn, (float *)x, d, w, n, dd, dd, dd, eps, 0);
 }
 
 SD_KTRACE_EXPORT(norm)

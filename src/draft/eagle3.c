@@ -328,9 +328,9 @@ int sd_eagle3_forward(sd_eagle3 *h, const sd_fwd *f, int first, sd_err *err)
     /* r = hidden + o_proj(att); out = r + mlp(post_ln(r)), the residual r
      * kept in hid (this step's copy of the input hidden: read no more) */
     float *r = h->hid;
-    sd_matmul_add(be, r, NULL, h->att, &h->wo, NULL, T, qd, h->h);
-    sd_rmsnorm_matmul(be, h->gu, h->xn, r, NULL, &h->post_ln, eps, &h->gate_up, NULL, T, 1);
-    sd_matmul_add(be, r, NULL, h->gu, &h->down, NULL, T, h->I, h->xn);
+    sd_matmul_add(be, r, h->att, &h->wo, NULL, T, qd, h->h);
+    sd_rmsnorm_matmul(be, h->gu, h->xn, r, &h->post_ln, eps, &h->gate_up, NULL, T, 1);
+    sd_matmul_add(be, r, h->gu, &h->down, NULL, T, h->I, h->xn);
     if (f->out_hidden)
         op->copy2d(be, f->out_hidden, r, T, H, H, H);
     if (f->logits && f->n_out > 0) {

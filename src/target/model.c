@@ -72,10 +72,8 @@ struct sd_model {
     int ep;       /* routed experts split whole across the ranks */
     int comm_rc;  /* first failed collective of the step */
     /* the fused residual path (fused_residual): xn = rmsnorm(x, xn_norm) is
-     * owed, not yet computed (NULL: xn is current); x_owed: the residual is
-     * x + x_owed, a sublayer's output not yet added (NULL: x is current) */
+     * owed, not yet computed (NULL: xn is current) */
     const sd_weight *xn_norm;
-    const float *x_owed;
     int hq, hkv;  /* attention heads on this rank (GQA kv heads: hkv from kv_head0) */
     int kv_head0;
     int vocab_shard;             /* rows per vocab shard: ceil(vocab / tp) */
@@ -921,43 +919,22 @@ static void tp_sum(sd_model *m, float *buf, size_t n)
  * rmsnorm_matmul. A row-parallel output projection adds into x itself
  * (matmul_add), and the norm after a residual step is owed to its reader
  * (xn_norm): a lone GEMV takes it as its prologue (rmsnorm_matmul: the
- * attention's input projection, the dense MLP's gate/up, the MoE router,
- * which leaves xn for the experts), any other reader has it computed
- * first (xn_ready). A MoE block's output is owed to x too (x_owed): the
- * next norm reads x + x_owed without storing it, and the next output
- * projection adds both (matmul_add's d), so no kernel of its own adds it.
- * The numbers of add, rmsnorm and matmul in the unfused order, with one
- * kernel a sublayer fewer on a GPU. */
+ * attention's input projection, the dense MLP's gate/up), any other reader
+ * has it computed first (xn_ready). The numbers of add, rmsnorm and matmul
+ * in the unfused order, with one kernel a sublayer fewer on a GPU. */
 static int fused_residual(const sd_model *m)
 {
     const sd_ops *op = m->be->ops;
     return m->tp_size == 1 && op->matmul_add && op->rmsnorm_matmul;
 }
 
-/* x += the owed output, if one is owed (the norm stays owed) */
-static void x_ready(sd_model *m, int T)
-{
-    if (!m->x_owed)
-        return;
-    m->be->ops->add(m->be, m->x, m->x_owed, T, m->cfg.hidden_size);
-    m->x_owed = NULL;
-}
-
-/* xn = the owed norm of x, if one is owed (x + the owed output first) */
+/* xn = the owed norm of x, if one is owed */
 static void xn_ready(sd_model *m, int T)
 {
     if (!m->xn_norm)
         return;
-    const sd_ops *op = m->be->ops;
     int D = m->cfg.hidden_size;
-    float eps = (float)m->cfg.rms_eps;
-    if (m->x_owed && op->add_rmsnorm) {
-        op->add_rmsnorm(m->be, m->xn, m->x, m->x_owed, m->xn_norm, T, D, eps);
-        m->x_owed = NULL;
-    } else {
-        x_ready(m, T);
-        op->rmsnorm(m->be, m->xn, m->x, m->xn_norm, T, D, D, D, eps);
-    }
+    m->be->ops->rmsnorm(m->be, m->xn, m->x, m->xn_norm, T, D, D, D, (float)m->cfg.rms_eps);
     m->xn_norm = NULL;
 }
 
@@ -969,8 +946,8 @@ static void xn_matmul(sd_model *m, float *y, const sd_weight *w, const sd_weight
     const sd_ops *op = m->be->ops;
     int D = m->cfg.hidden_size;
     if (m->xn_norm) {
-        sd_rmsnorm_matmul(m->be, y, m->xn, m->x, m->x_owed, m->xn_norm, (float)m->cfg.rms_eps, w,
-                          bias, T, silu);
+        sd_rmsnorm_matmul(m->be, y, m->xn, m->x, m->xn_norm, (float)m->cfg.rms_eps, w, bias, T,
+                          silu);
         m->xn_norm = NULL;
     } else if (silu) {
         op->matmul_silu(m->be, y, m->xn, w, T, D);
@@ -986,8 +963,7 @@ static int out_proj(sd_model *m, float *out, const float *x_in, const sd_weight 
                     const sd_weight *bias, int T, int K)
 {
     if (fused_residual(m)) {
-        sd_matmul_add(m->be, m->x, m->x_owed, x_in, w, bias, T, K, out);
-        m->x_owed = NULL;
+        sd_matmul_add(m->be, m->x, x_in, w, bias, T, K, out);
         return 1;
     }
     m->be->ops->matmul(m->be, out, x_in, w, bias, T, K);
@@ -1008,10 +984,8 @@ static void residual_norm(sd_model *m, float *partial, const sd_weight *norm, in
     int D = m->cfg.hidden_size;
     float eps = (float)m->cfg.rms_eps;
     if (fused_residual(m)) {
-        if (partial) {
-            x_ready(m, T);
-            m->x_owed = partial;
-        }
+        if (partial)
+            op->add(m->be, m->x, partial, T, D);
         m->xn_norm = norm;
         return;
     }
@@ -1034,7 +1008,6 @@ static void residual_norm(sd_model *m, float *partial, const sd_weight *norm, in
 static void first_norm(sd_model *m, const sd_weight *norm, int T)
 {
     m->xn_norm = norm;
-    m->x_owed = NULL;
     if (!fused_residual(m))
         xn_ready(m, T);
 }
@@ -1156,24 +1129,14 @@ static int ffn(sd_model *m, layer *L, int T)
                           .sigmoid = c->scoring_sigmoid,
                           .routed_scaling_factor = (float)c->routed_scaling_factor,
                           .n_always = L->n_always};
-        const sd_weight *router = &L->router;
-        if (m->xn_norm && fused_residual(m)) {
-            /* three readers (the router, the experts, the shared MLP): the
-             * router's GEMV norms, and leaves xn for the others */
-            x_ready(m, T);
-            sd_rmsnorm_matmul(be, m->rlog, m->xn, m->x, NULL, m->xn_norm, (float)c->rms_eps,
-                              router, NULL, T, 0);
-            m->xn_norm = NULL;
-            router = NULL; /* logits ready */
-        }
-        xn_ready(m, T);
-        sd_moe_router_ffn(be, m->fo, m->ids, m->wts, m->rlog, m->xn, router, L->corr_bias,
+        xn_ready(m, T); /* three readers: the router, the experts, the shared MLP */
+        sd_moe_router_ffn(be, m->fo, m->ids, m->wts, m->rlog, m->xn, &L->router, L->corr_bias,
                           &L->experts, T, D, &r, m->moetmp);
         if (!L->gate_up.data)
             return 0;
         op->matmul_silu(be, m->gu, m->xn, &L->gate_up, T, D);
         /* fo += the shared experts: a rank's partial, any tp */
-        sd_matmul_add(be, m->fo, NULL, m->gu, &L->down, NULL, T, L->ffn_inter, m->ao);
+        sd_matmul_add(be, m->fo, m->gu, &L->down, NULL, T, L->ffn_inter, m->ao);
         return 0;
     }
     xn_matmul(m, m->gu, &L->gate_up, NULL, T, 1);
@@ -1248,10 +1211,8 @@ int sd_model_forward(sd_model *m, const sd_fwd *f, sd_err *err)
                       i + 1 < m->n_layers ? &m->layers[i + 1].attn_norm : &m->norm);
         /* EAGLE-3 ids name a layer's OUTPUT (the residual stream after it) */
         for (int a = 0; a < m->n_aux; a++)
-            if (f->aux && m->aux_layers[a] == i) {
-                x_ready(m, T);
+            if (f->aux && m->aux_layers[a] == i)
                 op->copy2d(be, f->aux + (size_t)a * (size_t)D, m->x, T, D, m->n_aux * D, D);
-            }
     }
     head(m, f, &m->lm_head);
     return step_status(m, err);
@@ -1277,10 +1238,8 @@ int sd_model_mtp_forward(sd_model *m, const sd_fwd *f, sd_err *err)
     op->matmul(be, m->x, m->eh, &m->eh_proj, NULL, T, 2 * D);
     first_norm(m, &m->mtp.attn_norm, T);
     decoder_layer(m, &m->mtp, &f->ab, T, &m->sh_norm);
-    if (f->out_hidden) {
-        x_ready(m, T);
+    if (f->out_hidden)
         op->copy2d(be, f->out_hidden, m->x, T, D, D, D);
-    }
     sd_fwd g = *f;
     g.hidden = NULL;
     head(m, &g, &m->sh_head);
