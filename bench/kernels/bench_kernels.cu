@@ -7,7 +7,7 @@
  * total so every call reads memory, not cache; all data is random.
  *
  *   specd-bench-kernels [--out FILE] [--commit C] [--quick] [--moe-prefill] [--mla]
- *                       [--gemv-lab] [--read-lab]
+ *                       [--gemv-lab] [--read-lab] [--chain-lab]
  *
  * moe_ffn also runs at prefill sizes (n = 256 .. 4096 tokens) on the grouped
  * GEMV ("sorted") and on the tensor-core grouped GEMMs ("tc", the
@@ -845,6 +845,282 @@ static void read_lab(bench *b, out *o)
     bench_moe(b, o, 2048, 1408, 64, 8, n1, 2, "fused");
 }
 
+/* ---- the chain lab (--chain-lab) -------------------------------------------------
+ *
+ * Whether a persistent kernel could run a batch-1 step's chain of dependent
+ * stages faster than one kernel a stage under programmatic launch (the
+ * backend's way). A DeepSeek-V2-Lite-shaped layer as 11 stages: GEMVs of
+ * rows of 2048 bf16 (the query/latent projection 3648 rows, the value
+ * absorb 512, the output projection 2048, the router 64, the experts'
+ * gate/up 22528 and down 11264: 164 MB a layer) and latency stages (one
+ * block loads the 2048 floats the stage before wrote, reduces them and
+ * writes 2048: the latent prep, the attention, its merge, two norms), each
+ * reading what the one before wrote. 26 layers, each its own weights, from
+ * one graph.
+ *   kernels:    a kernel a stage, launched as the backend launches (PDL:
+ *               a GEMV's blocks load their first weights before the wait,
+ *               8 rows a block, a 256-element chunk a warp, as gemv_kernel's
+ *               wide shape);
+ *   persistent: one kernel, every block resident (what the SMs hold), the
+ *               stages separated by grid barriers (a counter a stage in
+ *               global memory); a block issues its first weight loads of a stage
+ *               before it waits for the stage before, so blocks with no
+ *               work in a latency stage stream the next GEMV's weights
+ *               while it runs;
+ *   read:       the same bytes as one grid-stride read a layer (the floor).
+ * Each with and without the experts' two stages (the attention half alone:
+ * 25.7 MB a layer). Values are not checked: a timing lab. */
+#define CL_K 2048
+#define CL_LAYERS 26
+#define CL_STAGES 11
+#define CL_ROWS {3648, 0, 0, 0, 512, 2048, 0, 64, 22528, 11264, 0}
+static const int cl_rows[CL_STAGES] = CL_ROWS;
+__constant__ int cl_rows_d[CL_STAGES] = CL_ROWS;
+
+typedef struct cl_ctx {
+    const char *w;   /* weights: CL_LAYERS x the stages' rows x 4096 bytes */
+    float *buf;      /* two activation buffers of 32768 floats */
+    unsigned *bar;   /* the persistent kernel's barrier counters, one a stage */
+    unsigned *sink;
+    int mode, moe, grid;
+    size_t layer_bytes;
+} cl_ctx;
+
+/* 8 rows (VR) x one 256-element chunk a warp: a lane's 8 16-byte loads */
+__device__ __forceinline__ void cl_load(uint4 (&w)[8], const char *wb, int rows, int g, int warp,
+                                        int lane)
+{
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int r = g * 8 + i;
+        w[i] = r < rows ? sd__ld_stream(wb + (size_t)r * (CL_K * 2) + warp * 512 + lane * 16)
+                        : make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* the dots of a row group from loaded weights and x (2048 floats, read
+ * through L2: another block of the same kernel may have written it) */
+__device__ __forceinline__ void cl_dots(const uint4 (&w)[8], const float *x, float *y, int rows,
+                                        int g, int warp, int lane, float *part)
+{
+    const float4 *xp = (const float4 *)(x + warp * 256 + lane * 8);
+    const float4 xa = __ldcg(xp), xb = __ldcg(xp + 1);
+    float acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float f[8];
+        sd__w8_float<SD__BF16>(*(const sd__w8raw<SD__BF16> *)&w[i], f);
+        acc[i] = sd__fma8(f, xa, xb, 0.0f);
+    }
+    sd__xreduce<8>(acc, lane);
+    if (lane % 4 == 0)
+        part[warp * 8 + sd__xr_index<8>(lane)] = acc[0];
+    __syncthreads();
+    if (threadIdx.x < 8 && g * 8 + (int)threadIdx.x < rows) {
+        float s = 0.0f;
+        for (int q = 0; q < 8; q++)
+            s += part[q * 8 + threadIdx.x];
+        y[g * 8 + threadIdx.x] = s;
+    }
+    __syncthreads();
+}
+
+/* a latency stage: 2048 floats in, their sum of squares, 2048 out */
+__device__ __forceinline__ void cl_latency(const float *x, float *y, float *red)
+{
+    float v[8], ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        v[e] = __ldcg(x + threadIdx.x + e * 256);
+        ss += v[e] * v[e];
+    }
+    for (int st = 16; st > 0; st >>= 1)
+        ss += __shfl_xor_sync(0xffffffffu, ss, st);
+    if (threadIdx.x % 32 == 0)
+        red[threadIdx.x / 32] = ss;
+    __syncthreads();
+    float t = 0.0f;
+    for (int q = 0; q < 8; q++)
+        t += red[q];
+    const float r = rsqrtf(t / CL_K + 1e-6f);
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+        y[threadIdx.x + e * 256] = v[e] * r;
+    __syncthreads();
+}
+
+__global__ void __launch_bounds__(256, 3) cl_gemv_kernel(const char *wb, int rows, const float *x,
+                                                         float *y)
+{
+    __shared__ float part[64];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    uint4 w[8];
+    cl_load(w, wb, rows, blockIdx.x, warp, lane);
+    SD_PDL_ENTER();
+    cl_dots(w, x, y, rows, blockIdx.x, warp, lane, part);
+}
+
+__global__ void __launch_bounds__(256) cl_latency_kernel(const float *x, float *y)
+{
+    __shared__ float red[8];
+    SD_PDL_ENTER();
+    cl_latency(x, y, red);
+}
+
+/* every block: arrive (its writes first), then wait for all */
+__device__ __forceinline__ void cl_arrive(unsigned *bar)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(bar, 1u);
+    }
+}
+
+__device__ __forceinline__ void cl_wait(const unsigned *bar, unsigned target)
+{
+    if (threadIdx.x == 0) {
+        unsigned v;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(bar) : "memory");
+        } while (v < target);
+    }
+    __syncthreads();
+}
+
+__global__ void __launch_bounds__(256, 2) cl_persistent_kernel(const char *w, size_t layer_bytes,
+                                                               float *buf, unsigned *bar, int moe)
+{
+    __shared__ float part[64];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, G = gridDim.x;
+    int idx = 0, cur = 0; /* bar[idx]: blocks done with stage idx (blocks with nothing to do
+                           * arrive at once, so each stage has its own counter) */
+    for (int l = 0; l < CL_LAYERS; l++) {
+        const char *wb = w + (size_t)l * layer_bytes;
+        for (int s = 0; s < CL_STAGES; s++) {
+            const int rows = cl_rows_d[s];
+            if (!moe && (s == 8 || s == 9)) {
+                wb += (size_t)rows * (CL_K * 2);
+                continue;
+            }
+            const float *x = buf + cur * 32768;
+            float *y = buf + (1 - cur) * 32768;
+            if (rows) {
+                const int ng = (rows + 7) / 8;
+                uint4 wr[8];
+                int g = blockIdx.x;
+                if (g < ng)
+                    cl_load(wr, wb, rows, g, warp, lane); /* before the wait */
+                if (idx)
+                    cl_wait(bar + idx - 1, (unsigned)G);
+                for (; g < ng; g += G) {
+                    uint4 nx[8];
+                    if (g + G < ng)
+                        cl_load(nx, wb, rows, g + G, warp, lane);
+                    cl_dots(wr, x, y, rows, g, warp, lane, part);
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+                        wr[i] = nx[i];
+                }
+            } else if (blockIdx.x == 0) {
+                if (idx)
+                    cl_wait(bar + idx - 1, (unsigned)G);
+                cl_latency(x, y, part);
+            }
+            cl_arrive(bar + idx);
+            idx++;
+            cur = 1 - cur;
+            wb += (size_t)rows * (CL_K * 2);
+        }
+    }
+}
+
+static void cl_fn(bench *b, int rep)
+{
+    (void)rep;
+    const cl_ctx *r = (const cl_ctx *)b->ctx;
+    sd__cuda *c = b->c;
+    if (r->mode == 2) {
+        for (int l = 0; l < CL_LAYERS; l++) {
+            size_t n = r->moe ? r->layer_bytes : (size_t)(3648 + 512 + 2048 + 64) * CL_K * 2;
+            read_kernel<<<c->sm_count * 8, 256, 0, c->stream>>>(
+                (const uint4 *)(r->w + (size_t)l * r->layer_bytes), n / 16, r->sink);
+        }
+        return;
+    }
+    if (r->mode == 1) {
+        CHECK(cudaMemsetAsync(r->bar, 0, CL_LAYERS * CL_STAGES * sizeof(unsigned), c->stream));
+        cl_persistent_kernel<<<r->grid, 256, 0, c->stream>>>(r->w, r->layer_bytes, r->buf, r->bar,
+                                                             r->moe);
+        return;
+    }
+    int cur = 0;
+    for (int l = 0; l < CL_LAYERS; l++) {
+        const char *wb = r->w + (size_t)l * r->layer_bytes;
+        for (int s = 0; s < CL_STAGES; s++) {
+            const int rows = cl_rows[s];
+            if (!r->moe && (s == 8 || s == 9)) {
+                wb += (size_t)rows * (CL_K * 2);
+                continue;
+            }
+            const float *x = r->buf + cur * 32768;
+            float *y = r->buf + (1 - cur) * 32768;
+            if (rows)
+                sd__launch(c, cl_gemv_kernel, (rows + 7) / 8, 256, 0, wb, rows, x, y);
+            else
+                sd__launch(c, cl_latency_kernel, 1, 256, 0, x, y);
+            cur = 1 - cur;
+            wb += (size_t)rows * (CL_K * 2);
+        }
+    }
+}
+
+static void chain_lab(bench *b, out *o)
+{
+    cl_ctx r;
+    memset(&r, 0, sizeof r);
+    size_t rows = 0;
+    for (int s = 0; s < CL_STAGES; s++)
+        rows += (size_t)cl_rows[s];
+    r.layer_bytes = rows * CL_K * 2;
+    r.w = (const char *)dev_alloc(b, r.layer_bytes * CL_LAYERS);
+    dev_fill(b, (void *)r.w, r.layer_bytes * CL_LAYERS / 4, 0, 1.0f, 31);
+    r.buf = (float *)dev_alloc(b, 2 * 32768 * sizeof(float));
+    dev_fill(b, r.buf, 2 * 32768, 0, 1.0f, 32);
+    r.bar = (unsigned *)dev_alloc(b, CL_LAYERS * CL_STAGES * sizeof(unsigned));
+    r.sink = (unsigned *)dev_alloc(b, 64);
+    int per_sm = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, cl_persistent_kernel, 256, 0));
+    r.grid = b->c->sm_count * per_sm;
+    b->fn = cl_fn;
+    b->ctx = &r;
+    static const char *names[] = {"kernels", "persistent", "read"};
+    printf("\nchain lab: %d layers of %d stages, %.1f MB a layer (%.1f without the experts); "
+           "persistent grid %d (%d an SM)\n%-11s %-9s %10s %8s\n",
+           CL_LAYERS, CL_STAGES, r.layer_bytes / 1e6, (3648 + 512 + 2048 + 64) * 4096.0 / 1e6,
+           r.grid, per_sm, "mode", "experts", "us/layer", "GB/s");
+    for (int moe = 1; moe >= 0; moe--)
+        for (int mode = 0; mode < 3; mode++) {
+            r.mode = mode;
+            r.moe = moe;
+            double me, mg;
+            if (time_op(b, 1, &me, &mg))
+                exit(1);
+            const double lb = moe ? (double)r.layer_bytes : (3648 + 512 + 2048 + 64) * 4096.0;
+            const double us = mg * 1e3 / CL_LAYERS, gbps = lb / (us * 1e-6) / 1e9;
+            printf("%-11s %-9s %10.2f %8.0f\n", names[mode], moe ? "yes" : "no", us, gbps);
+            jrow(o,
+                 "\"op\": \"chain_lab\", \"mode\": \"%s\", \"experts\": %d, \"us_layer\": %.3f, "
+                 "\"gbps\": %.1f, \"persistent_grid\": %d",
+                 names[mode], moe, us, gbps, r.grid);
+            fflush(stdout);
+        }
+    b->be->ops->free(b->be, (void *)r.w);
+    b->be->ops->free(b->be, r.buf);
+    b->be->ops->free(b->be, r.bar);
+    b->be->ops->free(b->be, r.sink);
+}
+
 /* ---- ceilings ------------------------------------------------------------------- */
 
 static void ceilings(bench *b)
@@ -897,9 +1173,11 @@ int main(int argc, char **argv)
             lab = 1;
         else if (!strcmp(argv[i], "--read-lab"))
             lab = 2;
+        else if (!strcmp(argv[i], "--chain-lab"))
+            lab = 3;
         else {
             fprintf(stderr, "usage: specd-bench-kernels [--out FILE] [--commit C] [--quick] "
-                            "[--moe-prefill] [--mla] [--gemv-lab] [--read-lab]\n");
+                            "[--moe-prefill] [--mla] [--gemv-lab] [--read-lab] [--chain-lab]\n");
             return 2;
         }
     }
@@ -931,7 +1209,9 @@ int main(int argc, char **argv)
     fprintf(o.json, "\",\n  \"copy_gbps\": %.1f,\n  \"read_gbps\": %.1f,\n  \"rows\": [", copy_gbps,
             read_gbps);
     if (mla_only || lab) {
-        if (lab == 2)
+        if (lab == 3)
+            chain_lab(&b, &o);
+        else if (lab == 2)
             read_lab(&b, &o);
         else if (lab)
             gemv_lab(&b, &o, quick);
