@@ -868,7 +868,9 @@ static void read_lab(bench *b, out *o)
  *               work in a latency stage stream the next GEMV's weights
  *               while it runs;
  *   read:       the same bytes as one grid-stride read a layer (the floor).
- * Each with and without the experts' two stages (the attention half alone:
+ * The kernels also with their latency stages left out, as a wait and a
+ * store, and as a wait alone (what a stage costs, and what of it is the
+ * kernel boundary). Each with and without the experts' two stages (the attention half alone:
  * 25.7 MB a layer). Values are not checked: a timing lab. */
 #define CL_K 2048
 #define CL_LAYERS 26
@@ -883,6 +885,8 @@ typedef struct cl_ctx {
     unsigned *bar;   /* the persistent kernel's barrier counters, one a stage */
     unsigned *sink;
     int mode, moe, grid;
+    int lat; /* kernels: the latency stages as 0 written, 1 left out, 2 a wait and a store,
+              * 3 a wait alone */
     size_t layer_bytes;
 } cl_ctx;
 
@@ -960,11 +964,14 @@ __global__ void __launch_bounds__(256, 3) cl_gemv_kernel(const char *wb, int row
     cl_dots(w, x, y, rows, blockIdx.x, warp, lane, part);
 }
 
-__global__ void __launch_bounds__(256) cl_latency_kernel(const float *x, float *y)
+__global__ void __launch_bounds__(256) cl_latency_kernel(const float *x, float *y, int lat)
 {
     __shared__ float red[8];
     SD_PDL_ENTER();
-    cl_latency(x, y, red);
+    if (lat == 0)
+        cl_latency(x, y, red);
+    else if (lat == 2)
+        y[threadIdx.x] = 1.0f;
 }
 
 /* every block: arrive (its writes first), then wait for all */
@@ -1067,8 +1074,8 @@ static void cl_fn(bench *b, int rep)
             float *y = r->buf + (1 - cur) * 32768;
             if (rows)
                 sd__launch(c, cl_gemv_kernel, (rows + 7) / 8, 256, 0, wb, rows, x, y);
-            else
-                sd__launch(c, cl_latency_kernel, 1, 256, 0, x, y);
+            else if (r->lat != 1)
+                sd__launch(c, cl_latency_kernel, 1, 256, 0, x, y, r->lat);
             cur = 1 - cur;
             wb += (size_t)rows * (CL_K * 2);
         }
@@ -1095,26 +1102,32 @@ static void chain_lab(bench *b, out *o)
     b->fn = cl_fn;
     b->ctx = &r;
     static const char *names[] = {"kernels", "persistent", "read"};
+    static const char *lats[] = {"written", "left out", "wait+store", "wait"};
     printf("\nchain lab: %d layers of %d stages, %.1f MB a layer (%.1f without the experts); "
-           "persistent grid %d (%d an SM)\n%-11s %-9s %10s %8s\n",
+           "persistent grid %d (%d an SM)\n%-11s %-9s %-10s %10s %8s\n",
            CL_LAYERS, CL_STAGES, r.layer_bytes / 1e6, (3648 + 512 + 2048 + 64) * 4096.0 / 1e6,
-           r.grid, per_sm, "mode", "experts", "us/layer", "GB/s");
+           r.grid, per_sm, "mode", "experts", "latency", "us/layer", "GB/s");
     for (int moe = 1; moe >= 0; moe--)
-        for (int mode = 0; mode < 3; mode++) {
-            r.mode = mode;
-            r.moe = moe;
-            double me, mg;
-            if (time_op(b, 1, &me, &mg))
-                exit(1);
-            const double lb = moe ? (double)r.layer_bytes : (3648 + 512 + 2048 + 64) * 4096.0;
-            const double us = mg * 1e3 / CL_LAYERS, gbps = lb / (us * 1e-6) / 1e9;
-            printf("%-11s %-9s %10.2f %8.0f\n", names[mode], moe ? "yes" : "no", us, gbps);
-            jrow(o,
-                 "\"op\": \"chain_lab\", \"mode\": \"%s\", \"experts\": %d, \"us_layer\": %.3f, "
-                 "\"gbps\": %.1f, \"persistent_grid\": %d",
-                 names[mode], moe, us, gbps, r.grid);
-            fflush(stdout);
-        }
+        for (int mode = 0; mode < 3; mode++)
+            for (int lat = 0; lat < (mode == 0 ? 4 : 1); lat++) {
+                r.mode = mode;
+                r.moe = moe;
+                r.lat = lat;
+                double me, mg;
+                if (time_op(b, 1, &me, &mg))
+                    exit(1);
+                const double lb = moe ? (double)r.layer_bytes : (3648 + 512 + 2048 + 64) * 4096.0;
+                const double us = mg * 1e3 / CL_LAYERS, gbps = lb / (us * 1e-6) / 1e9;
+                const char *ln = mode == 2 ? "-" : lats[lat];
+                printf("%-11s %-9s %-10s %10.2f %8.0f\n", names[mode], moe ? "yes" : "no", ln, us,
+                       gbps);
+                jrow(o,
+                     "\"op\": \"chain_lab\", \"mode\": \"%s\", \"experts\": %d, "
+                     "\"latency_stages\": \"%s\", \"us_layer\": %.3f, \"gbps\": %.1f, "
+                     "\"persistent_grid\": %d",
+                     names[mode], moe, ln, us, gbps, r.grid);
+                fflush(stdout);
+            }
     b->be->ops->free(b->be, (void *)r.w);
     b->be->ops->free(b->be, r.buf);
     b->be->ops->free(b->be, r.bar);
