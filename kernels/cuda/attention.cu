@@ -55,6 +55,8 @@ typedef struct att_args {
     int S;         /* chunks per token (1: no split) */
     int tile;      /* S > 1: chunks are whole tiles of this many positions */
     int min_chunk; /* keys a chunk holds at least (mla_tc_kernel) */
+    int whole1;    /* a token whose positions fill one chunk is written whole by its block
+                    * and the merge leaves it (mla_dec_kernel) */
     float *part;   /* S > 1: (T, Hq, S, Dv + 2) partial acc, max, sum */
 } att_args;
 
@@ -174,6 +176,8 @@ __device__ __forceinline__ void merge_head(const att_args &a, int t, int h, int 
     __shared__ float scale[MERGE_MAX_S], mz[MERGE_MAX_S], lz[MERGE_MAX_S], ml[2];
     const int Dv = a.Dv, W = Dv + 2;
     const float *p = a.part + ((size_t)t * Hq + (size_t)h) * a.S * W;
+    if (a.whole1 && split_used(a.pos[t] + 1, a.S, a.tile, a.min_chunk) == 1)
+        return; /* its one chunk's block wrote it */
     /* a block's threads all take the fast path or none (nz is the token's) */
     if (c0 + cstep >= Dv && merge_fast(a, p, t, h, c0, W))
         return;
@@ -927,6 +931,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
 #define MD_WARPS (KT / MD_KW)
 static_assert(MD_WARPS * 32 == ATT_THREADS, "a block: 8 warps of 4 keys");
 
+template <bool PIPE>
 __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
 {
     SD_PDL_ENTER();
@@ -960,10 +965,8 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
         lrun[tid] = 0.0f;
     }
     const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
-    for (int j0 = j_lo; j0 < n; j0 += KT) {
-        const int slot = dec_slot(a, bt, j0, n, lane);
-        float4 kc[MD_KW][4];
-        float2 kp[MD_KW];
+    /* a warp's MD_KW keys of the tile at j0 (slot: the lane's key's) */
+    auto load = [&](float4 (&kc)[MD_KW][4], float2 (&kp)[MD_KW], int j0, int slot) {
 #pragma unroll
         for (int i = 0; i < MD_KW; i++) {
             const int key = warp * MD_KW + i;
@@ -976,6 +979,8 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
                               : make_float4(0.f, 0.f, 0.f, 0.f);
             kp[i] = in ? __ldg((const float2 *)(row + MLA_C) + lane) : make_float2(0.f, 0.f);
         }
+    };
+    auto step = [&](const float4 (&kc)[MD_KW][4], const float2 (&kp)[MD_KW], int j0) {
         float sc[V];
 #pragma unroll
         for (int i = 0; i < MD_KW; i++)
@@ -1006,6 +1011,33 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
             }
         }
         __syncthreads(); /* S and alpha are rewritten by the next tile */
+    };
+    /* two tiles in flight: the next tile's keys load while this one is
+     * used, the slots two tiles ahead (the keys' addresses) before that
+     * (a chunk of several tiles walked one round trip at a time cost ~1.4
+     * us a tile: bench/results/NOTES.md, session 17) */
+    float4 ka[MD_KW][4], kb[MD_KW][4];
+    float2 pa[MD_KW], pb[MD_KW];
+    if (!PIPE) {
+        for (int j0 = j_lo; j0 < n; j0 += KT) {
+            load(ka, pa, j0, dec_slot(a, bt, j0, n, lane));
+            step(ka, pa, j0);
+        }
+    }
+    int s1 = PIPE && j_lo + KT < n ? dec_slot(a, bt, j_lo + KT, n, lane) : 0;
+    if (PIPE)
+        load(ka, pa, j_lo, dec_slot(a, bt, j_lo, n, lane));
+    for (int j0 = j_lo; PIPE && j0 < n; j0 += 2 * KT) {
+        const int s2 = j0 + 2 * KT < n ? dec_slot(a, bt, j0 + 2 * KT, n, lane) : 0;
+        if (j0 + KT < n)
+            load(kb, pb, j0 + KT, s1);
+        step(ka, pa, j0);
+        if (j0 + KT >= n)
+            break;
+        s1 = j0 + 3 * KT < n ? dec_slot(a, bt, j0 + 3 * KT, n, lane) : 0;
+        if (j0 + 2 * KT < n)
+            load(ka, pa, j0 + 2 * KT, s2);
+        step(kb, pb, j0 + KT);
     }
 #pragma unroll
     for (int g = 0; g < MD_GH; g++)
@@ -1027,7 +1059,7 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
         o.w += r.w;
     }
     const int d = 4 * (lane + 32 * m);
-    if (a.S > 1) {
+    if (a.S > 1 && !(a.whole1 && split_used(a.pos[t] + 1, a.S, a.tile, a.min_chunk) == 1)) {
         /* a partial row is 514 floats: 8-byte aligned */
         const int W = MLA_C + 2;
         float *pp = a.part + (((size_t)t * a.group + (size_t)h) * a.S + blockIdx.z) * W;
@@ -1282,8 +1314,12 @@ static void launch_mla_dec(sd__cuda *c, att_args *a, int T)
     a->min_chunk = mla_min_chunk(c, KT);
     a->S = mla_split(c, a->group, MD_GH);
     a->part = a->S > 1 ? c->attn_part : NULL;
+    a->whole1 = 1;
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
-    sd__launch(c, mla_dec_kernel, grid, ATT_THREADS, 0, *a);
+    if (c->mla_pipe)
+        sd__launch(c, mla_dec_kernel<true>, grid, ATT_THREADS, 0, *a);
+    else
+        sd__launch(c, mla_dec_kernel<false>, grid, ATT_THREADS, 0, *a);
     if (SD_LAUNCHED(c, "mla_dec_kernel") || a->S == 1)
         return;
     launch_merge(c, a, T, a->group);

@@ -634,6 +634,7 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->moe_gate_wide = mgate && !strcmp(mgate, "2") ? 0 : mgate && !strcmp(mgate, "4b4") ? 2 : 1;
     const char *mchunk = getenv("SPECD_MLA_MIN_CHUNK");
     c->mla_min_chunk = mchunk && *mchunk ? atoi(mchunk) : 0;
+    c->mla_pipe = env_on("SPECD_MLA_PIPE");
     c->moe_down = env_level("SPECD_MOE_DOWN", 3, SD_CUDA_MOE_DOWN_DEFAULT);
     c->gemv_wide = env_on("SPECD_GEMV_WIDE");
     c->pinned = env_on("SPECD_PINNED");

@@ -58,6 +58,9 @@ typedef struct sd__cuda {
      * mla_dec_kernel, 64 on mla_tc_kernel). Other chunks, other bits; a
      * token's bits still do not depend on the step's other tokens. */
     int mla_min_chunk;
+    /* mla_dec_kernel keeps the next tile's keys in flight (SPECD_MLA_PIPE=0:
+     * one tile at a time) */
+    int mla_pipe;
     /* moe_ffn's sorted rows on tensor cores (SD_CUDA_TC_OFF/ON/AUTO:
      * SPECD_MOE_TC, sd_cuda_set_moe_tc) */
     int moe_tc;
