@@ -58,9 +58,12 @@ typedef struct sd__cuda {
      * mla_dec_kernel, 64 on mla_tc_kernel). Other chunks, other bits; a
      * token's bits still do not depend on the step's other tokens. */
     int mla_min_chunk;
-    /* mla_dec_kernel keeps the next tile's keys in flight (SPECD_MLA_PIPE=0:
-     * one tile at a time) */
+    /* mla_dec_kernel keeps the next tile's keys in flight and splits a
+     * token's positions into one wave's chunks (SPECD_MLA_PIPE=0: one tile
+     * at a time, two blocks an SM's chunks) */
     int mla_pipe;
+    /* blocks an SM of mla_dec_kernel (attention.cu: its split is one wave) */
+    int mla_dec_bps;
     /* moe_ffn's sorted rows on tensor cores (SD_CUDA_TC_OFF/ON/AUTO:
      * SPECD_MOE_TC, sd_cuda_set_moe_tc) */
     int moe_tc;
