@@ -55,6 +55,7 @@ typedef struct att_args {
     int S;         /* chunks per token (1: no split) */
     int tile;      /* S > 1: chunks are whole tiles of this many positions */
     int min_chunk; /* keys a chunk holds at least (mla_tc_kernel) */
+    int used_max;  /* > 0: chunks a token's positions use at most (mla_dec_kernel) */
     int whole1;    /* a token whose positions fill one chunk is written whole by its block
                     * and the merge leaves it (mla_dec_kernel) */
     float *part;   /* S > 1: (T, Hq, S, Dv + 2) partial acc, max, sum */
@@ -75,35 +76,38 @@ static size_t smem_bytes(const att_args *a)
     return floats * sizeof(float) + KT * sizeof(int);
 }
 
-/* Split-KV: S > 1 chunks over positions [0, n_all), each `per` positions
- * long: whole tiles of `tile` positions, at least min_chunk (the last ones
- * may be short or empty). */
-static __device__ __forceinline__ int split_per(int n_all, int S, int tile, int min_chunk)
+/* Split-KV: a.S > 1 chunks over positions [0, n_all), each `per`
+ * positions long: whole tiles of a.tile positions, at least a.min_chunk,
+ * and with a.used_max, at most that many chunks used (the last ones may be
+ * short or empty). */
+static __device__ __forceinline__ int split_per(const att_args &a, int n_all)
 {
-    int per = (n_all + S - 1) / S;
-    per = (per + tile - 1) / tile * tile;
-    return per < min_chunk ? min_chunk : per;
+    int per = (n_all + a.S - 1) / a.S;
+    if (a.used_max > 0 && a.used_max < a.S)
+        per = (n_all + a.used_max - 1) / a.used_max;
+    per = (per + a.tile - 1) / a.tile * a.tile;
+    return per < a.min_chunk ? a.min_chunk : per;
 }
 
-/* chunk z of S is [*lo, *hi); S == 1: all of the positions */
-static __device__ __forceinline__ void split_chunk(int n_all, int S, int z, int tile,
-                                                   int min_chunk, int *lo, int *hi)
+/* chunk z of a.S is [*lo, *hi); a.S == 1: all of the positions */
+static __device__ __forceinline__ void split_chunk(const att_args &a, int n_all, int z, int *lo,
+                                                   int *hi)
 {
     *lo = 0;
     *hi = n_all;
-    if (S <= 1)
+    if (a.S <= 1)
         return;
-    int per = split_per(n_all, S, tile, min_chunk);
+    int per = split_per(a, n_all);
     *lo = z * per;
     *hi = *lo + per < n_all ? *lo + per : n_all;
 }
 
 /* the chunks that hold positions: 0 .. split_used - 1 (the rest are empty) */
-static __device__ __forceinline__ int split_used(int n_all, int S, int tile, int min_chunk)
+static __device__ __forceinline__ int split_used(const att_args &a, int n_all)
 {
-    if (S <= 1)
+    if (a.S <= 1)
         return 1;
-    int per = split_per(n_all, S, tile, min_chunk);
+    int per = split_per(a, n_all);
     return (n_all + per - 1) / per;
 }
 
@@ -112,7 +116,7 @@ static __device__ __forceinline__ int split_used(int n_all, int S, int tile, int
  * chunks that hold positions) */
 static __device__ __forceinline__ int block_chunk(const att_args &a, int t, int *lo, int *hi)
 {
-    split_chunk(a.pos[t] + 1, a.S, blockIdx.z, a.tile, a.min_chunk, lo, hi);
+    split_chunk(a, a.pos[t] + 1, blockIdx.z, lo, hi);
     return a.S <= 1 || *lo < *hi;
 }
 
@@ -149,7 +153,7 @@ __device__ __forceinline__ int merge_fast(const att_args &a, const float *p, int
         lv[u] = u < nu ? p[(size_t)u * W + Dv + 1] : 0.0f;
         ov[u] = u < nu && c0 < Dv ? p[(size_t)u * W + c0] : 0.0f;
     }
-    const int nz = split_used(n_all, a.S, a.tile, a.min_chunk);
+    const int nz = split_used(a, n_all);
     if (nz > MERGE_FAST)
         return 0;
     float M = -INFINITY;
@@ -176,12 +180,12 @@ __device__ __forceinline__ void merge_head(const att_args &a, int t, int h, int 
     __shared__ float scale[MERGE_MAX_S], mz[MERGE_MAX_S], lz[MERGE_MAX_S], ml[2];
     const int Dv = a.Dv, W = Dv + 2;
     const float *p = a.part + ((size_t)t * Hq + (size_t)h) * a.S * W;
-    if (a.whole1 && split_used(a.pos[t] + 1, a.S, a.tile, a.min_chunk) == 1)
+    if (a.whole1 && split_used(a, a.pos[t] + 1) == 1)
         return; /* its one chunk's block wrote it */
     /* a block's threads all take the fast path or none (nz is the token's) */
     if (c0 + cstep >= Dv && merge_fast(a, p, t, h, c0, W))
         return;
-    const int nz = split_used(a.pos[t] + 1, a.S, a.tile, a.min_chunk);
+    const int nz = split_used(a, a.pos[t] + 1);
     for (int z = threadIdx.x; z < nz; z += blockDim.x) {
         mz[z] = p[(size_t)z * W + Dv];
         lz[z] = p[(size_t)z * W + Dv + 1];
@@ -1059,7 +1063,7 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
         o.w += r.w;
     }
     const int d = 4 * (lane + 32 * m);
-    if (a.S > 1 && !(a.whole1 && split_used(a.pos[t] + 1, a.S, a.tile, a.min_chunk) == 1)) {
+    if (a.S > 1 && !(a.whole1 && split_used(a, a.pos[t] + 1) == 1)) {
         /* a partial row is 514 floats: 8-byte aligned */
         const int W = MLA_C + 2;
         float *pp = a.part + (((size_t)t * a.group + (size_t)h) * a.S + blockIdx.z) * W;
@@ -1319,13 +1323,15 @@ static void launch_mla_dec(sd__cuda *c, att_args *a, int T)
     a->ngb = (a->group + MD_GH - 1) / MD_GH;
     a->tile = KT;
     a->min_chunk = mla_min_chunk(c, KT);
-    /* a token's chunks in one wave of what the SMs hold (242 registers: a
-     * block an SM): at 4k positions 16 chunks of 8 tiles, two keys' tiles
-     * in flight, ran 6% faster a step than 31 of 4 in two waves (session 18) */
+    /* a token's chunks in use, at most one wave of what the SMs hold (242
+     * registers: a block an SM): at 4k positions 16 chunks of 8 tiles, the
+     * next tile's keys in flight, ran 4.6% faster a step than 31 of 4 in
+     * two waves. The grid keeps mla_split's chunks: with 16 of them V2-Lite
+     * ran 3.1% slower at 64-192 positions, where a token uses the same 2-6
+     * either way (not understood; bench/results/NOTES.md, session 18). */
     const int wave = c->sm_count * c->mla_dec_bps / a->ngb;
     a->S = mla_split(c, a->group, MD_GH);
-    if (c->mla_pipe && a->S > wave)
-        a->S = wave > 1 ? wave : 1;
+    a->used_max = c->mla_pipe ? (wave > 1 ? wave : 1) : 0;
     a->part = a->S > 1 ? c->attn_part : NULL;
     a->whole1 = 1;
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
