@@ -908,7 +908,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
 /* ---- MLA decode, fp32, a lane per dims -----------------------------------
  *
  * Steps of <= SPLIT_MAX_T tokens at the DeepSeek latent shape (C = 512,
- * R = 64), off by default (SPECD_MLA_DEC=1, not yet timed on a GPU):
+ * R = 64), on by default (SPECD_MLA_DEC=0: the tensor-core kernel):
  * attn_dec_kernel's design for MLA rows. A block takes a token, 2 heads and
  * a chunk of whole 32-key tiles; each warp takes 4 keys of a tile, loading
  * their rows straight from the cache (a lane: 4 16-byte loads of the latent,
@@ -927,9 +927,24 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
  * tile and 3 staging round trips. Here a lane has ~270 FMAs a tile and one
  * round trip, with 8 times the blocks.
  *
+ * A chunk's tiles are walked with the next tile's keys loading while this
+ * one is used, and the slots (the keys' addresses) two tiles ahead (PIPE;
+ * 242 registers, a block an SM either way): a chunk of several tiles walked
+ * one round trip at a time cost ~1.4 us a tile. A token uses at most the
+ * chunks of one wave of blocks (a.used_max: V2-Lite's 8 head pairs, 16 of
+ * the grid's 33): at 4k positions 16 chunks of 8 tiles ran V2-Lite 6.6%
+ * faster a step than 31 of 4 in two waves, one tile at a time; at 64-192
+ * positions (the same 2-6 chunks of a tile) 0.8% slower, and longer chunks
+ * there (SPECD_MLA_MIN_CHUNK=128, 256: no merge below 256 positions) 3.6%
+ * and 4.5% slower: the chunks' parallelism beats the merge's round trip
+ * (bench/results/NOTES.md, session 18). SPECD_MLA_PIPE=0: one tile at a
+ * time, no cap (the kernel before; other bits past 16 chunks' positions).
+ * A token whose positions fill one chunk is written whole by its block (the
+ * merge leaves it).
+ *
  * Bits: a token's result depends on its positions and the chunk count,
- * which comes from the head layout (mla_split), never on the step's other
- * tokens. */
+ * which comes from the head layout (mla_split, used_max), never on the
+ * step's other tokens. */
 #define MD_KW 4  /* keys a warp takes of a tile */
 #define MD_GH 2  /* heads a block */
 #define MD_WARPS (KT / MD_KW)
