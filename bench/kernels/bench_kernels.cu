@@ -867,6 +867,10 @@ static void read_lab(bench *b, out *o)
  *               before it waits for the stage before, so blocks with no
  *               work in a latency stage stream the next GEMV's weights
  *               while it runs;
+ *   flags:      the persistent kernel with a word a block (the stages it is
+ *               done with) instead of a counter a stage: a stage waits only
+ *               for the blocks that wrote what it reads (written in session
+ *               18 after the GPU time was spent: not yet run);
  *   read:       the same bytes as one grid-stride read a layer (the floor).
  * The kernels also with their latency stages left out, as a wait and a
  * store, and as a wait alone (what a stage costs, and what of it is the
@@ -875,6 +879,7 @@ static void read_lab(bench *b, out *o)
 #define CL_K 2048
 #define CL_LAYERS 26
 #define CL_STAGES 11
+#define CL_BAR_WORDS 1024 /* the persistent kernels' counters (a stage) or flags (a block) */
 #define CL_ROWS {3648, 0, 0, 0, 512, 2048, 0, 64, 22528, 11264, 0}
 static const int cl_rows[CL_STAGES] = CL_ROWS;
 __constant__ int cl_rows_d[CL_STAGES] = CL_ROWS;
@@ -995,6 +1000,35 @@ __device__ __forceinline__ void cl_wait(const unsigned *bar, unsigned target)
     __syncthreads();
 }
 
+/* FLAGS: block b's progress in bar[b] (the stages it is done with, a
+ * store, no atomics); a stage waits only for the blocks that wrote what it
+ * reads: a latency stage's block for all of the GEMV before (each thread
+ * polls a few blocks' words), a GEMV's blocks for block 0 after a latency
+ * stage */
+__device__ __forceinline__ void cl_done(unsigned *bar, unsigned v)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        *(volatile unsigned *)(bar + blockIdx.x) = v;
+    }
+}
+
+__device__ __forceinline__ void cl_wait_blocks(const unsigned *bar, int nb, unsigned target)
+{
+    for (;;) {
+        int ok = 1;
+        for (int i = threadIdx.x; i < nb; i += blockDim.x) {
+            unsigned v;
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(bar + i) : "memory");
+            ok &= v >= target;
+        }
+        if (__syncthreads_and(ok))
+            return;
+    }
+}
+
+template <bool FLAGS>
 __global__ void __launch_bounds__(256, 2) cl_persistent_kernel(const char *w, size_t layer_bytes,
                                                                float *buf, unsigned *bar, int moe)
 {
@@ -1002,6 +1036,17 @@ __global__ void __launch_bounds__(256, 2) cl_persistent_kernel(const char *w, si
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, G = gridDim.x;
     int idx = 0, cur = 0; /* bar[idx]: blocks done with stage idx (blocks with nothing to do
                            * arrive at once, so each stage has its own counter) */
+    int prev_rows = 0;    /* FLAGS: the stage before was a GEMV (all blocks wrote) or not */
+    auto wait_prev = [&]() {
+        if (!idx)
+            return;
+        if (!FLAGS)
+            cl_wait(bar + idx - 1, (unsigned)G);
+        else if (prev_rows)
+            cl_wait_blocks(bar, G, (unsigned)idx);
+        else
+            cl_wait(bar, (unsigned)idx); /* block 0's word */
+    };
     for (int l = 0; l < CL_LAYERS; l++) {
         const char *wb = w + (size_t)l * layer_bytes;
         for (int s = 0; s < CL_STAGES; s++) {
@@ -1018,8 +1063,7 @@ __global__ void __launch_bounds__(256, 2) cl_persistent_kernel(const char *w, si
                 int g = blockIdx.x;
                 if (g < ng)
                     cl_load(wr, wb, rows, g, warp, lane); /* before the wait */
-                if (idx)
-                    cl_wait(bar + idx - 1, (unsigned)G);
+                wait_prev();
                 for (; g < ng; g += G) {
                     uint4 nx[8];
                     if (g + G < ng)
@@ -1030,11 +1074,14 @@ __global__ void __launch_bounds__(256, 2) cl_persistent_kernel(const char *w, si
                         wr[i] = nx[i];
                 }
             } else if (blockIdx.x == 0) {
-                if (idx)
-                    cl_wait(bar + idx - 1, (unsigned)G);
+                wait_prev();
                 cl_latency(x, y, part);
             }
-            cl_arrive(bar + idx);
+            if (FLAGS)
+                cl_done(bar, (unsigned)idx + 1);
+            else
+                cl_arrive(bar + idx);
+            prev_rows = rows;
             idx++;
             cur = 1 - cur;
             wb += (size_t)rows * (CL_K * 2);
@@ -1055,10 +1102,14 @@ static void cl_fn(bench *b, int rep)
         }
         return;
     }
-    if (r->mode == 1) {
-        CHECK(cudaMemsetAsync(r->bar, 0, CL_LAYERS * CL_STAGES * sizeof(unsigned), c->stream));
-        cl_persistent_kernel<<<r->grid, 256, 0, c->stream>>>(r->w, r->layer_bytes, r->buf, r->bar,
-                                                             r->moe);
+    if (r->mode == 1 || r->mode == 3) {
+        CHECK(cudaMemsetAsync(r->bar, 0, CL_BAR_WORDS * sizeof(unsigned), c->stream));
+        if (r->mode == 1)
+            cl_persistent_kernel<false><<<r->grid, 256, 0, c->stream>>>(r->w, r->layer_bytes,
+                                                                        r->buf, r->bar, r->moe);
+        else
+            cl_persistent_kernel<true><<<r->grid, 256, 0, c->stream>>>(r->w, r->layer_bytes,
+                                                                       r->buf, r->bar, r->moe);
         return;
     }
     int cur = 0;
@@ -1094,21 +1145,26 @@ static void chain_lab(bench *b, out *o)
     dev_fill(b, (void *)r.w, r.layer_bytes * CL_LAYERS / 4, 0, 1.0f, 31);
     r.buf = (float *)dev_alloc(b, 2 * 32768 * sizeof(float));
     dev_fill(b, r.buf, 2 * 32768, 0, 1.0f, 32);
-    r.bar = (unsigned *)dev_alloc(b, CL_LAYERS * CL_STAGES * sizeof(unsigned));
+    r.bar = (unsigned *)dev_alloc(b, CL_BAR_WORDS * sizeof(unsigned));
     r.sink = (unsigned *)dev_alloc(b, 64);
     int per_sm = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, cl_persistent_kernel, 256, 0));
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, cl_persistent_kernel<true>, 256,
+                                                        0));
     r.grid = b->c->sm_count * per_sm;
+    if (r.grid > CL_BAR_WORDS) {
+        fprintf(stderr, "chain lab: a grid of %d blocks, flags for %d\n", r.grid, CL_BAR_WORDS);
+        exit(1);
+    }
     b->fn = cl_fn;
     b->ctx = &r;
-    static const char *names[] = {"kernels", "persistent", "read"};
+    static const char *names[] = {"kernels", "persistent", "read", "flags"};
     static const char *lats[] = {"written", "left out", "wait+store", "wait"};
     printf("\nchain lab: %d layers of %d stages, %.1f MB a layer (%.1f without the experts); "
            "persistent grid %d (%d an SM)\n%-11s %-9s %-10s %10s %8s\n",
            CL_LAYERS, CL_STAGES, r.layer_bytes / 1e6, (3648 + 512 + 2048 + 64) * 4096.0 / 1e6,
            r.grid, per_sm, "mode", "experts", "latency", "us/layer", "GB/s");
     for (int moe = 1; moe >= 0; moe--)
-        for (int mode = 0; mode < 3; mode++)
+        for (int mode = 0; mode < 4; mode++)
             for (int lat = 0; lat < (mode == 0 ? 4 : 1); lat++) {
                 r.mode = mode;
                 r.moe = moe;
