@@ -6,7 +6,7 @@
 #
 # usage: tests/gpu/validate.sh BIN_DIR OUT_DIR COMMIT
 #   BIN_DIR holds specd, test_gpu_ops and test_gpu_model (a -Dcuda=enabled
-#   build); OUT_DIR receives gpu-validate.json and the logs.
+#   build); OUT_DIR receives gpu-validate.json and logs.tgz (the logs).
 set -uo pipefail
 bin=$1
 out=$2
@@ -95,3 +95,10 @@ for t in tests:
 print(f"programs: {runs}")
 print(f"passed {passed}, failed {failed}")
 EOF
+# OUT keeps two files, the record and its logs (a remote run returns only so
+# many files, and the record must not be the one left behind)
+logs=$(cd "$out" && ls results.jsonl runs.txt gpu_*.stdout gpu_*.log gen_*_*.txt gen_*_*.err \
+    off_*.txt off_*.err 2>/dev/null)
+if [ -n "$logs" ]; then
+    (cd "$out" && tar -czf logs.tgz $logs && rm -f $logs)
+fi
