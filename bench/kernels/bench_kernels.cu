@@ -874,7 +874,9 @@ static void read_lab(bench *b, out *o)
  *   read:       the same bytes as one grid-stride read a layer (the floor).
  * The kernels also with their latency stages left out, as a wait and a
  * store, and as a wait alone (what a stage costs, and what of it is the
- * kernel boundary). Each with and without the experts' two stages (the attention half alone:
+ * kernel boundary), and with the GEMVs loading no weights before the wait
+ * ("no prefetch": whether early weight loads slow the latency stages'
+ * round trips they overlap; not yet run). Each with and without the experts' two stages (the attention half alone:
  * 25.7 MB a layer). Values are not checked: a timing lab. */
 #define CL_K 2048
 #define CL_LAYERS 26
@@ -891,7 +893,7 @@ typedef struct cl_ctx {
     unsigned *sink;
     int mode, moe, grid;
     int lat; /* kernels: the latency stages as 0 written, 1 left out, 2 a wait and a store,
-              * 3 a wait alone */
+              * 3 a wait alone; 4 written, and the GEMVs load no weights before the wait */
     size_t layer_bytes;
 } cl_ctx;
 
@@ -958,14 +960,18 @@ __device__ __forceinline__ void cl_latency(const float *x, float *y, float *red)
     __syncthreads();
 }
 
+template <bool PRE>
 __global__ void __launch_bounds__(256, 3) cl_gemv_kernel(const char *wb, int rows, const float *x,
                                                          float *y)
 {
     __shared__ float part[64];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     uint4 w[8];
-    cl_load(w, wb, rows, blockIdx.x, warp, lane);
+    if (PRE)
+        cl_load(w, wb, rows, blockIdx.x, warp, lane);
     SD_PDL_ENTER();
+    if (!PRE)
+        cl_load(w, wb, rows, blockIdx.x, warp, lane);
     cl_dots(w, x, y, rows, blockIdx.x, warp, lane, part);
 }
 
@@ -1123,8 +1129,10 @@ static void cl_fn(bench *b, int rep)
             }
             const float *x = r->buf + cur * 32768;
             float *y = r->buf + (1 - cur) * 32768;
-            if (rows)
-                sd__launch(c, cl_gemv_kernel, (rows + 7) / 8, 256, 0, wb, rows, x, y);
+            if (rows && r->lat == 4)
+                sd__launch(c, cl_gemv_kernel<false>, (rows + 7) / 8, 256, 0, wb, rows, x, y);
+            else if (rows)
+                sd__launch(c, cl_gemv_kernel<true>, (rows + 7) / 8, 256, 0, wb, rows, x, y);
             else if (r->lat != 1)
                 sd__launch(c, cl_latency_kernel, 1, 256, 0, x, y, r->lat);
             cur = 1 - cur;
@@ -1158,14 +1166,14 @@ static void chain_lab(bench *b, out *o)
     b->fn = cl_fn;
     b->ctx = &r;
     static const char *names[] = {"kernels", "persistent", "read", "flags"};
-    static const char *lats[] = {"written", "left out", "wait+store", "wait"};
+    static const char *lats[] = {"written", "left out", "wait+store", "wait", "no prefetch"};
     printf("\nchain lab: %d layers of %d stages, %.1f MB a layer (%.1f without the experts); "
            "persistent grid %d (%d an SM)\n%-11s %-9s %-10s %10s %8s\n",
            CL_LAYERS, CL_STAGES, r.layer_bytes / 1e6, (3648 + 512 + 2048 + 64) * 4096.0 / 1e6,
            r.grid, per_sm, "mode", "experts", "latency", "us/layer", "GB/s");
     for (int moe = 1; moe >= 0; moe--)
         for (int mode = 0; mode < 4; mode++)
-            for (int lat = 0; lat < (mode == 0 ? 4 : 1); lat++) {
+            for (int lat = 0; lat < (mode == 0 ? 5 : 1); lat++) {
                 r.mode = mode;
                 r.moe = moe;
                 r.lat = lat;
