@@ -881,6 +881,8 @@ static void read_lab(bench *b, out *o)
 #define CL_K 2048
 #define CL_LAYERS 26
 #define CL_STAGES 11
+/* a layer's bytes without the experts' two stages */
+#define CL_ATTN_BYTES ((size_t)(3648 + 512 + 2048 + 64) * CL_K * 2)
 #define CL_BAR_WORDS 1024 /* the persistent kernels' counters (a stage) or flags (a block) */
 #define CL_ROWS {3648, 0, 0, 0, 512, 2048, 0, 64, 22528, 11264, 0}
 static const int cl_rows[CL_STAGES] = CL_ROWS;
@@ -1102,7 +1104,7 @@ static void cl_fn(bench *b, int rep)
     sd__cuda *c = b->c;
     if (r->mode == 2) {
         for (int l = 0; l < CL_LAYERS; l++) {
-            size_t n = r->moe ? r->layer_bytes : (size_t)(3648 + 512 + 2048 + 64) * CL_K * 2;
+            size_t n = r->moe ? r->layer_bytes : CL_ATTN_BYTES;
             read_kernel<<<c->sm_count * 8, 256, 0, c->stream>>>(
                 (const uint4 *)(r->w + (size_t)l * r->layer_bytes), n / 16, r->sink);
         }
@@ -1169,7 +1171,7 @@ static void chain_lab(bench *b, out *o)
     static const char *lats[] = {"written", "left out", "wait+store", "wait", "no prefetch"};
     printf("\nchain lab: %d layers of %d stages, %.1f MB a layer (%.1f without the experts); "
            "persistent grid %d (%d an SM)\n%-11s %-9s %-10s %10s %8s\n",
-           CL_LAYERS, CL_STAGES, r.layer_bytes / 1e6, (3648 + 512 + 2048 + 64) * 4096.0 / 1e6,
+           CL_LAYERS, CL_STAGES, r.layer_bytes / 1e6, (double)CL_ATTN_BYTES / 1e6,
            r.grid, per_sm, "mode", "experts", "latency", "us/layer", "GB/s");
     for (int moe = 1; moe >= 0; moe--)
         for (int mode = 0; mode < 4; mode++)
@@ -1180,7 +1182,7 @@ static void chain_lab(bench *b, out *o)
                 double me, mg;
                 if (time_op(b, 1, &me, &mg))
                     exit(1);
-                const double lb = moe ? (double)r.layer_bytes : (3648 + 512 + 2048 + 64) * 4096.0;
+                const double lb = moe ? (double)r.layer_bytes : (double)CL_ATTN_BYTES;
                 const double us = mg * 1e3 / CL_LAYERS, gbps = lb / (us * 1e-6) / 1e9;
                 const char *ln = mode == 2 ? "-" : lats[lat];
                 printf("%-11s %-9s %-10s %10.2f %8.0f\n", names[mode], moe ? "yes" : "no", ln, us,

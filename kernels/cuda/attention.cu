@@ -1042,21 +1042,21 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
             load(ka, pa, j0, dec_slot(a, bt, j0, n, lane));
             step(ka, pa, j0);
         }
-    }
-    int s1 = PIPE && j_lo + KT < n ? dec_slot(a, bt, j_lo + KT, n, lane) : 0;
-    if (PIPE)
+    } else {
+        int s1 = j_lo + KT < n ? dec_slot(a, bt, j_lo + KT, n, lane) : 0;
         load(ka, pa, j_lo, dec_slot(a, bt, j_lo, n, lane));
-    for (int j0 = j_lo; PIPE && j0 < n; j0 += 2 * KT) {
-        const int s2 = j0 + 2 * KT < n ? dec_slot(a, bt, j0 + 2 * KT, n, lane) : 0;
-        if (j0 + KT < n)
-            load(kb, pb, j0 + KT, s1);
-        step(ka, pa, j0);
-        if (j0 + KT >= n)
-            break;
-        s1 = j0 + 3 * KT < n ? dec_slot(a, bt, j0 + 3 * KT, n, lane) : 0;
-        if (j0 + 2 * KT < n)
-            load(ka, pa, j0 + 2 * KT, s2);
-        step(kb, pb, j0 + KT);
+        for (int j0 = j_lo; j0 < n; j0 += 2 * KT) {
+            const int s2 = j0 + 2 * KT < n ? dec_slot(a, bt, j0 + 2 * KT, n, lane) : 0;
+            if (j0 + KT < n)
+                load(kb, pb, j0 + KT, s1);
+            step(ka, pa, j0);
+            if (j0 + KT >= n)
+                break;
+            s1 = j0 + 3 * KT < n ? dec_slot(a, bt, j0 + 3 * KT, n, lane) : 0;
+            if (j0 + 2 * KT < n)
+                load(ka, pa, j0 + 2 * KT, s2);
+            step(kb, pb, j0 + KT);
+        }
     }
 #pragma unroll
     for (int g = 0; g < MD_GH; g++)
@@ -1338,12 +1338,11 @@ static void launch_mla_dec(sd__cuda *c, att_args *a, int T)
     a->ngb = (a->group + MD_GH - 1) / MD_GH;
     a->tile = KT;
     a->min_chunk = mla_min_chunk(c, KT);
-    /* a token's chunks in use, at most one wave of what the SMs hold (242
-     * registers: a block an SM): at 4k positions 16 chunks of 8 tiles, the
-     * next tile's keys in flight, ran 4.6% faster a step than 31 of 4 in
-     * two waves. The grid keeps mla_split's chunks: with 16 of them V2-Lite
-     * ran 3.1% slower at 64-192 positions, where a token uses the same 2-6
-     * either way (not understood; bench/results/NOTES.md, session 18). */
+    /* a token's chunks in use, at most one wave of blocks (the kernel's
+     * comment has what that measured); the grid keeps mla_split's chunks:
+     * a grid of one wave ran V2-Lite 3.1% slower at 64-192 positions, where
+     * a token uses the same 2-6 either way (not understood; NOTES.md,
+     * session 18) */
     const int wave = c->sm_count * c->mla_dec_bps / a->ngb;
     a->S = mla_split(c, a->group, MD_GH);
     a->used_max = c->mla_pipe ? (wave > 1 ? wave : 1) : 0;
