@@ -496,7 +496,6 @@ void sd_cuda_set_attn_split_all(sd_backend *be, int level)
 }
 
 void sd_cuda_set_route_small(sd_backend *be, int on) { sd__cuda_of(be)->route_small = on != 0; }
-void sd_cuda_set_moe_onegu(sd_backend *be, int on) { sd__cuda_of(be)->moe_onegu = on != 0; }
 void sd_cuda_set_moe_overlap(sd_backend *be, int max_tokens)
 {
     sd__cuda_of(be)->moe_overlap = max_tokens > 0 ? max_tokens : 0;
@@ -629,7 +628,7 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->moe_tc = !moe_tc || !*moe_tc ? SD_CUDA_TC_AUTO : strcmp(moe_tc, "0") ? SD_CUDA_TC_ON : SD_CUDA_TC_OFF;
     c->mla_tc = env_on("SPECD_MLA_TC");
     c->pdl = env_flag("SPECD_PDL", SD_CUDA_PDL_DEFAULT); /* programmatic dependent launches */
-    c->gemv_pre = env_level("SPECD_GEMV_PRE", 2, 1);
+    c->gemv_pre = env_on("SPECD_GEMV_PRE");
     c->matmul_silu = env_on("SPECD_MATMUL_SILU");
     const char *mgate = getenv("SPECD_MOE_GATE");
     c->moe_gate_wide = mgate && !strcmp(mgate, "2") ? 0 : mgate && !strcmp(mgate, "4b4") ? 2 : 1;
@@ -645,7 +644,6 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->ablate = ablate_mask(getenv("SPECD_ABLATE"));
     c->route_small = env_on("SPECD_ROUTE_SMALL");
     c->moe_overlap = env_level("SPECD_MOE_OVERLAP", 1 << 20, SD_CUDA_MOE_OVERLAP_DEFAULT);
-    c->moe_onegu = env_flag("SPECD_MOE_ONEGU", SD_CUDA_MOE_ONEGU_DEFAULT);
     c->mla_overlap = env_flag("SPECD_MLA_OVERLAP", SD_CUDA_MLA_OVERLAP_DEFAULT);
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
@@ -675,13 +673,11 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
         rc = SD_CUDA(c, cudaMalloc((void **)&c->attn_part, c->attn_part_bytes));
     }
     if (!rc) {
-        size_t b = SD__ARGMAX_ROWS * (sizeof(unsigned long long) + sizeof(unsigned)) +
-                   SD__MOE_SIG * sizeof(int32_t);
+        size_t b = SD__ARGMAX_ROWS * (sizeof(unsigned long long) + sizeof(unsigned));
         rc = SD_CUDA(c, cudaMalloc((void **)&c->am_keys, b));
         if (!rc)
             rc = SD_CUDA(c, cudaMemset(c->am_keys, 0, b));
         c->am_cnt = (unsigned *)(c->am_keys + SD__ARGMAX_ROWS);
-        c->moe_sig = (int32_t *)(c->am_cnt + SD__ARGMAX_ROWS);
     }
     if (!rc)
         rc = sd__cuda_attention_init(c);

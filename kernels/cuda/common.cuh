@@ -72,8 +72,7 @@ typedef struct sd__cuda {
     int pdl;
     /* A/B switches of the decode kernels, read as the backend opens (all on
      * by default): the GEMV's prefetch before the PDL wait (SPECD_GEMV_PRE=0
-     * off, the shapes without it; 2: the prefetching shapes with their loads
-     * after the wait), the fused gate/up SiLU GEMV
+     * off), the fused gate/up SiLU GEMV
      * (SPECD_MATMUL_SILU=0: matmul then silu_mul), the MoE gate/up kernel's
      * 4 columns a row group where a warp has one chunk (moe_gate_wide 1;
      * SPECD_MOE_GATE=2: 2 columns, 0; =4b4: 4 columns in 64 registers, 4
@@ -104,12 +103,6 @@ typedef struct sd__cuda {
      * of up to this many tokens (SPECD_MOE_OVERLAP, sd_cuda_set_moe_overlap;
      * 0: never; the same bits) */
     int moe_overlap;
-    /* moe_router_ffn's routing, always-on and routed gate/up in one launch
-     * (SPECD_MOE_ONEGU, sd_cuda_set_moe_onegu; moe.cu's
-     * moe_route_gate_up_kernel; the same bits), polling moe_sig: SD__MOE_SIG
-     * words, zero between uses */
-    int moe_onegu;
-    int32_t *moe_sig;
     /* mla_prep_absorb runs mla_prep beside the query's absorb in one launch
      * (SPECD_MLA_OVERLAP=1, sd_cuda_set_mla_overlap; matmul.cu; the same
      * bits) */
@@ -153,7 +146,6 @@ typedef struct sd__cuda {
 } sd__cuda;
 
 #define SD__ARGMAX_ROWS 4096
-#define SD__MOE_SIG 256 /* moe_sig's words: a step's (token, slot) pairs */
 
 /* SPECD_ABLATE's names, in bit order (backend.cu parses them) */
 #define SD__ABLATE_NAMES {"addnorm", "norm", "route", "router", "merge", "prep", "attn", "absorb"}

@@ -97,12 +97,6 @@ void sd_cuda_set_route_small(sd_backend *be, int on);
  * -2.2% (bench/results/NOTES.md, session 16). */
 #define SD_CUDA_MOE_OVERLAP_DEFAULT 1
 void sd_cuda_set_moe_overlap(sd_backend *be, int max_tokens);
-/* where moe_router_ffn routes beside the always-on experts: the routed
- * experts' gate/up in the same launch, each of its blocks polling the word
- * its slot's routing writes (moe.cu, moe_route_gate_up_kernel;
- * SPECD_MOE_ONEGU=1 as the backend opens, or this call; the same bits) */
-#define SD_CUDA_MOE_ONEGU_DEFAULT 0
-void sd_cuda_set_moe_onegu(sd_backend *be, int on);
 /* mla_prep_absorb's two ops in one launch, side by side (matmul.cu;
  * SPECD_MLA_OVERLAP=1 as the backend opens, or this call; steps of 1-2
  * tokens with 16-bit W_UK; the same bits). The default 1: V2-Lite's

@@ -38,9 +38,6 @@ typedef struct mm_args {
     int n, N, K;
     int x_stride, x_bstride, x_off;
     int y_stride, y_bstride;
-    /* a prefetching GEMV (PRE) issues its weight loads after the PDL wait,
-     * not before (SPECD_GEMV_PRE=2: the same shapes and bits) */
-    int late;
 } mm_args;
 
 /* ---- GEMV (kernels/cuda/gemv.cuh has the core and its order of sums) ---- */
@@ -107,11 +104,9 @@ __device__ __forceinline__ void gemv_block(const mm_args &a, int WK, int bx, int
      * next one's loads. (Prefetching only the first of several iterations
      * held twice the load registers and spilled.) */
     sd__w8raw<DT> pre[U][VR];
-    if (PRE && !a.late)
+    if (PRE)
         sd__warp_load<DT, VR, U>(pre, wrow, a.K, kw, WK, lane);
     SD_PDL_ENTER();
-    if (PRE && a.late)
-        sd__warp_load<DT, VR, U>(pre, wrow, a.K, kw, WK, lane);
     const float *xb = a.x + (size_t)h * (size_t)a.x_bstride + (size_t)a.x_off;
     float *yb = a.y + (size_t)h * (size_t)a.y_bstride;
     for (int r0 = 0; r0 < (PRE ? 1 : a.n); r0 += NR) { /* PRE: n <= NR, one pass */
@@ -802,7 +797,7 @@ void sd__cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *
     if (!c || n <= 0 || w->rows <= 0)
         return;
     mm_args a = {y, x, w->data, bias ? bias->data : NULL, bias ? (int)bias->dtype : 0,
-                 n, (int)w->rows, (int)w->cols, x_stride, 0, 0, (int)w->rows, 0, c->gemv_pre == 2};
+                 n, (int)w->rows, (int)w->cols, x_stride, 0, 0, (int)w->rows, 0};
     if (n <= gemv_max_rows(c)) {
         run_simt(c, &a, w->dtype, 1, 1);
         return;
@@ -823,7 +818,7 @@ void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_we
     }
     int N = (int)(w->rows / H);
     mm_args a = {y, x, w->data, NULL, 0, n, N, (int)w->cols, x_stride, x_head_stride, x_off,
-                 H * N, N, c->gemv_pre == 2};
+                 H * N, N};
     run_simt(c, &a, w->dtype, H, n <= gemv_max_rows(c));
 }
 
@@ -879,7 +874,7 @@ void sd__cuda_mla_prep_absorb(sd_backend *be, float *ckv, int ck_stride, float *
         return;
     const int N = H > 0 && wuk->rows % H == 0 ? (int)(wuk->rows / H) : 0;
     mm_args a = {y, x, wuk->data, NULL, 0, T, N, (int)wuk->cols, x_stride, x_head_stride, 0,
-                 H * N, N, c->gemv_pre == 2};
+                 H * N, N};
     sd__mla_prep_args p;
     int vec = 0;
     /* where matmul_heads would run the wide one-pass GEMV */
@@ -918,7 +913,7 @@ void sd__cuda_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_we
         return;
     }
     mm_args a = {gu, x, w->data, NULL, 0, n, (int)w->rows, (int)w->cols, x_stride, 0, 0,
-                 (int)w->rows / 2, 0, c->gemv_pre == 2};
+                 (int)w->rows / 2, 0};
     if (c->matmul_silu && n <= SD_CUDA_GEMV_EXACT_ROWS && n <= gemv_max_rows(c) && vec_ok(&a)) {
         switch (w->dtype) {
         case SD_DT_F32: launch_block_gemv<SD__F32, true>(c, &a, 1); return;

@@ -87,7 +87,7 @@ __device__ __forceinline__ void route_rank_topk(const float *choice, const float
  * the always-on slots (ids E.., weight 1); the lanes write the row at once. */
 __device__ __forceinline__ void route_write_row(int32_t *ids, float *wts, const int *sel,
                                                 const float *selw, const sd_moe_route &r, int t,
-                                                int lane, int32_t *sig = nullptr)
+                                                int lane)
 {
     const int E = r.n_experts, K = r.top_k;
     float sum = 0;
@@ -103,8 +103,6 @@ __device__ __forceinline__ void route_write_row(int32_t *ids, float *wts, const 
                 w /= (sum + 1e-20f);
             io[k] = sel[k];
             wo[k] = w * r.routed_scaling_factor;
-            if (sig) /* the routed slot's expert + 1 for the blocks polling it */
-                *(volatile int32_t *)(sig + (size_t)t * (size_t)W + k) = sel[k] + 1;
         } else {
             io[k] = E + (k - K);
             wo[k] = 1.0f;
@@ -211,7 +209,7 @@ __global__ void moe_route_kernel(int32_t *ids, float *wts, const float *logits, 
 template <bool SIG>
 __device__ __forceinline__ void route_small_token(int32_t *ids, float *wts, const float *logits,
                                                   const float *bias, const sd_moe_route &r,
-                                                  int t, int lane, int32_t *sig = nullptr)
+                                                  int t, int lane)
 {
     __shared__ float4 sh4[16]; /* 64 floats: the scores, then the ranked choices */
     __shared__ int sel[64];
@@ -277,7 +275,7 @@ __device__ __forceinline__ void route_small_token(int32_t *ids, float *wts, cons
         selw[r1] = s1;
     }
     __syncwarp();
-    route_write_row(ids, wts, sel, selw, r, t, lane, sig);
+    route_write_row(ids, wts, sel, selw, r, t, lane);
 }
 
 template <bool SIG>
@@ -649,65 +647,6 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
                                   x + (size_t)t * (size_t)D, e, ty, D, I, WK, tab);
 }
 
-/* The routing, the always-on experts' gate/up and the routed experts'
- * gate/up in one launch (SPECD_MOE_ONEGU=1, c->moe_onegu): blocks 0 .. n - 1
- * route a token each (moe_route_small_kernel's warp) and publish each
- * routed slot's expert + 1 in sig (n x W words, zero between uses: the down
- * kernel after this one clears them); the next n x n_always x tiles blocks
- * are moe_route_always_kernel's always-on tiles; the rest are the gate/up
- * kernel's routed tiles (pairs fastest), whose thread 0 polls its slot's
- * word. The polling blocks come after every routing and always-on block in
- * launch order, so they are resident only once those have been scheduled
- * (the routing blocks are the first), and by then the routing, ~2 us, has
- * usually been written: the routed tiles start as the always-on ones
- * drain, not after a kernel boundary and the last always-on tile. The same
- * device functions: the same bits as the two kernels. A word still 0 after
- * ~2^24 polls traps (a sticky error, not a hang). */
-template <int DT, int MAXE, int GU, int U, int MINB, bool SIG>
-__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB < 3 ? 3 : MINB)
-moe_route_gate_up_kernel(int32_t *ids, float *wts, const float *logits, const float *bias,
-                         sd_moe_route r, int n, float *h, const float *x, int D, int I, int first,
-                         int E, int WK, int tiles, int32_t *sig,
-                         const __grid_constant__ moe_tabs<MAXE> tab)
-{
-    const int b = blockIdx.x;
-    if (b < n) {
-        if (threadIdx.x < 32)
-            route_small_token<SIG>(ids, wts, logits, bias, r, b, threadIdx.x, sig);
-        return;
-    }
-    SD_PDL_ENTER();
-    const int K = r.top_k, W = K + r.n_always, npa = n * r.n_always;
-    int q = b - n;
-    if (q < npa * tiles) {
-        const int ty = q / npa, pa = q - ty * npa;
-        const int t = pa / r.n_always, a = pa - t * r.n_always;
-        const int e = r.n_experts + a - first;
-        if (e < 0 || e >= E)
-            return;
-        gate_up_tile<DT, MAXE, GU, U>(h + (size_t)(t * W + K + a) * (size_t)I,
-                                      x + (size_t)t * (size_t)D, e, ty, D, I, WK, tab);
-        return;
-    }
-    q -= npa * tiles;
-    const int npr = n * K, ty = q / npr, pr = q - ty * npr, t = pr / K, p = t * W + (pr - t * K);
-    __shared__ int ex;
-    if (threadIdx.x == 0) {
-        const volatile int32_t *w = sig + p;
-        int v, polls = 0;
-        while ((v = *w) == 0)
-            if (++polls > (1 << 24))
-                __trap();
-        ex = v - 1;
-    }
-    __syncthreads();
-    const int e = ex - first;
-    if (e < 0 || e >= E)
-        return;
-    gate_up_tile<DT, MAXE, GU, U>(h + (size_t)p * (size_t)I, x + (size_t)t * (size_t)D, e, ty, D,
-                                  I, WK, tab);
-}
-
 /* out(t, d) = sum_j wts[t, j] * (h(t * top_k + j) @ down_e^T)[d], slots j in
  * order, for token t = blockIdx.x and rows d of tile blockIdx.y (DR rows).
  * Warps: SW slot lanes x WK K-slices; slot lane s takes slots s, s + SW, ...
@@ -744,14 +683,10 @@ moe_route_gate_up_kernel(int32_t *ids, float *wts, const float *logits, const fl
 template <int DT, int MAXE, int DR, int DU, int MINB>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int top_k,
-                      int D, int I, int first, int E, int WK, int32_t *sig, int nsig,
+                      int D, int I, int first, int E, int WK,
                       const __grid_constant__ moe_tabs<MAXE> tab)
 {
     SD_PDL_ENTER();
-    /* moe_route_gate_up_kernel's words, read by now (it has finished) */
-    if (sig && blockIdx.x == 0 && blockIdx.y == 0)
-        for (int i = threadIdx.x; i < nsig; i += blockDim.x)
-            sig[i] = 0;
     extern __shared__ float part[];
     const int t = blockIdx.x, d0 = blockIdx.y * DR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -804,12 +739,12 @@ static int down_wk(int top_k, int I)
 template <int DT, int MAXE, int DR, int DU, int MINB>
 static void launch_down(sd__cuda *c, const moe_tabs<MAXE> &tab, float *out, const float *h,
                         const int32_t *ids, const float *wts, int n, int top_k, int D, int I,
-                        const sd_experts *ex, int wk, int32_t *sig)
+                        const sd_experts *ex, int wk)
 {
     dim3 g((unsigned)n, (unsigned)((D + DR - 1) / DR));
     size_t sm = (size_t)top_k * (size_t)wk * DR * sizeof(float);
     sd__launch(c, moe_down_fused_kernel<DT, MAXE, DR, DU, MINB>, g, SD__GEMV_WARPS * 32, sm, out,
-               h, ids, wts, top_k, D, I, ex->first, ex->n, wk, sig, n * top_k, tab);
+               h, ids, wts, top_k, D, I, ex->first, ex->n, wk, tab);
 }
 
 /* the routing moe_route_always_kernel runs beside the always-on experts */
@@ -823,26 +758,10 @@ struct moe_route_args {
 template <int DT, int MAXE, int GU, int U, int MINB>
 static void launch_gate_up(sd__cuda *c, const moe_route_args *ra, int32_t *ids, float *wts,
                            float *h, const float *x, int n, int top_k, int D, int I,
-                           const sd_experts *ex, int wk, const moe_tabs<MAXE> &tab,
-                           int32_t **sig)
+                           const sd_experts *ex, int wk, const moe_tabs<MAXE> &tab)
 {
     const int cols = SD__GEMV_WARPS / wk * GU, tiles = (I + cols - 1) / cols;
     int routed = top_k;
-    *sig = NULL;
-    if (ra && c->moe_onegu && n * top_k <= SD__MOE_SIG) {
-        const unsigned g = (unsigned)(n + n * top_k * tiles), th = SD__GEMV_WARPS * 32;
-        *sig = c->moe_sig;
-        if (ra->r.sigmoid)
-            sd__launch(c, moe_route_gate_up_kernel<DT, MAXE, GU, U, MINB, true>, g, th, 0, ids,
-                       wts, ra->logits, ra->bias, ra->r, n, h, x, D, I, ex->first, ex->n, wk,
-                       tiles, *sig, tab);
-        else
-            sd__launch(c, moe_route_gate_up_kernel<DT, MAXE, GU, U, MINB, false>, g, th, 0, ids,
-                       wts, ra->logits, ra->bias, ra->r, n, h, x, D, I, ex->first, ex->n, wk,
-                       tiles, *sig, tab);
-        SD_LAUNCHED(c, "moe_route_gate_up_kernel");
-        return;
-    }
     if (ra) {
         const unsigned g = (unsigned)(n + n * ra->r.n_always * tiles), th = SD__GEMV_WARPS * 32;
         if (ra->r.sigmoid)
@@ -871,7 +790,6 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
 {
     moe_tabs<MAXE> tab;
     memset(&tab, 0, sizeof tab);
-    int32_t *sig = NULL; /* moe_route_gate_up_kernel's words, cleared by the down kernel */
     for (int e = 0; e < ex->n; e++) {
         tab.a[e] = ex->gate[e].data;
         tab.b[e] = ex->up[e].data;
@@ -882,13 +800,13 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
          * (80 registers: 3 blocks an SM; moe_gate_wide 2: 64, 4 blocks) */
         if (c->moe_gate_wide == 2)
             launch_gate_up<DT, MAXE, MOE_GATE_WIDE_GU, 1, 4>(c, ra, ids, wts, h, x, n, top_k, D,
-                                                              I, ex, wk, tab, &sig);
+                                                              I, ex, wk, tab);
         else
             launch_gate_up<DT, MAXE, MOE_GATE_WIDE_GU, 1, 2>(c, ra, ids, wts, h, x, n, top_k, D,
-                                                              I, ex, wk, tab, &sig);
+                                                              I, ex, wk, tab);
     } else {
         launch_gate_up<DT, MAXE, 2, MOE_FUSED_U, 4>(c, ra, ids, wts, h, x, n, top_k, D, I, ex, wk,
-                                                    tab, &sig);
+                                                    tab);
     }
     if (SD_LAUNCHED(c, "moe_gate_up_fused_kernel"))
         return;
@@ -898,13 +816,13 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
     }
     wk = down_wk(top_k, I);
     if (c->moe_down == 3)
-        launch_down<DT, MAXE, 8, 2, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk, sig);
+        launch_down<DT, MAXE, 8, 2, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
     else if (c->moe_down == 2)
-        launch_down<DT, MAXE, 8, 1, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk, sig);
+        launch_down<DT, MAXE, 8, 1, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
     else if (c->moe_down == 1)
-        launch_down<DT, MAXE, 4, MOE_FUSED_U, 4>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk, sig);
+        launch_down<DT, MAXE, 4, MOE_FUSED_U, 4>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
     else
-        launch_down<DT, MAXE, 4, MOE_FUSED_U, 3>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk, sig);
+        launch_down<DT, MAXE, 4, MOE_FUSED_U, 3>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
     SD_LAUNCHED(c, "moe_down_fused_kernel");
 }
 
