@@ -338,15 +338,6 @@ void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs)
  * as well as the one before it, so a proposer that pays at k = 1 is tried
  * deeper, and the evidence then decides. */
 #define ADAPT_PRIOR_W 4.0
-/* How much a k must beat the best of the smaller ones by to be chosen, and
- * the k in use (the last pick) by to replace it: hysteresis. Without the
- * second half the margin only ever favoured the smaller k, so at a tie
- * between plain decode and drafting (the draft LM at batch 32 on the
- * bundled model) drafting stopped as soon as the price of the k in use,
- * rising with the context, came within 2% of a plain price measured at a
- * shorter one, and the requests finished as plain decode after paying to
- * explore (bench/results/NOTES.md, session 19). */
-#define ADAPT_MARGIN 1.02
 /* standard deviations above its estimate at which a position's acceptance
  * counts as still possible (the hopeful estimate of pick_k) */
 #define ADAPT_HOPE_Z 2.0
@@ -561,7 +552,7 @@ double sd_adaptive_plain_cost(const sd_adaptive *a, int batch)
  * time is a lucky step, and reading it made 64-row steps at batch 32 look
  * as cheap as 32-row ones.) */
 static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, int drafting,
-                  int trace, double z, int keep)
+                  int trace, double z)
 {
     int kmax = a->k_max;
     if (batch < 1)
@@ -617,9 +608,7 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
                          "(k 0: %.3f ms, %.3f)",
                          k, prop, rate, expect, drafting, batch, 1e3 * tt, 1e3 * td, thr / 1e3,
                          1e3 * t0, 1e-3 * batch / t0);
-        /* a k must beat the best so far by ADAPT_MARGIN, except the one in
-         * use (keep), which stays unless another beats it by as much */
-        if (thr > (k == keep ? best / ADAPT_MARGIN : best * ADAPT_MARGIN)) {
+        if (thr > best * 1.02) {
             best = thr;
             best_k = k;
         }
@@ -629,7 +618,7 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
 
 int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch)
 {
-    return best_k(a, acc, batch, batch, 0, 0, -1);
+    return best_k(a, acc, batch, batch, 0, 0);
 }
 
 static int informed(const sd_adaptive *a, int batch, int drafting)
@@ -671,11 +660,11 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
         }
     }
     a->picks++;
-    int k = best_k(a, acc, batch, drafting, 0, 0, a->last_k);
+    int k = best_k(a, acc, batch, drafting, 0, 0);
     if (k != a->last_k && sd_log_level() >= SD_LOG_DEBUG) {
         sd_log_debug("adaptive k: %d -> %d at batch %d (step %llu)", a->last_k, k, batch,
                      (unsigned long long)a->steps);
-        best_k(a, acc, batch, drafting, 1, 0, a->last_k);
+        best_k(a, acc, batch, drafting, 1, 0);
     }
     a->last_k = k;
     /* too few drafts to give up on drafting: the cheapest probe instead,
@@ -683,7 +672,7 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
      * not rule out (a draft that costs more than a perfect one returns
      * stops at once, a poor one after a few; bench/results/NOTES.md) */
     if (k == 0 && hope_evidence(a, (double)acc->proposed_at[0]) < SD_ADAPT_EXPLORE &&
-        best_k(a, acc, batch, drafting, 0, ADAPT_HOPE_Z, -1) > 0)
+        best_k(a, acc, batch, drafting, 0, ADAPT_HOPE_Z) > 0)
         k = 1;
     /* between measured points the curve is a straight line and the real one
      * is not (flat, then rising): every 4th pick measures a neighbour of the

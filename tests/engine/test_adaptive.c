@@ -881,46 +881,7 @@ TEST(plain_decode_queued_ahead_is_priced_at_its_own_cost)
     ASSERT_NEAR(sd_adaptive_plain_cost(&b, 4), 0.100e-3, 1e-12);
 }
 
-/* Hysteresis: a k must beat the smaller ones by the margin (2%) to be
- * chosen, and the k in use stays until another beats it by as much. Where
- * drafting and plain decode tie (the draft LM at batch 32 on the bundled
- * model), the margin that only ever favoured plain turned drafting off as
- * soon as the k in use looked 2% short, on prices measured at different
- * contexts, and the requests then finished as plain decode. */
-TEST(the_k_in_use_stays_until_another_beats_it_by_the_margin)
-{
-    sd_adaptive a;
-    sd_accept_stats acc;
-    fresh(&a, &acc);
-    for (int i = 0; i < 8; i++) {
-        sd_adaptive_observe_target(&a, 32, 32, 0.300e-3);
-        sd_adaptive_observe_target(&a, 32, 64, 0.330e-3);
-        sd_adaptive_observe_target(&a, 32, 96, 0.450e-3);
-        sd_adaptive_observe_draft(&a, 32, 1, 0.030e-3);
-        sd_adaptive_observe_draft(&a, 32, 2, 0.060e-3);
-    }
-    for (int i = 0; i < 1000; i++) /* 212 of 1000 first drafts accepted */
-        sd_accept_stats_add(&acc, 1, i < 212);
-    /* one draft: 32 x 1.212 tokens in 0.36 ms against 32 in 0.30, +1% */
-    a.last_k = 0;
-    for (int i = 0; i < 3; i++)
-        ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 32), 0);
-    ASSERT(!a.exploring);
-    a.last_k = 1;
-    for (int i = 0; i < 3; i++)
-        ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 32), 1);
-    /* plain measured 5% cheaper: it beats the draft by more than the margin */
-    for (int i = 0; i < SD_CURVE_RING; i++)
-        sd_adaptive_observe_target(&a, 32, 32, 0.285e-3);
-    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 32), 0);
-    ASSERT_EQ(a.last_k, 0);
-    /* and a draft 1% better than plain does not bring drafting back */
-    for (int i = 0; i < SD_CURVE_RING; i++)
-        sd_adaptive_observe_target(&a, 32, 32, 0.300e-3);
-    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 32), 0);
-}
-
-TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(the_k_in_use_stays_until_another_beats_it_by_the_margin), T(curve_ignores_one_off_costs_and_interpolates),
+TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(curve_ignores_one_off_costs_and_interpolates),
           T(flat_gpu_cost_drafts_deep_despite_capture_spikes),
           T(the_choice_and_its_neighbours_are_measured_not_interpolated),
           T(linear_cpu_cost_with_poor_acceptance_does_not_draft),
