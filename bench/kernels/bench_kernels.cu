@@ -869,14 +869,17 @@ static void read_lab(bench *b, out *o)
  *               while it runs;
  *   flags:      the persistent kernel with a word a block (the stages it is
  *               done with) instead of a counter a stage: a stage waits only
- *               for the blocks that wrote what it reads (written in session
- *               18 after the GPU time was spent: not yet run);
+ *               for the blocks that wrote what it reads (78.5 us a layer
+ *               against PDL's 53.2 on the H200: slower than the grid
+ *               barrier; bench/results/chain-lab-cac288e.json);
  *   read:       the same bytes as one grid-stride read a layer (the floor).
  * The kernels also with their latency stages left out, as a wait and a
  * store, and as a wait alone (what a stage costs, and what of it is the
  * kernel boundary), and with the GEMVs loading no weights before the wait
  * ("no prefetch": whether early weight loads slow the latency stages'
- * round trips they overlap; not yet run). Each with and without the experts' two stages (the attention half alone:
+ * round trips they overlap: 50.0 against 53.2 us a layer in the lab, but
+ * the backend's GEMVs with their loads after the wait ran 2.6% slower,
+ * bench/results/NOTES.md, session 19). Each with and without the experts' two stages (the attention half alone:
  * 25.7 MB a layer). Values are not checked: a timing lab. */
 #define CL_K 2048
 #define CL_LAYERS 26
