@@ -879,8 +879,9 @@ static void read_lab(bench *b, out *o)
  * ("no prefetch": whether early weight loads slow the latency stages'
  * round trips they overlap: 50.0 against 53.2 us a layer in the lab, but
  * the backend's GEMVs with their loads after the wait ran 2.6% slower,
- * bench/results/NOTES.md, session 19). Each with and without the experts' two stages (the attention half alone:
- * 25.7 MB a layer). Values are not checked: a timing lab. */
+ * bench/results/NOTES.md, session 19). Each with and without the experts'
+ * two stages (the attention half alone: 25.7 MB a layer). Values are not
+ * checked: a timing lab. */
 #define CL_K 2048
 #define CL_LAYERS 26
 #define CL_STAGES 11

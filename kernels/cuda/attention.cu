@@ -82,9 +82,8 @@ static size_t smem_bytes(const att_args *a)
  * short or empty). */
 static __device__ __forceinline__ int split_per(const att_args &a, int n_all)
 {
-    int per = (n_all + a.S - 1) / a.S;
-    if (a.used_max > 0 && a.used_max < a.S)
-        per = (n_all + a.used_max - 1) / a.used_max;
+    const int S = a.used_max > 0 && a.used_max < a.S ? a.used_max : a.S;
+    int per = (n_all + S - 1) / S;
     per = (per + a.tile - 1) / a.tile * a.tile;
     return per < a.min_chunk ? a.min_chunk : per;
 }
@@ -109,6 +108,13 @@ static __device__ __forceinline__ int split_used(const att_args &a, int n_all)
         return 1;
     int per = split_per(a, n_all);
     return (n_all + per - 1) / per;
+}
+
+/* token t's positions fill one chunk, whose block writes the result whole
+ * (a.whole1; the merge leaves the token) */
+static __device__ __forceinline__ int written_whole(const att_args &a, int t)
+{
+    return a.whole1 && split_used(a, a.pos[t] + 1) == 1;
 }
 
 /* this block's chunk [*lo, *hi) of token t's positions (blockIdx.z of
@@ -180,7 +186,7 @@ __device__ __forceinline__ void merge_head(const att_args &a, int t, int h, int 
     __shared__ float scale[MERGE_MAX_S], mz[MERGE_MAX_S], lz[MERGE_MAX_S], ml[2];
     const int Dv = a.Dv, W = Dv + 2;
     const float *p = a.part + ((size_t)t * Hq + (size_t)h) * a.S * W;
-    if (a.whole1 && split_used(a, a.pos[t] + 1) == 1)
+    if (written_whole(a, t))
         return; /* its one chunk's block wrote it */
     /* a block's threads all take the fast path or none (nz is the token's) */
     if (c0 + cstep >= Dv && merge_fast(a, p, t, h, c0, W))
@@ -1078,7 +1084,7 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
         o.w += r.w;
     }
     const int d = 4 * (lane + 32 * m);
-    if (a.S > 1 && !(a.whole1 && split_used(a, a.pos[t] + 1) == 1)) {
+    if (a.S > 1 && !written_whole(a, t)) {
         /* a partial row is 514 floats: 8-byte aligned */
         const int W = MLA_C + 2;
         float *pp = a.part + (((size_t)t * a.group + (size_t)h) * a.S + blockIdx.z) * W;
