@@ -1837,7 +1837,9 @@ int sd_engine_submit(sd_engine *e, const int32_t *prompt, int n_prompt, const sd
         r->ev = *ev;
     r->user = user;
     pthread_mutex_lock(&e->mu);
-    r->id = ++e->next_id;
+    /* r is the engine's once it is queued: a short request may finish and
+     * be freed before this thread reads it again, so its id is kept here */
+    const uint64_t rid = r->id = ++e->next_id;
     r->next = e->incoming;
     e->incoming = r;
     r->all_next = e->all;
@@ -1845,7 +1847,7 @@ int sd_engine_submit(sd_engine *e, const int32_t *prompt, int n_prompt, const sd
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
     if (id)
-        *id = r->id;
+        *id = rid;
     return 0;
 }
 
