@@ -2,6 +2,7 @@
 #include "engine/adaptive.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
@@ -248,14 +249,51 @@ int sd_adapt_batch_bucket(int batch)
     return b;
 }
 
-/* the index of this batch's bucket among a's target curves; -1: none yet */
-static int target_index(const sd_adaptive *a, int batch)
+/* context bucket i (>= 1): SD_ADAPT_CTX_MIN 2^((i - 1) / SD_ADAPT_CTX_STEPS), rounded */
+static int ctx_bucket_at(int i)
+{
+    return (int)(SD_ADAPT_CTX_MIN * pow(2.0, (double)(i - 1) / SD_ADAPT_CTX_STEPS) + 0.5);
+}
+
+/* the index of a context bucket (0: none) */
+static int ctx_index(int ctx)
+{
+    int i = 0;
+    while (i < 4096 && ctx_bucket_at(i + 1) <= ctx && ctx > 0)
+        i++;
+    return i;
+}
+
+int sd_adapt_ctx_bucket(int ctx)
+{
+    if (ctx <= 0)
+        return 0;
+    int i = 1;
+    while (ctx_bucket_at(i) < ctx && i < 4096)
+        i++;
+    return ctx_bucket_at(i);
+}
+
+void sd_adaptive_set_context(sd_adaptive *a, int ctx)
+{
+    a->ctx = sd_adapt_ctx_bucket(ctx);
+}
+
+/* the index of the slot of this batch's bucket at context bucket ctx; -1:
+ * none yet */
+static int slot_index(const sd_adaptive *a, int batch, int ctx)
 {
     const int bb = sd_adapt_batch_bucket(batch);
-    for (int i = 0; i < SD_ADAPT_BATCHES; i++)
-        if (a->target[i].batch == bb)
+    for (int i = 0; i < SD_ADAPT_SLOTS; i++)
+        if (a->target[i].batch == bb && a->target[i].ctx == ctx)
             return i;
     return -1;
+}
+
+/* at the context set */
+static int target_index(const sd_adaptive *a, int batch)
+{
+    return slot_index(a, batch, a->ctx);
 }
 
 const sd_curve *sd_adaptive_target(const sd_adaptive *a, int batch)
@@ -264,27 +302,57 @@ const sd_curve *sd_adaptive_target(const sd_adaptive *a, int batch)
     return i >= 0 ? &a->target[i].c : NULL;
 }
 
-/* this batch's bucket's target curve, made (in an unused slot, else in the
- * stalest one) when it has none */
+/* this batch's bucket's slot at the context set, made (in an unused slot,
+ * else in the stalest one) when it has none */
 static sd_adapt_target *target_of(sd_adaptive *a, int batch)
 {
     const int i = target_index(a, batch);
     if (i >= 0)
         return &a->target[i];
     sd_adapt_target *t = &a->target[0];
-    for (int j = 1; j < SD_ADAPT_BATCHES && t->batch; j++)
+    for (int j = 1; j < SD_ADAPT_SLOTS && t->batch; j++)
         if (!a->target[j].batch || a->target[j].used < t->used)
             t = &a->target[j];
     memset(t, 0, sizeof *t);
     t->batch = sd_adapt_batch_bucket(batch);
+    t->ctx = a->ctx;
     return t;
+}
+
+/* The context buckets other than the one set that some slot holds,
+ * nearest first (the shorter of two as near): where the one set has no
+ * price for a shape yet, these are read in this order. Their count. */
+static int other_contexts(const sd_adaptive *a, int out[SD_ADAPT_SLOTS])
+{
+    int n = 0;
+    const int l0 = ctx_index(a->ctx);
+    for (int i = 0; i < SD_ADAPT_SLOTS; i++) {
+        const int c = a->target[i].ctx;
+        if (!a->target[i].batch || c == a->ctx)
+            continue;
+        int dup = 0;
+        for (int j = 0; j < n && !dup; j++)
+            dup = out[j] == c;
+        if (dup)
+            continue;
+        const int d = abs(ctx_index(c) - l0);
+        int j = n++;
+        for (; j > 0; j--) {
+            const int dj = abs(ctx_index(out[j - 1]) - l0);
+            if (dj < d || (dj == d && out[j - 1] < c))
+                break;
+            out[j] = out[j - 1];
+        }
+        out[j] = c;
+    }
+    return n;
 }
 
 /* the curves' clock: target steps, read one at a time or queued ahead
  * (every curve's points age with them) */
 static void clock_to(sd_adaptive *a)
 {
-    for (int i = 0; i < SD_ADAPT_BATCHES; i++) {
+    for (int i = 0; i < SD_ADAPT_SLOTS; i++) {
         sd_adapt_target *t = &a->target[i];
         t->c.now = t->draft.now = t->ahead.now = t->hide.now = a->steps;
     }
@@ -347,6 +415,9 @@ void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs)
  * drafts in 3 steps, 0.9 later). The hope counts at most this many drafts
  * a drafting step. */
 #define ADAPT_PER_STEP 4.0
+/* a choice this much faster than plain decode (by the prices) or less is
+ * a close one: a stale plain price is measured again (pick_k) */
+#define ADAPT_RECHECK 1.10
 
 /* drafts at this position that count as evidence for the hope */
 static double hope_evidence(const sd_adaptive *a, double proposed)
@@ -425,52 +496,54 @@ static int covered(const sd_curve *c, int x)
     return lo && (hi || proportional(c));
 }
 
-/* The target curve that prices x rows at this batch: its bucket's where
- * that covers x; else the largest smaller bucket's that covers x and rises
- * in proportion to its rows (a CPU's: a row costs about the same whichever
- * request it is of, so a batch that grows is judged without exploring each
- * size again); else its bucket's (NULL before a step of it). A GPU's flat
- * curve is never borrowed: there the rows of 8 requests at k = 3 cost less
- * than the rows of 32 plain ones. */
-static const sd_curve *target_curve(const sd_adaptive *a, int batch, int x)
+/* The target curve that prices x rows at this batch at context bucket ctx:
+ * its bucket's where that covers x; else the largest smaller bucket's that
+ * covers x and rises in proportion to its rows (a CPU's: a row costs about
+ * the same whichever request it is of, so a batch that grows is judged
+ * without exploring each size again); else its bucket's (NULL before a
+ * step of it). A GPU's flat curve is never borrowed: there the rows of 8
+ * requests at k = 3 cost less than the rows of 32 plain ones. */
+static const sd_curve *target_curve_at(const sd_adaptive *a, int batch, int ctx, int x)
 {
-    const sd_curve *own = sd_adaptive_target(a, batch);
+    const int i = slot_index(a, batch, ctx);
+    const sd_curve *own = i >= 0 ? &a->target[i].c : NULL;
     if (own && covered(own, x))
         return own;
     const int bb = sd_adapt_batch_bucket(batch);
     const sd_adapt_target *best = NULL;
-    for (int i = 0; i < SD_ADAPT_BATCHES; i++) {
-        const sd_adapt_target *t = &a->target[i];
-        if (t->batch && t->batch < bb && (!best || t->batch > best->batch) &&
+    for (int j = 0; j < SD_ADAPT_SLOTS; j++) {
+        const sd_adapt_target *t = &a->target[j];
+        if (t->batch && t->ctx == ctx && t->batch < bb && (!best || t->batch > best->batch) &&
             covered(&t->c, x) && proportional(&t->c))
             best = t;
     }
     return best ? &best->c : own;
 }
 
-/* The drafting curve that prices k drafts each for `drafting` requests,
- * and the factor on its times: its bucket's where that covers k; else the
- * smallest larger bucket's that covers k (more requests' phase: an upper
- * bound, as when some requests stopped drafting or a batch's tail
- * finishes); else the largest smaller bucket's that covers k where that
- * bucket's target curve rises in proportion to its rows (a CPU's: a
- * phase's passes are over the drafting requests' rows, so its time is
- * scaled by the buckets' ratio); else its bucket's (NULL before a phase of
- * it). One curve for every batch priced a GPU's 32 drafting requests at
- * the 8's (the bundled model's MTP at k = 3: 0.32 ms for 8 requests, 0.57
- * for 32; NOTES.md, session 14). */
-static const sd_curve *draft_curve(const sd_adaptive *a, int drafting, int k, double *scale)
+/* The drafting curve that prices k drafts each for `drafting` requests at
+ * context bucket ctx, and the factor on its times: its bucket's where that
+ * covers k; else the smallest larger bucket's that covers k (more
+ * requests' phase: an upper bound, as when some requests stopped drafting
+ * or a batch's tail finishes); else the largest smaller bucket's that
+ * covers k where that bucket's target curve rises in proportion to its
+ * rows (a CPU's: a phase's passes are over the drafting requests' rows, so
+ * its time is scaled by the buckets' ratio); else its bucket's (NULL
+ * before a phase of it). One curve for every batch priced a GPU's 32
+ * drafting requests at the 8's (the bundled model's MTP at k = 3: 0.32 ms
+ * for 8 requests, 0.57 for 32; NOTES.md, session 14). */
+static const sd_curve *draft_curve_at(const sd_adaptive *a, int drafting, int ctx, int k,
+                                      double *scale)
 {
     *scale = 1;
-    const int i = target_index(a, drafting);
+    const int i = slot_index(a, drafting, ctx);
     const sd_curve *own = i >= 0 && a->target[i].draft.n > 0 ? &a->target[i].draft : NULL;
     if (own && covered(own, k))
         return own;
     const int bb = sd_adapt_batch_bucket(drafting);
     const sd_adapt_target *up = NULL, *down = NULL;
-    for (int j = 0; j < SD_ADAPT_BATCHES; j++) {
+    for (int j = 0; j < SD_ADAPT_SLOTS; j++) {
         const sd_adapt_target *t = &a->target[j];
-        if (!t->batch || !covered(&t->draft, k))
+        if (!t->batch || t->ctx != ctx || !covered(&t->draft, k))
             continue;
         if (t->batch > bb && (!up || t->batch < up->batch))
             up = t;
@@ -485,11 +558,49 @@ static const sd_curve *draft_curve(const sd_adaptive *a, int drafting, int k, do
     return &down->draft;
 }
 
-/* k drafts measured for `drafting` requests (draft_curve) */
-static int draft_covered(const sd_adaptive *a, int drafting, int k)
+/* target_curve_at at the context set where that covers x, else at the
+ * nearest other context whose does (other_contexts), else the set one's */
+static const sd_curve *target_curve(const sd_adaptive *a, int batch, int x)
+{
+    const sd_curve *own = target_curve_at(a, batch, a->ctx, x);
+    if (own && covered(own, x))
+        return own;
+    int cs[SD_ADAPT_SLOTS];
+    const int n = other_contexts(a, cs);
+    for (int i = 0; i < n; i++) {
+        const sd_curve *c = target_curve_at(a, batch, cs[i], x);
+        if (c && covered(c, x))
+            return c;
+    }
+    return own;
+}
+
+/* draft_curve_at the same way */
+static const sd_curve *draft_curve(const sd_adaptive *a, int drafting, int k, double *scale)
+{
+    const sd_curve *own = draft_curve_at(a, drafting, a->ctx, k, scale);
+    if (own && covered(own, k))
+        return own;
+    int cs[SD_ADAPT_SLOTS];
+    const int n = other_contexts(a, cs);
+    for (int i = 0; i < n; i++) {
+        double sc;
+        const sd_curve *c = draft_curve_at(a, drafting, cs[i], k, &sc);
+        if (c && covered(c, k)) {
+            *scale = sc;
+            return c;
+        }
+    }
+    return own;
+}
+
+/* k drafts measured for `drafting` requests (draft_curve; here: at the
+ * context set) */
+static int draft_covered(const sd_adaptive *a, int drafting, int k, int here)
 {
     double scale;
-    const sd_curve *d = draft_curve(a, drafting, k, &scale);
+    const sd_curve *d =
+        here ? draft_curve_at(a, drafting, a->ctx, k, &scale) : draft_curve(a, drafting, k, &scale);
     return d && covered(d, k);
 }
 
@@ -500,12 +611,13 @@ static int step_rows(int batch, int drafting, int k)
 }
 
 /* the choice between k and 0 at this batch rests on measured costs (of
- * steps of this batch's bucket) */
-static int k_measured(const sd_adaptive *a, int batch, int drafting, int k)
+ * steps of this batch's bucket; here: at the context set, else at any) */
+static int k_measured(const sd_adaptive *a, int batch, int drafting, int k, int here)
 {
     const int x = sd_row_bucket(step_rows(batch, drafting, k));
-    const sd_curve *tc = target_curve(a, batch, x);
-    return tc && covered(tc, x) && (k == 0 || draft_covered(a, drafting, k));
+    const sd_curve *tc =
+        here ? target_curve_at(a, batch, a->ctx, x) : target_curve(a, batch, x);
+    return tc && covered(tc, x) && (k == 0 || draft_covered(a, drafting, k, here));
 }
 
 /* k = 0's time at this batch from tc, its target curve: the step read one
@@ -519,7 +631,12 @@ static int k_measured(const sd_adaptive *a, int batch, int drafting, int k)
 static double plain_cost(const sd_adaptive *a, int batch, const sd_curve *tc)
 {
     const double t0 = curve_eval(tc, sd_row_bucket(batch), NULL, 0);
-    const int i = target_index(a, batch);
+    /* the queued-ahead prices of tc's context (read at another's, t0 is) */
+    int ctx = a->ctx;
+    for (int j = 0; j < SD_ADAPT_SLOTS; j++)
+        if (&a->target[j].c == tc)
+            ctx = a->target[j].ctx;
+    const int i = slot_index(a, batch, ctx);
     if (!a->ahead || i < 0 || t0 <= 0)
         return t0;
     const sd_adapt_target *t = &a->target[i];
@@ -544,6 +661,9 @@ double sd_adaptive_plain_cost(const sd_adaptive *a, int batch)
 
 /* best_k at a batch of which `drafting` requests draft (the others are
  * plain rows: a token each, whatever k); with trace, a debug line per k.
+ * *gain (may be NULL): how much faster the choice is than the other side
+ * of drafting or not (a k >= 1 over plain decode; k = 0 over the fastest
+ * k >= 1), by the prices.
  * z > 0: each position's acceptance taken z standard deviations above its
  * estimate (the evidence so far cannot rule that out), capped at 1, and
  * the drafting phase at the least time measured: a hopeful best_k. (Only
@@ -552,9 +672,11 @@ double sd_adaptive_plain_cost(const sd_adaptive *a, int batch)
  * time is a lucky step, and reading it made 64-row steps at batch 32 look
  * as cheap as 32-row ones.) */
 static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, int drafting,
-                  int trace, double z)
+                  int trace, double z, double *gain)
 {
     int kmax = a->k_max;
+    if (gain)
+        *gain = 1;
     if (batch < 1)
         batch = 1;
     drafting = drafting < 0 ? 0 : drafting > batch ? batch : drafting;
@@ -567,13 +689,14 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
     double cum = 1, expect = 1, prev_rate = 1, prev_cond = 0.5;
     int best_k = 0;
     double t0 = plain_cost(a, batch, tc);
-    double best = batch / (t0 > 0 ? t0 : 1e-9);
+    const double plain = batch / (t0 > 0 ? t0 : 1e-9);
+    double best = plain, runner = 0; /* the fastest k >= 1 */
     /* at most one k past the measured ones: beyond the last measured row
      * count the curve only extrapolates, and a falling last segment (noise,
      * clamped flat) would make every deeper k look free (a CPU server at
      * batch 8 went from k = 0 to 4 on two points 8 and 16 rows apart) */
     int measured = 0;
-    while (measured < kmax && k_measured(a, batch, drafting, measured + 1))
+    while (measured < kmax && k_measured(a, batch, drafting, measured + 1, 0))
         measured++;
     if (kmax > measured + 1)
         kmax = measured + 1;
@@ -608,29 +731,48 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
                          "(k 0: %.3f ms, %.3f)",
                          k, prop, rate, expect, drafting, batch, 1e3 * tt, 1e3 * td, thr / 1e3,
                          1e3 * t0, 1e-3 * batch / t0);
+        if (thr > runner)
+            runner = thr;
         if (thr > best * 1.02) {
             best = thr;
             best_k = k;
         }
     }
+    if (gain)
+        *gain = best_k > 0 ? best / plain : plain / (runner > 0 ? runner : plain);
     return best_k;
 }
 
 int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch)
 {
-    return best_k(a, acc, batch, batch, 0, 0);
+    return best_k(a, acc, batch, batch, 0, 0, NULL);
 }
 
-static int informed(const sd_adaptive *a, int batch, int drafting)
+/* the step of x rows at this batch, measured at the context set, was last
+ * measured more than SD_CURVE_STALE steps ago */
+static int point_stale(const sd_adaptive *a, int batch, int x)
 {
-    return k_measured(a, batch, drafting, 0) && k_measured(a, batch, drafting, 1);
+    const int i = target_index(a, batch);
+    if (i < 0)
+        return 0;
+    const sd_curve *c = &a->target[i].c;
+    for (int j = 0; j < c->n; j++)
+        if (c->pt[j].x == x)
+            return c->pt[j].n > 0 && a->steps - c->pt[j].at > SD_CURVE_STALE;
+    return 0;
+}
+
+/* here: at the context set (else at it or the nearest that has them) */
+static int informed(const sd_adaptive *a, int batch, int drafting, int here)
+{
+    return k_measured(a, batch, drafting, 0, here) && k_measured(a, batch, drafting, 1, here);
 }
 
 int sd_adaptive_informed(const sd_adaptive *a, int batch)
 {
     if (batch < 1)
         batch = 1;
-    return informed(a, batch, batch);
+    return informed(a, batch, batch, 0);
 }
 
 int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, int drafting)
@@ -645,26 +787,33 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
      * again whenever the batch leaves what was measured. Deeper k are
      * measured once chosen (the curve continues the last segment's slope
      * there), and the choice's neighbours by the probes below. */
-    int explore = !informed(a, batch, drafting);
-    if (explore != a->exploring)
-        sd_log_debug("adaptive k: %s at batch %d (step %llu)", explore ? "exploring" : "explored",
-                     batch, (unsigned long long)a->steps);
-    a->exploring = explore;
+    /* At a context whose prices are not all measured the nearest
+     * context's stand in: no exploring, but the pick still counts as one
+     * (its k = 0 is no verdict: it measures the plain step here, and a
+     * neighbour's shorter contexts price it low). */
+    int explore = !informed(a, batch, drafting, 0);
+    int here = informed(a, batch, drafting, 1);
+    if ((!here) != a->exploring)
+        sd_log_debug("adaptive k: %s at batch %d, context %d (step %llu)",
+                     here ? "explored" : explore ? "exploring" : "on another context's prices",
+                     batch, a->ctx, (unsigned long long)a->steps);
+    a->exploring = !here;
     if (explore) {
         for (int i = 0; i < 2; i++) {
             int k = (int)((a->picks + (uint64_t)i) % 2) ? 0 : 1;
-            if (!k_measured(a, batch, drafting, k)) {
+            if (!k_measured(a, batch, drafting, k, 0)) {
                 a->picks++;
                 return k;
             }
         }
     }
     a->picks++;
-    int k = best_k(a, acc, batch, drafting, 0, 0);
+    double gain;
+    int k = best_k(a, acc, batch, drafting, 0, 0, &gain);
     if (k != a->last_k && sd_log_level() >= SD_LOG_DEBUG) {
         sd_log_debug("adaptive k: %d -> %d at batch %d (step %llu)", a->last_k, k, batch,
                      (unsigned long long)a->steps);
-        best_k(a, acc, batch, drafting, 1, 0);
+        best_k(a, acc, batch, drafting, 1, 0, NULL);
     }
     a->last_k = k;
     /* too few drafts to give up on drafting: the cheapest probe instead,
@@ -672,8 +821,22 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
      * not rule out (a draft that costs more than a perfect one returns
      * stops at once, a poor one after a few; bench/results/NOTES.md) */
     if (k == 0 && hope_evidence(a, (double)acc->proposed_at[0]) < SD_ADAPT_EXPLORE &&
-        best_k(a, acc, batch, drafting, 0, ADAPT_HOPE_Z) > 0)
+        best_k(a, acc, batch, drafting, 0, ADAPT_HOPE_Z, NULL) > 0)
         k = 1;
+    /* A close choice, priced against the other side's step measured here
+     * long ago: the contexts grew since (a bucket spans twice its
+     * shortest), so that price is a shorter context's or a longer one's,
+     * and drafting chosen against a plain step priced at the end of the
+     * last burst stayed chosen (no step measured k = 0 again), or plain
+     * decode against a draft priced there. One step of the other side
+     * (plain, or one draft) measures it again (a point seen after
+     * SD_CURVE_STALE steps starts over), at most once in that many. */
+    if (gain < ADAPT_RECHECK) {
+        if (k > 0 && point_stale(a, batch, sd_row_bucket(batch)))
+            k = 0;
+        else if (k == 0 && point_stale(a, batch, sd_row_bucket(step_rows(batch, drafting, 1))))
+            k = 1;
+    }
     /* between measured points the curve is a straight line and the real one
      * is not (flat, then rising): every 4th pick measures a neighbour of the
      * choice that has no trusted point yet */
