@@ -233,10 +233,46 @@ double sd_curve_at(const sd_curve *c, double x, int *used)
 
 /* ------------------------------------------------------------------ k */
 
+/* Context bucket i (1..SD_ADAPT_CTX_BUCKETS): SD_ADAPT_CTX_MIN
+ * 2^((i - 1) / SD_ADAPT_CTX_STEPS), rounded; i = 0: none */
+static int bucket_value(int i)
+{
+    return (int)(SD_ADAPT_CTX_MIN * pow(2.0, (double)(i - 1) / SD_ADAPT_CTX_STEPS) + 0.5);
+}
+
+/* the index of the smallest bucket >= ctx in a's table (0 for ctx <= 0;
+ * the largest past them all): the engine's host step reads it often */
+static int ctx_index(const sd_adaptive *a, int ctx)
+{
+    if (ctx <= 0)
+        return 0;
+    int lo = 1, hi = SD_ADAPT_CTX_BUCKETS;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (a->ctx_bucket[mid] < ctx)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int sd_adapt_ctx_bucket(int ctx)
+{
+    if (ctx <= 0)
+        return 0;
+    int i = 1;
+    while (i < SD_ADAPT_CTX_BUCKETS && bucket_value(i) < ctx)
+        i++;
+    return bucket_value(i);
+}
+
 void sd_adaptive_init(sd_adaptive *a, int k_max)
 {
     memset(a, 0, sizeof *a);
     a->k_max = k_max;
+    for (int i = 1; i <= SD_ADAPT_CTX_BUCKETS; i++)
+        a->ctx_bucket[i] = bucket_value(i);
     a->exploring = 1;
     a->last_k = k_max;
 }
@@ -249,34 +285,15 @@ int sd_adapt_batch_bucket(int batch)
     return b;
 }
 
-/* context bucket i (>= 1): SD_ADAPT_CTX_MIN 2^((i - 1) / SD_ADAPT_CTX_STEPS), rounded */
-static int ctx_bucket_at(int i)
-{
-    return (int)(SD_ADAPT_CTX_MIN * pow(2.0, (double)(i - 1) / SD_ADAPT_CTX_STEPS) + 0.5);
-}
-
-/* the index of a context bucket (0: none) */
-static int ctx_index(int ctx)
-{
-    int i = 0;
-    while (i < 4096 && ctx_bucket_at(i + 1) <= ctx && ctx > 0)
-        i++;
-    return i;
-}
-
-int sd_adapt_ctx_bucket(int ctx)
-{
-    if (ctx <= 0)
-        return 0;
-    int i = 1;
-    while (ctx_bucket_at(i) < ctx && i < 4096)
-        i++;
-    return ctx_bucket_at(i);
-}
+static void near_contexts(sd_adaptive *a);
 
 void sd_adaptive_set_context(sd_adaptive *a, int ctx)
 {
-    a->ctx = sd_adapt_ctx_bucket(ctx);
+    const int c = ctx <= 0 ? 0 : a->ctx_bucket[ctx_index(a, ctx)];
+    if (c != a->ctx) {
+        a->ctx = c;
+        near_contexts(a);
+    }
 }
 
 /* the index of the slot of this batch's bucket at context bucket ctx; -1:
@@ -316,36 +333,39 @@ static sd_adapt_target *target_of(sd_adaptive *a, int batch)
     memset(t, 0, sizeof *t);
     t->batch = sd_adapt_batch_bucket(batch);
     t->ctx = a->ctx;
+    near_contexts(a);
     return t;
 }
 
 /* The context buckets other than the one set that some slot holds,
- * nearest first (the shorter of two as near): where the one set has no
- * price for a shape yet, these are read in this order. Their count. */
-static int other_contexts(const sd_adaptive *a, int out[SD_ADAPT_SLOTS])
+ * nearest first (the shorter of two as near), into a->near: where the one
+ * set has no price for a shape yet, these are read in this order. Made
+ * again whenever the context set or the slots change (the host step reads
+ * it often). */
+static void near_contexts(sd_adaptive *a)
 {
     int n = 0;
-    const int l0 = ctx_index(a->ctx);
+    const int l0 = ctx_index(a, a->ctx);
     for (int i = 0; i < SD_ADAPT_SLOTS; i++) {
         const int c = a->target[i].ctx;
         if (!a->target[i].batch || c == a->ctx)
             continue;
         int dup = 0;
         for (int j = 0; j < n && !dup; j++)
-            dup = out[j] == c;
+            dup = a->near[j] == c;
         if (dup)
             continue;
-        const int d = abs(ctx_index(c) - l0);
+        const int d = abs(ctx_index(a, c) - l0);
         int j = n++;
         for (; j > 0; j--) {
-            const int dj = abs(ctx_index(out[j - 1]) - l0);
-            if (dj < d || (dj == d && out[j - 1] < c))
+            const int dj = abs(ctx_index(a, a->near[j - 1]) - l0);
+            if (dj < d || (dj == d && a->near[j - 1] < c))
                 break;
-            out[j] = out[j - 1];
+            a->near[j] = a->near[j - 1];
         }
-        out[j] = c;
+        a->near[j] = c;
     }
-    return n;
+    a->n_near = n;
 }
 
 /* the curves' clock: target steps, read one at a time or queued ahead
@@ -558,19 +578,19 @@ static const sd_curve *draft_curve_at(const sd_adaptive *a, int drafting, int ct
     return &down->draft;
 }
 
-/* target_curve_at at the context set where that covers x, else at the
- * nearest other context whose does (other_contexts), else the set one's */
+/* target_curve_at at the context set where that covers x, else this
+ * batch's slot at the nearest other context whose covers x (a->near),
+ * else the set one's */
 static const sd_curve *target_curve(const sd_adaptive *a, int batch, int x)
 {
     const sd_curve *own = target_curve_at(a, batch, a->ctx, x);
     if (own && covered(own, x))
         return own;
-    int cs[SD_ADAPT_SLOTS];
-    const int n = other_contexts(a, cs);
-    for (int i = 0; i < n; i++) {
-        const sd_curve *c = target_curve_at(a, batch, cs[i], x);
-        if (c && covered(c, x))
-            return c;
+    for (int i = 0; i < a->n_near; i++) {
+        /* (there only this batch's own slot: no borrowing twice over) */
+        const int j = slot_index(a, batch, a->near[i]);
+        if (j >= 0 && covered(&a->target[j].c, x))
+            return &a->target[j].c;
     }
     return own;
 }
@@ -581,14 +601,11 @@ static const sd_curve *draft_curve(const sd_adaptive *a, int drafting, int k, do
     const sd_curve *own = draft_curve_at(a, drafting, a->ctx, k, scale);
     if (own && covered(own, k))
         return own;
-    int cs[SD_ADAPT_SLOTS];
-    const int n = other_contexts(a, cs);
-    for (int i = 0; i < n; i++) {
-        double sc;
-        const sd_curve *c = draft_curve_at(a, drafting, cs[i], k, &sc);
-        if (c && covered(c, k)) {
-            *scale = sc;
-            return c;
+    for (int i = 0; i < a->n_near; i++) {
+        const int j = slot_index(a, drafting, a->near[i]);
+        if (j >= 0 && covered(&a->target[j].draft, k)) {
+            *scale = 1;
+            return &a->target[j].draft;
         }
     }
     return own;

@@ -118,6 +118,7 @@ double sd_curve_at(const sd_curve *c, double x, int *n_trusted);
 #define SD_ADAPT_SLOTS 64
 #define SD_ADAPT_CTX_MIN 64
 #define SD_ADAPT_CTX_STEPS 4
+#define SD_ADAPT_CTX_BUCKETS (SD_ADAPT_CTX_STEPS * 24) /* the largest: 2^23 x the least */
 
 /* the curves of one (batch, context) bucket */
 typedef struct sd_adapt_target {
@@ -145,6 +146,10 @@ typedef struct sd_adaptive {
     /* the context bucket the next observations and picks are at
      * (sd_adaptive_set_context; 0 until one is set) */
     int ctx;
+    int ctx_bucket[SD_ADAPT_CTX_BUCKETS + 1]; /* bucket i's positions (sd_adapt_ctx_bucket) */
+    /* the other context buckets the slots hold, nearest to ctx first: a
+     * shape not measured at ctx is priced at the first of these that has it */
+    int near[SD_ADAPT_SLOTS], n_near;
     uint64_t steps;  /* target steps seen */
     uint64_t draft_steps; /* drafting phases seen */
     uint64_t picks;

@@ -1092,9 +1092,12 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
         prompt_rows += s->seqs[i] ? s->seqs[i]->chunk : 0;
     /* a step queued ahead is timed from the end of the host's work on the
      * step before (that work ran during it): another curve */
+    /* the step's context (taken here: its requests that end are freed
+     * before the step's last observation) */
+    const int step_ctx = mean_ctx(s->seqs, s->n_seq);
     if (!prompt_rows)
-        sd__plan_observe(e, L->queued ? SD_OBS_AHEAD : SD_OBS_TARGET, s->T, s->n_seq,
-                         mean_ctx(s->seqs, s->n_seq), t_target);
+        sd__plan_observe(e, L->queued ? SD_OBS_AHEAD : SD_OBS_TARGET, s->T, s->n_seq, step_ctx,
+                         t_target);
     e->verify_s_total += t_target;
     double t_draft = 0; /* the drafting phase's part of the step */
     /* 4. accept / sample / stream */
@@ -1233,7 +1236,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
      * (adaptive k prices a queued-ahead plain step with it until one is
      * measured) */
     if (!L->queued && !prompt_rows && e->adapt.ahead)
-        sd__plan_observe(e, SD_OBS_HIDDEN, 1, s->n_seq, mean_ctx(s->seqs, s->n_seq),
+        sd__plan_observe(e, SD_OBS_HIDDEN, 1, s->n_seq, step_ctx,
                          (t_host > 0 ? t_host : 0) +
                              (double)(L->t_launch - L->t0 + t_end - t_run) * 1e-9);
     publish_stats(e, 1);

@@ -564,6 +564,24 @@ TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
     ASSERT_LT(drafted[3] * 4, drafted[0]);
 }
 
+/* Requests that end in the steps where adaptive k still explores (drafting:
+ * each step read one at a time), with k = 0 priced at a queued-ahead step:
+ * the step's timings go to adaptive k after its ended requests are freed,
+ * and nothing of theirs is read then (the context of the step was once
+ * read from them there: a crash on the GPU when a burst of requests ended,
+ * a heap-use-after-free here under ASan). */
+TEST(requests_that_end_while_k_is_priced_ahead_are_not_read_after_they_are_freed)
+{
+    sd_err err = {0};
+    engine_out outs[4];
+    sd_engine *e = mtp_engine_with_price("auto", "on", 1, outs, 4, 3, &err);
+    ASSERT_MSG(e, "engine: %s", err.msg);
+    ASSERT_EQ(engine_out_wait(outs, 4, 60000), 1);
+    for (int i = 0; i < 4; i++)
+        ASSERT_EQ(outs[i].n, 3);
+    sd_engine_destroy(e);
+}
+
 /* Adaptive k learns a drafting phase's cost only from steps without prompt
  * rows, as it learns the target's: a request drafts in the step that ends
  * its prefill, and that phase also runs the prompt through the proposer
@@ -864,6 +882,7 @@ TEST_MAIN(T(mtp_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(draft_lm_reserves_the_last_token_position_at_a_block_boundary),
           T(adaptive_k_stops_drafting_when_nothing_is_accepted),
           T(adaptive_k_learns_drafting_costs_only_from_steps_without_prompt_rows),
+          T(requests_that_end_while_k_is_priced_ahead_are_not_read_after_they_are_freed),
           T(stop_token_ids_end_a_request_like_eos),
           T(launch_ahead_gives_the_same_tokens_as_reading_each_step),
           T(a_draft_model_with_another_tokenizer_is_refused),
