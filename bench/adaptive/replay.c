@@ -14,10 +14,6 @@
  * it would have. What it shows is how a change of the model reads the same
  * numbers (session 13 found its two faults this way: NOTES.md).
  *
- * Each line's context (", context N": the step's mean positions a
- * request) is given to the model with it, and the pick after a target step
- * is made at that step's.
- *
  * --ahead: the engine priced k = 0 at a queued-ahead plain step (a GPU's
  * engine with launch ahead): its "queued-ahead step" and "hidden by
  * queueing ahead" lines are fed too (no pick after a queued-ahead step:
@@ -82,9 +78,6 @@ int main(int argc, char **argv)
         const char *h = strstr(line, "adaptive k: hidden by queueing ahead: 1 x batch ");
         int x, y;
         double ms;
-        /* the step's context (logs before it had none: one context) */
-        const char *c = strstr(line, ", context ");
-        sd_adaptive_set_context(&a, c ? atoi(c + strlen(", context ")) : 0);
         if (q && sscanf(q, "adaptive k: queued-ahead step: rows x batch %d x %d: %lf ms", &x, &y,
                         &ms) == 3) {
             sd_adaptive_observe_ahead(&a, y, x, ms * 1e-3);

@@ -2,7 +2,6 @@
 #include "engine/adaptive.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
@@ -103,10 +102,14 @@ void sd_curve_add(sd_curve *c, int x, double secs)
                 if (c->pt[i].used < p->used)
                     p = &c->pt[i];
         }
+        if (p->n > 0 && p->at >= c->restart && c->restart)
+            c->n_since--; /* (the stalest point replaced) */
         memset(p, 0, sizeof *p);
         p->x = x;
     }
-    if (p->n > 0 && c->now - p->at > SD_CURVE_STALE) {
+    if (c->restart && (p->n == 0 || p->at < c->restart))
+        c->n_since++;
+    if (p->n > 0 && (c->now - p->at > SD_CURVE_STALE || p->at < c->restart)) {
         /* seen again after a while: its old times may be another machine's,
          * and the least of a ring that mixes the two would be the stale
          * one; the point starts over from this time. A point not yet
@@ -129,10 +132,24 @@ void sd_curve_add(sd_curve *c, int x, double secs)
     p->at = c->now;
 }
 
-/* seen often enough, and recently enough */
+void sd_curve_restart(sd_curve *c)
+{
+    c->restart = c->now > 0 ? c->now : 1;
+    c->n_since = 0;
+}
+
+/* p was measured before c restarted */
+static int before_restart(const sd_curve *c, const sd_curve_pt *p)
+{
+    return c->restart && p->at < c->restart;
+}
+
+/* seen often enough, and recently enough (and since c restarted, once any
+ * point has been) */
 static int trusted(const sd_curve *c, const sd_curve_pt *p)
 {
-    return p->n >= SD_CURVE_TRUST && c->now - p->at <= SD_CURVE_FRESH;
+    return p->n >= SD_CURVE_TRUST && c->now - p->at <= SD_CURVE_FRESH &&
+           !(c->n_since > 0 && before_restart(c, p));
 }
 
 static int n_trusted(const sd_curve *c)
@@ -233,46 +250,10 @@ double sd_curve_at(const sd_curve *c, double x, int *used)
 
 /* ------------------------------------------------------------------ k */
 
-/* Context bucket i (1..SD_ADAPT_CTX_BUCKETS): SD_ADAPT_CTX_MIN
- * 2^((i - 1) / SD_ADAPT_CTX_STEPS), rounded; i = 0: none */
-static int bucket_value(int i)
-{
-    return (int)(SD_ADAPT_CTX_MIN * pow(2.0, (double)(i - 1) / SD_ADAPT_CTX_STEPS) + 0.5);
-}
-
-/* the index of the smallest bucket >= ctx in a's table (0 for ctx <= 0;
- * the largest past them all): the engine's host step reads it often */
-static int ctx_index(const sd_adaptive *a, int ctx)
-{
-    if (ctx <= 0)
-        return 0;
-    int lo = 1, hi = SD_ADAPT_CTX_BUCKETS;
-    while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (a->ctx_bucket[mid] < ctx)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-int sd_adapt_ctx_bucket(int ctx)
-{
-    if (ctx <= 0)
-        return 0;
-    int i = 1;
-    while (i < SD_ADAPT_CTX_BUCKETS && bucket_value(i) < ctx)
-        i++;
-    return bucket_value(i);
-}
-
 void sd_adaptive_init(sd_adaptive *a, int k_max)
 {
     memset(a, 0, sizeof *a);
     a->k_max = k_max;
-    for (int i = 1; i <= SD_ADAPT_CTX_BUCKETS; i++)
-        a->ctx_bucket[i] = bucket_value(i);
     a->exploring = 1;
     a->last_k = k_max;
 }
@@ -285,32 +266,14 @@ int sd_adapt_batch_bucket(int batch)
     return b;
 }
 
-static void near_contexts(sd_adaptive *a);
-
-void sd_adaptive_set_context(sd_adaptive *a, int ctx)
-{
-    const int c = ctx <= 0 ? 0 : a->ctx_bucket[ctx_index(a, ctx)];
-    if (c != a->ctx) {
-        a->ctx = c;
-        near_contexts(a);
-    }
-}
-
-/* the index of the slot of this batch's bucket at context bucket ctx; -1:
- * none yet */
-static int slot_index(const sd_adaptive *a, int batch, int ctx)
-{
-    const int bb = sd_adapt_batch_bucket(batch);
-    for (int i = 0; i < SD_ADAPT_SLOTS; i++)
-        if (a->target[i].batch == bb && a->target[i].ctx == ctx)
-            return i;
-    return -1;
-}
-
-/* at the context set */
+/* the index of this batch's bucket among a's target curves; -1: none yet */
 static int target_index(const sd_adaptive *a, int batch)
 {
-    return slot_index(a, batch, a->ctx);
+    const int bb = sd_adapt_batch_bucket(batch);
+    for (int i = 0; i < SD_ADAPT_BATCHES; i++)
+        if (a->target[i].batch == bb)
+            return i;
+    return -1;
 }
 
 const sd_curve *sd_adaptive_target(const sd_adaptive *a, int batch)
@@ -319,60 +282,27 @@ const sd_curve *sd_adaptive_target(const sd_adaptive *a, int batch)
     return i >= 0 ? &a->target[i].c : NULL;
 }
 
-/* this batch's bucket's slot at the context set, made (in an unused slot,
- * else in the stalest one) when it has none */
+/* this batch's bucket's target curve, made (in an unused slot, else in the
+ * stalest one) when it has none */
 static sd_adapt_target *target_of(sd_adaptive *a, int batch)
 {
     const int i = target_index(a, batch);
     if (i >= 0)
         return &a->target[i];
     sd_adapt_target *t = &a->target[0];
-    for (int j = 1; j < SD_ADAPT_SLOTS && t->batch; j++)
+    for (int j = 1; j < SD_ADAPT_BATCHES && t->batch; j++)
         if (!a->target[j].batch || a->target[j].used < t->used)
             t = &a->target[j];
     memset(t, 0, sizeof *t);
     t->batch = sd_adapt_batch_bucket(batch);
-    t->ctx = a->ctx;
-    near_contexts(a);
     return t;
-}
-
-/* The context buckets other than the one set that some slot holds,
- * nearest first (the shorter of two as near), into a->near: where the one
- * set has no price for a shape yet, these are read in this order. Made
- * again whenever the context set or the slots change (the host step reads
- * it often). */
-static void near_contexts(sd_adaptive *a)
-{
-    int n = 0;
-    const int l0 = ctx_index(a, a->ctx);
-    for (int i = 0; i < SD_ADAPT_SLOTS; i++) {
-        const int c = a->target[i].ctx;
-        if (!a->target[i].batch || c == a->ctx)
-            continue;
-        int dup = 0;
-        for (int j = 0; j < n && !dup; j++)
-            dup = a->near[j] == c;
-        if (dup)
-            continue;
-        const int d = abs(ctx_index(a, c) - l0);
-        int j = n++;
-        for (; j > 0; j--) {
-            const int dj = abs(ctx_index(a, a->near[j - 1]) - l0);
-            if (dj < d || (dj == d && a->near[j - 1] < c))
-                break;
-            a->near[j] = a->near[j - 1];
-        }
-        a->near[j] = c;
-    }
-    a->n_near = n;
 }
 
 /* the curves' clock: target steps, read one at a time or queued ahead
  * (every curve's points age with them) */
 static void clock_to(sd_adaptive *a)
 {
-    for (int i = 0; i < SD_ADAPT_SLOTS; i++) {
+    for (int i = 0; i < SD_ADAPT_BATCHES; i++) {
         sd_adapt_target *t = &a->target[i];
         t->c.now = t->draft.now = t->ahead.now = t->hide.now = a->steps;
     }
@@ -435,8 +365,9 @@ void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs)
  * drafts in 3 steps, 0.9 later). The hope counts at most this many drafts
  * a drafting step. */
 #define ADAPT_PER_STEP 4.0
-/* a choice this much faster than plain decode (by the prices) or less is
- * a close one: a stale plain price is measured again (pick_k) */
+/* drafting this much faster than plain decode (by the prices) or less is
+ * a close choice: a stale price of the plain step is measured again
+ * (pick_k) */
 #define ADAPT_RECHECK 1.10
 
 /* drafts at this position that count as evidence for the hope */
@@ -516,54 +447,52 @@ static int covered(const sd_curve *c, int x)
     return lo && (hi || proportional(c));
 }
 
-/* The target curve that prices x rows at this batch at context bucket ctx:
- * its bucket's where that covers x; else the largest smaller bucket's that
- * covers x and rises in proportion to its rows (a CPU's: a row costs about
- * the same whichever request it is of, so a batch that grows is judged
- * without exploring each size again); else its bucket's (NULL before a
- * step of it). A GPU's flat curve is never borrowed: there the rows of 8
- * requests at k = 3 cost less than the rows of 32 plain ones. */
-static const sd_curve *target_curve_at(const sd_adaptive *a, int batch, int ctx, int x)
+/* The target curve that prices x rows at this batch: its bucket's where
+ * that covers x; else the largest smaller bucket's that covers x and rises
+ * in proportion to its rows (a CPU's: a row costs about the same whichever
+ * request it is of, so a batch that grows is judged without exploring each
+ * size again); else its bucket's (NULL before a step of it). A GPU's flat
+ * curve is never borrowed: there the rows of 8 requests at k = 3 cost less
+ * than the rows of 32 plain ones. */
+static const sd_curve *target_curve(const sd_adaptive *a, int batch, int x)
 {
-    const int i = slot_index(a, batch, ctx);
-    const sd_curve *own = i >= 0 ? &a->target[i].c : NULL;
+    const sd_curve *own = sd_adaptive_target(a, batch);
     if (own && covered(own, x))
         return own;
     const int bb = sd_adapt_batch_bucket(batch);
     const sd_adapt_target *best = NULL;
-    for (int j = 0; j < SD_ADAPT_SLOTS; j++) {
-        const sd_adapt_target *t = &a->target[j];
-        if (t->batch && t->ctx == ctx && t->batch < bb && (!best || t->batch > best->batch) &&
+    for (int i = 0; i < SD_ADAPT_BATCHES; i++) {
+        const sd_adapt_target *t = &a->target[i];
+        if (t->batch && t->batch < bb && (!best || t->batch > best->batch) &&
             covered(&t->c, x) && proportional(&t->c))
             best = t;
     }
     return best ? &best->c : own;
 }
 
-/* The drafting curve that prices k drafts each for `drafting` requests at
- * context bucket ctx, and the factor on its times: its bucket's where that
- * covers k; else the smallest larger bucket's that covers k (more
- * requests' phase: an upper bound, as when some requests stopped drafting
- * or a batch's tail finishes); else the largest smaller bucket's that
- * covers k where that bucket's target curve rises in proportion to its
- * rows (a CPU's: a phase's passes are over the drafting requests' rows, so
- * its time is scaled by the buckets' ratio); else its bucket's (NULL
- * before a phase of it). One curve for every batch priced a GPU's 32
- * drafting requests at the 8's (the bundled model's MTP at k = 3: 0.32 ms
- * for 8 requests, 0.57 for 32; NOTES.md, session 14). */
-static const sd_curve *draft_curve_at(const sd_adaptive *a, int drafting, int ctx, int k,
-                                      double *scale)
+/* The drafting curve that prices k drafts each for `drafting` requests,
+ * and the factor on its times: its bucket's where that covers k; else the
+ * smallest larger bucket's that covers k (more requests' phase: an upper
+ * bound, as when some requests stopped drafting or a batch's tail
+ * finishes); else the largest smaller bucket's that covers k where that
+ * bucket's target curve rises in proportion to its rows (a CPU's: a
+ * phase's passes are over the drafting requests' rows, so its time is
+ * scaled by the buckets' ratio); else its bucket's (NULL before a phase of
+ * it). One curve for every batch priced a GPU's 32 drafting requests at
+ * the 8's (the bundled model's MTP at k = 3: 0.32 ms for 8 requests, 0.57
+ * for 32; NOTES.md, session 14). */
+static const sd_curve *draft_curve(const sd_adaptive *a, int drafting, int k, double *scale)
 {
     *scale = 1;
-    const int i = slot_index(a, drafting, ctx);
+    const int i = target_index(a, drafting);
     const sd_curve *own = i >= 0 && a->target[i].draft.n > 0 ? &a->target[i].draft : NULL;
     if (own && covered(own, k))
         return own;
     const int bb = sd_adapt_batch_bucket(drafting);
     const sd_adapt_target *up = NULL, *down = NULL;
-    for (int j = 0; j < SD_ADAPT_SLOTS; j++) {
+    for (int j = 0; j < SD_ADAPT_BATCHES; j++) {
         const sd_adapt_target *t = &a->target[j];
-        if (!t->batch || t->ctx != ctx || !covered(&t->draft, k))
+        if (!t->batch || !covered(&t->draft, k))
             continue;
         if (t->batch > bb && (!up || t->batch < up->batch))
             up = t;
@@ -578,46 +507,11 @@ static const sd_curve *draft_curve_at(const sd_adaptive *a, int drafting, int ct
     return &down->draft;
 }
 
-/* target_curve_at at the context set where that covers x, else this
- * batch's slot at the nearest other context whose covers x (a->near),
- * else the set one's */
-static const sd_curve *target_curve(const sd_adaptive *a, int batch, int x)
-{
-    const sd_curve *own = target_curve_at(a, batch, a->ctx, x);
-    if (own && covered(own, x))
-        return own;
-    for (int i = 0; i < a->n_near; i++) {
-        /* (there only this batch's own slot: no borrowing twice over) */
-        const int j = slot_index(a, batch, a->near[i]);
-        if (j >= 0 && covered(&a->target[j].c, x))
-            return &a->target[j].c;
-    }
-    return own;
-}
-
-/* draft_curve_at the same way */
-static const sd_curve *draft_curve(const sd_adaptive *a, int drafting, int k, double *scale)
-{
-    const sd_curve *own = draft_curve_at(a, drafting, a->ctx, k, scale);
-    if (own && covered(own, k))
-        return own;
-    for (int i = 0; i < a->n_near; i++) {
-        const int j = slot_index(a, drafting, a->near[i]);
-        if (j >= 0 && covered(&a->target[j].draft, k)) {
-            *scale = 1;
-            return &a->target[j].draft;
-        }
-    }
-    return own;
-}
-
-/* k drafts measured for `drafting` requests (draft_curve; here: at the
- * context set) */
-static int draft_covered(const sd_adaptive *a, int drafting, int k, int here)
+/* k drafts measured for `drafting` requests (draft_curve) */
+static int draft_covered(const sd_adaptive *a, int drafting, int k)
 {
     double scale;
-    const sd_curve *d =
-        here ? draft_curve_at(a, drafting, a->ctx, k, &scale) : draft_curve(a, drafting, k, &scale);
+    const sd_curve *d = draft_curve(a, drafting, k, &scale);
     return d && covered(d, k);
 }
 
@@ -628,13 +522,21 @@ static int step_rows(int batch, int drafting, int k)
 }
 
 /* the choice between k and 0 at this batch rests on measured costs (of
- * steps of this batch's bucket; here: at the context set, else at any) */
-static int k_measured(const sd_adaptive *a, int batch, int drafting, int k, int here)
+ * steps of this batch's bucket) */
+static int k_measured(const sd_adaptive *a, int batch, int drafting, int k)
 {
     const int x = sd_row_bucket(step_rows(batch, drafting, k));
-    const sd_curve *tc =
-        here ? target_curve_at(a, batch, a->ctx, x) : target_curve(a, batch, x);
-    return tc && covered(tc, x) && (k == 0 || draft_covered(a, drafting, k, here));
+    const sd_curve *tc = target_curve(a, batch, x);
+    return tc && covered(tc, x) && (k == 0 || draft_covered(a, drafting, k));
+}
+
+/* c has a point at x measured since it restarted (0 where it never did) */
+static int measured_since(const sd_curve *c, int x)
+{
+    for (int j = 0; c->restart && j < c->n; j++)
+        if (c->pt[j].x == x && c->pt[j].n > 0)
+            return !before_restart(c, &c->pt[j]);
+    return 0;
 }
 
 /* k = 0's time at this batch from tc, its target curve: the step read one
@@ -644,21 +546,21 @@ static int k_measured(const sd_adaptive *a, int batch, int drafting, int k, int 
  * ahead hides of a step read one at a time (measured on every such step),
  * never under half of t0. That estimate errs low where a GPU already runs
  * part of a step during its launch call, so the measured time replaces it
- * as soon as there is one. */
+ * as soon as there is one (and stands in again where the plain step read
+ * one at a time was measured since the curves restarted and the
+ * queued-ahead one was not). */
 static double plain_cost(const sd_adaptive *a, int batch, const sd_curve *tc)
 {
     const double t0 = curve_eval(tc, sd_row_bucket(batch), NULL, 0);
-    /* the queued-ahead prices of tc's context (read at another's, t0 is) */
-    int ctx = a->ctx;
-    for (int j = 0; j < SD_ADAPT_SLOTS; j++)
-        if (&a->target[j].c == tc)
-            ctx = a->target[j].ctx;
-    const int i = slot_index(a, batch, ctx);
+    const int i = target_index(a, batch);
     if (!a->ahead || i < 0 || t0 <= 0)
         return t0;
     const sd_adapt_target *t = &a->target[i];
     const int x = sd_row_bucket(batch);
-    if (has_trusted(&t->ahead, x))
+    /* (a queued-ahead step's time from before the curves restarted, where
+     * the plain step read one at a time was measured since, is another
+     * context's) */
+    if (has_trusted(&t->ahead, x) && !(measured_since(&t->c, x) && !measured_since(&t->ahead, x)))
         return curve_eval(&t->ahead, x, NULL, 0);
     if (!has_trusted(&t->hide, 1))
         return t0;
@@ -713,7 +615,7 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
      * clamped flat) would make every deeper k look free (a CPU server at
      * batch 8 went from k = 0 to 4 on two points 8 and 16 rows apart) */
     int measured = 0;
-    while (measured < kmax && k_measured(a, batch, drafting, measured + 1, 0))
+    while (measured < kmax && k_measured(a, batch, drafting, measured + 1))
         measured++;
     if (kmax > measured + 1)
         kmax = measured + 1;
@@ -765,31 +667,63 @@ int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int bat
     return best_k(a, acc, batch, batch, 0, 0, NULL);
 }
 
-/* the step of x rows at this batch, measured at the context set, was last
- * measured more than SD_CURVE_STALE steps ago */
-static int point_stale(const sd_adaptive *a, int batch, int x)
+/* the steps since the target step of x rows at this batch was last
+ * measured (on its own curve); 0 where it never was */
+static uint64_t point_age(const sd_adaptive *a, int batch, int x)
 {
-    const int i = target_index(a, batch);
-    if (i < 0)
-        return 0;
-    const sd_curve *c = &a->target[i].c;
-    for (int j = 0; j < c->n; j++)
-        if (c->pt[j].x == x)
-            return c->pt[j].n > 0 && a->steps - c->pt[j].at > SD_CURVE_STALE;
+    const sd_curve *c = sd_adaptive_target(a, batch);
+    for (int j = 0; c && j < c->n; j++)
+        if (c->pt[j].x == x && c->pt[j].n > 0)
+            return a->steps - c->pt[j].at;
     return 0;
 }
 
-/* here: at the context set (else at it or the nearest that has them) */
-static int informed(const sd_adaptive *a, int batch, int drafting, int here)
+/* the step at which the target step of x rows at this batch was last
+ * measured (the plain step with a->ahead: at a queued-ahead step where it
+ * was, the later of the two); 0 where it never was */
+static uint64_t point_at(const sd_adaptive *a, int batch, int x)
 {
-    return k_measured(a, batch, drafting, 0, here) && k_measured(a, batch, drafting, 1, here);
+    uint64_t at = 0;
+    const int i = target_index(a, batch);
+    if (i < 0)
+        return 0;
+    const sd_curve *cs[2] = {&a->target[i].c, a->ahead ? &a->target[i].ahead : NULL};
+    for (int m = 0; m < 2; m++)
+        for (int j = 0; cs[m] && j < cs[m]->n; j++)
+            if (cs[m]->pt[j].x == x && cs[m]->pt[j].n > 0 && cs[m]->pt[j].at + 1 > at)
+                at = cs[m]->pt[j].at + 1;
+    return at;
+}
+
+void sd_adaptive_refresh(sd_adaptive *a)
+{
+    clock_to(a);
+    for (int i = 0; i < SD_ADAPT_BATCHES; i++) {
+        sd_adapt_target *t = &a->target[i];
+        sd_curve_restart(&t->c);
+        sd_curve_restart(&t->draft);
+        sd_curve_restart(&t->ahead);
+    }
+    a->refresh_at = a->steps + 1;
+}
+
+int sd_adaptive_draft_stale(const sd_adaptive *a, int batch)
+{
+    if (batch < 1)
+        batch = 1;
+    return point_age(a, batch, sd_row_bucket(step_rows(batch, batch, 1))) > SD_CURVE_STALE;
+}
+
+static int informed(const sd_adaptive *a, int batch, int drafting)
+{
+    return k_measured(a, batch, drafting, 0) && k_measured(a, batch, drafting, 1);
 }
 
 int sd_adaptive_informed(const sd_adaptive *a, int batch)
 {
     if (batch < 1)
         batch = 1;
-    return informed(a, batch, batch, 0);
+    return informed(a, batch, batch);
 }
 
 int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, int drafting)
@@ -804,27 +738,32 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
      * again whenever the batch leaves what was measured. Deeper k are
      * measured once chosen (the curve continues the last segment's slope
      * there), and the choice's neighbours by the probes below. */
-    /* At a context whose prices are not all measured the nearest
-     * context's stand in: no exploring, but the pick still counts as one
-     * (its k = 0 is no verdict: it measures the plain step here, and a
-     * neighbour's shorter contexts price it low). */
-    int explore = !informed(a, batch, drafting, 0);
-    int here = informed(a, batch, drafting, 1);
-    if ((!here) != a->exploring)
-        sd_log_debug("adaptive k: %s at batch %d, context %d (step %llu)",
-                     here ? "explored" : explore ? "exploring" : "on another context's prices",
-                     batch, a->ctx, (unsigned long long)a->steps);
-    a->exploring = !here;
+    int explore = !informed(a, batch, drafting);
+    if (explore != a->exploring)
+        sd_log_debug("adaptive k: %s at batch %d (step %llu)", explore ? "exploring" : "explored",
+                     batch, (unsigned long long)a->steps);
+    a->exploring = explore;
     if (explore) {
         for (int i = 0; i < 2; i++) {
             int k = (int)((a->picks + (uint64_t)i) % 2) ? 0 : 1;
-            if (!k_measured(a, batch, drafting, k, 0)) {
+            if (!k_measured(a, batch, drafting, k)) {
                 a->picks++;
                 return k;
             }
         }
     }
     a->picks++;
+    /* both sides measured again since sd_adaptive_refresh: a draft, then
+     * the plain step (a point seen after SD_CURVE_STALE steps starts over
+     * from its new time: one step each) */
+    if (a->refresh_at) {
+        const int x1 = sd_row_bucket(step_rows(batch, drafting, 1)), x0 = sd_row_bucket(batch);
+        if (point_at(a, batch, x1) < a->refresh_at)
+            return 1;
+        if (point_at(a, batch, x0) < a->refresh_at)
+            return 0;
+        a->refresh_at = 0;
+    }
     double gain;
     int k = best_k(a, acc, batch, drafting, 0, 0, &gain);
     if (k != a->last_k && sd_log_level() >= SD_LOG_DEBUG) {
@@ -840,20 +779,23 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
     if (k == 0 && hope_evidence(a, (double)acc->proposed_at[0]) < SD_ADAPT_EXPLORE &&
         best_k(a, acc, batch, drafting, 0, ADAPT_HOPE_Z, NULL) > 0)
         k = 1;
-    /* A close choice, priced against the other side's step measured here
-     * long ago: the contexts grew since (a bucket spans twice its
-     * shortest), so that price is a shorter context's or a longer one's,
-     * and drafting chosen against a plain step priced at the end of the
-     * last burst stayed chosen (no step measured k = 0 again), or plain
-     * decode against a draft priced there. One step of the other side
-     * (plain, or one draft) measures it again (a point seen after
-     * SD_CURVE_STALE steps starts over), at most once in that many. */
-    if (gain < ADAPT_RECHECK) {
-        if (k > 0 && point_stale(a, batch, sd_row_bucket(batch)))
-            k = 0;
-        else if (k == 0 && point_stale(a, batch, sd_row_bucket(step_rows(batch, drafting, 1))))
-            k = 1;
-    }
+    /* A choice priced against the other side's step measured long ago: a
+     * point keeps the times of its last steps, and the contexts grew since
+     * (or a new burst of requests started short), so plain decode chosen
+     * against a draft priced at another context stayed chosen, or drafting
+     * against a plain step priced there (no step measured the other side
+     * again: the draft LM on the bundled model at batch 32 ran whole bursts
+     * either way, NOTES.md, session 19). One step of the other side (one
+     * draft, or plain) measures it again (a point seen after SD_CURVE_STALE
+     * steps starts over from the new time), at most once in that many
+     * steps: plain decode's other side always (the engine stops picking
+     * once speculation is off, so this is a step or two a burst), drafting's
+     * only where it wins by less than ADAPT_RECHECK (a plain step every 17
+     * would cost MTP at batch 1, 1.6x plain, ~3.5%). Where both sides'
+     * prices may be another context's (sd_adaptive_refresh: a burst of
+     * arrivals after plain decode), each is measured once before. */
+    if (k > 0 && gain < ADAPT_RECHECK && point_age(a, batch, sd_row_bucket(batch)) > SD_CURVE_STALE)
+        k = 0;
     /* between measured points the curve is a straight line and the real one
      * is not (flat, then rising): every 4th pick measures a neighbour of the
      * choice that has no trusted point yet */

@@ -85,6 +85,13 @@ typedef struct sd_curve {
     int n;
     uint64_t clock;
     uint64_t now; /* the owner's clock (steps), for the points' ages */
+    /* The owner's clock when what the points measured changed (0: never;
+     * sd_curve_restart): a point measured before starts over at its next
+     * time (trusted if it was), and once any point has been measured since,
+     * the points not measured since are trusted no more (measured again
+     * where they are wanted). n_since: the points measured since. */
+    uint64_t restart;
+    int n_since;
 } sd_curve;
 
 /* the step sizes a curve (and the CUDA graphs) tell apart: the smallest
@@ -93,37 +100,22 @@ typedef struct sd_curve {
 int sd_row_bucket(int T);
 
 void sd_curve_add(sd_curve *c, int x, double secs);
+/* what c's points measured changed at its clock's now (sd_curve.restart) */
+void sd_curve_restart(sd_curve *c);
 /* t(x) from the curve; 0 with no point. *n_trusted (may be NULL): the
  * trusted points it used (all points when none is trusted yet) */
 double sd_curve_at(const sd_curve *c, double x, int *n_trusted);
 
-/* Slots of curves, one for each (batch bucket, context bucket) seen: a
+/* Batch buckets (powers of two) that keep target curves of their own: a
  * step's cost is not its rows' alone. Attention reads each request's
  * context, so 32 rows of 32 requests cost more than 32 rows of 8 at k = 3
  * (the bundled model on an H200: 0.454 against 0.313 ms), and the plain
- * step of 32 read off the curve of the 8's looked 1.5x cheaper than it ran.
- * For the same reason a verify step's rows cost more, next to the plain
- * step's, the longer the contexts: the draft LM at batch 32 ties with
- * plain decode near 32 positions a request and loses near 512, and prices
- * learnt at the end of one burst of requests turned speculation off for
- * the whole next burst, which starts short (NOTES.md, session 19). Batch
- * buckets are powers of two; context buckets (a step's mean positions a
- * request; 0: not given) grow by 2^(1/SD_ADAPT_CTX_STEPS) from
- * SD_ADAPT_CTX_MIN: a point keeps the times of the last steps of its
- * shape, and in a bucket that doubles, a plain step priced at its long
- * end (the last burst's) made drafting at its short end look 1.3x faster
- * than it was. A context bucket without a measured price reads the
- * nearest one that has it (a neighbour's price is a better guess than
- * none), and explores only where none has. */
-#define SD_ADAPT_SLOTS 64
-#define SD_ADAPT_CTX_MIN 64
-#define SD_ADAPT_CTX_STEPS 4
-#define SD_ADAPT_CTX_BUCKETS (SD_ADAPT_CTX_STEPS * 24) /* the largest: 2^23 x the least */
+ * step of 32 read off the curve of the 8's looked 1.5x cheaper than it ran. */
+#define SD_ADAPT_BATCHES 12
 
-/* the curves of one (batch, context) bucket */
+/* the curves of one batch bucket */
 typedef struct sd_adapt_target {
     int batch;     /* its batch bucket (0: unused) */
-    int ctx;       /* its context bucket (sd_adapt_ctx_bucket) */
     uint64_t used; /* the controller's step when last observed (the stalest is reused) */
     sd_curve c;    /* a decode/verify step's time vs its token rows' bucket */
     /* a drafting phase's time vs k (catch-up + first draft, then a pass
@@ -142,21 +134,12 @@ typedef struct sd_adapt_target {
 } sd_adapt_target;
 
 typedef struct sd_adaptive {
-    sd_adapt_target target[SD_ADAPT_SLOTS];
-    /* the context bucket the next observations and picks are at
-     * (sd_adaptive_set_context; 0 until one is set) */
-    int ctx;
-    int ctx_bucket[SD_ADAPT_CTX_BUCKETS + 1]; /* bucket i's positions (sd_adapt_ctx_bucket) */
-    /* the other context buckets the slots hold, nearest to ctx first: a
-     * shape not measured at ctx is priced at the first of these that has it */
-    int near[SD_ADAPT_SLOTS], n_near;
+    sd_adapt_target target[SD_ADAPT_BATCHES];
     uint64_t steps;  /* target steps seen */
     uint64_t draft_steps; /* drafting phases seen */
     uint64_t picks;
     int k_max;
-    /* the last pick explored, or was made on another context's prices
-     * (its k = 0 is no verdict: it measures the plain step here) */
-    int exploring;
+    int exploring; /* the last pick explored */
     int last_k; /* the previous pick (a change is logged at debug level) */
     /* set by the owner: with speculation off for all of them, the running
      * requests' plain steps would be queued ahead (launch ahead), so k = 0
@@ -165,18 +148,12 @@ typedef struct sd_adaptive {
      * was 5-9% dearer, and drafting that tied with the cheaper plain
      * decode kept drafting: NOTES.md, session 15) */
     int ahead;
+    uint64_t refresh_at; /* sd_adaptive_refresh: steps + 1 then; 0: none pending */
 } sd_adaptive;
 
 void sd_adaptive_init(sd_adaptive *a, int k_max);
 /* the batch bucket whose target curve a step of `batch` requests uses */
 int sd_adapt_batch_bucket(int batch);
-/* the context bucket of a step whose requests hold ctx positions on
- * average (0 for ctx <= 0) */
-int sd_adapt_ctx_bucket(int ctx);
-/* the observations and picks that follow are at this context (a step's
- * mean positions a request); each of the owner's calls sets the one it is
- * about (observations applied later, as on several nodes, carry theirs) */
-void sd_adaptive_set_context(sd_adaptive *a, int ctx);
 /* a target step of `batch` requests and `tokens` rows took secs */
 void sd_adaptive_observe_target(sd_adaptive *a, int batch, int tokens, double secs);
 /* a plain step of `batch` requests and `tokens` rows queued ahead took
@@ -189,17 +166,25 @@ void sd_adaptive_observe_hidden(sd_adaptive *a, int batch, double secs);
  * queued-ahead one: measured, else the plain step less what queueing ahead
  * hides, never under half of it); 0 before a step of it */
 double sd_adaptive_plain_cost(const sd_adaptive *a, int batch);
-/* the target curve of this batch's bucket at the context set; NULL before
- * a step of it */
+/* the target curve of this batch's bucket; NULL before a step of it */
 const sd_curve *sd_adaptive_target(const sd_adaptive *a, int batch);
 /* a drafting phase of n_seqs requests at k took secs */
 void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs);
 /* the k of most tokens per second at this batch (0 = do not draft) */
 int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch);
-/* 1 when the costs of k = 0 and 1 at this batch were measured (at the
- * context set, or at the nearest context that has them). Otherwise pick_k
- * explores, and best_k's 0 is no reason to stop drafting. */
+/* 1 when the costs of k = 0 and 1 at this batch were measured.
+ * Otherwise pick_k explores, and best_k's 0 is no reason to stop drafting. */
 int sd_adaptive_informed(const sd_adaptive *a, int batch);
+/* 1 when the step of one draft each at this batch was last measured more
+ * than SD_CURVE_STALE steps ago (its price may be another context's: a
+ * burst of arrivals is not turned away from drafting on it) */
+int sd_adaptive_draft_stale(const sd_adaptive *a, int batch);
+/* the prices of drafting and of plain decode may be another context's (a
+ * burst of arrivals after a stretch of plain decode: the plain step's price
+ * is of the last requests' long contexts, the draft's older still): every
+ * curve restarts (sd_curve_restart), and the next picks measure one draft
+ * and one plain step before they choose */
+void sd_adaptive_refresh(sd_adaptive *a);
 /* the k for the next step of `batch` requests of which `drafting` draft
  * (the others stopped tracking the proposer: a row and a token each, so a
  * k that pays for the few drafting ones must pay for the whole step):

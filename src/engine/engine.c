@@ -513,30 +513,6 @@ static void comm_counts_stats(sd_engine *e, sd_engine_stats *st)
     st->allreduce_unrecorded_replays = k.unrecorded_replays;
 }
 
-/* adaptive k's context: the mean positions a request of rs[0..n) holds
- * (its tokens so far, the prompt's included; NULL entries left out) */
-static int mean_ctx(req *const *rs, int n)
-{
-    long long sum = 0;
-    int m = 0;
-    for (int i = 0; i < n; i++)
-        if (rs[i]) {
-            sum += rs[i]->n_tok;
-            m++;
-        }
-    return m ? (int)((sum + m - 1) / m) : 0;
-}
-
-/* the context of the batch `joins` requests make: the running ones and
- * the first waiting ones */
-static int joining_ctx(const sd_engine *e, int joins)
-{
-    const int nw = SD_MIN(e->n_waiting, SD_MAX(joins - e->n_running, 0));
-    const int a = mean_ctx(e->running, e->n_running), b = mean_ctx(e->waiting, nw);
-    const int n = e->n_running + nw;
-    return n ? (int)(((long long)a * e->n_running + (long long)b * nw + n - 1) / n) : 0;
-}
-
 /* running requests that stopped tracking the proposer (adaptive k) */
 static int n_not_drafting(const sd_engine *e)
 {
@@ -966,16 +942,23 @@ static int engine_step(sd_engine *e)
                  * plain steps are queued ahead (adaptive.ahead): one
                  * request tracking it stops that for the whole batch, so
                  * there the estimates are refreshed when their points age
-                 * (SD_CURVE_FRESH steps) and arrivals explore again. */
+                 * (SD_CURVE_FRESH steps) and arrivals explore again. A
+                 * price of drafting not measured for a while is no reason
+                 * either: it may be of the longer contexts the last
+                 * requests ended at (the draft LM on the bundled model at
+                 * batch 32 ran whole bursts plain on such prices; NOTES.md,
+                 * session 19): the arrivals draft, and pick_k measures it
+                 * again. */
                 int joins = SD_MIN(e->n_running + e->n_waiting, e->max_batch);
-                /* at the context the batch starts at (the prices of the
-                 * running requests' last steps are of longer ones) */
-                sd_adaptive_set_context(&e->adapt, joining_ctx(e, joins));
-                r->no_spec = e->spec_k < 0 && e->spec != SD_SPEC_NGRAM &&
-                             e->zero_k_steps >= SD_SPEC_OFF_AFTER &&
-                             sd_adaptive_informed(&e->adapt, joins) &&
+                int off_now = e->spec_k < 0 && e->spec != SD_SPEC_NGRAM &&
+                              e->zero_k_steps >= SD_SPEC_OFF_AFTER &&
+                              sd_adaptive_informed(&e->adapt, joins);
+                int stale = off_now && sd_adaptive_draft_stale(&e->adapt, joins);
+                r->no_spec = off_now && !stale &&
                              sd_adaptive_best_k(&e->adapt, &e->acc_all, joins) == 0 &&
                              (e->adapt.ahead || ++e->n_admitted_off % 8 != 0);
+                if (stale)
+                    sd_adaptive_refresh(&e->adapt);
                 if (!r->st.queued_s)
                     r->st.queued_s = (double)(sd_now_ns() - r->t_submit) * 1e-9;
             }
@@ -1092,12 +1075,8 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
         prompt_rows += s->seqs[i] ? s->seqs[i]->chunk : 0;
     /* a step queued ahead is timed from the end of the host's work on the
      * step before (that work ran during it): another curve */
-    /* the step's context (taken here: its requests that end are freed
-     * before the step's last observation) */
-    const int step_ctx = mean_ctx(s->seqs, s->n_seq);
     if (!prompt_rows)
-        sd__plan_observe(e, L->queued ? SD_OBS_AHEAD : SD_OBS_TARGET, s->T, s->n_seq, step_ctx,
-                         t_target);
+        sd__plan_observe(e, L->queued ? SD_OBS_AHEAD : SD_OBS_TARGET, s->T, s->n_seq, t_target);
     e->verify_s_total += t_target;
     double t_draft = 0; /* the drafting phase's part of the step */
     /* 4. accept / sample / stream */
@@ -1151,10 +1130,6 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
          * zeros that admits arrivals with speculation off: each arrival
          * would then track the proposer and stop launch ahead) */
         int k = e->spec_k;
-        /* the pick and the drafting phase it prices: at the running
-         * requests' context */
-        const int ctx = mean_ctx(e->running, e->n_running);
-        sd_adaptive_set_context(&e->adapt, ctx);
         if (k < 0)
             k = e->n_running > 0 && off == e->n_running
                     ? 0
@@ -1218,7 +1193,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
             if (learnable && oneoff) {
                 e->draft_oneoff++;
             } else if (learnable) {
-                sd__plan_observe(e, SD_OBS_DRAFT, nd, k, ctx, t_draft);
+                sd__plan_observe(e, SD_OBS_DRAFT, nd, k, t_draft);
                 e->draft_observed++;
             }
         }
@@ -1236,7 +1211,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
      * (adaptive k prices a queued-ahead plain step with it until one is
      * measured) */
     if (!L->queued && !prompt_rows && e->adapt.ahead)
-        sd__plan_observe(e, SD_OBS_HIDDEN, 1, s->n_seq, step_ctx,
+        sd__plan_observe(e, SD_OBS_HIDDEN, 1, s->n_seq,
                          (t_host > 0 ? t_host : 0) +
                              (double)(L->t_launch - L->t0 + t_end - t_run) * 1e-9);
     publish_stats(e, 1);

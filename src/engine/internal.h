@@ -96,7 +96,6 @@ enum {
 typedef struct sd_plan_obs {
     int kind; /* SD_OBS_* */
     int a, b;
-    int ctx; /* the step's mean positions a request (adaptive k's context) */
     double secs;
 } sd_plan_obs;
 
@@ -252,7 +251,7 @@ void sd__plan_send_quit(sd_engine *e);
 int sd__plan_agree_blocks(sd_engine *e, int *n_blocks, sd_err *err);
 /* a timing for the adaptive draft length: applied now on one node, through
  * the next plan on several */
-void sd__plan_observe(sd_engine *e, int kind, int a, int b, int ctx, double secs);
+void sd__plan_observe(sd_engine *e, int kind, int a, int b, double secs);
 /* engine.c: a request checked and built (not queued); queued as waiting */
 req *sd__engine_req_new(sd_engine *e, const int32_t *prompt, int n_prompt,
                         const sd_gen_params *p, sd_err *err);

@@ -174,9 +174,8 @@ static void apply_obs(sd_engine *e, const sd_plan_obs *o)
                                  "hidden by queueing ahead: 1 x batch"};
     if (o->kind < 0 || o->kind >= (int)SD_ARRAY_LEN(what))
         return;
-    sd_log_debug("adaptive k: %s %d x %d: %.3f ms, context %d (step %llu)", what[o->kind], o->a,
-                 o->b, 1e3 * o->secs, o->ctx, (unsigned long long)e->adapt.steps);
-    sd_adaptive_set_context(&e->adapt, o->ctx);
+    sd_log_debug("adaptive k: %s %d x %d: %.3f ms (step %llu)", what[o->kind], o->a, o->b,
+                 1e3 * o->secs, (unsigned long long)e->adapt.steps);
     if (o->kind == SD_OBS_TARGET)
         sd_adaptive_observe_target(&e->adapt, o->b, o->a, o->secs);
     else if (o->kind == SD_OBS_DRAFT)
@@ -187,9 +186,9 @@ static void apply_obs(sd_engine *e, const sd_plan_obs *o)
         sd_adaptive_observe_hidden(&e->adapt, o->b, o->secs);
 }
 
-void sd__plan_observe(sd_engine *e, int kind, int a, int b, int ctx, double secs)
+void sd__plan_observe(sd_engine *e, int kind, int a, int b, double secs)
 {
-    sd_plan_obs o = {kind, a, b, ctx, secs};
+    sd_plan_obs o = {kind, a, b, secs};
     if (!e->nodes) {
         apply_obs(e, &o);
         return;
@@ -244,7 +243,6 @@ static int lead(sd_engine *e, uint32_t flags, sd_err *err)
         put_u32(&b, (uint32_t)e->obs[i].kind);
         put_u32(&b, (uint32_t)e->obs[i].a);
         put_u32(&b, (uint32_t)e->obs[i].b);
-        put_u32(&b, (uint32_t)e->obs[i].ctx);
         put_f64(&b, e->obs[i].secs);
         apply_obs(e, &e->obs[i]);
     }
@@ -288,7 +286,6 @@ static int follow(sd_engine *e, sd_err *err)
         o.kind = (int)get_u32(&b);
         o.a = (int)get_u32(&b);
         o.b = (int)get_u32(&b);
-        o.ctx = (int)get_u32(&b);
         o.secs = get_f64(&b);
         if (!b.bad)
             apply_obs(e, &o);

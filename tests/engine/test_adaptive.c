@@ -5,6 +5,7 @@
 #include "engine/adaptive.h"
 #include "test.h"
 #include "core/util.h"
+#include "engine/internal.h"
 
 TEST(row_buckets_match_the_graph_buckets)
 {
@@ -81,6 +82,10 @@ typedef struct sim {
     double attn;                   /* ... + attn * T * ctx (each row reads its request's context) */
     int ctx;                       /* positions a request (run_ctx: grows with the tokens) */
     double ctx_f;                  /* run_ctx: the mean positions a request, exact */
+    /* run_ctx as the engine runs a burst: after SD_SPEC_OFF_AFTER picks of
+     * k = 0 that were no exploration (zero_k), speculation is off (off)
+     * for the rest of the burst, its steps plain without a pick */
+    int engine, zero_k, off;
     int quad;                      /* ... or base + per_row * ((T - knee)+)^2 / 8 */
     double d_base, d_per;          /* drafting: d_base + d_per * k */
     double p;                      /* each draft accepted with p given the ones before */
@@ -103,14 +108,16 @@ static double target_cost(const sim *m, int T)
 }
 
 /* n steps at this batch: pick k, draft, verify, accept; with grow, the
- * context (m->ctx, given to the controller) grows by the tokens a request
- * gets a step, up to grow */
+ * context (m->ctx: the controller is not told) grows by the tokens a
+ * request gets a step, up to grow */
 static void run_ctx(sd_adaptive *a, sd_accept_stats *acc, sim *m, int batch, int n, int grow)
 {
     for (int s = 0; s < n && (!grow || m->ctx < grow); s++) {
-        if (grow)
-            sd_adaptive_set_context(a, m->ctx);
-        int k = sd_adaptive_pick_k(a, acc, batch, batch);
+        int k = m->off ? 0 : sd_adaptive_pick_k(a, acc, batch, batch);
+        if (m->engine && !m->off) {
+            m->zero_k = k == 0 && !a->exploring ? m->zero_k + 1 : 0;
+            m->off = m->zero_k == SD_SPEC_OFF_AFTER; /* (as the engine: on reaching it) */
+        }
         m->zero_picks += k == 0;
         m->one_picks += k == 1;
         m->max_picks += k == a->k_max;
@@ -903,22 +910,6 @@ TEST(plain_decode_queued_ahead_is_priced_at_its_own_cost)
     ASSERT_NEAR(sd_adaptive_plain_cost(&b, 4), 0.100e-3, 1e-12);
 }
 
-TEST(context_buckets_grow_by_a_fourth_root_of_two)
-{
-    static const int in[] = {-3, 0, 1, 64, 65, 77, 128, 129, 600, 4096, 4097};
-    static const int out[] = {0, 0, 64, 64, 76, 91, 128, 152, 609, 4096, 4871};
-    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
-        ASSERT_EQ(sd_adapt_ctx_bucket(in[i]), out[i]);
-}
-
-/* A draft that pays at short contexts and loses at long ones (a GPU's flat
- * step whose attention grows with each row's context: at 32 requests and
- * 0.5 acceptance one draft is +12% near 50 positions, a tie near 200,
- * -3% near 300; the draft LM on the bundled model at batch 32 was such a
- * tie, NOTES.md, session 19). Bursts of 32 requests from 40 to 560
- * positions: each drafts while it is short and stops as it grows, and the
- * next burst, short again, is judged on the prices of short contexts, not
- * on the last steps' (which turned speculation off for whole bursts). */
 /* tokens per second of plain decode and of the best k at each context
  * (k <= 4) over a burst of `batch` requests from c0 to c1 positions */
 static void burst_rates(sim m, int batch, int c0, int c1, double *plain, double *best)
@@ -935,7 +926,17 @@ static void burst_rates(sim m, int batch, int c0, int c1, double *plain, double 
     *best = batch * (c1 - c0) / tb;
 }
 
-TEST(each_context_is_judged_on_its_own_prices)
+/* A draft that pays at short contexts and loses at long ones (a GPU's flat
+ * step whose attention grows with each row's context: at 32 requests and
+ * 0.5 acceptance one draft is +12% near 50 positions, a tie near 200,
+ * -3% near 300; the draft LM on the bundled model at batch 32 was such a
+ * tie, NOTES.md, session 19). Bursts of 32 requests from 40 to 560
+ * positions, the controller not told the context: each drafts while it is
+ * short and stops as it grows, and the next burst, short again, drafts
+ * again: a close choice's other side measured long ago is measured again
+ * (the prices of the last burst's end turned speculation off for whole
+ * bursts). */
+TEST(bursts_that_start_short_draft_again)
 {
     sd_adaptive a;
     sd_accept_stats acc;
@@ -944,69 +945,43 @@ TEST(each_context_is_judged_on_its_own_prices)
     double plain, best;
     burst_rates(m, 32, 40, 560, &plain, &best);
     fresh(&a, &acc);
+    m.engine = 1;
     for (int burst = 0; burst < 4; burst++) {
         m.ctx = 40;
         m.ctx_f = 0;
         m.zero_picks = m.one_picks = 0;
         m.secs = m.tokens = 0;
+        /* the engine's admission of a burst: speculation off where the
+         * last steps ran plain and the prices say drafting does not pay,
+         * unless the price of drafting is old: then both are measured
+         * again first */
+        const int off_now = m.zero_k >= SD_SPEC_OFF_AFTER && sd_adaptive_informed(&a, 32);
+        const int stale = off_now && sd_adaptive_draft_stale(&a, 32);
+        if (burst > 0) /* the last burst ended plain, its draft priced long ago */
+            ASSERT(stale);
+        m.off = off_now && !stale && sd_adaptive_best_k(&a, &acc, 32) == 0;
+        if (stale)
+            sd_adaptive_refresh(&a);
         run_ctx(&a, &acc, &m, 32, 1000, 560);
         const double rate = m.tokens / m.secs;
-        fprintf(stderr, "  burst %d: %.3f of plain, %.3f of the best k at each context\n", burst,
-                rate / plain, rate / best);
-        /* its short half drafted, its long half did not */
-        ASSERT_GE(m.one_picks, 60);
+        fprintf(stderr, "  burst %d: %.3f of plain, %.3f of the best k at each context, %d / %d "
+                        "picks of k = 0 / 1\n",
+                burst, rate / plain, rate / best, m.zero_picks, m.one_picks);
+        /* its short part drafted, its long part did not */
+        ASSERT_GE(m.one_picks, 50);
         ASSERT_GE(m.zero_picks, 250);
-        /* after the first (its exploration and eager steps): faster than
-         * plain, near the best */
+        /* after the first (its exploration): faster than plain, near the
+         * best */
         if (burst > 0) {
             ASSERT_GT(rate, plain);
             ASSERT_GE(rate, 0.98 * best);
         }
         /* at its end: plain decode */
-        ASSERT(sd_adaptive_informed(&a, 32));
-        ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 0);
-        /* arrivals at 40 positions: drafting pays there, measured */
-        sd_adaptive_set_context(&a, 40);
-        ASSERT(sd_adaptive_informed(&a, 32));
-        ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 1);
-        /* a context never seen reads the nearest measured one */
-        sd_adaptive_set_context(&a, 30000);
-        ASSERT(sd_adaptive_informed(&a, 32));
         ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 0);
     }
 }
 
-/* Deep drafting that pays everywhere (a flat step, 0.85 acceptance) is not
- * explored again at each new context: the nearest context's prices stand
- * in (k = 0 and 1 in turn at every doubling cost a batch-1 MTP run a
- * tenth of its first request), while the pick counts as exploring until
- * this context has its own (its k = 0 would be no verdict). */
-TEST(a_new_context_reads_the_nearest_prices_without_exploring)
-{
-    sd_adaptive a;
-    sd_accept_stats acc;
-    sim m = {.base = 2.5e-3, .knee = 64, .per_row = 4e-6, .attn = 1e-9, .d_base = 5e-5,
-             .d_per = 2e-4, .p = 0.85, .rng = 41, .ctx = 20};
-    fresh(&a, &acc);
-    run_ctx(&a, &acc, &m, 1, 200, 64);
-    ASSERT(!a.exploring);
-    ASSERT_GE(sd_adaptive_best_k(&a, &acc, 1), 3);
-    m.zero_picks = m.one_picks = m.max_picks = 0;
-    m.ctx = 70; /* the next bucket: nothing measured there */
-    sd_adaptive_set_context(&a, m.ctx);
-    ASSERT(sd_adaptive_informed(&a, 1));
-    ASSERT_GE(sd_adaptive_pick_k(&a, &acc, 1, 1), 3);
-    ASSERT(a.exploring);
-    run_ctx(&a, &acc, &m, 1, 200, 1000);
-    /* up to 1000 positions (16 more buckets): no k = 0 / 1 exploration */
-    ASSERT_EQ(m.zero_picks, 0);
-    ASSERT_LE(m.one_picks, 2);
-    ASSERT_GE(sd_adaptive_best_k(&a, &acc, 1), 3);
-}
-
-TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(context_buckets_grow_by_a_fourth_root_of_two),
-          T(each_context_is_judged_on_its_own_prices),
-          T(a_new_context_reads_the_nearest_prices_without_exploring), T(curve_ignores_one_off_costs_and_interpolates),
+TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draft_again), T(curve_ignores_one_off_costs_and_interpolates),
           T(flat_gpu_cost_drafts_deep_despite_capture_spikes),
           T(the_choice_and_its_neighbours_are_measured_not_interpolated),
           T(linear_cpu_cost_with_poor_acceptance_does_not_draft),
