@@ -365,10 +365,6 @@ void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs)
  * drafts in 3 steps, 0.9 later). The hope counts at most this many drafts
  * a drafting step. */
 #define ADAPT_PER_STEP 4.0
-/* drafting this much faster than plain decode (by the prices) or less is
- * a close choice: a stale price of the plain step is measured again
- * (pick_k) */
-#define ADAPT_RECHECK 1.10
 
 /* drafts at this position that count as evidence for the hope */
 static double hope_evidence(const sd_adaptive *a, double proposed)
@@ -580,9 +576,6 @@ double sd_adaptive_plain_cost(const sd_adaptive *a, int batch)
 
 /* best_k at a batch of which `drafting` requests draft (the others are
  * plain rows: a token each, whatever k); with trace, a debug line per k.
- * *gain (may be NULL): how much faster the choice is than the other side
- * of drafting or not (a k >= 1 over plain decode; k = 0 over the fastest
- * k >= 1), by the prices.
  * z > 0: each position's acceptance taken z standard deviations above its
  * estimate (the evidence so far cannot rule that out), capped at 1, and
  * the drafting phase at the least time measured: a hopeful best_k. (Only
@@ -591,11 +584,9 @@ double sd_adaptive_plain_cost(const sd_adaptive *a, int batch)
  * time is a lucky step, and reading it made 64-row steps at batch 32 look
  * as cheap as 32-row ones.) */
 static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, int drafting,
-                  int trace, double z, double *gain)
+                  int trace, double z)
 {
     int kmax = a->k_max;
-    if (gain)
-        *gain = 1;
     if (batch < 1)
         batch = 1;
     drafting = drafting < 0 ? 0 : drafting > batch ? batch : drafting;
@@ -608,8 +599,7 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
     double cum = 1, expect = 1, prev_rate = 1, prev_cond = 0.5;
     int best_k = 0;
     double t0 = plain_cost(a, batch, tc);
-    const double plain = batch / (t0 > 0 ? t0 : 1e-9);
-    double best = plain, runner = 0; /* the fastest k >= 1 */
+    double best = batch / (t0 > 0 ? t0 : 1e-9);
     /* at most one k past the measured ones: beyond the last measured row
      * count the curve only extrapolates, and a falling last segment (noise,
      * clamped flat) would make every deeper k look free (a CPU server at
@@ -650,21 +640,17 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
                          "(k 0: %.3f ms, %.3f)",
                          k, prop, rate, expect, drafting, batch, 1e3 * tt, 1e3 * td, thr / 1e3,
                          1e3 * t0, 1e-3 * batch / t0);
-        if (thr > runner)
-            runner = thr;
         if (thr > best * 1.02) {
             best = thr;
             best_k = k;
         }
     }
-    if (gain)
-        *gain = best_k > 0 ? best / plain : plain / (runner > 0 ? runner : plain);
     return best_k;
 }
 
 int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch)
 {
-    return best_k(a, acc, batch, batch, 0, 0, NULL);
+    return best_k(a, acc, batch, batch, 0, 0);
 }
 
 /* the steps since the target step of x rows at this batch was last
@@ -754,8 +740,8 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
     }
     a->picks++;
     /* both sides measured again since sd_adaptive_refresh: a draft, then
-     * the plain step (a point seen after SD_CURVE_STALE steps starts over
-     * from its new time: one step each) */
+     * the plain step (a point measured before the curves restarted starts
+     * over from its new time: one step each) */
     if (a->refresh_at) {
         const int x1 = sd_row_bucket(step_rows(batch, drafting, 1)), x0 = sd_row_bucket(batch);
         if (point_at(a, batch, x1) < a->refresh_at)
@@ -764,12 +750,11 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
             return 0;
         a->refresh_at = 0;
     }
-    double gain;
-    int k = best_k(a, acc, batch, drafting, 0, 0, &gain);
+    int k = best_k(a, acc, batch, drafting, 0, 0);
     if (k != a->last_k && sd_log_level() >= SD_LOG_DEBUG) {
         sd_log_debug("adaptive k: %d -> %d at batch %d (step %llu)", a->last_k, k, batch,
                      (unsigned long long)a->steps);
-        best_k(a, acc, batch, drafting, 1, 0, NULL);
+        best_k(a, acc, batch, drafting, 1, 0);
     }
     a->last_k = k;
     /* too few drafts to give up on drafting: the cheapest probe instead,
@@ -777,25 +762,8 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
      * not rule out (a draft that costs more than a perfect one returns
      * stops at once, a poor one after a few; bench/results/NOTES.md) */
     if (k == 0 && hope_evidence(a, (double)acc->proposed_at[0]) < SD_ADAPT_EXPLORE &&
-        best_k(a, acc, batch, drafting, 0, ADAPT_HOPE_Z, NULL) > 0)
+        best_k(a, acc, batch, drafting, 0, ADAPT_HOPE_Z) > 0)
         k = 1;
-    /* A choice priced against the other side's step measured long ago: a
-     * point keeps the times of its last steps, and the contexts grew since
-     * (or a new burst of requests started short), so plain decode chosen
-     * against a draft priced at another context stayed chosen, or drafting
-     * against a plain step priced there (no step measured the other side
-     * again: the draft LM on the bundled model at batch 32 ran whole bursts
-     * either way, NOTES.md, session 19). One step of the other side (one
-     * draft, or plain) measures it again (a point seen after SD_CURVE_STALE
-     * steps starts over from the new time), at most once in that many
-     * steps: plain decode's other side always (the engine stops picking
-     * once speculation is off, so this is a step or two a burst), drafting's
-     * only where it wins by less than ADAPT_RECHECK (a plain step every 17
-     * would cost MTP at batch 1, 1.6x plain, ~3.5%). Where both sides'
-     * prices may be another context's (sd_adaptive_refresh: a burst of
-     * arrivals after plain decode), each is measured once before. */
-    if (k > 0 && gain < ADAPT_RECHECK && point_age(a, batch, sd_row_bucket(batch)) > SD_CURVE_STALE)
-        k = 0;
     /* between measured points the curve is a straight line and the real one
      * is not (flat, then rising): every 4th pick measures a neighbour of the
      * choice that has no trusted point yet */
