@@ -102,13 +102,9 @@ void sd_curve_add(sd_curve *c, int x, double secs)
                 if (c->pt[i].used < p->used)
                     p = &c->pt[i];
         }
-        if (p->n > 0 && p->at >= c->restart && c->restart)
-            c->n_since--; /* (the stalest point replaced) */
         memset(p, 0, sizeof *p);
         p->x = x;
     }
-    if (c->restart && (p->n == 0 || p->at < c->restart))
-        c->n_since++;
     if (p->n > 0 && (c->now - p->at > SD_CURVE_STALE || p->at < c->restart)) {
         /* seen again after a while: its old times may be another machine's,
          * and the least of a ring that mixes the two would be the stale
@@ -135,7 +131,6 @@ void sd_curve_add(sd_curve *c, int x, double secs)
 void sd_curve_restart(sd_curve *c)
 {
     c->restart = c->now > 0 ? c->now : 1;
-    c->n_since = 0;
 }
 
 /* p was measured before c restarted */
@@ -144,12 +139,10 @@ static int before_restart(const sd_curve *c, const sd_curve_pt *p)
     return c->restart && p->at < c->restart;
 }
 
-/* seen often enough, and recently enough (and since c restarted, once any
- * point has been) */
+/* seen often enough, and recently enough */
 static int trusted(const sd_curve *c, const sd_curve_pt *p)
 {
-    return p->n >= SD_CURVE_TRUST && c->now - p->at <= SD_CURVE_FRESH &&
-           !(c->n_since > 0 && before_restart(c, p));
+    return p->n >= SD_CURVE_TRUST && c->now - p->at <= SD_CURVE_FRESH;
 }
 
 static int n_trusted(const sd_curve *c)
