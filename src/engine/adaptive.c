@@ -133,12 +133,6 @@ void sd_curve_restart(sd_curve *c)
     c->restart = c->now > 0 ? c->now : 1;
 }
 
-/* p was measured before c restarted */
-static int before_restart(const sd_curve *c, const sd_curve_pt *p)
-{
-    return c->restart && p->at < c->restart;
-}
-
 /* seen often enough, and recently enough */
 static int trusted(const sd_curve *c, const sd_curve_pt *p)
 {
@@ -519,15 +513,6 @@ static int k_measured(const sd_adaptive *a, int batch, int drafting, int k)
     return tc && covered(tc, x) && (k == 0 || draft_covered(a, drafting, k));
 }
 
-/* c has a point at x measured since it restarted (0 where it never did) */
-static int measured_since(const sd_curve *c, int x)
-{
-    for (int j = 0; c->restart && j < c->n; j++)
-        if (c->pt[j].x == x && c->pt[j].n > 0)
-            return !before_restart(c, &c->pt[j]);
-    return 0;
-}
-
 /* k = 0's time at this batch from tc, its target curve: the step read one
  * at a time, t0. Where plain steps would be queued ahead (a->ahead): the
  * queued-ahead steps' own time where this bucket measured it (they run
@@ -535,9 +520,10 @@ static int measured_since(const sd_curve *c, int x)
  * ahead hides of a step read one at a time (measured on every such step),
  * never under half of t0. That estimate errs low where a GPU already runs
  * part of a step during its launch call, so the measured time replaces it
- * as soon as there is one (and stands in again where the plain step read
- * one at a time was measured since the curves restarted and the
- * queued-ahead one was not). */
+ * as soon as there is one (kept after a restart: the estimate ran 0.26 ms
+ * where the bundled model's queued-ahead step at batch 32 took 0.34 on an
+ * H200, and read in its place after a burst's restart it turned MTP off
+ * where drafting paid 8%; NOTES.md, session 20). */
 static double plain_cost(const sd_adaptive *a, int batch, const sd_curve *tc)
 {
     const double t0 = curve_eval(tc, sd_row_bucket(batch), NULL, 0);
@@ -546,10 +532,7 @@ static double plain_cost(const sd_adaptive *a, int batch, const sd_curve *tc)
         return t0;
     const sd_adapt_target *t = &a->target[i];
     const int x = sd_row_bucket(batch);
-    /* (a queued-ahead step's time from before the curves restarted, where
-     * the plain step read one at a time was measured since, is another
-     * context's) */
-    if (has_trusted(&t->ahead, x) && !(measured_since(&t->c, x) && !measured_since(&t->ahead, x)))
+    if (has_trusted(&t->ahead, x))
         return curve_eval(&t->ahead, x, NULL, 0);
     if (!has_trusted(&t->hide, 1))
         return t0;
