@@ -520,10 +520,10 @@ static int k_measured(const sd_adaptive *a, int batch, int drafting, int k)
  * ahead hides of a step read one at a time (measured on every such step),
  * never under half of t0. That estimate errs low where a GPU already runs
  * part of a step during its launch call, so the measured time replaces it
- * as soon as there is one (kept after a restart: the estimate ran 0.26 ms
- * where the bundled model's queued-ahead step at batch 32 took 0.34 on an
- * H200, and read in its place after a burst's restart it turned MTP off
- * where drafting paid 8%; NOTES.md, session 20). */
+ * as soon as there is one, and keeps it after a restart (the estimate ran
+ * 0.26 ms where the bundled model's queued-ahead step at batch 32 took
+ * 0.33 on an H200, and read in its place after a burst's restart it
+ * turned MTP off where drafting paid 8%; NOTES.md, session 20). */
 static double plain_cost(const sd_adaptive *a, int batch, const sd_curve *tc)
 {
     const double t0 = curve_eval(tc, sd_row_bucket(batch), NULL, 0);

@@ -126,9 +126,9 @@ typedef struct sd_adapt_target {
      * from the end of the host's work on the step before to their tokens
      * (what the other curves leave out, the host's part, runs during them) */
     sd_curve ahead;
-    /* what queueing ahead would hide of a step read one at a time (the
-     * host's work around it, its upload and launch, its download): one
-     * point, x = 1 */
+    /* what queueing ahead would hide of a step read one at a time (its
+     * upload and launch, its download: the host's work around it is in
+     * no step's time): one point, x = 1 */
     sd_curve hide;
 } sd_adapt_target;
 
@@ -159,7 +159,7 @@ void sd_adaptive_observe_target(sd_adaptive *a, int batch, int tokens, double se
  * secs (from the end of the host's work on the step before to its tokens) */
 void sd_adaptive_observe_ahead(sd_adaptive *a, int batch, int tokens, double secs);
 /* a step of `batch` requests read one at a time spent secs where queueing
- * ahead would have hidden them (host work, upload and launch, download) */
+ * ahead would have hidden them (upload and launch, download) */
 void sd_adaptive_observe_hidden(sd_adaptive *a, int batch, double secs);
 /* k = 0's time at this batch (the plain step, or with a->ahead the
  * queued-ahead one: measured, else the plain step less what queueing ahead
