@@ -20,7 +20,7 @@ CK=${CKPT:-/dev/shm/specd-ckpt}
 . bench/gpu/env.sh
 mkdir -p "$out" "$CK"
 w=$(mktemp -d)
-CKPT=$CK random_ckpt l8b > "$w/ckpt.log"; CKPT=$CK random_ckpt dsv2lite >> "$w/ckpt.log"
+for m in ${MODELS:-l8b dsv2lite}; do CKPT=$CK random_ckpt "$m" >> "$w/ckpt.log"; done
 dev=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 configs="$*"
 merge() {
