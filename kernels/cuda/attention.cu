@@ -952,29 +952,29 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
  * which comes from the head layout (mla_split, used_max), never on the
  * step's other tokens. */
 #define MD_KW 4  /* keys a warp takes of a tile */
-#define MD_GH 2  /* heads a block (SPECD_MLA_GH=1: one, with twice the blocks) */
+#define MD_GH 2  /* heads a block */
 #define MD_WARPS (KT / MD_KW)
 static_assert(MD_WARPS * 32 == ATT_THREADS, "a block: 8 warps of 4 keys");
 
-template <bool PIPE, int GH>
+template <bool PIPE>
 __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
 {
     SD_PDL_ENTER();
-    constexpr int V = MD_KW * GH; /* a warp's scores a tile: key i, head g at i * GH + g */
-    __shared__ float S[GH][KT];
-    __shared__ float mrun[GH], lrun[GH], alpha[GH];
-    __shared__ float4 red[MD_WARPS][GH][4][32];
+    constexpr int V = MD_KW * MD_GH; /* a warp's scores a tile: key i, head g at i * MD_GH + g */
+    __shared__ float S[MD_GH][KT];
+    __shared__ float mrun[MD_GH], lrun[MD_GH], alpha[MD_GH];
+    __shared__ float4 red[MD_WARPS][MD_GH][4][32];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int t = blockIdx.x, h0 = blockIdx.y * GH;
-    const int G = a.group - h0 < GH ? a.group - h0 : GH;
+    const int t = blockIdx.x, h0 = blockIdx.y * MD_GH;
+    const int G = a.group - h0 < MD_GH ? a.group - h0 : MD_GH;
     int j_lo, n;
     if (!block_chunk(a, t, &j_lo, &n))
         return;
     /* a lane's dims: latent float4s lane + 32 m (m = 0..3), rope float2 lane */
-    float4 qc[GH][4], acc[GH][4];
-    float2 qp[GH];
+    float4 qc[MD_GH][4], acc[MD_GH][4];
+    float2 qp[MD_GH];
 #pragma unroll
-    for (int g = 0; g < GH; g++) {
+    for (int g = 0; g < MD_GH; g++) {
         const int h = g < G ? h0 + g : h0; /* a head past H: computed, not written */
         const float4 *q1 = (const float4 *)(a.q1 + (size_t)t * a.q1_tok + (size_t)h * a.q1_head);
         const float2 *q2 = (const float2 *)(a.q2 + (size_t)t * a.q2_tok + (size_t)h * a.q2_head);
@@ -985,7 +985,7 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
         }
         qp[g] = __ldg(q2 + lane);
     }
-    if (tid < GH) {
+    if (tid < MD_GH) {
         mrun[tid] = -INFINITY;
         lrun[tid] = 0.0f;
     }
@@ -1010,18 +1010,18 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
 #pragma unroll
         for (int i = 0; i < MD_KW; i++)
 #pragma unroll
-            for (int g = 0; g < GH; g++) {
+            for (int g = 0; g < MD_GH; g++) {
                 float x = dec_dot(qc[g][0], kc[i][0], 0.0f);
                 x = dec_dot(qc[g][1], kc[i][1], x);
                 x = dec_dot(qc[g][2], kc[i][2], x);
                 x = dec_dot(qc[g][3], kc[i][3], x);
                 x = fmaf(qp[g].x, kp[i].x, x);
-                sc[i * GH + g] = fmaf(qp[g].y, kp[i].y, x);
+                sc[i * MD_GH + g] = fmaf(qp[g].y, kp[i].y, x);
             }
         sd__xreduce<V>(sc, lane);
-        dec_softmax<V, GH, MD_KW>(S, mrun, lrun, alpha, sc[0], a, lane, warp, G, j0, n);
+        dec_softmax<V, MD_GH, MD_KW>(S, mrun, lrun, alpha, sc[0], a, lane, warp, G, j0, n);
 #pragma unroll
-        for (int g = 0; g < GH; g++) {
+        for (int g = 0; g < MD_GH; g++) {
             if (g < G) {
 #pragma unroll
                 for (int m = 0; m < 4; m++)
@@ -1065,7 +1065,7 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
         }
     }
 #pragma unroll
-    for (int g = 0; g < GH; g++)
+    for (int g = 0; g < MD_GH; g++)
         if (g < G)
 #pragma unroll
             for (int m = 0; m < 4; m++)
@@ -1144,16 +1144,11 @@ int sd__cuda_attention_init(sd__cuda *c)
         return SD_EDEVICE;
     /* blocks an SM of the MLA decode kernel (its split's wave) */
     if (SD_CUDA(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c->mla_dec_bps,
-                                                                 mla_dec_kernel<true, MD_GH>,
-                                                                 ATT_THREADS, 0)) ||
-        SD_CUDA(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c->mla_dec_bps1,
-                                                                 mla_dec_kernel<true, 1>,
+                                                                 mla_dec_kernel<true>,
                                                                  ATT_THREADS, 0)))
         return SD_EDEVICE;
     if (c->mla_dec_bps < 1)
         c->mla_dec_bps = 1;
-    if (c->mla_dec_bps1 < 1)
-        c->mla_dec_bps1 = 1;
     if (c->smem_optin < TC_SMEM)
         return 0; /* the tensor-core MLA kernel does not fit: attn_mla keeps the SIMT kernel */
     if (SD_CUDA(c, cudaFuncSetAttribute(mla_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1345,9 +1340,8 @@ static int mla_min_chunk(const sd__cuda *c, int tile)
 
 static void launch_mla_dec(sd__cuda *c, att_args *a, int T)
 {
-    const int gh = c->mla_gh == 1 && c->mla_pipe ? 1 : MD_GH;
-    a->G = gh;
-    a->ngb = (a->group + gh - 1) / gh;
+    a->G = MD_GH;
+    a->ngb = (a->group + MD_GH - 1) / MD_GH;
     a->tile = KT;
     a->min_chunk = mla_min_chunk(c, KT);
     /* a token's chunks in use, at most one wave of blocks (the kernel's
@@ -1355,18 +1349,16 @@ static void launch_mla_dec(sd__cuda *c, att_args *a, int T)
      * a grid of one wave ran V2-Lite 3.1% slower at 64-192 positions, where
      * a token uses the same 2-6 either way (not understood; NOTES.md,
      * session 18) */
-    const int wave = c->sm_count * (gh == 1 ? c->mla_dec_bps1 : c->mla_dec_bps) / a->ngb;
-    a->S = mla_split(c, a->group, gh);
+    const int wave = c->sm_count * c->mla_dec_bps / a->ngb;
+    a->S = mla_split(c, a->group, MD_GH);
     a->used_max = c->mla_pipe ? (wave > 1 ? wave : 1) : 0;
     a->part = a->S > 1 ? c->attn_part : NULL;
     a->whole1 = 1;
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
-    if (gh == 1)
-        sd__launch(c, mla_dec_kernel<true, 1>, grid, ATT_THREADS, 0, *a);
-    else if (c->mla_pipe)
-        sd__launch(c, mla_dec_kernel<true, MD_GH>, grid, ATT_THREADS, 0, *a);
+    if (c->mla_pipe)
+        sd__launch(c, mla_dec_kernel<true>, grid, ATT_THREADS, 0, *a);
     else
-        sd__launch(c, mla_dec_kernel<false, MD_GH>, grid, ATT_THREADS, 0, *a);
+        sd__launch(c, mla_dec_kernel<false>, grid, ATT_THREADS, 0, *a);
     if (SD_LAUNCHED(c, "mla_dec_kernel") || a->S == 1)
         return;
     launch_merge(c, a, T, a->group);

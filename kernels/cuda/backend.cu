@@ -635,8 +635,6 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     const char *mchunk = getenv("SPECD_MLA_MIN_CHUNK");
     c->mla_min_chunk = mchunk && *mchunk ? atoi(mchunk) : 0;
     c->mla_pipe = env_on("SPECD_MLA_PIPE");
-    const char *mgh = getenv("SPECD_MLA_GH");
-    c->mla_gh = mgh && !strcmp(mgh, "1") ? 1 : 2;
     c->moe_down = env_level("SPECD_MOE_DOWN", 3, SD_CUDA_MOE_DOWN_DEFAULT);
     c->gemv_wide = env_on("SPECD_GEMV_WIDE");
     c->pinned = env_on("SPECD_PINNED");

@@ -62,12 +62,8 @@ typedef struct sd__cuda {
      * token's positions into one wave's chunks (SPECD_MLA_PIPE=0: one tile
      * at a time, two blocks an SM's chunks) */
     int mla_pipe;
-    /* blocks an SM of mla_dec_kernel (attention.cu: its split is one wave),
-     * with 2 heads a block and with 1 */
-    int mla_dec_bps, mla_dec_bps1;
-    /* heads an mla_dec_kernel block takes (SPECD_MLA_GH: 2, or 1 with the
-     * pipelined walk; an experiment, attention.cu) */
-    int mla_gh;
+    /* blocks an SM of mla_dec_kernel (attention.cu: its split is one wave) */
+    int mla_dec_bps;
     /* moe_ffn's sorted rows on tensor cores (SD_CUDA_TC_OFF/ON/AUTO:
      * SPECD_MOE_TC, sd_cuda_set_moe_tc) */
     int moe_tc;
