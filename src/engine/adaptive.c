@@ -360,12 +360,19 @@ static double hope_evidence(const sd_adaptive *a, double proposed)
     return proposed < cap ? proposed : cap;
 }
 
+/* c's point at x, measured at least once; NULL where there is none */
+static const sd_curve_pt *point_of(const sd_curve *c, int x)
+{
+    for (int i = 0; c && i < c->n; i++)
+        if (c->pt[i].x == x)
+            return c->pt[i].n > 0 ? &c->pt[i] : NULL;
+    return NULL;
+}
+
 static int has_trusted(const sd_curve *c, int x)
 {
-    for (int i = 0; i < c->n; i++)
-        if (c->pt[i].x == x)
-            return trusted(c, &c->pt[i]);
-    return 0;
+    const sd_curve_pt *p = point_of(c, x);
+    return p && trusted(c, p);
 }
 
 /* the largest two trusted points of c (NULL where there are fewer) */
@@ -629,32 +636,18 @@ int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int bat
     return best_k(a, acc, batch, batch, 0, 0);
 }
 
-/* the steps since the target step of x rows at this batch was last
- * measured (on its own curve); 0 where it never was */
-static uint64_t point_age(const sd_adaptive *a, int batch, int x)
-{
-    const sd_curve *c = sd_adaptive_target(a, batch);
-    for (int j = 0; c && j < c->n; j++)
-        if (c->pt[j].x == x && c->pt[j].n > 0)
-            return a->steps - c->pt[j].at;
-    return 0;
-}
-
 /* the step at which the target step of x rows at this batch was last
- * measured (the plain step with a->ahead: at a queued-ahead step where it
- * was, the later of the two); 0 where it never was */
+ * measured, plus 1 (the plain step with a->ahead: at a queued-ahead step
+ * where it was, the later of the two); 0 where it never was */
 static uint64_t point_at(const sd_adaptive *a, int batch, int x)
 {
-    uint64_t at = 0;
     const int i = target_index(a, batch);
     if (i < 0)
         return 0;
-    const sd_curve *cs[2] = {&a->target[i].c, a->ahead ? &a->target[i].ahead : NULL};
-    for (int m = 0; m < 2; m++)
-        for (int j = 0; cs[m] && j < cs[m]->n; j++)
-            if (cs[m]->pt[j].x == x && cs[m]->pt[j].n > 0 && cs[m]->pt[j].at + 1 > at)
-                at = cs[m]->pt[j].at + 1;
-    return at;
+    const sd_curve_pt *pc = point_of(&a->target[i].c, x);
+    const sd_curve_pt *pa = a->ahead ? point_of(&a->target[i].ahead, x) : NULL;
+    const uint64_t ac = pc ? pc->at + 1 : 0, aa = pa ? pa->at + 1 : 0;
+    return ac > aa ? ac : aa;
 }
 
 void sd_adaptive_refresh(sd_adaptive *a)
@@ -673,7 +666,9 @@ int sd_adaptive_draft_stale(const sd_adaptive *a, int batch)
 {
     if (batch < 1)
         batch = 1;
-    return point_age(a, batch, sd_row_bucket(step_rows(batch, batch, 1))) > SD_CURVE_STALE;
+    const sd_curve_pt *p =
+        point_of(sd_adaptive_target(a, batch), sd_row_bucket(step_rows(batch, batch, 1)));
+    return p && a->steps - p->at > SD_CURVE_STALE;
 }
 
 static int informed(const sd_adaptive *a, int batch, int drafting)

@@ -933,8 +933,9 @@ static void burst_rates(sim m, int batch, int c0, int c1, double *plain, double 
  * tie, NOTES.md, session 19). Bursts of 32 requests from 40 to 560
  * positions, the controller not told the context: each drafts while it is
  * short and stops as it grows, and the next burst, short again, drafts
- * again: a close choice's other side measured long ago is measured again
- * (the prices of the last burst's end turned speculation off for whole
+ * again: admitted on a draft price measured long ago, it restarts the
+ * curves and measures a draft and a plain step before it chooses (the
+ * prices of the last burst's end turned speculation off for whole
  * bursts). */
 TEST(bursts_that_start_short_draft_again)
 {
@@ -981,7 +982,8 @@ TEST(bursts_that_start_short_draft_again)
     }
 }
 
-TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draft_again), T(curve_ignores_one_off_costs_and_interpolates),
+TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draft_again),
+          T(curve_ignores_one_off_costs_and_interpolates),
           T(flat_gpu_cost_drafts_deep_despite_capture_spikes),
           T(the_choice_and_its_neighbours_are_measured_not_interpolated),
           T(linear_cpu_cost_with_poor_acceptance_does_not_draft),

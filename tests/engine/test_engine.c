@@ -566,10 +566,10 @@ TEST(adaptive_k_stops_drafting_when_nothing_is_accepted)
 
 /* Requests that end in the steps where adaptive k still explores (drafting:
  * each step read one at a time), with k = 0 priced at a queued-ahead step:
- * the step's timings go to adaptive k after its ended requests are freed,
- * and nothing of theirs is read then (the context of the step was once
- * read from them there: a crash on the GPU when a burst of requests ended,
- * a heap-use-after-free here under ASan). */
+ * the step's hidden time goes to adaptive k after its ended requests are
+ * freed, and nothing of theirs may be read then (a version that read them
+ * there crashed on the GPU when a burst of requests ended; here it is a
+ * heap-use-after-free under ASan). */
 TEST(requests_that_end_while_k_is_priced_ahead_are_not_read_after_they_are_freed)
 {
     sd_err err = {0};
