@@ -7,7 +7,7 @@
  * total so every call reads memory, not cache; all data is random.
  *
  *   specd-bench-kernels [--out FILE] [--commit C] [--quick] [--moe-prefill] [--mla]
- *                       [--gemv-lab] [--read-lab] [--chain-lab]
+ *                       [--gemv-lab] [--read-lab] [--chain-lab] [--boundary-lab]
  *
  * moe_ffn also runs at prefill sizes (n = 256 .. 4096 tokens) on the grouped
  * GEMV ("sorted") and on the tensor-core grouped GEMMs ("tc", the
@@ -1204,6 +1204,126 @@ static void chain_lab(bench *b, out *o)
     b->be->ops->free(b->be, r.sink);
 }
 
+/* ---- the boundary lab (--boundary-lab) ------------------------------------------
+ *
+ * What the stream holds between two decode steps costs, at batch 1: a
+ * "step" is a graph of BL_KERNELS one-block kernels under programmatic
+ * launch (a chain of latency stages: the first reads the step's inputs,
+ * the last writes its token), replayed back to back as the engine's launch
+ * ahead queues them, with between two graphs:
+ *   graph:      nothing;
+ *   +down:      the token's download (4 bytes to page-locked memory) and an
+ *               event (the engine's queue_tokens_down);
+ *   +inputs:    that, the step's packed inputs up (64 bytes) and the token
+ *               copied into them on the device (launch_ahead's upload and copy);
+ *   +table:     that and the block-table row up (upload2d): the boundary
+ *               the engine has at every queued-ahead step;
+ *   one kernel: the download, then one kernel that reads the inputs and
+ *               the table row from mapped page-locked memory and the token
+ *               from the device (the three copies as one launch).
+ * The us a step over the graph alone is what the boundary adds. */
+#define BL_KERNELS 64
+#define BL_STEPS 200
+
+__global__ void bl_first_kernel(const int *meta, float *x)
+{
+    SD_PDL_ENTER();
+    if (threadIdx.x == 0)
+        x[0] = (float)meta[0];
+}
+
+__global__ void bl_last_kernel(const float *x, int *tok)
+{
+    SD_PDL_ENTER();
+    if (threadIdx.x == 0)
+        tok[0] = (int)x[0] & 1023;
+}
+
+/* the inputs (16 words) and the table row (16) from mapped host memory, the
+ * token from the device */
+__global__ void bl_inputs_kernel(int *meta, int *table, const int *hmeta, const int *htable,
+                                 const int *tok)
+{
+    const int i = threadIdx.x;
+    if (i < 16)
+        meta[i] = i == 0 ? tok[0] : hmeta[i];
+    else if (i < 32)
+        table[i - 16] = htable[i - 16];
+}
+
+static void boundary_lab(bench *b, out *o)
+{
+    sd__cuda *c = b->c;
+    cudaStream_t st = c->stream;
+    int *meta = (int *)dev_alloc(b, 64 * sizeof(int)), *table = meta + 16, *tok = meta + 32;
+    float *buf = (float *)dev_alloc(b, 2 * 32768 * sizeof(float));
+    dev_fill(b, buf, 2 * 32768, 0, 1.0f, 41);
+    int *h = NULL, *hd = NULL;
+    CHECK(cudaHostAlloc((void **)&h, 256 * sizeof(int), cudaHostAllocMapped));
+    CHECK(cudaHostGetDevicePointer((void **)&hd, h, 0));
+    memset(h, 0, 256 * sizeof(int));
+    CHECK(cudaMemsetAsync(meta, 0, 64 * sizeof(int), st));
+    /* the step's graph */
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    sd__launch(c, bl_first_kernel, 1, 256, 0, (const int *)meta, buf);
+    for (int k = 0; k < BL_KERNELS; k++)
+        sd__launch(c, cl_latency_kernel, 1, 256, 0, (const float *)(buf + (k & 1) * 32768),
+                   buf + (1 - (k & 1)) * 32768, 0);
+    sd__launch(c, bl_last_kernel, 1, 256, 0, (const float *)buf, tok);
+    CHECK(cudaStreamEndCapture(st, &g));
+    CHECK(cudaGraphInstantiate(&ge, g, 0));
+    cudaEvent_t mark;
+    CHECK(cudaEventCreateWithFlags(&mark, cudaEventDisableTiming));
+    static const char *names[] = {"graph", "+down", "+inputs", "+table", "one kernel"};
+    double base = 0;
+    printf("\nboundary lab: a step of %d one-block kernels, %d steps back to back\n%-11s %10s "
+           "%10s\n",
+           BL_KERNELS + 2, BL_STEPS, "between", "us/step", "added");
+    for (int mode = 0; mode < 5; mode++) {
+        float t[7];
+        for (int rep = 0; rep < 7; rep++) {
+            CHECK(cudaStreamSynchronize(st));
+            CHECK(cudaEventRecord(b->e0, st));
+            for (int s = 0; s < BL_STEPS; s++) {
+                if (mode >= 2 && mode <= 3) {
+                    if (mode == 3)
+                        CHECK(cudaMemcpy2DAsync(table, 64, h + 64, 64, 64, 1,
+                                                cudaMemcpyHostToDevice, st));
+                    CHECK(cudaMemcpyAsync(meta, h + 128, 64, cudaMemcpyHostToDevice, st));
+                    CHECK(cudaMemcpyAsync(meta, tok, 4, cudaMemcpyDeviceToDevice, st));
+                } else if (mode == 4) {
+                    bl_inputs_kernel<<<1, 32, 0, st>>>(meta, table, hd + 128, hd + 64, tok);
+                }
+                CHECK(cudaGraphLaunch(ge, st));
+                if (mode >= 1) {
+                    CHECK(cudaMemcpyAsync(h, tok, 4, cudaMemcpyDeviceToHost, st));
+                    CHECK(cudaEventRecord(mark, st));
+                }
+            }
+            CHECK(cudaEventRecord(b->e1, st));
+            CHECK(cudaEventSynchronize(b->e1));
+            CHECK(cudaEventElapsedTime(&t[rep], b->e0, b->e1));
+        }
+        qsort(t, 7, sizeof t[0], cmp_float);
+        const double us = t[3] * 1e3 / BL_STEPS;
+        if (mode == 0)
+            base = us;
+        printf("%-11s %10.2f %10.2f\n", names[mode], us, us - base);
+        jrow(o, "\"op\": \"boundary_lab\", \"between\": \"%s\", \"kernels\": %d, \"us_step\": %.3f, "
+                "\"added_us\": %.3f",
+             names[mode], BL_KERNELS + 2, us, us - base);
+        fflush(stdout);
+    }
+    CHECK(cudaEventDestroy(mark));
+    CHECK(cudaGraphExecDestroy(ge));
+    CHECK(cudaGraphDestroy(g));
+    CHECK(cudaFreeHost(h));
+    b->be->ops->free(b->be, meta);
+    b->be->ops->free(b->be, buf);
+}
+
 /* ---- ceilings ------------------------------------------------------------------- */
 
 static void ceilings(bench *b)
@@ -1258,9 +1378,12 @@ int main(int argc, char **argv)
             lab = 2;
         else if (!strcmp(argv[i], "--chain-lab"))
             lab = 3;
+        else if (!strcmp(argv[i], "--boundary-lab"))
+            lab = 4;
         else {
             fprintf(stderr, "usage: specd-bench-kernels [--out FILE] [--commit C] [--quick] "
-                            "[--moe-prefill] [--mla] [--gemv-lab] [--read-lab] [--chain-lab]\n");
+                            "[--moe-prefill] [--mla] [--gemv-lab] [--read-lab] [--chain-lab] "
+                            "[--boundary-lab]\n");
             return 2;
         }
     }
@@ -1292,7 +1415,9 @@ int main(int argc, char **argv)
     fprintf(o.json, "\",\n  \"copy_gbps\": %.1f,\n  \"read_gbps\": %.1f,\n  \"rows\": [", copy_gbps,
             read_gbps);
     if (mla_only || lab) {
-        if (lab == 3)
+        if (lab == 4)
+            boundary_lab(&b, &o);
+        else if (lab == 3)
             chain_lab(&b, &o);
         else if (lab == 2)
             read_lab(&b, &o);
