@@ -59,6 +59,8 @@ typedef struct att_args {
     int whole1;    /* a token whose positions fill one chunk is written whole by its block
                     * and the merge leaves it (mla_dec_kernel) */
     float *part;   /* S > 1: (T, Hq, S, Dv + 2) partial acc, max, sum */
+    unsigned *fold; /* mla_dec_kernel: (T, ngb) counts of the chunks done; the last
+                     * block of a token's head pair merges it (NULL: the merge kernel) */
 } att_args;
 
 static inline int tile_stride(const att_args *a)
@@ -911,6 +913,52 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
         }
 }
 
+/* mla_dec_kernel's fold: output dims d .. d + 3 of a head merged from its
+ * nz partial rows (p: chunk z's at p + z W; MLA_C values, the max, the
+ * sum), written by other blocks of this kernel, so read through L2
+ * (__ldcg). The numbers of merge_fast and merge_head: the max over the
+ * chunks, each chunk's scale exp(m - M), the sum L and each dim's sum in
+ * chunk order, then o / L. Up to MERGE_FAST chunks the loads are issued
+ * at once (one round trip); past that the max is taken first. */
+__device__ __forceinline__ float4 fold_merge4(const float *p, int W, int nz, int d)
+{
+    float M = -INFINITY;
+    if (nz > MERGE_FAST)
+        for (int z = 0; z < nz; z++)
+            M = fmaxf(M, __ldcg(p + (size_t)z * W + MLA_C));
+    float L = 0.0f;
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int z0 = 0; z0 < nz; z0 += MERGE_FAST) {
+        float mv[MERGE_FAST], lv[MERGE_FAST];
+        float2 oa[MERGE_FAST], ob[MERGE_FAST];
+#pragma unroll
+        for (int u = 0; u < MERGE_FAST; u++) {
+            const float *pz = p + (size_t)(z0 + u) * W;
+            const bool in = z0 + u < nz;
+            mv[u] = in ? __ldcg(pz + MLA_C) : -INFINITY;
+            lv[u] = in ? __ldcg(pz + MLA_C + 1) : 0.0f;
+            oa[u] = in ? __ldcg((const float2 *)(pz + d)) : make_float2(0.f, 0.f);
+            ob[u] = in ? __ldcg((const float2 *)(pz + d) + 1) : make_float2(0.f, 0.f);
+        }
+        if (nz <= MERGE_FAST)
+#pragma unroll
+            for (int u = 0; u < MERGE_FAST; u++)
+                if (u < nz)
+                    M = fmaxf(M, mv[u]);
+#pragma unroll
+        for (int u = 0; u < MERGE_FAST; u++)
+            if (z0 + u < nz) {
+                const float sc = mv[u] == -INFINITY ? 0.0f : expf(mv[u] - M);
+                L += lv[u] * sc;
+                o.x += oa[u].x * sc;
+                o.y += oa[u].y * sc;
+                o.z += ob[u].x * sc;
+                o.w += ob[u].y * sc;
+            }
+    }
+    return make_float4(o.x / L, o.y / L, o.z / L, o.w / L);
+}
+
 /* ---- MLA decode, fp32, a lane per dims -----------------------------------
  *
  * Steps of <= SPLIT_MAX_T tokens at the DeepSeek latent shape (C = 512,
@@ -946,7 +994,10 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
  * (bench/results/NOTES.md, session 18). SPECD_MLA_PIPE=0: one tile at a
  * time, no cap (the kernel before; other bits past 16 chunks' positions).
  * A token whose positions fill one chunk is written whole by its block (the
- * merge leaves it).
+ * merge leaves it). With a.fold (SPECD_MLA_FOLD) there is no merge kernel:
+ * each block counts its chunk done for its (token, head pair), and the
+ * block that counts the last one merges the pair's partials
+ * (fold_merge4), one launch less a layer.
  *
  * Bits: a token's result depends on its positions and the chunk count,
  * which comes from the head layout (mla_split, used_max), never on the
@@ -1071,9 +1122,11 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
             for (int m = 0; m < 4; m++)
                 red[warp][g][m][lane] = acc[g][m];
     __syncthreads();
-    if (tid >= G * 128)
-        return;
-    const int g = tid / 128, m = tid / 32 % 4, h = h0 + g;
+    /* thread tid: head g of the block, its output dims d .. d + 3 (threads
+     * past the block's heads take none, and stay for the barriers below) */
+    const bool mine = tid < G * 128;
+    const int g = mine ? tid / 128 : 0, m = tid / 32 % 4, h = h0 + g;
+    const int d = 4 * (lane + 32 * m);
     float4 o = red[0][g][m][lane];
 #pragma unroll
     for (int w = 1; w < MD_WARPS; w++) {
@@ -1083,19 +1136,44 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
         o.z += r.z;
         o.w += r.w;
     }
-    const int d = 4 * (lane + 32 * m);
     if (a.S > 1 && !written_whole(a, t)) {
         /* a partial row is 514 floats: 8-byte aligned */
         const int W = MLA_C + 2;
-        float *pp = a.part + (((size_t)t * a.group + (size_t)h) * a.S + blockIdx.z) * W;
-        ((float2 *)(pp + d))[0] = make_float2(o.x, o.y);
-        ((float2 *)(pp + d))[1] = make_float2(o.z, o.w);
-        if (tid % 128 == 0) {
-            pp[MLA_C] = mrun[g];
-            pp[MLA_C + 1] = lrun[g];
+        const float *p0 = a.part + ((size_t)t * a.group + (size_t)h) * a.S * W;
+        float *pp = (float *)p0 + (size_t)blockIdx.z * W;
+        if (mine) {
+            ((float2 *)(pp + d))[0] = make_float2(o.x, o.y);
+            ((float2 *)(pp + d))[1] = make_float2(o.z, o.w);
+            if (tid % 128 == 0) {
+                pp[MLA_C] = mrun[g];
+                pp[MLA_C + 1] = lrun[g];
+            }
+        }
+        if (!a.fold)
+            return;
+        /* the fold: the block that counts the pair's last chunk merges it
+         * (each thread's partial stores made visible before the count) */
+        __shared__ int last;
+        const int nz = split_used(a, a.pos[t] + 1);
+        unsigned *cnt = a.fold + (size_t)t * a.ngb + blockIdx.y;
+        __threadfence();
+        __syncthreads();
+        if (tid == 0)
+            last = atomicAdd(cnt, 1u) == (unsigned)nz - 1;
+        __syncthreads();
+        if (!last)
+            return;
+        __threadfence();
+        if (tid == 0)
+            *cnt = 0; /* zero for the next call (a graph replay too) */
+        if (mine) {
+            const float4 r = fold_merge4(p0, W, nz, d);
+            *(float4 *)(a.out + (size_t)t * a.o_tok + (size_t)h * a.o_head + d) = r;
         }
         return;
     }
+    if (!mine)
+        return;
     const float L = lrun[g];
     *(float4 *)(a.out + (size_t)t * a.o_tok + (size_t)h * a.o_head + d) =
         make_float4(o.x / L, o.y / L, o.z / L, o.w / L);
@@ -1354,12 +1432,13 @@ static void launch_mla_dec(sd__cuda *c, att_args *a, int T)
     a->used_max = c->mla_pipe ? (wave > 1 ? wave : 1) : 0;
     a->part = a->S > 1 ? c->attn_part : NULL;
     a->whole1 = 1;
+    a->fold = c->mla_fold && a->part && T * a->ngb <= SD__MLA_FOLD_WORDS ? c->mla_fold_cnt : NULL;
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
     if (c->mla_pipe)
         sd__launch(c, mla_dec_kernel<true>, grid, ATT_THREADS, 0, *a);
     else
         sd__launch(c, mla_dec_kernel<false>, grid, ATT_THREADS, 0, *a);
-    if (SD_LAUNCHED(c, "mla_dec_kernel") || a->S == 1)
+    if (SD_LAUNCHED(c, "mla_dec_kernel") || a->S == 1 || a->fold)
         return;
     launch_merge(c, a, T, a->group);
     SD_LAUNCHED(c, "attn_merge_kernel");

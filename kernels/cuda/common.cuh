@@ -107,6 +107,12 @@ typedef struct sd__cuda {
      * (SPECD_MLA_OVERLAP=1, sd_cuda_set_mla_overlap; matmul.cu; the same
      * bits) */
     int mla_overlap;
+    /* mla_dec_kernel's last block of a token's head pair merges the pair's
+     * split-KV partials (SPECD_MLA_FOLD, sd_cuda_set_mla_fold; attention.cu;
+     * the same bits as attn_merge_kernel); its counts, zero between calls:
+     * SD__MLA_FOLD_WORDS (token, head pair) words */
+    int mla_fold;
+    unsigned *mla_fold_cnt;
     /* steps of more than 8 tokens split into chunks (attention.cu,
      * split_for_step; SPECD_ATTN_SPLIT_ALL): 0 none, 1 the general and
      * DeepSeek latent kernels (the default), 2 the 128-dim GQA kernel too */
@@ -146,6 +152,7 @@ typedef struct sd__cuda {
 } sd__cuda;
 
 #define SD__ARGMAX_ROWS 4096
+#define SD__MLA_FOLD_WORDS 1024 /* (token, head pair) counts of mla_dec_kernel's fold */
 
 /* SPECD_ABLATE's names, in bit order (backend.cu parses them) */
 #define SD__ABLATE_NAMES {"addnorm", "norm", "route", "router", "merge", "prep", "attn", "absorb"}

@@ -103,6 +103,11 @@ void sd_cuda_set_moe_overlap(sd_backend *be, int max_tokens);
  * batch-1 decode +1.45% in three rounds (bench/results/NOTES.md, session 18). */
 #define SD_CUDA_MLA_OVERLAP_DEFAULT 1
 void sd_cuda_set_mla_overlap(sd_backend *be, int on);
+/* MLA decode's split-KV merge in the decode kernel's last block of each
+ * token's head pair (SPECD_MLA_FOLD); off: attn_merge_kernel after it. The
+ * same bits either way. */
+#define SD_CUDA_MLA_FOLD_DEFAULT 0
+void sd_cuda_set_mla_fold(sd_backend *be, int on);
 
 /* Attention steps of more than 8 tokens (verify steps of 9+ rows, a
  * batch's decode) split each token's positions into chunks, as a decode

@@ -1160,6 +1160,28 @@ static int mla_check(gpu_env *e, const char *what, int n_seq, const int *ctx, co
         free(gs);
         gfree(e, dsimt);
     }
+    if (dec_shape) {
+        /* the split-KV merge folded into the decode kernel (or not, when
+         * that is the default): the same bits, twice (the fold's counts
+         * are zero again after a call) */
+        sd_cuda_set_mla_tc(e->gpu, 1);
+        sd_cuda_set_mla_dec(e->gpu, 1);
+        sd_cuda_set_mla_fold(e->gpu, !SD_CUDA_MLA_FOLD_DEFAULT);
+        float *gt = gget(e, dout, mo);
+        for (int rep = 0; rep < 2; rep++) {
+            float *dfold = gpoison(e, mo);
+            e->gpu->ops->attn_mla(e->gpu, dfold, dqlat, dq + nope, dckv, dckv + C, dcache, &b.db, H,
+                                  C, R, H * qk, qk, row, scale);
+            float *gf = gget(e, dfold, mo);
+            ok &= reportf(gt && gf && !memcmp(gt, gf, mo * sizeof(float)) ? 0 : 1, 0,
+                          "%s %s: the merge %s the decode kernel gives the same bits (call %d)",
+                          op, what, SD_CUDA_MLA_FOLD_DEFAULT ? "after" : "folded into", rep + 1);
+            free(gf);
+            gfree(e, dfold);
+        }
+        free(gt);
+        sd_cuda_set_mla_fold(e->gpu, SD_CUDA_MLA_FOLD_DEFAULT);
+    }
     sd_cuda_set_mla_tc(e->gpu, 1); /* the defaults */
     sd_cuda_set_mla_dec(e->gpu, 1);
     float *hs[] = {qlat, q, ckv, cache, co};
