@@ -1220,7 +1220,16 @@ static void chain_lab(bench *b, out *o)
  *               the engine has at every queued-ahead step;
  *   one kernel: the download, then one kernel that reads the inputs and
  *               the table row from mapped page-locked memory and the token
- *               from the device (the three copies as one launch).
+ *               from the device (the three copies as one launch);
+ *   event:      the event alone (no download);
+ *   kernel down: a kernel writes the token into mapped page-locked memory
+ *               (no copy engine), then the event;
+ *   kernel both: one kernel does that and the next step's inputs (as
+ *               "one kernel"), then the event;
+ *   down pdl:   "kernel down" launched as the backend launches (programmatic);
+ *   in graph:   the step's graph starts with the inputs kernel and its
+ *               last kernel writes the token into mapped memory too: only
+ *               the event between two graphs.
  * The us a step over the graph alone is what the boundary adds. */
 #define BL_KERNELS 64
 #define BL_STEPS 200
@@ -1232,19 +1241,29 @@ __global__ void bl_first_kernel(const int *meta, float *x)
         x[0] = (float)meta[0];
 }
 
-__global__ void bl_last_kernel(const float *x, int *tok)
+/* the step's token (and into mapped host memory: hout, NULL none) */
+__global__ void bl_last_kernel(const float *x, int *tok, int *hout)
 {
     SD_PDL_ENTER();
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
         tok[0] = (int)x[0] & 1023;
+        if (hout)
+            hout[0] = tok[0];
+    }
 }
 
-/* the inputs (16 words) and the table row (16) from mapped host memory, the
- * token from the device */
+/* the inputs (16 words) and the table row (16) from mapped host memory
+ * (hmeta NULL: none), the token from the device; hout: the token into
+ * mapped host memory (NULL: none) */
 __global__ void bl_inputs_kernel(int *meta, int *table, const int *hmeta, const int *htable,
-                                 const int *tok)
+                                 const int *tok, int *hout)
 {
+    SD_PDL_ENTER();
     const int i = threadIdx.x;
+    if (hout && i == 0)
+        hout[0] = tok[0];
+    if (!hmeta)
+        return;
     if (i < 16)
         meta[i] = i == 0 ? tok[0] : hmeta[i];
     else if (i < 32)
@@ -1263,25 +1282,33 @@ static void boundary_lab(bench *b, out *o)
     CHECK(cudaHostGetDevicePointer((void **)&hd, h, 0));
     memset(h, 0, 256 * sizeof(int));
     CHECK(cudaMemsetAsync(meta, 0, 64 * sizeof(int), st));
-    /* the step's graph */
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    sd__launch(c, bl_first_kernel, 1, 256, 0, (const int *)meta, buf);
-    for (int k = 0; k < BL_KERNELS; k++)
-        sd__launch(c, cl_latency_kernel, 1, 256, 0, (const float *)(buf + (k & 1) * 32768),
-                   buf + (1 - (k & 1)) * 32768, 0);
-    sd__launch(c, bl_last_kernel, 1, 256, 0, (const float *)buf, tok);
-    CHECK(cudaStreamEndCapture(st, &g));
-    CHECK(cudaGraphInstantiate(&ge, g, 0));
+    /* the step's graph; ge[1]: with its inputs kernel first and the token
+     * written to mapped memory by its last kernel */
+    cudaGraph_t g[2];
+    cudaGraphExec_t ge[2];
+    for (int v = 0; v < 2; v++) {
+        CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        if (v)
+            sd__launch(c, bl_inputs_kernel, 1, 32, 0, meta, table, (const int *)(hd + 128),
+                       (const int *)(hd + 64), (const int *)tok, (int *)NULL);
+        sd__launch(c, bl_first_kernel, 1, 256, 0, (const int *)meta, buf);
+        for (int k = 0; k < BL_KERNELS; k++)
+            sd__launch(c, cl_latency_kernel, 1, 256, 0, (const float *)(buf + (k & 1) * 32768),
+                       buf + (1 - (k & 1)) * 32768, 0);
+        sd__launch(c, bl_last_kernel, 1, 256, 0, (const float *)buf, tok, v ? hd : (int *)NULL);
+        CHECK(cudaStreamEndCapture(st, &g[v]));
+        CHECK(cudaGraphInstantiate(&ge[v], g[v], 0));
+    }
     cudaEvent_t mark;
     CHECK(cudaEventCreateWithFlags(&mark, cudaEventDisableTiming));
-    static const char *names[] = {"graph", "+down", "+inputs", "+table", "one kernel"};
+    static const char *names[] = {"graph",       "+down",       "+inputs", "+table", "one kernel",
+                                  "event",       "kernel down", "kernel both", "in graph", "down pdl"};
+    const int n_modes = (int)(sizeof names / sizeof names[0]);
     double base = 0;
     printf("\nboundary lab: a step of %d one-block kernels, %d steps back to back\n%-11s %10s "
            "%10s\n",
            BL_KERNELS + 2, BL_STEPS, "between", "us/step", "added");
-    for (int mode = 0; mode < 5; mode++) {
+    for (int mode = 0; mode < n_modes; mode++) {
         float t[7];
         for (int rep = 0; rep < 7; rep++) {
             CHECK(cudaStreamSynchronize(st));
@@ -1294,13 +1321,20 @@ static void boundary_lab(bench *b, out *o)
                     CHECK(cudaMemcpyAsync(meta, h + 128, 64, cudaMemcpyHostToDevice, st));
                     CHECK(cudaMemcpyAsync(meta, tok, 4, cudaMemcpyDeviceToDevice, st));
                 } else if (mode == 4) {
-                    bl_inputs_kernel<<<1, 32, 0, st>>>(meta, table, hd + 128, hd + 64, tok);
+                    bl_inputs_kernel<<<1, 32, 0, st>>>(meta, table, hd + 128, hd + 64, tok, NULL);
+                } else if (mode == 7) {
+                    bl_inputs_kernel<<<1, 32, 0, st>>>(meta, table, hd + 128, hd + 64, tok, hd);
                 }
-                CHECK(cudaGraphLaunch(ge, st));
-                if (mode >= 1) {
+                CHECK(cudaGraphLaunch(ge[mode == 8], st));
+                if (mode == 9)
+                    sd__launch(c, bl_inputs_kernel, 1, 32, 0, meta, table, (const int *)NULL,
+                               (const int *)NULL, (const int *)tok, hd);
+                if (mode >= 1 && mode <= 4)
                     CHECK(cudaMemcpyAsync(h, tok, 4, cudaMemcpyDeviceToHost, st));
+                if (mode == 6)
+                    bl_inputs_kernel<<<1, 32, 0, st>>>(meta, table, NULL, NULL, tok, hd);
+                if (mode >= 1)
                     CHECK(cudaEventRecord(mark, st));
-                }
             }
             CHECK(cudaEventRecord(b->e1, st));
             CHECK(cudaEventSynchronize(b->e1));
@@ -1317,8 +1351,10 @@ static void boundary_lab(bench *b, out *o)
         fflush(stdout);
     }
     CHECK(cudaEventDestroy(mark));
-    CHECK(cudaGraphExecDestroy(ge));
-    CHECK(cudaGraphDestroy(g));
+    for (int v = 0; v < 2; v++) {
+        CHECK(cudaGraphExecDestroy(ge[v]));
+        CHECK(cudaGraphDestroy(g[v]));
+    }
     CHECK(cudaFreeHost(h));
     b->be->ops->free(b->be, meta);
     b->be->ops->free(b->be, buf);

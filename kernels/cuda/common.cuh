@@ -108,7 +108,7 @@ typedef struct sd__cuda {
      * bits) */
     int mla_overlap;
     /* mla_dec_kernel's last block of a token's head pair merges the pair's
-     * split-KV partials (SPECD_MLA_FOLD, sd_cuda_set_mla_fold; attention.cu;
+     * split-KV partials (SPECD_MLA_FOLD=0: off; sd_cuda_set_mla_fold; attention.cu;
      * the same bits as attn_merge_kernel); its counts, zero between calls:
      * SD__MLA_FOLD_WORDS (token, head pair) words */
     int mla_fold;

@@ -104,9 +104,10 @@ void sd_cuda_set_moe_overlap(sd_backend *be, int max_tokens);
 #define SD_CUDA_MLA_OVERLAP_DEFAULT 1
 void sd_cuda_set_mla_overlap(sd_backend *be, int on);
 /* MLA decode's split-KV merge in the decode kernel's last block of each
- * token's head pair (SPECD_MLA_FOLD); off: attn_merge_kernel after it. The
- * same bits either way. */
-#define SD_CUDA_MLA_FOLD_DEFAULT 0
+ * token's head pair (SPECD_MLA_FOLD, the default); 0: attn_merge_kernel
+ * after it. The same bits either way; V2-Lite batch 1 +1.1% at 64-192
+ * positions, equal at 4k (bench/results/ab-mla-fold-65858d6.json). */
+#define SD_CUDA_MLA_FOLD_DEFAULT 1
 void sd_cuda_set_mla_fold(sd_backend *be, int on);
 
 /* Attention steps of more than 8 tokens (verify steps of 9+ rows, a
