@@ -93,6 +93,15 @@ typedef struct sd_sample_params {
     uint64_t counter;
 } sd_sample_params;
 
+/* One copy of `copies`: rows of width bytes, dst's rows dpitch bytes
+ * apart, src's spitch */
+typedef struct sd_copy {
+    void *dst;
+    const void *src;
+    size_t width, rows, dpitch, spitch;
+} sd_copy;
+#define SD_COPIES_MAX 4 /* copies a `copies` call takes at most */
+
 typedef struct sd_ops {
     const char *name;
 
@@ -369,6 +378,16 @@ typedef struct sd_ops {
                             void *cache, const sd_attn_batch *b, const sd_rope *r, int H, int C,
                             int R, float *y, const float *x, const sd_weight *wuk, int x_stride,
                             int x_head_stride);
+
+    /* ---- a step's small copies as one (appended; NULL where a backend has
+     * none: the caller makes them one at a time) ----
+     * copies: the n (<= SD_COPIES_MAX) copies in order, after the work
+     * queued before them; each source is device memory or host_alloc's
+     * memory (not rewritten before the next sync or download_wait, as
+     * upload's), each destination device memory. SD_ENOTSUP, with nothing
+     * queued, where the backend cannot make these one (the caller then
+     * uses upload2d, upload and copy). */
+    int (*copies)(sd_backend *be, const sd_copy *c, int n);
 } sd_ops;
 
 struct sd_backend {

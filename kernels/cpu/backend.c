@@ -342,6 +342,13 @@ static int cpu_download_async(sd_backend *be, void *dst, const void *src, size_t
     return cpu_copy(be, dst, src, bytes);
 }
 
+static int cpu_copies(sd_backend *be, const sd_copy *c, int n)
+{
+    for (int i = 0; i < n; i++)
+        cpu_upload2d(be, c[i].dst, c[i].dpitch, c[i].src, c[i].spitch, c[i].width, c[i].rows);
+    return 0;
+}
+
 static int cpu_download_wait(sd_backend *be, int ev)
 {
     (void)be;
@@ -393,6 +400,7 @@ static const sd_ops cpu_ops = {
     .copy = cpu_copy,
     .download_async = cpu_download_async,
     .download_wait = cpu_download_wait,
+    .copies = cpu_copies,
 };
 
 int sd_cpu_backend_create(sd_backend **out, int threads)

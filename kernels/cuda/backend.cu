@@ -124,8 +124,56 @@ static int cu_copy(sd_backend *be, void *dst, const void *src, size_t bytes)
     return SD_CUDA(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
 }
 
+/* the device's pointer to p: device memory, or page-locked host memory
+ * (host: only that); NULL where a kernel cannot reach it */
+static void *dev_view(const void *p, int host)
+{
+    cudaPointerAttributes at;
+    if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+        cudaGetLastError(); /* not sticky */
+        return NULL;
+    }
+    if (at.type == cudaMemoryTypeHost)
+        return at.devicePointer;
+    return !host && (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged)
+               ? at.devicePointer
+               : NULL;
+}
+
+/* a step's small copies as one kernel (SPECD_KERNEL_UP; the copy engine's
+ * upload, 2-D upload and device copy between two graphs cost ~6.5 us a
+ * step, bench/results/boundary-lab-*) */
+static int cu_copies(sd_backend *be, const sd_copy *cp, int n)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    if (c->err)
+        return c->err;
+    if (!c->kernel_up || n < 1 || n > SD__STAGE_PARTS)
+        return SD_ENOTSUP;
+    sd__stage_set s;
+    memset(&s, 0, sizeof s);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        const sd_copy *q = &cp[i];
+        if (q->width % 4 || q->dpitch % 4 || q->spitch % 4 || q->dpitch > UINT32_MAX ||
+            q->spitch > UINT32_MAX || q->rows > UINT32_MAX)
+            return SD_ENOTSUP;
+        total += q->width * q->rows;
+        void *d = q->width && q->rows ? dev_view(q->dst, 0) : q->dst;
+        const void *sp = q->width && q->rows ? dev_view(q->src, 0) : q->src;
+        if (total > SD__STAGE_MAX || !d || !sp)
+            return SD_ENOTSUP;
+        s.part[i] = (sd__stage_part){d, sp, (unsigned)q->width, (unsigned)q->rows,
+                                     (unsigned)q->dpitch, (unsigned)q->spitch};
+    }
+    s.n = n;
+    return sd__cuda_stage(c, &s);
+}
+
 /* a download the host reads after download_wait(ev): the step queued after
- * it runs meanwhile (the engine's launch ahead) */
+ * it runs meanwhile (the engine's launch ahead). Into page-locked memory a
+ * small one is a kernel's stores (SPECD_KERNEL_DOWN; the copy engine's
+ * download between two graphs cost ~9 us, bench/results/boundary-lab-*). */
 static int cu_download_async(sd_backend *be, void *dst, const void *src, size_t bytes, int ev)
 {
     sd__cuda *c = sd__cuda_of(be);
@@ -136,8 +184,20 @@ static int cu_download_async(sd_backend *be, void *dst, const void *src, size_t 
     if (!c->marks[ev] &&
         SD_CUDA(c, cudaEventCreateWithFlags(&c->marks[ev], cudaEventDisableTiming)))
         return c->err;
-    if (bytes && SD_CUDA(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream)))
+    void *dd = NULL;
+    if (bytes && c->kernel_down && bytes <= SD__STAGE_MAX && bytes % 4 == 0 &&
+        ((uintptr_t)dst | (uintptr_t)src) % 4 == 0 && (dd = dev_view(dst, 1))) {
+        sd__stage_set s;
+        memset(&s, 0, sizeof s);
+        s.part[0] = (sd__stage_part){dd, src, (unsigned)bytes, 1, (unsigned)bytes, (unsigned)bytes};
+        s.n = 1;
+        s.sys = 1;
+        if (sd__cuda_stage(c, &s))
+            return c->err;
+    } else if (bytes &&
+               SD_CUDA(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream))) {
         return c->err;
+    }
     return SD_CUDA(c, cudaEventRecord(c->marks[ev], c->stream));
 }
 
@@ -400,6 +460,7 @@ static const sd_ops cuda_ops = {
     /* .download_wait = */ cu_download_wait,
     /* .moe_router_ffn = */ sd__cuda_moe_router_ffn,
     /* .mla_prep_absorb = */ sd__cuda_mla_prep_absorb,
+    /* .copies = */ cu_copies,
 };
 
 int sd_cuda_make_current(sd_backend *be)
@@ -647,6 +708,8 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->moe_overlap = env_level("SPECD_MOE_OVERLAP", 1 << 20, SD_CUDA_MOE_OVERLAP_DEFAULT);
     c->mla_overlap = env_flag("SPECD_MLA_OVERLAP", SD_CUDA_MLA_OVERLAP_DEFAULT);
     c->mla_fold = env_flag("SPECD_MLA_FOLD", SD_CUDA_MLA_FOLD_DEFAULT);
+    c->kernel_down = env_flag("SPECD_KERNEL_DOWN", SD_CUDA_KERNEL_DOWN_DEFAULT);
+    c->kernel_up = env_flag("SPECD_KERNEL_UP", SD_CUDA_KERNEL_UP_DEFAULT);
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

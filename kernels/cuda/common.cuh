@@ -113,6 +113,11 @@ typedef struct sd__cuda {
      * SD__MLA_FOLD_WORDS (token, head pair) words */
     int mla_fold;
     unsigned *mla_fold_cnt;
+    /* download_async into page-locked memory by a kernel, not the copy
+     * engine (SPECD_KERNEL_DOWN; backend.cu) */
+    int kernel_down;
+    /* copies (a step's inputs) as one kernel (SPECD_KERNEL_UP; backend.cu) */
+    int kernel_up;
     /* steps of more than 8 tokens split into chunks (attention.cu,
      * split_for_step; SPECD_ATTN_SPLIT_ALL): 0 none, 1 the general and
      * DeepSeek latent kernels (the default), 2 the 128-dim GQA kernel too */
@@ -436,6 +441,24 @@ __device__ __forceinline__ void sd__dot_rows(const void *w, size_t wr, int K, co
 }
 
 static inline int sd__aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* ---- small copies by a kernel (elementwise.cu) ------------------------- */
+
+#define SD__STAGE_PARTS 4
+#define SD__STAGE_MAX (64u << 10) /* bytes a kernel copies at most (else the copy engine) */
+typedef struct sd__stage_part {
+    void *dst;
+    const void *src;
+    unsigned width, rows; /* bytes a row (a multiple of 4), rows */
+    unsigned dpitch, spitch;
+} sd__stage_part;
+typedef struct sd__stage_set {
+    sd__stage_part part[SD__STAGE_PARTS];
+    int n;
+    int sys; /* a part writes page-locked host memory */
+} sd__stage_set;
+/* the parts in order, one launch; an error where a part is not in 4-byte words */
+int sd__cuda_stage(sd__cuda *c, const sd__stage_set *s);
 
 /* ---- op families ------------------------------------------------------ */
 

@@ -108,6 +108,12 @@ void sd_cuda_set_mla_overlap(sd_backend *be, int on);
  * after it. The same bits either way; V2-Lite batch 1 +1.1% at 64-192
  * positions, equal at 4k (bench/results/ab-mla-fold-65858d6.json). */
 #define SD_CUDA_MLA_FOLD_DEFAULT 1
+/* download_async into page-locked host memory by a kernel's stores instead
+ * of the copy engine (SPECD_KERNEL_DOWN) */
+#define SD_CUDA_KERNEL_DOWN_DEFAULT 0
+/* the copies op (a queued-ahead step's inputs) as one kernel (SPECD_KERNEL_UP);
+ * 0: SD_ENOTSUP, the engine's three copies */
+#define SD_CUDA_KERNEL_UP_DEFAULT 0
 void sd_cuda_set_mla_fold(sd_backend *be, int on);
 
 /* Attention steps of more than 8 tokens (verify steps of 9+ rows, a

@@ -164,6 +164,43 @@ void sd__cuda_gather_rows(sd_backend *be, float *dst, const float *src, const in
     SD_LAUNCHED(c, "copy_rows_kernel");
 }
 
+/* Small copies by one kernel instead of the copy engine (sd__cuda_stage):
+ * between two graphs a copy-engine download cost ~9 us a step and each
+ * upload or device copy 1-4 (bench/results/boundary-lab-*.json). The parts
+ * run in order (a barrier between them: a later part may overwrite what an
+ * earlier one wrote), 4-byte words, rows of width bytes at their pitches;
+ * a part's source or destination may be page-locked host memory (the host
+ * pointer is the device's under unified addressing). sys: the writes are
+ * made visible to the host before the kernel ends. */
+__global__ void stage_kernel(sd__stage_set s)
+{
+    SD_PDL_ENTER();
+    for (int p = 0; p < s.n; p++) {
+        const sd__stage_part q = s.part[p];
+        const unsigned words = q.width / 4, total = words * q.rows;
+        for (unsigned i = threadIdx.x; i < total; i += blockDim.x) {
+            const unsigned r = i / words, w = i % words;
+            ((uint32_t *)((char *)q.dst + (size_t)r * q.dpitch))[w] =
+                ((const uint32_t *)((const char *)q.src + (size_t)r * q.spitch))[w];
+        }
+        if (p + 1 < s.n)
+            __syncthreads();
+    }
+    if (s.sys)
+        __threadfence_system();
+}
+
+int sd__cuda_stage(sd__cuda *c, const sd__stage_set *s)
+{
+    for (int p = 0; p < s->n; p++) {
+        const sd__stage_part *q = &s->part[p];
+        if ((q->width | q->dpitch | q->spitch) % 4 || ((uintptr_t)q->dst | (uintptr_t)q->src) % 4)
+            return SD_BADARG(c, "stage: part %d is not in 4-byte words", p), c->err;
+    }
+    sd__launch(c, stage_kernel, 1, 256, 0, *s);
+    return SD_LAUNCHED(c, "stage_kernel") ? c->err : 0;
+}
+
 __global__ void gather_i32_kernel(int32_t *out, const int32_t *table, const int32_t *idx, int n)
 {
     SD_PDL_ENTER();

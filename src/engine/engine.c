@@ -274,10 +274,11 @@ static void add_rows(sd_engine *e, step *s, req *r, const int32_t *toks, int n, 
         e->h_rows[s->n_out++] = r->row0 + i;
 }
 
-/* The block-table rows of the step's sequences. Only the blocks the
- * sequences hold are copied (the columns up to the longest table, not the
- * maximum context): attention never reads past a token's own position. */
-int sd__engine_upload_tables(sd_engine *e, const step *s)
+/* The copy of the block-table rows of the step's sequences. Only the
+ * blocks the sequences hold are copied (the columns up to the longest
+ * table, not the maximum context): attention never reads past a token's
+ * own position. */
+static sd_copy tables_copy(sd_engine *e, const step *s)
 {
     int width = 0;
     for (int si = 0; si < s->n_seq; si++) {
@@ -289,11 +290,18 @@ int sd__engine_upload_tables(sd_engine *e, const step *s)
             width = r->kv.n_blocks;
     }
     size_t pitch = (size_t)e->max_blocks * sizeof(int32_t);
-    return e->be->ops->upload2d(e->be, e->d_table, pitch, e->h_table, pitch,
-                                (size_t)width * sizeof(int32_t), (size_t)s->n_seq);
+    return (sd_copy){.dst = e->d_table, .src = e->h_table, .width = (size_t)width * sizeof(int32_t),
+                     .rows = (size_t)s->n_seq, .dpitch = pitch, .spitch = pitch};
 }
 
-int sd__engine_upload_step(sd_engine *e, int T, int n_out, int hidden, sd_fwd *f)
+int sd__engine_upload_tables(sd_engine *e, const step *s)
+{
+    sd_copy c = tables_copy(e, s);
+    return e->be->ops->upload2d(e->be, c.dst, c.dpitch, c.src, c.spitch, c.width, c.rows);
+}
+
+/* packs the step's inputs (sd__engine_upload_step) and gives their copy */
+static sd_copy step_copy(sd_engine *e, int T, int n_out, int hidden, sd_fwd *f)
 {
     int32_t *d = e->d_meta;
     const int32_t *cols[4] = {e->h_tok, e->h_pos, e->h_seq, e->h_slot};
@@ -306,7 +314,15 @@ int sd__engine_upload_step(sd_engine *e, int T, int n_out, int hidden, sd_fwd *f
                   .tokens = d, .n_out = n_out, .out_rows = d + 4 * T, .logits = e->d_logits,
                   .hidden = want_hidden == 1 ? e->d_hidden : NULL,
                   .aux = want_hidden == 2 ? e->d_aux : NULL};
-    return e->be->ops->upload(e->be, d, e->h_meta, words * sizeof(int32_t));
+    const size_t bytes = words * sizeof(int32_t);
+    return (sd_copy){.dst = d, .src = e->h_meta, .width = bytes, .rows = 1, .dpitch = bytes,
+                     .spitch = bytes};
+}
+
+int sd__engine_upload_step(sd_engine *e, int T, int n_out, int hidden, sd_fwd *f)
+{
+    sd_copy c = step_copy(e, T, n_out, hidden, f);
+    return e->be->ops->upload(e->be, c.dst, c.src, c.width);
 }
 
 /* Tokens a request in prefill must put in the KV cache: all of a fresh
@@ -805,15 +821,25 @@ static void launch_ahead(sd_engine *e, const step *s, int Tp, int ev)
     swap_mark_bufs(e, ev);
     sd_fwd f;
     sd_err err = {0};
-    int rc = sd__engine_upload_tables(e, a);
-    if (!rc)
-        rc = sd__engine_upload_step(e, Tp ? Tp : a->T, Tp ? Tp : a->n_out, 0, &f);
-    /* the tokens lead the packed inputs: s's argmax, or its sampled tokens
-     * (one a request: no drafts) */
+    /* the block tables, the packed inputs, and the tokens leading them: s's
+     * argmax, or its sampled tokens (one a request: no drafts); one launch
+     * where the backend makes the three copies one (ops.h copies) */
     int sampled = e->dev_acc;
     const int32_t *toks = sampled ? dev_accept_out(e) + e->acc_n : e->d_am;
-    if (!rc)
-        rc = op->copy(e->be, e->d_meta, toks, (size_t)a->T * sizeof(int32_t));
+    const size_t tb = (size_t)a->T * sizeof(int32_t);
+    const sd_copy cp[3] = {tables_copy(e, a),
+                           step_copy(e, Tp ? Tp : a->T, Tp ? Tp : a->n_out, 0, &f),
+                           {.dst = e->d_meta, .src = toks, .width = tb, .rows = 1, .dpitch = tb,
+                            .spitch = tb}};
+    int rc = op->copies ? op->copies(e->be, cp, 3) : SD_ENOTSUP;
+    if (rc == SD_ENOTSUP) {
+        rc = op->upload2d(e->be, cp[0].dst, cp[0].dpitch, cp[0].src, cp[0].spitch, cp[0].width,
+                          cp[0].rows);
+        if (!rc)
+            rc = op->upload(e->be, cp[1].dst, cp[1].src, cp[1].width);
+        if (!rc)
+            rc = op->copy(e->be, cp[2].dst, cp[2].src, cp[2].width);
+    }
     if (!rc)
         rc = Tp && e->graphs_on ? sd__target_graph_launch(e, Tp, &f, &err)
                                 : sd__target_pass(e, &f, !sampled, &err);
