@@ -563,6 +563,11 @@ void sd_cuda_set_moe_overlap(sd_backend *be, int max_tokens)
 }
 void sd_cuda_set_mla_overlap(sd_backend *be, int on) { sd__cuda_of(be)->mla_overlap = on != 0; }
 void sd_cuda_set_mla_fold(sd_backend *be, int on) { sd__cuda_of(be)->mla_fold = on != 0; }
+void sd_cuda_set_kernel_copies(sd_backend *be, int down, int up)
+{
+    sd__cuda_of(be)->kernel_down = down != 0;
+    sd__cuda_of(be)->kernel_up = up != 0;
+}
 
 const char *sd_cuda_backend_error(const sd_backend *be)
 {

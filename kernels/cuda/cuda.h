@@ -114,6 +114,7 @@ void sd_cuda_set_mla_overlap(sd_backend *be, int on);
 /* the copies op (a queued-ahead step's inputs) as one kernel (SPECD_KERNEL_UP);
  * 0: SD_ENOTSUP, the engine's three copies */
 #define SD_CUDA_KERNEL_UP_DEFAULT 0
+void sd_cuda_set_kernel_copies(sd_backend *be, int down, int up);
 void sd_cuda_set_mla_fold(sd_backend *be, int on);
 
 /* Attention steps of more than 8 tokens (verify steps of 9+ rows, a

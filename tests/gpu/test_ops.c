@@ -2845,6 +2845,82 @@ TEST(accept_sample_rows_is_capture_safe_and_refuses_bad_sequences_like_the_cpu)
 
 /* ------------------------------------------------------- errors and graphs */
 
+/* A queued-ahead step's copies (ops.h copies, download_async) by kernels:
+ * random words from page-locked host memory and from the device, rows at
+ * pitches, parts in order (the last overwrites the first's words), against
+ * the CPU backend's copies; a download into page-locked memory by a
+ * kernel, read after download_wait; and the copy engine's path where the
+ * switches are off (copies: SD_ENOTSUP, nothing queued). */
+TEST(step_copies_by_a_kernel_equal_the_cpus)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    const size_t W = 40, R = 7, dp = 64 * 4, sp = 48 * 4, n1 = 300, n2 = 25;
+    int32_t *hsrc = (int32_t *)e.gpu->ops->host_alloc(e.gpu, R * sp + n1 * 4);
+    int32_t *dev_h = (int32_t *)malloc(n2 * 4);
+    ASSERT(hsrc && dev_h);
+    for (size_t i = 0; i < R * sp / 4 + n1; i++)
+        hsrc[i] = (int32_t)(sd_test_randf(&e.rng, 0, 1) * 2147483647.0f);
+    for (size_t i = 0; i < n2; i++)
+        dev_h[i] = -(int32_t)i - 1;
+    int32_t *dsrc = (int32_t *)gput(&e, dev_h, n2 * 4);
+    const size_t nd = R * dp / 4 + n1 + 8;
+    float *dd = gpoison(&e, nd);
+    /* the same copies on the CPU, into a NaN-filled buffer */
+    float *cd = (float *)malloc(nd * sizeof(float));
+    for (size_t i = 0; i < nd; i++)
+        cd[i] = NAN;
+    int32_t *tbl = (int32_t *)(void *)hsrc, *meta = hsrc + R * sp / 4;
+    for (int side = 0; side < 2; side++) {
+        char *base = side ? (char *)cd : (char *)dd;
+        const void *dev_src = side ? (const void *)dev_h : (const void *)dsrc;
+        sd_copy cp[3] = {
+            {.dst = base, .src = tbl, .width = W * 4, .rows = R, .dpitch = dp, .spitch = sp},
+            {.dst = base + R * dp, .src = meta, .width = n1 * 4, .rows = 1, .dpitch = n1 * 4,
+             .spitch = n1 * 4},
+            {.dst = base + R * dp + 8, .src = dev_src, .width = n2 * 4, .rows = 1,
+             .dpitch = n2 * 4, .spitch = n2 * 4}};
+        sd_backend *be = side ? e.cpu : e.gpu;
+        if (!side)
+            sd_cuda_set_kernel_copies(e.gpu, 1, 1);
+        ok &= reportf(be->ops->copies(be, cp, 3) ? 1 : 0, 0, "copies by %s queued",
+                      side ? "the cpu" : "a kernel");
+    }
+    float *g = gget(&e, dd, nd);
+    ok &= reportf(g && !memcmp(g, cd, nd * sizeof(float)) ? 0 : 1, 0,
+                  "copies: 2-D rows from page-locked memory, a row from it and one from the "
+                  "device overwriting it: the cpu's bytes");
+    /* the kernel's download into page-locked memory */
+    int32_t *hdst = (int32_t *)e.gpu->ops->host_alloc(e.gpu, n2 * 4);
+    ASSERT(hdst);
+    memset(hdst, 0, n2 * 4);
+    ok &= reportf(e.gpu->ops->download_async(e.gpu, hdst, dsrc, n2 * 4, 1) ? 1 : 0, 0,
+                  "download_async by a kernel queued");
+    ok &= reportf(e.gpu->ops->download_wait(e.gpu, 1) ? 1 : 0, 0, "download_wait");
+    ok &= reportf(memcmp(hdst, dev_h, n2 * 4) ? 1 : 0, 0,
+                  "download_async by a kernel: the device's words in page-locked memory");
+    /* switched off: the copy engine */
+    sd_cuda_set_kernel_copies(e.gpu, 0, 0);
+    sd_copy one = {.dst = dd, .src = dsrc, .width = 4, .rows = 1, .dpitch = 4, .spitch = 4};
+    ok &= reportf(e.gpu->ops->copies(e.gpu, &one, 1) == SD_ENOTSUP ? 0 : 1, 0,
+                  "copies switched off: SD_ENOTSUP");
+    memset(hdst, 0, n2 * 4);
+    e.gpu->ops->download_async(e.gpu, hdst, dsrc, n2 * 4, 0);
+    ok &= reportf(e.gpu->ops->download_wait(e.gpu, 0) || memcmp(hdst, dev_h, n2 * 4) ? 1 : 0, 0,
+                  "download_async by the copy engine");
+    sd_cuda_set_kernel_copies(e.gpu, SD_CUDA_KERNEL_DOWN_DEFAULT, SD_CUDA_KERNEL_UP_DEFAULT);
+    free(g);
+    free(cd);
+    free(dev_h);
+    gfree(&e, dd);
+    gfree(&e, dsrc);
+    e.gpu->ops->host_free(e.gpu, hsrc);
+    e.gpu->ops->host_free(e.gpu, hdst);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
 TEST(a_bad_op_is_reported_by_sync_with_its_name_and_stops_later_ops)
 {
     gpu_env e;
@@ -3066,6 +3142,7 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(accept_greedy_rows_equals_the_cpu),
           T(accept_sample_rows_equals_the_cpu_on_sampled_chains_but_at_rounding_boundaries),
           T(accept_sample_rows_is_capture_safe_and_refuses_bad_sequences_like_the_cpu),
+          T(step_copies_by_a_kernel_equal_the_cpus),
           T(a_bad_op_is_reported_by_sync_with_its_name_and_stops_later_ops),
           T(matmul_plans_made_under_capture_skip_the_timed_trial_and_replay_right),
           T(ops_are_capture_safe_and_a_graph_replay_equals_the_eager_run))
