@@ -1037,9 +1037,16 @@ static int engine_step(sd_engine *e)
     e->dev_acc = !rc && !greedy_only && s.n_out > 0 && !launch_dev_accept(e, &s, 0);
     step_launch L = {.Tp = Tp, .ev = -1, .step0 = step0, .t0 = t0, .t_up = t_up,
                      .t_launch = sd_now_ns(), .keys = step_keys(e, s.T)};
-    if (!rc && ahead_ok(e, &s) && !queue_tokens_down(e, s.n_out, 0)) {
+    /* tokens on the device (the argmax, or the device's acceptance) come
+     * down queued behind the step, with mark 0: the host's wait for the
+     * step brings them, where a sync and then a download took a second
+     * round trip (every speculative step's); the next step is queued
+     * ahead where nothing but these tokens can change it */
+    if (!rc && (e->am_valid || e->dev_acc) && e->be->ops->download_async &&
+        e->be->ops->download_wait && !queue_tokens_down(e, s.n_out, 0)) {
         L.ev = 0;
-        launch_ahead(e, &s, Tp, 1);
+        if (ahead_ok(e, &s))
+            launch_ahead(e, &s, Tp, 1);
     }
     return read_step(e, &s, &L, rc, &err);
 }
