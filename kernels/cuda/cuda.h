@@ -109,11 +109,14 @@ void sd_cuda_set_mla_overlap(sd_backend *be, int on);
  * positions, equal at 4k (bench/results/ab-mla-fold-65858d6.json). */
 #define SD_CUDA_MLA_FOLD_DEFAULT 1
 /* download_async into page-locked host memory by a kernel's stores instead
- * of the copy engine (SPECD_KERNEL_DOWN) */
-#define SD_CUDA_KERNEL_DOWN_DEFAULT 0
-/* the copies op (a queued-ahead step's inputs) as one kernel (SPECD_KERNEL_UP);
- * 0: SD_ENOTSUP, the engine's three copies */
-#define SD_CUDA_KERNEL_UP_DEFAULT 0
+ * of the copy engine (SPECD_KERNEL_DOWN), and the copies op (a step's block
+ * tables, inputs and tokens) as one kernel (SPECD_KERNEL_UP; 0: SD_ENOTSUP,
+ * the engine's copies one at a time). Between two queued-ahead steps the
+ * copy engine's four took 15.8 us, the two kernels 5.0
+ * (bench/results/boundary-lab-*): the bundled model's plain decode +6% at
+ * batch 1 and 8, V2-Lite's +0.45%. */
+#define SD_CUDA_KERNEL_DOWN_DEFAULT 1
+#define SD_CUDA_KERNEL_UP_DEFAULT 1
 void sd_cuda_set_kernel_copies(sd_backend *be, int down, int up);
 void sd_cuda_set_mla_fold(sd_backend *be, int on);
 

@@ -325,6 +325,32 @@ int sd__engine_upload_step(sd_engine *e, int T, int n_out, int hidden, sd_fwd *f
     return e->be->ops->upload(e->be, c.dst, c.src, c.width);
 }
 
+/* A target step's block tables and packed inputs up (sd__engine_upload_tables,
+ * sd__engine_upload_step), then, with toks, its n_tok tokens from device
+ * memory into the inputs' lead: one launch where the backend makes the
+ * copies one (ops.h copies: ~5 us a step boundary where the copy engine's
+ * three took ~16, bench/results/boundary-lab-*). */
+static int put_step(sd_engine *e, const step *s, int T, int n_out, int hidden, sd_fwd *f,
+                    const int32_t *toks, int n_tok)
+{
+    const sd_ops *op = e->be->ops;
+    const size_t tb = (size_t)n_tok * sizeof(int32_t);
+    const sd_copy cp[3] = {tables_copy(e, s), step_copy(e, T, n_out, hidden, f),
+                           {.dst = e->d_meta, .src = toks, .width = tb, .rows = 1, .dpitch = tb,
+                            .spitch = tb}};
+    const int n = toks ? 3 : 2;
+    int rc = op->copies ? op->copies(e->be, cp, n) : SD_ENOTSUP;
+    if (rc != SD_ENOTSUP)
+        return rc;
+    rc = op->upload2d(e->be, cp[0].dst, cp[0].dpitch, cp[0].src, cp[0].spitch, cp[0].width,
+                      cp[0].rows);
+    if (!rc)
+        rc = op->upload(e->be, cp[1].dst, cp[1].src, cp[1].width);
+    if (!rc && toks)
+        rc = op->copy(e->be, cp[2].dst, cp[2].src, cp[2].width);
+    return rc;
+}
+
 /* Tokens a request in prefill must put in the KV cache: all of a fresh
  * prompt (its last logits give the first token); after a preemption all but
  * the last token, which the next decode step processes. */
@@ -800,7 +826,6 @@ static int ahead_ok(sd_engine *e, const step *s)
  * must) or a launch fails (the backend's error reaches s's reading). */
 static void launch_ahead(sd_engine *e, const step *s, int Tp, int ev)
 {
-    const sd_ops *op = e->be->ops;
     for (int i = 0; i < s->n_seq; i++)
         if (sd_kv_seq_reserve(e->kv, &s->seqs[i]->kv, s->seqs[i]->n_tok + 1) != 0)
             return;
@@ -821,25 +846,11 @@ static void launch_ahead(sd_engine *e, const step *s, int Tp, int ev)
     swap_mark_bufs(e, ev);
     sd_fwd f;
     sd_err err = {0};
-    /* the block tables, the packed inputs, and the tokens leading them: s's
-     * argmax, or its sampled tokens (one a request: no drafts); one launch
-     * where the backend makes the three copies one (ops.h copies) */
+    /* the tokens lead the packed inputs: s's argmax, or its sampled tokens
+     * (one a request: no drafts) */
     int sampled = e->dev_acc;
     const int32_t *toks = sampled ? dev_accept_out(e) + e->acc_n : e->d_am;
-    const size_t tb = (size_t)a->T * sizeof(int32_t);
-    const sd_copy cp[3] = {tables_copy(e, a),
-                           step_copy(e, Tp ? Tp : a->T, Tp ? Tp : a->n_out, 0, &f),
-                           {.dst = e->d_meta, .src = toks, .width = tb, .rows = 1, .dpitch = tb,
-                            .spitch = tb}};
-    int rc = op->copies ? op->copies(e->be, cp, 3) : SD_ENOTSUP;
-    if (rc == SD_ENOTSUP) {
-        rc = op->upload2d(e->be, cp[0].dst, cp[0].dpitch, cp[0].src, cp[0].spitch, cp[0].width,
-                          cp[0].rows);
-        if (!rc)
-            rc = op->upload(e->be, cp[1].dst, cp[1].src, cp[1].width);
-        if (!rc)
-            rc = op->copy(e->be, cp[2].dst, cp[2].src, cp[2].width);
-    }
+    int rc = put_step(e, a, Tp ? Tp : a->T, Tp ? Tp : a->n_out, 0, &f, toks, a->T);
     if (!rc)
         rc = Tp && e->graphs_on ? sd__target_graph_launch(e, Tp, &f, &err)
                                 : sd__target_pass(e, &f, !sampled, &err);
@@ -1019,9 +1030,7 @@ static int engine_step(sd_engine *e)
     sd_fwd f;
     sd_err err = {0};
     uint64_t t0 = sd_now_ns();
-    int rc = sd__engine_upload_tables(e, &s);
-    if (!rc)
-        rc = sd__engine_upload_step(e, Tp ? Tp : s.T, Tp ? Tp : s.n_out, hidden, &f);
+    int rc = put_step(e, &s, Tp ? Tp : s.T, Tp ? Tp : s.n_out, hidden, &f, NULL, 0);
     uint64_t t_up = sd_now_ns();
     /* Only greedy requests in the step: the argmax is taken where the logits
      * are, and only token ids cross to the host. */

@@ -63,7 +63,7 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
     size_t T = (size_t)e->max_tokens;
     /* tok, pos, seq, slot, hrows, rows of a pass (6 T), the chain's rows (T) */
     e->pd_meta = op->alloc(e->be, 7 * T * 4);
-    e->ph_meta = malloc(6 * T * 4);
+    e->ph_meta = sd__host_buf(e, 6 * T * 4);
     e->pd_logits = op->alloc(e->be, (size_t)e->ov_max_seqs * (size_t)e->V * 4);
     e->pd_hid_in = op->alloc(e->be, T * (size_t)e->D * 4);
     e->pd_hid_out = op->alloc(e->be, T * (size_t)e->D * 4);
@@ -75,8 +75,8 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
     e->pd_drafts = op->alloc(e->be, SD_MAX_K * ov * 4);
     e->pd_am = op->alloc(e->be, ov * 4);
     e->pd_chain = op->alloc(e->be, (3 * (SD_MAX_K - 1) + 2) * ov * 4);
-    e->ph_chain = malloc((3 * (SD_MAX_K - 1) + 2) * ov * 4);
-    e->ph_drafts = malloc(SD_MAX_K * ov * 4);
+    e->ph_chain = sd__host_buf(e, (3 * (SD_MAX_K - 1) + 2) * ov * 4);
+    e->ph_drafts = sd__host_buf(e, SD_MAX_K * ov * 4);
     if (!e->pd_drafts || !e->pd_am || !e->pd_chain || !e->ph_chain || !e->ph_drafts)
         return sd_err_set(err, SD_ENOMEM, "speculation: out of memory for the draft chain");
     /* sampled drafts on the device: their distributions stay there for the
@@ -240,9 +240,9 @@ void sd__spec_free(sd_engine *e)
     if (e->pd_aux_in)
         e->be->ops->free(e->be, e->pd_aux_in);
     sd__host_buf_free(e, e->ph_logits);
-    free(e->ph_meta);
-    free(e->ph_chain);
-    free(e->ph_drafts);
+    sd__host_buf_free(e, e->ph_meta);
+    sd__host_buf_free(e, e->ph_chain);
+    sd__host_buf_free(e, e->ph_drafts);
     free(e->ph_dsp);
     free(e->h_qidx);
     free(e->ph_i32);
@@ -623,10 +623,20 @@ static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int
         if (!rc)
             rc = pgraph_run(e, g, chain_cb, &cx, err);
     }
-    if (!rc)
+    /* the drafts come down queued behind the chain: the wait for it brings
+     * them (a sync and then a download took two round trips); mark 0 is
+     * free where no target step is queued ahead (none is while requests
+     * draft) */
+    const size_t db = (size_t)kc * (size_t)Tc * 4;
+    if (!rc && op->download_async && op->download_wait && !e->ahead_live) {
+        rc = op->download_async(e->be, e->ph_drafts, e->pd_drafts, db, 0);
+        if (!rc)
+            rc = op->download_wait(e->be, 0);
+    } else if (!rc) {
         rc = op->sync(e->be);
-    if (!rc)
-        rc = op->download(e->be, e->ph_drafts, e->pd_drafts, (size_t)kc * (size_t)Tc * 4);
+        if (!rc)
+            rc = op->download(e->be, e->ph_drafts, e->pd_drafts, db);
+    }
     if (rc)
         return rc;
     for (int m = 0; m < n; m++) {
