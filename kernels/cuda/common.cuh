@@ -445,13 +445,7 @@ static inline int sd__aligned16(const void *p) { return ((uintptr_t)p & 15u) == 
 /* ---- small copies by a kernel (elementwise.cu) ------------------------- */
 
 #define SD__STAGE_PARTS 4
-/* bytes a kernel copies at most (else the copy engine): a download (device
- * reads, posted host writes), and the copies op (host reads, a PCIe round
- * trip a word a thread: 4 KB is 4 of them for 256 threads, about what the
- * copy engine's three copies cost; a prefill step's larger inputs go to
- * the copy engine) */
-#define SD__STAGE_MAX (64u << 10)
-#define SD__COPIES_MAX (4u << 10)
+#define SD__STAGE_MAX (64u << 10) /* bytes a kernel copies at most (else the copy engine) */
 typedef struct sd__stage_part {
     void *dst;
     const void *src;
