@@ -161,7 +161,7 @@ static int cu_copies(sd_backend *be, const sd_copy *cp, int n)
         total += q->width * q->rows;
         void *d = q->width && q->rows ? dev_view(q->dst, 0) : q->dst;
         const void *sp = q->width && q->rows ? dev_view(q->src, 0) : q->src;
-        if (total > SD__STAGE_MAX || !d || !sp)
+        if (total > SD__COPIES_MAX || !d || !sp)
             return SD_ENOTSUP;
         s.part[i] = (sd__stage_part){d, sp, (unsigned)q->width, (unsigned)q->rows,
                                      (unsigned)q->dpitch, (unsigned)q->spitch};

@@ -445,7 +445,11 @@ static inline int sd__aligned16(const void *p) { return ((uintptr_t)p & 15u) == 
 /* ---- small copies by a kernel (elementwise.cu) ------------------------- */
 
 #define SD__STAGE_PARTS 4
-#define SD__STAGE_MAX (64u << 10) /* bytes a kernel copies at most (else the copy engine) */
+/* bytes a kernel copies at most (else the copy engine): a download (device
+ * reads, posted host writes), and the copies op (host reads: 256 threads'
+ * batches of 4 words, two round trips over PCIe at this size) */
+#define SD__STAGE_MAX (64u << 10)
+#define SD__COPIES_MAX (8u << 10)
 typedef struct sd__stage_part {
     void *dst;
     const void *src;

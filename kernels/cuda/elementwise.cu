@@ -172,16 +172,28 @@ void sd__cuda_gather_rows(sd_backend *be, float *dst, const float *src, const in
  * a part's source or destination may be page-locked host memory (the host
  * pointer is the device's under unified addressing). sys: the writes are
  * made visible to the host before the kernel ends. */
+#define STAGE_BATCH 4 /* words a thread loads before it stores (a read of host memory is a PCIe round trip) */
 __global__ void stage_kernel(sd__stage_set s)
 {
     SD_PDL_ENTER();
     for (int p = 0; p < s.n; p++) {
         const sd__stage_part q = s.part[p];
         const unsigned words = q.width / 4, total = words * q.rows;
-        for (unsigned i = threadIdx.x; i < total; i += blockDim.x) {
-            const unsigned r = i / words, w = i % words;
-            ((uint32_t *)((char *)q.dst + (size_t)r * q.dpitch))[w] =
-                ((const uint32_t *)((const char *)q.src + (size_t)r * q.spitch))[w];
+        for (unsigned i0 = threadIdx.x; i0 < total; i0 += STAGE_BATCH * blockDim.x) {
+            uint32_t v[STAGE_BATCH];
+#pragma unroll
+            for (int u = 0; u < STAGE_BATCH; u++) {
+                const unsigned i = i0 + u * blockDim.x;
+                if (i < total)
+                    v[u] = ((const uint32_t *)((const char *)q.src +
+                                               (size_t)(i / words) * q.spitch))[i % words];
+            }
+#pragma unroll
+            for (int u = 0; u < STAGE_BATCH; u++) {
+                const unsigned i = i0 + u * blockDim.x;
+                if (i < total)
+                    ((uint32_t *)((char *)q.dst + (size_t)(i / words) * q.dpitch))[i % words] = v[u];
+            }
         }
         if (p + 1 < s.n)
             __syncthreads();

@@ -2856,7 +2856,8 @@ TEST(step_copies_by_a_kernel_equal_the_cpus)
     gpu_env e;
     GPU_OPEN(e);
     int ok = 1;
-    const size_t W = 40, R = 7, dp = 64 * 4, sp = 48 * 4, n1 = 300, n2 = 25;
+    /* 1505 words (6 KB) in all: two of a thread's batches of loads */
+    const size_t W = 40, R = 7, dp = 64 * 4, sp = 48 * 4, n1 = 1200, n2 = 25;
     int32_t *hsrc = (int32_t *)e.gpu->ops->host_alloc(e.gpu, R * sp + n1 * 4);
     int32_t *dev_h = (int32_t *)malloc(n2 * 4);
     ASSERT(hsrc && dev_h);
