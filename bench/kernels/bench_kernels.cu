@@ -1350,6 +1350,71 @@ static void boundary_lab(bench *b, out *o)
              names[mode], BL_KERNELS + 2, us, us - base);
         fflush(stdout);
     }
+    /* the copies' size: a step's table (32 rows) and inputs (640 bytes) up
+     * and its token copied in, by the backend's copies kernel (stage) or by
+     * the copy engine (upload2d, upload, copy); the token down by a kernel
+     * and the event after the graph, as the engine has them (backend.cu's
+     * SD__COPIES_MAX is where the kernel stops being the faster) */
+    const size_t sweep[] = {1024, 4096, 8192, 16384, 32768, 65536};
+    char *hs = (char *)b->be->ops->host_alloc(b->be, 65536 + 1024);
+    char *ds = (char *)dev_alloc(b, 65536 + 1024 + 64);
+    if (!hs) {
+        fprintf(stderr, "boundary lab: no page-locked memory for the sweep\n");
+        exit(1);
+    }
+    memset(hs, 1, 65536 + 1024);
+    printf("\nboundary lab, the copies by size (table of 32 rows + 640 B inputs + the token)\n"
+           "%-10s %12s %12s %8s\n",
+           "table", "kernel us", "engine us", "ratio");
+    for (size_t z = 0; z < sizeof sweep / sizeof sweep[0]; z++) {
+        const size_t tb = sweep[z], w = tb / 32;
+        double us2[2];
+        for (int how = 0; how < 2; how++) {
+            float t[7];
+            for (int rep = 0; rep < 7; rep++) {
+                CHECK(cudaStreamSynchronize(st));
+                CHECK(cudaEventRecord(b->e0, st));
+                for (int s2 = 0; s2 < BL_STEPS; s2++) {
+                    if (how == 0) {
+                        sd__stage_set ss;
+                        memset(&ss, 0, sizeof ss);
+                        ss.part[0] = (sd_copy){ds, hs, w, 32, w, w};
+                        ss.part[1] = (sd_copy){ds + 65536, hs + 65536, 640, 1, 640, 640};
+                        ss.part[2] = (sd_copy){ds + 65536, tok, 4, 1, 4, 4};
+                        ss.n = 3;
+                        if (sd__cuda_stage(c, &ss))
+                            exit(1);
+                    } else {
+                        CHECK(cudaMemcpy2DAsync(ds, w, hs, w, w, 32, cudaMemcpyHostToDevice, st));
+                        CHECK(cudaMemcpyAsync(ds + 65536, hs + 65536, 640,
+                                              cudaMemcpyHostToDevice, st));
+                        CHECK(cudaMemcpyAsync(ds + 65536, tok, 4, cudaMemcpyDeviceToDevice, st));
+                    }
+                    CHECK(cudaGraphLaunch(ge[0], st));
+                    sd__stage_set sd;
+                    memset(&sd, 0, sizeof sd);
+                    sd.part[0] = (sd_copy){hd, tok, 4, 1, 4, 4};
+                    sd.n = 1;
+                    sd.sys = 1;
+                    if (sd__cuda_stage(c, &sd))
+                        exit(1);
+                    CHECK(cudaEventRecord(mark, st));
+                }
+                CHECK(cudaEventRecord(b->e1, st));
+                CHECK(cudaEventSynchronize(b->e1));
+                CHECK(cudaEventElapsedTime(&t[rep], b->e0, b->e1));
+            }
+            qsort(t, 7, sizeof t[0], cmp_float);
+            us2[how] = t[3] * 1e3 / BL_STEPS - base;
+        }
+        printf("%7zu B %12.2f %12.2f %8.2f\n", tb, us2[0], us2[1], us2[0] / us2[1]);
+        jrow(o, "\"op\": \"boundary_lab_copies\", \"table_bytes\": %zu, \"kernel_added_us\": %.3f, "
+                "\"copy_engine_added_us\": %.3f",
+             tb, us2[0], us2[1]);
+        fflush(stdout);
+    }
+    b->be->ops->host_free(b->be, hs);
+    b->be->ops->free(b->be, ds);
     CHECK(cudaEventDestroy(mark));
     for (int v = 0; v < 2; v++) {
         CHECK(cudaGraphExecDestroy(ge[v]));

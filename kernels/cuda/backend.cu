@@ -68,6 +68,8 @@ sd__cuda *sd__cuda_op(sd_backend *be)
 
 /* ---- memory ------------------------------------------------------------ */
 
+static void views_forget(sd__cuda *c);
+
 static void *cu_alloc(sd_backend *be, size_t bytes)
 {
     sd__cuda *c = sd__cuda_of(be);
@@ -90,6 +92,7 @@ static void cu_free(sd_backend *be, void *p)
 {
     sd__cuda *c = sd__cuda_of(be);
     if (p) {
+        views_forget(c);
         cudaSetDevice(c->device);
         SD_CUDA(c, cudaFree(p));
     }
@@ -125,20 +128,37 @@ static int cu_copy(sd_backend *be, void *dst, const void *src, size_t bytes)
 }
 
 /* the device's pointer to p: device memory, or page-locked host memory
- * (host: only that); NULL where a kernel cannot reach it */
-static void *dev_view(const void *p, int host)
+ * (host: only that); NULL where a kernel cannot reach it. The answers for
+ * the last few pointers are kept (the driver's lookup is host time on a
+ * speculative step's path, several a step for the same few buffers) until
+ * memory is freed (views_forget). */
+static void *dev_view(sd__cuda *c, const void *p, int host)
 {
+    for (int i = 0; i < c->n_views; i++)
+        if (c->views[i].p == p)
+            return c->views[i].view[host];
     cudaPointerAttributes at;
     if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
         cudaGetLastError(); /* not sticky */
         return NULL;
     }
+    void *v[2] = {NULL, NULL};
     if (at.type == cudaMemoryTypeHost)
-        return at.devicePointer;
-    return !host && (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged)
-               ? at.devicePointer
-               : NULL;
+        v[0] = v[1] = at.devicePointer;
+    else if (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged)
+        v[0] = at.devicePointer;
+    if (v[0]) { /* pageable memory is not kept: it may become page-locked */
+        const int n = (int)(sizeof c->views / sizeof c->views[0]);
+        const int i = c->n_views < n ? c->n_views++ : (c->next_view++ % n);
+        c->views[i].p = p;
+        c->views[i].view[0] = v[0];
+        c->views[i].view[1] = v[1];
+    }
+    return v[host];
 }
+
+/* memory was freed: a kept view may now be another allocation's */
+static void views_forget(sd__cuda *c) { c->n_views = c->next_view = 0; }
 
 /* a step's small copies as one kernel (SPECD_KERNEL_UP; the copy engine's
  * upload, 2-D upload and device copy between two graphs cost ~6.5 us a
@@ -148,7 +168,7 @@ static int cu_copies(sd_backend *be, const sd_copy *cp, int n)
     sd__cuda *c = sd__cuda_of(be);
     if (c->err)
         return c->err;
-    if (!c->kernel_up || n < 1 || n > SD__STAGE_PARTS)
+    if (!c->kernel_up || n < 1 || n > SD_COPIES_MAX)
         return SD_ENOTSUP;
     sd__stage_set s;
     memset(&s, 0, sizeof s);
@@ -159,12 +179,13 @@ static int cu_copies(sd_backend *be, const sd_copy *cp, int n)
             q->spitch > UINT32_MAX || q->rows > UINT32_MAX)
             return SD_ENOTSUP;
         total += q->width * q->rows;
-        void *d = q->width && q->rows ? dev_view(q->dst, 0) : q->dst;
-        const void *sp = q->width && q->rows ? dev_view(q->src, 0) : q->src;
+        void *d = q->width && q->rows ? dev_view(c, q->dst, 0) : q->dst;
+        const void *sp = q->width && q->rows ? dev_view(c, q->src, 0) : q->src;
         if (total > SD__COPIES_MAX || !d || !sp)
             return SD_ENOTSUP;
-        s.part[i] = (sd__stage_part){d, sp, (unsigned)q->width, (unsigned)q->rows,
-                                     (unsigned)q->dpitch, (unsigned)q->spitch};
+        s.part[i] = *q;
+        s.part[i].dst = d;
+        s.part[i].src = sp;
     }
     s.n = n;
     return sd__cuda_stage(c, &s);
@@ -186,10 +207,10 @@ static int cu_download_async(sd_backend *be, void *dst, const void *src, size_t 
         return c->err;
     void *dd = NULL;
     if (bytes && c->kernel_down && bytes <= SD__STAGE_MAX && bytes % 4 == 0 &&
-        ((uintptr_t)dst | (uintptr_t)src) % 4 == 0 && (dd = dev_view(dst, 1))) {
+        ((uintptr_t)dst | (uintptr_t)src) % 4 == 0 && (dd = dev_view(c, dst, 1))) {
         sd__stage_set s;
         memset(&s, 0, sizeof s);
-        s.part[0] = (sd__stage_part){dd, src, (unsigned)bytes, 1, (unsigned)bytes, (unsigned)bytes};
+        s.part[0] = (sd_copy){dd, src, bytes, 1, bytes, bytes};
         s.n = 1;
         s.sys = 1;
         if (sd__cuda_stage(c, &s))
@@ -403,9 +424,10 @@ static void *cu_host_alloc(sd_backend *be, size_t bytes)
 
 static void cu_host_free(sd_backend *be, void *p)
 {
-    (void)be;
-    if (p)
+    if (p) {
+        views_forget(sd__cuda_of(be));
         cudaFreeHost(p);
+    }
 }
 
 /* ---- the table --------------------------------------------------------- */

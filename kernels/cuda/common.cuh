@@ -154,6 +154,14 @@ typedef struct sd__cuda {
     int n_weights, cap_weights;
     /* download_async's two marks (created on first use) */
     cudaEvent_t marks[2];
+    /* the device's views of the pointers copies and download_async saw
+     * last (backend.cu, dev_view: the engine's few fixed buffers, each step;
+     * a driver lookup each otherwise); emptied when memory is freed */
+    struct {
+        const void *p;
+        void *view[2]; /* [host]: dev_view(p, 0), dev_view(p, 1) */
+    } views[16];
+    int n_views, next_view;
 } sd__cuda;
 
 #define SD__ARGMAX_ROWS 4096
@@ -444,20 +452,13 @@ static inline int sd__aligned16(const void *p) { return ((uintptr_t)p & 15u) == 
 
 /* ---- small copies by a kernel (elementwise.cu) ------------------------- */
 
-#define SD__STAGE_PARTS 4
 /* bytes a kernel copies at most (else the copy engine): a download (device
  * reads, posted host writes), and the copies op (host reads: 256 threads'
  * batches of 4 words, two round trips over PCIe at this size) */
 #define SD__STAGE_MAX (64u << 10)
 #define SD__COPIES_MAX (8u << 10)
-typedef struct sd__stage_part {
-    void *dst;
-    const void *src;
-    unsigned width, rows; /* bytes a row (a multiple of 4), rows */
-    unsigned dpitch, spitch;
-} sd__stage_part;
 typedef struct sd__stage_set {
-    sd__stage_part part[SD__STAGE_PARTS];
+    sd_copy part[SD_COPIES_MAX]; /* 4-byte words; rows, pitches below 4 G */
     int n;
     int sys; /* a part writes page-locked host memory */
 } sd__stage_set;

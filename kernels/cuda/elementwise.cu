@@ -177,8 +177,9 @@ __global__ void stage_kernel(sd__stage_set s)
 {
     SD_PDL_ENTER();
     for (int p = 0; p < s.n; p++) {
-        const sd__stage_part q = s.part[p];
-        const unsigned words = q.width / 4, total = words * q.rows;
+        const sd_copy q = s.part[p];
+        const unsigned words = (unsigned)q.width / 4, total = words * (unsigned)q.rows;
+        const unsigned dpitch = (unsigned)q.dpitch, spitch = (unsigned)q.spitch;
         for (unsigned i0 = threadIdx.x; i0 < total; i0 += STAGE_BATCH * blockDim.x) {
             uint32_t v[STAGE_BATCH];
 #pragma unroll
@@ -186,13 +187,13 @@ __global__ void stage_kernel(sd__stage_set s)
                 const unsigned i = i0 + u * blockDim.x;
                 if (i < total)
                     v[u] = ((const uint32_t *)((const char *)q.src +
-                                               (size_t)(i / words) * q.spitch))[i % words];
+                                               (size_t)(i / words) * spitch))[i % words];
             }
 #pragma unroll
             for (int u = 0; u < STAGE_BATCH; u++) {
                 const unsigned i = i0 + u * blockDim.x;
                 if (i < total)
-                    ((uint32_t *)((char *)q.dst + (size_t)(i / words) * q.dpitch))[i % words] = v[u];
+                    ((uint32_t *)((char *)q.dst + (size_t)(i / words) * dpitch))[i % words] = v[u];
             }
         }
         if (p + 1 < s.n)
@@ -205,9 +206,10 @@ __global__ void stage_kernel(sd__stage_set s)
 int sd__cuda_stage(sd__cuda *c, const sd__stage_set *s)
 {
     for (int p = 0; p < s->n; p++) {
-        const sd__stage_part *q = &s->part[p];
-        if ((q->width | q->dpitch | q->spitch) % 4 || ((uintptr_t)q->dst | (uintptr_t)q->src) % 4)
-            return SD_BADARG(c, "stage: part %d is not in 4-byte words", p), c->err;
+        const sd_copy *q = &s->part[p];
+        if ((q->width | q->dpitch | q->spitch) % 4 || ((uintptr_t)q->dst | (uintptr_t)q->src) % 4 ||
+            q->width * q->rows > UINT32_MAX || q->dpitch > UINT32_MAX || q->spitch > UINT32_MAX)
+            return SD_BADARG(c, "stage: part %d is not in 4-byte words below 4 GB", p), c->err;
     }
     sd__launch(c, stage_kernel, 1, 256, 0, *s);
     return SD_LAUNCHED(c, "stage_kernel") ? c->err : 0;
