@@ -384,9 +384,11 @@ typedef struct sd_ops {
      * copies: the n (<= SD_COPIES_MAX) copies in order, after the work
      * queued before them; each source is device memory or host_alloc's
      * memory (not rewritten before the next sync or download_wait, as
-     * upload's), each destination device memory. SD_ENOTSUP, with nothing
-     * queued, where the backend cannot make these one (the caller then
-     * uses upload2d, upload and copy). */
+     * upload's), each destination device memory or host_alloc's memory
+     * (the host reads it after a download_async queued later, of nothing
+     * or more, is waited for). SD_ENOTSUP, with nothing queued, where the
+     * backend cannot make these one (the caller then uses upload2d,
+     * upload, copy and download_async). */
     int (*copies)(sd_backend *be, const sd_copy *c, int n);
 } sd_ops;
 

@@ -183,6 +183,8 @@ static int cu_copies(sd_backend *be, const sd_copy *cp, int n)
         const void *sp = q->width && q->rows ? dev_view(c, q->src, 0) : q->src;
         if (total > SD__COPIES_MAX || !d || !sp)
             return SD_ENOTSUP;
+        if (q->width && q->rows && dev_view(c, q->dst, 1))
+            s.sys = 1; /* page-locked host memory: the host reads it after a mark */
         s.part[i] = *q;
         s.part[i].dst = d;
         s.part[i].src = sp;

@@ -278,7 +278,7 @@ static void add_rows(sd_engine *e, step *s, req *r, const int32_t *toks, int n, 
  * blocks the sequences hold are copied (the columns up to the longest
  * table, not the maximum context): attention never reads past a token's
  * own position. */
-static sd_copy tables_copy(sd_engine *e, const step *s)
+sd_copy sd__engine_tables_copy(sd_engine *e, const step *s)
 {
     int width = 0;
     for (int si = 0; si < s->n_seq; si++) {
@@ -294,10 +294,17 @@ static sd_copy tables_copy(sd_engine *e, const step *s)
                      .rows = (size_t)s->n_seq, .dpitch = pitch, .spitch = pitch};
 }
 
-int sd__engine_upload_tables(sd_engine *e, const step *s)
+int sd__engine_put_host(sd_engine *e, const sd_copy *cp, int n)
 {
-    sd_copy c = tables_copy(e, s);
-    return e->be->ops->upload2d(e->be, c.dst, c.dpitch, c.src, c.spitch, c.width, c.rows);
+    const sd_ops *op = e->be->ops;
+    int rc = op->copies ? op->copies(e->be, cp, n) : SD_ENOTSUP;
+    if (rc != SD_ENOTSUP)
+        return rc;
+    rc = 0;
+    for (int i = 0; i < n && !rc; i++)
+        rc = op->upload2d(e->be, cp[i].dst, cp[i].dpitch, cp[i].src, cp[i].spitch, cp[i].width,
+                          cp[i].rows);
+    return rc;
 }
 
 /* packs the step's inputs (sd__engine_upload_step) and gives their copy */
@@ -325,21 +332,47 @@ int sd__engine_upload_step(sd_engine *e, int T, int n_out, int hidden, sd_fwd *f
     return e->be->ops->upload(e->be, c.dst, c.src, c.width);
 }
 
+/* Queues dn's copy and mark (download_async). */
+static int queue_down(sd_engine *e, sd_tokens_down *dn)
+{
+    int rc = e->be->ops->download_async(e->be, dn->dst, dn->src, dn->bytes, dn->ev);
+    dn->queued = !rc;
+    return rc;
+}
+
 /* A target step's block tables and packed inputs up (sd__engine_upload_tables,
  * sd__engine_upload_step), then, with toks, its n_tok tokens from device
- * memory into the inputs' lead: one launch where the backend makes the
- * copies one (ops.h copies: ~5 us a step boundary where the copy engine's
- * three took ~16, bench/results/boundary-lab-*). */
+ * memory into the inputs' lead; with dn, the step before's tokens down
+ * first, then its mark: one launch where the backend makes the copies one
+ * (ops.h copies: the boundary lab's 4.5 us a step boundary where a
+ * download kernel and the copies took 7.4, and the copy engine's four
+ * ~16, bench/results/boundary-lab-*). */
 static int put_step(sd_engine *e, const step *s, int T, int n_out, int hidden, sd_fwd *f,
-                    const int32_t *toks, int n_tok)
+                    const int32_t *toks, int n_tok, sd_tokens_down *dn)
 {
     const sd_ops *op = e->be->ops;
     const size_t tb = (size_t)n_tok * sizeof(int32_t);
-    const sd_copy cp[3] = {tables_copy(e, s), step_copy(e, T, n_out, hidden, f),
-                           {.dst = e->d_meta, .src = toks, .width = tb, .rows = 1, .dpitch = tb,
-                            .spitch = tb}};
-    const int n = toks ? 3 : 2;
-    int rc = op->copies ? op->copies(e->be, cp, n) : SD_ENOTSUP;
+    sd_copy cp[4] = {sd__engine_tables_copy(e, s), step_copy(e, T, n_out, hidden, f),
+                     {.dst = e->d_meta, .src = toks, .width = tb, .rows = 1, .dpitch = tb,
+                      .spitch = tb}};
+    int n = toks ? 3 : 2, rc;
+    if (dn && dn->bytes) {
+        cp[n++] = (sd_copy){.dst = dn->dst, .src = dn->src, .width = dn->bytes, .rows = 1,
+                            .dpitch = dn->bytes, .spitch = dn->bytes};
+        rc = op->copies ? op->copies(e->be, cp, n) : SD_ENOTSUP;
+        if (rc != SD_ENOTSUP) {
+            /* the copy is made: the mark alone (a download of nothing) */
+            sd_tokens_down mark = {dn->dst, dn->src, 0, dn->ev, 0};
+            if (!rc)
+                rc = queue_down(e, &mark);
+            dn->queued = mark.queued;
+            return rc;
+        }
+        n--;
+    }
+    if (dn && (rc = queue_down(e, dn)) != 0)
+        return rc;
+    rc = op->copies ? op->copies(e->be, cp, n) : SD_ENOTSUP;
     if (rc != SD_ENOTSUP)
         return rc;
     rc = op->upload2d(e->be, cp[0].dst, cp[0].dpitch, cp[0].src, cp[0].spitch, cp[0].width,
@@ -717,16 +750,13 @@ static int fetch_dev_accept(sd_engine *e)
     return rc;
 }
 
-/* Queues the download of a step's tokens (n_out rows) with mark ev into
- * that mark's buffers: the argmax, or launch_dev_accept's results. */
-static int queue_tokens_down(sd_engine *e, int n_out, int ev)
+/* The download of a step's tokens (n_out rows) with mark ev into that
+ * mark's buffers: the argmax, or launch_dev_accept's results (not queued). */
+static sd_tokens_down tokens_down(sd_engine *e, int n_out, int ev)
 {
-    const sd_ops *op = e->be->ops;
     if (e->dev_acc)
-        return op->download_async(e->be, e->h_accraw_ev[ev], dev_accept_out(e),
-                                  dev_accept_bytes(e), ev);
-    return op->download_async(e->be, e->h_am_ev[ev], e->d_am, (size_t)n_out * sizeof(int32_t),
-                              ev);
+        return (sd_tokens_down){e->h_accraw_ev[ev], dev_accept_out(e), dev_accept_bytes(e), ev, 0};
+    return (sd_tokens_down){e->h_am_ev[ev], e->d_am, (size_t)n_out * sizeof(int32_t), ev, 0};
 }
 
 /* Swaps the host buffers a step uploads from (inputs, block tables,
@@ -821,14 +851,17 @@ static int ahead_ok(sd_engine *e, const step *s)
 }
 
 /* Queues the step after s (padded to Tp rows as s was) before s is read,
- * its argmax downloading with mark ev. Nothing is queued where the KV
- * cache is short of a block (the next step reserves it, preempting if it
- * must) or a launch fails (the backend's error reaches s's reading). */
-static void launch_ahead(sd_engine *e, const step *s, int Tp, int ev)
+ * its tokens to download with mark ev (e->ahead_down: queued with the step
+ * after it, or when it is read), and s's tokens' download dn (with this
+ * step's copies, or alone). Nothing is queued but dn where the KV cache
+ * is short of a block (the next step reserves it, preempting if it must)
+ * or a launch fails (the backend's error reaches s's reading). Returns
+ * dn's queueing's error (0: queued). */
+static int launch_ahead(sd_engine *e, const step *s, int Tp, int ev, sd_tokens_down *dn)
 {
     for (int i = 0; i < s->n_seq; i++)
         if (sd_kv_seq_reserve(e->kv, &s->seqs[i]->kv, s->seqs[i]->n_tok + 1) != 0)
-            return;
+            return queue_down(e, dn);
     step *a = e->ahead;
     a->T = a->n_out = a->n_seq = 0;
     for (int i = 0; i < s->n_seq; i++) {
@@ -850,24 +883,24 @@ static void launch_ahead(sd_engine *e, const step *s, int Tp, int ev)
      * (one a request: no drafts) */
     int sampled = e->dev_acc;
     const int32_t *toks = sampled ? dev_accept_out(e) + e->acc_n : e->d_am;
-    int rc = put_step(e, a, Tp ? Tp : a->T, Tp ? Tp : a->n_out, 0, &f, toks, a->T);
+    int rc = put_step(e, a, Tp ? Tp : a->T, Tp ? Tp : a->n_out, 0, &f, toks, a->T, dn);
     if (!rc)
         rc = Tp && e->graphs_on ? sd__target_graph_launch(e, Tp, &f, &err)
                                 : sd__target_pass(e, &f, !sampled, &err);
     if (!rc && sampled && launch_dev_accept(e, a, 1))
         rc = SD_EDEVICE;
     swap_mark_bufs(e, ev);
-    if (!rc)
-        rc = queue_tokens_down(e, a->n_out, ev);
     if (rc) {
         sd_log_debug("launch ahead: %s", err.msg[0] ? err.msg : "backend error");
-        return;
+        return dn->queued ? 0 : queue_down(e, dn);
     }
+    e->ahead_down = tokens_down(e, a->n_out, ev);
     e->ahead_live = 1;
     e->ahead_sampled = sampled;
     e->ahead_ev = ev;
     e->ahead_Tp = Tp;
     e->ahead_steps++;
+    return 0;
 }
 
 /* Reads the step queued ahead, queueing the one after it first where the
@@ -888,10 +921,11 @@ static int read_ahead(sd_engine *e, uint64_t step0)
     int whole = 1;
     for (int i = 0; i < s.n_seq; i++)
         whole = whole && s.seqs[i];
-    if (whole && ahead_ok(e, &s))
-        launch_ahead(e, &s, L.Tp, L.ev ^ 1);
+    sd_tokens_down dn = e->ahead_down;
+    int rc = whole && ahead_ok(e, &s) ? launch_ahead(e, &s, L.Tp, L.ev ^ 1, &dn)
+                                      : queue_down(e, &dn);
     sd_err err = {0};
-    return read_step(e, &s, &L, 0, &err);
+    return read_step(e, &s, &L, rc, &err);
 }
 
 /* One engine step. Returns 1 if work was done. */
@@ -1030,7 +1064,7 @@ static int engine_step(sd_engine *e)
     sd_fwd f;
     sd_err err = {0};
     uint64_t t0 = sd_now_ns();
-    int rc = put_step(e, &s, Tp ? Tp : s.T, Tp ? Tp : s.n_out, hidden, &f, NULL, 0);
+    int rc = put_step(e, &s, Tp ? Tp : s.T, Tp ? Tp : s.n_out, hidden, &f, NULL, 0, NULL);
     uint64_t t_up = sd_now_ns();
     /* Only greedy requests in the step: the argmax is taken where the logits
      * are, and only token ids cross to the host. */
@@ -1052,10 +1086,10 @@ static int engine_step(sd_engine *e)
      * round trip (every speculative step's); the next step is queued
      * ahead where nothing but these tokens can change it */
     if (!rc && (e->am_valid || e->dev_acc) && e->be->ops->download_async &&
-        e->be->ops->download_wait && !queue_tokens_down(e, s.n_out, 0)) {
-        L.ev = 0;
-        if (ahead_ok(e, &s))
-            launch_ahead(e, &s, Tp, 1);
+        e->be->ops->download_wait) {
+        sd_tokens_down dn = tokens_down(e, s.n_out, 0);
+        if (!(ahead_ok(e, &s) ? launch_ahead(e, &s, Tp, 1, &dn) : queue_down(e, &dn)))
+            L.ev = 0;
     }
     return read_step(e, &s, &L, rc, &err);
 }
@@ -1367,8 +1401,10 @@ static void *engine_main(void *arg)
         }
         pthread_mutex_unlock(&e->mu);
     }
-    if (e->ahead_live) /* its buffers outlive it */
+    if (e->ahead_live && !queue_down(e, &e->ahead_down)) /* its buffers outlive it */
         e->be->ops->download_wait(e->be, e->ahead_ev);
+    else if (e->ahead_live)
+        e->be->ops->sync(e->be);
     e->ahead_live = 0;
     sd__plan_send_quit(e);
     /* cancel what is left */

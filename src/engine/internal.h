@@ -99,6 +99,16 @@ typedef struct sd_plan_obs {
     double secs;
 } sd_plan_obs;
 
+/* A step's tokens on their way to page-locked host memory with a mark
+ * (engine.c): the argmax, or the device's acceptance */
+typedef struct sd_tokens_down {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    int ev;     /* the mark (0 or 1) */
+    int queued; /* its copy and mark are in the stream */
+} sd_tokens_down;
+
 struct sd_engine {
     int max_batch, max_batch_tokens;
     sd_backend *be; /* the backend, or the tensor-parallel ranks' virtual one */
@@ -177,6 +187,9 @@ struct sd_engine {
     int ahead_sampled;    /* its tokens are sampled on the device (launch_dev_accept) */
     int ahead_ev;         /* its mark */
     int ahead_Tp;         /* its padded rows (0: none) */
+    /* its tokens' download, not queued yet: with the copies of the step
+     * queued after it (one kernel, ops.h copies) or alone when it is read */
+    sd_tokens_down ahead_down;
     struct step *ahead;   /* its rows; a request that ended since: NULL */
     int32_t *h_am_ev[2];  /* each mark's argmax (h_am points at one) */
     int32_t *h_meta_ev[2], *h_table_ev[2];
@@ -276,8 +289,12 @@ int sd__spec_wants_hidden(const sd_engine *e);
  * for every decoding request of the step. */
 int sd__spec_step(sd_engine *e, step *s, int k, sd_err *err);
 int sd__engine_reserve(sd_engine *e, req *r, int n);
-/* re-uploads the block-table rows of the step's sequences (after reservations) */
-int sd__engine_upload_tables(sd_engine *e, const step *s);
+/* the copy of the block-table rows of the step's sequences (after
+ * reservations), from a host buffer it fills */
+sd_copy sd__engine_tables_copy(sd_engine *e, const step *s);
+/* n copies from host memory (sd__host_buf's) to the device: one launch
+ * where the backend makes them one (ops.h copies), else upload2d each */
+int sd__engine_put_host(sd_engine *e, const sd_copy *cp, int n);
 /* a host buffer the backend downloads into, or uploads from once before a
  * sync: page-locked where the backend has it (ops.h host_alloc), else
  * malloc; NULL when out of memory. Freed with sd__host_buf_free. */

@@ -86,7 +86,9 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
         size_t kq = (size_t)e->k_max;
         e->pd_qdraft = op->alloc(e->be, kq * ov * (size_t)e->V * 4);
         e->pd_dsp = op->alloc(e->be, kq * ov * sizeof(sd_sample_params));
-        e->ph_dsp = calloc(kq * ov, sizeof(sd_sample_params));
+        e->ph_dsp = sd__host_buf(e, kq * ov * sizeof(sd_sample_params));
+        if (e->ph_dsp)
+            memset(e->ph_dsp, 0, kq * ov * sizeof(sd_sample_params));
         e->d_qidx = op->alloc(e->be, kq * ov * 4);
         e->h_qidx = malloc(kq * ov * 4);
         if (!e->pd_qdraft || !e->pd_dsp || !e->ph_dsp || !e->d_qidx || !e->h_qidx)
@@ -243,7 +245,7 @@ void sd__spec_free(sd_engine *e)
     sd__host_buf_free(e, e->ph_meta);
     sd__host_buf_free(e, e->ph_chain);
     sd__host_buf_free(e, e->ph_drafts);
-    free(e->ph_dsp);
+    sd__host_buf_free(e, e->ph_dsp);
     free(e->h_qidx);
     free(e->ph_i32);
     free(e->ph_row);
@@ -376,9 +378,11 @@ static int prop_cb(sd_engine *e, void *ctx, sd_err *err)
 /* Runs one proposer pass over the rows in b (sequence table: the step's),
  * padded and replayed from a graph like the target's steps (graphs.c).
  * mtp: MTP layer with input hidden rows gathered from hid_src by b->hrows.
- * Logits of the out rows land in e->ph_logits. */
+ * Logits of the out rows land in e->ph_logits. tables: the step whose
+ * block-table rows go up with the pass's inputs (NULL: none; one launch
+ * where the backend makes copies one). */
 static int run_prop(sd_engine *e, prow *b, int mode, const float *hid_src, int download,
-                    sd_err *err)
+                    const step *tables, sd_err *err)
 {
     const sd_ops *op = e->be->ops;
     sd_backend *be = e->be;
@@ -396,7 +400,13 @@ static int run_prop(sd_engine *e, prow *b, int mode, const float *hid_src, int d
                        .block_size = e->block_size, .max_pos = maxp},
                 .tokens = d, .n_out = N, .out_rows = d + 5 * T,
                 .logits = N ? e->pd_logits : NULL};
-    int rc = op->upload(be, d, h, words * 4);
+    sd_copy cp[2] = {{.dst = d, .src = h, .width = words * 4, .rows = 1, .dpitch = words * 4,
+                      .spitch = words * 4}};
+    if (tables) {
+        cp[1] = cp[0];
+        cp[0] = sd__engine_tables_copy(e, tables);
+    }
+    int rc = sd__engine_put_host(e, cp, tables ? 2 : 1);
     sd_pgraph *g = !rc && Tp ? sd__pgraph_find(e, mode, hid_src, T, N) : NULL;
     struct prop_ctx cx = {mode, hid_src, &f, d + 4 * T};
     if (!rc)
@@ -572,7 +582,7 @@ static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int
         if (si >= 0 && kr[si] > kc)
             kc = kr[si];
     }
-    int rc = 0, sampled = !all_greedy(b);
+    int sampled = !all_greedy(b);
     if (sampled) {
         /* row m of pass j: request m's sampling, its draft stream, the output
          * position of draft j; padding rows greedy */
@@ -587,13 +597,18 @@ static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int
                                            .counter = (uint64_t)(r->n_tok - r->n_prompt + j)}
                       : (sd_sample_params){.temperature = 0.0f, .top_p = 1.0f};
             }
-        for (int j = 0; j < kc && !rc; j++)
-            rc = op->upload(e->be, e->pd_dsp + (size_t)j * ov, e->ph_dsp + (size_t)j * ov,
-                            (size_t)Tc * sizeof(sd_sample_params));
     }
-    /* first drafts: the extend pass's logits rows are the chain's rows */
-    if (!rc)
-        draft_pick(e, e->pd_drafts, n, 0, sampled);
+    /* the chain's inputs: pass j's positions, sequences and slots, then the
+     * rows it reads and writes (one launch with the sampling parameters
+     * where the backend makes copies one) */
+    sd_copy cp[2];
+    int ncp = 0;
+    if (sampled) {
+        const size_t w = (size_t)Tc * sizeof(sd_sample_params),
+                     pitch = (size_t)e->ov_max_seqs * sizeof(sd_sample_params);
+        cp[ncp++] = (sd_copy){.dst = e->pd_dsp, .src = e->ph_dsp, .width = w, .rows = (size_t)kc,
+                              .dpitch = pitch, .spitch = pitch};
+    }
     if (kc > 1) {
         int32_t *h = e->ph_chain;
         for (int j = 1; j < kc; j++) {
@@ -614,8 +629,15 @@ static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int
             rows[m] = m;
             prev[m] = m < n ? b->rows[m] : 0;
         }
-        size_t words = 3 * (size_t)Tc * (size_t)(kc - 1) + 2 * (size_t)Tc;
-        rc = op->upload(e->be, e->pd_chain, h, words * 4);
+        const size_t bytes = (3 * (size_t)Tc * (size_t)(kc - 1) + 2 * (size_t)Tc) * 4;
+        cp[ncp++] = (sd_copy){.dst = e->pd_chain, .src = h, .width = bytes, .rows = 1,
+                              .dpitch = bytes, .spitch = bytes};
+    }
+    int rc = ncp ? sd__engine_put_host(e, cp, ncp) : 0;
+    /* first drafts: the extend pass's logits rows are the chain's rows */
+    if (!rc)
+        draft_pick(e, e->pd_drafts, n, 0, sampled);
+    if (kc > 1) {
         struct chain_ctx cx = {mode, Tc, kc, sampled, e->pd_chain};
         sd_pgraph *g = NULL;
         if (!rc && e->pad_steps && sd__graph_bucket(e, n) == Tc)
@@ -697,11 +719,9 @@ static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
     }
     if (b.T == 0)
         return 0;
-    /* reserve_k may have grown block tables */
-    int rc = sd__engine_upload_tables(e, s);
-    if (!rc)
-        rc = run_prop(e, &b, eagle ? PROP_EAGLE_FIRST : mtp ? PROP_MTP : PROP_DRAFT_LM,
-                      eagle ? e->d_aux : e->d_hidden, !on_device(e, &b), err);
+    /* reserve_k may have grown block tables: they go up with the pass's inputs */
+    int rc = run_prop(e, &b, eagle ? PROP_EAGLE_FIRST : mtp ? PROP_MTP : PROP_DRAFT_LM,
+                      eagle ? e->d_aux : e->d_hidden, !on_device(e, &b), s, err);
     if (rc)
         return rc;
     if (on_device(e, &b))
@@ -743,7 +763,7 @@ static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
         if (!n)
             break;
         rc = run_prop(e, &c, eagle ? PROP_EAGLE_CHAIN : mtp ? PROP_MTP : PROP_DRAFT_LM,
-                      e->pd_hid_prev, 1, err);
+                      e->pd_hid_prev, 1, NULL, err);
         if (rc)
             return rc;
         if (mtp) {

@@ -2901,6 +2901,31 @@ TEST(step_copies_by_a_kernel_equal_the_cpus)
     ok &= reportf(e.gpu->ops->download_wait(e.gpu, 1) ? 1 : 0, 0, "download_wait");
     ok &= reportf(memcmp(hdst, dev_h, n2 * 4) ? 1 : 0, 0,
                   "download_async by a kernel: the device's words in page-locked memory");
+    /* a step's copies with the step before's tokens down as their fourth
+     * (a destination in page-locked memory), then a mark of nothing: the
+     * wait for the mark brings the words (the engine's launch ahead) */
+    memset(hdst, 0, n2 * 4);
+    {
+        sd_copy cp4[4] = {
+            {.dst = dd, .src = tbl, .width = W * 4, .rows = R, .dpitch = dp, .spitch = sp},
+            {.dst = (char *)dd + R * dp, .src = meta, .width = n1 * 4, .rows = 1,
+             .dpitch = n1 * 4, .spitch = n1 * 4},
+            {.dst = (char *)dd + R * dp + 8, .src = dsrc, .width = n2 * 4, .rows = 1,
+             .dpitch = n2 * 4, .spitch = n2 * 4},
+            {.dst = hdst, .src = dsrc, .width = n2 * 4, .rows = 1, .dpitch = n2 * 4,
+             .spitch = n2 * 4}};
+        ok &= reportf(e.gpu->ops->copies(e.gpu, cp4, 4) ? 1 : 0, 0,
+                      "copies with a part into page-locked memory queued");
+        ok &= reportf(e.gpu->ops->download_async(e.gpu, hdst, dsrc, 0, 1) ? 1 : 0, 0,
+                      "a mark of nothing queued");
+        ok &= reportf(e.gpu->ops->download_wait(e.gpu, 1) ? 1 : 0, 0, "its download_wait");
+        ok &= reportf(memcmp(hdst, dev_h, n2 * 4) ? 1 : 0, 0,
+                      "copies' part into page-locked memory: the device's words after the mark");
+        float *g4 = gget(&e, dd, nd);
+        ok &= reportf(g4 && !memcmp(g4, cd, nd * sizeof(float)) ? 0 : 1, 0,
+                      "copies with a fourth part: the device's three the cpu's bytes");
+        free(g4);
+    }
     /* switched off: the copy engine */
     sd_cuda_set_kernel_copies(e.gpu, 0, 0);
     sd_copy one = {.dst = dd, .src = dsrc, .width = 4, .rows = 1, .dpitch = 4, .spitch = 4};
