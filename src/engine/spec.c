@@ -380,14 +380,18 @@ static int prop_cb(sd_engine *e, void *ctx, sd_err *err)
  * mtp: MTP layer with input hidden rows gathered from hid_src by b->hrows.
  * Logits of the out rows land in e->ph_logits. tables: the step whose
  * block-table rows go up with the pass's inputs (NULL: none; one launch
- * where the backend makes copies one). */
+ * where the backend makes copies one). T_min: rows it is padded to at
+ * least where a graph takes them and that is at most twice its own
+ * bucket (fewer shapes, fewer captures). */
 static int run_prop(sd_engine *e, prow *b, int mode, const float *hid_src, int download,
-                    const step *tables, sd_err *err)
+                    const step *tables, int T_min, sd_err *err)
 {
     const sd_ops *op = e->be->ops;
     sd_backend *be = e->be;
     int n_out = b->n_out;
     int Tp = sd__graph_bucket(e, b->T), Np = n_out ? sd__graph_bucket(e, n_out) : 0;
+    if (Tp && T_min > Tp && T_min <= 2 * Tp && sd__graph_bucket(e, T_min))
+        Tp = sd__graph_bucket(e, T_min); /* at most twice the rows' work */
     if ((n_out && !Np) || Np > e->ov_max_seqs || Np > Tp)
         Tp = Np = 0;
     int T = Tp ? Tp : b->T, N = Tp ? Np : n_out;
@@ -685,7 +689,7 @@ static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
     int Vl = eagle ? sd_eagle3_draft_vocab(e->eagle) : e->V;
     prow b;
     prow_init(e, &b);
-    int kr[4096];
+    int kr[4096], r_max = 0;
     /* extend */
     for (int i = 0; i < s->n_seq; i++) {
         req *r = s->seqs[i];
@@ -708,6 +712,8 @@ static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
             hi = r->n_comp - 1;
         for (int p = lo; p <= hi; p++)
             add_prow(e, &b, r, mtp ? r->tok[p + 1] : r->tok[p], p, i, r->row0 + (p - p0));
+        if (kr[i] > 0 && hi - lo + 1 > r_max)
+            r_max = hi - lo + 1;
         if (hi >= lo)
             r->draft_valid = hi + 1;
         if (kr[i] > 0 && hi >= lo) {
@@ -719,9 +725,15 @@ static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
     }
     if (b.T == 0)
         return 0;
-    /* reserve_k may have grown block tables: they go up with the pass's inputs */
+    /* reserve_k may have grown block tables: they go up with the pass's
+     * inputs. The pass is padded to its drafting requests' (bucket) times
+     * the most rows one of them catches up: its row count follows how many
+     * drafts each had accepted (at batch 32 drafting 1 it took 32..64 rows,
+     * five graph shapes, each run eagerly once and captured once in a
+     * fresh engine's first steps; padded, one or two) */
+    int T_min = b.n_out ? sd__graph_bucket(e, b.n_out) * r_max : 0;
     int rc = run_prop(e, &b, eagle ? PROP_EAGLE_FIRST : mtp ? PROP_MTP : PROP_DRAFT_LM,
-                      eagle ? e->d_aux : e->d_hidden, !on_device(e, &b), s, err);
+                      eagle ? e->d_aux : e->d_hidden, !on_device(e, &b), s, T_min, err);
     if (rc)
         return rc;
     if (on_device(e, &b))
@@ -763,7 +775,7 @@ static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
         if (!n)
             break;
         rc = run_prop(e, &c, eagle ? PROP_EAGLE_CHAIN : mtp ? PROP_MTP : PROP_DRAFT_LM,
-                      e->pd_hid_prev, 1, NULL, err);
+                      e->pd_hid_prev, 1, NULL, 0, err);
         if (rc)
             return rc;
         if (mtp) {
