@@ -288,9 +288,6 @@ int sd__spec_wants_hidden(const sd_engine *e);
 /* After the target pass and acceptance: catch the proposer up and draft k tokens
  * for every decoding request of the step. */
 int sd__spec_step(sd_engine *e, step *s, int k, sd_err *err);
-/* At start: the proposer's GEMM plans made for every pass size a step can
- * take, by one eager pass of padding rows each (spec.c) */
-int sd__spec_warm(sd_engine *e, sd_err *err);
 int sd__engine_reserve(sd_engine *e, req *r, int n);
 /* the copy of the block-table rows of the step's sequences (after
  * reservations), from a host buffer it fills */

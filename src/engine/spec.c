@@ -426,66 +426,6 @@ static int run_prop(sd_engine *e, prow *b, int mode, const float *hid_src, int d
     return rc;
 }
 
-/* At start, after the target's graphs (engine.c): one eager proposer pass
- * of every graph bucket's rows, all padding (the trash block), with as many
- * logits rows as the bucket (up to the largest bucket of drafting
- * requests), for each kind of pass the proposer runs. Those passes make
- * the GEMM plans of every shape a step can take (cuBLASLt's timed trial of
- * candidate algorithms, 2-26 ms of host time each on an H200), as the
- * target's warm-ups do for its steps: a fresh engine made them mid-decode,
- * ~20 ms in the first 170 ms burst of 32 requests on the bundled model
- * (its first repeat 0.87-0.98x plain where later ones drafted at 1.02-1.06x;
- * NOTES.md, session 22). Graphs are still captured on a shape's second
- * use: a capture is host work of its own, and most shapes never come. */
-int sd__spec_warm(sd_engine *e, sd_err *err)
-{
-    if (!e->pad_steps || e->n_buckets == 0 || e->spec == SD_SPEC_NONE ||
-        e->spec == SD_SPEC_NGRAM || e->k_max <= 0)
-        return 0;
-    int modes[2], n_modes = 0;
-    const float *srcs[2];
-    if (e->spec == SD_SPEC_EAGLE3) {
-        modes[n_modes] = PROP_EAGLE_FIRST, srcs[n_modes++] = e->d_aux;
-        modes[n_modes] = PROP_EAGLE_CHAIN, srcs[n_modes++] = e->pd_hid_prev;
-    } else {
-        modes[n_modes] = e->spec == SD_SPEC_MTP ? PROP_MTP : PROP_DRAFT_LM;
-        srcs[n_modes++] = e->d_hidden;
-    }
-    int n_max = 0; /* the largest bucket of logits rows a pass takes */
-    for (int i = 0; i < e->n_buckets; i++)
-        if (e->buckets[i] <= e->ov_max_seqs)
-            n_max = e->buckets[i];
-    const uint64_t t0 = sd_now_ns();
-    const int32_t none[1] = {0};
-    const int32_t *cols[5] = {none, none, none, none, none};
-    for (int m = 0; m < n_modes; m++)
-        for (int i = 0; i < e->n_buckets; i++) {
-            const int T = e->buckets[i], N = T < n_max ? T : n_max;
-            int32_t *h = e->ph_meta, *d = e->pd_meta;
-            int maxp;
-            size_t words = sd__pack_step(e, h, T, 0, cols, 5, none, 0, N, &maxp);
-            sd_fwd f = {.ab = {.n_tokens = T, .pos = d + T, .seq = d + 2 * T, .slot = d + 3 * T,
-                               .block_table = e->d_table, .max_blocks = e->max_blocks,
-                               .block_size = e->block_size, .max_pos = maxp},
-                        .tokens = d, .n_out = N, .out_rows = d + 5 * T,
-                        .logits = N ? e->pd_logits : NULL};
-            sd_copy cp = {.dst = d, .src = h, .width = words * 4, .rows = 1,
-                          .dpitch = words * 4, .spitch = words * 4};
-            int rc = sd__engine_put_host(e, &cp, 1);
-            if (!rc)
-                rc = prop_pass(e, modes[m], srcs[m], &f, d + 4 * T, err);
-            if (!rc)
-                rc = e->be->ops->sync(e->be); /* ph_meta is rewritten next */
-            if (rc)
-                return err->msg[0] ? rc
-                                   : sd_err_set(err, rc, "the proposer's %d-row warm-up pass failed",
-                                                T);
-        }
-    sd_log_info("speculation: %d proposer pass sizes (1..%d rows) warmed up in %.2f s",
-                n_modes * e->n_buckets, e->graph_max_T, (double)(sd_now_ns() - t0) * 1e-9);
-    return 0;
-}
-
 static void add_prow(sd_engine *e, prow *b, const req *r, int32_t tok, int pos, int seq_index,
                      int hrow)
 {
