@@ -340,7 +340,7 @@ static int queue_down(sd_engine *e, sd_tokens_down *dn)
     return rc;
 }
 
-/* A target step's block tables and packed inputs up (sd__engine_upload_tables,
+/* A target step's block tables and packed inputs up (sd__engine_tables_copy,
  * sd__engine_upload_step), then, with toks, its n_tok tokens from device
  * memory into the inputs' lead; with dn, the step before's tokens down
  * first, then its mark: one launch where the backend makes the copies one
