@@ -294,10 +294,16 @@ sd_copy sd__engine_tables_copy(sd_engine *e, const step *s)
                      .rows = (size_t)s->n_seq, .dpitch = pitch, .spitch = pitch};
 }
 
+/* the n copies as one (ops.h copies), or SD_ENOTSUP with nothing queued */
+static int try_copies(sd_engine *e, const sd_copy *cp, int n)
+{
+    return e->be->ops->copies ? e->be->ops->copies(e->be, cp, n) : SD_ENOTSUP;
+}
+
 int sd__engine_put_host(sd_engine *e, const sd_copy *cp, int n)
 {
     const sd_ops *op = e->be->ops;
-    int rc = op->copies ? op->copies(e->be, cp, n) : SD_ENOTSUP;
+    int rc = try_copies(e, cp, n);
     if (rc != SD_ENOTSUP)
         return rc;
     rc = 0;
@@ -359,7 +365,7 @@ static int put_step(sd_engine *e, const step *s, int T, int n_out, int hidden, s
     if (dn && dn->bytes) {
         cp[n++] = (sd_copy){.dst = dn->dst, .src = dn->src, .width = dn->bytes, .rows = 1,
                             .dpitch = dn->bytes, .spitch = dn->bytes};
-        rc = op->copies ? op->copies(e->be, cp, n) : SD_ENOTSUP;
+        rc = try_copies(e, cp, n);
         if (rc != SD_ENOTSUP) {
             /* the copy is made: the mark alone (a download of nothing) */
             sd_tokens_down mark = {dn->dst, dn->src, 0, dn->ev, 0};
@@ -372,7 +378,7 @@ static int put_step(sd_engine *e, const step *s, int T, int n_out, int hidden, s
     }
     if (dn && (rc = queue_down(e, dn)) != 0)
         return rc;
-    rc = op->copies ? op->copies(e->be, cp, n) : SD_ENOTSUP;
+    rc = try_copies(e, cp, n);
     if (rc != SD_ENOTSUP)
         return rc;
     rc = op->upload2d(e->be, cp[0].dst, cp[0].dpitch, cp[0].src, cp[0].spitch, cp[0].width,

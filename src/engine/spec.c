@@ -389,9 +389,9 @@ static int run_prop(sd_engine *e, prow *b, int mode, const float *hid_src, int d
     const sd_ops *op = e->be->ops;
     sd_backend *be = e->be;
     int n_out = b->n_out;
-    int Tp = sd__graph_bucket(e, b->T), Np = n_out ? sd__graph_bucket(e, n_out) : 0;
-    if (Tp && T_min > Tp && T_min <= 2 * Tp && sd__graph_bucket(e, T_min))
-        Tp = sd__graph_bucket(e, T_min); /* at most twice the rows' work */
+    int Tp = sd__graph_bucket(e, b->T), Np = n_out ? sd__graph_bucket(e, n_out) : 0, Tm;
+    if (Tp && T_min > Tp && T_min <= 2 * Tp && (Tm = sd__graph_bucket(e, T_min)))
+        Tp = Tm; /* at most twice the rows' work */
     if ((n_out && !Np) || Np > e->ov_max_seqs || Np > Tp)
         Tp = Np = 0;
     int T = Tp ? Tp : b->T, N = Tp ? Np : n_out;
