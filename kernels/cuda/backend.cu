@@ -127,34 +127,36 @@ static int cu_copy(sd_backend *be, void *dst, const void *src, size_t bytes)
     return SD_CUDA(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
 }
 
-/* the device's pointer to p: device memory, or page-locked host memory
- * (host: only that); NULL where a kernel cannot reach it. The answers for
+/* the device's pointer to p (device memory, or page-locked host memory:
+ * then *host = 1); NULL where a kernel cannot reach it. The answers for
  * the last few pointers are kept (the driver's lookup is host time on a
  * speculative step's path, several a step for the same few buffers) until
  * memory is freed (views_forget). */
-static void *dev_view(sd__cuda *c, const void *p, int host)
+static void *dev_view(sd__cuda *c, const void *p, int *host)
 {
     for (int i = 0; i < c->n_views; i++)
-        if (c->views[i].p == p)
-            return c->views[i].view[host];
+        if (c->views[i].p == p) {
+            *host = c->views[i].host;
+            return c->views[i].view;
+        }
+    *host = 0;
     cudaPointerAttributes at;
     if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
         cudaGetLastError(); /* not sticky */
         return NULL;
     }
-    void *v[2] = {NULL, NULL};
-    if (at.type == cudaMemoryTypeHost)
-        v[0] = v[1] = at.devicePointer;
-    else if (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged)
-        v[0] = at.devicePointer;
-    if (v[0]) { /* pageable memory is not kept: it may become page-locked */
+    *host = at.type == cudaMemoryTypeHost;
+    void *v = *host || at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged
+                  ? at.devicePointer
+                  : NULL;
+    if (v) { /* pageable memory is not kept: it may become page-locked */
         const int n = (int)(sizeof c->views / sizeof c->views[0]);
         const int i = c->n_views < n ? c->n_views++ : (c->next_view++ % n);
         c->views[i].p = p;
-        c->views[i].view[0] = v[0];
-        c->views[i].view[1] = v[1];
+        c->views[i].view = v;
+        c->views[i].host = *host;
     }
-    return v[host];
+    return v;
 }
 
 /* memory was freed: a kept view may now be another allocation's */
@@ -179,12 +181,12 @@ static int cu_copies(sd_backend *be, const sd_copy *cp, int n)
             q->spitch > UINT32_MAX || q->rows > UINT32_MAX)
             return SD_ENOTSUP;
         total += q->width * q->rows;
-        void *d = q->width && q->rows ? dev_view(c, q->dst, 0) : q->dst;
-        const void *sp = q->width && q->rows ? dev_view(c, q->src, 0) : q->src;
+        int dh = 0, sh;
+        void *d = q->width && q->rows ? dev_view(c, q->dst, &dh) : q->dst;
+        const void *sp = q->width && q->rows ? dev_view(c, q->src, &sh) : q->src;
         if (total > SD__COPIES_MAX || !d || !sp)
             return SD_ENOTSUP;
-        if (q->width && q->rows && dev_view(c, q->dst, 1))
-            s.sys = 1; /* page-locked host memory: the host reads it after a mark */
+        s.sys |= dh; /* page-locked host memory: the host reads it after a mark */
         s.part[i] = *q;
         s.part[i].dst = d;
         s.part[i].src = sp;
@@ -208,8 +210,9 @@ static int cu_download_async(sd_backend *be, void *dst, const void *src, size_t 
         SD_CUDA(c, cudaEventCreateWithFlags(&c->marks[ev], cudaEventDisableTiming)))
         return c->err;
     void *dd = NULL;
+    int host = 0;
     if (bytes && c->kernel_down && bytes <= SD__STAGE_MAX && bytes % 4 == 0 &&
-        ((uintptr_t)dst | (uintptr_t)src) % 4 == 0 && (dd = dev_view(c, dst, 1))) {
+        ((uintptr_t)dst | (uintptr_t)src) % 4 == 0 && (dd = dev_view(c, dst, &host)) && host) {
         sd__stage_set s;
         memset(&s, 0, sizeof s);
         s.part[0] = (sd_copy){dd, src, bytes, 1, bytes, bytes};

@@ -159,7 +159,8 @@ typedef struct sd__cuda {
      * a driver lookup each otherwise); emptied when memory is freed */
     struct {
         const void *p;
-        void *view[2]; /* [host]: dev_view(p, 0), dev_view(p, 1) */
+        void *view; /* the device's pointer */
+        int host;   /* p is page-locked host memory */
     } views[16];
     int n_views, next_view;
 } sd__cuda;
