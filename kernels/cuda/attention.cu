@@ -119,15 +119,6 @@ static __device__ __forceinline__ int written_whole(const att_args &a, int t)
     return a.whole1 && split_used(a, a.pos[t] + 1) == 1;
 }
 
-/* token t's block-table row. Kernels take it before block_chunk reads
- * the token's position, so the two loads share one round trip to memory
- * (the sequence loaded after the position's branch was a round trip of
- * its own before the keys' slots) */
-static __device__ __forceinline__ const int32_t *token_table(const att_args &a, int t)
-{
-    return a.block_table + (size_t)__ldg(a.seq + t) * (size_t)a.max_blocks;
-}
-
 /* this block's chunk [*lo, *hi) of token t's positions (blockIdx.z of
  * a.S); 0: a chunk past them, nothing to do (the merge reads only the
  * chunks that hold positions) */
@@ -340,7 +331,6 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
     float *alpha = lrun + a.G;    /* (G) rescale of this tile */
     int *slots = (int *)(alpha + a.G);
     const int hbase = kvh * a.group + g0;
-    const int32_t *bt = token_table(a, t);
     int j_lo, n; /* this block's chunk of the positions */
     if (!block_chunk(a, t, &j_lo, &n))
         return;
@@ -352,6 +342,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
         mrun[tid] = -INFINITY;
         lrun[tid] = 0.0f;
     }
+    const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     const size_t kbase = (size_t)kvh * (size_t)a.k_head, vbase = (size_t)kvh * (size_t)a.v_head;
     /* the first tile's slots are looked up with the queries' loads, each
      * next tile's while this one is multiplied, and a tile's keys and values
@@ -519,7 +510,6 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(att_args a)
     const int t = blockIdx.x;
     const int kvh = blockIdx.y / a.ngb, g0 = (blockIdx.y % a.ngb) * a.G;
     const int G = a.group - g0 < a.G ? a.group - g0 : a.G;
-    const int32_t *bt = token_table(a, t);
     int j_lo, n;
     if (!block_chunk(a, t, &j_lo, &n))
         return;
@@ -536,6 +526,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(att_args a)
         mrun[tid] = -INFINITY;
         lrun[tid] = 0.0f;
     }
+    const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     const float *kb = a.kc + (size_t)kvh * (size_t)a.k_head, *vb = a.vc + (size_t)kvh * (size_t)a.v_head;
     for (int j0 = j_lo; j0 < n; j0 += KT) {
         const int slot = dec_slot(a, bt, j0, n, lane);
@@ -766,7 +757,6 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, tq = lane % 4;
     const int t = blockIdx.x, h0 = blockIdx.y * TC_M;
     const int G = a.group - h0 < TC_M ? a.group - h0 : TC_M;
-    const int32_t *bt = token_table(a, t);
     int j_lo, n;
     if (!block_chunk(a, t, &j_lo, &n))
         return;
@@ -778,6 +768,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
         mrun[tid] = -INFINITY;
         lrun[tid] = 0.0f;
     }
+    const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     float acc[8][4]; /* output columns 64 warp + 8 i + (2 tq, 2 tq + 1), rows g and g + 8 */
 #pragma unroll
     for (int i = 0; i < 8; i++)
@@ -1027,7 +1018,6 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int t = blockIdx.x, h0 = blockIdx.y * MD_GH;
     const int G = a.group - h0 < MD_GH ? a.group - h0 : MD_GH;
-    const int32_t *bt = token_table(a, t);
     int j_lo, n;
     if (!block_chunk(a, t, &j_lo, &n))
         return;
@@ -1050,6 +1040,7 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
         mrun[tid] = -INFINITY;
         lrun[tid] = 0.0f;
     }
+    const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     /* a warp's MD_KW keys of the tile at j0 (slot: the lane's key's) */
     auto load = [&](float4 (&kc)[MD_KW][4], float2 (&kp)[MD_KW], int j0, int slot) {
 #pragma unroll
