@@ -1770,7 +1770,7 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     if ((rc = e->be->ops->upload(e->be, e->d_table + (size_t)e->pad_seq * e->max_blocks,
                                  e->h_table + (size_t)e->pad_seq * e->max_blocks,
                                  sizeof(int32_t))) ||
-        (rc = sd__graphs_capture(e, err)))
+        (rc = sd__graphs_capture(e, err)) || (rc = sd__spec_capture(e, err)))
         goto fail;
     sd_log_info("engine: %s on %s, %d layers, vocab %d, context %d, spec %s, k %s", e->model_name,
                 e->be->ops->name, c->num_layers, e->V, e->max_ctx, o->spec,

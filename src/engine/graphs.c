@@ -14,10 +14,14 @@
  * and attends only to itself. Its logits are computed and ignored.
  *
  * Proposer passes (MTP, EAGLE-3, draft LM) vary more (catch-up rows, logits
- * rows, the hidden-state source), so their graphs are captured when a shape
- * comes back: a key (pass, source, T bucket, logits bucket) seen once runs
- * eagerly (which also makes the GEMM plans), seen again it is captured and
- * replayed from then on. The table is bounded; past it, steps run eagerly.
+ * rows, the hidden-state source). Their graphs are keyed by (pass, source,
+ * T bucket, logits bucket); the shapes drafting takes are captured at start
+ * too (sd__spec_capture: for each bucket of drafting requests, the catch-up
+ * pass of 1..k+1 rows a request and the chain of 2..k draft passes), and
+ * any other shape (a prompt's catch-up, an uneven one) when it comes back:
+ * seen once it runs eagerly (which also makes the GEMM plans), seen again
+ * it is captured and replayed from then on. The table is bounded; past it,
+ * steps run eagerly.
  *
  * Backends without graphs (the CPU) run every step eagerly, unpadded; the
  * engine tests can still pad (sd_opts.debug_pad_steps) to check that padding
@@ -40,6 +44,7 @@ int sd__graphs_init(sd_engine *e, const sd_opts *o)
     int bs = o->cuda_graph_max_bs < e->max_batch ? o->cuda_graph_max_bs : e->max_batch;
     e->graphs_on = has_graphs(e) && bs > 0;
     e->pad_steps = e->graphs_on || (o->debug_pad_steps && bs > 0);
+    e->graph_bs = bs > 0 ? bs : 0;
     e->n_buckets = 0;
     if (!e->pad_steps)
         return 0;
@@ -60,12 +65,16 @@ int sd__graphs_init(sd_engine *e, const sd_opts *o)
 
 /* Estimate for the memory plan, before anything is captured: a graph's
  * executable holds its kernels' parameters (a few hundred bytes a node), so
- * a few MiB a graph is generous. The real use is logged after capture. */
+ * a few MiB a target graph (two where a proposer reads hidden states) and
+ * 2 MiB a proposer pass's are generous. The real use is logged after
+ * capture. */
 size_t sd__graphs_reserve_bytes(const sd_engine *e)
 {
     if (!e->graphs_on)
         return 0;
-    return (size_t)(e->n_buckets + SD_MAX_PGRAPHS) * ((size_t)4 << 20);
+    size_t target = (size_t)e->n_buckets * (sd__spec_wants_hidden(e) ? 2 : 1);
+    return target * ((size_t)4 << 20) +
+           (e->spec != SD_SPEC_NONE ? (size_t)SD_MAX_PGRAPHS * ((size_t)2 << 20) : 0);
 }
 
 int sd__graph_bucket(const sd_engine *e, int T)
@@ -180,6 +189,11 @@ int sd__graphs_capture(sd_engine *e, sd_err *err)
             rc = op->sync(e->be);
         if (!rc)
             rc = capture_bucket(e, b, &f, &e->tgraph[b], err);
+        /* a step where no request tracks the proposer (speculation off)
+         * runs the target without the hidden states it would read */
+        if (!rc && sd__spec_wants_hidden(e) && T <= e->graph_bs &&
+            !(rc = sd__engine_upload_step(e, T, T, 0, &f)))
+            rc = capture_bucket(e, b, &f, &e->tgraph_plain[b], err);
         if (rc)
             return err->msg[0] ? rc
                                : sd_err_set(err, rc, "capturing the CUDA graph of %d-token steps failed",

@@ -31,9 +31,10 @@ typedef struct sd_eagle3 sd_eagle3;
 
 /* padded steps and CUDA graphs (graphs.c) */
 #define SD_MAX_BUCKETS 64
-#define SD_MAX_PGRAPHS 128
+#define SD_MAX_PGRAPHS 256
 
-/* A proposer pass's graph: captured the second time its key is seen. */
+/* A proposer pass's graph: captured at start (sd__spec_capture) or the
+ * second time its key is seen. */
 typedef struct sd_pgraph {
     int mode;        /* PROP_* of spec.c */
     const void *src; /* the hidden-state rows it gathers from */
@@ -219,11 +220,12 @@ struct sd_engine {
     int graphs_on; /* the backend captures graphs and --cuda-graph-max-bs > 0 */
     int pad_steps; /* decode/verify steps are padded to buckets */
     int n_buckets, graph_max_T;
+    int graph_bs; /* sequences a step's graphs take: min(--cuda-graph-max-bs, --max-batch) */
     int buckets[SD_MAX_BUCKETS];
     void *tgraph[SD_MAX_BUCKETS]; /* target step of buckets[i] tokens */
     /* the same without the hidden states a proposer reads (MTP, EAGLE-3),
-     * for steps where no request tracks the proposer; captured when first
-     * needed */
+     * for steps where no request tracks the proposer: captured at start up
+     * to graph_bs rows (the rest when first needed) */
     void *tgraph_plain[SD_MAX_BUCKETS];
     sd_pgraph pgraphs[SD_MAX_PGRAPHS];
     int n_pgraphs;
@@ -288,6 +290,9 @@ int sd__spec_wants_hidden(const sd_engine *e);
 /* After the target pass and acceptance: catch the proposer up and draft k tokens
  * for every decoding request of the step. */
 int sd__spec_step(sd_engine *e, step *s, int k, sd_err *err);
+/* With CUDA graphs: the proposer's graphs captured at start for the shapes
+ * drafting takes (spec.c has which); 0 or an error */
+int sd__spec_capture(sd_engine *e, sd_err *err);
 int sd__engine_reserve(sd_engine *e, req *r, int n);
 /* the copy of the block-table rows of the step's sequences (after
  * reservations), from a host buffer it fills */

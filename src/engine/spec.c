@@ -681,6 +681,112 @@ static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int
     return 0;
 }
 
+/* The proposer's graphs at start, as the target's are (graphs.c): for each
+ * bucket b of drafting requests up to graph_bs, the catch-up pass of b
+ * requests catching up r = 1..k_max + 1 rows each (the rows run_prop pads
+ * such a pass to: b r in its bucket), then the device chain of kc =
+ * 2..k_max draft passes over b rows, greedy and, where the device samples
+ * drafts, sampled. Each shape runs on padding rows (the trash block) once
+ * eagerly, making its GEMM plans, then is captured and replayed. A fresh
+ * engine's first drafting steps no longer run them eagerly and capture
+ * them one by one (on an H200 those one-offs made a fresh engine's first
+ * batch at 32 requests 0.87-0.98x plain: bench/results/NOTES.md, session
+ * 22). At most three quarters of the graph table is filled here; the rest
+ * takes the shapes that come while serving. Without graphs, where steps
+ * are padded all the same (sd_opts.debug_pad_steps, the CPU's tests), each
+ * shape runs once, eagerly: the padding rows' passes are what is tested. */
+int sd__spec_capture(sd_engine *e, sd_err *err)
+{
+    if (!e->pad_steps || e->k_max < 1 ||
+        (e->spec != SD_SPEC_MTP && e->spec != SD_SPEC_EAGLE3 && e->spec != SD_SPEC_DRAFT))
+        return 0;
+    const sd_ops *op = e->be->ops;
+    const int eagle = e->spec == SD_SPEC_EAGLE3, mtp = e->spec != SD_SPEC_DRAFT;
+    const int first = eagle ? PROP_EAGLE_FIRST : mtp ? PROP_MTP : PROP_DRAFT_LM;
+    const int cmode = e->spec == SD_SPEC_MTP ? PROP_MTP : eagle ? PROP_EAGLE_CHAIN : PROP_DRAFT_LM;
+    const float *src = eagle ? e->d_aux : e->d_hidden;
+    const int sampled_too = e->pd_qdraft && e->pd_dsp && (!e->eagle || e->pd_qsmall) &&
+                            e->synth.n == 0;
+    const int cap = SD_MAX_PGRAPHS * 3 / 4, n0 = e->n_pgraphs;
+    const size_t ov = (size_t)e->ov_max_seqs;
+    size_t free0 = 0, free1 = 0, total = 0;
+    if (op->mem_info)
+        op->mem_info(e->be, &free0, &total);
+    uint64_t t0 = sd_now_ns();
+    int rc = 0, full = 0;
+    for (int i = 0; i < e->n_buckets && !rc && !full; i++) {
+        const int b = e->buckets[i];
+        if (b > e->graph_bs || b > e->ov_max_seqs)
+            break;
+        /* the catch-up pass: b logits rows of b r rows, all padding */
+        for (int r = 1; r <= e->k_max + 1 && !rc; r++) {
+            const int Tp = sd__graph_bucket(e, b * r);
+            if (!Tp || (r > 1 && Tp == sd__graph_bucket(e, b * (r - 1))))
+                continue;
+            if (e->n_pgraphs >= cap) {
+                full = 1;
+                break;
+            }
+            prow p;
+            prow_init(e, &p);
+            p.T = Tp;
+            p.n_out = b;
+            sd__pad_rows(e, p.tok, p.pos, p.seq, p.slot, 0, Tp);
+            for (int j = 0; j < Tp; j++) {
+                p.hrows[j] = 0;
+                p.rows[j] = j;
+            }
+            for (int n = 0; n < 1 + e->graphs_on && !rc; n++)
+                rc = run_prop(e, &p, first, src, 0, NULL, 0, err);
+        }
+        /* the chain: kc - 1 passes over b rows; pass j's positions,
+         * sequences and slots, then the rows read and the rows they follow */
+        for (int kc = 2; kc <= e->k_max && !rc && !full; kc++) {
+            int32_t *h = e->ph_chain;
+            for (int j = 1; j < kc; j++) {
+                int32_t *pos = h + 3 * (size_t)b * (size_t)(j - 1);
+                sd__pad_rows(e, NULL, pos, pos + b, pos + 2 * b, 0, b);
+            }
+            int32_t *rows = h + 3 * (size_t)b * (size_t)(kc - 1);
+            for (int m = 0; m < b; m++) {
+                rows[m] = m;
+                rows[b + m] = 0;
+            }
+            rc = op->upload(e->be, e->pd_chain, h, (3 * (size_t)(kc - 1) + 2) * (size_t)b * 4);
+            for (int sampled = 0; sampled <= sampled_too && !rc; sampled++) {
+                if (e->n_pgraphs >= cap) {
+                    full = 1;
+                    break;
+                }
+                if (sampled) {
+                    for (size_t j = 0; j < (size_t)kc * ov; j++)
+                        e->ph_dsp[j] = (sd_sample_params){.temperature = 0.0f, .top_p = 1.0f};
+                    rc = op->upload(e->be, e->pd_dsp, e->ph_dsp,
+                                    (size_t)kc * ov * sizeof(sd_sample_params));
+                }
+                struct chain_ctx cx = {cmode, b, kc, sampled, e->pd_chain};
+                sd_pgraph *g = sd__pgraph_find(e, (sampled ? 32 : 16) + cmode, NULL, b, kc);
+                for (int n = 0; n < 1 + e->graphs_on && !rc; n++)
+                    rc = pgraph_run(e, g, chain_cb, &cx, err);
+            }
+        }
+    }
+    if (!rc)
+        rc = op->sync(e->be);
+    if (rc)
+        return err->msg[0] ? rc : sd_err_set(err, rc, "capturing the proposer's CUDA graphs failed");
+    if (op->mem_info)
+        op->mem_info(e->be, &free1, &total);
+    if (e->graphs_on)
+        sd_log_info("cuda graphs: %d proposer pass shapes captured in %.2f s, %.1f MiB%s",
+                    e->n_pgraphs - n0, (double)(sd_now_ns() - t0) * 1e-9,
+                    free0 > free1 ? (double)(free0 - free1) / (1 << 20) : 0.0,
+                    full ? " (the rest when they come: the table is three quarters full)" : "");
+    /* the counts are of serving's passes */
+    e->prop_eager = e->prop_oneoff = 0;
+    return 0;
+}
+
 static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
 {
     /* MTP and EAGLE-3 take shifted tokens and target hidden states */

@@ -357,6 +357,8 @@ TEST(greedy_generation_on_the_gpu_equals_the_cpu_on_the_bundled_model)
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
+static sd_engine_stats g_last_stats; /* engine_run's engine's, at its end */
+
 /* n requests of greedy decoding on the bundled model through the engine on
  * the GPU (random prompts of 8-40 ids, 40 tokens each, all at once; temp >
  * 0: the odd ones sample, seeded); ahead: --launch-ahead; *n_ahead (if not
@@ -410,6 +412,7 @@ static int engine_run(const char *dir, const char *spec, const char *draft, int 
     usleep(50000); /* the stats go out after the step */
     sd_engine_stats st;
     sd_engine_get_stats(e, &st);
+    g_last_stats = st;
     if (n_ahead)
         *n_ahead = (long)st.ahead_steps;
     sd_engine_destroy(e);
@@ -497,6 +500,14 @@ TEST(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model)
                           props[q].spec, n, drafted);
             ok &= reportf(drafted > 0 ? 0 : 1, 0, "engine on the gpu, %s at batch %d drafted",
                           props[q].spec, n);
+            /* one request drafts the shapes captured at start (sd__spec_capture):
+             * no drafting step ran a proposer pass eagerly or captured one */
+            if (n == 1)
+                ok &= reportf((double)g_last_stats.spec_draft_oneoff, 0,
+                              "engine on the gpu, %s at batch 1: drafting phases with a proposer "
+                              "pass run eagerly or captured (%llu phases, %llu eager passes)",
+                              props[q].spec, (unsigned long long)g_last_stats.spec_draft_phases,
+                              (unsigned long long)g_last_stats.spec_eager_passes);
         }
     }
     ASSERT(ok);
