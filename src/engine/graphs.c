@@ -26,6 +26,7 @@
  * Backends without graphs (the CPU) run every step eagerly, unpadded; the
  * engine tests can still pad (sd_opts.debug_pad_steps) to check that padding
  * changes no output. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,8 +202,15 @@ int sd__graphs_capture(sd_engine *e, sd_err *err)
     }
     if (op->mem_info)
         op->mem_info(e->be, &free1, &total);
-    sd_log_info("cuda graphs: %d target step sizes (1..%d tokens) captured in %.2f s, %.1f MiB",
-                e->n_buckets, e->graph_max_T, (double)(sd_now_ns() - t0) * 1e-9,
+    int n_plain = 0;
+    for (int b = 0; b < e->n_buckets; b++)
+        n_plain += e->tgraph_plain[b] != NULL;
+    char plain[96] = "";
+    if (n_plain)
+        snprintf(plain, sizeof plain, " (%d also without the proposer's hidden states)",
+                 n_plain);
+    sd_log_info("cuda graphs: %d target step sizes (1..%d tokens) captured%s in %.2f s, %.1f MiB",
+                e->n_buckets, e->graph_max_T, plain, (double)(sd_now_ns() - t0) * 1e-9,
                 free0 > free1 ? (double)(free0 - free1) / (1 << 20) : 0.0);
     return 0;
 }
