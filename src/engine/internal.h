@@ -290,8 +290,9 @@ int sd__spec_wants_hidden(const sd_engine *e);
 /* After the target pass and acceptance: catch the proposer up and draft k tokens
  * for every decoding request of the step. */
 int sd__spec_step(sd_engine *e, step *s, int k, sd_err *err);
-/* With CUDA graphs: the proposer's graphs captured at start for the shapes
- * drafting takes (spec.c has which); 0 or an error */
+/* At start, where steps are padded: the proposer's graphs captured for the
+ * shapes drafting takes (spec.c has which; without graphs each shape runs
+ * once, eagerly); 0 or an error */
 int sd__spec_capture(sd_engine *e, sd_err *err);
 int sd__engine_reserve(sd_engine *e, req *r, int n);
 /* the copy of the block-table rows of the step's sequences (after
