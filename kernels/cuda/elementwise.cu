@@ -14,13 +14,6 @@ static inline unsigned blocks_for(size_t n, unsigned per)
  * for a vocab shard (another rank holds the row) and NaN rows for the whole
  * table, so a bad token shows in the logits instead of reading past the
  * weight. */
-/* A row's elements a thread loads before it stores them (embed_kernel,
- * copy_rows_kernel): a store between two loads made every load wait for
- * the one before (the compiler cannot tell the rows apart), 8 round trips
- * to memory in a row of 2048 where one does: the V2-Lite-shaped step's
- * embedding took 6.5 us (bench/results/NOTES.md, session 23). */
-#define ROW_BATCH 8
-
 __global__ void embed_kernel(float *out, const void *table, int dt, const int32_t *ids,
                              int64_t rows, int D, int first, int shard)
 {
@@ -35,19 +28,8 @@ __global__ void embed_kernel(float *out, const void *table, int dt, const int32_
         return;
     }
     size_t base = (size_t)id * (size_t)D;
-    const int step = (int)blockDim.x;
-    for (int d0 = threadIdx.x; d0 < D; d0 += ROW_BATCH * step) {
-        float v[ROW_BATCH];
-#pragma unroll
-        for (int u = 0; u < ROW_BATCH; u++) {
-            const int d = d0 + u * step;
-            v[u] = d < D ? sd__wload(table, dt, base + (size_t)d) : 0.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < ROW_BATCH; u++)
-            if (d0 + u * step < D)
-                o[d0 + u * step] = v[u];
-    }
+    for (int d = threadIdx.x; d < D; d += blockDim.x)
+        o[d] = sd__wload(table, dt, base + (size_t)d);
 }
 
 void sd__cuda_embed(sd_backend *be, float *out, const sd_weight *table, const int32_t *ids, int n)
@@ -131,17 +113,8 @@ __global__ void copy_rows_kernel(float *dst, const float *src, const int32_t *id
     size_t r = idx ? (size_t)idx[i] : (size_t)i;
     float *o = dst + (size_t)i * (size_t)ds;
     const float *s = src + r * (size_t)ss;
-    const int step = (int)blockDim.x;
-    for (int k0 = threadIdx.x; k0 < d; k0 += ROW_BATCH * step) {
-        float v[ROW_BATCH];
-#pragma unroll
-        for (int u = 0; u < ROW_BATCH; u++)
-            v[u] = k0 + u * step < d ? s[k0 + u * step] : 0.0f;
-#pragma unroll
-        for (int u = 0; u < ROW_BATCH; u++)
-            if (k0 + u * step < d)
-                o[k0 + u * step] = v[u];
-    }
+    for (int k = threadIdx.x; k < d; k += blockDim.x)
+        o[k] = s[k];
 }
 
 /* The model calls silu_mul in place (out == gu, rows I apart over rows 2I
