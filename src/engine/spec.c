@@ -736,8 +736,11 @@ int sd__spec_capture(sd_engine *e, sd_err *err)
                 p.hrows[j] = 0;
                 p.rows[j] = j;
             }
+            /* each pass synced: the next one's inputs are packed into the
+             * same page-locked buffer its copies kernel reads when it runs */
             for (int n = 0; n < 1 + e->graphs_on && !rc; n++)
-                rc = run_prop(e, &p, first, src, 0, NULL, 0, err);
+                if (!(rc = run_prop(e, &p, first, src, 0, NULL, 0, err)))
+                    rc = op->sync(e->be);
         }
         /* the chain: kc - 1 passes over b rows; pass j's positions,
          * sequences and slots, then the rows read and the rows they follow */
@@ -767,12 +770,13 @@ int sd__spec_capture(sd_engine *e, sd_err *err)
                 struct chain_ctx cx = {cmode, b, kc, sampled, e->pd_chain};
                 sd_pgraph *g = sd__pgraph_find(e, (sampled ? 32 : 16) + cmode, NULL, b, kc);
                 for (int n = 0; n < 1 + e->graphs_on && !rc; n++)
-                    rc = pgraph_run(e, g, chain_cb, &cx, err);
+                    if (!(rc = pgraph_run(e, g, chain_cb, &cx, err)))
+                        rc = op->sync(e->be); /* (ph_chain and ph_dsp, as above) */
             }
         }
     }
     if (!rc)
-        rc = op->sync(e->be);
+        rc = op->sync(e->be); /* an upload queued before the table filled */
     if (rc)
         return err->msg[0] ? rc : sd_err_set(err, rc, "capturing the proposer's CUDA graphs failed");
     if (op->mem_info)
