@@ -300,17 +300,21 @@ static int try_copies(sd_engine *e, const sd_copy *cp, int n)
     return e->be->ops->copies ? e->be->ops->copies(e->be, cp, n) : SD_ENOTSUP;
 }
 
-int sd__engine_put_host(sd_engine *e, const sd_copy *cp, int n)
+/* the n copies from host memory one at a time (upload2d) */
+static int put_each(sd_engine *e, const sd_copy *cp, int n)
 {
     const sd_ops *op = e->be->ops;
-    int rc = try_copies(e, cp, n);
-    if (rc != SD_ENOTSUP)
-        return rc;
-    rc = 0;
+    int rc = 0;
     for (int i = 0; i < n && !rc; i++)
         rc = op->upload2d(e->be, cp[i].dst, cp[i].dpitch, cp[i].src, cp[i].spitch, cp[i].width,
                           cp[i].rows);
     return rc;
+}
+
+int sd__engine_put_host(sd_engine *e, const sd_copy *cp, int n)
+{
+    int rc = try_copies(e, cp, n);
+    return rc != SD_ENOTSUP ? rc : put_each(e, cp, n);
 }
 
 /* packs the step's inputs (sd__engine_upload_step) and gives their copy */
@@ -381,12 +385,9 @@ static int put_step(sd_engine *e, const step *s, int T, int n_out, int hidden, s
     rc = try_copies(e, cp, n);
     if (rc != SD_ENOTSUP)
         return rc;
-    rc = op->upload2d(e->be, cp[0].dst, cp[0].dpitch, cp[0].src, cp[0].spitch, cp[0].width,
-                      cp[0].rows);
-    if (!rc)
-        rc = op->upload(e->be, cp[1].dst, cp[1].src, cp[1].width);
+    rc = put_each(e, cp, 2); /* the tables and inputs from host memory */
     if (!rc && toks)
-        rc = op->copy(e->be, cp[2].dst, cp[2].src, cp[2].width);
+        rc = op->copy(e->be, cp[2].dst, cp[2].src, cp[2].width); /* device to device */
     return rc;
 }
 

@@ -192,9 +192,12 @@ int sd__graphs_capture(sd_engine *e, sd_err *err)
             rc = capture_bucket(e, b, &f, &e->tgraph[b], err);
         /* a step where no request tracks the proposer (speculation off)
          * runs the target without the hidden states it would read */
-        if (!rc && sd__spec_wants_hidden(e) && T <= e->graph_bs &&
-            !(rc = sd__engine_upload_step(e, T, T, 0, &f)))
-            rc = capture_bucket(e, b, &f, &e->tgraph_plain[b], err);
+        if (!rc && sd__spec_wants_hidden(e) && T <= e->graph_bs) {
+            sd_fwd fp = f; /* the same inputs, uploaded */
+            fp.hidden = NULL;
+            fp.aux = NULL;
+            rc = capture_bucket(e, b, &fp, &e->tgraph_plain[b], err);
+        }
         if (rc)
             return err->msg[0] ? rc
                                : sd_err_set(err, rc, "capturing the CUDA graph of %d-token steps failed",

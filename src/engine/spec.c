@@ -287,6 +287,25 @@ static void prow_init(sd_engine *e, prow *b)
  * Logits of the out rows land in e->ph_logits. */
 enum { PROP_DRAFT_LM = 0, PROP_MTP = 1, PROP_EAGLE_FIRST = 2, PROP_EAGLE_CHAIN = 3 };
 
+/* the catch-up pass's kind and the hidden-state rows it gathers from; the
+ * kind of the passes that draft after it (the chain) */
+static int first_mode(const sd_engine *e)
+{
+    return e->spec == SD_SPEC_EAGLE3 ? PROP_EAGLE_FIRST
+           : e->spec == SD_SPEC_MTP  ? PROP_MTP
+                                     : PROP_DRAFT_LM;
+}
+static const float *first_src(const sd_engine *e)
+{
+    return e->spec == SD_SPEC_EAGLE3 ? e->d_aux : e->d_hidden;
+}
+static int chain_mode(const sd_engine *e)
+{
+    return e->spec == SD_SPEC_EAGLE3 ? PROP_EAGLE_CHAIN
+           : e->spec == SD_SPEC_MTP  ? PROP_MTP
+                                     : PROP_DRAFT_LM;
+}
+
 /* One proposer pass over uploaded rows: gathers the input hidden states and
  * runs the layer (MTP), the head (EAGLE-3) or the draft LM. */
 static int prop_pass(sd_engine *e, int mode, const float *hid_src, sd_fwd *f, const int32_t *hrows,
@@ -489,15 +508,21 @@ static int all_greedy(const prow *b)
     return 1;
 }
 
+/* sampled drafts stay on the device: sample_rows where the logits are, q
+ * kept there for the device verification (not with a reduced EAGLE-3
+ * vocabulary yet, nor with synthetic acceptance, which verifies on the
+ * host) */
+static int device_samples(const sd_engine *e)
+{
+    return e->pd_qdraft && (!e->eagle || e->pd_qsmall) && e->synth.n == 0;
+}
+
 static int on_device(const sd_engine *e, const prow *b)
 {
     if (!e->pd_drafts || !e->be->ops->argmax_rows || !e->be->ops->gather_i32 || b->n_out == 0 ||
         b->n_out > e->ov_max_seqs)
         return 0;
-    /* sampled drafts: sample_rows where the logits are, q kept there for the
-     * device verification (not with a reduced EAGLE-3 vocabulary yet, nor
-     * with synthetic acceptance, which verifies on the host) */
-    return all_greedy(b) || (e->pd_qdraft && (!e->eagle || e->pd_qsmall) && e->synth.n == 0);
+    return all_greedy(b) || device_samples(e);
 }
 
 struct chain_ctx {
@@ -571,11 +596,29 @@ static int chain_cb(sd_engine *e, void *ctx, sd_err *err)
     return 0;
 }
 
+/* The chain's inputs in h for kc - 1 passes over Tc rows, all padding:
+ * pass j's positions, sequences and slots (3 Tc words from 3 Tc (j - 1)),
+ * then the rows each pass reads (row m: m) and the rows they follow (0).
+ * Returns the bytes. */
+static size_t chain_pad(const sd_engine *e, int32_t *h, int Tc, int kc)
+{
+    for (int j = 1; j < kc; j++) {
+        int32_t *pos = h + 3 * (size_t)Tc * (size_t)(j - 1);
+        sd__pad_rows(e, NULL, pos, pos + Tc, pos + 2 * Tc, 0, Tc);
+    }
+    int32_t *rows = h + 3 * (size_t)Tc * (size_t)(kc - 1), *prev = rows + Tc;
+    for (int m = 0; m < Tc; m++) {
+        rows[m] = m;
+        prev[m] = 0;
+    }
+    return (3 * (size_t)Tc * (size_t)(kc - 1) + 2 * (size_t)Tc) * 4;
+}
+
 static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int k, sd_err *err)
 {
     const sd_ops *op = e->be->ops;
     int mtp = e->spec == SD_SPEC_MTP || e->spec == SD_SPEC_EAGLE3;
-    int mode = e->spec == SD_SPEC_MTP ? PROP_MTP : e->eagle ? PROP_EAGLE_CHAIN : PROP_DRAFT_LM;
+    int mode = chain_mode(e);
     int n = b->n_out;
     int Tc = sd__graph_bucket(e, n);
     if (!Tc || Tc > e->ov_max_seqs)
@@ -615,9 +658,9 @@ static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int
     }
     if (kc > 1) {
         int32_t *h = e->ph_chain;
+        const size_t bytes = chain_pad(e, h, Tc, kc);
         for (int j = 1; j < kc; j++) {
             int32_t *pos = h + 3 * (size_t)Tc * (size_t)(j - 1), *seq = pos + Tc, *slot = seq + Tc;
-            sd__pad_rows(e, NULL, pos, seq, slot, 0, Tc);
             for (int m = 0; m < n; m++) {
                 const req *r = b->out_req[m];
                 int si = seq_index(s, r);
@@ -628,12 +671,9 @@ static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int
                 slot[m] = sd_kv_seq_slot(e->kv, &r->kv, pos[m]);
             }
         }
-        int32_t *rows = h + 3 * (size_t)Tc * (size_t)(kc - 1), *prev = rows + Tc;
-        for (int m = 0; m < Tc; m++) {
-            rows[m] = m;
-            prev[m] = m < n ? b->rows[m] : 0;
-        }
-        const size_t bytes = (3 * (size_t)Tc * (size_t)(kc - 1) + 2 * (size_t)Tc) * 4;
+        int32_t *prev = h + 3 * (size_t)Tc * (size_t)(kc - 1) + Tc;
+        for (int m = 0; m < n; m++)
+            prev[m] = b->rows[m];
         cp[ncp++] = (sd_copy){.dst = e->pd_chain, .src = h, .width = bytes, .rows = 1,
                               .dpitch = bytes, .spitch = bytes};
     }
@@ -701,12 +741,9 @@ int sd__spec_capture(sd_engine *e, sd_err *err)
         (e->spec != SD_SPEC_MTP && e->spec != SD_SPEC_EAGLE3 && e->spec != SD_SPEC_DRAFT))
         return 0;
     const sd_ops *op = e->be->ops;
-    const int eagle = e->spec == SD_SPEC_EAGLE3, mtp = e->spec != SD_SPEC_DRAFT;
-    const int first = eagle ? PROP_EAGLE_FIRST : mtp ? PROP_MTP : PROP_DRAFT_LM;
-    const int cmode = e->spec == SD_SPEC_MTP ? PROP_MTP : eagle ? PROP_EAGLE_CHAIN : PROP_DRAFT_LM;
-    const float *src = eagle ? e->d_aux : e->d_hidden;
-    const int sampled_too = e->pd_qdraft && e->pd_dsp && (!e->eagle || e->pd_qsmall) &&
-                            e->synth.n == 0;
+    const int first = first_mode(e), cmode = chain_mode(e);
+    const float *src = first_src(e);
+    const int sampled_too = device_samples(e);
     const int cap = SD_MAX_PGRAPHS * 3 / 4, n0 = e->n_pgraphs;
     const size_t ov = (size_t)e->ov_max_seqs;
     size_t free0 = 0, free1 = 0, total = 0;
@@ -742,20 +779,9 @@ int sd__spec_capture(sd_engine *e, sd_err *err)
                 if (!(rc = run_prop(e, &p, first, src, 0, NULL, 0, err)))
                     rc = op->sync(e->be);
         }
-        /* the chain: kc - 1 passes over b rows; pass j's positions,
-         * sequences and slots, then the rows read and the rows they follow */
+        /* the chain: kc - 1 passes over b rows */
         for (int kc = 2; kc <= e->k_max && !rc && !full; kc++) {
-            int32_t *h = e->ph_chain;
-            for (int j = 1; j < kc; j++) {
-                int32_t *pos = h + 3 * (size_t)b * (size_t)(j - 1);
-                sd__pad_rows(e, NULL, pos, pos + b, pos + 2 * b, 0, b);
-            }
-            int32_t *rows = h + 3 * (size_t)b * (size_t)(kc - 1);
-            for (int m = 0; m < b; m++) {
-                rows[m] = m;
-                rows[b + m] = 0;
-            }
-            rc = op->upload(e->be, e->pd_chain, h, (3 * (size_t)(kc - 1) + 2) * (size_t)b * 4);
+            rc = op->upload(e->be, e->pd_chain, e->ph_chain, chain_pad(e, e->ph_chain, b, kc));
             for (int sampled = 0; sampled <= sampled_too && !rc; sampled++) {
                 if (e->n_pgraphs >= cap) {
                     full = 1;
@@ -842,8 +868,7 @@ static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
      * five graph shapes, each run eagerly once and captured once in a
      * fresh engine's first steps; padded, one or two) */
     int T_min = b.n_out ? sd__graph_bucket(e, b.n_out) * r_max : 0;
-    int rc = run_prop(e, &b, eagle ? PROP_EAGLE_FIRST : mtp ? PROP_MTP : PROP_DRAFT_LM,
-                      eagle ? e->d_aux : e->d_hidden, !on_device(e, &b), s, T_min, err);
+    int rc = run_prop(e, &b, first_mode(e), first_src(e), !on_device(e, &b), s, T_min, err);
     if (rc)
         return rc;
     if (on_device(e, &b))
@@ -884,7 +909,7 @@ static int model_spec_step(sd_engine *e, step *s, int k, sd_err *err)
         }
         if (!n)
             break;
-        rc = run_prop(e, &c, eagle ? PROP_EAGLE_CHAIN : mtp ? PROP_MTP : PROP_DRAFT_LM,
+        rc = run_prop(e, &c, chain_mode(e),
                       e->pd_hid_prev, 1, NULL, 0, err);
         if (rc)
             return rc;
