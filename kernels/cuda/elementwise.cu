@@ -14,6 +14,8 @@ static inline unsigned blocks_for(size_t n, unsigned per)
  * for a vocab shard (another rank holds the row) and NaN rows for the whole
  * table, so a bad token shows in the logits instead of reading past the
  * weight. */
+#define EMBED_BATCH 8 /* elements of the row a thread loads before it stores them */
+
 __global__ void embed_kernel(float *out, const void *table, int dt, const int32_t *ids,
                              int64_t rows, int D, int first, int shard)
 {
@@ -27,9 +29,23 @@ __global__ void embed_kernel(float *out, const void *table, int dt, const int32_
             o[d] = f;
         return;
     }
+    /* a thread's elements are loaded before they are stored: a store
+     * between two loads made each load wait for the last (the compiler
+     * cannot tell the rows apart), 8 round trips to memory in a row of
+     * 2048 where one does (the V2-Lite-shaped step's embedding took 6.5
+     * us in the kernel trace; bench/results/NOTES.md, session 23) */
     size_t base = (size_t)id * (size_t)D;
-    for (int d = threadIdx.x; d < D; d += blockDim.x)
-        o[d] = sd__wload(table, dt, base + (size_t)d);
+    const int step = (int)blockDim.x;
+    for (int d0 = threadIdx.x; d0 < D; d0 += EMBED_BATCH * step) {
+        float v[EMBED_BATCH];
+#pragma unroll
+        for (int u = 0; u < EMBED_BATCH; u++)
+            v[u] = d0 + u * step < D ? sd__wload(table, dt, base + (size_t)(d0 + u * step)) : 0.0f;
+#pragma unroll
+        for (int u = 0; u < EMBED_BATCH; u++)
+            if (d0 + u * step < D)
+                o[d0 + u * step] = v[u];
+    }
 }
 
 void sd__cuda_embed(sd_backend *be, float *out, const sd_weight *table, const int32_t *ids, int n)
