@@ -62,6 +62,9 @@ const sd_opt_def sd_opt_table[] = {
      "EAGLE-3 head or draft model directory"},
     {"spec-k", "speculative-num-steps|speculative-num-draft-tokens", I, OFF(spec_k), "auto", 0, 16, "auto", C_RUN,
      "draft tokens per step, or auto (adaptive; 0 = plain decode)"},
+    {"spec-margin", NULL, F, OFF(spec_margin), "0.02", 0, 1, NULL, C_RUN,
+     "adaptive k: the throughput gain over the best shorter k (0: plain decode) that a k must "
+     "promise to be chosen"},
     {"ngram-n", NULL, I, OFF(ngram_n), "3", 1, 16, NULL, C_RUN,
      "n-gram proposer: tokens matched"},
     {"synthetic-accept", NULL, S, OFF(synthetic_accept), "", 0, 0, NULL, C_RUN,

@@ -241,6 +241,7 @@ void sd_adaptive_init(sd_adaptive *a, int k_max)
 {
     memset(a, 0, sizeof *a);
     a->k_max = k_max;
+    a->margin = SD_ADAPT_MARGIN;
     a->exploring = 1;
     a->last_k = k_max;
 }
@@ -623,7 +624,7 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
                          "(k 0: %.3f ms, %.3f)",
                          k, prop, rate, expect, drafting, batch, 1e3 * tt, 1e3 * td, thr / 1e3,
                          1e3 * t0, 1e-3 * batch / t0);
-        if (thr > best * 1.02) {
+        if (thr > best * (1 + a->margin)) {
             best = thr;
             best_k = k;
         }

@@ -57,6 +57,10 @@
 
 /* first-position drafts before adaptive k may choose not to draft */
 #define SD_ADAPT_EXPLORE 64
+/* the default margin (--spec-margin): a k is chosen over a shorter one (k =
+ * 0: plain decode) only where it promises 2% more tokens/s, so two costs
+ * within the noise of their measurement do not turn speculation on */
+#define SD_ADAPT_MARGIN 0.02
 #define SD_CURVE_PTS 24
 #define SD_CURVE_RING 8
 /* a point's times before it is trusted (the first two may be one-off) */
@@ -138,6 +142,7 @@ typedef struct sd_adaptive {
     uint64_t draft_steps; /* drafting phases seen */
     uint64_t picks;
     int k_max;
+    double margin; /* a k is chosen over a shorter one promising 1 + margin times its throughput */
     int exploring; /* the last pick explored */
     int last_k; /* the previous pick (a change is logged at debug level) */
     /* set by the owner: with speculation off for all of them, the running

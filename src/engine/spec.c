@@ -57,6 +57,7 @@ static int32_t draft_token(sd_engine *e, req *r, const float *row, int j)
 int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
 {
     sd_adaptive_init(&e->adapt, e->k_max);
+    e->adapt.margin = o->spec_margin;
     if (e->spec == SD_SPEC_NONE)
         return 0;
     const sd_ops *op = e->be->ops;

@@ -11,6 +11,7 @@ TEST(defaults_are_set_from_the_table)
     ASSERT_EQ(o.port, 8000);
     ASSERT_STR_EQ(o.host, "127.0.0.1");
     ASSERT_EQ(o.spec_k, -1);
+    ASSERT_NEAR(o.spec_margin, 0.02, 0);
     ASSERT_NEAR(o.top_p, 1.0, 0);
     ASSERT_EQ(o.max_body, 1048576);
     sd_opts_free(&o);

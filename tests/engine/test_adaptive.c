@@ -172,6 +172,8 @@ static int settled(sd_adaptive *a, sd_accept_stats *acc, sim *m, int batch, int 
     return !a->exploring && sd_adaptive_informed(a, batch);
 }
 
+static double sim_rate(const sim *m, int batch, int k);
+
 TEST(flat_gpu_cost_drafts_deep_despite_capture_spikes)
 {
     sd_adaptive a;
@@ -184,6 +186,14 @@ TEST(flat_gpu_cost_drafts_deep_despite_capture_spikes)
     ASSERT_GT(m.one_picks, 2);
     /* 0.8 per position at nearly free verification: as deep as allowed */
     ASSERT_GE(sd_adaptive_best_k(&a, &acc, 8), 3);
+    /* --spec-margin: a k must promise that much over the best shorter one */
+    ASSERT_NEAR(a.margin, SD_ADAPT_MARGIN, 0);
+    a.margin = 0;
+    ASSERT_GE(sd_adaptive_best_k(&a, &acc, 8), 3);
+    a.margin = 0.6 * (sim_rate(&m, 8, 1) / sim_rate(&m, 8, 0) - 1);
+    ASSERT_GE(sd_adaptive_best_k(&a, &acc, 8), 1);
+    a.margin = 4 * (sim_rate(&m, 8, 4) / sim_rate(&m, 8, 0) - 1);
+    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 8), 0);
 }
 
 TEST(the_choice_and_its_neighbours_are_measured_not_interpolated)
