@@ -231,9 +231,9 @@ __device__ __forceinline__ void merge_head(const att_args &a, int t, int h, int 
 }
 
 /* block z takes output columns MERGE_THREADS z .. (one a thread) */
-__global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(att_args a, int Hq)
+__global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(const __grid_constant__ att_args a, int Hq)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(a, Hq);
     merge_head(a, blockIdx.x, blockIdx.y, Hq, blockIdx.z * MERGE_THREADS + threadIdx.x,
                       gridDim.z * MERGE_THREADS);
 }
@@ -312,9 +312,9 @@ __device__ __forceinline__ void softmax_tile(float *s, float *mrun, float *lrun,
 }
 
 template <bool VEC>
-__global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a, int KS)
+__global__ void __launch_bounds__(ATT_THREADS) attn_kernel(const __grid_constant__ att_args a, int KS)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(a, KS);
     extern __shared__ float sm[];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, nw = ATT_THREADS / 32;
     const int t = blockIdx.x;
@@ -499,9 +499,9 @@ __device__ __forceinline__ void dec_softmax(float (*S)[KT], float *mrun, float *
 }
 
 template <int GP> /* heads a block at most: a power of two >= a.G */
-__global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(att_args a)
+__global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(const __grid_constant__ att_args a)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(a);
     constexpr int V = DEC_KW * GP; /* a warp's scores a tile: key i, head g at i * GP + g */
     __shared__ float S[GP][KT];    /* scores, then probabilities */
     __shared__ float mrun[GP], lrun[GP], alpha[GP];
@@ -742,9 +742,9 @@ __device__ __forceinline__ void tc_load_q(__nv_bfloat16 *qs, const att_args &a, 
 }
 
 /* att_args as sd__cuda_attn_mla fills it (group = H, Dv = C = 512), G = 16 */
-__global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(att_args a)
+__global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(const __grid_constant__ att_args a)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(a);
     extern __shared__ __align__(16) unsigned char tsm[];
     __nv_bfloat16 *ks = (__nv_bfloat16 *)tsm;              /* (TC_KT, TC_KP) key tile */
     __nv_bfloat16 *qs = (__nv_bfloat16 *)(tsm + TC_OFF_Q); /* (TC_M, TC_KP) queries */
@@ -1008,9 +1008,9 @@ __device__ __forceinline__ float4 fold_merge4(const float *p, int W, int nz, int
 static_assert(MD_WARPS * 32 == ATT_THREADS, "a block: 8 warps of 4 keys");
 
 template <bool PIPE>
-__global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
+__global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_constant__ att_args a)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(a);
     constexpr int V = MD_KW * MD_GH; /* a warp's scores a tile: key i, head g at i * MD_GH + g */
     __shared__ float S[MD_GH][KT];
     __shared__ float mrun[MD_GH], lrun[MD_GH], alpha[MD_GH];
@@ -1183,7 +1183,7 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(att_args a)
 __global__ void kv_store_kernel(float *kc, float *vc, const float *k, const float *v,
                                 const int32_t *slot, int Hkv, int D, int Dv, int kv_stride)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(kc, vc, k, v, slot, Hkv, D, Dv, kv_stride);
     int t = blockIdx.x;
     size_t s = (size_t)slot[t];
     for (int e = threadIdx.x; e < Hkv * D; e += blockDim.x)
@@ -1196,7 +1196,7 @@ __global__ void kv_store_kernel(float *kc, float *vc, const float *k, const floa
 __global__ void latent_store_kernel(float *cache, const float *c, const float *kpe,
                                     const int32_t *slot, int C, int R, int ck_stride)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(cache, c, kpe, slot, C, R, ck_stride);
     int t = blockIdx.x;
     float *dst = cache + (size_t)slot[t] * (size_t)(C + R);
     for (int e = threadIdx.x; e < C + R; e += blockDim.x)

@@ -203,9 +203,10 @@ sd__cuda *sd__cuda_op(sd_backend *be);
 /* ---- launches ---------------------------------------------------------
  *
  * Programmatic dependent launch (sm_90). Every kernel here starts with
- * SD_PDL_ENTER: griddepcontrol.launch_dependents (the next kernel on the
- * stream may be scheduled as soon as every block of this one has started)
- * and then griddepcontrol.wait (until the grids before it have finished and
+ * SD_PDL_ENTER(its parameters): griddepcontrol.launch_dependents (the next
+ * kernel on the stream may be scheduled as soon as every block of this one
+ * has started), the parameters read (sd__ptouch below), and then
+ * griddepcontrol.wait (until the grids before it have finished and
  * their memory is visible: before that a kernel reads and writes nothing
  * that a kernel writes; the GEMV loads its first weights, which no kernel
  * writes). sd__launch launches with programmatic stream serialization
@@ -221,10 +222,75 @@ sd__cuda *sd__cuda_op(sd_backend *be);
  * predecessor is not a kernel (a copy, a cuBLASLt or NCCL call) waits as
  * usual. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define SD__PDL_WAIT() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
+#define SD__PDL_LAUNCH() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#define SD__PDL_WAIT1() asm volatile("griddepcontrol.wait;" ::: "memory")
 #else
-#define SD__PDL_WAIT() ((void)0)
+#define SD__PDL_LAUNCH() ((void)0)
+#define SD__PDL_WAIT1() ((void)0)
 #endif
+
+/* ---- a kernel's parameters before the wait -----------------------------
+ *
+ * A kernel's parameters sit in a constant bank that each SM caches in
+ * lines of its own (32 bytes or more): the first use of a line is a round
+ * trip to memory (a graph node's parameters are read once a step, so L2
+ * has long dropped them). ptxas reads a parameter where it is first used,
+ * which for most is after griddepcontrol.wait: a kernel of the decode
+ * chain then waits for its predecessor, and only then for the line with
+ * (say) its epsilon, its output pointer or the block dimensions, on the
+ * critical path (the SASS shows such first reads hundreds of instructions
+ * past the wait in the norm, the MLA kernels, the routing and the
+ * experts' kernels; Nsight Compute counts their stalls as imc_miss).
+ * sd__ptouch reads a word of every 32-byte stretch of the values given
+ * (the kernel's parameters; a struct must be a __grid_constant__
+ * parameter, else taking its address copies it to local memory) and of
+ * the block and grid dimensions, and stores their xor to a shared word:
+ * the store, ordered before the wait, keeps the reads there, while the
+ * kernel before still runs. Nothing reads the word. */
+template <class T> __device__ __forceinline__ uint32_t sd__pbits(const T &x)
+{
+    if constexpr (sizeof(T) <= 8) {
+        uint64_t v = 0;
+        memcpy(&v, &x, sizeof x);
+        return (uint32_t)v ^ (uint32_t)(v >> 32);
+    } else {
+        static_assert(sizeof(T) % 4 == 0, "a parameter struct of whole words");
+        const uint32_t *w = reinterpret_cast<const uint32_t *>(&x);
+        uint32_t v = w[sizeof(T) / 4 - 1];
+#pragma unroll
+        for (size_t i = 0; i < sizeof(T) / 4; i += 8)
+            v ^= w[i];
+        return v;
+    }
+}
+/* the n first entries of a table of pointers in a __grid_constant__
+ * parameter, read at an index the kernel learns after the wait (the
+ * experts' weights): sd__ptouch reads one entry in 4 */
+struct sd__ptab {
+    const void *const *t;
+    int n;
+};
+__device__ __forceinline__ uint32_t sd__pbits(const sd__ptab &x)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < x.n; i += 4)
+        v ^= sd__pbits(x.t[i]);
+    return v;
+}
+template <class... A> __device__ __forceinline__ void sd__ptouch(const A &...a)
+{
+    __shared__ uint32_t sd__psink;
+    const uint32_t v = blockDim.x ^ gridDim.x ^ gridDim.y ^ (0u ^ ... ^ sd__pbits(a));
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(&sd__psink)),
+                 "r"(v)
+                 : "memory");
+}
+#define SD__PDL_WAIT(...)               \
+    do {                                \
+        SD__PDL_LAUNCH();               \
+        sd__ptouch(__VA_ARGS__);        \
+        SD__PDL_WAIT1();                \
+    } while (0)
 
 /* ---- kernel trace (meson -Dktrace=true, a diagnostic build) -------------
  *
@@ -261,10 +327,10 @@ __device__ __forceinline__ void sd__kt_mark(void)
     b[1 + 2 * i] = t;
     b[2 + 2 * i] = sd__kt_sig(gridDim, blockDim);
 }
-#define SD_PDL_ENTER() \
-    do {               \
-        SD__PDL_WAIT(); \
-        sd__kt_mark(); \
+#define SD_PDL_ENTER(...)         \
+    do {                          \
+        SD__PDL_WAIT(__VA_ARGS__); \
+        sd__kt_mark();            \
     } while (0)
 #define SD_KTRACE_EXPORT(name)                                               \
     int sd__kt_set_##name(void *p)                                           \
@@ -272,7 +338,7 @@ __device__ __forceinline__ void sd__kt_mark(void)
         return cudaMemcpyToSymbol(sd__kt_buf, &p, sizeof p) != cudaSuccess; \
     }
 #else
-#define SD_PDL_ENTER() SD__PDL_WAIT()
+#define SD_PDL_ENTER(...) SD__PDL_WAIT(__VA_ARGS__)
 #define SD_KTRACE_EXPORT(name)
 #endif
 

@@ -19,7 +19,7 @@ static inline unsigned blocks_for(size_t n, unsigned per)
 __global__ void embed_kernel(float *out, const void *table, int dt, const int32_t *ids,
                              int64_t rows, int D, int first, int shard)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(out, table, dt, ids, rows, D, first, shard);
     int i = blockIdx.x;
     int64_t id = (int64_t)ids[i] - first;
     float *o = out + (size_t)i * (size_t)D;
@@ -78,7 +78,7 @@ void sd__cuda_embed_shard(sd_backend *be, float *out, const sd_weight *table, co
 /* y(m) += x(m), float4 when both are 16-byte aligned */
 __global__ void add_kernel(float *y, const float *x, size_t m)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(y, x, m);
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < m; i += stride)
         y[i] += x[i];
@@ -86,7 +86,7 @@ __global__ void add_kernel(float *y, const float *x, size_t m)
 
 __global__ void add4_kernel(float4 *y, const float4 *x, size_t m4)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(y, x, m4);
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < m4; i += stride) {
         float4 a = y[i], b = x[i];
@@ -117,7 +117,7 @@ void sd__cuda_add(sd_backend *be, float *y, const float *x, int n, int d)
 /* out(n, I) (rows out_stride apart) = silu(gu[:, :I]) * gu[:, I:], gu (n, 2I) */
 __global__ void silu_mul_kernel(float *out, const float *gu, int n, int I, int out_stride)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(out, gu, n, I, out_stride);
     size_t m = (size_t)n * (size_t)I, stride = (size_t)gridDim.x * blockDim.x;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m; e += stride) {
         size_t t = e / (size_t)I, i = e % (size_t)I;
@@ -130,7 +130,7 @@ __global__ void silu_mul_kernel(float *out, const float *gu, int n, int I, int o
 __global__ void copy_rows_kernel(float *dst, const float *src, const int32_t *idx, int n, int d,
                                  int ds, int ss)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(dst, src, idx, n, d, ds, ss);
     int i = blockIdx.x;
     size_t r = idx ? (size_t)idx[i] : (size_t)i;
     float *o = dst + (size_t)i * (size_t)ds;
@@ -195,9 +195,9 @@ void sd__cuda_gather_rows(sd_backend *be, float *dst, const float *src, const in
  * pointer is the device's under unified addressing). sys: the writes are
  * made visible to the host before the kernel ends. */
 #define STAGE_BATCH 4 /* words a thread loads before it stores (a read of host memory is a PCIe round trip) */
-__global__ void stage_kernel(sd__stage_set s)
+__global__ void stage_kernel(const __grid_constant__ sd__stage_set s)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(s);
     for (int p = 0; p < s.n; p++) {
         const sd_copy q = s.part[p];
         const unsigned words = (unsigned)q.width / 4, total = words * (unsigned)q.rows;
@@ -239,7 +239,7 @@ int sd__cuda_stage(sd__cuda *c, const sd__stage_set *s)
 
 __global__ void gather_i32_kernel(int32_t *out, const int32_t *table, const int32_t *idx, int n)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(out, table, idx, n);
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         out[i] = table[idx[i]];
@@ -259,7 +259,7 @@ void sd__cuda_gather_i32(sd_backend *be, int32_t *out, const int32_t *table, con
 __global__ void scatter_cols_kernel(float *dst, const float *src, const int32_t *map, int ws,
                                     int wd)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(dst, src, map, ws, wd);
     float *d = dst + (size_t)blockIdx.x * (size_t)wd;
     const float *s = src + (size_t)blockIdx.x * (size_t)ws;
     for (int c = threadIdx.x; c < wd; c += blockDim.x)

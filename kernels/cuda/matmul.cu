@@ -106,7 +106,7 @@ __device__ __forceinline__ void gemv_block(const mm_args &a, int WK, int bx, int
     sd__w8raw<DT> pre[U][VR];
     if (PRE)
         sd__warp_load<DT, VR, U>(pre, wrow, a.K, kw, WK, lane);
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(a, WK);
     const float *xb = a.x + (size_t)h * (size_t)a.x_bstride + (size_t)a.x_off;
     float *yb = a.y + (size_t)h * (size_t)a.y_bstride;
     for (int r0 = 0; r0 < (PRE ? 1 : a.n); r0 += NR) { /* PRE: n <= NR, one pass */
@@ -159,7 +159,7 @@ __device__ __forceinline__ void gemv_block(const mm_args &a, int WK, int bx, int
 
 template <int DT, int NR, bool PRE, bool SILU, int VR, int U>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, GEMV_MINB(DT, NR, VR, U))
-    gemv_kernel(mm_args a, int WK)
+    gemv_kernel(const __grid_constant__ mm_args a, int WK)
 {
     gemv_block<DT, NR, PRE, SILU, VR, U>(a, WK, blockIdx.x, blockIdx.y);
 }
@@ -175,9 +175,9 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, GEMV_MINB(DT, NR, VR, U))
 #define MMA_LOADS 8 /* 16-byte weight loads per lane in flight */
 
 template <int MT, int NB>
-__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2) gemv_mma_kernel(mm_args a, int WK)
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2) gemv_mma_kernel(const __grid_constant__ mm_args a, int WK)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(a, WK);
     constexpr int U = MMA_LOADS / NB;   /* chunks per warp loaded before use */
     constexpr int E = MT * NB * 128;    /* outputs per warp and pass */
     __shared__ float part[SD__GEMV_WARPS * E];
@@ -282,9 +282,9 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2) gemv_mma_kernel(mm_arg
 /* The GEMV of rows that cannot take 16-byte loads (K % 8 != 0, unaligned
  * pointers or strides): a warp per weight row, one element per lane. */
 template <int DT>
-__global__ void __launch_bounds__(SD__GEMV_WARPS * 32) gemv_scalar_kernel(mm_args a)
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32) gemv_scalar_kernel(const __grid_constant__ mm_args a)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(a);
     int h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int j = blockIdx.x * SD__GEMV_WARPS + warp;
     if (j >= a.N)
@@ -321,9 +321,9 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32) gemv_scalar_kernel(mm_arg
 
 /* C tile (64 activation rows x 64 weight rows), 256 threads of 4x4 outputs. */
 template <int DT>
-__global__ void __launch_bounds__(256) tiled_kernel(mm_args a)
+__global__ void __launch_bounds__(256) tiled_kernel(const __grid_constant__ mm_args a)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(a);
     __shared__ float As[TK][TM + 4], Bs[TK][TN + 4];
     int h = blockIdx.z, m0 = blockIdx.y * TM, n0 = blockIdx.x * TN;
     int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(256) tiled_kernel(mm_args a)
 __global__ void to_bf16_kernel(__nv_bfloat16 *hi, __nv_bfloat16 *lo, const float *x, int n, int K,
                                int x_stride)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(hi, lo, x, n, K, x_stride);
     size_t m = (size_t)n * (size_t)K, stride = (size_t)gridDim.x * blockDim.x;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m; e += stride) {
         size_t r = e / (size_t)K, k = e % (size_t)K;
@@ -397,7 +397,7 @@ __global__ void to_bf16_kernel(__nv_bfloat16 *hi, __nv_bfloat16 *lo, const float
 
 __global__ void bias_kernel(float *y, const void *bias, int dt, int n, int N)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(y, bias, dt, n, N);
     size_t m = (size_t)n * (size_t)N, stride = (size_t)gridDim.x * blockDim.x;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m; e += stride)
         y[e] += sd__wload(bias, dt, e % (size_t)N);
@@ -837,7 +837,8 @@ void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_we
  * weights, long rows), or the switch is off, the two ops run. */
 template <bool VEC, int DT, int NR>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, GEMV_MINB(DT, NR, GEMV_WIDE_VR, GEMV_WIDE_U))
-    mla_prep_absorb_kernel(sd__mla_prep_args p, int T, mm_args a, int WK, int gx)
+    mla_prep_absorb_kernel(const __grid_constant__ sd__mla_prep_args p, int T,
+                           const __grid_constant__ mm_args a, int WK, int gx)
 {
     static_assert(MLA_PREP_THREADS == SD__GEMV_WARPS * 32, "one block shape for both");
     if ((int)blockIdx.x < T) {

@@ -43,8 +43,9 @@ typedef struct sd__mla_prep_args {
 } sd__mla_prep_args;
 
 /* token t's mla_prep, by a block of MLA_PREP_THREADS threads (its PDL wait
- * included) */
-template <bool VEC> __device__ __forceinline__ void sd__mla_prep_token(const sd__mla_prep_args a, int t)
+ * included; a: the kernel's __grid_constant__ parameter) */
+template <bool VEC>
+__device__ __forceinline__ void sd__mla_prep_token(const sd__mla_prep_args &a, int t)
 {
     const int half = a.half, C = a.C, R = a.R, H = a.H;
     const int m = VEC ? C / 4 : C, i = threadIdx.x;
@@ -64,7 +65,7 @@ template <bool VEC> __device__ __forceinline__ void sd__mla_prep_token(const sd_
         }
     }
     const float fq = jfix ? a.inv_freq[i % half] : 0.0f;
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(a);
     const int p = a.pos[t];
     float *c = a.ckv + (size_t)t * (size_t)a.ck_stride;
     float *row = a.cache + (size_t)a.slot[t] * (size_t)(C + R);

@@ -116,9 +116,9 @@ __device__ __forceinline__ void route_write_row(int32_t *ids, float *wts, const 
  * the lanes write a token's row at once (writing them to ids / wts one
  * round at a time and reading them back for the sum cost L2 round trips). */
 __global__ void moe_route_kernel(int32_t *ids, float *wts, const float *logits, const float *bias,
-                                 sd_moe_route r)
+                                 const __grid_constant__ sd_moe_route r)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(ids, wts, logits, bias, r);
     extern __shared__ float rs[];
     const int E = r.n_experts, K = r.top_k, t = blockIdx.x, lane = threadIdx.x;
     float *scores = rs, *choice = rs + E, *gscore = choice + E, *selw = gscore + E;
@@ -205,7 +205,8 @@ __global__ void moe_route_kernel(int32_t *ids, float *wts, const float *logits, 
  * numbers as moe_route_kernel: the softmax sum in expert order, the picks
  * by route_rank_topk's rank, their sum in slot order. */
 /* token t's routing by the first warp of a block (lane: its lane): the
- * bias of experts lane and lane + 32 before the PDL wait, the rest after */
+ * bias of experts lane and lane + 32 before the PDL wait, the rest after
+ * (r: the kernel's __grid_constant__ parameter) */
 template <bool SIG>
 __device__ __forceinline__ void route_small_token(int32_t *ids, float *wts, const float *logits,
                                                   const float *bias, const sd_moe_route &r,
@@ -219,7 +220,7 @@ __device__ __forceinline__ void route_small_token(int32_t *ids, float *wts, cons
     const int e0 = lane, e1 = lane + 32;
     const bool in0 = e0 < E, in1 = e1 < E;
     const float b0 = bias && in0 ? bias[e0] : 0.0f, b1 = bias && in1 ? bias[e1] : 0.0f;
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(ids, wts, logits, bias, r);
     const float *lg = logits + (size_t)t * (size_t)E;
     const float l0 = in0 ? lg[e0] : 0.0f, l1 = in1 ? lg[e1] : 0.0f;
     float s0, s1;
@@ -280,16 +281,16 @@ __device__ __forceinline__ void route_small_token(int32_t *ids, float *wts, cons
 
 template <bool SIG>
 __global__ void moe_route_small_kernel(int32_t *ids, float *wts, const float *logits,
-                                       const float *bias, sd_moe_route r)
+                                       const float *bias, const __grid_constant__ sd_moe_route r)
 {
     route_small_token<SIG>(ids, wts, logits, bias, r, blockIdx.x, threadIdx.x);
 }
 
 /* SPECD_ABLATE=route: token t's row gets experts t * W + k (mod E) with
  * weight 1 / W: top-k distinct experts, none of the routing's work */
-__global__ void moe_route_fixed_kernel(int32_t *ids, float *wts, sd_moe_route r)
+__global__ void moe_route_fixed_kernel(int32_t *ids, float *wts, const __grid_constant__ sd_moe_route r)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(ids, wts, r);
     const int K = r.top_k, W = K + (r.n_always > 0 ? r.n_always : 0), t = blockIdx.x;
     for (int k = threadIdx.x; k < W; k += 32) {
         ids[(size_t)t * W + k] = k < K ? (t * W + k) % r.n_experts : r.n_experts + (k - K);
@@ -362,7 +363,7 @@ template <int MAXE> struct moe_tabs {
 __global__ void __launch_bounds__(1024)
 moe_sort_kernel(int *off_g, int *sorted, int *inv, const int32_t *ids, int m, int E, int first)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(off_g, sorted, inv, ids, m, E, first);
     extern __shared__ int si[];
     int *cnt = si, *off = si + E;
     for (int e = threadIdx.x; e < E; e += blockDim.x)
@@ -407,7 +408,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 moe_gate_up_kernel(float *h, const float *x, const int *off, const int *sorted, int top_k, int D,
                    int I, const __grid_constant__ moe_tabs<MAXE> tab)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(h, x, off, sorted, top_k, D, I);
     int e = blockIdx.y, beg = off[e], end = off[e + 1];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int j = blockIdx.x * MOE_WARPS + warp;
@@ -441,7 +442,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 moe_down_kernel(float *y, const float *h, const int *off, int D, int I,
                 const __grid_constant__ moe_tabs<MAXE> tab)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(y, h, off, D, I);
     int e = blockIdx.y, beg = off[e], end = off[e + 1];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int j = blockIdx.x * MOE_WARPS + warp;
@@ -472,7 +473,7 @@ moe_down_kernel(float *y, const float *h, const int *off, int D, int I,
 __global__ void moe_combine_kernel(float *out, const float *y, const int *inv, const float *wts,
                                    int top_k, int D)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(out, y, inv, wts, top_k, D);
     int t = blockIdx.x;
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float s = 0;
@@ -601,7 +602,8 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
                          int D, int I, int first, int E, int WK,
                          const __grid_constant__ moe_tabs<MAXE> tab)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(h, x, ids, top_k, routed, D, I, first, E, WK, sd__ptab{tab.a, E},
+                 sd__ptab{tab.b, E});
     const int p = blockIdx.x, t = p / top_k;
     if (p - t * top_k >= routed)
         return;
@@ -624,7 +626,7 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
 template <int DT, int MAXE, int GU, int U, int MINB, bool SIG>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB < 3 ? 3 : MINB)
 moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const float *bias,
-                        sd_moe_route r, int n, float *h, const float *x, int D, int I, int first,
+                        const __grid_constant__ sd_moe_route r, int n, float *h, const float *x, int D, int I, int first,
                         int E, int WK, const __grid_constant__ moe_tabs<MAXE> tab)
 {
     const int b = blockIdx.x;
@@ -633,7 +635,8 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
             route_small_token<SIG>(ids, wts, logits, bias, r, b, threadIdx.x);
         return;
     }
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(ids, wts, logits, bias, r, n, h, x, D, I, first, E, WK, sd__ptab{tab.a, E},
+                 sd__ptab{tab.b, E});
     /* pairs fastest, as the gate/up kernel's grid: the tokens' blocks of one
      * always-on expert's tile run side by side and share its weights in L2
      * (tiles fastest, a verify step's tokens each read an expert's 11.5 MB
@@ -686,7 +689,7 @@ moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const floa
                       int D, int I, int first, int E, int WK,
                       const __grid_constant__ moe_tabs<MAXE> tab)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(out, h, ids, wts, top_k, D, I, first, E, WK, sd__ptab{tab.a, E});
     extern __shared__ float part[];
     const int t = blockIdx.x, d0 = blockIdx.y * DR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -897,7 +900,7 @@ void sd_cuda_set_moe_tc(sd_backend *be, int mode)
 __global__ void __launch_bounds__(1024) moe_tc_tiles_kernel(int *tile_off, int *tile_e,
                                                             const int *off, int E)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(tile_off, tile_e, off, E);
     __shared__ int wsum[32];
     const int e = threadIdx.x, lane = e % 32, w = e / 32;
     const int cnt = e < E ? (off[e + 1] - off[e] + MOE_TC_BM - 1) / MOE_TC_BM : 0;
@@ -942,7 +945,7 @@ __device__ __forceinline__ uint32_t moe_tc_pack(float lo, float hi)
 /* xb(n8 * 8) = bf16(x); 8 elements a thread step */
 __global__ void moe_tc_bf16_kernel(__nv_bfloat16 *xb, const float *x, size_t n8)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(xb, x, n8);
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
          i += (size_t)gridDim.x * blockDim.x) {
         const float4 a = ((const float4 *)x)[2 * i], b = ((const float4 *)x)[2 * i + 1];
@@ -989,7 +992,8 @@ moe_tc_gemm_kernel(void *outp, const __nv_bfloat16 *a, const int *sorted, int to
                    const int *off, const int *tile_off, const int *tile_e, int E, int N, int K,
                    const __grid_constant__ moe_tabs<MAXE> tab)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(outp, a, sorted, top_k, off, tile_off, tile_e, E, N, K, sd__ptab{tab.a, E},
+                 sd__ptab{tab.b, E});
     __shared__ __align__(128) __nv_bfloat16 sa[MOE_TC_STAGES][MOE_TC_BM * MOE_TC_BK];
     __shared__ __align__(128) __nv_bfloat16 sb[MOE_TC_STAGES][MOE_TC_BROWS * MOE_TC_BK];
     const int BN = GU ? MOE_TC_BROWS / 2 : MOE_TC_BROWS; /* output columns a tile */

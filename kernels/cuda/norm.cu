@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(NORM_MAX_THREADS)
             }
         }
     }
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(out, x, y, w, wdt, d, x_stride, out_stride, eps);
     float *xr = x + (size_t)blockIdx.x * (size_t)x_stride;
     const float *yr = ADD ? y + (size_t)blockIdx.x * (size_t)d : NULL;
     float *o = out + (size_t)blockIdx.x * (size_t)out_stride;

@@ -41,7 +41,7 @@ __global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq,
                             int interleave, float mscale, int n, int H, int row_stride,
                             int head_stride, int off)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(x, pos, inv_freq, half, interleave, mscale, n, H, row_stride, head_stride, off);
     size_t m = (size_t)n * (size_t)H * (size_t)half;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m; e += stride) {
@@ -84,7 +84,7 @@ __global__ void rope_kv_kernel(float *q, float *k, const float *v, float *kc, fl
                                int half, int interleave, float mscale, int Hq, int Hkv, int D,
                                int Dv, int q_stride, int kv_stride)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(q, k, v, kc, vc, pos, slot, inv_freq, half, interleave, mscale, Hq, Hkv, D, Dv, q_stride, kv_stride);
     const int t = blockIdx.y, p = pos[t];
     const int nq = Hq * half, nk = Hkv * D, nv = Hkv * Dv;
     const size_t s = (size_t)slot[t];
@@ -135,14 +135,8 @@ void sd__cuda_rope_kv(sd_backend *be, float *q, float *k, const float *v, void *
 
 template <bool VEC>
 __global__ void __launch_bounds__(MLA_PREP_THREADS)
-    mla_prep_kernel(float *ckv, float *q_pe, float *cache, int ck_stride, int qpe_stride,
-                    int qpe_head_stride, const void *w, int wdt, float eps, const int32_t *pos,
-                    const int32_t *slot, const float *inv_freq, int half, int interleave,
-                    float mscale, int H, int C, int R)
+    mla_prep_kernel(const __grid_constant__ sd__mla_prep_args a)
 {
-    const sd__mla_prep_args a = {ckv,      q_pe, cache, ck_stride,  qpe_stride, qpe_head_stride,
-                                 w,        wdt,  eps,   pos,        slot,       inv_freq,
-                                 half,     interleave,  mscale,     H,          C,  R};
     sd__mla_prep_token<VEC>(a, blockIdx.x);
 }
 
@@ -179,9 +173,7 @@ void sd__cuda_mla_prep(sd_backend *be, float *ckv, int ck_stride, float *q_pe, i
                                cache, b, r, H, C, R, &a, &vec))
         return;
     auto k = vec ? mla_prep_kernel<true> : mla_prep_kernel<false>;
-    sd__launch(c, k, T, MLA_PREP_THREADS, 0, a.ckv, a.q_pe, a.cache, a.ck_stride, a.qpe_stride,
-               a.qpe_head_stride, a.w, a.wdt, a.eps, a.pos, a.slot, a.inv_freq, a.half,
-               a.interleave, a.mscale, a.H, a.C, a.R);
+    sd__launch(c, k, T, MLA_PREP_THREADS, 0, a);
     SD_LAUNCHED(c, "mla_prep_kernel");
 }
 

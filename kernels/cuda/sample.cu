@@ -109,7 +109,7 @@ __device__ int block_argmax(const float *x, int V)
 
 __global__ void argmax_rows_kernel(int32_t *out, const float *x, int V)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(out, x, V);
     int r = block_argmax(x + (size_t)blockIdx.x * (size_t)V, V);
     if (threadIdx.x == 0)
         out[blockIdx.x] = r;
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(AM_THREADS)
     argmax_split_kernel(int32_t *out, const float *x, int V, unsigned long long *keys,
                         unsigned *cnt)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(out, x, V, keys, cnt);
     const int r = blockIdx.x, lo = blockIdx.y * AM_PER;
     const int hi = V - lo < AM_PER ? V : lo + AM_PER;
     const float *xr = x + (size_t)r * (size_t)V;
@@ -553,7 +553,7 @@ __device__ int row_probs(float *probs, const float *logits, int V, const sd_samp
 __global__ void sample_rows_kernel(int32_t *out, float *probs_all, const float *logits_all,
                                    const sd_sample_params *params, int V)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(out, probs_all, logits_all, params, V);
     __shared__ hist h;
     __shared__ select_out so;
     const int row = blockIdx.x;
@@ -571,7 +571,7 @@ __global__ void sample_rows_kernel(int32_t *out, float *probs_all, const float *
 __global__ void accept_greedy_rows_kernel(int32_t *n_acc, int32_t *out_tok, const int32_t *draft,
                                           const int32_t *am, int n_seq, int k)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(n_acc, out_tok, draft, am, n_seq, k);
     int s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= n_seq)
         return;
@@ -609,7 +609,7 @@ __global__ void accept_probs_kernel(float *probs_all, const float *logits_all,
                                     const int32_t *row0, const int32_t *n_draft,
                                     const sd_sample_params *params, int k, int V)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(probs_all, logits_all, row0, n_draft, params, k, V);
     __shared__ hist h;
     __shared__ select_out so;
     const int s = blockIdx.x / (k + 1), i = blockIdx.x % (k + 1);
@@ -625,7 +625,7 @@ __global__ void accept_chain_kernel(int32_t *n_acc, int32_t *out_tok, const floa
                                     const int32_t *n_draft, const sd_sample_params *params, int k,
                                     int V)
 {
-    SD_PDL_ENTER();
+    SD_PDL_ENTER(n_acc, out_tok, probs_all, q, draft, row0, n_draft, params, k, V);
     __shared__ int bad;
     const int s = blockIdx.x;
     const int kd = accept_kd(n_draft, s, k);
