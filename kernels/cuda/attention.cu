@@ -231,7 +231,8 @@ __device__ __forceinline__ void merge_head(const att_args &a, int t, int h, int 
 }
 
 /* block z takes output columns MERGE_THREADS z .. (one a thread) */
-__global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(const __grid_constant__ att_args a, int Hq)
+__global__ void __launch_bounds__(MERGE_THREADS)
+    attn_merge_kernel(const __grid_constant__ att_args a, int Hq)
 {
     SD_PDL_ENTER(a, Hq);
     merge_head(a, blockIdx.x, blockIdx.y, Hq, blockIdx.z * MERGE_THREADS + threadIdx.x,
@@ -312,7 +313,8 @@ __device__ __forceinline__ void softmax_tile(float *s, float *mrun, float *lrun,
 }
 
 template <bool VEC>
-__global__ void __launch_bounds__(ATT_THREADS) attn_kernel(const __grid_constant__ att_args a, int KS)
+__global__ void __launch_bounds__(ATT_THREADS)
+    attn_kernel(const __grid_constant__ att_args a, int KS)
 {
     SD_PDL_ENTER(a, KS);
     extern __shared__ float sm[];

@@ -246,7 +246,12 @@ sd__cuda *sd__cuda_op(sd_backend *be);
  * parameter, else taking its address copies it to local memory) and of
  * the block and grid dimensions, and stores their xor to a shared word:
  * the store, ordered before the wait, keeps the reads there, while the
- * kernel before still runs. Nothing reads the word. */
+ * kernel before still runs. Nothing reads the word. V2-Lite's batch-1
+ * step +1.8%, batch 32 +7%, the bundled model's plain decode +0.6-3.8%
+ * (bench/results/NOTES.md, session 24). The experts' pointer tables
+ * (moe_tabs, read at an index learned after the wait) are left out: read
+ * by every block of the experts' kernels they cost V2-Lite 8.6%, and read
+ * by the grid's first block an SM only they gained nothing more. */
 template <class T> __device__ __forceinline__ uint32_t sd__pbits(const T &x)
 {
     if constexpr (sizeof(T) <= 8) {
@@ -262,27 +267,6 @@ template <class T> __device__ __forceinline__ uint32_t sd__pbits(const T &x)
             v ^= w[i];
         return v;
     }
-}
-/* the n first entries of a table of pointers in a __grid_constant__
- * parameter, read at an index the kernel learns after the wait (the
- * experts' weights): sd__ptouch reads one entry in 4, in the grid's first
- * blocks only (one an SM: the lines stay in the SM's cache for the blocks
- * after it). Read by every block of the experts' kernels (7 waves of them
- * at V2-Lite's batch 1) the tables cost 8.6% of its decode step. */
-struct sd__ptab {
-    const void *const *t;
-    int n;
-};
-__device__ __forceinline__ uint32_t sd__pbits(const sd__ptab &x)
-{
-    unsigned nsm;
-    asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
-    uint32_t v = 0;
-    if (blockIdx.x + blockIdx.y * gridDim.x >= nsm)
-        return v;
-    for (int i = 0; i < x.n; i += 4)
-        v ^= sd__pbits(x.t[i]);
-    return v;
 }
 template <class... A> __device__ __forceinline__ void sd__ptouch(const A &...a)
 {

@@ -175,7 +175,8 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, GEMV_MINB(DT, NR, VR, U))
 #define MMA_LOADS 8 /* 16-byte weight loads per lane in flight */
 
 template <int MT, int NB>
-__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2) gemv_mma_kernel(const __grid_constant__ mm_args a, int WK)
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2)
+    gemv_mma_kernel(const __grid_constant__ mm_args a, int WK)
 {
     SD_PDL_ENTER(a, WK);
     constexpr int U = MMA_LOADS / NB;   /* chunks per warp loaded before use */
@@ -282,7 +283,8 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2) gemv_mma_kernel(const 
 /* The GEMV of rows that cannot take 16-byte loads (K % 8 != 0, unaligned
  * pointers or strides): a warp per weight row, one element per lane. */
 template <int DT>
-__global__ void __launch_bounds__(SD__GEMV_WARPS * 32) gemv_scalar_kernel(const __grid_constant__ mm_args a)
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32)
+    gemv_scalar_kernel(const __grid_constant__ mm_args a)
 {
     SD_PDL_ENTER(a);
     int h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;

@@ -288,7 +288,8 @@ __global__ void moe_route_small_kernel(int32_t *ids, float *wts, const float *lo
 
 /* SPECD_ABLATE=route: token t's row gets experts t * W + k (mod E) with
  * weight 1 / W: top-k distinct experts, none of the routing's work */
-__global__ void moe_route_fixed_kernel(int32_t *ids, float *wts, const __grid_constant__ sd_moe_route r)
+__global__ void moe_route_fixed_kernel(int32_t *ids, float *wts,
+                                       const __grid_constant__ sd_moe_route r)
 {
     SD_PDL_ENTER(ids, wts, r);
     const int K = r.top_k, W = K + (r.n_always > 0 ? r.n_always : 0), t = blockIdx.x;
@@ -602,8 +603,7 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
                          int D, int I, int first, int E, int WK,
                          const __grid_constant__ moe_tabs<MAXE> tab)
 {
-    SD_PDL_ENTER(h, x, ids, top_k, routed, D, I, first, E, WK, sd__ptab{tab.a, E},
-                 sd__ptab{tab.b, E});
+    SD_PDL_ENTER(h, x, ids, top_k, routed, D, I, first, E, WK);
     const int p = blockIdx.x, t = p / top_k;
     if (p - t * top_k >= routed)
         return;
@@ -626,8 +626,9 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
 template <int DT, int MAXE, int GU, int U, int MINB, bool SIG>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB < 3 ? 3 : MINB)
 moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const float *bias,
-                        const __grid_constant__ sd_moe_route r, int n, float *h, const float *x, int D, int I, int first,
-                        int E, int WK, const __grid_constant__ moe_tabs<MAXE> tab)
+                        const __grid_constant__ sd_moe_route r, int n, float *h, const float *x,
+                        int D, int I, int first, int E, int WK,
+                        const __grid_constant__ moe_tabs<MAXE> tab)
 {
     const int b = blockIdx.x;
     if (b < n) {
@@ -635,8 +636,7 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
             route_small_token<SIG>(ids, wts, logits, bias, r, b, threadIdx.x);
         return;
     }
-    SD_PDL_ENTER(ids, wts, logits, bias, r, n, h, x, D, I, first, E, WK, sd__ptab{tab.a, E},
-                 sd__ptab{tab.b, E});
+    SD_PDL_ENTER(ids, wts, logits, bias, r, n, h, x, D, I, first, E, WK);
     /* pairs fastest, as the gate/up kernel's grid: the tokens' blocks of one
      * always-on expert's tile run side by side and share its weights in L2
      * (tiles fastest, a verify step's tokens each read an expert's 11.5 MB
@@ -689,7 +689,7 @@ moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const floa
                       int D, int I, int first, int E, int WK,
                       const __grid_constant__ moe_tabs<MAXE> tab)
 {
-    SD_PDL_ENTER(out, h, ids, wts, top_k, D, I, first, E, WK, sd__ptab{tab.a, E});
+    SD_PDL_ENTER(out, h, ids, wts, top_k, D, I, first, E, WK);
     extern __shared__ float part[];
     const int t = blockIdx.x, d0 = blockIdx.y * DR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -992,8 +992,7 @@ moe_tc_gemm_kernel(void *outp, const __nv_bfloat16 *a, const int *sorted, int to
                    const int *off, const int *tile_off, const int *tile_e, int E, int N, int K,
                    const __grid_constant__ moe_tabs<MAXE> tab)
 {
-    SD_PDL_ENTER(outp, a, sorted, top_k, off, tile_off, tile_e, E, N, K, sd__ptab{tab.a, E},
-                 sd__ptab{tab.b, E});
+    SD_PDL_ENTER(outp, a, sorted, top_k, off, tile_off, tile_e, E, N, K);
     __shared__ __align__(128) __nv_bfloat16 sa[MOE_TC_STAGES][MOE_TC_BM * MOE_TC_BK];
     __shared__ __align__(128) __nv_bfloat16 sb[MOE_TC_STAGES][MOE_TC_BROWS * MOE_TC_BK];
     const int BN = GU ? MOE_TC_BROWS / 2 : MOE_TC_BROWS; /* output columns a tile */

@@ -84,7 +84,8 @@ __global__ void rope_kv_kernel(float *q, float *k, const float *v, float *kc, fl
                                int half, int interleave, float mscale, int Hq, int Hkv, int D,
                                int Dv, int q_stride, int kv_stride)
 {
-    SD_PDL_ENTER(q, k, v, kc, vc, pos, slot, inv_freq, half, interleave, mscale, Hq, Hkv, D, Dv, q_stride, kv_stride);
+    SD_PDL_ENTER(q, k, v, kc, vc, pos, slot, inv_freq, half, interleave, mscale, Hq, Hkv, D, Dv,
+                 q_stride, kv_stride);
     const int t = blockIdx.y, p = pos[t];
     const int nq = Hq * half, nk = Hkv * D, nv = Hkv * Dv;
     const size_t s = (size_t)slot[t];
