@@ -302,9 +302,7 @@ static const float *first_src(const sd_engine *e)
 }
 static int chain_mode(const sd_engine *e)
 {
-    return e->spec == SD_SPEC_EAGLE3 ? PROP_EAGLE_CHAIN
-           : e->spec == SD_SPEC_MTP  ? PROP_MTP
-                                     : PROP_DRAFT_LM;
+    return e->spec == SD_SPEC_EAGLE3 ? PROP_EAGLE_CHAIN : first_mode(e);
 }
 
 /* One proposer pass over uploaded rows: gathers the input hidden states and
@@ -597,6 +595,13 @@ static int chain_cb(sd_engine *e, void *ctx, sd_err *err)
     return 0;
 }
 
+/* the graph of the device chain of kc - 1 passes of this mode over Tc rows
+ * (sampled: with the device's draft sampling) */
+static sd_pgraph *chain_graph(sd_engine *e, int mode, int sampled, int Tc, int kc)
+{
+    return sd__pgraph_find(e, (sampled ? 32 : 16) + mode, NULL, Tc, kc);
+}
+
 /* The chain's inputs in h for kc - 1 passes over Tc rows, all padding:
  * pass j's positions, sequences and slots (3 Tc words from 3 Tc (j - 1)),
  * then the rows each pass reads (row m: m) and the rows they follow (0).
@@ -686,7 +691,7 @@ static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int
         struct chain_ctx cx = {mode, Tc, kc, sampled, e->pd_chain};
         sd_pgraph *g = NULL;
         if (!rc && e->pad_steps && sd__graph_bucket(e, n) == Tc)
-            g = sd__pgraph_find(e, (sampled ? 32 : 16) + mode, NULL, Tc, kc);
+            g = chain_graph(e, mode, sampled, Tc, kc);
         if (!rc)
             rc = pgraph_run(e, g, chain_cb, &cx, err);
     }
@@ -795,7 +800,7 @@ int sd__spec_capture(sd_engine *e, sd_err *err)
                                     (size_t)kc * ov * sizeof(sd_sample_params));
                 }
                 struct chain_ctx cx = {cmode, b, kc, sampled, e->pd_chain};
-                sd_pgraph *g = sd__pgraph_find(e, (sampled ? 32 : 16) + cmode, NULL, b, kc);
+                sd_pgraph *g = chain_graph(e, cmode, sampled, b, kc);
                 for (int n = 0; n < 1 + e->graphs_on && !rc; n++)
                     if (!(rc = pgraph_run(e, g, chain_cb, &cx, err)))
                         rc = op->sync(e->be); /* (ph_chain and ph_dsp, as above) */
