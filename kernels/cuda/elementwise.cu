@@ -36,12 +36,6 @@ __global__ void embed_kernel(float *out, const void *table, int dt, const int32_
      * us in the kernel trace; bench/results/NOTES.md, session 23) */
     size_t base = (size_t)id * (size_t)D;
     const int step = (int)blockDim.x;
-    if (D <= step) { /* a row of one element a thread (the bundled model's 256): the
-                      * batched loop's code alone made its step 0.5% slower */
-        if ((int)threadIdx.x < D)
-            o[threadIdx.x] = sd__wload(table, dt, base + threadIdx.x);
-        return;
-    }
     for (int d0 = threadIdx.x; d0 < D; d0 += EMBED_BATCH * step) {
         float v[EMBED_BATCH];
 #pragma unroll
