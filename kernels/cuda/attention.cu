@@ -112,42 +112,19 @@ static __device__ __forceinline__ int split_used(const att_args &a, int n_all)
     return (n_all + per - 1) / per;
 }
 
-/* a token whose positions 0 .. pos fill one chunk, whose block writes the
- * result whole (a.whole1; the merge leaves the token) */
-static __device__ __forceinline__ int written_whole_at(const att_args &a, int pos)
-{
-    return a.whole1 && split_used(a, pos + 1) == 1;
-}
+/* token t's positions fill one chunk, whose block writes the result whole
+ * (a.whole1; the merge leaves the token) */
 static __device__ __forceinline__ int written_whole(const att_args &a, int t)
 {
-    return written_whole_at(a, a.pos[t]);
-}
-
-/* a token's position and sequence (its block-table row), both loads issued
- * before either is used: the chunk test below needs the position, and the
- * compiler issued the sequence's load only after it (a second round trip
- * to L2 before the block table's). volatile keeps them together, after
- * the PDL wait. */
-struct tok_at {
-    int pos;
-    const int32_t *bt;
-};
-static __device__ __forceinline__ tok_at tok_load(const att_args &a, int t)
-{
-    int p, s;
-    asm volatile("ld.global.b32 %0, [%1];" : "=r"(p) : "l"(a.pos + t));
-    asm volatile("ld.global.b32 %0, [%1];" : "=r"(s) : "l"(a.seq + t));
-    return tok_at{p, a.block_table + (size_t)s * (size_t)a.max_blocks};
+    return a.whole1 && split_used(a, a.pos[t] + 1) == 1;
 }
 
 /* this block's chunk [*lo, *hi) of token t's positions (blockIdx.z of
- * a.S), *tk its position and block-table row; 0: a chunk past them,
- * nothing to do (the merge reads only the chunks that hold positions) */
-static __device__ __forceinline__ int block_chunk(const att_args &a, int t, int *lo, int *hi,
-                                                  tok_at *tk)
+ * a.S); 0: a chunk past them, nothing to do (the merge reads only the
+ * chunks that hold positions) */
+static __device__ __forceinline__ int block_chunk(const att_args &a, int t, int *lo, int *hi)
 {
-    *tk = tok_load(a, t);
-    split_chunk(a, tk->pos + 1, blockIdx.z, lo, hi);
+    split_chunk(a, a.pos[t] + 1, blockIdx.z, lo, hi);
     return a.S <= 1 || *lo < *hi;
 }
 
@@ -357,8 +334,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     int *slots = (int *)(alpha + a.G);
     const int hbase = kvh * a.group + g0;
     int j_lo, n; /* this block's chunk of the positions */
-    tok_at tk;
-    if (!block_chunk(a, t, &j_lo, &n, &tk))
+    if (!block_chunk(a, t, &j_lo, &n))
         return;
 
     load_q<VEC>(qs, a, t, hbase, G);
@@ -368,7 +344,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         mrun[tid] = -INFINITY;
         lrun[tid] = 0.0f;
     }
-    const int32_t *bt = tk.bt;
+    const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     const size_t kbase = (size_t)kvh * (size_t)a.k_head, vbase = (size_t)kvh * (size_t)a.v_head;
     /* the first tile's slots are looked up with the queries' loads, each
      * next tile's while this one is multiplied, and a tile's keys and values
@@ -537,8 +513,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(const __grid_cons
     const int kvh = blockIdx.y / a.ngb, g0 = (blockIdx.y % a.ngb) * a.G;
     const int G = a.group - g0 < a.G ? a.group - g0 : a.G;
     int j_lo, n;
-    tok_at tk;
-    if (!block_chunk(a, t, &j_lo, &n, &tk))
+    if (!block_chunk(a, t, &j_lo, &n))
         return;
     const int hbase = kvh * a.group + g0;
     float4 q[GP], acc[GP];
@@ -553,7 +528,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(const __grid_cons
         mrun[tid] = -INFINITY;
         lrun[tid] = 0.0f;
     }
-    const int32_t *bt = tk.bt;
+    const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     const float *kb = a.kc + (size_t)kvh * (size_t)a.k_head, *vb = a.vc + (size_t)kvh * (size_t)a.v_head;
     for (int j0 = j_lo; j0 < n; j0 += KT) {
         const int slot = dec_slot(a, bt, j0, n, lane);
@@ -785,8 +760,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(const __grid_cons
     const int t = blockIdx.x, h0 = blockIdx.y * TC_M;
     const int G = a.group - h0 < TC_M ? a.group - h0 : TC_M;
     int j_lo, n;
-    tok_at tk;
-    if (!block_chunk(a, t, &j_lo, &n, &tk))
+    if (!block_chunk(a, t, &j_lo, &n))
         return;
 
     /* queries to bf16 once; rows past the group's heads are zeros (their
@@ -796,7 +770,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(const __grid_cons
         mrun[tid] = -INFINITY;
         lrun[tid] = 0.0f;
     }
-    const int32_t *bt = tk.bt;
+    const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     float acc[8][4]; /* output columns 64 warp + 8 i + (2 tq, 2 tq + 1), rows g and g + 8 */
 #pragma unroll
     for (int i = 0; i < 8; i++)
@@ -1047,8 +1021,7 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_const
     const int t = blockIdx.x, h0 = blockIdx.y * MD_GH;
     const int G = a.group - h0 < MD_GH ? a.group - h0 : MD_GH;
     int j_lo, n;
-    tok_at tk;
-    if (!block_chunk(a, t, &j_lo, &n, &tk))
+    if (!block_chunk(a, t, &j_lo, &n))
         return;
     /* a lane's dims: latent float4s lane + 32 m (m = 0..3), rope float2 lane */
     float4 qc[MD_GH][4], acc[MD_GH][4];
@@ -1069,7 +1042,7 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_const
         mrun[tid] = -INFINITY;
         lrun[tid] = 0.0f;
     }
-    const int32_t *bt = tk.bt;
+    const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     /* a warp's MD_KW keys of the tile at j0 (slot: the lane's key's) */
     auto load = [&](float4 (&kc)[MD_KW][4], float2 (&kp)[MD_KW], int j0, int slot) {
 #pragma unroll
@@ -1165,7 +1138,7 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_const
         o.z += r.z;
         o.w += r.w;
     }
-    if (a.S > 1 && !written_whole_at(a, tk.pos)) {
+    if (a.S > 1 && !written_whole(a, t)) {
         /* a partial row is 514 floats: 8-byte aligned */
         const int W = MLA_C + 2;
         const float *p0 = a.part + ((size_t)t * a.group + (size_t)h) * a.S * W;
@@ -1183,7 +1156,7 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_const
         /* the fold: the block that counts the pair's last chunk merges it
          * (each thread's partial stores made visible before the count) */
         __shared__ int last;
-        const int nz = split_used(a, tk.pos + 1);
+        const int nz = split_used(a, a.pos[t] + 1);
         unsigned *cnt = a.fold + (size_t)t * a.ngb + blockIdx.y;
         __threadfence();
         __syncthreads();

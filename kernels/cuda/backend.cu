@@ -730,8 +730,6 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->mla_min_chunk = mchunk && *mchunk ? atoi(mchunk) : 0;
     c->mla_pipe = env_on("SPECD_MLA_PIPE");
     c->moe_down = env_level("SPECD_MOE_DOWN", 3, SD_CUDA_MOE_DOWN_DEFAULT);
-    c->moe_pf = env_on("SPECD_MOE_PF");
-    c->gemv_pf = env_on("SPECD_GEMV_PF");
     c->gemv_wide = env_on("SPECD_GEMV_WIDE");
     c->pinned = env_on("SPECD_PINNED");
     c->attn_dec = env_on("SPECD_ATTN_DEC");

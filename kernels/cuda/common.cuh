@@ -84,12 +84,6 @@ typedef struct sd__cuda {
      * load, 2 blocks an SM; 3 8 rows, 2 chunks a load, 2 blocks an SM. The
      * same bits. */
     int moe_down;
-    /* the fused experts' activations prefetched into L1 after the PDL wait
-     * (SPECD_MOE_PF=0: off; gemv.cuh sd__warp_prefetch_x). The same bits. */
-    int moe_pf;
-    /* the one-pass GEMVs prefetch their activations into L1 after the PDL
-     * wait (SPECD_GEMV_PF=0: off; matmul.cu gemv_block). The same bits. */
-    int gemv_pf;
     /* the GEMV of 1-2 rows of short 16-bit rows with 8 weight rows a warp
      * (SPECD_GEMV_WIDE=0: the 4-row shape). The same bits. */
     int gemv_wide;

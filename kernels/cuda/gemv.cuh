@@ -171,24 +171,6 @@ __device__ __forceinline__ void sd__warp_dots(const void *const (&wrow)[VR], con
     }
 }
 
-/* L1 prefetch of what sd__warp_dots reads of an activation row x (K
- * floats): chunks c0, c0 + cstep, ..., 8 lines of 128 bytes each, a line a
- * lane, 4 chunks a pass. The fused experts issue it right after their PDL
- * wait, before the expert's id and weights: x is then in L1 when the
- * weights arrive, where each chunk's activations were an L2 round trip
- * after its weights (the down kernel's second chunk's only after the
- * first chunk's multiply-adds: bench/results/NOTES.md, session 24). */
-__device__ __forceinline__ void sd__warp_prefetch_x(const float *x, int K, int c0, int cstep,
-                                                    int lane)
-{
-    const int nch = (K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
-    for (int c = c0 + (lane / 8) * cstep; c < nch; c += 4 * cstep) {
-        const int k = c * SD__GEMV_CHUNK + (lane % 8) * 32;
-        if (k < K)
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(x + k));
-    }
-}
-
 /* Sums V values (a power of two <= 32) across the warp with the butterfly
  * tree, V at once: first each step halves the values a lane keeps (the lane
  * with the distance bit set keeps the upper half), then plain butterfly

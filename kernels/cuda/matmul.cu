@@ -38,7 +38,6 @@ typedef struct mm_args {
     int n, N, K;
     int x_stride, x_bstride, x_off;
     int y_stride, y_bstride;
-    int pf; /* the one-pass GEMV prefetches x into L1 after its wait (c->gemv_pf) */
 } mm_args;
 
 /* ---- GEMV (kernels/cuda/gemv.cuh has the core and its order of sums) ---- */
@@ -110,12 +109,6 @@ __device__ __forceinline__ void gemv_block(const mm_args &a, int WK, int bx, int
     SD_PDL_ENTER(a, WK);
     const float *xb = a.x + (size_t)h * (size_t)a.x_bstride + (size_t)a.x_off;
     float *yb = a.y + (size_t)h * (size_t)a.y_bstride;
-    /* PRE: every chunk of x the warp will read, into L1 at once; its loads
-     * below come one chunk after another's multiply-adds (the long rows'
-     * 8 chunks: 8 round trips to L2 after the wait) */
-    if (PRE && a.pf)
-        for (int r = 0; r < a.n; r++)
-            sd__warp_prefetch_x(xb + (size_t)r * (size_t)a.x_stride, a.K, kw, WK, lane);
     for (int r0 = 0; r0 < (PRE ? 1 : a.n); r0 += NR) { /* PRE: n <= NR, one pass */
         const int nr = a.n - r0 < NR ? a.n - r0 : NR;
         const float *xr[NR];
@@ -806,7 +799,7 @@ void sd__cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *
     if (!c || n <= 0 || w->rows <= 0)
         return;
     mm_args a = {y, x, w->data, bias ? bias->data : NULL, bias ? (int)bias->dtype : 0,
-                 n, (int)w->rows, (int)w->cols, x_stride, 0, 0, (int)w->rows, 0, c->gemv_pf};
+                 n, (int)w->rows, (int)w->cols, x_stride, 0, 0, (int)w->rows, 0};
     if (n <= gemv_max_rows(c)) {
         run_simt(c, &a, w->dtype, 1, 1);
         return;
@@ -827,7 +820,7 @@ void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_we
     }
     int N = (int)(w->rows / H);
     mm_args a = {y, x, w->data, NULL, 0, n, N, (int)w->cols, x_stride, x_head_stride, x_off,
-                 H * N, N, c->gemv_pf};
+                 H * N, N};
     run_simt(c, &a, w->dtype, H, n <= gemv_max_rows(c));
 }
 
@@ -884,7 +877,7 @@ void sd__cuda_mla_prep_absorb(sd_backend *be, float *ckv, int ck_stride, float *
         return;
     const int N = H > 0 && wuk->rows % H == 0 ? (int)(wuk->rows / H) : 0;
     mm_args a = {y, x, wuk->data, NULL, 0, T, N, (int)wuk->cols, x_stride, x_head_stride, 0,
-                 H * N, N, c->gemv_pf};
+                 H * N, N};
     sd__mla_prep_args p;
     int vec = 0;
     /* where matmul_heads would run the wide one-pass GEMV */
@@ -923,7 +916,7 @@ void sd__cuda_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_we
         return;
     }
     mm_args a = {gu, x, w->data, NULL, 0, n, (int)w->rows, (int)w->cols, x_stride, 0, 0,
-                 (int)w->rows / 2, 0, c->gemv_pf};
+                 (int)w->rows / 2, 0};
     if (c->matmul_silu && n <= SD_CUDA_GEMV_EXACT_ROWS && n <= gemv_max_rows(c) && vec_ok(&a)) {
         switch (w->dtype) {
         case SD_DT_F32: launch_block_gemv<SD__F32, true>(c, &a, 1); return;

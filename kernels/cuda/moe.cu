@@ -563,9 +563,9 @@ static void launch_experts_v(sd__cuda *c, int vec, const sd_experts *ex, float *
 /* a pair's column tile ty of its row hp of h (I wide), from its token's
  * row xt and expert e of the table (the kernel below; the routing
  * kernel's always-on tiles) */
-template <int DT, int GU, int U>
-__device__ __forceinline__ void gate_up_tile(float *hp, const float *xt, const void *gate,
-                                             const void *up, int ty, int D, int I, int WK)
+template <int DT, int MAXE, int GU, int U>
+__device__ __forceinline__ void gate_up_tile(float *hp, const float *xt, int e, int ty, int D,
+                                             int I, int WK, const moe_tabs<MAXE> &tab)
 {
     constexpr int VR = 2 * GU;
     __shared__ float part[SD__GEMV_WARPS * VR];
@@ -573,7 +573,7 @@ __device__ __forceinline__ void gate_up_tile(float *hp, const float *xt, const v
     const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK;
     const int cols0 = ty * RG * GU, j0 = cols0 + rg * GU;
     const size_t esz = DT == SD__F32 ? 4 : 2, rb = (size_t)D * esz;
-    const char *wg = (const char *)gate, *wu = (const char *)up;
+    const char *wg = (const char *)tab.a[e], *wu = (const char *)tab.b[e];
     const void *wrow[VR];
 #pragma unroll
     for (int i = 0; i < VR; i++) {
@@ -600,21 +600,18 @@ __device__ __forceinline__ void gate_up_tile(float *hp, const float *xt, const v
 template <int DT, int MAXE, int GU, int U, int MINB>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k, int routed,
-                         int D, int I, int first, int E, int WK, int pf,
+                         int D, int I, int first, int E, int WK,
                          const __grid_constant__ moe_tabs<MAXE> tab)
 {
-    SD_PDL_ENTER(h, x, ids, top_k, routed, D, I, first, E, WK, pf);
+    SD_PDL_ENTER(h, x, ids, top_k, routed, D, I, first, E, WK);
     const int p = blockIdx.x, t = p / top_k;
     if (p - t * top_k >= routed)
         return;
-    if (pf)
-        sd__warp_prefetch_x(x + (size_t)t * (size_t)D, D, (int)(threadIdx.x / 32) % WK, WK,
-                            threadIdx.x % 32);
     const int e = ids[p] - first;
     if (e < 0 || e >= E)
         return;
-    gate_up_tile<DT, GU, U>(h + (size_t)p * (size_t)I, x + (size_t)t * (size_t)D, tab.a[e],
-                            tab.b[e], blockIdx.y, D, I, WK);
+    gate_up_tile<DT, MAXE, GU, U>(h + (size_t)p * (size_t)I, x + (size_t)t * (size_t)D, e,
+                                  blockIdx.y, D, I, WK, tab);
 }
 
 /* The routing of n tokens beside their always-on experts' gate/up: blocks
@@ -630,7 +627,7 @@ template <int DT, int MAXE, int GU, int U, int MINB, bool SIG>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB < 3 ? 3 : MINB)
 moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const float *bias,
                         const __grid_constant__ sd_moe_route r, int n, float *h, const float *x,
-                        int D, int I, int first, int E, int WK, int pf,
+                        int D, int I, int first, int E, int WK,
                         const __grid_constant__ moe_tabs<MAXE> tab)
 {
     const int b = blockIdx.x;
@@ -639,6 +636,7 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
             route_small_token<SIG>(ids, wts, logits, bias, r, b, threadIdx.x);
         return;
     }
+    SD_PDL_ENTER(ids, wts, logits, bias, r, n, h, x, D, I, first, E, WK);
     /* pairs fastest, as the gate/up kernel's grid: the tokens' blocks of one
      * always-on expert's tile run side by side and share its weights in L2
      * (tiles fastest, a verify step's tokens each read an expert's 11.5 MB
@@ -646,19 +644,10 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
     const int npa = n * r.n_always, q = b - n, ty = q / npa, pa = q - ty * npa;
     const int t = pa / r.n_always, a = pa - t * r.n_always, W = r.top_k + r.n_always;
     const int e = r.n_experts + a - first;
-    const bool mine = e >= 0 && e < E;
-    /* the expert's weight pointers (the table, a constant bank read at an
-     * index) before the wait, with the parameters: they depend on no
-     * kernel, and after the wait they were one more round trip */
-    const void *wg = mine ? tab.a[e] : NULL, *wu = mine ? tab.b[e] : NULL;
-    SD_PDL_ENTER(ids, wts, logits, bias, r, n, h, x, D, I, first, E, WK, pf, wg, wu);
-    if (!mine)
+    if (e < 0 || e >= E)
         return;
-    if (pf)
-        sd__warp_prefetch_x(x + (size_t)t * (size_t)D, D, (int)(threadIdx.x / 32) % WK, WK,
-                            threadIdx.x % 32);
-    gate_up_tile<DT, GU, U>(h + (size_t)(t * W + r.top_k + a) * (size_t)I,
-                            x + (size_t)t * (size_t)D, wg, wu, ty, D, I, WK);
+    gate_up_tile<DT, MAXE, GU, U>(h + (size_t)(t * W + r.top_k + a) * (size_t)I,
+                                  x + (size_t)t * (size_t)D, e, ty, D, I, WK, tab);
 }
 
 /* out(t, d) = sum_j wts[t, j] * (h(t * top_k + j) @ down_e^T)[d], slots j in
@@ -697,10 +686,10 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
 template <int DT, int MAXE, int DR, int DU, int MINB>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int top_k,
-                      int D, int I, int first, int E, int WK, int pf,
+                      int D, int I, int first, int E, int WK,
                       const __grid_constant__ moe_tabs<MAXE> tab)
 {
-    SD_PDL_ENTER(out, h, ids, wts, top_k, D, I, first, E, WK, pf);
+    SD_PDL_ENTER(out, h, ids, wts, top_k, D, I, first, E, WK);
     extern __shared__ float part[];
     const int t = blockIdx.x, d0 = blockIdx.y * DR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -708,8 +697,6 @@ moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const floa
     const size_t esz = DT == SD__F32 ? 4 : 2, rb = (size_t)I * esz;
     for (int j = sl; j < top_k; j += SW) {
         const size_t p = (size_t)t * (size_t)top_k + (size_t)j;
-        if (pf)
-            sd__warp_prefetch_x(h + p * (size_t)I, I, kw, WK, lane);
         const int e = ids[p] - first;
         if (e < 0 || e >= E)
             continue; /* the same for the whole warp */
@@ -760,7 +747,7 @@ static void launch_down(sd__cuda *c, const moe_tabs<MAXE> &tab, float *out, cons
     dim3 g((unsigned)n, (unsigned)((D + DR - 1) / DR));
     size_t sm = (size_t)top_k * (size_t)wk * DR * sizeof(float);
     sd__launch(c, moe_down_fused_kernel<DT, MAXE, DR, DU, MINB>, g, SD__GEMV_WARPS * 32, sm, out,
-               h, ids, wts, top_k, D, I, ex->first, ex->n, wk, c->moe_pf, tab);
+               h, ids, wts, top_k, D, I, ex->first, ex->n, wk, tab);
 }
 
 /* the routing moe_route_always_kernel runs beside the always-on experts */
@@ -783,18 +770,18 @@ static void launch_gate_up(sd__cuda *c, const moe_route_args *ra, int32_t *ids, 
         if (ra->r.sigmoid)
             sd__launch(c, moe_route_always_kernel<DT, MAXE, GU, U, MINB, true>, g, th, 0, ids,
                        wts, ra->logits, ra->bias, ra->r, n, h, x, D, I, ex->first, ex->n, wk,
-                       c->moe_pf, tab);
+                       tab);
         else
             sd__launch(c, moe_route_always_kernel<DT, MAXE, GU, U, MINB, false>, g, th, 0, ids,
                        wts, ra->logits, ra->bias, ra->r, n, h, x, D, I, ex->first, ex->n, wk,
-                       c->moe_pf, tab);
+                       tab);
         if (SD_LAUNCHED(c, "moe_route_always_kernel"))
             return;
         routed = ra->r.top_k;
     }
     dim3 g1((unsigned)(n * top_k), (unsigned)tiles);
     sd__launch(c, moe_gate_up_fused_kernel<DT, MAXE, GU, U, MINB>, g1, SD__GEMV_WARPS * 32, 0, h,
-               x, (const int32_t *)ids, top_k, routed, D, I, ex->first, ex->n, wk, c->moe_pf, tab);
+               x, (const int32_t *)ids, top_k, routed, D, I, ex->first, ex->n, wk, tab);
 }
 
 /* ra: route too, beside the always-on slots (moe_router_ffn); ids and wts
