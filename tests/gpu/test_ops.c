@@ -1768,18 +1768,23 @@ static int ffn_case_ep(gpu_env *e, sd_dtype dt, int n, int E, int K, int D, int 
              n, E, K, D, I, E < E_all ? " expert-parallel bank" : "", fused ? "fused" : "sorted");
     int ok = check_dev(e, dout, co, (size_t)n * D, 1e-5, name);
     if (fused) {
-        /* every shape of the down kernel: the default's bits */
+        /* every shape of the down kernel, h from L2 or copied into shared
+         * memory: the default's bits */
         float *ref = gget(e, dout, (size_t)n * D);
-        for (int sh = 0; sh <= 3; sh++) {
+        for (int v = 0; v < 8; v++) {
+            const int sh = v / 2, hs = v % 2;
             float *d2 = gpoison(e, (size_t)n * D);
             sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_OFF);
             sd_cuda_set_moe_down(e->gpu, sh);
+            sd_cuda_set_moe_down_hs(e->gpu, hs);
             e->gpu->ops->moe_ffn(e->gpu, d2, dx, did, dw, &ge, n, K, D, dtmp);
+            sd_cuda_set_moe_down_hs(e->gpu, 1);
             sd_cuda_set_moe_down(e->gpu, SD_CUDA_MOE_DOWN_DEFAULT);
             sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_AUTO);
             float *g2 = gget(e, d2, (size_t)n * D);
             ok &= reportf(bit_mismatches(ref, g2, (size_t)n * D), 0,
-                          "%s: down shape %d bitwise (mismatches)", name, sh);
+                          "%s: down shape %d, h %s, bitwise (mismatches)", name, sh,
+                          hs ? "in shared memory" : "from L2");
             free(g2);
             gfree(e, d2);
         }
@@ -1846,6 +1851,7 @@ TEST(moe_ffn_fused_small_batches_match_the_cpu)
     ok &= ffn_case(&e, SD_DT_F16, 2, 12, 3, 136, 64);
     ok &= ffn_case(&e, SD_DT_F32, 2, 32, 10, 64, 40);
     ok &= ffn_case_ep(&e, SD_DT_BF16, 3, 4, 3, 256, 96, 8, 16);
+    ok &= ffn_case_ep(&e, SD_DT_BF16, 3, 4, 6, 256, 96, 8, 16); /* a warp a slot, slots skipped */
     ok &= ffn_case_ep(&e, SD_DT_F32, 6, 2, 2, 64, 32, 0, 16);
     /* the largest fused batch of top-4 and the smallest sorted one */
     int nb = SD_CUDA_MOE_FUSED_MAX_PAIRS / 4;
