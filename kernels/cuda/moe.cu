@@ -794,9 +794,11 @@ static void launch_down(sd__cuda *c, const moe_tabs<MAXE> &tab, float *out, cons
 {
     dim3 g((unsigned)n, (unsigned)((D + DR - 1) / DR));
     size_t sm = (size_t)top_k * (size_t)wk * DR * sizeof(float);
+    /* + 1 KB a block: what the SM reserves a block and the kernel's static
+     * shared memory */
     const size_t hs = MOE_HS_BARS + (size_t)SD__GEMV_WARPS * (size_t)I * sizeof(float);
     if (c->moe_down_hs && c->sm90 && wk == 1 && I % 4 == 0 && sd__aligned16(h) &&
-        (hs + sm) * MINB <= c->smem_sm && hs + sm <= c->smem_optin) {
+        (hs + sm + 1024) * MINB <= c->smem_sm && hs + sm + 1024 <= c->smem_optin) {
         auto k = moe_down_fused_kernel<DT, MAXE, DR, DU, MINB, true>;
         /* the most shared memory any size may ask and as much of L1 as
          * shared memory as there is, once a device (the attributes are
@@ -804,8 +806,10 @@ static void launch_down(sd__cuda *c, const moe_tabs<MAXE> &tab, float *out, cons
         static unsigned long long set;
         const unsigned long long bit = 1ull << (c->device & 63);
         if (!(set & bit)) {
-            if (SD_CUDA(c, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                (int)c->smem_optin)) ||
+            cudaFuncAttributes fa;
+            if (SD_CUDA(c, cudaFuncGetAttributes(&fa, k)) ||
+                SD_CUDA(c, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)(c->smem_optin - fa.sharedSizeBytes))) ||
                 SD_CUDA(c, cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
                                                 (int)cudaSharedmemCarveoutMaxShared)))
                 return;
