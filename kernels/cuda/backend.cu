@@ -576,8 +576,6 @@ void sd_cuda_set_moe_down(sd_backend *be, int shape)
     sd__cuda_of(be)->moe_down = level_or(shape, 3, SD_CUDA_MOE_DOWN_DEFAULT); /* moe.cu's shapes */
 }
 
-void sd_cuda_set_moe_down_hs(sd_backend *be, int on) { sd__cuda_of(be)->moe_down_hs = on != 0; }
-
 void sd_cuda_set_pdl(sd_backend *be, int on) { sd__cuda_of(be)->pdl = on != 0; }
 
 void sd_cuda_set_attn_split_all(sd_backend *be, int level)
@@ -732,7 +730,6 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->mla_min_chunk = mchunk && *mchunk ? atoi(mchunk) : 0;
     c->mla_pipe = env_on("SPECD_MLA_PIPE");
     c->moe_down = env_level("SPECD_MOE_DOWN", 3, SD_CUDA_MOE_DOWN_DEFAULT);
-    c->moe_down_hs = env_on("SPECD_MOE_DOWN_HS");
     c->gemv_wide = env_on("SPECD_GEMV_WIDE");
     c->pinned = env_on("SPECD_PINNED");
     c->attn_dec = env_on("SPECD_ATTN_DEC");
@@ -752,8 +749,6 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     if (!rc) {
         c->sm_count = p.multiProcessorCount;
         c->smem_optin = p.sharedMemPerBlockOptin;
-        c->smem_sm = p.sharedMemPerMultiprocessor;
-        c->sm90 = p.major >= 9;
         if (p.major < 8)
             rc = sd__cuda_fail(c, "cuda device", "compute capability 8.0 or newer is needed",
                                __FILE__, __LINE__);

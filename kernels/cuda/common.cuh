@@ -84,9 +84,6 @@ typedef struct sd__cuda {
      * load, 2 blocks an SM; 3 8 rows, 2 chunks a load, 2 blocks an SM. The
      * same bits. */
     int moe_down;
-    /* the down kernel's h rows copied into shared memory by the SM's bulk
-     * copy (SPECD_MOE_DOWN_HS=0: off; moe.cu launch_down). The same bits. */
-    int moe_down_hs;
     /* the GEMV of 1-2 rows of short 16-bit rows with 8 weight rows a warp
      * (SPECD_GEMV_WIDE=0: the 4-row shape). The same bits. */
     int gemv_wide;
@@ -146,8 +143,6 @@ typedef struct sd__cuda {
     int n_kt_launch;
     int sm_count;
     size_t smem_optin; /* largest dynamic shared memory per block */
-    size_t smem_sm;    /* shared memory per SM */
-    int sm90;          /* compute capability 9.0 or newer (bulk copies, mbarriers) */
     /* sticky first error */
     int err;
     char msg[768];

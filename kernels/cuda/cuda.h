@@ -86,12 +86,6 @@ void sd_cuda_set_mla_dec(sd_backend *be, int on);
 #define SD_CUDA_MOE_DOWN_DEFAULT 1
 void sd_cuda_set_moe_down(sd_backend *be, int shape);
 
-/* The fused down kernel's h rows copied into shared memory by the SM's
- * bulk copy where a warp takes whole rows (moe.cu launch_down; sm_90; the
- * same bits): on (1) unless SPECD_MOE_DOWN_HS=0 as the backend opens, or
- * this call */
-void sd_cuda_set_moe_down_hs(sd_backend *be, int on);
-
 /* moe_route for up to 64 experts without group limits on its register
  * kernel (moe.cu; on by default, SPECD_ROUTE_SMALL=0 or this call: the
  * general kernel). The same bits either way. */

@@ -40,67 +40,6 @@ __device__ __forceinline__ uint4 sd__ld_stream(const void *p)
     return v;
 }
 
-/* 16 bytes from shared memory (p: a generic pointer into it) */
-__device__ __forceinline__ float4 sd__lds4(const float4 *p)
-{
-    float4 v;
-    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"((unsigned)__cvta_generic_to_shared(p))
-                 : "memory");
-    return v;
-}
-
-/* ---- a row into shared memory by the copy engine of the SM (sm_90 TMA)
- *
- * One thread starts a bulk copy of `bytes` (a multiple of 16, both ends
- * 16-byte aligned) from global memory into shared memory; its completion
- * is counted on an mbarrier of shared memory, which the threads that read
- * the copy wait on (parity: 0 for the barrier's first use, then 1, 0, ...).
- * The copy holds no registers and issues no load instruction per thread:
- * a kernel can start it before its own loads and wait for it only when it
- * first reads the row. */
-__device__ __forceinline__ void sd__mbar_init(uint64_t *bar)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n\t"
-                 "fence.mbarrier_init.release.cluster;" ::"r"((unsigned)__cvta_generic_to_shared(bar))
-                 : "memory");
-#else
-    __trap(); /* the launchers take this path on sm_90 and newer only */
-#endif
-}
-
-__device__ __forceinline__ void sd__bulk_load(void *dst, const void *src, unsigned bytes,
-                                              uint64_t *bar)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes)
-                 : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                 "%2, [%3];" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(bytes), "r"(b)
-                 : "memory");
-#else
-    __trap(); /* the launchers take this path on sm_90 and newer only */
-#endif
-}
-
-__device__ __forceinline__ void sd__mbar_wait(uint64_t *bar, unsigned parity)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("{\n\t.reg .pred p;\n\t"
-                 "SD_MBAR_WAIT_%=:\n\t"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
-                 "@!p bra SD_MBAR_WAIT_%=;\n\t}" ::"r"((unsigned)__cvta_generic_to_shared(bar)),
-                 "r"(parity)
-                 : "memory");
-#else
-    __trap(); /* the launchers take this path on sm_90 and newer only */
-#endif
-}
-
 /* raw 16-byte words of 8 consecutive weights (F32: two words) */
 template <int DT> struct sd__w8raw {
     uint4 q[DT == SD__F32 ? 2 : 1];
@@ -187,7 +126,7 @@ __device__ __forceinline__ void sd__warp_load(sd__w8raw<DT> (&raw)[U][VR], const
     }
 }
 
-template <int DT, int VR, int NR, int U, bool XSH = false>
+template <int DT, int VR, int NR, int U>
 __device__ __forceinline__ void sd__warp_use(const sd__w8raw<DT> (&raw)[U][VR],
                                              const float *const (&xr)[NR], int nr, int K, int c,
                                              int cstep, int lane, float (&acc)[VR * NR])
@@ -206,14 +145,7 @@ __device__ __forceinline__ void sd__warp_use(const sd__w8raw<DT> (&raw)[U][VR],
         for (int r = 0; r < NR; r++) {
             if (r < nr) {
                 const float4 *xp = (const float4 *)(xr[r] + k);
-                float4 a, b;
-                if (XSH) { /* x in shared memory (sd__bulk_load) */
-                    a = sd__lds4(xp);
-                    b = sd__lds4(xp + 1);
-                } else {
-                    a = __ldg(xp);
-                    b = __ldg(xp + 1);
-                }
+                float4 a = __ldg(xp), b = __ldg(xp + 1);
 #pragma unroll
                 for (int i = 0; i < VR; i++)
                     acc[i * NR + r] = sd__fma8(wf[i], a, b, acc[i * NR + r]);

@@ -683,73 +683,30 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
  * from this kernel into the gate/up kernel's last wave and saved nothing
  * (session 14, NOTES.md): the two kernels together read 138 MB a layer at
  * ~3.6 TB/s either way. */
-#define MOE_HS_BARS (SD__GEMV_WARPS * 8) /* HS: the barriers, one a warp */
-template <int DT, int MAXE, int DR, int DU, int MINB, bool HS>
+template <int DT, int MAXE, int DR, int DU, int MINB>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int top_k,
                       int D, int I, int first, int E, int WK,
                       const __grid_constant__ moe_tabs<MAXE> tab)
 {
     SD_PDL_ENTER(out, h, ids, wts, top_k, D, I, first, E, WK);
-    extern __shared__ __align__(16) unsigned char dsm[];
-    /* HS: a barrier and an h row of I floats a warp, then part */
-    uint64_t *bars = (uint64_t *)dsm;
-    float *hs = (float *)(dsm + MOE_HS_BARS);
-    float *part = HS ? hs + SD__GEMV_WARPS * I : (float *)dsm;
+    extern __shared__ float part[];
     const int t = blockIdx.x, d0 = blockIdx.y * DR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int SW = SD__GEMV_WARPS / WK, kw = warp % WK, sl = warp / WK;
     const size_t esz = DT == SD__F32 ? 4 : 2, rb = (size_t)I * esz;
-    unsigned parity = 0;
-    if (HS) {
-        if (lane == 0)
-            sd__mbar_init(bars + warp);
-        __syncwarp();
-    }
     for (int j = sl; j < top_k; j += SW) {
         const size_t p = (size_t)t * (size_t)top_k + (size_t)j;
-        float *hw = hs + warp * I;
-        if (HS && lane == 0) /* the row's copy starts before the expert's id is known */
-            sd__bulk_load(hw, h + p * (size_t)I, (unsigned)I * 4u, bars + warp);
         const int e = ids[p] - first;
-        if (e < 0 || e >= E) { /* the same for the whole warp */
-            if (HS) {
-                sd__mbar_wait(bars + warp, parity);
-                parity ^= 1u;
-                __syncwarp();
-            }
-            continue;
-        }
+        if (e < 0 || e >= E)
+            continue; /* the same for the whole warp */
         const char *wd = (const char *)tab.a[e];
         const void *wrow[DR];
 #pragma unroll
         for (int i = 0; i < DR; i++)
             wrow[i] = d0 + i < D ? (const void *)(wd + (size_t)(d0 + i) * rb) : NULL;
-        if (!HS) {
-            sd__warp_dots1<DT, DR, DU>(wrow, h + p * (size_t)I, I, kw, WK, lane,
-                                       part + (j * WK + kw) * DR);
-            continue;
-        }
-        /* sd__warp_dots1's sums (WK = 1: the warp's K is the whole row),
-         * the first loads' weights in flight before the wait for the row */
-        const float *xr[1] = {hw};
-        float acc[DR];
-#pragma unroll
-        for (int i = 0; i < DR; i++)
-            acc[i] = 0.0f;
-        const int nch = (I + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
-        for (int c = 0; c < nch; c += DU) {
-            sd__w8raw<DT> raw[DU][DR];
-            sd__warp_load<DT, DR, DU>(raw, wrow, I, c, 1, lane);
-            if (c == 0)
-                sd__mbar_wait(bars + warp, parity);
-            sd__warp_use<DT, DR, 1, DU, true>(raw, xr, 1, I, c, 1, lane, acc);
-        }
-        parity ^= 1u;
-        sd__xreduce<DR>(acc, lane);
-        if (lane % (32 / DR) == 0)
-            part[(j * WK + kw) * DR + sd__xr_index<DR>(lane)] = acc[0];
-        __syncwarp(); /* the row is read: the next slot's copy may overwrite it */
+        sd__warp_dots1<DT, DR, DU>(wrow, h + p * (size_t)I, I, kw, WK, lane,
+                                   part + (j * WK + kw) * DR);
     }
     __syncthreads();
     if (threadIdx.x < DR && d0 + (int)threadIdx.x < D) {
@@ -781,12 +738,7 @@ static int down_wk(int top_k, int I)
     return wk < kmax ? wk : kmax;
 }
 
-/* the down kernel of one shape: a block of DR rows of every token. HS
- * (c->moe_down_hs, sm_90): a warp that takes whole rows of h (wk 1) copies
- * its slot's row into shared memory with one bulk copy started before its
- * first weight loads, where each load's activations were read from L2
- * after its weights arrived, a chunk at a time (bench/results/NOTES.md,
- * session 25); MINB blocks of the copies' shared memory must fit an SM. */
+/* the down kernel of one shape: a block of DR rows of every token */
 template <int DT, int MAXE, int DR, int DU, int MINB>
 static void launch_down(sd__cuda *c, const moe_tabs<MAXE> &tab, float *out, const float *h,
                         const int32_t *ids, const float *wts, int n, int top_k, int D, int I,
@@ -794,33 +746,8 @@ static void launch_down(sd__cuda *c, const moe_tabs<MAXE> &tab, float *out, cons
 {
     dim3 g((unsigned)n, (unsigned)((D + DR - 1) / DR));
     size_t sm = (size_t)top_k * (size_t)wk * DR * sizeof(float);
-    /* + 1 KB a block: what the SM reserves a block and the kernel's static
-     * shared memory */
-    const size_t hs = MOE_HS_BARS + (size_t)SD__GEMV_WARPS * (size_t)I * sizeof(float);
-    if (c->moe_down_hs && c->sm90 && wk == 1 && I % 4 == 0 && sd__aligned16(h) &&
-        (hs + sm + 1024) * MINB <= c->smem_sm && hs + sm + 1024 <= c->smem_optin) {
-        auto k = moe_down_fused_kernel<DT, MAXE, DR, DU, MINB, true>;
-        /* the most shared memory any size may ask and as much of L1 as
-         * shared memory as there is, once a device (the attributes are
-         * the same every time: a race only sets them twice) */
-        static unsigned long long set;
-        const unsigned long long bit = 1ull << (c->device & 63);
-        if (!(set & bit)) {
-            cudaFuncAttributes fa;
-            if (SD_CUDA(c, cudaFuncGetAttributes(&fa, k)) ||
-                SD_CUDA(c, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                (int)(c->smem_optin - fa.sharedSizeBytes))) ||
-                SD_CUDA(c, cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                (int)cudaSharedmemCarveoutMaxShared)))
-                return;
-            set |= bit;
-        }
-        sd__launch(c, k, g, SD__GEMV_WARPS * 32, hs + sm, out, h, ids, wts, top_k, D, I,
-                   ex->first, ex->n, wk, tab);
-        return;
-    }
-    sd__launch(c, moe_down_fused_kernel<DT, MAXE, DR, DU, MINB, false>, g, SD__GEMV_WARPS * 32,
-               sm, out, h, ids, wts, top_k, D, I, ex->first, ex->n, wk, tab);
+    sd__launch(c, moe_down_fused_kernel<DT, MAXE, DR, DU, MINB>, g, SD__GEMV_WARPS * 32, sm, out,
+               h, ids, wts, top_k, D, I, ex->first, ex->n, wk, tab);
 }
 
 /* the routing moe_route_always_kernel runs beside the always-on experts */
