@@ -8,6 +8,7 @@
  *
  *   specd-bench-kernels [--out FILE] [--commit C] [--quick] [--moe-prefill] [--mla]
  *                       [--gemv-lab] [--read-lab] [--chain-lab] [--boundary-lab]
+ *                       [--down-lab]
  *
  * moe_ffn also runs at prefill sizes (n = 256 .. 4096 tokens) on the grouped
  * GEMV ("sorted") and on the tensor-core grouped GEMMs ("tc", the
@@ -845,6 +846,167 @@ static void read_lab(bench *b, out *o)
     bench_moe(b, o, 2048, 1408, 64, 8, n1, 2, "fused");
 }
 
+/* ---- the down lab (--down-lab) --------------------------------------------------
+ *
+ * What holds the fused MoE down kernel of V2-Lite's batch-1 step at ~3.1
+ * TB/s (14.85 us a layer for 46 MB in the step's kernel trace) where a
+ * plain read of the same bytes streams at ~4.1: the kernel's body at its
+ * default shape (moe.cu shape 1: 4 rows of all 8 slots a block, a warp a
+ * slot over the whole K = 1408, 2 chunks a load, 3 load rounds, 512 blocks
+ * at 4 an SM: one wave), its parts taken away one at a time:
+ *   dots   the body: sd__warp_dots1 with h from global memory (L2 / L1)
+ *   ids    the same after the expert's id and weight pointer are read from
+ *          global memory (the real kernel's two round trips before its
+ *          first weight load)
+ *   nox    no activation loads: the weights times a constant
+ *   xor    no arithmetic: the loaded words xor-ed
+ *   read   a grid-stride read of the same bytes (8 blocks an SM)
+ * 26 layers of 8 down matrices (2048 x 1408 bf16, 5.77 MB), each layer its
+ * own bytes, replayed from one graph; one h (8 x 1408 floats) for all
+ * (it is in L2 in the step too, written by the gate/up kernel). */
+#define DL_D 2048
+#define DL_I 1408
+#define DL_SLOTS 8
+#define DL_SEG ((size_t)DL_D * DL_I * 2)
+#define DL_LAYERS 26
+
+template <int V>
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 4)
+    dl_kernel(float *out, const char *w, const float *h, const int *ids, const char *const *tab)
+{
+    __shared__ float part[DL_SLOTS * 4];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d0 = blockIdx.x * 4;
+    const char *wd = w + (size_t)warp * DL_SEG;
+    if (V == 1)
+        wd = tab[ids[warp]];
+    const void *wrow[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        wrow[i] = wd + (size_t)(d0 + i) * DL_I * 2;
+    if (V <= 1) {
+        sd__warp_dots1<SD__BF16, 4, 2>(wrow, h + (size_t)warp * DL_I, DL_I, 0, 1, lane,
+                                       part + warp * 4);
+    } else {
+        constexpr int nch = (DL_I + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        uint32_t bits = 0;
+        for (int c = 0; c < nch; c += 2) {
+            sd__w8raw<SD__BF16> raw[2][4];
+            sd__warp_load<SD__BF16, 4, 2>(raw, wrow, DL_I, c, 1, lane);
+#pragma unroll
+            for (int u = 0; u < 2; u++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    if (V == 2) {
+                        float f[8];
+                        sd__w8_float<SD__BF16>(raw[u][i], f);
+                        const float4 a = make_float4(0.5f, 0.25f, 0.5f, 0.25f);
+                        acc[i] = sd__fma8(f, a, a, acc[i]);
+                    } else {
+                        bits ^= raw[u][i].q[0].x ^ raw[u][i].q[0].y ^ raw[u][i].q[0].z ^
+                                raw[u][i].q[0].w;
+                    }
+                }
+        }
+        if (V == 3)
+            acc[0] = __uint_as_float(bits & 0x3f7fffffu);
+        sd__xreduce<4>(acc, lane);
+        if (lane % 8 == 0)
+            part[warp * 4 + sd__xr_index<4>(lane)] = acc[0];
+    }
+    __syncthreads();
+    if (threadIdx.x < 4) {
+        float s = 0.f;
+        for (int j = 0; j < DL_SLOTS; j++)
+            s += part[j * 4 + threadIdx.x];
+        out[d0 + threadIdx.x] = s;
+    }
+}
+
+typedef struct dl_ctx {
+    const char *w;
+    const float *h;
+    float *out;
+    const int *ids;
+    const char **tab; /* DL_LAYERS x DL_SLOTS pointers, device */
+    unsigned *sink;
+    int v;
+} dl_ctx;
+
+static void dl_fn(bench *b, int rep)
+{
+    (void)rep;
+    const dl_ctx *r = (const dl_ctx *)b->ctx;
+    for (int l = 0; l < DL_LAYERS; l++) {
+        const char *lw = r->w + (size_t)l * DL_SLOTS * DL_SEG;
+        const char *const *lt = r->tab + (size_t)l * DL_SLOTS;
+        const dim3 g(DL_D / 4);
+        cudaStream_t st = b->c->stream;
+        if (r->v == 0)
+            dl_kernel<0><<<g, SD__GEMV_WARPS * 32, 0, st>>>(r->out, lw, r->h, r->ids, lt);
+        else if (r->v == 1)
+            dl_kernel<1><<<g, SD__GEMV_WARPS * 32, 0, st>>>(r->out, lw, r->h, r->ids, lt);
+        else if (r->v == 2)
+            dl_kernel<2><<<g, SD__GEMV_WARPS * 32, 0, st>>>(r->out, lw, r->h, r->ids, lt);
+        else if (r->v == 3)
+            dl_kernel<3><<<g, SD__GEMV_WARPS * 32, 0, st>>>(r->out, lw, r->h, r->ids, lt);
+        else
+            read_kernel<<<b->c->sm_count * 8, 256, 0, st>>>((const uint4 *)lw,
+                                                           DL_SLOTS * DL_SEG / 16, r->sink);
+    }
+}
+
+static void down_lab(bench *b, out *o)
+{
+    const size_t bytes = (size_t)DL_LAYERS * DL_SLOTS * DL_SEG;
+    dl_ctx r;
+    memset(&r, 0, sizeof r);
+    r.w = (const char *)dev_alloc(b, bytes);
+    dev_fill(b, (void *)r.w, bytes / 2, 1, 0.05f, 31);
+    r.h = (const float *)dev_alloc(b, DL_SLOTS * DL_I * 4);
+    dev_fill(b, (void *)r.h, DL_SLOTS * DL_I, 0, 1.0f, 32);
+    r.out = (float *)dev_alloc(b, DL_D * 4);
+    r.sink = (unsigned *)dev_alloc(b, 64);
+    int hid[DL_SLOTS];
+    const char *htab[DL_LAYERS * DL_SLOTS];
+    for (int j = 0; j < DL_SLOTS; j++)
+        hid[j] = (j * 5 + 3) % DL_SLOTS; /* a permutation: ids -> slots' matrices */
+    for (int l = 0; l < DL_LAYERS; l++)
+        for (int j = 0; j < DL_SLOTS; j++)
+            htab[l * DL_SLOTS + j] = r.w + ((size_t)l * DL_SLOTS + (size_t)j) * DL_SEG;
+    r.ids = (const int *)dev_alloc(b, sizeof hid);
+    r.tab = (const char **)dev_alloc(b, sizeof htab);
+    CHECK(cudaMemcpy((void *)r.ids, hid, sizeof hid, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy((void *)r.tab, htab, sizeof htab, cudaMemcpyHostToDevice));
+    b->fn = dl_fn;
+    b->ctx = &r;
+    const double lb = (double)DL_SLOTS * (double)DL_SEG;
+    printf("\ndown lab: %d layers of %d x %.2f MB (%.1f MB a layer)\n%-6s %10s %8s %6s %6s\n",
+           DL_LAYERS, DL_SLOTS, DL_SEG / 1e6, lb / 1e6, "body", "us/layer", "GB/s", "/copy",
+           "/read");
+    static const char *names[] = {"dots", "ids", "nox", "xor", "read"};
+    for (int v = 0; v < 5; v++) {
+        r.v = v;
+        double me, mg;
+        if (time_op(b, 1, &me, &mg))
+            exit(1);
+        const double us = mg * 1e3 / DL_LAYERS, gbps = lb / (us * 1e-6) / 1e9;
+        printf("%-6s %10.2f %8.0f %6.3f %6.3f\n", names[v], us, gbps, gbps / copy_gbps,
+               gbps / read_gbps);
+        jrow(o,
+             "\"op\": \"down_lab\", \"body\": \"%s\", \"us_layer\": %.3f, \"gbps\": %.1f, "
+             "\"frac_copy\": %.4f, \"frac_read\": %.4f",
+             names[v], us, gbps, gbps / copy_gbps, gbps / read_gbps);
+        fflush(stdout);
+    }
+    b->be->ops->free(b->be, (void *)r.w);
+    b->be->ops->free(b->be, (void *)r.h);
+    b->be->ops->free(b->be, r.out);
+    b->be->ops->free(b->be, r.sink);
+    b->be->ops->free(b->be, (void *)r.ids);
+    b->be->ops->free(b->be, (void *)r.tab);
+}
+
 /* ---- the chain lab (--chain-lab) -------------------------------------------------
  *
  * Whether a persistent kernel could run a batch-1 step's chain of dependent
@@ -1481,10 +1643,12 @@ int main(int argc, char **argv)
             lab = 3;
         else if (!strcmp(argv[i], "--boundary-lab"))
             lab = 4;
+        else if (!strcmp(argv[i], "--down-lab"))
+            lab = 5;
         else {
             fprintf(stderr, "usage: specd-bench-kernels [--out FILE] [--commit C] [--quick] "
                             "[--moe-prefill] [--mla] [--gemv-lab] [--read-lab] [--chain-lab] "
-                            "[--boundary-lab]\n");
+                            "[--boundary-lab] [--down-lab]\n");
             return 2;
         }
     }
@@ -1516,7 +1680,9 @@ int main(int argc, char **argv)
     fprintf(o.json, "\",\n  \"copy_gbps\": %.1f,\n  \"read_gbps\": %.1f,\n  \"rows\": [", copy_gbps,
             read_gbps);
     if (mla_only || lab) {
-        if (lab == 4)
+        if (lab == 5)
+            down_lab(&b, &o);
+        else if (lab == 4)
             boundary_lab(&b, &o);
         else if (lab == 3)
             chain_lab(&b, &o);
