@@ -976,8 +976,13 @@ static void down_lab(bench *b, out *o)
             htab[l * DL_SLOTS + j] = r.w + ((size_t)l * DL_SLOTS + (size_t)j) * DL_SEG;
     r.ids = (const int *)dev_alloc(b, sizeof hid);
     r.tab = (const char **)dev_alloc(b, sizeof htab);
-    CHECK(cudaMemcpy((void *)r.ids, hid, sizeof hid, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy((void *)r.tab, htab, sizeof htab, cudaMemcpyHostToDevice));
+    /* on the backend's stream, after the zeroing its alloc queued there
+     * (a cudaMemcpy on the legacy stream raced it: the table read as NULL) */
+    if (b->be->ops->upload(b->be, (void *)r.ids, hid, sizeof hid) ||
+        b->be->ops->upload(b->be, (void *)r.tab, htab, sizeof htab) || b->be->ops->sync(b->be)) {
+        fprintf(stderr, "down lab: upload failed\n");
+        exit(1);
+    }
     b->fn = dl_fn;
     b->ctx = &r;
     const double lb = (double)DL_SLOTS * (double)DL_SEG;
