@@ -860,6 +860,9 @@ static void read_lab(bench *b, out *o)
  *          first weight load)
  *   nox    no activation loads: the weights times a constant
  *   xor    no arithmetic: the loaded words xor-ed
+ *   u1     the body with one chunk a load (6 load rounds)
+ *   smem   the block's 8 h rows copied into shared memory first (plain
+ *          loads, a barrier), the activations then from there
  *   read   a grid-stride read of the same bytes (8 blocks an SM)
  * 26 layers of 8 down matrices (2048 x 1408 bf16, 5.77 MB), each layer its
  * own bytes, replayed from one graph; one h (8 x 1408 floats) for all
@@ -886,6 +889,37 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 4)
     if (V <= 1) {
         sd__warp_dots1<SD__BF16, 4, 2>(wrow, h + (size_t)warp * DL_I, DL_I, 0, 1, lane,
                                        part + warp * 4);
+    } else if (V == 4) {
+        sd__warp_dots1<SD__BF16, 4, 1>(wrow, h + (size_t)warp * DL_I, DL_I, 0, 1, lane,
+                                       part + warp * 4);
+    } else if (V == 5) {
+        extern __shared__ float4 hsm[]; /* (DL_SLOTS, DL_I / 4) */
+        for (int e = threadIdx.x; e < DL_SLOTS * DL_I / 4; e += blockDim.x)
+            hsm[e] = __ldg((const float4 *)h + e);
+        __syncthreads();
+        constexpr int nch = (DL_I + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
+        const float4 *hw = hsm + warp * (DL_I / 4);
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int c = 0; c < nch; c += 2) {
+            sd__w8raw<SD__BF16> raw[2][4];
+            sd__warp_load<SD__BF16, 4, 2>(raw, wrow, DL_I, c, 1, lane);
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int k = (c + u) * SD__GEMV_CHUNK + lane * 8;
+                if (c + u >= nch || k >= DL_I)
+                    continue;
+                const float4 a = hw[k / 4], b2 = hw[k / 4 + 1];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    float f[8];
+                    sd__w8_float<SD__BF16>(raw[u][i], f);
+                    acc[i] = sd__fma8(f, a, b2, acc[i]);
+                }
+            }
+        }
+        sd__xreduce<4>(acc, lane);
+        if (lane % 8 == 0)
+            part[warp * 4 + sd__xr_index<4>(lane)] = acc[0];
     } else {
         constexpr int nch = (DL_I + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -950,6 +984,11 @@ static void dl_fn(bench *b, int rep)
             dl_kernel<2><<<g, SD__GEMV_WARPS * 32, 0, st>>>(r->out, lw, r->h, r->ids, lt);
         else if (r->v == 3)
             dl_kernel<3><<<g, SD__GEMV_WARPS * 32, 0, st>>>(r->out, lw, r->h, r->ids, lt);
+        else if (r->v == 4)
+            dl_kernel<4><<<g, SD__GEMV_WARPS * 32, 0, st>>>(r->out, lw, r->h, r->ids, lt);
+        else if (r->v == 5)
+            dl_kernel<5><<<g, SD__GEMV_WARPS * 32, DL_SLOTS * DL_I * 4, st>>>(r->out, lw, r->h,
+                                                                             r->ids, lt);
         else
             read_kernel<<<b->c->sm_count * 8, 256, 0, st>>>((const uint4 *)lw,
                                                            DL_SLOTS * DL_SEG / 16, r->sink);
@@ -989,8 +1028,11 @@ static void down_lab(bench *b, out *o)
     printf("\ndown lab: %d layers of %d x %.2f MB (%.1f MB a layer)\n%-6s %10s %8s %6s %6s\n",
            DL_LAYERS, DL_SLOTS, DL_SEG / 1e6, lb / 1e6, "body", "us/layer", "GB/s", "/copy",
            "/read");
-    static const char *names[] = {"dots", "ids", "nox", "xor", "read"};
-    for (int v = 0; v < 5; v++) {
+    /* smem: 4 blocks of 45 KB an SM, as much of L1 as shared memory */
+    CHECK(cudaFuncSetAttribute(dl_kernel<5>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               (int)cudaSharedmemCarveoutMaxShared));
+    static const char *names[] = {"dots", "ids", "nox", "xor", "u1", "smem", "read"};
+    for (int v = 0; v < 7; v++) {
         r.v = v;
         double me, mg;
         if (time_op(b, 1, &me, &mg))
