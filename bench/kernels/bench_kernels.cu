@@ -866,7 +866,8 @@ static void read_lab(bench *b, out *o)
  *   read   a grid-stride read of the same bytes (8 blocks an SM)
  * 26 layers of 8 down matrices (2048 x 1408 bf16, 5.77 MB), each layer its
  * own bytes, replayed from one graph; one h (8 x 1408 floats) for all
- * (it is in L2 in the step too, written by the gate/up kernel). */
+ * (it is in L2 in the step too, written by the gate/up kernel). The
+ * gate/up half's lab (below) runs after it in the same call. */
 #define DL_D 2048
 #define DL_I 1408
 #define DL_SLOTS 8
@@ -1052,6 +1053,124 @@ static void down_lab(bench *b, out *o)
     b->be->ops->free(b->be, r.sink);
     b->be->ops->free(b->be, (void *)r.ids);
     b->be->ops->free(b->be, (void *)r.tab);
+}
+
+/* The gate/up half of the same layer (the routed experts' kernel at its
+ * default shape: a block a (slot, 4-column tile), 8 warps each one
+ * 256-element chunk of the 2048-wide rows of 4 gate and 4 up rows, loaded
+ * once; 6 slots x 352 tiles = 2112 blocks, slots fastest), bodies:
+ *   gu     the body: sd__warp_dots1 with x from global memory, SiLU(g) u
+ *   gu-nox no activation loads: the weights times a constant
+ *   gu-4b  the body at 4 blocks an SM (64 registers) instead of 3
+ *   gu-rd  a grid-stride read of the same bytes */
+#define GL_SLOTS 6
+#define GL_D 2048
+#define GL_SEG ((size_t)DL_I * GL_D * 2) /* one gate or up matrix */
+
+template <int V, int MINB>
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
+    gl_kernel(float *hout, const char *w, const float *x)
+{
+    __shared__ float part[SD__GEMV_WARPS * 8];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int slot = blockIdx.x, j0 = blockIdx.y * 4;
+    const char *wg = w + (size_t)(2 * slot) * GL_SEG, *wu = wg + GL_SEG;
+    const void *wrow[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        wrow[i] = (i < 4 ? wg : wu) + (size_t)(j0 + i % 4) * GL_D * 2;
+    if (V == 0) {
+        sd__warp_dots1<SD__BF16, 8, 1>(wrow, x, GL_D, warp, SD__GEMV_WARPS, lane, part + warp * 8);
+    } else {
+        sd__w8raw<SD__BF16> raw[1][8];
+        sd__warp_load<SD__BF16, 8, 1>(raw, wrow, GL_D, warp, SD__GEMV_WARPS, lane);
+        float acc[8];
+        const float4 a = make_float4(0.5f, 0.25f, 0.5f, 0.25f);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float f[8];
+            sd__w8_float<SD__BF16>(raw[0][i], f);
+            acc[i] = sd__fma8(f, a, a, 0.0f);
+        }
+        sd__xreduce<8>(acc, lane);
+        if (lane % 4 == 0)
+            part[warp * 8 + sd__xr_index<8>(lane)] = acc[0];
+    }
+    __syncthreads();
+    if (threadIdx.x < 4) {
+        float g = 0.f, u = 0.f;
+        for (int k = 0; k < SD__GEMV_WARPS; k++) {
+            g += part[k * 8 + threadIdx.x];
+            u += part[k * 8 + 4 + threadIdx.x];
+        }
+        hout[(size_t)slot * DL_I + j0 + threadIdx.x] = g / (1.0f + expf(-g)) * u;
+    }
+}
+
+typedef struct gl_ctx {
+    const char *w;
+    const float *x;
+    float *h;
+    unsigned *sink;
+    int v;
+} gl_ctx;
+
+static void gl_fn(bench *b, int rep)
+{
+    (void)rep;
+    const gl_ctx *r = (const gl_ctx *)b->ctx;
+    const dim3 g(GL_SLOTS, DL_I / 4);
+    cudaStream_t st = b->c->stream;
+    for (int l = 0; l < DL_LAYERS; l++) {
+        const char *lw = r->w + (size_t)l * 2 * GL_SLOTS * GL_SEG;
+        if (r->v == 0)
+            gl_kernel<0, 2><<<g, SD__GEMV_WARPS * 32, 0, st>>>(r->h, lw, r->x);
+        else if (r->v == 1)
+            gl_kernel<1, 2><<<g, SD__GEMV_WARPS * 32, 0, st>>>(r->h, lw, r->x);
+        else if (r->v == 2)
+            gl_kernel<0, 4><<<g, SD__GEMV_WARPS * 32, 0, st>>>(r->h, lw, r->x);
+        else
+            read_kernel<<<b->c->sm_count * 8, 256, 0, st>>>((const uint4 *)lw,
+                                                           2 * GL_SLOTS * GL_SEG / 16, r->sink);
+    }
+}
+
+static void gateup_lab(bench *b, out *o)
+{
+    const size_t bytes = (size_t)DL_LAYERS * 2 * GL_SLOTS * GL_SEG;
+    gl_ctx r;
+    memset(&r, 0, sizeof r);
+    r.w = (const char *)dev_alloc(b, bytes);
+    dev_fill(b, (void *)r.w, bytes / 2, 1, 0.05f, 41);
+    r.x = (const float *)dev_alloc(b, GL_D * 4);
+    dev_fill(b, (void *)r.x, GL_D, 0, 1.0f, 42);
+    r.h = (float *)dev_alloc(b, GL_SLOTS * DL_I * 4);
+    r.sink = (unsigned *)dev_alloc(b, 64);
+    b->fn = gl_fn;
+    b->ctx = &r;
+    const double lb = 2.0 * GL_SLOTS * (double)GL_SEG;
+    printf("\ngate/up lab: %d layers of %d x 2 x %.2f MB (%.1f MB a layer)\n%-6s %10s %8s %6s %6s\n",
+           DL_LAYERS, GL_SLOTS, GL_SEG / 1e6, lb / 1e6, "body", "us/layer", "GB/s", "/copy",
+           "/read");
+    static const char *names[] = {"gu", "gu-nox", "gu-4b", "gu-rd"};
+    for (int v = 0; v < 4; v++) {
+        r.v = v;
+        double me, mg;
+        if (time_op(b, 1, &me, &mg))
+            exit(1);
+        const double us = mg * 1e3 / DL_LAYERS, gbps = lb / (us * 1e-6) / 1e9;
+        printf("%-6s %10.2f %8.0f %6.3f %6.3f\n", names[v], us, gbps, gbps / copy_gbps,
+               gbps / read_gbps);
+        jrow(o,
+             "\"op\": \"gateup_lab\", \"body\": \"%s\", \"us_layer\": %.3f, \"gbps\": %.1f, "
+             "\"frac_copy\": %.4f, \"frac_read\": %.4f",
+             names[v], us, gbps, gbps / copy_gbps, gbps / read_gbps);
+        fflush(stdout);
+    }
+    b->be->ops->free(b->be, (void *)r.w);
+    b->be->ops->free(b->be, (void *)r.x);
+    b->be->ops->free(b->be, r.h);
+    b->be->ops->free(b->be, r.sink);
 }
 
 /* ---- the chain lab (--chain-lab) -------------------------------------------------
@@ -1727,8 +1846,10 @@ int main(int argc, char **argv)
     fprintf(o.json, "\",\n  \"copy_gbps\": %.1f,\n  \"read_gbps\": %.1f,\n  \"rows\": [", copy_gbps,
             read_gbps);
     if (mla_only || lab) {
-        if (lab == 5)
+        if (lab == 5) {
             down_lab(&b, &o);
+            gateup_lab(&b, &o);
+        }
         else if (lab == 4)
             boundary_lab(&b, &o);
         else if (lab == 3)
