@@ -682,7 +682,11 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
  * named then (the routing ran two kernels before), moved 3.3 us a layer
  * from this kernel into the gate/up kernel's last wave and saved nothing
  * (session 14, NOTES.md): the two kernels together read 138 MB a layer at
- * ~3.6 TB/s either way. */
+ * ~3.6 TB/s either way. Taking h's reads off the load rounds was slower
+ * both ways tried (session 25): each warp's row prefetched into L1 after
+ * the wait (prefetch.global.L1, with the gate/up kernels' and the GEMVs':
+ * V2-Lite -10.4%), and copied into shared memory by one bulk copy a warp
+ * before its first weight loads (-8.4%). */
 template <int DT, int MAXE, int DR, int DU, int MINB>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int top_k,
