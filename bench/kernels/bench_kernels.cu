@@ -846,6 +846,28 @@ static void read_lab(bench *b, out *o)
     bench_moe(b, o, 2048, 1408, 64, 8, n1, 2, "fused");
 }
 
+/* A lab's bodies timed in turn (*v = 0 .. n - 1: the body b->fn runs),
+ * each a graph of `layers` layers of `lb` bytes: a row printed and written
+ * as op, body, us a layer, GB/s and the fractions of the ceilings. */
+static void lab_bodies(bench *b, out *o, const char *op, const char *const *names, int n, int *v,
+                       int layers, double lb)
+{
+    printf("%-6s %10s %8s %6s %6s\n", "body", "us/layer", "GB/s", "/copy", "/read");
+    for (*v = 0; *v < n; (*v)++) {
+        double me, mg;
+        if (time_op(b, 1, &me, &mg))
+            exit(1);
+        const double us = mg * 1e3 / layers, gbps = lb / (us * 1e-6) / 1e9;
+        printf("%-6s %10.2f %8.0f %6.3f %6.3f\n", names[*v], us, gbps, gbps / copy_gbps,
+               gbps / read_gbps);
+        jrow(o,
+             "\"op\": \"%s\", \"body\": \"%s\", \"us_layer\": %.3f, \"gbps\": %.1f, "
+             "\"frac_copy\": %.4f, \"frac_read\": %.4f",
+             op, names[*v], us, gbps, gbps / copy_gbps, gbps / read_gbps);
+        fflush(stdout);
+    }
+}
+
 /* ---- the down lab (--down-lab) --------------------------------------------------
  *
  * What holds the fused MoE down kernel of V2-Lite's batch-1 step at ~3.1
@@ -1026,27 +1048,13 @@ static void down_lab(bench *b, out *o)
     b->fn = dl_fn;
     b->ctx = &r;
     const double lb = (double)DL_SLOTS * (double)DL_SEG;
-    printf("\ndown lab: %d layers of %d x %.2f MB (%.1f MB a layer)\n%-6s %10s %8s %6s %6s\n",
-           DL_LAYERS, DL_SLOTS, DL_SEG / 1e6, lb / 1e6, "body", "us/layer", "GB/s", "/copy",
-           "/read");
+    printf("\ndown lab: %d layers of %d x %.2f MB (%.1f MB a layer)\n", DL_LAYERS, DL_SLOTS,
+           DL_SEG / 1e6, lb / 1e6);
     /* smem: 4 blocks of 45 KB an SM, as much of L1 as shared memory */
     CHECK(cudaFuncSetAttribute(dl_kernel<5>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                (int)cudaSharedmemCarveoutMaxShared));
     static const char *names[] = {"dots", "ids", "nox", "xor", "u1", "smem", "read"};
-    for (int v = 0; v < 7; v++) {
-        r.v = v;
-        double me, mg;
-        if (time_op(b, 1, &me, &mg))
-            exit(1);
-        const double us = mg * 1e3 / DL_LAYERS, gbps = lb / (us * 1e-6) / 1e9;
-        printf("%-6s %10.2f %8.0f %6.3f %6.3f\n", names[v], us, gbps, gbps / copy_gbps,
-               gbps / read_gbps);
-        jrow(o,
-             "\"op\": \"down_lab\", \"body\": \"%s\", \"us_layer\": %.3f, \"gbps\": %.1f, "
-             "\"frac_copy\": %.4f, \"frac_read\": %.4f",
-             names[v], us, gbps, gbps / copy_gbps, gbps / read_gbps);
-        fflush(stdout);
-    }
+    lab_bodies(b, o, "down_lab", names, 7, &r.v, DL_LAYERS, lb);
     b->be->ops->free(b->be, (void *)r.w);
     b->be->ops->free(b->be, (void *)r.h);
     b->be->ops->free(b->be, r.out);
@@ -1149,24 +1157,10 @@ static void gateup_lab(bench *b, out *o)
     b->fn = gl_fn;
     b->ctx = &r;
     const double lb = 2.0 * GL_SLOTS * (double)GL_SEG;
-    printf("\ngate/up lab: %d layers of %d x 2 x %.2f MB (%.1f MB a layer)\n%-6s %10s %8s %6s %6s\n",
-           DL_LAYERS, GL_SLOTS, GL_SEG / 1e6, lb / 1e6, "body", "us/layer", "GB/s", "/copy",
-           "/read");
+    printf("\ngate/up lab: %d layers of %d x 2 x %.2f MB (%.1f MB a layer)\n", DL_LAYERS,
+           GL_SLOTS, GL_SEG / 1e6, lb / 1e6);
     static const char *names[] = {"gu", "gu-nox", "gu-4b", "gu-rd"};
-    for (int v = 0; v < 4; v++) {
-        r.v = v;
-        double me, mg;
-        if (time_op(b, 1, &me, &mg))
-            exit(1);
-        const double us = mg * 1e3 / DL_LAYERS, gbps = lb / (us * 1e-6) / 1e9;
-        printf("%-6s %10.2f %8.0f %6.3f %6.3f\n", names[v], us, gbps, gbps / copy_gbps,
-               gbps / read_gbps);
-        jrow(o,
-             "\"op\": \"gateup_lab\", \"body\": \"%s\", \"us_layer\": %.3f, \"gbps\": %.1f, "
-             "\"frac_copy\": %.4f, \"frac_read\": %.4f",
-             names[v], us, gbps, gbps / copy_gbps, gbps / read_gbps);
-        fflush(stdout);
-    }
+    lab_bodies(b, o, "gateup_lab", names, 4, &r.v, DL_LAYERS, lb);
     b->be->ops->free(b->be, (void *)r.w);
     b->be->ops->free(b->be, (void *)r.x);
     b->be->ops->free(b->be, r.h);
