@@ -61,6 +61,8 @@ typedef struct att_args {
     float *part;   /* S > 1: (T, Hq, S, Dv + 2) partial acc, max, sum */
     unsigned *fold; /* mla_dec_kernel: (T, ngb) counts of the chunks done; the last
                      * block of a token's head pair merges it (NULL: the merge kernel) */
+    unsigned abl;   /* mla_dec_kernel: SPECD_ABLATE's parts of it (common.cuh; 0 outside
+                     * timing experiments) */
 } att_args;
 
 static inline int tile_stride(const att_args *a)
@@ -475,6 +477,8 @@ __device__ __forceinline__ int dec_slot(const att_args &a, const int32_t *bt, in
                                         int lane)
 {
     const int p = j0 + lane;
+    if (a.abl & SD__AB_SLOTS)
+        return p < n ? p : 0;
     return p < n ? bt[p / a.block_size] * a.block_size + p % a.block_size : 0;
 }
 
@@ -1049,7 +1053,7 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_const
         for (int i = 0; i < MD_KW; i++) {
             const int key = warp * MD_KW + i;
             const size_t sl = (size_t)__shfl_sync(0xffffffffu, slot, key);
-            const bool in = j0 + key < n;
+            const bool in = j0 + key < n && !(a.abl & SD__AB_KEYS);
             const float *row = a.kc + sl * (size_t)a.k_slot;
 #pragma unroll
             for (int m = 0; m < 4; m++)
@@ -1151,7 +1155,7 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_const
                 pp[MLA_C + 1] = lrun[g];
             }
         }
-        if (!a.fold)
+        if (!a.fold || (a.abl & SD__AB_FOLD))
             return;
         /* the fold: the block that counts the pair's last chunk merges it
          * (each thread's partial stores made visible before the count) */
@@ -1435,6 +1439,7 @@ static void launch_mla_dec(sd__cuda *c, att_args *a, int T)
     a->part = a->S > 1 ? c->attn_part : NULL;
     a->whole1 = 1;
     a->fold = c->mla_fold && a->part && T * a->ngb <= SD__MLA_FOLD_WORDS ? c->mla_fold_cnt : NULL;
+    a->abl = c->ablate & (SD__AB_FOLD | SD__AB_SLOTS | SD__AB_KEYS);
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
     if (c->mla_pipe)
         sd__launch(c, mla_dec_kernel<true>, grid, ATT_THREADS, 0, *a);

@@ -169,7 +169,8 @@ typedef struct sd__cuda {
 #define SD__MLA_FOLD_WORDS 1024 /* (token, head pair) counts of mla_dec_kernel's fold */
 
 /* SPECD_ABLATE's names, in bit order (backend.cu parses them) */
-#define SD__ABLATE_NAMES {"addnorm", "norm", "route", "router", "merge", "prep", "attn", "absorb"}
+#define SD__ABLATE_NAMES \
+    {"addnorm", "norm", "route", "router", "merge", "prep", "attn", "absorb", "fold", "slots", "keys"}
 enum {
     SD__AB_ADDNORM = 1u << 0, /* add_rmsnorm */
     SD__AB_NORM = 1u << 1,    /* rmsnorm */
@@ -179,6 +180,10 @@ enum {
     SD__AB_PREP = 1u << 5,    /* mla_prep */
     SD__AB_ATTN = 1u << 6,    /* attn_mla (its merge too) */
     SD__AB_ABSORB = 1u << 7,  /* matmul_heads */
+    /* parts of mla_dec_kernel (attention.cu), not kernels: */
+    SD__AB_FOLD = 1u << 8,  /* the fold's merge (blocks write their partials and leave) */
+    SD__AB_SLOTS = 1u << 9, /* the block table's lookups (a position's slot: the position) */
+    SD__AB_KEYS = 1u << 10, /* the cache rows' loads (zero keys) */
 };
 
 static inline sd__cuda *sd__cuda_of(sd_backend *be) { return (sd__cuda *)be->impl; }
