@@ -116,18 +116,26 @@ static __device__ __forceinline__ int split_used(const att_args &a, int n_all)
 
 /* token t's positions fill one chunk, whose block writes the result whole
  * (a.whole1; the merge leaves the token) */
+static __device__ __forceinline__ int written_whole_at(const att_args &a, int pos)
+{
+    return a.whole1 && split_used(a, pos + 1) == 1;
+}
 static __device__ __forceinline__ int written_whole(const att_args &a, int t)
 {
-    return a.whole1 && split_used(a, a.pos[t] + 1) == 1;
+    return written_whole_at(a, a.pos[t]);
 }
 
 /* this block's chunk [*lo, *hi) of token t's positions (blockIdx.z of
  * a.S); 0: a chunk past them, nothing to do (the merge reads only the
  * chunks that hold positions) */
+static __device__ __forceinline__ int block_chunk_at(const att_args &a, int pos, int *lo, int *hi)
+{
+    split_chunk(a, pos + 1, blockIdx.z, lo, hi);
+    return a.S <= 1 || *lo < *hi;
+}
 static __device__ __forceinline__ int block_chunk(const att_args &a, int t, int *lo, int *hi)
 {
-    split_chunk(a, a.pos[t] + 1, blockIdx.z, lo, hi);
-    return a.S <= 1 || *lo < *hi;
+    return block_chunk_at(a, a.pos[t], lo, hi);
 }
 
 /* out(t, h) = the partial softmaxes of (t, h) merged in chunk order, the
@@ -1013,10 +1021,19 @@ __device__ __forceinline__ float4 fold_merge4(const float *p, int W, int nz, int
 #define MD_WARPS (KT / MD_KW)
 static_assert(MD_WARPS * 32 == ATT_THREADS, "a block: 8 warps of 4 keys");
 
-template <bool PIPE>
+/* mla_dec_kernel's loads of what kernels before it wrote (the query, the
+ * cache rows): EARLY, whose addresses are known before the wait, by plain
+ * loads, which stay after it (ptxas moved a read-only (nc) load of a key
+ * row above griddepcontrol.wait: the row of this step's token, written by
+ * the kernel before) */
+template <bool EARLY, class T> __device__ __forceinline__ T md_ld(const T *p)
+{
+    return EARLY ? __ldcg(p) : __ldg(p);
+}
+
+template <bool PIPE, bool EARLY>
 __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_constant__ att_args a)
 {
-    SD_PDL_ENTER(a);
     constexpr int V = MD_KW * MD_GH; /* a warp's scores a tile: key i, head g at i * MD_GH + g */
     __shared__ float S[MD_GH][KT];
     __shared__ float mrun[MD_GH], lrun[MD_GH], alpha[MD_GH];
@@ -1024,9 +1041,32 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_const
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int t = blockIdx.x, h0 = blockIdx.y * MD_GH;
     const int G = a.group - h0 < MD_GH ? a.group - h0 : MD_GH;
-    int j_lo, n;
-    if (!block_chunk(a, t, &j_lo, &n))
-        return;
+    /* the token's position, its chunk, and the cache slots of its first
+     * two tiles: step inputs (EARLY: read before the wait, see
+     * SD_PDL_STEP_INPUTS in common.cuh), the slots otherwise after the
+     * query's loads are issued */
+    int pt = 0, j_lo = 0, n = 0, s0 = 0, s1 = 0;
+    const int32_t *bt = NULL;
+    auto chunk = [&]() {
+        pt = a.pos[t];
+        return block_chunk_at(a, pt, &j_lo, &n);
+    };
+    auto slots = [&]() {
+        bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
+        s0 = dec_slot(a, bt, j_lo, n, lane);
+        s1 = PIPE && j_lo + KT < n ? dec_slot(a, bt, j_lo + KT, n, lane) : 0;
+    };
+    if (EARLY) {
+        SD_PDL_PRE(a);
+        if (!chunk())
+            return;
+        slots();
+        SD_PDL_POST();
+    } else {
+        SD_PDL_ENTER(a);
+        if (!chunk())
+            return;
+    }
     /* a lane's dims: latent float4s lane + 32 m (m = 0..3), rope float2 lane */
     float4 qc[MD_GH][4], acc[MD_GH][4];
     float2 qp[MD_GH];
@@ -1037,16 +1077,17 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_const
         const float2 *q2 = (const float2 *)(a.q2 + (size_t)t * a.q2_tok + (size_t)h * a.q2_head);
 #pragma unroll
         for (int m = 0; m < 4; m++) {
-            qc[g][m] = __ldg(q1 + lane + 32 * m);
+            qc[g][m] = md_ld<EARLY>(q1 + lane + 32 * m);
             acc[g][m] = make_float4(0.f, 0.f, 0.f, 0.f);
         }
-        qp[g] = __ldg(q2 + lane);
+        qp[g] = md_ld<EARLY>(q2 + lane);
     }
     if (tid < MD_GH) {
         mrun[tid] = -INFINITY;
         lrun[tid] = 0.0f;
     }
-    const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
+    if (!EARLY)
+        slots();
     /* a warp's MD_KW keys of the tile at j0 (slot: the lane's key's) */
     auto load = [&](float4 (&kc)[MD_KW][4], float2 (&kp)[MD_KW], int j0, int slot) {
 #pragma unroll
@@ -1057,9 +1098,9 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_const
             const float *row = a.kc + sl * (size_t)a.k_slot;
 #pragma unroll
             for (int m = 0; m < 4; m++)
-                kc[i][m] = in ? __ldg((const float4 *)row + lane + 32 * m)
+                kc[i][m] = in ? md_ld<EARLY>((const float4 *)row + lane + 32 * m)
                               : make_float4(0.f, 0.f, 0.f, 0.f);
-            kp[i] = in ? __ldg((const float2 *)(row + MLA_C) + lane) : make_float2(0.f, 0.f);
+            kp[i] = in ? md_ld<EARLY>((const float2 *)(row + MLA_C) + lane) : make_float2(0.f, 0.f);
         }
     };
     auto step = [&](const float4 (&kc)[MD_KW][4], const float2 (&kp)[MD_KW], int j0) {
@@ -1102,12 +1143,11 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_const
     float2 pa[MD_KW], pb[MD_KW];
     if (!PIPE) {
         for (int j0 = j_lo; j0 < n; j0 += KT) {
-            load(ka, pa, j0, dec_slot(a, bt, j0, n, lane));
+            load(ka, pa, j0, j0 == j_lo ? s0 : dec_slot(a, bt, j0, n, lane));
             step(ka, pa, j0);
         }
     } else {
-        int s1 = j_lo + KT < n ? dec_slot(a, bt, j_lo + KT, n, lane) : 0;
-        load(ka, pa, j_lo, dec_slot(a, bt, j_lo, n, lane));
+        load(ka, pa, j_lo, s0);
         for (int j0 = j_lo; j0 < n; j0 += 2 * KT) {
             const int s2 = j0 + 2 * KT < n ? dec_slot(a, bt, j0 + 2 * KT, n, lane) : 0;
             if (j0 + KT < n)
@@ -1142,7 +1182,7 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_const
         o.z += r.z;
         o.w += r.w;
     }
-    if (a.S > 1 && !written_whole(a, t)) {
+    if (a.S > 1 && !written_whole_at(a, pt)) {
         /* a partial row is 514 floats: 8-byte aligned */
         const int W = MLA_C + 2;
         const float *p0 = a.part + ((size_t)t * a.group + (size_t)h) * a.S * W;
@@ -1160,7 +1200,7 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_const
         /* the fold: the block that counts the pair's last chunk merges it
          * (each thread's partial stores made visible before the count) */
         __shared__ int last;
-        const int nz = split_used(a, a.pos[t] + 1);
+        const int nz = split_used(a, pt + 1);
         unsigned *cnt = a.fold + (size_t)t * a.ngb + blockIdx.y;
         __threadfence();
         __syncthreads();
@@ -1226,11 +1266,18 @@ int sd__cuda_attention_init(sd__cuda *c)
         SD_CUDA(c, cudaFuncSetAttribute(attn_kernel<false>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, limit)))
         return SD_EDEVICE;
-    /* blocks an SM of the MLA decode kernel (its split's wave) */
+    /* blocks an SM of the MLA decode kernel (its split's wave; the two
+     * pipelined forms, the fewer) */
+    int bps_early = 0;
     if (SD_CUDA(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c->mla_dec_bps,
-                                                                 mla_dec_kernel<true>,
+                                                                 mla_dec_kernel<true, false>,
+                                                                 ATT_THREADS, 0)) ||
+        SD_CUDA(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps_early,
+                                                                 mla_dec_kernel<true, true>,
                                                                  ATT_THREADS, 0)))
         return SD_EDEVICE;
+    if (bps_early < c->mla_dec_bps)
+        c->mla_dec_bps = bps_early;
     if (c->mla_dec_bps < 1)
         c->mla_dec_bps = 1;
     if (c->smem_optin < TC_SMEM)
@@ -1441,10 +1488,12 @@ static void launch_mla_dec(sd__cuda *c, att_args *a, int T)
     a->fold = c->mla_fold && a->part && T * a->ngb <= SD__MLA_FOLD_WORDS ? c->mla_fold_cnt : NULL;
     a->abl = c->ablate & (SD__AB_FOLD | SD__AB_SLOTS | SD__AB_KEYS);
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
-    if (c->mla_pipe)
-        sd__launch(c, mla_dec_kernel<true>, grid, ATT_THREADS, 0, *a);
+    if (c->mla_pipe && c->step_inputs_early)
+        sd__launch(c, mla_dec_kernel<true, true>, grid, ATT_THREADS, 0, *a);
+    else if (c->mla_pipe)
+        sd__launch(c, mla_dec_kernel<true, false>, grid, ATT_THREADS, 0, *a);
     else
-        sd__launch(c, mla_dec_kernel<false>, grid, ATT_THREADS, 0, *a);
+        sd__launch(c, mla_dec_kernel<false, false>, grid, ATT_THREADS, 0, *a);
     if (SD_LAUNCHED(c, "mla_dec_kernel") || a->S == 1 || a->fold)
         return;
     launch_merge(c, a, T, a->group);

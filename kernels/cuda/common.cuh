@@ -112,6 +112,10 @@ typedef struct sd__cuda {
      * the same bits as attn_merge_kernel); its counts, zero between calls:
      * SD__MLA_FOLD_WORDS (token, head pair) words */
     int mla_fold;
+    /* the decode attention reads the step's inputs (positions, sequences,
+     * block tables) before its wait, and stage_kernel launches its
+     * dependents only at its end (SPECD_STEP_EARLY; SD_PDL_PRE above) */
+    int step_inputs_early;
     unsigned *mla_fold_cnt;
     /* download_async into page-locked memory by a kernel, not the copy
      * engine (SPECD_KERNEL_DOWN; backend.cu) */
@@ -328,6 +332,11 @@ __device__ __forceinline__ void sd__kt_mark(void)
         SD__PDL_WAIT(__VA_ARGS__); \
         sd__kt_mark();            \
     } while (0)
+#define SD_PDL_POST()     \
+    do {                  \
+        SD__PDL_WAIT1();  \
+        sd__kt_mark();    \
+    } while (0)
 #define SD_KTRACE_EXPORT(name)                                               \
     int sd__kt_set_##name(void *p)                                           \
     {                                                                        \
@@ -335,8 +344,30 @@ __device__ __forceinline__ void sd__kt_mark(void)
     }
 #else
 #define SD_PDL_ENTER(...) SD__PDL_WAIT(__VA_ARGS__)
+#define SD_PDL_POST() SD__PDL_WAIT1()
 #define SD_KTRACE_EXPORT(name)
 #endif
+
+/* ---- step inputs before the wait (SD_PDL_STEP_INPUTS) --------------------
+ *
+ * SD_PDL_ENTER split in two: SD_PDL_PRE(parameters...) (the dependents'
+ * launch and the parameters' reads) and SD_PDL_POST() (the wait), for a
+ * kernel that reads a step's inputs in between: its positions, sequences
+ * and block tables. No kernel of a step writes them: they come up before
+ * its first kernel, by the copy engine or by stage_kernel, which (with
+ * c->step_inputs_early) launches its dependents only as it exits, after a
+ * fence, so every later kernel starts after they are visible (a kernel
+ * launched as a dependent may otherwise be resident before the kernels
+ * two or more before it have finished: each launches its dependents as
+ * it starts). So the attention kernel resolves its cache slots (the
+ * position, the sequence, the block table: three dependent round trips)
+ * while the kernel before it runs, and after the wait only the query's
+ * and the keys' loads remain (SPECD_STEP_EARLY; attention.cu). */
+#define SD_PDL_PRE(...)               \
+    do {                              \
+        SD__PDL_LAUNCH();             \
+        sd__ptouch(__VA_ARGS__);      \
+    } while (0)
 
 template <class T> struct sd__nd { typedef T type; }; /* a non-deduced parameter type */
 

@@ -119,6 +119,12 @@ void sd_cuda_set_mla_overlap(sd_backend *be, int on);
 #define SD_CUDA_KERNEL_UP_DEFAULT 1
 void sd_cuda_set_kernel_copies(sd_backend *be, int down, int up);
 void sd_cuda_set_mla_fold(sd_backend *be, int on);
+/* The MLA decode kernel resolves its cache slots (the step's positions,
+ * sequences and block tables) before its PDL wait, the step's input copy
+ * launching its dependents only at its end (SPECD_STEP_EARLY; common.cuh,
+ * SD_PDL_PRE). The same bits either way. */
+#define SD_CUDA_STEP_EARLY_DEFAULT 0
+void sd_cuda_set_step_early(sd_backend *be, int on);
 
 /* Attention steps of more than 8 tokens (verify steps of 9+ rows, a
  * batch's decode) split each token's positions into chunks, as a decode

@@ -189,9 +189,15 @@ void sd__cuda_gather_rows(sd_backend *be, float *dst, const float *src, const in
  * pointer is the device's under unified addressing). sys: the writes are
  * made visible to the host before the kernel ends. */
 #define STAGE_BATCH 4 /* words a thread loads before it stores (a read of host memory is a PCIe round trip) */
+template <bool LATE> /* dependents launched as it exits (c->step_inputs_early; common.cuh) */
 __global__ void stage_kernel(const __grid_constant__ sd__stage_set s)
 {
-    SD_PDL_ENTER(s);
+    if (LATE) {
+        sd__ptouch(s);
+        SD_PDL_POST();
+    } else {
+        SD_PDL_ENTER(s);
+    }
     for (int p = 0; p < s.n; p++) {
         const sd_copy q = s.part[p];
         const unsigned words = (unsigned)q.width / 4, total = words * (unsigned)q.rows;
@@ -217,6 +223,8 @@ __global__ void stage_kernel(const __grid_constant__ sd__stage_set s)
     }
     if (s.sys)
         __threadfence_system();
+    else if (LATE)
+        __threadfence(); /* its writes visible before its dependents start */
 }
 
 int sd__cuda_stage(sd__cuda *c, const sd__stage_set *s)
@@ -227,7 +235,10 @@ int sd__cuda_stage(sd__cuda *c, const sd__stage_set *s)
             q->width * q->rows > UINT32_MAX || q->dpitch > UINT32_MAX || q->spitch > UINT32_MAX)
             return SD_BADARG(c, "stage: part %d is not in 4-byte words below 4 GB", p), c->err;
     }
-    sd__launch(c, stage_kernel, 1, 256, 0, *s);
+    if (c->step_inputs_early)
+        sd__launch(c, stage_kernel<true>, 1, 256, 0, *s);
+    else
+        sd__launch(c, stage_kernel<false>, 1, 256, 0, *s);
     return SD_LAUNCHED(c, "stage_kernel") ? c->err : 0;
 }
 

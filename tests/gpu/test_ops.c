@@ -1179,8 +1179,23 @@ static int mla_check(gpu_env *e, const char *what, int n_seq, const int *ctx, co
             free(gf);
             gfree(e, dfold);
         }
-        free(gt);
         sd_cuda_set_mla_fold(e->gpu, SD_CUDA_MLA_FOLD_DEFAULT);
+        /* the cache slots resolved before the wait (or after, when that is
+         * the default): the same bits */
+        sd_cuda_set_step_early(e->gpu, !SD_CUDA_STEP_EARLY_DEFAULT);
+        for (int rep = 0; rep < 2; rep++) {
+            float *dearly = gpoison(e, mo);
+            e->gpu->ops->attn_mla(e->gpu, dearly, dqlat, dq + nope, dckv, dckv + C, dcache, &b.db,
+                                  H, C, R, H * qk, qk, row, scale);
+            float *gf = gget(e, dearly, mo);
+            ok &= reportf(gt && gf && !memcmp(gt, gf, mo * sizeof(float)) ? 0 : 1, 0,
+                          "%s %s: the slots resolved %s the wait give the same bits (call %d)", op,
+                          what, SD_CUDA_STEP_EARLY_DEFAULT ? "after" : "before", rep + 1);
+            free(gf);
+            gfree(e, dearly);
+        }
+        sd_cuda_set_step_early(e->gpu, SD_CUDA_STEP_EARLY_DEFAULT);
+        free(gt);
     }
     sd_cuda_set_mla_tc(e->gpu, 1); /* the defaults */
     sd_cuda_set_mla_dec(e->gpu, 1);
