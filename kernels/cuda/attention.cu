@@ -512,10 +512,20 @@ __device__ __forceinline__ void dec_softmax(float (*S)[KT], float *mrun, float *
     __syncthreads();
 }
 
-template <int GP> /* heads a block at most: a power of two >= a.G */
+/* the decode kernels' loads of what kernels before them wrote (the query,
+ * the cache rows): EARLY, whose addresses are known before the wait, by plain
+ * loads, which stay after it (ptxas moved a read-only (nc) load of a key
+ * row above griddepcontrol.wait: the row of this step's token, written by
+ * the kernel before) */
+template <bool EARLY, class T> __device__ __forceinline__ T md_ld(const T *p)
+{
+    return EARLY ? __ldcg(p) : __ldg(p);
+}
+
+template <int GP, bool EARLY> /* GP: heads a block at most, a power of two >= a.G;
+                                * EARLY: as mla_dec_kernel's */
 __global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(const __grid_constant__ att_args a)
 {
-    SD_PDL_ENTER(a);
     constexpr int V = DEC_KW * GP; /* a warp's scores a tile: key i, head g at i * GP + g */
     __shared__ float S[GP][KT];    /* scores, then probabilities */
     __shared__ float mrun[GP], lrun[GP], alpha[GP];
@@ -524,15 +534,28 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(const __grid_cons
     const int t = blockIdx.x;
     const int kvh = blockIdx.y / a.ngb, g0 = (blockIdx.y % a.ngb) * a.G;
     const int G = a.group - g0 < a.G ? a.group - g0 : a.G;
-    int j_lo, n;
-    if (!block_chunk(a, t, &j_lo, &n))
-        return;
+    int j_lo, n, s0 = 0;
+    const int32_t *bt = NULL;
+    if (EARLY) {
+        /* the step's inputs before the wait (mla_dec_kernel) */
+        SD_PDL_PRE(a);
+        if (!block_chunk(a, t, &j_lo, &n))
+            return;
+        bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
+        s0 = dec_slot(a, bt, j_lo, n, lane);
+        SD_PDL_POST();
+    } else {
+        SD_PDL_ENTER(a);
+        if (!block_chunk(a, t, &j_lo, &n))
+            return;
+    }
     const int hbase = kvh * a.group + g0;
     float4 q[GP], acc[GP];
 #pragma unroll
     for (int g = 0; g < GP; g++) {
-        q[g] = g < G ? __ldg((const float4 *)(a.q1 + (size_t)t * a.q1_tok +
-                                              (size_t)(hbase + g) * a.q1_head) + lane)
+        q[g] = g < G ? md_ld<EARLY>((const float4 *)(a.q1 + (size_t)t * a.q1_tok +
+                                                     (size_t)(hbase + g) * a.q1_head) +
+                                    lane)
                      : make_float4(0.f, 0.f, 0.f, 0.f);
         acc[g] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
@@ -540,19 +563,20 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(const __grid_cons
         mrun[tid] = -INFINITY;
         lrun[tid] = 0.0f;
     }
-    const int32_t *bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
+    if (!EARLY)
+        bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
     const float *kb = a.kc + (size_t)kvh * (size_t)a.k_head, *vb = a.vc + (size_t)kvh * (size_t)a.v_head;
     for (int j0 = j_lo; j0 < n; j0 += KT) {
-        const int slot = dec_slot(a, bt, j0, n, lane);
+        const int slot = EARLY && j0 == j_lo ? s0 : dec_slot(a, bt, j0, n, lane);
         float4 kr[DEC_KW], vr[DEC_KW];
 #pragma unroll
         for (int i = 0; i < DEC_KW; i++) {
             const int key = warp * DEC_KW + i;
             const size_t sl = (size_t)__shfl_sync(0xffffffffu, slot, key);
             const bool in = j0 + key < n;
-            kr[i] = in ? __ldg((const float4 *)(kb + sl * (size_t)a.k_slot) + lane)
+            kr[i] = in ? md_ld<EARLY>((const float4 *)(kb + sl * (size_t)a.k_slot) + lane)
                        : make_float4(0.f, 0.f, 0.f, 0.f);
-            vr[i] = in ? __ldg((const float4 *)(vb + sl * (size_t)a.v_slot) + lane)
+            vr[i] = in ? md_ld<EARLY>((const float4 *)(vb + sl * (size_t)a.v_slot) + lane)
                        : make_float4(0.f, 0.f, 0.f, 0.f);
         }
         float sc[V];
@@ -1021,16 +1045,6 @@ __device__ __forceinline__ float4 fold_merge4(const float *p, int W, int nz, int
 #define MD_WARPS (KT / MD_KW)
 static_assert(MD_WARPS * 32 == ATT_THREADS, "a block: 8 warps of 4 keys");
 
-/* mla_dec_kernel's loads of what kernels before it wrote (the query, the
- * cache rows): EARLY, whose addresses are known before the wait, by plain
- * loads, which stay after it (ptxas moved a read-only (nc) load of a key
- * row above griddepcontrol.wait: the row of this step's token, written by
- * the kernel before) */
-template <bool EARLY, class T> __device__ __forceinline__ T md_ld(const T *p)
-{
-    return EARLY ? __ldcg(p) : __ldg(p);
-}
-
 template <bool PIPE, bool EARLY>
 __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_constant__ att_args a)
 {
@@ -1365,6 +1379,18 @@ static int dec_takes(const sd__cuda *c, const att_args *a)
            a->o_head % 4 == 0;
 }
 
+template <bool EARLY> static void launch_dec_g(sd__cuda *c, const att_args *a, dim3 grid)
+{
+    if (a->G > 4)
+        sd__launch(c, attn_dec_kernel<8, EARLY>, grid, ATT_THREADS, 0, *a);
+    else if (a->G > 2)
+        sd__launch(c, attn_dec_kernel<4, EARLY>, grid, ATT_THREADS, 0, *a);
+    else if (a->G > 1)
+        sd__launch(c, attn_dec_kernel<2, EARLY>, grid, ATT_THREADS, 0, *a);
+    else
+        sd__launch(c, attn_dec_kernel<1, EARLY>, grid, ATT_THREADS, 0, *a);
+}
+
 static void launch_dec(sd__cuda *c, att_args *a, int T, int Hkv)
 {
     a->G = a->group < DEC_MAX_G ? a->group : DEC_MAX_G;
@@ -1375,14 +1401,10 @@ static void launch_dec(sd__cuda *c, att_args *a, int T, int Hkv)
                           Hkv * a->group, a->Dv, 2, 2);
     a->part = a->S > 1 ? c->attn_part : NULL;
     dim3 grid((unsigned)T, (unsigned)(Hkv * a->ngb), (unsigned)a->S);
-    if (a->G > 4)
-        sd__launch(c, attn_dec_kernel<8>, grid, ATT_THREADS, 0, *a);
-    else if (a->G > 2)
-        sd__launch(c, attn_dec_kernel<4>, grid, ATT_THREADS, 0, *a);
-    else if (a->G > 1)
-        sd__launch(c, attn_dec_kernel<2>, grid, ATT_THREADS, 0, *a);
+    if (c->step_inputs_early)
+        launch_dec_g<true>(c, a, grid);
     else
-        sd__launch(c, attn_dec_kernel<1>, grid, ATT_THREADS, 0, *a);
+        launch_dec_g<false>(c, a, grid);
     if (SD_LAUNCHED(c, "attn_dec_kernel") || a->S == 1)
         return;
     launch_merge(c, a, T, Hkv * a->group);

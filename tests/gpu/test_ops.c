@@ -985,6 +985,22 @@ static int gqa_run(gpu_env *e, const char *what, int n_seq, const int *ctx, cons
     ok &= report(name, err, 0);
     free(gk);
     free(gv);
+    {
+        /* the decode kernel's cache slots resolved on the other side of its
+         * wait (sd_cuda_set_step_early): the same bits */
+        float *ref = gget(e, dout, mo), *d2 = gpoison(e, mo);
+        sd_cuda_set_step_early(e->gpu, !SD_CUDA_STEP_EARLY_DEFAULT);
+        e->gpu->ops->attn_gqa(e->gpu, d2, dq, dk, dv, dkc, dvc, &b.db, Hq, Hkv, D, Dv, q_stride,
+                              kv_stride, scale);
+        sd_cuda_set_step_early(e->gpu, SD_CUDA_STEP_EARLY_DEFAULT);
+        float *g2 = gget(e, d2, mo);
+        ok &= reportf(ref && g2 && !memcmp(ref, g2, mo * sizeof(float)) ? 0 : 1, 0,
+                      "attn_gqa %s: the slots resolved %s the wait give the same bits", what,
+                      SD_CUDA_STEP_EARLY_DEFAULT ? "after" : "before");
+        free(ref);
+        free(g2);
+        gfree(e, d2);
+    }
     float *hs[] = {q, k, v, kc, vc, co};
     for (size_t i = 0; i < SD_ARRAY_LEN(hs); i++)
         free(hs[i]);
