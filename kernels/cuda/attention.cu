@@ -61,6 +61,7 @@ typedef struct att_args {
     float *part;   /* S > 1: (T, Hq, S, Dv + 2) partial acc, max, sum */
     unsigned *fold; /* mla_dec_kernel: (T, ngb) counts of the chunks done; the last
                      * block of a token's head pair merges it (NULL: the merge kernel) */
+    int fold_rel;   /* the fold's count by one release-acquire atomic (SPECD_MLA_FOLD_REL) */
     unsigned abl;   /* mla_dec_kernel: SPECD_ABLATE's parts of it (common.cuh; 0 outside
                      * timing experiments) */
 } att_args;
@@ -510,6 +511,17 @@ __device__ __forceinline__ void dec_softmax(float (*S)[KT], float *mrun, float *
     if (warp < G)
         softmax_tile(S[warp], mrun, lrun, alpha, warp, lane);
     __syncthreads();
+}
+
+/* *p += v at device scope, with release and acquire semantics; the old value */
+__device__ __forceinline__ unsigned sd__atom_add_acq_rel(unsigned *p, unsigned v)
+{
+    unsigned old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;"
+                 : "=r"(old)
+                 : "l"(p), "r"(v)
+                 : "memory");
+    return old;
 }
 
 /* the decode kernels' loads of what kernels before them wrote (the query,
@@ -1216,14 +1228,28 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_const
         __shared__ int last;
         const int nz = split_used(a, pt + 1);
         unsigned *cnt = a.fold + (size_t)t * a.ngb + blockIdx.y;
-        __threadfence();
-        __syncthreads();
-        if (tid == 0)
-            last = atomicAdd(cnt, 1u) == (unsigned)nz - 1;
-        __syncthreads();
-        if (!last)
-            return;
-        __threadfence();
+        if (a.fold_rel) {
+            /* the block's stores, then one thread's count with release and
+             * acquire semantics: the stores before the barrier are ordered
+             * before it, and the last block's reads after the barrier
+             * after it (no fence in every thread: MEMBAR.SC.GPU and an L1
+             * invalidation, twice) */
+            __syncthreads();
+            if (tid == 0)
+                last = sd__atom_add_acq_rel(cnt, 1u) == (unsigned)nz - 1;
+            __syncthreads();
+            if (!last)
+                return;
+        } else {
+            __threadfence();
+            __syncthreads();
+            if (tid == 0)
+                last = atomicAdd(cnt, 1u) == (unsigned)nz - 1;
+            __syncthreads();
+            if (!last)
+                return;
+            __threadfence();
+        }
         if (tid == 0)
             *cnt = 0; /* zero for the next call (a graph replay too) */
         if (mine) {
@@ -1509,6 +1535,7 @@ static void launch_mla_dec(sd__cuda *c, att_args *a, int T)
     a->whole1 = 1;
     a->fold = c->mla_fold && a->part && T * a->ngb <= SD__MLA_FOLD_WORDS ? c->mla_fold_cnt : NULL;
     a->abl = c->ablate & (SD__AB_FOLD | SD__AB_SLOTS | SD__AB_KEYS);
+    a->fold_rel = c->mla_fold_rel;
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
     if (c->mla_pipe && c->step_inputs_early)
         sd__launch(c, mla_dec_kernel<true, true>, grid, ATT_THREADS, 0, *a);

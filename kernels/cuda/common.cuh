@@ -116,6 +116,9 @@ typedef struct sd__cuda {
      * block tables) before its wait, and stage_kernel launches its
      * dependents only at its end (SPECD_STEP_EARLY; SD_PDL_PRE above) */
     int step_inputs_early;
+    /* mla_dec's fold counts its chunks with one release-acquire atomic
+     * instead of fences in every thread (SPECD_MLA_FOLD_REL) */
+    int mla_fold_rel;
     unsigned *mla_fold_cnt;
     /* download_async into page-locked memory by a kernel, not the copy
      * engine (SPECD_KERNEL_DOWN; backend.cu) */

@@ -125,6 +125,10 @@ void sd_cuda_set_mla_fold(sd_backend *be, int on);
  * SD_PDL_PRE). The same bits either way. */
 #define SD_CUDA_STEP_EARLY_DEFAULT 0
 void sd_cuda_set_step_early(sd_backend *be, int on);
+/* mla_dec's fold counts a head pair's chunks by one release-acquire atomic
+ * a block, not fences in every thread (SPECD_MLA_FOLD_REL). The same bits. */
+#define SD_CUDA_MLA_FOLD_REL_DEFAULT 0
+void sd_cuda_set_mla_fold_rel(sd_backend *be, int on);
 
 /* Attention steps of more than 8 tokens (verify steps of 9+ rows, a
  * batch's decode) split each token's positions into chunks, as a decode

@@ -1211,6 +1211,21 @@ static int mla_check(gpu_env *e, const char *what, int n_seq, const int *ctx, co
             gfree(e, dearly);
         }
         sd_cuda_set_step_early(e->gpu, SD_CUDA_STEP_EARLY_DEFAULT);
+        /* the fold's count by a release-acquire atomic (or fences) */
+        sd_cuda_set_mla_fold_rel(e->gpu, !SD_CUDA_MLA_FOLD_REL_DEFAULT);
+        for (int rep = 0; rep < 2; rep++) {
+            float *drel = gpoison(e, mo);
+            e->gpu->ops->attn_mla(e->gpu, drel, dqlat, dq + nope, dckv, dckv + C, dcache, &b.db,
+                                  H, C, R, H * qk, qk, row, scale);
+            float *gf = gget(e, drel, mo);
+            ok &= reportf(gt && gf && !memcmp(gt, gf, mo * sizeof(float)) ? 0 : 1, 0,
+                          "%s %s: the fold counted %s gives the same bits (call %d)", op, what,
+                          SD_CUDA_MLA_FOLD_REL_DEFAULT ? "with fences" : "by release-acquire",
+                          rep + 1);
+            free(gf);
+            gfree(e, drel);
+        }
+        sd_cuda_set_mla_fold_rel(e->gpu, SD_CUDA_MLA_FOLD_REL_DEFAULT);
         free(gt);
     }
     sd_cuda_set_mla_tc(e->gpu, 1); /* the defaults */
