@@ -573,7 +573,7 @@ static int env_level(const char *name, int max, int def)
 }
 void sd_cuda_set_moe_down(sd_backend *be, int shape)
 {
-    sd__cuda_of(be)->moe_down = level_or(shape, 4, SD_CUDA_MOE_DOWN_DEFAULT); /* moe.cu's shapes */
+    sd__cuda_of(be)->moe_down = level_or(shape, 3, SD_CUDA_MOE_DOWN_DEFAULT); /* moe.cu's shapes */
 }
 
 void sd_cuda_set_pdl(sd_backend *be, int on) { sd__cuda_of(be)->pdl = on != 0; }
@@ -734,7 +734,7 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     const char *mchunk = getenv("SPECD_MLA_MIN_CHUNK");
     c->mla_min_chunk = mchunk && *mchunk ? atoi(mchunk) : 0;
     c->mla_pipe = env_on("SPECD_MLA_PIPE");
-    c->moe_down = env_level("SPECD_MOE_DOWN", 4, SD_CUDA_MOE_DOWN_DEFAULT);
+    c->moe_down = env_level("SPECD_MOE_DOWN", 3, SD_CUDA_MOE_DOWN_DEFAULT);
     c->gemv_wide = env_on("SPECD_GEMV_WIDE");
     c->pinned = env_on("SPECD_PINNED");
     c->attn_dec = env_on("SPECD_ATTN_DEC");

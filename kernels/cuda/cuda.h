@@ -122,12 +122,15 @@ void sd_cuda_set_mla_fold(sd_backend *be, int on);
 /* The MLA decode kernel resolves its cache slots (the step's positions,
  * sequences and block tables) before its PDL wait, the step's input copy
  * launching its dependents only at its end (SPECD_STEP_EARLY; common.cuh,
- * SD_PDL_PRE). The same bits either way. */
-#define SD_CUDA_STEP_EARLY_DEFAULT 0
+ * SD_PDL_PRE). The same bits either way. V2-Lite batch 1 +1.4% (565.5
+ * against 557.8 tok/s, 3 rounds), the 8B level (bench/results/NOTES.md,
+ * session 26). */
+#define SD_CUDA_STEP_EARLY_DEFAULT 1
 void sd_cuda_set_step_early(sd_backend *be, int on);
 /* mla_dec's fold counts a head pair's chunks by one release-acquire atomic
- * a block, not fences in every thread (SPECD_MLA_FOLD_REL). The same bits. */
-#define SD_CUDA_MLA_FOLD_REL_DEFAULT 0
+ * a block, not fences in every thread (SPECD_MLA_FOLD_REL). The same bits;
+ * V2-Lite batch 1 +0.3% (559.4 against 557.8, 3 rounds; session 26). */
+#define SD_CUDA_MLA_FOLD_REL_DEFAULT 1
 void sd_cuda_set_mla_fold_rel(sd_backend *be, int on);
 
 /* Attention steps of more than 8 tokens (verify steps of 9+ rows, a

@@ -822,9 +822,7 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
         tab.b[e] = NULL;
     }
     wk = down_wk(top_k, I);
-    if (c->moe_down == 4)
-        launch_down<DT, MAXE, 4, 1, 4>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
-    else if (c->moe_down == 3)
+    if (c->moe_down == 3)
         launch_down<DT, MAXE, 8, 2, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
     else if (c->moe_down == 2)
         launch_down<DT, MAXE, 8, 1, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
