@@ -686,7 +686,10 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
  * both ways tried (session 25): each warp's row prefetched into L1 after
  * the wait (prefetch.global.L1, with the gate/up kernels' and the GEMVs':
  * V2-Lite -10.4%), and copied into shared memory by one bulk copy a warp
- * before its first weight loads (-8.4%). */
+ * before its first weight loads (-8.4%). The down lab's body with one chunk
+ * a load (4 rows, 4 blocks an SM) read 5.5% faster than shape 1's alone
+ * (12.88 against 13.63 us a layer), and in the step it ran V2-Lite 1.1%
+ * slower (session 26): the lab ranks bodies, not the step. */
 template <int DT, int MAXE, int DR, int DU, int MINB>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int top_k,
