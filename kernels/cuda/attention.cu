@@ -16,8 +16,6 @@
 #include <math.h>
 #include <string.h>
 
-#include <cooperative_groups.h>
-
 #include "kernels/cuda/gemv.cuh"
 
 #define ATT_THREADS 256
@@ -972,25 +970,12 @@ __global__ void __launch_bounds__(TC_THREADS, 2) mla_tc_kernel(const __grid_cons
  * chunks, each chunk's scale exp(m - M), the sum L and each dim's sum in
  * chunk order, then o / L. Up to MERGE_FAST chunks the loads are issued
  * at once (one round trip); past that the max is taken first. */
-template <bool DSM> __device__ __forceinline__ float merge_ld(const float *p)
-{
-    return DSM ? *p : __ldcg(p);
-}
-template <bool DSM> __device__ __forceinline__ float2 merge_ld2(const float *p)
-{
-    return DSM ? *(const float2 *)p : __ldcg((const float2 *)p);
-}
-
-/* fold_merge4 over the rows row(z) points at: other blocks' rows in L2
- * (DSM false: __ldcg), or in the shared memory of the cluster's block z
- * (DSM true: distributed shared memory). The same numbers either way. */
-template <bool DSM, class ROW>
-__device__ __forceinline__ float4 merge_rows4(ROW row, int nz, int d)
+__device__ __forceinline__ float4 fold_merge4(const float *p, int W, int nz, int d)
 {
     float M = -INFINITY;
     if (nz > MERGE_FAST)
         for (int z = 0; z < nz; z++)
-            M = fmaxf(M, merge_ld<DSM>(row(z) + MLA_C));
+            M = fmaxf(M, __ldcg(p + (size_t)z * W + MLA_C));
     float L = 0.0f;
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int z0 = 0; z0 < nz; z0 += MERGE_FAST) {
@@ -998,12 +983,12 @@ __device__ __forceinline__ float4 merge_rows4(ROW row, int nz, int d)
         float2 oa[MERGE_FAST], ob[MERGE_FAST];
 #pragma unroll
         for (int u = 0; u < MERGE_FAST; u++) {
+            const float *pz = p + (size_t)(z0 + u) * W;
             const bool in = z0 + u < nz;
-            const float *pz = in ? row(z0 + u) : NULL;
-            mv[u] = in ? merge_ld<DSM>(pz + MLA_C) : -INFINITY;
-            lv[u] = in ? merge_ld<DSM>(pz + MLA_C + 1) : 0.0f;
-            oa[u] = in ? merge_ld2<DSM>(pz + d) : make_float2(0.f, 0.f);
-            ob[u] = in ? merge_ld2<DSM>(pz + d + 2) : make_float2(0.f, 0.f);
+            mv[u] = in ? __ldcg(pz + MLA_C) : -INFINITY;
+            lv[u] = in ? __ldcg(pz + MLA_C + 1) : 0.0f;
+            oa[u] = in ? __ldcg((const float2 *)(pz + d)) : make_float2(0.f, 0.f);
+            ob[u] = in ? __ldcg((const float2 *)(pz + d) + 1) : make_float2(0.f, 0.f);
         }
         if (nz <= MERGE_FAST)
 #pragma unroll
@@ -1022,11 +1007,6 @@ __device__ __forceinline__ float4 merge_rows4(ROW row, int nz, int d)
             }
     }
     return make_float4(o.x / L, o.y / L, o.z / L, o.w / L);
-}
-
-__device__ __forceinline__ float4 fold_merge4(const float *p, int W, int nz, int d)
-{
-    return merge_rows4<false>([=](int z) { return p + (size_t)z * W; }, nz, d);
 }
 
 /* ---- MLA decode, fp32, a lane per dims -----------------------------------
@@ -1077,9 +1057,7 @@ __device__ __forceinline__ float4 fold_merge4(const float *p, int W, int nz, int
 #define MD_WARPS (KT / MD_KW)
 static_assert(MD_WARPS * 32 == ATT_THREADS, "a block: 8 warps of 4 keys");
 
-#define MD_CL 8 /* CL: a cluster of 8 chunk blocks of a token's head pair (grid z) */
-
-template <bool PIPE, bool EARLY, bool CL>
+template <bool PIPE, bool EARLY>
 __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_constant__ att_args a)
 {
     constexpr int V = MD_KW * MD_GH; /* a warp's scores a tile: key i, head g at i * MD_GH + g */
@@ -1104,29 +1082,15 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_const
         s0 = dec_slot(a, bt, j_lo, n, lane);
         s1 = PIPE && j_lo + KT < n ? dec_slot(a, bt, j_lo + KT, n, lane) : 0;
     };
-    /* CL: a token whose positions take 2 .. MD_CL chunks is merged in its
-     * head pair's first cluster (chunks 0 .. MD_CL - 1), whose blocks all
-     * stay for the cluster's barriers, those of empty chunks too */
-    bool work, clm = false;
     if (EARLY) {
         SD_PDL_PRE(a);
-        work = chunk();
-        if (CL) {
-            const int nz = split_used(a, pt + 1);
-            clm = nz > 1 && nz <= MD_CL && blockIdx.z < MD_CL;
-        }
-        if (!work && !clm)
+        if (!chunk())
             return;
         slots();
         SD_PDL_POST();
     } else {
         SD_PDL_ENTER(a);
-        work = chunk();
-        if (CL) {
-            const int nz = split_used(a, pt + 1);
-            clm = nz > 1 && nz <= MD_CL && blockIdx.z < MD_CL;
-        }
-        if (!work && !clm)
+        if (!chunk())
             return;
     }
     /* a lane's dims: latent float4s lane + 32 m (m = 0..3), rope float2 lane */
@@ -1244,35 +1208,6 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_const
         o.z += r.z;
         o.w += r.w;
     }
-    if (CL && clm) {
-        /* the merge through distributed shared memory: each block's
-         * partial row (fold_merge4's layout) in its shared memory, one
-         * cluster barrier, then the cluster's block r merges float4s
-         * 32 r .. 32 r + 31 of the pair's 2 x 128 from the nz blocks that
-         * hold positions (merge_rows4: the fold's numbers), and a barrier
-         * before any block leaves (its shared memory is read until then) */
-        namespace cg = cooperative_groups;
-        cg::cluster_group cl = cg::this_cluster();
-        __shared__ __align__(16) float cpart[MD_GH][MLA_C + 4];
-        const int nz = split_used(a, pt + 1);
-        if (work && mine) {
-            *(float4 *)&cpart[g][d] = o;
-            if (tid % 128 == 0) {
-                cpart[g][MLA_C] = mrun[g];
-                cpart[g][MLA_C + 1] = lrun[g];
-            }
-        }
-        cl.sync();
-        constexpr int per = MD_GH * 128 / MD_CL;
-        const int i = (int)cl.block_rank() * per + tid, gg = i / 128, dd = 4 * (i % 128);
-        if (tid < per && gg < G) {
-            const float4 r = merge_rows4<true>(
-                [&](int z) { return (const float *)cl.map_shared_rank(&cpart[gg][0], z); }, nz, dd);
-            *(float4 *)(a.out + (size_t)t * a.o_tok + (size_t)(h0 + gg) * a.o_head + dd) = r;
-        }
-        cl.sync();
-        return;
-    }
     if (a.S > 1 && !written_whole_at(a, pt)) {
         /* a partial row is 514 floats: 8-byte aligned */
         const int W = MLA_C + 2;
@@ -1375,36 +1310,14 @@ int sd__cuda_attention_init(sd__cuda *c)
      * pipelined forms, the fewer) */
     int bps_early = 0;
     if (SD_CUDA(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c->mla_dec_bps,
-                                                                 mla_dec_kernel<true, false, false>,
+                                                                 mla_dec_kernel<true, false>,
                                                                  ATT_THREADS, 0)) ||
         SD_CUDA(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps_early,
-                                                                 mla_dec_kernel<true, true, false>,
+                                                                 mla_dec_kernel<true, true>,
                                                                  ATT_THREADS, 0)))
         return SD_EDEVICE;
     if (bps_early < c->mla_dec_bps)
         c->mla_dec_bps = bps_early;
-    /* clusters of MD_CL blocks of the cluster form that fit at once (0:
-     * none, or the device refuses the launch: the fold then) */
-    c->mla_cl_max = 0;
-    {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(1, 1, MD_CL);
-        cfg.blockDim = dim3(ATT_THREADS);
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = 1;
-        at[0].val.clusterDim.y = 1;
-        at[0].val.clusterDim.z = MD_CL;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
-        int n0 = 0, n1 = 0;
-        if (cudaOccupancyMaxActiveClusters(&n0, mla_dec_kernel<true, true, true>, &cfg) ==
-                cudaSuccess &&
-            cudaOccupancyMaxActiveClusters(&n1, mla_dec_kernel<true, false, true>, &cfg) ==
-                cudaSuccess)
-            c->mla_cl_max = n0 < n1 ? n0 : n1;
-        cudaGetLastError(); /* a refusal above is not sticky */
-    }
     if (c->mla_dec_bps < 1)
         c->mla_dec_bps = 1;
     if (c->smem_optin < TC_SMEM)
@@ -1624,26 +1537,12 @@ static void launch_mla_dec(sd__cuda *c, att_args *a, int T)
     a->abl = c->ablate & (SD__AB_FOLD | SD__AB_SLOTS | SD__AB_KEYS);
     a->fold_rel = c->mla_fold_rel;
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
-    /* the merge through a cluster's shared memory (SPECD_MLA_CLUSTER,
-     * sd_cuda_set_mla_cluster) for tokens of 2 .. MD_CL chunks, the fold
-     * for more: the grid's chunks in clusters of MD_CL (the blocks past
-     * a.S have none); the chunks and the merge's numbers are the fold's,
-     * so a token's bits do not depend on which ran */
-    if (c->mla_cluster && c->mla_cl_max > 0 && c->mla_pipe && a->fold && a->S > 1) {
-        dim3 gc(grid.x, grid.y, (grid.z + MD_CL - 1) / MD_CL * MD_CL);
-        if (c->step_inputs_early)
-            sd__launch_cluster(c, mla_dec_kernel<true, true, true>, gc, ATT_THREADS, 0,
-                               dim3(1, 1, MD_CL), *a);
-        else
-            sd__launch_cluster(c, mla_dec_kernel<true, false, true>, gc, ATT_THREADS, 0,
-                               dim3(1, 1, MD_CL), *a);
-    } else if (c->mla_pipe && c->step_inputs_early) {
-        sd__launch(c, mla_dec_kernel<true, true, false>, grid, ATT_THREADS, 0, *a);
-    } else if (c->mla_pipe) {
-        sd__launch(c, mla_dec_kernel<true, false, false>, grid, ATT_THREADS, 0, *a);
-    } else {
-        sd__launch(c, mla_dec_kernel<false, false, false>, grid, ATT_THREADS, 0, *a);
-    }
+    if (c->mla_pipe && c->step_inputs_early)
+        sd__launch(c, mla_dec_kernel<true, true>, grid, ATT_THREADS, 0, *a);
+    else if (c->mla_pipe)
+        sd__launch(c, mla_dec_kernel<true, false>, grid, ATT_THREADS, 0, *a);
+    else
+        sd__launch(c, mla_dec_kernel<false, false>, grid, ATT_THREADS, 0, *a);
     if (SD_LAUNCHED(c, "mla_dec_kernel") || a->S == 1 || a->fold)
         return;
     launch_merge(c, a, T, a->group);

@@ -591,8 +591,6 @@ void sd_cuda_set_moe_overlap(sd_backend *be, int max_tokens)
 void sd_cuda_set_mla_overlap(sd_backend *be, int on) { sd__cuda_of(be)->mla_overlap = on != 0; }
 void sd_cuda_set_mla_fold(sd_backend *be, int on) { sd__cuda_of(be)->mla_fold = on != 0; }
 void sd_cuda_set_mla_fold_rel(sd_backend *be, int on) { sd__cuda_of(be)->mla_fold_rel = on != 0; }
-void sd_cuda_set_mla_cluster(sd_backend *be, int on) { sd__cuda_of(be)->mla_cluster = on != 0; }
-int sd_cuda_mla_clusters(sd_backend *be) { return sd__cuda_of(be)->mla_cl_max; }
 void sd_cuda_set_step_early(sd_backend *be, int on)
 {
     sd__cuda_of(be)->step_inputs_early = on != 0;
@@ -749,7 +747,6 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->mla_fold = env_flag("SPECD_MLA_FOLD", SD_CUDA_MLA_FOLD_DEFAULT);
     c->step_inputs_early = env_flag("SPECD_STEP_EARLY", SD_CUDA_STEP_EARLY_DEFAULT);
     c->mla_fold_rel = env_flag("SPECD_MLA_FOLD_REL", SD_CUDA_MLA_FOLD_REL_DEFAULT);
-    c->mla_cluster = env_flag("SPECD_MLA_CLUSTER", SD_CUDA_MLA_CLUSTER_DEFAULT);
     c->kernel_down = env_flag("SPECD_KERNEL_DOWN", SD_CUDA_KERNEL_DOWN_DEFAULT);
     c->kernel_up = env_flag("SPECD_KERNEL_UP", SD_CUDA_KERNEL_UP_DEFAULT);
     cudaDeviceProp p;

@@ -119,10 +119,6 @@ typedef struct sd__cuda {
     /* mla_dec's fold counts its chunks with one release-acquire atomic
      * instead of fences in every thread (SPECD_MLA_FOLD_REL) */
     int mla_fold_rel;
-    /* mla_dec_kernel's merge through a cluster's shared memory for tokens
-     * of up to 8 chunks (SPECD_MLA_CLUSTER=1; sd_cuda_set_mla_cluster), and
-     * the clusters that fit at once (0: none; the fold then) */
-    int mla_cluster, mla_cl_max;
     unsigned *mla_fold_cnt;
     /* download_async into page-locked memory by a kernel, not the copy
      * engine (SPECD_KERNEL_DOWN; backend.cu) */
@@ -402,32 +398,6 @@ static inline void sd__launch(sd__cuda *c, void (*kernel)(KA...), dim3 g, dim3 b
     at[0].val.programmaticStreamSerializationAllowed = c->pdl ? 1 : 0;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    cudaLaunchKernelEx(&cfg, kernel, args...);
-}
-
-/* sd__launch with thread-block clusters of cl blocks */
-template <typename... KA>
-static inline void sd__launch_cluster(sd__cuda *c, void (*kernel)(KA...), dim3 g, dim3 b, size_t sm,
-                                      dim3 cl, typename sd__nd<KA>::type... args)
-{
-#ifdef SD_KTRACE
-    if (c->kt_buf)
-        sd__kt_note(c, (const void *)kernel, sd__kt_sig(g, b));
-#endif
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = g;
-    cfg.blockDim = b;
-    cfg.dynamicSmemBytes = sm;
-    cfg.stream = c->stream;
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = c->pdl ? 1 : 0;
-    at[1].id = cudaLaunchAttributeClusterDimension;
-    at[1].val.clusterDim.x = cl.x;
-    at[1].val.clusterDim.y = cl.y;
-    at[1].val.clusterDim.z = cl.z;
-    cfg.attrs = at;
-    cfg.numAttrs = 2;
     cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 

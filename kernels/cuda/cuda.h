@@ -132,14 +132,6 @@ void sd_cuda_set_step_early(sd_backend *be, int on);
  * V2-Lite batch 1 +0.3% (559.4 against 557.8, 3 rounds; session 26). */
 #define SD_CUDA_MLA_FOLD_REL_DEFAULT 1
 void sd_cuda_set_mla_fold_rel(sd_backend *be, int on);
-/* mla_dec's merge, for a token of 2-8 chunks, through the shared memory of
- * a thread-block cluster of its head pair's first 8 chunk blocks, not the
- * fold's count and L2 (SPECD_MLA_CLUSTER=1; off by default until measured).
- * The same bits. */
-#define SD_CUDA_MLA_CLUSTER_DEFAULT 0
-void sd_cuda_set_mla_cluster(sd_backend *be, int on);
-/* the clusters of that kernel that fit on the device at once (0: none) */
-int sd_cuda_mla_clusters(sd_backend *be);
 
 /* Attention steps of more than 8 tokens (verify steps of 9+ rows, a
  * batch's decode) split each token's positions into chunks, as a decode

@@ -1226,23 +1226,6 @@ static int mla_check(gpu_env *e, const char *what, int n_seq, const int *ctx, co
             gfree(e, drel);
         }
         sd_cuda_set_mla_fold_rel(e->gpu, SD_CUDA_MLA_FOLD_REL_DEFAULT);
-        /* the merge of tokens of 2-8 chunks through a cluster's shared
-         * memory (or not, when that is the default): the same bits, twice */
-        sd_cuda_set_mla_cluster(e->gpu, !SD_CUDA_MLA_CLUSTER_DEFAULT);
-        for (int rep = 0; rep < 2; rep++) {
-            float *dcl = gpoison(e, mo);
-            e->gpu->ops->attn_mla(e->gpu, dcl, dqlat, dq + nope, dckv, dckv + C, dcache, &b.db, H,
-                                  C, R, H * qk, qk, row, scale);
-            float *gf = gget(e, dcl, mo);
-            ok &= reportf(gt && gf && !memcmp(gt, gf, mo * sizeof(float)) ? 0 : 1, 0,
-                          "%s %s: the merge %s a cluster's shared memory (%d clusters fit) gives "
-                          "the same bits (call %d)",
-                          op, what, SD_CUDA_MLA_CLUSTER_DEFAULT ? "not through" : "through",
-                          sd_cuda_mla_clusters(e->gpu), rep + 1);
-            free(gf);
-            gfree(e, dcl);
-        }
-        sd_cuda_set_mla_cluster(e->gpu, SD_CUDA_MLA_CLUSTER_DEFAULT);
         free(gt);
     }
     sd_cuda_set_mla_tc(e->gpu, 1); /* the defaults */
@@ -1339,8 +1322,7 @@ TEST(attn_mla_decode_kernel_matches_the_cpu)
         ok &= mla_run(&e, "decode+verify", 4, c1, n1, 16, H, 512, 64, 128, MLA_DEC);
         int c2[1] = {1}, n2[1] = {1};
         ok &= mla_run(&e, "decode ctx 1", 1, c2, n2, 16, H, 512, 64, 128, MLA_DEC);
-        /* one token of 4, 10 and 16 chunks: the cluster merge takes the
-         * first, the fold the others */
+        /* one token of 4, 10 and 16 chunks (the fold's counts of each) */
         static const int one[3] = {100, 300, 4100};
         for (int j = 0; j < 3; j++) {
             int cj[1] = {one[j]}, nj[1] = {1};
