@@ -1120,6 +1120,26 @@ static void mla_alone(gpu_env *e, void *ctx, float *out, int t, const sd_attn_ba
                           m->H * qk, qk, row, m->scale);
 }
 
+/* the step of b again on the kernel settings now, twice: the same bits as
+ * gt (mo floats) */
+static int mla_again(gpu_env *e, const struct mla_args *m, const tbatch *b, const float *gt,
+                     size_t mo, const char *what)
+{
+    const int qk = m->nope + m->R, row = m->C + m->R;
+    int ok = 1;
+    for (int rep = 0; rep < 2; rep++) {
+        float *d = gpoison(e, mo);
+        e->gpu->ops->attn_mla(e->gpu, d, m->qlat, m->q + m->nope, m->ckv, m->ckv + m->C, m->cache,
+                              &b->db, m->H, m->C, m->R, m->H * qk, qk, row, m->scale);
+        float *g = gget(e, d, mo);
+        ok &= reportf(gt && g && !memcmp(gt, g, mo * sizeof(float)) ? 0 : 1, 0,
+                      "%s gives the same bits (call %d)", what, rep + 1);
+        free(g);
+        gfree(e, d);
+    }
+    return ok;
+}
+
 /* mla_run, and with alone (ALONE_SAME / ALONE_DIFFERS) each token of the
  * step run alone on the same kernel settings */
 static int mla_check(gpu_env *e, const char *what, int n_seq, const int *ctx, const int *nnew,
@@ -1177,54 +1197,32 @@ static int mla_check(gpu_env *e, const char *what, int n_seq, const int *ctx, co
         gfree(e, dsimt);
     }
     if (dec_shape) {
-        /* the split-KV merge folded into the decode kernel (or not, when
-         * that is the default): the same bits, twice (the fold's counts
-         * are zero again after a call) */
+        /* each switch of the decode kernel flipped: the same bits, twice
+         * (the fold's counts are zero again after a call). The split-KV
+         * merge folded into the decode kernel (or not, when that is the
+         * default): */
         sd_cuda_set_mla_tc(e->gpu, 1);
         sd_cuda_set_mla_dec(e->gpu, 1);
-        sd_cuda_set_mla_fold(e->gpu, !SD_CUDA_MLA_FOLD_DEFAULT);
         float *gt = gget(e, dout, mo);
-        for (int rep = 0; rep < 2; rep++) {
-            float *dfold = gpoison(e, mo);
-            e->gpu->ops->attn_mla(e->gpu, dfold, dqlat, dq + nope, dckv, dckv + C, dcache, &b.db, H,
-                                  C, R, H * qk, qk, row, scale);
-            float *gf = gget(e, dfold, mo);
-            ok &= reportf(gt && gf && !memcmp(gt, gf, mo * sizeof(float)) ? 0 : 1, 0,
-                          "%s %s: the merge %s the decode kernel gives the same bits (call %d)",
-                          op, what, SD_CUDA_MLA_FOLD_DEFAULT ? "after" : "folded into", rep + 1);
-            free(gf);
-            gfree(e, dfold);
-        }
+        struct mla_args m = {dqlat, dq, dckv, dcache, H, C, R, nope, scale};
+        char lab[160];
+        sd_cuda_set_mla_fold(e->gpu, !SD_CUDA_MLA_FOLD_DEFAULT);
+        snprintf(lab, sizeof lab, "%s %s: the merge %s the decode kernel", op, what,
+                 SD_CUDA_MLA_FOLD_DEFAULT ? "after" : "folded into");
+        ok &= mla_again(e, &m, &b, gt, mo, lab);
         sd_cuda_set_mla_fold(e->gpu, SD_CUDA_MLA_FOLD_DEFAULT);
         /* the cache slots resolved before the wait (or after, when that is
-         * the default): the same bits */
+         * the default) */
         sd_cuda_set_step_early(e->gpu, !SD_CUDA_STEP_EARLY_DEFAULT);
-        for (int rep = 0; rep < 2; rep++) {
-            float *dearly = gpoison(e, mo);
-            e->gpu->ops->attn_mla(e->gpu, dearly, dqlat, dq + nope, dckv, dckv + C, dcache, &b.db,
-                                  H, C, R, H * qk, qk, row, scale);
-            float *gf = gget(e, dearly, mo);
-            ok &= reportf(gt && gf && !memcmp(gt, gf, mo * sizeof(float)) ? 0 : 1, 0,
-                          "%s %s: the slots resolved %s the wait give the same bits (call %d)", op,
-                          what, SD_CUDA_STEP_EARLY_DEFAULT ? "after" : "before", rep + 1);
-            free(gf);
-            gfree(e, dearly);
-        }
+        snprintf(lab, sizeof lab, "%s %s: the slots resolved %s the wait", op, what,
+                 SD_CUDA_STEP_EARLY_DEFAULT ? "after" : "before");
+        ok &= mla_again(e, &m, &b, gt, mo, lab);
         sd_cuda_set_step_early(e->gpu, SD_CUDA_STEP_EARLY_DEFAULT);
         /* the fold's count by a release-acquire atomic (or fences) */
         sd_cuda_set_mla_fold_rel(e->gpu, !SD_CUDA_MLA_FOLD_REL_DEFAULT);
-        for (int rep = 0; rep < 2; rep++) {
-            float *drel = gpoison(e, mo);
-            e->gpu->ops->attn_mla(e->gpu, drel, dqlat, dq + nope, dckv, dckv + C, dcache, &b.db,
-                                  H, C, R, H * qk, qk, row, scale);
-            float *gf = gget(e, drel, mo);
-            ok &= reportf(gt && gf && !memcmp(gt, gf, mo * sizeof(float)) ? 0 : 1, 0,
-                          "%s %s: the fold counted %s gives the same bits (call %d)", op, what,
-                          SD_CUDA_MLA_FOLD_REL_DEFAULT ? "with fences" : "by release-acquire",
-                          rep + 1);
-            free(gf);
-            gfree(e, drel);
-        }
+        snprintf(lab, sizeof lab, "%s %s: the fold counted %s", op, what,
+                 SD_CUDA_MLA_FOLD_REL_DEFAULT ? "with fences" : "by release-acquire");
+        ok &= mla_again(e, &m, &b, gt, mo, lab);
         sd_cuda_set_mla_fold_rel(e->gpu, SD_CUDA_MLA_FOLD_REL_DEFAULT);
         free(gt);
     }
