@@ -1228,28 +1228,22 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_const
         __shared__ int last;
         const int nz = split_used(a, pt + 1);
         unsigned *cnt = a.fold + (size_t)t * a.ngb + blockIdx.y;
-        if (a.fold_rel) {
-            /* the block's stores, then one thread's count with release and
-             * acquire semantics: the stores before the barrier are ordered
-             * before it, and the last block's reads after the barrier
-             * after it (no fence in every thread: MEMBAR.SC.GPU and an L1
-             * invalidation, twice) */
-            __syncthreads();
-            if (tid == 0)
-                last = sd__atom_add_acq_rel(cnt, 1u) == (unsigned)nz - 1;
-            __syncthreads();
-            if (!last)
-                return;
-        } else {
+        /* a.fold_rel: the block's stores, then one thread's count with
+         * release and acquire semantics: the stores before the barrier are
+         * ordered before it, and the last block's reads after the barrier
+         * after it (no fence in every thread: MEMBAR.SC.GPU and an L1
+         * invalidation, twice) */
+        if (!a.fold_rel)
             __threadfence();
-            __syncthreads();
-            if (tid == 0)
-                last = atomicAdd(cnt, 1u) == (unsigned)nz - 1;
-            __syncthreads();
-            if (!last)
-                return;
+        __syncthreads();
+        if (tid == 0)
+            last = (a.fold_rel ? sd__atom_add_acq_rel(cnt, 1u) : atomicAdd(cnt, 1u)) ==
+                   (unsigned)nz - 1;
+        __syncthreads();
+        if (!last)
+            return;
+        if (!a.fold_rel)
             __threadfence();
-        }
         if (tid == 0)
             *cnt = 0; /* zero for the next call (a graph replay too) */
         if (mine) {
