@@ -1421,7 +1421,7 @@ static void launch_dec(sd__cuda *c, att_args *a, int T, int Hkv)
                           Hkv * a->group, a->Dv, 2, 2);
     a->part = a->S > 1 ? c->attn_part : NULL;
     dim3 grid((unsigned)T, (unsigned)(Hkv * a->ngb), (unsigned)a->S);
-    if (c->step_inputs_early)
+    if (sd__early_inputs(c))
         launch_dec_g<true>(c, a, grid);
     else
         launch_dec_g<false>(c, a, grid);
@@ -1531,7 +1531,7 @@ static void launch_mla_dec(sd__cuda *c, att_args *a, int T)
     a->abl = c->ablate & (SD__AB_FOLD | SD__AB_SLOTS | SD__AB_KEYS);
     a->fold_rel = c->mla_fold_rel;
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
-    if (c->mla_pipe && c->step_inputs_early)
+    if (c->mla_pipe && sd__early_inputs(c))
         sd__launch(c, mla_dec_kernel<true, true>, grid, ATT_THREADS, 0, *a);
     else if (c->mla_pipe)
         sd__launch(c, mla_dec_kernel<true, false>, grid, ATT_THREADS, 0, *a);

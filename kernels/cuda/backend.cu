@@ -329,13 +329,16 @@ int sd_cuda_capture_begin(sd_backend *be)
     sd__cuda *c = sd__cuda_op(be);
     if (!c)
         return SD_EDEVICE;
-    return SD_CUDA(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+    int rc = SD_CUDA(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+    c->capturing = !rc;
+    return rc;
 }
 
 int sd_cuda_capture_end(sd_backend *be, sd_cuda_graph **out)
 {
     sd__cuda *c = sd__cuda_of(be);
     *out = NULL;
+    c->capturing = 0;
     cudaGraph_t g = NULL;
     /* ends the capture even after a failure, so the stream is usable again */
     cudaError_t e = cudaStreamEndCapture(c->stream, &g);
@@ -591,9 +594,9 @@ void sd_cuda_set_moe_overlap(sd_backend *be, int max_tokens)
 void sd_cuda_set_mla_overlap(sd_backend *be, int on) { sd__cuda_of(be)->mla_overlap = on != 0; }
 void sd_cuda_set_mla_fold(sd_backend *be, int on) { sd__cuda_of(be)->mla_fold = on != 0; }
 void sd_cuda_set_mla_fold_rel(sd_backend *be, int on) { sd__cuda_of(be)->mla_fold_rel = on != 0; }
-void sd_cuda_set_step_early(sd_backend *be, int on)
+void sd_cuda_set_step_early(sd_backend *be, int level)
 {
-    sd__cuda_of(be)->step_inputs_early = on != 0;
+    sd__cuda_of(be)->step_inputs_early = level_or(level, 2, SD_CUDA_STEP_EARLY_DEFAULT);
 }
 void sd_cuda_set_kernel_copies(sd_backend *be, int down, int up)
 {
@@ -745,7 +748,7 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->moe_overlap = env_level("SPECD_MOE_OVERLAP", 1 << 20, SD_CUDA_MOE_OVERLAP_DEFAULT);
     c->mla_overlap = env_flag("SPECD_MLA_OVERLAP", SD_CUDA_MLA_OVERLAP_DEFAULT);
     c->mla_fold = env_flag("SPECD_MLA_FOLD", SD_CUDA_MLA_FOLD_DEFAULT);
-    c->step_inputs_early = env_flag("SPECD_STEP_EARLY", SD_CUDA_STEP_EARLY_DEFAULT);
+    c->step_inputs_early = env_level("SPECD_STEP_EARLY", 2, SD_CUDA_STEP_EARLY_DEFAULT);
     c->mla_fold_rel = env_flag("SPECD_MLA_FOLD_REL", SD_CUDA_MLA_FOLD_REL_DEFAULT);
     c->kernel_down = env_flag("SPECD_KERNEL_DOWN", SD_CUDA_KERNEL_DOWN_DEFAULT);
     c->kernel_up = env_flag("SPECD_KERNEL_UP", SD_CUDA_KERNEL_UP_DEFAULT);

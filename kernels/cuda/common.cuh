@@ -113,9 +113,12 @@ typedef struct sd__cuda {
      * SD__MLA_FOLD_WORDS (token, head pair) words */
     int mla_fold;
     /* the decode attention reads the step's inputs (positions, sequences,
-     * block tables) before its wait, and stage_kernel launches its
-     * dependents only at its end (SPECD_STEP_EARLY; SD_PDL_PRE above) */
+     * block tables) before its wait (SPECD_STEP_EARLY; SD_PDL_PRE below):
+     * 0 never, 1 in the launches captured into graphs, 2 in every launch,
+     * stage_kernel then launching its dependents only at its end; and
+     * whether the stream is being captured now */
     int step_inputs_early;
+    int capturing;
     /* mla_dec's fold counts its chunks with one release-acquire atomic
      * instead of fences in every thread (SPECD_MLA_FOLD_REL) */
     int mla_fold_rel;
@@ -358,15 +361,25 @@ __device__ __forceinline__ void sd__kt_mark(void)
  * launch and the parameters' reads) and SD_PDL_POST() (the wait), for a
  * kernel that reads a step's inputs in between: its positions, sequences
  * and block tables. No kernel of a step writes them: they come up before
- * its first kernel, by the copy engine or by stage_kernel, which (with
- * c->step_inputs_early) launches its dependents only as it exits, after a
- * fence, so every later kernel starts after they are visible (a kernel
- * launched as a dependent may otherwise be resident before the kernels
- * two or more before it have finished: each launches its dependents as
- * it starts). So the attention kernel resolves its cache slots (the
- * position, the sequence, the block table: three dependent round trips)
- * while the kernel before it runs, and after the wait only the query's
- * and the keys' loads remain (SPECD_STEP_EARLY; attention.cu). */
+ * its first kernel, by the copy engine or by stage_kernel. A kernel
+ * launched as a dependent may be resident before the kernels two or more
+ * before it have finished (each launches its dependents as it starts), so
+ * the copy must be finished first another way: a graph's launch is
+ * ordered behind all the work before it on the stream, and the engine's
+ * copies are never inside its graphs, so the launches captured into a
+ * graph read the inputs early (c->step_inputs_early 1, the default); with
+ * 2, every launch does, and stage_kernel launches its dependents only as
+ * it exits, after a fence (which cost the bundled model's speculative
+ * steps ~1.5%: bench/results/NOTES.md, session 26). So the attention
+ * kernel resolves its cache slots (the position, the sequence, the block
+ * table: three dependent round trips) while the kernel before it runs,
+ * and after the wait only the query's and the keys' loads remain
+ * (attention.cu). */
+/* whether a launch now reads the step's inputs before its wait */
+static inline int sd__early_inputs(const sd__cuda *c)
+{
+    return c->step_inputs_early == 2 || (c->step_inputs_early == 1 && c->capturing);
+}
 #define SD_PDL_PRE(...)               \
     do {                              \
         SD__PDL_LAUNCH();             \

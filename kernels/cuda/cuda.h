@@ -119,14 +119,18 @@ void sd_cuda_set_mla_overlap(sd_backend *be, int on);
 #define SD_CUDA_KERNEL_UP_DEFAULT 1
 void sd_cuda_set_kernel_copies(sd_backend *be, int down, int up);
 void sd_cuda_set_mla_fold(sd_backend *be, int on);
-/* The MLA decode kernel resolves its cache slots (the step's positions,
- * sequences and block tables) before its PDL wait, the step's input copy
- * launching its dependents only at its end (SPECD_STEP_EARLY; common.cuh,
- * SD_PDL_PRE). The same bits either way. V2-Lite batch 1 +1.4% (565.5
- * against 557.8 tok/s, 3 rounds), the 8B level (bench/results/NOTES.md,
- * session 26). */
+/* The decode attention kernels (MLA and 128-dim GQA) resolve their cache
+ * slots (the step's positions, sequences and block tables) before their
+ * PDL wait (SPECD_STEP_EARLY; common.cuh, SD_PDL_PRE): 0 never; 1 in the
+ * launches captured into graphs, whose launch is ordered behind the step's
+ * input copies (the default); 2 in every launch, the step's input copy
+ * launching its dependents only at its end. The same bits at every level.
+ * Measured at 2: V2-Lite batch 1 +1.4% (565.5 against 557.8 tok/s, 3
+ * rounds; the step replays a graph), the 8B level, the bundled model's
+ * speculative steps ~1.5% slower (its input copies); 1 keeps the graphs'
+ * kernels and drops the copies' cost (bench/results/NOTES.md, session 26). */
 #define SD_CUDA_STEP_EARLY_DEFAULT 1
-void sd_cuda_set_step_early(sd_backend *be, int on);
+void sd_cuda_set_step_early(sd_backend *be, int level);
 /* mla_dec's fold counts a head pair's chunks by one release-acquire atomic
  * a block, not fences in every thread (SPECD_MLA_FOLD_REL). The same bits;
  * V2-Lite batch 1 +0.3% (559.4 against 557.8, 3 rounds; session 26). */

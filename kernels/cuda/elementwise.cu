@@ -189,7 +189,7 @@ void sd__cuda_gather_rows(sd_backend *be, float *dst, const float *src, const in
  * pointer is the device's under unified addressing). sys: the writes are
  * made visible to the host before the kernel ends. */
 #define STAGE_BATCH 4 /* words a thread loads before it stores (a read of host memory is a PCIe round trip) */
-template <bool LATE> /* dependents launched as it exits (c->step_inputs_early; common.cuh) */
+template <bool LATE> /* dependents launched as it exits (c->step_inputs_early 2; common.cuh) */
 __global__ void stage_kernel(const __grid_constant__ sd__stage_set s)
 {
     if (LATE) {
@@ -235,7 +235,7 @@ int sd__cuda_stage(sd__cuda *c, const sd__stage_set *s)
             q->width * q->rows > UINT32_MAX || q->dpitch > UINT32_MAX || q->spitch > UINT32_MAX)
             return SD_BADARG(c, "stage: part %d is not in 4-byte words below 4 GB", p), c->err;
     }
-    if (c->step_inputs_early)
+    if (c->step_inputs_early == 2)
         sd__launch(c, stage_kernel<true>, 1, 256, 0, *s);
     else
         sd__launch(c, stage_kernel<false>, 1, 256, 0, *s);
