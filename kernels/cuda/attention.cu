@@ -1047,7 +1047,14 @@ __device__ __forceinline__ float4 fold_merge4(const float *p, int W, int nz, int
  * merge leaves it). With a.fold (SPECD_MLA_FOLD) there is no merge kernel:
  * each block counts its chunk done for its (token, head pair), and the
  * block that counts the last one merges the pair's partials
- * (fold_merge4), one launch less a layer.
+ * (fold_merge4), one launch less a layer; it counts with one
+ * release-acquire atomic a block (a.fold_rel: +0.3% on V2-Lite at batch 1
+ * against a fence in every thread before and after). EARLY: the token's
+ * position, chunk and first two tiles' slots are read before the PDL wait
+ * (step inputs: common.cuh, SD_PDL_STEP_INPUTS), three dependent round
+ * trips off the step's chain: +1.4% at V2-Lite's batch 1; a merge through
+ * a thread-block cluster's shared memory instead of the fold was 0.4%
+ * slower (bench/results/NOTES.md, session 26).
  *
  * Bits: a token's result depends on its positions and the chunk count,
  * which comes from the head layout (mla_split, used_max), never on the
