@@ -548,18 +548,17 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dec_kernel(const __grid_cons
     const int G = a.group - g0 < a.G ? a.group - g0 : a.G;
     int j_lo, n, s0 = 0;
     const int32_t *bt = NULL;
-    if (EARLY) {
-        /* the step's inputs before the wait (mla_dec_kernel) */
+    /* EARLY: the step's inputs before the wait (mla_dec_kernel) */
+    if (EARLY)
         SD_PDL_PRE(a);
-        if (!block_chunk(a, t, &j_lo, &n))
-            return;
+    else
+        SD_PDL_ENTER(a);
+    if (!block_chunk(a, t, &j_lo, &n))
+        return;
+    if (EARLY) {
         bt = a.block_table + (size_t)a.seq[t] * (size_t)a.max_blocks;
         s0 = dec_slot(a, bt, j_lo, n, lane);
         SD_PDL_POST();
-    } else {
-        SD_PDL_ENTER(a);
-        if (!block_chunk(a, t, &j_lo, &n))
-            return;
     }
     const int hbase = kvh * a.group + g0;
     float4 q[GP], acc[GP];
@@ -1089,16 +1088,15 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_const
         s0 = dec_slot(a, bt, j_lo, n, lane);
         s1 = PIPE && j_lo + KT < n ? dec_slot(a, bt, j_lo + KT, n, lane) : 0;
     };
-    if (EARLY) {
+    if (EARLY)
         SD_PDL_PRE(a);
-        if (!chunk())
-            return;
+    else
+        SD_PDL_ENTER(a);
+    if (!chunk())
+        return;
+    if (EARLY) {
         slots();
         SD_PDL_POST();
-    } else {
-        SD_PDL_ENTER(a);
-        if (!chunk())
-            return;
     }
     /* a lane's dims: latent float4s lane + 32 m (m = 0..3), rope float2 lane */
     float4 qc[MD_GH][4], acc[MD_GH][4];
