@@ -62,8 +62,6 @@ typedef struct att_args {
     unsigned *fold; /* mla_dec_kernel: (T, ngb) counts of the chunks done; the last
                      * block of a token's head pair merges it (NULL: the merge kernel) */
     int fold_rel;   /* the fold's count by one release-acquire atomic (SPECD_MLA_FOLD_REL) */
-    int kpf;        /* mla_dec_kernel, early: the first tile's key rows prefetched into L2
-                     * before the wait (SPECD_MLA_KPF) */
     unsigned abl;   /* mla_dec_kernel: SPECD_ABLATE's parts of it (common.cuh; 0 outside
                      * timing experiments) */
 } att_args;
@@ -1098,22 +1096,6 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_const
         return;
     if (EARLY) {
         slots();
-        if (a.kpf) {
-            /* the first tile's key rows into L2 while the kernel before runs
-             * (after the wait they come from DRAM otherwise: the weights'
-             * stream has evicted them since the last step): lane l < 18
-             * takes line l of each of the warp's keys' 2304-byte rows; a
-             * row of this step's token, written by the kernel before, is
-             * then fetched again or updated in L2, which a prefetch leaves
-             * coherent */
-            for (int i = 0; i < MD_KW; i++) {
-                const int key = warp * MD_KW + i;
-                const size_t sl = (size_t)__shfl_sync(0xffffffffu, s0, key);
-                if (j_lo + key < n && lane < (MLA_C + MLA_R) * 4 / 128)
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(
-                        (const char *)(a.kc + sl * (size_t)a.k_slot) + 128 * lane));
-            }
-        }
         SD_PDL_POST();
     }
     /* a lane's dims: latent float4s lane + 32 m (m = 0..3), rope float2 lane */
@@ -1553,7 +1535,6 @@ static void launch_mla_dec(sd__cuda *c, att_args *a, int T)
     a->fold = c->mla_fold && a->part && T * a->ngb <= SD__MLA_FOLD_WORDS ? c->mla_fold_cnt : NULL;
     a->abl = c->ablate & (SD__AB_FOLD | SD__AB_SLOTS | SD__AB_KEYS);
     a->fold_rel = c->mla_fold_rel;
-    a->kpf = c->mla_kpf;
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
     if (c->mla_pipe && sd__early_inputs(c))
         sd__launch(c, mla_dec_kernel<true, true>, grid, ATT_THREADS, 0, *a);

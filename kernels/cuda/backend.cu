@@ -594,7 +594,6 @@ void sd_cuda_set_moe_overlap(sd_backend *be, int max_tokens)
 void sd_cuda_set_mla_overlap(sd_backend *be, int on) { sd__cuda_of(be)->mla_overlap = on != 0; }
 void sd_cuda_set_mla_fold(sd_backend *be, int on) { sd__cuda_of(be)->mla_fold = on != 0; }
 void sd_cuda_set_mla_fold_rel(sd_backend *be, int on) { sd__cuda_of(be)->mla_fold_rel = on != 0; }
-void sd_cuda_set_mla_kpf(sd_backend *be, int on) { sd__cuda_of(be)->mla_kpf = on != 0; }
 void sd_cuda_set_step_early(sd_backend *be, int level)
 {
     sd__cuda_of(be)->step_inputs_early = level_or(level, 2, SD_CUDA_STEP_EARLY_DEFAULT);
@@ -751,7 +750,6 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->mla_fold = env_flag("SPECD_MLA_FOLD", SD_CUDA_MLA_FOLD_DEFAULT);
     c->step_inputs_early = env_level("SPECD_STEP_EARLY", 2, SD_CUDA_STEP_EARLY_DEFAULT);
     c->mla_fold_rel = env_flag("SPECD_MLA_FOLD_REL", SD_CUDA_MLA_FOLD_REL_DEFAULT);
-    c->mla_kpf = env_flag("SPECD_MLA_KPF", 0);
     c->kernel_down = env_flag("SPECD_KERNEL_DOWN", SD_CUDA_KERNEL_DOWN_DEFAULT);
     c->kernel_up = env_flag("SPECD_KERNEL_UP", SD_CUDA_KERNEL_UP_DEFAULT);
     cudaDeviceProp p;

@@ -122,9 +122,6 @@ typedef struct sd__cuda {
     /* mla_dec's fold counts its chunks with one release-acquire atomic
      * instead of fences in every thread (SPECD_MLA_FOLD_REL) */
     int mla_fold_rel;
-    /* mla_dec's early form prefetches its first tile's key rows into L2
-     * before its wait (SPECD_MLA_KPF=1; off by default, not yet measured) */
-    int mla_kpf;
     unsigned *mla_fold_cnt;
     /* download_async into page-locked memory by a kernel, not the copy
      * engine (SPECD_KERNEL_DOWN; backend.cu) */

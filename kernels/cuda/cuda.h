@@ -136,9 +136,6 @@ void sd_cuda_set_step_early(sd_backend *be, int level);
  * V2-Lite batch 1 +0.3% (559.4 against 557.8, 3 rounds; session 26). */
 #define SD_CUDA_MLA_FOLD_REL_DEFAULT 1
 void sd_cuda_set_mla_fold_rel(sd_backend *be, int on);
-/* mla_dec's early form prefetches its first tile's key rows into L2 before
- * its wait (SPECD_MLA_KPF=1; off by default, not yet measured). The same bits. */
-void sd_cuda_set_mla_kpf(sd_backend *be, int on);
 
 /* Attention steps of more than 8 tokens (verify steps of 9+ rows, a
  * batch's decode) split each token's positions into chunks, as a decode

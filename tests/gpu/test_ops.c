@@ -1218,11 +1218,6 @@ static int mla_check(gpu_env *e, const char *what, int n_seq, const int *ctx, co
         sd_cuda_set_step_early(e->gpu, 2);
         snprintf(lab, sizeof lab, "%s %s: the slots resolved before the wait", op, what);
         ok &= mla_again(e, &m, &b, gt, mo, lab);
-        sd_cuda_set_mla_kpf(e->gpu, 1);
-        snprintf(lab, sizeof lab, "%s %s: the slots before the wait, the keys prefetched", op,
-                 what);
-        ok &= mla_again(e, &m, &b, gt, mo, lab);
-        sd_cuda_set_mla_kpf(e->gpu, 0);
         sd_cuda_set_step_early(e->gpu, SD_CUDA_STEP_EARLY_DEFAULT);
         /* the fold's count by a release-acquire atomic (or fences) */
         sd_cuda_set_mla_fold_rel(e->gpu, !SD_CUDA_MLA_FOLD_REL_DEFAULT);
