@@ -292,7 +292,7 @@ static void clock_to(sd_adaptive *a)
 {
     for (int i = 0; i < SD_ADAPT_BATCHES; i++) {
         sd_adapt_target *t = &a->target[i];
-        t->c.now = t->draft.now = t->ahead.now = t->hide.now = t->host.now = a->steps;
+        t->c.now = t->draft.now = t->ahead.now = t->hide.now = a->steps;
     }
 }
 
@@ -325,43 +325,6 @@ void sd_adaptive_observe_hidden(sd_adaptive *a, int batch, double secs)
     sd_adapt_target *t = target_of(a, batch);
     t->hide.now = a->steps;
     sd_curve_add(&t->hide, 1, secs);
-}
-
-void sd_adaptive_observe_host(sd_adaptive *a, int batch, int k, double secs)
-{
-    if (batch <= 0 || k < 0 || secs < 0)
-        return;
-    sd_adapt_target *t = target_of(a, batch);
-    t->host.now = a->steps;
-    sd_curve_add(&t->host, k, secs);
-}
-
-/* The host's work around a step of this batch that drafts k, read one at
- * a time: its point at k, else the nearest measured k below (else above);
- * 0 where none was measured. Not a line through the points: most of it
- * (scheduling, streaming, the proposer's bookkeeping) does not grow with
- * k, and a slope from k = 0 to 1 carried to k = 4 would charge each deeper
- * draft the cost of drafting at all. */
-static double host_cost(const sd_adaptive *a, int batch, int k)
-{
-    const int i = target_index(a, batch);
-    if (i < 0)
-        return 0;
-    const sd_curve *c = &a->target[i].host;
-    const sd_curve_pt *best = NULL;
-    for (int j = 0; j < c->n; j++) {
-        const sd_curve_pt *p = &c->pt[j];
-        if (p->n <= 0)
-            continue;
-        /* a better point: at or below k and nearer, or above k where
-         * none below is known yet, nearer */
-        int below = p->x <= k, best_below = best && best->x <= k;
-        if (!best || (below && (!best_below || p->x > best->x)) ||
-            (!below && !best_below && p->x < best->x))
-            best = p;
-    }
-    double spread;
-    return best ? pt_value(best, &spread) : 0;
 }
 
 void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs)
@@ -559,10 +522,10 @@ static int k_measured(const sd_adaptive *a, int batch, int drafting, int k)
 }
 
 /* k = 0's time at this batch from tc, its target curve: the step read one
- * at a time, t0, and the host's work around it. Where plain steps would be
- * queued ahead (a->ahead): the queued-ahead steps' own time where this
- * bucket measured it (they run once speculation is off for every
- * request), else t0 less what queueing ahead hides of a step read one at a time (measured on every such step),
+ * at a time, t0. Where plain steps would be queued ahead (a->ahead): the
+ * queued-ahead steps' own time where this bucket measured it (they run
+ * once speculation is off for every request), else t0 less what queueing
+ * ahead hides of a step read one at a time (measured on every such step),
  * never under half of t0. That estimate errs low where a GPU already runs
  * part of a step during its launch call, so the measured time replaces it
  * as soon as there is one, and keeps it after a restart (the estimate ran
@@ -574,13 +537,13 @@ static double plain_cost(const sd_adaptive *a, int batch, const sd_curve *tc)
     const double t0 = curve_eval(tc, sd_row_bucket(batch), NULL, 0);
     const int i = target_index(a, batch);
     if (!a->ahead || i < 0 || t0 <= 0)
-        return t0 > 0 ? t0 + host_cost(a, batch, 0) : t0;
+        return t0;
     const sd_adapt_target *t = &a->target[i];
     const int x = sd_row_bucket(batch);
     if (has_trusted(&t->ahead, x))
         return curve_eval(&t->ahead, x, NULL, 0);
     if (!has_trusted(&t->hide, 1))
-        return t0 + host_cost(a, batch, 0);
+        return t0;
     const double h = curve_eval(&t->hide, 1, NULL, 0);
     return t0 - h > 0.5 * t0 ? t0 - h : 0.5 * t0;
 }
@@ -653,15 +616,13 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
         double sk;
         const sd_curve *dk = draft_curve(a, drafting, k, &sk);
         double td = dk ? sk * curve_eval(dk, k, NULL, hope) : s1 * curve_eval(d1, k, NULL, hope);
-        double th = host_cost(a, batch, k);
-        double cost = tt + td + th;
+        double cost = tt + td;
         double thr = (batch - drafting + drafting * expect) / (cost > 0 ? cost : 1e-9);
         if (trace)
             sd_log_debug("adaptive k:   k %d: drafted %.0f, P(first k accepted) %.3f, expect %.2f, "
-                         "%d of %d drafting, target %.3f ms + draft %.3f ms + host %.3f ms: "
-                         "%.3f tok/ms (k 0: %.3f ms, %.3f)",
-                         k, prop, rate, expect, drafting, batch, 1e3 * tt, 1e3 * td, 1e3 * th,
-                         thr / 1e3,
+                         "%d of %d drafting, target %.3f ms + draft %.3f ms: %.3f tok/ms "
+                         "(k 0: %.3f ms, %.3f)",
+                         k, prop, rate, expect, drafting, batch, 1e3 * tt, 1e3 * td, thr / 1e3,
                          1e3 * t0, 1e-3 * batch / t0);
         if (thr > best * (1 + a->margin)) {
             best = thr;

@@ -1,8 +1,8 @@
 /* engine/adaptive: the draft length k that maximises tokens per second.
  *
  * Per step, with b running requests, drafting k tokens each costs
- *   target(b (k + 1)) + draft(k) + host(k)
- * (host: the host's work around a step read one at a time) and yields 1 + sum_{j<=k} P(the first j drafts accepted) tokens each.
+ *   target(b (k + 1)) + draft(k)
+ * and yields 1 + sum_{j<=k} P(the first j drafts accepted) tokens each.
  * target(T) is a measured cost curve over a step's token rows, one for each
  * batch bucket (powers of two: a step's attention reads each request's
  * context, so rows of more requests cost more), draft(k) one over k for
@@ -134,15 +134,6 @@ typedef struct sd_adapt_target {
      * upload and launch, its download: the host's work around it is in
      * no step's time): one point, x = 1 */
     sd_curve hide;
-    /* the host's work of a step read one at a time (scheduling before its
-     * launch, accepting and streaming after it, the proposer's
-     * bookkeeping: its wall time less its target and drafting phases) vs
-     * the k it drafted (0: none). The other curves leave it out, and a
-     * queued-ahead plain step's runs during it; left out of a speculative
-     * step's price, the draft LM on the bundled model at batch 32 (0.025
-     * ms of 0.61 a step: 4%) looked 2% faster than queued-ahead plain
-     * decode where it ran 2% slower (NOTES.md, session 27) */
-    sd_curve host;
 } sd_adapt_target;
 
 typedef struct sd_adaptive {
@@ -181,9 +172,6 @@ void sd_adaptive_observe_hidden(sd_adaptive *a, int batch, double secs);
 double sd_adaptive_plain_cost(const sd_adaptive *a, int batch);
 /* the target curve of this batch's bucket; NULL before a step of it */
 const sd_curve *sd_adaptive_target(const sd_adaptive *a, int batch);
-/* the host's work of a step of `batch` requests read one at a time that
- * drafted k (0: none) took secs (sd_adapt_target.host) */
-void sd_adaptive_observe_host(sd_adaptive *a, int batch, int k, double secs);
 /* a drafting phase of n_seqs requests at k took secs */
 void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs);
 /* the k of most tokens per second at this batch (0 = do not draft) */

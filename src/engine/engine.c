@@ -1206,7 +1206,6 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
         if (s->seqs[i])
             s->seqs[live++] = s->seqs[i];
     s->n_seq = live;
-    int k_host = -1; /* the k whose host work this step measures (adaptive k's own picks) */
     if (e->spec != SD_SPEC_NONE) {
         int off = n_not_drafting(e);
         /* no request tracks the proposer: no pick (one would be for nobody,
@@ -1242,9 +1241,6 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
                     e->zero_k_steps >= SD_SPEC_OFF_AFTER && off < e->n_running;
         if (probe)
             k = 1;
-        /* a probe's step is a plain batch's with a few rows more: no k's */
-        if (e->spec_k < 0 && !probe)
-            k_host = k;
         pthread_mutex_lock(&e->mu);
         e->stats.spec_k_last = k;
         e->stats.spec_k_steps[k < 16 ? k : 16]++;
@@ -1293,10 +1289,6 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
      * go out, so they hold this step's */
     double t_host = (double)(sd_now_ns() - L->step0) * 1e-9 - t_target - t_draft;
     e->host_s_total += t_host > 0 ? t_host : 0;
-    /* adaptive k prices a step read one at a time with the host's work
-     * around it (a queued-ahead step's runs during it) */
-    if (k_host >= 0 && !L->queued && !prompt_rows && t_host >= 0)
-        sd__plan_observe(e, SD_OBS_HOST, k_host, s->n_seq, t_host);
     /* what queueing ahead would have hidden of a step read one at a time:
      * its upload and launch, its download (adaptive k prices a queued-ahead
      * plain step with it until one is measured). Not the host's work around

@@ -93,7 +93,6 @@ enum {
     SD_OBS_DRAFT,  /* a drafting phase (a = drafting requests, b = k) */
     SD_OBS_AHEAD,  /* a plain step queued ahead (a = token rows) */
     SD_OBS_HIDDEN, /* what queueing ahead would hide of a step read one at a time (a = 1) */
-    SD_OBS_HOST,   /* the host's work around a step read one at a time (a = its k) */
 };
 typedef struct sd_plan_obs {
     int kind; /* SD_OBS_* */

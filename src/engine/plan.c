@@ -171,8 +171,7 @@ static void apply_obs(sd_engine *e, const sd_plan_obs *o)
 {
     static const char *what[] = {"target step: rows x batch", "drafting phase: requests x k",
                                  "queued-ahead step: rows x batch",
-                                 "hidden by queueing ahead: 1 x batch",
-                                 "host's work around a step: k x batch"};
+                                 "hidden by queueing ahead: 1 x batch"};
     if (o->kind < 0 || o->kind >= (int)SD_ARRAY_LEN(what))
         return;
     sd_log_debug("adaptive k: %s %d x %d: %.3f ms (step %llu)", what[o->kind], o->a, o->b,
@@ -183,10 +182,8 @@ static void apply_obs(sd_engine *e, const sd_plan_obs *o)
         sd_adaptive_observe_draft(&e->adapt, o->a, o->b, o->secs);
     else if (o->kind == SD_OBS_AHEAD)
         sd_adaptive_observe_ahead(&e->adapt, o->b, o->a, o->secs);
-    else if (o->kind == SD_OBS_HIDDEN)
-        sd_adaptive_observe_hidden(&e->adapt, o->b, o->secs);
     else
-        sd_adaptive_observe_host(&e->adapt, o->b, o->a, o->secs);
+        sd_adaptive_observe_hidden(&e->adapt, o->b, o->secs);
 }
 
 void sd__plan_observe(sd_engine *e, int kind, int a, int b, double secs)

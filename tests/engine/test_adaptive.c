@@ -920,75 +920,6 @@ TEST(plain_decode_queued_ahead_is_priced_at_its_own_cost)
     ASSERT_NEAR(sd_adaptive_plain_cost(&b, 4), 0.100e-3, 1e-12);
 }
 
-/* A step read one at a time costs the host's work around it too
- * (scheduling, accepting, streaming, the proposer's bookkeeping), which a
- * queued-ahead plain step runs during itself. The draft LM on the bundled
- * model at batch 32 on an H200: a k = 1 step of 0.59 ms of target and
- * drafting and 0.025 of host work, 1.9 tokens a request, against a plain
- * step queued ahead at ~0.31: left out, drafting looked 2-3% faster and
- * ran 2% slower (NOTES.md, session 27). */
-TEST(a_step_read_one_at_a_time_is_priced_with_its_host_work)
-{
-    sd_adaptive a;
-    sd_accept_stats acc;
-    fresh(&a, &acc);
-    a.ahead = 1;
-    for (int i = 0; i < 8; i++) {
-        sd_adaptive_observe_target(&a, 32, 32, 0.335e-3);
-        sd_adaptive_observe_target(&a, 32, 64, 0.400e-3);
-        sd_adaptive_observe_target(&a, 32, 96, 0.520e-3);
-        sd_adaptive_observe_draft(&a, 32, 1, 0.189e-3);
-        sd_adaptive_observe_draft(&a, 32, 2, 0.230e-3);
-        sd_adaptive_observe_hidden(&a, 32, 0.020e-3);
-    }
-    for (int i = 0; i < 1000; i++) /* 93% of first drafts accepted, 50% of second */
-        sd_accept_stats_add(&acc, 2, i % 100 < 7 ? 0 : i % 2 ? 1 : 2);
-    /* plain queued ahead: 0.315 ms (0.335 less 0.02 hidden), 101.6
-     * tokens/ms; one draft: 32 x 1.93 in 0.589 ms, 104.9: +3% */
-    ASSERT_NEAR(sd_adaptive_plain_cost(&a, 32), 0.315e-3, 1e-12);
-    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 1);
-    /* the host's work: 0.025 ms around a drafting step, 0.012 around a
-     * plain one read one at a time. One draft now takes 0.614 ms, 100.6
-     * tokens/ms: plain decode queued ahead (whose host work runs during
-     * it) is faster */
-    for (int i = 0; i < 8; i++) {
-        sd_adaptive_observe_host(&a, 32, 1, 0.025e-3);
-        sd_adaptive_observe_host(&a, 32, 0, 0.012e-3);
-    }
-    ASSERT_NEAR(sd_adaptive_plain_cost(&a, 32), 0.315e-3, 1e-12);
-    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 0);
-    /* where nothing is queued ahead (the CPU, several nodes) the plain step
-     * pays its own host work too: 0.347 ms, 92.2 tokens/ms, and drafting
-     * pays */
-    a.ahead = 0;
-    ASSERT_NEAR(sd_adaptive_plain_cost(&a, 32), 0.347e-3, 1e-12);
-    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 1);
-    /* a k never measured is priced at the host work of the nearest k
-     * below, not on a line through k = 0 and 1 */
-    sd_adaptive b;
-    sd_adaptive_init(&b, 2);
-    for (int i = 0; i < 8; i++) {
-        sd_adaptive_observe_target(&b, 8, 8, 0.300e-3);
-        sd_adaptive_observe_target(&b, 8, 16, 0.310e-3);
-        sd_adaptive_observe_target(&b, 8, 24, 0.320e-3);
-        for (int k = 1; k <= 2; k++)
-            sd_adaptive_observe_draft(&b, 8, k, 0.05e-3 * k);
-        sd_adaptive_observe_host(&b, 8, 0, 0.010e-3);
-        sd_adaptive_observe_host(&b, 8, 1, 0.090e-3);
-    }
-    sd_accept_stats half;
-    memset(&half, 0, sizeof half);
-    for (int i = 0; i < 1000; i++) /* every first draft accepted, half the second */
-        sd_accept_stats_add(&half, 2, i % 2 ? 1 : 2);
-    /* k = 1: 16 tokens in 0.45 ms, 35.6 a ms; k = 2 at k = 1's host work:
-     * 20 in 0.51, 39.2 (on the line, 0.17 ms of host work: 0.59, 33.9) */
-    ASSERT_EQ(sd_adaptive_best_k(&b, &half, 8), 2);
-    /* measured at k = 2: it is what is read */
-    for (int i = 0; i < 8; i++)
-        sd_adaptive_observe_host(&b, 8, 2, 0.170e-3);
-    ASSERT_EQ(sd_adaptive_best_k(&b, &half, 8), 1);
-}
-
 /* tokens per second of plain decode and of the best k at each context
  * (k <= 4) over a burst of `batch` requests from c0 to c1 positions */
 static void burst_rates(sim m, int batch, int c0, int c1, double *plain, double *best)
@@ -1062,7 +993,6 @@ TEST(bursts_that_start_short_draft_again)
 }
 
 TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draft_again),
-          T(a_step_read_one_at_a_time_is_priced_with_its_host_work),
           T(curve_ignores_one_off_costs_and_interpolates),
           T(flat_gpu_cost_drafts_deep_despite_capture_spikes),
           T(the_choice_and_its_neighbours_are_measured_not_interpolated),
