@@ -684,6 +684,20 @@ int sd_adaptive_informed(const sd_adaptive *a, int batch)
     return informed(a, batch, batch);
 }
 
+int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins, int off_verdict,
+                          int idle)
+{
+    if (joins < 1)
+        joins = 1;
+    if (idle && a->steps > 0 && !a->refresh_at)
+        sd_adaptive_refresh(a);
+    const int off_now = off_verdict && sd_adaptive_informed(a, joins);
+    const int stale = off_now && (a->refresh_at || sd_adaptive_draft_stale(a, joins));
+    if (stale && !a->refresh_at)
+        sd_adaptive_refresh(a);
+    return off_now && !stale && sd_adaptive_best_k(a, acc, joins) == 0;
+}
+
 int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, int drafting)
 {
     if (a->k_max <= 0)

@@ -189,6 +189,21 @@ int sd_adaptive_draft_stale(const sd_adaptive *a, int batch);
  * curve restarts (sd_curve_restart), and the next picks measure one draft
  * and one plain step before they choose */
 void sd_adaptive_refresh(sd_adaptive *a);
+/* The admission of an arrival that joins a batch of `joins` requests: 1
+ * when it starts with speculation off. off_verdict: the controller's last
+ * picks turned speculation off (the engine's count of zeros); idle: no
+ * request runs (a burst after idle). Off where the verdict stands on
+ * measured prices at this batch and best_k still says 0 there. Not where
+ * the prices may be another context's: after idle (the last burst's
+ * prices were of its long contexts, and its first steps, a few arrivals
+ * exploring their own batch, reset the verdict, so the rest of it was
+ * admitted on and judged on those prices: the draft LM at batch 32 on an
+ * H200 went plain for whole bursts where one draft paid ~20%; NOTES.md,
+ * session 27), where one draft's price at this batch is stale, or while
+ * a refresh's measurements are pending: the curves restart
+ * (sd_adaptive_refresh) and the next picks measure again. */
+int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins, int off_verdict,
+                          int idle);
 /* the k for the next step of `batch` requests of which `drafting` draft
  * (the others stopped tracking the proposer: a row and a token each, so a
  * k that pays for the few drafting ones must pay for the whole step):

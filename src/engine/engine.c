@@ -1026,17 +1026,15 @@ static int engine_step(sd_engine *e)
                  * requests ended at (the draft LM on the bundled model at
                  * batch 32 ran whole bursts plain on such prices; NOTES.md,
                  * session 19): the arrivals draft, and pick_k measures it
-                 * again. */
+                 * again; so does a burst that arrives after idle, whose
+                 * first few arrivals may explore their own batch and
+                 * reset the count of zeros (sd_adaptive_admit_off). */
                 int joins = SD_MIN(e->n_running + e->n_waiting, e->max_batch);
-                int off_now = e->spec_k < 0 && e->spec != SD_SPEC_NGRAM &&
-                              e->zero_k_steps >= SD_SPEC_OFF_AFTER &&
-                              sd_adaptive_informed(&e->adapt, joins);
-                int stale = off_now && sd_adaptive_draft_stale(&e->adapt, joins);
-                r->no_spec = off_now && !stale &&
-                             sd_adaptive_best_k(&e->adapt, &e->acc_all, joins) == 0 &&
+                int idle = e->n_running == 1; /* (this one) */
+                r->no_spec = e->spec_k < 0 && e->spec != SD_SPEC_NGRAM &&
+                             sd_adaptive_admit_off(&e->adapt, &e->acc_all, joins,
+                                                   e->zero_k_steps >= SD_SPEC_OFF_AFTER, idle) &&
                              (e->adapt.ahead || ++e->n_admitted_off % 8 != 0);
-                if (stale)
-                    sd_adaptive_refresh(&e->adapt);
                 if (!r->st.queued_s)
                     r->st.queued_s = (double)(sd_now_ns() - r->t_submit) * 1e-9;
             }

@@ -920,6 +920,73 @@ TEST(plain_decode_queued_ahead_is_priced_at_its_own_cost)
     ASSERT_NEAR(sd_adaptive_plain_cost(&b, 4), 0.100e-3, 1e-12);
 }
 
+/* Bursts of 32 requests of 512 tokens (the draft LM on the bundled model
+ * at batch 32 on an H200): one draft paid ~20% at a burst's short
+ * contexts and stopped paying near its end (96.3 tokens/ms against plain's
+ * 95.2 at 410 positions), where speculation went off. The next burst came
+ * after idle in two steps: 5 arrivals, exploring their own batch (which
+ * resets the engine's count of zeros), then 27 more, admitted on; its
+ * first picks then compared a plain step at the new short context with
+ * one draft's price from the last burst's end, picked 0 four times, and
+ * the whole burst ran plain (NOTES.md, session 27). A burst after idle
+ * measures both prices again first. */
+TEST(a_burst_after_idle_measures_its_prices_again)
+{
+    sd_adaptive a;
+    sd_accept_stats acc;
+    fresh(&a, &acc);
+    for (int i = 0; i < 2000; i++) /* 90% of first drafts accepted */
+        sd_accept_stats_add(&acc, 1, i % 10 ? 1 : 0);
+    /* the end of a burst: one draft 32 x 1.9 tokens in 0.45 + 0.18 ms
+     * (96.5 a ms), plain 32 in 0.33 (97.0): plain, then a plain stretch */
+    for (int i = 0; i < 20; i++) {
+        sd_adaptive_observe_target(&a, 32, 32, 0.330e-3);
+        sd_adaptive_observe_target(&a, 32, 64, 0.450e-3);
+        sd_adaptive_observe_draft(&a, 32, 1, 0.180e-3);
+    }
+    ASSERT(sd_adaptive_informed(&a, 32));
+    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 32), 0);
+    for (int i = 0; i < 150; i++)
+        sd_adaptive_observe_target(&a, 32, 32, 0.340e-3);
+    /* the tail's small batches, measured plain */
+    for (int b = 4; b >= 1; b /= 2)
+        for (int i = 0; i < 4; i++)
+            sd_adaptive_observe_target(&a, b, b, 0.250e-3);
+    /* the next burst: 5 arrivals after idle, on a settled verdict of 0 */
+    ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 5, 1, 1), 0);
+    ASSERT(a.refresh_at != 0);
+    int k5 = sd_adaptive_pick_k(&a, &acc, 5, 5); /* batch 8's bucket: exploring */
+    ASSERT(a.exploring);
+    ASSERT(k5 == 0 || k5 == 1);
+    /* 27 more, the count of zeros reset by the exploring pick */
+    ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 32, 0, 0), 0);
+    /* the first pick at 32 measures one draft at the new context ... */
+    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 32), 1);
+    sd_adaptive_observe_target(&a, 32, 64, 0.340e-3);
+    sd_adaptive_observe_draft(&a, 32, 1, 0.120e-3);
+    /* ... then a plain step ... */
+    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 32), 0);
+    sd_adaptive_observe_target(&a, 32, 32, 0.300e-3);
+    /* ... and compares them: 32 x 1.9 in 0.46 ms (132 a ms) against 32 in
+     * 0.30 (107): drafting */
+    ASSERT_GE(sd_adaptive_pick_k(&a, &acc, 32, 32), 1);
+    ASSERT_EQ(a.refresh_at, 0);
+    /* an arrival while others run, on a verdict of 0 and fresh prices that
+     * say 0 at its batch, starts off */
+    for (int i = 0; i < SD_CURVE_RING; i++) {
+        sd_adaptive_observe_target(&a, 32, 64, 0.450e-3);
+        sd_adaptive_observe_draft(&a, 32, 1, 0.180e-3);
+        sd_adaptive_observe_target(&a, 32, 32, 0.330e-3);
+    }
+    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 0);
+    ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 32, 1, 0), 1);
+    /* a fresh controller has nothing to measure again */
+    sd_adaptive b;
+    fresh(&b, &acc);
+    ASSERT_EQ(sd_adaptive_admit_off(&b, &acc, 1, 0, 1), 0);
+    ASSERT_EQ(b.refresh_at, 0);
+}
+
 /* tokens per second of plain decode and of the best k at each context
  * (k <= 4) over a burst of `batch` requests from c0 to c1 positions */
 static void burst_rates(sim m, int batch, int c0, int c1, double *plain, double *best)
@@ -966,13 +1033,11 @@ TEST(bursts_that_start_short_draft_again)
          * last steps ran plain and the prices say drafting does not pay,
          * unless the price of drafting is old: then both are measured
          * again first */
-        const int off_now = m.zero_k >= SD_SPEC_OFF_AFTER && sd_adaptive_informed(&a, 32);
-        const int stale = off_now && sd_adaptive_draft_stale(&a, 32);
+        const int stale = sd_adaptive_draft_stale(&a, 32);
         if (burst > 0) /* the last burst ended plain, its draft priced long ago */
             ASSERT(stale);
-        m.off = off_now && !stale && sd_adaptive_best_k(&a, &acc, 32) == 0;
-        if (stale)
-            sd_adaptive_refresh(&a);
+        m.off = sd_adaptive_admit_off(&a, &acc, 32, m.zero_k >= SD_SPEC_OFF_AFTER, 0);
+        ASSERT(!m.off);
         run_ctx(&a, &acc, &m, 32, 1000, 560);
         const double rate = m.tokens / m.secs;
         fprintf(stderr, "  burst %d: %.3f of plain, %.3f of the best k at each context, %d / %d "
@@ -993,6 +1058,7 @@ TEST(bursts_that_start_short_draft_again)
 }
 
 TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draft_again),
+          T(a_burst_after_idle_measures_its_prices_again),
           T(curve_ignores_one_off_costs_and_interpolates),
           T(flat_gpu_cost_drafts_deep_despite_capture_spikes),
           T(the_choice_and_its_neighbours_are_measured_not_interpolated),
