@@ -587,10 +587,6 @@ void sd_cuda_set_attn_split_all(sd_backend *be, int level)
 }
 
 void sd_cuda_set_route_small(sd_backend *be, int on) { sd__cuda_of(be)->route_small = on != 0; }
-void sd_cuda_set_moe_route_all(sd_backend *be, int on)
-{
-    sd__cuda_of(be)->moe_route_all = on != 0;
-}
 void sd_cuda_set_moe_overlap(sd_backend *be, int max_tokens)
 {
     sd__cuda_of(be)->moe_overlap = max_tokens > 0 ? max_tokens : 0;
@@ -750,7 +746,6 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->ablate = ablate_mask(getenv("SPECD_ABLATE"));
     c->route_small = env_on("SPECD_ROUTE_SMALL");
     c->moe_overlap = env_level("SPECD_MOE_OVERLAP", 1 << 20, SD_CUDA_MOE_OVERLAP_DEFAULT);
-    c->moe_route_all = env_flag("SPECD_MOE_ROUTE_ALL", SD_CUDA_MOE_ROUTE_ALL_DEFAULT);
     c->mla_overlap = env_flag("SPECD_MLA_OVERLAP", SD_CUDA_MLA_OVERLAP_DEFAULT);
     c->mla_fold = env_flag("SPECD_MLA_FOLD", SD_CUDA_MLA_FOLD_DEFAULT);
     c->step_inputs_early = env_level("SPECD_STEP_EARLY", 2, SD_CUDA_STEP_EARLY_DEFAULT);

@@ -103,10 +103,6 @@ typedef struct sd__cuda {
      * of up to this many tokens (SPECD_MOE_OVERLAP, sd_cuda_set_moe_overlap;
      * 0: never; the same bits) */
     int moe_overlap;
-    /* ... and the routed slots' gate/up in the same launch
-     * (SPECD_MOE_ROUTE_ALL=1, sd_cuda_set_moe_route_all; moe.cu's
-     * moe_route_all_kernel; the same bits) */
-    int moe_route_all;
     /* mla_prep_absorb runs mla_prep beside the query's absorb in one launch
      * (SPECD_MLA_OVERLAP=1, sd_cuda_set_mla_overlap; matmul.cu; the same
      * bits) */

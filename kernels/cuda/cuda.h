@@ -97,12 +97,6 @@ void sd_cuda_set_route_small(sd_backend *be, int on);
  * -2.2% (bench/results/NOTES.md, session 16). */
 #define SD_CUDA_MOE_OVERLAP_DEFAULT 1
 void sd_cuda_set_moe_overlap(sd_backend *be, int max_tokens);
-/* ... with the routed experts' gate/up in that launch too, each routed
- * tile's first warp routing its token again (SPECD_MOE_ROUTE_ALL=1 as the
- * backend opens, or this call; the same bits). Off by default: not yet
- * measured. */
-#define SD_CUDA_MOE_ROUTE_ALL_DEFAULT 0
-void sd_cuda_set_moe_route_all(sd_backend *be, int on);
 /* mla_prep_absorb's two ops in one launch, side by side (matmul.cu;
  * SPECD_MLA_OVERLAP=1 as the backend opens, or this call; steps of 1-2
  * tokens with 16-bit W_UK; the same bits). The default 1: V2-Lite's

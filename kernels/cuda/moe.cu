@@ -204,20 +204,24 @@ __global__ void moe_route_kernel(int32_t *ids, float *wts, const float *logits, 
  * routing) in chains of shared-memory and L2 round trips. The same
  * numbers as moe_route_kernel: the softmax sum in expert order, the picks
  * by route_rank_topk's rank, their sum in slot order. */
-/* The picks of a token's routing by the first warp of a block (lane: its
- * lane), after the PDL wait: lg its logits' row, b0 / b1 the bias of
- * experts lane and lane + 32 (read before the wait); the K picks and their
- * scores into sel / selw (shared memory, in slot order). */
+/* token t's routing by the first warp of a block (lane: its lane): the
+ * bias of experts lane and lane + 32 before the PDL wait, the rest after
+ * (r: the kernel's __grid_constant__ parameter) */
 template <bool SIG>
-__device__ __forceinline__ void route_small_pick(const float *lg, float b0, float b1,
-                                                 const sd_moe_route &r, int lane, int *sel,
-                                                 float *selw)
+__device__ __forceinline__ void route_small_token(int32_t *ids, float *wts, const float *logits,
+                                                  const float *bias, const sd_moe_route &r,
+                                                  int t, int lane)
 {
     __shared__ float4 sh4[16]; /* 64 floats: the scores, then the ranked choices */
+    __shared__ int sel[64];
+    __shared__ float selw[64];
     float *sh = (float *)sh4;
     const int E = r.n_experts, K = r.top_k;
     const int e0 = lane, e1 = lane + 32;
     const bool in0 = e0 < E, in1 = e1 < E;
+    const float b0 = bias && in0 ? bias[e0] : 0.0f, b1 = bias && in1 ? bias[e1] : 0.0f;
+    SD_PDL_ENTER(ids, wts, logits, bias, r);
+    const float *lg = logits + (size_t)t * (size_t)E;
     const float l0 = in0 ? lg[e0] : 0.0f, l1 = in1 ? lg[e1] : 0.0f;
     float s0, s1;
     if (SIG) {
@@ -272,23 +276,6 @@ __device__ __forceinline__ void route_small_pick(const float *lg, float b0, floa
         selw[r1] = s1;
     }
     __syncwarp();
-}
-
-/* token t's routing by the first warp of a block (lane: its lane): the
- * bias of experts lane and lane + 32 before the PDL wait, the rest after
- * (r: the kernel's __grid_constant__ parameter) */
-template <bool SIG>
-__device__ __forceinline__ void route_small_token(int32_t *ids, float *wts, const float *logits,
-                                                  const float *bias, const sd_moe_route &r,
-                                                  int t, int lane)
-{
-    __shared__ int sel[64];
-    __shared__ float selw[64];
-    const int E = r.n_experts;
-    const float b0 = bias && lane < E ? bias[lane] : 0.0f;
-    const float b1 = bias && lane + 32 < E ? bias[lane + 32] : 0.0f;
-    SD_PDL_ENTER(ids, wts, logits, bias, r);
-    route_small_pick<SIG>(logits + (size_t)t * (size_t)E, b0, b1, r, lane, sel, selw);
     route_write_row(ids, wts, sel, selw, r, t, lane);
 }
 
@@ -663,64 +650,6 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
                                   x + (size_t)t * (size_t)D, e, ty, D, I, WK, tab);
 }
 
-/* moe_route_always_kernel with the routed slots' gate/up in the same
- * launch (SPECD_MOE_ROUTE_ALL=1): after the routing blocks and the
- * always-on tiles come the routed slots' tiles (pairs fastest, as the
- * gate/up kernel's grid), each of whose first warp routes its token again
- * (route_small_pick: the same picks as the routing block's) to find its
- * slot's expert. The routed tiles then need no kernel boundary after the
- * routing: the always-on and routed weights stream in one grid, one ramp
- * and one tail where the two kernels had two (V2-Lite's batch 1: 705
- * blocks, then 2112). The same bits as the two kernels. */
-template <int DT, int MAXE, int GU, int U, int MINB, bool SIG>
-__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB < 3 ? 3 : MINB)
-moe_route_all_kernel(int32_t *ids, float *wts, const float *logits, const float *bias,
-                     const __grid_constant__ sd_moe_route r, int n, float *h, const float *x,
-                     int D, int I, int first, int E, int WK, int tiles,
-                     const __grid_constant__ moe_tabs<MAXE> tab)
-{
-    const int b = blockIdx.x;
-    if (b < n) {
-        if (threadIdx.x < 32)
-            route_small_token<SIG>(ids, wts, logits, bias, r, b, threadIdx.x);
-        return;
-    }
-    const int K = r.top_k, W = K + r.n_always, npa = n * r.n_always, q = b - n;
-    int ty, t, slot, e;
-    if (q < npa * tiles) {
-        SD_PDL_ENTER(ids, wts, logits, bias, r, n, h, x, D, I, first, E, WK, tiles);
-        ty = q / npa;
-        const int pa = q - ty * npa;
-        t = pa / r.n_always;
-        const int a = pa - t * r.n_always;
-        slot = K + a;
-        e = r.n_experts + a - first;
-    } else {
-        __shared__ int sel[64];
-        __shared__ float selw[64];
-        const int npr = n * K, q2 = q - npa * tiles;
-        ty = q2 / npr;
-        const int pr = q2 - ty * npr;
-        t = pr / K;
-        slot = pr - t * K;
-        if (threadIdx.x < 32) {
-            const int lane = threadIdx.x, NE = r.n_experts;
-            const float b0 = bias && lane < NE ? bias[lane] : 0.0f;
-            const float b1 = bias && lane + 32 < NE ? bias[lane + 32] : 0.0f;
-            SD_PDL_ENTER(ids, wts, logits, bias, r, n, h, x, D, I, first, E, WK, tiles);
-            route_small_pick<SIG>(logits + (size_t)t * (size_t)NE, b0, b1, r, lane, sel, selw);
-        } else {
-            SD_PDL_ENTER(ids, wts, logits, bias, r, n, h, x, D, I, first, E, WK, tiles);
-        }
-        __syncthreads();
-        e = sel[slot] - first;
-    }
-    if (e < 0 || e >= E)
-        return;
-    gate_up_tile<DT, MAXE, GU, U>(h + (size_t)(t * W + slot) * (size_t)I,
-                                  x + (size_t)t * (size_t)D, e, ty, D, I, WK, tab);
-}
-
 /* out(t, d) = sum_j wts[t, j] * (h(t * top_k + j) @ down_e^T)[d], slots j in
  * order, for token t = blockIdx.x and rows d of tile blockIdx.y (DR rows).
  * Warps: SW slot lanes x WK K-slices; slot lane s takes slots s, s + SW, ...
@@ -843,20 +772,6 @@ static void launch_gate_up(sd__cuda *c, const moe_route_args *ra, int32_t *ids, 
 {
     const int cols = SD__GEMV_WARPS / wk * GU, tiles = (I + cols - 1) / cols;
     int routed = top_k;
-    if (ra && c->moe_route_all && ra->r.top_k <= 64) {
-        const unsigned g = (unsigned)(n + n * (ra->r.n_always + ra->r.top_k) * tiles);
-        const unsigned th = SD__GEMV_WARPS * 32;
-        if (ra->r.sigmoid)
-            sd__launch(c, moe_route_all_kernel<DT, MAXE, GU, U, MINB, true>, g, th, 0, ids, wts,
-                       ra->logits, ra->bias, ra->r, n, h, x, D, I, ex->first, ex->n, wk, tiles,
-                       tab);
-        else
-            sd__launch(c, moe_route_all_kernel<DT, MAXE, GU, U, MINB, false>, g, th, 0, ids, wts,
-                       ra->logits, ra->bias, ra->r, n, h, x, D, I, ex->first, ex->n, wk, tiles,
-                       tab);
-        SD_LAUNCHED(c, "moe_route_all_kernel");
-        return;
-    }
     if (ra) {
         const unsigned g = (unsigned)(n + n * ra->r.n_always * tiles), th = SD__GEMV_WARPS * 32;
         if (ra->r.sigmoid)

@@ -1679,48 +1679,38 @@ static int router_ffn_case(gpu_env *e, const char *what, sd_dtype dt, int n, int
     float *dx = (float *)gput(e, x, (size_t)n * D * sizeof(float));
     float *db = (float *)gput(e, bias, (size_t)E * sizeof(float));
     float *dtmp = gpoison(e, tmpn);
-    float *dout[3], *dlg[3], *dwt[3];
-    int32_t *did[3];
-    /* v = 0: beside; 1: the switch off; 2: beside, the routed slots' gate/up
-     * in the same launch */
-    for (int v = 0; v < 3; v++) {
+    float *dout[2], *dlg[2], *dwt[2];
+    int32_t *did[2];
+    for (int v = 0; v < 2; v++) { /* v = 0: beside; 1: the switch off */
         dout[v] = gpoison(e, (size_t)n * D);
         dlg[v] = gpoison(e, (size_t)n * E);
         dwt[v] = gpoison(e, (size_t)n * W);
         did[v] = (int32_t *)gpoison(e, (size_t)n * W);
         sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_OFF);
-        sd_cuda_set_moe_overlap(e->gpu, v != 1 ? 1 << 20 : 0);
-        sd_cuda_set_moe_route_all(e->gpu, v == 2);
+        sd_cuda_set_moe_overlap(e->gpu, v == 0 ? 1 << 20 : 0);
         e->gpu->ops->moe_router_ffn(e->gpu, dout[v], did[v], dwt[v], dlg[v], dx, &rw.g, db, &ge, n,
                                     D, &r, dtmp);
-        sd_cuda_set_moe_route_all(e->gpu, SD_CUDA_MOE_ROUTE_ALL_DEFAULT);
         sd_cuda_set_moe_overlap(e->gpu, SD_CUDA_MOE_OVERLAP_DEFAULT);
         sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_AUTO);
     }
-    int ok = 1;
-    for (int v = 0; v < 3; v += 2) {
-        long bad = 0;
-        const void *pa[4] = {dout[v], dlg[v], dwt[v], did[v]};
-        const void *pb[4] = {dout[1], dlg[1], dwt[1], did[1]};
-        const size_t cnt[4] = {(size_t)n * D, (size_t)n * E, (size_t)n * W, (size_t)n * W};
-        for (int k = 0; k < 4; k++) {
-            float *ga = gget(e, pa[k], cnt[k]), *gb = gget(e, pb[k], cnt[k]);
-            bad += ga && gb ? (long)bit_mismatches(ga, gb, cnt[k]) : 1;
-            free(ga);
-            free(gb);
-        }
-        char name[240];
-        snprintf(name, sizeof name,
-                 "moe_router_ffn %s %s n=%d E=%d+%d top-%d D=%d I=%d: %s vs the two ops (bits "
-                 "that differ)",
-                 what, sd_dtype_name(dt), n, E, na, r.top_k, D, I,
-                 v == 0 ? "beside" : "beside, routed gate/up in one launch");
-        ok &= report(name, (double)bad, 0);
+    long bad = 0;
+    const void *pa[4] = {dout[0], dlg[0], dwt[0], did[0]}, *pb[4] = {dout[1], dlg[1], dwt[1], did[1]};
+    const size_t cnt[4] = {(size_t)n * D, (size_t)n * E, (size_t)n * W, (size_t)n * W};
+    for (int k = 0; k < 4; k++) {
+        float *ga = gget(e, pa[k], cnt[k]), *gb = gget(e, pb[k], cnt[k]);
+        bad += ga && gb ? (long)bit_mismatches(ga, gb, cnt[k]) : 1;
+        free(ga);
+        free(gb);
     }
     char name[200];
+    snprintf(name, sizeof name,
+             "moe_router_ffn %s %s n=%d E=%d+%d top-%d D=%d I=%d: beside vs the two ops (bits "
+             "that differ)",
+             what, sd_dtype_name(dt), n, E, na, r.top_k, D, I);
+    int ok = report(name, (double)bad, 0);
     snprintf(name, sizeof name, "moe_router_ffn %s n=%d output vs the cpu", what, n);
     ok &= check_dev(e, dout[0], co, (size_t)n * D, 1e-5, name);
-    for (int v = 0; v < 3; v++)
+    for (int v = 0; v < 2; v++)
         GFREE_ALL(e, dout[v], dlg[v], dwt[v], did[v]);
     GFREE_ALL(e, dx, db, dtmp);
     for (int k = 0; k < bank; k++) {

@@ -76,7 +76,6 @@ if [ -n "$cuobjdump" ]; then
     if python3 tools/sass_params.py "$out/specd.sass" --check \
         --kernel '^_Z11norm_kernel' --kernel '^_Z11gemv_kernel' --kernel '^_Z14mla_dec_kernel' \
         --kernel '^_Z22mla_prep_absorb_kernel' --kernel '^_Z23moe_route_always_kernel' \
-        --kernel '^_Z20moe_route_all_kernel' \
         --kernel '^_Z24moe_gate_up_fused_kernel' --kernel '^_Z21moe_down_fused_kernel' \
         --kernel '^_Z12embed_kernel' --kernel '^_Z16copy_rows_kernel' --kernel '^_Z19argmax_split_kernel' \
         --kernel '^_Z15attn_dec_kernel' --kernel '^_Z11rope_kernel' --kernel '^_Z14rope_kv_kernel' \
