@@ -1026,9 +1026,10 @@ static int engine_step(sd_engine *e)
                  * requests ended at (the draft LM on the bundled model at
                  * batch 32 ran whole bursts plain on such prices; NOTES.md,
                  * session 19): the arrivals draft, and pick_k measures it
-                 * again; so does a burst that arrives after idle, whose
-                 * first few arrivals may explore their own batch and
-                 * reset the count of zeros (sd_adaptive_admit_off). */
+                 * again; so does a burst that arrives after idle on a
+                 * verdict of zeros, whose first few arrivals may explore
+                 * their own batch and reset that count
+                 * (sd_adaptive_admit_off). */
                 int joins = SD_MIN(e->n_running + e->n_waiting, e->max_batch);
                 int idle = e->n_running == 1; /* (this one) */
                 r->no_spec = e->spec_k < 0 && e->spec != SD_SPEC_NGRAM &&
