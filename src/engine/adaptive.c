@@ -689,7 +689,8 @@ int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins,
 {
     if (joins < 1)
         joins = 1;
-    if (idle && off_verdict && a->steps > 0 && !a->refresh_at)
+    if (idle && a->steps > 0 && !a->refresh_at &&
+        (off_verdict || sd_adaptive_best_k(a, acc, joins) == 0))
         sd_adaptive_refresh(a);
     const int off_now = off_verdict && sd_adaptive_informed(a, joins);
     const int stale = off_now && (a->refresh_at || sd_adaptive_draft_stale(a, joins));

@@ -194,17 +194,17 @@ void sd_adaptive_refresh(sd_adaptive *a);
  * picks turned speculation off (the engine's count of zeros); idle: no
  * request runs (a burst after idle). Off where the verdict stands on
  * measured prices at this batch and best_k still says 0 there. Not where
- * the prices may be another context's: after idle on that verdict (the
- * last burst's prices were of its long contexts, where drafting stopped
- * paying, and the next one's first steps, a few arrivals
- * exploring their own batch, reset the verdict, so the rest of it was
- * admitted on and judged on those prices: the draft LM at batch 32 on an
- * H200 went plain for whole bursts where one draft paid ~20%; NOTES.md,
- * session 27), where one draft's price at this batch is stale, or while
+ * the prices may be another context's: after idle, on that verdict or
+ * where best_k says 0 at this batch (the last burst's prices were of its
+ * long contexts, where drafting stopped paying, or one draft's of its end
+ * against a plain step of its start, and the next burst was judged on
+ * them: the draft LM at batch 32 on an H200 went plain for whole bursts
+ * where one draft paid ~20% at their short contexts; NOTES.md, session
+ * 27), where one draft's price at this batch is stale, or while
  * a refresh's measurements are pending: the curves restart
  * (sd_adaptive_refresh) and the next picks measure again. (After idle
- * with drafting still on, nothing restarts: a request at a time at batch
- * 1 would pay a forced draft and plain step each.) */
+ * where drafting still pays, nothing restarts: a request at a time at
+ * batch 1 would pay a forced draft and plain step each.) */
 int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins, int off_verdict,
                           int idle);
 /* the k for the next step of `batch` requests of which `drafting` draft

@@ -980,13 +980,25 @@ TEST(a_burst_after_idle_measures_its_prices_again)
     }
     ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 0);
     ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 32, 1, 0), 1);
-    /* after idle with drafting still on (the last burst's verdict was not
-     * 0) nothing restarts: its prices are of a context where drafting paid */
+    /* after idle with drafting on to the end (no verdict of 0) whose last
+     * draft price, of the long context, makes best_k 0 against a plain step
+     * of the start: measured again */
+    ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 32, 0, 1), 0);
+    ASSERT(a.refresh_at != 0);
+    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 32), 1);
+    sd_adaptive_observe_target(&a, 32, 64, 0.340e-3);
+    sd_adaptive_observe_draft(&a, 32, 1, 0.120e-3);
+    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 32), 0);
+    sd_adaptive_observe_target(&a, 32, 32, 0.300e-3);
+    ASSERT_GE(sd_adaptive_pick_k(&a, &acc, 32, 32), 1);
+    /* after idle where drafting pays at the batch, nothing restarts */
     for (int i = 0; i < SD_CURVE_RING; i++) {
         sd_adaptive_observe_target(&a, 32, 64, 0.340e-3);
         sd_adaptive_observe_draft(&a, 32, 1, 0.120e-3);
+        sd_adaptive_observe_target(&a, 32, 32, 0.300e-3);
     }
-    ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 1, 0, 1), 0);
+    ASSERT_GE(sd_adaptive_best_k(&a, &acc, 32), 1);
+    ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 32, 0, 1), 0);
     ASSERT_EQ(a.refresh_at, 0);
     /* a fresh controller has nothing to measure again */
     sd_adaptive b;
