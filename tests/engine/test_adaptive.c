@@ -920,6 +920,30 @@ TEST(plain_decode_queued_ahead_is_priced_at_its_own_cost)
     ASSERT_NEAR(sd_adaptive_plain_cost(&b, 4), 0.100e-3, 1e-12);
 }
 
+/* a refresh's picks at batch 32: one draft measured at the short context
+ * (0.34 + 0.12 ms), then a plain step (0.30 ms), then drafting (32 x 1.9
+ * tokens in 0.46 ms, 132 a ms, against 107) */
+static void remeasure_short(sd_adaptive *a, const sd_accept_stats *acc)
+{
+    ASSERT_EQ(sd_adaptive_pick_k(a, acc, 32, 32), 1);
+    sd_adaptive_observe_target(a, 32, 64, 0.340e-3);
+    sd_adaptive_observe_draft(a, 32, 1, 0.120e-3);
+    ASSERT_EQ(sd_adaptive_pick_k(a, acc, 32, 32), 0);
+    sd_adaptive_observe_target(a, 32, 32, 0.300e-3);
+    ASSERT_GE(sd_adaptive_pick_k(a, acc, 32, 32), 1);
+    ASSERT_EQ(a->refresh_at, 0);
+}
+
+/* SD_CURVE_RING steps of one draft and of plain at batch 32: t64 + td, t32 */
+static void prices32(sd_adaptive *a, double t64, double td, double t32)
+{
+    for (int i = 0; i < SD_CURVE_RING; i++) {
+        sd_adaptive_observe_target(a, 32, 64, t64);
+        sd_adaptive_observe_draft(a, 32, 1, td);
+        sd_adaptive_observe_target(a, 32, 32, t32);
+    }
+}
+
 /* Bursts of 32 requests of 512 tokens (the draft LM on the bundled model
  * at batch 32 on an H200): one draft paid ~20% at a burst's short
  * contexts and stopped paying near its end (96.3 tokens/ms against plain's
@@ -960,24 +984,12 @@ TEST(a_burst_after_idle_measures_its_prices_again)
     ASSERT(k5 == 0 || k5 == 1);
     /* 27 more, the count of zeros reset by the exploring pick */
     ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 32, 0, 0), 0);
-    /* the first pick at 32 measures one draft at the new context ... */
-    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 32), 1);
-    sd_adaptive_observe_target(&a, 32, 64, 0.340e-3);
-    sd_adaptive_observe_draft(&a, 32, 1, 0.120e-3);
-    /* ... then a plain step ... */
-    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 32), 0);
-    sd_adaptive_observe_target(&a, 32, 32, 0.300e-3);
-    /* ... and compares them: 32 x 1.9 in 0.46 ms (132 a ms) against 32 in
-     * 0.30 (107): drafting */
-    ASSERT_GE(sd_adaptive_pick_k(&a, &acc, 32, 32), 1);
-    ASSERT_EQ(a.refresh_at, 0);
+    /* the first picks at 32 measure one draft and a plain step at the new
+     * context, then compare them: drafting */
+    remeasure_short(&a, &acc);
     /* an arrival while others run, on a verdict of 0 and fresh prices that
      * say 0 at its batch, starts off */
-    for (int i = 0; i < SD_CURVE_RING; i++) {
-        sd_adaptive_observe_target(&a, 32, 64, 0.450e-3);
-        sd_adaptive_observe_draft(&a, 32, 1, 0.180e-3);
-        sd_adaptive_observe_target(&a, 32, 32, 0.330e-3);
-    }
+    prices32(&a, 0.450e-3, 0.180e-3, 0.330e-3);
     ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 0);
     ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 32, 1, 0), 1);
     /* after idle with drafting on to the end (no verdict of 0) whose last
@@ -985,18 +997,9 @@ TEST(a_burst_after_idle_measures_its_prices_again)
      * of the start: measured again */
     ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 32, 0, 1), 0);
     ASSERT(a.refresh_at != 0);
-    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 32), 1);
-    sd_adaptive_observe_target(&a, 32, 64, 0.340e-3);
-    sd_adaptive_observe_draft(&a, 32, 1, 0.120e-3);
-    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 32), 0);
-    sd_adaptive_observe_target(&a, 32, 32, 0.300e-3);
-    ASSERT_GE(sd_adaptive_pick_k(&a, &acc, 32, 32), 1);
+    remeasure_short(&a, &acc);
     /* after idle where drafting pays at the batch, nothing restarts */
-    for (int i = 0; i < SD_CURVE_RING; i++) {
-        sd_adaptive_observe_target(&a, 32, 64, 0.340e-3);
-        sd_adaptive_observe_draft(&a, 32, 1, 0.120e-3);
-        sd_adaptive_observe_target(&a, 32, 32, 0.300e-3);
-    }
+    prices32(&a, 0.340e-3, 0.120e-3, 0.300e-3);
     ASSERT_GE(sd_adaptive_best_k(&a, &acc, 32), 1);
     ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 32, 0, 1), 0);
     ASSERT_EQ(a.refresh_at, 0);
