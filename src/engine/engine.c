@@ -1027,9 +1027,10 @@ static int engine_step(sd_engine *e)
                  * batch 32 ran whole bursts plain on such prices; NOTES.md,
                  * session 19): the arrivals draft, and pick_k measures it
                  * again; so does a burst that arrives after idle on a
-                 * verdict of zeros, whose first few arrivals may explore
-                 * their own batch and reset that count
-                 * (sd_adaptive_admit_off). */
+                 * verdict of zeros or on prices that say plain at its
+                 * batch (they are of the last burst's contexts; its first
+                 * few arrivals may explore their own batch and reset the
+                 * count of zeros: sd_adaptive_admit_off). */
                 int joins = SD_MIN(e->n_running + e->n_waiting, e->max_batch);
                 int idle = e->n_running == 1; /* (this one) */
                 r->no_spec = e->spec_k < 0 && e->spec != SD_SPEC_NGRAM &&
