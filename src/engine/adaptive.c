@@ -689,14 +689,14 @@ int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins,
 {
     if (joins < 1)
         joins = 1;
-    if (idle && a->steps > 0 && !a->refresh_at &&
-        (off_verdict || sd_adaptive_best_k(a, acc, joins) == 0))
-        sd_adaptive_refresh(a);
     const int off_now = off_verdict && sd_adaptive_informed(a, joins);
-    const int stale = off_now && (a->refresh_at || sd_adaptive_draft_stale(a, joins));
-    if (stale && !a->refresh_at)
+    /* best_k says plain at this batch (asked once, and only where it decides) */
+    const int plain = (off_now || idle) && sd_adaptive_best_k(a, acc, joins) == 0;
+    if (!a->refresh_at && a->steps > 0 &&
+        ((idle && (off_verdict || plain)) || (off_now && sd_adaptive_draft_stale(a, joins))))
         sd_adaptive_refresh(a);
-    return off_now && !stale && sd_adaptive_best_k(a, acc, joins) == 0;
+    /* a pending refresh's measurements decide, not these prices */
+    return off_now && !a->refresh_at && plain;
 }
 
 int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, int drafting)
