@@ -12,7 +12,9 @@
 # of runs.
 # usage: bench/gpu/adaptive_run.sh OUT COMMIT LABEL=BIN_DIR[:VAR=VALUE...][:--opt=VALUE...]...
 #   (e.g. new=.carry/a pin0=.carry/a:SPECD_PINNED=0: the same build, a switch off)
-#   ROUNDS (3), BATCH (1,8,32), SPECS ("mtp eagle3 draft"), MAXTOK (512)
+#   ROUNDS (3), BATCH (1,8,32), SPECS ("mtp eagle3 draft"), MAXTOK (512),
+#   DEADLINE (a time in seconds since the epoch: no round starts after it,
+#   so a call's time limit never takes the rounds already run with it)
 set -uo pipefail
 out=${1:?OUT}; commit=${2:-unknown}; shift 2
 [ $# -ge 1 ] || { echo "usage: $0 OUT COMMIT LABEL=BIN_DIR[:VAR=VALUE...]..."; exit 2; }
@@ -24,6 +26,9 @@ m=(--model models/specd-tiny --prompts models/specd-tiny/heldout_prompts.jsonl
    --batch "${BATCH:-1,8,32}" --max-tokens "${MAXTOK:-512}" --repeat 3 --device "${DEVICE:-cuda}"
    --commit "$commit" --machine "${dev:-unknown}")
 for r in $(seq 1 "${ROUNDS:-3}"); do
+    if [ -n "${DEADLINE:-}" ] && [ "$(date +%s)" -ge "$DEADLINE" ]; then
+        echo "== deadline: $((r - 1)) rounds run"; break
+    fi
     for cfg in "$@"; do
         parse_config "$cfg"
         for spec in none ${SPECS:-mtp eagle3 draft}; do
