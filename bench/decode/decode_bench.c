@@ -331,6 +331,7 @@ typedef struct result {
     long long eager_passes, graph_cache_full; /* proposer passes in the window */
     long long plain_steps; /* target steps without the proposer's hidden states */
     long long ahead_steps; /* steps queued before the step before them was read */
+    long long draft_ahead_steps; /* verify steps queued before their drafts were read */
     long long draft_phases, draft_learnt; /* drafting phases; those adaptive k learnt from */
     long long draft_oneoff; /* drafting phases left out for a shape's first proposer pass */
     double mean_context; /* tokens of context per sequence, mean over the window */
@@ -487,6 +488,7 @@ static int run_batch(sd_engine *e, const args *a, const prompt *ps, int B, int m
         r->graph_cache_full = (long long)(s1.spec_graph_cache_full - s0.spec_graph_cache_full);
         r->plain_steps = (long long)(s1.spec_plain_steps - s0.spec_plain_steps);
         r->ahead_steps = (long long)(s1.ahead_steps - s0.ahead_steps);
+        r->draft_ahead_steps = (long long)(s1.draft_ahead_steps - s0.draft_ahead_steps);
         r->draft_phases = (long long)(s1.spec_draft_phases - s0.spec_draft_phases);
         r->draft_learnt = (long long)(s1.spec_draft_observed - s0.spec_draft_observed);
         r->draft_oneoff = (long long)(s1.spec_draft_oneoff - s0.spec_draft_oneoff);
@@ -750,6 +752,7 @@ int main(int argc, char **argv)
         json_object_set_new(x, "window_steps", json_integer(r->window_steps));
         json_object_set_new(x, "engine_steps", json_integer(r->engine_steps));
         json_object_set_new(x, "ahead_steps", json_integer(r->ahead_steps));
+        json_object_set_new(x, "draft_ahead_steps", json_integer(r->draft_ahead_steps));
         json_object_set_new(x, "step_ms", json_real(r->step_ms));
         json_object_set_new(x, "draft_ms_per_step", json_real(r->draft_ms));
         json_object_set_new(x, "verify_ms_per_step", json_real(r->verify_ms));

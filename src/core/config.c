@@ -87,6 +87,10 @@ const sd_opt_def sd_opt_table[] = {
     {"launch-ahead", NULL, E, OFF(launch_ahead), "auto", 0, 0, "auto|on|off", C_RUN,
      "queue a plain decode step before the one before it is read, when the batch cannot "
      "change (auto: one rank with CUDA graphs; on: tensor-parallel ranks and no graphs too)"},
+    {"draft-ahead", NULL, B, OFF(draft_ahead), "true", 0, 0, NULL, C_RUN,
+     "queue a verify step before its greedy drafts reach the host: the step takes them on the "
+     "device, and the host's work between drafting and verifying runs while the drafts are "
+     "made (one rank, one node)"},
     {"profile-ops", NULL, B, OFF(profile_ops), "false", 0, 0, NULL, C_RUN,
      "time every backend op (a sync around each, no graphs) and print a table at exit"},
     {"allreduce", NULL, E, OFF(allreduce), "auto", 0, 0, "auto|nccl|oneshot|twoshot", SD_CMD_MODEL,

@@ -66,6 +66,7 @@ typedef struct sd_opts {
     double mem_fraction;
     int cuda_graph_max_bs;
     char *launch_ahead; /* auto | on | off */
+    int draft_ahead;    /* a verify step queued before its greedy drafts reach the host */
     int profile_ops; /* time every backend op (kernels/prof.c) */
     int debug_pad_steps; /* not an option: tests pad steps as graphs would, on any backend */
     /* not an option: adaptive k prices k = 0 at a queued-ahead step on any

@@ -358,7 +358,7 @@ static int queue_down(sd_engine *e, sd_tokens_down *dn)
  * download kernel and the copies took 7.4, and the copy engine's four
  * ~16, bench/results/boundary-lab-*). */
 static int put_step(sd_engine *e, const step *s, int T, int n_out, int hidden, sd_fwd *f,
-                    const int32_t *toks, int n_tok, sd_tokens_down *dn)
+                    const int32_t *toks, int n_tok, sd_tokens_down *dn, const sd_copy *extra)
 {
     const sd_ops *op = e->be->ops;
     const size_t tb = (size_t)n_tok * sizeof(int32_t);
@@ -366,6 +366,11 @@ static int put_step(sd_engine *e, const step *s, int T, int n_out, int hidden, s
                      {.dst = e->d_meta, .src = toks, .width = tb, .rows = 1, .dpitch = tb,
                       .spitch = tb}};
     int n = toks ? 3 : 2, rc;
+    if (extra) { /* from host memory, never with toks (a step queued ahead has no drafts) */
+        if (toks)
+            return SD_EINVAL;
+        cp[n++] = *extra;
+    }
     if (dn && dn->bytes) {
         cp[n++] = (sd_copy){.dst = dn->dst, .src = dn->src, .width = dn->bytes, .rows = 1,
                             .dpitch = dn->bytes, .spitch = dn->bytes};
@@ -385,7 +390,7 @@ static int put_step(sd_engine *e, const step *s, int T, int n_out, int hidden, s
     rc = try_copies(e, cp, n);
     if (rc != SD_ENOTSUP)
         return rc;
-    rc = put_each(e, cp, 2); /* the tables and inputs from host memory */
+    rc = put_each(e, cp, extra ? 3 : 2); /* the tables, inputs (and extra) from host memory */
     if (!rc && toks)
         rc = op->copy(e->be, cp[2].dst, cp[2].src, cp[2].width); /* device to device */
     return rc;
@@ -631,6 +636,7 @@ static void publish_stats(sd_engine *e, int stepped)
     e->stats.spec_draft_observed = e->draft_observed;
     e->stats.spec_draft_oneoff = e->draft_oneoff;
     e->stats.ahead_steps = e->ahead_steps;
+    e->stats.draft_ahead_steps = e->draft_ahead_steps;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -890,7 +896,7 @@ static int launch_ahead(sd_engine *e, const step *s, int Tp, int ev, sd_tokens_d
      * (one a request: no drafts) */
     int sampled = e->dev_acc;
     const int32_t *toks = sampled ? dev_accept_out(e) + e->acc_n : e->d_am;
-    int rc = put_step(e, a, Tp ? Tp : a->T, Tp ? Tp : a->n_out, 0, &f, toks, a->T, dn);
+    int rc = put_step(e, a, Tp ? Tp : a->T, Tp ? Tp : a->n_out, 0, &f, toks, a->T, dn, NULL);
     if (!rc)
         rc = Tp && e->graphs_on ? sd__target_graph_launch(e, Tp, &f, &err)
                                 : sd__target_pass(e, &f, !sampled, &err);
@@ -936,6 +942,33 @@ static int read_ahead(sd_engine *e, uint64_t step0)
 }
 
 /* One engine step. Returns 1 if work was done. */
+/* a row of s waits for a draft still on the device (draft ahead) */
+static int drafts_on_device(const step *s)
+{
+    for (int i = 0; i < s->n_seq; i++) {
+        const req *r = s->seqs[i];
+        if (r->state == RQ_DECODE && r->draft_dev && r->n_draft > 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* draft ahead, where the step cannot take them on the device: the drafts
+ * come to the host (their copy is queued behind the chain, with mark 0)
+ * and into the step's rows */
+static int drafts_now(sd_engine *e, step *s)
+{
+    int rc = e->be->ops->download_wait(e->be, 0);
+    for (int i = 0; i < s->n_seq && !rc; i++) {
+        req *r = s->seqs[i];
+        if (r->state != RQ_DECODE || !r->draft_dev)
+            continue;
+        sd__drafts_to_host(e, r, e->drafts_tc);
+        memcpy(e->h_tok + r->row0 + 1, r->draft, (size_t)r->n_draft * sizeof(int32_t));
+    }
+    return rc;
+}
+
 static int engine_step(sd_engine *e)
 {
     const uint64_t step0 = sd_now_ns();
@@ -1071,7 +1104,35 @@ static int engine_step(sd_engine *e)
     sd_fwd f;
     sd_err err = {0};
     uint64_t t0 = sd_now_ns();
-    int rc = put_step(e, &s, Tp ? Tp : s.T, Tp ? Tp : s.n_out, hidden, &f, NULL, 0, NULL);
+    /* draft ahead: rows whose drafts are still on the device take them
+     * there (a greedy step: a sampled one's device verification uploads
+     * the drafts, so they come to the host first) */
+    const int Tn = Tp ? Tp : s.T;
+    sd_copy vcp;
+    int rc = 0, gather = 0;
+    if (drafts_on_device(&s)) {
+        if (greedy_only && e->be->ops->gather_i32)
+            gather = sd__drafts_gather(e, &s, Tn, &vcp);
+        else
+            rc = drafts_now(e, &s);
+    }
+    /* A step that takes its drafts on the device is queued while the
+     * chain runs: it uploads from mark 1's page-locked buffers, all in the
+     * one copies launch (e->h_table is pageable: copied by the driver, which
+     * may wait for the stream). No earlier step is queued on them: the
+     * chain ran with none queued ahead, and the step before was read. */
+    if (!rc && gather)
+        swap_mark_bufs(e, 1);
+    if (!rc)
+        rc = put_step(e, &s, Tn, Tp ? Tp : s.n_out, hidden, &f, NULL, 0, NULL,
+                      gather ? &vcp : NULL);
+    if (gather)
+        swap_mark_bufs(e, 1);
+    if (!rc && gather) {
+        const int32_t *vt = e->pd_drafts + SD_MAX_K * (size_t)e->ov_max_seqs;
+        e->be->ops->gather_i32(e->be, e->d_meta, e->pd_drafts, vt + Tn, Tn);
+        e->draft_ahead_steps++;
+    }
     uint64_t t_up = sd_now_ns();
     /* Only greedy requests in the step: the argmax is taken where the logits
      * are, and only token ids cross to the host. */
@@ -1170,6 +1231,8 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
         int from = r->n_tok;
         if (r->state == RQ_DECODE) {
             r->st.spec.verify_s += t_target;
+            if (r->draft_dev) /* their copy came down before the step's tokens */
+                sd__drafts_to_host(e, r, e->drafts_tc);
             int n = accept_decode(e, r, e->h_logits, e->dev_acc ? dev_result(e, r) : NULL);
             if (n < 0) {
                 finish(e, r, SD_FINISH_ERROR, "verification failed");
@@ -1711,6 +1774,7 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
      * (2): tensor-parallel ranks (CPU-tested, not yet run on several GPUs)
      * and backends without graphs too */
     e->ahead_on = !strcmp(la, "on") ? 2 : !strcmp(la, "auto") && e->graphs_on && !e->tp;
+    e->draft_ahead = o->draft_ahead && !e->tp && !e->nodes;
     /* adaptive k prices k = 0 at a queued-ahead step where one would run:
      * with graphs (a backend without them, the CPU's, runs a step inside its
      * launch: nothing to hide) on one node, without synthetic acceptance */

@@ -126,6 +126,9 @@ typedef struct sd_engine_stats {
     /* decode steps queued before the step before them was read
      * (--launch-ahead): the host's work between steps ran while the GPU did */
     uint64_t ahead_steps;
+    /* verify steps that took their drafts on the device, queued before
+     * the drafts reached the host (--draft-ahead) */
+    uint64_t draft_ahead_steps;
 } sd_engine_stats;
 
 /* Loads the model named by o->model (NULL/empty: the bundled model), the

@@ -58,6 +58,8 @@ typedef struct req {
     int has_q; /* the drafts' distributions (sampled model drafts): 1 in q (host), 2 on the
                 * device (pd_qdraft rows j * ov_max_seqs + q_row, until the next drafting) */
     int q_row;
+    int draft_dev; /* draft ahead: the drafts are still on the device only (pd_drafts rows j x
+                    * drafts_tc + q_row), their copy on its way to ph_drafts */
     int last_k, last_n; /* the last verify: drafts proposed, accepted */
     sd_ngram *ng;       /* n-gram index of tok (SD_SPEC_NGRAM) */
     int no_spec;        /* never drafts: admitted while speculation did not pay */
@@ -144,6 +146,9 @@ struct sd_engine {
     sd_sample_params *pd_dsp, *ph_dsp; /* their sampling parameters (k_max, ov) */
     int32_t *d_qidx, *h_qidx;          /* verify: d_q's rows in pd_qdraft (ov * k_max) */
     int32_t *ph_chain, *ph_drafts;
+    int32_t *ph_vtok; /* draft ahead: a verify step's tokens, then its gather indices */
+    int draft_ahead;  /* --draft-ahead on one rank and node (sd__drafts_gather) */
+    int drafts_tc;    /* chain rows of the drafts on the device */
     float *pd_logits, *pd_hid_in, *pd_hid_out, *pd_hid_prev;
     float *ph_logits;
     float *pd_aux_in; /* EAGLE-3: gathered aux states (T, 3D) */
@@ -198,6 +203,7 @@ struct sd_engine {
     int32_t *h_acc_ev[2];    /* and its inputs (h_acc's, h_sp's) */
     sd_sample_params *h_sp_ev[2];
     uint64_t ahead_steps; /* sd_engine_stats.ahead_steps */
+    uint64_t draft_ahead_steps; /* sd_engine_stats.draft_ahead_steps */
     /* sampled steps verified on the backend (engine.c launch_dev_accept):
      * probabilities scratch (max_out, V), draft distributions (ov, k_max, V)
      * with a model proposer, packed ints (row0, n_draft, drafts, n_acc, out)
@@ -290,6 +296,11 @@ int sd__spec_wants_hidden(const sd_engine *e);
 /* After the target pass and acceptance: catch the proposer up and draft k tokens
  * for every decoding request of the step. */
 int sd__spec_step(sd_engine *e, step *s, int k, sd_err *err);
+/* draft ahead (spec.c): r's drafts from their host copy (chain rows Tc);
+ * the copy of a verify step's tokens and gather indices (0: no row waits
+ * for a draft) */
+void sd__drafts_to_host(sd_engine *e, req *r, int Tc);
+int sd__drafts_gather(sd_engine *e, const step *s, int T, sd_copy *cp);
 /* At start, where steps are padded: the proposer's graphs captured for the
  * shapes drafting takes (spec.c has which; without graphs each shape runs
  * once, eagerly); 0 or an error */

@@ -73,12 +73,15 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
     e->ph_i32 = malloc(T * 4 * 6);
     /* the device draft chain: k drafts per chain row, pass metadata */
     size_t ov = (size_t)e->ov_max_seqs;
-    e->pd_drafts = op->alloc(e->be, SD_MAX_K * ov * 4);
+    /* the drafts, then (draft ahead) a verify step's tokens and the
+     * indices that gather its rows from both (sd__drafts_gather) */
+    e->pd_drafts = op->alloc(e->be, (SD_MAX_K * ov + 2 * T) * 4);
+    e->ph_vtok = sd__host_buf(e, 2 * T * 4);
     e->pd_am = op->alloc(e->be, ov * 4);
     e->pd_chain = op->alloc(e->be, (3 * (SD_MAX_K - 1) + 2) * ov * 4);
     e->ph_chain = sd__host_buf(e, (3 * (SD_MAX_K - 1) + 2) * ov * 4);
     e->ph_drafts = sd__host_buf(e, SD_MAX_K * ov * 4);
-    if (!e->pd_drafts || !e->pd_am || !e->pd_chain || !e->ph_chain || !e->ph_drafts)
+    if (!e->pd_drafts || !e->pd_am || !e->pd_chain || !e->ph_chain || !e->ph_drafts || !e->ph_vtok)
         return sd_err_set(err, SD_ENOMEM, "speculation: out of memory for the draft chain");
     /* sampled drafts on the device: their distributions stay there for the
      * verification (accept_sample_rows), which the backend must have */
@@ -246,6 +249,7 @@ void sd__spec_free(sd_engine *e)
     sd__host_buf_free(e, e->ph_meta);
     sd__host_buf_free(e, e->ph_chain);
     sd__host_buf_free(e, e->ph_drafts);
+    sd__host_buf_free(e, e->ph_vtok);
     sd__host_buf_free(e, e->ph_dsp);
     free(e->h_qidx);
     free(e->ph_i32);
@@ -620,6 +624,42 @@ static size_t chain_pad(const sd_engine *e, int32_t *h, int Tc, int kc)
     return (3 * (size_t)Tc * (size_t)(kc - 1) + 2 * (size_t)Tc) * 4;
 }
 
+/* r's drafts from their host copy (chain row q_row of Tc rows) */
+void sd__drafts_to_host(sd_engine *e, req *r, int Tc)
+{
+    for (int j = 0; j < r->n_draft; j++)
+        r->draft[j] = e->ph_drafts[(size_t)j * (size_t)Tc + (size_t)r->q_row];
+    r->draft_dev = 0;
+}
+
+/* Draft ahead: the verify step of the T rows packed in e->h_tok takes its
+ * requests' drafts where the chain wrote them. Fills e->ph_vtok with the
+ * rows' tokens, then each row's index into pd_drafts (a draft's, or its
+ * token's in the copy of the first half at pd_drafts + base), and gives
+ * that copy; the gather runs after it (sd_ops.gather_i32, tokens := pd_drafts
+ * [idx]). Returns 0 where no row of the step waits for a draft. */
+int sd__drafts_gather(sd_engine *e, const step *s, int T, sd_copy *cp)
+{
+    const size_t base = SD_MAX_K * (size_t)e->ov_max_seqs;
+    int32_t *tok = e->ph_vtok, *idx = tok + T;
+    int any = 0;
+    memcpy(tok, e->h_tok, (size_t)T * sizeof(int32_t));
+    for (int i = 0; i < T; i++)
+        idx[i] = (int32_t)(base + (size_t)i);
+    for (int i = 0; i < s->n_seq; i++) {
+        const req *r = s->seqs[i];
+        if (r->state != RQ_DECODE || !r->draft_dev)
+            continue;
+        for (int j = 0; j < r->n_draft; j++)
+            idx[r->row0 + 1 + j] = j * e->drafts_tc + r->q_row;
+        any |= r->n_draft > 0;
+    }
+    const size_t bytes = 2 * (size_t)T * sizeof(int32_t);
+    *cp = (sd_copy){.dst = e->pd_drafts + base, .src = tok, .width = bytes, .rows = 1,
+                    .dpitch = bytes, .spitch = bytes};
+    return any;
+}
+
 static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int k, sd_err *err)
 {
     const sd_ops *op = e->be->ops;
@@ -700,7 +740,16 @@ static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int
      * free where no target step is queued ahead (none is while requests
      * draft) */
     const size_t db = (size_t)kc * (size_t)Tc * 4;
-    if (!rc && op->download_async && op->download_wait && !e->ahead_live) {
+    /* draft ahead (greedy drafts): the host does not wait for them; the
+     * verify step takes them where they are (sd__drafts_gather) and their
+     * copy comes down queued behind the chain, read with the verify's
+     * tokens (sd__drafts_to_host) */
+    const int ahead = e->draft_ahead && !sampled && !e->ahead_live && op->download_async &&
+                      op->download_wait;
+    if (!rc && ahead) {
+        rc = op->download_async(e->be, e->ph_drafts, e->pd_drafts, db, 0);
+        e->drafts_tc = Tc;
+    } else if (!rc && op->download_async && op->download_wait && !e->ahead_live) {
         rc = op->download_async(e->be, e->ph_drafts, e->pd_drafts, db, 0);
         if (!rc)
             rc = op->download_wait(e->be, 0);
@@ -717,9 +766,10 @@ static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int
         int kk = si >= 0 ? kr[si] : 1;
         r->has_q = sampled && !r->greedy ? 2 : 0; /* q in pd_qdraft's rows of chain row m */
         r->q_row = m;
-        for (int j = 0; j < kk; j++)
-            r->draft[j] = e->ph_drafts[(size_t)j * Tc + m];
         r->n_draft = kk;
+        r->draft_dev = ahead;
+        if (!ahead)
+            sd__drafts_to_host(e, r, Tc);
         /* a draft LM's cache now holds the chain's positions up to the last input */
         if (!mtp && kk > 1)
             r->draft_valid = r->n_tok - 1 + kk;
@@ -960,8 +1010,10 @@ int sd__spec_step(sd_engine *e, step *s, int k, sd_err *err)
 {
     if (k > e->k_max)
         k = e->k_max;
-    for (int i = 0; i < s->n_seq; i++)
+    for (int i = 0; i < s->n_seq; i++) {
         s->seqs[i]->n_draft = 0;
+        s->seqs[i]->draft_dev = 0;
+    }
     switch (e->spec) {
     case SD_SPEC_MTP:
     case SD_SPEC_EAGLE3:

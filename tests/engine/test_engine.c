@@ -25,6 +25,8 @@ typedef struct run_cfg {
     int ep;     /* with tp: expert parallel (whole experts per rank) */
     int slots;  /* MoE shared experts as always-on slots of the expert bank */
     int ahead;  /* --launch-ahead on (else off) */
+    int no_draft_ahead; /* --draft-ahead off (else on, the default) */
+    int sampled_from;   /* > 0: requests from this one on sample (temperature 0.8) */
 } run_cfg;
 
 static int make_prompt(uint64_t seed, int i, int32_t *p, int vocab)
@@ -81,6 +83,7 @@ static int run(const run_cfg *c, uint64_t seed, engine_out *outs, sd_engine_stat
         sd_opts_set(&o, SD_CMD_GENERATE, "ep", "true", &err);
     sd_opts_set(&o, SD_CMD_GENERATE, "moe-shared-slots", c->slots ? "true" : "false", &err);
     sd_opts_set(&o, SD_CMD_GENERATE, "launch-ahead", c->ahead ? "on" : "off", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "draft-ahead", c->no_draft_ahead ? "false" : "true", &err);
     if (c->pad_bs > 0) {
         snprintf(buf, sizeof buf, "%d", c->pad_bs);
         sd_opts_set(&o, SD_CMD_GENERATE, "cuda-graph-max-bs", buf, &err);
@@ -115,7 +118,8 @@ static int run(const run_cfg *c, uint64_t seed, engine_out *outs, sd_engine_stat
             }
         }
         int n = make_prompt(seed, i, p, 300);
-        sd_gen_params gp = {.max_tokens = 8 + (i * 5) % 13, .temperature = c->temperature,
+        const double temp = c->sampled_from > 0 && i >= c->sampled_from ? 0.8 : c->temperature;
+        sd_gen_params gp = {.max_tokens = 8 + (i * 5) % 13, .temperature = temp,
                             .top_p = 1, .seed = (uint64_t)i + seed, .has_seed = 1,
                             .ignore_eos = 1};
         if (sd_engine_submit(e, p, n, &gp, &ev, &outs[i], NULL, &err)) {
@@ -164,9 +168,72 @@ static void check_lossless(const char *model, const char *spec, const char *draf
                 acc += st->accepted_at[a];
             ASSERT_EQ(acc, st->accepted);
         }
+        /* model drafts are greedy here: every verify step takes them on
+         * the device (n-gram drafts are the host's) */
+        if (strcmp(spec, "ngram") && s2.spec.drafted > 0)
+            ASSERT_MSG(s2.draft_ahead_steps > 0, "%s batch %d: no verify step drafted ahead", spec,
+                       n);
         fprintf(stderr, "  %s k=%d batch %2d: equal; engine accepted %llu of %llu drafts\n", spec,
                 k, n, (unsigned long long)s2.spec.accepted, (unsigned long long)s2.spec.drafted);
     }
+}
+
+/* --draft-ahead: greedy requests drafting while sampled ones arrive (a
+ * step that cannot take the drafts on the device brings them to the host
+ * first), on and off, give plain decode's greedy tokens; on the bundled
+ * model, whose proposers are trained, the same drafts are accepted either
+ * way (a verify step that took wrong drafts on the device would still be
+ * lossless, but would accept fewer) */
+TEST(draft_ahead_on_and_off_equal_plain_with_sampled_arrivals)
+{
+    uint64_t seed = sd_test_seed();
+    const int n = 8;
+    char *tiny = sd_strfmt("%s/models/specd-tiny", sd_test_srcdir());
+    char *draft = sd_strfmt("%s/models/specd-tiny-draft", sd_test_srcdir());
+    const char *specs[][2] = {{"mtp", NULL}, {"draft", draft}};
+    for (size_t si = 0; si < SD_ARRAY_LEN(specs); si++) {
+        for (int mixed = 0; mixed < 2; mixed++) {
+            engine_out plain[MAXR], on[MAXR], off[MAXR];
+            sd_engine_stats s0, s1, s2;
+            run_cfg c = {.model = tiny, .spec = "none", .k = 0, .max_context = 256, .n_req = n,
+                         .sampled_from = mixed ? n / 2 : 0};
+            ASSERT_OK(run(&c, seed, plain, &s0));
+            c.spec = specs[si][0];
+            c.draft = specs[si][1];
+            c.k = 3;
+            ASSERT_OK(run(&c, seed, on, &s1));
+            c.no_draft_ahead = 1;
+            ASSERT_OK(run(&c, seed, off, &s2));
+            ASSERT(s1.draft_ahead_steps > 0);
+            ASSERT_EQ(s2.draft_ahead_steps, 0);
+            uint64_t acc = 0;
+            for (int i = 0; i < n; i++) {
+                ASSERT_EQ(on[i].why, SD_FINISH_LENGTH);
+                ASSERT_EQ(off[i].why, SD_FINISH_LENGTH);
+                ASSERT_EQ(on[i].n, plain[i].n);
+                ASSERT_EQ(off[i].n, plain[i].n);
+                if (mixed && i >= c.sampled_from)
+                    continue;
+                for (int j = 0; j < plain[i].n; j++) {
+                    ASSERT_MSG(on[i].ids[j] == plain[i].ids[j],
+                               "%s request %d token %d: ahead %d, plain %d", c.spec, i, j,
+                               on[i].ids[j], plain[i].ids[j]);
+                    ASSERT_EQ(off[i].ids[j], plain[i].ids[j]);
+                }
+                if (!mixed) {
+                    ASSERT_EQ(on[i].st.spec.accepted, off[i].st.spec.accepted);
+                    acc += on[i].st.spec.accepted;
+                }
+            }
+            ASSERT(mixed || acc > 0);
+            fprintf(stderr, "  %s%s: %llu of %llu verify steps drafted ahead, %llu drafts accepted\n",
+                    c.spec, mixed ? " (sampled arrivals)" : "",
+                    (unsigned long long)s1.draft_ahead_steps, (unsigned long long)s1.spec.steps,
+                    (unsigned long long)s1.spec.accepted);
+        }
+    }
+    free(tiny);
+    free(draft);
 }
 
 TEST(mtp_greedy_output_equals_plain_at_batch_1_3_8_16)
@@ -874,6 +941,7 @@ TEST_MAIN(T(mtp_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(draft_model_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(eagle3_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(adaptive_k_greedy_output_equals_plain),
+          T(draft_ahead_on_and_off_equal_plain_with_sampled_arrivals),
           T(padded_steps_give_the_same_output_for_every_proposer_greedy_and_sampled),
           T(tensor_parallel_engine_gives_the_same_output_as_one_rank), T(moe_shared_slots_give_the_same_output),
           T(small_kv_cache_preempts_and_every_request_still_finishes_with_the_same_output),
