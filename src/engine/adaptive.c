@@ -684,6 +684,20 @@ int sd_adaptive_informed(const sd_adaptive *a, int batch)
     return informed(a, batch, batch);
 }
 
+int sd_adaptive_wants_times(const sd_adaptive *a, int batch, int drafting, int k)
+{
+    if (a->exploring || a->refresh_at)
+        return 1;
+    if (k < 1)
+        return 0;
+    batch = batch < 1 ? 1 : batch;
+    drafting = drafting < 1 ? 1 : drafting > batch ? batch : drafting;
+    const int id = target_index(a, drafting);
+    const sd_curve *tc = sd_adaptive_target(a, batch);
+    return !tc || !has_trusted(tc, sd_row_bucket(step_rows(batch, drafting, k))) || id < 0 ||
+           !has_trusted(&a->target[id].draft, k);
+}
+
 int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins, int off_verdict,
                           int idle)
 {

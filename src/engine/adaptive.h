@@ -207,6 +207,13 @@ void sd_adaptive_refresh(sd_adaptive *a);
  * batch 1 would pay a forced draft and plain step each.) */
 int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins, int off_verdict,
                           int idle);
+/* 1 when the next drafting phase of `drafting` of `batch` requests at k
+ * should be timed (the engine waits for its drafts, and times the verify
+ * step after it alone): exploring, a refresh pending, or the drafting
+ * point at k or the target point of its verify step not trusted. A phase
+ * the engine does not wait for (--draft-ahead) runs its verify step during
+ * it, and the two times it would give are not the curves' */
+int sd_adaptive_wants_times(const sd_adaptive *a, int batch, int drafting, int k);
 /* the k for the next step of `batch` requests of which `drafting` draft
  * (the others stopped tracking the proposer: a row and a token each, so a
  * k that pays for the few drafting ones must pay for the whole step):

@@ -794,6 +794,7 @@ typedef struct step_launch {
     int Tp;     /* padded rows (0: none) */
     int ev;     /* the mark its argmax downloads with; -1: read after a sync */
     int queued; /* queued before the step before it was read */
+    int gathered; /* took its drafts on the device (draft ahead) */
     uint64_t step0, t0, t_up, t_launch;
     long long keys; /* the keys its rows attend to: its attention's work (debug logs) */
 } step_launch;
@@ -1146,7 +1147,7 @@ static int engine_step(sd_engine *e)
         e->am_valid = greedy_only && e->be->ops->argmax_rows;
     }
     e->dev_acc = !rc && !greedy_only && s.n_out > 0 && !launch_dev_accept(e, &s, 0);
-    step_launch L = {.Tp = Tp, .ev = -1, .step0 = step0, .t0 = t0, .t_up = t_up,
+    step_launch L = {.Tp = Tp, .ev = -1, .gathered = gather, .step0 = step0, .t0 = t0, .t_up = t_up,
                      .t_launch = sd_now_ns(), .keys = step_keys(e, s.T)};
     /* tokens on the device (the argmax, or the device's acceptance) come
      * down queued behind the step, with mark 0: the host's wait for the
@@ -1219,7 +1220,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
         prompt_rows += s->seqs[i] ? s->seqs[i]->chunk : 0;
     /* a step queued ahead is timed from the end of the host's work on the
      * step before (that work ran during it): another curve */
-    if (!prompt_rows)
+    if (!prompt_rows && !L->gathered) /* (gathered: it ran during its drafting phase) */
         sd__plan_observe(e, L->queued ? SD_OBS_AHEAD : SD_OBS_TARGET, s->T, s->n_seq, t_target);
     e->verify_s_total += t_target;
     double t_draft = 0; /* the drafting phase's part of the step */
@@ -1308,6 +1309,12 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
         e->stats.spec_k_last = k;
         e->stats.spec_k_steps[k < 16 ? k : 16]++;
         pthread_mutex_unlock(&e->mu);
+        /* draft ahead, except where adaptive k needs this phase's time and
+         * its verify step's (the two overlap when the host does not wait),
+         * and every 8th drafting phase (the points age: SD_CURVE_STALE) */
+        e->draft_sync = e->spec_k < 0 && !probe && !prompt_rows &&
+                        (e->draft_phases % 8 == 7 ||
+                         sd_adaptive_wants_times(&e->adapt, e->n_running, e->n_running - off, k));
         uint64_t d0 = sd_now_ns(), oneoff0 = e->prop_oneoff;
         rc = sd__spec_step(e, s, k, err);
         int oneoff = e->prop_oneoff != oneoff0;
@@ -1317,10 +1324,11 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
             for (int i = 0; i < s->n_seq; i++)
                 s->seqs[i]->n_draft = 0;
         }
-        int nd = 0;
+        int nd = 0, went_ahead = 0;
         for (int i = 0; i < s->n_seq; i++)
             if (s->seqs[i]->n_draft) {
                 s->seqs[i]->st.spec.draft_s += t_draft;
+                went_ahead |= s->seqs[i]->draft_dev;
                 nd++;
             }
         /* adaptive k learns a drafting phase's cost from the steps it
@@ -1335,7 +1343,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
          * next batch: NOTES.md, session 12) */
         if (nd > 0) {
             e->draft_phases++;
-            int learnable = !probe && !prompt_rows;
+            int learnable = !probe && !prompt_rows && !went_ahead;
             if (learnable && oneoff) {
                 e->draft_oneoff++;
             } else if (learnable) {

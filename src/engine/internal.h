@@ -149,6 +149,7 @@ struct sd_engine {
     int32_t *ph_vtok; /* draft ahead: a verify step's tokens, then its gather indices */
     int draft_ahead;  /* --draft-ahead on one rank and node (sd__drafts_gather) */
     int drafts_tc;    /* chain rows of the drafts on the device */
+    int draft_sync;   /* this drafting phase is timed: its drafts are waited for */
     float *pd_logits, *pd_hid_in, *pd_hid_out, *pd_hid_prev;
     float *ph_logits;
     float *pd_aux_in; /* EAGLE-3: gathered aux states (T, 3D) */

@@ -744,8 +744,8 @@ static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int
      * verify step takes them where they are (sd__drafts_gather) and their
      * copy comes down queued behind the chain, read with the verify's
      * tokens (sd__drafts_to_host) */
-    const int ahead = e->draft_ahead && !sampled && !e->ahead_live && op->download_async &&
-                      op->download_wait;
+    const int ahead = e->draft_ahead && !e->draft_sync && !sampled && !e->ahead_live &&
+                      op->download_async && op->download_wait;
     if (!rc && ahead) {
         rc = op->download_async(e->be, e->ph_drafts, e->pd_drafts, db, 0);
         e->drafts_tc = Tc;

@@ -88,6 +88,10 @@ typedef struct sim {
     int engine, zero_k, off;
     int quad;                      /* ... or base + per_row * ((T - knee)+)^2 / 8 */
     double d_base, d_per;          /* drafting: d_base + d_per * k */
+    /* as the engine with --draft-ahead: a drafting phase and its verify
+     * step are timed only where sd_adaptive_wants_times says so, and
+     * every 8th phase (the others: untimed) */
+    int timed_only, phases, untimed;
     double p;                      /* each draft accepted with p given the ones before */
     int seen_t[1024], seen_d[32];
     uint64_t rng;
@@ -121,20 +125,25 @@ static void run_ctx(sd_adaptive *a, sd_accept_stats *acc, sim *m, int batch, int
         m->zero_picks += k == 0;
         m->one_picks += k == 1;
         m->max_picks += k == a->k_max;
+        int timed = k == 0 || !m->timed_only || m->phases++ % 8 == 7 ||
+                    sd_adaptive_wants_times(a, batch, batch, k);
+        m->untimed += !timed;
         if (k > 0) {
             double t = m->d_base + m->d_per * k;
             m->secs += t; /* (a shape's one-off costs left out) */
             /* its first two times: an eager pass and a graph capture */
             if (m->seen_d[k]++ < 2)
                 t *= 40;
-            sd_adaptive_observe_draft(a, batch, k, t);
+            if (timed)
+                sd_adaptive_observe_draft(a, batch, k, t);
         }
         int T = batch * (k + 1);
         double t = target_cost(m, T);
         m->secs += t;
         if (m->seen_t[sd_row_bucket(T)]++ < 1)
             t *= 40; /* an eager first step */
-        sd_adaptive_observe_target(a, batch, T, t);
+        if (timed)
+            sd_adaptive_observe_target(a, batch, T, t);
         int got = 0;
         for (int b = 0; b < batch; b++) {
             int acc_n = 0;
@@ -194,6 +203,32 @@ TEST(flat_gpu_cost_drafts_deep_despite_capture_spikes)
     ASSERT_GE(sd_adaptive_best_k(&a, &acc, 8), 1);
     a.margin = 4 * (sim_rate(&m, 8, 4) / sim_rate(&m, 8, 0) - 1);
     ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 8), 0);
+}
+
+/* --draft-ahead: where drafting phases and their verify steps are timed
+ * only when adaptive k asks (sd_adaptive_wants_times) and every 8th, it
+ * settles on the k it settles on when every one is timed, and most phases
+ * go untimed (ahead) */
+TEST(drafting_timed_only_where_adaptive_k_asks_settles_the_same)
+{
+    sd_adaptive a, b;
+    sd_accept_stats acc, bcc;
+    sim m = {.base = 3e-4, .knee = 64, .per_row = 2e-6, .d_base = 5e-5, .d_per = 3e-5, .p = 0.8,
+             .rng = 7};
+    sim n = m;
+    n.timed_only = 1;
+    fresh(&b, &bcc);
+    ASSERT(sd_adaptive_wants_times(&b, 8, 8, 1)); /* a fresh controller explores */
+    ASSERT(settled(&a, &acc, &m, 8, 400));
+    ASSERT(settled(&b, &bcc, &n, 8, 400));
+    int ka = sd_adaptive_best_k(&a, &acc, 8), kb = sd_adaptive_best_k(&b, &bcc, 8);
+    ASSERT_GE(ka, 3);
+    ASSERT_EQ(kb, ka);
+    ASSERT_EQ(m.untimed, 0);
+    ASSERT_GT(n.untimed, 250);
+    ASSERT(!sd_adaptive_wants_times(&b, 8, 8, kb)); /* its points are trusted */
+    ASSERT(sd_adaptive_wants_times(&b, 32, 32, kb)); /* another batch's are not there */
+    fprintf(stderr, "  k %d either way; %d of 400 steps untimed\n", kb, n.untimed);
 }
 
 TEST(the_choice_and_its_neighbours_are_measured_not_interpolated)
@@ -1081,6 +1116,7 @@ TEST(bursts_that_start_short_draft_again)
 }
 
 TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draft_again),
+          T(drafting_timed_only_where_adaptive_k_asks_settles_the_same),
           T(a_burst_after_idle_measures_its_prices_again),
           T(curve_ignores_one_off_costs_and_interpolates),
           T(flat_gpu_cost_drafts_deep_despite_capture_spikes),

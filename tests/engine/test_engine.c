@@ -535,6 +535,8 @@ static sd_engine *mtp_engine_with_price(const char *k, const char *ahead, int pr
     sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "256", err);
     sd_opts_set(&o, SD_CMD_GENERATE, "threads", "2", err);
     sd_opts_set(&o, SD_CMD_GENERATE, "launch-ahead", ahead, err);
+    /* "off": every step read before the next is queued (no draft ahead) */
+    sd_opts_set(&o, SD_CMD_GENERATE, "draft-ahead", strcmp(ahead, "off") ? "true" : "false", err);
     sd_engine *e = NULL;
     int rc = sd_engine_create(&e, &o, err);
     free(m);
@@ -674,6 +676,16 @@ TEST(adaptive_k_learns_drafting_costs_only_from_steps_without_prompt_rows)
     /* no graphs on the CPU: every proposer pass runs eagerly, none is a
      * graph shape's one-off, and no phase is left out for one */
     ASSERT_EQ(st.spec_draft_oneoff, 0);
+    /* with draft ahead, a fixed k's phases are not waited for: none is
+     * timed (their verify steps ran during them), every one went ahead */
+    e = mtp_engine_with("2", "auto", outs, 3, 24, &err);
+    ASSERT_MSG(e, "engine: %s", err.msg);
+    ASSERT_EQ(engine_out_wait(outs, 3, 60000), 1);
+    usleep(120000);
+    sd_engine_get_stats(e, &st);
+    sd_engine_destroy(e);
+    ASSERT_EQ(st.spec_draft_observed, 0);
+    ASSERT_GT(st.draft_ahead_steps, 0);
 }
 
 /* A request's stop token ids end it like eos (a chat template's end of turn). */
