@@ -206,6 +206,13 @@ static void draft_length_series(sd_buf *o, const sd_engine_stats *es)
     scalar(o, "specd_spec_plain_steps_total", "counter",
            "Target steps with no request drafting, run without the proposer's hidden states.",
            (double)es->spec_plain_steps);
+    scalar(o, "specd_launch_ahead_steps_total", "counter",
+           "Decode steps queued before the step before them was read (--launch-ahead).",
+           (double)es->ahead_steps);
+    scalar(o, "specd_spec_draft_ahead_steps_total", "counter",
+           "Verify steps queued before their drafts reached the host, taking them on the device "
+           "(--draft-ahead).",
+           (double)es->draft_ahead_steps);
 }
 
 int sd_metrics_render(const sd_metrics *m, const sd_engine_stats *es, sd_buf *o)

@@ -190,6 +190,8 @@ TEST(engine_series_and_exact_accepted_length_histogram)
     es.spec_off_running = 2;
     es.spec_eager_passes = 41;
     es.spec_graph_cache_full = 7;
+    es.ahead_steps = 12;
+    es.draft_ahead_steps = 5;
     sd_buf b = {0};
     ASSERT_OK(sd_metrics_render(&m, &es, &b));
     char why[256] = "";
@@ -217,6 +219,8 @@ TEST(engine_series_and_exact_accepted_length_histogram)
     ASSERT_NEAR(series(b.p, "specd_spec_requests_not_drafting"), 2, 0);
     ASSERT_NEAR(series(b.p, "specd_spec_eager_passes_total"), 41, 0);
     ASSERT_NEAR(series(b.p, "specd_spec_graph_cache_full_total"), 7, 0);
+    ASSERT_NEAR(series(b.p, "specd_launch_ahead_steps_total"), 12, 0);
+    ASSERT_NEAR(series(b.p, "specd_spec_draft_ahead_steps_total"), 5, 0);
     sd_buf_free(&b);
 }
 
