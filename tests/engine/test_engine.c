@@ -220,12 +220,13 @@ TEST(draft_ahead_on_and_off_equal_plain_with_sampled_arrivals)
                                on[i].ids[j], plain[i].ids[j]);
                     ASSERT_EQ(off[i].ids[j], plain[i].ids[j]);
                 }
-                if (!mixed) {
-                    ASSERT_EQ(on[i].st.spec.accepted, off[i].st.spec.accepted);
-                    acc += on[i].st.spec.accepted;
-                }
+                /* a greedy request's drafts do not depend on the batch:
+                 * the same accepted either way (in the mixed runs too, where
+                 * a step with sampled arrivals brings them to the host) */
+                ASSERT_EQ(on[i].st.spec.accepted, off[i].st.spec.accepted);
+                acc += on[i].st.spec.accepted;
             }
-            ASSERT(mixed || acc > 0);
+            ASSERT(acc > 0);
             fprintf(stderr, "  %s%s: %llu of %llu verify steps drafted ahead, %llu drafts accepted\n",
                     c.spec, mixed ? " (sampled arrivals)" : "",
                     (unsigned long long)s1.draft_ahead_steps, (unsigned long long)s1.spec.steps,
