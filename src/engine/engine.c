@@ -942,7 +942,6 @@ static int read_ahead(sd_engine *e, uint64_t step0)
     return read_step(e, &s, &L, rc, &err);
 }
 
-/* One engine step. Returns 1 if work was done. */
 /* a row of s waits for a draft still on the device (draft ahead) */
 static int drafts_on_device(const step *s)
 {
@@ -970,6 +969,7 @@ static int drafts_now(sd_engine *e, step *s)
     return rc;
 }
 
+/* One engine step. Returns 1 if work was done. */
 static int engine_step(sd_engine *e)
 {
     const uint64_t step0 = sd_now_ns();
@@ -1112,8 +1112,9 @@ static int engine_step(sd_engine *e)
     sd_copy vcp;
     int rc = 0, gather = 0;
     if (drafts_on_device(&s)) {
-        if (greedy_only && e->be->ops->gather_i32)
-            gather = sd__drafts_gather(e, &s, Tn, &vcp);
+        gather = greedy_only && e->be->ops->gather_i32;
+        if (gather)
+            vcp = sd__drafts_gather_copy(e, &s, Tn);
         else
             rc = drafts_now(e, &s);
     }
@@ -1122,7 +1123,7 @@ static int engine_step(sd_engine *e)
      * one copies launch (e->h_table is pageable: copied by the driver, which
      * may wait for the stream). No earlier step is queued on them: the
      * chain ran with none queued ahead, and the step before was read. */
-    if (!rc && gather)
+    if (gather)
         swap_mark_bufs(e, 1);
     if (!rc)
         rc = put_step(e, &s, Tn, Tp ? Tp : s.n_out, hidden, &f, NULL, 0, NULL,
@@ -1130,8 +1131,7 @@ static int engine_step(sd_engine *e)
     if (gather)
         swap_mark_bufs(e, 1);
     if (!rc && gather) {
-        const int32_t *vt = e->pd_drafts + SD_MAX_K * (size_t)e->ov_max_seqs;
-        e->be->ops->gather_i32(e->be, e->d_meta, e->pd_drafts, vt + Tn, Tn);
+        sd__drafts_gather(e, e->d_meta, Tn);
         e->draft_ahead_steps++;
     }
     uint64_t t_up = sd_now_ns();

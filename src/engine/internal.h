@@ -298,10 +298,11 @@ int sd__spec_wants_hidden(const sd_engine *e);
  * for every decoding request of the step. */
 int sd__spec_step(sd_engine *e, step *s, int k, sd_err *err);
 /* draft ahead (spec.c): r's drafts from their host copy (chain rows Tc);
- * the copy of a verify step's tokens and gather indices (0: no row waits
- * for a draft) */
+ * the copy of a verify step's T tokens and gather indices; after it, the
+ * gather of the step's tokens */
 void sd__drafts_to_host(sd_engine *e, req *r, int Tc);
-int sd__drafts_gather(sd_engine *e, const step *s, int T, sd_copy *cp);
+sd_copy sd__drafts_gather_copy(sd_engine *e, const step *s, int T);
+void sd__drafts_gather(sd_engine *e, int32_t *tokens, int T);
 /* At start, where steps are padded: the proposer's graphs captured for the
  * shapes drafting takes (spec.c has which; without graphs each shape runs
  * once, eagerly); 0 or an error */

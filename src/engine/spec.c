@@ -54,6 +54,10 @@ static int32_t draft_token(sd_engine *e, req *r, const float *row, int j)
 
 /* ------------------------------------------------------------------ init */
 
+/* where pd_drafts' tail starts: a verify step's tokens, then its gather
+ * indices (draft ahead) */
+static size_t vtok_base(const sd_engine *e) { return SD_MAX_K * (size_t)e->ov_max_seqs; }
+
 int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
 {
     sd_adaptive_init(&e->adapt, e->k_max);
@@ -75,7 +79,7 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
     size_t ov = (size_t)e->ov_max_seqs;
     /* the drafts, then (draft ahead) a verify step's tokens and the
      * indices that gather its rows from both (sd__drafts_gather) */
-    e->pd_drafts = op->alloc(e->be, (SD_MAX_K * ov + 2 * T) * 4);
+    e->pd_drafts = op->alloc(e->be, (vtok_base(e) + 2 * T) * 4);
     e->ph_vtok = sd__host_buf(e, 2 * T * 4);
     e->pd_am = op->alloc(e->be, ov * 4);
     e->pd_chain = op->alloc(e->be, (3 * (SD_MAX_K - 1) + 2) * ov * 4);
@@ -635,14 +639,12 @@ void sd__drafts_to_host(sd_engine *e, req *r, int Tc)
 /* Draft ahead: the verify step of the T rows packed in e->h_tok takes its
  * requests' drafts where the chain wrote them. Fills e->ph_vtok with the
  * rows' tokens, then each row's index into pd_drafts (a draft's, or its
- * token's in the copy of the first half at pd_drafts + base), and gives
- * that copy; the gather runs after it (sd_ops.gather_i32, tokens := pd_drafts
- * [idx]). Returns 0 where no row of the step waits for a draft. */
-int sd__drafts_gather(sd_engine *e, const step *s, int T, sd_copy *cp)
+ * token's in the copy of the first half at pd_drafts' tail), and gives
+ * that copy; sd__drafts_gather runs after it. */
+sd_copy sd__drafts_gather_copy(sd_engine *e, const step *s, int T)
 {
-    const size_t base = SD_MAX_K * (size_t)e->ov_max_seqs;
+    const size_t base = vtok_base(e);
     int32_t *tok = e->ph_vtok, *idx = tok + T;
-    int any = 0;
     memcpy(tok, e->h_tok, (size_t)T * sizeof(int32_t));
     for (int i = 0; i < T; i++)
         idx[i] = (int32_t)(base + (size_t)i);
@@ -652,12 +654,17 @@ int sd__drafts_gather(sd_engine *e, const step *s, int T, sd_copy *cp)
             continue;
         for (int j = 0; j < r->n_draft; j++)
             idx[r->row0 + 1 + j] = j * e->drafts_tc + r->q_row;
-        any |= r->n_draft > 0;
     }
     const size_t bytes = 2 * (size_t)T * sizeof(int32_t);
-    *cp = (sd_copy){.dst = e->pd_drafts + base, .src = tok, .width = bytes, .rows = 1,
-                    .dpitch = bytes, .spitch = bytes};
-    return any;
+    return (sd_copy){.dst = e->pd_drafts + base, .src = tok, .width = bytes, .rows = 1,
+                     .dpitch = bytes, .spitch = bytes};
+}
+
+/* tokens (T) := pd_drafts[idx] (sd_ops.gather_i32), after that copy is made */
+void sd__drafts_gather(sd_engine *e, int32_t *tokens, int T)
+{
+    const int32_t *idx = e->pd_drafts + vtok_base(e) + T;
+    e->be->ops->gather_i32(e->be, tokens, e->pd_drafts, idx, T);
 }
 
 static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int k, sd_err *err)
@@ -744,15 +751,13 @@ static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int
      * verify step takes them where they are (sd__drafts_gather) and their
      * copy comes down queued behind the chain, read with the verify's
      * tokens (sd__drafts_to_host) */
-    const int ahead = e->draft_ahead && !e->draft_sync && !sampled && !e->ahead_live &&
-                      op->download_async && op->download_wait;
-    if (!rc && ahead) {
+    const int queue = op->download_async && op->download_wait && !e->ahead_live;
+    const int ahead = queue && e->draft_ahead && !e->draft_sync && !sampled;
+    if (!rc && queue) {
         rc = op->download_async(e->be, e->ph_drafts, e->pd_drafts, db, 0);
-        e->drafts_tc = Tc;
-    } else if (!rc && op->download_async && op->download_wait && !e->ahead_live) {
-        rc = op->download_async(e->be, e->ph_drafts, e->pd_drafts, db, 0);
-        if (!rc)
+        if (!rc && !ahead)
             rc = op->download_wait(e->be, 0);
+        e->drafts_tc = Tc;
     } else if (!rc) {
         rc = op->sync(e->be);
         if (!rc)
