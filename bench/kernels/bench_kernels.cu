@@ -683,7 +683,7 @@ static void bench_step(bench *b, out *o)
 static void gemv_lab(bench *b, out *o, int quick)
 {
     static const char *paths[] = {"auto"};
-    static const int ns[] = {1, 2, 4, 8};
+    static const int ns[] = {1, 2, 3, 4, 8};
     struct { const char *name; int N, K; } sh[] = {
         {"llama8b qkv", 6144, 4096},       {"llama8b o", 4096, 4096},
         {"llama8b gate+up", 28672, 4096},  {"llama8b down", 4096, 14336},
@@ -695,7 +695,7 @@ static void gemv_lab(bench *b, out *o, int quick)
            "us/graph", "us/eager", "GB/s", "/copy", "/read");
     for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
         for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++)
-            bench_mm(b, o, sh[i].name, sh[i].N, sh[i].K, 0, ns, quick ? 1 : 3, paths[p]);
+            bench_mm(b, o, sh[i].name, sh[i].N, sh[i].K, 0, ns, quick ? 1 : 5, paths[p]);
     bench_step(b, o);
 }
 
