@@ -241,7 +241,9 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
     b->fn = mm_fn;
     b->ctx = &m;
 #ifndef SD_BENCH_BASELINE
-    int saved = b->c->gemv_max_rows;
+    int saved = b->c->gemv_max_rows, saved_pipe = b->c->gemv_pipe;
+    if (!strcmp(path, "pipe"))
+        b->c->gemv_pipe = 2;
     if (!strcmp(path, "gemv"))
         b->c->gemv_max_rows = 1 << 20;
     else if (!strcmp(path, "lt"))
@@ -268,6 +270,7 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
     }
 #ifndef SD_BENCH_BASELINE
     b->c->gemv_max_rows = saved;
+    b->c->gemv_pipe = saved_pipe;
 
 #endif
     b->be->ops->free(b->be, m.w);
@@ -682,7 +685,8 @@ static void bench_step(bench *b, out *o)
 
 static void gemv_lab(bench *b, out *o, int quick)
 {
-    static const char *paths[] = {"auto"};
+    /* pipe: the pipelined few-row GEMV for every batch of 2+ rows */
+    static const char *paths[] = {"auto", "pipe"};
     static const int ns[] = {1, 2, 3, 4, 8};
     struct { const char *name; int N, K; } sh[] = {
         {"llama8b qkv", 6144, 4096},       {"llama8b o", 4096, 4096},

@@ -87,6 +87,10 @@ typedef struct sd__cuda {
     /* the GEMV of 1-2 rows of short 16-bit rows with 8 weight rows a warp
      * (SPECD_GEMV_WIDE=0: the 4-row shape). The same bits. */
     int gemv_wide;
+    /* the GEMV of n >= gemv_pipe rows (2..SD_CUDA_GEMV_EXACT_ROWS, 16-bit
+     * weights) on the pipelined kernel (SPECD_GEMV_PIPE=N; 0: never;
+     * matmul.cu). The same bits. */
+    int gemv_pipe;
     /* GQA decode of 128-dim heads on attn_dec_kernel (SPECD_ATTN_DEC=0:
      * attn_kernel; other bits, the same to the CPU's tolerance) */
     int attn_dec;

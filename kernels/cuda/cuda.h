@@ -36,6 +36,12 @@ extern "C" {
  * same for every row of batches SD_CUDA_GEMV_EXACT_ROWS + 1 .. MAX_ROWS. */
 #define SD_CUDA_GEMV_EXACT_ROWS 8
 
+/* matmul's GEMV of at least this many rows (up to SD_CUDA_GEMV_EXACT_ROWS,
+ * 16-bit weights) runs the pipelined kernel (matmul.cu; SPECD_GEMV_PIPE;
+ * 0: never). The same bits as the other GEMV shapes. */
+#define SD_CUDA_GEMV_PIPE_DEFAULT 0
+void sd_cuda_set_gemv_pipe(sd_backend *be, int min_rows);
+
 /* (token, expert) pairs (n * top_k) up to which moe_ffn runs the fused
  * small-batch path (no sort: gate/up per pair, down + combine per token);
  * above it, or when a dimension is not a multiple of 8, the sorted grouped

@@ -512,6 +512,76 @@ TEST(matmul_gemv_rows_do_not_depend_on_the_batch)
     ASSERT(ok);
 }
 
+/* The pipelined few-row GEMV (SPECD_GEMV_PIPE) keeps the GEMV's order of
+ * sums: with it on for every batch of 2+ rows, a row in every batch still
+ * has its bits alone (n = 1 stays on the one-pass kernel); and matmul_silu,
+ * a bias and matmul_heads give the bits of the kernel it replaces. Shapes
+ * with a partial last chunk and warps of unequal chunk counts (K = 4104,
+ * 2816, 520), short rows, row counts that leave a persistent block's last
+ * row block short. */
+static int pipe_vs_plain(gpu_env *e, int which, sd_dtype dt, int n, int N, int K, int H)
+{
+    const int rows = H > 0 ? H * N : N, xs = H > 0 ? H * K : K;
+    tw w, b;
+    if (tw_make(e, &w, dt, rows, K, 0.5f) || tw_make(e, &b, SD_DT_F32, 1, rows, 0.5f))
+        return report("matmul: weight upload", INFINITY, 0);
+    float *x = rnd_floats(e, (size_t)n * xs, -1, 1);
+    float *dx = (float *)gput(e, x, (size_t)n * xs * sizeof(float));
+    size_t m = (size_t)n * (size_t)rows;
+    float *dy[2], *hy[2];
+    for (int p = 0; p < 2; p++) {
+        sd_cuda_set_gemv_pipe(e->gpu, p ? 2 : 0);
+        dy[p] = gpoison(e, m);
+        if (which == 0)
+            e->gpu->ops->matmul(e->gpu, dy[p], dx, &w.g, &b.g, n, K);
+        else if (which == 1)
+            e->gpu->ops->matmul_silu(e->gpu, dy[p], dx, &w.g, n, K);
+        else
+            e->gpu->ops->matmul_heads(e->gpu, dy[p], dx, &w.g, n, H, xs, K, 0);
+        hy[p] = gget(e, dy[p], which == 1 ? m / 2 : m);
+    }
+    sd_cuda_set_gemv_pipe(e->gpu, SD_CUDA_GEMV_PIPE_DEFAULT);
+    double bad = hy[0] && hy[1] ? 0 : INFINITY;
+    for (size_t i = 0; hy[0] && hy[1] && i < (which == 1 ? m / 2 : m); i++)
+        bad += memcmp(&hy[0][i], &hy[1][i], sizeof(float)) != 0;
+    static const char *what[3] = {"matmul + bias", "matmul_silu", "matmul_heads"};
+    int ok = reportf(bad, 0, "pipelined GEMV %s %s n=%d N=%d K=%d H=%d vs the one-pass kernel "
+                     "(differing elements)", what[which], sd_dtype_name(dt), n, N, K, H);
+    for (int p = 0; p < 2; p++) {
+        gfree(e, dy[p]);
+        free(hy[p]);
+    }
+    gfree(e, dx);
+    free(x);
+    tw_free(e, &w);
+    tw_free(e, &b);
+    return ok;
+}
+
+TEST(matmul_pipelined_gemv_gives_the_gemvs_bits)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    sd_dtype dts[2] = {SD_DT_BF16, SD_DT_F16};
+    for (int di = 0; di < 2; di++) {
+        sd_cuda_set_gemv_pipe(e.gpu, 2);
+        ok &= mm_batch_case(&e, dts[di], 1500, 4104, "pipelined gemv");
+        ok &= mm_batch_case(&e, dts[di], 1000, 2048, "pipelined gemv short rows");
+        sd_cuda_set_gemv_pipe(e.gpu, SD_CUDA_GEMV_PIPE_DEFAULT);
+        struct { int which, n, N, K, H; } cs[] = {
+            {0, 2, 4096, 4096, 0}, {0, 4, 6144, 4096, 0}, {0, 3, 2048, 2816, 0},
+            {0, 8, 4096, 14336, 0}, {0, 5, 37, 520, 0},   {1, 4, 2 * 2816, 2048, 0},
+            {1, 3, 2 * 1001, 520, 0}, {1, 8, 2 * 1408, 2048, 0}, {1, 2, 2 * 14336, 4096, 0},
+            {2, 4, 128, 512, 16},    {2, 6, 512, 128, 16},
+        };
+        for (size_t k = 0; k < SD_ARRAY_LEN(cs); k++)
+            ok &= pipe_vs_plain(&e, cs[k].which, dts[di], cs[k].n, cs[k].N, cs[k].K, cs[k].H);
+    }
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
 /* matmul_silu: within the GEMV's bound of the CPU, and bit for bit the
  * GPU's own matmul followed by its silu_mul (the pair the model ran before),
  * on the fused GEMV (n <= SD_CUDA_GEMV_EXACT_ROWS) and on the pair beyond */
@@ -3202,6 +3272,7 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(add_rmsnorm_matches_the_cpu_and_the_gpus_add_then_rmsnorm_bitwise),
           T(rope_matches_the_cpu_for_every_variant_up_to_8k_positions),
           T(matmul_gemv_rows_match_the_cpu_in_fp32), T(matmul_gemv_rows_do_not_depend_on_the_batch),
+          T(matmul_pipelined_gemv_gives_the_gemvs_bits),
           T(matmul_many_rows_match_the_cpu),
           T(matmul_silu_matches_the_cpu_and_the_gpus_matmul_then_silu_mul_bitwise),
           T(matmul_heads_matches_the_cpu), T(attn_gqa_matches_the_cpu_on_ragged_paged_batches),
