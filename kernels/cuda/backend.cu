@@ -745,6 +745,7 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->moe_down = env_level("SPECD_MOE_DOWN", 3, SD_CUDA_MOE_DOWN_DEFAULT);
     c->gemv_wide = env_on("SPECD_GEMV_WIDE");
     c->gemv_pipe = env_level("SPECD_GEMV_PIPE", SD_CUDA_GEMV_EXACT_ROWS, SD_CUDA_GEMV_PIPE_DEFAULT);
+    c->gemv_few_vr = env_level("SPECD_GEMV_FEW_VR", 4, 4) == 2 ? 2 : 4;
     c->pinned = env_on("SPECD_PINNED");
     c->attn_dec = env_on("SPECD_ATTN_DEC");
     c->attn_split_all = env_level("SPECD_ATTN_SPLIT_ALL", 2, SD_CUDA_ATTN_SPLIT_ALL_DEFAULT);

@@ -91,6 +91,7 @@ typedef struct sd__cuda {
      * weights) on the pipelined kernel (SPECD_GEMV_PIPE=N; 0: never;
      * matmul.cu). The same bits. */
     int gemv_pipe;
+    int gemv_few_vr; /* its weight rows a warp (SPECD_GEMV_FEW_VR: 4 or 2) */
     /* GQA decode of 128-dim heads on attn_dec_kernel (SPECD_ATTN_DEC=0:
      * attn_kernel; other bits, the same to the CPU's tolerance) */
     int attn_dec;

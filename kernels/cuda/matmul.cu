@@ -426,46 +426,40 @@ static dim3 gemv_grid(const mm_args *a, int H, int wk, int VR, bool silu)
     return dim3((unsigned)((outs + per - 1) / per), (unsigned)H);
 }
 
-/* ---- the few-row GEMV, pipelined (SPECD_GEMV_PIPE) -----------------------
+/* ---- the few-row GEMV, persistent (SPECD_GEMV_PIPE) ----------------------
  *
- * gemv_kernel at 2-8 activation rows loads a warp's whole K-slice, waits,
- * then does NR times the 1-row kernel's multiply-adds with nothing in
- * flight, in blocks that run once and exit at 2 an SM (its registers): at
- * 4 rows Nsight Compute had the Llama-3-8B-shaped gate/up at 60% of DRAM
- * with warps mostly ready or at the barrier, not waiting on memory
- * (bench/results/ncu-deep-e5c1d8d.json), and a 4-row step cost 1.44-1.56x
- * a 1-row one. Here the blocks are persistent (one wave: block b takes
- * row blocks b, b + grid, ...) and each lane streams its weights through
- * its own ring of PIPE_S 16-byte slots a row in shared memory with
- * cp.async, PIPE_S - 1 chunks ahead of the one it multiplies, across row
- * blocks: the loads of the next chunks fly while this one is used, and
- * the registers hold one chunk, not U. The first chunks are asked for
- * before the PDL wait (weights are no kernel's output).
+ * gemv_kernel at 2-4 activation rows loads a warp's K-slice, waits, does
+ * NR times the 1-row kernel's multiply-adds with nothing in flight, sums
+ * the warps through shared memory behind a barrier, and exits: 2 blocks an
+ * SM (its registers), each a single round of 8 weight loads a lane against
+ * a fixed cost of setup and epilogue. At 4 rows the Llama-3-8B-shaped
+ * gate/up ran at 0.64 of the copy bandwidth alone (1 row: 0.99) and a
+ * 4-row step cost 1.56x a 1-row one (bench/results/NOTES.md, session 29);
+ * Nsight Compute had its warps mostly ready, at the barrier or not
+ * selected, not waiting on memory (ncu-deep-e5c1d8d.json). A first
+ * persistent form that streamed each lane's weights through a cp.async ring
+ * in shared memory ran slower at every row count (its index arithmetic an
+ * item, and the ring's 64 KB a block pushing the activations out of L1).
+ *
+ * Here blocks are persistent (block b takes row blocks b, b + grid, ...)
+ * and a warp's whole K-slice of its VR rows for the next row block (CW <= 2
+ * chunks: K up to 4096 at 8 warps) is asked for before it multiplies this
+ * one's, so a row block's multiply-adds, warp sums and barrier run under
+ * the next one's loads; the activation chunk of every row is loaded at
+ * once, and the partials alternate between two buffers (one barrier a row
+ * block). The first row block's weights are asked for before the PDL wait.
  *
  * The same order of sums as gemv_block (gemv.cuh: a lane's one fmaf chain
  * over its chunks c = kw, kw + WK, ... in order, the xor butterfly, the
  * WK warp partials in warp order): the bits of the 1-row kernel, whatever
  * the rows. */
-#define PIPE_S 4 /* chunks a lane has in flight or in hand */
-#define PIPE_VR 4 /* weight rows a warp */
-
-__device__ __forceinline__ void pipe_cp16(uint32_t dst, const void *src, bool in)
-{
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-                 "r"(in ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void pipe_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void pipe_wait()
-{
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
+#define FEW_VR 4 /* weight rows a warp */
 
 /* the weight row i of a warp's row group in row block G (NULL: past the
  * end), as gemv_block picks them */
 template <bool SILU, int VR>
-__device__ __forceinline__ const char *pipe_row(const mm_args &a, const char *wb, int G, int RG,
-                                                int rg, int i, size_t rowb)
+__device__ __forceinline__ const char *few_row(const mm_args &a, const char *wb, int G, int RG,
+                                               int rg, int i, size_t rowb)
 {
     constexpr int HV = VR / 2;
     if (SILU) {
@@ -476,167 +470,181 @@ __device__ __forceinline__ const char *pipe_row(const mm_args &a, const char *wb
     return j < a.N ? wb + (size_t)j * rowb : NULL;
 }
 
-template <int DT, int NR, bool SILU, int VR>
+template <int DT, int NR, bool SILU, int VR, int CW>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2)
-    gemv_pipe_kernel(const __grid_constant__ mm_args a, int WK, int nG)
+    gemv_few_kernel(const __grid_constant__ mm_args a, int WK, int nG)
 {
     static_assert(DT != SD__F32, "16-bit weights: one 16-byte load is 8 of them");
-    constexpr int V = VR * NR, HV = VR / 2;
-    extern __shared__ uint4 ring[]; /* (warp, slot, row, lane) */
+    /* exactly NR rows (no test a row), their sums NP apart (a power of two
+     * for the butterfly: 3 rows take 4 places) */
+    constexpr int NP = NR == 3 ? 4 : NR, V = VR * NP, HV = VR / 2;
     __shared__ float part[2][SD__GEMV_WARPS * V];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK, h = blockIdx.y;
     const int nch = (a.K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
-    const int cw = (nch - kw + WK - 1) / WK; /* the warp's chunks a row block */
-    const int nGb = ((int)blockIdx.x < nG ? (nG - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0);
-    const int items = nGb * cw;
     const size_t rowb = (size_t)a.K * 2;
     const char *wb = (const char *)a.w + (size_t)h * (size_t)a.N * rowb;
-    uint4 *mine = ring + (size_t)warp * PIPE_S * VR * 32 + lane;
-    const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
-    /* item t: row block blockIdx.x + (t / cw) grid, chunk kw + (t % cw) WK */
-    auto issue = [&](int t) {
-        if (t < items) {
-            const int G = (int)blockIdx.x + t / cw * (int)gridDim.x;
-            const int k = (kw + t % cw * WK) * SD__GEMV_CHUNK + lane * 8;
-            const int slot = t % PIPE_S;
+    int kq[CW];
+    bool inq[CW];
 #pragma unroll
-            for (int i = 0; i < VR; i++) {
-                const char *r = pipe_row<SILU, VR>(a, wb, G, RG, rg, i, rowb);
-                const bool in = r && k < a.K;
-                pipe_cp16(mine_s + (uint32_t)((slot * VR + i) * 32 * 16), in ? r + (size_t)k * 2 : wb,
-                          in);
-            }
+    for (int q = 0; q < CW; q++) {
+        kq[q] = (kw + q * WK) * SD__GEMV_CHUNK + lane * 8;
+        inq[q] = kw + q * WK < nch && kq[q] < a.K;
+    }
+    auto load = [&](uint4 (&w)[CW][VR], int G) {
+#pragma unroll
+        for (int i = 0; i < VR; i++) {
+            const char *r = few_row<SILU, VR>(a, wb, G, RG, rg, i, rowb);
+#pragma unroll
+            for (int q = 0; q < CW; q++)
+                w[q][i] = r && inq[q] ? sd__ld_stream(r + (size_t)kq[q] * 2) : make_uint4(0, 0, 0, 0);
         }
-        pipe_commit(); /* one group an item, empty past the end: the counts stay even */
     };
-#pragma unroll
-    for (int t = 0; t < PIPE_S - 1; t++)
-        issue(t);
+    uint4 wa[CW][VR], wz[CW][VR];
+    int G = blockIdx.x;
+    if (G < nG)
+        load(wa, G);
     SD_PDL_ENTER(a, WK, nG);
     const float *xb = a.x + (size_t)h * (size_t)a.x_bstride + (size_t)a.x_off;
     float *yb = a.y + (size_t)h * (size_t)a.y_bstride;
-    const int nr = a.n < NR ? a.n : NR;
-    const float *xr[NR];
-#pragma unroll
-    for (int r = 0; r < NR; r++)
-        xr[r] = xb + (size_t)(r < nr ? r : 0) * (size_t)a.x_stride;
-    float acc[V];
-#pragma unroll
-    for (int v = 0; v < V; v++)
-        acc[v] = 0.0f;
-    for (int t = 0; t < items; t++) {
-        issue(t + PIPE_S - 1);
-        pipe_wait<PIPE_S - 1>(); /* item t's copies are in (the lane's own) */
-        const int q = t % cw, k = (kw + q * WK) * SD__GEMV_CHUNK + lane * 8;
-        if (k < a.K) {
-            const uint4 *sl = mine + (size_t)(t % PIPE_S) * VR * 32;
-            float wf[VR][8];
-#pragma unroll
-            for (int i = 0; i < VR; i++) {
-                sd__w8raw<DT> raw;
-                raw.q[0] = sl[i * 32];
-                sd__w8_float<DT>(raw, wf[i]);
-            }
-#pragma unroll
-            for (int r = 0; r < NR; r++) {
-                if (r < nr) {
-                    const float4 *xp = (const float4 *)(xr[r] + k);
-                    float4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
-#pragma unroll
-                    for (int i = 0; i < VR; i++)
-                        acc[i * NR + r] = sd__fma8(wf[i], x0, x1, acc[i * NR + r]);
-                }
-            }
-        }
-        if (q != cw - 1)
-            continue;
-        /* the warp's last chunk of row block G: its sums out, as gemv_block */
-        const int G = (int)blockIdx.x + t / cw * (int)gridDim.x;
-        float *pb = part[(t / cw) & 1];
-        sd__xreduce<V>(acc, lane);
-        if (lane % (32 / V) == 0)
-            pb[warp * V + sd__xr_index<V>(lane)] = acc[0];
+    /* row block G's sums from its weights w, out through part[j & 1] */
+    auto block = [&](const uint4 (&w)[CW][VR], int G, int j) {
+        float acc[V];
 #pragma unroll
         for (int v = 0; v < V; v++)
             acc[v] = 0.0f;
-        __syncthreads(); /* (part alternates: the next row block's writes
-                          * come after the next barrier, past these reads) */
+#pragma unroll
+        for (int q = 0; q < CW; q++) {
+            if (!inq[q])
+                continue;
+            float4 xv[NR][2];
+#pragma unroll
+            for (int r = 0; r < NR; r++) {
+                const float4 *xp = (const float4 *)(xb + (size_t)r * (size_t)a.x_stride + kq[q]);
+                xv[r][0] = __ldg(xp);
+                xv[r][1] = __ldg(xp + 1);
+            }
+#pragma unroll
+            for (int i = 0; i < VR; i++) {
+                sd__w8raw<DT> raw;
+                raw.q[0] = w[q][i];
+                float wf[8];
+                sd__w8_float<DT>(raw, wf);
+#pragma unroll
+                for (int r = 0; r < NR; r++)
+                    acc[i * NP + r] = sd__fma8(wf, xv[r][0], xv[r][1], acc[i * NP + r]);
+            }
+        }
+        float *pb = part[j & 1];
+        sd__xreduce<V>(acc, lane);
+        if (lane % (32 / V) == 0)
+            pb[warp * V + sd__xr_index<V>(lane)] = acc[0];
+        /* one barrier a row block: part alternates, and the next row
+         * block's writes to this one come after the next barrier, which
+         * every thread reaches past its reads here */
+        __syncthreads();
         if (SILU) {
-            if ((int)threadIdx.x < RG * HV * NR) {
-                const int g = threadIdx.x / (HV * NR), i = threadIdx.x % (HV * NR) / NR;
-                const int r = threadIdx.x % NR, o = (G * RG + g) * HV + i, I = a.N / 2;
-                if (r < nr && o < I) {
-                    const int vg = i * NR + r, vu = (i + HV) * NR + r;
+            if ((int)threadIdx.x < RG * HV * NP) {
+                const int g = threadIdx.x / (HV * NP), i = threadIdx.x % (HV * NP) / NP;
+                const int r = threadIdx.x % NP, o = (G * RG + g) * HV + i, I = a.N / 2;
+                if (r < NR && o < I) {
+                    const int vg = i * NP + r, vu = (i + HV) * NP + r;
                     float sg = pb[(g * WK) * V + vg], su = pb[(g * WK) * V + vu];
-                    for (int w = 1; w < WK; w++) {
-                        sg += pb[(g * WK + w) * V + vg];
-                        su += pb[(g * WK + w) * V + vu];
+                    for (int k = 1; k < WK; k++) {
+                        sg += pb[(g * WK + k) * V + vg];
+                        su += pb[(g * WK + k) * V + vu];
                     }
                     yb[(size_t)r * (size_t)I + (size_t)o] = sg / (1.0f + expf(-sg)) * su;
                 }
             }
         } else if ((int)threadIdx.x < RG * V) {
-            const int g = threadIdx.x / V, v = threadIdx.x % V, i = v / NR, r = v % NR;
-            const int j = G * RG * VR + g * VR + i;
-            if (r < nr && j < a.N) {
+            const int g = threadIdx.x / V, v = threadIdx.x % V, i = v / NP, r = v % NP;
+            const int jr = G * RG * VR + g * VR + i;
+            if (r < NR && jr < a.N) {
                 float s = pb[(g * WK) * V + v];
-                for (int w = 1; w < WK; w++)
-                    s += pb[(g * WK + w) * V + v];
+                for (int k = 1; k < WK; k++)
+                    s += pb[(g * WK + k) * V + v];
                 if (a.bias)
-                    s += sd__wload(a.bias, a.bias_dt, (size_t)j);
-                yb[(size_t)r * (size_t)a.y_stride + (size_t)j] = s;
+                    s += sd__wload(a.bias, a.bias_dt, (size_t)jr);
+                yb[(size_t)r * (size_t)a.y_stride + (size_t)jr] = s;
             }
         }
+    };
+    /* two weight buffers: the next row block's loads go out before this
+     * one's multiply-adds */
+    for (int j = 0; G < nG; j += 2) {
+        const int G1 = G + (int)gridDim.x;
+        if (G1 < nG)
+            load(wz, G1);
+        block(wa, G, j);
+        if (G1 >= nG)
+            break;
+        const int G2 = G1 + (int)gridDim.x;
+        if (G2 < nG)
+            load(wa, G2);
+        block(wz, G1, j + 1);
+        G = G2;
     }
-    pipe_wait<0>();
 }
 
-/* the pipelined GEMV's launch: one wave of persistent blocks (n <= 8,
- * 16-bit weights) */
-template <int DT, int NR, bool SILU>
-static void launch_gemv_pipe_nr(sd__cuda *c, const mm_args *a, int H, int wk)
+/* chunks a warp takes of a row: the kernel's CW */
+static int few_cw(const mm_args *a, int wk)
 {
-    const size_t smem = (size_t)SD__GEMV_WARPS * PIPE_S * PIPE_VR * 32 * 16;
-    static int bps = -1; /* blocks an SM: the device's, found once */
-    if (bps < 0) {
-        if (cudaFuncSetAttribute(gemv_pipe_kernel<DT, NR, SILU, PIPE_VR>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                &bps, gemv_pipe_kernel<DT, NR, SILU, PIPE_VR>, SD__GEMV_WARPS * 32, smem)) {
-            (void)cudaGetLastError();
-            bps = 0;
-        }
+    const int nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
+    return (nch + wk - 1) / wk;
+}
+
+/* the persistent few-row GEMV's launch: one wave of blocks */
+template <int DT, int NR, bool SILU, int VR, int CW>
+static void launch_gemv_few_vr(sd__cuda *c, const mm_args *a, int H, int wk)
+{
+    int bps = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &bps, gemv_few_kernel<DT, NR, SILU, VR, CW>, SD__GEMV_WARPS * 32, 0) ||
+        bps <= 0) {
+        (void)cudaGetLastError();
+        bps = 1;
     }
-    if (bps <= 0) {
-        sd__cuda_fail(c, "gemv_pipe", "no block of the pipelined GEMV fits an SM", __FILE__,
-                      __LINE__);
-        return;
-    }
-    const dim3 g = gemv_grid(a, H, wk, PIPE_VR, SILU);
+    const dim3 g = gemv_grid(a, H, wk, VR, SILU);
     const int nG = (int)g.x, per = c->sm_count * bps / H > 0 ? c->sm_count * bps / H : 1;
     const dim3 grid((unsigned)(nG < per ? nG : per), (unsigned)H);
-    sd__launch(c, gemv_pipe_kernel<DT, NR, SILU, PIPE_VR>, grid, SD__GEMV_WARPS * 32, smem, *a,
-               wk, nG);
+    sd__launch(c, gemv_few_kernel<DT, NR, SILU, VR, CW>, grid, SD__GEMV_WARPS * 32, 0, *a, wk,
+               nG);
 }
 
-/* whether the pipelined GEMV takes a call: switched on for its rows
- * (SPECD_GEMV_PIPE: n >= it), 2-8 rows of 16-bit weights */
+/* FEW_VR rows a warp, or 2 (SPECD_GEMV_FEW_VR=2: half the registers for
+ * the weights in flight, twice the activation loads a weight) */
+template <int DT, int NR, bool SILU, int CW>
+static void launch_gemv_few_nr(sd__cuda *c, const mm_args *a, int H, int wk)
+{
+    if (c->gemv_few_vr == 2)
+        launch_gemv_few_vr<DT, NR, SILU, 2, CW>(c, a, H, wk);
+    else
+        launch_gemv_few_vr<DT, NR, SILU, FEW_VR, CW>(c, a, H, wk);
+}
+
+/* whether the persistent few-row GEMV takes a call: switched on for its
+ * rows (SPECD_GEMV_PIPE: n >= it), 2-4 rows of 16-bit weights, a warp's
+ * K-slice in at most 2 chunks (K <= 4096 at 8 warps) */
 static int gemv_pipe_takes(const sd__cuda *c, const mm_args *a, int dt16)
 {
-    return dt16 && c->gemv_pipe > 0 && a->n >= c->gemv_pipe && a->n >= 2 &&
-           a->n <= SD_CUDA_GEMV_EXACT_ROWS;
+    return dt16 && c->gemv_pipe > 0 && a->n >= c->gemv_pipe && a->n >= 2 && a->n <= 4 &&
+           few_cw(a, sd__gemv_wk(a->K)) <= 2;
 }
 
 template <int DT, bool SILU> static void launch_gemv_pipe(sd__cuda *c, const mm_args *a, int H, int wk)
 {
     if constexpr (DT != SD__F32) {
-        if (a->n <= 2)
-            launch_gemv_pipe_nr<DT, 2, SILU>(c, a, H, wk);
-        else if (a->n <= 4)
-            launch_gemv_pipe_nr<DT, 4, SILU>(c, a, H, wk);
+        const bool one = few_cw(a, wk) == 1;
+        if (a->n == 2)
+            one ? launch_gemv_few_nr<DT, 2, SILU, 1>(c, a, H, wk)
+                : launch_gemv_few_nr<DT, 2, SILU, 2>(c, a, H, wk);
+        else if (a->n == 3)
+            one ? launch_gemv_few_nr<DT, 3, SILU, 1>(c, a, H, wk)
+                : launch_gemv_few_nr<DT, 3, SILU, 2>(c, a, H, wk);
         else
-            launch_gemv_pipe_nr<DT, 8, SILU>(c, a, H, wk);
+            one ? launch_gemv_few_nr<DT, 4, SILU, 1>(c, a, H, wk)
+                : launch_gemv_few_nr<DT, 4, SILU, 2>(c, a, H, wk);
     }
 }
 
@@ -688,7 +696,7 @@ template <int DT, bool SILU> static void launch_block_gemv(sd__cuda *c, const mm
     const int wk = sd__gemv_wk(a->K), nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
     if (gemv_pipe_takes(c, a, DT != SD__F32)) {
         launch_gemv_pipe<DT, SILU>(c, a, H, wk);
-        SD_LAUNCHED(c, "gemv_pipe_kernel");
+        SD_LAUNCHED(c, "gemv_few_kernel");
         return;
     }
     if (gemv_wide_pre(c, a, DT != SD__F32)) {
