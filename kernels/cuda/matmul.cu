@@ -628,8 +628,9 @@ static void launch_gemv_few_nr(sd__cuda *c, const mm_args *a, int H, int wk)
  * K-slice in at most 2 chunks (K <= 4096 at 8 warps) */
 static int gemv_pipe_takes(const sd__cuda *c, const mm_args *a, int dt16)
 {
-    return dt16 && c->gemv_pipe > 0 && a->n >= c->gemv_pipe && a->n >= 2 && a->n <= 4 &&
-           few_cw(a, sd__gemv_wk(a->K)) <= 2;
+    const int cw = few_cw(a, sd__gemv_wk(a->K));
+    return dt16 && c->gemv_pipe > 0 && a->n >= c->gemv_pipe && a->n <= 4 &&
+           (a->n >= 3 || (a->n == 2 && cw == 2)) && cw <= 2;
 }
 
 template <int DT, bool SILU> static void launch_gemv_pipe(sd__cuda *c, const mm_args *a, int H, int wk)
