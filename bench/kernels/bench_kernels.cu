@@ -241,9 +241,11 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
     b->fn = mm_fn;
     b->ctx = &m;
 #ifndef SD_BENCH_BASELINE
-    int saved = b->c->gemv_max_rows, saved_pipe = b->c->gemv_pipe;
-    if (!strcmp(path, "pipe"))
+    int saved = b->c->gemv_max_rows, saved_pipe = b->c->gemv_pipe, saved_long = b->c->gemv_few_long;
+    if (!strcmp(path, "pipe")) {
         b->c->gemv_pipe = 2;
+        b->c->gemv_few_long = 1;
+    }
     if (!strcmp(path, "gemv"))
         b->c->gemv_max_rows = 1 << 20;
     else if (!strcmp(path, "lt"))
@@ -271,6 +273,7 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
 #ifndef SD_BENCH_BASELINE
     b->c->gemv_max_rows = saved;
     b->c->gemv_pipe = saved_pipe;
+    b->c->gemv_few_long = saved_long;
 
 #endif
     b->be->ops->free(b->be, m.w);
@@ -685,7 +688,8 @@ static void bench_step(bench *b, out *o)
 
 static void gemv_lab(bench *b, out *o, int quick)
 {
-    /* pipe: the pipelined few-row GEMV for every batch of 2+ rows */
+    /* pipe: the persistent few-row GEMV wherever it can take the call
+     * (SPECD_GEMV_PIPE=2 SPECD_GEMV_FEW_LONG=1) */
     static const char *paths[] = {"auto", "pipe"};
     static const int ns[] = {1, 2, 3, 4, 8};
     struct { const char *name; int N, K; } sh[] = {

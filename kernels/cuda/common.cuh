@@ -92,6 +92,7 @@ typedef struct sd__cuda {
      * matmul.cu). The same bits. */
     int gemv_pipe;
     int gemv_few_vr; /* its weight rows a warp (SPECD_GEMV_FEW_VR: 4 or 2) */
+    int gemv_few_long; /* and rows of more than 2 chunks a warp (SPECD_GEMV_FEW_LONG) */
     /* GQA decode of 128-dim heads on attn_dec_kernel (SPECD_ATTN_DEC=0:
      * attn_kernel; other bits, the same to the CPU's tolerance) */
     int attn_dec;

@@ -40,7 +40,7 @@ extern "C" {
  * 16-bit weights) runs the pipelined kernel (matmul.cu; SPECD_GEMV_PIPE;
  * 0: never). The same bits as the other GEMV shapes. */
 #define SD_CUDA_GEMV_PIPE_DEFAULT 0
-void sd_cuda_set_gemv_pipe(sd_backend *be, int min_rows);
+void sd_cuda_set_gemv_pipe(sd_backend *be, int min_rows, int long_rows);
 
 /* (token, expert) pairs (n * top_k) up to which moe_ffn runs the fused
  * small-batch path (no sort: gate/up per pair, down + combine per token);

@@ -482,45 +482,48 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK, h = blockIdx.y;
     const int nch = (a.K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
+    /* the warp's chunks kw, kw + WK, ... in items of CW (P items a row
+     * block; warps of one block may differ by one chunk, never by a row
+     * block) */
+    const int cwr = (nch - kw + WK - 1) / WK, P = (cwr + CW - 1) / CW;
     const size_t rowb = (size_t)a.K * 2;
     const char *wb = (const char *)a.w + (size_t)h * (size_t)a.N * rowb;
-    int kq[CW];
-    bool inq[CW];
-#pragma unroll
-    for (int q = 0; q < CW; q++) {
-        kq[q] = (kw + q * WK) * SD__GEMV_CHUNK + lane * 8;
-        inq[q] = kw + q * WK < nch && kq[q] < a.K;
-    }
-    auto load = [&](uint4 (&w)[CW][VR], int G) {
+    /* item p's chunk q: its first element, and whether the lane has it */
+    auto kof = [&](int p, int q) { return (kw + (p * CW + q) * WK) * SD__GEMV_CHUNK + lane * 8; };
+    auto has = [&](int p, int q) { return p * CW + q < cwr && kof(p, q) < a.K; };
+    auto load = [&](uint4 (&w)[CW][VR], int G, int p) {
 #pragma unroll
         for (int i = 0; i < VR; i++) {
             const char *r = few_row<SILU, VR>(a, wb, G, RG, rg, i, rowb);
 #pragma unroll
             for (int q = 0; q < CW; q++)
-                w[q][i] = r && inq[q] ? sd__ld_stream(r + (size_t)kq[q] * 2) : make_uint4(0, 0, 0, 0);
+                w[q][i] = r && has(p, q) ? sd__ld_stream(r + (size_t)kof(p, q) * 2)
+                                         : make_uint4(0, 0, 0, 0);
         }
     };
     uint4 wa[CW][VR], wz[CW][VR];
-    int G = blockIdx.x;
+    int G = blockIdx.x, p = 0, j = 0;
     if (G < nG)
-        load(wa, G);
+        load(wa, G, 0);
     SD_PDL_ENTER(a, WK, nG);
     const float *xb = a.x + (size_t)h * (size_t)a.x_bstride + (size_t)a.x_off;
     float *yb = a.y + (size_t)h * (size_t)a.y_bstride;
-    /* row block G's sums from its weights w, out through part[j & 1] */
-    auto block = [&](const uint4 (&w)[CW][VR], int G, int j) {
-        float acc[V];
+    float acc[V];
 #pragma unroll
-        for (int v = 0; v < V; v++)
-            acc[v] = 0.0f;
+    for (int v = 0; v < V; v++)
+        acc[v] = 0.0f;
+    /* item p's multiply-adds from its weights w (chunks in order: a
+     * lane's one fmaf chain) */
+    auto fmas = [&](const uint4 (&w)[CW][VR], int p) {
 #pragma unroll
         for (int q = 0; q < CW; q++) {
-            if (!inq[q])
+            if (!has(p, q))
                 continue;
+            const int k = kof(p, q);
             float4 xv[NR][2];
 #pragma unroll
             for (int r = 0; r < NR; r++) {
-                const float4 *xp = (const float4 *)(xb + (size_t)r * (size_t)a.x_stride + kq[q]);
+                const float4 *xp = (const float4 *)(xb + (size_t)r * (size_t)a.x_stride + k);
                 xv[r][0] = __ldg(xp);
                 xv[r][1] = __ldg(xp + 1);
             }
@@ -535,10 +538,16 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2)
                     acc[i * NP + r] = sd__fma8(wf, xv[r][0], xv[r][1], acc[i * NP + r]);
             }
         }
+    };
+    /* row block G's sums out through part[j & 1] */
+    auto out = [&](int G, int j) {
         float *pb = part[j & 1];
         sd__xreduce<V>(acc, lane);
         if (lane % (32 / V) == 0)
             pb[warp * V + sd__xr_index<V>(lane)] = acc[0];
+#pragma unroll
+        for (int v = 0; v < V; v++)
+            acc[v] = 0.0f;
         /* one barrier a row block: part alternates, and the next row
          * block's writes to this one come after the next barrier, which
          * every thread reaches past its reads here */
@@ -570,20 +579,37 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2)
             }
         }
     };
-    /* two weight buffers: the next row block's loads go out before this
-     * one's multiply-adds */
-    for (int j = 0; G < nG; j += 2) {
-        const int G1 = G + (int)gridDim.x;
-        if (G1 < nG)
-            load(wz, G1);
-        block(wa, G, j);
-        if (G1 >= nG)
+    /* two weight buffers: the next item's loads (the row block's next
+     * chunks, or the next row block's first) go out before this item's
+     * multiply-adds, and before a row block's sums and barrier */
+    while (G < nG) {
+        int Gn = G, pn = p + 1;
+        if (pn == P) {
+            pn = 0;
+            Gn += (int)gridDim.x;
+        }
+        if (Gn < nG)
+            load(wz, Gn, pn);
+        fmas(wa, p);
+        if (p == P - 1)
+            out(G, j++);
+        G = Gn;
+        p = pn;
+        if (G >= nG)
             break;
-        const int G2 = G1 + (int)gridDim.x;
-        if (G2 < nG)
-            load(wa, G2);
-        block(wz, G1, j + 1);
-        G = G2;
+        Gn = G;
+        pn = p + 1;
+        if (pn == P) {
+            pn = 0;
+            Gn += (int)gridDim.x;
+        }
+        if (Gn < nG)
+            load(wa, Gn, pn);
+        fmas(wz, p);
+        if (p == P - 1)
+            out(G, j++);
+        G = Gn;
+        p = pn;
     }
 }
 
@@ -630,7 +656,7 @@ static int gemv_pipe_takes(const sd__cuda *c, const mm_args *a, int dt16)
 {
     const int cw = few_cw(a, sd__gemv_wk(a->K));
     return dt16 && c->gemv_pipe > 0 && a->n >= c->gemv_pipe && a->n <= 4 &&
-           (a->n >= 3 || (a->n == 2 && cw == 2)) && cw <= 2;
+           (a->n >= 3 || (a->n == 2 && cw >= 2)) && (cw <= 2 || c->gemv_few_long);
 }
 
 template <int DT, bool SILU> static void launch_gemv_pipe(sd__cuda *c, const mm_args *a, int H, int wk)
