@@ -242,8 +242,10 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
     b->ctx = &m;
 #ifndef SD_BENCH_BASELINE
     int saved = b->c->gemv_max_rows, saved_pipe = b->c->gemv_pipe, saved_long = b->c->gemv_few_long;
+    int saved_fmax = b->c->gemv_few_max;
     if (!strcmp(path, "pipe")) {
         b->c->gemv_pipe = 2;
+        b->c->gemv_few_max = 8;
         b->c->gemv_few_long = 1;
     }
     if (!strcmp(path, "gemv"))
@@ -274,6 +276,7 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
     b->c->gemv_max_rows = saved;
     b->c->gemv_pipe = saved_pipe;
     b->c->gemv_few_long = saved_long;
+    b->c->gemv_few_max = saved_fmax;
 
 #endif
     b->be->ops->free(b->be, m.w);
@@ -689,7 +692,7 @@ static void bench_step(bench *b, out *o)
 static void gemv_lab(bench *b, out *o, int quick)
 {
     /* pipe: the persistent few-row GEMV wherever it can take the call
-     * (SPECD_GEMV_PIPE=2 SPECD_GEMV_FEW_LONG=1) */
+     * (SPECD_GEMV_PIPE=2 SPECD_GEMV_FEW_MAX=8 SPECD_GEMV_FEW_LONG=1) */
     static const char *paths[] = {"auto", "pipe"};
     static const int ns[] = {1, 2, 3, 4, 8};
     struct { const char *name; int N, K; } sh[] = {

@@ -40,7 +40,11 @@ extern "C" {
  * 16-bit weights) runs the pipelined kernel (matmul.cu; SPECD_GEMV_PIPE;
  * 0: never). The same bits as the other GEMV shapes. */
 #define SD_CUDA_GEMV_PIPE_DEFAULT 0
-void sd_cuda_set_gemv_pipe(sd_backend *be, int min_rows, int long_rows);
+/* ... up to this many rows (SPECD_GEMV_FEW_MAX), and rows of more than 2
+ * chunks a warp (K > 4096 at 8 warps) too (SPECD_GEMV_FEW_LONG) */
+#define SD_CUDA_GEMV_FEW_MAX_DEFAULT 4
+#define SD_CUDA_GEMV_FEW_LONG_DEFAULT 0
+void sd_cuda_set_gemv_pipe(sd_backend *be, int min_rows, int max_rows, int long_rows);
 
 /* (token, expert) pairs (n * top_k) up to which moe_ffn runs the fused
  * small-batch path (no sort: gate/up per pair, down + combine per token);

@@ -476,8 +476,10 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2)
 {
     static_assert(DT != SD__F32, "16-bit weights: one 16-byte load is 8 of them");
     /* exactly NR rows (no test a row), their sums NP apart (a power of two
-     * for the butterfly: 3 rows take 4 places) */
-    constexpr int NP = NR == 3 ? 4 : NR, V = VR * NP, HV = VR / 2;
+     * for the butterfly: 3 rows take 4 places, 5-7 take 8); RQ rows'
+     * activations held at once */
+    constexpr int NP = NR <= 2 ? NR : NR <= 4 ? 4 : 8, V = VR * NP, HV = VR / 2;
+    constexpr int RQ = NR < 4 ? NR : 4;
     __shared__ float part[2][SD__GEMV_WARPS * V];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK, h = blockIdx.y;
@@ -520,22 +522,28 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2)
             if (!has(p, q))
                 continue;
             const int k = kof(p, q);
-            float4 xv[NR][2];
+            /* the activations of RQ rows at a time, each weight converted
+             * once a group */
 #pragma unroll
-            for (int r = 0; r < NR; r++) {
-                const float4 *xp = (const float4 *)(xb + (size_t)r * (size_t)a.x_stride + k);
-                xv[r][0] = __ldg(xp);
-                xv[r][1] = __ldg(xp + 1);
-            }
+            for (int r0 = 0; r0 < NR; r0 += RQ) {
+                float4 xv[RQ][2];
 #pragma unroll
-            for (int i = 0; i < VR; i++) {
-                sd__w8raw<DT> raw;
-                raw.q[0] = w[q][i];
-                float wf[8];
-                sd__w8_float<DT>(raw, wf);
+                for (int r = r0; r < r0 + RQ && r < NR; r++) {
+                    const float4 *xp = (const float4 *)(xb + (size_t)r * (size_t)a.x_stride + k);
+                    xv[r - r0][0] = __ldg(xp);
+                    xv[r - r0][1] = __ldg(xp + 1);
+                }
 #pragma unroll
-                for (int r = 0; r < NR; r++)
-                    acc[i * NP + r] = sd__fma8(wf, xv[r][0], xv[r][1], acc[i * NP + r]);
+                for (int i = 0; i < VR; i++) {
+                    sd__w8raw<DT> raw;
+                    raw.q[0] = w[q][i];
+                    float wf[8];
+                    sd__w8_float<DT>(raw, wf);
+#pragma unroll
+                    for (int r = r0; r < r0 + RQ && r < NR; r++)
+                        acc[i * NP + r] =
+                            sd__fma8(wf, xv[r - r0][0], xv[r - r0][1], acc[i * NP + r]);
+                }
             }
         }
     };
@@ -638,15 +646,12 @@ static void launch_gemv_few_vr(sd__cuda *c, const mm_args *a, int H, int wk)
                nG);
 }
 
-/* FEW_VR rows a warp, or 2 (SPECD_GEMV_FEW_VR=2: half the registers for
- * the weights in flight, twice the activation loads a weight) */
+/* 4 weight rows a warp up to 4 activation rows (2 measured slower there),
+ * 2 above (the registers) */
 template <int DT, int NR, bool SILU, int CW>
 static void launch_gemv_few_nr(sd__cuda *c, const mm_args *a, int H, int wk)
 {
-    if (c->gemv_few_vr == 2)
-        launch_gemv_few_vr<DT, NR, SILU, 2, CW>(c, a, H, wk);
-    else
-        launch_gemv_few_vr<DT, NR, SILU, FEW_VR, CW>(c, a, H, wk);
+    launch_gemv_few_vr<DT, NR, SILU, NR <= 4 ? FEW_VR : 2, CW>(c, a, H, wk);
 }
 
 /* whether the persistent few-row GEMV takes a call: switched on for its
@@ -655,7 +660,7 @@ static void launch_gemv_few_nr(sd__cuda *c, const mm_args *a, int H, int wk)
 static int gemv_pipe_takes(const sd__cuda *c, const mm_args *a, int dt16)
 {
     const int cw = few_cw(a, sd__gemv_wk(a->K));
-    return dt16 && c->gemv_pipe > 0 && a->n >= c->gemv_pipe && a->n <= 4 &&
+    return dt16 && c->gemv_pipe > 0 && a->n >= c->gemv_pipe && a->n <= c->gemv_few_max &&
            (a->n >= 3 || (a->n == 2 && cw >= 2)) && (cw <= 2 || c->gemv_few_long);
 }
 
@@ -663,15 +668,22 @@ template <int DT, bool SILU> static void launch_gemv_pipe(sd__cuda *c, const mm_
 {
     if constexpr (DT != SD__F32) {
         const bool one = few_cw(a, wk) == 1;
-        if (a->n == 2)
-            one ? launch_gemv_few_nr<DT, 2, SILU, 1>(c, a, H, wk)
-                : launch_gemv_few_nr<DT, 2, SILU, 2>(c, a, H, wk);
-        else if (a->n == 3)
-            one ? launch_gemv_few_nr<DT, 3, SILU, 1>(c, a, H, wk)
-                : launch_gemv_few_nr<DT, 3, SILU, 2>(c, a, H, wk);
-        else
-            one ? launch_gemv_few_nr<DT, 4, SILU, 1>(c, a, H, wk)
-                : launch_gemv_few_nr<DT, 4, SILU, 2>(c, a, H, wk);
+#define FEW_CASE(n)                                                                     \
+    case n:                                                                             \
+        one ? launch_gemv_few_nr<DT, n, SILU, 1>(c, a, H, wk)                           \
+            : launch_gemv_few_nr<DT, n, SILU, 2>(c, a, H, wk);                          \
+        break;
+        switch (a->n) {
+            FEW_CASE(2)
+            FEW_CASE(3)
+            FEW_CASE(4)
+            FEW_CASE(5)
+            FEW_CASE(6)
+            FEW_CASE(7)
+            FEW_CASE(8)
+        default: break;
+        }
+#undef FEW_CASE
     }
 }
 
