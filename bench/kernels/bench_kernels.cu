@@ -242,12 +242,8 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
     b->ctx = &m;
 #ifndef SD_BENCH_BASELINE
     int saved = b->c->gemv_max_rows, saved_pipe = b->c->gemv_pipe, saved_long = b->c->gemv_few_long;
-    int saved_fmax = b->c->gemv_few_max;
-    if (!strcmp(path, "pipe")) {
-        b->c->gemv_pipe = 2;
-        b->c->gemv_few_max = 8;
-        b->c->gemv_few_long = 1;
-    }
+    if (!strcmp(path, "onepass"))
+        b->c->gemv_pipe = 0;
     if (!strcmp(path, "gemv"))
         b->c->gemv_max_rows = 1 << 20;
     else if (!strcmp(path, "lt"))
@@ -276,7 +272,6 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
     b->c->gemv_max_rows = saved;
     b->c->gemv_pipe = saved_pipe;
     b->c->gemv_few_long = saved_long;
-    b->c->gemv_few_max = saved_fmax;
 
 #endif
     b->be->ops->free(b->be, m.w);
@@ -691,9 +686,9 @@ static void bench_step(bench *b, out *o)
 
 static void gemv_lab(bench *b, out *o, int quick)
 {
-    /* pipe: the persistent few-row GEMV wherever it can take the call
-     * (SPECD_GEMV_PIPE=2 SPECD_GEMV_FEW_MAX=8 SPECD_GEMV_FEW_LONG=1) */
-    static const char *paths[] = {"auto", "pipe"};
+    /* onepass: the one-pass GEMV at every row count (SPECD_GEMV_PIPE=0);
+     * auto: the build's choice (the persistent few-row kernel at 2-4 rows) */
+    static const char *paths[] = {"onepass", "auto"};
     static const int ns[] = {1, 2, 3, 4, 8};
     struct { const char *name; int N, K; } sh[] = {
         {"llama8b qkv", 6144, 4096},       {"llama8b o", 4096, 4096},

@@ -91,7 +91,6 @@ typedef struct sd__cuda {
      * weights) on the pipelined kernel (SPECD_GEMV_PIPE=N; 0: never;
      * matmul.cu). The same bits. */
     int gemv_pipe;
-    int gemv_few_max; /* and rows up to this many (SPECD_GEMV_FEW_MAX: 4..8) */
     int gemv_few_long; /* and rows of more than 2 chunks a warp (SPECD_GEMV_FEW_LONG) */
     /* GQA decode of 128-dim heads on attn_dec_kernel (SPECD_ATTN_DEC=0:
      * attn_kernel; other bits, the same to the CPU's tolerance) */

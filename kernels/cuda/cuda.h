@@ -36,15 +36,14 @@ extern "C" {
  * same for every row of batches SD_CUDA_GEMV_EXACT_ROWS + 1 .. MAX_ROWS. */
 #define SD_CUDA_GEMV_EXACT_ROWS 8
 
-/* matmul's GEMV of at least this many rows (up to SD_CUDA_GEMV_EXACT_ROWS,
- * 16-bit weights) runs the pipelined kernel (matmul.cu; SPECD_GEMV_PIPE;
- * 0: never). The same bits as the other GEMV shapes. */
-#define SD_CUDA_GEMV_PIPE_DEFAULT 0
-/* ... up to this many rows (SPECD_GEMV_FEW_MAX), and rows of more than 2
- * chunks a warp (K > 4096 at 8 warps) too (SPECD_GEMV_FEW_LONG) */
-#define SD_CUDA_GEMV_FEW_MAX_DEFAULT 4
-#define SD_CUDA_GEMV_FEW_LONG_DEFAULT 0
-void sd_cuda_set_gemv_pipe(sd_backend *be, int min_rows, int max_rows, int long_rows);
+/* matmul's GEMV of 2-4 rows (16-bit weights) runs the persistent few-row
+ * kernel from this many rows on (matmul.cu; SPECD_GEMV_PIPE; 0: never),
+ * and rows of more than 2 chunks a warp (K > 4096 at 8 warps) too
+ * (SPECD_GEMV_FEW_LONG=0: not those). The same bits as the other GEMV
+ * shapes. */
+#define SD_CUDA_GEMV_PIPE_DEFAULT 2
+#define SD_CUDA_GEMV_FEW_LONG_DEFAULT 1
+void sd_cuda_set_gemv_pipe(sd_backend *be, int min_rows, int long_rows);
 
 /* (token, expert) pairs (n * top_k) up to which moe_ffn runs the fused
  * small-batch path (no sort: gate/up per pair, down + combine per token);

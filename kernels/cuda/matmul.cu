@@ -470,24 +470,23 @@ __device__ __forceinline__ const char *few_row(const mm_args &a, const char *wb,
     return j < a.N ? wb + (size_t)j * rowb : NULL;
 }
 
-template <int DT, int NR, bool SILU, int VR, int CW>
+template <int DT, int NR, bool SILU, int VR, int CW, bool LONG>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2)
     gemv_few_kernel(const __grid_constant__ mm_args a, int WK, int nG)
 {
     static_assert(DT != SD__F32, "16-bit weights: one 16-byte load is 8 of them");
     /* exactly NR rows (no test a row), their sums NP apart (a power of two
-     * for the butterfly: 3 rows take 4 places, 5-7 take 8); RQ rows'
-     * activations held at once */
-    constexpr int NP = NR <= 2 ? NR : NR <= 4 ? 4 : 8, V = VR * NP, HV = VR / 2;
-    constexpr int RQ = NR < 4 ? NR : 4;
+     * for the butterfly: 3 rows take 4 places) */
+    static_assert(NR >= 2 && NR <= 4, "2-4 activation rows");
+    constexpr int NP = NR == 3 ? 4 : NR, V = VR * NP, HV = VR / 2;
     __shared__ float part[2][SD__GEMV_WARPS * V];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK, h = blockIdx.y;
     const int nch = (a.K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
-    /* the warp's chunks kw, kw + WK, ... in items of CW (P items a row
-     * block; warps of one block may differ by one chunk, never by a row
-     * block) */
-    const int cwr = (nch - kw + WK - 1) / WK, P = (cwr + CW - 1) / CW;
+    /* the warp's chunks kw, kw + WK, ... in items of CW: one a row block,
+     * or (LONG) P (warps of one block may differ by one chunk, never by a
+     * row block) */
+    const int cwr = (nch - kw + WK - 1) / WK, P = LONG ? (cwr + CW - 1) / CW : 1;
     const size_t rowb = (size_t)a.K * 2;
     const char *wb = (const char *)a.w + (size_t)h * (size_t)a.N * rowb;
     /* item p's chunk q: its first element, and whether the lane has it */
@@ -522,28 +521,22 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2)
             if (!has(p, q))
                 continue;
             const int k = kof(p, q);
-            /* the activations of RQ rows at a time, each weight converted
-             * once a group */
+            float4 xv[NR][2];
 #pragma unroll
-            for (int r0 = 0; r0 < NR; r0 += RQ) {
-                float4 xv[RQ][2];
+            for (int r = 0; r < NR; r++) {
+                const float4 *xp = (const float4 *)(xb + (size_t)r * (size_t)a.x_stride + k);
+                xv[r][0] = __ldg(xp);
+                xv[r][1] = __ldg(xp + 1);
+            }
 #pragma unroll
-                for (int r = r0; r < r0 + RQ && r < NR; r++) {
-                    const float4 *xp = (const float4 *)(xb + (size_t)r * (size_t)a.x_stride + k);
-                    xv[r - r0][0] = __ldg(xp);
-                    xv[r - r0][1] = __ldg(xp + 1);
-                }
+            for (int i = 0; i < VR; i++) {
+                sd__w8raw<DT> raw;
+                raw.q[0] = w[q][i];
+                float wf[8];
+                sd__w8_float<DT>(raw, wf);
 #pragma unroll
-                for (int i = 0; i < VR; i++) {
-                    sd__w8raw<DT> raw;
-                    raw.q[0] = w[q][i];
-                    float wf[8];
-                    sd__w8_float<DT>(raw, wf);
-#pragma unroll
-                    for (int r = r0; r < r0 + RQ && r < NR; r++)
-                        acc[i * NP + r] =
-                            sd__fma8(wf, xv[r - r0][0], xv[r - r0][1], acc[i * NP + r]);
-                }
+                for (int r = 0; r < NR; r++)
+                    acc[i * NP + r] = sd__fma8(wf, xv[r][0], xv[r][1], acc[i * NP + r]);
             }
         }
     };
@@ -589,35 +582,55 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2)
     };
     /* two weight buffers: the next item's loads (the row block's next
      * chunks, or the next row block's first) go out before this item's
-     * multiply-adds, and before a row block's sums and barrier */
-    while (G < nG) {
-        int Gn = G, pn = p + 1;
-        if (pn == P) {
-            pn = 0;
-            Gn += (int)gridDim.x;
+     * multiply-adds, and before a row block's sums and barrier. One item a
+     * row block in its own loop (the general walk ran the 8B's 2- and
+     * 3-row steps 10% slower there: NOTES.md, session 29). */
+    if constexpr (!LONG) {
+        for (; G < nG; j += 2) {
+            const int G1 = G + (int)gridDim.x;
+            if (G1 < nG)
+                load(wz, G1, 0);
+            fmas(wa, 0);
+            out(G, j);
+            if (G1 >= nG)
+                break;
+            const int G2 = G1 + (int)gridDim.x;
+            if (G2 < nG)
+                load(wa, G2, 0);
+            fmas(wz, 0);
+            out(G1, j + 1);
+            G = G2;
         }
-        if (Gn < nG)
-            load(wz, Gn, pn);
-        fmas(wa, p);
-        if (p == P - 1)
-            out(G, j++);
-        G = Gn;
-        p = pn;
-        if (G >= nG)
-            break;
-        Gn = G;
-        pn = p + 1;
-        if (pn == P) {
-            pn = 0;
-            Gn += (int)gridDim.x;
+    } else {
+        while (G < nG) {
+            int Gn = G, pn = p + 1;
+            if (pn == P) {
+                pn = 0;
+                Gn += (int)gridDim.x;
+            }
+            if (Gn < nG)
+                load(wz, Gn, pn);
+            fmas(wa, p);
+            if (p == P - 1)
+                out(G, j++);
+            G = Gn;
+            p = pn;
+            if (G >= nG)
+                break;
+            Gn = G;
+            pn = p + 1;
+            if (pn == P) {
+                pn = 0;
+                Gn += (int)gridDim.x;
+            }
+            if (Gn < nG)
+                load(wa, Gn, pn);
+            fmas(wz, p);
+            if (p == P - 1)
+                out(G, j++);
+            G = Gn;
+            p = pn;
         }
-        if (Gn < nG)
-            load(wa, Gn, pn);
-        fmas(wz, p);
-        if (p == P - 1)
-            out(G, j++);
-        G = Gn;
-        p = pn;
     }
 }
 
@@ -629,29 +642,21 @@ static int few_cw(const mm_args *a, int wk)
 }
 
 /* the persistent few-row GEMV's launch: one wave of blocks */
-template <int DT, int NR, bool SILU, int VR, int CW>
-static void launch_gemv_few_vr(sd__cuda *c, const mm_args *a, int H, int wk)
+template <int DT, int NR, bool SILU, int CW, bool LONG>
+static void launch_gemv_few_nr(sd__cuda *c, const mm_args *a, int H, int wk)
 {
     int bps = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &bps, gemv_few_kernel<DT, NR, SILU, VR, CW>, SD__GEMV_WARPS * 32, 0) ||
+            &bps, gemv_few_kernel<DT, NR, SILU, FEW_VR, CW, LONG>, SD__GEMV_WARPS * 32, 0) ||
         bps <= 0) {
         (void)cudaGetLastError();
         bps = 1;
     }
-    const dim3 g = gemv_grid(a, H, wk, VR, SILU);
+    const dim3 g = gemv_grid(a, H, wk, FEW_VR, SILU);
     const int nG = (int)g.x, per = c->sm_count * bps / H > 0 ? c->sm_count * bps / H : 1;
     const dim3 grid((unsigned)(nG < per ? nG : per), (unsigned)H);
-    sd__launch(c, gemv_few_kernel<DT, NR, SILU, VR, CW>, grid, SD__GEMV_WARPS * 32, 0, *a, wk,
-               nG);
-}
-
-/* 4 weight rows a warp up to 4 activation rows (2 measured slower there),
- * 2 above (the registers) */
-template <int DT, int NR, bool SILU, int CW>
-static void launch_gemv_few_nr(sd__cuda *c, const mm_args *a, int H, int wk)
-{
-    launch_gemv_few_vr<DT, NR, SILU, NR <= 4 ? FEW_VR : 2, CW>(c, a, H, wk);
+    sd__launch(c, gemv_few_kernel<DT, NR, SILU, FEW_VR, CW, LONG>, grid, SD__GEMV_WARPS * 32, 0,
+               *a, wk, nG);
 }
 
 /* whether the persistent few-row GEMV takes a call: switched on for its
@@ -660,27 +665,27 @@ static void launch_gemv_few_nr(sd__cuda *c, const mm_args *a, int H, int wk)
 static int gemv_pipe_takes(const sd__cuda *c, const mm_args *a, int dt16)
 {
     const int cw = few_cw(a, sd__gemv_wk(a->K));
-    return dt16 && c->gemv_pipe > 0 && a->n >= c->gemv_pipe && a->n <= c->gemv_few_max &&
+    return dt16 && c->gemv_pipe > 0 && a->n >= c->gemv_pipe && a->n <= 4 &&
            (a->n >= 3 || (a->n == 2 && cw >= 2)) && (cw <= 2 || c->gemv_few_long);
 }
 
 template <int DT, bool SILU> static void launch_gemv_pipe(sd__cuda *c, const mm_args *a, int H, int wk)
 {
     if constexpr (DT != SD__F32) {
-        const bool one = few_cw(a, wk) == 1;
+        const int cw = few_cw(a, wk);
 #define FEW_CASE(n)                                                                     \
     case n:                                                                             \
-        one ? launch_gemv_few_nr<DT, n, SILU, 1>(c, a, H, wk)                           \
-            : launch_gemv_few_nr<DT, n, SILU, 2>(c, a, H, wk);                          \
+        if (cw == 1)                                                                    \
+            launch_gemv_few_nr<DT, n, SILU, 1, false>(c, a, H, wk);                     \
+        else if (cw == 2)                                                               \
+            launch_gemv_few_nr<DT, n, SILU, 2, false>(c, a, H, wk);                     \
+        else                                                                            \
+            launch_gemv_few_nr<DT, n, SILU, 2, true>(c, a, H, wk);                      \
         break;
         switch (a->n) {
             FEW_CASE(2)
             FEW_CASE(3)
             FEW_CASE(4)
-            FEW_CASE(5)
-            FEW_CASE(6)
-            FEW_CASE(7)
-            FEW_CASE(8)
         default: break;
         }
 #undef FEW_CASE

@@ -512,14 +512,15 @@ TEST(matmul_gemv_rows_do_not_depend_on_the_batch)
     ASSERT(ok);
 }
 
-/* The persistent few-row GEMV (SPECD_GEMV_PIPE: 2-8 rows here, long rows
- * too) keeps the GEMV's order of sums: with it on for every batch of 2+ rows, a
+/* The persistent few-row GEMV (SPECD_GEMV_PIPE: 2-4 rows, long rows too)
+ * keeps the GEMV's order of sums: with it on for every batch of 2+ rows, a
  * row in every batch still has its bits alone (n = 1 stays on the one-pass
  * kernel); and matmul_silu, a bias and matmul_heads give the bits of the
  * kernel it replaces. Shapes with a partial last chunk and warps of unequal
  * chunk counts (K = 4000, 2816, 520), one chunk a warp (2048, 512), row
  * counts that leave a persistent block's last row block short, rows of
- * several items a warp (K = 4104: one warp a chunk more; 14336). */
+ * several items a warp (K = 4104: one warp a chunk more; 14336), and 5-8
+ * rows (the one-pass kernel either way). */
 static int pipe_vs_plain(gpu_env *e, int which, sd_dtype dt, int n, int N, int K, int H)
 {
     const int rows = H > 0 ? H * N : N, xs = H > 0 ? H * K : K;
@@ -531,7 +532,7 @@ static int pipe_vs_plain(gpu_env *e, int which, sd_dtype dt, int n, int N, int K
     size_t m = (size_t)n * (size_t)rows;
     float *dy[2], *hy[2];
     for (int p = 0; p < 2; p++) {
-        sd_cuda_set_gemv_pipe(e->gpu, p ? 2 : 0, SD_CUDA_GEMV_EXACT_ROWS, p);
+        sd_cuda_set_gemv_pipe(e->gpu, p ? 2 : 0, p);
         dy[p] = gpoison(e, m);
         if (which == 0)
             e->gpu->ops->matmul(e->gpu, dy[p], dx, &w.g, &b.g, n, K);
@@ -541,8 +542,7 @@ static int pipe_vs_plain(gpu_env *e, int which, sd_dtype dt, int n, int N, int K
             e->gpu->ops->matmul_heads(e->gpu, dy[p], dx, &w.g, n, H, xs, K, 0);
         hy[p] = gget(e, dy[p], which == 1 ? m / 2 : m);
     }
-    sd_cuda_set_gemv_pipe(e->gpu, SD_CUDA_GEMV_PIPE_DEFAULT, SD_CUDA_GEMV_FEW_MAX_DEFAULT,
-                          SD_CUDA_GEMV_FEW_LONG_DEFAULT);
+    sd_cuda_set_gemv_pipe(e->gpu, SD_CUDA_GEMV_PIPE_DEFAULT, SD_CUDA_GEMV_FEW_LONG_DEFAULT);
     double bad = hy[0] && hy[1] ? 0 : INFINITY;
     for (size_t i = 0; hy[0] && hy[1] && i < (which == 1 ? m / 2 : m); i++)
         bad += memcmp(&hy[0][i], &hy[1][i], sizeof(float)) != 0;
@@ -567,12 +567,11 @@ TEST(matmul_pipelined_gemv_gives_the_gemvs_bits)
     int ok = 1;
     sd_dtype dts[2] = {SD_DT_BF16, SD_DT_F16};
     for (int di = 0; di < 2; di++) {
-        sd_cuda_set_gemv_pipe(e.gpu, 2, SD_CUDA_GEMV_EXACT_ROWS, 1);
+        sd_cuda_set_gemv_pipe(e.gpu, 2, 1);
         ok &= mm_batch_case(&e, dts[di], 1500, 4000, "persistent few-row gemv");
         ok &= mm_batch_case(&e, dts[di], 1000, 2048, "persistent few-row gemv short rows");
         ok &= mm_batch_case(&e, dts[di], 700, 4104, "persistent few-row gemv long rows");
-        sd_cuda_set_gemv_pipe(e.gpu, SD_CUDA_GEMV_PIPE_DEFAULT, SD_CUDA_GEMV_FEW_MAX_DEFAULT,
-                              SD_CUDA_GEMV_FEW_LONG_DEFAULT);
+        sd_cuda_set_gemv_pipe(e.gpu, SD_CUDA_GEMV_PIPE_DEFAULT, SD_CUDA_GEMV_FEW_LONG_DEFAULT);
         struct { int which, n, N, K, H; } cs[] = {
             {0, 2, 4096, 4096, 0}, {0, 4, 6144, 4096, 0}, {0, 3, 2048, 2816, 0},
             {0, 4, 4096, 14336, 0}, {0, 4, 37, 520, 0},   {1, 4, 2 * 2816, 2048, 0},
