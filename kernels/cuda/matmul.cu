@@ -3,7 +3,8 @@
  * Three paths, by the number of activation rows n:
  * - n <= SD_CUDA_GEMV_MAX_ROWS (decode, verification): GEMV on the fp32
  *   activations (kernels/cuda/gemv.cuh): memory-bound, each weight byte read
- *   once from memory with many 16-byte loads in flight. Up to
+ *   once from memory with many 16-byte loads in flight (2-4 rows of 16-bit
+ *   weights: the persistent few-row kernel, the same sums). Up to
  *   SD_CUDA_GEMV_EXACT_ROWS rows fp32 multiply-adds, whose result for a row
  *   does not depend on the other rows of the call; above, BF16 weights go
  *   to tensor cores (mma.sync) with the activations split exactly into
@@ -442,12 +443,21 @@ static dim3 gemv_grid(const mm_args *a, int H, int wk, int VR, bool silu)
  * item, and the ring's 64 KB a block pushing the activations out of L1).
  *
  * Here blocks are persistent (block b takes row blocks b, b + grid, ...)
- * and a warp's whole K-slice of its VR rows for the next row block (CW <= 2
- * chunks: K up to 4096 at 8 warps) is asked for before it multiplies this
- * one's, so a row block's multiply-adds, warp sums and barrier run under
- * the next one's loads; the activation chunk of every row is loaded at
- * once, and the partials alternate between two buffers (one barrier a row
- * block). The first row block's weights are asked for before the PDL wait.
+ * and a warp walks its K-slice of its VR rows in items of up to CW = 2
+ * chunks, the next item (the rest of this row block, or the next row
+ * block's first) asked for before it multiplies this one's: a row block's
+ * multiply-adds, warp sums and barrier run under the next loads. Where a
+ * warp's K-slice is one item (K up to 4096 at 8 warps) the walk is a
+ * row block a step in its own loop (the general walk ran the 8B's 2- and
+ * 3-row steps 10% slower there); longer rows (LONG: the 8B's down
+ * projection) take the general walk. The activation chunk of every row is
+ * loaded at once, and the partials alternate between two buffers (one
+ * barrier a row block). The first item's weights are asked for before the
+ * PDL wait. Measured on the H200 (NOTES.md, session 29): the 8B's steps of
+ * 2 / 3 / 4 rows 6.7% / 12.7% / 16.4% shorter, EAGLE-3 k = 3 at batch 1
+ * 2.13x where it was 1.82x; 5-8 rows (2 weight rows a warp: the
+ * registers) were slower than the one-pass kernel and stay there, and 2
+ * rows of one chunk a warp stay on its wide shape (faster in the lab).
  *
  * The same order of sums as gemv_block (gemv.cuh: a lane's one fmaf chain
  * over its chunks c = kw, kw + WK, ... in order, the xor butterfly, the
@@ -641,17 +651,13 @@ static int few_cw(const mm_args *a, int wk)
     return (nch + wk - 1) / wk;
 }
 
-/* the persistent few-row GEMV's launch: one wave of blocks */
+/* the persistent few-row GEMV's launch: one wave of blocks at the 2 an SM
+ * its launch bounds give (no block waits for another, so a device that
+ * holds fewer at once runs the same grid in more waves) */
 template <int DT, int NR, bool SILU, int CW, bool LONG>
 static void launch_gemv_few_nr(sd__cuda *c, const mm_args *a, int H, int wk)
 {
-    int bps = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &bps, gemv_few_kernel<DT, NR, SILU, FEW_VR, CW, LONG>, SD__GEMV_WARPS * 32, 0) ||
-        bps <= 0) {
-        (void)cudaGetLastError();
-        bps = 1;
-    }
+    const int bps = 2;
     const dim3 g = gemv_grid(a, H, wk, FEW_VR, SILU);
     const int nG = (int)g.x, per = c->sm_count * bps / H > 0 ? c->sm_count * bps / H : 1;
     const dim3 grid((unsigned)(nG < per ? nG : per), (unsigned)H);
@@ -660,8 +666,9 @@ static void launch_gemv_few_nr(sd__cuda *c, const mm_args *a, int H, int wk)
 }
 
 /* whether the persistent few-row GEMV takes a call: switched on for its
- * rows (SPECD_GEMV_PIPE: n >= it), 2-4 rows of 16-bit weights, a warp's
- * K-slice in at most 2 chunks (K <= 4096 at 8 warps) */
+ * rows (SPECD_GEMV_PIPE: n >= it), 2-4 rows of 16-bit weights (2 only
+ * where a warp has 2 chunks or more), a warp's K-slice in at most 2 chunks
+ * (K <= 4096 at 8 warps) or longer rows switched on too (SPECD_GEMV_FEW_LONG) */
 static int gemv_pipe_takes(const sd__cuda *c, const mm_args *a, int dt16)
 {
     const int cw = few_cw(a, sd__gemv_wk(a->K));
