@@ -654,15 +654,42 @@ static int samples_after_prefill(const req *r)
  * step must verify on the host instead. ahead: the step is queued before
  * the one before it is read (its requests' tokens are one more each than
  * the host holds yet: the sampling counters a step on). */
+/* The ints of the verification buffers (d_acc, h_acc) for ov sequences:
+ * the rows, draft counts, drafts, accepted counts and tokens (4 + 2
+ * SD_MAX_K a sequence), then the drafts' places among the step's tokens
+ * (draft ahead: SD_MAX_K) */
+static size_t acc_ints(size_t ov) { return ov * (4 + 3 * SD_MAX_K); }
+static size_t acc_didx(size_t ov) { return ov * (4 + 2 * SD_MAX_K); }
+
+/* Whether launch_dev_accept verifies s on the device: the backend can, and
+ * the sampled drafts' distributions are of one kind: in r->q (host path),
+ * still on the device (the draft chain, has_q 2), or none (n-gram drafts
+ * are deterministic: q NULL). Mixed, the host verifies (accept_decode
+ * fetches the device's q). */
+static int dev_accept_takes(const sd_engine *e, const step *s)
+{
+    if (!e->be->ops->accept_sample_rows || !e->d_acc || e->synth.n > 0)
+        return 0;
+    int host_q = 0, dev_q = 0, no_q = 0;
+    for (int i = 0; i < s->n_seq; i++) {
+        const req *r = s->seqs[i];
+        if (r->state == RQ_DECODE && r->n_draft > 0 && !r->greedy) {
+            dev_q += r->has_q == 2;
+            host_q += r->has_q == 1;
+            no_q += !r->has_q;
+        }
+    }
+    if ((host_q || dev_q) && !e->d_q)
+        return 0;
+    return !((host_q && dev_q) || (no_q && (host_q || dev_q)));
+}
+
 static int launch_dev_accept(sd_engine *e, const step *s, int ahead)
 {
     const sd_ops *op = e->be->ops;
-    if (!op->accept_sample_rows || !e->d_acc || e->synth.n > 0)
+    if (!dev_accept_takes(e, s))
         return 1;
-    /* sampled drafts' distributions: in r->q (host path), still on the
-     * device (the draft chain, has_q 2), or none (n-gram drafts are
-     * deterministic: q NULL); one kind per step */
-    int n = 0, k = 0, host_q = 0, dev_q = 0, no_q = 0;
+    int n = 0, k = 0, host_q = 0, dev_q = 0, on_dev = 0;
     for (int i = 0; i < s->n_seq; i++) {
         req *r = s->seqs[i];
         r->vi = -1;
@@ -672,15 +699,13 @@ static int launch_dev_accept(sd_engine *e, const step *s, int ahead)
             if (kd > 0 && !r->greedy) {
                 dev_q += r->has_q == 2;
                 host_q += r->has_q == 1;
-                no_q += !r->has_q;
             }
+            on_dev |= kd > 0 && r->draft_dev;
             r->vi = n++;
         }
     }
-    if ((host_q || dev_q) && !e->d_q)
+    if (on_dev && !op->gather_i32)
         return 1;
-    if ((host_q && dev_q) || (no_q && (host_q || dev_q)))
-        return 1; /* mixed: the host verifies (accept_decode fetches the device's q) */
     int32_t *row0 = e->h_acc, *nd = row0 + n, *dr = nd + n;
     for (int i = 0; i < s->n_seq; i++) {
         req *r = s->seqs[i];
@@ -716,6 +741,25 @@ static int launch_dev_accept(sd_engine *e, const step *s, int ahead)
     if (op->upload(e->be, d, row0, (size_t)(2 * n + n * k) * sizeof(int32_t)) ||
         op->upload(e->be, e->d_sp, e->h_sp, (size_t)n * sizeof(sd_sample_params)))
         return 1;
+    if (on_dev) {
+        /* draft ahead: drafts still on the device (r->draft is not yet
+         * theirs) come from the step's token inputs, where the gather put
+         * them (rows row0 + 1 ..; drafts past a request's count read its
+         * first row and are not looked at) */
+        const size_t off = acc_didx((size_t)e->ov_max_seqs);
+        int32_t *hidx = e->h_acc + off;
+        for (int i = 0; i < s->n_seq; i++) {
+            const req *r = s->seqs[i];
+            if (r->vi < 0)
+                continue;
+            int kd = r->state == RQ_DECODE ? r->n_draft : 0;
+            for (int j = 0; j < k; j++)
+                hidx[(size_t)r->vi * k + j] = j < kd ? r->row0 + 1 + j : r->row0;
+        }
+        if (op->upload(e->be, d + off, hidx, (size_t)n * k * sizeof(int32_t)))
+            return 1;
+        op->gather_i32(e->be, d + 2 * n, e->d_meta, d + off, n * k);
+    }
     int32_t *d_nacc = d + 2 * n + n * k, *d_out = d_nacc + n;
     op->accept_sample_rows(e->be, d_nacc, d_out, e->d_probs, e->d_logits, d,
                            host_q || dev_q ? e->d_q : NULL, d + 2 * n, d + n, e->d_sp, n, k, e->V);
@@ -1106,13 +1150,14 @@ static int engine_step(sd_engine *e)
     sd_err err = {0};
     uint64_t t0 = sd_now_ns();
     /* draft ahead: rows whose drafts are still on the device take them
-     * there (a greedy step: a sampled one's device verification uploads
-     * the drafts, so they come to the host first) */
+     * there (greedy steps, and sampled ones that verify on the device,
+     * which take the drafts from the step's gathered tokens; a step the
+     * host verifies brings them to the host first) */
     const int Tn = Tp ? Tp : s.T;
     sd_copy vcp;
     int rc = 0, gather = 0;
     if (drafts_on_device(&s)) {
-        gather = greedy_only && e->be->ops->gather_i32;
+        gather = e->be->ops->gather_i32 && (greedy_only || dev_accept_takes(e, &s));
         if (gather)
             vcp = sd__drafts_gather_copy(e, &s, Tn);
         else
@@ -1566,8 +1611,8 @@ static int alloc_step_buffers(sd_engine *e, sd_err *err)
     e->d_probs = op->alloc(e->be, O * (size_t)e->V * 4);
     if (e->spec == SD_SPEC_MTP || e->spec == SD_SPEC_EAGLE3 || e->spec == SD_SPEC_DRAFT)
         e->d_q = op->alloc(e->be, ov * (size_t)e->k_max * (size_t)e->V * 4);
-    e->d_acc = op->alloc(e->be, ov * (4 + 2 * SD_MAX_K) * 4);
-    e->h_acc = malloc(ov * (4 + 2 * SD_MAX_K) * 4);
+    e->d_acc = op->alloc(e->be, acc_ints(ov) * 4);
+    e->h_acc = malloc(acc_ints(ov) * 4);
     e->h_acc_res = malloc(ov * (SD_MAX_K + 2) * 4);
     e->d_sp = op->alloc(e->be, ov * sizeof(sd_sample_params));
     e->h_sp = malloc(ov * sizeof(sd_sample_params));
@@ -1581,7 +1626,7 @@ static int alloc_step_buffers(sd_engine *e, sd_err *err)
         e->h_meta_ev[i] = sd__host_buf(e, 5 * T * 4);
         e->h_table_ev[i] = sd__host_buf(e, tb * 4);
         e->h_accraw_ev[i] = sd__host_buf(e, ov * (SD_MAX_K + 2) * 4);
-        e->h_acc_ev[i] = sd__host_buf(e, ov * (4 + 2 * SD_MAX_K) * 4);
+        e->h_acc_ev[i] = sd__host_buf(e, acc_ints(ov) * 4);
         e->h_sp_ev[i] = sd__host_buf(e, ov * sizeof(sd_sample_params));
         if (!e->h_am_ev[i] || !e->h_meta_ev[i] || !e->h_table_ev[i] || !e->h_accraw_ev[i] ||
             !e->h_acc_ev[i] || !e->h_sp_ev[i])

@@ -747,12 +747,14 @@ static int device_chain(sd_engine *e, step *s, const prow *b, const int *kr, int
      * free where no target step is queued ahead (none is while requests
      * draft) */
     const size_t db = (size_t)kc * (size_t)Tc * 4;
-    /* draft ahead (greedy drafts): the host does not wait for them; the
-     * verify step takes them where they are (sd__drafts_gather) and their
-     * copy comes down queued behind the chain, read with the verify's
-     * tokens (sd__drafts_to_host) */
+    /* draft ahead: the host does not wait for the drafts; the verify step
+     * takes them where they are (sd__drafts_gather; a sampled step's device
+     * verification from its gathered tokens) and their copy comes down
+     * queued behind the chain, read with the verify's tokens
+     * (sd__drafts_to_host); a step that cannot take them there waits
+     * for them (drafts_now) */
     const int queue = op->download_async && op->download_wait && !e->ahead_live;
-    const int ahead = queue && e->draft_ahead && !e->draft_sync && !sampled;
+    const int ahead = queue && e->draft_ahead && !e->draft_sync;
     if (!rc && queue) {
         rc = op->download_async(e->be, e->ph_drafts, e->pd_drafts, db, 0);
         if (!rc && !ahead)

@@ -184,6 +184,12 @@ static void check_lossless(const char *model, const char *spec, const char *draf
  * model, whose proposers are trained, the same drafts are accepted either
  * way (a verify step that took wrong drafts on the device would still be
  * lossless, but would accept fewer) */
+/* Draft ahead on and off: greedy requests give plain decode's tokens and
+ * accept the same drafts (a request's drafts do not depend on the batch);
+ * seeded sampled requests give the same tokens either way (their drafts
+ * and their verification are seeded by position). Greedy batches, sampled
+ * arrivals among greedy requests, and all sampled: sampled steps verify on
+ * the device and take their drafts from the step's gathered tokens. */
 TEST(draft_ahead_on_and_off_equal_plain_with_sampled_arrivals)
 {
     uint64_t seed = sd_test_seed();
@@ -191,12 +197,14 @@ TEST(draft_ahead_on_and_off_equal_plain_with_sampled_arrivals)
     char *tiny = sd_strfmt("%s/models/specd-tiny", sd_test_srcdir());
     char *draft = sd_strfmt("%s/models/specd-tiny-draft", sd_test_srcdir());
     const char *specs[][2] = {{"mtp", NULL}, {"draft", draft}};
+    static const char *modes[] = {"", " (sampled arrivals)", " (all sampled)"};
     for (size_t si = 0; si < SD_ARRAY_LEN(specs); si++) {
-        for (int mixed = 0; mixed < 2; mixed++) {
+        for (int mode = 0; mode < 3; mode++) {
             engine_out plain[MAXR], on[MAXR], off[MAXR];
             sd_engine_stats s0, s1, s2;
             run_cfg c = {.model = tiny, .spec = "none", .k = 0, .max_context = 256, .n_req = n,
-                         .sampled_from = mixed ? n / 2 : 0};
+                         .sampled_from = mode == 1 ? n / 2 : 0,
+                         .temperature = mode == 2 ? 0.8 : 0.0};
             ASSERT_OK(run(&c, seed, plain, &s0));
             c.spec = specs[si][0];
             c.draft = specs[si][1];
@@ -208,29 +216,29 @@ TEST(draft_ahead_on_and_off_equal_plain_with_sampled_arrivals)
             ASSERT_EQ(s2.draft_ahead_steps, 0);
             uint64_t acc = 0;
             for (int i = 0; i < n; i++) {
+                const int sampled = mode == 2 || (mode == 1 && i >= c.sampled_from);
                 ASSERT_EQ(on[i].why, SD_FINISH_LENGTH);
                 ASSERT_EQ(off[i].why, SD_FINISH_LENGTH);
                 ASSERT_EQ(on[i].n, plain[i].n);
                 ASSERT_EQ(off[i].n, plain[i].n);
-                if (mixed && i >= c.sampled_from)
-                    continue;
                 for (int j = 0; j < plain[i].n; j++) {
-                    ASSERT_MSG(on[i].ids[j] == plain[i].ids[j],
-                               "%s request %d token %d: ahead %d, plain %d", c.spec, i, j,
-                               on[i].ids[j], plain[i].ids[j]);
-                    ASSERT_EQ(off[i].ids[j], plain[i].ids[j]);
+                    ASSERT_MSG(on[i].ids[j] == off[i].ids[j],
+                               "%s%s request %d token %d: ahead %d, not ahead %d", c.spec,
+                               modes[mode], i, j, on[i].ids[j], off[i].ids[j]);
+                    if (!sampled)
+                        ASSERT_MSG(on[i].ids[j] == plain[i].ids[j],
+                                   "%s request %d token %d: ahead %d, plain %d", c.spec, i, j,
+                                   on[i].ids[j], plain[i].ids[j]);
                 }
-                /* a greedy request's drafts do not depend on the batch:
-                 * the same accepted either way (in the mixed runs too, where
-                 * a step with sampled arrivals brings them to the host) */
+                /* the same drafts accepted either way (in the mixed runs
+                 * too, where a step may bring them to the host) */
                 ASSERT_EQ(on[i].st.spec.accepted, off[i].st.spec.accepted);
                 acc += on[i].st.spec.accepted;
             }
             ASSERT(acc > 0);
             fprintf(stderr, "  %s%s: %llu of %llu verify steps drafted ahead, %llu drafts accepted\n",
-                    c.spec, mixed ? " (sampled arrivals)" : "",
-                    (unsigned long long)s1.draft_ahead_steps, (unsigned long long)s1.spec.steps,
-                    (unsigned long long)s1.spec.accepted);
+                    c.spec, modes[mode], (unsigned long long)s1.draft_ahead_steps,
+                    (unsigned long long)s1.spec.steps, (unsigned long long)s1.spec.accepted);
         }
     }
     free(tiny);
