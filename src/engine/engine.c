@@ -1191,7 +1191,14 @@ static int engine_step(sd_engine *e)
         rc = sd__target_pass(e, &f, greedy_only, &err);
         e->am_valid = greedy_only && e->be->ops->argmax_rows;
     }
+    /* a sampled step that took its drafts on the device verifies there
+     * from mark 1's page-locked buffers too (an upload from pageable
+     * memory may wait for the chain queued before it) */
+    if (gather)
+        swap_mark_bufs(e, 1);
     e->dev_acc = !rc && !greedy_only && s.n_out > 0 && !launch_dev_accept(e, &s, 0);
+    if (gather)
+        swap_mark_bufs(e, 1);
     step_launch L = {.Tp = Tp, .ev = -1, .gathered = gather, .step0 = step0, .t0 = t0, .t_up = t_up,
                      .t_launch = sd_now_ns(), .keys = step_keys(e, s.T)};
     /* tokens on the device (the argmax, or the device's acceptance) come
