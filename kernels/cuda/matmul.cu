@@ -612,34 +612,23 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2)
             G = G2;
         }
     } else {
-        while (G < nG) {
+        /* an item, the next one's loads first: whether there is a next */
+        auto item = [&](const uint4 (&cur)[CW][VR], uint4 (&nxt)[CW][VR]) {
             int Gn = G, pn = p + 1;
             if (pn == P) {
                 pn = 0;
                 Gn += (int)gridDim.x;
             }
             if (Gn < nG)
-                load(wz, Gn, pn);
-            fmas(wa, p);
+                load(nxt, Gn, pn);
+            fmas(cur, p);
             if (p == P - 1)
                 out(G, j++);
             G = Gn;
             p = pn;
-            if (G >= nG)
-                break;
-            Gn = G;
-            pn = p + 1;
-            if (pn == P) {
-                pn = 0;
-                Gn += (int)gridDim.x;
-            }
-            if (Gn < nG)
-                load(wa, Gn, pn);
-            fmas(wz, p);
-            if (p == P - 1)
-                out(G, j++);
-            G = Gn;
-            p = pn;
+            return G < nG;
+        };
+        while (G < nG && item(wa, wz) && item(wz, wa)) {
         }
     }
 }
