@@ -63,6 +63,44 @@ typedef struct mm_args {
      : (NR) == 1 && (DT) != SD__F32 && (VR) * (U) <= 8 ? 3                 \
                                                         : 2)
 
+/* A block's sums out: the WK warp partials of each of its RG row groups'
+ * VR weight rows x NP activation rows (part: warp-major, V = VR NP a warp)
+ * added in warp order, then the bias, or (SILU: VR / 2 gate and VR / 2 up
+ * rows a group) silu(gate) * up; rows r < nr of the pass at r0, weight rows
+ * of row block blk */
+template <bool SILU, int VR, int NP>
+__device__ __forceinline__ void gemv_store(const mm_args &a, const float *part, int WK, int RG,
+                                           int blk, int r0, int nr, float *yb)
+{
+    constexpr int V = VR * NP, HV = VR / 2;
+    if (SILU) {
+        if ((int)threadIdx.x < RG * HV * NP) {
+            const int g = threadIdx.x / (HV * NP), i = threadIdx.x % (HV * NP) / NP;
+            const int r = threadIdx.x % NP, o = (blk * RG + g) * HV + i, I = a.N / 2;
+            if (r < nr && o < I) {
+                const int vg = i * NP + r, vu = (i + HV) * NP + r;
+                float sg = part[(g * WK) * V + vg], su = part[(g * WK) * V + vu];
+                for (int q = 1; q < WK; q++) {
+                    sg += part[(g * WK + q) * V + vg];
+                    su += part[(g * WK + q) * V + vu];
+                }
+                yb[(size_t)(r0 + r) * (size_t)I + (size_t)o] = sg / (1.0f + expf(-sg)) * su;
+            }
+        }
+    } else if ((int)threadIdx.x < RG * V) {
+        const int g = threadIdx.x / V, v = threadIdx.x % V, i = v / NP, r = v % NP;
+        const int j = blk * RG * VR + g * VR + i;
+        if (r < nr && j < a.N) {
+            float s = part[(g * WK) * V + v];
+            for (int q = 1; q < WK; q++)
+                s += part[(g * WK + q) * V + v];
+            if (a.bias)
+                s += sd__wload(a.bias, a.bias_dt, (size_t)j);
+            yb[(size_t)(r0 + r) * (size_t)a.y_stride + (size_t)j] = s;
+        }
+    }
+}
+
 /* y(n, N) in passes of NR activation rows. A block is SD__GEMV_WARPS warps:
  * WK K-slices x (SD__GEMV_WARPS / WK) row groups of VR weight rows; a warp
  * loads U chunks of each row before it uses them (GEMV_VR x GEMV_U, or
@@ -128,32 +166,7 @@ __device__ __forceinline__ void gemv_block(const mm_args &a, int WK, int bx, int
         if (lane % (32 / V) == 0)
             part[warp * V + sd__xr_index<V>(lane)] = acc[0];
         __syncthreads();
-        if (SILU) {
-            if ((int)threadIdx.x < RG * HV * NR) {
-                const int g = threadIdx.x / (HV * NR), i = threadIdx.x % (HV * NR) / NR;
-                const int r = threadIdx.x % NR, o = (bx * RG + g) * HV + i;
-                if (r < nr && o < I) {
-                    const int vg = i * NR + r, vu = (i + HV) * NR + r;
-                    float sg = part[(g * WK) * V + vg], su = part[(g * WK) * V + vu];
-                    for (int q = 1; q < WK; q++) {
-                        sg += part[(g * WK + q) * V + vg];
-                        su += part[(g * WK + q) * V + vu];
-                    }
-                    yb[(size_t)(r0 + r) * (size_t)I + (size_t)o] = sg / (1.0f + expf(-sg)) * su;
-                }
-            }
-        } else if ((int)threadIdx.x < RG * V) {
-            const int g = threadIdx.x / V, v = threadIdx.x % V, i = v / NR, r = v % NR;
-            const int j = rows0 + g * VR + i;
-            if (r < nr && j < a.N) {
-                float s = part[(g * WK) * V + v];
-                for (int q = 1; q < WK; q++)
-                    s += part[(g * WK + q) * V + v];
-                if (a.bias)
-                    s += sd__wload(a.bias, a.bias_dt, (size_t)j);
-                yb[(size_t)(r0 + r) * (size_t)a.y_stride + (size_t)j] = s;
-            }
-        }
+        gemv_store<SILU, VR, NR>(a, part, WK, RG, bx, r0, nr, yb);
         __syncthreads(); /* part is rewritten by the next pass */
     }
 }
@@ -488,7 +501,7 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2)
     /* exactly NR rows (no test a row), their sums NP apart (a power of two
      * for the butterfly: 3 rows take 4 places) */
     static_assert(NR >= 2 && NR <= 4, "2-4 activation rows");
-    constexpr int NP = NR == 3 ? 4 : NR, V = VR * NP, HV = VR / 2;
+    constexpr int NP = NR == 3 ? 4 : NR, V = VR * NP;
     __shared__ float part[2][SD__GEMV_WARPS * V];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK, h = blockIdx.y;
@@ -563,32 +576,7 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 2)
          * block's writes to this one come after the next barrier, which
          * every thread reaches past its reads here */
         __syncthreads();
-        if (SILU) {
-            if ((int)threadIdx.x < RG * HV * NP) {
-                const int g = threadIdx.x / (HV * NP), i = threadIdx.x % (HV * NP) / NP;
-                const int r = threadIdx.x % NP, o = (G * RG + g) * HV + i, I = a.N / 2;
-                if (r < NR && o < I) {
-                    const int vg = i * NP + r, vu = (i + HV) * NP + r;
-                    float sg = pb[(g * WK) * V + vg], su = pb[(g * WK) * V + vu];
-                    for (int k = 1; k < WK; k++) {
-                        sg += pb[(g * WK + k) * V + vg];
-                        su += pb[(g * WK + k) * V + vu];
-                    }
-                    yb[(size_t)r * (size_t)I + (size_t)o] = sg / (1.0f + expf(-sg)) * su;
-                }
-            }
-        } else if ((int)threadIdx.x < RG * V) {
-            const int g = threadIdx.x / V, v = threadIdx.x % V, i = v / NP, r = v % NP;
-            const int jr = G * RG * VR + g * VR + i;
-            if (r < NR && jr < a.N) {
-                float s = pb[(g * WK) * V + v];
-                for (int k = 1; k < WK; k++)
-                    s += pb[(g * WK + k) * V + v];
-                if (a.bias)
-                    s += sd__wload(a.bias, a.bias_dt, (size_t)jr);
-                yb[(size_t)r * (size_t)a.y_stride + (size_t)jr] = s;
-            }
-        }
+        gemv_store<SILU, VR, NP>(a, pb, WK, RG, G, 0, NR, yb);
     };
     /* two weight buffers: the next item's loads (the row block's next
      * chunks, or the next row block's first) go out before this item's
