@@ -189,14 +189,16 @@ static void check_lossless(const char *model, const char *spec, const char *draf
  * seeded sampled requests give the same tokens either way (their drafts
  * and their verification are seeded by position). Greedy batches, sampled
  * arrivals among greedy requests, and all sampled: sampled steps verify on
- * the device and take their drafts from the step's gathered tokens. */
+ * the device and take their drafts from the step's gathered tokens. MTP,
+ * EAGLE-3 and the draft LM of the bundled model. */
 TEST(draft_ahead_on_and_off_equal_plain_with_sampled_arrivals)
 {
     uint64_t seed = sd_test_seed();
     const int n = 8;
     char *tiny = sd_strfmt("%s/models/specd-tiny", sd_test_srcdir());
     char *draft = sd_strfmt("%s/models/specd-tiny-draft", sd_test_srcdir());
-    const char *specs[][2] = {{"mtp", NULL}, {"draft", draft}};
+    char *head = sd_strfmt("%s/models/specd-tiny-eagle3", sd_test_srcdir());
+    const char *specs[][2] = {{"mtp", NULL}, {"eagle3", head}, {"draft", draft}};
     static const char *modes[] = {"", " (sampled arrivals)", " (all sampled)"};
     for (size_t si = 0; si < SD_ARRAY_LEN(specs); si++) {
         for (int mode = 0; mode < 3; mode++) {
@@ -243,6 +245,7 @@ TEST(draft_ahead_on_and_off_equal_plain_with_sampled_arrivals)
     }
     free(tiny);
     free(draft);
+    free(head);
 }
 
 TEST(mtp_greedy_output_equals_plain_at_batch_1_3_8_16)
