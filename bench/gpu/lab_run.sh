@@ -45,7 +45,7 @@ if [ "${SKIP_VALIDATE:-0}" != 1 ]; then
 fi
 # the paths an A/B switch leaves off by default, through the op tests too
 if [ "${SKIP_VALIDATE:-0}" != 1 ]; then
-    SPECD_GEMV_PRE=0 SPECD_MATMUL_SILU=0 SPECD_MOE_GATE=2 SPECD_GEMV_WIDE=0 SPECD_GEMV_PIPE=0 \
+    SPECD_GEMV_PRE=0 SPECD_MATMUL_SILU=0 SPECD_MOE_GATE=2 SPECD_GEMV_WIDE=0 SPECD_GEMV_FEW=0 \
         timeout 120 "$B/test_gpu_ops" \
         > "$OUT/gpu_ops_switches_off.txt" 2>&1
     el "test_gpu_ops with the switches off: exit $?, $(grep -c '^FAIL' "$OUT/gpu_ops_switches_off.txt") FAIL"

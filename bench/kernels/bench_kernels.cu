@@ -241,9 +241,9 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
     b->fn = mm_fn;
     b->ctx = &m;
 #ifndef SD_BENCH_BASELINE
-    int saved = b->c->gemv_max_rows, saved_pipe = b->c->gemv_pipe, saved_long = b->c->gemv_few_long;
+    int saved = b->c->gemv_max_rows, saved_few = b->c->gemv_few, saved_long = b->c->gemv_few_long;
     if (!strcmp(path, "onepass"))
-        b->c->gemv_pipe = 0;
+        b->c->gemv_few = 0;
     if (!strcmp(path, "gemv"))
         b->c->gemv_max_rows = 1 << 20;
     else if (!strcmp(path, "lt"))
@@ -270,7 +270,7 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
     }
 #ifndef SD_BENCH_BASELINE
     b->c->gemv_max_rows = saved;
-    b->c->gemv_pipe = saved_pipe;
+    b->c->gemv_few = saved_few;
     b->c->gemv_few_long = saved_long;
 
 #endif
@@ -686,7 +686,7 @@ static void bench_step(bench *b, out *o)
 
 static void gemv_lab(bench *b, out *o, int quick)
 {
-    /* onepass: the one-pass GEMV at every row count (SPECD_GEMV_PIPE=0);
+    /* onepass: the one-pass GEMV at every row count (SPECD_GEMV_FEW=0);
      * auto: the build's choice (the persistent few-row kernel at 2-4 rows) */
     static const char *paths[] = {"onepass", "auto"};
     static const int ns[] = {1, 2, 3, 4, 8};

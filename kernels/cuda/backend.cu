@@ -579,10 +579,10 @@ void sd_cuda_set_moe_down(sd_backend *be, int shape)
     sd__cuda_of(be)->moe_down = level_or(shape, 3, SD_CUDA_MOE_DOWN_DEFAULT); /* moe.cu's shapes */
 }
 
-void sd_cuda_set_gemv_pipe(sd_backend *be, int min_rows, int long_rows)
+void sd_cuda_set_gemv_few(sd_backend *be, int min_rows, int long_rows)
 {
     sd__cuda *c = sd__cuda_of(be);
-    c->gemv_pipe = level_or(min_rows, SD_CUDA_GEMV_EXACT_ROWS, 0);
+    c->gemv_few = level_or(min_rows, SD_CUDA_GEMV_EXACT_ROWS, 0);
     c->gemv_few_long = long_rows != 0;
 }
 
@@ -746,7 +746,7 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->mla_pipe = env_on("SPECD_MLA_PIPE");
     c->moe_down = env_level("SPECD_MOE_DOWN", 3, SD_CUDA_MOE_DOWN_DEFAULT);
     c->gemv_wide = env_on("SPECD_GEMV_WIDE");
-    c->gemv_pipe = env_level("SPECD_GEMV_PIPE", SD_CUDA_GEMV_EXACT_ROWS, SD_CUDA_GEMV_PIPE_DEFAULT);
+    c->gemv_few = env_level("SPECD_GEMV_FEW", SD_CUDA_GEMV_EXACT_ROWS, SD_CUDA_GEMV_FEW_DEFAULT);
     c->gemv_few_long = env_flag("SPECD_GEMV_FEW_LONG", SD_CUDA_GEMV_FEW_LONG_DEFAULT);
     c->pinned = env_on("SPECD_PINNED");
     c->attn_dec = env_on("SPECD_ATTN_DEC");

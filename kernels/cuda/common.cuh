@@ -87,11 +87,11 @@ typedef struct sd__cuda {
     /* the GEMV of 1-2 rows of short 16-bit rows with 8 weight rows a warp
      * (SPECD_GEMV_WIDE=0: the 4-row shape). The same bits. */
     int gemv_wide;
-    /* matmul's GEMV of n >= gemv_pipe rows (2-4, 16-bit weights) on the
-     * persistent few-row kernel (SPECD_GEMV_PIPE=N; 0: never; matmul.cu),
+    /* matmul's GEMV of n >= gemv_few rows (2-4, 16-bit weights) on the
+     * persistent few-row kernel (SPECD_GEMV_FEW=N; 0: never; matmul.cu),
      * rows of more than 2 chunks a warp too when gemv_few_long. The same
      * bits. */
-    int gemv_pipe;
+    int gemv_few;
     int gemv_few_long; /* SPECD_GEMV_FEW_LONG */
     /* GQA decode of 128-dim heads on attn_dec_kernel (SPECD_ATTN_DEC=0:
      * attn_kernel; other bits, the same to the CPU's tolerance) */

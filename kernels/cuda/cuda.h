@@ -37,13 +37,13 @@ extern "C" {
 #define SD_CUDA_GEMV_EXACT_ROWS 8
 
 /* matmul's GEMV of 2-4 rows (16-bit weights) runs the persistent few-row
- * kernel from this many rows on (matmul.cu; SPECD_GEMV_PIPE; 0: never),
+ * kernel from this many rows on (matmul.cu; SPECD_GEMV_FEW; 0: never),
  * and rows of more than 2 chunks a warp (K > 4096 at 8 warps) too
  * (SPECD_GEMV_FEW_LONG=0: not those). The same bits as the other GEMV
  * shapes. */
-#define SD_CUDA_GEMV_PIPE_DEFAULT 2
+#define SD_CUDA_GEMV_FEW_DEFAULT 2
 #define SD_CUDA_GEMV_FEW_LONG_DEFAULT 1
-void sd_cuda_set_gemv_pipe(sd_backend *be, int min_rows, int long_rows);
+void sd_cuda_set_gemv_few(sd_backend *be, int min_rows, int long_rows);
 
 /* (token, expert) pairs (n * top_k) up to which moe_ffn runs the fused
  * small-batch path (no sort: gate/up per pair, down + combine per token);

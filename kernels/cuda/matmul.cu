@@ -440,7 +440,7 @@ static dim3 gemv_grid(const mm_args *a, int H, int wk, int VR, bool silu)
     return dim3((unsigned)((outs + per - 1) / per), (unsigned)H);
 }
 
-/* ---- the few-row GEMV, persistent (SPECD_GEMV_PIPE) ----------------------
+/* ---- the few-row GEMV, persistent (SPECD_GEMV_FEW) ----------------------
  *
  * gemv_kernel at 2-4 activation rows loads a warp's K-slice, waits, does
  * NR times the 1-row kernel's multiply-adds with nothing in flight, sums
@@ -643,17 +643,17 @@ static void launch_gemv_few_nr(sd__cuda *c, const mm_args *a, int H, int wk)
 }
 
 /* whether the persistent few-row GEMV takes a call: switched on for its
- * rows (SPECD_GEMV_PIPE: n >= it), 2-4 rows of 16-bit weights (2 only
+ * rows (SPECD_GEMV_FEW: n >= it), 2-4 rows of 16-bit weights (2 only
  * where a warp has 2 chunks or more), a warp's K-slice in at most 2 chunks
  * (K <= 4096 at 8 warps) or longer rows switched on too (SPECD_GEMV_FEW_LONG) */
-static int gemv_pipe_takes(const sd__cuda *c, const mm_args *a, int dt16)
+static int gemv_few_takes(const sd__cuda *c, const mm_args *a, int dt16)
 {
     const int cw = few_cw(a, sd__gemv_wk(a->K));
-    return dt16 && c->gemv_pipe > 0 && a->n >= c->gemv_pipe && a->n <= 4 &&
+    return dt16 && c->gemv_few > 0 && a->n >= c->gemv_few && a->n <= 4 &&
            (a->n >= 3 || (a->n == 2 && cw >= 2)) && (cw <= 2 || c->gemv_few_long);
 }
 
-template <int DT, bool SILU> static void launch_gemv_pipe(sd__cuda *c, const mm_args *a, int H, int wk)
+template <int DT, bool SILU> static void launch_gemv_few(sd__cuda *c, const mm_args *a, int H, int wk)
 {
     if constexpr (DT != SD__F32) {
         const int cw = few_cw(a, wk);
@@ -722,8 +722,8 @@ static int gemv_wide_pre(const sd__cuda *c, const mm_args *a, int dt16)
 template <int DT, bool SILU> static void launch_block_gemv(sd__cuda *c, const mm_args *a, int H)
 {
     const int wk = sd__gemv_wk(a->K), nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
-    if (gemv_pipe_takes(c, a, DT != SD__F32)) {
-        launch_gemv_pipe<DT, SILU>(c, a, H, wk);
+    if (gemv_few_takes(c, a, DT != SD__F32)) {
+        launch_gemv_few<DT, SILU>(c, a, H, wk);
         SD_LAUNCHED(c, "gemv_few_kernel");
         return;
     }

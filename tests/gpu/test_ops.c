@@ -512,7 +512,7 @@ TEST(matmul_gemv_rows_do_not_depend_on_the_batch)
     ASSERT(ok);
 }
 
-/* The persistent few-row GEMV (SPECD_GEMV_PIPE: 2-4 rows, long rows too)
+/* The persistent few-row GEMV (SPECD_GEMV_FEW: 2-4 rows, long rows too)
  * keeps the GEMV's order of sums: with it on for every batch of 2+ rows, a
  * row in every batch still has its bits alone (n = 1 stays on the one-pass
  * kernel); and matmul_silu, a bias and matmul_heads give the bits of the
@@ -532,7 +532,7 @@ static int pipe_vs_plain(gpu_env *e, int which, sd_dtype dt, int n, int N, int K
     size_t m = (size_t)n * (size_t)rows;
     float *dy[2], *hy[2];
     for (int p = 0; p < 2; p++) {
-        sd_cuda_set_gemv_pipe(e->gpu, p ? 2 : 0, p);
+        sd_cuda_set_gemv_few(e->gpu, p ? 2 : 0, p);
         dy[p] = gpoison(e, m);
         if (which == 0)
             e->gpu->ops->matmul(e->gpu, dy[p], dx, &w.g, &b.g, n, K);
@@ -542,12 +542,12 @@ static int pipe_vs_plain(gpu_env *e, int which, sd_dtype dt, int n, int N, int K
             e->gpu->ops->matmul_heads(e->gpu, dy[p], dx, &w.g, n, H, xs, K, 0);
         hy[p] = gget(e, dy[p], which == 1 ? m / 2 : m);
     }
-    sd_cuda_set_gemv_pipe(e->gpu, SD_CUDA_GEMV_PIPE_DEFAULT, SD_CUDA_GEMV_FEW_LONG_DEFAULT);
+    sd_cuda_set_gemv_few(e->gpu, SD_CUDA_GEMV_FEW_DEFAULT, SD_CUDA_GEMV_FEW_LONG_DEFAULT);
     double bad = hy[0] && hy[1] ? 0 : INFINITY;
     for (size_t i = 0; hy[0] && hy[1] && i < (which == 1 ? m / 2 : m); i++)
         bad += memcmp(&hy[0][i], &hy[1][i], sizeof(float)) != 0;
     static const char *what[3] = {"matmul + bias", "matmul_silu", "matmul_heads"};
-    int ok = reportf(bad, 0, "pipelined GEMV %s %s n=%d N=%d K=%d H=%d vs the one-pass kernel "
+    int ok = reportf(bad, 0, "few-row GEMV %s %s n=%d N=%d K=%d H=%d vs the one-pass kernel "
                      "(differing elements)", what[which], sd_dtype_name(dt), n, N, K, H);
     for (int p = 0; p < 2; p++) {
         gfree(e, dy[p]);
@@ -560,18 +560,18 @@ static int pipe_vs_plain(gpu_env *e, int which, sd_dtype dt, int n, int N, int K
     return ok;
 }
 
-TEST(matmul_pipelined_gemv_gives_the_gemvs_bits)
+TEST(matmul_few_row_gemv_gives_the_gemvs_bits)
 {
     gpu_env e;
     GPU_OPEN(e);
     int ok = 1;
     sd_dtype dts[2] = {SD_DT_BF16, SD_DT_F16};
     for (int di = 0; di < 2; di++) {
-        sd_cuda_set_gemv_pipe(e.gpu, 2, 1);
+        sd_cuda_set_gemv_few(e.gpu, 2, 1);
         ok &= mm_batch_case(&e, dts[di], 1500, 4000, "persistent few-row gemv");
         ok &= mm_batch_case(&e, dts[di], 1000, 2048, "persistent few-row gemv short rows");
         ok &= mm_batch_case(&e, dts[di], 700, 4104, "persistent few-row gemv long rows");
-        sd_cuda_set_gemv_pipe(e.gpu, SD_CUDA_GEMV_PIPE_DEFAULT, SD_CUDA_GEMV_FEW_LONG_DEFAULT);
+        sd_cuda_set_gemv_few(e.gpu, SD_CUDA_GEMV_FEW_DEFAULT, SD_CUDA_GEMV_FEW_LONG_DEFAULT);
         struct { int which, n, N, K, H; } cs[] = {
             {0, 2, 4096, 4096, 0}, {0, 4, 6144, 4096, 0}, {0, 3, 2048, 2816, 0},
             {0, 4, 4096, 14336, 0}, {0, 4, 37, 520, 0},   {1, 4, 2 * 2816, 2048, 0},
@@ -3277,7 +3277,7 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(add_rmsnorm_matches_the_cpu_and_the_gpus_add_then_rmsnorm_bitwise),
           T(rope_matches_the_cpu_for_every_variant_up_to_8k_positions),
           T(matmul_gemv_rows_match_the_cpu_in_fp32), T(matmul_gemv_rows_do_not_depend_on_the_batch),
-          T(matmul_pipelined_gemv_gives_the_gemvs_bits),
+          T(matmul_few_row_gemv_gives_the_gemvs_bits),
           T(matmul_many_rows_match_the_cpu),
           T(matmul_silu_matches_the_cpu_and_the_gpus_matmul_then_silu_mul_bitwise),
           T(matmul_heads_matches_the_cpu), T(attn_gqa_matches_the_cpu_on_ragged_paged_batches),
