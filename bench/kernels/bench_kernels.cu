@@ -241,7 +241,7 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
     b->fn = mm_fn;
     b->ctx = &m;
 #ifndef SD_BENCH_BASELINE
-    int saved = b->c->gemv_max_rows, saved_few = b->c->gemv_few, saved_long = b->c->gemv_few_long;
+    int saved = b->c->gemv_max_rows, saved_few = b->c->gemv_few;
     if (!strcmp(path, "onepass"))
         b->c->gemv_few = 0;
     if (!strcmp(path, "gemv"))
@@ -271,7 +271,6 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
 #ifndef SD_BENCH_BASELINE
     b->c->gemv_max_rows = saved;
     b->c->gemv_few = saved_few;
-    b->c->gemv_few_long = saved_long;
 
 #endif
     b->be->ops->free(b->be, m.w);

@@ -646,9 +646,9 @@ static void launch_gemv_few_nr(sd__cuda *c, const mm_args *a, int H, int wk)
  * rows (SPECD_GEMV_FEW: n >= it), 2-4 rows of 16-bit weights (2 only
  * where a warp has 2 chunks or more), a warp's K-slice in at most 2 chunks
  * (K <= 4096 at 8 warps) or longer rows switched on too (SPECD_GEMV_FEW_LONG) */
-static int gemv_few_takes(const sd__cuda *c, const mm_args *a, int dt16)
+static int gemv_few_takes(const sd__cuda *c, const mm_args *a, int dt16, int wk)
 {
-    const int cw = few_cw(a, sd__gemv_wk(a->K));
+    const int cw = few_cw(a, wk);
     return dt16 && c->gemv_few > 0 && a->n >= c->gemv_few && a->n <= 4 &&
            (a->n >= 3 || (a->n == 2 && cw >= 2)) && (cw <= 2 || c->gemv_few_long);
 }
@@ -722,7 +722,7 @@ static int gemv_wide_pre(const sd__cuda *c, const mm_args *a, int dt16)
 template <int DT, bool SILU> static void launch_block_gemv(sd__cuda *c, const mm_args *a, int H)
 {
     const int wk = sd__gemv_wk(a->K), nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
-    if (gemv_few_takes(c, a, DT != SD__F32)) {
+    if (gemv_few_takes(c, a, DT != SD__F32, wk)) {
         launch_gemv_few<DT, SILU>(c, a, H, wk);
         SD_LAUNCHED(c, "gemv_few_kernel");
         return;

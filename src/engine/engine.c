@@ -661,15 +661,15 @@ static int samples_after_prefill(const req *r)
 static size_t acc_ints(size_t ov) { return ov * (4 + 3 * SD_MAX_K); }
 static size_t acc_didx(size_t ov) { return ov * (4 + 2 * SD_MAX_K); }
 
-/* Whether launch_dev_accept verifies s on the device: the backend can, and
- * the sampled drafts' distributions are of one kind: in r->q (host path),
- * still on the device (the draft chain, has_q 2), or none (n-gram drafts
- * are deterministic: q NULL). Mixed, the host verifies (accept_decode
- * fetches the device's q). */
-static int dev_accept_takes(const sd_engine *e, const step *s)
+/* Whether launch_dev_accept verifies s on the device, and where its sampled
+ * drafts' distributions are: -1 the host verifies (the backend cannot, or
+ * the kinds are mixed: accept_decode fetches the device's q), else one kind
+ * for the step: 0 none (greedy, or n-gram drafts: deterministic, q NULL), 1
+ * in r->q (host path), 2 still on the device (the draft chain, has_q 2) */
+static int dev_q_kind(const sd_engine *e, const step *s)
 {
     if (!e->be->ops->accept_sample_rows || !e->d_acc || e->synth.n > 0)
-        return 0;
+        return -1;
     int host_q = 0, dev_q = 0, no_q = 0;
     for (int i = 0; i < s->n_seq; i++) {
         const req *r = s->seqs[i];
@@ -680,26 +680,25 @@ static int dev_accept_takes(const sd_engine *e, const step *s)
         }
     }
     if ((host_q || dev_q) && !e->d_q)
-        return 0;
-    return !((host_q && dev_q) || (no_q && (host_q || dev_q)));
+        return -1;
+    if ((host_q && dev_q) || (no_q && (host_q || dev_q)))
+        return -1;
+    return dev_q ? 2 : host_q ? 1 : 0;
 }
 
 static int launch_dev_accept(sd_engine *e, const step *s, int ahead)
 {
     const sd_ops *op = e->be->ops;
-    if (!dev_accept_takes(e, s))
+    const int kind = dev_q_kind(e, s), host_q = kind == 1, dev_q = kind == 2;
+    if (kind < 0)
         return 1;
-    int n = 0, k = 0, host_q = 0, dev_q = 0, on_dev = 0;
+    int n = 0, k = 0, on_dev = 0;
     for (int i = 0; i < s->n_seq; i++) {
         req *r = s->seqs[i];
         r->vi = -1;
         if (r->state == RQ_DECODE || samples_after_prefill(r)) {
             int kd = r->state == RQ_DECODE ? r->n_draft : 0;
             k = kd > k ? kd : k;
-            if (kd > 0 && !r->greedy) {
-                dev_q += r->has_q == 2;
-                host_q += r->has_q == 1;
-            }
             on_dev |= kd > 0 && r->draft_dev;
             r->vi = n++;
         }
@@ -1157,7 +1156,7 @@ static int engine_step(sd_engine *e)
     sd_copy vcp;
     int rc = 0, gather = 0;
     if (drafts_on_device(&s)) {
-        gather = e->be->ops->gather_i32 && (greedy_only || dev_accept_takes(e, &s));
+        gather = e->be->ops->gather_i32 && (greedy_only || dev_q_kind(e, &s) >= 0);
         if (gather)
             vcp = sd__drafts_gather_copy(e, &s, Tn);
         else
