@@ -65,6 +65,9 @@ const sd_opt_def sd_opt_table[] = {
     {"spec-margin", NULL, F, OFF(spec_margin), "0.02", 0, 1, NULL, C_RUN,
      "adaptive k: the throughput gain over the best shorter k (0: plain decode) that a k must "
      "promise to be chosen"},
+    {"spec-real-cost", NULL, B, OFF(spec_real_cost), "true", 0, 0, NULL, C_RUN,
+     "adaptive k: price a speculative step at its measured cost from the step before's tokens "
+     "to its own, not at the sum of its target step's and drafting phase's times alone"},
     {"ngram-n", NULL, I, OFF(ngram_n), "3", 1, 16, NULL, C_RUN,
      "n-gram proposer: tokens matched"},
     {"synthetic-accept", NULL, S, OFF(synthetic_accept), "", 0, 0, NULL, C_RUN,
@@ -88,7 +91,7 @@ const sd_opt_def sd_opt_table[] = {
      "queue a plain decode step before the one before it is read, when the batch cannot "
      "change (auto: one rank with CUDA graphs; on: tensor-parallel ranks and no graphs too)"},
     {"draft-ahead", NULL, B, OFF(draft_ahead), "true", 0, 0, NULL, C_RUN,
-     "queue a verify step before its greedy drafts reach the host: the step takes them on the "
+     "queue a verify step before its drafts reach the host: the step takes them on the "
      "device, and the host's work between drafting and verifying runs while the drafts are "
      "made (one rank, one node)"},
     {"profile-ops", NULL, B, OFF(profile_ops), "false", 0, 0, NULL, C_RUN,

@@ -55,6 +55,7 @@ typedef struct sd_opts {
     char *draft_model; /* EAGLE-3 head or draft LM directory */
     int spec_k;        /* -1 = auto */
     double spec_margin; /* adaptive k: the gain a longer k must promise (0.02: 2%) */
+    int spec_real_cost; /* adaptive k: a step priced at its measured real cost */
     int ngram_n;       /* n-gram match length */
     char *synthetic_accept; /* benchmark only: "P1,P2,..." per-position acceptance; "": off */
     /* engine */
@@ -66,7 +67,7 @@ typedef struct sd_opts {
     double mem_fraction;
     int cuda_graph_max_bs;
     char *launch_ahead; /* auto | on | off */
-    int draft_ahead;    /* a verify step queued before its greedy drafts reach the host */
+    int draft_ahead;    /* a verify step queued before its drafts reach the host */
     int profile_ops; /* time every backend op (kernels/prof.c) */
     int debug_pad_steps; /* not an option: tests pad steps as graphs would, on any backend */
     /* not an option: adaptive k prices k = 0 at a queued-ahead step on any
