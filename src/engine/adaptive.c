@@ -338,13 +338,13 @@ void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs)
     a->draft_steps++;
 }
 
-void sd_adaptive_observe_real(sd_adaptive *a, int batch, int k, double ratio)
+void sd_adaptive_observe_real(sd_adaptive *a, int batch, double ratio)
 {
-    if (batch <= 0 || k <= 0 || !(ratio > 0))
+    if (batch <= 0 || !(ratio > 0))
         return;
     sd_adapt_target *t = target_of(a, batch);
     t->real.now = a->steps;
-    sd_curve_add(&t->real, k, ratio);
+    sd_curve_add(&t->real, 1, ratio);
 }
 
 /* the factor's bounds: a ratio outside them is a step that waited on
@@ -352,21 +352,16 @@ void sd_adaptive_observe_real(sd_adaptive *a, int batch, int k, double ratio)
 #define REAL_MIN 0.5
 #define REAL_MAX 3.0
 
-double sd_adaptive_real_factor(const sd_adaptive *a, int batch, int k)
+double sd_adaptive_real_factor(const sd_adaptive *a, int batch)
 {
     const int i = target_index(a, batch < 1 ? 1 : batch);
     if (i < 0 || a->real_off)
         return 1;
     const sd_curve *c = &a->target[i].real;
-    const sd_curve_pt *best = NULL;
-    for (int j = 0; j < c->n; j++) {
-        const sd_curve_pt *p = &c->pt[j];
-        if (p->x <= k && p->n >= SD_CURVE_TRUST && (!best || p->x > best->x))
-            best = p;
-    }
-    if (!best)
+    const sd_curve_pt *p = c->n > 0 ? &c->pt[0] : NULL;
+    if (!p || p->n < SD_CURVE_TRUST)
         return 1;
-    const double r = pt_typical(best);
+    const double r = pt_typical(p);
     return r < REAL_MIN ? REAL_MIN : r > REAL_MAX ? REAL_MAX : r;
 }
 
@@ -671,7 +666,7 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
         expect += cum;
         double tt, td;
         step_price(a, batch, drafting, k, hope, &tt, &td);
-        const double real = sd_adaptive_real_factor(a, batch, k);
+        const double real = sd_adaptive_real_factor(a, batch);
         double cost = (tt + td) * real;
         double thr = (batch - drafting + drafting * expect) / (cost > 0 ? cost : 1e-9);
         if (trace)
@@ -715,7 +710,9 @@ void sd_adaptive_refresh(sd_adaptive *a)
         sd_curve_restart(&t->c);
         sd_curve_restart(&t->draft);
         sd_curve_restart(&t->ahead);
-        sd_curve_restart(&t->real);
+        /* not real: a ratio, not a time of the last burst's contexts, and
+         * restarted it would read one step's ratio (a restarted point's
+         * ring is its next time) in the burst's first drafting steps */
     }
     a->refresh_at = a->steps + 1;
 }

@@ -136,7 +136,10 @@ typedef struct sd_adapt_target {
     sd_curve hide;
     /* a speculative step's real cost over its price (target + drafting
      * phase, read off the curves when it ran): the interval between its
-     * tokens and the step before's, whole batches drafting k each, vs k.
+     * tokens and the step before's, whole batches drafting; one point
+     * (x = 1) for every k: a factor of each k's own reordered the k >= 1
+     * by their noise (MTP at batch 1 ran k = 2 for k = 3, -2.5%), where
+     * what it is for is the choice between drafting and plain decode.
      * The parts are timed alone, and a step between them pays what neither
      * time holds (the host's acceptance of the step before, the launches;
      * with --draft-ahead the two overlap): on an H200 the bundled model's
@@ -189,13 +192,13 @@ void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs);
  * (k >= 1): its target step and drafting phase read off the curves, before
  * the real cost's factor; 0 where either is not measured */
 double sd_adaptive_price(const sd_adaptive *a, int batch, int drafting, int k);
-/* a speculative step of `batch` requests, all drafting k, cost `ratio`
+/* a speculative step of `batch` requests, all drafting, cost `ratio`
  * times its price (sd_adaptive_price when it ran) from the step before's
  * tokens to its own */
-void sd_adaptive_observe_real(sd_adaptive *a, int batch, int k, double ratio);
-/* the factor on the price of k drafts at this batch: the median of its
- * measured ratios (k's, else the nearest smaller k's), 1 before any */
-double sd_adaptive_real_factor(const sd_adaptive *a, int batch, int k);
+void sd_adaptive_observe_real(sd_adaptive *a, int batch, double ratio);
+/* the factor on the price of drafting at this batch: the median of its
+ * measured ratios, 1 before they are trusted (or --spec-real-cost=false) */
+double sd_adaptive_real_factor(const sd_adaptive *a, int batch);
 /* the k of most tokens per second at this batch (0 = do not draft) */
 int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch);
 /* 1 when the costs of k = 0 and 1 at this batch were measured.

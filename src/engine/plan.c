@@ -185,7 +185,7 @@ static void apply_obs(sd_engine *e, const sd_plan_obs *o)
     else if (o->kind == SD_OBS_AHEAD)
         sd_adaptive_observe_ahead(&e->adapt, o->b, o->a, o->secs);
     else if (o->kind == SD_OBS_REAL)
-        sd_adaptive_observe_real(&e->adapt, o->b, o->a, o->secs);
+        sd_adaptive_observe_real(&e->adapt, o->b, o->secs);
     else
         sd_adaptive_observe_hidden(&e->adapt, o->b, o->secs);
 }

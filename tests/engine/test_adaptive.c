@@ -978,30 +978,34 @@ TEST(a_step_that_costs_more_than_its_parts_is_priced_at_its_real_cost)
     for (int i = 0; i < 2310; i++)
         sd_accept_stats_add(&acc, 1, i < 1749); /* 0.757 */
     ASSERT_NEAR(sd_adaptive_price(&a, 32, 32, 1), 0.536e-3, 1e-12);
-    ASSERT_NEAR(sd_adaptive_real_factor(&a, 32, 1), 1.0, 0);
+    ASSERT_NEAR(sd_adaptive_real_factor(&a, 32), 1.0, 0);
     ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 1);
     /* two ratios: not yet trusted (a shape's first may be a one-off) */
     const double r[] = {0.60 / 0.536, 0.58 / 0.536, 0.56 / 0.536, 0.62 / 0.536, 0.59 / 0.536};
     for (int i = 0; i < 2; i++)
-        sd_adaptive_observe_real(&a, 32, 1, r[i]);
+        sd_adaptive_observe_real(&a, 32, r[i]);
     ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 1);
     for (int i = 2; i < 5; i++)
-        sd_adaptive_observe_real(&a, 32, 1, r[i]);
+        sd_adaptive_observe_real(&a, 32, r[i]);
     /* the median of the ring past its first two (0.56, 0.62, 0.59) */
-    ASSERT_NEAR(sd_adaptive_real_factor(&a, 32, 1), 0.59 / 0.536, 1e-9);
+    ASSERT_NEAR(sd_adaptive_real_factor(&a, 32), 0.59 / 0.536, 1e-9);
     ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 0);
-    /* k = 2 has no ratio of its own: k = 1's */
-    ASSERT_NEAR(sd_adaptive_real_factor(&a, 32, 2), 0.59 / 0.536, 1e-9);
+    /* a burst after idle measures its prices again; the ratio stays */
+    sd_adaptive_refresh(&a);
+    sd_adaptive_observe_real(&a, 32, 1.3);
+    /* (0.56, 0.62, 0.59, 1.3): not 1.3 alone */
+    ASSERT_NEAR(sd_adaptive_real_factor(&a, 32), 0.605 / 0.536, 1e-9);
+    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 0);
     /* another batch's ratio prices nothing here */
-    ASSERT_NEAR(sd_adaptive_real_factor(&a, 8, 1), 1.0, 0);
+    ASSERT_NEAR(sd_adaptive_real_factor(&a, 8), 1.0, 0);
     /* a step that overlapped its parts (drafts ahead) is cheaper than their
      * sum; the factor is bounded either way */
     for (int i = 0; i < SD_CURVE_RING; i++)
-        sd_adaptive_observe_real(&a, 8, 1, i < 4 ? 0.9 : 0.1);
-    ASSERT_NEAR(sd_adaptive_real_factor(&a, 8, 1), 0.5, 1e-12);
+        sd_adaptive_observe_real(&a, 8, i < 4 ? 0.9 : 0.1);
+    ASSERT_NEAR(sd_adaptive_real_factor(&a, 8), 0.5, 1e-12);
     for (int i = 0; i < SD_CURVE_RING; i++)
-        sd_adaptive_observe_real(&a, 8, 1, 0.9);
-    ASSERT_NEAR(sd_adaptive_real_factor(&a, 8, 1), 0.9, 1e-12);
+        sd_adaptive_observe_real(&a, 8, 0.9);
+    ASSERT_NEAR(sd_adaptive_real_factor(&a, 8), 0.9, 1e-12);
 }
 
 /* a refresh's picks at batch 32: one draft measured at the short context
