@@ -65,10 +65,6 @@ const sd_opt_def sd_opt_table[] = {
     {"spec-margin", NULL, F, OFF(spec_margin), "0.02", 0, 1, NULL, C_RUN,
      "adaptive k: the throughput gain over the best shorter k (0: plain decode) that a k must "
      "promise to be chosen"},
-    {"spec-real-cost", NULL, B, OFF(spec_real_cost), "false", 0, 0, NULL, C_RUN,
-     "adaptive k: price a speculative step at its measured cost from the step before's tokens "
-     "to its own, not at the sum of its target step's and drafting phase's times alone "
-     "(sampled batches of 32 on the bundled model gain 1-2%, greedy ones and batch 1 lose up to 2.5%)"},
     {"ngram-n", NULL, I, OFF(ngram_n), "3", 1, 16, NULL, C_RUN,
      "n-gram proposer: tokens matched"},
     {"synthetic-accept", NULL, S, OFF(synthetic_accept), "", 0, 0, NULL, C_RUN,

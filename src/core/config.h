@@ -55,7 +55,6 @@ typedef struct sd_opts {
     char *draft_model; /* EAGLE-3 head or draft LM directory */
     int spec_k;        /* -1 = auto */
     double spec_margin; /* adaptive k: the gain a longer k must promise (0.02: 2%) */
-    int spec_real_cost; /* adaptive k: a step priced at its measured real cost */
     int ngram_n;       /* n-gram match length */
     char *synthetic_accept; /* benchmark only: "P1,P2,..." per-position acceptance; "": off */
     /* engine */

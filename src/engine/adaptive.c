@@ -292,7 +292,7 @@ static void clock_to(sd_adaptive *a)
 {
     for (int i = 0; i < SD_ADAPT_BATCHES; i++) {
         sd_adapt_target *t = &a->target[i];
-        t->c.now = t->draft.now = t->ahead.now = t->hide.now = t->real.now = a->steps;
+        t->c.now = t->draft.now = t->ahead.now = t->hide.now = a->steps;
     }
 }
 
@@ -336,33 +336,6 @@ void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs)
     sd_curve_add(&t->draft, k, secs);
     t->used = a->steps;
     a->draft_steps++;
-}
-
-void sd_adaptive_observe_real(sd_adaptive *a, int batch, double ratio)
-{
-    if (batch <= 0 || !(ratio > 0))
-        return;
-    sd_adapt_target *t = target_of(a, batch);
-    t->real.now = a->steps;
-    sd_curve_add(&t->real, 1, ratio);
-}
-
-/* the factor's bounds: a ratio outside them is a step that waited on
- * something else (a capture, the host), not the step's cost */
-#define REAL_MIN 0.5
-#define REAL_MAX 3.0
-
-double sd_adaptive_real_factor(const sd_adaptive *a, int batch)
-{
-    const int i = target_index(a, batch < 1 ? 1 : batch);
-    if (i < 0 || a->real_off)
-        return 1;
-    const sd_curve *c = &a->target[i].real;
-    const sd_curve_pt *p = c->n > 0 ? &c->pt[0] : NULL;
-    if (!p || p->n < SD_CURVE_TRUST)
-        return 1;
-    const double r = pt_typical(p);
-    return r < REAL_MIN ? REAL_MIN : r > REAL_MAX ? REAL_MAX : r;
 }
 
 /* Pseudo-observations behind each position's prior. The prior of position
@@ -585,33 +558,6 @@ double sd_adaptive_plain_cost(const sd_adaptive *a, int batch)
     return plain_cost(a, batch, tc);
 }
 
-/* the parts of a step's price at k: its target step (*tt) and drafting
- * phase (*td; hope: at the least time measured) off the curves */
-static void step_price(const sd_adaptive *a, int batch, int drafting, int k, int hope,
-                       double *tt, double *td)
-{
-    const sd_curve *tc = target_curve(a, batch, sd_row_bucket(batch));
-    const int xk = sd_row_bucket(step_rows(batch, drafting, k));
-    const sd_curve *tk = target_curve(a, batch, xk);
-    *tt = tk || tc ? curve_eval(tk ? tk : tc, xk, NULL, 0) : 0;
-    double s1, sk;
-    const sd_curve *d1 = draft_curve(a, drafting, 1, &s1);
-    const sd_curve *dk = draft_curve(a, drafting, k, &sk);
-    *td = dk ? sk * curve_eval(dk, k, NULL, hope) : d1 ? s1 * curve_eval(d1, k, NULL, hope) : 0;
-}
-
-double sd_adaptive_price(const sd_adaptive *a, int batch, int drafting, int k)
-{
-    if (batch < 1 || k < 1 || drafting < 1)
-        return 0;
-    drafting = drafting > batch ? batch : drafting;
-    if (!target_curve(a, batch, sd_row_bucket(batch)) || !draft_covered(a, drafting, 1))
-        return 0;
-    double tt, td;
-    step_price(a, batch, drafting, k, 0, &tt, &td);
-    return tt > 0 && td > 0 ? tt + td : 0;
-}
-
 /* best_k at a batch of which `drafting` requests draft (the others are
  * plain rows: a token each, whatever k); with trace, a debug line per k.
  * z > 0: each position's acceptance taken z standard deviations above its
@@ -664,17 +610,20 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
         prev_cond = cond;
         cum *= cond;
         expect += cum;
-        double tt, td;
-        step_price(a, batch, drafting, k, hope, &tt, &td);
-        const double real = sd_adaptive_real_factor(a, batch);
-        double cost = (tt + td) * real;
+        const int xk = sd_row_bucket(step_rows(batch, drafting, k));
+        const sd_curve *tk = target_curve(a, batch, xk);
+        double tt = curve_eval(tk ? tk : tc, xk, NULL, 0);
+        double sk;
+        const sd_curve *dk = draft_curve(a, drafting, k, &sk);
+        double td = dk ? sk * curve_eval(dk, k, NULL, hope) : s1 * curve_eval(d1, k, NULL, hope);
+        double cost = tt + td;
         double thr = (batch - drafting + drafting * expect) / (cost > 0 ? cost : 1e-9);
         if (trace)
             sd_log_debug("adaptive k:   k %d: drafted %.0f, P(first k accepted) %.3f, expect %.2f, "
-                         "%d of %d drafting, (target %.3f ms + draft %.3f ms) x real %.3f: "
-                         "%.3f tok/ms (k 0: %.3f ms, %.3f)",
-                         k, prop, rate, expect, drafting, batch, 1e3 * tt, 1e3 * td, real,
-                         thr / 1e3, 1e3 * t0, 1e-3 * batch / t0);
+                         "%d of %d drafting, target %.3f ms + draft %.3f ms: %.3f tok/ms "
+                         "(k 0: %.3f ms, %.3f)",
+                         k, prop, rate, expect, drafting, batch, 1e3 * tt, 1e3 * td, thr / 1e3,
+                         1e3 * t0, 1e-3 * batch / t0);
         if (thr > best * (1 + a->margin)) {
             best = thr;
             best_k = k;
@@ -710,9 +659,6 @@ void sd_adaptive_refresh(sd_adaptive *a)
         sd_curve_restart(&t->c);
         sd_curve_restart(&t->draft);
         sd_curve_restart(&t->ahead);
-        /* not real: a ratio, not a time of the last burst's contexts, and
-         * restarted it would read one step's ratio (a restarted point's
-         * ring is its next time) in the burst's first drafting steps */
     }
     a->refresh_at = a->steps + 1;
 }

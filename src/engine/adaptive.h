@@ -134,19 +134,6 @@ typedef struct sd_adapt_target {
      * upload and launch, its download: the host's work around it is in
      * no step's time): one point, x = 1 */
     sd_curve hide;
-    /* a speculative step's real cost over its price (target + drafting
-     * phase, read off the curves when it ran): the interval between its
-     * tokens and the step before's, whole batches drafting; one point
-     * (x = 1) for every k: a factor of each k's own reordered the k >= 1
-     * by their noise (MTP at batch 1 ran k = 2 for k = 3, -2.5%), where
-     * what it is for is the choice between drafting and plain decode.
-     * The parts are timed alone, and a step between them pays what neither
-     * time holds (the host's acceptance of the step before, the launches;
-     * with --draft-ahead the two overlap): on an H200 the bundled model's
-     * k = 1 step at batch 32 was priced 0.54 ms and ran 0.56-0.62, and
-     * drafting that priced 13% over plain decode ran 1-4% under it
-     * (NOTES.md, session 30) */
-    sd_curve real;
 } sd_adapt_target;
 
 typedef struct sd_adaptive {
@@ -156,7 +143,6 @@ typedef struct sd_adaptive {
     uint64_t picks;
     int k_max;
     double margin; /* a k is chosen over a shorter one promising 1 + margin times its throughput */
-    int real_off;  /* the real cost's factor is 1 (--spec-real-cost=false) */
     int exploring; /* the last pick explored */
     int last_k; /* the previous pick (a change is logged at debug level) */
     /* set by the owner: with speculation off for all of them, the running
@@ -188,17 +174,6 @@ double sd_adaptive_plain_cost(const sd_adaptive *a, int batch);
 const sd_curve *sd_adaptive_target(const sd_adaptive *a, int batch);
 /* a drafting phase of n_seqs requests at k took secs */
 void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs);
-/* the price of a step of `batch` requests of which `drafting` draft k
- * (k >= 1): its target step and drafting phase read off the curves, before
- * the real cost's factor; 0 where either is not measured */
-double sd_adaptive_price(const sd_adaptive *a, int batch, int drafting, int k);
-/* a speculative step of `batch` requests, all drafting, cost `ratio`
- * times its price (sd_adaptive_price when it ran) from the step before's
- * tokens to its own */
-void sd_adaptive_observe_real(sd_adaptive *a, int batch, double ratio);
-/* the factor on the price of drafting at this batch: the median of its
- * measured ratios, 1 before they are trusted (or --spec-real-cost=false) */
-double sd_adaptive_real_factor(const sd_adaptive *a, int batch);
 /* the k of most tokens per second at this batch (0 = do not draft) */
 int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch);
 /* 1 when the costs of k = 0 and 1 at this batch were measured.

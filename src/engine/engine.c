@@ -1273,18 +1273,6 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
      * step before (that work ran during it): another curve */
     if (!prompt_rows && !L->gathered) /* (gathered: it ran during its drafting phase) */
         sd__plan_observe(e, L->queued ? SD_OBS_AHEAD : SD_OBS_TARGET, s->T, s->n_seq, t_target);
-    /* a speculative step's real cost, from the step before's tokens to its
-     * own, over its price (what its parts' times leave out: the host's work
-     * between them, their overlap ahead); the same requests, all drafting */
-    if (e->real_k > 0 && !prompt_rows && e->real_prev_ns && e->real_prev_n == s->n_seq) {
-        double price = sd_adaptive_price(&e->adapt, s->n_seq, s->n_seq, e->real_k);
-        if (price > 0)
-            sd__plan_observe(e, SD_OBS_REAL, e->real_k, s->n_seq,
-                             (double)(t_end - e->real_prev_ns) * 1e-9 / price);
-    }
-    e->real_prev_ns = prompt_rows ? 0 : t_end;
-    e->real_prev_n = s->n_seq;
-    e->real_k = 0;
     e->verify_s_total += t_target;
     double t_draft = 0; /* the drafting phase's part of the step */
     /* 4. accept / sample / stream */
@@ -1404,8 +1392,6 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
          * and on the H200 the bundled model's k = 2..4 phases were learnt
          * at twice their cost there, which turned speculation off for the
          * next batch: NOTES.md, session 12) */
-        if (e->spec_k < 0 && !rc && !probe && !oneoff && nd == s->n_seq)
-            e->real_k = k;
         if (nd > 0) {
             e->draft_phases++;
             int learnable = !probe && !prompt_rows && !went_ahead;

@@ -95,7 +95,6 @@ enum {
     SD_OBS_DRAFT,  /* a drafting phase (a = drafting requests, b = k) */
     SD_OBS_AHEAD,  /* a plain step queued ahead (a = token rows) */
     SD_OBS_HIDDEN, /* what queueing ahead would hide of a step read one at a time (a = 1) */
-    SD_OBS_REAL,   /* a speculative step's cost over its price (a = k; secs: the ratio) */
 };
 typedef struct sd_plan_obs {
     int kind; /* SD_OBS_* */
@@ -245,12 +244,6 @@ struct sd_engine {
     uint64_t prop_oneoff;
     uint64_t plain_steps; /* target steps without the proposer's hidden states */
     uint64_t draft_phases, draft_observed, draft_oneoff; /* sd_engine_stats.spec_draft_* */
-    /* a step's real cost (sd_adaptive_observe_real): when the step before's
-     * tokens came (0: it had prompt rows), its requests, and the k the step
-     * now queued drafts for all of them (0: not every request drafts, a
-     * probe, or the phase ran a one-off) */
-    uint64_t real_prev_ns;
-    int real_prev_n, real_k;
     int pad_seq;        /* block-table row of padding rows: the trash block */
     int32_t trash_slot; /* first slot of the trash block (past the pool's) */
     sd_synthetic synth; /* --synthetic-accept (benchmarks only; n == 0: off) */

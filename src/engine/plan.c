@@ -171,21 +171,17 @@ static void apply_obs(sd_engine *e, const sd_plan_obs *o)
 {
     static const char *what[] = {"target step: rows x batch", "drafting phase: requests x k",
                                  "queued-ahead step: rows x batch",
-                                 "hidden by queueing ahead: 1 x batch",
-                                 "real cost over price: k x batch"};
+                                 "hidden by queueing ahead: 1 x batch"};
     if (o->kind < 0 || o->kind >= (int)SD_ARRAY_LEN(what))
         return;
-    sd_log_debug("adaptive k: %s %d x %d: %.3f%s (step %llu)", what[o->kind], o->a, o->b,
-                 o->kind == SD_OBS_REAL ? o->secs : 1e3 * o->secs,
-                 o->kind == SD_OBS_REAL ? "" : " ms", (unsigned long long)e->adapt.steps);
+    sd_log_debug("adaptive k: %s %d x %d: %.3f ms (step %llu)", what[o->kind], o->a, o->b,
+                 1e3 * o->secs, (unsigned long long)e->adapt.steps);
     if (o->kind == SD_OBS_TARGET)
         sd_adaptive_observe_target(&e->adapt, o->b, o->a, o->secs);
     else if (o->kind == SD_OBS_DRAFT)
         sd_adaptive_observe_draft(&e->adapt, o->a, o->b, o->secs);
     else if (o->kind == SD_OBS_AHEAD)
         sd_adaptive_observe_ahead(&e->adapt, o->b, o->a, o->secs);
-    else if (o->kind == SD_OBS_REAL)
-        sd_adaptive_observe_real(&e->adapt, o->b, o->secs);
     else
         sd_adaptive_observe_hidden(&e->adapt, o->b, o->secs);
 }

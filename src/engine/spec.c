@@ -62,7 +62,6 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
 {
     sd_adaptive_init(&e->adapt, e->k_max);
     e->adapt.margin = o->spec_margin;
-    e->adapt.real_off = !o->spec_real_cost;
     if (e->spec == SD_SPEC_NONE)
         return 0;
     const sd_ops *op = e->be->ops;

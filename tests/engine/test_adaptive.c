@@ -955,59 +955,6 @@ TEST(plain_decode_queued_ahead_is_priced_at_its_own_cost)
     ASSERT_NEAR(sd_adaptive_plain_cost(&b, 4), 0.100e-3, 1e-12);
 }
 
-/* The bundled model's MTP layer on an H200 at batch 32, sampled at
- * temperature 0.8 (its trace): one draft priced 0.382 ms of target step
- * and 0.154 of drafting phase, first drafts accepted at 0.757, plain
- * decode queued ahead 0.337 ms (95k tokens/s): 104.9 tokens/ms against
- * 95.0, so it drafted, and ran 1-4% under plain. The intervals between the
- * k = 1 steps' tokens were 0.56-0.62 ms: the parts timed alone leave out
- * the host's work between them. Priced at their ratio to the parts, one
- * draft is a tie, inside the margin. */
-TEST(a_step_that_costs_more_than_its_parts_is_priced_at_its_real_cost)
-{
-    sd_adaptive a;
-    sd_accept_stats acc;
-    fresh(&a, &acc);
-    a.ahead = 1;
-    for (int i = 0; i < SD_CURVE_RING; i++) {
-        sd_adaptive_observe_target(&a, 32, 64, 0.382e-3);
-        sd_adaptive_observe_draft(&a, 32, 1, 0.154e-3);
-        sd_adaptive_observe_target(&a, 32, 32, 0.300e-3);
-        sd_adaptive_observe_ahead(&a, 32, 32, 0.337e-3);
-    }
-    for (int i = 0; i < 2310; i++)
-        sd_accept_stats_add(&acc, 1, i < 1749); /* 0.757 */
-    ASSERT_NEAR(sd_adaptive_price(&a, 32, 32, 1), 0.536e-3, 1e-12);
-    ASSERT_NEAR(sd_adaptive_real_factor(&a, 32), 1.0, 0);
-    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 1);
-    /* two ratios: not yet trusted (a shape's first may be a one-off) */
-    const double r[] = {0.60 / 0.536, 0.58 / 0.536, 0.56 / 0.536, 0.62 / 0.536, 0.59 / 0.536};
-    for (int i = 0; i < 2; i++)
-        sd_adaptive_observe_real(&a, 32, r[i]);
-    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 1);
-    for (int i = 2; i < 5; i++)
-        sd_adaptive_observe_real(&a, 32, r[i]);
-    /* the median of the ring past its first two (0.56, 0.62, 0.59) */
-    ASSERT_NEAR(sd_adaptive_real_factor(&a, 32), 0.59 / 0.536, 1e-9);
-    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 0);
-    /* a burst after idle measures its prices again; the ratio stays */
-    sd_adaptive_refresh(&a);
-    sd_adaptive_observe_real(&a, 32, 1.3);
-    /* (0.56, 0.62, 0.59, 1.3): not 1.3 alone */
-    ASSERT_NEAR(sd_adaptive_real_factor(&a, 32), 0.605 / 0.536, 1e-9);
-    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 0);
-    /* another batch's ratio prices nothing here */
-    ASSERT_NEAR(sd_adaptive_real_factor(&a, 8), 1.0, 0);
-    /* a step that overlapped its parts (drafts ahead) is cheaper than their
-     * sum; the factor is bounded either way */
-    for (int i = 0; i < SD_CURVE_RING; i++)
-        sd_adaptive_observe_real(&a, 8, i < 4 ? 0.9 : 0.1);
-    ASSERT_NEAR(sd_adaptive_real_factor(&a, 8), 0.5, 1e-12);
-    for (int i = 0; i < SD_CURVE_RING; i++)
-        sd_adaptive_observe_real(&a, 8, 0.9);
-    ASSERT_NEAR(sd_adaptive_real_factor(&a, 8), 0.9, 1e-12);
-}
-
 /* a refresh's picks at batch 32: one draft measured at the short context
  * (0.34 + 0.12 ms), then a plain step (0.30 ms), then drafting (32 x 1.9
  * tokens in 0.46 ms, 132 a ms, against 107) */
@@ -1168,8 +1115,7 @@ TEST(bursts_that_start_short_draft_again)
     }
 }
 
-TEST_MAIN(T(row_buckets_match_the_graph_buckets),
-          T(a_step_that_costs_more_than_its_parts_is_priced_at_its_real_cost), T(bursts_that_start_short_draft_again),
+TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draft_again),
           T(drafting_timed_only_where_adaptive_k_asks_settles_the_same),
           T(a_burst_after_idle_measures_its_prices_again),
           T(curve_ignores_one_off_costs_and_interpolates),
