@@ -523,17 +523,15 @@ static int k_measured(const sd_adaptive *a, int batch, int drafting, int k)
 
 /* k = 0's time at this batch from tc, its target curve: the step read one
  * at a time, t0. Where plain steps would be queued ahead (a->ahead): the
- * queued-ahead steps' own time where this bucket measured it since the
- * last restart (they run once speculation is off for every request), else
- * t0 less what queueing ahead hides of a step read one at a time
- * (measured on every such step), never under half of t0. Not a
- * queued-ahead time from before a restart: it is of the last burst's
- * contexts, and a burst's first choice read it against drafting's prices
- * of its own short ones (on an H200 the bundled model's sampled batch of
- * 32 priced plain decode at the end's 0.338 ms where it ran 0.29 queued
- * ahead, drafted k = 1 for ~130 steps and ran 4% under plain; NOTES.md,
- * session 30). Session 20 kept it through restarts while the estimate
- * counted the host's work twice (0.26 ms for 0.33). */
+ * queued-ahead steps' own time where this bucket measured it (they run
+ * once speculation is off for every request), else t0 less what queueing
+ * ahead hides of a step read one at a time (measured on every such step),
+ * never under half of t0. That estimate errs low where a GPU already runs
+ * part of a step during its launch call, so the measured time replaces it
+ * as soon as there is one, and keeps it after a restart (the estimate ran
+ * 0.26 ms where the bundled model's queued-ahead step at batch 32 took
+ * 0.33 on an H200, and read in its place after a burst's restart it
+ * turned MTP off where drafting paid 8%; NOTES.md, session 20). */
 static double plain_cost(const sd_adaptive *a, int batch, const sd_curve *tc)
 {
     const double t0 = curve_eval(tc, sd_row_bucket(batch), NULL, 0);
@@ -542,8 +540,7 @@ static double plain_cost(const sd_adaptive *a, int batch, const sd_curve *tc)
         return t0;
     const sd_adapt_target *t = &a->target[i];
     const int x = sd_row_bucket(batch);
-    const sd_curve_pt *pa = point_of(&t->ahead, x);
-    if (has_trusted(&t->ahead, x) && pa->at >= t->ahead.restart)
+    if (has_trusted(&t->ahead, x))
         return curve_eval(&t->ahead, x, NULL, 0);
     if (!has_trusted(&t->hide, 1))
         return t0;

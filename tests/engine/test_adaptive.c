@@ -955,49 +955,6 @@ TEST(plain_decode_queued_ahead_is_priced_at_its_own_cost)
     ASSERT_NEAR(sd_adaptive_plain_cost(&b, 4), 0.100e-3, 1e-12);
 }
 
-/* The H200's sampled batch of 32 on the bundled model (MTP, temperature
- * 0.8): a burst ended plain, its steps queued ahead at 0.338 ms at their
- * long contexts. The next burst's refresh measured one draft (0.385 +
- * 0.154 ms, 1.76 tokens a request) and a plain step read alone (0.330 ms,
- * of which queueing ahead hides 0.04) at its short contexts, but priced
- * plain decode at the last burst's 0.338: 104.2 tokens/ms against 94.7,
- * so it drafted for ~130 steps, where queued ahead plain decode ran 0.29
- * ms a step (110 a ms) and the burst ran 4% under plain (NOTES.md,
- * session 30). */
-TEST(a_burst_prices_plain_decode_at_its_own_contexts)
-{
-    sd_adaptive a;
-    sd_accept_stats acc;
-    fresh(&a, &acc);
-    a.ahead = 1;
-    for (int i = 0; i < 2310; i++)
-        sd_accept_stats_add(&acc, 1, i < 1749); /* 0.757 */
-    for (int i = 0; i < 40; i++) { /* (drafting phases enough to be no hope's) */
-        sd_adaptive_observe_target(&a, 32, 64, 0.450e-3);
-        sd_adaptive_observe_draft(&a, 32, 1, 0.160e-3);
-        sd_adaptive_observe_target(&a, 32, 32, 0.370e-3);
-        sd_adaptive_observe_hidden(&a, 32, 0.040e-3);
-    }
-    for (int i = 0; i < 40; i++)
-        sd_adaptive_observe_ahead(&a, 32, 32, 0.338e-3);
-    ASSERT_NEAR(sd_adaptive_plain_cost(&a, 32), 0.338e-3, 1e-12);
-    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 0);
-    sd_adaptive_refresh(&a);
-    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 32), 1);
-    sd_adaptive_observe_target(&a, 32, 64, 0.385e-3);
-    sd_adaptive_observe_draft(&a, 32, 1, 0.154e-3);
-    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 32), 0);
-    sd_adaptive_observe_target(&a, 32, 32, 0.330e-3);
-    /* the estimate from this burst's own step, not the last burst's time */
-    ASSERT_NEAR(sd_adaptive_plain_cost(&a, 32), 0.290e-3, 1e-12);
-    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 32), 0);
-    ASSERT_EQ(a.refresh_at, 0);
-    /* queued ahead again: this burst's own time */
-    for (int i = 0; i < SD_CURVE_TRUST; i++)
-        sd_adaptive_observe_ahead(&a, 32, 32, 0.295e-3);
-    ASSERT_NEAR(sd_adaptive_plain_cost(&a, 32), 0.295e-3, 1e-12);
-}
-
 /* a refresh's picks at batch 32: one draft measured at the short context
  * (0.34 + 0.12 ms), then a plain step (0.30 ms), then drafting (32 x 1.9
  * tokens in 0.46 ms, 132 a ms, against 107) */
@@ -1182,5 +1139,4 @@ TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draf
           T(a_draft_for_one_request_of_eight_must_pay_for_the_whole_step),
           T(drafts_of_a_few_steps_are_not_settled_evidence),
           T(noisy_small_gpu_steps_draft_in_most_runs),
-          T(plain_decode_queued_ahead_is_priced_at_its_own_cost),
-          T(a_burst_prices_plain_decode_at_its_own_contexts))
+          T(plain_decode_queued_ahead_is_priced_at_its_own_cost))
