@@ -130,11 +130,6 @@ typedef struct sd_adapt_target {
      * from the end of the host's work on the step before to their tokens
      * (what the other curves leave out, the host's part, runs during them) */
     sd_curve ahead;
-    /* a queued-ahead plain step's time over one read alone, at the same
-     * contexts: the first queued-ahead steps (SD_CURVE_STALE steps at most)
-     * after plain steps read alone; 0 before. It prices plain decode after
-     * a restart, the queued-ahead time being of the last burst's contexts */
-    double ahead_ratio;
     /* what queueing ahead would hide of a step read one at a time (its
      * upload and launch, its download: the host's work around it is in
      * no step's time): one point, x = 1 */
