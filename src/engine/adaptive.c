@@ -297,31 +297,13 @@ static void clock_to(sd_adaptive *a)
 }
 
 /* a target step, read one at a time or queued ahead: a tick of the clock */
-static const sd_curve_pt *point_of(const sd_curve *c, int x);
-
-/* the queued-ahead steps of x rows since the restart, against the steps
- * read alone of x rows just before them (the same contexts) */
-static void ahead_ratio(sd_adaptive *a, sd_adapt_target *t, int x)
-{
-    const sd_curve_pt *pa = point_of(&t->ahead, x), *pc = point_of(&t->c, x);
-    if (!pa || !pc || pa->n < SD_CURVE_TRUST || pc->n < SD_CURVE_TRUST ||
-        pa->at < t->ahead.restart || pc->at < t->c.restart || a->steps - pc->at > SD_CURVE_STALE)
-        return;
-    const double ta = pt_typical(pa), tc = pt_typical(pc);
-    if (ta > 0 && tc > 0)
-        t->ahead_ratio = ta / tc < 0.5 ? 0.5 : ta / tc > 1.2 ? 1.2 : ta / tc;
-}
-
 static void observe_step(sd_adaptive *a, int batch, int tokens, double secs, int ahead)
 {
     if (tokens <= 0 || batch <= 0)
         return;
     sd_adapt_target *t = target_of(a, batch);
     clock_to(a);
-    const int x = sd_row_bucket(tokens);
-    sd_curve_add(ahead ? &t->ahead : &t->c, x, secs);
-    if (ahead)
-        ahead_ratio(a, t, x);
+    sd_curve_add(ahead ? &t->ahead : &t->c, sd_row_bucket(tokens), secs);
     t->used = a->steps;
     a->steps++;
 }
@@ -549,15 +531,7 @@ static int k_measured(const sd_adaptive *a, int batch, int drafting, int k)
  * as soon as there is one, and keeps it after a restart (the estimate ran
  * 0.26 ms where the bundled model's queued-ahead step at batch 32 took
  * 0.33 on an H200, and read in its place after a burst's restart it
- * turned MTP off where drafting paid 8%; NOTES.md, session 20; and at a
- * batch of 1 it is 0.145 ms where a step runs 0.170: session 30). After a
- * restart, though, the measured time is of the last burst's contexts:
- * where the bucket measured the ratio of the two (ahead_ratio), t0 at
- * this burst's contexts times it (the bundled model's sampled batch of 32
- * priced plain decode at the last burst's 0.338 ms where it ran 0.30,
- * drafted for ~130 steps and ran 4% under plain; session 30; with the
- * queued-ahead steps' own times, not their intervals, the ratio priced
- * batch 1's 0.170 at 0.16 and it stopped drafting where that paid 8%). */
+ * turned MTP off where drafting paid 8%; NOTES.md, session 20). */
 static double plain_cost(const sd_adaptive *a, int batch, const sd_curve *tc)
 {
     const double t0 = curve_eval(tc, sd_row_bucket(batch), NULL, 0);
@@ -566,9 +540,6 @@ static double plain_cost(const sd_adaptive *a, int batch, const sd_curve *tc)
         return t0;
     const sd_adapt_target *t = &a->target[i];
     const int x = sd_row_bucket(batch);
-    const sd_curve_pt *pa = point_of(&t->ahead, x);
-    if (has_trusted(&t->ahead, x) && pa->at < t->ahead.restart && t->ahead_ratio > 0)
-        return t->ahead_ratio * t0;
     if (has_trusted(&t->ahead, x))
         return curve_eval(&t->ahead, x, NULL, 0);
     if (!has_trusted(&t->hide, 1))

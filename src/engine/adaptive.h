@@ -127,16 +127,9 @@ typedef struct sd_adapt_target {
      * for 1 request, 0.32 for 8, 0.57 for 32) */
     sd_curve draft;
     /* plain steps queued ahead (the owner's a->ahead): their time vs rows,
-     * the interval from the step before's tokens to their own (the host's
-     * work between them runs during the step, where the step is long
-     * enough to hide it) */
+     * from the end of the host's work on the step before to their tokens
+     * (what the other curves leave out, the host's part, runs during them) */
     sd_curve ahead;
-    /* a queued-ahead plain step's time over one read alone, at the same
-     * contexts: the first queued-ahead steps (SD_CURVE_STALE steps at most)
-     * after plain steps read alone; 0 before. It prices plain decode after
-     * a restart, the queued-ahead time being of the last burst's contexts
-     * (0.5-1.2: at a batch of 1 queueing ahead hides next to nothing) */
-    double ahead_ratio;
     /* what queueing ahead would hide of a step read one at a time (its
      * upload and launch, its download: the host's work around it is in
      * no step's time): one point, x = 1 */

@@ -1269,20 +1269,10 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
     int prompt_rows = 0;
     for (int i = 0; i < s->n_seq; i++)
         prompt_rows += s->seqs[i] ? s->seqs[i]->chunk : 0;
-    /* a step queued ahead: another curve, of the interval between the step
-     * before's tokens and its own (what plain decode costs where it runs
-     * ahead; its own time starts after the host's work on the step before,
-     * which a batch of 1 on an H200 does not hide: 0.157-0.174 ms against
-     * 0.170 a step; NOTES.md, session 30), or its own time where the step
-     * before was of another batch */
-    if (!prompt_rows && !L->gathered) { /* (gathered: it ran during its drafting phase) */
-        double t = t_target;
-        if (L->queued && e->last_read_ns && e->last_read_n == s->n_seq && t_end > e->last_read_ns)
-            t = SD_MAX(t, (double)(t_end - e->last_read_ns) * 1e-9);
-        sd__plan_observe(e, L->queued ? SD_OBS_AHEAD : SD_OBS_TARGET, s->T, s->n_seq, t);
-    }
-    e->last_read_ns = prompt_rows ? 0 : t_end;
-    e->last_read_n = s->n_seq;
+    /* a step queued ahead is timed from the end of the host's work on the
+     * step before (that work ran during it): another curve */
+    if (!prompt_rows && !L->gathered) /* (gathered: it ran during its drafting phase) */
+        sd__plan_observe(e, L->queued ? SD_OBS_AHEAD : SD_OBS_TARGET, s->T, s->n_seq, t_target);
     e->verify_s_total += t_target;
     double t_draft = 0; /* the drafting phase's part of the step */
     /* 4. accept / sample / stream */

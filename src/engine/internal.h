@@ -244,10 +244,6 @@ struct sd_engine {
     uint64_t prop_oneoff;
     uint64_t plain_steps; /* target steps without the proposer's hidden states */
     uint64_t draft_phases, draft_observed, draft_oneoff; /* sd_engine_stats.spec_draft_* */
-    /* when the last step read's tokens came (0: it had prompt rows) and its
-     * requests: a queued-ahead step's interval (read_step) */
-    uint64_t last_read_ns;
-    int last_read_n;
     int pad_seq;        /* block-table row of padding rows: the trash block */
     int32_t trash_slot; /* first slot of the trash block (past the pool's) */
     sd_synthetic synth; /* --synthetic-accept (benchmarks only; n == 0: off) */

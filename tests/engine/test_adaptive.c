@@ -955,111 +955,6 @@ TEST(plain_decode_queued_ahead_is_priced_at_its_own_cost)
     ASSERT_NEAR(sd_adaptive_plain_cost(&b, 4), 0.100e-3, 1e-12);
 }
 
-/* The H200's sampled batch of 32 on the bundled model (MTP, temperature
- * 0.8): a burst went plain early, its queued-ahead steps 0.29 ms at first
- * (0.33 read alone), 0.338 at the end's long contexts. The next burst's
- * refresh measured one draft (0.385 + 0.154 ms, 1.76 tokens a request)
- * and a plain step read alone (0.330 ms) at its short contexts, but priced
- * plain decode at the last burst's 0.338: 104.2 tokens/ms against 94.7,
- * so it drafted for ~130 steps, and ran 4% under plain (NOTES.md, session
- * 30). The ratio of the two times at the same contexts prices it now. */
-static double ratio_of(const sd_adaptive *a, int bucket)
-{
-    for (int i = 0; i < SD_ADAPT_BATCHES; i++)
-        if (a->target[i].batch == bucket)
-            return a->target[i].ahead_ratio;
-    return -1;
-}
-
-TEST(a_burst_prices_plain_decode_at_its_own_contexts)
-{
-    sd_adaptive a;
-    sd_accept_stats acc;
-    fresh(&a, &acc);
-    a.ahead = 1;
-    for (int i = 0; i < 2310; i++)
-        sd_accept_stats_add(&acc, 1, i < 1749); /* 0.757 */
-    for (int i = 0; i < 40; i++) { /* (drafting phases enough to be no hope's) */
-        sd_adaptive_observe_target(&a, 32, 64, 0.385e-3);
-        sd_adaptive_observe_draft(&a, 32, 1, 0.154e-3);
-        sd_adaptive_observe_target(&a, 32, 32, 0.330e-3);
-        sd_adaptive_observe_hidden(&a, 32, 0.010e-3);
-    }
-    sd_adaptive b = a; /* the same, but its first queued-ahead steps came late */
-    for (int i = 0; i < SD_CURVE_STALE + 4; i++) /* (the ratio's window, and past it) */
-        sd_adaptive_observe_ahead(&a, 32, 32, 0.290e-3);
-    ASSERT_NEAR(ratio_of(&a, 32), 0.290 / 0.330, 1e-12);
-    for (int i = 0; i < 20; i++)
-        sd_adaptive_observe_target(&b, 32, 16, 0.200e-3); /* (the clock: other steps) */
-    for (int i = 0; i < 10; i++)
-        sd_adaptive_observe_ahead(&b, 32, 32, 0.290e-3);
-    ASSERT_NEAR(ratio_of(&b, 32), 0, 0);
-    sd_adaptive *ab[] = {&a, &b};
-    for (int j = 0; j < 2; j++) {
-        sd_adaptive *x = ab[j];
-        for (int i = 0; i < 400; i++)
-            sd_adaptive_observe_ahead(x, 32, 32, 0.338e-3);
-        ASSERT_NEAR(sd_adaptive_plain_cost(x, 32), 0.338e-3, 1e-12);
-        sd_adaptive_refresh(x);
-        ASSERT_EQ(sd_adaptive_pick_k(x, &acc, 32, 32), 1);
-        sd_adaptive_observe_target(x, 32, 64, 0.385e-3);
-        sd_adaptive_observe_draft(x, 32, 1, 0.154e-3);
-        ASSERT_EQ(sd_adaptive_pick_k(x, &acc, 32, 32), 0);
-        sd_adaptive_observe_target(x, 32, 32, 0.330e-3);
-    }
-    /* this burst's step read alone times the ratio: plain */
-    ASSERT_NEAR(sd_adaptive_plain_cost(&a, 32), 0.290e-3, 1e-12);
-    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 32), 0);
-    ASSERT_EQ(a.refresh_at, 0);
-    /* no ratio measured: the last queued-ahead time, as before */
-    ASSERT_NEAR(sd_adaptive_plain_cost(&b, 32), 0.338e-3, 1e-12);
-    ASSERT_GE(sd_adaptive_pick_k(&b, &acc, 32, 32), 1);
-    /* queued ahead again: this burst's own time */
-    for (int i = 0; i < SD_CURVE_TRUST; i++)
-        sd_adaptive_observe_ahead(&a, 32, 32, 0.295e-3);
-    ASSERT_NEAR(sd_adaptive_plain_cost(&a, 32), 0.295e-3, 1e-12);
-}
-
-/* The same at a batch of 1 (the draft LM, temperature 0.8, on the H200):
- * a step read alone 0.168 ms, queued ahead 0.172 from the step before's
- * tokens to its own (the host's work between them is not hidden there).
- * After a restart plain decode is priced at t0 times that ratio, and one
- * draft (1.72 tokens in 0.186 + 0.067 ms: 6.8 a ms) pays against 5.9; priced
- * at the queued-ahead steps' own times (0.16) it stopped drafting where
- * drafting ran 8-10% over plain (NOTES.md, session 30). */
-TEST(a_batch_of_one_prices_plain_decode_at_its_interval)
-{
-    sd_adaptive a;
-    sd_accept_stats acc;
-    fresh(&a, &acc);
-    a.ahead = 1;
-    for (int i = 0; i < 1000; i++) /* first drafts 0.72, seconds 0.7 of those */
-        sd_accept_stats_add(&acc, 2, i < 720 ? (i < 504 ? 2 : 1) : 0);
-    for (int i = 0; i < 40; i++) {
-        sd_adaptive_observe_target(&a, 1, 2, 0.186e-3);
-        sd_adaptive_observe_draft(&a, 1, 1, 0.067e-3);
-        sd_adaptive_observe_target(&a, 1, 3, 0.209e-3);
-        sd_adaptive_observe_draft(&a, 1, 2, 0.134e-3);
-        sd_adaptive_observe_target(&a, 1, 1, 0.168e-3);
-        sd_adaptive_observe_hidden(&a, 1, 0.023e-3);
-    }
-    /* t0 less the hidden time: 0.145 ms, plain */
-    ASSERT_NEAR(sd_adaptive_plain_cost(&a, 1), 0.145e-3, 1e-12);
-    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 1), 0);
-    for (int i = 0; i < 400; i++)
-        sd_adaptive_observe_ahead(&a, 1, 1, 0.172e-3);
-    ASSERT_NEAR(ratio_of(&a, 1), 0.172 / 0.168, 1e-12);
-    ASSERT_GE(sd_adaptive_best_k(&a, &acc, 1), 1);
-    sd_adaptive_refresh(&a);
-    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 1, 1), 1);
-    sd_adaptive_observe_target(&a, 1, 2, 0.186e-3);
-    sd_adaptive_observe_draft(&a, 1, 1, 0.067e-3);
-    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 1, 1), 0);
-    sd_adaptive_observe_target(&a, 1, 1, 0.165e-3);
-    ASSERT_NEAR(sd_adaptive_plain_cost(&a, 1), 0.165e-3 * 0.172 / 0.168, 1e-12);
-    ASSERT_GE(sd_adaptive_pick_k(&a, &acc, 1, 1), 1);
-}
-
 /* a refresh's picks at batch 32: one draft measured at the short context
  * (0.34 + 0.12 ms), then a plain step (0.30 ms), then drafting (32 x 1.9
  * tokens in 0.46 ms, 132 a ms, against 107) */
@@ -1244,6 +1139,4 @@ TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draf
           T(a_draft_for_one_request_of_eight_must_pay_for_the_whole_step),
           T(drafts_of_a_few_steps_are_not_settled_evidence),
           T(noisy_small_gpu_steps_draft_in_most_runs),
-          T(plain_decode_queued_ahead_is_priced_at_its_own_cost),
-          T(a_burst_prices_plain_decode_at_its_own_contexts),
-          T(a_batch_of_one_prices_plain_decode_at_its_interval))
+          T(plain_decode_queued_ahead_is_priced_at_its_own_cost))
