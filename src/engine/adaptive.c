@@ -743,6 +743,7 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
     /* both sides measured again since sd_adaptive_refresh: a draft, then
      * the plain step (a point measured before the curves restarted starts
      * over from its new time: one step each) */
+    int refreshed = 0;
     if (a->refresh_at) {
         const int x1 = sd_row_bucket(step_rows(batch, drafting, 1)), x0 = sd_row_bucket(batch);
         if (point_at(a, batch, x1) < a->refresh_at)
@@ -750,11 +751,14 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
         if (point_at(a, batch, x0) < a->refresh_at)
             return 0;
         a->refresh_at = 0;
+        refreshed = 1;
     }
     int k = best_k(a, acc, batch, drafting, 0, 0);
-    if (k != a->last_k && sd_log_level() >= SD_LOG_DEBUG) {
-        sd_log_debug("adaptive k: %d -> %d at batch %d (step %llu)", a->last_k, k, batch,
-                     (unsigned long long)a->steps);
+    /* a change, and the first choice on a refresh's prices even where it
+     * is no change (a burst's verdict: NOTES.md, session 30) */
+    if ((k != a->last_k || refreshed) && sd_log_level() >= SD_LOG_DEBUG) {
+        sd_log_debug("adaptive k: %d -> %d at batch %d (step %llu)%s", a->last_k, k, batch,
+                     (unsigned long long)a->steps, refreshed ? ", measured again" : "");
         best_k(a, acc, batch, drafting, 1, 0);
     }
     a->last_k = k;
