@@ -12,7 +12,8 @@ b=${1:?BUILD_DIR}; d=${2:?DIR}
 rm -rf "$d"
 mkdir -p "$d/bench" "$d/tests"
 cp "$b/specd" "$b/tests/test_gpu_ops" "$b/tests/test_gpu_model" "$b/tests/test_gpu_comm" "$d/"
-cp "$b/bench/specd-bench-decode" "$b/bench/specd-bench-allreduce" "$b/bench/specd-bench-kernels" "$d/bench/"
+cp "$b/bench/specd-bench-decode" "$b/bench/specd-bench-allreduce" "$b/bench/specd-bench-kernels" \
+    "$b/bench/specd-bench-serve" "$d/bench/"
 cp "$b/tests/test_engine_context" "$d/tests/"
 tar -C "$(dirname "$d")" -cf - "$(basename "$d")" | xz -9 -T0 > "$d.txz"
 ls -la "$d.txz"
