@@ -8,11 +8,13 @@ usage: adaptive_merge.py DIR OUT COMMIT DEVICE "CONFIGS"
 """
 import glob, json, os, statistics, sys
 w, out, commit, dev, configs = sys.argv[1:6]
-runs = {}
+runs, temp = {}, {}
 for p in glob.glob(os.path.join(w, "*.json")):
     label, spec, rnd = os.path.basename(p)[:-5].rsplit("-", 2)
     reps = {}
-    for x in json.load(open(p))["results"]:
+    d = json.load(open(p))
+    temp[label] = d.get("temperature", 0)
+    for x in d["results"]:
         reps.setdefault(x["batch"], []).append(x)
     for b, xs in reps.items():  # the median repeat (the lower middle of an even count)
         xs.sort(key=lambda x: x["decode_tokens_per_s"])
@@ -36,13 +38,16 @@ for (label, spec, rnd, b), x in sorted(runs.items()):
 summary = {f"{spec} b{b} {label}": dict(min=round(min(v), 3), median=round(statistics.median(v), 3),
                                         max=round(max(v), 3), below_plain=sum(s < 1 for s in v), runs=len(v))
            for (spec, b, label), v in sorted(cells.items())}
-# the noise band: plain decode of each build over the first build's, the
-# same round and batch (with one build: none). A speedup within it of 1.0
-# is not a measured loss.
+# the noise band: plain decode of each build over the first build's at the
+# same temperature, the same round and batch (with one build a
+# temperature: none). A speedup within it of 1.0 is not a measured loss.
 labels = sorted({k[0] for k in runs}, key=lambda l: configs.find(l + "="))
-band = [runs[(l, "none", rnd, b)]["decode_tokens_per_s"] / runs[(labels[0], "none", rnd, b)]["decode_tokens_per_s"]
-        for (l, spec, rnd, b) in runs if spec == "none" and l != labels[0]
-        and (labels[0], "none", rnd, b) in runs]
+first = {}
+for l in labels:
+    first.setdefault(temp[l], l)
+band = [runs[(l, "none", rnd, b)]["decode_tokens_per_s"] / runs[(f, "none", rnd, b)]["decode_tokens_per_s"]
+        for (l, spec, rnd, b) in runs for f in [first[temp[l]]]
+        if spec == "none" and l != f and (f, "none", rnd, b) in runs]
 plain_band = dict(min=round(min(band), 3), max=round(max(band), 3), n=len(band)) if band else None
 json.dump(dict(benchmark="bench/gpu/adaptive_run.sh", commit=commit, device=dev, configs=configs,
                summary=summary, plain_band=plain_band, runs=rows),
@@ -52,6 +57,6 @@ with open(os.path.join(out, "summary.txt"), "w") as f:
         f.write(f"{k:28s} min {v['min']:.3f} median {v['median']:.3f} max {v['max']:.3f} "
                 f"below plain {v['below_plain']}/{v['runs']}\n")
     if plain_band:
-        f.write(f"plain of the other builds over the first's, same round and batch: "
+        f.write(f"plain of the other builds over the first's at their temperature, same round and batch: "
                 f"{plain_band['min']:.3f}-{plain_band['max']:.3f} ({plain_band['n']} pairs)\n")
 print(open(os.path.join(out, "summary.txt")).read(), end="")
