@@ -45,9 +45,11 @@ labels = sorted({k[0] for k in runs}, key=lambda l: configs.find(l + "="))
 first = {}
 for l in labels:
     first.setdefault(temp[l], l)
-band = [runs[(l, "none", rnd, b)]["decode_tokens_per_s"] / runs[(f, "none", rnd, b)]["decode_tokens_per_s"]
-        for (l, spec, rnd, b) in runs for f in [first[temp[l]]]
-        if spec == "none" and l != f and (f, "none", rnd, b) in runs]
+band = []
+for (l, spec, rnd, b), x in runs.items():
+    base = runs.get((first[temp[l]], "none", rnd, b))
+    if spec == "none" and l != first[temp[l]] and base:
+        band.append(x["decode_tokens_per_s"] / base["decode_tokens_per_s"])
 plain_band = dict(min=round(min(band), 3), max=round(max(band), 3), n=len(band)) if band else None
 json.dump(dict(benchmark="bench/gpu/adaptive_run.sh", commit=commit, device=dev, configs=configs,
                summary=summary, plain_band=plain_band, runs=rows),

@@ -14,6 +14,10 @@
 #   -c LIST     concurrencies (default: 1,2,4,8,16,32,64,128,256)
 #   -m TEXT     machine description for the JSON (default: from /proc/cpuinfo or nvidia-smi)
 #   -b DIR      build folder (default: build-release)
+#   -B DIR      prebuilt binaries instead of a build: DIR/specd and
+#               DIR/bench/specd-bench-serve (bench/gpu/pack.sh's folder, on a machine
+#               the build was carried to); with -1 nothing but python3 is needed
+#               (no jq; the plot is left out where gnuplot or jq is missing)
 #   -s "ARGS"   extra `specd serve` options (e.g. "--model /models/X --tp 8")
 #   -P PORT     first port for the servers (default 18123; one port per label)
 #   -1          one server at a time, each swept whole (for a GPU that holds one model);
@@ -29,12 +33,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 invocation="bench/serve/sweep.sh $*"
 name="" proposers=mtp,mtp:3 levels=1,2,4,8,16,32,64,128,256 machine="" build=build-release
-serve_extra="" port=18123 serial=0
-while getopts "n:p:c:m:b:s:P:1h" o; do
+serve_extra="" port=18123 serial=0 prebuilt=""
+while getopts "n:p:c:m:b:B:s:P:1h" o; do
     case $o in
     n) name=$OPTARG ;; p) proposers=$OPTARG ;; c) levels=$OPTARG ;; m) machine=$OPTARG ;;
-    b) build=$OPTARG ;; s) serve_extra=$OPTARG ;; P) port=$OPTARG ;; 1) serial=1 ;;
-    *) sed -n '2,28p' "$0"; exit 2 ;;
+    b) build=$OPTARG ;; B) prebuilt=$OPTARG ;; s) serve_extra=$OPTARG ;; P) port=$OPTARG ;;
+    1) serial=1 ;;
+    *) sed -n '2,31p' "$0"; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
@@ -47,13 +52,17 @@ fi
 results=${RESULTS:-bench/results}
 mkdir -p "$results"
 
-[[ -f $build/build.ninja ]] || meson setup "$build" --buildtype=release >/dev/null
-ninja -C "$build" specd bench/specd-bench-serve >/dev/null
+if [[ -n $prebuilt ]]; then
+    build=$prebuilt
+else
+    [[ -f $build/build.ninja ]] || meson setup "$build" --buildtype=release >/dev/null
+    ninja -C "$build" specd bench/specd-bench-serve >/dev/null
+fi
 bench=$build/bench/specd-bench-serve
 
 gpu=0
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 &&
-   grep -q SD_HAVE_CUDA "$build/build.ninja"; then gpu=1; fi
+   { [[ -n $prebuilt ]] || grep -q SD_HAVE_CUDA "$build/build.ninja"; }; then gpu=1; fi
 [[ -n $name ]] || { ((gpu)) && name=gpu || name=cpu; }
 if [[ -z $machine ]]; then
     if ((gpu)); then
@@ -157,19 +166,25 @@ else
         echo "sweep.sh: wrote $results/serve-$name-$l.json" >&2
     done
 fi
-RESULTS=$results bench/plot/plot.sh "serve-$name"
+if command -v gnuplot >/dev/null && command -v jq >/dev/null; then
+    RESULTS=$results bench/plot/plot.sh "serve-$name"
+else
+    echo "sweep.sh: no gnuplot or jq here: bench/plot/plot.sh serve-$name makes the PNGs elsewhere" >&2
+fi
 
 # the short table, last: every label at every level
-printf '%-7s %5s %5s %5s %8s %10s %12s %12s %11s %7s %7s\n' label conc done fail req/s "out tok/s" \
-    "TTFT p50 ms" "TPOT p50 ms" "ITL p50 ms" accept "acc len"
-for l in "${labels[@]}"; do
-    jq -r --arg l "$l" '.runs[] | [$l, .concurrency, .summary.completed, .summary.failed,
-        .summary.request_throughput, .summary.output_throughput, .summary.median_ttft_ms,
-        .summary.median_tpot_ms, .summary.median_itl_ms,
-        (.server_speculative.acceptance_rate // "-"), (.server_speculative.mean_accepted_length // "-")] |
-        map(if type == "number" and . != (. | floor) then (. * 100 | round / 100) else . end) |
-        map(. // "-" | tostring) | @tsv' "$results/serve-$name-$l.json" |
-        while IFS=$'\t' read -r a b c d e f g h i j k; do
-            printf '%-7s %5s %5s %5s %8s %10s %12s %12s %11s %7s %7s\n' "$a" "$b" "$c" "$d" "$e" "$f" "$g" "$h" "$i" "$j" "$k"
-        done
-done
+python3 - "$results" "$name" "${labels[@]}" <<'E'
+import json, sys
+results, name, labels = sys.argv[1], sys.argv[2], sys.argv[3:]
+row = "%-7s %5s %5s %5s %8s %10s %12s %12s %11s %7s %7s"
+print(row % ("label", "conc", "done", "fail", "req/s", "out tok/s", "TTFT p50 ms", "TPOT p50 ms",
+             "ITL p50 ms", "accept", "acc len"))
+num = lambda v: "-" if v is None else str(round(v, 2)) if isinstance(v, float) else str(v)
+for l in labels:
+    for r in json.load(open("%s/serve-%s-%s.json" % (results, name, l)))["runs"]:
+        s, sp = r["summary"], r.get("server_speculative") or {}
+        print(row % tuple(map(num, (l, r["concurrency"], s["completed"], s["failed"],
+                                    s["request_throughput"], s["output_throughput"],
+                                    s["median_ttft_ms"], s["median_tpot_ms"], s["median_itl_ms"],
+                                    sp.get("acceptance_rate"), sp.get("mean_accepted_length")))))
+E
