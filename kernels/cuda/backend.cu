@@ -594,6 +594,8 @@ void sd_cuda_set_gemv_few(sd_backend *be, int min_rows, int long_rows)
 
 void sd_cuda_set_pdl(sd_backend *be, int on) { sd__cuda_of(be)->pdl = on != 0; }
 
+long sd_cuda_gemm_trials(sd_backend *be) { return sd__cuda_of(be)->gemm_trials; }
+
 void sd_cuda_set_attn_split_all(sd_backend *be, int level)
 {
     sd__cuda_of(be)->attn_split_all = level_or(level, 2, SD_CUDA_ATTN_SPLIT_ALL_DEFAULT);

@@ -28,6 +28,7 @@ typedef struct sd__gemm_plan {
     int n, ldb;           /* activation rows, leading dimension */
     uint32_t al_a, al_b, al_d; /* pointer alignments (bytes, <= 256) */
     int ok;               /* 0: no algorithm; the tiled kernel runs instead */
+    int timed;            /* its algorithm is a timed trial's choice (or one shared from it) */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulAlgo_t algo;
@@ -165,6 +166,7 @@ typedef struct sd__cuda {
     /* cuBLASLt plans, replaced round-robin when full */
     sd__gemm_plan plans[SD__GEMM_PLANS];
     int n_plans, next_evict;
+    long gemm_trials; /* timed trials run (sd_cuda_gemm_trials) */
     /* weights uploaded by weight(), freed at destroy if still held */
     void **weights;
     int n_weights, cap_weights;

@@ -45,6 +45,13 @@ extern "C" {
 #define SD_CUDA_GEMV_FEW_LONG_DEFAULT 1
 void sd_cuda_set_gemv_few(sd_backend *be, int min_rows, int long_rows);
 
+/* cuBLASLt's timed trials of candidate algorithms run so far: one per GEMM
+ * shape and row count up to SD_CUDA_GEMM_EXACT_ROWS rows; above, one per
+ * shape and power-of-two row bucket (the other row counts of a bucket take
+ * its choice where cuBLASLt accepts it for them) */
+#define SD_CUDA_GEMM_EXACT_ROWS 256
+long sd_cuda_gemm_trials(sd_backend *be);
+
 /* (token, expert) pairs (n * top_k) up to which moe_ffn runs the fused
  * small-batch path (no sort: gate/up per pair, down + combine per token);
  * above it, or when a dimension is not a multiple of 8, the sorted grouped

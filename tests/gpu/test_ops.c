@@ -654,6 +654,36 @@ TEST(matmul_many_rows_match_the_cpu)
     ASSERT(ok);
 }
 
+/* Row counts above SD_CUDA_GEMM_EXACT_ROWS share their power-of-two
+ * bucket's timed trial: a prefill of a new length runs no trial where
+ * another length of its bucket did (the bundled model's first 694-row
+ * prefill took 30.7 ms to launch on an H200, 0.46 ms the second time), and
+ * each still matches the CPU. */
+TEST(matmul_row_counts_of_one_bucket_share_its_timed_trial)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    const int N = 1024, K = 1024;
+    int ok = mm_case(&e, SD_DT_BF16, 300, N, K, K, 0);
+    const long t0 = sd_cuda_gemm_trials(e.gpu);
+    ok &= reportf(t0 > 0 ? 0 : 1, 0, "matmul BF16 n=300: a timed trial ran (%ld)", t0);
+    ok &= mm_case(&e, SD_DT_BF16, 400, N, K, K, 0); /* 257..512: the same bucket */
+    ok &= mm_case(&e, SD_DT_BF16, 511, N, K, K, 0);
+    const long t1 = sd_cuda_gemm_trials(e.gpu);
+    ok &= reportf((double)(t1 - t0), 0, "matmul BF16 n=400, 511 after n=300: trials run");
+    ok &= mm_case(&e, SD_DT_BF16, 700, N, K, K, 0); /* 513..1024: its own */
+    ok &= reportf(sd_cuda_gemm_trials(e.gpu) > t1 ? 0 : 1, 0,
+                  "matmul BF16 n=700: another bucket's trial ran");
+    /* at or below the exact rows every count is its own */
+    const long t2 = sd_cuda_gemm_trials(e.gpu);
+    ok &= mm_case(&e, SD_DT_BF16, 200, N, K, K, 0);
+    ok &= mm_case(&e, SD_DT_BF16, 201, N, K, K, 0);
+    ok &= reportf(fabs(2.0 - (double)(sd_cuda_gemm_trials(e.gpu) - t2)), 0,
+                  "matmul BF16 n=200, 201: a trial each");
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
 TEST(matmul_heads_matches_the_cpu)
 {
     gpu_env e;
@@ -3278,7 +3308,7 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(rope_matches_the_cpu_for_every_variant_up_to_8k_positions),
           T(matmul_gemv_rows_match_the_cpu_in_fp32), T(matmul_gemv_rows_do_not_depend_on_the_batch),
           T(matmul_few_row_gemv_gives_the_gemvs_bits),
-          T(matmul_many_rows_match_the_cpu),
+          T(matmul_many_rows_match_the_cpu), T(matmul_row_counts_of_one_bucket_share_its_timed_trial),
           T(matmul_silu_matches_the_cpu_and_the_gpus_matmul_then_silu_mul_bitwise),
           T(matmul_heads_matches_the_cpu), T(attn_gqa_matches_the_cpu_on_ragged_paged_batches),
           T(rope_kv_and_mla_prep_match_the_cpu_on_ragged_paged_batches),
