@@ -17,7 +17,10 @@
  * --ahead: the engine priced k = 0 at a queued-ahead plain step (a GPU's
  * engine with launch ahead): its "queued-ahead step" and "hidden by
  * queueing ahead" lines are fed too (no pick after a queued-ahead step:
- * the engine makes none while no request tracks the proposer).
+ * the engine makes none while no request tracks the proposer), each
+ * queued-ahead step with the keys of the step line before it, and each
+ * pick with the keys of the last step line, a request's rows' keys as
+ * one row's, and a token more a request (the engine's sd_adaptive.keys).
  *
  * usage: specd-adaptive-replay [--accept P] [--k-max K] [--ahead] [--quiet] < LOG */
 #include <stdio.h>
@@ -71,7 +74,17 @@ int main(int argc, char **argv)
     char line[1024];
     long n_target = 0, n_draft = 0, offs = 0, by_k[SD_ACCEPT_POSITIONS + 1] = {0};
     int last = -1, zeros = 0;
+    long long keys = 0; /* the last step line's keys */
     while (fgets(line, sizeof line, stdin)) {
+        const char *sl = strstr(line, "debug: target step: ");
+        const char *kw = sl ? strstr(sl, " keys") : NULL;
+        if (kw) { /* "... ms, N keys" */
+            const char *num = kw;
+            while (num > sl && num[-1] >= '0' && num[-1] <= '9')
+                num--;
+            keys = atoll(num);
+            continue;
+        }
         const char *t = strstr(line, "adaptive k: target step: rows x batch ");
         const char *d = strstr(line, "adaptive k: drafting phase: requests x k ");
         const char *q = strstr(line, "adaptive k: queued-ahead step: rows x batch ");
@@ -80,7 +93,7 @@ int main(int argc, char **argv)
         double ms;
         if (q && sscanf(q, "adaptive k: queued-ahead step: rows x batch %d x %d: %lf ms", &x, &y,
                         &ms) == 3) {
-            sd_adaptive_observe_ahead(&a, y, x, ms * 1e-3);
+            sd_adaptive_observe_ahead(&a, y, x, ms * 1e-3, (double)keys);
             continue;
         }
         if (h && sscanf(h, "adaptive k: hidden by queueing ahead: 1 x batch %d x %d: %lf ms", &x,
@@ -98,6 +111,7 @@ int main(int argc, char **argv)
             continue;
         sd_adaptive_observe_target(&a, y, x, ms * 1e-3);
         n_target++;
+        a.keys = keys > 0 ? (double)keys * y / x + y : 0; /* a row a request */
         int k = sd_adaptive_pick_k(&a, &acc, y, y);
         by_k[k]++;
         if (k != last && !quiet)

@@ -28,7 +28,7 @@ typedef struct sd__gemm_plan {
     int n, ldb;           /* activation rows, leading dimension */
     uint32_t al_a, al_b, al_d; /* pointer alignments (bytes, <= 256) */
     int ok;               /* 0: no algorithm; the tiled kernel runs instead */
-    int timed;            /* its algorithm is a timed trial's choice (or one shared from it) */
+    int timed;            /* its algorithm is its own timed trial's choice (not shared) */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulAlgo_t algo;

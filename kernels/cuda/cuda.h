@@ -46,10 +46,12 @@ extern "C" {
 void sd_cuda_set_gemv_few(sd_backend *be, int min_rows, int long_rows);
 
 /* cuBLASLt's timed trials of candidate algorithms run so far: one per GEMM
- * shape and row count up to SD_CUDA_GEMM_EXACT_ROWS rows; above, one per
- * shape and power-of-two row bucket (the other row counts of a bucket take
- * its choice where cuBLASLt accepts it for them) */
-#define SD_CUDA_GEMM_EXACT_ROWS 256
+ * shape and row count up to SD_CUDA_GEMM_EXACT_ROWS rows; above, a row
+ * count takes the choice of a timed one of its shape with more rows, at
+ * most twice its own, or one in its power-of-two bucket above
+ * SD_CUDA_GEMM_POW2_ROWS, where cuBLASLt accepts it (matmul.cu) */
+#define SD_CUDA_GEMM_EXACT_ROWS 64
+#define SD_CUDA_GEMM_POW2_ROWS 256
 long sd_cuda_gemm_trials(sd_backend *be);
 
 /* (token, expert) pairs (n * top_k) up to which moe_ffn runs the fused

@@ -24,6 +24,7 @@
  * matmul_heads is the same with the head as a batch index: weight rows
  * h*N.., activations at h*x_head_stride + x_off, output (n, H, N). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/gemv.cuh"
@@ -902,11 +903,11 @@ static int time_algos(sd__cuda *c, sd__gemm_plan *p, const cublasLtMatmulHeurist
     return pick;
 }
 
-/* the power-of-two bucket of n rows above SD_CUDA_GEMM_EXACT_ROWS (0: at
- * or below it, every row count its own trial) */
+/* the power-of-two bucket of n rows above SD_CUDA_GEMM_POW2_ROWS (0: at or
+ * below it) */
 static int row_bucket(int n)
 {
-    int b = SD_CUDA_GEMM_EXACT_ROWS;
+    int b = SD_CUDA_GEMM_POW2_ROWS;
     if (n <= b)
         return 0;
     while (b < n && b < (1 << 30))
@@ -914,22 +915,35 @@ static int row_bucket(int n)
     return b;
 }
 
-/* A timed trial's choice for another row count of p's shape and row
- * bucket, where cuBLASLt accepts it for p's layouts: a prefill of a new
- * length (its rows: the step's prompt tokens) ran the trial of every GEMM
- * shape again, its first launch 7-87 ms on the bundled model on an H200
- * where the same rows took 0.5 ms the second time (NOTES.md, session 30).
- * 1 when p took it. */
+/* q's trial may serve p's row count: p above SD_CUDA_GEMM_EXACT_ROWS rows
+ * and q with more rows, at most twice p's (the padded steps' row counts,
+ * whose graphs are captured at start in increasing order, each run their
+ * own trial there, and a prompt step's rows between two of them take the
+ * larger's choice), or both in one power-of-two bucket above
+ * SD_CUDA_GEMM_POW2_ROWS (long prompts in any order) */
+static int may_share(const sd__gemm_plan *q, const sd__gemm_plan *p)
+{
+    if (p->n <= SD_CUDA_GEMM_EXACT_ROWS)
+        return 0;
+    const int bucket = row_bucket(p->n);
+    return (q->n > p->n && q->n <= 2 * p->n) || (bucket && row_bucket(q->n) == bucket);
+}
+
+/* A timed trial's choice for another row count of p's shape, where
+ * may_share allows it and cuBLASLt accepts it for p's layouts (the nearest
+ * such row count's): a prompt step of a new length (its rows: the step's
+ * prompt tokens) ran the trial of every GEMM shape again, its first launch
+ * 7-87 ms on the bundled model on an H200 where the same rows took 0.5 ms
+ * the second time, and ~4 ms more for prompts of ~80 tokens (NOTES.md,
+ * sessions 30 and 31). 1 when p took it. */
 static int share_choice(sd__cuda *c, sd__gemm_plan *p)
 {
-    const int bucket = row_bucket(p->n);
-    if (!bucket)
-        return 0;
+    const sd__gemm_plan *best = NULL;
     for (int i = 0; i < c->n_plans; i++) {
         const sd__gemm_plan *q = &c->plans[i];
         if (q == p || !q->used || !q->ok || !q->timed || q->dt != p->dt || q->N != p->N ||
             q->K != p->K || q->al_a != p->al_a || q->al_b != p->al_b || q->al_d != p->al_d ||
-            row_bucket(q->n) != bucket)
+            !may_share(q, p) || (best && abs(best->n - p->n) <= abs(q->n - p->n)))
             continue;
         cublasLtMatmulHeuristicResult_t chk;
         memset(&chk, 0, sizeof chk);
@@ -937,10 +951,12 @@ static int share_choice(sd__cuda *c, sd__gemm_plan *p)
                 CUBLAS_STATUS_SUCCESS ||
             chk.state != CUBLAS_STATUS_SUCCESS || chk.workspaceSize > c->lt_ws_bytes)
             continue;
-        p->algo = q->algo;
-        return 1;
+        best = q;
     }
-    return 0;
+    if (!best)
+        return 0;
+    p->algo = best->algo;
+    return 1;
 }
 
 /* The plan of y(n, N) = x(n, K) @ W^T, made on first use: column-major,
@@ -1005,7 +1021,7 @@ static sd__gemm_plan *get_plan(sd__cuda *c, int dt, int64_t N, int64_t K, int n,
         goto done;
     /* no algorithm for this shape is not a failure: the tiled kernel runs */
     if (share_choice(c, p)) {
-        p->ok = p->timed = 1;
+        p->ok = 1;
     } else if (cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref,
                                               LT_TRIAL_ALGOS, res, &got) == CUBLAS_STATUS_SUCCESS &&
                got > 0 && res[0].state == CUBLAS_STATUS_SUCCESS) {

@@ -2,6 +2,7 @@
 #include "engine/adaptive.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
@@ -296,26 +297,132 @@ static void clock_to(sd_adaptive *a)
     }
 }
 
-/* a target step, read one at a time or queued ahead: a tick of the clock */
-static void observe_step(sd_adaptive *a, int batch, int tokens, double secs, int ahead)
+/* a target step, read one at a time or queued ahead (keys >= 0: its
+ * keys): a tick of the clock */
+static void observe_step(sd_adaptive *a, int batch, int tokens, double secs, double keys)
 {
     if (tokens <= 0 || batch <= 0)
         return;
     sd_adapt_target *t = target_of(a, batch);
     clock_to(a);
-    sd_curve_add(ahead ? &t->ahead : &t->c, sd_row_bucket(tokens), secs);
+    const int x = sd_row_bucket(tokens);
+    sd_curve_add(keys >= 0 ? &t->ahead : &t->c, x, secs);
+    if (keys > 0) {
+        sd_adapt_ctx *c = &t->ctx;
+        const int i = c->n++ % SD_ADAPT_CTX_RING;
+        c->keys[i] = keys;
+        c->t[i] = secs;
+        c->at[i] = a->steps;
+        c->x[i] = x;
+    }
     t->used = a->steps;
     a->steps++;
 }
 
 void sd_adaptive_observe_target(sd_adaptive *a, int batch, int tokens, double secs)
 {
-    observe_step(a, batch, tokens, secs, 0);
+    observe_step(a, batch, tokens, secs, -1);
 }
 
-void sd_adaptive_observe_ahead(sd_adaptive *a, int batch, int tokens, double secs)
+void sd_adaptive_observe_ahead(sd_adaptive *a, int batch, int tokens, double secs, double keys)
 {
-    observe_step(a, batch, tokens, secs, 1);
+    observe_step(a, batch, tokens, secs, keys > 0 ? keys : 0);
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    const double u = *(const double *)x, v = *(const double *)y;
+    return (u > v) - (u < v);
+}
+
+/* the median of v[0..n) (sorts it) */
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The line through c's fresh times (SD_ADAPT_CTX_MIN of them at least) of
+ * rows bucket x against their keys, into c's fit: its slope from the
+ * medians of the half with fewer keys and the half with more (never
+ * falling: the same shape reads more keys no faster; flat where their keys
+ * hardly differ), its level the same low order statistic of the times less
+ * the slope's part as a curve point reads (pt_value: the 3rd smallest of
+ * 8, 2/7 of the way up), so this price and the speculative steps' are read
+ * alike. */
+static void ctx_fit(sd_adapt_ctx *c, uint64_t now, int x)
+{
+    typedef struct {
+        double k, t;
+    } kt;
+    kt v[SD_ADAPT_CTX_RING];
+    int m = 0;
+    uint64_t newest = 0;
+    for (int i = 0; i < c->n && i < SD_ADAPT_CTX_RING; i++)
+        if (c->x[i] == x && now - c->at[i] <= SD_CURVE_FRESH) {
+            v[m++] = (kt){c->keys[i], c->t[i]};
+            newest = c->at[i] > newest ? c->at[i] : newest;
+        }
+    c->fit_n = c->n;
+    c->fit_x = x;
+    /* good while its newest time is fresh (fitted again as each time went
+     * stale, a long stretch of drafting would refit at every step) */
+    c->fit_until = newest + SD_CURVE_FRESH;
+    c->fit_ok = m >= SD_ADAPT_CTX_MIN;
+    if (!c->fit_ok)
+        return;
+    for (int i = 1; i < m; i++) { /* by keys (the ring is mostly in order) */
+        kt p = v[i];
+        int j = i;
+        for (; j > 0 && v[j - 1].k > p.k; j--)
+            v[j] = v[j - 1];
+        v[j] = p;
+    }
+    double w[SD_ADAPT_CTX_RING];
+    const int h = m / 2;
+    double kl, tl, ku, tu;
+    for (int i = 0; i < h; i++)
+        w[i] = v[i].k;
+    kl = median_of(w, h);
+    for (int i = 0; i < h; i++)
+        w[i] = v[i].t;
+    tl = median_of(w, h);
+    for (int i = 0; i < m - h; i++)
+        w[i] = v[h + i].k;
+    ku = median_of(w, m - h);
+    for (int i = 0; i < m - h; i++)
+        w[i] = v[h + i].t;
+    tu = median_of(w, m - h);
+    const double slope = ku - kl > 0.05 * ku && tu > tl ? (tu - tl) / (ku - kl) : 0;
+    for (int i = 0; i < m; i++)
+        w[i] = v[i].t - slope * v[i].k;
+    qsort(w, (size_t)m, sizeof *w, cmp_double);
+    c->fit_slope = slope;
+    c->fit_level = w[(m - 1) * 2 / 7];
+    c->fit_kmin = v[0].k;
+}
+
+/* The queued-ahead step of rows bucket x at `keys` keys from c's line
+ * (ctx_fit, fitted again where c has a step since, another x is asked or
+ * the newest time it used went stale). Below the fewest keys measured the line
+ * falls no further than 3/4 of its time there. 0 where too few were
+ * measured. */
+static double ctx_price(const sd_adapt_ctx *cc, uint64_t now, int x, double keys)
+{
+    /* the fit is a cache: sd_adaptive is never a const object, a price is
+     * read through a const one */
+    sd_adapt_ctx *c = (sd_adapt_ctx *)cc;
+    if (keys <= 0 || c->n < SD_ADAPT_CTX_MIN)
+        return 0;
+    if (c->fit_n != c->n || c->fit_x != x || now > c->fit_until)
+        ctx_fit(c, now, x);
+    if (!c->fit_ok)
+        return 0;
+    const double at = c->fit_level + c->fit_slope * keys;
+    if (keys >= c->fit_kmin)
+        return at;
+    const double at_least = c->fit_level + c->fit_slope * c->fit_kmin;
+    return at > 0.75 * at_least ? at : 0.75 * at_least;
 }
 
 void sd_adaptive_observe_hidden(sd_adaptive *a, int batch, double secs)
@@ -523,8 +630,11 @@ static int k_measured(const sd_adaptive *a, int batch, int drafting, int k)
 
 /* k = 0's time at this batch from tc, its target curve: the step read one
  * at a time, t0. Where plain steps would be queued ahead (a->ahead): the
- * queued-ahead steps' own time where this bucket measured it (they run
- * once speculation is off for every request), else t0 less what queueing
+ * queued-ahead steps' time at the running requests' keys (a->keys,
+ * ctx_price) where this bucket measured enough of them, else their time
+ * as measured (they run once speculation is off for every request, and
+ * after a restart that time may be of the last burst's longer contexts),
+ * else t0 less what queueing
  * ahead hides of a step read one at a time (measured on every such step),
  * never under half of t0. That estimate errs low where a GPU already runs
  * part of a step during its launch call, so the measured time replaces it
@@ -540,6 +650,9 @@ static double plain_cost(const sd_adaptive *a, int batch, const sd_curve *tc)
         return t0;
     const sd_adapt_target *t = &a->target[i];
     const int x = sd_row_bucket(batch);
+    const double at_keys = ctx_price(&t->ctx, a->steps, x, a->keys);
+    if (at_keys > 0)
+        return at_keys;
     if (has_trusted(&t->ahead, x))
         return curve_eval(&t->ahead, x, NULL, 0);
     if (!has_trusted(&t->hide, 1))

@@ -116,6 +116,31 @@ double sd_curve_at(const sd_curve *c, double x, int *n_trusted);
  * step of 32 read off the curve of the 8's looked 1.5x cheaper than it ran. */
 #define SD_ADAPT_BATCHES 12
 
+/* Queued-ahead plain steps a batch bucket keeps with the keys they read:
+ * a plain step's time grows with its requests' contexts (the bundled model
+ * at batch 32 on an H200: 0.30 ms at 5k keys, 0.345 at 16k), and priced
+ * at the last burst's end a new burst's short contexts looked 15% dearer
+ * than they ran, so one draft, 0.95-0.97x plain there, was chosen
+ * (NOTES.md, session 30). */
+#define SD_ADAPT_CTX_RING 256
+/* fresh queued-ahead steps of a row count before their keys price it */
+#define SD_ADAPT_CTX_MIN 16
+
+typedef struct sd_adapt_ctx {
+    double keys[SD_ADAPT_CTX_RING], t[SD_ADAPT_CTX_RING];
+    uint64_t at[SD_ADAPT_CTX_RING]; /* the curves' clock (sd_adaptive.steps) */
+    int x[SD_ADAPT_CTX_RING];       /* its rows' bucket */
+    int n;                          /* steps seen (the ring keeps the last ones) */
+    /* the line last fitted (adaptive.c's ctx_price: a pick reads it several
+     * times, and fitted at each read the sorts took tens of us of host time
+     * a step, 12% of a sampled batch-8 step on an H200; NOTES.md, session
+     * 31): of fit_n steps at rows fit_x, good up to the clock fit_until (its
+     * oldest time's freshness); fit_ok 0: too few */
+    int fit_n, fit_x, fit_ok;
+    uint64_t fit_until;
+    double fit_slope, fit_level, fit_kmin;
+} sd_adapt_ctx;
+
 /* the curves of one batch bucket */
 typedef struct sd_adapt_target {
     int batch;     /* its batch bucket (0: unused) */
@@ -134,6 +159,9 @@ typedef struct sd_adapt_target {
      * upload and launch, its download: the host's work around it is in
      * no step's time): one point, x = 1 */
     sd_curve hide;
+    /* the queued-ahead steps against their keys (plain decode's price at
+     * the running requests' keys, sd_adaptive.keys) */
+    sd_adapt_ctx ctx;
 } sd_adapt_target;
 
 typedef struct sd_adaptive {
@@ -153,6 +181,12 @@ typedef struct sd_adaptive {
      * decode kept drafting: NOTES.md, session 15) */
     int ahead;
     uint64_t refresh_at; /* sd_adaptive_refresh: steps + 1 then; 0: none pending */
+    /* set by the owner before a pick or an admission: the keys the next
+     * plain step would read (its requests' contexts; 0: unknown). With
+     * a->ahead, k = 0 is priced at the queued-ahead steps' time at these
+     * keys (a line through their times against their keys) where enough
+     * were measured */
+    double keys;
 } sd_adaptive;
 
 void sd_adaptive_init(sd_adaptive *a, int k_max);
@@ -161,14 +195,16 @@ int sd_adapt_batch_bucket(int batch);
 /* a target step of `batch` requests and `tokens` rows took secs */
 void sd_adaptive_observe_target(sd_adaptive *a, int batch, int tokens, double secs);
 /* a plain step of `batch` requests and `tokens` rows queued ahead took
- * secs (from the end of the host's work on the step before to its tokens) */
-void sd_adaptive_observe_ahead(sd_adaptive *a, int batch, int tokens, double secs);
+ * secs (from the step before's tokens to its own), its rows reading `keys`
+ * keys */
+void sd_adaptive_observe_ahead(sd_adaptive *a, int batch, int tokens, double secs, double keys);
 /* a step of `batch` requests read one at a time spent secs where queueing
  * ahead would have hidden them (upload and launch, download) */
 void sd_adaptive_observe_hidden(sd_adaptive *a, int batch, double secs);
 /* k = 0's time at this batch (the plain step, or with a->ahead the
- * queued-ahead one: measured, else the plain step less what queueing ahead
- * hides, never under half of it); 0 before a step of it */
+ * queued-ahead one: at a->keys where enough were measured, else as
+ * measured, else the plain step less what queueing ahead hides, never
+ * under half of it); 0 before a step of it */
 double sd_adaptive_plain_cost(const sd_adaptive *a, int batch);
 /* the target curve of this batch's bucket; NULL before a step of it */
 const sd_curve *sd_adaptive_target(const sd_adaptive *a, int batch);

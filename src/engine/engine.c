@@ -844,13 +844,27 @@ typedef struct step_launch {
 
 static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err *err);
 
-/* the keys a step's rows attend to (its attention's work), for the debug
- * log: from the host rows built last */
+/* the keys a step's rows attend to (its attention's work: adaptive k's
+ * price of a queued-ahead step, the debug log): from the host rows built
+ * last */
 static long long step_keys(const sd_engine *e, int T)
 {
     long long keys = 0;
-    for (int i = 0; sd_log_level() >= SD_LOG_DEBUG && i < T; i++)
+    for (int i = 0; i < T; i++)
         keys += (long long)e->h_pos[i] + 1;
+    return keys;
+}
+
+/* the keys the next plain step of n requests would read: the running
+ * requests', then the waiting ones' up to n (a plain step reads a
+ * request's whole context: its tokens so far) */
+static double next_keys(const sd_engine *e, int n)
+{
+    double keys = 0;
+    for (int i = 0; i < e->n_running && i < n; i++)
+        keys += e->running[i]->n_tok;
+    for (int i = 0; i < e->n_waiting && e->n_running + i < n; i++)
+        keys += e->waiting[i]->n_tok;
     return keys;
 }
 
@@ -1110,6 +1124,7 @@ static int engine_step(sd_engine *e)
                  * count of zeros: sd_adaptive_admit_off). */
                 int joins = SD_MIN(e->n_running + e->n_waiting, e->max_batch);
                 int idle = e->n_running == 1; /* (this one) */
+                e->adapt.keys = next_keys(e, joins);
                 r->no_spec = e->spec_k < 0 && e->spec != SD_SPEC_NGRAM &&
                              sd_adaptive_admit_off(&e->adapt, &e->acc_all, joins,
                                                    e->zero_k_steps >= SD_SPEC_OFF_AFTER, idle) &&
@@ -1269,10 +1284,21 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
     int prompt_rows = 0;
     for (int i = 0; i < s->n_seq; i++)
         prompt_rows += s->seqs[i] ? s->seqs[i]->chunk : 0;
-    /* a step queued ahead is timed from the end of the host's work on the
-     * step before (that work ran during it): another curve */
-    if (!prompt_rows && !L->gathered) /* (gathered: it ran during its drafting phase) */
-        sd__plan_observe(e, L->queued ? SD_OBS_AHEAD : SD_OBS_TARGET, s->T, s->n_seq, t_target);
+    /* a step queued ahead: another curve, of the interval between the step
+     * before's tokens and its own (what plain decode costs where it runs
+     * ahead; its own time starts after the host's work on the step before,
+     * which a batch of 1 on an H200 does not hide: 0.157-0.174 ms against
+     * 0.170 a step; NOTES.md, session 30), or its own time where the step
+     * before was of another batch; with the keys its rows read (its price
+     * follows the context: sd_adaptive.keys) */
+    if (!prompt_rows && !L->gathered) { /* (gathered: it ran during its drafting phase) */
+        double t = t_target;
+        if (L->queued && e->last_read_ns && e->last_read_n == s->n_seq && t_end > e->last_read_ns)
+            t = SD_MAX(t, (double)(t_end - e->last_read_ns) * 1e-9);
+        sd__plan_observe(e, L->queued ? SD_OBS_AHEAD : SD_OBS_TARGET, s->T, s->n_seq, t, L->keys);
+    }
+    e->last_read_ns = prompt_rows ? 0 : t_end;
+    e->last_read_n = s->n_seq;
     e->verify_s_total += t_target;
     double t_draft = 0; /* the drafting phase's part of the step */
     /* 4. accept / sample / stream */
@@ -1328,6 +1354,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
          * zeros that admits arrivals with speculation off: each arrival
          * would then track the proposer and stop launch ahead) */
         int k = e->spec_k;
+        e->adapt.keys = next_keys(e, e->n_running);
         if (k < 0)
             k = e->n_running > 0 && off == e->n_running
                     ? 0
@@ -1398,7 +1425,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
             if (learnable && oneoff) {
                 e->draft_oneoff++;
             } else if (learnable) {
-                sd__plan_observe(e, SD_OBS_DRAFT, nd, k, t_draft);
+                sd__plan_observe(e, SD_OBS_DRAFT, nd, k, t_draft, 0);
                 e->draft_observed++;
             }
         }
@@ -1421,7 +1448,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
      * burst (NOTES.md, session 20). */
     if (!L->queued && !prompt_rows && e->adapt.ahead)
         sd__plan_observe(e, SD_OBS_HIDDEN, 1, s->n_seq,
-                         (double)(L->t_launch - L->t0 + t_end - t_run) * 1e-9);
+                         (double)(L->t_launch - L->t0 + t_end - t_run) * 1e-9, 0);
     publish_stats(e, 1);
     return 1;
 }

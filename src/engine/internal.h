@@ -100,6 +100,7 @@ typedef struct sd_plan_obs {
     int kind; /* SD_OBS_* */
     int a, b;
     double secs;
+    int64_t keys; /* SD_OBS_AHEAD: the keys its rows attended to */
 } sd_plan_obs;
 
 /* A step's tokens on their way to page-locked host memory with a mark
@@ -244,6 +245,10 @@ struct sd_engine {
     uint64_t prop_oneoff;
     uint64_t plain_steps; /* target steps without the proposer's hidden states */
     uint64_t draft_phases, draft_observed, draft_oneoff; /* sd_engine_stats.spec_draft_* */
+    /* when the last step read's tokens came (0: it had prompt rows) and its
+     * requests: a queued-ahead step's interval (read_step) */
+    uint64_t last_read_ns;
+    int last_read_n;
     int pad_seq;        /* block-table row of padding rows: the trash block */
     int32_t trash_slot; /* first slot of the trash block (past the pool's) */
     sd_synthetic synth; /* --synthetic-accept (benchmarks only; n == 0: off) */
@@ -273,7 +278,7 @@ void sd__plan_send_quit(sd_engine *e);
 int sd__plan_agree_blocks(sd_engine *e, int *n_blocks, sd_err *err);
 /* a timing for the adaptive draft length: applied now on one node, through
  * the next plan on several */
-void sd__plan_observe(sd_engine *e, int kind, int a, int b, double secs);
+void sd__plan_observe(sd_engine *e, int kind, int a, int b, double secs, int64_t keys);
 /* engine.c: a request checked and built (not queued); queued as waiting */
 req *sd__engine_req_new(sd_engine *e, const int32_t *prompt, int n_prompt,
                         const sd_gen_params *p, sd_err *err);

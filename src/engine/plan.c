@@ -181,14 +181,14 @@ static void apply_obs(sd_engine *e, const sd_plan_obs *o)
     else if (o->kind == SD_OBS_DRAFT)
         sd_adaptive_observe_draft(&e->adapt, o->a, o->b, o->secs);
     else if (o->kind == SD_OBS_AHEAD)
-        sd_adaptive_observe_ahead(&e->adapt, o->b, o->a, o->secs);
+        sd_adaptive_observe_ahead(&e->adapt, o->b, o->a, o->secs, (double)o->keys);
     else
         sd_adaptive_observe_hidden(&e->adapt, o->b, o->secs);
 }
 
-void sd__plan_observe(sd_engine *e, int kind, int a, int b, double secs)
+void sd__plan_observe(sd_engine *e, int kind, int a, int b, double secs, int64_t keys)
 {
-    sd_plan_obs o = {kind, a, b, secs};
+    sd_plan_obs o = {kind, a, b, secs, keys};
     if (!e->nodes) {
         apply_obs(e, &o);
         return;
@@ -244,6 +244,7 @@ static int lead(sd_engine *e, uint32_t flags, sd_err *err)
         put_u32(&b, (uint32_t)e->obs[i].a);
         put_u32(&b, (uint32_t)e->obs[i].b);
         put_f64(&b, e->obs[i].secs);
+        put_u64(&b, (uint64_t)e->obs[i].keys);
         apply_obs(e, &e->obs[i]);
     }
     e->n_fresh = 0;
@@ -287,6 +288,7 @@ static int follow(sd_engine *e, sd_err *err)
         o.a = (int)get_u32(&b);
         o.b = (int)get_u32(&b);
         o.secs = get_f64(&b);
+        o.keys = (int64_t)get_u64(&b);
         if (!b.bad)
             apply_obs(e, &o);
     }

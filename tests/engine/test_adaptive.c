@@ -931,9 +931,9 @@ TEST(plain_decode_queued_ahead_is_priced_at_its_own_cost)
      * of each step during its launch call already): their time alone, and
      * one draft pays again */
     for (int i = 0; i < 2; i++)
-        sd_adaptive_observe_ahead(&a, 32, 32, 0.310e-3);
+        sd_adaptive_observe_ahead(&a, 32, 32, 0.310e-3, 0);
     ASSERT_NEAR(sd_adaptive_plain_cost(&a, 32), 0.260e-3, 1e-12); /* two times: not trusted */
-    sd_adaptive_observe_ahead(&a, 32, 32, 0.310e-3);
+    sd_adaptive_observe_ahead(&a, 32, 32, 0.310e-3, 0);
     ASSERT_NEAR(sd_adaptive_plain_cost(&a, 32), 0.310e-3, 1e-12);
     ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 1);
     /* queued-ahead steps are no target steps: the curve of steps read one at
@@ -941,7 +941,7 @@ TEST(plain_decode_queued_ahead_is_priced_at_its_own_cost)
     ASSERT_NEAR(sd_curve_at(sd_adaptive_target(&a, 32), 32, NULL), 0.300e-3, 1e-12);
     uint64_t s0 = a.steps;
     for (int i = 0; i < SD_CURVE_FRESH + 1; i++)
-        sd_adaptive_observe_ahead(&a, 32, 32, 0.310e-3);
+        sd_adaptive_observe_ahead(&a, 32, 32, 0.310e-3, 0);
     ASSERT_EQ(a.steps, s0 + SD_CURVE_FRESH + 1);
     ASSERT(!sd_adaptive_informed(&a, 32)); /* arrivals explore again */
     /* a hidden time of most of the step: never under half of it */
@@ -953,6 +953,68 @@ TEST(plain_decode_queued_ahead_is_priced_at_its_own_cost)
         sd_adaptive_observe_hidden(&b, 4, 0.500e-3);
     }
     ASSERT_NEAR(sd_adaptive_plain_cost(&b, 4), 0.100e-3, 1e-12);
+}
+
+/* A plain step's time grows with the keys its rows read (the bundled
+ * model at batch 32 on an H200: 0.30 ms at 5k keys, 0.345 at 16k): priced
+ * at the last burst's end, a new burst's short contexts looked 15% dearer
+ * than they ran and one draft (0.95-0.97x plain there) was chosen
+ * (NOTES.md, session 30). With the running requests' keys (a.keys) plain
+ * decode is priced on a line through the queued-ahead steps' times
+ * against their keys. */
+TEST(plain_decode_queued_ahead_is_priced_at_the_running_contexts)
+{
+    sd_adaptive a;
+    sd_accept_stats acc;
+    fresh(&a, &acc);
+    a.ahead = 1;
+    for (int i = 0; i < 8; i++) { /* one draft: 0.44 + 0.14 ms */
+        sd_adaptive_observe_target(&a, 32, 32, 0.330e-3);
+        sd_adaptive_observe_target(&a, 32, 64, 0.440e-3);
+        sd_adaptive_observe_draft(&a, 32, 1, 0.140e-3);
+    }
+    for (int i = 0; i < 1000; i++) /* 76% of first drafts accepted: 32 x 1.76 in 0.58 ms */
+        sd_accept_stats_add(&acc, 1, i % 25 < 19);
+    /* a burst's queued-ahead steps from 1k to 16.4k keys, 0.29 ms + 3.5 ns a
+     * key, each +-3 us (the ring keeps the last SD_ADAPT_CTX_RING: 8k-16.4k) */
+    int n = 0;
+    for (double keys = 1000; keys <= 16400; keys += 32, n++)
+        sd_adaptive_observe_ahead(&a, 32, 32, 0.290e-3 + 3.5e-9 * keys + (n % 3 - 1) * 3e-6,
+                                  keys);
+    /* without the keys: the ahead curve's point (its last 8 times) */
+    a.keys = 0;
+    ASSERT_NEAR(sd_adaptive_plain_cost(&a, 32), 0.290e-3 + 3.5e-9 * 16380, 8e-6);
+    /* at the burst's end one draft pays (97 tokens a ms against 93) */
+    a.keys = 16400;
+    ASSERT_NEAR(sd_adaptive_plain_cost(&a, 32), 0.290e-3 + 3.5e-9 * 16400, 5e-6);
+    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 1);
+    /* a new burst at 5k keys: plain 0.3075 ms (104 a ms), no draft */
+    a.keys = 5000;
+    ASSERT_NEAR(sd_adaptive_plain_cost(&a, 32), 0.290e-3 + 3.5e-9 * 5000, 6e-6);
+    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 0);
+    /* far below what was measured the line falls no further than 3/4 of
+     * the time at the fewest keys */
+    a.keys = 1;
+    double low = sd_adaptive_plain_cost(&a, 32);
+    ASSERT(low >= 0.75 * (0.290e-3 + 3.5e-9 * 8200) - 6e-6 && low < 0.290e-3);
+    /* steps of another row count price nothing here: 40 rows of batch 32
+     * (the bucket of 33..40 requests is 64; of 17..32 rows 24 or 32) */
+    a.keys = 5000;
+    ASSERT_NEAR(sd_adaptive_plain_cost(&a, 24), sd_curve_at(sd_adaptive_target(&a, 24), 24, NULL),
+                0);
+    /* a machine that has not run plain decode for SD_CURVE_FRESH steps: its
+     * queued-ahead times price nothing (the point is not trusted either:
+     * t0 less the hidden time, none here: t0) */
+    for (int i = 0; i <= SD_CURVE_FRESH; i++)
+        sd_adaptive_observe_target(&a, 32, 64, 0.440e-3);
+    sd_adaptive_observe_target(&a, 32, 32, 0.330e-3);
+    ASSERT_NEAR(sd_adaptive_plain_cost(&a, 32), 0.330e-3, 1e-12);
+    /* too few (SD_ADAPT_CTX_MIN) fresh steps: the point as measured */
+    for (int i = 0; i < SD_ADAPT_CTX_MIN - 1; i++)
+        sd_adaptive_observe_ahead(&a, 32, 32, 0.320e-3, 9000 + 32 * i);
+    ASSERT_NEAR(sd_adaptive_plain_cost(&a, 32), 0.320e-3, 1e-12);
+    sd_adaptive_observe_ahead(&a, 32, 32, 0.320e-3, 9000 + 32 * 15);
+    ASSERT_NEAR(sd_adaptive_plain_cost(&a, 32), 0.320e-3, 1e-12); /* flat: the same time */
 }
 
 /* a refresh's picks at batch 32: one draft measured at the short context
@@ -1139,4 +1201,5 @@ TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draf
           T(a_draft_for_one_request_of_eight_must_pay_for_the_whole_step),
           T(drafts_of_a_few_steps_are_not_settled_evidence),
           T(noisy_small_gpu_steps_draft_in_most_runs),
-          T(plain_decode_queued_ahead_is_priced_at_its_own_cost))
+          T(plain_decode_queued_ahead_is_priced_at_its_own_cost),
+          T(plain_decode_queued_ahead_is_priced_at_the_running_contexts))

@@ -654,11 +654,12 @@ TEST(matmul_many_rows_match_the_cpu)
     ASSERT(ok);
 }
 
-/* Row counts above SD_CUDA_GEMM_EXACT_ROWS share their power-of-two
- * bucket's timed trial: a prefill of a new length runs no trial where
- * another length of its bucket did (the bundled model's first 694-row
- * prefill took 30.7 ms to launch on an H200, 0.46 ms the second time), and
- * each still matches the CPU. */
+/* Row counts above SD_CUDA_GEMM_EXACT_ROWS take the timed trial's choice of
+ * a row count of their shape with more rows (up to twice theirs), or of
+ * one in their power-of-two bucket above SD_CUDA_GEMM_POW2_ROWS: a prompt
+ * step of a new length runs no trial where such a count did (the bundled
+ * model's first 694-row prefill took 30.7 ms to launch on an H200, 0.46 ms
+ * the second time), and each still matches the CPU. */
 TEST(matmul_row_counts_of_one_bucket_share_its_timed_trial)
 {
     gpu_env e;
@@ -669,17 +670,21 @@ TEST(matmul_row_counts_of_one_bucket_share_its_timed_trial)
     ok &= reportf(t0 > 0 ? 0 : 1, 0, "matmul BF16 n=300: a timed trial ran (%ld)", t0);
     ok &= mm_case(&e, SD_DT_BF16, 400, N, K, K, 0); /* 257..512: the same bucket */
     ok &= mm_case(&e, SD_DT_BF16, 511, N, K, K, 0);
+    ok &= mm_case(&e, SD_DT_BF16, 200, N, K, K, 0); /* under 300, over its half */
+    ok &= mm_case(&e, SD_DT_BF16, 151, N, K, K, 0);
     const long t1 = sd_cuda_gemm_trials(e.gpu);
-    ok &= reportf((double)(t1 - t0), 0, "matmul BF16 n=400, 511 after n=300: trials run");
-    ok &= mm_case(&e, SD_DT_BF16, 700, N, K, K, 0); /* 513..1024: its own */
-    ok &= reportf(sd_cuda_gemm_trials(e.gpu) > t1 ? 0 : 1, 0,
-                  "matmul BF16 n=700: another bucket's trial ran");
+    ok &= reportf((double)(t1 - t0), 0, "matmul BF16 n=400, 511, 200, 151 after n=300: trials run");
+    ok &= mm_case(&e, SD_DT_BF16, 700, N, K, K, 0); /* 513..1024, nothing above: its own */
+    ok &= mm_case(&e, SD_DT_BF16, 100, N, K, K, 0); /* nothing in 101..200 timed: its own */
+    ok &= reportf(fabs(2.0 - (double)(sd_cuda_gemm_trials(e.gpu) - t1)), 0,
+                  "matmul BF16 n=700, 100: a trial each");
     /* at or below the exact rows every count is its own */
     const long t2 = sd_cuda_gemm_trials(e.gpu);
-    ok &= mm_case(&e, SD_DT_BF16, 200, N, K, K, 0);
-    ok &= mm_case(&e, SD_DT_BF16, 201, N, K, K, 0);
+    ok &= mm_case(&e, SD_DT_BF16, SD_CUDA_GEMM_EXACT_ROWS - 1, N, K, K, 0);
+    ok &= mm_case(&e, SD_DT_BF16, SD_CUDA_GEMM_EXACT_ROWS, N, K, K, 0);
     ok &= reportf(fabs(2.0 - (double)(sd_cuda_gemm_trials(e.gpu) - t2)), 0,
-                  "matmul BF16 n=200, 201: a trial each");
+                  "matmul BF16 n=%d, %d: a trial each", SD_CUDA_GEMM_EXACT_ROWS - 1,
+                  SD_CUDA_GEMM_EXACT_ROWS);
     gpu_env_close(&e);
     ASSERT(ok);
 }
