@@ -167,6 +167,39 @@ static int capture_bucket(sd_engine *e, int b, const sd_fwd *f, void **graph, sd
     return rc;
 }
 
+/* Prompt steps of more rows than the largest bucket: an eager pass at each
+ * doubling from it up to a step's most rows, so the GEMMs' timed trials of
+ * their row counts run now. A prompt step's row count takes the trial of a
+ * row count of its shape up to twice its own (kernels/cuda/matmul.cu), the
+ * buckets' below the largest one and these above; left to the first
+ * prompts of each size, they cost those prompts' time to first token
+ * 35-100 ms on the bundled model on an H200 (NOTES.md, session 31). */
+static int warm_prompt_rows(sd_engine *e, sd_err *err)
+{
+    const sd_ops *op = e->be->ops;
+    uint64_t t0 = sd_now_ns();
+    int n = 0;
+    for (int T = e->graph_max_T; T < e->max_tokens; n++) {
+        T = T < e->max_tokens / 2 ? 2 * T : e->max_tokens;
+        sd__pad_rows(e, e->h_tok, e->h_pos, e->h_seq, e->h_slot, 0, T);
+        for (int i = 0; i < T; i++)
+            e->h_rows[i] = i;
+        sd_fwd f;
+        int rc = sd__engine_upload_step(e, T, T, 1, &f);
+        if (!rc)
+            rc = sd__target_pass(e, &f, 1, err);
+        if (!rc)
+            rc = op->sync(e->be);
+        if (rc)
+            return err->msg[0] ? rc : sd_err_set(err, rc, "a %d-token warm-up step failed", T);
+    }
+    if (n)
+        sd_log_info("cuda graphs: %d prompt step sizes (%d..%d tokens) warmed up in %.2f s", n,
+                    2 * e->graph_max_T < e->max_tokens ? 2 * e->graph_max_T : e->max_tokens,
+                    e->max_tokens, (double)(sd_now_ns() - t0) * 1e-9);
+    return 0;
+}
+
 int sd__graphs_capture(sd_engine *e, sd_err *err)
 {
     if (!e->graphs_on)
@@ -215,7 +248,7 @@ int sd__graphs_capture(sd_engine *e, sd_err *err)
     sd_log_info("cuda graphs: %d target step sizes (1..%d tokens) captured%s in %.2f s, %.1f MiB",
                 e->n_buckets, e->graph_max_T, plain, (double)(sd_now_ns() - t0) * 1e-9,
                 free0 > free1 ? (double)(free0 - free1) / (1 << 20) : 0.0);
-    return 0;
+    return warm_prompt_rows(e, err);
 }
 
 int sd__target_graph_launch(sd_engine *e, int Tp, const sd_fwd *f, sd_err *err)
