@@ -182,10 +182,9 @@ static int warm_prompt_rows(sd_engine *e, sd_err *err)
     for (int T = e->graph_max_T; T < e->max_tokens; n++) {
         T = T < e->max_tokens / 2 ? 2 * T : e->max_tokens;
         sd__pad_rows(e, e->h_tok, e->h_pos, e->h_seq, e->h_slot, 0, T);
-        for (int i = 0; i < T; i++)
-            e->h_rows[i] = i;
+        e->h_rows[0] = T - 1; /* a prompt step's logits: a row a request, not T */
         sd_fwd f;
-        int rc = sd__engine_upload_step(e, T, T, 1, &f);
+        int rc = sd__engine_upload_step(e, T, 1, 1, &f);
         if (!rc)
             rc = sd__target_pass(e, &f, 1, err);
         if (!rc)
