@@ -167,20 +167,31 @@ static int capture_bucket(sd_engine *e, int b, const sd_fwd *f, void **graph, sd
     return rc;
 }
 
-/* Prompt steps of more rows than the largest bucket: an eager pass at each
- * doubling from it up to a step's most rows, so the GEMMs' timed trials of
- * their row counts run now. A prompt step's row count takes the trial of a
- * row count of its shape up to twice its own (kernels/cuda/matmul.cu), the
+int sd__prompt_sizes(const sd_engine *e, int *sizes, int max)
+{
+    int n = 0;
+    for (int T = e->graph_max_T; T > 0 && T < e->max_tokens && n < max;) {
+        T = T < e->max_tokens / 2 ? 2 * T : e->max_tokens;
+        sizes[n++] = T;
+    }
+    return n;
+}
+
+/* Prompt steps of more rows than the largest bucket: the target's eager
+ * pass at each of sd__prompt_sizes, so the GEMMs' timed trials of their
+ * row counts run now. A prompt step's row count takes the trial of a row
+ * count of its shape up to twice its own (kernels/cuda/matmul.cu), the
  * buckets' below the largest one and these above; left to the first
  * prompts of each size, they cost those prompts' time to first token
- * 35-100 ms on the bundled model on an H200 (NOTES.md, session 31). */
+ * 35-100 ms on the bundled model on an H200 (NOTES.md, session 31). The
+ * proposer's passes: sd__spec_capture. */
 static int warm_prompt_rows(sd_engine *e, sd_err *err)
 {
     const sd_ops *op = e->be->ops;
     uint64_t t0 = sd_now_ns();
-    int n = 0;
-    for (int T = e->graph_max_T; T < e->max_tokens; n++) {
-        T = T < e->max_tokens / 2 ? 2 * T : e->max_tokens;
+    int sizes[32], n = sd__prompt_sizes(e, sizes, 32);
+    for (int i = 0; i < n; i++) {
+        const int T = sizes[i];
         sd__pad_rows(e, e->h_tok, e->h_pos, e->h_seq, e->h_slot, 0, T);
         e->h_rows[0] = T - 1; /* a prompt step's logits: a row a request, not T */
         sd_fwd f;
@@ -194,8 +205,7 @@ static int warm_prompt_rows(sd_engine *e, sd_err *err)
     }
     if (n)
         sd_log_info("cuda graphs: %d prompt step sizes (%d..%d tokens) warmed up in %.2f s", n,
-                    2 * e->graph_max_T < e->max_tokens ? 2 * e->graph_max_T : e->max_tokens,
-                    e->max_tokens, (double)(sd_now_ns() - t0) * 1e-9);
+                    sizes[0], sizes[n - 1], (double)(sd_now_ns() - t0) * 1e-9);
     return 0;
 }
 

@@ -342,6 +342,10 @@ int sd__graphs_init(sd_engine *e, const sd_opts *o);
 size_t sd__graphs_reserve_bytes(const sd_engine *e);
 /* padded row count of a T-row step, 0 when it is not padded */
 int sd__graph_bucket(const sd_engine *e, int T);
+/* the prompt step sizes warmed up at start (graphs.c): each doubling from
+ * the largest bucket up to a step's most rows, at most max into sizes;
+ * their count */
+int sd__prompt_sizes(const sd_engine *e, int *sizes, int max);
 /* rows from..to-1 become padding rows (tok may be NULL) */
 void sd__pad_rows(const sd_engine *e, int32_t *tok, int32_t *pos, int32_t *seq, int32_t *slot,
                   int from, int to);

@@ -864,6 +864,27 @@ int sd__spec_capture(sd_engine *e, sd_err *err)
             }
         }
     }
+    /* the catch-up passes over prompts larger than the largest bucket: one
+     * eager pass at each of the target's warm-up sizes, so their GEMMs'
+     * timed trials run now (the draft LM and the EAGLE-3 head have shapes
+     * of their own; left to the first prompts, a burst of 64 of them waited
+     * 78-94 ms for their first token where plain decode's took 18 on the
+     * bundled model on an H200; NOTES.md, session 31) */
+    int sizes[32], n_sizes = e->graphs_on ? sd__prompt_sizes(e, sizes, 32) : 0;
+    for (int i = 0; i < n_sizes && !rc; i++) {
+        prow p;
+        prow_init(e, &p);
+        p.T = sizes[i];
+        p.n_out = 1;
+        sd__pad_rows(e, p.tok, p.pos, p.seq, p.slot, 0, p.T);
+        for (int j = 0; j < p.T; j++) {
+            p.hrows[j] = 0;
+            p.rows[j] = j;
+        }
+        p.rows[0] = p.T - 1;
+        if (!(rc = run_prop(e, &p, first, src, 0, NULL, 0, err)))
+            rc = op->sync(e->be);
+    }
     if (!rc)
         rc = op->sync(e->be); /* an upload queued before the table filled */
     if (rc)
@@ -871,8 +892,9 @@ int sd__spec_capture(sd_engine *e, sd_err *err)
     if (op->mem_info)
         op->mem_info(e->be, &free1, &total);
     if (e->graphs_on)
-        sd_log_info("cuda graphs: %d proposer pass shapes captured in %.2f s, %.1f MiB%s",
-                    e->n_pgraphs - n0, (double)(sd_now_ns() - t0) * 1e-9,
+        sd_log_info("cuda graphs: %d proposer pass shapes captured (and %d prompt sizes run) in "
+                    "%.2f s, %.1f MiB%s",
+                    e->n_pgraphs - n0, n_sizes, (double)(sd_now_ns() - t0) * 1e-9,
                     free0 > free1 ? (double)(free0 - free1) / (1 << 20) : 0.0,
                     full ? " (the rest when they come: the table is three quarters full)" : "");
     /* the counts are of serving's passes */
