@@ -28,7 +28,7 @@ typedef struct opts {
     double rate, temperature, duration_limit, request_timeout, progress_interval;
     uint64_t seed;
     int *sweep, n_sweep;
-    int metrics, with_requests, quiet, warmup, max_prompt_chars;
+    int metrics, with_requests, quiet, warmup, max_prompt_chars, waves;
 } opts;
 
 static void usage(FILE *f)
@@ -60,6 +60,9 @@ static void usage(FILE *f)
         "  --rate R                Poisson arrivals at R requests/s (default: all at once)\n"
         "  --concurrency C         at most C requests in flight (default: no bound)\n"
         "  --sweep C1,C2,...       one run per concurrency C, each of max(N, C) requests\n"
+        "  --waves W               with --sweep: each run at least W x C requests, W waves of\n"
+        "                          its connections, so a server's one-off costs (a shape met\n"
+        "                          the first time) weigh alike at every C (default 1)\n"
         "  --seed S                arrivals, prompt order, random prompts (default 0)\n"
         "  --warmup N              N requests before the first run, not recorded (default 1)\n"
         "  --duration-limit S      stop each run after S seconds; requests in flight are\n"
@@ -106,8 +109,18 @@ static int parse_num(const char *flag, const char *s, double lo, double hi, doub
 enum {
     O_URL = 256, O_ENDPOINT, O_MODEL, O_API_KEY, O_PROMPTS, O_RIN, O_ROUT, O_MAXTOK, O_IGNORE_EOS,
     O_TEMP, O_NUM, O_RATE, O_CONC, O_SWEEP, O_SEED, O_DUR, O_RTO, O_OUT, O_NOREQ, O_LABEL,
-    O_MACHINE, O_NOMETRICS, O_PROGRESS, O_QUIET, O_WARMUP, O_MAXCHARS, O_HELP
+    O_MACHINE, O_NOMETRICS, O_PROGRESS, O_QUIET, O_WARMUP, O_MAXCHARS, O_WAVES, O_HELP
 };
+
+/* a sweep level's requests: N, at least C, and at least --waves x C */
+static int level_requests(const opts *o, int c)
+{
+    if (!o->n_sweep)
+        return o->num_requests;
+    long n = (long)o->waves * c;
+    n = n > o->num_requests ? n : o->num_requests;
+    return n > 1 << 24 ? 1 << 24 : (int)n;
+}
 
 static int parse_opts(int argc, char **argv, opts *o)
 {
@@ -122,7 +135,7 @@ static int parse_opts(int argc, char **argv, opts *o)
         {"no-requests", 0, 0, O_NOREQ}, {"label", 1, 0, O_LABEL}, {"machine", 1, 0, O_MACHINE},
         {"no-metrics", 0, 0, O_NOMETRICS}, {"progress-interval", 1, 0, O_PROGRESS},
         {"quiet", 0, 0, O_QUIET}, {"warmup", 1, 0, O_WARMUP},
-        {"max-prompt-chars", 1, 0, O_MAXCHARS}, {"help", 0, 0, O_HELP},
+        {"max-prompt-chars", 1, 0, O_MAXCHARS}, {"waves", 1, 0, O_WAVES}, {"help", 0, 0, O_HELP},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->url = "http://127.0.0.1:8000";
@@ -134,6 +147,7 @@ static int parse_opts(int argc, char **argv, opts *o)
     o->metrics = 1;
     o->with_requests = 1;
     o->warmup = 1;
+    o->waves = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -207,6 +221,7 @@ static int parse_opts(int argc, char **argv, opts *o)
             break;
         case O_QUIET: o->quiet = 1; break;
         case O_WARMUP: rc = parse_int("--warmup", a, 0, 1 << 20, &o->warmup); break;
+        case O_WAVES: rc = parse_int("--waves", a, 1, 1 << 16, &o->waves); break;
         case O_MAXCHARS:
             rc = parse_int("--max-prompt-chars", a, 1, 1 << 30, &o->max_prompt_chars);
             break;
@@ -422,6 +437,7 @@ static int write_json(const opts *o, int argc, char **argv, const char *model, i
                                                                        : json_null());
     json_object_set_new(cfg, "request_timeout_s", json_real(o->request_timeout));
     json_object_set_new(cfg, "warmup", json_integer(o->warmup));
+    json_object_set_new(cfg, "waves", json_integer(o->waves));
     json_object_set_new(root, "config", cfg);
     /* Indented, except that each request record is one compact line: the
      * records are most of the file, and a line per ITL value would triple it. */
@@ -565,8 +581,7 @@ int main(int argc, char **argv)
             .target = target, .endpoint = o.endpoint, .model = model, .api_key = o.api_key,
             .max_tokens = o.max_tokens, .temperature = o.temperature, .ignore_eos = o.ignore_eos,
             .send_seed = o.temperature > 0, .seed = o.seed,
-            .num_requests = o.n_sweep && l->concurrency > o.num_requests ? l->concurrency
-                                                                        : o.num_requests,
+            .num_requests = level_requests(&o, l->concurrency),
             .rate = o.rate, .concurrency = l->concurrency, .duration_limit_s = o.duration_limit,
             .request_timeout_s = o.request_timeout, .prompts = &prompts,
             .progress = o.quiet ? NULL : on_progress, .progress_user = &pc,

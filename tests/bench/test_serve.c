@@ -786,6 +786,60 @@ TEST(the_executable_sweeps_and_writes_json_and_a_table)
     rmdir(dir);
 }
 
+/* --waves W: each sweep level sends at least W x its concurrency, so the
+ * server's one-off costs weigh alike at every level (on a GPU 64 requests
+ * at c = 64 were one wave in 0.1 s, and a speculative server's first-seen
+ * shapes stalled it 18-34 ms: NOTES.md, session 31) */
+TEST(waves_scale_each_sweep_level_with_its_concurrency)
+{
+    const char *bin = getenv("SPECD_BENCH_SERVE_BIN");
+    if (!bin || access(bin, X_OK))
+        TEST_SKIP("SPECD_BENCH_SERVE_BIN not set (run through meson test)");
+    fake_server s;
+    fs_cfg fc = {.mode = FS_STREAM, .ttft_ms = 1, .itl_ms = 1, .n_chunks = 2};
+    ASSERT_OK(fs_start(&s, &fc));
+    char dir[] = "/tmp/specd-bench-waves-XXXXXX";
+    ASSERT(mkdtemp(dir));
+    char prompts[128], out[128], so[128], se[128], url[64];
+    snprintf(prompts, sizeof prompts, "%s/p.jsonl", dir);
+    snprintf(out, sizeof out, "%s/r.json", dir);
+    snprintf(so, sizeof so, "%s/stdout", dir);
+    snprintf(se, sizeof se, "%s/stderr", dir);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", s.port);
+    FILE *f = fopen(prompts, "w");
+    fputs("{\"prompt\": \"a b\"}\n", f);
+    fclose(f);
+    char *argv[] = {(char *)bin, "--url", url, "--prompts", prompts, "--num-requests", "5",
+                    "--sweep", "1,4", "--waves", "3", "--model", "fake", "--max-tokens", "4",
+                    "--out", out, "--quiet", "--no-metrics", NULL};
+    int rc = run_cmd(argv, so, se);
+    int reqs = s.requests;
+    fs_stop(&s);
+    char *stderr_text = slurp(se);
+    ASSERT_MSG(rc == 0, "exit %d: %s", rc, stderr_text ? stderr_text : "");
+    ASSERT_EQ(reqs, 1 + 5 + 12); /* warm-up; c = 1: N (5 > 3); c = 4: 3 x 4 (12 > 5) */
+    json_error_t je;
+    json_t *j = json_load_file(out, 0, &je);
+    ASSERT_MSG(j, "%s", je.text);
+    ASSERT_EQ(json_integer_value(json_object_get(json_object_get(j, "config"), "waves")), 3);
+    json_t *runs = json_object_get(j, "runs");
+    ASSERT_EQ(json_array_size(runs), 2);
+    ASSERT_EQ(json_integer_value(json_object_get(
+                  json_object_get(json_array_get(runs, 0), "summary"), "completed")), 5);
+    ASSERT_EQ(json_integer_value(json_object_get(
+                  json_object_get(json_array_get(runs, 1), "summary"), "completed")), 12);
+    json_decref(j);
+    /* --waves 0 is a bad option */
+    char *argv2[] = {(char *)bin, "--waves", "0", NULL};
+    ASSERT_EQ(run_cmd(argv2, so, se), 2);
+    free(stderr_text);
+    unlink(prompts);
+    unlink(out);
+    unlink(so);
+    unlink(se);
+    rmdir(dir);
+}
+
 /* ---- specd serve, end to end ---------------------------------------------------------- */
 
 TEST(against_specd_serve_on_the_bundled_model)
@@ -895,4 +949,5 @@ TEST_MAIN(T(sse_parser_reassembles_events_split_at_any_bytes),
           T(duration_limit_cancels_in_flight_and_skips_the_rest),
           T(request_timeout_fails_a_request_that_never_finishes),
           T(the_executable_sweeps_and_writes_json_and_a_table),
+          T(waves_scale_each_sweep_level_with_its_concurrency),
           T(against_specd_serve_on_the_bundled_model))
