@@ -350,11 +350,18 @@ static double median_of(double *v, int n)
  * the slope's part as a curve point reads (pt_value: the 3rd smallest of
  * 8, 2/7 of the way up), so this price and the speculative steps' are read
  * alike. */
+typedef struct kt {
+    double k, t;
+} kt;
+
+static int cmp_keys(const void *x, const void *y)
+{
+    const double u = ((const kt *)x)->k, v = ((const kt *)y)->k;
+    return (u > v) - (u < v);
+}
+
 static void ctx_fit(sd_adapt_ctx *c, uint64_t now, int x)
 {
-    typedef struct {
-        double k, t;
-    } kt;
     kt v[SD_ADAPT_CTX_RING];
     int m = 0;
     uint64_t newest = 0;
@@ -371,13 +378,7 @@ static void ctx_fit(sd_adapt_ctx *c, uint64_t now, int x)
     c->fit_ok = m >= SD_ADAPT_CTX_MIN;
     if (!c->fit_ok)
         return;
-    for (int i = 1; i < m; i++) { /* by keys (the ring is mostly in order) */
-        kt p = v[i];
-        int j = i;
-        for (; j > 0 && v[j - 1].k > p.k; j--)
-            v[j] = v[j - 1];
-        v[j] = p;
-    }
+    qsort(v, (size_t)m, sizeof *v, cmp_keys); /* (a wrapped ring is two runs) */
     double w[SD_ADAPT_CTX_RING];
     const int h = m / 2;
     double kl, tl, ku, tu;
