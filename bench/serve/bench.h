@@ -204,6 +204,9 @@ typedef struct sd_bench_spec {
     double proposed_at[SD_BENCH_MAX_POS], accepted_at[SD_BENCH_MAX_POS];
     int n_pos;
     double draft_s, verify_s;
+    /* the proposer's passes run without a CUDA graph, and those because its
+     * graph cache was full (one-off costs of a shape met the first time) */
+    double eager_passes, cache_full;
 } sd_bench_spec;
 
 /* Reads the specd_spec_* counters from Prometheus text. */

@@ -85,6 +85,8 @@ json_t *sd_bench_spec_json(const sd_bench_spec *d)
     json_object_set_new(o, "proposed_by_position", prop);
     json_object_set_new(o, "draft_seconds", real(d->draft_s));
     json_object_set_new(o, "verify_seconds", real(d->verify_s));
+    json_object_set_new(o, "proposer_eager_passes", real(d->eager_passes));
+    json_object_set_new(o, "proposer_graph_cache_full", real(d->cache_full));
     return o;
 }
 

@@ -76,6 +76,10 @@ void sd_bench_spec_parse(const char *text, size_t len, sd_bench_spec *s)
                 s->draft_s = v;
             else if (sample(p, n, "specd_spec_verify_seconds_total", &lab, &lablen, &v))
                 s->verify_s = v;
+            else if (sample(p, n, "specd_spec_eager_passes_total", &lab, &lablen, &v))
+                s->eager_passes = v;
+            else if (sample(p, n, "specd_spec_graph_cache_full_total", &lab, &lablen, &v))
+                s->cache_full = v;
             else if (sample(p, n, "specd_spec_position_proposed_total", &lab, &lablen, &v) &&
                      (pos = position(lab, lablen)) >= 0) {
                 s->proposed_at[pos] = v;
@@ -108,6 +112,8 @@ void sd_bench_spec_delta(const sd_bench_spec *b, const sd_bench_spec *a, sd_benc
     d->emitted = a->emitted - b->emitted;
     d->draft_s = a->draft_s - b->draft_s;
     d->verify_s = a->verify_s - b->verify_s;
+    d->eager_passes = a->eager_passes - b->eager_passes;
+    d->cache_full = a->cache_full - b->cache_full;
     d->n_pos = a->n_pos > b->n_pos ? a->n_pos : b->n_pos;
     for (int i = 0; i < d->n_pos; i++) {
         d->proposed_at[i] = a->proposed_at[i] - b->proposed_at[i];

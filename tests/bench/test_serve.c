@@ -286,7 +286,9 @@ TEST(metrics_scrape_reads_specd_counters_and_takes_deltas)
                         "specd_spec_position_proposed_total{position=\"1\"} 10\n"
                         "specd_spec_position_accepted_total{position=\"0\"} 17\n"
                         "specd_spec_position_accepted_total{position=\"1\"} 5\n"
-                        "specd_spec_draft_seconds_total 1.5e-1\n";
+                        "specd_spec_draft_seconds_total 1.5e-1\n"
+                        "specd_spec_eager_passes_total 7\n"
+                        "specd_spec_graph_cache_full_total 2\n";
     sd_bench_spec b, a, d;
     sd_bench_spec_parse(before, strlen(before), &b);
     sd_bench_spec_parse(after, strlen(after), &a);
@@ -300,6 +302,8 @@ TEST(metrics_scrape_reads_specd_counters_and_takes_deltas)
     ASSERT_NEAR(d.accepted, 30, 0);
     ASSERT_NEAR(d.accepted_at[0], 9, 0);
     ASSERT_NEAR(d.proposed_at[1], 10, 0);
+    ASSERT_NEAR(d.eager_passes, 7, 0);
+    ASSERT_NEAR(d.cache_full, 2, 0);
     sd_bench_spec_delta(&a, &b, &d); /* counters went down: a restart */
     ASSERT(!d.present);
     sd_bench_spec_parse("specd_requests_total 3\n", 23, &a);
@@ -922,6 +926,9 @@ TEST(against_specd_serve_on_the_bundled_model)
     ASSERT_MSG(json_is_object(spec), "no speculative numbers from /metrics");
     ASSERT(json_number_value(json_object_get(spec, "steps")) > 0);
     ASSERT(json_array_size(json_object_get(spec, "acceptance_by_position")) >= 1);
+    /* the CPU runs every proposer pass without a graph */
+    ASSERT(json_number_value(json_object_get(spec, "proposer_eager_passes")) > 0);
+    ASSERT(json_is_number(json_object_get(spec, "proposer_graph_cache_full")));
     json_decref(j);
     unlink(log);
     unlink(so);
