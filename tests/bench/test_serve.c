@@ -705,6 +705,38 @@ static char *slurp(const char *path)
     return sd_read_file(path, &d, &n, &err) ? NULL : d;
 }
 
+/* a scratch folder for a run of the executable against the fake server on
+ * `port`: its prompts (written), output, stdout and stderr, and the url */
+typedef struct cli_files {
+    char dir[64], prompts[128], out[128], so[128], se[128], url[64];
+} cli_files;
+
+static int cli_files_make(cli_files *c, int port, const char *prompts_jsonl)
+{
+    snprintf(c->dir, sizeof c->dir, "/tmp/specd-bench-cli-XXXXXX");
+    if (!mkdtemp(c->dir))
+        return -1;
+    snprintf(c->prompts, sizeof c->prompts, "%s/p.jsonl", c->dir);
+    snprintf(c->out, sizeof c->out, "%s/r.json", c->dir);
+    snprintf(c->so, sizeof c->so, "%s/stdout", c->dir);
+    snprintf(c->se, sizeof c->se, "%s/stderr", c->dir);
+    snprintf(c->url, sizeof c->url, "http://127.0.0.1:%d", port);
+    FILE *f = fopen(c->prompts, "w");
+    if (!f)
+        return -1;
+    fputs(prompts_jsonl, f);
+    return fclose(f);
+}
+
+static void cli_files_remove(const cli_files *c)
+{
+    unlink(c->prompts);
+    unlink(c->out);
+    unlink(c->so);
+    unlink(c->se);
+    rmdir(c->dir);
+}
+
 TEST(the_executable_sweeps_and_writes_json_and_a_table)
 {
     const char *bin = getenv("SPECD_BENCH_SERVE_BIN");
@@ -713,18 +745,10 @@ TEST(the_executable_sweeps_and_writes_json_and_a_table)
     fake_server s;
     fs_cfg fc = {.mode = FS_STREAM, .ttft_ms = 5, .itl_ms = 2, .n_chunks = 4, .spec = 1};
     ASSERT_OK(fs_start(&s, &fc));
-    char dir[] = "/tmp/specd-bench-cli-XXXXXX";
-    ASSERT(mkdtemp(dir));
-    char prompts[128], out[128], so[128], se[128], url[64];
-    snprintf(prompts, sizeof prompts, "%s/p.jsonl", dir);
-    snprintf(out, sizeof out, "%s/r.json", dir);
-    snprintf(so, sizeof so, "%s/stdout", dir);
-    snprintf(se, sizeof se, "%s/stderr", dir);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", s.port);
-    FILE *f = fopen(prompts, "w");
-    fputs("{\"prompt\": \"a b\"}\n{\"turns\": [\"c d\"]}\n", f);
-    fclose(f);
-    char *argv[] = {(char *)bin, "--url", url, "--prompts", prompts, "--num-requests", "3",
+    cli_files c;
+    ASSERT_OK(cli_files_make(&c, s.port, "{\"prompt\": \"a b\"}\n{\"turns\": [\"c d\"]}\n"));
+    char *url = c.url, *out = c.out, *so = c.so, *se = c.se;
+    char *argv[] = {(char *)bin, "--url", url, "--prompts", c.prompts, "--num-requests", "3",
                     "--sweep", "1,4", "--model", "fake", "--label", "plain", "--max-tokens",
                     "9", "--out", out, "--progress-interval", "0.05", NULL};
     int rc = run_cmd(argv, so, se);
@@ -767,7 +791,7 @@ TEST(the_executable_sweeps_and_writes_json_and_a_table)
     free(stderr_text);
 
     /* nothing listens: every request fails, the JSON says so, exit 3 */
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", fs_dead_port());
+    snprintf(c.url, sizeof c.url, "http://127.0.0.1:%d", fs_dead_port());
     char *argv2[] = {(char *)bin, "--url", url, "--model", "m", "--num-requests", "2",
                      "--random-input-len", "4", "--out", out, "--quiet", NULL};
     rc = run_cmd(argv2, so, se);
@@ -783,11 +807,7 @@ TEST(the_executable_sweeps_and_writes_json_and_a_table)
     ASSERT_EQ(run_cmd(argv3, so, se), 2);
     char *argv4[] = {(char *)bin, "--url", "https://x", NULL};
     ASSERT_EQ(run_cmd(argv4, so, se), 2);
-    unlink(prompts);
-    unlink(out);
-    unlink(so);
-    unlink(se);
-    rmdir(dir);
+    cli_files_remove(&c);
 }
 
 /* --waves W: each sweep level sends at least W x its concurrency, so the
@@ -802,28 +822,19 @@ TEST(waves_scale_each_sweep_level_with_its_concurrency)
     fake_server s;
     fs_cfg fc = {.mode = FS_STREAM, .ttft_ms = 1, .itl_ms = 1, .n_chunks = 2};
     ASSERT_OK(fs_start(&s, &fc));
-    char dir[] = "/tmp/specd-bench-waves-XXXXXX";
-    ASSERT(mkdtemp(dir));
-    char prompts[128], out[128], so[128], se[128], url[64];
-    snprintf(prompts, sizeof prompts, "%s/p.jsonl", dir);
-    snprintf(out, sizeof out, "%s/r.json", dir);
-    snprintf(so, sizeof so, "%s/stdout", dir);
-    snprintf(se, sizeof se, "%s/stderr", dir);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", s.port);
-    FILE *f = fopen(prompts, "w");
-    fputs("{\"prompt\": \"a b\"}\n", f);
-    fclose(f);
-    char *argv[] = {(char *)bin, "--url", url, "--prompts", prompts, "--num-requests", "5",
+    cli_files c;
+    ASSERT_OK(cli_files_make(&c, s.port, "{\"prompt\": \"a b\"}\n"));
+    char *argv[] = {(char *)bin, "--url", c.url, "--prompts", c.prompts, "--num-requests", "5",
                     "--sweep", "1,4", "--waves", "3", "--model", "fake", "--max-tokens", "4",
-                    "--out", out, "--quiet", "--no-metrics", NULL};
-    int rc = run_cmd(argv, so, se);
+                    "--out", c.out, "--quiet", "--no-metrics", NULL};
+    int rc = run_cmd(argv, c.so, c.se);
     int reqs = s.requests;
     fs_stop(&s);
-    char *stderr_text = slurp(se);
+    char *stderr_text = slurp(c.se);
     ASSERT_MSG(rc == 0, "exit %d: %s", rc, stderr_text ? stderr_text : "");
     ASSERT_EQ(reqs, 1 + 5 + 12); /* warm-up; c = 1: N (5 > 3); c = 4: 3 x 4 (12 > 5) */
     json_error_t je;
-    json_t *j = json_load_file(out, 0, &je);
+    json_t *j = json_load_file(c.out, 0, &je);
     ASSERT_MSG(j, "%s", je.text);
     ASSERT_EQ(json_integer_value(json_object_get(json_object_get(j, "config"), "waves")), 3);
     json_t *runs = json_object_get(j, "runs");
@@ -835,13 +846,9 @@ TEST(waves_scale_each_sweep_level_with_its_concurrency)
     json_decref(j);
     /* --waves 0 is a bad option */
     char *argv2[] = {(char *)bin, "--waves", "0", NULL};
-    ASSERT_EQ(run_cmd(argv2, so, se), 2);
+    ASSERT_EQ(run_cmd(argv2, c.so, c.se), 2);
     free(stderr_text);
-    unlink(prompts);
-    unlink(out);
-    unlink(so);
-    unlink(se);
-    rmdir(dir);
+    cli_files_remove(&c);
 }
 
 /* ---- specd serve, end to end ---------------------------------------------------------- */
