@@ -87,7 +87,10 @@ start() { # label port
     if [[ $p != plain ]]; then
         spec=(--spec "$p")
         [[ -n $k ]] && spec+=(--spec-k "$k")
-        if [[ $serve_extra != *--model* && ($p == eagle3 || $p == draft) ]]; then
+        # the bundled model's head / draft model: with no --model, or --model
+        # naming the bundled one (a build whose compiled-in path is gone)
+        if [[ ($serve_extra != *--model* || " $serve_extra " == *" --model models/specd-tiny "*) &&
+              $serve_extra != *--draft-model* && ($p == eagle3 || $p == draft) ]]; then
             spec+=(--draft-model "models/specd-tiny-$p")
         fi
     fi
