@@ -342,14 +342,6 @@ static double median_of(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* The line through c's fresh times (SD_ADAPT_CTX_MIN of them at least) of
- * rows bucket x against their keys, into c's fit: its slope from the
- * medians of the half with fewer keys and the half with more (never
- * falling: the same shape reads more keys no faster; flat where their keys
- * hardly differ), its level the same low order statistic of the times less
- * the slope's part as a curve point reads (pt_value: the 3rd smallest of
- * 8, 2/7 of the way up), so this price and the speculative steps' are read
- * alike. */
 typedef struct kt {
     double k, t;
 } kt;
@@ -360,6 +352,14 @@ static int cmp_keys(const void *x, const void *y)
     return (u > v) - (u < v);
 }
 
+/* The line through c's fresh times (SD_ADAPT_CTX_MIN of them at least) of
+ * rows bucket x against their keys, into c's fit: its slope from the
+ * medians of the half with fewer keys and the half with more (never
+ * falling: the same shape reads more keys no faster; flat where their keys
+ * hardly differ), its level the same low order statistic of the times less
+ * the slope's part as a curve point reads (pt_value: the 3rd smallest of
+ * 8, 2/7 of the way up), so this price and the speculative steps' are read
+ * alike. */
 static void ctx_fit(sd_adapt_ctx *c, uint64_t now, int x)
 {
     kt v[SD_ADAPT_CTX_RING];
@@ -405,8 +405,8 @@ static void ctx_fit(sd_adapt_ctx *c, uint64_t now, int x)
 
 /* The queued-ahead step of rows bucket x at `keys` keys from c's line
  * (ctx_fit, fitted again where c has a step since, another x is asked or
- * the newest time it used went stale). Below the fewest keys measured the line
- * falls no further than 3/4 of its time there. 0 where too few were
+ * the newest time it used went stale). Below the fewest keys measured the
+ * line falls no further than 3/4 of its time there. 0 where too few were
  * measured. */
 static double ctx_price(const sd_adapt_ctx *cc, uint64_t now, int x, double keys)
 {
