@@ -158,10 +158,12 @@ else
     for l in "${labels[@]}"; do
         files=()
         for c in ${levels//,/ }; do files+=("$tmp/$l-$c.json"); done
-        jq -s --arg cmd "$invocation" '.[0] + {
+        # (each level's --out was a scratch file: the record names the result)
+        jq -s --arg cmd "$invocation" --arg out "$results/serve-$name-$l.json" '.[0] + {
                 command: $cmd, levels_interleaved: true,
                 config: (.[0].config + {sweep: [.[].runs[].concurrency]}),
-                runs: [.[] as $f | $f.runs[] + {command: $f.command, timestamp: $f.timestamp,
+                runs: [.[] as $f | $f.runs[] + {command: ($f.command | sub(" --out [^ ]+"; " --out " + $out)),
+                       timestamp: $f.timestamp,
                        loadavg_1m_before: $f.machine.loadavg_1m_before,
                        loadavg_1m_after: $f.machine.loadavg_1m_after}]}' \
             "${files[@]}" >"$tmp/$l.json"
