@@ -895,6 +895,7 @@ static int time_algos(sd__cuda *c, sd__gemm_plan *p, const cublasLtMatmulHeurist
     if (c->err)
         return 0;
     c->gemm_trials++;
+    p->timed = 1;
     if (sd_log_level() >= SD_LOG_DEBUG)
         sd_log_debug("cuda: gemm %s N=%lld K=%lld n=%d: algorithm %d of %d (%.1f us, first %.1f us)",
                      sd_dtype_name((sd_dtype)p->dt), (long long)p->N, (long long)p->K, p->n, pick,
@@ -1025,10 +1026,8 @@ static sd__gemm_plan *get_plan(sd__cuda *c, int dt, int64_t N, int64_t K, int n,
     } else if (cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref,
                                               LT_TRIAL_ALGOS, res, &got) == CUBLAS_STATUS_SUCCESS &&
                got > 0 && res[0].state == CUBLAS_STATUS_SUCCESS) {
-        const long trials = c->gemm_trials;
         p->algo = res[time_algos(c, p, res, got, A, B, D)].algo;
         p->ok = 1;
-        p->timed = c->gemm_trials != trials;
     }
 done:
     if (pref)

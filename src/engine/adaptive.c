@@ -297,17 +297,18 @@ static void clock_to(sd_adaptive *a)
     }
 }
 
-/* a target step, read one at a time or queued ahead (keys >= 0: its
- * keys): a tick of the clock */
-static void observe_step(sd_adaptive *a, int batch, int tokens, double secs, double keys)
+/* a target step, read one at a time or queued ahead (with its keys, 0:
+ * not known): a tick of the clock */
+static void observe_step(sd_adaptive *a, int batch, int tokens, double secs, int ahead,
+                         double keys)
 {
     if (tokens <= 0 || batch <= 0)
         return;
     sd_adapt_target *t = target_of(a, batch);
     clock_to(a);
     const int x = sd_row_bucket(tokens);
-    sd_curve_add(keys >= 0 ? &t->ahead : &t->c, x, secs);
-    if (keys > 0) {
+    sd_curve_add(ahead ? &t->ahead : &t->c, x, secs);
+    if (ahead && keys > 0) {
         sd_adapt_ctx *c = &t->ctx;
         const int i = c->n++ % SD_ADAPT_CTX_RING;
         c->keys[i] = keys;
@@ -321,12 +322,12 @@ static void observe_step(sd_adaptive *a, int batch, int tokens, double secs, dou
 
 void sd_adaptive_observe_target(sd_adaptive *a, int batch, int tokens, double secs)
 {
-    observe_step(a, batch, tokens, secs, -1);
+    observe_step(a, batch, tokens, secs, 0, 0);
 }
 
 void sd_adaptive_observe_ahead(sd_adaptive *a, int batch, int tokens, double secs, double keys)
 {
-    observe_step(a, batch, tokens, secs, keys > 0 ? keys : 0);
+    observe_step(a, batch, tokens, secs, 1, keys);
 }
 
 static int cmp_double(const void *x, const void *y)
@@ -335,16 +336,19 @@ static int cmp_double(const void *x, const void *y)
     return (u > v) - (u < v);
 }
 
-/* the median of v[0..n) (sorts it) */
-static double median_of(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 typedef struct kt {
     double k, t;
 } kt;
+
+/* the median of v[0..n)'s keys (time 0) or times (1) */
+static double median_of(const kt *v, int n, int time)
+{
+    double w[SD_ADAPT_CTX_RING];
+    for (int i = 0; i < n; i++)
+        w[i] = time ? v[i].t : v[i].k;
+    qsort(w, (size_t)n, sizeof *w, cmp_double);
+    return n % 2 ? w[n / 2] : 0.5 * (w[n / 2 - 1] + w[n / 2]);
+}
 
 static int cmp_keys(const void *x, const void *y)
 {
@@ -379,21 +383,10 @@ static void ctx_fit(sd_adapt_ctx *c, uint64_t now, int x)
     if (!c->fit_ok)
         return;
     qsort(v, (size_t)m, sizeof *v, cmp_keys); /* (a wrapped ring is two runs) */
-    double w[SD_ADAPT_CTX_RING];
     const int h = m / 2;
-    double kl, tl, ku, tu;
-    for (int i = 0; i < h; i++)
-        w[i] = v[i].k;
-    kl = median_of(w, h);
-    for (int i = 0; i < h; i++)
-        w[i] = v[i].t;
-    tl = median_of(w, h);
-    for (int i = 0; i < m - h; i++)
-        w[i] = v[h + i].k;
-    ku = median_of(w, m - h);
-    for (int i = 0; i < m - h; i++)
-        w[i] = v[h + i].t;
-    tu = median_of(w, m - h);
+    const double kl = median_of(v, h, 0), tl = median_of(v, h, 1);
+    const double ku = median_of(v + h, m - h, 0), tu = median_of(v + h, m - h, 1);
+    double w[SD_ADAPT_CTX_RING];
     const double slope = ku - kl > 0.05 * ku && tu > tl ? (tu - tl) / (ku - kl) : 0;
     for (int i = 0; i < m; i++)
         w[i] = v[i].t - slope * v[i].k;

@@ -846,11 +846,12 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
 
 /* the keys a step's rows attend to (its attention's work: adaptive k's
  * price of a queued-ahead step, the debug log): from the host rows built
- * last */
+ * last; 0 where neither reads them (no loop over the rows a step) */
 static long long step_keys(const sd_engine *e, int T)
 {
+    const int priced = e->spec != SD_SPEC_NONE && e->spec_k < 0 && e->adapt.ahead;
     long long keys = 0;
-    for (int i = 0; i < T; i++)
+    for (int i = 0; (priced || sd_log_level() >= SD_LOG_DEBUG) && i < T; i++)
         keys += (long long)e->h_pos[i] + 1;
     return keys;
 }
@@ -1124,8 +1125,10 @@ static int engine_step(sd_engine *e)
                  * count of zeros: sd_adaptive_admit_off). */
                 int joins = SD_MIN(e->n_running + e->n_waiting, e->max_batch);
                 int idle = e->n_running == 1; /* (this one) */
-                e->adapt.keys = next_keys(e, joins);
-                r->no_spec = e->spec_k < 0 && e->spec != SD_SPEC_NGRAM &&
+                const int adaptive = e->spec_k < 0 && e->spec != SD_SPEC_NGRAM;
+                if (adaptive)
+                    e->adapt.keys = next_keys(e, joins);
+                r->no_spec = adaptive &&
                              sd_adaptive_admit_off(&e->adapt, &e->acc_all, joins,
                                                    e->zero_k_steps >= SD_SPEC_OFF_AFTER, idle) &&
                              (e->adapt.ahead || ++e->n_admitted_off % 8 != 0);
@@ -1354,11 +1357,12 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
          * zeros that admits arrivals with speculation off: each arrival
          * would then track the proposer and stop launch ahead) */
         int k = e->spec_k;
-        e->adapt.keys = next_keys(e, e->n_running);
-        if (k < 0)
-            k = e->n_running > 0 && off == e->n_running
-                    ? 0
-                    : sd_adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running, e->n_running - off);
+        if (k < 0 && e->n_running > 0 && off == e->n_running) {
+            k = 0;
+        } else if (k < 0) {
+            e->adapt.keys = next_keys(e, e->n_running);
+            k = sd_adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running, e->n_running - off);
+        }
         /* Adaptive: when drafting has not paid for a while, the running
          * requests stop tracking the proposer (its catch-up pass costs too);
          * they finish as plain decode. New requests decide on admission. */

@@ -877,11 +877,8 @@ int sd__spec_capture(sd_engine *e, sd_err *err)
         p.T = sizes[i];
         p.n_out = 1;
         sd__pad_rows(e, p.tok, p.pos, p.seq, p.slot, 0, p.T);
-        for (int j = 0; j < p.T; j++) {
-            p.hrows[j] = 0;
-            p.rows[j] = j;
-        }
-        p.rows[0] = p.T - 1;
+        memset(p.hrows, 0, (size_t)p.T * sizeof *p.hrows);
+        p.rows[0] = p.T - 1; /* its one logits row */
         if (!(rc = run_prop(e, &p, first, src, 0, NULL, 0, err)))
             rc = op->sync(e->be);
     }
