@@ -207,6 +207,12 @@ typedef struct sd_bench_spec {
     /* the proposer's passes run without a CUDA graph, and those because its
      * graph cache was full (one-off costs of a shape met the first time) */
     double eager_passes, cache_full;
+    /* engine steps: by the draft length k adaptive k (or --spec-k) chose
+     * (16: 16 or more), with no request drafting (plain), queued before the
+     * step before was read (launch ahead), verify steps queued before their
+     * drafts reached the host (draft ahead) */
+    double steps_by_k[17];
+    double plain_steps, ahead_steps, draft_ahead_steps;
 } sd_bench_spec;
 
 /* Reads the specd_spec_* counters from Prometheus text. */

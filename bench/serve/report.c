@@ -87,6 +87,18 @@ json_t *sd_bench_spec_json(const sd_bench_spec *d)
     json_object_set_new(o, "verify_seconds", real(d->verify_s));
     json_object_set_new(o, "proposer_eager_passes", real(d->eager_passes));
     json_object_set_new(o, "proposer_graph_cache_full", real(d->cache_full));
+    /* engine steps by draft length k (index k; the last: 16 or more),
+     * trailing zeros left out */
+    int nk = 17;
+    while (nk > 0 && d->steps_by_k[nk - 1] <= 0)
+        nk--;
+    json_t *byk = json_array();
+    for (int k = 0; k < nk; k++)
+        json_array_append_new(byk, real(d->steps_by_k[k]));
+    json_object_set_new(o, "engine_steps_by_k", byk);
+    json_object_set_new(o, "engine_plain_steps", real(d->plain_steps));
+    json_object_set_new(o, "engine_launch_ahead_steps", real(d->ahead_steps));
+    json_object_set_new(o, "engine_draft_ahead_steps", real(d->draft_ahead_steps));
     return o;
 }
 

@@ -38,17 +38,24 @@ static int sample(const char *line, size_t len, const char *name, const char **l
     return e != buf;
 }
 
-static int position(const char *labels, size_t len)
+/* the value of label `key` (e.g. "position") as an index below lim, or -1 */
+static int label_index(const char *labels, size_t len, const char *key, int lim)
 {
-    static const char key[] = "position=\"";
+    size_t kl = strlen(key);
     if (!labels)
         return -1;
-    for (size_t i = 0; i + sizeof key - 1 < len; i++)
-        if (memcmp(labels + i, key, sizeof key - 1) == 0) {
-            int v = atoi(labels + i + sizeof key - 1);
-            return v >= 0 && v < SD_BENCH_MAX_POS ? v : -1;
+    for (size_t i = 0; i + kl + 2 < len; i++)
+        if (memcmp(labels + i, key, kl) == 0 && labels[i + kl] == '=' && labels[i + kl + 1] == '"' &&
+            (i == 0 || labels[i - 1] == ',')) {
+            int v = atoi(labels + i + kl + 2);
+            return v >= 0 && v < lim ? v : -1;
         }
     return -1;
+}
+
+static int position(const char *labels, size_t len)
+{
+    return label_index(labels, len, "position", SD_BENCH_MAX_POS);
 }
 
 void sd_bench_spec_parse(const char *text, size_t len, sd_bench_spec *s)
@@ -80,6 +87,15 @@ void sd_bench_spec_parse(const char *text, size_t len, sd_bench_spec *s)
                 s->eager_passes = v;
             else if (sample(p, n, "specd_spec_graph_cache_full_total", &lab, &lablen, &v))
                 s->cache_full = v;
+            else if (sample(p, n, "specd_spec_plain_steps_total", &lab, &lablen, &v))
+                s->plain_steps = v;
+            else if (sample(p, n, "specd_launch_ahead_steps_total", &lab, &lablen, &v))
+                s->ahead_steps = v;
+            else if (sample(p, n, "specd_spec_draft_ahead_steps_total", &lab, &lablen, &v))
+                s->draft_ahead_steps = v;
+            else if (sample(p, n, "specd_spec_draft_length_steps_total", &lab, &lablen, &v) &&
+                     (pos = label_index(lab, lablen, "k", 17)) >= 0)
+                s->steps_by_k[pos] = v;
             else if (sample(p, n, "specd_spec_position_proposed_total", &lab, &lablen, &v) &&
                      (pos = position(lab, lablen)) >= 0) {
                 s->proposed_at[pos] = v;
@@ -114,6 +130,11 @@ void sd_bench_spec_delta(const sd_bench_spec *b, const sd_bench_spec *a, sd_benc
     d->verify_s = a->verify_s - b->verify_s;
     d->eager_passes = a->eager_passes - b->eager_passes;
     d->cache_full = a->cache_full - b->cache_full;
+    d->plain_steps = a->plain_steps - b->plain_steps;
+    d->ahead_steps = a->ahead_steps - b->ahead_steps;
+    d->draft_ahead_steps = a->draft_ahead_steps - b->draft_ahead_steps;
+    for (int k = 0; k < 17; k++)
+        d->steps_by_k[k] = a->steps_by_k[k] - b->steps_by_k[k];
     d->n_pos = a->n_pos > b->n_pos ? a->n_pos : b->n_pos;
     for (int i = 0; i < d->n_pos; i++) {
         d->proposed_at[i] = a->proposed_at[i] - b->proposed_at[i];

@@ -20,6 +20,7 @@
 #               (no jq; the plot is left out where gnuplot or jq is missing)
 #   -s "ARGS"   extra `specd serve` options (e.g. "--model /models/X --tp 8")
 #   -P PORT     first port for the servers (default 18123; one port per label)
+#   -L DIR      keep each server's log as DIR/serve-LABEL.log (e.g. with -s "--opt log-level=debug")
 #   -1          one server at a time, each swept whole (for a GPU that holds one model);
 #               by default every server is up at once and the levels interleave
 #               (plain c=1, mtp c=1, plain c=2, ...), so a machine whose background
@@ -33,13 +34,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 invocation="bench/serve/sweep.sh $*"
 name="" proposers=mtp,mtp:3 levels=1,2,4,8,16,32,64,128,256 machine="" build=build-release
-serve_extra="" port=18123 serial=0 prebuilt=""
-while getopts "n:p:c:m:b:B:s:P:1h" o; do
+serve_extra="" port=18123 serial=0 prebuilt="" logs=""
+while getopts "n:p:c:m:b:B:s:P:L:1h" o; do
     case $o in
     n) name=$OPTARG ;; p) proposers=$OPTARG ;; c) levels=$OPTARG ;; m) machine=$OPTARG ;;
     b) build=$OPTARG ;; B) prebuilt=$OPTARG ;; s) serve_extra=$OPTARG ;; P) port=$OPTARG ;;
-    1) serial=1 ;;
-    *) sed -n '2,31p' "$0"; exit 2 ;;
+    L) logs=$OPTARG ;; 1) serial=1 ;;
+    *) sed -n '2,32p' "$0"; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
@@ -75,8 +76,7 @@ fi
 tmp=$(mktemp -d)
 declare -A pid=() url=()
 cleanup() {
-    for l in "${!pid[@]}"; do kill "${pid[$l]}" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    for l in "${!pid[@]}"; do stop "$l"; done
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -107,7 +107,12 @@ start() { # label port
     echo "sweep.sh: specd serve ($1) did not get ready" >&2
     exit 1
 }
-stop() { kill "${pid[$1]}" 2>/dev/null || true; wait "${pid[$1]}" 2>/dev/null || true; unset "pid[$1]"; }
+stop() {
+    kill "${pid[$1]}" 2>/dev/null || true
+    wait "${pid[$1]}" 2>/dev/null || true
+    unset "pid[$1]"
+    [[ -z $logs ]] || { mkdir -p "$logs" && cp "$tmp/serve-$1.log" "$logs/serve-$1.log"; }
+}
 
 run_bench() { # label levels out
     local rc=0

@@ -288,7 +288,13 @@ TEST(metrics_scrape_reads_specd_counters_and_takes_deltas)
                         "specd_spec_position_accepted_total{position=\"1\"} 5\n"
                         "specd_spec_draft_seconds_total 1.5e-1\n"
                         "specd_spec_eager_passes_total 7\n"
-                        "specd_spec_graph_cache_full_total 2\n";
+                        "specd_spec_graph_cache_full_total 2\n"
+                        "specd_spec_draft_length_steps_total{k=\"0\"} 12\n"
+                        "specd_spec_draft_length_steps_total{k=\"3\"} 5\n"
+                        "specd_spec_draft_length_steps_total{k=\"17\"} 5\n"
+                        "specd_spec_plain_steps_total 9\n"
+                        "specd_launch_ahead_steps_total 6\n"
+                        "specd_spec_draft_ahead_steps_total 4\n";
     sd_bench_spec b, a, d;
     sd_bench_spec_parse(before, strlen(before), &b);
     sd_bench_spec_parse(after, strlen(after), &a);
@@ -304,6 +310,12 @@ TEST(metrics_scrape_reads_specd_counters_and_takes_deltas)
     ASSERT_NEAR(d.proposed_at[1], 10, 0);
     ASSERT_NEAR(d.eager_passes, 7, 0);
     ASSERT_NEAR(d.cache_full, 2, 0);
+    ASSERT_NEAR(d.steps_by_k[0], 12, 0);
+    ASSERT_NEAR(d.steps_by_k[3], 5, 0);
+    ASSERT_NEAR(d.steps_by_k[16], 0, 0); /* k="17" is past the histogram: ignored */
+    ASSERT_NEAR(d.plain_steps, 9, 0);
+    ASSERT_NEAR(d.ahead_steps, 6, 0);
+    ASSERT_NEAR(d.draft_ahead_steps, 4, 0);
     sd_bench_spec_delta(&a, &b, &d); /* counters went down: a restart */
     ASSERT(!d.present);
     sd_bench_spec_parse("specd_requests_total 3\n", 23, &a);
@@ -936,6 +948,15 @@ TEST(against_specd_serve_on_the_bundled_model)
     /* the CPU runs every proposer pass without a graph */
     ASSERT(json_number_value(json_object_get(spec, "proposer_eager_passes")) > 0);
     ASSERT(json_is_number(json_object_get(spec, "proposer_graph_cache_full")));
+    /* the engine's steps by draft length add up to the speculative steps and more
+     * (k = 0 steps are not verify steps) */
+    json_t *byk = json_object_get(spec, "engine_steps_by_k");
+    double ksum = 0;
+    for (size_t k = 0; k < json_array_size(byk); k++)
+        ksum += json_number_value(json_array_get(byk, k));
+    ASSERT(ksum > 0);
+    ASSERT(json_is_number(json_object_get(spec, "engine_launch_ahead_steps")));
+    ASSERT(json_is_number(json_object_get(spec, "engine_plain_steps")));
     json_decref(j);
     unlink(log);
     unlink(so);
