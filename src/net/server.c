@@ -55,6 +55,9 @@ struct job {
     char id[48];
     long long created;
     sd_buf text; /* non-streaming: the whole completion */
+    sd_buf out;  /* streaming: the SSE events of one wake, written together */
+    job *dirty;  /* next job with events in out (on_wake's list) */
+    int is_dirty;
     uint64_t t_last; /* engine-thread time of the last tokens, ns */
     const char *cancel_why;
     char peer[64];
@@ -179,6 +182,7 @@ static void job_free(job *j)
         j->next->prev = j->prev;
     s->n_jobs--;
     sd_buf_free(&j->text);
+    sd_buf_free(&j->out);
     free(j);
 }
 
@@ -243,7 +247,11 @@ static void on_finish(void *user, sd_finish why, const sd_req_stats *st, const c
 
 /* ---- events on the loop -------------------------------------------------------- */
 
-static void handle_output(sd_server *s, event *ev)
+/* The events of one wake for a job stream, as one write: at batch 64 the
+ * engine makes 64 events a step, and a write each (a system call) left the
+ * loop 13-37 ms behind the engine at the end of a burst on an H200
+ * (NOTES.md, session 32). Returns the job to put on the dirty list, or NULL. */
+static job *handle_output(sd_server *s, event *ev)
 {
     job *j = ev->j;
     if (ev->n_ids > 0) {
@@ -252,16 +260,32 @@ static void handle_output(sd_server *s, event *ev)
         j->t_last = ev->t_ns;
     }
     if (!j->req || !ev->len)
-        return;
+        return NULL;
     if (!j->stream) {
         sd_buf_append(&j->text, ev->text, ev->len);
-        return;
+        return NULL;
     }
-    sd_buf b = {0};
     sd_oai_meta m = job_meta(j);
-    if (sd_oai_chunk_event(&b, &m, 0, ev->text, ev->len, SD_FINISH_NONE) == 0)
-        sd_http_stream_write(j->req, b.p, b.len); /* a failure means the abort callback follows */
-    sd_buf_free(&b);
+    size_t len0 = j->out.len;
+    if (sd_oai_chunk_event(&j->out, &m, 0, ev->text, ev->len, SD_FINISH_NONE) != 0) {
+        j->out.len = len0; /* (the event is lost, as a failed write's would be) */
+        if (j->out.p)
+            j->out.p[len0] = 0;
+        j->out.oom = 0;
+    }
+    if (j->is_dirty || !j->out.len)
+        return NULL;
+    j->is_dirty = 1;
+    return j;
+}
+
+/* writes a job's gathered events */
+static void flush_output(job *j)
+{
+    if (j->req && j->out.len)
+        sd_http_stream_write(j->req, j->out.p, j->out.len); /* a failure: the abort callback follows */
+    sd_buf_clear(&j->out);
+    j->is_dirty = 0;
 }
 
 static void warmup_done(sd_server *s, sd_finish why, const char *msg);
@@ -349,15 +373,36 @@ static void on_wake(uv_async_t *a)
     event *ev = s->q_head;
     s->q_head = s->q_tail = NULL;
     pthread_mutex_unlock(&s->mu);
+    /* outputs first, gathered per job and written once each; then the
+     * finishes, in order (a job's finish is its last event, and frees it) */
+    job *dirty = NULL;
+    event *fins = NULL, **fin_tail = &fins;
     while (ev) {
         event *next = ev->next;
-        if (ev->fin)
-            handle_finish(s, ev);
-        else
-            handle_output(s, ev);
+        if (ev->fin) {
+            ev->next = NULL;
+            *fin_tail = ev;
+            fin_tail = &ev->next;
+        } else {
+            job *j = handle_output(s, ev);
+            if (j) {
+                j->dirty = dirty;
+                dirty = j;
+            }
+            free(ev);
+        }
+        ev = next;
+    }
+    while (dirty) {
+        job *next = dirty->dirty;
+        flush_output(dirty);
+        dirty = next;
+    }
+    for (ev = fins; ev; ev = fins) {
+        fins = ev->next;
+        handle_finish(s, ev);
         free(ev->msg);
         free(ev);
-        ev = next;
     }
     check_drained(s);
 }
