@@ -402,15 +402,28 @@ moe_sort_kernel(int *off_g, int *sorted, int *inv, const int32_t *ids, int m, in
     }
 }
 
+/* The rows [*beg, *end) of expert e that block row chunk z takes: chunks of
+ * rc rows (a multiple of 8, so every 8-row group, and so every sum, is the
+ * one an unchunked block forms). */
+__device__ __forceinline__ void moe_rows_chunk(const int *off, int e, int z, int rc, int *beg,
+                                               int *end)
+{
+    int b = off[e] + z * rc, e1 = off[e + 1];
+    *beg = b;
+    *end = e1 - b < rc ? e1 : b + rc;
+}
+
 /* h(p, I) = silu(x_row(p) @ gate_e^T) * (x_row(p) @ up_e^T) for the rows p of
- * expert e = blockIdx.y; a warp per output column. */
+ * expert e = blockIdx.y in row chunk blockIdx.z of rc rows; a warp per output
+ * column. */
 template <int DT, bool VEC, int MAXE>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
 moe_gate_up_kernel(float *h, const float *x, const int *off, const int *sorted, int top_k, int D,
-                   int I, const __grid_constant__ moe_tabs<MAXE> tab)
+                   int I, int rc, const __grid_constant__ moe_tabs<MAXE> tab)
 {
-    SD_PDL_ENTER(h, x, off, sorted, top_k, D, I);
-    int e = blockIdx.y, beg = off[e], end = off[e + 1];
+    SD_PDL_ENTER(h, x, off, sorted, top_k, D, I, rc);
+    int e = blockIdx.y, beg, end;
+    moe_rows_chunk(off, e, blockIdx.z, rc, &beg, &end);
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int j = blockIdx.x * MOE_WARPS + warp;
     if (beg >= end || j >= I)
@@ -437,14 +450,15 @@ moe_gate_up_kernel(float *h, const float *x, const int *off, const int *sorted, 
     }
 }
 
-/* y(p, D) = h(p) @ down_e^T */
+/* y(p, D) = h(p) @ down_e^T, rows chunked as moe_gate_up_kernel's */
 template <int DT, bool VEC, int MAXE>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
-moe_down_kernel(float *y, const float *h, const int *off, int D, int I,
+moe_down_kernel(float *y, const float *h, const int *off, int D, int I, int rc,
                 const __grid_constant__ moe_tabs<MAXE> tab)
 {
-    SD_PDL_ENTER(y, h, off, D, I);
-    int e = blockIdx.y, beg = off[e], end = off[e + 1];
+    SD_PDL_ENTER(y, h, off, D, I, rc);
+    int e = blockIdx.y, beg, end;
+    moe_rows_chunk(off, e, blockIdx.z, rc, &beg, &end);
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int j = blockIdx.x * MOE_WARPS + warp;
     if (beg >= end || j >= D)
@@ -487,9 +501,34 @@ __global__ void moe_combine_kernel(float *out, const float *y, const int *inv, c
     }
 }
 
+/* The row chunks of the grouped GEMV: each expert's rows are cut into
+ * chunks of *rc (a multiple of 8) so a prefill's few experts with hundreds
+ * of rows each fill the GPU (one block per (column tile, expert) looped over
+ * all of an expert's rows: the bundled model's 8 experts at 1400 tokens took
+ * 271 + 171 us a layer on an H200, NOTES.md, session 32). The counts are on
+ * the device, so the grid covers any split of the m rows: z chunks of rc
+ * with z * rc >= m, about 4 a mean expert, and the blocks of chunks past an
+ * expert's rows return at once; at most ~64k blocks (many experts: then
+ * fewer, longer chunks). Returns z. */
+static unsigned moe_row_chunks(int m, int E, unsigned cols, int *rc)
+{
+    long per = ((long)m + 4L * E - 1) / (4L * E); /* a quarter of a mean expert's rows */
+    per = per < 32 ? 32 : (per + 7) / 8 * 8;
+    long z = ((long)m + per - 1) / per, cap = 65536L / ((long)cols * E);
+    if (cap < 1)
+        cap = 1;
+    if (z > cap) {
+        z = cap;
+        per = (((long)m + z - 1) / z + 7) / 8 * 8;
+        z = ((long)m + per - 1) / per;
+    }
+    *rc = (int)per;
+    return (unsigned)(z < 1 ? 1 : z);
+}
+
 template <int DT, bool VEC, int MAXE>
 static void launch_experts(sd__cuda *c, const sd_experts *ex, float *h, float *y, const float *x,
-                           const int *off, const int *sorted, int top_k, int D, int I)
+                           const int *off, const int *sorted, int top_k, int D, int I, int m)
 {
     moe_tabs<MAXE> tab;
     memset(&tab, 0, sizeof tab);
@@ -497,39 +536,42 @@ static void launch_experts(sd__cuda *c, const sd_experts *ex, float *h, float *y
         tab.a[e] = ex->gate[e].data;
         tab.b[e] = ex->up[e].data;
     }
-    dim3 g1((unsigned)((I + MOE_WARPS - 1) / MOE_WARPS), (unsigned)ex->n);
+    int rc;
+    unsigned gx = (unsigned)((I + MOE_WARPS - 1) / MOE_WARPS);
+    dim3 g1(gx, (unsigned)ex->n, moe_row_chunks(m, ex->n, gx, &rc));
     sd__launch(c, moe_gate_up_kernel<DT, VEC, MAXE>, g1, MOE_WARPS * 32, 0, h, x, off, sorted, top_k,
-                                                                            D, I, tab);
+                                                                            D, I, rc, tab);
     if (SD_LAUNCHED(c, "moe_gate_up_kernel"))
         return;
     for (int e = 0; e < ex->n; e++) {
         tab.a[e] = ex->down[e].data;
         tab.b[e] = NULL;
     }
-    dim3 g2((unsigned)((D + MOE_WARPS - 1) / MOE_WARPS), (unsigned)ex->n);
-    sd__launch(c, moe_down_kernel<DT, VEC, MAXE>, g2, MOE_WARPS * 32, 0, y, h, off, D, I, tab);
+    gx = (unsigned)((D + MOE_WARPS - 1) / MOE_WARPS);
+    dim3 g2(gx, (unsigned)ex->n, moe_row_chunks(m, ex->n, gx, &rc));
+    sd__launch(c, moe_down_kernel<DT, VEC, MAXE>, g2, MOE_WARPS * 32, 0, y, h, off, D, I, rc, tab);
     SD_LAUNCHED(c, "moe_down_kernel");
 }
 
 template <int DT, bool VEC>
 static void launch_experts_e(sd__cuda *c, const sd_experts *ex, float *h, float *y, const float *x,
-                             const int *off, const int *sorted, int top_k, int D, int I)
+                             const int *off, const int *sorted, int top_k, int D, int I, int m)
 {
     if (ex->n <= 256)
-        launch_experts<DT, VEC, 256>(c, ex, h, y, x, off, sorted, top_k, D, I);
+        launch_experts<DT, VEC, 256>(c, ex, h, y, x, off, sorted, top_k, D, I, m);
     else
-        launch_experts<DT, VEC, MOE_MAX_EXPERTS>(c, ex, h, y, x, off, sorted, top_k, D, I);
+        launch_experts<DT, VEC, MOE_MAX_EXPERTS>(c, ex, h, y, x, off, sorted, top_k, D, I, m);
 }
 
 template <int DT>
 static void launch_experts_v(sd__cuda *c, int vec, const sd_experts *ex, float *h, float *y,
                              const float *x, const int *off, const int *sorted, int top_k, int D,
-                             int I)
+                             int I, int m)
 {
     if (vec)
-        launch_experts_e<DT, true>(c, ex, h, y, x, off, sorted, top_k, D, I);
+        launch_experts_e<DT, true>(c, ex, h, y, x, off, sorted, top_k, D, I, m);
     else
-        launch_experts_e<DT, false>(c, ex, h, y, x, off, sorted, top_k, D, I);
+        launch_experts_e<DT, false>(c, ex, h, y, x, off, sorted, top_k, D, I, m);
 }
 
 /* ---- fused small-batch experts ------------------------------------------
@@ -1285,9 +1327,9 @@ void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t 
                                        I, m);
     } else {
         switch (dt) {
-        case SD_DT_F32: launch_experts_v<SD__F32>(c, vec, ex, h, y, x, off, sorted, top_k, D, I); break;
-        case SD_DT_BF16: launch_experts_v<SD__BF16>(c, vec, ex, h, y, x, off, sorted, top_k, D, I); break;
-        default: launch_experts_v<SD__F16>(c, vec, ex, h, y, x, off, sorted, top_k, D, I); break;
+        case SD_DT_F32: launch_experts_v<SD__F32>(c, vec, ex, h, y, x, off, sorted, top_k, D, I, (int)m); break;
+        case SD_DT_BF16: launch_experts_v<SD__BF16>(c, vec, ex, h, y, x, off, sorted, top_k, D, I, (int)m); break;
+        default: launch_experts_v<SD__F16>(c, vec, ex, h, y, x, off, sorted, top_k, D, I, (int)m); break;
         }
     }
     if (c->err)

@@ -1986,6 +1986,12 @@ TEST(moe_ffn_matches_the_cpu)
     ok &= ffn_case(&e, SD_DT_F16, 9, 12, 3, 70, 50); /* dims not a multiple of 8 */
     ok &= ffn_case(&e, SD_DT_BF16, 64, 256, 8, 256, 128);
     ok &= ffn_case_ep(&e, SD_DT_BF16, 23, 4, 3, 128, 96, 8, 16); /* experts 8..11 of 16 */
+    /* a prefill of the bundled model's experts (the grouped GEMV cuts each
+     * expert's rows into chunks), and every token on the same two experts
+     * (chunks past the mean expert's rows) */
+    ok &= ffn_case(&e, SD_DT_BF16, 1400, 8, 2, 256, 96);
+    ok &= ffn_case_ep(&e, SD_DT_BF16, 700, 8, 2, 256, 96, 0, 2);
+    ok &= ffn_case_ep(&e, SD_DT_F32, 333, 5, 2, 64, 40, 0, 2);
     gpu_env_close(&e);
     ASSERT(ok);
 }
