@@ -437,6 +437,7 @@ void sd_adaptive_observe_draft(sd_adaptive *a, int n_seqs, int k, double secs)
     sd_curve_add(&t->draft, k, secs);
     t->used = a->steps;
     a->draft_steps++;
+    a->draft_kpr = a->pick_kpr;
 }
 
 /* Pseudo-observations behind each position's prior. The prior of position
@@ -767,7 +768,7 @@ void sd_adaptive_refresh(sd_adaptive *a)
         sd_curve_restart(&t->draft);
         sd_curve_restart(&t->ahead);
     }
-    a->refresh_at = a->steps + 1;
+    a->refresh_at = a->refreshed = a->steps + 1;
 }
 
 int sd_adaptive_draft_stale(const sd_adaptive *a, int batch)
@@ -813,8 +814,15 @@ int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins,
     const int off_now = off_verdict && sd_adaptive_informed(a, joins);
     /* best_k says plain at this batch (asked once, and only where it decides) */
     const int plain = (off_now || idle) && sd_adaptive_best_k(a, acc, joins) == 0;
+    /* a stale draft price: measured again once in a while, or where the
+     * contexts moved since (or are not known) */
+    const double kpr = a->keys > 0 ? a->keys / joins : 0;
+    const int moved = !(kpr > 0 && a->draft_kpr > 0) ||
+                      fabs(kpr - a->draft_kpr) > SD_ADAPT_CTX_MOVED * a->draft_kpr;
+    const int gap = !a->refreshed || a->steps + 1 - a->refreshed >= SD_ADAPT_REFRESH_GAP;
     if (!a->refresh_at && a->steps > 0 &&
-        ((idle && (off_verdict || plain)) || (off_now && sd_adaptive_draft_stale(a, joins))))
+        ((idle && (off_verdict || plain)) ||
+         (off_now && (gap || moved) && sd_adaptive_draft_stale(a, joins))))
         sd_adaptive_refresh(a);
     /* a pending refresh's measurements decide, not these prices */
     return off_now && !a->refresh_at && plain;
@@ -832,6 +840,7 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
      * again whenever the batch leaves what was measured. Deeper k are
      * measured once chosen (the curve continues the last segment's slope
      * there), and the choice's neighbours by the probes below. */
+    a->pick_kpr = a->keys > 0 ? a->keys / batch : 0;
     int explore = !informed(a, batch, drafting);
     if (explore != a->exploring)
         sd_log_debug("adaptive k: %s at batch %d (step %llu)", explore ? "exploring" : "explored",

@@ -75,6 +75,19 @@
  * curve); seen again after that long, it starts over from the new time
  * (still trusted if it was). */
 #define SD_CURVE_STALE 16
+/* Steps between two refreshes a stale draft price starts where the
+ * running requests' contexts are where that price was measured (arrivals
+ * while others run; a burst after idle refreshes whenever it comes, and so
+ * do arrivals where the mean context moved by more than
+ * SD_ADAPT_CTX_MOVED of it, or is not known): under a steady stream of
+ * arrivals with speculation off the draft price is always stale, and a
+ * refresh at each arrival (its tracked arrivals, one draft, a plain step
+ * read one at a time and four zeros before speculation goes off again: ~6
+ * steps not queued ahead) ran the bundled model on an H200 at 16 requests
+ * 25-30% slower a token than plain decode (360 refreshes in 9000 steps;
+ * NOTES.md, session 32). At most one in 512 steps there: ~1%. */
+#define SD_ADAPT_REFRESH_GAP 512
+#define SD_ADAPT_CTX_MOVED 0.25
 
 typedef struct sd_curve_pt {
     int x, n;      /* x, times seen */
@@ -181,6 +194,10 @@ typedef struct sd_adaptive {
      * decode kept drafting: NOTES.md, session 15) */
     int ahead;
     uint64_t refresh_at; /* sd_adaptive_refresh: steps + 1 then; 0: none pending */
+    uint64_t refreshed;  /* steps + 1 at the last sd_adaptive_refresh; 0: none */
+    /* the mean context (keys a request) at the last pick, and at the pick
+     * before the last drafting phase observed (0: not known) */
+    double pick_kpr, draft_kpr;
     /* set by the owner before a pick or an admission: the keys the next
      * plain step would read (its requests' contexts; 0: unknown). With
      * a->ahead, k = 0 is priced at the queued-ahead steps' time at these
@@ -236,7 +253,9 @@ void sd_adaptive_refresh(sd_adaptive *a);
  * against a plain step of its start, and the next burst was judged on
  * them: the draft LM at batch 32 on an H200 went plain for whole bursts
  * where one draft paid ~20% at their short contexts; NOTES.md, session
- * 27), where one draft's price at this batch is stale, or while
+ * 27), where one draft's price at this batch is stale (at most once in
+ * SD_ADAPT_REFRESH_GAP steps where a->keys / joins is within
+ * SD_ADAPT_CTX_MOVED of the context that price was measured at), or while
  * a refresh's measurements are pending: the curves restart
  * (sd_adaptive_refresh) and the next picks measure again. (After idle
  * where drafting still pays, nothing restarts: a request at a time at

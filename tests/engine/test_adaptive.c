@@ -1107,6 +1107,69 @@ TEST(a_burst_after_idle_measures_its_prices_again)
     ASSERT_EQ(b.refresh_at, 0);
 }
 
+/* A steady stream of arrivals while speculation is off (the bundled model
+ * at 16 requests under Poisson arrivals on an H200: its draft price is
+ * always stale there, and a refresh started at each arrival, 360 in 9000
+ * steps, each ~6 steps not queued ahead: 25-30% slower a token than plain;
+ * NOTES.md, session 32): a stale draft price refreshes at most once in
+ * SD_ADAPT_REFRESH_GAP steps, and the arrivals in between start off. */
+TEST(a_stream_of_arrivals_refreshes_a_stale_draft_price_once_in_a_while)
+{
+    sd_adaptive a;
+    sd_accept_stats acc;
+    fresh(&a, &acc);
+    for (int i = 0; i < 2000; i++) /* 90% of first drafts accepted */
+        sd_accept_stats_add(&acc, 1, i % 10 ? 1 : 0);
+    /* one draft: 32 x 1.9 tokens in 0.45 + 0.18 ms (96.5 a ms); plain 32
+     * in 0.30 (106.7): plain */
+    a.keys = 32 * 150.0; /* the running requests' contexts: 150 keys each */
+    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 32), 1); /* exploring */
+    prices32(&a, 0.450e-3, 0.180e-3, 0.300e-3);
+    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 32), 0);
+    const int steps = 4 * SD_ADAPT_REFRESH_GAP;
+    int refreshes = 0, off = 0, arrivals = 0;
+    uint64_t last = 0;
+    for (int st = 0; st < steps; st++) {
+        if (a.refresh_at) { /* the engine's picks measure a draft, then a plain step */
+            if (sd_adaptive_pick_k(&a, &acc, 32, 32)) {
+                sd_adaptive_observe_target(&a, 32, 64, 0.450e-3);
+                sd_adaptive_observe_draft(&a, 32, 1, 0.180e-3);
+            } else {
+                sd_adaptive_observe_target(&a, 32, 32, 0.300e-3);
+            }
+        } else {
+            sd_adaptive_observe_target(&a, 32, 32, 0.300e-3);
+        }
+        if (st % 3)
+            continue;
+        const uint64_t before = a.refresh_at;
+        off += sd_adaptive_admit_off(&a, &acc, 32, 1, 0);
+        arrivals++;
+        if (!before && a.refresh_at) {
+            if (refreshes)
+                ASSERT_GE(a.steps - last, (uint64_t)SD_ADAPT_REFRESH_GAP);
+            last = a.steps;
+            refreshes++;
+        }
+    }
+    fprintf(stderr, "  %d refreshes in %d steps; %d of %d arrivals started off\n", refreshes,
+            steps, off, arrivals);
+    /* the price kept fresh (one refresh a gap), and nearly all arrivals off */
+    ASSERT_GE(refreshes, 3);
+    ASSERT_LE(refreshes, 4);
+    ASSERT_GE(off, arrivals - 4 * refreshes);
+    /* arrivals at contexts a third shorter than the draft was priced at
+     * measure again at once */
+    ASSERT(!a.refresh_at);
+    a.keys = 32 * 100.0;
+    ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 32, 1, 0), 0);
+    ASSERT(a.refresh_at != 0);
+    remeasure_short(&a, &acc);
+    /* and a burst after idle, whenever it comes */
+    ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 32, 1, 1), 0);
+    ASSERT(a.refresh_at != 0);
+}
+
 /* tokens per second of plain decode and of the best k at each context
  * (k <= 4) over a burst of `batch` requests from c0 to c1 positions */
 static void burst_rates(sim m, int batch, int c0, int c1, double *plain, double *best)
@@ -1178,6 +1241,7 @@ TEST(bursts_that_start_short_draft_again)
 }
 
 TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draft_again),
+          T(a_stream_of_arrivals_refreshes_a_stale_draft_price_once_in_a_while),
           T(drafting_timed_only_where_adaptive_k_asks_settles_the_same),
           T(a_burst_after_idle_measures_its_prices_again),
           T(curve_ignores_one_off_costs_and_interpolates),
