@@ -820,10 +820,16 @@ int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins,
     const int moved = !(kpr > 0 && a->draft_kpr > 0) ||
                       fabs(kpr - a->draft_kpr) > SD_ADAPT_CTX_MOVED * a->draft_kpr;
     const int gap = !a->refreshed || a->steps + 1 - a->refreshed >= SD_ADAPT_REFRESH_GAP;
+    const int by_idle = idle && (off_verdict || plain);
     if (!a->refresh_at && a->steps > 0 &&
-        ((idle && (off_verdict || plain)) ||
-         (off_now && (gap || moved) && sd_adaptive_draft_stale(a, joins))))
+        (by_idle || (off_now && (gap || moved) && sd_adaptive_draft_stale(a, joins)))) {
+        sd_log_debug("adaptive k: prices measured again at batch %d (step %llu): %s", joins,
+                     (unsigned long long)a->steps,
+                     by_idle ? "a burst after idle"
+                     : moved ? "the contexts moved since the draft was priced"
+                             : "the draft price is stale");
         sd_adaptive_refresh(a);
+    }
     /* a pending refresh's measurements decide, not these prices */
     return off_now && !a->refresh_at && plain;
 }
