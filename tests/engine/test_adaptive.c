@@ -1031,6 +1031,14 @@ static void remeasure_short(sd_adaptive *a, const sd_accept_stats *acc)
     ASSERT_EQ(a->refresh_at, 0);
 }
 
+/* a fresh controller whose first drafts were accepted at rate p (of 2000) */
+static void fresh_accepting(sd_adaptive *a, sd_accept_stats *acc, double p)
+{
+    fresh(a, acc);
+    for (int i = 0; i < 2000; i++)
+        sd_accept_stats_add(acc, 1, i % 100 < (int)(100 * p + 0.5) ? 1 : 0);
+}
+
 /* SD_CURVE_RING steps of one draft and of plain at batch 32: t64 + td, t32 */
 static void prices32(sd_adaptive *a, double t64, double td, double t32)
 {
@@ -1055,9 +1063,7 @@ TEST(a_burst_after_idle_measures_its_prices_again)
 {
     sd_adaptive a;
     sd_accept_stats acc;
-    fresh(&a, &acc);
-    for (int i = 0; i < 2000; i++) /* 90% of first drafts accepted */
-        sd_accept_stats_add(&acc, 1, i % 10 ? 1 : 0);
+    fresh_accepting(&a, &acc, 0.9);
     /* the end of a burst: one draft 32 x 1.9 tokens in 0.45 + 0.18 ms
      * (96.5 a ms), plain 32 in 0.33 (97.0): plain, then a plain stretch */
     for (int i = 0; i < 20; i++) {
@@ -1117,9 +1123,7 @@ TEST(a_stream_of_arrivals_refreshes_a_stale_draft_price_once_in_a_while)
 {
     sd_adaptive a;
     sd_accept_stats acc;
-    fresh(&a, &acc);
-    for (int i = 0; i < 2000; i++) /* 90% of first drafts accepted */
-        sd_accept_stats_add(&acc, 1, i % 10 ? 1 : 0);
+    fresh_accepting(&a, &acc, 0.9);
     /* one draft: 32 x 1.9 tokens in 0.45 + 0.18 ms (96.5 a ms); plain 32
      * in 0.30 (106.7): plain */
     a.keys = 32 * 150.0; /* the running requests' contexts: 150 keys each */
