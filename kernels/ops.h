@@ -390,6 +390,12 @@ typedef struct sd_ops {
      * backend cannot make these one (the caller then uses upload2d,
      * upload, copy and download_async). */
     int (*copies)(sd_backend *be, const sd_copy *c, int n);
+
+    /* ---- counters (appended; NULL where a backend has none) ----
+     * gemm_trials: GEMM algorithm trials run so far, each a host stall of a
+     * few ms where it runs (the timed candidates of a shape and row count
+     * met the first time: kernels/cuda/matmul.cu). */
+    long (*gemm_trials)(sd_backend *be);
 } sd_ops;
 
 struct sd_backend {

@@ -213,6 +213,7 @@ typedef struct sd_bench_spec {
      * drafts reached the host (draft ahead) */
     double steps_by_k[17];
     double plain_steps, ahead_steps, draft_ahead_steps;
+    double gemm_trials; /* the backend's GEMM algorithm trials (stalls of a few ms) */
 } sd_bench_spec;
 
 /* Reads the specd_spec_* counters from Prometheus text. */

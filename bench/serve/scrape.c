@@ -93,6 +93,8 @@ void sd_bench_spec_parse(const char *text, size_t len, sd_bench_spec *s)
                 s->ahead_steps = v;
             else if (sample(p, n, "specd_spec_draft_ahead_steps_total", &lab, &lablen, &v))
                 s->draft_ahead_steps = v;
+            else if (sample(p, n, "specd_gemm_trials_total", &lab, &lablen, &v))
+                s->gemm_trials = v;
             else if (sample(p, n, "specd_spec_draft_length_steps_total", &lab, &lablen, &v) &&
                      (pos = label_index(lab, lablen, "k", 17)) >= 0)
                 s->steps_by_k[pos] = v;
@@ -133,6 +135,7 @@ void sd_bench_spec_delta(const sd_bench_spec *b, const sd_bench_spec *a, sd_benc
     d->plain_steps = a->plain_steps - b->plain_steps;
     d->ahead_steps = a->ahead_steps - b->ahead_steps;
     d->draft_ahead_steps = a->draft_ahead_steps - b->draft_ahead_steps;
+    d->gemm_trials = a->gemm_trials - b->gemm_trials;
     for (int k = 0; k < 17; k++)
         d->steps_by_k[k] = a->steps_by_k[k] - b->steps_by_k[k];
     d->n_pos = a->n_pos > b->n_pos ? a->n_pos : b->n_pos;

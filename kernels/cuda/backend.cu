@@ -497,6 +497,7 @@ static const sd_ops cuda_ops = {
     /* .moe_router_ffn = */ sd__cuda_moe_router_ffn,
     /* .mla_prep_absorb = */ sd__cuda_mla_prep_absorb,
     /* .copies = */ cu_copies,
+    /* .gemm_trials = */ sd_cuda_gemm_trials,
 };
 
 int sd_cuda_make_current(sd_backend *be)

@@ -637,6 +637,8 @@ static void publish_stats(sd_engine *e, int stepped)
     e->stats.spec_draft_oneoff = e->draft_oneoff;
     e->stats.ahead_steps = e->ahead_steps;
     e->stats.draft_ahead_steps = e->draft_ahead_steps;
+    e->stats.gemm_trials =
+        e->be->ops->gemm_trials ? (uint64_t)e->be->ops->gemm_trials(e->be) : 0;
     pthread_mutex_unlock(&e->mu);
 }
 

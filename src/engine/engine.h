@@ -129,6 +129,9 @@ typedef struct sd_engine_stats {
     /* verify steps that took their drafts on the device, queued before
      * the drafts reached the host (--draft-ahead) */
     uint64_t draft_ahead_steps;
+    /* GEMM algorithm trials the backend ran (each a host stall of a few ms
+     * on a GPU: a shape and row count met the first time) */
+    uint64_t gemm_trials;
 } sd_engine_stats;
 
 /* Loads the model named by o->model (NULL/empty: the bundled model), the

@@ -259,6 +259,13 @@ static int v_sync(sd_backend *vb)
     return rc;
 }
 
+/* rank 0's (its thread is the caller's; every rank meets the same shapes) */
+static long v_gemm_trials(sd_backend *vb)
+{
+    sd_tp *t = tp_of(vb);
+    return t->be[0]->ops->gemm_trials(t->be[0]);
+}
+
 static int v_mem_info(sd_backend *vb, size_t *free_bytes, size_t *total_bytes)
 {
     sd_tp *t = tp_of(vb);
@@ -667,7 +674,8 @@ int sd__tp_open(sd_tp **out, const sd_opts *o, int hidden, sd_err *err)
                           t->be[0]->ops->accept_sample_rows ? v_accept_sample_rows : NULL,
                       .sample_rows = t->be[0]->ops->sample_rows ? v_sample_rows : NULL,
                       .scatter_cols = t->be[0]->ops->scatter_cols ? v_scatter_cols : NULL,
-                      .gather_i32 = t->be[0]->ops->gather_i32 ? v_gather_i32 : NULL};
+                      .gather_i32 = t->be[0]->ops->gather_i32 ? v_gather_i32 : NULL,
+                      .gemm_trials = t->be[0]->ops->gemm_trials ? v_gemm_trials : NULL};
     if (t->be[0]->ops->copy && t->be[0]->ops->download_async && t->be[0]->ops->download_wait) {
         t->ops.copy = v_copy;
         t->ops.download_async = v_download_async;

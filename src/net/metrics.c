@@ -259,6 +259,10 @@ int sd_metrics_render(const sd_metrics *m, const sd_engine_stats *es, sd_buf *o)
         scalar(o, "specd_engine_failed_steps_total", "counter",
                "Model steps that failed (their requests ended with an error).",
                (double)es->failed_steps);
+        scalar(o, "specd_gemm_trials_total", "counter",
+               "GEMM algorithm trials run (a host stall of a few ms each on a GPU: a matrix shape "
+               "and row count met the first time).",
+               (double)es->gemm_trials);
         if (es->allreduce_metrics && es->allreduce_metrics[0])
             sd_buf_printf(o, "%s", es->allreduce_metrics);
         spec_series(o, &es->spec);
