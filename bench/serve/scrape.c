@@ -1,6 +1,7 @@
 /* bench/serve/scrape: specd's speculative counters out of GET /metrics
  * (Prometheus text format 0.0.4), so a run can report the acceptance the
  * server saw while it ran. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,34 @@ static int position(const char *labels, size_t len)
     return label_index(labels, len, "position", SD_BENCH_MAX_POS);
 }
 
+/* specd's unlabelled counters and the fields they fill (spec: a series
+ * that tells a speculative server's exposition) */
+static const struct {
+    const char *name;
+    size_t off;
+    int spec;
+} scalars[] = {
+    {"specd_spec_steps_total", offsetof(sd_bench_spec, steps), 1},
+    {"specd_spec_draft_tokens_total", offsetof(sd_bench_spec, drafted), 1},
+    {"specd_spec_accepted_tokens_total", offsetof(sd_bench_spec, accepted), 1},
+    {"specd_spec_emitted_tokens_total", offsetof(sd_bench_spec, emitted), 1},
+    {"specd_spec_draft_seconds_total", offsetof(sd_bench_spec, draft_s), 0},
+    {"specd_spec_verify_seconds_total", offsetof(sd_bench_spec, verify_s), 0},
+    {"specd_spec_eager_passes_total", offsetof(sd_bench_spec, eager_passes), 0},
+    {"specd_spec_graph_cache_full_total", offsetof(sd_bench_spec, cache_full), 0},
+    {"specd_spec_plain_steps_total", offsetof(sd_bench_spec, plain_steps), 0},
+    {"specd_launch_ahead_steps_total", offsetof(sd_bench_spec, ahead_steps), 0},
+    {"specd_spec_draft_ahead_steps_total", offsetof(sd_bench_spec, draft_ahead_steps), 0},
+    {"specd_gemm_trials_total", offsetof(sd_bench_spec, gemm_trials), 0},
+};
+#define N_SCALARS ((int)(sizeof scalars / sizeof scalars[0]))
+
+static double *scalar(sd_bench_spec *s, int i) { return (double *)((char *)s + scalars[i].off); }
+static double value(const sd_bench_spec *s, int i)
+{
+    return *(const double *)((const char *)s + scalars[i].off);
+}
+
 void sd_bench_spec_parse(const char *text, size_t len, sd_bench_spec *s)
 {
     memset(s, 0, sizeof *s);
@@ -68,44 +97,25 @@ void sd_bench_spec_parse(const char *text, size_t len, sd_bench_spec *s)
         size_t n = (size_t)(e - p);
         const char *lab;
         size_t lablen;
-        double v;
+        double v, *at;
         int pos;
         if (n && p[0] != '#') {
-            if (sample(p, n, "specd_spec_steps_total", &lab, &lablen, &v))
-                s->steps = v, s->present = 1;
-            else if (sample(p, n, "specd_spec_draft_tokens_total", &lab, &lablen, &v))
-                s->drafted = v, s->present = 1;
-            else if (sample(p, n, "specd_spec_accepted_tokens_total", &lab, &lablen, &v))
-                s->accepted = v, s->present = 1;
-            else if (sample(p, n, "specd_spec_emitted_tokens_total", &lab, &lablen, &v))
-                s->emitted = v, s->present = 1;
-            else if (sample(p, n, "specd_spec_draft_seconds_total", &lab, &lablen, &v))
-                s->draft_s = v;
-            else if (sample(p, n, "specd_spec_verify_seconds_total", &lab, &lablen, &v))
-                s->verify_s = v;
-            else if (sample(p, n, "specd_spec_eager_passes_total", &lab, &lablen, &v))
-                s->eager_passes = v;
-            else if (sample(p, n, "specd_spec_graph_cache_full_total", &lab, &lablen, &v))
-                s->cache_full = v;
-            else if (sample(p, n, "specd_spec_plain_steps_total", &lab, &lablen, &v))
-                s->plain_steps = v;
-            else if (sample(p, n, "specd_launch_ahead_steps_total", &lab, &lablen, &v))
-                s->ahead_steps = v;
-            else if (sample(p, n, "specd_spec_draft_ahead_steps_total", &lab, &lablen, &v))
-                s->draft_ahead_steps = v;
-            else if (sample(p, n, "specd_gemm_trials_total", &lab, &lablen, &v))
-                s->gemm_trials = v;
-            else if (sample(p, n, "specd_spec_draft_length_steps_total", &lab, &lablen, &v) &&
-                     (pos = label_index(lab, lablen, "k", 17)) >= 0)
+            int i = 0;
+            while (i < N_SCALARS && !sample(p, n, scalars[i].name, &lab, &lablen, &v))
+                i++;
+            if (i < N_SCALARS) {
+                *scalar(s, i) = v;
+                s->present |= scalars[i].spec;
+            } else if (sample(p, n, "specd_spec_draft_length_steps_total", &lab, &lablen, &v) &&
+                       (pos = label_index(lab, lablen, "k", 17)) >= 0) {
                 s->steps_by_k[pos] = v;
-            else if (sample(p, n, "specd_spec_position_proposed_total", &lab, &lablen, &v) &&
-                     (pos = position(lab, lablen)) >= 0) {
-                s->proposed_at[pos] = v;
-                if (pos + 1 > s->n_pos)
-                    s->n_pos = pos + 1;
-            } else if (sample(p, n, "specd_spec_position_accepted_total", &lab, &lablen, &v) &&
+            } else if ((at = sample(p, n, "specd_spec_position_proposed_total", &lab, &lablen, &v)
+                                 ? s->proposed_at
+                             : sample(p, n, "specd_spec_position_accepted_total", &lab, &lablen, &v)
+                                 ? s->accepted_at
+                                 : NULL) &&
                        (pos = position(lab, lablen)) >= 0) {
-                s->accepted_at[pos] = v;
+                at[pos] = v;
                 if (pos + 1 > s->n_pos)
                     s->n_pos = pos + 1;
             }
@@ -124,18 +134,8 @@ void sd_bench_spec_delta(const sd_bench_spec *b, const sd_bench_spec *a, sd_benc
     if (a->steps < b->steps || a->drafted < b->drafted || a->accepted < b->accepted)
         return;
     d->present = 1;
-    d->steps = a->steps - b->steps;
-    d->drafted = a->drafted - b->drafted;
-    d->accepted = a->accepted - b->accepted;
-    d->emitted = a->emitted - b->emitted;
-    d->draft_s = a->draft_s - b->draft_s;
-    d->verify_s = a->verify_s - b->verify_s;
-    d->eager_passes = a->eager_passes - b->eager_passes;
-    d->cache_full = a->cache_full - b->cache_full;
-    d->plain_steps = a->plain_steps - b->plain_steps;
-    d->ahead_steps = a->ahead_steps - b->ahead_steps;
-    d->draft_ahead_steps = a->draft_ahead_steps - b->draft_ahead_steps;
-    d->gemm_trials = a->gemm_trials - b->gemm_trials;
+    for (int i = 0; i < N_SCALARS; i++)
+        *scalar(d, i) = value(a, i) - value(b, i);
     for (int k = 0; k < 17; k++)
         d->steps_by_k[k] = a->steps_by_k[k] - b->steps_by_k[k];
     d->n_pos = a->n_pos > b->n_pos ? a->n_pos : b->n_pos;

@@ -20,7 +20,7 @@
 #               (no jq; the plot is left out where gnuplot or jq is missing)
 #   -s "ARGS"   extra `specd serve` options (e.g. "--model /models/X --tp 8")
 #   -P PORT     first port for the servers (default 18123; one port per label)
-#   -L DIR      keep each server's log as DIR/serve-LABEL.log (e.g. with -s "--opt log-level=debug")
+#   -L DIR      keep each server's log as DIR/serve-LABEL.log (e.g. with -s "--log-level debug")
 #   -1          one server at a time, each swept whole (for a GPU that holds one model);
 #               by default every server is up at once and the levels interleave
 #               (plain c=1, mtp c=1, plain c=2, ...), so a machine whose background
