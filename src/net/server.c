@@ -56,8 +56,7 @@ struct job {
     long long created;
     sd_buf text; /* non-streaming: the whole completion */
     sd_buf out;  /* streaming: the SSE events of one wake, written together */
-    job *dirty;  /* next job with events in out (on_wake's list) */
-    int is_dirty;
+    job *dirty;  /* next job with events in out (on_wake's list: those with out.len) */
     uint64_t t_last; /* engine-thread time of the last tokens, ns */
     const char *cancel_why;
     char peer[64];
@@ -266,17 +265,14 @@ static job *handle_output(sd_server *s, event *ev)
         return NULL;
     }
     sd_oai_meta m = job_meta(j);
-    size_t len0 = j->out.len;
+    const size_t len0 = j->out.len; /* 0: not on the list yet */
     if (sd_oai_chunk_event(&j->out, &m, 0, ev->text, ev->len, SD_FINISH_NONE) != 0) {
         j->out.len = len0; /* (the event is lost, as a failed write's would be) */
         if (j->out.p)
             j->out.p[len0] = 0;
         j->out.oom = 0;
     }
-    if (j->is_dirty || !j->out.len)
-        return NULL;
-    j->is_dirty = 1;
-    return j;
+    return !len0 && j->out.len ? j : NULL;
 }
 
 /* writes a job's gathered events */
@@ -285,7 +281,6 @@ static void flush_output(job *j)
     if (j->req && j->out.len)
         sd_http_stream_write(j->req, j->out.p, j->out.len); /* a failure: the abort callback follows */
     sd_buf_clear(&j->out);
-    j->is_dirty = 0;
 }
 
 static void warmup_done(sd_server *s, sd_finish why, const char *msg);
