@@ -85,9 +85,11 @@
  * read one at a time and four zeros before speculation goes off again: ~6
  * steps not queued ahead) ran the bundled model on an H200 at 16 requests
  * 25-30% slower a token than plain decode (360 refreshes in 9000 steps;
- * NOTES.md, session 32). At most one in 512 steps there: ~1%. */
+ * NOTES.md, session 32). At most one in 512 steps there: ~1%. A quarter
+ * was too near: at 16 requests under Poisson arrivals the mean context
+ * moved that much every 50-300 steps (17 of 25 refreshes in a trace). */
 #define SD_ADAPT_REFRESH_GAP 512
-#define SD_ADAPT_CTX_MOVED 0.25
+#define SD_ADAPT_CTX_MOVED 0.5
 
 typedef struct sd_curve_pt {
     int x, n;      /* x, times seen */

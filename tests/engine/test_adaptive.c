@@ -1162,10 +1162,13 @@ TEST(a_stream_of_arrivals_refreshes_a_stale_draft_price_once_in_a_while)
     ASSERT_GE(refreshes, 3);
     ASSERT_LE(refreshes, 4);
     ASSERT_GE(off, arrivals - 4 * refreshes);
-    /* arrivals at contexts a third shorter than the draft was priced at
-     * measure again at once */
+    /* arrivals at contexts less than half as long as the draft was priced
+     * at measure again at once; a third shorter does not */
     ASSERT(!a.refresh_at);
     a.keys = 32 * 100.0;
+    ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 32, 1, 0), 1);
+    ASSERT(!a.refresh_at);
+    a.keys = 32 * 70.0;
     ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 32, 1, 0), 0);
     ASSERT(a.refresh_at != 0);
     remeasure_short(&a, &acc);
