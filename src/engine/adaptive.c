@@ -820,7 +820,9 @@ int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins,
     const int moved = !(kpr > 0 && a->draft_kpr > 0) ||
                       fabs(kpr - a->draft_kpr) > SD_ADAPT_CTX_MOVED * a->draft_kpr;
     const int gap = !a->refreshed || a->steps + 1 - a->refreshed >= SD_ADAPT_REFRESH_GAP;
-    const int by_idle = idle && (off_verdict || plain);
+    /* a burst after idle: measured again where its contexts are not where
+     * the draft was priced (the last burst's end), or once in a while */
+    const int by_idle = idle && (off_verdict || plain) && (gap || moved);
     if (!a->refresh_at && a->steps > 0 &&
         (by_idle || (off_now && (gap || moved) && sd_adaptive_draft_stale(a, joins)))) {
         sd_log_debug("adaptive k: prices measured again at batch %d (step %llu): %s", joins,

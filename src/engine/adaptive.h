@@ -250,7 +250,11 @@ void sd_adaptive_refresh(sd_adaptive *a);
  * request runs (a burst after idle). Off where the verdict stands on
  * measured prices at this batch and best_k still says 0 there. Not where
  * the prices may be another context's: after idle, on that verdict or
- * where best_k says 0 at this batch (the last burst's prices were of its
+ * where best_k says 0 at this batch, unless the arrivals' mean context is
+ * within SD_ADAPT_CTX_MOVED of the one the draft was priced at and the last
+ * refresh is less than SD_ADAPT_REFRESH_GAP steps old (waves of requests
+ * of one length each measured their prices again: a bench's repeats, a
+ * serving client's bursts; NOTES.md, session 32) (the last burst's prices were of its
  * long contexts, where drafting stopped paying, or one draft's of its end
  * against a plain step of its start, and the next burst was judged on
  * them: the draft LM at batch 32 on an H200 went plain for whole bursts

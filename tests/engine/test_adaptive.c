@@ -1172,7 +1172,14 @@ TEST(a_stream_of_arrivals_refreshes_a_stale_draft_price_once_in_a_while)
     ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 32, 1, 0), 0);
     ASSERT(a.refresh_at != 0);
     remeasure_short(&a, &acc);
-    /* and a burst after idle, whenever it comes */
+    /* a burst after idle at the contexts just priced starts off, as the
+     * next one would (waves of requests of one length: a bench's repeats);
+     * one at contexts twice as long measures again */
+    prices32(&a, 0.450e-3, 0.180e-3, 0.300e-3); /* plain again */
+    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 32), 0);
+    ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 32, 1, 1), 1);
+    ASSERT(!a.refresh_at);
+    a.keys = 32 * 150.0;
     ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 32, 1, 1), 0);
     ASSERT(a.refresh_at != 0);
 }
