@@ -36,6 +36,23 @@ typedef struct sd__gemm_plan {
 
 #define SD__GEMM_PLANS 512
 
+/* A timed trial's choice, kept when its plan is replaced: the plan cache
+ * holds cuBLASLt's descriptors for the row counts met last, and a server's
+ * prompt steps meet hundreds of row counts, so the graph buckets' timed
+ * plans, made at start, were replaced within seconds, and the row counts
+ * that shared them (or had their own) ran their trials again: 315-333
+ * trials in 3 s of serving on an H200, 15 ms a step with 6 (NOTES.md,
+ * session 32). Replaced oldest first when full. */
+typedef struct sd__gemm_choice {
+    int dt;
+    int64_t N, K;
+    int n;
+    uint32_t al_a, al_b, al_d;
+    cublasLtMatmulAlgo_t algo;
+} sd__gemm_choice;
+
+#define SD__GEMM_CHOICES 4096
+
 typedef struct sd__cuda {
     int device;
     cudaStream_t stream;
@@ -166,6 +183,8 @@ typedef struct sd__cuda {
     /* cuBLASLt plans, replaced round-robin when full */
     sd__gemm_plan plans[SD__GEMM_PLANS];
     int n_plans, next_evict;
+    sd__gemm_choice choices[SD__GEMM_CHOICES];
+    int n_choices, next_choice;
     long gemm_trials; /* timed trials run (sd_cuda_gemm_trials) */
     /* weights uploaded by weight(), freed at destroy if still held */
     void **weights;

@@ -922,12 +922,63 @@ static int row_bucket(int n)
  * own trial there, and a prompt step's rows between two of them take the
  * larger's choice), or both in one power-of-two bucket above
  * SD_CUDA_GEMM_POW2_ROWS (long prompts in any order) */
-static int may_share(const sd__gemm_plan *q, const sd__gemm_plan *p)
+static int may_share(int qn, const sd__gemm_plan *p)
 {
     if (p->n <= SD_CUDA_GEMM_EXACT_ROWS)
         return 0;
     const int bucket = row_bucket(p->n);
-    return (q->n > p->n && q->n <= 2 * p->n) || (bucket && row_bucket(q->n) == bucket);
+    return (qn > p->n && qn <= 2 * p->n) || (bucket && row_bucket(qn) == bucket);
+}
+
+/* a kept choice of p's shape (dt, N, K, alignments) */
+static int same_shape(const sd__gemm_choice *q, const sd__gemm_plan *p)
+{
+    return q->dt == p->dt && q->N == p->N && q->K == p->K && q->al_a == p->al_a &&
+           q->al_b == p->al_b && q->al_d == p->al_d;
+}
+
+/* whether cuBLASLt runs algo on p's layouts */
+static int algo_fits(sd__cuda *c, const sd__gemm_plan *p, const cublasLtMatmulAlgo_t *algo)
+{
+    cublasLtMatmulHeuristicResult_t chk;
+    memset(&chk, 0, sizeof chk);
+    return cublasLtMatmulAlgoCheck(c->lt, p->op, p->a, p->b, p->d, p->d, algo, &chk) ==
+               CUBLAS_STATUS_SUCCESS &&
+           chk.state == CUBLAS_STATUS_SUCCESS && chk.workspaceSize <= c->lt_ws_bytes;
+}
+
+/* keeps p's timed choice (sd__gemm_choice: it outlives the plan) */
+static void keep_choice(sd__cuda *c, const sd__gemm_plan *p)
+{
+    sd__gemm_choice *q;
+    if (c->n_choices < SD__GEMM_CHOICES) {
+        q = &c->choices[c->n_choices++];
+    } else {
+        q = &c->choices[c->next_choice];
+        c->next_choice = (c->next_choice + 1) % SD__GEMM_CHOICES;
+    }
+    q->dt = p->dt;
+    q->N = p->N;
+    q->K = p->K;
+    q->n = p->n;
+    q->al_a = p->al_a;
+    q->al_b = p->al_b;
+    q->al_d = p->al_d;
+    q->algo = p->algo;
+}
+
+/* p's own row count's kept choice, from a plan replaced since: 1 when p
+ * took it (no trial again) */
+static int kept_choice(sd__cuda *c, sd__gemm_plan *p)
+{
+    for (int i = 0; i < c->n_choices; i++) {
+        const sd__gemm_choice *q = &c->choices[i];
+        if (q->n == p->n && same_shape(q, p) && algo_fits(c, p, &q->algo)) {
+            p->algo = q->algo;
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* A timed trial's choice for another row count of p's shape, where
@@ -939,18 +990,11 @@ static int may_share(const sd__gemm_plan *q, const sd__gemm_plan *p)
  * sessions 30 and 31). 1 when p took it. */
 static int share_choice(sd__cuda *c, sd__gemm_plan *p)
 {
-    const sd__gemm_plan *best = NULL;
-    for (int i = 0; i < c->n_plans; i++) {
-        const sd__gemm_plan *q = &c->plans[i];
-        if (q == p || !q->used || !q->ok || !q->timed || q->dt != p->dt || q->N != p->N ||
-            q->K != p->K || q->al_a != p->al_a || q->al_b != p->al_b || q->al_d != p->al_d ||
-            !may_share(q, p) || (best && abs(best->n - p->n) <= abs(q->n - p->n)))
-            continue;
-        cublasLtMatmulHeuristicResult_t chk;
-        memset(&chk, 0, sizeof chk);
-        if (cublasLtMatmulAlgoCheck(c->lt, p->op, p->a, p->b, p->d, p->d, &q->algo, &chk) !=
-                CUBLAS_STATUS_SUCCESS ||
-            chk.state != CUBLAS_STATUS_SUCCESS || chk.workspaceSize > c->lt_ws_bytes)
+    const sd__gemm_choice *best = NULL;
+    for (int i = 0; i < c->n_choices; i++) {
+        const sd__gemm_choice *q = &c->choices[i];
+        if (!same_shape(q, p) || !may_share(q->n, p) ||
+            (best && abs(best->n - p->n) <= abs(q->n - p->n)) || !algo_fits(c, p, &q->algo))
             continue;
         best = q;
     }
@@ -1021,13 +1065,17 @@ static sd__gemm_plan *get_plan(sd__cuda *c, int dt, int64_t N, int64_t K, int n,
                          pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d)))
         goto done;
     /* no algorithm for this shape is not a failure: the tiled kernel runs */
-    if (share_choice(c, p)) {
+    if (kept_choice(c, p)) {
+        p->ok = p->timed = 1;
+    } else if (share_choice(c, p)) {
         p->ok = 1;
     } else if (cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref,
                                               LT_TRIAL_ALGOS, res, &got) == CUBLAS_STATUS_SUCCESS &&
                got > 0 && res[0].state == CUBLAS_STATUS_SUCCESS) {
         p->algo = res[time_algos(c, p, res, got, A, B, D)].algo;
         p->ok = 1;
+        if (p->timed)
+            keep_choice(c, p);
     }
 done:
     if (pref)

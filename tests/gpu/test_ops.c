@@ -689,6 +689,42 @@ TEST(matmul_row_counts_of_one_bucket_share_its_timed_trial)
     ASSERT(ok);
 }
 
+/* A timed choice outlives its plan: after more row counts than the plan
+ * cache holds, a timed row count met again runs no trial (a server's prompt
+ * steps replaced the start's timed plans and ran their trials again:
+ * NOTES.md, session 32). */
+TEST(matmul_a_timed_choice_outlives_its_plan)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    const int N = 1024, K = 1024, Nf = 64, Kf = 64, top = 1300, fillers = 600;
+    int ok = mm_case(&e, SD_DT_BF16, 300, N, K, K, 0);
+    const long t0 = sd_cuda_gemm_trials(e.gpu);
+    /* another shape at 600 row counts (more than the plan cache holds): the
+     * first timed, the others sharing its choice (within twice their rows) */
+    tw w;
+    ASSERT_OK(tw_make(&e, &w, SD_DT_BF16, Nf, Kf, 0.5f));
+    float *x = rnd_floats(&e, (size_t)top * Kf, -1, 1);
+    float *dx = (float *)gput(&e, x, (size_t)top * Kf * sizeof(float));
+    float *dy = gpoison(&e, (size_t)top * Nf);
+    for (int n = top; n > top - fillers; n--)
+        e.gpu->ops->matmul(e.gpu, dy, dx, &w.g, NULL, n, Kf);
+    ASSERT_OK(e.gpu->ops->sync(e.gpu));
+    const long t1 = sd_cuda_gemm_trials(e.gpu);
+    ok &= reportf(fabs(1.0 - (double)(t1 - t0)), 0, "matmul BF16 %d row counts of %dx%d: one trial",
+                  fillers, Nf, Kf);
+    /* n = 300 of the first shape again: its plan was replaced, its choice kept */
+    ok &= mm_case(&e, SD_DT_BF16, 300, N, K, K, 0);
+    ok &= reportf((double)(sd_cuda_gemm_trials(e.gpu) - t1), 0,
+                  "matmul BF16 n=300 again after its plan was replaced: trials run");
+    gfree(&e, dx);
+    gfree(&e, dy);
+    free(x);
+    tw_free(&e, &w);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
 TEST(matmul_heads_matches_the_cpu)
 {
     gpu_env e;
@@ -3320,6 +3356,7 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(matmul_gemv_rows_match_the_cpu_in_fp32), T(matmul_gemv_rows_do_not_depend_on_the_batch),
           T(matmul_few_row_gemv_gives_the_gemvs_bits),
           T(matmul_many_rows_match_the_cpu), T(matmul_row_counts_of_one_bucket_share_its_timed_trial),
+          T(matmul_a_timed_choice_outlives_its_plan),
           T(matmul_silu_matches_the_cpu_and_the_gpus_matmul_then_silu_mul_bitwise),
           T(matmul_heads_matches_the_cpu), T(attn_gqa_matches_the_cpu_on_ragged_paged_batches),
           T(rope_kv_and_mla_prep_match_the_cpu_on_ragged_paged_batches),
