@@ -46,11 +46,14 @@ extern "C" {
 void sd_cuda_set_gemv_few(sd_backend *be, int min_rows, int long_rows);
 
 /* cuBLASLt's timed trials of candidate algorithms run so far: one per GEMM
- * shape and row count up to SD_CUDA_GEMM_EXACT_ROWS rows; above, a row
+ * shape and row count up to SD_CUDA_GEMM_EXACT_ROWS rows (those the GEMV
+ * does not take: none; it was 64, and a server's mixed steps of 17-64 rows,
+ * their logits' rows a request each, ran a trial for each new count: NOTES.md,
+ * session 32); above, a row
  * count takes the choice of a timed one of its shape with more rows, at
  * most twice its own, or one in its power-of-two bucket above
  * SD_CUDA_GEMM_POW2_ROWS, where cuBLASLt accepts it (matmul.cu) */
-#define SD_CUDA_GEMM_EXACT_ROWS 64
+#define SD_CUDA_GEMM_EXACT_ROWS SD_CUDA_GEMV_MAX_ROWS
 #define SD_CUDA_GEMM_POW2_ROWS 256
 long sd_cuda_gemm_trials(sd_backend *be);
 

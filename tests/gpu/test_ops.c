@@ -678,13 +678,16 @@ TEST(matmul_row_counts_of_one_bucket_share_its_timed_trial)
     ok &= mm_case(&e, SD_DT_BF16, 100, N, K, K, 0); /* nothing in 101..200 timed: its own */
     ok &= reportf(fabs(2.0 - (double)(sd_cuda_gemm_trials(e.gpu) - t1)), 0,
                   "matmul BF16 n=700, 100: a trial each");
-    /* at or below the exact rows every count is its own */
+    /* the few rows above the GEMV's: a count with nothing timed within
+     * twice its rows runs its own, the counts below it share it */
     const long t2 = sd_cuda_gemm_trials(e.gpu);
-    ok &= mm_case(&e, SD_DT_BF16, SD_CUDA_GEMM_EXACT_ROWS - 1, N, K, K, 0);
-    ok &= mm_case(&e, SD_DT_BF16, SD_CUDA_GEMM_EXACT_ROWS, N, K, K, 0);
-    ok &= reportf(fabs(2.0 - (double)(sd_cuda_gemm_trials(e.gpu) - t2)), 0,
-                  "matmul BF16 n=%d, %d: a trial each", SD_CUDA_GEMM_EXACT_ROWS - 1,
-                  SD_CUDA_GEMM_EXACT_ROWS);
+    ok &= mm_case(&e, SD_DT_BF16, 40, N, K, K, 0);
+    ok &= reportf(fabs(1.0 - (double)(sd_cuda_gemm_trials(e.gpu) - t2)), 0,
+                  "matmul BF16 n=40: a trial");
+    ok &= mm_case(&e, SD_DT_BF16, 33, N, K, K, 0);
+    ok &= mm_case(&e, SD_DT_BF16, SD_CUDA_GEMM_EXACT_ROWS + 4, N, K, K, 0);
+    ok &= reportf(fabs(1.0 - (double)(sd_cuda_gemm_trials(e.gpu) - t2)), 0,
+                  "matmul BF16 n=33, %d after n=40: no trial", SD_CUDA_GEMM_EXACT_ROWS + 4);
     gpu_env_close(&e);
     ASSERT(ok);
 }
