@@ -1004,6 +1004,36 @@ static int share_choice(sd__cuda *c, sd__gemm_plan *p)
     return 1;
 }
 
+/* cuBLASLt's candidates for p (its workspace and alignments), into res:
+ * 1 when it answered. Asked only where no kept or shared choice serves p
+ * (the preference was made for every new plan, most of which share). */
+static int heuristic(sd__cuda *c, const sd__gemm_plan *p, cublasLtMatmulHeuristicResult_t *res,
+                     int *got)
+{
+    cublasLtMatmulPreference_t pref = NULL;
+    int ok = !SD_CUBLAS(c, cublasLtMatmulPreferenceCreate(&pref)) &&
+             !SD_CUBLAS(c, cublasLtMatmulPreferenceSetAttribute(
+                               pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &c->lt_ws_bytes,
+                               sizeof c->lt_ws_bytes)) &&
+             !SD_CUBLAS(c, cublasLtMatmulPreferenceSetAttribute(
+                               pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &p->al_a,
+                               sizeof p->al_a)) &&
+             !SD_CUBLAS(c, cublasLtMatmulPreferenceSetAttribute(
+                               pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &p->al_b,
+                               sizeof p->al_b)) &&
+             !SD_CUBLAS(c, cublasLtMatmulPreferenceSetAttribute(
+                               pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &p->al_d,
+                               sizeof p->al_d)) &&
+             !SD_CUBLAS(c, cublasLtMatmulPreferenceSetAttribute(
+                               pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &p->al_d,
+                               sizeof p->al_d)) &&
+             cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref,
+                                            LT_TRIAL_ALGOS, res, got) == CUBLAS_STATUS_SUCCESS;
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    return ok;
+}
+
 /* The plan of y(n, N) = x(n, K) @ W^T, made on first use: column-major,
  * D (N x n, ld N) = op_T(A: K x N, ld K) * B (K x n, ld ldb). Outside
  * capture the first use times the candidate algorithms on the operands A, B
@@ -1039,7 +1069,6 @@ static sd__gemm_plan *get_plan(sd__cuda *c, int dt, int64_t N, int64_t K, int n,
     p->al_d = al_d;
     cudaDataType_t ab = dt == SD_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t res[LT_TRIAL_ALGOS];
     int got = 0;
     if (SD_CUBLAS(c, cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
@@ -1049,37 +1078,19 @@ static sd__gemm_plan *get_plan(sd__cuda *c, int dt, int64_t N, int64_t K, int n,
                                                     sizeof tb)) ||
         SD_CUBLAS(c, cublasLtMatrixLayoutCreate(&p->a, ab, (uint64_t)K, (uint64_t)N, K)) ||
         SD_CUBLAS(c, cublasLtMatrixLayoutCreate(&p->b, ab, (uint64_t)K, (uint64_t)n, ldb)) ||
-        SD_CUBLAS(c, cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, (uint64_t)N, (uint64_t)n, N)) ||
-        SD_CUBLAS(c, cublasLtMatmulPreferenceCreate(&pref)))
-        goto done;
-    if (SD_CUBLAS(c, cublasLtMatmulPreferenceSetAttribute(
-                         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &c->lt_ws_bytes,
-                         sizeof c->lt_ws_bytes)) ||
-        SD_CUBLAS(c, cublasLtMatmulPreferenceSetAttribute(
-                         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a)) ||
-        SD_CUBLAS(c, cublasLtMatmulPreferenceSetAttribute(
-                         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b)) ||
-        SD_CUBLAS(c, cublasLtMatmulPreferenceSetAttribute(
-                         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d)) ||
-        SD_CUBLAS(c, cublasLtMatmulPreferenceSetAttribute(
-                         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d)))
-        goto done;
+        SD_CUBLAS(c, cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, (uint64_t)N, (uint64_t)n, N)))
+        return c->err ? NULL : p;
     /* no algorithm for this shape is not a failure: the tiled kernel runs */
     if (kept_choice(c, p)) {
         p->ok = p->timed = 1;
     } else if (share_choice(c, p)) {
         p->ok = 1;
-    } else if (cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref,
-                                              LT_TRIAL_ALGOS, res, &got) == CUBLAS_STATUS_SUCCESS &&
-               got > 0 && res[0].state == CUBLAS_STATUS_SUCCESS) {
+    } else if (heuristic(c, p, res, &got) && got > 0 && res[0].state == CUBLAS_STATUS_SUCCESS) {
         p->algo = res[time_algos(c, p, res, got, A, B, D)].algo;
         p->ok = 1;
         if (p->timed)
             keep_choice(c, p);
     }
-done:
-    if (pref)
-        cublasLtMatmulPreferenceDestroy(pref);
     return c->err ? NULL : p;
 }
 
