@@ -214,6 +214,8 @@ typedef struct sd_bench_spec {
     double steps_by_k[17];
     double plain_steps, ahead_steps, draft_ahead_steps;
     double gemm_trials; /* the backend's GEMM algorithm trials (stalls of a few ms) */
+    /* target steps with prompt rows, and of those replayed from a CUDA graph */
+    double prompt_steps, prompt_graph_steps;
 } sd_bench_spec;
 
 /* Reads the specd_spec_* counters from Prometheus text. */

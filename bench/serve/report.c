@@ -100,6 +100,8 @@ json_t *sd_bench_spec_json(const sd_bench_spec *d)
     json_object_set_new(o, "engine_launch_ahead_steps", real(d->ahead_steps));
     json_object_set_new(o, "engine_draft_ahead_steps", real(d->draft_ahead_steps));
     json_object_set_new(o, "engine_gemm_trials", real(d->gemm_trials));
+    json_object_set_new(o, "engine_prompt_steps", real(d->prompt_steps));
+    json_object_set_new(o, "engine_prompt_graph_steps", real(d->prompt_graph_steps));
     return o;
 }
 

@@ -78,6 +78,8 @@ static const struct {
     {"specd_launch_ahead_steps_total", offsetof(sd_bench_spec, ahead_steps), 0},
     {"specd_spec_draft_ahead_steps_total", offsetof(sd_bench_spec, draft_ahead_steps), 0},
     {"specd_gemm_trials_total", offsetof(sd_bench_spec, gemm_trials), 0},
+    {"specd_prompt_steps_total", offsetof(sd_bench_spec, prompt_steps), 0},
+    {"specd_prompt_graph_steps_total", offsetof(sd_bench_spec, prompt_graph_steps), 0},
 };
 #define N_SCALARS ((int)(sizeof scalars / sizeof scalars[0]))
 

@@ -84,6 +84,10 @@ const sd_opt_def sd_opt_table[] = {
      "share of free GPU memory to use"},
     {"cuda-graph-max-bs", NULL, I, OFF(cuda_graph_max_bs), "64", 0, 4096, NULL, C_RUN,
      "largest batch captured in CUDA graphs (0: no graphs)"},
+    {"cuda-graph-prompt-rows", NULL, I, OFF(cuda_graph_prompt_rows), "256", 0, 1 << 20, NULL,
+     C_RUN,
+     "steps with prompt rows of up to this many rows replay CUDA graphs too, captured the "
+     "second time a padded size comes (0: they run eagerly)"},
     {"launch-ahead", NULL, E, OFF(launch_ahead), "auto", 0, 0, "auto|on|off", C_RUN,
      "queue a plain decode step before the one before it is read, when the batch cannot "
      "change (auto: one rank with CUDA graphs; on: tensor-parallel ranks and no graphs too)"},

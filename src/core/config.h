@@ -65,6 +65,7 @@ typedef struct sd_opts {
     int max_batch_tokens; /* tokens per step (chunked prefill budget) */
     double mem_fraction;
     int cuda_graph_max_bs;
+    int cuda_graph_prompt_rows; /* steps with prompt rows: graphs up to this many rows */
     char *launch_ahead; /* auto | on | off */
     int draft_ahead;    /* a verify step queued before its drafts reach the host */
     int profile_ops; /* time every backend op (kernels/prof.c) */

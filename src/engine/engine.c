@@ -639,6 +639,9 @@ static void publish_stats(sd_engine *e, int stepped)
     e->stats.draft_ahead_steps = e->draft_ahead_steps;
     e->stats.gemm_trials =
         e->be->ops->gemm_trials ? (uint64_t)e->be->ops->gemm_trials(e->be) : 0;
+    e->stats.prompt_steps = e->prompt_steps;
+    e->stats.prompt_padded_steps = e->prompt_padded_steps;
+    e->stats.prompt_graph_steps = e->prompt_graph_steps;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -840,6 +843,7 @@ typedef struct step_launch {
     int ev;     /* the mark its argmax downloads with; -1: read after a sync */
     int queued; /* queued before the step before it was read */
     int gathered; /* took its drafts on the device (draft ahead) */
+    int graph;    /* replayed a graph */
     uint64_t step0, t0, t_up, t_launch;
     long long keys; /* the keys its rows attend to: its attention's work (debug logs) */
 } step_launch;
@@ -1152,12 +1156,6 @@ static int engine_step(sd_engine *e)
     int greedy_only = 1;
     for (int i = 0; i < s.n_seq && greedy_only; i++)
         greedy_only = s.seqs[i]->greedy;
-    int Tp = s.n_out == s.T ? sd__graph_bucket(e, s.T) : 0;
-    if (Tp) {
-        sd__pad_rows(e, e->h_tok, e->h_pos, e->h_seq, e->h_slot, s.T, Tp);
-        for (int i = s.T; i < Tp; i++)
-            e->h_rows[i] = i;
-    }
     /* the proposer's hidden states: only while a request of the step
      * tracks it (speculation off, a step skips the copies: on the bundled
      * model's 0.2 ms steps EAGLE-3's three were ~4%) */
@@ -1165,6 +1163,23 @@ static int engine_step(sd_engine *e)
     for (int i = 0; i < s.n_seq && !hidden; i++)
         hidden = !s.seqs[i]->no_spec;
     e->plain_steps += !hidden && sd__spec_wants_hidden(e);
+    /* a step with prompt rows is padded too where it is small enough, and
+     * its logits rows (the padding's point at its last row) to No */
+    sd_mgraph *mg = NULL;
+    int No = 0;
+    int Tp = s.n_out == s.T ? sd__graph_bucket(e, s.T)
+                            : sd__mixed_bucket(e, s.T, s.n_out, hidden, &No, &mg);
+    if (Tp) {
+        sd__pad_rows(e, e->h_tok, e->h_pos, e->h_seq, e->h_slot, s.T, Tp);
+        if (s.n_out == s.T) {
+            No = Tp;
+            for (int i = s.T; i < Tp; i++)
+                e->h_rows[i] = i;
+        } else {
+            for (int i = s.n_out; i < No; i++)
+                e->h_rows[i] = Tp - 1;
+        }
+    }
     sd_fwd f;
     sd_err err = {0};
     uint64_t t0 = sd_now_ns();
@@ -1174,7 +1189,7 @@ static int engine_step(sd_engine *e)
      * host verifies brings them to the host first) */
     const int Tn = Tp ? Tp : s.T;
     sd_copy vcp;
-    int rc = 0, gather = 0;
+    int rc = 0, gather = 0, graphed = 0;
     if (drafts_on_device(&s)) {
         gather = e->be->ops->gather_i32 && (greedy_only || dev_q_kind(e, &s) >= 0);
         if (gather)
@@ -1190,7 +1205,7 @@ static int engine_step(sd_engine *e)
     if (gather)
         swap_mark_bufs(e, 1);
     if (!rc)
-        rc = put_step(e, &s, Tn, Tp ? Tp : s.n_out, hidden, &f, NULL, 0, NULL,
+        rc = put_step(e, &s, Tn, Tp ? No : s.n_out, hidden, &f, NULL, 0, NULL,
                       gather ? &vcp : NULL);
     if (gather)
         swap_mark_bufs(e, 1);
@@ -1203,9 +1218,13 @@ static int engine_step(sd_engine *e)
      * are, and only token ids cross to the host. */
     e->am_valid = 0;
     if (rc) {
-    } else if (Tp && e->graphs_on) {
+    } else if (Tp && e->graphs_on && No == Tp) {
         rc = sd__target_graph_launch(e, Tp, &f, &err); /* the graph's pass takes the argmax */
         e->am_valid = greedy_only;
+    } else if (mg) {
+        graphed = mg->seen; /* (the first run is eager) */
+        rc = sd__mixed_launch(e, mg, &f, greedy_only, &err);
+        e->am_valid = greedy_only && e->be->ops->argmax_rows;
     } else {
         rc = sd__target_pass(e, &f, greedy_only, &err);
         e->am_valid = greedy_only && e->be->ops->argmax_rows;
@@ -1218,7 +1237,13 @@ static int engine_step(sd_engine *e)
     e->dev_acc = !rc && !greedy_only && s.n_out > 0 && !launch_dev_accept(e, &s, 0);
     if (gather)
         swap_mark_bufs(e, 1);
+    if (s.n_out < s.T) {
+        e->prompt_steps++;
+        e->prompt_padded_steps += Tp > 0;
+        e->prompt_graph_steps += graphed;
+    }
     step_launch L = {.Tp = Tp, .ev = -1, .gathered = gather, .step0 = step0, .t0 = t0, .t_up = t_up,
+                     .graph = graphed || (Tp && e->graphs_on && No == Tp),
                      .t_launch = sd_now_ns(), .keys = step_keys(e, s.T)};
     /* tokens on the device (the argmax, or the device's acceptance) come
      * down queued behind the step, with mark 0: the host's wait for the
@@ -1262,7 +1287,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
         sd_log_debug("target step: %d rows of %d requests (%s %d): upload %.3f, launch %.3f, "
                      "run %.3f, download %.3f ms, %lld keys",
                      s->T, s->n_seq,
-                     L->queued ? "ahead" : L->Tp && e->graphs_on ? "graph" : "eager",
+                     L->queued ? "ahead" : L->graph ? "graph" : "eager",
                      L->Tp ? L->Tp : s->T,
                      1e-6 * (double)(L->t_up - L->t0), 1e-6 * (double)(L->t_launch - L->t_up),
                      1e-6 * (double)(t_run - L->t_launch), 1e-6 * (double)(t_end - t_run),

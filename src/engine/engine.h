@@ -132,6 +132,10 @@ typedef struct sd_engine_stats {
     /* GEMM algorithm trials the backend ran (each a host stall of a few ms
      * on a GPU: a shape and row count met the first time) */
     uint64_t gemm_trials;
+    /* target steps with prompt rows; of those the ones padded to a row
+     * bucket (a graph's key, or a test's padding) and the ones replayed
+     * from a CUDA graph (--cuda-graph-prompt-rows; the rest ran eagerly) */
+    uint64_t prompt_steps, prompt_padded_steps, prompt_graph_steps;
 } sd_engine_stats;
 
 /* Loads the model named by o->model (NULL/empty: the bundled model), the

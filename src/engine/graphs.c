@@ -61,6 +61,7 @@ int sd__graphs_init(sd_engine *e, const sd_opts *o)
         T = b + 1;
     }
     e->graph_max_T = e->buckets[e->n_buckets - 1];
+    e->mixed_max_T = SD_MIN(o->cuda_graph_prompt_rows, e->max_tokens);
     return 0;
 }
 
@@ -75,6 +76,7 @@ size_t sd__graphs_reserve_bytes(const sd_engine *e)
         return 0;
     size_t target = (size_t)e->n_buckets * (sd__spec_wants_hidden(e) ? 2 : 1);
     return target * ((size_t)4 << 20) +
+           (e->mixed_max_T > 0 ? (size_t)SD_MAX_MGRAPHS * ((size_t)4 << 20) : 0) +
            (e->spec != SD_SPEC_NONE ? (size_t)SD_MAX_PGRAPHS * ((size_t)2 << 20) : 0);
 }
 
@@ -153,8 +155,9 @@ static int capture_target(sd_engine *e, void *ctx, sd_err *err)
     return fr ? fr : rc;
 }
 
-/* bucket b's target pass with f's inputs and outputs captured into *graph */
-static int capture_bucket(sd_engine *e, int b, const sd_fwd *f, void **graph, sd_err *err)
+/* the target pass of a T-row step with f's inputs and outputs captured
+ * into *graph */
+static int capture_bucket(sd_engine *e, int T, const sd_fwd *f, void **graph, sd_err *err)
 {
     struct capture_ctx cx = {f, graph};
     /* the collectives of the capture run at each replay, not now */
@@ -163,7 +166,7 @@ static int capture_bucket(sd_engine *e, int b, const sd_fwd *f, void **graph, sd
     int rc = sd__engine_each(e, capture_target, &cx, err);
     if (sd_comm_record_end(comm, *graph))
         sd_log_warn("cuda graphs: no memory to count the collectives of %d-token steps",
-                    e->buckets[b]);
+                    T);
     return rc;
 }
 
@@ -231,14 +234,14 @@ int sd__graphs_capture(sd_engine *e, sd_err *err)
         if (!rc)
             rc = op->sync(e->be);
         if (!rc)
-            rc = capture_bucket(e, b, &f, &e->tgraph[b], err);
+            rc = capture_bucket(e, T, &f, &e->tgraph[b], err);
         /* a step where no request tracks the proposer (speculation off)
          * runs the target without the hidden states it would read */
         if (!rc && sd__spec_wants_hidden(e) && T <= e->graph_bs) {
             sd_fwd fp = f; /* the same inputs, uploaded */
             fp.hidden = NULL;
             fp.aux = NULL;
-            rc = capture_bucket(e, b, &fp, &e->tgraph_plain[b], err);
+            rc = capture_bucket(e, T, &fp, &e->tgraph_plain[b], err);
         }
         if (rc)
             return err->msg[0] ? rc
@@ -270,7 +273,7 @@ int sd__target_graph_launch(sd_engine *e, int Tp, const sd_fwd *f, sd_err *err)
         g = &e->tgraph_plain[b];
         if (!*g) {
             /* the step's inputs are uploaded: capture records, runs nothing */
-            int rc = capture_bucket(e, b, f, g, err);
+            int rc = capture_bucket(e, Tp, f, g, err);
             if (rc)
                 return rc;
             sd_log_debug("cuda graphs: %d-token steps without the proposer's hidden states captured",
@@ -280,6 +283,75 @@ int sd__target_graph_launch(sd_engine *e, int Tp, const sd_fwd *f, sd_err *err)
     int rc = e->be->ops->graph_launch(e->be, *g);
     if (!rc && e->tp)
         sd_comm_replayed(sd__tp_comm(e->tp), *g); /* its collectives ran */
+    return rc;
+}
+
+/* ---- steps with prompt rows ---- */
+
+/* A step with prompt rows is a decode or verify step's rows (every one
+ * wants logits) and prompt chunks (only a prompt's last row does). Eager,
+ * such a step cost the host 0.25-0.8 ms of launches and GEMM calls on the
+ * bundled model on an H200 whatever its rows, several times the GPU's
+ * time; under arrivals every admission is one, and the whole batch waits
+ * for it (at 64 requests, 650 arrivals a second: ~800 such steps and 0.43
+ * s of 1.6 s; NOTES.md, session 33). Padded to the row buckets of the
+ * decode graphs (at most 1/8 more rows past 64) with their logits rows
+ * padded to a power of two, the keys repeat, and a key's graph is captured
+ * the second time it comes, as a proposer pass's is. Past
+ * --cuda-graph-prompt-rows a step's GPU time hides its launches, and the
+ * padding would only add work. */
+int sd__mixed_bucket(sd_engine *e, int T, int n_out, int hidden, int *No, sd_mgraph **g)
+{
+    *g = NULL;
+    *No = 0;
+    if (!e->pad_steps || T <= 0 || n_out >= T || T > e->mixed_max_T)
+        return 0;
+    const int Tp = sd_row_bucket(T);
+    if (Tp > e->max_tokens)
+        return 0;
+    int no = 0;
+    if (n_out > 0)
+        for (no = 1; no < n_out; no *= 2)
+            ;
+    no = SD_MIN(no, SD_MIN(e->max_out, Tp));
+    *No = no;
+    if (!e->graphs_on)
+        return Tp; /* a test's padding: no graphs to key */
+    hidden = hidden ? sd__spec_wants_hidden(e) : 0;
+    for (int i = 0; i < e->n_mgraphs; i++) {
+        sd_mgraph *m = &e->mgraphs[i];
+        if (m->T == Tp && m->n_out == no && m->hidden == hidden) {
+            *g = m;
+            return Tp;
+        }
+    }
+    if (e->n_mgraphs == SD_MAX_MGRAPHS)
+        return 0; /* the table is full: eager, unpadded */
+    sd_mgraph *m = &e->mgraphs[e->n_mgraphs++];
+    *m = (sd_mgraph){.T = Tp, .n_out = no, .hidden = hidden};
+    *g = m;
+    return Tp;
+}
+
+int sd__mixed_launch(sd_engine *e, sd_mgraph *g, const sd_fwd *f, int argmax, sd_err *err)
+{
+    if (!g || !e->graphs_on)
+        return sd__target_pass(e, f, argmax, err);
+    if (!g->seen) {
+        g->seen = 1;
+        return sd__target_pass(e, f, argmax, err);
+    }
+    if (!g->graph) {
+        /* the step's inputs are uploaded: capture records, runs nothing */
+        int rc = capture_bucket(e, g->T, f, &g->graph, err);
+        if (rc)
+            return rc;
+        sd_log_debug("cuda graphs: %d-token steps of %d logits rows%s with prompt rows captured",
+                     g->T, g->n_out, g->hidden ? " (with hidden states)" : "");
+    }
+    int rc = e->be->ops->graph_launch(e->be, g->graph);
+    if (!rc && e->tp)
+        sd_comm_replayed(sd__tp_comm(e->tp), g->graph); /* its collectives ran */
     return rc;
 }
 
@@ -320,7 +392,11 @@ void sd__graphs_free(sd_engine *e)
     for (int i = 0; i < e->n_pgraphs; i++)
         if (e->pgraphs[i].graph)
             e->be->ops->graph_free(e->be, e->pgraphs[i].graph);
+    for (int i = 0; i < e->n_mgraphs; i++)
+        if (e->mgraphs[i].graph)
+            e->be->ops->graph_free(e->be, e->mgraphs[i].graph);
     memset(e->tgraph, 0, sizeof e->tgraph);
     memset(e->tgraph_plain, 0, sizeof e->tgraph_plain);
     e->n_pgraphs = 0;
+    e->n_mgraphs = 0;
 }

@@ -43,6 +43,16 @@ typedef struct sd_pgraph {
     void *graph;     /* captured, or NULL */
 } sd_pgraph;
 
+/* A graph of the target's step with prompt rows (some rows want no
+ * logits): captured the second time its key is seen (graphs.c). */
+#define SD_MAX_MGRAPHS 64
+typedef struct sd_mgraph {
+    int T, n_out; /* padded rows and logits rows */
+    int hidden;   /* with the proposer's hidden states */
+    int seen;     /* ran eagerly once, padded */
+    void *graph;  /* captured, or NULL */
+} sd_mgraph;
+
 enum { RQ_WAITING = 0, RQ_PREFILL, RQ_DECODE, RQ_DONE };
 
 typedef struct req {
@@ -237,6 +247,11 @@ struct sd_engine {
     void *tgraph_plain[SD_MAX_BUCKETS];
     sd_pgraph pgraphs[SD_MAX_PGRAPHS];
     int n_pgraphs;
+    /* steps with prompt rows, up to mixed_max_T rows (--cuda-graph-prompt-rows;
+     * 0: none padded), by padded rows, logits rows and hidden states */
+    int mixed_max_T;
+    sd_mgraph mgraphs[SD_MAX_MGRAPHS];
+    int n_mgraphs;
     /* proposer passes run eagerly (a shape's first pass, no graph for its
      * size), and of those the ones whose shape found the graph cache full */
     uint64_t prop_eager, prop_cache_full;
@@ -244,6 +259,9 @@ struct sd_engine {
      * GEMM plans) or its capture: one-off costs, not a drafting phase's */
     uint64_t prop_oneoff;
     uint64_t plain_steps; /* target steps without the proposer's hidden states */
+    /* target steps with prompt rows; of those padded (a graph's key, or a
+     * test's padding) and replayed from a graph */
+    uint64_t prompt_steps, prompt_padded_steps, prompt_graph_steps;
     uint64_t draft_phases, draft_observed, draft_oneoff; /* sd_engine_stats.spec_draft_* */
     /* when the last step read's tokens came (0: it had prompt rows) and its
      * requests: a queued-ahead step's interval (read_step) */
@@ -342,6 +360,16 @@ int sd__graphs_init(sd_engine *e, const sd_opts *o);
 size_t sd__graphs_reserve_bytes(const sd_engine *e);
 /* padded row count of a T-row step, 0 when it is not padded */
 int sd__graph_bucket(const sd_engine *e, int T);
+/* A step of T rows of which n_out want logits (n_out < T: it has prompt
+ * rows), up to mixed_max_T rows: its padded rows (the returned bucket, 0:
+ * not padded, it runs eagerly as it is), its logits rows *No (n_out's
+ * power of two, at most max_out and the bucket) and its graph entry *g
+ * (NULL where graphs are off or the table is full: padded all the same
+ * where a test pads steps without graphs). */
+int sd__mixed_bucket(sd_engine *e, int T, int n_out, int hidden, int *No, sd_mgraph **g);
+/* runs the step of entry g, its inputs uploaded as f: eagerly the first
+ * time (which makes the GEMM plans of its rows), then from its graph */
+int sd__mixed_launch(sd_engine *e, sd_mgraph *g, const sd_fwd *f, int argmax, sd_err *err);
 /* the prompt step sizes warmed up at start (graphs.c): each doubling from
  * the largest bucket up to a step's most rows, at most max into sizes;
  * their count */

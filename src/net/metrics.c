@@ -263,6 +263,12 @@ int sd_metrics_render(const sd_metrics *m, const sd_engine_stats *es, sd_buf *o)
                "GEMM algorithm trials run (a host stall of a few ms each on a GPU: a matrix shape "
                "and row count met the first time).",
                (double)es->gemm_trials);
+        scalar(o, "specd_prompt_steps_total", "counter",
+               "Target steps with prompt rows (prefill chunks, with or without decode rows).",
+               (double)es->prompt_steps);
+        scalar(o, "specd_prompt_graph_steps_total", "counter",
+               "Target steps with prompt rows replayed from a CUDA graph (the rest ran eagerly).",
+               (double)es->prompt_graph_steps);
         if (es->allreduce_metrics && es->allreduce_metrics[0])
             sd_buf_printf(o, "%s", es->allreduce_metrics);
         spec_series(o, &es->spec);

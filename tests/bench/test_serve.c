@@ -295,7 +295,9 @@ TEST(metrics_scrape_reads_specd_counters_and_takes_deltas)
                         "specd_spec_plain_steps_total 9\n"
                         "specd_launch_ahead_steps_total 6\n"
                         "specd_spec_draft_ahead_steps_total 4\n"
-                        "specd_gemm_trials_total 3\n";
+                        "specd_gemm_trials_total 3\n"
+                        "specd_prompt_steps_total 8\n"
+                        "specd_prompt_graph_steps_total 5\n";
     sd_bench_spec b, a, d;
     sd_bench_spec_parse(before, strlen(before), &b);
     sd_bench_spec_parse(after, strlen(after), &a);
@@ -318,6 +320,8 @@ TEST(metrics_scrape_reads_specd_counters_and_takes_deltas)
     ASSERT_NEAR(d.ahead_steps, 6, 0);
     ASSERT_NEAR(d.draft_ahead_steps, 4, 0);
     ASSERT_NEAR(d.gemm_trials, 3, 0);
+    ASSERT_NEAR(d.prompt_steps, 8, 0);
+    ASSERT_NEAR(d.prompt_graph_steps, 5, 0);
     sd_bench_spec_delta(&a, &b, &d); /* counters went down: a restart */
     ASSERT(!d.present);
     sd_bench_spec_parse("specd_requests_total 3\n", 23, &a);
@@ -961,6 +965,9 @@ TEST(against_specd_serve_on_the_bundled_model)
     ASSERT(json_is_number(json_object_get(spec, "engine_plain_steps")));
     /* the CPU backend runs no GEMM trials */
     ASSERT_NEAR(json_number_value(json_object_get(spec, "engine_gemm_trials")), 0, 0);
+    /* every prompt came in a step with prompt rows; the CPU has no graphs */
+    ASSERT(json_number_value(json_object_get(spec, "engine_prompt_steps")) > 0);
+    ASSERT_NEAR(json_number_value(json_object_get(spec, "engine_prompt_graph_steps")), 0, 0);
     json_decref(j);
     unlink(log);
     unlink(so);

@@ -296,6 +296,15 @@ static void expect_same_output(const run_cfg *c0, const run_cfg *c1, uint64_t se
                        c1->spec, c1->k, c1->temperature, c1->tp, c1->pad_bs, i, j, a[i].ids[j],
                        b[i].ids[j]);
     }
+    /* steps with prompt rows (the mid-flight arrivals' prompts beside
+     * decode rows) were padded too, as their graphs would be, and only
+     * where steps are padded */
+    ASSERT(s2.prompt_steps > 0);
+    if (c1->pad_bs > 0)
+        ASSERT_GT(s2.prompt_padded_steps, 0);
+    else
+        ASSERT_EQ(s2.prompt_padded_steps, 0);
+    ASSERT_EQ(s2.prompt_graph_steps, 0); /* the CPU has no graphs */
     /* plain greedy decode with --launch-ahead queued steps ahead */
     if (c1->ahead && !strcmp(c1->spec, "none") && c1->temperature == 0)
         ASSERT_GT(s2.ahead_steps, 0);

@@ -358,6 +358,12 @@ TEST(greedy_generation_on_the_gpu_equals_the_cpu_on_the_bundled_model)
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static sd_engine_stats g_last_stats; /* engine_run's engine's, at its end */
+/* engine_run's requests arrive one at a time, each once the one before has
+ * two tokens (steps with a prompt's rows beside decode rows), with prompts
+ * of g_prompt_ids ids; g_prompt_rows: --cuda-graph-prompt-rows (NULL: the
+ * default) */
+static int g_stagger, g_prompt_ids;
+static const char *g_prompt_rows;
 
 /* n requests of greedy decoding on the bundled model through the engine on
  * the GPU (random prompts of 8-40 ids, 40 tokens each, all at once; temp >
@@ -377,6 +383,8 @@ static int engine_run(const char *dir, const char *spec, const char *draft, int 
     sd_opts_set(&o, SD_CMD_GENERATE, "spec-k", "3", &err);
     sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "256", &err);
     sd_opts_set(&o, SD_CMD_GENERATE, "launch-ahead", ahead, &err);
+    if (g_prompt_rows)
+        sd_opts_set(&o, SD_CMD_GENERATE, "cuda-graph-prompt-rows", g_prompt_rows, &err);
     if (draft) {
         snprintf(buf, sizeof buf, "%s-%s", dir, draft);
         sd_opts_set(&o, SD_CMD_GENERATE, "draft-model", buf, &err);
@@ -394,7 +402,15 @@ static int engine_run(const char *dir, const char *spec, const char *draft, int 
         memset(&outs[i], 0, sizeof outs[i]);
         outs[i].mu = &g_mu;
         int32_t p[40];
-        int np = 8 + i * 9 % 33;
+        int np = g_prompt_ids ? g_prompt_ids : 8 + i * 9 % 33;
+        for (int spin = 0; g_stagger && i > 0 && spin < 20000; spin++) {
+            pthread_mutex_lock(&g_mu);
+            int go = outs[i - 1].n >= 2 || outs[i - 1].done;
+            pthread_mutex_unlock(&g_mu);
+            if (go)
+                break;
+            usleep(500);
+        }
         for (int j = 0; j < np; j++) {
             x ^= x << 13;
             x ^= x >> 7;
@@ -513,7 +529,59 @@ TEST(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model)
     ASSERT(ok);
 }
 
+/* Steps with a prompt's rows beside decode rows replay graphs (padded to
+ * the decode buckets, their logits rows to a power of two; captured the
+ * second time a key comes): the same tokens as running them eagerly
+ * (--cuda-graph-prompt-rows 0), plain and speculative, greedy and sampled;
+ * and graphs did run. */
+TEST(steps_with_prompt_rows_replay_graphs_with_the_eager_tokens)
+{
+    char dir[1200], path[1300];
+    snprintf(dir, sizeof dir, "%s/models/specd-tiny", sd_test_srcdir());
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!sd_file_exists(path))
+        TEST_SKIP("%s is absent", path);
+    gpu_env e;
+    GPU_OPEN(e); /* skips without a GPU */
+    gpu_env_close(&e);
+    static const struct { const char *spec; float temp; } cfgs[] = {
+        {"none", 0}, {"none", 0.8f}, {"mtp", 0}, {"mtp", 0.8f}};
+    enum { N = 12 };
+    int ok = 1;
+    g_stagger = 1;
+    g_prompt_ids = 24;
+    for (size_t c = 0; c < SD_ARRAY_LEN(cfgs); c++) {
+        engine_out eager[N], graph[N];
+        g_prompt_rows = "0";
+        int rc = engine_run(dir, cfgs[c].spec, NULL, N, "auto", cfgs[c].temp, eager, NULL);
+        const sd_engine_stats se = g_last_stats;
+        g_prompt_rows = NULL;
+        rc = rc ? rc : engine_run(dir, cfgs[c].spec, NULL, N, "auto", cfgs[c].temp, graph, NULL);
+        const sd_engine_stats sg = g_last_stats;
+        if (rc) {
+            ok = 0;
+            continue;
+        }
+        ok &= reportf((double)tokens_differ(eager, graph, N), 0,
+                      "engine on the gpu, %s T=%.1f, %d arrivals one at a time: tokens that "
+                      "differ with steps of prompt rows from graphs (%llu of %llu such steps) "
+                      "and eager",
+                      cfgs[c].spec, cfgs[c].temp, N, (unsigned long long)sg.prompt_graph_steps,
+                      (unsigned long long)sg.prompt_steps);
+        ok &= reportf(sg.prompt_graph_steps > 0 ? 0 : 1, 0,
+                      "engine on the gpu, %s T=%.1f: steps with prompt rows replayed graphs",
+                      cfgs[c].spec, cfgs[c].temp);
+        ok &= reportf((double)(se.prompt_graph_steps + se.prompt_padded_steps), 0,
+                      "engine on the gpu, %s T=%.1f, --cuda-graph-prompt-rows 0: steps with "
+                      "prompt rows padded or from graphs",
+                      cfgs[c].spec, cfgs[c].temp);
+    }
+    g_stagger = g_prompt_ids = 0;
+    ASSERT(ok);
+}
+
 TEST_MAIN(T(gpu_logits_match_the_cpu_on_every_golden_fixture),
           T(a_captured_model_forward_replays_the_eager_logits),
           T(greedy_generation_on_the_gpu_equals_the_cpu_on_the_bundled_model),
-          T(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model))
+          T(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model),
+          T(steps_with_prompt_rows_replay_graphs_with_the_eager_tokens))
