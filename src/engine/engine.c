@@ -1314,26 +1314,17 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
     int prompt_rows = 0;
     for (int i = 0; i < s->n_seq; i++)
         prompt_rows += s->seqs[i] ? s->seqs[i]->chunk : 0;
-    /* A step's cost is the interval between the step before's tokens and
-     * its own, less the drafting phase between them (priced on its own
-     * curve): the host's work between two steps (accepting, streaming,
-     * scheduling) is part of what a step costs, and it is what queueing
-     * ahead hides. A step queued ahead: another curve (what plain decode
-     * costs where it runs ahead; its own time starts after the host's work
-     * on the step before, which a batch of 1 on an H200 does not hide:
-     * 0.157-0.174 ms against 0.170 a step; NOTES.md, session 30). A step
-     * read one at a time took its own time alone, and a speculative step
-     * was priced 0.08-0.1 ms under its interval by it under serving load
-     * (0.31-0.54 ms steps on the bundled model on an H200, so speculation
-     * ran 1.1-1.3x plain's time a token where it was priced 10% faster;
-     * NOTES.md, session 33). Its own time where the step before was of
-     * another batch; with the keys its rows read (its price follows the
-     * context: sd_adaptive.keys) */
+    /* a step queued ahead: another curve, of the interval between the step
+     * before's tokens and its own (what plain decode costs where it runs
+     * ahead; its own time starts after the host's work on the step before,
+     * which a batch of 1 on an H200 does not hide: 0.157-0.174 ms against
+     * 0.170 a step; NOTES.md, session 30), or its own time where the step
+     * before was of another batch; with the keys its rows read (its price
+     * follows the context: sd_adaptive.keys) */
     if (!prompt_rows && !L->gathered) { /* (gathered: it ran during its drafting phase) */
         double t = t_target;
-        if (e->last_read_ns && e->last_read_n == s->n_seq && t_end > e->last_read_ns)
-            t = SD_MAX(t, (double)(t_end - e->last_read_ns) * 1e-9 -
-                              (L->queued ? 0 : e->last_draft_s));
+        if (L->queued && e->last_read_ns && e->last_read_n == s->n_seq && t_end > e->last_read_ns)
+            t = SD_MAX(t, (double)(t_end - e->last_read_ns) * 1e-9);
         sd__plan_observe(e, L->queued ? SD_OBS_AHEAD : SD_OBS_TARGET, s->T, s->n_seq, t, L->keys);
     }
     e->last_read_ns = prompt_rows ? 0 : t_end;
@@ -1477,7 +1468,6 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
      * against 0.3-0.9 ms of target and drafting; summed before the stats
      * go out, so they hold this step's */
     double t_host = (double)(sd_now_ns() - L->step0) * 1e-9 - t_target - t_draft;
-    e->last_draft_s = t_draft;
     e->host_s_total += t_host > 0 ? t_host : 0;
     /* what queueing ahead would have hidden of a step read one at a time:
      * its upload and launch, its download (adaptive k prices a queued-ahead

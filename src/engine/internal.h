@@ -267,7 +267,6 @@ struct sd_engine {
      * requests: a queued-ahead step's interval (read_step) */
     uint64_t last_read_ns;
     int last_read_n;
-    double last_draft_s; /* the drafting phase after the last step read (0: none) */
     int pad_seq;        /* block-table row of padding rows: the trash block */
     int32_t trash_slot; /* first slot of the trash block (past the pool's) */
     sd_synthetic synth; /* --synthetic-accept (benchmarks only; n == 0: off) */
