@@ -216,6 +216,12 @@ typedef struct sd_bench_spec {
     double gemm_trials; /* the backend's GEMM algorithm trials (stalls of a few ms) */
     /* target steps with prompt rows, and of those replayed from a CUDA graph */
     double prompt_steps, prompt_graph_steps;
+    /* drafting steps by why they drafted (the `why` label: best, explore,
+     * ...), and the running requests of those steps that did not draft */
+#define SD_BENCH_WHY_MAX 12
+    int n_why;
+    char why[SD_BENCH_WHY_MAX][16];
+    double why_steps[SD_BENCH_WHY_MAX], why_idle[SD_BENCH_WHY_MAX];
 } sd_bench_spec;
 
 /* Reads the specd_spec_* counters from Prometheus text. */

@@ -102,6 +102,14 @@ json_t *sd_bench_spec_json(const sd_bench_spec *d)
     json_object_set_new(o, "engine_gemm_trials", real(d->gemm_trials));
     json_object_set_new(o, "engine_prompt_steps", real(d->prompt_steps));
     json_object_set_new(o, "engine_prompt_graph_steps", real(d->prompt_graph_steps));
+    /* drafting steps by why they drafted, and their requests not drafting */
+    json_t *ws = json_object(), *wi = json_object();
+    for (int i = 0; i < d->n_why; i++) {
+        json_object_set_new(ws, d->why[i], real(d->why_steps[i]));
+        json_object_set_new(wi, d->why[i], real(d->why_idle[i]));
+    }
+    json_object_set_new(o, "engine_drafting_steps_by_why", ws);
+    json_object_set_new(o, "engine_drafting_idle_by_why", wi);
     return o;
 }
 

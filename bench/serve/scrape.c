@@ -54,6 +54,28 @@ static int label_index(const char *labels, size_t len, const char *key, int lim)
     return -1;
 }
 
+/* the slot of label why="NAME" in s's reasons, added where new; -1: no
+ * such label, or no room */
+static int why_slot(sd_bench_spec *s, const char *labels, size_t len)
+{
+    const char *key = "why=\"";
+    const size_t kl = strlen(key);
+    if (!labels || len < kl + 1 || memcmp(labels, key, kl) != 0)
+        return -1;
+    const char *v = labels + kl, *q = memchr(v, '"', len - kl);
+    if (!q || q == v || (size_t)(q - v) >= sizeof s->why[0])
+        return -1;
+    const size_t n = (size_t)(q - v);
+    for (int i = 0; i < s->n_why; i++)
+        if (strlen(s->why[i]) == n && memcmp(s->why[i], v, n) == 0)
+            return i;
+    if (s->n_why == SD_BENCH_WHY_MAX)
+        return -1;
+    memcpy(s->why[s->n_why], v, n);
+    s->why[s->n_why][n] = 0;
+    return s->n_why++;
+}
+
 static int position(const char *labels, size_t len)
 {
     return label_index(labels, len, "position", SD_BENCH_MAX_POS);
@@ -111,6 +133,14 @@ void sd_bench_spec_parse(const char *text, size_t len, sd_bench_spec *s)
             } else if (sample(p, n, "specd_spec_draft_length_steps_total", &lab, &lablen, &v) &&
                        (pos = label_index(lab, lablen, "k", 17)) >= 0) {
                 s->steps_by_k[pos] = v;
+            } else if ((at = sample(p, n, "specd_spec_drafting_steps_total", &lab, &lablen, &v)
+                                 ? s->why_steps
+                             : sample(p, n, "specd_spec_drafting_idle_requests_total", &lab,
+                                      &lablen, &v)
+                                 ? s->why_idle
+                                 : NULL) &&
+                       (pos = why_slot(s, lab, lablen)) >= 0) {
+                at[pos] = v;
             } else if ((at = sample(p, n, "specd_spec_position_proposed_total", &lab, &lablen, &v)
                                  ? s->proposed_at
                              : sample(p, n, "specd_spec_position_accepted_total", &lab, &lablen, &v)
@@ -140,6 +170,16 @@ void sd_bench_spec_delta(const sd_bench_spec *b, const sd_bench_spec *a, sd_benc
         *scalar(d, i) = value(a, i) - value(b, i);
     for (int k = 0; k < 17; k++)
         d->steps_by_k[k] = a->steps_by_k[k] - b->steps_by_k[k];
+    /* reasons by name (a reason first seen after `before` counted 0 there) */
+    d->n_why = a->n_why;
+    memcpy(d->why, a->why, sizeof d->why);
+    for (int i = 0; i < a->n_why; i++) {
+        int j = 0;
+        while (j < b->n_why && strcmp(b->why[j], a->why[i]) != 0)
+            j++;
+        d->why_steps[i] = a->why_steps[i] - (j < b->n_why ? b->why_steps[j] : 0);
+        d->why_idle[i] = a->why_idle[i] - (j < b->n_why ? b->why_idle[j] : 0);
+    }
     d->n_pos = a->n_pos > b->n_pos ? a->n_pos : b->n_pos;
     for (int i = 0; i < d->n_pos; i++) {
         d->proposed_at[i] = a->proposed_at[i] - b->proposed_at[i];

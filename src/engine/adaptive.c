@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "core/util.h"
+#include "engine/engine.h"
 
 /* ------------------------------------------------------------------ curves */
 
@@ -237,6 +238,10 @@ double sd_curve_at(const sd_curve *c, double x, int *used)
 }
 
 /* ------------------------------------------------------------------ k */
+
+const char *const sd_spec_why_names[SD_SPEC_WHY_N] = {
+    "best", "explore", "refresh", "hope", "neighbour", "periodic", "probe", "fixed"};
+_Static_assert(SD_KWHY_N == SD_SPEC_WHY_N, "a name for each reason a step drafts");
 
 void sd_adaptive_init(sd_adaptive *a, int k_max)
 {
@@ -859,6 +864,7 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
             int k = (int)((a->picks + (uint64_t)i) % 2) ? 0 : 1;
             if (!k_measured(a, batch, drafting, k)) {
                 a->picks++;
+                a->why = SD_KWHY_EXPLORE;
                 return k;
             }
         }
@@ -870,6 +876,7 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
     int refreshed = 0;
     if (a->refresh_at) {
         const int x1 = sd_row_bucket(step_rows(batch, drafting, 1)), x0 = sd_row_bucket(batch);
+        a->why = SD_KWHY_REFRESH;
         if (point_at(a, batch, x1) < a->refresh_at)
             return 1;
         if (point_at(a, batch, x0) < a->refresh_at)
@@ -886,13 +893,16 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
         best_k(a, acc, batch, drafting, 1, 0);
     }
     a->last_k = k;
+    a->why = SD_KWHY_BEST;
     /* too few drafts to give up on drafting: the cheapest probe instead,
      * while drafting could still pay at an acceptance the drafts so far do
      * not rule out (a draft that costs more than a perfect one returns
      * stops at once, a poor one after a few; bench/results/NOTES.md) */
     if (k == 0 && hope_evidence(a, (double)acc->proposed_at[0]) < SD_ADAPT_EXPLORE &&
-        best_k(a, acc, batch, drafting, 0, ADAPT_HOPE_Z) > 0)
+        best_k(a, acc, batch, drafting, 0, ADAPT_HOPE_Z) > 0) {
         k = 1;
+        a->why = SD_KWHY_HOPE;
+    }
     /* between measured points the curve is a straight line and the real one
      * is not (flat, then rising): every 4th pick measures a neighbour of the
      * choice that has no trusted point yet */
@@ -905,10 +915,13 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
         if (nk >= 1 && nk <= a->k_max &&
             !(tn && has_trusted(tn, xn) && dn && has_trusted(dn, nk))) {
             k = nk;
+            a->why = SD_KWHY_NEIGHBOUR;
             break;
         }
     }
-    if (a->picks % 97 == 0 && k < a->k_max)
+    if (a->picks % 97 == 0 && k < a->k_max) {
         k++;
+        a->why = SD_KWHY_PERIODIC;
+    }
     return k;
 }

@@ -179,6 +179,24 @@ typedef struct sd_adapt_target {
     sd_adapt_ctx ctx;
 } sd_adapt_target;
 
+/* Why a step drafted the k it did (sd_adaptive.why for pick_k's; the
+ * engine's for the rest): its best price; measuring k = 0 and 1 at a batch
+ * not yet measured; measuring again after a refresh; a hope (too few
+ * drafts to give up on); a neighbour of the choice measured; the periodic
+ * try of one deeper; speculation off but for requests tracking the
+ * proposer (a probe); a fixed --spec-k. */
+enum {
+    SD_KWHY_BEST = 0,
+    SD_KWHY_EXPLORE,
+    SD_KWHY_REFRESH,
+    SD_KWHY_HOPE,
+    SD_KWHY_NEIGHBOUR,
+    SD_KWHY_PERIODIC,
+    SD_KWHY_PROBE,
+    SD_KWHY_FIXED,
+    SD_KWHY_N
+};
+
 typedef struct sd_adaptive {
     sd_adapt_target target[SD_ADAPT_BATCHES];
     uint64_t steps;  /* target steps seen */
@@ -188,6 +206,7 @@ typedef struct sd_adaptive {
     double margin; /* a k is chosen over a shorter one promising 1 + margin times its throughput */
     int exploring; /* the last pick explored */
     int last_k; /* the previous pick (a change is logged at debug level) */
+    int why;    /* SD_KWHY_* of the last pick */
     /* set by the owner: with speculation off for all of them, the running
      * requests' plain steps would be queued ahead (launch ahead), so k = 0
      * is priced at a queued-ahead step, not at the step the speculative

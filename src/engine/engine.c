@@ -640,6 +640,8 @@ static void publish_stats(sd_engine *e, int stepped)
     e->stats.gemm_trials =
         e->be->ops->gemm_trials ? (uint64_t)e->be->ops->gemm_trials(e->be) : 0;
     e->stats.prompt_steps = e->prompt_steps;
+    memcpy(e->stats.spec_why_steps, e->kwhy_steps, sizeof e->kwhy_steps);
+    memcpy(e->stats.spec_why_idle, e->kwhy_idle, sizeof e->kwhy_idle);
     e->stats.prompt_padded_steps = e->prompt_padded_steps;
     e->stats.prompt_graph_steps = e->prompt_graph_steps;
     pthread_mutex_unlock(&e->mu);
@@ -1440,6 +1442,12 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
                 went_ahead |= s->seqs[i]->draft_dev;
                 nd++;
             }
+        /* why it drafted, and the running requests that wait for it without drafting */
+        if (nd > 0) {
+            const int why = e->spec_k >= 0 ? SD_KWHY_FIXED : probe ? SD_KWHY_PROBE : e->adapt.why;
+            e->kwhy_steps[why]++;
+            e->kwhy_idle[why] += (uint64_t)(e->n_running - nd);
+        }
         /* adaptive k learns a drafting phase's cost from the steps it
          * learns the target's from: none with prompt rows, whose catch-up
          * pass runs the prompt chunk through the proposer (on a fresh

@@ -74,6 +74,10 @@ typedef struct sd_req_events {
 } sd_req_events;
 
 /* Engine-wide numbers for /metrics and /health. */
+/* why a step drafted (sd_engine_stats.spec_why_*), by name */
+#define SD_SPEC_WHY_N 8
+extern const char *const sd_spec_why_names[SD_SPEC_WHY_N];
+
 typedef struct sd_engine_stats {
     int queued, running;
     int kv_blocks_total, kv_blocks_used;
@@ -136,6 +140,11 @@ typedef struct sd_engine_stats {
      * bucket (a graph's key, or a test's padding) and the ones replayed
      * from a CUDA graph (--cuda-graph-prompt-rows; the rest ran eagerly) */
     uint64_t prompt_steps, prompt_padded_steps, prompt_graph_steps;
+    /* drafting phases by why they drafted (engine/adaptive.h SD_KWHY_*:
+     * best, explore, refresh, hope, neighbour, periodic, probe, fixed), and
+     * the running requests of those steps that did not draft (they wait
+     * for a verify step for one token) */
+    uint64_t spec_why_steps[SD_SPEC_WHY_N], spec_why_idle[SD_SPEC_WHY_N];
 } sd_engine_stats;
 
 /* Loads the model named by o->model (NULL/empty: the bundled model), the

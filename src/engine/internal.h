@@ -262,6 +262,9 @@ struct sd_engine {
     /* target steps with prompt rows; of those padded (a graph's key, or a
      * test's padding) and replayed from a graph */
     uint64_t prompt_steps, prompt_padded_steps, prompt_graph_steps;
+    /* drafting phases by why they drafted (SD_KWHY_*), and the running
+     * requests of those steps that did not draft */
+    uint64_t kwhy_steps[SD_KWHY_N], kwhy_idle[SD_KWHY_N];
     uint64_t draft_phases, draft_observed, draft_oneoff; /* sd_engine_stats.spec_draft_* */
     /* when the last step read's tokens came (0: it had prompt rows) and its
      * requests: a queued-ahead step's interval (read_step) */

@@ -279,6 +279,8 @@ TEST(metrics_scrape_reads_specd_counters_and_takes_deltas)
                          "specd_spec_accepted_tokens_total 20\nspecd_spec_emitted_tokens_total 30\n"
                          "specd_spec_position_proposed_total{position=\"0\"} 10\n"
                          "specd_spec_position_accepted_total{position=\"0\"} 8\n"
+                         "specd_spec_drafting_steps_total{why=\"best\"} 4\n"
+                         "specd_spec_drafting_idle_requests_total{why=\"best\"} 10\n"
                          "specd_spec_steps_totalx 99\n";
     const char *after = "specd_spec_steps_total 20\nspecd_spec_draft_tokens_total 80\n"
                         "specd_spec_accepted_tokens_total 50\nspecd_spec_emitted_tokens_total 70\n"
@@ -297,7 +299,12 @@ TEST(metrics_scrape_reads_specd_counters_and_takes_deltas)
                         "specd_spec_draft_ahead_steps_total 4\n"
                         "specd_gemm_trials_total 3\n"
                         "specd_prompt_steps_total 8\n"
-                        "specd_prompt_graph_steps_total 5\n";
+                        "specd_prompt_graph_steps_total 5\n"
+                        "specd_spec_drafting_steps_total{why=\"best\"} 9\n"
+                        "specd_spec_drafting_steps_total{why=\"probe\"} 2\n"
+                        "specd_spec_drafting_idle_requests_total{why=\"best\"} 12\n"
+                        "specd_spec_drafting_idle_requests_total{why=\"probe\"} 30\n"
+                        "specd_spec_drafting_steps_total{why=\"a-name-too-long-to-keep\"} 1\n";
     sd_bench_spec b, a, d;
     sd_bench_spec_parse(before, strlen(before), &b);
     sd_bench_spec_parse(after, strlen(after), &a);
@@ -322,6 +329,14 @@ TEST(metrics_scrape_reads_specd_counters_and_takes_deltas)
     ASSERT_NEAR(d.gemm_trials, 3, 0);
     ASSERT_NEAR(d.prompt_steps, 8, 0);
     ASSERT_NEAR(d.prompt_graph_steps, 5, 0);
+    /* reasons by name, one first seen in the second scrape; a long name is left out */
+    ASSERT_EQ(d.n_why, 2);
+    ASSERT_STR_EQ(d.why[0], "best");
+    ASSERT_NEAR(d.why_steps[0], 5, 0);
+    ASSERT_NEAR(d.why_idle[0], 2, 0);
+    ASSERT_STR_EQ(d.why[1], "probe");
+    ASSERT_NEAR(d.why_steps[1], 2, 0);
+    ASSERT_NEAR(d.why_idle[1], 30, 0);
     sd_bench_spec_delta(&a, &b, &d); /* counters went down: a restart */
     ASSERT(!d.present);
     sd_bench_spec_parse("specd_requests_total 3\n", 23, &a);
@@ -968,6 +983,11 @@ TEST(against_specd_serve_on_the_bundled_model)
     /* every prompt came in a step with prompt rows; the CPU has no graphs */
     ASSERT(json_number_value(json_object_get(spec, "engine_prompt_steps")) > 0);
     ASSERT_NEAR(json_number_value(json_object_get(spec, "engine_prompt_graph_steps")), 0, 0);
+    /* --spec-k 2: every drafting step drafted a fixed k */
+    json_t *why = json_object_get(spec, "engine_drafting_steps_by_why");
+    ASSERT(json_is_object(why));
+    ASSERT(json_number_value(json_object_get(why, "fixed")) > 0);
+    ASSERT_EQ(json_object_size(why), 1);
     json_decref(j);
     unlink(log);
     unlink(so);

@@ -7,6 +7,7 @@
 
 #include "core/config.h"
 #include "core/util.h"
+#include "engine/adaptive.h"
 #include "engine/engine.h"
 #include "engine_run.h"
 #include "test.h"
@@ -305,6 +306,14 @@ static void expect_same_output(const run_cfg *c0, const run_cfg *c1, uint64_t se
     else
         ASSERT_EQ(s2.prompt_padded_steps, 0);
     ASSERT_EQ(s2.prompt_graph_steps, 0); /* the CPU has no graphs */
+    /* every drafting phase has a reason: a fixed k's all "fixed", adaptive
+     * k's none */
+    uint64_t why_sum = 0;
+    for (int i = 0; i < SD_SPEC_WHY_N; i++)
+        why_sum += s2.spec_why_steps[i];
+    ASSERT_EQ(why_sum, s2.spec_draft_phases);
+    if (why_sum > 0)
+        ASSERT_EQ(s2.spec_why_steps[SD_KWHY_FIXED] == why_sum, c1->k >= 0);
     /* plain greedy decode with --launch-ahead queued steps ahead */
     if (c1->ahead && !strcmp(c1->spec, "none") && c1->temperature == 0)
         ASSERT_GT(s2.ahead_steps, 0);

@@ -195,6 +195,10 @@ TEST(engine_series_and_exact_accepted_length_histogram)
     es.gemm_trials = 9;
     es.prompt_steps = 11;
     es.prompt_graph_steps = 7;
+    es.spec_why_steps[1] = 6; /* explore */
+    es.spec_why_idle[1] = 40;
+    es.spec_why_steps[6] = 3; /* probe */
+    es.spec_why_idle[6] = 90;
     sd_buf b = {0};
     ASSERT_OK(sd_metrics_render(&m, &es, &b));
     char why[256] = "";
@@ -227,6 +231,10 @@ TEST(engine_series_and_exact_accepted_length_histogram)
     ASSERT_NEAR(series(b.p, "specd_gemm_trials_total"), 9, 0);
     ASSERT_NEAR(series(b.p, "specd_prompt_steps_total"), 11, 0);
     ASSERT_NEAR(series(b.p, "specd_prompt_graph_steps_total"), 7, 0);
+    ASSERT_NEAR(series(b.p, "specd_spec_drafting_steps_total{why=\"explore\"}"), 6, 0);
+    ASSERT_NEAR(series(b.p, "specd_spec_drafting_steps_total{why=\"probe\"}"), 3, 0);
+    ASSERT_NEAR(series(b.p, "specd_spec_drafting_idle_requests_total{why=\"probe\"}"), 90, 0);
+    ASSERT(isnan(series(b.p, "specd_spec_drafting_steps_total{why=\"best\"}")));
     sd_buf_free(&b);
 }
 
