@@ -181,6 +181,17 @@ static void spec_series(sd_buf *o, const sd_spec_stats *s)
 }
 
 /* the draft length adaptive k (or --spec-k) chose, step by step */
+/* a counter by why a step drafted, for the reasons that drafted a step */
+static void why_series(sd_buf *o, const char *name, const char *help, const sd_engine_stats *es,
+                       const uint64_t *v)
+{
+    head(o, name, "counter", help);
+    for (int i = 0; i < SD_SPEC_WHY_N; i++)
+        if (es->spec_why_steps[i])
+            sd_buf_printf(o, "%s{why=\"%s\"} %llu\n", name, sd_spec_why_names[i],
+                          (unsigned long long)v[i]);
+}
+
 static void draft_length_series(sd_buf *o, const sd_engine_stats *es)
 {
     head(o, "specd_spec_draft_length_steps_total", "counter",
@@ -189,22 +200,16 @@ static void draft_length_series(sd_buf *o, const sd_engine_stats *es)
         if (es->spec_k_steps[k])
             sd_buf_printf(o, "specd_spec_draft_length_steps_total{k=\"%d\"} %llu\n", k,
                           (unsigned long long)es->spec_k_steps[k]);
-    head(o, "specd_spec_drafting_steps_total", "counter",
-         "Engine steps that drafted, by why they drafted their k (best: its price; explore: "
-         "measuring k = 0 and 1 at a new batch; refresh: measuring again; hope: too few drafts "
-         "to give up; neighbour, periodic: trying another k; probe: speculation off but for "
-         "requests tracking the proposer; fixed: --spec-k).");
-    for (int i = 0; i < SD_SPEC_WHY_N; i++)
-        if (es->spec_why_steps[i])
-            sd_buf_printf(o, "specd_spec_drafting_steps_total{why=\"%s\"} %llu\n",
-                          sd_spec_why_names[i], (unsigned long long)es->spec_why_steps[i]);
-    head(o, "specd_spec_drafting_idle_requests_total", "counter",
-         "Running requests of those steps that did not draft (a verify step's wait for one "
-         "token), by why the step drafted.");
-    for (int i = 0; i < SD_SPEC_WHY_N; i++)
-        if (es->spec_why_steps[i])
-            sd_buf_printf(o, "specd_spec_drafting_idle_requests_total{why=\"%s\"} %llu\n",
-                          sd_spec_why_names[i], (unsigned long long)es->spec_why_idle[i]);
+    why_series(o, "specd_spec_drafting_steps_total",
+               "Engine steps that drafted, by why they drafted their k (best: its price; explore: "
+               "measuring k = 0 and 1 at a new batch; refresh: measuring again; hope: too few "
+               "drafts to give up; neighbour, periodic: trying another k; probe: speculation off "
+               "but for requests tracking the proposer; fixed: --spec-k).",
+               es, es->spec_why_steps);
+    why_series(o, "specd_spec_drafting_idle_requests_total",
+               "Running requests of those steps that did not draft (a verify step's wait for one "
+               "token), by why the step drafted.",
+               es, es->spec_why_idle);
     scalar(o, "specd_spec_draft_length", "gauge",
            "Draft length k of the last engine step (-1: none drafted yet).", es->spec_k_last);
     scalar(o, "specd_spec_adaptive_exploring", "gauge",

@@ -471,16 +471,24 @@ static int check_ahead(const char *dir, int n, float temp, engine_out *off)
     return ok;
 }
 
+/* dir (a char array): the bundled model's folder; the test skips where it
+ * is absent or no GPU is there */
+#define BUNDLED_ON_A_GPU(dir)                                                      \
+    do {                                                                           \
+        char cfg_[1300];                                                           \
+        snprintf(dir, sizeof dir, "%s/models/specd-tiny", sd_test_srcdir());       \
+        snprintf(cfg_, sizeof cfg_, "%s/config.json", dir);                        \
+        if (!sd_file_exists(cfg_))                                                 \
+            TEST_SKIP("%s is absent", cfg_);                                       \
+        gpu_env e_;                                                                \
+        GPU_OPEN(e_); /* skips without a GPU */                                    \
+        gpu_env_close(&e_);                                                        \
+    } while (0)
+
 TEST(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model)
 {
     char dir[1200], path[1300];
-    snprintf(dir, sizeof dir, "%s/models/specd-tiny", sd_test_srcdir());
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!sd_file_exists(path))
-        TEST_SKIP("%s is absent", path);
-    gpu_env e;
-    GPU_OPEN(e); /* skips without a GPU */
-    gpu_env_close(&e);
+    BUNDLED_ON_A_GPU(dir);
     static const struct { const char *spec, *draft; } props[] = {
         {"mtp", NULL}, {"eagle3", "eagle3"}, {"draft", "draft"}};
     static const int batches[] = {1, 3, 4};
@@ -536,14 +544,8 @@ TEST(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model)
  * and graphs did run. */
 TEST(steps_with_prompt_rows_replay_graphs_with_the_eager_tokens)
 {
-    char dir[1200], path[1300];
-    snprintf(dir, sizeof dir, "%s/models/specd-tiny", sd_test_srcdir());
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!sd_file_exists(path))
-        TEST_SKIP("%s is absent", path);
-    gpu_env e;
-    GPU_OPEN(e); /* skips without a GPU */
-    gpu_env_close(&e);
+    char dir[1200];
+    BUNDLED_ON_A_GPU(dir);
     static const struct { const char *spec; float temp; } cfgs[] = {
         {"none", 0}, {"none", 0.8f}, {"mtp", 0}, {"mtp", 0.8f}};
     enum { N = 12 };
