@@ -37,10 +37,23 @@ done
 python3 bench/serve/summarize.py --sub "$out/=OUT/" "${groups[@]}" >"$out/summary.json"
 python3 - "$out/summary.json" <<'E'
 import json, sys
-for g in json.load(open(sys.argv[1]))["groups"]:
+groups = json.load(open(sys.argv[1]))["groups"]
+for g in groups:
     tp = {f["label"]: f["levels"][0]["tpot_p50_ms"] for f in g["files"] if f["levels"]}
     base = tp.get("plain")
     cells = ["%s %.3f%s" % (l, t, " (%.2fx)" % (t / base) if base and l != "plain" else "")
              for l, t in tp.items()]
     print("%-28s TPOT p50 ms: %s" % (g["name"], ", ".join(cells)))
+# a speculative server's steps by k, and its drafting steps by why they
+# drafted (with the requests of those steps that did not draft)
+for g in groups:
+    for f in g["files"]:
+        for lv in f["levels"][:1]:
+            why = lv.get("engine_drafting_steps_by_why")
+            if why is None:
+                continue
+            idle = lv.get("engine_drafting_idle_by_why") or {}
+            print("%-28s %-7s k %s; drafting by why: %s" % (
+                g["name"], f["label"], [int(x) for x in lv.get("engine_steps_by_k") or []],
+                ", ".join("%s %d (%d idle)" % (w, n, idle.get(w, 0)) for w, n in why.items())))
 E

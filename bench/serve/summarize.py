@@ -36,7 +36,9 @@ def level(r):
                         ("proposer_eager_passes", "proposer_eager_passes"),
                         ("engine_gemm_trials", "engine_gemm_trials"),
                         ("engine_prompt_steps", "engine_prompt_steps"),
-                        ("engine_prompt_graph_steps", "engine_prompt_graph_steps")):
+                        ("engine_prompt_graph_steps", "engine_prompt_graph_steps"),
+                        ("engine_drafting_steps_by_why", "engine_drafting_steps_by_why"),
+                        ("engine_drafting_idle_by_why", "engine_drafting_idle_by_why")):
         if sp.get(k_in) is not None:
             row[k_out] = sp[k_in]
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
