@@ -239,8 +239,6 @@ double sd_curve_at(const sd_curve *c, double x, int *used)
 
 /* ------------------------------------------------------------------ k */
 
-const char *const sd_spec_why_names[SD_SPEC_WHY_N] = {
-    "best", "explore", "refresh", "hope", "neighbour", "periodic", "probe", "fixed"};
 _Static_assert(SD_KWHY_N == SD_SPEC_WHY_N, "a name for each reason a step drafts");
 
 void sd_adaptive_init(sd_adaptive *a, int k_max)

@@ -74,9 +74,15 @@ typedef struct sd_req_events {
 } sd_req_events;
 
 /* Engine-wide numbers for /metrics and /health. */
-/* why a step drafted (sd_engine_stats.spec_why_*), by name */
+/* why a step drafted (sd_engine_stats.spec_why_*; engine/adaptive.h
+ * SD_KWHY_*), by name */
 #define SD_SPEC_WHY_N 8
-extern const char *const sd_spec_why_names[SD_SPEC_WHY_N];
+static inline const char *sd_spec_why_name(int i)
+{
+    static const char *const names[SD_SPEC_WHY_N] = {
+        "best", "explore", "refresh", "hope", "neighbour", "periodic", "probe", "fixed"};
+    return i >= 0 && i < SD_SPEC_WHY_N ? names[i] : "?";
+}
 
 typedef struct sd_engine_stats {
     int queued, running;

@@ -188,7 +188,7 @@ static void why_series(sd_buf *o, const char *name, const char *help, const sd_e
     head(o, name, "counter", help);
     for (int i = 0; i < SD_SPEC_WHY_N; i++)
         if (es->spec_why_steps[i])
-            sd_buf_printf(o, "%s{why=\"%s\"} %llu\n", name, sd_spec_why_names[i],
+            sd_buf_printf(o, "%s{why=\"%s\"} %llu\n", name, sd_spec_why_name(i),
                           (unsigned long long)v[i]);
 }
 

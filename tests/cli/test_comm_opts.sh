@@ -77,10 +77,6 @@ for cmd in serve generate logits; do
 done
 grep -q '^# dist-init-addr = ""' "$SRC/etc/specd.conf" && ok sample_config_has_dist_init_addr ||
     bad sample_config_has_dist_init_addr "etc/specd.conf lacks it"
-# the shipped sample config is what `specd config` prints: every option, none stale
-"$SPECD" config >"$tmp/conf" 2>"$tmp/e"
-if diff -q "$tmp/conf" "$SRC/etc/specd.conf" >/dev/null; then ok sample_config_is_specd_configs_output
-else bad sample_config_is_specd_configs_output "regenerate it: specd config > etc/specd.conf ($(diff "$SRC/etc/specd.conf" "$tmp/conf" | head -3 | tr '\n' ' '))"; fi
 
 echo "$pass passed, $fail failed"
 ((fail == 0))
