@@ -49,8 +49,8 @@ for g in groups:
 for g in groups:
     for f in g["files"]:
         for lv in f["levels"][:1]:
-            why = lv.get("engine_drafting_steps_by_why")
-            if why is None:
+            why = {w: n for w, n in (lv.get("engine_drafting_steps_by_why") or {}).items() if n}
+            if not why and not lv.get("engine_steps_by_k"):
                 continue
             idle = lv.get("engine_drafting_idle_by_why") or {}
             print("%-28s %-7s k %s; drafting by why: %s" % (
