@@ -8,13 +8,13 @@
 #      alternate the builds; each speculative server's drafting steps by
 #      why they drafted printed under the TPOT table): OUT/ab.tgz;
 #   3. OUT/summary.txt: what was printed.
-# The A/B starts no level past DEADLINE (default: 540 s after the start,
+# The A/B starts no level past DEADLINE (default: 500 s after the start,
 # under a call's 600), so a call's time limit never takes what already ran.
 # usage: bench/gpu/serve_call.sh OUT COMMIT BASE_DIR NEW_DIR
 #   (the DIRs: bench/gpu/pack.sh folders, e.g. bench/gpu/pending/build.sh's
 #   .carry/base-bin and .carry/new-bin once unpacked)
 #   VALIDATE_BASE=1, SKIP_VALIDATE=1; ROUNDS, LEVELS, PROPOSERS, NREQ as
-#   serve_ab.sh takes them; BUDGET_S (540): seconds from the start to the
+#   serve_ab.sh takes them; BUDGET_S (500): seconds from the start to the
 #   A/B's deadline
 set -uo pipefail
 out=${1:?OUT}; commit=${2:?COMMIT}; base=${3:?BASE_DIR}; new=${4:?NEW_DIR}
@@ -34,7 +34,7 @@ if [ -z "${SKIP_VALIDATE:-}" ]; then
     validate new "$new" "$commit+pending"
     [ -n "${VALIDATE_BASE:-}" ] && validate base "$base" "$commit"
 fi
-DEADLINE=$((t0 + ${BUDGET_S:-540})) bash bench/gpu/serve_ab.sh "$w/ab" base="$base" new="$new" 2>&1 |
+DEADLINE=$((t0 + ${BUDGET_S:-500})) bash bench/gpu/serve_ab.sh "$w/ab" base="$base" new="$new" 2>&1 |
     tee -a "$out/summary.txt"
 tar -C "$w" -czf "$out/ab.tgz" ab
 log "total $(($(date +%s) - t0)) s"
