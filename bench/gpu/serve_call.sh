@@ -22,7 +22,7 @@ mkdir -p "$out"
 t0=$(date +%s)
 w=$(mktemp -d)
 log() { echo "$*" | tee -a "$out/summary.txt"; }
-validate() { # LABEL DIR
+validate() { # LABEL BIN_DIR COMMIT
     local d="$w/validate-$1"
     timeout 200 bash tests/gpu/validate.sh "$2" "$d" "$3" >"$d.txt" 2>&1
     log "validate $1: rc $? in $(($(date +%s) - t0)) s: $(grep -E '^passed' "$d.txt" | tail -1)"

@@ -28,19 +28,12 @@ def level(r):
         "itl_p99_ms": s.get("p99_itl_ms"),
         "itl_max_ms": s.get("max_itl_ms"),
     }
-    for k_out, k_in in (("acceptance_rate", "acceptance_rate"),
-                        ("mean_accepted_length", "mean_accepted_length"),
-                        ("engine_steps_by_k", "engine_steps_by_k"),
-                        ("engine_launch_ahead_steps", "engine_launch_ahead_steps"),
-                        ("engine_draft_ahead_steps", "engine_draft_ahead_steps"),
-                        ("proposer_eager_passes", "proposer_eager_passes"),
-                        ("engine_gemm_trials", "engine_gemm_trials"),
-                        ("engine_prompt_steps", "engine_prompt_steps"),
-                        ("engine_prompt_graph_steps", "engine_prompt_graph_steps"),
-                        ("engine_drafting_steps_by_why", "engine_drafting_steps_by_why"),
-                        ("engine_drafting_idle_by_why", "engine_drafting_idle_by_why")):
-        if sp.get(k_in) is not None:
-            row[k_out] = sp[k_in]
+    for k in ("acceptance_rate", "mean_accepted_length", "engine_steps_by_k",
+              "engine_launch_ahead_steps", "engine_draft_ahead_steps", "proposer_eager_passes",
+              "engine_gemm_trials", "engine_prompt_steps", "engine_prompt_graph_steps",
+              "engine_drafting_steps_by_why", "engine_drafting_idle_by_why"):
+        if sp.get(k) is not None:
+            row[k] = sp[k]
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
 
 

@@ -640,10 +640,10 @@ static void publish_stats(sd_engine *e, int stepped)
     e->stats.gemm_trials =
         e->be->ops->gemm_trials ? (uint64_t)e->be->ops->gemm_trials(e->be) : 0;
     e->stats.prompt_steps = e->prompt_steps;
-    memcpy(e->stats.spec_why_steps, e->kwhy_steps, sizeof e->kwhy_steps);
-    memcpy(e->stats.spec_why_idle, e->kwhy_idle, sizeof e->kwhy_idle);
     e->stats.prompt_padded_steps = e->prompt_padded_steps;
     e->stats.prompt_graph_steps = e->prompt_graph_steps;
+    memcpy(e->stats.spec_why_steps, e->kwhy_steps, sizeof e->kwhy_steps);
+    memcpy(e->stats.spec_why_idle, e->kwhy_idle, sizeof e->kwhy_idle);
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -1166,14 +1166,17 @@ static int engine_step(sd_engine *e)
         hidden = !s.seqs[i]->no_spec;
     e->plain_steps += !hidden && sd__spec_wants_hidden(e);
     /* a step with prompt rows is padded too where it is small enough, and
-     * its logits rows (the padding's point at its last row) to No */
+     * its logits rows (the padding's point at its last row) to No; only a
+     * decode or verify step (every row wants logits) replays the decode
+     * graphs, which exist up to graph_max_T rows */
+    const int decode = s.n_out == s.T;
     sd_mgraph *mg = NULL;
     int No = 0;
-    int Tp = s.n_out == s.T ? sd__graph_bucket(e, s.T)
-                            : sd__mixed_bucket(e, s.T, s.n_out, hidden, &No, &mg);
+    int Tp = decode ? sd__graph_bucket(e, s.T)
+                    : sd__mixed_bucket(e, s.T, s.n_out, hidden, &No, &mg);
     if (Tp) {
         sd__pad_rows(e, e->h_tok, e->h_pos, e->h_seq, e->h_slot, s.T, Tp);
-        if (s.n_out == s.T) {
+        if (decode) {
             No = Tp;
             for (int i = s.T; i < Tp; i++)
                 e->h_rows[i] = i;
@@ -1220,9 +1223,10 @@ static int engine_step(sd_engine *e)
      * are, and only token ids cross to the host. */
     e->am_valid = 0;
     if (rc) {
-    } else if (Tp && e->graphs_on && No == Tp) {
+    } else if (Tp && e->graphs_on && decode) {
         rc = sd__target_graph_launch(e, Tp, &f, &err); /* the graph's pass takes the argmax */
         e->am_valid = greedy_only;
+        graphed = 1;
     } else if (mg) {
         graphed = mg->seen; /* (the first run is eager) */
         rc = sd__mixed_launch(e, mg, &f, greedy_only, &err);
@@ -1239,13 +1243,13 @@ static int engine_step(sd_engine *e)
     e->dev_acc = !rc && !greedy_only && s.n_out > 0 && !launch_dev_accept(e, &s, 0);
     if (gather)
         swap_mark_bufs(e, 1);
-    if (s.n_out < s.T) {
+    if (!decode) {
         e->prompt_steps++;
         e->prompt_padded_steps += Tp > 0;
         e->prompt_graph_steps += graphed;
     }
     step_launch L = {.Tp = Tp, .ev = -1, .gathered = gather, .step0 = step0, .t0 = t0, .t_up = t_up,
-                     .graph = graphed || (Tp && e->graphs_on && No == Tp),
+                     .graph = graphed,
                      .t_launch = sd_now_ns(), .keys = step_keys(e, s.T)};
     /* tokens on the device (the argmax, or the device's acceptance) come
      * down queued behind the step, with mark 0: the host's wait for the

@@ -73,7 +73,6 @@ typedef struct sd_req_events {
     void (*on_finish)(void *user, sd_finish why, const sd_req_stats *st, const char *msg);
 } sd_req_events;
 
-/* Engine-wide numbers for /metrics and /health. */
 /* why a step drafted (sd_engine_stats.spec_why_*; engine/adaptive.h
  * SD_KWHY_*), by name */
 #define SD_SPEC_WHY_N 8
@@ -84,6 +83,7 @@ static inline const char *sd_spec_why_name(int i)
     return i >= 0 && i < SD_SPEC_WHY_N ? names[i] : "?";
 }
 
+/* Engine-wide numbers for /metrics and /health. */
 typedef struct sd_engine_stats {
     int queued, running;
     int kv_blocks_total, kv_blocks_used;

@@ -370,8 +370,9 @@ int sd__graph_bucket(const sd_engine *e, int T);
  * (NULL where graphs are off or the table is full: padded all the same
  * where a test pads steps without graphs). */
 int sd__mixed_bucket(sd_engine *e, int T, int n_out, int hidden, int *No, sd_mgraph **g);
-/* runs the step of entry g, its inputs uploaded as f: eagerly the first
- * time (which makes the GEMM plans of its rows), then from its graph */
+/* runs the step of entry g (sd__mixed_bucket's, graphs on), its inputs
+ * uploaded as f: eagerly the first time (which makes the GEMM plans of its
+ * rows), then from its graph */
 int sd__mixed_launch(sd_engine *e, sd_mgraph *g, const sd_fwd *f, int argmax, sd_err *err);
 /* the prompt step sizes warmed up at start (graphs.c): each doubling from
  * the largest bucket up to a step's most rows, at most max into sizes;

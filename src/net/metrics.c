@@ -180,7 +180,6 @@ static void spec_series(sd_buf *o, const sd_spec_stats *s)
            s->steps ? s->verify_s / (double)s->steps : 0.0);
 }
 
-/* the draft length adaptive k (or --spec-k) chose, step by step */
 /* a counter by why a step drafted, for the reasons that drafted a step */
 static void why_series(sd_buf *o, const char *name, const char *help, const sd_engine_stats *es,
                        const uint64_t *v)
@@ -192,6 +191,7 @@ static void why_series(sd_buf *o, const char *name, const char *help, const sd_e
                           (unsigned long long)v[i]);
 }
 
+/* the draft length adaptive k (or --spec-k) chose, step by step */
 static void draft_length_series(sd_buf *o, const sd_engine_stats *es)
 {
     head(o, "specd_spec_draft_length_steps_total", "counter",
