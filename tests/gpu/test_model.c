@@ -360,10 +360,11 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static sd_engine_stats g_last_stats; /* engine_run's engine's, at its end */
 /* engine_run's requests arrive one at a time, each once the one before has
  * two tokens (steps with a prompt's rows beside decode rows), with prompts
- * of g_prompt_ids ids; g_prompt_rows: --cuda-graph-prompt-rows (NULL: the
+ * of g_prompt_ids ids; g_graph_bs: --cuda-graph-max-bs (NULL: the
+ * default); g_prompt_rows: --cuda-graph-prompt-rows (NULL: the
  * default) */
 static int g_stagger, g_prompt_ids;
-static const char *g_prompt_rows;
+static const char *g_prompt_rows, *g_graph_bs;
 
 /* n requests of greedy decoding on the bundled model through the engine on
  * the GPU (random prompts of 8-40 ids, 40 tokens each, all at once; temp >
@@ -385,6 +386,8 @@ static int engine_run(const char *dir, const char *spec, const char *draft, int 
     sd_opts_set(&o, SD_CMD_GENERATE, "launch-ahead", ahead, &err);
     if (g_prompt_rows)
         sd_opts_set(&o, SD_CMD_GENERATE, "cuda-graph-prompt-rows", g_prompt_rows, &err);
+    if (g_graph_bs)
+        sd_opts_set(&o, SD_CMD_GENERATE, "cuda-graph-max-bs", g_graph_bs, &err);
     if (draft) {
         snprintf(buf, sizeof buf, "%s-%s", dir, draft);
         sd_opts_set(&o, SD_CMD_GENERATE, "draft-model", buf, &err);
@@ -541,18 +544,30 @@ TEST(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model)
  * the decode buckets, their logits rows to a power of two; captured the
  * second time a key comes): the same tokens as running them eagerly
  * (--cuda-graph-prompt-rows 0), plain and speculative, greedy and sampled;
- * and graphs did run. */
+ * and graphs did run. With --cuda-graph-max-bs 4 and 8-id prompts, steps
+ * of 16 rows with 9-16 logits rows pad those to 16, past the decode
+ * graphs' 4 rows: their own graphs (they once took the decode graph's
+ * bucket, which is not there). */
 TEST(steps_with_prompt_rows_replay_graphs_with_the_eager_tokens)
 {
     char dir[1200];
     BUNDLED_ON_A_GPU(dir);
-    static const struct { const char *spec; float temp; } cfgs[] = {
-        {"none", 0}, {"none", 0.8f}, {"mtp", 0}, {"mtp", 0.8f}};
+    static const struct {
+        const char *spec;
+        float temp;
+        const char *graph_bs;
+        int ids;
+    } cfgs[] = {{"none", 0, NULL, 24},
+                {"none", 0.8f, NULL, 24},
+                {"mtp", 0, NULL, 24},
+                {"mtp", 0.8f, NULL, 24},
+                {"none", 0, "4", 8}};
     enum { N = 12 };
     int ok = 1;
     g_stagger = 1;
-    g_prompt_ids = 24;
     for (size_t c = 0; c < SD_ARRAY_LEN(cfgs); c++) {
+        g_prompt_ids = cfgs[c].ids;
+        g_graph_bs = cfgs[c].graph_bs;
         engine_out eager[N], graph[N];
         g_prompt_rows = "0";
         int rc = engine_run(dir, cfgs[c].spec, NULL, N, "auto", cfgs[c].temp, eager, NULL);
@@ -564,21 +579,24 @@ TEST(steps_with_prompt_rows_replay_graphs_with_the_eager_tokens)
             ok = 0;
             continue;
         }
+        char what[96];
+        snprintf(what, sizeof what, "%s T=%.1f%s%s", cfgs[c].spec, cfgs[c].temp,
+                 cfgs[c].graph_bs ? " --cuda-graph-max-bs " : "",
+                 cfgs[c].graph_bs ? cfgs[c].graph_bs : "");
         ok &= reportf((double)tokens_differ(eager, graph, N), 0,
-                      "engine on the gpu, %s T=%.1f, %d arrivals one at a time: tokens that "
-                      "differ with steps of prompt rows from graphs (%llu of %llu such steps) "
-                      "and eager",
-                      cfgs[c].spec, cfgs[c].temp, N, (unsigned long long)sg.prompt_graph_steps,
+                      "engine on the gpu, %s, %d arrivals one at a time: tokens that differ "
+                      "with steps of prompt rows from graphs (%llu of %llu such steps) and eager",
+                      what, N, (unsigned long long)sg.prompt_graph_steps,
                       (unsigned long long)sg.prompt_steps);
         ok &= reportf(sg.prompt_graph_steps > 0 ? 0 : 1, 0,
-                      "engine on the gpu, %s T=%.1f: steps with prompt rows replayed graphs",
-                      cfgs[c].spec, cfgs[c].temp);
+                      "engine on the gpu, %s: steps with prompt rows replayed graphs", what);
         ok &= reportf((double)(se.prompt_graph_steps + se.prompt_padded_steps), 0,
-                      "engine on the gpu, %s T=%.1f, --cuda-graph-prompt-rows 0: steps with "
-                      "prompt rows padded or from graphs",
-                      cfgs[c].spec, cfgs[c].temp);
+                      "engine on the gpu, %s, --cuda-graph-prompt-rows 0: steps with prompt "
+                      "rows padded or from graphs",
+                      what);
     }
     g_stagger = g_prompt_ids = 0;
+    g_graph_bs = NULL;
     ASSERT(ok);
 }
 
