@@ -681,6 +681,70 @@ TEST(requests_that_end_while_k_is_priced_ahead_are_not_read_after_they_are_freed
     sd_engine_destroy(e);
 }
 
+
+/* Speculation off for a batch (random-weight MTP: no draft is accepted),
+ * arrivals one at a time join it at batch sizes adaptive k has not priced
+ * yet, and some of them track the proposer. Without a price of the
+ * queued-ahead step (pass 0, the CPU's default) such a request drafts one
+ * token a step as a probe of the acceptance. Where plain steps are queued
+ * ahead and priced (pass 1, a GPU's engine), a probe's verify step would
+ * stop launch ahead for the whole batch (on the H200 under Poisson
+ * arrivals probes made 1211-2681 of a speculative server's drafting steps,
+ * 9-30 requests waiting in each: NOTES.md, session 34): the requests that
+ * track the proposer stop tracking it once the batch's verdict is plain,
+ * and no step drafts as a probe. */
+TEST(where_plain_steps_are_queued_ahead_no_request_drafts_as_a_probe)
+{
+    uint64_t seed = sd_test_seed();
+    sd_err err = {0};
+    uint64_t probes[2] = {0, 0};
+    for (int pass = 0; pass < 2; pass++) {
+        enum { N = 24, FIRST = 4 };
+        static engine_out outs[N];
+        sd_engine *e = mtp_engine_with_price("auto", "on", pass, outs, FIRST, 96, &err);
+        ASSERT_MSG(e, "engine: %s", err.msg);
+        sd_req_events ev = {.on_output = engine_out_on_output, .on_finish = engine_out_on_finish};
+        /* the rest arrive one at a time once the first batch decoded a while */
+        for (int spin = 0; spin < 20000; spin++) {
+            pthread_mutex_lock(&g_mu);
+            int n = outs[0].n;
+            pthread_mutex_unlock(&g_mu);
+            if (n >= 24)
+                break;
+            usleep(500);
+        }
+        for (int i = FIRST; i < N; i++) {
+            memset(&outs[i], 0, sizeof outs[i]);
+            outs[i].mu = &g_mu;
+            int32_t p[64];
+            int n = make_prompt(seed, i, p, 300);
+            sd_gen_params gp = {.max_tokens = 48, .top_p = 1, .ignore_eos = 1};
+            ASSERT_OK(sd_engine_submit(e, p, n, &gp, &ev, &outs[i], NULL, &err));
+            /* the next one once this one decodes */
+            for (int spin = 0; spin < 20000; spin++) {
+                pthread_mutex_lock(&g_mu);
+                int got = outs[i].n;
+                pthread_mutex_unlock(&g_mu);
+                if (got >= 3)
+                    break;
+                usleep(200);
+            }
+        }
+        ASSERT(engine_out_wait(outs, N, 60000));
+        sd_engine_stats st;
+        sd_engine_get_stats(e, &st);
+        sd_engine_destroy(e);
+        for (int i = 0; i < N; i++)
+            ASSERT_EQ(outs[i].why, SD_FINISH_LENGTH);
+        probes[pass] = st.spec_why_steps[SD_KWHY_PROBE];
+        fprintf(stderr, "  pass %d: %llu probe steps (%llu requests waiting in them), %llu ahead\n",
+                pass, (unsigned long long)probes[pass],
+                (unsigned long long)st.spec_why_idle[SD_KWHY_PROBE],
+                (unsigned long long)st.ahead_steps);
+    }
+    ASSERT_GT(probes[0], 0); /* the arrivals did track the proposer in a plain batch */
+    ASSERT_EQ(probes[1], 0);
+}
 /* Adaptive k learns a drafting phase's cost only from steps without prompt
  * rows, as it learns the target's: a request drafts in the step that ends
  * its prefill, and that phase also runs the prompt through the proposer
@@ -991,6 +1055,7 @@ TEST_MAIN(T(mtp_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(submit_refuses_bad_requests_with_a_message),
           T(draft_lm_reserves_the_last_token_position_at_a_block_boundary),
           T(adaptive_k_stops_drafting_when_nothing_is_accepted),
+          T(where_plain_steps_are_queued_ahead_no_request_drafts_as_a_probe),
           T(adaptive_k_learns_drafting_costs_only_from_steps_without_prompt_rows),
           T(requests_that_end_while_k_is_priced_ahead_are_not_read_after_they_are_freed),
           T(stop_token_ids_end_a_request_like_eos),
