@@ -13,7 +13,8 @@
 # usage: bench/gpu/serve_call.sh OUT COMMIT BASE_DIR NEW_DIR
 #   (the DIRs: bench/gpu/pack.sh folders, e.g. bench/gpu/pending/build.sh's
 #   .carry/base-bin and .carry/new-bin once unpacked)
-#   VALIDATE_BASE=1, SKIP_VALIDATE=1; ROUNDS, LEVELS, PROPOSERS, NREQ as
+#   VALIDATE_BASE=1 (its record says COMMIT: for a BASE of COMMIT's tree only),
+#   SKIP_VALIDATE=1; ROUNDS, LEVELS, PROPOSERS, NREQ as
 #   serve_ab.sh takes them; BUDGET_S (500): seconds from the start to the
 #   A/B's deadline
 set -uo pipefail
@@ -31,7 +32,9 @@ validate() { # LABEL BIN_DIR COMMIT
     tar -C "$w" -czf "$out/validate-$1.tgz" "validate-$1"
 }
 if [ -z "${SKIP_VALIDATE:-}" ]; then
-    validate new "$new" "$commit+pending"
+    # NEW is COMMIT's tree, plus the pending series where one waits
+    series=$(ls bench/gpu/pending/*.patch >/dev/null 2>&1 && echo +pending)
+    validate new "$new" "$commit$series"
     [ -n "${VALIDATE_BASE:-}" ] && validate base "$base" "$commit"
 fi
 DEADLINE=$((t0 + ${BUDGET_S:-500})) bash bench/gpu/serve_ab.sh "$w/ab" base="$base" new="$new" 2>&1 |
