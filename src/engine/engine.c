@@ -1226,11 +1226,12 @@ static int engine_step(sd_engine *e)
     } else if (Tp && e->graphs_on && decode) {
         rc = sd__target_graph_launch(e, Tp, &f, &err); /* the graph's pass takes the argmax */
         e->am_valid = greedy_only;
-        graphed = 1;
+        graphed = !rc;
     } else if (mg) {
-        graphed = mg->seen; /* (the first run is eager) */
+        const int eager = !mg->seen; /* a key's first run is eager */
         rc = sd__mixed_launch(e, mg, &f, greedy_only, &err);
         e->am_valid = greedy_only && e->be->ops->argmax_rows;
+        graphed = !rc && !eager;
     } else {
         rc = sd__target_pass(e, &f, greedy_only, &err);
         e->am_valid = greedy_only && e->be->ops->argmax_rows;
@@ -1464,8 +1465,11 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
         /* why it drafted, and the running requests that wait for it without drafting */
         if (nd > 0) {
             const int why = e->spec_k >= 0 ? SD_KWHY_FIXED : probe ? SD_KWHY_PROBE : e->adapt.why;
+            int waiting = 0; /* (not the ones this step ended: reap() takes them next) */
+            for (int i = 0; i < e->n_running; i++)
+                waiting += e->running[i]->state != RQ_DONE;
             e->kwhy_steps[why]++;
-            e->kwhy_idle[why] += (uint64_t)(e->n_running - nd);
+            e->kwhy_idle[why] += (uint64_t)SD_MAX(waiting - nd, 0);
         }
         /* adaptive k learns a drafting phase's cost from the steps it
          * learns the target's from: none with prompt rows, whose catch-up

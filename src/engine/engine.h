@@ -142,9 +142,11 @@ typedef struct sd_engine_stats {
     /* GEMM algorithm trials the backend ran (each a host stall of a few ms
      * on a GPU: a shape and row count met the first time) */
     uint64_t gemm_trials;
-    /* target steps with prompt rows; of those the ones padded to a row
-     * bucket (a graph's key, or a test's padding) and the ones replayed
-     * from a CUDA graph (--cuda-graph-prompt-rows; the rest ran eagerly) */
+    /* target steps with prompt rows that want no logits; of those the
+     * ones padded to a row bucket (a graph's key, or a test's padding) and
+     * the ones replayed from a CUDA graph (--cuda-graph-prompt-rows; the
+     * rest ran eagerly). A step whose every row wants logits (a 1-token
+     * prompt chunk beside decode rows) is a decode step, not counted here. */
     uint64_t prompt_steps, prompt_padded_steps, prompt_graph_steps;
     /* drafting phases by why they drafted (engine/adaptive.h SD_KWHY_*:
      * best, explore, refresh, hope, neighbour, periodic, probe, fixed), and

@@ -295,7 +295,7 @@ int sd__target_graph_launch(sd_engine *e, int Tp, const sd_fwd *f, sd_err *err)
  * time; under arrivals every admission is one, and the whole batch waits
  * for it (at 64 requests, 650 arrivals a second: ~800 such steps and 0.43
  * s of 1.6 s; NOTES.md, session 33). Padded to the row buckets of the
- * decode graphs (at most 1/8 more rows past 64) with their logits rows
+ * decode graphs (up to 1/4 more rows past 64, more below) with their logits rows
  * padded to a power of two, the keys repeat, and a key's graph is captured
  * the second time it comes, as a proposer pass's is. Past
  * --cuda-graph-prompt-rows a step's GPU time hides its launches, and the
@@ -318,19 +318,36 @@ int sd__mixed_bucket(sd_engine *e, int T, int n_out, int hidden, int *No, sd_mgr
     if (!e->graphs_on)
         return Tp; /* a test's padding: no graphs to key */
     hidden = hidden ? sd__spec_wants_hidden(e) : 0;
-    for (int i = 0; i < e->n_mgraphs; i++) {
-        sd_mgraph *m = &e->mgraphs[i];
-        if (m->T == Tp && m->n_out == no && m->hidden == hidden) {
-            *g = m;
-            return Tp;
-        }
-    }
-    if (e->n_mgraphs == SD_MAX_MGRAPHS)
-        return 0; /* the table is full: eager, unpadded */
-    sd_mgraph *m = &e->mgraphs[e->n_mgraphs++];
-    *m = (sd_mgraph){.T = Tp, .n_out = no, .hidden = hidden};
-    *g = m;
+    const int i = sd__mgraph_slot(e->mgraphs, &e->n_mgraphs, SD_MAX_MGRAPHS, &e->mgraph_clock, Tp,
+                                  no, hidden);
+    if (i < 0)
+        return 0; /* every slot holds a graph: eager, unpadded */
+    *g = &e->mgraphs[i];
     return Tp;
+}
+
+/* A key that came once keeps no slot from one that comes again: under
+ * arrivals the first steps' mix of keys (~460 possible up to 256 rows)
+ * would fill the table with one-offs, and the keys that repeat later
+ * would run eagerly for good. */
+int sd__mgraph_slot(sd_mgraph *tab, int *n, int cap, uint64_t *clock, int T, int n_out,
+                    int hidden)
+{
+    const uint64_t now = ++*clock;
+    int old = -1;
+    for (int i = 0; i < *n; i++) {
+        sd_mgraph *m = &tab[i];
+        if (m->T == T && m->n_out == n_out && m->hidden == hidden) {
+            m->last = now;
+            return i;
+        }
+        if (!m->graph && (old < 0 || m->last < tab[old].last))
+            old = i;
+    }
+    const int i = *n < cap ? (*n)++ : old;
+    if (i >= 0)
+        tab[i] = (sd_mgraph){.T = T, .n_out = n_out, .hidden = hidden, .last = now};
+    return i;
 }
 
 int sd__mixed_launch(sd_engine *e, sd_mgraph *g, const sd_fwd *f, int argmax, sd_err *err)

@@ -47,11 +47,18 @@ typedef struct sd_pgraph {
  * logits): captured the second time its key is seen (graphs.c). */
 #define SD_MAX_MGRAPHS 64
 typedef struct sd_mgraph {
-    int T, n_out; /* padded rows and logits rows */
-    int hidden;   /* with the proposer's hidden states */
-    int seen;     /* ran eagerly once, padded */
-    void *graph;  /* captured, or NULL */
+    int T, n_out;  /* padded rows and logits rows */
+    int hidden;    /* with the proposer's hidden states */
+    int seen;      /* ran eagerly once, padded */
+    void *graph;   /* captured, or NULL */
+    uint64_t last; /* the table's clock when its key last came */
 } sd_mgraph;
+/* The slot of the key (T, n_out, hidden) in a table of cap graphs, *n in
+ * use: its own, else a new one, else (the table full) the slot of the key
+ * not captured (seen once) that came longest ago, which the new key takes;
+ * -1 where every slot holds a graph. *clock counts the lookups. */
+int sd__mgraph_slot(sd_mgraph *tab, int *n, int cap, uint64_t *clock, int T, int n_out,
+                    int hidden);
 
 enum { RQ_WAITING = 0, RQ_PREFILL, RQ_DECODE, RQ_DONE };
 
@@ -252,6 +259,7 @@ struct sd_engine {
     int mixed_max_T;
     sd_mgraph mgraphs[SD_MAX_MGRAPHS];
     int n_mgraphs;
+    uint64_t mgraph_clock;
     /* proposer passes run eagerly (a shape's first pass, no graph for its
      * size), and of those the ones whose shape found the graph cache full */
     uint64_t prop_eager, prop_cache_full;

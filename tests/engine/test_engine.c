@@ -697,7 +697,7 @@ TEST(where_plain_steps_are_queued_ahead_no_request_drafts_as_a_probe)
 {
     uint64_t seed = sd_test_seed();
     sd_err err = {0};
-    uint64_t probes[2] = {0, 0};
+    uint64_t probes[2] = {0, 0}, ahead[2] = {0, 0};
     for (int pass = 0; pass < 2; pass++) {
         enum { N = 24, FIRST = 4 };
         static engine_out outs[N];
@@ -737,6 +737,7 @@ TEST(where_plain_steps_are_queued_ahead_no_request_drafts_as_a_probe)
         for (int i = 0; i < N; i++)
             ASSERT_EQ(outs[i].why, SD_FINISH_LENGTH);
         probes[pass] = st.spec_why_steps[SD_KWHY_PROBE];
+        ahead[pass] = st.ahead_steps;
         fprintf(stderr, "  pass %d: %llu probe steps (%llu requests waiting in them), %llu ahead\n",
                 pass, (unsigned long long)probes[pass],
                 (unsigned long long)st.spec_why_idle[SD_KWHY_PROBE],
@@ -744,6 +745,7 @@ TEST(where_plain_steps_are_queued_ahead_no_request_drafts_as_a_probe)
     }
     ASSERT_GT(probes[0], 0); /* the arrivals did track the proposer in a plain batch */
     ASSERT_EQ(probes[1], 0);
+    ASSERT_GT(ahead[1], 0); /* and the plain steps were queued ahead */
 }
 /* Adaptive k learns a drafting phase's cost only from steps without prompt
  * rows, as it learns the target's: a request drafts in the step that ends
