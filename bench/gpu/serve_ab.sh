@@ -44,8 +44,9 @@ for g in groups:
     cells = ["%s %.3f%s" % (l, t, " (%.2fx)" % (t / base) if base and l != "plain" else "")
              for l, t in tp.items()]
     print("%-28s TPOT p50 ms: %s" % (g["name"], ", ".join(cells)))
-# a speculative server's steps by k, and its drafting steps by why they
-# drafted (with the requests of those steps that did not draft)
+# a speculative server's steps by k and those queued ahead (plain steps
+# launched before the step before was read), and its drafting steps by why
+# they drafted (with the requests of those steps that did not draft)
 for g in groups:
     for f in g["files"]:
         for lv in f["levels"][:1]:
@@ -53,7 +54,8 @@ for g in groups:
             if not why and not lv.get("engine_steps_by_k"):
                 continue
             idle = lv.get("engine_drafting_idle_by_why") or {}
-            print("%-28s %-7s k %s; drafting by why: %s" % (
+            print("%-28s %-7s k %s, %d queued ahead; drafting by why: %s" % (
                 g["name"], f["label"], [int(x) for x in lv.get("engine_steps_by_k") or []],
+                int(lv.get("engine_launch_ahead_steps") or 0),
                 ", ".join("%s %d (%d idle)" % (w, n, idle.get(w, 0)) for w, n in why.items())))
 E
