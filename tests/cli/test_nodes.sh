@@ -21,7 +21,7 @@ bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
 port() { # a random port nothing listens on yet
     local p
     for _ in 1 2 3 4 5 6 7 8; do
-        p=$((20000 + (RANDOM * 7 + $$) % 40000))
+        p=$((20000 + (RANDOM * 7 + $$) % 12000)) # below the ephemeral ports (32768-60999)
         { exec 9<>"/dev/tcp/127.0.0.1/$p"; } 2>/dev/null || break
         exec 9<&-
     done

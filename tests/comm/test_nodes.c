@@ -32,11 +32,15 @@ static void *open_main(void *arg)
 }
 
 /* Opens n nodes at a loopback port (node 0 last, so the others retry); a
- * port already taken by another program moves on to the next one. */
+ * port already taken by another program moves on to the next one. The
+ * ports are below Linux's ephemeral range (32768-60999): a server of a test
+ * run beside this one (bound to port 0) or a client's socket holds ports
+ * there, and the nodes that connect first would wait out their handshake
+ * on that server (comm/nodes once timed out at 60 s in a parallel run). */
 static int open_at(opener *o, int n, const char *fp_of_1, int port);
 static int open_group(opener *o, int n, const char *fp_of_1)
 {
-    int port = 20000 + (int)(sd_test_seed() % 40000), rc = 0;
+    int port = 20000 + (int)(sd_test_seed() % 12000), rc = 0;
     for (int tries = 0; tries < 5; tries++, port += 7) {
         rc = open_at(o, n, fp_of_1, port);
         if (!rc || !strstr(o[0].err.msg, "cannot listen"))
