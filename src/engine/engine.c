@@ -1403,37 +1403,37 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
         if (e->spec_k < 0) {
             /* a k = 0 that measures a cost (exploration) is no verdict */
             e->zero_k_steps = k == 0 && !e->adapt.exploring ? e->zero_k_steps + 1 : 0;
-            /* n-gram lookup keeps no state to catch up on: its k = 0 costs nothing */
-            if (e->zero_k_steps == SD_SPEC_OFF_AFTER && e->spec != SD_SPEC_NGRAM) {
+            /* n-gram lookup keeps no state to catch up on: its k = 0 costs
+             * nothing. Where plain steps are queued ahead and priced (a
+             * GPU's engine) arrivals are admitted off while the verdict is
+             * plain, and the ones that track the proposer anyway (admitted
+             * at a batch not yet priced, or while prices were measured
+             * again) stop tracking it at every step of that verdict, not
+             * only at its start: as probes (below) their verify steps
+             * stopped launch ahead for the whole batch (on the H200 under
+             * Poisson arrivals 1211-2681 of a speculative server's
+             * ~2500-3300 drafting steps, 9-30 requests waiting in each;
+             * NOTES.md, session 34). Explorations and refreshes keep the
+             * acceptance estimate fresh there. */
+            const int off_after = e->zero_k_steps == SD_SPEC_OFF_AFTER ||
+                                  (e->adapt.ahead && e->zero_k_steps > SD_SPEC_OFF_AFTER &&
+                                   off < e->n_running);
+            if (off_after && e->spec != SD_SPEC_NGRAM) {
                 sd_log_debug("adaptive k: 0 for %d steps: speculation off for the %d running requests",
-                             SD_SPEC_OFF_AFTER, e->n_running);
+                             e->zero_k_steps, e->n_running);
                 for (int i = 0; i < e->n_running; i++)
                     e->running[i]->no_spec = 1;
                 off = e->n_running;
             }
         }
-        /* Speculation off: the few requests still tracking the proposer (one
-         * admitted in 8) pay its catch-up pass anyway, which yields their
-         * first draft: they draft that one, a row each to verify, and keep
-         * the acceptance estimate fresh. Their drafting time is not a
-         * drafting cost of the whole batch, so it is not observed. */
+        /* Speculation off (without launch ahead priced: the CPU): the few
+         * requests still tracking the proposer (one admitted in 8) pay its
+         * catch-up pass anyway, which yields their first draft: they draft
+         * that one, a row each to verify, and keep the acceptance estimate
+         * fresh. Their drafting time is not a drafting cost of the whole
+         * batch, so it is not observed. */
         int probe = e->spec_k < 0 && k == 0 && e->spec != SD_SPEC_NGRAM &&
                     e->zero_k_steps >= SD_SPEC_OFF_AFTER && off < e->n_running;
-        /* Where plain steps are queued ahead and priced (a GPU's engine),
-         * arrivals are admitted off while the verdict is plain; the ones
-         * that track the proposer anyway (admitted at a batch not yet
-         * priced, or while prices were measured again) stop tracking it
-         * here: a probe's verify step stops launch ahead for the whole
-         * batch. On the H200 under Poisson arrivals probes were 1211-2681
-         * of a speculative server's ~2500-3300 drafting steps, 9-30
-         * requests waiting in each (NOTES.md, session 34). The acceptance
-         * estimate is then refreshed by the explorations and refreshes. */
-        if (probe && e->adapt.ahead) {
-            for (int i = 0; i < e->n_running; i++)
-                e->running[i]->no_spec = 1;
-            off = e->n_running;
-            probe = 0;
-        }
         if (probe)
             k = 1;
         pthread_mutex_lock(&e->mu);
