@@ -114,7 +114,7 @@ int sd_cmd_generate(const sd_opts *o)
     const sd_tokenizer *tok = sd_engine_tokenizer(e);
     if (o->prompt[0]) {
         if (!tok) {
-            fprintf(stderr, "specd generate: %s has no tokenizer.json: use --ids\n",
+            fprintf(stderr, "specd generate: %s has no tokenizer (tokenizer.json or tiktoken.model): use --ids\n",
                     sd_engine_model_dir(e));
             sd_engine_destroy(e);
             return 1;

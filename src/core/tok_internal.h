@@ -203,6 +203,19 @@ struct sd_tokenizer {
 
 /* ---- shared helpers ------------------------------------------------------------ */
 
+/* ByteLevel's map: byte -> code point, and code point (< 0x144) -> byte + 1 (0:
+ * not a byte's). */
+void sd__bl_tables(uint32_t b2c[256], uint16_t c2b[0x144]);
+
+/* tok_tiktoken.c: a tiktoken rank file (file) in dir as the tokenizer.json
+ * document transformers' TikTokenConverter writes for it (*root, a new
+ * reference), its split pattern from dir's tokenization_*.py and its special
+ * tokens from dir's tokenizer_config.json. */
+struct json_t;
+int sd__tok_tiktoken_json(const char *dir, const char *file, struct json_t **root, sd_err *err);
+/* The pat_str of Python source: 1 (out set), 0 none, -1 no memory. */
+int sd__tiktoken_pattern_of_source(const char *src, size_t n, sd_sbuf *out);
+
 /* PCRE2 compile of an Oniguruma pattern (see tokenizer.h); what names the JSON
  * path in messages. literal: the pattern is a plain string. */
 pcre2_code *sd__re_compile(const char *pat, size_t len, int literal, const char *what, sd_err *err);

@@ -367,8 +367,7 @@ static void dsteps_free(dsteps *d)
 
 static int bl_kept(unsigned b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); }
 
-/* byte -> code point and code point (< 0x144) -> byte + 1 (0: not a byte's). */
-static void bl_tables(uint32_t b2c[256], uint16_t c2b[0x144])
+void sd__bl_tables(uint32_t b2c[256], uint16_t c2b[0x144])
 {
     unsigned n = 0;
     memset(c2b, 0, 0x144 * sizeof c2b[0]);
@@ -682,7 +681,7 @@ static int build_ids(ld *L, const dsteps *d)
     /* decoded bytes: the per-token decoder steps, precomputed */
     uint32_t b2c[256];
     uint16_t c2b[0x144];
-    bl_tables(b2c, c2b);
+    sd__bl_tables(b2c, c2b);
     sd_sbuf a = {0}, b = {0};
     int rc = 0;
     for (int id = 0; id < t->vocab_size && !rc; id++) {
@@ -896,33 +895,46 @@ void sd_tok_free(sd_tokenizer *t)
     free(t);
 }
 
+int sd_tok_present(const char *dir)
+{
+    static const char *const names[] = {"tokenizer.json", "tiktoken.model"};
+    int found = 0;
+    for (size_t i = 0; i < SD_ARRAY_LEN(names) && !found; i++) {
+        char *p = sd_strfmt("%s/%s", dir, names[i]);
+        found = p && sd_file_exists(p);
+        free(p);
+    }
+    return found;
+}
+
 int sd_tok_load(sd_tokenizer **out, const char *path, sd_err *err)
 {
     *out = NULL;
     if (!path || !*path)
         return sd_err_set(err, SD_EINVAL, "tokenizer: no path given");
     char *file = NULL, *dir = NULL;
+    int tiktoken = 0;
     if (sd_dir_exists(path)) {
         file = sd_strfmt("%s/tokenizer.json", path);
         dir = sd_strfmt("%s", path);
         if (file && !sd_file_exists(file)) {
-            char *tk = sd_strfmt("%s/tiktoken.model", path);
-            int has_tk = tk && sd_file_exists(tk);
-            free(tk);
             free(file);
-            free(dir);
-            if (has_tk)
-                return sd_err_set(err, SD_ENOTSUP,
-                                  "%s: has tiktoken.model but no tokenizer.json; specd reads tokenizer.json "
-                                  "(convert the rank file, e.g. with transformers' TikTokenConverter)",
+            file = sd_strfmt("%s/tiktoken.model", path);
+            tiktoken = 1;
+            if (file && !sd_file_exists(file)) {
+                free(file);
+                free(dir);
+                return sd_err_set(err, SD_ENOENT, "%s: no tokenizer.json (nor tiktoken.model) in this folder",
                                   path);
-            return sd_err_set(err, SD_ENOENT, "%s: no tokenizer.json in this folder", path);
+            }
         }
     } else {
         if (!sd_file_exists(path))
             return sd_err_set(err, SD_ENOENT, "%s: no such tokenizer.json or folder", path);
         file = sd_strfmt("%s", path);
         const char *slash = strrchr(path, '/');
+        const char *base = slash ? slash + 1 : path;
+        tiktoken = !strcmp(base, "tiktoken.model");
         dir = slash ? sd_strfmt("%.*s", (int)(slash - path), path) : sd_strfmt(".");
         if (dir && !*dir) {
             free(dir);
@@ -934,19 +946,23 @@ int sd_tok_load(sd_tokenizer **out, const char *path, sd_err *err)
         free(dir);
         return sd_err_set(err, SD_ENOMEM, "tokenizer: out of memory");
     }
-    char *data = NULL;
-    size_t len = 0;
-    int rc = sd_read_file(file, &data, &len, err);
-    if (rc) {
-        free(file);
-        free(dir);
-        return rc;
+    int rc;
+    json_t *root = NULL;
+    if (tiktoken) {
+        rc = sd__tok_tiktoken_json(dir, file, &root, err);
+    } else {
+        char *data = NULL;
+        size_t len = 0;
+        rc = sd_read_file(file, &data, &len, err);
+        if (!rc) {
+            json_error_t je;
+            root = json_loadb(data, len, JSON_ALLOW_NUL, &je);
+            free(data);
+            if (!root)
+                rc = sd_err_set(err, SD_EFORMAT, "%s:%d:%d: malformed JSON: %s", file, je.line, je.column, je.text);
+        }
     }
-    json_error_t je;
-    json_t *root = json_loadb(data, len, JSON_ALLOW_NUL, &je);
-    free(data);
-    if (!root) {
-        rc = sd_err_set(err, SD_EFORMAT, "%s:%d:%d: malformed JSON: %s", file, je.line, je.column, je.text);
+    if (rc) {
         free(file);
         free(dir);
         return rc;

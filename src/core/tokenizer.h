@@ -44,8 +44,14 @@
 typedef struct sd_tokenizer sd_tokenizer;
 
 /* path: a tokenizer.json, or the folder holding it. tokenizer_config.json beside it
- * (optional) names bos_token / eos_token. */
+ * (optional) names bos_token / eos_token. A folder without tokenizer.json may hold
+ * a tiktoken rank file, tiktoken.model (Kimi-K2's form; path may name it too):
+ * it is read as the tokenizer.json transformers' TikTokenConverter makes of it,
+ * with the split pattern of the model's tokenization_*.py beside it and the
+ * special tokens of tokenizer_config.json's added_tokens_decoder (tok_tiktoken.c). */
 int sd_tok_load(sd_tokenizer **out, const char *path, sd_err *err);
+/* 1 when dir holds a tokenizer sd_tok_load reads (tokenizer.json or tiktoken.model). */
+int sd_tok_present(const char *dir);
 void sd_tok_free(sd_tokenizer *t);
 
 /* Size of the id space: 1 + the largest id of the model vocabulary and the added

@@ -1877,10 +1877,9 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     }
     e->V = c->vocab_size;
     e->D = c->hidden_size;
-    /* A checkpoint without tokenizer.json runs on token ids alone. */
-    char tpath[1100];
-    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", dir);
-    if (sd_file_exists(tpath) && (rc = sd_tok_load(&e->tok, dir, err))) {
+    /* A checkpoint without a tokenizer (tokenizer.json or tiktoken.model) runs
+     * on token ids alone. */
+    if (sd_tok_present(dir) && (rc = sd_tok_load(&e->tok, dir, err))) {
         sd_err_prefix(err, "tokenizer: ");
         goto fail;
     }

@@ -127,9 +127,7 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
                               "--draft-model %s: vocab_size %d differs from the target's %d",
                               o->draft_model, dc->vocab_size, e->V);
         sd_tokenizer *dt = NULL;
-        char tp[1100];
-        snprintf(tp, sizeof tp, "%s/tokenizer.json", o->draft_model);
-        if (!e->tok != !sd_file_exists(tp))
+        if (!e->tok != !sd_tok_present(o->draft_model))
             return sd_err_set(err, SD_EINVAL,
                               "--draft-model %s: one of the target and the draft has a tokenizer "
                               "and the other has none",

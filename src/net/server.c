@@ -450,7 +450,7 @@ static int encode(sd_server *s, const sd_oai_request *r, int32_t **ids, int *n, 
     const char *pp = r->kind == SD_OAI_CHAT ? "messages" : "prompt";
     if (!s->tok)
         return sd_api_error_set(e, 400, pp, "no_tokenizer",
-                                "%s: the model has no tokenizer.json; send token ids", pp);
+                                "%s: the model has no tokenizer (tokenizer.json or tiktoken.model); send token ids", pp);
     if (r->kind == SD_OAI_COMPLETIONS) {
         if (sd_tok_encode(s->tok, r->prompt, r->prompt_len, r->add_special_tokens, ids, n, &err))
             return sd_api_error_set(e, 400, "prompt", "invalid_value", "prompt: %s", err.msg);

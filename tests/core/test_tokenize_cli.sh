@@ -65,7 +65,7 @@ expect_err 1 "out of range" "$specd" detokenize --tokenizer "$gold/llama3ish" --
 expect_err 2 "--ids" "$specd" detokenize --tokenizer "$gold/llama3ish" --ids 1,,2
 expect_err 1 "no such tokenizer.json or folder" "$specd" tokenize --tokenizer "$tmp/nowhere" --text hi
 mkdir -p "$tmp/empty"
-expect_err 1 "no tokenizer.json in this folder" "$specd" tokenize --tokenizer "$tmp/empty" --text hi
+expect_err 1 "no tokenizer.json (nor tiktoken.model) in this folder" "$specd" tokenize --tokenizer "$tmp/empty" --text hi
 printf '{"model": {"type": "Unigram", "vocab": []}}' > "$tmp/uni.json"
 expect_err 1 "model type Unigram" "$specd" tokenize --tokenizer "$tmp/uni.json" --text hi
 printf '{"model": ' > "$tmp/bad.json"

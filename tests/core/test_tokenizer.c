@@ -1137,6 +1137,130 @@ TEST(bad_tokenizer_files_are_refused_with_a_message_naming_the_part)
     ASSERT_EQ(sd_tok_load(&t, "/nonexistent/tokenizer.json", &err), SD_ENOENT);
 }
 
+/* ---- tiktoken rank files ----------------------------------------------------------------- */
+
+/* The split pattern of a tiktoken tokenizer is its code's pat_str: a literal,
+ * adjacent literals, or a separator's join of a list or tuple of them, raw or
+ * not, with comments between; other uses of the name are not it. */
+TEST(tiktoken_pattern_is_read_from_the_models_python_source)
+{
+    static const struct {
+        const char *src, *want;
+    } cases[] = {
+        {"pat_str = r\"\\p{L}+| ?\\d\"\n", "\\p{L}+| ?\\d"},
+        {"x = f(pat_str=self.pat_str)\nclass A:\n    pat_str: str = '\\\\s+' '|x'\n", "\\s+|x"},
+        {"    pat_str = \"|\".join(\n        [\n            r\"\"\"[\\p{Han}]+\"\"\",  # CJK\n"
+         "            r'''\\s+(?!\\S)''',\n            # a comment\n            \"\\t\\x41\\u00e9\\q\",\n"
+         "        ]\n    )\n",
+         "[\\p{Han}]+|\\s+(?!\\S)|\tA\xc3\xa9\\q"},
+        {"pat_str = ''.join((r'a', r'b',))\n", "ab"},
+        {"if pat_str == 'x':\n    pass\npat_str = (\n    r'one'\n    r'two'\n)\n", "onetwo"},
+        {"pat_str = r\"a\\\"b\"\n", "a\\\"b"},
+    };
+    for (size_t i = 0; i < SD_ARRAY_LEN(cases); i++) {
+        sd_sbuf out = {0};
+        ASSERT_EQ(sd__tiktoken_pattern_of_source(cases[i].src, strlen(cases[i].src), &out), 1);
+        ASSERT_MSG(out.len == strlen(cases[i].want) && !memcmp(out.p, cases[i].want, out.len), "case %zu: [%.*s]",
+                   i, (int)out.len, out.p);
+        sd_sbuf_free(&out);
+    }
+    static const char *const none[] = {"",
+                                       "pattern = r'x'\n",
+                                       "pat_str = get_pattern()\n",
+                                       "pat_str = 'unterminated\n",
+                                       "my_pat_str = 'x'\n",
+                                       "pat_str = '|'.join([r'a', name])\n"};
+    for (size_t i = 0; i < SD_ARRAY_LEN(none); i++) {
+        sd_sbuf out = {0};
+        ASSERT_MSG(sd__tiktoken_pattern_of_source(none[i], strlen(none[i]), &out) == 0, "none %zu", i);
+        sd_sbuf_free(&out);
+    }
+}
+
+/* A rank file (base64 token, rank) with a pattern: ids, merges by rank, the
+ * specials of tokenizer_config.json's added_tokens_decoder; and bad files. */
+TEST(tiktoken_rank_files_load_and_bad_ones_are_refused_by_line)
+{
+    char *d = mkdir_tmp();
+    ASSERT(d);
+    char *py = sd_strfmt("%s/tokenization_x.py", d), *rk = sd_strfmt("%s/tiktoken.model", d),
+         *cf = sd_strfmt("%s/tokenizer_config.json", d);
+    /* the 256 bytes, then "ab" (256), "abc" (257), "bc" (258) */
+    sd_sbuf f = {0};
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (int b = 0; b < 256; b++) {
+        char line[32];
+        int l = snprintf(line, sizeof line, "%c%c== %d\n", b64[b >> 2], b64[(b & 3) << 4], b);
+        ASSERT_OK(sd_sbuf_put(&f, line, (size_t)l));
+    }
+    static const char more[] = "YWI= 256\nYWJj 257\n\nYmM= 258\n";
+    ASSERT_OK(sd_sbuf_put(&f, more, sizeof more - 1));
+    ASSERT_OK(sd_write_file(rk, f.p, f.len, NULL));
+    static const char src[] = "class T:\n    num_reserved_special_tokens = 4\n    pat_str = r\"\\S+|\\s+\"\n";
+    ASSERT_OK(sd_write_file(py, src, sizeof src - 1, NULL));
+    static const char cfg[] = "{\"eos_token\": \"<|end|>\", \"added_tokens_decoder\": {\"260\": {\"content\": "
+                              "\"<|end|>\", \"special\": true}, \"264\": {\"content\": \"<tool>\", \"special\": false}}}";
+    ASSERT_OK(sd_write_file(cf, cfg, sizeof cfg - 1, NULL));
+    sd_err err = {0};
+    sd_tokenizer *t = NULL;
+    ASSERT_OK(sd_tok_load(&t, d, &err));
+    /* ranks 0-258, reserved 259-262 (260 named), 263 filled in up to the named 264 */
+    ASSERT_EQ(sd_tok_vocab_size(t), 265);
+    ASSERT_EQ(sd_tok_eos_id(t), 260);
+    ASSERT(sd_tok_is_special(t, 259) && sd_tok_is_special(t, 263) && !sd_tok_is_special(t, 264));
+    size_t l;
+    const char *r = sd_tok_token_str(t, 263, &l);
+    ASSERT(r && l == 22 && !memcmp(r, "<|reserved_token_263|>", 22));
+    /* pieces (\S+|\s+ between the specials): "abc" whole, " ", "abcabc" by the
+     * lowest rank first (ab, ab, then abc twice), the special, " ", "bc", <tool> */
+    static const char text[] = "abc abcabc<|end|> bc<tool>";
+    int32_t *ids = NULL;
+    int n = 0;
+    ASSERT_OK(sd_tok_encode(t, text, sizeof text - 1, 1, &ids, &n, &err));
+    static const int32_t want[] = {257, ' ', 257, 257, 260, ' ', 258, 264};
+    ASSERT_EQ(n, (int)SD_ARRAY_LEN(want));
+    for (int i = 0; i < n; i++)
+        ASSERT_EQ(ids[i], want[i]);
+    free(ids);
+    sd_tok_free(t);
+
+    /* bad files: the line, or the part, is named */
+    static const struct {
+        const char *file, *body, *msg;
+    } bad[] = {
+        {"tiktoken.model", "YQ== 0\nnot-base64! 1\n", "tiktoken.model:2: not \"<base64 token> <rank>\""},
+        {"tiktoken.model", "YQ== 0\nYg==\n", "tiktoken.model:2:"},
+        {"tiktoken.model", "YQ== 0\nYg== -3\n", "tiktoken.model:2:"},
+        {"tiktoken.model", "YQ== 0\nYQ== 1\n", "tiktoken.model:2: the token of rank 1 is there twice"},
+        {"tiktoken.model", "\n\n", "no tokens"},
+        {"tokenizer_config.json", "{\"added_tokens_decoder\": {\"1\": {\"content\": \"<x>\"}}}",
+         "names id 1, which tiktoken.model ranks"},
+        {"tokenizer_config.json", "{\"added_tokens_decoder\": {\"x\": {\"content\": \"<x>\"}}}",
+         "added_tokens_decoder[\"x\"] is not an id"},
+        {"tokenizer_config.json", "{\"added_tokens_decoder\": ", "malformed JSON"},
+        {"tokenization_x.py", "pat_str = compute()\n", "no split pattern"},
+    };
+    for (size_t i = 0; i < SD_ARRAY_LEN(bad); i++) {
+        ASSERT_OK(sd_write_file(rk, "YQ== 0\nYg== 1\n", 14, NULL));
+        ASSERT_OK(sd_write_file(py, src, sizeof src - 1, NULL));
+        ASSERT_OK(sd_write_file(cf, "{}", 2, NULL));
+        char *p = sd_strfmt("%s/%s", d, bad[i].file);
+        ASSERT_OK(sd_write_file(p, bad[i].body, strlen(bad[i].body), NULL));
+        free(p);
+        t = NULL;
+        memset(&err, 0, sizeof err);
+        ASSERT_MSG(sd_tok_load(&t, d, &err) != 0, "bad %zu loaded", i);
+        ASSERT(!t);
+        ASSERT_CONTAINS(err.msg, bad[i].msg);
+    }
+    ASSERT(sd_tok_present(d));
+    sd_sbuf_free(&f);
+    free(py);
+    free(rk);
+    free(cf);
+    rm_tree(d);
+}
+
 /* ---- concurrency, speed ---------------------------------------------------------------- */
 
 typedef struct thr_arg {
@@ -1257,5 +1381,7 @@ TEST_MAIN(T(bpe_applies_the_lowest_rank_merge_first), T(bpe_breaks_rank_ties_to_
           T(streaming_emits_whole_characters_only), T(streaming_equals_full_decode_on_random_ids),
           T(bos_and_eos_come_from_tokenizer_config_then_from_names),
           T(bad_tokenizer_files_are_refused_with_a_message_naming_the_part),
+          T(tiktoken_pattern_is_read_from_the_models_python_source),
+          T(tiktoken_rank_files_load_and_bad_ones_are_refused_by_line),
           T(threads_share_one_tokenizer_and_get_the_same_ids),
           T(a_megabyte_word_and_a_megabyte_of_text_encode_in_linearithmic_time))

@@ -2,11 +2,16 @@
  * tools/golden/tokenizers.py): four byte-level BPE tokenizers in the styles of
  * Llama-3/Qwen2, DeepSeek-V3, GPT-2 and Kimi-K2 (a converted tiktoken rank file),
  * over a corpus of unicode, emoji, CJK, combining marks, whitespace runs, tabs,
- * CRLF, contractions, digits, long runs, special tokens and the empty string. */
+ * CRLF, contractions, digits, long runs, special tokens and the empty string.
+ * kimiish is checked in two forms: the converted tokenizer.json, and the rank
+ * file itself (tiktoken.model beside the model's tokenizer code and a
+ * tokenizer_config.json, as a Kimi-K2 checkpoint ships it), whose ids are
+ * also checked against tiktoken's own. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/tokenizer.h"
 #include "core/util.h"
@@ -21,6 +26,113 @@ static json_t *golden(void)
         fprintf(stderr, "  %s:%d: %s\n", p, je.line, je.text);
     free(p);
     return g;
+}
+
+static sd_tokenizer *load(const char *name);
+
+/* Kimi-K2's own form: the split pattern as the model's tokenization_kimi.py
+ * writes it (a "|".join of raw literals; this file is ours, written for the
+ * test), num_reserved_special_tokens, and added_tokens_decoder naming the
+ * specials from the rank count (3000) up. */
+static const char KIMI_PY[] =
+    "import tiktoken\n"
+    "\n"
+    "class TikTokenTokenizer:\n"
+    "    num_reserved_special_tokens = 256\n"
+    "\n"
+    "    pat_str = \"|\".join(\n"
+    "        [\n"
+    "            r\"\"\"[\\p{Han}]+\"\"\",\n"
+    "            r\"\"\"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]*"
+    "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?\"\"\",\n"
+    "            r\"\"\"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]+"
+    "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?\"\"\",\n"
+    "            r\"\"\"\\p{N}{1,3}\"\"\",\n"
+    "            r\"\"\" ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*\"\"\",  # punctuation\n"
+    "            r\"\"\"\\s*[\\r\\n]+\"\"\",\n"
+    "            r\"\"\"\\s+(?!\\S)\"\"\",\n"
+    "            r\"\"\"\\s+\"\"\",\n"
+    "        ]\n"
+    "    )\n"
+    "\n"
+    "    def __init__(self, vocab_file, **kwargs):\n"
+    "        self.model = tiktoken.Encoding(name='kimi', pat_str=self.pat_str, mergeable_ranks={},\n"
+    "                                       special_tokens={})\n";
+static const char *const KIMI_SPECIAL[] = {"[BOS]",         "[EOS]",        "<|im_end|>",  "<|im_user|>",
+                                           "<|im_assistant|>", "<|im_system|>", "<|im_middle|>"};
+
+static char *g_kimi_dir; /* the form's folder, made once */
+
+static void rm_kimi_dir(void)
+{
+    if (!g_kimi_dir)
+        return;
+    static const char *const files[] = {"tiktoken.model", "tokenization_kimi.py", "tokenizer_config.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char *p = sd_strfmt("%s/%s", g_kimi_dir, files[i]);
+        unlink(p);
+        free(p);
+    }
+    rmdir(g_kimi_dir);
+    free(g_kimi_dir);
+    g_kimi_dir = NULL;
+}
+
+static const char *kimi_dir(void)
+{
+    if (g_kimi_dir)
+        return g_kimi_dir;
+    char tmpl[] = "/tmp/sdkimi-XXXXXX";
+    if (!mkdtemp(tmpl))
+        return NULL;
+    g_kimi_dir = strdup(tmpl);
+    atexit(rm_kimi_dir);
+    char *src = sd_strfmt("%s/tests/golden/tokenizer/kimiish/tiktoken.model", sd_test_srcdir());
+    char *dst = sd_strfmt("%s/tiktoken.model", g_kimi_dir), *data = NULL;
+    size_t len = 0;
+    int rc = sd_read_file(src, &data, &len, NULL) || sd_write_file(dst, data, len, NULL);
+    free(src);
+    free(dst);
+    free(data);
+    dst = sd_strfmt("%s/tokenization_kimi.py", g_kimi_dir);
+    rc = rc || sd_write_file(dst, KIMI_PY, sizeof KIMI_PY - 1, NULL);
+    free(dst);
+    json_t *cfg = json_pack("{s:s, s:s, s:s, s:{s:[s,n]}}", "bos_token", "[BOS]", "eos_token", "[EOS]",
+                            "tokenizer_class", "TikTokenTokenizer", "auto_map", "AutoTokenizer",
+                            "tokenization_kimi.TikTokenTokenizer");
+    json_t *named = json_object();
+    for (int i = 0; i < 7; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "%d", 3000 + i);
+        json_object_set_new(named, id,
+                            json_pack("{s:s, s:b, s:b, s:b, s:b, s:b}", "content", KIMI_SPECIAL[i], "lstrip", 0,
+                                      "normalized", 0, "rstrip", 0, "single_word", 0, "special", 1));
+    }
+    json_object_set_new(cfg, "added_tokens_decoder", named);
+    dst = sd_strfmt("%s/tokenizer_config.json", g_kimi_dir);
+    rc = rc || !cfg || json_dump_file(cfg, dst, 0);
+    free(dst);
+    json_decref(cfg);
+    if (rc) {
+        fprintf(stderr, "  could not make the tiktoken form's folder\n");
+        rm_kimi_dir();
+    }
+    return g_kimi_dir;
+}
+
+/* How many forms a golden tokenizer is checked in (kimiish: 2). */
+static int forms(const char *name) { return strcmp(name, "kimiish") ? 1 : 2; }
+
+static sd_tokenizer *load_form(const char *name, int form)
+{
+    if (!form)
+        return load(name);
+    const char *d = kimi_dir();
+    sd_err err = {0};
+    sd_tokenizer *t = NULL;
+    if (d && sd_tok_load(&t, d, &err))
+        fprintf(stderr, "  %s: %s\n", d, err.msg);
+    return t;
 }
 
 static sd_tokenizer *load(const char *name)
@@ -91,13 +203,21 @@ TEST(golden_ids_equal_hf_tokenizers_on_the_corpus)
     json_t *toks = json_object_get(g, "tokenizers");
     ASSERT_EQ(json_array_size(toks), 4);
     int bad = 0, checked = 0;
-    for (size_t k = 0; k < json_array_size(toks); k++) {
-        json_t *tk = json_array_get(toks, k);
+    for (size_t kf = 0; kf < 2 * json_array_size(toks); kf++) {
+        json_t *tk = json_array_get(toks, kf / 2);
+        int form = (int)(kf % 2);
         const char *name = json_string_value(json_object_get(tk, "name"));
-        sd_tokenizer *t = load(name);
+        if (form >= forms(name))
+            continue;
+        sd_tokenizer *t = load_form(name, form);
+        if (form)
+            name = "kimiish (tiktoken.model)";
         ASSERT_MSG(t, "%s", name);
-        ASSERT_EQ(sd_tok_vocab_size(t), json_integer_value(json_object_get(tk, "vocab_size")));
-        json_t *cases = json_object_get(tk, "cases");
+        /* the rank file's form: the reserved special ids too, 256 from the rank count */
+        ASSERT_EQ(sd_tok_vocab_size(t), form ? 3000 + 256 : json_integer_value(json_object_get(tk, "vocab_size")));
+        json_t *cases = json_object_get(tk, "cases"), *tk_ids = json_object_get(tk, "tiktoken_ids");
+        if (form)
+            ASSERT_EQ(json_array_size(tk_ids), json_array_size(cases));
         for (size_t i = 0; i < json_array_size(cases); i++) {
             json_t *c = json_array_get(cases, i), *text = json_object_get(c, "text");
             int nw, ns, n;
@@ -111,6 +231,13 @@ TEST(golden_ids_equal_hf_tokenizers_on_the_corpus)
                 bad++;
             } else {
                 bad += !same_ids(what, got, n, want, nw);
+                if (form) { /* and tiktoken's own ids (allowed_special "all") */
+                    int nt;
+                    int32_t *tkw = ids_of(json_array_get(tk_ids, i), &nt);
+                    snprintf(what, sizeof what, "%s case %zu against tiktoken", name, i);
+                    bad += !same_ids(what, got, n, tkw, nt);
+                    free(tkw);
+                }
             }
             free(got);
             /* HF's post-processor adds the bos where the tokenizer has a template */
@@ -140,10 +267,15 @@ TEST(golden_decodes_equal_hf_tokenizers)
     ASSERT(g);
     json_t *toks = json_object_get(g, "tokenizers");
     int bad = 0;
-    for (size_t k = 0; k < json_array_size(toks); k++) {
-        json_t *tk = json_array_get(toks, k);
+    for (size_t kf = 0; kf < 2 * json_array_size(toks); kf++) {
+        json_t *tk = json_array_get(toks, kf / 2);
+        int form = (int)(kf % 2);
         const char *name = json_string_value(json_object_get(tk, "name"));
-        sd_tokenizer *t = load(name);
+        if (form >= forms(name))
+            continue;
+        sd_tokenizer *t = load_form(name, form);
+        if (form)
+            name = "kimiish (tiktoken.model)";
         ASSERT(t);
         /* the corpus ids, with and without special tokens */
         json_t *cases = json_object_get(tk, "cases");
@@ -237,10 +369,15 @@ TEST(invalid_utf8_encodes_like_hf_on_the_replaced_text)
     json_t *g = golden();
     ASSERT(g);
     json_t *toks = json_object_get(g, "tokenizers");
-    for (size_t k = 0; k < json_array_size(toks); k++) {
-        json_t *tk = json_array_get(toks, k);
+    for (size_t kf = 0; kf < 2 * json_array_size(toks); kf++) {
+        json_t *tk = json_array_get(toks, kf / 2);
+        int form = (int)(kf % 2);
         const char *name = json_string_value(json_object_get(tk, "name"));
-        sd_tokenizer *t = load(name);
+        if (form >= forms(name))
+            continue;
+        sd_tokenizer *t = load_form(name, form);
+        if (form)
+            name = "kimiish (tiktoken.model)";
         ASSERT(t);
         json_t *inv = json_object_get(tk, "invalid");
         ASSERT_GT(json_array_size(inv), 5);
@@ -270,10 +407,13 @@ TEST(long_text_ids_and_streamed_decode_equal_hf)
     json_t *g = golden();
     ASSERT(g);
     json_t *toks = json_object_get(g, "tokenizers");
-    for (size_t k = 0; k < json_array_size(toks); k++) {
-        json_t *tk = json_array_get(toks, k), *lg = json_object_get(tk, "long");
+    for (size_t kf = 0; kf < 2 * json_array_size(toks); kf++) {
+        json_t *tk = json_array_get(toks, kf / 2), *lg = json_object_get(tk, "long");
+        int form = (int)(kf % 2);
         const char *name = json_string_value(json_object_get(tk, "name"));
-        sd_tokenizer *t = load(name);
+        if (form >= forms(name))
+            continue;
+        sd_tokenizer *t = load_form(name, form);
         ASSERT(t);
         json_t *text = json_object_get(lg, "text");
         int nw, n;
@@ -333,7 +473,57 @@ TEST(bos_eos_and_special_flags_of_the_golden_tokenizers)
     sd_tok_free(t);
 }
 
+/* The rank file's form against the converted tokenizer.json: the same token
+ * strings at every id, the specials named by tokenizer_config.json, the rest of
+ * the 256 reserved ids named as Kimi's code names them and matched in text as
+ * tiktoken's allowed_special "all" does. */
+TEST(the_rank_files_form_has_the_converted_files_tokens_and_kimis_reserved_ids)
+{
+    sd_tokenizer *j = load("kimiish"), *t = load_form("kimiish", 1);
+    ASSERT(j && t);
+    ASSERT(sd_tok_present(kimi_dir()));
+    for (int id = 0; id < sd_tok_vocab_size(j); id++) {
+        size_t la = 0, lb = 0;
+        const char *a = sd_tok_token_str(j, id, &la), *b = sd_tok_token_str(t, id, &lb);
+        ASSERT_MSG(a && b && la == lb && !memcmp(a, b, la), "id %d", id);
+        ASSERT_EQ(sd_tok_is_special(j, id), sd_tok_is_special(t, id));
+    }
+    ASSERT_EQ(sd_tok_bos_id(t), 3000);
+    ASSERT_EQ(sd_tok_eos_id(t), 3001);
+    size_t l = 0;
+    const char *r = sd_tok_token_str(t, 3255, &l);
+    ASSERT(r && l == strlen("<|reserved_token_3255|>") && !memcmp(r, "<|reserved_token_3255|>", l));
+    ASSERT(sd_tok_is_special(t, 3010));
+    static const char text[] = "a<|reserved_token_3010|>b<|im_end|>";
+    int32_t *ids = NULL;
+    int n = 0;
+    sd_err err = {0};
+    ASSERT_OK(sd_tok_encode(t, text, sizeof text - 1, 0, &ids, &n, &err));
+    ASSERT_EQ(n, 4);
+    ASSERT_EQ(ids[1], 3010);
+    ASSERT_EQ(ids[3], 3002);
+    char *out = NULL;
+    size_t ol = 0;
+    ASSERT_OK(sd_tok_decode(t, ids, n, 1, &out, &ol, &err));
+    ASSERT(ol == 2 && !memcmp(out, "ab", 2));
+    free(out);
+    ASSERT_OK(sd_tok_decode(t, ids, n, 0, &out, &ol, &err));
+    ASSERT(ol == sizeof text - 1 && !memcmp(out, text, ol));
+    free(out);
+    free(ids);
+    /* the file named directly loads the same */
+    char *p = sd_strfmt("%s/tiktoken.model", kimi_dir());
+    sd_tokenizer *f = NULL;
+    ASSERT_OK(sd_tok_load(&f, p, &err));
+    ASSERT_EQ(sd_tok_vocab_size(f), 3256);
+    sd_tok_free(f);
+    free(p);
+    sd_tok_free(j);
+    sd_tok_free(t);
+}
+
 TEST_MAIN(T(golden_ids_equal_hf_tokenizers_on_the_corpus), T(golden_decodes_equal_hf_tokenizers),
           T(round_trip_decode_encode_is_the_text_without_a_normalizer),
           T(invalid_utf8_encodes_like_hf_on_the_replaced_text), T(long_text_ids_and_streamed_decode_equal_hf),
-          T(bos_eos_and_special_flags_of_the_golden_tokenizers))
+          T(bos_eos_and_special_flags_of_the_golden_tokenizers),
+          T(the_rank_files_form_has_the_converted_files_tokens_and_kimis_reserved_ids))
