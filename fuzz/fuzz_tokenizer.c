@@ -7,6 +7,9 @@
  *   3  the bytes as little-endian u16 ids (some out of range): decode == streamed
  *      decode in chunks picked by the data; out of range is SD_ERANGE, never a crash
  *   4  llama3ish chat render of messages split at NUL bytes, then encode
+ *   5  the text as a tokenization_*.py: the tiktoken split pattern read from it
+ *      (a hand-written parser of Python literals); found, it is a string of at
+ *      most the source's bytes plus what escapes add
  * A broken property aborts, which libFuzzer reports with the input.
  *
  * Build: meson setup build-fuzz -Dfuzz=true (CC=clang), or directly with clang as
@@ -16,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/tok_internal.h"
 #include "core/tokenizer.h"
 #include "core/utf8.h"
 
@@ -126,7 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
-    int mode = data[0] % 5;
+    int mode = data[0] % 6;
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
     switch (mode) {
@@ -177,6 +181,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         encode_checks(tok[3], out, olen, 0, data, size);
         free(out);
         free(copy);
+        break;
+    }
+    case 5: {
+        sd_sbuf pat = {0};
+        int r = sd__tiktoken_pattern_of_source(text, len, &pat);
+        /* an escape makes at most 4 bytes of 6 or more (\UXXXXXXXX), 1 of 2 else */
+        if (r < 0 || (r == 1 && pat.len > len))
+            die("tiktoken pattern", r < 0 ? "out of memory" : "longer than its source");
+        sd_sbuf_free(&pat);
         break;
     }
     }

@@ -26,7 +26,7 @@ deps=$(pkg-config --cflags --libs jansson libpcre2-8 libutf8proc) || { echo "FAI
 # shellcheck disable=SC2086
 if ! "$cc" -std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
     -fno-sanitize-recover=undefined -D_GNU_SOURCE -I"$root/src" -DSD_FUZZ_SRCDIR="\"$root\"" \
-    "$root/fuzz/fuzz_tokenizer.c" "$root"/src/core/{tokenizer,tok_encode,chat_template,utf8,err,util}.c \
+    "$root/fuzz/fuzz_tokenizer.c" "$root"/src/core/{tokenizer,tok_encode,tok_tiktoken,chat_template,utf8,err,log,util}.c \
     $deps -lm -o "$out/fuzz_tokenizer" 2> "$out/build.log"; then
     echo "FAIL: building the fuzzer:" >&2
     tail -20 "$out/build.log" >&2
