@@ -10,6 +10,9 @@
  *   5  the text as a tokenization_*.py: the tiktoken split pattern read from it
  *      (a hand-written parser of Python literals); found, it is a string of at
  *      most the source's bytes plus what escapes add
+ *   6  mistralish (SentencePiece BPE: Metaspace, byte fallback, the Strip decoder): encode;
+ *      stream decode == decode
+ *   7  llama2ish (the same model, Prepend + Replace normalizers): as 6
  * A broken property aborts, which libFuzzer reports with the input.
  *
  * Build: meson setup build-fuzz -Dfuzz=true (CC=clang), or directly with clang as
@@ -27,10 +30,10 @@
 #define SD_FUZZ_SRCDIR "."
 #endif
 
-static const char *const NAMES[] = {"kimiish", "deepseekish", "gpt2ish", "llama3ish"};
+static const char *const NAMES[] = {"kimiish", "deepseekish", "gpt2ish", "llama3ish", "mistralish", "llama2ish"};
 
 /* Loaded once for the whole run (a harness, not library code). */
-static sd_tokenizer *tok[4];
+static sd_tokenizer *tok[6];
 static sd_chat_template *chat;
 
 static void die(const char *what, const char *msg)
@@ -44,7 +47,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc;
     (void)argv;
     const char *src = getenv("SD_SRCDIR") ? getenv("SD_SRCDIR") : SD_FUZZ_SRCDIR;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/tests/golden/tokenizer/%s", src, NAMES[i]);
         sd_err err = {0};
@@ -130,7 +133,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
-    int mode = data[0] % 6;
+    int mode = data[0] % 8;
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
     switch (mode) {
@@ -183,6 +186,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(copy);
         break;
     }
+    case 6:
+    case 7:
+        encode_checks(tok[mode - 2], text, len, 0, data, size);
+        break;
     case 5: {
         sd_sbuf pat = {0};
         int r = sd__tiktoken_pattern_of_source(text, len, &pat);

@@ -1235,7 +1235,7 @@ static int encode_word(ectx *c, const char *w, size_t n)
  * Depth first: each piece a step makes goes through the next steps and BPE at once,
  * so a megabyte of text never becomes a megabyte-sized list of spans. */
 
-static int pre_from(ectx *c, int k, const char *s, size_t n);
+static int pre_from(ectx *c, int k, const char *s, size_t n, int at0);
 
 /* HF NormalizedString::split, streamed: the elements of one piece (gaps and
  * matches, in order) become pieces by behaviour. The last piece is held while the
@@ -1247,11 +1247,13 @@ typedef struct emitter {
     sd__split_behavior b;
     int has_pend, pend_match, prev_match;
     size_t pend_off, pend_len;
+    int at0; /* s starts the input (HF: its original offset is 0) */
 } emitter;
 
 static int em_out(emitter *e, size_t off, size_t len)
 {
-    return len ? pre_from(e->c, e->k + 1, e->s + off, len) : 0; /* empty pieces are dropped */
+    /* empty pieces are dropped */
+    return len ? pre_from(e->c, e->k + 1, e->s + off, len, e->at0 && off == 0) : 0;
 }
 
 static int em_flush(emitter *e)
@@ -1311,9 +1313,9 @@ static int em_elem(emitter *e, size_t off, size_t len, int is_match)
 }
 
 /* Splits s[0..n) with step k's regex (HF find_matches: gaps and matches). */
-static int split_piece(ectx *c, int k, const sd__pre *st, const char *s, size_t n)
+static int split_piece(ectx *c, int k, const sd__pre *st, const char *s, size_t n, int at0)
 {
-    emitter e = {c, k, s, st->behavior, 0, 0, 0, 0, 0};
+    emitter e = {c, k, s, st->behavior, 0, 0, 0, 0, 0, at0};
     size_t from = 0, prev = 0, last_end = (size_t)-1;
     int inv = st->invert;
     while (from <= n) {
@@ -1346,12 +1348,54 @@ static int split_piece(ectx *c, int k, const sd__pre *st, const char *s, size_t 
     return rc ? rc : em_flush(&e);
 }
 
-static int pre_from(ectx *c, int k, const char *s, size_t n)
+/* HF Metaspace: spaces become the replacement, which goes before a piece that
+ * does not start with it where the scheme says (first: only the piece that
+ * starts the input, not one after an added token); with split, pieces break
+ * before each replacement (MergedWithNext). */
+static int metaspace(ectx *c, int k, const sd__pre *st, const char *s, size_t n, int at0)
+{
+    sd_sbuf *b = &c->pbuf[k];
+    b->len = 0;
+    int starts = s[0] == ' ' || (n >= st->rep_len && !memcmp(s, st->rep, st->rep_len));
+    if (!starts && (st->prepend == SD__PREPEND_ALWAYS || (st->prepend == SD__PREPEND_FIRST && at0)) &&
+        sd_sbuf_put(b, st->rep, st->rep_len))
+        return oom(c);
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && s[j] != ' ')
+            j++;
+        if (sd_sbuf_put(b, s + i, j - i) || (j < n && sd_sbuf_put(b, st->rep, st->rep_len)))
+            return oom(c);
+        i = j + (j < n);
+    }
+    s = b->p;
+    n = b->len;
+    if (!st->split)
+        return pre_from(c, k + 1, s, n, at0);
+    emitter e = {c, k, s, SD__SPLIT_MERGED_NEXT, 0, 0, 0, 0, 0, at0};
+    size_t prev = 0;
+    for (size_t at = 0; at + st->rep_len <= n;) {
+        const char *m = memmem(s + at, n - at, st->rep, st->rep_len);
+        if (!m)
+            break;
+        size_t ms = (size_t)(m - s);
+        int rc = (prev != ms ? em_elem(&e, prev, ms - prev, 0) : 0);
+        if (rc || (rc = em_elem(&e, ms, st->rep_len, 1)))
+            return rc;
+        prev = at = ms + st->rep_len;
+    }
+    int rc = prev != n ? em_elem(&e, prev, n - prev, 0) : 0;
+    return rc ? rc : em_flush(&e);
+}
+
+static int pre_from(ectx *c, int k, const char *s, size_t n, int at0)
 {
     const sd_tokenizer *t = c->t;
     if (k == t->n_pre)
         return encode_word(c, s, n);
     const sd__pre *st = &t->pre[k];
+    if (st->kind == SD__P_METASPACE)
+        return metaspace(c, k, st, s, n, at0);
     if (st->kind == SD__P_BYTELEVEL && st->add_prefix_space && s[0] != ' ') {
         sd_sbuf *b = &c->pbuf[k];
         b->len = 0;
@@ -1361,11 +1405,12 @@ static int pre_from(ectx *c, int k, const char *s, size_t n)
         n = b->len;
     }
     if (!st->re)
-        return pre_from(c, k + 1, s, n);
-    return split_piece(c, k, st, s, n);
+        return pre_from(c, k + 1, s, n, at0);
+    return split_piece(c, k, st, s, n, at0);
 }
 
-static int encode_piece(ectx *c, const char *s, size_t n)
+/* at0: the piece starts the input (for Metaspace's prepend_scheme first) */
+static int encode_piece(ectx *c, const char *s, size_t n, int at0)
 {
     if (n == 0)
         return 0;
@@ -1374,19 +1419,20 @@ static int encode_piece(ectx *c, const char *s, size_t n)
         if (!c->pbuf)
             return oom(c);
     }
-    return pre_from(c, 0, s, n);
+    return pre_from(c, 0, s, n, at0);
 }
 
 /* A normalized piece: split out the normalized added tokens, encode the rest. */
-static int encode_normalized(ectx *c, const char *s, size_t n, segv *tmp)
+static int encode_normalized(ectx *c, const char *s, size_t n, segv *tmp, int at0)
 {
     const sd_tokenizer *t = c->t;
     if (!t->norm_trie.node)
-        return encode_piece(c, s, n);
+        return encode_piece(c, s, n, at0);
     if (split_added(t, &t->norm_trie, s, n, tmp))
         return oom(c);
     for (size_t i = 0; i < tmp->n; i++) {
-        int rc = tmp->v[i].id >= 0 ? push_id(c, tmp->v[i].id) : encode_piece(c, s + tmp->v[i].off, tmp->v[i].len);
+        int rc = tmp->v[i].id >= 0 ? push_id(c, tmp->v[i].id)
+                                   : encode_piece(c, s + tmp->v[i].off, tmp->v[i].len, at0 && tmp->v[i].off == 0);
         if (rc)
             return rc;
     }
@@ -1435,9 +1481,9 @@ int sd_tok_encode(const sd_tokenizer *t, const char *text, size_t len, int add_b
         } else if (t->n_norm) {
             rc = sd__normalize(t, s + g->off, g->len, &c.nbuf, err);
             if (!rc)
-                rc = encode_normalized(&c, c.nbuf.p, c.nbuf.len, &inner);
+                rc = encode_normalized(&c, c.nbuf.p, c.nbuf.len, &inner, g->off == 0);
         } else {
-            rc = encode_normalized(&c, s + g->off, g->len, &inner);
+            rc = encode_normalized(&c, s + g->off, g->len, &inner, g->off == 0);
         }
     }
     if (!rc && c.n_ids > (size_t)INT32_MAX)

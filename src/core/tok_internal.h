@@ -121,7 +121,8 @@ typedef enum {
     SD__SPLIT_CONTIGUOUS,
 } sd__split_behavior;
 
-typedef enum { SD__P_SPLIT, SD__P_BYTELEVEL } sd__pre_kind;
+typedef enum { SD__P_SPLIT, SD__P_BYTELEVEL, SD__P_METASPACE } sd__pre_kind;
+typedef enum { SD__PREPEND_NEVER, SD__PREPEND_FIRST, SD__PREPEND_ALWAYS } sd__prepend;
 
 typedef struct sd__pre {
     sd__pre_kind kind;
@@ -129,6 +130,13 @@ typedef struct sd__pre {
     sd__split_behavior behavior;
     int invert;
     int add_prefix_space;
+    /* METASPACE: spaces become rep; rep goes before a piece (by prepend: never,
+     * only where it starts the input, always) that does not start with it; with
+     * split, pieces break before each rep */
+    char *rep;
+    size_t rep_len;
+    sd__prepend prepend;
+    int split;
 } sd__pre;
 
 /* An added token (tokenizer.json "added_tokens"). */
@@ -197,6 +205,12 @@ struct sd_tokenizer {
     int n_pre;
 
     int dec_join_space; /* no decoder: HF joins the token strings with " " */
+    /* a Strip decoder after Fuse: up to dec_strip characters dec_strip_c come
+     * off the start of a decode (SentencePiece's dummy prefix space) */
+    int dec_strip;
+    int dec_per_byte; /* ByteFallback: ill-formed bytes decode to a U+FFFD each */
+    char dec_strip_c[4];
+    size_t dec_strip_clen;
 
     int32_t bos, eos;
 };

@@ -275,16 +275,52 @@ static int load_pretok(ld *L, const json_t *o, const char *where)
         st.behavior = B[k].b;
         return add_pre(L, st);
     }
+    if (!strcmp(ty, "Metaspace")) {
+        /* HF Metaspace: replacement (one character), prepend_scheme always /
+         * first / never (older files: add_prefix_space, true = always), split */
+        st.kind = SD__P_METASPACE;
+        const char *r = "\xe2\x96\x81", *ps = NULL; /* U+2581 */
+        size_t rn = 3, psn = 0;
+        int got = jstr(L, o, "replacement", where, &r, &rn);
+        if (got < 0 || (got = jstr(L, o, "prepend_scheme", where, &ps, &psn)) < 0)
+            return L->err->code;
+        uint32_t cp;
+        size_t cl;
+        if (!rn || sd_utf8_next((const unsigned char *)r, rn, &cp, &cl) != SD_UTF8_OK || cl != rn)
+            return sd_err_set(L->err, SD_EFORMAT, "%s: %s.replacement must be one character", L->file, where);
+        if (!ps)
+            st.prepend = jbool(o, "add_prefix_space", 1) ? SD__PREPEND_ALWAYS : SD__PREPEND_NEVER;
+        else if (!strcmp(ps, "always"))
+            st.prepend = SD__PREPEND_ALWAYS;
+        else if (!strcmp(ps, "first"))
+            st.prepend = SD__PREPEND_FIRST;
+        else if (!strcmp(ps, "never"))
+            st.prepend = SD__PREPEND_NEVER;
+        else
+            return sd_err_set(L->err, SD_EFORMAT, "%s: %s.prepend_scheme '%s' is not one of always, first, never",
+                              L->file, where, ps);
+        st.split = jbool(o, "split", 1);
+        if (!(st.rep = dupn(r, rn)))
+            return nomem(L);
+        st.rep_len = rn;
+        int rc = add_pre(L, st);
+        if (rc)
+            free(st.rep);
+        return rc;
+    }
     return sd_err_set(L->err, SD_ENOTSUP,
-                      "%s: %s: pre-tokenizer type %s is not supported (supported: Split, ByteLevel, Sequence)",
+                      "%s: %s: pre-tokenizer type %s is not supported (supported: Split, ByteLevel, Metaspace, "
+                      "Sequence)",
                       L->file, where, ty);
 }
 
 /* ---- decoder ----------------------------------------------------------------------- */
 
+enum { DS_REPLACE, DS_BYTELEVEL, DS_BYTEFALLBACK, DS_STRIP };
 typedef struct dstep {
-    int kind; /* 0 Replace, 1 ByteLevel */
+    int kind;   /* DS_* */
     sd__norm rep;
+    int start, stop; /* DS_STRIP: at most this many characters rep.s2 off each end */
 } dstep;
 
 typedef struct dsteps {
@@ -316,12 +352,48 @@ static int load_decoder(ld *L, const json_t *o, const char *where, dsteps *d)
         d->fused = 1;
         return 0;
     }
-    int is_bl = !strcmp(ty, "ByteLevel"), is_rep = !strcmp(ty, "Replace");
-    if (!is_bl && !is_rep)
+    int is_bl = !strcmp(ty, "ByteLevel"), is_rep = !strcmp(ty, "Replace"), is_bf = !strcmp(ty, "ByteFallback"),
+        is_strip = !strcmp(ty, "Strip");
+    if (!is_bl && !is_rep && !is_bf && !is_strip)
         return sd_err_set(L->err, SD_ENOTSUP,
-                          "%s: %s: decoder type %s is not supported (supported: ByteLevel, Replace, Fuse, Sequence)",
+                          "%s: %s: decoder type %s is not supported (supported: ByteLevel, Replace, ByteFallback, "
+                          "Strip, Fuse, Sequence)",
                           L->file, where, ty);
-    /* Replace and ByteLevel act per token only before the tokens are fused into one
+    int start = 0, stop = 0;
+    const char *c = NULL;
+    size_t cn = 0;
+    if (is_strip) {
+        json_t *js = json_object_get(o, "start"), *je = json_object_get(o, "stop");
+        int r = jstr(L, o, "content", where, &c, &cn);
+        if (r < 0)
+            return L->err->code;
+        uint32_t cp;
+        size_t cl;
+        if (!r || sd_utf8_next((const unsigned char *)c, cn, &cp, &cl) != SD_UTF8_OK || cl != cn ||
+            (js && (!json_is_integer(js) || json_integer_value(js) < 0 || json_integer_value(js) > 1024)) ||
+            (je && (!json_is_integer(je) || json_integer_value(je) < 0 || json_integer_value(je) > 1024)))
+            return sd_err_set(L->err, SD_EFORMAT,
+                              "%s: %s (Strip) needs a one-character \"content\" and counts \"start\" / \"stop\" "
+                              "in [0, 1024]",
+                              L->file, where);
+        start = js ? (int)json_integer_value(js) : 0;
+        stop = je ? (int)json_integer_value(je) : 0;
+        if (d->fused) {
+            /* after Fuse the decode is one string: its start is stripped (and
+             * a stream's); its end is not known while streaming */
+            if (stop)
+                return sd_err_set(L->err, SD_ENOTSUP,
+                                  "%s: %s: a Strip of the end (stop %d) after Fuse is not supported", L->file,
+                                  where, stop);
+            if (L->t->dec_strip)
+                return sd_err_set(L->err, SD_ENOTSUP, "%s: %s: two Strip decoders after Fuse", L->file, where);
+            L->t->dec_strip = start;
+            memcpy(L->t->dec_strip_c, c, cn);
+            L->t->dec_strip_clen = cn;
+            return 0;
+        }
+    }
+    /* The others act per token only before the tokens are fused into one
      * string; after that they would see token boundaries disappear. */
     if (d->fused || d->bytelevel || d->n == (int)SD_ARRAY_LEN(d->v))
         return sd_err_set(L->err, SD_ENOTSUP,
@@ -329,13 +401,28 @@ static int load_decoder(ld *L, const json_t *o, const char *where, dsteps *d)
     dstep *s = &d->v[d->n];
     memset(s, 0, sizeof *s);
     if (is_bl) {
-        s->kind = 1;
+        s->kind = DS_BYTELEVEL;
         d->bytelevel = 1;
         d->n++;
         return 0;
     }
-    const char *c;
-    size_t cn;
+    if (is_bf) {
+        s->kind = DS_BYTEFALLBACK;
+        L->t->dec_per_byte = 1;
+        d->n++;
+        return 0;
+    }
+    if (is_strip) {
+        s->kind = DS_STRIP;
+        s->start = start;
+        s->stop = stop;
+        if (!(s->rep.s2 = dupn(c, cn)))
+            return nomem(L);
+        s->rep.s2len = cn;
+        d->n++;
+        return 0;
+    }
+    s->kind = DS_REPLACE;
     int r = jstr(L, o, "content", where, &c, &cn);
     if (r <= 0)
         return r < 0 ? L->err->code : sd_err_set(L->err, SD_EFORMAT, "%s: %s (Replace) has no \"content\"", L->file, where);
@@ -645,6 +732,30 @@ static int build_tries(ld *L)
 
 /* ---- per-id table -------------------------------------------------------------------- */
 
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
+        return (c | 0x20) - 'a' + 10;
+    return -1;
+}
+
+/* HF Strip on one token: up to start characters c off its start and stop off its
+ * end (c: one character's UTF-8). */
+static void strip_ends(sd_sbuf *a, const char *c, size_t cl, int start, int stop)
+{
+    size_t lo = 0, hi = a->len;
+    if (!hi)
+        return;
+    for (int i = 0; i < start && hi - lo >= cl && !memcmp(a->p + lo, c, cl); i++)
+        lo += cl;
+    for (int i = 0; i < stop && hi - lo >= cl && !memcmp(a->p + hi - cl, c, cl); i++)
+        hi -= cl;
+    memmove(a->p, a->p + lo, hi - lo);
+    a->len = hi - lo;
+}
+
 static int build_ids(ld *L, const dsteps *d)
 {
     sd_tokenizer *t = L->t;
@@ -694,11 +805,21 @@ static int build_ids(ld *L, const dsteps *d)
             break;
         }
         for (int k = 0; k < d->n && !rc; k++) {
-            if (d->v[k].kind == 0) {
+            if (d->v[k].kind == DS_REPLACE) {
                 rc = sd__norm_step(&d->v[k].rep, a.p, a.len, &b, L->err);
                 sd_sbuf x = a;
                 a = b;
                 b = x;
+            } else if (d->v[k].kind == DS_BYTEFALLBACK) {
+                /* HF ByteFallback: a token "<0xAB>" is the byte 0xAB */
+                int hi, lo;
+                if (a.len == 6 && !memcmp(a.p, "<0x", 3) && a.p[5] == '>' && (hi = hexval(a.p[3])) >= 0 &&
+                    (lo = hexval(a.p[4])) >= 0) {
+                    a.p[0] = (char)(hi << 4 | lo);
+                    a.len = 1;
+                }
+            } else if (d->v[k].kind == DS_STRIP) {
+                strip_ends(&a, d->v[k].rep.s2, d->v[k].rep.s2len, d->v[k].start, d->v[k].stop);
             } else {
                 /* HF ByteLevel decoder: a token whose characters are all byte
                  * characters gives those bytes, any other token its own UTF-8. */
@@ -888,9 +1009,11 @@ void sd_tok_free(sd_tokenizer *t)
             pcre2_code_free(t->norm[i].re);
     }
     free(t->norm);
-    for (int i = 0; i < t->n_pre; i++)
+    for (int i = 0; i < t->n_pre; i++) {
         if (t->pre[i].re)
             pcre2_code_free(t->pre[i].re);
+        free(t->pre[i].rep);
+    }
     free(t->pre);
     free(t);
 }
@@ -1067,6 +1190,23 @@ static int append_ids(const sd_tokenizer *t, const int32_t *ids, int n, int skip
     return 0;
 }
 
+/* The Strip after Fuse: up to *left characters off the start of the text a
+ * decode (or a stream) emits first; *left falls to 0 at its first other one. */
+static void strip_lead(const sd_tokenizer *t, sd_sbuf *out, int *left)
+{
+    size_t cl = t->dec_strip_clen, lo = 0;
+    if (!out->len)
+        return;
+    while (*left > 0 && out->len - lo >= cl && !memcmp(out->p + lo, t->dec_strip_c, cl)) {
+        lo += cl;
+        (*left)--;
+    }
+    if (lo < out->len)
+        *left = 0;
+    memmove(out->p, out->p + lo, out->len - lo);
+    out->len -= lo;
+}
+
 int sd_tok_decode(const sd_tokenizer *t, const int32_t *ids, int n, int skip_special, char **text, size_t *len,
                   sd_err *err)
 {
@@ -1077,9 +1217,10 @@ int sd_tok_decode(const sd_tokenizer *t, const int32_t *ids, int n, int skip_spe
     if (rc)
         return rc;
     sd_sbuf raw = {0}, out = {0};
-    int first = 1;
+    int first = 1, left = t->dec_strip;
     if (append_ids(t, ids, n, skip_special, &first, &raw) ||
-        sd_utf8_repair(&out, raw.p ? raw.p : "", raw.len, 1) == (size_t)-1 || !(*text = sd_sbuf_take(&out, len))) {
+        sd_utf8_repair_as(&out, raw.p ? raw.p : "", raw.len, 1, t->dec_per_byte) == (size_t)-1 ||
+        (strip_lead(t, &out, &left), !(*text = sd_sbuf_take(&out, len)))) {
         sd_sbuf_free(&raw);
         sd_sbuf_free(&out);
         return sd_err_set(err, SD_ENOMEM, "decode: out of memory");
@@ -1092,6 +1233,7 @@ struct sd_detok {
     const sd_tokenizer *t;
     int skip_special;
     int first;        /* nothing emitted yet (join-with-space decoder) */
+    int strip_left;   /* the Strip after Fuse: characters it may still take */
     unsigned char hold[4]; /* bytes of an incomplete character held back */
     size_t nhold;
     sd_sbuf raw;
@@ -1105,6 +1247,7 @@ int sd_detok_new(sd_detok **out, const sd_tokenizer *t, int skip_special, sd_err
     (*out)->t = t;
     (*out)->skip_special = skip_special;
     (*out)->first = 1;
+    (*out)->strip_left = t->dec_strip;
     return 0;
 }
 
@@ -1121,8 +1264,11 @@ int sd_detok_push(sd_detok *d, const int32_t *ids, int n, char **text, size_t *l
     int first = d->first;
     if (sd_sbuf_put(&d->raw, d->hold, d->nhold) || append_ids(d->t, ids, n, d->skip_special, &first, &d->raw))
         goto oom;
-    size_t used = sd_utf8_repair(&out, d->raw.p, d->raw.len, 0);
-    if (used == (size_t)-1 || !(*text = sd_sbuf_take(&out, len)))
+    size_t used = sd_utf8_repair_as(&out, d->raw.p, d->raw.len, 0, d->t->dec_per_byte);
+    if (used == (size_t)-1)
+        goto oom;
+    strip_lead(d->t, &out, &d->strip_left);
+    if (!(*text = sd_sbuf_take(&out, len)))
         goto oom;
     d->first = first;
     d->nhold = d->raw.len - used; /* at most 3: an incomplete character */
@@ -1139,12 +1285,14 @@ int sd_detok_flush(sd_detok *d, char **text, size_t *len)
     *text = NULL;
     if (len)
         *len = 0;
-    if (sd_utf8_repair(&out, (const char *)d->hold, d->nhold, 1) == (size_t)-1 || !(*text = sd_sbuf_take(&out, len))) {
+    if (sd_utf8_repair_as(&out, (const char *)d->hold, d->nhold, 1, d->t->dec_per_byte) == (size_t)-1 ||
+        (strip_lead(d->t, &out, &d->strip_left), !(*text = sd_sbuf_take(&out, len)))) {
         sd_sbuf_free(&out);
         return SD_ENOMEM;
     }
     d->nhold = 0;
     d->first = 1;
+    d->strip_left = d->t->dec_strip;
     return 0;
 }
 

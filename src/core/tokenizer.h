@@ -8,16 +8,25 @@
  * UTF+UCP mode with JIT; ByteLevel; Sequence) and merged by BPE rank with a heap,
  * so the cost is O(n log n) in the text, never a quadratic rescan.
  * Decoding reproduces Tokenizer.decode: per-token decoder steps, then the bytes
- * are read as UTF-8 with ill-formed parts replaced by U+FFFD.
+ * are read as UTF-8 with ill-formed parts replaced by U+FFFD: one a maximal
+ * subpart (Rust's from_utf8_lossy, which HF's ByteLevel decoder uses), or with
+ * ByteFallback one a byte, as SentencePiece decodes byte pieces (HF's ByteFallback
+ * replaces a whole run of byte tokens when any of it is ill-formed; specd keeps
+ * the run's well-formed characters, as SentencePiece does).
  *
  * Supported: model BPE (vocab; merges as "a b" strings or [a, b] pairs; unk_token,
  * fuse_unk, byte_fallback, ignore_merges, continuing_subword_prefix,
  * end_of_word_suffix); normalizers NFC, NFD, NFKC, NFKD, Lowercase, Prepend,
  * Replace, Strip, StripAccents, Sequence; pre-tokenizers Split (Regex or String
  * pattern, all five behaviours, invert), ByteLevel (add_prefix_space, use_regex),
- * Sequence; decoders ByteLevel, Replace, Fuse, Sequence (or none: tokens joined by
- * a space, as HF does). Anything else is refused at load with a message naming it
- * (e.g. model Unigram, pre-tokenizer Metaspace, normalizer Precompiled).
+ * Metaspace (replacement, prepend_scheme always / first / never or the older
+ * add_prefix_space, split), Sequence; decoders ByteLevel, Replace, ByteFallback,
+ * Strip (per token, or after Fuse at the text's start: Llama-2's), Fuse, Sequence
+ * (or none: tokens joined by a space, as HF does). So SentencePiece BPE models
+ * converted to tokenizer.json (Llama-2, Mistral, Mixtral) load in both the legacy
+ * (Prepend + Replace normalizers) and the Metaspace form. Anything else is refused
+ * at load with a message naming it (e.g. model Unigram, decoder Metaspace,
+ * normalizer Precompiled).
  *
  * Regex dialect: tokenizer.json patterns are Oniguruma's (Ruby syntax). Before
  * PCRE2 compiles one, the differences that matter are rewritten: \s / \S mean the

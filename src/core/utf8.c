@@ -159,6 +159,11 @@ static const char REPL[3] = {(char)0xEF, (char)0xBF, (char)0xBD}; /* U+FFFD */
 
 size_t sd_utf8_repair(sd_sbuf *out, const char *s, size_t n, int final)
 {
+    return sd_utf8_repair_as(out, s, n, final, 0);
+}
+
+size_t sd_utf8_repair_as(sd_sbuf *out, const char *s, size_t n, int final, int per_byte)
+{
     const unsigned char *p = (const unsigned char *)s;
     size_t i = 0, run = 0; /* run: start of the pending valid stretch */
     while (i < n) {
@@ -179,7 +184,7 @@ size_t sd_utf8_repair(sd_sbuf *out, const char *s, size_t n, int final)
             return i; /* hold the tail back: more bytes may complete it */
         if (sd_sbuf_put(out, REPL, 3))
             return (size_t)-1;
-        i += len;
+        i += per_byte ? 1 : len;
         run = i;
     }
     if (sd_sbuf_put(out, s + run, n - run))

@@ -47,6 +47,10 @@ int sd_utf8_encode(uint32_t cp, char *out);
  * most 3); with final != 0 the tail becomes one U+FFFD and n is returned.
  * Returns (size_t)-1 when memory ran out. */
 size_t sd_utf8_repair(sd_sbuf *out, const char *s, size_t n, int final);
+/* As sd_utf8_repair, with per_byte: every byte of an ill-formed sequence becomes
+ * its own U+FFFD (SentencePiece's decode of byte pieces, and HF's ByteFallback
+ * where the byte run is all ill-formed) in place of one a maximal subpart. */
+size_t sd_utf8_repair_as(sd_sbuf *out, const char *s, size_t n, int final, int per_byte);
 
 /* Python's str.isspace() (what Jinja's trim filter strips): Unicode White_Space
  * plus U+001C..U+001F. */

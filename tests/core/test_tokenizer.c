@@ -1076,15 +1076,33 @@ TEST(bad_tokenizer_files_are_refused_with_a_message_naming_the_part)
     json_t *uni = tok_json(json_deep_copy(v), NULL, NULL, NULL, NULL, NULL, 0);
     json_object_set_new(json_object_get(uni, "model"), "type", json_string("Unigram"));
     expect_load_error("unigram", uni, SD_ENOTSUP, "model type Unigram");
-    expect_load_error("metaspace",
-                      tok_json(json_deep_copy(v), NULL, NULL, NULL, json_pack("{s:s}", "type", "Metaspace"), NULL, 0),
-                      SD_ENOTSUP, "pre-tokenizer type Metaspace");
+    expect_load_error("whitespace split",
+                      tok_json(json_deep_copy(v), NULL, NULL, NULL, json_pack("{s:s}", "type", "WhitespaceSplit"), NULL, 0),
+                      SD_ENOTSUP, "pre-tokenizer type WhitespaceSplit");
+    expect_load_error("metaspace scheme",
+                      tok_json(json_deep_copy(v), NULL, NULL, NULL,
+                               json_pack("{s:s, s:s}", "type", "Metaspace", "prepend_scheme", "sometimes"), NULL, 0),
+                      SD_EFORMAT, "prepend_scheme 'sometimes' is not one of always, first, never");
+    expect_load_error("metaspace replacement",
+                      tok_json(json_deep_copy(v), NULL, NULL, NULL,
+                               json_pack("{s:s, s:s}", "type", "Metaspace", "replacement", "ab"), NULL, 0),
+                      SD_EFORMAT, "replacement must be one character");
     expect_load_error("precompiled",
                       tok_json(json_deep_copy(v), NULL, NULL, json_pack("{s:s}", "type", "Precompiled"), NULL, NULL, 0),
                       SD_ENOTSUP, "normalizer type Precompiled");
-    expect_load_error("bytefallback decoder",
-                      tok_json(json_deep_copy(v), NULL, NULL, NULL, NULL, json_pack("{s:s}", "type", "ByteFallback"), 0),
-                      SD_ENOTSUP, "decoder type ByteFallback");
+    expect_load_error("metaspace decoder",
+                      tok_json(json_deep_copy(v), NULL, NULL, NULL, NULL, json_pack("{s:s}", "type", "Metaspace"), 0),
+                      SD_ENOTSUP, "decoder type Metaspace");
+    expect_load_error("strip of the end after fuse",
+                      tok_json(json_deep_copy(v), NULL, NULL, NULL, NULL,
+                               json_pack("{s:s, s:[{s:s}, {s:s, s:s, s:i, s:i}]}", "type", "Sequence", "decoders",
+                                         "type", "Fuse", "type", "Strip", "content", " ", "start", 0, "stop", 1),
+                               0),
+                      SD_ENOTSUP, "a Strip of the end (stop 1) after Fuse");
+    expect_load_error("strip content",
+                      tok_json(json_deep_copy(v), NULL, NULL, NULL, NULL,
+                               json_pack("{s:s, s:s, s:i}", "type", "Strip", "content", "ab", "start", 1), 0),
+                      SD_EFORMAT, "needs a one-character \"content\"");
     expect_load_error("merge of unknown token", tok_json(json_deep_copy(v), json_pack("[[s, s]]", "a", "z"), NULL, NULL, NULL, NULL, 0),
                       SD_EFORMAT, "merges[0]: token \"z\"");
     expect_load_error("merged token missing", tok_json(json_deep_copy(v), json_pack("[s]", "a b"), NULL, NULL, NULL, NULL, 0),
@@ -1135,6 +1153,143 @@ TEST(bad_tokenizer_files_are_refused_with_a_message_naming_the_part)
     free(p);
     rm_tree(d);
     ASSERT_EQ(sd_tok_load(&t, "/nonexistent/tokenizer.json", &err), SD_ENOENT);
+}
+
+/* ---- SentencePiece-style tokenizer.json: Metaspace, ByteFallback, Strip ----------------- */
+
+/* HF Metaspace: spaces become "▁"; prepend_scheme always / first / never puts
+ * one before a piece that does not start with it (first: only the piece that
+ * starts the input, not one after an added token); split breaks pieces before
+ * each "▁" (merges cannot cross it), split false lets them. Vocabulary: ▁ 0,
+ * a 1, b 2, a▁ 3, ▁b 4, ▁a 5, <s> 6 (special); merges a+▁ first, then ▁+b,
+ * then ▁+a. */
+TEST(metaspace_prepends_by_scheme_and_splits_before_the_replacement)
+{
+    static const char *const scheme[] = {"always", "first", "never"};
+    for (int split = 0; split < 2; split++) {
+        for (int sc = 0; sc < 3; sc++) {
+            char json[1024];
+            snprintf(json, sizeof json,
+                     "{\"added_tokens\": [{\"id\": 6, \"content\": \"<s>\", \"special\": true}], "
+                     "\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\xe2\x96\x81\", "
+                     "\"prepend_scheme\": \"%s\", \"split\": %s}, "
+                     "\"model\": {\"type\": \"BPE\", \"vocab\": {\"\xe2\x96\x81\": 0, \"a\": 1, \"b\": 2, "
+                     "\"a\xe2\x96\x81\": 3, \"\xe2\x96\x81" "b\": 4, \"\xe2\x96\x81" "a\": 5}, "
+                     "\"merges\": [\"a \xe2\x96\x81\", \"\xe2\x96\x81 b\", \"\xe2\x96\x81 a\"]}}",
+                     scheme[sc], split ? "true" : "false");
+            char *d = NULL;
+            sd_tokenizer *t = from_text(&d, json);
+            ASSERT_MSG(t, "%s split %d", scheme[sc], split);
+            int pre = sc < 2; /* at the input's start: always and first */
+            /* "a b": [▁]a▁b; split: [▁a] [▁b]; not: a▁ then b (▁a first when prepended) */
+            int32_t w[4];
+            int n = 0;
+            if (split) {
+                w[n++] = pre ? 5 : 1;
+                w[n++] = 4;
+            } else if (pre) {
+                w[n++] = 0; /* ▁ a ▁ b: a+▁ ranks first, then nothing joins ▁ and b */
+                w[n++] = 3;
+                w[n++] = 2;
+            } else {
+                w[n++] = 3;
+                w[n++] = 2;
+            }
+            ASSERT_MSG(ids_are(t, "a b", w, n), "%s split %d", scheme[sc], split);
+            /* a leading space is the prefix itself: " b" is ▁b under every scheme */
+            int32_t lead[] = {4};
+            ASSERT(ids_are(t, " b", lead, 1));
+            /* after an added token: only "always" prepends */
+            int32_t after[] = {6, sc == 0 ? 4 : 2};
+            ASSERT_MSG(ids_are(t, "<s>b", after, 2), "%s split %d", scheme[sc], split);
+            /* the input's start, then an added token, then a space */
+            int32_t mid[] = {pre ? 5 : 1, 6, 4};
+            ASSERT_MSG(ids_are(t, "a<s> b", mid, 3), "%s split %d", scheme[sc], split);
+            sd_tok_free(t);
+            rm_tree(d);
+        }
+    }
+    /* the older form: add_prefix_space (true: always); split by default */
+    char *d = NULL;
+    sd_tokenizer *t = from_text(&d, "{\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"_\", "
+                                    "\"add_prefix_space\": false}, \"model\": {\"type\": \"BPE\", \"vocab\": "
+                                    "{\"_\": 0, \"a\": 1, \"_a\": 2}, \"merges\": [\"_ a\"]}}");
+    ASSERT(t);
+    int32_t w[] = {1, 2};
+    ASSERT(ids_are(t, "a a", w, 2));
+    sd_tok_free(t);
+    rm_tree(d);
+}
+
+/* Llama-2's decoder: Replace ▁ -> " ", ByteFallback ("<0xAB>" is the byte),
+ * Fuse, Strip one leading space of the whole text (a stream's start only, and
+ * not where a special token comes first); ill-formed bytes decode to a U+FFFD
+ * each, as SentencePiece's decode does. */
+TEST(byte_fallback_and_strip_decode_as_sentencepiece)
+{
+    char *d = NULL;
+    sd_tokenizer *t = from_text(
+        &d, "{\"added_tokens\": [{\"id\": 0, \"content\": \"<s>\", \"special\": true}], "
+            "\"decoder\": {\"type\": \"Sequence\", \"decoders\": ["
+            "{\"type\": \"Replace\", \"pattern\": {\"String\": \"\xe2\x96\x81\"}, \"content\": \" \"}, "
+            "{\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}, "
+            "{\"type\": \"Strip\", \"content\": \" \", \"start\": 1, \"stop\": 0}]}, "
+            "\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"vocab\": {\"<s>\": 0, "
+            "\"\xe2\x96\x81Hi\": 1, \"\xe2\x96\x81\": 2, \"<0xE2>\": 3, \"<0x82>\": 4, \"<0xAC>\": 5, "
+            "\"<0x41>\": 6, \"<0x4a>\": 7, \"x\": 8}, \"merges\": []}}");
+    ASSERT(t);
+    static const struct {
+        int32_t ids[6];
+        int n, skip;
+        const char *want;
+    } cases[] = {
+        {{1, 2, 1}, 3, 0, "Hi  Hi"},              /* one leading space off, not the others */
+        {{2, 2, 1}, 3, 0, "  Hi"},                /* one of three, not two */
+        {{0, 1}, 2, 0, "<s> Hi"},                 /* the special comes first: nothing to strip */
+        {{0, 1}, 2, 1, "Hi"},                     /* skipped: the text starts with the space */
+        {{3, 4, 5, 8}, 4, 0, "\xe2\x82\xac" "x"}, /* bytes make a character */
+        {{3, 4, 8}, 3, 0, "\xef\xbf\xbd\xef\xbf\xbd" "x"}, /* a cut one: U+FFFD a byte */
+        {{6, 7}, 2, 0, "AJ"},                     /* either case of hex digits */
+    };
+    for (size_t i = 0; i < SD_ARRAY_LEN(cases); i++) {
+        size_t len;
+        char *s = dec(t, cases[i].ids, cases[i].n, cases[i].skip, &len);
+        ASSERT_MSG(s && len == strlen(cases[i].want) && !memcmp(s, cases[i].want, len), "case %zu: \"%s\"", i,
+                   s ? s : "(error)");
+        free(s);
+        /* streamed one id at a time: the same */
+        sd_err err = {0};
+        sd_detok *dt;
+        ASSERT_OK(sd_detok_new(&dt, t, cases[i].skip, &err));
+        sd_sbuf acc = {0};
+        for (int k = 0; k <= cases[i].n; k++) {
+            char *p;
+            size_t l;
+            if (k < cases[i].n)
+                ASSERT_OK(sd_detok_push(dt, &cases[i].ids[k], 1, &p, &l, &err));
+            else
+                ASSERT_OK(sd_detok_flush(dt, &p, &l));
+            ASSERT_OK(sd_sbuf_put(&acc, p, l));
+            free(p);
+        }
+        ASSERT_MSG(acc.len == strlen(cases[i].want) && !memcmp(acc.p, cases[i].want, acc.len), "stream %zu", i);
+        sd_sbuf_free(&acc);
+        sd_detok_free(dt);
+    }
+    sd_tok_free(t);
+    rm_tree(d);
+    /* a Strip before Fuse acts on each token, both ends */
+    t = from_text(&d, "{\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Strip\", \"content\": "
+                      "\"-\", \"start\": 2, \"stop\": 1}, {\"type\": \"Fuse\"}]}, \"model\": {\"type\": \"BPE\", "
+                      "\"vocab\": {\"---a--\": 0, \"b-\": 1}, \"merges\": []}}");
+    ASSERT(t);
+    int32_t ids[] = {0, 1};
+    size_t len;
+    char *s = dec(t, ids, 2, 0, &len);
+    ASSERT_MSG(s && !strcmp(s, "-a-b"), "\"%s\"", s ? s : "(error)");
+    free(s);
+    sd_tok_free(t);
+    rm_tree(d);
 }
 
 /* ---- tiktoken rank files ----------------------------------------------------------------- */
@@ -1381,6 +1536,8 @@ TEST_MAIN(T(bpe_applies_the_lowest_rank_merge_first), T(bpe_breaks_rank_ties_to_
           T(streaming_emits_whole_characters_only), T(streaming_equals_full_decode_on_random_ids),
           T(bos_and_eos_come_from_tokenizer_config_then_from_names),
           T(bad_tokenizer_files_are_refused_with_a_message_naming_the_part),
+          T(metaspace_prepends_by_scheme_and_splits_before_the_replacement),
+          T(byte_fallback_and_strip_decode_as_sentencepiece),
           T(tiktoken_pattern_is_read_from_the_models_python_source),
           T(tiktoken_rank_files_load_and_bad_ones_are_refused_by_line),
           T(threads_share_one_tokenizer_and_get_the_same_ids),

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/tokenizer.h"
+#include "core/utf8.h"
 #include "core/util.h"
 #include "test.h"
 
@@ -522,8 +523,172 @@ TEST(the_rank_files_form_has_the_converted_files_tokens_and_kimis_reserved_ids)
     sd_tok_free(t);
 }
 
+/* ---- SentencePiece BPE (tests/golden/tokenizer/spm_golden.json, made by
+ * tools/golden/spm.py with SentencePiece as the oracle): one byte-fallback BPE
+ * model as tokenizer.json in Llama-2's legacy form (Prepend + Replace
+ * normalizers) and the Metaspace form (prepend_scheme first); decoder Replace,
+ * ByteFallback, Fuse, Strip. */
+
+static json_t *spm_golden(void)
+{
+    char *p = sd_strfmt("%s/tests/golden/tokenizer/spm_golden.json", sd_test_srcdir());
+    json_error_t je;
+    json_t *g = json_load_file(p, JSON_ALLOW_NUL, &je);
+    if (!g)
+        fprintf(stderr, "  %s:%d: %s\n", p, je.line, je.text);
+    free(p);
+    return g;
+}
+
+/* encode (with and without bos), decode, invalid UTF-8 and the long text */
+TEST(sentencepiece_bpe_ids_and_decodes_equal_sentencepieces)
+{
+    json_t *g = spm_golden();
+    ASSERT(g);
+    json_t *toks = json_object_get(g, "tokenizers");
+    ASSERT_EQ(json_array_size(toks), 2);
+    int bad = 0, checked = 0;
+    for (size_t k = 0; k < json_array_size(toks); k++) {
+        json_t *tk = json_array_get(toks, k);
+        const char *name = json_string_value(json_object_get(tk, "name"));
+        sd_tokenizer *t = load(name);
+        ASSERT_MSG(t, "%s", name);
+        ASSERT_EQ(sd_tok_vocab_size(t), json_integer_value(json_object_get(tk, "vocab_size")));
+        ASSERT_EQ(sd_tok_bos_id(t), 1);
+        ASSERT_EQ(sd_tok_eos_id(t), 2);
+        json_t *cases = json_object_get(tk, "cases");
+        for (size_t i = 0; i < json_array_size(cases); i++) {
+            json_t *c = json_array_get(cases, i), *text = json_object_get(c, "text");
+            char what[128];
+            for (int bos = 0; bos < 2; bos++) {
+                int nw, n;
+                int32_t *want = ids_of(json_object_get(c, bos ? "ids_special" : "ids"), &nw), *got = NULL;
+                sd_err err = {0};
+                snprintf(what, sizeof what, "%s case %zu%s \"%s\"", name, i, bos ? " with bos" : "",
+                         short_name(json_string_value(text)));
+                if (sd_tok_encode(t, json_string_value(text), json_string_length(text), bos, &got, &n, &err)) {
+                    fprintf(stderr, "  %s: %s\n", what, err.msg);
+                    bad++;
+                } else {
+                    bad += !same_ids(what, got, n, want, nw);
+                }
+                free(got);
+                free(want);
+            }
+            /* decode: SentencePiece's, the dummy prefix's space stripped */
+            int n;
+            int32_t *ids = ids_of(json_object_get(c, "ids"), &n);
+            char *s = NULL;
+            size_t len;
+            sd_err err = {0};
+            snprintf(what, sizeof what, "%s case %zu decode", name, i);
+            if (sd_tok_decode(t, ids, n, 1, &s, &len, &err)) {
+                fprintf(stderr, "  %s: %s\n", what, err.msg);
+                bad++;
+            } else {
+                bad += !same_text(what, s, len, json_object_get(c, "decode"));
+            }
+            free(s);
+            free(ids);
+            checked++;
+        }
+        json_t *inv = json_object_get(tk, "invalid");
+        for (size_t i = 0; i < json_array_size(inv); i++) {
+            json_t *c = json_array_get(inv, i);
+            const char *hex = json_string_value(json_object_get(c, "hex"));
+            size_t nb = strlen(hex) / 2;
+            char *bytes = malloc(nb + 1);
+            for (size_t b = 0; b < nb; b++)
+                bytes[b] = (char)(hexval(hex[2 * b]) << 4 | hexval(hex[2 * b + 1]));
+            int nw, n;
+            int32_t *want = ids_of(json_object_get(c, "ids"), &nw), *got = NULL;
+            sd_err err = {0};
+            ASSERT_OK(sd_tok_encode(t, bytes, nb, 0, &got, &n, &err));
+            bad += !same_ids(hex, got, n, want, nw);
+            free(got);
+            free(want);
+            free(bytes);
+        }
+        /* random ids (a quarter of them only byte pieces) */
+        json_t *dec = json_object_get(tk, "decode");
+        for (size_t i = 0; i < json_array_size(dec); i++) {
+            json_t *c = json_array_get(dec, i);
+            int n;
+            int32_t *ids = ids_of(json_object_get(c, "ids"), &n);
+            char *s = NULL, what[96];
+            size_t len;
+            sd_err err = {0};
+            snprintf(what, sizeof what, "%s random ids %zu", name, i);
+            ASSERT_OK(sd_tok_decode(t, ids, n, 0, &s, &len, &err));
+            bad += !same_text(what, s, len, json_object_get(c, "text"));
+            free(s);
+            free(ids);
+        }
+        /* <s> in text: the legacy form puts "▁" before the text after it (its
+         * normalizer runs on each stretch between added tokens), Metaspace's
+         * "first" does not (that text does not start the input) */
+        int legacy = json_is_true(json_object_get(tk, "legacy"));
+        int32_t *a = NULL, *b = NULL;
+        int na = 0, nb = 0;
+        sd_err e2 = {0};
+        ASSERT_OK(sd_tok_encode(t, "Hello world", 11, 0, &a, &na, &e2));
+        ASSERT_OK(sd_tok_encode(t, "<s>Hello world", 14, 0, &b, &nb, &e2));
+        ASSERT_EQ(b[0], 1);
+        if (legacy) {
+            ASSERT(same_ids("after <s>", b + 1, nb - 1, a, na));
+        } else {
+            sd_sbuf pieces = {0};
+            for (int i = 1; i < nb; i++) {
+                size_t l;
+                const char *p = sd_tok_token_str(t, b[i], &l);
+                ASSERT_OK(sd_sbuf_put(&pieces, p, l));
+            }
+            ASSERT(pieces.len == 13 && !memcmp(pieces.p, "Hello\xe2\x96\x81world", 13));
+            sd_sbuf_free(&pieces);
+        }
+        free(a);
+        free(b);
+        json_t *lg = json_object_get(tk, "long"), *text = json_object_get(lg, "text");
+        int nw, n;
+        int32_t *want = ids_of(json_object_get(lg, "ids"), &nw), *got = NULL;
+        sd_err err = {0};
+        ASSERT_OK(sd_tok_encode(t, json_string_value(text), json_string_length(text), 0, &got, &n, &err));
+        bad += !same_ids("long text", got, n, want, nw);
+        /* one id at a time through the streaming detokenizer == the full decode,
+         * the dummy prefix's space stripped from the stream's start only */
+        char *full = NULL;
+        size_t flen;
+        ASSERT_OK(sd_tok_decode(t, got, n, 0, &full, &flen, &err));
+        ASSERT(flen > 0 && full[0] != ' ');
+        sd_detok *d;
+        ASSERT_OK(sd_detok_new(&d, t, 0, &err));
+        sd_sbuf acc = {0};
+        for (int i = 0; i <= n; i++) {
+            char *piece;
+            size_t l;
+            if (i < n)
+                ASSERT_OK(sd_detok_push(d, &got[i], 1, &piece, &l, &err));
+            else
+                ASSERT_OK(sd_detok_flush(d, &piece, &l));
+            ASSERT_OK(sd_sbuf_put(&acc, piece, l));
+            free(piece);
+        }
+        ASSERT(acc.len == flen && !memcmp(acc.p, full, flen));
+        sd_sbuf_free(&acc);
+        sd_detok_free(d);
+        free(full);
+        free(got);
+        free(want);
+        sd_tok_free(t);
+    }
+    fprintf(stderr, "  %d corpus strings checked, %d differ\n", checked, bad);
+    json_decref(g);
+    ASSERT_EQ(bad, 0);
+}
+
 TEST_MAIN(T(golden_ids_equal_hf_tokenizers_on_the_corpus), T(golden_decodes_equal_hf_tokenizers),
           T(round_trip_decode_encode_is_the_text_without_a_normalizer),
           T(invalid_utf8_encodes_like_hf_on_the_replaced_text), T(long_text_ids_and_streamed_decode_equal_hf),
           T(bos_eos_and_special_flags_of_the_golden_tokenizers),
-          T(the_rank_files_form_has_the_converted_files_tokens_and_kimis_reserved_ids))
+          T(the_rank_files_form_has_the_converted_files_tokens_and_kimis_reserved_ids),
+          T(sentencepiece_bpe_ids_and_decodes_equal_sentencepieces))
