@@ -186,12 +186,14 @@ static const struct {
 } sd__archs[] = {
     {"LlamaForCausalLM", SD_ARCH_LLAMA, {"llama", "mistral"}},
     {"MistralForCausalLM", SD_ARCH_LLAMA, {"mistral", "llama"}},
+    /* Qwen2 / Qwen2.5: Llama's layer with q/k/v biases (HF's Qwen2Attention) */
+    {"Qwen2ForCausalLM", SD_ARCH_LLAMA, {"qwen2", NULL}},
     {"Qwen3ForCausalLM", SD_ARCH_QWEN3, {"qwen3", NULL}},
     /* Kimi-K2 ships model_type kimi_k2 with the DeepSeek-V3 architecture. */
     {"DeepseekV3ForCausalLM", SD_ARCH_DEEPSEEK_V3, {"deepseek_v3", "kimi_k2"}},
 };
 #define SD__ARCH_LIST                                                                              \
-    "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, DeepseekV3ForCausalLM"
+    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, DeepseekV3ForCausalLM"
 
 static int sd__parse_arch(sd_model_cfg *cfg, json_t *root, const sd__jctx *c)
 {
@@ -576,6 +578,7 @@ int sd_model_cfg_parse(sd_model_cfg *cfg, const char *json_text, const char *pat
         goto out;
     int ds = cfg->arch == SD_ARCH_DEEPSEEK_V3;
     int qwen = cfg->arch == SD_ARCH_QWEN3;
+    int qwen2 = !strcmp(cfg->model_type, "qwen2");
 
     const int big = 1 << 30;
     rc = sd__int(&c, root, "vocab_size", 1, 0, 1, big, &cfg->vocab_size);
@@ -593,14 +596,14 @@ int sd_model_cfg_parse(sd_model_cfg *cfg, const char *json_text, const char *pat
         rc = sd__range(&c, "rms_norm_eps", "must be positive");
     if (!rc)
         rc = sd__int(&c, root, "max_position_embeddings", 0,
-                     ds     ? 4096
-                     : qwen ? 32768
-                            : 2048,
+                     ds              ? 4096
+                     : qwen || qwen2 ? 32768
+                                     : 2048,
                      1, big, &cfg->max_pos);
     if (!rc)
         rc = sd__bool(&c, root, "tie_word_embeddings", 0, &cfg->tie_embeddings);
-    if (!rc)
-        rc = sd__bool(&c, root, "attention_bias", 0, &cfg->attention_bias);
+    if (!rc) /* Qwen2's config has no such key: its q/k/v projections always have biases */
+        rc = sd__bool(&c, root, "attention_bias", qwen2, &cfg->attention_bias);
     if (!rc && cfg->arch == SD_ARCH_LLAMA)
         rc = sd__bool(&c, root, "mlp_bias", 0, &cfg->mlp_bias);
     if (rc)
@@ -638,11 +641,11 @@ int sd_model_cfg_parse(sd_model_cfg *cfg, const char *json_text, const char *pat
 
     /* Sliding windows: Mistral's sliding_window (null in later releases);
      * Qwen3's per-layer windows behind use_sliding_window are not modelled. */
-    if (cfg->arch == SD_ARCH_LLAMA) {
+    if (cfg->arch == SD_ARCH_LLAMA && !qwen2) {
         rc = sd__int(&c, root, "sliding_window", 0, 0, 0, big, &cfg->sliding_window);
         if (!rc && cfg->sliding_window >= cfg->max_pos)
             cfg->sliding_window = 0;
-    } else if (qwen) {
+    } else if (qwen || qwen2) {
         int usw = 0;
         rc = sd__bool(&c, root, "use_sliding_window", 0, &usw);
         if (!rc && usw)

@@ -771,6 +771,39 @@ TEST(real_qwen3_8b_config_parses)
     ASSERT_EQ(c.sliding_window, 0);
 }
 
+/* Qwen2 / Qwen2.5 run as Llama's layer with q/k/v biases: the config has no
+ * attention_bias key (HF's Qwen2Attention always has them), and its
+ * sliding_window means nothing while use_sliding_window is false. */
+TEST(real_qwen2_5_7b_config_parses_as_llama_with_biases)
+{
+    sd_model_cfg c;
+    sd_err err = {0};
+    ASSERT_MSG(load_real("qwen2.5-7b-instruct", &c, &err) == 0, "%s", err.msg);
+    ASSERT_EQ(c.arch, SD_ARCH_LLAMA);
+    ASSERT_STR_EQ(c.arch_name, "Qwen2ForCausalLM");
+    ASSERT_STR_EQ(c.model_type, "qwen2");
+    ASSERT_EQ(c.vocab_size, 152064);
+    ASSERT_EQ(c.hidden_size, 3584);
+    ASSERT_EQ(c.num_layers, 28);
+    ASSERT_EQ(c.num_heads, 28);
+    ASSERT_EQ(c.num_kv_heads, 4);
+    ASSERT_EQ(c.head_dim, 128);
+    ASSERT_EQ(c.max_pos, 32768);
+    ASSERT_EQ(c.attention_bias, 1);
+    ASSERT_EQ(c.qk_norm, 0);
+    ASSERT_EQ(c.sliding_window, 0);
+    ASSERT_EQ(c.eos_id, 151645);
+    ASSERT_NEAR(c.rope.theta, 1e6, 0);
+    const char *m = "{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\","
+                    "\"hidden_size\":64,\"intermediate_size\":128,\"num_attention_heads\":4,"
+                    "\"num_hidden_layers\":2,\"num_key_value_heads\":2,\"vocab_size\":300}";
+    ASSERT_MSG(parse_mod(m, "{\"use_sliding_window\":true}", NULL, &c, &err) != 0, "a window was taken");
+    ASSERT_CONTAINS(err.msg, "use_sliding_window");
+    /* an explicit attention_bias false is read as written */
+    ASSERT_MSG(parse_mod(m, "{\"attention_bias\":false}", NULL, &c, &err) == 0, "%s", err.msg);
+    ASSERT_EQ(c.attention_bias, 0);
+}
+
 static void check_deepseek_v3(const sd_model_cfg *c)
 {
     ASSERT_EQ(c->arch, SD_ARCH_DEEPSEEK_V3);
@@ -858,5 +891,6 @@ TEST_MAIN(T(llama31_parses_with_llama3_rope_and_eos_list),
           T(unsupported_architecture_names_file_and_architecture), T(unknown_rope_type_is_named),
           T(wrong_types_name_file_key_and_type), T(values_out_of_range_name_the_key),
           T(malformed_json_names_file_and_place), T(real_llama_3_2_1b_config_parses),
-          T(real_qwen3_8b_config_parses), T(real_deepseek_v3_config_parses),
+          T(real_qwen3_8b_config_parses), T(real_qwen2_5_7b_config_parses_as_llama_with_biases),
+          T(real_deepseek_v3_config_parses),
           T(missing_config_file_names_its_path))

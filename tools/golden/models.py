@@ -179,6 +179,40 @@ FIXTURES = [
         dtype="float32",
     ),
     dict(
+        name="llama-bias",
+        family="llama",
+        # attention_bias: q/k/v and o_proj biases (o's is added once after TP's all-reduce)
+        cfg=_with(_LLAMA_COMMON, attention_bias=True),
+        rope=dict(rope_type="default", rope_theta=10000.0),
+        dtype="bfloat16",
+        sensitivity=["zero_attention_bias"],
+    ),
+    dict(
+        name="qwen2",
+        family="qwen2",
+        # Qwen2 / Qwen2.5: q/k/v biases always (no attention_bias key), o_proj none;
+        # sliding_window written but use_sliding_window false (no window), as published
+        cfg=dict(
+            vocab_size=300,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=2048,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            use_sliding_window=False,
+            sliding_window=2048,
+            max_window_layers=2,
+            bos_token_id=0,
+            eos_token_id=1,
+        ),
+        rope=dict(rope_type="default", rope_theta=1000000.0),
+        dtype="bfloat16",
+        sensitivity=["zero_attention_bias"],
+    ),
+    dict(
         name="deepseek-v3",
         family="deepseek",
         # n_group 4 x 2 experts, topk_group 2: 4 candidates for top-2.
@@ -400,7 +434,8 @@ def rope_kwargs(rope):
 
 def config_class(family):
     tf = _tf()
-    return {"llama": tf.LlamaConfig, "qwen3": tf.Qwen3Config, "deepseek": tf.DeepseekV3Config}[family]
+    return {"llama": tf.LlamaConfig, "qwen2": tf.Qwen2Config, "qwen3": tf.Qwen3Config,
+            "deepseek": tf.DeepseekV3Config}[family]
 
 
 def make_config(spec, num_layers):
@@ -845,6 +880,13 @@ def layer_plumbing_check(model, ids):
 
 def sensitivity(spec, d, ref, ids, what):
     """Relative change of the logits when one option is switched off."""
+    if what == "zero_attention_bias":
+        m, _ = load_model(d)
+        with torch.no_grad():
+            for n, p in m.named_parameters():
+                if ".self_attn." in n and n.endswith(".bias"):
+                    p.zero_()
+        return rel_diff(logits_of(m, ids), ref)
     if what == "zero_correction_bias":
         m, _ = load_model(d)
         with torch.no_grad():

@@ -25,6 +25,13 @@ token's text are left out (SentencePiece reads "<s>" in text as characters).
 
   /usr/bin/python3 tools/golden/spm.py --out tests/golden/tokenizer   (Debian:
                                                        python3-sentencepiece)
+  python3 tools/golden/spm.py --hf --out tests/golden/tokenizer        (HF tokenizers, no
+                                                       SentencePiece needed)
+
+--hf adds HF tokenizers' own ids and decodes of the written tokenizer.json files to
+spm_golden.json ("hf": the corpus, and texts with <s> / </s> inside, where the
+legacy and the Metaspace form differ), for the C test to check against the library
+whose behaviour the files describe.
 
 Writes DIR/<name>/tokenizer.json, DIR/<name>/tokenizer_config.json and
 DIR/spm_golden.json.
@@ -38,9 +45,15 @@ import random
 import sys
 import time
 
-import sentencepiece as spm
+try:
+    import sentencepiece as spm
+except ImportError:  # --hf needs only HF tokenizers
+    spm = None
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+# tokenizers.py beside this file is ours: keep the folder off the import path so
+# that `import tokenizers` (--hf) finds HF's library
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 _spec = importlib.util.spec_from_file_location("golden_corpus", os.path.join(_HERE, "tokenizers.py"))
 G = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(G)
@@ -122,11 +135,46 @@ def oracle_ids(sp, text, legacy):
     return sp.encode(text)
 
 
+# texts with added tokens inside: <s> starts or splits the text, spaces around it
+ADDED_CASES = ["<s>Hello world", "Hello<s>world", "Hello <s> world", "<s> x", "a</s>", "</s>\nnext",
+               "<s><s>two", " <s>lead", "Hi <unk> there"]
+
+
+def hf_add(out):
+    import tokenizers
+    from tokenizers import Tokenizer
+
+    path = os.path.join(out, "spm_golden.json")
+    with open(path, encoding="utf-8") as f:
+        golden = json.load(f)
+    golden["hf_tokenizers_version"] = tokenizers.__version__
+    for g in golden["tokenizers"]:
+        tok = Tokenizer.from_file(os.path.join(out, g["name"], "tokenizer.json"))
+        hf = []
+        texts = [c["text"] for c in g["cases"]] + ADDED_CASES
+        for text in texts:
+            e = tok.encode(text, add_special_tokens=False)
+            ids = list(e.ids)
+            hf.append({"text": text, "ids": ids, "ids_special": list(tok.encode(text).ids),
+                       "decode": tok.decode(ids, skip_special_tokens=False),
+                       "decode_skip": tok.decode(ids, skip_special_tokens=True)})
+        g["hf"] = hf
+        g["hf_random_decode"] = [tok.decode(c["ids"], skip_special_tokens=False) for c in g["decode"]]
+        agree = sum(h["ids"] == c["ids"] for h, c in zip(hf, g["cases"]))
+        print(f"{g['name']}: HF agrees with SentencePiece on {agree}/{len(g['cases'])} corpus strings")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(golden, f, ensure_ascii=False, indent=0)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/golden/tokenizer")
     ap.add_argument("--vocab", type=int, default=3000)
+    ap.add_argument("--hf", action="store_true", help="add HF tokenizers' ids and decodes to spm_golden.json")
     a = ap.parse_args()
+    if a.hf:
+        hf_add(a.out)
+        return
     t0 = time.time()
     model, n_lines, total = train(a.vocab)
     sp = spm.SentencePieceProcessor(model_proto=model)
