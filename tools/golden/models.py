@@ -114,6 +114,21 @@ _LLAMA_COMMON = dict(
 )
 
 
+_QWEN_COMMON = dict(
+    vocab_size=300,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=2048,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=False,
+    bos_token_id=0,
+    eos_token_id=1,
+)
+
+
 def _with(base, **kw):
     d = dict(base)
     d.update(kw)
@@ -160,21 +175,7 @@ FIXTURES = [
     dict(
         name="qwen3",
         family="qwen3",
-        cfg=dict(
-            vocab_size=300,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=32,  # != hidden / heads = 16
-            max_position_embeddings=2048,
-            rms_norm_eps=1e-6,
-            attention_bias=False,
-            tie_word_embeddings=False,
-            bos_token_id=0,
-            eos_token_id=1,
-        ),
+        cfg=_with(_QWEN_COMMON, head_dim=32, attention_bias=False),  # head_dim != hidden / heads = 16
         rope=dict(rope_type="default", rope_theta=1000000.0),
         dtype="float32",
     ),
@@ -192,22 +193,7 @@ FIXTURES = [
         family="qwen2",
         # Qwen2 / Qwen2.5: q/k/v biases always (no attention_bias key), o_proj none;
         # sliding_window written but use_sliding_window false (no window), as published
-        cfg=dict(
-            vocab_size=300,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=2048,
-            rms_norm_eps=1e-6,
-            tie_word_embeddings=False,
-            use_sliding_window=False,
-            sliding_window=2048,
-            max_window_layers=2,
-            bos_token_id=0,
-            eos_token_id=1,
-        ),
+        cfg=_with(_QWEN_COMMON, use_sliding_window=False, sliding_window=2048, max_window_layers=2),
         rope=dict(rope_type="default", rope_theta=1000000.0),
         dtype="bfloat16",
         sensitivity=["zero_attention_bias"],

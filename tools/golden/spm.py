@@ -80,15 +80,7 @@ def merges_of(sp):
     """SentencePieceExtractor: every split of a piece into two pieces, by score."""
     vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
     scores = {sp.id_to_piece(i): sp.get_score(i) for i in range(sp.get_piece_size())}
-    merges = []
-    for piece, score in scores.items():
-        local = []
-        for k in range(1, len(piece)):
-            l, r = piece[:k], piece[k:]
-            if l in vocab and r in vocab:
-                local.append((l, r, score))
-        local.sort(key=lambda x: (vocab[x[0]], vocab[x[1]]))
-        merges.extend(local)
+    merges = G.split_merges(scores.items(), vocab)
     merges.sort(key=lambda x: x[2], reverse=True)  # stable: the piece order within a score
     return vocab, [[l, r] for l, r, _ in merges]
 

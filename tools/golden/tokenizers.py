@@ -231,22 +231,24 @@ def tok_str(b):
     return "".join(B2U[x] for x in b)
 
 
+def split_merges(pieces, index):
+    """transformers' converters' merges: every split of a piece (pieces: (piece, key)
+    pairs) into two pieces of index, each piece's splits in their halves' index
+    order, as (left, right, key); the caller orders them by key (stably)."""
+    merges = []
+    for piece, key in pieces:
+        local = [(piece[:i], piece[i:], key) for i in range(1, len(piece))
+                 if piece[:i] in index and piece[i:] in index]
+        local.sort(key=lambda x: (index[x[0]], index[x[1]]))
+        merges.extend(local)
+    return merges
+
+
 def tiktoken_to_hf(ranks):
     """A rank file -> (vocab, merges), as transformers' TikTokenConverter does: every
     split of a token into two ranked tokens is a merge, ordered by the token's rank."""
-    vocab = {}
-    merges = []
-    for token, rank in ranks.items():
-        vocab[tok_str(token)] = rank
-        if len(token) == 1:
-            continue
-        local = []
-        for i in range(1, len(token)):
-            l, r = token[:i], token[i:]
-            if l in ranks and r in ranks:
-                local.append((l, r, rank))
-        local.sort(key=lambda x: (ranks[x[0]], ranks[x[1]]))
-        merges.extend(local)
+    vocab = {tok_str(token): rank for token, rank in ranks.items()}
+    merges = split_merges(ranks.items(), ranks)
     merges.sort(key=lambda x: x[2])
     return vocab, [[tok_str(l), tok_str(r)] for l, r, _ in merges]
 
