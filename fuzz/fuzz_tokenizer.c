@@ -173,7 +173,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         copy[len] = 0;
         int n = 0;
         for (char *p = copy; n < 8 && p <= copy + len; p += strlen(p) + 1) {
-            m[n] = (sd_chat_msg){roles[(n + data[0]) % 4], p};
+            m[n] = (sd_chat_msg){.role = roles[(n + data[0]) % 4], .content = p};
             n++;
         }
         sd_err err = {0};

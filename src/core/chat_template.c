@@ -1,5 +1,7 @@
 /* core/chat_template: the published Jinja chat templates of the families specd
- * serves, written out in C for plain text messages (no tools, no images).
+ * serves, written out in C for text messages (no images); tools and tool calls
+ * for the templates whose tool format is written out (Qwen2.5's and Qwen3's
+ * chatml; sd_chat_render_tools), the templates' tojson as Python's json.dumps.
  * Each renderer follows its template statement by statement; the golden test
  * (tests/core/test_chat_template.c) compares them with Jinja's output on the
  * real templates (tests/golden/tokenizer/chat/). */
@@ -345,10 +347,10 @@ static void o_trim(out *o, const char *s)
 }
 
 /* transformers' tojson filter on a string: json.dumps(s, ensure_ascii=False). */
-static void o_json(out *o, const char *s)
+static void o_json_n(out *o, const char *s, size_t n)
 {
     o_put(o, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)s, *end = p + n; p < end; p++) {
         char esc[8];
         const char *e = NULL;
         switch (*p) {
@@ -371,6 +373,126 @@ static void o_json(out *o, const char *s)
             o_put(o, (const char *)p, 1);
     }
     o_put(o, "\"", 1);
+}
+static void o_json(out *o, const char *s) { o_json_n(o, s, strlen(s)); }
+
+/* Python's repr of a float: the shortest digits that read back as v, fixed
+ * notation for decimal exponents -4..15 (with ".0" when whole), else d.ddde+XX. */
+static int py_float(sd_sbuf *b, double v)
+{
+    char buf[40];
+    if (v != v || v - v != 0) /* NaN, inf: json.dumps writes these names */
+        return sd_sbuf_put(b, v != v ? "NaN" : v > 0 ? "Infinity" : "-Infinity", v != v ? 3 : v > 0 ? 8 : 9);
+    int p = 0;
+    for (; p < 17; p++) {
+        snprintf(buf, sizeof buf, "%.*e", p, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    /* buf: [-]d[.ddd]e[+-]XX */
+    const char *s = buf;
+    int neg = *s == '-';
+    s += neg;
+    char dig[24];
+    int nd = 0;
+    for (; *s && *s != 'e'; s++)
+        if (*s != '.')
+            dig[nd++] = *s;
+    int ex = atoi(s + 1);
+    while (nd > 1 && dig[nd - 1] == '0')
+        nd--;
+    sd_sbuf t = {0};
+    int rc = neg ? sd_sbuf_putc(&t, '-') : 0;
+    if (ex >= -4 && ex < 16) {
+        if (ex < 0) {
+            rc |= sd_sbuf_put(&t, "0.", 2);
+            for (int i = 0; i < -ex - 1; i++)
+                rc |= sd_sbuf_putc(&t, '0');
+            rc |= sd_sbuf_put(&t, dig, (size_t)nd);
+        } else if (ex + 1 >= nd) {
+            rc |= sd_sbuf_put(&t, dig, (size_t)nd);
+            for (int i = nd; i < ex + 1; i++)
+                rc |= sd_sbuf_putc(&t, '0');
+            rc |= sd_sbuf_put(&t, ".0", 2);
+        } else {
+            rc |= sd_sbuf_put(&t, dig, (size_t)ex + 1);
+            rc |= sd_sbuf_putc(&t, '.');
+            rc |= sd_sbuf_put(&t, dig + ex + 1, (size_t)(nd - ex - 1));
+        }
+    } else {
+        rc |= sd_sbuf_putc(&t, dig[0]);
+        if (nd > 1) {
+            rc |= sd_sbuf_putc(&t, '.');
+            rc |= sd_sbuf_put(&t, dig + 1, (size_t)nd - 1);
+        }
+        char e[8];
+        int el = snprintf(e, sizeof e, "e%c%02d", ex < 0 ? '-' : '+', ex < 0 ? -ex : ex);
+        rc |= sd_sbuf_put(&t, e, (size_t)el);
+    }
+    rc |= sd_sbuf_put(b, t.p ? t.p : "", t.len);
+    sd_sbuf_free(&t);
+    return rc ? -1 : 0;
+}
+
+int sd_py_json_dumps(sd_sbuf *b, const json_t *v)
+{
+    out o = {{0}, 0};
+    o.b = *b;
+    int rc = 0;
+    char num[32];
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        const char *k;
+        json_t *x;
+        int first = 1;
+        o_put(&o, "{", 1);
+        json_object_foreach((json_t *)v, k, x)
+        {
+            if (!first)
+                o_put(&o, ", ", 2);
+            first = 0;
+            o_json(&o, k);
+            o_put(&o, ": ", 2);
+            if (!o.oom && sd_py_json_dumps(&o.b, x))
+                o.oom = 1;
+        }
+        o_put(&o, "}", 1);
+        break;
+    }
+    case JSON_ARRAY:
+        o_put(&o, "[", 1);
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i)
+                o_put(&o, ", ", 2);
+            if (!o.oom && sd_py_json_dumps(&o.b, json_array_get(v, i)))
+                o.oom = 1;
+        }
+        o_put(&o, "]", 1);
+        break;
+    case JSON_STRING:
+        o_json_n(&o, json_string_value(v), json_string_length(v));
+        break;
+    case JSON_INTEGER:
+        snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
+        o_str(&o, num);
+        break;
+    case JSON_REAL:
+        if (!o.oom && py_float(&o.b, json_real_value(v)))
+            o.oom = 1;
+        break;
+    case JSON_TRUE:
+        o_str(&o, "true");
+        break;
+    case JSON_FALSE:
+        o_str(&o, "false");
+        break;
+    case JSON_NULL:
+        o_str(&o, "null");
+        break;
+    }
+    *b = o.b;
+    rc = o.oom ? -1 : 0;
+    return rc;
 }
 
 /* Python's s.strip('\n') / lstrip / rstrip on s[a..b). */
@@ -448,13 +570,46 @@ static void r_llama3(const sd_chat_template *ct, const sd_chat_msg *m, int n, in
 
 static int is_tool_response(const char *s)
 {
+    if (!s)
+        return 0;
     size_t n = strlen(s);
     return n >= 15 && !strncmp(s, "<tool_response>", 15) && n >= 16 && !strcmp(s + n - 16, "</tool_response>");
 }
 
-static void r_chatml(const sd_chat_template *ct, const sd_chat_msg *m, int n, int gen, out *o)
+/* Qwen2.5 / Qwen3: a tool call as '<tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>' */
+static void o_tool_call(out *o, const sd_chat_call *c)
 {
-    if (ct->default_system && (n == 0 || strcmp(m[0].role, "system"))) {
+    o_str(o, "<tool_call>\n{\"name\": \"");
+    o_str(o, c->name);
+    o_str(o, "\", \"arguments\": ");
+    if (!o->oom && sd_py_json_dumps(&o->b, c->arguments))
+        o->oom = 1;
+    o_str(o, "}\n</tool_call>");
+}
+
+static void r_chatml(const sd_chat_template *ct, const sd_chat_msg *m, int n, const json_t *tools, int gen, out *o)
+{
+    int first = 0; /* the first message printed by the loop */
+    if (json_array_size(tools)) {
+        /* the system turn with the tools' signatures, the first system message in it */
+        int sys = n > 0 && !strcmp(m[0].role, "system");
+        o_str(o, "<|im_start|>system\n");
+        if (sys || !ct->qwen3) {
+            o_str(o, sys ? m[0].content : ct->default_system ? ct->default_system : "");
+            o_str(o, "\n\n");
+        }
+        o_str(o, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                 "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+        for (size_t k = 0; k < json_array_size(tools); k++) {
+            o_str(o, "\n");
+            if (!o->oom && sd_py_json_dumps(&o->b, json_array_get(tools, k)))
+                o->oom = 1;
+        }
+        o_str(o, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+                 "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+                 "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+        first = sys;
+    } else if (ct->default_system && (n == 0 || strcmp(m[0].role, "system"))) {
         o_str(o, "<|im_start|>system\n");
         o_str(o, ct->default_system);
         o_str(o, "<|im_end|>\n");
@@ -466,8 +621,21 @@ static void r_chatml(const sd_chat_template *ct, const sd_chat_msg *m, int n, in
                 last_query = i;
                 break;
             }
-    for (int i = 0; i < n; i++) {
-        const char *role = m[i].role, *c = m[i].content;
+    for (int i = first; i < n; i++) {
+        const char *role = m[i].role, *c = m[i].content ? m[i].content : "";
+        if (!ct->qwen3 && m[i].n_calls) { /* Qwen2.5 */
+            o_str(o, "<|im_start|>assistant");
+            if (*c) {
+                o_str(o, "\n");
+                o_str(o, c);
+            }
+            for (int k = 0; k < m[i].n_calls; k++) {
+                o_str(o, "\n");
+                o_tool_call(o, &m[i].calls[k]);
+            }
+            o_str(o, "<|im_end|>\n");
+            continue;
+        }
         if (ct->qwen_tools && !strcmp(role, "tool")) {
             if (i == 0 || strcmp(m[i - 1].role, "tool"))
                 o_str(o, "<|im_start|>user");
@@ -505,6 +673,11 @@ static void r_chatml(const sd_chat_template *ct, const sd_chat_msg *m, int n, in
                 strip_nl(c, &a, &b, 1, 0);
             }
             o_put(o, c + a, b - a);
+            for (int k = 0; k < m[i].n_calls; k++) {
+                if (k > 0 || b > a)
+                    o_str(o, "\n");
+                o_tool_call(o, &m[i].calls[k]);
+            }
             o_str(o, "<|im_end|>\n");
             continue;
         }
@@ -640,21 +813,42 @@ static void r_kimi(const sd_chat_template *ct, const sd_chat_msg *m, int n, int 
 int sd_chat_render(const sd_chat_template *ct, const sd_chat_msg *msgs, int n, int add_generation_prompt,
                    char **text, size_t *len, sd_err *err)
 {
+    return sd_chat_render_tools(ct, msgs, n, NULL, add_generation_prompt, text, len, err);
+}
+
+int sd_chat_render_tools(const sd_chat_template *ct, const sd_chat_msg *msgs, int n, const json_t *tools,
+                         int add_generation_prompt, char **text, size_t *len, sd_err *err)
+{
     *text = NULL;
     if (len)
         *len = 0;
     if (n < 0 || (n > 0 && !msgs))
         return sd_err_set(err, SD_EINVAL, "chat render: %d messages at %p", n, (const void *)msgs);
-    for (int i = 0; i < n; i++)
-        if (!msgs[i].role || !msgs[i].content)
-            return sd_err_set(err, SD_EINVAL, "chat render: message %d has no %s", i, msgs[i].role ? "content" : "role");
+    if (tools && !json_is_array(tools))
+        return sd_err_set(err, SD_EINVAL, "chat render: tools must be an array");
+    int has_calls = 0, tool_format = ct->fam == FAM_CHATML && ct->qwen_tools;
+    for (int i = 0; i < n; i++) {
+        const sd_chat_msg *m = &msgs[i];
+        if (m->n_calls < 0 || (m->n_calls && (!m->calls || strcmp(m->role ? m->role : "", "assistant"))))
+            return sd_err_set(err, SD_EINVAL, "chat render: message %d: tool calls belong to an assistant message", i);
+        for (int k = 0; k < m->n_calls; k++)
+            if (!m->calls[k].name || !json_is_object(m->calls[k].arguments))
+                return sd_err_set(err, SD_EINVAL, "chat render: message %d: tool call %d needs a name and an "
+                                  "arguments object", i, k);
+        has_calls |= m->n_calls > 0;
+        if (!m->role || (!m->content && !m->n_calls))
+            return sd_err_set(err, SD_EINVAL, "chat render: message %d has no %s", i, m->role ? "content" : "role");
+    }
+    if ((json_array_size(tools) || has_calls) && !tool_format)
+        return sd_err_set(err, SD_ENOTSUP, "chat render: the %s template's tool format is not supported (tools are "
+                          "written out for Qwen2.5's and Qwen3's chatml)", FAMILY_NAME[ct->fam]);
     out o = {{0}, 0};
     switch (ct->fam) {
     case FAM_LLAMA3:
         r_llama3(ct, msgs, n, add_generation_prompt, &o);
         break;
     case FAM_CHATML:
-        r_chatml(ct, msgs, n, add_generation_prompt, &o);
+        r_chatml(ct, msgs, n, tools, add_generation_prompt, &o);
         break;
     case FAM_DEEPSEEK3:
         r_deepseek3(ct, msgs, n, add_generation_prompt, &o);

@@ -49,6 +49,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "core/utf8.h"
 
 typedef struct sd_tokenizer sd_tokenizer;
 
@@ -113,9 +114,19 @@ void sd_detok_free(sd_detok *d);
  *   kimi-k2    Kimi-K2 (<|im_system|>, <|im_user|>, <|im_assistant|>, <|im_middle|>)
  * The rendered text holds the family's BOS text where the template has it: encode
  * it with add_bos = 0. */
+struct json_t;
+/* A tool call of an assistant message: the function's name and its arguments
+ * (a JSON object, printed as Python's json.dumps prints it: the templates'
+ * `tojson`). */
+typedef struct sd_chat_call {
+    const char *name;
+    const struct json_t *arguments;
+} sd_chat_call;
 typedef struct sd_chat_msg {
-    const char *role; /* system | user | assistant | any other role the family prints */
-    const char *content;
+    const char *role; /* system | user | assistant | tool | any other role the family prints */
+    const char *content; /* NULL only for an assistant message with tool calls */
+    const sd_chat_call *calls; /* assistant: its tool calls (n_calls), else NULL */
+    int n_calls;
 } sd_chat_msg;
 typedef struct sd_chat_template sd_chat_template;
 
@@ -128,6 +139,18 @@ int sd_chat_template_load(sd_chat_template **out, const char *model_dir, const c
                           sd_err *err);
 int sd_chat_render(const sd_chat_template *ct, const sd_chat_msg *msgs, int n,
                    int add_generation_prompt, char **out, size_t *len, sd_err *err);
+/* As sd_chat_render, with the request's tools (a JSON array of OpenAI tool
+ * objects, each printed as the template's `tool | tojson`; NULL or empty: none)
+ * and the messages' tool calls. The families whose tool format is written out:
+ * chatml with Qwen2.5's and Qwen3's tool blocks; the others refuse tools and
+ * tool calls with SD_ENOTSUP. */
+int sd_chat_render_tools(const sd_chat_template *ct, const sd_chat_msg *msgs, int n,
+                         const struct json_t *tools, int add_generation_prompt, char **out, size_t *len,
+                         sd_err *err);
+/* Python's json.dumps(v, ensure_ascii=False) of v (key order kept, ", " and
+ * ": " separators, floats as Python's repr), appended to b: 0, or -1 when memory
+ * ran out. The templates' tojson filter. */
+int sd_py_json_dumps(sd_sbuf *b, const struct json_t *v);
 /* The family name (llama3 | chatml | deepseek3 | kimi-k2). */
 const char *sd_chat_template_name(const sd_chat_template *ct);
 /* The text that ends an assistant turn (<|eot_id|>, <|im_end|>, ...): a stop token. */

@@ -67,9 +67,55 @@ CONVERSATIONS = [
 ]
 
 
-def render(env, text, bos, eos, msgs, gen):
+# Tools as an OpenAI request sends them (key order kept: tojson prints it), with the
+# values json.dumps prints in its own way: floats (repr), escapes, non-ASCII, null.
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather",
+        "description": "The weather \"now\" in a city.\n\tLine two \x01 caf\u00e9 \U0001F600",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "description": "e.g. Paris"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": None},
+            "days": {"type": "integer", "minimum": 1, "maximum": 16}},
+            "required": ["city"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "scale",
+        "description": "",
+        "parameters": {"type": "object", "properties": {"x": {"type": "number", "minimum": -0.0,
+                                                               "examples": [0.5, 1e-07, 100000.0, 1e16, 0.1,
+                                                                            123456789.125, -2.5e-05, 3.0]}}}}},
+]
+
+
+def call(name, args, cid="call_1"):
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def am(content, calls):
+    return {"role": "assistant", "content": content, "tool_calls": calls}
+
+
+# Conversations with tools (rendered with tools=TOOLS): tool calls with and without
+# text, several calls, tool results in a row, a system message or none.
+TOOL_CONVERSATIONS = [
+    [m("user", "Weather in Paris?")],
+    [m("system", "You are a weather bot."), m("user", "Weather in Paris?")],
+    [m("user", "Weather in Paris?"), am(None, [call("get_weather", {"city": "Paris", "days": 3})]),
+     m("tool", "{\"temp\": 21.5}"), m("assistant", "It is 21.5 C.")],
+    [m("system", "S"), m("user", "Paris and Oslo?"),
+     am("Checking both.", [call("get_weather", {"city": "Paris"}),
+                           call("get_weather", {"city": "Oslo", "unit": "celsius"}, "call_2")]),
+     m("tool", "sunny"), m("tool", "rain"), m("user", "thanks")],
+    [m("user", "scale"), am("", [call("scale", {"x": 0.1, "nested": {"a": [1, 2.5, None, True, "\u00e9\n"]}})]),
+     m("tool", "done")],
+    [m("user", "q"), am("<think>\nplan\n</think>\n\nCalling.", [call("scale", {"x": 1e-07})]), m("tool", "ok")],
+]
+
+
+def render(env, text, bos, eos, msgs, gen, tools=None):
     tmpl = env.from_string(text)
-    return tmpl.render(messages=msgs, add_generation_prompt=gen, bos_token=bos, eos_token=eos)
+    kw = {"tools": tools} if tools else {}
+    return tmpl.render(messages=msgs, add_generation_prompt=gen, bos_token=bos, eos_token=eos, **kw)
 
 
 def main():
@@ -97,6 +143,14 @@ def main():
                     print(f"{name}: skipped a case ({e})", file=sys.stderr)
                     continue
                 entry["cases"].append({"messages": msgs, "add_generation_prompt": gen, "text": r})
+        for msgs in TOOL_CONVERSATIONS:
+            for gen in (False, True):
+                try:
+                    r = render(env, text, bos, eos, msgs, gen, TOOLS)
+                except Exception as e:
+                    print(f"{name}: skipped a tool case ({e})", file=sys.stderr)
+                    r = None  # specd must refuse it too (no tool format written for it)
+                entry["cases"].append({"messages": msgs, "tools": TOOLS, "add_generation_prompt": gen, "text": r})
         out["templates"].append(entry)
         print(f"{name}: {len(entry['cases'])} cases")
     path = os.path.join(ROOT, "tests", "golden", "tokenizer", "chat_golden.json")
