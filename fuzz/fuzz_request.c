@@ -13,7 +13,9 @@
  *   - every byte the connection writes is a sequence of HTTP/1.1 responses;
  *   - an error is always OpenAI-shaped JSON (parsed back here);
  *   - a validated request has a model, a prompt or messages, and sane ranges;
- *   - sanitized text is valid UTF-8 (jansson accepts it as a string).
+ *   - sanitized text is valid UTF-8 (jansson accepts it as a string);
+ *   - the bytes read as a model's reply for tool calls (net/toolcall.c) give
+ *     the same content and calls fed whole as fed in pieces the data sizes.
  *
  * Build: meson setup build-fuzz -Dfuzz=true (CC=clang), or directly with clang
  * as tests/net/test_fuzz_request.sh does. */
@@ -30,6 +32,7 @@
 #include "net/metrics.h"
 #include "net/openai.h"
 #include "net/router.h"
+#include "net/toolcall.h"
 
 #define MODEL "fuzz-model"
 #define KEY "fuzz-key"
@@ -188,8 +191,44 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
+/* the tool-call parser's output as one text: content, and [name|arguments] per call */
+static int tc_collect(void *arg, const char *content, size_t len, const sd_tool_call *call)
+{
+    sd_buf *b = arg;
+    if (!call)
+        return sd_buf_append(b, content, len);
+    return sd_buf_printf(b, "[%s|%s]", call->name, call->arguments);
+}
+
+static void toolcall_pieces(const uint8_t *data, size_t size)
+{
+    sd_buf whole = {0}, pieces = {0};
+    sd_tc_parser p;
+    sd_tc_init(&p, (int)(size & 1), 7, tc_collect, &whole);
+    if (sd_tc_feed(&p, (const char *)data, size) || sd_tc_end(&p))
+        die("tool calls: feed failed", (const char *)data, size);
+    sd_tc_free(&p);
+    sd_tc_init(&p, (int)(size & 1), 7, tc_collect, &pieces);
+    for (size_t i = 0; i < size;) {
+        size_t n = 1 + data[i] % 13;
+        if (n > size - i)
+            n = size - i;
+        if (sd_tc_feed(&p, (const char *)data + i, n))
+            die("tool calls: feed failed", (const char *)data, size);
+        i += n;
+    }
+    if (sd_tc_end(&p))
+        die("tool calls: end failed", (const char *)data, size);
+    sd_tc_free(&p);
+    if (whole.len != pieces.len || (whole.len && memcmp(whole.p, pieces.p, whole.len)))
+        die("tool calls: pieces differ from the whole", (const char *)data, size);
+    sd_buf_free(&whole);
+    sd_buf_free(&pieces);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    toolcall_pieces(data, size);
     sd_buf out = {0};
     sd_http_feed_memory(srv, data, size, &out);
     /* Every response the connection wrote starts where the previous ended. */

@@ -310,27 +310,19 @@ static int check_unsupported(json_t *root, sd_oai_kind kind, sd_api_error *e)
         if (json_object_size(v))
             return unsupported(e, "logit_bias", "logit_bias");
     }
-    static const char *const tool_lists[] = {"tools", "functions"};
-    for (int i = 0; i < 2; i++) {
-        if ((v = json_object_get(root, tool_lists[i])) && !json_is_null(v)) {
-            if (!json_is_array(v))
-                return bad_type(e, tool_lists[i], "an array", v);
-            if (json_array_size(v))
-                return unsupported(e, tool_lists[i], "tool and function calling");
-        }
+    /* the legacy function calling */
+    if ((v = json_object_get(root, "functions")) && !json_is_null(v)) {
+        if (!json_is_array(v))
+            return bad_type(e, "functions", "an array", v);
+        if (json_array_size(v))
+            return unsupported(e, "functions", "the legacy function calling (send tools)");
     }
-    static const char *const tool_choices[] = {"tool_choice", "function_call"};
-    for (int i = 0; i < 2; i++) {
-        if ((v = json_object_get(root, tool_choices[i])) && !json_is_null(v)) {
-            if (!json_is_string(v) && !json_is_object(v))
-                return bad_type(e, tool_choices[i], "a string or an object", v);
-            if (!json_is_string(v) || strcmp(json_string_value(v), "none") != 0)
-                return unsupported(e, tool_choices[i], "tool and function calling");
-        }
+    if ((v = json_object_get(root, "function_call")) && !json_is_null(v)) {
+        if (!json_is_string(v) && !json_is_object(v))
+            return bad_type(e, "function_call", "a string or an object", v);
+        if (!json_is_string(v) || strcmp(json_string_value(v), "none") != 0)
+            return unsupported(e, "function_call", "the legacy function calling (send tools)");
     }
-    if ((v = json_object_get(root, "parallel_tool_calls")) && !json_is_null(v) &&
-        !json_is_boolean(v))
-        return bad_type(e, "parallel_tool_calls", "a boolean", v);
     if ((v = json_object_get(root, "response_format")) && !json_is_null(v)) {
         if (!json_is_object(v))
             return bad_type(e, "response_format", "an object", v);
@@ -473,6 +465,123 @@ static int parse_content(json_t *c, size_t i, int allow_null, char **out, sd_api
     return *out ? 0 : oom(e);
 }
 
+/* A function name as OpenAI allows it: 1-64 of a-z A-Z 0-9 _ - */
+static int fn_name_ok(const json_t *n)
+{
+    if (!json_is_string(n) || json_string_length(n) < 1 || json_string_length(n) > 64)
+        return 0;
+    for (const char *s = json_string_value(n); *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' ||
+              *s == '-'))
+            return 0;
+    return strlen(json_string_value(n)) == json_string_length(n);
+}
+
+/* tools, tool_choice, parallel_tool_calls. The tools go to the template as
+ * given (it prints each with tojson), so each is checked for OpenAI's shape:
+ * {"type": "function", "function": {"name", "description"?, "parameters"?,
+ * "strict"?}}. tool_choice "auto" (the default) and "none" are served;
+ * "required" and a named function would need decoding constrained to a call. */
+static int parse_tools(json_t *root, sd_oai_request *r, sd_api_error *e)
+{
+    json_t *v = json_object_get(root, "tools");
+    r->parallel_tool_calls = 1;
+    if ((v = json_object_get(root, "parallel_tool_calls")) && !json_is_null(v) &&
+        get_bool(v, "parallel_tool_calls", &r->parallel_tool_calls, e))
+        return SD_EINVAL;
+    v = json_object_get(root, "tools");
+    int none = 0;
+    json_t *tc = json_object_get(root, "tool_choice");
+    if (tc && !json_is_null(tc)) {
+        if (!json_is_string(tc) && !json_is_object(tc))
+            return bad_type(e, "tool_choice", "a string or an object", tc);
+        const char *s = json_is_string(tc) ? json_string_value(tc) : "";
+        if (json_is_string(tc) && strcmp(s, "none") && strcmp(s, "auto") && strcmp(s, "required"))
+            return sd_api_error_set(e, 400, "tool_choice", "invalid_value",
+                                    "tool_choice: '%.40s' is not one of none, auto, required", s);
+        if (!json_is_string(tc) || !strcmp(s, "required"))
+            return unsupported(e, "tool_choice", "a tool_choice that forces a call (required, or a named function)");
+        none = !strcmp(s, "none");
+        if (!none && (!v || json_is_null(v) || !json_array_size(v)))
+            return sd_api_error_set(e, 400, "tool_choice", "invalid_value",
+                                    "tool_choice: only allowed when tools are given");
+    }
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_array(v))
+        return bad_type(e, "tools", "an array", v);
+    if (json_array_size(v) > 128)
+        return sd_api_error_set(e, 400, "tools", "invalid_value", "tools: %zu tools, at most 128 are allowed",
+                                json_array_size(v));
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *t = json_array_get(v, i), *ty = json_object_get(t, "type"), *f = json_object_get(t, "function");
+        char p[64];
+        snprintf(p, sizeof p, "tools[%zu]", i);
+        if (!json_is_object(t))
+            return bad_type(e, p, "an object", t);
+        if (!json_is_string(ty) || strcmp(json_string_value(ty), "function"))
+            return sd_api_error_set(e, 400, p, "invalid_value", "%s.type: must be \"function\"", p);
+        if (!json_is_object(f))
+            return sd_api_error_set(e, 400, p, "invalid_value", "%s.function: expected an object", p);
+        if (!fn_name_ok(json_object_get(f, "name")))
+            return sd_api_error_set(e, 400, p, "invalid_value",
+                                    "%s.function.name: 1 to 64 of a-z, A-Z, 0-9, _ and - are required", p);
+        json_t *d = json_object_get(f, "description"), *pa = json_object_get(f, "parameters"),
+               *st = json_object_get(f, "strict");
+        if ((d && !json_is_string(d) && !json_is_null(d)) || (pa && !json_is_object(pa) && !json_is_null(pa)) ||
+            (st && !json_is_boolean(st) && !json_is_null(st)))
+            return sd_api_error_set(e, 400, p, "invalid_type",
+                                    "%s.function: description must be a string, parameters an object, "
+                                    "strict a boolean",
+                                    p);
+    }
+    if (!none && json_array_size(v))
+        r->tools = json_incref(v);
+    return 0;
+}
+
+/* An assistant message's tool_calls: [{id, type: "function", function: {name,
+ * arguments: JSON text of an object}}]. */
+static int parse_calls(json_t *tc, size_t i, sd_oai_msg *m, sd_api_error *e)
+{
+    char p[96];
+    snprintf(p, sizeof p, "messages[%zu].tool_calls", i);
+    if (!json_is_array(tc))
+        return bad_type(e, p, "an array", tc);
+    m->calls = calloc(json_array_size(tc) ? json_array_size(tc) : 1, sizeof *m->calls);
+    if (!m->calls)
+        return oom(e);
+    for (size_t k = 0; k < json_array_size(tc); k++) {
+        json_t *c = json_array_get(tc, k), *f = json_object_get(c, "function");
+        json_t *ty = json_object_get(c, "type"), *args = json_object_get(f, "arguments");
+        snprintf(p, sizeof p, "messages[%zu].tool_calls[%zu]", i, k);
+        if (!json_is_object(c) || !json_is_object(f) || (ty && !json_is_null(ty) && (!json_is_string(ty) ||
+                                                                                    strcmp(json_string_value(ty),
+                                                                                           "function"))))
+            return sd_api_error_set(e, 400, p, "invalid_value",
+                                    "%s: expected {\"type\": \"function\", \"function\": {...}}", p);
+        if (!fn_name_ok(json_object_get(f, "name")))
+            return sd_api_error_set(e, 400, p, "invalid_value",
+                                    "%s.function.name: 1 to 64 of a-z, A-Z, 0-9, _ and - are required", p);
+        if (!json_is_string(args))
+            return sd_api_error_set(e, 400, p, "invalid_type", "%s.function.arguments: expected a string", p);
+        json_error_t je;
+        json_t *a = json_loadb(json_string_value(args), json_string_length(args), JSON_REJECT_DUPLICATES, &je);
+        if (!json_is_object(a)) {
+            json_decref(a);
+            return sd_api_error_set(e, 400, p, "invalid_value",
+                                    "%s.function.arguments: not the JSON text of an object", p);
+        }
+        m->calls[k].arguments = a;
+        m->calls[k].name = dup_n(json_string_value(json_object_get(f, "name")),
+                                 json_string_length(json_object_get(f, "name")));
+        m->n_calls = (int)k + 1;
+        if (!m->calls[k].name)
+            return oom(e);
+    }
+    return 0;
+}
+
 static int parse_messages(json_t *root, sd_oai_request *r, sd_api_error *e)
 {
     json_t *v = json_object_get(root, "messages");
@@ -503,13 +612,14 @@ static int parse_messages(json_t *root, sd_oai_request *r, sd_api_error *e)
             if (!strcmp(key, "role") || !strcmp(key, "content") || !strcmp(key, "name"))
                 continue;
             int empty = json_is_null(f) || (json_is_array(f) && json_array_size(f) == 0);
-            if (!strcmp(key, "tool_calls") || !strcmp(key, "function_call") ||
-                !strcmp(key, "tool_call_id")) {
+            if (!strcmp(key, "tool_calls") || !strcmp(key, "tool_call_id"))
+                continue; /* checked with the role */
+            if (!strcmp(key, "function_call")) {
                 if (empty)
                     continue;
                 char p2[128];
                 snprintf(p2, sizeof p2, "%s.%s", param, key);
-                return unsupported(e, p2, "tool and function calling");
+                return unsupported(e, p2, "the legacy function calling (send tool_calls)");
             }
             if (!strcmp(key, "refusal") && json_is_null(f))
                 continue;
@@ -537,16 +647,29 @@ static int parse_messages(json_t *root, sd_oai_request *r, sd_api_error *e)
         const char *rs = json_string_value(role);
         if (!strcmp(rs, "developer"))
             rs = "system";
-        if (!strcmp(rs, "tool") || !strcmp(rs, "function"))
-            return unsupported(e, rp, "the tool and function roles");
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
+        if (!strcmp(rs, "function"))
+            return unsupported(e, rp, "the legacy function role (send the tool role)");
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool"))
             return sd_api_error_set(e, 400, rp, "invalid_value",
-                                    "%s: '%.40s' is not one of system, developer, user, assistant",
+                                    "%s: '%.40s' is not one of system, developer, user, assistant, tool",
                                     rp, rs);
         r->msgs[i].role = dup_n(rs, strlen(rs));
         r->n_msgs = (int)i + 1;
         if (!r->msgs[i].role)
             return oom(e);
+        json_t *tc = json_object_get(m, "tool_calls"), *tid = json_object_get(m, "tool_call_id");
+        int has_calls = tc && !json_is_null(tc) && !(json_is_array(tc) && json_array_size(tc) == 0);
+        char p2[128];
+        if (has_calls && strcmp(rs, "assistant")) {
+            snprintf(p2, sizeof p2, "%s.tool_calls", param);
+            return sd_api_error_set(e, 400, p2, "invalid_value", "%s: only an assistant message has tool calls", p2);
+        }
+        if (tid && !json_is_null(tid) && (!json_is_string(tid) || strcmp(rs, "tool"))) {
+            snprintf(p2, sizeof p2, "%s.tool_call_id", param);
+            return sd_api_error_set(e, 400, p2, "invalid_value", "%s: a string, in a tool message only", p2);
+        }
+        if (has_calls && parse_calls(tc, i, &r->msgs[i], e))
+            return SD_EINVAL;
         if (parse_content(json_object_get(m, "content"), i, !strcmp(rs, "assistant"),
                           &r->msgs[i].content, e))
             return SD_EINVAL;
@@ -617,7 +740,7 @@ static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model
     if (!r->model)
         return oom(e);
 
-    if (kind == SD_OAI_CHAT ? parse_messages(root, r, e) : parse_prompt(root, r, e))
+    if (kind == SD_OAI_CHAT ? parse_messages(root, r, e) || parse_tools(root, r, e) : parse_prompt(root, r, e))
         return SD_EINVAL;
 
     if ((v = json_object_get(root, "stream")) && !json_is_null(v) &&
@@ -737,8 +860,10 @@ static int parse_tokenize(json_t *root, const char *served_model, sd_oai_request
     json_t *v;
     json_object_foreach(root, key, v)
     {
-        if (strcmp(key, "model") && strcmp(key, "prompt") && strcmp(key, "messages") &&
-            strcmp(key, "add_generation_prompt") && strcmp(key, "add_special_tokens")) {
+        int chat_only = !strcmp(key, "tools") || !strcmp(key, "tool_choice") || !strcmp(key, "parallel_tool_calls");
+        if ((chat_only && !json_object_get(root, "messages")) ||
+            (!chat_only && strcmp(key, "model") && strcmp(key, "prompt") && strcmp(key, "messages") &&
+             strcmp(key, "add_generation_prompt") && strcmp(key, "add_special_tokens"))) {
             char shown[64];
             snprintf(shown, sizeof shown, "%s", key);
             return sd_api_error_set(e, 400, shown, "unrecognized_argument",
@@ -762,7 +887,7 @@ static int parse_tokenize(json_t *root, const char *served_model, sd_oai_request
         return sd_api_error_set(e, 400, has_p ? "messages" : "prompt", "invalid_value",
                                 "give exactly one of prompt and messages");
     r->kind = has_m ? SD_OAI_CHAT : SD_OAI_COMPLETIONS;
-    if (has_m ? parse_messages(root, r, e) : parse_prompt(root, r, e))
+    if (has_m ? parse_messages(root, r, e) || parse_tools(root, r, e) : parse_prompt(root, r, e))
         return SD_EINVAL;
     r->add_generation_prompt = 1;
     r->add_special_tokens = !has_m;
@@ -805,8 +930,14 @@ void sd_oai_request_free(sd_oai_request *r)
     for (int i = 0; i < r->n_msgs; i++) {
         free(r->msgs[i].role);
         free(r->msgs[i].content);
+        for (int k = 0; k < r->msgs[i].n_calls; k++) {
+            free(r->msgs[i].calls[k].name);
+            json_decref(r->msgs[i].calls[k].arguments);
+        }
+        free(r->msgs[i].calls);
     }
     free(r->msgs);
+    json_decref(r->tools);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->stop);
@@ -942,6 +1073,42 @@ int sd_oai_response(sd_buf *out, const sd_oai_meta *m, const char *text, size_t 
     return dump_json(out, o);
 }
 
+static json_t *call_json(const sd_oai_tool_call *c, int index)
+{
+    json_t *o = json_object(), *f = json_object();
+    if (index >= 0)
+        json_object_set_new(o, "index", json_integer(index));
+    json_object_set_new(o, "id", json_string(c->id));
+    json_object_set_new(o, "type", json_string("function"));
+    json_object_set_new(f, "name", text_json(c->name, strlen(c->name)));
+    json_object_set_new(f, "arguments", text_json(c->arguments, strlen(c->arguments)));
+    json_object_set_new(o, "function", f);
+    return o;
+}
+
+int sd_oai_response_calls(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len,
+                          const sd_oai_tool_call *calls, int n_calls, sd_finish why,
+                          const sd_req_stats *st)
+{
+    json_t *o = head(m, "chat.completion");
+    json_t *c = json_object(), *msg = json_object(), *arr = json_array();
+    json_object_set_new(c, "index", json_integer(0));
+    json_object_set_new(msg, "role", json_string("assistant"));
+    json_object_set_new(msg, "content", n_calls && !len ? json_null() : text_json(text, len));
+    for (int i = 0; i < n_calls; i++)
+        json_array_append_new(arr, call_json(&calls[i], -1));
+    if (n_calls)
+        json_object_set_new(msg, "tool_calls", arr);
+    else
+        json_decref(arr);
+    json_object_set_new(c, "message", msg);
+    set_choice(o, c, why);
+    if (n_calls)
+        json_object_set_new(c, "finish_reason", json_string("tool_calls"));
+    json_object_set_new(o, "usage", usage_obj(st));
+    return dump_json(out, o);
+}
+
 static int event(sd_buf *out, json_t *o)
 {
     sd_buf tmp = {0};
@@ -970,6 +1137,29 @@ int sd_oai_chunk_event(sd_buf *out, const sd_oai_meta *m, int role, const char *
         json_object_set_new(c, "text", text_json(text, len));
     }
     set_choice(o, c, why);
+    return event(out, o);
+}
+
+int sd_oai_tool_call_event(sd_buf *out, const sd_oai_meta *m, int index, const sd_oai_tool_call *tc)
+{
+    json_t *o = head(m, "chat.completion.chunk");
+    json_t *c = json_object(), *d = json_object(), *arr = json_array();
+    json_object_set_new(c, "index", json_integer(0));
+    json_array_append_new(arr, call_json(tc, index));
+    json_object_set_new(d, "tool_calls", arr);
+    json_object_set_new(c, "delta", d);
+    set_choice(o, c, SD_FINISH_NONE);
+    return event(out, o);
+}
+
+int sd_oai_tool_calls_finish_event(sd_buf *out, const sd_oai_meta *m)
+{
+    json_t *o = head(m, "chat.completion.chunk");
+    json_t *c = json_object();
+    json_object_set_new(c, "index", json_integer(0));
+    json_object_set_new(c, "delta", json_object());
+    set_choice(o, c, SD_FINISH_NONE);
+    json_object_set_new(c, "finish_reason", json_string("tool_calls"));
     return event(out, o);
 }
 

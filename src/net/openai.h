@@ -32,9 +32,19 @@ int sd_api_error_json(sd_buf *out, const sd_api_error *e);
 
 typedef enum sd_oai_kind { SD_OAI_COMPLETIONS = 0, SD_OAI_CHAT = 1 } sd_oai_kind;
 
+struct json_t;
+/* An earlier tool call of an assistant message: its arguments parsed from the
+ * JSON text the client sent (an object, printed back by the template). */
+typedef struct sd_oai_call {
+    char *name;
+    struct json_t *arguments;
+} sd_oai_call;
+
 typedef struct sd_oai_msg {
-    char *role; /* system | user | assistant ("developer" arrives as "system") */
-    char *content;
+    char *role; /* system | user | assistant | tool ("developer" arrives as "system") */
+    char *content; /* "" for an assistant message of tool calls alone */
+    sd_oai_call *calls; /* assistant: tool_calls */
+    int n_calls;
 } sd_oai_msg;
 
 typedef struct sd_oai_request {
@@ -55,6 +65,12 @@ typedef struct sd_oai_request {
     const char *max_tokens_param; /* the name the client used, for errors */
     char **stop;                  /* owned; gen.stop points here */
     int n_stop;
+    /* chat: the tools (validated OpenAI tool objects, a reference), NULL when
+     * none were given or tool_choice is "none" (they are then neither shown to
+     * the model nor read out of its text); at most one call with
+     * parallel_tool_calls false */
+    struct json_t *tools;
+    int parallel_tool_calls;
     sd_gen_params gen;
     /* POST /tokenize only */
     int add_generation_prompt; /* chat: end with the assistant turn's opening */
@@ -95,6 +111,21 @@ typedef struct sd_oai_meta {
 /* The whole non-streaming response: text_completion or chat.completion. */
 int sd_oai_response(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len,
                     sd_finish why, const sd_req_stats *st);
+/* A tool call the model made (net/toolcall.h's sd_tool_call's fields). */
+typedef struct sd_oai_tool_call {
+    const char *id, *name, *arguments; /* arguments: JSON text */
+} sd_oai_tool_call;
+/* chat.completion with the model's tool calls: content null where the text is
+ * empty, "tool_calls": [...], finish_reason "tool_calls" (n_calls > 0). */
+int sd_oai_response_calls(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len,
+                          const sd_oai_tool_call *calls, int n_calls, sd_finish why,
+                          const sd_req_stats *st);
+/* A chat stream chunk holding tool call number index (whole: id, name and
+ * arguments in one delta). */
+int sd_oai_tool_call_event(sd_buf *out, const sd_oai_meta *m, int index, const sd_oai_tool_call *c);
+/* The last chat chunk of a stream that made tool calls: finish_reason
+ * "tool_calls". */
+int sd_oai_tool_calls_finish_event(sd_buf *out, const sd_oai_meta *m);
 /* One SSE event holding a stream chunk. Chat: role != 0 sends the assistant
  * role (first chunk); text may be empty; why != SD_FINISH_NONE sets
  * finish_reason (and an empty delta). Completions ignore role. */

@@ -19,6 +19,7 @@
 #include "net/metrics.h"
 #include "net/notify.h"
 #include "net/openai.h"
+#include "net/toolcall.h"
 #include "net/router.h"
 
 /* An engine that has work but has not completed a step for this long is
@@ -54,8 +55,15 @@ struct job {
     int stream, include_usage, warmup;
     char id[48];
     long long created;
-    sd_buf text; /* non-streaming: the whole completion */
+    sd_buf text; /* non-streaming: the whole completion (with tools: its content) */
     sd_buf out;  /* streaming: the SSE events of one wake, written together */
+    /* tools: the model's text read for tool calls (net/toolcall.h); what is
+     * not a call is content */
+    int tools;
+    sd_tc_parser tc;
+    sd_tool_call *calls; /* non-streaming: the calls made */
+    int n_calls, cap_calls;
+    int streamed_calls; /* streaming: the calls sent */
     job *dirty;  /* next job with events in out (on_wake's list: those with out.len) */
     uint64_t t_last; /* engine-thread time of the last tokens, ns */
     const char *cancel_why;
@@ -182,6 +190,10 @@ static void job_free(job *j)
     s->n_jobs--;
     sd_buf_free(&j->text);
     sd_buf_free(&j->out);
+    sd_tc_free(&j->tc);
+    for (int i = 0; i < j->n_calls; i++)
+        sd_tool_call_free(&j->calls[i]);
+    free(j->calls);
     free(j);
 }
 
@@ -246,6 +258,40 @@ static void on_finish(void *user, sd_finish why, const sd_req_stats *st, const c
 
 /* ---- events on the loop -------------------------------------------------------- */
 
+/* The tool-call parser's output: content and calls, kept (a whole response)
+ * or as stream chunks in the job's gathered events. */
+static int tc_emit(void *arg, const char *content, size_t len, const sd_tool_call *call)
+{
+    job *j = arg;
+    if (!j->stream) {
+        if (!call)
+            return sd_buf_append(&j->text, content, len) ? SD_ENOMEM : 0;
+        if (j->n_calls == j->cap_calls) {
+            int cap = j->cap_calls ? 2 * j->cap_calls : 4;
+            sd_tool_call *v = realloc(j->calls, (size_t)cap * sizeof *v);
+            if (!v)
+                return SD_ENOMEM;
+            j->calls = v;
+            j->cap_calls = cap;
+        }
+        sd_tool_call *c = &j->calls[j->n_calls];
+        *c = *call;
+        c->name = strdup(call->name);
+        c->arguments = strdup(call->arguments);
+        if (!c->name || !c->arguments) {
+            sd_tool_call_free(c);
+            return SD_ENOMEM;
+        }
+        j->n_calls++;
+        return 0;
+    }
+    sd_oai_meta m = job_meta(j);
+    if (!call)
+        return sd_oai_chunk_event(&j->out, &m, 0, content, len, SD_FINISH_NONE) ? SD_ENOMEM : 0;
+    sd_oai_tool_call oc = {call->id, call->name, call->arguments};
+    return sd_oai_tool_call_event(&j->out, &m, j->streamed_calls++, &oc) ? SD_ENOMEM : 0;
+}
+
 /* The events of one wake for a job stream, as one write: at batch 64 the
  * engine makes 64 events a step, and a write each (a system call) left the
  * loop 13-37 ms behind the engine at the end of a burst on an H200
@@ -260,13 +306,19 @@ static job *handle_output(sd_server *s, event *ev)
     }
     if (!j->req || !ev->len)
         return NULL;
-    if (!j->stream) {
+    if (!j->stream && !j->tools) {
         sd_buf_append(&j->text, ev->text, ev->len);
         return NULL;
     }
     sd_oai_meta m = job_meta(j);
     const size_t len0 = j->out.len; /* 0: not on the list yet */
-    if (sd_oai_chunk_event(&j->out, &m, 0, ev->text, ev->len, SD_FINISH_NONE) != 0) {
+    int rc = j->tools ? sd_tc_feed(&j->tc, ev->text, ev->len)
+                      : sd_oai_chunk_event(&j->out, &m, 0, ev->text, ev->len, SD_FINISH_NONE);
+    if (rc && j->tools && !j->stream)
+        j->text.oom = 1; /* the response fails as out of memory */
+    if (!j->stream)
+        return NULL;
+    if (rc != 0) {
         j->out.len = len0; /* (the event is lost, as a failed write's would be) */
         if (j->out.p)
             j->out.p[len0] = 0;
@@ -313,11 +365,21 @@ static void handle_finish(sd_server *s, event *ev)
     if (j->req) {
         sd_oai_meta m = job_meta(j);
         sd_buf b = {0};
+        if (j->tools && ok) {
+            /* what the parser held (an unfinished call: content) goes out */
+            if (sd_tc_end(&j->tc) && !j->stream)
+                j->text.oom = 1;
+            if (j->stream && j->out.len)
+                flush_output(j);
+        }
         if (j->stream) {
             /* The status line went out with the first byte: errors travel as
              * an SSE error event, and no [DONE] follows one. */
             if (ok) {
-                sd_oai_chunk_event(&b, &m, 0, "", 0, why);
+                if (j->tools && j->streamed_calls)
+                    sd_oai_tool_calls_finish_event(&b, &m);
+                else
+                    sd_oai_chunk_event(&b, &m, 0, "", 0, why);
                 if (j->include_usage)
                     sd_oai_usage_event(&b, &m, st);
                 sd_sse_done(&b);
@@ -328,7 +390,17 @@ static void handle_finish(sd_server *s, event *ev)
                 sd_http_stream_write(j->req, b.p, b.len);
             sd_http_stream_end(j->req);
         } else if (ok) {
-            if (j->text.oom || sd_oai_response(&b, &m, j->text.p, j->text.len, why, st)) {
+            int built;
+            if (j->tools) {
+                sd_oai_tool_call *oc = calloc((size_t)j->n_calls + 1, sizeof *oc);
+                for (int i = 0; oc && i < j->n_calls; i++)
+                    oc[i] = (sd_oai_tool_call){j->calls[i].id, j->calls[i].name, j->calls[i].arguments};
+                built = !oc || sd_oai_response_calls(&b, &m, j->text.p, j->text.len, oc, j->n_calls, why, st);
+                free(oc);
+            } else {
+                built = sd_oai_response(&b, &m, j->text.p, j->text.len, why, st);
+            }
+            if (j->text.oom || built) {
                 sd_http_respond_error(j->req, 500, NULL, "out_of_memory", NULL,
                                       "out of memory building the response");
                 status = 500;
@@ -459,17 +531,36 @@ static int encode(sd_server *s, const sd_oai_request *r, int32_t **ids, int *n, 
     if (!s->ct)
         return sd_api_error_set(e, 400, "messages", "no_chat_template",
                                 "chat completions are not available: %s", s->ct_err);
+    if (r->n_msgs < 1)
+        return sd_api_error_set(e, 400, "messages", "invalid_value", "messages: at least one message is required");
+    int n_calls = 0;
+    for (int i = 0; i < r->n_msgs; i++)
+        n_calls += r->msgs[i].n_calls;
     sd_chat_msg *msgs = calloc((size_t)r->n_msgs, sizeof *msgs);
-    if (!msgs)
+    sd_chat_call *calls = calloc((size_t)n_calls + 1, sizeof *calls);
+    if (!msgs || !calls) {
+        free(msgs);
+        free(calls);
         return sd_api_error_set(e, 500, NULL, "out_of_memory", "out of memory");
-    for (int i = 0; i < r->n_msgs; i++) {
+    }
+    for (int i = 0, c = 0; i < r->n_msgs; i++) {
         msgs[i].role = r->msgs[i].role;
         msgs[i].content = r->msgs[i].content;
+        msgs[i].calls = calls + c;
+        msgs[i].n_calls = r->msgs[i].n_calls;
+        for (int k = 0; k < r->msgs[i].n_calls; k++, c++)
+            calls[c] = (sd_chat_call){r->msgs[i].calls[k].name, r->msgs[i].calls[k].arguments};
     }
     char *text = NULL;
     size_t len = 0;
-    int rc = sd_chat_render(s->ct, msgs, r->n_msgs, r->add_generation_prompt, &text, &len, &err);
+    int rc = sd_chat_render_tools(s->ct, msgs, r->n_msgs, r->tools, r->add_generation_prompt, &text, &len, &err);
     free(msgs);
+    free(calls);
+    if (rc == SD_ENOTSUP)
+        return sd_api_error_set(e, 400, r->tools ? "tools" : "messages", "unsupported_parameter",
+                                "%s: this model's chat template (%s) has no tool format specd writes out "
+                                "(Qwen2.5's and Qwen3's are)",
+                                r->tools ? "tools" : "messages", sd_chat_template_name(s->ct));
     if (rc)
         return sd_api_error_set(e, 400, "messages", "invalid_value", "messages: %s", err.msg);
     /* The rendered text holds the template's BOS text itself. */
@@ -547,6 +638,11 @@ static void generate_submit(sd_server *s, pending *p)
     }
     j->stream = r->stream;
     j->include_usage = r->include_usage;
+    if (r->tools) {
+        j->tools = 1;
+        sd_tc_init(&j->tc, r->parallel_tool_calls ? 0 : 1, mix64(s->id_key ^ (j->rid << 20) ^ s->id_count),
+                   tc_emit, j);
+    }
     sd_req_events ev = {on_output, on_finish};
     sd_err err = {0};
     if (r->kind != SD_OAI_COMPLETIONS && s->eot_id >= 0) {

@@ -226,9 +226,8 @@ TEST(unsupported_options_are_refused_by_name)
         {"presence_penalty", "0.5"},
         {"frequency_penalty", "-1"},
         {"logit_bias", "{\"5\":10}"},
-        {"tools", "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"},
         {"functions", "[{\"name\":\"f\"}]"},
-        {"tool_choice", "\"auto\""},
+        {"tool_choice", "\"required\""},
         {"tool_choice", "{\"type\":\"function\"}"},
         {"function_call", "\"auto\""},
         {"response_format", "{\"type\":\"json_object\"}"},
@@ -297,11 +296,11 @@ TEST(messages_are_validated_one_by_one)
                       "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":7,\"content\":\"a\"}]}",
                       "messages[0].role", "invalid_type"));
     ASSERT(expect_400(SD_OAI_CHAT,
-                      "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"tool\",\"content\":\"a\","
+                      "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"user\",\"content\":\"a\","
                       "\"tool_call_id\":\"x\"}]}",
-                      "messages[0].tool_call_id", "unsupported_parameter"));
+                      "messages[0].tool_call_id", "invalid_value"));
     ASSERT(expect_400(SD_OAI_CHAT,
-                      "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"tool\",\"content\":\"a\"}]}",
+                      "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"function\",\"content\":\"a\"}]}",
                       "messages[0].role", "unsupported_parameter"));
     ASSERT(expect_400(SD_OAI_CHAT,
                       "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"user\"}]}",
@@ -327,7 +326,87 @@ TEST(messages_are_validated_one_by_one)
     ASSERT(expect_400(SD_OAI_CHAT,
                       "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"assistant\",\"content\":"
                       "null,\"tool_calls\":[{\"id\":\"1\"}]}]}",
-                      "messages[0].tool_calls", "unsupported_parameter"));
+                      "messages[0].tool_calls[0]", "invalid_value"));
+}
+
+/* tools: OpenAI's shape checked tool by tool; tool_choice none drops them,
+ * auto keeps them, required and a named function are refused (they would
+ * need decoding constrained to a call); earlier tool calls come back as
+ * objects for the template; the tool role and its tool_call_id. */
+TEST(tools_tool_choice_and_tool_messages_are_parsed)
+{
+#define TOOL "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"d\"," \
+             "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}"
+#define CALLS "[{\"role\":\"user\",\"content\":\"w?\"},{\"role\":\"assistant\",\"content\":null," \
+              "\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":" \
+              "\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\", \\\"n\\\": 2.50}\"}}]}," \
+              "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"sunny\"}]"
+    sd_oai_request r;
+    ASSERT(parse_ok(SD_OAI_CHAT, "{\"model\":\"" MODEL "\",\"messages\":" CALLS ",\"tools\":[" TOOL "]}", &r));
+    ASSERT(r.tools && json_array_size(r.tools) == 1);
+    ASSERT_EQ(r.parallel_tool_calls, 1);
+    ASSERT_EQ(r.n_msgs, 3);
+    ASSERT_STR_EQ(r.msgs[1].content, "");
+    ASSERT_EQ(r.msgs[1].n_calls, 1);
+    ASSERT_STR_EQ(r.msgs[1].calls[0].name, "get_weather");
+    ASSERT(json_is_object(r.msgs[1].calls[0].arguments));
+    ASSERT_NEAR(json_real_value(json_object_get(r.msgs[1].calls[0].arguments, "n")), 2.5, 0);
+    ASSERT_STR_EQ(r.msgs[2].role, "tool");
+    ASSERT_STR_EQ(r.msgs[2].content, "sunny");
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_CHAT,
+                    "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"tools\":[" TOOL "],\"tool_choice\":\"none\","
+                    "\"parallel_tool_calls\":false}",
+                    &r));
+    ASSERT(!r.tools); /* none: not shown to the model, not read out of its text */
+    ASSERT_EQ(r.parallel_tool_calls, 0);
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_CHAT, "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"tools\":[" TOOL "],\"tool_choice\":\"auto\"}",
+                    &r));
+    ASSERT(r.tools);
+    sd_oai_request_free(&r);
+    static const struct {
+        const char *extra, *param, *code;
+    } bad[] = {
+        {",\"tools\":{}", "tools", "invalid_type"},
+        {",\"tools\":[5]", "tools[0]", "invalid_type"},
+        {",\"tools\":[{\"type\":\"web\",\"function\":{\"name\":\"f\"}}]", "tools[0]", "invalid_value"},
+        {",\"tools\":[{\"type\":\"function\"}]", "tools[0]", "invalid_value"},
+        {",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]", "tools[0]", "invalid_value"},
+        {",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]", "tools[0]",
+         "invalid_type"},
+        {",\"tool_choice\":\"auto\"", "tool_choice", "invalid_value"},
+        {",\"tools\":[" TOOL "],\"tool_choice\":\"sometimes\"", "tool_choice", "invalid_value"},
+        {",\"tools\":[" TOOL "],\"tool_choice\":\"required\"", "tool_choice", "unsupported_parameter"},
+        {",\"tools\":[" TOOL "],\"parallel_tool_calls\":1", "parallel_tool_calls", "invalid_type"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char body[1024];
+        snprintf(body, sizeof body, "{\"model\":\"" MODEL "\"," CHAT_MSGS "%s}", bad[i].extra);
+        ASSERT_MSG(expect_400(SD_OAI_CHAT, body, bad[i].param, bad[i].code), "%s", body);
+    }
+    static const struct {
+        const char *msgs, *param;
+    } badm[] = {
+        {"[{\"role\":\"user\",\"content\":\"a\",\"tool_calls\":[{\"type\":\"function\",\"function\":{"
+         "\"name\":\"f\",\"arguments\":\"{}\"}}]}]",
+         "messages[0].tool_calls"},
+        {"[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"type\":\"function\",\"function\":{"
+         "\"name\":\"f\",\"arguments\":\"[1]\"}}]}]",
+         "messages[0].tool_calls[0]"},
+        {"[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"type\":\"function\",\"function\":{"
+         "\"name\":\"f\",\"arguments\":{}}}]}]",
+         "messages[0].tool_calls[0]"},
+        {"[{\"role\":\"tool\",\"tool_call_id\":5,\"content\":\"x\"}]", "messages[0].tool_call_id"},
+        {"[{\"role\":\"tool\",\"tool_call_id\":\"c\"}]", "messages[0].content"},
+    };
+    for (size_t i = 0; i < sizeof badm / sizeof badm[0]; i++) {
+        char body[1024];
+        snprintf(body, sizeof body, "{\"model\":\"" MODEL "\",\"messages\":%s}", badm[i].msgs);
+        ASSERT_MSG(expect_400(SD_OAI_CHAT, body, badm[i].param, NULL), "%s", body);
+    }
+#undef TOOL
+#undef CALLS
 }
 
 TEST(prompt_is_validated)
@@ -705,6 +784,7 @@ TEST_MAIN(T(a_full_chat_request_maps_to_gen_params), T(completion_defaults_follo
           T(model_is_required_and_must_be_the_served_one), T(wrong_types_name_the_parameter),
           T(out_of_range_values_name_the_parameter), T(unsupported_options_are_refused_by_name),
           T(unknown_parameters_are_refused_by_name), T(messages_are_validated_one_by_one),
+          T(tools_tool_choice_and_tool_messages_are_parsed),
           T(prompt_is_validated), T(stop_strings_are_bounded),
           T(context_limit_names_prompt_or_max_tokens),
           T(random_mutations_never_crash_and_errors_are_complete),

@@ -1,0 +1,183 @@
+/* net/toolcall: tool calls out of the model's text (see toolcall.h). */
+#include "net/toolcall.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "core/tokenizer.h"
+
+static const char OPEN[] = "<tool_call>", CLOSE[] = "</tool_call>";
+#define OPEN_LEN (sizeof OPEN - 1)
+#define CLOSE_LEN (sizeof CLOSE - 1)
+
+void sd_tool_call_free(sd_tool_call *c)
+{
+    free(c->name);
+    free(c->arguments);
+    c->name = c->arguments = NULL;
+}
+
+void sd_tc_init(sd_tc_parser *p, int max_calls, uint64_t id_key, sd_tc_emit emit, void *arg)
+{
+    memset(p, 0, sizeof *p);
+    p->max_calls = max_calls;
+    p->id_key = id_key;
+    p->emit = emit;
+    p->arg = arg;
+}
+
+void sd_tc_free(sd_tc_parser *p) { sd_buf_free(&p->hold); }
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+static int only_space(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\n' && s[i] != '\r' && s[i] != '\t')
+            return 0;
+    return 1;
+}
+
+/* The longest suffix of s[0..n) that begins tag (a tag split across feeds). */
+static size_t partial_tag(const char *s, size_t n, const char *tag, size_t tl)
+{
+    for (size_t k = tl - 1 < n ? tl - 1 : n; k > 0; k--)
+        if (!memcmp(s + n - k, tag, k))
+            return k;
+    return 0;
+}
+
+static int emit_text(sd_tc_parser *p, const char *s, size_t n)
+{
+    return n ? p->emit(p->arg, s, n, NULL) : 0;
+}
+
+/* A call's body: {"name": string, "arguments": object or JSON text} (some
+ * models write "parameters"). 1 and c filled, 0 not a call, -1 no memory. */
+static int read_call(const char *s, size_t n, sd_tool_call *c)
+{
+    json_error_t je;
+    json_t *o = json_loadb(s, n, JSON_REJECT_DUPLICATES, &je);
+    json_t *name = json_object_get(o, "name"), *args = json_object_get(o, "arguments");
+    if (!args)
+        args = json_object_get(o, "parameters");
+    int ok = json_is_object(o) && json_is_string(name) && json_string_length(name) > 0 &&
+             strlen(json_string_value(name)) == json_string_length(name) &&
+             (!args || json_is_object(args) || json_is_string(args));
+    if (!ok) {
+        json_decref(o);
+        return 0;
+    }
+    sd_sbuf a = {0};
+    int rc = !args                   ? sd_sbuf_put(&a, "{}", 2)
+             : json_is_string(args) ? sd_sbuf_put(&a, json_string_value(args), json_string_length(args))
+                                    : sd_py_json_dumps(&a, args);
+    c->name = rc ? NULL : strdup(json_string_value(name));
+    c->arguments = rc ? NULL : sd_sbuf_take(&a, NULL);
+    sd_sbuf_free(&a);
+    json_decref(o);
+    if (!c->name || !c->arguments) {
+        sd_tool_call_free(c);
+        return -1;
+    }
+    return 1;
+}
+
+/* The held text holds a whole call's body up to CLOSE at k. */
+static int close_call(sd_tc_parser *p, size_t k)
+{
+    sd_tool_call c = {{0}, NULL, NULL};
+    int r = read_call(p->hold.p, k, &c), rc = 0;
+    if (r < 0)
+        return SD_ENOMEM;
+    if (r == 0) {
+        /* not a call: the block stays in the content as written */
+        if ((rc = emit_text(p, OPEN, OPEN_LEN)) || (rc = emit_text(p, p->hold.p, k + CLOSE_LEN)))
+            return rc;
+    } else if (!p->max_calls || p->n_calls < p->max_calls) {
+        static const char AL[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+        uint64_t h = mix(p->id_key ^ mix((uint64_t)p->n_calls + 1));
+        memcpy(c.id, "call_", 5);
+        for (int i = 0; i < 24; i++) {
+            if (i % 10 == 0)
+                h = mix(h + (uint64_t)i);
+            c.id[5 + i] = AL[h % 62];
+            h /= 62;
+        }
+        c.id[29] = 0;
+        p->n_calls++;
+        rc = p->emit(p->arg, NULL, 0, &c);
+    }
+    sd_tool_call_free(&c);
+    sd_buf_consume(&p->hold, k + CLOSE_LEN);
+    p->in_call = 0;
+    p->seg_text = 0; /* a new stretch between tags */
+    return rc;
+}
+
+/* Works through what is held as far as it can be decided. */
+static int advance(sd_tc_parser *p, int end)
+{
+    for (;;) {
+        const char *h = p->hold.p ? p->hold.p : "";
+        size_t n = p->hold.len;
+        if (p->in_call) {
+            const char *c = n ? memmem(h, n, CLOSE, CLOSE_LEN) : NULL;
+            if (c) {
+                int rc = close_call(p, (size_t)(c - h));
+                if (rc)
+                    return rc;
+                continue;
+            }
+            if (!end)
+                return 0;
+            /* the output ended inside a call: it stays content */
+            int rc = emit_text(p, OPEN, OPEN_LEN);
+            if (!rc)
+                rc = emit_text(p, h, n);
+            sd_buf_clear(&p->hold);
+            p->in_call = 0;
+            return rc;
+        }
+        const char *o = n ? memmem(h, n, OPEN, OPEN_LEN) : NULL;
+        size_t text = o ? (size_t)(o - h) : end ? n : n - partial_tag(h, n, OPEN, OPEN_LEN);
+        /* after a call, a stretch between tags of whitespace alone is not
+         * content (the newlines between calls): its whitespace is held until
+         * something else comes in it, and dropped where it ends */
+        int rc = 0;
+        if (!(p->n_calls && !p->seg_text && only_space(h, text))) {
+            rc = emit_text(p, h, text);
+            p->seg_text |= text > 0;
+        } else if (!o && !end) {
+            return 0; /* keep the whitespace: text may follow */
+        }
+        if (rc)
+            return rc;
+        if (!o) {
+            sd_buf_consume(&p->hold, text);
+            if (end)
+                sd_buf_clear(&p->hold);
+            return 0;
+        }
+        sd_buf_consume(&p->hold, text + OPEN_LEN);
+        p->in_call = 1;
+    }
+}
+
+int sd_tc_feed(sd_tc_parser *p, const char *text, size_t len)
+{
+    if (len && sd_buf_append(&p->hold, text, len))
+        return SD_ENOMEM;
+    return advance(p, 0);
+}
+
+int sd_tc_end(sd_tc_parser *p) { return advance(p, 1); }

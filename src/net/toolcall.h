@@ -1,0 +1,58 @@
+/* net/toolcall: the model's tool calls, read out of its text as it streams.
+ *
+ * The format is the one the chat template taught the model (Qwen2.5's and
+ * Qwen3's, "hermes"): each call a JSON object {"name": ..., "arguments": {...}}
+ * between <tool_call> and </tool_call>. Text before the first call is the
+ * message's content; text after a call is content too, but for a stretch
+ * between tags (or to the end) that is whitespace alone (the newlines between
+ * calls). A block that does not hold such
+ * an object, or one the output ends inside, stays in the content as written:
+ * nothing the model said is lost. With parallel_tool_calls false the calls
+ * after the first are dropped (OpenAI's meaning: at most one).
+ *
+ * Fed in pieces of any size (a tag split across pieces is held back until it
+ * is known), it gives the same content and calls as fed at once; its emit
+ * callback sees content and calls in the order they came. No I/O, no state
+ * outside the parser: unit-tested and fuzzed alone. */
+#ifndef SD_NET_TOOLCALL_H
+#define SD_NET_TOOLCALL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "net/buf.h"
+
+/* A tool call the model made: id "call_" + 24 characters, the function's
+ * name, its arguments as JSON text (Python json.dumps of the object, as
+ * vLLM writes them). */
+typedef struct sd_tool_call {
+    char id[32];
+    char *name;
+    char *arguments;
+} sd_tool_call;
+void sd_tool_call_free(sd_tool_call *c);
+
+/* content (len bytes, not NUL-terminated) or call: one of them per call. A
+ * non-zero return stops the feed and is returned by it. */
+typedef int (*sd_tc_emit)(void *arg, const char *content, size_t len, const sd_tool_call *call);
+
+typedef struct sd_tc_parser {
+    int in_call;     /* inside <tool_call> */
+    int seg_text;    /* the stretch since the last </tool_call> has had content */
+    int n_calls;     /* calls emitted */
+    int max_calls;   /* 0: any number */
+    uint64_t id_key; /* the calls' ids: a mix of this and their number */
+    sd_buf hold;     /* text not yet emitted: a tag's possible start, a call's body,
+                        whitespace after a call */
+    sd_tc_emit emit;
+    void *arg;
+} sd_tc_parser;
+
+void sd_tc_init(sd_tc_parser *p, int max_calls, uint64_t id_key, sd_tc_emit emit, void *arg);
+/* 0, SD_ENOMEM, or the emit callback's non-zero return. */
+int sd_tc_feed(sd_tc_parser *p, const char *text, size_t len);
+/* The output ended: what is held goes out (an unfinished call as content). */
+int sd_tc_end(sd_tc_parser *p);
+void sd_tc_free(sd_tc_parser *p);
+
+#endif

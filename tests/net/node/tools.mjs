@@ -1,0 +1,129 @@
+// Tool calling through the official OpenAI client: the bundled model's files
+// with Qwen2.5's chat template (whose tool format specd writes out), so that
+// tools reach the prompt and the reply is read for <tool_call> blocks. The
+// small model does not call tools, so this checks the request side (tools in
+// the prompt, earlier calls and tool results in the history, tool_choice) and
+// that the reply read for calls is the same text, streamed or not; the
+// parser's calls are checked in tests/net/test_toolcall.c and their JSON in
+// tests/net/test_openai.c.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+import { MODEL, SRCDIR, checkStream, request, requireModel, startServer } from './lib.mjs';
+
+requireModel();
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+if (!fs.existsSync(path.join(HERE, 'node_modules', 'openai', 'package.json')))
+  execFileSync('npm', ['ci', '--no-audit', '--no-fund'], { cwd: HERE, stdio: 'inherit' });
+const { default: OpenAI } = await import('openai');
+
+// The model folder: the bundled model's files, Qwen2.5's template.
+const DIR = fs.mkdtempSync(path.join(os.tmpdir(), 'specd-tools-'));
+for (const f of fs.readdirSync(MODEL))
+  if (f !== 'tokenizer_config.json') fs.symlinkSync(path.join(MODEL, f), path.join(DIR, f));
+const cfg = JSON.parse(fs.readFileSync(path.join(MODEL, 'tokenizer_config.json'), 'utf8'));
+cfg.chat_template = fs.readFileSync(path.join(SRCDIR, 'tests', 'golden', 'tokenizer', 'chat', 'qwen2.5.jinja'), 'utf8');
+fs.writeFileSync(path.join(DIR, 'tokenizer_config.json'), JSON.stringify(cfg));
+
+let srv, client, name;
+before(async () => {
+  srv = await startServer([], {}, { model: DIR });
+  client = new OpenAI({ baseURL: `${srv.base()}/v1`, apiKey: 'none', maxRetries: 0 });
+  name = (await client.models.list()).data[0].id;
+});
+after(async () => {
+  const r = await srv.stop();
+  fs.rmSync(DIR, { recursive: true, force: true });
+  assert.deepEqual(r, { code: 0, signal: null }, `exit after SIGTERM:\n${srv.log.slice(-3000)}`);
+});
+
+const TOOLS = [{
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'The weather in a city, now.',
+    parameters: { type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer', minimum: 1 } }, required: ['city'] },
+  },
+}];
+const MESSAGES = [{ role: 'user', content: 'What is the weather in Paris?' }];
+const HISTORY = [
+  ...MESSAGES,
+  { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris", "days": 1}' } }] },
+  { role: 'tool', tool_call_id: 'call_1', content: '{"temp": 21.5, "sky": "clear"}' },
+];
+const N = 20;
+
+const tokens = async (body) => {
+  const r = await request(srv, 'POST', '/tokenize', { body: { model: name, ...body } });
+  assert.equal(r.status, 200, r.text);
+  return JSON.parse(r.text).tokens;
+};
+
+test('tools reach the prompt; tool_choice none leaves them out', async () => {
+  const plain = await tokens({ messages: MESSAGES });
+  const withTools = await tokens({ messages: MESSAGES, tools: TOOLS });
+  const none = await tokens({ messages: MESSAGES, tools: TOOLS, tool_choice: 'none' });
+  // the tools block: its instructions and the tool's JSON
+  assert.ok(withTools.length > plain.length + 60, `${withTools.length} against ${plain.length}`);
+  assert.deepEqual(none, plain);
+  const r = await client.chat.completions.create({ model: name, messages: MESSAGES, tools: TOOLS, max_tokens: N, temperature: 0 });
+  assert.equal(r.usage.prompt_tokens, withTools.length);
+});
+
+test('a reply read for tool calls is the same text streamed or not', async () => {
+  for (const messages of [MESSAGES, HISTORY]) {
+    const r = await client.chat.completions.create({ model: name, messages, tools: TOOLS, max_tokens: N, temperature: 0 });
+    const ch = r.choices[0];
+    assert.equal(ch.message.role, 'assistant');
+    assert.ok(['stop', 'length', 'tool_calls'].includes(ch.finish_reason), ch.finish_reason);
+    const calls = ch.message.tool_calls ?? [];
+    assert.equal(ch.finish_reason === 'tool_calls', calls.length > 0);
+    for (const c of calls) {
+      assert.match(c.id, /^call_[A-Za-z0-9]{24}$/);
+      assert.equal(c.type, 'function');
+      assert.equal(typeof JSON.parse(c.function.arguments), 'object');
+    }
+    // the raw stream: content deltas, tool call deltas, the same finish
+    const raw = await request(srv, 'POST', '/v1/chat/completions', {
+      body: { model: name, messages, tools: TOOLS, max_tokens: N, temperature: 0, stream: true },
+    });
+    assert.equal(raw.status, 200, raw.text);
+    const s = checkStream(raw.text, { chat: true, includeUsage: false });
+    assert.equal(s.text, ch.message.content ?? '');
+    assert.equal(s.finish, ch.finish_reason);
+  }
+});
+
+test('earlier tool calls and results are the history the template prints', async () => {
+  const hist = await tokens({ messages: HISTORY, tools: TOOLS });
+  const r = await client.chat.completions.create({ model: name, messages: HISTORY, tools: TOOLS, max_tokens: 4, temperature: 0 });
+  assert.equal(r.usage.prompt_tokens, hist.length);
+  // a tool result changes the prompt
+  const other = structuredClone(HISTORY);
+  other[2].content = '{"temp": -3}';
+  assert.notDeepEqual(await tokens({ messages: other, tools: TOOLS }), hist);
+});
+
+test('what cannot be served is refused by name', async () => {
+  const post = async (body) => request(srv, 'POST', '/v1/chat/completions', { body: { model: name, ...body } });
+  const cases = [
+    [{ messages: MESSAGES, tools: TOOLS, tool_choice: 'required' }, 'tool_choice', 'unsupported_parameter'],
+    [{ messages: MESSAGES, tools: TOOLS, tool_choice: { type: 'function', function: { name: 'get_weather' } } }, 'tool_choice', 'unsupported_parameter'],
+    [{ messages: MESSAGES, tool_choice: 'auto' }, 'tool_choice', 'invalid_value'],
+    [{ messages: MESSAGES, tools: [{ type: 'function', function: { name: 'bad name' } }] }, 'tools[0]', 'invalid_value'],
+    [{ messages: [{ role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: 'not json' } }] }] }, 'messages[0].tool_calls[0]', 'invalid_value'],
+  ];
+  for (const [body, param, code] of cases) {
+    const r = await post(body);
+    assert.equal(r.status, 400, r.text);
+    const e = JSON.parse(r.text).error;
+    assert.equal(e.param, param, r.text);
+    assert.equal(e.code, code, r.text);
+  }
+});

@@ -1,0 +1,155 @@
+/* net/toolcall: tool calls read out of a model's text, whole or in pieces of
+ * any size, with nothing the model said lost. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "net/buf.h"
+#include "net/toolcall.h"
+#include "test.h"
+
+/* What the parser gave: content and calls in order, as one text: content as
+ * is, a call as [name|arguments]. */
+typedef struct got {
+    sd_buf text, content;
+    int n_calls;
+    char ids[8][32];
+} got;
+
+static int collect(void *arg, const char *content, size_t len, const sd_tool_call *call)
+{
+    got *g = arg;
+    if (!call) {
+        sd_buf_append(&g->content, content, len);
+        return sd_buf_append(&g->text, content, len);
+    }
+    if (g->n_calls < 8)
+        memcpy(g->ids[g->n_calls], call->id, sizeof call->id);
+    g->n_calls++;
+    return sd_buf_printf(&g->text, "[%s|%s]", call->name, call->arguments);
+}
+
+/* text fed in pieces of `step` bytes (0: at once) */
+static void run(const char *text, int max_calls, size_t step, got *g)
+{
+    memset(g, 0, sizeof *g);
+    sd_tc_parser p;
+    sd_tc_init(&p, max_calls, 42, collect, g);
+    size_t n = strlen(text);
+    if (!step)
+        step = n ? n : 1;
+    for (size_t i = 0; i < n; i += step)
+        ASSERT_OK(sd_tc_feed(&p, text + i, i + step <= n ? step : n - i));
+    ASSERT_OK(sd_tc_end(&p));
+    sd_tc_free(&p);
+}
+
+static const char *text_of(got *g) { return g->text.p ? g->text.p : ""; }
+
+static void got_free(got *g)
+{
+    sd_buf_free(&g->text);
+    sd_buf_free(&g->content);
+}
+
+TEST(calls_and_content_come_out_the_same_in_any_pieces)
+{
+    static const struct {
+        const char *in, *want;
+        int calls;
+    } cases[] = {
+        {"plain text, no call", "plain text, no call", 0},
+        {"", "", 0},
+        /* Qwen's form: text, then calls one per block; the newlines between
+         * calls and after the last are not content */
+        {"Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+         "</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"d\": 2.5}}"
+         "\n</tool_call>\n",
+         "Let me check.\n[get_weather|{\"city\": \"Paris\"}][get_weather|{\"city\": \"Oslo\", \"d\": 2.5}]", 2},
+        /* text after a call is content, its whitespace too (found by the
+         * request fuzzer: a piece ending before " <tool_call>" lost the space) */
+        {"<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>\nDone.", "[f|{}]\nDone.", 1},
+        {"<tool_call>{\"name\":\"f\"}</tool_call>a <tool_call>{\"name\":\"g\"}</tool_call> \n",
+         "[f|{}]a [g|{}]", 2},
+        /* arguments as a JSON string, as "parameters", or missing */
+        {"<tool_call>{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": 1}\"}</tool_call>", "[f|{\"a\": 1}]", 1},
+        {"<tool_call>{\"name\":\"f\",\"parameters\":{\"b\":[1,true,null]}}</tool_call>",
+         "[f|{\"b\": [1, true, null]}]", 1},
+        {"<tool_call>{\"name\":\"f\"}</tool_call>", "[f|{}]", 1},
+        /* not a call: kept as written */
+        {"a<tool_call>not json</tool_call>b", "a<tool_call>not json</tool_call>b", 0},
+        {"<tool_call>{\"arguments\":{}}</tool_call>", "<tool_call>{\"arguments\":{}}</tool_call>", 0},
+        {"<tool_call>{\"name\":3}</tool_call>", "<tool_call>{\"name\":3}</tool_call>", 0},
+        /* the output ended inside a call: kept as content */
+        {"x<tool_call>{\"name\": \"f\", \"argu", "x<tool_call>{\"name\": \"f\", \"argu", 0},
+        /* a tag's start that is not a tag */
+        {"a <tool_ b <tool_cal", "a <tool_ b <tool_cal", 0},
+        {"<tool_call", "<tool_call", 0},
+        /* a closing tag alone is text */
+        {"</tool_call> x", "</tool_call> x", 0},
+        /* unicode in names' arguments survives, printed as json.dumps does */
+        {"<tool_call>{\"name\":\"f\",\"arguments\":{\"q\":\"caf\\u00e9 \\n\"}}</tool_call>",
+         "[f|{\"q\": \"caf\xc3\xa9 \\n\"}]", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = strlen(cases[i].in);
+        for (size_t step = 0; step <= n; step++) {
+            got g;
+            run(cases[i].in, 0, step, &g);
+            ASSERT_MSG(!strcmp(text_of(&g), cases[i].want), "case %zu step %zu: got \"%s\"", i, step, text_of(&g));
+            ASSERT_EQ(g.n_calls, cases[i].calls);
+            got_free(&g);
+            if (step > 24)
+                step += 7; /* long inputs: a sample of the larger steps */
+        }
+    }
+}
+
+TEST(parallel_tool_calls_false_keeps_the_first_call_and_ids_differ)
+{
+    static const char in[] = "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>\n"
+                             "<tool_call>{\"name\":\"b\",\"arguments\":{}}</tool_call>";
+    got g;
+    run(in, 1, 0, &g);
+    ASSERT_STR_EQ(text_of(&g), "[a|{}]");
+    ASSERT_EQ(g.n_calls, 1);
+    got_free(&g);
+    run(in, 0, 3, &g);
+    ASSERT_STR_EQ(text_of(&g), "[a|{}][b|{}]");
+    ASSERT_EQ(g.n_calls, 2);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_EQ(strlen(g.ids[i]), 29);
+        ASSERT(!strncmp(g.ids[i], "call_", 5));
+        for (int k = 5; k < 29; k++) {
+            char c = g.ids[i][k];
+            ASSERT((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'));
+        }
+    }
+    ASSERT(strcmp(g.ids[0], g.ids[1]));
+    /* the same key gives the same ids (a reproducible stream) */
+    got h;
+    run(in, 0, 0, &h);
+    ASSERT_STR_EQ(g.ids[1], h.ids[1]);
+    got_free(&g);
+    got_free(&h);
+}
+
+/* An emit callback's failure stops the feed and comes back from it. */
+static int refuse(void *arg, const char *content, size_t len, const sd_tool_call *call)
+{
+    (void)arg;
+    (void)content;
+    (void)len;
+    return call ? -77 : 0;
+}
+
+TEST(an_emit_failure_stops_the_feed)
+{
+    sd_tc_parser p;
+    sd_tc_init(&p, 0, 1, refuse, NULL);
+    static const char in[] = "x<tool_call>{\"name\":\"f\"}</tool_call>";
+    ASSERT_EQ(sd_tc_feed(&p, in, sizeof in - 1), -77);
+    sd_tc_free(&p);
+}
+
+TEST_MAIN(T(calls_and_content_come_out_the_same_in_any_pieces),
+          T(parallel_tool_calls_false_keeps_the_first_call_and_ids_differ), T(an_emit_failure_stops_the_feed))
