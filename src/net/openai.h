@@ -89,8 +89,8 @@ int sd_oai_parse(sd_oai_kind kind, const char *body, size_t len, const char *ser
                  sd_oai_request *r, sd_api_error *e);
 void sd_oai_request_free(sd_oai_request *r);
 /* POST /tokenize (vLLM's shape): {"model"?, "prompt"} or {"model"?,
- * "messages", "add_generation_prompt"?}, plus "add_special_tokens"?. kind
- * tells which form came. */
+ * "messages", "add_generation_prompt"?, "tools"?, "tool_choice"?}, plus
+ * "add_special_tokens"?. kind tells which form came. */
 int sd_oai_parse_tokenize(const char *body, size_t len, const char *served_model,
                           sd_oai_request *r, sd_api_error *e);
 

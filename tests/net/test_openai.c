@@ -601,6 +601,70 @@ TEST(chat_response_carries_usage_and_speculative_extension)
     sd_buf_free(&b);
 }
 
+/* The model's tool calls: content null when it said nothing else, tool_calls
+ * with the arguments as a string, finish_reason tool_calls; streamed as one
+ * delta a call with its index, and a last chunk with finish_reason tool_calls. */
+TEST(tool_calls_in_responses_and_stream_chunks)
+{
+    sd_req_stats st = sample_stats();
+    sd_oai_meta m = {SD_OAI_CHAT, "chatcmpl-2", 1700000000, MODEL};
+    sd_oai_tool_call calls[] = {{"call_a", "get_weather", "{\"city\": \"Paris\"}"}, {"call_b", "f", "{}"}};
+    sd_buf b = {0};
+    ASSERT_OK(sd_oai_response_calls(&b, &m, "", 0, calls, 2, SD_FINISH_STOP, &st));
+    json_t *v = load(&b);
+    ASSERT(v);
+    json_t *c = json_array_get(json_object_get(v, "choices"), 0), *msg = json_object_get(c, "message");
+    ASSERT(json_is_null(json_object_get(msg, "content")));
+    ASSERT_STR_EQ(json_string_value(json_object_get(c, "finish_reason")), "tool_calls");
+    json_t *tc = json_object_get(msg, "tool_calls");
+    ASSERT_EQ(json_array_size(tc), 2);
+    json_t *c0 = json_array_get(tc, 0);
+    ASSERT_STR_EQ(json_string_value(json_object_get(c0, "id")), "call_a");
+    ASSERT_STR_EQ(json_string_value(json_object_get(c0, "type")), "function");
+    ASSERT(!json_object_get(c0, "index"));
+    ASSERT_STR_EQ(json_string_value(json_object_get(json_object_get(c0, "function"), "arguments")),
+                  "{\"city\": \"Paris\"}");
+    json_decref(v);
+    sd_buf_free(&b);
+    /* text beside the calls stays; no calls: a plain message and its own finish */
+    ASSERT_OK(sd_oai_response_calls(&b, &m, "On it.", 6, calls, 1, SD_FINISH_STOP, &st));
+    v = load(&b);
+    msg = json_object_get(json_array_get(json_object_get(v, "choices"), 0), "message");
+    ASSERT_STR_EQ(json_string_value(json_object_get(msg, "content")), "On it.");
+    json_decref(v);
+    sd_buf_free(&b);
+    ASSERT_OK(sd_oai_response_calls(&b, &m, "", 0, calls, 0, SD_FINISH_LENGTH, &st));
+    v = load(&b);
+    c = json_array_get(json_object_get(v, "choices"), 0);
+    ASSERT_STR_EQ(json_string_value(json_object_get(json_object_get(c, "message"), "content")), "");
+    ASSERT(!json_object_get(json_object_get(c, "message"), "tool_calls"));
+    ASSERT_STR_EQ(json_string_value(json_object_get(c, "finish_reason")), "length");
+    json_decref(v);
+    sd_buf_free(&b);
+    /* the stream's chunks */
+    ASSERT_OK(sd_oai_tool_call_event(&b, &m, 1, &calls[1]));
+    ASSERT(!strncmp(b.p, "data: ", 6) && b.p[b.len - 1] == '\n' && b.p[b.len - 2] == '\n');
+    json_error_t je;
+    v = json_loadb(b.p + 6, b.len - 8, 0, &je);
+    ASSERT(v);
+    c = json_array_get(json_object_get(v, "choices"), 0);
+    ASSERT(json_is_null(json_object_get(c, "finish_reason")));
+    json_t *d0 = json_array_get(json_object_get(json_object_get(c, "delta"), "tool_calls"), 0);
+    ASSERT_EQ(json_integer_value(json_object_get(d0, "index")), 1);
+    ASSERT_STR_EQ(json_string_value(json_object_get(d0, "id")), "call_b");
+    ASSERT_STR_EQ(json_string_value(json_object_get(json_object_get(d0, "function"), "name")), "f");
+    json_decref(v);
+    sd_buf_free(&b);
+    ASSERT_OK(sd_oai_tool_calls_finish_event(&b, &m));
+    v = json_loadb(b.p + 6, b.len - 8, 0, &je);
+    ASSERT(v);
+    c = json_array_get(json_object_get(v, "choices"), 0);
+    ASSERT_STR_EQ(json_string_value(json_object_get(c, "finish_reason")), "tool_calls");
+    ASSERT_EQ(json_object_size(json_object_get(c, "delta")), 0);
+    json_decref(v);
+    sd_buf_free(&b);
+}
+
 TEST(completion_response_has_text_and_stop_reason)
 {
     sd_req_stats st = sample_stats();
@@ -784,7 +848,7 @@ TEST_MAIN(T(a_full_chat_request_maps_to_gen_params), T(completion_defaults_follo
           T(model_is_required_and_must_be_the_served_one), T(wrong_types_name_the_parameter),
           T(out_of_range_values_name_the_parameter), T(unsupported_options_are_refused_by_name),
           T(unknown_parameters_are_refused_by_name), T(messages_are_validated_one_by_one),
-          T(tools_tool_choice_and_tool_messages_are_parsed),
+          T(tools_tool_choice_and_tool_messages_are_parsed), T(tool_calls_in_responses_and_stream_chunks),
           T(prompt_is_validated), T(stop_strings_are_bounded),
           T(context_limit_names_prompt_or_max_tokens),
           T(random_mutations_never_crash_and_errors_are_complete),
