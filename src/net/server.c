@@ -1,5 +1,6 @@
 #include "net/server.h"
 
+#include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -581,8 +582,8 @@ static size_t text_bytes(const sd_oai_request *r)
         return r->prompt_is_ids ? 0 : r->prompt_len;
     size_t n = 0;
     for (int i = 0; i < r->n_msgs; i++)
-        n += strlen(r->msgs[i].content);
-    return n;
+        n += strlen(r->msgs[i].content) + 256 * (size_t)r->msgs[i].n_calls;
+    return n + 1024 * json_array_size(r->tools); /* (their JSON, roughly) */
 }
 
 /* A validated request on its way to the engine (or to /tokenize's answer). */
