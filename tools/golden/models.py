@@ -114,25 +114,16 @@ _LLAMA_COMMON = dict(
 )
 
 
-_QWEN_COMMON = dict(
-    vocab_size=300,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=2048,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=False,
-    bos_token_id=0,
-    eos_token_id=1,
-)
-
-
 def _with(base, **kw):
     d = dict(base)
     d.update(kw)
     return d
+
+
+# Qwen's configs have no mlp_bias, and Qwen2's no attention_bias (its q/k/v
+# always have biases): those keys are left out, not written false.
+_QWEN_COMMON = _with({k: v for k, v in _LLAMA_COMMON.items() if k not in ("attention_bias", "mlp_bias")},
+                     vocab_size=300, rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1)
 
 
 FIXTURES = [
