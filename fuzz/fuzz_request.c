@@ -204,11 +204,12 @@ static void toolcall_pieces(const uint8_t *data, size_t size)
 {
     sd_buf whole = {0}, pieces = {0};
     sd_tc_parser p;
-    sd_tc_init(&p, (int)(size & 1), 7, tc_collect, &whole);
+    sd_tool_format f = size & 2 ? SD_TOOLS_JSON : SD_TOOLS_HERMES;
+    sd_tc_init(&p, f, (int)(size & 1), 7, tc_collect, &whole);
     if (sd_tc_feed(&p, (const char *)data, size) || sd_tc_end(&p))
         die("tool calls: feed failed", (const char *)data, size);
     sd_tc_free(&p);
-    sd_tc_init(&p, (int)(size & 1), 7, tc_collect, &pieces);
+    sd_tc_init(&p, f, (int)(size & 1), 7, tc_collect, &pieces);
     for (size_t i = 0; i < size;) {
         size_t n = 1 + data[i] % 13;
         if (n > size - i)

@@ -1,7 +1,8 @@
 /* core/chat_template: the published Jinja chat templates of the families specd
  * serves, written out in C for text messages (no images); tools and tool calls
  * for the templates whose tool format is written out (Qwen2.5's and Qwen3's
- * chatml; sd_chat_render_tools), the templates' tojson as Python's json.dumps.
+ * chatml, Llama 3.1's and 3.2's; sd_chat_render_tools), the templates' tojson
+ * as Python's json.dumps.
  * Each renderer follows its template statement by statement; the golden test
  * (tests/core/test_chat_template.c) compares them with Jinja's output on the
  * real templates (tests/golden/tokenizer/chat/). */
@@ -304,6 +305,14 @@ void sd_chat_template_free(sd_chat_template *ct)
 }
 
 const char *sd_chat_template_name(const sd_chat_template *ct) { return FAMILY_NAME[ct->fam]; }
+sd_tool_format sd_chat_template_tool_format(const sd_chat_template *ct)
+{
+    if (ct->fam == FAM_CHATML && ct->qwen_tools)
+        return SD_TOOLS_HERMES;
+    if (ct->fam == FAM_LLAMA3 && ct->variant != LL_30)
+        return SD_TOOLS_JSON;
+    return SD_TOOLS_NONE;
+}
 const char *sd_chat_template_stop(const sd_chat_template *ct) { return FAMILY_STOP[ct->fam]; }
 void sd_chat_template_set_date(sd_chat_template *ct, const char *date) { ct->date = date; }
 
@@ -434,7 +443,21 @@ static int py_float(sd_sbuf *b, double v)
     return rc ? -1 : 0;
 }
 
-int sd_py_json_dumps(sd_sbuf *b, const json_t *v)
+/* json.dumps's separator before an item: ", " without indent, else ",\n" (none
+ * before the first) and the item's indentation */
+static void py_sep(out *o, int first, int indent, int level)
+{
+    if (indent < 0) {
+        if (!first)
+            o_put(o, ", ", 2);
+        return;
+    }
+    o_put(o, first ? "\n" : ",\n", first ? 1 : 2);
+    for (int i = 0; i < indent * level; i++)
+        o_put(o, " ", 1);
+}
+
+static int py_dump(sd_sbuf *b, const json_t *v, int indent, int level)
 {
     out o = {{0}, 0};
     o.b = *b;
@@ -448,25 +471,27 @@ int sd_py_json_dumps(sd_sbuf *b, const json_t *v)
         o_put(&o, "{", 1);
         json_object_foreach((json_t *)v, k, x)
         {
-            if (!first)
-                o_put(&o, ", ", 2);
+            py_sep(&o, first, indent, level + 1);
             first = 0;
             o_json(&o, k);
             o_put(&o, ": ", 2);
-            if (!o.oom && sd_py_json_dumps(&o.b, x))
+            if (!o.oom && py_dump(&o.b, x, indent, level + 1))
                 o.oom = 1;
         }
+        if (!first && indent >= 0)
+            py_sep(&o, 1, indent, level);
         o_put(&o, "}", 1);
         break;
     }
     case JSON_ARRAY:
         o_put(&o, "[", 1);
         for (size_t i = 0; i < json_array_size(v); i++) {
-            if (i)
-                o_put(&o, ", ", 2);
-            if (!o.oom && sd_py_json_dumps(&o.b, json_array_get(v, i)))
+            py_sep(&o, i == 0, indent, level + 1);
+            if (!o.oom && py_dump(&o.b, json_array_get(v, i), indent, level + 1))
                 o.oom = 1;
         }
+        if (json_array_size(v) && indent >= 0)
+            py_sep(&o, 1, indent, level);
         o_put(&o, "]", 1);
         break;
     case JSON_STRING:
@@ -495,6 +520,9 @@ int sd_py_json_dumps(sd_sbuf *b, const json_t *v)
     return rc;
 }
 
+int sd_py_json_dumps(sd_sbuf *b, const json_t *v) { return py_dump(b, v, -1, 0); }
+int sd_py_json_dumps_indent(sd_sbuf *b, const json_t *v, int indent) { return py_dump(b, v, indent, 0); }
+
 /* Python's s.strip('\n') / lstrip / rstrip on s[a..b). */
 static void strip_nl(const char *s, size_t *a, size_t *b, int left, int right)
 {
@@ -516,7 +544,15 @@ static const char *last_of(const char *s, size_t n, const char *needle)
 
 /* ---- the families ------------------------------------------------------------------- */
 
-static void r_llama3(const sd_chat_template *ct, const sd_chat_msg *m, int n, int gen, out *o)
+/* Llama 3.1 / 3.2: the tools in the first user message (tools_in_user_message,
+ * the templates' default) as tojson(indent=4); a tool call as the JSON the
+ * model is told to answer with; a tool result printed through tojson. */
+static const char LL_TOOLS_HEAD[] =
+    "<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with a JSON for a "
+    "function call with its proper arguments that best answers the given prompt.\n\nRespond in the format "
+    "{\"name\": function name, \"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n";
+
+static void r_llama3(const sd_chat_template *ct, const sd_chat_msg *m, int n, const json_t *tools, int gen, out *o)
 {
     int i = 0;
     if (ct->variant == LL_30) {
@@ -540,8 +576,11 @@ static void r_llama3(const sd_chat_template *ct, const sd_chat_msg *m, int n, in
             strftime(today, sizeof today, "%d %b %Y", &tmv);
             date = today;
         }
+        int with_tools = json_array_size(tools) > 0;
         o_str(o, ct->bos);
         o_str(o, "<|start_header_id|>system<|end_header_id|>\n\n");
+        if (with_tools)
+            o_str(o, "Environment: ipython\n");
         o_str(o, "Cutting Knowledge Date: December 2023\nToday Date: ");
         o_str(o, date);
         o_str(o, "\n\n");
@@ -550,7 +589,27 @@ static void r_llama3(const sd_chat_template *ct, const sd_chat_msg *m, int n, in
             i = 1;
         }
         o_str(o, "<|eot_id|>");
+        if (with_tools) { /* (sd_chat_render_tools checked there is a first message) */
+            o_str(o, LL_TOOLS_HEAD);
+            for (size_t k = 0; k < json_array_size(tools); k++) {
+                if (!o->oom && sd_py_json_dumps_indent(&o->b, json_array_get(tools, k), 4))
+                    o->oom = 1;
+                o_str(o, "\n\n");
+            }
+            o_trim(o, m[i].content ? m[i].content : "");
+            o_str(o, "<|eot_id|>");
+            i++;
+        }
         for (; i < n; i++) {
+            if (m[i].n_calls) { /* (one: sd_chat_render_tools checked) */
+                o_str(o, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"");
+                o_str(o, m[i].calls[0].name);
+                o_str(o, "\", \"parameters\": ");
+                if (!o->oom && sd_py_json_dumps(&o->b, m[i].calls[0].arguments))
+                    o->oom = 1;
+                o_str(o, "}<|eot_id|>");
+                continue;
+            }
             if (!strcmp(m[i].role, "tool") || !strcmp(m[i].role, "ipython")) {
                 /* a string is "iterable" to Jinja: the template prints it through tojson */
                 o_str(o, "<|start_header_id|>ipython<|end_header_id|>\n\n");
@@ -826,7 +885,7 @@ int sd_chat_render_tools(const sd_chat_template *ct, const sd_chat_msg *msgs, in
         return sd_err_set(err, SD_EINVAL, "chat render: %d messages at %p", n, (const void *)msgs);
     if (tools && !json_is_array(tools))
         return sd_err_set(err, SD_EINVAL, "chat render: tools must be an array");
-    int has_calls = 0, tool_format = ct->fam == FAM_CHATML && ct->qwen_tools;
+    int has_calls = 0, tool_format = sd_chat_template_tool_format(ct) != SD_TOOLS_NONE;
     for (int i = 0; i < n; i++) {
         const sd_chat_msg *m = &msgs[i];
         if (m->n_calls < 0 || (m->n_calls && (!m->calls || strcmp(m->role ? m->role : "", "assistant"))))
@@ -841,11 +900,21 @@ int sd_chat_render_tools(const sd_chat_template *ct, const sd_chat_msg *msgs, in
     }
     if ((json_array_size(tools) || has_calls) && !tool_format)
         return sd_err_set(err, SD_ENOTSUP, "chat render: the %s template's tool format is not supported (tools are "
-                          "written out for Qwen2.5's and Qwen3's chatml)", FAMILY_NAME[ct->fam]);
+                          "written out for Qwen2.5's and Qwen3's chatml and Llama 3.1's and 3.2's)", FAMILY_NAME[ct->fam]);
+    if (ct->fam == FAM_LLAMA3 && tool_format) {
+        int first = n > 0 && !strcmp(msgs[0].role, "system");
+        if (json_array_size(tools) && first >= n)
+            return sd_err_set(err, SD_EINVAL, "chat render: Llama 3's template puts the tools in the first user "
+                              "message, and there is none");
+        for (int i = 0; i < n; i++)
+            if (msgs[i].n_calls > 1)
+                return sd_err_set(err, SD_EINVAL, "chat render: message %d: Llama 3's template takes one tool call "
+                                  "per assistant message (%d here)", i, msgs[i].n_calls);
+    }
     out o = {{0}, 0};
     switch (ct->fam) {
     case FAM_LLAMA3:
-        r_llama3(ct, msgs, n, add_generation_prompt, &o);
+        r_llama3(ct, msgs, n, tools, add_generation_prompt, &o);
         break;
     case FAM_CHATML:
         r_chatml(ct, msgs, n, tools, add_generation_prompt, &o);

@@ -142,7 +142,8 @@ int sd_chat_render(const sd_chat_template *ct, const sd_chat_msg *msgs, int n,
 /* As sd_chat_render, with the request's tools (a JSON array of OpenAI tool
  * objects, each printed as the template's `tool | tojson`; NULL or empty: none)
  * and the messages' tool calls. The families whose tool format is written out:
- * chatml with Qwen2.5's and Qwen3's tool blocks; the others refuse tools and
+ * chatml with Qwen2.5's and Qwen3's tool blocks, Llama 3.1's and 3.2's (tools
+ * in the first user message, one call a message); the others refuse tools and
  * tool calls with SD_ENOTSUP. */
 int sd_chat_render_tools(const sd_chat_template *ct, const sd_chat_msg *msgs, int n,
                          const struct json_t *tools, int add_generation_prompt, char **out, size_t *len,
@@ -151,6 +152,15 @@ int sd_chat_render_tools(const sd_chat_template *ct, const sd_chat_msg *msgs, in
  * ": " separators, floats as Python's repr), appended to b: 0, or -1 when memory
  * ran out. The templates' tojson filter. */
 int sd_py_json_dumps(sd_sbuf *b, const struct json_t *v);
+/* json.dumps(v, ensure_ascii=False, indent=indent): nested items on their own
+ * lines, "," and ": " (tojson(indent=4) in Llama 3.1's template). */
+int sd_py_json_dumps_indent(sd_sbuf *b, const struct json_t *v, int indent);
+/* How the template's model writes a tool call, for reading it back: none
+ * (the template has no tool format specd writes out), hermes (Qwen2.5 /
+ * Qwen3: <tool_call>{"name", "arguments"}</tool_call>), json (Llama 3.1 /
+ * 3.2: the reply is {"name", "parameters"}). */
+typedef enum sd_tool_format { SD_TOOLS_NONE = 0, SD_TOOLS_HERMES, SD_TOOLS_JSON } sd_tool_format;
+sd_tool_format sd_chat_template_tool_format(const sd_chat_template *ct);
 /* The family name (llama3 | chatml | deepseek3 | kimi-k2). */
 const char *sd_chat_template_name(const sd_chat_template *ct);
 /* The text that ends an assistant turn (<|eot_id|>, <|im_end|>, ...): a stop token. */

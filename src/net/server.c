@@ -641,8 +641,8 @@ static void generate_submit(sd_server *s, pending *p)
     j->include_usage = r->include_usage;
     if (r->tools) {
         j->tools = 1;
-        sd_tc_init(&j->tc, r->parallel_tool_calls ? 0 : 1, mix64(s->id_key ^ (j->rid << 20) ^ s->id_count),
-                   tc_emit, j);
+        sd_tc_init(&j->tc, sd_chat_template_tool_format(s->ct), r->parallel_tool_calls ? 0 : 1,
+                   mix64(s->id_key ^ (j->rid << 20) ^ s->id_count), tc_emit, j);
     }
     sd_req_events ev = {on_output, on_finish};
     sd_err err = {0};

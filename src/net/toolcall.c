@@ -19,9 +19,11 @@ void sd_tool_call_free(sd_tool_call *c)
     c->name = c->arguments = NULL;
 }
 
-void sd_tc_init(sd_tc_parser *p, int max_calls, uint64_t id_key, sd_tc_emit emit, void *arg)
+void sd_tc_init(sd_tc_parser *p, sd_tool_format format, int max_calls, uint64_t id_key, sd_tc_emit emit,
+                void *arg)
 {
     memset(p, 0, sizeof *p);
+    p->format = format;
     p->max_calls = max_calls;
     p->id_key = id_key;
     p->emit = emit;
@@ -61,22 +63,18 @@ static int emit_text(sd_tc_parser *p, const char *s, size_t n)
     return n ? p->emit(p->arg, s, n, NULL) : 0;
 }
 
-/* A call's body: {"name": string, "arguments": object or JSON text} (some
- * models write "parameters"). 1 and c filled, 0 not a call, -1 no memory. */
-static int read_call(const char *s, size_t n, sd_tool_call *c)
+/* A call: {"name": string, "arguments": object or JSON text} (Llama and some
+ * others write "parameters"). 1 and c filled, 0 not a call, -1 no memory. */
+static int call_of(const json_t *o, sd_tool_call *c)
 {
-    json_error_t je;
-    json_t *o = json_loadb(s, n, JSON_REJECT_DUPLICATES, &je);
     json_t *name = json_object_get(o, "name"), *args = json_object_get(o, "arguments");
     if (!args)
         args = json_object_get(o, "parameters");
     int ok = json_is_object(o) && json_is_string(name) && json_string_length(name) > 0 &&
              strlen(json_string_value(name)) == json_string_length(name) &&
              (!args || json_is_object(args) || json_is_string(args));
-    if (!ok) {
-        json_decref(o);
+    if (!ok)
         return 0;
-    }
     sd_sbuf a = {0};
     int rc = !args                   ? sd_sbuf_put(&a, "{}", 2)
              : json_is_string(args) ? sd_sbuf_put(&a, json_string_value(args), json_string_length(args))
@@ -84,7 +82,6 @@ static int read_call(const char *s, size_t n, sd_tool_call *c)
     c->name = rc ? NULL : strdup(json_string_value(name));
     c->arguments = rc ? NULL : sd_sbuf_take(&a, NULL);
     sd_sbuf_free(&a);
-    json_decref(o);
     if (!c->name || !c->arguments) {
         sd_tool_call_free(c);
         return -1;
@@ -92,30 +89,41 @@ static int read_call(const char *s, size_t n, sd_tool_call *c)
     return 1;
 }
 
+/* Gives c its id and emits it, or drops it past max_calls. */
+static int emit_call(sd_tc_parser *p, sd_tool_call *c)
+{
+    if (p->max_calls && p->n_calls >= p->max_calls)
+        return 0;
+    static const char AL[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    uint64_t h = mix(p->id_key ^ mix((uint64_t)p->n_calls + 1));
+    memcpy(c->id, "call_", 5);
+    for (int i = 0; i < 24; i++) {
+        if (i % 10 == 0)
+            h = mix(h + (uint64_t)i);
+        c->id[5 + i] = AL[h % 62];
+        h /= 62;
+    }
+    c->id[29] = 0;
+    p->n_calls++;
+    return p->emit(p->arg, NULL, 0, c);
+}
+
 /* The held text holds a whole call's body up to CLOSE at k. */
 static int close_call(sd_tc_parser *p, size_t k)
 {
     sd_tool_call c = {{0}, NULL, NULL};
-    int r = read_call(p->hold.p, k, &c), rc = 0;
+    json_error_t je;
+    json_t *o = json_loadb(p->hold.p, k, JSON_REJECT_DUPLICATES, &je);
+    int r = call_of(o, &c), rc = 0;
+    json_decref(o);
     if (r < 0)
         return SD_ENOMEM;
     if (r == 0) {
         /* not a call: the block stays in the content as written */
         if ((rc = emit_text(p, OPEN, OPEN_LEN)) || (rc = emit_text(p, p->hold.p, k + CLOSE_LEN)))
             return rc;
-    } else if (!p->max_calls || p->n_calls < p->max_calls) {
-        static const char AL[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-        uint64_t h = mix(p->id_key ^ mix((uint64_t)p->n_calls + 1));
-        memcpy(c.id, "call_", 5);
-        for (int i = 0; i < 24; i++) {
-            if (i % 10 == 0)
-                h = mix(h + (uint64_t)i);
-            c.id[5 + i] = AL[h % 62];
-            h /= 62;
-        }
-        c.id[29] = 0;
-        p->n_calls++;
-        rc = p->emit(p->arg, NULL, 0, &c);
+    } else {
+        rc = emit_call(p, &c);
     }
     sd_tool_call_free(&c);
     sd_buf_consume(&p->hold, k + CLOSE_LEN);
@@ -173,11 +181,76 @@ static int advance(sd_tc_parser *p, int end)
     }
 }
 
+/* json: the held reply, whole, as calls: *called 1 when it was (and they went
+ * out); 0 or an error */
+static int json_calls(sd_tc_parser *p, int *called)
+{
+    *called = 0;
+    const char *s = p->hold.p;
+    size_t n = p->hold.len, at = 0;
+    sd_tool_call c[16];
+    int nc = 0, r = 1;
+    while (r > 0) {
+        while (at < n && (s[at] == ' ' || s[at] == '\n' || s[at] == '\r' || s[at] == '\t'))
+            at++;
+        if (at == n)
+            break;
+        if (nc && s[at] == ';') { /* calls joined by ";" */
+            at++;
+            continue;
+        }
+        json_error_t je;
+        json_t *o = json_loadb(s + at, n - at, JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES, &je);
+        memset(&c[nc], 0, sizeof c[nc]);
+        r = nc < 16 && json_is_object(o) ? call_of(o, &c[nc]) : 0;
+        json_decref(o);
+        if (r > 0) {
+            at += (size_t)je.position;
+            nc++;
+        }
+    }
+    int rc = r < 0 ? SD_ENOMEM : 0;
+    *called = r > 0 && nc > 0;
+    for (int i = 0; i < nc; i++) {
+        if (!rc && *called)
+            rc = emit_call(p, &c[i]);
+        sd_tool_call_free(&c[i]);
+    }
+    return rc;
+}
+
+/* json: see toolcall.h */
+static int advance_json(sd_tc_parser *p, int end)
+{
+    const char *h = p->hold.p ? p->hold.p : "";
+    size_t n = p->hold.len;
+    if (p->json_state == 0) {
+        size_t k = 0;
+        while (k < n && (h[k] == ' ' || h[k] == '\n' || h[k] == '\r' || h[k] == '\t'))
+            k++;
+        if (k < n)
+            p->json_state = h[k] == '{' ? 2 : 1;
+    }
+    if (p->json_state == 1 || (end && p->json_state == 0)) {
+        int rc = emit_text(p, h, n);
+        sd_buf_clear(&p->hold);
+        return rc;
+    }
+    if (!end)
+        return 0; /* a reply that may be calls: held to its end */
+    int called;
+    int rc = json_calls(p, &called);
+    if (!rc && !called)
+        rc = emit_text(p, h, n); /* not calls: the reply is content, as written */
+    sd_buf_clear(&p->hold);
+    return rc;
+}
+
 int sd_tc_feed(sd_tc_parser *p, const char *text, size_t len)
 {
     if (len && sd_buf_append(&p->hold, text, len))
         return SD_ENOMEM;
-    return advance(p, 0);
+    return p->format == SD_TOOLS_JSON ? advance_json(p, 0) : advance(p, 0);
 }
 
-int sd_tc_end(sd_tc_parser *p) { return advance(p, 1); }
+int sd_tc_end(sd_tc_parser *p) { return p->format == SD_TOOLS_JSON ? advance_json(p, 1) : advance(p, 1); }

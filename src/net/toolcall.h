@@ -1,7 +1,12 @@
 /* net/toolcall: the model's tool calls, read out of its text as it streams.
  *
- * The format is the one the chat template taught the model (Qwen2.5's and
- * Qwen3's, "hermes"): each call a JSON object {"name": ..., "arguments": {...}}
+ * The format is the one the chat template taught the model (its
+ * sd_tool_format). json (Llama 3.1 / 3.2): a reply that is, whitespace
+ * aside, JSON objects {"name": ..., "parameters": {...}} (several joined by
+ * ";") is calls; any other reply is content. Such a reply is held to its end
+ * (it is a call only if all of it parses), the rest streams as it comes.
+ *
+ * hermes (Qwen2.5 / Qwen3): each call a JSON object {"name": ..., "arguments": {...}}
  * between <tool_call> and </tool_call>. Text before the first call is the
  * message's content; text after a call is content too, but for a stretch
  * between tags (or to the end) that is whitespace alone (the newlines between
@@ -20,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/tokenizer.h"
 #include "net/buf.h"
 
 /* A tool call the model made: id "call_" + 24 characters, the function's
@@ -37,6 +43,8 @@ void sd_tool_call_free(sd_tool_call *c);
 typedef int (*sd_tc_emit)(void *arg, const char *content, size_t len, const sd_tool_call *call);
 
 typedef struct sd_tc_parser {
+    sd_tool_format format;
+    int json_state;  /* json: 0 nothing but whitespace yet, 1 a reply of text, 2 one that may be calls */
     int in_call;     /* inside <tool_call> */
     int seg_text;    /* the stretch since the last </tool_call> has had content */
     int n_calls;     /* calls emitted */
@@ -48,7 +56,8 @@ typedef struct sd_tc_parser {
     void *arg;
 } sd_tc_parser;
 
-void sd_tc_init(sd_tc_parser *p, int max_calls, uint64_t id_key, sd_tc_emit emit, void *arg);
+void sd_tc_init(sd_tc_parser *p, sd_tool_format format, int max_calls, uint64_t id_key, sd_tc_emit emit,
+                void *arg);
 /* 0, SD_ENOMEM, or the emit callback's non-zero return. */
 int sd_tc_feed(sd_tc_parser *p, const char *text, size_t len);
 /* The output ended: what is held goes out (an unfinished call as content). */

@@ -29,11 +29,11 @@ static int collect(void *arg, const char *content, size_t len, const sd_tool_cal
 }
 
 /* text fed in pieces of `step` bytes (0: at once) */
-static void run(const char *text, int max_calls, size_t step, got *g)
+static void run_as(sd_tool_format f, const char *text, int max_calls, size_t step, got *g)
 {
     memset(g, 0, sizeof *g);
     sd_tc_parser p;
-    sd_tc_init(&p, max_calls, 42, collect, g);
+    sd_tc_init(&p, f, max_calls, 42, collect, g);
     size_t n = strlen(text);
     if (!step)
         step = n ? n : 1;
@@ -41,6 +41,11 @@ static void run(const char *text, int max_calls, size_t step, got *g)
         ASSERT_OK(sd_tc_feed(&p, text + i, i + step <= n ? step : n - i));
     ASSERT_OK(sd_tc_end(&p));
     sd_tc_free(&p);
+}
+
+static void run(const char *text, int max_calls, size_t step, got *g)
+{
+    run_as(SD_TOOLS_HERMES, text, max_calls, step, g);
 }
 
 static const char *text_of(got *g) { return g->text.p ? g->text.p : ""; }
@@ -145,11 +150,48 @@ static int refuse(void *arg, const char *content, size_t len, const sd_tool_call
 TEST(an_emit_failure_stops_the_feed)
 {
     sd_tc_parser p;
-    sd_tc_init(&p, 0, 1, refuse, NULL);
+    sd_tc_init(&p, SD_TOOLS_HERMES, 0, 1, refuse, NULL);
     static const char in[] = "x<tool_call>{\"name\":\"f\"}</tool_call>";
     ASSERT_EQ(sd_tc_feed(&p, in, sizeof in - 1), -77);
     sd_tc_free(&p);
 }
 
-TEST_MAIN(T(calls_and_content_come_out_the_same_in_any_pieces),
+/* Llama 3.1 / 3.2: a reply that is JSON objects {"name", "parameters"} (";"
+ * between several) is calls; any other reply is content, whole. */
+TEST(llama_json_replies_are_calls_whole_or_content)
+{
+    static const struct {
+        const char *in, *want;
+        int calls;
+    } cases[] = {
+        {"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+         "[get_weather|{\"city\": \"Paris\"}]", 1},
+        {"\n {\"name\":\"a\",\"parameters\":{}}; {\"name\":\"b\",\"arguments\":{\"x\":1}} \n", "[a|{}][b|{\"x\": 1}]",
+         2},
+        {"It is sunny.", "It is sunny.", 0},
+        {"  \nIt is {\"name\": \"x\"}", "  \nIt is {\"name\": \"x\"}", 0},
+        /* JSON but not calls, or calls and then text: content as written */
+        {"{\"answer\": 42}", "{\"answer\": 42}", 0},
+        {"{\"name\":\"a\",\"parameters\":{}} and more", "{\"name\":\"a\",\"parameters\":{}} and more", 0},
+        {"{\"name\":\"a\",\"parameters\":{", "{\"name\":\"a\",\"parameters\":{", 0},
+        {"", "", 0},
+        {" \n ", " \n ", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = strlen(cases[i].in);
+        for (size_t step = 0; step <= n; step++) {
+            got g;
+            run_as(SD_TOOLS_JSON, cases[i].in, 0, step, &g);
+            ASSERT_MSG(!strcmp(text_of(&g), cases[i].want), "case %zu step %zu: got \"%s\"", i, step, text_of(&g));
+            ASSERT_EQ(g.n_calls, cases[i].calls);
+            got_free(&g);
+        }
+    }
+    got g;
+    run_as(SD_TOOLS_JSON, "{\"name\":\"a\",\"parameters\":{}};{\"name\":\"b\",\"parameters\":{}}", 1, 0, &g);
+    ASSERT_STR_EQ(text_of(&g), "[a|{}]");
+    got_free(&g);
+}
+
+TEST_MAIN(T(calls_and_content_come_out_the_same_in_any_pieces), T(llama_json_replies_are_calls_whole_or_content),
           T(parallel_tool_calls_false_keeps_the_first_call_and_ids_differ), T(an_emit_failure_stops_the_feed))
