@@ -204,7 +204,8 @@ static void toolcall_pieces(const uint8_t *data, size_t size)
 {
     sd_buf whole = {0}, pieces = {0};
     sd_tc_parser p;
-    sd_tool_format f = size & 2 ? SD_TOOLS_JSON : SD_TOOLS_HERMES;
+    static const sd_tool_format formats[] = {SD_TOOLS_HERMES, SD_TOOLS_JSON, SD_TOOLS_KIMI};
+    sd_tool_format f = formats[(size >> 1) % 3];
     sd_tc_init(&p, f, (int)(size & 1), 7, tc_collect, &whole);
     if (sd_tc_feed(&p, (const char *)data, size) || sd_tc_end(&p))
         die("tool calls: feed failed", (const char *)data, size);

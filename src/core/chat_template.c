@@ -311,6 +311,8 @@ sd_tool_format sd_chat_template_tool_format(const sd_chat_template *ct)
         return SD_TOOLS_HERMES;
     if (ct->fam == FAM_LLAMA3 && ct->variant != LL_30)
         return SD_TOOLS_JSON;
+    if (ct->fam == FAM_KIMI)
+        return SD_TOOLS_KIMI;
     return SD_TOOLS_NONE;
 }
 const char *sd_chat_template_stop(const sd_chat_template *ct) { return FAMILY_STOP[ct->fam]; }
@@ -833,8 +835,14 @@ static void r_deepseek3(const sd_chat_template *ct, const sd_chat_msg *m, int n,
     }
 }
 
-static void r_kimi(const sd_chat_template *ct, const sd_chat_msg *m, int n, int gen, out *o)
+static void r_kimi(const sd_chat_template *ct, const sd_chat_msg *m, int n, const json_t *tools, int gen, out *o)
 {
+    if (json_array_size(tools)) {
+        o_str(o, "<|im_system|>tool_declare<|im_middle|>");
+        if (!o->oom && sd_py_json_dumps(&o->b, tools))
+            o->oom = 1;
+        o_str(o, "<|im_end|>");
+    }
     if (n == 0 || strcmp(m[0].role, "system")) {
         if (ct->variant == KM_THINKING || n > 0) {
             o_str(o, "<|im_system|>system<|im_middle|>");
@@ -849,10 +857,13 @@ static void r_kimi(const sd_chat_template *ct, const sd_chat_msg *m, int n, int 
                                                                                          : "<|im_system|>");
             o_str(o, role);
             o_str(o, "<|im_middle|>");
-            if (!strcmp(role, "assistant"))
+            if (!strcmp(role, "assistant")) {
                 o_str(o, "<think></think>");
-            else if (!strcmp(role, "tool"))
-                o_str(o, "## Return of \n");
+            } else if (!strcmp(role, "tool")) {
+                o_str(o, "## Return of ");
+                o_str(o, m[i].tool_call_id ? m[i].tool_call_id : "");
+                o_str(o, "\n");
+            }
         } else if (!strcmp(role, "system")) {
             o_str(o, "<|im_system|>system<|im_middle|>");
         } else if (!strcmp(role, "user")) {
@@ -862,7 +873,21 @@ static void r_kimi(const sd_chat_template *ct, const sd_chat_msg *m, int n, int 
         } else if (!strcmp(role, "tool")) {
             o_str(o, "<|im_system|>tool<|im_middle|>");
         }
-        o_str(o, m[i].content);
+        o_str(o, m[i].content ? m[i].content : "");
+        /* Kimi-K2-Thinking's template prints the calls; Kimi-K2-Instruct's
+         * (the first) drops them (and fails on a call without content) */
+        if (ct->variant == KM_THINKING && m[i].n_calls) {
+            o_str(o, "<|tool_calls_section_begin|>");
+            for (int k = 0; k < m[i].n_calls; k++) {
+                o_str(o, "<|tool_call_begin|>");
+                o_str(o, m[i].calls[k].id ? m[i].calls[k].id : "None");
+                o_str(o, "<|tool_call_argument_begin|>");
+                if (!o->oom && sd_py_json_dumps(&o->b, m[i].calls[k].arguments))
+                    o->oom = 1;
+                o_str(o, "<|tool_call_end|>");
+            }
+            o_str(o, "<|tool_calls_section_end|>");
+        }
         o_str(o, "<|im_end|>");
     }
     if (gen)
@@ -900,7 +925,7 @@ int sd_chat_render_tools(const sd_chat_template *ct, const sd_chat_msg *msgs, in
     }
     if ((json_array_size(tools) || has_calls) && !tool_format)
         return sd_err_set(err, SD_ENOTSUP, "chat render: the %s template's tool format is not supported (tools are "
-                          "written out for Qwen2.5's and Qwen3's chatml and Llama 3.1's and 3.2's)", FAMILY_NAME[ct->fam]);
+                          "written out for Qwen2.5's and Qwen3's chatml, Llama 3.1's and 3.2's and Kimi-K2's)", FAMILY_NAME[ct->fam]);
     if (ct->fam == FAM_LLAMA3 && tool_format) {
         int first = n > 0 && !strcmp(msgs[0].role, "system");
         if (json_array_size(tools) && first >= n)
@@ -911,6 +936,11 @@ int sd_chat_render_tools(const sd_chat_template *ct, const sd_chat_msg *msgs, in
                 return sd_err_set(err, SD_EINVAL, "chat render: message %d: Llama 3's template takes one tool call "
                                   "per assistant message (%d here)", i, msgs[i].n_calls);
     }
+    if (ct->fam == FAM_KIMI && ct->variant == KM_K2)
+        for (int i = 0; i < n; i++)
+            if (msgs[i].n_calls && !msgs[i].content)
+                return sd_err_set(err, SD_EINVAL, "chat render: message %d: Kimi-K2-Instruct's template does not "
+                                  "print tool calls, and fails on a message of calls without content", i);
     out o = {{0}, 0};
     switch (ct->fam) {
     case FAM_LLAMA3:
@@ -923,7 +953,7 @@ int sd_chat_render_tools(const sd_chat_template *ct, const sd_chat_msg *msgs, in
         r_deepseek3(ct, msgs, n, add_generation_prompt, &o);
         break;
     case FAM_KIMI:
-        r_kimi(ct, msgs, n, add_generation_prompt, &o);
+        r_kimi(ct, msgs, n, tools, add_generation_prompt, &o);
         break;
     }
     if (o.oom || !(*text = sd_sbuf_take(&o.b, len))) {

@@ -121,12 +121,14 @@ struct json_t;
 typedef struct sd_chat_call {
     const char *name;
     const struct json_t *arguments;
+    const char *id; /* the call's id (Kimi's template prints it), NULL: none */
 } sd_chat_call;
 typedef struct sd_chat_msg {
     const char *role; /* system | user | assistant | tool | any other role the family prints */
     const char *content; /* NULL only for an assistant message with tool calls */
     const sd_chat_call *calls; /* assistant: its tool calls (n_calls), else NULL */
     int n_calls;
+    const char *tool_call_id; /* tool: the call it answers (Kimi's template prints it), NULL: none */
 } sd_chat_msg;
 typedef struct sd_chat_template sd_chat_template;
 
@@ -158,8 +160,11 @@ int sd_py_json_dumps_indent(sd_sbuf *b, const struct json_t *v, int indent);
 /* How the template's model writes a tool call, for reading it back: none
  * (the template has no tool format specd writes out), hermes (Qwen2.5 /
  * Qwen3: <tool_call>{"name", "arguments"}</tool_call>), json (Llama 3.1 /
- * 3.2: the reply is {"name", "parameters"}). */
-typedef enum sd_tool_format { SD_TOOLS_NONE = 0, SD_TOOLS_HERMES, SD_TOOLS_JSON } sd_tool_format;
+ * 3.2: the reply is {"name", "parameters"}), kimi (Kimi-K2: special tokens
+ * <|tool_calls_section_begin|> <|tool_call_begin|>functions.NAME:I
+ * <|tool_call_argument_begin|>{...}<|tool_call_end|> ... <|tool_calls_section_end|>,
+ * so its reply is read with special tokens printed). */
+typedef enum sd_tool_format { SD_TOOLS_NONE = 0, SD_TOOLS_HERMES, SD_TOOLS_JSON, SD_TOOLS_KIMI } sd_tool_format;
 sd_tool_format sd_chat_template_tool_format(const sd_chat_template *ct);
 /* The family name (llama3 | chatml | deepseek3 | kimi-k2). */
 const char *sd_chat_template_name(const sd_chat_template *ct);

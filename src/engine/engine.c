@@ -2112,7 +2112,7 @@ req *sd__engine_req_new(sd_engine *e, const int32_t *prompt, int n_prompt, const
         goto fail;
     if (e->spec == SD_SPEC_NGRAM && (rc = sd_ngram_create(&r->ng, 1, e->ngram_n, err)))
         goto fail;
-    if (e->tok && (rc = sd_detok_new(&r->detok, e->tok, 1, err)))
+    if (e->tok && (rc = sd_detok_new(&r->detok, e->tok, !p->keep_special, err)))
         goto fail;
     sd_kv_seq_init(&r->kv);
     r->t_submit = sd_now_ns();

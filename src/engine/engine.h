@@ -40,6 +40,9 @@ typedef struct sd_gen_params {
      * template's end-of-turn token (copied at submit) */
     const int32_t *stop_ids;
     int n_stop_ids;
+    /* 1: special tokens are printed in the output text (a reply read for
+     * tool calls whose markers are special tokens, Kimi-K2's); 0: skipped */
+    int keep_special;
 } sd_gen_params;
 
 /* Speculative statistics of one request (and summed over the engine). */

@@ -578,6 +578,13 @@ static int parse_calls(json_t *tc, size_t i, sd_oai_msg *m, sd_api_error *e)
         m->n_calls = (int)k + 1;
         if (!m->calls[k].name)
             return oom(e);
+        json_t *id = json_object_get(c, "id");
+        if (id && !json_is_null(id)) {
+            if (!json_is_string(id) || has_nul(id))
+                return sd_api_error_set(e, 400, p, "invalid_type", "%s.id: expected a string", p);
+            if (!(m->calls[k].id = dup_n(json_string_value(id), json_string_length(id))))
+                return oom(e);
+        }
     }
     return 0;
 }
@@ -670,6 +677,16 @@ static int parse_messages(json_t *root, sd_oai_request *r, sd_api_error *e)
         }
         if (has_calls && parse_calls(tc, i, &r->msgs[i], e))
             return SD_EINVAL;
+        if (tid && json_is_string(tid)) {
+            if (has_nul(tid)) {
+                snprintf(p2, sizeof p2, "%s.tool_call_id", param);
+                return nul_error(e, p2);
+            }
+            if (!(r->msgs[i].tool_call_id = dup_n(json_string_value(tid), json_string_length(tid))))
+                return oom(e);
+        }
+        json_t *cv = json_object_get(m, "content");
+        r->msgs[i].content_null = !cv || json_is_null(cv);
         if (parse_content(json_object_get(m, "content"), i, !strcmp(rs, "assistant"),
                           &r->msgs[i].content, e))
             return SD_EINVAL;
@@ -931,10 +948,12 @@ void sd_oai_request_free(sd_oai_request *r)
         free(r->msgs[i].role);
         free(r->msgs[i].content);
         for (int k = 0; k < r->msgs[i].n_calls; k++) {
+            free(r->msgs[i].calls[k].id);
             free(r->msgs[i].calls[k].name);
             json_decref(r->msgs[i].calls[k].arguments);
         }
         free(r->msgs[i].calls);
+        free(r->msgs[i].tool_call_id);
     }
     free(r->msgs);
     json_decref(r->tools);

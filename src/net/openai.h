@@ -36,6 +36,7 @@ struct json_t;
 /* An earlier tool call of an assistant message: its arguments parsed from the
  * JSON text the client sent (an object, printed back by the template). */
 typedef struct sd_oai_call {
+    char *id; /* NULL when the client gave none */
     char *name;
     struct json_t *arguments;
 } sd_oai_call;
@@ -43,8 +44,10 @@ typedef struct sd_oai_call {
 typedef struct sd_oai_msg {
     char *role; /* system | user | assistant | tool ("developer" arrives as "system") */
     char *content; /* "" for an assistant message of tool calls alone */
+    int content_null; /* the client sent no content (an assistant's tool calls alone) */
     sd_oai_call *calls; /* assistant: tool_calls */
     int n_calls;
+    char *tool_call_id; /* tool: NULL when not given */
 } sd_oai_msg;
 
 typedef struct sd_oai_request {

@@ -546,11 +546,14 @@ static int encode(sd_server *s, const sd_oai_request *r, int32_t **ids, int *n, 
     }
     for (int i = 0, c = 0; i < r->n_msgs; i++) {
         msgs[i].role = r->msgs[i].role;
-        msgs[i].content = r->msgs[i].content;
+        /* an assistant's tool calls alone: no content (templates tell None from "") */
+        msgs[i].content = r->msgs[i].content_null && r->msgs[i].n_calls ? NULL : r->msgs[i].content;
         msgs[i].calls = calls + c;
         msgs[i].n_calls = r->msgs[i].n_calls;
+        msgs[i].tool_call_id = r->msgs[i].tool_call_id;
         for (int k = 0; k < r->msgs[i].n_calls; k++, c++)
-            calls[c] = (sd_chat_call){r->msgs[i].calls[k].name, r->msgs[i].calls[k].arguments};
+            calls[c] = (sd_chat_call){r->msgs[i].calls[k].name, r->msgs[i].calls[k].arguments,
+                                      r->msgs[i].calls[k].id};
     }
     char *text = NULL;
     size_t len = 0;
@@ -641,6 +644,8 @@ static void generate_submit(sd_server *s, pending *p)
     j->include_usage = r->include_usage;
     if (r->tools) {
         j->tools = 1;
+        /* Kimi-K2's call markers are special tokens: its reply is read with them */
+        r->gen.keep_special = sd_chat_template_tool_format(s->ct) == SD_TOOLS_KIMI;
         sd_tc_init(&j->tc, sd_chat_template_tool_format(s->ct), r->parallel_tool_calls ? 0 : 1,
                    mix64(s->id_key ^ (j->rid << 20) ^ s->id_count), tc_emit, j);
     }

@@ -9,8 +9,10 @@
 #include "core/tokenizer.h"
 
 static const char OPEN[] = "<tool_call>", CLOSE[] = "</tool_call>";
-#define OPEN_LEN (sizeof OPEN - 1)
-#define CLOSE_LEN (sizeof CLOSE - 1)
+/* Kimi-K2's special tokens */
+static const char K_SEC[] = "<|tool_calls_section_begin|>", K_SEC_END[] = "<|tool_calls_section_end|>",
+                  K_CALL[] = "<|tool_call_begin|>", K_ARGS[] = "<|tool_call_argument_begin|>",
+                  K_CALL_END[] = "<|tool_call_end|>";
 
 void sd_tool_call_free(sd_tool_call *c)
 {
@@ -24,6 +26,11 @@ void sd_tc_init(sd_tc_parser *p, sd_tool_format format, int max_calls, uint64_t 
 {
     memset(p, 0, sizeof *p);
     p->format = format;
+    int kimi = format == SD_TOOLS_KIMI;
+    p->open = kimi ? K_SEC : OPEN;
+    p->close = kimi ? K_SEC_END : CLOSE;
+    p->open_len = strlen(p->open);
+    p->close_len = strlen(p->close);
     p->max_calls = max_calls;
     p->id_key = id_key;
     p->emit = emit;
@@ -89,11 +96,16 @@ static int call_of(const json_t *o, sd_tool_call *c)
     return 1;
 }
 
-/* Gives c its id and emits it, or drops it past max_calls. */
+/* Gives c an id (where it has none of the model's) and emits it, or drops it
+ * past max_calls. */
 static int emit_call(sd_tc_parser *p, sd_tool_call *c)
 {
     if (p->max_calls && p->n_calls >= p->max_calls)
         return 0;
+    if (c->id[0]) {
+        p->n_calls++;
+        return p->emit(p->arg, NULL, 0, c);
+    }
     static const char AL[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     uint64_t h = mix(p->id_key ^ mix((uint64_t)p->n_calls + 1));
     memcpy(c->id, "call_", 5);
@@ -108,25 +120,96 @@ static int emit_call(sd_tc_parser *p, sd_tool_call *c)
     return p->emit(p->arg, NULL, 0, c);
 }
 
-/* The held text holds a whole call's body up to CLOSE at k. */
+static const char *skip_ws(const char *s, const char *end)
+{
+    while (s < end && (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t'))
+        s++;
+    return s;
+}
+
+/* Kimi-K2's section s[0..n): calls <|tool_call_begin|>ID<|tool_call_argument_begin|>ARGS<|tool_call_end|>,
+ * the name from the id (functions.NAME:I). 1 all read into c (*nc), 0 not
+ * calls, -1 no memory. */
+static int kimi_calls(const char *s, size_t n, sd_tool_call *c, int cap, int *nc)
+{
+    const char *p = s, *end = s + n;
+    *nc = 0;
+    for (;;) {
+        p = skip_ws(p, end);
+        if (p == end)
+            return *nc > 0;
+        size_t lc = strlen(K_CALL), la = strlen(K_ARGS), le = strlen(K_CALL_END);
+        if ((size_t)(end - p) < lc || memcmp(p, K_CALL, lc) || *nc == cap)
+            return 0;
+        const char *id = p + lc, *a = memmem(id, (size_t)(end - id), K_ARGS, la);
+        const char *ae = a ? memmem(a + la, (size_t)(end - a - la), K_CALL_END, le) : NULL;
+        if (!ae)
+            return 0;
+        const char *ide = a;
+        while (ide > id && (ide[-1] == ' ' || ide[-1] == '\n'))
+            ide--;
+        id = skip_ws(id, ide);
+        /* the name: past "functions.", before ":I" */
+        const char *nm = (size_t)(ide - id) > 10 && !memcmp(id, "functions.", 10) ? id + 10 : id, *ne = ide;
+        for (const char *q = ide; q > nm; q--)
+            if (q[-1] == ':') {
+                ne = q - 1;
+                break;
+            }
+        if (ne == nm || (size_t)(ide - id) >= sizeof c[0].id || memchr(id, 0, (size_t)(ide - id)))
+            return 0;
+        json_error_t je;
+        json_t *o = json_loadb(a + la, (size_t)(ae - a - la), JSON_REJECT_DUPLICATES, &je);
+        sd_tool_call *k = &c[*nc];
+        memset(k, 0, sizeof *k);
+        int ok = json_is_object(o);
+        sd_sbuf args = {0};
+        if (ok && (sd_py_json_dumps(&args, o) || !(k->arguments = sd_sbuf_take(&args, NULL)) ||
+                   !(k->name = strndup(nm, (size_t)(ne - nm))))) {
+            json_decref(o);
+            sd_sbuf_free(&args);
+            sd_tool_call_free(k);
+            return -1;
+        }
+        json_decref(o);
+        sd_sbuf_free(&args);
+        if (!ok)
+            return 0;
+        memcpy(k->id, id, (size_t)(ide - id));
+        k->id[ide - id] = 0;
+        (*nc)++;
+        p = ae + le;
+    }
+}
+
+/* The held text holds a whole body (a hermes call, or Kimi's calls) up to
+ * the closing tag at k. */
 static int close_call(sd_tc_parser *p, size_t k)
 {
-    sd_tool_call c = {{0}, NULL, NULL};
-    json_error_t je;
-    json_t *o = json_loadb(p->hold.p, k, JSON_REJECT_DUPLICATES, &je);
-    int r = call_of(o, &c), rc = 0;
-    json_decref(o);
-    if (r < 0)
-        return SD_ENOMEM;
-    if (r == 0) {
-        /* not a call: the block stays in the content as written */
-        if ((rc = emit_text(p, OPEN, OPEN_LEN)) || (rc = emit_text(p, p->hold.p, k + CLOSE_LEN)))
-            return rc;
+    sd_tool_call c[16];
+    int nc = 0, r, rc = 0;
+    memset(c, 0, sizeof c);
+    if (p->format == SD_TOOLS_KIMI) {
+        r = kimi_calls(p->hold.p, k, c, 16, &nc);
     } else {
-        rc = emit_call(p, &c);
+        json_error_t je;
+        json_t *o = json_loadb(p->hold.p, k, JSON_REJECT_DUPLICATES, &je);
+        r = call_of(o, &c[0]);
+        nc = r > 0;
+        json_decref(o);
     }
-    sd_tool_call_free(&c);
-    sd_buf_consume(&p->hold, k + CLOSE_LEN);
+    if (r < 0)
+        rc = SD_ENOMEM;
+    else if (r == 0 && !(rc = emit_text(p, p->open, p->open_len))) /* not calls: the block stays as written */
+        rc = emit_text(p, p->hold.p, k + p->close_len);
+    for (int i = 0; i < nc; i++) {
+        if (!rc && r > 0)
+            rc = emit_call(p, &c[i]);
+        sd_tool_call_free(&c[i]);
+    }
+    if (rc)
+        return rc;
+    sd_buf_consume(&p->hold, k + p->close_len);
     p->in_call = 0;
     p->seg_text = 0; /* a new stretch between tags */
     return rc;
@@ -139,7 +222,7 @@ static int advance(sd_tc_parser *p, int end)
         const char *h = p->hold.p ? p->hold.p : "";
         size_t n = p->hold.len;
         if (p->in_call) {
-            const char *c = n ? memmem(h, n, CLOSE, CLOSE_LEN) : NULL;
+            const char *c = n ? memmem(h, n, p->close, p->close_len) : NULL;
             if (c) {
                 int rc = close_call(p, (size_t)(c - h));
                 if (rc)
@@ -149,15 +232,15 @@ static int advance(sd_tc_parser *p, int end)
             if (!end)
                 return 0;
             /* the output ended inside a call: it stays content */
-            int rc = emit_text(p, OPEN, OPEN_LEN);
+            int rc = emit_text(p, p->open, p->open_len);
             if (!rc)
                 rc = emit_text(p, h, n);
             sd_buf_clear(&p->hold);
             p->in_call = 0;
             return rc;
         }
-        const char *o = n ? memmem(h, n, OPEN, OPEN_LEN) : NULL;
-        size_t text = o ? (size_t)(o - h) : end ? n : n - partial_tag(h, n, OPEN, OPEN_LEN);
+        const char *o = n ? memmem(h, n, p->open, p->open_len) : NULL;
+        size_t text = o ? (size_t)(o - h) : end ? n : n - partial_tag(h, n, p->open, p->open_len);
         /* after a call, a stretch between tags of whitespace alone is not
          * content (the newlines between calls): its whitespace is held until
          * something else comes in it, and dropped where it ends */
@@ -176,7 +259,7 @@ static int advance(sd_tc_parser *p, int end)
                 sd_buf_clear(&p->hold);
             return 0;
         }
-        sd_buf_consume(&p->hold, text + OPEN_LEN);
+        sd_buf_consume(&p->hold, text + p->open_len);
         p->in_call = 1;
     }
 }

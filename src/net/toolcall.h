@@ -6,6 +6,11 @@
  * ";") is calls; any other reply is content. Such a reply is held to its end
  * (it is a call only if all of it parses), the rest streams as it comes.
  *
+ * kimi (Kimi-K2): calls in a section of special tokens, each its id
+ * (functions.NAME:I, kept as the call's id so that it comes back in the
+ * history) and its arguments' JSON; otherwise as hermes, the section in
+ * place of the block.
+ *
  * hermes (Qwen2.5 / Qwen3): each call a JSON object {"name": ..., "arguments": {...}}
  * between <tool_call> and </tool_call>. Text before the first call is the
  * message's content; text after a call is content too, but for a stretch
@@ -32,7 +37,7 @@
  * name, its arguments as JSON text (Python json.dumps of the object, as
  * vLLM writes them). */
 typedef struct sd_tool_call {
-    char id[32];
+    char id[128]; /* the model's own where its format has ids (Kimi's functions.NAME:I) */
     char *name;
     char *arguments;
 } sd_tool_call;
@@ -50,6 +55,8 @@ typedef struct sd_tc_parser {
     int n_calls;     /* calls emitted */
     int max_calls;   /* 0: any number */
     uint64_t id_key; /* the calls' ids: a mix of this and their number */
+    const char *open, *close; /* the tags around a call (hermes) or the calls (kimi) */
+    size_t open_len, close_len;
     sd_buf hold;     /* text not yet emitted: a tag's possible start, a call's body,
                         whitespace after a call */
     sd_tc_emit emit;

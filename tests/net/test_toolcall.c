@@ -12,7 +12,7 @@
 typedef struct got {
     sd_buf text, content;
     int n_calls;
-    char ids[8][32];
+    char ids[8][128];
 } got;
 
 static int collect(void *arg, const char *content, size_t len, const sd_tool_call *call)
@@ -193,5 +193,47 @@ TEST(llama_json_replies_are_calls_whole_or_content)
     got_free(&g);
 }
 
+/* Kimi-K2: a section of calls in special tokens; the ids are the model's
+ * (functions.NAME:I), the names read from them. */
+TEST(kimi_sections_hold_calls_with_the_models_ids)
+{
+#define SEC "<|tool_calls_section_begin|>"
+#define SEC_END "<|tool_calls_section_end|>"
+#define CALL(id, args) "<|tool_call_begin|>" id "<|tool_call_argument_begin|>" args "<|tool_call_end|>"
+    static const struct {
+        const char *in, *want;
+        int calls;
+    } cases[] = {
+        {"Checking." SEC CALL("functions.get_weather:0", "{\"city\": \"Paris\"}")
+             CALL("functions.get_weather:1", "{\"city\":\"Oslo\"}") SEC_END,
+         "Checking.[get_weather|{\"city\": \"Paris\"}][get_weather|{\"city\": \"Oslo\"}]", 2},
+        {SEC " " CALL(" functions.a.b:12 ", "{}") "\n" SEC_END "\nafter", "[a.b|{}]\nafter", 1},
+        {SEC CALL("plain_name", "{}") SEC_END, "[plain_name|{}]", 1},
+        /* not calls: the section as written */
+        {SEC CALL("functions.f:0", "[1]") SEC_END, SEC CALL("functions.f:0", "[1]") SEC_END, 0},
+        {SEC CALL("functions.:0", "{}") SEC_END, SEC CALL("functions.:0", "{}") SEC_END, 0},
+        {SEC "junk" SEC_END, SEC "junk" SEC_END, 0},
+        /* the output ended inside the section */
+        {"x" SEC "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"a\":",
+         "x" SEC "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"a\":", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = strlen(cases[i].in);
+        for (size_t step = 0; step <= n; step += 1 + step / 16) {
+            got g;
+            run_as(SD_TOOLS_KIMI, cases[i].in, 0, step, &g);
+            ASSERT_MSG(!strcmp(text_of(&g), cases[i].want), "case %zu step %zu: got \"%s\"", i, step, text_of(&g));
+            ASSERT_EQ(g.n_calls, cases[i].calls);
+            if (i == 0)
+                ASSERT(!strcmp(g.ids[0], "functions.get_weather:0") && !strcmp(g.ids[1], "functions.get_weather:1"));
+            got_free(&g);
+        }
+    }
+#undef SEC
+#undef SEC_END
+#undef CALL
+}
+
 TEST_MAIN(T(calls_and_content_come_out_the_same_in_any_pieces), T(llama_json_replies_are_calls_whole_or_content),
+          T(kimi_sections_hold_calls_with_the_models_ids),
           T(parallel_tool_calls_false_keeps_the_first_call_and_ids_differ), T(an_emit_failure_stops_the_feed))

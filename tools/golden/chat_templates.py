@@ -95,17 +95,21 @@ def am(content, calls):
     return {"role": "assistant", "content": content, "tool_calls": calls}
 
 
+def tm(content, cid):
+    return {"role": "tool", "tool_call_id": cid, "content": content}
+
+
 # Conversations with tools (rendered with tools=TOOLS): tool calls with and without
 # text, several calls, tool results in a row, a system message or none.
 TOOL_CONVERSATIONS = [
     [m("user", "Weather in Paris?")],
     [m("system", "You are a weather bot."), m("user", "Weather in Paris?")],
     [m("user", "Weather in Paris?"), am(None, [call("get_weather", {"city": "Paris", "days": 3})]),
-     m("tool", "{\"temp\": 21.5}"), m("assistant", "It is 21.5 C.")],
+     tm("{\"temp\": 21.5}", "call_1"), m("assistant", "It is 21.5 C.")],
     [m("system", "S"), m("user", "Paris and Oslo?"),
-     am("Checking both.", [call("get_weather", {"city": "Paris"}),
-                           call("get_weather", {"city": "Oslo", "unit": "celsius"}, "call_2")]),
-     m("tool", "sunny"), m("tool", "rain"), m("user", "thanks")],
+     am("Checking both.", [call("get_weather", {"city": "Paris"}, "functions.get_weather:0"),
+                           call("get_weather", {"city": "Oslo", "unit": "celsius"}, "functions.get_weather:1")]),
+     tm("sunny", "functions.get_weather:0"), tm("rain", "functions.get_weather:1"), m("user", "thanks")],
     [m("user", "scale"), am("", [call("scale", {"x": 0.1, "nested": {"a": [1, 2.5, None, True, "\u00e9\n"]}})]),
      m("tool", "done")],
     [m("user", "q"), am("<think>\nplan\n</think>\n\nCalling.", [call("scale", {"x": 1e-07})]), m("tool", "ok")],
