@@ -1,6 +1,7 @@
 // Tool calling through the official OpenAI client: the bundled model's files
 // with Qwen2.5's chat template (whose tool format specd writes out), so that
-// tools reach the prompt and the reply is read for <tool_call> blocks. The
+// tools reach the prompt and the reply is read for <tool_call> blocks; then
+// Llama 3.1's and Kimi-K2-Thinking's templates, the two other formats. The
 // small model does not call tools, so this checks the request side (tools in
 // the prompt, earlier calls and tool results in the history, tool_choice) and
 // that the reply read for calls is the same text, streamed or not; the
@@ -23,13 +24,17 @@ if (!fs.existsSync(path.join(HERE, 'node_modules', 'openai', 'package.json')))
   execFileSync('npm', ['ci', '--no-audit', '--no-fund'], { cwd: HERE, stdio: 'inherit' });
 const { default: OpenAI } = await import('openai');
 
-// The model folder: the bundled model's files, Qwen2.5's template.
-const DIR = fs.mkdtempSync(path.join(os.tmpdir(), 'specd-tools-'));
-for (const f of fs.readdirSync(MODEL))
-  if (f !== 'tokenizer_config.json') fs.symlinkSync(path.join(MODEL, f), path.join(DIR, f));
-const cfg = JSON.parse(fs.readFileSync(path.join(MODEL, 'tokenizer_config.json'), 'utf8'));
-cfg.chat_template = fs.readFileSync(path.join(SRCDIR, 'tests', 'golden', 'tokenizer', 'chat', 'qwen2.5.jinja'), 'utf8');
-fs.writeFileSync(path.join(DIR, 'tokenizer_config.json'), JSON.stringify(cfg));
+// A model folder: the bundled model's files with a published template.
+function modelWith(template) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'specd-tools-'));
+  for (const f of fs.readdirSync(MODEL))
+    if (f !== 'tokenizer_config.json') fs.symlinkSync(path.join(MODEL, f), path.join(dir, f));
+  const cfg = JSON.parse(fs.readFileSync(path.join(MODEL, 'tokenizer_config.json'), 'utf8'));
+  cfg.chat_template = fs.readFileSync(path.join(SRCDIR, 'tests', 'golden', 'tokenizer', 'chat', template), 'utf8');
+  fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(cfg));
+  return dir;
+}
+const DIR = modelWith('qwen2.5.jinja');
 
 let srv, client, name;
 before(async () => {
@@ -127,3 +132,39 @@ test('what cannot be served is refused by name', async () => {
     assert.equal(e.code, code, r.text);
   }
 });
+
+// The other two formats the server reads: Llama 3.1's (a JSON reply, held to
+// its end) and Kimi-K2's (a section of special tokens: such a reply's text
+// keeps special tokens). Tools reach the prompt, and the reply is the same
+// text streamed or not.
+for (const template of ['llama3.1.jinja', 'kimi-k2-thinking.jinja']) {
+  test(`${template}: tools in the prompt, the reply the same streamed or not`, async () => {
+    const dir = modelWith(template);
+    const other = await startServer([], {}, { model: dir });
+    try {
+      const tok = async (body) => {
+        const r = await request(other, 'POST', '/tokenize', { body });
+        assert.equal(r.status, 200, r.text);
+        return JSON.parse(r.text).tokens.length;
+      };
+      assert.ok(await tok({ messages: MESSAGES, tools: TOOLS }) > await tok({ messages: MESSAGES }) + 40);
+      const model = JSON.parse((await request(other, 'GET', '/v1/models')).text).data[0].id;
+      for (const messages of [MESSAGES, HISTORY]) {
+        const body = { model, messages, tools: TOOLS, max_tokens: N, temperature: 0 };
+        const whole = await request(other, 'POST', '/v1/chat/completions', { body });
+        assert.equal(whole.status, 200, whole.text);
+        const ch = JSON.parse(whole.text).choices[0];
+        assert.equal(ch.finish_reason === 'tool_calls', (ch.message.tool_calls ?? []).length > 0);
+        const raw = await request(other, 'POST', '/v1/chat/completions', { body: { ...body, stream: true } });
+        assert.equal(raw.status, 200, raw.text);
+        const s = checkStream(raw.text, { chat: true, includeUsage: false });
+        assert.equal(s.text, ch.message.content ?? '');
+        assert.equal(s.finish, ch.finish_reason);
+      }
+    } finally {
+      const r = await other.stop();
+      fs.rmSync(dir, { recursive: true, force: true });
+      assert.deepEqual(r, { code: 0, signal: null }, other.log.slice(-2000));
+    }
+  });
+}
