@@ -282,10 +282,14 @@ static int json_calls(sd_tc_parser *p, int *called)
             at++;
             continue;
         }
+        if (nc == (int)(sizeof c / sizeof c[0])) { /* more calls than kept: the reply is content */
+            r = 0;
+            break;
+        }
         json_error_t je;
         json_t *o = json_loadb(s + at, n - at, JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES, &je);
         memset(&c[nc], 0, sizeof c[nc]);
-        r = nc < 16 && json_is_object(o) ? call_of(o, &c[nc]) : 0;
+        r = json_is_object(o) ? call_of(o, &c[nc]) : 0;
         json_decref(o);
         if (r > 0) {
             at += (size_t)je.position;

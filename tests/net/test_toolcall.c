@@ -187,6 +187,27 @@ TEST(llama_json_replies_are_calls_whole_or_content)
     run_as(SD_TOOLS_JSON, "{\"name\":\"a\",\"parameters\":{}};{\"name\":\"b\",\"parameters\":{}}", 1, 0, &g);
     ASSERT_STR_EQ(text_of(&g), "[a|{}]");
     got_free(&g);
+    /* more calls than one reply keeps (16, in every format): content, as written */
+    for (int f = 0; f < 3; f++) {
+        static const sd_tool_format fm[] = {SD_TOOLS_JSON, SD_TOOLS_KIMI, SD_TOOLS_HERMES};
+        static const char *const one[] = {"{\"name\":\"a\",\"parameters\":{}};",
+                                          "<|tool_call_begin|>functions.a:0<|tool_call_argument_begin|>{}<|tool_call_end|>",
+                                          "<tool_call>{\"name\":\"a\"}</tool_call>"};
+        sd_buf in = {0};
+        if (fm[f] == SD_TOOLS_KIMI)
+            sd_buf_puts(&in, "<|tool_calls_section_begin|>");
+        for (int i = 0; i < 17; i++)
+            sd_buf_puts(&in, one[f]);
+        if (fm[f] == SD_TOOLS_KIMI)
+            sd_buf_puts(&in, "<|tool_calls_section_end|>");
+        run_as(fm[f], in.p, 0, 0, &g);
+        /* hermes blocks are one call each: all 17 are calls */
+        ASSERT_EQ(g.n_calls, fm[f] == SD_TOOLS_HERMES ? 17 : 0);
+        if (fm[f] != SD_TOOLS_HERMES)
+            ASSERT_STR_EQ(text_of(&g), in.p);
+        got_free(&g);
+        sd_buf_free(&in);
+    }
 }
 
 /* Kimi-K2: a section of calls in special tokens; the ids are the model's
