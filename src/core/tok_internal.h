@@ -37,6 +37,15 @@ static inline uint64_t sd__hash(const void *p, size_t n)
     return h;
 }
 
+/* A hex digit's value, or -1. */
+static inline int sd__hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = (char)(c | 0x20);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
 /* bytes -> int32, open addressing; keys are copied into the map's pool. */
 typedef struct sd__strent {
     uint64_t hash;

@@ -187,14 +187,6 @@ static size_t skip_space(const char *s, size_t n, size_t i)
     }
 }
 
-static int hexdig(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = (char)(c | 0x20);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 /* One Python string literal at s[*i] (prefixes r, u, b in any case; f is
  * refused), appended to out; *i moves past it. 1 read, 0 none there, -1 no
  * memory. Escapes of non-raw literals: \\ \' \" \n \r \t \xHH \uXXXX
@@ -241,7 +233,7 @@ static int py_literal(const char *s, size_t n, size_t *i, sd_sbuf *out)
             uint32_t cp = 0;
             int ok = p + 2 + (size_t)hex <= n;
             for (int k = 0; ok && k < hex; k++) {
-                int d = hexdig(s[p + 2 + k]);
+                int d = sd__hexval(s[p + 2 + k]);
                 ok = d >= 0;
                 cp = cp << 4 | (uint32_t)(d < 0 ? 0 : d);
             }
@@ -286,64 +278,70 @@ static int py_literals(const char *s, size_t n, size_t *i, sd_sbuf *out)
     }
 }
 
+/* The next assignment "name = ..." (or "name: type = ...") in src from *at on,
+ * name at an identifier's start (not an attribute, not "=="): the position
+ * of its value, *at past the name; n when there is none. */
+static size_t py_assignment(const char *src, size_t n, size_t *at, const char *name)
+{
+    size_t kl = strlen(name);
+    for (; *at + kl <= n; (*at)++) {
+        size_t a = *at;
+        if (memcmp(src + a, name, kl) ||
+            (a > 0 && (isalnum((unsigned char)src[a - 1]) || src[a - 1] == '_' || src[a - 1] == '.')))
+            continue;
+        size_t p = skip_space(src, n, a + kl);
+        if (p < n && src[p] == ':') /* an annotation */
+            while (p < n && src[p] != '=' && src[p] != '\n')
+                p++;
+        if (p >= n || src[p] != '=' || (p + 1 < n && src[p + 1] == '='))
+            continue;
+        (*at)++;
+        return skip_space(src, n, p + 1);
+    }
+    return n;
+}
+
+/* At src[*q]: ([ or ( literals, ... ] or )), the items joined by sep into pat;
+ * 1 read, 0 not such a list, -1 no memory. */
+static int py_join_list(const char *src, size_t n, size_t *q, const sd_sbuf *sep, sd_sbuf *pat)
+{
+    size_t p = skip_space(src, n, *q);
+    if (p < n && src[p] == '(')
+        p = skip_space(src, n, p + 1);
+    char close = p < n && src[p] == '[' ? ']' : p < n && src[p] == '(' ? ')' : 0;
+    if (!close)
+        return 0;
+    p++;
+    int items = 0, ri;
+    do {
+        sd_sbuf item = {0};
+        ri = py_literals(src, n, &p, &item);
+        int oom = ri < 0 || (ri > 0 && ((items++ && sd_sbuf_put(pat, sep->p, sep->len)) ||
+                                         sd_sbuf_put(pat, item.p, item.len)));
+        sd_sbuf_free(&item);
+        if (oom)
+            return -1;
+        p = skip_space(src, n, p);
+    } while (p < n && src[p] == ',' && ++p);
+    *q = p;
+    return items > 0 && p < n && src[p] == close;
+}
+
 /* pat_str = <literals> | <literals>.join([<literals>, ...]) (a list or a tuple)
  * in src: the pattern into out; 1 found, 0 not, -1 no memory. */
 int sd__tiktoken_pattern_of_source(const char *src, size_t n, sd_sbuf *out)
 {
-    const char *key = "pat_str";
-    size_t kl = strlen(key);
-    for (size_t at = 0; at + kl <= n; at++) {
-        if (memcmp(src + at, key, kl) || (at > 0 && (isalnum((unsigned char)src[at - 1]) || src[at - 1] == '_' ||
-                                                     src[at - 1] == '.')))
-            continue;
-        size_t p = skip_space(src, n, at + kl);
-        if (p < n && src[p] == ':') { /* an annotation: pat_str: str = ... */
-            while (p < n && src[p] != '=' && src[p] != '\n')
-                p++;
-        }
-        if (p >= n || src[p] != '=' || (p + 1 < n && src[p + 1] == '='))
-            continue;
-        p = skip_space(src, n, p + 1);
-        if (p < n && src[p] == '(') /* pat_str = ( "a" "b" ) */
+    for (size_t at = 0, p; (p = py_assignment(src, n, &at, "pat_str")) < n;) {
+        if (src[p] == '(') /* pat_str = ( "a" "b" ) */
             p++;
         sd_sbuf sep = {0}, pat = {0};
-        int r = py_literals(src, n, &p, &sep);
-        int found = 0;
+        int r = py_literals(src, n, &p, &sep), found = 0;
         if (r > 0) {
             size_t q = skip_space(src, n, p);
             if (q + 5 <= n && !memcmp(src + q, ".join", 5)) {
-                q = skip_space(src, n, q + 5);
-                if (q < n && src[q] == '(')
-                    q = skip_space(src, n, q + 1);
-                char close = q < n && src[q] == '[' ? ']' : q < n && src[q] == '(' ? ')' : 0;
-                if (close) {
-                    q++;
-                    int items = 0;
-                    for (;;) {
-                        sd_sbuf item = {0};
-                        int ri = py_literals(src, n, &q, &item);
-                        if (ri < 0) {
-                            sd_sbuf_free(&item);
-                            r = -1;
-                            break;
-                        }
-                        if (ri > 0) {
-                            if ((items++ && sd_sbuf_put(&pat, sep.p, sep.len)) || sd_sbuf_put(&pat, item.p, item.len)) {
-                                sd_sbuf_free(&item);
-                                r = -1;
-                                break;
-                            }
-                        }
-                        sd_sbuf_free(&item);
-                        q = skip_space(src, n, q);
-                        if (q < n && src[q] == ',') {
-                            q++;
-                            continue;
-                        }
-                        found = ri > 0 || items > 0 ? (q < n && src[q] == close) : 0;
-                        break;
-                    }
-                }
+                q += 5;
+                r = py_join_list(src, n, &q, &sep, &pat);
+                found = r > 0;
             } else {
                 found = 1; /* a literal alone */
                 sd_sbuf t = sep;
@@ -368,18 +366,7 @@ int sd__tiktoken_pattern_of_source(const char *src, size_t n, sd_sbuf *out)
 /* An integer class attribute "name = N" in src; def when absent. */
 static long py_int(const char *src, size_t n, const char *name, long def)
 {
-    size_t kl = strlen(name);
-    for (size_t at = 0; at + kl <= n; at++) {
-        if (memcmp(src + at, name, kl) || (at > 0 && (isalnum((unsigned char)src[at - 1]) || src[at - 1] == '_')))
-            continue;
-        size_t p = at + kl;
-        while (p < n && (src[p] == ' ' || src[p] == '\t'))
-            p++;
-        if (p >= n || src[p] != '=' || (p + 1 < n && src[p + 1] == '='))
-            continue;
-        p++;
-        while (p < n && (src[p] == ' ' || src[p] == '\t'))
-            p++;
+    for (size_t at = 0, p; (p = py_assignment(src, n, &at, name)) < n;) {
         long v = 0;
         int digits = 0;
         while (p < n && src[p] >= '0' && src[p] <= '9' && v < 1000000) {

@@ -61,6 +61,14 @@ static char *dupn(const char *s, size_t n)
 
 static int nomem(ld *L) { return sd_err_set(L->err, SD_ENOMEM, "%s: out of memory", L->file); }
 
+/* s[0..n) is exactly one well-formed character */
+static int one_char(const char *s, size_t n)
+{
+    uint32_t cp;
+    size_t cl;
+    return n && sd_utf8_next((const unsigned char *)s, n, &cp, &cl) == SD_UTF8_OK && cl == n;
+}
+
 /* A {"String": s} / {"Regex": r} pattern. */
 static int jpattern(ld *L, const json_t *o, const char *where, pcre2_code **re, char **lit, size_t *litlen)
 {
@@ -284,9 +292,7 @@ static int load_pretok(ld *L, const json_t *o, const char *where)
         int got = jstr(L, o, "replacement", where, &r, &rn);
         if (got < 0 || (got = jstr(L, o, "prepend_scheme", where, &ps, &psn)) < 0)
             return L->err->code;
-        uint32_t cp;
-        size_t cl;
-        if (!rn || sd_utf8_next((const unsigned char *)r, rn, &cp, &cl) != SD_UTF8_OK || cl != rn)
+        if (!one_char(r, rn))
             return sd_err_set(L->err, SD_EFORMAT, "%s: %s.replacement must be one character", L->file, where);
         if (!ps)
             st.prepend = jbool(o, "add_prefix_space", 1) ? SD__PREPEND_ALWAYS : SD__PREPEND_NEVER;
@@ -367,9 +373,7 @@ static int load_decoder(ld *L, const json_t *o, const char *where, dsteps *d)
         int r = jstr(L, o, "content", where, &c, &cn);
         if (r < 0)
             return L->err->code;
-        uint32_t cp;
-        size_t cl;
-        if (!r || sd_utf8_next((const unsigned char *)c, cn, &cp, &cl) != SD_UTF8_OK || cl != cn ||
+        if (!r || !one_char(c, cn) ||
             (js && (!json_is_integer(js) || json_integer_value(js) < 0 || json_integer_value(js) > 1024)) ||
             (je && (!json_is_integer(je) || json_integer_value(je) < 0 || json_integer_value(je) > 1024)))
             return sd_err_set(L->err, SD_EFORMAT,
@@ -732,24 +736,24 @@ static int build_tries(ld *L)
 
 /* ---- per-id table -------------------------------------------------------------------- */
 
-static int hexval(char c)
+/* The bytes of the run of at most *max characters c (cl bytes each) that
+ * starts s[0..n); *max falls by their count. */
+static size_t lead_run(const char *s, size_t n, const char *c, size_t cl, int *max)
 {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
-        return (c | 0x20) - 'a' + 10;
-    return -1;
+    size_t lo = 0;
+    for (; *max > 0 && n - lo >= cl && !memcmp(s + lo, c, cl); (*max)--)
+        lo += cl;
+    return lo;
 }
 
 /* HF Strip on one token: up to start characters c off its start and stop off its
  * end (c: one character's UTF-8). */
 static void strip_ends(sd_sbuf *a, const char *c, size_t cl, int start, int stop)
 {
-    size_t lo = 0, hi = a->len;
+    size_t hi = a->len;
     if (!hi)
         return;
-    for (int i = 0; i < start && hi - lo >= cl && !memcmp(a->p + lo, c, cl); i++)
-        lo += cl;
+    size_t lo = lead_run(a->p, hi, c, cl, &start);
     for (int i = 0; i < stop && hi - lo >= cl && !memcmp(a->p + hi - cl, c, cl); i++)
         hi -= cl;
     memmove(a->p, a->p + lo, hi - lo);
@@ -813,8 +817,8 @@ static int build_ids(ld *L, const dsteps *d)
             } else if (d->v[k].kind == DS_BYTEFALLBACK) {
                 /* HF ByteFallback: a token "<0xAB>" is the byte 0xAB */
                 int hi, lo;
-                if (a.len == 6 && !memcmp(a.p, "<0x", 3) && a.p[5] == '>' && (hi = hexval(a.p[3])) >= 0 &&
-                    (lo = hexval(a.p[4])) >= 0) {
+                if (a.len == 6 && !memcmp(a.p, "<0x", 3) && a.p[5] == '>' && (hi = sd__hexval(a.p[3])) >= 0 &&
+                    (lo = sd__hexval(a.p[4])) >= 0) {
                     a.p[0] = (char)(hi << 4 | lo);
                     a.len = 1;
                 }
@@ -1194,13 +1198,9 @@ static int append_ids(const sd_tokenizer *t, const int32_t *ids, int n, int skip
  * decode (or a stream) emits first; *left falls to 0 at its first other one. */
 static void strip_lead(const sd_tokenizer *t, sd_sbuf *out, int *left)
 {
-    size_t cl = t->dec_strip_clen, lo = 0;
     if (!out->len)
         return;
-    while (*left > 0 && out->len - lo >= cl && !memcmp(out->p + lo, t->dec_strip_c, cl)) {
-        lo += cl;
-        (*left)--;
-    }
+    size_t lo = lead_run(out->p, out->len, t->dec_strip_c, t->dec_strip_clen, left);
     if (lo < out->len)
         *left = 0;
     memmove(out->p, out->p + lo, out->len - lo);

@@ -14,6 +14,15 @@
 /* Monotonic clock in nanoseconds. */
 uint64_t sd_now_ns(void);
 static inline double sd_now_s(void) { return (double)sd_now_ns() * 1e-9; }
+/* splitmix64's step: a well-mixed 64-bit value of x (ids, keys; not the
+ * samplers' counter RNG, verify/sampling.c) */
+static inline uint64_t sd_mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
 
 /* Reads a whole file into a NUL-terminated malloc'd buffer. */
 int sd_read_file(const char *path, char **data, size_t *len, sd_err *err);

@@ -484,10 +484,9 @@ static int fn_name_ok(const json_t *n)
  * "required" and a named function would need decoding constrained to a call. */
 static int parse_tools(json_t *root, sd_oai_request *r, sd_api_error *e)
 {
-    json_t *v = json_object_get(root, "tools");
+    json_t *v = json_object_get(root, "parallel_tool_calls");
     r->parallel_tool_calls = 1;
-    if ((v = json_object_get(root, "parallel_tool_calls")) && !json_is_null(v) &&
-        get_bool(v, "parallel_tool_calls", &r->parallel_tool_calls, e))
+    if (v && !json_is_null(v) && get_bool(v, "parallel_tool_calls", &r->parallel_tool_calls, e))
         return SD_EINVAL;
     v = json_object_get(root, "tools");
     int none = 0;
@@ -1092,7 +1091,7 @@ int sd_oai_response(sd_buf *out, const sd_oai_meta *m, const char *text, size_t 
     return dump_json(out, o);
 }
 
-static json_t *call_json(const sd_oai_tool_call *c, int index)
+static json_t *call_json(const sd_tool_call *c, int index)
 {
     json_t *o = json_object(), *f = json_object();
     if (index >= 0)
@@ -1106,7 +1105,7 @@ static json_t *call_json(const sd_oai_tool_call *c, int index)
 }
 
 int sd_oai_response_calls(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len,
-                          const sd_oai_tool_call *calls, int n_calls, sd_finish why,
+                          const sd_tool_call *calls, int n_calls, sd_finish why,
                           const sd_req_stats *st)
 {
     json_t *o = head(m, "chat.completion");
@@ -1159,7 +1158,7 @@ int sd_oai_chunk_event(sd_buf *out, const sd_oai_meta *m, int role, const char *
     return event(out, o);
 }
 
-int sd_oai_tool_call_event(sd_buf *out, const sd_oai_meta *m, int index, const sd_oai_tool_call *tc)
+int sd_oai_tool_call_event(sd_buf *out, const sd_oai_meta *m, int index, const sd_tool_call *tc)
 {
     json_t *o = head(m, "chat.completion.chunk");
     json_t *c = json_object(), *d = json_object(), *arr = json_array();

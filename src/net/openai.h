@@ -14,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "net/buf.h"
+#include "net/toolcall.h"
 
 typedef struct sd_api_error {
     int status;       /* HTTP status */
@@ -114,18 +115,14 @@ typedef struct sd_oai_meta {
 /* The whole non-streaming response: text_completion or chat.completion. */
 int sd_oai_response(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len,
                     sd_finish why, const sd_req_stats *st);
-/* A tool call the model made (net/toolcall.h's sd_tool_call's fields). */
-typedef struct sd_oai_tool_call {
-    const char *id, *name, *arguments; /* arguments: JSON text */
-} sd_oai_tool_call;
 /* chat.completion with the model's tool calls: content null where the text is
  * empty, "tool_calls": [...], finish_reason "tool_calls" (n_calls > 0). */
 int sd_oai_response_calls(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len,
-                          const sd_oai_tool_call *calls, int n_calls, sd_finish why,
+                          const sd_tool_call *calls, int n_calls, sd_finish why,
                           const sd_req_stats *st);
 /* A chat stream chunk holding tool call number index (whole: id, name and
  * arguments in one delta). */
-int sd_oai_tool_call_event(sd_buf *out, const sd_oai_meta *m, int index, const sd_oai_tool_call *c);
+int sd_oai_tool_call_event(sd_buf *out, const sd_oai_meta *m, int index, const sd_tool_call *c);
 /* The last chat chunk of a stream that made tool calls: finish_reason
  * "tool_calls". */
 int sd_oai_tool_calls_finish_event(sd_buf *out, const sd_oai_meta *m);

@@ -62,9 +62,8 @@ struct job {
      * not a call is content */
     int tools;
     sd_tc_parser tc;
-    sd_tool_call *calls; /* non-streaming: the calls made */
+    sd_tool_call *calls; /* non-streaming: the calls made (streaming: tc.n_calls sent) */
     int n_calls, cap_calls;
-    int streamed_calls; /* streaming: the calls sent */
     job *dirty;  /* next job with events in out (on_wake's list: those with out.len) */
     uint64_t t_last; /* engine-thread time of the last tokens, ns */
     const char *cancel_why;
@@ -113,14 +112,6 @@ static void check_drained(sd_server *s);
 
 /* ---- small helpers ------------------------------------------------------------- */
 
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static int auth_ok(const sd_server *s, const sd_http_req *req)
 {
     return !s->api_key ||
@@ -168,8 +159,8 @@ static job *job_new(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_kind ki
     j->created = (long long)time(NULL);
     uint64_t c = ++s->id_count;
     snprintf(j->id, sizeof j->id, "%s-%016llx%08llx", kind == SD_OAI_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)mix64(s->id_key ^ c),
-             (unsigned long long)(mix64(s->id_key + c) & 0xffffffffu));
+             (unsigned long long)sd_mix64(s->id_key ^ c),
+             (unsigned long long)(sd_mix64(s->id_key + c) & 0xffffffffu));
     snprintf(j->peer, sizeof j->peer, "%s", req ? sd_http_peer(req) : "-");
     j->next = s->jobs;
     if (s->jobs)
@@ -289,8 +280,8 @@ static int tc_emit(void *arg, const char *content, size_t len, const sd_tool_cal
     sd_oai_meta m = job_meta(j);
     if (!call)
         return sd_oai_chunk_event(&j->out, &m, 0, content, len, SD_FINISH_NONE) ? SD_ENOMEM : 0;
-    sd_oai_tool_call oc = {call->id, call->name, call->arguments};
-    return sd_oai_tool_call_event(&j->out, &m, j->streamed_calls++, &oc) ? SD_ENOMEM : 0;
+    /* (the parser counts a call before it emits it: its index is one less) */
+    return sd_oai_tool_call_event(&j->out, &m, j->tc.n_calls - 1, call) ? SD_ENOMEM : 0;
 }
 
 /* The events of one wake for a job stream, as one write: at batch 64 the
@@ -377,7 +368,7 @@ static void handle_finish(sd_server *s, event *ev)
             /* The status line went out with the first byte: errors travel as
              * an SSE error event, and no [DONE] follows one. */
             if (ok) {
-                if (j->tools && j->streamed_calls)
+                if (j->tools && j->tc.n_calls)
                     sd_oai_tool_calls_finish_event(&b, &m);
                 else
                     sd_oai_chunk_event(&b, &m, 0, "", 0, why);
@@ -393,11 +384,7 @@ static void handle_finish(sd_server *s, event *ev)
         } else if (ok) {
             int built;
             if (j->tools) {
-                sd_oai_tool_call *oc = calloc((size_t)j->n_calls + 1, sizeof *oc);
-                for (int i = 0; oc && i < j->n_calls; i++)
-                    oc[i] = (sd_oai_tool_call){j->calls[i].id, j->calls[i].name, j->calls[i].arguments};
-                built = !oc || sd_oai_response_calls(&b, &m, j->text.p, j->text.len, oc, j->n_calls, why, st);
-                free(oc);
+                built = sd_oai_response_calls(&b, &m, j->text.p, j->text.len, j->calls, j->n_calls, why, st);
             } else {
                 built = sd_oai_response(&b, &m, j->text.p, j->text.len, why, st);
             }
@@ -647,7 +634,7 @@ static void generate_submit(sd_server *s, pending *p)
         /* Kimi-K2's call markers are special tokens: its reply is read with them */
         r->gen.keep_special = sd_chat_template_tool_format(s->ct) == SD_TOOLS_KIMI;
         sd_tc_init(&j->tc, sd_chat_template_tool_format(s->ct), r->parallel_tool_calls ? 0 : 1,
-                   mix64(s->id_key ^ (j->rid << 20) ^ s->id_count), tc_emit, j);
+                   sd_mix64(s->id_key ^ (j->rid << 20) ^ s->id_count), tc_emit, j);
     }
     sd_req_events ev = {on_output, on_finish};
     sd_err err = {0};

@@ -7,6 +7,7 @@
 
 #include "core/err.h"
 #include "core/tokenizer.h"
+#include "core/util.h"
 
 static const char OPEN[] = "<tool_call>", CLOSE[] = "</tool_call>";
 /* Kimi-K2's special tokens */
@@ -39,22 +40,16 @@ void sd_tc_init(sd_tc_parser *p, sd_tool_format format, int max_calls, uint64_t 
 
 void sd_tc_free(sd_tc_parser *p) { sd_buf_free(&p->hold); }
 
-static uint64_t mix(uint64_t x)
+static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+static const char *skip_ws(const char *s, const char *end)
 {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
+    while (s < end && is_ws(*s))
+        s++;
+    return s;
 }
 
-static int only_space(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (s[i] != ' ' && s[i] != '\n' && s[i] != '\r' && s[i] != '\t')
-            return 0;
-    return 1;
-}
+static int only_space(const char *s, size_t n) { return skip_ws(s, s + n) == s + n; }
 
 /* The longest suffix of s[0..n) that begins tag (a tag split across feeds). */
 static size_t partial_tag(const char *s, size_t n, const char *tag, size_t tl)
@@ -107,24 +102,17 @@ static int emit_call(sd_tc_parser *p, sd_tool_call *c)
         return p->emit(p->arg, NULL, 0, c);
     }
     static const char AL[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    uint64_t h = mix(p->id_key ^ mix((uint64_t)p->n_calls + 1));
+    uint64_t h = sd_mix64(p->id_key ^ sd_mix64((uint64_t)p->n_calls + 1));
     memcpy(c->id, "call_", 5);
     for (int i = 0; i < 24; i++) {
         if (i % 10 == 0)
-            h = mix(h + (uint64_t)i);
+            h = sd_mix64(h + (uint64_t)i);
         c->id[5 + i] = AL[h % 62];
         h /= 62;
     }
     c->id[29] = 0;
     p->n_calls++;
     return p->emit(p->arg, NULL, 0, c);
-}
-
-static const char *skip_ws(const char *s, const char *end)
-{
-    while (s < end && (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t'))
-        s++;
-    return s;
 }
 
 /* Kimi-K2's section s[0..n): calls <|tool_call_begin|>ID<|tool_call_argument_begin|>ARGS<|tool_call_end|>,
@@ -146,7 +134,7 @@ static int kimi_calls(const char *s, size_t n, sd_tool_call *c, int cap, int *nc
         if (!ae)
             return 0;
         const char *ide = a;
-        while (ide > id && (ide[-1] == ' ' || ide[-1] == '\n'))
+        while (ide > id && is_ws(ide[-1]))
             ide--;
         id = skip_ws(id, ide);
         /* the name: past "functions.", before ":I" */
@@ -274,8 +262,7 @@ static int json_calls(sd_tc_parser *p, int *called)
     sd_tool_call c[16];
     int nc = 0, r = 1;
     while (r > 0) {
-        while (at < n && (s[at] == ' ' || s[at] == '\n' || s[at] == '\r' || s[at] == '\t'))
-            at++;
+        at = (size_t)(skip_ws(s + at, s + n) - s);
         if (at == n)
             break;
         if (nc && s[at] == ';') { /* calls joined by ";" */
@@ -312,9 +299,7 @@ static int advance_json(sd_tc_parser *p, int end)
     const char *h = p->hold.p ? p->hold.p : "";
     size_t n = p->hold.len;
     if (p->json_state == 0) {
-        size_t k = 0;
-        while (k < n && (h[k] == ' ' || h[k] == '\n' || h[k] == '\r' || h[k] == '\t'))
-            k++;
+        size_t k = (size_t)(skip_ws(h, h + n) - h);
         if (k < n)
             p->json_state = h[k] == '{' ? 2 : 1;
     }

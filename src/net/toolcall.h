@@ -52,7 +52,7 @@ typedef struct sd_tc_parser {
     int json_state;  /* json: 0 nothing but whitespace yet, 1 a reply of text, 2 one that may be calls */
     int in_call;     /* inside <tool_call> */
     int seg_text;    /* the stretch since the last </tool_call> has had content */
-    int n_calls;     /* calls emitted */
+    int n_calls;     /* calls emitted, the one being emitted counted (its index: n_calls - 1) */
     int max_calls;   /* 0: any number */
     uint64_t id_key; /* the calls' ids: a mix of this and their number */
     const char *open, *close; /* the tags around a call (hermes) or the calls (kimi) */

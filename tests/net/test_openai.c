@@ -608,7 +608,8 @@ TEST(tool_calls_in_responses_and_stream_chunks)
 {
     sd_req_stats st = sample_stats();
     sd_oai_meta m = {SD_OAI_CHAT, "chatcmpl-2", 1700000000, MODEL};
-    sd_oai_tool_call calls[] = {{"call_a", "get_weather", "{\"city\": \"Paris\"}"}, {"call_b", "f", "{}"}};
+    char w[] = "get_weather", wa[] = "{\"city\": \"Paris\"}", f[] = "f", fa[] = "{}";
+    sd_tool_call calls[] = {{"call_a", w, wa}, {"call_b", f, fa}};
     sd_buf b = {0};
     ASSERT_OK(sd_oai_response_calls(&b, &m, "", 0, calls, 2, SD_FINISH_STOP, &st));
     json_t *v = load(&b);
