@@ -1,8 +1,8 @@
 /* core/chat_template: the published Jinja chat templates of the families specd
  * serves, written out in C for text messages (no images); tools and tool calls
  * for the templates whose tool format is written out (Qwen2.5's and Qwen3's
- * chatml, Llama 3.1's and 3.2's; sd_chat_render_tools), the templates' tojson
- * as Python's json.dumps.
+ * chatml, Llama 3.1's and 3.2's, Kimi-K2's; sd_chat_render_tools), the
+ * templates' tojson as Python's json.dumps.
  * Each renderer follows its template statement by statement; the golden test
  * (tests/core/test_chat_template.c) compares them with Jinja's output on the
  * real templates (tests/golden/tokenizer/chat/). */
@@ -412,36 +412,34 @@ static int py_float(sd_sbuf *b, double v)
     int ex = atoi(s + 1);
     while (nd > 1 && dig[nd - 1] == '0')
         nd--;
-    sd_sbuf t = {0};
-    int rc = neg ? sd_sbuf_putc(&t, '-') : 0;
+    sd_sbuf *t = b; /* (a failure leaves part of it: the caller's output is dropped) */
+    int rc = neg ? sd_sbuf_putc(t, '-') : 0;
     if (ex >= -4 && ex < 16) {
         if (ex < 0) {
-            rc |= sd_sbuf_put(&t, "0.", 2);
+            rc |= sd_sbuf_put(t, "0.", 2);
             for (int i = 0; i < -ex - 1; i++)
-                rc |= sd_sbuf_putc(&t, '0');
-            rc |= sd_sbuf_put(&t, dig, (size_t)nd);
+                rc |= sd_sbuf_putc(t, '0');
+            rc |= sd_sbuf_put(t, dig, (size_t)nd);
         } else if (ex + 1 >= nd) {
-            rc |= sd_sbuf_put(&t, dig, (size_t)nd);
+            rc |= sd_sbuf_put(t, dig, (size_t)nd);
             for (int i = nd; i < ex + 1; i++)
-                rc |= sd_sbuf_putc(&t, '0');
-            rc |= sd_sbuf_put(&t, ".0", 2);
+                rc |= sd_sbuf_putc(t, '0');
+            rc |= sd_sbuf_put(t, ".0", 2);
         } else {
-            rc |= sd_sbuf_put(&t, dig, (size_t)ex + 1);
-            rc |= sd_sbuf_putc(&t, '.');
-            rc |= sd_sbuf_put(&t, dig + ex + 1, (size_t)(nd - ex - 1));
+            rc |= sd_sbuf_put(t, dig, (size_t)ex + 1);
+            rc |= sd_sbuf_putc(t, '.');
+            rc |= sd_sbuf_put(t, dig + ex + 1, (size_t)(nd - ex - 1));
         }
     } else {
-        rc |= sd_sbuf_putc(&t, dig[0]);
+        rc |= sd_sbuf_putc(t, dig[0]);
         if (nd > 1) {
-            rc |= sd_sbuf_putc(&t, '.');
-            rc |= sd_sbuf_put(&t, dig + 1, (size_t)nd - 1);
+            rc |= sd_sbuf_putc(t, '.');
+            rc |= sd_sbuf_put(t, dig + 1, (size_t)nd - 1);
         }
         char e[8];
         int el = snprintf(e, sizeof e, "e%c%02d", ex < 0 ? '-' : '+', ex < 0 ? -ex : ex);
-        rc |= sd_sbuf_put(&t, e, (size_t)el);
+        rc |= sd_sbuf_put(t, e, (size_t)el);
     }
-    rc |= sd_sbuf_put(b, t.p ? t.p : "", t.len);
-    sd_sbuf_free(&t);
     return rc ? -1 : 0;
 }
 
