@@ -21,12 +21,18 @@ extern "C" {
 /* ---- context ---------------------------------------------------------- */
 
 /* One cached cuBLASLt plan: descriptors and the algorithm of one shape. */
+/* What a GEMM's algorithm depends on besides its row count: a plan's key
+ * with n and ldb, and a kept choice's with n. */
+typedef struct sd__gemm_shape {
+    int dt;                    /* sd_dtype of A and B */
+    int64_t N, K;              /* weight rows, cols */
+    uint32_t al_a, al_b, al_d; /* pointer alignments (bytes, <= 256) */
+} sd__gemm_shape;
+
 typedef struct sd__gemm_plan {
     int used;
-    int dt;               /* sd_dtype of A and B */
-    int64_t N, K;         /* weight rows, cols */
+    sd__gemm_shape s;
     int n, ldb;           /* activation rows, leading dimension */
-    uint32_t al_a, al_b, al_d; /* pointer alignments (bytes, <= 256) */
     int ok;               /* 0: no algorithm; the tiled kernel runs instead */
     int timed;            /* its algorithm is its own timed trial's choice (not shared) */
     cublasLtMatmulDesc_t op;
@@ -44,10 +50,8 @@ typedef struct sd__gemm_plan {
  * trials in 3 s of serving on an H200, 15 ms a step with 6 (NOTES.md,
  * session 32). Replaced oldest first when full. */
 typedef struct sd__gemm_choice {
-    int dt;
-    int64_t N, K;
+    sd__gemm_shape s;
     int n;
-    uint32_t al_a, al_b, al_d;
     cublasLtMatmulAlgo_t algo;
 } sd__gemm_choice;
 

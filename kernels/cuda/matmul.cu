@@ -898,7 +898,7 @@ static int time_algos(sd__cuda *c, sd__gemm_plan *p, const cublasLtMatmulHeurist
     p->timed = 1;
     if (sd_log_level() >= SD_LOG_DEBUG)
         sd_log_debug("cuda: gemm %s N=%lld K=%lld n=%d: algorithm %d of %d (%.1f us, first %.1f us)",
-                     sd_dtype_name((sd_dtype)p->dt), (long long)p->N, (long long)p->K, p->n, pick,
+                     sd_dtype_name((sd_dtype)p->s.dt), (long long)p->s.N, (long long)p->s.K, p->n, pick,
                      got, 1000.0 * (double)ms[pick] / LT_TRIAL_REPS,
                      1000.0 * (double)ms[0] / LT_TRIAL_REPS);
     return pick;
@@ -930,12 +930,14 @@ static int may_share(int qn, const sd__gemm_plan *p)
     return (qn > p->n && qn <= 2 * p->n) || (bucket && row_bucket(qn) == bucket);
 }
 
-/* a kept choice of p's shape (dt, N, K, alignments) */
-static int same_shape(const sd__gemm_choice *q, const sd__gemm_plan *p)
+static int shape_eq(const sd__gemm_shape *a, const sd__gemm_shape *b)
 {
-    return q->dt == p->dt && q->N == p->N && q->K == p->K && q->al_a == p->al_a &&
-           q->al_b == p->al_b && q->al_d == p->al_d;
+    return a->dt == b->dt && a->N == b->N && a->K == b->K && a->al_a == b->al_a && a->al_b == b->al_b &&
+           a->al_d == b->al_d;
 }
+
+/* a kept choice of p's shape */
+static int same_shape(const sd__gemm_choice *q, const sd__gemm_plan *p) { return shape_eq(&q->s, &p->s); }
 
 /* whether cuBLASLt runs algo on p's layouts */
 static int algo_fits(sd__cuda *c, const sd__gemm_plan *p, const cublasLtMatmulAlgo_t *algo)
@@ -957,13 +959,8 @@ static void keep_choice(sd__cuda *c, const sd__gemm_plan *p)
         q = &c->choices[c->next_choice];
         c->next_choice = (c->next_choice + 1) % SD__GEMM_CHOICES;
     }
-    q->dt = p->dt;
-    q->N = p->N;
-    q->K = p->K;
+    q->s = p->s;
     q->n = p->n;
-    q->al_a = p->al_a;
-    q->al_b = p->al_b;
-    q->al_d = p->al_d;
     q->algo = p->algo;
 }
 
@@ -1016,17 +1013,17 @@ static int heuristic(sd__cuda *c, const sd__gemm_plan *p, cublasLtMatmulHeuristi
                                pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &c->lt_ws_bytes,
                                sizeof c->lt_ws_bytes)) &&
              !SD_CUBLAS(c, cublasLtMatmulPreferenceSetAttribute(
-                               pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &p->al_a,
-                               sizeof p->al_a)) &&
+                               pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &p->s.al_a,
+                               sizeof p->s.al_a)) &&
              !SD_CUBLAS(c, cublasLtMatmulPreferenceSetAttribute(
-                               pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &p->al_b,
-                               sizeof p->al_b)) &&
+                               pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &p->s.al_b,
+                               sizeof p->s.al_b)) &&
              !SD_CUBLAS(c, cublasLtMatmulPreferenceSetAttribute(
-                               pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &p->al_d,
-                               sizeof p->al_d)) &&
+                               pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &p->s.al_d,
+                               sizeof p->s.al_d)) &&
              !SD_CUBLAS(c, cublasLtMatmulPreferenceSetAttribute(
-                               pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &p->al_d,
-                               sizeof p->al_d)) &&
+                               pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &p->s.al_d,
+                               sizeof p->s.al_d)) &&
              cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref,
                                             LT_TRIAL_ALGOS, res, got) == CUBLAS_STATUS_SUCCESS;
     if (pref)
@@ -1042,11 +1039,10 @@ static int heuristic(sd__cuda *c, const sd__gemm_plan *p, cublasLtMatmulHeuristi
 static sd__gemm_plan *get_plan(sd__cuda *c, int dt, int64_t N, int64_t K, int n, int ldb,
                                const void *A, const void *B, const void *D)
 {
-    uint32_t al_a = align_of(A), al_b = align_of(B), al_d = align_of(D);
+    const sd__gemm_shape s = {dt, N, K, align_of(A), align_of(B), align_of(D)};
     for (int i = 0; i < c->n_plans; i++) {
         sd__gemm_plan *p = &c->plans[i];
-        if (p->dt == dt && p->N == N && p->K == K && p->n == n && p->ldb == ldb &&
-            p->al_a == al_a && p->al_b == al_b && p->al_d == al_d)
+        if (p->n == n && p->ldb == ldb && shape_eq(&p->s, &s))
             return p;
     }
     sd__gemm_plan *p;
@@ -1059,14 +1055,9 @@ static sd__gemm_plan *get_plan(sd__cuda *c, int dt, int64_t N, int64_t K, int n,
     }
     memset(p, 0, sizeof *p);
     p->used = 1;
-    p->dt = dt;
-    p->N = N;
-    p->K = K;
+    p->s = s;
     p->n = n;
     p->ldb = ldb;
-    p->al_a = al_a;
-    p->al_b = al_b;
-    p->al_d = al_d;
     cudaDataType_t ab = dt == SD_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     cublasLtMatmulHeuristicResult_t res[LT_TRIAL_ALGOS];
