@@ -200,12 +200,11 @@ static int tc_collect(void *arg, const char *content, size_t len, const sd_tool_
     return sd_buf_printf(b, "[%s|%s]", call->name, call->arguments);
 }
 
-static void toolcall_pieces(const uint8_t *data, size_t size)
+/* the input as a model's reply in format f, whole and in pieces */
+static void toolcall_pieces(const uint8_t *data, size_t size, sd_tool_format f)
 {
     sd_buf whole = {0}, pieces = {0};
     sd_tc_parser p;
-    static const sd_tool_format formats[] = {SD_TOOLS_HERMES, SD_TOOLS_JSON, SD_TOOLS_KIMI};
-    sd_tool_format f = formats[(size >> 1) % 3];
     sd_tc_init(&p, f, (int)(size & 1), 7, tc_collect, &whole);
     if (sd_tc_feed(&p, (const char *)data, size) || sd_tc_end(&p))
         die("tool calls: feed failed", (const char *)data, size);
@@ -230,7 +229,10 @@ static void toolcall_pieces(const uint8_t *data, size_t size)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    toolcall_pieces(data, size);
+    static const sd_tool_format formats[] = {SD_TOOLS_HERMES, SD_TOOLS_JSON, SD_TOOLS_KIMI, SD_TOOLS_DEEPSEEK31,
+                                             SD_TOOLS_DEEPSEEK3};
+    for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++)
+        toolcall_pieces(data, size, formats[f]);
     sd_buf out = {0};
     sd_http_feed_memory(srv, data, size, &out);
     /* Every response the connection wrote starts where the previous ended. */

@@ -1,7 +1,7 @@
 /* core/chat_template: the published Jinja chat templates of the families specd
  * serves, written out in C for text messages (no images); tools and tool calls
  * for the templates whose tool format is written out (Qwen2.5's and Qwen3's
- * chatml, Llama 3.1's and 3.2's, Kimi-K2's; sd_chat_render_tools), the
+ * chatml, Llama 3.1's and 3.2's, DeepSeek's, Kimi-K2's; sd_chat_render_tools), the
  * templates' tojson as Python's json.dumps.
  * Each renderer follows its template statement by statement; the golden test
  * (tests/core/test_chat_template.c) compares them with Jinja's output on the
@@ -313,6 +313,8 @@ sd_tool_format sd_chat_template_tool_format(const sd_chat_template *ct)
         return SD_TOOLS_JSON;
     if (ct->fam == FAM_KIMI)
         return SD_TOOLS_KIMI;
+    if (ct->fam == FAM_DEEPSEEK3)
+        return ct->variant == DS_V31 ? SD_TOOLS_DEEPSEEK31 : SD_TOOLS_DEEPSEEK3;
     return SD_TOOLS_NONE;
 }
 const char *sd_chat_template_stop(const sd_chat_template *ct) { return FAMILY_STOP[ct->fam]; }
@@ -750,7 +752,98 @@ static void r_chatml(const sd_chat_template *ct, const sd_chat_msg *m, int n, co
         o_str(o, "<|im_start|>assistant\n");
 }
 
-static void r_deepseek3(const sd_chat_template *ct, const sd_chat_msg *m, int n, int gen, out *o)
+/* DeepSeek's tool tokens */
+#define DS_CALLS "<｜tool▁calls▁begin｜>"
+#define DS_CALLS_END "<｜tool▁calls▁end｜>"
+#define DS_CALL "<｜tool▁call▁begin｜>"
+#define DS_SEP "<｜tool▁sep｜>"
+#define DS_CALL_END "<｜tool▁call▁end｜>"
+
+/* DeepSeek's templates print no tools: the model card of V3.1 puts a tool
+ * description after the system prompt ("{system prompt}\n\n{tool_description}"),
+ * which this writes for V3.1 as the card has it. V3 and R1 publish none; they
+ * get the same description with the call syntax their templates print in the
+ * history (function<｜tool▁sep｜>NAME, the arguments in a json fence, calls
+ * one a line). */
+static void o_ds_tools(const sd_chat_template *ct, const json_t *tools, out *o)
+{
+    o_str(o, "## Tools\nYou have access to the following tools:\n\n");
+    for (size_t k = 0; k < json_array_size(tools); k++) {
+        const json_t *t = json_array_get(tools, k), *f = json_object_get(t, "function");
+        if (!json_is_object(f))
+            f = t;
+        const json_t *nm = json_object_get(f, "name"), *ds = json_object_get(f, "description"),
+                     *pa = json_object_get(f, "parameters");
+        o_str(o, "### ");
+        o_str(o, json_is_string(nm) ? json_string_value(nm) : "");
+        o_str(o, "\nDescription: ");
+        o_str(o, json_is_string(ds) ? json_string_value(ds) : "");
+        o_str(o, "\n\nParameters: ");
+        if (!pa)
+            o_str(o, "{}");
+        else if (!o->oom && sd_py_json_dumps(&o->b, pa))
+            o->oom = 1;
+        o_str(o, "\n\n");
+    }
+    o_str(o, "IMPORTANT: ALWAYS adhere to this exact format for tool use:\n");
+    if (ct->variant == DS_V31)
+        o_str(o, DS_CALLS DS_CALL "tool_call_name" DS_SEP "tool_call_arguments" DS_CALL_END
+                 "{{additional_tool_calls}}" DS_CALLS_END "\n\nWhere:\n"
+                 "- `tool_call_name` must be an exact match to one of the available tools\n"
+                 "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
+                 "- For multiple tool calls, chain them directly without separators or spaces");
+    else
+        o_str(o, DS_CALLS DS_CALL "function" DS_SEP "tool_call_name\n```json\ntool_call_arguments\n```" DS_CALL_END
+                 "{{additional_tool_calls}}" DS_CALLS_END "\n\nWhere:\n"
+                 "- `tool_call_name` must be an exact match to one of the available tools\n"
+                 "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
+                 "- For multiple tool calls, put each on a line of its own");
+}
+
+/* a call's arguments as the template prints them: the text the client sent
+ * (the DeepSeek templates concatenate it), else json.dumps of the object */
+static void o_args_text(out *o, const sd_chat_call *c)
+{
+    if (c->arguments_text)
+        o_str(o, c->arguments_text);
+    else if (!o->oom && sd_py_json_dumps(&o->b, c->arguments))
+        o->oom = 1;
+}
+
+/* An assistant message's calls, as V3 / R1 (first 1: the first calls of the
+ * conversation, which its template never resets) or V3.1 print them. */
+static void o_ds_calls(const sd_chat_template *ct, const sd_chat_msg *m, int *first, out *o)
+{
+    for (int k = 0; k < m->n_calls; k++) {
+        const sd_chat_call *c = &m->calls[k];
+        if (!*first) {
+            if (ct->variant != DS_V31)
+                o_str(o, "<｜Assistant｜>");
+            o_str(o, m->content ? m->content : "");
+            o_str(o, DS_CALLS);
+            *first = 1;
+        } else if (ct->variant != DS_V31) {
+            o_str(o, "\n");
+        }
+        o_str(o, DS_CALL);
+        if (ct->variant == DS_V31) {
+            o_str(o, c->name);
+            o_str(o, DS_SEP);
+            o_args_text(o, c);
+        } else {
+            o_str(o, "function" DS_SEP);
+            o_str(o, c->name);
+            o_str(o, "\n```json\n");
+            o_args_text(o, c);
+            o_str(o, "\n```");
+        }
+        o_str(o, DS_CALL_END);
+    }
+    o_str(o, DS_CALLS_END "<｜end▁of▁sentence｜>");
+}
+
+static void r_deepseek3(const sd_chat_template *ct, const sd_chat_msg *m, int n, const json_t *tools, int gen,
+                        out *o)
 {
     o_str(o, ct->bos);
     int first_sp = 1, last_sys = -1;
@@ -768,14 +861,30 @@ static void r_deepseek3(const sd_chat_template *ct, const sd_chat_msg *m, int n,
     }
     if (last_sys >= 0)
         o_str(o, m[last_sys].content);
-    int is_tool = 0, output_first = 1, last_user = 0;
+    if (json_array_size(tools)) { /* after the system prompt, when there is one */
+        if (last_sys >= 0 || !first_sp)
+            o_str(o, "\n\n");
+        o_ds_tools(ct, tools, o);
+    }
+    int is_tool = 0, output_first = 1, last_user = 0, calls_first = 0;
     for (int i = 0; i < n; i++) {
         const char *role = m[i].role, *c = m[i].content;
         if (!strcmp(role, "user")) {
             is_tool = 0;
             last_user = 1;
+            if (ct->variant == DS_V31)
+                calls_first = 0;
             o_str(o, "<｜User｜>");
             o_str(o, c);
+        } else if (!strcmp(role, "assistant") && m[i].n_calls) {
+            if (ct->variant == DS_V31) {
+                if (last_user)
+                    o_str(o, "<｜Assistant｜></think>");
+                calls_first = 0;
+            }
+            last_user = 0;
+            is_tool = 0;
+            o_ds_calls(ct, &m[i], &calls_first, o);
         } else if (!strcmp(role, "assistant")) {
             if (ct->variant == DS_V31) {
                 if (last_user)
@@ -923,7 +1032,8 @@ int sd_chat_render_tools(const sd_chat_template *ct, const sd_chat_msg *msgs, in
     }
     if ((json_array_size(tools) || has_calls) && !tool_format)
         return sd_err_set(err, SD_ENOTSUP, "chat render: the %s template's tool format is not supported (tools are "
-                          "written out for Qwen2.5's and Qwen3's chatml, Llama 3.1's and 3.2's and Kimi-K2's)", FAMILY_NAME[ct->fam]);
+                          "written out for Qwen2.5's and Qwen3's chatml, Llama 3.1's and 3.2's, DeepSeek's and "
+                          "Kimi-K2's)", FAMILY_NAME[ct->fam]);
     if (ct->fam == FAM_LLAMA3 && tool_format) {
         int first = n > 0 && !strcmp(msgs[0].role, "system");
         if (json_array_size(tools) && first >= n)
@@ -948,7 +1058,7 @@ int sd_chat_render_tools(const sd_chat_template *ct, const sd_chat_msg *msgs, in
         r_chatml(ct, msgs, n, tools, add_generation_prompt, &o);
         break;
     case FAM_DEEPSEEK3:
-        r_deepseek3(ct, msgs, n, add_generation_prompt, &o);
+        r_deepseek3(ct, msgs, n, tools, add_generation_prompt, &o);
         break;
     case FAM_KIMI:
         r_kimi(ct, msgs, n, tools, add_generation_prompt, &o);

@@ -121,6 +121,10 @@ struct json_t;
 typedef struct sd_chat_call {
     const char *name;
     const struct json_t *arguments;
+    /* the arguments' JSON text as the client sent it (OpenAI's arguments
+     * string), printed as it is where the template concatenates it
+     * (DeepSeek's); NULL: json.dumps of arguments */
+    const char *arguments_text;
     const char *id; /* the call's id (Kimi's template prints it), NULL: none */
 } sd_chat_call;
 typedef struct sd_chat_msg {
@@ -145,8 +149,10 @@ int sd_chat_render(const sd_chat_template *ct, const sd_chat_msg *msgs, int n,
  * objects, each printed as the template's `tool | tojson`; NULL or empty: none)
  * and the messages' tool calls. The families whose tool format is written out:
  * chatml with Qwen2.5's and Qwen3's tool blocks, Llama 3.1's and 3.2's (tools
- * in the first user message, one call a message); the others refuse tools and
- * tool calls with SD_ENOTSUP. */
+ * in the first user message, one call a message), DeepSeek's (the templates
+ * print the calls; the tools go after the system prompt as V3.1's model card
+ * describes them), Kimi-K2's; the others refuse tools and tool calls with
+ * SD_ENOTSUP. */
 int sd_chat_render_tools(const sd_chat_template *ct, const sd_chat_msg *msgs, int n,
                          const struct json_t *tools, int add_generation_prompt, char **out, size_t *len,
                          sd_err *err);
@@ -163,8 +169,19 @@ int sd_py_json_dumps_indent(sd_sbuf *b, const struct json_t *v, int indent);
  * 3.2: the reply is {"name", "parameters"}), kimi (Kimi-K2: special tokens
  * <|tool_calls_section_begin|> <|tool_call_begin|>functions.NAME:I
  * <|tool_call_argument_begin|>{...}<|tool_call_end|> ... <|tool_calls_section_end|>,
- * so its reply is read with special tokens printed). */
-typedef enum sd_tool_format { SD_TOOLS_NONE = 0, SD_TOOLS_HERMES, SD_TOOLS_JSON, SD_TOOLS_KIMI } sd_tool_format;
+ * so its reply is read with special tokens printed), deepseek31 (V3.1:
+ * <｜tool▁calls▁begin｜> <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>
+ * ... <｜tool▁calls▁end｜>), deepseek3 (V3 / R1: the same section, each call
+ * <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```<｜tool▁call▁end｜>;
+ * both read with special tokens printed too). */
+typedef enum sd_tool_format {
+    SD_TOOLS_NONE = 0,
+    SD_TOOLS_HERMES,
+    SD_TOOLS_JSON,
+    SD_TOOLS_KIMI,
+    SD_TOOLS_DEEPSEEK3,
+    SD_TOOLS_DEEPSEEK31
+} sd_tool_format;
 sd_tool_format sd_chat_template_tool_format(const sd_chat_template *ct);
 /* The family name (llama3 | chatml | deepseek3 | kimi-k2). */
 const char *sd_chat_template_name(const sd_chat_template *ct);

@@ -574,8 +574,9 @@ static int parse_calls(json_t *tc, size_t i, sd_oai_msg *m, sd_api_error *e)
         m->calls[k].arguments = a;
         m->calls[k].name = dup_n(json_string_value(json_object_get(f, "name")),
                                  json_string_length(json_object_get(f, "name")));
+        m->calls[k].arguments_text = dup_n(json_string_value(args), json_string_length(args));
         m->n_calls = (int)k + 1;
-        if (!m->calls[k].name)
+        if (!m->calls[k].name || !m->calls[k].arguments_text)
             return oom(e);
         json_t *id = json_object_get(c, "id");
         if (id && !json_is_null(id)) {
@@ -949,6 +950,7 @@ void sd_oai_request_free(sd_oai_request *r)
         for (int k = 0; k < r->msgs[i].n_calls; k++) {
             free(r->msgs[i].calls[k].id);
             free(r->msgs[i].calls[k].name);
+            free(r->msgs[i].calls[k].arguments_text);
             json_decref(r->msgs[i].calls[k].arguments);
         }
         free(r->msgs[i].calls);

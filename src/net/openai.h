@@ -35,11 +35,13 @@ typedef enum sd_oai_kind { SD_OAI_COMPLETIONS = 0, SD_OAI_CHAT = 1 } sd_oai_kind
 
 struct json_t;
 /* An earlier tool call of an assistant message: its arguments parsed from the
- * JSON text the client sent (an object, printed back by the template). */
+ * JSON text the client sent (an object, printed back by the template), and
+ * that text (DeepSeek's templates print it as it is). */
 typedef struct sd_oai_call {
     char *id; /* NULL when the client gave none */
     char *name;
     struct json_t *arguments;
+    char *arguments_text;
 } sd_oai_call;
 
 typedef struct sd_oai_msg {

@@ -539,8 +539,10 @@ static int encode(sd_server *s, const sd_oai_request *r, int32_t **ids, int *n, 
         msgs[i].n_calls = r->msgs[i].n_calls;
         msgs[i].tool_call_id = r->msgs[i].tool_call_id;
         for (int k = 0; k < r->msgs[i].n_calls; k++, c++)
-            calls[c] = (sd_chat_call){r->msgs[i].calls[k].name, r->msgs[i].calls[k].arguments,
-                                      r->msgs[i].calls[k].id};
+            calls[c] = (sd_chat_call){.name = r->msgs[i].calls[k].name,
+                                      .arguments = r->msgs[i].calls[k].arguments,
+                                      .arguments_text = r->msgs[i].calls[k].arguments_text,
+                                      .id = r->msgs[i].calls[k].id};
     }
     char *text = NULL;
     size_t len = 0;
@@ -550,7 +552,7 @@ static int encode(sd_server *s, const sd_oai_request *r, int32_t **ids, int *n, 
     if (rc == SD_ENOTSUP)
         return sd_api_error_set(e, 400, r->tools ? "tools" : "messages", "unsupported_parameter",
                                 "%s: this model's chat template (%s) has no tool format specd writes out "
-                                "(Qwen2.5's and Qwen3's are)",
+                                "(Qwen2.5's, Qwen3's, Llama 3.1's, DeepSeek's and Kimi-K2's are)",
                                 r->tools ? "tools" : "messages", sd_chat_template_name(s->ct));
     if (rc)
         return sd_api_error_set(e, 400, "messages", "invalid_value", "messages: %s", err.msg);
@@ -631,9 +633,11 @@ static void generate_submit(sd_server *s, pending *p)
     j->include_usage = r->include_usage;
     if (r->tools) {
         j->tools = 1;
-        /* Kimi-K2's call markers are special tokens: its reply is read with them */
-        r->gen.keep_special = sd_chat_template_tool_format(s->ct) == SD_TOOLS_KIMI;
-        sd_tc_init(&j->tc, sd_chat_template_tool_format(s->ct), r->parallel_tool_calls ? 0 : 1,
+        /* Kimi-K2's and DeepSeek's call markers are (or may be) special
+         * tokens: their replies are read with them */
+        sd_tool_format tf = sd_chat_template_tool_format(s->ct);
+        r->gen.keep_special = tf == SD_TOOLS_KIMI || tf == SD_TOOLS_DEEPSEEK3 || tf == SD_TOOLS_DEEPSEEK31;
+        sd_tc_init(&j->tc, tf, r->parallel_tool_calls ? 0 : 1,
                    sd_mix64(s->id_key ^ (j->rid << 20) ^ s->id_count), tc_emit, j);
     }
     sd_req_events ev = {on_output, on_finish};

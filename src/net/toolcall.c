@@ -10,10 +10,24 @@
 #include "core/util.h"
 
 static const char OPEN[] = "<tool_call>", CLOSE[] = "</tool_call>";
-/* Kimi-K2's special tokens */
-static const char K_SEC[] = "<|tool_calls_section_begin|>", K_SEC_END[] = "<|tool_calls_section_end|>",
-                  K_CALL[] = "<|tool_call_begin|>", K_ARGS[] = "<|tool_call_argument_begin|>",
-                  K_CALL_END[] = "<|tool_call_end|>";
+
+/* The formats whose calls come in a section of special tokens: the section's
+ * tags, and each call's: CALL HEAD SEP BODY CALL_END. Kimi-K2: HEAD is the
+ * id (functions.NAME:I), BODY the arguments; DeepSeek V3.1: HEAD the name,
+ * BODY the arguments; DeepSeek V3 / R1: HEAD the type (function), BODY the
+ * name, a newline and the arguments in a json fence. */
+typedef struct section_fmt {
+    const char *sec, *sec_end, *call, *sep, *call_end;
+} section_fmt;
+static const section_fmt KIMI = {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+                                 "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
+static const section_fmt DEEPSEEK = {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
+                                     "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"};
+
+static const section_fmt *section_of(sd_tool_format f)
+{
+    return f == SD_TOOLS_KIMI ? &KIMI : f == SD_TOOLS_DEEPSEEK3 || f == SD_TOOLS_DEEPSEEK31 ? &DEEPSEEK : NULL;
+}
 
 void sd_tool_call_free(sd_tool_call *c)
 {
@@ -27,9 +41,9 @@ void sd_tc_init(sd_tc_parser *p, sd_tool_format format, int max_calls, uint64_t 
 {
     memset(p, 0, sizeof *p);
     p->format = format;
-    int kimi = format == SD_TOOLS_KIMI;
-    p->open = kimi ? K_SEC : OPEN;
-    p->close = kimi ? K_SEC_END : CLOSE;
+    const section_fmt *sec = section_of(format);
+    p->open = sec ? sec->sec : OPEN;
+    p->close = sec ? sec->sec_end : CLOSE;
     p->open_len = strlen(p->open);
     p->close_len = strlen(p->close);
     p->max_calls = max_calls;
@@ -115,58 +129,107 @@ static int emit_call(sd_tc_parser *p, sd_tool_call *c)
     return p->emit(p->arg, NULL, 0, c);
 }
 
-/* Kimi-K2's section s[0..n): calls <|tool_call_begin|>ID<|tool_call_argument_begin|>ARGS<|tool_call_end|>,
- * the name from the id (functions.NAME:I). 1 all read into c (*nc), 0 not
- * calls, -1 no memory. */
-static int kimi_calls(const char *s, size_t n, sd_tool_call *c, int cap, int *nc)
+/* A call's arguments: the JSON object at s[0..n) (whitespace around it
+ * aside) as json.dumps prints it into k->arguments. 1, 0 not an object, -1
+ * no memory. */
+static int args_of(const char *s, size_t n, sd_tool_call *k)
 {
+    json_error_t je;
+    json_t *o = json_loadb(s, n, JSON_REJECT_DUPLICATES, &je);
+    int ok = json_is_object(o);
+    sd_sbuf b = {0};
+    if (ok && (sd_py_json_dumps(&b, o) || !(k->arguments = sd_sbuf_take(&b, NULL))))
+        ok = -1;
+    json_decref(o);
+    sd_sbuf_free(&b);
+    return ok;
+}
+
+static const char *trim_end(const char *s, const char *e)
+{
+    while (e > s && is_ws(e[-1]))
+        e--;
+    return e;
+}
+
+/* One call's head h[0..hn) and body b[0..bn) in format f into k (see
+ * section_fmt): 1, 0 not a call, -1 no memory. */
+static int section_call(sd_tool_format f, const char *h, size_t hn, const char *b, size_t bn, sd_tool_call *k)
+{
+    const char *he = trim_end(h, h + hn), *be = b + bn;
+    h = skip_ws(h, he);
+    const char *nm = h, *ne = he; /* the name */
+    if (f == SD_TOOLS_KIMI) { /* functions.NAME:I, kept as the call's id */
+        if ((size_t)(he - h) >= sizeof k->id)
+            return 0;
+        if ((size_t)(he - h) > 10 && !memcmp(h, "functions.", 10))
+            nm = h + 10;
+        for (const char *q = he; q > nm; q--)
+            if (q[-1] == ':') {
+                ne = q - 1;
+                break;
+            }
+    } else if (f == SD_TOOLS_DEEPSEEK3) { /* the type, then the body: NAME\n```json\n{...}\n``` */
+        nm = skip_ws(b, be);
+        ne = nm;
+        while (ne < be && *ne != '\n')
+            ne++;
+        b = skip_ws(ne, be);
+        ne = trim_end(nm, ne);
+        if ((size_t)(be - b) >= 3 && !memcmp(b, "```", 3)) { /* the fence, its language word */
+            b += 3;
+            while (b < be && !is_ws(*b))
+                b++;
+            be = trim_end(b, be);
+            if ((size_t)(be - b) < 3 || memcmp(be - 3, "```", 3))
+                return 0;
+            be -= 3;
+        }
+    }
+    if (ne <= nm || he <= h || memchr(nm, 0, (size_t)(ne - nm)) || memchr(h, 0, (size_t)(he - h)))
+        return 0;
+    for (const char *q = nm; q < ne && f != SD_TOOLS_KIMI; q++)
+        if (is_ws(*q))
+            return 0; /* a function's name has no spaces */
+    int r = args_of(b, (size_t)(be - b), k);
+    if (r <= 0)
+        return r;
+    if (!(k->name = strndup(nm, (size_t)(ne - nm)))) {
+        sd_tool_call_free(k);
+        return -1;
+    }
+    if (f == SD_TOOLS_KIMI) {
+        memcpy(k->id, h, (size_t)(he - h));
+        k->id[he - h] = 0;
+    }
+    return 1;
+}
+
+/* A section's body s[0..n): calls CALL HEAD SEP BODY CALL_END, whitespace
+ * between them. 1 all read into c (*nc), 0 not calls, -1 no memory. */
+static int section_calls(sd_tool_format f, const char *s, size_t n, sd_tool_call *c, int cap, int *nc)
+{
+    const section_fmt *sf = section_of(f);
+    const size_t lc = strlen(sf->call), ls = strlen(sf->sep), le = strlen(sf->call_end);
     const char *p = s, *end = s + n;
     *nc = 0;
     for (;;) {
         p = skip_ws(p, end);
         if (p == end)
             return *nc > 0;
-        size_t lc = strlen(K_CALL), la = strlen(K_ARGS), le = strlen(K_CALL_END);
-        if ((size_t)(end - p) < lc || memcmp(p, K_CALL, lc) || *nc == cap)
+        if ((size_t)(end - p) < lc || memcmp(p, sf->call, lc) || *nc == cap)
             return 0;
-        const char *id = p + lc, *a = memmem(id, (size_t)(end - id), K_ARGS, la);
-        const char *ae = a ? memmem(a + la, (size_t)(end - a - la), K_CALL_END, le) : NULL;
-        if (!ae)
+        const char *h = p + lc, *sep = memmem(h, (size_t)(end - h), sf->sep, ls);
+        const char *ce = sep ? memmem(sep + ls, (size_t)(end - sep - ls), sf->call_end, le) : NULL;
+        if (!ce)
             return 0;
-        const char *ide = a;
-        while (ide > id && is_ws(ide[-1]))
-            ide--;
-        id = skip_ws(id, ide);
-        /* the name: past "functions.", before ":I" */
-        const char *nm = (size_t)(ide - id) > 10 && !memcmp(id, "functions.", 10) ? id + 10 : id, *ne = ide;
-        for (const char *q = ide; q > nm; q--)
-            if (q[-1] == ':') {
-                ne = q - 1;
-                break;
-            }
-        if (ne == nm || (size_t)(ide - id) >= sizeof c[0].id || memchr(id, 0, (size_t)(ide - id)))
-            return 0;
-        json_error_t je;
-        json_t *o = json_loadb(a + la, (size_t)(ae - a - la), JSON_REJECT_DUPLICATES, &je);
         sd_tool_call *k = &c[*nc];
         memset(k, 0, sizeof *k);
-        int ok = json_is_object(o);
-        sd_sbuf args = {0};
-        if (ok && (sd_py_json_dumps(&args, o) || !(k->arguments = sd_sbuf_take(&args, NULL)) ||
-                   !(k->name = strndup(nm, (size_t)(ne - nm))))) {
-            json_decref(o);
-            sd_sbuf_free(&args);
-            sd_tool_call_free(k);
-            return -1;
-        }
-        json_decref(o);
-        sd_sbuf_free(&args);
-        if (!ok)
-            return 0;
-        memcpy(k->id, id, (size_t)(ide - id));
-        k->id[ide - id] = 0;
+        int r = section_call(f, h, (size_t)(sep - h), sep + ls, (size_t)(ce - sep - ls), k);
+        if (r <= 0)
+            return r;
         (*nc)++;
-        p = ae + le;
+        p = ce + le;
     }
 }
 
@@ -177,8 +240,8 @@ static int close_call(sd_tc_parser *p, size_t k)
     sd_tool_call c[16];
     int nc = 0, r, rc = 0;
     memset(c, 0, sizeof c);
-    if (p->format == SD_TOOLS_KIMI) {
-        r = kimi_calls(p->hold.p, k, c, 16, &nc);
+    if (section_of(p->format)) {
+        r = section_calls(p->format, p->hold.p, k, c, 16, &nc);
     } else {
         json_error_t je;
         json_t *o = json_loadb(p->hold.p, k, JSON_REJECT_DUPLICATES, &je);

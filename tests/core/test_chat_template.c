@@ -69,6 +69,8 @@ TEST(native_renders_equal_jinja_on_the_published_templates)
     json_t *tmpls = json_object_get(g, "templates");
     ASSERT_GE(json_array_size(tmpls), 13);
     int bad = 0, checked = 0;
+    json_t *owned = json_array(); /* arguments parsed from their text, kept to the end */
+    ASSERT(owned);
     for (size_t k = 0; k < json_array_size(tmpls); k++) {
         json_t *e = json_array_get(tmpls, k);
         const char *file = json_string_value(json_object_get(e, "file"));
@@ -96,10 +98,17 @@ TEST(native_renders_equal_jinja_on_the_published_templates)
                 m[j].content = json_string_value(json_object_get(mj, "content"));
                 ASSERT_LE(json_array_size(tc), 4);
                 for (size_t q = 0; q < json_array_size(tc); q++) {
-                    json_t *f = json_object_get(json_array_get(tc, q), "function");
-                    calls[j][q] = (sd_chat_call){json_string_value(json_object_get(f, "name")),
-                                                 json_object_get(f, "arguments"),
-                                                 json_string_value(json_object_get(json_array_get(tc, q), "id"))};
+                    json_t *f = json_object_get(json_array_get(tc, q), "function"),
+                           *a = json_object_get(f, "arguments");
+                    /* arguments as JSON text (DeepSeek's cases, as a client sends them): parsed too */
+                    json_t *parsed = json_is_string(a) ? json_loads(json_string_value(a), 0, NULL) : NULL;
+                    ASSERT(!json_is_string(a) || json_is_object(parsed));
+                    if (parsed)
+                        ASSERT_EQ(json_array_append_new(owned, parsed), 0);
+                    calls[j][q] = (sd_chat_call){.name = json_string_value(json_object_get(f, "name")),
+                                                 .arguments = parsed ? parsed : a,
+                                                 .arguments_text = json_string_value(a),
+                                                 .id = json_string_value(json_object_get(json_array_get(tc, q), "id"))};
                 }
                 m[j].tool_call_id = json_string_value(json_object_get(mj, "tool_call_id"));
                 m[j].calls = calls[j];
@@ -110,14 +119,14 @@ TEST(native_renders_equal_jinja_on_the_published_templates)
             const char *want = json_string_value(json_object_get(c, "text"));
             char *out;
             size_t len;
-            /* tools: Qwen2.5's, Qwen3's and Llama 3.1's / 3.2's formats are
-             * written out; every other template refuses them (where Jinja
+            /* tools: Qwen2.5's, Qwen3's, Llama 3.1's / 3.2's, DeepSeek's and
+             * Kimi-K2's formats are written out; every other template refuses them (where Jinja
              * renders them, or not); what Jinja refuses (Llama: two calls in
              * one message) specd refuses too */
             int tool_case = tools != NULL;
             int written = !strcmp(file, "qwen2.5.jinja") || !strcmp(file, "qwen3.jinja") ||
                           !strcmp(file, "llama3.1.jinja") || !strcmp(file, "llama3.2.jinja") ||
-                          !strncmp(file, "kimi-k2", 7);
+                          !strncmp(file, "kimi-k2", 7) || !strncmp(file, "deepseek", 8);
             int rc = sd_chat_render_tools(ct, m, n, tools, gen, &out, &len, &err);
             if (tool_case && !written) {
                 ASSERT_MSG(rc == SD_ENOTSUP, "%s tool case %zu: rc %d", file, i, rc);
@@ -144,6 +153,7 @@ TEST(native_renders_equal_jinja_on_the_published_templates)
         rm_tree(dir);
     }
     fprintf(stderr, "  %d renders checked, %d differ\n", checked, bad);
+    json_decref(owned);
     json_decref(g);
     ASSERT_EQ(bad, 0);
 }

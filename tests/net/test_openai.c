@@ -351,6 +351,8 @@ TEST(tools_tool_choice_and_tool_messages_are_parsed)
     ASSERT_STR_EQ(r.msgs[1].calls[0].name, "get_weather");
     ASSERT(json_is_object(r.msgs[1].calls[0].arguments));
     ASSERT_NEAR(json_real_value(json_object_get(r.msgs[1].calls[0].arguments, "n")), 2.5, 0);
+    /* and its text as sent (DeepSeek's templates print it so) */
+    ASSERT_STR_EQ(r.msgs[1].calls[0].arguments_text, "{\"city\": \"Paris\", \"n\": 2.50}");
     ASSERT_STR_EQ(r.msgs[2].role, "tool");
     ASSERT_STR_EQ(r.msgs[2].content, "sunny");
     sd_oai_request_free(&r);

@@ -188,18 +188,24 @@ TEST(llama_json_replies_are_calls_whole_or_content)
     ASSERT_STR_EQ(text_of(&g), "[a|{}]");
     got_free(&g);
     /* more calls than one reply keeps (16, in every format): content, as written */
-    for (int f = 0; f < 3; f++) {
-        static const sd_tool_format fm[] = {SD_TOOLS_JSON, SD_TOOLS_KIMI, SD_TOOLS_HERMES};
+    for (int f = 0; f < 5; f++) {
+        static const sd_tool_format fm[] = {SD_TOOLS_JSON, SD_TOOLS_KIMI, SD_TOOLS_HERMES, SD_TOOLS_DEEPSEEK31,
+                                            SD_TOOLS_DEEPSEEK3};
         static const char *const one[] = {"{\"name\":\"a\",\"parameters\":{}};",
                                           "<|tool_call_begin|>functions.a:0<|tool_call_argument_begin|>{}<|tool_call_end|>",
-                                          "<tool_call>{\"name\":\"a\"}</tool_call>"};
+                                          "<tool_call>{\"name\":\"a\"}</tool_call>",
+                                          "<｜tool▁call▁begin｜>a<｜tool▁sep｜>{}<｜tool▁call▁end｜>",
+                                          "<｜tool▁call▁begin｜>function<｜tool▁sep｜>a\n{}<｜tool▁call▁end｜>\n"};
+        static const char *const sec[][2] = {{"", ""},
+                                             {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"},
+                                             {"", ""},
+                                             {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"},
+                                             {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"}};
         sd_buf in = {0};
-        if (fm[f] == SD_TOOLS_KIMI)
-            sd_buf_puts(&in, "<|tool_calls_section_begin|>");
+        sd_buf_puts(&in, sec[f][0]);
         for (int i = 0; i < 17; i++)
             sd_buf_puts(&in, one[f]);
-        if (fm[f] == SD_TOOLS_KIMI)
-            sd_buf_puts(&in, "<|tool_calls_section_end|>");
+        sd_buf_puts(&in, sec[f][1]);
         run_as(fm[f], in.p, 0, 0, &g);
         /* hermes blocks are one call each: all 17 are calls */
         ASSERT_EQ(g.n_calls, fm[f] == SD_TOOLS_HERMES ? 17 : 0);
@@ -241,6 +247,53 @@ TEST(kimi_sections_hold_calls_with_the_models_ids)
 #undef CALL
 }
 
+/* DeepSeek: a section of calls in its tool tokens; V3.1 writes NAME<｜tool▁sep｜>ARGS,
+ * V3 / R1 function<｜tool▁sep｜>NAME and the arguments in a json fence, one
+ * call a line; ids are made (the model writes none). */
+TEST(deepseek_sections_hold_calls_in_either_form)
+{
+#define SEC "<｜tool▁calls▁begin｜>"
+#define SEC_END "<｜tool▁calls▁end｜>"
+#define CALL(head, body) "<｜tool▁call▁begin｜>" head "<｜tool▁sep｜>" body "<｜tool▁call▁end｜>"
+    static const tc_case v31[] = {
+        {"Checking both." SEC CALL("get_weather", "{\"city\": \"Paris\"}") CALL("get_weather", "{\"city\":\"Oslo\"}")
+             SEC_END,
+         "Checking both.[get_weather|{\"city\": \"Paris\"}][get_weather|{\"city\": \"Oslo\"}]", 2},
+        {SEC CALL(" scale ", " {\"x\": 1e-07} ") SEC_END "\n", "[scale|{\"x\": 1e-07}]", 1},
+        /* not calls: the section as written */
+        {SEC CALL("get weather", "{}") SEC_END, SEC CALL("get weather", "{}") SEC_END, 0},
+        {SEC CALL("f", "[1]") SEC_END, SEC CALL("f", "[1]") SEC_END, 0},
+        {SEC CALL("", "{}") SEC_END, SEC CALL("", "{}") SEC_END, 0},
+        {SEC "text" SEC_END, SEC "text" SEC_END, 0},
+        /* the output ended inside the section */
+        {"x" SEC "<｜tool▁call▁begin｜>f<｜tool▁sep｜>{\"a\":", "x" SEC "<｜tool▁call▁begin｜>f<｜tool▁sep｜>{\"a\":", 0},
+        {"no calls at all", "no calls at all", 0},
+    };
+    check_cases(SD_TOOLS_DEEPSEEK31, v31, sizeof v31 / sizeof v31[0]);
+    static const tc_case v3[] = {
+        {"Checking." SEC CALL("function", "get_weather\n```json\n{\"city\": \"Paris\"}\n```") "\n"
+             CALL("function", "get_weather\n```json\n{\"city\":\"Oslo\"}\n```") SEC_END,
+         "Checking.[get_weather|{\"city\": \"Paris\"}][get_weather|{\"city\": \"Oslo\"}]", 2},
+        /* a fence without its language, none at all */
+        {SEC CALL("function", "f\n```\n{}\n```") CALL("function", " g \n {\"a\": [1, 2.5]} ") SEC_END,
+         "[f|{}][g|{\"a\": [1, 2.5]}]", 2},
+        /* not calls: an unclosed fence, text after the arguments, no name */
+        {SEC CALL("function", "f\n```json\n{}") SEC_END, SEC CALL("function", "f\n```json\n{}") SEC_END, 0},
+        {SEC CALL("function", "f\n```json\n{}\n```x") SEC_END, SEC CALL("function", "f\n```json\n{}\n```x") SEC_END,
+         0},
+        {SEC CALL("function", "\n```json\n{}\n```") SEC_END, SEC CALL("function", "\n```json\n{}\n```") SEC_END, 0},
+        {SEC CALL("", "f\n{}") SEC_END, SEC CALL("", "f\n{}") SEC_END, 0},
+    };
+    check_cases(SD_TOOLS_DEEPSEEK3, v3, sizeof v3 / sizeof v3[0]);
+    got g; /* ids made, one each */
+    run_as(SD_TOOLS_DEEPSEEK31, v31[0].in, 0, 3, &g);
+    ASSERT(!strncmp(g.ids[0], "call_", 5) && strcmp(g.ids[0], g.ids[1]));
+    got_free(&g);
+#undef SEC
+#undef SEC_END
+#undef CALL
+}
+
 TEST_MAIN(T(calls_and_content_come_out_the_same_in_any_pieces), T(llama_json_replies_are_calls_whole_or_content),
-          T(kimi_sections_hold_calls_with_the_models_ids),
+          T(kimi_sections_hold_calls_with_the_models_ids), T(deepseek_sections_hold_calls_in_either_form),
           T(parallel_tool_calls_false_keeps_the_first_call_and_ids_differ), T(an_emit_failure_stops_the_feed))

@@ -116,6 +116,58 @@ TOOL_CONVERSATIONS = [
 ]
 
 
+# DeepSeek's templates print no tools, and concatenate a call's arguments as the
+# text the client sent (OpenAI's arguments string). The tools go after the system
+# prompt ("{system prompt}\n\n{tool_description}", DeepSeek-V3.1's model card);
+# the reference is the published template rendering the conversation with that
+# description appended to the system prompt (a system message of its own where
+# there is none). V3 and R1 publish no description: they get V3.1's with the
+# call syntax their templates print (specd's choice).
+DS_V31_FORMAT = ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>tool_call_name<｜tool▁sep｜>tool_call_arguments"
+                 "<｜tool▁call▁end｜>{{additional_tool_calls}}<｜tool▁calls▁end｜>")
+DS_V3_FORMAT = ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>tool_call_name\n```json\n"
+                "tool_call_arguments\n```<｜tool▁call▁end｜>{{additional_tool_calls}}<｜tool▁calls▁end｜>")
+
+
+def deepseek_tool_description(tools, v31):
+    text = "## Tools\nYou have access to the following tools:\n\n"
+    for t in tools:
+        f = t.get("function", t)
+        text += "### %s\nDescription: %s\n\nParameters: %s\n\n" % (
+            f.get("name", ""), f.get("description", ""),
+            json.dumps(f["parameters"], ensure_ascii=False) if "parameters" in f else "{}")
+    text += "IMPORTANT: ALWAYS adhere to this exact format for tool use:\n"
+    text += (DS_V31_FORMAT if v31 else DS_V3_FORMAT) + "\n\nWhere:\n"
+    text += "- `tool_call_name` must be an exact match to one of the available tools\n"
+    text += "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
+    text += ("- For multiple tool calls, chain them directly without separators or spaces" if v31 else
+             "- For multiple tool calls, put each on a line of its own")
+    return text
+
+
+def deepseek_messages(msgs):
+    """The conversation as an OpenAI client sends it: arguments as JSON text."""
+    out = []
+    for mm in msgs:
+        mm = dict(mm)
+        if mm.get("tool_calls"):
+            mm["tool_calls"] = [dict(c, function=dict(c["function"], arguments=json.dumps(
+                c["function"]["arguments"], ensure_ascii=False))) for c in mm["tool_calls"]]
+        out.append(mm)
+    return out
+
+
+def deepseek_render(env, text, bos, eos, msgs, gen, tools, v31):
+    msgs = [dict(mm) for mm in msgs]
+    desc = deepseek_tool_description(tools, v31)
+    last = max((i for i, mm in enumerate(msgs) if mm["role"] == "system"), default=None)
+    if last is None:
+        msgs.insert(0, {"role": "system", "content": desc})
+    else:
+        msgs[last]["content"] += "\n\n" + desc
+    return render(env, text, bos, eos, msgs, gen)
+
+
 def render(env, text, bos, eos, msgs, gen, tools=None):
     tmpl = env.from_string(text)
     kw = {"tools": tools} if tools else {}
@@ -148,9 +200,14 @@ def main():
                     continue
                 entry["cases"].append({"messages": msgs, "add_generation_prompt": gen, "text": r})
         for msgs in TOOL_CONVERSATIONS:
+            if family == "deepseek3":
+                msgs = deepseek_messages(msgs)
             for gen in (False, True):
                 try:
-                    r = render(env, text, bos, eos, msgs, gen, TOOLS)
+                    if family == "deepseek3":
+                        r = deepseek_render(env, text, bos, eos, msgs, gen, TOOLS, "is_last_user" in text)
+                    else:
+                        r = render(env, text, bos, eos, msgs, gen, TOOLS)
                 except Exception as e:
                     print(f"{name}: skipped a tool case ({e})", file=sys.stderr)
                     r = None  # specd must refuse it too (no tool format written for it)

@@ -133,11 +133,11 @@ test('what cannot be served is refused by name', async () => {
   }
 });
 
-// The other two formats the server reads: Llama 3.1's (a JSON reply, held to
-// its end) and Kimi-K2's (a section of special tokens: such a reply's text
-// keeps special tokens). Tools reach the prompt, and the reply is the same
-// text streamed or not.
-for (const template of ['llama3.1.jinja', 'kimi-k2-thinking.jinja']) {
+// The other formats the server reads: Llama 3.1's (a JSON reply, held to its
+// end), Kimi-K2's and DeepSeek's V3.1 and R1 forms (a section of special
+// tokens: such a reply's text keeps special tokens). Tools reach the prompt,
+// and the reply is the same text streamed or not.
+for (const template of ['llama3.1.jinja', 'kimi-k2-thinking.jinja', 'deepseek-v3.1.jinja', 'deepseek-r1.jinja']) {
   test(`${template}: tools in the prompt, the reply the same streamed or not`, async () => {
     const dir = modelWith(template);
     const other = await startServer([], {}, { model: dir });
