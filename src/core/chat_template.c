@@ -648,7 +648,8 @@ static void o_tool_call(out *o, const sd_chat_call *c)
     o_str(o, "}\n</tool_call>");
 }
 
-static void r_chatml(const sd_chat_template *ct, const sd_chat_msg *m, int n, const json_t *tools, int gen, out *o)
+static void r_chatml(const sd_chat_template *ct, const sd_chat_msg *m, int n, const json_t *tools,
+                     const sd_chat_kwargs *kw, int gen, out *o)
 {
     int first = 0; /* the first message printed by the loop */
     if (json_array_size(tools)) {
@@ -748,8 +749,11 @@ static void r_chatml(const sd_chat_template *ct, const sd_chat_msg *m, int n, co
         o_str(o, c);
         o_str(o, "<|im_end|>\n");
     }
-    if (gen)
+    if (gen) {
         o_str(o, "<|im_start|>assistant\n");
+        if (ct->qwen3 && kw->enable_thinking == 0) /* Qwen3's switch: an empty reasoning */
+            o_str(o, "<think>\n\n</think>\n\n");
+    }
 }
 
 /* DeepSeek's tool tokens */
@@ -842,8 +846,8 @@ static void o_ds_calls(const sd_chat_template *ct, const sd_chat_msg *m, int *fi
     o_str(o, DS_CALLS_END "<｜end▁of▁sentence｜>");
 }
 
-static void r_deepseek3(const sd_chat_template *ct, const sd_chat_msg *m, int n, const json_t *tools, int gen,
-                        out *o)
+static void r_deepseek3(const sd_chat_template *ct, const sd_chat_msg *m, int n, const json_t *tools,
+                        const sd_chat_kwargs *kw, int gen, out *o)
 {
     o_str(o, ct->bos);
     int first_sp = 1, last_sys = -1;
@@ -930,8 +934,10 @@ static void r_deepseek3(const sd_chat_template *ct, const sd_chat_msg *m, int n,
         }
     }
     if (ct->variant == DS_V31) {
+        /* thinking: the template's `thinking`, else its enable_thinking, else off */
+        int think = kw->thinking >= 0 ? kw->thinking : kw->enable_thinking > 0;
         if (gen && last_user && !is_tool)
-            o_str(o, "<｜Assistant｜></think>");
+            o_str(o, think ? "<｜Assistant｜><think>" : "<｜Assistant｜></think>");
         return;
     }
     if (is_tool)
@@ -1010,6 +1016,13 @@ int sd_chat_render(const sd_chat_template *ct, const sd_chat_msg *msgs, int n, i
 int sd_chat_render_tools(const sd_chat_template *ct, const sd_chat_msg *msgs, int n, const json_t *tools,
                          int add_generation_prompt, char **text, size_t *len, sd_err *err)
 {
+    return sd_chat_render_kw(ct, msgs, n, tools, NULL, add_generation_prompt, text, len, err);
+}
+
+int sd_chat_render_kw(const sd_chat_template *ct, const sd_chat_msg *msgs, int n, const json_t *tools,
+                      const sd_chat_kwargs *kwargs, int add_generation_prompt, char **text, size_t *len, sd_err *err)
+{
+    const sd_chat_kwargs none = SD_CHAT_KWARGS_NONE, *kw = kwargs ? kwargs : &none;
     *text = NULL;
     if (len)
         *len = 0;
@@ -1055,10 +1068,10 @@ int sd_chat_render_tools(const sd_chat_template *ct, const sd_chat_msg *msgs, in
         r_llama3(ct, msgs, n, tools, add_generation_prompt, &o);
         break;
     case FAM_CHATML:
-        r_chatml(ct, msgs, n, tools, add_generation_prompt, &o);
+        r_chatml(ct, msgs, n, tools, kw, add_generation_prompt, &o);
         break;
     case FAM_DEEPSEEK3:
-        r_deepseek3(ct, msgs, n, tools, add_generation_prompt, &o);
+        r_deepseek3(ct, msgs, n, tools, kw, add_generation_prompt, &o);
         break;
     case FAM_KIMI:
         r_kimi(ct, msgs, n, tools, add_generation_prompt, &o);

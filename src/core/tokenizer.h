@@ -156,6 +156,21 @@ int sd_chat_render(const sd_chat_template *ct, const sd_chat_msg *msgs, int n,
 int sd_chat_render_tools(const sd_chat_template *ct, const sd_chat_msg *msgs, int n,
                          const struct json_t *tools, int add_generation_prompt, char **out, size_t *len,
                          sd_err *err);
+/* The template arguments a request may set (OpenAI servers' chat_template_kwargs)
+ * that change what specd's renderers print: -1 not given, 0 false, 1 true.
+ * enable_thinking: Qwen3 (false: an empty <think></think> opens the reply);
+ * DeepSeek V3.1 reads it where `thinking` is not given. thinking: DeepSeek
+ * V3.1 (true: the reply opens with <think>; the template's default is false).
+ * Other templates do not read them (Jinja ignores them too). */
+typedef struct sd_chat_kwargs {
+    int enable_thinking;
+    int thinking;
+} sd_chat_kwargs;
+#define SD_CHAT_KWARGS_NONE ((sd_chat_kwargs){.enable_thinking = -1, .thinking = -1})
+/* As sd_chat_render_tools, with the template arguments kw (NULL: none given). */
+int sd_chat_render_kw(const sd_chat_template *ct, const sd_chat_msg *msgs, int n,
+                      const struct json_t *tools, const sd_chat_kwargs *kw, int add_generation_prompt,
+                      char **out, size_t *len, sd_err *err);
 /* Python's json.dumps(v, ensure_ascii=False) of v (key order kept, ", " and
  * ": " separators, floats as Python's repr), appended to b: 0, or -1 when memory
  * ran out. The templates' tojson filter. */

@@ -217,6 +217,7 @@ static const struct {
     {"functions", K_CHAT},
     {"function_call", K_CHAT},
     {"parallel_tool_calls", K_CHAT},
+    {"chat_template_kwargs", K_CHAT},
     {"response_format", K_CHAT},
     {"store", K_CHAT},
     {"metadata", K_CHAT},
@@ -475,6 +476,34 @@ static int fn_name_ok(const json_t *n)
               *s == '-'))
             return 0;
     return strlen(json_string_value(n)) == json_string_length(n);
+}
+
+/* chat_template_kwargs (vLLM's and SGLang's): the template arguments specd's
+ * renderers read, enable_thinking and thinking (booleans); any other is
+ * refused by name, so a client never believes it reached the template. */
+static int parse_kwargs(json_t *root, sd_oai_request *r, sd_api_error *e)
+{
+    r->kwargs = SD_CHAT_KWARGS_NONE;
+    json_t *v = json_object_get(root, "chat_template_kwargs"), *x;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_object(v))
+        return bad_type(e, "chat_template_kwargs", "an object", v);
+    const char *key;
+    json_object_foreach(v, key, x)
+    {
+        char p[96];
+        snprintf(p, sizeof p, "chat_template_kwargs.%.60s", key);
+        int *to = !strcmp(key, "enable_thinking") ? &r->kwargs.enable_thinking
+                  : !strcmp(key, "thinking")      ? &r->kwargs.thinking
+                                                  : NULL;
+        if (!to)
+            return sd_api_error_set(e, 400, p, "unsupported_parameter",
+                                    "%s: not a template argument specd passes (enable_thinking and thinking are)", p);
+        if (!json_is_null(x) && get_bool(x, p, to, e))
+            return SD_EINVAL;
+    }
+    return 0;
 }
 
 /* tools, tool_choice, parallel_tool_calls. The tools go to the template as
@@ -757,7 +786,8 @@ static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model
     if (!r->model)
         return oom(e);
 
-    if (kind == SD_OAI_CHAT ? parse_messages(root, r, e) || parse_tools(root, r, e) : parse_prompt(root, r, e))
+    if (kind == SD_OAI_CHAT ? parse_messages(root, r, e) || parse_tools(root, r, e) || parse_kwargs(root, r, e)
+                            : parse_prompt(root, r, e))
         return SD_EINVAL;
 
     if ((v = json_object_get(root, "stream")) && !json_is_null(v) &&
@@ -848,6 +878,7 @@ int sd_oai_parse(sd_oai_kind kind, const char *body, size_t len, const char *ser
     memset(r, 0, sizeof *r);
     r->kind = kind;
     r->max_tokens = -1;
+    r->kwargs = SD_CHAT_KWARGS_NONE;
     r->add_generation_prompt = 1;
     r->add_special_tokens = kind == SD_OAI_COMPLETIONS;
     json_error_t je;
@@ -877,7 +908,8 @@ static int parse_tokenize(json_t *root, const char *served_model, sd_oai_request
     json_t *v;
     json_object_foreach(root, key, v)
     {
-        int chat_only = !strcmp(key, "tools") || !strcmp(key, "tool_choice") || !strcmp(key, "parallel_tool_calls");
+        int chat_only = !strcmp(key, "tools") || !strcmp(key, "tool_choice") || !strcmp(key, "parallel_tool_calls") ||
+                        !strcmp(key, "chat_template_kwargs");
         if ((chat_only && !json_object_get(root, "messages")) ||
             (!chat_only && strcmp(key, "model") && strcmp(key, "prompt") && strcmp(key, "messages") &&
              strcmp(key, "add_generation_prompt") && strcmp(key, "add_special_tokens"))) {
@@ -904,7 +936,8 @@ static int parse_tokenize(json_t *root, const char *served_model, sd_oai_request
         return sd_api_error_set(e, 400, has_p ? "messages" : "prompt", "invalid_value",
                                 "give exactly one of prompt and messages");
     r->kind = has_m ? SD_OAI_CHAT : SD_OAI_COMPLETIONS;
-    if (has_m ? parse_messages(root, r, e) || parse_tools(root, r, e) : parse_prompt(root, r, e))
+    if (has_m ? parse_messages(root, r, e) || parse_tools(root, r, e) || parse_kwargs(root, r, e)
+              : parse_prompt(root, r, e))
         return SD_EINVAL;
     r->add_generation_prompt = 1;
     r->add_special_tokens = !has_m;
@@ -922,6 +955,7 @@ int sd_oai_parse_tokenize(const char *body, size_t len, const char *served_model
 {
     memset(r, 0, sizeof *r);
     r->max_tokens = -1;
+    r->kwargs = SD_CHAT_KWARGS_NONE;
     json_error_t je;
     json_t *root = json_loadb(body ? body : "", body ? len : 0, LOAD_FLAGS, &je);
     if (!root)

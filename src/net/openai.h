@@ -77,6 +77,7 @@ typedef struct sd_oai_request {
      * parallel_tool_calls false */
     struct json_t *tools;
     int parallel_tool_calls;
+    sd_chat_kwargs kwargs; /* chat: chat_template_kwargs */
     sd_gen_params gen;
     /* POST /tokenize only */
     int add_generation_prompt; /* chat: end with the assistant turn's opening */
@@ -95,7 +96,8 @@ int sd_oai_parse(sd_oai_kind kind, const char *body, size_t len, const char *ser
                  sd_oai_request *r, sd_api_error *e);
 void sd_oai_request_free(sd_oai_request *r);
 /* POST /tokenize (vLLM's shape): {"model"?, "prompt"} or {"model"?,
- * "messages", "add_generation_prompt"?, "tools"?, "tool_choice"?}, plus
+ * "messages", "add_generation_prompt"?, "tools"?, "tool_choice"?,
+ * "chat_template_kwargs"?}, plus
  * "add_special_tokens"?. kind tells which form came. */
 int sd_oai_parse_tokenize(const char *body, size_t len, const char *served_model,
                           sd_oai_request *r, sd_api_error *e);

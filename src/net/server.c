@@ -546,7 +546,8 @@ static int encode(sd_server *s, const sd_oai_request *r, int32_t **ids, int *n, 
     }
     char *text = NULL;
     size_t len = 0;
-    int rc = sd_chat_render_tools(s->ct, msgs, r->n_msgs, r->tools, r->add_generation_prompt, &text, &len, &err);
+    int rc = sd_chat_render_kw(s->ct, msgs, r->n_msgs, r->tools, &r->kwargs, r->add_generation_prompt, &text, &len,
+                               &err);
     free(msgs);
     free(calls);
     if (rc == SD_ENOTSUP)

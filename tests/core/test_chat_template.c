@@ -127,7 +127,14 @@ TEST(native_renders_equal_jinja_on_the_published_templates)
             int written = !strcmp(file, "qwen2.5.jinja") || !strcmp(file, "qwen3.jinja") ||
                           !strcmp(file, "llama3.1.jinja") || !strcmp(file, "llama3.2.jinja") ||
                           !strncmp(file, "kimi-k2", 7) || !strncmp(file, "deepseek", 8);
-            int rc = sd_chat_render_tools(ct, m, n, tools, gen, &out, &len, &err);
+            /* chat_template_kwargs: enable_thinking, thinking */
+            json_t *kwj = json_object_get(c, "kwargs");
+            sd_chat_kwargs kw = SD_CHAT_KWARGS_NONE;
+            if (json_object_get(kwj, "enable_thinking"))
+                kw.enable_thinking = json_is_true(json_object_get(kwj, "enable_thinking"));
+            if (json_object_get(kwj, "thinking"))
+                kw.thinking = json_is_true(json_object_get(kwj, "thinking"));
+            int rc = sd_chat_render_kw(ct, m, n, tools, kwj ? &kw : NULL, gen, &out, &len, &err);
             if (tool_case && !written) {
                 ASSERT_MSG(rc == SD_ENOTSUP, "%s tool case %zu: rc %d", file, i, rc);
                 ASSERT_CONTAINS(err.msg, "tool format is not supported");

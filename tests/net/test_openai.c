@@ -411,6 +411,43 @@ TEST(tools_tool_choice_and_tool_messages_are_parsed)
 #undef CALLS
 }
 
+/* chat_template_kwargs: enable_thinking and thinking (booleans, null as not
+ * given) reach the template; any other argument is refused by name */
+TEST(chat_template_kwargs_are_the_thinking_switches)
+{
+    sd_oai_request r;
+    ASSERT(parse_ok(SD_OAI_CHAT, "{\"model\":\"" MODEL "\"," CHAT_MSGS "}", &r));
+    ASSERT(r.kwargs.enable_thinking == -1 && r.kwargs.thinking == -1);
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_CHAT,
+                    "{\"model\":\"" MODEL "\"," CHAT_MSGS
+                    ",\"chat_template_kwargs\":{\"enable_thinking\":false,\"thinking\":true}}",
+                    &r));
+    ASSERT(r.kwargs.enable_thinking == 0 && r.kwargs.thinking == 1);
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_CHAT, "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"chat_template_kwargs\":{\"thinking\":null}}",
+                    &r));
+    ASSERT(r.kwargs.thinking == -1);
+    sd_oai_request_free(&r);
+    static const struct {
+        const char *extra, *param, *code;
+    } bad[] = {
+        {",\"chat_template_kwargs\":[]", "chat_template_kwargs", "invalid_type"},
+        {",\"chat_template_kwargs\":{\"enable_thinking\":1}", "chat_template_kwargs.enable_thinking", "invalid_type"},
+        {",\"chat_template_kwargs\":{\"tools_in_user_message\":false}", "chat_template_kwargs.tools_in_user_message",
+         "unsupported_parameter"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char body[1024];
+        snprintf(body, sizeof body, "{\"model\":\"" MODEL "\"," CHAT_MSGS "%s}", bad[i].extra);
+        ASSERT_MSG(expect_400(SD_OAI_CHAT, body, bad[i].param, bad[i].code), "%s", body);
+    }
+    /* completions take no template */
+    ASSERT(expect_400(SD_OAI_COMPLETIONS,
+                      "{\"model\":\"" MODEL "\",\"prompt\":\"a\",\"chat_template_kwargs\":{}}",
+                      "chat_template_kwargs", "unrecognized_argument"));
+}
+
 TEST(prompt_is_validated)
 {
     ASSERT(expect_400(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\"}", "prompt",
@@ -851,7 +888,7 @@ TEST_MAIN(T(a_full_chat_request_maps_to_gen_params), T(completion_defaults_follo
           T(model_is_required_and_must_be_the_served_one), T(wrong_types_name_the_parameter),
           T(out_of_range_values_name_the_parameter), T(unsupported_options_are_refused_by_name),
           T(unknown_parameters_are_refused_by_name), T(messages_are_validated_one_by_one),
-          T(tools_tool_choice_and_tool_messages_are_parsed), T(tool_calls_in_responses_and_stream_chunks),
+          T(tools_tool_choice_and_tool_messages_are_parsed), T(chat_template_kwargs_are_the_thinking_switches), T(tool_calls_in_responses_and_stream_chunks),
           T(prompt_is_validated), T(stop_strings_are_bounded),
           T(context_limit_names_prompt_or_max_tokens),
           T(random_mutations_never_crash_and_errors_are_complete),

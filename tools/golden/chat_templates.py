@@ -168,9 +168,18 @@ def deepseek_render(env, text, bos, eos, msgs, gen, tools, v31):
     return render(env, text, bos, eos, msgs, gen)
 
 
-def render(env, text, bos, eos, msgs, gen, tools=None):
+# chat_template_kwargs specd takes (enable_thinking: Qwen3, DeepSeek V3.1;
+# thinking: DeepSeek V3.1), each template rendered with each (those that do
+# not read them print as without)
+KWARGS = [{"enable_thinking": False}, {"enable_thinking": True}, {"thinking": True}, {"thinking": False},
+          {"thinking": False, "enable_thinking": True}, {"thinking": True, "enable_thinking": False}]
+KWARGS_CONVERSATIONS = [CONVERSATIONS[1], CONVERSATIONS[6], CONVERSATIONS[9]]
+
+
+def render(env, text, bos, eos, msgs, gen, tools=None, kwargs=None):
     tmpl = env.from_string(text)
     kw = {"tools": tools} if tools else {}
+    kw.update(kwargs or {})
     return tmpl.render(messages=msgs, add_generation_prompt=gen, bos_token=bos, eos_token=eos, **kw)
 
 
@@ -212,6 +221,12 @@ def main():
                     print(f"{name}: skipped a tool case ({e})", file=sys.stderr)
                     r = None  # specd must refuse it too (no tool format written for it)
                 entry["cases"].append({"messages": msgs, "tools": TOOLS, "add_generation_prompt": gen, "text": r})
+        for msgs in KWARGS_CONVERSATIONS:
+            for kwargs in KWARGS:
+                for gen in (False, True):
+                    r = render(env, text, bos, eos, msgs, gen, kwargs=kwargs)
+                    entry["cases"].append({"messages": msgs, "kwargs": kwargs, "add_generation_prompt": gen,
+                                           "text": r})
         out["templates"].append(entry)
         print(f"{name}: {len(entry['cases'])} cases")
     path = os.path.join(ROOT, "tests", "golden", "tokenizer", "chat_golden.json")

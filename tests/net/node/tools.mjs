@@ -168,3 +168,34 @@ for (const template of ['llama3.1.jinja', 'kimi-k2-thinking.jinja', 'deepseek-v3
     }
   });
 }
+
+// chat_template_kwargs: Qwen3's enable_thinking false opens the reply with an
+// empty reasoning (the template's own text); a chat completion takes it too.
+test('chat_template_kwargs enable_thinking reaches Qwen3\'s template', async () => {
+  const dir = modelWith('qwen3.jinja');
+  const other = await startServer([], {}, { model: dir });
+  try {
+    const tok = async (body) => {
+      const r = await request(other, 'POST', '/tokenize', { body });
+      assert.equal(r.status, 200, r.text);
+      return JSON.parse(r.text).tokens;
+    };
+    const on = await tok({ messages: MESSAGES });
+    const off = await tok({ messages: MESSAGES, chat_template_kwargs: { enable_thinking: false } });
+    assert.deepEqual(await tok({ messages: MESSAGES, chat_template_kwargs: { enable_thinking: true } }), on);
+    assert.ok(off.length > on.length, `${off.length} against ${on.length}`);
+    assert.deepEqual(off.slice(0, on.length), on);
+    const model = JSON.parse((await request(other, 'GET', '/v1/models')).text).data[0].id;
+    const body = { model, messages: MESSAGES, max_tokens: 4, temperature: 0, chat_template_kwargs: { enable_thinking: false } };
+    const r = await request(other, 'POST', '/v1/chat/completions', { body });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(JSON.parse(r.text).usage.prompt_tokens, off.length);
+    const bad = await request(other, 'POST', '/v1/chat/completions', { body: { ...body, chat_template_kwargs: { foo: 1 } } });
+    assert.equal(bad.status, 400, bad.text);
+    assert.equal(JSON.parse(bad.text).error.param, 'chat_template_kwargs.foo');
+  } finally {
+    const r = await other.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+    assert.deepEqual(r, { code: 0, signal: null }, other.log.slice(-2000));
+  }
+});
