@@ -32,6 +32,7 @@
 #include "net/metrics.h"
 #include "net/openai.h"
 #include "net/router.h"
+#include "net/reasoning.h"
 #include "net/toolcall.h"
 
 #define MODEL "fuzz-model"
@@ -101,7 +102,7 @@ static void exercise(sd_oai_request *r, int tokenize, const void *data, size_t s
     sd_oai_meta m = {r->kind, "cmpl-fuzz", 1, MODEL};
     sd_buf b = {0};
     /* the raw input stands in for model output: any bytes at all */
-    if (sd_oai_response(&b, &m, data, size, SD_FINISH_STOP, &st) ||
+    if (sd_oai_response(&b, &m, data, size, data, size, SD_FINISH_STOP, &st) ||
         sd_oai_chunk_event(&b, &m, 1, data, size, SD_FINISH_NONE) ||
         sd_oai_usage_event(&b, &m, &st) || sd_sse_done(&b))
         die("response builders failed", data, size);
@@ -227,12 +228,62 @@ static void toolcall_pieces(const uint8_t *data, size_t size, sd_tool_format f)
     sd_buf_free(&pieces);
 }
 
+static int rs_collect(void *arg, int reasoning, const char *text, size_t len)
+{
+    return sd_buf_printf(arg, "%c%zu:", reasoning ? 'r' : 'c', len) || sd_buf_append(arg, text, len);
+}
+
+/* the input as a reply split into reasoning and content, whole and in
+ * pieces: the same text of each (pieces may split differently: compared
+ * after joining each kind) */
+static void reasoning_pieces(const uint8_t *data, size_t size, int in_reasoning)
+{
+    sd_buf out[2] = {{0}};
+    for (int k = 0; k < 2; k++) {
+        sd_rs_parser p;
+        sd_rs_init(&p, in_reasoning, rs_collect, &out[k]);
+        for (size_t i = 0; i < size;) {
+            size_t n = k == 0 ? size : 1 + data[i] % 7;
+            if (n > size - i)
+                n = size - i;
+            if (sd_rs_feed(&p, (const char *)data + i, n))
+                die("reasoning: feed failed", (const char *)data, size);
+            i += n;
+        }
+        if (sd_rs_end(&p))
+            die("reasoning: end failed", (const char *)data, size);
+        sd_rs_free(&p);
+    }
+    /* join the pieces of each kind */
+    sd_buf joined[2][2] = {{{0}}};
+    for (int k = 0; k < 2; k++)
+        for (size_t at = 0; at < out[k].len;) {
+            int r = out[k].p[at] == 'r';
+            char *end;
+            size_t n = strtoull(out[k].p + at + 1, &end, 10);
+            at = (size_t)(end - out[k].p) + 1;
+            sd_buf_append(&joined[k][r], out[k].p + at, n);
+            at += n;
+        }
+    for (int r = 0; r < 2; r++) {
+        if (joined[0][r].len != joined[1][r].len ||
+            (joined[0][r].len && memcmp(joined[0][r].p, joined[1][r].p, joined[0][r].len)))
+            die("reasoning: pieces differ from the whole", (const char *)data, size);
+        sd_buf_free(&joined[0][r]);
+        sd_buf_free(&joined[1][r]);
+    }
+    sd_buf_free(&out[0]);
+    sd_buf_free(&out[1]);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const sd_tool_format formats[] = {SD_TOOLS_HERMES, SD_TOOLS_JSON, SD_TOOLS_KIMI, SD_TOOLS_DEEPSEEK31,
                                              SD_TOOLS_DEEPSEEK3};
     for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++)
         toolcall_pieces(data, size, formats[f]);
+    reasoning_pieces(data, size, 0);
+    reasoning_pieces(data, size, 1);
     sd_buf out = {0};
     sd_http_feed_memory(srv, data, size, &out);
     /* Every response the connection wrote starts where the previous ended. */

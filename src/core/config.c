@@ -41,6 +41,10 @@ const sd_opt_def sd_opt_table[] = {
      "tokenizer.json or the folder holding it"},
     {"chat-template", NULL, S, OFF(chat_template), "auto", 0, 0, NULL, C_SRV | C_GEN | C_BEN,
      "chat template: auto (from the checkpoint) | llama3 | chatml | deepseek3 | kimi-k2"},
+    {"reasoning-parser", NULL, E, OFF(reasoning_parser), "none", 0, 0, "none|think|deepseek-r1|qwen3|kimi-k2",
+     C_SRV,
+     "chat replies' reasoning (<think>...</think>: DeepSeek-R1 and V3.1, Qwen3, Kimi-K2-Thinking; the other "
+     "names are think's in other servers) as reasoning_content, apart from content"},
     /* one-shot commands */
     {"ids", NULL, S, OFF(ids), "", 0, 0, NULL, C_LOG | C_GEN | SD_CMD_DETOKENIZE,
      "comma-separated token ids"},

@@ -39,6 +39,7 @@ typedef struct sd_opts {
     int threads;         /* CPU backend threads, 0 = all cores */
     char *tokenizer;     /* tokenizer.json or its folder */
     char *chat_template; /* auto | llama3 | chatml | deepseek3 | kimi-k2 */
+    char *reasoning_parser; /* none | think (and its other names) */
     /* one-shot commands */
     char *ids;
     char *prompt;

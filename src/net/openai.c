@@ -1107,8 +1107,15 @@ static void set_choice(json_t *o, json_t *c, sd_finish why)
 }
 
 
-int sd_oai_response(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len,
-                    sd_finish why, const sd_req_stats *st)
+/* a message's reasoning_content: rs NULL none, else the text, null when empty */
+static void set_reasoning(json_t *msg, const char *rs, size_t rlen)
+{
+    if (rs)
+        json_object_set_new(msg, "reasoning_content", rlen ? text_json(rs, rlen) : json_null());
+}
+
+int sd_oai_response(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len, const char *reasoning,
+                    size_t rlen, sd_finish why, const sd_req_stats *st)
 {
     int chat = m->kind == SD_OAI_CHAT;
     json_t *o = head(m, chat ? "chat.completion" : "text_completion");
@@ -1118,6 +1125,7 @@ int sd_oai_response(sd_buf *out, const sd_oai_meta *m, const char *text, size_t 
         json_t *msg = json_object();
         json_object_set_new(msg, "role", json_string("assistant"));
         json_object_set_new(msg, "content", text_json(text, len));
+        set_reasoning(msg, reasoning, rlen);
         json_object_set_new(c, "message", msg);
     } else {
         json_object_set_new(c, "text", text_json(text, len));
@@ -1140,8 +1148,8 @@ static json_t *call_json(const sd_tool_call *c, int index)
     return o;
 }
 
-int sd_oai_response_calls(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len,
-                          const sd_tool_call *calls, int n_calls, sd_finish why,
+int sd_oai_response_calls(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len, const char *reasoning,
+                          size_t rlen, const sd_tool_call *calls, int n_calls, sd_finish why,
                           const sd_req_stats *st)
 {
     json_t *o = head(m, "chat.completion");
@@ -1149,6 +1157,7 @@ int sd_oai_response_calls(sd_buf *out, const sd_oai_meta *m, const char *text, s
     json_object_set_new(c, "index", json_integer(0));
     json_object_set_new(msg, "role", json_string("assistant"));
     json_object_set_new(msg, "content", n_calls && !len ? json_null() : text_json(text, len));
+    set_reasoning(msg, reasoning, rlen);
     for (int i = 0; i < n_calls; i++)
         json_array_append_new(arr, call_json(&calls[i], -1));
     if (n_calls)
@@ -1191,6 +1200,17 @@ int sd_oai_chunk_event(sd_buf *out, const sd_oai_meta *m, int role, const char *
         json_object_set_new(c, "text", text_json(text, len));
     }
     set_choice(o, c, why);
+    return event(out, o);
+}
+
+int sd_oai_reasoning_event(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len)
+{
+    json_t *o = head(m, "chat.completion.chunk");
+    json_t *c = json_object(), *d = json_object();
+    json_object_set_new(c, "index", json_integer(0));
+    json_object_set_new(d, "reasoning_content", text_json(text, len));
+    json_object_set_new(c, "delta", d);
+    set_choice(o, c, SD_FINISH_NONE);
     return event(out, o);
 }
 

@@ -116,14 +116,18 @@ typedef struct sd_oai_meta {
     const char *model;
 } sd_oai_meta;
 
-/* The whole non-streaming response: text_completion or chat.completion. */
-int sd_oai_response(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len,
-                    sd_finish why, const sd_req_stats *st);
+/* The whole non-streaming response: text_completion or chat.completion.
+ * reasoning (chat, --reasoning-parser): NULL no reasoning_content field, else
+ * its rlen bytes (null when none). */
+int sd_oai_response(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len, const char *reasoning,
+                    size_t rlen, sd_finish why, const sd_req_stats *st);
 /* chat.completion with the model's tool calls: content null where the text is
  * empty, "tool_calls": [...], finish_reason "tool_calls" (n_calls > 0). */
-int sd_oai_response_calls(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len,
-                          const sd_tool_call *calls, int n_calls, sd_finish why,
+int sd_oai_response_calls(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len, const char *reasoning,
+                          size_t rlen, const sd_tool_call *calls, int n_calls, sd_finish why,
                           const sd_req_stats *st);
+/* A chat stream chunk of reasoning: delta {"reasoning_content": text}. */
+int sd_oai_reasoning_event(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len);
 /* A chat stream chunk holding tool call number index (whole: id, name and
  * arguments in one delta). */
 int sd_oai_tool_call_event(sd_buf *out, const sd_oai_meta *m, int index, const sd_tool_call *c);

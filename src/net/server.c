@@ -20,6 +20,7 @@
 #include "net/metrics.h"
 #include "net/notify.h"
 #include "net/openai.h"
+#include "net/reasoning.h"
 #include "net/toolcall.h"
 #include "net/router.h"
 
@@ -62,6 +63,11 @@ struct job {
      * not a call is content */
     int tools;
     sd_tc_parser tc;
+    /* --reasoning-parser: the reply's reasoning split from its content
+     * (net/reasoning.h); the content goes on as above */
+    int reasoning;
+    sd_rs_parser rs;
+    sd_buf rtext; /* non-streaming: the reasoning */
     sd_tool_call *calls; /* non-streaming: the calls made (streaming: tc.n_calls sent) */
     int n_calls, cap_calls;
     job *dirty;  /* next job with events in out (on_wake's list: those with out.len) */
@@ -83,6 +89,7 @@ struct sd_server {
     const sd_tokenizer *tok;
     sd_chat_template *ct;
     int32_t eot_id; /* the chat template's end-of-turn token, or -1 */
+    int reasoning;  /* --reasoning-parser: chat replies' <think> reasoning as reasoning_content */
     char ct_err[1100];
     char model_name[256];
     int max_context;
@@ -183,6 +190,8 @@ static void job_free(job *j)
     sd_buf_free(&j->text);
     sd_buf_free(&j->out);
     sd_tc_free(&j->tc);
+    sd_rs_free(&j->rs);
+    sd_buf_free(&j->rtext);
     for (int i = 0; i < j->n_calls; i++)
         sd_tool_call_free(&j->calls[i]);
     free(j->calls);
@@ -284,6 +293,31 @@ static int tc_emit(void *arg, const char *content, size_t len, const sd_tool_cal
     return sd_oai_tool_call_event(&j->out, &m, j->tc.n_calls - 1, call) ? SD_ENOMEM : 0;
 }
 
+/* Text of the reply's content: kept (a whole response), read for tool
+ * calls, or a stream chunk in the job's gathered events. */
+static int content_out(job *j, const char *text, size_t len)
+{
+    if (j->tools)
+        return sd_tc_feed(&j->tc, text, len);
+    if (!j->stream)
+        return sd_buf_append(&j->text, text, len) ? SD_ENOMEM : 0;
+    sd_oai_meta m = job_meta(j);
+    return sd_oai_chunk_event(&j->out, &m, 0, text, len, SD_FINISH_NONE) ? SD_ENOMEM : 0;
+}
+
+/* The reasoning parser's output: reasoning kept or streamed as
+ * reasoning_content, the rest content. */
+static int rs_emit(void *arg, int reasoning, const char *text, size_t len)
+{
+    job *j = arg;
+    if (!reasoning)
+        return content_out(j, text, len);
+    if (!j->stream)
+        return sd_buf_append(&j->rtext, text, len) ? SD_ENOMEM : 0;
+    sd_oai_meta m = job_meta(j);
+    return sd_oai_reasoning_event(&j->out, &m, text, len) ? SD_ENOMEM : 0;
+}
+
 /* The events of one wake for a job stream, as one write: at batch 64 the
  * engine makes 64 events a step, and a write each (a system call) left the
  * loop 13-37 ms behind the engine at the end of a burst on an H200
@@ -298,18 +332,13 @@ static job *handle_output(sd_server *s, event *ev)
     }
     if (!j->req || !ev->len)
         return NULL;
-    if (!j->stream && !j->tools) {
-        sd_buf_append(&j->text, ev->text, ev->len);
+    const size_t len0 = j->out.len; /* 0: not on the list yet */
+    int rc = j->reasoning ? sd_rs_feed(&j->rs, ev->text, ev->len) : content_out(j, ev->text, ev->len);
+    if (!j->stream) {
+        if (rc)
+            j->text.oom = 1; /* the response fails as out of memory */
         return NULL;
     }
-    sd_oai_meta m = job_meta(j);
-    const size_t len0 = j->out.len; /* 0: not on the list yet */
-    int rc = j->tools ? sd_tc_feed(&j->tc, ev->text, ev->len)
-                      : sd_oai_chunk_event(&j->out, &m, 0, ev->text, ev->len, SD_FINISH_NONE);
-    if (rc && j->tools && !j->stream)
-        j->text.oom = 1; /* the response fails as out of memory */
-    if (!j->stream)
-        return NULL;
     if (rc != 0) {
         j->out.len = len0; /* (the event is lost, as a failed write's would be) */
         if (j->out.p)
@@ -357,9 +386,12 @@ static void handle_finish(sd_server *s, event *ev)
     if (j->req) {
         sd_oai_meta m = job_meta(j);
         sd_buf b = {0};
-        if (j->tools && ok) {
-            /* what the parser held (an unfinished call: content) goes out */
-            if (sd_tc_end(&j->tc) && !j->stream)
+        if ((j->reasoning || j->tools) && ok) {
+            /* what the parsers held (an unfinished call: content) goes out */
+            int rc = j->reasoning ? sd_rs_end(&j->rs) : 0;
+            if (!rc && j->tools)
+                rc = sd_tc_end(&j->tc);
+            if (rc && !j->stream)
                 j->text.oom = 1;
             if (j->stream && j->out.len)
                 flush_output(j);
@@ -383,11 +415,14 @@ static void handle_finish(sd_server *s, event *ev)
             sd_http_stream_end(j->req);
         } else if (ok) {
             int built;
+            const char *rs = j->reasoning ? (j->rtext.p ? j->rtext.p : "") : NULL;
             if (j->tools) {
-                built = sd_oai_response_calls(&b, &m, j->text.p, j->text.len, j->calls, j->n_calls, why, st);
+                built = sd_oai_response_calls(&b, &m, j->text.p, j->text.len, rs, j->rtext.len, j->calls, j->n_calls,
+                                              why, st);
             } else {
-                built = sd_oai_response(&b, &m, j->text.p, j->text.len, why, st);
+                built = sd_oai_response(&b, &m, j->text.p, j->text.len, rs, j->rtext.len, why, st);
             }
+            built |= j->rtext.oom;
             if (j->text.oom || built) {
                 sd_http_respond_error(j->req, 500, NULL, "out_of_memory", NULL,
                                       "out of memory building the response");
@@ -494,7 +529,9 @@ static int not_ready(sd_server *s, sd_api_error *e)
 }
 
 /* Prompt text, token ids or chat messages -> token ids. */
-static int encode(sd_server *s, const sd_oai_request *r, int32_t **ids, int *n, sd_api_error *e)
+/* The prompt's token ids; *think_open: the rendered chat prompt ends with
+ * <think> (the reply starts inside its reasoning) */
+static int encode(sd_server *s, const sd_oai_request *r, int32_t **ids, int *n, int *think_open, sd_api_error *e)
 {
     sd_err err = {0};
     *ids = NULL;
@@ -557,6 +594,7 @@ static int encode(sd_server *s, const sd_oai_request *r, int32_t **ids, int *n, 
                                 r->tools ? "tools" : "messages", sd_chat_template_name(s->ct));
     if (rc)
         return sd_api_error_set(e, 400, "messages", "invalid_value", "messages: %s", err.msg);
+    *think_open = sd_rs_prompt_opens(text, len);
     /* The rendered text holds the template's BOS text itself. */
     rc = sd_tok_encode(s->tok, text, len, r->add_special_tokens, ids, n, &err);
     free(text);
@@ -589,6 +627,7 @@ typedef struct pending {
     sd_oai_request r;
     int32_t *ids;
     int n, rc;
+    int think_open; /* the chat prompt ends with <think> */
     sd_api_error e;
 } pending;
 
@@ -640,6 +679,10 @@ static void generate_submit(sd_server *s, pending *p)
         r->gen.keep_special = tf == SD_TOOLS_KIMI || tf == SD_TOOLS_DEEPSEEK3 || tf == SD_TOOLS_DEEPSEEK31;
         sd_tc_init(&j->tc, tf, r->parallel_tool_calls ? 0 : 1,
                    sd_mix64(s->id_key ^ (j->rid << 20) ^ s->id_count), tc_emit, j);
+    }
+    if (s->reasoning && r->kind == SD_OAI_CHAT) {
+        j->reasoning = 1;
+        sd_rs_init(&j->rs, p->think_open, rs_emit, j);
     }
     sd_req_events ev = {on_output, on_finish};
     sd_err err = {0};
@@ -717,7 +760,7 @@ static void encoded(sd_server *s, pending *p)
 static void encode_work(uv_work_t *w)
 {
     pending *p = w->data;
-    p->rc = encode(p->s, &p->r, &p->ids, &p->n, &p->e);
+    p->rc = encode(p->s, &p->r, &p->ids, &p->n, &p->think_open, &p->e);
 }
 
 static void encode_done(uv_work_t *w, int status)
@@ -774,7 +817,7 @@ static void route_prompt(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_ki
         return;
     }
     if (text_bytes(&p->r) <= SD_INLINE_ENCODE_BYTES) {
-        p->rc = encode(s, &p->r, &p->ids, &p->n, &p->e);
+        p->rc = encode(s, &p->r, &p->ids, &p->n, &p->think_open, &p->e);
         encoded(s, p);
         return;
     }
@@ -1003,6 +1046,7 @@ static void load_done(uv_work_t *w, int status)
         check_drained(s);
         return;
     }
+    s->reasoning = s->o->reasoning_parser && strcmp(s->o->reasoning_parser, "none") != 0;
     const char *ctn = s->o->chat_template && *s->o->chat_template ? s->o->chat_template : "auto";
     sd_err err = {0};
     if (!s->tok) {

@@ -29,7 +29,7 @@ deps=$(pkg-config --cflags --libs libuv jansson) || { echo "FAIL: pkg-config lib
 # shellcheck disable=SC2086
 if ! "$cc" -std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
     -fno-sanitize-recover=undefined -D_GNU_SOURCE -I"$root/src" -I/usr/share/include/llhttp \
-    "$root/fuzz/fuzz_request.c" "$root"/src/net/{buf,openai,metrics,http,router,toolcall}.c \
+    "$root/fuzz/fuzz_request.c" "$root"/src/net/{buf,openai,metrics,http,router,toolcall,reasoning}.c \
     "$root"/src/core/{err,log,util,utf8,chat_template}.c "$llhttp"/{api,http,llhttp}.c \
     $deps -lm -o "$out/fuzz_request" 2> "$out/build.log"; then
     echo "FAIL: building the fuzzer:" >&2

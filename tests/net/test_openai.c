@@ -612,7 +612,7 @@ TEST(chat_response_carries_usage_and_speculative_extension)
     sd_req_stats st = sample_stats();
     sd_oai_meta m = {SD_OAI_CHAT, "chatcmpl-1", 1700000000, MODEL};
     sd_buf b = {0};
-    ASSERT_OK(sd_oai_response(&b, &m, "Hello \"w\"\n", 10, SD_FINISH_LENGTH, &st));
+    ASSERT_OK(sd_oai_response(&b, &m, "Hello \"w\"\n", 10, NULL, 0, SD_FINISH_LENGTH, &st));
     json_t *v = load(&b);
     ASSERT(v);
     ASSERT_STR_EQ(json_string_value(json_object_get(v, "object")), "chat.completion");
@@ -640,6 +640,49 @@ TEST(chat_response_carries_usage_and_speculative_extension)
     sd_buf_free(&b);
 }
 
+/* --reasoning-parser: reasoning_content beside content (null when the reply
+ * had none; absent without the parser); streamed as its own deltas */
+TEST(reasoning_content_in_responses_and_stream_chunks)
+{
+    sd_req_stats st = sample_stats();
+    sd_oai_meta m = {SD_OAI_CHAT, "chatcmpl-3", 1700000000, MODEL};
+    sd_buf b = {0};
+    ASSERT_OK(sd_oai_response(&b, &m, "4.", 2, "2 + 2 \"is\"", 10, SD_FINISH_STOP, &st));
+    json_t *v = load(&b);
+    json_t *msg = json_object_get(json_array_get(json_object_get(v, "choices"), 0), "message");
+    ASSERT_STR_EQ(json_string_value(json_object_get(msg, "reasoning_content")), "2 + 2 \"is\"");
+    ASSERT_STR_EQ(json_string_value(json_object_get(msg, "content")), "4.");
+    json_decref(v);
+    sd_buf_free(&b);
+    ASSERT_OK(sd_oai_response(&b, &m, "hi", 2, "", 0, SD_FINISH_STOP, &st));
+    v = load(&b);
+    msg = json_object_get(json_array_get(json_object_get(v, "choices"), 0), "message");
+    ASSERT(json_is_null(json_object_get(msg, "reasoning_content")));
+    json_decref(v);
+    sd_buf_free(&b);
+    char w[] = "f", wa[] = "{}";
+    sd_tool_call calls[] = {{"call_a", w, wa}};
+    ASSERT_OK(sd_oai_response_calls(&b, &m, "", 0, "use f", 5, calls, 1, SD_FINISH_STOP, &st));
+    v = load(&b);
+    msg = json_object_get(json_array_get(json_object_get(v, "choices"), 0), "message");
+    ASSERT_STR_EQ(json_string_value(json_object_get(msg, "reasoning_content")), "use f");
+    ASSERT_EQ(json_array_size(json_object_get(msg, "tool_calls")), 1);
+    json_decref(v);
+    sd_buf_free(&b);
+    ASSERT_OK(sd_oai_reasoning_event(&b, &m, "step\n1", 6));
+    ASSERT(b.len > 6 && !strncmp(b.p, "data: ", 6));
+    json_error_t je;
+    v = json_loadb(b.p + 6, b.len - 6 - 2, 0, &je);
+    ASSERT(v);
+    json_t *c = json_array_get(json_object_get(v, "choices"), 0), *d = json_object_get(c, "delta");
+    ASSERT_STR_EQ(json_string_value(json_object_get(v, "object")), "chat.completion.chunk");
+    ASSERT_STR_EQ(json_string_value(json_object_get(d, "reasoning_content")), "step\n1");
+    ASSERT(!json_object_get(d, "content"));
+    ASSERT(json_is_null(json_object_get(c, "finish_reason")));
+    json_decref(v);
+    sd_buf_free(&b);
+}
+
 /* The model's tool calls: content null when it said nothing else, tool_calls
  * with the arguments as a string, finish_reason tool_calls; streamed as one
  * delta a call with its index, and a last chunk with finish_reason tool_calls. */
@@ -650,7 +693,7 @@ TEST(tool_calls_in_responses_and_stream_chunks)
     char w[] = "get_weather", wa[] = "{\"city\": \"Paris\"}", f[] = "f", fa[] = "{}";
     sd_tool_call calls[] = {{"call_a", w, wa}, {"call_b", f, fa}};
     sd_buf b = {0};
-    ASSERT_OK(sd_oai_response_calls(&b, &m, "", 0, calls, 2, SD_FINISH_STOP, &st));
+    ASSERT_OK(sd_oai_response_calls(&b, &m, "", 0, NULL, 0, calls, 2, SD_FINISH_STOP, &st));
     json_t *v = load(&b);
     ASSERT(v);
     json_t *c = json_array_get(json_object_get(v, "choices"), 0), *msg = json_object_get(c, "message");
@@ -667,13 +710,13 @@ TEST(tool_calls_in_responses_and_stream_chunks)
     json_decref(v);
     sd_buf_free(&b);
     /* text beside the calls stays; no calls: a plain message and its own finish */
-    ASSERT_OK(sd_oai_response_calls(&b, &m, "On it.", 6, calls, 1, SD_FINISH_STOP, &st));
+    ASSERT_OK(sd_oai_response_calls(&b, &m, "On it.", 6, NULL, 0, calls, 1, SD_FINISH_STOP, &st));
     v = load(&b);
     msg = json_object_get(json_array_get(json_object_get(v, "choices"), 0), "message");
     ASSERT_STR_EQ(json_string_value(json_object_get(msg, "content")), "On it.");
     json_decref(v);
     sd_buf_free(&b);
-    ASSERT_OK(sd_oai_response_calls(&b, &m, "", 0, calls, 0, SD_FINISH_LENGTH, &st));
+    ASSERT_OK(sd_oai_response_calls(&b, &m, "", 0, NULL, 0, calls, 0, SD_FINISH_LENGTH, &st));
     v = load(&b);
     c = json_array_get(json_object_get(v, "choices"), 0);
     ASSERT_STR_EQ(json_string_value(json_object_get(json_object_get(c, "message"), "content")), "");
@@ -710,7 +753,7 @@ TEST(completion_response_has_text_and_stop_reason)
     sd_req_stats st = sample_stats();
     sd_oai_meta m = {SD_OAI_COMPLETIONS, "cmpl-9", 5, MODEL};
     sd_buf b = {0};
-    ASSERT_OK(sd_oai_response(&b, &m, "xyz", 3, SD_FINISH_STOP, &st));
+    ASSERT_OK(sd_oai_response(&b, &m, "xyz", 3, NULL, 0, SD_FINISH_STOP, &st));
     json_t *v = load(&b);
     ASSERT_STR_EQ(json_string_value(json_object_get(v, "object")), "text_completion");
     json_t *c = json_array_get(json_object_get(v, "choices"), 0);
@@ -835,7 +878,7 @@ TEST(invalid_utf8_becomes_replacement_characters)
     /* a response over invalid bytes is still valid JSON */
     sd_req_stats st = sample_stats();
     sd_oai_meta m = {SD_OAI_COMPLETIONS, "cmpl-1", 1, MODEL};
-    ASSERT_OK(sd_oai_response(&b, &m, "x\xff", 2, SD_FINISH_STOP, &st));
+    ASSERT_OK(sd_oai_response(&b, &m, "x\xff", 2, NULL, 0, SD_FINISH_STOP, &st));
     json_t *v = load(&b);
     ASSERT(v);
     ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(json_object_get(v, "choices"), 0),
@@ -888,7 +931,8 @@ TEST_MAIN(T(a_full_chat_request_maps_to_gen_params), T(completion_defaults_follo
           T(model_is_required_and_must_be_the_served_one), T(wrong_types_name_the_parameter),
           T(out_of_range_values_name_the_parameter), T(unsupported_options_are_refused_by_name),
           T(unknown_parameters_are_refused_by_name), T(messages_are_validated_one_by_one),
-          T(tools_tool_choice_and_tool_messages_are_parsed), T(chat_template_kwargs_are_the_thinking_switches), T(tool_calls_in_responses_and_stream_chunks),
+          T(tools_tool_choice_and_tool_messages_are_parsed), T(chat_template_kwargs_are_the_thinking_switches),
+          T(reasoning_content_in_responses_and_stream_chunks), T(tool_calls_in_responses_and_stream_chunks),
           T(prompt_is_validated), T(stop_strings_are_bounded),
           T(context_limit_names_prompt_or_max_tokens),
           T(random_mutations_never_crash_and_errors_are_complete),

@@ -199,3 +199,52 @@ test('chat_template_kwargs enable_thinking reaches Qwen3\'s template', async () 
     assert.deepEqual(r, { code: 0, signal: null }, other.log.slice(-2000));
   }
 });
+
+// --reasoning-parser: DeepSeek-R1's later template opens the reasoning (it ends with
+// <think>\n), so the bundled model's reply is reasoning up to a </think> (it
+// writes one, as text) and content after it; under
+// Qwen3's template the reply opens none and stays content. Streamed: the
+// reasoning deltas add up to the same.
+test('--reasoning-parser splits the reply into reasoning_content and content', async () => {
+  for (const [template, reasons] of [['deepseek-r1-think.jinja', true], ['qwen3.jinja', false]]) {
+    const dir = modelWith(template);
+    const plain = await startServer([], {}, { model: dir });
+    const parsed = await startServer(['--reasoning-parser', 'think'], {}, { model: dir });
+    try {
+      const model = JSON.parse((await request(plain, 'GET', '/v1/models')).text).data[0].id;
+      const body = { model, messages: MESSAGES, max_tokens: N, temperature: 0 };
+      const chat = async (srv, extra = {}) => {
+        const r = await request(srv, 'POST', '/v1/chat/completions', { body: { ...body, ...extra } });
+        assert.equal(r.status, 200, r.text);
+        return r;
+      };
+      const text = JSON.parse((await chat(plain)).text).choices[0].message.content;
+      const msg = JSON.parse((await chat(parsed)).text).choices[0].message;
+      if (reasons) { // up to the first </think>, the newlines at its edges aside
+        const at = text.indexOf('</think>');
+        const r = (at < 0 ? text : text.slice(0, at)).replace(/^\n+|\n+$/g, '');
+        assert.equal(msg.reasoning_content, r || null, template);
+        assert.equal(msg.content, at < 0 ? '' : text.slice(at + 8).replace(/^\n+/, ''));
+      } else {
+        assert.equal(msg.reasoning_content, null);
+        assert.equal(msg.content, text);
+      }
+      const raw = await chat(parsed, { stream: true });
+      let reasoning = '', content = '';
+      for (const line of raw.text.split('\n')) {
+        if (!line.startsWith('data: {')) continue;
+        const d = JSON.parse(line.slice(6)).choices[0]?.delta ?? {};
+        reasoning += d.reasoning_content ?? '';
+        content += d.content ?? '';
+      }
+      assert.equal(reasoning, msg.reasoning_content ?? '');
+      assert.equal(content, msg.content);
+    } finally {
+      for (const s of [plain, parsed]) {
+        const r = await s.stop();
+        assert.deepEqual(r, { code: 0, signal: null }, s.log.slice(-2000));
+      }
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  }
+});
