@@ -90,6 +90,7 @@ struct sd_server {
     sd_chat_template *ct;
     int32_t eot_id; /* the chat template's end-of-turn token, or -1 */
     int reasoning;  /* --reasoning-parser: chat replies' <think> reasoning as reasoning_content */
+    int think_special; /* <think> or </think> is a special token: replies read for them keep specials */
     char ct_err[1100];
     char model_name[256];
     int max_context;
@@ -682,6 +683,7 @@ static void generate_submit(sd_server *s, pending *p)
     }
     if (s->reasoning && r->kind == SD_OAI_CHAT) {
         j->reasoning = 1;
+        r->gen.keep_special |= s->think_special;
         sd_rs_init(&j->rs, p->think_open, rs_emit, j);
     }
     sd_req_events ev = {on_output, on_finish};
@@ -1059,6 +1061,11 @@ static void load_done(uv_work_t *w, int status)
         }
         snprintf(s->ct_err, sizeof s->ct_err, "%s", err.msg);
         sd_log_warn("chat completions unavailable: %s", err.msg);
+    }
+    if (s->reasoning && s->tok) {
+        static const char *const tags[] = {"<think>", "</think>"};
+        for (int i = 0; i < 2; i++)
+            s->think_special |= sd_tok_is_special(s->tok, sd_tok_token_id(s->tok, tags[i], strlen(tags[i])));
     }
     /* A chat turn ends at the template's end-of-turn token, whether or not
      * the checkpoint lists it among its eos ids. */
