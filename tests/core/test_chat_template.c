@@ -60,7 +60,10 @@ static char *read_template(const char *file)
 
 TEST(native_renders_equal_jinja_on_the_published_templates)
 {
-    char *p = sd_strfmt("%s/tests/golden/tokenizer/chat_golden.json", sd_test_srcdir());
+    /* SD_CHAT_GOLDEN: another file of cases (tests/core/test_chat_fuzz.sh's random ones) */
+    const char *other = getenv("SD_CHAT_GOLDEN");
+    char *p = other && *other ? sd_strfmt("%s", other)
+                              : sd_strfmt("%s/tests/golden/tokenizer/chat_golden.json", sd_test_srcdir());
     json_error_t je;
     json_t *g = json_load_file(p, 0, &je);
     free(p);
@@ -135,24 +138,38 @@ TEST(native_renders_equal_jinja_on_the_published_templates)
             if (json_object_get(kwj, "thinking"))
                 kw.thinking = json_is_true(json_object_get(kwj, "thinking"));
             int rc = sd_chat_render_kw(ct, m, n, tools, kwj ? &kw : NULL, gen, &out, &len, &err);
+            checked++;
+            /* every difference is counted and shown (a file of random cases
+             * may hold several) */
             if (tool_case && !written) {
-                ASSERT_MSG(rc == SD_ENOTSUP, "%s tool case %zu: rc %d", file, i, rc);
-                ASSERT_CONTAINS(err.msg, "tool format is not supported");
-                checked++;
+                if (rc != SD_ENOTSUP || !strstr(err.msg, "tool format is not supported")) {
+                    fprintf(stderr, "  %s tool case %zu: rc %d (%s), want the tool format refused\n", file, i, rc,
+                            err.msg);
+                    bad++;
+                }
+                if (!rc)
+                    free(out);
                 continue;
             }
             if (!want) {
-                ASSERT_MSG(rc == SD_EINVAL, "%s case %zu: rendered what Jinja refuses", file, i);
-                checked++;
+                if (rc != SD_EINVAL) {
+                    fprintf(stderr, "  %s case %zu: rc %d, rendered what Jinja refuses\n", file, i, rc);
+                    bad++;
+                }
+                if (!rc)
+                    free(out);
                 continue;
             }
-            ASSERT_MSG(rc == 0 && want, "%s case %zu: %s", file, i, err.msg);
+            if (rc) {
+                fprintf(stderr, "  %s case %zu: refused what Jinja renders: %s\n", file, i, err.msg);
+                bad++;
+                continue;
+            }
             if (strcmp(out, want)) {
                 fprintf(stderr, "  %s case %zu (gen %d):\n    got  \"%s\"\n    want \"%s\"\n", file, i, gen, out, want);
                 bad++;
             }
             ASSERT_EQ(len, strlen(out));
-            checked++;
             free(out);
         }
         sd_chat_template_free(ct);

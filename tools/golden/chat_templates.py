@@ -10,6 +10,8 @@ to 07 Mar 2025 so the Llama 3.2 render is reproducible (the C test pins the same
 date with sd_chat_template_set_date).
 
   python3 tools/golden/chat_templates.py      # writes tests/golden/tokenizer/chat_golden.json
+  python3 tools/golden/chat_templates.py --random N --seed S --out PATH
+      # N random conversations a template, for tests/core/test_chat_fuzz.sh
 """
 import datetime
 import json
@@ -157,7 +159,7 @@ def deepseek_messages(msgs):
     return out
 
 
-def deepseek_render(env, text, bos, eos, msgs, gen, tools, v31):
+def deepseek_render(env, text, bos, eos, msgs, gen, tools, v31, kwargs=None):
     msgs = [dict(mm) for mm in msgs]
     desc = deepseek_tool_description(tools, v31)
     last = max((i for i, mm in enumerate(msgs) if mm["role"] == "system"), default=None)
@@ -165,7 +167,7 @@ def deepseek_render(env, text, bos, eos, msgs, gen, tools, v31):
         msgs.insert(0, {"role": "system", "content": desc})
     else:
         msgs[last]["content"] += "\n\n" + desc
-    return render(env, text, bos, eos, msgs, gen)
+    return render(env, text, bos, eos, msgs, gen, kwargs=kwargs)
 
 
 # chat_template_kwargs specd takes (enable_thinking: Qwen3, DeepSeek V3.1;
@@ -183,6 +185,106 @@ def render(env, text, bos, eos, msgs, gen, tools=None, kwargs=None):
     return tmpl.render(messages=msgs, add_generation_prompt=gen, bos_token=bos, eos_token=eos, **kw)
 
 
+# ---- random conversations (--random N): the renderers against Jinja on cases
+# no one wrote by hand: roles in any order, text with the characters the
+# templates treat specially (newlines at the edges, Unicode spaces, tags,
+# quotes), tool calls with nested arguments, tools, kwargs.
+
+PIECES = ["", " ", "\n", "\n\n", "\t", "\u3000", "\u00a0", "\u2028", "a", "Hello", "\u00e9", "\U0001F600",
+          "\u65e5\u672c", "\"", "'", "\\", "{", "}", "<think>", "</think>", "<tool_call>", "</tool_call>",
+          "<|im_end|>", "<|eot_id|>", "<\uff5cUser\uff5c>", "\x01", "0.5", "null", "\r\n", "#"]
+
+
+def rand_text(rng, n_max=6):
+    return "".join(rng.choice(PIECES) for _ in range(rng.randint(0, n_max)))
+
+
+def rand_value(rng, depth=0):
+    r = rng.random()
+    if depth < 2 and r < 0.2:
+        return {rand_key(rng): rand_value(rng, depth + 1) for _ in range(rng.randint(0, 3))}
+    if depth < 2 and r < 0.3:
+        return [rand_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    return rng.choice([None, True, False, 0, -7, 3.0, 0.1, 1e-07, 1e16, 123456789.125, -0.0, 2.5e-05,
+                       rand_text(rng), rand_text(rng)])
+
+
+def rand_key(rng):
+    return rng.choice(["city", "x", "unit", "q", "\u00e9t\u00e9", "a b", "n", "\"k\""])
+
+
+def rand_tools(rng):
+    tools = []
+    for i in range(rng.randint(1, 3)):
+        f = {"name": rng.choice(["get_weather", "scale", "f", "search_web"]) + str(i)}
+        if rng.random() < 0.8:
+            f["description"] = rand_text(rng)
+        if rng.random() < 0.9:
+            f["parameters"] = {"type": "object", "properties": {rand_key(rng): {"type": "string"}
+                                                                for _ in range(rng.randint(0, 3))}}
+            if rng.random() < 0.5:
+                f["parameters"]["required"] = [rand_key(rng)]
+        tools.append({"type": "function", "function": f})
+    return tools
+
+
+def rand_conversation(rng, with_tools):
+    msgs = []
+    if rng.random() < 0.5:
+        msgs.append(m("system", rand_text(rng)))
+    msgs.append(m("user", rand_text(rng)))  # as clients send them: a user's turn first
+    for _ in range(rng.randint(0, 5)):
+        r = rng.random()
+        if r < 0.45:
+            msgs.append(m("user", rand_text(rng)))
+        elif r < 0.75 or not with_tools:
+            msgs.append(m("assistant", rand_text(rng)))
+        elif r < 0.88:
+            calls = [call(rng.choice(["get_weather", "scale"]), {rand_key(rng): rand_value(rng)
+                                                                for _ in range(rng.randint(0, 3))},
+                          "call_%d" % rng.randint(0, 9)) for _ in range(rng.randint(1, 2))]
+            msgs.append(am(rng.choice([None, "", rand_text(rng)]), calls))
+        else:
+            msgs.append(tm(rand_text(rng), "call_%d" % rng.randint(0, 9)))
+        if rng.random() < 0.1:
+            msgs.append(m("system", rand_text(rng)))
+    return msgs
+
+
+def random_cases(env, n, seed):
+    import random
+    rng = random.Random(seed)
+    out = {"format": 1, "jinja2_version": jinja2.__version__, "pinned_date": PINNED.strftime("%d %b %Y"),
+           "made_by": "tools/golden/chat_templates.py --random %d --seed %d" % (n, seed), "templates": []}
+    for name, (family, bos, eos) in TEMPLATES.items():
+        with open(os.path.join(CHAT, name), encoding="utf-8") as f:
+            text = f.read()
+        entry = {"file": name, "family": family, "bos_token": bos, "eos_token": eos, "cases": []}
+        for _ in range(n):
+            with_tools = rng.random() < 0.5
+            msgs = rand_conversation(rng, with_tools)
+            gen = rng.random() < 0.6
+            kwargs = rng.choice([None, None, {"enable_thinking": False}, {"thinking": True}])
+            tools = rand_tools(rng) if with_tools else None
+            if family == "deepseek3":
+                msgs = deepseek_messages(msgs)
+            try:
+                if tools and family == "deepseek3":
+                    r = deepseek_render(env, text, bos, eos, msgs, gen, tools, "is_last_user" in text, kwargs)
+                else:
+                    r = render(env, text, bos, eos, msgs, gen, tools, kwargs)
+            except Exception:
+                r = None
+            c = {"messages": msgs, "add_generation_prompt": gen, "text": r}
+            if tools:
+                c["tools"] = tools
+            if kwargs:
+                c["kwargs"] = kwargs
+            entry["cases"].append(c)
+        out["templates"].append(entry)
+    return out
+
+
 def main():
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[jinja2.ext.loopcontrols])
@@ -194,6 +296,12 @@ def main():
         x, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: PINNED.strftime(fmt)
+    if "--random" in sys.argv:
+        a = sys.argv
+        n, seed, path = int(a[a.index("--random") + 1]), int(a[a.index("--seed") + 1]), a[a.index("--out") + 1]
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(random_cases(env, n, seed), f, ensure_ascii=True)
+        return
     out = {"format": 1, "jinja2_version": jinja2.__version__, "pinned_date": PINNED.strftime("%d %b %Y"),
            "made_by": "tools/golden/chat_templates.py", "templates": []}
     for name, (family, bos, eos) in TEMPLATES.items():
