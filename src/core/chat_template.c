@@ -765,7 +765,8 @@ static void r_chatml(const sd_chat_template *ct, const sd_chat_msg *m, int n, co
 
 /* DeepSeek's templates print no tools: the model card of V3.1 puts a tool
  * description after the system prompt ("{system prompt}\n\n{tool_description}"),
- * which this writes for V3.1 as the card has it. V3 and R1 publish none; they
+ * which this writes for V3.1 as the card has it (as SGLang's and vLLM's
+ * DeepSeek-V3.1 tool templates do, blank lines and all). V3 and R1 publish none; they
  * get the same description with the call syntax their templates print in the
  * history (function<｜tool▁sep｜>NAME, the arguments in a json fence, calls
  * one a line). */
@@ -792,16 +793,16 @@ static void o_ds_tools(const sd_chat_template *ct, const json_t *tools, out *o)
     o_str(o, "IMPORTANT: ALWAYS adhere to this exact format for tool use:\n");
     if (ct->variant == DS_V31)
         o_str(o, DS_CALLS DS_CALL "tool_call_name" DS_SEP "tool_call_arguments" DS_CALL_END
-                 "{{additional_tool_calls}}" DS_CALLS_END "\n\nWhere:\n"
+                 "{{additional_tool_calls}}" DS_CALLS_END "\n\nWhere:\n\n"
                  "- `tool_call_name` must be an exact match to one of the available tools\n"
                  "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
-                 "- For multiple tool calls, chain them directly without separators or spaces");
+                 "- For multiple tool calls, chain them directly without separators or spaces\n");
     else
         o_str(o, DS_CALLS DS_CALL "function" DS_SEP "tool_call_name\n```json\ntool_call_arguments\n```" DS_CALL_END
-                 "{{additional_tool_calls}}" DS_CALLS_END "\n\nWhere:\n"
+                 "{{additional_tool_calls}}" DS_CALLS_END "\n\nWhere:\n\n"
                  "- `tool_call_name` must be an exact match to one of the available tools\n"
                  "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
-                 "- For multiple tool calls, put each on a line of its own");
+                 "- For multiple tool calls, put each on a line of its own\n");
 }
 
 /* a call's arguments as the template prints them: the text the client sent
@@ -865,9 +866,8 @@ static void r_deepseek3(const sd_chat_template *ct, const sd_chat_msg *m, int n,
     }
     if (last_sys >= 0)
         o_str(o, m[last_sys].content);
-    if (json_array_size(tools)) { /* after the system prompt, when there is one */
-        if (last_sys >= 0 || !first_sp)
-            o_str(o, "\n\n");
+    if (json_array_size(tools)) { /* "{system prompt}\n\n{tool_description}", the prompt empty or not */
+        o_str(o, "\n\n");
         o_ds_tools(ct, tools, o);
     }
     int is_tool = 0, output_first = 1, last_user = 0, calls_first = 0;

@@ -120,10 +120,10 @@ TOOL_CONVERSATIONS = [
 
 # DeepSeek's templates print no tools, and concatenate a call's arguments as the
 # text the client sent (OpenAI's arguments string). The tools go after the system
-# prompt ("{system prompt}\n\n{tool_description}", DeepSeek-V3.1's model card);
-# the reference is the published template rendering the conversation with that
-# description appended to the system prompt (a system message of its own where
-# there is none). V3 and R1 publish no description: they get V3.1's with the
+# prompt ("{system prompt}\n\n{tool_description}", DeepSeek-V3.1's model card,
+# as SGLang's and vLLM's V3.1 tool templates write it); the reference is the
+# published template rendering the conversation with that description appended
+# to the system prompt (a system message of its own where there is none). V3 and R1 publish no description: they get V3.1's with the
 # call syntax their templates print (specd's choice).
 DS_V31_FORMAT = ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>tool_call_name<｜tool▁sep｜>tool_call_arguments"
                  "<｜tool▁call▁end｜>{{additional_tool_calls}}<｜tool▁calls▁end｜>")
@@ -139,11 +139,11 @@ def deepseek_tool_description(tools, v31):
             f.get("name", ""), f.get("description", ""),
             json.dumps(f["parameters"], ensure_ascii=False) if "parameters" in f else "{}")
     text += "IMPORTANT: ALWAYS adhere to this exact format for tool use:\n"
-    text += (DS_V31_FORMAT if v31 else DS_V3_FORMAT) + "\n\nWhere:\n"
+    text += (DS_V31_FORMAT if v31 else DS_V3_FORMAT) + "\n\nWhere:\n\n"
     text += "- `tool_call_name` must be an exact match to one of the available tools\n"
     text += "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
-    text += ("- For multiple tool calls, chain them directly without separators or spaces" if v31 else
-             "- For multiple tool calls, put each on a line of its own")
+    text += ("- For multiple tool calls, chain them directly without separators or spaces\n" if v31 else
+             "- For multiple tool calls, put each on a line of its own\n")
     return text
 
 
@@ -163,8 +163,8 @@ def deepseek_render(env, text, bos, eos, msgs, gen, tools, v31, kwargs=None):
     msgs = [dict(mm) for mm in msgs]
     desc = deepseek_tool_description(tools, v31)
     last = max((i for i, mm in enumerate(msgs) if mm["role"] == "system"), default=None)
-    if last is None:
-        msgs.insert(0, {"role": "system", "content": desc})
+    if last is None:  # "{system prompt}\n\n{tool_description}" with an empty prompt
+        msgs.insert(0, {"role": "system", "content": "\n\n" + desc})
     else:
         msgs[last]["content"] += "\n\n" + desc
     return render(env, text, bos, eos, msgs, gen, kwargs=kwargs)
