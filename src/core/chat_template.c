@@ -726,6 +726,9 @@ static void r_chatml(const sd_chat_template *ct, const sd_chat_msg *m, int n, co
                 a = (size_t)(last_of(c, cn, "</think>") - c) + 8;
                 strip_nl(c, &a, &b, 1, 0);
             }
+            /* the calls' first newline follows `content` as set above, not
+             * as printed below (content.lstrip('\n') in the expression) */
+            const int has_content = b > a;
             o_str(o, "<|im_start|>assistant\n");
             if (i > last_query && (i == n - 1 || rb > ra)) {
                 strip_nl(rs, &ra, &rb, 1, 1);
@@ -736,7 +739,7 @@ static void r_chatml(const sd_chat_template *ct, const sd_chat_msg *m, int n, co
             }
             o_put(o, c + a, b - a);
             for (int k = 0; k < m[i].n_calls; k++) {
-                if (k > 0 || b > a)
+                if (k > 0 || has_content)
                     o_str(o, "\n");
                 o_tool_call(o, &m[i].calls[k]);
             }

@@ -2,7 +2,7 @@
 # The chat renderers against Jinja on random conversations (roles in any
 # order after a user's turn, text with the characters templates treat
 # specially, tool calls with nested arguments, tools, chat_template_kwargs):
-# tools/golden/chat_templates.py --random writes SD_CHAT_CASES (default 150)
+# tools/golden/chat_templates.py --random writes SD_CHAT_CASES (default 300)
 # cases a published template, rendered by Jinja, and tests/core's chat
 # template test renders them natively and compares. The seed is printed
 # (SD_CHAT_SEED sets it) so that a failure can be run again. Skips (77)
@@ -28,7 +28,7 @@ seed=${SD_CHAT_SEED:-$(( $(date +%s) % 1000000 ))}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 echo "seed $seed ($("$py" -c 'import jinja2; print("jinja2", jinja2.__version__)'))"
-"$py" "$root/tools/golden/chat_templates.py" --random "${SD_CHAT_CASES:-150}" --seed "$seed" \
+"$py" "$root/tools/golden/chat_templates.py" --random "${SD_CHAT_CASES:-300}" --seed "$seed" \
     --out "$out/cases.json" || { echo "FAIL: the generator failed" >&2; exit 1; }
 SD_CHAT_GOLDEN="$out/cases.json" SD_SRCDIR="$root" "$bin" > "$out/log" 2>&1
 rc=$?

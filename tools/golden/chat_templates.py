@@ -115,6 +115,9 @@ TOOL_CONVERSATIONS = [
     [m("user", "scale"), am("", [call("scale", {"x": 0.1, "nested": {"a": [1, 2.5, None, True, "\u00e9\n"]}})]),
      m("tool", "done")],
     [m("user", "q"), am("<think>\nplan\n</think>\n\nCalling.", [call("scale", {"x": 1e-07})]), m("tool", "ok")],
+    # content of newlines alone before a call (Qwen3 prints it stripped, yet
+    # the call's newline follows it unstripped: found by --random)
+    [m("user", "q"), am("\n\n", [call("scale", {"x": 1})])],
 ]
 
 
