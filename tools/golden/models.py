@@ -51,9 +51,18 @@ import tempfile
 import traceback
 import zlib
 
+import importlib.util
+
 import torch
 
-import mtp_reference as mtpref
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# tokenizers.py beside this file is ours, and transformers imports HF's
+# tokenizers package (transformers 5 as its config classes load): keep the
+# folder off the import path, and load mtp_reference by its file
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+_spec = importlib.util.spec_from_file_location("mtp_reference", os.path.join(_HERE, "mtp_reference.py"))
+mtpref = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(mtpref)
 
 FORMAT = "specd-golden-1"
 N_IDS = 16
