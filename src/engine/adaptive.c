@@ -856,6 +856,13 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
     if (explore != a->exploring)
         sd_log_debug("adaptive k: %s at batch %d (step %llu)", explore ? "exploring" : "explored",
                      batch, (unsigned long long)a->steps);
+    /* an exploration's end measured both prices at this batch and context,
+     * as a refresh does: the gap to the next refresh counts from it (also
+     * where the batch left the bucket it explored before the end: points
+     * age out after SD_CURVE_FRESH, no shorter than the gap, so nothing
+     * stays unmeasured longer for it) */
+    if (a->exploring && !explore)
+        a->refreshed = a->steps + 1;
     a->exploring = explore;
     if (explore) {
         for (int i = 0; i < 2; i++) {

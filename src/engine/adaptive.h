@@ -67,8 +67,10 @@
 #define SD_CURVE_TRUST 3
 /* Steps (the owner's clock, sd_curve.now) after which a point is trusted
  * no more: the machine it measured may have changed; exploration measures
- * it again. */
-#define SD_CURVE_FRESH 1024
+ * it again. No shorter than SD_ADAPT_REFRESH_GAP: an exploration measures
+ * what a refresh would, and points aged out sooner would explore where a
+ * refresh is not due. */
+#define SD_CURVE_FRESH 2048
 /* Steps after which a point's times are stale: read together with a
  * point whose times fall below its own as x grows, and whose age differs
  * by more, it is left out (the two measured two machines, not one falling
@@ -77,7 +79,7 @@
 #define SD_CURVE_STALE 16
 /* Steps between two refreshes a stale draft price starts where the
  * running requests' contexts are where that price was measured (arrivals
- * while others run; a burst after idle refreshes whenever it comes, and so
+ * while others run; a burst after idle too, at a verdict of plain, and so
  * do arrivals where the mean context moved by more than
  * SD_ADAPT_CTX_MOVED of it, or is not known): under a steady stream of
  * arrivals with speculation off the draft price is always stale, and a
@@ -85,10 +87,15 @@
  * read one at a time and four zeros before speculation goes off again: ~6
  * steps not queued ahead) ran the bundled model on an H200 at 16 requests
  * 25-30% slower a token than plain decode (360 refreshes in 9000 steps;
- * NOTES.md, session 32). At most one in 512 steps there: ~1%. A quarter
- * was too near: at 16 requests under Poisson arrivals the mean context
- * moved that much every 50-300 steps (17 of 25 refreshes in a trace). */
-#define SD_ADAPT_REFRESH_GAP 512
+ * NOTES.md, session 32). At most one in 512 steps there: ~1%; and the
+ * decode bench's bursts of 512 tokens, one after another at a verdict of
+ * plain, each paid one (sampled batch 32 at 0.993-0.996 of plain; NOTES.md,
+ * session 34): one in 2048, ~0.3%, counted from the last refresh or
+ * exploration (both measure the two prices). A quarter of the context
+ * was too near for "moved": at 16 requests under Poisson arrivals the
+ * mean context moved that much every 50-300 steps (17 of 25 refreshes in a
+ * trace). */
+#define SD_ADAPT_REFRESH_GAP 2048
 #define SD_ADAPT_CTX_MOVED 0.5
 
 typedef struct sd_curve_pt {
