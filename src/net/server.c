@@ -529,12 +529,13 @@ static int not_ready(sd_server *s, sd_api_error *e)
     }
 }
 
-/* Prompt text, token ids or chat messages -> token ids. */
-/* The prompt's token ids; *think_open: the rendered chat prompt ends with
- * <think> (the reply starts inside its reasoning) */
+/* Prompt text, token ids or chat messages -> token ids; *think_open: the
+ * rendered chat prompt ends with <think> (the reply starts inside its
+ * reasoning) */
 static int encode(sd_server *s, const sd_oai_request *r, int32_t **ids, int *n, int *think_open, sd_api_error *e)
 {
     sd_err err = {0};
+    *think_open = 0;
     *ids = NULL;
     *n = 0;
     if (r->kind == SD_OAI_COMPLETIONS && r->prompt_is_ids) {
