@@ -1,7 +1,7 @@
 /* core/chat_template: the published Jinja chat templates of the families specd
  * serves, written out in C for text messages (no images); tools and tool calls
  * for the templates whose tool format is written out (Qwen2.5's and Qwen3's
- * chatml, Llama 3.1's and 3.2's, DeepSeek's, Kimi-K2's; sd_chat_render_tools), the
+ * chatml, Llama 3.1's and 3.2's, DeepSeek's, Kimi-K2's; sd_chat_render_kw), the
  * templates' tojson as Python's json.dumps.
  * Each renderer follows its template statement by statement; the golden test
  * (tests/core/test_chat_template.c) compares them with Jinja's output on the
@@ -333,6 +333,13 @@ static void o_put(out *o, const char *s, size_t n)
         o->oom = 1;
 }
 static void o_str(out *o, const char *s) { o_put(o, s, strlen(s)); }
+/* forward: json.dumps of v into o (indent < 0: none) */
+static int py_dump(sd_sbuf *b, const json_t *v, int indent, int level);
+static void o_dumps(out *o, const json_t *v, int indent)
+{
+    if (!o->oom && py_dump(&o->b, v, indent, 0))
+        o->oom = 1;
+}
 
 /* Jinja's |trim (Python str.strip()): Unicode whitespace at both ends. */
 static void o_trim(out *o, const char *s)
@@ -591,11 +598,10 @@ static void r_llama3(const sd_chat_template *ct, const sd_chat_msg *m, int n, co
             i = 1;
         }
         o_str(o, "<|eot_id|>");
-        if (with_tools) { /* (sd_chat_render_tools checked there is a first message) */
+        if (with_tools) { /* (sd_chat_render_kw checked there is a first message) */
             o_str(o, LL_TOOLS_HEAD);
             for (size_t k = 0; k < json_array_size(tools); k++) {
-                if (!o->oom && sd_py_json_dumps_indent(&o->b, json_array_get(tools, k), 4))
-                    o->oom = 1;
+                o_dumps(o, json_array_get(tools, k), 4);
                 o_str(o, "\n\n");
             }
             o_trim(o, m[i].content ? m[i].content : "");
@@ -603,12 +609,11 @@ static void r_llama3(const sd_chat_template *ct, const sd_chat_msg *m, int n, co
             i++;
         }
         for (; i < n; i++) {
-            if (m[i].n_calls) { /* (one: sd_chat_render_tools checked) */
+            if (m[i].n_calls) { /* (one: sd_chat_render_kw checked) */
                 o_str(o, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"");
                 o_str(o, m[i].calls[0].name);
                 o_str(o, "\", \"parameters\": ");
-                if (!o->oom && sd_py_json_dumps(&o->b, m[i].calls[0].arguments))
-                    o->oom = 1;
+                o_dumps(o, m[i].calls[0].arguments, -1);
                 o_str(o, "}<|eot_id|>");
                 continue;
             }
@@ -643,8 +648,7 @@ static void o_tool_call(out *o, const sd_chat_call *c)
     o_str(o, "<tool_call>\n{\"name\": \"");
     o_str(o, c->name);
     o_str(o, "\", \"arguments\": ");
-    if (!o->oom && sd_py_json_dumps(&o->b, c->arguments))
-        o->oom = 1;
+    o_dumps(o, c->arguments, -1);
     o_str(o, "}\n</tool_call>");
 }
 
@@ -664,8 +668,7 @@ static void r_chatml(const sd_chat_template *ct, const sd_chat_msg *m, int n, co
                  "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
         for (size_t k = 0; k < json_array_size(tools); k++) {
             o_str(o, "\n");
-            if (!o->oom && sd_py_json_dumps(&o->b, json_array_get(tools, k)))
-                o->oom = 1;
+            o_dumps(o, json_array_get(tools, k), -1);
         }
         o_str(o, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
                  "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
@@ -759,13 +762,6 @@ static void r_chatml(const sd_chat_template *ct, const sd_chat_msg *m, int n, co
     }
 }
 
-/* DeepSeek's tool tokens */
-#define DS_CALLS "<｜tool▁calls▁begin｜>"
-#define DS_CALLS_END "<｜tool▁calls▁end｜>"
-#define DS_CALL "<｜tool▁call▁begin｜>"
-#define DS_SEP "<｜tool▁sep｜>"
-#define DS_CALL_END "<｜tool▁call▁end｜>"
-
 /* DeepSeek's templates print no tools: the model card of V3.1 puts a tool
  * description after the system prompt ("{system prompt}\n\n{tool_description}"),
  * which this writes for V3.1 as the card has it (as SGLang's and vLLM's
@@ -787,25 +783,22 @@ static void o_ds_tools(const sd_chat_template *ct, const json_t *tools, out *o)
         o_str(o, "\nDescription: ");
         o_str(o, json_is_string(ds) ? json_string_value(ds) : "");
         o_str(o, "\n\nParameters: ");
-        if (!pa)
+        if (pa)
+            o_dumps(o, pa, -1);
+        else
             o_str(o, "{}");
-        else if (!o->oom && sd_py_json_dumps(&o->b, pa))
-            o->oom = 1;
         o_str(o, "\n\n");
     }
+    const int v31 = ct->variant == DS_V31;
     o_str(o, "IMPORTANT: ALWAYS adhere to this exact format for tool use:\n");
-    if (ct->variant == DS_V31)
-        o_str(o, DS_CALLS DS_CALL "tool_call_name" DS_SEP "tool_call_arguments" DS_CALL_END
-                 "{{additional_tool_calls}}" DS_CALLS_END "\n\nWhere:\n\n"
-                 "- `tool_call_name` must be an exact match to one of the available tools\n"
-                 "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
-                 "- For multiple tool calls, chain them directly without separators or spaces\n");
-    else
-        o_str(o, DS_CALLS DS_CALL "function" DS_SEP "tool_call_name\n```json\ntool_call_arguments\n```" DS_CALL_END
-                 "{{additional_tool_calls}}" DS_CALLS_END "\n\nWhere:\n\n"
-                 "- `tool_call_name` must be an exact match to one of the available tools\n"
-                 "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
-                 "- For multiple tool calls, put each on a line of its own\n");
+    o_str(o, v31 ? SD_DS_CALLS SD_DS_CALL "tool_call_name" SD_DS_SEP "tool_call_arguments" SD_DS_CALL_END
+                 : SD_DS_CALLS SD_DS_CALL "function" SD_DS_SEP "tool_call_name\n```json\ntool_call_arguments\n```"
+                       SD_DS_CALL_END);
+    o_str(o, "{{additional_tool_calls}}" SD_DS_CALLS_END "\n\nWhere:\n\n"
+             "- `tool_call_name` must be an exact match to one of the available tools\n"
+             "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n");
+    o_str(o, v31 ? "- For multiple tool calls, chain them directly without separators or spaces\n"
+                 : "- For multiple tool calls, put each on a line of its own\n");
 }
 
 /* a call's arguments as the template prints them: the text the client sent
@@ -814,8 +807,8 @@ static void o_args_text(out *o, const sd_chat_call *c)
 {
     if (c->arguments_text)
         o_str(o, c->arguments_text);
-    else if (!o->oom && sd_py_json_dumps(&o->b, c->arguments))
-        o->oom = 1;
+    else
+        o_dumps(o, c->arguments, -1);
 }
 
 /* An assistant message's calls, as V3 / R1 (first 1: the first calls of the
@@ -828,26 +821,26 @@ static void o_ds_calls(const sd_chat_template *ct, const sd_chat_msg *m, int *fi
             if (ct->variant != DS_V31)
                 o_str(o, "<｜Assistant｜>");
             o_str(o, m->content ? m->content : "");
-            o_str(o, DS_CALLS);
+            o_str(o, SD_DS_CALLS);
             *first = 1;
         } else if (ct->variant != DS_V31) {
             o_str(o, "\n");
         }
-        o_str(o, DS_CALL);
+        o_str(o, SD_DS_CALL);
         if (ct->variant == DS_V31) {
             o_str(o, c->name);
-            o_str(o, DS_SEP);
+            o_str(o, SD_DS_SEP);
             o_args_text(o, c);
         } else {
-            o_str(o, "function" DS_SEP);
+            o_str(o, "function" SD_DS_SEP);
             o_str(o, c->name);
             o_str(o, "\n```json\n");
             o_args_text(o, c);
             o_str(o, "\n```");
         }
-        o_str(o, DS_CALL_END);
+        o_str(o, SD_DS_CALL_END);
     }
-    o_str(o, DS_CALLS_END "<｜end▁of▁sentence｜>");
+    o_str(o, SD_DS_CALLS_END "<｜end▁of▁sentence｜>");
 }
 
 static void r_deepseek3(const sd_chat_template *ct, const sd_chat_msg *m, int n, const json_t *tools,
@@ -955,8 +948,7 @@ static void r_kimi(const sd_chat_template *ct, const sd_chat_msg *m, int n, cons
 {
     if (json_array_size(tools)) {
         o_str(o, "<|im_system|>tool_declare<|im_middle|>");
-        if (!o->oom && sd_py_json_dumps(&o->b, tools))
-            o->oom = 1;
+        o_dumps(o, tools, -1);
         o_str(o, "<|im_end|>");
     }
     if (n == 0 || strcmp(m[0].role, "system")) {
@@ -993,16 +985,15 @@ static void r_kimi(const sd_chat_template *ct, const sd_chat_msg *m, int n, cons
         /* Kimi-K2-Thinking's template prints the calls; Kimi-K2-Instruct's
          * (the first) drops them (and fails on a call without content) */
         if (ct->variant == KM_THINKING && m[i].n_calls) {
-            o_str(o, "<|tool_calls_section_begin|>");
+            o_str(o, SD_KIMI_CALLS);
             for (int k = 0; k < m[i].n_calls; k++) {
-                o_str(o, "<|tool_call_begin|>");
+                o_str(o, SD_KIMI_CALL);
                 o_str(o, m[i].calls[k].id ? m[i].calls[k].id : "None");
-                o_str(o, "<|tool_call_argument_begin|>");
-                if (!o->oom && sd_py_json_dumps(&o->b, m[i].calls[k].arguments))
-                    o->oom = 1;
-                o_str(o, "<|tool_call_end|>");
+                o_str(o, SD_KIMI_ARGS);
+                o_dumps(o, m[i].calls[k].arguments, -1);
+                o_str(o, SD_KIMI_CALL_END);
             }
-            o_str(o, "<|tool_calls_section_end|>");
+            o_str(o, SD_KIMI_CALLS_END);
         }
         o_str(o, "<|im_end|>");
     }
@@ -1013,13 +1004,7 @@ static void r_kimi(const sd_chat_template *ct, const sd_chat_msg *m, int n, cons
 int sd_chat_render(const sd_chat_template *ct, const sd_chat_msg *msgs, int n, int add_generation_prompt,
                    char **text, size_t *len, sd_err *err)
 {
-    return sd_chat_render_tools(ct, msgs, n, NULL, add_generation_prompt, text, len, err);
-}
-
-int sd_chat_render_tools(const sd_chat_template *ct, const sd_chat_msg *msgs, int n, const json_t *tools,
-                         int add_generation_prompt, char **text, size_t *len, sd_err *err)
-{
-    return sd_chat_render_kw(ct, msgs, n, tools, NULL, add_generation_prompt, text, len, err);
+    return sd_chat_render_kw(ct, msgs, n, NULL, NULL, add_generation_prompt, text, len, err);
 }
 
 int sd_chat_render_kw(const sd_chat_template *ct, const sd_chat_msg *msgs, int n, const json_t *tools,

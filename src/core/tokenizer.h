@@ -145,17 +145,6 @@ int sd_chat_template_load(sd_chat_template **out, const char *model_dir, const c
                           sd_err *err);
 int sd_chat_render(const sd_chat_template *ct, const sd_chat_msg *msgs, int n,
                    int add_generation_prompt, char **out, size_t *len, sd_err *err);
-/* As sd_chat_render, with the request's tools (a JSON array of OpenAI tool
- * objects, each printed as the template's `tool | tojson`; NULL or empty: none)
- * and the messages' tool calls. The families whose tool format is written out:
- * chatml with Qwen2.5's and Qwen3's tool blocks, Llama 3.1's and 3.2's (tools
- * in the first user message, one call a message), DeepSeek's (the templates
- * print the calls; the tools go after the system prompt as V3.1's model card
- * describes them), Kimi-K2's; the others refuse tools and tool calls with
- * SD_ENOTSUP. */
-int sd_chat_render_tools(const sd_chat_template *ct, const sd_chat_msg *msgs, int n,
-                         const struct json_t *tools, int add_generation_prompt, char **out, size_t *len,
-                         sd_err *err);
 /* The template arguments a request may set (OpenAI servers' chat_template_kwargs)
  * that change what specd's renderers print: -1 not given, 0 false, 1 true.
  * enable_thinking: Qwen3 (false: an empty <think></think> opens the reply);
@@ -167,7 +156,14 @@ typedef struct sd_chat_kwargs {
     int thinking;
 } sd_chat_kwargs;
 #define SD_CHAT_KWARGS_NONE ((sd_chat_kwargs){.enable_thinking = -1, .thinking = -1})
-/* As sd_chat_render_tools, with the template arguments kw (NULL: none given). */
+/* As sd_chat_render, with the request's tools (a JSON array of OpenAI tool
+ * objects, each printed as the template's `tool | tojson`; NULL or empty: none),
+ * the messages' tool calls and the template arguments kw (NULL: none given).
+ * The families whose tool format is written out: chatml with Qwen2.5's and
+ * Qwen3's tool blocks, Llama 3.1's and 3.2's (tools in the first user
+ * message, one call a message), DeepSeek's (the templates print the calls;
+ * the tools go after the system prompt as V3.1's model card describes them),
+ * Kimi-K2's; the others refuse tools and tool calls with SD_ENOTSUP. */
 int sd_chat_render_kw(const sd_chat_template *ct, const sd_chat_msg *msgs, int n,
                       const struct json_t *tools, const sd_chat_kwargs *kw, int add_generation_prompt,
                       char **out, size_t *len, sd_err *err);
@@ -189,6 +185,18 @@ int sd_py_json_dumps_indent(sd_sbuf *b, const struct json_t *v, int indent);
  * ... <｜tool▁calls▁end｜>), deepseek3 (V3 / R1: the same section, each call
  * <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```<｜tool▁call▁end｜>;
  * both read with special tokens printed too). */
+/* The formats' special-token tags, as the templates print them and the
+ * replies are read for them (net/toolcall.c) */
+#define SD_KIMI_CALLS "<|tool_calls_section_begin|>"
+#define SD_KIMI_CALLS_END "<|tool_calls_section_end|>"
+#define SD_KIMI_CALL "<|tool_call_begin|>"
+#define SD_KIMI_ARGS "<|tool_call_argument_begin|>"
+#define SD_KIMI_CALL_END "<|tool_call_end|>"
+#define SD_DS_CALLS "<｜tool▁calls▁begin｜>"
+#define SD_DS_CALLS_END "<｜tool▁calls▁end｜>"
+#define SD_DS_CALL "<｜tool▁call▁begin｜>"
+#define SD_DS_SEP "<｜tool▁sep｜>"
+#define SD_DS_CALL_END "<｜tool▁call▁end｜>"
 typedef enum sd_tool_format {
     SD_TOOLS_NONE = 0,
     SD_TOOLS_HERMES,

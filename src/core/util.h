@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/err.h"
 
@@ -22,6 +23,21 @@ static inline uint64_t sd_mix64(uint64_t x)
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
     return x ^ (x >> 31);
+}
+
+/* JSON's whitespace (space, tab, CR, LF) */
+static inline int sd_json_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+/* The longest tail of s[0..n) that is a proper prefix of tag[0..tl): the
+ * bytes a text streamed in pieces holds back while the tag may be coming
+ * (stop strings, tool-call and reasoning tags). */
+static inline size_t sd_tag_tail(const char *s, size_t n, const char *tag, size_t tl)
+{
+    if (!tl)
+        return 0;
+    for (size_t k = tl - 1 < n ? tl - 1 : n; k > 0; k--)
+        if (!memcmp(s + n - k, tag, k))
+            return k;
+    return 0;
 }
 
 /* Reads a whole file into a NUL-terminated malloc'd buffer. */

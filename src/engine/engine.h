@@ -41,7 +41,8 @@ typedef struct sd_gen_params {
     const int32_t *stop_ids;
     int n_stop_ids;
     /* 1: special tokens are printed in the output text (a reply read for
-     * tool calls whose markers are special tokens, Kimi-K2's); 0: skipped */
+     * tool calls or reasoning tags that are special tokens: Kimi-K2's,
+     * DeepSeek's); 0: skipped */
     int keep_special;
 } sd_gen_params;
 

@@ -716,7 +716,7 @@ static int parse_messages(json_t *root, sd_oai_request *r, sd_api_error *e)
         }
         json_t *cv = json_object_get(m, "content");
         r->msgs[i].content_null = !cv || json_is_null(cv);
-        if (parse_content(json_object_get(m, "content"), i, !strcmp(rs, "assistant"),
+        if (parse_content(cv, i, !strcmp(rs, "assistant"),
                           &r->msgs[i].content, e))
             return SD_EINVAL;
     }

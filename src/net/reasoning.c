@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/err.h"
+#include "core/util.h"
 
 static const char OPEN[] = "<think>", CLOSE[] = "</think>";
 #define OPEN_LEN (sizeof OPEN - 1)
@@ -19,20 +20,10 @@ void sd_rs_init(sd_rs_parser *p, int in_reasoning, sd_rs_emit emit, void *arg)
 
 void sd_rs_free(sd_rs_parser *p) { sd_buf_free(&p->hold); }
 
-static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
 static int out(sd_rs_parser *p, int reasoning, const char *s, size_t n)
 {
     return n ? p->emit(p->arg, reasoning, s, n) : 0;
-}
-
-/* The longest suffix of s[0..n) that begins tag. */
-static size_t partial(const char *s, size_t n, const char *tag, size_t tl)
-{
-    for (size_t k = tl - 1 < n ? tl - 1 : n; k > 0; k--)
-        if (!memcmp(s + n - k, tag, k))
-            return k;
-    return 0;
 }
 
 /* Works through what is held as far as it can be decided. */
@@ -43,7 +34,7 @@ static int advance(sd_rs_parser *p, int end)
         size_t n = p->hold.len;
         if (p->state == 0) { /* whitespace, then <think> or not */
             size_t w = 0;
-            while (w < n && is_ws(h[w]))
+            while (w < n && sd_json_ws(h[w]))
                 w++;
             size_t m = n - w < OPEN_LEN ? n - w : OPEN_LEN;
             if (memcmp(h + w, OPEN, m)) { /* no reasoning: all of it is content */
@@ -73,7 +64,7 @@ static int advance(sd_rs_parser *p, int end)
                 }
             }
             const char *c = n > a ? memmem(h + a, n - a, CLOSE, CLOSE_LEN) : NULL;
-            size_t e = c ? (size_t)(c - h) : end ? n : n - partial(h, n, CLOSE, CLOSE_LEN);
+            size_t e = c ? (size_t)(c - h) : end ? n : n - sd_tag_tail(h, n, CLOSE, CLOSE_LEN);
             /* the newlines before </think> or the end are dropped; before
              * what is not known yet, held (more reasoning may follow them) */
             while (e > a && h[e - 1] == '\n')
@@ -116,7 +107,7 @@ int sd_rs_end(sd_rs_parser *p) { return advance(p, 1); }
 
 int sd_rs_prompt_opens(const char *s, size_t n)
 {
-    while (n && is_ws(s[n - 1]))
+    while (n && sd_json_ws(s[n - 1]))
         n--;
     return n >= OPEN_LEN && !memcmp(s + n - OPEN_LEN, OPEN, OPEN_LEN);
 }

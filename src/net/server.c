@@ -675,10 +675,8 @@ static void generate_submit(sd_server *s, pending *p)
     j->include_usage = r->include_usage;
     if (r->tools) {
         j->tools = 1;
-        /* Kimi-K2's and DeepSeek's call markers are (or may be) special
-         * tokens: their replies are read with them */
         sd_tool_format tf = sd_chat_template_tool_format(s->ct);
-        r->gen.keep_special = tf == SD_TOOLS_KIMI || tf == SD_TOOLS_DEEPSEEK3 || tf == SD_TOOLS_DEEPSEEK31;
+        r->gen.keep_special = sd_tc_keeps_special(tf);
         sd_tc_init(&j->tc, tf, r->parallel_tool_calls ? 0 : 1,
                    sd_mix64(s->id_key ^ (j->rid << 20) ^ s->id_count), tc_emit, j);
     }

@@ -19,15 +19,15 @@ static const char OPEN[] = "<tool_call>", CLOSE[] = "</tool_call>";
 typedef struct section_fmt {
     const char *sec, *sec_end, *call, *sep, *call_end;
 } section_fmt;
-static const section_fmt KIMI = {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
-                                 "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
-static const section_fmt DEEPSEEK = {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
-                                     "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"};
+static const section_fmt KIMI = {SD_KIMI_CALLS, SD_KIMI_CALLS_END, SD_KIMI_CALL, SD_KIMI_ARGS, SD_KIMI_CALL_END};
+static const section_fmt DEEPSEEK = {SD_DS_CALLS, SD_DS_CALLS_END, SD_DS_CALL, SD_DS_SEP, SD_DS_CALL_END};
 
 static const section_fmt *section_of(sd_tool_format f)
 {
     return f == SD_TOOLS_KIMI ? &KIMI : f == SD_TOOLS_DEEPSEEK3 || f == SD_TOOLS_DEEPSEEK31 ? &DEEPSEEK : NULL;
 }
+
+int sd_tc_keeps_special(sd_tool_format f) { return section_of(f) != NULL; }
 
 void sd_tool_call_free(sd_tool_call *c)
 {
@@ -54,25 +54,15 @@ void sd_tc_init(sd_tc_parser *p, sd_tool_format format, int max_calls, uint64_t 
 
 void sd_tc_free(sd_tc_parser *p) { sd_buf_free(&p->hold); }
 
-static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
 static const char *skip_ws(const char *s, const char *end)
 {
-    while (s < end && is_ws(*s))
+    while (s < end && sd_json_ws(*s))
         s++;
     return s;
 }
 
 static int only_space(const char *s, size_t n) { return skip_ws(s, s + n) == s + n; }
-
-/* The longest suffix of s[0..n) that begins tag (a tag split across feeds). */
-static size_t partial_tag(const char *s, size_t n, const char *tag, size_t tl)
-{
-    for (size_t k = tl - 1 < n ? tl - 1 : n; k > 0; k--)
-        if (!memcmp(s + n - k, tag, k))
-            return k;
-    return 0;
-}
 
 static int emit_text(sd_tc_parser *p, const char *s, size_t n)
 {
@@ -147,7 +137,7 @@ static int args_of(const char *s, size_t n, sd_tool_call *k)
 
 static const char *trim_end(const char *s, const char *e)
 {
-    while (e > s && is_ws(e[-1]))
+    while (e > s && sd_json_ws(e[-1]))
         e--;
     return e;
 }
@@ -178,7 +168,7 @@ static int section_call(sd_tool_format f, const char *h, size_t hn, const char *
         ne = trim_end(nm, ne);
         if ((size_t)(be - b) >= 3 && !memcmp(b, "```", 3)) { /* the fence, its language word */
             b += 3;
-            while (b < be && !is_ws(*b))
+            while (b < be && !sd_json_ws(*b))
                 b++;
             be = trim_end(b, be);
             if ((size_t)(be - b) < 3 || memcmp(be - 3, "```", 3))
@@ -189,7 +179,7 @@ static int section_call(sd_tool_format f, const char *h, size_t hn, const char *
     if (ne <= nm || he <= h || memchr(nm, 0, (size_t)(ne - nm)) || memchr(h, 0, (size_t)(he - h)))
         return 0;
     for (const char *q = nm; q < ne && f != SD_TOOLS_KIMI; q++)
-        if (is_ws(*q))
+        if (sd_json_ws(*q))
             return 0; /* a function's name has no spaces */
     int r = args_of(b, (size_t)(be - b), k);
     if (r <= 0)
@@ -291,7 +281,7 @@ static int advance(sd_tc_parser *p, int end)
             return rc;
         }
         const char *o = n ? memmem(h, n, p->open, p->open_len) : NULL;
-        size_t text = o ? (size_t)(o - h) : end ? n : n - partial_tag(h, n, p->open, p->open_len);
+        size_t text = o ? (size_t)(o - h) : end ? n : n - sd_tag_tail(h, n, p->open, p->open_len);
         /* after a call, a stretch between tags of whitespace alone is not
          * content (the newlines between calls): its whitespace is held until
          * something else comes in it, and dropped where it ends */

@@ -6,10 +6,11 @@
  * ";") is calls; any other reply is content. Such a reply is held to its end
  * (it is a call only if all of it parses), the rest streams as it comes.
  *
- * kimi (Kimi-K2): calls in a section of special tokens, each its id
- * (functions.NAME:I, kept as the call's id so that it comes back in the
- * history) and its arguments' JSON; otherwise as hermes, the section in
- * place of the block.
+ * kimi (Kimi-K2), deepseek31 and deepseek3 (DeepSeek V3.1, V3 / R1):
+ * calls in a section of special tokens (sd_tool_format's comment), Kimi's
+ * each with its id (functions.NAME:I, kept as the call's id so that it
+ * comes back in the history); otherwise as hermes, the section in place of
+ * the block.
  *
  * hermes (Qwen2.5 / Qwen3): each call a JSON object {"name": ..., "arguments": {...}}
  * between <tool_call> and </tool_call>. Text before the first call is the
@@ -55,7 +56,7 @@ typedef struct sd_tc_parser {
     int n_calls;     /* calls emitted, the one being emitted counted (its index: n_calls - 1) */
     int max_calls;   /* 0: any number */
     uint64_t id_key; /* the calls' ids: a mix of this and their number */
-    const char *open, *close; /* the tags around a call (hermes) or the calls (kimi) */
+    const char *open, *close; /* the tags around a call (hermes) or the calls (a section) */
     size_t open_len, close_len;
     sd_buf hold;     /* text not yet emitted: a tag's possible start, a call's body,
                         whitespace after a call */
@@ -65,6 +66,9 @@ typedef struct sd_tc_parser {
 
 void sd_tc_init(sd_tc_parser *p, sd_tool_format format, int max_calls, uint64_t id_key, sd_tc_emit emit,
                 void *arg);
+/* 1 when format f's calls are in special tokens: its replies must be read
+ * with special tokens printed (sd_gen_params.keep_special) */
+int sd_tc_keeps_special(sd_tool_format f);
 /* 0, SD_ENOMEM, or the emit callback's non-zero return. */
 int sd_tc_feed(sd_tc_parser *p, const char *text, size_t len);
 /* The output ended: what is held goes out (an unfinished call as content). */

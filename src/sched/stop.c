@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
+
 int sd_stop_init(sd_stop *s, const char *const *stops, int n, sd_err *err)
 {
     memset(s, 0, sizeof *s);
@@ -57,12 +59,9 @@ static size_t partial_tail(const sd_stop *s, const char *h, size_t n)
 {
     size_t best = 0;
     for (int i = 0; i < s->n; i++) {
-        size_t L = s->lens[i];
-        for (size_t k = (L - 1 < n ? L - 1 : n); k > best; k--)
-            if (memcmp(h + n - k, s->stops[i], k) == 0) {
-                best = k;
-                break;
-            }
+        size_t k = sd_tag_tail(h, n, s->stops[i], s->lens[i]);
+        if (k > best)
+            best = k;
     }
     return best;
 }
