@@ -2,6 +2,7 @@
 #include "engine/adaptive.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -788,6 +789,48 @@ static int informed(const sd_adaptive *a, int batch, int drafting)
     return k_measured(a, batch, drafting, 0) && k_measured(a, batch, drafting, 1);
 }
 
+/* what a point of c at x lacks, for the debug log: never measured, too
+ * few times, or aged out (SD_CURVE_FRESH) */
+static const char *point_lack(const sd_curve *c, int x, char *buf, size_t n)
+{
+    const sd_curve_pt *p = point_of(c, x);
+    if (!p)
+        return "not measured";
+    if (p->n < SD_CURVE_TRUST)
+        snprintf(buf, n, "%d of %d times", p->n, SD_CURVE_TRUST);
+    else
+        snprintf(buf, n, "aged out (%llu steps)", (unsigned long long)(c->now - p->at));
+    return buf;
+}
+
+/* why informed() is false, for the debug log: for k = 0 and 1, the curve
+ * and point that do not cover it */
+static void uninformed_why(const sd_adaptive *a, int batch, int drafting, char *out, size_t n)
+{
+    size_t o = 0;
+    out[0] = 0;
+    for (int k = 0; k < 2 && o < n; k++) {
+        if (k_measured(a, batch, drafting, k))
+            continue;
+        const int x = sd_row_bucket(step_rows(batch, drafting, k));
+        const sd_curve *tc = sd_adaptive_target(a, batch);
+        const int id = target_index(a, drafting);
+        char b[48];
+        int w;
+        if (!tc)
+            w = snprintf(out + o, n - o, "; k %d: no curve of batch %d", k,
+                         sd_adapt_batch_bucket(batch));
+        else if (!covered(tc, x))
+            w = snprintf(out + o, n - o, "; k %d: %d rows of batch %d %s", k, x,
+                         sd_adapt_batch_bucket(batch), point_lack(tc, x, b, sizeof b));
+        else
+            w = snprintf(out + o, n - o, "; k %d: the draft of %d requests %s", k,
+                         sd_adapt_batch_bucket(drafting),
+                         id < 0 ? "not measured" : point_lack(&a->target[id].draft, 1, b, sizeof b));
+        o += w > 0 ? (size_t)w : 0;
+    }
+}
+
 int sd_adaptive_informed(const sd_adaptive *a, int batch)
 {
     if (batch < 1)
@@ -853,9 +896,14 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
      * there), and the choice's neighbours by the probes below. */
     a->pick_kpr = a->keys > 0 ? a->keys / batch : 0;
     int explore = !informed(a, batch, drafting);
-    if (explore != a->exploring)
-        sd_log_debug("adaptive k: %s at batch %d (step %llu)", explore ? "exploring" : "explored",
-                     batch, (unsigned long long)a->steps);
+    if (explore != a->exploring && sd_log_level() >= SD_LOG_DEBUG) {
+        char why[256] = "";
+        if (explore)
+            uninformed_why(a, batch, drafting, why, sizeof why);
+        sd_log_debug("adaptive k: %s at batch %d, %d drafting (step %llu)%s",
+                     explore ? "exploring" : "explored", batch, drafting,
+                     (unsigned long long)a->steps, why);
+    }
     /* an exploration's end measured both prices at this batch and context,
      * as a refresh does: the gap to the next refresh counts from it (also
      * where the batch left the bucket it explored before the end: points
