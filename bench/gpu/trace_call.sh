@@ -10,7 +10,8 @@
 #      LEVEL=RATE (default 64=650) with --log-level debug, NREQ (1024)
 #      requests of 128 tokens: the servers' logs and results in
 #      OUT/trace.tgz, and the counts of each exploration's cause
-#      (adaptive k's "exploring at batch" lines) in OUT/summary.txt.
+#      (adaptive k's "exploring at batch" lines) and where each server's host
+#      time between steps went (bench/serve/host_gaps.py) in OUT/summary.txt.
 # No sweep starts past DEADLINE (BUDGET_S, default 520 s, after the start).
 # usage: bench/gpu/trace_call.sh OUT COMMIT BIN_DIR
 set -uo pipefail
@@ -83,6 +84,8 @@ for f in glob.glob(d + "/serve-*.log"):
             ref[m.group(1).strip()] += 1
 print("  refreshes: %s" % "; ".join("%s x%d" % kv for kv in ref.most_common()))
 P
+    # where each server's host time between steps went (the largest four)
+    python3 bench/serve/host_gaps.py --top 4 "$d"/serve-*.log 2>&1 | sed "s|$d/||" | tee -a "$out/summary.txt"
     for f in "$d"/serve-*.log; do [ -f "$f" ] && xz -T0 "$f"; done
 done
 tar -C "$w" -czf "$out/trace.tgz" trace 2>/dev/null
