@@ -99,10 +99,16 @@ static void exercise(sd_oai_request *r, int tokenize, const void *data, size_t s
     st.completion_tokens = (int)(size % 97);
     st.spec.steps = size % 13;
     st.spec.emitted = size % 31;
-    sd_oai_meta m = {r->kind, "cmpl-fuzz", 1, MODEL};
+    /* the request's own n choices (at most 4 here), the last of them in m */
+    const int n = r->n < 1 ? 1 : r->n > 4 ? 4 : r->n;
+    sd_oai_meta m = {r->kind, "cmpl-fuzz", 1, MODEL, n - 1};
     sd_buf b = {0};
     /* the raw input stands in for model output: any bytes at all */
-    if (sd_oai_response(&b, &m, data, size, data, size, SD_FINISH_STOP, &st) ||
+    sd_oai_choice ch[4];
+    for (int i = 0; i < n; i++)
+        ch[i] = (sd_oai_choice){data, size >> i, data, size, NULL, 0,
+                                i % 2 ? SD_FINISH_LENGTH : SD_FINISH_STOP};
+    if (sd_oai_response(&b, &m, ch, n, &st) ||
         sd_oai_chunk_event(&b, &m, 1, data, size, SD_FINISH_NONE) ||
         sd_oai_usage_event(&b, &m, &st) || sd_sse_done(&b))
         die("response builders failed", data, size);

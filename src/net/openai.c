@@ -252,12 +252,6 @@ static int check_unsupported(json_t *root, sd_oai_kind kind, sd_api_error *e)
 {
     json_t *v;
     long long x;
-    if ((v = json_object_get(root, "n")) && !json_is_null(v)) {
-        if (get_int(v, "n", 1, 128, &x, e))
-            return SD_EINVAL;
-        if (x != 1)
-            return unsupported(e, "n", "more than one choice per request (n > 1)");
-    }
     if ((v = json_object_get(root, "best_of")) && !json_is_null(v)) {
         if (get_int(v, "best_of", 1, 128, &x, e))
             return SD_EINVAL;
@@ -862,6 +856,12 @@ static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model
         g->seed = (uint64_t)x;
         g->has_seed = 1;
     }
+    r->n = 1;
+    if ((v = json_object_get(root, "n")) && !json_is_null(v)) {
+        if (get_int(v, "n", 1, SD_OAI_MAX_N, &x, e))
+            return SD_EINVAL;
+        r->n = (int)x;
+    }
     if ((v = json_object_get(root, "ignore_eos")) && !json_is_null(v) &&
         get_bool(v, "ignore_eos", &g->ignore_eos, e))
         return SD_EINVAL;
@@ -1095,44 +1095,36 @@ static json_t *head(const sd_oai_meta *m, const char *object)
     return o;
 }
 
-/* c, the one choice (index 0), gets logprobs null and its finish reason,
- * and goes into o as "choices": [c] */
-static void set_choice(json_t *o, json_t *c, sd_finish why)
+/* c, a choice object holding its index and its text, message or delta,
+ * gets logprobs null and its finish reason (last, as OpenAI orders them) */
+static json_t *choice_end(json_t *c, sd_finish why)
 {
     json_object_set_new(c, "logprobs", json_null());
     json_object_set_new(c, "finish_reason", finish_json(why));
-    json_t *arr = json_array();
-    json_array_append_new(arr, c);
-    json_object_set_new(o, "choices", arr);
+    return c;
 }
 
+static json_t *choice_obj(int index)
+{
+    json_t *c = json_object();
+    json_object_set_new(c, "index", json_integer(index));
+    return c;
+}
+
+/* one chunk's choices: [c] (c's index m->index), returned */
+static json_t *chunk_choice(json_t *o, const sd_oai_meta *m)
+{
+    json_t *c = choice_obj(m->index), *arr = json_array();
+    json_array_append_new(arr, c);
+    json_object_set_new(o, "choices", arr);
+    return c;
+}
 
 /* a message's reasoning_content: rs NULL none, else the text, null when empty */
 static void set_reasoning(json_t *msg, const char *rs, size_t rlen)
 {
     if (rs)
         json_object_set_new(msg, "reasoning_content", rlen ? text_json(rs, rlen) : json_null());
-}
-
-int sd_oai_response(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len, const char *reasoning,
-                    size_t rlen, sd_finish why, const sd_req_stats *st)
-{
-    int chat = m->kind == SD_OAI_CHAT;
-    json_t *o = head(m, chat ? "chat.completion" : "text_completion");
-    json_t *c = json_object();
-    json_object_set_new(c, "index", json_integer(0));
-    if (chat) {
-        json_t *msg = json_object();
-        json_object_set_new(msg, "role", json_string("assistant"));
-        json_object_set_new(msg, "content", text_json(text, len));
-        set_reasoning(msg, reasoning, rlen);
-        json_object_set_new(c, "message", msg);
-    } else {
-        json_object_set_new(c, "text", text_json(text, len));
-    }
-    set_choice(o, c, why);
-    json_object_set_new(o, "usage", usage_obj(st));
-    return dump_json(out, o);
 }
 
 static json_t *call_json(const sd_tool_call *c, int index)
@@ -1148,27 +1140,37 @@ static json_t *call_json(const sd_tool_call *c, int index)
     return o;
 }
 
-int sd_oai_response_calls(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len, const char *reasoning,
-                          size_t rlen, const sd_tool_call *calls, int n_calls, sd_finish why,
-                          const sd_req_stats *st)
+int sd_oai_response(sd_buf *out, const sd_oai_meta *m, const sd_oai_choice *choices, int n,
+                    const sd_req_stats *usage)
 {
-    json_t *o = head(m, "chat.completion");
-    json_t *c = json_object(), *msg = json_object(), *arr = json_array();
-    json_object_set_new(c, "index", json_integer(0));
-    json_object_set_new(msg, "role", json_string("assistant"));
-    json_object_set_new(msg, "content", n_calls && !len ? json_null() : text_json(text, len));
-    set_reasoning(msg, reasoning, rlen);
-    for (int i = 0; i < n_calls; i++)
-        json_array_append_new(arr, call_json(&calls[i], -1));
-    if (n_calls)
-        json_object_set_new(msg, "tool_calls", arr);
-    else
-        json_decref(arr);
-    json_object_set_new(c, "message", msg);
-    set_choice(o, c, why);
-    if (n_calls)
-        json_object_set_new(c, "finish_reason", json_string("tool_calls"));
-    json_object_set_new(o, "usage", usage_obj(st));
+    int chat = m->kind == SD_OAI_CHAT;
+    json_t *o = head(m, chat ? "chat.completion" : "text_completion"), *arr = json_array();
+    for (int i = 0; i < n; i++) {
+        const sd_oai_choice *ch = &choices[i];
+        json_t *c = choice_obj(i);
+        if (chat) {
+            json_t *msg = json_object();
+            json_object_set_new(msg, "role", json_string("assistant"));
+            json_object_set_new(msg, "content", ch->n_calls && !ch->len ? json_null()
+                                                                        : text_json(ch->text, ch->len));
+            set_reasoning(msg, ch->reasoning, ch->rlen);
+            if (ch->n_calls) {
+                json_t *calls = json_array();
+                for (int k = 0; k < ch->n_calls; k++)
+                    json_array_append_new(calls, call_json(&ch->calls[k], -1));
+                json_object_set_new(msg, "tool_calls", calls);
+            }
+            json_object_set_new(c, "message", msg);
+        } else {
+            json_object_set_new(c, "text", text_json(ch->text, ch->len));
+        }
+        choice_end(c, ch->why);
+        if (ch->n_calls)
+            json_object_set_new(c, "finish_reason", json_string("tool_calls"));
+        json_array_append_new(arr, c);
+    }
+    json_object_set_new(o, "choices", arr);
+    json_object_set_new(o, "usage", usage_obj(usage));
     return dump_json(out, o);
 }
 
@@ -1187,8 +1189,7 @@ int sd_oai_chunk_event(sd_buf *out, const sd_oai_meta *m, int role, const char *
 {
     int chat = m->kind == SD_OAI_CHAT;
     json_t *o = head(m, chat ? "chat.completion.chunk" : "text_completion");
-    json_t *c = json_object();
-    json_object_set_new(c, "index", json_integer(0));
+    json_t *c = chunk_choice(o, m);
     if (chat) {
         json_t *d = json_object();
         if (role)
@@ -1199,40 +1200,37 @@ int sd_oai_chunk_event(sd_buf *out, const sd_oai_meta *m, int role, const char *
     } else {
         json_object_set_new(c, "text", text_json(text, len));
     }
-    set_choice(o, c, why);
+    choice_end(c, why);
     return event(out, o);
 }
 
 int sd_oai_reasoning_event(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len)
 {
     json_t *o = head(m, "chat.completion.chunk");
-    json_t *c = json_object(), *d = json_object();
-    json_object_set_new(c, "index", json_integer(0));
+    json_t *c = chunk_choice(o, m), *d = json_object();
     json_object_set_new(d, "reasoning_content", text_json(text, len));
     json_object_set_new(c, "delta", d);
-    set_choice(o, c, SD_FINISH_NONE);
+    choice_end(c, SD_FINISH_NONE);
     return event(out, o);
 }
 
 int sd_oai_tool_call_event(sd_buf *out, const sd_oai_meta *m, int index, const sd_tool_call *tc)
 {
     json_t *o = head(m, "chat.completion.chunk");
-    json_t *c = json_object(), *d = json_object(), *arr = json_array();
-    json_object_set_new(c, "index", json_integer(0));
+    json_t *c = chunk_choice(o, m), *d = json_object(), *arr = json_array();
     json_array_append_new(arr, call_json(tc, index));
     json_object_set_new(d, "tool_calls", arr);
     json_object_set_new(c, "delta", d);
-    set_choice(o, c, SD_FINISH_NONE);
+    choice_end(c, SD_FINISH_NONE);
     return event(out, o);
 }
 
 int sd_oai_tool_calls_finish_event(sd_buf *out, const sd_oai_meta *m)
 {
     json_t *o = head(m, "chat.completion.chunk");
-    json_t *c = json_object();
-    json_object_set_new(c, "index", json_integer(0));
+    json_t *c = chunk_choice(o, m);
     json_object_set_new(c, "delta", json_object());
-    set_choice(o, c, SD_FINISH_NONE);
+    choice_end(c, SD_FINISH_NONE);
     json_object_set_new(c, "finish_reason", json_string("tool_calls"));
     return event(out, o);
 }

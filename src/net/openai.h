@@ -67,6 +67,7 @@ typedef struct sd_oai_request {
     int n_msgs;
     int stream;
     int include_usage;
+    int n; /* choices: n generations of the one prompt (1..SD_OAI_MAX_N) */
     int max_tokens;               /* -1: not given (sd_oai_fit_context picks it) */
     const char *max_tokens_param; /* the name the client used, for errors */
     char **stop;                  /* owned; gen.stop points here */
@@ -87,6 +88,8 @@ typedef struct sd_oai_request {
 /* Stop strings: at most this many, each at most SD_OAI_MAX_STOP_LEN bytes. */
 #define SD_OAI_MAX_STOP 16
 #define SD_OAI_MAX_STOP_LEN 512
+/* The most choices one request may ask for (n; OpenAI's limit too). */
+#define SD_OAI_MAX_N 128
 /* /v1/completions without max_tokens generates this many (OpenAI's default). */
 #define SD_OAI_DEFAULT_COMPLETION_TOKENS 16
 
@@ -108,24 +111,35 @@ int sd_oai_parse_tokenize(const char *body, size_t len, const char *served_model
  * leaves). 400 naming the prompt/messages or the max_tokens parameter. */
 int sd_oai_fit_context(sd_oai_request *r, int n_prompt, int max_context, sd_api_error *e);
 
-/* The identity every response and chunk of one request carries. */
+/* The identity every response and chunk of one request carries; index:
+ * the choice a stream chunk is of (n > 1). */
 typedef struct sd_oai_meta {
     sd_oai_kind kind;
     const char *id;    /* "cmpl-..." or "chatcmpl-..." */
     long long created; /* unix seconds */
     const char *model;
+    int index;
 } sd_oai_meta;
 
-/* The whole non-streaming response: text_completion or chat.completion.
- * reasoning (chat, --reasoning-parser): NULL no reasoning_content field, else
- * its rlen bytes (null when none). */
-int sd_oai_response(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len, const char *reasoning,
-                    size_t rlen, sd_finish why, const sd_req_stats *st);
-/* chat.completion with the model's tool calls: content null where the text is
- * empty, "tool_calls": [...], finish_reason "tool_calls" (n_calls > 0). */
-int sd_oai_response_calls(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len, const char *reasoning,
-                          size_t rlen, const sd_tool_call *calls, int n_calls, sd_finish why,
-                          const sd_req_stats *st);
+/* One choice of a whole response. reasoning (chat, --reasoning-parser):
+ * NULL no reasoning_content field, else its rlen bytes (null when none).
+ * calls (chat): the model's tool calls; with any, content is null where
+ * the text is empty, and finish_reason is "tool_calls". */
+typedef struct sd_oai_choice {
+    const char *text;
+    size_t len;
+    const char *reasoning;
+    size_t rlen;
+    const sd_tool_call *calls;
+    int n_calls;
+    sd_finish why;
+} sd_oai_choice;
+
+/* The whole non-streaming response (text_completion or chat.completion)
+ * of n choices, indexed in order; usage: the request's (prompt once, the
+ * choices' completions summed). */
+int sd_oai_response(sd_buf *out, const sd_oai_meta *m, const sd_oai_choice *choices, int n,
+                    const sd_req_stats *usage);
 /* A chat stream chunk of reasoning: delta {"reasoning_content": text}. */
 int sd_oai_reasoning_event(sd_buf *out, const sd_oai_meta *m, const char *text, size_t len);
 /* A chat stream chunk holding tool call number index (whole: id, name and
@@ -134,7 +148,7 @@ int sd_oai_tool_call_event(sd_buf *out, const sd_oai_meta *m, int index, const s
 /* The last chat chunk of a stream that made tool calls: finish_reason
  * "tool_calls". */
 int sd_oai_tool_calls_finish_event(sd_buf *out, const sd_oai_meta *m);
-/* One SSE event holding a stream chunk. Chat: role != 0 sends the assistant
+/* One SSE event holding a stream chunk (of choice m->index). Chat: role != 0 sends the assistant
  * role (first chunk); text may be empty; why != SD_FINISH_NONE sets
  * finish_reason (and an empty delta). Completions ignore role. */
 int sd_oai_chunk_event(sd_buf *out, const sd_oai_meta *m, int role, const char *text, size_t len,

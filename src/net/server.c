@@ -31,6 +31,7 @@
 enum { ST_NOMODEL, ST_LOADING, ST_WARMING, ST_READY, ST_FAILED };
 
 typedef struct job job;
+typedef struct reply reply;
 
 /* One engine callback, copied for the loop thread. */
 typedef struct event {
@@ -46,19 +47,43 @@ typedef struct event {
     char text[];
 } event;
 
-/* A request the engine holds. Lives until the engine's on_finish has been
- * handled on the loop, whatever happened to its connection. */
-struct job {
+/* One response: a request's n choices (n > 1: the same prompt generated n
+ * times), each an engine request (a job). Lives until the last of its jobs
+ * has finished, whatever happened to its connection. */
+struct reply {
     sd_server *s;
     sd_http_req *req; /* NULL once the response ended or the client went away */
     uint64_t rid;     /* server request number (logs) */
-    uint64_t eid;     /* engine id */
     sd_oai_kind kind;
     int stream, include_usage, warmup;
     char id[48];
     long long created;
+    sd_buf out;   /* streaming: the SSE events of one wake, written together */
+    reply *dirty; /* next reply with events in out (on_wake's list: those with out.len) */
+    const char *cancel_why;
+    char peer[64];
+    int n, live;   /* choices; those whose engine request has not finished */
+    int streaming; /* the stream's head went out */
+    int gone;      /* the client went away */
+    int refused;   /* a choice was refused at submission (e says why) */
+    /* the first choice that failed (its error is the response's; the
+     * others are cancelled), else 0 */
+    int failed;
+    sd_finish fail_why;
+    sd_api_error e;
+    sd_req_stats usage; /* the prompt once; completions and speculation summed */
+    job *jobs[];        /* n */
+};
+
+/* One choice: an engine request. */
+struct job {
+    sd_server *s;
+    reply *rp;
+    int index;    /* its choice's */
+    uint64_t eid; /* engine id */
+    int live;     /* submitted and not finished (on the server's list) */
+    sd_finish why;
     sd_buf text; /* non-streaming: the whole completion (with tools: its content) */
-    sd_buf out;  /* streaming: the SSE events of one wake, written together */
     /* tools: the model's text read for tool calls (net/toolcall.h); what is
      * not a call is content */
     int tools;
@@ -70,10 +95,7 @@ struct job {
     sd_buf rtext; /* non-streaming: the reasoning */
     sd_tool_call *calls; /* non-streaming: the calls made (streaming: tc.n_calls sent) */
     int n_calls, cap_calls;
-    job *dirty;  /* next job with events in out (on_wake's list: those with out.len) */
     uint64_t t_last; /* engine-thread time of the last tokens, ns */
-    const char *cancel_why;
-    char peer[64];
     job *prev, *next;
 };
 
@@ -153,32 +175,51 @@ static void reject(sd_server *s, sd_http_req *req, uint64_t rid, const sd_api_er
     sd_buf_free(&body);
 }
 
-/* ---- jobs ---------------------------------------------------------------------- */
+/* ---- replies and jobs ------------------------------------------------------------ */
 
-static job *job_new(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_kind kind)
+static reply *reply_new(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_kind kind, int n)
 {
-    job *j = calloc(1, sizeof *j);
-    if (!j)
+    reply *rp = calloc(1, sizeof *rp + (size_t)n * sizeof rp->jobs[0]);
+    if (!rp)
         return NULL;
-    j->s = s;
-    j->req = req;
-    j->rid = rid;
-    j->kind = kind;
-    j->created = (long long)time(NULL);
+    rp->s = s;
+    rp->req = req;
+    rp->rid = rid;
+    rp->kind = kind;
+    rp->n = n;
+    rp->created = (long long)time(NULL);
     uint64_t c = ++s->id_count;
-    snprintf(j->id, sizeof j->id, "%s-%016llx%08llx", kind == SD_OAI_CHAT ? "chatcmpl" : "cmpl",
+    snprintf(rp->id, sizeof rp->id, "%s-%016llx%08llx", kind == SD_OAI_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)sd_mix64(s->id_key ^ c),
              (unsigned long long)(sd_mix64(s->id_key + c) & 0xffffffffu));
-    snprintf(j->peer, sizeof j->peer, "%s", req ? sd_http_peer(req) : "-");
+    snprintf(rp->peer, sizeof rp->peer, "%s", req ? sd_http_peer(req) : "-");
+    for (int i = 0; i < n; i++) {
+        job *j = calloc(1, sizeof *j);
+        if (!j)
+            return rp; /* (the caller sees the NULL) */
+        j->s = s;
+        j->rp = rp;
+        j->index = i;
+        rp->jobs[i] = j;
+    }
+    return rp;
+}
+
+/* a submitted job goes on the server's list of engine requests */
+static void job_live(job *j)
+{
+    sd_server *s = j->s;
+    j->live = 1;
+    j->rp->live++;
     j->next = s->jobs;
     if (s->jobs)
         s->jobs->prev = j;
     s->jobs = j;
     s->n_jobs++;
-    return j;
 }
 
-static void job_free(job *j)
+/* its engine request finished: off the list (the job stays with its reply) */
+static void job_ended(job *j)
 {
     sd_server *s = j->s;
     if (j->prev)
@@ -187,9 +228,19 @@ static void job_free(job *j)
         s->jobs = j->next;
     if (j->next)
         j->next->prev = j->prev;
+    j->prev = j->next = NULL;
     s->n_jobs--;
+    j->live = 0;
+    j->rp->live--;
+}
+
+static void job_free(job *j)
+{
+    if (!j)
+        return;
+    if (j->live)
+        job_ended(j);
     sd_buf_free(&j->text);
-    sd_buf_free(&j->out);
     sd_tc_free(&j->tc);
     sd_rs_free(&j->rs);
     sd_buf_free(&j->rtext);
@@ -199,10 +250,53 @@ static void job_free(job *j)
     free(j);
 }
 
+static void reply_free(reply *rp)
+{
+    for (int i = 0; i < rp->n; i++)
+        job_free(rp->jobs[i]);
+    sd_buf_free(&rp->out);
+    free(rp);
+}
+
 static sd_oai_meta job_meta(const job *j)
 {
-    sd_oai_meta m = {j->kind, j->id, j->created, j->s->model_name};
+    const reply *rp = j->rp;
+    sd_oai_meta m = {rp->kind, rp->id, rp->created, j->s->model_name, j->index};
     return m;
+}
+
+/* cancels the reply's engine requests still running */
+static void reply_cancel(reply *rp, const char *why)
+{
+    if (!rp->cancel_why)
+        rp->cancel_why = why;
+    for (int i = 0; i < rp->n; i++)
+        if (rp->jobs[i]->live && rp->s->engine)
+            sd_engine_cancel(rp->s->engine, rp->jobs[i]->eid);
+}
+
+/* a choice's statistics into the reply's usage: the prompt once (the
+ * choices share it), the rest summed; the first token's and the whole
+ * time the longest of the choices' */
+static void usage_add(sd_req_stats *u, const sd_req_stats *st)
+{
+    u->prompt_tokens = st->prompt_tokens;
+    u->completion_tokens += st->completion_tokens;
+    u->queued_s = SD_MAX(u->queued_s, st->queued_s);
+    u->ttft_s = SD_MAX(u->ttft_s, st->ttft_s);
+    u->total_s = SD_MAX(u->total_s, st->total_s);
+    sd_spec_stats *a = &u->spec;
+    const sd_spec_stats *b = &st->spec;
+    a->steps += b->steps;
+    a->drafted += b->drafted;
+    a->accepted += b->accepted;
+    a->emitted += b->emitted;
+    for (int i = 0; i < 16; i++) {
+        a->accepted_at[i] += b->accepted_at[i];
+        a->proposed_at[i] += b->proposed_at[i];
+    }
+    a->draft_s += b->draft_s;
+    a->verify_s += b->verify_s;
 }
 
 /* ---- engine callbacks (engine thread): copy, queue, wake ------------------------- */
@@ -225,7 +319,7 @@ static void on_output(void *user, const char *text, size_t len, const int32_t *i
     event *ev = malloc(sizeof *ev + len + 1);
     if (!ev) {
         sd_log_error("request %llu: out of memory queueing %zu bytes of output",
-                     (unsigned long long)j->rid, len);
+                     (unsigned long long)j->rp->rid, len);
         return;
     }
     memset(ev, 0, sizeof *ev);
@@ -261,11 +355,11 @@ static void on_finish(void *user, sd_finish why, const sd_req_stats *st, const c
 /* ---- events on the loop -------------------------------------------------------- */
 
 /* The tool-call parser's output: content and calls, kept (a whole response)
- * or as stream chunks in the job's gathered events. */
+ * or as stream chunks in the reply's gathered events. */
 static int tc_emit(void *arg, const char *content, size_t len, const sd_tool_call *call)
 {
     job *j = arg;
-    if (!j->stream) {
+    if (!j->rp->stream) {
         if (!call)
             return sd_buf_append(&j->text, content, len) ? SD_ENOMEM : 0;
         if (j->n_calls == j->cap_calls) {
@@ -289,21 +383,21 @@ static int tc_emit(void *arg, const char *content, size_t len, const sd_tool_cal
     }
     sd_oai_meta m = job_meta(j);
     if (!call)
-        return sd_oai_chunk_event(&j->out, &m, 0, content, len, SD_FINISH_NONE) ? SD_ENOMEM : 0;
+        return sd_oai_chunk_event(&j->rp->out, &m, 0, content, len, SD_FINISH_NONE) ? SD_ENOMEM : 0;
     /* (the parser counts a call before it emits it: its index is one less) */
-    return sd_oai_tool_call_event(&j->out, &m, j->tc.n_calls - 1, call) ? SD_ENOMEM : 0;
+    return sd_oai_tool_call_event(&j->rp->out, &m, j->tc.n_calls - 1, call) ? SD_ENOMEM : 0;
 }
 
 /* Text of the reply's content: kept (a whole response), read for tool
- * calls, or a stream chunk in the job's gathered events. */
+ * calls, or a stream chunk in the reply's gathered events. */
 static int content_out(job *j, const char *text, size_t len)
 {
     if (j->tools)
         return sd_tc_feed(&j->tc, text, len);
-    if (!j->stream)
+    if (!j->rp->stream)
         return sd_buf_append(&j->text, text, len) ? SD_ENOMEM : 0;
     sd_oai_meta m = job_meta(j);
-    return sd_oai_chunk_event(&j->out, &m, 0, text, len, SD_FINISH_NONE) ? SD_ENOMEM : 0;
+    return sd_oai_chunk_event(&j->rp->out, &m, 0, text, len, SD_FINISH_NONE) ? SD_ENOMEM : 0;
 }
 
 /* The reasoning parser's output: reasoning kept or streamed as
@@ -313,148 +407,188 @@ static int rs_emit(void *arg, int reasoning, const char *text, size_t len)
     job *j = arg;
     if (!reasoning)
         return content_out(j, text, len);
-    if (!j->stream)
+    if (!j->rp->stream)
         return sd_buf_append(&j->rtext, text, len) ? SD_ENOMEM : 0;
     sd_oai_meta m = job_meta(j);
-    return sd_oai_reasoning_event(&j->out, &m, text, len) ? SD_ENOMEM : 0;
+    return sd_oai_reasoning_event(&j->rp->out, &m, text, len) ? SD_ENOMEM : 0;
 }
 
-/* The events of one wake for a job stream, as one write: at batch 64 the
+/* The events of one wake for a stream, as one write: at batch 64 the
  * engine makes 64 events a step, and a write each (a system call) left the
  * loop 13-37 ms behind the engine at the end of a burst on an H200
- * (NOTES.md, session 32). Returns the job to put on the dirty list, or NULL. */
-static job *handle_output(sd_server *s, event *ev)
+ * (NOTES.md, session 32). Returns the reply to put on the dirty list, or
+ * NULL. */
+static reply *handle_output(sd_server *s, event *ev)
 {
     job *j = ev->j;
+    reply *rp = j->rp;
     if (ev->n_ids > 0) {
         if (j->t_last)
             sd_metrics_tokens(&s->metrics, (double)(ev->t_ns - j->t_last) * 1e-9, ev->n_ids);
         j->t_last = ev->t_ns;
     }
-    if (!j->req || !ev->len)
+    if (!rp->req || !ev->len || rp->failed) /* (a failed reply's answer is its error) */
         return NULL;
-    const size_t len0 = j->out.len; /* 0: not on the list yet */
+    const size_t len0 = rp->out.len; /* 0: not on the list yet */
     int rc = j->reasoning ? sd_rs_feed(&j->rs, ev->text, ev->len) : content_out(j, ev->text, ev->len);
-    if (!j->stream) {
+    if (!rp->stream) {
         if (rc)
             j->text.oom = 1; /* the response fails as out of memory */
         return NULL;
     }
     if (rc != 0) {
-        j->out.len = len0; /* (the event is lost, as a failed write's would be) */
-        if (j->out.p)
-            j->out.p[len0] = 0;
-        j->out.oom = 0;
+        rp->out.len = len0; /* (the event is lost, as a failed write's would be) */
+        if (rp->out.p)
+            rp->out.p[len0] = 0;
+        rp->out.oom = 0;
     }
-    return !len0 && j->out.len ? j : NULL;
+    return !len0 && rp->out.len ? rp : NULL;
 }
 
-/* writes a job's gathered events */
-static void flush_output(job *j)
+/* writes a reply's gathered events */
+static void flush_output(reply *rp)
 {
-    if (j->req && j->out.len)
-        sd_http_stream_write(j->req, j->out.p, j->out.len); /* a failure: the abort callback follows */
-    sd_buf_clear(&j->out);
+    if (rp->req && rp->out.len)
+        sd_http_stream_write(rp->req, rp->out.p, rp->out.len); /* a failure: the abort callback follows */
+    sd_buf_clear(&rp->out);
 }
 
 static void warmup_done(sd_server *s, sd_finish why, const char *msg);
 
+/* the outcome of a finish for the metrics: the worst a reply's choices met */
+static sd_outcome outcome_of(sd_finish why)
+{
+    return why == SD_FINISH_STOP     ? SD_OUTCOME_STOP
+           : why == SD_FINISH_LENGTH ? SD_OUTCOME_LENGTH
+           : why == SD_FINISH_ERROR  ? SD_OUTCOME_ERROR
+                                     : SD_OUTCOME_CANCELLED;
+}
+
+/* The last choice finished: the whole response (non-streaming), or the
+ * stream's usage and end; the log line and the metrics; frees the reply. */
+static void reply_done(sd_server *s, reply *rp, const char *msg)
+{
+    int status = rp->gone && !rp->warmup ? 499 /* nginx's "client closed request" */
+                 : rp->failed         ? rp->e.status
+                                      : 200;
+    sd_finish why = rp->failed ? rp->fail_why : SD_FINISH_STOP;
+    for (int i = 0; i < rp->n && !rp->failed; i++)
+        if (rp->jobs[i]->why == SD_FINISH_LENGTH)
+            why = SD_FINISH_LENGTH;
+    if (rp->req) {
+        sd_oai_meta m = job_meta(rp->jobs[0]);
+        sd_buf b = {0};
+        if (rp->streaming) {
+            /* (a failure ended the stream at once: ok here) */
+            if (rp->include_usage)
+                sd_oai_usage_event(&b, &m, &rp->usage);
+            sd_sse_done(&b);
+            if (!b.oom)
+                sd_http_stream_write(rp->req, b.p, b.len);
+            sd_http_stream_end(rp->req);
+        } else if (!rp->failed) {
+            sd_oai_choice ch[SD_OAI_MAX_N];
+            int oom = 0;
+            for (int i = 0; i < rp->n; i++) {
+                const job *j = rp->jobs[i];
+                ch[i] = (sd_oai_choice){j->text.p ? j->text.p : "", j->text.len,
+                                        j->reasoning ? (j->rtext.p ? j->rtext.p : "") : NULL,
+                                        j->rtext.len, j->calls, j->n_calls, j->why};
+                oom |= j->text.oom | j->rtext.oom;
+            }
+            if (oom || sd_oai_response(&b, &m, ch, rp->n, &rp->usage)) {
+                sd_http_respond_error(rp->req, 500, NULL, "out_of_memory", NULL,
+                                      "out of memory building the response");
+                status = 500;
+            } else {
+                sd_http_respond(rp->req, 200, "application/json", NULL, b.p, b.len);
+            }
+        } else {
+            sd_api_error_json(&b, &rp->e);
+            sd_http_respond(rp->req, rp->e.status, "application/json", NULL, b.p ? b.p : "", b.len);
+        }
+        sd_buf_free(&b);
+        rp->req = NULL;
+    }
+    if (!rp->warmup) {
+        sd_metrics_outcome(&s->metrics, !rp->refused         ? outcome_of(why)
+                                        : rp->e.status == 503 ? SD_OUTCOME_OVERLOADED
+                                                              : SD_OUTCOME_REJECTED);
+        const sd_req_stats *st = &rp->usage;
+        const sd_spec_stats *sp = &st->spec;
+        char choices[24] = "";
+        if (rp->n > 1)
+            snprintf(choices, sizeof choices, " n=%d", rp->n);
+        sd_log_info("request %llu %d finish=%s%s prompt=%d completion=%d ttft=%.1fms total=%.1fms "
+                    "accepted_len=%.2f%s%s peer %s",
+                    (unsigned long long)rp->rid, status, finish_name(why), choices, st->prompt_tokens,
+                    st->completion_tokens, st->ttft_s * 1e3, st->total_s * 1e3,
+                    sp->steps ? (double)sp->emitted / (double)sp->steps : 0.0,
+                    rp->cancel_why ? " cancelled: " : "", rp->cancel_why ? rp->cancel_why : "",
+                    rp->peer);
+    }
+    int warm = rp->warmup;
+    reply_free(rp);
+    if (warm)
+        warmup_done(s, why, msg);
+}
+
 static void handle_finish(sd_server *s, event *ev)
 {
     job *j = ev->j;
+    reply *rp = j->rp;
     sd_finish why = ev->why;
-    const sd_req_stats *st = &ev->st;
-    int status = 200;
-    if (!j->warmup) {
-        sd_outcome oc = why == SD_FINISH_STOP     ? SD_OUTCOME_STOP
-                        : why == SD_FINISH_LENGTH ? SD_OUTCOME_LENGTH
-                        : why == SD_FINISH_ERROR  ? SD_OUTCOME_ERROR
-                                                  : SD_OUTCOME_CANCELLED;
-        sd_metrics_outcome(&s->metrics, oc);
-        sd_metrics_finished(&s->metrics, st);
-    }
+    j->why = why;
+    job_ended(j);
+    if (!rp->warmup)
+        sd_metrics_finished(&s->metrics, &ev->st);
+    usage_add(&rp->usage, &ev->st);
     int ok = why == SD_FINISH_STOP || why == SD_FINISH_LENGTH;
-    sd_api_error e;
-    if (!ok) {
+    if (!ok && !rp->failed) {
+        /* the first failure is the response's; the other choices stop */
+        rp->failed = 1;
+        rp->fail_why = why;
         if (why == SD_FINISH_ERROR)
-            sd_api_error_set(&e, 500, NULL, "engine_error", "the engine failed this request: %s",
+            sd_api_error_set(&rp->e, 500, NULL, "engine_error", "the engine failed this request: %s",
                              ev->msg ? ev->msg : "unknown error");
         else
-            sd_api_error_set(&e, 503, NULL, "cancelled", "the request was cancelled (%s)",
-                             j->cancel_why ? j->cancel_why : "engine shutdown");
-        status = e.status;
-    }
-    if (j->req) {
-        sd_oai_meta m = job_meta(j);
-        sd_buf b = {0};
-        if ((j->reasoning || j->tools) && ok) {
+            sd_api_error_set(&rp->e, 503, NULL, "cancelled", "the request was cancelled (%s)",
+                             rp->cancel_why ? rp->cancel_why : "engine shutdown");
+        if (rp->live)
+            reply_cancel(rp, rp->n > 1 ? "another choice of the request failed" : NULL);
+        if (rp->req && rp->streaming) {
+            /* The status line went out with the first byte: errors travel
+             * as an SSE error event, and no [DONE] follows one. */
+            sd_buf b = {0};
+            flush_output(rp);
+            sd_sse_error(&b, &rp->e);
+            if (!b.oom)
+                sd_http_stream_write(rp->req, b.p, b.len);
+            sd_buf_free(&b);
+            sd_http_stream_end(rp->req);
+            rp->req = NULL;
+        }
+    } else if (ok && rp->req && !rp->failed) {
+        if (j->reasoning || j->tools) {
             /* what the parsers held (an unfinished call: content) goes out */
             int rc = j->reasoning ? sd_rs_end(&j->rs) : 0;
             if (!rc && j->tools)
                 rc = sd_tc_end(&j->tc);
-            if (rc && !j->stream)
+            if (rc && !rp->stream)
                 j->text.oom = 1;
-            if (j->stream && j->out.len)
-                flush_output(j);
         }
-        if (j->stream) {
-            /* The status line went out with the first byte: errors travel as
-             * an SSE error event, and no [DONE] follows one. */
-            if (ok) {
-                if (j->tools && j->tc.n_calls)
-                    sd_oai_tool_calls_finish_event(&b, &m);
-                else
-                    sd_oai_chunk_event(&b, &m, 0, "", 0, why);
-                if (j->include_usage)
-                    sd_oai_usage_event(&b, &m, st);
-                sd_sse_done(&b);
-            } else {
-                sd_sse_error(&b, &e);
-            }
-            if (!b.oom)
-                sd_http_stream_write(j->req, b.p, b.len);
-            sd_http_stream_end(j->req);
-        } else if (ok) {
-            int built;
-            const char *rs = j->reasoning ? (j->rtext.p ? j->rtext.p : "") : NULL;
-            if (j->tools) {
-                built = sd_oai_response_calls(&b, &m, j->text.p, j->text.len, rs, j->rtext.len, j->calls, j->n_calls,
-                                              why, st);
-            } else {
-                built = sd_oai_response(&b, &m, j->text.p, j->text.len, rs, j->rtext.len, why, st);
-            }
-            built |= j->rtext.oom;
-            if (j->text.oom || built) {
-                sd_http_respond_error(j->req, 500, NULL, "out_of_memory", NULL,
-                                      "out of memory building the response");
-                status = 500;
-            } else {
-                sd_http_respond(j->req, 200, "application/json", NULL, b.p, b.len);
-            }
-        } else {
-            sd_buf_clear(&b);
-            sd_api_error_json(&b, &e);
-            sd_http_respond(j->req, e.status, "application/json", NULL, b.p ? b.p : "", b.len);
+        if (rp->stream) {
+            /* this choice's last chunk */
+            sd_oai_meta m = job_meta(j);
+            if (j->tools && j->tc.n_calls)
+                sd_oai_tool_calls_finish_event(&rp->out, &m);
+            else
+                sd_oai_chunk_event(&rp->out, &m, 0, "", 0, why);
+            flush_output(rp);
         }
-        sd_buf_free(&b);
-        j->req = NULL;
-    } else if (!j->warmup) {
-        status = 499; /* nginx's "client closed request" */
     }
-    if (!j->warmup) {
-        const sd_spec_stats *sp = &st->spec;
-        sd_log_info("request %llu %d finish=%s prompt=%d completion=%d ttft=%.1fms total=%.1fms "
-                    "accepted_len=%.2f%s%s peer %s",
-                    (unsigned long long)j->rid, status, finish_name(why), st->prompt_tokens,
-                    st->completion_tokens, st->ttft_s * 1e3, st->total_s * 1e3,
-                    sp->steps ? (double)sp->emitted / (double)sp->steps : 0.0,
-                    j->cancel_why ? " cancelled: " : "", j->cancel_why ? j->cancel_why : "",
-                    j->peer);
-    }
-    int warm = j->warmup;
-    job_free(j);
-    if (warm)
-        warmup_done(s, why, ev->msg);
+    if (!rp->live)
+        reply_done(s, rp, ev->msg);
 }
 
 static void on_wake(uv_async_t *a)
@@ -464,9 +598,10 @@ static void on_wake(uv_async_t *a)
     event *ev = s->q_head;
     s->q_head = s->q_tail = NULL;
     pthread_mutex_unlock(&s->mu);
-    /* outputs first, gathered per job and written once each; then the
-     * finishes, in order (a job's finish is its last event, and frees it) */
-    job *dirty = NULL;
+    /* outputs first, gathered per reply and written once each; then the
+     * finishes, in order (a job's finish is its last event; the reply's
+     * last frees it) */
+    reply *dirty = NULL;
     event *fins = NULL, **fin_tail = &fins;
     while (ev) {
         event *next = ev->next;
@@ -475,17 +610,17 @@ static void on_wake(uv_async_t *a)
             *fin_tail = ev;
             fin_tail = &ev->next;
         } else {
-            job *j = handle_output(s, ev);
-            if (j) {
-                j->dirty = dirty;
-                dirty = j;
+            reply *rp = handle_output(s, ev);
+            if (rp) {
+                rp->dirty = dirty;
+                dirty = rp;
             }
             free(ev);
         }
         ev = next;
     }
     while (dirty) {
-        job *next = dirty->dirty;
+        reply *next = dirty->dirty;
         flush_output(dirty);
         dirty = next;
     }
@@ -501,16 +636,13 @@ static void on_wake(uv_async_t *a)
 /* The client went away (EOF, reset, or cut off as a slow reader). */
 static void on_abort(void *user, sd_http_req *req)
 {
-    job *j = user;
-    sd_server *s = j->s;
+    reply *rp = user;
     (void)req;
-    j->req = NULL;
-    if (!j->cancel_why)
-        j->cancel_why = "client disconnected";
+    rp->req = NULL;
+    rp->gone = 1;
     sd_log_info("request %llu: connection to %s closed before the response ended; cancelling",
-                (unsigned long long)j->rid, j->peer);
-    if (s->engine)
-        sd_engine_cancel(s->engine, j->eid);
+                (unsigned long long)rp->rid, rp->peer);
+    reply_cancel(rp, "client disconnected");
 }
 
 /* ---- routes ---------------------------------------------------------------------- */
@@ -648,7 +780,7 @@ static void generate_submit(sd_server *s, pending *p)
     sd_oai_request *r = &p->r;
     sd_api_error e;
     const char *extra = NULL;
-    job *j = NULL;
+    reply *rp = NULL;
     if (not_ready(s, &e)) {
         extra = s->draining ? NULL : "Retry-After: 5\r\n";
         goto fail;
@@ -659,6 +791,9 @@ static void generate_submit(sd_server *s, pending *p)
     sd_engine_get_stats(s->engine, &es);
     /* Requests submitted that the engine is not running yet: its queue plus
      * what it has not picked up. */
+    /* (n choices count as one here: their engine requests may run the
+     * queue past the limit by n - 1, and a request of n choices is never
+     * refused for its n alone) */
     if (s->n_jobs - es.running >= s->o->max_queued) {
         sd_api_error_set(&e, 503, NULL, "overloaded",
                          "the server is overloaded (%d requests queued); retry later",
@@ -666,60 +801,93 @@ static void generate_submit(sd_server *s, pending *p)
         extra = "Retry-After: 1\r\n";
         goto fail;
     }
-    j = job_new(s, req, p->rid, r->kind);
-    if (!j) {
-        sd_api_error_set(&e, 500, NULL, "out_of_memory", "out of memory");
-        goto fail;
-    }
-    j->stream = r->stream;
-    j->include_usage = r->include_usage;
-    if (r->tools) {
-        j->tools = 1;
-        sd_tool_format tf = sd_chat_template_tool_format(s->ct);
-        r->gen.keep_special = sd_tc_keeps_special(tf);
-        sd_tc_init(&j->tc, tf, r->parallel_tool_calls ? 0 : 1,
-                   sd_mix64(s->id_key ^ (j->rid << 20) ^ s->id_count), tc_emit, j);
-    }
-    if (s->reasoning && r->kind == SD_OAI_CHAT) {
-        j->reasoning = 1;
+    rp = reply_new(s, req, p->rid, r->kind, r->n);
+    for (int i = 0; rp && i < rp->n; i++)
+        if (!rp->jobs[i])
+            goto oom;
+    if (!rp)
+        goto oom;
+    rp->stream = r->stream;
+    rp->include_usage = r->include_usage;
+    if (r->tools)
+        r->gen.keep_special = sd_tc_keeps_special(sd_chat_template_tool_format(s->ct));
+    if (s->reasoning && r->kind == SD_OAI_CHAT)
         r->gen.keep_special |= s->think_special;
-        sd_rs_init(&j->rs, p->think_open, rs_emit, j);
-    }
-    sd_req_events ev = {on_output, on_finish};
-    sd_err err = {0};
     if (r->kind != SD_OAI_COMPLETIONS && s->eot_id >= 0) {
         r->gen.stop_ids = &s->eot_id;
         r->gen.n_stop_ids = 1;
     }
-    int rc = sd_engine_submit(s->engine, p->ids, p->n, &r->gen, &ev, j, &j->eid, &err);
-    if (rc) {
-        const char *param = !strncmp(err.msg, "prompt", 6)
-                                ? (r->kind == SD_OAI_CHAT ? "messages" : "prompt")
-                            : !strncmp(err.msg, "max_tokens", 10) ? r->max_tokens_param
-                                                                  : NULL;
-        sd_api_error_set(&e, rc == SD_EFULL ? 503 : rc == SD_EINVAL || rc == SD_ERANGE ? 400 : 500,
-                         param, rc == SD_EFULL ? "overloaded" : "invalid_value", "%s", err.msg);
-        job_free(j);
-        goto fail;
+    sd_req_events ev = {on_output, on_finish};
+    for (int i = 0; i < rp->n; i++) {
+        job *j = rp->jobs[i];
+        if (r->tools) {
+            j->tools = 1;
+            sd_tc_init(&j->tc, sd_chat_template_tool_format(s->ct), r->parallel_tool_calls ? 0 : 1,
+                       sd_mix64(s->id_key ^ (rp->rid << 20) ^ ((uint64_t)i << 12) ^ s->id_count),
+                       tc_emit, j);
+        }
+        if (s->reasoning && r->kind == SD_OAI_CHAT) {
+            j->reasoning = 1;
+            sd_rs_init(&j->rs, p->think_open, rs_emit, j);
+        }
+        /* each choice its own draw: a given seed is the first's, seed + i
+         * the i-th's (vLLM's rule) */
+        sd_gen_params g = r->gen;
+        if (g.has_seed)
+            g.seed += (uint64_t)i;
+        sd_err err = {0};
+        int rc = sd_engine_submit(s->engine, p->ids, p->n, &g, &ev, j, &j->eid, &err);
+        if (rc) {
+            const char *param = !strncmp(err.msg, "prompt", 6)
+                                    ? (r->kind == SD_OAI_CHAT ? "messages" : "prompt")
+                                : !strncmp(err.msg, "max_tokens", 10) ? r->max_tokens_param
+                                                                      : NULL;
+            sd_api_error_set(&e, rc == SD_EFULL ? 503 : rc == SD_EINVAL || rc == SD_ERANGE ? 400 : 500,
+                             param, rc == SD_EFULL ? "overloaded" : "invalid_value", "%s", err.msg);
+            if (!rp->live) {
+                reply_free(rp);
+                goto fail;
+            }
+            /* choices already running: they stop, and the response is
+             * this error once they have */
+            rp->failed = 1;
+            rp->fail_why = SD_FINISH_ERROR;
+            rp->e = e;
+            rp->n = i; /* (the rest never ran) */
+            for (int k = i; k < r->n; k++)
+                job_free(rp->jobs[k]);
+            rp->refused = 1;
+            reply_cancel(rp, "another choice of the request was refused");
+            break;
+        }
+        job_live(j);
     }
-    sd_log_debug("request %llu: %s, %d prompt tokens, max_tokens %d%s",
+    sd_log_debug("request %llu: %s, %d prompt tokens, max_tokens %d%s%s",
                  (unsigned long long)p->rid, sd_http_path(req), p->n, r->gen.max_tokens,
-                 j->stream ? ", streaming" : "");
+                 rp->stream ? ", streaming" : "", r->n > 1 ? ", n > 1" : "");
     pending_free(p);
-    sd_http_on_abort(req, on_abort, j);
-    if (j->stream) {
+    sd_http_on_abort(req, on_abort, rp);
+    if (rp->stream && !rp->failed) {
         if (sd_http_stream_begin(req, 200, "text/event-stream; charset=utf-8",
                                  "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"))
             return; /* gone already: the abort callback cancels */
-        if (j->kind == SD_OAI_CHAT) {
-            sd_buf b = {0};
-            sd_oai_meta m = job_meta(j);
-            if (sd_oai_chunk_event(&b, &m, 1, "", 0, SD_FINISH_NONE) == 0)
-                sd_http_stream_write(req, b.p, b.len);
-            sd_buf_free(&b);
+        rp->streaming = 1;
+        if (rp->kind == SD_OAI_CHAT) {
+            /* each choice's first chunk: the assistant role */
+            for (int i = 0; i < rp->n; i++) {
+                sd_oai_meta m = job_meta(rp->jobs[i]);
+                sd_oai_chunk_event(&rp->out, &m, 1, "", 0, SD_FINISH_NONE);
+            }
+            if (!rp->out.oom)
+                sd_http_stream_write(req, rp->out.p, rp->out.len);
+            sd_buf_clear(&rp->out);
         }
     }
     return;
+oom:
+    if (rp)
+        reply_free(rp);
+    sd_api_error_set(&e, 500, NULL, "out_of_memory", "out of memory");
 fail:;
     uint64_t rid = p->rid;
     pending_free(p);
@@ -991,23 +1159,25 @@ static void warmup(sd_server *s)
         ids = calloc(1, sizeof *ids);
         n = ids ? 1 : 0;
     }
-    job *j = job_new(s, NULL, 0, SD_OAI_COMPLETIONS);
-    if (!j || !ids) {
+    reply *rp = reply_new(s, NULL, 0, SD_OAI_COMPLETIONS, 1);
+    if (!rp || !rp->jobs[0] || !ids) {
         free(ids);
-        if (j)
-            job_free(j);
+        if (rp)
+            reply_free(rp);
         fail_start(s, "warm-up", "out of memory");
         return;
     }
-    j->warmup = 1;
+    rp->warmup = 1;
+    job *j = rp->jobs[0];
     sd_gen_params p = {.max_tokens = 1, .temperature = 0, .top_p = 1, .has_seed = 1};
     sd_req_events ev = {on_output, on_finish};
     if (sd_engine_submit(s->engine, ids, n, &p, &ev, j, &j->eid, &err)) {
-        job_free(j);
+        reply_free(rp);
         free(ids);
         fail_start(s, "warm-up", err.msg);
         return;
     }
+    job_live(j);
     free(ids);
 }
 
@@ -1107,8 +1277,8 @@ static void on_watchdog(uv_timer_t *t)
 static void cancel_all(sd_server *s, const char *why)
 {
     for (job *j = s->jobs; j; j = j->next) {
-        if (!j->cancel_why)
-            j->cancel_why = why;
+        if (!j->rp->cancel_why)
+            j->rp->cancel_why = why;
         if (s->engine)
             sd_engine_cancel(s->engine, j->eid);
     }

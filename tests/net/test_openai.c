@@ -220,7 +220,6 @@ TEST(unsupported_options_are_refused_by_name)
     static const struct {
         const char *field, *value;
     } chat[] = {
-        {"n", "2"},
         {"logprobs", "true"},
         {"top_logprobs", "3"},
         {"presence_penalty", "0.5"},
@@ -248,7 +247,9 @@ TEST(unsupported_options_are_refused_by_name)
                       "unsupported_parameter"));
     ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"suffix\":\"end\""), "suffix",
                       "unsupported_parameter"));
-    ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"n\":4"), "n", "unsupported_parameter"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"n\":0"), "n", "invalid_value"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"n\":129"), "n", "invalid_value"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"n\":\"2\""), "n", "invalid_type"));
     ASSERT(expect_400(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":[\"a\",\"b\"]}",
                       "prompt", "unsupported_parameter"));
     /* neutral values of the same options are accepted */
@@ -257,6 +258,17 @@ TEST(unsupported_options_are_refused_by_name)
                     P(",\"logprobs\":null,\"echo\":false,\"best_of\":1,\"suffix\":\"\","
                       "\"logit_bias\":{},\"n\":1,\"frequency_penalty\":0.0"),
                     &r));
+    ASSERT_EQ(r.n, 1);
+    sd_oai_request_free(&r);
+    /* n choices: 1 when not given */
+    ASSERT(parse_ok(SD_OAI_COMPLETIONS, P(",\"n\":4"), &r));
+    ASSERT_EQ(r.n, 4);
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_CHAT, C(",\"n\":128"), &r));
+    ASSERT_EQ(r.n, 128);
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_CHAT, C(""), &r));
+    ASSERT_EQ(r.n, 1);
     sd_oai_request_free(&r);
 }
 
@@ -607,12 +619,21 @@ static sd_req_stats sample_stats(void)
     return st;
 }
 
+/* a whole response of one choice */
+static int one(sd_buf *b, const sd_oai_meta *m, const char *text, size_t len, const char *rs,
+               size_t rlen, const sd_tool_call *calls, int n_calls, sd_finish why,
+               const sd_req_stats *st)
+{
+    sd_oai_choice c = {text, len, rs, rlen, calls, n_calls, why};
+    return sd_oai_response(b, m, &c, 1, st);
+}
+
 TEST(chat_response_carries_usage_and_speculative_extension)
 {
     sd_req_stats st = sample_stats();
-    sd_oai_meta m = {SD_OAI_CHAT, "chatcmpl-1", 1700000000, MODEL};
+    sd_oai_meta m = {SD_OAI_CHAT, "chatcmpl-1", 1700000000, MODEL, 0};
     sd_buf b = {0};
-    ASSERT_OK(sd_oai_response(&b, &m, "Hello \"w\"\n", 10, NULL, 0, SD_FINISH_LENGTH, &st));
+    ASSERT_OK(one(&b, &m, "Hello \"w\"\n", 10, NULL, 0, NULL, 0, SD_FINISH_LENGTH, &st));
     json_t *v = load(&b);
     ASSERT(v);
     ASSERT_STR_EQ(json_string_value(json_object_get(v, "object")), "chat.completion");
@@ -645,16 +666,16 @@ TEST(chat_response_carries_usage_and_speculative_extension)
 TEST(reasoning_content_in_responses_and_stream_chunks)
 {
     sd_req_stats st = sample_stats();
-    sd_oai_meta m = {SD_OAI_CHAT, "chatcmpl-3", 1700000000, MODEL};
+    sd_oai_meta m = {SD_OAI_CHAT, "chatcmpl-3", 1700000000, MODEL, 0};
     sd_buf b = {0};
-    ASSERT_OK(sd_oai_response(&b, &m, "4.", 2, "2 + 2 \"is\"", 10, SD_FINISH_STOP, &st));
+    ASSERT_OK(one(&b, &m, "4.", 2, "2 + 2 \"is\"", 10, NULL, 0, SD_FINISH_STOP, &st));
     json_t *v = load(&b);
     json_t *msg = json_object_get(json_array_get(json_object_get(v, "choices"), 0), "message");
     ASSERT_STR_EQ(json_string_value(json_object_get(msg, "reasoning_content")), "2 + 2 \"is\"");
     ASSERT_STR_EQ(json_string_value(json_object_get(msg, "content")), "4.");
     json_decref(v);
     sd_buf_free(&b);
-    ASSERT_OK(sd_oai_response(&b, &m, "hi", 2, "", 0, SD_FINISH_STOP, &st));
+    ASSERT_OK(one(&b, &m, "hi", 2, "", 0, NULL, 0, SD_FINISH_STOP, &st));
     v = load(&b);
     msg = json_object_get(json_array_get(json_object_get(v, "choices"), 0), "message");
     ASSERT(json_is_null(json_object_get(msg, "reasoning_content")));
@@ -662,7 +683,7 @@ TEST(reasoning_content_in_responses_and_stream_chunks)
     sd_buf_free(&b);
     char w[] = "f", wa[] = "{}";
     sd_tool_call calls[] = {{"call_a", w, wa}};
-    ASSERT_OK(sd_oai_response_calls(&b, &m, "", 0, "use f", 5, calls, 1, SD_FINISH_STOP, &st));
+    ASSERT_OK(one(&b, &m, "", 0, "use f", 5, calls, 1, SD_FINISH_STOP, &st));
     v = load(&b);
     msg = json_object_get(json_array_get(json_object_get(v, "choices"), 0), "message");
     ASSERT_STR_EQ(json_string_value(json_object_get(msg, "reasoning_content")), "use f");
@@ -689,11 +710,11 @@ TEST(reasoning_content_in_responses_and_stream_chunks)
 TEST(tool_calls_in_responses_and_stream_chunks)
 {
     sd_req_stats st = sample_stats();
-    sd_oai_meta m = {SD_OAI_CHAT, "chatcmpl-2", 1700000000, MODEL};
+    sd_oai_meta m = {SD_OAI_CHAT, "chatcmpl-2", 1700000000, MODEL, 0};
     char w[] = "get_weather", wa[] = "{\"city\": \"Paris\"}", f[] = "f", fa[] = "{}";
     sd_tool_call calls[] = {{"call_a", w, wa}, {"call_b", f, fa}};
     sd_buf b = {0};
-    ASSERT_OK(sd_oai_response_calls(&b, &m, "", 0, NULL, 0, calls, 2, SD_FINISH_STOP, &st));
+    ASSERT_OK(one(&b, &m, "", 0, NULL, 0, calls, 2, SD_FINISH_STOP, &st));
     json_t *v = load(&b);
     ASSERT(v);
     json_t *c = json_array_get(json_object_get(v, "choices"), 0), *msg = json_object_get(c, "message");
@@ -710,13 +731,13 @@ TEST(tool_calls_in_responses_and_stream_chunks)
     json_decref(v);
     sd_buf_free(&b);
     /* text beside the calls stays; no calls: a plain message and its own finish */
-    ASSERT_OK(sd_oai_response_calls(&b, &m, "On it.", 6, NULL, 0, calls, 1, SD_FINISH_STOP, &st));
+    ASSERT_OK(one(&b, &m, "On it.", 6, NULL, 0, calls, 1, SD_FINISH_STOP, &st));
     v = load(&b);
     msg = json_object_get(json_array_get(json_object_get(v, "choices"), 0), "message");
     ASSERT_STR_EQ(json_string_value(json_object_get(msg, "content")), "On it.");
     json_decref(v);
     sd_buf_free(&b);
-    ASSERT_OK(sd_oai_response_calls(&b, &m, "", 0, NULL, 0, calls, 0, SD_FINISH_LENGTH, &st));
+    ASSERT_OK(one(&b, &m, "", 0, NULL, 0, calls, 0, SD_FINISH_LENGTH, &st));
     v = load(&b);
     c = json_array_get(json_object_get(v, "choices"), 0);
     ASSERT_STR_EQ(json_string_value(json_object_get(json_object_get(c, "message"), "content")), "");
@@ -751,9 +772,9 @@ TEST(tool_calls_in_responses_and_stream_chunks)
 TEST(completion_response_has_text_and_stop_reason)
 {
     sd_req_stats st = sample_stats();
-    sd_oai_meta m = {SD_OAI_COMPLETIONS, "cmpl-9", 5, MODEL};
+    sd_oai_meta m = {SD_OAI_COMPLETIONS, "cmpl-9", 5, MODEL, 0};
     sd_buf b = {0};
-    ASSERT_OK(sd_oai_response(&b, &m, "xyz", 3, NULL, 0, SD_FINISH_STOP, &st));
+    ASSERT_OK(one(&b, &m, "xyz", 3, NULL, 0, NULL, 0, SD_FINISH_STOP, &st));
     json_t *v = load(&b);
     ASSERT_STR_EQ(json_string_value(json_object_get(v, "object")), "text_completion");
     json_t *c = json_array_get(json_object_get(v, "choices"), 0);
@@ -761,6 +782,71 @@ TEST(completion_response_has_text_and_stop_reason)
     ASSERT_STR_EQ(json_string_value(json_object_get(c, "finish_reason")), "stop");
     ASSERT_EQ(json_integer_value(json_object_get(c, "index")), 0);
     json_decref(v);
+    sd_buf_free(&b);
+}
+
+/* n > 1: one response, its choices indexed in order, each with its own
+ * text and finish reason; a stream chunk names its choice */
+TEST(n_choices_in_one_response_and_indexed_chunks)
+{
+    sd_req_stats st = sample_stats();
+    sd_oai_meta m = {SD_OAI_CHAT, "chatcmpl-5", 1, MODEL, 0};
+    char w[] = "f", wa[] = "{}";
+    sd_tool_call calls[] = {{"call_a", w, wa}};
+    sd_oai_choice ch[3] = {{"a", 1, NULL, 0, NULL, 0, SD_FINISH_STOP},
+                           {"bb", 2, NULL, 0, NULL, 0, SD_FINISH_LENGTH},
+                           {"", 0, NULL, 0, calls, 1, SD_FINISH_STOP}};
+    sd_buf b = {0};
+    ASSERT_OK(sd_oai_response(&b, &m, ch, 3, &st));
+    json_t *v = load(&b);
+    json_t *cs = json_object_get(v, "choices");
+    ASSERT_EQ(json_array_size(cs), 3);
+    static const char *const fin[] = {"stop", "length", "tool_calls"};
+    for (int i = 0; i < 3; i++) {
+        json_t *c = json_array_get(cs, (size_t)i);
+        ASSERT_EQ(json_integer_value(json_object_get(c, "index")), i);
+        ASSERT_STR_EQ(json_string_value(json_object_get(c, "finish_reason")), fin[i]);
+        ASSERT(json_is_null(json_object_get(c, "logprobs")));
+    }
+    json_t *msg1 = json_object_get(json_array_get(cs, 1), "message");
+    ASSERT_STR_EQ(json_string_value(json_object_get(msg1, "content")), "bb");
+    json_t *msg2 = json_object_get(json_array_get(cs, 2), "message");
+    ASSERT(json_is_null(json_object_get(msg2, "content")));
+    ASSERT_EQ(json_array_size(json_object_get(msg2, "tool_calls")), 1);
+    ASSERT_EQ(json_integer_value(json_object_get(json_object_get(v, "usage"), "completion_tokens")), 7);
+    json_decref(v);
+    sd_buf_free(&b);
+    /* completions: text per choice */
+    sd_oai_meta mc = {SD_OAI_COMPLETIONS, "cmpl-5", 1, MODEL, 0};
+    ASSERT_OK(sd_oai_response(&b, &mc, ch, 2, &st));
+    v = load(&b);
+    ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(json_object_get(v, "choices"), 1),
+                                                    "text")),
+                  "bb");
+    json_decref(v);
+    sd_buf_free(&b);
+    /* each kind of chunk carries its choice's index */
+    m.index = 2;
+    ASSERT_OK(sd_oai_chunk_event(&b, &m, 1, "", 0, SD_FINISH_NONE));
+    ASSERT_OK(sd_oai_reasoning_event(&b, &m, "r", 1));
+    ASSERT_OK(sd_oai_tool_call_event(&b, &m, 0, &calls[0]));
+    ASSERT_OK(sd_oai_tool_calls_finish_event(&b, &m));
+    ASSERT_OK(sd_oai_chunk_event(&b, &m, 0, "", 0, SD_FINISH_STOP));
+    const char *q = b.p;
+    int n = 0;
+    while ((q = strstr(q, "data: "))) {
+        const char *e = strstr(q, "\n\n");
+        json_error_t je;
+        json_t *c = json_loadb(q + 6, (size_t)(e - q - 6), 0, &je);
+        ASSERT(c);
+        ASSERT_EQ(json_integer_value(json_object_get(json_array_get(json_object_get(c, "choices"), 0),
+                                                     "index")),
+                  2);
+        json_decref(c);
+        q = e;
+        n++;
+    }
+    ASSERT_EQ(n, 5);
     sd_buf_free(&b);
 }
 
@@ -788,7 +874,7 @@ static int sse_events(const char *s, size_t len, char ev[][2048], int max)
 
 TEST(chat_stream_chunks_frame_as_openai_sse)
 {
-    sd_oai_meta m = {SD_OAI_CHAT, "chatcmpl-7", 42, MODEL};
+    sd_oai_meta m = {SD_OAI_CHAT, "chatcmpl-7", 42, MODEL, 0};
     sd_req_stats st = sample_stats();
     sd_buf b = {0};
     ASSERT_OK(sd_oai_chunk_event(&b, &m, 1, "", 0, SD_FINISH_NONE));
@@ -832,7 +918,7 @@ TEST(chat_stream_chunks_frame_as_openai_sse)
 
 TEST(completion_stream_chunks_are_text_completions)
 {
-    sd_oai_meta m = {SD_OAI_COMPLETIONS, "cmpl-3", 1, MODEL};
+    sd_oai_meta m = {SD_OAI_COMPLETIONS, "cmpl-3", 1, MODEL, 0};
     sd_buf b = {0};
     ASSERT_OK(sd_oai_chunk_event(&b, &m, 1, "ab", 2, SD_FINISH_NONE));
     ASSERT_OK(sd_oai_chunk_event(&b, &m, 0, "", 0, SD_FINISH_LENGTH));
@@ -877,8 +963,8 @@ TEST(invalid_utf8_becomes_replacement_characters)
     sd_buf_free(&b);
     /* a response over invalid bytes is still valid JSON */
     sd_req_stats st = sample_stats();
-    sd_oai_meta m = {SD_OAI_COMPLETIONS, "cmpl-1", 1, MODEL};
-    ASSERT_OK(sd_oai_response(&b, &m, "x\xff", 2, NULL, 0, SD_FINISH_STOP, &st));
+    sd_oai_meta m = {SD_OAI_COMPLETIONS, "cmpl-1", 1, MODEL, 0};
+    ASSERT_OK(one(&b, &m, "x\xff", 2, NULL, 0, NULL, 0, SD_FINISH_STOP, &st));
     json_t *v = load(&b);
     ASSERT(v);
     ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(json_object_get(v, "choices"), 0),
@@ -937,7 +1023,7 @@ TEST_MAIN(T(a_full_chat_request_maps_to_gen_params), T(completion_defaults_follo
           T(context_limit_names_prompt_or_max_tokens),
           T(random_mutations_never_crash_and_errors_are_complete),
           T(error_json_has_openai_shape), T(chat_response_carries_usage_and_speculative_extension),
-          T(completion_response_has_text_and_stop_reason),
+          T(completion_response_has_text_and_stop_reason), T(n_choices_in_one_response_and_indexed_chunks),
           T(chat_stream_chunks_frame_as_openai_sse),
           T(completion_stream_chunks_are_text_completions),
           T(sse_refuses_payloads_that_would_split_an_event),

@@ -195,8 +195,8 @@ TEST(bodies_are_validated_before_the_model_is_needed)
          400},
         {"/v1/completions", "{\"model\":\"test-model\",\"prompt\":\"x\",\"max_tokens\":0}",
          "invalid_value", "max_tokens", 400},
-        {"/v1/completions", "{\"model\":\"test-model\",\"prompt\":\"x\",\"n\":3}",
-         "unsupported_parameter", "n", 400},
+        {"/v1/completions", "{\"model\":\"test-model\",\"prompt\":\"x\",\"n\":300}",
+         "invalid_value", "n", 400},
         {"/tokenize", "{\"prompt\":\"x\",\"messages\":[]}", "invalid_value", "messages", 400},
         {"/tokenize", "nope", "invalid_json", NULL, 400},
         /* valid: only the missing model stops it */
