@@ -73,13 +73,19 @@ static void check_request(const sd_oai_request *r, int tokenize, const void *dat
 {
     if (r->kind == SD_OAI_CHAT && r->n_msgs < 1)
         die("validated chat without messages", data, size);
-    if (r->kind == SD_OAI_COMPLETIONS && !(r->prompt_is_ids ? r->n_prompt_ids > 0 : r->prompt != NULL))
-        die("validated completion without a prompt", data, size);
+    if (r->kind == SD_OAI_COMPLETIONS) {
+        if (r->n_prompts < 1 || r->n_prompts > SD_OAI_MAX_N || (tokenize && r->n_prompts != 1))
+            die("validated completion without a prompt, or with too many", data, size);
+        for (int i = 0; i < r->n_prompts; i++)
+            if (r->prompts[i].is_ids ? r->prompts[i].n_ids < 1 : !r->prompts[i].text)
+                die("validated completion with an empty prompt", data, size);
+    }
     if (tokenize)
         return;
     const sd_gen_params *g = &r->gen;
     if (g->temperature < 0 || g->temperature > 2 || g->top_p <= 0 || g->top_p > 1 ||
-        g->top_k < 0 || g->n_stop > SD_OAI_MAX_STOP || r->max_tokens == 0 || r->max_tokens < -1)
+        g->top_k < 0 || g->n_stop > SD_OAI_MAX_STOP || r->max_tokens == 0 || r->max_tokens < -1 ||
+        r->n < 1 || (r->kind == SD_OAI_COMPLETIONS && r->n * r->n_prompts > SD_OAI_MAX_N))
         die("validated request out of range", data, size);
 }
 
@@ -88,7 +94,8 @@ static void exercise(sd_oai_request *r, int tokenize, const void *data, size_t s
 {
     check_request(r, tokenize, data, size);
     sd_api_error e;
-    int n_prompt = r->prompt_is_ids ? r->n_prompt_ids : (int)(r->prompt_len % (2 * CONTEXT));
+    const sd_oai_prompt *p0 = r->kind == SD_OAI_COMPLETIONS ? &r->prompts[0] : NULL;
+    int n_prompt = !p0 ? (int)(size % (2 * CONTEXT)) : p0->is_ids ? p0->n_ids : (int)(p0->len % (2 * CONTEXT));
     if (sd_oai_fit_context(r, n_prompt, CONTEXT, &e))
         check_error_shape(&e);
     else if (r->gen.max_tokens < 1 || n_prompt + r->gen.max_tokens > CONTEXT)

@@ -344,57 +344,79 @@ static int check_unsupported(json_t *root, sd_oai_kind kind, sd_api_error *e)
     return 0;
 }
 
-static int parse_prompt(json_t *root, sd_oai_request *r, sd_api_error *e)
+/* One prompt: a string, or an array of token ids (param names it in errors). */
+static int parse_one_prompt(json_t *v, const char *param, sd_oai_prompt *p, sd_api_error *e)
+{
+    if (json_is_string(v)) {
+        p->len = json_string_length(v);
+        p->text = dup_n(json_string_value(v), p->len);
+        return p->text ? 0 : oom(e);
+    }
+    if (!json_is_array(v))
+        return sd_api_error_set(e, 400, "prompt", "invalid_type",
+                                "%s: expected a string or an array of token ids, got %s", param,
+                                type_name(v));
+    size_t n = json_array_size(v);
+    if (n == 0)
+        return sd_api_error_set(e, 400, "prompt", "invalid_value", "%s: the token array is empty",
+                                param);
+    if (n > INT_MAX / 2)
+        return sd_api_error_set(e, 400, "prompt", "invalid_value", "%s: too many tokens", param);
+    p->ids = malloc(n * sizeof *p->ids);
+    if (!p->ids)
+        return oom(e);
+    p->is_ids = 1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(v, i);
+        if (!json_is_integer(t))
+            return sd_api_error_set(e, 400, "prompt", "invalid_type",
+                                    "%s[%zu]: expected a token id (integer), got %s", param, i,
+                                    type_name(t));
+        json_int_t id = json_integer_value(t);
+        if (id < 0 || id > INT32_MAX)
+            return sd_api_error_set(e, 400, "prompt", "invalid_value",
+                                    "%s[%zu]: token id %lld is out of range", param, i, (long long)id);
+        p->ids[i] = (int32_t)id;
+        p->n_ids = (int)i + 1;
+    }
+    return 0;
+}
+
+/* prompt: a string, an array of token ids, or a batch: an array of
+ * strings or of token arrays (batch: 0 allows one prompt only) */
+static int parse_prompt(json_t *root, sd_oai_request *r, int batch, sd_api_error *e)
 {
     json_t *v = json_object_get(root, "prompt");
     if (!v || json_is_null(v))
         return sd_api_error_set(e, 400, "prompt", "missing_required_parameter",
                                 "prompt: this parameter is required");
-    if (json_is_string(v)) {
-        r->prompt_len = json_string_length(v);
-        r->prompt = dup_n(json_string_value(v), r->prompt_len);
-        return r->prompt ? 0 : oom(e);
-    }
-    if (!json_is_array(v))
+    if (!json_is_string(v) && !json_is_array(v))
         return bad_type(e, "prompt", "a string, an array of strings or an array of token ids", v);
-    size_t n = json_array_size(v);
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
     if (n == 0)
         return sd_api_error_set(e, 400, "prompt", "invalid_value", "prompt: the array is empty");
-    json_t *first = json_array_get(v, 0);
-    if (json_is_string(first) || json_is_array(first)) {
-        /* A batch of prompts: one is fine, more is n > 1 in disguise. */
-        if (n > 1)
-            return unsupported(e, "prompt", "a batch of several prompts");
-        if (json_is_string(first)) {
-            r->prompt_len = json_string_length(first);
-            r->prompt = dup_n(json_string_value(first), r->prompt_len);
-            return r->prompt ? 0 : oom(e);
-        }
-        v = first;
-        n = json_array_size(v);
-        if (n == 0)
-            return sd_api_error_set(e, 400, "prompt", "invalid_value",
-                                    "prompt: the token array is empty");
-    }
-    r->prompt_ids = malloc(n * sizeof *r->prompt_ids);
-    if (!r->prompt_ids)
+    json_t *first = json_is_array(v) ? json_array_get(v, 0) : v;
+    const int several = json_is_array(v) && (json_is_string(first) || json_is_array(first));
+    if (!several)
+        n = 1;
+    if (several && n > 1 && !batch)
+        return unsupported(e, "prompt", "a batch of several prompts here");
+    if (n > SD_OAI_MAX_N)
+        return sd_api_error_set(e, 400, "prompt", "invalid_value",
+                                "prompt: %zu prompts, at most %d are allowed", n, SD_OAI_MAX_N);
+    r->prompts = calloc(n, sizeof *r->prompts);
+    if (!r->prompts)
         return oom(e);
+    r->n_prompts = (int)n;
     for (size_t i = 0; i < n; i++) {
-        json_t *t = json_array_get(v, i);
-        if (!json_is_integer(t))
-            return sd_api_error_set(e, 400, "prompt", "invalid_type",
-                                    "prompt[%zu]: expected a token id (integer), got %s", i,
-                                    type_name(t));
-        json_int_t id = json_integer_value(t);
-        if (id < 0 || id > INT32_MAX)
-            return sd_api_error_set(e, 400, "prompt", "invalid_value",
-                                    "prompt[%zu]: token id %lld is out of range", i, (long long)id);
-        r->prompt_ids[i] = (int32_t)id;
+        char param[32];
+        if (several)
+            snprintf(param, sizeof param, "prompt[%zu]", i);
+        else
+            snprintf(param, sizeof param, "prompt");
+        if (parse_one_prompt(several ? json_array_get(v, i) : v, param, &r->prompts[i], e))
+            return SD_EINVAL;
     }
-    if (n > INT_MAX / 2)
-        return sd_api_error_set(e, 400, "prompt", "invalid_value", "prompt: too many tokens");
-    r->n_prompt_ids = (int)n;
-    r->prompt_is_ids = 1;
     return 0;
 }
 
@@ -781,7 +803,7 @@ static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model
         return oom(e);
 
     if (kind == SD_OAI_CHAT ? parse_messages(root, r, e) || parse_tools(root, r, e) || parse_kwargs(root, r, e)
-                            : parse_prompt(root, r, e))
+                            : parse_prompt(root, r, 1, e))
         return SD_EINVAL;
 
     if ((v = json_object_get(root, "stream")) && !json_is_null(v) &&
@@ -862,6 +884,10 @@ static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model
             return SD_EINVAL;
         r->n = (int)x;
     }
+    if (r->n_prompts > 1 && (long long)r->n * r->n_prompts > SD_OAI_MAX_N)
+        return sd_api_error_set(e, 400, "n", "invalid_value",
+                                "n: %d choices for each of %d prompts make %lld, at most %d are allowed",
+                                r->n, r->n_prompts, (long long)r->n * r->n_prompts, SD_OAI_MAX_N);
     if ((v = json_object_get(root, "ignore_eos")) && !json_is_null(v) &&
         get_bool(v, "ignore_eos", &g->ignore_eos, e))
         return SD_EINVAL;
@@ -937,7 +963,7 @@ static int parse_tokenize(json_t *root, const char *served_model, sd_oai_request
                                 "give exactly one of prompt and messages");
     r->kind = has_m ? SD_OAI_CHAT : SD_OAI_COMPLETIONS;
     if (has_m ? parse_messages(root, r, e) || parse_tools(root, r, e) || parse_kwargs(root, r, e)
-              : parse_prompt(root, r, e))
+              : parse_prompt(root, r, 0, e))
         return SD_EINVAL;
     r->add_generation_prompt = 1;
     r->add_special_tokens = !has_m;
@@ -976,8 +1002,11 @@ int sd_oai_parse_tokenize(const char *body, size_t len, const char *served_model
 void sd_oai_request_free(sd_oai_request *r)
 {
     free(r->model);
-    free(r->prompt);
-    free(r->prompt_ids);
+    for (int i = 0; i < r->n_prompts; i++) {
+        free(r->prompts[i].text);
+        free(r->prompts[i].ids);
+    }
+    free(r->prompts);
     for (int i = 0; i < r->n_msgs; i++) {
         free(r->msgs[i].role);
         free(r->msgs[i].content);

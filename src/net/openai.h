@@ -53,21 +53,28 @@ typedef struct sd_oai_msg {
     char *tool_call_id; /* tool: NULL when not given */
 } sd_oai_msg;
 
+/* One prompt of /v1/completions: text, or token ids where is_ids. */
+typedef struct sd_oai_prompt {
+    char *text; /* owned */
+    size_t len;
+    int is_ids;
+    int32_t *ids; /* owned */
+    int n_ids;
+} sd_oai_prompt;
+
 typedef struct sd_oai_request {
     sd_oai_kind kind;
     char *model;
-    /* completions: the prompt as text, or as token ids when prompt_is_ids */
-    char *prompt;
-    size_t prompt_len;
-    int prompt_is_ids;
-    int32_t *prompt_ids;
-    int n_prompt_ids;
+    /* completions: the prompts (a batch: several; /tokenize: one), each
+     * generated n times */
+    sd_oai_prompt *prompts;
+    int n_prompts;
     /* chat */
     sd_oai_msg *msgs;
     int n_msgs;
     int stream;
     int include_usage;
-    int n; /* choices: n generations of the one prompt (1..SD_OAI_MAX_N) */
+    int n; /* choices: n generations of each prompt (n x prompts <= SD_OAI_MAX_N) */
     int max_tokens;               /* -1: not given (sd_oai_fit_context picks it) */
     const char *max_tokens_param; /* the name the client used, for errors */
     char **stop;                  /* owned; gen.stop points here */
@@ -88,7 +95,8 @@ typedef struct sd_oai_request {
 /* Stop strings: at most this many, each at most SD_OAI_MAX_STOP_LEN bytes. */
 #define SD_OAI_MAX_STOP 16
 #define SD_OAI_MAX_STOP_LEN 512
-/* The most choices one request may ask for (n; OpenAI's limit too). */
+/* The most choices one request may ask for (n times the prompts of a
+ * batch; OpenAI's limit on n too). */
 #define SD_OAI_MAX_N 128
 /* /v1/completions without max_tokens generates this many (OpenAI's default). */
 #define SD_OAI_DEFAULT_COMPLETION_TOKENS 16

@@ -63,6 +63,7 @@ struct reply {
     const char *cancel_why;
     char peer[64];
     int n, live;   /* choices; those whose engine request has not finished */
+    int per;       /* choices of each prompt (the request's n): choice i is of prompt i / per */
     int streaming; /* the stream's head went out */
     int gone;      /* the client went away */
     int refused;   /* a choice was refused at submission (e says why) */
@@ -187,6 +188,7 @@ static reply *reply_new(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_kin
     rp->rid = rid;
     rp->kind = kind;
     rp->n = n;
+    rp->per = 1;
     rp->created = (long long)time(NULL);
     uint64_t c = ++s->id_count;
     snprintf(rp->id, sizeof rp->id, "%s-%016llx%08llx", kind == SD_OAI_CHAT ? "chatcmpl" : "cmpl",
@@ -275,12 +277,13 @@ static void reply_cancel(reply *rp, const char *why)
             sd_engine_cancel(rp->s->engine, rp->jobs[i]->eid);
 }
 
-/* a choice's statistics into the reply's usage: the prompt once (the
- * choices share it), the rest summed; the first token's and the whole
- * time the longest of the choices' */
-static void usage_add(sd_req_stats *u, const sd_req_stats *st)
+/* a choice's statistics into the reply's usage: each prompt once (its
+ * first choice's: the choices of a prompt share it), the rest summed; the
+ * first token's and the whole time the longest of the choices' */
+static void usage_add(sd_req_stats *u, const sd_req_stats *st, int first_of_prompt)
 {
-    u->prompt_tokens = st->prompt_tokens;
+    if (first_of_prompt)
+        u->prompt_tokens += st->prompt_tokens;
     u->completion_tokens += st->completion_tokens;
     u->queued_s = SD_MAX(u->queued_s, st->queued_s);
     u->ttft_s = SD_MAX(u->ttft_s, st->ttft_s);
@@ -542,7 +545,7 @@ static void handle_finish(sd_server *s, event *ev)
     job_ended(j);
     if (!rp->warmup)
         sd_metrics_finished(&s->metrics, &ev->st);
-    usage_add(&rp->usage, &ev->st);
+    usage_add(&rp->usage, &ev->st, j->index % rp->per == 0);
     int ok = why == SD_FINISH_STOP || why == SD_FINISH_LENGTH;
     if (!ok && !rp->failed) {
         /* the first failure is the response's; the other choices stop */
@@ -661,29 +664,31 @@ static int not_ready(sd_server *s, sd_api_error *e)
     }
 }
 
-/* Prompt text, token ids or chat messages -> token ids; *think_open: the
- * rendered chat prompt ends with <think> (the reply starts inside its
- * reasoning) */
-static int encode(sd_server *s, const sd_oai_request *r, int32_t **ids, int *n, int *think_open, sd_api_error *e)
+/* A completions prompt (number `which` of the batch), or the chat messages,
+ * -> token ids; *think_open: the rendered chat prompt ends with <think>
+ * (the reply starts inside its reasoning) */
+static int encode_one(sd_server *s, const sd_oai_request *r, int which, int32_t **ids, int *n,
+                      int *think_open, sd_api_error *e)
 {
     sd_err err = {0};
     *think_open = 0;
     *ids = NULL;
     *n = 0;
-    if (r->kind == SD_OAI_COMPLETIONS && r->prompt_is_ids) {
-        *ids = malloc((size_t)r->n_prompt_ids * sizeof **ids);
+    const sd_oai_prompt *pr = r->kind == SD_OAI_COMPLETIONS ? &r->prompts[which] : NULL;
+    if (pr && pr->is_ids) {
+        *ids = malloc((size_t)pr->n_ids * sizeof **ids);
         if (!*ids)
             return sd_api_error_set(e, 500, NULL, "out_of_memory", "out of memory");
-        memcpy(*ids, r->prompt_ids, (size_t)r->n_prompt_ids * sizeof **ids);
-        *n = r->n_prompt_ids;
+        memcpy(*ids, pr->ids, (size_t)pr->n_ids * sizeof **ids);
+        *n = pr->n_ids;
         return 0;
     }
     const char *pp = r->kind == SD_OAI_CHAT ? "messages" : "prompt";
     if (!s->tok)
         return sd_api_error_set(e, 400, pp, "no_tokenizer",
                                 "%s: the model has no tokenizer (tokenizer.json or tiktoken.model); send token ids", pp);
-    if (r->kind == SD_OAI_COMPLETIONS) {
-        if (sd_tok_encode(s->tok, r->prompt, r->prompt_len, r->add_special_tokens, ids, n, &err))
+    if (pr) {
+        if (sd_tok_encode(s->tok, pr->text, pr->len, r->add_special_tokens, ids, n, &err))
             return sd_api_error_set(e, 400, "prompt", "invalid_value", "prompt: %s", err.msg);
         return 0;
     }
@@ -743,9 +748,12 @@ static int encode(sd_server *s, const sd_oai_request *r, int32_t **ids, int *n, 
 
 static size_t text_bytes(const sd_oai_request *r)
 {
-    if (r->kind == SD_OAI_COMPLETIONS)
-        return r->prompt_is_ids ? 0 : r->prompt_len;
     size_t n = 0;
+    if (r->kind == SD_OAI_COMPLETIONS) {
+        for (int i = 0; i < r->n_prompts; i++)
+            n += r->prompts[i].is_ids ? 0 : r->prompts[i].len;
+        return n;
+    }
     for (int i = 0; i < r->n_msgs; i++)
         n += strlen(r->msgs[i].content) + 256 * (size_t)r->msgs[i].n_calls;
     return n + 1024 * json_array_size(r->tools); /* (their JSON, roughly) */
@@ -759,15 +767,36 @@ typedef struct pending {
     uint64_t rid;
     int tokenize; /* POST /tokenize, not a generation */
     sd_oai_request r;
-    int32_t *ids;
-    int n, rc;
+    int np;         /* prompts: the batch's (chat: 1) */
+    int n_enc;      /* those encoded */
+    int32_t **ids;  /* each prompt's token ids */
+    int *n;         /* and their counts */
+    int rc;
     int think_open; /* the chat prompt ends with <think> */
     sd_api_error e;
 } pending;
 
+/* every prompt of p's request -> token ids (p->ids, p->n); 0 or p->e set */
+static int encode(sd_server *s, pending *p)
+{
+    const sd_oai_request *r = &p->r;
+    p->np = r->kind == SD_OAI_COMPLETIONS ? r->n_prompts : 1;
+    p->ids = calloc((size_t)p->np, sizeof *p->ids);
+    p->n = calloc((size_t)p->np, sizeof *p->n);
+    if (!p->ids || !p->n)
+        return sd_api_error_set(&p->e, 500, NULL, "out_of_memory", "out of memory");
+    for (; p->n_enc < p->np; p->n_enc++)
+        if (encode_one(s, r, p->n_enc, &p->ids[p->n_enc], &p->n[p->n_enc], &p->think_open, &p->e))
+            return p->e.status;
+    return 0;
+}
+
 static void pending_free(pending *p)
 {
+    for (int i = 0; p->ids && i < p->np; i++)
+        free(p->ids[i]);
     free(p->ids);
+    free(p->n);
     sd_oai_request_free(&p->r);
     free(p);
 }
@@ -785,15 +814,20 @@ static void generate_submit(sd_server *s, pending *p)
         extra = s->draining ? NULL : "Retry-After: 5\r\n";
         goto fail;
     }
-    if (sd_oai_fit_context(r, p->n, s->max_context, &e))
-        goto fail;
+    /* every prompt fits before any is submitted; each its own max_tokens
+     * (a completion's default is what its context leaves, at most 16) */
+    int max_tok[SD_OAI_MAX_N];
+    for (int i = 0; i < p->np; i++) {
+        if (sd_oai_fit_context(r, p->n[i], s->max_context, &e))
+            goto fail;
+        max_tok[i] = r->gen.max_tokens;
+    }
     sd_engine_stats es;
     sd_engine_get_stats(s->engine, &es);
     /* Requests submitted that the engine is not running yet: its queue plus
-     * what it has not picked up. */
-    /* (n choices count as one here: their engine requests may run the
-     * queue past the limit by n - 1, and a request of n choices is never
-     * refused for its n alone) */
+     * what it has not picked up. (A request of n choices counts as one
+     * here: its engine requests may run the queue past the limit by n - 1,
+     * and it is never refused for its n alone.) */
     if (s->n_jobs - es.running >= s->o->max_queued) {
         sd_api_error_set(&e, 503, NULL, "overloaded",
                          "the server is overloaded (%d requests queued); retry later",
@@ -801,12 +835,13 @@ static void generate_submit(sd_server *s, pending *p)
         extra = "Retry-After: 1\r\n";
         goto fail;
     }
-    rp = reply_new(s, req, p->rid, r->kind, r->n);
+    rp = reply_new(s, req, p->rid, r->kind, p->np * r->n);
     for (int i = 0; rp && i < rp->n; i++)
         if (!rp->jobs[i])
             goto oom;
     if (!rp)
         goto oom;
+    rp->per = r->n;
     rp->stream = r->stream;
     rp->include_usage = r->include_usage;
     if (r->tools)
@@ -830,13 +865,15 @@ static void generate_submit(sd_server *s, pending *p)
             j->reasoning = 1;
             sd_rs_init(&j->rs, p->think_open, rs_emit, j);
         }
-        /* each choice its own draw: a given seed is the first's, seed + i
-         * the i-th's (vLLM's rule) */
+        /* choice c of prompt pi; each choice its own draw: a given seed is
+         * each prompt's first choice's, seed + c its c-th's (vLLM's rule) */
+        const int pi = i / r->n, c = i % r->n;
         sd_gen_params g = r->gen;
+        g.max_tokens = max_tok[pi];
         if (g.has_seed)
-            g.seed += (uint64_t)i;
+            g.seed += (uint64_t)c;
         sd_err err = {0};
-        int rc = sd_engine_submit(s->engine, p->ids, p->n, &g, &ev, j, &j->eid, &err);
+        int rc = sd_engine_submit(s->engine, p->ids[pi], p->n[pi], &g, &ev, j, &j->eid, &err);
         if (rc) {
             const char *param = !strncmp(err.msg, "prompt", 6)
                                     ? (r->kind == SD_OAI_CHAT ? "messages" : "prompt")
@@ -853,18 +890,19 @@ static void generate_submit(sd_server *s, pending *p)
             rp->failed = 1;
             rp->fail_why = SD_FINISH_ERROR;
             rp->e = e;
-            rp->n = i; /* (the rest never ran) */
-            for (int k = i; k < r->n; k++)
+            for (int k = i; k < rp->n; k++)
                 job_free(rp->jobs[k]);
+            rp->n = i; /* (the rest never ran) */
             rp->refused = 1;
             reply_cancel(rp, "another choice of the request was refused");
             break;
         }
         job_live(j);
     }
-    sd_log_debug("request %llu: %s, %d prompt tokens, max_tokens %d%s%s",
-                 (unsigned long long)p->rid, sd_http_path(req), p->n, r->gen.max_tokens,
-                 rp->stream ? ", streaming" : "", r->n > 1 ? ", n > 1" : "");
+    sd_log_debug("request %llu: %s, %d prompt tokens%s, max_tokens %d%s, %d choices",
+                 (unsigned long long)p->rid, sd_http_path(req), p->n[0],
+                 p->np > 1 ? " (the first of the batch)" : "", max_tok[0],
+                 rp->stream ? ", streaming" : "", rp->n);
     pending_free(p);
     sd_http_on_abort(req, on_abort, rp);
     if (rp->stream && !rp->failed) {
@@ -897,9 +935,9 @@ fail:;
 static void tokenize_answer(sd_server *s, pending *p)
 {
     sd_buf b = {0};
-    sd_buf_printf(&b, "{\"count\":%d,\"max_model_len\":%d,\"tokens\":[", p->n, s->max_context);
-    for (int i = 0; i < p->n; i++)
-        sd_buf_printf(&b, i ? ",%d" : "%d", p->ids[i]);
+    sd_buf_printf(&b, "{\"count\":%d,\"max_model_len\":%d,\"tokens\":[", p->n[0], s->max_context);
+    for (int i = 0; i < p->n[0]; i++)
+        sd_buf_printf(&b, i ? ",%d" : "%d", p->ids[0][i]);
     sd_buf_puts(&b, "]}");
     if (b.oom)
         sd_http_respond_error(p->req, 500, NULL, "out_of_memory", NULL, "out of memory");
@@ -929,7 +967,7 @@ static void encoded(sd_server *s, pending *p)
 static void encode_work(uv_work_t *w)
 {
     pending *p = w->data;
-    p->rc = encode(p->s, &p->r, &p->ids, &p->n, &p->think_open, &p->e);
+    p->rc = encode(p->s, p);
 }
 
 static void encode_done(uv_work_t *w, int status)
@@ -986,7 +1024,7 @@ static void route_prompt(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_ki
         return;
     }
     if (text_bytes(&p->r) <= SD_INLINE_ENCODE_BYTES) {
-        p->rc = encode(s, &p->r, &p->ids, &p->n, &p->think_open, &p->e);
+        p->rc = encode(s, p);
         encoded(s, p);
         return;
     }

@@ -77,8 +77,10 @@ TEST(completion_defaults_follow_openai)
 {
     sd_oai_request r;
     ASSERT(parse_ok(SD_OAI_COMPLETIONS, P(""), &r));
-    ASSERT_STR_EQ(r.prompt, "hi");
-    ASSERT_EQ(r.prompt_is_ids, 0);
+    ASSERT_EQ(r.n_prompts, 1);
+    ASSERT_STR_EQ(r.prompts[0].text, "hi");
+    ASSERT_EQ(r.prompts[0].is_ids, 0);
+    ASSERT_EQ(r.n, 1);
     ASSERT_EQ(r.stream, 0);
     ASSERT_EQ(r.max_tokens, -1);
     ASSERT_NEAR(r.gen.temperature, 1.0, 0); /* OpenAI's default, not greedy */
@@ -100,26 +102,52 @@ TEST(prompt_forms_text_single_batch_and_token_ids)
 {
     sd_oai_request r;
     ASSERT(parse_ok(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":[\"one\"]}", &r));
-    ASSERT_STR_EQ(r.prompt, "one");
+    ASSERT_EQ(r.n_prompts, 1);
+    ASSERT_STR_EQ(r.prompts[0].text, "one");
     sd_oai_request_free(&r);
     ASSERT(parse_ok(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":[5,0,7]}", &r));
-    ASSERT_EQ(r.prompt_is_ids, 1);
-    ASSERT_EQ(r.n_prompt_ids, 3);
-    ASSERT_EQ(r.prompt_ids[2], 7);
+    ASSERT_EQ(r.n_prompts, 1);
+    ASSERT_EQ(r.prompts[0].is_ids, 1);
+    ASSERT_EQ(r.prompts[0].n_ids, 3);
+    ASSERT_EQ(r.prompts[0].ids[2], 7);
     sd_oai_request_free(&r);
     ASSERT(parse_ok(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":[[9]]}", &r));
-    ASSERT_EQ(r.n_prompt_ids, 1);
-    ASSERT_EQ(r.prompt_ids[0], 9);
+    ASSERT_EQ(r.prompts[0].n_ids, 1);
+    ASSERT_EQ(r.prompts[0].ids[0], 9);
+    sd_oai_request_free(&r);
+    /* a batch: strings and token arrays, each a prompt of its own */
+    ASSERT(parse_ok(SD_OAI_COMPLETIONS,
+                    "{\"model\":\"" MODEL "\",\"prompt\":[\"a\",[1,2],\"\"],\"n\":2}", &r));
+    ASSERT_EQ(r.n_prompts, 3);
+    ASSERT_STR_EQ(r.prompts[0].text, "a");
+    ASSERT_EQ(r.prompts[1].is_ids, 1);
+    ASSERT_EQ(r.prompts[1].ids[1], 2);
+    ASSERT_EQ(r.prompts[2].len, 0);
+    ASSERT_EQ(r.n, 2);
+    sd_oai_request_free(&r);
+    /* what a batch may not hold, named by its place */
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":[\"a\",5]}",
+                      "prompt", "invalid_type"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":[\"a\",[]]}",
+                      "prompt", "invalid_value"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":[[1],[-1]]}",
+                      "prompt", "invalid_value"));
+    /* n times the prompts: at most SD_OAI_MAX_N choices */
+    ASSERT(expect_400(SD_OAI_COMPLETIONS,
+                      "{\"model\":\"" MODEL "\",\"prompt\":[\"a\",\"b\"],\"n\":65}", "n",
+                      "invalid_value"));
+    ASSERT(parse_ok(SD_OAI_COMPLETIONS,
+                    "{\"model\":\"" MODEL "\",\"prompt\":[\"a\",\"b\"],\"n\":64}", &r));
     sd_oai_request_free(&r);
     /* text with characters JSON escapes */
     ASSERT(parse_ok(SD_OAI_COMPLETIONS,
                     "{\"model\":\"" MODEL "\",\"prompt\":\"a\\nb\\u00e9\\ud83d\\ude00\"}", &r));
-    ASSERT_STR_EQ(r.prompt, "a\nb\xc3\xa9\xf0\x9f\x98\x80");
+    ASSERT_STR_EQ(r.prompts[0].text, "a\nb\xc3\xa9\xf0\x9f\x98\x80");
     sd_oai_request_free(&r);
     /* a prompt may hold NUL (it travels with its length) */
     ASSERT(parse_ok(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":\"a\\u0000b\"}", &r));
-    ASSERT_EQ(r.prompt_len, 3);
-    ASSERT(memcmp(r.prompt, "a\0b", 3) == 0);
+    ASSERT_EQ(r.prompts[0].len, 3);
+    ASSERT(memcmp(r.prompts[0].text, "a\0b", 3) == 0);
     sd_oai_request_free(&r);
 }
 
@@ -250,8 +278,6 @@ TEST(unsupported_options_are_refused_by_name)
     ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"n\":0"), "n", "invalid_value"));
     ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"n\":129"), "n", "invalid_value"));
     ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"n\":\"2\""), "n", "invalid_type"));
-    ASSERT(expect_400(SD_OAI_COMPLETIONS, "{\"model\":\"" MODEL "\",\"prompt\":[\"a\",\"b\"]}",
-                      "prompt", "unsupported_parameter"));
     /* neutral values of the same options are accepted */
     sd_oai_request r;
     ASSERT(parse_ok(SD_OAI_COMPLETIONS,

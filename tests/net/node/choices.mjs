@@ -3,7 +3,8 @@
 // request's choice i equals the n = 1 request with seed + i (each choice its
 // own draw); the stream carries every choice's role, text and finish under
 // its index, and usage sums the choices' completions over one prompt; a
-// client that leaves cancels every choice.
+// client that leaves cancels every choice. A batch of prompts is n choices
+// of each, prompt-major.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -114,6 +115,39 @@ test('streaming: every choice has its role, its text and one finish under its in
   for await (const c of stream) for (const ch of c.choices) got[ch.index] += ch.text;
   assert.equal(got[0], got[1]);
   assert.ok(got[0].length > 0);
+});
+
+test('a batch of prompts: n choices of each, prompt-major, usage over every prompt once', async () => {
+  const B = 'class Stack:';
+  const a = await client.completions.create({ model, prompt: PROMPT, max_tokens: N, temperature: 0 });
+  const b = await client.completions.create({ model, prompt: B, max_tokens: N, temperature: 0 });
+  const r = await client.completions.create({ model, prompt: [PROMPT, B], max_tokens: N, temperature: 0, n: 2 });
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2, 3]);
+  assert.deepEqual(r.choices.map((c) => c.text), [a, a, b, b].map((x) => x.choices[0].text));
+  assert.equal(r.usage.prompt_tokens, a.usage.prompt_tokens + b.usage.prompt_tokens);
+  assert.equal(r.usage.completion_tokens, 2 * (a.usage.completion_tokens + b.usage.completion_tokens));
+  // token-id prompts too, and a batch of one is the plain request
+  const ids = JSON.parse((await request(srv, 'POST', '/tokenize', { body: { model, prompt: B } })).text).tokens;
+  const t = await client.completions.create({ model, prompt: [ids, PROMPT], max_tokens: N, temperature: 0 });
+  assert.deepEqual(t.choices.map((c) => c.text), [b.choices[0].text, a.choices[0].text]);
+  const one = await client.completions.create({ model, prompt: [B], max_tokens: N, temperature: 0 });
+  assert.equal(one.choices.length, 1);
+  assert.equal(one.choices[0].text, b.choices[0].text);
+  // streamed: each choice under its index
+  const stream = await client.completions.create({ model, prompt: [PROMPT, B], max_tokens: N, temperature: 0, stream: true });
+  const got = ['', ''];
+  for await (const c of stream) for (const ch of c.choices) got[ch.index] += ch.text;
+  assert.deepEqual(got, [a.choices[0].text, b.choices[0].text]);
+  // a prompt past the context names the prompt; /tokenize takes one prompt
+  const big = await request(srv, 'POST', '/v1/completions', { body: { model, prompt: [PROMPT, new Array(100000).fill(5)] } });
+  assert.equal(big.status, 400, big.text);
+  assert.equal(JSON.parse(big.text).error.param, 'prompt');
+  const tk = await request(srv, 'POST', '/tokenize', { body: { model, prompt: [PROMPT, B] } });
+  assert.equal(tk.status, 400, tk.text);
+  assert.equal(JSON.parse(tk.text).error.param, 'prompt');
+  const many = await request(srv, 'POST', '/v1/completions', { body: { model, prompt: [PROMPT, B], n: 65 } });
+  assert.equal(many.status, 400, many.text);
+  assert.equal(JSON.parse(many.text).error.param, 'n');
 });
 
 test('a client that leaves cancels every choice', async () => {
