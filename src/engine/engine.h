@@ -60,6 +60,23 @@ typedef struct sd_spec_stats {
     double host_s;
 } sd_spec_stats;
 
+/* dst += src: the counts and times of two sets of requests together (the
+ * choices of one response, a bench's requests) */
+static inline void sd_spec_stats_add(sd_spec_stats *dst, const sd_spec_stats *src)
+{
+    dst->steps += src->steps;
+    dst->drafted += src->drafted;
+    dst->accepted += src->accepted;
+    dst->emitted += src->emitted;
+    for (int i = 0; i < 16; i++) {
+        dst->accepted_at[i] += src->accepted_at[i];
+        dst->proposed_at[i] += src->proposed_at[i];
+    }
+    dst->draft_s += src->draft_s;
+    dst->verify_s += src->verify_s;
+    dst->host_s += src->host_s;
+}
+
 typedef struct sd_req_stats {
     int prompt_tokens;
     int completion_tokens;

@@ -288,18 +288,7 @@ static void usage_add(sd_req_stats *u, const sd_req_stats *st, int first_of_prom
     u->queued_s = SD_MAX(u->queued_s, st->queued_s);
     u->ttft_s = SD_MAX(u->ttft_s, st->ttft_s);
     u->total_s = SD_MAX(u->total_s, st->total_s);
-    sd_spec_stats *a = &u->spec;
-    const sd_spec_stats *b = &st->spec;
-    a->steps += b->steps;
-    a->drafted += b->drafted;
-    a->accepted += b->accepted;
-    a->emitted += b->emitted;
-    for (int i = 0; i < 16; i++) {
-        a->accepted_at[i] += b->accepted_at[i];
-        a->proposed_at[i] += b->proposed_at[i];
-    }
-    a->draft_s += b->draft_s;
-    a->verify_s += b->verify_s;
+    sd_spec_stats_add(&u->spec, &st->spec);
 }
 
 /* ---- engine callbacks (engine thread): copy, queue, wake ------------------------- */

@@ -214,17 +214,8 @@ static int run_bundled(const char *spec, const char *synth, double temperature, 
 static void sum_spec(const engine_out *outs, sd_spec_stats *t)
 {
     memset(t, 0, sizeof *t);
-    for (int i = 0; i < NREQ; i++) {
-        const sd_spec_stats *s = &outs[i].st.spec;
-        t->steps += s->steps;
-        t->drafted += s->drafted;
-        t->accepted += s->accepted;
-        t->emitted += s->emitted;
-        for (int p = 0; p < 16; p++) {
-            t->proposed_at[p] += s->proposed_at[p];
-            t->accepted_at[p] += s->accepted_at[p];
-        }
-    }
+    for (int i = 0; i < NREQ; i++)
+        sd_spec_stats_add(t, &outs[i].st.spec);
 }
 
 static engine_out g_plain[NREQ], g_spec[NREQ];

@@ -3,30 +3,17 @@
 // the same request; the SSE framing byte for byte; and every error status
 // with OpenAI's error shape.
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import fs from 'node:fs';
 import net from 'node:net';
-import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 
-import { MODEL, checkStream, generate, metrics, request, requireModel, startServer, until } from './lib.mjs';
+import { checkStream, generate, metrics, openaiClass, request, requireModel, specArgs, startServer, until } from './lib.mjs';
 
 requireModel();
 
-// Speculative decoding on, so that usage and /metrics carry real statistics:
-// the model's own MTP layer when it has one, else the n-gram proposer; a
-// fixed draft length, since the adaptive one may rightly choose none.
-const cfg = JSON.parse(fs.readFileSync(path.join(MODEL, 'config.json'), 'utf8'));
-const MTP = (cfg.num_nextn_predict_layers || 0) > 0;
-const SPEC = ['--spec', MTP ? 'mtp' : 'ngram', '--spec-k', '2'];
-
-// The client library lives in this folder (package.json + package-lock.json);
-// install it on first use.
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-if (!fs.existsSync(path.join(HERE, 'node_modules', 'openai', 'package.json')))
-  execFileSync('npm', ['ci', '--no-audit', '--no-fund'], { cwd: HERE, stdio: 'inherit' });
-const { default: OpenAI } = await import('openai');
+// Speculative decoding on (lib.mjs specArgs), so that usage and /metrics
+// carry real statistics.
+const { mtp: MTP, args: SPEC } = specArgs();
+const OpenAI = await openaiClass();
 
 const KEY = 'e2e-secret';
 const AUTH = { authorization: `Bearer ${KEY}` };

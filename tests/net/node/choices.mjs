@@ -6,25 +6,15 @@
 // client that leaves cancels every choice. A batch of prompts is n choices
 // of each, prompt-major.
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import fs from 'node:fs';
 import http from 'node:http';
-import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 
-import { MODEL, metrics, request, requireModel, sseEvents, startServer, until } from './lib.mjs';
+import { metrics, openaiClass, request, requireModel, specArgs, sseEvents, startServer, until } from './lib.mjs';
 
 requireModel();
 
-const cfg = JSON.parse(fs.readFileSync(path.join(MODEL, 'config.json'), 'utf8'));
-const MTP = (cfg.num_nextn_predict_layers || 0) > 0;
-const SPEC = ['--spec', MTP ? 'mtp' : 'ngram', '--spec-k', '2'];
-
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-if (!fs.existsSync(path.join(HERE, 'node_modules', 'openai', 'package.json')))
-  execFileSync('npm', ['ci', '--no-audit', '--no-fund'], { cwd: HERE, stdio: 'inherit' });
-const { default: OpenAI } = await import('openai');
+const { args: SPEC } = specArgs();
+const OpenAI = await openaiClass();
 
 let srv, client, model;
 

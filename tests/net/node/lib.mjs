@@ -3,10 +3,11 @@
 // process's resident memory. The server under test is $SPECD_BIN (meson sets
 // it); the model is $SPECD_E2E_MODEL, else the bundled models/specd-tiny,
 // else the small test model tests/net/fixtures/tiny-chat.
-import { spawn, execFile } from 'node:child_process';
+import { spawn, execFile, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 export const SRCDIR = process.env.SD_SRCDIR || process.cwd();
 export const BIN = process.env.SPECD_BIN || path.join(SRCDIR, 'build', 'specd');
@@ -15,6 +16,25 @@ const BUNDLED = path.join(SRCDIR, 'models', 'specd-tiny');
 export const SMALL_MODEL = path.join(SRCDIR, 'tests', 'net', 'fixtures', 'tiny-chat');
 export const MODEL = process.env.SPECD_E2E_MODEL ||
   (fs.existsSync(path.join(BUNDLED, 'config.json')) ? BUNDLED : SMALL_MODEL);
+
+// Speculative decoding for a server under test, so that usage and /metrics
+// carry real statistics: the model's own MTP layer when it has one, else the
+// n-gram proposer; a fixed draft length, since the adaptive one may rightly
+// choose none.
+export function specArgs(model = MODEL) {
+  const cfg = JSON.parse(fs.readFileSync(path.join(model, 'config.json'), 'utf8'));
+  const mtp = (cfg.num_nextn_predict_layers || 0) > 0;
+  return { mtp, args: ['--spec', mtp ? 'mtp' : 'ngram', '--spec-k', '2'] };
+}
+
+// The official OpenAI client (npm `openai`): it lives in this folder
+// (package.json + package-lock.json), installed on first use.
+export async function openaiClass() {
+  const here = path.dirname(fileURLToPath(import.meta.url));
+  if (!fs.existsSync(path.join(here, 'node_modules', 'openai', 'package.json')))
+    execFileSync('npm', ['ci', '--no-audit', '--no-fund'], { cwd: here, stdio: 'inherit' });
+  return (await import('openai')).default;
+}
 
 // Without a model there is nothing to serve: meson's "skipped" (77), with the reason.
 export function requireModel(model = MODEL) {

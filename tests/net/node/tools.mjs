@@ -8,21 +8,16 @@
 // parser's calls are checked in tests/net/test_toolcall.c and their JSON in
 // tests/net/test_openai.c.
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 
-import { MODEL, SRCDIR, checkStream, request, requireModel, startServer } from './lib.mjs';
+import { MODEL, SRCDIR, checkStream, openaiClass, request, requireModel, startServer } from './lib.mjs';
 
 requireModel();
 
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-if (!fs.existsSync(path.join(HERE, 'node_modules', 'openai', 'package.json')))
-  execFileSync('npm', ['ci', '--no-audit', '--no-fund'], { cwd: HERE, stdio: 'inherit' });
-const { default: OpenAI } = await import('openai');
+const OpenAI = await openaiClass();
 
 // A model folder: the bundled model's files with a published template.
 function modelWith(template) {
