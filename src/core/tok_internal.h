@@ -235,7 +235,8 @@ void sd__bl_tables(uint32_t b2c[256], uint16_t c2b[0x144]);
  * reference), its split pattern from dir's tokenization_*.py and its special
  * tokens from dir's tokenizer_config.json. */
 struct json_t;
-int sd__tok_tiktoken_json(const char *dir, const char *file, struct json_t **root, sd_err *err);
+int sd__tok_tiktoken_json(const char *dir, const char *file, const struct json_t *cfg, struct json_t **root,
+                          sd_err *err);
 /* The pat_str of Python source: 1 (out set), 0 none, -1 no memory. */
 int sd__tiktoken_pattern_of_source(const char *src, size_t n, sd_sbuf *out);
 

@@ -492,14 +492,14 @@ fail:
     return NULL;
 }
 
-int sd__tok_tiktoken_json(const char *dir, const char *file, json_t **out, sd_err *err)
+int sd__tok_tiktoken_json(const char *dir, const char *file, const json_t *cfg, json_t **out, sd_err *err)
 {
     *out = NULL;
     ranks R = {0};
     sd_sbuf pat = {0}, ls = {0}, rs = {0}, ms = {0};
     char *pat_from = NULL;
     merge *mv = NULL;
-    json_t *root = NULL, *cfg = NULL;
+    json_t *root = NULL;
     long reserved = 0;
     int rc = read_ranks(file, &R, err);
     if (!rc)
@@ -580,17 +580,6 @@ int sd__tok_tiktoken_json(const char *dir, const char *file, json_t **out, sd_er
     char *cfgpath = sd_strfmt("%s/tokenizer_config.json", dir);
     if (!cfgpath)
         goto oom;
-    if (sd_file_exists(cfgpath)) {
-        json_error_t je;
-        cfg = json_load_file(cfgpath, 0, &je);
-        if (!json_is_object(cfg)) {
-            rc = cfg ? sd_err_set(err, SD_EFORMAT, "%s: the top level must be a JSON object", cfgpath)
-                     : sd_err_set(err, SD_EFORMAT, "%s:%d:%d: malformed JSON: %s", cfgpath, je.line, je.column,
-                                  je.text);
-            free(cfgpath);
-            goto done;
-        }
-    }
     json_t *named = json_object_get(cfg, "added_tokens_decoder");
     int64_t base = (int64_t)R.max_rank + 1, last = base + reserved - 1;
     const char *key;
@@ -636,7 +625,6 @@ oom:
     rc = sd_err_set(err, SD_ENOMEM, "%s: out of memory", file);
 done:
     json_decref(root);
-    json_decref(cfg);
     free(mv);
     free(pat_from);
     sd_sbuf_free(&pat);

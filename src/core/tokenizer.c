@@ -940,32 +940,39 @@ static int32_t template_bos(const sd_tokenizer *t, const json_t *pp)
     return sd_tok_token_id(t, json_string_value(name), json_string_length(name));
 }
 
-static int find_bos_eos(sd_tokenizer *t, const char *dir, const json_t *pp, sd_err *err)
+/* tokenizer_config.json beside the tokenizer, read once for both loaders:
+ * *cfg NULL where there is none */
+static int load_config(const char *dir, json_t **cfg, sd_err *err)
+{
+    *cfg = NULL;
+    char *cfgpath = sd_strfmt("%s/tokenizer_config.json", dir);
+    if (!cfgpath)
+        return sd_err_set(err, SD_ENOMEM, "tokenizer: out of memory");
+    int rc = 0;
+    if (sd_file_exists(cfgpath)) {
+        json_error_t je;
+        *cfg = json_load_file(cfgpath, 0, &je);
+        if (!json_is_object(*cfg)) {
+            rc = *cfg ? sd_err_set(err, SD_EFORMAT, "%s: the top level must be a JSON object", cfgpath)
+                      : sd_err_set(err, SD_EFORMAT, "%s:%d:%d: malformed JSON: %s", cfgpath, je.line, je.column,
+                                   je.text);
+            json_decref(*cfg);
+            *cfg = NULL;
+        }
+    }
+    free(cfgpath);
+    return rc;
+}
+
+/* cfg: tokenizer_config.json (NULL: none) */
+static void find_bos_eos(sd_tokenizer *t, const json_t *cfg, const json_t *pp)
 {
     static const char *const BOS[] = {"<|begin_of_text|>", "<｜begin▁of▁sentence｜>", "<s>", "<|startoftext|>",
                                       "<bos>", "[BOS]", "<|bos|>"};
     static const char *const EOS[] = {"<|end_of_text|>", "<｜end▁of▁sentence｜>", "</s>", "<|endoftext|>",
                                       "<eos>", "[EOS]", "<|eos|>"};
-    int have_bos = 0, have_eos = 0;
-    char *cfgpath = sd_strfmt("%s/tokenizer_config.json", dir);
-    if (!cfgpath)
-        return sd_err_set(err, SD_ENOMEM, "tokenizer: out of memory");
-    if (sd_file_exists(cfgpath)) {
-        json_error_t je;
-        json_t *cfg = json_load_file(cfgpath, 0, &je);
-        if (!json_is_object(cfg)) {
-            int rc = cfg ? sd_err_set(err, SD_EFORMAT, "%s: the top level must be a JSON object", cfgpath)
-                         : sd_err_set(err, SD_EFORMAT, "%s:%d:%d: malformed JSON: %s", cfgpath, je.line, je.column,
-                                      je.text);
-            json_decref(cfg);
-            free(cfgpath);
-            return rc;
-        }
-        have_bos = config_token(t, cfg, "bos_token", &t->bos);
-        have_eos = config_token(t, cfg, "eos_token", &t->eos);
-        json_decref(cfg);
-    }
-    free(cfgpath);
+    int have_bos = config_token(t, cfg, "bos_token", &t->bos);
+    int have_eos = config_token(t, cfg, "eos_token", &t->eos);
     if (!have_bos) {
         t->bos = template_bos(t, pp);
         if (t->bos < 0)
@@ -977,7 +984,6 @@ static int find_bos_eos(sd_tokenizer *t, const char *dir, const json_t *pp, sd_e
         t->bos = -1;
     if (t->eos >= t->vocab_size)
         t->eos = -1;
-    return 0;
 }
 
 /* ---- load / free --------------------------------------------------------------------- */
@@ -1073,11 +1079,11 @@ int sd_tok_load(sd_tokenizer **out, const char *path, sd_err *err)
         free(dir);
         return sd_err_set(err, SD_ENOMEM, "tokenizer: out of memory");
     }
-    int rc;
-    json_t *root = NULL;
-    if (tiktoken) {
-        rc = sd__tok_tiktoken_json(dir, file, &root, err);
-    } else {
+    json_t *root = NULL, *cfg = NULL;
+    int rc = load_config(dir, &cfg, err);
+    if (!rc && tiktoken) {
+        rc = sd__tok_tiktoken_json(dir, file, cfg, &root, err);
+    } else if (!rc) {
         char *data = NULL;
         size_t len = 0;
         rc = sd_read_file(file, &data, &len, err);
@@ -1090,6 +1096,7 @@ int sd_tok_load(sd_tokenizer **out, const char *path, sd_err *err)
         }
     }
     if (rc) {
+        json_decref(cfg);
         free(file);
         free(dir);
         return rc;
@@ -1097,6 +1104,7 @@ int sd_tok_load(sd_tokenizer **out, const char *path, sd_err *err)
     sd_tokenizer *t = calloc(1, sizeof *t);
     if (!t) {
         json_decref(root);
+        json_decref(cfg);
         free(file);
         free(dir);
         return sd_err_set(err, SD_ENOMEM, "tokenizer: out of memory");
@@ -1127,16 +1135,17 @@ int sd_tok_load(sd_tokenizer **out, const char *path, sd_err *err)
         goto fail;
     if ((rc = build_ids(&L, &dec)))
         goto fail;
-    if ((rc = find_bos_eos(t, dir, json_object_get(root, "post_processor"), err)))
-        goto fail;
+    find_bos_eos(t, cfg, json_object_get(root, "post_processor"));
     dsteps_free(&dec);
     json_decref(root);
+    json_decref(cfg);
     free(dir);
     *out = t;
     return 0;
 fail:
     dsteps_free(&dec);
     json_decref(root);
+    json_decref(cfg);
     free(dir);
     sd_tok_free(t);
     return rc;
