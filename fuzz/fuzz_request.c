@@ -20,6 +20,7 @@
  * Build: meson setup build-fuzz -Dfuzz=true (CC=clang), or directly with clang
  * as tests/net/test_fuzz_request.sh does. */
 #include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,11 +113,24 @@ static void exercise(sd_oai_request *r, int tokenize, const void *data, size_t s
     sd_buf b = {0};
     /* the raw input stands in for model output: any bytes at all */
     sd_oai_choice ch[4];
+    /* logprobs asked: entries from the input's bytes (no tokenizer here:
+     * each token's text is empty), -inf among them */
+    sd_token_logprob lp[8];
+    int32_t ids[8];
+    for (int i = 0; i < 8; i++) {
+        ids[i] = i < (int)size ? ((const unsigned char *)data)[i] : i;
+        lp[i] = (sd_token_logprob){i % 3 ? -(float)ids[i] / 7 : -INFINITY,
+                                   r->gen.top_logprobs < 3 ? r->gen.top_logprobs : 3,
+                                   {ids[i], ids[0], 5},
+                                   {-0.1f, -INFINITY, -2}};
+    }
+    sd_oai_logprobs L = {NULL, r->gen.top_logprobs, ids, lp, 8, size};
     for (int i = 0; i < n; i++)
         ch[i] = (sd_oai_choice){data, size >> i, data, size, NULL, 0,
-                                i % 2 ? SD_FINISH_LENGTH : SD_FINISH_STOP};
+                                i % 2 ? SD_FINISH_LENGTH : SD_FINISH_STOP,
+                                r->gen.logprobs ? &L : NULL};
     if (sd_oai_response(&b, &m, ch, n, &st) ||
-        sd_oai_chunk_event(&b, &m, 1, data, size, SD_FINISH_NONE) ||
+        sd_oai_chunk_event_lp(&b, &m, 1, data, size, SD_FINISH_NONE, r->gen.logprobs ? &L : NULL) ||
         sd_oai_usage_event(&b, &m, &st) || sd_sse_done(&b))
         die("response builders failed", data, size);
     sd_buf_free(&b);

@@ -52,6 +52,26 @@ static int push_tok(req *r, int32_t t)
     return 0;
 }
 
+/* the log probability of r's token at position pos, chosen at this logits
+ * row (sd_gen_params.logprobs) */
+static int keep_lp(const sd_engine *e, req *r, int pos, const float *row)
+{
+    if (!r->want_lp)
+        return 0;
+    if (pos >= r->cap_lp) {
+        int cap = r->cap_tok > pos ? r->cap_tok : pos + 64;
+        sd_token_logprob *p = realloc(r->lp, (size_t)cap * sizeof *p);
+        if (!p)
+            return SD_ENOMEM;
+        r->lp = p;
+        r->cap_lp = cap;
+    }
+    sd_token_logprob *t = &r->lp[pos];
+    t->n_top = sd_logprobs_row(row, e->V, r->tok[pos], r->top_lp, &t->logprob, t->top_ids,
+                               t->top_logprobs);
+    return 0;
+}
+
 static int list_push(req ***list, int *n, int *cap, req *r)
 {
     if (*n == *cap) {
@@ -91,6 +111,7 @@ static void req_free(sd_engine *e, req *r)
     sd_ngram_destroy(r->ng);
     free(r->tok);
     free(r->q);
+    free(r->lp);
     free(r);
 }
 
@@ -202,6 +223,8 @@ static int emit(sd_engine *e, req *r, int from)
     const char *o = "";
     size_t ol = 0;
     int hit = tl ? sd_stop_push(&r->stop, text, tl, &o, &ol) : 0;
+    if (r->want_lp && r->ev.on_logprobs && n_new)
+        r->ev.on_logprobs(r->user, r->tok + from, r->lp + from, n_new);
     if (r->ev.on_output && (ol || n_new))
         r->ev.on_output(r->user, o, ol, r->tok + from, n_new);
     free(text);
@@ -470,7 +493,8 @@ static int accept_decode(sd_engine *e, req *r, const float *logits, const int32_
     if (r->draft_valid > r->n_tok + n)
         r->draft_valid = r->n_tok + n;
     for (int i = 0; i <= n; i++)
-        if (push_tok(r, out[i]))
+        if (push_tok(r, out[i]) ||
+            (!dev_out && keep_lp(e, r, r->n_tok - 1, logits + (size_t)(r->out0 + i) * V)))
             return SD_ENOMEM;
     return n;
 }
@@ -486,7 +510,7 @@ static int sample_one(sd_engine *e, req *r, const float *row)
         uint64_t pos = (uint64_t)(r->n_tok - r->n_prompt);
         t = sd_sample(e->p_rows, V, sd_rand_uniform(r->samp.seed, pos, SD_RNG_TARGET));
     }
-    return push_tok(r, t);
+    return push_tok(r, t) || keep_lp(e, r, r->n_tok - 1, row) ? SD_ENOMEM : 0;
 }
 
 static void take_incoming(sd_engine *e)
@@ -1155,9 +1179,16 @@ static int engine_step(sd_engine *e)
     }
     /* 3. target forward. A decode/verify step (every row wants logits) is
      * padded to its bucket and replays that bucket's graph (graphs.c). */
-    int greedy_only = 1;
-    for (int i = 0; i < s.n_seq && greedy_only; i++)
-        greedy_only = s.seqs[i]->greedy;
+    int greedy_only = 1, host_logits = 0;
+    for (int i = 0; i < s.n_seq; i++) {
+        greedy_only &= s.seqs[i]->greedy;
+        host_logits |= s.seqs[i]->want_lp;
+    }
+    /* a request that wants its tokens' log probabilities: the step's
+     * logits rows come to the host, and the tokens are chosen there (no
+     * argmax or acceptance on the device, nothing queued ahead) */
+    if (host_logits)
+        greedy_only = 0;
     /* the proposer's hidden states: only while a request of the step
      * tracks it (speculation off, a step skips the copies: on the bundled
      * model's 0.2 ms steps EAGLE-3's three were ~4%) */
@@ -1196,7 +1227,7 @@ static int engine_step(sd_engine *e)
     sd_copy vcp;
     int rc = 0, gather = 0, graphed = 0;
     if (drafts_on_device(&s)) {
-        gather = e->be->ops->gather_i32 && (greedy_only || dev_q_kind(e, &s) >= 0);
+        gather = e->be->ops->gather_i32 && !host_logits && (greedy_only || dev_q_kind(e, &s) >= 0);
         if (gather)
             vcp = sd__drafts_gather_copy(e, &s, Tn);
         else
@@ -1241,7 +1272,7 @@ static int engine_step(sd_engine *e)
      * memory may wait for the chain queued before it) */
     if (gather)
         swap_mark_bufs(e, 1);
-    e->dev_acc = !rc && !greedy_only && s.n_out > 0 && !launch_dev_accept(e, &s, 0);
+    e->dev_acc = !rc && !greedy_only && !host_logits && s.n_out > 0 && !launch_dev_accept(e, &s, 0);
     if (gather)
         swap_mark_bufs(e, 1);
     if (!decode) {
@@ -2096,6 +2127,13 @@ req *sd__engine_req_new(sd_engine *e, const int32_t *prompt, int n_prompt, const
     r->greedy = sd_sampling_is_greedy(&r->samp);
     r->max_tokens = p->max_tokens;
     r->ignore_eos = p->ignore_eos;
+    if (p->logprobs && (p->top_logprobs < 0 || p->top_logprobs > SD_MAX_TOP_LOGPROBS)) {
+        rc = sd_err_set(err, SD_EINVAL, "top_logprobs: %d, at most %d", p->top_logprobs,
+                        SD_MAX_TOP_LOGPROBS);
+        goto fail;
+    }
+    r->want_lp = p->logprobs != 0;
+    r->top_lp = p->top_logprobs;
     if (p->n_stop_ids < 0 || p->n_stop_ids > (int)SD_ARRAY_LEN(r->stop_ids)) {
         rc = sd_err_set(err, SD_EINVAL, "stop token ids: at most %d",
                         (int)SD_ARRAY_LEN(r->stop_ids));
@@ -2125,6 +2163,7 @@ fail:
     sd_ngram_destroy(r->ng);
     free(r->tok);
     free(r->q);
+    free(r->lp);
     free(r);
     return NULL;
 }

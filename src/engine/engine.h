@@ -44,7 +44,25 @@ typedef struct sd_gen_params {
      * tool calls or reasoning tags that are special tokens: Kimi-K2's,
      * DeepSeek's); 0: skipped */
     int keep_special;
+    /* 1: each token's log probability comes with it (sd_req_events.on_logprobs),
+     * with the top_logprobs (0..SD_MAX_TOP_LOGPROBS) likeliest tokens of its
+     * position. The target model's own distribution (the log-softmax of its
+     * logits: no temperature or truncation), as vLLM returns by default. The
+     * steps that hold such a request bring their logits rows to the host. */
+    int logprobs;
+    int top_logprobs;
 } sd_gen_params;
+
+#define SD_MAX_TOP_LOGPROBS 20
+
+/* A token's log probability, and its position's likeliest tokens (most
+ * likely first, lower id first on ties) */
+typedef struct sd_token_logprob {
+    float logprob;
+    int n_top;
+    int32_t top_ids[SD_MAX_TOP_LOGPROBS];
+    float top_logprobs[SD_MAX_TOP_LOGPROBS];
+} sd_token_logprob;
 
 /* Speculative statistics of one request (and summed over the engine). */
 typedef struct sd_spec_stats {
@@ -92,6 +110,9 @@ typedef struct sd_req_events {
     void (*on_output)(void *user, const char *text, size_t len, const int32_t *ids, int n_ids);
     /* Last call for a request; msg is set for SD_FINISH_ERROR. */
     void (*on_finish)(void *user, sd_finish why, const sd_req_stats *st, const char *msg);
+    /* With sd_gen_params.logprobs (may be NULL): the log probabilities of
+     * the n tokens ids, called just before the on_output that carries them. */
+    void (*on_logprobs)(void *user, const int32_t *ids, const sd_token_logprob *lp, int n);
 } sd_req_events;
 
 /* why a step drafted (sd_engine_stats.spec_why_*; engine/adaptive.h

@@ -80,6 +80,11 @@ typedef struct req {
     int last_k, last_n; /* the last verify: drafts proposed, accepted */
     sd_ngram *ng;       /* n-gram index of tok (SD_SPEC_NGRAM) */
     int no_spec;        /* never drafts: admitted while speculation did not pay */
+    /* sd_gen_params.logprobs: each token's (lp[i] for tok[i], i >= n_prompt;
+     * cap_lp entries), its steps' logits rows brought to the host */
+    int want_lp, top_lp;
+    sd_token_logprob *lp;
+    int cap_lp;
     float *q; /* (SD_MAX_K, V) draft distributions when sampling with a model proposer */
     sd_sampling samp;
     int greedy, max_tokens, ignore_eos;

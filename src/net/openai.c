@@ -258,24 +258,6 @@ static int check_unsupported(json_t *root, sd_oai_kind kind, sd_api_error *e)
         if (x != 1)
             return unsupported(e, "best_of", "best_of > 1");
     }
-    if ((v = json_object_get(root, "logprobs")) && !json_is_null(v)) {
-        if (kind == SD_OAI_CHAT) {
-            int b = 0;
-            if (get_bool(v, "logprobs", &b, e))
-                return SD_EINVAL;
-            if (b)
-                return unsupported(e, "logprobs", "returning log probabilities");
-        } else {
-            if (get_int(v, "logprobs", 0, 20, &x, e))
-                return SD_EINVAL;
-            return unsupported(e, "logprobs", "returning log probabilities");
-        }
-    }
-    if ((v = json_object_get(root, "top_logprobs")) && !json_is_null(v)) {
-        if (get_int(v, "top_logprobs", 0, 20, &x, e))
-            return SD_EINVAL;
-        return unsupported(e, "top_logprobs", "returning log probabilities");
-    }
     if ((v = json_object_get(root, "echo")) && !json_is_null(v)) {
         int b = 0;
         if (get_bool(v, "echo", &b, e))
@@ -878,6 +860,27 @@ static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model
         g->seed = (uint64_t)x;
         g->has_seed = 1;
     }
+    /* log probabilities: chat's logprobs (a bool) and top_logprobs (which
+     * needs it); completions' logprobs (the top count) */
+    if ((v = json_object_get(root, "logprobs")) && !json_is_null(v)) {
+        if (kind == SD_OAI_CHAT) {
+            if (get_bool(v, "logprobs", &g->logprobs, e))
+                return SD_EINVAL;
+        } else {
+            if (get_int(v, "logprobs", 0, SD_MAX_TOP_LOGPROBS, &x, e))
+                return SD_EINVAL;
+            g->logprobs = 1;
+            g->top_logprobs = (int)x;
+        }
+    }
+    if ((v = json_object_get(root, "top_logprobs")) && !json_is_null(v)) { /* (chat only) */
+        if (get_int(v, "top_logprobs", 0, SD_MAX_TOP_LOGPROBS, &x, e))
+            return SD_EINVAL;
+        if (!g->logprobs)
+            return sd_api_error_set(e, 400, "top_logprobs", "invalid_value",
+                                    "top_logprobs: logprobs must be true to use it");
+        g->top_logprobs = (int)x;
+    }
     r->n = 1;
     if ((v = json_object_get(root, "n")) && !json_is_null(v)) {
         if (get_int(v, "n", 1, SD_OAI_MAX_N, &x, e))
@@ -1126,11 +1129,97 @@ static json_t *head(const sd_oai_meta *m, const char *object)
 
 /* c, a choice object holding its index and its text, message or delta,
  * gets logprobs null and its finish reason (last, as OpenAI orders them) */
-static json_t *choice_end(json_t *c, sd_finish why)
+static json_t *logprobs_json(sd_oai_kind kind, const sd_oai_logprobs *lp);
+
+static json_t *choice_end(json_t *c, sd_finish why, sd_oai_kind kind, const sd_oai_logprobs *lp)
 {
-    json_object_set_new(c, "logprobs", json_null());
+    json_object_set_new(c, "logprobs", lp ? logprobs_json(kind, lp) : json_null());
     json_object_set_new(c, "finish_reason", finish_json(why));
     return c;
+}
+
+/* a token's text (specials printed; bytes that are not whole UTF-8
+ * characters as they are), or NULL */
+static char *token_text(const sd_tokenizer *tok, int32_t id, size_t *len)
+{
+    char *t = NULL;
+    sd_err err = {0};
+    *len = 0;
+    if (!tok || sd_tok_decode(tok, &id, 1, 0, &t, len, &err))
+        return NULL;
+    return t;
+}
+
+size_t sd_oai_token_bytes(const sd_tokenizer *tok, int32_t id)
+{
+    size_t len;
+    free(token_text(tok, id, &len));
+    return len;
+}
+
+/* JSON has no -inf: OpenAI's and vLLM's floor */
+static json_t *lp_real(float x) { return json_real(x > -9999.0f ? (double)x : -9999.0); }
+
+/* chat's {"token", "logprob", "bytes"} of one token */
+static json_t *chat_token(const sd_tokenizer *tok, int32_t id, float lp)
+{
+    size_t len;
+    char *t = token_text(tok, id, &len);
+    json_t *o = json_object(), *b = json_array();
+    json_object_set_new(o, "token", text_json(t, len));
+    json_object_set_new(o, "logprob", lp_real(lp));
+    for (size_t i = 0; i < len; i++)
+        json_array_append_new(b, json_integer((unsigned char)t[i]));
+    json_object_set_new(o, "bytes", b);
+    free(t);
+    return o;
+}
+
+/* chat: {"content": [token, ... with its top_logprobs]}; completions:
+ * {"tokens", "token_logprobs", "top_logprobs", "text_offset"} */
+static json_t *logprobs_json(sd_oai_kind kind, const sd_oai_logprobs *lp)
+{
+    json_t *o = json_object();
+    if (kind == SD_OAI_CHAT) {
+        json_t *content = json_array();
+        for (int i = 0; i < lp->n; i++) {
+            const sd_token_logprob *t = &lp->lp[i];
+            json_t *e = chat_token(lp->tok, lp->ids[i], t->logprob), *top = json_array();
+            for (int j = 0; j < t->n_top && j < lp->top; j++)
+                json_array_append_new(top, chat_token(lp->tok, t->top_ids[j], t->top_logprobs[j]));
+            json_object_set_new(e, "top_logprobs", top);
+            json_array_append_new(content, e);
+        }
+        json_object_set_new(o, "content", content);
+        return o;
+    }
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t off = lp->offset;
+    for (int i = 0; i < lp->n; i++) {
+        const sd_token_logprob *t = &lp->lp[i];
+        size_t len;
+        char *s = token_text(lp->tok, lp->ids[i], &len);
+        json_array_append_new(toks, text_json(s, len));
+        json_array_append_new(lps, lp_real(t->logprob));
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        off += len;
+        free(s);
+        json_t *top = json_object();
+        for (int j = 0; j < t->n_top && j < lp->top; j++) {
+            char *a = token_text(lp->tok, t->top_ids[j], &len);
+            json_t *key = text_json(a, len);
+            if (key && !json_object_get(top, json_string_value(key)))
+                json_object_set_new(top, json_string_value(key), lp_real(t->top_logprobs[j]));
+            json_decref(key);
+            free(a);
+        }
+        json_array_append_new(tops, top);
+    }
+    json_object_set_new(o, "tokens", toks);
+    json_object_set_new(o, "token_logprobs", lps);
+    json_object_set_new(o, "top_logprobs", tops);
+    json_object_set_new(o, "text_offset", offs);
+    return o;
 }
 
 static json_t *choice_obj(int index)
@@ -1193,7 +1282,7 @@ int sd_oai_response(sd_buf *out, const sd_oai_meta *m, const sd_oai_choice *choi
         } else {
             json_object_set_new(c, "text", text_json(ch->text, ch->len));
         }
-        choice_end(c, ch->why);
+        choice_end(c, ch->why, m->kind, ch->logprobs);
         if (ch->n_calls)
             json_object_set_new(c, "finish_reason", json_string("tool_calls"));
         json_array_append_new(arr, c);
@@ -1216,6 +1305,12 @@ static int event(sd_buf *out, json_t *o)
 int sd_oai_chunk_event(sd_buf *out, const sd_oai_meta *m, int role, const char *text, size_t len,
                        sd_finish why)
 {
+    return sd_oai_chunk_event_lp(out, m, role, text, len, why, NULL);
+}
+
+int sd_oai_chunk_event_lp(sd_buf *out, const sd_oai_meta *m, int role, const char *text, size_t len,
+                          sd_finish why, const sd_oai_logprobs *lp)
+{
     int chat = m->kind == SD_OAI_CHAT;
     json_t *o = head(m, chat ? "chat.completion.chunk" : "text_completion");
     json_t *c = chunk_choice(o, m);
@@ -1229,7 +1324,7 @@ int sd_oai_chunk_event(sd_buf *out, const sd_oai_meta *m, int role, const char *
     } else {
         json_object_set_new(c, "text", text_json(text, len));
     }
-    choice_end(c, why);
+    choice_end(c, why, m->kind, lp);
     return event(out, o);
 }
 
@@ -1239,7 +1334,7 @@ int sd_oai_reasoning_event(sd_buf *out, const sd_oai_meta *m, const char *text, 
     json_t *c = chunk_choice(o, m), *d = json_object();
     json_object_set_new(d, "reasoning_content", text_json(text, len));
     json_object_set_new(c, "delta", d);
-    choice_end(c, SD_FINISH_NONE);
+    choice_end(c, SD_FINISH_NONE, m->kind, NULL);
     return event(out, o);
 }
 
@@ -1250,7 +1345,7 @@ int sd_oai_tool_call_event(sd_buf *out, const sd_oai_meta *m, int index, const s
     json_array_append_new(arr, call_json(tc, index));
     json_object_set_new(d, "tool_calls", arr);
     json_object_set_new(c, "delta", d);
-    choice_end(c, SD_FINISH_NONE);
+    choice_end(c, SD_FINISH_NONE, m->kind, NULL);
     return event(out, o);
 }
 
@@ -1259,7 +1354,7 @@ int sd_oai_tool_calls_finish_event(sd_buf *out, const sd_oai_meta *m)
     json_t *o = head(m, "chat.completion.chunk");
     json_t *c = chunk_choice(o, m);
     json_object_set_new(c, "delta", json_object());
-    choice_end(c, SD_FINISH_NONE);
+    choice_end(c, SD_FINISH_NONE, m->kind, NULL);
     json_object_set_new(c, "finish_reason", json_string("tool_calls"));
     return event(out, o);
 }

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/tokenizer.h"
 #include "engine/engine.h"
 #include "net/buf.h"
 #include "net/toolcall.h"
@@ -129,6 +130,19 @@ typedef struct sd_oai_meta {
     int index;
 } sd_oai_meta;
 
+/* Log probabilities of some of a choice's tokens (sd_gen_params.logprobs):
+ * each token's text and bytes from tok; top: the alternatives asked for;
+ * offset: the completion's text bytes before the first of them (the
+ * completions format's text_offset counts on from it). */
+typedef struct sd_oai_logprobs {
+    const struct sd_tokenizer *tok;
+    int top;
+    const int32_t *ids;
+    const sd_token_logprob *lp;
+    int n;
+    size_t offset;
+} sd_oai_logprobs;
+
 /* One choice of a whole response. reasoning (chat, --reasoning-parser):
  * NULL no reasoning_content field, else its rlen bytes (null when none).
  * calls (chat): the model's tool calls; with any, content is null where
@@ -141,6 +155,7 @@ typedef struct sd_oai_choice {
     const sd_tool_call *calls;
     int n_calls;
     sd_finish why;
+    const sd_oai_logprobs *logprobs; /* NULL: "logprobs": null */
 } sd_oai_choice;
 
 /* The whole non-streaming response (text_completion or chat.completion)
@@ -161,6 +176,13 @@ int sd_oai_tool_calls_finish_event(sd_buf *out, const sd_oai_meta *m);
  * finish_reason (and an empty delta). Completions ignore role. */
 int sd_oai_chunk_event(sd_buf *out, const sd_oai_meta *m, int role, const char *text, size_t len,
                        sd_finish why);
+/* The same chunk with the log probabilities of its tokens (lp NULL: null);
+ * a chunk of no text carries them alone (chat: an empty delta). */
+int sd_oai_chunk_event_lp(sd_buf *out, const sd_oai_meta *m, int role, const char *text, size_t len,
+                          sd_finish why, const sd_oai_logprobs *lp);
+/* The bytes of the logprobs of one token (its text and its alternatives'),
+ * for a stream's text_offset: how far a completion's text runs on. */
+size_t sd_oai_token_bytes(const struct sd_tokenizer *tok, int32_t id);
 /* The usage chunk of stream_options.include_usage: empty choices + usage. */
 int sd_oai_usage_event(sd_buf *out, const sd_oai_meta *m, const sd_req_stats *st);
 /* GET /v1/models */

@@ -38,6 +38,7 @@ typedef struct event {
     struct event *next;
     job *j;
     int fin;
+    int lp; /* logprobs: text holds n_ids ids, then their sd_token_logprob */
     uint64_t t_ns;
     int n_ids;
     sd_finish why;
@@ -96,6 +97,13 @@ struct job {
     sd_buf rtext; /* non-streaming: the reasoning */
     sd_tool_call *calls; /* non-streaming: the calls made (streaming: tc.n_calls sent) */
     int n_calls, cap_calls;
+    /* logprobs: the tokens' (streaming: those from lp_sent on are not sent
+     * yet; lp_off: the text bytes of those sent, completions' text_offset) */
+    int want_lp, top_lp;
+    int32_t *lp_ids;
+    sd_token_logprob *lp;
+    int n_lp, cap_lp, lp_sent;
+    size_t lp_off;
     uint64_t t_last; /* engine-thread time of the last tokens, ns */
     job *prev, *next;
 };
@@ -249,6 +257,8 @@ static void job_free(job *j)
     for (int i = 0; i < j->n_calls; i++)
         sd_tool_call_free(&j->calls[i]);
     free(j->calls);
+    free(j->lp_ids);
+    free(j->lp);
     free(j);
 }
 
@@ -326,6 +336,26 @@ static void on_output(void *user, const char *text, size_t len, const int32_t *i
     push_event(j->s, ev);
 }
 
+static void on_logprobs(void *user, const int32_t *ids, const sd_token_logprob *lp, int n)
+{
+    job *j = user;
+    const size_t len = (size_t)n * (sizeof *ids + sizeof *lp);
+    event *ev = malloc(sizeof *ev + len + 1);
+    if (!ev) {
+        sd_log_error("request %llu: out of memory queueing %d tokens' logprobs",
+                     (unsigned long long)j->rp->rid, n);
+        return;
+    }
+    memset(ev, 0, sizeof *ev);
+    ev->j = j;
+    ev->lp = 1;
+    ev->n_ids = n;
+    ev->len = len;
+    memcpy(ev->text, ids, (size_t)n * sizeof *ids);
+    memcpy(ev->text + (size_t)n * sizeof *ids, lp, (size_t)n * sizeof *lp);
+    push_event(j->s, ev);
+}
+
 static void on_finish(void *user, sd_finish why, const sd_req_stats *st, const char *msg)
 {
     job *j = user;
@@ -345,6 +375,56 @@ static void on_finish(void *user, sd_finish why, const sd_req_stats *st, const c
 }
 
 /* ---- events on the loop -------------------------------------------------------- */
+
+/* A stream's logprobs not sent yet, into *lp (marked sent): 0 where none
+ * are (or none were asked for). */
+static int lp_pending(job *j, sd_oai_logprobs *lp)
+{
+    if (!j->want_lp || j->lp_sent >= j->n_lp)
+        return 0;
+    *lp = (sd_oai_logprobs){j->s->tok, j->top_lp, j->lp_ids + j->lp_sent, j->lp + j->lp_sent,
+                            j->n_lp - j->lp_sent, j->lp_off};
+    if (j->rp->kind == SD_OAI_COMPLETIONS)
+        for (int i = j->lp_sent; i < j->n_lp; i++)
+            j->lp_off += sd_oai_token_bytes(j->s->tok, j->lp_ids[i]);
+    j->lp_sent = j->n_lp;
+    return 1;
+}
+
+/* A stream's logprobs not sent yet in a chunk of their own (after text a
+ * parser held or split: tool calls, reasoning) */
+static int lp_flush(job *j)
+{
+    sd_oai_logprobs lp;
+    if (!lp_pending(j, &lp))
+        return 0;
+    sd_oai_meta m = job_meta(j);
+    return sd_oai_chunk_event_lp(&j->rp->out, &m, 0, "", 0, SD_FINISH_NONE, &lp) ? SD_ENOMEM : 0;
+}
+
+/* A logprobs event: its tokens' entries appended to the job's */
+static int take_logprobs(job *j, const event *ev)
+{
+    const int n = ev->n_ids;
+    if (j->n_lp + n > j->cap_lp) {
+        int cap = j->cap_lp ? 2 * j->cap_lp : 64;
+        while (cap < j->n_lp + n)
+            cap *= 2;
+        int32_t *ids = realloc(j->lp_ids, (size_t)cap * sizeof *ids);
+        if (ids)
+            j->lp_ids = ids;
+        sd_token_logprob *lp = realloc(j->lp, (size_t)cap * sizeof *lp);
+        if (lp)
+            j->lp = lp;
+        if (!ids || !lp)
+            return SD_ENOMEM;
+        j->cap_lp = cap;
+    }
+    memcpy(j->lp_ids + j->n_lp, ev->text, (size_t)n * sizeof *j->lp_ids);
+    memcpy(j->lp + j->n_lp, ev->text + (size_t)n * sizeof *j->lp_ids, (size_t)n * sizeof *j->lp);
+    j->n_lp += n;
+    return 0;
+}
 
 /* The tool-call parser's output: content and calls, kept (a whole response)
  * or as stream chunks in the reply's gathered events. */
@@ -389,7 +469,11 @@ static int content_out(job *j, const char *text, size_t len)
     if (!j->rp->stream)
         return sd_buf_append(&j->text, text, len) ? SD_ENOMEM : 0;
     sd_oai_meta m = job_meta(j);
-    return sd_oai_chunk_event(&j->rp->out, &m, 0, text, len, SD_FINISH_NONE) ? SD_ENOMEM : 0;
+    sd_oai_logprobs lp;
+    const int with = !j->reasoning && lp_pending(j, &lp); /* (a parser's text: apart) */
+    return sd_oai_chunk_event_lp(&j->rp->out, &m, 0, text, len, SD_FINISH_NONE, with ? &lp : NULL)
+               ? SD_ENOMEM
+               : 0;
 }
 
 /* The reasoning parser's output: reasoning kept or streamed as
@@ -414,6 +498,11 @@ static reply *handle_output(sd_server *s, event *ev)
 {
     job *j = ev->j;
     reply *rp = j->rp;
+    if (ev->lp) {
+        if (take_logprobs(j, ev))
+            j->text.oom = 1; /* the response fails as out of memory */
+        return NULL;
+    }
     if (ev->n_ids > 0) {
         if (j->t_last)
             sd_metrics_tokens(&s->metrics, (double)(ev->t_ns - j->t_last) * 1e-9, ev->n_ids);
@@ -423,6 +512,8 @@ static reply *handle_output(sd_server *s, event *ev)
         return NULL;
     const size_t len0 = rp->out.len; /* 0: not on the list yet */
     int rc = j->reasoning ? sd_rs_feed(&j->rs, ev->text, ev->len) : content_out(j, ev->text, ev->len);
+    if (!rc && rp->stream && (j->reasoning || j->tools))
+        rc = lp_flush(j);
     if (!rp->stream) {
         if (rc)
             j->text.oom = 1; /* the response fails as out of memory */
@@ -480,12 +571,15 @@ static void reply_done(sd_server *s, reply *rp, const char *msg)
             sd_http_stream_end(rp->req);
         } else if (!rp->failed) {
             sd_oai_choice ch[SD_OAI_MAX_N];
+            sd_oai_logprobs lp[SD_OAI_MAX_N];
             int oom = 0;
             for (int i = 0; i < rp->n; i++) {
                 const job *j = rp->jobs[i];
+                lp[i] = (sd_oai_logprobs){s->tok, j->top_lp, j->lp_ids, j->lp, j->n_lp, 0};
                 ch[i] = (sd_oai_choice){j->text.p ? j->text.p : "", j->text.len,
                                         j->reasoning ? (j->rtext.p ? j->rtext.p : "") : NULL,
-                                        j->rtext.len, j->calls, j->n_calls, j->why};
+                                        j->rtext.len, j->calls, j->n_calls, j->why,
+                                        j->want_lp ? &lp[i] : NULL};
                 oom |= j->text.oom | j->rtext.oom;
             }
             if (oom || sd_oai_response(&b, &m, ch, rp->n, &rp->usage)) {
@@ -570,7 +664,9 @@ static void handle_finish(sd_server *s, event *ev)
                 j->text.oom = 1;
         }
         if (rp->stream) {
-            /* this choice's last chunk */
+            /* the logprobs of tokens whose text never came (held back, or
+             * cut at a stop), then this choice's last chunk */
+            lp_flush(j);
             sd_oai_meta m = job_meta(j);
             if (j->tools && j->tc.n_calls)
                 sd_oai_tool_calls_finish_event(&rp->out, &m);
@@ -841,9 +937,11 @@ static void generate_submit(sd_server *s, pending *p)
         r->gen.stop_ids = &s->eot_id;
         r->gen.n_stop_ids = 1;
     }
-    sd_req_events ev = {on_output, on_finish};
+    sd_req_events ev = {on_output, on_finish, on_logprobs};
     for (int i = 0; i < rp->n; i++) {
         job *j = rp->jobs[i];
+        j->want_lp = r->gen.logprobs;
+        j->top_lp = r->gen.top_logprobs;
         if (r->tools) {
             j->tools = 1;
             sd_tc_init(&j->tc, sd_chat_template_tool_format(s->ct), r->parallel_tool_calls ? 0 : 1,
@@ -1197,7 +1295,7 @@ static void warmup(sd_server *s)
     rp->warmup = 1;
     job *j = rp->jobs[0];
     sd_gen_params p = {.max_tokens = 1, .temperature = 0, .top_p = 1, .has_seed = 1};
-    sd_req_events ev = {on_output, on_finish};
+    sd_req_events ev = {on_output, on_finish, NULL};
     if (sd_engine_submit(s->engine, ids, n, &p, &ev, j, &j->eid, &err)) {
         reply_free(rp);
         free(ids);

@@ -381,3 +381,40 @@ int32_t sd_argmax(const float *x, int n)
     }
     return best < 0 ? 0 : best;
 }
+
+static inline float logit_or_ninf(const float *x, int i) { return isnan(x[i]) ? -INFINITY : x[i]; }
+
+int sd_logprobs_row(const float *logits, int vocab, int32_t tok, int top, float *lp,
+                    int32_t *top_ids, float *top_lps)
+{
+    /* log-sum-exp in double, over the max */
+    double mx = -INFINITY;
+    for (int i = 0; i < vocab; i++)
+        if (logits[i] > mx)
+            mx = logits[i];
+    double sum = 0;
+    if (mx > -INFINITY)
+        for (int i = 0; i < vocab; i++)
+            if (logits[i] > -INFINITY)
+                sum += exp((double)logits[i] - mx);
+    const double lse = mx + log(sum > 0 ? sum : 1);
+    const float x = tok >= 0 && tok < vocab ? logits[tok] : NAN;
+    *lp = isnan(x) || !(mx > -INFINITY) ? -INFINITY : (float)((double)x - lse);
+    /* the top: insertion into a sorted list of at most `top` (ties: the
+     * lower id, met first, stays ahead) */
+    int n = 0;
+    for (int i = 0; i < vocab && top > 0; i++) {
+        const float v = logit_or_ninf(logits, i);
+        if (n == top && !(v > logit_or_ninf(logits, top_ids[n - 1])))
+            continue;
+        int j = n < top ? n++ : n - 1;
+        for (; j > 0 && v > logit_or_ninf(logits, top_ids[j - 1]); j--)
+            top_ids[j] = top_ids[j - 1];
+        top_ids[j] = i;
+    }
+    for (int j = 0; j < n; j++) {
+        float v = logits[top_ids[j]];
+        top_lps[j] = isnan(v) || !(mx > -INFINITY) ? -INFINITY : (float)((double)v - lse);
+    }
+    return n;
+}

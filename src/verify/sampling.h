@@ -65,4 +65,11 @@ int32_t sd_sample(const float *probs, int vocab, double u);
  * 0 when every element is NaN or n <= 0. */
 int32_t sd_argmax(const float *x, int n);
 
+/* The log-softmax of one row of logits (vocab,) at token tok, into *lp; and
+ * its top (>= 0) likeliest tokens, most likely first, the lower id first on
+ * ties, into top_ids / top_lps (top entries each; fewer where vocab is
+ * smaller). NaN logits count as -inf. Returns the count written to top_ids. */
+int sd_logprobs_row(const float *logits, int vocab, int32_t tok, int top, float *lp,
+                    int32_t *top_ids, float *top_lps);
+
 #endif

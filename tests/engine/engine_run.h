@@ -15,6 +15,10 @@ typedef struct engine_out {
     pthread_mutex_t *mu;
     int32_t ids[ENGINE_OUT_MAX];
     int n, calls, done; /* ids kept; output calls that carried tokens; finished */
+    /* with sd_gen_params.logprobs: entries delivered, and those not a log
+     * probability (> 0 or NaN) or, where greedy is set, whose token is not
+     * its position's likeliest */
+    int greedy, n_lp, lp_bad;
     sd_finish why;
     sd_req_stats st;
 } engine_out;
@@ -29,6 +33,19 @@ static inline void engine_out_on_output(void *u, const char *t, size_t l, const 
         o->ids[o->n++] = ids[i];
     if (n)
         o->calls++;
+    pthread_mutex_unlock(o->mu);
+}
+
+static inline void engine_out_on_logprobs(void *u, const int32_t *ids, const sd_token_logprob *lp,
+                                          int n)
+{
+    engine_out *o = u;
+    pthread_mutex_lock(o->mu);
+    for (int i = 0; i < n; i++) {
+        o->n_lp++;
+        o->lp_bad += !(lp[i].logprob <= 0) ||
+                     (o->greedy && lp[i].n_top > 0 && lp[i].top_ids[0] != ids[i]);
+    }
     pthread_mutex_unlock(o->mu);
 }
 

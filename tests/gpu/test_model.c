@@ -364,6 +364,8 @@ static sd_engine_stats g_last_stats; /* engine_run's engine's, at its end */
  * default); g_prompt_rows: --cuda-graph-prompt-rows (NULL: the
  * default) */
 static int g_stagger, g_prompt_ids;
+/* > 0: engine_run's requests ask for logprobs with g_logprobs - 1 top */
+static int g_logprobs;
 static const char *g_prompt_rows, *g_graph_bs;
 
 /* n requests of greedy decoding on the bundled model through the engine on
@@ -399,7 +401,8 @@ static int engine_run(const char *dir, const char *spec, const char *draft, int 
         fprintf(stderr, "  engine (%s): %s\n", spec, err.msg);
         return -1;
     }
-    sd_req_events ev = {.on_output = engine_out_on_output, .on_finish = engine_out_on_finish};
+    sd_req_events ev = {.on_output = engine_out_on_output, .on_finish = engine_out_on_finish,
+                        .on_logprobs = engine_out_on_logprobs};
     uint64_t x = 0x9e3779b97f4a7c15ull;
     for (int i = 0; i < n && !rc; i++) {
         memset(&outs[i], 0, sizeof outs[i]);
@@ -421,7 +424,9 @@ static int engine_run(const char *dir, const char *spec, const char *draft, int 
             p[j] = (int32_t)(3 + x % 8000);
         }
         sd_gen_params gp = {.max_tokens = 40, .temperature = i % 2 ? temp : 0, .top_p = 1,
-                            .seed = 77 + (uint64_t)i, .has_seed = 1, .ignore_eos = 1};
+                            .seed = 77 + (uint64_t)i, .has_seed = 1, .ignore_eos = 1,
+                            .logprobs = g_logprobs > 0, .top_logprobs = g_logprobs > 0 ? g_logprobs - 1 : 0};
+        outs[i].greedy = !(i % 2 && temp > 0);
         rc = sd_engine_submit(e, p, np, &gp, &ev, &outs[i], NULL, &err);
     }
     if (!rc && !engine_out_wait(outs, n, 120000))
@@ -600,8 +605,50 @@ TEST(steps_with_prompt_rows_replay_graphs_with_the_eager_tokens)
     ASSERT(ok);
 }
 
+/* Requests that ask for logprobs take the host's path (their steps' logits
+ * rows come down; no device argmax, acceptance or launch ahead): the same
+ * tokens as without, plain and speculative, greedy and sampled; one entry
+ * a token, each a log probability, a greedy token its position's
+ * likeliest. */
+TEST(logprobs_on_the_gpu_change_no_token)
+{
+    char dir[1200];
+    BUNDLED_ON_A_GPU(dir);
+    static const char *const specs[] = {"none", "mtp"};
+    int ok = 1;
+    for (size_t q = 0; q < SD_ARRAY_LEN(specs); q++) {
+        for (int sampled = 0; sampled < 2; sampled++) {
+            engine_out a[4], b[4];
+            const float temp = sampled ? 0.8f : 0;
+            g_logprobs = 0;
+            int rc = engine_run(dir, specs[q], NULL, 4, "auto", temp, a, NULL);
+            g_logprobs = 1 + 5;
+            rc |= engine_run(dir, specs[q], NULL, 4, "auto", temp, b, NULL);
+            g_logprobs = 0;
+            if (rc) {
+                ok = 0;
+                continue;
+            }
+            long bad = 0, missing = 0;
+            for (int i = 0; i < 4; i++) {
+                bad += b[i].lp_bad + a[i].n_lp;
+                missing += b[i].n_lp != b[i].n;
+            }
+            ok &= reportf((double)tokens_differ(a, b, 4), 0,
+                          "engine on the gpu, %s %s at batch 4: tokens that differ with logprobs "
+                          "asked",
+                          specs[q], sampled ? "sampled" : "greedy");
+            ok &= reportf((double)(bad + missing), 0,
+                          "engine on the gpu, %s %s at batch 4: logprobs entries missing or wrong",
+                          specs[q], sampled ? "sampled" : "greedy");
+        }
+    }
+    ASSERT(ok);
+}
+
 TEST_MAIN(T(gpu_logits_match_the_cpu_on_every_golden_fixture),
           T(a_captured_model_forward_replays_the_eager_logits),
           T(greedy_generation_on_the_gpu_equals_the_cpu_on_the_bundled_model),
           T(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model),
-          T(steps_with_prompt_rows_replay_graphs_with_the_eager_tokens))
+          T(steps_with_prompt_rows_replay_graphs_with_the_eager_tokens),
+          T(logprobs_on_the_gpu_change_no_token))

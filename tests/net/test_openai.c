@@ -1,5 +1,6 @@
 #include <jansson.h>
 
+#include "core/util.h"
 #include "net/openai.h"
 #include "test.h"
 
@@ -248,8 +249,6 @@ TEST(unsupported_options_are_refused_by_name)
     static const struct {
         const char *field, *value;
     } chat[] = {
-        {"logprobs", "true"},
-        {"top_logprobs", "3"},
         {"presence_penalty", "0.5"},
         {"frequency_penalty", "-1"},
         {"logit_bias", "{\"5\":10}"},
@@ -268,8 +267,6 @@ TEST(unsupported_options_are_refused_by_name)
         ASSERT_MSG(expect_400(SD_OAI_CHAT, body, chat[i].field, "unsupported_parameter"), "%s",
                    body);
     }
-    ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"logprobs\":0"), "logprobs",
-                      "unsupported_parameter"));
     ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"echo\":true"), "echo", "unsupported_parameter"));
     ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"best_of\":3"), "best_of",
                       "unsupported_parameter"));
@@ -297,6 +294,40 @@ TEST(unsupported_options_are_refused_by_name)
     ASSERT_EQ(r.n, 1);
     sd_oai_request_free(&r);
 }
+
+/* logprobs: chat's bool and top_logprobs (which needs it), completions'
+ * count; off by default and where null or false */
+TEST(logprobs_options_map_to_gen_params)
+{
+    sd_oai_request r;
+    ASSERT(parse_ok(SD_OAI_CHAT, C(""), &r));
+    ASSERT_EQ(r.gen.logprobs, 0);
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_CHAT, C(",\"logprobs\":false,\"top_logprobs\":null"), &r));
+    ASSERT_EQ(r.gen.logprobs, 0);
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_CHAT, C(",\"logprobs\":true"), &r));
+    ASSERT_EQ(r.gen.logprobs, 1);
+    ASSERT_EQ(r.gen.top_logprobs, 0);
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_CHAT, C(",\"logprobs\":true,\"top_logprobs\":20"), &r));
+    ASSERT_EQ(r.gen.top_logprobs, 20);
+    sd_oai_request_free(&r);
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"top_logprobs\":2"), "top_logprobs", "invalid_value"));
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"logprobs\":true,\"top_logprobs\":21"), "top_logprobs",
+                      "invalid_value"));
+    ASSERT(parse_ok(SD_OAI_COMPLETIONS, P(",\"logprobs\":0"), &r));
+    ASSERT_EQ(r.gen.logprobs, 1);
+    ASSERT_EQ(r.gen.top_logprobs, 0);
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_COMPLETIONS, P(",\"logprobs\":5"), &r));
+    ASSERT_EQ(r.gen.top_logprobs, 5);
+    sd_oai_request_free(&r);
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"logprobs\":21"), "logprobs", "invalid_value"));
+    ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"top_logprobs\":2"), "top_logprobs",
+                      "unrecognized_argument"));
+}
+
 
 TEST(unknown_parameters_are_refused_by_name)
 {
@@ -650,7 +681,7 @@ static int one(sd_buf *b, const sd_oai_meta *m, const char *text, size_t len, co
                size_t rlen, const sd_tool_call *calls, int n_calls, sd_finish why,
                const sd_req_stats *st)
 {
-    sd_oai_choice c = {text, len, rs, rlen, calls, n_calls, why};
+    sd_oai_choice c = {text, len, rs, rlen, calls, n_calls, why, NULL};
     return sd_oai_response(b, m, &c, 1, st);
 }
 
@@ -819,9 +850,9 @@ TEST(n_choices_in_one_response_and_indexed_chunks)
     sd_oai_meta m = {SD_OAI_CHAT, "chatcmpl-5", 1, MODEL, 0};
     char w[] = "f", wa[] = "{}";
     sd_tool_call calls[] = {{"call_a", w, wa}};
-    sd_oai_choice ch[3] = {{"a", 1, NULL, 0, NULL, 0, SD_FINISH_STOP},
-                           {"bb", 2, NULL, 0, NULL, 0, SD_FINISH_LENGTH},
-                           {"", 0, NULL, 0, calls, 1, SD_FINISH_STOP}};
+    sd_oai_choice ch[3] = {{"a", 1, NULL, 0, NULL, 0, SD_FINISH_STOP, NULL},
+                           {"bb", 2, NULL, 0, NULL, 0, SD_FINISH_LENGTH, NULL},
+                           {"", 0, NULL, 0, calls, 1, SD_FINISH_STOP, NULL}};
     sd_buf b = {0};
     ASSERT_OK(sd_oai_response(&b, &m, ch, 3, &st));
     json_t *v = load(&b);
@@ -874,6 +905,86 @@ TEST(n_choices_in_one_response_and_indexed_chunks)
     }
     ASSERT_EQ(n, 5);
     sd_buf_free(&b);
+}
+
+/* The logprobs objects: chat's content entries (token, logprob, bytes,
+ * top_logprobs), completions' parallel arrays and text_offset; -inf as
+ * -9999 (JSON has no infinity) */
+TEST(logprobs_json_in_responses_and_chunks)
+{
+    sd_tokenizer *tok = NULL;
+    sd_err err = {0};
+    char *dir = sd_strfmt("%s/models/specd-tiny", sd_test_srcdir());
+    if (sd_tok_load(&tok, dir, &err)) {
+        free(dir);
+        printf("skip: no bundled model (%s)\n", err.msg);
+        return;
+    }
+    free(dir);
+    int32_t *ids = NULL;
+    int n = 0;
+    ASSERT_OK(sd_tok_encode(tok, "def f", 5, 0, &ids, &n, &err));
+    ASSERT(n >= 2);
+    sd_token_logprob lp[2] = {{-0.5f, 2, {ids[0], ids[1]}, {-0.5f, -1.5f}},
+                              {-INFINITY, 1, {ids[0]}, {-0.25f}}};
+    sd_oai_logprobs L = {tok, 2, ids, lp, 2, 7};
+    sd_req_stats st = sample_stats();
+    sd_oai_meta m = {SD_OAI_CHAT, "chatcmpl-8", 1, MODEL, 0};
+    sd_oai_choice ch = {"x", 1, NULL, 0, NULL, 0, SD_FINISH_STOP, &L};
+    sd_buf b = {0};
+    ASSERT_OK(sd_oai_response(&b, &m, &ch, 1, &st));
+    json_t *v = load(&b);
+    json_t *c = json_array_get(json_object_get(json_object_get(json_array_get(json_object_get(v, "choices"), 0),
+                                                               "logprobs"),
+                                               "content"),
+                               0);
+    size_t len0;
+    const char *t0 = sd_tok_token_str(tok, ids[0], &len0);
+    (void)t0;
+    char *text = NULL;
+    size_t tl = 0;
+    ASSERT_OK(sd_tok_decode(tok, ids, 1, 0, &text, &tl, &err));
+    ASSERT_STR_EQ(json_string_value(json_object_get(c, "token")), text);
+    ASSERT_NEAR(json_real_value(json_object_get(c, "logprob")), -0.5, 1e-6);
+    ASSERT_EQ(json_array_size(json_object_get(c, "bytes")), tl);
+    ASSERT_EQ(json_integer_value(json_array_get(json_object_get(c, "bytes"), 0)), (unsigned char)text[0]);
+    json_t *top = json_object_get(c, "top_logprobs");
+    ASSERT_EQ(json_array_size(top), 2);
+    ASSERT_NEAR(json_real_value(json_object_get(json_array_get(top, 1), "logprob")), -1.5, 1e-6);
+    json_t *c1 = json_array_get(json_object_get(json_object_get(json_array_get(json_object_get(v, "choices"), 0),
+                                                                "logprobs"),
+                                                "content"),
+                                1);
+    ASSERT_NEAR(json_real_value(json_object_get(c1, "logprob")), -9999.0, 0);
+    json_decref(v);
+    sd_buf_free(&b);
+    /* completions: parallel arrays, text_offset from the offset on */
+    sd_oai_meta mc = {SD_OAI_COMPLETIONS, "cmpl-8", 1, MODEL, 0};
+    ASSERT_OK(sd_oai_chunk_event_lp(&b, &mc, 0, "x", 1, SD_FINISH_NONE, &L));
+    json_error_t je;
+    v = json_loadb(b.p + 6, b.len - 8, 0, &je);
+    ASSERT(v);
+    json_t *lo = json_object_get(json_array_get(json_object_get(v, "choices"), 0), "logprobs");
+    ASSERT_EQ(json_array_size(json_object_get(lo, "tokens")), 2);
+    ASSERT_STR_EQ(json_string_value(json_array_get(json_object_get(lo, "tokens"), 0)), text);
+    ASSERT_EQ(json_integer_value(json_array_get(json_object_get(lo, "text_offset"), 0)), 7);
+    ASSERT_EQ(json_integer_value(json_array_get(json_object_get(lo, "text_offset"), 1)), 7 + (json_int_t)tl);
+    ASSERT_EQ(json_object_size(json_array_get(json_object_get(lo, "top_logprobs"), 0)), 2);
+    ASSERT_NEAR(json_real_value(json_object_get(json_array_get(json_object_get(lo, "top_logprobs"), 0), text)),
+                -0.5, 1e-6);
+    json_decref(v);
+    sd_buf_free(&b);
+    /* a chat chunk of no text carries them alone: an empty delta */
+    ASSERT_OK(sd_oai_chunk_event_lp(&b, &m, 0, "", 0, SD_FINISH_NONE, &L));
+    v = json_loadb(b.p + 6, b.len - 8, 0, &je);
+    c = json_array_get(json_object_get(v, "choices"), 0);
+    ASSERT_EQ(json_object_size(json_object_get(c, "delta")), 0);
+    ASSERT_EQ(json_array_size(json_object_get(json_object_get(c, "logprobs"), "content")), 2);
+    json_decref(v);
+    sd_buf_free(&b);
+    free(text);
+    free(ids);
+    sd_tok_free(tok);
 }
 
 /* Splits SSE text into events; each must be exactly `data: X\n\n`. */
@@ -1049,7 +1160,8 @@ TEST_MAIN(T(a_full_chat_request_maps_to_gen_params), T(completion_defaults_follo
           T(context_limit_names_prompt_or_max_tokens),
           T(random_mutations_never_crash_and_errors_are_complete),
           T(error_json_has_openai_shape), T(chat_response_carries_usage_and_speculative_extension),
-          T(completion_response_has_text_and_stop_reason), T(n_choices_in_one_response_and_indexed_chunks),
+          T(completion_response_has_text_and_stop_reason), T(n_choices_in_one_response_and_indexed_chunks), T(logprobs_options_map_to_gen_params),
+          T(logprobs_json_in_responses_and_chunks),
           T(chat_stream_chunks_frame_as_openai_sse),
           T(completion_stream_chunks_are_text_completions),
           T(sse_refuses_payloads_that_would_split_an_event),

@@ -189,8 +189,8 @@ TEST(bodies_are_validated_before_the_model_is_needed)
          "invalid_type", "temperature", 400},
         {"/v1/chat/completions",
          "{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-         "\"logprobs\":true}",
-         "unsupported_parameter", "logprobs", 400},
+         "\"top_logprobs\":3}",
+         "invalid_value", "top_logprobs", 400},
         {"/v1/completions", "{\"model\":\"nope\",\"prompt\":\"x\"}", "model_not_found", "model",
          400},
         {"/v1/completions", "{\"model\":\"test-model\",\"prompt\":\"x\",\"max_tokens\":0}",

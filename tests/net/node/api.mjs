@@ -160,7 +160,7 @@ test('every error case has its status and the OpenAI error shape', async () => {
   await expectError(await post('/v1/chat/completions', chat({ top_p: 1.5 })), 400, 'invalid_value', 'top_p');
   await expectError(await post('/v1/chat/completions', chat({ max_tokens: -1 })), 400, 'invalid_value', 'max_tokens');
   await expectError(await post('/v1/chat/completions', chat({ model: 'gpt-4o' })), 400, 'model_not_found', 'model');
-  await expectError(await post('/v1/chat/completions', chat({ logprobs: true })), 400, 'unsupported_parameter', 'logprobs');
+  await expectError(await post('/v1/chat/completions', chat({ top_logprobs: 2 })), 400, 'invalid_value', 'top_logprobs');
   await expectError(await post('/v1/chat/completions', chat({ n: 0 })), 400, 'invalid_value', 'n');
   await expectError(await post('/v1/chat/completions', chat({ tools: [{ type: 'function', function: { name: 'f' } }] })), 400, 'unsupported_parameter', 'tools');
   await expectError(await post('/v1/chat/completions', chat({ response_format: { type: 'json_object' } })), 400, 'unsupported_parameter', 'response_format');

@@ -1,0 +1,313 @@
+/* Log probabilities of the tokens (sd_gen_params.logprobs): the target's
+ * log-softmax at each token, against transformers' logits (the golden
+ * fixtures: the first generated token's position is the prompt's last,
+ * whose logits golden.json holds) and against a plain run for every later
+ * token; asking for them changes no token, greedy or sampled, with or
+ * without speculation; sd_logprobs_row against a direct computation on
+ * fresh random rows. */
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/util.h"
+#include "engine/engine.h"
+#include "test.h"
+#include "verify/sampling.h"
+
+#define MAXT 64
+
+typedef struct lp_out {
+    pthread_mutex_t mu;
+    int32_t ids[MAXT];
+    sd_token_logprob lp[MAXT];
+    int n, n_lp, lp_calls_before_output, done;
+    sd_finish why;
+} lp_out;
+
+static void on_output(void *u, const char *t, size_t l, const int32_t *ids, int n)
+{
+    (void)t;
+    (void)l;
+    lp_out *o = u;
+    pthread_mutex_lock(&o->mu);
+    for (int i = 0; i < n && o->n < MAXT; i++)
+        o->ids[o->n++] = ids[i];
+    /* every token's logprobs came before the output that carries it */
+    if (o->n_lp >= o->n)
+        o->lp_calls_before_output++;
+    pthread_mutex_unlock(&o->mu);
+}
+
+static void on_logprobs(void *u, const int32_t *ids, const sd_token_logprob *lp, int n)
+{
+    lp_out *o = u;
+    pthread_mutex_lock(&o->mu);
+    for (int i = 0; i < n && o->n_lp < MAXT; i++) {
+        if (ids[i] < 0)
+            o->why = SD_FINISH_ERROR;
+        o->lp[o->n_lp++] = lp[i];
+    }
+    pthread_mutex_unlock(&o->mu);
+}
+
+static void on_finish(void *u, sd_finish why, const sd_req_stats *st, const char *msg)
+{
+    (void)st;
+    (void)msg;
+    lp_out *o = u;
+    pthread_mutex_lock(&o->mu);
+    if (o->why != SD_FINISH_ERROR)
+        o->why = why;
+    o->done = 1;
+    pthread_mutex_unlock(&o->mu);
+}
+
+static sd_engine *engine(const char *model, const char *spec, const char *k)
+{
+    sd_opts o;
+    sd_err err = {0};
+    if (sd_opts_init(&o, &err))
+        return NULL;
+    char *m = sd_strfmt("%s/tests/golden/models/%s", sd_test_srcdir(), model);
+    sd_opts_set(&o, SD_CMD_GENERATE, "model", m, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "spec", spec, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "spec-k", k, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "128", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "threads", "2", &err);
+    sd_engine *e = NULL;
+    if (sd_engine_create(&e, &o, &err))
+        fprintf(stderr, "  engine: %s\n", err.msg);
+    free(m);
+    sd_opts_free(&o);
+    return e;
+}
+
+/* one request to its end */
+static int run1(sd_engine *e, const int32_t *p, int n, const sd_gen_params *gp, lp_out *o)
+{
+    memset(o, 0, sizeof *o);
+    pthread_mutex_init(&o->mu, NULL);
+    sd_req_events ev = {.on_output = on_output, .on_finish = on_finish, .on_logprobs = on_logprobs};
+    sd_err err = {0};
+    if (sd_engine_submit(e, p, n, gp, &ev, o, NULL, &err)) {
+        fprintf(stderr, "  submit: %s\n", err.msg);
+        return -1;
+    }
+    for (int spin = 0; spin < 60000 && !o->done; spin++)
+        usleep(1000);
+    return o->done ? 0 : -1;
+}
+
+/* golden.json's prompt ids and the logits of its last position (vocab,) */
+static int golden(const char *model, int32_t *ids, int *n, float **last, int *vocab)
+{
+    char *dir = sd_strfmt("%s/tests/golden/models/%s", sd_test_srcdir(), model);
+    char *gp = sd_strfmt("%s/golden.json", dir);
+    json_error_t je;
+    json_t *j = json_load_file(gp, 0, &je);
+    int rc = -1;
+    if (j) {
+        json_t *a = json_object_get(j, "ids");
+        json_t *shape = json_object_get(json_object_get(j, "logits"), "shape");
+        *n = (int)json_array_size(a);
+        for (int i = 0; i < *n; i++)
+            ids[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+        int rows = (int)json_integer_value(json_array_get(shape, 0));
+        *vocab = (int)json_integer_value(json_array_get(shape, 1));
+        char *lf = sd_strfmt("%s/%s", dir,
+                             json_string_value(json_object_get(json_object_get(j, "logits"), "file")));
+        FILE *f = fopen(lf, "rb");
+        *last = malloc((size_t)*vocab * sizeof **last);
+        if (f && *last && rows == *n &&
+            fseek(f, (long)((size_t)(rows - 1) * (size_t)*vocab * sizeof(float)), SEEK_SET) == 0 &&
+            fread(*last, sizeof(float), (size_t)*vocab, f) == (size_t)*vocab)
+            rc = 0;
+        if (f)
+            fclose(f);
+        free(lf);
+        json_decref(j);
+    }
+    free(gp);
+    free(dir);
+    return rc;
+}
+
+/* the next of a test's random numbers */
+static uint64_t next_rand(uint64_t *s)
+{
+    *s = sd_mix64(*s + 0x9e3779b97f4a7c15ull);
+    return *s;
+}
+
+static void check_shape(const lp_out *o, int top)
+{
+    for (int i = 0; i < o->n; i++) {
+        const sd_token_logprob *t = &o->lp[i];
+        ASSERT(t->logprob <= 1e-6f);
+        ASSERT_EQ(t->n_top, top);
+        double mass = 0;
+        for (int j = 0; j < t->n_top; j++) {
+            mass += exp(t->top_logprobs[j]);
+            if (j)
+                ASSERT(t->top_logprobs[j] <= t->top_logprobs[j - 1]);
+            if (t->top_ids[j] == o->ids[i])
+                ASSERT_NEAR(t->top_logprobs[j], t->logprob, 1e-6);
+        }
+        ASSERT(mass <= 1 + 1e-5);
+    }
+}
+
+/* Greedy on every fixture with an MTP layer or without: the first token's
+ * log probability and top 5 equal transformers' log-softmax of the prompt's
+ * last logits; every token is its position's likeliest; the same tokens
+ * and log probabilities (within float error) with MTP drafting k = 2. */
+TEST(greedy_logprobs_match_transformers_and_do_not_change_with_speculation)
+{
+    static const struct {
+        const char *model, *spec;
+    } cases[] = {{"llama", "none"}, {"qwen2", "ngram"}, {"deepseek-v3", "mtp"}};
+    for (size_t c = 0; c < SD_ARRAY_LEN(cases); c++) {
+        int32_t ids[64];
+        int n = 0, V = 0;
+        float *last = NULL;
+        ASSERT_OK(golden(cases[c].model, ids, &n, &last, &V));
+        sd_engine *plain = engine(cases[c].model, "none", "0");
+        sd_engine *spec = engine(cases[c].model, cases[c].spec, "2");
+        ASSERT(plain && spec);
+        sd_gen_params gp = {.max_tokens = 12, .top_p = 1, .logprobs = 1, .top_logprobs = 5,
+                            .ignore_eos = 1};
+        lp_out a, b, none;
+        ASSERT_OK(run1(plain, ids, n, &gp, &a));
+        ASSERT_OK(run1(spec, ids, n, &gp, &b));
+        sd_gen_params g0 = gp;
+        g0.logprobs = 0;
+        ASSERT_OK(run1(spec, ids, n, &g0, &none));
+        ASSERT_EQ(a.n, 12);
+        ASSERT_EQ(a.n_lp, 12);
+        ASSERT_EQ(none.n_lp, 0);
+        ASSERT_EQ(a.lp_calls_before_output > 0, 1);
+        check_shape(&a, 5);
+        check_shape(&b, 5);
+        /* the oracle: transformers' logits at the prompt's last position */
+        float ref_lp, ref_top[5];
+        int32_t ref_ids[5];
+        ASSERT_EQ(sd_logprobs_row(last, V, a.ids[0], 5, &ref_lp, ref_ids, ref_top), 5);
+        ASSERT_NEAR(a.lp[0].logprob, ref_lp, 1e-4);
+        for (int j = 0; j < 5; j++) {
+            ASSERT_EQ(a.lp[0].top_ids[j], ref_ids[j]);
+            ASSERT_NEAR(a.lp[0].top_logprobs[j], ref_top[j], 1e-4);
+        }
+        double worst = 0;
+        for (int i = 0; i < a.n; i++) {
+            ASSERT_EQ(a.ids[i], b.ids[i]);
+            ASSERT_EQ(a.ids[i], none.ids[i]);
+            ASSERT_EQ(a.lp[i].top_ids[0], a.ids[i]); /* greedy: the likeliest */
+            worst = fmax(worst, fabs((double)a.lp[i].logprob - b.lp[i].logprob));
+        }
+        ASSERT(worst < 1e-4);
+        fprintf(stderr, "  %-12s %-5s first token %d: logprob %.5f (transformers %.5f); "
+                        "plain vs speculative max |d| %.2g\n",
+                cases[c].model, cases[c].spec, a.ids[0], a.lp[0].logprob, ref_lp, worst);
+        sd_engine_destroy(plain);
+        sd_engine_destroy(spec);
+        free(last);
+    }
+}
+
+/* Sampled (temperature 0.8, a seed): asking for log probabilities brings
+ * the logits to the host and verifies there; the tokens stay the same. */
+TEST(sampled_tokens_are_the_same_with_logprobs_asked_or_not)
+{
+    sd_engine *e = engine("deepseek-v3", "mtp", "2");
+    ASSERT(e);
+    int32_t p[6] = {3, 14, 15, 92, 65, 35};
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+        sd_gen_params gp = {.max_tokens = 16, .temperature = 0.8, .top_p = 0.95, .seed = seed,
+                            .has_seed = 1, .ignore_eos = 1};
+        lp_out a, b;
+        ASSERT_OK(run1(e, p, 6, &gp, &a));
+        gp.logprobs = 1;
+        gp.top_logprobs = 0;
+        ASSERT_OK(run1(e, p, 6, &gp, &b));
+        ASSERT_EQ(a.n, b.n);
+        for (int i = 0; i < a.n; i++)
+            ASSERT_EQ(a.ids[i], b.ids[i]);
+        ASSERT_EQ(b.n_lp, b.n);
+        check_shape(&b, 0);
+    }
+    /* more than SD_MAX_TOP_LOGPROBS is refused */
+    sd_gen_params bad = {.max_tokens = 4, .top_p = 1, .logprobs = 1,
+                         .top_logprobs = SD_MAX_TOP_LOGPROBS + 1};
+    sd_err err = {0};
+    sd_req_events ev = {.on_output = on_output, .on_finish = on_finish};
+    lp_out o;
+    memset(&o, 0, sizeof o);
+    ASSERT_EQ(sd_engine_submit(e, p, 6, &bad, &ev, &o, NULL, &err), SD_EINVAL);
+    ASSERT_CONTAINS(err.msg, "top_logprobs");
+    sd_engine_destroy(e);
+}
+
+/* sd_logprobs_row against a direct double computation and a full sort, on
+ * fresh random rows (NaN and -inf among them) */
+TEST(logprobs_row_matches_a_direct_computation)
+{
+    uint64_t seed = sd_test_seed();
+    uint64_t s = seed;
+    for (int trial = 0; trial < 200; trial++) {
+        int V = 1 + (int)(next_rand(&s) % 700);
+        float *x = malloc((size_t)V * sizeof *x);
+        for (int i = 0; i < V; i++) {
+            uint64_t r = next_rand(&s);
+            x[i] = (float)((double)(r % 20000) / 1000.0 - 10.0);
+            if (r % 97 == 0)
+                x[i] = -INFINITY;
+            if (r % 89 == 0)
+                x[i] = NAN;
+            if (r % 7 == 0 && i > 0)
+                x[i] = x[i - 1]; /* ties */
+        }
+        int32_t tok = (int32_t)(next_rand(&s) % (uint64_t)V);
+        int top = (int)(next_rand(&s) % 21);
+        float lp, tl[20];
+        int32_t ti[20];
+        int got = sd_logprobs_row(x, V, tok, top, &lp, ti, tl);
+        double mx = -INFINITY, sum = 0;
+        for (int i = 0; i < V; i++)
+            if (!isnan(x[i]) && x[i] > mx)
+                mx = x[i];
+        for (int i = 0; i < V; i++)
+            if (!isnan(x[i]) && x[i] > -INFINITY)
+                sum += exp((double)x[i] - mx);
+        double lse = mx + log(sum);
+        double want = isnan(x[tok]) || !(mx > -INFINITY) ? -INFINITY : x[tok] - lse;
+        if (isinf(want))
+            ASSERT(isinf(lp) && lp < 0);
+        else
+            ASSERT_NEAR(lp, want, 1e-4);
+        ASSERT_EQ(got, top < V ? top : V);
+        /* the reference order: value descending (NaN as -inf), id ascending */
+        for (int j = 0; j < got; j++) {
+            int best = -1;
+            for (int i = 0; i < V; i++) {
+                int taken = 0;
+                for (int q = 0; q < j; q++)
+                    taken |= ti[q] == i;
+                if (taken)
+                    continue;
+                float v = isnan(x[i]) ? -INFINITY : x[i];
+                float bv = best < 0 ? 0 : isnan(x[best]) ? -INFINITY : x[best];
+                if (best < 0 || v > bv)
+                    best = i;
+            }
+            ASSERT_MSG(ti[j] == best, "seed %llu trial %d: top[%d] %d, want %d",
+                       (unsigned long long)seed, trial, j, ti[j], best);
+        }
+        free(x);
+    }
+}
+
+TEST_MAIN(T(logprobs_row_matches_a_direct_computation),
+          T(greedy_logprobs_match_transformers_and_do_not_change_with_speculation),
+          T(sampled_tokens_are_the_same_with_logprobs_asked_or_not))

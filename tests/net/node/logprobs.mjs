@@ -1,0 +1,120 @@
+// Log probabilities through the official OpenAI client, with speculative
+// decoding on: chat's logprobs.content (one entry a token: its text, bytes,
+// logprob and top_logprobs) and completions' parallel arrays, streamed and
+// not, equal; greedy tokens are their position's likeliest; the tokens'
+// bytes make the text; asking for logprobs changes no text. The values
+// themselves are checked against transformers in tests/engine/test_logprobs.c.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+
+import { openaiClass, request, requireModel, specArgs, sseEvents, startServer } from './lib.mjs';
+
+requireModel();
+
+const { args: SPEC } = specArgs();
+const OpenAI = await openaiClass();
+
+let srv, client, model;
+
+before(async () => {
+  srv = await startServer([...SPEC, '--max-batch', '8']);
+  client = new OpenAI({ baseURL: `${srv.base()}/v1`, apiKey: 'none', maxRetries: 0 });
+  model = (await client.models.list()).data[0].id;
+});
+
+after(async () => {
+  const r = await srv.stop();
+  assert.deepEqual(r, { code: 0, signal: null }, `exit after SIGTERM:\n${srv.log.slice(-3000)}`);
+});
+
+const MESSAGES = [{ role: 'user', content: 'Write a function that adds two numbers.' }];
+const PROMPT = 'def fibonacci(n):';
+const N = 24;
+
+function checkEntry(e, top) {
+  assert.equal(typeof e.token, 'string');
+  assert.ok(e.logprob <= 0, `logprob ${e.logprob}`);
+  assert.ok(Array.isArray(e.bytes) && e.bytes.every((b) => b >= 0 && b < 256));
+  assert.equal(e.top_logprobs.length, top);
+  for (let i = 1; i < top; i++) assert.ok(e.top_logprobs[i].logprob <= e.top_logprobs[i - 1].logprob);
+  assert.ok(e.top_logprobs.reduce((s, t) => s + Math.exp(t.logprob), 0) <= 1 + 1e-5);
+}
+
+test('chat: one entry a token, greedy tokens the likeliest, bytes make the text, streamed the same', async () => {
+  const plain = await client.chat.completions.create({ model, messages: MESSAGES, max_tokens: N, temperature: 0, ignore_eos: true });
+  const r = await client.chat.completions.create({ model, messages: MESSAGES, max_tokens: N, temperature: 0, ignore_eos: true, logprobs: true, top_logprobs: 3 });
+  const ch = r.choices[0];
+  assert.equal(ch.message.content, plain.choices[0].message.content);
+  assert.equal(plain.choices[0].logprobs, null);
+  const content = ch.logprobs.content;
+  assert.equal(content.length, r.usage.completion_tokens);
+  for (const e of content) {
+    checkEntry(e, 3);
+    assert.equal(e.top_logprobs[0].token, e.token);
+    assert.ok(Math.abs(e.top_logprobs[0].logprob - e.logprob) < 1e-6);
+  }
+  assert.equal(Buffer.from(content.flatMap((e) => e.bytes)).toString('utf8'), ch.message.content);
+
+  const s = await request(srv, 'POST', '/v1/chat/completions', {
+    body: { model, messages: MESSAGES, max_tokens: N, temperature: 0, ignore_eos: true, logprobs: true, top_logprobs: 3, stream: true },
+  });
+  const got = [];
+  let text = '';
+  for (const e of sseEvents(s.text).slice(0, -1).map((x) => JSON.parse(x))) {
+    const c = e.choices[0];
+    text += c.delta.content ?? '';
+    if (c.logprobs) got.push(...c.logprobs.content);
+  }
+  assert.equal(text, ch.message.content);
+  assert.deepEqual(got.map((e) => e.token), content.map((e) => e.token));
+  got.forEach((e, i) => assert.ok(Math.abs(e.logprob - content[i].logprob) < 1e-5));
+});
+
+test('completions: tokens, token_logprobs, top_logprobs and text_offset, streamed the same', async () => {
+  const r = await client.completions.create({ model, prompt: PROMPT, max_tokens: N, temperature: 0, ignore_eos: true, logprobs: 2 });
+  const ch = r.choices[0];
+  const lp = ch.logprobs;
+  assert.equal(lp.tokens.length, r.usage.completion_tokens);
+  assert.equal(lp.token_logprobs.length, lp.tokens.length);
+  assert.equal(lp.top_logprobs.length, lp.tokens.length);
+  assert.equal(lp.tokens.join(''), ch.text);
+  let off = 0;
+  lp.tokens.forEach((t, i) => {
+    assert.equal(lp.text_offset[i], off);
+    off += Buffer.byteLength(t);
+    assert.ok(Object.keys(lp.top_logprobs[i]).length <= 2);
+    assert.ok(Math.abs(lp.top_logprobs[i][t] - lp.token_logprobs[i]) < 1e-6, `token ${i}`);
+  });
+  const stream = await client.completions.create({ model, prompt: PROMPT, max_tokens: N, temperature: 0, ignore_eos: true, logprobs: 2, stream: true });
+  const toks = [], offs = [];
+  for await (const c of stream)
+    for (const x of c.choices) if (x.logprobs) { toks.push(...x.logprobs.tokens); offs.push(...x.logprobs.text_offset); }
+  assert.deepEqual(toks, lp.tokens);
+  assert.deepEqual(offs, lp.text_offset);
+});
+
+test('sampled, with a seed: the same text with logprobs asked or not; n choices each with theirs', async () => {
+  const base = { model, prompt: PROMPT, max_tokens: N, temperature: 0.9, seed: 7 };
+  const a = await client.completions.create(base);
+  const b = await client.completions.create({ ...base, logprobs: 0 });
+  assert.equal(b.choices[0].text, a.choices[0].text);
+  assert.ok(b.choices[0].logprobs.token_logprobs.every((x) => x <= 0));
+  const n = await client.chat.completions.create({ model, messages: MESSAGES, max_tokens: 8, temperature: 1, seed: 3, n: 2, logprobs: true });
+  for (const c of n.choices) assert.equal(c.logprobs.content.length > 0, true);
+});
+
+test('bad logprobs options are 400s naming them', async () => {
+  const post = (p, body) => request(srv, 'POST', p, { body });
+  const cases = [
+    ['/v1/chat/completions', { model, messages: MESSAGES, top_logprobs: 2 }, 'top_logprobs'],
+    ['/v1/chat/completions', { model, messages: MESSAGES, logprobs: true, top_logprobs: 21 }, 'top_logprobs'],
+    ['/v1/chat/completions', { model, messages: MESSAGES, logprobs: 1 }, 'logprobs'],
+    ['/v1/completions', { model, prompt: PROMPT, logprobs: 21 }, 'logprobs'],
+    ['/v1/completions', { model, prompt: PROMPT, logprobs: true }, 'logprobs'],
+  ];
+  for (const [p, body, param] of cases) {
+    const r = await post(p, body);
+    assert.equal(r.status, 400, r.text);
+    assert.equal(JSON.parse(r.text).error.param, param);
+  }
+});
