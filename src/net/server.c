@@ -315,23 +315,33 @@ static void push_event(sd_server *s, event *ev)
     uv_async_send(&s->wake);
 }
 
-static void on_output(void *user, const char *text, size_t len, const int32_t *ids, int n_ids)
+/* an event of j with len bytes of payload (zeroed, NUL after), or NULL
+ * (logged: what is lost) */
+static event *event_new(job *j, size_t len, const char *what)
 {
-    job *j = user;
     event *ev = malloc(sizeof *ev + len + 1);
     if (!ev) {
-        sd_log_error("request %llu: out of memory queueing %zu bytes of output",
-                     (unsigned long long)j->rp->rid, len);
-        return;
+        sd_log_error("request %llu: out of memory queueing %zu bytes of %s",
+                     (unsigned long long)j->rp->rid, len, what);
+        return NULL;
     }
     memset(ev, 0, sizeof *ev);
     ev->j = j;
+    ev->len = len;
+    ev->text[len] = 0;
+    return ev;
+}
+
+static void on_output(void *user, const char *text, size_t len, const int32_t *ids, int n_ids)
+{
+    job *j = user;
+    event *ev = event_new(j, len, "output");
+    if (!ev)
+        return;
     ev->t_ns = sd_now_ns();
     ev->n_ids = n_ids;
-    ev->len = len;
     if (len)
         memcpy(ev->text, text, len);
-    ev->text[len] = 0;
     (void)ids;
     push_event(j->s, ev);
 }
@@ -339,18 +349,11 @@ static void on_output(void *user, const char *text, size_t len, const int32_t *i
 static void on_logprobs(void *user, const int32_t *ids, const sd_token_logprob *lp, int n)
 {
     job *j = user;
-    const size_t len = (size_t)n * (sizeof *ids + sizeof *lp);
-    event *ev = malloc(sizeof *ev + len + 1);
-    if (!ev) {
-        sd_log_error("request %llu: out of memory queueing %d tokens' logprobs",
-                     (unsigned long long)j->rp->rid, n);
+    event *ev = event_new(j, (size_t)n * (sizeof *ids + sizeof *lp), "logprobs");
+    if (!ev)
         return;
-    }
-    memset(ev, 0, sizeof *ev);
-    ev->j = j;
     ev->lp = 1;
     ev->n_ids = n;
-    ev->len = len;
     memcpy(ev->text, ids, (size_t)n * sizeof *ids);
     memcpy(ev->text + (size_t)n * sizeof *ids, lp, (size_t)n * sizeof *lp);
     push_event(j->s, ev);

@@ -7,6 +7,10 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/config.h"
 #include "engine/engine.h"
 
 #define ENGINE_OUT_MAX 64 /* token ids kept per request; later ones are counted in calls only */
@@ -59,6 +63,19 @@ static inline void engine_out_on_finish(void *u, sd_finish why, const sd_req_sta
     o->st = *st;
     o->done = 1;
     pthread_mutex_unlock(o->mu);
+}
+
+/* An engine of the options o (freed, with model, the path the test made
+ * for them), or NULL with the reason printed */
+static inline sd_engine *engine_of_opts(sd_opts *o, char *model)
+{
+    sd_engine *e = NULL;
+    sd_err err = {0};
+    if (sd_engine_create(&e, o, &err))
+        fprintf(stderr, "  engine: %s\n", err.msg);
+    free(model);
+    sd_opts_free(o);
+    return e;
 }
 
 /* Waits (1 ms polls, up to max_ms) until outs[0..n) are all done; returns 1

@@ -850,12 +850,7 @@ static sd_engine *ahead_engine(const char *model, const char *ahead, int pad_bs)
         sd_opts_set(&o, SD_CMD_GENERATE, "cuda-graph-max-bs", buf, &err);
         o.debug_pad_steps = 1;
     }
-    sd_engine *e = NULL;
-    if (sd_engine_create(&e, &o, &err))
-        fprintf(stderr, "  engine: %s\n", err.msg);
-    free(m);
-    sd_opts_free(&o);
-    return e;
+    return engine_of_opts(&o, m);
 }
 
 #define AHEAD_N 7

@@ -13,6 +13,7 @@
 #include "core/config.h"
 #include "core/util.h"
 #include "engine/engine.h"
+#include "engine_run.h"
 #include "test.h"
 #include "verify/sampling.h"
 
@@ -76,12 +77,7 @@ static sd_engine *engine(const char *model, const char *spec, const char *k)
     sd_opts_set(&o, SD_CMD_GENERATE, "spec-k", k, &err);
     sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "128", &err);
     sd_opts_set(&o, SD_CMD_GENERATE, "threads", "2", &err);
-    sd_engine *e = NULL;
-    if (sd_engine_create(&e, &o, &err))
-        fprintf(stderr, "  engine: %s\n", err.msg);
-    free(m);
-    sd_opts_free(&o);
-    return e;
+    return engine_of_opts(&o, m);
 }
 
 /* one request to its end */

@@ -9,25 +9,13 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { after, before, test } from 'node:test';
 
-import { metrics, openaiClass, request, requireModel, specArgs, sseEvents, startServer, until } from './lib.mjs';
+import { closeServer, metrics, openServer, request, requireModel, specArgs, sseEvents, until } from './lib.mjs';
 
 requireModel();
 
-const { args: SPEC } = specArgs();
-const OpenAI = await openaiClass();
-
 let srv, client, model;
-
-before(async () => {
-  srv = await startServer([...SPEC, '--max-batch', '8']);
-  client = new OpenAI({ baseURL: `${srv.base()}/v1`, apiKey: 'none', maxRetries: 0 });
-  model = (await client.models.list()).data[0].id;
-});
-
-after(async () => {
-  const r = await srv.stop();
-  assert.deepEqual(r, { code: 0, signal: null }, `exit after SIGTERM:\n${srv.log.slice(-3000)}`);
-});
+before(async () => ({ srv, client, model } = await openServer([...specArgs().args, '--max-batch', '8'])));
+after(() => closeServer(srv));
 
 const PROMPT = 'def fibonacci(n):';
 const MESSAGES = [{ role: 'user', content: 'Write a function that adds two numbers.' }];

@@ -36,6 +36,23 @@ export async function openaiClass() {
   return (await import('openai')).default;
 }
 
+// A server of the test file's (args) with the OpenAI client on it and the
+// served model's name: { srv, client, model }.
+export async function openServer(args) {
+  const srv = await startServer(args);
+  const OpenAI = await openaiClass();
+  const client = new OpenAI({ baseURL: `${srv.base()}/v1`, apiKey: 'none', maxRetries: 0 });
+  const model = (await client.models.list()).data[0].id;
+  return { srv, client, model };
+}
+
+// Stops a test file's server: it must exit 0 on SIGTERM.
+export async function closeServer(srv) {
+  const r = await srv.stop();
+  if (r.code !== 0 || r.signal !== null)
+    throw new Error(`exit after SIGTERM: ${JSON.stringify(r)}\n${srv.log.slice(-3000)}`);
+}
+
 // Without a model there is nothing to serve: meson's "skipped" (77), with the reason.
 export function requireModel(model = MODEL) {
   if (!fs.existsSync(path.join(model, 'config.json'))) {
