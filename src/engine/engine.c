@@ -49,7 +49,24 @@ static int push_tok(req *r, int32_t t)
         r->cap_tok = cap;
     }
     r->tok[r->n_tok++] = t;
+    if (r->counts)
+        r->counts[t]++;
     return 0;
+}
+
+/* r's logits processors on its rows of a step: row i's history is the
+ * generated tokens and the drafts before it (what plain decode's step at
+ * that position would have counted) */
+static void process_rows(const sd_engine *e, req *r, float *logits, int rows)
+{
+    for (int i = 0; i < rows; i++) {
+        sd_logits_process(logits + (size_t)(r->out0 + i) * e->V, e->V, r->bias_ids, r->bias,
+                          r->n_bias, r->presence, r->frequency, r->counts);
+        if (r->counts && i < rows - 1)
+            r->counts[r->draft[i]]++;
+    }
+    for (int i = 0; r->counts && i < rows - 1; i++)
+        r->counts[r->draft[i]]--;
 }
 
 /* the log probability of r's token at position pos, chosen at this logits
@@ -112,6 +129,9 @@ static void req_free(sd_engine *e, req *r)
     free(r->tok);
     free(r->q);
     free(r->lp);
+    free(r->bias_ids);
+    free(r->bias);
+    free(r->counts);
     free(r);
 }
 
@@ -426,7 +446,7 @@ static int prefill_target(const req *r) { return r->fresh ? r->n_tok : r->n_tok 
 
 /* Verifies r's drafts against the logits rows of this step (or takes the
  * backend's verdict, dev_out: accepted count then tokens); appends tokens. */
-static int accept_decode(sd_engine *e, req *r, const float *logits, const int32_t *dev_out)
+static int accept_decode(sd_engine *e, req *r, float *logits, const int32_t *dev_out)
 {
     int k = r->n_draft, V = e->V;
     int32_t out[SD_MAX_K + 1];
@@ -434,6 +454,8 @@ static int accept_decode(sd_engine *e, req *r, const float *logits, const int32_
     sd_err err = {0};
     if (k < 0 || k > SD_MAX_K)
         return SD_EINVAL;
+    if (r->proc && !dev_out)
+        process_rows(e, r, logits, k + 1);
     if (dev_out) {
         n = dev_out[0];
         if (n < 0 || n > k)
@@ -499,10 +521,13 @@ static int accept_decode(sd_engine *e, req *r, const float *logits, const int32_
     return n;
 }
 
-static int sample_one(sd_engine *e, req *r, const float *row)
+static int sample_one(sd_engine *e, req *r, float *row)
 {
     int V = e->V;
     int32_t t;
+    if (r->proc)
+        sd_logits_process(row, V, r->bias_ids, r->bias, r->n_bias, r->presence, r->frequency,
+                          r->counts);
     if (r->greedy) {
         t = e->am_valid ? e->h_am[r->out0] : sd_argmax(row, V);
     } else {
@@ -1182,7 +1207,7 @@ static int engine_step(sd_engine *e)
     int greedy_only = 1, host_logits = 0;
     for (int i = 0; i < s.n_seq; i++) {
         greedy_only &= s.seqs[i]->greedy;
-        host_logits |= s.seqs[i]->want_lp;
+        host_logits |= s.seqs[i]->want_lp | s.seqs[i]->proc;
     }
     /* a request that wants its tokens' log probabilities: the step's
      * logits rows come to the host, and the tokens are chosen there (no
@@ -2134,6 +2159,36 @@ req *sd__engine_req_new(sd_engine *e, const int32_t *prompt, int n_prompt, const
     }
     r->want_lp = p->logprobs != 0;
     r->top_lp = p->top_logprobs;
+    if (p->n_bias < 0 || p->n_bias > SD_MAX_LOGIT_BIAS) {
+        rc = sd_err_set(err, SD_EINVAL, "logit_bias: %d tokens, at most %d", p->n_bias,
+                        SD_MAX_LOGIT_BIAS);
+        goto fail;
+    }
+    for (int i = 0; i < p->n_bias; i++)
+        if (p->bias_ids[i] < 0 || p->bias_ids[i] >= e->V || !isfinite(p->bias[i])) {
+            rc = sd_err_set(err, SD_EINVAL, "logit_bias: token %d is not in the vocabulary (%d tokens)",
+                            p->bias_ids[i], e->V);
+            goto fail;
+        }
+    if (p->n_bias) {
+        r->bias_ids = malloc((size_t)p->n_bias * sizeof *r->bias_ids);
+        r->bias = malloc((size_t)p->n_bias * sizeof *r->bias);
+        if (!r->bias_ids || !r->bias) {
+            rc = SD_ENOMEM;
+            goto fail;
+        }
+        memcpy(r->bias_ids, p->bias_ids, (size_t)p->n_bias * sizeof *r->bias_ids);
+        memcpy(r->bias, p->bias, (size_t)p->n_bias * sizeof *r->bias);
+        r->n_bias = p->n_bias;
+    }
+    r->presence = p->presence_penalty;
+    r->frequency = p->frequency_penalty;
+    if ((r->presence != 0 || r->frequency != 0) &&
+        !(r->counts = calloc((size_t)e->V, sizeof *r->counts))) {
+        rc = SD_ENOMEM;
+        goto fail;
+    }
+    r->proc = r->n_bias > 0 || r->counts != NULL;
     if (p->n_stop_ids < 0 || p->n_stop_ids > (int)SD_ARRAY_LEN(r->stop_ids)) {
         rc = sd_err_set(err, SD_EINVAL, "stop token ids: at most %d",
                         (int)SD_ARRAY_LEN(r->stop_ids));
@@ -2164,6 +2219,9 @@ fail:
     free(r->tok);
     free(r->q);
     free(r->lp);
+    free(r->bias_ids);
+    free(r->bias);
+    free(r->counts);
     free(r);
     return NULL;
 }

@@ -51,9 +51,23 @@ typedef struct sd_gen_params {
      * steps that hold such a request bring their logits rows to the host. */
     int logprobs;
     int top_logprobs;
+    /* OpenAI's logits processors, on the target's logits before anything
+     * else (temperature, truncation, the draft's verification, the
+     * logprobs): bias[i] added to the logit of bias_ids[i] (copied at
+     * submit; ids within the vocabulary); presence_penalty taken off the
+     * logit of every token already generated, frequency_penalty times the
+     * times it was (the generated tokens only, as OpenAI and vLLM count).
+     * The steps that hold such a request bring their logits rows to the
+     * host. */
+    const int32_t *bias_ids;
+    const float *bias;
+    int n_bias;
+    float presence_penalty, frequency_penalty;
 } sd_gen_params;
 
 #define SD_MAX_TOP_LOGPROBS 20
+/* the most tokens one logit_bias may name (OpenAI's limit) */
+#define SD_MAX_LOGIT_BIAS 300
 
 /* A token's log probability, and its position's likeliest tokens (most
  * likely first, lower id first on ties) */

@@ -85,6 +85,15 @@ typedef struct req {
     int want_lp, top_lp;
     sd_token_logprob *lp;
     int cap_lp;
+    /* logits processors (sd_gen_params.bias, the penalties): proc when any
+     * is on; counts (vocab,): each token's times generated, where a
+     * penalty is on */
+    int proc;
+    int32_t *bias_ids;
+    float *bias;
+    int n_bias;
+    float presence, frequency;
+    int32_t *counts;
     float *q; /* (SD_MAX_K, V) draft distributions when sampling with a model proposer */
     sd_sampling samp;
     int greedy, max_tokens, ignore_eos;

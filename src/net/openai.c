@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/err.h"
+#include "core/util.h"
 
 /* ---- errors ---------------------------------------------------------------- */
 
@@ -270,22 +271,6 @@ static int check_unsupported(json_t *root, sd_oai_kind kind, sd_api_error *e)
             return bad_type(e, "suffix", "a string", v);
         if (json_string_length(v))
             return unsupported(e, "suffix", "insertion with a suffix");
-    }
-    static const char *const penalties[] = {"presence_penalty", "frequency_penalty"};
-    for (int i = 0; i < 2; i++) {
-        if ((v = json_object_get(root, penalties[i])) && !json_is_null(v)) {
-            double d = 0;
-            if (get_num(v, penalties[i], -2.0, 0, 2.0, &d, e))
-                return SD_EINVAL;
-            if (d != 0.0)
-                return unsupported(e, penalties[i], "a non-zero penalty");
-        }
-    }
-    if ((v = json_object_get(root, "logit_bias")) && !json_is_null(v)) {
-        if (!json_is_object(v))
-            return bad_type(e, "logit_bias", "an object", v);
-        if (json_object_size(v))
-            return unsupported(e, "logit_bias", "logit_bias");
     }
     /* the legacy function calling */
     if ((v = json_object_get(root, "functions")) && !json_is_null(v)) {
@@ -881,6 +866,46 @@ static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model
                                     "top_logprobs: logprobs must be true to use it");
         g->top_logprobs = (int)x;
     }
+    /* logits processors: the penalties and logit_bias ({"token id": bias}) */
+    static const char *const penalties[] = {"presence_penalty", "frequency_penalty"};
+    for (int i = 0; i < 2; i++) {
+        double d = 0;
+        if ((v = json_object_get(root, penalties[i])) && !json_is_null(v) &&
+            get_num(v, penalties[i], -2.0, 0, 2.0, &d, e))
+            return SD_EINVAL;
+        *(i ? &g->frequency_penalty : &g->presence_penalty) = (float)d;
+    }
+    if ((v = json_object_get(root, "logit_bias")) && !json_is_null(v)) {
+        if (!json_is_object(v))
+            return bad_type(e, "logit_bias", "an object", v);
+        size_t nb = json_object_size(v);
+        if (nb > SD_MAX_LOGIT_BIAS)
+            return sd_api_error_set(e, 400, "logit_bias", "invalid_value",
+                                    "logit_bias: %zu tokens, at most %d are allowed", nb, SD_MAX_LOGIT_BIAS);
+        r->bias_ids = malloc((nb ? nb : 1) * sizeof *r->bias_ids);
+        r->bias = malloc((nb ? nb : 1) * sizeof *r->bias);
+        if (!r->bias_ids || !r->bias)
+            return oom(e);
+        const char *key;
+        json_t *b;
+        json_object_foreach(v, key, b)
+        {
+            int64_t id = -1;
+            double d = 0;
+            char p2[96];
+            snprintf(p2, sizeof p2, "logit_bias.%.60s", key);
+            if (sd_parse_i64(key, &id) || id < 0 || id > INT32_MAX)
+                return sd_api_error_set(e, 400, "logit_bias", "invalid_value",
+                                        "logit_bias: the key \"%.60s\" is not a token id", key);
+            if (get_num(b, p2, -100.0, 0, 100.0, &d, e))
+                return SD_EINVAL;
+            r->bias_ids[r->n_bias] = (int32_t)id;
+            r->bias[r->n_bias++] = (float)d;
+        }
+        g->bias_ids = r->bias_ids;
+        g->bias = r->bias;
+        g->n_bias = r->n_bias;
+    }
     r->n = 1;
     if ((v = json_object_get(root, "n")) && !json_is_null(v)) {
         if (get_int(v, "n", 1, SD_OAI_MAX_N, &x, e))
@@ -1010,6 +1035,8 @@ void sd_oai_request_free(sd_oai_request *r)
         free(r->prompts[i].ids);
     }
     free(r->prompts);
+    free(r->bias_ids);
+    free(r->bias);
     for (int i = 0; i < r->n_msgs; i++) {
         free(r->msgs[i].role);
         free(r->msgs[i].content);

@@ -87,6 +87,9 @@ typedef struct sd_oai_request {
     struct json_t *tools;
     int parallel_tool_calls;
     sd_chat_kwargs kwargs; /* chat: chat_template_kwargs */
+    int32_t *bias_ids;     /* logit_bias (owned; gen.bias_ids points here) */
+    float *bias;
+    int n_bias;
     sd_gen_params gen;
     /* POST /tokenize only */
     int add_generation_prompt; /* chat: end with the assistant turn's opening */

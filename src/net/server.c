@@ -965,10 +965,13 @@ static void generate_submit(sd_server *s, pending *p)
         sd_err err = {0};
         int rc = sd_engine_submit(s->engine, p->ids[pi], p->n[pi], &g, &ev, j, &j->eid, &err);
         if (rc) {
+            /* the engine's message names what it refused first */
             const char *param = !strncmp(err.msg, "prompt", 6)
                                     ? (r->kind == SD_OAI_CHAT ? "messages" : "prompt")
-                                : !strncmp(err.msg, "max_tokens", 10) ? r->max_tokens_param
-                                                                      : NULL;
+                                : !strncmp(err.msg, "max_tokens", 10)   ? r->max_tokens_param
+                                : !strncmp(err.msg, "logit_bias", 10)   ? "logit_bias"
+                                : !strncmp(err.msg, "top_logprobs", 12) ? "top_logprobs"
+                                                                        : NULL;
             sd_api_error_set(&e, rc == SD_EFULL ? 503 : rc == SD_EINVAL || rc == SD_ERANGE ? 400 : 500,
                              param, rc == SD_EFULL ? "overloaded" : "invalid_value", "%s", err.msg);
             if (!rp->live) {

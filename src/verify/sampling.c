@@ -418,3 +418,16 @@ int sd_logprobs_row(const float *logits, int vocab, int32_t tok, int top, float 
     }
     return n;
 }
+
+void sd_logits_process(float *logits, int vocab, const int32_t *bias_ids, const float *bias,
+                       int n_bias, float presence, float frequency, const int32_t *counts)
+{
+    for (int i = 0; i < n_bias; i++)
+        if (bias_ids[i] >= 0 && bias_ids[i] < vocab)
+            logits[bias_ids[i]] += bias[i];
+    if (!counts || (presence == 0 && frequency == 0))
+        return;
+    for (int t = 0; t < vocab; t++)
+        if (counts[t] > 0)
+            logits[t] -= presence + frequency * (float)counts[t];
+}

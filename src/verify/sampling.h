@@ -65,6 +65,14 @@ int32_t sd_sample(const float *probs, int vocab, double u);
  * 0 when every element is NaN or n <= 0. */
 int32_t sd_argmax(const float *x, int n);
 
+/* OpenAI's logits processors on one row of logits (vocab,), in place: each
+ * bias[i] added to the logit of bias_ids[i] (ids outside the vocabulary are
+ * skipped); presence taken off the logit of each token whose count is > 0,
+ * frequency times its count (counts: NULL, or (vocab,) times each token
+ * was generated). */
+void sd_logits_process(float *logits, int vocab, const int32_t *bias_ids, const float *bias,
+                       int n_bias, float presence, float frequency, const int32_t *counts);
+
 /* The log-softmax of one row of logits (vocab,) at token tok, into *lp; and
  * its top (>= 0) likeliest tokens, most likely first, the lower id first on
  * ties, into top_ids / top_lps (top entries each; fewer where vocab is

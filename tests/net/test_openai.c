@@ -249,9 +249,6 @@ TEST(unsupported_options_are_refused_by_name)
     static const struct {
         const char *field, *value;
     } chat[] = {
-        {"presence_penalty", "0.5"},
-        {"frequency_penalty", "-1"},
-        {"logit_bias", "{\"5\":10}"},
         {"functions", "[{\"name\":\"f\"}]"},
         {"tool_choice", "\"required\""},
         {"tool_choice", "{\"type\":\"function\"}"},
@@ -907,6 +904,43 @@ TEST(n_choices_in_one_response_and_indexed_chunks)
     sd_buf_free(&b);
 }
 
+/* presence / frequency penalties and logit_bias into gen params, bounds
+ * named by their parameter */
+TEST(logits_processors_map_to_gen_params)
+{
+    sd_oai_request r;
+    ASSERT(parse_ok(SD_OAI_CHAT,
+                    C(",\"presence_penalty\":0.5,\"frequency_penalty\":-1.25,"
+                      "\"logit_bias\":{\"5\":10,\"7\":-100}"),
+                    &r));
+    ASSERT_NEAR(r.gen.presence_penalty, 0.5, 0);
+    ASSERT_NEAR(r.gen.frequency_penalty, -1.25, 0);
+    ASSERT_EQ(r.gen.n_bias, 2);
+    int at5 = r.gen.bias_ids[0] == 5 ? 0 : 1;
+    ASSERT_EQ(r.gen.bias_ids[at5], 5);
+    ASSERT_NEAR(r.gen.bias[at5], 10, 0);
+    ASSERT_EQ(r.gen.bias_ids[1 - at5], 7);
+    ASSERT_NEAR(r.gen.bias[1 - at5], -100, 0);
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_COMPLETIONS, P(",\"logit_bias\":{}"), &r));
+    ASSERT_EQ(r.gen.n_bias, 0);
+    ASSERT_NEAR(r.gen.presence_penalty, 0, 0);
+    sd_oai_request_free(&r);
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"presence_penalty\":2.5"), "presence_penalty",
+                      "invalid_value"));
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"logit_bias\":{\"x\":1}"), "logit_bias", "invalid_value"));
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"logit_bias\":{\"-1\":1}"), "logit_bias", "invalid_value"));
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"logit_bias\":{\"5\":101}"), "logit_bias.5",
+                      "invalid_value"));
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"logit_bias\":{\"5\":\"a\"}"), "logit_bias.5",
+                      "invalid_type"));
+    char big[8192] = "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"logit_bias\":{";
+    for (int i = 0; i <= SD_MAX_LOGIT_BIAS; i++)
+        snprintf(big + strlen(big), sizeof big - strlen(big), "%s\"%d\":1", i ? "," : "", i);
+    strcat(big, "}}");
+    ASSERT(expect_400(SD_OAI_CHAT, big, "logit_bias", "invalid_value"));
+}
+
 /* The logprobs objects: chat's content entries (token, logprob, bytes,
  * top_logprobs), completions' parallel arrays and text_offset; -inf as
  * -9999 (JSON has no infinity) */
@@ -1160,7 +1194,7 @@ TEST_MAIN(T(a_full_chat_request_maps_to_gen_params), T(completion_defaults_follo
           T(context_limit_names_prompt_or_max_tokens),
           T(random_mutations_never_crash_and_errors_are_complete),
           T(error_json_has_openai_shape), T(chat_response_carries_usage_and_speculative_extension),
-          T(completion_response_has_text_and_stop_reason), T(n_choices_in_one_response_and_indexed_chunks), T(logprobs_options_map_to_gen_params),
+          T(completion_response_has_text_and_stop_reason), T(n_choices_in_one_response_and_indexed_chunks), T(logprobs_options_map_to_gen_params), T(logits_processors_map_to_gen_params),
           T(logprobs_json_in_responses_and_chunks),
           T(chat_stream_chunks_frame_as_openai_sse),
           T(completion_stream_chunks_are_text_completions),

@@ -1,9 +1,12 @@
-// Log probabilities through the official OpenAI client, with speculative
-// decoding on: chat's logprobs.content (one entry a token: its text, bytes,
-// logprob and top_logprobs) and completions' parallel arrays, streamed and
-// not, equal; greedy tokens are their position's likeliest; the tokens'
-// bytes make the text; asking for logprobs changes no text. The values
-// themselves are checked against transformers in tests/engine/test_logprobs.c.
+// The logits through the official OpenAI client, with speculative decoding
+// on. Log probabilities: chat's logprobs.content (one entry a token: its
+// text, bytes, logprob and top_logprobs) and completions' parallel arrays,
+// streamed and not, equal; greedy tokens are their position's likeliest;
+// the tokens' bytes make the text; asking for logprobs changes no text.
+// logit_bias and the penalties: a +100 bias makes every token that token,
+// the penalties change a greedy text and keep it the same streamed. The
+// values themselves are checked against transformers in
+// tests/engine/test_logits.c.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
@@ -104,5 +107,29 @@ test('bad logprobs options are 400s naming them', async () => {
     const r = await post(p, body);
     assert.equal(r.status, 400, r.text);
     assert.equal(JSON.parse(r.text).error.param, param);
+  }
+});
+
+test('logit_bias and the penalties', async () => {
+  const ids = JSON.parse((await request(srv, 'POST', '/tokenize', { body: { model, prompt: ' return' } })).text).tokens;
+  const tok = ids[ids.length - 1];
+  const r = await client.completions.create({ model, prompt: PROMPT, max_tokens: 6, temperature: 0, logit_bias: { [tok]: 100 }, logprobs: 0 });
+  assert.equal(r.usage.completion_tokens, 6);
+  const one = r.choices[0].logprobs.tokens[0];
+  assert.ok(r.choices[0].logprobs.tokens.every((t) => t === one), JSON.stringify(r.choices[0].logprobs.tokens));
+  assert.ok(r.choices[0].logprobs.token_logprobs.every((x) => x > -1e-3));
+  const plain = await client.completions.create({ model, prompt: PROMPT, max_tokens: N, temperature: 0, ignore_eos: true });
+  const pen = { model, prompt: PROMPT, max_tokens: N, temperature: 0, ignore_eos: true, presence_penalty: 1.5, frequency_penalty: 2 };
+  const p = await client.completions.create(pen);
+  assert.notEqual(p.choices[0].text, plain.choices[0].text);
+  const stream = await client.completions.create({ ...pen, stream: true });
+  let got = '';
+  for await (const c of stream) for (const x of c.choices) got += x.text;
+  assert.equal(got, p.choices[0].text);
+  for (const [body, param] of [[{ presence_penalty: 3 }, 'presence_penalty'], [{ logit_bias: { x: 1 } }, 'logit_bias'],
+    [{ logit_bias: { 5: 101 } }, 'logit_bias.5'], [{ logit_bias: { 99999999: 1 } }, 'logit_bias']]) {
+    const e = await request(srv, 'POST', '/v1/completions', { body: { model, prompt: PROMPT, ...body } });
+    assert.equal(e.status, 400, e.text);
+    assert.equal(JSON.parse(e.text).error.param, param, e.text);
   }
 });

@@ -1,10 +1,20 @@
-/* Log probabilities of the tokens (sd_gen_params.logprobs): the target's
+/* The logits tokens are chosen from, and what the engine gives back of
+ * them.
+ *
+ * Log probabilities of the tokens (sd_gen_params.logprobs): the target's
  * log-softmax at each token, against transformers' logits (the golden
  * fixtures: the first generated token's position is the prompt's last,
  * whose logits golden.json holds) and against a plain run for every later
  * token; asking for them changes no token, greedy or sampled, with or
  * without speculation; sd_logprobs_row against a direct computation on
- * fresh random rows. */
+ * fresh random rows.
+ *
+ * Logits processors (logit_bias, presence and frequency penalties): the
+ * first token against transformers' logits with the bias added; speculative
+ * decoding gives plain decode's tokens under them (a verify row counts the
+ * drafts before it as history, as plain decode's step there would); the
+ * penalties count generated tokens; sd_logits_process against a direct
+ * computation. */
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
@@ -25,6 +35,7 @@ typedef struct lp_out {
     sd_token_logprob lp[MAXT];
     int n, n_lp, lp_calls_before_output, done;
     sd_finish why;
+    uint64_t drafted, accepted;
 } lp_out;
 
 static void on_output(void *u, const char *t, size_t l, const int32_t *ids, int n)
@@ -55,25 +66,35 @@ static void on_logprobs(void *u, const int32_t *ids, const sd_token_logprob *lp,
 
 static void on_finish(void *u, sd_finish why, const sd_req_stats *st, const char *msg)
 {
-    (void)st;
     (void)msg;
     lp_out *o = u;
     pthread_mutex_lock(&o->mu);
+    o->drafted = st ? st->spec.drafted : 0;
+    o->accepted = st ? st->spec.accepted : 0;
     if (o->why != SD_FINISH_ERROR)
         o->why = why;
     o->done = 1;
     pthread_mutex_unlock(&o->mu);
 }
 
+/* spec "draft": the draft model is the fixture llama-tied (the fixtures'
+ * vocabulary) */
 static sd_engine *engine(const char *model, const char *spec, const char *k)
 {
     sd_opts o;
     sd_err err = {0};
     if (sd_opts_init(&o, &err))
         return NULL;
-    char *m = sd_strfmt("%s/tests/golden/models/%s", sd_test_srcdir(), model);
+    /* a fixture, or a folder of the repository (models/...) */
+    char *m = !strncmp(model, "models/", 7) ? sd_strfmt("%s/%s", sd_test_srcdir(), model)
+                                            : sd_strfmt("%s/tests/golden/models/%s", sd_test_srcdir(), model);
     sd_opts_set(&o, SD_CMD_GENERATE, "model", m, &err);
     sd_opts_set(&o, SD_CMD_GENERATE, "spec", spec, &err);
+    if (!strcmp(spec, "draft")) {
+        char *d = sd_strfmt("%s/tests/golden/models/llama-tied", sd_test_srcdir());
+        sd_opts_set(&o, SD_CMD_GENERATE, "draft-model", d, &err);
+        free(d);
+    }
     sd_opts_set(&o, SD_CMD_GENERATE, "spec-k", k, &err);
     sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "128", &err);
     sd_opts_set(&o, SD_CMD_GENERATE, "threads", "2", &err);
@@ -203,6 +224,8 @@ TEST(greedy_logprobs_match_transformers_and_do_not_change_with_speculation)
             worst = fmax(worst, fabs((double)a.lp[i].logprob - b.lp[i].logprob));
         }
         ASSERT(worst < 1e-4);
+        if (!strcmp(cases[c].spec, "mtp"))
+            ASSERT(b.drafted > 0);
         fprintf(stderr, "  %-12s %-5s first token %d: logprob %.5f (transformers %.5f); "
                         "plain vs speculative max |d| %.2g\n",
                 cases[c].model, cases[c].spec, a.ids[0], a.lp[0].logprob, ref_lp, worst);
@@ -304,6 +327,145 @@ TEST(logprobs_row_matches_a_direct_computation)
     }
 }
 
-TEST_MAIN(T(logprobs_row_matches_a_direct_computation),
+/* A bias of +100 makes its token the first one, -100 takes the likeliest
+ * away (the second likeliest of transformers' logits comes); the logprobs
+ * are of the processed logits */
+TEST(logit_bias_moves_the_first_token_as_on_transformers_logits)
+{
+    int32_t ids[64];
+    int n = 0, V = 0;
+    float *last = NULL;
+    ASSERT_OK(golden("qwen2", ids, &n, &last, &V));
+    sd_engine *e = engine("qwen2", "ngram", "2");
+    ASSERT(e);
+    float lp0, top[2];
+    int32_t tid[2];
+    ASSERT_EQ(sd_logprobs_row(last, V, 0, 2, &lp0, tid, top), 2);
+    const int32_t pick = (tid[0] + 7) % V; /* some token not the likeliest */
+    const float up = 100, down = -100;
+    sd_gen_params gp = {.max_tokens = 4, .top_p = 1, .ignore_eos = 1, .logprobs = 1,
+                        .top_logprobs = 1, .bias_ids = &pick, .bias = &up, .n_bias = 1};
+    lp_out a, b;
+    ASSERT_OK(run1(e, ids, n, &gp, &a));
+    ASSERT_EQ(a.ids[0], pick);
+    ASSERT(a.lp[0].logprob > -1e-3f);
+    for (int i = 1; i < a.n; i++)
+        ASSERT_EQ(a.ids[i], pick); /* +100 wins every step */
+    gp.bias_ids = &tid[0];
+    gp.bias = &down;
+    ASSERT_OK(run1(e, ids, n, &gp, &b));
+    ASSERT_EQ(b.ids[0], tid[1]);
+    /* ids outside the vocabulary are refused */
+    const int32_t far = V;
+    gp.bias_ids = &far;
+    sd_err err = {0};
+    sd_req_events ev = {.on_output = on_output, .on_finish = on_finish};
+    lp_out c;
+    memset(&c, 0, sizeof c);
+    ASSERT_EQ(sd_engine_submit(e, ids, n, &gp, &ev, &c, NULL, &err), SD_EINVAL);
+    ASSERT_CONTAINS(err.msg, "logit_bias");
+    sd_engine_destroy(e);
+    free(last);
+}
+
+/* the largest count of one token among o's */
+static int most_repeats(const lp_out *o)
+{
+    int best = 0;
+    for (int i = 0; i < o->n; i++) {
+        int c = 0;
+        for (int j = 0; j < o->n; j++)
+            c += o->ids[j] == o->ids[i];
+        best = c > best ? c : best;
+    }
+    return best;
+}
+
+/* Penalties and a bias together: MTP and a draft model (k = 2) give plain
+ * decode's greedy tokens, on the bundled model (whose MTP layer's drafts
+ * are accepted) and the fixtures; the penalties lower the repeats */
+TEST(speculation_gives_plain_decodes_tokens_under_penalties_and_bias)
+{
+    static const struct {
+        const char *model, *spec;
+    } cases[] = {{"models/specd-tiny", "mtp"}, {"deepseek-v3", "mtp"}, {"deepseek-v3", "draft"}};
+    for (size_t c = 0; c < SD_ARRAY_LEN(cases); c++) {
+        int32_t p[8] = {3, 14, 15, 92, 65, 35, 89, 79};
+        char cfg[1200];
+        snprintf(cfg, sizeof cfg, "%s/%s/config.json", sd_test_srcdir(), cases[c].model);
+        if (!strncmp(cases[c].model, "models/", 7) && !sd_file_exists(cfg))
+            continue; /* (the bundled model is absent) */
+        sd_engine *plain = engine(cases[c].model, "none", "0");
+        sd_engine *spec = engine(cases[c].model, cases[c].spec, "2");
+        ASSERT(plain && spec);
+        const int32_t bid[2] = {5, 9};
+        const float bv[2] = {1.5f, -2.0f};
+        sd_gen_params gp = {.max_tokens = 40, .top_p = 1, .ignore_eos = 1, .bias_ids = bid,
+                            .bias = bv, .n_bias = 2, .presence_penalty = 0.5f,
+                            .frequency_penalty = 1.0f};
+        lp_out a, b, none;
+        ASSERT_OK(run1(plain, p, 8, &gp, &a));
+        ASSERT_OK(run1(spec, p, 8, &gp, &b));
+        sd_gen_params g0 = {.max_tokens = 40, .top_p = 1, .ignore_eos = 1};
+        ASSERT_OK(run1(plain, p, 8, &g0, &none));
+        ASSERT_EQ(a.n, 40);
+        ASSERT_EQ(b.n, 40);
+        for (int i = 0; i < a.n; i++)
+            ASSERT_MSG(a.ids[i] == b.ids[i], "%s %s: token %d: plain %d, speculative %d",
+                       cases[c].model, cases[c].spec, i, a.ids[i], b.ids[i]);
+        ASSERT(most_repeats(&a) <= most_repeats(&none));
+        /* the bundled model's MTP layer accepts drafts: verify rows past
+         * the first chose tokens, on the drafts before them as history
+         * (the fixtures' random weights accept none) */
+        if (c == 0)
+            ASSERT(b.accepted > 0);
+        fprintf(stderr, "  %-12s %-5s most repeats: %d penalized, %d not; %llu drafts, %llu accepted\n",
+                cases[c].model, cases[c].spec, most_repeats(&a), most_repeats(&none),
+                (unsigned long long)b.drafted, (unsigned long long)b.accepted);
+        sd_engine_destroy(plain);
+        sd_engine_destroy(spec);
+    }
+}
+
+/* sd_logits_process against a direct computation on fresh random rows */
+TEST(logits_process_matches_a_direct_computation)
+{
+    uint64_t seed = sd_test_seed(), s = seed;
+    for (int trial = 0; trial < 100; trial++) {
+        int V = 1 + (int)(next_rand(&s) % 300);
+        float *x = malloc((size_t)V * sizeof *x), *y = malloc((size_t)V * sizeof *y);
+        int32_t *cnt = calloc((size_t)V, sizeof *cnt), bid[6];
+        float bv[6];
+        for (int i = 0; i < V; i++) {
+            x[i] = y[i] = (float)((double)(next_rand(&s) % 2000) / 100.0 - 10.0);
+            cnt[i] = next_rand(&s) % 4 == 0 ? (int)(next_rand(&s) % 5) : 0;
+        }
+        int nb = (int)(next_rand(&s) % 7);
+        for (int i = 0; i < nb; i++) {
+            bid[i] = (int32_t)(next_rand(&s) % (uint64_t)(V + 2)) - 1; /* -1 and V: skipped */
+            bv[i] = (float)((double)(next_rand(&s) % 200) - 100.0);
+        }
+        float pres = (float)((double)(next_rand(&s) % 400) / 100.0 - 2.0);
+        float freq = (float)((double)(next_rand(&s) % 400) / 100.0 - 2.0);
+        sd_logits_process(x, V, bid, bv, nb, pres, freq, cnt);
+        for (int t = 0; t < V; t++) {
+            double want = y[t];
+            for (int i = 0; i < nb; i++)
+                if (bid[i] == t)
+                    want += bv[i];
+            if (cnt[t] > 0)
+                want -= pres + freq * cnt[t];
+            ASSERT_MSG(fabs(x[t] - want) < 1e-4, "seed %llu trial %d token %d: %g, want %g",
+                       (unsigned long long)seed, trial, t, x[t], want);
+        }
+        free(x);
+        free(y);
+        free(cnt);
+    }
+}
+
+TEST_MAIN(T(logprobs_row_matches_a_direct_computation), T(logits_process_matches_a_direct_computation),
+          T(logit_bias_moves_the_first_token_as_on_transformers_logits),
+          T(speculation_gives_plain_decodes_tokens_under_penalties_and_bias),
           T(greedy_logprobs_match_transformers_and_do_not_change_with_speculation),
           T(sampled_tokens_are_the_same_with_logprobs_asked_or_not))
