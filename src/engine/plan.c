@@ -24,7 +24,7 @@
 #include "engine/internal.h"
 #include "net/buf.h"
 
-#define PLAN_MAGIC 0x53445031u /* "SDP1" */
+#define PLAN_MAGIC 0x53445032u /* "SDP2": requests carry their logits processors and logprobs */
 #define PLAN_QUIT 1u
 #define PLAN_TIMEOUT_S 600.0 /* node 0 sends a plan at least every 50 ms while alive */
 
@@ -90,6 +90,17 @@ static void put_req(wbuf *b, const req *r)
         put_u32(b, (uint32_t)r->stop.lens[i]);
         put(b, r->stop.stops[i], r->stop.lens[i]);
     }
+    /* the logits its steps are chosen from: every node takes the same
+     * path (host logits) and the same processors */
+    put_u32(b, (uint32_t)r->want_lp);
+    put_u32(b, (uint32_t)r->top_lp);
+    put_f64(b, r->presence);
+    put_f64(b, r->frequency);
+    put_u32(b, (uint32_t)r->n_bias);
+    if (r->n_bias) {
+        put(b, r->bias_ids, (size_t)r->n_bias * sizeof(int32_t));
+        put(b, r->bias, (size_t)r->n_bias * sizeof(float));
+    }
 }
 
 /* A request of node 0's plan, built and queued here as node 0 did. */
@@ -138,6 +149,25 @@ static int take_req(sd_engine *e, rbuf *b, sd_err *err)
     }
     p.stop = (const char *const *)stops;
     p.n_stop = (int)ns;
+    p.logprobs = (int)get_u32(b);
+    p.top_logprobs = (int)get_u32(b);
+    p.presence_penalty = (float)get_f64(b);
+    p.frequency_penalty = (float)get_f64(b);
+    uint32_t nb = get_u32(b);
+    int32_t *bias_ids = NULL;
+    float *bias = NULL;
+    if (!b->bad && nb > 0) {
+        if (nb > SD_MAX_LOGIT_BIAS || (size_t)nb * 8 > b->n - b->off ||
+            !(bias_ids = malloc((size_t)nb * sizeof *bias_ids)) || !(bias = malloc((size_t)nb * sizeof *bias))) {
+            b->bad = 1;
+        } else {
+            get(b, bias_ids, (size_t)nb * sizeof *bias_ids);
+            get(b, bias, (size_t)nb * sizeof *bias);
+            p.bias_ids = bias_ids;
+            p.bias = bias;
+            p.n_bias = (int)nb;
+        }
+    }
     int rc = 0;
     req *r = NULL;
     if (b->bad)
@@ -153,6 +183,8 @@ static int take_req(sd_engine *e, rbuf *b, sd_err *err)
     for (uint32_t i = 0; stops && i < ns; i++)
         free(stops[i]);
     free(stops);
+    free(bias_ids);
+    free(bias);
     free(prompt);
     return rc;
 }

@@ -4,7 +4,8 @@
 # one process with all the ranks prints, bit for bit (the node comm sums in
 # global rank order like the thread comm, and node 1 follows node 0's step
 # plans): greedy with each proposer, sampled, 4 ranks over 2 nodes, logits on
-# both nodes, `specd serve` answering on node 0 while node 1 follows, SIGTERM
+# both nodes, `specd serve` answering on node 0 while node 1 follows (a
+# request with logits processors and logprobs too), SIGTERM
 # on node 0 stopping both cleanly, node 1 speaking systemd's notify protocol
 # (ready, watchdog pings, stopping). A node
 # that dies makes node 0 fail requests (and /health) with a message, not
@@ -132,6 +133,12 @@ serve_pair
 if [[ $answer == *'HTTP/1.1 200'* && $answer == *'"text"'* ]]; then
     ok serve_on_two_nodes_answers
 else bad serve_on_two_nodes_answers "answer: ${answer:0:200} | $(tail -c 300 "$tmp/s0.err") | $(tail -c 300 "$tmp/s1.err")"; fi
+# a request with logits processors and logprobs: node 1 takes them from the
+# plan (else its tokens, and so the sums, would part from node 0's): the
+# text and logprobs of one process
+procs='{"model": "specd-tiny", "prompt": "def fibonacci(n):", "max_tokens": 12, "temperature": 0, "frequency_penalty": 1.5, "presence_penalty": 0.5, "logit_bias": {"25": 100}, "logprobs": 2}'
+pick() { python3 -c 'import json, sys; t = sys.stdin.read(); c = json.loads(t[t.index("{"):])["choices"][0]; print(json.dumps([c["text"], c["logprobs"]]))'; }
+procs2=$(http "$hp" POST /v1/completions "$procs" | pick 2>/dev/null)
 # SIGTERM on node 0: it drains, tells node 1, and both exit 0
 kill -TERM "$s0"
 timeout 60 tail --pid="$s0" -f /dev/null
@@ -152,6 +159,22 @@ if ((${#n1env[@]})); then
 else
     echo "skip node_1_speaks_systemd_ready_watchdog_stopping (no python3)"
 fi
+# the same request to one process of both ranks
+hp1=$(port)
+"$SPECD" serve "${cpu[@]}" --tp 2 --threads 2 --host 127.0.0.1 --port "$hp1" >/dev/null 2>"$tmp/one.err" &
+one=$!
+pids=("$one")
+procs1=""
+for _ in $(seq 1 240); do
+    procs1=$(http "$hp1" POST /v1/completions "$procs" | pick 2>/dev/null) && [[ -n $procs1 ]] && break
+    sleep 0.5
+done
+kill -TERM "$one"
+wait "$one" 2>/dev/null
+pids=()
+if [[ -n $procs1 && $procs1 == "$procs2" ]]; then
+    ok logits_processors_on_two_nodes_equal_one_process
+else bad logits_processors_on_two_nodes_equal_one_process "one: ${procs1:0:200} | two: ${procs2:0:200}"; fi
 # again, then node 1 dies
 serve_pair
 kill -KILL "$s1"
