@@ -26,6 +26,7 @@
 
 #include "core/log.h"
 #include "core/tokenizer.h"
+#include "core/utf8.h"
 #include "core/util.h"
 #include "draft/eagle3.h"
 #include "engine/backend.h"
@@ -54,16 +55,89 @@ static int push_tok(req *r, int32_t t)
     return 0;
 }
 
+static int is_eos(const sd_engine *e, const req *r, int32_t t);
+
+/* each token's bytes, once (e->tok_bytes); 0, or SD_ENOMEM */
+static int token_table(sd_engine *e)
+{
+    if (e->tok_off)
+        return 0;
+    sd_sbuf pool = {0};
+    int32_t *off = malloc(((size_t)e->V + 1) * sizeof *off);
+    uint8_t *special = calloc((size_t)e->V, 1);
+    int rc = !off || !special ? SD_ENOMEM : 0;
+    for (int32_t t = 0; t < e->V && !rc; t++) {
+        off[t] = (int32_t)pool.len;
+        char *b = NULL;
+        size_t n = 0;
+        sd_err err = {0};
+        if (t >= sd_tok_vocab_size(e->tok) || sd_tok_is_special(e->tok, t)) {
+            special[t] = 1;
+        } else if (!sd_tok_decode(e->tok, &t, 1, 1, &b, &n, &err)) {
+            rc = sd_sbuf_put(&pool, b, n) ? SD_ENOMEM : 0;
+        }
+        free(b);
+    }
+    if (!rc) {
+        off[e->V] = (int32_t)pool.len;
+        size_t len;
+        e->tok_bytes = sd_sbuf_take(&pool, &len);
+        e->tok_off = off;
+        e->tok_special = special;
+        return e->tok_bytes ? 0 : SD_ENOMEM;
+    }
+    sd_sbuf_free(&pool);
+    free(off);
+    free(special);
+    return rc;
+}
+
+/* json_object: every token that would leave no JSON object prefix after
+ * st masked to -inf; an end of text only where the object is whole */
+static void json_mask_row(const sd_engine *e, const req *r, const sd_json_state *st, float *row)
+{
+    const int done = sd_json_done(st);
+    for (int32_t t = 0; t < e->V; t++) {
+        int ok;
+        const int32_t n = e->tok_off[t + 1] - e->tok_off[t];
+        if (e->tok_special[t] || n == 0) {
+            ok = done && is_eos(e, r, t);
+        } else {
+            sd_json_state s = *st;
+            ok = sd_json_feed(&s, (const unsigned char *)e->tok_bytes + e->tok_off[t], (size_t)n) == 0;
+        }
+        if (!ok)
+            row[t] = -INFINITY;
+    }
+}
+
+/* st advanced by token t's bytes */
+static void json_advance(const sd_engine *e, sd_json_state *st, int32_t t)
+{
+    if (e->tok_special[t])
+        return;
+    sd_json_feed(st, (const unsigned char *)e->tok_bytes + e->tok_off[t],
+                 (size_t)(e->tok_off[t + 1] - e->tok_off[t]));
+}
+
 /* r's logits processors on its rows of a step: row i's history is the
  * generated tokens and the drafts before it (what plain decode's step at
- * that position would have counted) */
+ * that position would have counted, and where its JSON would be) */
 static void process_rows(const sd_engine *e, req *r, float *logits, int rows)
 {
+    sd_json_state js = r->js;
     for (int i = 0; i < rows; i++) {
-        sd_logits_process(logits + (size_t)(r->out0 + i) * e->V, e->V, r->bias_ids, r->bias,
-                          r->n_bias, r->presence, r->frequency, r->counts);
-        if (r->counts && i < rows - 1)
-            r->counts[r->draft[i]]++;
+        float *row = logits + (size_t)(r->out0 + i) * e->V;
+        sd_logits_process(row, e->V, r->bias_ids, r->bias, r->n_bias, r->presence, r->frequency,
+                          r->counts);
+        if (r->json)
+            json_mask_row(e, r, &js, row);
+        if (i < rows - 1) {
+            if (r->counts)
+                r->counts[r->draft[i]]++;
+            if (r->json)
+                json_advance(e, &js, r->draft[i]);
+        }
     }
     for (int i = 0; r->counts && i < rows - 1; i++)
         r->counts[r->draft[i]]--;
@@ -514,10 +588,13 @@ static int accept_decode(sd_engine *e, req *r, float *logits, const int32_t *dev
     /* a draft LM's cache holds the accepted drafts; past them it is stale */
     if (r->draft_valid > r->n_tok + n)
         r->draft_valid = r->n_tok + n;
-    for (int i = 0; i <= n; i++)
+    for (int i = 0; i <= n; i++) {
         if (push_tok(r, out[i]) ||
             (!dev_out && keep_lp(e, r, r->n_tok - 1, logits + (size_t)(r->out0 + i) * V)))
             return SD_ENOMEM;
+        if (r->json)
+            json_advance(e, &r->js, out[i]);
+    }
     return n;
 }
 
@@ -526,8 +603,7 @@ static int sample_one(sd_engine *e, req *r, float *row)
     int V = e->V;
     int32_t t;
     if (r->proc)
-        sd_logits_process(row, V, r->bias_ids, r->bias, r->n_bias, r->presence, r->frequency,
-                          r->counts);
+        process_rows(e, r, row - (size_t)r->out0 * V, 1);
     if (r->greedy) {
         t = e->am_valid ? e->h_am[r->out0] : sd_argmax(row, V);
     } else {
@@ -535,7 +611,11 @@ static int sample_one(sd_engine *e, req *r, float *row)
         uint64_t pos = (uint64_t)(r->n_tok - r->n_prompt);
         t = sd_sample(e->p_rows, V, sd_rand_uniform(r->samp.seed, pos, SD_RNG_TARGET));
     }
-    return push_tok(r, t) || keep_lp(e, r, r->n_tok - 1, row) ? SD_ENOMEM : 0;
+    if (push_tok(r, t) || keep_lp(e, r, r->n_tok - 1, row))
+        return SD_ENOMEM;
+    if (r->json)
+        json_advance(e, &r->js, t);
+    return 0;
 }
 
 static void take_incoming(sd_engine *e)
@@ -2078,6 +2158,9 @@ void sd_engine_destroy(sd_engine *e)
     free(e->obs);
     free(e->running);
     free(e->waiting);
+    free(e->tok_bytes);
+    free(e->tok_off);
+    free(e->tok_special);
     if (e->be)
         free_step_buffers(e);
     sd_kv_pool_free(e->kv);
@@ -2188,7 +2271,20 @@ req *sd__engine_req_new(sd_engine *e, const int32_t *prompt, int n_prompt, const
         rc = SD_ENOMEM;
         goto fail;
     }
-    r->proc = r->n_bias > 0 || r->counts != NULL;
+    if (p->json_object) {
+        if (!e->tok) {
+            rc = sd_err_set(err, SD_EINVAL, "response_format json_object: the model has no tokenizer");
+            goto fail;
+        }
+        pthread_mutex_lock(&e->mu); /* (the table is made once, by whichever submit comes first) */
+        rc = token_table(e);
+        pthread_mutex_unlock(&e->mu);
+        if (rc)
+            goto fail;
+        r->json = 1;
+        sd_json_init(&r->js);
+    }
+    r->proc = r->n_bias > 0 || r->counts != NULL || r->json;
     if (p->n_stop_ids < 0 || p->n_stop_ids > (int)SD_ARRAY_LEN(r->stop_ids)) {
         rc = sd_err_set(err, SD_EINVAL, "stop token ids: at most %d",
                         (int)SD_ARRAY_LEN(r->stop_ids));

@@ -63,6 +63,11 @@ typedef struct sd_gen_params {
     const float *bias;
     int n_bias;
     float presence_penalty, frequency_penalty;
+    /* 1: the text is a JSON object (response_format json_object): tokens
+     * that would leave no JSON object prefix are masked, and the end of
+     * text (eos, stop ids) waits for the object to close (verify/json_mask.h;
+     * after the bias and penalties; needs the model's tokenizer) */
+    int json_object;
 } sd_gen_params;
 
 #define SD_MAX_TOP_LOGPROBS 20

@@ -16,6 +16,7 @@
 #include "sched/stop.h"
 #include "target/model.h"
 #include "verify/accept.h"
+#include "verify/json_mask.h"
 #include "verify/sampling.h"
 #include "verify/synthetic.h"
 
@@ -94,6 +95,9 @@ typedef struct req {
     int n_bias;
     float presence, frequency;
     int32_t *counts;
+    /* json_object: the generated text's JSON state (verify/json_mask.h) */
+    int json;
+    sd_json_state js;
     float *q; /* (SD_MAX_K, V) draft distributions when sampling with a model proposer */
     sd_sampling samp;
     int greedy, max_tokens, ignore_eos;
@@ -155,6 +159,12 @@ struct sd_engine {
     sd_eagle3 *eagles[SD_TP_MAX]; /* each rank's copy of the EAGLE-3 head */
     sd_model *target;
     sd_tokenizer *tok;
+    /* each token's bytes (tok_bytes + tok_off[t], tok_off[t + 1] - tok_off[t]
+     * of them; special tokens: none, tok_special[t] set), made at the
+     * first json_object request (the JSON mask reads them) */
+    char *tok_bytes;
+    int32_t *tok_off;
+    uint8_t *tok_special;
     char model_dir[1024];
     char model_name[256];
     int V, D, max_ctx, eos;

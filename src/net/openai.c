@@ -292,8 +292,8 @@ static int check_unsupported(json_t *root, sd_oai_kind kind, sd_api_error *e)
         if (!json_is_string(t))
             return sd_api_error_set(e, 400, "response_format.type", "invalid_type",
                                     "response_format.type: expected a string");
-        if (strcmp(json_string_value(t), "text") != 0)
-            return unsupported(e, "response_format", "a response_format other than text");
+        if (strcmp(json_string_value(t), "text") != 0 && strcmp(json_string_value(t), "json_object") != 0)
+            return unsupported(e, "response_format", "a response_format other than text and json_object");
     }
     if ((v = json_object_get(root, "user")) && !json_is_null(v) && !json_is_string(v))
         return bad_type(e, "user", "a string", v);
@@ -906,6 +906,9 @@ static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model
         g->bias = r->bias;
         g->n_bias = r->n_bias;
     }
+    /* response_format json_object (its type checked with the others) */
+    json_t *rf = json_object_get(json_object_get(root, "response_format"), "type");
+    g->json_object = json_is_string(rf) && !strcmp(json_string_value(rf), "json_object");
     r->n = 1;
     if ((v = json_object_get(root, "n")) && !json_is_null(v)) {
         if (get_int(v, "n", 1, SD_OAI_MAX_N, &x, e))

@@ -971,7 +971,8 @@ static void generate_submit(sd_server *s, pending *p)
                                 : !strncmp(err.msg, "max_tokens", 10)   ? r->max_tokens_param
                                 : !strncmp(err.msg, "logit_bias", 10)   ? "logit_bias"
                                 : !strncmp(err.msg, "top_logprobs", 12) ? "top_logprobs"
-                                                                        : NULL;
+                                : !strncmp(err.msg, "response_format", 15) ? "response_format"
+                                                                           : NULL;
             sd_api_error_set(&e, rc == SD_EFULL ? 503 : rc == SD_EINVAL || rc == SD_ERANGE ? 400 : 500,
                              param, rc == SD_EFULL ? "overloaded" : "invalid_value", "%s", err.msg);
             if (!rp->live) {

@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 #include "engine_run.h"
 #include "test.h"
+#include "verify/json_mask.h"
 #include "verify/sampling.h"
 
 #define MAXT 64
@@ -36,14 +37,18 @@ typedef struct lp_out {
     int n, n_lp, lp_calls_before_output, done;
     sd_finish why;
     uint64_t drafted, accepted;
+    char text[4096];
+    size_t len;
 } lp_out;
 
 static void on_output(void *u, const char *t, size_t l, const int32_t *ids, int n)
 {
-    (void)t;
-    (void)l;
     lp_out *o = u;
     pthread_mutex_lock(&o->mu);
+    if (l && o->len + l < sizeof o->text) {
+        memcpy(o->text + o->len, t, l);
+        o->len += l;
+    }
     for (int i = 0; i < n && o->n < MAXT; i++)
         o->ids[o->n++] = ids[i];
     /* every token's logprobs came before the output that carries it */
@@ -464,7 +469,60 @@ TEST(logits_process_matches_a_direct_computation)
     }
 }
 
+/* response_format json_object on the bundled model (trained on Python,
+ * never JSON): a text that ends (stop) is a JSON object jansson reads, one
+ * cut at its length a prefix of one; greedy and sampled; speculative (MTP,
+ * k = 2) gives plain decode's greedy tokens under the mask */
+TEST(json_object_texts_are_json_objects)
+{
+    char cfg[1200];
+    snprintf(cfg, sizeof cfg, "%s/models/specd-tiny/config.json", sd_test_srcdir());
+    if (!sd_file_exists(cfg))
+        TEST_SKIP("the bundled model is absent");
+    sd_engine *plain = engine("models/specd-tiny", "none", "0");
+    sd_engine *spec = engine("models/specd-tiny", "mtp", "2");
+    ASSERT(plain && spec);
+    int32_t p[6] = {755, 12, 302, 44, 1021, 9};
+    int stops = 0;
+    for (int trial = 0; trial < 6; trial++) {
+        sd_gen_params gp = {.max_tokens = 110, .top_p = 1, .temperature = trial % 2 ? 0.9 : 0,
+                            .seed = 11 + (uint64_t)trial, .has_seed = 1, .json_object = 1};
+        p[0] = 755 + trial * 17;
+        lp_out a, b;
+        ASSERT_OK(run1(plain, p, 6, &gp, &a));
+        ASSERT_OK(run1(spec, p, 6, &gp, &b));
+        for (int k = 0; k < 2; k++) {
+            const lp_out *o = k ? &b : &a;
+            sd_json_state st;
+            sd_json_init(&st);
+            ASSERT_MSG(sd_json_feed(&st, (const unsigned char *)o->text, o->len) == 0,
+                       "not a JSON prefix: %.*s", (int)o->len, o->text);
+            if (o->why == SD_FINISH_STOP) {
+                json_error_t je;
+                json_t *v = json_loadb(o->text, o->len, 0, &je);
+                ASSERT_MSG(json_is_object(v), "%s: %.*s", je.text, (int)o->len, o->text);
+                json_decref(v);
+                stops++;
+            } else {
+                ASSERT_EQ(o->why, SD_FINISH_LENGTH);
+            }
+        }
+        if (gp.temperature == 0) {
+            ASSERT_EQ(a.n, b.n);
+            for (int i = 0; i < a.n; i++)
+                ASSERT_EQ(a.ids[i], b.ids[i]);
+        }
+        fprintf(stderr, "  trial %d (%s): %s, %zu bytes, %llu of %llu drafts accepted\n", trial,
+                gp.temperature > 0 ? "sampled" : "greedy", a.why == SD_FINISH_STOP ? "stop" : "length",
+                a.len, (unsigned long long)b.accepted, (unsigned long long)b.drafted);
+    }
+    ASSERT(stops > 0);
+    sd_engine_destroy(plain);
+    sd_engine_destroy(spec);
+}
+
 TEST_MAIN(T(logprobs_row_matches_a_direct_computation), T(logits_process_matches_a_direct_computation),
+          T(json_object_texts_are_json_objects),
           T(logit_bias_moves_the_first_token_as_on_transformers_logits),
           T(speculation_gives_plain_decodes_tokens_under_penalties_and_bias),
           T(greedy_logprobs_match_transformers_and_do_not_change_with_speculation),

@@ -253,7 +253,6 @@ TEST(unsupported_options_are_refused_by_name)
         {"tool_choice", "\"required\""},
         {"tool_choice", "{\"type\":\"function\"}"},
         {"function_call", "\"auto\""},
-        {"response_format", "{\"type\":\"json_object\"}"},
         {"response_format", "{\"type\":\"json_schema\",\"json_schema\":{}}"},
         {"store", "true"},
     };
@@ -904,6 +903,21 @@ TEST(n_choices_in_one_response_and_indexed_chunks)
     sd_buf_free(&b);
 }
 
+/* response_format: text (nothing), json_object (the mask); json_schema is
+ * refused by name */
+TEST(response_format_json_object_maps_to_gen_params)
+{
+    sd_oai_request r;
+    ASSERT(parse_ok(SD_OAI_CHAT, C(",\"response_format\":{\"type\":\"json_object\"}"), &r));
+    ASSERT_EQ(r.gen.json_object, 1);
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_CHAT, C(",\"response_format\":{\"type\":\"text\"}"), &r));
+    ASSERT_EQ(r.gen.json_object, 0);
+    sd_oai_request_free(&r);
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}"),
+                      "response_format", "unsupported_parameter"));
+}
+
 /* presence / frequency penalties and logit_bias into gen params, bounds
  * named by their parameter */
 TEST(logits_processors_map_to_gen_params)
@@ -1194,7 +1208,7 @@ TEST_MAIN(T(a_full_chat_request_maps_to_gen_params), T(completion_defaults_follo
           T(context_limit_names_prompt_or_max_tokens),
           T(random_mutations_never_crash_and_errors_are_complete),
           T(error_json_has_openai_shape), T(chat_response_carries_usage_and_speculative_extension),
-          T(completion_response_has_text_and_stop_reason), T(n_choices_in_one_response_and_indexed_chunks), T(logprobs_options_map_to_gen_params), T(logits_processors_map_to_gen_params),
+          T(completion_response_has_text_and_stop_reason), T(n_choices_in_one_response_and_indexed_chunks), T(logprobs_options_map_to_gen_params), T(logits_processors_map_to_gen_params), T(response_format_json_object_maps_to_gen_params),
           T(logprobs_json_in_responses_and_chunks),
           T(chat_stream_chunks_frame_as_openai_sse),
           T(completion_stream_chunks_are_text_completions),

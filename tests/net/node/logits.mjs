@@ -4,7 +4,9 @@
 // streamed and not, equal; greedy tokens are their position's likeliest;
 // the tokens' bytes make the text; asking for logprobs changes no text.
 // logit_bias and the penalties: a +100 bias makes every token that token,
-// the penalties change a greedy text and keep it the same streamed. The
+// the penalties change a greedy text and keep it the same streamed.
+// response_format json_object: a finished text is a JSON object, streamed
+// the same; json_schema is refused by name. The
 // values themselves are checked against transformers in
 // tests/engine/test_logits.c.
 import assert from 'node:assert/strict';
@@ -132,4 +134,28 @@ test('logit_bias and the penalties', async () => {
     assert.equal(e.status, 400, e.text);
     assert.equal(JSON.parse(e.text).error.param, param, e.text);
   }
+});
+
+test('response_format json_object', async () => {
+  let finished = 0;
+  for (const [temperature, seed] of [[0, 1], [0.9, 2], [0.9, 5], [0.9, 9]]) {
+    const body = { model, messages: MESSAGES, max_tokens: 96, temperature, seed, response_format: { type: 'json_object' } };
+    const r = await client.chat.completions.create(body);
+    const c = r.choices[0];
+    if (c.finish_reason === 'stop') {
+      const v = JSON.parse(c.message.content);
+      assert.equal(typeof v, 'object');
+      assert.ok(v !== null && !Array.isArray(v));
+      assert.equal(c.message.content[0], '{');
+      finished++;
+    }
+    const stream = await client.chat.completions.create({ ...body, stream: true });
+    let got = '';
+    for await (const x of stream) for (const ch of x.choices) got += ch.delta.content ?? '';
+    assert.equal(got, c.message.content);
+  }
+  assert.ok(finished > 0, 'no json_object text finished');
+  const e = await request(srv, 'POST', '/v1/chat/completions', { body: { model, messages: MESSAGES, response_format: { type: 'json_schema', json_schema: {} } } });
+  assert.equal(e.status, 400, e.text);
+  assert.equal(JSON.parse(e.text).error.param, 'response_format');
 });
