@@ -132,6 +132,12 @@ static void process_rows(const sd_engine *e, req *r, float *logits, int rows)
                           r->counts);
         if (r->json)
             json_mask_row(e, r, &js, row);
+        if (r->n_tok - r->n_prompt + i < r->min_tokens) { /* no end of text yet */
+            for (int j = 0; j < e->n_eos; j++)
+                row[e->eos_ids[j]] = -INFINITY;
+            for (int j = 0; j < r->n_stop_ids; j++)
+                row[r->stop_ids[j]] = -INFINITY;
+        }
         if (i < rows - 1) {
             if (r->counts)
                 r->counts[r->draft[i]]++;
@@ -310,18 +316,43 @@ static int emit(sd_engine *e, req *r, int from)
     sd_err err = {0};
     /* eos is not printed */
     int n_text = n_new - (why == SD_FINISH_STOP ? 1 : 0);
-    if (n_text > 0 && r->detok && sd_detok_push(r->detok, r->tok + from, n_text, &text, &tl, &err)) {
+    /* the text of the first min_tokens tokens is not looked at for stop
+     * strings: it goes out as it is */
+    const int free_n = SD_MIN(n_text, SD_MAX(0, r->min_tokens - (from - r->n_prompt)));
+    char *pre = NULL;
+    size_t pl = 0;
+    if ((free_n > 0 && r->detok && sd_detok_push(r->detok, r->tok + from, free_n, &pre, &pl, &err)) ||
+        (n_text > free_n && r->detok &&
+         sd_detok_push(r->detok, r->tok + from + free_n, n_text - free_n, &text, &tl, &err))) {
+        free(pre);
+        free(text);
         finish(e, r, SD_FINISH_ERROR, err.msg);
         return 1;
     }
     const char *o = "";
     size_t ol = 0;
     int hit = tl ? sd_stop_push(&r->stop, text, tl, &o, &ol) : 0;
+    if (pl) { /* the free text first, then what the stop strings let out */
+        char *both = malloc(pl + ol + 1);
+        if (!both) {
+            free(pre);
+            free(text);
+            finish(e, r, SD_FINISH_ERROR, "out of memory");
+            return 1;
+        }
+        memcpy(both, pre, pl);
+        memcpy(both + pl, o, ol);
+        free(pre);
+        pre = both;
+        o = both;
+        ol += pl;
+    }
     if (r->want_lp && r->ev.on_logprobs && n_new)
         r->ev.on_logprobs(r->user, r->tok + from, r->lp + from, n_new);
     if (r->ev.on_output && (ol || n_new))
         r->ev.on_output(r->user, o, ol, r->tok + from, n_new);
     free(text);
+    free(pre);
     if (hit == 1)
         why = SD_FINISH_STOP;
     if (why != SD_FINISH_NONE) {
@@ -2284,7 +2315,13 @@ req *sd__engine_req_new(sd_engine *e, const int32_t *prompt, int n_prompt, const
         r->json = 1;
         sd_json_init(&r->js);
     }
-    r->proc = r->n_bias > 0 || r->counts != NULL || r->json;
+    if (p->min_tokens < 0 || p->min_tokens > p->max_tokens) {
+        rc = sd_err_set(err, SD_EINVAL, "min_tokens: %d, at most max_tokens (%d)", p->min_tokens,
+                        p->max_tokens);
+        goto fail;
+    }
+    r->min_tokens = p->min_tokens;
+    r->proc = r->n_bias > 0 || r->counts != NULL || r->json || r->min_tokens > 0;
     if (p->n_stop_ids < 0 || p->n_stop_ids > (int)SD_ARRAY_LEN(r->stop_ids)) {
         rc = sd_err_set(err, SD_EINVAL, "stop token ids: at most %d",
                         (int)SD_ARRAY_LEN(r->stop_ids));

@@ -68,6 +68,10 @@ typedef struct sd_gen_params {
      * text (eos, stop ids) waits for the object to close (verify/json_mask.h;
      * after the bias and penalties; needs the model's tokenizer) */
     int json_object;
+    /* no end of text (eos, stop ids: masked) and no stop string (not
+     * looked for in the text of the first min_tokens tokens) before this
+     * many tokens (vLLM's min_tokens) */
+    int min_tokens;
 } sd_gen_params;
 
 #define SD_MAX_TOP_LOGPROBS 20

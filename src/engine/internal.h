@@ -95,6 +95,7 @@ typedef struct req {
     int n_bias;
     float presence, frequency;
     int32_t *counts;
+    int min_tokens; /* sd_gen_params.min_tokens */
     /* json_object: the generated text's JSON state (verify/json_mask.h) */
     int json;
     sd_json_state js;

@@ -24,7 +24,7 @@
 #include "engine/internal.h"
 #include "net/buf.h"
 
-#define PLAN_MAGIC 0x53445033u /* "SDP3": requests carry their logits processors, logprobs and JSON mode */
+#define PLAN_MAGIC 0x53445034u /* "SDP4": requests carry their logits processors, logprobs, JSON mode and min_tokens */
 #define PLAN_QUIT 1u
 #define PLAN_TIMEOUT_S 600.0 /* node 0 sends a plan at least every 50 ms while alive */
 
@@ -95,6 +95,7 @@ static void put_req(wbuf *b, const req *r)
     put_u32(b, (uint32_t)r->want_lp);
     put_u32(b, (uint32_t)r->top_lp);
     put_u32(b, (uint32_t)r->json);
+    put_u32(b, (uint32_t)r->min_tokens);
     put_f64(b, r->presence);
     put_f64(b, r->frequency);
     put_u32(b, (uint32_t)r->n_bias);
@@ -153,6 +154,7 @@ static int take_req(sd_engine *e, rbuf *b, sd_err *err)
     p.logprobs = (int)get_u32(b);
     p.top_logprobs = (int)get_u32(b);
     p.json_object = (int)get_u32(b);
+    p.min_tokens = (int)get_u32(b);
     p.presence_penalty = (float)get_f64(b);
     p.frequency_penalty = (float)get_f64(b);
     uint32_t nb = get_u32(b);

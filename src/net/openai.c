@@ -204,6 +204,7 @@ static const struct {
     {"n", K_BOTH},
     {"stop", K_BOTH},
     {"ignore_eos", K_BOTH},
+    {"min_tokens", K_BOTH},
     {"user", K_BOTH},
     {"logprobs", K_BOTH},
     {"top_logprobs", K_CHAT},
@@ -919,6 +920,11 @@ static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model
         return sd_api_error_set(e, 400, "n", "invalid_value",
                                 "n: %d choices for each of %d prompts make %lld, at most %d are allowed",
                                 r->n, r->n_prompts, (long long)r->n * r->n_prompts, SD_OAI_MAX_N);
+    if ((v = json_object_get(root, "min_tokens")) && !json_is_null(v)) { /* (vLLM's) */
+        if (get_int(v, "min_tokens", 0, INT_MAX, &x, e))
+            return SD_EINVAL;
+        g->min_tokens = (int)x;
+    }
     if ((v = json_object_get(root, "ignore_eos")) && !json_is_null(v) &&
         get_bool(v, "ignore_eos", &g->ignore_eos, e))
         return SD_EINVAL;

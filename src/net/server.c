@@ -972,6 +972,7 @@ static void generate_submit(sd_server *s, pending *p)
                                 : !strncmp(err.msg, "logit_bias", 10)   ? "logit_bias"
                                 : !strncmp(err.msg, "top_logprobs", 12) ? "top_logprobs"
                                 : !strncmp(err.msg, "response_format", 15) ? "response_format"
+                                : !strncmp(err.msg, "min_tokens", 10)      ? "min_tokens"
                                                                            : NULL;
             sd_api_error_set(&e, rc == SD_EFULL ? 503 : rc == SD_EINVAL || rc == SD_ERANGE ? 400 : 500,
                              param, rc == SD_EFULL ? "overloaded" : "invalid_value", "%s", err.msg);

@@ -521,7 +521,61 @@ TEST(json_object_texts_are_json_objects)
     sd_engine_destroy(spec);
 }
 
+/* min_tokens on the bundled model: a stop id that ends a free run early is
+ * masked until then (speculative = plain), and a stop string met in the
+ * first min_tokens tokens' text is passed over, as vLLM does */
+TEST(min_tokens_hold_the_end_of_text_and_stop_strings)
+{
+    char cfg[1200];
+    snprintf(cfg, sizeof cfg, "%s/models/specd-tiny/config.json", sd_test_srcdir());
+    if (!sd_file_exists(cfg))
+        TEST_SKIP("the bundled model is absent");
+    sd_engine *plain = engine("models/specd-tiny", "none", "0");
+    sd_engine *spec = engine("models/specd-tiny", "mtp", "2");
+    ASSERT(plain && spec);
+    int32_t p[5] = {755, 12, 302, 44, 1021};
+    sd_gen_params gp = {.max_tokens = 40, .top_p = 1, .ignore_eos = 1};
+    lp_out free_run, a, b;
+    ASSERT_OK(run1(plain, p, 5, &gp, &free_run));
+    ASSERT_EQ(free_run.n, 40);
+    /* a stop id: the free run's third token */
+    const int32_t stop = free_run.ids[2];
+    gp.ignore_eos = 0;
+    gp.stop_ids = &stop;
+    gp.n_stop_ids = 1;
+    ASSERT_OK(run1(plain, p, 5, &gp, &a));
+    ASSERT(a.n <= 3 && a.why == SD_FINISH_STOP);
+    gp.min_tokens = 12;
+    ASSERT_OK(run1(plain, p, 5, &gp, &a));
+    ASSERT_OK(run1(spec, p, 5, &gp, &b));
+    ASSERT(a.n >= 12);
+    for (int i = 0; i < 12; i++)
+        ASSERT(a.ids[i] != stop);
+    ASSERT_EQ(a.n, b.n);
+    for (int i = 0; i < a.n; i++)
+        ASSERT_EQ(a.ids[i], b.ids[i]);
+    const int held = a.n;
+    /* a stop string: the free run's first two bytes of text */
+    char s2[3] = {free_run.text[0], free_run.text[1], 0};
+    const char *stops[1] = {s2};
+    sd_gen_params gs = {.max_tokens = 40, .top_p = 1, .ignore_eos = 1, .stop = stops, .n_stop = 1};
+    ASSERT_OK(run1(plain, p, 5, &gs, &a));
+    ASSERT_EQ(a.why, SD_FINISH_STOP);
+    ASSERT_EQ(a.len, 0); /* cut where the stop string starts */
+    gs.min_tokens = 8;
+    ASSERT_OK(run1(plain, p, 5, &gs, &b));
+    ASSERT(b.n >= 8);
+    /* the first 8 tokens' text as the free run's, whatever stop string it holds */
+    ASSERT(b.len > 0 && b.len <= free_run.len && !memcmp(b.text, free_run.text, b.len));
+    fprintf(stderr, "  stop id %d: with min_tokens 12, %d tokens; stop string \"%s\": with "
+                    "min_tokens 8, %d tokens, %zu bytes\n",
+            stop, held, s2, b.n, b.len);
+    sd_engine_destroy(plain);
+    sd_engine_destroy(spec);
+}
+
 TEST_MAIN(T(logprobs_row_matches_a_direct_computation), T(logits_process_matches_a_direct_computation),
+          T(min_tokens_hold_the_end_of_text_and_stop_strings),
           T(json_object_texts_are_json_objects),
           T(logit_bias_moves_the_first_token_as_on_transformers_logits),
           T(speculation_gives_plain_decodes_tokens_under_penalties_and_bias),

@@ -903,6 +903,19 @@ TEST(n_choices_in_one_response_and_indexed_chunks)
     sd_buf_free(&b);
 }
 
+TEST(min_tokens_maps_to_gen_params)
+{
+    sd_oai_request r;
+    ASSERT(parse_ok(SD_OAI_COMPLETIONS, P(",\"min_tokens\":7"), &r));
+    ASSERT_EQ(r.gen.min_tokens, 7);
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_CHAT, C(""), &r));
+    ASSERT_EQ(r.gen.min_tokens, 0);
+    sd_oai_request_free(&r);
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"min_tokens\":-1"), "min_tokens", "invalid_value"));
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"min_tokens\":\"2\""), "min_tokens", "invalid_type"));
+}
+
 /* response_format: text (nothing), json_object (the mask); json_schema is
  * refused by name */
 TEST(response_format_json_object_maps_to_gen_params)
@@ -1208,7 +1221,7 @@ TEST_MAIN(T(a_full_chat_request_maps_to_gen_params), T(completion_defaults_follo
           T(context_limit_names_prompt_or_max_tokens),
           T(random_mutations_never_crash_and_errors_are_complete),
           T(error_json_has_openai_shape), T(chat_response_carries_usage_and_speculative_extension),
-          T(completion_response_has_text_and_stop_reason), T(n_choices_in_one_response_and_indexed_chunks), T(logprobs_options_map_to_gen_params), T(logits_processors_map_to_gen_params), T(response_format_json_object_maps_to_gen_params),
+          T(completion_response_has_text_and_stop_reason), T(n_choices_in_one_response_and_indexed_chunks), T(logprobs_options_map_to_gen_params), T(logits_processors_map_to_gen_params), T(response_format_json_object_maps_to_gen_params), T(min_tokens_maps_to_gen_params),
           T(logprobs_json_in_responses_and_chunks),
           T(chat_stream_chunks_frame_as_openai_sse),
           T(completion_stream_chunks_are_text_completions),

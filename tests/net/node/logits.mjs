@@ -136,6 +136,17 @@ test('logit_bias and the penalties', async () => {
   }
 });
 
+test('min_tokens: no stop string or end of text before it; more than max_tokens is a 400', async () => {
+  const body = { model, prompt: PROMPT, max_tokens: 30, temperature: 0, stop: ['\n'] };
+  const a = await client.completions.create(body);
+  const b = await client.completions.create({ ...body, min_tokens: a.usage.completion_tokens + 1 });
+  assert.ok(b.usage.completion_tokens > a.usage.completion_tokens);
+  assert.ok(b.choices[0].text.startsWith(a.choices[0].text));
+  const e = await request(srv, 'POST', '/v1/completions', { body: { ...body, max_tokens: 3, min_tokens: 5 } });
+  assert.equal(e.status, 400, e.text);
+  assert.equal(JSON.parse(e.text).error.param, 'min_tokens');
+});
+
 test('response_format json_object', async () => {
   let finished = 0;
   for (const [temperature, seed] of [[0, 1], [0.9, 2], [0.9, 5], [0.9, 9]]) {
