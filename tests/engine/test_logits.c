@@ -469,18 +469,28 @@ TEST(logits_process_matches_a_direct_computation)
     }
 }
 
+/* the bundled model's engines, plain and with its MTP layer (k = 2); 0
+ * where the model is absent */
+static int bundled_pair(sd_engine **plain, sd_engine **spec)
+{
+    char cfg[1200];
+    snprintf(cfg, sizeof cfg, "%s/models/specd-tiny/config.json", sd_test_srcdir());
+    if (!sd_file_exists(cfg))
+        return 0;
+    *plain = engine("models/specd-tiny", "none", "0");
+    *spec = engine("models/specd-tiny", "mtp", "2");
+    return 1;
+}
+
 /* response_format json_object on the bundled model (trained on Python,
  * never JSON): a text that ends (stop) is a JSON object jansson reads, one
  * cut at its length a prefix of one; greedy and sampled; speculative (MTP,
  * k = 2) gives plain decode's greedy tokens under the mask */
 TEST(json_object_texts_are_json_objects)
 {
-    char cfg[1200];
-    snprintf(cfg, sizeof cfg, "%s/models/specd-tiny/config.json", sd_test_srcdir());
-    if (!sd_file_exists(cfg))
+    sd_engine *plain = NULL, *spec = NULL;
+    if (!bundled_pair(&plain, &spec))
         TEST_SKIP("the bundled model is absent");
-    sd_engine *plain = engine("models/specd-tiny", "none", "0");
-    sd_engine *spec = engine("models/specd-tiny", "mtp", "2");
     ASSERT(plain && spec);
     int32_t p[6] = {755, 12, 302, 44, 1021, 9};
     int stops = 0;
@@ -526,12 +536,9 @@ TEST(json_object_texts_are_json_objects)
  * first min_tokens tokens' text is passed over, as vLLM does */
 TEST(min_tokens_hold_the_end_of_text_and_stop_strings)
 {
-    char cfg[1200];
-    snprintf(cfg, sizeof cfg, "%s/models/specd-tiny/config.json", sd_test_srcdir());
-    if (!sd_file_exists(cfg))
+    sd_engine *plain = NULL, *spec = NULL;
+    if (!bundled_pair(&plain, &spec))
         TEST_SKIP("the bundled model is absent");
-    sd_engine *plain = engine("models/specd-tiny", "none", "0");
-    sd_engine *spec = engine("models/specd-tiny", "mtp", "2");
     ASSERT(plain && spec);
     int32_t p[5] = {755, 12, 302, 44, 1021};
     sd_gen_params gp = {.max_tokens = 40, .top_p = 1, .ignore_eos = 1};
