@@ -124,7 +124,8 @@ static void exercise(sd_oai_request *r, int tokenize, const void *data, size_t s
                                    {ids[i], ids[0], 5},
                                    {-0.1f, -INFINITY, -2}};
     }
-    sd_oai_logprobs L = {NULL, r->gen.top_logprobs, ids, lp, 8, size};
+    size_t off = size;
+    sd_oai_logprobs L = {NULL, r->gen.top_logprobs, ids, lp, 8, &off};
     for (int i = 0; i < n; i++)
         ch[i] = (sd_oai_choice){data, size >> i, data, size, NULL, 0,
                                 i % 2 ? SD_FINISH_LENGTH : SD_FINISH_STOP,

@@ -1171,6 +1171,15 @@ const char *sd_tok_token_str(const sd_tokenizer *t, int32_t id, size_t *len)
     return t->strpool.p + t->tok[id].str_off;
 }
 
+const char *sd_tok_token_bytes(const sd_tokenizer *t, int32_t id, size_t *len)
+{
+    if (id < 0 || id >= t->vocab_size || !(t->tok[id].flags & SD__TOK_PRESENT))
+        return NULL;
+    if (len)
+        *len = t->tok[id].dec_len;
+    return t->decpool.p + t->tok[id].dec_off;
+}
+
 /* ---- decode ------------------------------------------------------------------------------ */
 
 static int check_ids(const sd_tokenizer *t, const int32_t *ids, int n, sd_err *err)

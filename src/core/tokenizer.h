@@ -81,6 +81,12 @@ int32_t sd_tok_token_id(const sd_tokenizer *t, const char *token, size_t len);
 /* The token's vocabulary string (NOT decoded: byte-level tokens read "Ġthe"), or
  * NULL when the id names no token. Valid while t lives. */
 const char *sd_tok_token_str(const sd_tokenizer *t, int32_t id, size_t *len);
+/* The bytes decoding gives for the token in running text (after the
+ * per-token decoder steps: byte-level tokens read " the"; a piece of a UTF-8
+ * character stays as it is; no join-with-space, strip or UTF-8 repair,
+ * which belong to a whole text), or NULL when the id names no token. Valid
+ * while t lives. */
+const char *sd_tok_token_bytes(const sd_tokenizer *t, int32_t id, size_t *len);
 
 /* text (len bytes, may hold NUL) -> malloc'd ids (*ids may be NULL when *n == 0).
  * Special and added tokens in the text are matched like HF does. add_bos prepends

@@ -26,7 +26,6 @@
 
 #include "core/log.h"
 #include "core/tokenizer.h"
-#include "core/utf8.h"
 #include "core/util.h"
 #include "draft/eagle3.h"
 #include "engine/backend.h"
@@ -57,39 +56,14 @@ static int push_tok(req *r, int32_t t)
 
 static int is_eos(const sd_engine *e, const req *r, int32_t t);
 
-/* each token's bytes, once (e->tok_bytes); 0, or SD_ENOMEM */
-static int token_table(sd_engine *e)
+/* token t's bytes in running text (the tokenizer's), NULL for a special
+ * token or an id it does not name */
+static const unsigned char *token_bytes(const sd_engine *e, int32_t t, size_t *n)
 {
-    if (e->tok_off)
-        return 0;
-    sd_sbuf pool = {0};
-    int32_t *off = malloc(((size_t)e->V + 1) * sizeof *off);
-    uint8_t *special = calloc((size_t)e->V, 1);
-    int rc = !off || !special ? SD_ENOMEM : 0;
-    for (int32_t t = 0; t < e->V && !rc; t++) {
-        off[t] = (int32_t)pool.len;
-        char *b = NULL;
-        size_t n = 0;
-        sd_err err = {0};
-        if (t >= sd_tok_vocab_size(e->tok) || sd_tok_is_special(e->tok, t)) {
-            special[t] = 1;
-        } else if (!sd_tok_decode(e->tok, &t, 1, 1, &b, &n, &err)) {
-            rc = sd_sbuf_put(&pool, b, n) ? SD_ENOMEM : 0;
-        }
-        free(b);
-    }
-    if (!rc) {
-        off[e->V] = (int32_t)pool.len;
-        size_t len;
-        e->tok_bytes = sd_sbuf_take(&pool, &len);
-        e->tok_off = off;
-        e->tok_special = special;
-        return e->tok_bytes ? 0 : SD_ENOMEM;
-    }
-    sd_sbuf_free(&pool);
-    free(off);
-    free(special);
-    return rc;
+    *n = 0;
+    if (sd_tok_is_special(e->tok, t))
+        return NULL;
+    return (const unsigned char *)sd_tok_token_bytes(e->tok, t, n);
 }
 
 /* json_object: every token that would leave no JSON object prefix after
@@ -98,13 +72,14 @@ static void json_mask_row(const sd_engine *e, const req *r, const sd_json_state 
 {
     const int done = sd_json_done(st);
     for (int32_t t = 0; t < e->V; t++) {
+        size_t n;
+        const unsigned char *b = token_bytes(e, t, &n);
         int ok;
-        const int32_t n = e->tok_off[t + 1] - e->tok_off[t];
-        if (e->tok_special[t] || n == 0) {
+        if (!b || n == 0) {
             ok = done && is_eos(e, r, t);
         } else {
             sd_json_state s = *st;
-            ok = sd_json_feed(&s, (const unsigned char *)e->tok_bytes + e->tok_off[t], (size_t)n) == 0;
+            ok = sd_json_feed(&s, b, n) == 0;
         }
         if (!ok)
             row[t] = -INFINITY;
@@ -114,10 +89,10 @@ static void json_mask_row(const sd_engine *e, const req *r, const sd_json_state 
 /* st advanced by token t's bytes */
 static void json_advance(const sd_engine *e, sd_json_state *st, int32_t t)
 {
-    if (e->tok_special[t])
-        return;
-    sd_json_feed(st, (const unsigned char *)e->tok_bytes + e->tok_off[t],
-                 (size_t)(e->tok_off[t + 1] - e->tok_off[t]));
+    size_t n;
+    const unsigned char *b = token_bytes(e, t, &n);
+    if (b)
+        sd_json_feed(st, b, n);
 }
 
 /* r's logits processors on its rows of a step: row i's history is the
@@ -1320,7 +1295,8 @@ static int engine_step(sd_engine *e)
         greedy_only &= s.seqs[i]->greedy;
         host_logits |= s.seqs[i]->want_lp | s.seqs[i]->proc;
     }
-    /* a request that wants its tokens' log probabilities: the step's
+    /* a request that wants its tokens' log probabilities, or whose logits
+     * a processor changes (bias, penalties, JSON, min_tokens): the step's
      * logits rows come to the host, and the tokens are chosen there (no
      * argmax or acceptance on the device, nothing queued ahead) */
     if (host_logits)
@@ -2189,9 +2165,6 @@ void sd_engine_destroy(sd_engine *e)
     free(e->obs);
     free(e->running);
     free(e->waiting);
-    free(e->tok_bytes);
-    free(e->tok_off);
-    free(e->tok_special);
     if (e->be)
         free_step_buffers(e);
     sd_kv_pool_free(e->kv);
@@ -2280,8 +2253,9 @@ req *sd__engine_req_new(sd_engine *e, const int32_t *prompt, int n_prompt, const
     }
     for (int i = 0; i < p->n_bias; i++)
         if (p->bias_ids[i] < 0 || p->bias_ids[i] >= e->V || !isfinite(p->bias[i])) {
-            rc = sd_err_set(err, SD_EINVAL, "logit_bias: token %d is not in the vocabulary (%d tokens)",
-                            p->bias_ids[i], e->V);
+            rc = sd_err_set(err, SD_EINVAL, "logit_bias: token %d (bias %g): %s", p->bias_ids[i],
+                            (double)p->bias[i],
+                            isfinite(p->bias[i]) ? "not in the vocabulary" : "the bias is not a number");
             goto fail;
         }
     if (p->n_bias) {
@@ -2307,11 +2281,6 @@ req *sd__engine_req_new(sd_engine *e, const int32_t *prompt, int n_prompt, const
             rc = sd_err_set(err, SD_EINVAL, "response_format json_object: the model has no tokenizer");
             goto fail;
         }
-        pthread_mutex_lock(&e->mu); /* (the table is made once, by whichever submit comes first) */
-        rc = token_table(e);
-        pthread_mutex_unlock(&e->mu);
-        if (rc)
-            goto fail;
         r->json = 1;
         sd_json_init(&r->js);
     }

@@ -160,12 +160,6 @@ struct sd_engine {
     sd_eagle3 *eagles[SD_TP_MAX]; /* each rank's copy of the EAGLE-3 head */
     sd_model *target;
     sd_tokenizer *tok;
-    /* each token's bytes (tok_bytes + tok_off[t], tok_off[t + 1] - tok_off[t]
-     * of them; special tokens: none, tok_special[t] set), made at the
-     * first json_object request (the JSON mask reads them) */
-    char *tok_bytes;
-    int32_t *tok_off;
-    uint8_t *tok_special;
     char model_dir[1024];
     char model_name[256];
     int V, D, max_ctx, eos;

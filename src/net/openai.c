@@ -1164,7 +1164,8 @@ static json_t *head(const sd_oai_meta *m, const char *object)
 }
 
 /* c, a choice object holding its index and its text, message or delta,
- * gets logprobs null and its finish reason (last, as OpenAI orders them) */
+ * gets its logprobs (null without) and its finish reason (last, as OpenAI
+ * orders them) */
 static json_t *logprobs_json(sd_oai_kind kind, const sd_oai_logprobs *lp);
 
 static json_t *choice_end(json_t *c, sd_finish why, sd_oai_kind kind, const sd_oai_logprobs *lp)
@@ -1174,8 +1175,8 @@ static json_t *choice_end(json_t *c, sd_finish why, sd_oai_kind kind, const sd_o
     return c;
 }
 
-/* a token's text (specials printed; bytes that are not whole UTF-8
- * characters as they are), or NULL */
+/* a token's text as a decode of it alone gives it (specials printed; a
+ * piece of a UTF-8 character as U+FFFD), or NULL */
 static char *token_text(const sd_tokenizer *tok, int32_t id, size_t *len)
 {
     char *t = NULL;
@@ -1184,13 +1185,6 @@ static char *token_text(const sd_tokenizer *tok, int32_t id, size_t *len)
     if (!tok || sd_tok_decode(tok, &id, 1, 0, &t, len, &err))
         return NULL;
     return t;
-}
-
-size_t sd_oai_token_bytes(const sd_tokenizer *tok, int32_t id)
-{
-    size_t len;
-    free(token_text(tok, id, &len));
-    return len;
 }
 
 /* JSON has no -inf: OpenAI's and vLLM's floor */
@@ -1230,7 +1224,7 @@ static json_t *logprobs_json(sd_oai_kind kind, const sd_oai_logprobs *lp)
         return o;
     }
     json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
-    size_t off = lp->offset;
+    size_t off = lp->offset ? *lp->offset : 0;
     for (int i = 0; i < lp->n; i++) {
         const sd_token_logprob *t = &lp->lp[i];
         size_t len;
@@ -1251,6 +1245,8 @@ static json_t *logprobs_json(sd_oai_kind kind, const sd_oai_logprobs *lp)
         }
         json_array_append_new(tops, top);
     }
+    if (lp->offset)
+        *lp->offset = off;
     json_object_set_new(o, "tokens", toks);
     json_object_set_new(o, "token_logprobs", lps);
     json_object_set_new(o, "top_logprobs", tops);

@@ -135,15 +135,16 @@ typedef struct sd_oai_meta {
 
 /* Log probabilities of some of a choice's tokens (sd_gen_params.logprobs):
  * each token's text and bytes from tok; top: the alternatives asked for;
- * offset: the completion's text bytes before the first of them (the
- * completions format's text_offset counts on from it). */
+ * offset (may be NULL: 0): the completion's text bytes before the first of
+ * them, advanced past them as the completions format's text_offset counts
+ * (a stream's running count). */
 typedef struct sd_oai_logprobs {
     const struct sd_tokenizer *tok;
     int top;
     const int32_t *ids;
     const sd_token_logprob *lp;
     int n;
-    size_t offset;
+    size_t *offset;
 } sd_oai_logprobs;
 
 /* One choice of a whole response. reasoning (chat, --reasoning-parser):
@@ -183,9 +184,7 @@ int sd_oai_chunk_event(sd_buf *out, const sd_oai_meta *m, int role, const char *
  * a chunk of no text carries them alone (chat: an empty delta). */
 int sd_oai_chunk_event_lp(sd_buf *out, const sd_oai_meta *m, int role, const char *text, size_t len,
                           sd_finish why, const sd_oai_logprobs *lp);
-/* The bytes of the logprobs of one token (its text and its alternatives'),
- * for a stream's text_offset: how far a completion's text runs on. */
-size_t sd_oai_token_bytes(const struct sd_tokenizer *tok, int32_t id);
+
 /* The usage chunk of stream_options.include_usage: empty choices + usage. */
 int sd_oai_usage_event(sd_buf *out, const sd_oai_meta *m, const sd_req_stats *st);
 /* GET /v1/models */

@@ -65,6 +65,7 @@ struct reply {
     char peer[64];
     int n, live;   /* choices; those whose engine request has not finished */
     int per;       /* choices of each prompt (the request's n): choice i is of prompt i / per */
+    int want_lp, top_lp; /* logprobs asked for (sd_gen_params.logprobs, top_logprobs) */
     int streaming; /* the stream's head went out */
     int gone;      /* the client went away */
     int refused;   /* a choice was refused at submission (e says why) */
@@ -98,8 +99,8 @@ struct job {
     sd_tool_call *calls; /* non-streaming: the calls made (streaming: tc.n_calls sent) */
     int n_calls, cap_calls;
     /* logprobs: the tokens' (streaming: those from lp_sent on are not sent
-     * yet; lp_off: the text bytes of those sent, completions' text_offset) */
-    int want_lp, top_lp;
+     * yet, and those sent are dropped at the next; lp_off: the text bytes
+     * of those sent, completions' text_offset) */
     int32_t *lp_ids;
     sd_token_logprob *lp;
     int n_lp, cap_lp, lp_sent;
@@ -186,6 +187,8 @@ static void reject(sd_server *s, sd_http_req *req, uint64_t rid, const sd_api_er
 
 /* ---- replies and jobs ------------------------------------------------------------ */
 
+static void reply_free(reply *rp);
+
 static reply *reply_new(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_kind kind, int n)
 {
     reply *rp = calloc(1, sizeof *rp + (size_t)n * sizeof rp->jobs[0]);
@@ -205,8 +208,10 @@ static reply *reply_new(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_kin
     snprintf(rp->peer, sizeof rp->peer, "%s", req ? sd_http_peer(req) : "-");
     for (int i = 0; i < n; i++) {
         job *j = calloc(1, sizeof *j);
-        if (!j)
-            return rp; /* (the caller sees the NULL) */
+        if (!j) {
+            reply_free(rp);
+            return NULL;
+        }
         j->s = s;
         j->rp = rp;
         j->index = i;
@@ -383,13 +388,10 @@ static void on_finish(void *user, sd_finish why, const sd_req_stats *st, const c
  * are (or none were asked for). */
 static int lp_pending(job *j, sd_oai_logprobs *lp)
 {
-    if (!j->want_lp || j->lp_sent >= j->n_lp)
+    if (!j->rp->want_lp || j->lp_sent >= j->n_lp)
         return 0;
-    *lp = (sd_oai_logprobs){j->s->tok, j->top_lp, j->lp_ids + j->lp_sent, j->lp + j->lp_sent,
-                            j->n_lp - j->lp_sent, j->lp_off};
-    if (j->rp->kind == SD_OAI_COMPLETIONS)
-        for (int i = j->lp_sent; i < j->n_lp; i++)
-            j->lp_off += sd_oai_token_bytes(j->s->tok, j->lp_ids[i]);
+    *lp = (sd_oai_logprobs){j->s->tok, j->rp->top_lp, j->lp_ids + j->lp_sent, j->lp + j->lp_sent,
+                            j->n_lp - j->lp_sent, &j->lp_off};
     j->lp_sent = j->n_lp;
     return 1;
 }
@@ -409,6 +411,8 @@ static int lp_flush(job *j)
 static int take_logprobs(job *j, const event *ev)
 {
     const int n = ev->n_ids;
+    if (j->rp->stream && j->lp_sent == j->n_lp) /* (all sent: their room is free again) */
+        j->n_lp = j->lp_sent = 0;
     if (j->n_lp + n > j->cap_lp) {
         int cap = j->cap_lp ? 2 * j->cap_lp : 64;
         while (cap < j->n_lp + n)
@@ -578,11 +582,11 @@ static void reply_done(sd_server *s, reply *rp, const char *msg)
             int oom = 0;
             for (int i = 0; i < rp->n; i++) {
                 const job *j = rp->jobs[i];
-                lp[i] = (sd_oai_logprobs){s->tok, j->top_lp, j->lp_ids, j->lp, j->n_lp, 0};
+                lp[i] = (sd_oai_logprobs){s->tok, rp->top_lp, j->lp_ids, j->lp, j->n_lp, NULL};
                 ch[i] = (sd_oai_choice){j->text.p ? j->text.p : "", j->text.len,
                                         j->reasoning ? (j->rtext.p ? j->rtext.p : "") : NULL,
                                         j->rtext.len, j->calls, j->n_calls, j->why,
-                                        j->want_lp ? &lp[i] : NULL};
+                                        rp->want_lp ? &lp[i] : NULL};
                 oom |= j->text.oom | j->rtext.oom;
             }
             if (oom || sd_oai_response(&b, &m, ch, rp->n, &rp->usage)) {
@@ -889,6 +893,22 @@ static void pending_free(pending *p)
     free(p);
 }
 
+/* The request parameter the engine's refusal names first ("prompt: ...",
+ * "logit_bias: ..."), by the name the client used, or NULL */
+static const char *refused_param(const sd_oai_request *r, const char *msg)
+{
+    static const char *const named[] = {"logit_bias", "top_logprobs", "response_format",
+                                        "min_tokens"};
+    if (!strncmp(msg, "prompt", 6))
+        return r->kind == SD_OAI_CHAT ? "messages" : "prompt";
+    if (!strncmp(msg, "max_tokens", 10))
+        return r->max_tokens_param;
+    for (size_t i = 0; i < SD_ARRAY_LEN(named); i++)
+        if (!strncmp(msg, named[i], strlen(named[i])))
+            return named[i];
+    return NULL;
+}
+
 /* The engine half of a generation: context check, admission, submit, and
  * the start of the stream. Consumes p. */
 static void generate_submit(sd_server *s, pending *p)
@@ -924,12 +944,11 @@ static void generate_submit(sd_server *s, pending *p)
         goto fail;
     }
     rp = reply_new(s, req, p->rid, r->kind, p->np * r->n);
-    for (int i = 0; rp && i < rp->n; i++)
-        if (!rp->jobs[i])
-            goto oom;
     if (!rp)
         goto oom;
     rp->per = r->n;
+    rp->want_lp = r->gen.logprobs;
+    rp->top_lp = r->gen.top_logprobs;
     rp->stream = r->stream;
     rp->include_usage = r->include_usage;
     if (r->tools)
@@ -943,8 +962,6 @@ static void generate_submit(sd_server *s, pending *p)
     sd_req_events ev = {on_output, on_finish, on_logprobs};
     for (int i = 0; i < rp->n; i++) {
         job *j = rp->jobs[i];
-        j->want_lp = r->gen.logprobs;
-        j->top_lp = r->gen.top_logprobs;
         if (r->tools) {
             j->tools = 1;
             sd_tc_init(&j->tc, sd_chat_template_tool_format(s->ct), r->parallel_tool_calls ? 0 : 1,
@@ -965,15 +982,7 @@ static void generate_submit(sd_server *s, pending *p)
         sd_err err = {0};
         int rc = sd_engine_submit(s->engine, p->ids[pi], p->n[pi], &g, &ev, j, &j->eid, &err);
         if (rc) {
-            /* the engine's message names what it refused first */
-            const char *param = !strncmp(err.msg, "prompt", 6)
-                                    ? (r->kind == SD_OAI_CHAT ? "messages" : "prompt")
-                                : !strncmp(err.msg, "max_tokens", 10)   ? r->max_tokens_param
-                                : !strncmp(err.msg, "logit_bias", 10)   ? "logit_bias"
-                                : !strncmp(err.msg, "top_logprobs", 12) ? "top_logprobs"
-                                : !strncmp(err.msg, "response_format", 15) ? "response_format"
-                                : !strncmp(err.msg, "min_tokens", 10)      ? "min_tokens"
-                                                                           : NULL;
+            const char *param = refused_param(r, err.msg);
             sd_api_error_set(&e, rc == SD_EFULL ? 503 : rc == SD_EINVAL || rc == SD_ERANGE ? 400 : 500,
                              param, rc == SD_EFULL ? "overloaded" : "invalid_value", "%s", err.msg);
             if (!rp->live) {
@@ -1018,8 +1027,6 @@ static void generate_submit(sd_server *s, pending *p)
     }
     return;
 oom:
-    if (rp)
-        reply_free(rp);
     sd_api_error_set(&e, 500, NULL, "out_of_memory", "out of memory");
 fail:;
     uint64_t rid = p->rid;
@@ -1293,7 +1300,7 @@ static void warmup(sd_server *s)
         n = ids ? 1 : 0;
     }
     reply *rp = reply_new(s, NULL, 0, SD_OAI_COMPLETIONS, 1);
-    if (!rp || !rp->jobs[0] || !ids) {
+    if (!rp || !ids) {
         free(ids);
         if (rp)
             reply_free(rp);

@@ -988,7 +988,8 @@ TEST(logprobs_json_in_responses_and_chunks)
     ASSERT(n >= 2);
     sd_token_logprob lp[2] = {{-0.5f, 2, {ids[0], ids[1]}, {-0.5f, -1.5f}},
                               {-INFINITY, 1, {ids[0]}, {-0.25f}}};
-    sd_oai_logprobs L = {tok, 2, ids, lp, 2, 7};
+    size_t off = 7;
+    sd_oai_logprobs L = {tok, 2, ids, lp, 2, NULL};
     sd_req_stats st = sample_stats();
     sd_oai_meta m = {SD_OAI_CHAT, "chatcmpl-8", 1, MODEL, 0};
     sd_oai_choice ch = {"x", 1, NULL, 0, NULL, 0, SD_FINISH_STOP, &L};
@@ -1021,6 +1022,7 @@ TEST(logprobs_json_in_responses_and_chunks)
     sd_buf_free(&b);
     /* completions: parallel arrays, text_offset from the offset on */
     sd_oai_meta mc = {SD_OAI_COMPLETIONS, "cmpl-8", 1, MODEL, 0};
+    L.offset = &off;
     ASSERT_OK(sd_oai_chunk_event_lp(&b, &mc, 0, "x", 1, SD_FINISH_NONE, &L));
     json_error_t je;
     v = json_loadb(b.p + 6, b.len - 8, 0, &je);
