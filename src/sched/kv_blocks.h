@@ -15,10 +15,19 @@
  * written; before a sequence writes into a shared block, sd_kv_seq_make_private
  * gives it its own copy (copy-on-write; the backend copies the slots).
  *
+ * Cached blocks (a prefix cache, sched/prefix_cache.h): a block marked
+ * cached keeps its slots when its last reference goes: it waits on the
+ * evictable queue (least recently released first) instead of the free list,
+ * and a sequence may take it back (sd_kv_seq_share). A reservation takes
+ * free blocks first and then evicts from the queue's head, telling the
+ * cache (the evict callback) before the block is reused; free and evictable
+ * blocks together are what a reservation can have.
+ *
  * Invariants (checked by sd_kv_pool_check; after every mutating call when
  * built with -DSD_KV_VALIDATE, which the tests do): every block is either on
- * the free list exactly once with reference count 0, or off it with count >= 1;
- * a sequence's table holds distinct, referenced blocks. */
+ * the free list exactly once with reference count 0 and not cached, or on the
+ * evictable queue exactly once with count 0 and cached, or on neither with
+ * count >= 1; a sequence's table holds distinct, referenced blocks. */
 #ifndef SD_SCHED_KV_BLOCKS_H
 #define SD_SCHED_KV_BLOCKS_H
 
@@ -37,7 +46,9 @@ typedef struct sd_kv_seq {
 int sd_kv_pool_create(sd_kv_pool **out, int n_blocks, int block_size, sd_err *err);
 void sd_kv_pool_free(sd_kv_pool *p);
 int sd_kv_pool_used(const sd_kv_pool *p);        /* blocks with reference count >= 1 */
-int sd_kv_pool_free_blocks(const sd_kv_pool *p); /* blocks on the free list */
+int sd_kv_pool_free_blocks(const sd_kv_pool *p); /* blocks a reservation can take: free + evictable */
+int sd_kv_pool_evictable(const sd_kv_pool *p);   /* cached blocks nobody holds (on the queue) */
+int sd_kv_pool_cached(const sd_kv_pool *p);      /* blocks marked cached, held or not */
 int sd_kv_pool_total(const sd_kv_pool *p);
 int sd_kv_pool_block_size(const sd_kv_pool *p);
 /* Blocks that hold n_positions positions: ceil(n_positions / block_size). */
@@ -71,7 +82,21 @@ int sd_kv_seq_fork(sd_kv_pool *p, sd_kv_seq *dst, const sd_kv_seq *src, int n_bl
 int sd_kv_seq_make_private(sd_kv_pool *p, sd_kv_seq *s, int pos, int32_t *copy_from,
                            int32_t *copy_to);
 
-/* References held outside sequence tables (a prefix cache). incref: the block
+/* The prefix cache's side. on_evict(ctx, block) is called when a cached
+ * block is taken off the evictable queue for reuse (its slots are about to
+ * be overwritten): the cache forgets it; the block is no longer cached when
+ * the call returns. */
+void sd_kv_pool_on_evict(sd_kv_pool *p, void (*on_evict)(void *ctx, int32_t block), void *ctx);
+/* Marks a block cached (it must be held: reference count >= 1) or not; a
+ * block unmarked while on the evictable queue goes to the free list. */
+void sd_kv_block_set_cached(sd_kv_pool *p, int32_t block, int cached);
+int sd_kv_block_cached(const sd_kv_pool *p, int32_t block);
+/* Appends a cached block (held or on the evictable queue) to s's table with a
+ * reference: a matched prefix. 0, or SD_ENOMEM / SD_EINVAL (not cached, or
+ * already in s) with nothing changed. */
+int sd_kv_seq_share(sd_kv_pool *p, sd_kv_seq *s, int32_t block);
+
+/* References held outside sequence tables. incref: the block
  * must be in use; decref returns it to the free list at zero. */
 void sd_kv_block_incref(sd_kv_pool *p, int32_t block);
 void sd_kv_block_decref(sd_kv_pool *p, int32_t block);
