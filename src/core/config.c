@@ -99,6 +99,10 @@ const sd_opt_def sd_opt_table[] = {
      "queue a verify step before its drafts reach the host: the step takes them on the "
      "device, and the host's work between drafting and verifying runs while the drafts are "
      "made (one rank, one node)"},
+    {"prefix-cache", "enable-prefix-caching", B, OFF(prefix_cache), "true", 0, 0, NULL, C_RUN,
+     "keep the KV of whole blocks of prompts and outputs after their requests end, and start a "
+     "request whose tokens begin with such blocks after them (evicted least recently used "
+     "first when blocks run short)"},
     {"profile-ops", NULL, B, OFF(profile_ops), "false", 0, 0, NULL, C_RUN,
      "time every backend op (a sync around each, no graphs) and print a table at exit"},
     {"allreduce", NULL, E, OFF(allreduce), "auto", 0, 0, "auto|nccl|oneshot|twoshot", SD_CMD_MODEL,

@@ -69,6 +69,7 @@ typedef struct sd_opts {
     int cuda_graph_prompt_rows; /* steps with prompt rows: graphs up to this many rows */
     char *launch_ahead; /* auto | on | off */
     int draft_ahead;    /* a verify step queued before its drafts reach the host */
+    int prefix_cache;   /* automatic prefix caching (sched/prefix_cache.h) */
     int profile_ops; /* time every backend op (kernels/prof.c) */
     int debug_pad_steps; /* not an option: tests pad steps as graphs would, on any backend */
     /* not an option: adaptive k prices k = 0 at a queued-ahead step on any

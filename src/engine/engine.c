@@ -225,6 +225,8 @@ static void fill_stats(sd_engine *e, req *r)
     spec_from_accept(&r->st.spec, &r->acc);
 }
 
+static void kv_release(sd_engine *e, req *r, int offer);
+
 static void finish(sd_engine *e, req *r, sd_finish why, const char *msg)
 {
     if (r->state == RQ_DONE)
@@ -250,7 +252,7 @@ static void finish(sd_engine *e, req *r, sd_finish why, const char *msg)
         }
     }
     r->state = RQ_DONE;
-    sd_kv_seq_free(e->kv, &r->kv);
+    kv_release(e, r, why != SD_FINISH_ERROR);
     fill_stats(e, r);
     pthread_mutex_lock(&e->mu);
     e->stats.completion_tokens += (uint64_t)(r->n_tok - r->n_prompt);
@@ -339,13 +341,115 @@ static int emit(sd_engine *e, req *r, int from)
 
 /* ------------------------------------------------------------------ KV */
 
+/* Tokens a request in prefill must put in the KV cache: all of a fresh
+ * prompt (its last logits give the first token); after a preemption all but
+ * the last token, which the next decode step processes. */
+static int prefill_target(const req *r) { return r->fresh ? r->n_tok : r->n_tok - 1; }
+
+/* The prefix cache (sched/prefix_cache.h). A request whose proposer keeps
+ * KV in the same slots (MTP, EAGLE-3, a draft LM) and that drafts needs
+ * those slots of the blocks it shares written for its own tokens; one
+ * that never drafts (admitted with speculation off, n-gram lookup, no
+ * proposer) needs only the target's. */
+static int pc_tracks(const sd_engine *e, const req *r)
+{
+    return (e->spec == SD_SPEC_MTP || e->spec == SD_SPEC_EAGLE3 || e->spec == SD_SPEC_DRAFT) &&
+           !r->no_spec;
+}
+
+/* Offers r's whole blocks computed since the last offer: the target's
+ * positions up to n_comp are final (a verify writes past them; rejected
+ * drafts never land below them), and the proposer's up to draft_valid. A
+ * request that drafts offers a block once both are written (MTP's and
+ * EAGLE-3's last slot of a block is made from the token after it: the
+ * entry keeps it); last: the request stops here (finished, preempted), so
+ * the rest of its target-computed blocks go too, without the proposer's. */
+static void pc_offer(sd_engine *e, req *r, int last)
+{
+    if (!e->pc)
+        return;
+    const int bs = e->block_size, tracks = pc_tracks(e, r);
+    const int shifted = e->spec == SD_SPEC_MTP || e->spec == SD_SPEC_EAGLE3;
+    for (int pass = 0; pass < 1 + (last && tracks); pass++) {
+        const int prop = tracks && pass == 0;
+        int lim = r->n_comp;
+        if (prop && r->draft_valid < lim)
+            lim = r->draft_valid;
+        if (lim > r->kv.n_blocks * bs)
+            lim = r->kv.n_blocks * bs;
+        while ((r->pc_n + 1) * bs <= lim) {
+            const int j = r->pc_n++;
+            r->pc_key = sd_pcache_insert(e->pc, r->pc_key, r->tok + (size_t)j * bs, r->kv.blocks[j],
+                                         prop, prop && shifted ? r->tok[(j + 1) * bs] : -1);
+        }
+    }
+}
+
+/* Frees r's KV (its blocks offered to the prefix cache first where its
+ * computed positions are sound: every end but an error); nothing of it is
+ * computed then */
+static void kv_release(sd_engine *e, req *r, int offer)
+{
+    if (offer)
+        pc_offer(e, r, 1);
+    sd_kv_seq_free(e->kv, &r->kv);
+    r->pc_n = 0;
+    r->pc_key = sd_pcache_root();
+    r->n_comp = 0;
+    r->draft_valid = 0;
+}
+
+/* At admission (nothing computed): shares the cached blocks that begin r's
+ * tokens, leaving at least one token of the prefill to run (its logits, or
+ * the prefill's end). Returns the positions matched, now computed. The
+ * blocks are the ones r may share if it drafts; pc_fit trims them to what
+ * it may share once that is decided. */
+static int pc_match(sd_engine *e, req *r, int *n_prop)
+{
+    *n_prop = 0;
+    if (!e->pc || r->n_comp > 0 || r->kv.n_blocks > 0)
+        return 0;
+    const int bs = e->block_size, target = prefill_target(r);
+    r->pc_key = sd_pcache_root();
+    int m = sd_pcache_match(e->pc, r->tok, r->n_tok, (target - 1) / bs, e->pc_match, n_prop);
+    for (int j = 0; j < m; j++)
+        if (sd_kv_seq_share(e->kv, &r->kv, e->pc_match[j]) != 0) {
+            m = j; /* out of memory for the table: the rest is computed */
+            break;
+        }
+    if (*n_prop > m)
+        *n_prop = m;
+    for (int j = 0; j < m; j++)
+        r->pc_key = sd_pcache_key(r->pc_key, r->tok + (size_t)j * bs, bs);
+    r->pc_n = m;
+    r->n_comp = m * bs;
+    r->draft_valid = *n_prop == m ? m * bs : 0;
+    return m * bs;
+}
+
+/* A matched request that drafts keeps only the blocks whose proposer
+ * slots are written for its tokens (n_prop of them): the rest it computes
+ * (the proposer catches up only on what a target pass computes). Returns 1
+ * where it dropped blocks. */
+static int pc_fit(sd_engine *e, req *r, int n_prop)
+{
+    const int bs = e->block_size;
+    if (!pc_tracks(e, r) || n_prop * bs >= r->n_comp)
+        return 0;
+    sd_kv_seq_truncate(e->kv, &r->kv, n_prop * bs);
+    r->pc_key = sd_pcache_root();
+    for (int j = 0; j < n_prop; j++)
+        r->pc_key = sd_pcache_key(r->pc_key, r->tok + (size_t)j * bs, bs);
+    r->pc_n = n_prop;
+    r->n_comp = r->draft_valid = n_prop * bs;
+    return 1;
+}
+
 static void preempt(sd_engine *e, req *r)
 {
     sd_log_debug("request %llu preempted (KV full); it will be recomputed",
                  (unsigned long long)r->id);
-    sd_kv_seq_free(e->kv, &r->kv);
-    r->n_comp = 0;
-    r->draft_valid = 0;
+    kv_release(e, r, 1);
     r->n_draft = 0;
     r->state = RQ_WAITING;
     r->n_preempt++;
@@ -377,6 +481,18 @@ int sd__engine_reserve(sd_engine *e, req *r, int n)
 }
 
 /* ------------------------------------------------------------------ step */
+
+/* The prompt tokens r computes in this step: the rest of its prefill, as
+ * far as the step's token budget and rows allow. */
+static int prefill_chunk(const sd_engine *e, const step *s, const req *r, int budget)
+{
+    int chunk = prefill_target(r) - r->n_comp;
+    if (chunk > budget)
+        chunk = budget;
+    if (s->T + chunk > e->max_tokens)
+        chunk = e->max_tokens - s->T;
+    return chunk;
+}
 
 static void add_rows(sd_engine *e, step *s, req *r, const int32_t *toks, int n, int pos0, int outs)
 {
@@ -519,10 +635,6 @@ static int put_step(sd_engine *e, const step *s, int T, int n_out, int hidden, s
     return rc;
 }
 
-/* Tokens a request in prefill must put in the KV cache: all of a fresh
- * prompt (its last logits give the first token); after a preemption all but
- * the last token, which the next decode step processes. */
-static int prefill_target(const req *r) { return r->fresh ? r->n_tok : r->n_tok - 1; }
 
 /* Verifies r's drafts against the logits rows of this step (or takes the
  * backend's verdict, dev_out: accepted count then tokens); appends tokens. */
@@ -751,6 +863,7 @@ static void publish_stats(sd_engine *e, int stepped)
     e->stats.running = e->n_running;
     e->stats.kv_blocks_total = e->n_blocks;
     e->stats.kv_blocks_used = sd_kv_pool_used(e->kv);
+    e->stats.kv_blocks_cached = sd_kv_pool_evictable(e->kv);
     sd_spec_stats *sp = &e->stats.spec;
     spec_from_accept(sp, &e->acc_all);
     sp->draft_s = e->draft_s_total;
@@ -1184,6 +1297,9 @@ static int engine_step(sd_engine *e)
         return 0;
     }
     reap(e);
+    /* the blocks the last step completed go to the prefix cache */
+    for (int i = 0; e->pc && i < e->n_running; i++)
+        pc_offer(e, e->running[i], 0);
     if (e->ahead_live)
         return read_ahead(e, step0);
     if (!e->n_running && !e->n_waiting) {
@@ -1232,16 +1348,17 @@ static int engine_step(sd_engine *e)
                 continue;
             if (pass == 1 && e->n_running >= e->max_batch)
                 break;
+            /* an arrival starts after the cached blocks its tokens begin with */
+            int n_prop = 0;
+            const int matched = pass == 1 && pc_match(e, r, &n_prop) > 0;
             int target = prefill_target(r);
-            int chunk = target - r->n_comp;
-            if (chunk > budget)
-                chunk = budget;
-            if (s.T + chunk > e->max_tokens)
-                chunk = e->max_tokens - s.T;
-            if (chunk <= 0 || s.n_seq >= (int)SD_ARRAY_LEN(s.seqs))
-                break;
-            if (sd_kv_seq_reserve(e->kv, &r->kv, r->n_comp + chunk + (r->fresh ? 1 : 0)) != 0)
+            int chunk = prefill_chunk(e, &s, r, budget);
+            if (chunk <= 0 || s.n_seq >= (int)SD_ARRAY_LEN(s.seqs) ||
+                sd_kv_seq_reserve(e->kv, &r->kv, r->n_comp + chunk + (r->fresh ? 1 : 0)) != 0) {
+                if (matched) /* it waits: its match is made again when it is admitted */
+                    kv_release(e, r, 0);
                 break; /* prefill never preempts: wait for blocks */
+            }
             if (pass == 1) {
                 list_remove(e->waiting, &e->n_waiting, r);
                 i--;
@@ -1277,6 +1394,22 @@ static int engine_step(sd_engine *e)
                              (e->adapt.ahead || ++e->n_admitted_off % 8 != 0);
                 if (!r->st.queued_s)
                     r->st.queued_s = (double)(sd_now_ns() - r->t_submit) * 1e-9;
+                /* one that drafts shares only blocks with its proposer's slots */
+                const int refit = matched && pc_fit(e, r, n_prop);
+                if (e->pc) {
+                    if (!r->n_preempt)
+                        r->st.cached_tokens = r->n_comp;
+                    pthread_mutex_lock(&e->mu);
+                    e->stats.prefix_queried_tokens += (uint64_t)target;
+                    e->stats.prefix_hit_tokens += (uint64_t)r->n_comp;
+                    pthread_mutex_unlock(&e->mu);
+                }
+                if (refit) {
+                    chunk = prefill_chunk(e, &s, r, budget);
+                    if (chunk <= 0 ||
+                        sd_kv_seq_reserve(e->kv, &r->kv, r->n_comp + chunk + (r->fresh ? 1 : 0)))
+                        continue; /* admitted; its prefill starts at a later step */
+                }
             }
             int last = r->n_comp + chunk == target;
             add_rows(e, &s, r, r->tok + r->n_comp, chunk, r->n_comp, last && r->fresh ? 1 : 0);
@@ -2112,6 +2245,14 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     e->n_blocks = mp->blocks;
     if ((rc = sd_kv_pool_create(&e->kv, e->n_blocks, e->block_size, err)))
         goto fail;
+    if (o->prefix_cache) {
+        if ((rc = sd_pcache_create(&e->pc, e->kv, err)))
+            goto fail;
+        if (!(e->pc_match = malloc((size_t)e->max_blocks * sizeof *e->pc_match))) {
+            rc = sd_err_set(err, SD_ENOMEM, "prefix cache: out of memory");
+            goto fail;
+        }
+    }
     /* every cache has one block more than the pool: the trash block that
      * padding rows write (graphs.c) */
     int n_slots = (e->n_blocks + 1) * e->block_size;
@@ -2167,6 +2308,8 @@ void sd_engine_destroy(sd_engine *e)
     free(e->waiting);
     if (e->be)
         free_step_buffers(e);
+    sd_pcache_free(e->pc);
+    free(e->pc_match);
     sd_kv_pool_free(e->kv);
     for (int r = 0; r < SD_TP_MAX; r++)
         sd_model_free(e->targets[r]);
@@ -2310,6 +2453,7 @@ req *sd__engine_req_new(sd_engine *e, const int32_t *prompt, int n_prompt, const
     if (e->tok && (rc = sd_detok_new(&r->detok, e->tok, !p->keep_special, err)))
         goto fail;
     sd_kv_seq_init(&r->kv);
+    r->pc_key = sd_pcache_root();
     r->t_submit = sd_now_ns();
     return r;
 fail:

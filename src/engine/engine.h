@@ -124,6 +124,7 @@ typedef struct sd_req_stats {
     double queued_s;  /* submit -> first scheduled */
     double ttft_s;    /* submit -> first token */
     double total_s;   /* submit -> finish */
+    int cached_tokens; /* prompt tokens found in the prefix cache (first admission) */
     sd_spec_stats spec;
 } sd_req_stats;
 
@@ -152,6 +153,11 @@ static inline const char *sd_spec_why_name(int i)
 typedef struct sd_engine_stats {
     int queued, running;
     int kv_blocks_total, kv_blocks_used;
+    /* the prefix cache: blocks holding a cached prefix that no request
+     * holds (reclaimable: counted free), and prompt tokens looked up at
+     * admission and found there (their prefill skipped) */
+    int kv_blocks_cached;
+    uint64_t prefix_queried_tokens, prefix_hit_tokens;
     uint64_t steps;           /* engine steps so far */
     uint64_t last_step_ns;    /* monotonic time of the last completed step */
     uint64_t prompt_tokens, completion_tokens;

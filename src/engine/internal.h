@@ -13,6 +13,7 @@
 #include "engine/memplan.h"
 #include "engine/tp.h"
 #include "sched/kv_blocks.h"
+#include "sched/prefix_cache.h"
 #include "sched/stop.h"
 #include "target/model.h"
 #include "verify/accept.h"
@@ -115,6 +116,9 @@ typedef struct req {
     atomic_int cancel;  /* asked for (any thread) */
     int cancel_applied; /* taken at a step's start (engine thread; every node alike) */
     int n_preempt;
+    /* the prefix cache: whole blocks offered so far, and the key after them */
+    int pc_n;
+    sd_pc_key pc_key;
     /* step scratch */
     int row0, n_rows; /* rows of this request in the target batch */
     int out0;         /* first logits row */
@@ -196,6 +200,8 @@ struct sd_engine {
     /* KV */
     sd_kv_pool *kv;
     int block_size, n_blocks, max_blocks;
+    sd_pcache *pc;      /* --prefix-cache, or NULL */
+    int32_t *pc_match;  /* (max_blocks,) a lookup's blocks */
     /* thread and queues */
     pthread_t thread;
     int started;

@@ -640,11 +640,11 @@ int sd__tp_open(sd_tp **out, const sd_opts *o, int hidden, sd_err *err)
         const char *dev = sd_backend_kind(o);
         snprintf(fp, sizeof fp,
                  "specd tp %d nnodes %d device %s spec %s k %d ngram %d context %d block %d "
-                 "kv_blocks %d batch %d tokens %d graphs %d %d seed %lld",
+                 "kv_blocks %d batch %d tokens %d graphs %d %d seed %lld prefix_cache %d",
                  o->tp, nnodes, dev, o->spec ? o->spec : "",
                  o->spec_k, o->ngram_n, o->max_context, o->block_size, o->kv_blocks,
                  o->max_batch, o->max_batch_tokens, o->cuda_graph_max_bs,
-                 o->cuda_graph_prompt_rows, o->seed);
+                 o->cuda_graph_prompt_rows, o->seed, o->prefix_cache);
         rc = sd_nodes_open(&t->nodes, nnodes, o->node_rank, o->dist_init_addr, fp, sizeof fp,
                            120.0, err);
         if (rc)

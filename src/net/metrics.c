@@ -272,6 +272,16 @@ int sd_metrics_render(const sd_metrics *m, const sd_engine_stats *es, sd_buf *o)
                es->running);
         scalar(o, "specd_kv_blocks_total", "gauge", "KV cache blocks.", es->kv_blocks_total);
         scalar(o, "specd_kv_blocks_used", "gauge", "KV cache blocks in use.", es->kv_blocks_used);
+        scalar(o, "specd_kv_blocks_cached", "gauge",
+               "KV cache blocks that hold a cached prefix and no running request (counted free: "
+               "they are evicted when blocks run short).",
+               es->kv_blocks_cached);
+        scalar(o, "specd_prefix_cache_queried_tokens_total", "counter",
+               "Prompt tokens looked up in the prefix cache at admission.",
+               (double)es->prefix_queried_tokens);
+        scalar(o, "specd_prefix_cache_hit_tokens_total", "counter",
+               "Prompt tokens found in the prefix cache (their prefill skipped).",
+               (double)es->prefix_hit_tokens);
         scalar(o, "specd_kv_blocks_free", "gauge", "KV cache blocks free.",
                es->kv_blocks_total - es->kv_blocks_used);
         scalar(o, "specd_engine_steps_total", "counter", "Engine steps.", (double)es->steps);

@@ -1149,6 +1149,10 @@ static json_t *usage_obj(const sd_req_stats *st)
     json_object_set_new(u, "completion_tokens", json_integer(st->completion_tokens));
     json_object_set_new(u, "total_tokens",
                         json_integer((json_int_t)st->prompt_tokens + st->completion_tokens));
+    /* the prompt tokens the prefix cache held (OpenAI's field) */
+    json_t *d = json_object();
+    json_object_set_new(d, "cached_tokens", json_integer(st->cached_tokens));
+    json_object_set_new(u, "prompt_tokens_details", d);
     json_object_set_new(u, "speculative", spec_json(&st->spec));
     return u;
 }

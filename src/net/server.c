@@ -297,8 +297,10 @@ static void reply_cancel(reply *rp, const char *why)
  * first token's and the whole time the longest of the choices' */
 static void usage_add(sd_req_stats *u, const sd_req_stats *st, int first_of_prompt)
 {
-    if (first_of_prompt)
+    if (first_of_prompt) {
         u->prompt_tokens += st->prompt_tokens;
+        u->cached_tokens += st->cached_tokens;
+    }
     u->completion_tokens += st->completion_tokens;
     u->queued_s = SD_MAX(u->queued_s, st->queued_s);
     u->ttft_s = SD_MAX(u->ttft_s, st->ttft_s);

@@ -367,6 +367,10 @@ static int g_stagger, g_prompt_ids;
 /* > 0: engine_run's requests ask for logprobs with g_logprobs - 1 top */
 static int g_logprobs;
 static const char *g_prompt_rows, *g_graph_bs;
+/* g_again: once the n requests end, the same n again (same prompts and
+ * seeds) into outs[n..2n): they start after the prefix cache's blocks;
+ * g_no_cache: --no-prefix-cache */
+static int g_again, g_no_cache;
 
 /* n requests of greedy decoding on the bundled model through the engine on
  * the GPU (random prompts of 8-40 ids, 40 tokens each, all at once; temp >
@@ -390,6 +394,7 @@ static int engine_run(const char *dir, const char *spec, const char *draft, int 
         sd_opts_set(&o, SD_CMD_GENERATE, "cuda-graph-prompt-rows", g_prompt_rows, &err);
     if (g_graph_bs)
         sd_opts_set(&o, SD_CMD_GENERATE, "cuda-graph-max-bs", g_graph_bs, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "prefix-cache", g_no_cache ? "false" : "true", &err);
     if (draft) {
         snprintf(buf, sizeof buf, "%s-%s", dir, draft);
         sd_opts_set(&o, SD_CMD_GENERATE, "draft-model", buf, &err);
@@ -403,34 +408,37 @@ static int engine_run(const char *dir, const char *spec, const char *draft, int 
     }
     sd_req_events ev = {.on_output = engine_out_on_output, .on_finish = engine_out_on_finish,
                         .on_logprobs = engine_out_on_logprobs};
-    uint64_t x = 0x9e3779b97f4a7c15ull;
-    for (int i = 0; i < n && !rc; i++) {
-        memset(&outs[i], 0, sizeof outs[i]);
-        outs[i].mu = &g_mu;
-        int32_t p[40];
-        int np = g_prompt_ids ? g_prompt_ids : 8 + i * 9 % 33;
-        for (int spin = 0; g_stagger && i > 0 && spin < 20000; spin++) {
-            pthread_mutex_lock(&g_mu);
-            int go = outs[i - 1].n >= 2 || outs[i - 1].done;
-            pthread_mutex_unlock(&g_mu);
-            if (go)
-                break;
-            usleep(500);
+    for (int round = 0; round < 1 + (g_again != 0) && !rc; round++) {
+        uint64_t x = 0x9e3779b97f4a7c15ull;
+        engine_out *o_r = outs + round * n;
+        for (int i = 0; i < n && !rc; i++) {
+            memset(&o_r[i], 0, sizeof o_r[i]);
+            o_r[i].mu = &g_mu;
+            int32_t p[40];
+            int np = g_prompt_ids ? g_prompt_ids : 8 + i * 9 % 33;
+            for (int spin = 0; g_stagger && i > 0 && spin < 20000; spin++) {
+                pthread_mutex_lock(&g_mu);
+                int go = o_r[i - 1].n >= 2 || o_r[i - 1].done;
+                pthread_mutex_unlock(&g_mu);
+                if (go)
+                    break;
+                usleep(500);
+            }
+            for (int j = 0; j < np; j++) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                p[j] = (int32_t)(3 + x % 8000);
+            }
+            sd_gen_params gp = {.max_tokens = 40, .temperature = i % 2 ? temp : 0, .top_p = 1,
+                                .seed = 77 + (uint64_t)i, .has_seed = 1, .ignore_eos = 1,
+                                .logprobs = g_logprobs > 0, .top_logprobs = g_logprobs > 0 ? g_logprobs - 1 : 0};
+            o_r[i].greedy = !(i % 2 && temp > 0);
+            rc = sd_engine_submit(e, p, np, &gp, &ev, &o_r[i], NULL, &err);
         }
-        for (int j = 0; j < np; j++) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            p[j] = (int32_t)(3 + x % 8000);
-        }
-        sd_gen_params gp = {.max_tokens = 40, .temperature = i % 2 ? temp : 0, .top_p = 1,
-                            .seed = 77 + (uint64_t)i, .has_seed = 1, .ignore_eos = 1,
-                            .logprobs = g_logprobs > 0, .top_logprobs = g_logprobs > 0 ? g_logprobs - 1 : 0};
-        outs[i].greedy = !(i % 2 && temp > 0);
-        rc = sd_engine_submit(e, p, np, &gp, &ev, &outs[i], NULL, &err);
+        if (!rc && !engine_out_wait(o_r, n, 120000))
+            rc = -1;
     }
-    if (!rc && !engine_out_wait(outs, n, 120000))
-        rc = -1;
     if (rc)
         fprintf(stderr, "  %s batch %d: %s\n", spec, n, err.msg[0] ? err.msg : "timed out");
     usleep(50000); /* the stats go out after the step */
@@ -646,9 +654,52 @@ TEST(logprobs_on_the_gpu_change_no_token)
     ASSERT(ok);
 }
 
+/* The prefix cache on the GPU: the same requests again, on the same
+ * engine, start after their cached blocks (the prompts of 17 ids and
+ * more) and give the tokens they gave the first time and that an engine
+ * without the cache gives, plain and with MTP, greedy and sampled. */
+TEST(a_cached_prefix_on_the_gpu_changes_no_token)
+{
+    char dir[1200];
+    BUNDLED_ON_A_GPU(dir);
+    static const char *const specs[] = {"none", "mtp"};
+    int ok = 1;
+    for (size_t q = 0; q < SD_ARRAY_LEN(specs); q++) {
+        for (int sampled = 0; sampled < 2; sampled++) {
+            engine_out a[8], b[4];
+            const float temp = sampled ? 0.8f : 0;
+            g_again = 1;
+            int rc = engine_run(dir, specs[q], NULL, 4, "auto", temp, a, NULL);
+            g_again = 0;
+            g_no_cache = 1;
+            rc |= engine_run(dir, specs[q], NULL, 4, "auto", temp, b, NULL);
+            g_no_cache = 0;
+            if (rc) {
+                ok = 0;
+                continue;
+            }
+            long cached = 0, first = 0;
+            for (int i = 0; i < 4; i++) {
+                cached += a[4 + i].st.cached_tokens;
+                first += a[i].st.cached_tokens + b[i].st.cached_tokens;
+            }
+            ok &= reportf((double)(tokens_differ(a, b, 4) + tokens_differ(a + 4, b, 4)), 0,
+                          "engine on the gpu, %s %s at batch 4: tokens that differ after a "
+                          "cached start",
+                          specs[q], sampled ? "sampled" : "greedy");
+            /* prompts of 8, 17, 26, 35 ids: 0 + 16 + 16 + 32 cached */
+            ok &= reportf((double)(labs(cached - 64) + first), 0,
+                          "engine on the gpu, %s %s: cached prompt tokens off 64 (then 0)",
+                          specs[q], sampled ? "sampled" : "greedy");
+        }
+    }
+    ASSERT(ok);
+}
+
 TEST_MAIN(T(gpu_logits_match_the_cpu_on_every_golden_fixture),
           T(a_captured_model_forward_replays_the_eager_logits),
           T(greedy_generation_on_the_gpu_equals_the_cpu_on_the_bundled_model),
           T(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model),
           T(steps_with_prompt_rows_replay_graphs_with_the_eager_tokens),
-          T(logprobs_on_the_gpu_change_no_token))
+          T(logprobs_on_the_gpu_change_no_token),
+          T(a_cached_prefix_on_the_gpu_changes_no_token))
