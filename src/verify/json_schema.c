@@ -1,0 +1,1908 @@
+#include "verify/json_schema.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the program ------------------------------------------------------
+ *
+ * A node is a schema after $ref: a leaf (what one value may be: types and
+ * their constraints, or an enum, or any value) or a union (anyOf, oneOf, a
+ * $ref's target) that stands for a list of leaves. The state's
+ * alternatives are leaves. */
+
+enum { T_NULL = 1, T_BOOL = 2, T_INT = 4, T_NUM = 8, T_STR = 16, T_ARR = 32, T_OBJ = 64 };
+#define T_ALL 127
+#define INF 255 /* the nesting of a value that cannot be */
+
+enum { F_LEAF = 1, F_ANY = 2, F_ENUM = 4, F_CLOSED = 8, F_ONEOF = 16 };
+
+typedef struct js_prop {
+    uint32_t name; /* the key's JSON text, unquoted, in text */
+    uint16_t len;
+    uint16_t node;
+    uint16_t lim; /* the last key that may follow when this is the first
+                   * allowed: the first required one from here, or the last */
+    uint8_t required;
+} js_prop;
+
+typedef struct js_lit {
+    uint32_t off; /* a value's JSON text in text */
+    uint16_t len;
+} js_lit;
+
+typedef struct js_node {
+    uint8_t flags, types;
+    uint8_t mind;               /* least nesting of a value (INF: none) */
+    uint8_t mind_obj, mind_arr; /* of an object / array value, itself included */
+    uint16_t items;
+    uint32_t prop0, nprop; /* object: properties, in order */
+    uint32_t lit0, nlit;   /* enum: values, sorted by text */
+    uint32_t mem0, nmem;   /* union: members */
+    uint32_t leaf0, nleaf; /* the leaves it stands for */
+    uint32_t min_items, max_items, min_len, max_len;
+} js_node;
+
+struct sd_jschema {
+    js_node *node;
+    uint32_t nnode, cnode;
+    js_prop *prop;
+    uint32_t nprop, cprop;
+    js_lit *lit;
+    uint32_t nlit, clit;
+    uint16_t *mem;
+    uint32_t nmem, cmem;
+    uint16_t *leaf;
+    uint32_t nleaf, cleaf;
+    char *text;
+    uint32_t ntext, ctext;
+    uint16_t root, any;
+    int max_depth;
+};
+
+/* the kinds of value a first byte begins */
+enum { K_OBJ, K_ARR, K_STR, K_NUM, K_BOOL, K_NULL, K_COUNT };
+static const char *const KIND_NAME[K_COUNT] = {"objects", "arrays",   "strings",
+                                               "numbers", "booleans", "nulls"};
+
+static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+static int hexval(unsigned char c)
+{
+    return is_digit(c)            ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+static int byte_kind(unsigned char c)
+{
+    switch (c) {
+    case '{': return K_OBJ;
+    case '[': return K_ARR;
+    case '"': return K_STR;
+    case 't':
+    case 'f': return K_BOOL;
+    case 'n': return K_NULL;
+    default: return c == '-' || is_digit(c) ? K_NUM : -1;
+    }
+}
+
+/* ---- compiling: the context ------------------------------------------- */
+
+typedef struct js_def {
+    char *name; /* "$defs/NAME" or "definitions/NAME" */
+    uint16_t node;
+} js_def;
+
+typedef struct cx {
+    sd_jschema *s;
+    json_t *root;
+    sd_err *err;
+    js_def *defs;
+    uint32_t ndefs, cdefs;
+    char **path; /* per node, for messages */
+    uint32_t cpath;
+    int depth;
+} cx;
+
+/* realloc to hold need elements: the new array, or NULL (p kept) */
+static void *grow(void *p, uint32_t *cap, uint32_t need, size_t elem)
+{
+    if (need <= *cap)
+        return p;
+    uint32_t c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(p, (size_t)c * elem);
+    if (q)
+        *cap = c;
+    return q;
+}
+#define GROW(arr, n, cap, more)                                                                    \
+    ((arr) = grow((tmp_ = (arr)), &(cap), (n) + (more), sizeof *(arr)),                            \
+     (arr) ? 0 : ((arr) = tmp_, -1))
+
+static int refuse(cx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int refuse(cx *c, const char *fmt, ...)
+{
+    char m[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    return sd_err_set(c->err, SD_EINVAL, "json_schema: %s", m);
+}
+
+static int nomem(cx *c) { return sd_err_set(c->err, SD_ENOMEM, "json_schema: out of memory"); }
+
+static int new_node(cx *c, const char *path, uint8_t flags, uint16_t *id)
+{
+    sd_jschema *s = c->s;
+    void *tmp_;
+    if (s->nnode >= SD_JSCHEMA_MAX_NODES)
+        return refuse(c, "more than %d schemas (at %s)", SD_JSCHEMA_MAX_NODES, path);
+    if (GROW(s->node, s->nnode, s->cnode, 1) || GROW(c->path, s->nnode, c->cpath, 1))
+        return nomem(c);
+    js_node *n = &s->node[s->nnode];
+    memset(n, 0, sizeof *n);
+    n->flags = flags;
+    n->max_items = n->max_len = UINT32_MAX;
+    c->path[s->nnode] = strdup(path);
+    if (!c->path[s->nnode])
+        return nomem(c);
+    *id = (uint16_t)s->nnode++;
+    return 0;
+}
+
+static int add_text(cx *c, const char *t, size_t n, uint32_t *off)
+{
+    sd_jschema *s = c->s;
+    void *tmp_;
+    if (GROW(s->text, s->ntext, s->ctext, (uint32_t)n + 1))
+        return nomem(c);
+    memcpy(s->text + s->ntext, t, n);
+    s->text[s->ntext + n] = 0;
+    *off = s->ntext;
+    s->ntext += (uint32_t)n + 1;
+    return 0;
+}
+
+/* the leaf list of a leaf: itself */
+static int self_leaf(cx *c, uint16_t id)
+{
+    sd_jschema *s = c->s;
+    void *tmp_;
+    if (GROW(s->leaf, s->nleaf, s->cleaf, 1))
+        return nomem(c);
+    s->node[id].leaf0 = s->nleaf;
+    s->node[id].nleaf = 1;
+    s->leaf[s->nleaf++] = id;
+    return 0;
+}
+
+/* ---- compiling: keywords ---------------------------------------------- */
+
+/* constraining keywords this compiler reads */
+static const char *const HANDLED[] = {
+    "type",      "properties", "required", "additionalProperties",
+    "items",     "minItems",   "maxItems", "minLength",
+    "maxLength", "enum",       "const",    "anyOf",
+    "oneOf",     "$ref",       "allOf",
+};
+/* annotations, and definitions (read where a $ref points) */
+static const char *const IGNORED[] = {
+    "description", "title",    "default",   "examples", "$schema",     "$comment",
+    "deprecated",  "readOnly", "writeOnly", "$defs",    "definitions", "format",
+};
+
+static int in_list(const char *k, const char *const *l, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(k, l[i]))
+            return 1;
+    return 0;
+}
+#define IN_LIST(k, l) in_list(k, l, sizeof l / sizeof l[0])
+
+static int check_keywords(cx *c, json_t *j, const char *path, int is_root)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(j, k, v)
+    {
+        if (IN_LIST(k, HANDLED) || IN_LIST(k, IGNORED) || (is_root && !strcmp(k, "$id")))
+            continue;
+        if ((!strcmp(k, "uniqueItems") || !strcmp(k, "unevaluatedProperties")) && json_is_false(v))
+            continue; /* what generated output satisfies anyway */
+        return refuse(c, "\"%s\" at %s is not supported", k, path);
+    }
+    return 0;
+}
+
+/* a non-negative integer keyword, or dflt when absent */
+static int count_kw(cx *c, json_t *j, const char *k, const char *path, uint32_t dflt, uint32_t *out)
+{
+    json_t *v = json_object_get(j, k);
+    *out = dflt;
+    if (!v)
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) >= (json_int_t)UINT32_MAX)
+        return refuse(c, "\"%s\" at %s must be an integer from 0 to %u", k, path, UINT32_MAX - 1);
+    *out = (uint32_t)json_integer_value(v);
+    return 0;
+}
+
+static int type_bit(const char *t)
+{
+    static const char *const names[] = {"null",   "boolean", "integer", "number",
+                                        "string", "array",   "object"};
+    for (int i = 0; i < 7; i++)
+        if (!strcmp(t, names[i]))
+            return 1 << i;
+    return 0;
+}
+
+/* "type": a name or a list of them; 0 when absent */
+static int parse_types(cx *c, json_t *j, const char *path, uint8_t *out)
+{
+    json_t *ty = json_object_get(j, "type");
+    *out = 0;
+    if (!ty)
+        return 0;
+    size_t n = json_is_array(ty) ? json_array_size(ty) : 1;
+    if (!n || (!json_is_array(ty) && !json_is_string(ty)))
+        return refuse(c, "\"type\" at %s must be a type name or a non-empty array of them", path);
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_is_array(ty) ? json_array_get(ty, i) : ty;
+        int b = json_is_string(t) ? type_bit(json_string_value(t)) : 0;
+        if (!b)
+            return refuse(c, "\"type\" at %s: unknown type %s%s%s", path,
+                          json_is_string(t) ? "\"" : "",
+                          json_is_string(t) ? json_string_value(t) : "(not a string)",
+                          json_is_string(t) ? "\"" : "");
+        *out |= (uint8_t)b;
+    }
+    if (*out & T_NUM) /* integer | number is number */
+        *out &= (uint8_t)~T_INT;
+    return 0;
+}
+
+/* code points of a UTF-8 string: its lead bytes */
+static uint32_t utf8_len(const char *p, size_t n)
+{
+    uint32_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += ((unsigned char)p[i] & 0xc0) != 0x80;
+    return k;
+}
+
+/* the exact text an enum value is matched as (malloc'd) */
+static char *canon(json_t *v)
+{
+    char buf[64];
+    if (json_is_string(v))
+        return json_dumps(v, JSON_ENCODE_ANY);
+    if (json_is_integer(v)) {
+        snprintf(buf, sizeof buf, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    } else if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (d == floor(d) && fabs(d) < 1e15) {
+            snprintf(buf, sizeof buf, "%.0f", d);
+        } else {
+            for (int p = 1; p <= 17; p++) {
+                snprintf(buf, sizeof buf, "%.*g", p, d);
+                if (strtod(buf, NULL) == d)
+                    break;
+            }
+        }
+    } else {
+        snprintf(buf, sizeof buf, "%s",
+                 json_is_true(v)    ? "true"
+                 : json_is_false(v) ? "false"
+                                    : "null");
+    }
+    return strdup(buf);
+}
+
+/* the type an enum value has (an integral real is an integer) */
+static int value_type(json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_STRING: return T_STR;
+    case JSON_INTEGER: return T_INT;
+    case JSON_REAL: return json_real_value(v) == floor(json_real_value(v)) ? T_INT : T_NUM;
+    case JSON_TRUE:
+    case JSON_FALSE: return T_BOOL;
+    case JSON_NULL: return T_NULL;
+    default: return 0;
+    }
+}
+
+static int lit_cmp(const sd_jschema *s, const js_lit *a, const js_lit *b)
+{
+    size_t n = a->len < b->len ? a->len : b->len;
+    int r = memcmp(s->text + a->off, s->text + b->off, n);
+    return r ? r : (int)a->len - (int)b->len;
+}
+
+/* sorts (insertion: at most SD_JSCHEMA_MAX_ENUM) and drops duplicates; the count left */
+static uint32_t sort_lits(const sd_jschema *s, js_lit *l, uint32_t n)
+{
+    for (uint32_t i = 1; i < n; i++) {
+        js_lit x = l[i];
+        uint32_t j = i;
+        for (; j > 0 && lit_cmp(s, &l[j - 1], &x) > 0; j--)
+            l[j] = l[j - 1];
+        l[j] = x;
+    }
+    uint32_t w = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (!w || lit_cmp(s, &l[w - 1], &l[i]))
+            l[w++] = l[i];
+    return w;
+}
+
+static int lit_types(const sd_jschema *s, const js_lit *l)
+{
+    const char *t = s->text + l->off;
+    switch (t[0]) {
+    case '"': return T_STR;
+    case 't':
+    case 'f': return T_BOOL;
+    case 'n': return T_NULL;
+    default: return strpbrk(t, ".eE") ? T_NUM : T_INT;
+    }
+}
+
+static int compile(cx *c, json_t *j, const char *path, int is_root, uint16_t *out);
+
+/* enum / const: a leaf of values, those of the schema's type and length */
+static int compile_enum(cx *c, json_t *j, const char *path, uint16_t *out)
+{
+    sd_jschema *s = c->s;
+    json_t *e = json_object_get(j, "enum"), *k = json_object_get(j, "const");
+    const char *kw = e ? "enum" : "const";
+    if (e && (!json_is_array(e) || !json_array_size(e)))
+        return refuse(c, "\"enum\" at %s must be a non-empty array", path);
+    uint8_t types;
+    uint32_t min_len, max_len;
+    int rc = parse_types(c, j, path, &types);
+    if (!rc)
+        rc = count_kw(c, j, "minLength", path, 0, &min_len);
+    if (!rc)
+        rc = count_kw(c, j, "maxLength", path, UINT32_MAX, &max_len);
+    if (rc)
+        return rc;
+    if (!types)
+        types = T_ALL;
+    size_t n = e ? json_array_size(e) : 1;
+    if (n > SD_JSCHEMA_MAX_ENUM)
+        return refuse(c, "\"enum\" at %s has more than %d values", path, SD_JSCHEMA_MAX_ENUM);
+    void *tmp_;
+    if (GROW(s->lit, s->nlit, s->clit, (uint32_t)n))
+        return nomem(c);
+    uint32_t lit0 = s->nlit, kinds = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = e ? json_array_get(e, i) : k;
+        int t = value_type(v);
+        if (!t)
+            return refuse(c, "\"%s\" at %s: only scalar values (no object or array) are supported",
+                          kw, path);
+        if (e && k && !json_equal(v, k))
+            continue;
+        if (!(t & types) && !(t == T_INT && (types & T_NUM)))
+            continue;
+        if (t == T_STR) {
+            uint32_t len = utf8_len(json_string_value(v), json_string_length(v));
+            if (len < min_len || len > max_len)
+                continue;
+        }
+        char *txt = canon(v);
+        if (!txt)
+            return nomem(c);
+        size_t tl = strlen(txt);
+        uint32_t off = 0;
+        if (tl > SD_JSCHEMA_MAX_TEXT) {
+            free(txt);
+            return refuse(c, "\"%s\" at %s: a value longer than %d bytes", kw, path,
+                          SD_JSCHEMA_MAX_TEXT);
+        }
+        rc = add_text(c, txt, tl, &off);
+        free(txt);
+        if (rc)
+            return rc;
+        s->lit[s->nlit++] = (js_lit){off, (uint16_t)tl};
+        kinds |= (uint32_t)t;
+    }
+    if (s->nlit == lit0)
+        return refuse(c, "\"%s\" at %s admits no value (none has the schema's type and length)", kw,
+                      path);
+    uint16_t id;
+    if ((rc = new_node(c, path, F_LEAF | F_ENUM, &id)) || (rc = self_leaf(c, id)))
+        return rc;
+    js_node *nd = &s->node[id];
+    nd->types = (uint8_t)kinds;
+    nd->lit0 = lit0;
+    nd->nlit = sort_lits(s, s->lit + lit0, s->nlit - lit0);
+    s->nlit = lit0 + nd->nlit;
+    *out = id;
+    return 0;
+}
+
+/* $ref: "#", "#/$defs/NAME" or "#/definitions/NAME" */
+static int compile_ref(cx *c, json_t *j, const char *path, uint16_t *out)
+{
+    json_t *v = json_object_get(j, "$ref");
+    if (!json_is_string(v))
+        return refuse(c, "\"$ref\" at %s must be a string", path);
+    const char *r = json_string_value(v), *name = NULL, *where = NULL;
+    if (!strcmp(r, "#")) {
+        *out = c->s->root;
+        return 0;
+    }
+    if (!strncmp(r, "#/$defs/", 8))
+        name = r + 8, where = "$defs";
+    else if (!strncmp(r, "#/definitions/", 14))
+        name = r + 14, where = "definitions";
+    if (!name || !*name || strchr(name, '/'))
+        return refuse(c,
+                      "\"$ref\" \"%s\" at %s is not supported (only \"#\", \"#/$defs/NAME\", "
+                      "\"#/definitions/NAME\")",
+                      r, path);
+    /* the def's key: JSON pointer's ~1 and ~0 undone */
+    size_t wl = strlen(where), nl = strlen(name);
+    char *key = malloc(wl + 1 + nl + 1);
+    if (!key)
+        return nomem(c);
+    memcpy(key, where, wl);
+    key[wl] = '/';
+    size_t o = wl + 1;
+    for (size_t i = 0; i < nl; i++) {
+        if (name[i] == '~' && (name[i + 1] == '0' || name[i + 1] == '1')) {
+            key[o++] = name[i + 1] == '0' ? '~' : '/';
+            i++;
+        } else {
+            key[o++] = name[i];
+        }
+    }
+    key[o] = 0;
+    for (uint32_t i = 0; i < c->ndefs; i++) {
+        if (!strcmp(c->defs[i].name, key)) {
+            *out = c->defs[i].node;
+            free(key);
+            return 0;
+        }
+    }
+    json_t *d = json_object_get(json_object_get(c->root, where), key + wl + 1);
+    if (!d) {
+        free(key);
+        return refuse(c, "\"$ref\" \"%s\" at %s: no such definition", r, path);
+    }
+    /* a union of one, registered before its body: recursion finds it */
+    char dpath[512];
+    snprintf(dpath, sizeof dpath, "$.%s.%s", where, key + wl + 1);
+    uint16_t u, body;
+    void *tmp_;
+    int rc = new_node(c, dpath, 0, &u);
+    if (!rc && GROW(c->defs, c->ndefs, c->cdefs, 1))
+        rc = nomem(c);
+    if (rc) {
+        free(key);
+        return rc;
+    }
+    c->defs[c->ndefs++] = (js_def){key, u};
+    if ((rc = compile(c, d, dpath, 0, &body)))
+        return rc;
+    sd_jschema *s = c->s;
+    if (GROW(s->mem, s->nmem, s->cmem, 1))
+        return nomem(c);
+    s->node[u].mem0 = s->nmem;
+    s->node[u].nmem = 1;
+    s->mem[s->nmem++] = body;
+    *out = u;
+    return 0;
+}
+
+/* anyOf / oneOf: a union of the branches; allOf of one schema: that one
+ * (pydantic's way to put a description beside a $ref) */
+static int compile_union(cx *c, json_t *j, const char *path, uint16_t *out)
+{
+    const char *kw = json_object_get(j, "anyOf")   ? "anyOf"
+                     : json_object_get(j, "oneOf") ? "oneOf"
+                                                   : "allOf";
+    json_t *a = json_object_get(j, kw);
+    size_t n = json_array_size(a);
+    if (!json_is_array(a) || !n)
+        return refuse(c, "\"%s\" at %s must be a non-empty array", kw, path);
+    if (kw[1] == 'l' && n > 1)
+        return refuse(c, "\"allOf\" at %s is not supported (but for one schema)", path);
+    uint16_t *br = malloc(n * sizeof *br);
+    if (!br)
+        return nomem(c);
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s.%s[%zu]", path, kw, i);
+        rc = compile(c, json_array_get(a, i), p, 0, &br[i]);
+    }
+    uint16_t u;
+    sd_jschema *s = c->s;
+    void *tmp_;
+    if (!rc)
+        rc = new_node(c, path, kw[0] == 'o' ? F_ONEOF : 0, &u);
+    if (!rc && GROW(s->mem, s->nmem, s->cmem, (uint32_t)n))
+        rc = nomem(c);
+    if (!rc) {
+        s->node[u].mem0 = s->nmem;
+        s->node[u].nmem = (uint32_t)n;
+        memcpy(s->mem + s->nmem, br, n * sizeof *br);
+        s->nmem += (uint32_t)n;
+        *out = u;
+    }
+    free(br);
+    return rc;
+}
+
+/* an object's properties, required and additionalProperties into node id */
+static int compile_object(cx *c, json_t *j, const char *path, uint16_t id)
+{
+    sd_jschema *s = c->s;
+    json_t *props = json_object_get(j, "properties"), *req = json_object_get(j, "required"),
+           *add = json_object_get(j, "additionalProperties");
+    if (props && !json_is_object(props))
+        return refuse(c, "\"properties\" at %s must be an object", path);
+    if (req && !json_is_array(req))
+        return refuse(c, "\"required\" at %s must be an array of names", path);
+    if (add && !json_is_boolean(add))
+        return refuse(
+            c,
+            "\"additionalProperties\" at %s is not supported unless false (or true, read as false)",
+            path);
+    size_t n = json_object_size(props);
+    if (n > SD_JSCHEMA_MAX_PROPS)
+        return refuse(c, "\"properties\" at %s has more than %d keys", path, SD_JSCHEMA_MAX_PROPS);
+    js_prop *tp = calloc(n ? n : 1, sizeof *tp);
+    if (!tp)
+        return nomem(c);
+    int rc = 0;
+    size_t i = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(props, k, v)
+    {
+        char p[512];
+        snprintf(p, sizeof p, "%s.properties.%s", path, k);
+        json_t *ks = json_string(k);
+        char *t = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
+        json_decref(ks);
+        if (!t) {
+            rc = nomem(c);
+            break;
+        }
+        size_t tl = strlen(t) - 2; /* without the quotes */
+        if (tl > SD_JSCHEMA_MAX_TEXT)
+            rc = refuse(c, "a key longer than %d bytes at %s", SD_JSCHEMA_MAX_TEXT, p);
+        if (!rc)
+            rc = add_text(c, t + 1, tl, &tp[i].name);
+        free(t);
+        tp[i].len = (uint16_t)tl;
+        if (!rc)
+            rc = compile(c, v, p, 0, &tp[i].node);
+        if (rc)
+            break;
+        i++;
+    }
+    for (size_t r = 0; !rc && r < json_array_size(req); r++) {
+        json_t *x = json_array_get(req, r);
+        if (!json_is_string(x)) {
+            rc = refuse(c, "\"required\" at %s must be an array of names", path);
+            break;
+        }
+        size_t at = 0;
+        json_object_foreach(props, k, v)
+        {
+            if (!strcmp(k, json_string_value(x)))
+                break;
+            at++;
+        }
+        if (at == n)
+            rc = refuse(c, "\"required\" at %s names \"%s\", which is not in \"properties\"", path,
+                        json_string_value(x));
+        else
+            tp[at].required = 1;
+    }
+    void *tmp_;
+    if (!rc && GROW(s->prop, s->nprop, s->cprop, (uint32_t)n))
+        rc = nomem(c);
+    if (!rc) {
+        uint32_t next_req = (uint32_t)n;
+        for (size_t q = n; q-- > 0;) {
+            if (tp[q].required)
+                next_req = (uint32_t)q;
+            tp[q].lim = (uint16_t)(next_req < n ? next_req : n - 1);
+        }
+        js_node *nd = &s->node[id];
+        nd->prop0 = s->nprop;
+        nd->nprop = (uint32_t)n;
+        if (json_is_false(add))
+            nd->flags |= F_CLOSED;
+        memcpy(s->prop + s->nprop, tp, n * sizeof *tp);
+        s->nprop += (uint32_t)n;
+    }
+    free(tp);
+    return rc;
+}
+
+/* a leaf of types (given, or told by the keywords present); any value
+ * when neither */
+static int compile_typed(cx *c, json_t *j, const char *path, uint16_t *out)
+{
+    uint8_t t;
+    int rc = parse_types(c, j, path, &t);
+    if (rc)
+        return rc;
+    if (!json_object_get(j, "type")) {
+        static const char *const obj_kw[] = {"properties", "required", "additionalProperties"};
+        static const char *const arr_kw[] = {"items", "minItems", "maxItems"};
+        for (int i = 0; i < 3; i++) {
+            t |= json_object_get(j, obj_kw[i]) ? T_OBJ : 0;
+            t |= json_object_get(j, arr_kw[i]) ? T_ARR : 0;
+        }
+        t |= json_object_get(j, "minLength") || json_object_get(j, "maxLength") ? T_STR : 0;
+        if (!t) {
+            *out = c->s->any;
+            return 0;
+        }
+    }
+    uint32_t min_items = 0, max_items = UINT32_MAX, min_len = 0, max_len = UINT32_MAX;
+    uint16_t items = c->s->any;
+    if (t & T_ARR) {
+        json_t *it = json_object_get(j, "items");
+        if (json_is_array(it))
+            return refuse(c, "\"items\" at %s as an array (a tuple) is not supported", path);
+        char p[512];
+        snprintf(p, sizeof p, "%s.items", path);
+        if ((it && (rc = compile(c, it, p, 0, &items))) ||
+            (rc = count_kw(c, j, "minItems", path, 0, &min_items)) ||
+            (rc = count_kw(c, j, "maxItems", path, UINT32_MAX, &max_items)))
+            return rc;
+        if (min_items > max_items)
+            return refuse(c, "\"minItems\" at %s is greater than \"maxItems\"", path);
+    }
+    if (t & T_STR) {
+        if ((rc = count_kw(c, j, "minLength", path, 0, &min_len)) ||
+            (rc = count_kw(c, j, "maxLength", path, UINT32_MAX, &max_len)))
+            return rc;
+        if (min_len > max_len)
+            return refuse(c, "\"minLength\" at %s is greater than \"maxLength\"", path);
+    }
+    uint16_t id;
+    if ((rc = new_node(c, path, F_LEAF, &id)) || (rc = self_leaf(c, id)))
+        return rc;
+    js_node *nd = &c->s->node[id];
+    nd->types = t;
+    nd->items = items;
+    nd->min_items = min_items;
+    nd->max_items = max_items;
+    nd->min_len = min_len;
+    nd->max_len = max_len;
+    if ((t & T_OBJ) && (rc = compile_object(c, j, path, id)))
+        return rc;
+    *out = id;
+    return 0;
+}
+
+static int compile(cx *c, json_t *j, const char *path, int is_root, uint16_t *out)
+{
+    if (json_is_true(j)) {
+        *out = c->s->any;
+        return 0;
+    }
+    if (json_is_false(j))
+        return refuse(c, "the schema false at %s admits no value", path);
+    if (!json_is_object(j))
+        return refuse(c, "the schema at %s must be an object or a boolean", path);
+    if (c->depth >= 64)
+        return refuse(c, "schemas nest deeper than 64 at %s", path);
+    int rc = check_keywords(c, j, path, is_root);
+    if (rc)
+        return rc;
+    /* $ref, anyOf, oneOf: alone among the constraining keywords */
+    static const char *const sole[] = {"$ref", "anyOf", "oneOf", "allOf"};
+    for (int i = 0; i < 4; i++) {
+        if (!json_object_get(j, sole[i]))
+            continue;
+        for (size_t h = 0; h < sizeof HANDLED / sizeof HANDLED[0]; h++)
+            if (strcmp(HANDLED[h], sole[i]) && json_object_get(j, HANDLED[h]))
+                return refuse(c, "\"%s\" at %s with \"%s\" beside it is not supported", sole[i],
+                              path, HANDLED[h]);
+    }
+    c->depth++;
+    if (json_object_get(j, "$ref"))
+        rc = compile_ref(c, j, path, out);
+    else if (json_object_get(j, "anyOf") || json_object_get(j, "oneOf") ||
+             json_object_get(j, "allOf"))
+        rc = compile_union(c, j, path, out);
+    else if (json_object_get(j, "enum") || json_object_get(j, "const"))
+        rc = compile_enum(c, j, path, out);
+    else
+        rc = compile_typed(c, j, path, out);
+    c->depth--;
+    return rc;
+}
+
+/* ---- compiling: what the nodes stand for ------------------------------ */
+
+/* every union's leaves (members followed through unions; a cycle of
+ * unions adds nothing) */
+static int find_leaves(cx *c)
+{
+    sd_jschema *s = c->s;
+    uint32_t nn = s->nnode;
+    uint32_t *seen = calloc(nn, sizeof *seen);
+    uint16_t *stack = malloc(nn * sizeof *stack), *got = malloc(nn * sizeof *got);
+    int rc = seen && stack && got ? 0 : nomem(c);
+    for (uint32_t u = 0; u < nn && !rc; u++) {
+        if (s->node[u].flags & F_LEAF)
+            continue;
+        uint32_t sp = 0, ng = 0;
+        stack[sp++] = (uint16_t)u;
+        seen[u] = u + 1;
+        while (sp) {
+            const js_node *x = &s->node[stack[--sp]];
+            for (uint32_t m = 0; m < x->nmem; m++) {
+                uint16_t y = s->mem[x->mem0 + m];
+                if (seen[y] == u + 1)
+                    continue;
+                seen[y] = u + 1;
+                if (s->node[y].flags & F_LEAF)
+                    got[ng++] = y;
+                else
+                    stack[sp++] = y;
+            }
+        }
+        void *tmp_;
+        if (GROW(s->leaf, s->nleaf, s->cleaf, ng)) {
+            rc = nomem(c);
+            break;
+        }
+        memcpy(s->leaf + s->nleaf, got, ng * sizeof *got);
+        s->node[u].leaf0 = s->nleaf;
+        s->node[u].nleaf = ng;
+        s->nleaf += ng;
+    }
+    free(seen);
+    free(stack);
+    free(got);
+    return rc;
+}
+
+/* may enum text l be valid against leaf b (over-approximate) */
+static int lit_may_match(const sd_jschema *s, const js_lit *l, const js_node *b)
+{
+    if (b->flags & F_ANY)
+        return 1;
+    if (b->flags & F_ENUM) {
+        for (uint32_t i = 0; i < b->nlit; i++)
+            if (!lit_cmp(s, l, &s->lit[b->lit0 + i]))
+                return 1;
+        return 0;
+    }
+    int t = lit_types(s, l);
+    return (t & b->types) || (t == T_INT && (b->types & T_NUM));
+}
+
+static int nodes_disjoint(const sd_jschema *s, uint16_t x, uint16_t y, int depth);
+
+/* no document is valid against both leaves (a sound under-approximation:
+ * 0 where unsure) */
+static int leaves_disjoint(const sd_jschema *s, uint16_t x, uint16_t y, int depth)
+{
+    const js_node *a = &s->node[x], *b = &s->node[y];
+    if (depth > 8 || (a->flags & F_ANY) || (b->flags & F_ANY))
+        return 0;
+    if (b->flags & F_ENUM) {
+        const js_node *t = a;
+        a = b, b = t;
+    }
+    if (a->flags & F_ENUM) {
+        for (uint32_t i = 0; i < a->nlit; i++)
+            if (lit_may_match(s, &s->lit[a->lit0 + i], b))
+                return 0;
+        return 1;
+    }
+    int common = a->types & b->types;
+    if ((common & (T_NULL | T_BOOL | T_STR | T_ARR)) ||
+        ((a->types & (T_INT | T_NUM)) && (b->types & (T_INT | T_NUM))))
+        return 0;
+    if (!(common & T_OBJ))
+        return 1;
+    /* objects: a key one requires that the other forbids, or that both
+     * would hold with schemas that exclude each other */
+    for (int side = 0; side < 2; side++) {
+        const js_node *p = side ? b : a, *q = side ? a : b;
+        for (uint32_t i = 0; i < p->nprop; i++) {
+            const js_prop *pp = &s->prop[p->prop0 + i];
+            if (!pp->required)
+                continue;
+            const js_prop *qq = NULL;
+            for (uint32_t k = 0; k < q->nprop && !qq; k++) {
+                const js_prop *t = &s->prop[q->prop0 + k];
+                if (t->len == pp->len && !memcmp(s->text + t->name, s->text + pp->name, pp->len))
+                    qq = t;
+            }
+            if (!qq ? (q->flags & F_CLOSED) != 0 : nodes_disjoint(s, pp->node, qq->node, depth + 1))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+static int nodes_disjoint(const sd_jschema *s, uint16_t x, uint16_t y, int depth)
+{
+    const js_node *a = &s->node[x], *b = &s->node[y];
+    for (uint32_t i = 0; i < a->nleaf; i++)
+        for (uint32_t k = 0; k < b->nleaf; k++)
+            if (!leaves_disjoint(s, s->leaf[a->leaf0 + i], s->leaf[b->leaf0 + k], depth))
+                return 0;
+    return 1;
+}
+
+/* oneOf is read as anyOf: only where no document matches two branches */
+static int check_oneofs(cx *c)
+{
+    const sd_jschema *s = c->s;
+    for (uint32_t u = 0; u < s->nnode; u++) {
+        const js_node *n = &s->node[u];
+        if (!(n->flags & F_ONEOF))
+            continue;
+        for (uint32_t i = 0; i < n->nmem; i++)
+            for (uint32_t k = i + 1; k < n->nmem; k++)
+                if (!nodes_disjoint(s, s->mem[n->mem0 + i], s->mem[n->mem0 + k], 0))
+                    return refuse(
+                        c,
+                        "\"oneOf\" at %s is not supported where two branches may both match "
+                        "(branches %u and %u; only branches told apart by type, by enum/const "
+                        "values or by a required key are); use anyOf",
+                        c->path[u], i, k);
+    }
+    return 0;
+}
+
+/* a union's enum leaves become one (anyOf of consts is an enum): fewer
+ * alternatives to follow */
+static int merge_enums(cx *c)
+{
+    sd_jschema *s = c->s;
+    uint32_t nn = s->nnode;
+    for (uint32_t u = 0; u < nn; u++) {
+        uint32_t ne = 0, nl = 0;
+        for (uint32_t i = 0; i < s->node[u].nleaf; i++) {
+            const js_node *l = &s->node[s->leaf[s->node[u].leaf0 + i]];
+            if (l->flags & F_ENUM)
+                ne++, nl += l->nlit;
+        }
+        if (ne < 2 || (s->node[u].flags & F_LEAF))
+            continue;
+        if (nl > SD_JSCHEMA_MAX_ENUM)
+            return refuse(c, "the enum/const values of the anyOf at %s are more than %d",
+                          c->path[u], SD_JSCHEMA_MAX_ENUM);
+        void *tmp_;
+        if (GROW(s->lit, s->nlit, s->clit, nl))
+            return nomem(c);
+        uint32_t lit0 = s->nlit, w = 0;
+        int types = 0;
+        js_node *n = &s->node[u];
+        for (uint32_t i = 0; i < n->nleaf; i++) {
+            const js_node *l = &s->node[s->leaf[n->leaf0 + i]];
+            if (!(l->flags & F_ENUM)) {
+                s->leaf[n->leaf0 + w++] = s->leaf[n->leaf0 + i];
+                continue;
+            }
+            memcpy(s->lit + s->nlit, s->lit + l->lit0, l->nlit * sizeof *s->lit);
+            s->nlit += l->nlit;
+            types |= l->types;
+        }
+        uint16_t id;
+        int rc = new_node(c, c->path[u], F_LEAF | F_ENUM, &id);
+        if (!rc)
+            rc = self_leaf(c, id);
+        if (rc)
+            return rc;
+        n = &s->node[u];
+        n->nleaf = w + 1;
+        s->leaf[n->leaf0 + w] = id;
+        js_node *m = &s->node[id];
+        m->types = (uint8_t)types;
+        m->lit0 = lit0;
+        m->nlit = sort_lits(s, s->lit + lit0, s->nlit - lit0);
+        s->nlit = lit0 + m->nlit;
+    }
+    return 0;
+}
+
+static uint8_t plus1(uint8_t x) { return x >= INF - 1 ? INF : (uint8_t)(x + 1); }
+
+/* least nesting of each node's values, to a fixpoint from "none" (what
+ * admits no finite value stays INF) */
+static void find_nesting(sd_jschema *s)
+{
+    for (uint32_t u = 0; u < s->nnode; u++)
+        s->node[u].mind = s->node[u].mind_obj = s->node[u].mind_arr = INF;
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (uint32_t u = 0; u < s->nnode; u++) {
+            js_node *n = &s->node[u];
+            uint8_t m = INF;
+            if (!(n->flags & F_LEAF)) {
+                for (uint32_t i = 0; i < n->nleaf; i++)
+                    if (s->node[s->leaf[n->leaf0 + i]].mind < m)
+                        m = s->node[s->leaf[n->leaf0 + i]].mind;
+            } else if (n->flags & F_ANY) {
+                m = 0, n->mind_obj = n->mind_arr = 1;
+            } else {
+                if (n->types & T_OBJ) {
+                    uint8_t r = 0;
+                    for (uint32_t i = 0; i < n->nprop; i++) {
+                        const js_prop *p = &s->prop[n->prop0 + i];
+                        if (p->required && s->node[p->node].mind > r)
+                            r = s->node[p->node].mind;
+                    }
+                    n->mind_obj = plus1(r);
+                }
+                if (n->types & T_ARR)
+                    n->mind_arr = plus1(n->min_items ? s->node[n->items].mind : 0);
+                m = n->types & (T_NULL | T_BOOL | T_INT | T_NUM | T_STR) ? 0 : INF;
+                m = n->mind_obj < m ? n->mind_obj : m;
+                m = n->mind_arr < m ? n->mind_arr : m;
+            }
+            if (m != n->mind)
+                n->mind = m, changed = 1;
+        }
+    }
+}
+
+/* ---- compiling: how many alternatives may be open at once --------------
+ *
+ * A set is the leaves a value of one kind may be alive as, given the
+ * leaves its container is alive as and the key it is under; from the
+ * root's sets, every reachable one, as the state would meet it (an
+ * over-approximation: the live alternatives are a subset of these). */
+
+typedef struct aset {
+    uint8_t kind;
+    uint32_t n, l0;  /* leaves, in sl */
+    uint32_t c0, nc; /* child sets, in edge */
+} aset;
+
+typedef struct an {
+    cx *c;
+    aset *set;
+    uint32_t nset, cset;
+    uint16_t *sl;
+    uint32_t nsl, csl;
+    uint32_t *edge;
+    uint32_t nedge, cedge;
+    uint16_t *buf; /* a set being built */
+    uint32_t nbuf;
+} an;
+
+static int leaf_kind_ok(const sd_jschema *s, uint16_t l, int k)
+{
+    const js_node *n = &s->node[l];
+    if (n->flags & F_ANY)
+        return 1;
+    if (n->flags & F_ENUM) {
+        for (uint32_t i = 0; i < n->nlit; i++)
+            if (byte_kind((unsigned char)s->text[s->lit[n->lit0 + i].off]) == k)
+                return 1;
+        return 0;
+    }
+    switch (k) {
+    case K_OBJ: return (n->types & T_OBJ) && n->mind_obj != INF;
+    case K_ARR: return (n->types & T_ARR) && n->mind_arr != INF;
+    case K_STR: return !!(n->types & T_STR);
+    case K_NUM: return !!(n->types & (T_INT | T_NUM));
+    case K_BOOL: return !!(n->types & T_BOOL);
+    default: return !!(n->types & T_NULL);
+    }
+}
+
+/* adds node x's leaves to buf (once each) */
+static void buf_add(an *a, uint16_t x)
+{
+    const sd_jschema *s = a->c->s;
+    const js_node *n = &s->node[x];
+    for (uint32_t i = 0; i < n->nleaf; i++) {
+        uint16_t l = s->leaf[n->leaf0 + i];
+        uint32_t k = 0;
+        while (k < a->nbuf && a->buf[k] != l)
+            k++;
+        if (k == a->nbuf)
+            a->buf[a->nbuf++] = l;
+    }
+}
+
+/* the sets buf makes, one per kind, as edges of the set being explored */
+static int add_sets(an *a)
+{
+    cx *c = a->c;
+    const sd_jschema *s = c->s;
+    void *tmp_;
+    for (int k = 0; k < K_COUNT; k++) {
+        uint16_t pick[SD_JSCHEMA_MAX_ALT + 1];
+        uint32_t n = 0, first = 0, second = 0, total = 0;
+        for (uint32_t i = 0; i < a->nbuf; i++) {
+            if (!leaf_kind_ok(s, a->buf[i], k))
+                continue;
+            if (total == 0)
+                first = a->buf[i];
+            else if (total == 1)
+                second = a->buf[i];
+            if (n <= SD_JSCHEMA_MAX_ALT)
+                pick[n++] = a->buf[i];
+            total++;
+        }
+        if (!n)
+            continue;
+        if (total > SD_JSCHEMA_MAX_ALT)
+            return refuse(c,
+                          "%u alternatives may be open at once as %s (at most %d): anyOf or type "
+                          "unions whose branches begin alike, e.g. %s and %s",
+                          total, KIND_NAME[k], SD_JSCHEMA_MAX_ALT, c->path[first], c->path[second]);
+        /* sorted, to find it again */
+        for (uint32_t i = 1; i < n; i++)
+            for (uint32_t j = i; j > 0 && pick[j - 1] > pick[j]; j--) {
+                uint16_t t = pick[j];
+                pick[j] = pick[j - 1], pick[j - 1] = t;
+            }
+        uint32_t id = 0;
+        for (; id < a->nset; id++)
+            if (a->set[id].kind == k && a->set[id].n == n &&
+                !memcmp(a->sl + a->set[id].l0, pick, n * sizeof *pick))
+                break;
+        if (id == a->nset) {
+            if (a->nset >= 4 * SD_JSCHEMA_MAX_NODES)
+                return refuse(c, "the schema is too complex (alternatives)");
+            if (GROW(a->set, a->nset, a->cset, 1) || GROW(a->sl, a->nsl, a->csl, n))
+                return nomem(c);
+            a->set[a->nset++] = (aset){(uint8_t)k, n, a->nsl, 0, 0};
+            memcpy(a->sl + a->nsl, pick, n * sizeof *pick);
+            a->nsl += n;
+        }
+        if (GROW(a->edge, a->nedge, a->cedge, 1))
+            return nomem(c);
+        a->edge[a->nedge++] = id;
+    }
+    return 0;
+}
+
+/* set i's children: per key (objects) or the items (arrays) */
+static int explore(an *a, uint32_t i)
+{
+    const sd_jschema *s = a->c->s;
+    aset st = a->set[i];
+    const uint16_t *m = a->sl + st.l0; /* (copied below: sl may move) */
+    uint16_t mem[SD_JSCHEMA_MAX_ALT];
+    memcpy(mem, m, st.n * sizeof *mem);
+    int any = 0, rc = 0;
+    for (uint32_t x = 0; x < st.n; x++)
+        any |= (s->node[mem[x]].flags & F_ANY) != 0;
+    a->set[i].c0 = a->nedge;
+    if (st.kind == K_ARR) {
+        a->nbuf = 0;
+        for (uint32_t x = 0; x < st.n; x++)
+            buf_add(a, (s->node[mem[x]].flags & F_ANY) ? s->any : s->node[mem[x]].items);
+        rc = add_sets(a);
+    } else if (st.kind == K_OBJ) {
+        for (uint32_t x = 0; x < st.n && !rc; x++) {
+            const js_node *n = &s->node[mem[x]];
+            for (uint32_t p = 0; p < n->nprop && !rc; p++) {
+                const js_prop *pp = &s->prop[n->prop0 + p];
+                int dup = 0;
+                a->nbuf = 0;
+                if (any)
+                    buf_add(a, s->any);
+                for (uint32_t y = 0; y < st.n && !dup; y++) {
+                    const js_node *o = &s->node[mem[y]];
+                    for (uint32_t q = 0; q < o->nprop; q++) {
+                        const js_prop *qq = &s->prop[o->prop0 + q];
+                        if (qq->len != pp->len ||
+                            memcmp(s->text + qq->name, s->text + pp->name, pp->len))
+                            continue;
+                        if (y < x)
+                            dup = 1; /* (explored with member y) */
+                        else
+                            buf_add(a, qq->node);
+                        break;
+                    }
+                }
+                if (!dup)
+                    rc = add_sets(a);
+            }
+        }
+        if (any && !rc) { /* a key none lists */
+            a->nbuf = 0;
+            buf_add(a, s->any);
+            rc = add_sets(a);
+        }
+    }
+    a->set[i].nc = a->nedge - a->set[i].c0;
+    return rc;
+}
+
+/* the nesting limit: the most containers D for which any chain of open
+ * values (D containers and a scalar) fits the pool */
+static int find_depth(cx *c)
+{
+    sd_jschema *s = c->s;
+    an a = {.c = c};
+    a.buf = malloc(s->nnode * sizeof *a.buf);
+    int rc = a.buf ? 0 : nomem(c);
+    if (!rc) {
+        a.nbuf = 0;
+        buf_add(&a, s->root);
+        rc = add_sets(&a);
+    }
+    uint32_t nroot = a.nset;
+    for (uint32_t i = 0; i < a.nset && !rc; i++)
+        rc = explore(&a, i);
+    int *h = NULL, *prev = NULL;
+    if (!rc) {
+        h = malloc((a.nset + 1) * sizeof *h);
+        prev = malloc((a.nset + 1) * sizeof *prev);
+        if (!h || !prev)
+            rc = nomem(c);
+    }
+    if (!rc) {
+        for (uint32_t i = 0; i < a.nset; i++) /* no container at depth 0 */
+            prev[i] = a.set[i].kind <= K_ARR ? -1 : (int)a.set[i].n;
+        s->max_depth = 0;
+        for (int d = 1; d <= SD_JSCHEMA_MAX_DEPTH; d++) {
+            int worst = 0;
+            for (uint32_t i = 0; i < a.nset; i++) {
+                const aset *x = &a.set[i];
+                int best = 0;
+                for (uint32_t e = 0; x->kind <= K_ARR && e < x->nc; e++) {
+                    uint32_t y = a.edge[x->c0 + e];
+                    int v = a.set[y].kind <= K_ARR ? prev[y] : (int)a.set[y].n;
+                    best = v > best ? v : best;
+                }
+                h[i] = (int)x->n + best;
+            }
+            for (uint32_t i = 0; i < nroot; i++)
+                worst = h[i] > worst ? h[i] : worst;
+            if (worst > SD_JSCHEMA_POOL)
+                break;
+            s->max_depth = d;
+            int *t = prev;
+            prev = h, h = t;
+        }
+    }
+    free(h);
+    free(prev);
+    free(a.set);
+    free(a.sl);
+    free(a.edge);
+    free(a.buf);
+    return rc;
+}
+
+static void cx_free(cx *c)
+{
+    for (uint32_t i = 0; i < c->ndefs; i++)
+        free(c->defs[i].name);
+    free(c->defs);
+    for (uint32_t i = 0; c->path && i < c->s->nnode; i++)
+        free(c->path[i]);
+    free(c->path);
+}
+
+int sd_jschema_compile(const char *schema_json, size_t len, sd_jschema **out, sd_err *err)
+{
+    *out = NULL;
+    if (len > SD_JSCHEMA_MAX_SCHEMA)
+        return sd_err_set(err, SD_EINVAL, "json_schema: the schema is longer than %d bytes",
+                          SD_JSCHEMA_MAX_SCHEMA);
+    json_error_t je;
+    json_t *root = json_loadb(schema_json ? schema_json : "", schema_json ? len : 0,
+                              JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+    if (!root)
+        return sd_err_set(err, SD_EINVAL, "json_schema: not JSON: %s at byte %d", je.text,
+                          je.position);
+    sd_jschema *s = calloc(1, sizeof *s);
+    cx c = {.s = s, .root = root, .err = err};
+    int rc = s ? 0 : sd_err_set(err, SD_ENOMEM, "json_schema: out of memory");
+    uint16_t body;
+    /* node 0: the root, a union of its body ("#" recurses to it); node 1: any value */
+    if (!rc)
+        rc = new_node(&c, "$", 0, &s->root);
+    if (!rc)
+        rc = new_node(&c, "(any value)", F_LEAF | F_ANY, &s->any);
+    if (!rc) {
+        s->node[s->any].types = T_ALL;
+        s->node[s->any].items = s->any;
+        rc = self_leaf(&c, s->any);
+    }
+    if (!rc)
+        rc = compile(&c, root, "$", 1, &body);
+    void *tmp_;
+    if (!rc && GROW(s->mem, s->nmem, s->cmem, 1))
+        rc = nomem(&c);
+    if (!rc) {
+        s->node[s->root].mem0 = s->nmem;
+        s->node[s->root].nmem = 1;
+        s->mem[s->nmem++] = body;
+        rc = find_leaves(&c);
+    }
+    if (!rc)
+        rc = check_oneofs(&c);
+    if (!rc)
+        rc = merge_enums(&c);
+    if (!rc) {
+        find_nesting(s);
+        if (s->node[s->root].mind == INF)
+            rc = refuse(&c, "the schema admits no finite document (a required key or item recurses "
+                            "without end)");
+    }
+    if (!rc)
+        rc = find_depth(&c);
+    if (!rc && s->node[s->root].mind > s->max_depth)
+        rc = refuse(&c, "the schema's documents nest deeper than %d containers", s->max_depth);
+    if (s)
+        cx_free(&c);
+    json_decref(root);
+    if (rc) {
+        sd_jschema_free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void sd_jschema_free(sd_jschema *s)
+{
+    if (!s)
+        return;
+    free(s->node);
+    free(s->prop);
+    free(s->lit);
+    free(s->mem);
+    free(s->leaf);
+    free(s->text);
+    free(s);
+}
+
+int sd_jschema_max_depth(const sd_jschema *s) { return s->max_depth; }
+
+/* ---- the automaton -----------------------------------------------------
+ *
+ * The syntax is json_mask's (mode, sub, ws), with a value's schema
+ * alternatives kept per open value. A value begins: the alternatives of
+ * its container (each: the schema of the key it is under, or of its
+ * items) give the leaves that may begin with its first byte, each knowing
+ * which of the container's alternatives it came from. A byte within the
+ * value drops those it does not fit; when the value ends, the container
+ * keeps the alternatives some finished one came from. The text is a valid
+ * prefix while the innermost value has one: its container's are alive
+ * (they die only when it ends), and every alternative is one that a
+ * document (within the nesting limit) completes. */
+
+enum {
+    M_START,        /* the top-level value */
+    M_VALUE,        /* after ':' or ',' in an array */
+    M_VALUE_OR_END, /* after '[' */
+    M_KEY_OR_END,   /* after '{' */
+    M_KEY,          /* after ',' in an object */
+    M_IN_KEY,       /* in a key (sub as in a string) */
+    M_COLON,        /* after a key */
+    M_AFTER,        /* ',' or the container's closer */
+    M_STR,          /* in a string value (sub: 0, 1 after '\', 2..5 at \u's digits; bit 3: its
+                     * first digit is d; bits 4-5: its second is 8-b (1) or c-f (2)) */
+    M_NUM,          /* in a number (sub: N_*) */
+    M_LIT,          /* in true / false / null (sub: literal << 4 | bytes matched) */
+    M_DONE,
+};
+enum { N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
+static const char *const LITERALS[3] = {"true", "false", "null"};
+
+#define NODE_MASK 0x0fff
+#define PENDING_HIGH 0x8000
+#define LEV_OBJ 0x80
+
+static const js_node *alt_node(const sd_jschema *s, const sd_jschema_alt *a)
+{
+    return &s->node[a->node & NODE_MASK];
+}
+static int top_start(const sd_jschema_state *st) { return st->lev[st->nlev - 1] & 0x7f; }
+static int top_is_obj(const sd_jschema_state *st) { return (st->lev[st->nlev - 1] & LEV_OBJ) != 0; }
+static uint32_t count_of(const sd_jschema_alt *a) { return (uint32_t)a->a | (uint32_t)a->b << 16; }
+static void set_count(sd_jschema_alt *a, uint32_t n)
+{
+    a->a = (uint16_t)n;
+    a->b = (uint16_t)(n >> 16);
+}
+
+static int bad(sd_jschema_state *st)
+{
+    st->bad = 1;
+    return -1;
+}
+
+/* the innermost value keeps alternatives [start, w) */
+static int settle(sd_jschema_state *st, int start, int w)
+{
+    st->nalt = (uint8_t)w;
+    return w == start ? bad(st) : 0;
+}
+
+void sd_jschema_init(const sd_jschema *s, sd_jschema_state *st)
+{
+    (void)s;
+    memset(st, 0, sizeof *st);
+    st->mode = M_START;
+}
+
+void sd_jschema_copy(sd_jschema_state *dst, const sd_jschema_state *src)
+{
+    memcpy(dst, src, offsetof(sd_jschema_state, alt) + src->nalt * sizeof src->alt[0]);
+}
+
+/* may a value of node p's schema still begin, nesting-wise, in the
+ * innermost (container) value */
+static int fits(const sd_jschema *s, const sd_jschema_state *st, uint16_t node)
+{
+    return st->nlev + s->node[node].mind <= s->max_depth;
+}
+
+/* the first key an object may go on with from key next (-1: none): up to
+ * the first required one, and one whose value fits */
+static int first_key(const sd_jschema *s, const sd_jschema_state *st, const js_node *n,
+                     uint32_t next)
+{
+    if (next >= n->nprop)
+        return -1;
+    const js_prop *p = &s->prop[n->prop0];
+    for (uint32_t j = next; j <= p[next].lim; j++)
+        if (fits(s, st, p[j].node))
+            return (int)j;
+    return -1;
+}
+
+/* a key's byte c (closed: its closing quote) against the candidate a->a
+ * matched for a->b bytes: the first later candidate that matches one more
+ * (all candidates from a->a to its lim share its first a->b bytes, or
+ * were passed) */
+static int key_step(const sd_jschema *s, const sd_jschema_state *st, const js_node *n,
+                    sd_jschema_alt *a, unsigned char c, int closed)
+{
+    const js_prop *p = &s->prop[n->prop0];
+    const char *cand = s->text + p[a->a].name;
+    uint16_t off = a->b;
+    for (uint32_t j = a->a; j <= p[a->a].lim; j++) {
+        const char *nm = s->text + p[j].name;
+        if (closed ? p[j].len != off : p[j].len <= off || (unsigned char)nm[off] != c)
+            continue;
+        if (memcmp(nm, cand, off) || !fits(s, st, p[j].node))
+            continue;
+        a->a = (uint16_t)j;
+        a->b = (uint16_t)(off + 1);
+        return 1;
+    }
+    return 0;
+}
+
+/* an enum's byte c: the first value (sorted) with the bytes so far and c */
+static int lit_step(const sd_jschema *s, const js_node *n, sd_jschema_alt *a, unsigned char c)
+{
+    const js_lit *l = &s->lit[n->lit0];
+    uint16_t off = a->b;
+    const char *t0 = s->text + l[a->a].off;
+    for (uint32_t j = a->a; j < n->nlit; j++) {
+        const char *t = s->text + l[j].off;
+        if (l[j].len < off || memcmp(t, t0, off))
+            break; /* past the values with this prefix */
+        if (l[j].len > off && (unsigned char)t[off] == c) {
+            a->a = (uint16_t)j;
+            a->b = (uint16_t)(off + 1);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* one byte of a string (key or value): 0, 1 on its closing quote, -1 bad */
+static int str_syntax(sd_jschema_state *st, unsigned char c)
+{
+    uint8_t sub = st->sub;
+    int h;
+    switch (sub & 7) {
+    case 0:
+        if (c < 0x20)
+            return -1;
+        if (c == '\\')
+            st->sub = 1;
+        return c == '"';
+    case 1:
+        if (c == 'u')
+            st->sub = 2;
+        else if (c && strchr("\"\\/bfnrt", c))
+            st->sub = 0;
+        else
+            return -1;
+        return 0;
+    default:
+        if ((h = hexval(c)) < 0)
+            return -1;
+        switch (sub & 7) {
+        case 2: st->sub = (uint8_t)(3 | (h == 0xd ? 8 : 0)); break;
+        case 3: st->sub = (uint8_t)(4 | (sub & 8) | (h >= 0xc ? 0x20 : h >= 8 ? 0x10 : 0)); break;
+        case 4: st->sub = (uint8_t)(5 | (sub & 0x38)); break;
+        default: st->sub = 0; break;
+        }
+        return 0;
+    }
+}
+
+/* a string's length in code points against maxLength, at byte c (sub: the
+ * syntax before it). A \u high surrogate counts, the low one after it
+ * does not; at maxLength, only the low half of a pending pair may come. */
+static int str_count(const js_node *n, sd_jschema_alt *a, uint8_t sub, unsigned char c)
+{
+    uint32_t k = count_of(a);
+    int pend = (a->node & PENDING_HIGH) != 0, full = k >= n->max_len;
+    switch (sub & 7) {
+    case 0:
+        if (c == '"' || (c & 0xc0) == 0x80) /* the end, or within a character */
+            return 1;
+        if (c == '\\')
+            return !full || pend;
+        pend = 0, k++;
+        break;
+    case 1:
+        if (c == 'u')
+            return 1;
+        pend = 0, k++;
+        break;
+    case 2: return !full || hexval(c) == 0xd;
+    case 3: return !full || hexval(c) >= 0xc;
+    case 4: return 1;
+    default: { /* \u's last digit */
+        int high = (sub & 8) && (sub & 0x30) == 0x10, low = (sub & 8) && (sub & 0x30) == 0x20;
+        if (pend && low)
+            pend = 0;
+        else
+            k++, pend = high;
+        break;
+    }
+    }
+    if (k > n->max_len)
+        return 0;
+    set_count(a, k);
+    a->node = (uint16_t)((a->node & NODE_MASK) | (pend ? PENDING_HIGH : 0));
+    return 1;
+}
+
+/* whether a scalar alternative is whole at the value's end */
+static int scalar_whole(const sd_jschema *s, const js_node *n, const sd_jschema_alt *a, int str)
+{
+    if (n->flags & F_ENUM)
+        return s->lit[n->lit0 + a->a].len == a->b;
+    if (str && !(n->flags & F_ANY))
+        return count_of(a) >= n->min_len;
+    return 1;
+}
+
+/* the innermost value ended (its alternatives: those whole): its container
+ * keeps the alternatives they came from, one key or item further */
+static int pop(const sd_jschema *s, sd_jschema_state *st)
+{
+    int start = top_start(st);
+    uint16_t m = 0;
+    for (int i = start; i < st->nalt; i++)
+        m |= st->alt[i].parents;
+    st->nalt = (uint8_t)start;
+    st->nlev--;
+    if (!m)
+        return bad(st);
+    if (st->nlev == 0) {
+        st->mode = M_DONE;
+        return 0;
+    }
+    int ps = top_start(st), w = ps, obj = top_is_obj(st);
+    for (int i = ps; i < st->nalt; i++) {
+        if (!(m >> (i - ps) & 1))
+            continue;
+        sd_jschema_alt a = st->alt[i];
+        if (obj) {
+            a.a++; /* the next key after this one */
+        } else {
+            uint32_t k = count_of(&a);
+            set_count(&a, k < UINT32_MAX ? k + 1 : k);
+        }
+        st->alt[w++] = a;
+    }
+    st->mode = M_AFTER;
+    return settle(st, ps, w);
+}
+
+static int scalar_end(const sd_jschema *s, sd_jschema_state *st)
+{
+    int start = top_start(st), w = start, str = st->mode == M_STR;
+    for (int i = start; i < st->nalt; i++)
+        if (scalar_whole(s, alt_node(s, &st->alt[i]), &st->alt[i], str))
+            st->alt[w++] = st->alt[i];
+    if (settle(st, start, w))
+        return -1;
+    return pop(s, st);
+}
+
+/* may leaf l begin with byte c (of kind k) here; *lit: an enum's first
+ * value that does */
+static int leaf_begins(const sd_jschema *s, const sd_jschema_state *st, uint16_t l, int k,
+                       unsigned char c, int *lit)
+{
+    const js_node *n = &s->node[l];
+    if (n->flags & F_ANY)
+        return 1;
+    if (n->flags & F_ENUM) {
+        for (uint32_t j = 0; j < n->nlit; j++) {
+            if ((unsigned char)s->text[s->lit[n->lit0 + j].off] == c) {
+                *lit = (int)j;
+                return 1;
+            }
+        }
+        return 0;
+    }
+    switch (k) {
+    case K_OBJ: return (n->types & T_OBJ) && st->nlev + n->mind_obj <= s->max_depth;
+    case K_ARR: return (n->types & T_ARR) && st->nlev + n->mind_arr <= s->max_depth;
+    case K_STR: return !!(n->types & T_STR);
+    case K_NUM: return !!(n->types & (T_INT | T_NUM));
+    case K_BOOL: return !!(n->types & T_BOOL);
+    default: return !!(n->types & T_NULL);
+    }
+}
+
+/* the leaves of node x that may begin with c join the new value (from
+ * base), merged by leaf, as children of the container's alternative bit */
+static int add_leaves(const sd_jschema *s, sd_jschema_state *st, int base, uint16_t x, int k,
+                      unsigned char c, uint16_t bit)
+{
+    const js_node *n = &s->node[x];
+    for (uint32_t i = 0; i < n->nleaf; i++) {
+        uint16_t l = s->leaf[n->leaf0 + i];
+        int lit = -1, j = base;
+        if (!leaf_begins(s, st, l, k, c, &lit))
+            continue;
+        while (j < st->nalt && (st->alt[j].node & NODE_MASK) != l)
+            j++;
+        if (j < st->nalt) {
+            st->alt[j].parents |= bit;
+            continue;
+        }
+        /* (compilation bounds both; a failure here would be a bug) */
+        if (st->nalt - base >= SD_JSCHEMA_MAX_ALT || st->nalt >= SD_JSCHEMA_POOL)
+            return -1;
+        st->alt[st->nalt++] =
+            (sd_jschema_alt){l, bit, lit < 0 ? 0 : (uint16_t)lit, lit < 0 ? 0 : 1};
+    }
+    return 0;
+}
+
+/* the first byte of a value */
+static int value_begin(const sd_jschema *s, sd_jschema_state *st, unsigned char c)
+{
+    int k = byte_kind(c);
+    if (k < 0 || ((k == K_OBJ || k == K_ARR) && st->nlev >= s->max_depth))
+        return bad(st);
+    int base = st->nalt;
+    if (st->nlev == 0) {
+        if (add_leaves(s, st, base, s->root, k, c, 1))
+            return bad(st);
+    } else {
+        int ps = top_start(st), obj = top_is_obj(st);
+        for (int i = ps; i < base; i++) {
+            const sd_jschema_alt *a = &st->alt[i];
+            const js_node *n = alt_node(s, a);
+            uint16_t x;
+            if (n->flags & F_ANY)
+                x = s->any;
+            else if (obj)
+                x = s->prop[n->prop0 + a->a].node;
+            else if (count_of(a) < n->max_items)
+                x = n->items;
+            else
+                continue;
+            if (add_leaves(s, st, base, x, k, c, (uint16_t)(1u << (i - ps))))
+                return bad(st);
+        }
+    }
+    if (st->nalt == base)
+        return bad(st);
+    st->lev[st->nlev++] = (uint8_t)(base | (k == K_OBJ ? LEV_OBJ : 0));
+    st->sub = 0;
+    switch (k) {
+    case K_OBJ: st->mode = M_KEY_OR_END; break;
+    case K_ARR: st->mode = M_VALUE_OR_END; break;
+    case K_STR: st->mode = M_STR; break;
+    case K_NUM:
+        st->mode = M_NUM;
+        st->sub = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT;
+        break;
+    default:
+        st->mode = M_LIT;
+        st->sub = (uint8_t)((c == 't' ? 0 : c == 'f' ? 1 : 2) << 4 | 1);
+        break;
+    }
+    return 0;
+}
+
+/* '}' or ']': the alternatives with nothing required left */
+static int close_value(const sd_jschema *s, sd_jschema_state *st, unsigned char c)
+{
+    int obj = top_is_obj(st), start = top_start(st), w = start;
+    if ((c == '}') != obj)
+        return bad(st);
+    for (int i = start; i < st->nalt; i++) {
+        const sd_jschema_alt *a = &st->alt[i];
+        const js_node *n = alt_node(s, a);
+        int ok = 1;
+        if (!(n->flags & F_ANY) && obj)
+            ok = a->a >= n->nprop || !s->prop[n->prop0 + s->prop[n->prop0 + a->a].lim].required;
+        else if (!(n->flags & F_ANY))
+            ok = count_of(a) >= n->min_items;
+        if (ok)
+            st->alt[w++] = *a;
+    }
+    if (settle(st, start, w))
+        return -1;
+    return pop(s, st);
+}
+
+/* ',': the alternatives that may take another key or item */
+static int comma(const sd_jschema *s, sd_jschema_state *st)
+{
+    int obj = top_is_obj(st), start = top_start(st), w = start;
+    for (int i = start; i < st->nalt; i++) {
+        const sd_jschema_alt *a = &st->alt[i];
+        const js_node *n = alt_node(s, a);
+        int ok = 1;
+        if (!(n->flags & F_ANY) && obj)
+            ok = first_key(s, st, n, a->a) >= 0;
+        else if (!(n->flags & F_ANY))
+            ok = count_of(a) < n->max_items && fits(s, st, n->items);
+        if (ok)
+            st->alt[w++] = *a;
+    }
+    st->mode = obj ? M_KEY : M_VALUE;
+    return settle(st, start, w);
+}
+
+/* a key's opening quote: each object's first candidate */
+static int key_begin(const sd_jschema *s, sd_jschema_state *st)
+{
+    int start = top_start(st), w = start;
+    for (int i = start; i < st->nalt; i++) {
+        sd_jschema_alt a = st->alt[i];
+        const js_node *n = alt_node(s, &a);
+        if (!(n->flags & F_ANY)) {
+            int j = first_key(s, st, n, a.a);
+            if (j < 0)
+                continue;
+            a.a = (uint16_t)j;
+            a.b = 0;
+        }
+        st->alt[w++] = a;
+    }
+    st->mode = M_IN_KEY;
+    st->sub = 0;
+    return settle(st, start, w);
+}
+
+static int key_byte(const sd_jschema *s, sd_jschema_state *st, unsigned char c)
+{
+    int closed = str_syntax(st, c);
+    if (closed < 0)
+        return bad(st);
+    int start = top_start(st), w = start;
+    for (int i = start; i < st->nalt; i++) {
+        sd_jschema_alt a = st->alt[i];
+        const js_node *n = alt_node(s, &a);
+        if ((n->flags & F_ANY) || key_step(s, st, n, &a, c, closed))
+            st->alt[w++] = a;
+    }
+    if (closed)
+        st->mode = M_COLON;
+    return settle(st, start, w);
+}
+
+static int str_byte(const sd_jschema *s, sd_jschema_state *st, unsigned char c)
+{
+    uint8_t sub = st->sub;
+    int closed = str_syntax(st, c);
+    if (closed < 0)
+        return bad(st);
+    int start = top_start(st), w = start;
+    for (int i = start; i < st->nalt; i++) {
+        sd_jschema_alt a = st->alt[i];
+        const js_node *n = alt_node(s, &a);
+        int ok = 1;
+        if (n->flags & F_ENUM)
+            ok = lit_step(s, n, &a, c);
+        else if (!(n->flags & F_ANY) && (n->min_len || n->max_len != UINT32_MAX))
+            ok = str_count(n, &a, sub, c);
+        if (ok)
+            st->alt[w++] = a;
+    }
+    if (settle(st, start, w))
+        return -1;
+    return closed ? scalar_end(s, st) : 0;
+}
+
+static int step(const sd_jschema *s, sd_jschema_state *st, unsigned char c);
+
+/* 1: c goes on the number (*sub its part then), 0: the number ended before
+ * c, -1: neither */
+static int number_next(uint8_t sub, unsigned char c, uint8_t *out)
+{
+    switch (sub) {
+    case N_MINUS:
+        if (!is_digit(c))
+            return -1;
+        *out = c == '0' ? N_ZERO : N_INT;
+        return 1;
+    case N_ZERO:
+    case N_INT:
+    case N_FRAC:
+        if (is_digit(c) && sub != N_ZERO) {
+            *out = sub;
+            return 1;
+        }
+        if (c == '.' && sub != N_FRAC) {
+            *out = N_DOT;
+            return 1;
+        }
+        if (c == 'e' || c == 'E') {
+            *out = N_E;
+            return 1;
+        }
+        return 0;
+    case N_DOT:
+        if (!is_digit(c))
+            return -1;
+        *out = N_FRAC;
+        return 1;
+    case N_E:
+        if (c == '+' || c == '-') {
+            *out = N_ESIGN;
+            return 1;
+        }
+        /* fall through */ /* (a digit) */
+    case N_ESIGN:
+        if (!is_digit(c))
+            return -1;
+        *out = N_EXP;
+        return 1;
+    default: /* N_EXP */
+        if (is_digit(c)) {
+            *out = N_EXP;
+            return 1;
+        }
+        return 0;
+    }
+}
+
+static int number_byte(const sd_jschema *s, sd_jschema_state *st, unsigned char c)
+{
+    uint8_t sub = 0;
+    int r = number_next(st->sub, c, &sub);
+    if (r < 0)
+        return bad(st);
+    if (r == 0) { /* the number ended: c is read again after it */
+        if (scalar_end(s, st))
+            return -1;
+        return step(s, st, c);
+    }
+    st->sub = sub;
+    int start = top_start(st), w = start;
+    for (int i = start; i < st->nalt; i++) {
+        sd_jschema_alt a = st->alt[i];
+        const js_node *n = alt_node(s, &a);
+        int ok = 1;
+        if (n->flags & F_ENUM)
+            ok = lit_step(s, n, &a, c);
+        else if (!(n->types & T_NUM)) /* integer: no fraction or exponent */
+            ok = c != '.' && c != 'e' && c != 'E';
+        if (ok)
+            st->alt[w++] = a;
+    }
+    return settle(st, start, w);
+}
+
+static int literal_byte(const sd_jschema *s, sd_jschema_state *st, unsigned char c)
+{
+    const char *lit = LITERALS[st->sub >> 4];
+    int at = st->sub & 15;
+    if ((unsigned char)lit[at] != c)
+        return bad(st);
+    int start = top_start(st), w = start;
+    for (int i = start; i < st->nalt; i++) {
+        sd_jschema_alt a = st->alt[i];
+        const js_node *n = alt_node(s, &a);
+        if (!(n->flags & F_ENUM) || lit_step(s, n, &a, c))
+            st->alt[w++] = a;
+    }
+    if (settle(st, start, w))
+        return -1;
+    if (lit[at + 1] == 0)
+        return scalar_end(s, st);
+    st->sub = (uint8_t)((st->sub & 0xf0) | (at + 1));
+    return 0;
+}
+
+static int is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+static int step(const sd_jschema *s, sd_jschema_state *st, unsigned char c)
+{
+    switch (st->mode) {
+    case M_IN_KEY: return key_byte(s, st, c);
+    case M_STR: return str_byte(s, st, c);
+    case M_NUM: return number_byte(s, st, c);
+    case M_LIT: return literal_byte(s, st, c);
+    default: break;
+    }
+    /* between tokens: whitespace, capped; none before the value or after it */
+    if (is_ws(c)) {
+        if (st->mode == M_START || st->mode == M_DONE || ++st->ws > SD_JSON_MAX_WS)
+            return bad(st);
+        return 0;
+    }
+    st->ws = 0;
+    switch (st->mode) {
+    case M_START:
+    case M_VALUE: return value_begin(s, st, c);
+    case M_VALUE_OR_END: return c == ']' ? close_value(s, st, c) : value_begin(s, st, c);
+    case M_KEY_OR_END:
+        if (c == '}')
+            return close_value(s, st, c);
+        /* fall through */ /* (a key) */
+    case M_KEY: return c == '"' ? key_begin(s, st) : bad(st);
+    case M_COLON:
+        if (c != ':')
+            return bad(st);
+        st->mode = M_VALUE;
+        return 0;
+    case M_AFTER:
+        if (c == '}' || c == ']')
+            return close_value(s, st, c);
+        return c == ',' ? comma(s, st) : bad(st);
+    default: /* M_DONE: nothing */ return bad(st);
+    }
+}
+
+int sd_jschema_feed(const sd_jschema *s, sd_jschema_state *st, const unsigned char *b, size_t n)
+{
+    for (size_t i = 0; i < n && !st->bad; i++)
+        step(s, st, b[i]);
+    return st->bad ? -1 : 0;
+}
+
+int sd_jschema_done(const sd_jschema *s, const sd_jschema_state *st)
+{
+    if (st->bad)
+        return 0;
+    if (st->mode == M_DONE)
+        return 1;
+    /* a top-level number ends with the text */
+    if (st->mode != M_NUM || st->nlev != 1 || st->sub == N_MINUS || st->sub == N_DOT ||
+        st->sub == N_E || st->sub == N_ESIGN)
+        return 0;
+    sd_jschema_state t;
+    sd_jschema_copy(&t, st);
+    return scalar_end(s, &t) == 0 && t.mode == M_DONE;
+}

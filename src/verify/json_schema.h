@@ -1,0 +1,131 @@
+/* verify/json_schema: which bytes may come next in a JSON document valid
+ * against a JSON Schema, for response_format json_schema (OpenAI's
+ * structured outputs). The schema is compiled once to an immutable program
+ * (sd_jschema, shared by every request and thread that uses it); each row
+ * keeps a small copyable state fed bytes, like verify/json_mask: a token is
+ * allowed where its bytes keep the text a prefix of a valid document, and an
+ * end of text where the document is whole.
+ *
+ * The text: one JSON value of any type the schema allows, with no whitespace
+ * before or after it; whitespace between tokens up to SD_JSON_MAX_WS bytes
+ * in a row; strings take any byte >= 0x20 but '"' and '\' unescaped (UTF-8
+ * is not checked: a token may hold part of a character); numbers follow RFC
+ * 8259. Exact: feed fails at the first byte after which no valid document
+ * (within the limits below) can follow, and never accepts an invalid one.
+ *
+ * The schema subset (anything else is refused at compile time with
+ * SD_EINVAL and a message naming the keyword and where it is, e.g.
+ * `json_schema: "pattern" at $.properties.name is not supported`):
+ *  - type: object, array, string, number, integer, boolean, null, or an
+ *    array of them (integer with number is number). Without type, the
+ *    keywords present say it (properties/required/additionalProperties:
+ *    object; items/minItems/maxItems: array; minLength/maxLength: string);
+ *    a schema with none of them, or `true`, is any JSON value.
+ *  - properties, required, additionalProperties false. Keys come in the
+ *    order of "properties", each at most once; required ones must appear,
+ *    others may be left out; no other key - also when additionalProperties
+ *    is absent or true (read as false: the generated text uses only the
+ *    listed keys, which is valid either way). A key is matched as the
+ *    exact text jansson writes for it (no other escapes of the same
+ *    characters). A schema for additionalProperties is refused.
+ *  - items (one schema; absent: any value), minItems, maxItems.
+ *  - minLength, maxLength, counted in code points: a UTF-8 lead byte, an
+ *    escape, or a \u surrogate pair is one.
+ *  - enum, const: JSON scalars only, matched as exact text: a string as
+ *    jansson writes it, an integer in decimal, a real in its shortest
+ *    round-trip form ("%g"; an integral one without a fraction, 2.0 as
+ *    "2"). Values not of the schema's type or length are dropped.
+ *  - anyOf; oneOf only where its branches provably exclude each other (by
+ *    type, by enum/const values, by a required key the other - closed by
+ *    an explicit additionalProperties false - object lacks, or by such a
+ *    key required in both whose schemas exclude each other), when it is
+ *    read as anyOf.
+ *  - $ref to "#", "#/$defs/NAME" or "#/definitions/NAME" (the root's),
+ *    recursion included; allOf of a single schema (read as that schema).
+ *    A $ref, anyOf, oneOf or allOf with other constraining keywords beside
+ *    it is refused.
+ *  - ignored: description, title, default, examples, $schema, $comment,
+ *    deprecated, readOnly, writeOnly, $id (at the root), $defs/definitions,
+ *    uniqueItems false, unevaluatedProperties false, and format (an
+ *    annotation in JSON Schema 2020-12: not enforced).
+ *  - refused: pattern, patternProperties, not, allOf of several, if/then/else,
+ *    minimum/maximum/exclusive*, multipleOf, prefixItems, contains,
+ *    min/maxProperties, propertyNames, dependent*, boolean schema false,
+ *    object or array values in enum/const, and unknown keywords.
+ *
+ * Alternatives (anyOf, type unions) are followed together: the state keeps,
+ * per open value, the set of schema alternatives still alive (at most
+ * SD_JSCHEMA_MAX_ALT), each knowing which alternatives of the enclosing
+ * value it belongs to, so a nested value that fails one branch kills the
+ * branches it came from and no others. The enum/const branches of an anyOf
+ * are merged into one enum (an anyOf of many consts is one alternative).
+ * Compilation checks (over every set
+ * of alternatives that can be alive at once) that no value opens more than
+ * SD_JSCHEMA_MAX_ALT and lowers the nesting limit of the schema (at least
+ * SD_JSCHEMA_POOL / SD_JSCHEMA_MAX_ALT - 1) so that all open values fit
+ * SD_JSCHEMA_POOL; sd_jschema_max_depth says the limit.
+ *
+ * Limits: nesting SD_JSCHEMA_MAX_DEPTH containers (or the schema's lower
+ * limit); SD_JSCHEMA_MAX_NODES schemas (after $ref); SD_JSCHEMA_MAX_PROPS
+ * properties per object; SD_JSCHEMA_MAX_ENUM values per enum;
+ * SD_JSCHEMA_MAX_TEXT bytes per key or enum value text;
+ * SD_JSCHEMA_MAX_SCHEMA bytes of schema text. A document is also held to
+ * the nesting it can reach: an optional key or item whose schema needs more
+ * nesting than is left is not allowed to begin.
+ *
+ * Feed costs, per byte, a few operations per live alternative (a key or
+ * enum byte scans the candidates that share its prefix); no allocation. */
+#ifndef SD_VERIFY_JSON_SCHEMA_H
+#define SD_VERIFY_JSON_SCHEMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "verify/json_mask.h" /* SD_JSON_MAX_WS */
+
+#define SD_JSCHEMA_MAX_DEPTH 32
+#define SD_JSCHEMA_MAX_ALT 16
+#define SD_JSCHEMA_POOL 48
+#define SD_JSCHEMA_MAX_NODES 4000
+#define SD_JSCHEMA_MAX_PROPS 1000
+#define SD_JSCHEMA_MAX_ENUM 1000
+#define SD_JSCHEMA_MAX_TEXT 1000
+#define SD_JSCHEMA_MAX_SCHEMA (1 << 20)
+
+typedef struct sd_jschema sd_jschema;
+
+/* one live alternative of an open value */
+typedef struct sd_jschema_alt {
+    uint16_t node;    /* its schema (12 bits); bit 15: a string's pending high surrogate */
+    uint16_t parents; /* bit i: the i-th alternative of the enclosing value */
+    uint16_t a, b;    /* object: key candidate / key / next key, and key offset;
+                       * array, string: count (a | b << 16); enum: value, offset */
+} sd_jschema_alt;
+
+typedef struct sd_jschema_state {
+    uint8_t mode, sub, ws, bad;            /* syntax, as in json_mask */
+    uint8_t nlev;                          /* open values (containers, and a scalar) */
+    uint8_t nalt;                          /* alternatives in use */
+    uint8_t lev[SD_JSCHEMA_MAX_DEPTH + 1]; /* each value's first alternative;
+                                            * bit 7: an object */
+    sd_jschema_alt alt[SD_JSCHEMA_POOL];   /* values' alternatives, outermost first */
+} sd_jschema_state;
+
+/* Compiles the schema (the "schema" member of response_format.json_schema,
+ * as JSON text). 0, or SD_EINVAL / SD_ENOMEM with err naming the fault. */
+int sd_jschema_compile(const char *schema_json, size_t len, sd_jschema **out, sd_err *err);
+void sd_jschema_free(sd_jschema *s);
+/* the most containers a document may nest */
+int sd_jschema_max_depth(const sd_jschema *s);
+
+void sd_jschema_init(const sd_jschema *s, sd_jschema_state *st);
+/* A copy of src: only the part in use (cheaper than assigning the struct). */
+void sd_jschema_copy(sd_jschema_state *dst, const sd_jschema_state *src);
+/* Feeds n bytes; 0 while the text is a prefix of a document valid against
+ * the schema, -1 once it is not (the state stays bad). */
+int sd_jschema_feed(const sd_jschema *s, sd_jschema_state *st, const unsigned char *b, size_t n);
+/* 1 when the text is a whole valid document (and nothing but it). */
+int sd_jschema_done(const sd_jschema *s, const sd_jschema_state *st);
+
+#endif

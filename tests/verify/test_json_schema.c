@@ -1,0 +1,1202 @@
+/* verify/json_schema against a reference validator written here: jansson
+ * parses the text, a plain recursive walk checks the document against the
+ * schema (the same subset, JSON Schema's meaning, oneOf as exactly one),
+ * and a walk over the raw text checks what only the text shows (keys in
+ * "properties" order, keys and enum values spelled as jansson writes them,
+ * whitespace runs, nesting). Random documents of several schemas (nested
+ * objects, arrays, enums, anyOf, oneOf, nullable, $ref recursion, any
+ * values) are accepted at every prefix and whole exactly where the
+ * reference says so; random one-byte edits get the reference's verdict;
+ * and every prefix the automaton accepts completes (greedily, byte by
+ * byte, by what the automaton allows) into a document the reference
+ * accepts - so an accepted prefix is never a dead end. Hand-written cases
+ * pin the byte where a text goes bad, the limits, and the refusals. */
+#include <jansson.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "test.h"
+#include "verify/json_schema.h"
+
+static uint64_t next_rand(uint64_t *s)
+{
+    *s = sd_mix64(*s + 0x9e3779b97f4a7c15ull);
+    return *s;
+}
+
+static sd_jschema *compile_or_null(const char *schema, sd_err *err)
+{
+    sd_jschema *s = NULL;
+    sd_err_clear(err);
+    if (sd_jschema_compile(schema, strlen(schema), &s, err))
+        return NULL;
+    return s;
+}
+
+/* the byte at which feeding t goes bad (n when it does not) */
+static size_t bad_at(const sd_jschema *s, const char *t, size_t n)
+{
+    sd_jschema_state st;
+    sd_jschema_init(s, &st);
+    for (size_t i = 0; i < n; i++)
+        if (sd_jschema_feed(s, &st, (const unsigned char *)t + i, 1))
+            return i;
+    return n;
+}
+
+static int whole(const sd_jschema *s, const char *t, size_t n)
+{
+    sd_jschema_state st;
+    sd_jschema_init(s, &st);
+    return sd_jschema_feed(s, &st, (const unsigned char *)t, n) == 0 && sd_jschema_done(s, &st);
+}
+
+/* ---- the reference ---------------------------------------------------- */
+
+typedef struct ref {
+    json_t *root;
+    int max_depth;
+} ref;
+
+static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* $ref and allOf of one, followed */
+static json_t *resolve(const ref *r, json_t *sch)
+{
+    for (;;) {
+        json_t *x = json_object_get(sch, "$ref");
+        if (x) {
+            const char *p = json_string_value(x);
+            if (!strcmp(p, "#"))
+                sch = r->root;
+            else if (!strncmp(p, "#/$defs/", 8))
+                sch = json_object_get(json_object_get(r->root, "$defs"), p + 8);
+            else
+                sch = json_object_get(json_object_get(r->root, "definitions"), p + 14);
+            continue;
+        }
+        if ((x = json_object_get(sch, "allOf"))) {
+            sch = json_array_get(x, 0);
+            continue;
+        }
+        return sch;
+    }
+}
+
+static int is_any(json_t *sch)
+{
+    static const char *const kw[] = {"type",      "properties", "required", "additionalProperties",
+                                     "items",     "minItems",   "maxItems", "minLength",
+                                     "maxLength", "enum",       "const",    "anyOf",
+                                     "oneOf"};
+    if (json_is_true(sch))
+        return 1;
+    for (size_t i = 0; i < SD_ARRAY_LEN(kw); i++)
+        if (json_object_get(sch, kw[i]))
+            return 0;
+    return 1;
+}
+
+static int has_type(json_t *sch, const char *t)
+{
+    json_t *ty = json_object_get(sch, "type");
+    if (json_is_string(ty))
+        return !strcmp(json_string_value(ty), t);
+    for (size_t i = 0; i < json_array_size(ty); i++)
+        if (!strcmp(json_string_value(json_array_get(ty, i)), t))
+            return 1;
+    return 0;
+}
+
+static int type_ok(json_t *sch, json_t *v)
+{
+    if (!json_object_get(sch, "type"))
+        return 1;
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return has_type(sch, "object");
+    case JSON_ARRAY: return has_type(sch, "array");
+    case JSON_STRING: return has_type(sch, "string");
+    case JSON_INTEGER: return has_type(sch, "integer") || has_type(sch, "number");
+    case JSON_REAL: return has_type(sch, "number");
+    case JSON_TRUE:
+    case JSON_FALSE: return has_type(sch, "boolean");
+    default: return has_type(sch, "null");
+    }
+}
+
+static long long int_kw(json_t *sch, const char *k, long long dflt)
+{
+    json_t *x = json_object_get(sch, k);
+    return x ? (long long)json_integer_value(x) : dflt;
+}
+
+static size_t skip_ws(const char *t, size_t i, size_t n)
+{
+    while (i < n && is_ws(t[i]))
+        i++;
+    return i;
+}
+
+/* the end of the (valid) value at t[i] */
+static size_t value_end(const char *t, size_t i, size_t n)
+{
+    if (t[i] == '"') {
+        for (i++; i < n; i++) {
+            if (t[i] == '\\')
+                i++;
+            else if (t[i] == '"')
+                return i + 1;
+        }
+        return n;
+    }
+    if (t[i] == '{' || t[i] == '[') {
+        int d = 0;
+        for (; i < n; i++) {
+            if (t[i] == '"') {
+                i = value_end(t, i, n) - 1;
+            } else if (t[i] == '{' || t[i] == '[') {
+                d++;
+            } else if ((t[i] == '}' || t[i] == ']') && --d == 0) {
+                return i + 1;
+            }
+        }
+        return n;
+    }
+    while (i < n && t[i] && strchr("0123456789+-.eEtruefalsn", t[i]))
+        i++;
+    return i;
+}
+
+/* containers nested in v */
+static int nesting(json_t *v)
+{
+    int d = 0;
+    size_t i;
+    const char *k;
+    json_t *x;
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, x) d = nesting(x) > d ? nesting(x) : d;
+        return d + 1;
+    }
+    if (json_is_object(v)) {
+        json_object_foreach(v, k, x) d = nesting(x) > d ? nesting(x) : d;
+        return d + 1;
+    }
+    return 0;
+}
+
+/* the text is the JSON text jansson writes for w */
+static int spelled_as(json_t *w, const char *t, size_t n)
+{
+    char *d = json_dumps(w, JSON_ENCODE_ANY | JSON_COMPACT);
+    int ok = d && strlen(d) == n && !memcmp(d, t, n);
+    free(d);
+    return ok;
+}
+
+static int valid(const ref *r, json_t *sch, json_t *v, const char *t, size_t n, int depth);
+
+/* the key at t[i] (ending at *ke): its index in properties (-1: not
+ * listed, or spelled otherwise than jansson writes it), name and schema */
+static long key_at(json_t *props, const char *t, size_t i, size_t n, size_t *ke, const char **name,
+                   json_t **ps)
+{
+    *ke = value_end(t, i, n);
+    json_t *kj = json_loadb(t + i, *ke - i, JSON_DECODE_ANY, NULL);
+    long at = 0, found = -1;
+    const char *k;
+    json_t *x;
+    json_object_foreach(props, k, x)
+    {
+        if (json_is_string(kj) && !strcmp(k, json_string_value(kj))) {
+            *name = k;
+            *ps = x;
+            found = at;
+            break;
+        }
+        at++;
+    }
+    if (found >= 0 && !spelled_as(kj, t + i, *ke - i))
+        found = -1;
+    json_decref(kj);
+    return found;
+}
+
+static int object_valid(const ref *r, json_t *sch, json_t *v, const char *t, size_t n, int depth)
+{
+    json_t *props = json_object_get(sch, "properties"), *req = json_object_get(sch, "required"),
+           *ps = NULL;
+    /* pass 0, the keys: listed, in order, once, spelled as jansson writes
+     * them (a repeated key, of which jansson keeps the last value, is
+     * refused before any value is looked at); pass 1, the values */
+    for (int pass = 0; pass < 2; pass++) {
+        long last = -1;
+        size_t i = skip_ws(t, 1, n), ke;
+        while (t[i] != '}') {
+            const char *name = NULL;
+            long at = key_at(props, t, i, n, &ke, &name, &ps);
+            if (at <= last)
+                return 0;
+            last = at;
+            i = skip_ws(t, skip_ws(t, ke, n) + 1, n); /* past ':' */
+            size_t ve = value_end(t, i, n);
+            if (pass && !valid(r, ps, json_object_get(v, name), t + i, ve - i, depth))
+                return 0;
+            i = skip_ws(t, ve, n);
+            if (t[i] == ',')
+                i = skip_ws(t, i + 1, n);
+        }
+    }
+    for (size_t q = 0; q < json_array_size(req); q++)
+        if (!json_object_get(v, json_string_value(json_array_get(req, q))))
+            return 0;
+    return 1;
+}
+
+static int array_valid(const ref *r, json_t *sch, json_t *v, const char *t, size_t n, int depth)
+{
+    json_t *items = json_object_get(sch, "items");
+    long long k = (long long)json_array_size(v);
+    if (k < int_kw(sch, "minItems", 0) || k > int_kw(sch, "maxItems", 1LL << 40))
+        return 0;
+    size_t i = skip_ws(t, 1, n);
+    for (size_t e = 0; t[i] != ']'; e++) {
+        size_t ve = value_end(t, i, n);
+        if (!valid(r, items ? items : json_true(), json_array_get(v, e), t + i, ve - i, depth))
+            return 0;
+        i = skip_ws(t, ve, n);
+        if (t[i] == ',')
+            i = skip_ws(t, i + 1, n);
+    }
+    return 1;
+}
+
+/* v (whose text is t) against sch; depth: containers around it */
+static int valid(const ref *r, json_t *sch, json_t *v, const char *t, size_t n, int depth)
+{
+    if (!v) /* a repeated key: jansson kept its last value, the text's order check refuses it */
+        return 0;
+    sch = resolve(r, sch);
+    if (json_is_array(v) || json_is_object(v))
+        depth++;
+    if (is_any(sch))
+        return depth - (json_is_array(v) || json_is_object(v)) + nesting(v) <= r->max_depth;
+    if (depth > r->max_depth)
+        return 0;
+    json_t *x;
+    if ((x = json_object_get(sch, "anyOf")) || (x = json_object_get(sch, "oneOf"))) {
+        int hits = 0;
+        for (size_t i = 0; i < json_array_size(x); i++)
+            hits += valid(r, json_array_get(x, i), v, t, n,
+                          depth - (json_is_array(v) || json_is_object(v)));
+        return json_object_get(sch, "anyOf") ? hits > 0 : hits == 1;
+    }
+    if (!type_ok(sch, v))
+        return 0;
+    json_t *e = json_object_get(sch, "enum"), *c = json_object_get(sch, "const");
+    if (c && !(json_equal(v, c) && spelled_as(c, t, n)))
+        return 0;
+    if (e) {
+        int found = 0;
+        for (size_t i = 0; i < json_array_size(e) && !found; i++)
+            found = json_equal(v, json_array_get(e, i)) && spelled_as(json_array_get(e, i), t, n);
+        if (!found)
+            return 0;
+    }
+    if (json_is_string(v)) {
+        long long k = 0;
+        const char *p = json_string_value(v);
+        for (size_t i = 0; i < json_string_length(v); i++)
+            k += ((unsigned char)p[i] & 0xc0) != 0x80;
+        return k >= int_kw(sch, "minLength", 0) && k <= int_kw(sch, "maxLength", 1LL << 40);
+    }
+    if (json_is_array(v))
+        return array_valid(r, sch, v, t, n, depth);
+    if (json_is_object(v))
+        return object_valid(r, sch, v, t, n, depth);
+    return 1;
+}
+
+/* whitespace runs between tokens: at most SD_JSON_MAX_WS */
+static int ws_runs_ok(const char *t, size_t n)
+{
+    int run = 0, in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (in_str) {
+            if (t[i] == '\\')
+                i++;
+            else if (t[i] == '"')
+                in_str = 0;
+            continue;
+        }
+        in_str = t[i] == '"';
+        run = is_ws(t[i]) ? run + 1 : 0;
+        if (run > SD_JSON_MAX_WS)
+            return 0;
+    }
+    return 1;
+}
+
+/* 1 valid, 0 not, -1 jansson cannot tell: what the automaton allows on
+ * purpose (bytes that are not UTF-8, lone surrogates, numbers too big for
+ * jansson, NUL in keys) */
+static int verdict(const ref *r, const char *t, size_t n)
+{
+    if (!n || is_ws(t[0]) || is_ws(t[n - 1]) || !ws_runs_ok(t, n))
+        return 0;
+    json_error_t je;
+    json_t *v = json_loadb(t, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    if (!v) {
+        static const char *const allowed[] = {"UTF-8",    "decode byte", "surrogate", "Unicode",
+                                              "overflow", "too big",     "NUL"};
+        for (size_t i = 0; i < SD_ARRAY_LEN(allowed); i++)
+            if (strstr(je.text, allowed[i]))
+                return -1;
+        return 0;
+    }
+    int ok = valid(r, r->root, v, t, n, 0);
+    json_decref(v);
+    return ok;
+}
+
+/* ---- random documents of a schema ------------------------------------- */
+
+static json_t *random_any(uint64_t *rng, int d)
+{
+    switch (next_rand(rng) % (d > 0 ? 7 : 5)) {
+    case 0: return json_integer((json_int_t)(next_rand(rng) % 2000) - 1000);
+    case 1: return json_real((double)(next_rand(rng) % 100000) / 8.0 - 5000);
+    case 2: return json_string(next_rand(rng) % 2 ? "q\"\\" : "any");
+    case 3: return json_boolean(next_rand(rng) % 2);
+    case 4: return json_null();
+    case 5: {
+        json_t *a = json_array();
+        for (int i = (int)(next_rand(rng) % 3); i > 0; i--)
+            json_array_append_new(a, random_any(rng, d - 1));
+        return a;
+    }
+    default: {
+        json_t *o = json_object();
+        for (int i = (int)(next_rand(rng) % 3); i > 0; i--) {
+            char k[8];
+            snprintf(k, sizeof k, "k%d", (int)(next_rand(rng) % 9));
+            json_object_set_new(o, k, random_any(rng, d - 1));
+        }
+        return o;
+    }
+    }
+}
+
+/* code points, each one: ASCII, escapes jansson writes, 2- and 4-byte UTF-8 */
+static const char *const CHARS[] = {"a",
+                                    "b",
+                                    "Z",
+                                    " ",
+                                    "\"",
+                                    "\\",
+                                    "/",
+                                    "\n",
+                                    "\t",
+                                    "\x01",
+                                    "\x7f",
+                                    "\xc3\xa9",
+                                    "\xf0\x9f\x98\x80"};
+
+static json_t *gen(const ref *r, json_t *sch, uint64_t *rng, int depth);
+
+static json_t *gen_type(const ref *r, json_t *sch, const char *ty, uint64_t *rng, int depth)
+{
+    if (!strcmp(ty, "object")) {
+        if (depth >= 5)
+            return NULL;
+        json_t *o = json_object(), *props = json_object_get(sch, "properties"),
+               *req = json_object_get(sch, "required"), *x;
+        const char *k;
+        json_object_foreach(props, k, x)
+        {
+            int required = 0;
+            for (size_t q = 0; q < json_array_size(req); q++)
+                required |= !strcmp(json_string_value(json_array_get(req, q)), k);
+            if (!required && next_rand(rng) % 2)
+                continue;
+            json_t *v = gen(r, x, rng, depth + 1);
+            if (!v && required) {
+                json_decref(o);
+                return NULL;
+            }
+            if (v)
+                json_object_set_new(o, k, v);
+        }
+        return o;
+    }
+    if (!strcmp(ty, "array")) {
+        if (depth >= 5)
+            return NULL;
+        long long lo = int_kw(sch, "minItems", 0), hi = int_kw(sch, "maxItems", lo + 3);
+        long long k = lo + (long long)(next_rand(rng) % 4);
+        k = k > hi ? hi : k;
+        json_t *a = json_array(), *items = json_object_get(sch, "items");
+        for (long long i = 0; i < k; i++) {
+            json_t *v = items ? gen(r, items, rng, depth + 1) : random_any(rng, 2);
+            if (!v) {
+                if (i < lo) {
+                    json_decref(a);
+                    return NULL;
+                }
+                break;
+            }
+            json_array_append_new(a, v);
+        }
+        return a;
+    }
+    if (!strcmp(ty, "string")) {
+        long long lo = int_kw(sch, "minLength", 0), hi = int_kw(sch, "maxLength", lo + 6);
+        long long k = lo + (long long)(next_rand(rng) % 7);
+        k = k > hi ? hi : k;
+        char buf[256] = "";
+        for (long long i = 0; i < k; i++)
+            strcat(buf, CHARS[next_rand(rng) % SD_ARRAY_LEN(CHARS)]);
+        return json_string(buf);
+    }
+    if (!strcmp(ty, "integer"))
+        return json_integer((json_int_t)(next_rand(rng) % 20001) - 10000);
+    if (!strcmp(ty, "number"))
+        return next_rand(rng) % 2 ? json_integer((json_int_t)(next_rand(rng) % 300) - 100)
+                                  : json_real((double)(next_rand(rng) % 1000000) / 64.0 - 7000.0);
+    if (!strcmp(ty, "boolean"))
+        return json_boolean(next_rand(rng) % 2);
+    return json_null();
+}
+
+/* a random document valid against sch (NULL: none found within the nesting) */
+static json_t *gen(const ref *r, json_t *sch, uint64_t *rng, int depth)
+{
+    sch = resolve(r, sch);
+    if (is_any(sch))
+        return random_any(rng, depth < 4 ? 2 : 0);
+    json_t *x = json_object_get(sch, "anyOf");
+    x = x ? x : json_object_get(sch, "oneOf");
+    if (x) {
+        size_t n = json_array_size(x), at = next_rand(rng) % n;
+        for (size_t i = 0; i < n; i++) {
+            json_t *v = gen(r, json_array_get(x, (at + i) % n), rng, depth);
+            if (v)
+                return v;
+        }
+        return NULL;
+    }
+    if ((x = json_object_get(sch, "const")))
+        return json_deep_copy(x);
+    if ((x = json_object_get(sch, "enum")))
+        return json_deep_copy(json_array_get(x, next_rand(rng) % json_array_size(x)));
+    json_t *ty = json_object_get(sch, "type");
+    if (json_is_string(ty))
+        return gen_type(r, sch, json_string_value(ty), rng, depth);
+    size_t n = json_array_size(ty), at = next_rand(rng) % n;
+    for (size_t i = 0; i < n; i++) {
+        json_t *v =
+            gen_type(r, sch, json_string_value(json_array_get(ty, (at + i) % n)), rng, depth);
+        if (v)
+            return v;
+    }
+    return NULL;
+}
+
+/* compact text with 0-2 whitespace bytes at random token boundaries */
+static char *sprinkle_ws(const char *t, uint64_t *rng)
+{
+    size_t n = strlen(t);
+    char *o = malloc(3 * n + 1);
+    size_t w = 0;
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = t[i];
+        int boundary = !in_str && strchr("{[,:}]", c);
+        if (boundary && (c == '}' || c == ']' || c == ',' || c == ':') && i > 0)
+            for (int k = (int)(next_rand(rng) % 3); k > 0; k--)
+                o[w++] = " \t\n\r"[next_rand(rng) % 4];
+        o[w++] = c;
+        if (in_str && c == '\\')
+            o[w++] = t[++i];
+        else if (c == '"')
+            in_str = !in_str;
+        if (boundary && (c == '{' || c == '[' || c == ',' || c == ':') && i + 1 < n)
+            for (int k = (int)(next_rand(rng) % 3); k > 0; k--)
+                o[w++] = " \t\n\r"[next_rand(rng) % 4];
+    }
+    o[w] = 0;
+    return o;
+}
+
+static char *serialize(json_t *v, uint64_t *rng)
+{
+    char *t = NULL;
+    switch (next_rand(rng) % 5) {
+    case 0: return json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    case 1: return json_dumps(v, JSON_ENCODE_ANY);
+    case 2: return json_dumps(v, JSON_ENCODE_ANY | JSON_INDENT((int)(1 + next_rand(rng) % 3)));
+    case 3: return json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_ENSURE_ASCII);
+    default:
+        t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+        char *o = sprinkle_ws(t, rng);
+        free(t);
+        return o;
+    }
+}
+
+/* ---- checks on one text ----------------------------------------------- */
+
+/* every prefix accepted, whole exactly where the reference reads a valid
+ * document; fed a byte at a time, in random pieces, and through copies */
+static int prefixes_ok(const sd_jschema *s, const ref *r, const char *t, size_t n, uint64_t *rng)
+{
+    sd_jschema_state st, cp;
+    sd_jschema_init(s, &st);
+    for (size_t i = 0; i < n; i++) {
+        if (sd_jschema_feed(s, &st, (const unsigned char *)t + i, 1)) {
+            fprintf(stderr, "  rejected at byte %zu\n", i);
+            return 0;
+        }
+        int v = verdict(r, t, i + 1);
+        if (v >= 0 && v != sd_jschema_done(s, &st)) {
+            fprintf(stderr, "  at byte %zu: done %d, reference %d\n", i, sd_jschema_done(s, &st),
+                    v);
+            return 0;
+        }
+    }
+    if (!sd_jschema_done(s, &st))
+        return 0;
+    sd_jschema_init(s, &st);
+    for (size_t i = 0; i < n;) {
+        size_t k = 1 + next_rand(rng) % 9;
+        k = k < n - i ? k : n - i;
+        sd_jschema_copy(&cp, &st); /* (a copy goes on as the original would) */
+        if (sd_jschema_feed(s, &cp, (const unsigned char *)t + i, k))
+            return 0;
+        st = cp;
+        i += k;
+    }
+    return sd_jschema_done(s, &st);
+}
+
+/* the bytes a completion may use: JSON's, and every byte of the schema */
+static void completion_alphabet(const char *schema, char *alpha, size_t cap)
+{
+    /* (closers first, then what goes on to the next key or item, so that
+     * it ends) */
+    static const char first[] = "\"}],:0ntf{[-.eE1a\\urlsbcdABCDF";
+    size_t w = 0;
+    for (size_t i = 0; first[i] && w + 1 < cap; i++)
+        alpha[w++] = first[i];
+    for (size_t i = 0; schema[i] && w + 1 < cap; i++)
+        if (!memchr(alpha, schema[i], w) && (unsigned char)schema[i] >= 0x20)
+            alpha[w++] = schema[i];
+    alpha[w] = 0;
+}
+
+/* completes an accepted prefix greedily (the first byte of alpha the
+ * automaton allows, each time): 1 when that reaches a whole document the
+ * reference accepts (or cannot judge), 0 otherwise */
+static int completes(const sd_jschema *s, const ref *r, const char *t, size_t n, const char *alpha)
+{
+    enum { CAP = 4096 };
+    char *buf = malloc(n + CAP);
+    memcpy(buf, t, n);
+    sd_jschema_state st, tr;
+    sd_jschema_init(s, &st);
+    if (sd_jschema_feed(s, &st, (const unsigned char *)t, n)) {
+        free(buf);
+        return 0;
+    }
+    size_t m = n;
+    while (!sd_jschema_done(s, &st) && m < n + CAP) {
+        size_t i = 0;
+        for (; alpha[i]; i++) {
+            sd_jschema_copy(&tr, &st);
+            if (!sd_jschema_feed(s, &tr, (const unsigned char *)alpha + i, 1))
+                break;
+        }
+        if (!alpha[i]) {
+            fprintf(stderr, "  dead end after: %.*s\n", (int)m, buf);
+            free(buf);
+            return 0;
+        }
+        buf[m++] = alpha[i];
+        st = tr;
+    }
+    int v = sd_jschema_done(s, &st) ? verdict(r, buf, m) : 0;
+    if (!v)
+        fprintf(stderr, "  completion %s: %.*s\n",
+                sd_jschema_done(s, &st) ? "refused by the reference" : "too long",
+                (int)(m < 600 ? m : 600), buf);
+    free(buf);
+    return v != 0;
+}
+
+/* ---- the schemas ------------------------------------------------------ */
+
+static const char *const SCHEMAS[] = {
+    /* a record: lengths, nullable, enum, nested object, bounded array */
+    "{\"type\":\"object\",\"properties\":{"
+    "\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":5},"
+    "\"age\":{\"type\":\"integer\"},"
+    "\"email\":{\"type\":[\"string\",\"null\"]},"
+    "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":2},\"maxItems\":3},"
+    "\"address\":{\"type\":\"object\",\"properties\":{\"street\":{\"type\":\"string\"},"
+    "\"city\":{\"type\":\"string\"},\"zip\":{\"type\":\"integer\"}},\"required\":[\"city\"],"
+    "\"additionalProperties\":false},"
+    "\"role\":{\"enum\":[\"admin\",\"user\",\"guest\",\"u\"]},"
+    "\"score\":{\"type\":\"number\"}},"
+    "\"required\":[\"name\",\"age\",\"role\"],\"additionalProperties\":false}",
+    /* a discriminated union by const, through $defs */
+    "{\"$defs\":{\"shape\":{\"anyOf\":["
+    "{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"circle\"},\"r\":{\"type\":"
+    "\"number\"}},"
+    "\"required\":[\"kind\",\"r\"],\"additionalProperties\":false},"
+    "{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"rect\"},\"w\":{\"type\":"
+    "\"integer\"},"
+    "\"h\":{\"type\":\"integer\"}},\"required\":[\"kind\",\"w\"],\"additionalProperties\":false},"
+    "{\"type\":\"null\"}]}},"
+    "\"type\":\"object\",\"properties\":{\"shapes\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/"
+    "$defs/shape\"},"
+    "\"minItems\":1,\"maxItems\":4}},\"required\":[\"shapes\"]}",
+    /* a tree */
+    "{\"$ref\":\"#/$defs/node\",\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{"
+    "\"value\":{\"type\":\"integer\"},\"children\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/"
+    "$defs/node\"}}},"
+    "\"required\":[\"value\"],\"additionalProperties\":false}}}",
+    /* a linked list, nullable by anyOf */
+    "{\"definitions\":{\"list\":{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"object\","
+    "\"properties\":{"
+    "\"head\":{\"type\":\"string\",\"maxLength\":3},\"tail\":{\"$ref\":\"#/definitions/list\"}},"
+    "\"required\":[\"head\",\"tail\"]}]}},\"$ref\":\"#/definitions/list\"}",
+    /* scalars that overlap: integer, number, a short string, an enum, arrays */
+    "{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"number\"},{\"type\":\"string\",\"maxLength\":2}"
+    ","
+    "{\"enum\":[1,2.5,-0.25,\"x\",\"xyz\",true,null]},"
+    "{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"boolean\"]},\"minItems\":1}]}",
+    /* oneOf told apart by a const key and by type */
+    "{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"t\":{\"const\":\"a\"},\"x\":{\"type\":"
+    "\"integer\"}},"
+    "\"required\":[\"t\",\"x\"],\"additionalProperties\":false},"
+    "{\"type\":\"object\",\"properties\":{\"t\":{\"const\":\"b\"},\"y\":{\"type\":\"array\","
+    "\"items\":{\"type\":\"string\"},\"minItems\":1}},\"required\":[\"t\",\"y\"],"
+    "\"additionalProperties\":false},"
+    "{\"type\":\"string\",\"minLength\":1}]}",
+    /* objects that begin alike: the key's value decides, deep inside */
+    "{\"anyOf\":["
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"object\",\"properties\":{\"x\":{"
+    "\"type\":\"integer\"}},"
+    "\"required\":[\"x\"]},\"b\":{\"type\":\"integer\"}},\"required\":[\"a\",\"b\"]},"
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"object\",\"properties\":{\"x\":{"
+    "\"type\":\"string\"}},"
+    "\"required\":[\"x\"]},\"b\":{\"type\":\"string\"}},\"required\":[\"a\",\"b\"]},"
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"object\"},\"c\":{\"type\":\"boolean\"}}"
+    "}]}",
+    /* any values */
+    "{\"type\":\"object\",\"properties\":{\"meta\":{},\"data\":{\"type\":\"array\"},\"more\":true},"
+    "\"required\":[\"meta\"]}",
+    /* lengths in code points (surrogate pairs under JSON_ENSURE_ASCII) */
+    "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":3},"
+    "\"maxItems\":3}",
+    /* recursion through alternatives: k's type says which schema c has,
+     * at every level, objects and arrays mixed */
+    "{\"$defs\":{\"a\":{\"anyOf\":["
+    "{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"integer\"},\"c\":{\"$ref\":\"#/$defs/"
+    "a\"}},"
+    "\"required\":[\"k\"]},"
+    "{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"string\",\"maxLength\":1},\"c\":{\"$"
+    "ref\":"
+    "\"#/$defs/b\"}},\"required\":[\"k\",\"c\"]},"
+    "{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/a\"},\"maxItems\":2}]},"
+    "\"b\":{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"boolean\"},\"c\":{\"$"
+    "ref\":"
+    "\"#/$defs/a\"}}},{\"type\":\"null\"},{\"type\":\"array\",\"items\":{\"type\":\"integer\"},"
+    "\"minItems\":1}]}},\"$ref\":\"#/$defs/a\"}",
+};
+
+TEST(random_documents_agree_with_the_reference)
+{
+    uint64_t seed = sd_test_seed(), rng = seed;
+    static const char edits[] = "{}[]:,\"0123456789.-+eE tnulfasr\\/xabchkdwy";
+    int docs = 0, edited = 0, valid_edits = 0, completions = 0;
+    for (size_t si = 0; si < SD_ARRAY_LEN(SCHEMAS); si++) {
+        sd_err err;
+        sd_jschema *s = compile_or_null(SCHEMAS[si], &err);
+        ASSERT_MSG(s, "schema %zu: %s", si, err.msg);
+        ref r = {json_loads(SCHEMAS[si], 0, NULL), sd_jschema_max_depth(s)};
+        char alpha[256];
+        completion_alphabet(SCHEMAS[si], alpha, sizeof alpha);
+        for (int trial = 0; trial < 300; trial++) {
+            json_t *v = gen(&r, r.root, &rng, 0);
+            if (!v)
+                continue;
+            char *t = serialize(v, &rng);
+            json_decref(v);
+            size_t n = strlen(t);
+            ASSERT_MSG(verdict(&r, t, n) == 1, "seed %llu schema %zu: the reference refuses %s",
+                       (unsigned long long)seed, si, t);
+            ASSERT_MSG(prefixes_ok(s, &r, t, n, &rng), "seed %llu schema %zu: %s",
+                       (unsigned long long)seed, si, t);
+            docs++;
+            for (int e = 0; e < 10; e++) {
+                char buf[4096];
+                if (n + 2 > sizeof buf)
+                    break;
+                memcpy(buf, t, n + 1);
+                size_t at = next_rand(&rng) % n, m = n;
+                char c = edits[next_rand(&rng) % (sizeof edits - 1)];
+                switch (next_rand(&rng) % 4) {
+                case 0: buf[at] = c; break;
+                case 1:
+                    memmove(buf + at + 1, buf + at, n - at + 1);
+                    buf[at] = c;
+                    m++;
+                    break;
+                case 2:
+                    memmove(buf + at, buf + at + 1, n - at);
+                    m--;
+                    break;
+                default: m = at + 1; break; /* a truncation */
+                }
+                int theirs = verdict(&r, buf, m);
+                if (theirs < 0)
+                    continue;
+                int ours = whole(s, buf, m);
+                ASSERT_MSG(ours == theirs, "seed %llu schema %zu: automaton %d, reference %d: %.*s",
+                           (unsigned long long)seed, si, ours, theirs, (int)m, buf);
+                edited++;
+                valid_edits += theirs;
+                /* what it accepted of the edit completes to a valid document */
+                if (e % 3 == 0) {
+                    size_t k = bad_at(s, buf, m);
+                    ASSERT_MSG(completes(s, &r, buf, k, alpha), "seed %llu schema %zu: prefix %.*s",
+                               (unsigned long long)seed, si, (int)k, buf);
+                    completions++;
+                }
+            }
+            /* and a random prefix of the document itself */
+            size_t k = next_rand(&rng) % (n + 1);
+            ASSERT_MSG(completes(s, &r, t, k, alpha), "seed %llu schema %zu: prefix %.*s",
+                       (unsigned long long)seed, si, (int)k, t);
+            completions++;
+            free(t);
+        }
+        json_decref(r.root);
+        sd_jschema_free(s);
+    }
+    fprintf(stderr, "  %d documents (every prefix), %d edits (%d still valid), %d completions\n",
+            docs, edited, valid_edits, completions);
+    ASSERT_GT(docs, 500);
+    ASSERT_GT(valid_edits, 50);
+}
+
+/* ---- hand-written cases ------------------------------------------------ */
+
+typedef struct hcase {
+    int schema; /* into SCHEMAS */
+    const char *text;
+    int bad_at; /* the byte at which it goes bad; -1: whole; -2: a prefix, not whole */
+} hcase;
+
+static const hcase CASES[] = {
+    {0, "{\"name\":\"ab\",\"age\":3,\"role\":\"u\"}", -1},
+    {0, "{\"name\":\"ab\",\"age\":3,\"role\":\"user\"}", -1},
+    {0, "{\"name\":\"ab\",\"age\":3,\"role\":\"use\"}", 32}, /* no such value */
+    {0, "{\"name\":\"ab\",\"age\":3,\"role\":\"users\"}", 33},
+    {0, "{\"name\":\"ab\",\"age\":3.5,\"role\":\"u\"}", 20}, /* integer */
+    {0, "{\"name\":\"ab\",\"age\":3e1,\"role\":\"u\"}", 20},
+    {0, "{\"name\":\"\",\"age\":3,\"role\":\"u\"}", 9},                /* minLength 1 */
+    {0, "{\"name\":\"abcdef\",\"age\":3,\"role\":\"u\"}", 14},         /* maxLength 5 */
+    {0, "{\"name\":\"\\ud83d\\ude00\",\"age\":1,\"role\":\"u\"}", -1}, /* a pair: one */
+    {0, "{\"name\":\"abcd\\ud83d\\ude00\",\"age\":1,\"role\":\"u\"}", -1},
+    {0, "{\"name\":\"abcd\\ud83d\\u0041\",\"age\":1,\"role\":\"u\"}", 21}, /* not a low half */
+    {0, "{\"name\":\"abcde\\n\",\"age\":1,\"role\":\"u\"}", 14},
+    {0, "{\"age\":3}", 2},                      /* name is required first */
+    {0, "{\"name\":\"a\",\"role\":\"u\"}", 13}, /* age is required */
+    {0, "{\"name\":\"a\",\"age\":1}", 19},
+    {0, "{\"name\":\"a\",\"age\":1,\"role\":\"u\",\"age\":2}", 32}, /* once, in order */
+    {0, "{\"name\":\"a\",\"age\":1,\"tags\":[\"a\",\"b\",\"c\"],\"role\":\"u\"}", -1},
+    {0, "{\"name\":\"a\",\"age\":1,\"role\":\"u\",\"tags\":[]}", 32},  /* out of order */
+    {0, "{\"name\":\"a\",\"age\":1,\"tags\":[\"a\",\"b\",\"c\",", 39}, /* maxItems 3 */
+    {0, "{\"name\":\"a\",\"age\":1,\"role\":\"u\",\"score\":1,", 40},  /* nothing after score */
+    {0, "{\"name\":\"a\",\"age\":1,\"address\":{}}", 31},              /* city required */
+    {0, "{\"name\":\"a\",\"age\":1,\"address\":{\"zip\":1,\"city\":\"c\"}}", 32}, /* city first */
+    {0, "{\"name\":\"a\",\"age\":1,\"email\":null,\"role\":\"u\",\"score\":-0.5e-3}", -1},
+    {0, "{\"name\":\"a\",\"age\":1,\"role\":\"u\",\"other\":1}", 32},
+    {0, " {}", 0},
+    {0, "{\"name\":\"a\",\"age\":1,\"role\":\"u\"} ", 31},
+    {0, "{\"name\"", -2},
+    {1, "{\"shapes\":[{\"kind\":\"rect\",\"w\":1},null,{\"kind\":\"circle\",\"r\":2.5}]}", -1},
+    {1, "{\"shapes\":[]}", 11},                            /* minItems 1 */
+    {1, "{\"shapes\":[{\"kind\":\"rect\",\"r\":1}]}", 27}, /* r is circle's */
+    {1, "{\"shapes\":[{\"kind\":\"circle\",\"w\":1}]}", 29},
+    {1, "{\"shapes\":[{\"kind\":\"square\"}]}", 20},
+    {1, "{\"shapes\":[null,null,null,null,null]}", 30},
+    {2, "{\"value\":1,\"children\":[{\"value\":2,\"children\":[]},{\"value\":3}]}", -1},
+    {2, "{\"value\":1,\"children\":[{\"children\":[]}]}", 25},
+    {3, "null", -1},
+    {3, "{\"head\":\"a\",\"tail\":{\"head\":\"b\",\"tail\":null}}", -1},
+    {3, "{\"head\":\"a\",\"tail\":{\"head\":\"b\"}}", 30},
+    {3, "{\"head\":\"abcd\",\"tail\":null}", 12},
+    {4, "1", -1},
+    {4, "-12.5e+3", -1},
+    {4, "\"xyz\"", -1},
+    {4, "\"xy\"", -1},
+    {4, "\"xya\"", 3},
+    {4, "\"xyzz\"", 4},
+    {4, "[true,3]", -1},
+    {4, "[]", 1},
+    {4, "[1.5]", 2},
+    {4, "true", -1},
+    {4, "false", 0},
+    {4, "nul", -2},
+    {5, "{\"t\":\"a\",\"x\":1}", -1},
+    {5, "{\"t\":\"b\",\"y\":[\"q\"]}", -1},
+    {5, "{\"t\":\"a\",\"y\":[\"q\"]}", 10},
+    {5, "\"\"", 1},
+    {6, "{\"a\":{\"x\":1},\"b\":2}", -1},
+    {6, "{\"a\":{\"x\":\"s\"},\"b\":\"s\"}", -1},
+    {6, "{\"a\":{\"x\":1},\"b\":\"s\"}", 17}, /* the branches the 1 kept want an integer */
+    {6, "{\"a\":{\"x\":\"s\"},\"b\":2}", 19},
+    {6, "{\"a\":{},\"c\":true}", -1},
+    {6, "{\"a\":{\"x\":1},\"c\":true}", 14}, /* (the third branch's a has no keys) */
+    {7, "{\"meta\":{\"k\":[1,{\"z\":null}],\"k\":2},\"data\":[1,\"a\"]}", -1},
+    {7, "{\"data\":[]}", 2},
+    {8, "[\"\\ud83d\\ude00a\",\"\xc3\xa9\xc3\xa9\xc3\xa9\"]", -1},
+    {8, "[\"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"]", 8},
+    {8, "[\"a\"]", 3},
+};
+
+TEST(hand_written_cases_go_bad_at_the_right_byte)
+{
+    for (size_t i = 0; i < SD_ARRAY_LEN(CASES); i++) {
+        const hcase *h = &CASES[i];
+        sd_err err;
+        sd_jschema *s = compile_or_null(SCHEMAS[h->schema], &err);
+        ASSERT_MSG(s, "%s", err.msg);
+        size_t n = strlen(h->text), at = bad_at(s, h->text, n);
+        int w = whole(s, h->text, n);
+        sd_jschema_free(s);
+        if (h->bad_at >= 0)
+            ASSERT_MSG(at == (size_t)h->bad_at, "case %zu: %s goes bad at %zu, not %d", i, h->text,
+                       at, h->bad_at);
+        else
+            ASSERT_MSG(at == n && w == (h->bad_at == -1), "case %zu: %s: bad at %zu, whole %d", i,
+                       h->text, at, w);
+    }
+}
+
+TEST(state_is_small_and_copies_cheaply)
+{
+    fprintf(stderr, "  sizeof(sd_jschema_state) = %zu\n", sizeof(sd_jschema_state));
+    ASSERT_LE(sizeof(sd_jschema_state), 512);
+    sd_err err;
+    sd_jschema *s = compile_or_null(SCHEMAS[0], &err);
+    ASSERT_MSG(s, "%s", err.msg);
+    const char *t = "{\"name\":\"ab\",\"age\":3,\"role\":\"u\"}";
+    sd_jschema_state a, b;
+    sd_jschema_init(s, &a);
+    ASSERT_OK(sd_jschema_feed(s, &a, (const unsigned char *)t, 10));
+    sd_jschema_copy(&b, &a);
+    ASSERT_OK(sd_jschema_feed(s, &b, (const unsigned char *)t + 10, strlen(t) - 10));
+    ASSERT(sd_jschema_done(s, &b));
+    ASSERT(!sd_jschema_done(s, &a)); /* the original is untouched */
+    ASSERT_EQ(sd_jschema_feed(s, &a, (const unsigned char *)"\x01", 1), -1); /* (in a string) */
+    ASSERT_EQ(sd_jschema_feed(s, &a, (const unsigned char *)"\"", 1), -1);   /* bad stays bad */
+    sd_jschema_free(s);
+}
+
+TEST(limits_on_depth_and_whitespace)
+{
+    sd_err err;
+    /* nested arrays to the limit, and one more */
+    sd_jschema *s =
+        compile_or_null("{\"$defs\":{\"a\":{\"type\":[\"array\",\"integer\"],\"items\":{\"$ref\":"
+                        "\"#/$defs/a\"}}},\"$ref\":\"#/$defs/a\"}",
+                        &err);
+    ASSERT_MSG(s, "%s", err.msg);
+    int d = sd_jschema_max_depth(s);
+    ASSERT_EQ(d, SD_JSCHEMA_MAX_DEPTH);
+    char deep[200];
+    memset(deep, '[', (size_t)d + 1);
+    ASSERT_EQ(bad_at(s, deep, (size_t)d + 1), (size_t)d);
+    deep[d] = '1';
+    memset(deep + d + 1, ']', (size_t)d);
+    ASSERT(whole(s, deep, 2 * (size_t)d + 1));
+    /* whitespace: SD_JSON_MAX_WS in a row, not one more */
+    char ws[80] = "[";
+    memset(ws + 1, ' ', SD_JSON_MAX_WS);
+    ASSERT_EQ(bad_at(s, ws, 1 + SD_JSON_MAX_WS), 1 + SD_JSON_MAX_WS);
+    ws[1 + SD_JSON_MAX_WS] = ' ';
+    ASSERT_EQ(bad_at(s, ws, 2 + SD_JSON_MAX_WS), 1 + SD_JSON_MAX_WS);
+    sd_jschema_free(s);
+
+    /* a list that needs a node per level: at the deepest, no key can
+     * follow "v" (next's value would not fit), so ',' is refused */
+    s = compile_or_null(
+        "{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
+        "\"next\":{\"$ref\":\"#/$defs/n\"}},\"required\":[\"v\"]}},\"$ref\":\"#/$defs/n\"}",
+        &err);
+    ASSERT_MSG(s, "%s", err.msg);
+    d = sd_jschema_max_depth(s);
+    char buf[2048] = "";
+    for (int i = 0; i < d; i++)
+        strcat(buf, i ? ",\"next\":{\"v\":1" : "{\"v\":1");
+    size_t n = strlen(buf);
+    strcat(buf, ",\"n");
+    ASSERT_EQ(bad_at(s, buf, strlen(buf)), n);
+    buf[n] = 0;
+    for (int i = 0; i < d; i++)
+        strcat(buf, "}");
+    ASSERT(whole(s, buf, strlen(buf)));
+    sd_jschema_free(s);
+
+    /* at the deepest, a later key candidate whose value cannot fit is
+     * refused though an earlier one that fits shares its first byte */
+    s = compile_or_null(
+        "{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"},"
+        "\"next\":{\"$ref\":\"#/$defs/n\"}}}},\"$ref\":\"#/$defs/n\"}",
+        &err);
+    ASSERT_MSG(s, "%s", err.msg);
+    d = sd_jschema_max_depth(s);
+    buf[0] = 0;
+    for (int i = 0; i < d; i++)
+        strcat(buf, i ? "\"next\":{" : "{");
+    n = strlen(buf);
+    strcat(buf, "\"ne");
+    ASSERT_EQ(bad_at(s, buf, strlen(buf)), n + 2);
+    sd_jschema_free(s);
+
+    /* an object that needs two more levels may not begin one level short */
+    s = compile_or_null(
+        "{\"$defs\":{\"t\":{\"anyOf\":[{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/t\"}},"
+        "{\"type\":\"object\",\"properties\":{\"o\":{\"type\":\"array\",\"minItems\":1,"
+        "\"items\":{\"type\":\"null\"}}},\"required\":[\"o\"]}]}},\"$ref\":\"#/$defs/t\"}",
+        &err);
+    ASSERT_MSG(s, "%s", err.msg);
+    d = sd_jschema_max_depth(s);
+    ASSERT_EQ(d, SD_JSCHEMA_MAX_DEPTH);
+    memset(deep, '[', (size_t)d);
+    deep[d - 2] = '{';
+    ASSERT_EQ(bad_at(s, deep, (size_t)d - 1), (size_t)d - 1); /* d-2 arrays, an object */
+    deep[d - 2] = '[';
+    deep[d - 1] = '{';
+    ASSERT_EQ(bad_at(s, deep, (size_t)d), (size_t)d - 1); /* d-1 arrays: no room */
+    sd_jschema_free(s);
+
+    /* and an array that needs two */
+    s = compile_or_null(
+        "{\"$defs\":{\"t\":{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":"
+        "\"#/$defs/t\"}}},{\"type\":\"array\",\"minItems\":1,\"items\":{\"type\":\"array\","
+        "\"minItems\":1,\"items\":{\"type\":\"null\"}}}]}},\"$ref\":\"#/$defs/t\"}",
+        &err);
+    ASSERT_MSG(s, "%s", err.msg);
+    d = sd_jschema_max_depth(s);
+    ASSERT_EQ(d, SD_JSCHEMA_MAX_DEPTH);
+    for (int k = d - 2; k <= d - 1; k++) {
+        buf[0] = 0;
+        for (int i = 0; i < k; i++)
+            strcat(buf, "{\"a\":");
+        n = strlen(buf);
+        strcat(buf, "[[null]]");
+        ASSERT_EQ(bad_at(s, buf, strlen(buf)), k == d - 2 ? strlen(buf) : n);
+    }
+    sd_jschema_free(s);
+
+    /* alternatives that fill the pool lower the nesting limit */
+    char big[8192] = "{\"$defs\":{\"t\":{\"anyOf\":[";
+    for (int i = 0; i < SD_JSCHEMA_MAX_ALT; i++)
+        snprintf(big + strlen(big), sizeof big - strlen(big),
+                 "%s{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/t\"},\"maxItems\":%d}",
+                 i ? "," : "", i + 1);
+    strcat(big, "]}},\"$ref\":\"#/$defs/t\"}");
+    s = compile_or_null(big, &err);
+    ASSERT_MSG(s, "%s", err.msg);
+    d = sd_jschema_max_depth(s);
+    fprintf(stderr, "  %d alternatives per level: nesting limit %d\n", SD_JSCHEMA_MAX_ALT, d);
+    ASSERT_LT(d, SD_JSCHEMA_MAX_DEPTH);
+    ASSERT_GE(d, SD_JSCHEMA_POOL / SD_JSCHEMA_MAX_ALT - 1);
+    memset(deep, '[', (size_t)d);
+    memset(deep + d, ']', (size_t)d);
+    ASSERT(whole(s, deep, 2 * (size_t)d));
+    memset(deep, '[', (size_t)d + 1);
+    ASSERT_EQ(bad_at(s, deep, (size_t)d + 1), (size_t)d);
+    sd_jschema_free(s);
+}
+
+TEST(misc_schemas_compile_and_behave)
+{
+    static const struct {
+        const char *schema, *good, *bad;
+    } cases[] = {
+        /* no type: told by the keywords; nothing: any value */
+        {"{\"properties\":{\"a\":{}}}", "{\"a\":[1,{\"b\":2}]}", "[1]"},
+        {"{}", "[1,{\"b\":\"c\"}]", "[1,]"},
+        {"true", "\"s\"", "'s'"},
+        /* allOf of one, pydantic's description beside a $ref */
+        {"{\"type\":\"object\",\"properties\":{\"p\":{\"allOf\":[{\"$ref\":\"#/$defs/"
+         "P\"}],\"description\":\"d\"}},"
+         "\"$defs\":{\"P\":{\"enum\":[\"a\",\"b\"]}}}",
+         "{\"p\":\"b\"}", "{\"p\":\"c\"}"},
+        /* $ref "#": the root recurses */
+        {"{\"type\":[\"array\",\"string\"],\"items\":{\"$ref\":\"#\"}}", "[[\"a\"],[]]", "[1]"},
+        /* format ignored, annotations ignored */
+        {"{\"type\":\"string\",\"format\":\"date-time\",\"title\":\"t\",\"default\":\"x\","
+         "\"examples\":[\"y\"]}",
+         "\"not a date\"", "1"},
+        /* const with type, numbers spelled shortest, integral reals as integers */
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"const\":2.0},\"b\":{\"enum\":[0.1,1e3]}},"
+         "\"required\":[\"a\",\"b\"]}",
+         "{\"a\":2,\"b\":0.1}", "{\"a\":2.0,\"b\":0.1}"},
+        {"{\"type\":\"object\",\"properties\":{\"b\":{\"enum\":[0.1,1e3]}},\"required\":[\"b\"]}",
+         "{\"b\":1000}", "{\"b\":1e3}"},
+        /* enum values not of the type are dropped */
+        {"{\"type\":\"string\",\"enum\":[\"a\",1,null]}", "\"a\"", "1"},
+        /* a key with escapes is matched as jansson writes it */
+        {"{\"type\":\"object\",\"properties\":{\"q\\\"\\u00e9\\n\":{\"type\":\"null\"}}}",
+         "{\"q\\\"\xc3\xa9\\n\":null}", "{\"q\\\"\\u00e9\\n\":null}"},
+        /* unevaluatedProperties false and uniqueItems false: nothing to do */
+        {"{\"type\":\"object\",\"unevaluatedProperties\":false,\"properties\":{\"a\":{\"type\":"
+         "\"array\","
+         "\"uniqueItems\":false}}}",
+         "{\"a\":[1,1]}", "{\"b\":1}"},
+        /* an anyOf of consts is one enum (more than SD_JSCHEMA_MAX_ALT of them) */
+        {"{\"anyOf\":[{\"const\":\"a\"},{\"const\":\"b\"},{\"const\":\"c\"},{\"const\":\"d\"},{"
+         "\"const\":\"e\"},"
+         "{\"const\":\"f\"},{\"const\":\"g\"},{\"const\":\"h\"},{\"const\":\"i\"},{\"const\":\"j\"}"
+         ",{\"const\":\"k\"},"
+         "{\"const\":\"l\"},{\"const\":\"m\"},{\"const\":\"n\"},{\"const\":\"o\"},{\"const\":\"p\"}"
+         ",{\"const\":\"q\"},"
+         "{\"type\":\"integer\"}]}",
+         "\"q\"", "\"r\""},
+        /* two alternatives whose key has the same schema: the value, one
+         * alternative of it, keeps both (the first is the one that lasts) */
+        {"{\"$defs\":{\"s\":{\"type\":\"string\"}},\"anyOf\":["
+         "{\"type\":\"object\",\"properties\":{\"x\":{\"$ref\":\"#/$defs/"
+         "s\"},\"a\":{\"type\":\"integer\"}}},"
+         "{\"type\":\"object\",\"properties\":{\"x\":{\"$ref\":\"#/$defs/"
+         "s\"},\"b\":{\"type\":\"integer\"}}}]}",
+         "{\"x\":\"s\",\"a\":1}", "{\"x\":\"s\",\"c\":1}"},
+        /* maxItems 0; an enum of numbers ends where the number does */
+        {"{\"type\":\"array\",\"maxItems\":0}", "[]", "[1]"},
+        {"{\"enum\":[10,2.5,\"a\"]}", "10", "1"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"enum\":[10,-2]}}}", "{\"a\":-2}",
+         "{\"a\":1}"},
+        /* top-level scalars end with the text */
+        {"{\"type\":\"integer\"}", "-120", "-"},
+        {"{\"type\":\"number\"}", "0.5e7", "0.5e"},
+    };
+    for (size_t i = 0; i < SD_ARRAY_LEN(cases); i++) {
+        sd_err err;
+        sd_jschema *s = compile_or_null(cases[i].schema, &err);
+        ASSERT_MSG(s, "%s: %s", cases[i].schema, err.msg);
+        int g = whole(s, cases[i].good, strlen(cases[i].good)),
+            b = whole(s, cases[i].bad, strlen(cases[i].bad));
+        sd_jschema_free(s);
+        ASSERT_MSG(g, "%s refuses %s", cases[i].schema, cases[i].good);
+        ASSERT_MSG(!b, "%s accepts %s", cases[i].schema, cases[i].bad);
+    }
+}
+
+TEST(refused_schemas_name_the_keyword)
+{
+    static const struct {
+        const char *schema, *msg;
+    } cases[] = {
+        {"{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"pattern\":\"^a\"}}}",
+         "json_schema: \"pattern\" at $.properties.name is not supported"},
+        {"{\"type\":\"object\",\"patternProperties\":{\"^a\":{}}}",
+         "\"patternProperties\" at $ is not supported"},
+        {"{\"not\":{\"type\":\"null\"}}", "\"not\" at $ is not supported"},
+        {"{\"if\":{},\"then\":{},\"else\":{}}", "\"if\" at $ is not supported"},
+        {"{\"type\":\"integer\",\"minimum\":0}", "\"minimum\" at $ is not supported"},
+        {"{\"type\":\"number\",\"exclusiveMaximum\":1}",
+         "\"exclusiveMaximum\" at $ is not supported"},
+        {"{\"type\":\"number\",\"multipleOf\":2}", "\"multipleOf\" at $ is not supported"},
+        {"{\"type\":\"array\",\"prefixItems\":[{}]}", "\"prefixItems\" at $ is not supported"},
+        {"{\"type\":\"array\",\"items\":[{}]}", "\"items\" at $ as an array"},
+        {"{\"type\":\"array\",\"contains\":{}}", "\"contains\" at $ is not supported"},
+        {"{\"type\":\"array\",\"uniqueItems\":true}", "\"uniqueItems\" at $ is not supported"},
+        {"{\"type\":\"object\",\"minProperties\":1}", "\"minProperties\" at $ is not supported"},
+        {"{\"type\":\"object\",\"propertyNames\":{}}", "\"propertyNames\" at $ is not supported"},
+        {"{\"type\":\"object\",\"dependentRequired\":{}}",
+         "\"dependentRequired\" at $ is not supported"},
+        {"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}}",
+         "\"additionalProperties\" at $"},
+        {"{\"type\":\"object\",\"nullable\":true}", "\"nullable\" at $ is not supported"},
+        {"{\"allOf\":[{},{}]}", "\"allOf\" at $ is not supported"},
+        {"{\"type\":\"object\",\"anyOf\":[{}]}", "\"anyOf\" at $ with \"type\" beside it"},
+        {"{\"$ref\":\"other.json#/a\"}", "\"$ref\" \"other.json#/a\" at $ is not supported"},
+        {"{\"$ref\":\"#/$defs/missing\"}", "no such definition"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"$id\":\"x\"}}}",
+         "\"$id\" at $.properties.a"},
+        {"{\"enum\":[{\"a\":1}]}", "\"enum\" at $: only scalar values"},
+        {"{\"const\":[1]}", "\"const\" at $: only scalar values"},
+        {"{\"type\":\"integer\",\"enum\":[\"a\",1.5]}", "\"enum\" at $ admits no value"},
+        {"{\"type\":\"strin\"}", "\"type\" at $: unknown type \"strin\""},
+        {"{\"type\":\"string\",\"minLength\":3,\"maxLength\":2}", "\"minLength\" at $ is greater"},
+        {"{\"type\":\"array\",\"minItems\":-1}", "\"minItems\" at $ must be an integer"},
+        {"{\"type\":\"object\",\"properties\":{},\"required\":[\"a\"]}",
+         "names \"a\", which is not in"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":false}}",
+         "false at $.properties.a admits no value"},
+        {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}",
+         "\"oneOf\" at $ is not supported where"},
+        {"{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"a\"]},"
+         "{\"type\":\"object\",\"properties\":{\"b\":{}},\"required\":[\"b\"]}]}",
+         "\"oneOf\" at $ is not supported where"}, /* (open objects: {"a":1,"b":2} is both) */
+        {"{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"n\":{\"$ref\":\"#/$defs/n\"}},"
+         "\"required\":[\"n\"]}},\"$ref\":\"#/$defs/n\"}",
+         "admits no finite document"},
+        {"{\"type\":\"string\"", "not JSON"},
+        {"[]", "the schema at $ must be an object or a boolean"},
+    };
+    for (size_t i = 0; i < SD_ARRAY_LEN(cases); i++) {
+        sd_err err;
+        sd_jschema *s = NULL;
+        sd_err_clear(&err);
+        int rc = sd_jschema_compile(cases[i].schema, strlen(cases[i].schema), &s, &err);
+        ASSERT_MSG(rc == SD_EINVAL && !s, "%s: rc %d", cases[i].schema, rc);
+        ASSERT_CONTAINS(err.msg, cases[i].msg);
+    }
+    /* alternatives that begin alike, more than the state follows */
+    char big[8192] = "{\"anyOf\":[";
+    for (int i = 0; i <= SD_JSCHEMA_MAX_ALT; i++)
+        snprintf(big + strlen(big), sizeof big - strlen(big),
+                 "%s{\"type\":\"object\",\"properties\":{\"k%d\":{\"type\":\"null\"}}}",
+                 i ? "," : "", i);
+    strcat(big, "]}");
+    sd_jschema *s = NULL;
+    sd_err err;
+    ASSERT_EQ(sd_jschema_compile(big, strlen(big), &s, &err), SD_EINVAL);
+    ASSERT_CONTAINS(err.msg, "alternatives may be open at once as objects");
+    /* too large: properties, schemas */
+    size_t cap = 200000;
+    char *huge = malloc(cap);
+    strcpy(huge, "{\"type\":\"object\",\"properties\":{");
+    for (int i = 0; i <= SD_JSCHEMA_MAX_PROPS; i++)
+        snprintf(huge + strlen(huge), cap - strlen(huge), "%s\"p%d\":{\"type\":\"null\"}",
+                 i ? "," : "", i);
+    strcat(huge, "}}");
+    ASSERT_EQ(sd_jschema_compile(huge, strlen(huge), &s, &err), SD_EINVAL);
+    ASSERT_CONTAINS(err.msg, "\"properties\" at $ has more than");
+    strcpy(huge, "{\"type\":\"array\",\"items\":{\"anyOf\":[");
+    for (int i = 0; i <= SD_JSCHEMA_MAX_NODES; i++)
+        strcat(huge, i ? ",{\"type\":\"null\"}" : "{\"type\":\"null\"}");
+    strcat(huge, "]}}");
+    ASSERT_EQ(sd_jschema_compile(huge, strlen(huge), &s, &err), SD_EINVAL);
+    ASSERT_CONTAINS(err.msg, "schemas (at $.items.anyOf[");
+    free(huge);
+    /* a oneOf told apart by a required key the other, closed, lacks is fine */
+    const char *ok =
+        "{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"a\"],"
+        "\"additionalProperties\":false},{\"type\":\"object\",\"properties\":{\"b\":{}},"
+        "\"required\":[\"b\"],\"additionalProperties\":false},{\"type\":\"integer\"}]}";
+    ASSERT_OK(sd_jschema_compile(ok, strlen(ok), &s, &err));
+    sd_jschema_free(s);
+}
+
+TEST_MAIN(T(hand_written_cases_go_bad_at_the_right_byte), T(state_is_small_and_copies_cheaply),
+          T(limits_on_depth_and_whitespace), T(misc_schemas_compile_and_behave),
+          T(refused_schemas_name_the_keyword), T(random_documents_agree_with_the_reference))
