@@ -66,11 +66,32 @@ static const unsigned char *token_bytes(const sd_engine *e, int32_t t, size_t *n
     return (const unsigned char *)sd_tok_token_bytes(e->tok, t, n);
 }
 
-/* json_object: every token that would leave no JSON object prefix after
- * st masked to -inf; an end of text only where the object is whole */
-static void json_mask_row(const sd_engine *e, const req *r, const sd_json_state *st, float *row)
+/* r's JSON state (json_object's or its schema's): a copy, bytes fed, whole */
+static void jtext_copy(const req *r, sd_jtext *dst, const sd_jtext *src)
 {
-    const int done = sd_json_done(st);
+    if (r->schema)
+        sd_jschema_copy(&dst->sch, &src->sch);
+    else
+        dst->obj = src->obj;
+}
+
+static int jtext_feed(const req *r, sd_jtext *st, const unsigned char *b, size_t n)
+{
+    return r->schema ? sd_jschema_feed(r->schema, &st->sch, b, n) : sd_json_feed(&st->obj, b, n);
+}
+
+static int jtext_done(const req *r, const sd_jtext *st)
+{
+    return r->schema ? sd_jschema_done(r->schema, &st->sch) : sd_json_done(&st->obj);
+}
+
+/* json_object / json_schema: every token that would leave no prefix of a
+ * valid document after st masked to -inf; an end of text only where the
+ * document is whole */
+static void json_mask_row(const sd_engine *e, const req *r, const sd_jtext *st, float *row)
+{
+    const int done = jtext_done(r, st);
+    sd_jtext s;
     for (int32_t t = 0; t < e->V; t++) {
         size_t n;
         const unsigned char *b = token_bytes(e, t, &n);
@@ -78,8 +99,8 @@ static void json_mask_row(const sd_engine *e, const req *r, const sd_json_state 
         if (!b || n == 0) {
             ok = done && is_eos(e, r, t);
         } else {
-            sd_json_state s = *st;
-            ok = sd_json_feed(&s, b, n) == 0;
+            jtext_copy(r, &s, st);
+            ok = jtext_feed(r, &s, b, n) == 0;
         }
         if (!ok)
             row[t] = -INFINITY;
@@ -87,12 +108,12 @@ static void json_mask_row(const sd_engine *e, const req *r, const sd_json_state 
 }
 
 /* st advanced by token t's bytes */
-static void json_advance(const sd_engine *e, sd_json_state *st, int32_t t)
+static void json_advance(const sd_engine *e, const req *r, sd_jtext *st, int32_t t)
 {
     size_t n;
     const unsigned char *b = token_bytes(e, t, &n);
     if (b)
-        sd_json_feed(st, b, n);
+        jtext_feed(r, st, b, n);
 }
 
 /* r's logits processors on its rows of a step: row i's history is the
@@ -100,7 +121,9 @@ static void json_advance(const sd_engine *e, sd_json_state *st, int32_t t)
  * that position would have counted, and where its JSON would be) */
 static void process_rows(const sd_engine *e, req *r, float *logits, int rows)
 {
-    sd_json_state js = r->js;
+    sd_jtext js;
+    if (r->json)
+        jtext_copy(r, &js, &r->js);
     for (int i = 0; i < rows; i++) {
         float *row = logits + (size_t)(r->out0 + i) * e->V;
         sd_logits_process(row, e->V, r->bias_ids, r->bias, r->n_bias, r->presence, r->frequency,
@@ -117,7 +140,7 @@ static void process_rows(const sd_engine *e, req *r, float *logits, int rows)
             if (r->counts)
                 r->counts[r->draft[i]]++;
             if (r->json)
-                json_advance(e, &js, r->draft[i]);
+                json_advance(e, r, &js, r->draft[i]);
         }
     }
     for (int i = 0; r->counts && i < rows - 1; i++)
@@ -168,6 +191,23 @@ static void list_remove(req **list, int *n, req *r)
         }
 }
 
+/* what a request owns, and the request */
+static void req_fields_free(req *r)
+{
+    sd_stop_free(&r->stop);
+    sd_detok_free(r->detok);
+    sd_ngram_destroy(r->ng);
+    free(r->tok);
+    free(r->q);
+    free(r->lp);
+    free(r->bias_ids);
+    free(r->bias);
+    free(r->counts);
+    sd_jschema_free(r->schema);
+    free(r->schema_text);
+    free(r);
+}
+
 static void req_free(sd_engine *e, req *r)
 {
     pthread_mutex_lock(&e->mu);
@@ -178,16 +218,7 @@ static void req_free(sd_engine *e, req *r)
         }
     pthread_mutex_unlock(&e->mu);
     sd_kv_seq_free(e->kv, &r->kv);
-    sd_stop_free(&r->stop);
-    sd_detok_free(r->detok);
-    sd_ngram_destroy(r->ng);
-    free(r->tok);
-    free(r->q);
-    free(r->lp);
-    free(r->bias_ids);
-    free(r->bias);
-    free(r->counts);
-    free(r);
+    req_fields_free(r);
 }
 
 static int is_eos(const sd_engine *e, const req *r, int32_t t)
@@ -711,7 +742,7 @@ static int accept_decode(sd_engine *e, req *r, float *logits, const int32_t *dev
             (!dev_out && keep_lp(e, r, r->n_tok - 1, logits + (size_t)(r->out0 + i) * V)))
             return SD_ENOMEM;
         if (r->json)
-            json_advance(e, &r->js, out[i]);
+            json_advance(e, r, &r->js, out[i]);
     }
     return n;
 }
@@ -732,7 +763,7 @@ static int sample_one(sd_engine *e, req *r, float *row)
     if (push_tok(r, t) || keep_lp(e, r, r->n_tok - 1, row))
         return SD_ENOMEM;
     if (r->json)
-        json_advance(e, &r->js, t);
+        json_advance(e, r, &r->js, t);
     return 0;
 }
 
@@ -2419,13 +2450,24 @@ req *sd__engine_req_new(sd_engine *e, const int32_t *prompt, int n_prompt, const
         rc = SD_ENOMEM;
         goto fail;
     }
-    if (p->json_object) {
+    if (p->json_object || p->json_schema) {
         if (!e->tok) {
-            rc = sd_err_set(err, SD_EINVAL, "response_format json_object: the model has no tokenizer");
+            rc = sd_err_set(err, SD_EINVAL, "response_format %s: the model has no tokenizer",
+                            p->json_schema ? "json_schema" : "json_object");
             goto fail;
         }
         r->json = 1;
-        sd_json_init(&r->js);
+        sd_json_init(&r->js.obj);
+    }
+    if (p->json_schema) {
+        r->json = 2;
+        if (!(r->schema_text = strdup(p->json_schema))) {
+            rc = SD_ENOMEM;
+            goto fail;
+        }
+        if ((rc = sd_jschema_compile(p->json_schema, strlen(p->json_schema), &r->schema, err)))
+            goto fail;
+        sd_jschema_init(r->schema, &r->js.sch);
     }
     if (p->min_tokens < 0 || p->min_tokens > p->max_tokens) {
         rc = sd_err_set(err, SD_EINVAL, "min_tokens: %d, at most max_tokens (%d)", p->min_tokens,
@@ -2459,16 +2501,7 @@ req *sd__engine_req_new(sd_engine *e, const int32_t *prompt, int n_prompt, const
 fail:
     if (rc == SD_ENOMEM && !err->msg[0])
         sd_err_set(err, SD_ENOMEM, "out of memory");
-    sd_stop_free(&r->stop);
-    sd_detok_free(r->detok);
-    sd_ngram_destroy(r->ng);
-    free(r->tok);
-    free(r->q);
-    free(r->lp);
-    free(r->bias_ids);
-    free(r->bias);
-    free(r->counts);
-    free(r);
+    req_fields_free(r);
     return NULL;
 }
 

@@ -68,6 +68,10 @@ typedef struct sd_gen_params {
      * text (eos, stop ids) waits for the object to close (verify/json_mask.h;
      * after the bias and penalties; needs the model's tokenizer) */
     int json_object;
+    /* or, where not NULL, a document valid against this JSON Schema (the
+     * schema's text, NUL-terminated; the subset of verify/json_schema.h,
+     * compiled at submit: an error names what it does not take) */
+    const char *json_schema;
     /* no end of text (eos, stop ids: masked) and no stop string (not
      * looked for in the text of the first min_tokens tokens) before this
      * many tokens (vLLM's min_tokens) */

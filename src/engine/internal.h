@@ -18,6 +18,7 @@
 #include "target/model.h"
 #include "verify/accept.h"
 #include "verify/json_mask.h"
+#include "verify/json_schema.h"
 #include "verify/sampling.h"
 #include "verify/synthetic.h"
 
@@ -64,6 +65,12 @@ int sd__mgraph_slot(sd_mgraph *tab, int *n, int cap, uint64_t *clock, int T, int
 
 enum { RQ_WAITING = 0, RQ_PREFILL, RQ_DECODE, RQ_DONE };
 
+/* a request's JSON state, of json_object or of a schema (req.json) */
+typedef union sd_jtext {
+    sd_json_state obj;
+    sd_jschema_state sch;
+} sd_jtext;
+
 typedef struct req {
     uint64_t id;
     int state;
@@ -97,9 +104,13 @@ typedef struct req {
     float presence, frequency;
     int32_t *counts;
     int min_tokens; /* sd_gen_params.min_tokens */
-    /* json_object: the generated text's JSON state (verify/json_mask.h) */
+    /* the generated text's JSON state: json 1, a JSON object
+     * (verify/json_mask.h); 2, a document of schema (verify/json_schema.h,
+     * compiled from schema_text, which the plan carries) */
     int json;
-    sd_json_state js;
+    sd_jtext js;
+    sd_jschema *schema;
+    char *schema_text;
     float *q; /* (SD_MAX_K, V) draft distributions when sampling with a model proposer */
     sd_sampling samp;
     int greedy, max_tokens, ignore_eos;

@@ -24,7 +24,7 @@
 #include "engine/internal.h"
 #include "net/buf.h"
 
-#define PLAN_MAGIC 0x53445034u /* "SDP4": requests carry their logits processors, logprobs, JSON mode and min_tokens */
+#define PLAN_MAGIC 0x53445035u /* "SDP5": requests carry their logits processors, logprobs, JSON mode (and schema) and min_tokens */
 #define PLAN_QUIT 1u
 #define PLAN_TIMEOUT_S 600.0 /* node 0 sends a plan at least every 50 ms while alive */
 
@@ -95,6 +95,11 @@ static void put_req(wbuf *b, const req *r)
     put_u32(b, (uint32_t)r->want_lp);
     put_u32(b, (uint32_t)r->top_lp);
     put_u32(b, (uint32_t)r->json);
+    if (r->json == 2) {
+        const uint32_t l = (uint32_t)strlen(r->schema_text);
+        put_u32(b, l);
+        put(b, r->schema_text, l);
+    }
     put_u32(b, (uint32_t)r->min_tokens);
     put_f64(b, r->presence);
     put_f64(b, r->frequency);
@@ -153,7 +158,19 @@ static int take_req(sd_engine *e, rbuf *b, sd_err *err)
     p.n_stop = (int)ns;
     p.logprobs = (int)get_u32(b);
     p.top_logprobs = (int)get_u32(b);
-    p.json_object = (int)get_u32(b);
+    const uint32_t json = get_u32(b);
+    p.json_object = json == 1;
+    char *schema = NULL;
+    if (json == 2) {
+        uint32_t l = get_u32(b);
+        if (b->bad || l > b->n - b->off || !(schema = malloc((size_t)l + 1))) {
+            b->bad = 1;
+        } else {
+            get(b, schema, l);
+            schema[l] = 0;
+            p.json_schema = schema;
+        }
+    }
     p.min_tokens = (int)get_u32(b);
     p.presence_penalty = (float)get_f64(b);
     p.frequency_penalty = (float)get_f64(b);
@@ -189,6 +206,7 @@ static int take_req(sd_engine *e, rbuf *b, sd_err *err)
     free(stops);
     free(bias_ids);
     free(bias);
+    free(schema);
     free(prompt);
     return rc;
 }

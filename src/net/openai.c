@@ -10,6 +10,7 @@
 
 #include "core/err.h"
 #include "core/util.h"
+#include "verify/json_schema.h"
 
 /* ---- errors ---------------------------------------------------------------- */
 
@@ -293,8 +294,23 @@ static int check_unsupported(json_t *root, sd_oai_kind kind, sd_api_error *e)
         if (!json_is_string(t))
             return sd_api_error_set(e, 400, "response_format.type", "invalid_type",
                                     "response_format.type: expected a string");
-        if (strcmp(json_string_value(t), "text") != 0 && strcmp(json_string_value(t), "json_object") != 0)
-            return unsupported(e, "response_format", "a response_format other than text and json_object");
+        const char *ty = json_string_value(t);
+        if (!strcmp(ty, "json_schema")) {
+            json_t *js = json_object_get(v, "json_schema"), *f;
+            if (!json_is_object(js))
+                return sd_api_error_set(e, 400, "response_format.json_schema", "invalid_type",
+                                        "response_format.json_schema: expected an object");
+            if ((f = json_object_get(js, "name")) && !json_is_null(f) && !json_is_string(f))
+                return bad_type(e, "response_format.json_schema.name", "a string", f);
+            if ((f = json_object_get(js, "strict")) && !json_is_null(f) && !json_is_boolean(f))
+                return bad_type(e, "response_format.json_schema.strict", "a boolean", f);
+            if ((f = json_object_get(js, "schema")) && !json_is_null(f) && !json_is_object(f) &&
+                !json_is_true(f))
+                return bad_type(e, "response_format.json_schema.schema", "an object", f);
+        } else if (strcmp(ty, "text") != 0 && strcmp(ty, "json_object") != 0) {
+            return unsupported(e, "response_format",
+                               "a response_format other than text, json_object and json_schema");
+        }
     }
     if ((v = json_object_get(root, "user")) && !json_is_null(v) && !json_is_string(v))
         return bad_type(e, "user", "a string", v);
@@ -907,9 +923,26 @@ static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model
         g->bias = r->bias;
         g->n_bias = r->n_bias;
     }
-    /* response_format json_object (its type checked with the others) */
+    /* response_format json_object / json_schema (their shape checked with
+     * the others); a schema is compiled here so that what it does not take
+     * is the client's 400 (the engine compiles it again at submit) */
     json_t *rf = json_object_get(json_object_get(root, "response_format"), "type");
     g->json_object = json_is_string(rf) && !strcmp(json_string_value(rf), "json_object");
+    if (json_is_string(rf) && !strcmp(json_string_value(rf), "json_schema")) {
+        json_t *sc = json_object_get(
+            json_object_get(json_object_get(root, "response_format"), "json_schema"), "schema");
+        r->schema_text = sc && !json_is_null(sc) ? json_dumps(sc, JSON_COMPACT | JSON_ENCODE_ANY)
+                                                 : strdup("{}");
+        if (!r->schema_text)
+            return oom(e);
+        sd_jschema *cs = NULL;
+        sd_err ce = {0};
+        if (sd_jschema_compile(r->schema_text, strlen(r->schema_text), &cs, &ce))
+            return sd_api_error_set(e, 400, "response_format.json_schema.schema",
+                                    "invalid_value", "%s", ce.msg);
+        sd_jschema_free(cs);
+        g->json_schema = r->schema_text;
+    }
     r->n = 1;
     if ((v = json_object_get(root, "n")) && !json_is_null(v)) {
         if (get_int(v, "n", 1, SD_OAI_MAX_N, &x, e))
@@ -1046,6 +1079,7 @@ void sd_oai_request_free(sd_oai_request *r)
     free(r->prompts);
     free(r->bias_ids);
     free(r->bias);
+    free(r->schema_text);
     for (int i = 0; i < r->n_msgs; i++) {
         free(r->msgs[i].role);
         free(r->msgs[i].content);

@@ -87,6 +87,7 @@ typedef struct sd_oai_request {
     struct json_t *tools;
     int parallel_tool_calls;
     sd_chat_kwargs kwargs; /* chat: chat_template_kwargs */
+    char *schema_text;     /* response_format json_schema's schema (owned; gen.json_schema) */
     int32_t *bias_ids;     /* logit_bias (owned; gen.bias_ids points here) */
     float *bias;
     int n_bias;

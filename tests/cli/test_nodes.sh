@@ -141,6 +141,10 @@ else bad serve_on_two_nodes_answers "answer: ${answer:0:200} | $(tail -c 300 "$t
 procs='{"model": "specd-tiny", "prompt": "def fibonacci(n):", "max_tokens": 12, "temperature": 0, "frequency_penalty": 1.5, "presence_penalty": 0.5, "logit_bias": {"8000": 100}, "logprobs": 2}'
 pick() { python3 -c 'import json, sys; t = sys.stdin.read(); c = json.loads(t[t.index("{"):])["choices"][0]; print(json.dumps([c["text"], c["logprobs"]]))'; }
 procs2=$(http "$hp" POST /v1/completions "$procs" | pick 2>/dev/null)
+# and a JSON schema's mask (the plan carries the schema's text)
+schema='{"model": "specd-tiny", "messages": [{"role": "user", "content": "a pet"}], "max_tokens": 40, "temperature": 0, "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "object", "properties": {"kind": {"enum": ["cat", "dog"]}, "ok": {"type": "boolean"}}, "required": ["kind", "ok"]}}}}'
+content() { python3 -c 'import json, sys; t = sys.stdin.read(); print(json.dumps(json.loads(t[t.index("{"):])["choices"][0]["message"]["content"]))'; }
+schema2=$(http "$hp" POST /v1/chat/completions "$schema" | content 2>/dev/null)
 # SIGTERM on node 0: it drains, tells node 1, and both exit 0
 kill -TERM "$s0"
 timeout 60 tail --pid="$s0" -f /dev/null
@@ -171,12 +175,16 @@ for _ in $(seq 1 240); do
     procs1=$(http "$hp1" POST /v1/completions "$procs" | pick 2>/dev/null) && [[ -n $procs1 ]] && break
     sleep 0.5
 done
+schema1=$(http "$hp1" POST /v1/chat/completions "$schema" | content 2>/dev/null)
 kill -TERM "$one"
 wait "$one" 2>/dev/null
 pids=()
 if [[ -n $procs1 && $procs1 == "$procs2" ]]; then
     ok logits_processors_on_two_nodes_equal_one_process
 else bad logits_processors_on_two_nodes_equal_one_process "one: ${procs1:0:200} | two: ${procs2:0:200}"; fi
+if [[ $schema1 == '"{'* && $schema1 == "$schema2" ]]; then
+    ok json_schema_on_two_nodes_equals_one_process
+else bad json_schema_on_two_nodes_equals_one_process "one: ${schema1:0:200} | two: ${schema2:0:200}"; fi
 # again, then node 1 dies
 serve_pair
 kill -KILL "$s1"

@@ -26,6 +26,7 @@
 #include "engine_run.h"
 #include "test.h"
 #include "verify/json_mask.h"
+#include "verify/json_schema.h"
 #include "verify/sampling.h"
 
 #define MAXT 64
@@ -84,7 +85,7 @@ static void on_finish(void *u, sd_finish why, const sd_req_stats *st, const char
 
 /* spec "draft": the draft model is the fixture llama-tied (the fixtures'
  * vocabulary) */
-static sd_engine *engine(const char *model, const char *spec, const char *k)
+static sd_engine *engine_ctx(const char *model, const char *spec, const char *k, const char *ctx)
 {
     sd_opts o;
     sd_err err = {0};
@@ -101,9 +102,14 @@ static sd_engine *engine(const char *model, const char *spec, const char *k)
         free(d);
     }
     sd_opts_set(&o, SD_CMD_GENERATE, "spec-k", k, &err);
-    sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "128", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "max-context", ctx, &err);
     sd_opts_set(&o, SD_CMD_GENERATE, "threads", "2", &err);
     return engine_of_opts(&o, m);
+}
+
+static sd_engine *engine(const char *model, const char *spec, const char *k)
+{
+    return engine_ctx(model, spec, k, "128");
 }
 
 /* one request to its end */
@@ -469,17 +475,31 @@ TEST(logits_process_matches_a_direct_computation)
     }
 }
 
+/* code points of a UTF-8 string */
+static size_t utf8_chars(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xc0) != 0x80;
+    return n;
+}
+
 /* the bundled model's engines, plain and with its MTP layer (k = 2); 0
  * where the model is absent */
-static int bundled_pair(sd_engine **plain, sd_engine **spec)
+static int bundled_pair_ctx(sd_engine **plain, sd_engine **spec, const char *ctx)
 {
     char cfg[1200];
     snprintf(cfg, sizeof cfg, "%s/models/specd-tiny/config.json", sd_test_srcdir());
     if (!sd_file_exists(cfg))
         return 0;
-    *plain = engine("models/specd-tiny", "none", "0");
-    *spec = engine("models/specd-tiny", "mtp", "2");
+    *plain = engine_ctx("models/specd-tiny", "none", "0", ctx);
+    *spec = engine_ctx("models/specd-tiny", "mtp", "2", ctx);
     return 1;
+}
+
+static int bundled_pair(sd_engine **plain, sd_engine **spec)
+{
+    return bundled_pair_ctx(plain, spec, "128");
 }
 
 /* response_format json_object on the bundled model (trained on Python,
@@ -527,6 +547,91 @@ TEST(json_object_texts_are_json_objects)
                 a.len, (unsigned long long)b.accepted, (unsigned long long)b.drafted);
     }
     ASSERT(stops > 0);
+    sd_engine_destroy(plain);
+    sd_engine_destroy(spec);
+}
+
+/* response_format json_schema on the bundled model: a text that ends
+ * (stop) is a document jansson reads with the schema's keys in order, of
+ * their types and within their bounds, one cut at its length a prefix the
+ * automaton takes; greedy and sampled; speculative (MTP, k = 2) gives plain
+ * decode's greedy tokens under the mask */
+TEST(json_schema_texts_are_valid_documents)
+{
+    sd_engine *plain = NULL, *spec = NULL;
+    if (!bundled_pair_ctx(&plain, &spec, "512"))
+        TEST_SKIP("the bundled model is absent");
+    ASSERT(plain && spec);
+    static const char schema[] =
+        "{\"type\":\"object\",\"properties\":{"
+        "\"name\":{\"type\":\"string\",\"maxLength\":12},"
+        "\"kind\":{\"enum\":[\"cat\",\"dog\",\"bird\"]},"
+        "\"age\":{\"type\":\"integer\"},"
+        "\"ok\":{\"type\":[\"boolean\",\"null\"]},"
+        "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":6},"
+        "\"maxItems\":2}},"
+        "\"required\":[\"name\",\"kind\",\"age\",\"ok\",\"tags\"],\"additionalProperties\":false}";
+    static const char *const keys[] = {"name", "kind", "age", "ok", "tags"};
+    sd_jschema *js = NULL;
+    ASSERT_OK(sd_jschema_compile(schema, strlen(schema), &js, NULL));
+    int32_t p[6] = {755, 12, 302, 44, 1021, 9};
+    int stops = 0;
+    for (int trial = 0; trial < 4; trial++) {
+        sd_gen_params gp = {.max_tokens = 400, .top_p = 1, .temperature = trial % 2 ? 0.9 : 0,
+                            .seed = 21 + (uint64_t)trial, .has_seed = 1, .json_schema = schema};
+        p[0] = 755 + trial * 17;
+        lp_out a, b;
+        ASSERT_OK(run1(plain, p, 6, &gp, &a));
+        ASSERT_OK(run1(spec, p, 6, &gp, &b));
+        for (int k = 0; k < 2; k++) {
+            const lp_out *o = k ? &b : &a;
+            sd_jschema_state st;
+            sd_jschema_init(js, &st);
+            ASSERT_MSG(sd_jschema_feed(js, &st, (const unsigned char *)o->text, o->len) == 0,
+                       "not a prefix of a valid document: %.*s", (int)o->len, o->text);
+            if (o->why != SD_FINISH_STOP) {
+                ASSERT_EQ(o->why, SD_FINISH_LENGTH);
+                continue;
+            }
+            stops++;
+            json_error_t je;
+            json_t *v = json_loadb(o->text, o->len, 0, &je);
+            ASSERT_MSG(json_is_object(v) && json_object_size(v) == 5, "%s: %.*s", je.text,
+                       (int)o->len, o->text);
+            size_t i = 0;
+            const char *key;
+            json_t *x;
+            json_object_foreach(v, key, x)
+                ASSERT_STR_EQ(key, keys[i++]); /* in the schema's order */
+            json_t *name = json_object_get(v, "name"), *kind = json_object_get(v, "kind"),
+                   *tags = json_object_get(v, "tags"), *ok = json_object_get(v, "ok");
+            ASSERT(json_is_string(name) && utf8_chars(json_string_value(name)) <= 12);
+            ASSERT(json_is_string(kind));
+            const char *kv = json_string_value(kind);
+            ASSERT(!strcmp(kv, "cat") || !strcmp(kv, "dog") || !strcmp(kv, "bird"));
+            ASSERT(json_is_integer(json_object_get(v, "age")));
+            ASSERT(json_is_boolean(ok) || json_is_null(ok));
+            ASSERT(json_is_array(tags) && json_array_size(tags) <= 2);
+            for (size_t t = 0; t < json_array_size(tags); t++)
+                ASSERT(json_is_string(json_array_get(tags, t)) &&
+                       utf8_chars(json_string_value(json_array_get(tags, t))) <= 6);
+            json_decref(v);
+        }
+        if (gp.temperature == 0) {
+            ASSERT_EQ(a.n, b.n);
+            for (int i = 0; i < a.n; i++)
+                ASSERT_EQ(a.ids[i], b.ids[i]);
+        }
+        fprintf(stderr, "  trial %d (%s): %s, %.*s\n", trial, gp.temperature > 0 ? "sampled" : "greedy",
+                a.why == SD_FINISH_STOP ? "stop" : "length", (int)a.len, a.text);
+    }
+    ASSERT(stops > 0);
+    /* a schema the subset does not take: the submit says why */
+    sd_gen_params bad = {.max_tokens = 8, .top_p = 1, .json_schema = "{\"type\":\"string\",\"pattern\":\"a+\"}"};
+    sd_err err = {0};
+    ASSERT_EQ(sd_engine_submit(plain, p, 6, &bad, NULL, NULL, NULL, &err), SD_EINVAL);
+    ASSERT_CONTAINS(err.msg, "pattern");
+    sd_jschema_free(js);
     sd_engine_destroy(plain);
     sd_engine_destroy(spec);
 }
@@ -584,6 +689,7 @@ TEST(min_tokens_hold_the_end_of_text_and_stop_strings)
 TEST_MAIN(T(logprobs_row_matches_a_direct_computation), T(logits_process_matches_a_direct_computation),
           T(min_tokens_hold_the_end_of_text_and_stop_strings),
           T(json_object_texts_are_json_objects),
+          T(json_schema_texts_are_valid_documents),
           T(logit_bias_moves_the_first_token_as_on_transformers_logits),
           T(speculation_gives_plain_decodes_tokens_under_penalties_and_bias),
           T(greedy_logprobs_match_transformers_and_do_not_change_with_speculation),

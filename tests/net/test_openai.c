@@ -253,7 +253,7 @@ TEST(unsupported_options_are_refused_by_name)
         {"tool_choice", "\"required\""},
         {"tool_choice", "{\"type\":\"function\"}"},
         {"function_call", "\"auto\""},
-        {"response_format", "{\"type\":\"json_schema\",\"json_schema\":{}}"},
+        {"response_format", "{\"type\":\"grammar\"}"},
         {"store", "true"},
     };
     for (size_t i = 0; i < sizeof chat / sizeof chat[0]; i++) {
@@ -916,19 +916,45 @@ TEST(min_tokens_maps_to_gen_params)
     ASSERT(expect_400(SD_OAI_CHAT, C(",\"min_tokens\":\"2\""), "min_tokens", "invalid_type"));
 }
 
-/* response_format: text (nothing), json_object (the mask); json_schema is
- * refused by name */
-TEST(response_format_json_object_maps_to_gen_params)
+/* response_format: text (nothing), json_object (the mask), json_schema
+ * (the schema's compact text, in its key order; no schema: any JSON
+ * value); a schema outside the subset, or of the wrong shape, is a 400
+ * naming the field */
+TEST(response_format_maps_to_gen_params)
 {
     sd_oai_request r;
     ASSERT(parse_ok(SD_OAI_CHAT, C(",\"response_format\":{\"type\":\"json_object\"}"), &r));
     ASSERT_EQ(r.gen.json_object, 1);
+    ASSERT(r.gen.json_schema == NULL);
     sd_oai_request_free(&r);
     ASSERT(parse_ok(SD_OAI_CHAT, C(",\"response_format\":{\"type\":\"text\"}"), &r));
     ASSERT_EQ(r.gen.json_object, 0);
     sd_oai_request_free(&r);
-    ASSERT(expect_400(SD_OAI_CHAT, C(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}"),
-                      "response_format", "unsupported_parameter"));
+    ASSERT(parse_ok(SD_OAI_CHAT,
+                    C(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":"
+                      "\"p\",\"strict\":true,\"schema\":{\"type\":\"object\",\"properties\":{"
+                      "\"z\":{\"type\":\"integer\"},\"a\":{\"type\":\"string\"}}}}}"),
+                    &r));
+    ASSERT_EQ(r.gen.json_object, 0);
+    ASSERT_STR_EQ(r.gen.json_schema, "{\"type\":\"object\",\"properties\":{\"z\":{\"type\":"
+                                     "\"integer\"},\"a\":{\"type\":\"string\"}}}");
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_CHAT, C(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}"),
+                    &r));
+    ASSERT_STR_EQ(r.gen.json_schema, "{}");
+    sd_oai_request_free(&r);
+    ASSERT(expect_400(SD_OAI_CHAT,
+                      C(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":"
+                        "{\"type\":\"string\",\"pattern\":\"x\"}}}"),
+                      "response_format.json_schema.schema", "invalid_value"));
+    ASSERT(expect_400(SD_OAI_CHAT, C(",\"response_format\":{\"type\":\"json_schema\"}"),
+                      "response_format.json_schema", "invalid_type"));
+    ASSERT(expect_400(SD_OAI_CHAT,
+                      C(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":3}}"),
+                      "response_format.json_schema.schema", NULL));
+    ASSERT(expect_400(SD_OAI_CHAT,
+                      C(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":3}}"),
+                      "response_format.json_schema.name", "invalid_type"));
 }
 
 /* presence / frequency penalties and logit_bias into gen params, bounds
@@ -1223,7 +1249,7 @@ TEST_MAIN(T(a_full_chat_request_maps_to_gen_params), T(completion_defaults_follo
           T(context_limit_names_prompt_or_max_tokens),
           T(random_mutations_never_crash_and_errors_are_complete),
           T(error_json_has_openai_shape), T(chat_response_carries_usage_and_speculative_extension),
-          T(completion_response_has_text_and_stop_reason), T(n_choices_in_one_response_and_indexed_chunks), T(logprobs_options_map_to_gen_params), T(logits_processors_map_to_gen_params), T(response_format_json_object_maps_to_gen_params), T(min_tokens_maps_to_gen_params),
+          T(completion_response_has_text_and_stop_reason), T(n_choices_in_one_response_and_indexed_chunks), T(logprobs_options_map_to_gen_params), T(logits_processors_map_to_gen_params), T(response_format_maps_to_gen_params), T(min_tokens_maps_to_gen_params),
           T(logprobs_json_in_responses_and_chunks),
           T(chat_stream_chunks_frame_as_openai_sse),
           T(completion_stream_chunks_are_text_completions),
