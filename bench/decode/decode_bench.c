@@ -622,6 +622,9 @@ int main(int argc, char **argv)
 #define SET(key, val) ok &= sd_opts_set(&o, SD_CMD_BENCH, key, val, &err) == 0
     SET("model", dir);
     SET("spec", a.spec);
+    /* the repeats send the warm-up's prompts: cached, their prefill would
+     * be skipped (--opt prefix-cache=true measures that) */
+    SET("prefix-cache", "false");
     snprintf(buf, sizeof buf, "%d", a.k);
     SET("spec-k", a.k < 0 ? "auto" : buf);
     if (a.draft)

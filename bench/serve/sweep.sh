@@ -18,7 +18,9 @@
 #               DIR/bench/specd-bench-serve (bench/gpu/pack.sh's folder, on a machine
 #               the build was carried to); with -1 nothing but python3 is needed
 #               (no jq; the plot is left out where gnuplot or jq is missing)
-#   -s "ARGS"   extra `specd serve` options (e.g. "--model /models/X --tp 8")
+#   -s "ARGS"   extra `specd serve` options (e.g. "--model /models/X --tp 8"); the servers
+#               run with --no-prefix-cache unless ARGS name prefix-cache (the levels
+#               send the same prompts again: cached, their prefill would be skipped)
 #   -P PORT     first port for the servers (default 18123; one port per label)
 #   -L DIR      keep each server's log as DIR/serve-LABEL.log (e.g. with -s "--log-level debug")
 #   -1          one server at a time, each swept whole (for a GPU that holds one model);
@@ -94,8 +96,10 @@ start() { # label port
             spec+=(--draft-model "models/specd-tiny-$p")
         fi
     fi
+    local cache=(--no-prefix-cache)
+    [[ $serve_extra == *prefix-cache* ]] && cache=()
     # shellcheck disable=SC2086
-    "$build/specd" serve --port "$2" "${spec[@]}" $serve_extra >"$tmp/serve-$1.log" 2>&1 &
+    "$build/specd" serve --port "$2" "${spec[@]}" "${cache[@]}" $serve_extra >"$tmp/serve-$1.log" 2>&1 &
     pid[$1]=$!
     url[$1]=http://127.0.0.1:$2
     for _ in $(seq 1200); do

@@ -458,6 +458,32 @@ static int pc_match(sd_engine *e, req *r, int *n_prop)
     return m * bs;
 }
 
+/* An arrival whose first whole blocks a request in prefill is about to
+ * compute (the n choices of one prompt, a burst of one system prompt)
+ * waits for them: a step later it finds them cached instead of computing
+ * them again beside it. */
+static int pc_wait(const sd_engine *e, const req *r)
+{
+    if (!e->pc || r->n_comp > 0 || r->kv.n_blocks > 0)
+        return 0;
+    const int bs = e->block_size, maxb = (prefill_target(r) - 1) / bs;
+    for (int i = 0; maxb > 0 && i < e->n_running; i++) {
+        const req *q = e->running[i];
+        if (q->state != RQ_PREFILL || q->pc_n >= maxb)
+            continue;
+        /* the blocks both begin with, of those q's prefill computes */
+        const int qb = prefill_target(q) / bs;
+        int shared = 0;
+        while (shared < maxb && shared < qb &&
+               !memcmp(q->tok + (size_t)shared * bs, r->tok + (size_t)shared * bs,
+                       (size_t)bs * sizeof *r->tok))
+            shared++;
+        if (shared > q->pc_n)
+            return 1;
+    }
+    return 0;
+}
+
 /* A matched request that drafts keeps only the blocks whose proposer
  * slots are written for its tokens (n_prop of them): the rest it computes
  * (the proposer catches up only on what a target pass computes). Returns 1
@@ -1379,6 +1405,8 @@ static int engine_step(sd_engine *e)
                 continue;
             if (pass == 1 && e->n_running >= e->max_batch)
                 break;
+            if (pass == 1 && pc_wait(e, r))
+                continue;
             /* an arrival starts after the cached blocks its tokens begin with */
             int n_prop = 0;
             const int matched = pass == 1 && pc_match(e, r, &n_prop) > 0;

@@ -1228,16 +1228,24 @@ static char *token_text(const sd_tokenizer *tok, int32_t id, size_t *len)
 /* JSON has no -inf: OpenAI's and vLLM's floor */
 static json_t *lp_real(float x) { return json_real(x > -9999.0f ? (double)x : -9999.0); }
 
-/* chat's {"token", "logprob", "bytes"} of one token */
+/* chat's {"token", "logprob", "bytes"} of one token: bytes are the
+ * token's own in running text, as OpenAI gives them (a piece of a UTF-8
+ * character as its raw bytes, where "token" has U+FFFD: the bytes of a
+ * reply's tokens make its text) */
 static json_t *chat_token(const sd_tokenizer *tok, int32_t id, float lp)
 {
-    size_t len;
+    size_t len, blen = 0;
     char *t = token_text(tok, id, &len);
+    const char *raw = tok ? sd_tok_token_bytes(tok, id, &blen) : NULL;
+    if (!raw) {
+        raw = t;
+        blen = len;
+    }
     json_t *o = json_object(), *b = json_array();
     json_object_set_new(o, "token", text_json(t, len));
     json_object_set_new(o, "logprob", lp_real(lp));
-    for (size_t i = 0; i < len; i++)
-        json_array_append_new(b, json_integer((unsigned char)t[i]));
+    for (size_t i = 0; i < blen; i++)
+        json_array_append_new(b, json_integer((unsigned char)raw[i]));
     json_object_set_new(o, "bytes", b);
     free(t);
     return o;

@@ -258,6 +258,42 @@ TEST(a_batch_shares_a_cached_system_prompt)
     sd_engine_destroy(e0);
 }
 
+/* Requests that arrive together with one system prompt, none cached yet:
+ * the first computes its blocks and the others, held a step, find them
+ * (the n choices of one prompt too) */
+TEST(arrivals_with_one_new_prefix_wait_for_its_blocks)
+{
+    uint64_t seed = sd_test_seed();
+    enum { N = 5 };
+    cfg c = {.model = "llama", .cache = 1};
+    cfg c0 = c;
+    c0.cache = 0;
+    sd_engine *e = engine(&c), *e0 = engine(&c0);
+    ASSERT(e && e0);
+    int32_t buf[N][64], *p[N];
+    int n[N];
+    rand_tokens(&seed, buf[0], 64, 300);
+    for (int i = 0; i < N; i++) {
+        memcpy(buf[i], buf[0], 50 * sizeof(int32_t)); /* 3 whole blocks shared */
+        rand_tokens(&seed, buf[i] + 50, 14, 300);
+        p[i] = buf[i];
+        n[i] = i == N - 1 ? 50 : 52 + i; /* the last: the prefix alone */
+    }
+    sd_gen_params gp = {.max_tokens = 10, .top_p = 1, .ignore_eos = 1};
+    engine_out outs[N], refs[N];
+    ASSERT_OK(run_batch(e, p, n, N, &gp, outs));
+    ASSERT_OK(run_batch(e0, p, n, N, &gp, refs));
+    int cached = 0;
+    for (int i = 0; i < N; i++) {
+        same_ids(&outs[i], &refs[i]);
+        cached += outs[i].st.cached_tokens;
+    }
+    ASSERT_EQ(outs[0].st.cached_tokens, 0);
+    ASSERT_EQ(cached, (N - 1) * 48);
+    sd_engine_destroy(e);
+    sd_engine_destroy(e0);
+}
+
 /* With few blocks, other requests' prompts evict a cached prefix (least
  * recently released first): a prompt met again after them starts where
  * its blocks still are, with the same tokens; an idle engine holds no
@@ -302,4 +338,5 @@ TEST(cached_blocks_give_way_when_blocks_run_short)
 TEST_MAIN(T(a_repeated_prompt_starts_after_its_cached_blocks_with_the_same_tokens),
           T(every_proposer_drafts_after_a_cached_start_as_after_a_full_prefill),
           T(a_batch_shares_a_cached_system_prompt),
+          T(arrivals_with_one_new_prefix_wait_for_its_blocks),
           T(cached_blocks_give_way_when_blocks_run_short))

@@ -1046,6 +1046,36 @@ TEST(logprobs_json_in_responses_and_chunks)
     ASSERT_NEAR(json_real_value(json_object_get(c1, "logprob")), -9999.0, 0);
     json_decref(v);
     sd_buf_free(&b);
+    /* the bytes of a text's tokens make the text, a character split over
+     * tokens too (each piece its raw bytes, as OpenAI gives them) */
+    {
+        static const char utf[] = "naïve café ✓ 漢字";
+        int32_t *u = NULL;
+        int nu = 0;
+        ASSERT_OK(sd_tok_encode(tok, utf, strlen(utf), 0, &u, &nu, &err));
+        sd_token_logprob *ul = calloc((size_t)nu, sizeof *ul);
+        ASSERT(ul);
+        sd_oai_logprobs U = {tok, 0, u, ul, nu, NULL};
+        sd_oai_choice uc = {utf, strlen(utf), NULL, 0, NULL, 0, SD_FINISH_STOP, &U};
+        ASSERT_OK(sd_oai_response(&b, &m, &uc, 1, &st));
+        v = load(&b);
+        json_t *content = json_object_get(
+            json_object_get(json_array_get(json_object_get(v, "choices"), 0), "logprobs"), "content");
+        ASSERT_EQ(json_array_size(content), (size_t)nu);
+        char got[256];
+        size_t gl = 0;
+        for (int i = 0; i < nu; i++) {
+            json_t *by = json_object_get(json_array_get(content, (size_t)i), "bytes");
+            for (size_t k = 0; k < json_array_size(by) && gl < sizeof got; k++)
+                got[gl++] = (char)json_integer_value(json_array_get(by, k));
+        }
+        ASSERT_EQ(gl, strlen(utf));
+        ASSERT(memcmp(got, utf, gl) == 0);
+        json_decref(v);
+        sd_buf_free(&b);
+        free(ul);
+        free(u);
+    }
     /* completions: parallel arrays, text_offset from the offset on */
     sd_oai_meta mc = {SD_OAI_COMPLETIONS, "cmpl-8", 1, MODEL, 0};
     L.offset = &off;

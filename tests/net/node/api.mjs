@@ -163,7 +163,8 @@ test('every error case has its status and the OpenAI error shape', async () => {
   await expectError(await post('/v1/chat/completions', chat({ top_logprobs: 2 })), 400, 'invalid_value', 'top_logprobs');
   await expectError(await post('/v1/chat/completions', chat({ n: 0 })), 400, 'invalid_value', 'n');
   await expectError(await post('/v1/chat/completions', chat({ tools: [{ type: 'function', function: { name: 'f' } }] })), 400, 'unsupported_parameter', 'tools');
-  await expectError(await post('/v1/chat/completions', chat({ response_format: { type: 'json_schema', json_schema: {} } })), 400, 'unsupported_parameter', 'response_format');
+  await expectError(await post('/v1/chat/completions', chat({ response_format: { type: 'grammar' } })), 400, 'unsupported_parameter', 'response_format');
+  await expectError(await post('/v1/chat/completions', chat({ response_format: { type: 'json_schema', json_schema: { schema: { not: {} } } } })), 400, 'invalid_value', 'response_format.json_schema.schema');
   await expectError(await post('/v1/chat/completions', chat({ max_tokens: maxContext })), 400, 'context_length_exceeded', 'max_tokens');
   await expectError(await post('/v1/completions', { model: modelName, prompt: new Array(maxContext + 1).fill(1) }), 400, 'context_length_exceeded', 'prompt');
   await expectError(await post('/v1/completions', { model: modelName, prompt: 'x'.repeat(70000) }), 413, 'body_too_large', null);
