@@ -438,7 +438,7 @@ static void kv_release(sd_engine *e, req *r, int offer)
 static int pc_match(sd_engine *e, req *r, int *n_prop)
 {
     *n_prop = 0;
-    if (!e->pc || r->n_comp > 0 || r->kv.n_blocks > 0)
+    if (!e->pc || r->n_comp > 0 || r->kv.n_blocks > 0 || r->want_plp)
         return 0;
     const int bs = e->block_size, target = prefill_target(r);
     r->pc_key = sd_pcache_root();
@@ -464,7 +464,7 @@ static int pc_match(sd_engine *e, req *r, int *n_prop)
  * them again beside it. */
 static int pc_wait(const sd_engine *e, const req *r)
 {
-    if (!e->pc || r->n_comp > 0 || r->kv.n_blocks > 0)
+    if (!e->pc || r->n_comp > 0 || r->kv.n_blocks > 0 || r->want_plp)
         return 0;
     const int bs = e->block_size, maxb = (prefill_target(r) - 1) / bs;
     for (int i = 0; maxb > 0 && i < e->n_running; i++) {
@@ -548,6 +548,8 @@ static int prefill_chunk(const sd_engine *e, const step *s, const req *r, int bu
         chunk = budget;
     if (s->T + chunk > e->max_tokens)
         chunk = e->max_tokens - s->T;
+    if (r->want_plp && s->n_out + chunk > e->max_out) /* every row's logits */
+        chunk = e->max_out - s->n_out;
     return chunk;
 }
 
@@ -771,6 +773,27 @@ static int accept_decode(sd_engine *e, req *r, float *logits, const int32_t *dev
             json_advance(e, r, &r->js, out[i]);
     }
     return n;
+}
+
+/* The log probabilities of the prompt tokens r's prefill chunk of this
+ * step predicts (row i of the chunk: the token after its position), sent
+ * on; the request asks no more of them once they are all sent. */
+static int prompt_logprobs(sd_engine *e, req *r)
+{
+    const int first = r->n_comp + 1 > r->plp_sent ? r->n_comp + 1 : r->plp_sent;
+    int last = r->n_comp + r->chunk; /* the position after the chunk's last row */
+    if (last > r->n_prompt - 1)
+        last = r->n_prompt - 1;
+    for (int pos = first; pos <= last; pos++)
+        if (keep_lp(e, r, pos, e->h_logits + (size_t)(r->plp_out0 + pos - 1 - r->n_comp) * e->V))
+            return SD_ENOMEM;
+    if (last >= first && r->ev.on_logprobs)
+        r->ev.on_logprobs(r->user, r->tok + first, r->lp + first, last - first + 1);
+    if (last >= first)
+        r->plp_sent = last + 1;
+    if (r->plp_sent >= r->n_prompt)
+        r->want_plp = 0;
+    return 0;
 }
 
 static int sample_one(sd_engine *e, req *r, float *row)
@@ -1471,7 +1494,12 @@ static int engine_step(sd_engine *e)
                 }
             }
             int last = r->n_comp + chunk == target;
-            add_rows(e, &s, r, r->tok + r->n_comp, chunk, r->n_comp, last && r->fresh ? 1 : 0);
+            add_rows(e, &s, r, r->tok + r->n_comp, chunk, r->n_comp,
+                     r->want_plp ? chunk : last && r->fresh ? 1 : 0);
+            if (r->want_plp) { /* the first token is chosen at the last row */
+                r->plp_out0 = r->out0;
+                r->out0 = s.n_out - 1;
+            }
             r->chunk = chunk;
             budget -= chunk;
         }
@@ -1485,7 +1513,7 @@ static int engine_step(sd_engine *e)
     int greedy_only = 1, host_logits = 0;
     for (int i = 0; i < s.n_seq; i++) {
         greedy_only &= s.seqs[i]->greedy;
-        host_logits |= s.seqs[i]->want_lp | s.seqs[i]->proc;
+        host_logits |= s.seqs[i]->want_lp | s.seqs[i]->proc | s.seqs[i]->want_plp;
     }
     /* a request that wants its tokens' log probabilities, or whose logits
      * a processor changes (bias, penalties, JSON, min_tokens): the step's
@@ -1691,6 +1719,10 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
             r->n_draft = 0;
             emit(e, r, from);
         } else {
+            if (r->want_plp && prompt_logprobs(e, r)) {
+                finish(e, r, SD_FINISH_ERROR, "out of memory");
+                continue;
+            }
             r->n_comp += r->chunk;
             int target = prefill_target(r);
             if (r->n_comp == target) {
@@ -2448,6 +2480,8 @@ req *sd__engine_req_new(sd_engine *e, const int32_t *prompt, int n_prompt, const
     }
     r->want_lp = p->logprobs != 0;
     r->top_lp = p->top_logprobs;
+    r->want_plp = r->want_lp && p->prompt_logprobs && n_prompt > 1;
+    r->plp_sent = 1;
     if (p->n_bias < 0 || p->n_bias > SD_MAX_LOGIT_BIAS) {
         rc = sd_err_set(err, SD_EINVAL, "logit_bias: %d tokens, at most %d", p->n_bias,
                         SD_MAX_LOGIT_BIAS);

@@ -51,6 +51,12 @@ typedef struct sd_gen_params {
      * steps that hold such a request bring their logits rows to the host. */
     int logprobs;
     int top_logprobs;
+    /* with logprobs: the prompt's tokens' too, each given the ones before
+     * it (the first has none), through on_logprobs (ids the prompt's, from
+     * its second token on) before the first generated token's (completions'
+     * echo: lm-eval's loglikelihood). The prompt's steps bring every row's
+     * logits to the host; no prefix cache for it. */
+    int prompt_logprobs;
     /* OpenAI's logits processors, on the target's logits before anything
      * else (temperature, truncation, the draft's verification, the
      * logprobs): bias[i] added to the logit of bias_ids[i] (copied at

@@ -92,6 +92,10 @@ typedef struct req {
     /* sd_gen_params.logprobs: each token's (lp[i] for tok[i], i >= n_prompt;
      * cap_lp entries), its steps' logits rows brought to the host */
     int want_lp, top_lp;
+    /* sd_gen_params.prompt_logprobs: until they are all sent (plp_sent, the
+     * next prompt position); plp_out0: the first logits row of its chunk
+     * (out0 is the chunk's last, the one the first token is chosen at) */
+    int want_plp, plp_out0, plp_sent;
     sd_token_logprob *lp;
     int cap_lp;
     /* logits processors (sd_gen_params.bias, the penalties): proc when any

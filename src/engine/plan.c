@@ -24,7 +24,7 @@
 #include "engine/internal.h"
 #include "net/buf.h"
 
-#define PLAN_MAGIC 0x53445035u /* "SDP5": requests carry their logits processors, logprobs, JSON mode (and schema) and min_tokens */
+#define PLAN_MAGIC 0x53445035u /* "SDP5": requests carry their logits processors, logprobs (and the prompt's), JSON mode (and schema) and min_tokens */
 #define PLAN_QUIT 1u
 #define PLAN_TIMEOUT_S 600.0 /* node 0 sends a plan at least every 50 ms while alive */
 
@@ -94,6 +94,7 @@ static void put_req(wbuf *b, const req *r)
      * path (host logits) and the same processors */
     put_u32(b, (uint32_t)r->want_lp);
     put_u32(b, (uint32_t)r->top_lp);
+    put_u32(b, (uint32_t)r->want_plp);
     put_u32(b, (uint32_t)r->json);
     if (r->json == 2) {
         const uint32_t l = (uint32_t)strlen(r->schema_text);
@@ -158,6 +159,7 @@ static int take_req(sd_engine *e, rbuf *b, sd_err *err)
     p.n_stop = (int)ns;
     p.logprobs = (int)get_u32(b);
     p.top_logprobs = (int)get_u32(b);
+    p.prompt_logprobs = (int)get_u32(b);
     const uint32_t json = get_u32(b);
     p.json_object = json == 1;
     char *schema = NULL;

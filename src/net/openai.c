@@ -261,13 +261,6 @@ static int check_unsupported(json_t *root, sd_oai_kind kind, sd_api_error *e)
         if (x != 1)
             return unsupported(e, "best_of", "best_of > 1");
     }
-    if ((v = json_object_get(root, "echo")) && !json_is_null(v)) {
-        int b = 0;
-        if (get_bool(v, "echo", &b, e))
-            return SD_EINVAL;
-        if (b)
-            return unsupported(e, "echo", "echoing the prompt");
-    }
     if ((v = json_object_get(root, "suffix")) && !json_is_null(v)) {
         if (!json_is_string(v))
             return bad_type(e, "suffix", "a string", v);
@@ -943,6 +936,13 @@ static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model
         sd_jschema_free(cs);
         g->json_schema = r->schema_text;
     }
+    /* completions' echo (the key is refused for chat with the other
+     * unknown ones) */
+    if ((v = json_object_get(root, "echo")) && !json_is_null(v)) {
+        if (get_bool(v, "echo", &r->echo, e))
+            return SD_EINVAL;
+        g->prompt_logprobs = r->echo && g->logprobs;
+    }
     r->n = 1;
     if ((v = json_object_get(root, "n")) && !json_is_null(v)) {
         if (get_int(v, "n", 1, SD_OAI_MAX_N, &x, e))
@@ -1276,10 +1276,15 @@ static json_t *logprobs_json(sd_oai_kind kind, const sd_oai_logprobs *lp)
         size_t len;
         char *s = token_text(lp->tok, lp->ids[i], &len);
         json_array_append_new(toks, text_json(s, len));
-        json_array_append_new(lps, lp_real(t->logprob));
         json_array_append_new(offs, json_integer((json_int_t)off));
         off += len;
         free(s);
+        if (isnan(t->logprob)) { /* an echoed prompt's first token: nothing before it */
+            json_array_append_new(lps, json_null());
+            json_array_append_new(tops, json_null());
+            continue;
+        }
+        json_array_append_new(lps, lp_real(t->logprob));
         json_t *top = json_object();
         for (int j = 0; j < t->n_top && j < lp->top; j++) {
             char *a = token_text(lp->tok, t->top_ids[j], &len);

@@ -80,6 +80,9 @@ typedef struct sd_oai_request {
     const char *max_tokens_param; /* the name the client used, for errors */
     char **stop;                  /* owned; gen.stop points here */
     int n_stop;
+    /* completions: the prompt comes back before the completion (with
+     * logprobs, its tokens' too: gen.prompt_logprobs) */
+    int echo;
     /* chat: the tools (validated OpenAI tool objects, a reference), NULL when
      * none were given or tool_choice is "none" (they are then neither shown to
      * the model nor read out of its text); at most one call with

@@ -1,6 +1,7 @@
 #include "net/server.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -105,6 +106,11 @@ struct job {
     sd_token_logprob *lp;
     int n_lp, cap_lp, lp_sent;
     size_t lp_off;
+    /* completions' echo: the prompt's text and first token, out before
+     * the completion (then freed) */
+    char *echo;
+    size_t echo_len;
+    int32_t echo_id;
     uint64_t t_last; /* engine-thread time of the last tokens, ns */
     job *prev, *next;
 };
@@ -264,6 +270,7 @@ static void job_free(job *j)
     free(j->calls);
     free(j->lp_ids);
     free(j->lp);
+    free(j->echo);
     free(j);
 }
 
@@ -409,10 +416,10 @@ static int lp_flush(job *j)
     return sd_oai_chunk_event_lp(&j->rp->out, &m, 0, "", 0, SD_FINISH_NONE, &lp) ? SD_ENOMEM : 0;
 }
 
-/* A logprobs event: its tokens' entries appended to the job's */
-static int take_logprobs(job *j, const event *ev)
+/* n tokens' entries appended to the job's (their ids and sd_token_logprob
+ * entries, at any alignment) */
+static int lp_append(job *j, const void *src_ids, const void *src_lp, int n)
 {
-    const int n = ev->n_ids;
     if (j->rp->stream && j->lp_sent == j->n_lp) /* (all sent: their room is free again) */
         j->n_lp = j->lp_sent = 0;
     if (j->n_lp + n > j->cap_lp) {
@@ -429,10 +436,17 @@ static int take_logprobs(job *j, const event *ev)
             return SD_ENOMEM;
         j->cap_lp = cap;
     }
-    memcpy(j->lp_ids + j->n_lp, ev->text, (size_t)n * sizeof *j->lp_ids);
-    memcpy(j->lp + j->n_lp, ev->text + (size_t)n * sizeof *j->lp_ids, (size_t)n * sizeof *j->lp);
+    memcpy(j->lp_ids + j->n_lp, src_ids, (size_t)n * sizeof *j->lp_ids);
+    memcpy(j->lp + j->n_lp, src_lp, (size_t)n * sizeof *j->lp);
     j->n_lp += n;
     return 0;
+}
+
+/* A logprobs event: its tokens' entries appended to the job's */
+static int take_logprobs(job *j, const event *ev)
+{
+    const int n = ev->n_ids;
+    return lp_append(j, ev->text, ev->text + (size_t)n * sizeof(int32_t), n);
 }
 
 /* The tool-call parser's output: content and calls, kept (a whole response)
@@ -483,6 +497,23 @@ static int content_out(job *j, const char *text, size_t len)
     return sd_oai_chunk_event_lp(&j->rp->out, &m, 0, text, len, SD_FINISH_NONE, with ? &lp : NULL)
                ? SD_ENOMEM
                : 0;
+}
+
+/* the echoed prompt out: its text first, and with logprobs its first
+ * token's entry (null: nothing comes before it; the engine's entries of
+ * the rest of the prompt follow) */
+static int echo_out(job *j)
+{
+    int rc = 0;
+    if (j->rp->want_lp) {
+        sd_token_logprob first = {.logprob = NAN};
+        rc = lp_append(j, &j->echo_id, &first, 1);
+    }
+    if (!rc)
+        rc = content_out(j, j->echo, j->echo_len);
+    free(j->echo);
+    j->echo = NULL;
+    return rc;
 }
 
 /* The reasoning parser's output: reasoning kept or streamed as
@@ -870,6 +901,29 @@ typedef struct pending {
     sd_api_error e;
 } pending;
 
+/* completions' echo: the text of prompt pi of the request (as the client
+ * gave it, or its ids decoded) and its first token, kept in the job */
+static int echo_keep(sd_server *s, job *j, const sd_oai_request *r, const pending *p, int pi)
+{
+    const sd_oai_prompt *pr = &r->prompts[pi];
+    j->echo_id = p->ids[pi][0];
+    if (!pr->is_ids) {
+        j->echo = malloc(pr->len + 1);
+        if (!j->echo)
+            return SD_ENOMEM;
+        memcpy(j->echo, pr->text, pr->len);
+        j->echo_len = pr->len;
+        return 0;
+    }
+    sd_err err = {0};
+    if (!s->tok) {
+        j->echo = strdup("");
+        return j->echo ? 0 : SD_ENOMEM;
+    }
+    return sd_tok_decode(s->tok, p->ids[pi], p->n[pi], 0, &j->echo, &j->echo_len, &err);
+}
+
+
 /* every prompt of p's request -> token ids (p->ids, p->n); 0 or p->e set */
 static int encode(sd_server *s, pending *p)
 {
@@ -977,6 +1031,10 @@ static void generate_submit(sd_server *s, pending *p)
         /* choice c of prompt pi; each choice its own draw: a given seed is
          * each prompt's first choice's, seed + c its c-th's (vLLM's rule) */
         const int pi = i / r->n, c = i % r->n;
+        if (r->echo && echo_keep(s, j, r, p, pi)) {
+            reply_free(rp);
+            goto oom;
+        }
         sd_gen_params g = r->gen;
         g.max_tokens = max_tok[pi];
         if (g.has_seed)
@@ -1022,10 +1080,16 @@ static void generate_submit(sd_server *s, pending *p)
                 sd_oai_meta m = job_meta(rp->jobs[i]);
                 sd_oai_chunk_event(&rp->out, &m, 1, "", 0, SD_FINISH_NONE);
             }
-            if (!rp->out.oom)
-                sd_http_stream_write(req, rp->out.p, rp->out.len);
-            sd_buf_clear(&rp->out);
         }
+    }
+    /* echo: each choice's text (and logprobs) starts with the prompt */
+    for (int i = 0; i < rp->n && !rp->failed; i++)
+        if (rp->jobs[i]->echo && echo_out(rp->jobs[i]))
+            rp->jobs[i]->text.oom = 1; /* the response fails as out of memory */
+    if (rp->streaming && rp->out.len) {
+        if (!rp->out.oom)
+            sd_http_stream_write(req, rp->out.p, rp->out.len);
+        sd_buf_clear(&rp->out);
     }
     return;
 oom:

@@ -135,10 +135,10 @@ if [[ $answer == *'HTTP/1.1 200'* && $answer == *'"text"'* ]]; then
 else bad serve_on_two_nodes_answers "answer: ${answer:0:200} | $(tail -c 300 "$tmp/s0.err") | $(tail -c 300 "$tmp/s1.err")"; fi
 # a request with logits processors and logprobs: node 1 takes them from the
 # plan (else its tokens, and so the sums, would part from node 0's): the
-# text and logprobs of one process. The bias is on a token of node 1's
+# text and logprobs of one process (the prompt's too: echo). The bias is on a token of node 1's
 # embedding rows (the upper half of the vocabulary): a node's token
 # reaches the sums through its own rows only.
-procs='{"model": "specd-tiny", "prompt": "def fibonacci(n):", "max_tokens": 12, "temperature": 0, "frequency_penalty": 1.5, "presence_penalty": 0.5, "logit_bias": {"8000": 100}, "logprobs": 2}'
+procs='{"model": "specd-tiny", "prompt": "def fibonacci(n):", "max_tokens": 12, "temperature": 0, "frequency_penalty": 1.5, "presence_penalty": 0.5, "logit_bias": {"8000": 100}, "logprobs": 2, "echo": true}'
 pick() { python3 -c 'import json, sys; t = sys.stdin.read(); c = json.loads(t[t.index("{"):])["choices"][0]; print(json.dumps([c["text"], c["logprobs"]]))'; }
 procs2=$(http "$hp" POST /v1/completions "$procs" | pick 2>/dev/null)
 # and a JSON schema's mask (the plan carries the schema's text)

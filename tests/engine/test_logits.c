@@ -128,8 +128,17 @@ static int run1(sd_engine *e, const int32_t *p, int n, const sd_gen_params *gp, 
     return o->done ? 0 : -1;
 }
 
+/* golden.json's prompt ids and the logits of its positions from row0 on
+ * ((n - row0, vocab)) */
+static int golden_rows(const char *model, int32_t *ids, int *n, int row0, float **last, int *vocab);
+
 /* golden.json's prompt ids and the logits of its last position (vocab,) */
 static int golden(const char *model, int32_t *ids, int *n, float **last, int *vocab)
+{
+    return golden_rows(model, ids, n, -1, last, vocab);
+}
+
+static int golden_rows(const char *model, int32_t *ids, int *n, int row0, float **last, int *vocab)
 {
     char *dir = sd_strfmt("%s/tests/golden/models/%s", sd_test_srcdir(), model);
     char *gp = sd_strfmt("%s/golden.json", dir);
@@ -147,10 +156,13 @@ static int golden(const char *model, int32_t *ids, int *n, float **last, int *vo
         char *lf = sd_strfmt("%s/%s", dir,
                              json_string_value(json_object_get(json_object_get(j, "logits"), "file")));
         FILE *f = fopen(lf, "rb");
-        *last = malloc((size_t)*vocab * sizeof **last);
-        if (f && *last && rows == *n &&
-            fseek(f, (long)((size_t)(rows - 1) * (size_t)*vocab * sizeof(float)), SEEK_SET) == 0 &&
-            fread(*last, sizeof(float), (size_t)*vocab, f) == (size_t)*vocab)
+        if (row0 < 0)
+            row0 = rows - 1;
+        const size_t want = (size_t)(rows - row0) * (size_t)*vocab;
+        *last = malloc(want * sizeof **last);
+        if (f && *last && rows == *n && row0 < rows &&
+            fseek(f, (long)((size_t)row0 * (size_t)*vocab * sizeof(float)), SEEK_SET) == 0 &&
+            fread(*last, sizeof(float), want, f) == want)
             rc = 0;
         if (f)
             fclose(f);
@@ -244,6 +256,86 @@ TEST(greedy_logprobs_match_transformers_and_do_not_change_with_speculation)
         sd_engine_destroy(spec);
         free(last);
     }
+}
+
+/* The prompt's log probabilities (completions' echo): each prompt token's
+ * against transformers' log-softmax of the position before it, top 5
+ * included, plain and with MTP; the generated tokens and their log
+ * probabilities as without them; a prompt prefilled in chunks gives the
+ * same entries as in one. */
+TEST(prompt_logprobs_match_transformers_at_every_position)
+{
+    static const struct {
+        const char *model, *spec;
+    } cases[] = {{"llama", "none"}, {"deepseek-v3", "mtp"}};
+    for (size_t c = 0; c < SD_ARRAY_LEN(cases); c++) {
+        int32_t ids[64];
+        int n = 0, V = 0;
+        float *rows = NULL;
+        ASSERT_OK(golden_rows(cases[c].model, ids, &n, 0, &rows, &V));
+        sd_engine *e = engine(cases[c].model, cases[c].spec, "2");
+        ASSERT(e);
+        sd_gen_params gp = {.max_tokens = 4, .top_p = 1, .logprobs = 1, .top_logprobs = 5,
+                            .ignore_eos = 1, .prompt_logprobs = 1};
+        lp_out a, b;
+        ASSERT_OK(run1(e, ids, n, &gp, &a));
+        sd_gen_params g0 = gp;
+        g0.prompt_logprobs = 0;
+        ASSERT_OK(run1(e, ids, n, &g0, &b));
+        ASSERT_EQ(a.n, 4);
+        ASSERT_EQ(a.n_lp, n - 1 + 4);
+        ASSERT_EQ(b.n_lp, 4);
+        double worst = 0;
+        for (int p = 1; p < n; p++) {
+            const sd_token_logprob *t = &a.lp[p - 1];
+            float ref, ref_top[5];
+            int32_t ref_ids[5];
+            ASSERT_EQ(sd_logprobs_row(rows + (size_t)(p - 1) * V, V, ids[p], 5, &ref, ref_ids, ref_top), 5);
+            ASSERT_EQ(t->n_top, 5);
+            worst = fmax(worst, fabs((double)t->logprob - ref));
+            for (int j = 0; j < 5; j++) {
+                ASSERT_EQ(t->top_ids[j], ref_ids[j]);
+                worst = fmax(worst, fabs((double)t->top_logprobs[j] - ref_top[j]));
+            }
+        }
+        ASSERT(worst < 1e-4);
+        for (int i = 0; i < 4; i++) {
+            ASSERT_EQ(a.ids[i], b.ids[i]);
+            ASSERT_NEAR(a.lp[n - 1 + i].logprob, b.lp[i].logprob, 1e-5);
+        }
+        fprintf(stderr, "  %-12s %-5s %d prompt tokens: max |d| from transformers %.2g\n",
+                cases[c].model, cases[c].spec, n - 1, worst);
+        sd_engine_destroy(e);
+        free(rows);
+    }
+    /* chunks: 60 prompt tokens in steps of 16 */
+    sd_opts o;
+    sd_err err = {0};
+    ASSERT_OK(sd_opts_init(&o, &err));
+    char *m = sd_strfmt("%s/tests/golden/models/llama", sd_test_srcdir());
+    sd_opts_set(&o, SD_CMD_GENERATE, "model", m, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "128", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "max-batch-tokens", "16", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "threads", "2", &err);
+    sd_engine *chunked = engine_of_opts(&o, m), *whole = engine("llama", "none", "0");
+    ASSERT(chunked && whole);
+    int32_t p[60];
+    uint64_t seed = sd_test_seed();
+    for (int i = 0; i < 60; i++)
+        p[i] = (int32_t)(next_rand(&seed) % 300);
+    sd_gen_params gp = {.max_tokens = 3, .top_p = 1, .logprobs = 1, .top_logprobs = 2,
+                        .ignore_eos = 1, .prompt_logprobs = 1};
+    lp_out x, y;
+    ASSERT_OK(run1(chunked, p, 60, &gp, &x));
+    ASSERT_OK(run1(whole, p, 60, &gp, &y));
+    ASSERT_EQ(x.n_lp, 59 + 3);
+    ASSERT_EQ(y.n_lp, 59 + 3);
+    for (int i = 0; i < x.n_lp; i++) {
+        ASSERT_NEAR(x.lp[i].logprob, y.lp[i].logprob, 1e-5);
+        ASSERT_EQ(x.lp[i].top_ids[0], y.lp[i].top_ids[0]);
+    }
+    sd_engine_destroy(chunked);
+    sd_engine_destroy(whole);
 }
 
 /* Sampled (temperature 0.8, a seed): asking for log probabilities brings
@@ -688,6 +780,7 @@ TEST(min_tokens_hold_the_end_of_text_and_stop_strings)
 
 TEST_MAIN(T(logprobs_row_matches_a_direct_computation), T(logits_process_matches_a_direct_computation),
           T(min_tokens_hold_the_end_of_text_and_stop_strings),
+          T(prompt_logprobs_match_transformers_at_every_position),
           T(json_object_texts_are_json_objects),
           T(json_schema_texts_are_valid_documents),
           T(logit_bias_moves_the_first_token_as_on_transformers_logits),

@@ -371,6 +371,8 @@ static const char *g_prompt_rows, *g_graph_bs;
  * seeds) into outs[n..2n): they start after the prefix cache's blocks;
  * g_no_cache: --no-prefix-cache */
 static int g_again, g_no_cache;
+/* with g_logprobs: the prompts' log probabilities too */
+static int g_plp;
 
 /* n requests of greedy decoding on the bundled model through the engine on
  * the GPU (random prompts of 8-40 ids, 40 tokens each, all at once; temp >
@@ -432,7 +434,8 @@ static int engine_run(const char *dir, const char *spec, const char *draft, int 
             }
             sd_gen_params gp = {.max_tokens = 40, .temperature = i % 2 ? temp : 0, .top_p = 1,
                                 .seed = 77 + (uint64_t)i, .has_seed = 1, .ignore_eos = 1,
-                                .logprobs = g_logprobs > 0, .top_logprobs = g_logprobs > 0 ? g_logprobs - 1 : 0};
+                                .logprobs = g_logprobs > 0, .top_logprobs = g_logprobs > 0 ? g_logprobs - 1 : 0,
+                                .prompt_logprobs = g_plp};
             o_r[i].greedy = !(i % 2 && temp > 0);
             rc = sd_engine_submit(e, p, np, &gp, &ev, &o_r[i], NULL, &err);
         }
@@ -696,10 +699,47 @@ TEST(a_cached_prefix_on_the_gpu_changes_no_token)
     ASSERT(ok);
 }
 
+/* The prompts' log probabilities on the GPU (completions' echo: every
+ * prompt row's logits to the host): one entry a prompt token but the
+ * first, before the generated tokens' entries, and the tokens those
+ * without them give, plain and with MTP (a prompt token is no position's
+ * likeliest: the greedy check is of the run without them). */
+TEST(prompt_logprobs_on_the_gpu_change_no_token)
+{
+    char dir[1200];
+    BUNDLED_ON_A_GPU(dir);
+    static const char *const specs[] = {"none", "mtp"};
+    int ok = 1;
+    for (size_t q = 0; q < SD_ARRAY_LEN(specs); q++) {
+        engine_out a[4], b[4];
+        g_logprobs = 1 + 2;
+        int rc = engine_run(dir, specs[q], NULL, 4, "auto", 0, a, NULL);
+        g_plp = 1;
+        rc |= engine_run(dir, specs[q], NULL, 4, "auto", 0, b, NULL);
+        g_plp = 0;
+        g_logprobs = 0;
+        if (rc) {
+            ok = 0;
+            continue;
+        }
+        long entries = 0;
+        for (int i = 0; i < 4; i++) /* prompts of 8 + 9 i % 33 ids: all but their first */
+            entries += labs((long)(b[i].n_lp - a[i].n_lp - (7 + i * 9 % 33))) + a[i].lp_bad;
+        ok &= reportf((double)tokens_differ(a, b, 4), 0,
+                      "engine on the gpu, %s greedy at batch 4: tokens that differ with the "
+                      "prompts' logprobs asked",
+                      specs[q]);
+        ok &= reportf((double)entries, 0,
+                      "engine on the gpu, %s: prompt logprobs entries missing or wrong", specs[q]);
+    }
+    ASSERT(ok);
+}
+
 TEST_MAIN(T(gpu_logits_match_the_cpu_on_every_golden_fixture),
           T(a_captured_model_forward_replays_the_eager_logits),
           T(greedy_generation_on_the_gpu_equals_the_cpu_on_the_bundled_model),
           T(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model),
           T(steps_with_prompt_rows_replay_graphs_with_the_eager_tokens),
           T(logprobs_on_the_gpu_change_no_token),
-          T(a_cached_prefix_on_the_gpu_changes_no_token))
+          T(a_cached_prefix_on_the_gpu_changes_no_token),
+          T(prompt_logprobs_on_the_gpu_change_no_token))

@@ -263,7 +263,19 @@ TEST(unsupported_options_are_refused_by_name)
         ASSERT_MSG(expect_400(SD_OAI_CHAT, body, chat[i].field, "unsupported_parameter"), "%s",
                    body);
     }
-    ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"echo\":true"), "echo", "unsupported_parameter"));
+    /* echo: completions only; with logprobs, the prompt's too */
+    {
+        sd_oai_request q;
+        ASSERT(parse_ok(SD_OAI_COMPLETIONS, P(",\"echo\":true"), &q));
+        ASSERT_EQ(q.echo, 1);
+        ASSERT_EQ(q.gen.prompt_logprobs, 0);
+        sd_oai_request_free(&q);
+        ASSERT(parse_ok(SD_OAI_COMPLETIONS, P(",\"echo\":true,\"logprobs\":2"), &q));
+        ASSERT_EQ(q.gen.prompt_logprobs, 1);
+        ASSERT_EQ(q.gen.top_logprobs, 2);
+        sd_oai_request_free(&q);
+        ASSERT(expect_400(SD_OAI_CHAT, C(",\"echo\":true"), "echo", NULL));
+    }
     ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"best_of\":3"), "best_of",
                       "unsupported_parameter"));
     ASSERT(expect_400(SD_OAI_COMPLETIONS, P(",\"suffix\":\"end\""), "suffix",

@@ -88,6 +88,65 @@ test('completions: tokens, token_logprobs, top_logprobs and text_offset, streame
   assert.deepEqual(offs, lp.text_offset);
 });
 
+test('completions echo: the prompt comes back first, with its tokens\' logprobs (lm-eval\'s loglikelihood)', async () => {
+  // echo alone: the prompt's text, then the completion's
+  const plain = await client.completions.create({ model, prompt: PROMPT, max_tokens: 8, temperature: 0 });
+  const e = await client.completions.create({ model, prompt: PROMPT, max_tokens: 8, temperature: 0, echo: true });
+  assert.equal(e.choices[0].text, PROMPT + plain.choices[0].text);
+  assert.equal(e.choices[0].logprobs, null);
+  // a greedy continuation's logprobs, then the same tokens given back in
+  // the prompt (token ids, as lm-eval sends them): each prompt token's
+  // logprob is the one it had when generated
+  const tok = await request(srv, 'POST', '/tokenize', { body: { model, prompt: PROMPT } });
+  const ids = JSON.parse(tok.text).tokens;
+  const gen = await client.completions.create({ model, prompt: ids, max_tokens: 6, temperature: 0, ignore_eos: true, logprobs: 1 });
+  const g = gen.choices[0].logprobs;
+  // the continuation's ids (its text tokenized again: where that differs
+  // from what was generated, the comparison below stops)
+  const again = await request(srv, 'POST', '/tokenize', { body: { model, prompt: PROMPT + gen.choices[0].text } });
+  const genIds = JSON.parse(again.text).tokens.slice(ids.length);
+  const full = [...ids, ...genIds.slice(0, 4)];
+  const body = { model, prompt: full, max_tokens: 1, temperature: 0, logprobs: 1, echo: true };
+  const r = await request(srv, 'POST', '/v1/completions', { body });
+  assert.equal(r.status, 200, r.text);
+  const c = JSON.parse(r.text).choices[0];
+  const lp = c.logprobs;
+  assert.equal(lp.tokens.length, full.length + 1);
+  assert.equal(lp.token_logprobs[0], null);
+  assert.equal(lp.top_logprobs[0], null);
+  assert.equal(lp.text_offset[0], 0);
+  for (let i = 1; i < lp.tokens.length; i++) {
+    assert.ok(lp.token_logprobs[i] <= 0, `entry ${i}`);
+    assert.ok(lp.text_offset[i] >= lp.text_offset[i - 1]);
+    assert.ok(Object.keys(lp.top_logprobs[i]).length >= 1);
+  }
+  // the prompt's last tokens were the greedy continuation: their logprobs
+  // are the generated ones, and each is its position's likeliest
+  let same = 0;
+  for (let i = 0; i < Math.min(4, genIds.length) && g.tokens[i] === lp.tokens[ids.length + i]; i++, same++) {
+    assert.ok(Math.abs(lp.token_logprobs[ids.length + i] - g.token_logprobs[i]) < 1e-4, `prompt token ${ids.length + i}`);
+    const top = lp.top_logprobs[ids.length + i];
+    assert.ok(Math.abs(Math.max(...Object.values(top)) - lp.token_logprobs[ids.length + i]) < 1e-6);
+  }
+  assert.ok(same > 0, 'no generated token to compare');
+  // streamed: the same text and entries
+  const st = await request(srv, 'POST', '/v1/completions', { body: { ...body, stream: true } });
+  const chunks = sseEvents(st.text).slice(0, -1).map((x) => JSON.parse(x));
+  let text = '';
+  const toks = [], lps = [], offs = [];
+  for (const x of chunks) for (const ch of x.choices) {
+    text += ch.text;
+    if (ch.logprobs) { toks.push(...ch.logprobs.tokens); lps.push(...ch.logprobs.token_logprobs); offs.push(...ch.logprobs.text_offset); }
+  }
+  assert.equal(text, c.text);
+  assert.deepEqual(toks, lp.tokens);
+  assert.deepEqual(offs, lp.text_offset);
+  lps.forEach((x, i) => assert.ok(x === lp.token_logprobs[i] || Math.abs(x - lp.token_logprobs[i]) < 1e-6));
+  // chat has no echo
+  const bad = await request(srv, 'POST', '/v1/chat/completions', { body: { model, messages: MESSAGES, echo: true } });
+  assert.equal(bad.status, 400, bad.text);
+});
+
 test('sampled, with a seed: the same text with logprobs asked or not; n choices each with theirs', async () => {
   const base = { model, prompt: PROMPT, max_tokens: N, temperature: 0.9, seed: 7 };
   const a = await client.completions.create(base);
