@@ -85,26 +85,38 @@ static int jtext_done(const req *r, const sd_jtext *st)
     return r->schema ? sd_jschema_done(r->schema, &st->sch) : sd_json_done(&st->obj);
 }
 
+/* r's JSON state as verify/token_mask's automaton (ctx: r) */
+static void jt_copy(const void *ctx, void *dst, const void *src) { jtext_copy(ctx, dst, src); }
+
+static int jt_feed(const void *ctx, void *st, const unsigned char *b, size_t n)
+{
+    return jtext_feed(ctx, st, b, n);
+}
+
+static int jt_equal(const void *ctx, const void *a, const void *b)
+{
+    const req *r = ctx;
+    const sd_jtext *x = a, *y = b;
+    return r->schema ? sd_jschema_equal(&x->sch, &y->sch) : sd_json_equal(&x->obj, &y->obj);
+}
+
+static const unsigned char *jt_bytes(const void *ctx, int32_t t, size_t *n)
+{
+    return token_bytes(ctx, t, n);
+}
+
 /* json_object / json_schema: every token that would leave no prefix of a
- * valid document after st masked to -inf; an end of text only where the
- * document is whole */
+ * valid document after st masked to -inf (verify/token_mask.h: most
+ * without a feed); an end of text only where the document is whole */
 static void json_mask_row(const sd_engine *e, const req *r, const sd_jtext *st, float *row)
 {
     const int done = jtext_done(r, st);
     sd_jtext s;
-    for (int32_t t = 0; t < e->V; t++) {
-        size_t n;
-        const unsigned char *b = token_bytes(e, t, &n);
-        int ok;
-        if (!b || n == 0) {
-            ok = done && is_eos(e, r, t);
-        } else {
-            jtext_copy(r, &s, st);
-            ok = jtext_feed(r, &s, b, n) == 0;
-        }
-        if (!ok)
+    sd_byte_automaton a = {r, jt_copy, jt_feed, jt_equal};
+    sd_token_mask(&e->tt, &a, st, &s, row);
+    for (int32_t t = 0; t < e->V; t++) /* no bytes (specials): the end of text, once whole */
+        if (!e->tt.bytes[t] && !(done && is_eos(e, r, t)))
             row[t] = -INFINITY;
-    }
 }
 
 /* st advanced by token t's bytes */
@@ -2255,6 +2267,11 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
                         dir, sd_tok_vocab_size(e->tok), e->V);
         goto fail;
     }
+    /* the vocabulary's bytes for the JSON masks (response_format) */
+    if (e->tok && sd_token_table_build(&e->tt, e->V, jt_bytes, e)) {
+        rc = sd_err_set(err, SD_ENOMEM, "out of memory for the token table");
+        goto fail;
+    }
     e->eos = c->n_eos > 0 ? c->eos_ids[0] : e->tok ? sd_tok_eos_id(e->tok) : -1;
     e->n_eos = 0;
     for (int i = 0; i < c->n_eos && i < 8; i++)
@@ -2404,6 +2421,7 @@ void sd_engine_destroy(sd_engine *e)
     sd_kv_pool_free(e->kv);
     for (int r = 0; r < SD_TP_MAX; r++)
         sd_model_free(e->targets[r]);
+    sd_token_table_free(&e->tt);
     sd_tok_free(e->tok);
     if (e->tp) {
         sd__tp_close(e->tp);

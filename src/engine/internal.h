@@ -19,6 +19,7 @@
 #include "verify/accept.h"
 #include "verify/json_mask.h"
 #include "verify/json_schema.h"
+#include "verify/token_mask.h"
 #include "verify/sampling.h"
 #include "verify/synthetic.h"
 
@@ -216,6 +217,7 @@ struct sd_engine {
     sd_kv_pool *kv;
     int block_size, n_blocks, max_blocks;
     sd_pcache *pc;      /* --prefix-cache, or NULL */
+    sd_token_table tt;  /* the vocabulary's bytes (the JSON masks), with a tokenizer */
     int32_t *pc_match;  /* (max_blocks,) a lookup's blocks */
     /* thread and queues */
     pthread_t thread;

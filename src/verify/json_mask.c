@@ -29,6 +29,13 @@ void sd_json_init(sd_json_state *s)
     s->mode = M_START;
 }
 
+int sd_json_equal(const sd_json_state *a, const sd_json_state *b)
+{
+    return a->mode == b->mode && a->sub == b->sub && a->ws == b->ws && a->bad == b->bad &&
+           a->depth == b->depth &&
+           (a->depth <= 0 || !memcmp(a->stack, b->stack, (size_t)a->depth * sizeof a->stack[0]));
+}
+
 static int is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 static int is_hex(unsigned char c)

@@ -34,5 +34,7 @@ void sd_json_init(sd_json_state *s);
 int sd_json_feed(sd_json_state *s, const unsigned char *b, size_t n);
 /* 1 when the text is a whole JSON object (and nothing but it). */
 int sd_json_done(const sd_json_state *s);
+/* 1 when a and b take the same bytes from here on (the same state). */
+int sd_json_equal(const sd_json_state *a, const sd_json_state *b);
 
 #endif

@@ -346,6 +346,16 @@ static uint32_t sort_lits(const sd_jschema *s, js_lit *l, uint32_t n)
     return w;
 }
 
+/* node's enum: its types and the literals added from lit0 on, sorted,
+ * without duplicates */
+static void set_enum(sd_jschema *s, js_node *nd, int types, uint32_t lit0)
+{
+    nd->types = (uint8_t)types;
+    nd->lit0 = lit0;
+    nd->nlit = sort_lits(s, s->lit + lit0, s->nlit - lit0);
+    s->nlit = lit0 + nd->nlit;
+}
+
 static int lit_types(const sd_jschema *s, const js_lit *l)
 {
     const char *t = s->text + l->off;
@@ -424,11 +434,7 @@ static int compile_enum(cx *c, json_t *j, const char *path, uint16_t *out)
     uint16_t id;
     if ((rc = new_node(c, path, F_LEAF | F_ENUM, &id)) || (rc = self_leaf(c, id)))
         return rc;
-    js_node *nd = &s->node[id];
-    nd->types = (uint8_t)kinds;
-    nd->lit0 = lit0;
-    nd->nlit = sort_lits(s, s->lit + lit0, s->nlit - lit0);
-    s->nlit = lit0 + nd->nlit;
+    set_enum(s, &s->node[id], kinds, lit0);
     *out = id;
     return 0;
 }
@@ -916,11 +922,7 @@ static int merge_enums(cx *c)
         n = &s->node[u];
         n->nleaf = w + 1;
         s->leaf[n->leaf0 + w] = id;
-        js_node *m = &s->node[id];
-        m->types = (uint8_t)types;
-        m->lit0 = lit0;
-        m->nlit = sort_lits(s, s->lit + lit0, s->nlit - lit0);
-        s->nlit = lit0 + m->nlit;
+        set_enum(s, &s->node[id], types, lit0);
     }
     return 0;
 }
@@ -1350,6 +1352,12 @@ void sd_jschema_init(const sd_jschema *s, sd_jschema_state *st)
 void sd_jschema_copy(sd_jschema_state *dst, const sd_jschema_state *src)
 {
     memcpy(dst, src, offsetof(sd_jschema_state, alt) + src->nalt * sizeof src->alt[0]);
+}
+
+int sd_jschema_equal(const sd_jschema_state *a, const sd_jschema_state *b)
+{
+    return a->nalt == b->nalt &&
+           !memcmp(a, b, offsetof(sd_jschema_state, alt) + a->nalt * sizeof a->alt[0]);
 }
 
 /* may a value of node p's schema still begin, nesting-wise, in the

@@ -127,5 +127,8 @@ void sd_jschema_copy(sd_jschema_state *dst, const sd_jschema_state *src);
 int sd_jschema_feed(const sd_jschema *s, sd_jschema_state *st, const unsigned char *b, size_t n);
 /* 1 when the text is a whole valid document (and nothing but it). */
 int sd_jschema_done(const sd_jschema *s, const sd_jschema_state *st);
+/* 1 when a and b (copies made by sd_jschema_copy or init, fed) are the
+ * same state: they take the same bytes from here on. */
+int sd_jschema_equal(const sd_jschema_state *a, const sd_jschema_state *b);
 
 #endif

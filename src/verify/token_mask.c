@@ -1,0 +1,71 @@
+#include "verify/token_mask.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int sd_token_table_build(sd_token_table *tt, int n,
+                         const unsigned char *(*bytes_of)(const void *ctx, int32_t t, size_t *len),
+                         const void *ctx)
+{
+    memset(tt, 0, sizeof *tt);
+    tt->bytes = calloc((size_t)n, sizeof *tt->bytes);
+    tt->len = calloc((size_t)n, sizeof *tt->len);
+    tt->set = calloc((size_t)n, sizeof *tt->set);
+    if (!tt->bytes || !tt->len || !tt->set) {
+        sd_token_table_free(tt);
+        return -1;
+    }
+    tt->n = n;
+    for (int32_t t = 0; t < n; t++) {
+        size_t len = 0;
+        const unsigned char *b = bytes_of(ctx, t, &len);
+        tt->bytes[t] = len ? b : NULL;
+        tt->len[t] = b ? len : 0;
+        for (size_t i = 0; b && i < len; i++)
+            tt->set[t][b[i] >> 6] |= 1ull << (b[i] & 63);
+    }
+    return 0;
+}
+
+void sd_token_table_free(sd_token_table *tt)
+{
+    free(tt->bytes);
+    free(tt->len);
+    free(tt->set);
+    memset(tt, 0, sizeof *tt);
+}
+
+int sd_token_mask(const sd_token_table *tt, const sd_byte_automaton *a, const void *st,
+                  void *scratch, float *row)
+{
+    /* the byte values taken from st, and those that leave it as it is */
+    uint64_t ok[4] = {0, 0, 0, 0}, same[4] = {0, 0, 0, 0};
+    for (int v = 0; v < 256; v++) {
+        const unsigned char c = (unsigned char)v;
+        a->copy(a->ctx, scratch, st);
+        if (a->feed(a->ctx, scratch, &c, 1) == 0) {
+            ok[v >> 6] |= 1ull << (v & 63);
+            if (a->equal(a->ctx, scratch, st))
+                same[v >> 6] |= 1ull << (v & 63);
+        }
+    }
+    int fed = 0;
+    for (int t = 0; t < tt->n; t++) {
+        if (!tt->bytes[t])
+            continue;
+        const unsigned char b0 = tt->bytes[t][0];
+        if (!(ok[b0 >> 6] >> (b0 & 63) & 1)) { /* its first byte is not taken: nor is it */
+            row[t] = -INFINITY;
+            continue;
+        }
+        const uint64_t *s = tt->set[t];
+        if (!((s[0] & ~same[0]) | (s[1] & ~same[1]) | (s[2] & ~same[2]) | (s[3] & ~same[3])))
+            continue; /* every byte keeps the state: taken */
+        a->copy(a->ctx, scratch, st);
+        fed++;
+        if (a->feed(a->ctx, scratch, tt->bytes[t], tt->len[t]) != 0)
+            row[t] = -INFINITY;
+    }
+    return fed;
+}

@@ -1,0 +1,52 @@
+/* verify/token_mask: which vocabulary tokens a byte automaton takes from a
+ * state (the JSON masks of response_format: verify/json_mask.h,
+ * verify/json_schema.h), without feeding most of them.
+ *
+ * The fast path: the byte values that leave the state as it is (feeding
+ * one of them gives an equal state: inside a JSON string with no length
+ * bound, every plain character; inside a number's digits, the digits) are
+ * found by 256 one-byte feeds; a token all of whose bytes are among them
+ * takes the state back to itself, so it is taken, decided by a test of its
+ * precomputed set of byte values against theirs. A token whose first byte
+ * the state does not take is not taken (a bad state stays bad). The others
+ * are fed whole, as a mask without the fast path would. The result is
+ * exactly that mask's. */
+#ifndef SD_VERIFY_TOKEN_MASK_H
+#define SD_VERIFY_TOKEN_MASK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* the tokens' bytes and their sets of byte values */
+typedef struct sd_token_table {
+    int n;                       /* tokens */
+    const unsigned char **bytes; /* (n,) each token's bytes, or NULL: none (special, unknown) */
+    size_t *len;                 /* (n,) */
+    uint64_t (*set)[4];          /* (n,) the byte values each holds */
+} sd_token_table;
+
+/* A table of n tokens: bytes_of(ctx, t, &len) gives token t's bytes (kept
+ * by reference: they must outlive the table), NULL where it has none. 0, or
+ * -1 out of memory. */
+int sd_token_table_build(sd_token_table *tt, int n,
+                         const unsigned char *(*bytes_of)(const void *ctx, int32_t t, size_t *len),
+                         const void *ctx);
+void sd_token_table_free(sd_token_table *tt);
+
+/* A byte automaton: states of state_size bytes at most; copy, feed (0
+ * while it takes the bytes, else nonzero), equal (1 when two states go on
+ * alike). */
+typedef struct sd_byte_automaton {
+    const void *ctx;
+    void (*copy)(const void *ctx, void *dst, const void *src);
+    int (*feed)(const void *ctx, void *st, const unsigned char *b, size_t n);
+    int (*equal)(const void *ctx, const void *a, const void *b);
+} sd_byte_automaton;
+
+/* row[t] = -inf for every token with bytes that a, from st, does not take
+ * (tokens without bytes are the caller's). scratch: room for one state.
+ * Returns the tokens fed whole (the rest took the fast path or none). */
+int sd_token_mask(const sd_token_table *tt, const sd_byte_automaton *a, const void *st,
+                  void *scratch, float *row);
+
+#endif
