@@ -706,7 +706,6 @@ static int put_step(sd_engine *e, const step *s, int T, int n_out, int hidden, s
     return rc;
 }
 
-
 /* Verifies r's drafts against the logits rows of this step (or takes the
  * backend's verdict, dev_out: accepted count then tokens); appends tokens. */
 static int accept_decode(sd_engine *e, req *r, float *logits, const int32_t *dev_out)

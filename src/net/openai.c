@@ -930,7 +930,10 @@ static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model
             return oom(e);
         sd_jschema *cs = NULL;
         sd_err ce = {0};
-        if (sd_jschema_compile(r->schema_text, strlen(r->schema_text), &cs, &ce))
+        const int crc = sd_jschema_compile(r->schema_text, strlen(r->schema_text), &cs, &ce);
+        if (crc == SD_ENOMEM)
+            return oom(e);
+        if (crc)
             return sd_api_error_set(e, 400, "response_format.json_schema.schema",
                                     "invalid_value", "%s", ce.msg);
         sd_jschema_free(cs);

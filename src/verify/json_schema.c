@@ -121,9 +121,11 @@ static void *grow(void *p, uint32_t *cap, uint32_t need, size_t elem)
         *cap = c;
     return q;
 }
+/* 0, or -1 (out of memory, arr as it was); no room wanted: 0 (arr may be NULL) */
 #define GROW(arr, n, cap, more)                                                                    \
-    ((arr) = grow((tmp_ = (arr)), &(cap), (n) + (more), sizeof *(arr)),                            \
-     (arr) ? 0 : ((arr) = tmp_, -1))
+    ((n) + (more) <= (cap) ? 0                                                                     \
+                           : ((arr) = grow((tmp_ = (arr)), &(cap), (n) + (more), sizeof *(arr)),   \
+                              (arr) ? 0 : ((arr) = tmp_, -1)))
 
 static int refuse(cx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int refuse(cx *c, const char *fmt, ...)

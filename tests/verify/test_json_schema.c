@@ -1032,6 +1032,11 @@ TEST(misc_schemas_compile_and_behave)
     } cases[] = {
         /* no type: told by the keywords; nothing: any value */
         {"{\"properties\":{\"a\":{}}}", "{\"a\":[1,{\"b\":2}]}", "[1]"},
+        /* an object with no properties: {} only (the first object of a
+         * schema without properties once failed as out of memory) */
+        {"{\"type\":\"object\"}", "{ }", "{\"a\":1}"},
+        {"{\"type\":\"object\",\"properties\":{}}", "{}", "[]"},
+        {"{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"array\"}]}", "[]", "{\"a\":1}"},
         {"{}", "[1,{\"b\":\"c\"}]", "[1,]"},
         {"true", "\"s\"", "'s'"},
         /* allOf of one, pydantic's description beside a $ref */
