@@ -109,6 +109,10 @@ int sd_bench_prompts_load(const char *path, sd_bench_prompts *p, sd_err *err);
  * BPE tokenizers make about one token of each; the server's usage reports
  * the exact count. */
 int sd_bench_prompts_random(int n, int words, uint64_t seed, sd_bench_prompts *p, sd_err *err);
+/* One text of `words` pseudo-random common words (seeded apart from the
+ * prompts') and a blank line before every prompt: a system prompt all the
+ * requests share (a server's prefix cache finds it). */
+int sd_bench_prompts_prefix(sd_bench_prompts *p, int words, uint64_t seed, sd_err *err);
 void sd_bench_prompts_free(sd_bench_prompts *p);
 
 /* ---- numbers ---------------------------------------------------------------- */

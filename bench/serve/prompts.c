@@ -101,6 +101,41 @@ static const char *const words[] = {
     "line", "name", "type", "first", "last", "long", "great", "little", "own", "other", "old",
     "right", "big", "high", "small", "large", "next", "early", "young", "important", "few"};
 
+/* nwords random common words (seeded) into b */
+static void random_words(sd_buf *b, int nwords, uint64_t *st)
+{
+    for (int w = 0; w < nwords; w++) {
+        const char *x = words[sd_bench_rand(st) % SD_ARRAY_LEN(words)];
+        sd_buf_printf(b, w ? " %s" : "%s", x);
+    }
+}
+
+int sd_bench_prompts_prefix(sd_bench_prompts *p, int nwords, uint64_t seed, sd_err *err)
+{
+    if (nwords <= 0)
+        return 0;
+    sd_buf pre = {0};
+    uint64_t st = seed ^ 0x5e1f5a1dull;
+    random_words(&pre, nwords, &st);
+    sd_buf_printf(&pre, "\n\n");
+    int rc = pre.oom ? SD_ENOMEM : 0;
+    for (int i = 0; !rc && i < p->n; i++) {
+        sd_buf b = {0};
+        sd_buf_append(&b, pre.p, pre.len);
+        sd_buf_printf(&b, "%s", p->text[i]);
+        char *t = b.oom ? NULL : sd_buf_take(&b, NULL);
+        sd_buf_free(&b);
+        if (!t) {
+            rc = SD_ENOMEM;
+            break;
+        }
+        free(p->text[i]);
+        p->text[i] = t;
+    }
+    sd_buf_free(&pre);
+    return rc ? sd_err_set(err, rc, "shared prefix: out of memory") : 0;
+}
+
 int sd_bench_prompts_random(int n, int nwords, uint64_t seed, sd_bench_prompts *p, sd_err *err)
 {
     memset(p, 0, sizeof *p);
@@ -112,10 +147,7 @@ int sd_bench_prompts_random(int n, int nwords, uint64_t seed, sd_bench_prompts *
     uint64_t st = seed ^ 0x9a0d7e11ull;
     for (int i = 0; i < n; i++) {
         sd_buf b = {0};
-        for (int w = 0; w < nwords; w++) {
-            const char *x = words[sd_bench_rand(&st) % SD_ARRAY_LEN(words)];
-            sd_buf_printf(&b, w ? " %s" : "%s", x);
-        }
+        random_words(&b, nwords, &st);
         if (b.oom) {
             sd_buf_free(&b);
             sd_bench_prompts_free(p);

@@ -28,7 +28,7 @@ typedef struct opts {
     double rate, temperature, duration_limit, request_timeout, progress_interval;
     uint64_t seed;
     int *sweep, n_sweep;
-    int metrics, with_requests, quiet, warmup, max_prompt_chars, waves;
+    int metrics, with_requests, quiet, warmup, max_prompt_chars, waves, shared_prefix;
 } opts;
 
 static void usage(FILE *f)
@@ -50,6 +50,8 @@ static void usage(FILE *f)
         "                          HumanEval \"prompt\", or {\"prompt\": ...} / {\"text\": ...}\n"
         "  --max-prompt-chars N    leave out prompts longer than N bytes (the bench has no\n"
         "                          tokenizer: about 3-4 bytes a token; default: keep all)\n"
+        "  --shared-prefix-words N every prompt after the same N random common words and a blank\n"
+        "                          line: a system prompt (a prefix cache's workload; default 0)\n"
         "  --random-input-len N    N random common words per prompt (default 128 without --prompts)\n"
         "  --random-output-len N   max_tokens = N and ignore_eos, so every request makes N tokens\n"
         "  --max-tokens N          max_tokens of each request (default 128)\n"
@@ -109,7 +111,7 @@ static int parse_num(const char *flag, const char *s, double lo, double hi, doub
 enum {
     O_URL = 256, O_ENDPOINT, O_MODEL, O_API_KEY, O_PROMPTS, O_RIN, O_ROUT, O_MAXTOK, O_IGNORE_EOS,
     O_TEMP, O_NUM, O_RATE, O_CONC, O_SWEEP, O_SEED, O_DUR, O_RTO, O_OUT, O_NOREQ, O_LABEL,
-    O_MACHINE, O_NOMETRICS, O_PROGRESS, O_QUIET, O_WARMUP, O_MAXCHARS, O_WAVES, O_HELP
+    O_MACHINE, O_NOMETRICS, O_PROGRESS, O_QUIET, O_WARMUP, O_MAXCHARS, O_WAVES, O_SHARED, O_HELP
 };
 
 /* a sweep level's requests: N, at least C, and at least --waves x C */
@@ -135,7 +137,8 @@ static int parse_opts(int argc, char **argv, opts *o)
         {"no-requests", 0, 0, O_NOREQ}, {"label", 1, 0, O_LABEL}, {"machine", 1, 0, O_MACHINE},
         {"no-metrics", 0, 0, O_NOMETRICS}, {"progress-interval", 1, 0, O_PROGRESS},
         {"quiet", 0, 0, O_QUIET}, {"warmup", 1, 0, O_WARMUP},
-        {"max-prompt-chars", 1, 0, O_MAXCHARS}, {"waves", 1, 0, O_WAVES}, {"help", 0, 0, O_HELP},
+        {"max-prompt-chars", 1, 0, O_MAXCHARS}, {"waves", 1, 0, O_WAVES},
+        {"shared-prefix-words", 1, 0, O_SHARED}, {"help", 0, 0, O_HELP},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->url = "http://127.0.0.1:8000";
@@ -222,6 +225,9 @@ static int parse_opts(int argc, char **argv, opts *o)
         case O_QUIET: o->quiet = 1; break;
         case O_WARMUP: rc = parse_int("--warmup", a, 0, 1 << 20, &o->warmup); break;
         case O_WAVES: rc = parse_int("--waves", a, 1, 1 << 16, &o->waves); break;
+        case O_SHARED:
+            rc = parse_int("--shared-prefix-words", a, 0, 1 << 20, &o->shared_prefix);
+            break;
         case O_MAXCHARS:
             rc = parse_int("--max-prompt-chars", a, 1, 1 << 30, &o->max_prompt_chars);
             break;
@@ -425,6 +431,8 @@ static int write_json(const opts *o, int argc, char **argv, const char *model, i
         json_object_set_new(cfg, "max_prompt_chars", json_integer(o->max_prompt_chars));
         json_object_set_new(cfg, "prompts_left_out", json_integer(skipped));
     }
+    if (o->shared_prefix)
+        json_object_set_new(cfg, "shared_prefix_words", json_integer(o->shared_prefix));
     if (o->random_in)
         json_object_set_new(cfg, "random_input_len", json_integer(o->random_in));
     if (o->random_out)
@@ -541,6 +549,12 @@ int main(int argc, char **argv)
             sd_bench_prompts_free(&prompts);
             return 2;
         }
+    }
+    if (o.shared_prefix > 0 && sd_bench_prompts_prefix(&prompts, o.shared_prefix, o.seed, &err)) {
+        fprintf(stderr, "specd-bench-serve: %s\n", err.msg);
+        free(model);
+        sd_bench_prompts_free(&prompts);
+        return 1;
     }
     int one = o.concurrency;
     int n_levels = o.n_sweep ? o.n_sweep : 1;

@@ -268,6 +268,20 @@ TEST(prompts_load_mtbench_gsm8k_humaneval_shapes_and_name_bad_lines)
     sd_bench_prompts q;
     ASSERT_OK(sd_bench_prompts_random(3, 5, 9, &q, &err));
     ASSERT_STR_EQ(p.text[2], q.text[2]);
+    /* a shared prefix: the same words and a blank line before each */
+    char *orig = strdup(p.text[1]);
+    ASSERT_OK(sd_bench_prompts_prefix(&p, 7, 4, &err));
+    const char *sep = strstr(p.text[0], "\n\n");
+    ASSERT(sep != NULL);
+    const size_t pl = (size_t)(sep - p.text[0]) + 2;
+    for (int i = 1; i < 3; i++)
+        ASSERT(!strncmp(p.text[i], p.text[0], pl));
+    ASSERT_STR_EQ(p.text[1] + pl, orig);
+    words = 1;
+    for (const char *c = p.text[0]; c < sep; c++)
+        words += *c == ' ';
+    ASSERT_EQ(words, 7);
+    free(orig);
     sd_bench_prompts_free(&p);
     sd_bench_prompts_free(&q);
 }
