@@ -499,11 +499,105 @@ static int parse_kwargs(json_t *root, sd_oai_request *r, sd_api_error *e)
     return 0;
 }
 
+/* A tool's parameters schema without the value bounds json_schema does not
+ * take (numbers' ranges and multiples, strings' patterns, objects' counts,
+ * unique items): a forced call keeps its arguments' keys, types and enums
+ * (tools' schemas carry such bounds often; response_format's are refused) */
+static void strip_bounds(json_t *sch)
+{
+    static const char *const bounds[] = {"minimum", "maximum", "exclusiveMinimum",
+                                         "exclusiveMaximum", "multipleOf", "pattern",
+                                         "minProperties", "maxProperties", "uniqueItems",
+                                         "contentEncoding", "contentMediaType"};
+    if (!json_is_object(sch))
+        return;
+    for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++)
+        json_object_del(sch, bounds[i]);
+    static const char *const maps[] = {"properties", "$defs", "definitions"};
+    for (size_t i = 0; i < sizeof maps / sizeof maps[0]; i++) {
+        const char *k;
+        json_t *x;
+        json_object_foreach(json_object_get(sch, maps[i]), k, x)
+            strip_bounds(x);
+    }
+    static const char *const lists[] = {"anyOf", "oneOf", "allOf", "items"};
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
+        json_t *l = json_object_get(sch, lists[i]);
+        if (json_is_object(l))
+            strip_bounds(l);
+        for (size_t k = 0; k < json_array_size(l); k++)
+            strip_bounds(json_array_get(l, k));
+    }
+    strip_bounds(json_object_get(sch, "additionalProperties"));
+}
+
+/* The JSON Schema a forced tool_choice decodes to (vLLM's way, whatever the
+ * model's own call format): a named function's parameters; for required,
+ * an array of at least one {"name": a tool's, "parameters": its}, at most
+ * one without parallel_tool_calls. Compiled here: a parameters schema
+ * outside json_schema's subset is a 400 naming tools. */
+static int forced_schema(sd_oai_request *r, json_t *tools, sd_api_error *e)
+{
+    json_t *sch = NULL, *alts = json_array();
+    for (size_t i = 0; alts && i < json_array_size(tools); i++) {
+        json_t *f = json_object_get(json_array_get(tools, i), "function");
+        const char *name = json_string_value(json_object_get(f, "name"));
+        json_t *pa = json_object_get(f, "parameters");
+        json_t *params = json_is_object(pa) ? json_deep_copy(pa)
+                                            : json_pack("{s:s, s:{}}", "type", "object", "properties");
+        strip_bounds(params);
+        if (r->tool_forced == 1) {
+            if (!strcmp(name, r->forced_name)) {
+                sch = params;
+                break;
+            }
+            json_decref(params);
+            continue;
+        }
+        json_array_append_new(
+            alts, json_pack("{s:s, s:{s:{s:s}, s:o}, s:[s,s], s:b}", "type", "object", "properties",
+                            "name", "const", name, "parameters", params, "required", "name",
+                            "parameters", "additionalProperties", 0));
+    }
+    if (r->tool_forced == 1 && !sch) {
+        json_decref(alts);
+        return sd_api_error_set(e, 400, "tool_choice", "invalid_value",
+                                "tool_choice: the function \"%.64s\" is not among the tools",
+                                r->forced_name);
+    }
+    if (r->tool_forced == 2) {
+        json_t *items = json_array_size(alts) == 1 ? json_incref(json_array_get(alts, 0))
+                                                   : json_pack("{s:O}", "anyOf", alts);
+        sch = json_pack("{s:s, s:i, s:o}", "type", "array", "minItems", 1, "items", items);
+        if (sch && !r->parallel_tool_calls)
+            json_object_set_new(sch, "maxItems", json_integer(1));
+    }
+    json_decref(alts);
+    r->schema_text = sch ? json_dumps(sch, JSON_COMPACT) : NULL;
+    json_decref(sch);
+    if (!r->schema_text)
+        return oom(e);
+    sd_jschema *cs = NULL;
+    sd_err ce = {0};
+    const int rc = sd_jschema_compile(r->schema_text, strlen(r->schema_text), &cs, &ce);
+    sd_jschema_free(cs);
+    if (rc == SD_ENOMEM)
+        return oom(e);
+    if (rc)
+        return sd_api_error_set(e, 400, "tools", "invalid_value",
+                                "tools: a forced tool_choice decodes to the tools' parameters, and "
+                                "%s",
+                                ce.msg);
+    r->gen.json_schema = r->schema_text;
+    return 0;
+}
+
 /* tools, tool_choice, parallel_tool_calls. The tools go to the template as
  * given (it prints each with tojson), so each is checked for OpenAI's shape:
  * {"type": "function", "function": {"name", "description"?, "parameters"?,
- * "strict"?}}. tool_choice "auto" (the default) and "none" are served;
- * "required" and a named function would need decoding constrained to a call. */
+ * "strict"?}}. tool_choice "auto" (the default) and "none" are served, and
+ * "required" or a named function {"type": "function", "function": {"name"}}
+ * decode the reply to a call (forced_schema). */
 static int parse_tools(json_t *root, sd_oai_request *r, sd_api_error *e)
 {
     json_t *v = json_object_get(root, "parallel_tool_calls");
@@ -520,8 +614,19 @@ static int parse_tools(json_t *root, sd_oai_request *r, sd_api_error *e)
         if (json_is_string(tc) && strcmp(s, "none") && strcmp(s, "auto") && strcmp(s, "required"))
             return sd_api_error_set(e, 400, "tool_choice", "invalid_value",
                                     "tool_choice: '%.40s' is not one of none, auto, required", s);
-        if (!json_is_string(tc) || !strcmp(s, "required"))
-            return unsupported(e, "tool_choice", "a tool_choice that forces a call (required, or a named function)");
+        if (json_is_object(tc)) {
+            json_t *ty = json_object_get(tc, "type"),
+                   *fn = json_object_get(json_object_get(tc, "function"), "name");
+            if (!json_is_string(ty) || strcmp(json_string_value(ty), "function") || !json_is_string(fn))
+                return sd_api_error_set(e, 400, "tool_choice", "invalid_value",
+                                        "tool_choice: expected {\"type\": \"function\", "
+                                        "\"function\": {\"name\": ...}}");
+            if (!(r->forced_name = strdup(json_string_value(fn))))
+                return oom(e);
+            r->tool_forced = 1;
+        } else if (!strcmp(s, "required")) {
+            r->tool_forced = 2;
+        }
         none = !strcmp(s, "none");
         if (!none && (!v || json_is_null(v) || !json_array_size(v)))
             return sd_api_error_set(e, 400, "tool_choice", "invalid_value",
@@ -558,7 +663,7 @@ static int parse_tools(json_t *root, sd_oai_request *r, sd_api_error *e)
     }
     if (!none && json_array_size(v))
         r->tools = json_incref(v);
-    return 0;
+    return r->tool_forced ? forced_schema(r, v, e) : 0;
 }
 
 /* An assistant message's tool_calls: [{id, type: "function", function: {name,
@@ -921,6 +1026,10 @@ static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model
      * is the client's 400 (the engine compiles it again at submit) */
     json_t *rf = json_object_get(json_object_get(root, "response_format"), "type");
     g->json_object = json_is_string(rf) && !strcmp(json_string_value(rf), "json_object");
+    if (r->tool_forced && json_is_string(rf) && strcmp(json_string_value(rf), "text"))
+        return sd_api_error_set(e, 400, "response_format", "invalid_value",
+                                "response_format: a forced tool_choice decodes the reply to a call "
+                                "already");
     if (json_is_string(rf) && !strcmp(json_string_value(rf), "json_schema")) {
         json_t *sc = json_object_get(
             json_object_get(json_object_get(root, "response_format"), "json_schema"), "schema");
@@ -1083,6 +1192,7 @@ void sd_oai_request_free(sd_oai_request *r)
     free(r->bias_ids);
     free(r->bias);
     free(r->schema_text);
+    free(r->forced_name);
     for (int i = 0; i < r->n_msgs; i++) {
         free(r->msgs[i].role);
         free(r->msgs[i].content);

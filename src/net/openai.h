@@ -86,11 +86,17 @@ typedef struct sd_oai_request {
     /* chat: the tools (validated OpenAI tool objects, a reference), NULL when
      * none were given or tool_choice is "none" (they are then neither shown to
      * the model nor read out of its text); at most one call with
-     * parallel_tool_calls false */
+     * parallel_tool_calls false. tool_choice required or a named function:
+     * tool_forced below. */
     struct json_t *tools;
     int parallel_tool_calls;
     sd_chat_kwargs kwargs; /* chat: chat_template_kwargs */
-    char *schema_text;     /* response_format json_schema's schema (owned; gen.json_schema) */
+    char *schema_text;     /* response_format json_schema's schema, or a forced tool call's
+                            * (owned; gen.json_schema) */
+    /* tool_choice that forces a call: 1 a named function (forced_name), 2
+     * required (a JSON array of calls); the reply is decoded to that schema */
+    int tool_forced;
+    char *forced_name;
     int32_t *bias_ids;     /* logit_bias (owned; gen.bias_ids points here) */
     float *bias;
     int n_bias;

@@ -1007,7 +1007,7 @@ static void generate_submit(sd_server *s, pending *p)
     rp->top_lp = r->gen.top_logprobs;
     rp->stream = r->stream;
     rp->include_usage = r->include_usage;
-    if (r->tools)
+    if (r->tools && !r->tool_forced)
         r->gen.keep_special = sd_tc_keeps_special(sd_chat_template_tool_format(s->ct));
     if (s->reasoning && r->kind == SD_OAI_CHAT)
         r->gen.keep_special |= s->think_special;
@@ -1020,9 +1020,13 @@ static void generate_submit(sd_server *s, pending *p)
         job *j = rp->jobs[i];
         if (r->tools) {
             j->tools = 1;
-            sd_tc_init(&j->tc, sd_chat_template_tool_format(s->ct), r->parallel_tool_calls ? 0 : 1,
-                       sd_mix64(s->id_key ^ (rp->rid << 20) ^ ((uint64_t)i << 12) ^ s->id_count),
-                       tc_emit, j);
+            const uint64_t key = sd_mix64(s->id_key ^ (rp->rid << 20) ^ ((uint64_t)i << 12) ^ s->id_count);
+            if (r->tool_forced) /* the reply decodes to the call (forced_schema) */
+                sd_tc_init_forced(&j->tc, r->tool_forced == 1 ? r->forced_name : NULL,
+                                  r->parallel_tool_calls ? 0 : 1, key, tc_emit, j);
+            else
+                sd_tc_init(&j->tc, sd_chat_template_tool_format(s->ct), r->parallel_tool_calls ? 0 : 1,
+                           key, tc_emit, j);
         }
         if (s->reasoning && r->kind == SD_OAI_CHAT) {
             j->reasoning = 1;

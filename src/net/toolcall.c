@@ -52,6 +52,15 @@ void sd_tc_init(sd_tc_parser *p, sd_tool_format format, int max_calls, uint64_t 
     p->arg = arg;
 }
 
+void sd_tc_init_forced(sd_tc_parser *p, const char *name, int max_calls, uint64_t id_key,
+                       sd_tc_emit emit, void *arg)
+{
+    sd_tc_init(p, SD_TOOLS_JSON, max_calls, id_key, emit, arg);
+    p->forced_list = !name;
+    if (name)
+        snprintf(p->forced_name, sizeof p->forced_name, "%s", name);
+}
+
 void sd_tc_free(sd_tc_parser *p) { sd_buf_free(&p->hold); }
 
 
@@ -371,11 +380,59 @@ static int advance_json(sd_tc_parser *p, int end)
     return rc;
 }
 
+/* a forced call's reply, whole: its calls, or content where it is not one */
+static int forced_calls(sd_tc_parser *p)
+{
+    const char *h = p->hold.p ? p->hold.p : "";
+    const size_t n = p->hold.len;
+    int rc = 0, called = 0;
+    if (!p->forced_list) {
+        sd_tool_call c;
+        memset(&c, 0, sizeof c);
+        int r = args_of(h, n, &c);
+        if (r > 0 && !(c.name = strdup(p->forced_name)))
+            r = -1;
+        if (r < 0)
+            rc = SD_ENOMEM;
+        else if (r > 0 && !(rc = emit_call(p, &c)))
+            called = 1;
+        sd_tool_call_free(&c);
+    } else {
+        json_error_t je;
+        json_t *a = json_loadb(h, n, JSON_REJECT_DUPLICATES, &je);
+        const size_t k = json_array_size(a);
+        sd_tool_call *c = k ? calloc(k, sizeof *c) : NULL;
+        int r = json_is_array(a) && k > 0 ? (c ? 1 : -1) : 0;
+        for (size_t i = 0; r > 0 && i < k; i++)
+            r = call_of(json_array_get(a, i), &c[i]);
+        if (r < 0)
+            rc = SD_ENOMEM;
+        for (size_t i = 0; r > 0 && !rc && i < k; i++)
+            rc = emit_call(p, &c[i]);
+        called = r > 0 && !rc;
+        for (size_t i = 0; c && i < k; i++)
+            sd_tool_call_free(&c[i]);
+        free(c);
+        json_decref(a);
+    }
+    if (!rc && !called)
+        rc = emit_text(p, h, n); /* not the call forced: the reply is content */
+    sd_buf_clear(&p->hold);
+    return rc;
+}
+
 int sd_tc_feed(sd_tc_parser *p, const char *text, size_t len)
 {
     if (len && sd_buf_append(&p->hold, text, len))
         return SD_ENOMEM;
+    if (p->forced_name[0] || p->forced_list)
+        return 0; /* held to the end */
     return p->format == SD_TOOLS_JSON ? advance_json(p, 0) : advance(p, 0);
 }
 
-int sd_tc_end(sd_tc_parser *p) { return p->format == SD_TOOLS_JSON ? advance_json(p, 1) : advance(p, 1); }
+int sd_tc_end(sd_tc_parser *p)
+{
+    if (p->forced_name[0] || p->forced_list)
+        return forced_calls(p);
+    return p->format == SD_TOOLS_JSON ? advance_json(p, 1) : advance(p, 1);
+}

@@ -58,6 +58,12 @@ typedef struct sd_tc_parser {
     uint64_t id_key; /* the calls' ids: a mix of this and their number */
     const char *open, *close; /* the tags around a call (hermes) or the calls (a section) */
     size_t open_len, close_len;
+    /* a forced call (tool_choice): the reply is, whole, the arguments of
+     * the function forced_name (a named tool_choice), or with forced_list a
+     * JSON array of {"name", "parameters"} calls (tool_choice required);
+     * the decoding was held to that (a response_format json_schema) */
+    char forced_name[256];
+    int forced_list;
     sd_buf hold;     /* text not yet emitted: a tag's possible start, a call's body,
                         whitespace after a call */
     sd_tc_emit emit;
@@ -66,6 +72,12 @@ typedef struct sd_tc_parser {
 
 void sd_tc_init(sd_tc_parser *p, sd_tool_format format, int max_calls, uint64_t id_key, sd_tc_emit emit,
                 void *arg);
+/* The parser of a forced call (whatever the model's own format): name, the
+ * function a named tool_choice forces, or NULL: tool_choice required (a JSON
+ * array of calls). The reply is held to its end; one that is not what was
+ * forced (cut at its length) is content, as written. */
+void sd_tc_init_forced(sd_tc_parser *p, const char *name, int max_calls, uint64_t id_key,
+                       sd_tc_emit emit, void *arg);
 /* 1 when format f's calls are in special tokens: its replies must be read
  * with special tokens printed (sd_gen_params.keep_special) */
 int sd_tc_keeps_special(sd_tool_format f);

@@ -250,8 +250,6 @@ TEST(unsupported_options_are_refused_by_name)
         const char *field, *value;
     } chat[] = {
         {"functions", "[{\"name\":\"f\"}]"},
-        {"tool_choice", "\"required\""},
-        {"tool_choice", "{\"type\":\"function\"}"},
         {"function_call", "\"auto\""},
         {"response_format", "{\"type\":\"grammar\"}"},
         {"store", "true"},
@@ -443,6 +441,27 @@ TEST(tools_tool_choice_and_tool_messages_are_parsed)
     ASSERT(parse_ok(SD_OAI_CHAT, "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"tools\":[" TOOL "],\"tool_choice\":\"auto\"}",
                     &r));
     ASSERT(r.tools);
+    ASSERT_EQ(r.tool_forced, 0);
+    ASSERT(r.gen.json_schema == NULL);
+    sd_oai_request_free(&r);
+    /* forced: a named function decodes to its parameters; required to an
+     * array of calls (at most one without parallel calls) */
+    ASSERT(parse_ok(SD_OAI_CHAT,
+                    "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"tools\":[" TOOL "],\"tool_choice\":"
+                    "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}",
+                    &r));
+    ASSERT_EQ(r.tool_forced, 1);
+    ASSERT_STR_EQ(r.forced_name, "get_weather");
+    ASSERT_STR_EQ(r.gen.json_schema, "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}");
+    sd_oai_request_free(&r);
+    ASSERT(parse_ok(SD_OAI_CHAT,
+                    "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"tools\":[" TOOL "],\"tool_choice\":\"required\","
+                    "\"parallel_tool_calls\":false}",
+                    &r));
+    ASSERT_EQ(r.tool_forced, 2);
+    ASSERT(strstr(r.gen.json_schema, "\"type\":\"array\""));
+    ASSERT(strstr(r.gen.json_schema, "\"const\":\"get_weather\""));
+    ASSERT(strstr(r.gen.json_schema, "\"maxItems\":1"));
     sd_oai_request_free(&r);
     static const struct {
         const char *extra, *param, *code;
@@ -456,7 +475,10 @@ TEST(tools_tool_choice_and_tool_messages_are_parsed)
          "invalid_type"},
         {",\"tool_choice\":\"auto\"", "tool_choice", "invalid_value"},
         {",\"tools\":[" TOOL "],\"tool_choice\":\"sometimes\"", "tool_choice", "invalid_value"},
-        {",\"tools\":[" TOOL "],\"tool_choice\":\"required\"", "tool_choice", "unsupported_parameter"},
+        {",\"tool_choice\":\"required\"", "tool_choice", "invalid_value"}, /* no tools */
+        {",\"tools\":[" TOOL "],\"tool_choice\":{\"type\":\"function\"}", "tool_choice", "invalid_value"},
+        {",\"tools\":[" TOOL "],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}",
+         "tool_choice", "invalid_value"},
         {",\"tools\":[" TOOL "],\"parallel_tool_calls\":1", "parallel_tool_calls", "invalid_type"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -294,6 +294,54 @@ TEST(deepseek_sections_hold_calls_in_either_form)
 #undef CALL
 }
 
-TEST_MAIN(T(calls_and_content_come_out_the_same_in_any_pieces), T(llama_json_replies_are_calls_whole_or_content),
+/* a forced call (tool_choice): the reply, whole, is a named function's
+ * arguments, or (required) an array of calls; what is not (cut at its
+ * length) is content, as written; fed in pieces, the same */
+static void run_forced(const char *name, const char *text, int max_calls, size_t step, got *g)
+{
+    memset(g, 0, sizeof *g);
+    sd_tc_parser p;
+    sd_tc_init_forced(&p, name, max_calls, 42, collect, g);
+    size_t n = strlen(text);
+    if (!step)
+        step = n ? n : 1;
+    for (size_t i = 0; i < n; i += step)
+        ASSERT_OK(sd_tc_feed(&p, text + i, i + step <= n ? step : n - i));
+    ASSERT_OK(sd_tc_end(&p));
+    sd_tc_free(&p);
+}
+
+TEST(forced_calls_are_the_whole_reply)
+{
+    static const struct {
+        const char *name, *in, *want;
+        int max, calls;
+    } cases[] = {
+        {"get_weather", "{\"city\":\"Paris\",\"days\":2}", "[get_weather|{\"city\": \"Paris\", \"days\": 2}]", 0, 1},
+        {"get_weather", " { } ", "[get_weather|{}]", 0, 1},
+        {"get_weather", "{\"city\": \"Par", "{\"city\": \"Par", 0, 0},
+        {NULL, "[{\"name\":\"a\",\"parameters\":{\"x\":1}},{\"name\":\"b\",\"parameters\":{}}]",
+         "[a|{\"x\": 1}][b|{}]", 0, 2},
+        {NULL, "[{\"name\":\"a\",\"parameters\":{\"x\":1}},{\"name\":\"b\",\"parameters\":{}}]",
+         "[a|{\"x\": 1}]", 1, 1},
+        {NULL, "[]", "[]", 0, 0},
+        {NULL, "[{\"name\":\"a\"", "[{\"name\":\"a\"", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const size_t n = strlen(cases[i].in);
+        for (size_t step = 0; step <= n; step += 1 + step / 8) {
+            got g;
+            run_forced(cases[i].name, cases[i].in, cases[i].max, step, &g);
+            ASSERT_MSG(!strcmp(text_of(&g), cases[i].want), "case %zu step %zu: got \"%s\"", i, step,
+                       text_of(&g));
+            ASSERT_EQ(g.n_calls, cases[i].calls);
+            if (g.n_calls)
+                ASSERT(!strncmp(g.ids[0], "call_", 5));
+            got_free(&g);
+        }
+    }
+}
+
+TEST_MAIN(T(forced_calls_are_the_whole_reply), T(calls_and_content_come_out_the_same_in_any_pieces), T(llama_json_replies_are_calls_whole_or_content),
           T(kimi_sections_hold_calls_with_the_models_ids), T(deepseek_sections_hold_calls_in_either_form),
           T(parallel_tool_calls_false_keeps_the_first_call_and_ids_differ), T(an_emit_failure_stops_the_feed))

@@ -113,8 +113,10 @@ test('earlier tool calls and results are the history the template prints', async
 test('what cannot be served is refused by name', async () => {
   const post = async (body) => request(srv, 'POST', '/v1/chat/completions', { body: { model: name, ...body } });
   const cases = [
-    [{ messages: MESSAGES, tools: TOOLS, tool_choice: 'required' }, 'tool_choice', 'unsupported_parameter'],
-    [{ messages: MESSAGES, tools: TOOLS, tool_choice: { type: 'function', function: { name: 'get_weather' } } }, 'tool_choice', 'unsupported_parameter'],
+    [{ messages: MESSAGES, tools: TOOLS, tool_choice: { type: 'function', function: { name: 'get_time' } } }, 'tool_choice', 'invalid_value'],
+    [{ messages: MESSAGES, tools: TOOLS, tool_choice: { type: 'function' } }, 'tool_choice', 'invalid_value'],
+    [{ messages: MESSAGES, tools: TOOLS, tool_choice: 'required', response_format: { type: 'json_object' } }, 'response_format', 'invalid_value'],
+    [{ messages: MESSAGES, tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { a: { not: {} } } } } }], tool_choice: 'required' }, 'tools', 'invalid_value'],
     [{ messages: MESSAGES, tool_choice: 'auto' }, 'tool_choice', 'invalid_value'],
     [{ messages: MESSAGES, tools: [{ type: 'function', function: { name: 'bad name' } }] }, 'tools[0]', 'invalid_value'],
     [{ messages: [{ role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: 'not json' } }] }] }, 'messages[0].tool_calls[0]', 'invalid_value'],
@@ -126,6 +128,64 @@ test('what cannot be served is refused by name', async () => {
     assert.equal(e.param, param, r.text);
     assert.equal(e.code, code, r.text);
   }
+});
+
+// tool_choice required and a named function: the reply decodes to a call
+// (a JSON Schema of the tools' parameters, whatever the model's own
+// format, as vLLM does): a finished reply is tool_calls of the tools given,
+// their arguments of the parameters' keys and types (the numeric bound
+// `minimum` left out), the same streamed; one cut at its length is content.
+test('tool_choice required and a named function decode the reply to calls', async () => {
+  const TWO = [...TOOLS, { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: { tz: { enum: ['UTC', 'CET'] } }, required: ['tz'] } } }];
+  let called = 0;
+  for (const [tool_choice, tools] of [[{ type: 'function', function: { name: 'get_weather' } }, TOOLS], ['required', TWO]]) {
+    for (const [temperature, seed] of [[0, 1], [0.8, 3]]) {
+      const body = { model: name, messages: MESSAGES, tools, tool_choice, max_tokens: 300, temperature, seed };
+      const whole = await request(srv, 'POST', '/v1/chat/completions', { body });
+      assert.equal(whole.status, 200, whole.text);
+      const ch = JSON.parse(whole.text).choices[0];
+      if (ch.finish_reason === 'length') {
+        assert.equal((ch.message.tool_calls ?? []).length, 0);
+        continue;
+      }
+      assert.equal(ch.finish_reason, 'tool_calls', whole.text);
+      assert.equal(ch.message.content, null);
+      assert.ok(ch.message.tool_calls.length >= 1);
+      for (const c of ch.message.tool_calls) {
+        assert.ok(/^call_[A-Za-z0-9]{24}$/.test(c.id), c.id);
+        const args = JSON.parse(c.function.arguments);
+        if (c.function.name === 'get_weather') {
+          assert.equal(typeof args.city, 'string');
+          assert.ok(Object.keys(args).every((k) => k === 'city' || k === 'days'));
+          if ('days' in args) assert.ok(Number.isInteger(args.days));
+        } else {
+          assert.equal(tool_choice, 'required');
+          assert.equal(c.function.name, 'get_time');
+          assert.ok(['UTC', 'CET'].includes(args.tz));
+        }
+        if (typeof tool_choice === 'object') assert.equal(c.function.name, 'get_weather');
+      }
+      called++;
+      // streamed: the same calls, then finish_reason tool_calls
+      const raw = await request(srv, 'POST', '/v1/chat/completions', { body: { ...body, stream: true } });
+      assert.equal(raw.status, 200, raw.text);
+      const chunks = raw.text.split('\n\n').filter((x) => x.startsWith('data: {')).map((x) => JSON.parse(x.slice(6)));
+      const calls = [];
+      let finish = null;
+      for (const c of chunks) for (const x of c.choices) {
+        for (const t of x.delta.tool_calls ?? []) {
+          if (!calls[t.index]) calls[t.index] = { name: '', arguments: '' };
+          calls[t.index].name += t.function?.name ?? '';
+          calls[t.index].arguments += t.function?.arguments ?? '';
+        }
+        if (x.finish_reason) finish = x.finish_reason;
+      }
+      assert.equal(finish, 'tool_calls');
+      assert.deepEqual(calls.map((c) => c.name), ch.message.tool_calls.map((c) => c.function.name));
+      assert.deepEqual(calls.map((c) => c.arguments), ch.message.tool_calls.map((c) => c.function.arguments));
+    }
+  }
+  assert.ok(called > 0, 'no forced call finished');
 });
 
 // The other formats the server reads: Llama 3.1's (a JSON reply, held to its
