@@ -44,36 +44,6 @@ static const unsigned char *bytes_of(const void *ctx, int32_t t, size_t *len)
     return v->own[t] + 1;
 }
 
-static void jm_copy(const void *c, void *d, const void *s)
-{
-    (void)c;
-    *(sd_json_state *)d = *(const sd_json_state *)s;
-}
-static int jm_feed(const void *c, void *st, const unsigned char *b, size_t n)
-{
-    (void)c;
-    return sd_json_feed(st, b, n);
-}
-static int jm_equal(const void *c, const void *a, const void *b)
-{
-    (void)c;
-    return sd_json_equal(a, b);
-}
-static void js_copy(const void *c, void *d, const void *s)
-{
-    (void)c;
-    sd_jschema_copy(d, s);
-}
-static int js_feed(const void *c, void *st, const unsigned char *b, size_t n)
-{
-    return sd_jschema_feed(c, st, b, n);
-}
-static int js_equal(const void *c, const void *a, const void *b)
-{
-    (void)c;
-    return sd_jschema_equal(a, b);
-}
-
 static const char DOC[] = "{\"name\": \"a long string value with some words in it\", \"age\": 12345, "
                           "\"kind\": \"cat\", \"tags\": [\"red\", \"blue\"], \"score\": -0.25}";
 static const char SCHEMA[] =
@@ -192,8 +162,8 @@ int main(int argc, char **argv)
         sd_byte_automaton a;
         void *st, *scratch;
         void (*init)(const void *, void *);
-    } kinds[2] = {{"json_object", {NULL, jm_copy, jm_feed, jm_equal}, &ms, &msc, jm_init},
-                  {"json_schema", {js, js_copy, js_feed, js_equal}, &ss, &ssc, js_init}};
+    } kinds[2] = {{"json_object", sd_json_automaton(), &ms, &msc, jm_init},
+                  {"json_schema", sd_jschema_automaton(js), &ss, &ssc, js_init}};
     json_t *root = json_object(), *res = json_array();
     char *commit = sd_bench_git_commit();
     sd_bench_json_head(root, "json_mask", commit, NULL, "cpu (one thread)", argc, argv);

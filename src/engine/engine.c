@@ -85,21 +85,6 @@ static int jtext_done(const req *r, const sd_jtext *st)
     return r->schema ? sd_jschema_done(r->schema, &st->sch) : sd_json_done(&st->obj);
 }
 
-/* r's JSON state as verify/token_mask's automaton (ctx: r) */
-static void jt_copy(const void *ctx, void *dst, const void *src) { jtext_copy(ctx, dst, src); }
-
-static int jt_feed(const void *ctx, void *st, const unsigned char *b, size_t n)
-{
-    return jtext_feed(ctx, st, b, n);
-}
-
-static int jt_equal(const void *ctx, const void *a, const void *b)
-{
-    const req *r = ctx;
-    const sd_jtext *x = a, *y = b;
-    return r->schema ? sd_jschema_equal(&x->sch, &y->sch) : sd_json_equal(&x->obj, &y->obj);
-}
-
 static const unsigned char *jt_bytes(const void *ctx, int32_t t, size_t *n)
 {
     return token_bytes(ctx, t, n);
@@ -112,8 +97,9 @@ static void json_mask_row(const sd_engine *e, const req *r, const sd_jtext *st, 
 {
     const int done = jtext_done(r, st);
     sd_jtext s;
-    sd_byte_automaton a = {r, jt_copy, jt_feed, jt_equal};
-    sd_token_mask(&e->tt, &a, st, &s, row);
+    const sd_byte_automaton a = r->schema ? sd_jschema_automaton(r->schema) : sd_json_automaton();
+    sd_token_mask(&e->tt, &a, r->schema ? (const void *)&st->sch : (const void *)&st->obj,
+                  r->schema ? (void *)&s.sch : (void *)&s.obj, row);
     for (int32_t t = 0; t < e->V; t++) /* no bytes (specials): the end of text, once whole */
         if (!e->tt.bytes[t] && !(done && is_eos(e, r, t)))
             row[t] = -INFINITY;

@@ -165,7 +165,8 @@ static int add_text(cx *c, const char *t, size_t n, uint32_t *off)
     void *tmp_;
     if (GROW(s->text, s->ntext, s->ctext, (uint32_t)n + 1))
         return nomem(c);
-    memcpy(s->text + s->ntext, t, n);
+    if (n)
+        memcpy(s->text + s->ntext, t, n);
     s->text[s->ntext + n] = 0;
     *off = s->ntext;
     s->ntext += (uint32_t)n + 1;
@@ -547,7 +548,8 @@ static int compile_union(cx *c, json_t *j, const char *path, uint16_t *out)
     if (!rc) {
         s->node[u].mem0 = s->nmem;
         s->node[u].nmem = (uint32_t)n;
-        memcpy(s->mem + s->nmem, br, n * sizeof *br);
+        if (n)
+            memcpy(s->mem + s->nmem, br, n * sizeof *br);
         s->nmem += (uint32_t)n;
         *out = u;
     }
@@ -638,7 +640,8 @@ static int compile_object(cx *c, json_t *j, const char *path, uint16_t id)
         nd->nprop = (uint32_t)n;
         if (json_is_false(add))
             nd->flags |= F_CLOSED;
-        memcpy(s->prop + s->nprop, tp, n * sizeof *tp);
+        if (n)
+            memcpy(s->prop + s->nprop, tp, n * sizeof *tp);
         s->nprop += (uint32_t)n;
     }
     free(tp);
@@ -778,7 +781,8 @@ static int find_leaves(cx *c)
             rc = nomem(c);
             break;
         }
-        memcpy(s->leaf + s->nleaf, got, ng * sizeof *got);
+        if (ng)
+            memcpy(s->leaf + s->nleaf, got, ng * sizeof *got);
         s->node[u].leaf0 = s->nleaf;
         s->node[u].nleaf = ng;
         s->nleaf += ng;
@@ -911,7 +915,8 @@ static int merge_enums(cx *c)
                 s->leaf[n->leaf0 + w++] = s->leaf[n->leaf0 + i];
                 continue;
             }
-            memcpy(s->lit + s->nlit, s->lit + l->lit0, l->nlit * sizeof *s->lit);
+            if (l->nlit)
+                memcpy(s->lit + s->nlit, s->lit + l->lit0, l->nlit * sizeof *s->lit);
             s->nlit += l->nlit;
             types |= l->types;
         }

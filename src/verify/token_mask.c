@@ -4,6 +4,54 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "verify/json_mask.h"
+#include "verify/json_schema.h"
+
+static void jm_copy(const void *c, void *d, const void *s)
+{
+    (void)c;
+    *(sd_json_state *)d = *(const sd_json_state *)s;
+}
+
+static int jm_feed(const void *c, void *st, const unsigned char *b, size_t n)
+{
+    (void)c;
+    return sd_json_feed(st, b, n);
+}
+
+static int jm_equal(const void *c, const void *a, const void *b)
+{
+    (void)c;
+    return sd_json_equal(a, b);
+}
+
+static void js_copy(const void *c, void *d, const void *s)
+{
+    (void)c;
+    sd_jschema_copy(d, s);
+}
+
+static int js_feed(const void *c, void *st, const unsigned char *b, size_t n)
+{
+    return sd_jschema_feed(c, st, b, n);
+}
+
+static int js_equal(const void *c, const void *a, const void *b)
+{
+    (void)c;
+    return sd_jschema_equal(a, b);
+}
+
+sd_byte_automaton sd_json_automaton(void)
+{
+    return (sd_byte_automaton){NULL, jm_copy, jm_feed, jm_equal};
+}
+
+sd_byte_automaton sd_jschema_automaton(const struct sd_jschema *s)
+{
+    return (sd_byte_automaton){s, js_copy, js_feed, js_equal};
+}
+
 int sd_token_table_build(sd_token_table *tt, int n,
                          const unsigned char *(*bytes_of)(const void *ctx, int32_t t, size_t *len),
                          const void *ctx)

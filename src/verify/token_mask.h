@@ -43,6 +43,12 @@ typedef struct sd_byte_automaton {
     int (*equal)(const void *ctx, const void *a, const void *b);
 } sd_byte_automaton;
 
+/* verify/json_mask's states (sd_json_state) and a schema's
+ * (sd_jschema_state of s) as such automata */
+struct sd_jschema;
+sd_byte_automaton sd_json_automaton(void);
+sd_byte_automaton sd_jschema_automaton(const struct sd_jschema *s);
+
 /* row[t] = -inf for every token with bytes that a, from st, does not take
  * (tokens without bytes are the caller's). scratch: room for one state.
  * Returns the tokens fed whole (the rest took the fast path or none). */

@@ -28,19 +28,25 @@ static int collect(void *arg, const char *content, size_t len, const sd_tool_cal
     return sd_buf_printf(&g->text, "[%s|%s]", call->name, call->arguments);
 }
 
-/* text fed in pieces of `step` bytes (0: at once) */
+/* text fed to p (initialized, emitting to g) in pieces of `step` bytes (0:
+ * at once), then its end */
+static void feed_all(sd_tc_parser *p, const char *text, size_t step)
+{
+    size_t n = strlen(text);
+    if (!step)
+        step = n ? n : 1;
+    for (size_t i = 0; i < n; i += step)
+        ASSERT_OK(sd_tc_feed(p, text + i, i + step <= n ? step : n - i));
+    ASSERT_OK(sd_tc_end(p));
+    sd_tc_free(p);
+}
+
 static void run_as(sd_tool_format f, const char *text, int max_calls, size_t step, got *g)
 {
     memset(g, 0, sizeof *g);
     sd_tc_parser p;
     sd_tc_init(&p, f, max_calls, 42, collect, g);
-    size_t n = strlen(text);
-    if (!step)
-        step = n ? n : 1;
-    for (size_t i = 0; i < n; i += step)
-        ASSERT_OK(sd_tc_feed(&p, text + i, i + step <= n ? step : n - i));
-    ASSERT_OK(sd_tc_end(&p));
-    sd_tc_free(&p);
+    feed_all(&p, text, step);
 }
 
 static void run(const char *text, int max_calls, size_t step, got *g)
@@ -302,13 +308,7 @@ static void run_forced(const char *name, const char *text, int max_calls, size_t
     memset(g, 0, sizeof *g);
     sd_tc_parser p;
     sd_tc_init_forced(&p, name, max_calls, 42, collect, g);
-    size_t n = strlen(text);
-    if (!step)
-        step = n ? n : 1;
-    for (size_t i = 0; i < n; i += step)
-        ASSERT_OK(sd_tc_feed(&p, text + i, i + step <= n ? step : n - i));
-    ASSERT_OK(sd_tc_end(&p));
-    sd_tc_free(&p);
+    feed_all(&p, text, step);
 }
 
 TEST(forced_calls_are_the_whole_reply)

@@ -76,37 +76,6 @@ static void free_vocab(vocab *v)
         free(v->bytes[t]);
 }
 
-/* json_mask and json_schema as automata */
-static void jm_copy(const void *c, void *d, const void *s)
-{
-    (void)c;
-    *(sd_json_state *)d = *(const sd_json_state *)s;
-}
-static int jm_feed(const void *c, void *st, const unsigned char *b, size_t n)
-{
-    (void)c;
-    return sd_json_feed(st, b, n);
-}
-static int jm_equal(const void *c, const void *a, const void *b)
-{
-    (void)c;
-    return sd_json_equal(a, b);
-}
-static void js_copy(const void *c, void *d, const void *s)
-{
-    (void)c;
-    sd_jschema_copy(d, s);
-}
-static int js_feed(const void *c, void *st, const unsigned char *b, size_t n)
-{
-    return sd_jschema_feed(c, st, b, n);
-}
-static int js_equal(const void *c, const void *a, const void *b)
-{
-    (void)c;
-    return sd_jschema_equal(a, b);
-}
-
 /* the mask of every token fed whole vs sd_token_mask, from st; *fast:
  * tokens the fast path decided */
 static void compare(const sd_token_table *tt, const sd_byte_automaton *a, const void *st,
@@ -151,8 +120,7 @@ TEST(the_fast_mask_is_the_fed_mask)
         "\"ok\":{\"type\":[\"boolean\",\"null\"]}},\"required\":[\"name\",\"kind\"]}";
     sd_jschema *js = NULL;
     ASSERT_OK(sd_jschema_compile(schema, strlen(schema), &js, NULL));
-    sd_byte_automaton am = {NULL, jm_copy, jm_feed, jm_equal};
-    sd_byte_automaton as = {js, js_copy, js_feed, js_equal};
+    sd_byte_automaton am = sd_json_automaton(), as = sd_jschema_automaton(js);
     long fast_m = 0, fast_s = 0, states = 0;
     for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
         const unsigned char *x = (const unsigned char *)texts[k];
