@@ -1724,6 +1724,10 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
             int target = prefill_target(r);
             if (r->n_comp == target) {
                 r->state = RQ_DECODE;
+                if (r->fresh && r->max_tokens == 0) { /* the prompt alone (its logprobs) */
+                    finish(e, r, SD_FINISH_LENGTH, NULL);
+                    continue;
+                }
                 if (r->fresh) {
                     r->fresh = 0;
                     if (e->dev_acc ? push_tok(r, dev_result(e, r)[1])
@@ -2437,8 +2441,8 @@ req *sd__engine_req_new(sd_engine *e, const int32_t *prompt, int n_prompt, const
     }
     req *r = NULL;
     int rc = 0;
-    if (p->max_tokens <= 0) {
-        sd_err_set(err, SD_EINVAL, "max_tokens: must be at least 1");
+    if (p->max_tokens < 0) {
+        sd_err_set(err, SD_EINVAL, "max_tokens: must be at least 0");
         return NULL;
     }
     for (int i = 0; i < n_prompt; i++)

@@ -27,7 +27,7 @@ typedef enum sd_finish {
 } sd_finish;
 
 typedef struct sd_gen_params {
-    int max_tokens;
+    int max_tokens; /* 0: the prompt is prefilled and the request ends (its logprobs) */
     double temperature; /* 0: greedy */
     double top_p;       /* 1: off */
     int top_k;          /* 0: off */

@@ -926,7 +926,7 @@ static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model
         r->max_tokens_param = "max_completion_tokens";
     }
     if (mt && !json_is_null(mt)) {
-        if (get_int(mt, "max_tokens", 1, INT_MAX, &x, e))
+        if (get_int(mt, "max_tokens", 0, INT_MAX, &x, e)) /* 0: with echo (below) */
             return SD_EINVAL;
         if (r->max_tokens >= 0 && r->max_tokens != (int)x)
             return sd_api_error_set(e, 400, "max_tokens", "invalid_value",
@@ -1055,6 +1055,11 @@ static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model
             return SD_EINVAL;
         g->prompt_logprobs = r->echo && g->logprobs;
     }
+    /* max_tokens 0: the prompt alone comes back (echo), with its logprobs
+     * (an evaluation's scoring) */
+    if (r->max_tokens == 0 && !r->echo)
+        return sd_api_error_set(e, 400, r->max_tokens_param, "invalid_value",
+                                "%s: must be at least 1 (0 only with echo)", r->max_tokens_param);
     r->n = 1;
     if ((v = json_object_get(root, "n")) && !json_is_null(v)) {
         if (get_int(v, "n", 1, SD_OAI_MAX_N, &x, e))

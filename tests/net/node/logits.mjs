@@ -142,6 +142,19 @@ test('completions echo: the prompt comes back first, with its tokens\' logprobs 
   assert.deepEqual(toks, lp.tokens);
   assert.deepEqual(offs, lp.text_offset);
   lps.forEach((x, i) => assert.ok(x === lp.token_logprobs[i] || Math.abs(x - lp.token_logprobs[i]) < 1e-6));
+  // max_tokens 0: the prompt alone, with the same entries (an evaluation's
+  // scoring); without echo a 400
+  const z = await request(srv, 'POST', '/v1/completions', { body: { ...body, max_tokens: 0 } });
+  assert.equal(z.status, 200, z.text);
+  const zc = JSON.parse(z.text);
+  assert.equal(zc.choices[0].finish_reason, 'length');
+  assert.equal(zc.usage.completion_tokens, 0);
+  assert.equal(zc.usage.prompt_tokens, full.length);
+  assert.deepEqual(zc.choices[0].logprobs.tokens, lp.tokens.slice(0, full.length));
+  zc.choices[0].logprobs.token_logprobs.forEach((x, i) => assert.ok(x === lp.token_logprobs[i] || Math.abs(x - lp.token_logprobs[i]) < 1e-6));
+  const z0 = await request(srv, 'POST', '/v1/completions', { body: { model, prompt: PROMPT, max_tokens: 0 } });
+  assert.equal(z0.status, 400, z0.text);
+  assert.equal(JSON.parse(z0.text).error.param, 'max_tokens');
   // chat has no echo
   const bad = await request(srv, 'POST', '/v1/chat/completions', { body: { model, messages: MESSAGES, echo: true } });
   assert.equal(bad.status, 400, bad.text);
