@@ -220,6 +220,8 @@ typedef struct sd_bench_spec {
     double gemm_trials; /* the backend's GEMM algorithm trials (stalls of a few ms) */
     /* target steps with prompt rows, and of those replayed from a CUDA graph */
     double prompt_steps, prompt_graph_steps;
+    /* the prefix cache: prompt tokens looked up at admission, and found */
+    double prefix_queried, prefix_hit;
     /* drafting steps by why they drafted (the `why` label: best, explore,
      * ...), and the running requests of those steps that did not draft */
 #define SD_BENCH_WHY_MAX 12

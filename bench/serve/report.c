@@ -102,6 +102,8 @@ json_t *sd_bench_spec_json(const sd_bench_spec *d)
     json_object_set_new(o, "engine_gemm_trials", real(d->gemm_trials));
     json_object_set_new(o, "engine_prompt_steps", real(d->prompt_steps));
     json_object_set_new(o, "engine_prompt_graph_steps", real(d->prompt_graph_steps));
+    json_object_set_new(o, "engine_prefix_cache_queried_tokens", real(d->prefix_queried));
+    json_object_set_new(o, "engine_prefix_cache_hit_tokens", real(d->prefix_hit));
     /* drafting steps by why they drafted, and their requests not drafting */
     json_t *ws = json_object(), *wi = json_object();
     for (int i = 0; i < d->n_why; i++) {

@@ -102,6 +102,8 @@ static const struct {
     {"specd_gemm_trials_total", offsetof(sd_bench_spec, gemm_trials), 0},
     {"specd_prompt_steps_total", offsetof(sd_bench_spec, prompt_steps), 0},
     {"specd_prompt_graph_steps_total", offsetof(sd_bench_spec, prompt_graph_steps), 0},
+    {"specd_prefix_cache_queried_tokens_total", offsetof(sd_bench_spec, prefix_queried), 0},
+    {"specd_prefix_cache_hit_tokens_total", offsetof(sd_bench_spec, prefix_hit), 0},
 };
 #define N_SCALARS ((int)(sizeof scalars / sizeof scalars[0]))
 

@@ -314,6 +314,8 @@ TEST(metrics_scrape_reads_specd_counters_and_takes_deltas)
                         "specd_gemm_trials_total 3\n"
                         "specd_prompt_steps_total 8\n"
                         "specd_prompt_graph_steps_total 5\n"
+                        "specd_prefix_cache_queried_tokens_total 900\n"
+                        "specd_prefix_cache_hit_tokens_total 640\n"
                         "specd_spec_drafting_steps_total{why=\"best\"} 9\n"
                         "specd_spec_drafting_steps_total{why=\"probe\"} 2\n"
                         "specd_spec_drafting_idle_requests_total{why=\"best\"} 12\n"
@@ -343,6 +345,8 @@ TEST(metrics_scrape_reads_specd_counters_and_takes_deltas)
     ASSERT_NEAR(d.gemm_trials, 3, 0);
     ASSERT_NEAR(d.prompt_steps, 8, 0);
     ASSERT_NEAR(d.prompt_graph_steps, 5, 0);
+    ASSERT_NEAR(d.prefix_queried, 900, 0);
+    ASSERT_NEAR(d.prefix_hit, 640, 0);
     /* reasons by name, one first seen in the second scrape; a long name is left out */
     ASSERT_EQ(d.n_why, 2);
     ASSERT_STR_EQ(d.why[0], "best");
