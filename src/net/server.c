@@ -923,7 +923,6 @@ static int echo_keep(sd_server *s, job *j, const sd_oai_request *r, const pendin
     return sd_tok_decode(s->tok, p->ids[pi], p->n[pi], 0, &j->echo, &j->echo_len, &err);
 }
 
-
 /* every prompt of p's request -> token ids (p->ids, p->n); 0 or p->e set */
 static int encode(sd_server *s, pending *p)
 {
@@ -1015,6 +1014,13 @@ static void generate_submit(sd_server *s, pending *p)
         r->gen.stop_ids = &s->eot_id;
         r->gen.n_stop_ids = 1;
     }
+    /* echo: the prompts' texts kept before any choice runs (a failure then
+     * frees the reply whole) */
+    for (int i = 0; r->echo && i < rp->n; i++)
+        if (echo_keep(s, rp->jobs[i], r, p, i / r->n)) {
+            reply_free(rp);
+            goto oom;
+        }
     sd_req_events ev = {on_output, on_finish, on_logprobs};
     for (int i = 0; i < rp->n; i++) {
         job *j = rp->jobs[i];
@@ -1035,10 +1041,6 @@ static void generate_submit(sd_server *s, pending *p)
         /* choice c of prompt pi; each choice its own draw: a given seed is
          * each prompt's first choice's, seed + c its c-th's (vLLM's rule) */
         const int pi = i / r->n, c = i % r->n;
-        if (r->echo && echo_keep(s, j, r, p, pi)) {
-            reply_free(rp);
-            goto oom;
-        }
         sd_gen_params g = r->gen;
         g.max_tokens = max_tok[pi];
         if (g.has_seed)
