@@ -100,9 +100,11 @@ static void json_mask_row(const sd_engine *e, const req *r, const sd_jtext *st, 
     const sd_byte_automaton a = r->schema ? sd_jschema_automaton(r->schema) : sd_json_automaton();
     sd_token_mask(&e->tt, &a, r->schema ? (const void *)&st->sch : (const void *)&st->obj,
                   r->schema ? (void *)&s.sch : (void *)&s.obj, row);
-    for (int32_t t = 0; t < e->V; t++) /* no bytes (specials): the end of text, once whole */
-        if (!e->tt.bytes[t] && !(done && is_eos(e, r, t)))
+    for (int i = 0; i < e->tt.n_none; i++) { /* no bytes (specials): the end of text, once whole */
+        const int32_t t = e->tt.none[i];
+        if (!(done && is_eos(e, r, t)))
             row[t] = -INFINITY;
+    }
 }
 
 /* st advanced by token t's bytes */

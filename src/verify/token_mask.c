@@ -60,7 +60,8 @@ int sd_token_table_build(sd_token_table *tt, int n,
     tt->bytes = calloc((size_t)n, sizeof *tt->bytes);
     tt->len = calloc((size_t)n, sizeof *tt->len);
     tt->set = calloc((size_t)n, sizeof *tt->set);
-    if (!tt->bytes || !tt->len || !tt->set) {
+    tt->none = malloc((size_t)(n > 0 ? n : 1) * sizeof *tt->none);
+    if (!tt->bytes || !tt->len || !tt->set || !tt->none) {
         sd_token_table_free(tt);
         return -1;
     }
@@ -70,6 +71,8 @@ int sd_token_table_build(sd_token_table *tt, int n,
         const unsigned char *b = bytes_of(ctx, t, &len);
         tt->bytes[t] = len ? b : NULL;
         tt->len[t] = b ? len : 0;
+        if (!tt->bytes[t])
+            tt->none[tt->n_none++] = t;
         for (size_t i = 0; b && i < len; i++)
             tt->set[t][b[i] >> 6] |= 1ull << (b[i] & 63);
     }
@@ -81,6 +84,7 @@ void sd_token_table_free(sd_token_table *tt)
     free(tt->bytes);
     free(tt->len);
     free(tt->set);
+    free(tt->none);
     memset(tt, 0, sizeof *tt);
 }
 

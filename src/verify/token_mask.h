@@ -23,6 +23,8 @@ typedef struct sd_token_table {
     const unsigned char **bytes; /* (n,) each token's bytes, or NULL: none (special, unknown) */
     size_t *len;                 /* (n,) */
     uint64_t (*set)[4];          /* (n,) the byte values each holds */
+    int32_t *none;               /* the tokens without bytes (n_none of them) */
+    int n_none;
 } sd_token_table;
 
 /* A table of n tokens: bytes_of(ctx, t, &len) gives token t's bytes (kept
