@@ -441,8 +441,8 @@ static int pc_match(sd_engine *e, req *r, int *n_prop)
     if (!e->pc || r->n_comp > 0 || r->kv.n_blocks > 0 || r->want_plp)
         return 0;
     const int bs = e->block_size, target = prefill_target(r);
-    r->pc_key = sd_pcache_root();
-    int m = sd_pcache_match(e->pc, r->tok, r->n_tok, (target - 1) / bs, e->pc_match, n_prop);
+    int m = sd_pcache_match(e->pc, r->tok, r->n_tok, (target - 1) / bs, e->pc_match,
+                            e->pc_keys, n_prop);
     for (int j = 0; j < m; j++)
         if (sd_kv_seq_share(e->kv, &r->kv, e->pc_match[j]) != 0) {
             m = j; /* out of memory for the table: the rest is computed */
@@ -450,8 +450,7 @@ static int pc_match(sd_engine *e, req *r, int *n_prop)
         }
     if (*n_prop > m)
         *n_prop = m;
-    for (int j = 0; j < m; j++)
-        r->pc_key = sd_pcache_key(r->pc_key, r->tok + (size_t)j * bs, bs);
+    r->pc_key = m ? e->pc_keys[m - 1] : sd_pcache_root();
     r->pc_n = m;
     r->n_comp = m * bs;
     r->draft_valid = *n_prop == m ? m * bs : 0;
@@ -494,9 +493,7 @@ static int pc_fit(sd_engine *e, req *r, int n_prop)
     if (!pc_tracks(e, r) || n_prop * bs >= r->n_comp)
         return 0;
     sd_kv_seq_truncate(e->kv, &r->kv, n_prop * bs);
-    r->pc_key = sd_pcache_root();
-    for (int j = 0; j < n_prop; j++)
-        r->pc_key = sd_pcache_key(r->pc_key, r->tok + (size_t)j * bs, bs);
+    r->pc_key = n_prop ? e->pc_keys[n_prop - 1] : sd_pcache_root(); /* pc_match's keys */
     r->pc_n = n_prop;
     r->n_comp = r->draft_valid = n_prop * bs;
     return 1;
@@ -2347,7 +2344,9 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     if (o->prefix_cache) {
         if ((rc = sd_pcache_create(&e->pc, e->kv, err)))
             goto fail;
-        if (!(e->pc_match = malloc((size_t)e->max_blocks * sizeof *e->pc_match))) {
+        e->pc_match = malloc((size_t)e->max_blocks * sizeof *e->pc_match);
+        e->pc_keys = malloc((size_t)e->max_blocks * sizeof *e->pc_keys);
+        if (!e->pc_match || !e->pc_keys) {
             rc = sd_err_set(err, SD_ENOMEM, "prefix cache: out of memory");
             goto fail;
         }
@@ -2409,6 +2408,7 @@ void sd_engine_destroy(sd_engine *e)
         free_step_buffers(e);
     sd_pcache_free(e->pc);
     free(e->pc_match);
+    free(e->pc_keys);
     sd_kv_pool_free(e->kv);
     for (int r = 0; r < SD_TP_MAX; r++)
         sd_model_free(e->targets[r]);

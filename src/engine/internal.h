@@ -219,6 +219,7 @@ struct sd_engine {
     sd_pcache *pc;      /* --prefix-cache, or NULL */
     sd_token_table tt;  /* the vocabulary's bytes (the JSON masks), with a tokenizer */
     int32_t *pc_match;  /* (max_blocks,) a lookup's blocks */
+    sd_pc_key *pc_keys; /* (max_blocks,) and their keys */
     /* thread and queues */
     pthread_t thread;
     int started;

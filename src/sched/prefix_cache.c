@@ -144,7 +144,7 @@ static void on_evict(void *ctx, int32_t block)
 }
 
 int sd_pcache_match(const sd_pcache *c, const int32_t *tok, int n_tok, int max_blocks,
-                    int32_t *blocks, int *n_prop)
+                    int32_t *blocks, sd_pc_key *keys, int *n_prop)
 {
     const int bs = c->bs;
     sd_pc_key key = sd_pcache_root();
@@ -156,6 +156,8 @@ int sd_pcache_match(const sd_pcache *c, const int32_t *tok, int n_tok, int max_b
         if (b < 0)
             break;
         blocks[m] = b;
+        if (keys)
+            keys[m] = k;
         const int end = (m + 1) * bs;
         run = run && c->prop[b] && (c->next[b] < 0 || (end < n_tok && tok[end] == c->next[b]));
         np += run;

@@ -48,12 +48,12 @@ sd_pc_key sd_pcache_key(sd_pc_key parent, const int32_t *tok, int block_size);
 
 /* The longest run of cached blocks holding the first blocks of tok (n_tok
  * tokens), at most max_blocks: their ids into blocks (no references are
- * taken: share them before the pool's next reservation), their count
- * returned. *n_prop: how many of them, from the first, have their proposer
+ * taken: share them before the pool's next reservation) and, where keys is
+ * not NULL, each one's key into keys; their count returned. *n_prop: how many of them, from the first, have their proposer
  * slots written for these tokens (an entry's next token, where it has one,
  * must be tok's token after that block: tok must hold it). */
 int sd_pcache_match(const sd_pcache *c, const int32_t *tok, int n_tok, int max_blocks,
-                    int32_t *blocks, int *n_prop);
+                    int32_t *blocks, sd_pc_key *keys, int *n_prop);
 
 /* Offers block (held by a sequence) as the block after parent holding btok,
  * and returns its key. prop: its proposer slots are written; next: the token

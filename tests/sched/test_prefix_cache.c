@@ -43,24 +43,28 @@ TEST(a_prompt_finds_its_blocks_and_stops_where_it_differs)
     ASSERT_EQ(sd_kv_pool_cached(p), 4);
     int32_t m[8];
     int np = -1;
-    ASSERT_EQ(sd_pcache_match(c, tok, 20, 8, m, &np), 4);
+    sd_pc_key keys[8], k = sd_pcache_root();
+    ASSERT_EQ(sd_pcache_match(c, tok, 20, 8, m, keys, &np), 4);
     ASSERT_EQ(np, 0); /* no proposer slots written */
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < 4; j++) {
         ASSERT_EQ(m[j], a.blocks[j]);
-    ASSERT_EQ(sd_pcache_match(c, tok, 20, 3, m, &np), 3); /* at most max_blocks */
-    ASSERT_EQ(sd_pcache_match(c, tok, 15, 8, m, &np), 3); /* whole blocks of the tokens only */
-    ASSERT_EQ(sd_pcache_match(c, other, 20, 8, m, &np), 2);
+        k = sd_pcache_key(k, tok + j * 4, 4); /* each block's chained key */
+        ASSERT(!memcmp(&keys[j], &k, sizeof k));
+    }
+    ASSERT_EQ(sd_pcache_match(c, tok, 20, 3, m, NULL, &np), 3); /* at most max_blocks */
+    ASSERT_EQ(sd_pcache_match(c, tok, 15, 8, m, NULL, &np), 3); /* whole blocks of the tokens only */
+    ASSERT_EQ(sd_pcache_match(c, other, 20, 8, m, NULL, &np), 2);
     /* a block of the same tokens after another prefix is another block */
     int32_t shifted[20];
     memcpy(shifted, tok + 4, 16 * sizeof *tok);
-    ASSERT_EQ(sd_pcache_match(c, shifted, 16, 8, m, &np), 0);
+    ASSERT_EQ(sd_pcache_match(c, shifted, 16, 8, m, NULL, &np), 0);
 
     /* a released prefix stays matchable; b shares it and reads no new block */
     sd_kv_seq_free(p, &a);
     ASSERT_EQ(sd_kv_pool_used(p), 0);
     ASSERT_EQ(sd_kv_pool_evictable(p), 4);
     ASSERT_EQ(sd_kv_pool_free_blocks(p), 16);
-    ASSERT_EQ(sd_pcache_match(c, other, 20, 8, m, &np), 2);
+    ASSERT_EQ(sd_pcache_match(c, other, 20, 8, m, NULL, &np), 2);
     for (int j = 0; j < 2; j++)
         ASSERT_OK(sd_kv_seq_share(p, &b, m[j]));
     ASSERT_EQ(sd_kv_seq_share(p, &b, m[0]), SD_EINVAL); /* already in b */
@@ -102,11 +106,11 @@ TEST(eviction_takes_the_least_recently_released_and_the_cache_forgets_it)
     ASSERT_OK(sd_kv_seq_reserve(p, &x, 2)); /* one block: a's third */
     int32_t m[3];
     int np;
-    ASSERT_EQ(sd_pcache_match(c, t1, 6, 3, m, &np), 2);
-    ASSERT_EQ(sd_pcache_match(c, t2, 6, 3, m, &np), 3);
+    ASSERT_EQ(sd_pcache_match(c, t1, 6, 3, m, NULL, &np), 2);
+    ASSERT_EQ(sd_pcache_match(c, t2, 6, 3, m, NULL, &np), 3);
     ASSERT_OK(sd_kv_seq_reserve(p, &x, 6)); /* a's other two */
-    ASSERT_EQ(sd_pcache_match(c, t1, 6, 3, m, &np), 0);
-    ASSERT_EQ(sd_pcache_match(c, t2, 6, 3, m, &np), 3);
+    ASSERT_EQ(sd_pcache_match(c, t1, 6, 3, m, NULL, &np), 0);
+    ASSERT_EQ(sd_pcache_match(c, t2, 6, 3, m, NULL, &np), 3);
     ASSERT_EQ(sd_pcache_entries(c), 3);
     /* a held cached block is not evictable: all-or-nothing still holds */
     sd_kv_seq y;
@@ -116,7 +120,7 @@ TEST(eviction_takes_the_least_recently_released_and_the_cache_forgets_it)
     ASSERT_EQ(x.n_blocks, 3);
     ASSERT_EQ(sd_pcache_entries(c), 3);
     ASSERT_OK(sd_kv_seq_reserve(p, &x, 10)); /* 2 more: b's blocks 2 and 1 */
-    ASSERT_EQ(sd_pcache_match(c, t2, 6, 3, m, &np), 1);
+    ASSERT_EQ(sd_pcache_match(c, t2, 6, 3, m, NULL, &np), 1);
     ASSERT_OK(sd_pcache_check(c, NULL));
     sd_kv_seq_free(p, &x);
     sd_kv_seq_free(p, &y);
@@ -142,14 +146,14 @@ TEST(proposer_slots_are_shared_only_for_the_token_they_were_made_with)
     offer(c, &a, t, 3, 4, 0, 0); /* target only */
     int32_t m[4];
     int np;
-    ASSERT_EQ(sd_pcache_match(c, t, 13, 3, m, &np), 3);
+    ASSERT_EQ(sd_pcache_match(c, t, 13, 3, m, NULL, &np), 3);
     ASSERT_EQ(np, 0);
     offer(c, &a, t, 3, 4, 1, 1); /* the same blocks: proposer written (MTP-like) */
-    ASSERT_EQ(sd_pcache_match(c, t, 13, 3, m, &np), 3);
+    ASSERT_EQ(sd_pcache_match(c, t, 13, 3, m, NULL, &np), 3);
     ASSERT_EQ(np, 3);
-    ASSERT_EQ(sd_pcache_match(c, u, 13, 3, m, &np), 3);
+    ASSERT_EQ(sd_pcache_match(c, u, 13, 3, m, NULL, &np), 3);
     ASSERT_EQ(np, 2); /* block 2's last proposer slot was made from t[12] */
-    ASSERT_EQ(sd_pcache_match(c, t, 12, 3, m, &np), 3);
+    ASSERT_EQ(sd_pcache_match(c, t, 12, 3, m, NULL, &np), 3);
     ASSERT_EQ(np, 2); /* the next token is not known */
 
     /* b holds the same prefix in blocks of its own, without the proposer's
@@ -163,17 +167,17 @@ TEST(proposer_slots_are_shared_only_for_the_token_they_were_made_with)
     ASSERT_OK(sd_kv_seq_reserve(p, &b, 13));
     offer(c, &a, t, 3, 4, 0, 0);
     offer(c, &b, t, 3, 4, 0, 0);
-    ASSERT_EQ(sd_pcache_match(c, t, 13, 3, m, &np), 3);
+    ASSERT_EQ(sd_pcache_match(c, t, 13, 3, m, NULL, &np), 3);
     ASSERT_EQ(m[0], a.blocks[0]);
     offer(c, &b, t, 3, 4, 1, 0); /* a draft LM's: no next token */
-    ASSERT_EQ(sd_pcache_match(c, u, 13, 3, m, &np), 3);
+    ASSERT_EQ(sd_pcache_match(c, u, 13, 3, m, NULL, &np), 3);
     ASSERT_EQ(np, 3);
     for (int j = 0; j < 3; j++) {
         ASSERT_EQ(m[j], b.blocks[j]);
         ASSERT(!sd_kv_block_cached(p, a.blocks[j]));
     }
     offer(c, &a, t, 3, 4, 1, 0); /* a's now too: b's stay */
-    ASSERT_EQ(sd_pcache_match(c, t, 13, 3, m, &np), 3);
+    ASSERT_EQ(sd_pcache_match(c, t, 13, 3, m, NULL, &np), 3);
     ASSERT_EQ(m[2], b.blocks[2]);
     ASSERT_EQ(sd_pcache_entries(c), 3);
     ASSERT_OK(sd_pcache_check(c, NULL));
@@ -237,7 +241,7 @@ TEST(randomized_matched_blocks_hold_the_requests_own_prefix)
                 q->tok[i] = i < share ? stem[i] : (int32_t)rnd(&seed, 5);
             int32_t m[MAXT / BS];
             int np;
-            int got = sd_pcache_match(c, q->tok, q->n, (q->n - 1) / BS, m, &np);
+            int got = sd_pcache_match(c, q->tok, q->n, (q->n - 1) / BS, m, NULL, &np);
             ASSERT_LE(got * BS, q->n - 1);
             sd_kv_seq_init(&q->kv);
             q->key = sd_pcache_root();
