@@ -172,6 +172,7 @@ typedef struct sd_bench_cfg {
     double temperature;        /* < 0: not sent */
     int ignore_eos;            /* send "ignore_eos": true (vLLM, SGLang and specd know it) */
     int send_seed;             /* send "seed": seed + id */
+    int json_object;           /* send "response_format": {"type": "json_object"} */
     uint64_t seed;             /* arrivals, prompt order, per-request seeds */
     int num_requests;
     double rate;               /* requests per second (Poisson); <= 0: all at once */

@@ -96,6 +96,11 @@ static char *build_request(const sd_bench_cfg *cfg, int id, const char *prompt, 
         json_object_set_new(o, "temperature", json_real(cfg->temperature));
     if (cfg->ignore_eos)
         json_object_set_new(o, "ignore_eos", json_true());
+    if (cfg->json_object) {
+        json_t *rf = json_object();
+        json_object_set_new(rf, "type", json_string("json_object"));
+        json_object_set_new(o, "response_format", rf);
+    }
     if (cfg->send_seed)
         json_object_set_new(o, "seed", json_integer((json_int_t)((cfg->seed + (uint64_t)id) &
                                                                  0x7fffffffffffffffull)));

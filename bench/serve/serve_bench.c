@@ -24,7 +24,8 @@
 typedef struct opts {
     const char *url, *model, *prompts, *out, *api_key, *label, *machine;
     sd_bench_endpoint endpoint;
-    int random_in, random_out, max_tokens, num_requests, concurrency, ignore_eos;
+    int random_in, random_out, max_tokens, num_requests, concurrency, ignore_eos,
+        json_object;
     double rate, temperature, duration_limit, request_timeout, progress_interval;
     uint64_t seed;
     int *sweep, n_sweep;
@@ -56,6 +57,8 @@ static void usage(FILE *f)
         "  --random-output-len N   max_tokens = N and ignore_eos, so every request makes N tokens\n"
         "  --max-tokens N          max_tokens of each request (default 128)\n"
         "  --ignore-eos            send \"ignore_eos\": true\n"
+        "  --json-object           send \"response_format\": {\"type\": \"json_object\"} (JSON mode:\n"
+        "                          the server masks every token to JSON)\n"
         "  --temperature T         (default 0: greedy); above 0 each request sends seed = --seed + id\n"
         "load:\n"
         "  --num-requests N        requests per run (default 64)\n"
@@ -111,7 +114,7 @@ static int parse_num(const char *flag, const char *s, double lo, double hi, doub
 enum {
     O_URL = 256, O_ENDPOINT, O_MODEL, O_API_KEY, O_PROMPTS, O_RIN, O_ROUT, O_MAXTOK, O_IGNORE_EOS,
     O_TEMP, O_NUM, O_RATE, O_CONC, O_SWEEP, O_SEED, O_DUR, O_RTO, O_OUT, O_NOREQ, O_LABEL,
-    O_MACHINE, O_NOMETRICS, O_PROGRESS, O_QUIET, O_WARMUP, O_MAXCHARS, O_WAVES, O_SHARED, O_HELP
+    O_MACHINE, O_NOMETRICS, O_PROGRESS, O_QUIET, O_WARMUP, O_MAXCHARS, O_WAVES, O_SHARED, O_JSON, O_HELP
 };
 
 /* a sweep level's requests: N, at least C, and at least --waves x C */
@@ -138,7 +141,8 @@ static int parse_opts(int argc, char **argv, opts *o)
         {"no-metrics", 0, 0, O_NOMETRICS}, {"progress-interval", 1, 0, O_PROGRESS},
         {"quiet", 0, 0, O_QUIET}, {"warmup", 1, 0, O_WARMUP},
         {"max-prompt-chars", 1, 0, O_MAXCHARS}, {"waves", 1, 0, O_WAVES},
-        {"shared-prefix-words", 1, 0, O_SHARED}, {"help", 0, 0, O_HELP},
+        {"shared-prefix-words", 1, 0, O_SHARED}, {"json-object", 0, 0, O_JSON},
+        {"help", 0, 0, O_HELP},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->url = "http://127.0.0.1:8000";
@@ -176,6 +180,7 @@ static int parse_opts(int argc, char **argv, opts *o)
         case O_ROUT: rc = parse_int("--random-output-len", a, 1, 1 << 24, &o->random_out); break;
         case O_MAXTOK: rc = parse_int("--max-tokens", a, 1, 1 << 24, &o->max_tokens); break;
         case O_IGNORE_EOS: o->ignore_eos = 1; break;
+        case O_JSON: o->json_object = 1; break;
         case O_TEMP: rc = parse_num("--temperature", a, 0, 100, &o->temperature); break;
         case O_NUM: rc = parse_int("--num-requests", a, 1, 1 << 24, &o->num_requests); break;
         case O_RATE:
@@ -439,6 +444,7 @@ static int write_json(const opts *o, int argc, char **argv, const char *model, i
         json_object_set_new(cfg, "random_output_len", json_integer(o->random_out));
     json_object_set_new(cfg, "max_tokens", json_integer(o->max_tokens));
     json_object_set_new(cfg, "ignore_eos", json_boolean(o->ignore_eos));
+    json_object_set_new(cfg, "json_object", json_boolean(o->json_object));
     json_object_set_new(cfg, "temperature", json_real(o->temperature));
     json_object_set_new(cfg, "seed", json_integer((json_int_t)o->seed));
     json_object_set_new(cfg, "duration_limit_s", o->duration_limit > 0 ? json_real(o->duration_limit)
@@ -573,6 +579,7 @@ int main(int argc, char **argv)
         sd_bench_cfg w = {.target = target, .endpoint = o.endpoint, .model = model,
                           .api_key = o.api_key, .max_tokens = o.max_tokens,
                           .temperature = o.temperature, .ignore_eos = o.ignore_eos,
+                          .json_object = o.json_object,
                           .seed = o.seed ^ 0x77a6ull, .num_requests = o.warmup,
                           .concurrency = o.warmup, .request_timeout_s = o.request_timeout,
                           .duration_limit_s = o.duration_limit, .prompts = &prompts};
@@ -594,7 +601,7 @@ int main(int argc, char **argv)
         sd_bench_cfg cfg = {
             .target = target, .endpoint = o.endpoint, .model = model, .api_key = o.api_key,
             .max_tokens = o.max_tokens, .temperature = o.temperature, .ignore_eos = o.ignore_eos,
-            .send_seed = o.temperature > 0, .seed = o.seed,
+            .json_object = o.json_object, .send_seed = o.temperature > 0, .seed = o.seed,
             .num_requests = level_requests(&o, l->concurrency),
             .rate = o.rate, .concurrency = l->concurrency, .duration_limit_s = o.duration_limit,
             .request_timeout_s = o.request_timeout, .prompts = &prompts,
