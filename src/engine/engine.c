@@ -93,13 +93,14 @@ static const unsigned char *jt_bytes(const void *ctx, int32_t t, size_t *n)
 /* json_object / json_schema: every token that would leave no prefix of a
  * valid document after st masked to -inf (verify/token_mask.h: most
  * without a feed); an end of text only where the document is whole */
-static void json_mask_row(const sd_engine *e, const req *r, const sd_jtext *st, float *row)
+static void json_mask_row(sd_engine *e, const req *r, const sd_jtext *st, float *row)
 {
     const int done = jtext_done(r, st);
     sd_jtext s;
     const sd_byte_automaton a = r->schema ? sd_jschema_automaton(r->schema) : sd_json_automaton();
-    sd_token_mask(&e->tt, &a, r->schema ? (const void *)&st->sch : (const void *)&st->obj,
-                  r->schema ? (void *)&s.sch : (void *)&s.obj, row);
+    sd_token_mask_cached(e->mcache, &e->tt, &a,
+                         r->schema ? (const void *)&st->sch : (const void *)&st->obj,
+                         r->schema ? (void *)&s.sch : (void *)&s.obj, row);
     for (int i = 0; i < e->tt.n_none; i++) { /* no bytes (specials): the end of text, once whole */
         const int32_t t = e->tt.none[i];
         if (!(done && is_eos(e, r, t)))
@@ -119,7 +120,7 @@ static void json_advance(const sd_engine *e, const req *r, sd_jtext *st, int32_t
 /* r's logits processors on its rows of a step: row i's history is the
  * generated tokens and the drafts before it (what plain decode's step at
  * that position would have counted, and where its JSON would be) */
-static void process_rows(const sd_engine *e, req *r, float *logits, int rows)
+static void process_rows(sd_engine *e, req *r, float *logits, int rows)
 {
     sd_jtext js;
     if (r->json)
@@ -550,11 +551,19 @@ static int prefill_chunk(const sd_engine *e, const step *s, const req *r, int bu
     return chunk;
 }
 
+/* whether r's logits must come to the host: it wants log probabilities
+ * (its tokens' or its prompt's), or a processor changes them (bias,
+ * penalties, JSON, min_tokens). Its tokens are chosen there; the step's
+ * other requests choose theirs on the device. */
+static int wants_host(const req *r) { return r->want_lp || r->proc || r->want_plp; }
+
 static void add_rows(sd_engine *e, step *s, req *r, const int32_t *toks, int n, int pos0, int outs)
 {
     r->row0 = s->T;
     r->n_rows = n;
-    r->out0 = s->n_out;
+    r->out0 = r->hrow0 = s->n_out;
+    r->n_outs = outs;
+    r->host = outs > 0 && wants_host(r);
     int si = s->n_seq;
     s->seqs[s->n_seq++] = r;
     for (int i = 0; i < n; i++) {
@@ -701,6 +710,8 @@ static int accept_decode(sd_engine *e, req *r, float *logits, const int32_t *dev
     sd_err err = {0};
     if (k < 0 || k > SD_MAX_K)
         return SD_EINVAL;
+    /* the device's argmax, where it is of r's own logits */
+    const int am = e->am_valid && !r->host;
     if (r->proc && !dev_out)
         process_rows(e, r, logits, k + 1);
     if (dev_out) {
@@ -717,18 +728,17 @@ static int accept_decode(sd_engine *e, req *r, float *logits, const int32_t *dev
         memcpy(out, r->draft, (size_t)n * sizeof *out);
         const float *row = logits + (size_t)(r->out0 + n) * V;
         if (r->greedy) {
-            out[n] = e->am_valid ? e->h_am[r->out0 + n] : sd_argmax(row, V);
+            out[n] = am ? e->h_am[r->out0 + n] : sd_argmax(row, V);
         } else {
             sd_sampling_probs(row, V, &r->samp, e->p_rows);
             out[n] = sd_sample(e->p_rows, V,
                                sd_rand_uniform(r->samp.seed, pos + (uint64_t)n, SD_RNG_TARGET));
         }
     } else if (r->greedy) {
-        int32_t am[SD_MAX_K + 1];
+        int32_t amx[SD_MAX_K + 1];
         for (int i = 0; i <= k; i++)
-            am[i] = e->am_valid ? e->h_am[r->out0 + i]
-                                : sd_argmax(logits + (size_t)(r->out0 + i) * V, V);
-        n = sd_accept_greedy(k, r->draft, am, out);
+            amx[i] = am ? e->h_am[r->out0 + i] : sd_argmax(logits + (size_t)(r->out0 + i) * V, V);
+        n = sd_accept_greedy(k, r->draft, amx, out);
     } else {
         if (r->has_q == 2 && k > 0) {
             /* drafted on the device, verified here (the device verification
@@ -799,7 +809,7 @@ static int sample_one(sd_engine *e, req *r, float *row)
     if (r->proc)
         process_rows(e, r, row - (size_t)r->out0 * V, 1);
     if (r->greedy) {
-        t = e->am_valid ? e->h_am[r->out0] : sd_argmax(row, V);
+        t = e->am_valid && !r->host ? e->h_am[r->out0] : sd_argmax(row, V);
     } else {
         sd_sampling_probs(row, V, &r->samp, e->p_rows);
         uint64_t pos = (uint64_t)(r->n_tok - r->n_prompt);
@@ -960,6 +970,10 @@ static void publish_stats(sd_engine *e, int stepped)
     e->stats.spec_draft_observed = e->draft_observed;
     e->stats.spec_draft_oneoff = e->draft_oneoff;
     e->stats.ahead_steps = e->ahead_steps;
+    e->stats.logits_host_rows = e->host_rows;
+    e->stats.logits_host_steps = e->host_steps;
+    if (e->mcache)
+        sd_mask_cache_counts(e->mcache, &e->stats.json_masks_found, &e->stats.json_masks_made);
     e->stats.draft_ahead_steps = e->draft_ahead_steps;
     e->stats.gemm_trials =
         e->be->ops->gemm_trials ? (uint64_t)e->be->ops->gemm_trials(e->be) : 0;
@@ -1004,7 +1018,7 @@ static int dev_q_kind(const sd_engine *e, const step *s)
     int host_q = 0, dev_q = 0, no_q = 0;
     for (int i = 0; i < s->n_seq; i++) {
         const req *r = s->seqs[i];
-        if (r->state == RQ_DECODE && r->n_draft > 0 && !r->greedy) {
+        if (r->state == RQ_DECODE && r->n_draft > 0 && !r->greedy && !r->host) {
             dev_q += r->has_q == 2;
             host_q += r->has_q == 1;
             no_q += !r->has_q;
@@ -1027,7 +1041,7 @@ static int launch_dev_accept(sd_engine *e, const step *s, int ahead)
     for (int i = 0; i < s->n_seq; i++) {
         req *r = s->seqs[i];
         r->vi = -1;
-        if (r->state == RQ_DECODE || samples_after_prefill(r)) {
+        if (!r->host && (r->state == RQ_DECODE || samples_after_prefill(r))) {
             int kd = r->state == RQ_DECODE ? r->n_draft : 0;
             k = kd > k ? kd : k;
             on_dev |= kd > 0 && r->draft_dev;
@@ -1245,7 +1259,7 @@ static int ahead_ok(sd_engine *e, const step *s)
         /* a request that tracks the proposer needs this step's hidden
          * states and tokens before the next step: speculative engines queue
          * ahead only where adaptive k turned speculation off for all */
-        if ((!r->greedy && !sampled) || r->state != RQ_DECODE || r->chunk || r->n_draft ||
+        if ((!r->greedy && !sampled) || r->host || r->state != RQ_DECODE || r->chunk || r->n_draft ||
             r->cancel_applied ||
             (e->spec != SD_SPEC_NONE && !r->no_spec) || atomic_load(&r->cancel) ||
             n - r->n_prompt >= r->max_tokens || n >= e->max_ctx)
@@ -1506,16 +1520,20 @@ static int engine_step(sd_engine *e)
     }
     /* 3. target forward. A decode/verify step (every row wants logits) is
      * padded to its bucket and replays that bucket's graph (graphs.c). */
-    int greedy_only = 1, host_logits = 0;
-    for (int i = 0; i < s.n_seq; i++) {
-        greedy_only &= s.seqs[i]->greedy;
-        host_logits |= s.seqs[i]->want_lp | s.seqs[i]->proc | s.seqs[i]->want_plp;
-    }
     /* a request that wants its tokens' log probabilities, or whose logits
-     * a processor changes (bias, penalties, JSON, min_tokens): the step's
-     * logits rows come to the host, and the tokens are chosen there (no
-     * argmax or acceptance on the device, nothing queued ahead) */
-    if (host_logits)
+     * a processor changes (bias, penalties, JSON, min_tokens): its logits
+     * rows come to the host, and its tokens are chosen there (nothing is
+     * queued ahead of the step); the other requests' are chosen on the
+     * device as ever (the argmax, or the device's acceptance), unless none
+     * is left */
+    int greedy_only = 1, host_logits = 0, n_dev = 0;
+    for (int i = 0; i < s.n_seq; i++) {
+        const req *r = s.seqs[i];
+        host_logits |= r->host;
+        greedy_only &= r->host || r->greedy;
+        n_dev += !r->host && r->n_outs > 0;
+    }
+    if (host_logits && !n_dev)
         greedy_only = 0;
     /* the proposer's hidden states: only while a request of the step
      * tracks it (speculation off, a step skips the copies: on the bundled
@@ -1600,7 +1618,7 @@ static int engine_step(sd_engine *e)
      * memory may wait for the chain queued before it) */
     if (gather)
         swap_mark_bufs(e, 1);
-    e->dev_acc = !rc && !greedy_only && !host_logits && s.n_out > 0 && !launch_dev_accept(e, &s, 0);
+    e->dev_acc = !rc && !greedy_only && n_dev > 0 && !launch_dev_accept(e, &s, 0);
     if (gather)
         swap_mark_bufs(e, 1);
     if (!decode) {
@@ -1625,6 +1643,15 @@ static int engine_step(sd_engine *e)
     return read_step(e, &s, &L, rc, &err);
 }
 
+/* Brings logits rows row0 .. row0 + n - 1 of a step to the host (h_logits) */
+static int logits_down(sd_engine *e, int row0, int n)
+{
+    const size_t off = (size_t)row0 * (size_t)e->V;
+    e->host_rows += (uint64_t)n;
+    return e->be->ops->download(e->be, e->h_logits + off, e->d_logits + off,
+                                (size_t)n * (size_t)e->V * sizeof(float));
+}
+
 /* Waits for a queued target step, accepts / samples / streams its tokens,
  * then lets the proposer draft. rc: the launch's. Returns 1. */
 static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err *err)
@@ -1637,16 +1664,28 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
     } else if (!rc) {
         rc = e->be->ops->sync(e->be);
     }
-    uint64_t t_run = sd_now_ns();
+    uint64_t t_run = sd_now_ns(), rows0 = e->host_rows;
     if (!rc && L->ev < 0) { /* a marked step's tokens came down with its mark */
         if (e->am_valid)
             rc = e->be->ops->download(e->be, e->h_am, e->d_am, (size_t)s->n_out * sizeof(int32_t));
         else if (e->dev_acc)
             rc = fetch_dev_accept(e);
         else
-            rc = e->be->ops->download(e->be, e->h_logits, e->d_logits,
-                                      (size_t)s->n_out * (size_t)e->V * sizeof(float));
+            rc = logits_down(e, 0, s->n_out);
     }
+    /* tokens chosen on the device: the rest of the step's requests' logits
+     * rows come down, each run of adjacent ones in one copy */
+    for (int i = 0; !rc && (e->am_valid || e->dev_acc) && i < s->n_seq; i++) {
+        const req *r = s->seqs[i];
+        if (!r || !r->host)
+            continue;
+        int lo = r->hrow0, hi = lo + r->n_outs;
+        while (i + 1 < s->n_seq && s->seqs[i + 1] && s->seqs[i + 1]->host &&
+               s->seqs[i + 1]->hrow0 == hi)
+            hi += s->seqs[++i]->n_outs;
+        rc = logits_down(e, lo, hi - lo);
+    }
+    e->host_steps += e->host_rows > rows0;
     uint64_t t_end = sd_now_ns();
     double t_target = (double)(t_end - L->t0) * 1e-9;
     if (sd_log_level() >= SD_LOG_DEBUG) {
@@ -1707,7 +1746,8 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
             r->st.spec.verify_s += t_target;
             if (r->draft_dev) /* their copy came down before the step's tokens */
                 sd__drafts_to_host(e, r, e->drafts_tc);
-            int n = accept_decode(e, r, e->h_logits, e->dev_acc ? dev_result(e, r) : NULL);
+            int n = accept_decode(e, r, e->h_logits,
+                                  e->dev_acc && !r->host ? dev_result(e, r) : NULL);
             if (n < 0) {
                 finish(e, r, SD_FINISH_ERROR, "verification failed");
                 continue;
@@ -1729,7 +1769,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
                 }
                 if (r->fresh) {
                     r->fresh = 0;
-                    if (e->dev_acc ? push_tok(r, dev_result(e, r)[1])
+                    if (e->dev_acc && !r->host ? push_tok(r, dev_result(e, r)[1])
                                    : sample_one(e, r, e->h_logits + (size_t)r->out0 * e->V)) {
                         finish(e, r, SD_FINISH_ERROR, "out of memory");
                         continue;
@@ -2256,7 +2296,8 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
         goto fail;
     }
     /* the vocabulary's bytes for the JSON masks (response_format) */
-    if (e->tok && sd_token_table_build(&e->tt, e->V, jt_bytes, e)) {
+    if (e->tok && (sd_token_table_build(&e->tt, e->V, jt_bytes, e) ||
+                   sd_mask_cache_create(&e->mcache, &e->tt, SD_MASK_CACHE_BYTES))) {
         rc = sd_err_set(err, SD_ENOMEM, "out of memory for the token table");
         goto fail;
     }
@@ -2413,6 +2454,7 @@ void sd_engine_destroy(sd_engine *e)
     for (int r = 0; r < SD_TP_MAX; r++)
         sd_model_free(e->targets[r]);
     sd_token_table_free(&e->tt);
+    sd_mask_cache_free(e->mcache);
     sd_tok_free(e->tok);
     if (e->tp) {
         sd__tp_close(e->tp);

@@ -220,6 +220,14 @@ typedef struct sd_engine_stats {
     /* verify steps that took their drafts on the device, queued before
      * the drafts reached the host (--draft-ahead) */
     uint64_t draft_ahead_steps;
+    /* logits rows brought to the host (the rows of requests that want log
+     * probabilities or whose logits a processor changes: bias, penalties,
+     * JSON, min_tokens; the other requests of the step choose their tokens
+     * on the device), and the steps that brought any */
+    uint64_t logits_host_rows, logits_host_steps;
+    /* JSON masks (response_format) found in the cache of recent states,
+     * and made by a walk of the vocabulary */
+    uint64_t json_masks_found, json_masks_made;
     /* GEMM algorithm trials the backend ran (each a host stall of a few ms
      * on a GPU: a shape and row count met the first time) */
     uint64_t gemm_trials;

@@ -20,6 +20,9 @@
 #include "verify/json_mask.h"
 #include "verify/json_schema.h"
 #include "verify/token_mask.h"
+
+/* the JSON mask cache's memory (a 150k vocabulary: ~850 masks) */
+#define SD_MASK_CACHE_BYTES ((size_t)16 << 20)
 #include "verify/sampling.h"
 #include "verify/synthetic.h"
 
@@ -138,6 +141,9 @@ typedef struct req {
     /* step scratch */
     int row0, n_rows; /* rows of this request in the target batch */
     int out0;         /* first logits row */
+    int hrow0, n_outs; /* its logits rows: the first (out0 before a prompt
+                        * logprobs chunk moves it) and how many */
+    int host;         /* its logits rows come to the host (wants_host) */
     int chunk;        /* prefill tokens in this step */
     int vi;           /* row of this request in the step's device verification, or -1 */
     struct req *next;
@@ -218,6 +224,8 @@ struct sd_engine {
     int block_size, n_blocks, max_blocks;
     sd_pcache *pc;      /* --prefix-cache, or NULL */
     sd_token_table tt;  /* the vocabulary's bytes (the JSON masks), with a tokenizer */
+    sd_mask_cache *mcache; /* the JSON masks of the states met lately
+                            * (SD_MASK_CACHE_BYTES; pages touched as used) */
     int32_t *pc_match;  /* (max_blocks,) a lookup's blocks */
     sd_pc_key *pc_keys; /* (max_blocks,) and their keys */
     /* thread and queues */
@@ -265,6 +273,7 @@ struct sd_engine {
     int32_t *h_acc_ev[2];    /* and its inputs (h_acc's, h_sp's) */
     sd_sample_params *h_sp_ev[2];
     uint64_t ahead_steps; /* sd_engine_stats.ahead_steps */
+    uint64_t host_rows, host_steps; /* sd_engine_stats.logits_host_{rows,steps} */
     uint64_t draft_ahead_steps; /* sd_engine_stats.draft_ahead_steps */
     /* sampled steps verified on the backend (engine.c launch_dev_accept):
      * probabilities scratch (max_out, V), draft distributions (ov, k_max, V)

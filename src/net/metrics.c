@@ -234,6 +234,18 @@ static void draft_length_series(sd_buf *o, const sd_engine_stats *es)
            "Verify steps queued before their drafts reached the host, taking them on the device "
            "(--draft-ahead).",
            (double)es->draft_ahead_steps);
+    scalar(o, "specd_logits_host_rows_total", "counter",
+           "Logits rows brought to the host: requests with logprobs, logit_bias, penalties, "
+           "JSON or min_tokens (the other requests choose their tokens on the device).",
+           (double)es->logits_host_rows);
+    scalar(o, "specd_logits_host_steps_total", "counter",
+           "Target steps that brought logits rows to the host.", (double)es->logits_host_steps);
+    scalar(o, "specd_json_masks_found_total", "counter",
+           "JSON masks (response_format) found in the cache of recent states.",
+           (double)es->json_masks_found);
+    scalar(o, "specd_json_masks_made_total", "counter",
+           "JSON masks (response_format) made by a walk of the vocabulary.",
+           (double)es->json_masks_made);
 }
 
 int sd_metrics_render(const sd_metrics *m, const sd_engine_stats *es, sd_buf *o)

@@ -3,6 +3,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,7 @@ struct sd_jschema {
     uint32_t ntext, ctext;
     uint16_t root, any;
     int max_depth;
+    uint64_t serial; /* this compilation's, unique in the process (a mask cache's key) */
 };
 
 /* the kinds of value a first byte begins */
@@ -1224,6 +1226,9 @@ int sd_jschema_compile(const char *schema_json, size_t len, sd_jschema **out, sd
         return sd_err_set(err, SD_EINVAL, "json_schema: not JSON: %s at byte %d", je.text,
                           je.position);
     sd_jschema *s = calloc(1, sizeof *s);
+    static _Atomic uint64_t serials;
+    if (s)
+        s->serial = atomic_fetch_add(&serials, 1) + 1;
     cx c = {.s = s, .root = root, .err = err};
     int rc = s ? 0 : sd_err_set(err, SD_ENOMEM, "json_schema: out of memory");
     uint16_t body;
@@ -1285,6 +1290,8 @@ void sd_jschema_free(sd_jschema *s)
     free(s->text);
     free(s);
 }
+
+uint64_t sd_jschema_serial(const sd_jschema *s) { return s->serial; }
 
 int sd_jschema_max_depth(const sd_jschema *s) { return s->max_depth; }
 

@@ -118,6 +118,8 @@ int sd_jschema_compile(const char *schema_json, size_t len, sd_jschema **out, sd
 void sd_jschema_free(sd_jschema *s);
 /* the most containers a document may nest */
 int sd_jschema_max_depth(const sd_jschema *s);
+/* this compilation's number, never another's in the process (from 1) */
+uint64_t sd_jschema_serial(const sd_jschema *s);
 
 void sd_jschema_init(const sd_jschema *s, sd_jschema_state *st);
 /* A copy of src: only the part in use (cheaper than assigning the struct). */

@@ -35,15 +35,21 @@ int sd_token_table_build(sd_token_table *tt, int n,
                          const void *ctx);
 void sd_token_table_free(sd_token_table *tt);
 
-/* A byte automaton: states of state_size bytes at most; copy, feed (0
- * while it takes the bytes, else nonzero), equal (1 when two states go on
- * alike). */
+/* A byte automaton: copy, feed (0 while it takes the bytes, else
+ * nonzero), equal (1 when two states go on alike), hash (equal states hash
+ * alike); id: which automaton it is, unique in the process (0: json_mask's;
+ * a schema's compilation serial), so that a mask cache never mixes two. */
 typedef struct sd_byte_automaton {
     const void *ctx;
     void (*copy)(const void *ctx, void *dst, const void *src);
     int (*feed)(const void *ctx, void *st, const unsigned char *b, size_t n);
     int (*equal)(const void *ctx, const void *a, const void *b);
+    uint64_t (*hash)(const void *ctx, const void *st);
+    uint64_t id;
 } sd_byte_automaton;
+
+/* the most bytes a state of these automata takes */
+#define SD_MASK_STATE_MAX 512
 
 /* verify/json_mask's states (sd_json_state) and a schema's
  * (sd_jschema_state of s) as such automata */
@@ -56,5 +62,21 @@ sd_byte_automaton sd_jschema_automaton(const struct sd_jschema *s);
  * Returns the tokens fed whole (the rest took the fast path or none). */
 int sd_token_mask(const sd_token_table *tt, const sd_byte_automaton *a, const void *st,
                   void *scratch, float *row);
+
+/* The masks of the states met lately, by automaton and state: a text's
+ * states recur (inside a string, after a key, between values), and a mask
+ * found again is its bits applied, not a walk of the vocabulary. Sets of 4
+ * ways, the least recently used of a set replaced. Not thread-safe. */
+typedef struct sd_mask_cache sd_mask_cache;
+/* A cache for tt's tokens in about `bytes` of memory (at least 4 masks).
+ * 0, or -1 out of memory. */
+int sd_mask_cache_create(sd_mask_cache **out, const sd_token_table *tt, size_t bytes);
+void sd_mask_cache_free(sd_mask_cache *c);
+/* sd_token_mask (the same row), through the cache. Returns the tokens fed
+ * whole (0 on a hit). */
+int sd_token_mask_cached(sd_mask_cache *c, const sd_token_table *tt, const sd_byte_automaton *a,
+                         const void *st, void *scratch, float *row);
+/* lookups that found their mask, and those that did not */
+void sd_mask_cache_counts(const sd_mask_cache *c, uint64_t *hits, uint64_t *misses);
 
 #endif

@@ -530,6 +530,83 @@ TEST(speculation_gives_plain_decodes_tokens_under_penalties_and_bias)
     }
 }
 
+/* A batch where some requests' logits come to the host (logprobs, bias
+ * and penalties, min_tokens, prompt logprobs) and others' do not: every
+ * request's tokens are its tokens alone, greedy and sampled, with and
+ * without speculation; and only the host requests' rows come down (plain
+ * decode: one row a token, none of the other requests'). */
+TEST(requests_whose_logits_come_to_the_host_leave_the_others_on_the_device)
+{
+    static const char *specs[][2] = {{"none", "0"}, {"mtp", "2"}};
+    const int32_t bid[2] = {5, 9};
+    const float bv[2] = {1.5f, -2.0f};
+    const sd_gen_params base = {.max_tokens = 16, .top_p = 1, .ignore_eos = 1};
+    enum { NR = 7 };
+    sd_gen_params gp[NR];
+    for (int i = 0; i < NR; i++)
+        gp[i] = base;
+    gp[1].logprobs = 1, gp[1].top_logprobs = 2;              /* greedy, host */
+    gp[2].temperature = 0.8, gp[2].seed = 7, gp[2].has_seed = 1; /* sampled, device */
+    gp[3].bias_ids = bid, gp[3].bias = bv, gp[3].n_bias = 2;  /* greedy, host */
+    gp[3].presence_penalty = 0.5f, gp[3].frequency_penalty = 1.0f;
+    gp[4] = gp[2], gp[4].seed = 8, gp[4].logprobs = 1;        /* sampled, host */
+    gp[5].min_tokens = 12;                                    /* greedy, host */
+    gp[6].logprobs = 1, gp[6].prompt_logprobs = 1;           /* the prompt's rows too */
+    const int host[NR] = {0, 1, 0, 1, 1, 1, 1};
+    int32_t p[NR][8];
+    for (int i = 0; i < NR; i++)
+        for (int j = 0; j < 8; j++)
+            p[i][j] = (int32_t)(3 + 11 * i + 7 * j) % 300;
+    for (size_t c = 0; c < SD_ARRAY_LEN(specs); c++) {
+        sd_engine *e = engine("models/specd-tiny", specs[c][0], specs[c][1]);
+        ASSERT(e);
+        pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+        engine_out alone[NR], batch[NR];
+        sd_req_events ev = {.on_output = engine_out_on_output,
+                            .on_logprobs = engine_out_on_logprobs,
+                            .on_finish = engine_out_on_finish};
+        sd_err err = {0};
+        sd_engine_stats st0, st1;
+        for (int i = 0; i < NR; i++) {
+            memset(&alone[i], 0, sizeof alone[i]);
+            alone[i].mu = &mu;
+            sd_engine_get_stats(e, &st0);
+            ASSERT_OK(sd_engine_submit(e, p[i], 8, &gp[i], &ev, &alone[i], NULL, &err));
+            ASSERT(engine_out_wait(&alone[i], 1, 60000));
+            sd_engine_get_stats(e, &st1);
+            /* alone: its own rows only where it wants them (plain decode:
+             * one a token; prompt logprobs: one a prompt position too; a
+             * speculative step the device cannot verify comes down whole) */
+            const uint64_t rows = st1.logits_host_rows - st0.logits_host_rows;
+            if (c == 0)
+                ASSERT_EQ(rows, host[i] ? (uint64_t)(16 + (i == 6 ? 7 : 0)) : 0);
+        }
+        sd_engine_get_stats(e, &st0);
+        for (int i = 0; i < NR; i++) {
+            memset(&batch[i], 0, sizeof batch[i]);
+            batch[i].mu = &mu;
+            ASSERT_OK(sd_engine_submit(e, p[i], 8, &gp[i], &ev, &batch[i], NULL, &err));
+        }
+        ASSERT(engine_out_wait(batch, NR, 60000));
+        sd_engine_get_stats(e, &st1);
+        for (int i = 0; i < NR; i++) {
+            ASSERT_EQ(batch[i].n, 16);
+            ASSERT_EQ(batch[i].why, SD_FINISH_LENGTH);
+            for (int j = 0; j < 16; j++)
+                ASSERT_MSG(batch[i].ids[j] == alone[i].ids[j],
+                           "spec %s, request %d, token %d: %d in the batch, %d alone",
+                           specs[c][0], i, j, batch[i].ids[j], alone[i].ids[j]);
+            ASSERT_EQ(batch[i].n_lp, alone[i].n_lp);
+        }
+        if (c == 0) /* the host requests' rows, none of the others' */
+            ASSERT_EQ(st1.logits_host_rows - st0.logits_host_rows, (uint64_t)(5 * 16 + 7));
+        fprintf(stderr, "  spec %-4s: %llu logits rows to the host in %llu steps\n", specs[c][0],
+                (unsigned long long)(st1.logits_host_rows - st0.logits_host_rows),
+                (unsigned long long)(st1.logits_host_steps - st0.logits_host_steps));
+        sd_engine_destroy(e);
+    }
+}
+
 /* sd_logits_process against a direct computation on fresh random rows */
 TEST(logits_process_matches_a_direct_computation)
 {
@@ -639,6 +716,13 @@ TEST(json_object_texts_are_json_objects)
                 a.len, (unsigned long long)b.accepted, (unsigned long long)b.drafted);
     }
     ASSERT(stops > 0);
+    /* the masks of recurring states came from the cache (sd_mask_cache:
+     * the same masks, tests/verify/test_token_mask.c) */
+    sd_engine_stats st;
+    sd_engine_get_stats(plain, &st);
+    fprintf(stderr, "  JSON masks: %llu found, %llu made\n",
+            (unsigned long long)st.json_masks_found, (unsigned long long)st.json_masks_made);
+    ASSERT_GT(st.json_masks_found, st.json_masks_made);
     sd_engine_destroy(plain);
     sd_engine_destroy(spec);
 }
@@ -779,6 +863,7 @@ TEST(min_tokens_hold_the_end_of_text_and_stop_strings)
 }
 
 TEST_MAIN(T(logprobs_row_matches_a_direct_computation), T(logits_process_matches_a_direct_computation),
+          T(requests_whose_logits_come_to_the_host_leave_the_others_on_the_device),
           T(min_tokens_hold_the_end_of_text_and_stop_strings),
           T(prompt_logprobs_match_transformers_at_every_position),
           T(json_object_texts_are_json_objects),

@@ -151,4 +151,88 @@ TEST(the_fast_mask_is_the_fed_mask)
     free_vocab(&v);
 }
 
-TEST_MAIN(T(the_fast_mask_is_the_fed_mask))
+/* sd_token_mask_cached against sd_token_mask on every state of the texts
+ * walked twice, alternating two automata of each kind (json_object, two
+ * schemas whose states may be alike byte for byte), with a cache of 4
+ * masks (evictions all the time) and one that holds them all (hits) */
+TEST(a_cached_mask_is_the_mask)
+{
+    uint64_t seed = sd_test_seed() | 1;
+    static vocab v;
+    make_vocab(&v, &seed);
+    sd_token_table tt;
+    ASSERT_OK(sd_token_table_build(&tt, V, bytes_of, &v));
+    static const char *const texts[] = {
+        "{\"name\": \"a string, a string, a string\", \"kind\": \"cat\", \"age\": 12, "
+        "\"tags\": [\"x\", \"y\"], \"ok\": true}",
+        "{\"kind\":\"dog\",\"name\":\"\\u00e9\", \"tags\":[], \"ok\":null}",
+    };
+    static const char schema1[] =
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+        "\"kind\":{\"enum\":[\"cat\",\"dog\"]},\"age\":{\"type\":\"integer\"},"
+        "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}},"
+        "\"ok\":{\"type\":[\"boolean\",\"null\"]}}}";
+    /* the same layout, other literals: its states may equal schema1's bytes */
+    static const char schema2[] =
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+        "\"kind\":{\"enum\":[\"cow\",\"dog\"]},\"age\":{\"type\":\"integer\"},"
+        "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"number\"}},"
+        "\"ok\":{\"type\":\"boolean\"}}}";
+    sd_jschema *js[2] = {NULL, NULL};
+    ASSERT_OK(sd_jschema_compile(schema1, strlen(schema1), &js[0], NULL));
+    ASSERT_OK(sd_jschema_compile(schema2, strlen(schema2), &js[1], NULL));
+    sd_byte_automaton au[3] = {sd_json_automaton(), sd_jschema_automaton(js[0]),
+                               sd_jschema_automaton(js[1])};
+    ASSERT(au[1].id != au[2].id && au[1].id != 0 && au[2].id != 0);
+    static float want[V], got[V];
+    const size_t sizes[2] = {1, (size_t)64 << 20};
+    for (int z = 0; z < 2; z++) {
+        sd_mask_cache *c = NULL;
+        ASSERT_OK(sd_mask_cache_create(&c, &tt, sizes[z]));
+        long checked = 0;
+        for (int pass = 0; pass < 2; pass++)
+            for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+                const unsigned char *x = (const unsigned char *)texts[k];
+                const size_t n = strlen(texts[k]);
+                sd_json_state m, ms;
+                sd_jschema_state s[2], ss;
+                sd_json_init(&m);
+                sd_jschema_init(js[0], &s[0]);
+                sd_jschema_init(js[1], &s[1]);
+                for (size_t i = 0; i <= n; i++) {
+                    const void *st[3] = {&m, &s[0], &s[1]};
+                    void *scr[3] = {&ms, &ss, &ss};
+                    const int bad[3] = {m.bad, s[0].bad, s[1].bad};
+                    for (int q = 0; q < 3; q++) {
+                        if (bad[q])
+                            continue;
+                        for (int t = 0; t < V; t++)
+                            want[t] = got[t] = (float)t;
+                        sd_token_mask(&tt, &au[q], st[q], scr[q], want);
+                        sd_token_mask_cached(c, &tt, &au[q], st[q], scr[q], got);
+                        ASSERT(!memcmp(want, got, sizeof want));
+                        checked++;
+                    }
+                    if (i < n) {
+                        sd_json_feed(&m, x + i, 1);
+                        sd_jschema_feed(js[0], &s[0], x + i, 1);
+                        sd_jschema_feed(js[1], &s[1], x + i, 1);
+                    }
+                }
+            }
+        uint64_t hits, misses;
+        sd_mask_cache_counts(c, &hits, &misses);
+        fprintf(stderr, "  a cache of %zu bytes: %ld masks, %llu found, %llu made\n", sizes[z],
+                checked, (unsigned long long)hits, (unsigned long long)misses);
+        ASSERT_EQ((long)(hits + misses), checked);
+        if (z == 1) /* the second pass finds every mask of the first */
+            ASSERT_GT((long)hits, checked / 2);
+        sd_mask_cache_free(c);
+    }
+    sd_jschema_free(js[0]);
+    sd_jschema_free(js[1]);
+    sd_token_table_free(&tt);
+    free_vocab(&v);
+}
+
+TEST_MAIN(T(the_fast_mask_is_the_fed_mask), T(a_cached_mask_is_the_mask))
