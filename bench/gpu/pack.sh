@@ -14,6 +14,7 @@ mkdir -p "$d/bench" "$d/tests"
 cp "$b/specd" "$b/tests/test_gpu_ops" "$b/tests/test_gpu_model" "$b/tests/test_gpu_comm" "$d/"
 cp "$b/bench/specd-bench-decode" "$b/bench/specd-bench-allreduce" "$b/bench/specd-bench-kernels" \
     "$b/bench/specd-bench-serve" "$d/bench/"
+[ -f "$b/bench/specd-bench-mask" ] && cp "$b/bench/specd-bench-mask" "$d/bench/"
 cp "$b/tests/test_engine_context" "$d/tests/"
 tar -C "$(dirname "$d")" -cf - "$(basename "$d")" | xz -9 -T0 > "$d.txz"
 ls -la "$d.txz"
