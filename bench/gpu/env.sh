@@ -45,3 +45,13 @@ parse_config() {
         if [[ $p == --*=* ]]; then cfg_args+=("${p%%=*}" "${p#*=}"); else cfg_env+=("$p"); fi
     done
 }
+
+# serve_ready PORT: waits (up to 120 s) for a server's /health on PORT;
+# 0 once it answers
+serve_ready() {
+    for _ in $(seq 1 240); do
+        curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
+        sleep 0.5
+    done
+    return 1
+}

@@ -13,18 +13,14 @@
 #   SPEC: --spec of the server (default none); LEVELS (1,16), REQUESTS (64),
 #   ROUNDS (2), TOKENS (max_tokens, 64)
 set -uo pipefail
+. bench/gpu/env.sh
 out=${1:?OUT}; bin=${2:?BIN_DIR}; spec=${3:-none}
 levels=${LEVELS:-1,16} requests=${REQUESTS:-64} rounds=${ROUNDS:-2} tokens=${TOKENS:-64}
 mkdir -p "$out"
 port=18500
 "$bin/specd" serve --port $port --spec "$spec" >"$out/serve.log" 2>&1 &
 pid=$!
-ready=0
-for _ in $(seq 1 240); do
-    if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then ready=1; break; fi
-    sleep 0.5
-done
-if [ $ready != 1 ]; then
+if ! serve_ready $port; then
     echo "json_call: the server did not get ready:"
     tail -5 "$out/serve.log"
 else

@@ -11,6 +11,7 @@
 #   override the shared words (600), the concurrencies (1,16) and requests
 #   per level (64)
 set -uo pipefail
+. bench/gpu/env.sh
 out=${1:?OUT}; bin=${2:?BIN_DIR}; spec=${3:-none}
 words=${WORDS:-600} levels=${LEVELS:-1,16} requests=${REQUESTS:-64}
 mkdir -p "$out"
@@ -20,12 +21,7 @@ for mode in on off; do
     [ "$mode" = off ] && flag=--no-prefix-cache
     "$bin/specd" serve --port $port --spec "$spec" $flag >"$out/serve-$mode.log" 2>&1 &
     pid=$!
-    ready=0
-    for _ in $(seq 1 240); do
-        if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then ready=1; break; fi
-        sleep 0.5
-    done
-    if [ $ready = 1 ]; then
+    if serve_ready $port; then
         "$bin/bench/specd-bench-serve" --url "http://127.0.0.1:$port" --shared-prefix-words "$words" \
             --random-input-len 40 --random-output-len 64 --num-requests "$requests" \
             --sweep "$levels" --label "prefix-cache-$mode" --out "$out/serve-prefix-$mode.json" \
