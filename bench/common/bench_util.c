@@ -6,10 +6,15 @@
 #include <string.h>
 #include <sys/utsname.h>
 
+#include "bench_commit.h"
 #include "core/util.h"
 
 char *sd_bench_git_commit(void)
 {
+    /* the commit it was built from; where the build had no git, the
+     * working directory's */
+    if (strcmp(SD_BENCH_COMMIT, "unknown"))
+        return strdup(SD_BENCH_COMMIT);
     FILE *p = popen("git rev-parse --short=12 HEAD 2>/dev/null", "r");
     char buf[64] = "";
     if (p) {

@@ -10,8 +10,9 @@
 #include "core/err.h"
 #include "core/tokenizer.h"
 
-/* `git rev-parse --short=12 HEAD` in the working folder, or "unknown";
- * malloc'd. */
+/* The commit the benchmark was built from (`git describe --always
+ * --dirty`), else `git rev-parse --short=12 HEAD` in the working folder,
+ * else "unknown"; malloc'd. */
 char *sd_bench_git_commit(void);
 
 /* One prompt's text from a JSONL record, in the shapes of public sets:
