@@ -193,7 +193,7 @@ static void list_remove(req **list, int *n, req *r)
 }
 
 /* what a request owns, and the request */
-static void req_fields_free(req *r)
+static void req_fields_free(sd_engine *e, req *r)
 {
     sd_stop_free(&r->stop);
     sd_detok_free(r->detok);
@@ -204,7 +204,7 @@ static void req_fields_free(req *r)
     free(r->bias_ids);
     free(r->bias);
     free(r->counts);
-    sd_jschema_free(r->schema);
+    sd_schema_cache_put(e->schemas, r->schema);
     free(r->schema_text);
     free(r);
 }
@@ -219,7 +219,7 @@ static void req_free(sd_engine *e, req *r)
         }
     pthread_mutex_unlock(&e->mu);
     sd_kv_seq_free(e->kv, &r->kv);
-    req_fields_free(r);
+    req_fields_free(e, r);
 }
 
 static int is_eos(const sd_engine *e, const req *r, int32_t t)
@@ -2297,7 +2297,8 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     }
     /* the vocabulary's bytes for the JSON masks (response_format) */
     if (e->tok && (sd_token_table_build(&e->tt, e->V, jt_bytes, e) ||
-                   sd_mask_cache_create(&e->mcache, &e->tt, SD_MASK_CACHE_BYTES))) {
+                   sd_mask_cache_create(&e->mcache, &e->tt, SD_MASK_CACHE_BYTES) ||
+                   sd_schema_cache_create(&e->schemas, SD_SCHEMAS_IDLE))) {
         rc = sd_err_set(err, SD_ENOMEM, "out of memory for the token table");
         goto fail;
     }
@@ -2455,6 +2456,7 @@ void sd_engine_destroy(sd_engine *e)
         sd_model_free(e->targets[r]);
     sd_token_table_free(&e->tt);
     sd_mask_cache_free(e->mcache);
+    sd_schema_cache_free(e->schemas);
     sd_tok_free(e->tok);
     if (e->tp) {
         sd__tp_close(e->tp);
@@ -2578,7 +2580,7 @@ req *sd__engine_req_new(sd_engine *e, const int32_t *prompt, int n_prompt, const
             rc = SD_ENOMEM;
             goto fail;
         }
-        if ((rc = sd_jschema_compile(p->json_schema, strlen(p->json_schema), &r->schema, err)))
+        if ((rc = sd_schema_cache_get(e->schemas, p->json_schema, &r->schema, err)))
             goto fail;
         sd_jschema_init(r->schema, &r->js.sch);
     }
@@ -2614,7 +2616,7 @@ req *sd__engine_req_new(sd_engine *e, const int32_t *prompt, int n_prompt, const
 fail:
     if (rc == SD_ENOMEM && !err->msg[0])
         sd_err_set(err, SD_ENOMEM, "out of memory");
-    req_fields_free(r);
+    req_fields_free(e, r);
     return NULL;
 }
 

@@ -19,10 +19,13 @@
 #include "verify/accept.h"
 #include "verify/json_mask.h"
 #include "verify/json_schema.h"
+#include "verify/schema_cache.h"
 #include "verify/token_mask.h"
 
 /* the JSON mask cache's memory (a 150k vocabulary: ~850 masks) */
 #define SD_MASK_CACHE_BYTES ((size_t)16 << 20)
+/* the json_schemas kept compiled while no request holds them */
+#define SD_SCHEMAS_IDLE 32
 #include "verify/sampling.h"
 #include "verify/synthetic.h"
 
@@ -117,7 +120,7 @@ typedef struct req {
      * compiled from schema_text, which the plan carries) */
     int json;
     sd_jtext js;
-    sd_jschema *schema;
+    const sd_jschema *schema; /* e->schemas' (put back when r is freed) */
     char *schema_text;
     float *q; /* (SD_MAX_K, V) draft distributions when sampling with a model proposer */
     sd_sampling samp;
@@ -224,6 +227,7 @@ struct sd_engine {
     int block_size, n_blocks, max_blocks;
     sd_pcache *pc;      /* --prefix-cache, or NULL */
     sd_token_table tt;  /* the vocabulary's bytes (the JSON masks), with a tokenizer */
+    sd_schema_cache *schemas; /* the json_schemas of requests, one compilation a text */
     sd_mask_cache *mcache; /* the JSON masks of the states met lately
                             * (SD_MASK_CACHE_BYTES; pages touched as used) */
     int32_t *pc_match;  /* (max_blocks,) a lookup's blocks */

@@ -802,6 +802,25 @@ TEST(json_schema_texts_are_valid_documents)
                 a.why == SD_FINISH_STOP ? "stop" : "length", (int)a.len, a.text);
     }
     ASSERT(stops > 0);
+    /* requests with one schema share its compilation (verify/schema_cache.h)
+     * and so the masks of its states: a greedy request sent again makes no
+     * mask, every one of its states met before */
+    {
+        sd_gen_params gp = {.max_tokens = 60, .top_p = 1, .json_schema = schema};
+        lp_out a, b;
+        sd_engine_stats s0, s1, s2;
+        sd_engine_get_stats(plain, &s0);
+        ASSERT_OK(run1(plain, p, 6, &gp, &a));
+        sd_engine_get_stats(plain, &s1);
+        ASSERT_OK(run1(plain, p, 6, &gp, &b));
+        sd_engine_get_stats(plain, &s2);
+        ASSERT_EQ(a.n, b.n);
+        ASSERT_EQ(s2.json_masks_made, s1.json_masks_made);
+        ASSERT_GE(s2.json_masks_found - s1.json_masks_found, (uint64_t)b.n);
+        fprintf(stderr, "  again: %llu masks made the first time, %llu the second\n",
+                (unsigned long long)(s1.json_masks_made - s0.json_masks_made),
+                (unsigned long long)(s2.json_masks_made - s1.json_masks_made));
+    }
     /* a schema the subset does not take: the submit says why */
     sd_gen_params bad = {.max_tokens = 8, .top_p = 1, .json_schema = "{\"type\":\"string\",\"pattern\":\"a+\"}"};
     sd_err err = {0};

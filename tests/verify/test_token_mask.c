@@ -70,6 +70,14 @@ static void make_vocab(vocab *v, uint64_t *s)
     }
 }
 
+/* a fresh random vocabulary (the test's seed) and its table */
+static int table_of_random_vocab(vocab *v, sd_token_table *tt)
+{
+    uint64_t seed = sd_test_seed() | 1;
+    make_vocab(v, &seed);
+    return sd_token_table_build(tt, V, bytes_of, v);
+}
+
 static void free_vocab(vocab *v)
 {
     for (int t = 0; t < V; t++)
@@ -101,11 +109,9 @@ static void compare(const sd_token_table *tt, const sd_byte_automaton *a, const 
 
 TEST(the_fast_mask_is_the_fed_mask)
 {
-    uint64_t seed = sd_test_seed() | 1;
     static vocab v;
-    make_vocab(&v, &seed);
     sd_token_table tt;
-    ASSERT_OK(sd_token_table_build(&tt, V, bytes_of, &v));
+    ASSERT_OK(table_of_random_vocab(&v, &tt));
     /* states: every prefix of a few texts, valid and not */
     static const char *const texts[] = {
         "{\"name\": \"a long string value with words, punctuation; and \\\"escapes\\\" \\u00e9\", "
@@ -157,11 +163,9 @@ TEST(the_fast_mask_is_the_fed_mask)
  * masks (evictions all the time) and one that holds them all (hits) */
 TEST(a_cached_mask_is_the_mask)
 {
-    uint64_t seed = sd_test_seed() | 1;
     static vocab v;
-    make_vocab(&v, &seed);
     sd_token_table tt;
-    ASSERT_OK(sd_token_table_build(&tt, V, bytes_of, &v));
+    ASSERT_OK(table_of_random_vocab(&v, &tt));
     static const char *const texts[] = {
         "{\"name\": \"a string, a string, a string\", \"kind\": \"cat\", \"age\": 12, "
         "\"tags\": [\"x\", \"y\"], \"ok\": true}",
