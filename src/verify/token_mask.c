@@ -95,9 +95,7 @@ int sd_token_table_build(sd_token_table *tt, int n,
     tt->len = calloc((size_t)n, sizeof *tt->len);
     tt->set = calloc((size_t)n, sizeof *tt->set);
     tt->none = malloc((size_t)(n > 0 ? n : 1) * sizeof *tt->none);
-    tt->by_first = malloc((size_t)(n > 0 ? n : 1) * sizeof *tt->by_first);
-    tt->first = calloc((size_t)(n > 0 ? n : 1), 1);
-    if (!tt->bytes || !tt->len || !tt->set || !tt->none || !tt->by_first || !tt->first) {
+    if (!tt->bytes || !tt->len || !tt->set || !tt->none) {
         sd_token_table_free(tt);
         return -1;
     }
@@ -111,18 +109,7 @@ int sd_token_table_build(sd_token_table *tt, int n,
             tt->none[tt->n_none++] = t;
         for (size_t i = 0; b && i < len; i++)
             tt->set[t][b[i] >> 6] |= 1ull << (b[i] & 63);
-        if (tt->bytes[t]) {
-            tt->first[t] = b[0];
-            tt->first_off[b[0] + 1]++;
-        }
     }
-    for (int v = 0; v < 256; v++)
-        tt->first_off[v + 1] += tt->first_off[v];
-    int fill[256];
-    memcpy(fill, tt->first_off, sizeof fill);
-    for (int32_t t = 0; t < n; t++)
-        if (tt->bytes[t])
-            tt->by_first[fill[tt->first[t]]++] = t;
     return 0;
 }
 
@@ -132,16 +119,13 @@ void sd_token_table_free(sd_token_table *tt)
     free(tt->len);
     free(tt->set);
     free(tt->none);
-    free(tt->by_first);
-    free(tt->first);
     memset(tt, 0, sizeof *tt);
 }
 
-/* The mask's bits (1: taken; tokens without bytes 1, the caller's), over
- * the tokens whose first byte st takes only (by_first): the others are not
- * taken (a bad state stays bad) */
+/* The mask's bits (1: taken; tokens without bytes 1, the caller's): bits
+ * NULL, row[t] = -inf for the tokens not taken instead */
 static int mask_into(const sd_token_table *tt, const sd_byte_automaton *a, const void *st,
-                     void *scratch, uint64_t *bits)
+                     void *scratch, float *row, uint64_t *bits)
 {
     /* the byte values taken from st, and those that leave it as it is */
     uint64_t ok[4] = {0, 0, 0, 0}, same[4] = {0, 0, 0, 0};
@@ -154,85 +138,37 @@ static int mask_into(const sd_token_table *tt, const sd_byte_automaton *a, const
                 same[v >> 6] |= 1ull << (v & 63);
         }
     }
-    memset(bits, 0, ((size_t)tt->n + 63) / 64 * sizeof *bits);
-    for (int i = 0; i < tt->n_none; i++)
-        bits[tt->none[i] >> 6] |= 1ull << (tt->none[i] & 63);
-    /* a token whose first byte st takes: taken where every byte keeps the
-     * state, else fed whole */
-#define DECIDE(t)                                                                                  \
-    do {                                                                                           \
-        const uint64_t *s = tt->set[t];                                                            \
-        int take = !((s[0] & ~same[0]) | (s[1] & ~same[1]) | (s[2] & ~same[2]) |                   \
-                     (s[3] & ~same[3]));                                                           \
-        if (!take) {                                                                               \
-            a->copy(a->ctx, scratch, st);                                                          \
-            fed++;                                                                                 \
-            take = a->feed(a->ctx, scratch, tt->bytes[t], tt->len[t]) == 0;                        \
-        }                                                                                          \
-        if (take)                                                                                  \
-            bits[(t) >> 6] |= 1ull << ((t) & 63);                                                  \
-    } while (0)
-    int fed = 0, n_ok = 0;
-    for (int v = 0; v < 256; v++)
-        if (ok[v >> 6] >> (v & 63) & 1)
-            n_ok += tt->first_off[v + 1] - tt->first_off[v];
-    if (4 * n_ok < tt->n) { /* few: their first bytes' lists (out of token order) */
-        for (int v = 0; v < 256; v++)
-            for (int i = tt->first_off[v]; (ok[v >> 6] >> (v & 63) & 1) && i < tt->first_off[v + 1];
-                 i++)
-                DECIDE(tt->by_first[i]);
-    } else { /* most: all of them in order (the tables read in order) */
-        for (int t = 0; t < tt->n; t++)
-            if (tt->bytes[t] && (ok[tt->first[t] >> 6] >> (tt->first[t] & 63) & 1))
-                DECIDE(t);
-    }
-#undef DECIDE
-    return fed;
-}
-
-/* row[t] = -inf for every token whose bit is clear */
-static void apply_bits(const uint64_t *bits, size_t words, int n, float *row)
-{
-    for (size_t w = 0; w < words; w++) {
-        uint64_t off = ~bits[w];
-        if (!off)
+    int fed = 0;
+    for (int t = 0; t < tt->n; t++) {
+        if (!tt->bytes[t])
             continue;
-        const int t0 = (int)(w * 64);
-        if (off == ~0ull && t0 + 64 <= n) {
-            for (int j = 0; j < 64; j++)
-                row[t0 + j] = -INFINITY;
-            continue;
-        }
-        while (off) {
-            const int t = t0 + __builtin_ctzll(off);
-            if (t < n)
+        const unsigned char b0 = tt->bytes[t][0];
+        if (!(ok[b0 >> 6] >> (b0 & 63) & 1)) { /* its first byte is not taken: nor is it */
+            if (bits)
+                bits[t >> 6] &= ~(1ull << (t & 63));
+            else
                 row[t] = -INFINITY;
-            off &= off - 1;
+            continue;
+        }
+        const uint64_t *s = tt->set[t];
+        if (!((s[0] & ~same[0]) | (s[1] & ~same[1]) | (s[2] & ~same[2]) | (s[3] & ~same[3])))
+            continue; /* every byte keeps the state: taken */
+        a->copy(a->ctx, scratch, st);
+        fed++;
+        if (a->feed(a->ctx, scratch, tt->bytes[t], tt->len[t]) != 0) {
+            if (bits)
+                bits[t >> 6] &= ~(1ull << (t & 63));
+            else
+                row[t] = -INFINITY;
         }
     }
+    return fed;
 }
 
 int sd_token_mask(const sd_token_table *tt, const sd_byte_automaton *a, const void *st,
                   void *scratch, float *row)
 {
-    const size_t words = ((size_t)tt->n + 63) / 64;
-    uint64_t *bits = malloc((words ? words : 1) * sizeof *bits);
-    if (!bits) { /* every token fed, as the mask stands for */
-        int fed = 0;
-        for (int t = 0; t < tt->n; t++) {
-            if (!tt->bytes[t])
-                continue;
-            a->copy(a->ctx, scratch, st);
-            fed++;
-            if (a->feed(a->ctx, scratch, tt->bytes[t], tt->len[t]))
-                row[t] = -INFINITY;
-        }
-        return fed;
-    }
-    const int fed = mask_into(tt, a, st, scratch, bits);
-    apply_bits(bits, words, tt->n, row);
-    free(bits);
-    return fed;
+    return mask_into(tt, a, st, scratch, row, NULL);
 }
 
 /* ---- the cache ---- */
@@ -295,6 +231,28 @@ void sd_mask_cache_counts(const sd_mask_cache *c, uint64_t *hits, uint64_t *miss
     *misses = c->misses;
 }
 
+/* row[t] = -inf for every token whose bit is clear */
+static void apply_bits(const uint64_t *bits, size_t words, int n, float *row)
+{
+    for (size_t w = 0; w < words; w++) {
+        uint64_t off = ~bits[w];
+        if (!off)
+            continue;
+        const int t0 = (int)(w * 64);
+        if (off == ~0ull && t0 + 64 <= n) {
+            for (int j = 0; j < 64; j++)
+                row[t0 + j] = -INFINITY;
+            continue;
+        }
+        while (off) {
+            const int t = t0 + __builtin_ctzll(off);
+            if (t < n)
+                row[t] = -INFINITY;
+            off &= off - 1;
+        }
+    }
+}
+
 int sd_token_mask_cached(sd_mask_cache *c, const sd_token_table *tt, const sd_byte_automaton *a,
                          const void *st, void *scratch, float *row)
 {
@@ -315,7 +273,8 @@ int sd_token_mask_cached(sd_mask_cache *c, const sd_token_table *tt, const sd_by
             victim = x;
     }
     c->misses++;
-    const int fed = mask_into(tt, a, st, scratch, victim->bits);
+    memset(victim->bits, 0xff, c->words * 8);
+    const int fed = mask_into(tt, a, st, scratch, row, victim->bits);
     a->copy(a->ctx, victim->st, st);
     victim->hash = h;
     victim->id = a->id;

@@ -23,14 +23,8 @@ typedef struct sd_token_table {
     const unsigned char **bytes; /* (n,) each token's bytes, or NULL: none (special, unknown) */
     size_t *len;                 /* (n,) */
     uint64_t (*set)[4];          /* (n,) the byte values each holds */
-    unsigned char *first;        /* (n,) each one's first byte (0: none) */
     int32_t *none;               /* the tokens without bytes (n_none of them) */
     int n_none;
-    /* the tokens with bytes by their first byte: by_first[first_off[b] ..
-     * first_off[b + 1]) begin with byte b (a state that takes few first
-     * bytes walks only theirs) */
-    int32_t *by_first;
-    int first_off[257];
 } sd_token_table;
 
 /* A table of n tokens: bytes_of(ctx, t, &len) gives token t's bytes (kept
