@@ -229,6 +229,10 @@ typedef struct sd_bench_spec {
     int n_why;
     char why[SD_BENCH_WHY_MAX][16];
     double why_steps[SD_BENCH_WHY_MAX], why_idle[SD_BENCH_WHY_MAX];
+    /* steps not queued ahead, by cause (the `cause` label) */
+    int n_cause;
+    char cause[SD_BENCH_WHY_MAX][16];
+    double cause_steps[SD_BENCH_WHY_MAX];
 } sd_bench_spec;
 
 /* Reads the specd_spec_* counters from Prometheus text. */

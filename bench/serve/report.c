@@ -112,6 +112,11 @@ json_t *sd_bench_spec_json(const sd_bench_spec *d)
     }
     json_object_set_new(o, "engine_drafting_steps_by_why", ws);
     json_object_set_new(o, "engine_drafting_idle_by_why", wi);
+    /* steps not queued ahead, by cause */
+    json_t *ca = json_object();
+    for (int i = 0; i < d->n_cause; i++)
+        json_object_set_new(ca, d->cause[i], real(d->cause_steps[i]));
+    json_object_set_new(o, "engine_not_ahead_steps_by_cause", ca);
     return o;
 }
 

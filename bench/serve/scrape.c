@@ -54,26 +54,40 @@ static int label_index(const char *labels, size_t len, const char *key, int lim)
     return -1;
 }
 
-/* the slot of label why="NAME" in s's reasons, added where new; -1: no
- * such label, or no room */
-static int why_slot(sd_bench_spec *s, const char *labels, size_t len)
+/* the slot of label KEY="NAME" (key: `KEY="`) among names (*n of them),
+ * added where new; -1: no such label, or no room */
+static int name_slot(char (*names)[16], int *n_names, const char *key, const char *labels,
+                     size_t len)
 {
-    const char *key = "why=\"";
     const size_t kl = strlen(key);
     if (!labels || len < kl + 1 || memcmp(labels, key, kl) != 0)
         return -1;
     const char *v = labels + kl, *q = memchr(v, '"', len - kl);
-    if (!q || q == v || (size_t)(q - v) >= sizeof s->why[0])
+    if (!q || q == v || (size_t)(q - v) >= sizeof names[0])
         return -1;
     const size_t n = (size_t)(q - v);
-    for (int i = 0; i < s->n_why; i++)
-        if (strlen(s->why[i]) == n && memcmp(s->why[i], v, n) == 0)
+    for (int i = 0; i < *n_names; i++)
+        if (strlen(names[i]) == n && memcmp(names[i], v, n) == 0)
             return i;
-    if (s->n_why == SD_BENCH_WHY_MAX)
+    if (*n_names == SD_BENCH_WHY_MAX)
         return -1;
-    memcpy(s->why[s->n_why], v, n);
-    s->why[s->n_why][n] = 0;
-    return s->n_why++;
+    memcpy(names[*n_names], v, n);
+    names[*n_names][n] = 0;
+    return (*n_names)++;
+}
+
+static int why_slot(sd_bench_spec *s, const char *labels, size_t len)
+{
+    return name_slot(s->why, &s->n_why, "why=\"", labels, len);
+}
+
+/* the slot of name among names (n of them), or -1 */
+static int slot_of(const char (*names)[16], int n, const char *name)
+{
+    for (int j = 0; j < n; j++)
+        if (!strcmp(names[j], name))
+            return j;
+    return -1;
 }
 
 static int position(const char *labels, size_t len)
@@ -143,6 +157,9 @@ void sd_bench_spec_parse(const char *text, size_t len, sd_bench_spec *s)
                                  : NULL) &&
                        (pos = why_slot(s, lab, lablen)) >= 0) {
                 at[pos] = v;
+            } else if (sample(p, n, "specd_launch_ahead_refused_steps_total", &lab, &lablen, &v) &&
+                       (pos = name_slot(s->cause, &s->n_cause, "cause=\"", lab, lablen)) >= 0) {
+                s->cause_steps[pos] = v;
             } else if ((at = sample(p, n, "specd_spec_position_proposed_total", &lab, &lablen, &v)
                                  ? s->proposed_at
                              : sample(p, n, "specd_spec_position_accepted_total", &lab, &lablen, &v)
@@ -176,11 +193,15 @@ void sd_bench_spec_delta(const sd_bench_spec *b, const sd_bench_spec *a, sd_benc
     d->n_why = a->n_why;
     memcpy(d->why, a->why, sizeof d->why);
     for (int i = 0; i < a->n_why; i++) {
-        int j = 0;
-        while (j < b->n_why && strcmp(b->why[j], a->why[i]) != 0)
-            j++;
-        d->why_steps[i] = a->why_steps[i] - (j < b->n_why ? b->why_steps[j] : 0);
-        d->why_idle[i] = a->why_idle[i] - (j < b->n_why ? b->why_idle[j] : 0);
+        const int j = slot_of(b->why, b->n_why, a->why[i]);
+        d->why_steps[i] = a->why_steps[i] - (j >= 0 ? b->why_steps[j] : 0);
+        d->why_idle[i] = a->why_idle[i] - (j >= 0 ? b->why_idle[j] : 0);
+    }
+    d->n_cause = a->n_cause;
+    memcpy(d->cause, a->cause, sizeof d->cause);
+    for (int i = 0; i < a->n_cause; i++) {
+        const int j = slot_of(b->cause, b->n_cause, a->cause[i]);
+        d->cause_steps[i] = a->cause_steps[i] - (j >= 0 ? b->cause_steps[j] : 0);
     }
     d->n_pos = a->n_pos > b->n_pos ? a->n_pos : b->n_pos;
     for (int i = 0; i < d->n_pos; i++) {

@@ -972,6 +972,7 @@ static void publish_stats(sd_engine *e, int stepped)
     e->stats.ahead_steps = e->ahead_steps;
     e->stats.logits_host_rows = e->host_rows;
     e->stats.logits_host_steps = e->host_steps;
+    memcpy(e->stats.ahead_refused, e->ahead_refused, sizeof e->ahead_refused);
     if (e->mcache)
         sd_mask_cache_counts(e->mcache, &e->stats.json_masks_found, &e->stats.json_masks_made);
     e->stats.draft_ahead_steps = e->draft_ahead_steps;
@@ -1238,34 +1239,54 @@ static int ahead_possible(const sd_engine *e)
            op->download_wait;
 }
 
-/* whether the step s just queued may have the next one queued before it is read */
-static int ahead_ok(sd_engine *e, const step *s)
+/* why the step s just queued may not have the next one queued before it
+ * is read (SD_AHEAD_*), or -1: it may */
+static int ahead_refusal(sd_engine *e, const step *s)
 {
     /* the tokens on the device: the argmax (greedy), or the device's
      * sampling of a step without drafts */
     int sampled = e->dev_acc && e->acc_k == 0;
-    if (!ahead_possible(e) || !(e->am_valid || sampled))
-        return 0;
-    if (s->T != s->n_seq || s->n_out != s->T || s->n_seq != e->n_running || e->n_waiting)
-        return 0;
+    if (!(e->am_valid || sampled))
+        return SD_AHEAD_HOST_TOKENS;
     pthread_mutex_lock(&e->mu);
     int incoming = e->incoming != NULL;
     pthread_mutex_unlock(&e->mu);
-    if (incoming)
-        return 0; /* it joins at the next step, not one later */
+    if (incoming || e->n_waiting)
+        return SD_AHEAD_ARRIVALS; /* they join at the next step, not one later */
     for (int i = 0; i < s->n_seq; i++) {
         const req *r = s->seqs[i];
         int n = r->n_tok + 1; /* its tokens once s is read */
+        if ((!r->greedy && !sampled) || r->host)
+            return SD_AHEAD_HOST_ROWS;
+        if (r->state != RQ_DECODE || r->chunk)
+            return SD_AHEAD_PREFILL;
+        if (r->n_draft)
+            return SD_AHEAD_DRAFTS;
         /* a request that tracks the proposer needs this step's hidden
          * states and tokens before the next step: speculative engines queue
          * ahead only where adaptive k turned speculation off for all */
-        if ((!r->greedy && !sampled) || r->host || r->state != RQ_DECODE || r->chunk || r->n_draft ||
-            r->cancel_applied ||
-            (e->spec != SD_SPEC_NONE && !r->no_spec) || atomic_load(&r->cancel) ||
-            n - r->n_prompt >= r->max_tokens || n >= e->max_ctx)
-            return 0;
+        if (e->spec != SD_SPEC_NONE && !r->no_spec)
+            return SD_AHEAD_TRACKING;
+        if (r->cancel_applied || atomic_load(&r->cancel))
+            return SD_AHEAD_CANCEL;
+        if (n - r->n_prompt >= r->max_tokens || n >= e->max_ctx)
+            return SD_AHEAD_ENDING;
     }
-    return 1;
+    if (s->T != s->n_seq || s->n_out != s->T || s->n_seq != e->n_running)
+        return SD_AHEAD_SHAPE;
+    return -1;
+}
+
+/* whether the step s just queued may have the next one queued before it
+ * is read; the reason counted where not */
+static int ahead_ok(sd_engine *e, const step *s)
+{
+    if (!ahead_possible(e))
+        return 0;
+    const int why = ahead_refusal(e, s);
+    if (why >= 0)
+        e->ahead_refused[why]++;
+    return why < 0;
 }
 
 /* Queues the step after s (padded to Tp rows as s was) before s is read,
@@ -1639,6 +1660,8 @@ static int engine_step(sd_engine *e)
         sd_tokens_down dn = tokens_down(e, s.n_out, 0);
         if (!(ahead_ok(e, &s) ? launch_ahead(e, &s, Tp, 1, &dn) : queue_down(e, &dn)))
             L.ev = 0;
+    } else if (!rc && ahead_possible(e)) {
+        e->ahead_refused[SD_AHEAD_HOST_TOKENS]++;
     }
     return read_step(e, &s, &L, rc, &err);
 }

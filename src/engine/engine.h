@@ -159,6 +159,28 @@ static inline const char *sd_spec_why_name(int i)
     return i >= 0 && i < SD_SPEC_WHY_N ? names[i] : "?";
 }
 
+/* why a step was not queued ahead of the one before it (--launch-ahead;
+ * sd_engine_stats.ahead_refused): the first reason found, in this order */
+enum {
+    SD_AHEAD_HOST_TOKENS, /* its tokens are chosen on the host (logits rows came down) */
+    SD_AHEAD_ARRIVALS,    /* requests wait or arrive: they join the next step */
+    SD_AHEAD_HOST_ROWS,   /* a request's logits come to the host (logprobs, JSON, ...) */
+    SD_AHEAD_PREFILL,     /* a request is not decoding (a prompt chunk) */
+    SD_AHEAD_DRAFTS,      /* a request verifies drafts */
+    SD_AHEAD_TRACKING,    /* a request tracks the proposer (needs this step's hidden states) */
+    SD_AHEAD_CANCEL,      /* a request was cancelled */
+    SD_AHEAD_ENDING,      /* a request ends by length at the next step */
+    SD_AHEAD_SHAPE,       /* a running request left out of the step */
+    SD_AHEAD_CAUSES
+};
+static inline const char *sd_ahead_cause_name(int i)
+{
+    static const char *const names[SD_AHEAD_CAUSES] = {
+        "host_tokens", "arrivals", "host_rows", "prefill", "drafts", "tracking",
+        "cancel", "ending", "shape"};
+    return i >= 0 && i < SD_AHEAD_CAUSES ? names[i] : "?";
+}
+
 /* Engine-wide numbers for /metrics and /health. */
 typedef struct sd_engine_stats {
     int queued, running;
@@ -225,6 +247,9 @@ typedef struct sd_engine_stats {
      * JSON, min_tokens; the other requests of the step choose their tokens
      * on the device), and the steps that brought any */
     uint64_t logits_host_rows, logits_host_steps;
+    /* steps not queued ahead of the one before them, by the first reason
+     * found (SD_AHEAD_*); only where launch ahead is on */
+    uint64_t ahead_refused[SD_AHEAD_CAUSES];
     /* JSON masks (response_format) found in the cache of recent states,
      * and made by a walk of the vocabulary */
     uint64_t json_masks_found, json_masks_made;

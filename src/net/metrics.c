@@ -181,14 +181,23 @@ static void spec_series(sd_buf *o, const sd_spec_stats *s)
 }
 
 /* a counter by why a step drafted, for the reasons that drafted a step */
+/* a counter by one label: v[i] as key="name_of(i)", for the i where
+ * shown[i] is not 0 */
+static void label_series(sd_buf *o, const char *name, const char *help, const char *key,
+                         const char *(*name_of)(int), int n, const uint64_t *shown,
+                         const uint64_t *v)
+{
+    head(o, name, "counter", help);
+    for (int i = 0; i < n; i++)
+        if (shown[i])
+            sd_buf_printf(o, "%s{%s=\"%s\"} %llu\n", name, key, name_of(i),
+                          (unsigned long long)v[i]);
+}
+
 static void why_series(sd_buf *o, const char *name, const char *help, const sd_engine_stats *es,
                        const uint64_t *v)
 {
-    head(o, name, "counter", help);
-    for (int i = 0; i < SD_SPEC_WHY_N; i++)
-        if (es->spec_why_steps[i])
-            sd_buf_printf(o, "%s{why=\"%s\"} %llu\n", name, sd_spec_why_name(i),
-                          (unsigned long long)v[i]);
+    label_series(o, name, help, "why", sd_spec_why_name, SD_SPEC_WHY_N, es->spec_why_steps, v);
 }
 
 /* the draft length adaptive k (or --spec-k) chose, step by step */
@@ -234,6 +243,14 @@ static void draft_length_series(sd_buf *o, const sd_engine_stats *es)
            "Verify steps queued before their drafts reached the host, taking them on the device "
            "(--draft-ahead).",
            (double)es->draft_ahead_steps);
+    label_series(o, "specd_launch_ahead_refused_steps_total",
+                 "Steps not queued ahead of the step before them, by the first reason found "
+                 "(host_tokens: chosen on the host; arrivals: requests join; host_rows: a "
+                 "request's logits go to the host; prefill: prompt rows; drafts: a verify step; "
+                 "tracking: a request tracks the proposer; cancel; ending: one ends by length; "
+                 "shape: a running request left out).",
+                 "cause", sd_ahead_cause_name, SD_AHEAD_CAUSES, es->ahead_refused,
+                 es->ahead_refused);
     scalar(o, "specd_logits_host_rows_total", "counter",
            "Logits rows brought to the host: requests with logprobs, logit_bias, penalties, "
            "JSON or min_tokens (the other requests choose their tokens on the device).",

@@ -317,6 +317,21 @@ static void expect_same_output(const run_cfg *c0, const run_cfg *c1, uint64_t se
     /* plain greedy decode with --launch-ahead queued steps ahead */
     if (c1->ahead && !strcmp(c1->spec, "none") && c1->temperature == 0)
         ASSERT_GT(s2.ahead_steps, 0);
+    /* the steps not queued ahead, by cause: none without launch ahead;
+     * with it, a request ending by length stops the queue at its last
+     * step, and verify steps only where something drafts (a fixed k) */
+    uint64_t refused = 0;
+    for (int i = 0; i < SD_AHEAD_CAUSES; i++)
+        refused += s2.ahead_refused[i];
+    if (!c1->ahead) {
+        ASSERT_EQ(refused, 0);
+    } else {
+        ASSERT_GT(s2.ahead_refused[SD_AHEAD_ENDING] + s2.ahead_refused[SD_AHEAD_DRAFTS], 0);
+        if (!strcmp(c1->spec, "none"))
+            ASSERT_EQ(s2.ahead_refused[SD_AHEAD_DRAFTS] + s2.ahead_refused[SD_AHEAD_TRACKING], 0);
+        else if (c1->k > 0 && s2.spec.drafted > 0)
+            ASSERT_GT(s2.ahead_refused[SD_AHEAD_DRAFTS], 0);
+    }
     /* adaptive k follows measured step times: its draft counts may differ */
     if (c1->k >= 0) {
         ASSERT_EQ(s1.spec.drafted, s2.spec.drafted);
@@ -324,10 +339,11 @@ static void expect_same_output(const run_cfg *c0, const run_cfg *c1, uint64_t se
     }
     fprintf(stderr,
             "  %s %s k=%d T=%.1f tp %d%s%s pad %d: equal, %llu of %llu drafts accepted, %llu "
-            "steps ahead\n",
+            "steps ahead, %llu not\n",
             c1->model, c1->spec, c1->k, c1->temperature, c1->tp, c1->ep ? " ep" : "",
             c1->slots ? " shared-slots" : "", c1->pad_bs, (unsigned long long)s2.spec.accepted,
-            (unsigned long long)s2.spec.drafted, (unsigned long long)s2.ahead_steps);
+            (unsigned long long)s2.spec.drafted, (unsigned long long)s2.ahead_steps,
+            (unsigned long long)refused);
 }
 
 /* Each configuration against the same run on one rank, without expert
@@ -401,6 +417,7 @@ TEST(tensor_parallel_engine_gives_the_same_output_as_one_rank)
         /* steps queued ahead on the ranks (greedy; sampled: never) */
         {.model = "deepseek-v3", .spec = "none", .n_req = 6, .tp = 2, .ahead = 1},
         {.model = "llama", .spec = "none", .n_req = 6, .tp = 4, .pad_bs = 3, .ahead = 1},
+        {.model = "deepseek-v3", .spec = "mtp", .k = 2, .n_req = 6, .tp = 2, .ahead = 1},
         {.model = "qwen3", .spec = "ngram", .k = 3, .n_req = 6, .tp = 2},
         {.model = "deepseek-v3", .spec = "mtp", .k = 2, .n_req = 6, .tp = 2},
         {.model = "deepseek-v3", .spec = "mtp", .k = 2, .n_req = 6, .tp = 4, .pad_bs = 3},
