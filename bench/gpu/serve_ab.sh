@@ -46,11 +46,17 @@ for g in groups:
     print("%-28s TPOT p50 ms: %s" % (g["name"], ", ".join(cells)))
 # a speculative server's steps by k and those queued ahead (plain steps
 # launched before the step before was read), and its drafting steps by why
-# they drafted (with the requests of those steps that did not draft)
+# they drafted (with the requests of those steps that did not draft); every
+# server's steps not queued ahead by cause
 for g in groups:
     for f in g["files"]:
         for lv in f["levels"][:1]:
             why = {w: n for w, n in (lv.get("engine_drafting_steps_by_why") or {}).items() if n}
+            cause = {c: int(n) for c, n in (lv.get("engine_not_ahead_steps_by_cause") or {}).items() if n}
+            if cause:
+                print("%-28s %-7s %d queued ahead; not by cause: %s" % (
+                    g["name"], f["label"], int(lv.get("engine_launch_ahead_steps") or 0),
+                    ", ".join("%s %d" % c for c in cause.items())))
             if not why and not lv.get("engine_steps_by_k"):
                 continue
             idle = lv.get("engine_drafting_idle_by_why") or {}
