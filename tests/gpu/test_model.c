@@ -364,8 +364,10 @@ static sd_engine_stats g_last_stats; /* engine_run's engine's, at its end */
  * default); g_prompt_rows: --cuda-graph-prompt-rows (NULL: the
  * default) */
 static int g_stagger, g_prompt_ids;
-/* > 0: engine_run's requests ask for logprobs with g_logprobs - 1 top */
+/* > 0: engine_run's requests ask for logprobs with g_logprobs - 1 top;
+ * g_lp_only (not 0): only the requests of its bits (bit i: request i) */
 static int g_logprobs;
+static unsigned g_lp_only;
 static const char *g_prompt_rows, *g_graph_bs;
 /* g_again: once the n requests end, the same n again (same prompts and
  * seeds) into outs[n..2n): they start after the prefix cache's blocks;
@@ -434,7 +436,8 @@ static int engine_run(const char *dir, const char *spec, const char *draft, int 
             }
             sd_gen_params gp = {.max_tokens = 40, .temperature = i % 2 ? temp : 0, .top_p = 1,
                                 .seed = 77 + (uint64_t)i, .has_seed = 1, .ignore_eos = 1,
-                                .logprobs = g_logprobs > 0, .top_logprobs = g_logprobs > 0 ? g_logprobs - 1 : 0,
+                                .logprobs = g_logprobs > 0 && (!g_lp_only || (g_lp_only >> i & 1)),
+                                .top_logprobs = g_logprobs > 0 ? g_logprobs - 1 : 0,
                                 .prompt_logprobs = g_plp};
             o_r[i].greedy = !(i % 2 && temp > 0);
             rc = sd_engine_submit(e, p, np, &gp, &ev, &o_r[i], NULL, &err);
@@ -657,6 +660,52 @@ TEST(logprobs_on_the_gpu_change_no_token)
     ASSERT(ok);
 }
 
+/* Requests whose logits rows come to the host (logprobs) beside requests
+ * whose tokens the device chooses (its argmax, its sampling): the same
+ * tokens as without logprobs, plain and with MTP, greedy and sampled, and
+ * on plain decode only the logprobs requests' rows come down (40 tokens
+ * each, one row a token). */
+TEST(requests_with_logprobs_beside_others_on_the_gpu_change_no_token)
+{
+    char dir[1200];
+    BUNDLED_ON_A_GPU(dir);
+    static const char *const specs[] = {"none", "mtp"};
+    int ok = 1;
+    for (size_t q = 0; q < SD_ARRAY_LEN(specs); q++) {
+        for (int sampled = 0; sampled < 2; sampled++) {
+            engine_out a[4], b[4];
+            const float temp = sampled ? 0.8f : 0;
+            g_logprobs = 0;
+            int rc = engine_run(dir, specs[q], NULL, 4, "auto", temp, a, NULL);
+            g_logprobs = 1 + 2;
+            g_lp_only = 0x5; /* requests 0 and 2 (greedy), 1 and 3 without */
+            rc |= engine_run(dir, specs[q], NULL, 4, "auto", temp, b, NULL);
+            g_lp_only = 0;
+            g_logprobs = 0;
+            if (rc) {
+                ok = 0;
+                continue;
+            }
+            long entries = 0;
+            for (int i = 0; i < 4; i++)
+                entries += (i % 2 ? b[i].n_lp : labs((long)(b[i].n_lp - b[i].n))) + b[i].lp_bad;
+            ok &= reportf((double)tokens_differ(a, b, 4), 0,
+                          "engine on the gpu, %s %s at batch 4: tokens that differ with logprobs "
+                          "asked by two requests",
+                          specs[q], sampled ? "sampled" : "greedy");
+            ok &= reportf((double)entries, 0,
+                          "engine on the gpu, %s %s: logprobs entries missing, wrong or extra",
+                          specs[q], sampled ? "sampled" : "greedy");
+            if (!strcmp(specs[q], "none"))
+                ok &= reportf((double)labs((long)g_last_stats.logits_host_rows - 80), 0,
+                              "engine on the gpu, plain %s: logits rows to the host off the two "
+                              "requests' 80",
+                              sampled ? "sampled" : "greedy");
+        }
+    }
+    ASSERT(ok);
+}
+
 /* The prefix cache on the GPU: the same requests again, on the same
  * engine, start after their cached blocks (the prompts of 17 ids and
  * more) and give the tokens they gave the first time and that an engine
@@ -742,4 +791,5 @@ TEST_MAIN(T(gpu_logits_match_the_cpu_on_every_golden_fixture),
           T(steps_with_prompt_rows_replay_graphs_with_the_eager_tokens),
           T(logprobs_on_the_gpu_change_no_token),
           T(a_cached_prefix_on_the_gpu_changes_no_token),
-          T(prompt_logprobs_on_the_gpu_change_no_token))
+          T(prompt_logprobs_on_the_gpu_change_no_token),
+          T(requests_with_logprobs_beside_others_on_the_gpu_change_no_token))
