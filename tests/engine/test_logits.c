@@ -112,6 +112,25 @@ static sd_engine *engine(const char *model, const char *spec, const char *k)
     return engine_ctx(model, spec, k, "128");
 }
 
+/* The engine's stats once the step that ended the last request has put
+ * them out (a request's end is delivered inside its step, the step's
+ * counts after it): read until two reads 5 ms apart agree. */
+static void settled_stats(sd_engine *e, sd_engine_stats *st)
+{
+    sd_engine_stats b;
+    sd_engine_get_stats(e, st);
+    for (int i = 0; i < 400; i++) {
+        usleep(5000);
+        sd_engine_get_stats(e, &b);
+        const int same = b.steps == st->steps && b.logits_host_rows == st->logits_host_rows &&
+                         b.json_masks_made == st->json_masks_made &&
+                         b.json_masks_found == st->json_masks_found;
+        *st = b;
+        if (same)
+            return;
+    }
+}
+
 /* one request to its end */
 static int run1(sd_engine *e, const int32_t *p, int n, const sd_gen_params *gp, lp_out *o)
 {
@@ -570,10 +589,10 @@ TEST(requests_whose_logits_come_to_the_host_leave_the_others_on_the_device)
         for (int i = 0; i < NR; i++) {
             memset(&alone[i], 0, sizeof alone[i]);
             alone[i].mu = &mu;
-            sd_engine_get_stats(e, &st0);
+            settled_stats(e, &st0);
             ASSERT_OK(sd_engine_submit(e, p[i], 8, &gp[i], &ev, &alone[i], NULL, &err));
             ASSERT(engine_out_wait(&alone[i], 1, 60000));
-            sd_engine_get_stats(e, &st1);
+            settled_stats(e, &st1);
             /* alone: its own rows only where it wants them (plain decode:
              * one a token; prompt logprobs: one a prompt position too; a
              * speculative step the device cannot verify comes down whole) */
@@ -581,14 +600,14 @@ TEST(requests_whose_logits_come_to_the_host_leave_the_others_on_the_device)
             if (c == 0)
                 ASSERT_EQ(rows, host[i] ? (uint64_t)(16 + (i == 6 ? 7 : 0)) : 0);
         }
-        sd_engine_get_stats(e, &st0);
+        settled_stats(e, &st0);
         for (int i = 0; i < NR; i++) {
             memset(&batch[i], 0, sizeof batch[i]);
             batch[i].mu = &mu;
             ASSERT_OK(sd_engine_submit(e, p[i], 8, &gp[i], &ev, &batch[i], NULL, &err));
         }
         ASSERT(engine_out_wait(batch, NR, 60000));
-        sd_engine_get_stats(e, &st1);
+        settled_stats(e, &st1);
         for (int i = 0; i < NR; i++) {
             ASSERT_EQ(batch[i].n, 16);
             ASSERT_EQ(batch[i].why, SD_FINISH_LENGTH);
@@ -719,7 +738,7 @@ TEST(json_object_texts_are_json_objects)
     /* the masks of recurring states came from the cache (sd_mask_cache:
      * the same masks, tests/verify/test_token_mask.c) */
     sd_engine_stats st;
-    sd_engine_get_stats(plain, &st);
+    settled_stats(plain, &st);
     fprintf(stderr, "  JSON masks: %llu found, %llu made\n",
             (unsigned long long)st.json_masks_found, (unsigned long long)st.json_masks_made);
     ASSERT_GT(st.json_masks_found, st.json_masks_made);
@@ -809,11 +828,11 @@ TEST(json_schema_texts_are_valid_documents)
         sd_gen_params gp = {.max_tokens = 60, .top_p = 1, .json_schema = schema};
         lp_out a, b;
         sd_engine_stats s0, s1, s2;
-        sd_engine_get_stats(plain, &s0);
+        settled_stats(plain, &s0);
         ASSERT_OK(run1(plain, p, 6, &gp, &a));
-        sd_engine_get_stats(plain, &s1);
+        settled_stats(plain, &s1);
         ASSERT_OK(run1(plain, p, 6, &gp, &b));
-        sd_engine_get_stats(plain, &s2);
+        settled_stats(plain, &s2);
         ASSERT_EQ(a.n, b.n);
         ASSERT_EQ(s2.json_masks_made, s1.json_masks_made);
         ASSERT_GE(s2.json_masks_found - s1.json_masks_found, (uint64_t)b.n);
