@@ -619,11 +619,13 @@ TEST(steps_with_prompt_rows_replay_graphs_with_the_eager_tokens)
     ASSERT(ok);
 }
 
-/* Requests that ask for logprobs take the host's path (their steps' logits
- * rows come down; no device argmax, acceptance or launch ahead): the same
- * tokens as without, plain and speculative, greedy and sampled; one entry
- * a token, each a log probability, a greedy token its position's
- * likeliest. */
+/* Requests that ask for logprobs take the host's path (their logits rows
+ * come down and their tokens are chosen there; nothing is queued ahead of
+ * their steps): the same tokens as without, plain and speculative, greedy
+ * and sampled; one entry a token, each a log probability, a greedy token
+ * its position's likeliest. Two of four asking: the others' tokens still
+ * chosen on the device, the same tokens, and on plain decode only the two
+ * requests' rows come down. */
 TEST(logprobs_on_the_gpu_change_no_token)
 {
     char dir[1200];
@@ -632,17 +634,39 @@ TEST(logprobs_on_the_gpu_change_no_token)
     int ok = 1;
     for (size_t q = 0; q < SD_ARRAY_LEN(specs); q++) {
         for (int sampled = 0; sampled < 2; sampled++) {
-            engine_out a[4], b[4];
+            engine_out a[4], b[4], c[4];
             const float temp = sampled ? 0.8f : 0;
             g_logprobs = 0;
             int rc = engine_run(dir, specs[q], NULL, 4, "auto", temp, a, NULL);
             g_logprobs = 1 + 5;
             rc |= engine_run(dir, specs[q], NULL, 4, "auto", temp, b, NULL);
+            /* two of them ask (0 and 2, greedy) beside two whose tokens the
+             * device chooses: only their rows come down */
+            g_lp_only = 0x5;
+            rc |= engine_run(dir, specs[q], NULL, 4, "auto", temp, c, NULL);
+            const long host_rows = (long)g_last_stats.logits_host_rows;
+            g_lp_only = 0;
             g_logprobs = 0;
             if (rc) {
                 ok = 0;
                 continue;
             }
+            long mixed = 0;
+            for (int i = 0; i < 4; i++)
+                mixed += (i % 2 ? c[i].n_lp : labs((long)(c[i].n_lp - c[i].n))) + c[i].lp_bad;
+            ok &= reportf((double)tokens_differ(a, c, 4), 0,
+                          "engine on the gpu, %s %s at batch 4: tokens that differ with logprobs "
+                          "asked by two requests",
+                          specs[q], sampled ? "sampled" : "greedy");
+            ok &= reportf((double)mixed, 0,
+                          "engine on the gpu, %s %s: logprobs of two requests missing, wrong or "
+                          "extra",
+                          specs[q], sampled ? "sampled" : "greedy");
+            if (!strcmp(specs[q], "none")) /* 40 tokens each, a row a token */
+                ok &= reportf((double)labs(host_rows - 80), 0,
+                              "engine on the gpu, plain %s: logits rows to the host off the two "
+                              "requests' 80",
+                              sampled ? "sampled" : "greedy");
             long bad = 0, missing = 0;
             for (int i = 0; i < 4; i++) {
                 bad += b[i].lp_bad + a[i].n_lp;
@@ -655,52 +679,6 @@ TEST(logprobs_on_the_gpu_change_no_token)
             ok &= reportf((double)(bad + missing), 0,
                           "engine on the gpu, %s %s at batch 4: logprobs entries missing or wrong",
                           specs[q], sampled ? "sampled" : "greedy");
-        }
-    }
-    ASSERT(ok);
-}
-
-/* Requests whose logits rows come to the host (logprobs) beside requests
- * whose tokens the device chooses (its argmax, its sampling): the same
- * tokens as without logprobs, plain and with MTP, greedy and sampled, and
- * on plain decode only the logprobs requests' rows come down (40 tokens
- * each, one row a token). */
-TEST(requests_with_logprobs_beside_others_on_the_gpu_change_no_token)
-{
-    char dir[1200];
-    BUNDLED_ON_A_GPU(dir);
-    static const char *const specs[] = {"none", "mtp"};
-    int ok = 1;
-    for (size_t q = 0; q < SD_ARRAY_LEN(specs); q++) {
-        for (int sampled = 0; sampled < 2; sampled++) {
-            engine_out a[4], b[4];
-            const float temp = sampled ? 0.8f : 0;
-            g_logprobs = 0;
-            int rc = engine_run(dir, specs[q], NULL, 4, "auto", temp, a, NULL);
-            g_logprobs = 1 + 2;
-            g_lp_only = 0x5; /* requests 0 and 2 (greedy), 1 and 3 without */
-            rc |= engine_run(dir, specs[q], NULL, 4, "auto", temp, b, NULL);
-            g_lp_only = 0;
-            g_logprobs = 0;
-            if (rc) {
-                ok = 0;
-                continue;
-            }
-            long entries = 0;
-            for (int i = 0; i < 4; i++)
-                entries += (i % 2 ? b[i].n_lp : labs((long)(b[i].n_lp - b[i].n))) + b[i].lp_bad;
-            ok &= reportf((double)tokens_differ(a, b, 4), 0,
-                          "engine on the gpu, %s %s at batch 4: tokens that differ with logprobs "
-                          "asked by two requests",
-                          specs[q], sampled ? "sampled" : "greedy");
-            ok &= reportf((double)entries, 0,
-                          "engine on the gpu, %s %s: logprobs entries missing, wrong or extra",
-                          specs[q], sampled ? "sampled" : "greedy");
-            if (!strcmp(specs[q], "none"))
-                ok &= reportf((double)labs((long)g_last_stats.logits_host_rows - 80), 0,
-                              "engine on the gpu, plain %s: logits rows to the host off the two "
-                              "requests' 80",
-                              sampled ? "sampled" : "greedy");
         }
     }
     ASSERT(ok);
@@ -791,5 +769,4 @@ TEST_MAIN(T(gpu_logits_match_the_cpu_on_every_golden_fixture),
           T(steps_with_prompt_rows_replay_graphs_with_the_eager_tokens),
           T(logprobs_on_the_gpu_change_no_token),
           T(a_cached_prefix_on_the_gpu_changes_no_token),
-          T(prompt_logprobs_on_the_gpu_change_no_token),
-          T(requests_with_logprobs_beside_others_on_the_gpu_change_no_token))
+          T(prompt_logprobs_on_the_gpu_change_no_token))
