@@ -1660,8 +1660,8 @@ static int engine_step(sd_engine *e)
         sd_tokens_down dn = tokens_down(e, s.n_out, 0);
         if (!(ahead_ok(e, &s) ? launch_ahead(e, &s, Tp, 1, &dn) : queue_down(e, &dn)))
             L.ev = 0;
-    } else if (!rc && ahead_possible(e)) {
-        e->ahead_refused[SD_AHEAD_HOST_TOKENS]++;
+    } else if (!rc) {
+        ahead_ok(e, &s); /* not queued ahead: counted by why (its tokens on the host) */
     }
     return read_step(e, &s, &L, rc, &err);
 }

@@ -122,6 +122,15 @@ void sd_token_table_free(sd_token_table *tt)
     memset(tt, 0, sizeof *tt);
 }
 
+/* token t not taken: its bit cleared, or (bits NULL) row[t] = -inf */
+static inline void reject(uint64_t *bits, float *row, int t)
+{
+    if (bits)
+        bits[t >> 6] &= ~(1ull << (t & 63));
+    else
+        row[t] = -INFINITY;
+}
+
 /* The mask's bits (1: taken; tokens without bytes 1, the caller's): bits
  * NULL, row[t] = -inf for the tokens not taken instead */
 static int mask_into(const sd_token_table *tt, const sd_byte_automaton *a, const void *st,
@@ -144,10 +153,7 @@ static int mask_into(const sd_token_table *tt, const sd_byte_automaton *a, const
             continue;
         const unsigned char b0 = tt->bytes[t][0];
         if (!(ok[b0 >> 6] >> (b0 & 63) & 1)) { /* its first byte is not taken: nor is it */
-            if (bits)
-                bits[t >> 6] &= ~(1ull << (t & 63));
-            else
-                row[t] = -INFINITY;
+            reject(bits, row, t);
             continue;
         }
         const uint64_t *s = tt->set[t];
@@ -155,12 +161,8 @@ static int mask_into(const sd_token_table *tt, const sd_byte_automaton *a, const
             continue; /* every byte keeps the state: taken */
         a->copy(a->ctx, scratch, st);
         fed++;
-        if (a->feed(a->ctx, scratch, tt->bytes[t], tt->len[t]) != 0) {
-            if (bits)
-                bits[t >> 6] &= ~(1ull << (t & 63));
-            else
-                row[t] = -INFINITY;
-        }
+        if (a->feed(a->ctx, scratch, tt->bytes[t], tt->len[t]) != 0)
+            reject(bits, row, t);
     }
     return fed;
 }
