@@ -67,7 +67,9 @@ static json_t *text_json(const char *s, size_t len)
     return v;
 }
 
-static json_t *str_or_null(const char *s) { return s && *s ? json_string(s) : json_null(); }
+/* A param or code: a name cut to fit may end inside a character, which
+ * text_json repairs like the message. */
+static json_t *str_or_null(const char *s) { return s && *s ? text_json(s, strlen(s)) : json_null(); }
 
 int sd_api_error_json(sd_buf *out, const sd_api_error *e)
 {

@@ -687,6 +687,28 @@ TEST(error_json_has_openai_shape)
     sd_buf_free(&b);
 }
 
+/* A name cut to fit the error (an unrecognized key of multibyte characters)
+ * may end inside a character: param and message stay valid JSON strings. */
+TEST(error_json_of_a_cut_multibyte_key_is_valid)
+{
+    const char *body = "{\"model\":\"m\",\"prompt\":\"x\",\"\u2581begin\uff5c>function<<|tool_call_argument_begin|>"
+                       "\uff5ctool\u2581sep\uff5c>\": {}}";
+    sd_oai_request r;
+    sd_api_error e;
+    ASSERT(sd_oai_parse(SD_OAI_COMPLETIONS, body, strlen(body), "m", &r, &e) != 0);
+    ASSERT_STR_EQ(e.code, "unrecognized_argument");
+    sd_buf b = {0};
+    ASSERT_OK(sd_api_error_json(&b, &e));
+    json_t *v = load(&b);
+    ASSERT(v);
+    json_t *err = json_object_get(v, "error");
+    const char *param = json_string_value(json_object_get(err, "param"));
+    ASSERT(param && !strncmp(param, "\xe2\x96\x81" "begin", 8));
+    ASSERT(json_is_string(json_object_get(err, "message")));
+    json_decref(v);
+    sd_buf_free(&b);
+}
+
 static sd_req_stats sample_stats(void)
 {
     sd_req_stats st;
@@ -1312,7 +1334,7 @@ TEST_MAIN(T(a_full_chat_request_maps_to_gen_params), T(completion_defaults_follo
           T(prompt_is_validated), T(stop_strings_are_bounded),
           T(context_limit_names_prompt_or_max_tokens),
           T(random_mutations_never_crash_and_errors_are_complete),
-          T(error_json_has_openai_shape), T(chat_response_carries_usage_and_speculative_extension),
+          T(error_json_has_openai_shape), T(error_json_of_a_cut_multibyte_key_is_valid), T(chat_response_carries_usage_and_speculative_extension),
           T(completion_response_has_text_and_stop_reason), T(n_choices_in_one_response_and_indexed_chunks), T(logprobs_options_map_to_gen_params), T(logits_processors_map_to_gen_params), T(response_format_maps_to_gen_params), T(min_tokens_maps_to_gen_params),
           T(logprobs_json_in_responses_and_chunks),
           T(chat_stream_chunks_frame_as_openai_sse),
