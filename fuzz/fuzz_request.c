@@ -85,7 +85,7 @@ static void check_request(const sd_oai_request *r, int tokenize, const void *dat
         return;
     const sd_gen_params *g = &r->gen;
     if (g->temperature < 0 || g->temperature > 2 || g->top_p <= 0 || g->top_p > 1 ||
-        g->top_k < 0 || g->n_stop > SD_OAI_MAX_STOP || r->max_tokens == 0 || r->max_tokens < -1 ||
+        g->top_k < 0 || g->n_stop > SD_OAI_MAX_STOP || (r->max_tokens == 0 && !r->echo) || r->max_tokens < -1 ||
         r->n < 1 || (r->kind == SD_OAI_COMPLETIONS && r->n * r->n_prompts > SD_OAI_MAX_N))
         die("validated request out of range", data, size);
 }
@@ -99,7 +99,8 @@ static void exercise(sd_oai_request *r, int tokenize, const void *data, size_t s
     int n_prompt = !p0 ? (int)(size % (2 * CONTEXT)) : p0->is_ids ? p0->n_ids : (int)(p0->len % (2 * CONTEXT));
     if (sd_oai_fit_context(r, n_prompt, CONTEXT, &e))
         check_error_shape(&e);
-    else if (r->gen.max_tokens < 1 || n_prompt + r->gen.max_tokens > CONTEXT)
+    /* max_tokens 0 (echo only): the prompt alone */
+    else if (r->gen.max_tokens < (r->max_tokens == 0 ? 0 : 1) || n_prompt + r->gen.max_tokens > CONTEXT)
         die("fit_context let an oversized request through", data, size);
     sd_req_stats st;
     memset(&st, 0, sizeof st);
