@@ -179,9 +179,9 @@ static void handler(void *user, sd_http_req *req)
     case SD_ROUTE_COMPLETIONS:
     case SD_ROUTE_TOKENIZE: {
         int rc = route == SD_ROUTE_TOKENIZE
-                     ? sd_oai_parse_tokenize(body, len, MODEL, &r, &e)
+                     ? sd_oai_parse_tokenize(body, len, MODEL, NULL, &r, &e)
                      : sd_oai_parse(route == SD_ROUTE_CHAT ? SD_OAI_CHAT : SD_OAI_COMPLETIONS,
-                                    body, len, MODEL, &r, &e);
+                                    body, len, MODEL, NULL, &r, &e);
         if (rc) {
             respond_error(req, &e, NULL);
             return;
@@ -347,8 +347,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     sd_oai_request r;
     sd_api_error e;
     for (int kind = 0; kind < 3; kind++) {
-        int rc = kind == 2 ? sd_oai_parse_tokenize((const char *)data, size, MODEL, &r, &e)
-                           : sd_oai_parse((sd_oai_kind)kind, (const char *)data, size, MODEL, &r, &e);
+        int rc = kind == 2 ? sd_oai_parse_tokenize((const char *)data, size, MODEL, NULL, &r, &e)
+                           : sd_oai_parse((sd_oai_kind)kind, (const char *)data, size, MODEL, NULL, &r, &e);
         if (rc) {
             check_error_shape(&e);
         } else {

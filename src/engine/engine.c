@@ -2497,6 +2497,7 @@ void sd_engine_destroy(sd_engine *e)
 
 const sd_tokenizer *sd_engine_tokenizer(const sd_engine *e) { return e->tok; }
 int sd_engine_max_context(const sd_engine *e) { return e->max_ctx; }
+sd_schema_cache *sd_engine_schemas(sd_engine *e) { return e->schemas; }
 const char *sd_engine_model_name(const sd_engine *e) { return e->model_name; }
 const char *sd_engine_model_dir(const sd_engine *e) { return e->model_dir; }
 
@@ -2691,4 +2692,7 @@ void sd_engine_get_stats(sd_engine *e, sd_engine_stats *st)
     pthread_mutex_lock(&e->mu);
     *st = e->stats;
     pthread_mutex_unlock(&e->mu);
+    /* read now: the server compiles through the cache between steps */
+    if (e->schemas)
+        sd_schema_cache_counts(e->schemas, &st->json_schemas_compiled, &st->json_schemas_found);
 }

@@ -253,6 +253,9 @@ typedef struct sd_engine_stats {
     /* JSON masks (response_format) found in the cache of recent states,
      * and made by a walk of the vocabulary */
     uint64_t json_masks_found, json_masks_made;
+    /* json_schema compilations (the server's checks through sd_engine_schemas
+     * and the engine's), and the look-ups that found one compiled */
+    uint64_t json_schemas_compiled, json_schemas_found;
     /* GEMM algorithm trials the backend ran (each a host stall of a few ms
      * on a GPU: a shape and row count met the first time) */
     uint64_t gemm_trials;
@@ -279,6 +282,10 @@ const sd_tokenizer *sd_engine_tokenizer(const sd_engine *e);
 int sd_engine_max_context(const sd_engine *e);
 const char *sd_engine_model_name(const sd_engine *e);
 const char *sd_engine_model_dir(const sd_engine *e);
+/* The engine's cache of compiled json_schemas (thread-safe): a server that
+ * compiles a request's schema through it to check it leaves the engine
+ * nothing to compile. NULL where the engine has no tokenizer. */
+struct sd_schema_cache *sd_engine_schemas(sd_engine *e);
 
 /* Queues a request. The prompt is copied. *id identifies it for cancel.
  * Errors (prompt + max_tokens past the context, ...) are returned here and

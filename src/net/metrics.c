@@ -263,6 +263,12 @@ static void draft_length_series(sd_buf *o, const sd_engine_stats *es)
     scalar(o, "specd_json_masks_made_total", "counter",
            "JSON masks (response_format) made by a walk of the vocabulary.",
            (double)es->json_masks_made);
+    scalar(o, "specd_json_schemas_compiled_total", "counter",
+           "json_schema texts compiled (response_format, forced tool calls): once a text "
+           "while it is in use or among the recent ones.",
+           (double)es->json_schemas_compiled);
+    scalar(o, "specd_json_schemas_found_total", "counter",
+           "Look-ups of a json_schema that found it compiled.", (double)es->json_schemas_found);
 }
 
 int sd_metrics_render(const sd_metrics *m, const sd_engine_stats *es, sd_buf *o)

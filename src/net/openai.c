@@ -11,6 +11,7 @@
 #include "core/err.h"
 #include "core/util.h"
 #include "verify/json_schema.h"
+#include "verify/schema_cache.h"
 
 /* ---- errors ---------------------------------------------------------------- */
 
@@ -538,6 +539,23 @@ static void strip_bounds(json_t *sch)
  * an array of at least one {"name": a tool's, "parameters": its}, at most
  * one without parallel_tool_calls. Compiled here: a parameters schema
  * outside json_schema's subset is a 400 naming tools. */
+/* Compiles r->schema_text to check it: through r->schemas where the server
+ * gave its engine's cache (put back at once: it stays there, idle, for the
+ * engine's look-up of the same text), else alone. 0, or the compiler's error. */
+static int check_schema(sd_oai_request *r, sd_err *ce)
+{
+    if (r->schemas) {
+        const sd_jschema *s = NULL;
+        const int rc = sd_schema_cache_get(r->schemas, r->schema_text, &s, ce);
+        sd_schema_cache_put(r->schemas, s);
+        return rc;
+    }
+    sd_jschema *cs = NULL;
+    const int rc = sd_jschema_compile(r->schema_text, strlen(r->schema_text), &cs, ce);
+    sd_jschema_free(cs);
+    return rc;
+}
+
 static int forced_schema(sd_oai_request *r, json_t *tools, sd_api_error *e)
 {
     json_t *sch = NULL, *alts = json_array();
@@ -579,10 +597,8 @@ static int forced_schema(sd_oai_request *r, json_t *tools, sd_api_error *e)
     json_decref(sch);
     if (!r->schema_text)
         return oom(e);
-    sd_jschema *cs = NULL;
     sd_err ce = {0};
-    const int rc = sd_jschema_compile(r->schema_text, strlen(r->schema_text), &cs, &ce);
-    sd_jschema_free(cs);
+    const int rc = check_schema(r, &ce);
     if (rc == SD_ENOMEM)
         return oom(e);
     if (rc)
@@ -1025,7 +1041,7 @@ static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model
     }
     /* response_format json_object / json_schema (their shape checked with
      * the others); a schema is compiled here so that what it does not take
-     * is the client's 400 (the engine compiles it again at submit) */
+     * is the client's 400 (through the engine's cache: check_schema) */
     json_t *rf = json_object_get(json_object_get(root, "response_format"), "type");
     g->json_object = json_is_string(rf) && !strcmp(json_string_value(rf), "json_object");
     if (r->tool_forced && json_is_string(rf) && strcmp(json_string_value(rf), "text"))
@@ -1039,15 +1055,13 @@ static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model
                                                  : strdup("{}");
         if (!r->schema_text)
             return oom(e);
-        sd_jschema *cs = NULL;
         sd_err ce = {0};
-        const int crc = sd_jschema_compile(r->schema_text, strlen(r->schema_text), &cs, &ce);
+        const int crc = check_schema(r, &ce);
         if (crc == SD_ENOMEM)
             return oom(e);
         if (crc)
             return sd_api_error_set(e, 400, "response_format.json_schema.schema",
                                     "invalid_value", "%s", ce.msg);
-        sd_jschema_free(cs);
         g->json_schema = r->schema_text;
     }
     /* completions' echo (the key is refused for chat with the other
@@ -1088,10 +1102,11 @@ static int parse_fields(json_t *root, sd_oai_kind kind, const char *served_model
 }
 
 int sd_oai_parse(sd_oai_kind kind, const char *body, size_t len, const char *served_model,
-                 sd_oai_request *r, sd_api_error *e)
+                 sd_schema_cache *schemas, sd_oai_request *r, sd_api_error *e)
 {
     memset(r, 0, sizeof *r);
     r->kind = kind;
+    r->schemas = schemas;
     r->max_tokens = -1;
     r->kwargs = SD_CHAT_KWARGS_NONE;
     r->add_generation_prompt = 1;
@@ -1166,9 +1181,10 @@ static int parse_tokenize(json_t *root, const char *served_model, sd_oai_request
 }
 
 int sd_oai_parse_tokenize(const char *body, size_t len, const char *served_model,
-                          sd_oai_request *r, sd_api_error *e)
+                          sd_schema_cache *schemas, sd_oai_request *r, sd_api_error *e)
 {
     memset(r, 0, sizeof *r);
+    r->schemas = schemas;
     r->max_tokens = -1;
     r->kwargs = SD_CHAT_KWARGS_NONE;
     json_error_t je;

@@ -93,6 +93,9 @@ typedef struct sd_oai_request {
     sd_chat_kwargs kwargs; /* chat: chat_template_kwargs */
     char *schema_text;     /* response_format json_schema's schema, or a forced tool call's
                             * (owned; gen.json_schema) */
+    /* the cache the schema was compiled through to check it (sd_oai_parse's
+     * schemas; NULL: compiled alone and freed) */
+    struct sd_schema_cache *schemas;
     /* tool_choice that forces a call: 1 a named function (forced_name), 2
      * required (a JSON array of calls); the reply is decoded to that schema */
     int tool_forced;
@@ -116,16 +119,19 @@ typedef struct sd_oai_request {
 #define SD_OAI_DEFAULT_COMPLETION_TOKENS 16
 
 /* Parses and validates one request body. served_model: the one name the
- * server answers to. On failure fills e (status 400) and leaves *r empty. */
+ * server answers to. schemas: the engine's cache of compiled json_schemas
+ * (verify/schema_cache.h), through which a schema is compiled to check it,
+ * so the engine's own look-up finds it; NULL: compiled alone and freed.
+ * On failure fills e (status 400) and leaves *r empty. */
 int sd_oai_parse(sd_oai_kind kind, const char *body, size_t len, const char *served_model,
-                 sd_oai_request *r, sd_api_error *e);
+                 struct sd_schema_cache *schemas, sd_oai_request *r, sd_api_error *e);
 void sd_oai_request_free(sd_oai_request *r);
 /* POST /tokenize (vLLM's shape): {"model"?, "prompt"} or {"model"?,
  * "messages", "add_generation_prompt"?, "tools"?, "tool_choice"?,
  * "chat_template_kwargs"?}, plus
  * "add_special_tokens"?. kind tells which form came. */
 int sd_oai_parse_tokenize(const char *body, size_t len, const char *served_model,
-                          sd_oai_request *r, sd_api_error *e);
+                          struct sd_schema_cache *schemas, sd_oai_request *r, sd_api_error *e);
 
 /* Once the prompt is tokenized: checks it is not empty and that prompt +
  * max_tokens fits in max_context, and sets r->gen.max_tokens (the asked

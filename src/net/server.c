@@ -20,6 +20,7 @@
 #include "net/http.h"
 #include "net/metrics.h"
 #include "net/notify.h"
+#include "verify/schema_cache.h"
 #include "net/openai.h"
 #include "net/reasoning.h"
 #include "net/toolcall.h"
@@ -1185,8 +1186,9 @@ static void route_prompt(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_ki
     p->tokenize = tokenize;
     size_t len;
     const char *body = sd_http_body(req, &len);
-    int rc = tokenize ? sd_oai_parse_tokenize(body, len, s->model_name, &p->r, &p->e)
-                      : sd_oai_parse(kind, body, len, s->model_name, &p->r, &p->e);
+    sd_schema_cache *schemas = s->engine ? sd_engine_schemas(s->engine) : NULL;
+    int rc = tokenize ? sd_oai_parse_tokenize(body, len, s->model_name, schemas, &p->r, &p->e)
+                      : sd_oai_parse(kind, body, len, s->model_name, schemas, &p->r, &p->e);
     if (!rc)
         rc = not_ready(s, &p->e);
     if (rc) {

@@ -2,6 +2,7 @@
 
 #include "core/util.h"
 #include "net/openai.h"
+#include "verify/schema_cache.h"
 #include "test.h"
 
 #define MODEL "specd-tiny"
@@ -13,7 +14,7 @@ static int expect_400(sd_oai_kind kind, const char *body, const char *param, con
     sd_oai_request r;
     sd_api_error e;
     memset(&e, 0, sizeof e);
-    int rc = sd_oai_parse(kind, body, strlen(body), MODEL, &r, &e);
+    int rc = sd_oai_parse(kind, body, strlen(body), MODEL, NULL, &r, &e);
     int ok = rc != 0 && e.status == 400 && strcmp(e.param, param) == 0 &&
              (!code || strcmp(e.code, code) == 0) && e.message[0] &&
              strcmp(e.type, "invalid_request_error") == 0;
@@ -30,7 +31,7 @@ static int parse_ok(sd_oai_kind kind, const char *body, sd_oai_request *r)
 {
     sd_api_error e;
     memset(&e, 0, sizeof e);
-    int rc = sd_oai_parse(kind, body, strlen(body), MODEL, r, &e);
+    int rc = sd_oai_parse(kind, body, strlen(body), MODEL, NULL, r, &e);
     if (rc)
         fprintf(stderr, "  body %s\n    refused: %d %s (param %s)\n", body, e.status, e.message,
                 e.param);
@@ -640,7 +641,7 @@ TEST(random_mutations_never_crash_and_errors_are_complete)
         sd_oai_request r;
         sd_api_error e;
         memset(&e, 0, sizeof e);
-        int rc = sd_oai_parse(it & 1 ? SD_OAI_CHAT : SD_OAI_COMPLETIONS, buf, len, MODEL, &r, &e);
+        int rc = sd_oai_parse(it & 1 ? SD_OAI_CHAT : SD_OAI_COMPLETIONS, buf, len, MODEL, NULL, &r, &e);
         if (rc) {
             ASSERT_MSG(e.status == 400 && e.message[0] && e.type, "%.*s", (int)len, buf);
         } else {
@@ -687,6 +688,49 @@ TEST(error_json_has_openai_shape)
     sd_buf_free(&b);
 }
 
+/* Through the engine's schema cache, a request's schema is compiled once to
+ * check it and found there by the engine's look-up (and the next request's
+ * check); a forced tool call's schema the same; a refused one is not kept. */
+TEST(schemas_are_checked_through_the_cache_the_engine_reads)
+{
+    sd_schema_cache *c = NULL;
+    ASSERT_OK(sd_schema_cache_create(&c, 4));
+    const char *body = "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"response_format\":{\"type\":"
+                       "\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"boolean\"}}}}";
+    const char *forced = "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"tools\":[{\"type\":\"function\","
+                         "\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}],"
+                         "\"tool_choice\":\"required\"}";
+    const char *bad = "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"response_format\":{\"type\":"
+                      "\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"pattern\":\"a\"}}}}";
+    sd_oai_request r;
+    sd_api_error e;
+    uint64_t compiled, found;
+    for (int i = 0; i < 2; i++) {
+        ASSERT_OK(sd_oai_parse(SD_OAI_CHAT, body, strlen(body), MODEL, c, &r, &e));
+        sd_schema_cache_counts(c, &compiled, &found);
+        ASSERT_EQ(compiled, 1);
+        ASSERT_EQ(found, (uint64_t)i);
+        sd_oai_request_free(&r);
+    }
+    ASSERT_OK(sd_oai_parse(SD_OAI_CHAT, forced, strlen(forced), MODEL, c, &r, &e));
+    const sd_jschema *s = NULL;
+    sd_err err = {0};
+    ASSERT_OK(sd_schema_cache_get(c, r.gen.json_schema, &s, &err)); /* the engine's look-up */
+    sd_schema_cache_put(c, s);
+    sd_schema_cache_counts(c, &compiled, &found);
+    ASSERT_EQ(compiled, 2);
+    ASSERT_EQ(found, 2);
+    sd_oai_request_free(&r);
+    ASSERT(sd_oai_parse(SD_OAI_CHAT, bad, strlen(bad), MODEL, c, &r, &e) != 0);
+    ASSERT_STR_EQ(e.param, "response_format.json_schema.schema");
+    ASSERT_OK(sd_oai_parse_tokenize(forced, strlen(forced), MODEL, c, &r, &e));
+    sd_oai_request_free(&r);
+    sd_schema_cache_counts(c, &compiled, &found);
+    ASSERT_EQ(compiled, 2);
+    ASSERT_EQ(found, 3);
+    sd_schema_cache_free(c);
+}
+
 /* A name cut to fit the error (an unrecognized key of multibyte characters)
  * may end inside a character: param and message stay valid JSON strings. */
 TEST(error_json_of_a_cut_multibyte_key_is_valid)
@@ -695,7 +739,7 @@ TEST(error_json_of_a_cut_multibyte_key_is_valid)
                        "\uff5ctool\u2581sep\uff5c>\": {}}";
     sd_oai_request r;
     sd_api_error e;
-    ASSERT(sd_oai_parse(SD_OAI_COMPLETIONS, body, strlen(body), "m", &r, &e) != 0);
+    ASSERT(sd_oai_parse(SD_OAI_COMPLETIONS, body, strlen(body), "m", NULL, &r, &e) != 0);
     ASSERT_STR_EQ(e.code, "unrecognized_argument");
     sd_buf b = {0};
     ASSERT_OK(sd_api_error_json(&b, &e));
@@ -1334,7 +1378,7 @@ TEST_MAIN(T(a_full_chat_request_maps_to_gen_params), T(completion_defaults_follo
           T(prompt_is_validated), T(stop_strings_are_bounded),
           T(context_limit_names_prompt_or_max_tokens),
           T(random_mutations_never_crash_and_errors_are_complete),
-          T(error_json_has_openai_shape), T(error_json_of_a_cut_multibyte_key_is_valid), T(chat_response_carries_usage_and_speculative_extension),
+          T(error_json_has_openai_shape), T(error_json_of_a_cut_multibyte_key_is_valid), T(schemas_are_checked_through_the_cache_the_engine_reads), T(chat_response_carries_usage_and_speculative_extension),
           T(completion_response_has_text_and_stop_reason), T(n_choices_in_one_response_and_indexed_chunks), T(logprobs_options_map_to_gen_params), T(logits_processors_map_to_gen_params), T(response_format_maps_to_gen_params), T(min_tokens_maps_to_gen_params),
           T(logprobs_json_in_responses_and_chunks),
           T(chat_stream_chunks_frame_as_openai_sse),

@@ -14,7 +14,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
-import { closeServer, openServer, request, requireModel, specArgs, sseEvents } from './lib.mjs';
+import { closeServer, metrics, openServer, request, requireModel, specArgs, sseEvents } from './lib.mjs';
 
 requireModel();
 
@@ -257,6 +257,11 @@ test('response_format json_schema', async () => {
     additionalProperties: false,
   };
   const response_format = { type: 'json_schema', json_schema: { name: 'pet', schema, strict: true } };
+  const schemaCounts = async () => {
+    const m = await metrics(srv);
+    return [m.get('specd_json_schemas_compiled_total'), m.get('specd_json_schemas_found_total')];
+  };
+  const [compiled0, found0] = await schemaCounts();
   let finished = 0;
   // (the bundled model, trained on Python, pads with whitespace: the
   // schema's few tokens take a few hundred)
@@ -279,6 +284,11 @@ test('response_format json_schema', async () => {
     assert.equal(got, c.message.content);
   }
   assert.ok(finished > 0, 'no json_schema text finished');
+  // four requests of one schema text: one compilation; the server's check of
+  // each and the engine's look-up of each share it (8 look-ups, 7 found)
+  const [compiled, found] = await schemaCounts();
+  assert.equal(compiled - compiled0, 1, 'compilations of one schema text');
+  assert.equal(found - found0, 7, 'look-ups that found the schema compiled');
   for (const [bad, want] of [[{ type: 'string', pattern: 'a+' }, 'pattern'], [{ type: 'object', minProperties: 1 }, 'minProperties']]) {
     const e = await request(srv, 'POST', '/v1/chat/completions', {
       body: { model, messages: MESSAGES, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: bad } } },
