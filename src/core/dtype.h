@@ -10,7 +10,7 @@ typedef enum sd_dtype {
     SD_DT_F32 = 0,
     SD_DT_F16,
     SD_DT_BF16,
-    SD_DT_F8_E4M3, /* recognized, refused: "not yet supported" */
+    SD_DT_F8_E4M3, /* block-scaled weights: dequantized at load (core/safetensors.h) */
     SD_DT_I32,
     SD_DT_I64,
     SD_DT_U8,
@@ -110,13 +110,41 @@ static inline uint16_t sd_f32_to_f16(float f)
     return (uint16_t)h;
 }
 
-/* Element i of a buffer of type t, as float (F32/F16/BF16 only). */
+/* FP8 E4M3 ("fn": 4 exponent bits of bias 7, 3 mantissa bits, no
+ * infinities, S.1111.111 NaN; 448 at most) as float: exact. */
+static inline float sd_fp8_e4m3_to_f32(uint8_t b)
+{
+    uint32_t sign = (uint32_t)(b & 0x80u) << 24;
+    uint32_t exp = (b >> 3) & 0xfu, man = b & 7u, u;
+    if (exp == 15 && man == 7) {
+        u = sign | 0x7fc00000u;
+    } else if (exp == 0) {
+        if (man == 0) {
+            u = sign;
+        } else { /* subnormal, man x 2^-9: normalize */
+            int e = 0;
+            while (!(man & 8u)) {
+                man <<= 1;
+                e++;
+            }
+            u = sign | ((uint32_t)(127 - 6 - e) << 23) | ((man & 7u) << 20);
+        }
+    } else {
+        u = sign | ((exp + 127 - 7) << 23) | (man << 20);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Element i of a buffer of type t, as float (F32/F16/BF16/F8_E4M3 only). */
 static inline float sd_load_f32(const void *p, sd_dtype t, size_t i)
 {
     switch (t) {
     case SD_DT_F32: return ((const float *)p)[i];
     case SD_DT_BF16: return sd_bf16_to_f32(((const uint16_t *)p)[i]);
     case SD_DT_F16: return sd_f16_to_f32(((const uint16_t *)p)[i]);
+    case SD_DT_F8_E4M3: return sd_fp8_e4m3_to_f32(((const uint8_t *)p)[i]);
     default: return 0.0f;
     }
 }

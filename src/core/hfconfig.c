@@ -462,6 +462,50 @@ static int sd__parse_rope(sd_model_cfg *cfg, json_t *root, const sd__jctx *top)
 
 /* ---- the whole config ---------------------------------------------------- */
 
+/* quantization_config of quant_method fp8 (DeepSeek-V3, Kimi-K2, Qwen3
+ * FP8): E4M3 weights with one F32 scale a block of weight_block_size
+ * [rows, cols] (the "<weight>_scale_inv" tensor, multiplied in to
+ * dequantize); activations "dynamic" (quantized by the serving kernel, not
+ * by the checkpoint). Per-tensor and static-activation FP8 are refused. */
+static int sd__parse_fp8(sd_model_cfg *cfg, json_t *qc, const sd__jctx *cq)
+{
+    const char *fmt, *act;
+    int rc = sd__str(cq, qc, "fmt", &fmt);
+    if (!rc)
+        rc = sd__str(cq, qc, "activation_scheme", &act);
+    if (rc)
+        return rc;
+    if (fmt && strcmp(fmt, "e4m3") != 0)
+        return sd_err_set(cq->err, SD_ENOTSUP,
+                          "%s: key \"quantization_config.fmt\" = \"%s\" is not supported (e4m3 is)",
+                          cq->path, fmt);
+    if (act && strcmp(act, "dynamic") != 0)
+        return sd_err_set(cq->err, SD_ENOTSUP,
+                          "%s: key \"quantization_config.activation_scheme\" = \"%s\" is not "
+                          "supported (dynamic is)",
+                          cq->path, act);
+    json_t *b = sd__get(qc, "weight_block_size");
+    if (!b)
+        return sd_err_set(cq->err, SD_ENOTSUP,
+                          "%s: quantization_config has no \"weight_block_size\": only "
+                          "block-scaled fp8 is supported, not per-tensor scales",
+                          cq->path);
+    if (!json_is_array(b) || json_array_size(b) != 2)
+        return sd__badtype(cq, "weight_block_size", "an array of two integers", b);
+    static const char *const key[2] = {"weight_block_size[0]", "weight_block_size[1]"};
+    json_t *holder = json_object();
+    if (!holder)
+        return sd_err_set(cq->err, SD_ENOMEM, "out of memory");
+    for (int i = 0; i < 2 && !rc; i++) {
+        json_object_set(holder, key[i], json_array_get(b, (size_t)i));
+        rc = sd__int(cq, holder, key[i], 1, 0, 1, 1 << 20, &cfg->fp8_block[i]);
+    }
+    json_decref(holder);
+    if (!rc)
+        cfg->fp8 = 1;
+    return rc;
+}
+
 static int sd__parse_deepseek(sd_model_cfg *cfg, json_t *root, const sd__jctx *c)
 {
     int rc = 0;
@@ -696,7 +740,9 @@ int sd_model_cfg_parse(sd_model_cfg *cfg, const char *json_text, const char *pat
                             path, qm);
             goto out;
         }
-        cfg->fp8 = 1;
+        rc = sd__parse_fp8(cfg, qc, &cq);
+        if (rc)
+            goto out;
     }
 out:
     json_decref(root);

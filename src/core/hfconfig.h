@@ -74,8 +74,11 @@ typedef struct sd_model_cfg {
     double routed_scaling_factor;
     int scoring_sigmoid; /* scoring_func: 1 sigmoid, 0 softmax */
     int num_nextn_predict_layers;
-    /* quantization_config present (fp8 block scales): recognized, refused at load */
+    /* quantization_config of block-scaled fp8 weights: E4M3 tensors, each
+     * with "<name>_scale_inv" of one F32 scale a fp8_block[0] x fp8_block[1]
+     * block; dequantized at load (core/safetensors.h sd_st_fp8_blocks) */
     int fp8;
+    int fp8_block[2];
     /* Derived here so every consumer scales attention alike. */
     double rope_attn_factor; /* multiplies cos and sin (HF attention_factor): yarn's
                                 explicit attention_factor, else mscale(f, mscale) /

@@ -35,6 +35,7 @@ typedef struct sd__st_file {
 typedef struct sd__st_ent {
     sd_st_tensor t;
     int file;
+    void *owned; /* an F8_E4M3 tensor's dequantized BF16 copy (t.data then) */
 } sd__st_ent;
 
 struct sd_st {
@@ -43,6 +44,7 @@ struct sd_st {
     int nfiles, cap_files;
     sd__st_ent *ents; /* sorted by name once open succeeds */
     int n, cap;
+    int fp8_block[2]; /* sd_st_fp8_blocks; 0: F8_E4M3 tensors are refused */
 };
 
 static const char *const sd__dtype_names[SD_DT_COUNT] = {"F32", "F16", "BF16", "F8_E4M3",
@@ -290,7 +292,7 @@ static int sd__load_file(sd_st *st, char *path, sd_err *err)
             }
             continue;
         }
-        sd__st_ent ent;
+        sd__st_ent ent = {0};
         rc = sd__parse_entry(path, key, val, data, dsize, &ent, &spans[ns], err);
         if (rc)
             break;
@@ -537,8 +539,10 @@ void sd_st_close(sd_st *st)
 {
     if (!st)
         return;
-    for (int i = 0; i < st->n; i++)
+    for (int i = 0; i < st->n; i++) {
         free((char *)st->ents[i].t.name);
+        free(st->ents[i].owned);
+    }
     for (int i = 0; i < st->nfiles; i++) {
         if (st->files[i].map)
             munmap((void *)st->files[i].map, st->files[i].size);
@@ -567,6 +571,73 @@ const sd_st_tensor *sd_st_find(const sd_st *st, const char *name)
     return e ? &e->t : NULL;
 }
 
+int sd_st_fp8_blocks(sd_st *st, int rows, int cols)
+{
+    if (!st || rows < 1 || cols < 1)
+        return SD_EINVAL;
+    st->fp8_block[0] = rows;
+    st->fp8_block[1] = cols;
+    return 0;
+}
+
+/* An F8_E4M3 weight [R, C] and its "<name>_scale_inv" [ceil(R / bm),
+ * ceil(C / bn)] (F32, BF16 or F16) become BF16: fp8 x scale in F32, rounded
+ * to nearest even (DeepSeek-V3's reference weight_dequant into its bf16
+ * default dtype). The entry then holds the copy. */
+static int dequant_fp8(sd_st *st, sd__st_ent *e, sd_err *err)
+{
+    const char *fpath = st->files[e->file].path, *name = e->t.name;
+    const int64_t bm = st->fp8_block[0], bn = st->fp8_block[1];
+    if (e->t.ndim != 2)
+        return sd_err_set(err, SD_EFORMAT,
+                          "%s: tensor %s: an F8_E4M3 tensor of %d dimensions (block scales "
+                          "take 2)",
+                          fpath, name, e->t.ndim);
+    const int64_t R = e->t.shape[0], C = e->t.shape[1];
+    char *sname = sd_strfmt("%s_scale_inv", name);
+    if (!sname)
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    const sd__st_ent *se = sd__find(st, sname);
+    const int64_t want[2] = {(R + bm - 1) / bm, (C + bn - 1) / bn};
+    int rc = 0;
+    if (!se)
+        rc = sd_err_set(err, SD_ENOENT, "%s: tensor %s is F8_E4M3 and its scales %s are missing",
+                        fpath, name, sname);
+    else if (se->t.dtype != SD_DT_F32 && se->t.dtype != SD_DT_BF16 && se->t.dtype != SD_DT_F16)
+        rc = sd_err_set(err, SD_EFORMAT, "%s: tensor %s: dtype %s (scales are F32, BF16 or F16)",
+                        st->files[se->file].path, sname, sd_dtype_name(se->t.dtype));
+    else if (se->t.ndim != 2 || se->t.shape[0] != want[0] || se->t.shape[1] != want[1]) {
+        char a[256], b[256];
+        rc = sd_err_set(err, SD_EFORMAT,
+                        "%s: tensor %s: shape %s does not match %s's blocks of %lld x %lld "
+                        "(expected %s)",
+                        st->files[se->file].path, sname,
+                        sd__shape_str(a, sizeof a, se->t.ndim, se->t.shape), name, (long long)bm,
+                        (long long)bn, sd__shape_str(b, sizeof b, 2, want));
+    }
+    free(sname);
+    if (rc)
+        return rc;
+    uint16_t *out = malloc((size_t)R * (size_t)C * sizeof *out);
+    if (!out)
+        return sd_err_set(err, SD_ENOMEM, "%s: out of memory dequantizing %s", fpath, name);
+    const uint8_t *q = e->t.data;
+    for (int64_t r = 0; r < R; r++) {
+        const size_t srow = (size_t)(r / bm) * (size_t)want[1];
+        for (int64_t c0 = 0; c0 < C; c0 += bn) {
+            const float sc = sd_load_f32(se->t.data, se->t.dtype, srow + (size_t)(c0 / bn));
+            const int64_t c1 = c0 + bn < C ? c0 + bn : C;
+            for (int64_t c = c0; c < c1; c++)
+                out[(size_t)r * C + c] = sd_f32_to_bf16(sd_fp8_e4m3_to_f32(q[(size_t)r * C + c]) * sc);
+        }
+    }
+    e->owned = out;
+    e->t.data = out;
+    e->t.dtype = SD_DT_BF16;
+    e->t.nbytes = (size_t)R * (size_t)C * sizeof *out;
+    return 0;
+}
+
 int sd_st_expect(const sd_st *st, const char *name, int ndim, const int64_t *shape,
                  const sd_st_tensor **out, sd_err *err)
 {
@@ -577,10 +648,17 @@ int sd_st_expect(const sd_st *st, const char *name, int ndim, const int64_t *sha
         return sd_err_set(err, SD_ENOENT, "%s: tensor %s is missing", st ? st->root : "(none)",
                           name);
     const char *fpath = st->files[e->file].path;
-    if (e->t.dtype == SD_DT_F8_E4M3)
-        return sd_err_set(err, SD_ENOTSUP,
-                          "%s: tensor %s: dtype F8_E4M3 (fp8 block-scaled) is not yet supported",
-                          fpath, name);
+    if (e->t.dtype == SD_DT_F8_E4M3) {
+        if (!st->fp8_block[0])
+            return sd_err_set(err, SD_ENOTSUP,
+                              "%s: tensor %s: dtype F8_E4M3, and the config has no fp8 "
+                              "quantization_config (block scales)",
+                              fpath, name);
+        /* dequantized once, at its first load (the entry is the cache) */
+        int rc = dequant_fp8((sd_st *)st, (sd__st_ent *)e, err);
+        if (rc)
+            return rc;
+    }
     int same = e->t.ndim == ndim;
     for (int i = 0; same && i < ndim; i++)
         same = e->t.shape[i] == shape[i];

@@ -35,9 +35,15 @@ int sd_st_count(const sd_st *st);
 const sd_st_tensor *sd_st_at(const sd_st *st, int i);
 /* NULL when absent. */
 const sd_st_tensor *sd_st_find(const sd_st *st, const char *name);
+/* Block-scaled FP8 (the config's quantization_config): from here on
+ * sd_st_expect gives each F8_E4M3 tensor NAME dequantized to BF16 with
+ * NAME_scale_inv, one scale a rows x cols block (see dequant_fp8). 0, or
+ * SD_EINVAL. */
+int sd_st_fp8_blocks(sd_st *st, int rows, int cols);
 /* Finds name and checks its shape: error "FILE: tensor NAME: shape [a,b] does
  * not match the config (expected [c,d])", or "tensor NAME is missing" (naming
- * the folder). Refuses F8_E4M3 with "not yet supported". */
+ * the folder). An F8_E4M3 tensor comes dequantized (BF16, held by st) after
+ * sd_st_fp8_blocks, and is refused before it. */
 int sd_st_expect(const sd_st *st, const char *name, int ndim, const int64_t *shape,
                  const sd_st_tensor **out, sd_err *err);
 

@@ -712,13 +712,6 @@ int sd_model_load(sd_model **out, const char *dir, sd_backend *be, const sd_mode
     if (rc)
         goto fail;
     sd_model_cfg *c = &m->cfg;
-    if (c->fp8) {
-        rc = sd_err_set(err, SD_ENOTSUP,
-                        "%s/config.json: fp8 block-scaled weights (quantization_config) are not "
-                        "yet supported",
-                        dir);
-        goto fail;
-    }
     if (c->mlp_bias) {
         rc = sd_err_set(err, SD_ENOTSUP, "%s/config.json: mlp_bias is not supported", dir);
         goto fail;
@@ -728,6 +721,14 @@ int sd_model_load(sd_model **out, const char *dir, sd_backend *be, const sd_mode
     rc = sd_st_open(&m->st, dir, err);
     if (rc)
         goto fail;
+    /* block-scaled fp8: each weight dequantized to BF16 as it loads */
+    if (c->fp8) {
+        if ((rc = sd_st_fp8_blocks(m->st, c->fp8_block[0], c->fp8_block[1])))
+            goto fail;
+        if (m->tp_rank == 0)
+            sd_log_info("%s: fp8 weights (blocks of %d x %d) dequantized to bf16 as they load", dir,
+                        c->fp8_block[0], c->fp8_block[1]);
+    }
     int D = c->hidden_size, V = c->vocab_size;
     m->qk_dim = c->arch == SD_ARCH_DEEPSEEK_V3 ? c->qk_nope_head_dim + c->qk_rope_head_dim
                                                : c->head_dim;

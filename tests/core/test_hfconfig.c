@@ -396,6 +396,8 @@ TEST(kimi_k2_config_is_the_deepseek_v3_architecture)
     ASSERT_EQ(c.bos_id, 163584);
     ASSERT_EQ(c.eos_id, 163585);
     ASSERT_EQ(c.fp8, 1);
+    ASSERT_EQ(c.fp8_block[0], 128);
+    ASSERT_EQ(c.fp8_block[1], 128);
     ASSERT_EQ(c.rope.type, SD_ROPE_YARN);
     ASSERT_NEAR(c.rope.theta, 50000.0, 0);
     ASSERT_NEAR(c.rope.factor, 32.0, 0);
@@ -590,6 +592,16 @@ TEST(unsupported_architecture_names_file_and_architecture)
         {QWEN3, "{\"use_sliding_window\":true}", "key \"use_sliding_window\" = true"},
         {LLAMA31, "{\"quantization_config\":{\"quant_method\":\"awq\",\"bits\":4}}",
          "key \"quantization_config.quant_method\" = \"awq\" is not supported"},
+        {KIMI_K2,
+         "{\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"e5m2\","
+         "\"weight_block_size\":[128,128]}}",
+         "key \"quantization_config.fmt\" = \"e5m2\" is not supported (e4m3 is)"},
+        {KIMI_K2,
+         "{\"quantization_config\":{\"quant_method\":\"fp8\",\"activation_scheme\":\"static\","
+         "\"weight_block_size\":[128,128]}}",
+         "key \"quantization_config.activation_scheme\" = \"static\" is not supported"},
+        {KIMI_K2, "{\"quantization_config\":{\"quant_method\":\"fp8\"}}",
+         "quantization_config has no \"weight_block_size\": only block-scaled fp8 is supported"},
         {LLAMA31, "{\"partial_rotary_factor\":0.5}", "key \"partial_rotary_factor\" = 0.5"},
         {LLAMA31,
          "{\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"default\"},"
@@ -656,6 +668,11 @@ TEST(wrong_types_name_file_key_and_type)
         {DSV3, "{\"q_lora_rank\":[1536]}", "key \"q_lora_rank\" must be an integer, not an array"},
         {KIMI_K2, "{\"quantization_config\":\"fp8\"}",
          "key \"quantization_config\" must be an object, not a string"},
+        {KIMI_K2, "{\"quantization_config\":{\"quant_method\":\"fp8\",\"weight_block_size\":[128]}}",
+         "key \"quantization_config.weight_block_size\" must be an array of two integers"},
+        {KIMI_K2,
+         "{\"quantization_config\":{\"quant_method\":\"fp8\",\"weight_block_size\":[128,\"x\"]}}",
+         "key \"quantization_config.weight_block_size[1]\" must be an integer, not a string"},
     };
     for (size_t i = 0; i < SD_ARRAY_LEN(cases); i++) {
         sd_model_cfg c;
@@ -683,6 +700,8 @@ TEST(values_out_of_range_name_the_key)
         {LLAMA31, "{\"head_dim\":65}", "key \"head_dim\" = 65 must be even"},
         {LLAMA31, "{\"eos_token_id\":[1,2,3,4,5,6,7,8,9]}", "key \"eos_token_id\" lists 9 ids"},
         {DSV3, "{\"n_group\":3}", "key \"n_group\" = 3 does not divide n_routed_experts = 16"},
+        {KIMI_K2, "{\"quantization_config\":{\"quant_method\":\"fp8\",\"weight_block_size\":[0,128]}}",
+         "key \"quantization_config.weight_block_size[0]\" = 0 is out of range"},
         {DSV3, "{\"topk_group\":5}", "key \"topk_group\" = 5 is out of range"},
         {DSV3, "{\"num_experts_per_tok\":17}", "key \"num_experts_per_tok\" = 17 is out of range"},
         {DSV3, "{\"qk_rope_head_dim\":15}", "key \"qk_rope_head_dim\" = 15 must be even"},
@@ -833,6 +852,8 @@ static void check_deepseek_v3(const sd_model_cfg *c)
     ASSERT_EQ(c->scoring_sigmoid, 1);
     ASSERT_EQ(c->num_nextn_predict_layers, 1);
     ASSERT_EQ(c->fp8, 1);
+    ASSERT_EQ(c->fp8_block[0], 128);
+    ASSERT_EQ(c->fp8_block[1], 128);
     ASSERT_EQ(c->max_pos, 163840);
     ASSERT_EQ(c->bos_id, 0);
     ASSERT_EQ(c->eos_id, 1);

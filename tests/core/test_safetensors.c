@@ -1,6 +1,7 @@
 /* tests/core/test_safetensors: the reader against files the writer made, then
  * against the same files damaged byte by byte. Every bad file must give its
  * error code and a message naming the file and the tensor (or key). */
+#include <math.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -328,44 +329,111 @@ TEST(expect_checks_shape_and_names_file_and_tensor)
     sd_st_close(st);
 }
 
-TEST(fp8_weights_are_recognized_and_refused_by_expect)
+/* E4M3 by its definition, apart from the bit-building decoder: sign,
+ * (1 + m/8) 2^(e-7), subnormals m/8 2^-6, S.1111.111 NaN. */
+static float e4m3_by_definition(uint8_t b)
 {
-    /* DeepSeek-V3 style: an F8_E4M3 weight and its F32 block scales. */
-    uint8_t w[256 * 2];
-    float s[2 * 1];
-    for (size_t i = 0; i < sizeof w; i++)
-        w[i] = (uint8_t)(i * 37);
-    s[0] = 0.5f;
-    s[1] = 2.0f;
+    int e = (b >> 3) & 15, m = b & 7;
+    if (e == 15 && m == 7)
+        return NAN;
+    float v = e ? ldexpf(1.0f + (float)m / 8, e - 7) : ldexpf((float)m / 8, -6);
+    return b & 0x80 ? -v : v;
+}
+
+TEST(fp8_e4m3_decodes_every_code_as_defined)
+{
+    for (int b = 0; b < 256; b++) {
+        float got = sd_fp8_e4m3_to_f32((uint8_t)b), want = e4m3_by_definition((uint8_t)b);
+        if (isnan(want))
+            ASSERT_MSG(isnan(got), "code 0x%02x: %g, want NaN", b, got);
+        else
+            ASSERT_MSG(got == want && signbit(got) == signbit(want), "code 0x%02x: %g, want %g", b,
+                       got, want);
+        ASSERT(sd_load_f32(&(uint8_t){(uint8_t)b}, SD_DT_F8_E4M3, 0) == got || isnan(got));
+    }
+    ASSERT(sd_fp8_e4m3_to_f32(0x7e) == 448.0f);
+    ASSERT(sd_fp8_e4m3_to_f32(0x38) == 1.0f);
+    ASSERT(sd_fp8_e4m3_to_f32(0x01) == ldexpf(1, -9));
+}
+
+/* DeepSeek-V3 style: an F8_E4M3 weight [R, C] and its F32 block scales
+ * [ceil(R/bm), ceil(C/bn)], written to dir (blocks that do not divide it). */
+#define FP8_R 5
+#define FP8_C 7
+static void write_fp8(const char *dir, uint8_t *w, float *s, int scale_rows)
+{
+    for (int i = 0; i < FP8_R * FP8_C; i++)
+        w[i] = (uint8_t)(i * 37 + 11) == 0x7f || (uint8_t)(i * 37 + 11) == 0xff
+                   ? 0x30
+                   : (uint8_t)(i * 37 + 11);
+    for (int i = 0; i < 3 * 2; i++)
+        s[i] = ldexpf(1.5f, i - 3);
     sd_st_tensor t[2] = {
-        {.name = "model.layers.0.mlp.down_proj.weight",
-         .dtype = SD_DT_F8_E4M3,
-         .ndim = 2,
-         .shape = {256, 2},
-         .data = w,
-         .nbytes = sizeof w},
-        {.name = "model.layers.0.mlp.down_proj.weight_scale_inv",
-         .dtype = SD_DT_F32,
-         .ndim = 2,
-         .shape = {2, 1},
-         .data = s,
-         .nbytes = sizeof s},
+        {.name = "model.layers.0.mlp.down_proj.weight", .dtype = SD_DT_F8_E4M3, .ndim = 2,
+         .shape = {FP8_R, FP8_C}, .data = w,
+         .nbytes = (size_t)FP8_R * FP8_C},
+        {.name = "model.layers.0.mlp.down_proj.weight_scale_inv", .dtype = SD_DT_F32, .ndim = 2,
+         .shape = {scale_rows, 2}, .data = s, .nbytes = (size_t)scale_rows * 2 * sizeof(float)},
     };
-    const char *dir = tmpdir();
-    const char *p = path_in(dir, "model-00001-of-00001.safetensors");
     sd_err err = {0};
-    ASSERT_OK(sd_st_write(p, t, 2, NULL, &err));
+    ASSERT_OK(sd_st_write(path_in(dir, "model-00001-of-00001.safetensors"), t, 2, NULL, &err));
+}
+
+TEST(fp8_weights_are_refused_without_block_scales_and_dequantized_with_them)
+{
+    uint8_t w[FP8_R * FP8_C];
+    float s[3 * 2];
+    const char *dir = tmpdir();
+    write_fp8(dir, w, s, 3);
+    sd_err err = {0};
     sd_st *st;
     ASSERT_MSG(sd_st_open(&st, dir, &err) == 0, "%s", err.msg);
-    const sd_st_tensor *w8 = sd_st_find(st, t[0].name);
+    const char *name = "model.layers.0.mlp.down_proj.weight";
+    const sd_st_tensor *w8 = sd_st_find(st, name);
     ASSERT(w8 && w8->dtype == SD_DT_F8_E4M3 && w8->nbytes == sizeof w);
-    int64_t shape[2] = {256, 2};
-    ASSERT_EQ(sd_st_expect(st, t[0].name, 2, shape, NULL, &err), SD_ENOTSUP);
+    int64_t shape[2] = {FP8_R, FP8_C};
+    ASSERT_EQ(sd_st_expect(st, name, 2, shape, NULL, &err), SD_ENOTSUP);
     ASSERT_CONTAINS(err.msg, "model-00001-of-00001.safetensors: tensor "
-                             "model.layers.0.mlp.down_proj.weight: dtype F8_E4M3 (fp8 "
-                             "block-scaled) is not yet supported");
-    int64_t sshape[2] = {2, 1};
-    ASSERT_OK(sd_st_expect(st, t[1].name, 2, sshape, NULL, &err));
+                             "model.layers.0.mlp.down_proj.weight: dtype F8_E4M3, and the config "
+                             "has no fp8 quantization_config");
+    /* blocks of 2 x 4: scales [3, 2] */
+    ASSERT_OK(sd_st_fp8_blocks(st, 2, 4));
+    const sd_st_tensor *t;
+    ASSERT_MSG(sd_st_expect(st, name, 2, shape, &t, &err) == 0, "%s", err.msg);
+    ASSERT_EQ(t->dtype, SD_DT_BF16);
+    ASSERT_EQ(t->nbytes, sizeof w * 2);
+    for (int r = 0; r < FP8_R; r++)
+        for (int c = 0; c < FP8_C; c++) {
+            float want = e4m3_by_definition(w[r * FP8_C + c]) * s[(r / 2) * 2 + c / 4];
+            uint16_t got = ((const uint16_t *)t->data)[r * FP8_C + c];
+            ASSERT_MSG(got == sd_f32_to_bf16(want), "[%d, %d]: %g, want %g", r, c,
+                       sd_bf16_to_f32(got), want);
+        }
+    /* a second load is the same copy */
+    const sd_st_tensor *t2;
+    ASSERT_OK(sd_st_expect(st, name, 2, shape, &t2, &err));
+    ASSERT(t2->data == t->data);
+    sd_st_close(st);
+
+    /* scales of the wrong shape; none at all */
+    const char *bad = tmpdir();
+    write_fp8(bad, w, s, 2);
+    ASSERT_OK(sd_st_open(&st, bad, &err));
+    ASSERT_OK(sd_st_fp8_blocks(st, 2, 4));
+    ASSERT_EQ(sd_st_expect(st, name, 2, shape, NULL, &err), SD_EFORMAT);
+    ASSERT_CONTAINS(err.msg, "tensor model.layers.0.mlp.down_proj.weight_scale_inv: shape [2,2] "
+                             "does not match model.layers.0.mlp.down_proj.weight's blocks of 2 x 4 "
+                             "(expected [3,2])");
+    sd_st_close(st);
+    sd_st_tensor only = {.name = name, .dtype = SD_DT_F8_E4M3, .ndim = 2, .shape = {FP8_R, FP8_C},
+                         .data = w, .nbytes = sizeof w};
+    const char *none = tmpdir();
+    ASSERT_OK(sd_st_write(path_in(none, "model.safetensors"), &only, 1, NULL, &err));
+    ASSERT_OK(sd_st_open(&st, none, &err));
+    ASSERT_OK(sd_st_fp8_blocks(st, 128, 128));
+    ASSERT_EQ(sd_st_expect(st, name, 2, shape, NULL, &err), SD_ENOENT);
+    ASSERT_CONTAINS(err.msg, "tensor model.layers.0.mlp.down_proj.weight is F8_E4M3 and its "
+                             "scales model.layers.0.mlp.down_proj.weight_scale_inv are missing");
     sd_st_close(st);
 }
 
@@ -693,7 +761,7 @@ TEST(writer_refuses_inconsistent_tensors)
 
 TEST_MAIN(T(written_file_reads_back_exactly_from_the_mapping),
           T(expect_checks_shape_and_names_file_and_tensor),
-          T(fp8_weights_are_recognized_and_refused_by_expect),
+          T(fp8_e4m3_decodes_every_code_as_defined), T(fp8_weights_are_refused_without_block_scales_and_dequantized_with_them),
           T(sharded_folder_opens_through_its_index),
           T(folder_without_index_takes_model_safetensors_else_every_shard),
           T(truncated_file_names_file_and_tensor), T(header_length_past_the_end_is_refused),

@@ -12,73 +12,8 @@
 
 #include "core/util.h"
 #include "draft/eagle3.h"
-#include "target/runner.h"
 #include "fixtures.h"
 #include "test.h"
-
-/* Everything one model gives for ids. */
-typedef struct outs {
-    float *logits, *hidden, *step, *mtp, *mtp_hidden; /* (n,V) (n,D) (n,V) (n-1,V) (n-1,D) */
-    int has_mtp;
-} outs;
-
-static void outs_free(outs *o)
-{
-    free(o->logits);
-    free(o->hidden);
-    free(o->step);
-    free(o->mtp);
-    free(o->mtp_hidden);
-}
-
-static int run_model(sd_backend *be, const char *dir, const int32_t *ids, int n, outs *o,
-                     int *V_out, int *D_out, sd_err *err)
-{
-    memset(o, 0, sizeof *o);
-    sd_model *m = NULL;
-    sd_model_opts mo = {.max_tokens = 64, .load_mtp = 1};
-    int rc = sd_model_load(&m, dir, be, &mo, err);
-    if (!rc)
-        rc = sd_model_alloc_kv(m, n + 8, err);
-    if (rc) {
-        sd_model_free(m);
-        return rc;
-    }
-    const sd_model_cfg *c = sd_model_cfg_of(m);
-    int V = c->vocab_size, D = c->hidden_size;
-    *V_out = V;
-    *D_out = D;
-    o->logits = calloc((size_t)n * V, sizeof(float));
-    o->hidden = calloc((size_t)n * D, sizeof(float));
-    o->step = calloc((size_t)n * V, sizeof(float));
-    sd_seq_out so = {.logits = o->logits, .hidden = o->hidden};
-    rc = sd_runner_target(m, ids, n, 0, &so, err);
-    int k = n / 2;
-    sd_seq_out s1 = {.logits = o->step};
-    if (!rc)
-        rc = sd_runner_target(m, ids, k, 0, &s1, err);
-    for (int i = k; i < n && !rc; i++) {
-        sd_seq_out s2 = {.logits = o->step + (size_t)i * V};
-        rc = sd_runner_target(m, ids + i, 1, i, &s2, err);
-    }
-    if (!rc && sd_model_has_mtp(m)) {
-        o->has_mtp = 1;
-        o->mtp = calloc((size_t)(n - 1) * V, sizeof(float));
-        o->mtp_hidden = calloc((size_t)(n - 1) * D, sizeof(float));
-        sd_seq_out sm = {.logits = o->mtp, .out_hidden = o->mtp_hidden};
-        rc = sd_runner_mtp(m, ids + 1, o->hidden, n - 1, 0, &sm, err);
-    }
-    sd_model_free(m);
-    return rc;
-}
-
-static int same(const char *name, const char *what, const float *a, const float *b, size_t n)
-{
-    int ok = !memcmp(a, b, n * sizeof(float));
-    fprintf(stderr, "  %-28s %-11s %s (max|d| %.3g)\n", name, what, ok ? "same bits" : "DIFFER",
-            max_diff(a, b, n));
-    return ok;
-}
 
 TEST(fused_residual_path_gives_the_unfused_bits_on_every_fixture)
 {
