@@ -8,7 +8,8 @@
  * - Activations are fp32, row-major. Shapes are given as comments:
  *   `// (T, D)` = T rows of D floats.
  * - Weights are sd_weight: a row-major [rows, cols] matrix of F32/F16/BF16
- *   (an nn.Linear's [out_features, in_features]); 1-D vectors have rows = 1.
+ *   (an nn.Linear's [out_features, in_features]), or of block-scaled FP8
+ *   where the backend has weight_fp8; 1-D vectors have rows = 1.
  * - Ops do not fail and do not synchronize: launch errors are recorded in the
  *   backend and returned by sync(). Nothing in an op allocates.
  * - Work scales with the real context: attention walks each token's own
@@ -28,6 +29,14 @@ typedef struct sd_weight {
     const void *data; /* backend memory */
     sd_dtype dtype;
     int64_t rows, cols;
+    /* F8_E4M3 only (block-scaled fp8, weight_fp8): element (r, c) is
+     * BF16(E4M3(data[r][c]) x scale[(r / block[0]) * scale_cols + c / block[1]]),
+     * the product in F32 rounded to nearest even: the bits of the checkpoint
+     * dequantized to BF16, read from half the bytes. scale: backend memory. */
+    const float *scale;
+    int32_t block[2];
+    int64_t scale_cols;
+    const void *aux; /* the backend's own (the CPU's: FP8 code tables), or NULL */
 } sd_weight;
 
 /* Rotary embedding of one attention: inv_freq[rot_dim/2] in backend memory.
@@ -396,6 +405,16 @@ typedef struct sd_ops {
      * few ms where it runs (the timed candidates of a shape and row count
      * met the first time: kernels/cuda/matmul.cu). */
     long (*gemm_trials)(sd_backend *be);
+
+    /* ---- block-scaled FP8 weights (appended; NULL where a backend takes
+     * them dequantized to BF16 only) ----
+     * weight_fp8: a weight of rows x cols E4M3 bytes q (host) and F32 scales
+     * (host) [ceil(rows / bm), ceil(cols / bn)], one a bm x bn block; every
+     * op that takes an sd_weight then reads it as sd_weight's comment says
+     * (the same numbers as the BF16 dequantization). The CPU may keep the
+     * pointers. */
+    int (*weight_fp8)(sd_backend *be, sd_weight *out, const uint8_t *q, const float *scale,
+                      int64_t rows, int64_t cols, int bm, int bn);
 } sd_ops;
 
 struct sd_backend {

@@ -90,6 +90,11 @@ static int p_weight(sd_backend *be, sd_weight *out, const void *host, sd_dtype d
     return I(be)->ops->weight(I(be), out, host, dt, r, c);
 }
 static void p_weight_free(sd_backend *be, sd_weight *w) { I(be)->ops->weight_free(I(be), w); }
+static int p_weight_fp8(sd_backend *be, sd_weight *out, const uint8_t *q, const float *s, int64_t r,
+                        int64_t c, int bm, int bn)
+{
+    return I(be)->ops->weight_fp8(I(be), out, q, s, r, c, bm, bn);
+}
 static int p_sync(sd_backend *be) { return I(be)->ops->sync(I(be)); }
 static int p_mem_info(sd_backend *be, size_t *f, size_t *t)
 {
@@ -302,6 +307,7 @@ int sd_prof_backend_wrap(sd_backend **out, sd_backend *inner)
                       .memset0 = p_memset0,
                       .weight = p_weight,
                       .weight_free = p_weight_free,
+                      .weight_fp8 = W(weight_fp8),
                       .sync = p_sync,
                       .mem_info = W(mem_info),
                       .embed = W(embed),

@@ -190,6 +190,14 @@ float *sd__cpu_scratch(sd_backend *be, int thread, size_t len)
     return c->scratch[thread];
 }
 
+/* An FP8 weight's code tables (cpu_weight_fp8): for each block of scales,
+ * 256 floats, code c's value as the BF16 dequantization's (ops.h); row r's
+ * tables, one a block of columns, start at fp8_luts(w, r). */
+static inline const float *fp8_luts(const sd_weight *w, int64_t r)
+{
+    return (const float *)w->aux + (size_t)(r / w->block[0]) * (size_t)w->scale_cols * 256;
+}
+
 void sd__cpu_weight_row(const sd_weight *w, int64_t r, float *dst)
 {
     size_t k = (size_t)w->cols;
@@ -206,6 +214,13 @@ void sd__cpu_weight_row(const sd_weight *w, int64_t r, float *dst)
         const uint16_t *s = (const uint16_t *)w->data + off;
         for (size_t i = 0; i < k; i++)
             dst[i] = sd_f16_to_f32(s[i]);
+        break;
+    }
+    case SD_DT_F8_E4M3: {
+        const uint8_t *q = (const uint8_t *)w->data + off;
+        const float *t = fp8_luts(w, r);
+        for (size_t i = 0; i < k; i++)
+            dst[i] = t[i / (size_t)w->block[1] * 256 + q[i]];
         break;
     }
     default: memset(dst, 0, k * sizeof(float)); break;
@@ -243,12 +258,37 @@ static inline float dot_bf16(const uint16_t *w, const float *x, size_t n)
     return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+/* dot_bf16's sums over the BF16 dequantization of an FP8 row (its bits),
+ * each code's value from its block's table t (256 floats a block of bn) */
+static inline float dot_fp8(const uint8_t *q, const float *t, size_t bn, const float *x, size_t n)
+{
+    float acc[8] = {0};
+    size_t i = 0;
+    if (bn % 8 == 0) {
+        for (; i + 8 <= n; i += 8) {
+            const float *tb = t + i / bn * 256;
+            for (int j = 0; j < 8; j++)
+                acc[j] += tb[q[i + j]] * x[i + j];
+        }
+    } else {
+        for (; i + 8 <= n; i += 8)
+            for (int j = 0; j < 8; j++)
+                acc[j] += t[(i + j) / bn * 256 + q[i + j]] * x[i + j];
+    }
+    float s = 0;
+    for (; i < n; i++)
+        s += t[i / bn * 256 + q[i]] * x[i];
+    return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 float sd__cpu_dot_row(const sd_weight *w, int64_t r, const float *x)
 {
     size_t k = (size_t)w->cols, off = (size_t)r * k;
     switch (w->dtype) {
     case SD_DT_F32: return dot_f32((const float *)w->data + off, x, k);
     case SD_DT_BF16: return dot_bf16((const uint16_t *)w->data + off, x, k);
+    case SD_DT_F8_E4M3:
+        return dot_fp8((const uint8_t *)w->data + off, fp8_luts(w, r), (size_t)w->block[1], x, k);
     case SD_DT_F16: {
         const uint16_t *s = (const uint16_t *)w->data + off;
         float acc = 0;
@@ -293,6 +333,40 @@ static int cpu_weight(sd_backend *be, sd_weight *out, const void *host, sd_dtype
     out->dtype = dt;
     out->rows = rows;
     out->cols = cols;
+    return 0;
+}
+static int cpu_weight_fp8(sd_backend *be, sd_weight *out, const uint8_t *q, const float *scale,
+                          int64_t rows, int64_t cols, int bm, int bn)
+{
+    sd__cpu *c = be->impl;
+    if (bm < 1 || bn < 1 || rows < 1 || cols < 1)
+        return -1;
+    const int64_t sr = (rows + bm - 1) / bm, sc = (cols + bn - 1) / bn;
+    float code[256];
+    for (int i = 0; i < 256; i++)
+        code[i] = sd_fp8_e4m3_to_f32((uint8_t)i);
+    float *t = malloc((size_t)(sr * sc) * 256 * sizeof *t);
+    if (!t)
+        return -1;
+    for (int64_t b = 0; b < sr * sc; b++)
+        for (int i = 0; i < 256; i++)
+            t[b * 256 + i] = sd_bf16_to_f32(sd_f32_to_bf16(code[i] * scale[b]));
+    pthread_mutex_lock(&c->luts_mu);
+    if (c->n_luts == c->cap_luts) {
+        int cap = c->cap_luts ? 2 * c->cap_luts : 64;
+        float **l = realloc(c->luts, (size_t)cap * sizeof *l);
+        if (!l) {
+            pthread_mutex_unlock(&c->luts_mu);
+            free(t);
+            return -1;
+        }
+        c->luts = l;
+        c->cap_luts = cap;
+    }
+    c->luts[c->n_luts++] = t;
+    pthread_mutex_unlock(&c->luts_mu);
+    *out = (sd_weight){.data = q, .dtype = SD_DT_F8_E4M3, .rows = rows, .cols = cols,
+                       .scale = scale, .block = {bm, bn}, .scale_cols = sc, .aux = t};
     return 0;
 }
 static void cpu_weight_free(sd_backend *be, sd_weight *w)
@@ -364,6 +438,7 @@ static const sd_ops cpu_ops = {
     .download = cpu_copy,
     .memset0 = cpu_memset0,
     .weight = cpu_weight,
+    .weight_fp8 = cpu_weight_fp8,
     .weight_free = cpu_weight_free,
     .sync = cpu_sync,
     .mem_info = cpu_mem_info,
@@ -416,6 +491,7 @@ int sd_cpu_backend_create(sd_backend **out, int threads)
     sd__cpu *c = calloc(1, sizeof *c);
     if (!be || !c)
         goto fail;
+    pthread_mutex_init(&c->luts_mu, NULL);
     be->ops = &cpu_ops;
     be->device = -1;
     be->impl = c;
@@ -487,6 +563,10 @@ void sd_cpu_backend_destroy(sd_backend *be)
             for (int i = 0; i < c->threads; i++)
                 free(c->scratch[i]);
         free(c->scratch);
+        for (int i = 0; i < c->n_luts; i++)
+            free(c->luts[i]);
+        free(c->luts);
+        pthread_mutex_destroy(&c->luts_mu);
         free(c);
     }
     free(be);

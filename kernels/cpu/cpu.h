@@ -3,6 +3,8 @@
 #ifndef SD_KERNELS_CPU_H
 #define SD_KERNELS_CPU_H
 
+#include <pthread.h>
+
 #include "kernels/ops.h"
 
 typedef void (*sd__cpu_task)(void *ctx, int begin, int end, int thread);
@@ -14,6 +16,10 @@ typedef struct sd__cpu {
     int threads;
     float **scratch; /* per thread */
     size_t scratch_len;
+    /* FP8 weights' code tables (weight_fp8), freed with the backend */
+    pthread_mutex_t luts_mu;
+    float **luts;
+    int n_luts, cap_luts;
 } sd__cpu;
 
 /* task over items 0..n-1 in contiguous chunks, one a thread (at most); work: about the

@@ -28,7 +28,7 @@ static int logits_tp(const sd_opts *o, const int32_t *ids, int n, sd_err *err)
     sd_tp_runner *t = NULL;
     float *logits = NULL;
     sd_model_opts mo = {.max_tokens = n < 256 ? n : 256, .load_mtp = 0, .ep = o->ep,
-                        .moe_shared_slots = o->moe_shared_slots};
+                        .moe_shared_slots = o->moe_shared_slots, .fp8_keep = sd_opts_fp8_keep(o)};
     int rc = sd_tp_runner_open(&t, sd_opts_model_dir(o), o, &mo, err);
     if (rc)
         return rc;
@@ -75,7 +75,8 @@ int sd_cmd_logits(const sd_opts *o)
     const char *dir = sd_opts_model_dir(o);
     if (sd_backend_open(&be, o, &err))
         goto fail;
-    sd_model_opts mo = {.max_tokens = n < 256 ? n : 256, .load_mtp = 0};
+    sd_model_opts mo = {.max_tokens = n < 256 ? n : 256, .load_mtp = 0,
+                        .fp8_keep = sd_opts_fp8_keep(o)};
     if (sd_model_load(&m, dir, be, &mo, &err))
         goto fail;
     const sd_model_cfg *c = sd_model_cfg_of(m);

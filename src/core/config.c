@@ -35,6 +35,10 @@ const sd_opt_def sd_opt_table[] = {
      "expert-parallel MoE instead of TP-sharded experts"},
     {"moe-shared-slots", NULL, B, OFF(moe_shared_slots), "true", 0, 0, NULL, SD_CMD_MODEL,
      "run MoE shared experts as always-on slots of the expert kernels (not with --ep)"},
+    {"fp8-weights", NULL, E, OFF(fp8_weights), "bf16", 0, 0, "bf16|fp8", SD_CMD_MODEL,
+     "block-scaled FP8 checkpoints: bf16 dequantizes the weights as they load; fp8 keeps them FP8 "
+     "where the backend reads FP8 (the CPU: the same numbers from half the memory, ~0.65x the "
+     "speed)"},
     {"threads", NULL, I, OFF(threads), "0", 0, 1024, NULL, SD_CMD_MODEL,
      "CPU backend threads per rank (0: all cores)"},
     {"tokenizer", NULL, S, OFF(tokenizer), "", 0, 0, NULL, C_TOK,
@@ -268,6 +272,8 @@ int sd_opts_init(sd_opts *o, sd_err *err)
     }
     return 0;
 }
+
+int sd_opts_fp8_keep(const sd_opts *o) { return o->fp8_weights && !strcmp(o->fp8_weights, "fp8"); }
 
 void sd_opts_free(sd_opts *o)
 {

@@ -36,6 +36,7 @@ typedef struct sd_opts {
     int tp;              /* tensor-parallel ranks */
     int ep;              /* expert parallel (bool) */
     int moe_shared_slots; /* MoE shared experts in the expert bank (bool) */
+    char *fp8_weights;   /* bf16 | fp8: block-scaled FP8 weights dequantized or kept */
     int threads;         /* CPU backend threads, 0 = all cores */
     char *tokenizer;     /* tokenizer.json or its folder */
     char *chat_template; /* auto | llama3 | chatml | deepseek3 | kimi-k2 */
@@ -116,6 +117,8 @@ unsigned sd_cmd_bit(const char *cmd);
 /* Sets every option to its default. */
 int sd_opts_init(sd_opts *o, sd_err *err);
 void sd_opts_free(sd_opts *o);
+/* --fp8-weights fp8: 1; bf16 (the default) or unset: 0 */
+int sd_opts_fp8_keep(const sd_opts *o);
 
 /* Sets one option by name (flag without dashes or alias) from text. */
 int sd_opts_set(sd_opts *o, unsigned cmd, const char *name, const char *value, sd_err *err);

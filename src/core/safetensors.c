@@ -580,11 +580,9 @@ int sd_st_fp8_blocks(sd_st *st, int rows, int cols)
     return 0;
 }
 
-/* An F8_E4M3 weight [R, C] and its "<name>_scale_inv" [ceil(R / bm),
- * ceil(C / bn)] (F32, BF16 or F16) become BF16: fp8 x scale in F32, rounded
- * to nearest even (DeepSeek-V3's reference weight_dequant into its bf16
- * default dtype). The entry then holds the copy. */
-static int dequant_fp8(sd_st *st, sd__st_ent *e, sd_err *err)
+/* The scales of F8_E4M3 weight e [R, C]: "<name>_scale_inv" [ceil(R / bm),
+ * ceil(C / bn)], F32, BF16 or F16. 0 with *se, or an error naming them. */
+static int fp8_scales(const sd_st *st, const sd__st_ent *e, const sd__st_ent **se, sd_err *err)
 {
     const char *fpath = st->files[e->file].path, *name = e->t.name;
     const int64_t bm = st->fp8_block[0], bn = st->fp8_block[1];
@@ -597,33 +595,68 @@ static int dequant_fp8(sd_st *st, sd__st_ent *e, sd_err *err)
     char *sname = sd_strfmt("%s_scale_inv", name);
     if (!sname)
         return sd_err_set(err, SD_ENOMEM, "out of memory");
-    const sd__st_ent *se = sd__find(st, sname);
+    const sd__st_ent *x = sd__find(st, sname);
     const int64_t want[2] = {(R + bm - 1) / bm, (C + bn - 1) / bn};
     int rc = 0;
-    if (!se)
+    if (!x)
         rc = sd_err_set(err, SD_ENOENT, "%s: tensor %s is F8_E4M3 and its scales %s are missing",
                         fpath, name, sname);
-    else if (se->t.dtype != SD_DT_F32 && se->t.dtype != SD_DT_BF16 && se->t.dtype != SD_DT_F16)
+    else if (x->t.dtype != SD_DT_F32 && x->t.dtype != SD_DT_BF16 && x->t.dtype != SD_DT_F16)
         rc = sd_err_set(err, SD_EFORMAT, "%s: tensor %s: dtype %s (scales are F32, BF16 or F16)",
-                        st->files[se->file].path, sname, sd_dtype_name(se->t.dtype));
-    else if (se->t.ndim != 2 || se->t.shape[0] != want[0] || se->t.shape[1] != want[1]) {
+                        st->files[x->file].path, sname, sd_dtype_name(x->t.dtype));
+    else if (x->t.ndim != 2 || x->t.shape[0] != want[0] || x->t.shape[1] != want[1]) {
         char a[256], b[256];
         rc = sd_err_set(err, SD_EFORMAT,
                         "%s: tensor %s: shape %s does not match %s's blocks of %lld x %lld "
                         "(expected %s)",
-                        st->files[se->file].path, sname,
-                        sd__shape_str(a, sizeof a, se->t.ndim, se->t.shape), name, (long long)bm,
+                        st->files[x->file].path, sname,
+                        sd__shape_str(a, sizeof a, x->t.ndim, x->t.shape), name, (long long)bm,
                         (long long)bn, sd__shape_str(b, sizeof b, 2, want));
     }
     free(sname);
+    *se = x;
+    return rc;
+}
+
+int sd_st_fp8_parts(const sd_st *st, const char *name, int ndim, const int64_t *shape,
+                    const sd_st_tensor **q, const sd_st_tensor **scale, sd_err *err)
+{
+    *q = *scale = NULL;
+    const sd__st_ent *e = st ? sd__find(st, name) : NULL;
+    if (!e || e->t.dtype != SD_DT_F8_E4M3 || !st->fp8_block[0])
+        return 1;
+    int same = e->t.ndim == ndim;
+    for (int i = 0; same && i < ndim; i++)
+        same = e->t.shape[i] == shape[i];
+    if (!same)
+        return 1; /* sd_st_expect names the mismatch */
+    const sd__st_ent *se;
+    int rc = fp8_scales(st, e, &se, err);
     if (rc)
         return rc;
+    *q = &e->t;
+    *scale = &se->t;
+    return 0;
+}
+
+/* An F8_E4M3 weight [R, C] becomes BF16: fp8 x its block's scale in F32,
+ * rounded to nearest even (DeepSeek-V3's reference weight_dequant into its
+ * bf16 default dtype). The entry then holds the copy. */
+static int dequant_fp8(sd_st *st, sd__st_ent *e, sd_err *err)
+{
+    const sd__st_ent *se;
+    int rc = fp8_scales(st, e, &se, err);
+    if (rc)
+        return rc;
+    const char *fpath = st->files[e->file].path, *name = e->t.name;
+    const int64_t bm = st->fp8_block[0], bn = st->fp8_block[1];
+    const int64_t R = e->t.shape[0], C = e->t.shape[1], SC = se->t.shape[1];
     uint16_t *out = malloc((size_t)R * (size_t)C * sizeof *out);
     if (!out)
         return sd_err_set(err, SD_ENOMEM, "%s: out of memory dequantizing %s", fpath, name);
     const uint8_t *q = e->t.data;
     for (int64_t r = 0; r < R; r++) {
-        const size_t srow = (size_t)(r / bm) * (size_t)want[1];
+        const size_t srow = (size_t)(r / bm) * (size_t)SC;
         for (int64_t c0 = 0; c0 < C; c0 += bn) {
             const float sc = sd_load_f32(se->t.data, se->t.dtype, srow + (size_t)(c0 / bn));
             const int64_t c1 = c0 + bn < C ? c0 + bn : C;

@@ -40,6 +40,13 @@ const sd_st_tensor *sd_st_find(const sd_st *st, const char *name);
  * NAME_scale_inv, one scale a rows x cols block (see dequant_fp8). 0, or
  * SD_EINVAL. */
 int sd_st_fp8_blocks(sd_st *st, int rows, int cols);
+/* The raw parts of F8_E4M3 tensor name of the given shape (after
+ * sd_st_fp8_blocks, before its first sd_st_expect): *q the E4M3 bytes,
+ * *scale its block scales (F32, BF16 or F16). 0; 1 where the tensor is not
+ * such (absent, another dtype or shape, or already dequantized: load it with
+ * sd_st_expect); or an error naming the scales. */
+int sd_st_fp8_parts(const sd_st *st, const char *name, int ndim, const int64_t *shape,
+                    const sd_st_tensor **q, const sd_st_tensor **scale, sd_err *err);
 /* Finds name and checks its shape: error "FILE: tensor NAME: shape [a,b] does
  * not match the config (expected [c,d])", or "tensor NAME is missing" (naming
  * the folder). An F8_E4M3 tensor comes dequantized (BF16, held by st) after

@@ -2285,7 +2285,8 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
     e->max_tokens = o->max_batch_tokens + o->max_batch * (e->k_max + 1);
     for (int r = 0; r < e->n_ranks; r++) {
         sd_model_opts mo = {.max_tokens = e->max_tokens, .load_mtp = e->spec == SD_SPEC_MTP,
-                            .ep = o->ep, .moe_shared_slots = o->moe_shared_slots};
+                            .ep = o->ep, .moe_shared_slots = o->moe_shared_slots,
+                            .fp8_keep = sd_opts_fp8_keep(o)};
         if (e->tp) {
             mo.tp_rank = sd__tp_rank0(e->tp) + r;
             mo.tp_size = sd__tp_total(e->tp);

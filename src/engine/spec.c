@@ -113,7 +113,8 @@ int sd__spec_init(sd_engine *e, const sd_opts *o, sd_err *err)
         if (!o->draft_model || !o->draft_model[0])
             return sd_err_set(err, SD_EINVAL, "--spec draft needs --draft-model DIR");
         /* a draft LM is small: every rank holds all of it */
-        sd_model_opts mo = {.max_tokens = e->max_tokens, .load_mtp = 0};
+        sd_model_opts mo = {.max_tokens = e->max_tokens, .load_mtp = 0,
+                            .fp8_keep = sd_opts_fp8_keep(o)};
         int rc = 0;
         for (int r = 0; r < e->n_ranks && !rc; r++)
             rc = sd_model_load(&e->drafts[r], o->draft_model,

@@ -49,6 +49,9 @@ struct sd_model {
     float attn_scale;
     int qk_dim; /* MLA: nope + rope; GQA: head_dim */
     int shared_slots; /* MoE layers keep their shared experts in the bank (sd_model_opts) */
+    int fp8_keep;     /* FP8 weights placed as FP8 (sd_model_opts; the backend takes them) */
+    int fp8_kept;     /* weights placed as FP8, and their E4M3 bytes */
+    size_t fp8_bytes;
     /* MTP */
     int has_mtp;
     layer mtp;
@@ -124,12 +127,55 @@ static int find_w(sd_model *m, const char *name, int64_t rows, int64_t cols,
     return 0;
 }
 
+/* E4M3 bytes q [rows, cols] and their F32 scales placed as one FP8 weight */
+static int place_fp8(sd_model *m, sd_weight *w, const char *name, const uint8_t *q,
+                     const float *scale, int64_t rows, int64_t cols, sd_err *err)
+{
+    if (m->be->ops->weight_fp8(m->be, w, q, scale, rows, cols, m->cfg.fp8_block[0],
+                               m->cfg.fp8_block[1]))
+        return sd_err_set(err, SD_EDEVICE, "%s: cannot place fp8 on %s", name, m->be->ops->name);
+    m->fp8_kept++;
+    m->fp8_bytes += (size_t)(rows * cols);
+    return 0;
+}
+
+/* Rows [r0, r0 + n) of FP8 tensor `name` [rows, cols] placed as FP8 where
+ * m keeps FP8 and r0 starts a block of scales (their rows copied as F32): 0
+ * when placed, 1 when the caller loads it dequantized, else an error. */
+static int get_fp8(sd_model *m, const char *name, int64_t rows, int64_t cols, int64_t r0,
+                   int64_t n, sd_weight *w, sd_err *err)
+{
+    const int bm = m->cfg.fp8_block[0];
+    if (!m->fp8_keep || !cols || r0 % bm)
+        return 1;
+    const sd_st_tensor *q, *s;
+    const int64_t shape[2] = {rows, cols};
+    int rc = sd_st_fp8_parts(m->st, name, 2, shape, &q, &s, err);
+    if (rc)
+        return rc;
+    const int64_t sc = s->shape[1], s0 = r0 / bm, sn = (n + bm - 1) / bm;
+    float *scale = malloc((size_t)(sn * sc) * sizeof *scale);
+    if (!scale)
+        return sd_err_set(err, SD_ENOMEM, "out of memory for %s's scales", name);
+    for (int64_t i = 0; i < sn * sc; i++)
+        scale[i] = sd_load_f32(s->data, s->dtype, (size_t)(s0 * sc + i));
+    if (own(m, scale)) {
+        free(scale);
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    return place_fp8(m, w, name, (const uint8_t *)q->data + (size_t)(r0 * cols), scale, n, cols,
+                     err);
+}
+
 /* Loads tensor `name` of shape [rows, cols] (cols = 0: 1-D of rows). */
 static int get_w(sd_model *m, const char *name, int64_t rows, int64_t cols, sd_weight *w,
                  sd_err *err)
 {
+    int rc = get_fp8(m, name, rows, cols, 0, rows, w, err);
+    if (rc != 1)
+        return rc;
     const sd_st_tensor *t;
-    int rc = find_w(m, name, rows, cols, &t, err);
+    rc = find_w(m, name, rows, cols, &t, err);
     if (rc)
         return rc;
     if (m->be->ops->weight(m->be, w, t->data, t->dtype, cols ? rows : 1, cols ? cols : rows))
@@ -155,8 +201,13 @@ static int get_part(sd_model *m, const char *name, int64_t rows, int64_t cols, p
     int64_t full = p.kind == PART_COLS ? cols : rows;
     if (p.kind == PART_ALL || (p.off == 0 && p.n == full))
         return get_w(m, name, rows, cols, w, err);
+    int rc = p.kind == PART_ROWS && p.off >= 0 && p.n > 0 && p.off + p.n <= full
+                 ? get_fp8(m, name, rows, cols, p.off, p.n, w, err)
+                 : 1;
+    if (rc != 1)
+        return rc;
     const sd_st_tensor *t;
-    int rc = find_w(m, name, rows, cols, &t, err);
+    rc = find_w(m, name, rows, cols, &t, err);
     if (rc)
         return rc;
     if (p.off < 0 || p.n <= 0 || p.off + p.n > full || (p.kind == PART_COLS && !cols))
@@ -203,14 +254,73 @@ static int has_tensor(const sd_model *m, const char *fmt, int i, const char *suf
     return sd_st_find(m->st, name) != NULL;
 }
 
+/* One projection's share of a stacked weight: rows [r0, r0 + n) of the
+ * checkpoint's tensor `name` (full rows); `bias`, when set, names its bias. */
+typedef struct stack_part {
+    char name[512], bias[512];
+    int64_t full, r0, n;
+} stack_part;
+
+/* Parts of FP8 tensors [full, cols] stacked as FP8 where m keeps FP8, every
+ * part starts a block of scales and all but the last fill whole blocks
+ * (their rows and their scales' rows one after another): 0 when placed, 1
+ * when the caller stacks them dequantized, else an error. */
+static int stack_fp8(sd_model *m, const stack_part *p, int np, int64_t cols, sd_weight *w,
+                     sd_err *err)
+{
+    const int bm = m->cfg.fp8_block[0], bn = m->cfg.fp8_block[1];
+    if (!m->fp8_keep || np > 4)
+        return 1;
+    const sd_st_tensor *q[4], *s[4];
+    int64_t R = 0, SR = 0;
+    for (int i = 0; i < np; i++) {
+        const int64_t shape[2] = {p[i].full, cols};
+        int rc = sd_st_fp8_parts(m->st, p[i].name, 2, shape, &q[i], &s[i], err);
+        if (rc)
+            return rc;
+        if (p[i].r0 < 0 || p[i].n < 1 || p[i].r0 + p[i].n > p[i].full || p[i].r0 % bm ||
+            (i < np - 1 && p[i].n % bm))
+            return 1;
+        R += p[i].n;
+        SR += (p[i].n + bm - 1) / bm;
+    }
+    const int64_t SC = (cols + bn - 1) / bn;
+    uint8_t *buf = malloc((size_t)(R * cols));
+    if (!buf || own(m, buf)) {
+        free(buf);
+        return sd_err_set(err, SD_ENOMEM, "out of memory stacking %s", p[0].name);
+    }
+    float *scale = malloc((size_t)(SR * SC) * sizeof *scale);
+    if (!scale || own(m, scale)) {
+        free(scale);
+        return sd_err_set(err, SD_ENOMEM, "out of memory stacking %s", p[0].name);
+    }
+    uint8_t *dq = buf;
+    float *ds = scale;
+    for (int i = 0; i < np; i++) {
+        memcpy(dq, (const uint8_t *)q[i]->data + (size_t)(p[i].r0 * cols), (size_t)(p[i].n * cols));
+        dq += p[i].n * cols;
+        const int64_t s0 = p[i].r0 / bm, sn = (p[i].n + bm - 1) / bm;
+        for (int64_t k = 0; k < sn * SC; k++)
+            *ds++ = sd_load_f32(s[i]->data, s[i]->dtype, (size_t)(s0 * SC + k));
+    }
+    return place_fp8(m, w, p[0].name, buf, scale, R, cols, err);
+}
+
 /* Rows [r0, r0 + nr) of two [I, D] tensors stacked into one [2nr, D] weight
  * of the same dtype (unsharded: all I rows). */
 static int stack2(sd_model *m, const char *a, const char *b, int64_t I, int64_t D, int64_t r0,
                   int64_t nr, sd_weight *out, sd_err *err)
 {
+    stack_part sp[2] = {{.full = I, .r0 = r0, .n = nr}, {.full = I, .r0 = r0, .n = nr}};
+    snprintf(sp[0].name, sizeof sp[0].name, "%s", a);
+    snprintf(sp[1].name, sizeof sp[1].name, "%s", b);
+    int rc = stack_fp8(m, sp, 2, D, out, err);
+    if (rc != 1)
+        return rc;
     const sd_st_tensor *ta, *tb;
     int64_t shape[2] = {I, D};
-    int rc = sd_st_expect(m->st, a, 2, shape, &ta, err);
+    rc = sd_st_expect(m->st, a, 2, shape, &ta, err);
     if (!rc)
         rc = sd_st_expect(m->st, b, 2, shape, &tb, err);
     if (rc)
@@ -316,27 +426,26 @@ static int load_moe(sd_model *m, const char *pre, layer *L, sd_err *err)
     return rc;
 }
 
-/* One projection's share of a stacked weight: rows [r0, r0 + n) of the
- * checkpoint's tensor `name` (full rows); `bias`, when set, names its bias. */
-typedef struct stack_part {
-    char name[512], bias[512];
-    int64_t full, r0, n;
-} stack_part;
-
 /* Projections of one input stacked into one weight [sum of n, in_dim] (and
  * their biases into one F32 vector when the parts have them), so they are
  * one matmul whose output row is the parts side by side. Every output
  * column is the dot product the separate matmuls computed, so results do
  * not change. The stacked copy is the only one placed on the backend. */
+static int stack_bias(sd_model *m, sd_weight *bias, const stack_part *p, int np, sd_err *err);
 static int load_stack(sd_model *m, sd_weight *w, sd_weight *bias, const stack_part *p, int np,
                       int64_t in_dim, sd_err *err)
 {
     const sd_st_tensor *t[4];
     if (np > (int)SD_ARRAY_LEN(t))
         return sd_err_set(err, SD_EINVAL, "%s: %d parts to stack", p[0].name, np);
+    int rc = stack_fp8(m, p, np, in_dim, w, err);
+    if (rc == 0)
+        return stack_bias(m, bias, p, np, err);
+    if (rc != 1)
+        return rc;
     int64_t R = 0;
     for (int i = 0; i < np; i++) {
-        int rc = find_w(m, p[i].name, p[i].full, in_dim, &t[i], err);
+        rc = find_w(m, p[i].name, p[i].full, in_dim, &t[i], err);
         if (rc)
             return rc;
         if (p[i].r0 < 0 || p[i].r0 + p[i].n > p[i].full)
@@ -366,9 +475,19 @@ static int load_stack(sd_model *m, sd_weight *w, sd_weight *bias, const stack_pa
         }
         dst += n * es;
     }
-    int rc = upload_host(m, w, buf, dt, R, in_dim, err);
-    if (rc || !bias || !p[0].bias[0])
-        return rc;
+    rc = upload_host(m, w, buf, dt, R, in_dim, err);
+    return rc ? rc : stack_bias(m, bias, p, np, err);
+}
+
+/* The biases of a stack's parts (p[0].bias set) as one F32 vector. */
+static int stack_bias(sd_model *m, sd_weight *bias, const stack_part *p, int np, sd_err *err)
+{
+    if (!bias || !p[0].bias[0])
+        return 0;
+    int64_t R = 0;
+    for (int i = 0; i < np; i++)
+        R += p[i].n;
+    int rc;
     float *b = malloc((size_t)R * sizeof(float));
     if (!b)
         return sd_err_set(err, SD_ENOMEM, "out of memory stacking %s", p[0].bias);
@@ -725,9 +844,12 @@ int sd_model_load(sd_model **out, const char *dir, sd_backend *be, const sd_mode
     if (c->fp8) {
         if ((rc = sd_st_fp8_blocks(m->st, c->fp8_block[0], c->fp8_block[1])))
             goto fail;
+        m->fp8_keep = o->fp8_keep && be->ops->weight_fp8;
         if (m->tp_rank == 0)
-            sd_log_info("%s: fp8 weights (blocks of %d x %d) dequantized to bf16 as they load", dir,
-                        c->fp8_block[0], c->fp8_block[1]);
+            sd_log_info("%s: fp8 weights (blocks of %d x %d): %s", dir, c->fp8_block[0],
+                        c->fp8_block[1],
+                        m->fp8_keep ? "kept as fp8 where whole blocks load, else bf16"
+                                    : "dequantized to bf16 as they load");
     }
     int D = c->hidden_size, V = c->vocab_size;
     m->qk_dim = c->arch == SD_ARCH_DEEPSEEK_V3 ? c->qk_nope_head_dim + c->qk_rope_head_dim
@@ -755,6 +877,9 @@ int sd_model_load(sd_model **out, const char *dir, sd_backend *be, const sd_mode
         has_tensor(m, "model.layers.%d.%s", c->num_layers, "eh_proj.weight"))
         if ((rc = load_mtp(m, err)))
             goto fail;
+    if (m->fp8_keep && m->tp_rank == 0)
+        sd_log_info("%s: %d weights kept as fp8 (%.1f MiB)", dir, m->fp8_kept,
+                    (double)m->fp8_bytes / (1 << 20));
     /* rope */
     float *inv = NULL;
     rc = sd_rope_inv_freq(&c->rope, c->max_pos, &inv, err);
@@ -826,6 +951,7 @@ void sd_model_free(sd_model *m)
 
 const sd_model_cfg *sd_model_cfg_of(const sd_model *m) { return &m->cfg; }
 int sd_model_has_mtp(const sd_model *m) { return m->has_mtp; }
+int sd_model_fp8_kept(const sd_model *m) { return m->fp8_kept; }
 int sd_model_expert_parallel(const sd_model *m) { return m->ep; }
 int sd_model_tp_size(const sd_model *m) { return m->tp_size; }
 int sd_model_tp_rank(const sd_model *m) { return m->tp_rank; }

@@ -54,6 +54,12 @@ typedef struct sd_model_opts {
      * kernels run them with the routed ones instead of a dense MLP after
      * them. Not with ep. The same sums up to their order. */
     int moe_shared_slots;
+    /* Block-scaled FP8 checkpoints: 1 keeps the weights that load whole or
+     * by whole blocks of rows as FP8 where the backend takes them
+     * (weight_fp8: the same numbers at half the bytes); 0 dequantizes every
+     * one to BF16 as it loads. Derived and stacked weights are BF16 either
+     * way. */
+    int fp8_keep;
 } sd_model_opts;
 
 int sd_model_load(sd_model **out, const char *dir, sd_backend *be, const sd_model_opts *o,
@@ -61,6 +67,8 @@ int sd_model_load(sd_model **out, const char *dir, sd_backend *be, const sd_mode
 void sd_model_free(sd_model *m);
 const sd_model_cfg *sd_model_cfg_of(const sd_model *m);
 int sd_model_has_mtp(const sd_model *m);
+/* weights placed as FP8 (sd_model_opts.fp8_keep) */
+int sd_model_fp8_kept(const sd_model *m);
 /* 1 when the routed experts are split whole over the ranks (--ep) */
 int sd_model_expert_parallel(const sd_model *m);
 sd_backend *sd_model_backend(const sd_model *m);

@@ -92,12 +92,15 @@ static inline void outs_free(outs *o)
     free(o->mtp_hidden);
 }
 
-static inline int run_model(sd_backend *be, const char *dir, const int32_t *ids, int n, outs *o,
-                     int *V_out, int *D_out, sd_err *err)
+/* The model of dir loaded with mo (max_tokens 64 and load_mtp set here). */
+static inline int run_model_with(sd_backend *be, const char *dir, sd_model_opts mo,
+                                 const int32_t *ids, int n, outs *o, int *V_out, int *D_out,
+                                 sd_err *err)
 {
     memset(o, 0, sizeof *o);
     sd_model *m = NULL;
-    sd_model_opts mo = {.max_tokens = 64, .load_mtp = 1};
+    mo.max_tokens = 64;
+    mo.load_mtp = 1;
     int rc = sd_model_load(&m, dir, be, &mo, err);
     if (!rc)
         rc = sd_model_alloc_kv(m, n + 8, err);
@@ -131,6 +134,12 @@ static inline int run_model(sd_backend *be, const char *dir, const int32_t *ids,
     }
     sd_model_free(m);
     return rc;
+}
+
+static inline int run_model(sd_backend *be, const char *dir, const int32_t *ids, int n, outs *o,
+                            int *V_out, int *D_out, sd_err *err)
+{
+    return run_model_with(be, dir, (sd_model_opts){0}, ids, n, o, V_out, D_out, err);
 }
 
 static inline int same(const char *name, const char *what, const float *a, const float *b, size_t n)

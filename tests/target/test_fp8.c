@@ -15,6 +15,7 @@
 
 #include "core/safetensors.h"
 #include "core/util.h"
+#include "../engine/engine_run.h"
 #include "fixtures.h"
 #include "test.h"
 
@@ -147,6 +148,45 @@ static void rm_ckpt(const char *dir)
     free(b);
 }
 
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Greedy tokens of 4 requests through an engine of dir (MTP drafts, tp
+ * ranks, --fp8-weights w) into res; 0, or -1 with the reason printed. */
+#define N_REQ 4
+static int engine_tokens(const char *dir, const char *w, const char *tp, engine_out *res)
+{
+    sd_opts o;
+    sd_err err = {0};
+    if (sd_opts_init(&o, &err))
+        return -1;
+    sd_opts_set(&o, SD_CMD_GENERATE, "model", dir, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "spec", "mtp", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "fp8-weights", w, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "tp", tp, &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "threads", "1", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "256", &err);
+    sd_engine *e = engine_of_opts(&o, NULL);
+    if (!e)
+        return -1;
+    sd_req_events ev = {.on_output = engine_out_on_output, .on_finish = engine_out_on_finish};
+    int rc = 0;
+    for (int i = 0; i < N_REQ && !rc; i++) {
+        memset(&res[i], 0, sizeof res[i]);
+        res[i].mu = &g_mu;
+        int32_t p[8];
+        for (int j = 0; j < 8; j++)
+            p[j] = (int32_t)(97 * i + 31 * j + 5) % 8000;
+        sd_gen_params gp = {.max_tokens = 24, .top_p = 1, .ignore_eos = 1};
+        rc = sd_engine_submit(e, p, 3 + i, &gp, &ev, &res[i], NULL, &err);
+    }
+    if (rc)
+        fprintf(stderr, "  submit: %s\n", err.msg);
+    else if (!engine_out_wait(res, N_REQ, 60000))
+        rc = -1;
+    sd_engine_destroy(e);
+    return rc;
+}
+
 TEST(fp8_checkpoint_gives_the_bits_of_its_bf16_dequantization)
 {
     char *src_dir = sd_strfmt("%s/models/specd-tiny", sd_test_srcdir());
@@ -183,12 +223,39 @@ TEST(fp8_checkpoint_gives_the_bits_of_its_bf16_dequantization)
     ASSERT_OK(sd_cpu_backend_create(&be, 2));
     const int32_t ids[] = {0, 17, 230, 5, 991, 42, 8000, 3, 77, 1200, 64, 9, 512, 2048, 31, 600};
     const int n = (int)SD_ARRAY_LEN(ids);
-    outs a, b, o;
+    outs a, k, b, o;
     int V = 0, D = 0, ok = 1;
     int ra = run_model(be, d8, ids, n, &a, &V, &D, &err);
     ASSERT_MSG(ra == 0, "fp8: %s", err.msg);
+    ASSERT_MSG(run_model_with(be, d8, (sd_model_opts){.fp8_keep = 1}, ids, n, &k, &V, &D, &err) == 0,
+               "fp8 kept: %s", err.msg);
     ASSERT_MSG(run_model(be, d16, ids, n, &b, &V, &D, &err) == 0, "bf16: %s", err.msg);
     ASSERT_MSG(run_model(be, src_dir, ids, n, &o, &V, &D, &err) == 0, "original: %s", err.msg);
+    /* which weights the kept model holds as FP8: every quantized projection
+     * but those derived at load (MLA's absorbed kv_b) or whose stack starts
+     * a part inside a block (q_a above kv_a: 128 + 80 rows is whole blocks,
+     * so it stacks) */
+    sd_model *mk = NULL;
+    sd_model_opts mko = {.max_tokens = 8, .load_mtp = 1, .fp8_keep = 1};
+    ASSERT_OK(sd_model_load(&mk, d8, be, &mko, &err));
+    int kept = sd_model_fp8_kept(mk);
+    sd_model_free(mk);
+    fprintf(stderr, "  %d weights kept as fp8 (%d quantized projections)\n", kept, nq);
+    ASSERT_MSG(kept >= nq / 2, "%d weights kept as fp8", kept);
+    /* through the engine (--fp8-weights, MTP drafts, 1 and 2 ranks): the
+     * tokens of the BF16 checkpoint */
+    engine_out ref[N_REQ], got[N_REQ];
+    ASSERT_OK(engine_tokens(d16, "bf16", "1", ref));
+    static const char *const modes[][2] = {{"bf16", "1"}, {"fp8", "1"}, {"fp8", "2"}};
+    for (size_t mi = 0; mi < SD_ARRAY_LEN(modes); mi++) {
+        ASSERT_OK(engine_tokens(d8, modes[mi][0], modes[mi][1], got));
+        for (int i = 0; i < N_REQ; i++) {
+            ASSERT_MSG(got[i].n == 24 && got[i].n == ref[i].n &&
+                           !memcmp(got[i].ids, ref[i].ids, sizeof got[i].ids[0] * 24),
+                       "--fp8-weights %s --tp %s: request %d differs", modes[mi][0],
+                       modes[mi][1], i);
+        }
+    }
     size_t nv = (size_t)n * V, nd = (size_t)n * D;
     ok &= same("fp8 / its bf16", "logits", a.logits, b.logits, nv);
     ok &= same("fp8 / its bf16", "hidden", a.hidden, b.hidden, nd);
@@ -196,6 +263,14 @@ TEST(fp8_checkpoint_gives_the_bits_of_its_bf16_dequantization)
     ASSERT(a.has_mtp && b.has_mtp);
     ok &= same("fp8 / its bf16", "mtp logits", a.mtp, b.mtp, nv - V);
     ok &= same("fp8 / its bf16", "mtp hidden", a.mtp_hidden, b.mtp_hidden, nd - D);
+    /* the weights kept as FP8 (the backend's weight_fp8): the same bits */
+    ASSERT(be->ops->weight_fp8);
+    ok &= same("fp8 kept / bf16", "logits", k.logits, b.logits, nv);
+    ok &= same("fp8 kept / bf16", "hidden", k.hidden, b.hidden, nd);
+    ok &= same("fp8 kept / bf16", "decode", k.step, b.step, nv);
+    ASSERT(k.has_mtp);
+    ok &= same("fp8 kept / bf16", "mtp logits", k.mtp, b.mtp, nv - V);
+    ok &= same("fp8 kept / bf16", "mtp hidden", k.mtp_hidden, b.mtp_hidden, nd - D);
     /* near the original: the logits move by a small part of their range */
     double dmax = max_diff(a.logits, o.logits, nv), range = max_abs(o.logits, nv);
     int agree = 0;
@@ -210,6 +285,7 @@ TEST(fp8_checkpoint_gives_the_bits_of_its_bf16_dequantization)
     fprintf(stderr, "  fp8 against the original: max|d| %.3g of max|logit| %.3g, argmax %d/%d\n",
             dmax, range, agree, n);
     outs_free(&a);
+    outs_free(&k);
     outs_free(&b);
     outs_free(&o);
     sd_cpu_backend_destroy(be);
