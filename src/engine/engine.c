@@ -2352,7 +2352,7 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
         mp->free = mp->total = (size_t)1 << 30;
     }
     mp->fraction = o->mem_fraction;
-    mp->weights = sd_checkpoint_bytes(dir);
+    mp->weights = sd_model_weight_bytes(e->target); /* this rank's */
     sd__graphs_init(e, o);
     const char *la = o->launch_ahead ? o->launch_ahead : "auto";
     /* auto (1): one rank with CUDA graphs (greedy and sampled requests); on
@@ -2387,8 +2387,6 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
         /* CPU ranks share one memory: every rank's cache and buffers come out of it */
         mp->kv_per_token *= (size_t)e->n_ranks;
         mp->activations *= (size_t)e->n_ranks;
-    } else if (e->tp) {
-        mp->weights /= (size_t)sd__tp_total(e->tp); /* a GPU holds its shard */
     }
     mp->activations += mp->kv_per_token * (size_t)e->block_size; /* the trash block (graphs.c) */
     mp->block_size = e->block_size;

@@ -1,9 +1,7 @@
 #include "engine/memplan.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "core/log.h"
 
@@ -51,25 +49,4 @@ void sd_mem_plan_log(const sd_mem_plan *p)
                 "kv cache", p->kv / M, p->blocks, p->block_size,
                 (long long)p->blocks * p->block_size, p->kv_per_token,
                 p->capped ? "; capped at --max-batch full-context requests" : "");
-}
-
-size_t sd_checkpoint_bytes(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0;
-    size_t total = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        size_t n = strlen(e->d_name);
-        if (n < 12 || strcmp(e->d_name + n - 12, ".safetensors") != 0)
-            continue;
-        char path[2048];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (stat(path, &st) == 0)
-            total += (size_t)st.st_size;
-    }
-    closedir(d);
-    return total;
 }

@@ -14,7 +14,7 @@ typedef struct sd_mem_plan {
     const char *device;     /* backend name */
     size_t total, free;     /* measured, bytes (free: after the weights are loaded) */
     double fraction;        /* --mem-fraction */
-    size_t weights;         /* checkpoint bytes (resident or mapped) */
+    size_t weights;         /* this rank's weights as placed (sd_model_weight_bytes) */
     size_t activations;     /* workspaces and step buffers */
     size_t graphs;          /* CUDA-graph pools */
     size_t comm;            /* all-reduce buffers */
@@ -30,7 +30,5 @@ typedef struct sd_mem_plan {
 int sd_mem_plan_make(sd_mem_plan *p, int fixed_blocks, int cap_blocks, sd_err *err);
 /* The table, one log line per row. */
 void sd_mem_plan_log(const sd_mem_plan *p);
-/* Sum of the *.safetensors file sizes of a checkpoint folder. */
-size_t sd_checkpoint_bytes(const char *dir);
 
 #endif

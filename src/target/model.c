@@ -52,6 +52,7 @@ struct sd_model {
     int fp8_keep;     /* FP8 weights placed as FP8 (sd_model_opts; the backend takes them) */
     int fp8_kept;     /* weights placed as FP8, and their E4M3 bytes */
     size_t fp8_bytes;
+    size_t placed;    /* bytes of every weight placed on the backend */
     /* MTP */
     int has_mtp;
     layer mtp;
@@ -99,6 +100,16 @@ static int own(sd_model *m, void *p)
     return 0;
 }
 
+/* Places host data as weight w on the backend, counting its bytes. */
+static int place(sd_model *m, sd_weight *w, const void *host, sd_dtype dt, int64_t rows,
+                 int64_t cols)
+{
+    if (m->be->ops->weight(m->be, w, host, dt, rows, cols))
+        return -1;
+    m->placed += (size_t)(rows * cols) * sd_dtype_size(dt);
+    return 0;
+}
+
 static int upload_host(sd_model *m, sd_weight *w, void *host, sd_dtype dt, int64_t rows,
                        int64_t cols, sd_err *err)
 {
@@ -106,7 +117,7 @@ static int upload_host(sd_model *m, sd_weight *w, void *host, sd_dtype dt, int64
         free(host);
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
-    if (m->be->ops->weight(m->be, w, host, dt, rows, cols))
+    if (place(m, w, host, dt, rows, cols))
         return sd_err_set(err, SD_EDEVICE, "cannot place a derived weight on %s",
                           m->be->ops->name);
     return 0;
@@ -136,6 +147,7 @@ static int place_fp8(sd_model *m, sd_weight *w, const char *name, const uint8_t 
         return sd_err_set(err, SD_EDEVICE, "%s: cannot place fp8 on %s", name, m->be->ops->name);
     m->fp8_kept++;
     m->fp8_bytes += (size_t)(rows * cols);
+    m->placed += (size_t)(rows * cols) + w->scale_cols * (size_t)((rows + w->block[0] - 1) / w->block[0]) * sizeof(float);
     return 0;
 }
 
@@ -178,7 +190,7 @@ static int get_w(sd_model *m, const char *name, int64_t rows, int64_t cols, sd_w
     rc = find_w(m, name, rows, cols, &t, err);
     if (rc)
         return rc;
-    if (m->be->ops->weight(m->be, w, t->data, t->dtype, cols ? rows : 1, cols ? cols : rows))
+    if (place(m, w, t->data, t->dtype, cols ? rows : 1, cols ? cols : rows))
         return sd_err_set(err, SD_EDEVICE, "%s: cannot place on %s", name, m->be->ops->name);
     return 0;
 }
@@ -217,7 +229,7 @@ static int get_part(sd_model *m, const char *name, int64_t rows, int64_t cols, p
     if (p.kind == PART_ROWS) {
         size_t row = (size_t)(cols ? cols : 1) * es;
         const char *d = (const char *)t->data + (size_t)p.off * row;
-        if (m->be->ops->weight(m->be, w, d, t->dtype, cols ? p.n : 1, cols ? cols : p.n))
+        if (place(m, w, d, t->dtype, cols ? p.n : 1, cols ? cols : p.n))
             return sd_err_set(err, SD_EDEVICE, "%s: cannot place on %s", name, m->be->ops->name);
         return 0;
     }
@@ -952,6 +964,7 @@ void sd_model_free(sd_model *m)
 const sd_model_cfg *sd_model_cfg_of(const sd_model *m) { return &m->cfg; }
 int sd_model_has_mtp(const sd_model *m) { return m->has_mtp; }
 int sd_model_fp8_kept(const sd_model *m) { return m->fp8_kept; }
+size_t sd_model_weight_bytes(const sd_model *m) { return m->placed; }
 int sd_model_expert_parallel(const sd_model *m) { return m->ep; }
 int sd_model_tp_size(const sd_model *m) { return m->tp_size; }
 int sd_model_tp_rank(const sd_model *m) { return m->tp_rank; }

@@ -69,6 +69,9 @@ const sd_model_cfg *sd_model_cfg_of(const sd_model *m);
 int sd_model_has_mtp(const sd_model *m);
 /* weights placed as FP8 (sd_model_opts.fp8_keep) */
 int sd_model_fp8_kept(const sd_model *m);
+/* bytes of the weights this model (rank) placed on its backend: the
+ * checkpoint's, BF16 where FP8 was dequantized, and the derived ones */
+size_t sd_model_weight_bytes(const sd_model *m);
 /* 1 when the routed experts are split whole over the ranks (--ep) */
 int sd_model_expert_parallel(const sd_model *m);
 sd_backend *sd_model_backend(const sd_model *m);

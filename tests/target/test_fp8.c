@@ -239,9 +239,16 @@ TEST(fp8_checkpoint_gives_the_bits_of_its_bf16_dequantization)
     sd_model_opts mko = {.max_tokens = 8, .load_mtp = 1, .fp8_keep = 1};
     ASSERT_OK(sd_model_load(&mk, d8, be, &mko, &err));
     int kept = sd_model_fp8_kept(mk);
+    size_t kept_bytes = sd_model_weight_bytes(mk);
     sd_model_free(mk);
-    fprintf(stderr, "  %d weights kept as fp8 (%d quantized projections)\n", kept, nq);
+    mko.fp8_keep = 0;
+    ASSERT_OK(sd_model_load(&mk, d8, be, &mko, &err));
+    size_t bf16_bytes = sd_model_weight_bytes(mk);
+    sd_model_free(mk);
+    fprintf(stderr, "  %d weights kept as fp8 (%d quantized projections): %zu bytes placed, %zu as bf16\n",
+            kept, nq, kept_bytes, bf16_bytes);
     ASSERT_MSG(kept >= nq / 2, "%d weights kept as fp8", kept);
+    ASSERT(kept_bytes < bf16_bytes);
     /* through the engine (--fp8-weights, MTP drafts, 1 and 2 ranks): the
      * tokens of the BF16 checkpoint */
     engine_out ref[N_REQ], got[N_REQ];
