@@ -4,7 +4,7 @@
 #   - HF tokenizers' ids and decodes of the SentencePiece tokenizer.json fixtures
 #     (tools/golden/spm.py --hf): OUT/spm_golden.json, to copy over
 #     tests/golden/tokenizer/spm_golden.json;
-#   - the transformers fixtures still missing (default: llama-bias and qwen2,
+#   - the transformers fixtures still missing (default: qwen3-moe,
 #     tools/golden/models.py): OUT/fixtures.tar (models/NAME/...) and its log,
 #     to unpack into tests/golden.
 # usage: bench/gpu/golden_hf.sh OUT [FIXTURE...]       (from the repository root)
@@ -12,7 +12,7 @@ set -uo pipefail
 OUT=${1:?out dir}
 shift
 fixtures=("$@")
-((${#fixtures[@]})) || fixtures=(llama-bias qwen2)
+((${#fixtures[@]})) || fixtures=(qwen3-moe)
 mkdir -p "$OUT/tok"
 python3 -c 'import tokenizers, transformers, torch; print("tokenizers", tokenizers.__version__, "transformers", transformers.__version__, "torch", torch.__version__)'
 cp -r tests/golden/tokenizer/llama2ish tests/golden/tokenizer/mistralish tests/golden/tokenizer/spm_golden.json "$OUT/tok/"

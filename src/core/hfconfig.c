@@ -189,11 +189,14 @@ static const struct {
     /* Qwen2 / Qwen2.5: Llama's layer with q/k/v biases (HF's Qwen2Attention) */
     {"Qwen2ForCausalLM", SD_ARCH_LLAMA, {"qwen2", NULL}},
     {"Qwen3ForCausalLM", SD_ARCH_QWEN3, {"qwen3", NULL}},
+    /* Qwen3's layer with a sparse MoE block (softmax top-k, no shared expert) */
+    {"Qwen3MoeForCausalLM", SD_ARCH_QWEN3, {"qwen3_moe", NULL}},
     /* Kimi-K2 ships model_type kimi_k2 with the DeepSeek-V3 architecture. */
     {"DeepseekV3ForCausalLM", SD_ARCH_DEEPSEEK_V3, {"deepseek_v3", "kimi_k2"}},
 };
 #define SD__ARCH_LIST                                                                              \
-    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, DeepseekV3ForCausalLM"
+    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "                 \
+    "Qwen3MoeForCausalLM, DeepseekV3ForCausalLM"
 
 static int sd__parse_arch(sd_model_cfg *cfg, json_t *root, const sd__jctx *c)
 {
@@ -506,6 +509,39 @@ static int sd__parse_fp8(sd_model_cfg *cfg, json_t *qc, const sd__jctx *cq)
     return rc;
 }
 
+/* Qwen3-MoE's sparse block (HF Qwen3MoeSparseMoeBlock): softmax over the
+ * experts, the top num_experts_per_tok, renormalized where norm_topk_prob;
+ * no shared expert, no groups, no correction bias. Layer i is sparse where
+ * (i + 1) % decoder_sparse_step == 0; mlp_only_layers (dense ones among
+ * them) must be empty. */
+static int sd__parse_qwen3_moe(sd_model_cfg *cfg, json_t *root, const sd__jctx *c)
+{
+    int rc = sd__int(c, root, "num_experts", 0, 128, 1, 1 << 16, &cfg->n_routed_experts);
+    if (!rc)
+        rc = sd__int(c, root, "num_experts_per_tok", 0, 8, 1, cfg->n_routed_experts,
+                     &cfg->num_experts_per_tok);
+    if (!rc)
+        rc = sd__int(c, root, "moe_intermediate_size", 0, 768, 1, INT32_MAX,
+                     &cfg->moe_intermediate_size);
+    if (!rc)
+        rc = sd__bool(c, root, "norm_topk_prob", 0, &cfg->norm_topk_prob);
+    if (!rc)
+        rc = sd__int(c, root, "decoder_sparse_step", 0, 1, 1, INT32_MAX, &cfg->moe_sparse_step);
+    if (rc)
+        return rc;
+    json_t *only = sd__get(root, "mlp_only_layers");
+    if (only && (!json_is_array(only) || json_array_size(only) > 0))
+        return sd_err_set(c->err, SD_ENOTSUP,
+                          "%s: key \"mlp_only_layers\" lists dense layers among the sparse ones: "
+                          "not supported (only an empty list)",
+                          c->path);
+    cfg->n_shared_experts = 0;
+    cfg->n_group = cfg->topk_group = 1;
+    cfg->scoring_sigmoid = 0;
+    cfg->routed_scaling_factor = 1.0;
+    return 0;
+}
+
 static int sd__parse_deepseek(sd_model_cfg *cfg, json_t *root, const sd__jctx *c)
 {
     int rc = 0;
@@ -679,6 +715,8 @@ int sd_model_cfg_parse(sd_model_cfg *cfg, const char *json_text, const char *pat
         if (!rc && cfg->head_dim % 2)
             rc = sd__range(&c, "head_dim", "= %d must be even", cfg->head_dim);
         cfg->qk_norm = qwen;
+        if (!rc && !strcmp(cfg->model_type, "qwen3_moe"))
+            rc = sd__parse_qwen3_moe(cfg, root, &c);
     }
     if (rc)
         goto out;
@@ -766,8 +804,11 @@ int sd_model_cfg_load(sd_model_cfg *cfg, const char *dir, sd_err *err)
 
 int sd_model_cfg_layer_is_moe(const sd_model_cfg *cfg, int layer)
 {
-    if (cfg->arch != SD_ARCH_DEEPSEEK_V3 || cfg->n_routed_experts <= 0 || layer < 0 ||
+    if (cfg->n_routed_experts <= 0 || layer < 0 ||
         layer > cfg->num_layers + cfg->num_nextn_predict_layers - 1)
         return 0;
-    return layer >= cfg->first_k_dense_replace && layer % cfg->moe_layer_freq == 0;
+    if (cfg->moe_sparse_step > 0) /* Qwen3-MoE */
+        return (layer + 1) % cfg->moe_sparse_step == 0;
+    return cfg->arch == SD_ARCH_DEEPSEEK_V3 && layer >= cfg->first_k_dense_replace &&
+           layer % cfg->moe_layer_freq == 0;
 }

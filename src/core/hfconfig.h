@@ -62,13 +62,14 @@ typedef struct sd_model_cfg {
     int q_lora_rank; /* 0: no q LoRA (q_proj directly) */
     int kv_lora_rank;
     int qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
-    /* DeepSeek-V3 MoE */
+    /* MoE: DeepSeek-V3's, and Qwen3-MoE's (softmax top-k, no shared or groups) */
     int n_routed_experts; /* 0: dense model */
     int n_shared_experts;
     int num_experts_per_tok;
     int moe_intermediate_size;
     int first_k_dense_replace;
     int moe_layer_freq;
+    int moe_sparse_step; /* Qwen3-MoE's decoder_sparse_step (0: DeepSeek's layer rule) */
     int n_group, topk_group;
     int norm_topk_prob;
     double routed_scaling_factor;

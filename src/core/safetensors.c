@@ -432,7 +432,8 @@ static int sd__load_index(sd_st *st, const char *dir, const char *ipath, sd_err 
     }
     free(names);
     if (!rc) {
-        qsort(st->ents, (size_t)st->n, sizeof *st->ents, sd__ent_cmp);
+        if (st->n > 1)
+            qsort(st->ents, (size_t)st->n, sizeof *st->ents, sd__ent_cmp);
         for (int i = 1; i < st->n && !rc; i++)
             if (strcmp(st->ents[i].t.name, st->ents[i - 1].t.name) == 0)
                 rc = sd_err_set(err, SD_EFORMAT, "%s: tensor %s appears in both %s and %s", dir,

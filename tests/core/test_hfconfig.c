@@ -41,6 +41,21 @@ static const char *QWEN3 =
     "\"rope_scaling\":null,\"rope_theta\":1000000,\"sliding_window\":null,"
     "\"tie_word_embeddings\":true,\"use_sliding_window\":false,\"vocab_size\":151936}";
 
+/* Qwen3-30B-A3B's config.json. */
+static const char *QWEN3_MOE =
+    "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"attention_bias\":false,"
+    "\"attention_dropout\":0.0,\"bos_token_id\":151643,\"decoder_sparse_step\":1,"
+    "\"eos_token_id\":151645,\"head_dim\":128,\"hidden_act\":\"silu\",\"hidden_size\":2048,"
+    "\"initializer_range\":0.02,\"intermediate_size\":6144,\"max_position_embeddings\":40960,"
+    "\"max_window_layers\":48,\"mlp_only_layers\":[],\"model_type\":\"qwen3_moe\","
+    "\"moe_intermediate_size\":768,\"norm_topk_prob\":true,\"num_attention_heads\":32,"
+    "\"num_experts\":128,\"num_experts_per_tok\":8,\"num_hidden_layers\":48,"
+    "\"num_key_value_heads\":4,\"output_router_logits\":false,\"rms_norm_eps\":1e-06,"
+    "\"rope_scaling\":null,\"rope_theta\":1000000.0,\"router_aux_loss_coef\":0.001,"
+    "\"sliding_window\":null,\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\","
+    "\"transformers_version\":\"4.51.0\",\"use_cache\":true,\"use_sliding_window\":false,"
+    "\"vocab_size\":151936}";
+
 /* A small DeepSeek-V3 (4.x layout, yarn under the legacy "type" key). */
 static const char *DSV3 =
     "{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"model_type\":\"deepseek_v3\","
@@ -209,6 +224,46 @@ TEST(rope_scaling_and_rope_parameters_layouts_give_the_same_rope)
                "%s", err.msg);
     ASSERT_MSG(sd_model_cfg_parse(&a, LLAMA31, PATH, &err) == 0, "%s", err.msg);
     ASSERT(rope_equal(&a.rope, &b.rope));
+}
+
+/* Qwen3-MoE: Qwen3's attention, every layer a sparse block (softmax top-8
+ * of 128, renormalized), no shared expert or groups; decoder_sparse_step
+ * picks the sparse layers; dense layers in mlp_only_layers are refused. */
+TEST(qwen3_moe_parses_its_sparse_blocks)
+{
+    sd_model_cfg c;
+    sd_err err = {0};
+    ASSERT_MSG(sd_model_cfg_parse(&c, QWEN3_MOE, PATH, &err) == 0, "%s", err.msg);
+    ASSERT_EQ(c.arch, SD_ARCH_QWEN3);
+    ASSERT_STR_EQ(c.model_type, "qwen3_moe");
+    ASSERT_EQ(c.qk_norm, 1);
+    ASSERT_EQ(c.head_dim, 128);
+    ASSERT_EQ(c.num_kv_heads, 4);
+    ASSERT_EQ(c.n_routed_experts, 128);
+    ASSERT_EQ(c.num_experts_per_tok, 8);
+    ASSERT_EQ(c.moe_intermediate_size, 768);
+    ASSERT_EQ(c.norm_topk_prob, 1);
+    ASSERT_EQ(c.n_shared_experts, 0);
+    ASSERT_EQ(c.n_group, 1);
+    ASSERT_EQ(c.topk_group, 1);
+    ASSERT_EQ(c.scoring_sigmoid, 0);
+    ASSERT_NEAR(c.routed_scaling_factor, 1.0, 0);
+    for (int i = 0; i < 48; i++)
+        ASSERT(sd_model_cfg_layer_is_moe(&c, i));
+    ASSERT(!sd_model_cfg_layer_is_moe(&c, 48));
+    /* every second layer sparse (1, 3, ...); HF's defaults where keys are absent */
+    ASSERT_MSG(parse_mod(QWEN3_MOE, "{\"decoder_sparse_step\":2}", "norm_topk_prob", &c, &err) == 0,
+               "%s", err.msg);
+    ASSERT(!sd_model_cfg_layer_is_moe(&c, 0) && sd_model_cfg_layer_is_moe(&c, 1) &&
+           !sd_model_cfg_layer_is_moe(&c, 2) && sd_model_cfg_layer_is_moe(&c, 47));
+    ASSERT_EQ(c.norm_topk_prob, 0);
+    ASSERT_EQ(parse_mod(QWEN3_MOE, "{\"mlp_only_layers\":[0,3]}", NULL, &c, &err), SD_ENOTSUP);
+    ASSERT_CONTAINS(err.msg, "key \"mlp_only_layers\" lists dense layers");
+    ASSERT_EQ(parse_mod(QWEN3_MOE, "{\"num_experts_per_tok\":129}", NULL, &c, &err), SD_ERANGE);
+    /* the dense Qwen3 has no sparse layer */
+    ASSERT_OK(sd_model_cfg_parse(&c, QWEN3, PATH, &err));
+    ASSERT_EQ(c.n_routed_experts, 0);
+    ASSERT(!sd_model_cfg_layer_is_moe(&c, 0));
 }
 
 TEST(qwen3_keeps_explicit_head_dim_and_defaults_it_to_128)
@@ -568,9 +623,10 @@ TEST(unsupported_architecture_names_file_and_architecture)
 {
     sd_model_cfg c;
     sd_err err = {0};
-    ASSERT_EQ(parse_mod(QWEN3, "{\"architectures\":[\"Qwen3MoeForCausalLM\"]}", NULL, &c, &err),
+    ASSERT_EQ(parse_mod(QWEN3, "{\"architectures\":[\"MixtralForCausalLM\"]}", NULL, &c, &err),
               SD_ENOTSUP);
-    ASSERT_CONTAINS(err.msg, PATH ": architecture \"Qwen3MoeForCausalLM\" is not supported");
+    ASSERT_CONTAINS(err.msg, PATH ": architecture \"MixtralForCausalLM\" is not supported");
+    ASSERT_CONTAINS(err.msg, "Qwen3MoeForCausalLM");
     ASSERT_CONTAINS(err.msg, "DeepseekV3ForCausalLM");
 
     ASSERT_EQ(parse_mod(QWEN3, "{\"model_type\":\"qwen2\"}", NULL, &c, &err), SD_ENOTSUP);
@@ -902,7 +958,7 @@ TEST(missing_config_file_names_its_path)
 
 TEST_MAIN(T(llama31_parses_with_llama3_rope_and_eos_list),
           T(rope_scaling_and_rope_parameters_layouts_give_the_same_rope),
-          T(qwen3_keeps_explicit_head_dim_and_defaults_it_to_128),
+          T(qwen3_moe_parses_its_sparse_blocks), T(qwen3_keeps_explicit_head_dim_and_defaults_it_to_128),
           T(deepseek_v3_with_and_without_q_lora),
           T(deepseek_optional_keys_default_like_transformers),
           T(llama_optional_keys_default_like_transformers),

@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/config.h"
 #include "engine/engine.h"
@@ -94,6 +95,48 @@ static inline int engine_out_wait(engine_out *outs, int n, int max_ms)
         usleep(1000);
     }
     return 0;
+}
+
+/* Greedy tokens (max_tokens each, end of text ignored) of
+ * ENGINE_GREEDY_REQS short requests of fixed ids through an engine of the
+ * options opts (name, value pairs, NULL-terminated; one thread a rank,
+ * max context 256) into res; 0, or -1 with the reason printed. */
+#define ENGINE_GREEDY_REQS 4
+static inline int engine_greedy(const char *const *opts, engine_out *res, int max_tokens)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    sd_opts o;
+    sd_err err = {0};
+    if (sd_opts_init(&o, &err))
+        return -1;
+    sd_opts_set(&o, SD_CMD_GENERATE, "threads", "1", &err);
+    sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "256", &err);
+    for (int i = 0; opts[i] && opts[i + 1]; i += 2)
+        if (sd_opts_set(&o, SD_CMD_GENERATE, opts[i], opts[i + 1], &err)) {
+            fprintf(stderr, "  --%s %s: %s\n", opts[i], opts[i + 1], err.msg);
+            sd_opts_free(&o);
+            return -1;
+        }
+    sd_engine *e = engine_of_opts(&o, NULL);
+    if (!e)
+        return -1;
+    sd_req_events ev = {.on_output = engine_out_on_output, .on_finish = engine_out_on_finish};
+    int rc = 0;
+    for (int i = 0; i < ENGINE_GREEDY_REQS && !rc; i++) {
+        memset(&res[i], 0, sizeof res[i]);
+        res[i].mu = &mu;
+        int32_t p[8];
+        for (int j = 0; j < 8; j++)
+            p[j] = (int32_t)((97 * i + 31 * j + 5) % 500);
+        sd_gen_params gp = {.max_tokens = max_tokens, .top_p = 1, .ignore_eos = 1};
+        rc = sd_engine_submit(e, p, 3 + i, &gp, &ev, &res[i], NULL, &err);
+    }
+    if (rc)
+        fprintf(stderr, "  submit: %s\n", err.msg);
+    else if (!engine_out_wait(res, ENGINE_GREEDY_REQS, 60000))
+        rc = -1;
+    sd_engine_destroy(e);
+    return rc;
 }
 
 #endif

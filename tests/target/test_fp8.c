@@ -148,43 +148,12 @@ static void rm_ckpt(const char *dir)
     free(b);
 }
 
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-
-/* Greedy tokens of 4 requests through an engine of dir (MTP drafts, tp
- * ranks, --fp8-weights w) into res; 0, or -1 with the reason printed. */
-#define N_REQ 4
+/* Greedy tokens of ENGINE_GREEDY_REQS requests through an engine of dir
+ * (MTP drafts, tp ranks, --fp8-weights w) into res. */
 static int engine_tokens(const char *dir, const char *w, const char *tp, engine_out *res)
 {
-    sd_opts o;
-    sd_err err = {0};
-    if (sd_opts_init(&o, &err))
-        return -1;
-    sd_opts_set(&o, SD_CMD_GENERATE, "model", dir, &err);
-    sd_opts_set(&o, SD_CMD_GENERATE, "spec", "mtp", &err);
-    sd_opts_set(&o, SD_CMD_GENERATE, "fp8-weights", w, &err);
-    sd_opts_set(&o, SD_CMD_GENERATE, "tp", tp, &err);
-    sd_opts_set(&o, SD_CMD_GENERATE, "threads", "1", &err);
-    sd_opts_set(&o, SD_CMD_GENERATE, "max-context", "256", &err);
-    sd_engine *e = engine_of_opts(&o, NULL);
-    if (!e)
-        return -1;
-    sd_req_events ev = {.on_output = engine_out_on_output, .on_finish = engine_out_on_finish};
-    int rc = 0;
-    for (int i = 0; i < N_REQ && !rc; i++) {
-        memset(&res[i], 0, sizeof res[i]);
-        res[i].mu = &g_mu;
-        int32_t p[8];
-        for (int j = 0; j < 8; j++)
-            p[j] = (int32_t)(97 * i + 31 * j + 5) % 8000;
-        sd_gen_params gp = {.max_tokens = 24, .top_p = 1, .ignore_eos = 1};
-        rc = sd_engine_submit(e, p, 3 + i, &gp, &ev, &res[i], NULL, &err);
-    }
-    if (rc)
-        fprintf(stderr, "  submit: %s\n", err.msg);
-    else if (!engine_out_wait(res, N_REQ, 60000))
-        rc = -1;
-    sd_engine_destroy(e);
-    return rc;
+    const char *opts[] = {"model", dir, "spec", "mtp", "fp8-weights", w, "tp", tp, NULL};
+    return engine_greedy(opts, res, 24);
 }
 
 TEST(fp8_checkpoint_gives_the_bits_of_its_bf16_dequantization)
@@ -251,12 +220,12 @@ TEST(fp8_checkpoint_gives_the_bits_of_its_bf16_dequantization)
     ASSERT(kept_bytes < bf16_bytes);
     /* through the engine (--fp8-weights, MTP drafts, 1 and 2 ranks): the
      * tokens of the BF16 checkpoint */
-    engine_out ref[N_REQ], got[N_REQ];
+    engine_out ref[ENGINE_GREEDY_REQS], got[ENGINE_GREEDY_REQS];
     ASSERT_OK(engine_tokens(d16, "bf16", "1", ref));
     static const char *const modes[][2] = {{"bf16", "1"}, {"fp8", "1"}, {"fp8", "2"}};
     for (size_t mi = 0; mi < SD_ARRAY_LEN(modes); mi++) {
         ASSERT_OK(engine_tokens(d8, modes[mi][0], modes[mi][1], got));
-        for (int i = 0; i < N_REQ; i++) {
+        for (int i = 0; i < ENGINE_GREEDY_REQS; i++) {
             ASSERT_MSG(got[i].n == 24 && got[i].n == ref[i].n &&
                            !memcmp(got[i].ids, ref[i].ids, sizeof got[i].ids[0] * 24),
                        "--fp8-weights %s --tp %s: request %d differs", modes[mi][0],

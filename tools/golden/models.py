@@ -199,6 +199,17 @@ FIXTURES = [
         sensitivity=["zero_attention_bias"],
     ),
     dict(
+        name="qwen3-moe",
+        family="qwen3_moe",
+        # Qwen3-MoE: Qwen3's attention; every layer a sparse block of 8 experts,
+        # softmax top-2 renormalized (norm_topk_prob), no shared expert
+        cfg=_with(_QWEN_COMMON, head_dim=32, attention_bias=False, num_experts=8,
+                  num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1,
+                  norm_topk_prob=True, mlp_only_layers=[]),
+        rope=dict(rope_type="default", rope_theta=1000000.0),
+        dtype="bfloat16",
+    ),
+    dict(
         name="deepseek-v3",
         family="deepseek",
         # n_group 4 x 2 experts, topk_group 2: 4 candidates for top-2.
@@ -421,7 +432,7 @@ def rope_kwargs(rope):
 def config_class(family):
     tf = _tf()
     return {"llama": tf.LlamaConfig, "qwen2": tf.Qwen2Config, "qwen3": tf.Qwen3Config,
-            "deepseek": tf.DeepseekV3Config}[family]
+            "qwen3_moe": tf.Qwen3MoeConfig, "deepseek": tf.DeepseekV3Config}[family]
 
 
 def make_config(spec, num_layers):
