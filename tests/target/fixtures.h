@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "core/util.h"
 #include "target/runner.h"
@@ -148,6 +149,17 @@ static inline int same(const char *name, const char *what, const float *a, const
     fprintf(stderr, "  %-28s %-11s %s (max|d| %.3g)\n", name, what, ok ? "same bits" : "DIFFER",
             max_diff(a, b, n));
     return ok;
+}
+
+/* Removes a checkpoint folder a test wrote (model.safetensors and config.json). */
+static inline void rm_ckpt(const char *dir)
+{
+    char *a = sd_strfmt("%s/model.safetensors", dir), *b = sd_strfmt("%s/config.json", dir);
+    remove(a);
+    remove(b);
+    rmdir(dir);
+    free(a);
+    free(b);
 }
 
 #endif

@@ -138,14 +138,22 @@ static int write_ckpt(const sd_st *src, const char *cfg_text, const char *dir, i
     return rc;
 }
 
-static void rm_ckpt(const char *dir)
+/* The bundled model's folder and its config.json's text (0), or 1 when it
+ * is not there. */
+static int bundled(char **dir, char **cfg_text)
 {
-    char *a = sd_strfmt("%s/model.safetensors", dir), *b = sd_strfmt("%s/config.json", dir);
-    remove(a);
-    remove(b);
-    rmdir(dir);
-    free(a);
-    free(b);
+    *dir = sd_strfmt("%s/models/specd-tiny", sd_test_srcdir());
+    char *cfg_path = sd_strfmt("%s/config.json", *dir);
+    size_t len = 0;
+    sd_err err = {0};
+    *cfg_text = NULL;
+    int rc = sd_read_file(cfg_path, cfg_text, &len, &err) || !sd_dir_exists(*dir);
+    free(cfg_path);
+    if (rc) {
+        free(*dir);
+        free(*cfg_text);
+    }
+    return rc;
 }
 
 /* Greedy tokens of ENGINE_GREEDY_REQS requests through an engine of dir
@@ -158,16 +166,9 @@ static int engine_tokens(const char *dir, const char *w, const char *tp, engine_
 
 TEST(fp8_checkpoint_gives_the_bits_of_its_bf16_dequantization)
 {
-    char *src_dir = sd_strfmt("%s/models/specd-tiny", sd_test_srcdir());
-    char *cfg_path = sd_strfmt("%s/config.json", src_dir);
-    size_t cfg_len = 0;
-    char *cfg_text = NULL;
-    sd_err rerr = {0};
-    if (sd_read_file(cfg_path, &cfg_text, &cfg_len, &rerr) || !sd_dir_exists(src_dir)) {
-        free(src_dir);
-        free(cfg_path);
+    char *src_dir, *cfg_text;
+    if (bundled(&src_dir, &cfg_text))
         TEST_SKIP("no bundled model");
-    }
     sd_st *src = NULL;
     sd_err err = {0};
     ASSERT_MSG(sd_st_open(&src, src_dir, &err) == 0, "%s", err.msg);
@@ -271,7 +272,6 @@ TEST(fp8_checkpoint_gives_the_bits_of_its_bf16_dequantization)
     free(d8);
     free(d16);
     free(src_dir);
-    free(cfg_path);
     free(cfg_text);
     ASSERT_MSG(ok, "the fp8 checkpoint differs from its dequantization");
     ASSERT_MSG(dmax < 0.2 * range && agree >= n - 3, "the fp8 model is far from the original");
@@ -281,16 +281,9 @@ TEST(fp8_checkpoint_gives_the_bits_of_its_bf16_dequantization)
  * naming the tensor (missing scales: tests/core/test_safetensors.c). */
 TEST(fp8_weights_without_their_config_are_refused_naming_the_tensor)
 {
-    char *src_dir = sd_strfmt("%s/models/specd-tiny", sd_test_srcdir());
-    char *cfg_path = sd_strfmt("%s/config.json", src_dir);
-    size_t cfg_len = 0;
-    char *cfg_text = NULL;
-    sd_err rerr = {0};
-    if (sd_read_file(cfg_path, &cfg_text, &cfg_len, &rerr)) {
-        free(src_dir);
-        free(cfg_path);
+    char *src_dir, *cfg_text;
+    if (bundled(&src_dir, &cfg_text))
         TEST_SKIP("no bundled model");
-    }
     sd_st *src = NULL;
     sd_err err = {0};
     ASSERT_OK(sd_st_open(&src, src_dir, &err));
@@ -317,7 +310,6 @@ TEST(fp8_weights_without_their_config_are_refused_naming_the_tensor)
     free(p);
     free(d8);
     free(src_dir);
-    free(cfg_path);
     free(cfg_text);
 }
 

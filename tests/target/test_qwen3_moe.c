@@ -176,16 +176,6 @@ static int write_moe(const char *dir, const char *dense_dir, int E, int k, int s
     return rc;
 }
 
-static void rm_dir(const char *dir)
-{
-    char *a = sd_strfmt("%s/model.safetensors", dir), *b = sd_strfmt("%s/config.json", dir);
-    remove(a);
-    remove(b);
-    rmdir(dir);
-    free(a);
-    free(b);
-}
-
 static const int32_t IDS[] = {1, 17, 230, 5, 491, 42, 300, 3, 77, 120, 64, 9};
 #define NIDS ((int)SD_ARRAY_LEN(IDS))
 
@@ -216,8 +206,8 @@ static int block_is_dense(int E, int k, int norm, float scale)
     outs_free(&a);
     outs_free(&b);
     sd_cpu_backend_destroy(be);
-    rm_dir(dm);
-    rm_dir(dd);
+    rm_ckpt(dm);
+    rm_ckpt(dd);
     rmdir(tmpl);
     free(dm);
     free(dd);
@@ -278,8 +268,8 @@ TEST(eight_experts_route_and_split_over_ranks)
             ASSERT_MSG(got[i].n == 16 && !memcmp(got[i].ids, ref[i].ids, 16 * sizeof got[i].ids[0]),
                        "%s: request %d's tokens differ from one rank's", r ? "ep 2" : "tp 2", i);
     }
-    rm_dir(dm);
-    rm_dir(dz);
+    rm_ckpt(dm);
+    rm_ckpt(dz);
     rmdir(tmpl);
     free(dm);
     free(dz);
