@@ -661,8 +661,10 @@ static int dequant_fp8(sd_st *st, sd__st_ent *e, sd_err *err)
         for (int64_t c0 = 0; c0 < C; c0 += bn) {
             const float sc = sd_load_f32(se->t.data, se->t.dtype, srow + (size_t)(c0 / bn));
             const int64_t c1 = c0 + bn < C ? c0 + bn : C;
-            for (int64_t c = c0; c < c1; c++)
-                out[(size_t)r * C + c] = sd_f32_to_bf16(sd_fp8_e4m3_to_f32(q[(size_t)r * C + c]) * sc);
+            for (int64_t c = c0; c < c1; c++) {
+                const size_t i = (size_t)(r * C + c);
+                out[i] = sd_f32_to_bf16(sd_fp8_e4m3_to_f32(q[i]) * sc);
+            }
         }
     }
     e->owned = out;

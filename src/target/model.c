@@ -145,9 +145,10 @@ static int place_fp8(sd_model *m, sd_weight *w, const char *name, const uint8_t 
     if (m->be->ops->weight_fp8(m->be, w, q, scale, rows, cols, m->cfg.fp8_block[0],
                                m->cfg.fp8_block[1]))
         return sd_err_set(err, SD_EDEVICE, "%s: cannot place fp8 on %s", name, m->be->ops->name);
+    const size_t scales = (size_t)w->scale_cols * (size_t)((rows + w->block[0] - 1) / w->block[0]);
     m->fp8_kept++;
     m->fp8_bytes += (size_t)(rows * cols);
-    m->placed += (size_t)(rows * cols) + w->scale_cols * (size_t)((rows + w->block[0] - 1) / w->block[0]) * sizeof(float);
+    m->placed += (size_t)(rows * cols) + scales * sizeof(float);
     return 0;
 }
 
