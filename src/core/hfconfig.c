@@ -193,10 +193,13 @@ static const struct {
     {"Qwen3MoeForCausalLM", SD_ARCH_QWEN3, {"qwen3_moe", NULL}},
     /* Kimi-K2 ships model_type kimi_k2 with the DeepSeek-V3 architecture. */
     {"DeepseekV3ForCausalLM", SD_ARCH_DEEPSEEK_V3, {"deepseek_v3", "kimi_k2"}},
+    /* DeepSeek-V2: V3's MLA with softmax routing; its plain top-k ("greedy",
+     * V2-Lite) is V3's router with one group and no correction bias */
+    {"DeepseekV2ForCausalLM", SD_ARCH_DEEPSEEK_V3, {"deepseek_v2", NULL}},
 };
 #define SD__ARCH_LIST                                                                              \
     "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "                 \
-    "Qwen3MoeForCausalLM, DeepseekV3ForCausalLM"
+    "Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM"
 
 static int sd__parse_arch(sd_model_cfg *cfg, json_t *root, const sd__jctx *c)
 {
@@ -545,6 +548,9 @@ static int sd__parse_qwen3_moe(sd_model_cfg *cfg, json_t *root, const sd__jctx *
 static int sd__parse_deepseek(sd_model_cfg *cfg, json_t *root, const sd__jctx *c)
 {
     int rc = 0;
+    /* DeepSeek-V2's config class defaults: softmax, plain top-k, no
+     * normalization, scale 1 (published configs give them all) */
+    const int v2 = !strcmp(cfg->model_type, "deepseek_v2");
     /* q_lora_rank: null means q_proj straight from the hidden state. */
     if (sd__null(root, "q_lora_rank"))
         cfg->q_lora_rank = 0;
@@ -599,10 +605,10 @@ static int sd__parse_deepseek(sd_model_cfg *cfg, json_t *root, const sd__jctx *c
                          sd__null(root, "topk_group") ? cfg->n_group : SD_MIN(4, cfg->n_group), 1,
                          cfg->n_group, &cfg->topk_group);
         if (!rc)
-            rc = sd__bool(c, root, "norm_topk_prob", 1, &cfg->norm_topk_prob);
+            rc = sd__bool(c, root, "norm_topk_prob", !v2, &cfg->norm_topk_prob);
         if (!rc)
-            rc = sd__num(c, root, "routed_scaling_factor", 0, 2.5, &cfg->routed_scaling_factor,
-                         NULL);
+            rc = sd__num(c, root, "routed_scaling_factor", 0, v2 ? 1.0 : 2.5,
+                         &cfg->routed_scaling_factor, NULL);
         if (rc)
             return rc;
         if (ne % cfg->n_group)
@@ -616,9 +622,13 @@ static int sd__parse_deepseek(sd_model_cfg *cfg, json_t *root, const sd__jctx *c
             rc = sd__str(c, root, "topk_method", &tm);
         if (rc)
             return rc;
-        /* The transformers model routes with sigmoid scores and the
-         * bias-corrected group top-k (noaux_tc); V2-era variants are refused. */
-        if (!sf || strcmp(sf, "sigmoid") == 0)
+        /* V3 (transformers' model) routes with sigmoid scores and the
+         * bias-corrected group top-k (noaux_tc); V2 with softmax scores and
+         * a plain top-k (greedy). V2's group_limited_greedy (groups ranked
+         * by their best score) is refused. */
+        if (!sf)
+            cfg->scoring_sigmoid = !v2;
+        else if (strcmp(sf, "sigmoid") == 0)
             cfg->scoring_sigmoid = 1;
         else if (strcmp(sf, "softmax") == 0)
             cfg->scoring_sigmoid = 0;
@@ -627,10 +637,14 @@ static int sd__parse_deepseek(sd_model_cfg *cfg, json_t *root, const sd__jctx *c
                               "%s: key \"scoring_func\" = \"%s\" is not supported (sigmoid or "
                               "softmax)",
                               c->path, sf);
-        if (tm && strcmp(tm, "noaux_tc") != 0)
+        cfg->route_bias = !v2;
+        if (v2 && (!tm || !strcmp(tm, "greedy"))) {
+            cfg->n_group = cfg->topk_group = 1; /* every expert a candidate */
+        } else if (tm && strcmp(tm, "noaux_tc") != 0) {
             return sd_err_set(c->err, SD_ENOTSUP,
-                              "%s: key \"topk_method\" = \"%s\" is not supported (noaux_tc)",
-                              c->path, tm);
+                              "%s: key \"topk_method\" = \"%s\" is not supported (%s)", c->path,
+                              tm, v2 ? "greedy" : "noaux_tc");
+        }
     } else {
         cfg->n_shared_experts = 0;
     }

@@ -74,6 +74,7 @@ typedef struct sd_model_cfg {
     int norm_topk_prob;
     double routed_scaling_factor;
     int scoring_sigmoid; /* scoring_func: 1 sigmoid, 0 softmax */
+    int route_bias;      /* e_score_correction_bias steers the choice (V3's noaux_tc) */
     int num_nextn_predict_layers;
     /* quantization_config of block-scaled fp8 weights: E4M3 tensors, each
      * with "<name>_scale_inv" of one F32 scale a fp8_block[0] x fp8_block[1]

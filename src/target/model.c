@@ -374,7 +374,7 @@ static int load_moe(sd_model *m, const char *pre, layer *L, sd_err *err)
         return rc;
     char name[512];
     snprintf(name, sizeof name, "%s.mlp.gate.e_score_correction_bias", pre);
-    const sd_st_tensor *tb = sd_st_find(m->st, name);
+    const sd_st_tensor *tb = c->route_bias ? sd_st_find(m->st, name) : NULL;
     if (tb) {
         int64_t shape[1] = {E};
         rc = sd_st_expect(m->st, name, 1, shape, &tb, err);

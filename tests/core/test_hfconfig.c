@@ -56,6 +56,25 @@ static const char *QWEN3_MOE =
     "\"transformers_version\":\"4.51.0\",\"use_cache\":true,\"use_sliding_window\":false,"
     "\"vocab_size\":151936}";
 
+/* DeepSeek-V2-Lite's config.json (auto_map left out). */
+static const char *DSV2_LITE =
+    "{\"architectures\":[\"DeepseekV2ForCausalLM\"],\"attention_bias\":false,"
+    "\"attention_dropout\":0.0,\"aux_loss_alpha\":0.001,\"bos_token_id\":100000,"
+    "\"eos_token_id\":100001,\"first_k_dense_replace\":1,\"hidden_act\":\"silu\","
+    "\"hidden_size\":2048,\"initializer_range\":0.02,\"intermediate_size\":10944,"
+    "\"kv_lora_rank\":512,\"max_position_embeddings\":163840,\"model_type\":\"deepseek_v2\","
+    "\"moe_intermediate_size\":1408,\"moe_layer_freq\":1,\"n_group\":1,\"n_routed_experts\":64,"
+    "\"n_shared_experts\":2,\"norm_topk_prob\":false,\"num_attention_heads\":16,"
+    "\"num_experts_per_tok\":6,\"num_hidden_layers\":27,\"num_key_value_heads\":16,"
+    "\"pretraining_tp\":1,\"q_lora_rank\":null,\"qk_nope_head_dim\":128,\"qk_rope_head_dim\":64,"
+    "\"rms_norm_eps\":1e-06,\"rope_scaling\":{\"beta_fast\":32,\"beta_slow\":1,\"factor\":40,"
+    "\"mscale\":0.707,\"mscale_all_dim\":0.707,\"original_max_position_embeddings\":4096,"
+    "\"type\":\"yarn\"},\"rope_theta\":10000,\"routed_scaling_factor\":1.0,"
+    "\"scoring_func\":\"softmax\",\"seq_aux\":true,\"tie_word_embeddings\":false,"
+    "\"topk_group\":1,\"topk_method\":\"greedy\",\"torch_dtype\":\"bfloat16\","
+    "\"transformers_version\":\"4.33.1\",\"use_cache\":true,\"v_head_dim\":128,"
+    "\"vocab_size\":102400}";
+
 /* A small DeepSeek-V3 (4.x layout, yarn under the legacy "type" key). */
 static const char *DSV3 =
     "{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"model_type\":\"deepseek_v3\","
@@ -264,6 +283,45 @@ TEST(qwen3_moe_parses_its_sparse_blocks)
     ASSERT_OK(sd_model_cfg_parse(&c, QWEN3, PATH, &err));
     ASSERT_EQ(c.n_routed_experts, 0);
     ASSERT(!sd_model_cfg_layer_is_moe(&c, 0));
+}
+
+/* DeepSeek-V2-Lite: MLA without q LoRA, softmax scores, a plain top-6 of
+ * 64 (greedy: no groups, no correction bias), not renormalized, scale 1;
+ * V2's group-limited variant is refused. */
+TEST(deepseek_v2_lite_routes_by_a_plain_softmax_top_k)
+{
+    sd_model_cfg c;
+    sd_err err = {0};
+    ASSERT_MSG(sd_model_cfg_parse(&c, DSV2_LITE, PATH, &err) == 0, "%s", err.msg);
+    ASSERT_EQ(c.arch, SD_ARCH_DEEPSEEK_V3);
+    ASSERT_STR_EQ(c.model_type, "deepseek_v2");
+    ASSERT_EQ(c.q_lora_rank, 0);
+    ASSERT_EQ(c.kv_lora_rank, 512);
+    ASSERT_EQ(c.n_routed_experts, 64);
+    ASSERT_EQ(c.num_experts_per_tok, 6);
+    ASSERT_EQ(c.n_shared_experts, 2);
+    ASSERT_EQ(c.scoring_sigmoid, 0);
+    ASSERT_EQ(c.route_bias, 0);
+    ASSERT_EQ(c.n_group, 1);
+    ASSERT_EQ(c.topk_group, 1);
+    ASSERT_EQ(c.norm_topk_prob, 0);
+    ASSERT_NEAR(c.routed_scaling_factor, 1.0, 0);
+    ASSERT_EQ(c.num_nextn_predict_layers, 0);
+    ASSERT(!sd_model_cfg_layer_is_moe(&c, 0) && sd_model_cfg_layer_is_moe(&c, 1));
+    ASSERT_EQ(c.rope.type, SD_ROPE_YARN);
+    /* its config class's defaults where keys are absent */
+    ASSERT_OK(parse_mod(DSV2_LITE, NULL, "topk_method", &c, &err));
+    ASSERT_EQ(c.n_group, 1);
+    ASSERT_OK(parse_mod(DSV2_LITE, NULL, "scoring_func", &c, &err));
+    ASSERT_EQ(c.scoring_sigmoid, 0);
+    ASSERT_EQ(parse_mod(DSV2_LITE, "{\"topk_method\":\"group_limited_greedy\",\"n_group\":8,"
+                                   "\"topk_group\":3}",
+                        NULL, &c, &err),
+              SD_ENOTSUP);
+    ASSERT_CONTAINS(err.msg, "key \"topk_method\" = \"group_limited_greedy\" is not supported (greedy)");
+    /* V3 keeps its bias-steered routing */
+    ASSERT_OK(sd_model_cfg_parse(&c, DSV3, PATH, &err));
+    ASSERT_EQ(c.route_bias, 1);
 }
 
 TEST(qwen3_keeps_explicit_head_dim_and_defaults_it_to_128)
@@ -958,7 +1016,7 @@ TEST(missing_config_file_names_its_path)
 
 TEST_MAIN(T(llama31_parses_with_llama3_rope_and_eos_list),
           T(rope_scaling_and_rope_parameters_layouts_give_the_same_rope),
-          T(qwen3_moe_parses_its_sparse_blocks), T(qwen3_keeps_explicit_head_dim_and_defaults_it_to_128),
+          T(qwen3_moe_parses_its_sparse_blocks), T(deepseek_v2_lite_routes_by_a_plain_softmax_top_k), T(qwen3_keeps_explicit_head_dim_and_defaults_it_to_128),
           T(deepseek_v3_with_and_without_q_lora),
           T(deepseek_optional_keys_default_like_transformers),
           T(llama_optional_keys_default_like_transformers),
