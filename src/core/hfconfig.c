@@ -186,6 +186,8 @@ static const struct {
 } sd__archs[] = {
     {"LlamaForCausalLM", SD_ARCH_LLAMA, {"llama", "mistral"}},
     {"MistralForCausalLM", SD_ARCH_LLAMA, {"mistral", "llama"}},
+    /* Mistral's layer with a sparse MoE block (softmax top-2, renormalized) */
+    {"MixtralForCausalLM", SD_ARCH_LLAMA, {"mixtral", NULL}},
     /* Qwen2 / Qwen2.5: Llama's layer with q/k/v biases (HF's Qwen2Attention) */
     {"Qwen2ForCausalLM", SD_ARCH_LLAMA, {"qwen2", NULL}},
     {"Qwen3ForCausalLM", SD_ARCH_QWEN3, {"qwen3", NULL}},
@@ -198,7 +200,8 @@ static const struct {
     {"DeepseekV2ForCausalLM", SD_ARCH_DEEPSEEK_V3, {"deepseek_v2", NULL}},
 };
 #define SD__ARCH_LIST                                                                              \
-    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "                 \
+    "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, "               \
+    "Qwen3ForCausalLM, "                                                                          \
     "Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM"
 
 static int sd__parse_arch(sd_model_cfg *cfg, json_t *root, const sd__jctx *c)
@@ -545,6 +548,28 @@ static int sd__parse_qwen3_moe(sd_model_cfg *cfg, json_t *root, const sd__jctx *
     return 0;
 }
 
+/* Mixtral's sparse block (HF MixtralSparseMoeBlock, "block_sparse_moe"):
+ * every layer, num_local_experts of intermediate_size, softmax top
+ * num_experts_per_tok renormalized; experts w1 (gate), w3 (up), w2 (down). */
+static int sd__parse_mixtral(sd_model_cfg *cfg, json_t *root, const sd__jctx *c)
+{
+    int rc = sd__int(c, root, "num_local_experts", 0, 8, 1, 1 << 16, &cfg->n_routed_experts);
+    if (!rc)
+        rc = sd__int(c, root, "num_experts_per_tok", 0, 2, 1, cfg->n_routed_experts,
+                     &cfg->num_experts_per_tok);
+    if (rc)
+        return rc;
+    cfg->moe_intermediate_size = cfg->intermediate_size;
+    cfg->moe_sparse_step = 1;
+    cfg->moe_mixtral_names = 1;
+    cfg->norm_topk_prob = 1;
+    cfg->n_shared_experts = 0;
+    cfg->n_group = cfg->topk_group = 1;
+    cfg->scoring_sigmoid = 0;
+    cfg->routed_scaling_factor = 1.0;
+    return 0;
+}
+
 static int sd__parse_deepseek(sd_model_cfg *cfg, json_t *root, const sd__jctx *c)
 {
     int rc = 0;
@@ -731,6 +756,8 @@ int sd_model_cfg_parse(sd_model_cfg *cfg, const char *json_text, const char *pat
         cfg->qk_norm = qwen;
         if (!rc && !strcmp(cfg->model_type, "qwen3_moe"))
             rc = sd__parse_qwen3_moe(cfg, root, &c);
+        if (!rc && !strcmp(cfg->model_type, "mixtral"))
+            rc = sd__parse_mixtral(cfg, root, &c);
     }
     if (rc)
         goto out;

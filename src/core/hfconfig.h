@@ -70,6 +70,8 @@ typedef struct sd_model_cfg {
     int first_k_dense_replace;
     int moe_layer_freq;
     int moe_sparse_step; /* Qwen3-MoE's decoder_sparse_step (0: DeepSeek's layer rule) */
+    int moe_mixtral_names; /* block_sparse_moe.{gate, experts.E.w1 / w3 / w2} for mlp.{gate,
+                            * experts.E.gate_proj / up_proj / down_proj} */
     int n_group, topk_group;
     int norm_topk_prob;
     double routed_scaling_factor;

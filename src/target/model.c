@@ -369,7 +369,11 @@ static int load_moe(sd_model *m, const char *pre, layer *L, sd_err *err)
     const sd_model_cfg *c = &m->cfg;
     int E = c->n_routed_experts, I = c->moe_intermediate_size, D = c->hidden_size;
     L->moe = 1;
-    int rc = get_wf(m, &L->router, err, E, D, "%s.mlp.gate.weight", pre);
+    /* the block's and its experts' names: DeepSeek's and Qwen's, or Mixtral's */
+    const int mx = c->moe_mixtral_names;
+    const char *blk = mx ? "block_sparse_moe" : "mlp", *gn = mx ? "w1" : "gate_proj",
+               *un = mx ? "w3" : "up_proj", *dn = mx ? "w2" : "down_proj";
+    int rc = get_wf(m, &L->router, err, E, D, "%s.%s.gate.weight", pre, blk);
     if (rc)
         return rc;
     char name[512];
@@ -408,12 +412,13 @@ static int load_moe(sd_model *m, const char *pre, layer *L, sd_err *err)
     part pr = part_rows(i0, il), pc = part_cols(i0, il);
     for (int j = 0; j < el && !rc; j++) {
         int e = e0 + j;
-        rc = get_wpf(m, &L->eg[j], err, I, D, pr, "%s.mlp.experts.%d.gate_proj.weight", pre, e);
+        rc = get_wpf(m, &L->eg[j], err, I, D, pr, "%s.%s.experts.%d.%s.weight", pre, blk, e, gn);
         if (!rc)
-            rc = get_wpf(m, &L->eu[j], err, I, D, pr, "%s.mlp.experts.%d.up_proj.weight", pre, e);
+            rc = get_wpf(m, &L->eu[j], err, I, D, pr, "%s.%s.experts.%d.%s.weight", pre, blk, e,
+                         un);
         if (!rc)
-            rc = get_wpf(m, &L->ed[j], err, D, I, pc, "%s.mlp.experts.%d.down_proj.weight", pre,
-                         e);
+            rc = get_wpf(m, &L->ed[j], err, D, I, pc, "%s.%s.experts.%d.%s.weight", pre, blk, e,
+                         dn);
     }
     for (int j = 0; j < S && !rc; j++) {
         const int64_t IS = (int64_t)I * S;

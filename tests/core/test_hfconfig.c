@@ -56,6 +56,17 @@ static const char *QWEN3_MOE =
     "\"transformers_version\":\"4.51.0\",\"use_cache\":true,\"use_sliding_window\":false,"
     "\"vocab_size\":151936}";
 
+/* Mixtral-8x7B-Instruct-v0.1's config.json. */
+static const char *MIXTRAL =
+    "{\"architectures\":[\"MixtralForCausalLM\"],\"attention_dropout\":0.0,\"bos_token_id\":1,"
+    "\"eos_token_id\":2,\"hidden_act\":\"silu\",\"hidden_size\":4096,\"initializer_range\":0.02,"
+    "\"intermediate_size\":14336,\"max_position_embeddings\":32768,\"model_type\":\"mixtral\","
+    "\"num_attention_heads\":32,\"num_experts_per_tok\":2,\"num_hidden_layers\":32,"
+    "\"num_key_value_heads\":8,\"num_local_experts\":8,\"output_router_logits\":false,"
+    "\"rms_norm_eps\":1e-05,\"rope_theta\":1000000.0,\"router_aux_loss_coef\":0.02,"
+    "\"sliding_window\":null,\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\","
+    "\"transformers_version\":\"4.36.0.dev0\",\"use_cache\":true,\"vocab_size\":32000}";
+
 /* DeepSeek-V2-Lite's config.json (auto_map left out). */
 static const char *DSV2_LITE =
     "{\"architectures\":[\"DeepseekV2ForCausalLM\"],\"attention_bias\":false,"
@@ -322,6 +333,32 @@ TEST(deepseek_v2_lite_routes_by_a_plain_softmax_top_k)
     /* V3 keeps its bias-steered routing */
     ASSERT_OK(sd_model_cfg_parse(&c, DSV3, PATH, &err));
     ASSERT_EQ(c.route_bias, 1);
+}
+
+/* Mixtral: Mistral's attention, every layer 8 experts of intermediate_size,
+ * softmax top-2 always renormalized, named block_sparse_moe / w1 w3 w2. */
+TEST(mixtral_parses_its_sparse_blocks)
+{
+    sd_model_cfg c;
+    sd_err err = {0};
+    ASSERT_MSG(sd_model_cfg_parse(&c, MIXTRAL, PATH, &err) == 0, "%s", err.msg);
+    ASSERT_EQ(c.arch, SD_ARCH_LLAMA);
+    ASSERT_STR_EQ(c.model_type, "mixtral");
+    ASSERT_EQ(c.qk_norm, 0);
+    ASSERT_EQ(c.head_dim, 128);
+    ASSERT_EQ(c.num_kv_heads, 8);
+    ASSERT_EQ(c.n_routed_experts, 8);
+    ASSERT_EQ(c.num_experts_per_tok, 2);
+    ASSERT_EQ(c.moe_intermediate_size, 14336);
+    ASSERT_EQ(c.norm_topk_prob, 1);
+    ASSERT_EQ(c.moe_mixtral_names, 1);
+    ASSERT_EQ(c.scoring_sigmoid, 0);
+    ASSERT_EQ(c.n_group, 1);
+    ASSERT_EQ(c.route_bias, 0);
+    ASSERT_EQ(c.sliding_window, 0);
+    for (int i = 0; i < 32; i++)
+        ASSERT(sd_model_cfg_layer_is_moe(&c, i));
+    ASSERT_EQ(parse_mod(MIXTRAL, "{\"num_experts_per_tok\":9}", NULL, &c, &err), SD_ERANGE);
 }
 
 TEST(qwen3_keeps_explicit_head_dim_and_defaults_it_to_128)
@@ -681,9 +718,9 @@ TEST(unsupported_architecture_names_file_and_architecture)
 {
     sd_model_cfg c;
     sd_err err = {0};
-    ASSERT_EQ(parse_mod(QWEN3, "{\"architectures\":[\"MixtralForCausalLM\"]}", NULL, &c, &err),
+    ASSERT_EQ(parse_mod(QWEN3, "{\"architectures\":[\"Gemma3ForCausalLM\"]}", NULL, &c, &err),
               SD_ENOTSUP);
-    ASSERT_CONTAINS(err.msg, PATH ": architecture \"MixtralForCausalLM\" is not supported");
+    ASSERT_CONTAINS(err.msg, PATH ": architecture \"Gemma3ForCausalLM\" is not supported");
     ASSERT_CONTAINS(err.msg, "Qwen3MoeForCausalLM");
     ASSERT_CONTAINS(err.msg, "DeepseekV3ForCausalLM");
 
@@ -1016,7 +1053,7 @@ TEST(missing_config_file_names_its_path)
 
 TEST_MAIN(T(llama31_parses_with_llama3_rope_and_eos_list),
           T(rope_scaling_and_rope_parameters_layouts_give_the_same_rope),
-          T(qwen3_moe_parses_its_sparse_blocks), T(deepseek_v2_lite_routes_by_a_plain_softmax_top_k), T(qwen3_keeps_explicit_head_dim_and_defaults_it_to_128),
+          T(qwen3_moe_parses_its_sparse_blocks), T(mixtral_parses_its_sparse_blocks), T(deepseek_v2_lite_routes_by_a_plain_softmax_top_k), T(qwen3_keeps_explicit_head_dim_and_defaults_it_to_128),
           T(deepseek_v3_with_and_without_q_lora),
           T(deepseek_optional_keys_default_like_transformers),
           T(llama_optional_keys_default_like_transformers),

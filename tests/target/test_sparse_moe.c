@@ -1,15 +1,16 @@
-/* Qwen3-MoE (Qwen3MoeForCausalLM): Qwen3's attention (q/k norms, GQA) with
- * sparse MoE blocks (softmax top-k over the experts, renormalized where
- * norm_topk_prob; no shared expert). Random tiny checkpoints written here:
+/* Sparse MoE blocks of softmax top-k experts without shared ones: Qwen3-MoE
+ * (Qwen3MoeForCausalLM: Qwen3's attention, q/k norms, GQA; renormalized
+ * where norm_topk_prob) and Mixtral (MixtralForCausalLM: Mistral's layer,
+ * block_sparse_moe, always renormalized). Random tiny checkpoints written here:
  * - one expert, top-1, and copies of one expert under a router of zeros
- *   (softmax scores 1/E): the bits of the dense Qwen3 whose MLP is that
- *   expert, its down projection scaled by the weight top-k gives it;
+ *   (softmax scores 1/E): the bits of the dense Qwen3 (Mistral) whose MLP
+ *   is that expert, its down projection scaled by the weight top-k gives it;
  * - 8 experts, top-2, every second layer sparse: finite logits that the
  *   routing moves (not the dense model's), and through the engine the same
  *   greedy tokens with MTP off on 1 rank, 2 tensor-parallel ranks and 2
- *   expert-parallel ranks. HF's own numbers for this architecture come from
- *   a golden fixture (tests/golden/README.md), generated where transformers
- *   runs. */
+ *   expert-parallel ranks (Qwen3-MoE). HF's own numbers for Qwen3-MoE come
+ *   from a golden fixture (tests/golden/README.md), generated where
+ *   transformers runs. */
 #include <jansson.h>
 #include <math.h>
 #include <string.h>
@@ -79,12 +80,17 @@ static void ckpt_free(ckpt *c)
  * copy of expert 0 and the router's weights 0 (each expert's softmax score
  * 1 / E), and in dense_dir the Qwen3 whose MLP is expert 0 with its down
  * projection times twin_scale (a power of two: exact). */
-static int write_moe(const char *dir, const char *dense_dir, int E, int k, int step, int norm,
-                     float twin_scale, uint64_t seed)
+static int write_moe(int mixtral, const char *dir, const char *dense_dir, int E, int k, int step,
+                     int norm, float twin_scale, uint64_t seed)
 {
     ckpt c = {0}, d = {0};
     uint64_t rng = seed;
     char nm[256], src[256];
+    /* the block's name and its experts' (gate, up, down) */
+    const char *blk = mixtral ? "block_sparse_moe" : "mlp";
+    static const char *const qwen_pr[3] = {"gate_proj", "up_proj", "down_proj"};
+    static const char *const mixtral_pr[3] = {"w1", "w3", "w2"};
+    const char *const *epr = mixtral ? mixtral_pr : qwen_pr;
     add(&c, &rng, "model.embed_tokens.weight", V, D, -1, 1);
     for (int l = 0; l < L; l++) {
         const float a = 0.35f;
@@ -95,16 +101,18 @@ static int write_moe(const char *dir, const char *dense_dir, int E, int k, int s
         add(&c, &rng, P("model.layers.%d.self_attn.k_proj.weight", l), HKV * HD, D, -a, a);
         add(&c, &rng, P("model.layers.%d.self_attn.v_proj.weight", l), HKV * HD, D, -a, a);
         add(&c, &rng, P("model.layers.%d.self_attn.o_proj.weight", l), D, H * HD, -a, a);
-        add(&c, &rng, P("model.layers.%d.self_attn.q_norm.weight", l), HD, 0, 0.8f, 1.2f);
-        add(&c, &rng, P("model.layers.%d.self_attn.k_norm.weight", l), HD, 0, 0.8f, 1.2f);
+        if (!mixtral) {
+            add(&c, &rng, P("model.layers.%d.self_attn.q_norm.weight", l), HD, 0, 0.8f, 1.2f);
+            add(&c, &rng, P("model.layers.%d.self_attn.k_norm.weight", l), HD, 0, 0.8f, 1.2f);
+        }
         if ((l + 1) % step == 0) {
-            add(&c, &rng, P("model.layers.%d.mlp.gate.weight", l), E, D, dense_dir ? 0 : -1,
+            add(&c, &rng, P("model.layers.%d.%s.gate.weight", l, blk), E, D, dense_dir ? 0 : -1,
                 dense_dir ? 0 : 1);
             for (int e = 0; e < E; e++) {
-                static const char *const pr[3] = {"gate_proj", "up_proj", "down_proj"};
                 for (int p = 0; p < 3; p++) {
-                    snprintf(src, sizeof src, "model.layers.%d.mlp.experts.0.%s.weight", l, pr[p]);
-                    P("model.layers.%d.mlp.experts.%d.%s.weight", l, e, pr[p]);
+                    snprintf(src, sizeof src, "model.layers.%d.%s.experts.0.%s.weight", l, blk,
+                             epr[p]);
+                    P("model.layers.%d.%s.experts.%d.%s.weight", l, blk, e, epr[p]);
                     if (e && dense_dir)
                         add_copy(&c, &c, nm, src);
                     else
@@ -121,13 +129,12 @@ static int write_moe(const char *dir, const char *dense_dir, int E, int k, int s
     add(&c, &rng, "lm_head.weight", V, D, -0.5f, 0.5f);
     if (dense_dir) { /* the same tensors, each layer's MLP expert 0's */
         for (int i = 0; i < c.n; i++)
-            if (!strstr(c.t[i].name, ".mlp."))
+            if (!strstr(c.t[i].name, ".mlp.") && !strstr(c.t[i].name, ".block_sparse_moe."))
                 add_copy(&d, &c, c.t[i].name, c.t[i].name);
         for (int l = 0; l < L; l++)
             for (int p = 0; p < 3; p++) {
-                static const char *const pr[3] = {"gate_proj", "up_proj", "down_proj"};
-                snprintf(src, sizeof src, "model.layers.%d.mlp.experts.0.%s.weight", l, pr[p]);
-                snprintf(nm, sizeof nm, "model.layers.%d.mlp.%s.weight", l, pr[p]);
+                snprintf(src, sizeof src, "model.layers.%d.%s.experts.0.%s.weight", l, blk, epr[p]);
+                snprintf(nm, sizeof nm, "model.layers.%d.mlp.%s.weight", l, qwen_pr[p]);
                 add_copy(&d, &c, nm, src);
                 if (p == 2) { /* down: times twin_scale */
                     uint16_t *w = d.buf[d.n - 1];
@@ -148,14 +155,20 @@ static int write_moe(const char *dir, const char *dense_dir, int E, int k, int s
         char *p = sd_strfmt("%s/model.safetensors", dirs[w]);
         rc = sd_st_write(p, cs[w]->t, cs[w]->n, NULL, &err);
         free(p);
+        static const char *const arch[2][2] = {{"Qwen3MoeForCausalLM", "Qwen3ForCausalLM"},
+                                               {"MixtralForCausalLM", "MistralForCausalLM"}};
+        static const char *const type[2][2] = {{"qwen3_moe", "qwen3"}, {"mixtral", "mistral"}};
         json_t *cfg = json_pack(
             "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:i, s:b, s:s}",
-            "architectures", w ? "Qwen3ForCausalLM" : "Qwen3MoeForCausalLM", "model_type",
-            w ? "qwen3" : "qwen3_moe", "vocab_size", V, "hidden_size", D, "intermediate_size",
-            w ? MI : DI, "num_hidden_layers", L, "num_attention_heads", H, "num_key_value_heads",
-            HKV, "head_dim", HD, "rms_norm_eps", 1e-6, "rope_theta", 1e6, "bos_token_id", 1,
-            "eos_token_id", 2, "tie_word_embeddings", 0, "hidden_act", "silu");
-        if (!w) {
+            "architectures", arch[mixtral][w], "model_type", type[mixtral][w], "vocab_size", V,
+            "hidden_size", D, "intermediate_size", w || mixtral ? MI : DI, "num_hidden_layers", L,
+            "num_attention_heads", H, "num_key_value_heads", HKV, "head_dim", HD, "rms_norm_eps",
+            1e-6, "rope_theta", 1e6, "bos_token_id", 1, "eos_token_id", 2, "tie_word_embeddings", 0,
+            "hidden_act", "silu");
+        if (!w && mixtral) {
+            json_object_set_new(cfg, "num_local_experts", json_integer(E));
+            json_object_set_new(cfg, "num_experts_per_tok", json_integer(k));
+        } else if (!w) {
             json_object_set_new(cfg, "num_experts", json_integer(E));
             json_object_set_new(cfg, "num_experts_per_tok", json_integer(k));
             json_object_set_new(cfg, "moe_intermediate_size", json_integer(MI));
@@ -179,15 +192,16 @@ static int write_moe(const char *dir, const char *dense_dir, int E, int k, int s
 static const int32_t IDS[] = {1, 17, 230, 5, 491, 42, 300, 3, 77, 120, 64, 9};
 #define NIDS ((int)SD_ARRAY_LEN(IDS))
 
-/* The MoE block against dense twins: E experts k of them chosen, d the
- * dense model's down scale that the block's weights make. */
-static int block_is_dense(int E, int k, int norm, float scale)
+/* The MoE block (Qwen3-MoE's, or Mixtral's) against dense twins: E experts
+ * k of them chosen, scale the dense model's down scale that the block's
+ * weights make. */
+static int block_is_dense(int mixtral, int E, int k, int norm, float scale)
 {
     char tmpl[] = "/tmp/sd_q3moe_XXXXXX";
     if (!mkdtemp(tmpl))
         return 0;
     char *dm = sd_strfmt("%s/moe", tmpl), *dd = sd_strfmt("%s/dense", tmpl);
-    int ok = write_moe(dm, dd, E, k, 1, norm, scale, sd_test_seed()) == 0;
+    int ok = write_moe(mixtral, dm, dd, E, k, 1, norm, scale, sd_test_seed()) == 0;
     sd_backend *be = NULL;
     outs a = {0}, b = {0};
     int nv = 0, nd = 0;
@@ -199,7 +213,8 @@ static int block_is_dense(int E, int k, int norm, float scale)
         ok = 0;
     }
     char what[96];
-    snprintf(what, sizeof what, "%d experts, top %d%s", E, k, norm ? ", norm" : "");
+    snprintf(what, sizeof what, "%s %d experts, top %d%s", mixtral ? "mixtral" : "qwen3-moe", E,
+             k, norm ? ", norm" : "");
     if (ok)
         ok = same(what, "logits", a.logits, b.logits, (size_t)NIDS * nv) &
              same(what, "decode", a.step, b.step, (size_t)NIDS * nv);
@@ -221,10 +236,19 @@ static int block_is_dense(int E, int k, int norm, float scale)
  * 4/8. */
 TEST(the_sparse_block_weighs_its_experts_by_softmax_top_k)
 {
-    ASSERT(block_is_dense(1, 1, 1, 1.0f));
-    ASSERT(block_is_dense(8, 2, 0, 0.25f));
-    ASSERT(block_is_dense(8, 2, 1, 1.0f));
-    ASSERT(block_is_dense(8, 4, 0, 0.5f));
+    ASSERT(block_is_dense(0, 1, 1, 1, 1.0f));
+    ASSERT(block_is_dense(0, 8, 2, 0, 0.25f));
+    ASSERT(block_is_dense(0, 8, 2, 1, 1.0f));
+    ASSERT(block_is_dense(0, 8, 4, 0, 0.5f));
+}
+
+/* Mixtral: Mistral's layer (no q/k norms), block_sparse_moe with experts
+ * w1 / w3 / w2, top-k always renormalized: copies of one expert weigh 1
+ * (top-2 of 8, and one expert), against the dense Mistral. */
+TEST(mixtrals_block_renormalizes_its_top_k)
+{
+    ASSERT(block_is_dense(1, 1, 1, 1, 1.0f));
+    ASSERT(block_is_dense(1, 8, 2, 1, 1.0f));
 }
 
 TEST(eight_experts_route_and_split_over_ranks)
@@ -233,8 +257,8 @@ TEST(eight_experts_route_and_split_over_ranks)
     ASSERT(mkdtemp(tmpl));
     char *dm = sd_strfmt("%s/moe", tmpl), *dz = sd_strfmt("%s/moe_norm", tmpl);
     const uint64_t seed = sd_test_seed();
-    ASSERT_OK(write_moe(dm, NULL, 8, 2, 2, 0, 1, seed));
-    ASSERT_OK(write_moe(dz, NULL, 8, 2, 2, 1, 1, seed)); /* the same weights, renormalized */
+    ASSERT_OK(write_moe(0, dm, NULL, 8, 2, 2, 0, 1, seed));
+    ASSERT_OK(write_moe(0, dz, NULL, 8, 2, 2, 1, 1, seed)); /* the same weights, renormalized */
     sd_backend *be;
     ASSERT_OK(sd_cpu_backend_create(&be, 2));
     outs a, z;
@@ -275,5 +299,5 @@ TEST(eight_experts_route_and_split_over_ranks)
     free(dz);
 }
 
-TEST_MAIN(T(the_sparse_block_weighs_its_experts_by_softmax_top_k),
+TEST_MAIN(T(the_sparse_block_weighs_its_experts_by_softmax_top_k), T(mixtrals_block_renormalizes_its_top_k),
           T(eight_experts_route_and_split_over_ranks))
