@@ -281,6 +281,8 @@ static inline float dot_fp8(const uint8_t *q, const float *t, size_t bn, const f
     return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+float sd__cpu_dot_f32(const float *w, const float *x, size_t n) { return dot_f32(w, x, n); }
+
 float sd__cpu_dot_row(const sd_weight *w, int64_t r, const float *x)
 {
     size_t k = (size_t)w->cols, off = (size_t)r * k;

@@ -35,6 +35,9 @@ int sd__cpu_reserve_scratch(sd_backend *be, size_t len);
 void sd__cpu_weight_row(const sd_weight *w, int64_t r, float *dst);
 /* dot of x (n floats) with weight row r. */
 float sd__cpu_dot_row(const sd_weight *w, int64_t r, const float *x);
+/* dot of x with a row in fp32 (sd__cpu_weight_row's): the sums of
+ * sd__cpu_dot_row over that weight row, bit for bit. */
+float sd__cpu_dot_f32(const float *w, const float *x, size_t n);
 
 /* op entry points (one family per file) */
 void sd__cpu_embed(sd_backend *be, float *out, const sd_weight *table, const int32_t *ids, int n);

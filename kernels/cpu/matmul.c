@@ -6,30 +6,40 @@
 #include "kernels/cpu/cpu.h"
 
 typedef struct mm_ctx {
+    sd_backend *be;
     float *y;
     const float *x;
     const sd_weight *w, *bias;
     int n, x_stride;
+    int rows_f32; /* an FP8 weight's rows decoded once into the thread's scratch */
     int H, x_head_stride, x_off, N; /* matmul_heads */
 } mm_ctx;
 
 static void mm_task(void *arg, int b, int e, int thread)
 {
-    (void)thread;
     mm_ctx *c = arg;
     int64_t N = c->w->rows;
+    float *row = c->rows_f32 ? sd__cpu_scratch(c->be, thread, (size_t)c->w->cols) : NULL;
     for (int j = b; j < e; j++) {
         float bj = c->bias ? sd_load_f32(c->bias->data, c->bias->dtype, (size_t)j) : 0.0f;
-        for (int t = 0; t < c->n; t++)
+        if (row) /* the same products in the same order as sd__cpu_dot_row's */
+            sd__cpu_weight_row(c->w, j, row);
+        for (int t = 0; t < c->n; t++) {
+            const float *xt = c->x + (size_t)t * (size_t)c->x_stride;
             c->y[(size_t)t * (size_t)N + (size_t)j] =
-                sd__cpu_dot_row(c->w, j, c->x + (size_t)t * (size_t)c->x_stride) + bj;
+                (row ? sd__cpu_dot_f32(row, xt, (size_t)c->w->cols) : sd__cpu_dot_row(c->w, j, xt)) +
+                bj;
+        }
     }
 }
 
 void sd__cpu_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w,
                     const sd_weight *bias, int n, int x_stride)
 {
-    mm_ctx c = {.y = y, .x = x, .w = w, .bias = bias, .n = n, .x_stride = x_stride};
+    mm_ctx c = {.be = be, .y = y, .x = x, .w = w, .bias = bias, .n = n, .x_stride = x_stride};
+    /* FP8 rows read by several activation rows: decoded once, not per row */
+    c.rows_f32 = w->dtype == SD_DT_F8_E4M3 && n > 1 &&
+                 sd__cpu_reserve_scratch(be, (size_t)w->cols) == 0;
     sd__cpu_parallel(be, (int)w->rows, (size_t)w->cols * (size_t)n, mm_task, &c);
 }
 
