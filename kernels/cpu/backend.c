@@ -283,6 +283,39 @@ static inline float dot_fp8(const uint8_t *q, const float *t, size_t bn, const f
 
 float sd__cpu_dot_f32(const float *w, const float *x, size_t n) { return dot_f32(w, x, n); }
 
+/* weight element i of a BF16 or F32 row */
+static inline float w_elem(const void *row, int bf16, size_t i)
+{
+    return bf16 ? sd_bf16_to_f32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
+}
+
+int sd__cpu_dot4_row(const sd_weight *w, int64_t r, const float *const x[4], float out[4])
+{
+    if (w->dtype != SD_DT_BF16 && w->dtype != SD_DT_F32)
+        return -1;
+    const int bf16 = w->dtype == SD_DT_BF16;
+    const size_t n = (size_t)w->cols;
+    const void *row = (const char *)w->data + (size_t)r * n * (bf16 ? 2 : 4);
+    float acc[4][8] = {{0}};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float f[8];
+        for (int j = 0; j < 8; j++)
+            f[j] = w_elem(row, bf16, i + j);
+        for (int t = 0; t < 4; t++)
+            for (int j = 0; j < 8; j++)
+                acc[t][j] += f[j] * x[t][i + j];
+    }
+    for (int t = 0; t < 4; t++) {
+        float s = 0;
+        for (size_t k = i; k < n; k++)
+            s += w_elem(row, bf16, k) * x[t][k];
+        const float *a = acc[t];
+        out[t] = s + ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+    }
+    return 0;
+}
+
 float sd__cpu_dot_row(const sd_weight *w, int64_t r, const float *x)
 {
     size_t k = (size_t)w->cols, off = (size_t)r * k;

@@ -38,6 +38,9 @@ float sd__cpu_dot_row(const sd_weight *w, int64_t r, const float *x);
 /* dot of x with a row in fp32 (sd__cpu_weight_row's): the sums of
  * sd__cpu_dot_row over that weight row, bit for bit. */
 float sd__cpu_dot_f32(const float *w, const float *x, size_t n);
+/* out[t] = sd__cpu_dot_row(w, r, x[t]) for 4 activation rows, bit for bit,
+ * the row read once (BF16 and F32 weights; -1 for the others). */
+int sd__cpu_dot4_row(const sd_weight *w, int64_t r, const float *const x[4], float out[4]);
 
 /* op entry points (one family per file) */
 void sd__cpu_embed(sd_backend *be, float *out, const sd_weight *table, const int32_t *ids, int n);

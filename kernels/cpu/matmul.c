@@ -24,7 +24,19 @@ static void mm_task(void *arg, int b, int e, int thread)
         float bj = c->bias ? sd_load_f32(c->bias->data, c->bias->dtype, (size_t)j) : 0.0f;
         if (row) /* the same products in the same order as sd__cpu_dot_row's */
             sd__cpu_weight_row(c->w, j, row);
-        for (int t = 0; t < c->n; t++) {
+        int t = 0;
+        /* four activation rows a pass over the weight row */
+        for (; !row && t + 4 <= c->n; t += 4) {
+            const float *xs[4];
+            float o[4];
+            for (int k = 0; k < 4; k++)
+                xs[k] = c->x + (size_t)(t + k) * (size_t)c->x_stride;
+            if (sd__cpu_dot4_row(c->w, j, xs, o))
+                break;
+            for (int k = 0; k < 4; k++)
+                c->y[(size_t)(t + k) * (size_t)N + (size_t)j] = o[k] + bj;
+        }
+        for (; t < c->n; t++) {
             const float *xt = c->x + (size_t)t * (size_t)c->x_stride;
             c->y[(size_t)t * (size_t)N + (size_t)j] =
                 (row ? sd__cpu_dot_f32(row, xt, (size_t)c->w->cols) : sd__cpu_dot_row(c->w, j, xt)) +
