@@ -78,4 +78,38 @@ TEST(each_activation_row_gets_the_bits_it_gets_alone)
     sd_cpu_backend_destroy(be);
 }
 
-TEST_MAIN(T(each_activation_row_gets_the_bits_it_gets_alone))
+/* matmul_heads (head h's rows of W against head h's part of each activation
+ * row) the same: n rows give each row's one-row bits. */
+TEST(each_row_of_matmul_heads_gets_the_bits_it_gets_alone)
+{
+    sd_backend *be;
+    ASSERT_OK(sd_cpu_backend_create(&be, 2));
+    uint64_t rng = sd_test_seed();
+    const int H = 3, N = 5, K = 21, stride = H * K + 2;
+    for (int d = 0; d < 2; d++) {
+        const sd_dtype dt = d ? SD_DT_F32 : SD_DT_BF16;
+        void *wd = weights(&rng, dt, (size_t)H * N * K);
+        sd_weight w;
+        ASSERT_OK(be->ops->weight(be, &w, wd, dt, (int64_t)H * N, K));
+        for (int n = 1; n <= 9; n++) {
+            float *x = malloc((size_t)n * stride * sizeof(float));
+            for (int i = 0; i < n * stride; i++)
+                x[i] = sd_test_randf(&rng, -2.0f, 2.0f);
+            float *y = malloc((size_t)n * H * N * sizeof(float)), one[64];
+            be->ops->matmul_heads(be, y, x, &w, n, H, stride, K, 1);
+            for (int t = 0; t < n; t++) {
+                be->ops->matmul_heads(be, one, x + (size_t)t * stride, &w, 1, H, stride, K, 1);
+                ASSERT_MSG(!memcmp(one, y + (size_t)t * H * N, (size_t)H * N * sizeof(float)),
+                           "%s, %d rows: row %d differs from its one-row matmul_heads",
+                           sd_dtype_name(dt), n, t);
+            }
+            free(x);
+            free(y);
+        }
+        free(wd);
+    }
+    sd_cpu_backend_destroy(be);
+}
+
+TEST_MAIN(T(each_activation_row_gets_the_bits_it_gets_alone),
+          T(each_row_of_matmul_heads_gets_the_bits_it_gets_alone))
