@@ -289,7 +289,12 @@ static inline float w_elem(const void *row, int bf16, size_t i)
     return bf16 ? sd_bf16_to_f32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
 }
 
-int sd__cpu_dot4_row(const sd_weight *w, int64_t r, const float *const x[4], float out[4])
+/* Built for AVX2 too (picked at run time): its 8 lanes a row are the 8 sums
+ * in the same order, so the same bits; four independent chains of them
+ * (one per activation row) keep the wider units busy, where the one-row dot,
+ * a single chain, gained nothing from AVX2 (session 39). */
+__attribute__((target_clones("avx2", "default"))) int
+sd__cpu_dot4_row(const sd_weight *w, int64_t r, const float *const x[4], float out[4])
 {
     if (w->dtype != SD_DT_BF16 && w->dtype != SD_DT_F32)
         return -1;
