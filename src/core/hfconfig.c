@@ -515,6 +515,18 @@ static int sd__parse_fp8(sd_model_cfg *cfg, json_t *qc, const sd__jctx *cq)
     return rc;
 }
 
+/* A sparse block routed by a plain softmax top-k over all its experts, none
+ * shared (Qwen3-MoE's, Mixtral's): DeepSeek's router with one group, no
+ * correction bias, scale 1. */
+static void plain_topk(sd_model_cfg *cfg)
+{
+    cfg->n_shared_experts = 0;
+    cfg->n_group = cfg->topk_group = 1;
+    cfg->scoring_sigmoid = 0;
+    cfg->route_bias = 0;
+    cfg->routed_scaling_factor = 1.0;
+}
+
 /* Qwen3-MoE's sparse block (HF Qwen3MoeSparseMoeBlock): softmax over the
  * experts, the top num_experts_per_tok, renormalized where norm_topk_prob;
  * no shared expert, no groups, no correction bias. Layer i is sparse where
@@ -541,10 +553,7 @@ static int sd__parse_qwen3_moe(sd_model_cfg *cfg, json_t *root, const sd__jctx *
                           "%s: key \"mlp_only_layers\" lists dense layers among the sparse ones: "
                           "not supported (only an empty list)",
                           c->path);
-    cfg->n_shared_experts = 0;
-    cfg->n_group = cfg->topk_group = 1;
-    cfg->scoring_sigmoid = 0;
-    cfg->routed_scaling_factor = 1.0;
+    plain_topk(cfg);
     return 0;
 }
 
@@ -563,10 +572,7 @@ static int sd__parse_mixtral(sd_model_cfg *cfg, json_t *root, const sd__jctx *c)
     cfg->moe_sparse_step = 1;
     cfg->moe_mixtral_names = 1;
     cfg->norm_topk_prob = 1;
-    cfg->n_shared_experts = 0;
-    cfg->n_group = cfg->topk_group = 1;
-    cfg->scoring_sigmoid = 0;
-    cfg->routed_scaling_factor = 1.0;
+    plain_topk(cfg);
     return 0;
 }
 
