@@ -521,7 +521,8 @@ int sd_st_open(sd_st **out, const char *path_or_dir, sd_err *err)
     if (!rc) {
         /* Sorted by name: lookups are binary searches (a DeepSeek-V3 checkpoint
          * has ~92k tensors) and duplicates across shards sit side by side. */
-        qsort(st->ents, (size_t)st->n, sizeof *st->ents, sd__ent_cmp);
+        if (st->n > 1) /* none: no array to sort */
+            qsort(st->ents, (size_t)st->n, sizeof *st->ents, sd__ent_cmp);
         for (int i = 1; i < st->n && !rc; i++)
             if (strcmp(st->ents[i].t.name, st->ents[i - 1].t.name) == 0)
                 rc = sd_err_set(err, SD_EFORMAT, "%s: tensor %s appears in both %s and %s",

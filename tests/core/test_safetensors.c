@@ -437,6 +437,20 @@ TEST(fp8_weights_are_refused_without_block_scales_and_dequantized_with_them)
     sd_st_close(st);
 }
 
+/* A file of no tensors opens, holding none (it once handed qsort a null
+ * array: UBSan). */
+TEST(file_without_tensors_opens_empty)
+{
+    const char *dir = tmpdir();
+    sd_err err = {0};
+    ASSERT_OK(sd_st_write(path_in(dir, "model.safetensors"), NULL, 0, NULL, &err));
+    sd_st *st;
+    ASSERT_MSG(sd_st_open(&st, dir, &err) == 0, "%s", err.msg);
+    ASSERT_EQ(sd_st_count(st), 0);
+    ASSERT(!sd_st_find(st, "x"));
+    sd_st_close(st);
+}
+
 TEST(sharded_folder_opens_through_its_index)
 {
     uint64_t rs = rng_state();
@@ -761,7 +775,7 @@ TEST(writer_refuses_inconsistent_tensors)
 
 TEST_MAIN(T(written_file_reads_back_exactly_from_the_mapping),
           T(expect_checks_shape_and_names_file_and_tensor),
-          T(fp8_e4m3_decodes_every_code_as_defined), T(fp8_weights_are_refused_without_block_scales_and_dequantized_with_them),
+          T(fp8_e4m3_decodes_every_code_as_defined), T(file_without_tensors_opens_empty), T(fp8_weights_are_refused_without_block_scales_and_dequantized_with_them),
           T(sharded_folder_opens_through_its_index),
           T(folder_without_index_takes_model_safetensors_else_every_shard),
           T(truncated_file_names_file_and_tensor), T(header_length_past_the_end_is_refused),
