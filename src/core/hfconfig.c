@@ -92,14 +92,23 @@ static json_t *sd__get(json_t *obj, const char *key)
 
 /* Integer in [lo, hi], def when absent. A real with an integral value
  * (4096.0) is accepted: some writers emit every number as a float. */
+static int sd__int_of(const sd__jctx *c, json_t *v, const char *key, long long def, long long lo,
+                      long long hi, int *out);
 static int sd__int(const sd__jctx *c, json_t *obj, const char *key, int required, long long def,
                    long long lo, long long hi, int *out)
 {
     json_t *v = sd__get(obj, key);
+    if (!v && required)
+        return sd__missing(c, key);
+    return sd__int_of(c, v, key, def, lo, hi, out);
+}
+
+/* Value v (NULL: def) of key as an integer in [lo, hi] (sd__int's rules). */
+static int sd__int_of(const sd__jctx *c, json_t *v, const char *key, long long def, long long lo,
+                      long long hi, int *out)
+{
     long long x;
     if (!v) {
-        if (required)
-            return sd__missing(c, key);
         x = def;
     } else if (json_is_integer(v)) {
         x = json_integer_value(v);
@@ -201,8 +210,7 @@ static const struct {
 };
 #define SD__ARCH_LIST                                                                              \
     "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, "               \
-    "Qwen3ForCausalLM, "                                                                          \
-    "Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM"
+    "Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM"
 
 static int sd__parse_arch(sd_model_cfg *cfg, json_t *root, const sd__jctx *c)
 {
@@ -502,14 +510,8 @@ static int sd__parse_fp8(sd_model_cfg *cfg, json_t *qc, const sd__jctx *cq)
     if (!json_is_array(b) || json_array_size(b) != 2)
         return sd__badtype(cq, "weight_block_size", "an array of two integers", b);
     static const char *const key[2] = {"weight_block_size[0]", "weight_block_size[1]"};
-    json_t *holder = json_object();
-    if (!holder)
-        return sd_err_set(cq->err, SD_ENOMEM, "out of memory");
-    for (int i = 0; i < 2 && !rc; i++) {
-        json_object_set(holder, key[i], json_array_get(b, (size_t)i));
-        rc = sd__int(cq, holder, key[i], 1, 0, 1, 1 << 20, &cfg->fp8_block[i]);
-    }
-    json_decref(holder);
+    for (int i = 0; i < 2 && !rc; i++)
+        rc = sd__int_of(cq, json_array_get(b, (size_t)i), key[i], 0, 1, 1 << 20, &cfg->fp8_block[i]);
     if (!rc)
         cfg->fp8 = 1;
     return rc;
