@@ -152,33 +152,8 @@ static int place_fp8(sd_model *m, sd_weight *w, const char *name, const uint8_t 
     return 0;
 }
 
-/* Rows [r0, r0 + n) of FP8 tensor `name` [rows, cols] placed as FP8 where
- * m keeps FP8 and r0 starts a block of scales (their rows copied as F32): 0
- * when placed, 1 when the caller loads it dequantized, else an error. */
 static int get_fp8(sd_model *m, const char *name, int64_t rows, int64_t cols, int64_t r0,
-                   int64_t n, sd_weight *w, sd_err *err)
-{
-    const int bm = m->cfg.fp8_block[0];
-    if (!m->fp8_keep || !cols || r0 % bm)
-        return 1;
-    const sd_st_tensor *q, *s;
-    const int64_t shape[2] = {rows, cols};
-    int rc = sd_st_fp8_parts(m->st, name, 2, shape, &q, &s, err);
-    if (rc)
-        return rc;
-    const int64_t sc = s->shape[1], s0 = r0 / bm, sn = (n + bm - 1) / bm;
-    float *scale = malloc((size_t)(sn * sc) * sizeof *scale);
-    if (!scale)
-        return sd_err_set(err, SD_ENOMEM, "out of memory for %s's scales", name);
-    for (int64_t i = 0; i < sn * sc; i++)
-        scale[i] = sd_load_f32(s->data, s->dtype, (size_t)(s0 * sc + i));
-    if (own(m, scale)) {
-        free(scale);
-        return sd_err_set(err, SD_ENOMEM, "out of memory");
-    }
-    return place_fp8(m, w, name, (const uint8_t *)q->data + (size_t)(r0 * cols), scale, n, cols,
-                     err);
-}
+                   int64_t n, sd_weight *w, sd_err *err);
 
 /* Loads tensor `name` of shape [rows, cols] (cols = 0: 1-D of rows). */
 static int get_w(sd_model *m, const char *name, int64_t rows, int64_t cols, sd_weight *w,
@@ -276,8 +251,9 @@ typedef struct stack_part {
 
 /* Parts of FP8 tensors [full, cols] stacked as FP8 where m keeps FP8, every
  * part starts a block of scales and all but the last fill whole blocks
- * (their rows and their scales' rows one after another): 0 when placed, 1
- * when the caller stacks them dequantized, else an error. */
+ * (their rows and their scales' rows one after another; one part's rows
+ * stay in the mapping): 0 when placed, 1 when the caller stacks them
+ * dequantized, else an error. */
 static int stack_fp8(sd_model *m, const stack_part *p, int np, int64_t cols, sd_weight *w,
                      sd_err *err)
 {
@@ -298,26 +274,45 @@ static int stack_fp8(sd_model *m, const stack_part *p, int np, int64_t cols, sd_
         SR += (p[i].n + bm - 1) / bm;
     }
     const int64_t SC = (cols + bn - 1) / bn;
-    uint8_t *buf = malloc((size_t)(R * cols));
-    if (!buf || own(m, buf)) {
-        free(buf);
-        return sd_err_set(err, SD_ENOMEM, "out of memory stacking %s", p[0].name);
+    const uint8_t *bytes = (const uint8_t *)q[0]->data + (size_t)(p[0].r0 * cols);
+    uint8_t *buf = NULL;
+    if (np > 1) {
+        buf = malloc((size_t)(R * cols));
+        if (!buf || own(m, buf)) {
+            free(buf);
+            return sd_err_set(err, SD_ENOMEM, "out of memory stacking %s", p[0].name);
+        }
+        bytes = buf;
     }
     float *scale = malloc((size_t)(SR * SC) * sizeof *scale);
     if (!scale || own(m, scale)) {
         free(scale);
-        return sd_err_set(err, SD_ENOMEM, "out of memory stacking %s", p[0].name);
+        return sd_err_set(err, SD_ENOMEM, "out of memory for %s's scales", p[0].name);
     }
     uint8_t *dq = buf;
     float *ds = scale;
     for (int i = 0; i < np; i++) {
-        memcpy(dq, (const uint8_t *)q[i]->data + (size_t)(p[i].r0 * cols), (size_t)(p[i].n * cols));
-        dq += p[i].n * cols;
+        if (buf) {
+            memcpy(dq, (const uint8_t *)q[i]->data + (size_t)(p[i].r0 * cols), (size_t)(p[i].n * cols));
+            dq += p[i].n * cols;
+        }
         const int64_t s0 = p[i].r0 / bm, sn = (p[i].n + bm - 1) / bm;
         for (int64_t k = 0; k < sn * SC; k++)
             *ds++ = sd_load_f32(s[i]->data, s[i]->dtype, (size_t)(s0 * SC + k));
     }
-    return place_fp8(m, w, p[0].name, buf, scale, R, cols, err);
+    return place_fp8(m, w, p[0].name, bytes, scale, R, cols, err);
+}
+
+/* Rows [r0, r0 + n) of FP8 tensor `name` [rows, cols] placed as FP8 where
+ * m keeps FP8 and r0 starts a block of scales: stack_fp8's one part. */
+static int get_fp8(sd_model *m, const char *name, int64_t rows, int64_t cols, int64_t r0,
+                   int64_t n, sd_weight *w, sd_err *err)
+{
+    if (!cols)
+        return 1;
+    stack_part p = {.full = rows, .r0 = r0, .n = n};
+    snprintf(p.name, sizeof p.name, "%s", name);
+    return stack_fp8(m, &p, 1, cols, w, err);
 }
 
 /* Rows [r0, r0 + nr) of two [I, D] tensors stacked into one [2nr, D] weight

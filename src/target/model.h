@@ -54,11 +54,11 @@ typedef struct sd_model_opts {
      * kernels run them with the routed ones instead of a dense MLP after
      * them. Not with ep. The same sums up to their order. */
     int moe_shared_slots;
-    /* Block-scaled FP8 checkpoints: 1 keeps the weights that load whole or
-     * by whole blocks of rows as FP8 where the backend takes them
-     * (weight_fp8: the same numbers at half the bytes); 0 dequantizes every
-     * one to BF16 as it loads. Derived and stacked weights are BF16 either
-     * way. */
+    /* Block-scaled FP8 checkpoints: 1 keeps the weights that load whole, by
+     * whole blocks of rows, or stacked from parts that start blocks, as FP8
+     * where the backend takes them (weight_fp8: the same numbers at half
+     * the bytes); 0 dequantizes every one to BF16 as it loads. Derived
+     * weights (MLA's absorbed ones) and column shards are BF16 either way. */
     int fp8_keep;
 } sd_model_opts;
 
