@@ -180,7 +180,6 @@ static void spec_series(sd_buf *o, const sd_spec_stats *s)
            s->steps ? s->verify_s / (double)s->steps : 0.0);
 }
 
-/* a counter by why a step drafted, for the reasons that drafted a step */
 /* a counter by one label: v[i] as key="name_of(i)", for the i where
  * shown[i] is not 0 */
 static void label_series(sd_buf *o, const char *name, const char *help, const char *key,
@@ -194,6 +193,7 @@ static void label_series(sd_buf *o, const char *name, const char *help, const ch
                           (unsigned long long)v[i]);
 }
 
+/* a counter by why a step drafted, for the reasons that drafted a step */
 static void why_series(sd_buf *o, const char *name, const char *help, const sd_engine_stats *es,
                        const uint64_t *v)
 {

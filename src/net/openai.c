@@ -534,11 +534,6 @@ static void strip_bounds(json_t *sch)
     strip_bounds(json_object_get(sch, "additionalProperties"));
 }
 
-/* The JSON Schema a forced tool_choice decodes to (vLLM's way, whatever the
- * model's own call format): a named function's parameters; for required,
- * an array of at least one {"name": a tool's, "parameters": its}, at most
- * one without parallel_tool_calls. Compiled here: a parameters schema
- * outside json_schema's subset is a 400 naming tools. */
 /* Compiles r->schema_text to check it: through r->schemas where the server
  * gave its engine's cache (put back at once: it stays there, idle, for the
  * engine's look-up of the same text), else alone. 0, or the compiler's error. */
@@ -556,6 +551,11 @@ static int check_schema(sd_oai_request *r, sd_err *ce)
     return rc;
 }
 
+/* The JSON Schema a forced tool_choice decodes to (vLLM's way, whatever the
+ * model's own call format): a named function's parameters; for required,
+ * an array of at least one {"name": a tool's, "parameters": its}, at most
+ * one without parallel_tool_calls. Compiled here: a parameters schema
+ * outside json_schema's subset is a 400 naming tools. */
 static int forced_schema(sd_oai_request *r, json_t *tools, sd_api_error *e)
 {
     json_t *sch = NULL, *alts = json_array();

@@ -20,11 +20,11 @@
 #include "net/http.h"
 #include "net/metrics.h"
 #include "net/notify.h"
-#include "verify/schema_cache.h"
 #include "net/openai.h"
 #include "net/reasoning.h"
 #include "net/toolcall.h"
 #include "net/router.h"
+#include "verify/schema_cache.h"
 
 /* An engine that has work but has not completed a step for this long is
  * reported unhealthy (and the systemd watchdog is no longer fed). */
