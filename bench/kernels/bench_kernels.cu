@@ -194,19 +194,38 @@ static void jrow(out *o, const char *fmt, ...)
 
 /* ---- matmul ------------------------------------------------------------------ */
 
+/* a weight of backend memory d, no FP8 scales */
+static sd_weight bw(const void *d, sd_dtype dt, int64_t rows, int64_t cols)
+{
+    sd_weight w{};
+    w.data = d;
+    w.dtype = dt;
+    w.rows = rows;
+    w.cols = cols;
+    return w;
+}
+
 typedef struct mm_ctx {
     int n, N, K, H, copies; /* H > 0: matmul_heads with H heads of N rows */
-    void *w;                /* copies x (H or 1) x N x K bf16 */
+    void *w;                /* copies x (H or 1) x N x K bf16 (fp8: bytes) */
     float *x, *y;
+    float *scale; /* fp8: one F32 scale a 128 x 128 block, shared by the copies */
 } mm_ctx;
 
 static void mm_fn(bench *b, int rep)
 {
     mm_ctx *m = (mm_ctx *)b->ctx;
     int heads = m->H > 0 ? m->H : 1;
-    size_t per = (size_t)heads * (size_t)m->N * (size_t)m->K;
-    sd_weight w = {(const uint16_t *)m->w + (size_t)(rep % m->copies) * per, SD_DT_BF16,
-                   (int64_t)heads * m->N, m->K};
+    size_t per = (size_t)heads * (size_t)m->N * (size_t)m->K * (m->scale ? 1 : 2);
+    sd_weight w = bw((const char *)m->w + (size_t)(rep % m->copies) * per,
+                     m->scale ? SD_DT_F8_E4M3 : SD_DT_BF16, (int64_t)heads * m->N, m->K);
+#ifndef SD_BENCH_BASELINE
+    if (m->scale) {
+        w.scale = m->scale;
+        w.block[0] = w.block[1] = 128;
+        w.scale_cols = (m->K + 127) / 128;
+    }
+#endif
     if (m->H > 0)
         b->be->ops->matmul_heads(b->be, m->y, m->x, &w, m->n, m->H, m->H * m->K, m->K, 0);
     else
@@ -225,13 +244,22 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
         return;
 #endif
     int heads = H > 0 ? H : 1;
-    size_t wbytes = (size_t)heads * (size_t)N * (size_t)K * 2;
+    /* fp8: block-scaled E4M3 bytes (the GEMV's rows only: no dequantization
+     * scratch here) */
+    const int fp8 = !strcmp(path, "fp8");
+    size_t wbytes = (size_t)heads * (size_t)N * (size_t)K * (fp8 ? 1 : 2);
     int copies = (int)((768ull << 20) / wbytes) + 1;
     if (copies > 64)
         copies = 64;
-    mm_ctx m = {0, N, K, H, copies, NULL, NULL, NULL};
+    mm_ctx m = {0, N, K, H, copies, NULL, NULL, NULL, NULL};
     m.w = dev_alloc(b, wbytes * (size_t)copies);
     dev_fill(b, m.w, wbytes / 2 * (size_t)copies, 1, 0.05f, 7);
+    size_t nscale = (size_t)((N + 127) / 128) * (size_t)((K + 127) / 128);
+    if (fp8) {
+        m.scale = (float *)dev_alloc(b, nscale * 4);
+        dev_fill(b, m.scale, nscale, 0, 0.01f, 5);
+        wbytes += nscale * 4;
+    }
     int nmax = 0;
     for (int i = 0; i < nn; i++)
         nmax = ns[i] > nmax ? ns[i] : nmax;
@@ -276,6 +304,8 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
     b->be->ops->free(b->be, m.w);
     b->be->ops->free(b->be, m.x);
     b->be->ops->free(b->be, m.y);
+    if (m.scale)
+        b->be->ops->free(b->be, m.scale);
 }
 
 /* ---- moe ------------------------------------------------------------------------ */
@@ -307,9 +337,9 @@ static void bench_moe(bench *b, out *o, int D, int I, int E, int K, const int *n
     dev_fill(b, w, eb * 3 * (size_t)E / 2, 1, 0.05f, 3);
     sd_weight *ws = (sd_weight *)calloc((size_t)E * 3, sizeof(sd_weight));
     for (int e = 0; e < E; e++) {
-        ws[e] = (sd_weight){w + eb * (size_t)(3 * e), SD_DT_BF16, I, D};
-        ws[E + e] = (sd_weight){w + eb * (size_t)(3 * e + 1), SD_DT_BF16, I, D};
-        ws[2 * E + e] = (sd_weight){w + eb * (size_t)(3 * e + 2), SD_DT_BF16, D, I};
+        ws[e] = bw(w + eb * (size_t)(3 * e), SD_DT_BF16, I, D);
+        ws[E + e] = bw(w + eb * (size_t)(3 * e + 1), SD_DT_BF16, I, D);
+        ws[2 * E + e] = bw(w + eb * (size_t)(3 * e + 2), SD_DT_BF16, D, I);
     }
     int nmax = 0;
     for (int i = 0; i < nn; i++)
@@ -597,16 +627,16 @@ static void step_fn(bench *b, int rep)
     step_ctx *s = (step_ctx *)b->ctx;
     const sd_ops *op = b->be->ops;
     sd_backend *be = b->be;
-    sd_weight nw = {s->norm, SD_DT_BF16, 1, s->D};
+    sd_weight nw = bw(s->norm, SD_DT_BF16, 1, s->D);
     sd_rope rope = {s->inv_freq, 128, 0, 1.0f};
     for (int l = 0; l < s->L; l++) {
         const uint16_t *base = (const uint16_t *)s->w + (size_t)l * step_layer_elems(s);
-        sd_weight wqkv = {base, SD_DT_BF16, s->Q, s->D};
-        sd_weight wo = {base + (size_t)s->Q * s->D, SD_DT_BF16, s->D, s->D};
-        sd_weight wgu = {(const uint16_t *)wo.data + (size_t)s->D * s->D, SD_DT_BF16, 2 * s->I,
-                         s->D};
-        sd_weight wd = {(const uint16_t *)wgu.data + 2 * (size_t)s->I * s->D, SD_DT_BF16, s->D,
-                        s->I};
+        sd_weight wqkv = bw(base, SD_DT_BF16, s->Q, s->D);
+        sd_weight wo = bw(base + (size_t)s->Q * s->D, SD_DT_BF16, s->D, s->D);
+        sd_weight wgu =
+            bw((const uint16_t *)wo.data + (size_t)s->D * s->D, SD_DT_BF16, 2 * s->I, s->D);
+        sd_weight wd =
+            bw((const uint16_t *)wgu.data + 2 * (size_t)s->I * s->D, SD_DT_BF16, s->D, s->I);
         op->matmul(be, s->qkv, s->xn, &wqkv, NULL, 1, s->D);
         op->rope(be, s->qkv, s->pos, &rope, 1, (s->Q - s->D / 4) / 128, s->Q, 128, 0);
         /* attention's output stands in as the first D columns of qkv */
@@ -617,8 +647,8 @@ static void step_fn(bench *b, int rep)
         op->matmul(be, s->fo, s->gu, &wd, NULL, 1, s->I);
         op->add_rmsnorm(be, s->xn, s->x, s->fo, &nw, 1, s->D, 1e-5f);
     }
-    sd_weight head = {(const uint16_t *)s->w + (size_t)s->L * step_layer_elems(s), SD_DT_BF16,
-                      s->V, s->D};
+    sd_weight head =
+        bw((const uint16_t *)s->w + (size_t)s->L * step_layer_elems(s), SD_DT_BF16, s->V, s->D);
     op->matmul(be, s->logits, s->xn, &head, NULL, 1, s->D);
     op->argmax_rows(be, s->tok, s->logits, 1, s->V);
 }
@@ -687,7 +717,7 @@ static void gemv_lab(bench *b, out *o, int quick)
 {
     /* onepass: the one-pass GEMV at every row count (SPECD_GEMV_FEW=0);
      * auto: the build's choice (the persistent few-row kernel at 2-4 rows) */
-    static const char *paths[] = {"onepass", "auto"};
+    static const char *paths[] = {"onepass", "auto", "fp8"};
     static const int ns[] = {1, 2, 3, 4, 8};
     struct { const char *name; int N, K; } sh[] = {
         {"llama8b qkv", 6144, 4096},       {"llama8b o", 4096, 4096},

@@ -263,39 +263,90 @@ static int track_weight(sd__cuda *c, void *p)
     return 0;
 }
 
+/* host bytes to a new device allocation, freed at destroy if still held:
+ * NULL on failure */
+static void *upload_tracked(sd_backend *be, const void *host, size_t bytes)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    void *p = cu_alloc(be, bytes);
+    if (!p)
+        return NULL;
+    if (SD_CUDA(c, cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, c->stream)) ||
+        track_weight(c, p)) {
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* p freed where upload_tracked made it */
+static void untrack_free(sd_backend *be, const void *p)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    for (int i = 0; p && i < c->n_weights; i++)
+        if (c->weights[i] == p) {
+            c->weights[i] = c->weights[--c->n_weights];
+            cu_free(be, (void *)p);
+            break;
+        }
+}
+
 /* Device copy of a host weight in its own dtype (bf16 stays bf16). */
 static int cu_weight(sd_backend *be, sd_weight *out, const void *host, sd_dtype dt, int64_t rows,
                      int64_t cols)
 {
-    sd__cuda *c = sd__cuda_of(be);
     if (dt != SD_DT_F32 && dt != SD_DT_F16 && dt != SD_DT_BF16)
         return -1;
-    size_t bytes = (size_t)rows * (size_t)cols * sd_dtype_size(dt);
-    void *p = cu_alloc(be, bytes);
+    void *p = upload_tracked(be, host, (size_t)rows * (size_t)cols * sd_dtype_size(dt));
     if (!p)
         return -1;
-    if (SD_CUDA(c, cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, c->stream)) ||
-        track_weight(c, p)) {
-        cudaFree(p);
+    *out = (sd_weight){p, dt, rows, cols, NULL, {0, 0}, 0, NULL};
+    return 0;
+}
+
+/* A block-scaled FP8 weight kept as FP8 (ops.h, weight_fp8): its E4M3
+ * bytes and F32 scales copied as they are. The GEMV reads them (matmul.cu);
+ * other calls dequantize into the context's scratch, grown here to the
+ * largest FP8 weight's BF16 size. Column blocks: a power of two >= 8 (a
+ * GEMV lane's 8 weights in one block). */
+static int cu_weight_fp8(sd_backend *be, sd_weight *out, const uint8_t *q, const float *scale,
+                         int64_t rows, int64_t cols, int bm, int bn)
+{
+    sd__cuda *c = sd__cuda_of(be);
+    if (rows <= 0 || cols <= 0 || rows > INT32_MAX || cols > INT32_MAX || bm <= 0 || bn < 8 ||
+        (bn & (bn - 1)))
+        return -1;
+    const int64_t sr = (rows + bm - 1) / bm, sc = (cols + bn - 1) / bn;
+    const size_t need = (size_t)rows * (size_t)cols * 2;
+    if (need > c->fp8_scratch_bytes) {
+        void *s = cu_alloc(be, need);
+        if (!s)
+            return -1;
+        if (c->fp8_scratch) {
+            cudaStreamSynchronize(c->stream); /* no queued reader left */
+            cudaFree(c->fp8_scratch);
+        }
+        c->fp8_scratch = s;
+        c->fp8_scratch_bytes = need;
+    }
+    void *d = upload_tracked(be, q, (size_t)rows * (size_t)cols);
+    if (!d)
+        return -1;
+    void *s = upload_tracked(be, scale, (size_t)(sr * sc) * sizeof(float));
+    if (!s) {
+        untrack_free(be, d);
         return -1;
     }
-    out->data = p;
-    out->dtype = dt;
-    out->rows = rows;
-    out->cols = cols;
+    *out = (sd_weight){d, SD_DT_F8_E4M3, rows, cols, (const float *)s, {bm, bn}, sc, NULL};
     return 0;
 }
 
 static void cu_weight_free(sd_backend *be, sd_weight *w)
 {
-    sd__cuda *c = sd__cuda_of(be);
-    for (int i = 0; i < c->n_weights; i++)
-        if (c->weights[i] == w->data) {
-            c->weights[i] = c->weights[--c->n_weights];
-            cu_free(be, (void *)w->data);
-            break;
-        }
+    untrack_free(be, w->data);
+    untrack_free(be, w->scale);
     w->data = NULL;
+    w->scale = NULL;
 }
 
 static int cu_mem_info(sd_backend *be, size_t *free_bytes, size_t *total_bytes)
@@ -498,6 +549,8 @@ static const sd_ops cuda_ops = {
     /* .mla_prep_absorb = */ sd__cuda_mla_prep_absorb,
     /* .copies = */ cu_copies,
     /* .gemm_trials = */ sd_cuda_gemm_trials,
+    /* .weight_fp8 = */ cu_weight_fp8,
+    /* .fp8_experts = */ 0, /* the MoE kernels read BF16 experts only */
 };
 
 int sd_cuda_make_current(sd_backend *be)
@@ -833,6 +886,8 @@ void sd_cuda_backend_destroy(sd_backend *be)
         for (int i = 0; i < c->n_weights; i++)
             cudaFree(c->weights[i]);
         free(c->weights);
+        if (c->fp8_scratch)
+            cudaFree(c->fp8_scratch);
         if (c->scratch)
             cudaFree(c->scratch);
         if (c->attn_part)

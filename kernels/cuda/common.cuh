@@ -7,6 +7,7 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -193,6 +194,11 @@ typedef struct sd__cuda {
     /* weights uploaded by weight(), freed at destroy if still held */
     void **weights;
     int n_weights, cap_weights;
+    /* FP8 weights dequantized to BF16 for the calls the FP8 GEMV does not
+     * take (matmul.cu): as large as the largest FP8 weight placed, made at
+     * load (weight_fp8), never inside a step */
+    void *fp8_scratch;
+    size_t fp8_scratch_bytes;
     /* download_async's two marks (created on first use) */
     cudaEvent_t marks[2];
     /* the device's views of the pointers copies and download_async saw
@@ -447,7 +453,13 @@ static inline void sd__launch(sd__cuda *c, void (*kernel)(KA...), dim3 g, dim3 b
 
 /* ---- device helpers --------------------------------------------------- */
 
-enum { SD__F32 = SD_DT_F32, SD__F16 = SD_DT_F16, SD__BF16 = SD_DT_BF16 };
+enum { SD__F32 = SD_DT_F32, SD__F16 = SD_DT_F16, SD__BF16 = SD_DT_BF16, SD__F8 = SD_DT_F8_E4M3 };
+
+/* bytes of one weight element */
+template <int DT> __host__ __device__ constexpr size_t sd__esz()
+{
+    return DT == SD__F32 ? 4 : DT == SD__F8 ? 1 : 2;
+}
 
 __device__ __forceinline__ float sd__bf16f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 __device__ __forceinline__ float sd__f16f(uint16_t h) { return __half2float(__ushort_as_half(h)); }

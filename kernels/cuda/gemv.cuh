@@ -40,17 +40,39 @@ __device__ __forceinline__ uint4 sd__ld_stream(const void *p)
     return v;
 }
 
-/* raw 16-byte words of 8 consecutive weights (F32: two words) */
+/* raw words of 8 consecutive weights: 16 bytes (F32: two words); F8: 8
+ * bytes and the scale of their block */
 template <int DT> struct sd__w8raw {
     uint4 q[DT == SD__F32 ? 2 : 1];
 };
+template <> struct sd__w8raw<SD__F8> {
+    uint2 q;
+    float s;
+};
 
-template <int DT> __device__ __forceinline__ void sd__w8_load(sd__w8raw<DT> &r, const void *row, int k)
+/* 8 bytes of a weight stream, as sd__ld_stream */
+__device__ __forceinline__ uint2 sd__ld_stream8(const void *p)
 {
-    if (DT == SD__F32) {
+    uint2 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+
+/* Block-scaled FP8 rows (sd_weight's F8_E4M3): srow, the row's scales (the
+ * row block's scale row: scale + (row / block[0]) * scale_cols), and
+ * bshift = log2(block[1]); the 8 weights a lane loads never straddle a
+ * block (block[1] a power of two >= 8). Other dtypes take neither. */
+template <int DT>
+__device__ __forceinline__ void sd__w8_load(sd__w8raw<DT> &r, const void *row, int k,
+                                            const float *srow, int bshift)
+{
+    if constexpr (DT == SD__F8) {
+        r.q = sd__ld_stream8((const uint8_t *)row + k);
+        r.s = __ldg(srow + (k >> bshift));
+    } else if constexpr (DT == SD__F32) {
         const float *p = (const float *)row + k;
         r.q[0] = sd__ld_stream(p);
-        r.q[DT == SD__F32 ? 1 : 0] = sd__ld_stream(p + 4);
+        r.q[1] = sd__ld_stream(p + 4);
     } else {
         r.q[0] = sd__ld_stream((const uint16_t *)row + k);
     }
@@ -58,9 +80,14 @@ template <int DT> __device__ __forceinline__ void sd__w8_load(sd__w8raw<DT> &r, 
 
 template <int DT> __device__ __forceinline__ void sd__w8_zero(sd__w8raw<DT> &r)
 {
+    if constexpr (DT == SD__F8) {
+        r.q = make_uint2(0, 0);
+        r.s = 0.0f;
+    } else {
 #pragma unroll
-    for (int i = 0; i < (DT == SD__F32 ? 2 : 1); i++)
-        r.q[i] = make_uint4(0, 0, 0, 0);
+        for (int i = 0; i < (DT == SD__F32 ? 2 : 1); i++)
+            r.q[i] = make_uint4(0, 0, 0, 0);
+    }
 }
 
 __device__ __forceinline__ void sd__u2f(uint32_t u, int dt, float &lo, float &hi)
@@ -74,10 +101,26 @@ __device__ __forceinline__ void sd__u2f(uint32_t u, int dt, float &lo, float &hi
     }
 }
 
+/* two E4M3 codes (the low byte first) times their block's scale s, each
+ * rounded to BF16 (nearest even) and widened: the bits of the BF16
+ * dequantization (sd_weight's F8_E4M3 contract) */
+__device__ __forceinline__ void sd__f8x2f(uint16_t u, float s, float &lo, float &hi)
+{
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)u, __NV_E4M3);
+    const float2 f = __half22float2(*(const __half2 *)&h);
+    lo = __bfloat162float(__float2bfloat16_rn(__fmul_rn(f.x, s)));
+    hi = __bfloat162float(__float2bfloat16_rn(__fmul_rn(f.y, s)));
+}
+
 template <int DT> __device__ __forceinline__ void sd__w8_float(const sd__w8raw<DT> &r, float f[8])
 {
-    if (DT == SD__F32) {
-        const uint4 a = r.q[0], b = r.q[DT == SD__F32 ? 1 : 0];
+    if constexpr (DT == SD__F8) {
+        sd__f8x2f((uint16_t)(r.q.x & 0xffffu), r.s, f[0], f[1]);
+        sd__f8x2f((uint16_t)(r.q.x >> 16), r.s, f[2], f[3]);
+        sd__f8x2f((uint16_t)(r.q.y & 0xffffu), r.s, f[4], f[5]);
+        sd__f8x2f((uint16_t)(r.q.y >> 16), r.s, f[6], f[7]);
+    } else if constexpr (DT == SD__F32) {
+        const uint4 a = r.q[0], b = r.q[1];
         f[0] = __uint_as_float(a.x); f[1] = __uint_as_float(a.y);
         f[2] = __uint_as_float(a.z); f[3] = __uint_as_float(a.w);
         f[4] = __uint_as_float(b.x); f[5] = __uint_as_float(b.y);
@@ -109,7 +152,8 @@ __device__ __forceinline__ float sd__fma8(const float w[8], float4 a, float4 b, 
  * as zeros), and their multiply-adds into acc. */
 template <int DT, int VR, int U>
 __device__ __forceinline__ void sd__warp_load(sd__w8raw<DT> (&raw)[U][VR], const void *const (&wrow)[VR],
-                                              int K, int c, int cstep, int lane)
+                                              int K, int c, int cstep, int lane,
+                                              const float *const *srow = nullptr, int bshift = 0)
 {
     const int nch = (K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
 #pragma unroll
@@ -119,7 +163,7 @@ __device__ __forceinline__ void sd__warp_load(sd__w8raw<DT> (&raw)[U][VR], const
 #pragma unroll
         for (int i = 0; i < VR; i++) {
             if (in && wrow[i])
-                sd__w8_load<DT>(raw[u][i], wrow[i], k);
+                sd__w8_load<DT>(raw[u][i], wrow[i], k, DT == SD__F8 ? srow[i] : nullptr, bshift);
             else
                 sd__w8_zero<DT>(raw[u][i]);
         }
@@ -156,17 +200,19 @@ __device__ __forceinline__ void sd__warp_use(const sd__w8raw<DT> (&raw)[U][VR],
 
 /* Per-lane partial dots of one warp: acc[i * NR + r] += w_i . x_r over the
  * chunks c = c0, c0 + cstep, ... of K (K % 8 == 0, every row and x_r 16-byte
- * aligned). wrow[i] NULL: a row past the end (its sums stay 0). Rows r >= nr
- * are skipped. */
+ * aligned; F8: 8-byte, with srow and bshift as sd__w8_load takes them).
+ * wrow[i] NULL: a row past the end (its sums stay 0). Rows r >= nr are
+ * skipped. */
 template <int DT, int VR, int NR, int U>
 __device__ __forceinline__ void sd__warp_dots(const void *const (&wrow)[VR], const float *const (&xr)[NR],
                                               int nr, int K, int c0, int cstep, int lane,
-                                              float (&acc)[VR * NR])
+                                              float (&acc)[VR * NR],
+                                              const float *const *srow = nullptr, int bshift = 0)
 {
     const int nch = (K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
     for (int c = c0; c < nch; c += cstep * U) {
         sd__w8raw<DT> raw[U][VR];
-        sd__warp_load<DT, VR, U>(raw, wrow, K, c, cstep, lane);
+        sd__warp_load<DT, VR, U>(raw, wrow, K, c, cstep, lane, srow, bshift);
         sd__warp_use<DT, VR, NR, U>(raw, xr, nr, K, c, cstep, lane, acc);
     }
 }
@@ -214,14 +260,15 @@ template <int V> __device__ __forceinline__ void sd__xreduce(float (&v)[V], int 
  * the lane that holds it (lane % (32 / V) == 0, value sd__xr_index). */
 template <int DT, int V, int U>
 __device__ __forceinline__ void sd__warp_dots1(const void *const (&wrow)[V], const float *x,
-                                               int K, int c0, int cstep, int lane, float *dst)
+                                               int K, int c0, int cstep, int lane, float *dst,
+                                               const float *const *srow = nullptr, int bshift = 0)
 {
     const float *xr[1] = {x};
     float acc[V];
 #pragma unroll
     for (int i = 0; i < V; i++)
         acc[i] = 0.0f;
-    sd__warp_dots<DT, V, 1, U>(wrow, xr, 1, K, c0, cstep, lane, acc);
+    sd__warp_dots<DT, V, 1, U>(wrow, xr, 1, K, c0, cstep, lane, acc, srow, bshift);
     sd__xreduce<V>(acc, lane);
     if (lane % (32 / V) == 0)
         dst[sd__xr_index<V>(lane)] = acc[0];

@@ -40,6 +40,11 @@ typedef struct mm_args {
     int n, N, K;
     int x_stride, x_bstride, x_off;
     int y_stride, y_bstride;
+    /* F8_E4M3 weights (sd_weight's block scales; H = 1): row j's scales at
+     * scale + (j / bm) * scols, column k's at k >> bshift */
+    const float *scale = nullptr;
+    int bm = 0, bshift = 0;
+    long long scols = 0;
 } mm_args;
 
 /* ---- GEMV (kernels/cuda/gemv.cuh has the core and its order of sums) ---- */
@@ -123,9 +128,10 @@ __device__ __forceinline__ void gemv_block(const mm_args &a, int WK, int bx, int
     const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK;
     const int rows0 = bx * RG * VR; /* first weight row of the block */
     const int I = a.N / 2, o0 = (bx * RG + rg) * HV; /* SILU */
-    const size_t esz = DT == SD__F32 ? 4 : 2;
+    constexpr size_t esz = sd__esz<DT>();
     const char *wb = (const char *)a.w + (size_t)h * (size_t)a.N * (size_t)a.K * esz;
     const void *wrow[VR];
+    const float *srow[VR]; /* F8: each row's scales */
 #pragma unroll
     for (int i = 0; i < VR; i++) {
         int j = rows0 + rg * VR + i;
@@ -135,6 +141,7 @@ __device__ __forceinline__ void gemv_block(const mm_args &a, int WK, int bx, int
             in = o0 + i % HV < I;
         }
         wrow[i] = in ? (const void *)(wb + (size_t)j * (size_t)a.K * esz) : NULL;
+        srow[i] = DT == SD__F8 && in ? a.scale + (size_t)(j / a.bm) * (size_t)a.scols : NULL;
     }
     /* PRE (one pass, and one iteration covers a warp's K-slice: K up to
      * 4096): all of a warp's weight loads go out before the wait for the
@@ -145,7 +152,7 @@ __device__ __forceinline__ void gemv_block(const mm_args &a, int WK, int bx, int
      * held twice the load registers and spilled.) */
     sd__w8raw<DT> pre[U][VR];
     if (PRE)
-        sd__warp_load<DT, VR, U>(pre, wrow, a.K, kw, WK, lane);
+        sd__warp_load<DT, VR, U>(pre, wrow, a.K, kw, WK, lane, srow, a.bshift);
     SD_PDL_ENTER(a, WK);
     const float *xb = a.x + (size_t)h * (size_t)a.x_bstride + (size_t)a.x_off;
     float *yb = a.y + (size_t)h * (size_t)a.y_bstride;
@@ -162,7 +169,7 @@ __device__ __forceinline__ void gemv_block(const mm_args &a, int WK, int bx, int
         if (PRE)
             sd__warp_use<DT, VR, NR, U>(pre, xr, nr, a.K, kw, WK, lane, acc);
         else
-            sd__warp_dots<DT, VR, NR, U>(wrow, xr, nr, a.K, kw, WK, lane, acc);
+            sd__warp_dots<DT, VR, NR, U>(wrow, xr, nr, a.K, kw, WK, lane, acc, srow, a.bshift);
         sd__xreduce<V>(acc, lane);
         if (lane % (32 / V) == 0)
             part[warp * V + sd__xr_index<V>(lane)] = acc[0];
@@ -656,7 +663,7 @@ static int gemv_few_takes(const sd__cuda *c, const mm_args *a, int dt16, int wk)
 
 template <int DT, bool SILU> static void launch_gemv_few(sd__cuda *c, const mm_args *a, int H, int wk)
 {
-    if constexpr (DT != SD__F32) {
+    if constexpr (DT == SD__BF16 || DT == SD__F16) {
         const int cw = few_cw(a, wk);
 #define FEW_CASE(n)                                                                     \
     case n:                                                                             \
@@ -723,7 +730,7 @@ static int gemv_wide_pre(const sd__cuda *c, const mm_args *a, int dt16)
 template <int DT, bool SILU> static void launch_block_gemv(sd__cuda *c, const mm_args *a, int H)
 {
     const int wk = sd__gemv_wk(a->K), nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
-    if (gemv_few_takes(c, a, DT != SD__F32, wk)) {
+    if (gemv_few_takes(c, a, DT == SD__BF16 || DT == SD__F16, wk)) {
         launch_gemv_few<DT, SILU>(c, a, H, wk);
         SD_LAUNCHED(c, "gemv_few_kernel");
         return;
@@ -744,6 +751,10 @@ template <int DT, bool SILU> static void launch_block_gemv(sd__cuda *c, const mm
 
 template <int DT> static void launch_gemv(sd__cuda *c, const mm_args *a, int H)
 {
+    if constexpr (DT == SD__F8) { /* sd__cuda_matmul sends only these here */
+        launch_block_gemv<DT, false>(c, a, H);
+        return;
+    }
     if (!vec_ok(a)) {
         dim3 grid((unsigned)((a->N + SD__GEMV_WARPS - 1) / SD__GEMV_WARPS), (unsigned)H);
         sd__launch(c, gemv_scalar_kernel<DT>, grid, SD__GEMV_WARPS * 32, 0, *a);
@@ -789,6 +800,13 @@ static void run_simt(sd__cuda *c, const mm_args *a, int dt, int H, int gemv)
     case SD_DT_F32: gemv ? launch_gemv<SD__F32>(c, a, H) : launch_tiled<SD__F32>(c, a, H); break;
     case SD_DT_BF16: gemv ? launch_gemv<SD__BF16>(c, a, H) : launch_tiled<SD__BF16>(c, a, H); break;
     case SD_DT_F16: gemv ? launch_gemv<SD__F16>(c, a, H) : launch_tiled<SD__F16>(c, a, H); break;
+    case SD_DT_F8_E4M3: /* the block GEMV only (f8_gemv_takes) */
+        if (gemv && H == 1 && a->scale) {
+            launch_gemv<SD__F8>(c, a, H);
+            break;
+        }
+        SD_BADARG(c, "matmul: fp8 weights take the GEMV only (%d rows, %d heads)", a->n, H);
+        break;
     default: SD_BADARG(c, "matmul: weight dtype %s", sd_dtype_name((sd_dtype)dt)); break;
     }
 }
@@ -1158,6 +1176,96 @@ static int gemv_max_rows(const sd__cuda *c)
     return c->gemv_max_rows > 0 ? c->gemv_max_rows : SD_CUDA_GEMV_MAX_ROWS;
 }
 
+/* up to the exact GEMV's rows (above them BF16 goes to tensor cores), the
+ * activations' 16-byte loads, 8-byte weight rows */
+static int f8_gemv_takes(const sd__cuda *c, const mm_args *a)
+{
+    return a->n <= SD_CUDA_GEMV_EXACT_ROWS && a->n <= gemv_max_rows(c) && a->K % 8 == 0 &&
+           sd__aligned16(a->w) && sd__aligned16(a->x) && a->x_stride % 4 == 0 && a->x_off % 4 == 0;
+}
+
+/* ---- block-scaled FP8 weights ------------------------------------------
+ *
+ * Up to the GEMV's rows (decode, verification) the block GEMV reads the FP8
+ * bytes themselves (gemv.cuh: each weight BF16(E4M3 x scale), the BF16
+ * dequantization's bits, in the BF16 GEMV's order of sums: the same
+ * results at half the bytes). Other calls (prefill) dequantize the weight
+ * into the context's scratch (sized at load to the largest FP8 weight) and
+ * run the BF16 paths on it: the same numbers as a BF16 weight, plus a pass
+ * over the weight. */
+
+/* a's weight fields for FP8 weight w */
+static void f8_args(mm_args *a, const sd_weight *w)
+{
+    a->scale = w->scale;
+    a->bm = w->block[0];
+    a->bshift = __builtin_ctz((unsigned)w->block[1]);
+    a->scols = w->scale_cols;
+}
+
+/* the block GEMV takes FP8 weight calls of a: few rows, 8-byte rows */
+static int f8_gemv_takes(const sd__cuda *c, const mm_args *a);
+
+/* out(rows, cols) bf16 = BF16(E4M3(q) x scale of its block), 8 elements a
+ * thread where cols % 8 == 0 (q 8-byte aligned), else one */
+template <bool VEC>
+__global__ void fp8_dequant_kernel(uint16_t *out, const uint8_t *q, const float *scale, int64_t rows,
+                                   int64_t cols, int bm, int bshift, int64_t scols)
+{
+    SD_PDL_ENTER(out, q, scale, rows, cols, bm, bshift, scols);
+    const int64_t per = VEC ? 8 : 1, m = rows * cols / per;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < m; e += stride) {
+        const int64_t i = e * per, r = i / cols, k = i % cols;
+        const float s = scale[(r / bm) * scols + (k >> bshift)];
+        if (VEC) {
+            const uint2 v = *(const uint2 *)(q + i);
+            float f[8];
+            sd__f8x2f((uint16_t)(v.x & 0xffffu), s, f[0], f[1]);
+            sd__f8x2f((uint16_t)(v.x >> 16), s, f[2], f[3]);
+            sd__f8x2f((uint16_t)(v.y & 0xffffu), s, f[4], f[5]);
+            sd__f8x2f((uint16_t)(v.y >> 16), s, f[6], f[7]);
+            uint32_t o[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                o[j] = (__float_as_uint(f[2 * j]) >> 16) | (__float_as_uint(f[2 * j + 1]) & 0xffff0000u);
+            *(uint4 *)(out + i) = make_uint4(o[0], o[1], o[2], o[3]);
+        } else {
+            float lo, hi;
+            sd__f8x2f((uint16_t)q[i], s, lo, hi);
+            out[i] = (uint16_t)(__float_as_uint(lo) >> 16);
+        }
+    }
+}
+
+/* FP8 weight w as a BF16 weight in the context's scratch (its
+ * dequantization, queued on the stream): 0, or an error set */
+static int f8_to_bf16(sd__cuda *c, const sd_weight *w, sd_weight *out)
+{
+    const size_t m = (size_t)w->rows * (size_t)w->cols;
+    if (!c->fp8_scratch || m * 2 > c->fp8_scratch_bytes) {
+        SD_BADARG(c, "matmul: fp8 weight %lld x %lld past the dequantization scratch (%zu bytes)",
+                  (long long)w->rows, (long long)w->cols, c->fp8_scratch_bytes);
+        return -1;
+    }
+    mm_args t{};
+    f8_args(&t, w);
+    const bool vec = w->cols % 8 == 0 && sd__aligned16(w->data);
+    const unsigned g = grid_for(vec ? m / 8 : m);
+    if (vec)
+        sd__launch(c, fp8_dequant_kernel<true>, g, 256, 0, (uint16_t *)c->fp8_scratch,
+                   (const uint8_t *)w->data, w->scale, (int64_t)w->rows, (int64_t)w->cols, t.bm,
+                   t.bshift, (int64_t)t.scols);
+    else
+        sd__launch(c, fp8_dequant_kernel<false>, g, 256, 0, (uint16_t *)c->fp8_scratch,
+                   (const uint8_t *)w->data, w->scale, (int64_t)w->rows, (int64_t)w->cols, t.bm,
+                   t.bshift, (int64_t)t.scols);
+    if (SD_LAUNCHED(c, "fp8_dequant_kernel"))
+        return -1;
+    *out = (sd_weight){c->fp8_scratch, SD_DT_BF16, w->rows, w->cols, NULL, {0, 0}, 0, NULL};
+    return 0;
+}
+
 void sd__cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w,
                      const sd_weight *bias, int n, int x_stride)
 {
@@ -1166,6 +1274,17 @@ void sd__cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *
         return;
     mm_args a = {y, x, w->data, bias ? bias->data : NULL, bias ? (int)bias->dtype : 0,
                  n, (int)w->rows, (int)w->cols, x_stride, 0, 0, (int)w->rows, 0};
+    if (w->dtype == SD_DT_F8_E4M3) {
+        f8_args(&a, w);
+        if (f8_gemv_takes(c, &a)) {
+            run_simt(c, &a, w->dtype, 1, 1);
+            return;
+        }
+        sd_weight b;
+        if (!f8_to_bf16(c, w, &b))
+            sd__cuda_matmul(be, y, x, &b, bias, n, x_stride);
+        return;
+    }
     if (n <= gemv_max_rows(c)) {
         run_simt(c, &a, w->dtype, 1, 1);
         return;
@@ -1182,6 +1301,10 @@ void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_we
         return;
     if (w->rows % H) {
         SD_BADARG(c, "matmul_heads: %lld weight rows for %d heads", (long long)w->rows, H);
+        return;
+    }
+    if (w->dtype == SD_DT_F8_E4M3) {
+        SD_BADARG(c, "matmul_heads: fp8 weights are not taken (the model keeps them bf16)");
         return;
     }
     int N = (int)(w->rows / H);
@@ -1283,8 +1406,12 @@ void sd__cuda_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_we
     }
     mm_args a = {gu, x, w->data, NULL, 0, n, (int)w->rows, (int)w->cols, x_stride, 0, 0,
                  (int)w->rows / 2, 0};
-    if (c->matmul_silu && n <= SD_CUDA_GEMV_EXACT_ROWS && n <= gemv_max_rows(c) && vec_ok(&a)) {
+    if (w->dtype == SD_DT_F8_E4M3)
+        f8_args(&a, w);
+    if (c->matmul_silu && n <= SD_CUDA_GEMV_EXACT_ROWS && n <= gemv_max_rows(c) &&
+        (w->dtype == SD_DT_F8_E4M3 ? f8_gemv_takes(c, &a) : vec_ok(&a))) {
         switch (w->dtype) {
+        case SD_DT_F8_E4M3: launch_block_gemv<SD__F8, true>(c, &a, 1); return;
         case SD_DT_F32: launch_block_gemv<SD__F32, true>(c, &a, 1); return;
         case SD_DT_BF16: launch_block_gemv<SD__BF16, true>(c, &a, 1); return;
         case SD_DT_F16: launch_block_gemv<SD__F16, true>(c, &a, 1); return;

@@ -22,6 +22,7 @@
 #include "engine/engine_run.h"
 #include "gpu_test.h"
 #include "target/runner.h"
+#include "../target/fp8_ckpt.h"
 
 #define MODEL_BOUND 1e-3
 
@@ -74,13 +75,14 @@ static void run_out_free(run_out *r)
     free(r->mtp);
 }
 
-/* slots: the MoE shared experts in the expert bank (--moe-shared-slots) */
-static int run_model(sd_backend *be, const char *dir, const int32_t *ids, int n,
-                     const float *mtp_in, int slots, run_out *o, sd_err *err)
+/* the model of dir loaded with mo (max_tokens and load_mtp set here) */
+static int run_model_opts(sd_backend *be, const char *dir, const int32_t *ids, int n,
+                          const float *mtp_in, sd_model_opts mo, run_out *o, sd_err *err)
 {
     memset(o, 0, sizeof *o);
     sd_model *m = NULL;
-    sd_model_opts mo = {.max_tokens = 64, .load_mtp = 1, .moe_shared_slots = slots};
+    mo.max_tokens = 64;
+    mo.load_mtp = 1;
     int rc = sd_model_load(&m, dir, be, &mo, err);
     if (!rc)
         rc = sd_model_alloc_kv(m, n + 64, err);
@@ -111,6 +113,14 @@ static int run_model(sd_backend *be, const char *dir, const int32_t *ids, int n,
 done:
     sd_model_free(m);
     return rc;
+}
+
+/* slots: the MoE shared experts in the expert bank (--moe-shared-slots) */
+static int run_model(sd_backend *be, const char *dir, const int32_t *ids, int n,
+                     const float *mtp_in, int slots, run_out *o, sd_err *err)
+{
+    return run_model_opts(be, dir, ids, n, mtp_in, (sd_model_opts){.moe_shared_slots = slots}, o,
+                          err);
 }
 
 TEST(gpu_logits_match_the_cpu_on_every_golden_fixture)
@@ -762,7 +772,80 @@ TEST(prompt_logprobs_on_the_gpu_change_no_token)
     ASSERT(ok);
 }
 
+/* The bundled model's projections quantized to block-scaled FP8 and kept as
+ * FP8 on the GPU (--fp8-weights fp8): the bits of the BF16 checkpoint of
+ * their dequantization on the GPU (prefill: the dequantized scratch and the
+ * BF16 paths; one token at a time: the FP8 GEMV; MTP), and the CPU's FP8
+ * model within the model bound. The experts stay BF16 on the GPU
+ * (fp8_experts 0). */
+TEST(fp8_weights_on_the_gpu_give_the_bits_of_their_bf16_dequantization)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    char *src_dir, *cfg_text;
+    if (bundled(&src_dir, &cfg_text)) {
+        gpu_env_close(&e);
+        TEST_SKIP("no bundled model");
+    }
+    sd_st *src = NULL;
+    sd_err err = {0};
+    ASSERT_MSG(sd_st_open(&src, src_dir, &err) == 0, "%s", err.msg);
+    char tmpl[] = "/tmp/sd_gpu_fp8_XXXXXX";
+    ASSERT(mkdtemp(tmpl));
+    char *d8 = sd_strfmt("%s/fp8", tmpl), *d16 = sd_strfmt("%s/bf16", tmpl);
+    ASSERT_MSG(write_ckpt(src, cfg_text, d8, 0, &err) == 0, "%s", err.msg);
+    ASSERT_MSG(write_ckpt(src, cfg_text, d16, 1, &err) == 0, "%s", err.msg);
+    sd_st_close(src);
+    const int32_t ids[] = {0, 17, 230, 5, 991, 42, 8000, 3, 77, 1200, 64, 9, 512, 2048, 31, 600};
+    const int n = (int)SD_ARRAY_LEN(ids);
+    const sd_model_opts keep = {.fp8_keep = 1};
+    run_out a, b, c;
+    ASSERT_MSG(run_model_opts(e.gpu, d8, ids, n, NULL, keep, &a, &err) == 0, "gpu fp8: %s", err.msg);
+    ASSERT_MSG(run_model_opts(e.gpu, d16, ids, n, NULL, (sd_model_opts){0}, &b, &err) == 0,
+               "gpu bf16: %s", err.msg);
+    ASSERT_MSG(run_model_opts(e.cpu, d8, ids, n, NULL, keep, &c, &err) == 0, "cpu fp8: %s", err.msg);
+    sd_model *m = NULL;
+    sd_model_opts mo = {.max_tokens = 8, .load_mtp = 1, .fp8_keep = 1};
+    ASSERT_OK(sd_model_load(&m, d8, e.gpu, &mo, &err));
+    const int kept = sd_model_fp8_kept(m);
+    sd_model_free(m);
+    const size_t nv = (size_t)n * a.V, nd = (size_t)n * a.D;
+    const struct { const char *what; const float *x, *y; size_t n; } cmp[] = {
+        {"prefill logits", a.prefill, b.prefill, nv}, {"decode logits", a.decode, b.decode, nv},
+        {"hidden", a.hidden, b.hidden, nd},           {"mtp logits", a.mtp, b.mtp, nv - a.V},
+    };
+    int ok = reportf(kept > 0 ? 0 : 1, 0, "weights kept as fp8 on the gpu: %d", kept);
+    ok &= reportf(a.has_mtp && b.has_mtp ? 0 : 1, 0, "both have the MTP layer");
+    for (size_t i = 0; i < SD_ARRAY_LEN(cmp) && a.has_mtp && b.has_mtp; i++)
+        ok &= reportf(bit_mismatches(cmp[i].x, cmp[i].y, cmp[i].n), 0,
+                      "fp8 kept on the gpu vs its bf16 checkpoint: %s (differing elements)",
+                      cmp[i].what);
+    ok &= report("fp8 kept: gpu prefill logits vs cpu", rel_err(a.prefill, c.prefill, nv),
+                 MODEL_BOUND);
+    ok &= report("fp8 kept: gpu decode logits vs cpu", rel_err(a.decode, c.decode, nv), MODEL_BOUND);
+    run_out_free(&a);
+    run_out_free(&b);
+    run_out_free(&c);
+    const char *dirs[2] = {d8, d16};
+    for (int i = 0; i < 2; i++) {
+        char *p = sd_strfmt("%s/model.safetensors", dirs[i]), *q = sd_strfmt("%s/config.json", dirs[i]);
+        remove(p);
+        remove(q);
+        rmdir(dirs[i]);
+        free(p);
+        free(q);
+    }
+    rmdir(tmpl);
+    free(d8);
+    free(d16);
+    free(src_dir);
+    free(cfg_text);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
 TEST_MAIN(T(gpu_logits_match_the_cpu_on_every_golden_fixture),
+          T(fp8_weights_on_the_gpu_give_the_bits_of_their_bf16_dequantization),
           T(a_captured_model_forward_replays_the_eager_logits),
           T(greedy_generation_on_the_gpu_equals_the_cpu_on_the_bundled_model),
           T(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model),

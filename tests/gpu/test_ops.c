@@ -635,6 +635,141 @@ TEST(matmul_silu_matches_the_cpu_and_the_gpus_matmul_then_silu_mul_bitwise)
     ASSERT(ok);
 }
 
+/* ---- block-scaled FP8 weights (weight_fp8) ---- */
+
+/* An FP8 weight (random E4M3 codes but NaN, scales 2^-12 .. 2^-4 a block)
+ * on both backends, and its BF16 dequantization by the contract's
+ * definition (dtype.h's decoder, the product rounded to BF16) on the GPU. */
+typedef struct f8w {
+    sd_weight c, g, b; /* CPU fp8, GPU fp8, GPU bf16 dequantization */
+    uint8_t *q;
+    float *s;
+    uint16_t *deq;
+} f8w;
+
+static int f8w_make(gpu_env *e, f8w *w, int64_t rows, int64_t cols, int bm, int bn)
+{
+    memset(w, 0, sizeof *w);
+    const int64_t sr = (rows + bm - 1) / bm, sc = (cols + bn - 1) / bn;
+    w->q = (uint8_t *)malloc((size_t)(rows * cols));
+    w->s = (float *)malloc((size_t)(sr * sc) * sizeof(float));
+    w->deq = (uint16_t *)malloc((size_t)(rows * cols) * sizeof(uint16_t));
+    for (int64_t i = 0; i < rows * cols; i++) {
+        uint8_t b = (uint8_t)rnd_int(e, 256);
+        w->q[i] = (b & 0x7f) == 0x7f ? (uint8_t)(b - 1) : b; /* no NaN codes */
+    }
+    for (int64_t i = 0; i < sr * sc; i++)
+        w->s[i] = ldexpf(sd_test_randf(&e->rng, 1.0f, 2.0f), -12 + rnd_int(e, 9));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t k = 0; k < cols; k++)
+            w->deq[r * cols + k] = sd_f32_to_bf16(sd_fp8_e4m3_to_f32(w->q[r * cols + k]) *
+                                                  w->s[(r / bm) * sc + k / bn]);
+    if (e->cpu->ops->weight_fp8(e->cpu, &w->c, w->q, w->s, rows, cols, bm, bn) ||
+        e->gpu->ops->weight_fp8(e->gpu, &w->g, w->q, w->s, rows, cols, bm, bn))
+        return -1;
+    return e->gpu->ops->weight(e->gpu, &w->b, w->deq, SD_DT_BF16, rows, cols);
+}
+
+static void f8w_free(gpu_env *e, f8w *w)
+{
+    if (w->g.data)
+        e->gpu->ops->weight_free(e->gpu, &w->g);
+    if (w->b.data)
+        e->gpu->ops->weight_free(e->gpu, &w->b);
+    if (w->c.data)
+        e->cpu->ops->weight_free(e->cpu, &w->c);
+    free(w->q);
+    free(w->s);
+    free(w->deq);
+    memset(w, 0, sizeof *w);
+}
+
+/* one call of matmul (silu: matmul_silu) with FP8 weight w against the same
+ * call with its BF16 dequantization on the GPU (bitwise) and with the CPU's
+ * FP8 weight (the matmul bounds above) */
+static int f8_case(gpu_env *e, f8w *w, int silu, int n, int bias)
+{
+    const int N = (int)w->g.rows, K = (int)w->g.cols, O = silu ? N / 2 : N;
+    float *x = rnd_floats(e, (size_t)n * K, -1, 1), *bh = rnd_floats(e, (size_t)N, -1, 1);
+    sd_weight bc = {0}, bg = {0};
+    if (bias && (e->cpu->ops->weight(e->cpu, &bc, bh, SD_DT_F32, 1, N) ||
+                 e->gpu->ops->weight(e->gpu, &bg, bh, SD_DT_F32, 1, N)))
+        return reportf(INFINITY, 0, "fp8 bias upload");
+    float *co = (float *)malloc((size_t)n * N * sizeof(float));
+    float *dx = (float *)gput(e, x, (size_t)n * K * sizeof(float));
+    float *d8 = gpoison(e, (size_t)n * N), *d16 = gpoison(e, (size_t)n * N);
+    if (silu) {
+        e->cpu->ops->matmul_silu(e->cpu, co, x, &w->c, n, K);
+        e->gpu->ops->matmul_silu(e->gpu, d8, dx, &w->g, n, K);
+        e->gpu->ops->matmul_silu(e->gpu, d16, dx, &w->b, n, K);
+    } else {
+        e->cpu->ops->matmul(e->cpu, co, x, &w->c, bias ? &bc : NULL, n, K);
+        e->gpu->ops->matmul(e->gpu, d8, dx, &w->g, bias ? &bg : NULL, n, K);
+        e->gpu->ops->matmul(e->gpu, d16, dx, &w->b, bias ? &bg : NULL, n, K);
+    }
+    char name[160];
+    snprintf(name, sizeof name, "fp8 %s n=%d N=%d K=%d blocks %dx%d%s",
+             silu ? "matmul_silu" : "matmul", n, N, K, w->g.block[0], w->g.block[1],
+             bias ? " +bias" : "");
+    int ok = check_dev(e, d8, co, (size_t)n * O, n > SD_CUDA_GEMV_MAX_ROWS ? 1e-4 : 1e-5, name);
+    float *a = gget(e, d8, (size_t)n * O), *b = gget(e, d16, (size_t)n * O);
+    ok &= reportf(a && b ? bit_mismatches(a, b, (size_t)n * O) : INFINITY, 0,
+                  "%s vs its bf16 dequantization on the GPU (differing elements)", name);
+    free(a);
+    free(b);
+    GFREE_ALL(e, dx, d8, d16);
+    if (bias) {
+        e->gpu->ops->weight_free(e->gpu, &bg);
+        e->cpu->ops->weight_free(e->cpu, &bc);
+    }
+    free(x);
+    free(bh);
+    free(co);
+    return ok;
+}
+
+/* FP8 weights give the bits of their BF16 dequantization on every path:
+ * the FP8 GEMV (1-8 rows), the BF16 paths on the dequantized scratch (9+
+ * rows: tensor-core GEMV, cuBLASLt), and the fused SiLU; partial blocks of
+ * rows and columns, odd block shapes; weight_fp8 refuses column blocks that
+ * are not a power of two >= 8 */
+TEST(fp8_weights_give_the_bits_of_their_bf16_dequantization)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    struct { int N, K, bm, bn; } shapes[] = {
+        {4096, 4096, 128, 128}, {1000, 2056, 128, 128}, {300, 520, 128, 128},
+        {37, 64, 128, 128},     {2048, 1408, 128, 128}, {513, 1024, 64, 32},
+    };
+    const int ns[] = {1, 2, 3, 4, 5, 8, 9, 16, 40, 300};
+    for (size_t si = 0; si < SD_ARRAY_LEN(shapes); si++) {
+        f8w w;
+        ASSERT_OK(f8w_make(&e, &w, shapes[si].N, shapes[si].K, shapes[si].bm, shapes[si].bn));
+        for (size_t ni = 0; ni < SD_ARRAY_LEN(ns); ni++)
+            ok &= f8_case(&e, &w, 0, ns[ni], ni % 3 == 1);
+        f8w_free(&e, &w);
+    }
+    struct { int I, K; } silu[] = {{14336, 4096}, {1408, 2048}, {1001, 520}};
+    const int sn[] = {1, 2, 3, 8, 20};
+    for (size_t si = 0; si < SD_ARRAY_LEN(silu); si++) {
+        f8w w;
+        ASSERT_OK(f8w_make(&e, &w, 2 * silu[si].I, silu[si].K, 128, 128));
+        for (size_t ni = 0; ni < SD_ARRAY_LEN(sn); ni++)
+            ok &= f8_case(&e, &w, 1, sn[ni], 0);
+        f8w_free(&e, &w);
+    }
+    uint8_t q[64] = {0};
+    float s[4] = {1, 1, 1, 1};
+    sd_weight bad;
+    ok &= reportf(e.gpu->ops->weight_fp8(e.gpu, &bad, q, s, 8, 8, 4, 6) == 0, 0,
+                  "weight_fp8 takes column blocks of 6");
+    ok &= reportf(e.gpu->ops->weight_fp8(e.gpu, &bad, q, s, 8, 8, 4, 4) == 0, 0,
+                  "weight_fp8 takes column blocks of 4");
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
 TEST(matmul_many_rows_match_the_cpu)
 {
     gpu_env e;
@@ -3358,7 +3493,8 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(rope_matches_the_cpu_for_every_variant_up_to_8k_positions),
           T(matmul_gemv_rows_match_the_cpu_in_fp32), T(matmul_gemv_rows_do_not_depend_on_the_batch),
           T(matmul_few_row_gemv_gives_the_gemvs_bits),
-          T(matmul_many_rows_match_the_cpu), T(matmul_row_counts_of_one_bucket_share_its_timed_trial),
+          T(matmul_many_rows_match_the_cpu), T(fp8_weights_give_the_bits_of_their_bf16_dequantization),
+          T(matmul_row_counts_of_one_bucket_share_its_timed_trial),
           T(matmul_a_timed_choice_outlives_its_plan),
           T(matmul_silu_matches_the_cpu_and_the_gpus_matmul_then_silu_mul_bitwise),
           T(matmul_heads_matches_the_cpu), T(attn_gqa_matches_the_cpu_on_ragged_paged_batches),
