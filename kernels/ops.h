@@ -415,9 +415,6 @@ typedef struct sd_ops {
      * pointers. */
     int (*weight_fp8)(sd_backend *be, sd_weight *out, const uint8_t *q, const float *scale,
                       int64_t rows, int64_t cols, int bm, int bn);
-    /* fp8_experts: 1 where moe_ffn / moe_router_ffn take weight_fp8's
-     * weights as experts (0: a model keeps its experts BF16 there) */
-    int fp8_experts;
 } sd_ops;
 
 struct sd_backend {

@@ -479,7 +479,6 @@ static const sd_ops cpu_ops = {
     .memset0 = cpu_memset0,
     .weight = cpu_weight,
     .weight_fp8 = cpu_weight_fp8,
-    .fp8_experts = 1,
     .weight_free = cpu_weight_free,
     .sync = cpu_sync,
     .mem_info = cpu_mem_info,

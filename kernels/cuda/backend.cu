@@ -550,7 +550,6 @@ static const sd_ops cuda_ops = {
     /* .copies = */ cu_copies,
     /* .gemm_trials = */ sd_cuda_gemm_trials,
     /* .weight_fp8 = */ cu_weight_fp8,
-    /* .fp8_experts = */ 0, /* the MoE kernels read BF16 experts only */
 };
 
 int sd_cuda_make_current(sd_backend *be)

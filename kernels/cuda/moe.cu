@@ -353,10 +353,55 @@ void sd__cuda_moe_router_route(sd_backend *be, int32_t *ids, float *wts, float *
 
 /* ---- experts ----------------------------------------------------------- */
 
-template <int MAXE> struct moe_tabs {
+template <int MAXE, bool F8 = false> struct moe_tabs {
     const void *a[MAXE]; /* gate (or down) of each expert */
     const void *b[MAXE]; /* up */
 };
+
+/* block-scaled FP8 experts (sd_weight's F8_E4M3): each one's scales too;
+ * row j of a's expert e has its scales at sa[e] + (j / bm) * sca (b: sb,
+ * scb), column k's at k >> bshift (the fused kernels and the tensor-core
+ * GEMM read FP8; at most MOE_F8_MAX_EXPERTS, the parameter's 32 KB) */
+template <int MAXE> struct moe_tabs<MAXE, true> {
+    const void *a[MAXE];
+    const void *b[MAXE];
+    const float *sa[MAXE];
+    const float *sb[MAXE];
+    int bm, bshift, sca, scb;
+};
+#define MOE_F8_MAX_EXPERTS 512
+
+/* tab's a and b from weights wa and wb (NULL: none), e of them */
+template <int MAXE, bool F8>
+static void tabs_fill(moe_tabs<MAXE, F8> &tab, const sd_weight *wa, const sd_weight *wb, int E)
+{
+    memset(&tab, 0, sizeof tab);
+    for (int e = 0; e < E; e++) {
+        tab.a[e] = wa[e].data;
+        tab.b[e] = wb ? wb[e].data : NULL;
+        if constexpr (F8) {
+            tab.sa[e] = wa[e].scale;
+            tab.sb[e] = wb ? wb[e].scale : NULL;
+        }
+    }
+    if constexpr (F8) {
+        tab.bm = wa[0].block[0];
+        tab.bshift = __builtin_ctz((unsigned)wa[0].block[1]);
+        tab.sca = (int)wa[0].scale_cols;
+        tab.scb = wb ? (int)wb[0].scale_cols : 0;
+    }
+}
+
+/* FP8 row j's scales in a (b: !in_a) of expert e, else NULL */
+template <int MAXE, bool F8>
+__device__ __forceinline__ const float *tab_srow(const moe_tabs<MAXE, F8> &tab, int e, int j,
+                                                 bool in_a)
+{
+    if constexpr (F8)
+        return (in_a ? tab.sa[e] : tab.sb[e]) + (size_t)(j / tab.bm) * (size_t)(in_a ? tab.sca : tab.scb);
+    else
+        return NULL;
+}
 
 /* off (E+1): first sorted position of each expert; sorted (m): row r = t*k + j
  * of each position; inv (m): position of each row, -1 for an id outside the
@@ -607,22 +652,27 @@ static void launch_experts_v(sd__cuda *c, int vec, const sd_experts *ex, float *
  * kernel's always-on tiles) */
 template <int DT, int MAXE, int GU, int U>
 __device__ __forceinline__ void gate_up_tile(float *hp, const float *xt, int e, int ty, int D,
-                                             int I, int WK, const moe_tabs<MAXE> &tab)
+                                             int I, int WK, const moe_tabs<MAXE, DT == SD__F8> &tab)
 {
     constexpr int VR = 2 * GU;
     __shared__ float part[SD__GEMV_WARPS * VR];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int RG = SD__GEMV_WARPS / WK, kw = warp % WK, rg = warp / WK;
     const int cols0 = ty * RG * GU, j0 = cols0 + rg * GU;
-    const size_t esz = DT == SD__F32 ? 4 : 2, rb = (size_t)D * esz;
+    const size_t rb = (size_t)D * sd__esz<DT>();
     const char *wg = (const char *)tab.a[e], *wu = (const char *)tab.b[e];
     const void *wrow[VR];
+    const float *srow[VR]; /* F8: each row's scales */
 #pragma unroll
     for (int i = 0; i < VR; i++) {
         const int j = j0 + i % GU;
         wrow[i] = j < I ? (i < GU ? wg : wu) + (size_t)j * rb : NULL;
+        srow[i] = j < I ? tab_srow(tab, e, j, i < GU) : NULL;
     }
-    sd__warp_dots1<DT, VR, U>(wrow, xt, D, kw, WK, lane, part + warp * VR);
+    int bshift = 0;
+    if constexpr (DT == SD__F8)
+        bshift = tab.bshift;
+    sd__warp_dots1<DT, VR, U>(wrow, xt, D, kw, WK, lane, part + warp * VR, srow, bshift);
     __syncthreads();
     if ((int)threadIdx.x < RG * GU) {
         const int g = threadIdx.x / GU, q = threadIdx.x % GU, j = cols0 + g * GU + q;
@@ -643,7 +693,7 @@ template <int DT, int MAXE, int GU, int U, int MINB>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k, int routed,
                          int D, int I, int first, int E, int WK,
-                         const __grid_constant__ moe_tabs<MAXE> tab)
+                         const __grid_constant__ moe_tabs<MAXE, DT == SD__F8> tab)
 {
     SD_PDL_ENTER(h, x, ids, top_k, routed, D, I, first, E, WK);
     const int p = blockIdx.x, t = p / top_k;
@@ -670,7 +720,7 @@ __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB < 3 ? 3 : MINB)
 moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const float *bias,
                         const __grid_constant__ sd_moe_route r, int n, float *h, const float *x,
                         int D, int I, int first, int E, int WK,
-                        const __grid_constant__ moe_tabs<MAXE> tab)
+                        const __grid_constant__ moe_tabs<MAXE, DT == SD__F8> tab)
 {
     const int b = blockIdx.x;
     if (b < n) {
@@ -736,14 +786,17 @@ template <int DT, int MAXE, int DR, int DU, int MINB>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int top_k,
                       int D, int I, int first, int E, int WK,
-                      const __grid_constant__ moe_tabs<MAXE> tab)
+                      const __grid_constant__ moe_tabs<MAXE, DT == SD__F8> tab)
 {
     SD_PDL_ENTER(out, h, ids, wts, top_k, D, I, first, E, WK);
     extern __shared__ float part[];
     const int t = blockIdx.x, d0 = blockIdx.y * DR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int SW = SD__GEMV_WARPS / WK, kw = warp % WK, sl = warp / WK;
-    const size_t esz = DT == SD__F32 ? 4 : 2, rb = (size_t)I * esz;
+    const size_t rb = (size_t)I * sd__esz<DT>();
+    int bshift = 0;
+    if constexpr (DT == SD__F8)
+        bshift = tab.bshift;
     for (int j = sl; j < top_k; j += SW) {
         const size_t p = (size_t)t * (size_t)top_k + (size_t)j;
         const int e = ids[p] - first;
@@ -751,11 +804,14 @@ moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const floa
             continue; /* the same for the whole warp */
         const char *wd = (const char *)tab.a[e];
         const void *wrow[DR];
+        const float *srow[DR]; /* F8: each row's scales */
 #pragma unroll
-        for (int i = 0; i < DR; i++)
+        for (int i = 0; i < DR; i++) {
             wrow[i] = d0 + i < D ? (const void *)(wd + (size_t)(d0 + i) * rb) : NULL;
+            srow[i] = d0 + i < D ? tab_srow(tab, e, d0 + i, true) : NULL;
+        }
         sd__warp_dots1<DT, DR, DU>(wrow, h + p * (size_t)I, I, kw, WK, lane,
-                                   part + (j * WK + kw) * DR);
+                                   part + (j * WK + kw) * DR, srow, bshift);
     }
     __syncthreads();
     if (threadIdx.x < DR && d0 + (int)threadIdx.x < D) {
@@ -789,7 +845,7 @@ static int down_wk(int top_k, int I)
 
 /* the down kernel of one shape: a block of DR rows of every token */
 template <int DT, int MAXE, int DR, int DU, int MINB>
-static void launch_down(sd__cuda *c, const moe_tabs<MAXE> &tab, float *out, const float *h,
+static void launch_down(sd__cuda *c, const moe_tabs<MAXE, DT == SD__F8> &tab, float *out, const float *h,
                         const int32_t *ids, const float *wts, int n, int top_k, int D, int I,
                         const sd_experts *ex, int wk)
 {
@@ -810,7 +866,7 @@ struct moe_route_args {
 template <int DT, int MAXE, int GU, int U, int MINB>
 static void launch_gate_up(sd__cuda *c, const moe_route_args *ra, int32_t *ids, float *wts,
                            float *h, const float *x, int n, int top_k, int D, int I,
-                           const sd_experts *ex, int wk, const moe_tabs<MAXE> &tab)
+                           const sd_experts *ex, int wk, const moe_tabs<MAXE, DT == SD__F8> &tab)
 {
     const int cols = SD__GEMV_WARPS / wk * GU, tiles = (I + cols - 1) / cols;
     int routed = top_k;
@@ -840,12 +896,8 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
                          int32_t *ids, float *wts, int n, int top_k, int D, int I,
                          const moe_route_args *ra)
 {
-    moe_tabs<MAXE> tab;
-    memset(&tab, 0, sizeof tab);
-    for (int e = 0; e < ex->n; e++) {
-        tab.a[e] = ex->gate[e].data;
-        tab.b[e] = ex->up[e].data;
-    }
+    moe_tabs<MAXE, DT == SD__F8> tab;
+    tabs_fill(tab, ex->gate, ex->up, ex->n);
     int wk = sd__gemv_wk(D);
     if (c->moe_gate_wide && (D + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK <= wk) {
         /* one chunk a warp: 4 output columns a row group, one load each
@@ -862,10 +914,7 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
     }
     if (SD_LAUNCHED(c, "moe_gate_up_fused_kernel"))
         return;
-    for (int e = 0; e < ex->n; e++) {
-        tab.a[e] = ex->down[e].data;
-        tab.b[e] = NULL;
-    }
+    tabs_fill(tab, ex->down, (const sd_weight *)NULL, ex->n);
     wk = down_wk(top_k, I);
     if (c->moe_down == 3)
         launch_down<DT, MAXE, 8, 2, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
@@ -885,6 +934,8 @@ static void launch_fused_e(sd__cuda *c, const sd_experts *ex, float *out, float 
 {
     if (ex->n <= 256)
         launch_fused<DT, 256>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra);
+    else if constexpr (DT == SD__F8) /* moe_ffn_path: at most MOE_F8_MAX_EXPERTS */
+        launch_fused<DT, MOE_F8_MAX_EXPERTS>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra);
     else
         launch_fused<DT, MOE_MAX_EXPERTS>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra);
 }
@@ -1035,11 +1086,14 @@ __device__ __forceinline__ void moe_tc_ldsm4(uint32_t (&r)[4], const void *p)
  *     (a: the bf16 tokens (n, K = D)); tab.a gate, tab.b up.
  * !GU: y(m, N = D) = A W_down^T, A row p = a[p] (a: h (m, K = I)); tab.a down.
  * off (E + 1), tile_off (E + 1), tile_e: the sort's and the tiles kernel's. */
-template <bool GU, int MAXE>
+/* F8: the experts are block-scaled FP8; their tiles load through registers,
+ * each weight BF16(E4M3 x scale) (the BF16 dequantization's bits, so the
+ * sums of the BF16 experts), without cp.async's overlap. */
+template <bool GU, int MAXE, bool F8>
 __global__ void __launch_bounds__(MOE_TC_THREADS, MOE_TC_BLOCKS_PER_SM)
 moe_tc_gemm_kernel(void *outp, const __nv_bfloat16 *a, const int *sorted, int top_k,
                    const int *off, const int *tile_off, const int *tile_e, int E, int N, int K,
-                   const __grid_constant__ moe_tabs<MAXE> tab)
+                   const __grid_constant__ moe_tabs<MAXE, F8> tab)
 {
     SD_PDL_ENTER(outp, a, sorted, top_k, off, tile_off, tile_e, E, N, K);
     __shared__ __align__(128) __nv_bfloat16 sa[MOE_TC_STAGES][MOE_TC_BM * MOE_TC_BK];
@@ -1073,6 +1127,20 @@ moe_tc_gemm_kernel(void *outp, const __nv_bfloat16 *a, const int *sorted, int to
         const __nv_bfloat16 *whi = (const __nv_bfloat16 *)(GU ? tab.b[e] : tab.a[e]) +
                                    (size_t)jhi * (size_t)K;
         const size_t k32 = (size_t)32 * (size_t)K;
+        /* F8: the 4 rows' bytes and scales */
+        const uint8_t *w8[4] = {NULL, NULL, NULL, NULL};
+        const float *s8[4] = {NULL, NULL, NULL, NULL};
+        if constexpr (F8) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int j = (i < 2 ? j0 : jhi) + 32 * (i % 2);
+                const bool in_a = !GU || i < 2;
+                if (j < N) {
+                    w8[i] = (const uint8_t *)(in_a ? tab.a[e] : tab.b[e]) + (size_t)j * (size_t)K;
+                    s8[i] = tab_srow(tab, e, j, in_a);
+                }
+            }
+        }
         auto load = [&](int s, int kt) {
             const int k = kt * MOE_TC_BK + ck * 8;
             const bool kin = k < K;
@@ -1082,12 +1150,32 @@ moe_tc_gemm_kernel(void *outp, const __nv_bfloat16 *a, const int *sorted, int to
                 moe_tc_cp16(&sa[s][moe_tc_swz(tid / 4 + 32 * i, ck)], ok ? asrc[i] + k : a,
                             ok ? 16 : 0);
             }
+            if constexpr (F8) {
+                uint2 q[4];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int j = (i < 2 ? j0 : jhi) + 32 * (i % 2);
-                const bool ok = kin && j < N;
-                const __nv_bfloat16 *src = (i < 2 ? wlo : whi) + (i % 2 ? k32 : 0) + k;
-                moe_tc_cp16(&sb[s][moe_tc_swz(tid / 4 + 32 * i, ck)], ok ? src : a, ok ? 16 : 0);
+                for (int i = 0; i < 4; i++)
+                    q[i] = kin && w8[i] ? __ldg((const uint2 *)(w8[i] + k)) : make_uint2(0, 0);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float sc = kin && w8[i] ? __ldg(s8[i] + (k >> tab.bshift)) : 0.0f;
+                    float f[8];
+                    sd__f8x2f((uint16_t)(q[i].x & 0xffffu), sc, f[0], f[1]);
+                    sd__f8x2f((uint16_t)(q[i].x >> 16), sc, f[2], f[3]);
+                    sd__f8x2f((uint16_t)(q[i].y & 0xffffu), sc, f[4], f[5]);
+                    sd__f8x2f((uint16_t)(q[i].y >> 16), sc, f[6], f[7]);
+                    *(uint4 *)&sb[s][moe_tc_swz(tid / 4 + 32 * i, ck)] =
+                        make_uint4(moe_tc_pack(f[0], f[1]), moe_tc_pack(f[2], f[3]),
+                                   moe_tc_pack(f[4], f[5]), moe_tc_pack(f[6], f[7]));
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int j = (i < 2 ? j0 : jhi) + 32 * (i % 2);
+                    const bool ok = kin && j < N;
+                    const __nv_bfloat16 *src = (i < 2 ? wlo : whi) + (i % 2 ? k32 : 0) + k;
+                    moe_tc_cp16(&sb[s][moe_tc_swz(tid / 4 + 32 * i, ck)], ok ? src : a,
+                                ok ? 16 : 0);
+                }
             }
         };
         float acc[2][8][4];
@@ -1201,7 +1289,7 @@ static int moe_tc_room(size_t m, int E, int D, int I)
 /* h: (m, I) floats of tmp, holding h in bf16; y: (m, D) floats, first the
  * bf16 tokens (n, D) (read by gate/up, then overwritten by down); tile_off,
  * tile_e: ints after the sort's. */
-template <int MAXE>
+template <int MAXE, bool F8>
 static void launch_tc(sd__cuda *c, const sd_experts *ex, float *h, float *y, const float *x,
                       const int *off, const int *sorted, int *tile_off, int *tile_e, int n,
                       int top_k, int D, int I, size_t m)
@@ -1216,24 +1304,17 @@ static void launch_tc(sd__cuda *c, const sd_experts *ex, float *h, float *y, con
     sd__launch(c, moe_tc_bf16_kernel, gb, 256, 0, xb, x, n8);
     if (SD_LAUNCHED(c, "moe_tc_bf16_kernel"))
         return;
-    moe_tabs<MAXE> tab;
-    memset(&tab, 0, sizeof tab);
-    for (int e = 0; e < E; e++) {
-        tab.a[e] = ex->gate[e].data;
-        tab.b[e] = ex->up[e].data;
-    }
+    moe_tabs<MAXE, F8> tab;
+    tabs_fill(tab, ex->gate, ex->up, E);
     const size_t tiles = moe_tc_max_tiles(m, E), hold = (size_t)c->sm_count * MOE_TC_BLOCKS_PER_SM;
     size_t blocks = tiles * (size_t)((I + MOE_TC_BROWS / 2 - 1) / (MOE_TC_BROWS / 2));
-    sd__launch(c, moe_tc_gemm_kernel<true, MAXE>, (unsigned)(blocks < hold ? blocks : hold), MOE_TC_THREADS, 0, hb, xb, sorted, top_k, off, tile_off, tile_e, E,
+    sd__launch(c, moe_tc_gemm_kernel<true, MAXE, F8>, (unsigned)(blocks < hold ? blocks : hold), MOE_TC_THREADS, 0, hb, xb, sorted, top_k, off, tile_off, tile_e, E,
                                                   I, D, tab);
     if (SD_LAUNCHED(c, "moe_tc_gemm_kernel<gate/up>"))
         return;
-    for (int e = 0; e < E; e++) {
-        tab.a[e] = ex->down[e].data;
-        tab.b[e] = NULL;
-    }
+    tabs_fill(tab, ex->down, (const sd_weight *)NULL, E);
     blocks = tiles * (size_t)((D + MOE_TC_BROWS - 1) / MOE_TC_BROWS);
-    sd__launch(c, moe_tc_gemm_kernel<false, MAXE>, (unsigned)(blocks < hold ? blocks : hold), MOE_TC_THREADS, 0, y, hb, NULL, 1, off, tile_off, tile_e, E, D, I,
+    sd__launch(c, moe_tc_gemm_kernel<false, MAXE, F8>, (unsigned)(blocks < hold ? blocks : hold), MOE_TC_THREADS, 0, y, hb, NULL, 1, off, tile_off, tile_e, E, D, I,
                                                    tab);
     SD_LAUNCHED(c, "moe_tc_gemm_kernel<down>");
 }
@@ -1269,9 +1350,28 @@ static int moe_ffn_path(sd__cuda *c, const sd_experts *ex, const float *x, const
                   SD_MOE_TMP_FLOATS(n, top_k, D, *I), E);
         return -1;
     }
-    if (*dt != SD_DT_F32 && *dt != SD_DT_BF16 && *dt != SD_DT_F16) {
+    if (*dt != SD_DT_F32 && *dt != SD_DT_BF16 && *dt != SD_DT_F16 && *dt != SD_DT_F8_E4M3) {
         SD_BADARG(c, "moe_ffn: weight dtype %s", sd_dtype_name(*dt));
         return -1;
+    }
+    if (*dt == SD_DT_F8_E4M3) {
+        /* the fused kernels, or the tensor cores past their pairs (the
+         * sorted GEMV reads no FP8): 16-byte rows, one block shape */
+        for (int e = 0; e < E && *vec; e++) {
+            const sd_weight *w[3] = {&ex->gate[e], &ex->up[e], &ex->down[e]};
+            for (int i = 0; i < 3; i++)
+                *vec = *vec && w[i]->scale && w[i]->block[0] == ex->gate[0].block[0] &&
+                       w[i]->block[1] == ex->gate[0].block[1];
+        }
+        if (!*vec || E > MOE_F8_MAX_EXPERTS) {
+            SD_BADARG(c, "moe_ffn: fp8 experts need rows of a multiple of 8, one block shape and "
+                         "at most %d experts (%d, D %d, I %d)", MOE_F8_MAX_EXPERTS, E, D, *I);
+            return -1;
+        }
+        *tc = c->moe_tc != 0 && moe_tc_room(m, E, D, *I);
+        int max_pairs = c->moe_fused_max_pairs > 0 ? c->moe_fused_max_pairs
+                                                   : SD_CUDA_MOE_TC_FUSED_MAX_PAIRS;
+        return m <= (size_t)max_pairs || !*tc;
     }
     *tc = moe_tc_wants(c, *dt, *vec, D, *I);
     int max_pairs = c->moe_fused_max_pairs > 0 ? c->moe_fused_max_pairs
@@ -1286,6 +1386,7 @@ static void moe_fused(sd__cuda *c, sd_dtype dt, const sd_experts *ex, float *out
                       const moe_route_args *ra)
 {
     switch (dt) {
+    case SD_DT_F8_E4M3: launch_fused_e<SD__F8>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra); break;
     case SD_DT_F32: launch_fused_e<SD__F32>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra); break;
     case SD_DT_BF16: launch_fused_e<SD__BF16>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra); break;
     default: launch_fused_e<SD__F16>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra); break;
@@ -1320,11 +1421,16 @@ void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t 
         return;
     if (tc && moe_tc_room(m, E, D, I)) {
         int *tile_off = inv + m, *tile_e = tile_off + E + 1; /* (E + 1), (tiles) */
-        if (E <= 256)
-            launch_tc<256>(c, ex, h, y, x, off, sorted, tile_off, tile_e, n, top_k, D, I, m);
+        if (dt == SD_DT_F8_E4M3 && E <= 256)
+            launch_tc<256, true>(c, ex, h, y, x, off, sorted, tile_off, tile_e, n, top_k, D, I, m);
+        else if (dt == SD_DT_F8_E4M3)
+            launch_tc<MOE_F8_MAX_EXPERTS, true>(c, ex, h, y, x, off, sorted, tile_off, tile_e, n,
+                                                top_k, D, I, m);
+        else if (E <= 256)
+            launch_tc<256, false>(c, ex, h, y, x, off, sorted, tile_off, tile_e, n, top_k, D, I, m);
         else
-            launch_tc<MOE_MAX_EXPERTS>(c, ex, h, y, x, off, sorted, tile_off, tile_e, n, top_k, D,
-                                       I, m);
+            launch_tc<MOE_MAX_EXPERTS, false>(c, ex, h, y, x, off, sorted, tile_off, tile_e, n,
+                                              top_k, D, I, m);
     } else {
         switch (dt) {
         case SD_DT_F32: launch_experts_v<SD__F32>(c, vec, ex, h, y, x, off, sorted, top_k, D, I, (int)m); break;

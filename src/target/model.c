@@ -405,9 +405,6 @@ static int load_moe(sd_model *m, const char *pre, layer *L, sd_err *err)
     if (!L->eg || !L->eu || !L->ed)
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     part pr = part_rows(i0, il), pc = part_cols(i0, il);
-    /* experts stay FP8 only where the backend's MoE kernels read FP8 */
-    const int keep = m->fp8_keep;
-    m->fp8_keep = keep && m->be->ops->fp8_experts;
     for (int j = 0; j < el && !rc; j++) {
         int e = e0 + j;
         rc = get_wpf(m, &L->eg[j], err, I, D, pr, "%s.%s.experts.%d.%s.weight", pre, blk, e, gn);
@@ -430,7 +427,6 @@ static int load_moe(sd_model *m, const char *pre, layer *L, sd_err *err)
             rc = get_wpf(m, &L->ed[el + j], err, D, IS, sc,
                          "%s.mlp.shared_experts.down_proj.weight", pre);
     }
-    m->fp8_keep = keep;
     if (rc)
         return rc;
     L->n_always = S;
@@ -865,10 +861,8 @@ int sd_model_load(sd_model **out, const char *dir, sd_backend *be, const sd_mode
         if (m->tp_rank == 0)
             sd_log_info("%s: fp8 weights (blocks of %d x %d): %s", dir, c->fp8_block[0],
                         c->fp8_block[1],
-                        !m->fp8_keep ? "dequantized to bf16 as they load"
-                        : be->ops->fp8_experts
-                            ? "kept as fp8 where whole blocks load, else bf16"
-                            : "kept as fp8 where whole blocks load, else bf16 (experts: bf16 on this backend)");
+                        m->fp8_keep ? "kept as fp8 where whole blocks load, else bf16"
+                                    : "dequantized to bf16 as they load");
     }
     int D = c->hidden_size, V = c->vocab_size;
     m->qk_dim = c->arch == SD_ARCH_DEEPSEEK_V3 ? c->qk_nope_head_dim + c->qk_rope_head_dim

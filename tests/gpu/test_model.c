@@ -776,8 +776,7 @@ TEST(prompt_logprobs_on_the_gpu_change_no_token)
  * FP8 on the GPU (--fp8-weights fp8): the bits of the BF16 checkpoint of
  * their dequantization on the GPU (prefill: the dequantized scratch and the
  * BF16 paths; one token at a time: the FP8 GEMV; MTP), and the CPU's FP8
- * model within the model bound. The experts stay BF16 on the GPU
- * (fp8_experts 0). */
+ * model within the model bound. */
 TEST(fp8_weights_on_the_gpu_give_the_bits_of_their_bf16_dequantization)
 {
     gpu_env e;

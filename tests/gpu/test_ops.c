@@ -770,6 +770,92 @@ TEST(fp8_weights_give_the_bits_of_their_bf16_dequantization)
     ASSERT(ok);
 }
 
+/* moe_ffn with E FP8 experts (gate, up: I x D; down: D x I) against the
+ * same call with their BF16 dequantizations on the GPU (bitwise) and the
+ * CPU's FP8 experts; tc: the tensor cores on for both (else the fused
+ * kernels: m <= SD_CUDA_MOE_TC_FUSED_MAX_PAIRS) */
+static int f8_moe_case(gpu_env *e, int n, int E, int K, int D, int I, int tc)
+{
+    f8w *w = (f8w *)calloc((size_t)E * 3, sizeof(f8w));
+    sd_weight *ws = (sd_weight *)calloc((size_t)E * 9, sizeof(sd_weight));
+    int ok = 1;
+    for (int x = 0; x < E && ok; x++)
+        ok = !f8w_make(e, &w[x], I, D, 128, 128) && !f8w_make(e, &w[E + x], I, D, 128, 128) &&
+             !f8w_make(e, &w[2 * E + x], D, I, 128, 128);
+    if (!ok)
+        return reportf(INFINITY, 0, "fp8 experts: weight_fp8");
+    for (int k = 0; k < 3 * E; k++) { /* [cpu fp8 | gpu fp8 | gpu bf16] x (gate, up, down) */
+        ws[k] = w[k].c;
+        ws[3 * E + k] = w[k].g;
+        ws[6 * E + k] = w[k].b;
+    }
+    sd_experts ex[3];
+    for (int v = 0; v < 3; v++)
+        ex[v] = (sd_experts){.n = E, .gate = ws + 3 * E * v, .up = ws + 3 * E * v + E,
+                             .down = ws + 3 * E * v + 2 * E, .first = 0};
+    const size_t m = (size_t)n * K;
+    int32_t *ids = (int32_t *)malloc(m * sizeof(int32_t));
+    for (int t = 0; t < n; t++) /* K distinct experts a token */
+        for (int j = 0; j < K; j++) {
+            int x, dup;
+            do {
+                x = rnd_int(e, E);
+                dup = 0;
+                for (int i = 0; i < j; i++)
+                    dup |= ids[(size_t)t * K + i] == x;
+            } while (dup);
+            ids[(size_t)t * K + j] = x;
+        }
+    float *wt = rnd_floats(e, m, 0.05f, 1.0f), *x = rnd_floats(e, (size_t)n * D, -1, 1);
+    const size_t tmpn = SD_MOE_TMP_FLOATS(n, K, D, I);
+    float *tmp = (float *)malloc(tmpn * sizeof(float));
+    float *co = (float *)malloc((size_t)n * D * sizeof(float));
+    e->cpu->ops->moe_ffn(e->cpu, co, x, ids, wt, &ex[0], n, K, D, tmp);
+    int32_t *did = (int32_t *)gput(e, ids, m * 4);
+    float *dw = (float *)gput(e, wt, m * 4), *dx = (float *)gput(e, x, (size_t)n * D * 4);
+    float *dtmp = gpoison(e, tmpn), *d8 = gpoison(e, (size_t)n * D), *d16 = gpoison(e, (size_t)n * D);
+    sd_cuda_set_moe_tc(e->gpu, tc ? SD_CUDA_TC_ON : SD_CUDA_TC_AUTO);
+    e->gpu->ops->moe_ffn(e->gpu, d8, dx, did, dw, &ex[1], n, K, D, dtmp);
+    e->gpu->ops->moe_ffn(e->gpu, d16, dx, did, dw, &ex[2], n, K, D, dtmp);
+    sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_AUTO);
+    char name[160];
+    snprintf(name, sizeof name, "fp8 moe_ffn n=%d E=%d top-%d D=%d I=%d (%s)", n, E, K, D, I,
+             tc ? "tensor cores" : "fused");
+    ok &= check_dev(e, d8, co, (size_t)n * D, tc ? 1e-2 : 1e-5, name);
+    float *a = gget(e, d8, (size_t)n * D), *b = gget(e, d16, (size_t)n * D);
+    ok &= reportf(a && b ? bit_mismatches(a, b, (size_t)n * D) : INFINITY, 0,
+                  "%s vs its bf16 dequantization on the GPU (differing elements)", name);
+    free(a);
+    free(b);
+    GFREE_ALL(e, did, dw, dx, dtmp, d8, d16);
+    for (int k = 0; k < 3 * E; k++)
+        f8w_free(e, &w[k]);
+    free(w);
+    free(ws);
+    free(ids);
+    free(wt);
+    free(x);
+    free(tmp);
+    free(co);
+    return ok;
+}
+
+/* FP8 experts: the fused kernels (decode, verification) and the tensor-core
+ * GEMMs (prefill) give the bits of their BF16 dequantizations */
+TEST(fp8_experts_give_the_bits_of_their_bf16_dequantization)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    ok &= f8_moe_case(&e, 1, 16, 6, 2048, 1408, 0); /* V2-Lite's expert shape */
+    ok &= f8_moe_case(&e, 3, 16, 8, 2048, 1408, 0);
+    ok &= f8_moe_case(&e, 2, 8, 2, 520, 264, 0); /* partial blocks */
+    ok &= f8_moe_case(&e, 300, 8, 2, 520, 264, 1);
+    ok &= f8_moe_case(&e, 200, 16, 6, 2048, 1408, 1);
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
 TEST(matmul_many_rows_match_the_cpu)
 {
     gpu_env e;
@@ -3494,6 +3580,7 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(matmul_gemv_rows_match_the_cpu_in_fp32), T(matmul_gemv_rows_do_not_depend_on_the_batch),
           T(matmul_few_row_gemv_gives_the_gemvs_bits),
           T(matmul_many_rows_match_the_cpu), T(fp8_weights_give_the_bits_of_their_bf16_dequantization),
+          T(fp8_experts_give_the_bits_of_their_bf16_dequantization),
           T(matmul_row_counts_of_one_bucket_share_its_timed_trial),
           T(matmul_a_timed_choice_outlives_its_plan),
           T(matmul_silu_matches_the_cpu_and_the_gpus_matmul_then_silu_mul_bitwise),
