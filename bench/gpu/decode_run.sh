@@ -26,7 +26,7 @@
 #
 # usage: bench/gpu/decode_run.sh BIN_DIR OUT COMMIT [PHASES]
 #   BIN_DIR   a CUDA build (BIN_DIR/bench/specd-bench-decode)
-#   PHASES    comma list of ckpt,bw,l8b,dsv2lite,long,tiny (default: all of them)
+#   PHASES    comma list of ckpt,bw,l8b,dsv2lite,long,tiny,fp8 (default: all but fp8)
 # environment:
 #   CKPT      where the checkpoints go (default /dev/shm/specd-ckpt when it has
 #             60 GB free, else /tmp/specd-ckpt); a checkpoint already written
@@ -131,6 +131,20 @@ if has dsv2lite; then
     run dsv2lite-mtp-k1 "${m[@]}" --spec mtp --k 1 --synthetic-accept $DS
     run dsv2lite-mtp-k2 "${m[@]}" --spec mtp --k 2 --synthetic-accept $VL
     run dsv2lite-mtp-k3 "${m[@]}" --spec mtp --k 3 --synthetic-accept $A
+fi
+if has fp8; then
+    # block-scaled FP8 projections kept as FP8 (--fp8-weights fp8) against
+    # the BF16 checkpoints of the same shapes, plain decode; each pair is
+    # removed after its runs (the four together outgrow /dev/shm)
+    for mdl in l8b dsv2lite; do
+        ckpt $mdl
+        ckpt $mdl-fp8
+        m=(--batch 1,32)
+        run $mdl-bf16-ref --model "$CKPT/$mdl" "${m[@]}"
+        run $mdl-fp8 --model "$CKPT/$mdl-fp8" "${m[@]}" --opt fp8-weights=fp8
+        run $mdl-fp8-as-bf16 --model "$CKPT/$mdl-fp8" "${m[@]}"
+        [ "${KEEP_CKPT:-0}" = 1 ] || rm -rf "$CKPT/$mdl" "$CKPT/$mdl-eagle3" "$CKPT/$mdl-fp8"
+    done
 fi
 if has long; then
     # long contexts (LONG_PLEN, 3968-token prompts): the step's attention

@@ -10,6 +10,7 @@ export SPECD_BUNDLED_MODEL=${SPECD_BUNDLED_MODEL:-$PWD/models/specd-tiny}
 # random_ckpt NAME: the random-weight checkpoint NAME under $CKPT, written once
 #   l8b       Llama-3-8B-shaped, with its EAGLE-3 head in $CKPT/l8b-eagle3
 #   dsv2lite  DeepSeek-V2-Lite-shaped, with an MTP layer
+#   l8b-fp8, dsv2lite-fp8  the same shapes with block-scaled FP8 projections
 # One command line per NAME for every script; a directory is reused only when
 # its .complete marker holds that same command line (a checkpoint written with
 # other options is rewritten). PY: the python with torch (python3);
@@ -21,6 +22,10 @@ random_ckpt() {
               --out "$CKPT/l8b" --eagle3 "$CKPT/l8b-eagle3") ;;
     dsv2lite) cmd=("${PY:-python3}" tools/random_ckpt/deepseek.py ${CKPT_ARGS:-} --preset v2-lite
               --mtp --out "$CKPT/dsv2lite") ;;
+    l8b-fp8) cmd=("${PY:-python3}" tools/random_ckpt/llama.py ${CKPT_ARGS:-} --preset llama3-8b
+              --fp8 --out "$CKPT/l8b-fp8") ;;
+    dsv2lite-fp8) cmd=("${PY:-python3}" tools/random_ckpt/deepseek.py ${CKPT_ARGS:-} --preset v2-lite
+              --mtp --fp8 --out "$CKPT/dsv2lite-fp8") ;;
     *) echo "random_ckpt: unknown $name"; return 2 ;;
     esac
     if [ -f "$CKPT/$name/.complete" ] && [ "$(cat "$CKPT/$name/.complete")" = "${cmd[*]}" ]; then

@@ -25,7 +25,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from stwrite import normal_draw, write_checkpoint  # noqa: E402
+from stwrite import FP8_CONFIG, fp8_draw, fp8_specs, normal_draw, write_checkpoint  # noqa: E402
 
 PRESETS = {
     "v2-lite": dict(vocab_size=102400, hidden_size=2048, intermediate_size=10944,
@@ -80,6 +80,8 @@ def main():
     ap.add_argument("--shard-gb", type=float, default=4.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=0, help="shards written at once (0: 4 on a GPU, else 1)")
+    ap.add_argument("--fp8", action="store_true",
+                    help="projections as block-scaled FP8 (E4M3, 128 x 128 scales), as FP8 releases ship")
     a = ap.parse_args()
     c = dict(TINY if a.tiny else PRESETS[a.preset])
     c.update(architectures=["DeepseekV3ForCausalLM"], model_type="deepseek_v3", hidden_act="silu",
@@ -87,6 +89,8 @@ def main():
              rope_interleave=True, attention_bias=False, tie_word_embeddings=False,
              num_nextn_predict_layers=1 if a.mtp else 0, bos_token_id=None, eos_token_id=None,
              torch_dtype="bfloat16")
+    if a.fp8:
+        c["quantization_config"] = FP8_CONFIG
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(c, f, indent=2)
@@ -103,11 +107,13 @@ def main():
             (p + "enorm.weight", (D,), "bf16"), (p + "hnorm.weight", (D,), "bf16"),
             (p + "eh_proj.weight", (D, 2 * D), "bf16"), (p + "shared_head.norm.weight", (D,), "bf16"),
             (p + "shared_head.head.weight", (V, D), "bf16"), (p + "embed_tokens.weight", (V, D), "bf16")]
-    total, secs = write_checkpoint(a.out, specs, normal_draw(a.seed, dev), a.shard_gb,
-                                   workers=workers)
+    if a.fp8:
+        specs = fp8_specs(specs)
+    draw = fp8_draw(normal_draw(a.seed, dev)) if a.fp8 else normal_draw(a.seed, dev)
+    total, secs = write_checkpoint(a.out, specs, draw, a.shard_gb, workers=workers)
     E, k, Im = c["n_routed_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"]
     n_moe = L - c["first_k_dense_replace"]
-    active = total - n_moe * (E - k) * 3 * Im * D * 2
+    active = total - n_moe * (E - k) * 3 * Im * D * (1 if a.fp8 else 2)
     name = "tiny" if a.tiny else a.preset
     print(f"{name}{' + MTP' if a.mtp else ''}: {len(specs)} tensors, {total / 1e9:.2f} GB in "
           f"{secs:.1f} s -> {a.out} (batch 1 reads ~{active / 1e9:.2f} GB a token"

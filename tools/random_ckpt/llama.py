@@ -27,7 +27,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from stwrite import normal_draw, write_checkpoint  # noqa: E402
+from stwrite import FP8_CONFIG, fp8_draw, fp8_specs, normal_draw, write_checkpoint  # noqa: E402
 
 PRESETS = {
     "llama3-8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336,
@@ -110,18 +110,22 @@ def main():
     ap.add_argument("--shard-gb", type=float, default=4.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=0, help="shards written at once (0: 4 on a GPU, else 1)")
+    ap.add_argument("--fp8", action="store_true",
+                    help="projections as block-scaled FP8 (E4M3, 128 x 128 scales), as FP8 releases ship")
     a = ap.parse_args()
     c = dict(TINY if a.tiny else PRESETS[a.preset])
     c.update(architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu",
              tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, torch_dtype="bfloat16")
+    if a.fp8:
+        c["quantization_config"] = FP8_CONFIG
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(c, f, indent=2)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     workers = a.workers or (4 if dev == "cuda" else 1)
-    specs = target_specs(c)
-    total, secs = write_checkpoint(a.out, specs, normal_draw(a.seed, dev), a.shard_gb,
-                                   workers=workers)
+    specs = fp8_specs(target_specs(c)) if a.fp8 else target_specs(c)
+    draw = fp8_draw(normal_draw(a.seed, dev)) if a.fp8 else normal_draw(a.seed, dev)
+    total, secs = write_checkpoint(a.out, specs, draw, a.shard_gb, workers=workers)
     name = "tiny" if a.tiny else a.preset
     print(f"{name}: {len(specs)} tensors, {total / 1e9:.2f} GB in {secs:.1f} s -> {a.out}")
     if a.eagle3:
