@@ -7,6 +7,13 @@
 #include "core/hfconfig.h"
 #include "core/safetensors.h"
 
+/* name ends with suffix */
+static int ends_with(const char *name, const char *suffix)
+{
+    size_t n = strlen(name), k = strlen(suffix);
+    return n >= k && !strcmp(name + n - k, suffix);
+}
+
 /* The layer index of "model.layers.<i>.<rest>", or -1. */
 static int layer_of(const char *name)
 {
@@ -37,6 +44,12 @@ int sd_decode_bytes_load(sd_decode_bytes *b, const char *dir, int kv_elem_bytes,
     for (int i = 0; i < sd_st_count(st); i++) {
         const sd_st_tensor *t = sd_st_at(st, i);
         double nb = (double)t->nbytes;
+        /* MLA's kv_b is absorbed into BF16 W_UK / W_UV at load, FP8 or not
+         * (src/target/model.c): its BF16 bytes, and no scales */
+        if (ends_with(t->name, "kv_b_proj.weight") && t->dtype == SD_DT_F8_E4M3)
+            nb *= 2;
+        else if (ends_with(t->name, "kv_b_proj.weight_scale_inv"))
+            nb = 0;
         int l = layer_of(t->name);
         b->total += nb;
         if (l >= c.num_layers) {

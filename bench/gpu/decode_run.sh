@@ -142,7 +142,6 @@ if has fp8; then
         m=(--batch 1,32)
         run $mdl-bf16-ref --model "$CKPT/$mdl" "${m[@]}"
         run $mdl-fp8 --model "$CKPT/$mdl-fp8" "${m[@]}" --opt fp8-weights=fp8
-        run $mdl-fp8-as-bf16 --model "$CKPT/$mdl-fp8" "${m[@]}"
         [ "${KEEP_CKPT:-0}" = 1 ] || rm -rf "$CKPT/$mdl" "$CKPT/$mdl-eagle3" "$CKPT/$mdl-fp8"
     done
 fi

@@ -38,9 +38,10 @@ TEST(dense_llama_reads_every_weight_but_only_the_embedding_rows_it_looks_up)
     free(dir);
 }
 
-/* Writes dir/config.json and one safetensors file of zero-filled bf16/f32 tensors. */
-static int write_ckpt(const char *dir, const char *config, const char *const *names,
-                      const int64_t (*shapes)[2], int n)
+/* Writes dir/config.json and one safetensors file of zero-filled tensors
+ * (dts: each one's dtype; NULL: bf16). */
+static int write_ckpt_dt(const char *dir, const char *config, const char *const *names,
+                         const int64_t (*shapes)[2], const sd_dtype *dts, int n)
 {
     char *p = sd_strfmt("%s/config.json", dir);
     int rc = sd_write_file(p, config, strlen(config), NULL);
@@ -51,8 +52,10 @@ static int write_ckpt(const char *dir, const char *config, const char *const *na
     for (int i = 0; i < n; i++) {
         int64_t r = shapes[i][0], c = shapes[i][1];
         size_t cnt = (size_t)r * (size_t)(c ? c : 1);
-        t[i] = (sd_st_tensor){.name = names[i], .dtype = SD_DT_BF16, .ndim = c ? 2 : 1,
-                              .shape = {r, c}, .data = calloc(cnt, 2), .nbytes = cnt * 2};
+        const sd_dtype dt = dts ? dts[i] : SD_DT_BF16;
+        const size_t es = sd_dtype_size(dt);
+        t[i] = (sd_st_tensor){.name = names[i], .dtype = dt, .ndim = c ? 2 : 1,
+                              .shape = {r, c}, .data = calloc(cnt, es), .nbytes = cnt * es};
     }
     p = sd_strfmt("%s/model.safetensors", dir);
     sd_err err = {0};
@@ -62,6 +65,12 @@ static int write_ckpt(const char *dir, const char *config, const char *const *na
         free((void *)t[i].data);
     free(t);
     return rc;
+}
+
+static int write_ckpt(const char *dir, const char *config, const char *const *names,
+                      const int64_t (*shapes)[2], int n)
+{
+    return write_ckpt_dt(dir, config, names, shapes, NULL, n);
 }
 
 TEST(moe_reads_the_expected_distinct_experts_and_not_the_mtp_layer)
@@ -123,6 +132,45 @@ TEST(moe_reads_the_expected_distinct_experts_and_not_the_mtp_layer)
     free(cmd);
 }
 
+/* A block-scaled FP8 checkpoint: its FP8 bytes and their scales, but MLA's
+ * kv_b at BF16 and without scales (absorbed into BF16 at load, FP8 or not) */
+TEST(fp8_weights_count_their_bytes_and_scales_but_kv_b_as_the_bf16_it_loads_as)
+{
+    char tmpl[] = "/tmp/specd-floor-XXXXXX";
+    ASSERT(mkdtemp(tmpl) != NULL);
+    const char *cfg =
+        "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"model_type\": \"deepseek_v3\", "
+        "\"vocab_size\": 100, \"hidden_size\": 16, \"intermediate_size\": 40, "
+        "\"moe_intermediate_size\": 8, \"n_routed_experts\": 8, \"num_experts_per_tok\": 2, "
+        "\"n_shared_experts\": 1, \"first_k_dense_replace\": 1, \"n_group\": 1, \"topk_group\": 1, "
+        "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+        "\"num_key_value_heads\": 2, \"q_lora_rank\": null, \"kv_lora_rank\": 12, "
+        "\"qk_nope_head_dim\": 8, \"qk_rope_head_dim\": 4, \"v_head_dim\": 8, "
+        "\"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-6, \"rope_theta\": 10000.0, "
+        "\"tie_word_embeddings\": false, \"quantization_config\": {\"quant_method\": \"fp8\", "
+        "\"fmt\": \"e4m3\", \"activation_scheme\": \"dynamic\", \"weight_block_size\": [128, 128]}}";
+    enum { N = 7 };
+    const char *names[N] = {"model.embed_tokens.weight",
+                            "lm_head.weight",
+                            "model.norm.weight",
+                            "model.layers.0.self_attn.o_proj.weight",
+                            "model.layers.0.self_attn.o_proj.weight_scale_inv",
+                            "model.layers.0.self_attn.kv_b_proj.weight",
+                            "model.layers.0.self_attn.kv_b_proj.weight_scale_inv"};
+    const int64_t shapes[N][2] = {{100, 16}, {100, 16}, {16, 0}, {16, 16}, {1, 1}, {32, 12}, {1, 1}};
+    const sd_dtype dts[N] = {SD_DT_BF16,    SD_DT_BF16, SD_DT_BF16,   SD_DT_F8_E4M3,
+                             SD_DT_F32,     SD_DT_F8_E4M3, SD_DT_F32};
+    ASSERT_OK(write_ckpt_dt(tmpl, cfg, names, shapes, dts, N));
+    sd_decode_bytes b;
+    sd_err err = {0};
+    ASSERT_MSG(sd_decode_bytes_load(&b, tmpl, 2, &err) == 0, "%s", err.msg);
+    /* head and norm in bf16, o_proj's bytes and its one scale, kv_b as bf16 */
+    ASSERT_NEAR(b.dense, 2.0 * (100 * 16 + 16) + (16 * 16 + 4) + 2.0 * 32 * 12, 0);
+    char *cmd = sd_strfmt("rm -rf '%s'", tmpl);
+    ASSERT_EQ(system(cmd), 0);
+    free(cmd);
+}
+
 /* The closed form against routing simulated as it is assumed: each token
  * picks top_k distinct experts uniformly (a partial Fisher-Yates shuffle). */
 TEST(expected_distinct_experts_match_a_simulation_of_uniform_routing)
@@ -169,5 +217,6 @@ TEST(expected_distinct_experts_match_a_simulation_of_uniform_routing)
 }
 
 TEST_MAIN(T(dense_llama_reads_every_weight_but_only_the_embedding_rows_it_looks_up),
+          T(fp8_weights_count_their_bytes_and_scales_but_kv_b_as_the_bf16_it_loads_as),
           T(moe_reads_the_expected_distinct_experts_and_not_the_mtp_layer),
           T(expected_distinct_experts_match_a_simulation_of_uniform_routing))
