@@ -246,7 +246,7 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
     int heads = H > 0 ? H : 1;
     /* fp8: block-scaled E4M3 bytes (the GEMV's rows only: no dequantization
      * scratch here) */
-    const int fp8 = !strcmp(path, "fp8");
+    const int fp8 = !strncmp(path, "fp8", 3); /* fp8n: SPECD_F8_WIDE=0's shapes */
     size_t wbytes = (size_t)heads * (size_t)N * (size_t)K * (fp8 ? 1 : 2);
     int copies = (int)((768ull << 20) / wbytes) + 1;
     if (copies > 64)
@@ -269,7 +269,9 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
     b->fn = mm_fn;
     b->ctx = &m;
 #ifndef SD_BENCH_BASELINE
-    int saved = b->c->gemv_max_rows, saved_few = b->c->gemv_few;
+    int saved = b->c->gemv_max_rows, saved_few = b->c->gemv_few, saved_f8 = b->c->f8_wide;
+    if (!strcmp(path, "fp8n"))
+        b->c->f8_wide = 0;
     if (!strcmp(path, "onepass"))
         b->c->gemv_few = 0;
     if (!strcmp(path, "gemv"))
@@ -299,6 +301,7 @@ static void bench_mm(bench *b, out *o, const char *name, int N, int K, int H, co
 #ifndef SD_BENCH_BASELINE
     b->c->gemv_max_rows = saved;
     b->c->gemv_few = saved_few;
+    b->c->f8_wide = saved_f8;
 
 #endif
     b->be->ops->free(b->be, m.w);
@@ -717,7 +720,7 @@ static void gemv_lab(bench *b, out *o, int quick)
 {
     /* onepass: the one-pass GEMV at every row count (SPECD_GEMV_FEW=0);
      * auto: the build's choice (the persistent few-row kernel at 2-4 rows) */
-    static const char *paths[] = {"onepass", "auto", "fp8"};
+    static const char *paths[] = {"onepass", "auto", "fp8", "fp8n"};
     static const int ns[] = {1, 2, 3, 4, 8};
     struct { const char *name; int N, K; } sh[] = {
         {"llama8b qkv", 6144, 4096},       {"llama8b o", 4096, 4096},

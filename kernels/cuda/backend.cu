@@ -807,6 +807,7 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->mla_pipe = env_on("SPECD_MLA_PIPE");
     c->moe_down = env_level("SPECD_MOE_DOWN", 3, SD_CUDA_MOE_DOWN_DEFAULT);
     c->gemv_wide = env_on("SPECD_GEMV_WIDE");
+    c->f8_wide = env_on("SPECD_F8_WIDE");
     c->gemv_few = env_level("SPECD_GEMV_FEW", SD_CUDA_GEMV_EXACT_ROWS, SD_CUDA_GEMV_FEW_DEFAULT);
     c->gemv_few_long = env_flag("SPECD_GEMV_FEW_LONG", SD_CUDA_GEMV_FEW_LONG_DEFAULT);
     c->pinned = env_on("SPECD_PINNED");

@@ -110,6 +110,8 @@ typedef struct sd__cuda {
     /* the GEMV of 1-2 rows of short 16-bit rows with 8 weight rows a warp
      * (SPECD_GEMV_WIDE=0: the 4-row shape). The same bits. */
     int gemv_wide;
+    /* FP8 GEMVs of one row take twice the rows a warp (SPECD_F8_WIDE; matmul.cu) */
+    int f8_wide;
     /* matmul's GEMV of n >= gemv_few rows (2-4, 16-bit weights) on the
      * persistent few-row kernel (SPECD_GEMV_FEW=N; 0: never; matmul.cu),
      * rows of more than 2 chunks a warp too when gemv_few_long. The same

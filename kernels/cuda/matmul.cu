@@ -712,6 +712,7 @@ static void launch_gemv_nr(sd__cuda *c, const mm_args *a, int H, int wk)
         sd__launch(c, gemv_kernel<DT, 8, PRE, SILU, VR, U>, grid, th, 0, *a, wk);
 }
 
+
 /* the block GEMV of a (n <= 8 when SILU) on the 16-byte path: one pass of
  * <= 8 rows prefetches (PRE) when a warp can load its whole K-slice at once,
  * GEMV_U chunks of GEMV_VR rows; for short rows (16-bit weights, 1-2 rows,
@@ -727,6 +728,30 @@ static int gemv_wide_pre(const sd__cuda *c, const mm_args *a, int dt16)
     return dt16 && c->gemv_pre && c->gemv_wide && a->n <= 2 && nch <= wk;
 }
 
+/* FP8 at one activation row (decode at batch 1): its rows hold half the
+ * bytes of BF16 ones, so twice the rows a warp keep a BF16 GEMV's loads in
+ * flight (a row's sums do not depend on it); the wide one-pass shape (16
+ * rows), else the prefetching or plain one (8 rows). At more rows the
+ * doubled shapes spill (their rows' scale pointers): FP8 keeps the BF16
+ * shapes there. SPECD_F8_WIDE=0: the BF16 shapes at one row too. */
+template <bool SILU> static int launch_f8_row(sd__cuda *c, const mm_args *a, int H, int wk)
+{
+    const int nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
+    if (!c->f8_wide || a->n != 1)
+        return 0;
+    const dim3 g16 = gemv_grid(a, H, wk, 2 * GEMV_WIDE_VR, SILU),
+               g8 = gemv_grid(a, H, wk, 2 * GEMV_VR, SILU);
+    const unsigned th = SD__GEMV_WARPS * 32;
+    if (gemv_wide_pre(c, a, 1))
+        sd__launch(c, gemv_kernel<SD__F8, 1, true, SILU, 2 * GEMV_WIDE_VR, GEMV_WIDE_U>, g16, th, 0,
+                   *a, wk);
+    else if (c->gemv_pre && nch <= wk * GEMV_U)
+        sd__launch(c, gemv_kernel<SD__F8, 1, true, SILU, 2 * GEMV_VR, GEMV_U>, g8, th, 0, *a, wk);
+    else
+        sd__launch(c, gemv_kernel<SD__F8, 1, false, SILU, 2 * GEMV_VR, GEMV_U>, g8, th, 0, *a, wk);
+    return 1;
+}
+
 template <int DT, bool SILU> static void launch_block_gemv(sd__cuda *c, const mm_args *a, int H)
 {
     const int wk = sd__gemv_wk(a->K), nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
@@ -734,6 +759,12 @@ template <int DT, bool SILU> static void launch_block_gemv(sd__cuda *c, const mm
         launch_gemv_few<DT, SILU>(c, a, H, wk);
         SD_LAUNCHED(c, "gemv_few_kernel");
         return;
+    }
+    if constexpr (DT == SD__F8) {
+        if (launch_f8_row<SILU>(c, a, H, wk)) {
+            SD_LAUNCHED(c, "gemv_kernel");
+            return;
+        }
     }
     if (gemv_wide_pre(c, a, DT != SD__F32)) {
         if constexpr (DT != SD__F32)
