@@ -154,6 +154,8 @@ static int place_fp8(sd_model *m, sd_weight *w, const char *name, const uint8_t 
 
 static int get_fp8(sd_model *m, const char *name, int64_t rows, int64_t cols, int64_t r0,
                    int64_t n, sd_weight *w, sd_err *err);
+static int get_fp8_cols(sd_model *m, const char *name, int64_t rows, int64_t cols, int64_t c0,
+                        int64_t n, sd_weight *w, sd_err *err);
 
 /* Loads tensor `name` of shape [rows, cols] (cols = 0: 1-D of rows). */
 static int get_w(sd_model *m, const char *name, int64_t rows, int64_t cols, sd_weight *w,
@@ -189,9 +191,11 @@ static int get_part(sd_model *m, const char *name, int64_t rows, int64_t cols, p
     int64_t full = p.kind == PART_COLS ? cols : rows;
     if (p.kind == PART_ALL || (p.off == 0 && p.n == full))
         return get_w(m, name, rows, cols, w, err);
-    int rc = p.kind == PART_ROWS && p.off >= 0 && p.n > 0 && p.off + p.n <= full
-                 ? get_fp8(m, name, rows, cols, p.off, p.n, w, err)
-                 : 1;
+    const int in = p.off >= 0 && p.n > 0 && p.off + p.n <= full;
+    int rc = !in                    ? 1
+             : p.kind == PART_ROWS ? get_fp8(m, name, rows, cols, p.off, p.n, w, err)
+             : cols                 ? get_fp8_cols(m, name, rows, cols, p.off, p.n, w, err)
+                                    : 1;
     if (rc != 1)
         return rc;
     const sd_st_tensor *t;
@@ -303,6 +307,41 @@ static int stack_fp8(sd_model *m, const stack_part *p, int np, int64_t cols, sd_
     return place_fp8(m, w, p[0].name, bytes, scale, R, cols, err);
 }
 
+/* Columns [c0, c0 + n) of FP8 tensor `name` [rows, cols] (a row-parallel
+ * shard, a shared expert's slot) placed as FP8 where m keeps FP8 and c0
+ * starts a block of scales: a copy of those bytes and of those blocks'
+ * scales. 0 when placed, 1 when the caller takes the columns dequantized,
+ * else an error. */
+static int get_fp8_cols(sd_model *m, const char *name, int64_t rows, int64_t cols, int64_t c0,
+                        int64_t n, sd_weight *w, sd_err *err)
+{
+    const int bm = m->cfg.fp8_block[0], bn = m->cfg.fp8_block[1];
+    if (!m->fp8_keep || c0 % bn)
+        return 1;
+    const int64_t shape[2] = {rows, cols};
+    const sd_st_tensor *q, *s;
+    int rc = sd_st_fp8_parts(m->st, name, 2, shape, &q, &s, err);
+    if (rc)
+        return rc;
+    const int64_t SR = (rows + bm - 1) / bm, SC = (cols + bn - 1) / bn, sc = (n + bn - 1) / bn;
+    uint8_t *bytes = malloc((size_t)(rows * n));
+    if (!bytes || own(m, bytes)) {
+        free(bytes);
+        return sd_err_set(err, SD_ENOMEM, "out of memory slicing %s", name);
+    }
+    float *scale = malloc((size_t)(SR * sc) * sizeof *scale);
+    if (!scale || own(m, scale)) {
+        free(scale);
+        return sd_err_set(err, SD_ENOMEM, "out of memory for %s's scales", name);
+    }
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(bytes + r * n, (const uint8_t *)q->data + r * cols + c0, (size_t)n);
+    for (int64_t br = 0; br < SR; br++)
+        for (int64_t k = 0; k < sc; k++)
+            scale[br * sc + k] = sd_load_f32(s->data, s->dtype, (size_t)(br * SC + c0 / bn + k));
+    return place_fp8(m, w, name, bytes, scale, rows, n, err);
+}
+
 /* Rows [r0, r0 + n) of FP8 tensor `name` [rows, cols] placed as FP8 where
  * m keeps FP8 and r0 starts a block of scales: stack_fp8's one part. */
 static int get_fp8(sd_model *m, const char *name, int64_t rows, int64_t cols, int64_t r0,
@@ -405,6 +444,13 @@ static int load_moe(sd_model *m, const char *pre, layer *L, sd_err *err)
     if (!L->eg || !L->eu || !L->ed)
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     part pr = part_rows(i0, il), pc = part_cols(i0, il);
+    /* A bank holds one dtype (the CUDA MoE kernels take one): where a shared
+     * slot's rows would start inside a block of FP8 scales (placed BF16),
+     * the routed experts load BF16 too (the same numbers: FP8 gives its BF16
+     * dequantization's bits) */
+    const int keep = m->fp8_keep, bm = m->cfg.fp8_block[0];
+    if (keep && S > 1 && I % bm)
+        m->fp8_keep = 0;
     for (int j = 0; j < el && !rc; j++) {
         int e = e0 + j;
         rc = get_wpf(m, &L->eg[j], err, I, D, pr, "%s.%s.experts.%d.%s.weight", pre, blk, e, gn);
@@ -427,6 +473,7 @@ static int load_moe(sd_model *m, const char *pre, layer *L, sd_err *err)
             rc = get_wpf(m, &L->ed[el + j], err, D, IS, sc,
                          "%s.mlp.shared_experts.down_proj.weight", pre);
     }
+    m->fp8_keep = keep;
     if (rc)
         return rc;
     L->n_always = S;
