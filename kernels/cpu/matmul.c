@@ -22,16 +22,19 @@ static void mm_task(void *arg, int b, int e, int thread)
     float *row = c->rows_f32 ? sd__cpu_scratch(c->be, thread, (size_t)c->w->cols) : NULL;
     for (int j = b; j < e; j++) {
         float bj = c->bias ? sd_load_f32(c->bias->data, c->bias->dtype, (size_t)j) : 0.0f;
-        if (row) /* the same products in the same order as sd__cpu_dot_row's */
+        /* an FP8 row decoded: the same products in the same order as
+         * sd__cpu_dot_row's, read as the F32 row it is now */
+        sd_weight rw = {.data = row, .dtype = SD_DT_F32, .rows = 1, .cols = c->w->cols};
+        if (row)
             sd__cpu_weight_row(c->w, j, row);
         int t = 0;
         /* four activation rows a pass over the weight row */
-        for (; !row && t + 4 <= c->n; t += 4) {
+        for (; t + 4 <= c->n; t += 4) {
             const float *xs[4];
             float o[4];
             for (int k = 0; k < 4; k++)
                 xs[k] = c->x + (size_t)(t + k) * (size_t)c->x_stride;
-            if (sd__cpu_dot4_row(c->w, j, xs, o))
+            if (row ? sd__cpu_dot4_row(&rw, 0, xs, o) : sd__cpu_dot4_row(c->w, j, xs, o))
                 break;
             for (int k = 0; k < 4; k++)
                 c->y[(size_t)(t + k) * (size_t)N + (size_t)j] = o[k] + bj;

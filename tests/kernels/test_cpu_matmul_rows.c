@@ -78,6 +78,67 @@ TEST(each_activation_row_gets_the_bits_it_gets_alone)
     sd_cpu_backend_destroy(be);
 }
 
+/* FP8 rows (the per-block code tables) give the bits of their BF16
+ * dequantization by dtype.h's definition: every E4M3 code (NaN's too) in
+ * every lane, scales from 2^-140 (subnormal products) to 2^120 (products
+ * past the BF16 range) and 1 + 3/256 (products on BF16 ties), blocks of 8,
+ * 16, 24 and 12 columns, one row and several (a row decoded once, read four
+ * activation rows a pass). */
+TEST(fp8_rows_give_the_bits_of_their_bf16_dequantization)
+{
+    sd_backend *be;
+    ASSERT_OK(sd_cpu_backend_create(&be, 2));
+    uint64_t rng = sd_test_seed();
+    static const int bns[] = {8, 16, 24, 12};
+    const int N = 96, K = 72, bm = 16;
+    for (size_t bi = 0; bi < SD_ARRAY_LEN(bns); bi++) {
+        const int bn = bns[bi], sr = (N + bm - 1) / bm, sc = (K + bn - 1) / bn;
+        uint8_t *q = malloc((size_t)N * K);
+        uint16_t *deq = malloc((size_t)N * K * 2);
+        float *scale = malloc((size_t)sr * sc * sizeof(float));
+        const int off = (int)(sd_test_randf(&rng, 0, 255.99f));
+        for (int i = 0; i < N * K; i++)
+            q[i] = (uint8_t)((i * 37 + off) % 256);
+        /* 1 + 3 / 256: products of short codes that land on BF16 ties */
+        for (int i = 0; i < sr * sc; i++)
+            scale[i] = i % 7 == 2 ? 1.0f + 3.0f / 256
+                                  : ldexpf(sd_test_randf(&rng, 1.0f, 2.0f),
+                                           i % 7 == 0   ? -140
+                                           : i % 7 == 1 ? 120
+                                                        : (int)sd_test_randf(&rng, -20, 5));
+        for (int r = 0; r < N; r++)
+            for (int k = 0; k < K; k++)
+                deq[r * K + k] = sd_f32_to_bf16(sd_fp8_e4m3_to_f32(q[r * K + k]) *
+                                                scale[(r / bm) * sc + k / bn]);
+        sd_weight w8, w16;
+        ASSERT_OK(be->ops->weight_fp8(be, &w8, q, scale, N, K, bm, bn));
+        ASSERT_OK(be->ops->weight(be, &w16, deq, SD_DT_BF16, N, K));
+        for (int n = 1; n <= 5; n += 2) {
+            float *x = malloc((size_t)n * K * sizeof(float));
+            for (int i = 0; i < n * K; i++)
+                x[i] = sd_test_randf(&rng, -2.0f, 2.0f);
+            float *a = malloc((size_t)n * N * sizeof(float)), *b = malloc((size_t)n * N * sizeof(float));
+            be->ops->matmul(be, a, x, &w8, NULL, n, K);
+            be->ops->matmul(be, b, x, &w16, NULL, n, K);
+            int bad = 0, nans = 0;
+            for (int i = 0; i < n * N; i++) {
+                nans += isnan(a[i]);
+                bad += memcmp(&a[i], &b[i], sizeof(float)) && !(isnan(a[i]) && isnan(b[i]));
+            }
+            ASSERT_MSG(bad == 0, "blocks of %d columns, %d rows: %d of %d outputs differ", bn, n,
+                       bad, n * N);
+            ASSERT_MSG(nans > 0 && nans < n * N, "%d NaN outputs of %d", nans, n * N);
+            free(x);
+            free(a);
+            free(b);
+        }
+        free(q);
+        free(deq);
+        free(scale);
+    }
+    sd_cpu_backend_destroy(be);
+}
+
 /* matmul_heads (head h's rows of W against head h's part of each activation
  * row) the same: n rows give each row's one-row bits. */
 TEST(each_row_of_matmul_heads_gets_the_bits_it_gets_alone)
@@ -112,4 +173,5 @@ TEST(each_row_of_matmul_heads_gets_the_bits_it_gets_alone)
 }
 
 TEST_MAIN(T(each_activation_row_gets_the_bits_it_gets_alone),
+          T(fp8_rows_give_the_bits_of_their_bf16_dequantization),
           T(each_row_of_matmul_heads_gets_the_bits_it_gets_alone))
