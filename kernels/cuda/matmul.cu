@@ -712,7 +712,6 @@ static void launch_gemv_nr(sd__cuda *c, const mm_args *a, int H, int wk)
         sd__launch(c, gemv_kernel<DT, 8, PRE, SILU, VR, U>, grid, th, 0, *a, wk);
 }
 
-
 /* the block GEMV of a (n <= 8 when SILU) on the 16-byte path: one pass of
  * <= 8 rows prefetches (PRE) when a warp can load its whole K-slice at once,
  * GEMV_U chunks of GEMV_VR rows; for short rows (16-bit weights, 1-2 rows,
@@ -1233,9 +1232,6 @@ static void f8_args(mm_args *a, const sd_weight *w)
     a->bshift = __builtin_ctz((unsigned)w->block[1]);
     a->scols = w->scale_cols;
 }
-
-/* the block GEMV takes FP8 weight calls of a: few rows, 8-byte rows */
-static int f8_gemv_takes(const sd__cuda *c, const mm_args *a);
 
 /* out(rows, cols) bf16 = BF16(E4M3(q) x scale of its block), 8 elements a
  * thread where cols % 8 == 0 (q 8-byte aligned), else one */
