@@ -738,16 +738,16 @@ template <bool SILU> static int launch_f8_row(sd__cuda *c, const mm_args *a, int
     const int nch = (a->K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
     if (!c->f8_wide || a->n != 1)
         return 0;
-    const dim3 g16 = gemv_grid(a, H, wk, 2 * GEMV_WIDE_VR, SILU),
-               g8 = gemv_grid(a, H, wk, 2 * GEMV_VR, SILU);
     const unsigned th = SD__GEMV_WARPS * 32;
     if (gemv_wide_pre(c, a, 1))
-        sd__launch(c, gemv_kernel<SD__F8, 1, true, SILU, 2 * GEMV_WIDE_VR, GEMV_WIDE_U>, g16, th, 0,
-                   *a, wk);
+        sd__launch(c, gemv_kernel<SD__F8, 1, true, SILU, 2 * GEMV_WIDE_VR, GEMV_WIDE_U>,
+                   gemv_grid(a, H, wk, 2 * GEMV_WIDE_VR, SILU), th, 0, *a, wk);
     else if (c->gemv_pre && nch <= wk * GEMV_U)
-        sd__launch(c, gemv_kernel<SD__F8, 1, true, SILU, 2 * GEMV_VR, GEMV_U>, g8, th, 0, *a, wk);
+        sd__launch(c, gemv_kernel<SD__F8, 1, true, SILU, 2 * GEMV_VR, GEMV_U>,
+                   gemv_grid(a, H, wk, 2 * GEMV_VR, SILU), th, 0, *a, wk);
     else
-        sd__launch(c, gemv_kernel<SD__F8, 1, false, SILU, 2 * GEMV_VR, GEMV_U>, g8, th, 0, *a, wk);
+        sd__launch(c, gemv_kernel<SD__F8, 1, false, SILU, 2 * GEMV_VR, GEMV_U>,
+                   gemv_grid(a, H, wk, 2 * GEMV_VR, SILU), th, 0, *a, wk);
     return 1;
 }
 
@@ -1246,12 +1246,8 @@ __global__ void fp8_dequant_kernel(uint16_t *out, const uint8_t *q, const float 
         const int64_t i = e * per, r = i / cols, k = i % cols;
         const float s = scale[(r / bm) * scols + (k >> bshift)];
         if (VEC) {
-            const uint2 v = *(const uint2 *)(q + i);
             float f[8];
-            sd__f8x2f((uint16_t)(v.x & 0xffffu), s, f[0], f[1]);
-            sd__f8x2f((uint16_t)(v.x >> 16), s, f[2], f[3]);
-            sd__f8x2f((uint16_t)(v.y & 0xffffu), s, f[4], f[5]);
-            sd__f8x2f((uint16_t)(v.y >> 16), s, f[6], f[7]);
+            sd__f8x8f(*(const uint2 *)(q + i), s, f);
             uint32_t o[4];
 #pragma unroll
             for (int j = 0; j < 4; j++)
@@ -1275,18 +1271,12 @@ static int f8_to_bf16(sd__cuda *c, const sd_weight *w, sd_weight *out)
                   (long long)w->rows, (long long)w->cols, c->fp8_scratch_bytes);
         return -1;
     }
-    mm_args t{};
-    f8_args(&t, w);
     const bool vec = w->cols % 8 == 0 && sd__aligned16(w->data);
     const unsigned g = grid_for(vec ? m / 8 : m);
-    if (vec)
-        sd__launch(c, fp8_dequant_kernel<true>, g, 256, 0, (uint16_t *)c->fp8_scratch,
-                   (const uint8_t *)w->data, w->scale, (int64_t)w->rows, (int64_t)w->cols, t.bm,
-                   t.bshift, (int64_t)t.scols);
-    else
-        sd__launch(c, fp8_dequant_kernel<false>, g, 256, 0, (uint16_t *)c->fp8_scratch,
-                   (const uint8_t *)w->data, w->scale, (int64_t)w->rows, (int64_t)w->cols, t.bm,
-                   t.bshift, (int64_t)t.scols);
+    const int bshift = __builtin_ctz((unsigned)w->block[1]);
+    sd__launch(c, vec ? fp8_dequant_kernel<true> : fp8_dequant_kernel<false>, g, 256, 0,
+               (uint16_t *)c->fp8_scratch, (const uint8_t *)w->data, w->scale, (int64_t)w->rows,
+               (int64_t)w->cols, w->block[0], bshift, (int64_t)w->scale_cols);
     if (SD_LAUNCHED(c, "fp8_dequant_kernel"))
         return -1;
     *out = (sd_weight){c->fp8_scratch, SD_DT_BF16, w->rows, w->cols, NULL, {0, 0}, 0, NULL};

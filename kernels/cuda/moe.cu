@@ -392,6 +392,15 @@ static void tabs_fill(moe_tabs<MAXE, F8> &tab, const sd_weight *wa, const sd_wei
     }
 }
 
+/* the table's log2 of its scale blocks' columns (0: not FP8) */
+template <int MAXE, bool F8> __device__ __forceinline__ int tab_bshift(const moe_tabs<MAXE, F8> &tab)
+{
+    if constexpr (F8)
+        return tab.bshift;
+    else
+        return 0;
+}
+
 /* FP8 row j's scales in a (b: !in_a) of expert e, else NULL */
 template <int MAXE, bool F8>
 __device__ __forceinline__ const float *tab_srow(const moe_tabs<MAXE, F8> &tab, int e, int j,
@@ -669,10 +678,7 @@ __device__ __forceinline__ void gate_up_tile(float *hp, const float *xt, int e, 
         wrow[i] = j < I ? (i < GU ? wg : wu) + (size_t)j * rb : NULL;
         srow[i] = j < I ? tab_srow(tab, e, j, i < GU) : NULL;
     }
-    int bshift = 0;
-    if constexpr (DT == SD__F8)
-        bshift = tab.bshift;
-    sd__warp_dots1<DT, VR, U>(wrow, xt, D, kw, WK, lane, part + warp * VR, srow, bshift);
+    sd__warp_dots1<DT, VR, U>(wrow, xt, D, kw, WK, lane, part + warp * VR, srow, tab_bshift(tab));
     __syncthreads();
     if ((int)threadIdx.x < RG * GU) {
         const int g = threadIdx.x / GU, q = threadIdx.x % GU, j = cols0 + g * GU + q;
@@ -794,9 +800,6 @@ moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const floa
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int SW = SD__GEMV_WARPS / WK, kw = warp % WK, sl = warp / WK;
     const size_t rb = (size_t)I * sd__esz<DT>();
-    int bshift = 0;
-    if constexpr (DT == SD__F8)
-        bshift = tab.bshift;
     for (int j = sl; j < top_k; j += SW) {
         const size_t p = (size_t)t * (size_t)top_k + (size_t)j;
         const int e = ids[p] - first;
@@ -811,7 +814,7 @@ moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const floa
             srow[i] = d0 + i < D ? tab_srow(tab, e, d0 + i, true) : NULL;
         }
         sd__warp_dots1<DT, DR, DU>(wrow, h + p * (size_t)I, I, kw, WK, lane,
-                                   part + (j * WK + kw) * DR, srow, bshift);
+                                   part + (j * WK + kw) * DR, srow, tab_bshift(tab));
     }
     __syncthreads();
     if (threadIdx.x < DR && d0 + (int)threadIdx.x < D) {
@@ -1159,10 +1162,7 @@ moe_tc_gemm_kernel(void *outp, const __nv_bfloat16 *a, const int *sorted, int to
                 for (int i = 0; i < 4; i++) {
                     const float sc = kin && w8[i] ? __ldg(s8[i] + (k >> tab.bshift)) : 0.0f;
                     float f[8];
-                    sd__f8x2f((uint16_t)(q[i].x & 0xffffu), sc, f[0], f[1]);
-                    sd__f8x2f((uint16_t)(q[i].x >> 16), sc, f[2], f[3]);
-                    sd__f8x2f((uint16_t)(q[i].y & 0xffffu), sc, f[4], f[5]);
-                    sd__f8x2f((uint16_t)(q[i].y >> 16), sc, f[6], f[7]);
+                    sd__f8x8f(q[i], sc, f);
                     *(uint4 *)&sb[s][moe_tc_swz(tid / 4 + 32 * i, ck)] =
                         make_uint4(moe_tc_pack(f[0], f[1]), moe_tc_pack(f[2], f[3]),
                                    moe_tc_pack(f[4], f[5]), moe_tc_pack(f[6], f[7]));
@@ -1369,15 +1369,14 @@ static int moe_ffn_path(sd__cuda *c, const sd_experts *ex, const float *x, const
             return -1;
         }
         *tc = c->moe_tc != 0 && moe_tc_room(m, E, D, *I);
-        int max_pairs = c->moe_fused_max_pairs > 0 ? c->moe_fused_max_pairs
-                                                   : SD_CUDA_MOE_TC_FUSED_MAX_PAIRS;
-        return m <= (size_t)max_pairs || !*tc;
+    } else {
+        *tc = moe_tc_wants(c, *dt, *vec, D, *I);
     }
-    *tc = moe_tc_wants(c, *dt, *vec, D, *I);
     int max_pairs = c->moe_fused_max_pairs > 0 ? c->moe_fused_max_pairs
                     : *tc                      ? SD_CUDA_MOE_TC_FUSED_MAX_PAIRS
                                                : SD_CUDA_MOE_FUSED_MAX_PAIRS;
-    return *vec && m <= (size_t)max_pairs;
+    /* FP8 takes the fused kernels wherever the tensor cores do not */
+    return *vec && (m <= (size_t)max_pairs || (*dt == SD_DT_F8_E4M3 && !*tc));
 }
 
 /* the fused path of a checked moe_ffn (ra: routing beside it) */
