@@ -47,6 +47,18 @@ typedef struct js_node {
     uint32_t min_items, max_items, min_len, max_len;
 } js_node;
 
+/* a tool of x-specd-calls */
+typedef struct js_call {
+    uint32_t pre, suf; /* its prefix and suffix, in text */
+    uint16_t npre, nsuf;
+    uint16_t root; /* its parameters' root (a union of the body, as the root) */
+    uint16_t ph;   /* the digits' byte in the prefix, or NO_PH */
+} js_call;
+#define NO_PH 0xffff
+#define PH_BYTE 0x01
+#define MAX_CALL_TOOLS 128
+#define MAX_CALLS 16
+
 struct sd_jschema {
     js_node *node;
     uint32_t nnode, cnode;
@@ -62,6 +74,12 @@ struct sd_jschema {
     uint32_t ntext, ctext;
     uint16_t root, any;
     int max_depth;
+    /* x-specd-calls (ncall tools, sorted by prefix; 0: a plain schema) */
+    js_call *call;
+    uint32_t ncall;
+    uint32_t lead[2], end; /* begin, sep; end: in text */
+    uint16_t nlead[2], nend;
+    uint8_t max_calls, specials;
     uint64_t serial; /* this compilation's, unique in the process (a mask cache's key) */
 };
 
@@ -101,7 +119,8 @@ typedef struct js_def {
 
 typedef struct cx {
     sd_jschema *s;
-    json_t *root;
+    json_t *root;       /* where "#/$defs/..." look */
+    uint16_t root_node; /* what "#" is */
     sd_err *err;
     js_def *defs;
     uint32_t ndefs, cdefs;
@@ -452,7 +471,7 @@ static int compile_ref(cx *c, json_t *j, const char *path, uint16_t *out)
         return refuse(c, "\"$ref\" at %s must be a string", path);
     const char *r = json_string_value(v), *name = NULL, *where = NULL;
     if (!strcmp(r, "#")) {
-        *out = c->s->root;
+        *out = c->root_node;
         return 0;
     }
     if (!strncmp(r, "#/$defs/", 8))
@@ -1148,15 +1167,16 @@ static int explore(an *a, uint32_t i)
 
 /* the nesting limit: the most containers D for which any chain of open
  * values (D containers and a scalar) fits the pool */
-static int find_depth(cx *c)
+static int find_depth(cx *c, uint16_t root, int *depth)
 {
     sd_jschema *s = c->s;
     an a = {.c = c};
     a.buf = malloc(s->nnode * sizeof *a.buf);
     int rc = a.buf ? 0 : nomem(c);
+    *depth = 0;
     if (!rc) {
         a.nbuf = 0;
-        buf_add(&a, s->root);
+        buf_add(&a, root);
         rc = add_sets(&a);
     }
     uint32_t nroot = a.nset;
@@ -1172,7 +1192,6 @@ static int find_depth(cx *c)
     if (!rc) {
         for (uint32_t i = 0; i < a.nset; i++) /* no container at depth 0 */
             prev[i] = a.set[i].kind <= K_ARR ? -1 : (int)a.set[i].n;
-        s->max_depth = 0;
         for (int d = 1; d <= SD_JSCHEMA_MAX_DEPTH; d++) {
             int worst = 0;
             for (uint32_t i = 0; i < a.nset; i++) {
@@ -1189,7 +1208,7 @@ static int find_depth(cx *c)
                 worst = h[i] > worst ? h[i] : worst;
             if (worst > SD_JSCHEMA_POOL)
                 break;
-            s->max_depth = d;
+            *depth = d;
             int *t = prev;
             prev = h, h = t;
         }
@@ -1201,6 +1220,190 @@ static int find_depth(cx *c)
     free(a.edge);
     free(a.buf);
     return rc;
+}
+
+/* ---- compiling: tool calls (x-specd-calls) ---------------------------- */
+
+static int call_text(cx *c, json_t *o, const char *k, const char *path, uint32_t *off, uint16_t *len)
+{
+    json_t *v = json_object_get(o, k);
+    if (!json_is_string(v))
+        return refuse(c, "x-specd-calls: \"%s\" at %s must be a string", k, path);
+    const size_t n = json_string_length(v);
+    if (n > SD_JSCHEMA_MAX_TEXT || memchr(json_string_value(v), 0, n))
+        return refuse(c, "x-specd-calls: \"%s\" at %s: at most %d bytes, no NUL", k, path,
+                      SD_JSCHEMA_MAX_TEXT);
+    *len = (uint16_t)n;
+    return add_text(c, json_string_value(v), n, off);
+}
+
+static void defs_clear(cx *c)
+{
+    for (uint32_t i = 0; i < c->ndefs; i++)
+        free(c->defs[i].name);
+    c->ndefs = 0;
+}
+
+/* the shorter length, and where a and b first differ (that length where
+ * one is a prefix of the other) */
+static uint32_t first_diff(const char *a, uint32_t na, const char *b, uint32_t nb)
+{
+    uint32_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i])
+        i++;
+    return i;
+}
+
+/* the tools, each parameters schema a root of its own, and the literals;
+ * *body: a union of the tools' roots */
+static int compile_calls(cx *c, json_t *spec, uint16_t *body)
+{
+    sd_jschema *s = c->s;
+    if (!json_is_object(spec))
+        return refuse(c, "x-specd-calls must be an object");
+    const char *k;
+    json_t *v;
+    json_object_foreach(spec, k, v)
+    {
+        static const char *const KEYS[] = {"begin", "sep", "end", "max", "tools", "specials"};
+        if (!IN_LIST(k, KEYS))
+            return refuse(c, "x-specd-calls: \"%s\" is not a key of it", k);
+    }
+    int rc = call_text(c, spec, "begin", "$", &s->lead[0], &s->nlead[0]);
+    if (!rc)
+        rc = call_text(c, spec, "sep", "$", &s->lead[1], &s->nlead[1]);
+    if (!rc)
+        rc = call_text(c, spec, "end", "$", &s->end, &s->nend);
+    if (rc)
+        return rc;
+    json_t *mx = json_object_get(spec, "max"), *tools = json_object_get(spec, "tools"),
+           *sp = json_object_get(spec, "specials");
+    if (!json_is_integer(mx) || json_integer_value(mx) < 1 || json_integer_value(mx) > MAX_CALLS)
+        return refuse(c, "x-specd-calls: \"max\" must be an integer from 1 to %d", MAX_CALLS);
+    if (sp && !json_is_boolean(sp))
+        return refuse(c, "x-specd-calls: \"specials\" must be a boolean");
+    const size_t nt = json_array_size(tools);
+    if (!json_is_array(tools) || nt < 1 || nt > MAX_CALL_TOOLS)
+        return refuse(c, "x-specd-calls: \"tools\" must be an array of 1 to %d tools",
+                      MAX_CALL_TOOLS);
+    s->max_calls = (uint8_t)json_integer_value(mx);
+    s->specials = json_is_true(sp);
+    if (!(s->call = calloc(nt, sizeof *s->call)))
+        return nomem(c);
+    json_t *outer = c->root;
+    for (size_t i = 0; i < nt && !rc; i++) {
+        json_t *t = json_array_get(tools, i), *pa = json_object_get(t, "parameters");
+        char path[64];
+        snprintf(path, sizeof path, "$.tools[%zu]", i);
+        js_call *kc = &s->call[i];
+        if (!json_is_object(t) || json_object_size(t) != 3 || !pa)
+            return refuse(c, "x-specd-calls: %s must be {\"prefix\", \"parameters\", \"suffix\"}",
+                          path);
+        if ((rc = call_text(c, t, "prefix", path, &kc->pre, &kc->npre)) ||
+            (rc = call_text(c, t, "suffix", path, &kc->suf, &kc->nsuf)))
+            return rc;
+        /* the digits' byte: one at most, not last, no digit after it */
+        const char *pr = s->text + kc->pre, *ph = memchr(pr, PH_BYTE, kc->npre);
+        kc->ph = ph ? (uint16_t)(ph - pr) : NO_PH;
+        if (ph && (memchr(ph + 1, PH_BYTE, kc->npre - kc->ph - 1) || kc->ph + 1 == kc->npre ||
+                   (ph[1] >= '0' && ph[1] <= '9')))
+            return refuse(c, "x-specd-calls: %s.prefix: one digits byte at most, a non-digit after it",
+                          path);
+        /* a root of its own: its "#" and $defs */
+        uint16_t b;
+        char pp[80];
+        snprintf(pp, sizeof pp, "%s.parameters", path);
+        defs_clear(c);
+        c->root = pa;
+        void *tmp_;
+        if ((rc = new_node(c, pp, 0, &kc->root)))
+            return rc;
+        c->root_node = kc->root;
+        if ((rc = compile(c, pa, pp, 1, &b)))
+            return rc;
+        if (GROW(s->mem, s->nmem, s->cmem, 1))
+            return nomem(c);
+        s->node[kc->root].mem0 = s->nmem;
+        s->node[kc->root].nmem = 1;
+        s->mem[s->nmem++] = b;
+        s->ncall++;
+    }
+    defs_clear(c);
+    c->root = outer;
+    /* by prefix (insertion: 128 at most), then: no prefix another's, the
+     * tools told apart before any digits */
+    for (uint32_t i = 1; i < s->ncall; i++) {
+        js_call x = s->call[i];
+        uint32_t j = i;
+        for (; j > 0; j--) {
+            const js_call *y = &s->call[j - 1];
+            const uint32_t d = first_diff(s->text + y->pre, y->npre, s->text + x.pre, x.npre);
+            const int less = d == x.npre ? x.npre < y->npre
+                                         : d < y->npre && (unsigned char)s->text[x.pre + d] <
+                                                              (unsigned char)s->text[y->pre + d];
+            if (!less)
+                break;
+            s->call[j] = *y;
+        }
+        s->call[j] = x;
+    }
+    for (uint32_t i = 0; i + 1 < s->ncall; i++) {
+        const js_call *x = &s->call[i], *y = &s->call[i + 1];
+        const uint32_t d = first_diff(s->text + x->pre, x->npre, s->text + y->pre, y->npre);
+        if (d == x->npre || d >= x->ph || d >= y->ph)
+            return refuse(c,
+                          "x-specd-calls: the prefixes \"%.*s\" and \"%.*s\" do not tell their tools "
+                          "apart",
+                          (int)x->npre, s->text + x->pre, (int)y->npre, s->text + y->pre);
+    }
+    /* the end is not a call's lead and prefix or longer */
+    for (uint32_t i = 0; i < s->ncall; i++) {
+        const js_call *x = &s->call[i];
+        const uint32_t ns = s->nlead[1];
+        const char *e = s->text + s->end;
+        if (s->nend >= ns + x->npre && !memcmp(e, s->text + s->lead[1], ns) &&
+            first_diff(e + ns, s->nend - ns, s->text + x->pre, x->npre) == x->npre)
+            return refuse(c, "x-specd-calls: the end begins with a call");
+    }
+    /* the union of the tools (the root's body: every node reachable) */
+    if ((rc = new_node(c, "$.tools", 0, body)))
+        return rc;
+    void *tmp_;
+    if (GROW(s->mem, s->nmem, s->cmem, s->ncall))
+        return nomem(c);
+    s->node[*body].mem0 = s->nmem;
+    s->node[*body].nmem = s->ncall;
+    for (uint32_t i = 0; i < s->ncall; i++)
+        s->mem[s->nmem++] = s->call[i].root;
+    return 0;
+}
+
+/* after the leaves and nesting: each tool's documents are objects, and
+ * the nesting limit is the least of the tools' */
+static int check_calls(cx *c)
+{
+    sd_jschema *s = c->s;
+    s->max_depth = SD_JSCHEMA_MAX_DEPTH;
+    for (uint32_t i = 0; i < s->ncall; i++) {
+        const js_node *r = &s->node[s->call[i].root];
+        for (uint32_t j = 0; j < r->nleaf; j++) {
+            const js_node *l = &s->node[s->leaf[r->leaf0 + j]];
+            if ((l->flags & (F_ANY | F_ENUM)) || l->types != T_OBJ)
+                return refuse(c, "x-specd-calls: %s must be an object schema",
+                              c->path[s->call[i].root]);
+        }
+        if (r->mind == INF)
+            return refuse(c, "x-specd-calls: %s admits no finite document", c->path[s->call[i].root]);
+        int d;
+        int rc = find_depth(c, s->call[i].root, &d);
+        if (rc)
+            return rc;
+        if (r->mind > d)
+            return refuse(c, "x-specd-calls: %s: documents nest deeper than %d containers",
+                          c->path[s->call[i].root], d);
+        s->max_depth = d < s->max_depth ? d : s->max_depth;
+    }
+    return 0;
 }
 
 static void cx_free(cx *c)
@@ -1230,11 +1433,15 @@ int sd_jschema_compile(const char *schema_json, size_t len, sd_jschema **out, sd
     if (s)
         s->serial = atomic_fetch_add(&serials, 1) + 1;
     cx c = {.s = s, .root = root, .err = err};
+    json_t *calls = json_is_object(root) && json_object_size(root) == 1
+                        ? json_object_get(root, "x-specd-calls")
+                        : NULL;
     int rc = s ? 0 : sd_err_set(err, SD_ENOMEM, "json_schema: out of memory");
     uint16_t body;
     /* node 0: the root, a union of its body ("#" recurses to it); node 1: any value */
     if (!rc)
         rc = new_node(&c, "$", 0, &s->root);
+    c.root_node = s ? s->root : 0;
     if (!rc)
         rc = new_node(&c, "(any value)", F_LEAF | F_ANY, &s->any);
     if (!rc) {
@@ -1242,7 +1449,9 @@ int sd_jschema_compile(const char *schema_json, size_t len, sd_jschema **out, sd
         s->node[s->any].items = s->any;
         rc = self_leaf(&c, s->any);
     }
-    if (!rc)
+    if (!rc && calls)
+        rc = compile_calls(&c, calls, &body);
+    else if (!rc)
         rc = compile(&c, root, "$", 1, &body);
     void *tmp_;
     if (!rc && GROW(s->mem, s->nmem, s->cmem, 1))
@@ -1257,15 +1466,16 @@ int sd_jschema_compile(const char *schema_json, size_t len, sd_jschema **out, sd
         rc = check_oneofs(&c);
     if (!rc)
         rc = merge_enums(&c);
-    if (!rc) {
-        find_nesting(s);
-        if (s->node[s->root].mind == INF)
-            rc = refuse(&c, "the schema admits no finite document (a required key or item recurses "
-                            "without end)");
-    }
     if (!rc)
-        rc = find_depth(&c);
-    if (!rc && s->node[s->root].mind > s->max_depth)
+        find_nesting(s);
+    if (!rc && calls)
+        rc = check_calls(&c);
+    else if (!rc && s->node[s->root].mind == INF)
+        rc = refuse(&c, "the schema admits no finite document (a required key or item recurses "
+                        "without end)");
+    else if (!rc)
+        rc = find_depth(&c, s->root, &s->max_depth);
+    if (!rc && !calls && s->node[s->root].mind > s->max_depth)
         rc = refuse(&c, "the schema's documents nest deeper than %d containers", s->max_depth);
     if (s)
         cx_free(&c);
@@ -1288,6 +1498,7 @@ void sd_jschema_free(sd_jschema *s)
     free(s->mem);
     free(s->leaf);
     free(s->text);
+    free(s->call);
     free(s);
 }
 
@@ -1356,11 +1567,24 @@ static int settle(sd_jschema_state *st, int start, int w)
     return w == start ? bad(st) : 0;
 }
 
+/* tool calls' phases (cph) */
+enum { C_NONE, C_LEAD, C_DIG, C_DOC, C_SUF, C_DONE };
+
 void sd_jschema_init(const sd_jschema *s, sd_jschema_state *st)
 {
-    (void)s;
     memset(st, 0, sizeof *st);
     st->mode = M_START;
+    if (s->ncall) {
+        st->cph = C_LEAD;
+        st->chi = (uint16_t)s->ncall;
+    }
+}
+
+int sd_jschema_calls(const sd_jschema *s) { return s->ncall ? 1 + s->specials : 0; }
+
+int sd_jschema_in_literal(const sd_jschema_state *st)
+{
+    return st->cph == C_LEAD || st->cph == C_SUF;
 }
 
 void sd_jschema_copy(sd_jschema_state *dst, const sd_jschema_state *src)
@@ -1624,7 +1848,7 @@ static int value_begin(const sd_jschema *s, sd_jschema_state *st, unsigned char 
         return bad(st);
     int base = st->nalt;
     if (st->nlev == 0) {
-        if (add_leaves(s, st, base, s->root, k, c, 1))
+        if (add_leaves(s, st, base, s->ncall ? s->call[st->clo].root : s->root, k, c, 1))
             return bad(st);
     } else {
         int ps = top_start(st), obj = top_is_obj(st);
@@ -1907,8 +2131,138 @@ static int step(const sd_jschema *s, sd_jschema_state *st, unsigned char c)
     }
 }
 
+/* ---- tool calls -------------------------------------------------------
+ *
+ * The literals are matched against every tool still alive: in C_LEAD the
+ * text so far is lead + prefix_i up to cpos for each tool in [clo, chi)
+ * (a range: the tools are sorted by prefix), and the end's first cpos
+ * bytes too while cend. A prefix whole starts its document (only that
+ * tool is alive then: no prefix is another's); the document whole (an
+ * object: nothing can follow it) starts the suffix; the suffix whole
+ * counts the call and matches leads again, the sep's, with the end. */
+
+static void doc_clear(sd_jschema_state *st)
+{
+    memset(&st->mode, 0, offsetof(sd_jschema_state, alt) - offsetof(sd_jschema_state, mode));
+    st->mode = M_START;
+}
+
+static uint32_t cand_len(const sd_jschema *s, const sd_jschema_state *st, uint32_t i)
+{
+    return s->nlead[st->ncall > 0] + s->call[i].npre;
+}
+
+static unsigned char cand_at(const sd_jschema *s, const sd_jschema_state *st, uint32_t i,
+                             uint32_t pos)
+{
+    const uint32_t nl = s->nlead[st->ncall > 0];
+    return (unsigned char)(pos < nl ? s->text[s->lead[st->ncall > 0] + pos]
+                                    : s->text[s->call[i].pre + pos - nl]);
+}
+
+static void call_whole(const sd_jschema *s, sd_jschema_state *st)
+{
+    doc_clear(st);
+    st->ncall++;
+    st->cph = C_LEAD;
+    st->cpos = 0;
+    st->cend = 1;
+    st->clo = 0;
+    st->chi = st->ncall < s->max_calls ? (uint16_t)s->ncall : 0;
+    if (!st->chi && !s->nend)
+        st->cph = C_DONE;
+}
+
+/* the document is whole: its suffix next */
+static void doc_whole(const sd_jschema *s, sd_jschema_state *st)
+{
+    st->cph = C_SUF;
+    st->cpos = 0;
+    if (!s->call[st->clo].nsuf)
+        call_whole(s, st);
+}
+
+static int lead_byte(const sd_jschema *s, sd_jschema_state *st, unsigned char c)
+{
+    int lo = -1, hi = -1;
+    for (uint32_t i = st->clo; i < st->chi; i++) {
+        if (st->cpos < cand_len(s, st, i) && cand_at(s, st, i, st->cpos) == c) {
+            lo = lo < 0 ? (int)i : lo;
+            hi = (int)i + 1;
+        } else if (lo >= 0) {
+            break;
+        }
+    }
+    if (lo < 0 && c >= '0' && c <= '9') { /* the digits' byte (one tool alive there) */
+        for (uint32_t i = st->clo; i < st->chi; i++)
+            if (st->cpos < cand_len(s, st, i) && cand_at(s, st, i, st->cpos) == PH_BYTE) {
+                st->cph = C_DIG;
+                st->cdig = 1;
+                st->clo = (uint16_t)i;
+                st->chi = (uint16_t)(i + 1);
+                st->cend = 0;
+                st->cpos++;
+                return 0;
+            }
+    }
+    st->cend = st->cend && st->cpos < s->nend && (unsigned char)s->text[s->end + st->cpos] == c;
+    st->cpos++;
+    if (lo < 0) {
+        st->clo = st->chi = 0;
+        if (!st->cend)
+            return bad(st);
+    } else {
+        st->clo = (uint16_t)lo;
+        st->chi = (uint16_t)hi;
+    }
+    if (st->clo < st->chi && st->cpos == cand_len(s, st, st->clo)) { /* its document next */
+        st->chi = st->clo + 1;
+        st->cend = 0;
+        st->cph = C_DOC;
+        doc_clear(st);
+    } else if (st->clo == st->chi && st->cpos == s->nend) {
+        st->cph = C_DONE;
+    }
+    return 0;
+}
+
+static int call_step(const sd_jschema *s, sd_jschema_state *st, unsigned char c)
+{
+    switch (st->cph) {
+    case C_DIG:
+        if (c >= '0' && c <= '9' && st->cdig < 4) {
+            st->cdig++;
+            return 0;
+        }
+        st->cph = C_LEAD;
+        st->cdig = 0;
+        return lead_byte(s, st, c);
+    case C_LEAD: return lead_byte(s, st, c);
+    case C_DOC:
+        if (step(s, st, c))
+            return -1;
+        if (st->mode == M_DONE)
+            doc_whole(s, st);
+        return 0;
+    case C_SUF: {
+        const js_call *k = &s->call[st->clo];
+        if (st->cpos >= k->nsuf || (unsigned char)s->text[k->suf + st->cpos] != c)
+            return bad(st);
+        if (++st->cpos == k->nsuf)
+            call_whole(s, st);
+        return 0;
+    }
+    default: return bad(st);
+    }
+}
+
 int sd_jschema_feed(const sd_jschema *s, sd_jschema_state *st, const unsigned char *b, size_t n)
 {
+    if (s->ncall) {
+        for (size_t i = 0; i < n && !st->bad; i++)
+            call_step(s, st, b[i]);
+        return st->bad ? -1 : 0;
+    }
     for (size_t i = 0; i < n && !st->bad; i++)
         step(s, st, b[i]);
     return st->bad ? -1 : 0;
@@ -1918,6 +2272,8 @@ int sd_jschema_done(const sd_jschema *s, const sd_jschema_state *st)
 {
     if (st->bad)
         return 0;
+    if (s->ncall)
+        return st->cph == C_DONE || (st->cph == C_LEAD && st->cend && st->cpos == s->nend);
     if (st->mode == M_DONE)
         return 1;
     /* a top-level number ends with the text */

@@ -74,7 +74,27 @@
  * nesting than is left is not allowed to begin.
  *
  * Feed costs, per byte, a few operations per live alternative (a key or
- * enum byte scans the candidates that share its prefix); no allocation. */
+ * enum byte scans the candidates that share its prefix); no allocation.
+ *
+ * Tool calls in a model's own format (a forced tool_choice; specd's
+ * extension, the only key of the schema object):
+ *   {"x-specd-calls": {"begin": B, "sep": S, "end": E, "max": M,
+ *                      "tools": [{"prefix": P, "parameters": SCHEMA, "suffix": X}, ...]}}
+ * is the text of 1 to M calls, then E: the first call B P_i DOC_i X_i, each
+ * next one S P_j DOC_j X_j, where DOC_i is a document of tool i's
+ * parameters (an object schema, compiled as a root of its own: its $ref
+ * "#" and $defs are its own). A prefix may hold one byte 0x01, which stands
+ * for 1 to 4 ASCII digits (Kimi-K2's call number). E.g. Qwen's
+ * <tool_call> blocks: B = "<tool_call>\n{\"name\": \"", P_i = NAME
+ * "\", \"arguments\": ", X_i = "}\n</tool_call>", S = "\n" B, E = "".
+ * Refused: a prefix that is another's prefix (with B or S before it, the
+ * text must say which tool it is when its prefix ends), an end that one
+ * call's lead and prefix begins (S P_i a prefix of E), parameters that
+ * may be anything but an object (a number would not know where it ends),
+ * more than 128 tools, M outside 1..16. The text may end (done) once M or
+ * fewer calls and E are whole. "specials": true says the literals hold
+ * special tokens' text: the caller feeds those tokens' text like any
+ * other's (sd_jschema_calls: 2). */
 #ifndef SD_VERIFY_JSON_SCHEMA_H
 #define SD_VERIFY_JSON_SCHEMA_H
 
@@ -104,6 +124,12 @@ typedef struct sd_jschema_alt {
 } sd_jschema_alt;
 
 typedef struct sd_jschema_state {
+    /* tool calls (x-specd-calls; all 0 otherwise): the phase (lead and
+     * prefix, digits, document, suffix, done), calls whole, whether the end
+     * may still be meant, digits read, bytes matched of the literal, and the
+     * tools alive [clo, chi) (the call's tool: clo) */
+    uint8_t cph, ncall, cend, cdig;
+    uint16_t cpos, clo, chi;
     uint8_t mode, sub, ws, bad;            /* syntax, as in json_mask */
     uint8_t nlev;                          /* open values (containers, and a scalar) */
     uint8_t nalt;                          /* alternatives in use */
@@ -129,6 +155,13 @@ void sd_jschema_copy(sd_jschema_state *dst, const sd_jschema_state *src);
 int sd_jschema_feed(const sd_jschema *s, sd_jschema_state *st, const unsigned char *b, size_t n);
 /* 1 when the text is a whole valid document (and nothing but it). */
 int sd_jschema_done(const sd_jschema *s, const sd_jschema_state *st);
+/* 0: a plain schema; 1: tool calls (x-specd-calls); 2: tool calls whose
+ * literals hold special tokens' text ("specials": the caller feeds special
+ * tokens' text to it) */
+int sd_jschema_calls(const sd_jschema *s);
+/* the literal phases of tool calls: where a special token's text may be
+ * next (a document never takes one) */
+int sd_jschema_in_literal(const sd_jschema_state *st);
 /* 1 when a and b (copies made by sd_jschema_copy or init, fed) are the
  * same state: they take the same bytes from here on. */
 int sd_jschema_equal(const sd_jschema_state *a, const sd_jschema_state *b);

@@ -1202,6 +1202,433 @@ TEST(refused_schemas_name_the_keyword)
     sd_jschema_free(s);
 }
 
-TEST_MAIN(T(hand_written_cases_go_bad_at_the_right_byte), T(state_is_small_and_copies_cheaply),
+/* ---- tool calls in a model's format (x-specd-calls) ------------------ */
+
+/* a format: its literals and up to 4 tools (name, parameters) */
+typedef struct cfmt {
+    const char *begin, *sep, *end;
+    const char *pre_head, *pre_tail, *suffix; /* a tool's prefix: head NAME tail */
+    int max, specials, ntools;
+    const char *name[4], *params[4];
+} cfmt;
+
+static const char TZ_PARAMS[] =
+    "{\"type\":\"object\",\"properties\":{\"tz\":{\"enum\":[\"UTC\",\"CET\"]},\"n\":{\"type\":"
+    "\"integer\"}},\"required\":[\"tz\"],\"additionalProperties\":false}";
+#define DS_CALL "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
+
+static const cfmt FORMATS[] = {
+    /* Qwen's <tool_call> blocks; "get" and "get_weather" share a start */
+    {"<tool_call>\n{\"name\": \"", "\n<tool_call>\n{\"name\": \"", "", "", "\", \"arguments\": ",
+     "}\n</tool_call>", 3, 0, 3, {"get_weather", "get", "tree"},
+     {NULL, TZ_PARAMS, NULL}},
+    /* DeepSeek V3 / R1: a section, each call's arguments in a json fence */
+    {"<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>" DS_CALL "function<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>",
+     "\n" DS_CALL "function<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>",
+     "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>", "", "\n```json\n",
+     "\n```<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>", 2, 1, 2,
+     {"get_time", "shapes"}, {TZ_PARAMS, NULL}},
+    /* Kimi-K2: functions.NAME:DIGITS */
+    {"<|tool_calls_section_begin|><|tool_call_begin|>functions.", "<|tool_call_begin|>functions.",
+     "<|tool_calls_section_end|>", "", ":\x01<|tool_call_argument_begin|>", "<|tool_call_end|>",
+     16, 1, 2, {"a", "ab"}, {TZ_PARAMS, NULL}},
+    /* Llama 3.1: one JSON object, "parameters" */
+    {"{\"name\": \"", "", "", "", "\", \"parameters\": ", "}", 1, 0, 1, {"get_time"}, {TZ_PARAMS}},
+};
+
+/* a tool's parameters: given, or by name from SCHEMAS */
+static const char *cf_params(const cfmt *f, int i)
+{
+    if (f->params[i])
+        return f->params[i];
+    return !strcmp(f->name[i], "tree") ? SCHEMAS[2] : !strcmp(f->name[i], "shapes") ? SCHEMAS[1]
+                                                                                    : SCHEMAS[0];
+}
+
+static char *cf_prefix(const cfmt *f, int i)
+{
+    char *p = malloc(strlen(f->pre_head) + strlen(f->name[i]) + strlen(f->pre_tail) + 1);
+    sprintf(p, "%s%s%s", f->pre_head, f->name[i], f->pre_tail);
+    return p;
+}
+
+static char *cf_spec(const cfmt *f)
+{
+    json_t *tools = json_array();
+    for (int i = 0; i < f->ntools; i++) {
+        char *p = cf_prefix(f, i);
+        json_array_append_new(tools, json_pack("{s:s, s:o, s:s}", "prefix", p, "parameters",
+                                               json_loads(cf_params(f, i), 0, NULL), "suffix",
+                                               f->suffix));
+        free(p);
+    }
+    json_t *o = json_pack("{s:{s:s, s:s, s:s, s:i, s:b, s:o}}", "x-specd-calls", "begin", f->begin,
+                          "sep", f->sep, "end", f->end, "max", f->max, "specials", f->specials,
+                          "tools", tools);
+    char *t = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return t;
+}
+
+/* the reference: 1 the text is 1..max calls and the end, 0 not, -1
+ * jansson cannot tell */
+typedef struct cref {
+    const cfmt *f;
+    ref r[4];
+    char *pre[4];
+} cref;
+
+static int cf_verdict(const cref *c, const char *t, size_t n)
+{
+    const cfmt *f = c->f;
+    size_t i = 0;
+    int unsure = 0;
+    for (int calls = 0;; calls++) {
+        if (calls > 0 && n - i == strlen(f->end) && !memcmp(t + i, f->end, n - i))
+            return unsure ? -1 : 1;
+        if (calls == f->max)
+            return 0;
+        const char *lead = calls ? f->sep : f->begin;
+        if (n - i < strlen(lead) || memcmp(t + i, lead, strlen(lead)))
+            return 0;
+        i += strlen(lead);
+        int tool = -1;
+        size_t at = 0;
+        for (int k = 0; k < f->ntools && tool < 0; k++) {
+            const char *p = c->pre[k];
+            size_t j = i;
+            for (; *p; p++) {
+                if (*p == '\x01') {
+                    size_t d = 0;
+                    while (j < n && t[j] >= '0' && t[j] <= '9')
+                        j++, d++;
+                    if (d < 1 || d > 4)
+                        break;
+                } else if (j < n && t[j] == *p) {
+                    j++;
+                } else {
+                    break;
+                }
+            }
+            if (!*p)
+                tool = k, at = j;
+        }
+        if (tool < 0 || at >= n || t[at] != '{')
+            return 0;
+        const size_t e = value_end(t, at, n);
+        const int v = verdict(&c->r[tool], t + at, e - at);
+        if (!v)
+            return 0;
+        unsure |= v < 0;
+        i = e;
+        const size_t ns = strlen(f->suffix);
+        if (n - i < ns || memcmp(t + i, f->suffix, ns))
+            return 0;
+        i += ns;
+    }
+}
+
+/* random calls: 1..max of random tools, documents of their schemas */
+static char *cf_text(const cref *c, uint64_t *rng)
+{
+    const cfmt *f = c->f;
+    size_t cap = 1 << 16, w = 0;
+    char *t = malloc(cap);
+    const int calls = 1 + (int)(next_rand(rng) % (uint64_t)f->max % 4);
+    t[0] = 0;
+    for (int k = 0; k < calls; k++) {
+        const int i = (int)(next_rand(rng) % (uint64_t)f->ntools);
+        json_t *v = NULL;
+        while (!v)
+            v = gen(&c->r[i], c->r[i].root, rng, 0);
+        char *d = serialize(v, rng);
+        json_decref(v);
+        w += (size_t)snprintf(t + w, cap - w, "%s", k ? f->sep : f->begin);
+        for (const char *p = c->pre[i]; *p; p++) {
+            if (*p == '\x01')
+                w += (size_t)snprintf(t + w, cap - w, "%d", (int)(next_rand(rng) % 2000));
+            else
+                t[w++] = *p;
+        }
+        w += (size_t)snprintf(t + w, cap - w, "%s%s", d, f->suffix);
+        free(d);
+    }
+    snprintf(t + w, cap - w, "%s", f->end);
+    return t;
+}
+
+/* every prefix taken, whole exactly where the reference says; in pieces
+ * through copies too */
+static int cf_prefixes_ok(const sd_jschema *s, const cref *c, const char *t, size_t n,
+                          uint64_t *rng)
+{
+    sd_jschema_state st, cp;
+    sd_jschema_init(s, &st);
+    for (size_t i = 0; i < n; i++) {
+        if (sd_jschema_feed(s, &st, (const unsigned char *)t + i, 1)) {
+            fprintf(stderr, "  rejected at byte %zu\n", i);
+            return 0;
+        }
+        const int v = cf_verdict(c, t, i + 1);
+        if (v >= 0 && v != sd_jschema_done(s, &st)) {
+            fprintf(stderr, "  at byte %zu: done %d, reference %d\n", i, sd_jschema_done(s, &st), v);
+            return 0;
+        }
+    }
+    if (!sd_jschema_done(s, &st))
+        return 0;
+    sd_jschema_init(s, &st);
+    for (size_t i = 0; i < n;) {
+        size_t k = 1 + next_rand(rng) % 9;
+        k = k < n - i ? k : n - i;
+        sd_jschema_copy(&cp, &st);
+        if (sd_jschema_feed(s, &cp, (const unsigned char *)t + i, k))
+            return 0;
+        st = cp;
+        i += k;
+    }
+    return sd_jschema_done(s, &st);
+}
+
+/* an accepted prefix completed greedily by the bytes of alpha reaches
+ * text the reference accepts */
+static int cf_completes(const sd_jschema *s, const cref *c, const char *t, size_t n,
+                        const char *alpha)
+{
+    enum { CAP = 8192 };
+    char *buf = malloc(n + CAP);
+    memcpy(buf, t, n);
+    sd_jschema_state st, tr;
+    sd_jschema_init(s, &st);
+    int ok = !sd_jschema_feed(s, &st, (const unsigned char *)t, n);
+    size_t m = n;
+    while (ok && !sd_jschema_done(s, &st) && m < n + CAP) {
+        size_t i = 0;
+        for (; alpha[i]; i++) {
+            sd_jschema_copy(&tr, &st);
+            if (!sd_jschema_feed(s, &tr, (const unsigned char *)alpha + i, 1))
+                break;
+        }
+        if (!alpha[i]) {
+            fprintf(stderr, "  dead end after: %.*s\n", (int)m, buf);
+            ok = 0;
+            break;
+        }
+        buf[m++] = alpha[i];
+        st = tr;
+    }
+    ok = ok && sd_jschema_done(s, &st) && cf_verdict(c, buf, m) != 0;
+    if (!ok)
+        fprintf(stderr, "  completion: %.*s\n", (int)(m < 600 ? m : 600), buf);
+    free(buf);
+    return ok;
+}
+
+TEST(tool_calls_in_a_models_format_agree_with_the_reference)
+{
+    uint64_t seed = sd_test_seed(), rng = seed;
+    static const char edits[] = "{}[]:,\"0123456789<>|\n_-tlgeanmf`";
+    int texts = 0, edited = 0, valid_edits = 0, completions = 0;
+    for (size_t fi = 0; fi < SD_ARRAY_LEN(FORMATS); fi++) {
+        const cfmt *f = &FORMATS[fi];
+        cref c = {.f = f};
+        char *spec = cf_spec(f), alpha[512];
+        sd_err err;
+        sd_jschema *s = compile_or_null(spec, &err);
+        ASSERT_MSG(s, "format %zu: %s", fi, err.msg);
+        ASSERT_EQ(sd_jschema_calls(s), 1 + f->specials);
+        completion_alphabet(spec, alpha, sizeof alpha);
+        { /* and the literals' bytes (the spec's text escapes some) */
+            size_t w = strlen(alpha);
+            const char *lits[] = {f->begin, f->sep, f->end, f->pre_tail, f->suffix};
+            for (size_t l = 0; l < SD_ARRAY_LEN(lits); l++)
+                for (const char *q = lits[l]; *q && w + 1 < sizeof alpha; q++)
+                    if (!memchr(alpha, *q, w) && *q != '\x01')
+                        alpha[w++] = *q;
+            alpha[w] = 0;
+        }
+        for (int i = 0; i < f->ntools; i++) {
+            c.r[i] = (ref){json_loads(cf_params(f, i), 0, NULL), sd_jschema_max_depth(s)};
+            c.pre[i] = cf_prefix(f, i);
+        }
+        for (int trial = 0; trial < 150; trial++) {
+            char *t = cf_text(&c, &rng);
+            const size_t n = strlen(t);
+            ASSERT_MSG(cf_verdict(&c, t, n) != 0, "seed %llu format %zu: the reference refuses %s",
+                       (unsigned long long)seed, fi, t);
+            ASSERT_MSG(cf_prefixes_ok(s, &c, t, n, &rng), "seed %llu format %zu: %s",
+                       (unsigned long long)seed, fi, t);
+            texts++;
+            for (int e = 0; e < 10; e++) {
+                char buf[1 << 16];
+                if (n + 2 > sizeof buf)
+                    break;
+                memcpy(buf, t, n + 1);
+                size_t at = next_rand(&rng) % n, m = n;
+                char ch = edits[next_rand(&rng) % (sizeof edits - 1)];
+                switch (next_rand(&rng) % 4) {
+                case 0: buf[at] = ch; break;
+                case 1:
+                    memmove(buf + at + 1, buf + at, n - at + 1);
+                    buf[at] = ch;
+                    m++;
+                    break;
+                case 2:
+                    memmove(buf + at, buf + at + 1, n - at);
+                    m--;
+                    break;
+                default: m = at + 1; break;
+                }
+                const int theirs = cf_verdict(&c, buf, m);
+                if (theirs < 0)
+                    continue;
+                const int ours = whole(s, buf, m);
+                ASSERT_MSG(ours == theirs, "seed %llu format %zu: automaton %d, reference %d: %.*s",
+                           (unsigned long long)seed, fi, ours, theirs, (int)m, buf);
+                edited++;
+                valid_edits += theirs;
+                if (e % 3 == 0) {
+                    const size_t k = bad_at(s, buf, m);
+                    ASSERT_MSG(cf_completes(s, &c, buf, k, alpha), "seed %llu format %zu",
+                               (unsigned long long)seed, fi);
+                    completions++;
+                }
+            }
+            const size_t k = next_rand(&rng) % (n + 1);
+            ASSERT_MSG(cf_completes(s, &c, t, k, alpha), "seed %llu format %zu",
+                       (unsigned long long)seed, fi);
+            completions++;
+            free(t);
+        }
+        for (int i = 0; i < f->ntools; i++) {
+            json_decref(c.r[i].root);
+            free(c.pre[i]);
+        }
+        sd_jschema_free(s);
+        free(spec);
+    }
+    fprintf(stderr, "  %d call texts (every prefix), %d edits (%d still valid), %d completions\n",
+            texts, edited, valid_edits, completions);
+    ASSERT_GT(texts, 500);
+    ASSERT_GT(valid_edits, 20);
+}
+
+TEST(tool_calls_go_bad_at_the_right_byte)
+{
+    static const struct {
+        int fmt;
+        const char *text;
+        int bad_at; /* -1 whole, -2 a prefix */
+    } cases[] = {
+        {0, "", -2}, /* a call at least */
+        {0, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"tz\":\"UTC\"}}\n</tool_call>", -1},
+        {0, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"tz\":\"UTC\"}}\n</tool_call>\n", -2},
+        {0, "<tool_call>\n{\"name\": \"got", 23},
+        {0, "<tool_call>\n{\"name\": \"get_time", 26}, /* get, get_weather */
+        {0, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"name\":\"a\"", 43}, /* tz, required, first */
+        {0, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"tz\":\"UTC\"} }", 53},
+        {0, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"tz\":\"UTC\"}}\n</tool_call>"
+            "\n<tool_call>\n{\"name\": \"tree\", \"arguments\": {\"value\":1,\"children\":[{\"value\":2}]}}"
+            "\n</tool_call>",
+         -1},
+        {0, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"tz\":\"UTC\"}}\n</tool_call> ", 67},
+        {2, "<|tool_calls_section_begin|><|tool_call_begin|>functions.a:12<|tool_call_argument_begin|>"
+            "{\"tz\":\"CET\"}<|tool_call_end|>",
+         -2},
+        {2, "<|tool_calls_section_begin|><|tool_call_begin|>functions.a:12<|tool_call_argument_begin|>"
+            "{\"tz\":\"CET\"}<|tool_call_end|><|tool_calls_section_end|>",
+         -1},
+        {2, "<|tool_calls_section_begin|><|tool_call_begin|>functions.ab:<", 60}, /* a digit first */
+        {2, "<|tool_calls_section_begin|><|tool_call_begin|>functions.ab:12345", 64}, /* 4 at most */
+        {2, "<|tool_calls_section_begin|><|tool_call_begin|>functions.a:0<|tool_call_argument_begin|>"
+            "{\"tz\":\"UTC\"}<|tool_call_end|><|tool_call_begin|>functions.a:1<|tool_call_argument_begin|>"
+            "{\"tz\":\"UTC\",\"n\":2}<|tool_call_end|><|tool_calls_section_end|>",
+         -1},
+        {3, "{\"name\": \"get_time\", \"parameters\": {\"tz\":\"UTC\"}}", -1},
+        {3, "{\"name\": \"get_time\", \"parameters\": {\"tz\":\"UTC\"}}{", 48}, /* one call */
+    };
+    for (size_t i = 0; i < SD_ARRAY_LEN(cases); i++) {
+        char *spec = cf_spec(&FORMATS[cases[i].fmt]);
+        sd_err err;
+        sd_jschema *s = compile_or_null(spec, &err);
+        ASSERT_MSG(s, "%s", err.msg);
+        const size_t n = strlen(cases[i].text);
+        const size_t at = bad_at(s, cases[i].text, n);
+        const int w = whole(s, cases[i].text, n);
+        if (cases[i].bad_at >= 0)
+            ASSERT_MSG(at == (size_t)cases[i].bad_at, "case %zu: bad at %zu", i, at);
+        else
+            ASSERT_MSG(at == n && w == (cases[i].bad_at == -1), "case %zu: bad at %zu, whole %d", i,
+                       at, w);
+        /* a special token's text is taken only where a literal is matched */
+        sd_jschema_state st;
+        sd_jschema_init(s, &st);
+        ASSERT(sd_jschema_in_literal(&st));
+        sd_jschema_free(s);
+        free(spec);
+    }
+}
+
+TEST(tool_call_formats_that_cannot_be_read_are_refused)
+{
+    static const struct {
+        const char *spec, *msg;
+    } cases[] = {
+        {"{\"x-specd-calls\":{\"begin\":\"\",\"sep\":\"\",\"end\":\"\",\"max\":1,\"tools\":[{\"prefix\":"
+         "\"a\",\"parameters\":{\"type\":\"integer\"},\"suffix\":\"\"}]}}",
+         "must be an object schema"},
+        {"{\"x-specd-calls\":{\"begin\":\"\",\"sep\":\"\",\"end\":\"\",\"max\":1,\"tools\":[{\"prefix\":"
+         "\"a\",\"parameters\":{},\"suffix\":\"\"}]}}",
+         "must be an object schema"},
+        {"{\"x-specd-calls\":{\"begin\":\"\",\"sep\":\"\",\"end\":\"\",\"max\":1,\"tools\":[{\"prefix\":"
+         "\"a\",\"parameters\":{\"type\":\"object\"},\"suffix\":\"\"},{\"prefix\":\"ab\","
+         "\"parameters\":{\"type\":\"object\"},\"suffix\":\"\"}]}}",
+         "do not tell their tools apart"},
+        {"{\"x-specd-calls\":{\"begin\":\"\",\"sep\":\"\",\"end\":\"\",\"max\":1,\"tools\":[{\"prefix\":"
+         "\"a\\u0001:\",\"parameters\":{\"type\":\"object\"},\"suffix\":\"\"},{\"prefix\":\"a\\u0001;\","
+         "\"parameters\":{\"type\":\"object\"},\"suffix\":\"\"}]}}",
+         "do not tell their tools apart"},
+        {"{\"x-specd-calls\":{\"begin\":\"\",\"sep\":\"\",\"end\":\"\",\"max\":1,\"tools\":[{\"prefix\":"
+         "\"a\\u00011\",\"parameters\":{\"type\":\"object\"},\"suffix\":\"\"}]}}",
+         "one digits byte at most"},
+        {"{\"x-specd-calls\":{\"begin\":\"\",\"sep\":\";\",\"end\":\";ab\",\"max\":2,\"tools\":[{"
+         "\"prefix\":\"a\",\"parameters\":{\"type\":\"object\"},\"suffix\":\"\"}]}}",
+         "the end begins with a call"},
+        {"{\"x-specd-calls\":{\"begin\":\"\",\"sep\":\"\",\"end\":\"\",\"max\":0,\"tools\":[{\"prefix\":"
+         "\"a\",\"parameters\":{\"type\":\"object\"},\"suffix\":\"\"}]}}",
+         "\"max\" must be an integer from 1 to 16"},
+        {"{\"x-specd-calls\":{\"begin\":\"\",\"sep\":\"\",\"end\":\"\",\"max\":1,\"tools\":[]}}",
+         "must be an array of 1 to 128 tools"},
+        {"{\"x-specd-calls\":{\"begin\":\"\",\"sep\":\"\",\"end\":\"\",\"max\":1,\"tools\":[{\"prefix\":"
+         "\"a\",\"parameters\":{\"type\":\"object\",\"pattern\":\"x\"},\"suffix\":\"\"}]}}",
+         "\"pattern\" at $.tools[0].parameters is not supported"},
+        {"{\"x-specd-calls\":{\"begin\":\"\",\"sep\":\"\",\"end\":\"\",\"max\":1,\"extra\":1,"
+         "\"tools\":[]}}",
+         "\"extra\" is not a key of it"},
+    };
+    for (size_t i = 0; i < SD_ARRAY_LEN(cases); i++) {
+        sd_err err;
+        sd_jschema *s = compile_or_null(cases[i].spec, &err);
+        ASSERT_MSG(!s, "case %zu compiled", i);
+        ASSERT_MSG(strstr(err.msg, cases[i].msg), "case %zu: %s", i, err.msg);
+    }
+    /* each tool's "#" and $defs are its own */
+    const char *own =
+        "{\"x-specd-calls\":{\"begin\":\"\",\"sep\":\",\",\"end\":\"\",\"max\":2,\"tools\":[{\"prefix\":"
+        "\"a\",\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":{\"$ref\":\"#\"}}},"
+        "\"suffix\":\"\"},{\"prefix\":\"b\",\"parameters\":{\"$defs\":{\"d\":{\"type\":\"object\","
+        "\"properties\":{\"y\":{\"type\":\"integer\"}}}},\"$ref\":\"#/$defs/d\"},\"suffix\":\"\"}]}}";
+    sd_err err;
+    sd_jschema *s = compile_or_null(own, &err);
+    ASSERT_MSG(s, "%s", err.msg);
+    ASSERT(whole(s, "a{\"x\":{\"x\":{}}},b{\"y\":1}", 24));
+    ASSERT(!whole(s, "a{\"x\":{\"y\":1}}", 14));
+    ASSERT(!whole(s, "b{\"y\":{}}", 9));
+    sd_jschema_free(s);
+}
+
+TEST_MAIN(T(tool_calls_in_a_models_format_agree_with_the_reference),
+          T(tool_calls_go_bad_at_the_right_byte), T(tool_call_formats_that_cannot_be_read_are_refused),
+          T(hand_written_cases_go_bad_at_the_right_byte), T(state_is_small_and_copies_cheaply),
           T(limits_on_depth_and_whitespace), T(misc_schemas_compile_and_behave),
           T(refused_schemas_name_the_keyword), T(random_documents_agree_with_the_reference))
