@@ -371,6 +371,17 @@ template <int MAXE> struct moe_tabs<MAXE, true> {
 };
 #define MOE_F8_MAX_EXPERTS 512
 
+/* an FP8 table's scalars, for SD_PDL_ENTER to read before the wait (its
+ * pointer arrays are read at an index learned after it: common.cuh); 0
+ * where the table is not FP8 */
+template <int MAXE, bool F8> __device__ __forceinline__ int tab_words(const moe_tabs<MAXE, F8> &t)
+{
+    if constexpr (F8)
+        return t.bm ^ t.bshift ^ t.sca ^ t.scb;
+    else
+        return 0;
+}
+
 /* tab's a and b from weights wa and wb (NULL: none), e of them */
 template <int MAXE, bool F8>
 static void tabs_fill(moe_tabs<MAXE, F8> &tab, const sd_weight *wa, const sd_weight *wb, int E)
@@ -701,7 +712,7 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
                          int D, int I, int first, int E, int WK,
                          const __grid_constant__ moe_tabs<MAXE, DT == SD__F8> tab)
 {
-    SD_PDL_ENTER(h, x, ids, top_k, routed, D, I, first, E, WK);
+    SD_PDL_ENTER(h, x, ids, top_k, routed, D, I, first, E, WK, tab_words(tab));
     const int p = blockIdx.x, t = p / top_k;
     if (p - t * top_k >= routed)
         return;
@@ -734,7 +745,7 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
             route_small_token<SIG>(ids, wts, logits, bias, r, b, threadIdx.x);
         return;
     }
-    SD_PDL_ENTER(ids, wts, logits, bias, r, n, h, x, D, I, first, E, WK);
+    SD_PDL_ENTER(ids, wts, logits, bias, r, n, h, x, D, I, first, E, WK, tab_words(tab));
     /* pairs fastest, as the gate/up kernel's grid: the tokens' blocks of one
      * always-on expert's tile run side by side and share its weights in L2
      * (tiles fastest, a verify step's tokens each read an expert's 11.5 MB
@@ -794,7 +805,7 @@ moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const floa
                       int D, int I, int first, int E, int WK,
                       const __grid_constant__ moe_tabs<MAXE, DT == SD__F8> tab)
 {
-    SD_PDL_ENTER(out, h, ids, wts, top_k, D, I, first, E, WK);
+    SD_PDL_ENTER(out, h, ids, wts, top_k, D, I, first, E, WK, tab_words(tab));
     extern __shared__ float part[];
     const int t = blockIdx.x, d0 = blockIdx.y * DR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
