@@ -1239,6 +1239,37 @@ static int ahead_possible(const sd_engine *e)
            op->download_wait;
 }
 
+/* The per-request places of a step of one row a request (a decode step
+ * that may be queued ahead of, or was): request i at row i, its device
+ * verification's row i. Building the step after it lays its requests out
+ * anew (add_rows); where that one leaves rows out, their places move, so a
+ * step is laid out again before it is read. */
+static void ahead_layout(sd_engine *e, const step *s)
+{
+    for (int i = 0; i < s->n_seq; i++) {
+        req *r = s->seqs[i];
+        if (!r)
+            continue;
+        r->row0 = r->out0 = r->hrow0 = r->vi = i;
+        r->n_rows = r->n_outs = 1;
+        r->host = 0;
+    }
+    e->acc_n = s->n_seq;
+    e->acc_k = 0;
+}
+
+/* whether the step queued after s leaves out r's row: r ended before s
+ * was read (NULL), or ends when s is read (its last token by length, or
+ * its cancel) */
+static int ahead_drops(const sd_engine *e, const req *r)
+{
+    if (!r)
+        return 1;
+    const int n = r->n_tok + 1; /* its tokens once s is read */
+    return r->cancel_applied || atomic_load(&r->cancel) || n - r->n_prompt >= r->max_tokens ||
+           n >= e->max_ctx;
+}
+
 /* why the step s just queued may not have the next one queued before it
  * is read (SD_AHEAD_*), or -1: it may */
 static int ahead_refusal(sd_engine *e, const step *s)
@@ -1253,9 +1284,13 @@ static int ahead_refusal(sd_engine *e, const step *s)
     pthread_mutex_unlock(&e->mu);
     if (incoming || e->n_waiting)
         return SD_AHEAD_ARRIVALS; /* they join at the next step, not one later */
+    int gone = 0, drops = 0;
     for (int i = 0; i < s->n_seq; i++) {
         const req *r = s->seqs[i];
-        int n = r->n_tok + 1; /* its tokens once s is read */
+        if (!r) {
+            gone++;
+            continue;
+        }
         if ((!r->greedy && !sampled) || r->host)
             return SD_AHEAD_HOST_ROWS;
         if (r->state != RQ_DECODE || r->chunk)
@@ -1267,12 +1302,13 @@ static int ahead_refusal(sd_engine *e, const step *s)
          * ahead only where adaptive k turned speculation off for all */
         if (e->spec != SD_SPEC_NONE && !r->no_spec)
             return SD_AHEAD_TRACKING;
-        if (r->cancel_applied || atomic_load(&r->cancel))
-            return SD_AHEAD_CANCEL;
-        if (n - r->n_prompt >= r->max_tokens || n >= e->max_ctx)
-            return SD_AHEAD_ENDING;
+        drops += ahead_drops(e, r);
     }
-    if (s->T != s->n_seq || s->n_out != s->T || s->n_seq != e->n_running)
+    /* rows left out: the next step's tokens are gathered from the live
+     * rows of this one's (launch_ahead) */
+    if (gone + drops == s->n_seq || (gone + drops && !e->be->ops->gather_i32))
+        return SD_AHEAD_ENDING;
+    if (s->T != s->n_seq || s->n_out != s->T || s->n_seq - gone != e->n_running)
         return SD_AHEAD_SHAPE;
     return -1;
 }
@@ -1299,14 +1335,22 @@ static int ahead_ok(sd_engine *e, const step *s)
 static int launch_ahead(sd_engine *e, const step *s, int Tp, int ev, sd_tokens_down *dn)
 {
     for (int i = 0; i < s->n_seq; i++)
-        if (sd_kv_seq_reserve(e->kv, &s->seqs[i]->kv, s->seqs[i]->n_tok + 1) != 0)
+        if (!ahead_drops(e, s->seqs[i]) &&
+            sd_kv_seq_reserve(e->kv, &s->seqs[i]->kv, s->seqs[i]->n_tok + 1) != 0)
             return queue_down(e, dn);
     step *a = e->ahead;
     a->T = a->n_out = a->n_seq = 0;
+    /* s's rows it keeps: their places in s (a row left out is computed by
+     * nothing; ahead_refusal) */
+    int32_t keep[SD_ARRAY_LEN(a->seqs)];
     for (int i = 0; i < s->n_seq; i++) {
+        if (ahead_drops(e, s->seqs[i]))
+            continue;
         const int32_t t = 0; /* s's argmax, copied below */
+        keep[a->n_seq] = i;
         add_rows(e, a, s->seqs[i], &t, 1, s->seqs[i]->n_tok, 1);
     }
+    const int gather = a->n_seq < s->n_seq;
     if (Tp) {
         sd__pad_rows(e, e->h_tok, e->h_pos, e->h_seq, e->h_slot, a->T, Tp);
         for (int i = a->T; i < Tp; i++)
@@ -1322,7 +1366,18 @@ static int launch_ahead(sd_engine *e, const step *s, int Tp, int ev, sd_tokens_d
      * (one a request: no drafts) */
     int sampled = e->dev_acc;
     const int32_t *toks = sampled ? dev_accept_out(e) + e->acc_n : e->d_am;
-    int rc = put_step(e, a, Tp ? Tp : a->T, Tp ? Tp : a->n_out, 0, &f, toks, a->T, dn, NULL);
+    /* rows left out: the kept rows' places go up with the inputs, and the
+     * tokens are gathered from them on the device */
+    const size_t off = acc_didx((size_t)e->ov_max_seqs);
+    const size_t kb = (size_t)a->n_seq * sizeof(int32_t);
+    const sd_copy places = {.dst = e->d_acc + off, .src = e->h_acc + off, .width = kb, .rows = 1,
+                            .dpitch = kb, .spitch = kb};
+    if (gather)
+        memcpy(e->h_acc + off, keep, kb);
+    int rc = put_step(e, a, Tp ? Tp : a->T, Tp ? Tp : a->n_out, 0, &f, gather ? NULL : toks,
+                      gather ? 0 : a->T, dn, gather ? &places : NULL);
+    if (!rc && gather)
+        e->be->ops->gather_i32(e->be, e->d_meta, toks, e->d_acc + off, a->T);
     if (!rc)
         rc = Tp && e->graphs_on ? sd__target_graph_launch(e, Tp, &f, &err)
                                 : sd__target_pass(e, &f, !sampled, &err);
@@ -1334,6 +1389,8 @@ static int launch_ahead(sd_engine *e, const step *s, int Tp, int ev, sd_tokens_d
         return dn->queued ? 0 : queue_down(e, dn);
     }
     e->ahead_down = tokens_down(e, a->n_out, ev);
+    if (gather) /* s is read next: its own places */
+        ahead_layout(e, s);
     e->ahead_live = 1;
     e->ahead_sampled = sampled;
     e->ahead_ev = ev;
@@ -1342,8 +1399,8 @@ static int launch_ahead(sd_engine *e, const step *s, int Tp, int ev, sd_tokens_d
     return 0;
 }
 
-/* Reads the step queued ahead, queueing the one after it first where the
- * batch is still whole. */
+/* Reads the step queued ahead, queueing the one after it first (without
+ * the rows of requests that ended). */
 static int read_ahead(sd_engine *e, uint64_t step0)
 {
     step s;
@@ -1357,12 +1414,9 @@ static int read_ahead(sd_engine *e, uint64_t step0)
     e->ahead_live = 0;
     e->am_valid = !e->ahead_sampled;
     e->dev_acc = e->ahead_sampled;
-    int whole = 1;
-    for (int i = 0; i < s.n_seq; i++)
-        whole = whole && s.seqs[i];
+    ahead_layout(e, &s);
     sd_tokens_down dn = e->ahead_down;
-    int rc = whole && ahead_ok(e, &s) ? launch_ahead(e, &s, L.Tp, L.ev ^ 1, &dn)
-                                      : queue_down(e, &dn);
+    int rc = ahead_ok(e, &s) ? launch_ahead(e, &s, L.Tp, L.ev ^ 1, &dn) : queue_down(e, &dn);
     sd_err err = {0};
     return read_step(e, &s, &L, rc, &err);
 }

@@ -168,16 +168,15 @@ enum {
     SD_AHEAD_PREFILL,     /* a request is not decoding (a prompt chunk) */
     SD_AHEAD_DRAFTS,      /* a request verifies drafts */
     SD_AHEAD_TRACKING,    /* a request tracks the proposer (needs this step's hidden states) */
-    SD_AHEAD_CANCEL,      /* a request was cancelled */
-    SD_AHEAD_ENDING,      /* a request ends by length at the next step */
+    SD_AHEAD_ENDING,      /* every request ends (or one, without a gather op to leave it out) */
     SD_AHEAD_SHAPE,       /* a running request left out of the step */
     SD_AHEAD_CAUSES
 };
 static inline const char *sd_ahead_cause_name(int i)
 {
     static const char *const names[SD_AHEAD_CAUSES] = {
-        "host_tokens", "arrivals", "host_rows", "prefill", "drafts", "tracking",
-        "cancel", "ending", "shape"};
+        "host_tokens", "arrivals", "host_rows", "prefill", "drafts", "tracking", "ending",
+        "shape"};
     return i >= 0 && i < SD_AHEAD_CAUSES ? names[i] : "?";
 }
 

@@ -247,8 +247,8 @@ static void draft_length_series(sd_buf *o, const sd_engine_stats *es)
                  "Steps not queued ahead of the step before them, by the first reason found "
                  "(host_tokens: chosen on the host; arrivals: requests join; host_rows: a "
                  "request's logits go to the host; prefill: prompt rows; drafts: a verify step; "
-                 "tracking: a request tracks the proposer; cancel; ending: one ends by length; "
-                 "shape: a running request left out).",
+                 "tracking: a request tracks the proposer; ending: every request ends; shape: a "
+                 "running request left out).",
                  "cause", sd_ahead_cause_name, SD_AHEAD_CAUSES, es->ahead_refused,
                  es->ahead_refused);
     scalar(o, "specd_logits_host_rows_total", "counter",

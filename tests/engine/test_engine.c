@@ -318,15 +318,15 @@ static void expect_same_output(const run_cfg *c0, const run_cfg *c1, uint64_t se
     if (c1->ahead && !strcmp(c1->spec, "none") && c1->temperature == 0)
         ASSERT_GT(s2.ahead_steps, 0);
     /* the steps not queued ahead, by cause: none without launch ahead;
-     * with it, a request ending by length stops the queue at its last
-     * step, and verify steps only where something drafts (a fixed k) */
+     * with it, verify steps only where something drafts (a fixed k); the
+     * requests end at different steps (8 + 5i % 13 tokens), so plain decode
+     * queued steps that left rows out */
     uint64_t refused = 0;
     for (int i = 0; i < SD_AHEAD_CAUSES; i++)
         refused += s2.ahead_refused[i];
     if (!c1->ahead) {
         ASSERT_EQ(refused, 0);
     } else {
-        ASSERT_GT(s2.ahead_refused[SD_AHEAD_ENDING] + s2.ahead_refused[SD_AHEAD_DRAFTS], 0);
         if (!strcmp(c1->spec, "none"))
             ASSERT_EQ(s2.ahead_refused[SD_AHEAD_DRAFTS] + s2.ahead_refused[SD_AHEAD_TRACKING], 0);
         else if (c1->k > 0 && s2.spec.drafted > 0)
@@ -418,6 +418,7 @@ TEST(tensor_parallel_engine_gives_the_same_output_as_one_rank)
         {.model = "deepseek-v3", .spec = "none", .n_req = 6, .tp = 2, .ahead = 1},
         {.model = "llama", .spec = "none", .n_req = 6, .tp = 4, .pad_bs = 3, .ahead = 1},
         {.model = "deepseek-v3", .spec = "mtp", .k = 2, .n_req = 6, .tp = 2, .ahead = 1},
+        {.model = "llama", .spec = "none", .n_req = 6, .tp = 2, .temperature = 0.8, .ahead = 1},
         {.model = "qwen3", .spec = "ngram", .k = 3, .n_req = 6, .tp = 2},
         {.model = "deepseek-v3", .spec = "mtp", .k = 2, .n_req = 6, .tp = 2},
         {.model = "deepseek-v3", .spec = "mtp", .k = 2, .n_req = 6, .tp = 4, .pad_bs = 3},
