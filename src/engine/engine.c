@@ -1293,7 +1293,9 @@ static int ahead_refusal(sd_engine *e, const step *s)
         }
         if ((!r->greedy && !sampled) || r->host)
             return SD_AHEAD_HOST_ROWS;
-        if (r->state != RQ_DECODE || r->chunk)
+        /* a prompt's last chunk whose first token this step chooses
+         * decodes in the next (a chunk before it does not) */
+        if (r->state != RQ_DECODE && !samples_after_prefill(r))
             return SD_AHEAD_PREFILL;
         if (r->n_draft)
             return SD_AHEAD_DRAFTS;
@@ -1308,7 +1310,8 @@ static int ahead_refusal(sd_engine *e, const step *s)
      * rows of this one's (launch_ahead) */
     if (gone + drops == s->n_seq || (gone + drops && !e->be->ops->gather_i32))
         return SD_AHEAD_ENDING;
-    if (s->T != s->n_seq || s->n_out != s->T || s->n_seq - gone != e->n_running)
+    /* one logits row a request (its token: row i's), every running one */
+    if (s->n_out != s->n_seq || s->n_seq - gone != e->n_running)
         return SD_AHEAD_SHAPE;
     return -1;
 }
@@ -1332,12 +1335,30 @@ static int ahead_ok(sd_engine *e, const step *s)
  * is short of a block (the next step reserves it, preempting if it must)
  * or a launch fails (the backend's error reaches s's reading). Returns
  * dn's queueing's error (0: queued). */
+/* a request's places in a step (add_rows, launch_dev_accept) */
+typedef struct req_places {
+    int row0, n_rows, out0, hrow0, n_outs, host, vi;
+} req_places;
+
 static int launch_ahead(sd_engine *e, const step *s, int Tp, int ev, sd_tokens_down *dn)
 {
     for (int i = 0; i < s->n_seq; i++)
         if (!ahead_drops(e, s->seqs[i]) &&
             sd_kv_seq_reserve(e->kv, &s->seqs[i]->kv, s->seqs[i]->n_tok + 1) != 0)
             return queue_down(e, dn);
+    /* s is read after this: its requests' places in it, kept (add_rows and
+     * the device verification below give them the next step's) */
+    req_places kept[SD_ARRAY_LEN(s->seqs)];
+    for (int i = 0; i < s->n_seq; i++) {
+        const req *r = s->seqs[i];
+        if (r)
+            kept[i] = (req_places){r->row0, r->n_rows, r->out0, r->hrow0, r->n_outs, r->host, r->vi};
+    }
+    const int acc_n = e->acc_n, acc_k = e->acc_k;
+    /* a step with prompt rows (its prompts' last chunks) is followed by a
+     * decode step: that one's own bucket */
+    if (s->T != s->n_seq)
+        Tp = sd__graph_bucket(e, s->n_seq);
     step *a = e->ahead;
     a->T = a->n_out = a->n_seq = 0;
     /* s's rows it keeps: their places in s (a row left out is computed by
@@ -1384,13 +1405,22 @@ static int launch_ahead(sd_engine *e, const step *s, int Tp, int ev, sd_tokens_d
     if (!rc && sampled && launch_dev_accept(e, a, 1))
         rc = SD_EDEVICE;
     swap_mark_bufs(e, ev);
+    const sd_tokens_down down = rc ? (sd_tokens_down){0} : tokens_down(e, a->n_out, ev);
+    for (int i = 0; i < s->n_seq; i++) { /* s is read next: its own places */
+        req *r = s->seqs[i];
+        if (!r)
+            continue;
+        const req_places *k = &kept[i];
+        r->row0 = k->row0, r->n_rows = k->n_rows, r->out0 = k->out0, r->hrow0 = k->hrow0;
+        r->n_outs = k->n_outs, r->host = k->host, r->vi = k->vi;
+    }
+    e->acc_n = acc_n;
+    e->acc_k = acc_k;
     if (rc) {
         sd_log_debug("launch ahead: %s", err.msg[0] ? err.msg : "backend error");
         return dn->queued ? 0 : queue_down(e, dn);
     }
-    e->ahead_down = tokens_down(e, a->n_out, ev);
-    if (gather) /* s is read next: its own places */
-        ahead_layout(e, s);
+    e->ahead_down = down;
     e->ahead_live = 1;
     e->ahead_sampled = sampled;
     e->ahead_ev = ev;
