@@ -121,6 +121,21 @@ __device__ __forceinline__ void sd__f8x8f(uint2 q, float s, float f[8])
     sd__f8x2f((uint16_t)(q.y >> 16), s, f[6], f[7]);
 }
 
+/* 8 E4M3 codes as floats, exact (not scaled, not rounded): the factored
+ * FP8 dot (mm_args.f8m 2) */
+__device__ __forceinline__ void sd__f8x8raw(uint2 q, float f[8])
+{
+    const uint32_t w[2] = {q.x, q.y};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+            (__nv_fp8x2_storage_t)(uint16_t)(w[j / 2] >> (16 * (j % 2))), __NV_E4M3);
+        const float2 v = __half22float2(*(const __half2 *)&h);
+        f[2 * j] = v.x;
+        f[2 * j + 1] = v.y;
+    }
+}
+
 template <int DT> __device__ __forceinline__ void sd__w8_float(const sd__w8raw<DT> &r, float f[8])
 {
     if constexpr (DT == SD__F8) {
@@ -176,11 +191,19 @@ __device__ __forceinline__ void sd__warp_load(sd__w8raw<DT> (&raw)[U][VR], const
     }
 }
 
+/* The FP8 dot (an experiment: a build with -DSD_F8_DOT=N): 0, the
+ * default, each weight BF16(E4M3 x scale), the BF16 dequantization's bits;
+ * 1 E4M3 x scale unrounded; 2 the 8 products of the exact E4M3 values
+ * summed, then times the scale (one multiply a lane's 8 weights) */
+#ifndef SD_F8_DOT
+#define SD_F8_DOT 0
+#endif
 template <int DT, int VR, int NR, int U>
 __device__ __forceinline__ void sd__warp_use(const sd__w8raw<DT> (&raw)[U][VR],
                                              const float *const (&xr)[NR], int nr, int K, int c,
                                              int cstep, int lane, float (&acc)[VR * NR])
 {
+    constexpr int f8m = SD_F8_DOT;
     const int nch = (K + SD__GEMV_CHUNK - 1) / SD__GEMV_CHUNK;
 #pragma unroll
     for (int u = 0; u < U; u++) {
@@ -188,6 +211,32 @@ __device__ __forceinline__ void sd__warp_use(const sd__w8raw<DT> (&raw)[U][VR],
         if (c + u * cstep >= nch || k >= K)
             continue;
         float wf[VR][8];
+        if constexpr (DT == SD__F8 && f8m != 0) {
+            {
+#pragma unroll
+                for (int i = 0; i < VR; i++) {
+                    sd__f8x8raw(raw[u][i].q, wf[i]);
+                    if constexpr (f8m == 1) {
+#pragma unroll
+                        for (int j = 0; j < 8; j++)
+                            wf[i][j] = __fmul_rn(wf[i][j], raw[u][i].s);
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    if (r < nr) {
+                        const float4 *xp = (const float4 *)(xr[r] + k);
+                        float4 a = __ldg(xp), b = __ldg(xp + 1);
+#pragma unroll
+                        for (int i = 0; i < VR; i++)
+                            acc[i * NR + r] = f8m == 1 ? sd__fma8(wf[i], a, b, acc[i * NR + r])
+                                                       : fmaf(raw[u][i].s, sd__fma8(wf[i], a, b, 0.0f),
+                                                              acc[i * NR + r]);
+                    }
+                }
+                continue;
+            }
+        }
 #pragma unroll
         for (int i = 0; i < VR; i++)
             sd__w8_float<DT>(raw[u][i], wf[i]);
