@@ -90,9 +90,26 @@ static const unsigned char *jt_bytes(const void *ctx, int32_t t, size_t *n)
     return token_bytes(ctx, t, n);
 }
 
+/* whether r's text takes special tokens' text: tool calls in a format of
+ * special tokens (verify/json_schema.h, sd_jschema_calls 2) */
+static int takes_specials(const req *r)
+{
+    return r->schema && sd_jschema_calls(r->schema) == 2;
+}
+
+/* token t's bytes as r's JSON state reads them: a special token's text
+ * where r takes it (tool calls in special tokens), else token_bytes' */
+static const unsigned char *jtext_bytes(const sd_engine *e, const req *r, int32_t t, size_t *n)
+{
+    if (takes_specials(r) && sd_tok_is_special(e->tok, t))
+        return (const unsigned char *)sd_tok_token_bytes(e->tok, t, n);
+    return token_bytes(e, t, n);
+}
+
 /* json_object / json_schema: every token that would leave no prefix of a
  * valid document after st masked to -inf (verify/token_mask.h: most
- * without a feed); an end of text only where the document is whole */
+ * without a feed); an end of text only where the document is whole; a
+ * special token where r takes its text there (tool calls' literals) */
 static void json_mask_row(sd_engine *e, const req *r, const sd_jtext *st, float *row)
 {
     const int done = jtext_done(r, st);
@@ -101,9 +118,27 @@ static void json_mask_row(sd_engine *e, const req *r, const sd_jtext *st, float 
     sd_token_mask_cached(e->mcache, &e->tt, &a,
                          r->schema ? (const void *)&st->sch : (const void *)&st->obj,
                          r->schema ? (void *)&s.sch : (void *)&s.obj, row);
+    const int specials = takes_specials(r) && sd_jschema_in_literal(&st->sch);
+    signed char first[256]; /* specials: whether a first byte is taken (-1: not tried) */
+    memset(first, -1, sizeof first);
     for (int i = 0; i < e->tt.n_none; i++) { /* no bytes (specials): the end of text, once whole */
         const int32_t t = e->tt.none[i];
-        if (!(done && is_eos(e, r, t)))
+        if (done && is_eos(e, r, t))
+            continue;
+        size_t n = 0;
+        const unsigned char *b = specials ? jtext_bytes(e, r, t, &n) : NULL;
+        int ok = b && n > 0;
+        if (ok && first[b[0]] < 0) {
+            sd_jschema_copy(&s.sch, &st->sch);
+            first[b[0]] = sd_jschema_feed(r->schema, &s.sch, b, 1) == 0;
+        }
+        if (ok && first[b[0]]) {
+            sd_jschema_copy(&s.sch, &st->sch);
+            ok = sd_jschema_feed(r->schema, &s.sch, b, n) == 0;
+        } else {
+            ok = 0;
+        }
+        if (!ok)
             row[t] = -INFINITY;
     }
 }
@@ -112,7 +147,7 @@ static void json_mask_row(sd_engine *e, const req *r, const sd_jtext *st, float 
 static void json_advance(const sd_engine *e, const req *r, sd_jtext *st, int32_t t)
 {
     size_t n;
-    const unsigned char *b = token_bytes(e, t, &n);
+    const unsigned char *b = jtext_bytes(e, r, t, &n);
     if (b)
         jtext_feed(r, st, b, n);
 }

@@ -551,6 +551,88 @@ static int check_schema(sd_oai_request *r, sd_err *ce)
     return rc;
 }
 
+/* a tool's parameters for a forced call: a copy without the bounds
+ * json_schema does not take (an object of no keys where none are given) */
+static json_t *tool_params(json_t *f)
+{
+    json_t *pa = json_object_get(f, "parameters");
+    json_t *params = json_is_object(pa) ? json_deep_copy(pa)
+                                        : json_pack("{s:s, s:{}}", "type", "object", "properties");
+    strip_bounds(params);
+    return params;
+}
+
+/* The literals of a model's own call format (verify/json_schema.h's
+ * x-specd-calls): the text its chat template writes a call as, which the
+ * tool-call parser reads (net/toolcall.h). */
+typedef struct call_fmt {
+    const char *begin, *sep, *end, *pre_tail, *suffix;
+    int specials, one; /* special tokens' text in the literals; one call at most */
+} call_fmt;
+
+static const call_fmt *call_fmt_of(sd_tool_format f)
+{
+    static const call_fmt HERMES = {"<tool_call>\n{\"name\": \"", "\n<tool_call>\n{\"name\": \"", "",
+                                    "\", \"arguments\": ", "}\n</tool_call>", 0, 0};
+    static const call_fmt LLAMA = {"{\"name\": \"", "", "", "\", \"parameters\": ", "}", 0, 1};
+    static const call_fmt DS3 = {SD_DS_CALLS SD_DS_CALL "function" SD_DS_SEP,
+                                 "\n" SD_DS_CALL "function" SD_DS_SEP, SD_DS_CALLS_END, "\n```json\n",
+                                 "\n```" SD_DS_CALL_END, 1, 0};
+    static const call_fmt DS31 = {SD_DS_CALLS SD_DS_CALL, SD_DS_CALL, SD_DS_CALLS_END, SD_DS_SEP,
+                                  SD_DS_CALL_END, 1, 0};
+    /* functions.NAME:I, I the call's number (the digits byte, 0x01) */
+    static const call_fmt KIMI = {SD_KIMI_CALLS SD_KIMI_CALL "functions.", SD_KIMI_CALL "functions.",
+                                  SD_KIMI_CALLS_END, ":\x01" SD_KIMI_ARGS, SD_KIMI_CALL_END, 1, 0};
+    switch (f) {
+    case SD_TOOLS_HERMES: return &HERMES;
+    case SD_TOOLS_JSON: return &LLAMA;
+    case SD_TOOLS_DEEPSEEK3: return &DS3;
+    case SD_TOOLS_DEEPSEEK31: return &DS31;
+    case SD_TOOLS_KIMI: return &KIMI;
+    default: return NULL;
+    }
+}
+
+int sd_oai_force_format(sd_oai_request *r, sd_tool_format f, sd_api_error *e)
+{
+    const call_fmt *cf = call_fmt_of(f);
+    if (!r->tool_forced || !r->tools || !cf)
+        return 0;
+    json_t *tools = json_array();
+    for (size_t i = 0; tools && i < json_array_size(r->tools); i++) {
+        json_t *fn = json_object_get(json_array_get(r->tools, i), "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (r->tool_forced == 1 && strcmp(name, r->forced_name))
+            continue;
+        char pre[128];
+        snprintf(pre, sizeof pre, "%s%s", name, cf->pre_tail);
+        json_array_append_new(tools, json_pack("{s:s, s:o, s:s}", "prefix", pre, "parameters",
+                                               tool_params(fn), "suffix", cf->suffix));
+    }
+    const int max = r->tool_forced == 1 || !r->parallel_tool_calls || cf->one ? 1 : 16;
+    json_t *spec = tools ? json_pack("{s:{s:s, s:s, s:s, s:i, s:b, s:o}}", "x-specd-calls", "begin",
+                                     cf->begin, "sep", cf->sep, "end", cf->end, "max", max,
+                                     "specials", cf->specials, "tools", tools)
+                         : NULL;
+    char *text = spec ? json_dumps(spec, JSON_COMPACT) : NULL;
+    json_decref(spec);
+    if (!text)
+        return oom(e);
+    char *old = r->schema_text;
+    r->schema_text = text;
+    sd_err ce = {0};
+    const int rc = check_schema(r, &ce);
+    if (rc) { /* (a tool's parameters that are not an object schema) the bare JSON form */
+        r->schema_text = old;
+        free(text);
+        return rc == SD_ENOMEM ? oom(e) : 0;
+    }
+    free(old);
+    r->gen.json_schema = r->schema_text;
+    r->tool_format = f;
+    return 0;
+}
+
 /* The JSON Schema a forced tool_choice decodes to (vLLM's way, whatever the
  * model's own call format): a named function's parameters; for required,
  * an array of at least one {"name": a tool's, "parameters": its}, at most
@@ -562,10 +644,7 @@ static int forced_schema(sd_oai_request *r, json_t *tools, sd_api_error *e)
     for (size_t i = 0; alts && i < json_array_size(tools); i++) {
         json_t *f = json_object_get(json_array_get(tools, i), "function");
         const char *name = json_string_value(json_object_get(f, "name"));
-        json_t *pa = json_object_get(f, "parameters");
-        json_t *params = json_is_object(pa) ? json_deep_copy(pa)
-                                            : json_pack("{s:s, s:{}}", "type", "object", "properties");
-        strip_bounds(params);
+        json_t *params = tool_params(f);
         if (r->tool_forced == 1) {
             if (!strcmp(name, r->forced_name)) {
                 sch = params;

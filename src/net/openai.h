@@ -100,6 +100,9 @@ typedef struct sd_oai_request {
      * required (a JSON array of calls); the reply is decoded to that schema */
     int tool_forced;
     char *forced_name;
+    /* a forced call decoded to the model's own call format
+     * (sd_oai_force_format): its format; SD_TOOLS_NONE, the bare JSON */
+    sd_tool_format tool_format;
     int32_t *bias_ids;     /* logit_bias (owned; gen.bias_ids points here) */
     float *bias;
     int n_bias;
@@ -126,6 +129,16 @@ typedef struct sd_oai_request {
 int sd_oai_parse(sd_oai_kind kind, const char *body, size_t len, const char *served_model,
                  struct sd_schema_cache *schemas, sd_oai_request *r, sd_api_error *e);
 void sd_oai_request_free(sd_oai_request *r);
+/* A forced tool_choice decoded to the model's own call format f (its chat
+ * template's: Qwen's <tool_call> blocks, Llama 3.1's JSON, DeepSeek's and
+ * Kimi-K2's sections of special tokens; SGLang's way) instead of the bare
+ * JSON array parse gave it: r->gen.json_schema becomes an x-specd-calls
+ * grammar (verify/json_schema.h) of the tools (the named one), at most one
+ * call without parallel_tool_calls, and r->tool_format f; the reply is then
+ * read by f's parser. Nothing changes where f has no format, the request
+ * forces nothing, or a tool's parameters cannot be read that way (not an
+ * object schema: the bare JSON stays). 0, or 500 out of memory. */
+int sd_oai_force_format(sd_oai_request *r, sd_tool_format f, sd_api_error *e);
 /* POST /tokenize (vLLM's shape): {"model"?, "prompt"} or {"model"?,
  * "messages", "add_generation_prompt"?, "tools"?, "tool_choice"?,
  * "chat_template_kwargs"?}, plus

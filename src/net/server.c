@@ -1007,7 +1007,7 @@ static void generate_submit(sd_server *s, pending *p)
     rp->top_lp = r->gen.top_logprobs;
     rp->stream = r->stream;
     rp->include_usage = r->include_usage;
-    if (r->tools && !r->tool_forced)
+    if (r->tools && (!r->tool_forced || r->tool_format))
         r->gen.keep_special = sd_tc_keeps_special(sd_chat_template_tool_format(s->ct));
     if (s->reasoning && r->kind == SD_OAI_CHAT)
         r->gen.keep_special |= s->think_special;
@@ -1028,7 +1028,7 @@ static void generate_submit(sd_server *s, pending *p)
         if (r->tools) {
             j->tools = 1;
             const uint64_t key = sd_mix64(s->id_key ^ (rp->rid << 20) ^ ((uint64_t)i << 12) ^ s->id_count);
-            if (r->tool_forced) /* the reply decodes to the call (forced_schema) */
+            if (r->tool_forced && !r->tool_format) /* the reply decodes to the call (forced_schema) */
                 sd_tc_init_forced(&j->tc, r->tool_forced == 1 ? r->forced_name : NULL,
                                   r->parallel_tool_calls ? 0 : 1, key, tc_emit, j);
             else
@@ -1191,6 +1191,9 @@ static void route_prompt(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_ki
                       : sd_oai_parse(kind, body, len, s->model_name, schemas, &p->r, &p->e);
     if (!rc)
         rc = not_ready(s, &p->e);
+    /* a forced call in the model's own format, where its template has one */
+    if (!rc && !tokenize && p->r.tool_forced && s->ct)
+        rc = sd_oai_force_format(&p->r, sd_chat_template_tool_format(s->ct), &p->e);
     if (rc) {
         const char *extra =
             p->e.status == 503 && !s->draining ? "Retry-After: 5\r\n" : NULL;

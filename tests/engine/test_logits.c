@@ -850,6 +850,72 @@ TEST(json_schema_texts_are_valid_documents)
     sd_engine_destroy(spec);
 }
 
+/* Tool calls in a format of special tokens (verify/json_schema.h's
+ * x-specd-calls, "specials"): the bundled tokenizer's <|im_start|> and
+ * <|pad|> as the calls' lead and end. A bias on <|im_start|> makes the model
+ * write it as the special token where the grammar takes its text (the
+ * calls' starts) and nowhere else; the text (special tokens printed) is a
+ * prefix of the grammar's, whole where the request stopped; speculation
+ * gives plain decode's greedy tokens. */
+TEST(tool_calls_in_special_tokens_take_the_special_tokens)
+{
+    sd_engine *plain = NULL, *spec = NULL;
+    if (!bundled_pair_ctx(&plain, &spec, "512"))
+        TEST_SKIP("the bundled model is absent");
+    ASSERT(plain && spec);
+    static const char schema[] =
+        "{\"x-specd-calls\":{\"begin\":\"<|im_start|>\",\"sep\":\"<|im_start|>\",\"end\":\"<|pad|>\","
+        "\"max\":2,\"specials\":true,\"tools\":[{\"prefix\":\"get(\",\"parameters\":{\"type\":"
+        "\"object\",\"properties\":{\"n\":{\"type\":\"integer\"}},\"required\":[\"n\"],"
+        "\"additionalProperties\":false},\"suffix\":\")\"}]}}";
+    sd_jschema *js = NULL;
+    ASSERT_OK(sd_jschema_compile(schema, strlen(schema), &js, NULL));
+    const int32_t im_start = 2, pad = 4, bias_ids[2] = {im_start, pad};
+    const float bias[2] = {30.0f, 30.0f};
+    int32_t p[6] = {755, 12, 302, 44, 1021, 9};
+    int stops = 0;
+    for (int trial = 0; trial < 4; trial++) {
+        sd_gen_params gp = {.max_tokens = 120, .top_p = 1, .temperature = trial % 2 ? 0.9 : 0,
+                            .seed = 31 + (uint64_t)trial, .has_seed = 1, .json_schema = schema,
+                            .keep_special = 1, .bias_ids = bias_ids, .bias = bias, .n_bias = 2};
+            p[0] = 755 + trial * 13;
+        lp_out a, b;
+        ASSERT_OK(run1(plain, p, 6, &gp, &a));
+        ASSERT_OK(run1(spec, p, 6, &gp, &b));
+        for (int k = 0; k < 2; k++) {
+            const lp_out *o = k ? &b : &a;
+            ASSERT_EQ(o->ids[0], im_start); /* the lead as the special token */
+            int starts = 0, ends = 0;
+            for (int i = 0; i < o->n; i++) {
+                starts += o->ids[i] == im_start;
+                ends += o->ids[i] == pad;
+            }
+            ASSERT_LE(starts, 2); /* only where a call begins */
+            ASSERT_LE(ends, 1);   /* and the end once */
+            sd_jschema_state st;
+            sd_jschema_init(js, &st);
+            ASSERT_MSG(sd_jschema_feed(js, &st, (const unsigned char *)o->text, o->len) == 0,
+                       "not a prefix of the calls: %.*s", (int)o->len, o->text);
+            if (o->why == SD_FINISH_STOP) {
+                ASSERT_MSG(sd_jschema_done(js, &st), "%.*s", (int)o->len, o->text);
+                ASSERT_EQ(ends, 1); /* the end as the special token */
+                stops++;
+            }
+        }
+        if (gp.temperature == 0) {
+            ASSERT_EQ(a.n, b.n);
+            for (int i = 0; i < a.n; i++)
+                ASSERT_EQ(a.ids[i], b.ids[i]);
+        }
+        fprintf(stderr, "  trial %d (%s): %s, %.*s\n", trial, gp.temperature > 0 ? "sampled" : "greedy",
+                a.why == SD_FINISH_STOP ? "stop" : "length", (int)a.len, a.text);
+    }
+    ASSERT(stops > 0);
+    sd_jschema_free(js);
+    sd_engine_destroy(plain);
+    sd_engine_destroy(spec);
+}
+
 /* min_tokens on the bundled model: a stop id that ends a free run early is
  * masked until then (speculative = plain), and a stop string met in the
  * first min_tokens tokens' text is passed over, as vLLM does */
@@ -905,7 +971,7 @@ TEST_MAIN(T(logprobs_row_matches_a_direct_computation), T(logits_process_matches
           T(min_tokens_hold_the_end_of_text_and_stop_strings),
           T(prompt_logprobs_match_transformers_at_every_position),
           T(json_object_texts_are_json_objects),
-          T(json_schema_texts_are_valid_documents),
+          T(json_schema_texts_are_valid_documents), T(tool_calls_in_special_tokens_take_the_special_tokens),
           T(logit_bias_moves_the_first_token_as_on_transformers_logits),
           T(speculation_gives_plain_decodes_tokens_under_penalties_and_bias),
           T(greedy_logprobs_match_transformers_and_do_not_change_with_speculation),

@@ -2,6 +2,7 @@
 
 #include "core/util.h"
 #include "net/openai.h"
+#include "verify/json_schema.h"
 #include "verify/schema_cache.h"
 #include "test.h"
 
@@ -731,6 +732,152 @@ TEST(schemas_are_checked_through_the_cache_the_engine_reads)
     sd_schema_cache_free(c);
 }
 
+/* sd_oai_force_format: a forced call decodes to the model's own format.
+ * For each format, the grammar takes the text its chat template writes a
+ * call as (the named tool's, or any tool's and up to 16 with
+ * parallel_tool_calls), and that text read by the format's parser gives
+ * the call back; a tool whose parameters are not an object schema keeps
+ * the bare JSON form; no format, nothing changes. */
+static int whole_text(const sd_jschema *s, const char *t)
+{
+    sd_jschema_state st;
+    sd_jschema_init(s, &st);
+    return sd_jschema_feed(s, &st, (const unsigned char *)t, strlen(t)) == 0 && sd_jschema_done(s, &st);
+}
+
+typedef struct fcalls {
+    int n;
+    char name[4][32], args[4][128];
+} fcalls;
+
+static int fc_emit(void *arg, const char *content, size_t len, const sd_tool_call *call)
+{
+    fcalls *f = arg;
+    if (!call) { /* no content but whitespace */
+        for (size_t i = 0; i < len; i++)
+            if (!sd_json_ws(content[i]))
+                return -1;
+        return 0;
+    }
+    snprintf(f->name[f->n], sizeof f->name[0], "%s", call->name);
+    snprintf(f->args[f->n], sizeof f->args[0], "%s", call->arguments);
+    f->n++;
+    return 0;
+}
+
+TEST(forced_calls_decode_to_the_models_own_format)
+{
+    static const char TOOLS[] =
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{"
+        "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":"
+        "\"integer\",\"minimum\":1}},\"required\":[\"city\"]}}},{\"type\":\"function\",\"function\":{"
+        "\"name\":\"get_time\"}}]";
+    static const struct {
+        sd_tool_format f;
+        const char *text; /* as the template writes the calls */
+        int calls, named_ok;
+    } cases[] = {
+        {SD_TOOLS_HERMES,
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 2}}\n"
+         "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>",
+         2, 0},
+        {SD_TOOLS_HERMES,
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>", 1, 1},
+        {SD_TOOLS_JSON, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}", 1, 1},
+        {SD_TOOLS_DEEPSEEK3,
+         SD_DS_CALLS SD_DS_CALL "function" SD_DS_SEP "get_weather\n```json\n{\"city\": \"Oslo\"}\n```" SD_DS_CALL_END
+         "\n" SD_DS_CALL "function" SD_DS_SEP "get_time\n```json\n{}\n```" SD_DS_CALL_END SD_DS_CALLS_END,
+         2, 0},
+        {SD_TOOLS_DEEPSEEK31,
+         SD_DS_CALLS SD_DS_CALL "get_weather" SD_DS_SEP "{\"city\": \"Oslo\"}" SD_DS_CALL_END SD_DS_CALLS_END, 1, 1},
+        {SD_TOOLS_KIMI,
+         SD_KIMI_CALLS SD_KIMI_CALL "functions.get_weather:0" SD_KIMI_ARGS "{\"city\": \"Oslo\"}" SD_KIMI_CALL_END
+         SD_KIMI_CALL "functions.get_time:1" SD_KIMI_ARGS "{}" SD_KIMI_CALL_END SD_KIMI_CALLS_END,
+         2, 0},
+    };
+    for (size_t i = 0; i < SD_ARRAY_LEN(cases); i++) {
+        for (int named = 0; named < 2; named++) {
+            if (named && !cases[i].named_ok)
+                continue;
+            char body[2048];
+            snprintf(body, sizeof body, "{\"model\":\"" MODEL "\"," CHAT_MSGS ",%s,\"tool_choice\":%s}", TOOLS,
+                     named ? "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}" : "\"required\"");
+            sd_oai_request r;
+            sd_api_error e;
+            ASSERT_OK(sd_oai_parse(SD_OAI_CHAT, body, strlen(body), MODEL, NULL, &r, &e));
+            ASSERT_EQ(r.tool_format, SD_TOOLS_NONE); /* the bare JSON until told the format */
+            ASSERT_OK(sd_oai_force_format(&r, cases[i].f, &e));
+            ASSERT_EQ(r.tool_format, cases[i].f);
+            ASSERT(r.gen.json_schema == r.schema_text);
+            sd_jschema *s = NULL;
+            sd_err err = {0};
+            ASSERT_MSG(!sd_jschema_compile(r.gen.json_schema, strlen(r.gen.json_schema), &s, &err), "%s",
+                       err.msg);
+            ASSERT_EQ(sd_jschema_calls(s), sd_tc_keeps_special(cases[i].f) ? 2 : 1);
+            sd_jschema_state st;
+            sd_jschema_init(s, &st);
+            const size_t n = strlen(cases[i].text);
+            ASSERT_MSG(sd_jschema_feed(s, &st, (const unsigned char *)cases[i].text, n) == 0 &&
+                           sd_jschema_done(s, &st),
+                       "case %zu: %s", i, cases[i].text);
+            /* the days' bound (minimum) is left out; get_time (no parameters) takes {} */
+            fcalls got = {0};
+            sd_tc_parser tc;
+            sd_tc_init(&tc, cases[i].f, 0, 1, fc_emit, &got);
+            ASSERT_OK(sd_tc_feed(&tc, cases[i].text, n));
+            ASSERT_OK(sd_tc_end(&tc));
+            sd_tc_free(&tc);
+            ASSERT_EQ(got.n, cases[i].calls);
+            ASSERT_STR_EQ(got.name[0], "get_weather");
+            ASSERT_CONTAINS(got.args[0], "\"city\": \"Oslo\"");
+            if (named) { /* the named tool only, once */
+                ASSERT_STR_EQ(r.forced_name, "get_weather");
+                sd_jschema_init(s, &st);
+                const char *other = strstr(cases[i].text, "get_weather");
+                ASSERT(sd_jschema_feed(s, &st, (const unsigned char *)cases[i].text,
+                                       (size_t)(other - cases[i].text) + 4) == 0);
+                ASSERT(sd_jschema_feed(s, &st, (const unsigned char *)"t", 1) != 0);
+            }
+            sd_jschema_free(s);
+            sd_oai_request_free(&r);
+        }
+    }
+    /* no parallel calls: one call, then the end */
+    {
+        char body[2048];
+        snprintf(body, sizeof body,
+                 "{\"model\":\"" MODEL "\"," CHAT_MSGS ",%s,\"tool_choice\":\"required\",\"parallel_tool_calls\":false}",
+                 TOOLS);
+        sd_oai_request r;
+        sd_api_error e;
+        ASSERT_OK(sd_oai_parse(SD_OAI_CHAT, body, strlen(body), MODEL, NULL, &r, &e));
+        ASSERT_OK(sd_oai_force_format(&r, SD_TOOLS_HERMES, &e));
+        sd_jschema *s = NULL;
+        ASSERT_OK(sd_jschema_compile(r.gen.json_schema, strlen(r.gen.json_schema), &s, NULL));
+        ASSERT(!whole_text(s, cases[0].text));
+        ASSERT(whole_text(s, cases[1].text));
+        sd_jschema_free(s);
+        sd_oai_request_free(&r);
+    }
+    /* a tool whose parameters are not an object schema: the bare JSON stays */
+    {
+        const char *body = "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"tools\":[{\"type\":\"function\",\"function\":"
+                           "{\"name\":\"f\",\"parameters\":{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"null\"}]}}}],"
+                           "\"tool_choice\":\"required\"}";
+        sd_oai_request r;
+        sd_api_error e;
+        ASSERT_OK(sd_oai_parse(SD_OAI_CHAT, body, strlen(body), MODEL, NULL, &r, &e));
+        char *bare = strdup(r.gen.json_schema);
+        ASSERT_OK(sd_oai_force_format(&r, SD_TOOLS_HERMES, &e));
+        ASSERT_EQ(r.tool_format, SD_TOOLS_NONE);
+        ASSERT_STR_EQ(r.gen.json_schema, bare);
+        ASSERT_OK(sd_oai_force_format(&r, SD_TOOLS_NONE, &e)); /* no format: nothing */
+        ASSERT_STR_EQ(r.gen.json_schema, bare);
+        free(bare);
+        sd_oai_request_free(&r);
+    }
+}
+
 /* A name cut to fit the error (an unrecognized key of multibyte characters)
  * may end inside a character: param and message stay valid JSON strings. */
 TEST(error_json_of_a_cut_multibyte_key_is_valid)
@@ -1373,7 +1520,7 @@ TEST_MAIN(T(a_full_chat_request_maps_to_gen_params), T(completion_defaults_follo
           T(model_is_required_and_must_be_the_served_one), T(wrong_types_name_the_parameter),
           T(out_of_range_values_name_the_parameter), T(unsupported_options_are_refused_by_name),
           T(unknown_parameters_are_refused_by_name), T(messages_are_validated_one_by_one),
-          T(tools_tool_choice_and_tool_messages_are_parsed), T(chat_template_kwargs_are_the_thinking_switches),
+          T(tools_tool_choice_and_tool_messages_are_parsed), T(forced_calls_decode_to_the_models_own_format), T(chat_template_kwargs_are_the_thinking_switches),
           T(reasoning_content_in_responses_and_stream_chunks), T(tool_calls_in_responses_and_stream_chunks),
           T(prompt_is_validated), T(stop_strings_are_bounded),
           T(context_limit_names_prompt_or_max_tokens),
