@@ -130,11 +130,12 @@ test('what cannot be served is refused by name', async () => {
   }
 });
 
-// tool_choice required and a named function: the reply decodes to a call
-// (a JSON Schema of the tools' parameters, whatever the model's own
-// format, as vLLM does): a finished reply is tool_calls of the tools given,
+// tool_choice required and a named function: the reply decodes to calls in
+// the model's own format (Qwen2.5's <tool_call> blocks here, of the tools'
+// parameters' schemas): a finished reply is tool_calls of the tools given,
 // their arguments of the parameters' keys and types (the numeric bound
-// `minimum` left out), the same streamed; one cut at its length is content.
+// `minimum` left out), the same streamed; one cut at its length keeps the
+// calls it finished, the unfinished one as content.
 test('tool_choice required and a named function decode the reply to calls', async () => {
   const TWO = [...TOOLS, { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: { tz: { enum: ['UTC', 'CET'] } }, required: ['tz'] } } }];
   let called = 0;
@@ -143,13 +144,16 @@ test('tool_choice required and a named function decode the reply to calls', asyn
       const body = { model: name, messages: MESSAGES, tools, tool_choice, max_tokens: 300, temperature, seed };
       const whole = await request(srv, 'POST', '/v1/chat/completions', { body });
       assert.equal(whole.status, 200, whole.text);
-      const ch = JSON.parse(whole.text).choices[0];
+      const reply = JSON.parse(whole.text), ch = reply.choices[0];
       if (ch.finish_reason === 'length') {
         assert.equal((ch.message.tool_calls ?? []).length, 0);
         continue;
       }
       assert.equal(ch.finish_reason, 'tool_calls', whole.text);
-      assert.equal(ch.message.content, null);
+      if (ch.message.content !== null) { // cut inside a call after others
+        assert.equal(reply.usage.completion_tokens, 300, whole.text);
+        assert.ok(ch.message.content.startsWith('<tool_call>'), whole.text);
+      }
       assert.ok(ch.message.tool_calls.length >= 1);
       for (const c of ch.message.tool_calls) {
         assert.ok(/^call_[A-Za-z0-9]{24}$/.test(c.id), c.id);
@@ -215,6 +219,21 @@ for (const template of ['llama3.1.jinja', 'kimi-k2-thinking.jinja', 'deepseek-v3
         const s = checkStream(raw.text, { chat: true, includeUsage: false });
         assert.equal(s.text, ch.message.content ?? '');
         assert.equal(s.finish, ch.finish_reason);
+      }
+      // a forced call decodes to this template's own call format (its
+      // parser reads it back): tool_calls of the tool, or cut at its length
+      for (const temperature of [0, 0.8]) {
+        const body = { model, messages: MESSAGES, tools: TOOLS, tool_choice: 'required', max_tokens: 300, temperature, seed: 5 };
+        const whole = await request(other, 'POST', '/v1/chat/completions', { body });
+        assert.equal(whole.status, 200, whole.text);
+        const ch = JSON.parse(whole.text).choices[0];
+        if (ch.finish_reason === 'length') continue;
+        assert.equal(ch.finish_reason, 'tool_calls', whole.text);
+        assert.ok(ch.message.tool_calls.length >= 1, whole.text);
+        for (const c of ch.message.tool_calls) {
+          assert.equal(c.function.name, 'get_weather');
+          assert.equal(typeof JSON.parse(c.function.arguments).city, 'string');
+        }
       }
     } finally {
       const r = await other.stop();
