@@ -536,7 +536,12 @@ static void plain_topk(sd_model_cfg *cfg)
  * them) must be empty. */
 static int sd__parse_qwen3_moe(sd_model_cfg *cfg, json_t *root, const sd__jctx *c)
 {
-    int rc = sd__int(c, root, "num_experts", 0, 128, 1, 1 << 16, &cfg->n_routed_experts);
+    /* published (4.x) checkpoints say num_experts; transformers 5.x writes
+     * num_local_experts */
+    const char *ne = sd__get(root, "num_experts") || !sd__get(root, "num_local_experts")
+                         ? "num_experts"
+                         : "num_local_experts";
+    int rc = sd__int(c, root, ne, 0, 128, 1, 1 << 16, &cfg->n_routed_experts);
     if (!rc)
         rc = sd__int(c, root, "num_experts_per_tok", 0, 8, 1, cfg->n_routed_experts,
                      &cfg->num_experts_per_tok);
