@@ -32,6 +32,7 @@
 #include "net/http.h"
 #include "net/metrics.h"
 #include "net/openai.h"
+#include "verify/json_schema.h"
 #include "net/router.h"
 #include "net/reasoning.h"
 #include "net/toolcall.h"
@@ -95,6 +96,23 @@ static void exercise(sd_oai_request *r, int tokenize, const void *data, size_t s
 {
     check_request(r, tokenize, data, size);
     sd_api_error e;
+    /* a forced call in a model's own format (the server's next step): its
+     * grammar compiles and takes any bytes */
+    if (r->tool_forced && !tokenize) {
+        if (sd_oai_force_format(r, (sd_tool_format)(1 + size % 5), &e)) {
+            check_error_shape(&e);
+        } else if (r->tool_format) {
+            sd_jschema *s = NULL;
+            sd_err err = {0};
+            if (sd_jschema_compile(r->gen.json_schema, strlen(r->gen.json_schema), &s, &err))
+                die("a forced call's grammar does not compile", data, size);
+            sd_jschema_state st;
+            sd_jschema_init(s, &st);
+            (void)sd_jschema_feed(s, &st, data, size);
+            (void)sd_jschema_done(s, &st);
+            sd_jschema_free(s);
+        }
+    }
     const sd_oai_prompt *p0 = r->kind == SD_OAI_COMPLETIONS ? &r->prompts[0] : NULL;
     int n_prompt = !p0 ? (int)(size % (2 * CONTEXT)) : p0->is_ids ? p0->n_ids : (int)(p0->len % (2 * CONTEXT));
     if (sd_oai_fit_context(r, n_prompt, CONTEXT, &e))
