@@ -211,43 +211,31 @@ __device__ __forceinline__ void sd__warp_use(const sd__w8raw<DT> (&raw)[U][VR],
         if (c + u * cstep >= nch || k >= K)
             continue;
         float wf[VR][8];
-        if constexpr (DT == SD__F8 && f8m != 0) {
-            {
 #pragma unroll
-                for (int i = 0; i < VR; i++) {
-                    sd__f8x8raw(raw[u][i].q, wf[i]);
-                    if constexpr (f8m == 1) {
+        for (int i = 0; i < VR; i++) {
+            if constexpr (DT == SD__F8 && f8m != 0) {
+                sd__f8x8raw(raw[u][i].q, wf[i]);
+                if constexpr (f8m == 1) {
 #pragma unroll
-                        for (int j = 0; j < 8; j++)
-                            wf[i][j] = __fmul_rn(wf[i][j], raw[u][i].s);
-                    }
+                    for (int j = 0; j < 8; j++)
+                        wf[i][j] = __fmul_rn(wf[i][j], raw[u][i].s);
                 }
-#pragma unroll
-                for (int r = 0; r < NR; r++) {
-                    if (r < nr) {
-                        const float4 *xp = (const float4 *)(xr[r] + k);
-                        float4 a = __ldg(xp), b = __ldg(xp + 1);
-#pragma unroll
-                        for (int i = 0; i < VR; i++)
-                            acc[i * NR + r] = f8m == 1 ? sd__fma8(wf[i], a, b, acc[i * NR + r])
-                                                       : fmaf(raw[u][i].s, sd__fma8(wf[i], a, b, 0.0f),
-                                                              acc[i * NR + r]);
-                    }
-                }
-                continue;
+            } else {
+                sd__w8_float<DT>(raw[u][i], wf[i]);
             }
         }
-#pragma unroll
-        for (int i = 0; i < VR; i++)
-            sd__w8_float<DT>(raw[u][i], wf[i]);
 #pragma unroll
         for (int r = 0; r < NR; r++) {
             if (r < nr) {
                 const float4 *xp = (const float4 *)(xr[r] + k);
                 float4 a = __ldg(xp), b = __ldg(xp + 1);
 #pragma unroll
-                for (int i = 0; i < VR; i++)
-                    acc[i * NR + r] = sd__fma8(wf[i], a, b, acc[i * NR + r]);
+                for (int i = 0; i < VR; i++) {
+                    if constexpr (DT == SD__F8 && f8m == 2)
+                        acc[i * NR + r] = fmaf(raw[u][i].s, sd__fma8(wf[i], a, b, 0.0f), acc[i * NR + r]);
+                    else
+                        acc[i * NR + r] = sd__fma8(wf[i], a, b, acc[i * NR + r]);
+                }
             }
         }
     }

@@ -544,6 +544,30 @@ static char *serialize(json_t *v, uint64_t *rng)
     }
 }
 
+/* buf = t (n > 0 bytes, room for n + 2) with one random edit: a byte of
+ * edits put in place of one, inserted, a byte deleted, or a truncation;
+ * returns its length */
+static size_t random_edit(char *buf, const char *t, size_t n, const char *edits, uint64_t *rng)
+{
+    memcpy(buf, t, n + 1);
+    size_t at = next_rand(rng) % n, m = n;
+    char c = edits[next_rand(rng) % strlen(edits)];
+    switch (next_rand(rng) % 4) {
+    case 0: buf[at] = c; break;
+    case 1:
+        memmove(buf + at + 1, buf + at, n - at + 1);
+        buf[at] = c;
+        m++;
+        break;
+    case 2:
+        memmove(buf + at, buf + at + 1, n - at);
+        m--;
+        break;
+    default: m = at + 1; break; /* a truncation */
+    }
+    return m;
+}
+
 /* ---- checks on one text ----------------------------------------------- */
 
 /* every prefix accepted, whole exactly where the reference reads a valid
@@ -743,22 +767,7 @@ TEST(random_documents_agree_with_the_reference)
                 char buf[4096];
                 if (n + 2 > sizeof buf)
                     break;
-                memcpy(buf, t, n + 1);
-                size_t at = next_rand(&rng) % n, m = n;
-                char c = edits[next_rand(&rng) % (sizeof edits - 1)];
-                switch (next_rand(&rng) % 4) {
-                case 0: buf[at] = c; break;
-                case 1:
-                    memmove(buf + at + 1, buf + at, n - at + 1);
-                    buf[at] = c;
-                    m++;
-                    break;
-                case 2:
-                    memmove(buf + at, buf + at + 1, n - at);
-                    m--;
-                    break;
-                default: m = at + 1; break; /* a truncation */
-                }
+                const size_t m = random_edit(buf, t, n, edits, &rng);
                 int theirs = verdict(&r, buf, m);
                 if (theirs < 0)
                     continue;
@@ -1463,22 +1472,7 @@ TEST(tool_calls_in_a_models_format_agree_with_the_reference)
                 char buf[1 << 16];
                 if (n + 2 > sizeof buf)
                     break;
-                memcpy(buf, t, n + 1);
-                size_t at = next_rand(&rng) % n, m = n;
-                char ch = edits[next_rand(&rng) % (sizeof edits - 1)];
-                switch (next_rand(&rng) % 4) {
-                case 0: buf[at] = ch; break;
-                case 1:
-                    memmove(buf + at + 1, buf + at, n - at + 1);
-                    buf[at] = ch;
-                    m++;
-                    break;
-                case 2:
-                    memmove(buf + at, buf + at + 1, n - at);
-                    m--;
-                    break;
-                default: m = at + 1; break;
-                }
+                const size_t m = random_edit(buf, t, n, edits, &rng);
                 const int theirs = cf_verdict(&c, buf, m);
                 if (theirs < 0)
                     continue;
