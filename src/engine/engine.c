@@ -91,10 +91,11 @@ static const unsigned char *jt_bytes(const void *ctx, int32_t t, size_t *n)
 }
 
 /* whether r's text takes special tokens' text: tool calls in a format of
- * special tokens (verify/json_schema.h, sd_jschema_calls 2) */
+ * special tokens, a reasoning's end tag (verify/json_schema.h,
+ * sd_jschema_takes_specials) */
 static int takes_specials(const req *r)
 {
-    return r->schema && sd_jschema_calls(r->schema) == 2;
+    return r->schema && sd_jschema_takes_specials(r->schema);
 }
 
 /* token t's bytes as r's JSON state reads them: a special token's text
@@ -123,8 +124,11 @@ static void json_mask_row(sd_engine *e, const req *r, const sd_jtext *st, float 
     memset(first, -1, sizeof first);
     for (int i = 0; i < e->tt.n_none; i++) { /* no bytes (specials): the end of text, once whole */
         const int32_t t = e->tt.none[i];
-        if (done && is_eos(e, r, t))
+        if (is_eos(e, r, t)) {
+            if (!done)
+                row[t] = -INFINITY;
             continue;
+        }
         size_t n = 0;
         const unsigned char *b = specials ? jtext_bytes(e, r, t, &n) : NULL;
         int ok = b && n > 0;

@@ -633,6 +633,33 @@ int sd_oai_force_format(sd_oai_request *r, sd_tool_format f, sd_api_error *e)
     return 0;
 }
 
+int sd_oai_json_after(sd_oai_request *r, const char *close, int specials, sd_api_error *e)
+{
+    if (!r->gen.json_schema) /* (json_object: "any object" is not a schema of the subset) */
+        return 0;
+    json_error_t je;
+    json_t *then = json_loads(r->gen.json_schema, JSON_DECODE_ANY, &je);
+    json_t *o = then ? json_pack("{s:s, s:b, s:o}", "x-specd-after", close, "specials", specials,
+                                 "x-specd-then", then)
+                     : NULL;
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!text)
+        return oom(e);
+    char *old = r->schema_text;
+    r->schema_text = text;
+    sd_err ce = {0};
+    const int rc = check_schema(r, &ce);
+    if (rc) { /* (the constraint was compiled already: only out of memory) */
+        r->schema_text = old;
+        free(text);
+        return oom(e);
+    }
+    free(old);
+    r->gen.json_schema = r->schema_text;
+    return 0;
+}
+
 /* The JSON Schema a forced tool_choice decodes to (vLLM's way, whatever the
  * model's own call format): a named function's parameters; for required,
  * an array of at least one {"name": a tool's, "parameters": its}, at most

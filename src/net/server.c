@@ -1022,6 +1022,13 @@ static void generate_submit(sd_server *s, pending *p)
             reply_free(rp);
             goto oom;
         }
+    /* a reply that begins inside the model's reasoning (the prompt ends
+     * with <think>): a JSON constraint (response_format, a forced call)
+     * holds for the text after </think>, not for the reasoning */
+    if (p->think_open && r->kind == SD_OAI_CHAT && sd_oai_json_after(r, "</think>", s->think_special, &e)) {
+        reply_free(rp);
+        goto fail;
+    }
     sd_req_events ev = {on_output, on_finish, on_logprobs};
     for (int i = 0; i < rp->n; i++) {
         job *j = rp->jobs[i];

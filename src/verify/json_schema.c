@@ -58,6 +58,7 @@ typedef struct js_call {
 #define PH_BYTE 0x01
 #define MAX_CALL_TOOLS 128
 #define MAX_CALLS 16
+#define MAX_AFTER 64
 
 struct sd_jschema {
     js_node *node;
@@ -80,6 +81,10 @@ struct sd_jschema {
     uint32_t lead[2], end; /* begin, sep; end: in text */
     uint16_t nlead[2], nend;
     uint8_t max_calls, specials;
+    /* x-specd-after: its text (in text) and KMP's failure table */
+    uint32_t after;
+    uint16_t nafter;
+    uint8_t after_fail[MAX_AFTER];
     uint64_t serial; /* this compilation's, unique in the process (a mask cache's key) */
 };
 
@@ -1287,7 +1292,7 @@ static int compile_calls(cx *c, json_t *spec, uint16_t *body)
         return refuse(c, "x-specd-calls: \"tools\" must be an array of 1 to %d tools",
                       MAX_CALL_TOOLS);
     s->max_calls = (uint8_t)json_integer_value(mx);
-    s->specials = json_is_true(sp);
+    s->specials |= json_is_true(sp);
     if (!(s->call = calloc(nt, sizeof *s->call)))
         return nomem(c);
     json_t *outer = c->root;
@@ -1378,6 +1383,45 @@ static int compile_calls(cx *c, json_t *spec, uint16_t *body)
     return 0;
 }
 
+/* {"x-specd-after": A, "x-specd-then": S, "specials"?}: A's text and
+ * failure table; *then: S (where "$defs" resolve) */
+static int compile_after(cx *c, json_t *root, json_t *after, json_t **then)
+{
+    sd_jschema *s = c->s;
+    const char *k;
+    json_t *v;
+    json_object_foreach(root, k, v)
+    {
+        static const char *const KEYS[] = {"x-specd-after", "x-specd-then", "specials"};
+        if (!IN_LIST(k, KEYS))
+            return refuse(c, "x-specd-after: \"%s\" is not a key beside it", k);
+    }
+    json_t *sp = json_object_get(root, "specials");
+    *then = json_object_get(root, "x-specd-then");
+    const size_t n = json_string_length(after);
+    if (!json_is_string(after) || n < 1 || n > MAX_AFTER || memchr(json_string_value(after), 0, n))
+        return refuse(c, "x-specd-after: a string of 1 to %d bytes (no NUL)", MAX_AFTER);
+    if (!*then || (sp && !json_is_boolean(sp)))
+        return refuse(c, "x-specd-after: \"x-specd-then\" (a schema) and a boolean \"specials\"");
+    s->specials = json_is_true(sp);
+    c->root = *then;
+    int rc = add_text(c, json_string_value(after), n, &s->after);
+    if (rc)
+        return rc;
+    s->nafter = (uint16_t)n;
+    /* fail[i]: the longest proper border of the first i + 1 bytes */
+    const char *a = s->text + s->after;
+    s->after_fail[0] = 0;
+    for (size_t i = 1, j = 0; i < n; i++) {
+        while (j > 0 && a[i] != a[j])
+            j = s->after_fail[j - 1];
+        if (a[i] == a[j])
+            j++;
+        s->after_fail[i] = (uint8_t)j;
+    }
+    return 0;
+}
+
 /* after the leaves and nesting: each tool's documents are objects, and
  * the nesting limit is the least of the tools' */
 static int check_calls(cx *c)
@@ -1433,10 +1477,14 @@ int sd_jschema_compile(const char *schema_json, size_t len, sd_jschema **out, sd
     if (s)
         s->serial = atomic_fetch_add(&serials, 1) + 1;
     cx c = {.s = s, .root = root, .err = err};
-    json_t *calls = json_is_object(root) && json_object_size(root) == 1
-                        ? json_object_get(root, "x-specd-calls")
-                        : NULL;
+    /* x-specd-after: the text before the reply, then its schema */
+    json_t *then = root, *after = json_is_object(root) ? json_object_get(root, "x-specd-after") : NULL;
     int rc = s ? 0 : sd_err_set(err, SD_ENOMEM, "json_schema: out of memory");
+    if (!rc && after)
+        rc = compile_after(&c, root, after, &then);
+    json_t *calls = json_is_object(then) && json_object_size(then) == 1
+                        ? json_object_get(then, "x-specd-calls")
+                        : NULL;
     uint16_t body;
     /* node 0: the root, a union of its body ("#" recurses to it); node 1: any value */
     if (!rc)
@@ -1452,7 +1500,7 @@ int sd_jschema_compile(const char *schema_json, size_t len, sd_jschema **out, sd
     if (!rc && calls)
         rc = compile_calls(&c, calls, &body);
     else if (!rc)
-        rc = compile(&c, root, "$", 1, &body);
+        rc = compile(&c, then, "$", 1, &body);
     void *tmp_;
     if (!rc && GROW(s->mem, s->nmem, s->cmem, 1))
         rc = nomem(&c);
@@ -1574,17 +1622,20 @@ void sd_jschema_init(const sd_jschema *s, sd_jschema_state *st)
 {
     memset(st, 0, sizeof *st);
     st->mode = M_START;
+    st->pre = s->nafter > 0;
     if (s->ncall) {
         st->cph = C_LEAD;
         st->chi = (uint16_t)s->ncall;
     }
 }
 
-int sd_jschema_calls(const sd_jschema *s) { return s->ncall ? 1 + s->specials : 0; }
+int sd_jschema_calls(const sd_jschema *s) { return s->ncall > 0; }
+
+int sd_jschema_takes_specials(const sd_jschema *s) { return s->specials; }
 
 int sd_jschema_in_literal(const sd_jschema_state *st)
 {
-    return st->cph == C_LEAD || st->cph == C_SUF;
+    return st->pre || st->cph == C_LEAD || st->cph == C_SUF;
 }
 
 void sd_jschema_copy(sd_jschema_state *dst, const sd_jschema_state *src)
@@ -2256,8 +2307,34 @@ static int call_step(const sd_jschema *s, sd_jschema_state *st, unsigned char c)
     }
 }
 
+/* the text before x-specd-after's A: the bytes it takes up to A's end */
+static size_t after_bytes(const sd_jschema *s, sd_jschema_state *st, const unsigned char *b, size_t n)
+{
+    const unsigned char *a = (const unsigned char *)s->text + s->after;
+    size_t i = 0;
+    uint32_t j = st->pmatch;
+    while (i < n && j < s->nafter) {
+        while (j > 0 && b[i] != a[j])
+            j = s->after_fail[j - 1];
+        if (b[i] == a[j])
+            j++;
+        i++;
+    }
+    st->pmatch = (uint16_t)j;
+    if (j == s->nafter) { /* A whole: the reply's text next */
+        st->pre = 0;
+        st->pmatch = 0;
+    }
+    return i;
+}
+
 int sd_jschema_feed(const sd_jschema *s, sd_jschema_state *st, const unsigned char *b, size_t n)
 {
+    if (st->pre && !st->bad) {
+        const size_t k = after_bytes(s, st, b, n);
+        b += k;
+        n -= k;
+    }
     if (s->ncall) {
         for (size_t i = 0; i < n && !st->bad; i++)
             call_step(s, st, b[i]);
@@ -2270,7 +2347,7 @@ int sd_jschema_feed(const sd_jschema *s, sd_jschema_state *st, const unsigned ch
 
 int sd_jschema_done(const sd_jschema *s, const sd_jschema_state *st)
 {
-    if (st->bad)
+    if (st->bad || st->pre)
         return 0;
     if (s->ncall)
         return st->cph == C_DONE || (st->cph == C_LEAD && st->cend && st->cpos == s->nend);

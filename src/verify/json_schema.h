@@ -94,7 +94,13 @@
  * more than 128 tools, M outside 1..16. The text may end (done) once M or
  * fewer calls and E are whole. "specials": true says the literals hold
  * special tokens' text: the caller feeds those tokens' text like any
- * other's (sd_jschema_calls: 2). */
+ * other's (sd_jschema_takes_specials).
+ *
+ * A reply that begins inside the model's reasoning (a chat template whose
+ * prompt ends with <think>): {"x-specd-after": A, "x-specd-then": S,
+ * "specials"?: bool} is any text up to and including the first A (1 to 64
+ * bytes), then a text of S (a schema, or x-specd-calls). "specials": A may
+ * be a special token's text. */
 #ifndef SD_VERIFY_JSON_SCHEMA_H
 #define SD_VERIFY_JSON_SCHEMA_H
 
@@ -130,6 +136,10 @@ typedef struct sd_jschema_state {
      * tools alive [clo, chi) (the call's tool: clo) */
     uint8_t cph, ncall, cend, cdig;
     uint16_t cpos, clo, chi;
+    /* x-specd-after: 1 while in the text before it, and the bytes of it
+     * matched there (0 otherwise) */
+    uint8_t pre;
+    uint16_t pmatch;
     uint8_t mode, sub, ws, bad;            /* syntax, as in json_mask */
     uint8_t nlev;                          /* open values (containers, and a scalar) */
     uint8_t nalt;                          /* alternatives in use */
@@ -155,12 +165,13 @@ void sd_jschema_copy(sd_jschema_state *dst, const sd_jschema_state *src);
 int sd_jschema_feed(const sd_jschema *s, sd_jschema_state *st, const unsigned char *b, size_t n);
 /* 1 when the text is a whole valid document (and nothing but it). */
 int sd_jschema_done(const sd_jschema *s, const sd_jschema_state *st);
-/* 0: a plain schema; 1: tool calls (x-specd-calls); 2: tool calls whose
- * literals hold special tokens' text ("specials": the caller feeds special
- * tokens' text to it) */
+/* 1: tool calls (x-specd-calls); 0: a document */
 int sd_jschema_calls(const sd_jschema *s);
-/* the literal phases of tool calls: where a special token's text may be
- * next (a document never takes one) */
+/* 1 where literals (the calls', x-specd-after's) may be special tokens'
+ * text ("specials"): the caller feeds special tokens' text to it */
+int sd_jschema_takes_specials(const sd_jschema *s);
+/* the literal phases of tool calls and the text before x-specd-after's:
+ * where a special token's text may be next (a document never takes one) */
 int sd_jschema_in_literal(const sd_jschema_state *st);
 /* 1 when a and b (copies made by sd_jschema_copy or init, fed) are the
  * same state: they take the same bytes from here on. */

@@ -916,6 +916,65 @@ TEST(tool_calls_in_special_tokens_take_the_special_tokens)
     sd_engine_destroy(spec);
 }
 
+/* A schema after the reasoning (x-specd-after) whose end is a special
+ * token, <|im_start|> of the bundled tokenizer here: the text before it is
+ * free (greedy: the tokens of an unconstrained request, but the end of
+ * text, which waits for the document), the special token ends it, and the
+ * rest is the document; a bias makes the model write the end early. */
+TEST(a_schema_after_the_reasoning_waits_for_its_end_token)
+{
+    sd_engine *plain = NULL, *spec = NULL;
+    if (!bundled_pair_ctx(&plain, &spec, "512"))
+        TEST_SKIP("the bundled model is absent");
+    ASSERT(plain && spec);
+    static const char schema[] =
+        "{\"x-specd-after\":\"<|im_start|>\",\"specials\":true,\"x-specd-then\":{\"type\":\"object\","
+        "\"properties\":{\"n\":{\"type\":\"integer\"}},\"required\":[\"n\"],\"additionalProperties\":false}}";
+    int32_t p[6] = {755, 12, 302, 44, 1021, 9};
+    for (int biased = 0; biased < 2; biased++) {
+        const int32_t bias_ids[1] = {2};
+        const float bias[1] = {30.0f};
+        sd_gen_params free_gp = {.max_tokens = 40, .top_p = 1, .keep_special = 1};
+        sd_gen_params gp = free_gp;
+        gp.json_schema = schema;
+        if (biased) {
+            gp.bias_ids = bias_ids;
+            gp.bias = bias;
+            gp.n_bias = 1;
+        }
+        lp_out f, a, b;
+        ASSERT_OK(run1(plain, p, 6, &free_gp, &f));
+        ASSERT_OK(run1(plain, p, 6, &gp, &a));
+        ASSERT_OK(run1(spec, p, 6, &gp, &b));
+        ASSERT_EQ(a.n, b.n);
+        for (int i = 0; i < a.n; i++)
+            ASSERT_EQ(a.ids[i], b.ids[i]); /* speculation: plain decode's tokens */
+        if (!biased) { /* the model never writes the end: free text, as unconstrained */
+            int end = 0;
+            for (int i = 0; i < f.n; i++)
+                end |= f.ids[i] == 2 || f.ids[i] == 1 || f.ids[i] == 3;
+            if (!end) {
+                ASSERT_EQ(a.n, f.n);
+                for (int i = 0; i < a.n; i++)
+                    ASSERT_EQ(a.ids[i], f.ids[i]);
+            }
+            fprintf(stderr, "  free: %.*s\n", (int)a.len, a.text);
+            continue;
+        }
+        ASSERT_EQ(a.ids[0], 2); /* the end tag as the special token */
+        ASSERT_MSG(a.len > 12 && !memcmp(a.text, "<|im_start|>", 12), "%.*s", (int)a.len, a.text);
+        fprintf(stderr, "  biased: %s, %.*s\n", a.why == SD_FINISH_STOP ? "stop" : "length", (int)a.len, a.text);
+        if (a.why == SD_FINISH_STOP) {
+            json_error_t je;
+            json_t *v = json_loadb(a.text + 12, a.len - 12, 0, &je);
+            ASSERT_MSG(json_is_integer(json_object_get(v, "n")), "%s: %.*s", je.text, (int)a.len, a.text);
+            json_decref(v);
+        }
+    }
+    sd_engine_destroy(plain);
+    sd_engine_destroy(spec);
+}
+
 /* min_tokens on the bundled model: a stop id that ends a free run early is
  * masked until then (speculative = plain), and a stop string met in the
  * first min_tokens tokens' text is passed over, as vLLM does */
@@ -972,6 +1031,7 @@ TEST_MAIN(T(logprobs_row_matches_a_direct_computation), T(logits_process_matches
           T(prompt_logprobs_match_transformers_at_every_position),
           T(json_object_texts_are_json_objects),
           T(json_schema_texts_are_valid_documents), T(tool_calls_in_special_tokens_take_the_special_tokens),
+          T(a_schema_after_the_reasoning_waits_for_its_end_token),
           T(logit_bias_moves_the_first_token_as_on_transformers_logits),
           T(speculation_gives_plain_decodes_tokens_under_penalties_and_bias),
           T(greedy_logprobs_match_transformers_and_do_not_change_with_speculation),

@@ -813,7 +813,8 @@ TEST(forced_calls_decode_to_the_models_own_format)
             sd_err err = {0};
             ASSERT_MSG(!sd_jschema_compile(r.gen.json_schema, strlen(r.gen.json_schema), &s, &err), "%s",
                        err.msg);
-            ASSERT_EQ(sd_jschema_calls(s), sd_tc_keeps_special(cases[i].f) ? 2 : 1);
+            ASSERT_EQ(sd_jschema_calls(s), 1);
+            ASSERT_EQ(sd_jschema_takes_specials(s), sd_tc_keeps_special(cases[i].f));
             sd_jschema_state st;
             sd_jschema_init(s, &st);
             const size_t n = strlen(cases[i].text);
@@ -874,6 +875,56 @@ TEST(forced_calls_decode_to_the_models_own_format)
         ASSERT_OK(sd_oai_force_format(&r, SD_TOOLS_NONE, &e)); /* no format: nothing */
         ASSERT_STR_EQ(r.gen.json_schema, bare);
         free(bare);
+        sd_oai_request_free(&r);
+    }
+}
+
+/* sd_oai_json_after: a reply that begins inside the model's reasoning keeps
+ * its schema for the text after </think> (response_format json_schema, a
+ * forced call in the model's format); json_object or none: nothing changes */
+TEST(json_constraints_hold_after_the_reasoning_a_prompt_opens)
+{
+    static const struct {
+        const char *extra, *reply;
+    } cases[] = {
+        {",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":"
+         "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}}}",
+         "</thi</think>{\"a\":2}"},
+        {",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":"
+         "\"object\"}}}],\"tool_choice\":\"required\"",
+         "think</think><tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>"},
+    };
+    for (size_t i = 0; i < SD_ARRAY_LEN(cases); i++) {
+        char body[1024];
+        snprintf(body, sizeof body, "{\"model\":\"" MODEL "\"," CHAT_MSGS "%s}", cases[i].extra);
+        sd_oai_request r;
+        sd_api_error e;
+        ASSERT_OK(sd_oai_parse(SD_OAI_CHAT, body, strlen(body), MODEL, NULL, &r, &e));
+        if (r.tool_forced)
+            ASSERT_OK(sd_oai_force_format(&r, SD_TOOLS_HERMES, &e));
+        ASSERT_OK(sd_oai_json_after(&r, "</think>", 0, &e));
+        ASSERT(!r.gen.json_object && r.gen.json_schema);
+        sd_jschema *s = NULL;
+        sd_err err = {0};
+        ASSERT_MSG(!sd_jschema_compile(r.gen.json_schema, strlen(r.gen.json_schema), &s, &err), "%s", err.msg);
+        ASSERT_MSG(whole_text(s, cases[i].reply), "case %zu: %s", i, r.gen.json_schema);
+        const char *close = strstr(cases[i].reply, "</think>");
+        char no_reasoning[256];
+        snprintf(no_reasoning, sizeof no_reasoning, "%s", close + 8); /* the reply without it */
+        ASSERT(!whole_text(s, no_reasoning));
+        sd_jschema_free(s);
+        sd_oai_request_free(&r);
+    }
+    static const char *const unchanged[] = {
+        "{\"model\":\"" MODEL "\"," CHAT_MSGS "}",
+        "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"response_format\":{\"type\":\"json_object\"}}"};
+    for (size_t i = 0; i < SD_ARRAY_LEN(unchanged); i++) {
+        sd_oai_request r;
+        sd_api_error e;
+        ASSERT_OK(sd_oai_parse(SD_OAI_CHAT, unchanged[i], strlen(unchanged[i]), MODEL, NULL, &r, &e));
+        const int obj = r.gen.json_object;
+        ASSERT_OK(sd_oai_json_after(&r, "</think>", 0, &e));
+        ASSERT(!r.gen.json_schema && r.gen.json_object == obj);
         sd_oai_request_free(&r);
     }
 }
@@ -1520,7 +1571,8 @@ TEST_MAIN(T(a_full_chat_request_maps_to_gen_params), T(completion_defaults_follo
           T(model_is_required_and_must_be_the_served_one), T(wrong_types_name_the_parameter),
           T(out_of_range_values_name_the_parameter), T(unsupported_options_are_refused_by_name),
           T(unknown_parameters_are_refused_by_name), T(messages_are_validated_one_by_one),
-          T(tools_tool_choice_and_tool_messages_are_parsed), T(forced_calls_decode_to_the_models_own_format), T(chat_template_kwargs_are_the_thinking_switches),
+          T(tools_tool_choice_and_tool_messages_are_parsed), T(forced_calls_decode_to_the_models_own_format),
+          T(json_constraints_hold_after_the_reasoning_a_prompt_opens), T(chat_template_kwargs_are_the_thinking_switches),
           T(reasoning_content_in_responses_and_stream_chunks), T(tool_calls_in_responses_and_stream_chunks),
           T(prompt_is_validated), T(stop_strings_are_bounded),
           T(context_limit_names_prompt_or_max_tokens),

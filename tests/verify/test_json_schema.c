@@ -1445,7 +1445,8 @@ TEST(tool_calls_in_a_models_format_agree_with_the_reference)
         sd_err err;
         sd_jschema *s = compile_or_null(spec, &err);
         ASSERT_MSG(s, "format %zu: %s", fi, err.msg);
-        ASSERT_EQ(sd_jschema_calls(s), 1 + f->specials);
+        ASSERT_EQ(sd_jschema_calls(s), 1);
+        ASSERT_EQ(sd_jschema_takes_specials(s), f->specials);
         completion_alphabet(spec, alpha, sizeof alpha);
         { /* and the literals' bytes (the spec's text escapes some) */
             size_t w = strlen(alpha);
@@ -1621,7 +1622,116 @@ TEST(tool_call_formats_that_cannot_be_read_are_refused)
     sd_jschema_free(s);
 }
 
-TEST_MAIN(T(tool_calls_in_a_models_format_agree_with_the_reference),
+/* x-specd-after: any text up to and including the first A, then the
+ * reply's; A found as the first occurrence (KMP: a partial match that
+ * fails restarts at its longest border), against strstr as the reference */
+static int after_verdict(const ref *r, const char *a, const char *t, size_t n)
+{
+    char *z = strndup(t, n);
+    const char *at = strstr(z, a);
+    int v = at ? verdict(r, t + (at - z) + strlen(a), n - (size_t)(at - z) - strlen(a)) : 0;
+    free(z);
+    return v;
+}
+
+TEST(text_before_the_reply_ends_at_the_first_close)
+{
+    static const struct {
+        const char *after, *then, *text;
+        int bad_at; /* -1 whole, -2 a prefix */
+    } cases[] = {
+        {"</think>", "{\"type\":\"integer\"}", "abc</think>12", -1},
+        {"</think>", "{\"type\":\"integer\"}", "</think>1", -1},
+        {"</think>", "{\"type\":\"integer\"}", "x</thin</think>1", -1},
+        {"</think>", "{\"type\":\"integer\"}", "<</think>7", -1},
+        {"</think>", "{\"type\":\"integer\"}", "12", -2}, /* thinking still */
+        {"</think>", "{\"type\":\"integer\"}", "abc</think", -2},
+        {"</think>", "{\"type\":\"integer\"}", "abc</think>x", 11},
+        {"</think>", "{\"type\":\"integer\"}", "a</think></think>1", 9}, /* the first one ends it */
+        {"aab", "true", "aaab{}aab1", 6}, /* the reply: one value */
+        {"aab", "{}", "aaab{}", -1},
+        {"aab", "{}", "aab{}", -1},
+        {"abab", "{}", "abaabab{}", -1},
+        {"abab", "{}", "ababab{}", 4}, /* ends at the first: then "ab{}" */
+        {"</think>\n\n",
+         "{\"x-specd-calls\":{\"begin\":\"<c>\",\"sep\":\"\",\"end\":\"\",\"max\":1,\"tools\":[{"
+         "\"prefix\":\"f \",\"parameters\":{\"type\":\"object\"},\"suffix\":\"</c>\"}]}}",
+         "why not</think>\n\n<c>f {}</c>", -1},
+    };
+    for (size_t i = 0; i < SD_ARRAY_LEN(cases); i++) {
+        char *spec = NULL;
+        json_t *o = json_pack("{s:s, s:o}", "x-specd-after", cases[i].after, "x-specd-then",
+                              json_loads(cases[i].then, JSON_DECODE_ANY, NULL));
+        spec = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        sd_err err;
+        sd_jschema *s = compile_or_null(spec, &err);
+        ASSERT_MSG(s, "case %zu: %s", i, err.msg);
+        const size_t n = strlen(cases[i].text), at = bad_at(s, cases[i].text, n);
+        const int w = whole(s, cases[i].text, n);
+        if (cases[i].bad_at >= 0)
+            ASSERT_MSG(at == (size_t)cases[i].bad_at, "case %zu: bad at %zu", i, at);
+        else
+            ASSERT_MSG(at == n && w == (cases[i].bad_at == -1), "case %zu: bad at %zu, whole %d", i,
+                       at, w);
+        sd_jschema_state st;
+        sd_jschema_init(s, &st);
+        ASSERT(sd_jschema_in_literal(&st)); /* (specials may be reasoning's text) */
+        sd_jschema_free(s);
+        free(spec);
+    }
+    /* random reasoning, the close, a random document; random edits: as the
+     * reference says */
+    uint64_t seed = sd_test_seed(), rng = seed;
+    static const char A[] = "</think>";
+    char spec[8192];
+    snprintf(spec, sizeof spec, "{\"x-specd-after\":\"%s\",\"x-specd-then\":%s}", A, SCHEMAS[0]);
+    sd_err err;
+    sd_jschema *s = compile_or_null(spec, &err);
+    ASSERT_MSG(s, "%s", err.msg);
+    ref r = {json_loads(SCHEMAS[0], 0, NULL), sd_jschema_max_depth(s)};
+    static const char pieces[] = "<</>thinkabc </th</think";
+    int edited = 0, valid = 0;
+    for (int trial = 0; trial < 300; trial++) {
+        json_t *v = NULL;
+        while (!v)
+            v = gen(&r, r.root, &rng, 0);
+        char *d = serialize(v, &rng);
+        json_decref(v);
+        char t[8192];
+        size_t w = 0;
+        for (int k = (int)(next_rand(&rng) % 40); k > 0; k--)
+            t[w++] = pieces[next_rand(&rng) % (sizeof pieces - 1)];
+        t[w] = 0;
+        char *z;
+        while ((z = strstr(t, A))) /* no close inside the reasoning */
+            memmove(z, z + 1, strlen(z));
+        w = strlen(t);
+        w += (size_t)snprintf(t + w, sizeof t - w, "%s%s", A, d);
+        free(d);
+        ASSERT_MSG(after_verdict(&r, A, t, w) == 1, "seed %llu: the reference refuses %s",
+                   (unsigned long long)seed, t);
+        ASSERT_MSG(whole(s, t, w) && bad_at(s, t, w) == w, "seed %llu: %s", (unsigned long long)seed, t);
+        for (int e = 0; e < 10 && w + 2 < sizeof t; e++) {
+            char buf[8192];
+            const size_t m = random_edit(buf, t, w, "<>/thin{}\":,0a", &rng);
+            const int theirs = after_verdict(&r, A, buf, m);
+            if (theirs < 0)
+                continue;
+            ASSERT_MSG(whole(s, buf, m) == theirs, "seed %llu: automaton %d, reference %d: %.*s",
+                       (unsigned long long)seed, !theirs, theirs, (int)m, buf);
+            edited++;
+            valid += theirs;
+        }
+    }
+    fprintf(stderr, "  300 texts, %d edits (%d still valid)\n", edited, valid);
+    ASSERT_GT(valid, 20);
+    json_decref(r.root);
+    sd_jschema_free(s);
+}
+
+TEST_MAIN(T(text_before_the_reply_ends_at_the_first_close),
+          T(tool_calls_in_a_models_format_agree_with_the_reference),
           T(tool_calls_go_bad_at_the_right_byte), T(tool_call_formats_that_cannot_be_read_are_refused),
           T(hand_written_cases_go_bad_at_the_right_byte), T(state_is_small_and_copies_cheaply),
           T(limits_on_depth_and_whitespace), T(misc_schemas_compile_and_behave),

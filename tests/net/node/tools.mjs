@@ -313,6 +313,18 @@ test('--reasoning-parser splits the reply into reasoning_content and content', a
       }
       assert.equal(reasoning, msg.reasoning_content ?? '');
       assert.equal(content, msg.content);
+      // a JSON constraint holds after the reasoning the prompt opened: the
+      // reasoning is the free reply's (greedy), the content a document
+      if (reasons) {
+        const free = JSON.parse((await chat(plain, { max_tokens: 200 })).text).choices[0].message.content;
+        const rf = { type: 'json_schema', json_schema: { name: 'r', schema: { type: 'object', properties: { a: { type: 'integer' } }, required: ['a'] } } };
+        const c = JSON.parse((await chat(parsed, { max_tokens: 200, response_format: rf })).text).choices[0];
+        const at = free.indexOf('</think>');
+        if (at >= 0) {
+          assert.equal(c.message.reasoning_content, free.slice(0, at).replace(/^\n+|\n+$/g, '') || null);
+          if (c.finish_reason === 'stop') assert.ok(Number.isInteger(JSON.parse(c.message.content).a), c.message.content);
+        }
+      }
     } finally {
       for (const s of [plain, parsed]) {
         const r = await s.stop();
