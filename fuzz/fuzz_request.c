@@ -96,16 +96,20 @@ static void exercise(sd_oai_request *r, int tokenize, const void *data, size_t s
 {
     check_request(r, tokenize, data, size);
     sd_api_error e;
-    /* a forced call in a model's own format (the server's next step): its
-     * grammar compiles and takes any bytes */
-    if (r->tool_forced && !tokenize) {
-        if (sd_oai_force_format(r, (sd_tool_format)(1 + size % 5), &e)) {
+    /* a forced call in a model's own format and a schema after the
+     * reasoning (the server's next steps): the grammar compiles and takes
+     * any bytes */
+    if (!tokenize && (r->tool_forced || r->gen.json_schema)) {
+        int rc = r->tool_forced ? sd_oai_force_format(r, (sd_tool_format)(1 + size % 5), &e) : 0;
+        if (!rc && size % 3 == 0)
+            rc = sd_oai_json_after(r, "</think>", (int)(size & 1), &e);
+        if (rc) {
             check_error_shape(&e);
-        } else if (r->tool_format) {
+        } else if (r->gen.json_schema) {
             sd_jschema *s = NULL;
             sd_err err = {0};
             if (sd_jschema_compile(r->gen.json_schema, strlen(r->gen.json_schema), &s, &err))
-                die("a forced call's grammar does not compile", data, size);
+                die("a request's grammar does not compile", data, size);
             sd_jschema_state st;
             sd_jschema_init(s, &st);
             (void)sd_jschema_feed(s, &st, data, size);

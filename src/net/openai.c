@@ -650,10 +650,10 @@ int sd_oai_json_after(sd_oai_request *r, const char *close, int specials, sd_api
     r->schema_text = text;
     sd_err ce = {0};
     const int rc = check_schema(r, &ce);
-    if (rc) { /* (the constraint was compiled already: only out of memory) */
+    if (rc) { /* (the schema compiled already: out of memory, or past the length limit wrapped) */
         r->schema_text = old;
         free(text);
-        return oom(e);
+        return rc == SD_ENOMEM ? oom(e) : 0;
     }
     free(old);
     r->gen.json_schema = r->schema_text;
