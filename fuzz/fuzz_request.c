@@ -102,7 +102,7 @@ static void exercise(sd_oai_request *r, int tokenize, const void *data, size_t s
     if (!tokenize && (r->tool_forced || r->gen.json_schema)) {
         int rc = r->tool_forced ? sd_oai_force_format(r, (sd_tool_format)(1 + size % 5), &e) : 0;
         if (!rc && size % 3 == 0)
-            rc = sd_oai_json_after(r, "</think>", (int)(size & 1), &e);
+            rc = sd_oai_json_after(r, size & 2 ? "<think>" : NULL, "</think>", (int)(size & 1), &e);
         if (rc) {
             check_error_shape(&e);
         } else if (r->gen.json_schema) {

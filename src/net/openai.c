@@ -633,7 +633,8 @@ int sd_oai_force_format(sd_oai_request *r, sd_tool_format f, sd_api_error *e)
     return 0;
 }
 
-int sd_oai_json_after(sd_oai_request *r, const char *close, int specials, sd_api_error *e)
+int sd_oai_json_after(sd_oai_request *r, const char *open, const char *close, int specials,
+                      sd_api_error *e)
 {
     if (!r->gen.json_schema) /* (json_object: "any object" is not a schema of the subset) */
         return 0;
@@ -642,6 +643,10 @@ int sd_oai_json_after(sd_oai_request *r, const char *close, int specials, sd_api
     json_t *o = then ? json_pack("{s:s, s:b, s:o}", "x-specd-after", close, "specials", specials,
                                  "x-specd-then", then)
                      : NULL;
+    if (o && open && json_object_set_new(o, "x-specd-open", json_string(open))) {
+        json_decref(o);
+        o = NULL;
+    }
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (!text)

@@ -140,13 +140,15 @@ void sd_oai_request_free(sd_oai_request *r);
  * object schema: the bare JSON stays). 0, or 500 out of memory. */
 int sd_oai_force_format(sd_oai_request *r, sd_tool_format f, sd_api_error *e);
 /* A reply that begins inside the model's reasoning (its prompt ends with
- * <think>): the request's schema (response_format json_schema, a forced
- * call) holds for the text after close, its end tag, not for the reasoning
- * (verify/json_schema.h's x-specd-after; specials: close may be a special
- * token's text). Nothing where there is none; json_object keeps its
+ * <think>; open NULL), or may open one (open: its tag, Qwen3's <think>):
+ * the request's schema (response_format json_schema, a forced call) holds
+ * for the text after close, the reasoning's end tag, not for the reasoning
+ * (verify/json_schema.h's x-specd-after; specials: the tags may be special
+ * tokens' text). Nothing where there is none; json_object keeps its
  * constraint from the reply's first byte ("any object" is no schema of the
  * subset). 0, or 500 out of memory. */
-int sd_oai_json_after(sd_oai_request *r, const char *close, int specials, sd_api_error *e);
+int sd_oai_json_after(sd_oai_request *r, const char *open, const char *close, int specials,
+                      sd_api_error *e);
 /* POST /tokenize (vLLM's shape): {"model"?, "prompt"} or {"model"?,
  * "messages", "add_generation_prompt"?, "tools"?, "tool_choice"?,
  * "chat_template_kwargs"?}, plus

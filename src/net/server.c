@@ -1023,9 +1023,11 @@ static void generate_submit(sd_server *s, pending *p)
             goto oom;
         }
     /* a reply that begins inside the model's reasoning (the prompt ends
-     * with <think>): a JSON constraint (response_format, a forced call)
-     * holds for the text after </think>, not for the reasoning */
-    if (p->think_open && r->kind == SD_OAI_CHAT && sd_oai_json_after(r, "</think>", s->think_special, &e)) {
+     * with <think>), or that may open one (--reasoning-parser: Qwen3 opens
+     * its own): a schema (response_format, a forced call) holds for the
+     * text after </think>, not for the reasoning */
+    if (r->kind == SD_OAI_CHAT && (p->think_open || s->reasoning) &&
+        sd_oai_json_after(r, p->think_open ? NULL : "<think>", "</think>", s->think_special, &e)) {
         reply_free(rp);
         goto fail;
     }

@@ -81,9 +81,10 @@ struct sd_jschema {
     uint32_t lead[2], end; /* begin, sep; end: in text */
     uint16_t nlead[2], nend;
     uint8_t max_calls, specials;
-    /* x-specd-after: its text (in text) and KMP's failure table */
-    uint32_t after;
-    uint16_t nafter;
+    /* x-specd-after: its text (in text) and KMP's failure table; the
+     * optional opening (x-specd-open) */
+    uint32_t after, open;
+    uint16_t nafter, nopen;
     uint8_t after_fail[MAX_AFTER];
     uint64_t serial; /* this compilation's, unique in the process (a mask cache's key) */
 };
@@ -1392,7 +1393,7 @@ static int compile_after(cx *c, json_t *root, json_t *after, json_t **then)
     json_t *v;
     json_object_foreach(root, k, v)
     {
-        static const char *const KEYS[] = {"x-specd-after", "x-specd-then", "specials"};
+        static const char *const KEYS[] = {"x-specd-after", "x-specd-then", "x-specd-open", "specials"};
         if (!IN_LIST(k, KEYS))
             return refuse(c, "x-specd-after: \"%s\" is not a key beside it", k);
     }
@@ -1409,6 +1410,15 @@ static int compile_after(cx *c, json_t *root, json_t *after, json_t **then)
     if (rc)
         return rc;
     s->nafter = (uint16_t)n;
+    json_t *op = json_object_get(root, "x-specd-open");
+    if (op) {
+        const size_t no = json_string_length(op);
+        if (!json_is_string(op) || no < 1 || no > MAX_AFTER || memchr(json_string_value(op), 0, no))
+            return refuse(c, "x-specd-open: a string of 1 to %d bytes (no NUL)", MAX_AFTER);
+        if ((rc = add_text(c, json_string_value(op), no, &s->open)))
+            return rc;
+        s->nopen = (uint16_t)no;
+    }
     /* fail[i]: the longest proper border of the first i + 1 bytes */
     const char *a = s->text + s->after;
     s->after_fail[0] = 0;
@@ -1622,7 +1632,7 @@ void sd_jschema_init(const sd_jschema *s, sd_jschema_state *st)
 {
     memset(st, 0, sizeof *st);
     st->mode = M_START;
-    st->pre = s->nafter > 0;
+    st->pre = !s->nafter ? 0 : s->nopen ? 2 : 1;
     if (s->ncall) {
         st->cph = C_LEAD;
         st->chi = (uint16_t)s->ncall;
@@ -2328,12 +2338,47 @@ static size_t after_bytes(const sd_jschema *s, sd_jschema_state *st, const unsig
     return i;
 }
 
+/* the reply's text, one byte */
+static int reply_step(const sd_jschema *s, sd_jschema_state *st, unsigned char c)
+{
+    return s->ncall ? call_step(s, st, c) : step(s, st, c);
+}
+
+/* a byte where the text may still open the reasoning (pre 2): fed to the
+ * reply and matched against O; O whole: the reasoning, the reply from its
+ * start after A; O no longer matched: the reply alone */
+static void undecided_byte(const sd_jschema *s, sd_jschema_state *st, unsigned char c)
+{
+    const int open = st->pmatch < s->nopen && (unsigned char)s->text[s->open + st->pmatch] == c;
+    if (!st->pbad && reply_step(s, st, c)) {
+        st->bad = 0;
+        st->pbad = 1;
+    }
+    if (!open) {
+        st->pre = 0;
+        st->pmatch = 0;
+        st->bad = st->pbad;
+        st->pbad = 0;
+        return;
+    }
+    if (++st->pmatch == s->nopen) { /* O whole: inside the reasoning */
+        sd_jschema_init(s, st);
+        st->pre = 1;
+    }
+}
+
 int sd_jschema_feed(const sd_jschema *s, sd_jschema_state *st, const unsigned char *b, size_t n)
 {
-    if (st->pre && !st->bad) {
-        const size_t k = after_bytes(s, st, b, n);
-        b += k;
-        n -= k;
+    while (n && st->pre && !st->bad) {
+        if (st->pre == 2) {
+            undecided_byte(s, st, *b);
+            b++;
+            n--;
+        } else {
+            const size_t k = after_bytes(s, st, b, n);
+            b += k;
+            n -= k;
+        }
     }
     if (s->ncall) {
         for (size_t i = 0; i < n && !st->bad; i++)
@@ -2347,7 +2392,7 @@ int sd_jschema_feed(const sd_jschema *s, sd_jschema_state *st, const unsigned ch
 
 int sd_jschema_done(const sd_jschema *s, const sd_jschema_state *st)
 {
-    if (st->bad || st->pre)
+    if (st->bad || st->pre == 1 || st->pbad)
         return 0;
     if (s->ncall)
         return st->cph == C_DONE || (st->cph == C_LEAD && st->cend && st->cpos == s->nend);

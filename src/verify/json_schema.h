@@ -100,7 +100,9 @@
  * prompt ends with <think>): {"x-specd-after": A, "x-specd-then": S,
  * "specials"?: bool} is any text up to and including the first A (1 to 64
  * bytes), then a text of S (a schema, or x-specd-calls). "specials": A may
- * be a special token's text. */
+ * be a special token's text. With "x-specd-open": O (a model that may open
+ * its reasoning itself, Qwen3's), the reasoning is optional: a text of S,
+ * or O, any text up to the first A, then a text of S. */
 #ifndef SD_VERIFY_JSON_SCHEMA_H
 #define SD_VERIFY_JSON_SCHEMA_H
 
@@ -136,9 +138,10 @@ typedef struct sd_jschema_state {
      * tools alive [clo, chi) (the call's tool: clo) */
     uint8_t cph, ncall, cend, cdig;
     uint16_t cpos, clo, chi;
-    /* x-specd-after: 1 while in the text before it, and the bytes of it
-     * matched there (0 otherwise) */
-    uint8_t pre;
+    /* x-specd-after: 1 while in the text before it, 2 while the text may
+     * still open it (x-specd-open), and the bytes of A (1) or O (2)
+     * matched; pbad: (2) the reply's text already went bad, O alone alive */
+    uint8_t pre, pbad;
     uint16_t pmatch;
     uint8_t mode, sub, ws, bad;            /* syntax, as in json_mask */
     uint8_t nlev;                          /* open values (containers, and a scalar) */

@@ -902,16 +902,28 @@ TEST(json_constraints_hold_after_the_reasoning_a_prompt_opens)
         ASSERT_OK(sd_oai_parse(SD_OAI_CHAT, body, strlen(body), MODEL, NULL, &r, &e));
         if (r.tool_forced)
             ASSERT_OK(sd_oai_force_format(&r, SD_TOOLS_HERMES, &e));
-        ASSERT_OK(sd_oai_json_after(&r, "</think>", 0, &e));
+        ASSERT_OK(sd_oai_json_after(&r, NULL, "</think>", 0, &e));
         ASSERT(!r.gen.json_object && r.gen.json_schema);
         sd_jschema *s = NULL;
         sd_err err = {0};
         ASSERT_MSG(!sd_jschema_compile(r.gen.json_schema, strlen(r.gen.json_schema), &s, &err), "%s", err.msg);
         ASSERT_MSG(whole_text(s, cases[i].reply), "case %zu: %s", i, r.gen.json_schema);
         const char *close = strstr(cases[i].reply, "</think>");
-        char no_reasoning[256];
+        char no_reasoning[256], opened[512];
         snprintf(no_reasoning, sizeof no_reasoning, "%s", close + 8); /* the reply without it */
         ASSERT(!whole_text(s, no_reasoning));
+        sd_jschema_free(s);
+        sd_oai_request_free(&r);
+        /* a model that may open its reasoning (Qwen3): with <think> or without */
+        ASSERT_OK(sd_oai_parse(SD_OAI_CHAT, body, strlen(body), MODEL, NULL, &r, &e));
+        if (r.tool_forced)
+            ASSERT_OK(sd_oai_force_format(&r, SD_TOOLS_HERMES, &e));
+        ASSERT_OK(sd_oai_json_after(&r, "<think>", "</think>", 0, &e));
+        ASSERT_OK(sd_jschema_compile(r.gen.json_schema, strlen(r.gen.json_schema), &s, NULL));
+        snprintf(opened, sizeof opened, "<think>%s", cases[i].reply);
+        ASSERT(whole_text(s, opened));
+        ASSERT(whole_text(s, no_reasoning));
+        ASSERT(!whole_text(s, cases[i].reply)); /* reasoning not opened */
         sd_jschema_free(s);
         sd_oai_request_free(&r);
     }
@@ -923,7 +935,7 @@ TEST(json_constraints_hold_after_the_reasoning_a_prompt_opens)
         sd_api_error e;
         ASSERT_OK(sd_oai_parse(SD_OAI_CHAT, unchanged[i], strlen(unchanged[i]), MODEL, NULL, &r, &e));
         const int obj = r.gen.json_object;
-        ASSERT_OK(sd_oai_json_after(&r, "</think>", 0, &e));
+        ASSERT_OK(sd_oai_json_after(&r, NULL, "</think>", 0, &e));
         ASSERT(!r.gen.json_schema && r.gen.json_object == obj);
         sd_oai_request_free(&r);
     }

@@ -1636,32 +1636,47 @@ static int after_verdict(const ref *r, const char *a, const char *t, size_t n)
 
 TEST(text_before_the_reply_ends_at_the_first_close)
 {
+    static const char CALLS[] =
+        "{\"x-specd-calls\":{\"begin\":\"<c>\",\"sep\":\"\",\"end\":\"\",\"max\":1,\"tools\":[{"
+        "\"prefix\":\"f \",\"parameters\":{\"type\":\"object\"},\"suffix\":\"</c>\"}]}}";
     static const struct {
         const char *after, *then, *text;
         int bad_at; /* -1 whole, -2 a prefix */
+        const char *open; /* x-specd-open */
     } cases[] = {
-        {"</think>", "{\"type\":\"integer\"}", "abc</think>12", -1},
-        {"</think>", "{\"type\":\"integer\"}", "</think>1", -1},
-        {"</think>", "{\"type\":\"integer\"}", "x</thin</think>1", -1},
-        {"</think>", "{\"type\":\"integer\"}", "<</think>7", -1},
-        {"</think>", "{\"type\":\"integer\"}", "12", -2}, /* thinking still */
-        {"</think>", "{\"type\":\"integer\"}", "abc</think", -2},
-        {"</think>", "{\"type\":\"integer\"}", "abc</think>x", 11},
-        {"</think>", "{\"type\":\"integer\"}", "a</think></think>1", 9}, /* the first one ends it */
-        {"aab", "true", "aaab{}aab1", 6}, /* the reply: one value */
-        {"aab", "{}", "aaab{}", -1},
-        {"aab", "{}", "aab{}", -1},
-        {"abab", "{}", "abaabab{}", -1},
-        {"abab", "{}", "ababab{}", 4}, /* ends at the first: then "ab{}" */
-        {"</think>\n\n",
-         "{\"x-specd-calls\":{\"begin\":\"<c>\",\"sep\":\"\",\"end\":\"\",\"max\":1,\"tools\":[{"
-         "\"prefix\":\"f \",\"parameters\":{\"type\":\"object\"},\"suffix\":\"</c>\"}]}}",
-         "why not</think>\n\n<c>f {}</c>", -1},
+        /* the reasoning optional: O, or the reply at once */
+        {"</think>", "{\"type\":\"integer\"}", "12", -1, "<think>"},
+        {"</think>", "{\"type\":\"integer\"}", "<think>x</think>3", -1, "<think>"},
+        {"</think>", "{\"type\":\"integer\"}", "<think>", -2, "<think>"},
+        {"</think>", "{\"type\":\"integer\"}", "<thin", -2, "<think>"},
+        {"</think>", "{\"type\":\"integer\"}", "<x", 1, "<think>"},
+        {"</think>", "{\"type\":\"integer\"}", "1<think>", 1, "<think>"},
+        {"</think>", "{\"type\":\"integer\"}", "<think>12", -2, "<think>"}, /* inside: free */
+        {"</think>", CALLS, "<c>f {}</c>", -1, "<think>"},
+        {"</think>", CALLS, "<think>hm</think><c>f {}</c>", -1, "<think>"},
+        {"</think>", CALLS, "<cx", 2, "<think>"},
+        {"</think>", CALLS, "<tx", 2, "<think>"},
+        {"</think>", "{\"type\":\"integer\"}", "abc</think>12", -1, NULL},
+        {"</think>", "{\"type\":\"integer\"}", "</think>1", -1, NULL},
+        {"</think>", "{\"type\":\"integer\"}", "x</thin</think>1", -1, NULL},
+        {"</think>", "{\"type\":\"integer\"}", "<</think>7", -1, NULL},
+        {"</think>", "{\"type\":\"integer\"}", "12", -2, NULL}, /* thinking still */
+        {"</think>", "{\"type\":\"integer\"}", "abc</think", -2, NULL},
+        {"</think>", "{\"type\":\"integer\"}", "abc</think>x", 11, NULL},
+        {"</think>", "{\"type\":\"integer\"}", "a</think></think>1", 9, NULL}, /* the first one ends it */
+        {"aab", "true", "aaab{}aab1", 6, NULL}, /* the reply: one value */
+        {"aab", "{}", "aaab{}", -1, NULL},
+        {"aab", "{}", "aab{}", -1, NULL},
+        {"abab", "{}", "abaabab{}", -1, NULL},
+        {"abab", "{}", "ababab{}", 4, NULL}, /* ends at the first: then "ab{}" */
+        {"</think>\n\n", CALLS, "why not</think>\n\n<c>f {}</c>", -1, NULL},
     };
     for (size_t i = 0; i < SD_ARRAY_LEN(cases); i++) {
         char *spec = NULL;
         json_t *o = json_pack("{s:s, s:o}", "x-specd-after", cases[i].after, "x-specd-then",
                               json_loads(cases[i].then, JSON_DECODE_ANY, NULL));
+        if (cases[i].open)
+            json_object_set_new(o, "x-specd-open", json_string(cases[i].open));
         spec = json_dumps(o, JSON_COMPACT);
         json_decref(o);
         sd_err err;
