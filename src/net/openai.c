@@ -551,6 +551,26 @@ static int check_schema(sd_oai_request *r, sd_err *ce)
     return rc;
 }
 
+/* r's schema becomes text (owned; NULL: out of memory) where it compiles
+ * (check_schema), else stays: 1 it did, 0 refused, -1 out of memory */
+static int swap_schema(sd_oai_request *r, char *text)
+{
+    if (!text)
+        return -1;
+    char *old = r->schema_text;
+    r->schema_text = text;
+    sd_err ce = {0};
+    const int rc = check_schema(r, &ce);
+    if (rc) {
+        r->schema_text = old;
+        free(text);
+        return rc == SD_ENOMEM ? -1 : 0;
+    }
+    free(old);
+    r->gen.json_schema = r->schema_text;
+    return 1;
+}
+
 /* a tool's parameters for a forced call: a copy without the bounds
  * json_schema does not take (an object of no keys where none are given) */
 static json_t *tool_params(json_t *f)
@@ -616,20 +636,12 @@ int sd_oai_force_format(sd_oai_request *r, sd_tool_format f, sd_api_error *e)
                          : NULL;
     char *text = spec ? json_dumps(spec, JSON_COMPACT) : NULL;
     json_decref(spec);
-    if (!text)
+    /* (refused: a tool's parameters that are not an object schema; the bare JSON stays) */
+    const int rc = swap_schema(r, text);
+    if (rc < 0)
         return oom(e);
-    char *old = r->schema_text;
-    r->schema_text = text;
-    sd_err ce = {0};
-    const int rc = check_schema(r, &ce);
-    if (rc) { /* (a tool's parameters that are not an object schema) the bare JSON form */
-        r->schema_text = old;
-        free(text);
-        return rc == SD_ENOMEM ? oom(e) : 0;
-    }
-    free(old);
-    r->gen.json_schema = r->schema_text;
-    r->tool_format = f;
+    if (rc)
+        r->tool_format = f;
     return 0;
 }
 
@@ -649,20 +661,8 @@ int sd_oai_json_after(sd_oai_request *r, const char *open, const char *close, in
     }
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
-    if (!text)
-        return oom(e);
-    char *old = r->schema_text;
-    r->schema_text = text;
-    sd_err ce = {0};
-    const int rc = check_schema(r, &ce);
-    if (rc) { /* (the schema compiled already: out of memory, or past the length limit wrapped) */
-        r->schema_text = old;
-        free(text);
-        return rc == SD_ENOMEM ? oom(e) : 0;
-    }
-    free(old);
-    r->gen.json_schema = r->schema_text;
-    return 0;
+    /* (refused: past the length limit wrapped; the schema stays as it was) */
+    return swap_schema(r, text) < 0 ? oom(e) : 0;
 }
 
 /* The JSON Schema a forced tool_choice decodes to (vLLM's way, whatever the

@@ -132,6 +132,14 @@ static void settled_stats(sd_engine *e, sd_engine_stats *st)
 }
 
 /* one request to its end */
+/* a and b are the same tokens (greedy speculation against plain decode) */
+static void same_tokens(const lp_out *a, const lp_out *b)
+{
+    ASSERT_EQ(a->n, b->n);
+    for (int i = 0; i < a->n; i++)
+        ASSERT_EQ(a->ids[i], b->ids[i]);
+}
+
 static int run1(sd_engine *e, const int32_t *p, int n, const sd_gen_params *gp, lp_out *o)
 {
     memset(o, 0, sizeof *o);
@@ -725,11 +733,8 @@ TEST(json_object_texts_are_json_objects)
                 ASSERT_EQ(o->why, SD_FINISH_LENGTH);
             }
         }
-        if (gp.temperature == 0) {
-            ASSERT_EQ(a.n, b.n);
-            for (int i = 0; i < a.n; i++)
-                ASSERT_EQ(a.ids[i], b.ids[i]);
-        }
+        if (gp.temperature == 0)
+            same_tokens(&a, &b);
         fprintf(stderr, "  trial %d (%s): %s, %zu bytes, %llu of %llu drafts accepted\n", trial,
                 gp.temperature > 0 ? "sampled" : "greedy", a.why == SD_FINISH_STOP ? "stop" : "length",
                 a.len, (unsigned long long)b.accepted, (unsigned long long)b.drafted);
@@ -812,11 +817,8 @@ TEST(json_schema_texts_are_valid_documents)
                        utf8_chars(json_string_value(json_array_get(tags, t))) <= 6);
             json_decref(v);
         }
-        if (gp.temperature == 0) {
-            ASSERT_EQ(a.n, b.n);
-            for (int i = 0; i < a.n; i++)
-                ASSERT_EQ(a.ids[i], b.ids[i]);
-        }
+        if (gp.temperature == 0)
+            same_tokens(&a, &b);
         fprintf(stderr, "  trial %d (%s): %s, %.*s\n", trial, gp.temperature > 0 ? "sampled" : "greedy",
                 a.why == SD_FINISH_STOP ? "stop" : "length", (int)a.len, a.text);
     }
@@ -902,11 +904,8 @@ TEST(tool_calls_in_special_tokens_take_the_special_tokens)
                 stops++;
             }
         }
-        if (gp.temperature == 0) {
-            ASSERT_EQ(a.n, b.n);
-            for (int i = 0; i < a.n; i++)
-                ASSERT_EQ(a.ids[i], b.ids[i]);
-        }
+        if (gp.temperature == 0)
+            same_tokens(&a, &b);
         fprintf(stderr, "  trial %d (%s): %s, %.*s\n", trial, gp.temperature > 0 ? "sampled" : "greedy",
                 a.why == SD_FINISH_STOP ? "stop" : "length", (int)a.len, a.text);
     }
@@ -946,9 +945,7 @@ TEST(a_schema_after_the_reasoning_waits_for_its_end_token)
         ASSERT_OK(run1(plain, p, 6, &free_gp, &f));
         ASSERT_OK(run1(plain, p, 6, &gp, &a));
         ASSERT_OK(run1(spec, p, 6, &gp, &b));
-        ASSERT_EQ(a.n, b.n);
-        for (int i = 0; i < a.n; i++)
-            ASSERT_EQ(a.ids[i], b.ids[i]); /* speculation: plain decode's tokens */
+        same_tokens(&a, &b); /* speculation: plain decode's tokens */
         if (!biased) { /* the model never writes the end: free text, as unconstrained */
             int end = 0;
             for (int i = 0; i < f.n; i++)

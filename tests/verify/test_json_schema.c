@@ -51,6 +51,17 @@ static int whole(const sd_jschema *s, const char *t, size_t n)
     return sd_jschema_feed(s, &st, (const unsigned char *)t, n) == 0 && sd_jschema_done(s, &st);
 }
 
+/* t goes bad at byte want (>= 0), is whole (-1), or a prefix only (-2) */
+static int goes_as_said(const sd_jschema *s, const char *t, int want)
+{
+    const size_t n = strlen(t), at = bad_at(s, t, n);
+    const int w = whole(s, t, n);
+    const int ok = want >= 0 ? at == (size_t)want : at == n && w == (want == -1);
+    if (!ok)
+        fprintf(stderr, "  %s: bad at %zu, whole %d (want %d)\n", t, at, w, want);
+    return ok;
+}
+
 /* ---- the reference ---------------------------------------------------- */
 
 typedef struct ref {
@@ -570,9 +581,11 @@ static size_t random_edit(char *buf, const char *t, size_t n, const char *edits,
 
 /* ---- checks on one text ----------------------------------------------- */
 
-/* every prefix accepted, whole exactly where the reference reads a valid
- * document; fed a byte at a time, in random pieces, and through copies */
-static int prefixes_ok(const sd_jschema *s, const ref *r, const char *t, size_t n, uint64_t *rng)
+/* every prefix accepted, whole exactly where the reference (verdict_of:
+ * 1, 0, -1 cannot tell) reads a valid text; fed a byte at a time, in random
+ * pieces, and through copies */
+static int prefixes_ok_by(const sd_jschema *s, int (*verdict_of)(const void *, const char *, size_t),
+                          const void *r, const char *t, size_t n, uint64_t *rng)
 {
     sd_jschema_state st, cp;
     sd_jschema_init(s, &st);
@@ -581,7 +594,7 @@ static int prefixes_ok(const sd_jschema *s, const ref *r, const char *t, size_t 
             fprintf(stderr, "  rejected at byte %zu\n", i);
             return 0;
         }
-        int v = verdict(r, t, i + 1);
+        int v = verdict_of(r, t, i + 1);
         if (v >= 0 && v != sd_jschema_done(s, &st)) {
             fprintf(stderr, "  at byte %zu: done %d, reference %d\n", i, sd_jschema_done(s, &st),
                     v);
@@ -603,6 +616,13 @@ static int prefixes_ok(const sd_jschema *s, const ref *r, const char *t, size_t 
     return sd_jschema_done(s, &st);
 }
 
+static int doc_verdict(const void *r, const char *t, size_t n) { return verdict(r, t, n); }
+
+static int prefixes_ok(const sd_jschema *s, const ref *r, const char *t, size_t n, uint64_t *rng)
+{
+    return prefixes_ok_by(s, doc_verdict, r, t, n, rng);
+}
+
 /* the bytes a completion may use: JSON's, and every byte of the schema */
 static void completion_alphabet(const char *schema, char *alpha, size_t cap)
 {
@@ -619,11 +639,12 @@ static void completion_alphabet(const char *schema, char *alpha, size_t cap)
 }
 
 /* completes an accepted prefix greedily (the first byte of alpha the
- * automaton allows, each time): 1 when that reaches a whole document the
- * reference accepts (or cannot judge), 0 otherwise */
-static int completes(const sd_jschema *s, const ref *r, const char *t, size_t n, const char *alpha)
+ * automaton allows, each time): 1 when that reaches a whole text the
+ * reference (verdict_of) accepts (or cannot judge), 0 otherwise */
+static int completes_by(const sd_jschema *s, int (*verdict_of)(const void *, const char *, size_t),
+                        const void *r, const char *t, size_t n, const char *alpha)
 {
-    enum { CAP = 4096 };
+    enum { CAP = 8192 };
     char *buf = malloc(n + CAP);
     memcpy(buf, t, n);
     sd_jschema_state st, tr;
@@ -648,13 +669,18 @@ static int completes(const sd_jschema *s, const ref *r, const char *t, size_t n,
         buf[m++] = alpha[i];
         st = tr;
     }
-    int v = sd_jschema_done(s, &st) ? verdict(r, buf, m) : 0;
+    int v = sd_jschema_done(s, &st) ? verdict_of(r, buf, m) : 0;
     if (!v)
         fprintf(stderr, "  completion %s: %.*s\n",
                 sd_jschema_done(s, &st) ? "refused by the reference" : "too long",
                 (int)(m < 600 ? m : 600), buf);
     free(buf);
     return v != 0;
+}
+
+static int completes(const sd_jschema *s, const ref *r, const char *t, size_t n, const char *alpha)
+{
+    return completes_by(s, doc_verdict, r, t, n, alpha);
 }
 
 /* ---- the schemas ------------------------------------------------------ */
@@ -1366,72 +1392,7 @@ static char *cf_text(const cref *c, uint64_t *rng)
     return t;
 }
 
-/* every prefix taken, whole exactly where the reference says; in pieces
- * through copies too */
-static int cf_prefixes_ok(const sd_jschema *s, const cref *c, const char *t, size_t n,
-                          uint64_t *rng)
-{
-    sd_jschema_state st, cp;
-    sd_jschema_init(s, &st);
-    for (size_t i = 0; i < n; i++) {
-        if (sd_jschema_feed(s, &st, (const unsigned char *)t + i, 1)) {
-            fprintf(stderr, "  rejected at byte %zu\n", i);
-            return 0;
-        }
-        const int v = cf_verdict(c, t, i + 1);
-        if (v >= 0 && v != sd_jschema_done(s, &st)) {
-            fprintf(stderr, "  at byte %zu: done %d, reference %d\n", i, sd_jschema_done(s, &st), v);
-            return 0;
-        }
-    }
-    if (!sd_jschema_done(s, &st))
-        return 0;
-    sd_jschema_init(s, &st);
-    for (size_t i = 0; i < n;) {
-        size_t k = 1 + next_rand(rng) % 9;
-        k = k < n - i ? k : n - i;
-        sd_jschema_copy(&cp, &st);
-        if (sd_jschema_feed(s, &cp, (const unsigned char *)t + i, k))
-            return 0;
-        st = cp;
-        i += k;
-    }
-    return sd_jschema_done(s, &st);
-}
-
-/* an accepted prefix completed greedily by the bytes of alpha reaches
- * text the reference accepts */
-static int cf_completes(const sd_jschema *s, const cref *c, const char *t, size_t n,
-                        const char *alpha)
-{
-    enum { CAP = 8192 };
-    char *buf = malloc(n + CAP);
-    memcpy(buf, t, n);
-    sd_jschema_state st, tr;
-    sd_jschema_init(s, &st);
-    int ok = !sd_jschema_feed(s, &st, (const unsigned char *)t, n);
-    size_t m = n;
-    while (ok && !sd_jschema_done(s, &st) && m < n + CAP) {
-        size_t i = 0;
-        for (; alpha[i]; i++) {
-            sd_jschema_copy(&tr, &st);
-            if (!sd_jschema_feed(s, &tr, (const unsigned char *)alpha + i, 1))
-                break;
-        }
-        if (!alpha[i]) {
-            fprintf(stderr, "  dead end after: %.*s\n", (int)m, buf);
-            ok = 0;
-            break;
-        }
-        buf[m++] = alpha[i];
-        st = tr;
-    }
-    ok = ok && sd_jschema_done(s, &st) && cf_verdict(c, buf, m) != 0;
-    if (!ok)
-        fprintf(stderr, "  completion: %.*s\n", (int)(m < 600 ? m : 600), buf);
-    free(buf);
-    return ok;
-}
+static int cf_verdict_of(const void *c, const char *t, size_t n) { return cf_verdict(c, t, n); }
 
 TEST(tool_calls_in_a_models_format_agree_with_the_reference)
 {
@@ -1466,7 +1427,7 @@ TEST(tool_calls_in_a_models_format_agree_with_the_reference)
             const size_t n = strlen(t);
             ASSERT_MSG(cf_verdict(&c, t, n) != 0, "seed %llu format %zu: the reference refuses %s",
                        (unsigned long long)seed, fi, t);
-            ASSERT_MSG(cf_prefixes_ok(s, &c, t, n, &rng), "seed %llu format %zu: %s",
+            ASSERT_MSG(prefixes_ok_by(s, cf_verdict_of, &c, t, n, &rng), "seed %llu format %zu: %s",
                        (unsigned long long)seed, fi, t);
             texts++;
             for (int e = 0; e < 10; e++) {
@@ -1484,13 +1445,13 @@ TEST(tool_calls_in_a_models_format_agree_with_the_reference)
                 valid_edits += theirs;
                 if (e % 3 == 0) {
                     const size_t k = bad_at(s, buf, m);
-                    ASSERT_MSG(cf_completes(s, &c, buf, k, alpha), "seed %llu format %zu",
+                    ASSERT_MSG(completes_by(s, cf_verdict_of, &c, buf, k, alpha), "seed %llu format %zu",
                                (unsigned long long)seed, fi);
                     completions++;
                 }
             }
             const size_t k = next_rand(&rng) % (n + 1);
-            ASSERT_MSG(cf_completes(s, &c, t, k, alpha), "seed %llu format %zu",
+            ASSERT_MSG(completes_by(s, cf_verdict_of, &c, t, k, alpha), "seed %llu format %zu",
                        (unsigned long long)seed, fi);
             completions++;
             free(t);
@@ -1547,14 +1508,7 @@ TEST(tool_calls_go_bad_at_the_right_byte)
         sd_err err;
         sd_jschema *s = compile_or_null(spec, &err);
         ASSERT_MSG(s, "%s", err.msg);
-        const size_t n = strlen(cases[i].text);
-        const size_t at = bad_at(s, cases[i].text, n);
-        const int w = whole(s, cases[i].text, n);
-        if (cases[i].bad_at >= 0)
-            ASSERT_MSG(at == (size_t)cases[i].bad_at, "case %zu: bad at %zu", i, at);
-        else
-            ASSERT_MSG(at == n && w == (cases[i].bad_at == -1), "case %zu: bad at %zu, whole %d", i,
-                       at, w);
+        ASSERT_MSG(goes_as_said(s, cases[i].text, cases[i].bad_at), "case %zu", i);
         /* a special token's text is taken only where a literal is matched */
         sd_jschema_state st;
         sd_jschema_init(s, &st);
@@ -1682,13 +1636,7 @@ TEST(text_before_the_reply_ends_at_the_first_close)
         sd_err err;
         sd_jschema *s = compile_or_null(spec, &err);
         ASSERT_MSG(s, "case %zu: %s", i, err.msg);
-        const size_t n = strlen(cases[i].text), at = bad_at(s, cases[i].text, n);
-        const int w = whole(s, cases[i].text, n);
-        if (cases[i].bad_at >= 0)
-            ASSERT_MSG(at == (size_t)cases[i].bad_at, "case %zu: bad at %zu", i, at);
-        else
-            ASSERT_MSG(at == n && w == (cases[i].bad_at == -1), "case %zu: bad at %zu, whole %d", i,
-                       at, w);
+        ASSERT_MSG(goes_as_said(s, cases[i].text, cases[i].bad_at), "case %zu", i);
         sd_jschema_state st;
         sd_jschema_init(s, &st);
         ASSERT(sd_jschema_in_literal(&st)); /* (specials may be reasoning's text) */
