@@ -101,13 +101,19 @@ __device__ __forceinline__ void sd__u2f(uint32_t u, int dt, float &lo, float &hi
     }
 }
 
+/* two E4M3 codes (the low byte first), exact as floats */
+__device__ __forceinline__ float2 sd__f8x2raw(uint16_t u)
+{
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)u, __NV_E4M3);
+    return __half22float2(*(const __half2 *)&h);
+}
+
 /* two E4M3 codes (the low byte first) times their block's scale s, each
  * rounded to BF16 (nearest even) and widened: the bits of the BF16
  * dequantization (sd_weight's F8_E4M3 contract) */
 __device__ __forceinline__ void sd__f8x2f(uint16_t u, float s, float &lo, float &hi)
 {
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)u, __NV_E4M3);
-    const float2 f = __half22float2(*(const __half2 *)&h);
+    const float2 f = sd__f8x2raw(u);
     lo = __bfloat162float(__float2bfloat16_rn(__fmul_rn(f.x, s)));
     hi = __bfloat162float(__float2bfloat16_rn(__fmul_rn(f.y, s)));
 }
@@ -122,15 +128,13 @@ __device__ __forceinline__ void sd__f8x8f(uint2 q, float s, float f[8])
 }
 
 /* 8 E4M3 codes as floats, exact (not scaled, not rounded): the factored
- * FP8 dot (mm_args.f8m 2) */
+ * FP8 dot (SD_F8_DOT, below) */
 __device__ __forceinline__ void sd__f8x8raw(uint2 q, float f[8])
 {
     const uint32_t w[2] = {q.x, q.y};
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
-            (__nv_fp8x2_storage_t)(uint16_t)(w[j / 2] >> (16 * (j % 2))), __NV_E4M3);
-        const float2 v = __half22float2(*(const __half2 *)&h);
+        const float2 v = sd__f8x2raw((uint16_t)(w[j / 2] >> (16 * (j % 2))));
         f[2 * j] = v.x;
         f[2 * j + 1] = v.y;
     }

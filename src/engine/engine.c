@@ -121,7 +121,8 @@ static void json_mask_row(sd_engine *e, const req *r, const sd_jtext *st, float 
                          r->schema ? (void *)&s.sch : (void *)&s.obj, row);
     const int specials = takes_specials(r) && sd_jschema_in_literal(&st->sch);
     signed char first[256]; /* specials: whether a first byte is taken (-1: not tried) */
-    memset(first, -1, sizeof first);
+    if (specials)
+        memset(first, -1, sizeof first);
     for (int i = 0; i < e->tt.n_none; i++) { /* no bytes (specials): the end of text, once whole */
         const int32_t t = e->tt.none[i];
         if (is_eos(e, r, t)) {

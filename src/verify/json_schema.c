@@ -1230,17 +1230,21 @@ static int find_depth(cx *c, uint16_t root, int *depth)
 
 /* ---- compiling: tool calls (x-specd-calls) ---------------------------- */
 
-static int call_text(cx *c, json_t *o, const char *k, const char *path, uint32_t *off, uint16_t *len)
+/* o's literal k (lo to hi bytes, no NUL) into the text */
+static int lit_text(cx *c, json_t *o, const char *k, const char *path, size_t lo, size_t hi,
+                    uint32_t *off, uint16_t *len)
 {
     json_t *v = json_object_get(o, k);
-    if (!json_is_string(v))
-        return refuse(c, "x-specd-calls: \"%s\" at %s must be a string", k, path);
     const size_t n = json_string_length(v);
-    if (n > SD_JSCHEMA_MAX_TEXT || memchr(json_string_value(v), 0, n))
-        return refuse(c, "x-specd-calls: \"%s\" at %s: at most %d bytes, no NUL", k, path,
-                      SD_JSCHEMA_MAX_TEXT);
+    if (!json_is_string(v) || n < lo || n > hi || memchr(json_string_value(v), 0, n))
+        return refuse(c, "\"%s\" at %s must be a string of %zu to %zu bytes, no NUL", k, path, lo, hi);
     *len = (uint16_t)n;
     return add_text(c, json_string_value(v), n, off);
+}
+
+static int call_text(cx *c, json_t *o, const char *k, const char *path, uint32_t *off, uint16_t *len)
+{
+    return lit_text(c, o, k, path, 0, SD_JSCHEMA_MAX_TEXT, off, len);
 }
 
 static void defs_clear(cx *c)
@@ -1297,7 +1301,7 @@ static int compile_calls(cx *c, json_t *spec, uint16_t *body)
     if (!(s->call = calloc(nt, sizeof *s->call)))
         return nomem(c);
     json_t *outer = c->root;
-    for (size_t i = 0; i < nt && !rc; i++) {
+    for (size_t i = 0; i < nt; i++) {
         json_t *t = json_array_get(tools, i), *pa = json_object_get(t, "parameters");
         char path[64];
         snprintf(path, sizeof path, "$.tools[%zu]", i);
@@ -1384,9 +1388,10 @@ static int compile_calls(cx *c, json_t *spec, uint16_t *body)
     return 0;
 }
 
-/* {"x-specd-after": A, "x-specd-then": S, "specials"?}: A's text and
- * failure table; *then: S (where "$defs" resolve) */
-static int compile_after(cx *c, json_t *root, json_t *after, json_t **then)
+/* {"x-specd-after": A, "x-specd-then": S, "x-specd-open"?: O,
+ * "specials"?}: A's and O's text, A's failure table; *then: S (where
+ * "$defs" resolve) */
+static int compile_after(cx *c, json_t *root, json_t **then)
 {
     sd_jschema *s = c->s;
     const char *k;
@@ -1399,30 +1404,19 @@ static int compile_after(cx *c, json_t *root, json_t *after, json_t **then)
     }
     json_t *sp = json_object_get(root, "specials");
     *then = json_object_get(root, "x-specd-then");
-    const size_t n = json_string_length(after);
-    if (!json_is_string(after) || n < 1 || n > MAX_AFTER || memchr(json_string_value(after), 0, n))
-        return refuse(c, "x-specd-after: a string of 1 to %d bytes (no NUL)", MAX_AFTER);
     if (!*then || (sp && !json_is_boolean(sp)))
         return refuse(c, "x-specd-after: \"x-specd-then\" (a schema) and a boolean \"specials\"");
     s->specials = json_is_true(sp);
     c->root = *then;
-    int rc = add_text(c, json_string_value(after), n, &s->after);
+    int rc = lit_text(c, root, "x-specd-after", "$", 1, MAX_AFTER, &s->after, &s->nafter);
+    if (!rc && json_object_get(root, "x-specd-open"))
+        rc = lit_text(c, root, "x-specd-open", "$", 1, MAX_AFTER, &s->open, &s->nopen);
     if (rc)
         return rc;
-    s->nafter = (uint16_t)n;
-    json_t *op = json_object_get(root, "x-specd-open");
-    if (op) {
-        const size_t no = json_string_length(op);
-        if (!json_is_string(op) || no < 1 || no > MAX_AFTER || memchr(json_string_value(op), 0, no))
-            return refuse(c, "x-specd-open: a string of 1 to %d bytes (no NUL)", MAX_AFTER);
-        if ((rc = add_text(c, json_string_value(op), no, &s->open)))
-            return rc;
-        s->nopen = (uint16_t)no;
-    }
     /* fail[i]: the longest proper border of the first i + 1 bytes */
     const char *a = s->text + s->after;
     s->after_fail[0] = 0;
-    for (size_t i = 1, j = 0; i < n; i++) {
+    for (size_t i = 1, j = 0; i < s->nafter; i++) {
         while (j > 0 && a[i] != a[j])
             j = s->after_fail[j - 1];
         if (a[i] == a[j])
@@ -1488,10 +1482,10 @@ int sd_jschema_compile(const char *schema_json, size_t len, sd_jschema **out, sd
         s->serial = atomic_fetch_add(&serials, 1) + 1;
     cx c = {.s = s, .root = root, .err = err};
     /* x-specd-after: the text before the reply, then its schema */
-    json_t *then = root, *after = json_is_object(root) ? json_object_get(root, "x-specd-after") : NULL;
+    json_t *then = root;
     int rc = s ? 0 : sd_err_set(err, SD_ENOMEM, "json_schema: out of memory");
-    if (!rc && after)
-        rc = compile_after(&c, root, after, &then);
+    if (!rc && json_is_object(root) && json_object_get(root, "x-specd-after"))
+        rc = compile_after(&c, root, &then);
     json_t *calls = json_is_object(then) && json_object_size(then) == 1
                         ? json_object_get(then, "x-specd-calls")
                         : NULL;
@@ -2380,13 +2374,8 @@ int sd_jschema_feed(const sd_jschema *s, sd_jschema_state *st, const unsigned ch
             n -= k;
         }
     }
-    if (s->ncall) {
-        for (size_t i = 0; i < n && !st->bad; i++)
-            call_step(s, st, b[i]);
-        return st->bad ? -1 : 0;
-    }
     for (size_t i = 0; i < n && !st->bad; i++)
-        step(s, st, b[i]);
+        reply_step(s, st, b[i]);
     return st->bad ? -1 : 0;
 }
 
