@@ -648,10 +648,14 @@ int sd_oai_force_format(sd_oai_request *r, sd_tool_format f, sd_api_error *e)
 int sd_oai_json_after(sd_oai_request *r, const char *open, const char *close, int specials,
                       sd_api_error *e)
 {
-    if (!r->gen.json_schema) /* (json_object: "any object" is not a schema of the subset) */
+    /* json_object: any object, as a schema */
+    const char *sch = r->gen.json_schema ? r->gen.json_schema
+                      : r->gen.json_object ? "{\"type\":\"object\",\"additionalProperties\":true}"
+                                           : NULL;
+    if (!sch)
         return 0;
     json_error_t je;
-    json_t *then = json_loads(r->gen.json_schema, JSON_DECODE_ANY, &je);
+    json_t *then = json_loads(sch, JSON_DECODE_ANY, &je);
     json_t *o = then ? json_pack("{s:s, s:b, s:o}", "x-specd-after", close, "specials", specials,
                                  "x-specd-then", then)
                      : NULL;
@@ -662,7 +666,10 @@ int sd_oai_json_after(sd_oai_request *r, const char *open, const char *close, in
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     /* (refused: past the length limit wrapped; the schema stays as it was) */
-    return swap_schema(r, text) < 0 ? oom(e) : 0;
+    const int rc = swap_schema(r, text);
+    if (rc > 0)
+        r->gen.json_object = 0;
+    return rc < 0 ? oom(e) : 0;
 }
 
 /* The JSON Schema a forced tool_choice decodes to (vLLM's way, whatever the

@@ -144,9 +144,8 @@ int sd_oai_force_format(sd_oai_request *r, sd_tool_format f, sd_api_error *e);
  * the request's schema (response_format json_schema, a forced call) holds
  * for the text after close, the reasoning's end tag, not for the reasoning
  * (verify/json_schema.h's x-specd-after; specials: the tags may be special
- * tokens' text). Nothing where there is none; json_object keeps its
- * constraint from the reply's first byte ("any object" is no schema of the
- * subset). 0, or 500 out of memory. */
+ * tokens' text); json_object becomes such a schema of any object. Nothing
+ * where there is neither. 0, or 500 out of memory. */
 int sd_oai_json_after(sd_oai_request *r, const char *open, const char *close, int specials,
                       sd_api_error *e);
 /* POST /tokenize (vLLM's shape): {"model"?, "prompt"} or {"model"?,

@@ -19,7 +19,9 @@ enum { T_NULL = 1, T_BOOL = 2, T_INT = 4, T_NUM = 8, T_STR = 16, T_ARR = 32, T_O
 #define T_ALL 127
 #define INF 255 /* the nesting of a value that cannot be */
 
-enum { F_LEAF = 1, F_ANY = 2, F_ENUM = 4, F_CLOSED = 8, F_ONEOF = 16 };
+/* F_OPEN: an object of any keys and values (no properties listed and
+ * additionalProperties true) */
+enum { F_LEAF = 1, F_ANY = 2, F_ENUM = 4, F_CLOSED = 8, F_ONEOF = 16, F_OPEN = 32 };
 
 typedef struct js_prop {
     uint32_t name; /* the key's JSON text, unquoted, in text */
@@ -115,6 +117,9 @@ static int byte_kind(unsigned char c)
     default: return c == '-' || is_digit(c) ? K_NUM : -1;
     }
 }
+
+/* inside an object of leaf n, any key may come, its value any value */
+static int keys_free(const js_node *n) { return (n->flags & (F_ANY | F_OPEN)) != 0; }
 
 /* ---- compiling: the context ------------------------------------------- */
 
@@ -667,6 +672,8 @@ static int compile_object(cx *c, json_t *j, const char *path, uint16_t id)
         nd->nprop = (uint32_t)n;
         if (json_is_false(add))
             nd->flags |= F_CLOSED;
+        else if (json_is_true(add) && !n)
+            nd->flags |= F_OPEN;
         if (n)
             memcpy(s->prop + s->nprop, tp, n * sizeof *tp);
         s->nprop += (uint32_t)n;
@@ -1127,7 +1134,7 @@ static int explore(an *a, uint32_t i)
     memcpy(mem, m, st.n * sizeof *mem);
     int any = 0, rc = 0;
     for (uint32_t x = 0; x < st.n; x++)
-        any |= (s->node[mem[x]].flags & F_ANY) != 0;
+        any |= st.kind == K_OBJ ? keys_free(&s->node[mem[x]]) : (s->node[mem[x]].flags & F_ANY) != 0;
     a->set[i].c0 = a->nedge;
     if (st.kind == K_ARR) {
         a->nbuf = 0;
@@ -1911,7 +1918,7 @@ static int value_begin(const sd_jschema *s, sd_jschema_state *st, unsigned char 
             const sd_jschema_alt *a = &st->alt[i];
             const js_node *n = alt_node(s, a);
             uint16_t x;
-            if (n->flags & F_ANY)
+            if ((n->flags & F_ANY) || (obj && keys_free(n)))
                 x = s->any;
             else if (obj)
                 x = s->prop[n->prop0 + a->a].node;
@@ -1953,8 +1960,9 @@ static int close_value(const sd_jschema *s, sd_jschema_state *st, unsigned char 
         const sd_jschema_alt *a = &st->alt[i];
         const js_node *n = alt_node(s, a);
         int ok = 1;
-        if (!(n->flags & F_ANY) && obj)
-            ok = a->a >= n->nprop || !s->prop[n->prop0 + s->prop[n->prop0 + a->a].lim].required;
+        if (obj)
+            ok = keys_free(n) || a->a >= n->nprop ||
+                 !s->prop[n->prop0 + s->prop[n->prop0 + a->a].lim].required;
         else if (!(n->flags & F_ANY))
             ok = count_of(a) >= n->min_items;
         if (ok)
@@ -1973,8 +1981,8 @@ static int comma(const sd_jschema *s, sd_jschema_state *st)
         const sd_jschema_alt *a = &st->alt[i];
         const js_node *n = alt_node(s, a);
         int ok = 1;
-        if (!(n->flags & F_ANY) && obj)
-            ok = first_key(s, st, n, a->a) >= 0;
+        if (obj)
+            ok = keys_free(n) || first_key(s, st, n, a->a) >= 0;
         else if (!(n->flags & F_ANY))
             ok = count_of(a) < n->max_items && fits(s, st, n->items);
         if (ok)
@@ -1991,7 +1999,7 @@ static int key_begin(const sd_jschema *s, sd_jschema_state *st)
     for (int i = start; i < st->nalt; i++) {
         sd_jschema_alt a = st->alt[i];
         const js_node *n = alt_node(s, &a);
-        if (!(n->flags & F_ANY)) {
+        if (!keys_free(n)) {
             int j = first_key(s, st, n, a.a);
             if (j < 0)
                 continue;
@@ -2014,7 +2022,7 @@ static int key_byte(const sd_jschema *s, sd_jschema_state *st, unsigned char c)
     for (int i = start; i < st->nalt; i++) {
         sd_jschema_alt a = st->alt[i];
         const js_node *n = alt_node(s, &a);
-        if ((n->flags & F_ANY) || key_step(s, st, n, &a, c, closed))
+        if (keys_free(n) || key_step(s, st, n, &a, c, closed))
             st->alt[w++] = a;
     }
     if (closed)

@@ -108,6 +108,14 @@ static int is_any(json_t *sch)
     return 1;
 }
 
+/* an object of any keys and values: no properties listed,
+ * additionalProperties true */
+static int open_object(json_t *sch)
+{
+    return json_is_true(json_object_get(sch, "additionalProperties")) &&
+           !json_object_size(json_object_get(sch, "properties"));
+}
+
 static int has_type(json_t *sch, const char *t)
 {
     json_t *ty = json_object_get(sch, "type");
@@ -323,6 +331,8 @@ static int valid(const ref *r, json_t *sch, json_t *v, const char *t, size_t n, 
     }
     if (json_is_array(v))
         return array_valid(r, sch, v, t, n, depth);
+    if (json_is_object(v) && open_object(sch))
+        return depth - 1 + nesting(v) <= r->max_depth;
     if (json_is_object(v))
         return object_valid(r, sch, v, t, n, depth);
     return 1;
@@ -420,6 +430,15 @@ static json_t *gen_type(const ref *r, json_t *sch, const char *ty, uint64_t *rng
     if (!strcmp(ty, "object")) {
         if (depth >= 5)
             return NULL;
+        if (open_object(sch)) { /* (random_any's objects are one in seven) */
+            json_t *o = json_object();
+            for (int i = (int)(next_rand(rng) % 4); i > 0; i--) {
+                char k[8];
+                snprintf(k, sizeof k, "k%d", (int)(next_rand(rng) % 9));
+                json_object_set_new(o, k, random_any(rng, 2));
+            }
+            return o;
+        }
         json_t *o = json_object(), *props = json_object_get(sch, "properties"),
                *req = json_object_get(sch, "required"), *x;
         const char *k;
@@ -763,6 +782,13 @@ static const char *const SCHEMAS[] = {
     "ref\":"
     "\"#/$defs/a\"}}},{\"type\":\"null\"},{\"type\":\"array\",\"items\":{\"type\":\"integer\"},"
     "\"minItems\":1}]}},\"$ref\":\"#/$defs/a\"}",
+    /* objects of any keys (pydantic's dict[str, Any]) beside a listed one,
+     * in an anyOf with an object of listed keys, as array items */
+    "{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"object\",\"additionalProperties\":"
+    "true},\"u\":{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"k1\":{\"type\":\"integer\"}},"
+    "\"required\":[\"k1\"]},{\"type\":[\"object\",\"string\"],\"additionalProperties\":true}]},"
+    "\"l\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"additionalProperties\":true},"
+    "\"maxItems\":3}},\"required\":[\"d\"],\"additionalProperties\":false}",
 };
 
 TEST(random_documents_agree_with_the_reference)
@@ -901,6 +927,15 @@ static const hcase CASES[] = {
     {8, "[\"\\ud83d\\ude00a\",\"\xc3\xa9\xc3\xa9\xc3\xa9\"]", -1},
     {8, "[\"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"]", 8},
     {8, "[\"a\"]", 3},
+    {10, "{\"d\":{\"x\":[1,{\"y\":null}],\"x\":2},\"u\":{\"k1\":1,\"z\":true}}", -1},
+    {10, "{\"d\":{}}", -1},
+    {10, "{\"u\":1}", 2},  /* d first */
+    {10, "{\"d\":[]}", 5}, /* an object */
+    {10, "{\"d\":{},\"u\":\"s\"}", -1},
+    {10, "{\"d\":{},\"u\":5}", 12},
+    {10, "{\"d\":{},\"u\":{\"k1\":1,\"z\":[1,2]},\"zz\":1}", 32}, /* the root stays closed */
+    {10, "{\"d\":{},\"l\":[{\"a\":1},{},{\"b\":[]}]}", -1},
+    {10, "{\"d\":{},\"l\":[{},{},{},{}]}", 21},
 };
 
 TEST(hand_written_cases_go_bad_at_the_right_byte)

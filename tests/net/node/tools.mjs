@@ -315,14 +315,20 @@ test('--reasoning-parser splits the reply into reasoning_content and content', a
       assert.equal(content, msg.content);
       // a JSON constraint holds after the reasoning the prompt opened (R1),
       // or after one the model may open (Qwen3): the reasoning is the free
-      // reply's (greedy), the content a document
-      const rf = { type: 'json_schema', json_schema: { name: 'r', schema: { type: 'object', properties: { a: { type: 'integer' } }, required: ['a'] } } };
-      const c = JSON.parse((await chat(parsed, { max_tokens: 200, response_format: rf })).text).choices[0];
-      if (c.finish_reason === 'stop') assert.ok(Number.isInteger(JSON.parse(c.message.content).a), c.message.content);
-      if (reasons) {
-        const free = JSON.parse((await chat(plain, { max_tokens: 200 })).text).choices[0].message.content;
-        const at = free.indexOf('</think>');
-        if (at >= 0) assert.equal(c.message.reasoning_content, free.slice(0, at).replace(/^\n+|\n+$/g, '') || null);
+      // reply's (greedy), the content a document (json_object: any object)
+      const schema = { type: 'object', properties: { a: { type: 'integer' } }, required: ['a'] };
+      for (const rf of [{ type: 'json_schema', json_schema: { name: 'r', schema } }, { type: 'json_object' }]) {
+        const c = JSON.parse((await chat(parsed, { max_tokens: 200, response_format: rf })).text).choices[0];
+        if (c.finish_reason === 'stop') {
+          const doc = JSON.parse(c.message.content);
+          assert.ok(rf.type === 'json_object' ? doc && typeof doc === 'object' && !Array.isArray(doc)
+            : Number.isInteger(doc.a), c.message.content);
+        }
+        if (reasons) {
+          const free = JSON.parse((await chat(plain, { max_tokens: 200 })).text).choices[0].message.content;
+          const at = free.indexOf('</think>');
+          if (at >= 0) assert.equal(c.message.reasoning_content, free.slice(0, at).replace(/^\n+|\n+$/g, '') || null, rf.type);
+        }
       }
     } finally {
       for (const s of [plain, parsed]) {
