@@ -99,7 +99,7 @@ static void exercise(sd_oai_request *r, int tokenize, const void *data, size_t s
     /* a forced call in a model's own format and a schema after the
      * reasoning (the server's next steps): the grammar compiles and takes
      * any bytes */
-    if (!tokenize && (r->tool_forced || r->gen.json_schema)) {
+    if (!tokenize && (r->tool_forced || r->gen.json_schema || r->gen.json_object)) {
         int rc = r->tool_forced ? sd_oai_force_format(r, (sd_tool_format)(1 + size % 5), &e) : 0;
         if (!rc && size % 3 == 0)
             rc = sd_oai_json_after(r, size & 2 ? "<think>" : NULL, "</think>", (int)(size & 1), &e);
