@@ -502,10 +502,32 @@ static int parse_kwargs(json_t *root, sd_oai_request *r, sd_api_error *e)
     return 0;
 }
 
+/* an integer's schema (its type "integer", or integer beside others but
+ * number) whose bounds are numbers: json_schema holds them */
+static int int_bounded(json_t *sch)
+{
+    json_t *ty = json_object_get(sch, "type");
+    int has_int = json_is_string(ty) && !strcmp(json_string_value(ty), "integer");
+    for (size_t i = 0; i < json_array_size(ty); i++) {
+        const char *t = json_string_value(json_array_get(ty, i));
+        if (t && !strcmp(t, "number"))
+            return 0;
+        has_int |= t && !strcmp(t, "integer");
+    }
+    static const char *const kw[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    for (size_t i = 0; i < sizeof kw / sizeof kw[0]; i++) {
+        json_t *b = json_object_get(sch, kw[i]);
+        if (b && !json_is_number(b))
+            return 0;
+    }
+    return has_int;
+}
+
 /* A tool's parameters schema without the value bounds json_schema does not
  * take (numbers' ranges and multiples, strings' patterns, objects' counts,
- * unique items): a forced call keeps its arguments' keys, types and enums
- * (tools' schemas carry such bounds often; response_format's are refused) */
+ * unique items): a forced call keeps its arguments' keys, types, enums and
+ * integers' bounds (tools' schemas carry such bounds often;
+ * response_format's are refused) */
 static void strip_bounds(json_t *sch)
 {
     static const char *const bounds[] = {"minimum", "maximum", "exclusiveMinimum",
@@ -514,7 +536,8 @@ static void strip_bounds(json_t *sch)
                                          "contentEncoding", "contentMediaType"};
     if (!json_is_object(sch))
         return;
-    for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++)
+    const size_t from = int_bounded(sch) ? 4 : 0; /* (the first four: a number's range) */
+    for (size_t i = from; i < sizeof bounds / sizeof bounds[0]; i++)
         json_object_del(sch, bounds[i]);
     static const char *const maps[] = {"properties", "$defs", "definitions"};
     for (size_t i = 0; i < sizeof maps / sizeof maps[0]; i++) {

@@ -47,6 +47,7 @@ typedef struct js_node {
     uint32_t mem0, nmem;   /* union: members */
     uint32_t leaf0, nleaf; /* the leaves it stands for */
     uint32_t min_items, max_items, min_len, max_len;
+    int64_t lo, hi; /* an integer's bounds (INT64_MIN / INT64_MAX: none on that side) */
 } js_node;
 
 /* a tool of x-specd-calls */
@@ -184,6 +185,7 @@ static int new_node(cx *c, const char *path, uint8_t flags, uint16_t *id)
     memset(n, 0, sizeof *n);
     n->flags = flags;
     n->max_items = n->max_len = UINT32_MAX;
+    n->lo = INT64_MIN, n->hi = INT64_MAX;
     c->path[s->nnode] = strdup(path);
     if (!c->path[s->nnode])
         return nomem(c);
@@ -222,11 +224,16 @@ static int self_leaf(cx *c, uint16_t id)
 
 /* constraining keywords this compiler reads */
 static const char *const HANDLED[] = {
-    "type",      "properties", "required", "additionalProperties",
-    "items",     "minItems",   "maxItems", "minLength",
-    "maxLength", "enum",       "const",    "anyOf",
-    "oneOf",     "$ref",       "allOf",
+    "type",      "properties", "required",         "additionalProperties",
+    "items",     "minItems",   "maxItems",         "minLength",
+    "maxLength", "enum",       "const",            "anyOf",
+    "oneOf",     "$ref",       "allOf",            "minimum",
+    "maximum",   "exclusiveMinimum", "exclusiveMaximum",
 };
+/* the bounds of a number, in the order of the bound they set: lower
+ * (inclusive, exclusive), upper (inclusive, exclusive) */
+static const char *const BOUND_KW[] = {"minimum", "exclusiveMinimum", "maximum",
+                                       "exclusiveMaximum"};
 /* annotations, and definitions (read where a $ref points) */
 static const char *const IGNORED[] = {
     "description", "title",    "default",   "examples", "$schema",     "$comment",
@@ -268,6 +275,75 @@ static int count_kw(cx *c, json_t *j, const char *k, const char *path, uint32_t 
         json_integer_value(v) >= (json_int_t)UINT32_MAX)
         return refuse(c, "\"%s\" at %s must be an integer from 0 to %u", k, path, UINT32_MAX - 1);
     *out = (uint32_t)json_integer_value(v);
+    return 0;
+}
+
+/* the bound keywords present (bit i: BOUND_KW[i]); a bound that is not a
+ * number is refused */
+static int bound_kws(cx *c, json_t *j, const char *path, int *present)
+{
+    *present = 0;
+    for (int i = 0; i < 4; i++) {
+        json_t *v = json_object_get(j, BOUND_KW[i]);
+        if (v && !json_is_number(v))
+            return refuse(c, "\"%s\" at %s must be a number", BOUND_KW[i], path);
+        *present |= v ? 1 << i : 0;
+    }
+    return 0;
+}
+
+/* does the number v meet the bounds of j (all present ones) */
+static int in_bounds(json_t *j, double v)
+{
+    for (int i = 0; i < 4; i++) {
+        json_t *b = json_object_get(j, BOUND_KW[i]);
+        if (!b)
+            continue;
+        const double x = json_number_value(b);
+        if (i == 0 ? v < x : i == 1 ? v <= x : i == 2 ? v > x : v >= x)
+            return 0;
+    }
+    return 1;
+}
+
+/* the integers j's bounds admit, [*lo, *hi] (INT64_MIN / INT64_MAX: no
+ * bound on that side, and none past it: a bound at int64's end takes the
+ * integers past it too). 0, or -1 where a bound is past int64 on the side
+ * that leaves none */
+static int int_bounds(json_t *j, int64_t *lo, int64_t *hi)
+{
+    *lo = INT64_MIN, *hi = INT64_MAX;
+    for (int i = 0; i < 4; i++) {
+        json_t *b = json_object_get(j, BOUND_KW[i]);
+        if (!b)
+            continue;
+        int64_t v; /* the bound as the nearest integer it admits */
+        if (json_is_integer(b)) {
+            v = json_integer_value(b);
+            if (i == 1)
+                v = v == INT64_MAX ? v : v + 1;
+            else if (i == 3)
+                v = v == INT64_MIN ? v : v - 1;
+        } else {
+            const double x = json_real_value(b);
+            double r = i < 2 ? (i == 0 ? ceil(x) : floor(x) + 1) : (i == 2 ? floor(x) : ceil(x) - 1);
+            if (!(r > -9.2e18)) {
+                if (i >= 2)
+                    return -1;
+                v = INT64_MIN;
+            } else if (!(r < 9.2e18)) {
+                if (i < 2)
+                    return -1;
+                v = INT64_MAX;
+            } else {
+                v = (int64_t)r;
+            }
+        }
+        if (i < 2 && v > *lo)
+            *lo = v;
+        else if (i >= 2 && v < *hi)
+            *hi = v;
+    }
     return 0;
 }
 
@@ -415,11 +491,14 @@ static int compile_enum(cx *c, json_t *j, const char *path, uint16_t *out)
         return refuse(c, "\"enum\" at %s must be a non-empty array", path);
     uint8_t types;
     uint32_t min_len, max_len;
+    int bounds;
     int rc = parse_types(c, j, path, &types);
     if (!rc)
         rc = count_kw(c, j, "minLength", path, 0, &min_len);
     if (!rc)
         rc = count_kw(c, j, "maxLength", path, UINT32_MAX, &max_len);
+    if (!rc)
+        rc = bound_kws(c, j, path, &bounds);
     if (rc)
         return rc;
     if (!types)
@@ -446,6 +525,8 @@ static int compile_enum(cx *c, json_t *j, const char *path, uint16_t *out)
             if (len < min_len || len > max_len)
                 continue;
         }
+        if ((t & (T_INT | T_NUM)) && bounds && !in_bounds(j, json_number_value(v)))
+            continue;
         char *txt = canon(v);
         if (!txt)
             return nomem(c);
@@ -464,8 +545,9 @@ static int compile_enum(cx *c, json_t *j, const char *path, uint16_t *out)
         kinds |= (uint32_t)t;
     }
     if (s->nlit == lit0)
-        return refuse(c, "\"%s\" at %s admits no value (none has the schema's type and length)", kw,
-                      path);
+        return refuse(c,
+                      "\"%s\" at %s admits no value (none has the schema's type, length and bounds)",
+                      kw, path);
     uint16_t id;
     if ((rc = new_node(c, path, F_LEAF | F_ENUM, &id)) || (rc = self_leaf(c, id)))
         return rc;
@@ -687,9 +769,19 @@ static int compile_object(cx *c, json_t *j, const char *path, uint16_t id)
 static int compile_typed(cx *c, json_t *j, const char *path, uint16_t *out)
 {
     uint8_t t;
+    int bounds;
     int rc = parse_types(c, j, path, &t);
+    if (!rc)
+        rc = bound_kws(c, j, path, &bounds);
     if (rc)
         return rc;
+    /* bounds hold for integers (a number's would need its digits compared
+     * with the bound's as decimals, exponents included); for other types
+     * they mean nothing */
+    for (int i = 0; i < 4; i++)
+        if ((bounds >> i & 1) && (!json_object_get(j, "type") || (t & T_NUM)))
+            return refuse(c, "\"%s\" at %s is supported with \"type\": \"integer\" only", BOUND_KW[i],
+                          path);
     if (!json_object_get(j, "type")) {
         static const char *const obj_kw[] = {"properties", "required", "additionalProperties"};
         static const char *const arr_kw[] = {"items", "minItems", "maxItems"};
@@ -735,6 +827,8 @@ static int compile_typed(cx *c, json_t *j, const char *path, uint16_t *out)
     nd->max_items = max_items;
     nd->min_len = min_len;
     nd->max_len = max_len;
+    if (bounds && (t & T_INT) && (int_bounds(j, &nd->lo, &nd->hi) || nd->lo > nd->hi))
+        return refuse(c, "the bounds at %s admit no 64-bit integer", path);
     if ((t & T_OBJ) && (rc = compile_object(c, j, path, id)))
         return rc;
     *out = id;
@@ -1795,14 +1889,81 @@ static int str_count(const js_node *n, sd_jschema_alt *a, uint8_t sub, unsigned 
     return 1;
 }
 
+/* ---- integers' bounds --------------------------------------------------- */
+
+#define NMAG_SAT ((uint64_t)1 << 63 | 1) /* past every int64's magnitude */
+
+/* may an integer of [lo, hi] still be read from here: sub the number's
+ * part (N_MINUS: '-' alone; N_ZERO: 0 or -0, whole; N_INT: the magnitude
+ * mag so far, more digits may follow), neg its sign */
+static int int_reach(const js_node *n, uint8_t sub, int neg, uint64_t mag)
+{
+    if (n->lo == INT64_MIN && n->hi == INT64_MAX)
+        return 1;
+    if (sub == N_MINUS) /* a negative, or -0 */
+        return n->lo <= 0;
+    if (sub == N_ZERO)
+        return n->lo <= 0 && n->hi >= 0;
+    /* the magnitudes m the bounds admit on this side, [a, b] (b unbounded:
+     * UINT64_MAX): a value mag 10^e + r, 0 <= r < 10^e, for some e >= 0 */
+    uint64_t a, b;
+    if (!neg) {
+        if (n->hi < 1)
+            return 0;
+        a = n->lo < 1 ? 1 : (uint64_t)n->lo;
+        b = n->hi == INT64_MAX ? UINT64_MAX : (uint64_t)n->hi;
+    } else {
+        if (n->lo > -1)
+            return 0;
+        a = n->hi > -1 ? 1 : n->hi == INT64_MIN ? (uint64_t)1 << 63 : (uint64_t)-n->hi;
+        b = n->lo == INT64_MIN ? UINT64_MAX : (uint64_t)-n->lo;
+    }
+    if (b == UINT64_MAX)
+        return 1; /* (mag 10^e grows past a) */
+    /* [mag 10^e, (mag + 1) 10^e - 1] meets [a, b] for some e: the low end
+     * grows past b, then never again */
+    uint64_t x = mag, y = mag;
+    for (;;) {
+        if (x > b)
+            return 0;
+        if (y >= a)
+            return 1;
+        if (x > UINT64_MAX / 10)
+            return 0;
+        x *= 10;
+        y = y > (UINT64_MAX - 9) / 10 ? UINT64_MAX : y * 10 + 9;
+    }
+}
+
+/* is the whole integer read within n's bounds */
+static int int_whole(const js_node *n, const sd_jschema_state *st)
+{
+    if (n->lo == INT64_MIN && n->hi == INT64_MAX)
+        return 1;
+    if (st->sub == N_ZERO)
+        return n->lo <= 0 && n->hi >= 0;
+    /* past int64: only where that side is unbounded */
+    if (!st->nneg)
+        return st->nmag > (uint64_t)INT64_MAX
+                   ? n->hi == INT64_MAX
+                   : (int64_t)st->nmag >= n->lo && (int64_t)st->nmag <= n->hi;
+    if (st->nmag > (uint64_t)1 << 63)
+        return n->lo == INT64_MIN;
+    const int64_t v = st->nmag == (uint64_t)1 << 63 ? INT64_MIN : -(int64_t)st->nmag;
+    return v >= n->lo && v <= n->hi;
+}
+
 /* whether a scalar alternative is whole at the value's end */
-static int scalar_whole(const sd_jschema *s, const js_node *n, const sd_jschema_alt *a, int str)
+static int scalar_whole(const sd_jschema *s, const sd_jschema_state *st, const js_node *n,
+                        const sd_jschema_alt *a)
 {
     if (n->flags & F_ENUM)
         return s->lit[n->lit0 + a->a].len == a->b;
-    if (str && !(n->flags & F_ANY))
+    if (n->flags & F_ANY)
+        return 1;
+    if (st->mode == M_STR)
         return count_of(a) >= n->min_len;
-    return 1;
+    return st->mode != M_NUM || (n->types & T_NUM) || int_whole(n, st);
 }
 
 /* the innermost value ended (its alternatives: those whole): its container
@@ -1840,10 +2001,11 @@ static int pop(const sd_jschema *s, sd_jschema_state *st)
 
 static int scalar_end(const sd_jschema *s, sd_jschema_state *st)
 {
-    int start = top_start(st), w = start, str = st->mode == M_STR;
+    int start = top_start(st), w = start;
     for (int i = start; i < st->nalt; i++)
-        if (scalar_whole(s, alt_node(s, &st->alt[i]), &st->alt[i], str))
+        if (scalar_whole(s, st, alt_node(s, &st->alt[i]), &st->alt[i]))
             st->alt[w++] = st->alt[i];
+    st->nmag = 0, st->nneg = 0;
     if (settle(st, start, w))
         return -1;
     return pop(s, st);
@@ -1870,7 +2032,10 @@ static int leaf_begins(const sd_jschema *s, const sd_jschema_state *st, uint16_t
     case K_OBJ: return (n->types & T_OBJ) && st->nlev + n->mind_obj <= s->max_depth;
     case K_ARR: return (n->types & T_ARR) && st->nlev + n->mind_arr <= s->max_depth;
     case K_STR: return !!(n->types & T_STR);
-    case K_NUM: return !!(n->types & (T_INT | T_NUM));
+    case K_NUM:
+        return (n->types & (T_INT | T_NUM)) &&
+               int_reach(n, c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT, c == '-',
+                         is_digit(c) ? (uint64_t)(c - '0') : 0);
     case K_BOOL: return !!(n->types & T_BOOL);
     default: return !!(n->types & T_NULL);
     }
@@ -1941,6 +2106,8 @@ static int value_begin(const sd_jschema *s, sd_jschema_state *st, unsigned char 
     case K_NUM:
         st->mode = M_NUM;
         st->sub = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT;
+        st->nneg = c == '-';
+        st->nmag = is_digit(c) ? (uint64_t)(c - '0') : 0;
         break;
     default:
         st->mode = M_LIT;
@@ -2117,6 +2284,8 @@ static int number_byte(const sd_jschema *s, sd_jschema_state *st, unsigned char 
             return -1;
         return step(s, st, c);
     }
+    if (sub == N_INT && is_digit(c)) /* (the integer part) */
+        st->nmag = st->nmag > (NMAG_SAT - 9) / 10 ? NMAG_SAT : st->nmag * 10 + (uint64_t)(c - '0');
     st->sub = sub;
     int start = top_start(st), w = start;
     for (int i = start; i < st->nalt; i++) {
@@ -2125,8 +2294,8 @@ static int number_byte(const sd_jschema *s, sd_jschema_state *st, unsigned char 
         int ok = 1;
         if (n->flags & F_ENUM)
             ok = lit_step(s, n, &a, c);
-        else if (!(n->types & T_NUM)) /* integer: no fraction or exponent */
-            ok = c != '.' && c != 'e' && c != 'E';
+        else if (!(n->types & T_NUM)) /* integer: no fraction or exponent; its bounds */
+            ok = c != '.' && c != 'e' && c != 'E' && int_reach(n, sub, st->nneg, st->nmag);
         if (ok)
             st->alt[w++] = a;
     }

@@ -33,6 +33,12 @@
  *  - items (one schema; absent: any value), minItems, maxItems.
  *  - minLength, maxLength, counted in code points: a UTF-8 lead byte, an
  *    escape, or a \u surrogate pair is one.
+ *  - minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers, read
+ *    as the 64-bit integers they admit; a side with no bound, or one at
+ *    int64's end, takes any integer) with "type" integer (beside other
+ *    types but number; refused with number or without a type); an enum's
+ *    numbers outside them are dropped. A digit goes bad where no integer
+ *    of the bounds can begin with the text (pydantic's Field(ge=, le=)).
  *  - enum, const: JSON scalars only, matched as exact text: a string as
  *    jansson writes it, an integer in decimal, a real in its shortest
  *    round-trip form ("%g"; an integral one without a fraction, 2.0 as
@@ -51,7 +57,7 @@
  *    uniqueItems false, unevaluatedProperties false, and format (an
  *    annotation in JSON Schema 2020-12: not enforced).
  *  - refused: pattern, patternProperties, not, allOf of several, if/then/else,
- *    minimum/maximum/exclusive*, multipleOf, prefixItems, contains,
+ *    a number's bounds, multipleOf, prefixItems, contains,
  *    min/maxProperties, propertyNames, dependent*, boolean schema false,
  *    object or array values in enum/const, and unknown keywords.
  *
@@ -134,6 +140,10 @@ typedef struct sd_jschema_alt {
 } sd_jschema_alt;
 
 typedef struct sd_jschema_state {
+    /* a number's digits so far (its integer part, saturating past 2^63),
+     * and its sign; 0 outside numbers */
+    uint64_t nmag;
+    uint8_t nneg;
     /* tool calls (x-specd-calls; all 0 otherwise): the phase (lead and
      * prefix, digits, document, suffix, done), calls whole, whether the end
      * may still be meant, digits read, bytes matched of the literal, and the

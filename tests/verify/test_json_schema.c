@@ -12,6 +12,7 @@
  * accepts - so an accepted prefix is never a dead end. Hand-written cases
  * pin the byte where a text goes bad, the limits, and the refusals. */
 #include <jansson.h>
+#include <math.h>
 #include <string.h>
 
 #include "core/util.h"
@@ -215,6 +216,19 @@ static int spelled_as(json_t *w, const char *t, size_t n)
 
 static int valid(const ref *r, json_t *sch, json_t *v, const char *t, size_t n, int depth);
 
+/* a number within sch's bounds (JSON Schema's meaning), or no number */
+static int in_bounds(json_t *sch, json_t *v)
+{
+    if (!json_is_number(v))
+        return 1;
+    const double d = json_number_value(v);
+    json_t *b;
+    return !(((b = json_object_get(sch, "minimum")) && d < json_number_value(b)) ||
+             ((b = json_object_get(sch, "exclusiveMinimum")) && d <= json_number_value(b)) ||
+             ((b = json_object_get(sch, "maximum")) && d > json_number_value(b)) ||
+             ((b = json_object_get(sch, "exclusiveMaximum")) && d >= json_number_value(b)));
+}
+
 /* the key at t[i] (ending at *ke): its index in properties (-1: not
  * listed, or spelled otherwise than jansson writes it), name and schema */
 static long key_at(json_t *props, const char *t, size_t i, size_t n, size_t *ke, const char **name,
@@ -322,6 +336,8 @@ static int valid(const ref *r, json_t *sch, json_t *v, const char *t, size_t n, 
         if (!found)
             return 0;
     }
+    if (!in_bounds(sch, v))
+        return 0;
     if (json_is_string(v)) {
         long long k = 0;
         const char *p = json_string_value(v);
@@ -488,8 +504,23 @@ static json_t *gen_type(const ref *r, json_t *sch, const char *ty, uint64_t *rng
             strcat(buf, CHARS[next_rand(rng) % SD_ARRAY_LEN(CHARS)]);
         return json_string(buf);
     }
-    if (!strcmp(ty, "integer"))
-        return json_integer((json_int_t)(next_rand(rng) % 20001) - 10000);
+    if (!strcmp(ty, "integer")) { /* within the bounds, their ends often */
+        long long lo = -10000, hi = 10000;
+        json_t *b;
+        if ((b = json_object_get(sch, "minimum")))
+            lo = (long long)ceil(json_number_value(b));
+        if ((b = json_object_get(sch, "exclusiveMinimum")))
+            lo = (long long)floor(json_number_value(b)) + 1;
+        if ((b = json_object_get(sch, "maximum")))
+            hi = (long long)floor(json_number_value(b));
+        if ((b = json_object_get(sch, "exclusiveMaximum")))
+            hi = (long long)ceil(json_number_value(b)) - 1;
+        hi = hi < lo ? lo + 20000 : hi; /* (a minimum alone) */
+        const uint64_t u = next_rand(rng);
+        return json_integer(u % 4 == 0   ? lo
+                            : u % 4 == 1 ? hi
+                                         : lo + (long long)(u / 4 % (uint64_t)(hi - lo + 1)));
+    }
     if (!strcmp(ty, "number"))
         return next_rand(rng) % 2 ? json_integer((json_int_t)(next_rand(rng) % 300) - 100)
                                   : json_real((double)(next_rand(rng) % 1000000) / 64.0 - 7000.0);
@@ -517,8 +548,13 @@ static json_t *gen(const ref *r, json_t *sch, uint64_t *rng, int depth)
     }
     if ((x = json_object_get(sch, "const")))
         return json_deep_copy(x);
-    if ((x = json_object_get(sch, "enum")))
-        return json_deep_copy(json_array_get(x, next_rand(rng) % json_array_size(x)));
+    if ((x = json_object_get(sch, "enum"))) { /* (a value within the bounds) */
+        size_t n = json_array_size(x), at = next_rand(rng) % n;
+        for (size_t i = 0; i < n; i++)
+            if (in_bounds(sch, json_array_get(x, (at + i) % n)))
+                return json_deep_copy(json_array_get(x, (at + i) % n));
+        return NULL;
+    }
     json_t *ty = json_object_get(sch, "type");
     if (json_is_string(ty))
         return gen_type(r, sch, json_string_value(ty), rng, depth);
@@ -789,6 +825,20 @@ static const char *const SCHEMAS[] = {
     "\"required\":[\"k1\"]},{\"type\":[\"object\",\"string\"],\"additionalProperties\":true}]},"
     "\"l\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"additionalProperties\":true},"
     "\"maxItems\":3}},\"required\":[\"d\"],\"additionalProperties\":false}",
+    /* integers' bounds: both sides, exclusive and real-valued ones, negative
+     * ranges, one side only, a tight range far from 0, beside null, in an
+     * anyOf that overlaps, and an enum's values filtered by them */
+    "{\"type\":\"object\",\"properties\":{"
+    "\"pct\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":100},"
+    "\"pos\":{\"type\":\"integer\",\"exclusiveMinimum\":0},"
+    "\"neg\":{\"type\":\"integer\",\"maximum\":-10.5},"
+    "\"band\":{\"type\":\"integer\",\"minimum\":-25,\"exclusiveMaximum\":-3},"
+    "\"near\":{\"type\":[\"integer\",\"null\"],\"minimum\":1000,\"maximum\":1005},"
+    "\"mid\":{\"type\":\"integer\",\"exclusiveMinimum\":-7.5,\"exclusiveMaximum\":7},"
+    "\"alt\":{\"anyOf\":[{\"type\":\"integer\",\"minimum\":50,\"maximum\":59},"
+    "{\"type\":\"integer\",\"minimum\":500,\"maximum\":599}]},"
+    "\"pick\":{\"enum\":[1,5,10,50,\"x\"],\"minimum\":5,\"maximum\":10}},"
+    "\"required\":[\"pct\"],\"additionalProperties\":false}",
 };
 
 TEST(random_documents_agree_with_the_reference)
@@ -936,6 +986,42 @@ static const hcase CASES[] = {
     {10, "{\"d\":{},\"u\":{\"k1\":1,\"z\":[1,2]},\"zz\":1}", 32}, /* the root stays closed */
     {10, "{\"d\":{},\"l\":[{\"a\":1},{},{\"b\":[]}]}", -1},
     {10, "{\"d\":{},\"l\":[{},{},{},{}]}", 21},
+    {11, "{\"pct\":0}", -1},
+    {11, "{\"pct\":100}", -1},
+    {11, "{\"pct\":101}", 9},   /* no 3-digit completion of 10 past 100 */
+    {11, "{\"pct\":-", -2},     /* -0 is 0 */
+    {11, "{\"pct\":-0}", -1},
+    {11, "{\"pct\":-1", 8},     /* no negatives */
+    {11, "{\"pct\":1000", 10},
+    {11, "{\"pct\":10", -2},    /* 10, or 100 */
+    {11, "{\"pct\":5,\"pos\":0", 15},
+    {11, "{\"pct\":5,\"pos\":12345678901234}", -1},
+    {11, "{\"pct\":5,\"neg\":-1", -2},   /* -1x */
+    {11, "{\"pct\":5,\"neg\":-1}", 17},  /* -1 > -10.5 */
+    {11, "{\"pct\":5,\"neg\":-11}", -1},
+    {11, "{\"pct\":5,\"neg\":9", 15},
+    {11, "{\"pct\":5,\"neg\":-0", 16},   /* -0 is 0 */
+    {11, "{\"pct\":5,\"band\":-3}", 17}, /* exclusive */
+    {11, "{\"pct\":5,\"band\":-25}", -1},
+    {11, "{\"pct\":5,\"band\":-26", 18},
+    {11, "{\"pct\":5,\"near\":100", -2},
+    {11, "{\"pct\":5,\"near\":1006", 19},
+    {11, "{\"pct\":5,\"near\":null}", -1},
+    {11, "{\"pct\":5,\"near\":1005}", -1},
+    {11, "{\"pct\":5,\"mid\":-7}", -1},
+    {11, "{\"pct\":5,\"mid\":-8", 16},
+    {11, "{\"pct\":5,\"mid\":7", 15},
+    {11, "{\"pct\":5,\"mid\":0}", -1},
+    {11, "{\"pct\":5,\"alt\":5}", 16},   /* 50-59 or 500-599 */
+    {11, "{\"pct\":5,\"alt\":55}", -1},
+    {11, "{\"pct\":5,\"alt\":555}", -1},
+    {11, "{\"pct\":5,\"alt\":6", 15},
+    {11, "{\"pct\":5,\"pick\":1", -2},   /* 10 */
+    {11, "{\"pct\":5,\"pick\":1}", 17},
+    {11, "{\"pct\":5,\"pick\":5}", -1},
+    {11, "{\"pct\":5,\"pick\":5", -2},   /* (50 is out) */
+    {11, "{\"pct\":5,\"pick\":50", 17},
+    {11, "{\"pct\":5,\"pick\":\"x\"}", -1},
 };
 
 TEST(hand_written_cases_go_bad_at_the_right_byte)
@@ -1126,6 +1212,17 @@ TEST(misc_schemas_compile_and_behave)
          "{\"a\":2,\"b\":0.1}", "{\"a\":2.0,\"b\":0.1}"},
         {"{\"type\":\"object\",\"properties\":{\"b\":{\"enum\":[0.1,1e3]}},\"required\":[\"b\"]}",
          "{\"b\":1000}", "{\"b\":1e3}"},
+        /* integers' bounds at int64's ends; a side without one takes any
+         * integer, past int64 too */
+        {"{\"type\":\"integer\",\"maximum\":9223372036854775806}", "9223372036854775806",
+         "9223372036854775807"},
+        {"{\"type\":\"integer\",\"minimum\":-9223372036854775807}", "-9223372036854775807",
+         "-9223372036854775808"},
+        {"{\"type\":\"integer\",\"minimum\":-9223372036854775808,\"maximum\":0}",
+         "-9223372036854775808", "1"},
+        {"{\"type\":\"integer\",\"minimum\":5}", "123456789012345678901234567890", "4"},
+        {"{\"type\":\"integer\",\"maximum\":5}", "-123456789012345678901234567890", "6"},
+        {"{\"type\":\"integer\",\"minimum\":-1e300,\"maximum\":1e300}", "-12", "1.5"},
         /* enum values not of the type are dropped */
         {"{\"type\":\"string\",\"enum\":[\"a\",1,null]}", "\"a\"", "1"},
         /* a key with escapes is matched as jansson writes it */
@@ -1185,9 +1282,18 @@ TEST(refused_schemas_name_the_keyword)
          "\"patternProperties\" at $ is not supported"},
         {"{\"not\":{\"type\":\"null\"}}", "\"not\" at $ is not supported"},
         {"{\"if\":{},\"then\":{},\"else\":{}}", "\"if\" at $ is not supported"},
-        {"{\"type\":\"integer\",\"minimum\":0}", "\"minimum\" at $ is not supported"},
-        {"{\"type\":\"number\",\"exclusiveMaximum\":1}",
-         "\"exclusiveMaximum\" at $ is not supported"},
+        {"{\"type\":\"number\",\"minimum\":0}",
+         "\"minimum\" at $ is supported with \"type\": \"integer\" only"},
+        {"{\"type\":[\"integer\",\"number\"],\"exclusiveMaximum\":1}",
+         "\"exclusiveMaximum\" at $ is supported with \"type\": \"integer\" only"},
+        {"{\"maximum\":3}", "\"maximum\" at $ is supported with \"type\": \"integer\" only"},
+        {"{\"type\":\"integer\",\"minimum\":\"0\"}", "\"minimum\" at $ must be a number"},
+        {"{\"type\":\"integer\",\"minimum\":3,\"exclusiveMaximum\":3.5,\"maximum\":2}",
+         "the bounds at $ admit no 64-bit integer"},
+        {"{\"type\":\"integer\",\"exclusiveMinimum\":2.5,\"exclusiveMaximum\":3}",
+         "the bounds at $ admit no 64-bit integer"},
+        {"{\"type\":\"integer\",\"minimum\":1e300}", "the bounds at $ admit no 64-bit integer"},
+        {"{\"enum\":[1,2],\"minimum\":3}", "\"enum\" at $ admits no value"},
         {"{\"type\":\"number\",\"multipleOf\":2}", "\"multipleOf\" at $ is not supported"},
         {"{\"type\":\"array\",\"prefixItems\":[{}]}", "\"prefixItems\" at $ is not supported"},
         {"{\"type\":\"array\",\"items\":[{}]}", "\"items\" at $ as an array"},

@@ -133,8 +133,8 @@ test('what cannot be served is refused by name', async () => {
 // tool_choice required and a named function: the reply decodes to calls in
 // the model's own format (Qwen2.5's <tool_call> blocks here, of the tools'
 // parameters' schemas): a finished reply is tool_calls of the tools given,
-// their arguments of the parameters' keys and types (the numeric bound
-// `minimum` left out), the same streamed; one cut at its length keeps the
+// their arguments of the parameters' keys, types and integers' bounds
+// (days >= 1), the same streamed; one cut at its length keeps the
 // calls it finished, the unfinished one as content.
 test('tool_choice required and a named function decode the reply to calls', async () => {
   const TWO = [...TOOLS, { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: { tz: { enum: ['UTC', 'CET'] } }, required: ['tz'] } } }];
@@ -161,7 +161,7 @@ test('tool_choice required and a named function decode the reply to calls', asyn
         if (c.function.name === 'get_weather') {
           assert.equal(typeof args.city, 'string');
           assert.ok(Object.keys(args).every((k) => k === 'city' || k === 'days'));
-          if ('days' in args) assert.ok(Number.isInteger(args.days));
+          if ('days' in args) assert.ok(Number.isInteger(args.days) && args.days >= 1, c.function.arguments);
         } else {
           assert.equal(tool_choice, 'required');
           assert.equal(c.function.name, 'get_time');
