@@ -90,6 +90,10 @@ struct sd_jschema {
     uint16_t nafter, nopen;
     uint8_t after_fail[MAX_AFTER];
     uint64_t serial; /* this compilation's, unique in the process (a mask cache's key) */
+    /* a bounded integer among the nodes: numbers' digits are followed
+     * (nmag; elsewhere left 0, so states that differ only there stay
+     * equal for the mask cache) */
+    uint8_t bounded;
 };
 
 /* the kinds of value a first byte begins */
@@ -829,6 +833,7 @@ static int compile_typed(cx *c, json_t *j, const char *path, uint16_t *out)
     nd->max_len = max_len;
     if (bounds && (t & T_INT) && (int_bounds(j, &nd->lo, &nd->hi) || nd->lo > nd->hi))
         return refuse(c, "the bounds at %s admit no 64-bit integer", path);
+    c->s->bounded |= nd->lo != INT64_MIN || nd->hi != INT64_MAX;
     if ((t & T_OBJ) && (rc = compile_object(c, j, path, id)))
         return rc;
     *out = id;
@@ -2106,8 +2111,10 @@ static int value_begin(const sd_jschema *s, sd_jschema_state *st, unsigned char 
     case K_NUM:
         st->mode = M_NUM;
         st->sub = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT;
-        st->nneg = c == '-';
-        st->nmag = is_digit(c) ? (uint64_t)(c - '0') : 0;
+        if (s->bounded) {
+            st->nneg = c == '-';
+            st->nmag = is_digit(c) ? (uint64_t)(c - '0') : 0;
+        }
         break;
     default:
         st->mode = M_LIT;
@@ -2284,7 +2291,7 @@ static int number_byte(const sd_jschema *s, sd_jschema_state *st, unsigned char 
             return -1;
         return step(s, st, c);
     }
-    if (sub == N_INT && is_digit(c)) /* (the integer part) */
+    if (s->bounded && sub == N_INT && is_digit(c)) /* (the integer part) */
         st->nmag = st->nmag > (NMAG_SAT - 9) / 10 ? NMAG_SAT : st->nmag * 10 + (uint64_t)(c - '0');
     st->sub = sub;
     int start = top_start(st), w = start;
