@@ -26,7 +26,8 @@
 #
 # usage: bench/gpu/decode_run.sh BIN_DIR OUT COMMIT [PHASES]
 #   BIN_DIR   a CUDA build (BIN_DIR/bench/specd-bench-decode)
-#   PHASES    comma list of ckpt,bw,l8b,dsv2lite,long,tiny,fp8 (default: all but fp8)
+#   PHASES    comma list of ckpt,bw,l8b,dsv2lite,long,tiny,fp8 (default: all but fp8),
+#             or floor (both models' plain decode at batch 1 and 32 only)
 # environment:
 #   CKPT      where the checkpoints go (default /dev/shm/specd-ckpt when it has
 #             60 GB free, else /tmp/specd-ckpt); a checkpoint already written
@@ -121,6 +122,11 @@ if has l8b; then
     [ "${NOGRAPHS:-1}" = 1 ] && run l8b-plain-nographs "${m[@]}" --graphs off
     run l8b-eagle3-k3 "${m[@]}" "${e3[@]}" --k 3 --synthetic-accept $A
     run l8b-eagle3-k2 "${m[@]}" "${e3[@]}" --k 2 --synthetic-accept $VL
+fi
+if has floor; then
+    # the batch-1 / 32 plain decode of both models alone (their floors)
+    run dsv2lite-plain --model "$CKPT/dsv2lite" --batch 1,32
+    run l8b-plain --model "$CKPT/l8b" --batch 1,32
 fi
 if has dsv2lite; then
     m=(--model "$CKPT/dsv2lite" --batch 1,32)
