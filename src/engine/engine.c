@@ -1955,8 +1955,17 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
          * requests stop tracking the proposer (its catch-up pass costs too);
          * they finish as plain decode. New requests decide on admission. */
         if (e->spec_k < 0) {
-            /* a k = 0 that measures a cost (exploration) is no verdict */
-            e->zero_k_steps = k == 0 && !e->adapt.exploring ? e->zero_k_steps + 1 : 0;
+            /* a k = 0 that measures a cost (exploration) is no verdict.
+             * Where plain steps are queued ahead and priced (a GPU's
+             * engine) an exploration's steps, at any k, leave the count as
+             * it was: reset, every arrival's exploration of its batch
+             * bucket (Poisson arrivals move the batch at every few steps)
+             * made the running requests track the proposer again for
+             * SD_SPEC_OFF_AFTER steps, and a tracking request stops launch
+             * ahead ("tracking": 742-771 of ~4600 MTP steps at c = 64 on
+             * the H100, NOTES.md, session 42) */
+            if (!(e->adapt.ahead && e->adapt.exploring))
+                e->zero_k_steps = k == 0 && !e->adapt.exploring ? e->zero_k_steps + 1 : 0;
             /* n-gram lookup keeps no state to catch up on: its k = 0 costs
              * nothing. Where plain steps are queued ahead and priced (a
              * GPU's engine) arrivals are admitted off while the verdict is
