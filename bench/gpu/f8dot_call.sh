@@ -7,19 +7,26 @@
 # Build here first (both packed with bench/gpu/pack.sh):
 #   meson setup .carry/build-f8dot -Dcuda=enabled -Dgencode=arch=compute_90a,code=sm_90a \
 #       --buildtype=release -Dstatic_deps=true -Dcuda_args=-DSD_F8_DOT=2
-# usage: bench/gpu/f8dot_call.sh OUT COMMIT BASE_BIN F8DOT_BIN
+# usage: bench/gpu/f8dot_call.sh OUT COMMIT BASE_BIN F8DOT_BIN   (LAB_ONLY=1: the lab alone)
 set -uo pipefail
 out=${1:?OUT}; commit=${2:?COMMIT}; base=${3:?BASE_BIN}; f8=${4:?F8DOT_BIN}
 mkdir -p "$out"
 t0=$(date +%s)
-for b in base f8dot; do
-    bin=$base
-    [ $b = f8dot ] && bin=$f8
-    timeout 60 "$bin/bench/specd-bench-kernels" --gemv-lab --quick --out "$out/lab-$b.json" \
-        --commit "$commit-$b" > "$out/lab-$b.txt" 2>&1
-    echo "lab $b: rc $?"
-    grep -E " fp8" "$out/lab-$b.txt"
-done
+# lab OUT COMMIT BASE_BIN F8DOT_BIN: the GEMV lab of both builds (OUT/lab-base.json,
+# OUT/lab-f8dot.json), their FP8 rows printed
+lab() {
+    local b d
+    for b in base f8dot; do
+        d=$3
+        [ $b = f8dot ] && d=$4
+        timeout 60 "$d/bench/specd-bench-kernels" --gemv-lab --quick --out "$1/lab-$b.json" \
+            --commit "$2-$b" > "$1/lab-$b.txt" 2>&1
+        echo "lab $b: rc $?"
+        grep -E " fp8" "$1/lab-$b.txt"
+    done
+}
+lab "$out" "$commit" "$base" "$f8"
+[ -n "${LAB_ONLY:-}" ] && exit 0
 for b in base f8dot; do
     bin=$base
     [ $b = f8dot ] && bin=$f8

@@ -5,7 +5,7 @@
 #      checkpoints, the copy bandwidth, plain decode at batch 1 and 32):
 #      OUT/decode/decode.json;
 #   2. with F8DOT_BIN (a build with -Dcuda_args=-DSD_F8_DOT=2): the GEMV
-#      lab's rows of BIN and of it (bench/gpu/f8dot_call.sh's first half):
+#      lab's rows of BIN and of it (bench/gpu/f8dot_call.sh LAB_ONLY=1):
 #      OUT/lab-base.json, OUT/lab-f8dot.json.
 # usage: bench/gpu/floor_call.sh OUT COMMIT BIN [F8DOT_BIN]
 #   BUDGET_S (300): the decode runs' seconds
@@ -16,14 +16,5 @@ t0=$(date +%s)
 BUDGET_S=${BUDGET_S:-300} bash bench/gpu/decode_run.sh "$bin" "$out/decode" "$commit" ckpt,bw,floor 2>&1 |
     grep -E "copy bandwidth|^(l8b|dsv2lite)|frac|floor" | tail -12
 echo "decode: $(($(date +%s) - t0)) s"
-if [ -n "$f8" ]; then
-    for b in base f8dot; do
-        d=$bin
-        [ $b = f8dot ] && d=$f8
-        timeout 60 "$d/bench/specd-bench-kernels" --gemv-lab --quick --out "$out/lab-$b.json" \
-            --commit "$commit-$b" > "$out/lab-$b.txt" 2>&1
-        echo "lab $b: rc $?"
-        grep -E " fp8|bf16" "$out/lab-$b.txt" | head -24
-    done
-fi
+[ -n "$f8" ] && LAB_ONLY=1 bash bench/gpu/f8dot_call.sh "$out" "$commit" "$bin" "$f8"
 echo "total $(($(date +%s) - t0)) s"
