@@ -324,10 +324,9 @@ static int int_bounds(json_t *j, int64_t *lo, int64_t *hi)
         int64_t v; /* the bound as the nearest integer it admits */
         if (json_is_integer(b)) {
             v = json_integer_value(b);
-            if (i == 1)
-                v = v == INT64_MAX ? v : v + 1;
-            else if (i == 3)
-                v = v == INT64_MIN ? v : v - 1;
+            if ((i == 1 && v == INT64_MAX) || (i == 3 && v == INT64_MIN))
+                return -1;
+            v += i == 1 ? 1 : i == 3 ? -1 : 0;
         } else {
             const double x = json_real_value(b);
             double r = i < 2 ? (i == 0 ? ceil(x) : floor(x) + 1) : (i == 2 ? floor(x) : ceil(x) - 1);

@@ -1306,6 +1306,8 @@ TEST(refused_schemas_name_the_keyword)
         {"{\"type\":\"integer\",\"exclusiveMinimum\":2.5,\"exclusiveMaximum\":3}",
          "the bounds at $ admit no 64-bit integer"},
         {"{\"type\":\"integer\",\"minimum\":1e300}", "the bounds at $ admit no 64-bit integer"},
+        {"{\"type\":\"integer\",\"exclusiveMaximum\":-9223372036854775808}",
+         "the bounds at $ admit no 64-bit integer"},
         {"{\"enum\":[1,2],\"minimum\":3}", "\"enum\" at $ admits no value"},
         {"{\"type\":\"number\",\"multipleOf\":2}", "\"multipleOf\" at $ is not supported"},
         {"{\"type\":\"array\",\"prefixItems\":[{}]}", "\"prefixItems\" at $ is not supported"},
