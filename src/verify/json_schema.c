@@ -19,8 +19,8 @@ enum { T_NULL = 1, T_BOOL = 2, T_INT = 4, T_NUM = 8, T_STR = 16, T_ARR = 32, T_O
 #define T_ALL 127
 #define INF 255 /* the nesting of a value that cannot be */
 
-/* F_OPEN: an object of any keys and values (no properties listed and
- * additionalProperties true) */
+/* F_OPEN: an object of any keys, their values of node vals (no properties
+ * listed; additionalProperties true: any value, or a schema) */
 enum { F_LEAF = 1, F_ANY = 2, F_ENUM = 4, F_CLOSED = 8, F_ONEOF = 16, F_OPEN = 32 };
 
 typedef struct js_prop {
@@ -42,6 +42,7 @@ typedef struct js_node {
     uint8_t mind;               /* least nesting of a value (INF: none) */
     uint8_t mind_obj, mind_arr; /* of an object / array value, itself included */
     uint16_t items;
+    uint16_t vals;         /* F_OPEN: the values' schema */
     uint32_t prop0, nprop; /* object: properties, in order */
     uint32_t lit0, nlit;   /* enum: values, sorted by text */
     uint32_t mem0, nmem;   /* union: members */
@@ -123,8 +124,14 @@ static int byte_kind(unsigned char c)
     }
 }
 
-/* inside an object of leaf n, any key may come, its value any value */
+/* inside an object of leaf n, any key may come */
 static int keys_free(const js_node *n) { return (n->flags & (F_ANY | F_OPEN)) != 0; }
+
+/* the schema of such a key's value */
+static uint16_t free_vals(const sd_jschema *s, const js_node *n)
+{
+    return (n->flags & F_ANY) ? s->any : n->vals;
+}
 
 /* ---- compiling: the context ------------------------------------------- */
 
@@ -684,12 +691,21 @@ static int compile_object(cx *c, json_t *j, const char *path, uint16_t id)
         return refuse(c, "\"properties\" at %s must be an object", path);
     if (req && !json_is_array(req))
         return refuse(c, "\"required\" at %s must be an array of names", path);
-    if (add && !json_is_boolean(add))
-        return refuse(
-            c,
-            "\"additionalProperties\" at %s is not supported unless false (or true, read as false)",
-            path);
     size_t n = json_object_size(props);
+    if (add && !json_is_boolean(add) && !(json_is_object(add) && !n))
+        return refuse(c,
+                      "\"additionalProperties\" at %s is not supported unless false (or true, "
+                      "read as false), or a schema where no properties are listed",
+                      path);
+    /* no properties, additionalProperties true or a schema: any keys */
+    uint16_t vals = s->any;
+    if (json_is_object(add)) {
+        char p[512];
+        snprintf(p, sizeof p, "%s.additionalProperties", path);
+        int rv = compile(c, add, p, 0, &vals);
+        if (rv)
+            return rv;
+    }
     if (n > SD_JSCHEMA_MAX_PROPS)
         return refuse(c, "\"properties\" at %s has more than %d keys", path, SD_JSCHEMA_MAX_PROPS);
     js_prop *tp = calloc(n ? n : 1, sizeof *tp);
@@ -757,8 +773,8 @@ static int compile_object(cx *c, json_t *j, const char *path, uint16_t id)
         nd->nprop = (uint32_t)n;
         if (json_is_false(add))
             nd->flags |= F_CLOSED;
-        else if (json_is_true(add) && !n)
-            nd->flags |= F_OPEN;
+        else if ((json_is_true(add) || json_is_object(add)) && !n)
+            nd->flags |= F_OPEN, nd->vals = vals;
         if (n)
             memcpy(s->prop + s->nprop, tp, n * sizeof *tp);
         s->nprop += (uint32_t)n;
@@ -1230,7 +1246,7 @@ static int explore(an *a, uint32_t i)
     const uint16_t *m = a->sl + st.l0; /* (copied below: sl may move) */
     uint16_t mem[SD_JSCHEMA_MAX_ALT];
     memcpy(mem, m, st.n * sizeof *mem);
-    int any = 0, rc = 0;
+    int any = 0, rc = 0; /* (objects: a member takes keys it does not list) */
     for (uint32_t x = 0; x < st.n; x++)
         any |= st.kind == K_OBJ ? keys_free(&s->node[mem[x]]) : (s->node[mem[x]].flags & F_ANY) != 0;
     a->set[i].c0 = a->nedge;
@@ -1246,8 +1262,9 @@ static int explore(an *a, uint32_t i)
                 const js_prop *pp = &s->prop[n->prop0 + p];
                 int dup = 0;
                 a->nbuf = 0;
-                if (any)
-                    buf_add(a, s->any);
+                for (uint32_t y = 0; any && y < st.n; y++)
+                    if (keys_free(&s->node[mem[y]]))
+                        buf_add(a, free_vals(s, &s->node[mem[y]]));
                 for (uint32_t y = 0; y < st.n && !dup; y++) {
                     const js_node *o = &s->node[mem[y]];
                     for (uint32_t q = 0; q < o->nprop; q++) {
@@ -1268,7 +1285,9 @@ static int explore(an *a, uint32_t i)
         }
         if (any && !rc) { /* a key none lists */
             a->nbuf = 0;
-            buf_add(a, s->any);
+            for (uint32_t y = 0; y < st.n; y++)
+                if (keys_free(&s->node[mem[y]]))
+                    buf_add(a, free_vals(s, &s->node[mem[y]]));
             rc = add_sets(a);
         }
     }
@@ -2088,7 +2107,7 @@ static int value_begin(const sd_jschema *s, sd_jschema_state *st, unsigned char 
             const js_node *n = alt_node(s, a);
             uint16_t x;
             if ((n->flags & F_ANY) || (obj && keys_free(n)))
-                x = s->any;
+                x = free_vals(s, n);
             else if (obj)
                 x = s->prop[n->prop0 + a->a].node;
             else if (count_of(a) < n->max_items)

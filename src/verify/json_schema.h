@@ -27,9 +27,11 @@
  *    is absent or true (read as false: the generated text uses only the
  *    listed keys, which is valid either way). A key is matched as the
  *    exact text jansson writes for it (no other escapes of the same
- *    characters). A schema for additionalProperties is refused. An
- *    object with no properties listed and additionalProperties true is
- *    any object (keys and values free: pydantic's dict[str, Any]).
+ *    characters). An object with no properties listed and
+ *    additionalProperties true is any object (keys and values free:
+ *    pydantic's dict[str, Any]); with a schema there, any keys, each
+ *    value of that schema (dict[str, X]). A schema for
+ *    additionalProperties beside properties is refused.
  *  - items (one schema; absent: any value), minItems, maxItems.
  *  - minLength, maxLength, counted in code points: a UTF-8 lead byte, an
  *    escape, or a \u surrogate pair is one.

@@ -109,12 +109,14 @@ static int is_any(json_t *sch)
     return 1;
 }
 
-/* an object of any keys and values: no properties listed,
- * additionalProperties true */
-static int open_object(json_t *sch)
+/* an object of any keys (no properties listed, additionalProperties true
+ * or a schema): its values' schema (true: any value), else NULL */
+static json_t *open_object(json_t *sch)
 {
-    return json_is_true(json_object_get(sch, "additionalProperties")) &&
-           !json_object_size(json_object_get(sch, "properties"));
+    json_t *add = json_object_get(sch, "additionalProperties");
+    if (json_object_size(json_object_get(sch, "properties")) || !(json_is_true(add) || json_is_object(add)))
+        return NULL;
+    return add;
 }
 
 static int has_type(json_t *sch, const char *t)
@@ -304,6 +306,26 @@ static int array_valid(const ref *r, json_t *sch, json_t *v, const char *t, size
     return 1;
 }
 
+/* an open object's text: each value (its own text: a repeated key's too)
+ * against vals */
+static int open_valid(const ref *r, json_t *vals, const char *t, size_t n, int depth)
+{
+    size_t i = skip_ws(t, 1, n);
+    while (t[i] != '}') {
+        i = skip_ws(t, skip_ws(t, value_end(t, i, n), n) + 1, n); /* past the key and ':' */
+        size_t ve = value_end(t, i, n);
+        json_t *mv = json_loadb(t + i, ve - i, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+        int ok = mv && valid(r, vals, mv, t + i, ve - i, depth);
+        json_decref(mv);
+        if (!ok)
+            return 0;
+        i = skip_ws(t, ve, n);
+        if (t[i] == ',')
+            i = skip_ws(t, i + 1, n);
+    }
+    return 1;
+}
+
 /* v (whose text is t) against sch; depth: containers around it */
 static int valid(const ref *r, json_t *sch, json_t *v, const char *t, size_t n, int depth)
 {
@@ -348,7 +370,7 @@ static int valid(const ref *r, json_t *sch, json_t *v, const char *t, size_t n, 
     if (json_is_array(v))
         return array_valid(r, sch, v, t, n, depth);
     if (json_is_object(v) && open_object(sch))
-        return depth - 1 + nesting(v) <= r->max_depth;
+        return open_valid(r, open_object(sch), t, n, depth);
     if (json_is_object(v))
         return object_valid(r, sch, v, t, n, depth);
     return 1;
@@ -446,12 +468,15 @@ static json_t *gen_type(const ref *r, json_t *sch, const char *ty, uint64_t *rng
     if (!strcmp(ty, "object")) {
         if (depth >= 5)
             return NULL;
-        if (open_object(sch)) { /* (random_any's objects are one in seven) */
+        json_t *vals = open_object(sch);
+        if (vals) { /* (random_any's objects are one in seven) */
             json_t *o = json_object();
             for (int i = (int)(next_rand(rng) % 4); i > 0; i--) {
                 char k[8];
                 snprintf(k, sizeof k, "k%d", (int)(next_rand(rng) % 9));
-                json_object_set_new(o, k, random_any(rng, 2));
+                json_t *v = json_is_true(vals) ? random_any(rng, 2) : gen(r, vals, rng, depth + 1);
+                if (v)
+                    json_object_set_new(o, k, v);
             }
             return o;
         }
@@ -824,7 +849,16 @@ static const char *const SCHEMAS[] = {
     "true},\"u\":{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"k1\":{\"type\":\"integer\"}},"
     "\"required\":[\"k1\"]},{\"type\":[\"object\",\"string\"],\"additionalProperties\":true}]},"
     "\"l\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"additionalProperties\":true},"
-    "\"maxItems\":3}},\"required\":[\"d\"],\"additionalProperties\":false}",
+    "\"maxItems\":3},"
+    /* values of a schema (pydantic's dict[str, int], nested dicts), and
+     * one beside listed keys in an anyOf */
+    "\"m\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\",\"minimum\":0}},"
+    "\"n\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"object\",\"additionalProperties\":"
+    "{\"anyOf\":[{\"type\":\"string\",\"maxLength\":2},{\"type\":\"array\",\"items\":{\"type\":"
+    "\"boolean\"}}]}}},"
+    "\"w\":{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"k1\":{\"type\":\"string\"}},"
+    "\"additionalProperties\":false},{\"type\":\"object\",\"additionalProperties\":{\"type\":"
+    "\"integer\"}}]}},\"required\":[\"d\"],\"additionalProperties\":false}",
     /* integers' bounds: both sides, exclusive and real-valued ones, negative
      * ranges, one side only, a tight range far from 0, beside null, in an
      * anyOf that overlaps, and an enum's values filtered by them */
@@ -986,6 +1020,16 @@ static const hcase CASES[] = {
     {10, "{\"d\":{},\"u\":{\"k1\":1,\"z\":[1,2]},\"zz\":1}", 32}, /* the root stays closed */
     {10, "{\"d\":{},\"l\":[{\"a\":1},{},{\"b\":[]}]}", -1},
     {10, "{\"d\":{},\"l\":[{},{},{},{}]}", 21},
+    {10, "{\"d\":{},\"m\":{\"a\":1,\"b\\\"c\":20}}", -1},
+    {10, "{\"d\":{},\"m\":{\"a\":-1}}", 18},  /* minimum 0 (-0 would do) */
+    {10, "{\"d\":{},\"m\":{\"a\":\"x\"}}", 17},
+    {10, "{\"d\":{},\"n\":{\"x\":{\"y\":\"ab\",\"z\":[true]},\"q\":{}}}", -1},
+    {10, "{\"d\":{},\"n\":{\"x\":{\"y\":\"abc\"}}}", 25},
+    {10, "{\"d\":{},\"n\":{\"x\":5}}", 17},
+    {10, "{\"d\":{},\"w\":{\"k1\":\"s\"}}", -1},
+    {10, "{\"d\":{},\"w\":{\"k1\":7,\"k2\":8}}", -1},
+    {10, "{\"d\":{},\"w\":{\"k1\":true}}", 18},
+    {10, "{\"d\":{},\"w\":{\"k1\":\"s\",\"k2\":8}}", 21}, /* (the string's branch lists k1 only) */
     {11, "{\"pct\":0}", -1},
     {11, "{\"pct\":100}", -1},
     {11, "{\"pct\":101}", 9},   /* no 3-digit completion of 10 past 100 */
@@ -1318,8 +1362,11 @@ TEST(refused_schemas_name_the_keyword)
         {"{\"type\":\"object\",\"propertyNames\":{}}", "\"propertyNames\" at $ is not supported"},
         {"{\"type\":\"object\",\"dependentRequired\":{}}",
          "\"dependentRequired\" at $ is not supported"},
-        {"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}}",
-         "\"additionalProperties\" at $"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"additionalProperties\":{\"type\":\"string\"}}",
+         "\"additionalProperties\" at $ is not supported unless false (or true, read as false), or "
+         "a schema where no properties are listed"},
+        {"{\"type\":\"object\",\"additionalProperties\":{\"pattern\":\"x\"}}",
+         "\"pattern\" at $.additionalProperties is not supported"},
         {"{\"type\":\"object\",\"nullable\":true}", "\"nullable\" at $ is not supported"},
         {"{\"allOf\":[{},{}]}", "\"allOf\" at $ is not supported"},
         {"{\"type\":\"object\",\"anyOf\":[{}]}", "\"anyOf\" at $ with \"type\" beside it"},
