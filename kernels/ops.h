@@ -30,9 +30,12 @@ typedef struct sd_weight {
     sd_dtype dtype;
     int64_t rows, cols;
     /* F8_E4M3 only (block-scaled fp8, weight_fp8): element (r, c) is
-     * BF16(E4M3(data[r][c]) x scale[(r / block[0]) * scale_cols + c / block[1]]),
-     * the product in F32 rounded to nearest even: the bits of the checkpoint
-     * dequantized to BF16, read from half the bytes. scale: backend memory. */
+     * E4M3(data[r][c]) x scale[(r / block[0]) * scale_cols + c / block[1]],
+     * the product in F32 (the CPU's definition). CUDA: the GEMV (1-8 rows)
+     * and the fused experts sum each 8 elements' exact E4M3 x activation
+     * products, then scale the sum once; more rows and the tensor-core
+     * experts read the weight dequantized to BF16 (the product rounded to
+     * nearest even), what the GEMMs take. scale: backend memory. */
     const float *scale;
     int32_t block[2];
     int64_t scale_cols;

@@ -191,7 +191,7 @@ float *sd__cpu_scratch(sd_backend *be, int thread, size_t len)
 }
 
 /* An FP8 weight's code tables (cpu_weight_fp8): for each block of scales,
- * 256 floats, code c's value as the BF16 dequantization's (ops.h); row r's
+ * 256 floats, code c's value times the scale (ops.h); row r's
  * tables, one a block of columns, start at fp8_luts(w, r). */
 static inline const float *fp8_luts(const sd_weight *w, int64_t r)
 {
@@ -258,7 +258,7 @@ static inline float dot_bf16(const uint16_t *w, const float *x, size_t n)
     return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-/* dot_bf16's sums over the BF16 dequantization of an FP8 row (its bits),
+/* dot_bf16's sums over an FP8 row's values (ops.h),
  * each code's value from its block's table t (256 floats a block of bn) */
 static inline float dot_fp8(const uint8_t *q, const float *t, size_t bn, const float *x, size_t n)
 {
@@ -390,7 +390,7 @@ static int cpu_weight_fp8(sd_backend *be, sd_weight *out, const uint8_t *q, cons
         return -1;
     for (int64_t b = 0; b < sr * sc; b++)
         for (int i = 0; i < 256; i++)
-            t[b * 256 + i] = sd_bf16_to_f32(sd_f32_to_bf16(code[i] * scale[b]));
+            t[b * 256 + i] = code[i] * scale[b];
     pthread_mutex_lock(&c->luts_mu);
     if (c->n_luts == c->cap_luts) {
         int cap = c->cap_luts ? 2 * c->cap_luts : 64;

@@ -195,12 +195,12 @@ __device__ __forceinline__ void sd__warp_load(sd__w8raw<DT> (&raw)[U][VR], const
     }
 }
 
-/* The FP8 dot (an experiment: a build with -DSD_F8_DOT=N): 0, the
- * default, each weight BF16(E4M3 x scale), the BF16 dequantization's bits;
- * 1 E4M3 x scale unrounded; 2 the 8 products of the exact E4M3 values
- * summed, then times the scale (one multiply a lane's 8 weights) */
+/* The FP8 dot (ops.h): 2, the default, the 8 products of the exact E4M3
+ * values summed, then times the scale (one multiply a lane's 8 weights);
+ * a build with -DSD_F8_DOT=N for an A/B: 0 each weight BF16(E4M3 x scale)
+ * (the dequantized scratch's bits), 1 E4M3 x scale unrounded */
 #ifndef SD_F8_DOT
-#define SD_F8_DOT 0
+#define SD_F8_DOT 2
 #endif
 template <int DT, int VR, int NR, int U>
 __device__ __forceinline__ void sd__warp_use(const sd__w8raw<DT> (&raw)[U][VR],

@@ -1217,11 +1217,11 @@ static int f8_gemv_takes(const sd__cuda *c, const mm_args *a)
 /* ---- block-scaled FP8 weights ------------------------------------------
  *
  * Up to the GEMV's rows (decode, verification) the block GEMV reads the FP8
- * bytes themselves (gemv.cuh: each weight BF16(E4M3 x scale), the BF16
- * dequantization's bits, in the BF16 GEMV's order of sums: the same
- * results at half the bytes). Other calls (prefill) dequantize the weight
- * into the context's scratch (sized at load to the largest FP8 weight) and
- * run the BF16 paths on it: the same numbers as a BF16 weight, plus a pass
+ * bytes themselves (gemv.cuh: each lane's 8 exact E4M3 x activation
+ * products summed, then times the block's scale: ops.h). Other calls
+ * (prefill) dequantize the weight into the context's scratch (sized at
+ * load to the largest FP8 weight; each element BF16(E4M3 x scale)) and run
+ * the BF16 paths on it: the same numbers as a BF16 weight, plus a pass
  * over the weight. */
 
 /* a's weight fields for FP8 weight w */

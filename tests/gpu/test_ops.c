@@ -684,9 +684,16 @@ static void f8w_free(gpu_env *e, f8w *w)
     memset(w, 0, sizeof *w);
 }
 
-/* one call of matmul (silu: matmul_silu) with FP8 weight w against the same
- * call with its BF16 dequantization on the GPU (bitwise) and with the CPU's
- * FP8 weight (the matmul bounds above) */
+/* the CPU's FP8 weights are E4M3 x scale in F32, the GPU's dequantized
+ * scratch rounds them to BF16 (ops.h): a weight differs by 2^-9 of itself
+ * at most, a matmul's outputs by ~1e-3 of the largest */
+#define F8_SCRATCH_BOUND 1e-2
+
+/* one call of matmul (silu: matmul_silu) with FP8 weight w: up to the
+ * FP8 GEMV's rows (the factored dot: ops.h) against the CPU's FP8 weight
+ * (the GEMV's bound above); more rows (the dequantized scratch) against the
+ * same call with its BF16 dequantization on the GPU (bitwise) and the CPU
+ * (F8_SCRATCH_BOUND) */
 static int f8_case(gpu_env *e, f8w *w, int silu, int n, int bias)
 {
     const int N = (int)w->g.rows, K = (int)w->g.cols, O = silu ? N / 2 : N;
@@ -711,10 +718,12 @@ static int f8_case(gpu_env *e, f8w *w, int silu, int n, int bias)
     snprintf(name, sizeof name, "fp8 %s n=%d N=%d K=%d blocks %dx%d%s",
              silu ? "matmul_silu" : "matmul", n, N, K, w->g.block[0], w->g.block[1],
              bias ? " +bias" : "");
-    int ok = check_dev(e, d8, co, (size_t)n * O, n > SD_CUDA_GEMV_MAX_ROWS ? 1e-4 : 1e-5, name);
+    const int gemv = n <= SD_CUDA_GEMV_EXACT_ROWS;
+    int ok = check_dev(e, d8, co, (size_t)n * O, gemv ? 1e-5 : F8_SCRATCH_BOUND, name);
     float *a = gget(e, d8, (size_t)n * O), *b = gget(e, d16, (size_t)n * O);
-    ok &= reportf(a && b ? bit_mismatches(a, b, (size_t)n * O) : INFINITY, 0,
-                  "%s vs its bf16 dequantization on the GPU (differing elements)", name);
+    if (!gemv)
+        ok &= reportf(a && b ? bit_mismatches(a, b, (size_t)n * O) : INFINITY, 0,
+                      "%s vs its bf16 dequantization on the GPU (differing elements)", name);
     free(a);
     free(b);
     GFREE_ALL(e, dx, d8, d16);
@@ -728,12 +737,12 @@ static int f8_case(gpu_env *e, f8w *w, int silu, int n, int bias)
     return ok;
 }
 
-/* FP8 weights give the bits of their BF16 dequantization on every path:
- * the FP8 GEMV (1-8 rows), the BF16 paths on the dequantized scratch (9+
- * rows: tensor-core GEMV, cuBLASLt), and the fused SiLU; partial blocks of
- * rows and columns, odd block shapes; weight_fp8 refuses column blocks that
- * are not a power of two >= 8 */
-TEST(fp8_weights_give_the_bits_of_their_bf16_dequantization)
+/* FP8 weights: the FP8 GEMV (1-8 rows: the factored dot) near the CPU's,
+ * the BF16 paths on the dequantized scratch (9+ rows: tensor-core GEMV,
+ * cuBLASLt) the bits of their BF16 dequantization, and the fused SiLU;
+ * partial blocks of rows and columns, odd block shapes; weight_fp8 refuses
+ * column blocks that are not a power of two >= 8 */
+TEST(fp8_weights_match_the_cpu_and_their_bf16_scratch)
 {
     gpu_env e;
     GPU_OPEN(e);
@@ -771,9 +780,10 @@ TEST(fp8_weights_give_the_bits_of_their_bf16_dequantization)
 }
 
 /* moe_ffn with E FP8 experts (gate, up: I x D; down: D x I) against the
- * same call with their BF16 dequantizations on the GPU (bitwise) and the
- * CPU's FP8 experts; tc: the tensor cores on for both (else the fused
- * kernels: m <= SD_CUDA_MOE_TC_FUSED_MAX_PAIRS) */
+ * CPU's FP8 experts; tc: the tensor cores on for both, which read the
+ * experts dequantized to BF16: also bitwise the same call with their BF16
+ * dequantizations on the GPU (else the fused kernels, the factored dot:
+ * m <= SD_CUDA_MOE_TC_FUSED_MAX_PAIRS) */
 static int f8_moe_case(gpu_env *e, int n, int E, int K, int D, int I, int tc)
 {
     f8w *w = (f8w *)calloc((size_t)E * 3, sizeof(f8w));
@@ -823,8 +833,9 @@ static int f8_moe_case(gpu_env *e, int n, int E, int K, int D, int I, int tc)
              tc ? "tensor cores" : "fused");
     ok &= check_dev(e, d8, co, (size_t)n * D, tc ? 1e-2 : 1e-5, name);
     float *a = gget(e, d8, (size_t)n * D), *b = gget(e, d16, (size_t)n * D);
-    ok &= reportf(a && b ? bit_mismatches(a, b, (size_t)n * D) : INFINITY, 0,
-                  "%s vs its bf16 dequantization on the GPU (differing elements)", name);
+    if (tc)
+        ok &= reportf(a && b ? bit_mismatches(a, b, (size_t)n * D) : INFINITY, 0,
+                      "%s vs its bf16 dequantization on the GPU (differing elements)", name);
     free(a);
     free(b);
     GFREE_ALL(e, did, dw, dx, dtmp, d8, d16);
@@ -840,9 +851,9 @@ static int f8_moe_case(gpu_env *e, int n, int E, int K, int D, int I, int tc)
     return ok;
 }
 
-/* FP8 experts: the fused kernels (decode, verification) and the tensor-core
- * GEMMs (prefill) give the bits of their BF16 dequantizations */
-TEST(fp8_experts_give_the_bits_of_their_bf16_dequantization)
+/* FP8 experts: the fused kernels (decode, verification) near the CPU's, the
+ * tensor-core GEMMs (prefill) the bits of their BF16 dequantizations */
+TEST(fp8_experts_match_the_cpu_and_their_bf16_scratch)
 {
     gpu_env e;
     GPU_OPEN(e);
@@ -3579,8 +3590,8 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(rope_matches_the_cpu_for_every_variant_up_to_8k_positions),
           T(matmul_gemv_rows_match_the_cpu_in_fp32), T(matmul_gemv_rows_do_not_depend_on_the_batch),
           T(matmul_few_row_gemv_gives_the_gemvs_bits),
-          T(matmul_many_rows_match_the_cpu), T(fp8_weights_give_the_bits_of_their_bf16_dequantization),
-          T(fp8_experts_give_the_bits_of_their_bf16_dequantization),
+          T(matmul_many_rows_match_the_cpu), T(fp8_weights_match_the_cpu_and_their_bf16_scratch),
+          T(fp8_experts_match_the_cpu_and_their_bf16_scratch),
           T(matmul_row_counts_of_one_bucket_share_its_timed_trial),
           T(matmul_a_timed_choice_outlives_its_plan),
           T(matmul_silu_matches_the_cpu_and_the_gpus_matmul_then_silu_mul_bitwise),

@@ -78,13 +78,14 @@ TEST(each_activation_row_gets_the_bits_it_gets_alone)
     sd_cpu_backend_destroy(be);
 }
 
-/* FP8 rows (the per-block code tables) give the bits of their BF16
- * dequantization by dtype.h's definition: every E4M3 code (NaN's too) in
- * every lane, scales from 2^-140 (subnormal products) to 2^120 (products
- * past the BF16 range) and 1 + 3/256 (products on BF16 ties), blocks of 8,
+/* FP8 rows (the per-block code tables) give the bits of their values, the
+ * E4M3 code by dtype.h's definition times the scale in F32 (ops.h), as F32
+ * weights: every E4M3 code (NaN's too) in every lane, scales from 2^-140
+ * (subnormal products) to 2^120 (products past the F32 range) and
+ * 1 + 3/256 (products that would be BF16 ties), blocks of 8,
  * 16, 24 and 12 columns, one row and several (a row decoded once, read four
  * activation rows a pass). */
-TEST(fp8_rows_give_the_bits_of_their_bf16_dequantization)
+TEST(fp8_rows_give_the_bits_of_their_f32_values)
 {
     sd_backend *be;
     ASSERT_OK(sd_cpu_backend_create(&be, 2));
@@ -94,12 +95,12 @@ TEST(fp8_rows_give_the_bits_of_their_bf16_dequantization)
     for (size_t bi = 0; bi < SD_ARRAY_LEN(bns); bi++) {
         const int bn = bns[bi], sr = (N + bm - 1) / bm, sc = (K + bn - 1) / bn;
         uint8_t *q = malloc((size_t)N * K);
-        uint16_t *deq = malloc((size_t)N * K * 2);
+        float *deq = malloc((size_t)N * K * sizeof(float));
         float *scale = malloc((size_t)sr * sc * sizeof(float));
         const int off = (int)(sd_test_randf(&rng, 0, 255.99f));
         for (int i = 0; i < N * K; i++)
             q[i] = (uint8_t)((i * 37 + off) % 256);
-        /* 1 + 3 / 256: products of short codes that land on BF16 ties */
+        /* 1 + 3 / 256: products of short codes that would land on BF16 ties */
         for (int i = 0; i < sr * sc; i++)
             scale[i] = i % 7 == 2 ? 1.0f + 3.0f / 256
                                   : ldexpf(sd_test_randf(&rng, 1.0f, 2.0f),
@@ -108,11 +109,10 @@ TEST(fp8_rows_give_the_bits_of_their_bf16_dequantization)
                                                         : (int)sd_test_randf(&rng, -20, 5));
         for (int r = 0; r < N; r++)
             for (int k = 0; k < K; k++)
-                deq[r * K + k] = sd_f32_to_bf16(sd_fp8_e4m3_to_f32(q[r * K + k]) *
-                                                scale[(r / bm) * sc + k / bn]);
+                deq[r * K + k] = sd_fp8_e4m3_to_f32(q[r * K + k]) * scale[(r / bm) * sc + k / bn];
         sd_weight w8, w16;
         ASSERT_OK(be->ops->weight_fp8(be, &w8, q, scale, N, K, bm, bn));
-        ASSERT_OK(be->ops->weight(be, &w16, deq, SD_DT_BF16, N, K));
+        ASSERT_OK(be->ops->weight(be, &w16, deq, SD_DT_F32, N, K));
         for (int n = 1; n <= 5; n += 2) {
             float *x = malloc((size_t)n * K * sizeof(float));
             for (int i = 0; i < n * K; i++)
@@ -173,5 +173,5 @@ TEST(each_row_of_matmul_heads_gets_the_bits_it_gets_alone)
 }
 
 TEST_MAIN(T(each_activation_row_gets_the_bits_it_gets_alone),
-          T(fp8_rows_give_the_bits_of_their_bf16_dequantization),
+          T(fp8_rows_give_the_bits_of_their_f32_values),
           T(each_row_of_matmul_heads_gets_the_bits_it_gets_alone))

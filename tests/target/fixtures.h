@@ -151,6 +151,17 @@ static inline int same(const char *name, const char *what, const float *a, const
     return ok;
 }
 
+/* a within bound of b: the largest |a - b| over the largest |b| */
+static inline int near(const char *name, const char *what, const float *a, const float *b, size_t n,
+                       double bound)
+{
+    const double m = max_abs(b, n), rel = m > 0 ? max_diff(a, b, n) / m : max_diff(a, b, n);
+    const int ok = rel <= bound;
+    fprintf(stderr, "  %-28s %-11s %s (max|d| / max|b| %.3g, bound %.3g)\n", name, what,
+            ok ? "near" : "FAR", rel, bound);
+    return ok;
+}
+
 /* Removes a checkpoint folder a test wrote (model.safetensors and config.json). */
 static inline void rm_ckpt(const char *dir)
 {

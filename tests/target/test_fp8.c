@@ -4,9 +4,12 @@
  * are quantized here (blocks that do not divide its 96-, 80- and 64-wide
  * matrices included, the MTP layer's too) and written twice: as FP8, and as
  * the BF16 checkpoint of their values dequantized by the E4M3 definition
- * (not specd's decoder). specd must give both the same bits: logits, hidden
- * states, one token at a time, and MTP. The FP8 model stays near the
- * original (a sanity bound: quantization moved it, not broke it). */
+ * (not specd's decoder). Dequantized at load (--fp8-weights bf16), specd
+ * gives both the same bits: logits, hidden states, one token at a time,
+ * and MTP. Kept as FP8, each weight is E4M3 x scale in F32 (ops.h), not
+ * rounded to BF16: near them (KEPT_BOUND), and the same greedy tokens on
+ * 1 and 2 ranks. The FP8 model stays near the original (a sanity bound:
+ * quantization moved it, not broke it). */
 #include <jansson.h>
 #include <math.h>
 #include <string.h>
@@ -20,6 +23,13 @@
 #include "fp8_ckpt.h"
 #include "test.h"
 
+/* kept FP8 weights against their BF16 dequantization: each weight differs
+ * by its BF16 rounding (relative 2^-9 at most): the model's outputs by
+ * ~1e-3 of their largest, the MTP layer's (which reads the model's hidden
+ * states) by ~3e-2 */
+#define KEPT_BOUND 1e-2
+#define KEPT_MTP_BOUND 1e-1
+
 /* Greedy tokens of ENGINE_GREEDY_REQS requests through an engine of dir
  * (MTP drafts, tp ranks, --fp8-weights w) into res. */
 static int engine_tokens(const char *dir, const char *w, const char *tp, engine_out *res)
@@ -28,7 +38,7 @@ static int engine_tokens(const char *dir, const char *w, const char *tp, engine_
     return engine_greedy(opts, res, 24);
 }
 
-TEST(fp8_checkpoint_gives_the_bits_of_its_bf16_dequantization)
+TEST(fp8_checkpoint_gives_its_bf16_dequantization)
 {
     char *src_dir, *cfg_text;
     if (bundled(&src_dir, &cfg_text))
@@ -86,9 +96,12 @@ TEST(fp8_checkpoint_gives_the_bits_of_its_bf16_dequantization)
     /* through the engine (--fp8-weights, MTP drafts, 1 and 2 ranks): the
      * tokens of the BF16 checkpoint */
     engine_out ref[ENGINE_GREEDY_REQS], got[ENGINE_GREEDY_REQS];
-    ASSERT_OK(engine_tokens(d16, "bf16", "1", ref));
     static const char *const modes[][2] = {{"bf16", "1"}, {"fp8", "1"}, {"fp8", "2"}};
     for (size_t mi = 0; mi < SD_ARRAY_LEN(modes); mi++) {
+        /* kept: the tokens of 1 rank (a near tie may go either way against
+         * the BF16 checkpoint's) */
+        if (mi != 2)
+            ASSERT_OK(engine_tokens(mi == 0 ? d16 : d8, modes[mi][0], "1", ref));
         ASSERT_OK(engine_tokens(d8, modes[mi][0], modes[mi][1], got));
         for (int i = 0; i < ENGINE_GREEDY_REQS; i++) {
             ASSERT_MSG(got[i].n == 24 && got[i].n == ref[i].n &&
@@ -104,14 +117,14 @@ TEST(fp8_checkpoint_gives_the_bits_of_its_bf16_dequantization)
     ASSERT(a.has_mtp && b.has_mtp);
     ok &= same("fp8 / its bf16", "mtp logits", a.mtp, b.mtp, nv - V);
     ok &= same("fp8 / its bf16", "mtp hidden", a.mtp_hidden, b.mtp_hidden, nd - D);
-    /* the weights kept as FP8 (the backend's weight_fp8): the same bits */
+    /* the weights kept as FP8 (the backend's weight_fp8): near */
     ASSERT(be->ops->weight_fp8);
-    ok &= same("fp8 kept / bf16", "logits", k.logits, b.logits, nv);
-    ok &= same("fp8 kept / bf16", "hidden", k.hidden, b.hidden, nd);
-    ok &= same("fp8 kept / bf16", "decode", k.step, b.step, nv);
+    ok &= near("fp8 kept / bf16", "logits", k.logits, b.logits, nv, KEPT_BOUND);
+    ok &= near("fp8 kept / bf16", "hidden", k.hidden, b.hidden, nd, KEPT_BOUND);
+    ok &= near("fp8 kept / bf16", "decode", k.step, b.step, nv, KEPT_BOUND);
     ASSERT(k.has_mtp);
-    ok &= same("fp8 kept / bf16", "mtp logits", k.mtp, b.mtp, nv - V);
-    ok &= same("fp8 kept / bf16", "mtp hidden", k.mtp_hidden, b.mtp_hidden, nd - D);
+    ok &= near("fp8 kept / bf16", "mtp logits", k.mtp, b.mtp, nv - V, KEPT_MTP_BOUND);
+    ok &= near("fp8 kept / bf16", "mtp hidden", k.mtp_hidden, b.mtp_hidden, nd - D, KEPT_MTP_BOUND);
     /* near the original: the logits move by a small part of their range */
     double dmax = max_diff(a.logits, o.logits, nv), range = max_abs(o.logits, nv);
     int agree = 0;
@@ -177,5 +190,5 @@ TEST(fp8_weights_without_their_config_are_refused_naming_the_tensor)
     free(cfg_text);
 }
 
-TEST_MAIN(T(fp8_checkpoint_gives_the_bits_of_its_bf16_dequantization),
+TEST_MAIN(T(fp8_checkpoint_gives_its_bf16_dequantization),
           T(fp8_weights_without_their_config_are_refused_naming_the_tensor))
