@@ -773,12 +773,13 @@ TEST(prompt_logprobs_on_the_gpu_change_no_token)
 }
 
 /* The bundled model's projections quantized to block-scaled FP8 and kept as
- * FP8 on the GPU (--fp8-weights fp8): prefill (the dequantized scratch and
- * the BF16 paths; MTP's too) the bits of the BF16 checkpoint of their
- * dequantization on the GPU, and near the CPU's FP8 model (its weights
- * not rounded to BF16: the weights' bound); one token at a time (the FP8
- * GEMV's factored dot, ops.h) the CPU's FP8 model within the model bound. */
-TEST(fp8_weights_on_the_gpu_match_their_bf16_scratch_and_the_cpu)
+ * FP8 on the GPU (--fp8-weights fp8) against the CPU's FP8 model: one token
+ * at a time (the FP8 GEMV's factored dot, ops.h) within the model bound;
+ * prefill within the weights' BF16 rounding (1e-2: its projections read
+ * the dequantized BF16 scratch, its experts with few tokens the fused
+ * kernels' factored dot, so it is the bits of neither the BF16 checkpoint
+ * nor the CPU's). */
+TEST(fp8_weights_on_the_gpu_match_the_cpu)
 {
     gpu_env e;
     GPU_OPEN(e);
@@ -809,18 +810,9 @@ TEST(fp8_weights_on_the_gpu_match_their_bf16_scratch_and_the_cpu)
     ASSERT_OK(sd_model_load(&m, d8, e.gpu, &mo, &err));
     const int kept = sd_model_fp8_kept(m);
     sd_model_free(m);
-    const size_t nv = (size_t)n * a.V, nd = (size_t)n * a.D;
-    const struct { const char *what; const float *x, *y; size_t n; } cmp[] = {
-        {"prefill logits", a.prefill, b.prefill, nv},
-        {"hidden", a.hidden, b.hidden, nd},
-        {"mtp logits", a.mtp, b.mtp, nv - a.V},
-    };
+    const size_t nv = (size_t)n * a.V;
     int ok = reportf(kept > 0 ? 0 : 1, 0, "weights kept as fp8 on the gpu: %d", kept);
     ok &= reportf(a.has_mtp && b.has_mtp ? 0 : 1, 0, "both have the MTP layer");
-    for (size_t i = 0; i < SD_ARRAY_LEN(cmp) && a.has_mtp && b.has_mtp; i++)
-        ok &= reportf(bit_mismatches(cmp[i].x, cmp[i].y, cmp[i].n), 0,
-                      "fp8 kept on the gpu vs its bf16 checkpoint: %s (differing elements)",
-                      cmp[i].what);
     ok &= report("fp8 kept: gpu prefill logits vs cpu", rel_err(a.prefill, c.prefill, nv), 1e-2);
     ok &= report("fp8 kept: gpu decode logits vs cpu", rel_err(a.decode, c.decode, nv), MODEL_BOUND);
     run_out_free(&a);
@@ -845,7 +837,7 @@ TEST(fp8_weights_on_the_gpu_match_their_bf16_scratch_and_the_cpu)
 }
 
 TEST_MAIN(T(gpu_logits_match_the_cpu_on_every_golden_fixture),
-          T(fp8_weights_on_the_gpu_match_their_bf16_scratch_and_the_cpu),
+          T(fp8_weights_on_the_gpu_match_the_cpu),
           T(a_captured_model_forward_replays_the_eager_logits),
           T(greedy_generation_on_the_gpu_equals_the_cpu_on_the_bundled_model),
           T(greedy_speculation_on_the_gpu_equals_plain_decode_on_the_bundled_model),
