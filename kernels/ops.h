@@ -414,8 +414,8 @@ typedef struct sd_ops {
      * weight_fp8: a weight of rows x cols E4M3 bytes q (host) and F32 scales
      * (host) [ceil(rows / bm), ceil(cols / bn)], one a bm x bn block; every
      * op that takes an sd_weight then reads it as sd_weight's comment says
-     * (the same numbers as the BF16 dequantization). The CPU may keep the
-     * pointers. */
+     * (E4M3 x scale; BF16-rounded where a path says so). The CPU may keep
+     * the pointers. */
     int (*weight_fp8)(sd_backend *be, sd_weight *out, const uint8_t *q, const float *scale,
                       int64_t rows, int64_t cols, int bm, int bn);
 } sd_ops;

@@ -446,8 +446,7 @@ static int load_moe(sd_model *m, const char *pre, layer *L, sd_err *err)
     part pr = part_rows(i0, il), pc = part_cols(i0, il);
     /* A bank holds one dtype (the CUDA MoE kernels take one): where a shared
      * slot's rows would start inside a block of FP8 scales (placed BF16),
-     * the routed experts load BF16 too (the same numbers: FP8 gives its BF16
-     * dequantization's bits) */
+     * the routed experts load BF16 too (FP8's numbers rounded to BF16) */
     const int keep = m->fp8_keep, bm = m->cfg.fp8_block[0];
     if (keep && S > 1 && I % bm)
         m->fp8_keep = 0;
