@@ -1964,8 +1964,10 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
              * SD_SPEC_OFF_AFTER steps, and a tracking request stops launch
              * ahead ("tracking": 742-771 of ~4600 MTP steps at c = 64 on
              * the H100, NOTES.md, session 42) */
-            if (!(e->adapt.ahead && e->adapt.exploring))
-                e->zero_k_steps = k == 0 && !e->adapt.exploring ? e->zero_k_steps + 1 : 0;
+            if (!e->adapt.exploring)
+                e->zero_k_steps = k == 0 ? e->zero_k_steps + 1 : 0;
+            else if (!e->adapt.ahead)
+                e->zero_k_steps = 0;
             /* n-gram lookup keeps no state to catch up on: its k = 0 costs
              * nothing. Where plain steps are queued ahead and priced (a
              * GPU's engine) arrivals are admitted off while the verdict is

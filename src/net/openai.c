@@ -502,6 +502,9 @@ static int parse_kwargs(json_t *root, sd_oai_request *r, sd_api_error *e)
     return 0;
 }
 
+/* a number's range */
+static const char *const RANGE_KW[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+
 /* an integer's schema (its type "integer", or integer beside others but
  * number) whose bounds are numbers: json_schema holds them */
 static int int_bounded(json_t *sch)
@@ -514,9 +517,8 @@ static int int_bounded(json_t *sch)
             return 0;
         has_int |= t && !strcmp(t, "integer");
     }
-    static const char *const kw[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
-    for (size_t i = 0; i < sizeof kw / sizeof kw[0]; i++) {
-        json_t *b = json_object_get(sch, kw[i]);
+    for (size_t i = 0; i < sizeof RANGE_KW / sizeof RANGE_KW[0]; i++) {
+        json_t *b = json_object_get(sch, RANGE_KW[i]);
         if (b && !json_is_number(b))
             return 0;
     }
@@ -530,14 +532,15 @@ static int int_bounded(json_t *sch)
  * response_format's are refused) */
 static void strip_bounds(json_t *sch)
 {
-    static const char *const bounds[] = {"minimum", "maximum", "exclusiveMinimum",
-                                         "exclusiveMaximum", "multipleOf", "pattern",
-                                         "minProperties", "maxProperties", "uniqueItems",
-                                         "contentEncoding", "contentMediaType"};
+    static const char *const bounds[] = {"multipleOf",    "pattern",     "minProperties",
+                                         "maxProperties", "uniqueItems", "contentEncoding",
+                                         "contentMediaType"};
     if (!json_is_object(sch))
         return;
-    const size_t from = int_bounded(sch) ? 4 : 0; /* (the first four: a number's range) */
-    for (size_t i = from; i < sizeof bounds / sizeof bounds[0]; i++)
+    const int keep_range = int_bounded(sch);
+    for (size_t i = 0; !keep_range && i < sizeof RANGE_KW / sizeof RANGE_KW[0]; i++)
+        json_object_del(sch, RANGE_KW[i]);
+    for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++)
         json_object_del(sch, bounds[i]);
     static const char *const maps[] = {"properties", "$defs", "definitions"};
     for (size_t i = 0; i < sizeof maps / sizeof maps[0]; i++) {

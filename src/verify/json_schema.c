@@ -1238,6 +1238,16 @@ static int add_sets(an *a)
     return 0;
 }
 
+/* adds the value schemas of the keys the objects mem[0 .. n) do not list
+ * (theirs where they take any key) to buf */
+static void buf_add_free(an *a, const uint16_t *mem, uint32_t n)
+{
+    const sd_jschema *s = a->c->s;
+    for (uint32_t y = 0; y < n; y++)
+        if (keys_free(&s->node[mem[y]]))
+            buf_add(a, free_vals(s, &s->node[mem[y]]));
+}
+
 /* set i's children: per key (objects) or the items (arrays) */
 static int explore(an *a, uint32_t i)
 {
@@ -1262,9 +1272,8 @@ static int explore(an *a, uint32_t i)
                 const js_prop *pp = &s->prop[n->prop0 + p];
                 int dup = 0;
                 a->nbuf = 0;
-                for (uint32_t y = 0; any && y < st.n; y++)
-                    if (keys_free(&s->node[mem[y]]))
-                        buf_add(a, free_vals(s, &s->node[mem[y]]));
+                if (any)
+                    buf_add_free(a, mem, st.n);
                 for (uint32_t y = 0; y < st.n && !dup; y++) {
                     const js_node *o = &s->node[mem[y]];
                     for (uint32_t q = 0; q < o->nprop; q++) {
@@ -1285,9 +1294,7 @@ static int explore(an *a, uint32_t i)
         }
         if (any && !rc) { /* a key none lists */
             a->nbuf = 0;
-            for (uint32_t y = 0; y < st.n; y++)
-                if (keys_free(&s->node[mem[y]]))
-                    buf_add(a, free_vals(s, &s->node[mem[y]]));
+            buf_add_free(a, mem, st.n);
             rc = add_sets(a);
         }
     }
