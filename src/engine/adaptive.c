@@ -852,14 +852,19 @@ int sd_adaptive_wants_times(const sd_adaptive *a, int batch, int drafting, int k
            !has_trusted(&a->target[id].draft, k);
 }
 
-int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins, int off_verdict,
-                          int idle)
+int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins, int drafting,
+                          int off_verdict, int idle)
 {
     if (joins < 1)
         joins = 1;
-    const int off_now = off_verdict && sd_adaptive_informed(a, joins);
+    drafting = drafting < 1 ? 1 : drafting > joins ? joins : drafting;
+    /* the pick that follows its first step: `drafting` of `joins` (every
+     * request drafting at that batch is the step no one runs while the
+     * verdict is plain: its price ages out, and each arrival tracked the
+     * proposer for a step until the pick turned it off) */
+    const int off_now = off_verdict && informed(a, joins, drafting);
     /* best_k says plain at this batch (asked once, and only where it decides) */
-    const int plain = (off_now || idle) && sd_adaptive_best_k(a, acc, joins) == 0;
+    const int plain = (off_now || idle) && best_k(a, acc, joins, drafting, 0, 0) == 0;
     /* a stale draft price: measured again once in a while, or where the
      * contexts moved since (or are not known) */
     const double kpr = a->keys > 0 ? a->keys / joins : 0;

@@ -271,10 +271,17 @@ int sd_adaptive_draft_stale(const sd_adaptive *a, int batch);
  * and one plain step before they choose */
 void sd_adaptive_refresh(sd_adaptive *a);
 /* The admission of an arrival that joins a batch of `joins` requests: 1
- * when it starts with speculation off. off_verdict: the controller's last
+ * when it starts with speculation off. drafting: the requests that would
+ * draft with it (the running ones still tracking the proposer, it and the
+ * arrivals waiting behind it); off_verdict: the controller's last
  * picks turned speculation off (the engine's count of zeros); idle: no
  * request runs (a burst after idle). Off where the verdict stands on
- * measured prices at this batch and best_k still says 0 there. Not where
+ * measured prices of `drafting` drafting at this batch and best_k still
+ * says 0 there: what the pick after its first step would say (asked of
+ * every request drafting, a price no step measures while the verdict is
+ * plain, each Poisson arrival tracked the proposer for a step, its prompt
+ * through the proposer and no step queued ahead: 995 of ~1020 arrivals at
+ * c = 64 on the bundled model, an H100; NOTES.md, session 44). Not where
  * the prices may be another context's: after idle, on that verdict or
  * where best_k says 0 at this batch, unless the arrivals' mean context is
  * within SD_ADAPT_CTX_MOVED of the one the draft was priced at and the last
@@ -292,8 +299,8 @@ void sd_adaptive_refresh(sd_adaptive *a);
  * (sd_adaptive_refresh) and the next picks measure again. (After idle
  * where drafting still pays, nothing restarts: a request at a time at
  * batch 1 would pay a forced draft and plain step each.) */
-int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins, int off_verdict,
-                          int idle);
+int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins, int drafting,
+                          int off_verdict, int idle);
 /* 1 when the next drafting phase of `drafting` of `batch` requests at k
  * should be timed (the engine waits for its drafts, and times the verify
  * step after it alone): exploring, a refresh pending, or the drafting

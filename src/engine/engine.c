@@ -1623,10 +1623,15 @@ static int engine_step(sd_engine *e)
                 int joins = SD_MIN(e->n_running + e->n_waiting, e->max_batch);
                 int idle = e->n_running == 1; /* (this one) */
                 const int adaptive = e->spec_k < 0 && e->spec != SD_SPEC_NGRAM;
+                /* those that would draft with it: it, the arrivals
+                 * waiting behind it and the running ones still tracking */
+                int drafting = 1 + e->n_waiting;
+                for (int j = 0; j < e->n_running; j++)
+                    drafting += e->running[j] != r && !e->running[j]->no_spec;
                 if (adaptive)
                     e->adapt.keys = next_keys(e, joins);
                 r->no_spec = adaptive &&
-                             sd_adaptive_admit_off(&e->adapt, &e->acc_all, joins,
+                             sd_adaptive_admit_off(&e->adapt, &e->acc_all, joins, drafting,
                                                    e->zero_k_steps >= SD_SPEC_OFF_AFTER, idle) &&
                              (e->adapt.ahead || ++e->n_admitted_off % 8 != 0);
                 if (!r->st.queued_s)
