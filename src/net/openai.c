@@ -505,31 +505,30 @@ static int parse_kwargs(json_t *root, sd_oai_request *r, sd_api_error *e)
 /* a number's range */
 static const char *const RANGE_KW[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
-/* an integer's schema (its type "integer", or integer beside others but
- * number) whose bounds are numbers: json_schema holds them */
-static int int_bounded(json_t *sch)
+/* a schema of a "type" with integer or number among it whose range
+ * keywords are numbers: json_schema holds them (it refuses them without a
+ * type) */
+static int range_held(json_t *sch)
 {
     json_t *ty = json_object_get(sch, "type");
-    int has_int = json_is_string(ty) && !strcmp(json_string_value(ty), "integer");
-    for (size_t i = 0; i < json_array_size(ty); i++) {
-        const char *t = json_string_value(json_array_get(ty, i));
-        if (t && !strcmp(t, "number"))
-            return 0;
-        has_int |= t && !strcmp(t, "integer");
+    int numeric = 0;
+    for (size_t i = 0; i < (json_is_array(ty) ? json_array_size(ty) : 1); i++) {
+        const char *t = json_string_value(json_is_array(ty) ? json_array_get(ty, i) : ty);
+        numeric |= t && (!strcmp(t, "integer") || !strcmp(t, "number"));
     }
     for (size_t i = 0; i < sizeof RANGE_KW / sizeof RANGE_KW[0]; i++) {
         json_t *b = json_object_get(sch, RANGE_KW[i]);
         if (b && !json_is_number(b))
             return 0;
     }
-    return has_int;
+    return numeric;
 }
 
 /* A tool's parameters schema without the value bounds json_schema does not
- * take (numbers' ranges and multiples, strings' patterns, objects' counts,
- * unique items): a forced call keeps its arguments' keys, types, enums and
- * integers' bounds (tools' schemas carry such bounds often;
- * response_format's are refused) */
+ * take (multiples, strings' patterns, objects' counts, unique items, a
+ * range without a numeric type): a forced call keeps its arguments' keys,
+ * types, enums and integers' and numbers' ranges (tools' schemas carry
+ * such bounds often; response_format's are refused) */
 static void strip_bounds(json_t *sch)
 {
     static const char *const bounds[] = {"multipleOf",    "pattern",     "minProperties",
@@ -537,7 +536,7 @@ static void strip_bounds(json_t *sch)
                                          "contentMediaType"};
     if (!json_is_object(sch))
         return;
-    const int keep_range = int_bounded(sch);
+    const int keep_range = range_held(sch);
     for (size_t i = 0; !keep_range && i < sizeof RANGE_KW / sizeof RANGE_KW[0]; i++)
         json_object_del(sch, RANGE_KW[i]);
     for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++)

@@ -37,6 +37,14 @@ typedef struct js_lit {
     uint16_t len;
 } js_lit;
 
+/* a number's bound: m 10^e, its sign, and how it bounds (NB_*) */
+typedef struct js_bound {
+    uint64_t m;
+    int16_t e;
+    uint8_t neg, kind;
+} js_bound;
+enum { NB_NONE, NB_INCL, NB_EXCL };
+
 typedef struct js_node {
     uint8_t flags, types;
     uint8_t mind;               /* least nesting of a value (INF: none) */
@@ -49,6 +57,7 @@ typedef struct js_node {
     uint32_t leaf0, nleaf; /* the leaves it stands for */
     uint32_t min_items, max_items, min_len, max_len;
     int64_t lo, hi; /* an integer's bounds (INT64_MIN / INT64_MAX: none on that side) */
+    js_bound nlo, nhi; /* a number's bounds (type number) */
 } js_node;
 
 /* a tool of x-specd-calls */
@@ -91,7 +100,7 @@ struct sd_jschema {
     uint16_t nafter, nopen;
     uint8_t after_fail[MAX_AFTER];
     uint64_t serial; /* this compilation's, unique in the process (a mask cache's key) */
-    /* a bounded integer among the nodes: numbers' digits are followed
+    /* a bounded integer or number among the nodes: numbers' digits are followed
      * (nmag; elsewhere left 0, so states that differ only there stay
      * equal for the mask cache) */
     uint8_t bounded;
@@ -356,6 +365,110 @@ static int int_bounds(json_t *j, int64_t *lo, int64_t *hi)
     }
     return 0;
 }
+
+/* ---- numbers' bounds -----------------------------------------------------
+ * A bounded number is read without an exponent, at most NUM_DIGITS digits
+ * from its first nonzero one and NUM_FRAC decimals. Such a decimal and a
+ * bound written as the shortest decimal that reads back as the bound's
+ * double compare exactly as their doubles do (two decimals of at most 15
+ * significant digits are never within one double's rounding of each
+ * other), so the bounds hold as any validator that reads both as doubles
+ * holds them. */
+#define NUM_DIGITS 15
+#define NUM_FRAC 20
+
+static int ndigits(uint64_t m)
+{
+    int d = 1;
+    for (; m >= 10; m /= 10)
+        d++;
+    return d;
+}
+
+static uint64_t pow10u(int k)
+{
+    uint64_t p = 1;
+    while (k-- > 0)
+        p *= 10;
+    return p;
+}
+
+/* v as m 10^e, the shortest decimal that reads back as v */
+static js_bound bound_of(json_t *v)
+{
+    js_bound b = {0};
+    if (json_is_integer(v)) {
+        const json_int_t x = json_integer_value(v);
+        b.neg = x < 0;
+        b.m = x < 0 ? (uint64_t)0 - (uint64_t)x : (uint64_t)x;
+    } else {
+        const double x = json_real_value(v);
+        char buf[40];
+        for (int p = 0; p < 17; p++) {
+            snprintf(buf, sizeof buf, "%.*e", p, x);
+            if (strtod(buf, NULL) == x)
+                break;
+        }
+        const char *q = buf;
+        b.neg = *q == '-';
+        int frac = -1;
+        for (q += b.neg; *q && *q != 'e'; q++) {
+            if (*q == '.')
+                frac = 0;
+            else
+                b.m = b.m * 10 + (uint64_t)(*q - '0'), frac += frac >= 0;
+        }
+        b.e = (int16_t)(atoi(q + 1) - (frac > 0 ? frac : 0));
+    }
+    b.neg &= b.m != 0;
+    return b;
+}
+
+/* compares the magnitudes am 10^ae and bm 10^be */
+static int mag_cmp(uint64_t am, int ae, uint64_t bm, int be)
+{
+    if (!am || !bm)
+        return (am != 0) - (bm != 0);
+    const int oa = ndigits(am) + ae, ob = ndigits(bm) + be;
+    if (oa != ob)
+        return oa < ob ? -1 : 1;
+    /* the same order: the one of fewer digits scaled to the other's (at
+     * most 19 digits) */
+    if (ae > be)
+        am *= pow10u(ae - be);
+    else
+        bm *= pow10u(be - ae);
+    return (am > bm) - (am < bm);
+}
+
+static int bound_cmp(const js_bound *a, const js_bound *b)
+{
+    const int sa = a->m ? (a->neg ? -1 : 1) : 0, sb = b->m ? (b->neg ? -1 : 1) : 0;
+    if (sa != sb)
+        return sa < sb ? -1 : 1;
+    const int c = mag_cmp(a->m, a->e, b->m, b->e);
+    return sa < 0 ? -c : c;
+}
+
+/* a number's bounds from j's keywords (the tightest of each side; an
+ * exclusive one where they are equal) */
+static void num_bounds(json_t *j, js_bound *lo, js_bound *hi)
+{
+    *lo = *hi = (js_bound){0};
+    for (int i = 0; i < 4; i++) {
+        json_t *v = json_object_get(j, BOUND_KW[i]);
+        if (!v)
+            continue;
+        js_bound b = bound_of(v);
+        b.kind = i == 0 || i == 2 ? NB_INCL : NB_EXCL;
+        js_bound *cur = i < 2 ? lo : hi;
+        const int c = cur->kind ? bound_cmp(&b, cur) : 0;
+        if (!cur->kind || (i < 2 ? c > 0 : c < 0) || (c == 0 && b.kind == NB_EXCL))
+            *cur = b;
+    }
+}
+
+static int num_any(const js_node *n);
 
 static int type_bit(const char *t)
 {
@@ -794,13 +907,14 @@ static int compile_typed(cx *c, json_t *j, const char *path, uint16_t *out)
         rc = bound_kws(c, j, path, &bounds);
     if (rc)
         return rc;
-    /* bounds hold for integers (a number's would need its digits compared
-     * with the bound's as decimals, exponents included); for other types
-     * they mean nothing */
+    /* bounds hold for integers and numbers; for other types they mean
+     * nothing; with no type, for a number among any value (not held) */
     for (int i = 0; i < 4; i++)
-        if ((bounds >> i & 1) && (!json_object_get(j, "type") || (t & T_NUM)))
-            return refuse(c, "\"%s\" at %s is supported with \"type\": \"integer\" only", BOUND_KW[i],
-                          path);
+        if ((bounds >> i & 1) && !json_object_get(j, "type"))
+            return refuse(c,
+                          "\"%s\" at %s is supported with \"type\": \"integer\" or \"number\" "
+                          "beside it",
+                          BOUND_KW[i], path);
     if (!json_object_get(j, "type")) {
         static const char *const obj_kw[] = {"properties", "required", "additionalProperties"};
         static const char *const arr_kw[] = {"items", "minItems", "maxItems"};
@@ -848,7 +962,15 @@ static int compile_typed(cx *c, json_t *j, const char *path, uint16_t *out)
     nd->max_len = max_len;
     if (bounds && (t & T_INT) && (int_bounds(j, &nd->lo, &nd->hi) || nd->lo > nd->hi))
         return refuse(c, "the bounds at %s admit no 64-bit integer", path);
-    c->s->bounded |= nd->lo != INT64_MIN || nd->hi != INT64_MAX;
+    if (bounds && (t & T_NUM)) {
+        num_bounds(j, &nd->nlo, &nd->nhi);
+        if (!num_any(nd))
+            return refuse(c,
+                          "the bounds at %s admit no number of at most %d significant digits and %d "
+                          "decimals",
+                          path, NUM_DIGITS, NUM_FRAC);
+    }
+    c->s->bounded |= nd->lo != INT64_MIN || nd->hi != INT64_MAX || nd->nlo.kind || nd->nhi.kind;
     if ((t & T_OBJ) && (rc = compile_object(c, j, path, id)))
         return rc;
     *out = id;
@@ -1983,6 +2105,148 @@ static int int_whole(const js_node *n, const sd_jschema_state *st)
     return v >= n->lo && v <= n->hi;
 }
 
+/* a number's bounds on the magnitudes x of one sign's values: x in
+ * [l, h] (each side NB_NONE, NB_INCL or NB_EXCL), or none (empty) */
+typedef struct magb {
+    uint64_t lm, hm;
+    int16_t le, he;
+    uint8_t lk, hk, empty;
+} magb;
+
+static magb mag_bounds(const js_node *n, int neg)
+{
+    const js_bound *lo = &n->nlo, *hi = &n->nhi;
+    magb b = {0};
+    if (!neg) { /* x >= lo (none where lo < 0), x <= hi (none where hi < 0) */
+        if (lo->kind && !lo->neg)
+            b.lk = lo->kind, b.lm = lo->m, b.le = lo->e;
+        if (hi->kind && hi->neg)
+            b.empty = 1;
+        else if (hi->kind)
+            b.hk = hi->kind, b.hm = hi->m, b.he = hi->e;
+    } else { /* lo <= -x: x <= -lo (none where lo > 0); -x <= hi: x >= -hi where hi <= 0 */
+        if (lo->kind && !lo->neg && lo->m)
+            b.empty = 1;
+        else if (lo->kind)
+            b.hk = lo->kind, b.hm = lo->m, b.he = lo->e;
+        if (hi->kind && (hi->neg || !hi->m))
+            b.lk = hi->kind, b.lm = hi->m, b.le = hi->e;
+    }
+    return b;
+}
+
+#define SCALED_CAP ((uint64_t)4000000000000000000u)
+
+/* m 10^e 10^S rounded down (up: up), at most SCALED_CAP */
+static uint64_t scaled(uint64_t m, int e, int S, int up)
+{
+    int k = e + S;
+    if (k >= 0) {
+        for (; k > 0 && m; k--) {
+            if (m > SCALED_CAP / 10)
+                return SCALED_CAP;
+            m *= 10;
+        }
+        return m > SCALED_CAP ? SCALED_CAP : m;
+    }
+    if (-k > 19)
+        return up && m;
+    const uint64_t p = pow10u(-k);
+    return m / p + (up && m % p);
+}
+
+/* is some magnitude (base + t) 10^-S, t in [0, tmax], within b (base and
+ * tmax below 10^16) */
+static int mag_fits(const magb *b, int S, uint64_t base, uint64_t tmax)
+{
+    if (b->empty)
+        return 0;
+    int64_t tl = 0, th = (int64_t)tmax;
+    if (b->lk) { /* x >= l: t >= ceil(l 10^S) - base; x > l: t >= floor(l 10^S) + 1 - base */
+        const int ex = b->lk == NB_EXCL;
+        const int64_t t = (int64_t)scaled(b->lm, b->le, S, !ex) + ex - (int64_t)base;
+        tl = t > tl ? t : tl;
+    }
+    if (b->hk) { /* x <= h: t <= floor(h 10^S) - base; x < h: t <= ceil(h 10^S) - 1 - base */
+        const int ex = b->hk == NB_EXCL;
+        const int64_t t = (int64_t)scaled(b->hm, b->he, S, ex) - ex - (int64_t)base;
+        th = t < th ? t : th;
+    }
+    return tl <= th;
+}
+
+/* may a number of n's bounds still be read from here (no exponent, at
+ * most NUM_DIGITS digits from the first nonzero one, NUM_FRAC decimals):
+ * sub the number's part (N_MINUS: '-' alone, any magnitude; N_ZERO: 0 or
+ * -0; N_INT: the integer part's digits m so far; N_DOT, N_FRAC: the digits
+ * m of both parts, f of them decimals), neg its sign */
+static int num_reach(const js_node *n, uint8_t sub, int neg, uint64_t m, int f)
+{
+    if (!n->nlo.kind && !n->nhi.kind)
+        return 1;
+    if (sub == N_MINUS) {
+        for (int d = 0; d <= 9; d++)
+            if (num_reach(n, d ? N_INT : N_ZERO, 1, (uint64_t)d, 0))
+                return 1;
+        return 0;
+    }
+    const magb b = mag_bounds(n, neg);
+    const int frac = sub == N_DOT || sub == N_FRAC;
+    f = frac ? f : 0;
+    if (b.empty || f > NUM_FRAC)
+        return 0;
+    if (m == 0) {
+        /* 0 itself, or a first nonzero digit at decimal place z (the
+         * magnitudes [10^-z, 10^(1-z)) to NUM_DIGITS digits from it) */
+        if (mag_fits(&b, 0, 0, 0))
+            return 1;
+        for (int z = f + 1; z <= NUM_FRAC; z++) {
+            const int S = z - 1 + NUM_DIGITS > NUM_FRAC ? NUM_FRAC : z - 1 + NUM_DIGITS;
+            const uint64_t lo = pow10u(S - z);
+            if (mag_fits(&b, S, lo, 9 * lo - 1))
+                return 1;
+        }
+        return 0;
+    }
+    const int d = ndigits(m);
+    if (d > NUM_DIGITS)
+        return 0;
+    if (frac) { /* [m 10^-f, (m + 1) 10^-f), the digits left as decimals */
+        const int r = f + NUM_DIGITS - d > NUM_FRAC ? NUM_FRAC - f : NUM_DIGITS - d;
+        if (sub == N_DOT && r < 1) /* (a decimal must follow) */
+            return 0;
+        const uint64_t p = pow10u(r);
+        return mag_fits(&b, f + r, m * p, p - 1);
+    }
+    /* j more digits of the integer part, then decimals to NUM_DIGITS in
+     * all: [m 10^j, (m + 1) 10^j) in units of 10^-(NUM_DIGITS - d - j) */
+    const uint64_t p = pow10u(NUM_DIGITS - d);
+    for (int j = 0; j <= NUM_DIGITS - d; j++)
+        if (mag_fits(&b, NUM_DIGITS - d - j, m * p, p - 1))
+            return 1;
+    return 0;
+}
+
+/* may any number of n's bounds be read */
+static int num_any(const js_node *n)
+{
+    for (int neg = 0; neg < 2; neg++)
+        for (int d = 0; d <= 9; d++)
+            if (num_reach(n, d ? N_INT : N_ZERO, neg, (uint64_t)d, 0))
+                return 1;
+    return 0;
+}
+
+/* is the whole number read within n's bounds */
+static int num_whole(const js_node *n, const sd_jschema_state *st)
+{
+    if (!n->nlo.kind && !n->nhi.kind)
+        return 1;
+    const magb b = mag_bounds(n, st->nneg);
+    const int f = st->sub == N_FRAC ? st->nfrac : 0;
+    return st->nmag < pow10u(NUM_DIGITS) && f <= NUM_FRAC && mag_fits(&b, f, st->nmag, 0);
+}
+
 /* whether a scalar alternative is whole at the value's end */
 static int scalar_whole(const sd_jschema *s, const sd_jschema_state *st, const js_node *n,
                         const sd_jschema_alt *a)
@@ -1993,7 +2257,7 @@ static int scalar_whole(const sd_jschema *s, const sd_jschema_state *st, const j
         return 1;
     if (st->mode == M_STR)
         return count_of(a) >= n->min_len;
-    return st->mode != M_NUM || (n->types & T_NUM) || int_whole(n, st);
+    return st->mode != M_NUM || ((n->types & T_NUM) ? num_whole(n, st) : int_whole(n, st));
 }
 
 /* the innermost value ended (its alternatives: those whole): its container
@@ -2062,10 +2326,13 @@ static int leaf_begins(const sd_jschema *s, const sd_jschema_state *st, uint16_t
     case K_OBJ: return (n->types & T_OBJ) && st->nlev + n->mind_obj <= s->max_depth;
     case K_ARR: return (n->types & T_ARR) && st->nlev + n->mind_arr <= s->max_depth;
     case K_STR: return !!(n->types & T_STR);
-    case K_NUM:
-        return (n->types & (T_INT | T_NUM)) &&
-               int_reach(n, c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT, c == '-',
-                         is_digit(c) ? (uint64_t)(c - '0') : 0);
+    case K_NUM: {
+        const uint8_t sub = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT;
+        const uint64_t mag = is_digit(c) ? (uint64_t)(c - '0') : 0;
+        if (n->types & T_NUM)
+            return num_reach(n, sub, c == '-', mag, 0);
+        return (n->types & T_INT) && int_reach(n, sub, c == '-', mag);
+    }
     case K_BOOL: return !!(n->types & T_BOOL);
     default: return !!(n->types & T_NULL);
     }
@@ -2139,6 +2406,7 @@ static int value_begin(const sd_jschema *s, sd_jschema_state *st, unsigned char 
         if (s->bounded) {
             st->nneg = c == '-';
             st->nmag = is_digit(c) ? (uint64_t)(c - '0') : 0;
+            st->nfrac = 0;
         }
         break;
     default:
@@ -2316,8 +2584,10 @@ static int number_byte(const sd_jschema *s, sd_jschema_state *st, unsigned char 
             return -1;
         return step(s, st, c);
     }
-    if (s->bounded && sub == N_INT && is_digit(c)) /* (the integer part) */
+    if (s->bounded && (sub == N_INT || sub == N_FRAC) && is_digit(c)) { /* (not the exponent's) */
         st->nmag = st->nmag > (NMAG_SAT - 9) / 10 ? NMAG_SAT : st->nmag * 10 + (uint64_t)(c - '0');
+        st->nfrac += sub == N_FRAC && st->nfrac < UINT8_MAX;
+    }
     st->sub = sub;
     int start = top_start(st), w = start;
     for (int i = start; i < st->nalt; i++) {
@@ -2328,6 +2598,8 @@ static int number_byte(const sd_jschema *s, sd_jschema_state *st, unsigned char 
             ok = lit_step(s, n, &a, c);
         else if (!(n->types & T_NUM)) /* integer: no fraction or exponent; its bounds */
             ok = c != '.' && c != 'e' && c != 'E' && int_reach(n, sub, st->nneg, st->nmag);
+        else if (n->nlo.kind || n->nhi.kind) /* a bounded number: no exponent; its bounds */
+            ok = c != 'e' && c != 'E' && num_reach(n, sub, st->nneg, st->nmag, st->nfrac);
         if (ok)
             st->alt[w++] = a;
     }

@@ -35,12 +35,19 @@
  *  - items (one schema; absent: any value), minItems, maxItems.
  *  - minLength, maxLength, counted in code points: a UTF-8 lead byte, an
  *    escape, or a \u surrogate pair is one.
- *  - minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers, read
- *    as the 64-bit integers they admit; a side with no bound, or one at
- *    int64's end, takes any integer) with "type" integer (beside other
- *    types but number; refused with number or without a type); an enum's
- *    numbers outside them are dropped. A digit goes bad where no integer
- *    of the bounds can begin with the text (pydantic's Field(ge=, le=)).
+ *  - minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers) with
+ *    a "type" (refused without one; they bound the integers and numbers
+ *    among its types; an enum's numbers outside them are dropped). With
+ *    "type" integer (beside other types but number), read as the 64-bit
+ *    integers they admit (a side with no bound, or one at int64's end,
+ *    takes any integer). With number: the number is read with no
+ *    exponent, at most 15 digits from its first nonzero one and 20
+ *    decimals, and compared with each bound's shortest round-trip decimal
+ *    exactly, which is how a validator comparing the two as doubles
+ *    decides (two such decimals are never within one double's rounding);
+ *    bounds that admit no such number are refused. A digit goes bad where
+ *    no value of the bounds can begin with the text (pydantic's
+ *    Field(ge=, le=), on int and float fields).
  *  - enum, const: JSON scalars only, matched as exact text: a string as
  *    jansson writes it, an integer in decimal, a real in its shortest
  *    round-trip form ("%g"; an integral one without a fraction, 2.0 as
@@ -59,7 +66,7 @@
  *    uniqueItems false, unevaluatedProperties false, and format (an
  *    annotation in JSON Schema 2020-12: not enforced).
  *  - refused: pattern, patternProperties, not, allOf of several, if/then/else,
- *    a number's bounds, multipleOf, prefixItems, contains,
+ *    multipleOf, prefixItems, contains,
  *    min/maxProperties, propertyNames, dependent*, boolean schema false,
  *    object or array values in enum/const, and unknown keywords.
  *
@@ -142,10 +149,11 @@ typedef struct sd_jschema_alt {
 } sd_jschema_alt;
 
 typedef struct sd_jschema_state {
-    /* a number's digits so far (its integer part, saturating past 2^63),
-     * and its sign; 0 outside numbers */
+    /* in a schema with bounds: a number's digits so far (its integer
+     * part, then its decimals; saturating past 2^63), its sign and the
+     * decimals among them; 0 outside numbers and in other schemas */
     uint64_t nmag;
-    uint8_t nneg;
+    uint8_t nneg, nfrac;
     /* tool calls (x-specd-calls; all 0 otherwise): the phase (lead and
      * prefix, digits, document, suffix, done), calls whole, whether the end
      * may still be meant, digits read, bytes matched of the literal, and the

@@ -770,8 +770,8 @@ TEST(forced_calls_decode_to_the_models_own_format)
     static const char TOOLS[] =
         "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{"
         "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":"
-        "\"integer\",\"minimum\":1}},\"required\":[\"city\"]}}},{\"type\":\"function\",\"function\":{"
-        "\"name\":\"get_time\"}}]";
+        "\"integer\",\"minimum\":1},\"lat\":{\"type\":\"number\",\"minimum\":-90,\"maximum\":90}},"
+        "\"required\":[\"city\"]}}},{\"type\":\"function\",\"function\":{\"name\":\"get_time\"}}]";
     static const struct {
         sd_tool_format f;
         const char *text; /* as the template writes the calls */
@@ -851,6 +851,34 @@ TEST(forced_calls_decode_to_the_models_own_format)
             sd_jschema_free(s);
             sd_oai_request_free(&r);
         }
+    }
+    /* a number's range holds too (lat within [-90, 90]) */
+    {
+        char body[2048];
+        snprintf(body, sizeof body,
+                 "{\"model\":\"" MODEL "\"," CHAT_MSGS ",%s,\"tool_choice\":\"required\"}", TOOLS);
+        sd_oai_request r;
+        sd_api_error e;
+        ASSERT_OK(sd_oai_parse(SD_OAI_CHAT, body, strlen(body), MODEL, NULL, &r, &e));
+        ASSERT_OK(sd_oai_force_format(&r, SD_TOOLS_HERMES, &e));
+        sd_jschema *s = NULL;
+        sd_err err = {0};
+        ASSERT_MSG(!sd_jschema_compile(r.gen.json_schema, strlen(r.gen.json_schema), &s, &err), "%s",
+                   err.msg);
+        static const char head[] =
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"lat\": ";
+        static const char *const lats[] = {"-45.25", "90", "90.5", "-91"};
+        for (int i = 0; i < 4; i++) {
+            char t[256];
+            snprintf(t, sizeof t, "%s%s}}\n</tool_call>", head, lats[i]);
+            sd_jschema_state st;
+            sd_jschema_init(s, &st);
+            const int ok = sd_jschema_feed(s, &st, (const unsigned char *)t, strlen(t)) == 0 &&
+                           sd_jschema_done(s, &st);
+            ASSERT_MSG(ok == (i < 2), "lat %s", lats[i]);
+        }
+        sd_jschema_free(s);
+        sd_oai_request_free(&r);
     }
     /* no parallel calls: one call, then the end */
     {

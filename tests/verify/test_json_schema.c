@@ -218,6 +218,34 @@ static int spelled_as(json_t *w, const char *t, size_t n)
 
 static int valid(const ref *r, json_t *sch, json_t *v, const char *t, size_t n, int depth);
 
+/* a number's text t as json_schema reads one of a number's bounds
+ * (json_schema.h): no exponent, at most 15 digits from the first nonzero
+ * one, 20 decimals; any other value or schema: 1 */
+static int bounded_number_text(json_t *sch, json_t *v, const char *t, size_t n)
+{
+    int bounded = 0;
+    for (int i = 0; i < 4; i++) {
+        static const char *const kw[] = {"minimum", "exclusiveMinimum", "maximum",
+                                         "exclusiveMaximum"};
+        bounded |= json_object_get(sch, kw[i]) != NULL;
+    }
+    if (!bounded || !json_is_number(v) || !has_type(sch, "number"))
+        return 1;
+    int digits = 0, decimals = -1, lead = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (t[i] == 'e' || t[i] == 'E')
+            return 0;
+        if (t[i] == '.') {
+            decimals = 0;
+        } else if (t[i] >= '0' && t[i] <= '9') {
+            lead &= t[i] == '0';
+            digits += !lead;
+            decimals += decimals >= 0;
+        }
+    }
+    return digits <= 15 && decimals <= 20;
+}
+
 /* a number within sch's bounds (JSON Schema's meaning), or no number */
 static int in_bounds(json_t *sch, json_t *v)
 {
@@ -358,7 +386,7 @@ static int valid(const ref *r, json_t *sch, json_t *v, const char *t, size_t n, 
         if (!found)
             return 0;
     }
-    if (!in_bounds(sch, v))
+    if (!in_bounds(sch, v) || !bounded_number_text(sch, v, t, n))
         return 0;
     if (json_is_string(v)) {
         long long k = 0;
@@ -546,9 +574,24 @@ static json_t *gen_type(const ref *r, json_t *sch, const char *ty, uint64_t *rng
                             : u % 4 == 1 ? hi
                                          : lo + (long long)(u / 4 % (uint64_t)(hi - lo + 1)));
     }
-    if (!strcmp(ty, "number"))
-        return next_rand(rng) % 2 ? json_integer((json_int_t)(next_rand(rng) % 300) - 100)
-                                  : json_real((double)(next_rand(rng) % 1000000) / 64.0 - 7000.0);
+    if (!strcmp(ty, "number")) { /* sixty-fourths within the bounds, their ends often */
+        double lo = -7000 * 64, hi = 8625 * 64;
+        json_t *b;
+        if ((b = json_object_get(sch, "minimum")))
+            lo = fmax(lo, ceil(64 * json_number_value(b)));
+        if ((b = json_object_get(sch, "exclusiveMinimum")))
+            lo = fmax(lo, floor(64 * json_number_value(b)) + 1);
+        if ((b = json_object_get(sch, "maximum")))
+            hi = fmin(hi, floor(64 * json_number_value(b)));
+        if ((b = json_object_get(sch, "exclusiveMaximum")))
+            hi = fmin(hi, ceil(64 * json_number_value(b)) - 1);
+        if (hi < lo)
+            return NULL;
+        const uint64_t u = next_rand(rng);
+        const double k = u % 4 == 0 ? lo : u % 4 == 1 ? hi : lo + (double)(u / 4 % (uint64_t)(hi - lo + 1));
+        return fmod(k, 64) == 0 && next_rand(rng) % 2 ? json_integer((json_int_t)(k / 64))
+                                                       : json_real(k / 64);
+    }
     if (!strcmp(ty, "boolean"))
         return json_boolean(next_rand(rng) % 2);
     return json_null();
@@ -873,6 +916,23 @@ static const char *const SCHEMAS[] = {
     "{\"type\":\"integer\",\"minimum\":500,\"maximum\":599}]},"
     "\"pick\":{\"enum\":[1,5,10,50,\"x\"],\"minimum\":5,\"maximum\":10}},"
     "\"required\":[\"pct\"],\"additionalProperties\":false}",
+    /* numbers' bounds (pydantic's float fields with Field(ge=, le=, gt=,
+     * lt=)): a probability, one side only, both exclusive, negative beside
+     * null, a tight range of a non-dyadic decimal's ends, in an anyOf of two
+     * ranges and beside a bounded integer, and an enum filtered by them */
+    "{\"type\":\"object\",\"properties\":{"
+    "\"p\":{\"type\":\"number\",\"minimum\":0,\"maximum\":1},"
+    "\"t\":{\"type\":\"number\",\"exclusiveMinimum\":-273.15},"
+    "\"q\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":0.5},"
+    "\"n\":{\"type\":[\"number\",\"null\"],\"maximum\":-0.001},"
+    "\"w\":{\"type\":\"number\",\"minimum\":19.99,\"maximum\":20.01},"
+    "\"a\":{\"anyOf\":[{\"type\":\"number\",\"maximum\":-100},{\"type\":\"number\","
+    "\"minimum\":100.5}]},"
+    "\"i\":{\"anyOf\":[{\"type\":\"integer\",\"minimum\":0,\"maximum\":9},{\"type\":"
+    "\"number\",\"minimum\":0.5,\"maximum\":0.75}]},"
+    "\"u\":{\"type\":[\"integer\",\"number\"],\"minimum\":-1.5,\"exclusiveMaximum\":1e3},"
+    "\"e\":{\"enum\":[0.5,1.5,2.5],\"minimum\":1}},"
+    "\"required\":[\"p\"],\"additionalProperties\":false}",
 };
 
 TEST(random_documents_agree_with_the_reference)
@@ -1328,6 +1388,94 @@ TEST(misc_schemas_compile_and_behave)
     }
 }
 
+/* Numbers' bounds, held as a validator reading both as doubles holds
+ * them, on a bounded number's text (no exponent, 15 digits from the first
+ * nonzero one, 20 decimals): each case's texts whole or bad at a byte */
+TEST(numbers_bounds_hold_at_the_right_byte)
+{
+    static const struct {
+        const char *schema, *text;
+        int bad_at; /* -1: whole; -2: a prefix, not whole */
+    } cases[] = {
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "0.5", -1},
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "1", -1},
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "1.0", -1},
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "1.00000000000001", 15},
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "0.999999999999999", -1},
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "2", 0},
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "10", 1},
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "-0", -1}, /* -0 is 0 */
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "-0.1", 3},
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "0.5e0", 3}, /* no exponent */
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "0.", -2},
+        /* 15 digits from the first nonzero one, 20 decimals */
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "0.1234567890123456", 17},
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "0.00000123456789012345", -1},
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "0.000000000000000000001", 22},
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "0.000000000000000000000", 22},
+        {"{\"type\":\"number\",\"minimum\":-1e300}", "123456789012345", -1},
+        {"{\"type\":\"number\",\"minimum\":-1e300}", "1234567890123456", 15},
+        /* exclusive ends, a non-dyadic decimal (0.1 is its double) */
+        {"{\"type\":\"number\",\"exclusiveMinimum\":0.1}", "0.1", -2},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":0.1}", "0.10000000000001", -1},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":0.1}", "0.09", 2},
+        {"{\"type\":\"number\",\"minimum\":0.1}", "0.1", -1},
+        {"{\"type\":\"number\",\"maximum\":0.1}", "0.1", -1},
+        {"{\"type\":\"number\",\"maximum\":0.1}", "0.10000000000000", -1},
+        {"{\"type\":\"number\",\"maximum\":0.1}", "0.100000000000001", 16},
+        {"{\"type\":\"number\",\"exclusiveMaximum\":0.1}", "0.099999999999999", -1},
+        {"{\"type\":\"number\",\"exclusiveMaximum\":0.1}", "0.1", 2},
+        /* a bound of 17 digits: 0.30000000000000004 is the double after 0.3 */
+        {"{\"type\":\"number\",\"minimum\":0.30000000000000004}", "0.3", -2},
+        {"{\"type\":\"number\",\"minimum\":0.30000000000000004}", "0.300000000000001", -1},
+        /* negative ranges, exclusive at 0 */
+        {"{\"type\":\"number\",\"exclusiveMaximum\":0}", "-0.001", -1},
+        {"{\"type\":\"number\",\"exclusiveMaximum\":0}", "0", 0},
+        {"{\"type\":\"number\",\"exclusiveMaximum\":0}", "-0", -2},
+        {"{\"type\":\"number\",\"exclusiveMaximum\":0}", "-0.0", -2},
+        {"{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":-2.25}", "-2.3", -1},
+        {"{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":-2.25}", "-2.2", -2},
+        {"{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":-2.25}", "-2.1", 3},
+        {"{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":-2.25}", "-2.51", 4},
+        {"{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":-2.25}", "-3", 1},
+        /* a tight range far from 1: its digits, then nothing past it */
+        {"{\"type\":\"number\",\"minimum\":1e-7,\"maximum\":2e-7}", "0.00000015", -1},
+        {"{\"type\":\"number\",\"minimum\":1e-7,\"maximum\":2e-7}", "0.0000003", 8},
+        {"{\"type\":\"number\",\"minimum\":1e-7,\"maximum\":2e-7}", "0.000001", 7},
+        {"{\"type\":\"number\",\"minimum\":1e-7,\"maximum\":2e-7}", "0.0000001", -1},
+        {"{\"type\":\"number\",\"minimum\":1e-7,\"maximum\":2e-7}", "1", 0},
+        {"{\"type\":\"number\",\"minimum\":100.5}", "100", -2},
+        {"{\"type\":\"number\",\"minimum\":100.5}", "100.4", 4},
+        {"{\"type\":\"number\",\"minimum\":100.5}", "1005", -1},
+        {"{\"type\":\"number\",\"minimum\":1e14}", "99999999999999.9", 14},
+        {"{\"type\":\"number\",\"minimum\":1e14}", "100000000000000.5", 15},
+        {"{\"type\":\"number\",\"minimum\":1e14}", "999999999999999", -1},
+        /* integers within a number's bounds; the integer's own */
+        {"{\"type\":[\"integer\",\"number\"],\"minimum\":-1.5,\"maximum\":3}", "-1", -1},
+        {"{\"type\":[\"integer\",\"number\"],\"minimum\":-1.5,\"maximum\":3}", "-1.6", 3},
+        {"{\"anyOf\":[{\"type\":\"integer\",\"minimum\":5},{\"type\":\"number\",\"maximum\":0.5}]}",
+         "0.25", -1},
+        {"{\"anyOf\":[{\"type\":\"integer\",\"minimum\":5},{\"type\":\"number\",\"maximum\":0.5}]}",
+         "7", -1},
+        {"{\"anyOf\":[{\"type\":\"integer\",\"minimum\":5},{\"type\":\"number\",\"maximum\":0.5}]}",
+         "1", -2},
+        {"{\"anyOf\":[{\"type\":\"integer\",\"minimum\":5},{\"type\":\"number\",\"maximum\":0.5}]}",
+         "7.5", 1},
+        /* an unbounded number keeps its exponent */
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\"},\"b\":{\"type\":"
+         "\"number\",\"maximum\":0}}}",
+         "{\"a\":1e400,\"b\":-1.5}", -1},
+    };
+    for (size_t i = 0; i < SD_ARRAY_LEN(cases); i++) {
+        sd_err err;
+        sd_jschema *s = compile_or_null(cases[i].schema, &err);
+        ASSERT_MSG(s, "%s: %s", cases[i].schema, err.msg);
+        ASSERT_MSG(goes_as_said(s, cases[i].text, cases[i].bad_at), "%s: %s (want %d)",
+                   cases[i].schema, cases[i].text, cases[i].bad_at);
+        sd_jschema_free(s);
+    }
+}
+
 TEST(refused_schemas_name_the_keyword)
 {
     static const struct {
@@ -1339,11 +1487,16 @@ TEST(refused_schemas_name_the_keyword)
          "\"patternProperties\" at $ is not supported"},
         {"{\"not\":{\"type\":\"null\"}}", "\"not\" at $ is not supported"},
         {"{\"if\":{},\"then\":{},\"else\":{}}", "\"if\" at $ is not supported"},
-        {"{\"type\":\"number\",\"minimum\":0}",
-         "\"minimum\" at $ is supported with \"type\": \"integer\" only"},
-        {"{\"type\":[\"integer\",\"number\"],\"exclusiveMaximum\":1}",
-         "\"exclusiveMaximum\" at $ is supported with \"type\": \"integer\" only"},
-        {"{\"maximum\":3}", "\"maximum\" at $ is supported with \"type\": \"integer\" only"},
+        {"{\"maximum\":3}",
+         "\"maximum\" at $ is supported with \"type\": \"integer\" or \"number\" beside it"},
+        {"{\"type\":\"number\",\"minimum\":2,\"maximum\":1.5}",
+         "the bounds at $ admit no number of at most 15 significant digits and 20 decimals"},
+        {"{\"type\":[\"number\",\"null\"],\"minimum\":1e15}",
+         "the bounds at $ admit no number of at most 15 significant digits and 20 decimals"},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1e-21}",
+         "the bounds at $ admit no number of at most 15 significant digits and 20 decimals"},
+        {"{\"type\":\"number\",\"minimum\":0.1,\"exclusiveMaximum\":0.1}",
+         "the bounds at $ admit no number of at most 15 significant digits and 20 decimals"},
         {"{\"type\":\"integer\",\"minimum\":\"0\"}", "\"minimum\" at $ must be a number"},
         {"{\"type\":\"integer\",\"minimum\":3,\"exclusiveMaximum\":3.5,\"maximum\":2}",
          "the bounds at $ admit no 64-bit integer"},
@@ -1901,4 +2054,5 @@ TEST_MAIN(T(text_before_the_reply_ends_at_the_first_close),
           T(tool_calls_go_bad_at_the_right_byte), T(tool_call_formats_that_cannot_be_read_are_refused),
           T(hand_written_cases_go_bad_at_the_right_byte), T(state_is_small_and_copies_cheaply),
           T(limits_on_depth_and_whitespace), T(misc_schemas_compile_and_behave),
+          T(numbers_bounds_hold_at_the_right_byte),
           T(refused_schemas_name_the_keyword), T(random_documents_agree_with_the_reference))

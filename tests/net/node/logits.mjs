@@ -289,7 +289,28 @@ test('response_format json_schema', async () => {
   const [compiled, found] = await schemaCounts();
   assert.equal(compiled - compiled0, 1, 'compilations of one schema text');
   assert.equal(found - found0, 7, 'look-ups that found the schema compiled');
-  for (const [bad, want] of [[{ type: 'string', pattern: 'a+' }, 'pattern'], [{ type: 'object', minProperties: 1 }, 'minProperties']]) {
+  // numbers' bounds (pydantic's Field(ge=, le=, gt=) on float fields): a
+  // finished reply holds them, its numbers written without an exponent
+  const bounded = {
+    type: 'object',
+    properties: { p: { type: 'number', minimum: 0, maximum: 1 }, t: { type: 'number', exclusiveMinimum: -273.15, maximum: 100 } },
+    required: ['p', 't'],
+    additionalProperties: false,
+  };
+  let held = 0;
+  for (const [temperature, seed] of [[0, 1], [0.9, 2], [0.9, 3]]) {
+    const body = { model, messages: MESSAGES, max_tokens: 400, temperature, seed, response_format: { type: 'json_schema', json_schema: { name: 'b', schema: bounded } } };
+    const r = await client.chat.completions.create(body);
+    const c = r.choices[0];
+    if (c.finish_reason !== 'stop') continue;
+    const v = JSON.parse(c.message.content);
+    assert.deepEqual(Object.keys(v), ['p', 't'], c.message.content);
+    assert.ok(v.p >= 0 && v.p <= 1 && v.t > -273.15 && v.t <= 100, c.message.content);
+    assert.ok(!/[eE]/.test(c.message.content), c.message.content);
+    held++;
+  }
+  assert.ok(held > 0, 'no bounded-number text finished');
+  for (const [bad, want] of [[{ type: 'string', pattern: 'a+' }, 'pattern'], [{ type: 'object', minProperties: 1 }, 'minProperties'], [{ type: 'number', minimum: 2, maximum: 1 }, 'admit no number']]) {
     const e = await request(srv, 'POST', '/v1/chat/completions', {
       body: { model, messages: MESSAGES, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: bad } } },
     });

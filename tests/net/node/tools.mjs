@@ -48,7 +48,7 @@ const TOOLS = [{
   function: {
     name: 'get_weather',
     description: 'The weather in a city, now.',
-    parameters: { type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer', minimum: 1 } }, required: ['city'] },
+    parameters: { type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer', minimum: 1 }, lat: { type: 'number', minimum: -90, maximum: 90 } }, required: ['city'] },
   },
 }];
 const MESSAGES = [{ role: 'user', content: 'What is the weather in Paris?' }];
@@ -133,8 +133,8 @@ test('what cannot be served is refused by name', async () => {
 // tool_choice required and a named function: the reply decodes to calls in
 // the model's own format (Qwen2.5's <tool_call> blocks here, of the tools'
 // parameters' schemas): a finished reply is tool_calls of the tools given,
-// their arguments of the parameters' keys, types and integers' bounds
-// (days >= 1), the same streamed; one cut at its length keeps the
+// their arguments of the parameters' keys, types and bounds (days >= 1,
+// lat within [-90, 90]), the same streamed; one cut at its length keeps the
 // calls it finished, the unfinished one as content.
 test('tool_choice required and a named function decode the reply to calls', async () => {
   const TWO = [...TOOLS, { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: { tz: { enum: ['UTC', 'CET'] } }, required: ['tz'] } } }];
@@ -160,8 +160,9 @@ test('tool_choice required and a named function decode the reply to calls', asyn
         const args = JSON.parse(c.function.arguments);
         if (c.function.name === 'get_weather') {
           assert.equal(typeof args.city, 'string');
-          assert.ok(Object.keys(args).every((k) => k === 'city' || k === 'days'));
+          assert.ok(Object.keys(args).every((k) => ['city', 'days', 'lat'].includes(k)));
           if ('days' in args) assert.ok(Number.isInteger(args.days) && args.days >= 1, c.function.arguments);
+          if ('lat' in args) assert.ok(args.lat >= -90 && args.lat <= 90, c.function.arguments);
         } else {
           assert.equal(tool_choice, 'required');
           assert.equal(c.function.name, 'get_time');
