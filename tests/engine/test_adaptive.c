@@ -1119,18 +1119,26 @@ TEST(a_burst_after_idle_measures_its_prices_again)
  * it drafting alone among 32, so its admission asks that, not the price of
  * every request drafting, which no step measures while the verdict is
  * plain. Where one drafting among the batch would pay, it tracks. */
+/* a fresh controller (acceptance 0.9) after SD_CURVE_RING plain steps of
+ * 32 at 0.33 ms and steps of one of them drafting once: 33 rows in t33,
+ * its draft in td */
+static void one_of_32_drafting(sd_adaptive *a, sd_accept_stats *acc, double t33, double td)
+{
+    fresh_accepting(a, acc, 0.9);
+    for (int i = 0; i < SD_CURVE_RING; i++) {
+        sd_adaptive_observe_target(a, 32, 32, 0.330e-3);
+        sd_adaptive_observe_target(a, 32, 33, t33);
+        sd_adaptive_observe_draft(a, 1, 1, td);
+    }
+}
+
 TEST(an_arrival_among_plain_requests_is_priced_drafting_alone)
 {
     sd_adaptive a;
     sd_accept_stats acc;
-    fresh_accepting(&a, &acc, 0.9);
     /* plain 32 rows 0.33 ms (97 tokens/ms); one of 32 drafting: 33 rows
      * 0.335 ms + its draft 0.05 ms (32.9 tokens in 0.385: 85) */
-    for (int i = 0; i < SD_CURVE_RING; i++) {
-        sd_adaptive_observe_target(&a, 32, 32, 0.330e-3);
-        sd_adaptive_observe_target(&a, 32, 33, 0.335e-3);
-        sd_adaptive_observe_draft(&a, 1, 1, 0.050e-3);
-    }
+    one_of_32_drafting(&a, &acc, 0.335e-3, 0.050e-3);
     ASSERT(!sd_adaptive_informed(&a, 32)); /* every request drafting: never measured */
     ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 32, 1), 0);
     ASSERT(!a.exploring);
@@ -1144,12 +1152,7 @@ TEST(an_arrival_among_plain_requests_is_priced_drafting_alone)
     /* where one drafting pays (its draft free, the row free), it tracks */
     sd_adaptive b;
     sd_accept_stats bcc;
-    fresh_accepting(&b, &bcc, 0.9);
-    for (int i = 0; i < SD_CURVE_RING; i++) {
-        sd_adaptive_observe_target(&b, 32, 32, 0.330e-3);
-        sd_adaptive_observe_target(&b, 32, 33, 0.330e-3);
-        sd_adaptive_observe_draft(&b, 1, 1, 0.001e-3);
-    }
+    one_of_32_drafting(&b, &bcc, 0.330e-3, 0.001e-3);
     ASSERT_GE(sd_adaptive_pick_k(&b, &bcc, 32, 1), 1);
     ASSERT_EQ(sd_adaptive_admit_off(&b, &bcc, 32, 1, 1, 0), 0);
 }
