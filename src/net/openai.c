@@ -548,7 +548,7 @@ static void strip_bounds(json_t *sch)
         json_object_foreach(json_object_get(sch, maps[i]), k, x)
             strip_bounds(x);
     }
-    static const char *const lists[] = {"anyOf", "oneOf", "allOf", "items"};
+    static const char *const lists[] = {"anyOf", "oneOf", "allOf", "items", "prefixItems"};
     for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
         json_t *l = json_object_get(sch, lists[i]);
         if (json_is_object(l))

@@ -55,6 +55,7 @@ typedef struct js_node {
     uint32_t lit0, nlit;   /* enum: values, sorted by text */
     uint32_t mem0, nmem;   /* union: members */
     uint32_t leaf0, nleaf; /* the leaves it stands for */
+    uint32_t pre0, npre;   /* array: prefixItems' schemas (in mem), items past them */
     uint32_t min_items, max_items, min_len, max_len;
     int64_t lo, hi; /* an integer's bounds (INT64_MIN / INT64_MAX: none on that side) */
     js_bound nlo, nhi; /* a number's bounds (type number) */
@@ -71,6 +72,7 @@ typedef struct js_call {
 #define PH_BYTE 0x01
 #define MAX_CALL_TOOLS 128
 #define MAX_CALLS 16
+#define MAX_PREFIX 64 /* prefixItems' schemas an array */
 #define MAX_AFTER 64
 
 struct sd_jschema {
@@ -180,6 +182,20 @@ static void *grow(void *p, uint32_t *cap, uint32_t need, size_t elem)
                            : ((arr) = grow((tmp_ = (arr)), &(cap), (n) + (more), sizeof *(arr)),   \
                               (arr) ? 0 : ((arr) = tmp_, -1)))
 
+/* n node ids appended to mem: 0, or -1 (out of memory) */
+static int add_mem(cx *c, const uint16_t *ids, uint32_t n)
+{
+    sd_jschema *s = c->s;
+    void *tmp_;
+    if (!n)
+        return 0;
+    if (GROW(s->mem, s->nmem, s->cmem, n))
+        return -1;
+    memcpy(s->mem + s->nmem, ids, n * sizeof *ids);
+    s->nmem += n;
+    return 0;
+}
+
 static int refuse(cx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int refuse(cx *c, const char *fmt, ...)
 {
@@ -248,7 +264,7 @@ static const char *const HANDLED[] = {
     "items",     "minItems",   "maxItems",         "minLength",
     "maxLength", "enum",       "const",            "anyOf",
     "oneOf",     "$ref",       "allOf",            "minimum",
-    "maximum",   "exclusiveMinimum", "exclusiveMaximum",
+    "maximum",   "exclusiveMinimum", "exclusiveMaximum", "prefixItems",
 };
 /* the bounds of a number, in the order of the bound they set: lower
  * (inclusive, exclusive), upper (inclusive, exclusive) */
@@ -777,18 +793,15 @@ static int compile_union(cx *c, json_t *j, const char *path, uint16_t *out)
     }
     uint16_t u;
     sd_jschema *s = c->s;
-    void *tmp_;
     if (!rc)
         rc = new_node(c, path, kw[0] == 'o' ? F_ONEOF : 0, &u);
-    if (!rc && GROW(s->mem, s->nmem, s->cmem, (uint32_t)n))
-        rc = nomem(c);
     if (!rc) {
         s->node[u].mem0 = s->nmem;
         s->node[u].nmem = (uint32_t)n;
-        if (n)
-            memcpy(s->mem + s->nmem, br, n * sizeof *br);
-        s->nmem += (uint32_t)n;
-        *out = u;
+        if (add_mem(c, br, (uint32_t)n))
+            rc = nomem(c);
+        else
+            *out = u;
     }
     free(br);
     return rc;
@@ -917,9 +930,9 @@ static int compile_typed(cx *c, json_t *j, const char *path, uint16_t *out)
                           BOUND_KW[i], path);
     if (!json_object_get(j, "type")) {
         static const char *const obj_kw[] = {"properties", "required", "additionalProperties"};
-        static const char *const arr_kw[] = {"items", "minItems", "maxItems"};
-        for (int i = 0; i < 3; i++) {
-            t |= json_object_get(j, obj_kw[i]) ? T_OBJ : 0;
+        static const char *const arr_kw[] = {"items", "minItems", "maxItems", "prefixItems"};
+        for (int i = 0; i < 4; i++) {
+            t |= i < 3 && json_object_get(j, obj_kw[i]) ? T_OBJ : 0;
             t |= json_object_get(j, arr_kw[i]) ? T_ARR : 0;
         }
         t |= json_object_get(j, "minLength") || json_object_get(j, "maxLength") ? T_STR : 0;
@@ -929,19 +942,34 @@ static int compile_typed(cx *c, json_t *j, const char *path, uint16_t *out)
         }
     }
     uint32_t min_items = 0, max_items = UINT32_MAX, min_len = 0, max_len = UINT32_MAX;
-    uint16_t items = c->s->any;
+    uint16_t items = c->s->any, pre[MAX_PREFIX];
+    uint32_t npre = 0;
     if (t & T_ARR) {
-        json_t *it = json_object_get(j, "items");
+        json_t *it = json_object_get(j, "items"), *px = json_object_get(j, "prefixItems");
         if (json_is_array(it))
-            return refuse(c, "\"items\" at %s as an array (a tuple) is not supported", path);
+            return refuse(c, "\"items\" at %s as an array (a tuple) is not supported (prefixItems is)",
+                          path);
+        if (px && (!json_is_array(px) || !json_array_size(px) || json_array_size(px) > MAX_PREFIX))
+            return refuse(c, "\"prefixItems\" at %s must be an array of 1 to %d schemas", path,
+                          MAX_PREFIX);
         char p[512];
+        /* each position's schema, then the items past them (items false:
+         * none past them) */
+        for (size_t i = 0; i < json_array_size(px); i++, npre++) {
+            snprintf(p, sizeof p, "%s.prefixItems[%zu]", path, i);
+            if ((rc = compile(c, json_array_get(px, i), p, 0, &pre[i])))
+                return rc;
+        }
         snprintf(p, sizeof p, "%s.items", path);
-        if ((it && (rc = compile(c, it, p, 0, &items))) ||
+        if ((it && !json_is_false(it) && (rc = compile(c, it, p, 0, &items))) ||
             (rc = count_kw(c, j, "minItems", path, 0, &min_items)) ||
             (rc = count_kw(c, j, "maxItems", path, UINT32_MAX, &max_items)))
             return rc;
+        if (json_is_false(it) && max_items > npre)
+            max_items = npre;
         if (min_items > max_items)
-            return refuse(c, "\"minItems\" at %s is greater than \"maxItems\"", path);
+            return refuse(c, "\"minItems\" at %s is greater than \"maxItems\"%s", path,
+                          json_is_false(it) ? " (or the items \"items\": false leaves)" : "");
     }
     if (t & T_STR) {
         if ((rc = count_kw(c, j, "minLength", path, 0, &min_len)) ||
@@ -953,9 +981,13 @@ static int compile_typed(cx *c, json_t *j, const char *path, uint16_t *out)
     uint16_t id;
     if ((rc = new_node(c, path, F_LEAF, &id)) || (rc = self_leaf(c, id)))
         return rc;
+    if (npre && add_mem(c, pre, npre))
+        return nomem(c);
     js_node *nd = &c->s->node[id];
     nd->types = t;
     nd->items = items;
+    nd->pre0 = c->s->nmem - npre;
+    nd->npre = npre;
     nd->min_items = min_items;
     nd->max_items = max_items;
     nd->min_len = min_len;
@@ -1233,8 +1265,14 @@ static void find_nesting(sd_jschema *s)
                     }
                     n->mind_obj = plus1(r);
                 }
-                if (n->types & T_ARR)
-                    n->mind_arr = plus1(n->min_items ? s->node[n->items].mind : 0);
+                if (n->types & T_ARR) { /* (the items it requires) */
+                    uint8_t r = 0;
+                    for (uint32_t i = 0; i < n->min_items && i <= n->npre; i++) {
+                        const uint8_t mi = s->node[i < n->npre ? s->mem[n->pre0 + i] : n->items].mind;
+                        r = mi > r ? mi : r;
+                    }
+                    n->mind_arr = plus1(r);
+                }
                 m = n->types & (T_NULL | T_BOOL | T_INT | T_NUM | T_STR) ? 0 : INF;
                 m = n->mind_obj < m ? n->mind_obj : m;
                 m = n->mind_arr < m ? n->mind_arr : m;
@@ -1384,8 +1422,12 @@ static int explore(an *a, uint32_t i)
     a->set[i].c0 = a->nedge;
     if (st.kind == K_ARR) {
         a->nbuf = 0;
-        for (uint32_t x = 0; x < st.n; x++)
-            buf_add(a, (s->node[mem[x]].flags & F_ANY) ? s->any : s->node[mem[x]].items);
+        for (uint32_t x = 0; x < st.n; x++) { /* (every position's: an over-approximation) */
+            const js_node *n = &s->node[mem[x]];
+            buf_add(a, (n->flags & F_ANY) ? s->any : n->items);
+            for (uint32_t q = 0; !(n->flags & F_ANY) && q < n->npre; q++)
+                buf_add(a, s->mem[n->pre0 + q]);
+        }
         rc = add_sets(a);
     } else if (st.kind == K_OBJ) {
         for (uint32_t x = 0; x < st.n && !rc; x++) {
@@ -1849,6 +1891,12 @@ static const char *const LITERALS[3] = {"true", "false", "null"};
 static const js_node *alt_node(const sd_jschema *s, const sd_jschema_alt *a)
 {
     return &s->node[a->node & NODE_MASK];
+}
+
+/* the schema of array n's item i: its prefixItems' at i, else items */
+static uint16_t item_node(const sd_jschema *s, const js_node *n, uint32_t i)
+{
+    return i < n->npre ? s->mem[n->pre0 + i] : n->items;
 }
 static int top_start(const sd_jschema_state *st) { return st->lev[st->nlev - 1] & 0x7f; }
 static int top_is_obj(const sd_jschema_state *st) { return (st->lev[st->nlev - 1] & LEV_OBJ) != 0; }
@@ -2385,7 +2433,7 @@ static int value_begin(const sd_jschema *s, sd_jschema_state *st, unsigned char 
             else if (obj)
                 x = s->prop[n->prop0 + a->a].node;
             else if (count_of(a) < n->max_items)
-                x = n->items;
+                x = item_node(s, n, count_of(a));
             else
                 continue;
             if (add_leaves(s, st, base, x, k, c, (uint16_t)(1u << (i - ps))))

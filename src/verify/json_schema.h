@@ -32,7 +32,9 @@
  *    pydantic's dict[str, Any]); with a schema there, any keys, each
  *    value of that schema (dict[str, X]). A schema for
  *    additionalProperties beside properties is refused.
- *  - items (one schema; absent: any value), minItems, maxItems.
+ *  - items (one schema; absent: any value; false: none), minItems,
+ *    maxItems; prefixItems (tuples, pydantic's tuple[int, str]: each
+ *    position's schema, items past them; an array of 1 to 64 schemas).
  *  - minLength, maxLength, counted in code points: a UTF-8 lead byte, an
  *    escape, or a \u surrogate pair is one.
  *  - minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers) with
@@ -66,7 +68,7 @@
  *    uniqueItems false, unevaluatedProperties false, and format (an
  *    annotation in JSON Schema 2020-12: not enforced).
  *  - refused: pattern, patternProperties, not, allOf of several, if/then/else,
- *    multipleOf, prefixItems, contains,
+ *    multipleOf, items as an array (the old tuple form), contains,
  *    min/maxProperties, propertyNames, dependent*, boolean schema false,
  *    object or array values in enum/const, and unknown keywords.
  *

@@ -318,14 +318,16 @@ static int object_valid(const ref *r, json_t *sch, json_t *v, const char *t, siz
 
 static int array_valid(const ref *r, json_t *sch, json_t *v, const char *t, size_t n, int depth)
 {
-    json_t *items = json_object_get(sch, "items");
+    json_t *items = json_object_get(sch, "items"), *pre = json_object_get(sch, "prefixItems");
     long long k = (long long)json_array_size(v);
     if (k < int_kw(sch, "minItems", 0) || k > int_kw(sch, "maxItems", 1LL << 40))
         return 0;
     size_t i = skip_ws(t, 1, n);
     for (size_t e = 0; t[i] != ']'; e++) {
         size_t ve = value_end(t, i, n);
-        if (!valid(r, items ? items : json_true(), json_array_get(v, e), t + i, ve - i, depth))
+        /* prefixItems' schema at e, else items (false: no item) */
+        json_t *it = e < json_array_size(pre) ? json_array_get(pre, e) : items ? items : json_true();
+        if (json_is_false(it) || !valid(r, it, json_array_get(v, e), t + i, ve - i, depth))
             return 0;
         i = skip_ws(t, ve, n);
         if (t[i] == ',')
@@ -531,12 +533,16 @@ static json_t *gen_type(const ref *r, json_t *sch, const char *ty, uint64_t *rng
     if (!strcmp(ty, "array")) {
         if (depth >= 5)
             return NULL;
+        json_t *a = json_array(), *items = json_object_get(sch, "items"),
+               *pre = json_object_get(sch, "prefixItems");
         long long lo = int_kw(sch, "minItems", 0), hi = int_kw(sch, "maxItems", lo + 3);
+        if (json_is_false(items) && hi > (long long)json_array_size(pre))
+            hi = (long long)json_array_size(pre);
         long long k = lo + (long long)(next_rand(rng) % 4);
         k = k > hi ? hi : k;
-        json_t *a = json_array(), *items = json_object_get(sch, "items");
         for (long long i = 0; i < k; i++) {
-            json_t *v = items ? gen(r, items, rng, depth + 1) : random_any(rng, 2);
+            json_t *it = (size_t)i < json_array_size(pre) ? json_array_get(pre, (size_t)i) : items;
+            json_t *v = it ? gen(r, it, rng, depth + 1) : random_any(rng, 2);
             if (!v) {
                 if (i < lo) {
                     json_decref(a);
@@ -933,6 +939,25 @@ static const char *const SCHEMAS[] = {
     "\"u\":{\"type\":[\"integer\",\"number\"],\"minimum\":-1.5,\"exclusiveMaximum\":1e3},"
     "\"e\":{\"enum\":[0.5,1.5,2.5],\"minimum\":1}},"
     "\"required\":[\"p\"],\"additionalProperties\":false}",
+    /* tuples (pydantic's tuple[int, str] and tuple[str, ...] after a
+     * prefix): prefixItems with the items past them, none (items false),
+     * any, or a schema; nested, in an anyOf with a plain array, and a
+     * tuple of an object and a tuple */
+    "{\"type\":\"object\",\"properties\":{"
+    "\"pair\":{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\","
+    "\"maxLength\":3}],\"minItems\":2,\"maxItems\":2},"
+    "\"head\":{\"type\":\"array\",\"prefixItems\":[{\"enum\":[\"a\",\"b\"]}],\"items\":{\"type\":"
+    "\"boolean\"},\"maxItems\":4},"
+    "\"closed\":{\"type\":\"array\",\"prefixItems\":[{\"type\":\"null\"},{\"type\":\"number\"}],"
+    "\"items\":false},"
+    "\"open\":{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"}],\"minItems\":1},"
+    "\"alt\":{\"anyOf\":[{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":"
+    "\"integer\"}],\"items\":false,\"minItems\":2},{\"type\":\"array\",\"items\":{\"type\":"
+    "\"string\"}}]},"
+    "\"deep\":{\"type\":\"array\",\"prefixItems\":[{\"type\":\"object\",\"properties\":{\"k\":"
+    "{\"type\":\"integer\"}},\"required\":[\"k\"],\"additionalProperties\":false},{\"type\":\"array\","
+    "\"prefixItems\":[{\"type\":\"boolean\"}],\"items\":false}],\"minItems\":1,\"items\":false}},"
+    "\"required\":[\"pair\"],\"additionalProperties\":false}",
 };
 
 TEST(random_documents_agree_with_the_reference)
@@ -1340,6 +1365,17 @@ TEST(misc_schemas_compile_and_behave)
         {"{\"type\":\"integer\",\"minimum\":5}", "123456789012345678901234567890", "4"},
         {"{\"type\":\"integer\",\"maximum\":5}", "-123456789012345678901234567890", "6"},
         {"{\"type\":\"integer\",\"minimum\":-1e300,\"maximum\":1e300}", "-12", "1.5"},
+        /* tuples: prefixItems (told an array by it alone), items past them */
+        {"{\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":false}",
+         "[1,\"a\"]", "[1,\"a\",2]"},
+        {"{\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":false}", "[]",
+         "[\"a\"]"},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"}],\"items\":{\"type\":"
+         "\"null\"}}",
+         "[7,null,null]", "[7,8]"},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"}]}", "[7,{\"x\":[]},\"s\"]",
+         "[\"s\",7]"},
+        {"{\"type\":\"array\",\"items\":false}", "[]", "[1]"},
         /* enum values not of the type are dropped */
         {"{\"type\":\"string\",\"enum\":[\"a\",1,null]}", "\"a\"", "1"},
         /* a key with escapes is matched as jansson writes it */
@@ -1476,6 +1512,93 @@ TEST(numbers_bounds_hold_at_the_right_byte)
     }
 }
 
+/* a random decimal's double: a mantissa of 1-6 digits at 10^-9..10^8,
+ * either sign, into buf as %.*g of 1-17 digits (shortest forms and long
+ * ones both) */
+static double random_bound(uint64_t *rng, char *buf, size_t cap)
+{
+    const double m = (double)(next_rand(rng) % 1000000) / (double)(1 + next_rand(rng) % 1000);
+    double v = m * pow(10, (double)((int)(next_rand(rng) % 18) - 9));
+    v = next_rand(rng) % 3 == 0 ? -v : v;
+    snprintf(buf, cap, "%.*g", 1 + (int)(next_rand(rng) % 17), v);
+    return strtod(buf, NULL);
+}
+
+/* Numbers' bounds on random bounds (one or two of the four keywords):
+ * number texts near each bound and random ones are whole exactly where
+ * the reference (the values as doubles, a bounded number's text rule)
+ * accepts them, and every prefix the automaton accepts completes */
+TEST(random_number_bounds_agree_with_the_reference)
+{
+    static const char *const KW[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    uint64_t seed = sd_test_seed(), rng = seed ^ 0x9e3779b97f4a7c15u;
+    int schemas = 0, refused = 0, texts = 0, accepted = 0, completions = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        char sch[512], b[2][40];
+        double bv[2];
+        int w = snprintf(sch, sizeof sch, "{\"type\":\"object\",\"properties\":{\"v\":{\"type\":%s",
+                         next_rand(&rng) % 4 ? "\"number\"" : "[\"number\",\"null\"]");
+        const int nb = 1 + (int)(next_rand(&rng) % 2), k0 = (int)(next_rand(&rng) % 4);
+        double lo = -INFINITY, hi = INFINITY;
+        int lo_ex = 0, hi_ex = 0;
+        for (int i = 0; i < nb; i++) {
+            bv[i] = random_bound(&rng, b[i], sizeof b[i]);
+            const int kw = (k0 + 2 * i + (int)(next_rand(&rng) % 2)) % 4;
+            w += snprintf(sch + w, sizeof sch - (size_t)w, ",\"%s\":%s", KW[kw], b[i]);
+            if (kw < 2 && (bv[i] > lo || (bv[i] == lo && kw == 1)))
+                lo = bv[i], lo_ex = kw == 1;
+            else if (kw >= 2 && (bv[i] < hi || (bv[i] == hi && kw == 3)))
+                hi = bv[i], hi_ex = kw == 3;
+        }
+        snprintf(sch + w, sizeof sch - (size_t)w, "}},\"required\":[\"v\"]}");
+        sd_err err;
+        sd_jschema *s = compile_or_null(sch, &err);
+        if (!s) { /* only bounds that cross (or meet, one exclusive) */
+            ASSERT_MSG(strstr(err.msg, "admit no number"), "%s: %s", sch, err.msg);
+            ASSERT_MSG(lo > hi || (lo == hi && (lo_ex || hi_ex)), "%s refused", sch);
+            refused++;
+            continue;
+        }
+        schemas++;
+        ref r = {json_loads(sch, 0, NULL), sd_jschema_max_depth(s)};
+        for (int j = 0; j < 40; j++) {
+            /* near a bound (its value, one unit of the last printed place
+             * either way) or anywhere */
+            double v = j % 4 == 3 ? (double)((int64_t)(next_rand(&rng) % 2000001) - 1000000) / 997.0
+                                  : bv[j % nb];
+            const int p = (int)(next_rand(&rng) % 16);
+            v += (double)((int)(next_rand(&rng) % 3) - 1) * pow(10, -p);
+            if (fabs(v) > 1e12)
+                continue;
+            char doc[128];
+            snprintf(doc, sizeof doc, "{\"v\":%.*f}", p, v);
+            const size_t n = strlen(doc);
+            const int theirs = verdict(&r, doc, n);
+            if (theirs < 0)
+                continue;
+            const int ours = whole(s, doc, n);
+            ASSERT_MSG(ours == theirs, "seed %llu: %s: %s: automaton %d, reference %d",
+                       (unsigned long long)seed, sch, doc, ours, theirs);
+            texts++;
+            accepted += theirs;
+            /* what it accepted completes to a valid document */
+            const size_t k = bad_at(s, doc, n);
+            if (k > 5 && j % 2 == 0) {
+                ASSERT_MSG(completes(s, &r, doc, k, "}0123456789.-"), "seed %llu: %s: prefix %.*s",
+                           (unsigned long long)seed, sch, (int)k, doc);
+                completions++;
+            }
+        }
+        json_decref(r.root);
+        sd_jschema_free(s);
+    }
+    fprintf(stderr, "  %d schemas (%d refused), %d texts (%d valid), %d completions\n", schemas,
+            refused, texts, accepted, completions);
+    ASSERT_GT(schemas, 200);
+    ASSERT_GT(accepted, 1000);
+    ASSERT_GT(texts - accepted, 1000);
+}
+
 TEST(refused_schemas_name_the_keyword)
 {
     static const struct {
@@ -1507,7 +1630,14 @@ TEST(refused_schemas_name_the_keyword)
          "the bounds at $ admit no 64-bit integer"},
         {"{\"enum\":[1,2],\"minimum\":3}", "\"enum\" at $ admits no value"},
         {"{\"type\":\"number\",\"multipleOf\":2}", "\"multipleOf\" at $ is not supported"},
-        {"{\"type\":\"array\",\"prefixItems\":[{}]}", "\"prefixItems\" at $ is not supported"},
+        {"{\"type\":\"array\",\"prefixItems\":[]}",
+         "\"prefixItems\" at $ must be an array of 1 to 64 schemas"},
+        {"{\"prefixItems\":{\"type\":\"null\"}}",
+         "\"prefixItems\" at $ must be an array of 1 to 64 schemas"},
+        {"{\"type\":\"array\",\"prefixItems\":[{}],\"items\":false,\"minItems\":2}",
+         "\"minItems\" at $ is greater than \"maxItems\" (or the items \"items\": false leaves)"},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"pattern\":\"a\"}]}",
+         "\"pattern\" at $.prefixItems[0] is not supported"},
         {"{\"type\":\"array\",\"items\":[{}]}", "\"items\" at $ as an array"},
         {"{\"type\":\"array\",\"contains\":{}}", "\"contains\" at $ is not supported"},
         {"{\"type\":\"array\",\"uniqueItems\":true}", "\"uniqueItems\" at $ is not supported"},
@@ -2054,5 +2184,5 @@ TEST_MAIN(T(text_before_the_reply_ends_at_the_first_close),
           T(tool_calls_go_bad_at_the_right_byte), T(tool_call_formats_that_cannot_be_read_are_refused),
           T(hand_written_cases_go_bad_at_the_right_byte), T(state_is_small_and_copies_cheaply),
           T(limits_on_depth_and_whitespace), T(misc_schemas_compile_and_behave),
-          T(numbers_bounds_hold_at_the_right_byte),
+          T(numbers_bounds_hold_at_the_right_byte), T(random_number_bounds_agree_with_the_reference),
           T(refused_schemas_name_the_keyword), T(random_documents_agree_with_the_reference))

@@ -289,12 +289,17 @@ test('response_format json_schema', async () => {
   const [compiled, found] = await schemaCounts();
   assert.equal(compiled - compiled0, 1, 'compilations of one schema text');
   assert.equal(found - found0, 7, 'look-ups that found the schema compiled');
-  // numbers' bounds (pydantic's Field(ge=, le=, gt=) on float fields): a
-  // finished reply holds them, its numbers written without an exponent
+  // numbers' bounds (pydantic's Field(ge=, le=, gt=) on float fields) and
+  // a tuple (tuple[int, str]: prefixItems): a finished reply holds them,
+  // its numbers written without an exponent
   const bounded = {
     type: 'object',
-    properties: { p: { type: 'number', minimum: 0, maximum: 1 }, t: { type: 'number', exclusiveMinimum: -273.15, maximum: 100 } },
-    required: ['p', 't'],
+    properties: {
+      p: { type: 'number', minimum: 0, maximum: 1 },
+      t: { type: 'number', exclusiveMinimum: -273.15, maximum: 100 },
+      xy: { type: 'array', prefixItems: [{ type: 'integer' }, { type: 'string', maxLength: 3 }], minItems: 2, maxItems: 2 },
+    },
+    required: ['p', 't', 'xy'],
     additionalProperties: false,
   };
   let held = 0;
@@ -304,8 +309,9 @@ test('response_format json_schema', async () => {
     const c = r.choices[0];
     if (c.finish_reason !== 'stop') continue;
     const v = JSON.parse(c.message.content);
-    assert.deepEqual(Object.keys(v), ['p', 't'], c.message.content);
+    assert.deepEqual(Object.keys(v), ['p', 't', 'xy'], c.message.content);
     assert.ok(v.p >= 0 && v.p <= 1 && v.t > -273.15 && v.t <= 100, c.message.content);
+    assert.ok(v.xy.length === 2 && Number.isInteger(v.xy[0]) && typeof v.xy[1] === 'string' && [...v.xy[1]].length <= 3, c.message.content);
     assert.ok(!/[eE]/.test(c.message.content), c.message.content);
     held++;
   }
