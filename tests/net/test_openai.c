@@ -880,6 +880,37 @@ TEST(forced_calls_decode_to_the_models_own_format)
         sd_jschema_free(s);
         sd_oai_request_free(&r);
     }
+    /* a tuple's positions lose what json_schema does not take (a pattern)
+     * and keep the rest */
+    {
+        static const char body[] =
+            "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{"
+            "\"name\":\"at\",\"parameters\":{\"type\":\"object\",\"properties\":{\"pt\":{\"type\":"
+            "\"array\",\"prefixItems\":[{\"type\":\"string\",\"pattern\":\"^a\"},{\"type\":\"integer\"}],"
+            "\"items\":false}},\"required\":[\"pt\"]}}}],\"tool_choice\":\"required\"}";
+        sd_oai_request r;
+        sd_api_error e;
+        ASSERT_OK(sd_oai_parse(SD_OAI_CHAT, body, strlen(body), MODEL, NULL, &r, &e));
+        ASSERT_OK(sd_oai_force_format(&r, SD_TOOLS_HERMES, &e));
+        ASSERT(!strstr(r.gen.json_schema, "pattern"));
+        sd_jschema *s = NULL;
+        sd_err err = {0};
+        ASSERT_MSG(!sd_jschema_compile(r.gen.json_schema, strlen(r.gen.json_schema), &s, &err), "%s",
+                   err.msg);
+        static const char head[] = "<tool_call>\n{\"name\": \"at\", \"arguments\": {\"pt\": ";
+        static const char *const pts[] = {"[\"b\", 2]", "[2, \"b\"]", "[\"b\", 2, 3]"};
+        for (int i = 0; i < 3; i++) {
+            char t[256];
+            snprintf(t, sizeof t, "%s%s}}\n</tool_call>", head, pts[i]);
+            sd_jschema_state st;
+            sd_jschema_init(s, &st);
+            const int ok = sd_jschema_feed(s, &st, (const unsigned char *)t, strlen(t)) == 0 &&
+                           sd_jschema_done(s, &st);
+            ASSERT_MSG(ok == (i == 0), "pt %s", pts[i]);
+        }
+        sd_jschema_free(s);
+        sd_oai_request_free(&r);
+    }
     /* no parallel calls: one call, then the end */
     {
         char body[2048];
