@@ -765,6 +765,37 @@ static int fc_emit(void *arg, const char *content, size_t len, const sd_tool_cal
     return 0;
 }
 
+/* the schema a chat body with tool_choice required is decoded to in
+ * Hermes' format (NULL: refused; text: its schema text, or why not) */
+static sd_jschema *forced_hermes(const char *body, char *text, size_t cap)
+{
+    sd_oai_request r;
+    sd_api_error e;
+    sd_jschema *s = NULL;
+    sd_err err = {0};
+    if (sd_oai_parse(SD_OAI_CHAT, body, strlen(body), MODEL, NULL, &r, &e)) {
+        snprintf(text, cap, "parse: %s", e.message);
+        return NULL;
+    }
+    if (sd_oai_force_format(&r, SD_TOOLS_HERMES, &e))
+        snprintf(text, cap, "force: %s", e.message);
+    else if (snprintf(text, cap, "%s", r.gen.json_schema),
+             sd_jschema_compile(r.gen.json_schema, strlen(r.gen.json_schema), &s, &err))
+        snprintf(text, cap, "compile: %s", err.msg);
+    sd_oai_request_free(&r);
+    return s;
+}
+
+/* head, then arg and a Hermes call's end, is a whole text of s */
+static int call_whole(const sd_jschema *s, const char *head, const char *arg)
+{
+    char t[512];
+    snprintf(t, sizeof t, "%s%s}}\n</tool_call>", head, arg);
+    sd_jschema_state st;
+    sd_jschema_init(s, &st);
+    return sd_jschema_feed(s, &st, (const unsigned char *)t, strlen(t)) == 0 && sd_jschema_done(s, &st);
+}
+
 TEST(forced_calls_decode_to_the_models_own_format)
 {
     static const char TOOLS[] =
@@ -854,31 +885,17 @@ TEST(forced_calls_decode_to_the_models_own_format)
     }
     /* a number's range holds too (lat within [-90, 90]) */
     {
-        char body[2048];
+        char body[2048], text[4096];
         snprintf(body, sizeof body,
                  "{\"model\":\"" MODEL "\"," CHAT_MSGS ",%s,\"tool_choice\":\"required\"}", TOOLS);
-        sd_oai_request r;
-        sd_api_error e;
-        ASSERT_OK(sd_oai_parse(SD_OAI_CHAT, body, strlen(body), MODEL, NULL, &r, &e));
-        ASSERT_OK(sd_oai_force_format(&r, SD_TOOLS_HERMES, &e));
-        sd_jschema *s = NULL;
-        sd_err err = {0};
-        ASSERT_MSG(!sd_jschema_compile(r.gen.json_schema, strlen(r.gen.json_schema), &s, &err), "%s",
-                   err.msg);
+        sd_jschema *s = forced_hermes(body, text, sizeof text);
+        ASSERT_MSG(s, "%s", text);
         static const char head[] =
             "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"lat\": ";
         static const char *const lats[] = {"-45.25", "90", "90.5", "-91"};
-        for (int i = 0; i < 4; i++) {
-            char t[256];
-            snprintf(t, sizeof t, "%s%s}}\n</tool_call>", head, lats[i]);
-            sd_jschema_state st;
-            sd_jschema_init(s, &st);
-            const int ok = sd_jschema_feed(s, &st, (const unsigned char *)t, strlen(t)) == 0 &&
-                           sd_jschema_done(s, &st);
-            ASSERT_MSG(ok == (i < 2), "lat %s", lats[i]);
-        }
+        for (int i = 0; i < 4; i++)
+            ASSERT_MSG(call_whole(s, head, lats[i]) == (i < 2), "lat %s", lats[i]);
         sd_jschema_free(s);
-        sd_oai_request_free(&r);
     }
     /* a tuple's positions lose what json_schema does not take (a pattern)
      * and keep the rest */
@@ -888,28 +905,15 @@ TEST(forced_calls_decode_to_the_models_own_format)
             "\"name\":\"at\",\"parameters\":{\"type\":\"object\",\"properties\":{\"pt\":{\"type\":"
             "\"array\",\"prefixItems\":[{\"type\":\"string\",\"pattern\":\"^a\"},{\"type\":\"integer\"}],"
             "\"items\":false}},\"required\":[\"pt\"]}}}],\"tool_choice\":\"required\"}";
-        sd_oai_request r;
-        sd_api_error e;
-        ASSERT_OK(sd_oai_parse(SD_OAI_CHAT, body, strlen(body), MODEL, NULL, &r, &e));
-        ASSERT_OK(sd_oai_force_format(&r, SD_TOOLS_HERMES, &e));
-        ASSERT(!strstr(r.gen.json_schema, "pattern"));
-        sd_jschema *s = NULL;
-        sd_err err = {0};
-        ASSERT_MSG(!sd_jschema_compile(r.gen.json_schema, strlen(r.gen.json_schema), &s, &err), "%s",
-                   err.msg);
+        char text[4096];
+        sd_jschema *s = forced_hermes(body, text, sizeof text);
+        ASSERT_MSG(s, "%s", text);
+        ASSERT(!strstr(text, "pattern"));
         static const char head[] = "<tool_call>\n{\"name\": \"at\", \"arguments\": {\"pt\": ";
         static const char *const pts[] = {"[\"b\", 2]", "[2, \"b\"]", "[\"b\", 2, 3]"};
-        for (int i = 0; i < 3; i++) {
-            char t[256];
-            snprintf(t, sizeof t, "%s%s}}\n</tool_call>", head, pts[i]);
-            sd_jschema_state st;
-            sd_jschema_init(s, &st);
-            const int ok = sd_jschema_feed(s, &st, (const unsigned char *)t, strlen(t)) == 0 &&
-                           sd_jschema_done(s, &st);
-            ASSERT_MSG(ok == (i == 0), "pt %s", pts[i]);
-        }
+        for (int i = 0; i < 3; i++)
+            ASSERT_MSG(call_whole(s, head, pts[i]) == (i == 0), "pt %s", pts[i]);
         sd_jschema_free(s);
-        sd_oai_request_free(&r);
     }
     /* no parallel calls: one call, then the end */
     {
