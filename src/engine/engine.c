@@ -1624,10 +1624,10 @@ static int engine_step(sd_engine *e)
                 int idle = e->n_running == 1; /* (this one) */
                 const int adaptive = e->spec_k < 0 && e->spec != SD_SPEC_NGRAM;
                 /* those that would draft with it: it, the arrivals
-                 * waiting behind it and the running ones still tracking */
-                int drafting = 1 + e->n_waiting;
-                for (int j = 0; j < e->n_running; j++)
-                    drafting += e->running[j] != r && !e->running[j]->no_spec;
+                 * waiting behind it and the running ones still tracking
+                 * (its own flag is decided below) */
+                r->no_spec = 0;
+                const int drafting = e->n_running - n_not_drafting(e) + e->n_waiting;
                 if (adaptive)
                     e->adapt.keys = next_keys(e, joins);
                 r->no_spec = adaptive &&

@@ -182,6 +182,12 @@ static void *grow(void *p, uint32_t *cap, uint32_t need, size_t elem)
                            : ((arr) = grow((tmp_ = (arr)), &(cap), (n) + (more), sizeof *(arr)),   \
                               (arr) ? 0 : ((arr) = tmp_, -1)))
 
+/* the schema of array n's item i: its prefixItems' at i, else items */
+static uint16_t item_node(const sd_jschema *s, const js_node *n, uint32_t i)
+{
+    return i < n->npre ? s->mem[n->pre0 + i] : n->items;
+}
+
 /* n node ids appended to mem: 0, or -1 (out of memory) */
 static int add_mem(cx *c, const uint16_t *ids, uint32_t n)
 {
@@ -1268,7 +1274,7 @@ static void find_nesting(sd_jschema *s)
                 if (n->types & T_ARR) { /* (the items it requires) */
                     uint8_t r = 0;
                     for (uint32_t i = 0; i < n->min_items && i <= n->npre; i++) {
-                        const uint8_t mi = s->node[i < n->npre ? s->mem[n->pre0 + i] : n->items].mind;
+                        const uint8_t mi = s->node[item_node(s, n, i)].mind;
                         r = mi > r ? mi : r;
                     }
                     n->mind_arr = plus1(r);
@@ -1893,11 +1899,6 @@ static const js_node *alt_node(const sd_jschema *s, const sd_jschema_alt *a)
     return &s->node[a->node & NODE_MASK];
 }
 
-/* the schema of array n's item i: its prefixItems' at i, else items */
-static uint16_t item_node(const sd_jschema *s, const js_node *n, uint32_t i)
-{
-    return i < n->npre ? s->mem[n->pre0 + i] : n->items;
-}
 static int top_start(const sd_jschema_state *st) { return st->lev[st->nlev - 1] & 0x7f; }
 static int top_is_obj(const sd_jschema_state *st) { return (st->lev[st->nlev - 1] & LEV_OBJ) != 0; }
 static uint32_t count_of(const sd_jschema_alt *a) { return (uint32_t)a->a | (uint32_t)a->b << 16; }
@@ -2347,7 +2348,7 @@ static int scalar_end(const sd_jschema *s, sd_jschema_state *st)
     for (int i = start; i < st->nalt; i++)
         if (scalar_whole(s, st, alt_node(s, &st->alt[i]), &st->alt[i]))
             st->alt[w++] = st->alt[i];
-    st->nmag = 0, st->nneg = 0;
+    st->nmag = 0, st->nneg = 0, st->nfrac = 0;
     if (settle(st, start, w))
         return -1;
     return pop(s, st);
