@@ -524,21 +524,58 @@ static int range_held(json_t *sch)
     return numeric;
 }
 
+/* a schema whose "multipleOf" json_schema holds: an integer's (a "type"
+ * with integer, not number), a whole number from 1 to 2^32 - 1 */
+static int multiple_held(json_t *sch)
+{
+    json_t *ty = json_object_get(sch, "type"), *m = json_object_get(sch, "multipleOf");
+    int integer = 0, number = 0;
+    for (size_t i = 0; i < (json_is_array(ty) ? json_array_size(ty) : 1); i++) {
+        const char *t = json_string_value(json_is_array(ty) ? json_array_get(ty, i) : ty);
+        integer |= t && !strcmp(t, "integer");
+        number |= t && !strcmp(t, "number");
+    }
+    const double d = json_number_value(m);
+    return integer && !number && json_is_number(m) && d >= 1 && d <= 4294967295.0 && d == floor(d);
+}
+
+/* a schema whose "pattern" json_schema holds: one of its subset, which
+ * some string of the schema's lengths matches (compiled alone to see) */
+static int pattern_held(json_t *sch)
+{
+    static const char *const kw[] = {"pattern", "minLength", "maxLength"};
+    json_t *probe = json_pack("{s:s}", "type", "string");
+    for (size_t i = 0; probe && i < sizeof kw / sizeof kw[0]; i++)
+        if (json_object_get(sch, kw[i]))
+            json_object_set(probe, kw[i], json_object_get(sch, kw[i]));
+    char *text = probe ? json_dumps(probe, JSON_COMPACT) : NULL;
+    json_decref(probe);
+    sd_jschema *s = NULL;
+    const int ok = text && !sd_jschema_compile(text, strlen(text), &s, NULL);
+    sd_jschema_free(s);
+    free(text);
+    return ok;
+}
+
 /* A tool's parameters schema without the value bounds json_schema does not
- * take (multiples, strings' patterns, objects' counts, unique items, a
- * range without a numeric type): a forced call keeps its arguments' keys,
- * types, enums and integers' and numbers' ranges (tools' schemas carry
- * such bounds often; response_format's are refused) */
+ * take (a number's multiples, patterns outside its subset, objects'
+ * counts, unique items, a range without a numeric type): a forced call
+ * keeps its arguments' keys, types, enums, integers' and numbers' ranges,
+ * integers' multiples and strings' patterns (tools' schemas carry such
+ * bounds often; response_format's are refused) */
 static void strip_bounds(json_t *sch)
 {
-    static const char *const bounds[] = {"multipleOf",    "pattern",     "minProperties",
-                                         "maxProperties", "uniqueItems", "contentEncoding",
-                                         "contentMediaType"};
+    static const char *const bounds[] = {"minProperties",   "maxProperties", "uniqueItems",
+                                         "contentEncoding", "contentMediaType"};
     if (!json_is_object(sch))
         return;
     const int keep_range = range_held(sch);
     for (size_t i = 0; !keep_range && i < sizeof RANGE_KW / sizeof RANGE_KW[0]; i++)
         json_object_del(sch, RANGE_KW[i]);
+    if (!multiple_held(sch))
+        json_object_del(sch, "multipleOf");
+    if (json_object_get(sch, "pattern") && !pattern_held(sch))
+        json_object_del(sch, "pattern");
     for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++)
         json_object_del(sch, bounds[i]);
     static const char *const maps[] = {"properties", "$defs", "definitions"};

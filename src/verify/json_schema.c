@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "verify/json_regex.h"
+
 /* ---- the program ------------------------------------------------------
  *
  * A node is a schema after $ref: a leaf (what one value may be: types and
@@ -59,6 +61,8 @@ typedef struct js_node {
     uint32_t min_items, max_items, min_len, max_len;
     int64_t lo, hi; /* an integer's bounds (INT64_MIN / INT64_MAX: none on that side) */
     js_bound nlo, nhi; /* a number's bounds (type number) */
+    uint32_t mult;     /* an integer's multipleOf (0: none) */
+    uint16_t re;       /* a string's pattern: its automaton in re, plus one (0: none) */
 } js_node;
 
 /* a tool of x-specd-calls */
@@ -74,6 +78,8 @@ typedef struct js_call {
 #define MAX_CALLS 16
 #define MAX_PREFIX 64 /* prefixItems' schemas an array */
 #define MAX_AFTER 64
+#define MAX_RE_STATES 16384     /* patterns' automata's states, in all */
+#define MAX_RE_LENS (1u << 21) /* their lengths' tables' entries */
 
 struct sd_jschema {
     js_node *node;
@@ -102,6 +108,11 @@ struct sd_jschema {
     uint16_t nafter, nopen;
     uint8_t after_fail[MAX_AFTER];
     uint64_t serial; /* this compilation's, unique in the process (a mask cache's key) */
+    /* strings' patterns (js_node.re); any: strings' characters are decoded
+     * (scp, sdec; elsewhere left 0) */
+    sd__jre *re;
+    uint32_t nre, cre;
+    uint32_t re_states, re_lens; /* their automata's states and lengths' entries, in all */
     /* a bounded integer or number among the nodes: numbers' digits are followed
      * (nmag; elsewhere left 0, so states that differ only there stay
      * equal for the mask cache) */
@@ -271,6 +282,7 @@ static const char *const HANDLED[] = {
     "maxLength", "enum",       "const",            "anyOf",
     "oneOf",     "$ref",       "allOf",            "minimum",
     "maximum",   "exclusiveMinimum", "exclusiveMaximum", "prefixItems",
+    "pattern",   "multipleOf",
 };
 /* the bounds of a number, in the order of the bound they set: lower
  * (inclusive, exclusive), upper (inclusive, exclusive) */
@@ -385,6 +397,77 @@ static int int_bounds(json_t *j, int64_t *lo, int64_t *hi)
         else if (i >= 2 && v < *hi)
             *hi = v;
     }
+    return 0;
+}
+
+/* ---- strings' patterns, integers' multiples ------------------------------ */
+
+/* j's "pattern" compiled into *re (*has 0: absent); one outside
+ * json_regex's subset is refused, saying what */
+static int pattern_kw(cx *c, json_t *j, const char *path, sd__jre *re, int *has)
+{
+    json_t *p = json_object_get(j, "pattern");
+    *has = 0;
+    if (!p)
+        return 0;
+    if (!json_is_string(p))
+        return refuse(c, "\"pattern\" at %s must be a string", path);
+    char why[256];
+    const int rc = sd__jre_compile(json_string_value(p), json_string_length(p), re, why, sizeof why);
+    if (rc == SD_ENOMEM)
+        return nomem(c);
+    if (rc)
+        return refuse(c, "\"pattern\" at %s: %s", path, why);
+    *has = 1;
+    return 0;
+}
+
+/* "multipleOf": *m (0: absent); an integer from 1 to 2^32 - 1 (a value's
+ * remainder is kept in 32 bits) */
+static int mult_kw(cx *c, json_t *j, const char *path, uint32_t *m)
+{
+    json_t *v = json_object_get(j, "multipleOf");
+    *m = 0;
+    if (!v)
+        return 0;
+    const double d = json_number_value(v);
+    if (!json_is_number(v) || !(d >= 1 && d <= UINT32_MAX) || d != floor(d))
+        return refuse(c, "\"multipleOf\" at %s is supported as an integer from 1 to %u", path,
+                      UINT32_MAX);
+    *m = (uint32_t)d;
+    return 0;
+}
+
+/* is the number v a multiple of m */
+static int is_multiple(json_t *v, uint32_t m)
+{
+    if (json_is_integer(v))
+        return json_integer_value(v) % (json_int_t)m == 0;
+    const double d = json_real_value(v);
+    return d == floor(d) && fmod(d, m) == 0;
+}
+
+/* does [lo, hi] hold a multiple of m (INT64_MIN / INT64_MAX: that side
+ * unbounded) */
+static int int_multiple_in(int64_t lo, int64_t hi, uint32_t m)
+{
+    if (!m || lo == INT64_MIN || hi == INT64_MAX)
+        return 1;
+    const int64_t r = (lo % (int64_t)m + (int64_t)m) % (int64_t)m; /* lo mod m, from 0 */
+    return (uint64_t)hi - (uint64_t)lo >= (uint64_t)(r ? (int64_t)m - r : 0);
+}
+
+/* re becomes the program's: *id its index plus one (re freed on failure) */
+static int add_re(cx *c, sd__jre *re, uint16_t *id)
+{
+    sd_jschema *s = c->s;
+    void *tmp_;
+    if (GROW(s->re, s->nre, s->cre, 1)) {
+        sd__jre_free(re);
+        return nomem(c);
+    }
+    s->re[s->nre++] = *re;
+    *id = (uint16_t)s->nre;
     return 0;
 }
 
@@ -626,8 +709,10 @@ static int lit_types(const sd_jschema *s, const js_lit *l)
 
 static int compile(cx *c, json_t *j, const char *path, int is_root, uint16_t *out);
 
-/* enum / const: a leaf of values, those of the schema's type and length */
-static int compile_enum(cx *c, json_t *j, const char *path, uint16_t *out)
+/* enum / const: a leaf of values, those of the schema's type, length,
+ * bounds, pattern re (NULL: none) and multiple mult (0: none) */
+static int enum_values(cx *c, json_t *j, const char *path, const sd__jre *re, uint32_t mult,
+                       uint16_t *out)
 {
     sd_jschema *s = c->s;
     json_t *e = json_object_get(j, "enum"), *k = json_object_get(j, "const");
@@ -667,10 +752,13 @@ static int compile_enum(cx *c, json_t *j, const char *path, uint16_t *out)
             continue;
         if (t == T_STR) {
             uint32_t len = utf8_len(json_string_value(v), json_string_length(v));
-            if (len < min_len || len > max_len)
+            if (len < min_len || len > max_len ||
+                (re && !sd__jre_match(re, json_string_value(v), json_string_length(v))))
                 continue;
         }
         if ((t & (T_INT | T_NUM)) && bounds && !in_bounds(j, json_number_value(v)))
+            continue;
+        if ((t & (T_INT | T_NUM)) && mult && !is_multiple(v, mult))
             continue;
         char *txt = canon(v);
         if (!txt)
@@ -691,7 +779,8 @@ static int compile_enum(cx *c, json_t *j, const char *path, uint16_t *out)
     }
     if (s->nlit == lit0)
         return refuse(c,
-                      "\"%s\" at %s admits no value (none has the schema's type, length and bounds)",
+                      "\"%s\" at %s admits no value (none has the schema's type, length, bounds, "
+                      "pattern and multipleOf)",
                       kw, path);
     uint16_t id;
     if ((rc = new_node(c, path, F_LEAF | F_ENUM, &id)) || (rc = self_leaf(c, id)))
@@ -699,6 +788,21 @@ static int compile_enum(cx *c, json_t *j, const char *path, uint16_t *out)
     set_enum(s, &s->node[id], kinds, lit0);
     *out = id;
     return 0;
+}
+
+static int compile_enum(cx *c, json_t *j, const char *path, uint16_t *out)
+{
+    sd__jre re;
+    int has = 0;
+    uint32_t mult = 0;
+    int rc = pattern_kw(c, j, path, &re, &has);
+    if (!rc)
+        rc = mult_kw(c, j, path, &mult);
+    if (!rc)
+        rc = enum_values(c, j, path, has ? &re : NULL, mult, out);
+    if (has)
+        sd__jre_free(&re);
+    return rc;
 }
 
 /* $ref: "#", "#/$defs/NAME" or "#/definitions/NAME" */
@@ -915,6 +1019,45 @@ static int compile_object(cx *c, json_t *j, const char *path, uint16_t id)
     return rc;
 }
 
+/* a string's pattern (none: *re 0) with its lengths [min_len, max_len]:
+ * a string of them must match (the lengths' table built where bounded) */
+static int compile_pattern(cx *c, json_t *j, const char *path, uint32_t min_len, uint32_t max_len,
+                           uint16_t *re)
+{
+    sd__jre x;
+    int has;
+    *re = 0;
+    int rc = pattern_kw(c, j, path, &x, &has);
+    if (rc || !has)
+        return rc;
+    if (min_len || max_len != UINT32_MAX) {
+        char why[256];
+        /* (the count beside the automaton's state: 16 bits) */
+        if (min_len >= UINT16_MAX || (max_len != UINT32_MAX && max_len >= UINT16_MAX))
+            rc = refuse(c, "\"minLength\" and \"maxLength\" beside a pattern at %s must be below %d",
+                        path, UINT16_MAX);
+        else if ((rc = sd__jre_lengths(&x, why, sizeof why)))
+            rc = rc == SD_ENOMEM ? nomem(c) : refuse(c, "\"pattern\" at %s: %s", path, why);
+        else if (sd__jre_next_len(&x, 0, min_len) > max_len)
+            rc = refuse(c, "\"pattern\" at %s matches no string of %u to %u code points", path,
+                        min_len, max_len);
+        if (rc) {
+            sd__jre_free(&x);
+            return rc;
+        }
+    }
+    /* (the program's memory: a cap over all its patterns) */
+    sd_jschema *s = c->s;
+    s->re_states += x.nstate;
+    s->re_lens += x.len ? x.nstate * (x.lt + x.lp) : 0;
+    if (s->re_states > MAX_RE_STATES || s->re_lens > MAX_RE_LENS) {
+        sd__jre_free(&x);
+        return refuse(c, "the patterns up to %s need more than %d automaton states (or %d lengths) in all",
+                      path, MAX_RE_STATES, MAX_RE_LENS);
+    }
+    return add_re(c, &x, re);
+}
+
 /* a leaf of types (given, or told by the keywords present); any value
  * when neither */
 static int compile_typed(cx *c, json_t *j, const char *path, uint16_t *out)
@@ -934,6 +1077,13 @@ static int compile_typed(cx *c, json_t *j, const char *path, uint16_t *out)
                           "\"%s\" at %s is supported with \"type\": \"integer\" or \"number\" "
                           "beside it",
                           BOUND_KW[i], path);
+    /* a multiple: of integers only (a number's would need its decimals
+     * held exactly as the validator's division rounds them) */
+    if (json_object_get(j, "multipleOf") && !(t & T_INT))
+        return refuse(c,
+                      "\"multipleOf\" at %s is supported with \"type\": \"integer\" beside it "
+                      "(not on numbers)",
+                      path);
     if (!json_object_get(j, "type")) {
         static const char *const obj_kw[] = {"properties", "required", "additionalProperties"};
         static const char *const arr_kw[] = {"items", "minItems", "maxItems", "prefixItems"};
@@ -941,7 +1091,10 @@ static int compile_typed(cx *c, json_t *j, const char *path, uint16_t *out)
             t |= i < 3 && json_object_get(j, obj_kw[i]) ? T_OBJ : 0;
             t |= json_object_get(j, arr_kw[i]) ? T_ARR : 0;
         }
-        t |= json_object_get(j, "minLength") || json_object_get(j, "maxLength") ? T_STR : 0;
+        t |= json_object_get(j, "minLength") || json_object_get(j, "maxLength") ||
+                     json_object_get(j, "pattern")
+                 ? T_STR
+                 : 0;
         if (!t) {
             *out = c->s->any;
             return 0;
@@ -984,6 +1137,12 @@ static int compile_typed(cx *c, json_t *j, const char *path, uint16_t *out)
         if (min_len > max_len)
             return refuse(c, "\"minLength\" at %s is greater than \"maxLength\"", path);
     }
+    uint32_t mult = 0;
+    if ((t & T_INT) && (rc = mult_kw(c, j, path, &mult)))
+        return rc;
+    uint16_t re = 0;
+    if ((t & T_STR) && (rc = compile_pattern(c, j, path, min_len, max_len, &re)))
+        return rc;
     uint16_t id;
     if ((rc = new_node(c, path, F_LEAF, &id)) || (rc = self_leaf(c, id)))
         return rc;
@@ -998,8 +1157,12 @@ static int compile_typed(cx *c, json_t *j, const char *path, uint16_t *out)
     nd->max_items = max_items;
     nd->min_len = min_len;
     nd->max_len = max_len;
+    nd->re = re;
+    nd->mult = mult > 1 ? mult : 0;
     if (bounds && (t & T_INT) && (int_bounds(j, &nd->lo, &nd->hi) || nd->lo > nd->hi))
         return refuse(c, "the bounds at %s admit no 64-bit integer", path);
+    if (!int_multiple_in(nd->lo, nd->hi, nd->mult))
+        return refuse(c, "the bounds at %s admit no multiple of %u", path, nd->mult);
     if (bounds && (t & T_NUM)) {
         num_bounds(j, &nd->nlo, &nd->nhi);
         if (!num_any(nd))
@@ -1852,6 +2015,9 @@ void sd_jschema_free(sd_jschema *s)
     free(s->leaf);
     free(s->text);
     free(s->call);
+    for (uint32_t i = 0; i < s->nre; i++)
+        sd__jre_free(&s->re[i]);
+    free(s->re);
     free(s);
 }
 
@@ -2090,6 +2256,215 @@ static int str_count(const js_node *n, sd_jschema_alt *a, uint8_t sub, unsigned 
     return 1;
 }
 
+/* ---- strings' patterns -------------------------------------------------
+ * A string of a schema with a pattern is decoded as it is read: each
+ * character (a byte, an escape, a UTF-8 sequence, a \u escape; a \u
+ * surrogate pair is one, at its high half) steps each patterned
+ * alternative's automaton (alt b) and its count of code points (alt a,
+ * where the lengths are bounded). A byte within a character goes bad for
+ * an alternative where no character it may still be takes the automaton
+ * to a state from which a string of the lengths left ends accepted. UTF-8
+ * is checked there (a patterned string is text a validator decodes). */
+
+#define SDEC_LEFT 0x03   /* UTF-8 continuation bytes still to come */
+#define SDEC_LEN 0x0c    /* the sequence's bytes less one, << 2 */
+#define SDEC_PEND 0x10   /* a \u high surrogate just read: its low half may follow */
+#define SDEC_BROKEN 0x20 /* not UTF-8: no pattern takes the string */
+
+enum { EV_NONE, EV_SYM, EV_PART, EV_BAD };
+
+/* what a byte of a string does to its characters: nothing (the closing
+ * quote, a pair's low half), a character whole (sym), part of one (m: the
+ * symbols it may still be; nostep: or a pair's low half), not UTF-8 */
+typedef struct chr_ev {
+    uint8_t kind, nostep;
+    uint16_t sym;
+    uint64_t m[3];
+} chr_ev;
+
+static const uint32_t UTF8_MIN[4] = {0, 0x80, 0x800, 0x10000};
+static const uint32_t UTF8_MAX[4] = {0x7f, 0x7ff, 0xffff, 0x10ffff};
+
+static int is_high(uint32_t u) { return u >= 0xd800 && u <= 0xdbff; }
+static int is_low(uint32_t u) { return u >= 0xdc00 && u <= 0xdfff; }
+
+/* the symbols a character may be where its code point is in [lo, hi]:
+ * UTF-8 (no surrogates), or a \u escape's unit (pend: a low half ends a
+ * pair instead) */
+static void unit_syms(uint32_t lo, uint32_t hi, int utf8, int pend, chr_ev *e)
+{
+    sd__jre_range(lo, hi, e->m);
+    if (utf8)
+        return;
+    const int high = lo <= 0xdbff && hi >= 0xd800, low = lo <= 0xdfff && hi >= 0xdc00;
+    if (high || (low && !pend)) /* (a lone low half is a code point of its own) */
+        e->m[2] |= (uint64_t)1 << (SD_JRE_OTHER - 128);
+    e->nostep = (uint8_t)(low && pend);
+}
+
+static void all_syms(chr_ev *e, int nostep)
+{
+    e->kind = EV_PART;
+    e->m[0] = e->m[1] = UINT64_MAX;
+    e->m[2] = ((uint64_t)1 << (SD_JRE_NSYM - 128)) - 1;
+    e->nostep = (uint8_t)nostep;
+}
+
+/* byte c of a string (sub: the syntax before it; valid JSON) */
+static void str_decode(sd_jschema_state *st, uint8_t sub, unsigned char c, chr_ev *e)
+{
+    const uint8_t d = st->sdec;
+    const int pend = (d & SDEC_PEND) != 0;
+    memset(e, 0, sizeof *e);
+    if (d & SDEC_BROKEN) {
+        e->kind = EV_BAD;
+        return;
+    }
+    switch (sub & 7) {
+    case 0: {
+        if (d & SDEC_LEFT) { /* a continuation byte */
+            const int len = (d & SDEC_LEN) >> 2, left = (d & SDEC_LEFT) - 1;
+            if ((c & 0xc0) != 0x80)
+                break;
+            const uint32_t v = st->scp << 6 | (c & 0x3f);
+            if (!left) {
+                if (v < UTF8_MIN[len] || v > UTF8_MAX[len] || (v >= 0xd800 && v <= 0xdfff))
+                    break;
+                st->scp = 0, st->sdec = 0;
+                e->kind = EV_SYM, e->sym = (uint16_t)sd__jre_sym(v);
+                return;
+            }
+            st->scp = v;
+            st->sdec = (uint8_t)((d & ~SDEC_LEFT) | left);
+            e->kind = EV_PART;
+            const uint32_t lo = v << (6 * left), hi = lo | ((1u << (6 * left)) - 1);
+            unit_syms(lo > UTF8_MIN[len] ? lo : UTF8_MIN[len], hi < UTF8_MAX[len] ? hi : UTF8_MAX[len],
+                      1, 0, e);
+            if (!(e->m[0] | e->m[1] | e->m[2]))
+                break;
+            return;
+        }
+        if (c == '"') {
+            e->kind = EV_NONE;
+            return;
+        }
+        if (c == '\\') { /* any character (\u), or a pair's low half */
+            all_syms(e, pend);
+            return;
+        }
+        st->sdec = 0;
+        if (c < 0x80) {
+            e->kind = EV_SYM, e->sym = c;
+            return;
+        }
+        /* a lead byte: 2 to 4 bytes, their code points' range */
+        const int len = c >= 0xf8 ? -1 : c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : c >= 0xc0 ? 1 : -1;
+        if (len < 0)
+            break;
+        st->scp = c & (0x3fu >> len);
+        st->sdec = (uint8_t)(len << 2 | len);
+        e->kind = EV_PART;
+        const uint32_t lo = st->scp << (6 * len), hi = lo | ((1u << (6 * len)) - 1);
+        unit_syms(lo > UTF8_MIN[len] ? lo : UTF8_MIN[len], hi < UTF8_MAX[len] ? hi : UTF8_MAX[len], 1,
+                  0, e);
+        if (!(e->m[0] | e->m[1] | e->m[2]))
+            break;
+        return;
+    }
+    case 1: {
+        static const char ESC[] = "\"\"\\\\//b\bf\fn\nr\rt\t";
+        if (c == 'u') {
+            st->scp = 0;
+            all_syms(e, pend);
+            return;
+        }
+        st->sdec = 0;
+        e->kind = EV_SYM;
+        for (int i = 0; ESC[i]; i += 2)
+            if ((unsigned char)ESC[i] == c)
+                e->sym = (unsigned char)ESC[i + 1];
+        return;
+    }
+    case 2:
+    case 3:
+    case 4: { /* \u's first three digits: the unit's range */
+        const int left = 4 - ((sub & 7) - 1);
+        st->scp = st->scp << 4 | (uint32_t)hexval(c);
+        const uint32_t lo = st->scp << (4 * left), hi = lo | ((1u << (4 * left)) - 1);
+        e->kind = EV_PART;
+        unit_syms(lo, hi, 0, pend, e);
+        return;
+    }
+    default: { /* its last */
+        const uint32_t u = st->scp << 4 | (uint32_t)hexval(c);
+        st->scp = 0;
+        st->sdec = is_high(u) && !(pend && is_low(u)) ? SDEC_PEND : 0;
+        if (pend && is_low(u)) {
+            e->kind = EV_NONE;
+            return;
+        }
+        e->kind = EV_SYM, e->sym = (uint16_t)sd__jre_sym(u);
+        return;
+    }
+    }
+    st->sdec = SDEC_BROKEN, st->scp = 0;
+    e->kind = EV_BAD;
+}
+
+/* may a patterned string whose automaton is at q after k code points
+ * still end accepted within its lengths */
+static int pat_viable(const sd__jre *re, const js_node *n, uint16_t q, uint32_t k)
+{
+    if (k > n->max_len)
+        return 0;
+    if (!re->len) /* (no lengths: every live state is) */
+        return 1;
+    const uint64_t lo = k < n->min_len ? n->min_len - k : 0;
+    const uint64_t hi = n->max_len == UINT32_MAX ? UINT64_MAX - 1 : (uint64_t)(n->max_len - k);
+    return sd__jre_next_len(re, q, lo) <= hi;
+}
+
+/* the count after one more code point: none where the lengths are
+ * unbounded, at most minLength where only it bounds them (states that
+ * differ past it take the same bytes) */
+static uint32_t pat_count(const js_node *n, uint32_t k)
+{
+    if (!n->min_len && n->max_len == UINT32_MAX)
+        return 0;
+    k++;
+    return n->max_len == UINT32_MAX && k > n->min_len ? n->min_len : k;
+}
+
+static int pat_step(const sd_jschema *s, const js_node *n, sd_jschema_alt *a, const chr_ev *e)
+{
+    const sd__jre *re = &s->re[n->re - 1];
+    const uint32_t k = pat_count(n, a->a);
+    switch (e->kind) {
+    case EV_NONE: return 1;
+    case EV_BAD: return 0;
+    case EV_SYM: {
+        const uint16_t q = re->next[(size_t)a->b * re->nclass + re->cls[e->sym]];
+        if (q == SD_JRE_DEAD || !pat_viable(re, n, q, k))
+            return 0;
+        a->b = q;
+        a->a = (uint16_t)k;
+        return 1;
+    }
+    default:
+        if (e->nostep)
+            return 1;
+        for (uint32_t x = 0; x < re->nclass; x++) {
+            const uint64_t *cm = re->cmask + 3 * (size_t)x;
+            if (!((cm[0] & e->m[0]) | (cm[1] & e->m[1]) | (cm[2] & e->m[2])))
+                continue;
+            const uint16_t q = re->next[(size_t)a->b * re->nclass + x];
+            if (q != SD_JRE_DEAD && pat_viable(re, n, q, k))
+                return 1;
+        }
+        return 0;
+    }
+}
+
 /* ---- integers' bounds --------------------------------------------------- */
 
 #define NMAG_SAT ((uint64_t)1 << 63 | 1) /* past every int64's magnitude */
@@ -2121,14 +2496,17 @@ static int int_reach(const js_node *n, uint8_t sub, int neg, uint64_t mag)
     }
     if (b == UINT64_MAX)
         return 1; /* (mag 10^e grows past a) */
-    /* [mag 10^e, (mag + 1) 10^e - 1] meets [a, b] for some e: the low end
-     * grows past b, then never again */
+    /* [mag 10^e, (mag + 1) 10^e - 1] meets [a, b] (at a multiple) for
+     * some e: the low end grows past b, then never again */
     uint64_t x = mag, y = mag;
     for (;;) {
         if (x > b)
             return 0;
-        if (y >= a)
-            return 1;
+        if (y >= a) {
+            const uint64_t l = x > a ? x : a, h = y < b ? y : b;
+            if (!n->mult || !(l % n->mult) || h - l >= n->mult - l % n->mult)
+                return 1;
+        }
         if (x > UINT64_MAX / 10)
             return 0;
         x *= 10;
@@ -2136,9 +2514,12 @@ static int int_reach(const js_node *n, uint8_t sub, int neg, uint64_t mag)
     }
 }
 
-/* is the whole integer read within n's bounds */
-static int int_whole(const js_node *n, const sd_jschema_state *st)
+/* is the whole integer read within n's bounds, a multiple where it must
+ * be (a: its remainder) */
+static int int_whole(const js_node *n, const sd_jschema_state *st, const sd_jschema_alt *a)
 {
+    if (n->mult && st->sub != N_ZERO && count_of(a))
+        return 0;
     if (n->lo == INT64_MIN && n->hi == INT64_MAX)
         return 1;
     if (st->sub == N_ZERO)
@@ -2305,8 +2686,8 @@ static int scalar_whole(const sd_jschema *s, const sd_jschema_state *st, const j
     if (n->flags & F_ANY)
         return 1;
     if (st->mode == M_STR)
-        return count_of(a) >= n->min_len;
-    return st->mode != M_NUM || ((n->types & T_NUM) ? num_whole(n, st) : int_whole(n, st));
+        return n->re ? s->re[n->re - 1].acc[a->b] && a->a >= n->min_len : count_of(a) >= n->min_len;
+    return st->mode != M_NUM || ((n->types & T_NUM) ? num_whole(n, st) : int_whole(n, st, a));
 }
 
 /* the innermost value ended (its alternatives: those whole): its container
@@ -2349,6 +2730,7 @@ static int scalar_end(const sd_jschema *s, sd_jschema_state *st)
         if (scalar_whole(s, st, alt_node(s, &st->alt[i]), &st->alt[i]))
             st->alt[w++] = st->alt[i];
     st->nmag = 0, st->nneg = 0, st->nfrac = 0;
+    st->scp = 0, st->sdec = 0;
     if (settle(st, start, w))
         return -1;
     return pop(s, st);
@@ -2457,6 +2839,11 @@ static int value_begin(const sd_jschema *s, sd_jschema_state *st, unsigned char 
             st->nmag = is_digit(c) ? (uint64_t)(c - '0') : 0;
             st->nfrac = 0;
         }
+        for (int i = base; is_digit(c) && i < st->nalt; i++) { /* multiples: the remainder */
+            const js_node *n = alt_node(s, &st->alt[i]);
+            if (!(n->flags & F_ENUM) && n->mult)
+                set_count(&st->alt[i], (uint32_t)(c - '0') % n->mult);
+        }
         break;
     default:
         st->mode = M_LIT;
@@ -2552,6 +2939,9 @@ static int str_byte(const sd_jschema *s, sd_jschema_state *st, unsigned char c)
     int closed = str_syntax(st, c);
     if (closed < 0)
         return bad(st);
+    chr_ev ev;
+    if (s->nre)
+        str_decode(st, sub, c, &ev);
     int start = top_start(st), w = start;
     for (int i = start; i < st->nalt; i++) {
         sd_jschema_alt a = st->alt[i];
@@ -2559,6 +2949,8 @@ static int str_byte(const sd_jschema *s, sd_jschema_state *st, unsigned char c)
         int ok = 1;
         if (n->flags & F_ENUM)
             ok = lit_step(s, n, &a, c);
+        else if (n->re)
+            ok = pat_step(s, n, &a, &ev);
         else if (!(n->flags & F_ANY) && (n->min_len || n->max_len != UINT32_MAX))
             ok = str_count(n, &a, sub, c);
         if (ok)
@@ -2645,8 +3037,11 @@ static int number_byte(const sd_jschema *s, sd_jschema_state *st, unsigned char 
         int ok = 1;
         if (n->flags & F_ENUM)
             ok = lit_step(s, n, &a, c);
-        else if (!(n->types & T_NUM)) /* integer: no fraction or exponent; its bounds */
+        else if (!(n->types & T_NUM)) { /* integer: no fraction or exponent; its bounds */
             ok = c != '.' && c != 'e' && c != 'E' && int_reach(n, sub, st->nneg, st->nmag);
+            if (ok && n->mult) /* (sub: N_ZERO or N_INT, c a digit) */
+                set_count(&a, (uint32_t)(((uint64_t)count_of(&a) * 10 + (uint64_t)(c - '0')) % n->mult));
+        }
         else if (n->nlo.kind || n->nhi.kind) /* a bounded number: no exponent; its bounds */
             ok = c != 'e' && c != 'E' && num_reach(n, sub, st->nneg, st->nmag, st->nfrac);
         if (ok)

@@ -9,13 +9,13 @@
  * The text: one JSON value of any type the schema allows, with no whitespace
  * before or after it; whitespace between tokens up to SD_JSON_MAX_WS bytes
  * in a row; strings take any byte >= 0x20 but '"' and '\' unescaped (UTF-8
- * is not checked: a token may hold part of a character); numbers follow RFC
- * 8259. Exact: feed fails at the first byte after which no valid document
+ * is not checked, but in a string with a pattern: a token may hold part of
+ * a character); numbers follow RFC 8259. Exact: feed fails at the first byte after which no valid document
  * (within the limits below) can follow, and never accepts an invalid one.
  *
  * The schema subset (anything else is refused at compile time with
  * SD_EINVAL and a message naming the keyword and where it is, e.g.
- * `json_schema: "pattern" at $.properties.name is not supported`):
+ * `json_schema: "patternProperties" at $.properties.tags is not supported`):
  *  - type: object, array, string, number, integer, boolean, null, or an
  *    array of them (integer with number is number). Without type, the
  *    keywords present say it (properties/required/additionalProperties:
@@ -37,6 +37,29 @@
  *    position's schema, items past them; an array of 1 to 64 schemas).
  *  - minLength, maxLength, counted in code points: a UTF-8 lead byte, an
  *    escape, or a \u surrogate pair is one.
+ *  - pattern (pydantic's constr(pattern=)): ECMA-262's meaning, a search
+ *    (unanchored: "a" takes any string with an a; ^ and $ hold at the
+ *    string's ends only), over the string's code points once decoded
+ *    (escapes, surrogate pairs; its UTF-8 checked). The subset: ASCII
+ *    literals, '.', classes [a-z0-9_] and [^...], escapes \d \w \s \D \W
+ *    \S \t \n \r \v \f \0 \cX \xHH \uHHHH (ASCII) and of syntax
+ *    characters (\. \- \\ ...), groups ( ), (?: ), (?<name> ), alternation,
+ *    quantifiers * + ? {n} {n,} {n,m} (n, m to 1000; lazy ones too: the
+ *    same strings match), ^ and $ anywhere. Beyond ASCII: '.' is any code
+ *    point but U+2028/9 (and \n, \r), \s ECMA's white space (U+00A0,
+ *    U+1680, U+2000-200A, U+2028/9, U+202F, U+205F, U+3000, U+FEFF), a
+ *    negated class or \D \W \S any code point it does not exclude, a class
+ *    of ASCII ranges none. Compiled to an automaton (at most 2048 states
+ *    per pattern, 16384 over the schema); with minLength/maxLength (below
+ *    65535), a character goes bad where no string of both follows. Refused,
+ *    saying why: lookaround, backreferences, \b \B, \p{...}, non-ASCII
+ *    characters, flags (?i), a lone { } ], and what does not fit. An enum's
+ *    strings that do not match are dropped.
+ *  - multipleOf on integers ("type" with integer, not number): an integer
+ *    from 1 to 2^32 - 1, held exactly beside their bounds (a digit goes bad
+ *    where no multiple within them begins with the text; any integer, past
+ *    int64 too, without them); bounds that hold none are refused; an
+ *    enum's numbers that are not multiples are dropped.
  *  - minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers) with
  *    a "type" (refused without one; they bound the integers and numbers
  *    among its types; an enum's numbers outside them are dropped). With
@@ -67,8 +90,8 @@
  *    deprecated, readOnly, writeOnly, $id (at the root), $defs/definitions,
  *    uniqueItems false, unevaluatedProperties false, and format (an
  *    annotation in JSON Schema 2020-12: not enforced).
- *  - refused: pattern, patternProperties, not, allOf of several, if/then/else,
- *    multipleOf, items as an array (the old tuple form), contains,
+ *  - refused: patternProperties, not, allOf of several, if/then/else,
+ *    multipleOf on numbers, items as an array (the old tuple form), contains,
  *    min/maxProperties, propertyNames, dependent*, boolean schema false,
  *    object or array values in enum/const, and unknown keywords.
  *
@@ -93,7 +116,9 @@
  * nesting than is left is not allowed to begin.
  *
  * Feed costs, per byte, a few operations per live alternative (a key or
- * enum byte scans the candidates that share its prefix); no allocation.
+ * enum byte scans the candidates that share its prefix; a byte within a
+ * patterned string's multi-byte character, its automaton's classes); no
+ * allocation.
  *
  * Tool calls in a model's own format (a forced tool_choice; specd's
  * extension, the only key of the schema object):
@@ -147,7 +172,9 @@ typedef struct sd_jschema_alt {
     uint16_t node;    /* its schema (12 bits); bit 15: a string's pending high surrogate */
     uint16_t parents; /* bit i: the i-th alternative of the enclosing value */
     uint16_t a, b;    /* object: key candidate / key / next key, and key offset;
-                       * array, string: count (a | b << 16); enum: value, offset */
+                       * array, string: count (a | b << 16); enum: value, offset;
+                       * a string with a pattern: count, its automaton's state;
+                       * an integer with multipleOf: remainder (a | b << 16) */
 } sd_jschema_alt;
 
 typedef struct sd_jschema_state {
@@ -156,6 +183,10 @@ typedef struct sd_jschema_state {
      * decimals among them; 0 outside numbers and in other schemas */
     uint64_t nmag;
     uint8_t nneg, nfrac;
+    /* in a schema with a pattern: a string's character being decoded (its
+     * UTF-8 bits or \u digits so far) and how it goes on; 0 elsewhere */
+    uint8_t sdec;
+    uint32_t scp;
     /* tool calls (x-specd-calls; all 0 otherwise): the phase (lead and
      * prefix, digits, document, suffix, done), calls whole, whether the end
      * may still be meant, digits read, bytes matched of the literal, and the

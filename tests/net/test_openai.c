@@ -702,7 +702,7 @@ TEST(schemas_are_checked_through_the_cache_the_engine_reads)
                          "\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}],"
                          "\"tool_choice\":\"required\"}";
     const char *bad = "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"response_format\":{\"type\":"
-                      "\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"pattern\":\"a\"}}}}";
+                      "\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"pattern\":\"(?=a)\"}}}}";
     sd_oai_request r;
     sd_api_error e;
     uint64_t compiled, found;
@@ -897,13 +897,13 @@ TEST(forced_calls_decode_to_the_models_own_format)
             ASSERT_MSG(call_whole(s, head, lats[i]) == (i < 2), "lat %s", lats[i]);
         sd_jschema_free(s);
     }
-    /* a tuple's positions lose what json_schema does not take (a pattern)
-     * and keep the rest */
+    /* a tuple's positions lose what json_schema does not take (a pattern
+     * with a lookahead) and keep the rest */
     {
         static const char body[] =
             "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{"
             "\"name\":\"at\",\"parameters\":{\"type\":\"object\",\"properties\":{\"pt\":{\"type\":"
-            "\"array\",\"prefixItems\":[{\"type\":\"string\",\"pattern\":\"^a\"},{\"type\":\"integer\"}],"
+            "\"array\",\"prefixItems\":[{\"type\":\"string\",\"pattern\":\"^(?=a)\"},{\"type\":\"integer\"}],"
             "\"items\":false}},\"required\":[\"pt\"]}}}],\"tool_choice\":\"required\"}";
         char text[4096];
         sd_jschema *s = forced_hermes(body, text, sizeof text);
@@ -913,6 +913,50 @@ TEST(forced_calls_decode_to_the_models_own_format)
         static const char *const pts[] = {"[\"b\", 2]", "[2, \"b\"]", "[\"b\", 2, 3]"};
         for (int i = 0; i < 3; i++)
             ASSERT_MSG(call_whole(s, head, pts[i]) == (i == 0), "pt %s", pts[i]);
+        sd_jschema_free(s);
+    }
+    /* strings' patterns json_schema takes hold, with their lengths, and
+     * integers' multiples; a number's multiple and a pattern outside the
+     * subset (or that no string of the lengths matches) are dropped */
+    {
+        static const char body[] =
+            "{\"model\":\"" MODEL "\"," CHAT_MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{"
+            "\"name\":\"book\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+            "\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{3}-\\\\d+$\",\"maxLength\":6},"
+            "\"n\":{\"type\":\"integer\",\"multipleOf\":5,\"minimum\":0,\"maximum\":20},"
+            "\"w\":{\"type\":\"number\",\"multipleOf\":0.5},"
+            "\"tag\":{\"type\":\"string\",\"pattern\":\"\\\\bx\"},"
+            "\"id\":{\"type\":\"string\",\"pattern\":\"^a{9}$\",\"maxLength\":3}},"
+            "\"required\":[\"code\"]}}}],\"tool_choice\":\"required\"}";
+        char text[4096];
+        sd_jschema *s = forced_hermes(body, text, sizeof text);
+        ASSERT_MSG(s, "%s", text);
+        ASSERT_CONTAINS(text, "\"pattern\":\"^[A-Z]{3}-\\\\d+$\"");
+        ASSERT_CONTAINS(text, "\"multipleOf\":5");
+        ASSERT(!strstr(text, "0.5") && !strstr(text, "\\\\bx") && !strstr(text, "a{9}"));
+        static const char head[] = "<tool_call>\n{\"name\": \"book\", \"arguments\": {\"code\": ";
+        static const struct {
+            const char *arg;
+            int ok;
+        } args[] = {
+            {"\"ABC-12\"", 1},
+            {"\"ABC-123\"", 0}, /* maxLength 6 */
+            {"\"AB-12\"", 0},
+            {"\"ABC-\"", 0},
+            {"\"ABC-1\", \"n\": 15", 1},
+            {"\"ABC-1\", \"n\": 12", 0},
+            {"\"ABC-1\", \"n\": 25", 0},
+            {"\"ABC-1\", \"n\": 10, \"w\": 0.3, \"tag\": \"y\", \"id\": \"b\"", 1},
+        };
+        for (size_t i = 0; i < SD_ARRAY_LEN(args); i++)
+            ASSERT_MSG(call_whole(s, head, args[i].arg) == args[i].ok, "code %s", args[i].arg);
+        /* the pattern cuts the text off at the byte: "AB" then a digit */
+        char t[256];
+        snprintf(t, sizeof t, "%s\"AB1", head);
+        sd_jschema_state st;
+        sd_jschema_init(s, &st);
+        ASSERT_OK(sd_jschema_feed(s, &st, (const unsigned char *)t, strlen(t) - 1));
+        ASSERT(sd_jschema_feed(s, &st, (const unsigned char *)"1", 1) != 0);
         sd_jschema_free(s);
     }
     /* no parallel calls: one call, then the end */
@@ -1325,7 +1369,7 @@ TEST(response_format_maps_to_gen_params)
     sd_oai_request_free(&r);
     ASSERT(expect_400(SD_OAI_CHAT,
                       C(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":"
-                        "{\"type\":\"string\",\"pattern\":\"x\"}}}"),
+                        "{\"type\":\"string\",\"pattern\":\"(?=x)\"}}}"),
                       "response_format.json_schema.schema", "invalid_value"));
     ASSERT(expect_400(SD_OAI_CHAT, C(",\"response_format\":{\"type\":\"json_schema\"}"),
                       "response_format.json_schema", "invalid_type"));

@@ -1599,13 +1599,928 @@ TEST(random_number_bounds_agree_with_the_reference)
     ASSERT_GT(texts - accepted, 1000);
 }
 
+/* ---- strings' patterns, integers' multiples ----------------------------- */
+
+/* Patterns (ECMA-262, a search unless anchored) over the string's decoded
+ * code points, with its lengths: each text whole, a prefix, or bad at the
+ * first byte after which no string of the schema can follow */
+TEST(patterns_hold_at_the_right_byte)
+{
+    static const struct {
+        const char *schema, *text;
+        int bad_at; /* -1: whole; -2: a prefix, not whole */
+    } cases[] = {
+        {"{\"type\":\"string\",\"pattern\":\"^\\\\d{3}-\\\\d{4}$\"}", "\"555-1234\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"^\\\\d{3}-\\\\d{4}$\"}", "\"555-12345\"", 9},
+        {"{\"type\":\"string\",\"pattern\":\"^\\\\d{3}-\\\\d{4}$\"}", "\"55a", 3},
+        {"{\"type\":\"string\",\"pattern\":\"^\\\\d{3}-\\\\d{4}$\"}", "\"555-123\"", 8},
+        {"{\"type\":\"string\",\"pattern\":\"^[A-Z][a-z]+$\"}", "\"Hello\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"^[A-Z][a-z]+$\"}", "\"hello\"", 1},
+        {"{\"type\":\"string\",\"pattern\":\"^[A-Z][a-z]+$\"}", "\"H\"", 2},
+        {"{\"type\":\"string\",\"pattern\":\"^[A-Z][a-z]+$\"}", "\"HeL", 3},
+        /* unanchored: anywhere in the string */
+        {"{\"type\":\"string\",\"pattern\":\"ab\"}", "\"xxab\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"ab\"}", "\"abzz\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"ab\"}", "\"xxa", -2},
+        {"{\"type\":\"string\",\"pattern\":\"ab\"}", "\"xxa\"", 4},
+        {"{\"type\":\"string\",\"pattern\":\"^(cat|dog)s?$\"}", "\"cats\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"^(cat|dog)s?$\"}", "\"dog\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"^(cat|dog)s?$\"}", "\"cow\"", 2},
+        {"{\"type\":\"string\",\"pattern\":\"^(cat|dog)s?$\"}", "\"dogss\"", 5},
+        {"{\"type\":\"string\",\"pattern\":\"^(?:a|b)+?c{2,}$\"}", "\"abacc\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"^(?:a|b)+?c{2,}$\"}", "\"abac\"", 5},
+        /* escapes decoded first: \u0041 is A */
+        {"{\"type\":\"string\",\"pattern\":\"^A$\"}", "\"\\u0041\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"^A$\"}", "\"\\u0042\"", 6},
+        {"{\"type\":\"string\",\"pattern\":\"^A$\"}", "\"\\u0141\"", 4},
+        {"{\"type\":\"string\",\"pattern\":\"^\\\\n\\\"$\"}", "\"\\n\\\"\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"^\\\\n\\\"$\"}", "\"\\u000a\\u0022\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"^\\\\n\\\"$\"}", "\"\\t", 2},
+        {"{\"type\":\"string\",\"pattern\":\"^[\\\\\\\\/]+$\"}", "\"\\\\\\/\"", -1},
+        /* '.' is any code point but the line terminators; one per pair */
+        {"{\"type\":\"string\",\"pattern\":\"^.$\"}", "\"\xc3\xa9\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"^.$\"}", "\"\\u2028\"", 6},
+        {"{\"type\":\"string\",\"pattern\":\"^.$\"}", "\"\xe2\x80\xa8", 3},
+        {"{\"type\":\"string\",\"pattern\":\"^.$\"}", "\"\\ud83d\\ude00\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"^.$\"}", "\"\xf0\x9f\x98\x80\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"^..$\"}", "\"\\ud83d\\ude00\"", 13},
+        {"{\"type\":\"string\",\"pattern\":\"^..$\"}", "\"\\ud83d\\u0041\"", -1}, /* a lone half, then A */
+        {"{\"type\":\"string\",\"pattern\":\"^.$\"}", "\"\\ud83d\\u0041", 9}, /* (\u0 begins no low half) */
+        /* \s: ECMA's white space; a UTF-8 prefix no space begins with */
+        {"{\"type\":\"string\",\"pattern\":\"^\\\\s+$\"}", "\"\xe2\x80\x80 \\u3000\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"^\\\\s+$\"}", "\"\xe2\x82", 2},
+        {"{\"type\":\"string\",\"pattern\":\"^\\\\S+$\"}", "\"\xc2\xa0", 2},
+        {"{\"type\":\"string\",\"pattern\":\"^[^a]$\"}", "\"\xe2\x80\xa9\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"^[a-z]$\"}", "\"\xc3", 1},
+        /* not UTF-8: no string of a pattern */
+        {"{\"type\":\"string\",\"pattern\":\"^.*$\"}", "\"\xc0\x80\"", 1},
+        {"{\"type\":\"string\",\"pattern\":\"^.*$\"}", "\"\xed\xa0\x80\"", 2},
+        {"{\"type\":\"string\",\"pattern\":\"^.*$\"}", "\"\xc3\"", 2},
+        /* with the lengths: cut off where no string of both follows */
+        {"{\"type\":\"string\",\"pattern\":\"^[a-z]+[0-9]+$\",\"maxLength\":4}", "\"abc1\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"^[a-z]+[0-9]+$\",\"maxLength\":4}", "\"abcd", 4},
+        {"{\"type\":\"string\",\"pattern\":\"^(ab)*$\",\"minLength\":3,\"maxLength\":5}", "\"ab\"", 3},
+        {"{\"type\":\"string\",\"pattern\":\"^(ab)*$\",\"minLength\":3,\"maxLength\":5}", "\"abab\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"^(ab)*$\",\"minLength\":3,\"maxLength\":5}", "\"ababa", 5},
+        {"{\"type\":\"string\",\"pattern\":\"^a{2,3}$\",\"minLength\":3}", "\"aa\"", 3},
+        {"{\"type\":\"string\",\"pattern\":\"^a{2,3}$\",\"minLength\":3}", "\"aaa\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"xyz\",\"maxLength\":4}", "\"axyz\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"xyz\",\"maxLength\":4}", "\"aa", 2},
+        {"{\"type\":\"string\",\"pattern\":\"^x*\",\"minLength\":2}", "\"\\ud83d\\ude00\\u", -2},
+        {"{\"type\":\"string\",\"pattern\":\"^.{2}$\",\"maxLength\":2}", "\"\\ud83d\\ude00\\u00e9\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"^.{2}$\",\"maxLength\":2}", "\"\\ud83d\\ude00\\u00e9\\", 19},
+        /* enums keep the values that match; alternatives follow their own */
+        {"{\"enum\":[\"ab\",\"cd\",\"ax\"],\"pattern\":\"^a\"}", "\"ax\"", -1},
+        {"{\"enum\":[\"ab\",\"cd\",\"ax\"],\"pattern\":\"^a\"}", "\"c", 1},
+        {"{\"anyOf\":[{\"type\":\"string\",\"pattern\":\"^a+$\"},{\"type\":\"string\",\"pattern\":"
+         "\"^b+$\"}]}",
+         "\"bb\"", -1},
+        {"{\"anyOf\":[{\"type\":\"string\",\"pattern\":\"^a+$\"},{\"type\":\"string\",\"pattern\":"
+         "\"^b+$\"}]}",
+         "\"aab", 3},
+        {"{\"type\":[\"string\",\"null\"],\"pattern\":\"^z\"}", "null", -1},
+        {"{\"type\":\"object\",\"properties\":{\"id\":{\"pattern\":\"^[0-9a-f]{4}$\"}}}",
+         "{\"id\":\"beef\"}", -1},
+        {"{\"type\":\"object\",\"properties\":{\"id\":{\"pattern\":\"^[0-9a-f]{4}$\"}}}",
+         "{\"id\":\"bee\"}", 10},
+    };
+    for (size_t i = 0; i < SD_ARRAY_LEN(cases); i++) {
+        sd_err err;
+        sd_jschema *s = compile_or_null(cases[i].schema, &err);
+        ASSERT_MSG(s, "%s: %s", cases[i].schema, err.msg);
+        ASSERT_MSG(goes_as_said(s, cases[i].text, cases[i].bad_at), "%s: %s (want %d)",
+                   cases[i].schema, cases[i].text, cases[i].bad_at);
+        sd_jschema_free(s);
+    }
+}
+
+/* Integers' multipleOf, alone (any integer: past int64 too) and with
+ * bounds: a digit goes bad where no multiple within them begins so */
+TEST(multiples_hold_at_the_right_byte)
+{
+    static const struct {
+        const char *schema, *text;
+        int bad_at; /* -1: whole; -2: a prefix, not whole */
+    } cases[] = {
+        {"{\"type\":\"integer\",\"multipleOf\":5,\"minimum\":12,\"maximum\":23}", "15", -1},
+        {"{\"type\":\"integer\",\"multipleOf\":5,\"minimum\":12,\"maximum\":23}", "20", -1},
+        {"{\"type\":\"integer\",\"multipleOf\":5,\"minimum\":12,\"maximum\":23}", "1", -2},
+        {"{\"type\":\"integer\",\"multipleOf\":5,\"minimum\":12,\"maximum\":23}", "16", 1},
+        {"{\"type\":\"integer\",\"multipleOf\":5,\"minimum\":12,\"maximum\":23}", "10", 1},
+        {"{\"type\":\"integer\",\"multipleOf\":5,\"minimum\":12,\"maximum\":23}", "25", 1},
+        {"{\"type\":\"integer\",\"multipleOf\":5,\"minimum\":12,\"maximum\":23}", "3", 0},
+        {"{\"type\":\"integer\",\"multipleOf\":5,\"minimum\":12,\"maximum\":23}", "-", 0},
+        {"{\"type\":\"integer\",\"multipleOf\":7}", "14", -1},
+        {"{\"type\":\"integer\",\"multipleOf\":7}", "15", -2}, /* 154 */
+        {"{\"type\":\"integer\",\"multipleOf\":7}", "-0", -1},
+        {"{\"type\":\"integer\",\"multipleOf\":7}", "-21", -1},
+        {"{\"type\":\"integer\",\"multipleOf\":7}", "123456789012345678901234", -2},
+        {"{\"type\":\"integer\",\"multipleOf\":13}", "98765432109876543210987654321", -1},
+        {"{\"type\":\"integer\",\"multipleOf\":13}", "98765432109876543210987654322", -2},
+        {"{\"type\":\"integer\",\"multipleOf\":7}", "14.0", 2},
+        {"{\"type\":\"integer\",\"multipleOf\":3,\"exclusiveMaximum\":10,\"minimum\":-4}", "-3", -1},
+        {"{\"type\":\"integer\",\"multipleOf\":3,\"exclusiveMaximum\":10,\"minimum\":-4}", "-4", 1},
+        {"{\"type\":\"integer\",\"multipleOf\":3,\"exclusiveMaximum\":10,\"minimum\":-4}", "9", -1},
+        {"{\"type\":\"integer\",\"multipleOf\":3,\"exclusiveMaximum\":10,\"minimum\":-4}", "1", 0},
+        {"{\"type\":\"integer\",\"multipleOf\":1000,\"minimum\":1}", "1", -2},
+        {"{\"type\":\"integer\",\"multipleOf\":1000,\"minimum\":1}", "999", -2}, /* 999000 */
+        {"{\"type\":\"integer\",\"multipleOf\":1000,\"maximum\":1999}", "1", -2},
+        {"{\"type\":\"integer\",\"multipleOf\":1000,\"maximum\":1999}", "2", 0},
+        {"{\"type\":\"integer\",\"multipleOf\":1000,\"maximum\":1999}", "-2", -2},
+        {"{\"type\":\"integer\",\"multipleOf\":4294967295}", "4294967295", -1},
+        {"{\"type\":\"integer\",\"multipleOf\":4294967295}", "4294967296", -2},
+        {"{\"type\":[\"integer\",\"string\"],\"multipleOf\":2}", "\"x\"", -1},
+        {"{\"type\":[\"integer\",\"string\"],\"multipleOf\":2}", "3", -2},
+        {"{\"enum\":[1,2,3,4,6.0,7.5],\"multipleOf\":2}", "6", -1},
+        {"{\"enum\":[1,2,3,4,6.0,7.5],\"multipleOf\":2}", "3", 0},
+        {"{\"anyOf\":[{\"type\":\"integer\",\"multipleOf\":3},{\"type\":\"integer\",\"multipleOf\":5}]}",
+         "10", -1},
+        {"{\"anyOf\":[{\"type\":\"integer\",\"multipleOf\":3},{\"type\":\"integer\",\"multipleOf\":5}]}",
+         "12", -1},
+        {"{\"anyOf\":[{\"type\":\"integer\",\"multipleOf\":3},{\"type\":\"integer\",\"multipleOf\":5}]}",
+         "11", -2},
+    };
+    for (size_t i = 0; i < SD_ARRAY_LEN(cases); i++) {
+        sd_err err;
+        sd_jschema *s = compile_or_null(cases[i].schema, &err);
+        ASSERT_MSG(s, "%s: %s", cases[i].schema, err.msg);
+        ASSERT_MSG(goes_as_said(s, cases[i].text, cases[i].bad_at), "%s: %s (want %d)",
+                   cases[i].schema, cases[i].text, cases[i].bad_at);
+        sd_jschema_free(s);
+    }
+    /* the remainder is the alternative's: states of different remainders
+     * differ, of one are equal */
+    sd_err err;
+    sd_jschema *s = compile_or_null("{\"type\":\"integer\",\"multipleOf\":5}", &err);
+    ASSERT_MSG(s, "%s", err.msg);
+    sd_jschema_state a, b;
+    sd_jschema_init(s, &a);
+    sd_jschema_init(s, &b);
+    ASSERT_OK(sd_jschema_feed(s, &a, (const unsigned char *)"12", 2));
+    ASSERT_OK(sd_jschema_feed(s, &b, (const unsigned char *)"37", 2));
+    ASSERT(sd_jschema_equal(&a, &b));
+    ASSERT_OK(sd_jschema_feed(s, &b, (const unsigned char *)"1", 1));
+    ASSERT_OK(sd_jschema_feed(s, &a, (const unsigned char *)"2", 1));
+    ASSERT(!sd_jschema_equal(&a, &b));
+    sd_jschema_free(s);
+}
+
+/* The reference for patterns: the pattern parsed again here and matched
+ * over code points as sets of positions (a group's ends from its starts),
+ * the ECMA-262 meanings written out per code point: a different algorithm
+ * from the automaton's (no NFA, no subsets, no symbols). */
+
+typedef struct xnode {
+    char kind; /* 'c' characters, '.' then, '|' or, '*' repeat, '^', '$', 'e' empty */
+    int a, b, min, max;
+    /* 'c': negated, and items: ranges [lo, hi] or a class letter (d w s D W S) */
+    int neg, n;
+    uint32_t lo[16], hi[16];
+    char cls[16];
+    int dot;
+} xnode;
+
+typedef struct xre {
+    xnode node[512];
+    int n;
+    const char *p;
+} xre;
+
+static int x_new(xre *x, char kind)
+{
+    xnode *q = &x->node[x->n];
+    memset(q, 0, sizeof *q);
+    q->kind = kind;
+    q->a = q->b = -1;
+    return x->n++;
+}
+
+static int ecma_space(uint32_t c)
+{
+    static const uint32_t sp[] = {9,      10,     11,     12,     13,     32,     0xa0,   0x1680,
+                                  0x2028, 0x2029, 0x202f, 0x205f, 0x3000, 0xfeff};
+    for (size_t i = 0; i < SD_ARRAY_LEN(sp); i++)
+        if (c == sp[i])
+            return 1;
+    return c >= 0x2000 && c <= 0x200a;
+}
+
+static int x_in_class(char k, uint32_t c)
+{
+    int in;
+    switch (k | 0x20) {
+    case 'd': in = c >= '0' && c <= '9'; break;
+    case 'w': in = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; break;
+    default: in = ecma_space(c); break;
+    }
+    return k >= 'a' ? in : !in;
+}
+
+static int x_has(const xnode *q, uint32_t c)
+{
+    if (q->dot)
+        return c != '\n' && c != '\r' && c != 0x2028 && c != 0x2029;
+    int in = 0;
+    for (int i = 0; i < q->n && !in; i++)
+        in = q->cls[i] ? x_in_class(q->cls[i], c) : c >= q->lo[i] && c <= q->hi[i];
+    return in != q->neg;
+}
+
+/* one escaped character or class letter after '\' (the subset the
+ * generator writes) */
+static void x_escape(xre *x, xnode *q)
+{
+    const char k = *x->p++;
+    if (strchr("dwsDWS", k)) {
+        q->cls[q->n++] = k;
+        return;
+    }
+    const uint32_t c = k == 'n' ? '\n' : k == 't' ? '\t' : (uint32_t)(unsigned char)k;
+    q->lo[q->n] = q->hi[q->n] = c;
+    q->n++;
+}
+
+static int x_alt(xre *x);
+
+static int x_atom(xre *x)
+{
+    const char c = *x->p++;
+    if (c == '^' || c == '$')
+        return x_new(x, c);
+    if (c == '(') {
+        if (*x->p == '?')
+            x->p += 2; /* (?: */
+        const int g = x_alt(x);
+        x->p++; /* ) */
+        return g;
+    }
+    const int id = x_new(x, 'c');
+    xnode *q = &x->node[id];
+    if (c == '.') {
+        q->dot = 1;
+    } else if (c == '\\') {
+        x_escape(x, q);
+    } else if (c == '[') {
+        q->neg = *x->p == '^';
+        x->p += q->neg;
+        while (*x->p != ']') {
+            if (*x->p == '\\') {
+                x->p++;
+                x_escape(x, q);
+            } else if (x->p[1] == '-' && x->p[2] != ']') {
+                q->lo[q->n] = (unsigned char)x->p[0], q->hi[q->n] = (unsigned char)x->p[2];
+                q->n++;
+                x->p += 3;
+            } else {
+                q->lo[q->n] = q->hi[q->n] = (unsigned char)*x->p++;
+                q->n++;
+            }
+        }
+        x->p++;
+    } else {
+        q->lo[0] = q->hi[0] = (unsigned char)c;
+        q->n = 1;
+    }
+    return id;
+}
+
+static int x_rep(xre *x)
+{
+    int a = x_atom(x);
+    while (*x->p && strchr("*+?{", *x->p)) {
+        const char q = *x->p++;
+        int lo = q == '+', hi = q == '?' ? 1 : -1;
+        if (q == '{') {
+            lo = (int)strtol(x->p, (char **)&x->p, 10);
+            hi = lo;
+            if (*x->p == ',')
+                hi = x->p[1] == '}' ? -1 : (int)strtol(x->p + 1, (char **)&x->p, 10);
+            if (*x->p == ',')
+                x->p++;
+            x->p++; /* } */
+        }
+        if (*x->p == '?')
+            x->p++;
+        const int r = x_new(x, '*');
+        x->node[r].a = a, x->node[r].min = lo, x->node[r].max = hi;
+        a = r;
+    }
+    return a;
+}
+
+static int x_cat(xre *x)
+{
+    int a = -1;
+    while (*x->p && *x->p != '|' && *x->p != ')') {
+        const int b = x_rep(x);
+        if (a < 0) {
+            a = b;
+        } else {
+            const int c = x_new(x, '.');
+            x->node[c].a = a, x->node[c].b = b;
+            a = c;
+        }
+    }
+    return a < 0 ? x_new(x, 'e') : a;
+}
+
+static int x_alt(xre *x)
+{
+    int a = x_cat(x);
+    while (*x->p == '|') {
+        x->p++;
+        const int b = x_cat(x), c = x_new(x, '|');
+        x->node[c].a = a, x->node[c].b = b;
+        a = c;
+    }
+    return a;
+}
+
+/* the positions where node i's matches from the positions in from end
+ * (bit p: after p code points of s) */
+static uint64_t x_run(const xre *x, int i, const uint32_t *s, int n, uint64_t from)
+{
+    const xnode *q = &x->node[i];
+    uint64_t to = 0;
+    switch (q->kind) {
+    case 'c':
+        for (int p = 0; p < n; p++)
+            if ((from >> p & 1) && x_has(q, s[p]))
+                to |= (uint64_t)1 << (p + 1);
+        return to;
+    case '.': return x_run(x, q->b, s, n, x_run(x, q->a, s, n, from));
+    case '|': return x_run(x, q->a, s, n, from) | x_run(x, q->b, s, n, from);
+    case '^': return from & 1;
+    case '$': return from & (uint64_t)1 << n;
+    case 'e': return from;
+    default: {
+        for (int k = 0; k < q->min; k++)
+            from = x_run(x, q->a, s, n, from);
+        uint64_t all = from;
+        for (int k = q->min; q->max < 0 || k < q->max; k++) {
+            from = x_run(x, q->a, s, n, from);
+            if ((from | all) == all)
+                break;
+            all |= from;
+        }
+        return all;
+    }
+    }
+}
+
+/* does the pattern match a part of s (n code points) */
+static int x_search(const xre *x, int root, const uint32_t *s, int n)
+{
+    return x_run(x, root, s, n, ((uint64_t)2 << n) - 1) != 0;
+}
+
+/* code points a test string is made of, one of each kind the automaton
+ * tells apart: letters of the patterns, a digit, spaces, line breaks, and
+ * non-ASCII: é, a no-break space, U+2028, an astral one */
+static const uint32_t XCHARS[] = {'a', 'b', 'c', 'x', '-', '1', ' ', '\n', 0xe9, 0xa0, 0x2028, 0x1f600};
+#define NX ((int)SD_ARRAY_LEN(XCHARS))
+
+/* the ways a code point is written in a JSON string (at most 3) */
+static int x_spellings(uint32_t c, char out[3][16])
+{
+    int k = 0;
+    if (c == '\n') {
+        strcpy(out[k++], "\\n");
+    } else if (c < 0x80) {
+        out[k][0] = (char)c, out[k++][1] = 0;
+    } else if (c < 0x800) {
+        snprintf(out[k++], 16, "%c%c", 0xc0 | c >> 6, 0x80 | (c & 63));
+    } else if (c < 0x10000) {
+        snprintf(out[k++], 16, "%c%c%c", 0xe0 | c >> 12, 0x80 | (c >> 6 & 63), 0x80 | (c & 63));
+    } else {
+        snprintf(out[k++], 16, "%c%c%c%c", 0xf0 | c >> 18, 0x80 | (c >> 12 & 63), 0x80 | (c >> 6 & 63),
+                 0x80 | (c & 63));
+    }
+    if (c < 0x10000)
+        snprintf(out[k++], 16, "\\u%04x", c);
+    else
+        snprintf(out[k++], 16, "\\u%04X\\u%04x", 0xd800 + ((c - 0x10000) >> 10), 0xdc00 + ((c - 0x10000) & 0x3ff));
+    return k;
+}
+
+/* a random pattern of the subset, small */
+static void x_gen(char *out, size_t cap, uint64_t *rng, int depth)
+{
+    static const char *const ATOMS[] = {"a",     "b",      "c",      "x",   "-",     "1",
+                                        "\\-",   ".",      "[ab]",   "[^a]", "[a-c1]", "[^\\s]",
+                                        "\\d",   "\\w",    "\\s",    "\\D", "\\W",   "\\S",
+                                        "[\\s1]", "[x-]",  "\\n",    " "};
+    static const char *const QUANT[] = {"", "", "", "*", "+", "?", "{2}", "{1,}", "{0,2}", "{1,3}", "*?", "??"};
+    const int branches = next_rand(rng) % 5 == 0 ? 2 : 1;
+    for (int b = 0; b < branches; b++) {
+        if (b)
+            strncat(out, "|", cap - strlen(out) - 1);
+        const int items = 1 + (int)(next_rand(rng) % 3);
+        for (int i = 0; i < items; i++) {
+            const uint64_t u = next_rand(rng);
+            if (depth < 2 && u % 7 == 0) {
+                strncat(out, u % 2 ? "(" : "(?:", cap - strlen(out) - 1);
+                x_gen(out, cap, rng, depth + 1);
+                strncat(out, ")", cap - strlen(out) - 1);
+            } else if (u % 41 == 1) {
+                strncat(out, u % 2 ? "^" : "$", cap - strlen(out) - 1);
+                continue;
+            } else {
+                strncat(out, ATOMS[u / 64 % SD_ARRAY_LEN(ATOMS)], cap - strlen(out) - 1);
+            }
+            strncat(out, QUANT[next_rand(rng) % SD_ARRAY_LEN(QUANT)], cap - strlen(out) - 1);
+        }
+    }
+}
+
+/* a random string the pattern's node i matches (from the test's chars; 0
+ * where a set has none of them) */
+static int x_sample(const xre *x, int i, uint64_t *rng, uint32_t *s, int *n, int cap)
+{
+    const xnode *q = &x->node[i];
+    switch (q->kind) {
+    case 'c': {
+        uint32_t pick[NX];
+        int k = 0;
+        for (int j = 0; j < NX; j++)
+            if (x_has(q, XCHARS[j]))
+                pick[k++] = XCHARS[j];
+        if (!k || *n >= cap)
+            return 0;
+        s[(*n)++] = pick[next_rand(rng) % (uint64_t)k];
+        return 1;
+    }
+    case '.': return x_sample(x, q->a, rng, s, n, cap) && x_sample(x, q->b, rng, s, n, cap);
+    case '|': return x_sample(x, next_rand(rng) % 2 ? q->a : q->b, rng, s, n, cap);
+    case '*': {
+        const int k = q->min + (int)(next_rand(rng) % (uint64_t)((q->max < 0 ? 3 : q->max - q->min) + 1));
+        for (int j = 0; j < k; j++)
+            if (!x_sample(x, q->a, rng, s, n, cap))
+                return 0;
+        return 1;
+    }
+    default: return 1;
+    }
+}
+
+typedef struct xcase {
+    const xre *x;
+    int root;
+    long long min_len, max_len;
+} xcase;
+
+static int x_valid(const xcase *c, const uint32_t *s, int n)
+{
+    return n >= c->min_len && n <= c->max_len && x_search(c->x, c->root, s, n);
+}
+
+/* the text of s as a JSON string, each code point spelled at random; off[i]:
+ * where code point i begins (off[n]: the closing quote) */
+static size_t x_text(const uint32_t *s, int n, uint64_t *rng, char *t, int *off)
+{
+    size_t w = 0;
+    t[w++] = '"';
+    for (int i = 0; i < n; i++) {
+        char sp[3][16];
+        const int k = x_spellings(s[i], sp);
+        off[i] = (int)w;
+        const char *p = sp[next_rand(rng) % (uint64_t)k];
+        memcpy(t + w, p, strlen(p));
+        w += strlen(p);
+    }
+    off[n] = (int)w;
+    t[w++] = '"';
+    t[w] = 0;
+    return w;
+}
+
+/* some string of the test's chars, w of them at most after s[0..j) and a
+ * code point spelled from the bytes part (k of them), is valid */
+static int x_completes_from(const xcase *c, uint32_t *s, int j, const char *part, size_t k, int w)
+{
+    for (int a = 0; a < NX; a++) {
+        char sp[3][16];
+        const int ns = x_spellings(XCHARS[a], sp);
+        int fits = 0;
+        for (int q = 0; q < ns; q++)
+            fits |= strlen(sp[q]) >= k && !memcmp(sp[q], part, k);
+        if (!fits)
+            continue;
+        s[j] = XCHARS[a];
+        /* then every suffix of up to w code points */
+        int idx[4] = {0, 0, 0, 0};
+        for (int len = 0; len <= w; len++) {
+            memset(idx, 0, sizeof idx);
+            for (;;) {
+                for (int q = 0; q < len; q++)
+                    s[j + 1 + q] = XCHARS[idx[q]];
+                if (x_valid(c, s, j + 1 + len))
+                    return 1;
+                int q = 0;
+                while (q < len && ++idx[q] == NX)
+                    idx[q++] = 0;
+                if (q == len)
+                    break;
+            }
+        }
+    }
+    return 0;
+}
+
+/* one more way to go on: state x and code points cp[0..m), unless a state
+ * equal to x is there */
+static int x_push(sd_jschema_state *st, uint32_t (*cps)[48], int *ncp, int *n, int cap,
+                  const sd_jschema_state *x, const uint32_t *cp, int m)
+{
+    for (int y = 0; y < *n; y++)
+        if (sd_jschema_equal(x, &st[y]))
+            return 0;
+    if (*n == cap || m >= 48)
+        return 0;
+    st[*n] = *x;
+    memcpy(cps[*n], cp, (size_t)m * sizeof *cp);
+    ncp[*n] = m;
+    (*n)++;
+    return 1;
+}
+
+/* the accepted prefix t[0..at) (code points s[0..q), then the bytes of
+ * s[q]'s spelling before at) completes: that char finished as a test char
+ * whose spelling begins so (wide: or as any BMP code point's \u escape or
+ * UTF-8), then a breadth-first search over the automaton's states (equal
+ * ones once) adding whole test chars, for a closing quote; the code points
+ * then valid by the reference */
+static int x_completes(const sd_jschema *s, const xcase *c, const char *t, size_t at,
+                       const uint32_t *str, int q, const int *off)
+{
+    enum { CAP = 2000 };
+    sd_jschema_state *st = malloc(CAP * sizeof *st), pre, nx;
+    uint32_t(*cps)[48] = malloc(CAP * sizeof *cps), cp[48];
+    int *ncp = malloc(CAP * sizeof *ncp), n = 0, ok = -1;
+    sd_jschema_init(s, &pre);
+    sd_jschema_feed(s, &pre, (const unsigned char *)t, at);
+    const size_t k = at - (size_t)off[q];
+    const char *part = t + off[q];
+    memcpy(cp, str, (size_t)q * sizeof *str);
+    for (int wide = 0; wide < 2 && ok < 0; wide++) {
+        n = 0;
+        if (!k) {
+            x_push(st, cps, ncp, &n, CAP, &pre, cp, q);
+        } else if (!wide) {
+            for (int a = 0; a < NX; a++) {
+                char sp[3][16];
+                const int ns = x_spellings(XCHARS[a], sp);
+                for (int w = 0; w < ns; w++) {
+                    sd_jschema_copy(&nx, &pre);
+                    cp[q] = XCHARS[a];
+                    if (strlen(sp[w]) >= k && !memcmp(sp[w], part, k) &&
+                        !sd_jschema_feed(s, &nx, (const unsigned char *)sp[w] + k, strlen(sp[w]) - k))
+                        x_push(st, cps, ncp, &n, CAP, &nx, cp, q + 1);
+                }
+            }
+        } else {
+            for (uint32_t v = 0; v < 0x10000; v++) {
+                if (v >= 0xd800 && v <= 0xdfff)
+                    continue;
+                char sp[2][16];
+                snprintf(sp[0], 16, "\\u%04x", v);
+                if (v < 0x800)
+                    snprintf(sp[1], 16, "%c%c", 0xc0 | v >> 6, 0x80 | (v & 63));
+                else
+                    snprintf(sp[1], 16, "%c%c%c", 0xe0 | v >> 12, 0x80 | (v >> 6 & 63), 0x80 | (v & 63));
+                for (int w = 0; w < 2; w++) {
+                    if ((w && v < 0x80) || strlen(sp[w]) < k || memcmp(sp[w], part, k))
+                        continue;
+                    sd_jschema_copy(&nx, &pre);
+                    cp[q] = v;
+                    if (!sd_jschema_feed(s, &nx, (const unsigned char *)sp[w] + k, strlen(sp[w]) - k))
+                        x_push(st, cps, ncp, &n, CAP, &nx, cp, q + 1);
+                }
+            }
+        }
+        for (int i = 0; i < n && ok < 0; i++) {
+            sd_jschema_copy(&nx, &st[i]);
+            if (!sd_jschema_feed(s, &nx, (const unsigned char *)"\"", 1) && sd_jschema_done(s, &nx)) {
+                ok = x_valid(c, cps[i], ncp[i]);
+                if (!ok)
+                    fprintf(stderr, "  a completion of %d code points refused by the reference\n",
+                            ncp[i]);
+                break;
+            }
+            for (int a = 0; a < NX; a++) {
+                char sp[3][16];
+                const int ns = x_spellings(XCHARS[a], sp);
+                memcpy(cp, cps[i], (size_t)ncp[i] * sizeof *cp);
+                cp[ncp[i]] = XCHARS[a];
+                for (int w = 0; w < ns; w++) {
+                    sd_jschema_copy(&nx, &st[i]);
+                    if (!sd_jschema_feed(s, &nx, (const unsigned char *)sp[w], strlen(sp[w])))
+                        x_push(st, cps, ncp, &n, CAP, &nx, cp, ncp[i] + 1);
+                }
+            }
+        }
+    }
+    if (ok < 0)
+        fprintf(stderr, "  no completion of %.*s within %d states\n", (int)at, t, n);
+    free(st);
+    free(cps);
+    free(ncp);
+    return ok > 0;
+}
+
+/* Random patterns of the subset (groups, alternation, classes, escapes,
+ * quantifiers, anchors; often with minLength/maxLength) and random strings
+ * of code points of every kind, spelled raw, as escapes, as surrogate
+ * pairs: the automaton accepts a string exactly where the reference
+ * does, every prefix of an accepted one, and where it goes bad, at the
+ * first byte after which no string (over the test's chars, up to two more)
+ * is valid; the prefix before it completes to a valid one. A refused
+ * pattern is one no short string matches. */
+TEST(random_patterns_agree_with_a_backtracking_reference)
+{
+    uint64_t seed = sd_test_seed(), rng = seed ^ 0x5bd1e995u;
+    int schemas = 0, refused = 0, big = 0, texts = 0, valid = 0, cut = 0, completions = 0;
+    for (int trial = 0; trial < 500; trial++) {
+        char pat[256] = "";
+        const uint64_t u = next_rand(&rng);
+        if (u % 3)
+            strcat(pat, "^");
+        x_gen(pat, sizeof pat - 2, &rng, 0);
+        if (u / 3 % 3)
+            strcat(pat, "$");
+        xre *x = malloc(sizeof *x);
+        x->n = 0;
+        x->p = pat;
+        xcase c = {x, x_alt(x), 0, 1LL << 40};
+        json_t *sch = json_pack("{s:s, s:s}", "type", "string", "pattern", pat);
+        if (u / 9 % 3 == 0) {
+            c.min_len = (long long)(next_rand(&rng) % 4);
+            json_object_set_new(sch, "minLength", json_integer(c.min_len));
+        }
+        if (u / 27 % 3 == 0) {
+            c.max_len = c.min_len + (long long)(next_rand(&rng) % 5);
+            json_object_set_new(sch, "maxLength", json_integer(c.max_len));
+        }
+        char *text = json_dumps(sch, JSON_COMPACT);
+        json_decref(sch);
+        sd_err err;
+        sd_jschema *s = compile_or_null(text, &err);
+        if (!s && strstr(err.msg, "automaton states")) { /* (too large: rare) */
+            big++;
+            free(text);
+            free(x);
+            continue;
+        }
+        if (!s) { /* no string of the lengths matches: none of up to 4 chars */
+            ASSERT_MSG(strstr(err.msg, "matches no string"), "%s: %s", text, err.msg);
+            uint32_t str[8];
+            for (int len = 0; len <= 4; len++)
+                for (int k = 0; k < (len ? 10 : 1); k++) {
+                    for (int q = 0; q < len; q++)
+                        str[q] = XCHARS[next_rand(&rng) % NX];
+                    ASSERT_MSG(!x_valid(&c, str, len), "%s refused", text);
+                }
+            refused++;
+            free(text);
+            free(x);
+            continue;
+        }
+        schemas++;
+        for (int j = 0; j < 24; j++) {
+            uint32_t str[40];
+            int n = 0;
+            if (j % 2 == 0 && x_sample(x, c.root, &rng, str, &n, 12)) {
+                /* a match, sometimes with chars around it or one changed */
+                if (j % 8 == 2 && n < 12)
+                    str[n++] = XCHARS[next_rand(&rng) % NX];
+                if (j % 8 == 4 && n)
+                    str[next_rand(&rng) % (uint64_t)n] = XCHARS[next_rand(&rng) % NX];
+            } else {
+                n = (int)(next_rand(&rng) % 7);
+                for (int q = 0; q < n; q++)
+                    str[q] = XCHARS[next_rand(&rng) % NX];
+            }
+            char t[512];
+            int off[41];
+            const size_t len = x_text(str, n, &rng, t, off);
+            const int theirs = x_valid(&c, str, n), ours = whole(s, t, len);
+            ASSERT_MSG(ours == theirs, "seed %llu: %s: %s: automaton %d, reference %d",
+                       (unsigned long long)seed, text, t, ours, theirs);
+            texts++;
+            valid += theirs;
+            const size_t at = bad_at(s, t, len);
+            if (theirs) {
+                ASSERT_MSG(at == len, "seed %llu: %s: %s: a prefix refused at %zu",
+                           (unsigned long long)seed, text, t, at);
+                continue;
+            }
+            ASSERT_MSG(at < len, "seed %llu: %s: %s: every byte taken", (unsigned long long)seed, text, t);
+            /* the byte it went bad at: within code point q (or the closing
+             * quote, after which nothing may follow) */
+            int q = 0;
+            while (q < n && off[q + 1] <= (int)at)
+                q++;
+            if (q < n && texts % 3 == 0) {
+                ASSERT_MSG(!x_completes_from(&c, str, q, t + off[q], at + 1 - (size_t)off[q], 2),
+                           "seed %llu: %s: %s: bad at byte %zu, yet a string goes on from it",
+                           (unsigned long long)seed, text, t, at);
+                cut++;
+            }
+            if (at > 0 && texts % 2 == 0) {
+                ASSERT_MSG(x_completes(s, &c, t, at, str, q, off),
+                           "seed %llu: %s: %.*s: no valid completion",
+                           (unsigned long long)seed, text, (int)at, t);
+                completions++;
+            }
+        }
+        sd_jschema_free(s);
+        free(text);
+        free(x);
+    }
+    fprintf(stderr,
+            "  seed %llu: %d patterns (%d refused as matching none, %d as too large), %d strings (%d "
+            "valid), %d cut-offs checked, %d completions\n",
+            (unsigned long long)seed, schemas, refused, big, texts, valid, cut, completions);
+    ASSERT_LT(big, 10);
+    ASSERT_GT(schemas, 350);
+    ASSERT_GT(valid, 2000);
+    ASSERT_GT(texts - valid, 2000);
+}
+
+/* an integer's text (JSON's: no leading zero, "-0" too) within [lo, hi]
+ * and a multiple of m; *v its value */
+static int m_valid(const char *t, size_t n, long long lo, long long hi, long long m)
+{
+    size_t i = t[0] == '-';
+    if (i >= n || n > 18 || (t[i] == '0' && n > i + 1))
+        return 0;
+    long long v = 0;
+    for (size_t k = i; k < n; k++) {
+        if (t[k] < '0' || t[k] > '9')
+            return 0;
+        v = v * 10 + (t[k] - '0');
+    }
+    v = i ? -v : v;
+    return v >= lo && v <= hi && v % m == 0;
+}
+
+/* some integer text t[0..n) and up to 4 more digits is valid (brute force:
+ * with bounds within 1500 of 0 and m below 10^4, 4 more always reach past
+ * a bound and span a multiple) */
+static int m_goes_on(const char *t, size_t n, long long lo, long long hi, long long m)
+{
+    const int neg = t[0] == '-', digits = (int)n - neg;
+    long long p = 0;
+    for (size_t k = (size_t)neg; k < n; k++) {
+        if (t[k] < '0' || t[k] > '9')
+            return 0;
+        p = p * 10 + (t[k] - '0');
+    }
+    if (digits > 1 && t[neg] == '0')
+        return 0;
+    for (int more = 0, top = 1; more <= 4; more++, top *= 10) {
+        if (digits && t[neg] == '0' && more) /* (0 takes no more) */
+            break;
+        for (long long r = digits || more < 2 ? 0 : top / 10; r < top && (digits || more); r++) {
+            const long long v = (neg ? -1 : 1) * (p * top + r);
+            if (v >= lo && v <= hi && v % m == 0)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* Integers' multipleOf on random divisors and bounds (none, one or two
+ * sides, inclusive or exclusive): texts near the bounds, multiples and any
+ * digits are whole exactly where brute force says so; every byte taken
+ * begins some valid integer, and the byte a text goes bad at begins none */
+TEST(random_multiples_agree_with_brute_force)
+{
+    static const char *const KW[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    uint64_t seed = sd_test_seed(), rng = seed ^ 0x27d4eb2fu;
+    int schemas = 0, refused = 0, texts = 0, valid = 0, cuts = 0;
+    for (int trial = 0; trial < 300; trial++) {
+        const long long m = next_rand(&rng) % 4 ? 2 + (long long)(next_rand(&rng) % 12)
+                                                 : 2 + (long long)(next_rand(&rng) % 400);
+        long long lo = -(1LL << 60), hi = 1LL << 60; /* (past what any text here reaches) */
+        char sch[256];
+        int w = snprintf(sch, sizeof sch, "{\"type\":\"integer\",\"multipleOf\":%lld", m);
+        for (int side = 0; side < 2; side++) {
+            if (next_rand(&rng) % 3 == 0)
+                continue;
+            const int ex = (int)(next_rand(&rng) % 2);
+            const long long b = (long long)(next_rand(&rng) % 3001) - 1500;
+            w += snprintf(sch + w, sizeof sch - (size_t)w, ",\"%s\":%lld", KW[2 * side + ex], b);
+            if (side == 0)
+                lo = b + ex;
+            else
+                hi = b - ex;
+        }
+        snprintf(sch + w, sizeof sch - (size_t)w, "}");
+        sd_err err;
+        sd_jschema *s = compile_or_null(sch, &err);
+        long long first = lo % m ? lo + (lo > 0 ? m - lo % m : -(lo % m)) : lo;
+        if (!s) {
+            ASSERT_MSG(strstr(err.msg, "admit no multiple") || strstr(err.msg, "admit no 64-bit"),
+                       "%s: %s", sch, err.msg);
+            ASSERT_MSG(first > hi, "%s refused, yet %lld", sch, first);
+            refused++;
+            continue;
+        }
+        ASSERT_MSG(first <= hi, "%s compiled", sch);
+        schemas++;
+        for (int j = 0; j < 40; j++) {
+            char t[32];
+            const uint64_t u = next_rand(&rng);
+            const long long base = u % 3 == 0 ? (lo > -5000 ? lo : -2000)
+                                   : u % 3 == 1 ? (hi < 5000 ? hi : 2000)
+                                                : (long long)(u / 3 % 6001) - 3000;
+            long long v = base + (long long)(next_rand(&rng) % 41) - 20;
+            if (j % 4 == 0)
+                v -= v % m;
+            if (j % 10 == 9) {
+                snprintf(t, sizeof t, "%s", j % 20 == 9 ? "-0" : "00");
+            } else {
+                snprintf(t, sizeof t, "%lld", v);
+            }
+            const size_t n = strlen(t);
+            const int theirs = m_valid(t, n, lo, hi, m), ours = whole(s, t, n);
+            ASSERT_MSG(ours == theirs, "seed %llu: %s: %s: automaton %d, brute force %d",
+                       (unsigned long long)seed, sch, t, ours, theirs);
+            texts++;
+            valid += theirs;
+            const size_t at = bad_at(s, t, n);
+            for (size_t k = 1; k <= at && k <= n; k++)
+                ASSERT_MSG(m_goes_on(t, k, lo, hi, m), "seed %llu: %s: %.*s taken, yet nothing valid begins so",
+                           (unsigned long long)seed, sch, (int)k, t);
+            if (at < n) {
+                ASSERT_MSG(!m_goes_on(t, at + 1, lo, hi, m), "seed %llu: %s: %s bad at %zu, yet %.*s goes on",
+                           (unsigned long long)seed, sch, t, at, (int)at + 1, t);
+                cuts++;
+            }
+        }
+        sd_jschema_free(s);
+    }
+    fprintf(stderr, "  %d schemas (%d refused), %d texts (%d valid), %d cut-offs\n", schemas, refused,
+            texts, valid, cuts);
+    ASSERT_GT(schemas, 200);
+    ASSERT_GT(valid, 1000);
+    ASSERT_GT(cuts, 1000);
+}
+
 TEST(refused_schemas_name_the_keyword)
 {
     static const struct {
         const char *schema, *msg;
     } cases[] = {
-        {"{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"pattern\":\"^a\"}}}",
-         "json_schema: \"pattern\" at $.properties.name is not supported"},
+        {"{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"pattern\":\"^(?=a)\"}}}",
+         "json_schema: \"pattern\" at $.properties.name: lookahead and lookbehind ((?=, (?!, (?<=, "
+         "(?<!) are not supported"},
+        /* patterns outside the subset, each saying why */
+        {"{\"pattern\":\"a(?!b)\"}", "\"pattern\" at $: lookahead and lookbehind"},
+        {"{\"pattern\":\"(?<=a)b\"}", "\"pattern\" at $: lookahead and lookbehind"},
+        {"{\"pattern\":\"(a)\\\\1\"}", "\"pattern\" at $: backreferences (\\1) are not supported"},
+        {"{\"pattern\":\"(?<n>a)\\\\k<n>\"}", "backreferences (\\k<name>) are not supported"},
+        {"{\"pattern\":\"\\\\bword\"}", "word boundaries (\\b, \\B) are not supported"},
+        {"{\"pattern\":\"\\\\p{L}\"}", "unicode property escapes (\\p{...}) are not supported"},
+        {"{\"pattern\":\"a*+\"}", "a quantifier after a quantifier"},
+        {"{\"pattern\":\"a{2\"}", "a '{' that is not a repetition"},
+        {"{\"pattern\":\"a}\"}", "a lone '}'"},
+        {"{\"pattern\":\"^caf\u00e9$\"}", "non-ASCII characters are not supported in a pattern"},
+        {"{\"pattern\":\"\\\\u00e9\"}", "non-ASCII characters (\\u00E9) are not supported"},
+        {"{\"pattern\":\"[z-a]\"}", "the range z-a is out of order"},
+        {"{\"pattern\":\"[\\\\d-z]\"}", "a range from a class escape"},
+        {"{\"pattern\":\"(a\"}", "a '(' without its ')'"},
+        {"{\"pattern\":\"a)\"}", "a ')' without its '('"},
+        {"{\"pattern\":\"*a\"}", "'*' with nothing to repeat"},
+        {"{\"pattern\":\"^*\"}", "an anchor (^, $) with a quantifier"},
+        {"{\"pattern\":\"(?i)a\"}", "the group (?i"},
+        {"{\"pattern\":\"\\\\e\"}", "the escape \\e is not supported"},
+        {"{\"pattern\":\"a{1001}\"}", "a repetition count above 1000"},
+        {"{\"pattern\":\"a{3,2}\"}", "the repetition {3,2} is out of order"},
+        {"{\"pattern\":\"(a{100}){100}\"}", "the pattern is too large (its repetitions expand past"},
+        {"{\"pattern\":\"(a|b)*a(a|b){11}\"}", "the pattern needs more than 2048 automaton states"},
+        {"{\"pattern\":\"a^b\"}", "\"pattern\" at $: the pattern matches no string"},
+        {"{\"pattern\":3}", "\"pattern\" at $ must be a string"},
+        {"{\"type\":\"string\",\"pattern\":\"^a{5}$\",\"maxLength\":3}",
+         "\"pattern\" at $ matches no string of 0 to 3 code points"},
+        {"{\"type\":\"string\",\"pattern\":\"^(ab)+$\",\"minLength\":3,\"maxLength\":3}",
+         "\"pattern\" at $ matches no string of 3 to 3 code points"},
+        {"{\"type\":\"string\",\"pattern\":\"a\",\"maxLength\":70000}",
+         "\"minLength\" and \"maxLength\" beside a pattern at $ must be below 65535"},
+        {"{\"enum\":[\"b\",\"c\"],\"pattern\":\"a\"}", "\"enum\" at $ admits no value"},
+        {"{\"$ref\":\"#/$defs/a\",\"pattern\":\"a\",\"$defs\":{\"a\":{}}}",
+         "\"$ref\" at $ with \"pattern\" beside it is not supported"},
+        /* multiples: integers', whole, within the bounds */
+        {"{\"multipleOf\":2}", "\"multipleOf\" at $ is supported with \"type\": \"integer\" beside it"},
+        {"{\"type\":\"integer\",\"multipleOf\":0.5}",
+         "\"multipleOf\" at $ is supported as an integer from 1 to 4294967295"},
+        {"{\"type\":\"integer\",\"multipleOf\":0}", "\"multipleOf\" at $ is supported as an integer"},
+        {"{\"type\":\"integer\",\"multipleOf\":4294967296}", "\"multipleOf\" at $ is supported as an integer"},
+        {"{\"type\":\"integer\",\"multipleOf\":\"2\"}", "\"multipleOf\" at $ is supported as an integer"},
+        {"{\"type\":\"integer\",\"minimum\":1,\"maximum\":4,\"multipleOf\":5}",
+         "the bounds at $ admit no multiple of 5"},
+        {"{\"enum\":[1,3],\"multipleOf\":2}", "\"enum\" at $ admits no value"},
         {"{\"type\":\"object\",\"patternProperties\":{\"^a\":{}}}",
          "\"patternProperties\" at $ is not supported"},
         {"{\"not\":{\"type\":\"null\"}}", "\"not\" at $ is not supported"},
@@ -1629,15 +2544,17 @@ TEST(refused_schemas_name_the_keyword)
         {"{\"type\":\"integer\",\"exclusiveMaximum\":-9223372036854775808}",
          "the bounds at $ admit no 64-bit integer"},
         {"{\"enum\":[1,2],\"minimum\":3}", "\"enum\" at $ admits no value"},
-        {"{\"type\":\"number\",\"multipleOf\":2}", "\"multipleOf\" at $ is not supported"},
+        {"{\"type\":\"number\",\"multipleOf\":2}",
+         "\"multipleOf\" at $ is supported with \"type\": \"integer\" beside it (not on numbers)"},
+        {"{\"type\":[\"integer\",\"number\"],\"multipleOf\":0.25}", "(not on numbers)"},
         {"{\"type\":\"array\",\"prefixItems\":[]}",
          "\"prefixItems\" at $ must be an array of 1 to 64 schemas"},
         {"{\"prefixItems\":{\"type\":\"null\"}}",
          "\"prefixItems\" at $ must be an array of 1 to 64 schemas"},
         {"{\"type\":\"array\",\"prefixItems\":[{}],\"items\":false,\"minItems\":2}",
          "\"minItems\" at $ is greater than \"maxItems\" (or the items \"items\": false leaves)"},
-        {"{\"type\":\"array\",\"prefixItems\":[{\"pattern\":\"a\"}]}",
-         "\"pattern\" at $.prefixItems[0] is not supported"},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"pattern\":\"a|\\\\2\"}]}",
+         "\"pattern\" at $.prefixItems[0]: backreferences (\\2) are not supported"},
         {"{\"type\":\"array\",\"items\":[{}]}", "\"items\" at $ as an array"},
         {"{\"type\":\"array\",\"contains\":{}}", "\"contains\" at $ is not supported"},
         {"{\"type\":\"array\",\"uniqueItems\":true}", "\"uniqueItems\" at $ is not supported"},
@@ -1648,8 +2565,8 @@ TEST(refused_schemas_name_the_keyword)
         {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"additionalProperties\":{\"type\":\"string\"}}",
          "\"additionalProperties\" at $ is not supported unless false (or true, read as false), or "
          "a schema where no properties are listed"},
-        {"{\"type\":\"object\",\"additionalProperties\":{\"pattern\":\"x\"}}",
-         "\"pattern\" at $.additionalProperties is not supported"},
+        {"{\"type\":\"object\",\"additionalProperties\":{\"pattern\":\"\\\\P{Lu}\"}}",
+         "\"pattern\" at $.additionalProperties: unicode property escapes"},
         {"{\"type\":\"object\",\"nullable\":true}", "\"nullable\" at $ is not supported"},
         {"{\"allOf\":[{},{}]}", "\"allOf\" at $ is not supported"},
         {"{\"type\":\"object\",\"anyOf\":[{}]}", "\"anyOf\" at $ with \"type\" beside it"},
@@ -2035,8 +2952,8 @@ TEST(tool_call_formats_that_cannot_be_read_are_refused)
         {"{\"x-specd-calls\":{\"begin\":\"\",\"sep\":\"\",\"end\":\"\",\"max\":1,\"tools\":[]}}",
          "must be an array of 1 to 128 tools"},
         {"{\"x-specd-calls\":{\"begin\":\"\",\"sep\":\"\",\"end\":\"\",\"max\":1,\"tools\":[{\"prefix\":"
-         "\"a\",\"parameters\":{\"type\":\"object\",\"pattern\":\"x\"},\"suffix\":\"\"}]}}",
-         "\"pattern\" at $.tools[0].parameters is not supported"},
+         "\"a\",\"parameters\":{\"type\":\"object\",\"minProperties\":1},\"suffix\":\"\"}]}}",
+         "\"minProperties\" at $.tools[0].parameters is not supported"},
         {"{\"x-specd-calls\":{\"begin\":\"\",\"sep\":\"\",\"end\":\"\",\"max\":1,\"extra\":1,"
          "\"tools\":[]}}",
          "\"extra\" is not a key of it"},
@@ -2185,4 +3102,7 @@ TEST_MAIN(T(text_before_the_reply_ends_at_the_first_close),
           T(hand_written_cases_go_bad_at_the_right_byte), T(state_is_small_and_copies_cheaply),
           T(limits_on_depth_and_whitespace), T(misc_schemas_compile_and_behave),
           T(numbers_bounds_hold_at_the_right_byte), T(random_number_bounds_agree_with_the_reference),
-          T(refused_schemas_name_the_keyword), T(random_documents_agree_with_the_reference))
+          T(patterns_hold_at_the_right_byte), T(multiples_hold_at_the_right_byte),
+          T(random_patterns_agree_with_a_backtracking_reference),
+          T(random_multiples_agree_with_brute_force), T(refused_schemas_name_the_keyword),
+          T(random_documents_agree_with_the_reference))
