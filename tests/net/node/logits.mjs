@@ -316,7 +316,31 @@ test('response_format json_schema', async () => {
     held++;
   }
   assert.ok(held > 0, 'no bounded-number text finished');
-  for (const [bad, want] of [[{ type: 'string', pattern: 'a+' }, 'pattern'], [{ type: 'object', minProperties: 1 }, 'minProperties'], [{ type: 'number', minimum: 2, maximum: 1 }, 'admit no number']]) {
+  // strings' patterns and integers' multiples (pydantic's constr(pattern=),
+  // Field(multiple_of=)): a finished reply holds them
+  const patterned = {
+    type: 'object',
+    properties: {
+      code: { type: 'string', pattern: '^[A-Z]{2}-\\d{3}$' },
+      tag: { type: 'string', pattern: 'ab', maxLength: 6 },
+      n: { type: 'integer', multipleOf: 7, minimum: 0, maximum: 100 },
+    },
+    required: ['code', 'tag', 'n'],
+    additionalProperties: false,
+  };
+  let matched = 0;
+  for (const [temperature, seed] of [[0, 1], [0.9, 2], [0.9, 3]]) {
+    const body = { model, messages: MESSAGES, max_tokens: 400, temperature, seed, response_format: { type: 'json_schema', json_schema: { name: 'p', schema: patterned } } };
+    const r = await client.chat.completions.create(body);
+    const c = r.choices[0];
+    if (c.finish_reason !== 'stop') continue;
+    const v = JSON.parse(c.message.content);
+    assert.ok(/^[A-Z]{2}-\d{3}$/.test(v.code) && /ab/.test(v.tag) && [...v.tag].length <= 6, c.message.content);
+    assert.ok(Number.isInteger(v.n) && v.n % 7 === 0 && v.n >= 0 && v.n <= 100, c.message.content);
+    matched++;
+  }
+  assert.ok(matched > 0, 'no patterned text finished');
+  for (const [bad, want] of [[{ type: 'string', pattern: '(?=a)' }, 'lookahead'], [{ type: 'object', minProperties: 1 }, 'minProperties'], [{ type: 'number', minimum: 2, maximum: 1 }, 'admit no number']]) {
     const e = await request(srv, 'POST', '/v1/chat/completions', {
       body: { model, messages: MESSAGES, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: bad } } },
     });
