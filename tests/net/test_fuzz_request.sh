@@ -31,7 +31,7 @@ if ! "$cc" -std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,und
     -fno-sanitize-recover=undefined -D_GNU_SOURCE -I"$root/src" -I/usr/share/include/llhttp \
     "$root/fuzz/fuzz_request.c" "$root"/src/net/{buf,openai,metrics,http,router,toolcall,reasoning}.c \
     "$root"/src/core/{err,log,util,utf8,chat_template,tokenizer,tok_encode,tok_tiktoken}.c \
-    "$root"/src/verify/{json_schema,schema_cache}.c "$llhttp"/{api,http,llhttp}.c \
+    "$root"/src/verify/{json_schema,json_regex,schema_cache}.c "$llhttp"/{api,http,llhttp}.c \
     $deps -lm -o "$out/fuzz_request" 2> "$out/build.log"; then
     echo "FAIL: building the fuzzer:" >&2
     tail -20 "$out/build.log" >&2
