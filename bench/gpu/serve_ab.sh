@@ -60,8 +60,8 @@ for g in groups:
             if not why and not lv.get("engine_steps_by_k"):
                 continue
             idle = lv.get("engine_drafting_idle_by_why") or {}
-            print("%-28s %-7s k %s, %d queued ahead; drafting by why: %s" % (
+            print("%-28s %-7s k %s, %d queued ahead, %d cohorts; drafting by why: %s" % (
                 g["name"], f["label"], [int(x) for x in lv.get("engine_steps_by_k") or []],
-                int(lv.get("engine_launch_ahead_steps") or 0),
+                int(lv.get("engine_launch_ahead_steps") or 0), int(lv.get("engine_cohorts") or 0),
                 ", ".join("%s %d (%d idle)" % (w, n, idle.get(w, 0)) for w, n in why.items())))
 E

@@ -217,7 +217,7 @@ typedef struct sd_bench_spec {
      * step before was read (launch ahead), verify steps queued before their
      * drafts reached the host (draft ahead) */
     double steps_by_k[17];
-    double plain_steps, ahead_steps, draft_ahead_steps;
+    double plain_steps, ahead_steps, draft_ahead_steps, cohorts;
     double gemm_trials; /* the backend's GEMM algorithm trials (stalls of a few ms) */
     /* target steps with prompt rows, and of those replayed from a CUDA graph */
     double prompt_steps, prompt_graph_steps;

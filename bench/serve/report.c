@@ -97,6 +97,7 @@ json_t *sd_bench_spec_json(const sd_bench_spec *d)
         json_array_append_new(byk, real(d->steps_by_k[k]));
     json_object_set_new(o, "engine_steps_by_k", byk);
     json_object_set_new(o, "engine_plain_steps", real(d->plain_steps));
+    json_object_set_new(o, "engine_cohorts", real(d->cohorts));
     json_object_set_new(o, "engine_launch_ahead_steps", real(d->ahead_steps));
     json_object_set_new(o, "engine_draft_ahead_steps", real(d->draft_ahead_steps));
     json_object_set_new(o, "engine_gemm_trials", real(d->gemm_trials));

@@ -111,6 +111,7 @@ static const struct {
     {"specd_spec_eager_passes_total", offsetof(sd_bench_spec, eager_passes), 0},
     {"specd_spec_graph_cache_full_total", offsetof(sd_bench_spec, cache_full), 0},
     {"specd_spec_plain_steps_total", offsetof(sd_bench_spec, plain_steps), 0},
+    {"specd_spec_cohorts_total", offsetof(sd_bench_spec, cohorts), 0},
     {"specd_launch_ahead_steps_total", offsetof(sd_bench_spec, ahead_steps), 0},
     {"specd_spec_draft_ahead_steps_total", offsetof(sd_bench_spec, draft_ahead_steps), 0},
     {"specd_gemm_trials_total", offsetof(sd_bench_spec, gemm_trials), 0},

@@ -32,7 +32,7 @@ def level(r):
               "engine_launch_ahead_steps", "engine_draft_ahead_steps", "proposer_eager_passes",
               "engine_gemm_trials", "engine_prompt_steps", "engine_prompt_graph_steps",
               "engine_drafting_steps_by_why", "engine_drafting_idle_by_why",
-              "engine_not_ahead_steps_by_cause"):
+              "engine_not_ahead_steps_by_cause", "engine_cohorts"):
         if sp.get(k) is not None:
             row[k] = sp[k]
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}

@@ -578,7 +578,8 @@ static const sd_curve *target_curve(const sd_adaptive *a, int batch, int x)
  * it). One curve for every batch priced a GPU's 32 drafting requests at
  * the 8's (the bundled model's MTP at k = 3: 0.32 ms for 8 requests, 0.57
  * for 32; NOTES.md, session 14). */
-static const sd_curve *draft_curve(const sd_adaptive *a, int drafting, int k, double *scale)
+static const sd_curve *draft_curve_of(const sd_adaptive *a, int drafting, int k, int borrow,
+                                      double *scale)
 {
     *scale = 1;
     const int i = target_index(a, drafting);
@@ -593,15 +594,23 @@ static const sd_curve *draft_curve(const sd_adaptive *a, int drafting, int k, do
             continue;
         if (t->batch > bb && (!up || t->batch < up->batch))
             up = t;
-        if (t->batch < bb && (!down || t->batch > down->batch) && proportional(&t->c))
+        if (t->batch < bb && (!down || t->batch > down->batch) &&
+            (borrow || proportional(&t->c)))
             down = t;
     }
     if (up)
         return &up->draft;
     if (!down)
         return own;
+    if (!proportional(&down->c))
+        return own ? own : &down->draft; /* borrowed, unscaled: a lower bound on a GPU */
     *scale = (double)bb / (double)down->batch;
     return &down->draft;
+}
+
+static const sd_curve *draft_curve(const sd_adaptive *a, int drafting, int k, double *scale)
+{
+    return draft_curve_of(a, drafting, k, 0, scale);
 }
 
 /* k drafts measured for `drafting` requests (draft_curve) */
@@ -679,32 +688,14 @@ double sd_adaptive_plain_cost(const sd_adaptive *a, int batch)
  * steps replayed from graphs are steady; on a noisy CPU the least target
  * time is a lucky step, and reading it made 64-row steps at batch 32 look
  * as cheap as 32-row ones.) */
-static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, int drafting,
-                  int trace, double z)
+/* each k's expected tokens a drafting request (1 + sum_{j<=k} P(the first
+ * j drafts accepted)) into ex[1..kmax], P(the first k accepted) into
+ * rate[1..kmax]; z > 0: each position's acceptance z standard deviations
+ * up (best_k's hope) */
+static void expectations(const sd_adaptive *a, const sd_accept_stats *acc, int kmax, double z,
+                         double *ex, double *rates)
 {
-    int kmax = a->k_max;
-    if (batch < 1)
-        batch = 1;
-    drafting = drafting < 0 ? 0 : drafting > batch ? batch : drafting;
-    const sd_curve *tc = target_curve(a, batch, sd_row_bucket(batch));
-    double s1;
-    const sd_curve *d1 = drafting > 0 ? draft_curve(a, drafting, 1, &s1) : NULL;
-    if (kmax <= 0 || !d1 || !tc || tc->n == 0)
-        return 0;
-    const int hope = z > 0;
     double cum = 1, expect = 1, prev_rate = 1, prev_cond = 0.5;
-    int best_k = 0;
-    double t0 = plain_cost(a, batch, tc);
-    double best = batch / (t0 > 0 ? t0 : 1e-9);
-    /* at most one k past the measured ones: beyond the last measured row
-     * count the curve only extrapolates, and a falling last segment (noise,
-     * clamped flat) would make every deeper k look free (a CPU server at
-     * batch 8 went from k = 0 to 4 on two points 8 and 16 rows apart) */
-    int measured = 0;
-    while (measured < kmax && k_measured(a, batch, drafting, measured + 1))
-        measured++;
-    if (kmax > measured + 1)
-        kmax = measured + 1;
     for (int k = 1; k <= kmax && k <= SD_ACCEPT_POSITIONS; k++) {
         double prop = (double)acc->proposed_at[k - 1], got = (double)acc->accepted_at[k - 1];
         /* P(first k accepted), shrunk toward the previous position's rate */
@@ -722,13 +713,62 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
         prev_cond = cond;
         cum *= cond;
         expect += cum;
-        const int xk = sd_row_bucket(step_rows(batch, drafting, k));
-        const sd_curve *tk = target_curve(a, batch, xk);
-        double tt = curve_eval(tk ? tk : tc, xk, NULL, 0);
-        double sk;
-        const sd_curve *dk = draft_curve(a, drafting, k, &sk);
-        double td = dk ? sk * curve_eval(dk, k, NULL, hope) : s1 * curve_eval(d1, k, NULL, hope);
-        double cost = tt + td;
+        ex[k] = expect;
+        rates[k] = rate;
+    }
+}
+
+/* a step of `batch` requests of which `drafting` draft k each: its time
+ * (the target's rows and the drafting phase) */
+static double step_cost(const sd_adaptive *a, int batch, int drafting, int k, const sd_curve *tc,
+                        int hope, int borrow, double *tt_out, double *td_out)
+{
+    double s1;
+    const sd_curve *d1 = draft_curve_of(a, drafting, 1, borrow, &s1);
+    const int xk = sd_row_bucket(step_rows(batch, drafting, k));
+    const sd_curve *tk = target_curve(a, batch, xk);
+    double tt = curve_eval(tk ? tk : tc, xk, NULL, 0);
+    double sk;
+    const sd_curve *dk = draft_curve_of(a, drafting, k, borrow, &sk);
+    double td = dk ? sk * curve_eval(dk, k, NULL, hope) : d1 ? s1 * curve_eval(d1, k, NULL, hope) : 0;
+    if (tt_out)
+        *tt_out = tt;
+    if (td_out)
+        *td_out = td;
+    return tt + td;
+}
+
+static int best_k_of(const sd_adaptive *a, const sd_accept_stats *acc, int batch, int drafting,
+                     int trace, double z, int borrow)
+{
+    int kmax = a->k_max;
+    if (batch < 1)
+        batch = 1;
+    drafting = drafting < 0 ? 0 : drafting > batch ? batch : drafting;
+    const sd_curve *tc = target_curve(a, batch, sd_row_bucket(batch));
+    double s1;
+    const sd_curve *d1 = drafting > 0 ? draft_curve_of(a, drafting, 1, borrow, &s1) : NULL;
+    if (kmax <= 0 || !d1 || !tc || tc->n == 0)
+        return 0;
+    const int hope = z > 0;
+    int best_k = 0;
+    double t0 = plain_cost(a, batch, tc);
+    double best = batch / (t0 > 0 ? t0 : 1e-9);
+    /* at most one k past the measured ones: beyond the last measured row
+     * count the curve only extrapolates, and a falling last segment (noise,
+     * clamped flat) would make every deeper k look free (a CPU server at
+     * batch 8 went from k = 0 to 4 on two points 8 and 16 rows apart) */
+    int measured = 0;
+    while (measured < kmax && k_measured(a, batch, drafting, measured + 1))
+        measured++;
+    if (kmax > measured + 1)
+        kmax = measured + 1;
+    double ex[SD_ACCEPT_POSITIONS + 1], rates[SD_ACCEPT_POSITIONS + 1];
+    expectations(a, acc, kmax, z, ex, rates);
+    for (int k = 1; k <= kmax && k <= SD_ACCEPT_POSITIONS; k++) {
+        const double prop = (double)acc->proposed_at[k - 1], rate = rates[k], expect = ex[k];
+        double tt, td;
+        const double cost = step_cost(a, batch, drafting, k, tc, hope, borrow, &tt, &td);
         double thr = (batch - drafting + drafting * expect) / (cost > 0 ? cost : 1e-9);
         if (trace)
             sd_log_debug("adaptive k:   k %d: drafted %.0f, P(first k accepted) %.3f, expect %.2f, "
@@ -742,6 +782,12 @@ static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, i
         }
     }
     return best_k;
+}
+
+static int best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch, int drafting,
+                  int trace, double z)
+{
+    return best_k_of(a, acc, batch, drafting, trace, z, 0);
 }
 
 int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch)
@@ -885,6 +931,75 @@ int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins,
     }
     /* a pending refresh's measurements decide, not these prices */
     return off_now && !a->refresh_at && plain;
+}
+
+int sd_adaptive_cohort(const sd_adaptive *a, const sd_accept_stats *acc, int joins, int *k)
+{
+    int kk = 0, why = 0;
+    if (joins < 1)
+        joins = 1;
+    if (a->k_max > 0 && a->ahead) {
+        /* measured: what the pick with every request drafting would say */
+        if (informed(a, joins, joins)) {
+            kk = best_k(a, acc, joins, joins, 0, 0);
+            why = SD_COHORT_MEASURED;
+        } else {
+            /* not: the hopeful price (each position's acceptance two
+             * standard deviations up, the drafting phase at its least
+             * time), the phase of a smaller bucket's requests where this
+             * one's was never measured */
+            kk = best_k_of(a, acc, joins, joins, 0, ADAPT_HOPE_Z, 1);
+            why = SD_COHORT_HOPED;
+        }
+    }
+    if (k)
+        *k = kk;
+    return kk > 0 ? why : 0;
+}
+
+/* tokens a second of a step of `batch` requests every one of which drafts k
+ * (k = 0: plain decode) by measured prices; 0 where they are not */
+static double batch_rate(const sd_adaptive *a, int batch, int k, const double *ex)
+{
+    const sd_curve *tc = target_curve(a, batch, sd_row_bucket(batch));
+    if (!tc || tc->n == 0 || !k_measured(a, batch, batch, k))
+        return 0;
+    const double cost = k ? step_cost(a, batch, batch, k, tc, 0, 0, NULL, NULL)
+                          : plain_cost(a, batch, tc);
+    return cost > 0 ? batch * (k ? ex[k] : 1) / cost : 0;
+}
+
+int sd_adaptive_demand_k(const sd_adaptive *a, const sd_accept_stats *acc, double demand,
+                         int batch, int *b_plain, int *b_k)
+{
+    int best = 0, bp = 0, bk = 0;
+    if (a->k_max > 0 && a->ahead && demand > 0 && batch > 0) {
+        double ex[SD_ACCEPT_POSITIONS + 1], rates[SD_ACCEPT_POSITIONS + 1];
+        const int kmax = a->k_max < SD_ACCEPT_POSITIONS ? a->k_max : SD_ACCEPT_POSITIONS;
+        expectations(a, acc, kmax, 0, ex, rates);
+        int need[SD_ACCEPT_POSITIONS + 1] = {0};
+        const int top = 2 * batch;
+        for (int b = 1; b <= top; b++)
+            for (int k = 0; k <= kmax; k++)
+                if (!need[k] && batch_rate(a, b, k, ex) >= demand)
+                    need[k] = b;
+        bp = need[0];
+        for (int k = 1; k <= kmax; k++)
+            if (need[k] && (!bk || need[k] < bk)) {
+                bk = need[k];
+                best = k;
+            }
+        /* drafting must serve the demand with fewer requests by the
+         * margin; where plain decode serves it at no measured batch, any
+         * that does */
+        if (best && bp && bk * (1 + a->margin) >= bp)
+            best = 0;
+    }
+    if (b_plain)
+        *b_plain = bp;
+    if (b_k)
+        *b_k = best ? bk : 0;
+    return best;
 }
 
 int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, int drafting)

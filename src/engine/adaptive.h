@@ -191,7 +191,9 @@ typedef struct sd_adapt_target {
  * not yet measured; measuring again after a refresh; a hope (too few
  * drafts to give up on); a neighbour of the choice measured; the periodic
  * try of one deeper; speculation off but for requests tracking the
- * proposer (a probe); a fixed --spec-k. */
+ * proposer (a probe); a fixed --spec-k; a cohort's requests drafting
+ * while it gathers (sd_adaptive_cohort); the rate asked for served by
+ * fewer requests drafting than plain (sd_adaptive_demand_k). */
 enum {
     SD_KWHY_BEST = 0,
     SD_KWHY_EXPLORE,
@@ -201,6 +203,8 @@ enum {
     SD_KWHY_PERIODIC,
     SD_KWHY_PROBE,
     SD_KWHY_FIXED,
+    SD_KWHY_COHORT,
+    SD_KWHY_DEMAND,
     SD_KWHY_N
 };
 
@@ -301,6 +305,43 @@ void sd_adaptive_refresh(sd_adaptive *a);
  * batch 1 would pay a forced draft and plain step each.) */
 int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins, int drafting,
                           int off_verdict, int idle);
+/* The cohort switch. A request admitted with speculation off never drafts
+ * (MTP and EAGLE-3 need the target's hidden states of every token it
+ * skipped), and an arrival is priced drafting among the plain ones
+ * (sd_adaptive_admit_off), which rarely pays: a batch that went plain at
+ * one size stayed plain as it grew. Under Poisson arrivals on the bundled
+ * model (an H100) the verdict was made at the first burst's 14 requests,
+ * where drafting lost by 5%, and kept at the 30 that followed, where a
+ * fixed k = 2 ran 0.79-0.91x plain's TPOT (NOTES.md, sessions 44-45).
+ * Asked where an arrival would be admitted off: nonzero where every
+ * request drafting at `joins` would pay, by its measured prices
+ * (SD_COHORT_MEASURED), or where those are not measured, by the hopeful
+ * price of sd_adaptive_pick_k's hope with the drafting phase of the
+ * nearest smaller bucket's requests where this bucket's was never timed
+ * (SD_COHORT_HOPED); the owner then admits arrivals tracking the proposer
+ * until they are the batch, and the pick decides on every request
+ * drafting. Only where plain steps are priced queued ahead (a->ahead: a
+ * GPU's engine). The owner starts one too where drafting serves the output
+ * rate with fewer requests (sd_adaptive_demand_k: SD_COHORT_DEMAND). */
+enum { SD_COHORT_MEASURED = 1, SD_COHORT_HOPED = 2, SD_COHORT_DEMAND = 3 };
+/* k (may be NULL): the k of that price */
+int sd_adaptive_cohort(const sd_adaptive *a, const sd_accept_stats *acc, int joins, int *k);
+/* Under a steady stream of requests a server's output rate is what they
+ * ask for, not what a step could give: a policy that serves it with fewer
+ * running requests gives each a shorter time per token (Little's law: the
+ * time per token is the batch over the rate). Drafting shrinks the batch
+ * it runs at, which a step's price at the batch running now does not see:
+ * under Poisson arrivals on the bundled model (an H100) every request
+ * drafting paid ~20% a step at 20-26 requests and lost 5% at 14; a cohort
+ * that drafted took the batch from 39 to ~20, where it dipped to 16, the
+ * picks said plain and speculation went off for all, and plain decode
+ * grew it back to 30+ (NOTES.md, session 45). Returns the k whose every
+ * request drafting serves `demand` tokens a second at the fewest requests,
+ * fewer than plain decode's by the margin (0: plain, or prices not
+ * measured), priced at measured points only, at batches up to twice
+ * `batch`; b_plain, b_k (may be NULL): those batches (0: not reached). */
+int sd_adaptive_demand_k(const sd_adaptive *a, const sd_accept_stats *acc, double demand,
+                         int batch, int *b_plain, int *b_k);
 /* 1 when the next drafting phase of `drafting` of `batch` requests at k
  * should be timed (the engine waits for its drafts, and times the verify
  * step after it alone): exploring, a refresh pending, or the drafting

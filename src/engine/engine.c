@@ -973,6 +973,44 @@ static void comm_counts_stats(sd_engine *e, sd_engine_stats *st)
     st->allreduce_unrecorded_replays = k.unrecorded_replays;
 }
 
+/* Keeps the output rate of the last ~SD_DEMAND_STEPS steps with requests
+ * running (dem_tok / dem_s, tokens a second): under a steady stream of
+ * requests, the rate they ask for. Called once a step. */
+static void demand_update(sd_engine *e)
+{
+    const uint64_t now = sd_now_ns();
+    uint64_t tok = e->stats.completion_tokens; /* (this thread writes it) */
+    /* (a request's tokens count once: in completion_tokens once it is done) */
+    for (int i = 0; i < e->n_running; i++) {
+        const req *r = e->running[i];
+        if (r->state != RQ_DONE)
+            tok += (uint64_t)(r->n_tok - r->n_prompt);
+    }
+    if (e->dem_busy && tok >= e->dem_prev && now > e->dem_ns) {
+        const double w = 1.0 - 1.0 / SD_DEMAND_STEPS;
+        e->dem_tok = e->dem_tok * w + (double)(tok - e->dem_prev);
+        e->dem_s = e->dem_s * w + (double)(now - e->dem_ns) * 1e-9;
+    }
+    e->dem_ns = now;
+    e->dem_prev = tok;
+    e->dem_busy = e->n_running > 0;
+}
+
+/* adaptive k's demand pick at a batch (sd_adaptive_demand_k), measured
+ * again every SD_DEMAND_EVERY steps or at another batch */
+static int demand_k(sd_engine *e, int batch)
+{
+    if (!e->adapt.ahead || e->spec == SD_SPEC_NGRAM)
+        return 0;
+    if (!e->dem_k_at || batch != e->dem_k_batch || e->adapt.steps + 1 - e->dem_k_at >= SD_DEMAND_EVERY) {
+        const double rate = e->dem_s > 0 ? e->dem_tok / e->dem_s : 0;
+        e->dem_k = sd_adaptive_demand_k(&e->adapt, &e->acc_all, rate, batch, NULL, NULL);
+        e->dem_k_at = e->adapt.steps + 1;
+        e->dem_k_batch = batch;
+    }
+    return e->dem_k;
+}
+
 /* running requests that stopped tracking the proposer (adaptive k) */
 static int n_not_drafting(const sd_engine *e)
 {
@@ -1006,6 +1044,7 @@ static void publish_stats(sd_engine *e, int stepped)
     e->stats.spec_eager_passes = e->prop_eager;
     e->stats.spec_graph_cache_full = e->prop_cache_full;
     e->stats.spec_plain_steps = e->plain_steps;
+    e->stats.spec_cohorts = e->n_cohorts;
     e->stats.spec_draft_phases = e->draft_phases;
     e->stats.spec_draft_observed = e->draft_observed;
     e->stats.spec_draft_oneoff = e->draft_oneoff;
@@ -1634,6 +1673,31 @@ static int engine_step(sd_engine *e)
                              sd_adaptive_admit_off(&e->adapt, &e->acc_all, joins, drafting,
                                                    e->zero_k_steps >= SD_SPEC_OFF_AFTER, idle) &&
                              (e->adapt.ahead || ++e->n_admitted_off % 8 != 0);
+                /* every request drafting at this batch would pay, or would
+                 * serve the output rate with fewer requests: a cohort of
+                 * arrivals tracking the proposer (sd_adaptive_cohort,
+                 * sd_adaptive_demand_k) */
+                if (r->no_spec && !e->cohort_at && e->adapt.steps >= e->cohort_next) {
+                    int why = sd_adaptive_cohort(&e->adapt, &e->acc_all, joins, &e->cohort_k);
+                    const int dk = why ? 0 : demand_k(e, joins);
+                    if (dk) {
+                        why = SD_COHORT_DEMAND;
+                        e->cohort_k = dk;
+                    }
+                    if (why) {
+                        e->cohort_at = e->adapt.steps + 1;
+                        e->n_cohorts++;
+                        sd_log_debug("adaptive k: a cohort at batch %d (step %llu): %s", joins,
+                                     (unsigned long long)e->adapt.steps,
+                                     why == SD_COHORT_MEASURED
+                                         ? "every request drafting pays there (measured)"
+                                     : why == SD_COHORT_HOPED
+                                         ? "every request drafting may pay there (hoped)"
+                                         : "drafting serves the output rate with fewer requests");
+                    }
+                }
+                if (e->cohort_at)
+                    r->no_spec = 0;
                 if (!r->st.queued_s)
                     r->st.queued_s = (double)(sd_now_ns() - r->t_submit) * 1e-9;
                 /* one that drafts shares only blocks with its proposer's slots */
@@ -1945,16 +2009,51 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
     s->n_seq = live;
     if (e->spec != SD_SPEC_NONE) {
         int off = n_not_drafting(e);
+        demand_update(e);
+        /* a cohort ends where every running request tracks the proposer
+         * (the pick decides on all of them drafting), at its time, or
+         * where the batch reached one at which every request drafting was
+         * measured not to pay (its trackers stop tracking); until then its
+         * requests draft at the k of every request drafting's price at the
+         * running batch (tracking at k = 0 they were steps not queued
+         * ahead, ~0.1 ms dearer each on the bundled model, and the batch
+         * grew from 31 to 55 while they gathered; NOTES.md, session 45) */
+        if (e->cohort_at) {
+            int ck = 0;
+            const int pays = sd_adaptive_cohort(&e->adapt, &e->acc_all, e->n_running, &ck);
+            const int done = off == 0 || e->adapt.steps + 1 - e->cohort_at > SD_COHORT_MAX_STEPS;
+            const int dk = pays || done ? 0 : demand_k(e, e->n_running);
+            const int lost = !done && !pays && !dk && sd_adaptive_informed(&e->adapt, e->n_running);
+            if (pays || dk)
+                e->cohort_k = pays ? ck : dk;
+            if (done || lost) {
+                sd_log_debug("adaptive k: the cohort ends at batch %d (step %llu), %d not "
+                             "tracking%s",
+                             e->n_running, (unsigned long long)e->adapt.steps, off,
+                             lost ? ": every request drafting does not pay there" : "");
+                e->cohort_at = 0;
+                e->cohort_next = e->adapt.steps + SD_COHORT_GAP;
+                for (int i = 0; lost && i < e->n_running; i++)
+                    e->running[i]->no_spec = 1;
+                off = lost ? e->n_running : off;
+            }
+        }
         /* no request tracks the proposer: no pick (one would be for nobody,
          * and a 1 there, an exploration or a hope, would reset the count of
          * zeros that admits arrivals with speculation off: each arrival
          * would then track the proposer and stop launch ahead) */
-        int k = e->spec_k;
+        int k = e->spec_k, cohort_k = 0, demand_pick = 0;
         if (k < 0 && e->n_running > 0 && off == e->n_running) {
             k = 0;
+        } else if (k < 0 && e->cohort_at) {
+            k = cohort_k = e->cohort_k;
         } else if (k < 0) {
             e->adapt.keys = next_keys(e, e->n_running);
             k = sd_adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running, e->n_running - off);
+            /* plain at this batch, but drafting serves the rate asked for
+             * with fewer requests: the batch it would run at */
+            if (k == 0 && !e->adapt.exploring && !e->adapt.refresh_at)
+                k = demand_pick = demand_k(e, e->n_running);
         }
         /* Adaptive: when drafting has not paid for a while, the running
          * requests stop tracking the proposer (its catch-up pass costs too);
@@ -1969,7 +2068,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
              * SD_SPEC_OFF_AFTER steps, and a tracking request stops launch
              * ahead ("tracking": 742-771 of ~4600 MTP steps at c = 64 on
              * the H100, NOTES.md, session 42) */
-            if (!e->adapt.exploring)
+            if (cohort_k || demand_pick || !e->adapt.exploring)
                 e->zero_k_steps = k == 0 ? e->zero_k_steps + 1 : 0;
             else if (!e->adapt.ahead)
                 e->zero_k_steps = 0;
@@ -1985,9 +2084,10 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
              * ~2500-3300 drafting steps, 9-30 requests waiting in each;
              * NOTES.md, session 34). Explorations and refreshes keep the
              * acceptance estimate fresh there. */
-            const int off_after = e->zero_k_steps == SD_SPEC_OFF_AFTER ||
-                                  (e->adapt.ahead && e->zero_k_steps > SD_SPEC_OFF_AFTER &&
-                                   off < e->n_running);
+            const int off_after = !e->cohort_at &&
+                                  (e->zero_k_steps == SD_SPEC_OFF_AFTER ||
+                                   (e->adapt.ahead && e->zero_k_steps > SD_SPEC_OFF_AFTER &&
+                                    off < e->n_running));
             if (off_after && e->spec != SD_SPEC_NGRAM) {
                 sd_log_debug("adaptive k: 0 for %d steps: speculation off for the %d running requests",
                              e->zero_k_steps, e->n_running);
@@ -2002,7 +2102,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
          * that one, a row each to verify, and keep the acceptance estimate
          * fresh. Their drafting time is not a drafting cost of the whole
          * batch, so it is not observed. */
-        int probe = e->spec_k < 0 && k == 0 && e->spec != SD_SPEC_NGRAM &&
+        int probe = e->spec_k < 0 && k == 0 && e->spec != SD_SPEC_NGRAM && !e->cohort_at &&
                     e->zero_k_steps >= SD_SPEC_OFF_AFTER && off < e->n_running;
         if (probe)
             k = 1;
@@ -2034,7 +2134,11 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
             }
         /* why it drafted, and the running requests that wait for it without drafting */
         if (nd > 0) {
-            const int why = e->spec_k >= 0 ? SD_KWHY_FIXED : probe ? SD_KWHY_PROBE : e->adapt.why;
+            const int why = e->spec_k >= 0 ? SD_KWHY_FIXED
+                            : probe        ? SD_KWHY_PROBE
+                            : cohort_k     ? SD_KWHY_COHORT
+                            : demand_pick  ? SD_KWHY_DEMAND
+                                           : e->adapt.why;
             int waiting = 0; /* (not the ones this step ended: reap() takes them next) */
             for (int i = 0; i < e->n_running; i++)
                 waiting += e->running[i]->state != RQ_DONE;

@@ -151,11 +151,11 @@ typedef struct sd_req_events {
 
 /* why a step drafted (sd_engine_stats.spec_why_*; engine/adaptive.h
  * SD_KWHY_*), by name */
-#define SD_SPEC_WHY_N 8
+#define SD_SPEC_WHY_N 10
 static inline const char *sd_spec_why_name(int i)
 {
     static const char *const names[SD_SPEC_WHY_N] = {
-        "best", "explore", "refresh", "hope", "neighbour", "periodic", "probe", "fixed"};
+        "best", "explore", "refresh", "hope", "neighbour", "periodic", "probe", "fixed", "cohort", "demand"};
     return i >= 0 && i < SD_SPEC_WHY_N ? names[i] : "?";
 }
 
@@ -229,6 +229,7 @@ typedef struct sd_engine_stats {
     /* target steps of a speculative engine that skipped the hidden states
      * a proposer reads (MTP, EAGLE-3): no request of the step drafts */
     uint64_t spec_plain_steps;
+    uint64_t spec_cohorts; /* adaptive k's cohort switches (sd_adaptive_cohort) */
     /* drafting phases (a request drafted), and of those the ones adaptive
      * k learnt the drafting cost from (no prompt rows in the step, not a
      * probe of requests admitted with speculation off, no proposer pass

@@ -213,7 +213,9 @@ static void draft_length_series(sd_buf *o, const sd_engine_stats *es)
                "Engine steps that drafted, by why they drafted their k (best: its price; explore: "
                "measuring k = 0 and 1 at a new batch; refresh: measuring again; hope: too few "
                "drafts to give up; neighbour, periodic: trying another k; probe: speculation off "
-               "but for requests tracking the proposer; fixed: --spec-k).",
+               "but for requests tracking the proposer; fixed: --spec-k; cohort: requests admitted "
+               "tracking the proposer on a verdict of plain decode, while they gather; demand: the "
+               "output rate asked for served by fewer requests drafting than plain).",
                es, es->spec_why_steps);
     why_series(o, "specd_spec_drafting_idle_requests_total",
                "Running requests of those steps that did not draft (a verify step's wait for one "
@@ -233,6 +235,10 @@ static void draft_length_series(sd_buf *o, const sd_engine_stats *es)
     scalar(o, "specd_spec_graph_cache_full_total", "counter",
            "Proposer passes run eagerly because the proposer graph cache was full.",
            (double)es->spec_graph_cache_full);
+    scalar(o, "specd_spec_cohorts_total", "counter",
+           "Times adaptive k admitted arrivals tracking the proposer on a verdict of plain "
+           "decode, every request drafting priced to pay at their batch.",
+           (double)es->spec_cohorts);
     scalar(o, "specd_spec_plain_steps_total", "counter",
            "Target steps with no request drafting, run without the proposer's hidden states.",
            (double)es->spec_plain_steps);

@@ -309,6 +309,7 @@ TEST(metrics_scrape_reads_specd_counters_and_takes_deltas)
                         "specd_spec_draft_length_steps_total{k=\"3\"} 5\n"
                         "specd_spec_draft_length_steps_total{k=\"17\"} 5\n"
                         "specd_spec_plain_steps_total 9\n"
+                        "specd_spec_cohorts_total 2\n"
                         "specd_launch_ahead_steps_total 6\n"
                         "specd_spec_draft_ahead_steps_total 4\n"
                         "specd_gemm_trials_total 3\n"
@@ -340,6 +341,7 @@ TEST(metrics_scrape_reads_specd_counters_and_takes_deltas)
     ASSERT_NEAR(d.steps_by_k[3], 5, 0);
     ASSERT_NEAR(d.steps_by_k[16], 0, 0); /* k="17" is past the histogram: ignored */
     ASSERT_NEAR(d.plain_steps, 9, 0);
+    ASSERT_NEAR(d.cohorts, 2, 0);
     ASSERT_NEAR(d.ahead_steps, 6, 0);
     ASSERT_NEAR(d.draft_ahead_steps, 4, 0);
     ASSERT_NEAR(d.gemm_trials, 3, 0);

@@ -1157,6 +1157,143 @@ TEST(an_arrival_among_plain_requests_is_priced_drafting_alone)
     ASSERT_EQ(sd_adaptive_admit_off(&b, &bcc, 32, 1, 1, 0), 0);
 }
 
+/* The cohort switch (the bundled model's MTP under Poisson arrivals at c =
+ * 64 on an H100; NOTES.md, session 45): every request drafting was priced
+ * at the first burst's 14 requests, where one draft lost (14 x 1.89 tokens
+ * in 0.332 + 0.095 ms, 62 a ms, against 14 in 0.205: 68), and speculation
+ * went off; the batch then grew to ~30, where a plain step's rows cross
+ * the GPU's 16-row tier (0.285 ms) and drafting paid, but each arrival was
+ * priced drafting alone among the plain ones. Asked where an arrival
+ * would start off, the cohort switch prices every request drafting at its
+ * batch: measured where it was, hoped where not. */
+static void burst_of_14_then_30_plain(sd_adaptive *a, sd_accept_stats *acc, double p)
+{
+    fresh_accepting(a, acc, p);
+    a->ahead = 1;
+    for (int i = 0; i < SD_CURVE_RING; i++) {
+        sd_adaptive_observe_target(a, 14, 14, 0.205e-3);
+        sd_adaptive_observe_target(a, 14, 28, 0.332e-3);
+        sd_adaptive_observe_draft(a, 14, 1, 0.095e-3);
+        sd_adaptive_observe_target(a, 30, 24, 0.283e-3);
+        sd_adaptive_observe_target(a, 30, 32, 0.292e-3);
+        /* one of 30 drafting: 31 rows, its draft alone */
+        sd_adaptive_observe_target(a, 30, 31, 0.292e-3);
+        sd_adaptive_observe_draft(a, 1, 1, 0.070e-3);
+    }
+}
+
+TEST(a_plain_batch_that_grew_admits_a_cohort_where_every_request_drafting_pays)
+{
+    sd_adaptive a;
+    sd_accept_stats acc;
+    burst_of_14_then_30_plain(&a, &acc, 0.89);
+    /* 14: measured, plain */
+    ASSERT(sd_adaptive_informed(&a, 14));
+    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 14), 0);
+    ASSERT_EQ(sd_adaptive_cohort(&a, &acc, 14, NULL), 0);
+    /* 30: one arrival drafting among 29 plain loses (30.9 tokens in 0.362
+     * ms against 30 in 0.292), so it would start off ... */
+    ASSERT_EQ(sd_adaptive_pick_k(&a, &acc, 30, 1), 0);
+    ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 30, 1, 1, 0), 1);
+    /* ... but every request drafting, never measured there, may pay: the
+     * 64-row step at the 32-row one's time at most (the curve's slope) and
+     * the 14 requests' draft */
+    ASSERT(!sd_adaptive_informed(&a, 30));
+    int k = 0;
+    ASSERT_EQ(sd_adaptive_cohort(&a, &acc, 30, &k), SD_COHORT_HOPED);
+    ASSERT_EQ(k, 1); /* k = 2 is not priced before k = 1 is measured */
+    /* not without queued-ahead pricing (a CPU's engine) */
+    a.ahead = 0;
+    ASSERT_EQ(sd_adaptive_cohort(&a, &acc, 30, NULL), 0);
+    a.ahead = 1;
+    /* measured where it pays: 30 x 1.89 in 0.36 + 0.12 ms (118 a ms, plain 103) */
+    for (int i = 0; i < SD_CURVE_RING; i++) {
+        sd_adaptive_observe_target(&a, 30, 60, 0.360e-3);
+        sd_adaptive_observe_draft(&a, 30, 1, 0.120e-3);
+    }
+    ASSERT(sd_adaptive_informed(&a, 30));
+    ASSERT_EQ(sd_adaptive_cohort(&a, &acc, 30, &k), SD_COHORT_MEASURED);
+    ASSERT_GE(k, 1);
+    ASSERT_GE(sd_adaptive_best_k(&a, &acc, 30), 1);
+    /* measured where it does not: 0.45 + 0.20 ms (87 a ms) */
+    sd_adaptive b;
+    sd_accept_stats bcc;
+    burst_of_14_then_30_plain(&b, &bcc, 0.89);
+    for (int i = 0; i < SD_CURVE_RING; i++) {
+        sd_adaptive_observe_target(&b, 30, 60, 0.450e-3);
+        sd_adaptive_observe_draft(&b, 30, 1, 0.200e-3);
+    }
+    ASSERT_EQ(sd_adaptive_cohort(&b, &bcc, 30, &k), 0);
+    ASSERT_EQ(k, 0);
+    /* a proposer whose drafts are rarely accepted hopes for nothing */
+    sd_adaptive c;
+    sd_accept_stats ccc;
+    burst_of_14_then_30_plain(&c, &ccc, 0.15);
+    ASSERT_EQ(sd_adaptive_cohort(&c, &ccc, 30, NULL), 0);
+    /* no proposer */
+    sd_adaptive d;
+    sd_accept_stats dcc;
+    burst_of_14_then_30_plain(&d, &dcc, 0.89);
+    d.k_max = 0;
+    ASSERT_EQ(sd_adaptive_cohort(&d, &dcc, 30, NULL), 0);
+}
+
+/* The demand pick (the bundled model's MTP under Poisson arrivals at c = 64
+ * on an H100: 650 requests a second of 128 tokens ask for ~83 tokens a ms;
+ * NOTES.md, session 45): plain decode serves that at 24 requests (the
+ * 17-32-row tier's 0.283 ms), every request drafting one at 20 (40 rows in
+ * 0.326 ms and its draft in 0.12: 20 x 1.89 / 0.446 = 85), so a running
+ * batch that dipped to 14, where plain decode wins a step by 2%, drafts:
+ * plain decode there would grow it back to 24. */
+static void plain_and_drafting_tiers(sd_adaptive *a, sd_accept_stats *acc, double p)
+{
+    fresh_accepting(a, acc, p);
+    a->ahead = 1;
+    for (int i = 0; i < SD_CURVE_RING; i++) {
+        /* 14 requests: plain 0.205 ms; one draft each, 28 rows 0.332 + 0.095 */
+        sd_adaptive_observe_target(a, 14, 14, 0.205e-3);
+        sd_adaptive_observe_target(a, 14, 28, 0.332e-3);
+        sd_adaptive_observe_draft(a, 14, 1, 0.095e-3);
+        /* 17-32 requests: plain 0.283-0.292 ms; one draft each, 48 rows 0.36 + 0.12 */
+        sd_adaptive_observe_target(a, 24, 24, 0.283e-3);
+        sd_adaptive_observe_target(a, 24, 32, 0.292e-3);
+        sd_adaptive_observe_target(a, 24, 48, 0.360e-3);
+        sd_adaptive_observe_draft(a, 24, 1, 0.120e-3);
+    }
+}
+
+TEST(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests)
+{
+    sd_adaptive a;
+    sd_accept_stats acc;
+    plain_and_drafting_tiers(&a, &acc, 0.89);
+    /* a step at 14: plain (14 in 0.205 ms, 68 a ms; drafting 62) */
+    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 14), 0);
+    int bp = -1, bk = -1;
+    ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 83e3, 14, &bp, &bk), 1);
+    ASSERT_EQ(bp, 24);
+    ASSERT_EQ(bk, 20);
+    /* a rate both serve at the least measured batch, 9 (plain: 9 in
+     * 0.205 ms; one draft each: 18 rows between 14's and 28's and the
+     * draft, 9 x 1.89 / 0.363 = 47): no fewer requests */
+    ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 34e3, 14, &bp, &bk), 0);
+    ASSERT_EQ(bp, 9);
+    /* a rate no measured batch serves: no opinion */
+    ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 500e3, 14, &bp, &bk), 0);
+    ASSERT_EQ(bp, 0);
+    ASSERT_EQ(bk, 0);
+    /* none asked for, or not priced queued ahead (a CPU's engine) */
+    ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 0, 14, NULL, NULL), 0);
+    a.ahead = 0;
+    ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 83e3, 14, NULL, NULL), 0);
+    /* drafts rarely accepted: drafting serves 83 a ms at no batch up to 28 */
+    sd_adaptive c;
+    sd_accept_stats ccc;
+    plain_and_drafting_tiers(&c, &ccc, 0.15);
+    ASSERT_EQ(sd_adaptive_demand_k(&c, &ccc, 83e3, 14, &bp, &bk), 0);
+    ASSERT_EQ(bp, 24);
+}
+
 /* A steady stream of arrivals while speculation is off (the bundled model
  * at 16 requests under Poisson arrivals on an H200: its draft price is
  * always stale there, and a refresh started at each arrival, 360 in 9000
@@ -1367,6 +1504,8 @@ TEST(bursts_that_start_short_draft_again)
 
 TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draft_again),
           T(an_arrival_among_plain_requests_is_priced_drafting_alone),
+          T(a_plain_batch_that_grew_admits_a_cohort_where_every_request_drafting_pays),
+          T(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests),
           T(bursts_of_one_length_at_a_verdict_of_plain_keep_it),
           T(a_stream_of_arrivals_refreshes_a_stale_draft_price_once_in_a_while),
           T(drafting_timed_only_where_adaptive_k_asks_settles_the_same),

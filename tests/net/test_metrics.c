@@ -198,6 +198,8 @@ TEST(engine_series_and_exact_accepted_length_histogram)
     es.spec_why_steps[1] = 6; /* explore */
     es.spec_why_idle[1] = 40;
     es.spec_why_steps[6] = 3; /* probe */
+    es.spec_why_steps[8] = 2; /* cohort */
+    es.spec_cohorts = 1;
     es.spec_why_idle[6] = 90;
     sd_buf b = {0};
     ASSERT_OK(sd_metrics_render(&m, &es, &b));
@@ -233,6 +235,8 @@ TEST(engine_series_and_exact_accepted_length_histogram)
     ASSERT_NEAR(series(b.p, "specd_prompt_graph_steps_total"), 7, 0);
     ASSERT_NEAR(series(b.p, "specd_spec_drafting_steps_total{why=\"explore\"}"), 6, 0);
     ASSERT_NEAR(series(b.p, "specd_spec_drafting_steps_total{why=\"probe\"}"), 3, 0);
+    ASSERT_NEAR(series(b.p, "specd_spec_drafting_steps_total{why=\"cohort\"}"), 2, 0);
+    ASSERT_NEAR(series(b.p, "specd_spec_cohorts_total"), 1, 0);
     ASSERT_NEAR(series(b.p, "specd_spec_drafting_idle_requests_total{why=\"probe\"}"), 90, 0);
     ASSERT(isnan(series(b.p, "specd_spec_drafting_steps_total{why=\"best\"}")));
     sd_buf_free(&b);
