@@ -175,3 +175,16 @@ const char *sd_bundled_model_dir(void)
     const char *env = getenv("SPECD_BUNDLED_MODEL");
     return env && *env ? env : SD_BUNDLED_MODEL_DIR;
 }
+
+void *sd_grow(void *p, uint32_t *cap, uint32_t need, size_t elem)
+{
+    if (need <= *cap)
+        return p;
+    uint32_t c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(p, (size_t)c * elem);
+    if (q)
+        *cap = c;
+    return q;
+}

@@ -40,6 +40,10 @@ static inline size_t sd_tag_tail(const char *s, size_t n, const char *tag, size_
     return 0;
 }
 
+/* p (an array of elem-byte elements, room for *cap) reallocated to hold
+ * need (room doubling from 16): the new array, or NULL (p kept, *cap as
+ * it was) */
+void *sd_grow(void *p, uint32_t *cap, uint32_t need, size_t elem);
 /* Reads a whole file into a NUL-terminated malloc'd buffer. */
 int sd_read_file(const char *path, char **data, size_t *len, sd_err *err);
 /* Writes len bytes to path (created/truncated). */

@@ -210,12 +210,11 @@ static void draft_length_series(sd_buf *o, const sd_engine_stats *es)
             sd_buf_printf(o, "specd_spec_draft_length_steps_total{k=\"%d\"} %llu\n", k,
                           (unsigned long long)es->spec_k_steps[k]);
     why_series(o, "specd_spec_drafting_steps_total",
-               "Engine steps that drafted, by why they drafted their k (best: its price; explore: "
-               "measuring k = 0 and 1 at a new batch; refresh: measuring again; hope: too few "
-               "drafts to give up; neighbour, periodic: trying another k; probe: speculation off "
-               "but for requests tracking the proposer; fixed: --spec-k; cohort: requests admitted "
-               "tracking the proposer on a verdict of plain decode, while they gather; demand: the "
-               "output rate asked for served by fewer requests drafting than plain).",
+               "Engine steps that drafted, by why (best: its price; explore, refresh: measuring; "
+               "hope: too few drafts to give up; neighbour, periodic: another k; probe: requests "
+               "tracking the proposer while it is off; fixed: --spec-k; cohort: arrivals "
+               "admitted drafting on a plain verdict; demand: the output rate served by fewer "
+               "requests drafting).",
                es, es->spec_why_steps);
     why_series(o, "specd_spec_drafting_idle_requests_total",
                "Running requests of those steps that did not draft (a verify step's wait for one "

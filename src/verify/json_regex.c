@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/err.h"
+#include "core/util.h"
 
 /* ---- symbols ------------------------------------------------------------ */
 
@@ -126,24 +127,12 @@ static int fail(rp *r, int rc, const char *fmt, ...)
     return -1;
 }
 
-static void *grow(void *p, uint32_t *cap, uint32_t need, size_t elem)
-{
-    if (need <= *cap)
-        return p;
-    uint32_t c = *cap ? *cap : 16;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(p, (size_t)c * elem);
-    if (q)
-        *cap = c;
-    return q;
-}
 
 static int new_rnode(rp *r, uint8_t kind, int32_t a, int32_t b)
 {
     if (r->nnode >= MAX_TREE)
         return fail(r, SD_EINVAL, "the pattern is too large (more than %d parts)", MAX_TREE);
-    rnode *q = grow(r->node, &r->cnode, r->nnode + 1, sizeof *q);
+    rnode *q = sd_grow(r->node, &r->cnode, r->nnode + 1, sizeof *q);
     if (!q)
         return fail(r, SD_ENOMEM, "out of memory");
     r->node = q;
@@ -153,7 +142,7 @@ static int new_rnode(rp *r, uint8_t kind, int32_t a, int32_t b)
 
 static int new_set(rp *r, const cset *s)
 {
-    cset *q = grow(r->set, &r->csetc, r->nset + 1, sizeof *q);
+    cset *q = sd_grow(r->set, &r->csetc, r->nset + 1, sizeof *q);
     if (!q)
         return fail(r, SD_ENOMEM, "out of memory");
     r->set = q;

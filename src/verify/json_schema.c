@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
 #include "verify/json_regex.h"
 
 /* ---- the program ------------------------------------------------------
@@ -174,23 +175,10 @@ typedef struct cx {
     int depth;
 } cx;
 
-/* realloc to hold need elements: the new array, or NULL (p kept) */
-static void *grow(void *p, uint32_t *cap, uint32_t need, size_t elem)
-{
-    if (need <= *cap)
-        return p;
-    uint32_t c = *cap ? *cap : 16;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(p, (size_t)c * elem);
-    if (q)
-        *cap = c;
-    return q;
-}
 /* 0, or -1 (out of memory, arr as it was); no room wanted: 0 (arr may be NULL) */
 #define GROW(arr, n, cap, more)                                                                    \
     ((n) + (more) <= (cap) ? 0                                                                     \
-                           : ((arr) = grow((tmp_ = (arr)), &(cap), (n) + (more), sizeof *(arr)),   \
+                           : ((arr) = sd_grow((tmp_ = (arr)), &(cap), (n) + (more), sizeof *(arr)),   \
                               (arr) ? 0 : ((arr) = tmp_, -1)))
 
 /* the schema of array n's item i: its prefixItems' at i, else items */

@@ -1166,7 +1166,10 @@ TEST(an_arrival_among_plain_requests_is_priced_drafting_alone)
  * priced drafting alone among the plain ones. Asked where an arrival
  * would start off, the cohort switch prices every request drafting at its
  * batch: measured where it was, hoped where not. */
-static void burst_of_14_then_30_plain(sd_adaptive *a, sd_accept_stats *acc, double p)
+/* a fresh controller (acceptance p, plain priced queued ahead) after
+ * SD_CURVE_RING steps of 14 requests: plain 0.205 ms; one draft each, 28
+ * rows 0.332 + 0.095 ms (the bundled model's MTP on an H100) */
+static void fresh_at_14(sd_adaptive *a, sd_accept_stats *acc, double p)
 {
     fresh_accepting(a, acc, p);
     a->ahead = 1;
@@ -1174,6 +1177,13 @@ static void burst_of_14_then_30_plain(sd_adaptive *a, sd_accept_stats *acc, doub
         sd_adaptive_observe_target(a, 14, 14, 0.205e-3);
         sd_adaptive_observe_target(a, 14, 28, 0.332e-3);
         sd_adaptive_observe_draft(a, 14, 1, 0.095e-3);
+    }
+}
+
+static void burst_of_14_then_30_plain(sd_adaptive *a, sd_accept_stats *acc, double p)
+{
+    fresh_at_14(a, acc, p);
+    for (int i = 0; i < SD_CURVE_RING; i++) {
         sd_adaptive_observe_target(a, 30, 24, 0.283e-3);
         sd_adaptive_observe_target(a, 30, 32, 0.292e-3);
         /* one of 30 drafting: 31 rows, its draft alone */
@@ -1247,13 +1257,8 @@ TEST(a_plain_batch_that_grew_admits_a_cohort_where_every_request_drafting_pays)
  * plain decode there would grow it back to 24. */
 static void plain_and_drafting_tiers(sd_adaptive *a, sd_accept_stats *acc, double p)
 {
-    fresh_accepting(a, acc, p);
-    a->ahead = 1;
+    fresh_at_14(a, acc, p);
     for (int i = 0; i < SD_CURVE_RING; i++) {
-        /* 14 requests: plain 0.205 ms; one draft each, 28 rows 0.332 + 0.095 */
-        sd_adaptive_observe_target(a, 14, 14, 0.205e-3);
-        sd_adaptive_observe_target(a, 14, 28, 0.332e-3);
-        sd_adaptive_observe_draft(a, 14, 1, 0.095e-3);
         /* 17-32 requests: plain 0.283-0.292 ms; one draft each, 48 rows 0.36 + 0.12 */
         sd_adaptive_observe_target(a, 24, 24, 0.283e-3);
         sd_adaptive_observe_target(a, 24, 32, 0.292e-3);
