@@ -998,7 +998,7 @@ int sd_adaptive_demand_k(const sd_adaptive *a, const sd_accept_stats *acc, doubl
     if (b_plain)
         *b_plain = bp;
     if (b_k)
-        *b_k = best ? bk : 0;
+        *b_k = bk;
     return best;
 }
 

@@ -339,7 +339,8 @@ int sd_adaptive_cohort(const sd_adaptive *a, const sd_accept_stats *acc, int joi
  * request drafting serves `demand` tokens a second at the fewest requests,
  * fewer than plain decode's by the margin (0: plain, or prices not
  * measured), priced at measured points only, at batches up to twice
- * `batch`; b_plain, b_k (may be NULL): those batches (0: not reached). */
+ * `batch`; b_plain, b_k (may be NULL): the fewest requests plain decode
+ * and any k serve it at (0: at no measured batch). */
 int sd_adaptive_demand_k(const sd_adaptive *a, const sd_accept_stats *acc, double demand,
                          int batch, int *b_plain, int *b_k);
 /* 1 when the next drafting phase of `drafting` of `batch` requests at k

@@ -1004,7 +1004,13 @@ static int demand_k(sd_engine *e, int batch)
         return 0;
     if (!e->dem_k_at || batch != e->dem_k_batch || e->adapt.steps + 1 - e->dem_k_at >= SD_DEMAND_EVERY) {
         const double rate = e->dem_s > 0 ? e->dem_tok / e->dem_s : 0;
-        e->dem_k = sd_adaptive_demand_k(&e->adapt, &e->acc_all, rate, batch, NULL, NULL);
+        int bp = 0, bk = 0;
+        const int k = sd_adaptive_demand_k(&e->adapt, &e->acc_all, rate, batch, &bp, &bk);
+        if (k != e->dem_k || !e->dem_k_at)
+            sd_log_debug("adaptive k: demand pick %d at batch %d (step %llu): %.1f tokens/ms "
+                         "served plain at %d requests, drafting at %d (0: at no measured batch)",
+                         k, batch, (unsigned long long)e->adapt.steps, rate * 1e-3, bp, bk);
+        e->dem_k = k;
         e->dem_k_at = e->adapt.steps + 1;
         e->dem_k_batch = batch;
     }

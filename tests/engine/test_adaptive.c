@@ -1283,6 +1283,7 @@ TEST(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests)
      * draft, 9 x 1.89 / 0.363 = 47): no fewer requests */
     ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 34e3, 14, &bp, &bk), 0);
     ASSERT_EQ(bp, 9);
+    ASSERT_EQ(bk, 9);
     /* a rate no measured batch serves: no opinion */
     ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 500e3, 14, &bp, &bk), 0);
     ASSERT_EQ(bp, 0);
