@@ -83,6 +83,23 @@ for f in glob.glob(d + "/serve-*.log"):
         if m:
             ref[m.group(1).strip()] += 1
 print("  refreshes: %s" % "; ".join("%s x%d" % kv for kv in ref.most_common()))
+# the verdicts in order: cohorts (begun, ended), demand picks that changed,
+# speculation turned off for the running requests (the first 24)
+ev = []
+for f in sorted(glob.glob(d + "/serve-*.log")):
+    for l in open(f, errors="replace"):
+        m = re.search(r"adaptive k: (a cohort at batch \d+ \(step \d+\).*|the cohort ends.*|"
+                      r"demand pick .*|0 for \d+ steps: speculation off for the \d+ running.*)", l)
+        if not m:
+            continue
+        e = "%s: %s" % (f.rsplit("/", 1)[-1], m.group(1).strip())
+        # a run of lines alike but for their numbers: the first, counted
+        if ev and re.sub(r"\d+", "N", ev[-1][0]) == re.sub(r"\d+", "N", e):
+            ev[-1][1] += 1
+        else:
+            ev.append([e, 1])
+print("  verdicts: %s" % "".join("\n    %s%s" % (e, " (x%d alike)" % n if n > 1 else "")
+                                 for e, n in ev[:24]))
 P
     # where each server's host time between steps went (the largest four)
     python3 bench/serve/host_gaps.py --top 4 "$d"/serve-*.log 2>&1 | sed "s|$d/||" | tee -a "$out/summary.txt"
