@@ -2500,6 +2500,7 @@ TEST(refused_schemas_name_the_keyword)
         {"{\"pattern\":\"a{3,2}\"}", "the repetition {3,2} is out of order"},
         {"{\"pattern\":\"(a{100}){100}\"}", "the pattern is too large (its repetitions expand past"},
         {"{\"pattern\":\"(a|b)*a(a|b){11}\"}", "the pattern needs more than 2048 automaton states"},
+        {"{\"pattern\":\"(?:.+\\\\s){1,450}\"}", "the pattern is too large to compile"},
         {"{\"pattern\":\"a^b\"}", "\"pattern\" at $: the pattern matches no string"},
         {"{\"pattern\":3}", "\"pattern\" at $ must be a string"},
         {"{\"type\":\"string\",\"pattern\":\"^a{5}$\",\"maxLength\":3}",
