@@ -101,11 +101,6 @@ typedef struct rnode {
 #define MAX_TREE 4096
 #define MAX_GROUPS 32 /* groups nested */
 #define MAX_NFA 4096
-/* Steps (words of NFA state sets and states touched) that building a
- * pattern's DFA may take: it runs on the thread that reads requests, and
- * (?:.+\s){1,450}, under both state caps, took 7.7M steps, 35-50 ms
- * (2^22: ~25 ms) */
-#define MAX_WORK (1 << 22)
 
 typedef struct rp {
     const unsigned char *p, *end;
@@ -117,6 +112,7 @@ typedef struct rp {
     size_t cap;
     int rc; /* the first failure (0: none) */
     int groups;
+    uint64_t work; /* the steps building the DFA may take */
 } rp;
 
 static int fail(rp *r, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -552,7 +548,7 @@ typedef struct sub {
     uint32_t nw;      /* words of a set of NFA states */
     uint64_t *seen;   /* (nw) states visited by a closure */
     int32_t *stack;   /* (MAX_NFA) */
-    uint64_t work;    /* words and states touched (MAX_WORK) */
+    uint64_t work;    /* words and states touched (rp.work at most) */
 } sub;
 
 /* adds to set the closure of state x: the character, pending $ and match
@@ -681,9 +677,10 @@ static int build_dfa(rp *r, nfa *f, int32_t start, sd__jre *re)
             memset(c.seen, 0, c.nw * sizeof *c.seen);
             const uint64_t *from = sets + (size_t)q * c.nw;
             c.work += 4 * (uint64_t)c.nw; /* (the clears, the scan, the test, the hash) */
-            if (c.work > MAX_WORK) {
-                rc = fail(r, SD_EINVAL, "the pattern is too large to compile (its automaton "
-                                        "takes more than %d steps to build)", MAX_WORK);
+            if (c.work > r->work) {
+                rc = fail(r, SD_EINVAL, "the pattern is too large to compile (its automaton, "
+                                        "with the schema's other patterns, takes more than %u "
+                                        "steps to build)", SD_JRE_MAX_WORK);
                 goto out;
             }
             for (uint32_t w = 0; w < c.nw; w++)
@@ -755,6 +752,7 @@ static int build_dfa(rp *r, nfa *f, int32_t start, sd__jre *re)
     for (int y = 0; y < SD_JRE_NSYM; y++)
         re->cmask[re->cls[y] * 3 + (y >> 6)] |= (uint64_t)1 << (y & 63);
 out:
+    r->work -= c.work < r->work ? c.work : r->work;
     free(sets);
     free(tmp);
     free(c.seen);
@@ -776,11 +774,12 @@ void sd__jre_free(sd__jre *re)
     memset(re, 0, sizeof *re);
 }
 
-int sd__jre_compile(const char *pat, size_t n, sd__jre *re, char *why, size_t cap)
+int sd__jre_compile(const char *pat, size_t n, uint64_t *work, sd__jre *re, char *why,
+                    size_t cap)
 {
     memset(re, 0, sizeof *re);
     rp r = {.p = (const unsigned char *)pat, .end = (const unsigned char *)pat + n, .why = why,
-            .cap = cap};
+            .cap = cap, .work = work ? *work : SD_JRE_MAX_WORK};
     if (n > SD_JRE_MAX_LEN) {
         snprintf(why, cap, "a pattern longer than %d bytes", SD_JRE_MAX_LEN);
         return SD_EINVAL;
@@ -809,6 +808,8 @@ int sd__jre_compile(const char *pat, size_t n, sd__jre *re, char *why, size_t ca
     }
     if (s0 >= 0)
         build_dfa(&r, &f, s0, re);
+    if (work)
+        *work = r.work;
     free(f.st);
     free(r.node);
     free(r.set);

@@ -173,6 +173,7 @@ typedef struct cx {
     char **path; /* per node, for messages */
     uint32_t cpath;
     int depth;
+    uint64_t re_work; /* what the patterns' automata may still take (sd__jre_compile) */
 } cx;
 
 /* 0, or -1 (out of memory, arr as it was); no room wanted: 0 (arr may be NULL) */
@@ -401,7 +402,8 @@ static int pattern_kw(cx *c, json_t *j, const char *path, sd__jre *re, int *has)
     if (!json_is_string(p))
         return refuse(c, "\"pattern\" at %s must be a string", path);
     char why[256];
-    const int rc = sd__jre_compile(json_string_value(p), json_string_length(p), re, why, sizeof why);
+    const int rc = sd__jre_compile(json_string_value(p), json_string_length(p), &c->re_work, re,
+                                   why, sizeof why);
     if (rc == SD_ENOMEM)
         return nomem(c);
     if (rc)
@@ -1932,7 +1934,7 @@ int sd_jschema_compile(const char *schema_json, size_t len, sd_jschema **out, sd
     static _Atomic uint64_t serials;
     if (s)
         s->serial = atomic_fetch_add(&serials, 1) + 1;
-    cx c = {.s = s, .root = root, .err = err};
+    cx c = {.s = s, .root = root, .err = err, .re_work = SD_JRE_MAX_WORK};
     /* x-specd-after: the text before the reply, then its schema */
     json_t *then = root;
     int rc = s ? 0 : sd_err_set(err, SD_ENOMEM, "json_schema: out of memory");

@@ -2501,6 +2501,10 @@ TEST(refused_schemas_name_the_keyword)
         {"{\"pattern\":\"(a{100}){100}\"}", "the pattern is too large (its repetitions expand past"},
         {"{\"pattern\":\"(a|b)*a(a|b){11}\"}", "the pattern needs more than 2048 automaton states"},
         {"{\"pattern\":\"(?:.+\\\\s){1,450}\"}", "the pattern is too large to compile"},
+        /* two that take ~2.4M steps each: the second is over the schema's 4.2M */
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"pattern\":\"(?:\\\\w+[a-z]){1,300}\"},"
+         "\"b\":{\"pattern\":\"(?:\\\\d?(?:a|b)){1,300}\"}}}",
+         "\"pattern\" at $.properties.b: the pattern is too large to compile"},
         {"{\"pattern\":\"a^b\"}", "\"pattern\" at $: the pattern matches no string"},
         {"{\"pattern\":3}", "\"pattern\" at $ must be a string"},
         {"{\"type\":\"string\",\"pattern\":\"^a{5}$\",\"maxLength\":3}",
