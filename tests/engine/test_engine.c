@@ -702,7 +702,8 @@ TEST(requests_that_end_while_k_is_priced_ahead_are_not_read_after_they_are_freed
 
 /* Speculation off for a batch (random-weight MTP: no draft is accepted),
  * arrivals one at a time join it at batch sizes adaptive k has not priced
- * yet, and some of them track the proposer. Without a price of the
+ * yet, and some of them track the proposer; none is admitted drafting as a
+ * cohort nor drafts for the output rate. Without a price of the
  * queued-ahead step (pass 0, the CPU's default) such a request drafts one
  * token a step as a probe of the acceptance. Where plain steps are queued
  * ahead and priced (pass 1, a GPU's engine), a probe's verify step would
@@ -715,7 +716,7 @@ TEST(where_plain_steps_are_queued_ahead_no_request_drafts_as_a_probe)
 {
     uint64_t seed = sd_test_seed();
     sd_err err = {0};
-    uint64_t probes[2] = {0, 0}, ahead[2] = {0, 0};
+    uint64_t probes[2] = {0, 0}, ahead[2] = {0, 0}, turned[2] = {0, 0};
     for (int pass = 0; pass < 2; pass++) {
         enum { N = 24, FIRST = 4 };
         static engine_out outs[N];
@@ -756,6 +757,8 @@ TEST(where_plain_steps_are_queued_ahead_no_request_drafts_as_a_probe)
             ASSERT_EQ(outs[i].why, SD_FINISH_LENGTH);
         probes[pass] = st.spec_why_steps[SD_KWHY_PROBE];
         ahead[pass] = st.ahead_steps;
+        turned[pass] = st.spec_cohorts + st.spec_why_steps[SD_KWHY_COHORT] +
+                       st.spec_why_steps[SD_KWHY_DEMAND];
         fprintf(stderr, "  pass %d: %llu probe steps (%llu requests waiting in them), %llu ahead\n",
                 pass, (unsigned long long)probes[pass],
                 (unsigned long long)st.spec_why_idle[SD_KWHY_PROBE],
@@ -764,6 +767,10 @@ TEST(where_plain_steps_are_queued_ahead_no_request_drafts_as_a_probe)
     ASSERT_GT(probes[0], 0); /* the arrivals did track the proposer in a plain batch */
     ASSERT_EQ(probes[1], 0);
     ASSERT_GT(ahead[1], 0); /* and the plain steps were queued ahead */
+    /* drafts never accepted: no cohort of arrivals drafting, no step drafts
+     * for the output rate (sd_adaptive_cohort, sd_adaptive_demand_k) */
+    ASSERT_EQ(turned[0], 0);
+    ASSERT_EQ(turned[1], 0);
 }
 /* Adaptive k learns a drafting phase's cost only from steps without prompt
  * rows, as it learns the target's: a request drafts in the step that ends
