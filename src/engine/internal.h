@@ -42,7 +42,7 @@
  * plain's TPOT (NOTES.md, session 45). As often as a stale price is
  * measured again (SD_ADAPT_REFRESH_GAP). */
 #define SD_COHORT_GAP SD_ADAPT_REFRESH_GAP
-/* the steps the output rate is an average over (demand_rate), and between
+/* the steps the output rate is an average over (demand_update), and between
  * two demand picks at one batch (sd_adaptive_demand_k: a scan of every
  * batch up to twice the running one) */
 #define SD_DEMAND_STEPS 1024
@@ -321,10 +321,10 @@ struct sd_engine {
      * cohort starts before adapt.steps reaches cohort_next */
     uint64_t cohort_at, cohort_next;
     int cohort_k; /* the k its requests draft at while it gathers */
-    /* the output rate (demand_rate): tokens and busy seconds, each step's
-     * weighed down by 1 - 1 / SD_DEMAND_STEPS a step; the last step's end
-     * and token count; the demand pick cached for dem_k_batch requests at
-     * step dem_k_at + 1 (0: none) */
+    /* the output rate (demand_update): tokens and busy seconds, each
+     * step's weighed down by 1 - 1 / SD_DEMAND_STEPS a step; the last
+     * step's end and token count; the demand pick cached for dem_k_batch
+     * requests at step dem_k_at + 1 (0: none) */
     double dem_tok, dem_s;
     uint64_t dem_ns, dem_prev, dem_k_at;
     int dem_busy, dem_k, dem_k_batch;
