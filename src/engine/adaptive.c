@@ -978,11 +978,17 @@ int sd_adaptive_demand_k(const sd_adaptive *a, const sd_accept_stats *acc, doubl
         const int kmax = a->k_max < SD_ACCEPT_POSITIONS ? a->k_max : SD_ACCEPT_POSITIONS;
         expectations(a, acc, kmax, 0, ex, rates);
         int need[SD_ACCEPT_POSITIONS + 1] = {0};
+        double most[SD_ACCEPT_POSITIONS + 1] = {0}; /* the most each serves at a measured batch */
         const int top = 2 * batch;
         for (int b = 1; b <= top; b++)
-            for (int k = 0; k <= kmax; k++)
-                if (!need[k] && batch_rate(a, b, k, ex) >= demand)
+            for (int k = 0; k <= kmax; k++) {
+                if (need[k]) /* (its most is past the demand) */
+                    continue;
+                const double r = batch_rate(a, b, k, ex);
+                most[k] = r > most[k] ? r : most[k];
+                if (!need[k] && r >= demand)
                     need[k] = b;
+            }
         bp = need[0];
         for (int k = 1; k <= kmax; k++)
             if (need[k] && (!bk || need[k] < bk)) {
@@ -990,9 +996,18 @@ int sd_adaptive_demand_k(const sd_adaptive *a, const sd_accept_stats *acc, doubl
                 best = k;
             }
         /* drafting must serve the demand with fewer requests by the
-         * margin; where plain decode serves it at no measured batch, any
-         * that does */
+         * margin; where plain decode serves it at no measured batch, it
+         * must serve more than plain does at any, by the margin; where
+         * plain decode is measured at none, nothing is known */
         if (best && bp && bk * (1 + a->margin) >= bp)
+            best = 0;
+        if (best && !bp && !(most[0] > 0 && most[best] > most[0] * (1 + a->margin)))
+            best = 0;
+        /* and plain decode measured not to serve it at drafting's batch
+         * (not merely unmeasured there: at a low rate early on, drafting's
+         * 3 requests, priced between measured row counts, beat plain's 4,
+         * the least it was measured at) */
+        if (best && bp && batch_rate(a, bk, 0, ex) <= 0)
             best = 0;
     }
     if (b_plain)

@@ -990,6 +990,7 @@ static void demand_update(sd_engine *e)
         const double w = 1.0 - 1.0 / SD_DEMAND_STEPS;
         e->dem_tok = e->dem_tok * w + (double)(tok - e->dem_prev);
         e->dem_s = e->dem_s * w + (double)(now - e->dem_ns) * 1e-9;
+        e->dem_steps++;
     }
     e->dem_ns = now;
     e->dem_prev = tok;
@@ -1003,7 +1004,9 @@ static int demand_k(sd_engine *e, int batch)
     if (!e->adapt.ahead || e->spec == SD_SPEC_NGRAM)
         return 0;
     if (!e->dem_k_at || batch != e->dem_k_batch || e->adapt.steps + 1 - e->dem_k_at >= SD_DEMAND_EVERY) {
-        const double rate = e->dem_s > 0 ? e->dem_tok / e->dem_s : 0;
+        /* (a rate of a few busy steps is the start's, not the stream's) */
+        const double rate =
+            e->dem_steps >= SD_DEMAND_STEPS / 8 && e->dem_s > 0 ? e->dem_tok / e->dem_s : 0;
         int bp = 0, bk = 0;
         const int k = sd_adaptive_demand_k(&e->adapt, &e->acc_all, rate, batch, &bp, &bk);
         if (k != e->dem_k || !e->dem_k_at)

@@ -326,7 +326,7 @@ struct sd_engine {
      * step's end and token count; the demand pick cached for dem_k_batch
      * requests at step dem_k_at + 1 (0: none) */
     double dem_tok, dem_s;
-    uint64_t dem_ns, dem_prev, dem_k_at;
+    uint64_t dem_ns, dem_prev, dem_k_at, dem_steps; /* (dem_steps: busy steps counted) */
     int dem_busy, dem_k, dem_k_batch;
     unsigned n_cohorts;
     /* padded steps and CUDA graphs (graphs.c) */

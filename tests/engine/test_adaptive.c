@@ -1300,6 +1300,43 @@ TEST(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests)
     ASSERT_EQ(bp, 24);
 }
 
+/* Where plain decode is not measured at the batch drafting would serve the
+ * rate at, nothing is known: a CPU engine's first steps (random-weight
+ * MTP, drafts never accepted) at 4 requests, plain 4 rows 3.4 ms, one
+ * draft each 8 rows 23.6 ms + 3.7: at a rate of 0.1 tokens/ms drafting's 3
+ * requests (6 rows, priced between 4 and 8) beat plain's 4, the least
+ * batch plain was measured at, and it drafted (under load, 112 drafting
+ * steps that stopped launch ahead for the whole batch). */
+TEST(the_demand_pick_wants_plain_decode_measured_where_drafting_serves_the_rate)
+{
+    sd_adaptive a;
+    sd_accept_stats acc;
+    fresh(&a, &acc);
+    a.ahead = 1;
+    for (int i = 0; i < 16; i++)
+        sd_accept_stats_add(&acc, 1, 0);
+    for (int i = 0; i < SD_CURVE_RING; i++) {
+        sd_adaptive_observe_target(&a, 4, 4, 3.4e-3);
+        sd_adaptive_observe_target(&a, 4, 8, 23.6e-3);
+        sd_adaptive_observe_draft(&a, 4, 1, 3.7e-3);
+    }
+    int bp = -1, bk = -1;
+    ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 100, 4, &bp, &bk), 0);
+    ASSERT_EQ(bp, 4);
+    ASSERT_EQ(bk, 3);
+    /* and where plain decode is measured at no batch, nothing either */
+    sd_adaptive b;
+    sd_accept_stats bcc;
+    fresh_accepting(&b, &bcc, 0.9);
+    b.ahead = 1;
+    for (int i = 0; i < SD_CURVE_RING; i++) {
+        sd_adaptive_observe_target(&b, 16, 32, 0.30e-3);
+        sd_adaptive_observe_draft(&b, 16, 1, 0.05e-3);
+    }
+    ASSERT_EQ(sd_adaptive_demand_k(&b, &bcc, 30e3, 16, &bp, &bk), 0);
+    ASSERT_EQ(bp, 0);
+}
+
 /* A steady stream of arrivals while speculation is off (the bundled model
  * at 16 requests under Poisson arrivals on an H200: its draft price is
  * always stale there, and a refresh started at each arrival, 360 in 9000
@@ -1512,6 +1549,7 @@ TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draf
           T(an_arrival_among_plain_requests_is_priced_drafting_alone),
           T(a_plain_batch_that_grew_admits_a_cohort_where_every_request_drafting_pays),
           T(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests),
+          T(the_demand_pick_wants_plain_decode_measured_where_drafting_serves_the_rate),
           T(bursts_of_one_length_at_a_verdict_of_plain_keep_it),
           T(a_stream_of_arrivals_refreshes_a_stale_draft_price_once_in_a_while),
           T(drafting_timed_only_where_adaptive_k_asks_settles_the_same),

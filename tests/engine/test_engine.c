@@ -759,10 +759,14 @@ TEST(where_plain_steps_are_queued_ahead_no_request_drafts_as_a_probe)
         ahead[pass] = st.ahead_steps;
         turned[pass] = st.spec_cohorts + st.spec_why_steps[SD_KWHY_COHORT] +
                        st.spec_why_steps[SD_KWHY_DEMAND];
-        fprintf(stderr, "  pass %d: %llu probe steps (%llu requests waiting in them), %llu ahead\n",
+        fprintf(stderr,
+                "  pass %d: %llu probe steps (%llu requests waiting in them), %llu ahead; "
+                "%llu cohorts, %llu cohort and %llu demand drafting steps\n",
                 pass, (unsigned long long)probes[pass],
                 (unsigned long long)st.spec_why_idle[SD_KWHY_PROBE],
-                (unsigned long long)st.ahead_steps);
+                (unsigned long long)st.ahead_steps, (unsigned long long)st.spec_cohorts,
+                (unsigned long long)st.spec_why_steps[SD_KWHY_COHORT],
+                (unsigned long long)st.spec_why_steps[SD_KWHY_DEMAND]);
     }
     ASSERT_GT(probes[0], 0); /* the arrivals did track the proposer in a plain batch */
     ASSERT_EQ(probes[1], 0);
