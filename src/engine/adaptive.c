@@ -986,7 +986,7 @@ int sd_adaptive_demand_k(const sd_adaptive *a, const sd_accept_stats *acc, doubl
                     continue;
                 const double r = batch_rate(a, b, k, ex);
                 most[k] = r > most[k] ? r : most[k];
-                if (!need[k] && r >= demand)
+                if (r >= demand)
                     need[k] = b;
             }
         bp = need[0];
