@@ -2018,7 +2018,8 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
     s->n_seq = live;
     if (e->spec != SD_SPEC_NONE) {
         int off = n_not_drafting(e);
-        demand_update(e);
+        if (e->spec_k < 0 && e->adapt.ahead && e->spec != SD_SPEC_NGRAM) /* (demand_k's) */
+            demand_update(e);
         /* a cohort ends where every running request tracks the proposer
          * (the pick decides on all of them drafting), at its time, or
          * where the batch reached one at which every request drafting was
@@ -2077,7 +2078,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
              * SD_SPEC_OFF_AFTER steps, and a tracking request stops launch
              * ahead ("tracking": 742-771 of ~4600 MTP steps at c = 64 on
              * the H100, NOTES.md, session 42) */
-            if (cohort_k || demand_pick || !e->adapt.exploring)
+            if (cohort_k || !e->adapt.exploring) /* (a demand pick is never an exploration's) */
                 e->zero_k_steps = k == 0 ? e->zero_k_steps + 1 : 0;
             else if (!e->adapt.ahead)
                 e->zero_k_steps = 0;

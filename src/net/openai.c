@@ -524,28 +524,16 @@ static int range_held(json_t *sch)
     return numeric;
 }
 
-/* a schema whose "multipleOf" json_schema holds: an integer's (a "type"
- * with integer, not number), a whole number from 1 to 2^32 - 1 */
-static int multiple_held(json_t *sch)
+/* 1 where json_schema holds sch's keywords kw (n of them, those present)
+ * under the type ty (NULL: sch's own "type"): compiled alone to see */
+static int held_alone(json_t *sch, const char *ty, const char *const *kw, size_t n)
 {
-    json_t *ty = json_object_get(sch, "type"), *m = json_object_get(sch, "multipleOf");
-    int integer = 0, number = 0;
-    for (size_t i = 0; i < (json_is_array(ty) ? json_array_size(ty) : 1); i++) {
-        const char *t = json_string_value(json_is_array(ty) ? json_array_get(ty, i) : ty);
-        integer |= t && !strcmp(t, "integer");
-        number |= t && !strcmp(t, "number");
-    }
-    const double d = json_number_value(m);
-    return integer && !number && json_is_number(m) && d >= 1 && d <= 4294967295.0 && d == floor(d);
-}
-
-/* a schema whose "pattern" json_schema holds: one of its subset, which
- * some string of the schema's lengths matches (compiled alone to see) */
-static int pattern_held(json_t *sch)
-{
-    static const char *const kw[] = {"pattern", "minLength", "maxLength"};
-    json_t *probe = json_pack("{s:s}", "type", "string");
-    for (size_t i = 0; probe && i < sizeof kw / sizeof kw[0]; i++)
+    json_t *probe = json_object();
+    if (probe && ty)
+        json_object_set_new(probe, "type", json_string(ty));
+    else if (probe && json_object_get(sch, "type"))
+        json_object_set(probe, "type", json_object_get(sch, "type"));
+    for (size_t i = 0; probe && i < n; i++)
         if (json_object_get(sch, kw[i]))
             json_object_set(probe, kw[i], json_object_get(sch, kw[i]));
     char *text = probe ? json_dumps(probe, JSON_COMPACT) : NULL;
@@ -555,6 +543,22 @@ static int pattern_held(json_t *sch)
     sd_jschema_free(s);
     free(text);
     return ok;
+}
+
+/* "multipleOf" as json_schema holds it: an integer's (a "type" with
+ * integer, not number), a whole number from 1 to 2^32 - 1 */
+static int multiple_held(json_t *sch)
+{
+    static const char *const kw[] = {"multipleOf"};
+    return held_alone(sch, NULL, kw, 1);
+}
+
+/* "pattern" as json_schema holds it: one of its subset, which some string
+ * of the schema's lengths matches */
+static int pattern_held(json_t *sch)
+{
+    static const char *const kw[] = {"pattern", "minLength", "maxLength"};
+    return held_alone(sch, "string", kw, 3);
 }
 
 /* A tool's parameters schema without the value bounds json_schema does not
@@ -572,7 +576,7 @@ static void strip_bounds(json_t *sch)
     const int keep_range = range_held(sch);
     for (size_t i = 0; !keep_range && i < sizeof RANGE_KW / sizeof RANGE_KW[0]; i++)
         json_object_del(sch, RANGE_KW[i]);
-    if (!multiple_held(sch))
+    if (json_object_get(sch, "multipleOf") && !multiple_held(sch))
         json_object_del(sch, "multipleOf");
     if (json_object_get(sch, "pattern") && !pattern_held(sch))
         json_object_del(sch, "pattern");
