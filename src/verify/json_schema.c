@@ -2300,6 +2300,18 @@ static void all_syms(chr_ev *e, int nostep)
     e->nostep = (uint8_t)nostep;
 }
 
+/* part of a UTF-8 sequence of len + 1 bytes read, its bits so far v with
+ * `left` continuation bytes to come: the symbols it may still be; 0 where
+ * none (no code point of the sequence's length begins so) */
+static int utf8_part(uint32_t v, int left, int len, chr_ev *e)
+{
+    const uint32_t lo = v << (6 * left), hi = lo | ((1u << (6 * left)) - 1);
+    e->kind = EV_PART;
+    unit_syms(lo > UTF8_MIN[len] ? lo : UTF8_MIN[len], hi < UTF8_MAX[len] ? hi : UTF8_MAX[len], 1,
+              0, e);
+    return (e->m[0] | e->m[1] | e->m[2]) != 0;
+}
+
 /* byte c of a string (sub: the syntax before it; valid JSON) */
 static void str_decode(sd_jschema_state *st, uint8_t sub, unsigned char c, chr_ev *e)
 {
@@ -2326,11 +2338,7 @@ static void str_decode(sd_jschema_state *st, uint8_t sub, unsigned char c, chr_e
             }
             st->scp = v;
             st->sdec = (uint8_t)((d & ~SDEC_LEFT) | left);
-            e->kind = EV_PART;
-            const uint32_t lo = v << (6 * left), hi = lo | ((1u << (6 * left)) - 1);
-            unit_syms(lo > UTF8_MIN[len] ? lo : UTF8_MIN[len], hi < UTF8_MAX[len] ? hi : UTF8_MAX[len],
-                      1, 0, e);
-            if (!(e->m[0] | e->m[1] | e->m[2]))
+            if (!utf8_part(v, left, len, e))
                 break;
             return;
         }
@@ -2353,11 +2361,7 @@ static void str_decode(sd_jschema_state *st, uint8_t sub, unsigned char c, chr_e
             break;
         st->scp = c & (0x3fu >> len);
         st->sdec = (uint8_t)(len << 2 | len);
-        e->kind = EV_PART;
-        const uint32_t lo = st->scp << (6 * len), hi = lo | ((1u << (6 * len)) - 1);
-        unit_syms(lo > UTF8_MIN[len] ? lo : UTF8_MIN[len], hi < UTF8_MAX[len] ? hi : UTF8_MAX[len], 1,
-                  0, e);
-        if (!(e->m[0] | e->m[1] | e->m[2]))
+        if (!utf8_part(st->scp, len, len, e))
             break;
         return;
     }
