@@ -1341,6 +1341,12 @@ static void ahead_layout(sd_engine *e, const step *s)
         r->row0 = r->out0 = r->hrow0 = r->vi = i;
         r->n_rows = r->n_outs = 1;
         r->host = 0;
+        /* a decode row: no prompt chunk (the step before may have been its
+         * prompt's last; kept, read_step counted that chunk again at every
+         * step queued ahead after it: its prompt rows, the prompt tokens'
+         * count, the output rate and adaptive k's queued-ahead prices all
+         * left those steps out as steps with prompt rows) */
+        r->chunk = 0;
     }
     e->acc_n = s->n_seq;
     e->acc_k = 0;

@@ -106,6 +106,7 @@ static int run(const run_cfg *c, uint64_t seed, engine_out *outs, sd_engine_stat
         outs[i].mu = &g_mu;
     }
     int half = (c->n_req + 1) / 2;
+    uint64_t prompt_total = 0;
     for (int i = 0; i < c->n_req; i++) {
         if (i == half) {
             /* mid-flight arrivals: wait until the first requests produced tokens */
@@ -119,6 +120,7 @@ static int run(const run_cfg *c, uint64_t seed, engine_out *outs, sd_engine_stat
             }
         }
         int n = make_prompt(seed, i, p, 300);
+        prompt_total += (uint64_t)n;
         const double temp = c->sampled_from > 0 && i >= c->sampled_from ? 0.8 : c->temperature;
         sd_gen_params gp = {.max_tokens = 8 + (i * 5) % 13, .temperature = temp,
                             .top_p = 1, .seed = (uint64_t)i + seed, .has_seed = 1,
@@ -133,6 +135,16 @@ static int run(const run_cfg *c, uint64_t seed, engine_out *outs, sd_engine_stat
     usleep(120000); /* the engine publishes its stats after the step */
     sd_engine_get_stats(e, after);
     sd_engine_destroy(e);
+    /* the prompt rows computed: each prompt's once at most (fewer where
+     * the prefix cache held a part), with a cache that holds them all (a
+     * preempted request computes its context again); a step queued ahead
+     * after a prompt's last chunk counted that chunk again with each step
+     * after it */
+    if (!c->kv_blocks && after->prompt_tokens > prompt_total) {
+        fprintf(stderr, "  %llu prompt tokens counted of %llu\n",
+                (unsigned long long)after->prompt_tokens, (unsigned long long)prompt_total);
+        return -1;
+    }
     return 0;
 }
 
