@@ -339,8 +339,14 @@ int sd_adaptive_cohort(const sd_adaptive *a, const sd_accept_stats *acc, int joi
  * request drafting serves `demand` tokens a second at the fewest requests,
  * fewer than plain decode's by the margin (0: plain, or prices not
  * measured), priced at measured points only, at batches up to twice
- * `batch`; b_plain, b_k (may be NULL): the fewest requests plain decode
- * and any k serve it at (0: at no measured batch). */
+ * `batch`'s bucket (sd_adapt_batch_bucket: one answer for the bucket); b_plain, b_k (may be NULL): the fewest requests plain decode
+ * and any k serve it at (0: at no measured batch). A policy serves the
+ * demand at b where it does at b and at every measured batch above it
+ * (up to the scan's top): a batch that grows past a tier of the step's
+ * price where the demand is not served grows on, so a policy that serves
+ * it below the tier only runs above it (plain decode on an H100: 22
+ * requests in 0.218 ms, 23-26 in 0.291: at ~90 tokens/ms it served 19-22
+ * and ran at ~28; NOTES.md, session 46). */
 int sd_adaptive_demand_k(const sd_adaptive *a, const sd_accept_stats *acc, double demand,
                          int batch, int *b_plain, int *b_k);
 /* 1 when the next drafting phase of `drafting` of `batch` requests at k

@@ -973,10 +973,19 @@ static void comm_counts_stats(sd_engine *e, sd_engine_stats *st)
     st->allreduce_unrecorded_replays = k.unrecorded_replays;
 }
 
-/* Keeps the output rate of the last ~SD_DEMAND_STEPS steps with requests
- * running (dem_tok / dem_s, tokens a second): under a steady stream of
- * requests, the rate they ask for. Called once a step. */
-static void demand_update(sd_engine *e)
+/* Keeps the output rate of the last ~SD_DEMAND_STEPS decode steps with
+ * requests running (dem_tok / dem_s, tokens a second): under a steady
+ * stream of requests, the rate its decode steps must serve. Called once a
+ * step, after its tokens; `prompt`: the step had prompt rows. Such a step
+ * and the one after it (its drafting phase runs the prompt chunk through
+ * the proposer) are left out, their tokens and their time: the demand pick
+ * prices decode steps, and arrivals' prompts take their time whatever the
+ * pick. Counted in, they were ~20% of a plain server's time at c = 64
+ * (the bundled model on an H100: 676 of 5066 steps at 0.45 ms against
+ * 0.27), and the rate, 83 tokens/ms where its decode steps served ~90,
+ * priced plain decode at fewer requests than it ran at (NOTES.md, session
+ * 46). */
+static void demand_update(sd_engine *e, int prompt)
 {
     const uint64_t now = sd_now_ns();
     uint64_t tok = e->stats.completion_tokens; /* (this thread writes it) */
@@ -986,7 +995,7 @@ static void demand_update(sd_engine *e)
         if (r->state != RQ_DONE)
             tok += (uint64_t)(r->n_tok - r->n_prompt);
     }
-    if (e->dem_busy && tok >= e->dem_prev && now > e->dem_ns) {
+    if (e->dem_busy && !prompt && !e->dem_prompt && tok >= e->dem_prev && now > e->dem_ns) {
         const double w = 1.0 - 1.0 / SD_DEMAND_STEPS;
         e->dem_tok = e->dem_tok * w + (double)(tok - e->dem_prev);
         e->dem_s = e->dem_s * w + (double)(now - e->dem_ns) * 1e-9;
@@ -995,18 +1004,22 @@ static void demand_update(sd_engine *e)
     e->dem_ns = now;
     e->dem_prev = tok;
     e->dem_busy = e->n_running > 0;
+    e->dem_prompt = prompt;
 }
 
 /* adaptive k's demand pick at a batch (sd_adaptive_demand_k), measured
- * again every SD_DEMAND_EVERY steps or at another batch */
+ * again every SD_DEMAND_EVERY engine steps or at another batch bucket */
 static int demand_k(sd_engine *e, int batch)
 {
     if (!e->adapt.ahead || e->spec == SD_SPEC_NGRAM)
         return 0;
-    if (!e->dem_k_at || batch != e->dem_k_batch || e->adapt.steps + 1 - e->dem_k_at >= SD_DEMAND_EVERY) {
-        /* (a rate of a few busy steps is the start's, not the stream's) */
+    if (!e->dem_k_at || sd_adapt_batch_bucket(batch) != sd_adapt_batch_bucket(e->dem_k_batch) ||
+        e->stats.steps + 1 - e->dem_k_at >= SD_DEMAND_EVERY) {
+        /* (a rate of a few busy steps is the start's, not the stream's:
+         * 37.9 tokens/ms after 128 steps of a stream that asked for ~90
+         * while its batch grew; NOTES.md, session 46) */
         const double rate =
-            e->dem_steps >= SD_DEMAND_STEPS / 8 && e->dem_s > 0 ? e->dem_tok / e->dem_s : 0;
+            e->dem_steps >= SD_DEMAND_STEPS / 2 && e->dem_s > 0 ? e->dem_tok / e->dem_s : 0;
         int bp = 0, bk = 0;
         const int k = sd_adaptive_demand_k(&e->adapt, &e->acc_all, rate, batch, &bp, &bk);
         if (k != e->dem_k || !e->dem_k_at)
@@ -1014,7 +1027,7 @@ static int demand_k(sd_engine *e, int batch)
                          "served plain at %d requests, drafting at %d (0: at no measured batch)",
                          k, batch, (unsigned long long)e->adapt.steps, rate * 1e-3, bp, bk);
         e->dem_k = k;
-        e->dem_k_at = e->adapt.steps + 1;
+        e->dem_k_at = e->stats.steps + 1;
         e->dem_k_batch = batch;
     }
     return e->dem_k;
@@ -1691,16 +1704,24 @@ static int engine_step(sd_engine *e)
                 /* every request drafting at this batch would pay, or would
                  * serve the output rate with fewer requests: a cohort of
                  * arrivals tracking the proposer (sd_adaptive_cohort,
-                 * sd_adaptive_demand_k) */
-                if (r->no_spec && !e->cohort_at && e->adapt.steps >= e->cohort_next) {
-                    int why = sd_adaptive_cohort(&e->adapt, &e->acc_all, joins, &e->cohort_k);
+                 * sd_adaptive_demand_k). The gap after a cohort holds off
+                 * the first kind only: a step's price at a batch that dips
+                 * and grows back starts and ends them in turn, the rate
+                 * over ~1024 steps does not (with the gap on both, MTP at
+                 * c = 64 on an H100 ran plain for 450 ms of a 1.6 s run
+                 * after its per-step verdict turned plain at a batch of
+                 * 16; NOTES.md, session 46) */
+                if (r->no_spec && !e->cohort_at) {
+                    int why = e->stats.steps >= e->cohort_next
+                                  ? sd_adaptive_cohort(&e->adapt, &e->acc_all, joins, &e->cohort_k)
+                                  : 0;
                     const int dk = why ? 0 : demand_k(e, joins);
                     if (dk) {
                         why = SD_COHORT_DEMAND;
                         e->cohort_k = dk;
                     }
                     if (why) {
-                        e->cohort_at = e->adapt.steps + 1;
+                        e->cohort_at = e->stats.steps + 1;
                         e->n_cohorts++;
                         sd_log_debug("adaptive k: a cohort at batch %d (step %llu): %s", joins,
                                      (unsigned long long)e->adapt.steps,
@@ -2025,7 +2046,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
     if (e->spec != SD_SPEC_NONE) {
         int off = n_not_drafting(e);
         if (e->spec_k < 0 && e->adapt.ahead && e->spec != SD_SPEC_NGRAM) /* (demand_k's) */
-            demand_update(e);
+            demand_update(e, prompt_rows > 0);
         /* a cohort ends where every running request tracks the proposer
          * (the pick decides on all of them drafting), at its time, or
          * where the batch reached one at which every request drafting was
@@ -2037,7 +2058,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
         if (e->cohort_at) {
             int ck = 0;
             const int pays = sd_adaptive_cohort(&e->adapt, &e->acc_all, e->n_running, &ck);
-            const int done = off == 0 || e->adapt.steps + 1 - e->cohort_at > SD_COHORT_MAX_STEPS;
+            const int done = off == 0 || e->stats.steps + 1 - e->cohort_at > SD_COHORT_MAX_STEPS;
             const int dk = pays || done ? 0 : demand_k(e, e->n_running);
             const int lost = !done && !pays && !dk && sd_adaptive_informed(&e->adapt, e->n_running);
             if (pays || dk)
@@ -2048,7 +2069,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
                              e->n_running, (unsigned long long)e->adapt.steps, off,
                              lost ? ": every request drafting does not pay there" : "");
                 e->cohort_at = 0;
-                e->cohort_next = e->adapt.steps + SD_COHORT_GAP;
+                e->cohort_next = e->stats.steps + SD_COHORT_GAP;
                 for (int i = 0; lost && i < e->n_running; i++)
                     e->running[i]->no_spec = 1;
                 off = lost ? e->n_running : off;

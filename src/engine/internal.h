@@ -34,7 +34,8 @@
 /* target steps a cohort (engine.cohort_at) waits for the requests that do
  * not track the proposer to end: ~8 lifetimes of a 128-token request */
 #define SD_COHORT_MAX_STEPS 1024
-/* Target steps from a cohort's end to the next one's start: at 16 requests
+/* Engine steps from a cohort's end to the next one a step's price starts
+ * (not one the output rate starts: sd_adaptive_demand_k): at 16 requests
  * under Poisson arrivals (the bundled model's MTP, an H100) a cohort began
  * where the batch dipped to 7-8, where drafting paid, and ended at the
  * 13-15 it grew back to, where it did not: 31-35 cohorts in 12000 steps,
@@ -43,8 +44,8 @@
  * measured again (SD_ADAPT_REFRESH_GAP). */
 #define SD_COHORT_GAP SD_ADAPT_REFRESH_GAP
 /* the steps the output rate is an average over (demand_update), and between
- * two demand picks at one batch (sd_adaptive_demand_k: a scan of every
- * batch up to twice the running one) */
+ * two demand picks at one batch bucket (sd_adaptive_demand_k: a scan of
+ * every batch up to twice the running one's bucket) */
 #define SD_DEMAND_STEPS 1024
 #define SD_DEMAND_EVERY 32
 
@@ -314,20 +315,24 @@ struct sd_engine {
     double draft_s_total, verify_s_total, host_s_total;
     int zero_k_steps; /* consecutive steps adaptive k chose 0 */
     unsigned n_admitted_off; /* requests admitted while speculation was off */
-    /* adaptive k's cohort switch (sd_adaptive_cohort): adapt.steps + 1 at
+    /* adaptive k's cohort switch (sd_adaptive_cohort): stats.steps + 1 at
      * its start, 0: none. Arrivals track the proposer until no running
      * request is left that does not, or SD_COHORT_MAX_STEPS pass, or every
      * request drafting is measured not to pay at the batch it reached; no
-     * cohort starts before adapt.steps reaches cohort_next */
+     * cohort starts before stats.steps reaches cohort_next. (Engine steps,
+     * not adapt.steps: that clock ticks at the steps adaptive k prices,
+     * and with every request off it stood still, 189 against the engine's
+     * ~4500 in a run at c = 64 on an H100, so the first cohort's gap never
+     * ended; NOTES.md, session 46.) */
     uint64_t cohort_at, cohort_next;
     int cohort_k; /* the k its requests draft at while it gathers */
     /* the output rate (demand_update): tokens and busy seconds, each
      * step's weighed down by 1 - 1 / SD_DEMAND_STEPS a step; the last
      * step's end and token count; the demand pick cached for dem_k_batch
-     * requests at step dem_k_at + 1 (0: none) */
+     * requests at engine step (stats.steps) dem_k_at + 1 (0: none) */
     double dem_tok, dem_s;
     uint64_t dem_ns, dem_prev, dem_k_at, dem_steps; /* (dem_steps: busy steps counted) */
-    int dem_busy, dem_k, dem_k_batch;
+    int dem_busy, dem_prompt, dem_k, dem_k_batch; /* (dem_prompt: the last step had prompt rows) */
     unsigned n_cohorts;
     /* padded steps and CUDA graphs (graphs.c) */
     int graphs_on; /* the backend captures graphs and --cuda-graph-max-bs > 0 */

@@ -1251,8 +1251,9 @@ TEST(a_plain_batch_that_grew_admits_a_cohort_where_every_request_drafting_pays)
 /* The demand pick (the bundled model's MTP under Poisson arrivals at c = 64
  * on an H100: 650 requests a second of 128 tokens ask for ~83 tokens a ms;
  * NOTES.md, session 45): plain decode serves that at 24 requests (the
- * 17-32-row tier's 0.283 ms), every request drafting one at 20 (40 rows in
- * 0.326 ms and its draft in 0.12: 20 x 1.89 / 0.446 = 85), so a running
+ * 17-32-row tier's 0.283 ms), every request drafting one at 22 (44 rows,
+ * priced as 48, in 0.36 ms and its draft in 0.12: 22 x 1.89 / 0.48 = 87;
+ * 20 serve it, 40 rows in 0.326 ms, but 21 do not), so a running
  * batch that dipped to 14, where plain decode wins a step by 2%, drafts:
  * plain decode there would grow it back to 24. */
 static void plain_and_drafting_tiers(sd_adaptive *a, sd_accept_stats *acc, double p)
@@ -1277,7 +1278,8 @@ TEST(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests)
     int bp = -1, bk = -1;
     ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 83e3, 14, &bp, &bk), 1);
     ASSERT_EQ(bp, 24);
-    ASSERT_EQ(bk, 20);
+    /* (20 serve it, 40 rows; 21 do not, 42 rows priced as 48: 82.7 a ms) */
+    ASSERT_EQ(bk, 22);
     /* a rate both serve at the least measured batch, 9 (plain: 9 in
      * 0.205 ms; one draft each: 18 rows between 14's and 28's and the
      * draft, 9 x 1.89 / 0.363 = 47): no fewer requests */
@@ -1298,6 +1300,39 @@ TEST(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests)
     plain_and_drafting_tiers(&c, &ccc, 0.15);
     ASSERT_EQ(sd_adaptive_demand_k(&c, &ccc, 83e3, 14, &bp, &bk), 0);
     ASSERT_EQ(bp, 24);
+}
+
+/* A tier of the step's price the demand falls in (the bundled model's MTP
+ * at c = 64 on an H100, its decode steps serving ~90 tokens/ms; NOTES.md,
+ * session 46): plain decode's 17-24 rows take 0.218 ms, 25-32 rows 0.291.
+ * At 20-24 requests plain decode serves 90 a ms, at 25-26 it does not
+ * (86, 89), so a batch that grows past 24 grows on to 27: it serves the
+ * rate at 27, not at 20. Every request drafting one (40-48 rows 0.330 ms
+ * and its draft 0.12: 22 x 1.89 / 0.45 = 92) serves it at 22. */
+TEST(a_policy_serves_the_rate_where_every_larger_measured_batch_does)
+{
+    sd_adaptive a;
+    sd_accept_stats acc;
+    fresh_accepting(&a, &acc, 0.89);
+    a.ahead = 1;
+    for (int i = 0; i < SD_CURVE_RING; i++) {
+        sd_adaptive_observe_target(&a, 24, 16, 0.205e-3);
+        sd_adaptive_observe_target(&a, 24, 24, 0.218e-3);
+        sd_adaptive_observe_target(&a, 24, 32, 0.291e-3);
+        sd_adaptive_observe_target(&a, 24, 40, 0.330e-3);
+        sd_adaptive_observe_target(&a, 24, 48, 0.330e-3);
+        sd_adaptive_observe_draft(&a, 24, 1, 0.120e-3);
+    }
+    int bp = -1, bk = -1;
+    ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 90e3, 16, &bp, &bk), 1);
+    ASSERT_EQ(bp, 27);
+    ASSERT_EQ(bk, 22);
+    /* a rate plain decode serves below the tier and above it (80 a ms: at
+     * 18 in 0.218 ms, 83; at 25 in 0.291, 86): at 18, fewer than
+     * drafting's 20 (20 x 1.89 / 0.45 = 84; 19: 80) */
+    ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 80e3, 16, &bp, &bk), 0);
+    ASSERT_EQ(bp, 18);
+    ASSERT_EQ(bk, 20);
 }
 
 /* Where plain decode is not measured at the batch drafting would serve the
@@ -1322,6 +1357,11 @@ TEST(the_demand_pick_wants_plain_decode_measured_where_drafting_serves_the_rate)
     }
     int bp = -1, bk = -1;
     ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 100, 4, &bp, &bk), 0);
+    ASSERT_EQ(bp, 4);
+    ASSERT_EQ(bk, 7); /* (5 and 6 requests, 10 and 12 rows, serve 77 and 92 a second) */
+    /* at 50 a second drafting's 3 serve it, and plain decode, 4 at the
+     * least, is not measured at 3 */
+    ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 50, 4, &bp, &bk), 0);
     ASSERT_EQ(bp, 4);
     ASSERT_EQ(bk, 3);
     /* and where plain decode is measured at no batch, nothing either */
@@ -1550,6 +1590,7 @@ TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draf
           T(a_plain_batch_that_grew_admits_a_cohort_where_every_request_drafting_pays),
           T(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests),
           T(the_demand_pick_wants_plain_decode_measured_where_drafting_serves_the_rate),
+          T(a_policy_serves_the_rate_where_every_larger_measured_batch_does),
           T(bursts_of_one_length_at_a_verdict_of_plain_keep_it),
           T(a_stream_of_arrivals_refreshes_a_stale_draft_price_once_in_a_while),
           T(drafting_timed_only_where_adaptive_k_asks_settles_the_same),
