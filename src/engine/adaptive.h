@@ -339,8 +339,9 @@ int sd_adaptive_cohort(const sd_adaptive *a, const sd_accept_stats *acc, int joi
  * request drafting serves `demand` tokens a second at the fewest requests,
  * fewer than plain decode's by the margin (0: plain, or prices not
  * measured), priced at measured points only, at batches up to twice
- * `batch`'s bucket (sd_adapt_batch_bucket: one answer for the bucket); b_plain, b_k (may be NULL): the fewest requests plain decode
- * and any k serve it at (0: at no measured batch). A policy serves the
+ * `batch`'s bucket (sd_adapt_batch_bucket: one answer for the bucket);
+ * b_plain, b_k (may be NULL): the fewest requests plain decode and any k
+ * serve it at (0: at no measured batch). A policy serves the
  * demand at b where it does at b and at every measured batch above it
  * (up to the scan's top): a batch that grows past a tier of the step's
  * price where the demand is not served grows on, so a policy that serves
