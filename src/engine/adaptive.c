@@ -958,14 +958,25 @@ int sd_adaptive_cohort(const sd_adaptive *a, const sd_accept_stats *acc, int joi
 }
 
 /* the time of a step of `batch` requests every one of which drafts k
- * (k = 0: plain decode) by measured prices; 0 where they are not. It
+ * (k = 0: plain decode) by measured prices; 0 where they are not. *own:
+ * priced by the batch's own bucket's curves alone (not lent by another
+ * bucket's: at the scan's top a lent price may be far off, 0.73 ms where
+ * the bucket below measured 0.33 in a test, and it made plain decode
+ * "fail" the rate there, so serve it at no batch). It
  * follows the batch through its bucket and the row buckets of its plain
  * and its drafting step alone (batch_price_key) */
-static double batch_cost(const sd_adaptive *a, int batch, int k)
+static double batch_cost(const sd_adaptive *a, int batch, int k, int *own)
 {
+    *own = 0;
     const sd_curve *tc = target_curve(a, batch, sd_row_bucket(batch));
-    if (!tc || tc->n == 0 || !k_measured(a, batch, batch, k))
+    if (!tc || tc->n == 0)
         return 0;
+    if (!k_measured(a, batch, batch, k))
+        return 0;
+    const sd_curve *mine = sd_adaptive_target(a, batch);
+    double s;
+    *own = mine && target_curve(a, batch, sd_row_bucket(step_rows(batch, batch, k))) == mine &&
+           (!k || draft_curve_of(a, batch, k, 0, &s) == &a->target[target_index(a, batch)].draft);
     return k ? step_cost(a, batch, batch, k, tc, 0, 0, NULL, NULL) : plain_cost(a, batch, tc);
 }
 
@@ -992,6 +1003,7 @@ int sd_adaptive_demand_k(const sd_adaptive *a, const sd_accept_stats *acc, doubl
          * at 64 in a release build here, every few steps under arrivals) */
         int64_t key[SD_ACCEPT_POSITIONS + 1];
         double cost[SD_ACCEPT_POSITIONS + 1];
+        int own[SD_ACCEPT_POSITIONS + 1];
         for (int k = 0; k <= kmax; k++)
             key[k] = -1;
         const int top = 2 * sd_adapt_batch_bucket(batch); /* (one answer a bucket: its cache's) */
@@ -1000,15 +1012,17 @@ int sd_adaptive_demand_k(const sd_adaptive *a, const sd_accept_stats *acc, doubl
                 const int64_t kb = batch_price_key(b, k);
                 if (kb != key[k]) {
                     key[k] = kb;
-                    cost[k] = batch_cost(a, b, k);
+                    cost[k] = batch_cost(a, b, k, &own[k]);
                 }
                 if (cost[k] <= 0) /* (not measured) */
                     continue;
                 const double r = b * (k ? ex[k] : 1) / cost[k];
                 most[k] = r > most[k] ? r : most[k];
-                if (r < demand)
+                /* (a price lent by another bucket may be far off: it does
+                 * not say the rate goes unserved) */
+                if (r < demand && own[k])
                     need[k] = 0;
-                else if (!need[k])
+                else if (r >= demand && !need[k])
                     need[k] = b;
             }
         bp = need[0];
@@ -1029,7 +1043,8 @@ int sd_adaptive_demand_k(const sd_adaptive *a, const sd_accept_stats *acc, doubl
          * (not merely unmeasured there: at a low rate early on, drafting's
          * 3 requests, priced between measured row counts, beat plain's 4,
          * the least it was measured at) */
-        if (best && bp && batch_cost(a, bk, 0) <= 0)
+        int own0;
+        if (best && bp && batch_cost(a, bk, 0, &own0) <= 0)
             best = 0;
     }
     if (b_plain)

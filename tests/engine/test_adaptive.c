@@ -1335,6 +1335,32 @@ TEST(a_policy_serves_the_rate_where_every_larger_measured_batch_does)
     ASSERT_EQ(bk, 20);
 }
 
+/* The tier rule reads a bucket's own prices only: at 44 requests the scan
+ * reaches 128, and the 65-128 bucket, never measured, is lent the 33-64
+ * one's curve (0.73 ms a step at 65 requests here: 89 tokens/ms); read as
+ * a measured tier, plain decode "served" 90 tokens/ms from 66 requests,
+ * not from 27 (0.291 ms at 25-32 requests, 0.30-0.33 at 33-64). */
+TEST(the_tier_rule_reads_a_buckets_own_prices_only)
+{
+    sd_adaptive a;
+    sd_accept_stats acc;
+    fresh_accepting(&a, &acc, 0.89);
+    a.ahead = 1;
+    for (int i = 0; i < SD_CURVE_RING; i++) {
+        sd_adaptive_observe_target(&a, 24, 24, 0.218e-3);
+        sd_adaptive_observe_target(&a, 24, 32, 0.291e-3);
+        sd_adaptive_observe_target(&a, 44, 40, 0.300e-3);
+        sd_adaptive_observe_target(&a, 44, 48, 0.310e-3);
+        sd_adaptive_observe_target(&a, 44, 56, 0.320e-3);
+        sd_adaptive_observe_target(&a, 44, 64, 0.330e-3);
+        sd_adaptive_observe_target(&a, 44, 88, 0.400e-3);
+        sd_adaptive_observe_draft(&a, 44, 1, 0.150e-3);
+    }
+    int bp = -1;
+    ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 90e3, 44, &bp, NULL), 0);
+    ASSERT_EQ(bp, 27);
+}
+
 /* Where plain decode is not measured at the batch drafting would serve the
  * rate at, nothing is known: a CPU engine's first steps (random-weight
  * MTP, drafts never accepted) at 4 requests, plain 4 rows 3.4 ms, one
@@ -1358,11 +1384,9 @@ TEST(the_demand_pick_wants_plain_decode_measured_where_drafting_serves_the_rate)
     int bp = -1, bk = -1;
     ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 100, 4, &bp, &bk), 0);
     ASSERT_EQ(bp, 4);
-    ASSERT_EQ(bk, 7); /* (5 and 6 requests, 10 and 12 rows, serve 77 and 92 a second) */
-    /* at 50 a second drafting's 3 serve it, and plain decode, 4 at the
-     * least, is not measured at 3 */
-    ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 50, 4, &bp, &bk), 0);
-    ASSERT_EQ(bp, 4);
+    /* (5 and 6 requests, 10 and 12 rows, lent the batch-4 bucket's
+     * prices, serve 77 and 92 a second: a lent price does not say the
+     * rate goes unserved) */
     ASSERT_EQ(bk, 3);
     /* and where plain decode is measured at no batch, nothing either */
     sd_adaptive b;
@@ -1591,6 +1615,7 @@ TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draf
           T(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests),
           T(the_demand_pick_wants_plain_decode_measured_where_drafting_serves_the_rate),
           T(a_policy_serves_the_rate_where_every_larger_measured_batch_does),
+          T(the_tier_rule_reads_a_buckets_own_prices_only),
           T(bursts_of_one_length_at_a_verdict_of_plain_keep_it),
           T(a_stream_of_arrivals_refreshes_a_stale_draft_price_once_in_a_while),
           T(drafting_timed_only_where_adaptive_k_asks_settles_the_same),
