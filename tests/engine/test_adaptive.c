@@ -1309,20 +1309,28 @@ TEST(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests)
  * (86, 89), so a batch that grows past 24 grows on to 27: it serves the
  * rate at 27, not at 20. Every request drafting one (40-48 rows 0.330 ms
  * and its draft 0.12: 22 x 1.89 / 0.45 = 92) serves it at 22. */
+/* a fresh controller with priced target steps {batch, rows, seconds}
+ * and a drafting phase of one draft, each SD_CURVE_RING times, drafts
+ * accepted with probability 0.89 (1.89 tokens a step) */
+static void priced(sd_adaptive *a, sd_accept_stats *acc, const double (*pts)[3], int n,
+                   int draft_batch, double draft_s)
+{
+    fresh_accepting(a, acc, 0.89);
+    a->ahead = 1;
+    for (int i = 0; i < SD_CURVE_RING; i++) {
+        for (int j = 0; j < n; j++)
+            sd_adaptive_observe_target(a, (int)pts[j][0], (int)pts[j][1], pts[j][2]);
+        sd_adaptive_observe_draft(a, draft_batch, 1, draft_s);
+    }
+}
+
 TEST(a_policy_serves_the_rate_where_every_larger_measured_batch_does)
 {
     sd_adaptive a;
     sd_accept_stats acc;
-    fresh_accepting(&a, &acc, 0.89);
-    a.ahead = 1;
-    for (int i = 0; i < SD_CURVE_RING; i++) {
-        sd_adaptive_observe_target(&a, 24, 16, 0.205e-3);
-        sd_adaptive_observe_target(&a, 24, 24, 0.218e-3);
-        sd_adaptive_observe_target(&a, 24, 32, 0.291e-3);
-        sd_adaptive_observe_target(&a, 24, 40, 0.330e-3);
-        sd_adaptive_observe_target(&a, 24, 48, 0.330e-3);
-        sd_adaptive_observe_draft(&a, 24, 1, 0.120e-3);
-    }
+    static const double pts[][3] = {{24, 16, 0.205e-3}, {24, 24, 0.218e-3}, {24, 32, 0.291e-3},
+                                     {24, 40, 0.330e-3}, {24, 48, 0.330e-3}};
+    priced(&a, &acc, pts, 5, 24, 0.120e-3);
     int bp = -1, bk = -1;
     ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 90e3, 16, &bp, &bk), 1);
     ASSERT_EQ(bp, 27);
@@ -1344,18 +1352,10 @@ TEST(the_tier_rule_reads_a_buckets_own_prices_only)
 {
     sd_adaptive a;
     sd_accept_stats acc;
-    fresh_accepting(&a, &acc, 0.89);
-    a.ahead = 1;
-    for (int i = 0; i < SD_CURVE_RING; i++) {
-        sd_adaptive_observe_target(&a, 24, 24, 0.218e-3);
-        sd_adaptive_observe_target(&a, 24, 32, 0.291e-3);
-        sd_adaptive_observe_target(&a, 44, 40, 0.300e-3);
-        sd_adaptive_observe_target(&a, 44, 48, 0.310e-3);
-        sd_adaptive_observe_target(&a, 44, 56, 0.320e-3);
-        sd_adaptive_observe_target(&a, 44, 64, 0.330e-3);
-        sd_adaptive_observe_target(&a, 44, 88, 0.400e-3);
-        sd_adaptive_observe_draft(&a, 44, 1, 0.150e-3);
-    }
+    static const double pts[][3] = {{24, 24, 0.218e-3}, {24, 32, 0.291e-3}, {44, 40, 0.300e-3},
+                                     {44, 48, 0.310e-3}, {44, 56, 0.320e-3}, {44, 64, 0.330e-3},
+                                     {44, 88, 0.400e-3}};
+    priced(&a, &acc, pts, 7, 44, 0.150e-3);
     int bp = -1;
     ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 90e3, 44, &bp, NULL), 0);
     ASSERT_EQ(bp, 27);
