@@ -640,6 +640,95 @@ static void partition(const rp *r, sd__jre *re)
 
 #define HASH_SLOTS 8192 /* > 2 SD_JRE_MAX_STATES */
 
+/* Numbers the live states of a DFA of n states (next: (n, nc), a move to
+ * a state that is not live is one to the dead state) in id, merging the
+ * states no string tells apart (Moore's refinement: blocks of states that
+ * accept alike, split until every class moves a block's states into one
+ * block), the start's block first (id 0); returns the states kept. A
+ * pattern's subset construction leaves such twins (a|ab|ac: one state for
+ * each of b and c; a search's states that differ only in a started match
+ * the text can no longer complete), and each is a state json_schema's
+ * masks and their cache tell apart. Where the refinement would pass the
+ * work the pattern has left, the live states are kept as they are. slot:
+ * HASH_SLOTS of scratch. */
+#define MIN_NONE 0xffffu
+static uint32_t minimise(sub *c, const rp *r, const uint16_t *next, const uint8_t *acc,
+                         const uint8_t *live, uint32_t n, uint32_t nc, int32_t *slot, uint16_t *id)
+{
+    uint16_t *blk = malloc(n * sizeof *blk), *nb = malloc(n * sizeof *nb);
+    uint32_t nblk = 0, keep = 0;
+    for (uint32_t q = 0; q < n; q++)
+        keep += live[q];
+    if (blk && nb) {
+        /* the block of a move's target (MIN_NONE: the dead state) */
+#define MIN_TO(b, q, k)                                                                             \
+    (next[(q) * nc + (k)] == SD_JRE_DEAD || !live[next[(q) * nc + (k)]] ? MIN_NONE                  \
+                                                                           : (b)[next[(q) * nc + (k)]])
+        for (uint32_t q = 0; q < n; q++)
+            blk[q] = live[q] ? acc[q] : MIN_NONE;
+        for (uint32_t prev = 0;;) {
+            const uint64_t cost = (uint64_t)keep * (nc + 2);
+            if (c->work + cost > r->work) { /* (left as they are) */
+                nblk = 0;
+                break;
+            }
+            c->work += cost;
+            for (int i = 0; i < HASH_SLOTS; i++)
+                slot[i] = -1;
+            nblk = 0;
+            for (uint32_t q = 0; q < n; q++) {
+                if (!live[q]) {
+                    nb[q] = MIN_NONE;
+                    continue;
+                }
+                uint64_t h = blk[q] * 0x9e3779b97f4a7c15ull;
+                for (uint32_t k = 0; k < nc; k++)
+                    h = (h ^ MIN_TO(blk, q, k)) * 0x100000001b3ull;
+                uint32_t i = (uint32_t)(h >> 32) & (HASH_SLOTS - 1);
+                for (;; i = (i + 1) & (HASH_SLOTS - 1)) {
+                    if (slot[i] < 0) {
+                        slot[i] = (int32_t)q;
+                        nb[q] = (uint16_t)nblk++;
+                        break;
+                    }
+                    const uint32_t p = (uint32_t)slot[i];
+                    int same = blk[p] == blk[q];
+                    for (uint32_t k = 0; k < nc && same; k++)
+                        same = MIN_TO(blk, p, k) == MIN_TO(blk, q, k);
+                    if (same) {
+                        nb[q] = nb[p];
+                        break;
+                    }
+                }
+            }
+            memcpy(blk, nb, n * sizeof *blk);
+            if (nblk == prev) /* (a split splits no more) */
+                break;
+            prev = nblk;
+        }
+#undef MIN_TO
+    }
+    if (nblk) {
+        /* the start's block first, then in order of their first state */
+        for (uint32_t b = 0; b < nblk; b++)
+            nb[b] = MIN_NONE;
+        uint32_t m = 0;
+        nb[blk[0]] = (uint16_t)m++;
+        for (uint32_t q = 0; q < n; q++)
+            if (live[q] && nb[blk[q]] == MIN_NONE)
+                nb[blk[q]] = (uint16_t)m++;
+        for (uint32_t q = 0; q < n; q++)
+            id[q] = live[q] ? nb[blk[q]] : SD_JRE_DEAD;
+    } else {
+        nblk = 0;
+        for (uint32_t q = 0; q < n; q++)
+            id[q] = live[q] ? (uint16_t)nblk++ : SD_JRE_DEAD;
+    }
+    free(blk);
+    free(nb);
+    return nblk;
+}
+
 static int build_dfa(rp *r, nfa *f, int32_t start, sd__jre *re)
 {
     sub c = {.f = f, .nw = (f->n + 63) / 64};
@@ -729,9 +818,7 @@ static int build_dfa(rp *r, nfa *f, int32_t start, sd__jre *re)
         rc = fail(r, SD_EINVAL, "the pattern matches no string");
         goto out;
     }
-    uint32_t m = 0;
-    for (uint32_t q = 0; q < n; q++)
-        id[q] = live[q] ? (uint16_t)m++ : SD_JRE_DEAD;
+    const uint32_t m = minimise(&c, r, next, acc, live, n, nc, slot, id);
     re->nstate = (uint16_t)m;
     re->next = malloc((size_t)m * nc * sizeof *re->next);
     re->acc = malloc(m);
@@ -741,12 +828,12 @@ static int build_dfa(rp *r, nfa *f, int32_t start, sd__jre *re)
         goto out;
     }
     for (uint32_t q = 0; q < n; q++) {
-        if (!live[q])
+        if (!live[q]) /* (a state merged with another writes the same row) */
             continue;
         re->acc[id[q]] = acc[q];
         for (uint32_t k = 0; k < nc; k++) {
             const uint16_t t = next[q * nc + k];
-            re->next[(size_t)id[q] * nc + k] = t == SD_JRE_DEAD ? SD_JRE_DEAD : id[t];
+            re->next[(size_t)id[q] * nc + k] = t == SD_JRE_DEAD || !live[t] ? SD_JRE_DEAD : id[t];
         }
     }
     for (int y = 0; y < SD_JRE_NSYM; y++)

@@ -17,6 +17,7 @@
 
 #include "core/util.h"
 #include "test.h"
+#include "verify/json_regex.h"
 #include "verify/json_schema.h"
 
 static uint64_t next_rand(uint64_t *s)
@@ -2236,6 +2237,85 @@ static int x_completes(const sd_jschema *s, const xcase *c, const char *t, size_
  * first byte after which no string (over the test's chars, up to two more)
  * is valid; the prefix before it completes to a valid one. A refused
  * pattern is one no short string matches. */
+/* a pattern's automaton (verify/json_regex.c) keeps no two states that no
+ * string tells apart: the ones each spelling of one language gives are
+ * alike in number, and every pair of states of ~300 random patterns' is
+ * told apart by a string (the table-filling check) */
+static int jre_states(const char *pat)
+{
+    sd__jre re;
+    char why[128];
+    if (sd__jre_compile(pat, strlen(pat), NULL, &re, why, sizeof why))
+        return -1;
+    const int n = re.nstate;
+    sd__jre_free(&re);
+    return n;
+}
+
+static int jre_minimal(const sd__jre *re)
+{
+    const int n = re->nstate, nc = re->nclass;
+    uint8_t *d = calloc((size_t)n * n, 1);
+    for (int p = 0; p < n; p++)
+        for (int q = 0; q < n; q++)
+            d[p * n + q] = re->acc[p] != re->acc[q];
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int p = 0; p < n; p++)
+            for (int q = 0; q < n; q++) {
+                if (d[p * n + q])
+                    continue;
+                for (int k = 0; k < nc; k++) {
+                    const int tp = re->next[p * nc + k], tq = re->next[q * nc + k];
+                    if ((tp == SD_JRE_DEAD) != (tq == SD_JRE_DEAD) ||
+                        (tp != SD_JRE_DEAD && tq != SD_JRE_DEAD && d[tp * n + tq])) {
+                        d[p * n + q] = 1;
+                        changed = 1;
+                        break;
+                    }
+                }
+            }
+    }
+    int ok = 1;
+    for (int p = 0; p < n && ok; p++)
+        for (int q = p + 1; q < n && ok; q++)
+            ok = d[p * n + q];
+    free(d);
+    return ok;
+}
+
+TEST(a_patterns_automaton_keeps_no_two_states_alike)
+{
+    static const char *same[][2] = {{"^(a|ab|ac)$", "^a[bc]?$"},
+                                    {"^(?:ab|cb)$", "^[ac]b$"},
+                                    {"^(?:x*|x+)y$", "^x*y$"},
+                                    {"abc|abd", "ab[cd]"},
+                                    {"^(?:a{1,3}|a{2,4})$", "^a{1,4}$"}};
+    for (size_t i = 0; i < SD_ARRAY_LEN(same); i++) {
+        const int a = jre_states(same[i][0]), b = jre_states(same[i][1]);
+        ASSERT_MSG(a > 0 && a == b, "%s: %d states, %s: %d", same[i][0], a, same[i][1], b);
+    }
+    uint64_t rng = sd_test_seed() ^ 0x9e3779b9u;
+    int checked = 0;
+    for (int trial = 0; trial < 300; trial++) {
+        char pat[256] = "";
+        if (next_rand(&rng) % 2)
+            strcat(pat, "^");
+        x_gen(pat, sizeof pat - 2, &rng, 0);
+        sd__jre re;
+        char why[128];
+        if (sd__jre_compile(pat, strlen(pat), NULL, &re, why, sizeof why))
+            continue;
+        if (re.nstate <= 300) {
+            ASSERT_MSG(jre_minimal(&re), "%s: %d states, two of them alike", pat, re.nstate);
+            checked++;
+        }
+        sd__jre_free(&re);
+    }
+    ASSERT_GT(checked, 100);
+    fprintf(stderr, "  %d random patterns' automata minimal\n", checked);
+}
+
 TEST(random_patterns_agree_with_a_backtracking_reference)
 {
     uint64_t seed = sd_test_seed(), rng = seed ^ 0x5bd1e995u;
@@ -3109,5 +3189,6 @@ TEST_MAIN(T(text_before_the_reply_ends_at_the_first_close),
           T(numbers_bounds_hold_at_the_right_byte), T(random_number_bounds_agree_with_the_reference),
           T(patterns_hold_at_the_right_byte), T(multiples_hold_at_the_right_byte),
           T(random_patterns_agree_with_a_backtracking_reference),
+          T(a_patterns_automaton_keeps_no_two_states_alike),
           T(random_multiples_agree_with_brute_force), T(refused_schemas_name_the_keyword),
           T(random_documents_agree_with_the_reference))
