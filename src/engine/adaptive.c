@@ -958,8 +958,8 @@ int sd_adaptive_cohort(const sd_adaptive *a, const sd_accept_stats *acc, int joi
 }
 
 /* the time of a step of `batch` requests every one of which drafts k
- * (k = 0: plain decode) by measured prices; 0 where they are not. *own:
- * priced by the batch's own bucket's curves alone (not lent by another
+ * (k = 0: plain decode) by measured prices; 0 where they are not. *own
+ * (own may be NULL): priced by the batch's own bucket's curves alone (not lent by another
  * bucket's: at the scan's top a lent price may be far off, 0.73 ms where
  * the bucket below measured 0.33 in a test, and it made plain decode
  * "fail" the rate there, so serve it at no batch). It
@@ -967,16 +967,17 @@ int sd_adaptive_cohort(const sd_adaptive *a, const sd_accept_stats *acc, int joi
  * and its drafting step alone (batch_price_key) */
 static double batch_cost(const sd_adaptive *a, int batch, int k, int *own)
 {
-    *own = 0;
     const sd_curve *tc = target_curve(a, batch, sd_row_bucket(batch));
-    if (!tc || tc->n == 0)
+    const int ok = tc && tc->n > 0 && k_measured(a, batch, batch, k);
+    if (own) {
+        const int i = target_index(a, batch);
+        double s;
+        const int xk = sd_row_bucket(step_rows(batch, batch, k));
+        *own = ok && i >= 0 && target_curve(a, batch, xk) == &a->target[i].c &&
+               (!k || draft_curve(a, batch, k, &s) == &a->target[i].draft);
+    }
+    if (!ok)
         return 0;
-    if (!k_measured(a, batch, batch, k))
-        return 0;
-    const sd_curve *mine = sd_adaptive_target(a, batch);
-    double s;
-    *own = mine && target_curve(a, batch, sd_row_bucket(step_rows(batch, batch, k))) == mine &&
-           (!k || draft_curve_of(a, batch, k, 0, &s) == &a->target[target_index(a, batch)].draft);
     return k ? step_cost(a, batch, batch, k, tc, 0, 0, NULL, NULL) : plain_cost(a, batch, tc);
 }
 
@@ -1043,8 +1044,7 @@ int sd_adaptive_demand_k(const sd_adaptive *a, const sd_accept_stats *acc, doubl
          * (not merely unmeasured there: at a low rate early on, drafting's
          * 3 requests, priced between measured row counts, beat plain's 4,
          * the least it was measured at) */
-        int own0;
-        if (best && bp && batch_cost(a, bk, 0, &own0) <= 0)
+        if (best && bp && batch_cost(a, bk, 0, NULL) <= 0)
             best = 0;
     }
     if (b_plain)
