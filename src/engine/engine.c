@@ -1013,7 +1013,8 @@ static int demand_k(sd_engine *e, int batch)
 {
     if (!e->adapt.ahead || e->spec == SD_SPEC_NGRAM)
         return 0;
-    if (!e->dem_k_at || sd_adapt_batch_bucket(batch) != sd_adapt_batch_bucket(e->dem_k_batch) ||
+    const int bucket = sd_adapt_batch_bucket(batch);
+    if (!e->dem_k_at || bucket != e->dem_k_bucket ||
         e->stats.steps + 1 - e->dem_k_at >= SD_DEMAND_EVERY) {
         /* (a rate of a few busy steps is the start's, not the stream's:
          * 37.9 tokens/ms after 128 steps of a stream that asked for ~90
@@ -1028,7 +1029,7 @@ static int demand_k(sd_engine *e, int batch)
                          k, batch, (unsigned long long)e->adapt.steps, rate * 1e-3, bp, bk);
         e->dem_k = k;
         e->dem_k_at = e->stats.steps + 1;
-        e->dem_k_batch = batch;
+        e->dem_k_bucket = bucket;
     }
     return e->dem_k;
 }

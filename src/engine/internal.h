@@ -328,11 +328,11 @@ struct sd_engine {
     int cohort_k; /* the k its requests draft at while it gathers */
     /* the output rate (demand_update): tokens and busy seconds, each
      * step's weighed down by 1 - 1 / SD_DEMAND_STEPS a step; the last
-     * step's end and token count; the demand pick cached for dem_k_batch
-     * requests at engine step (stats.steps) dem_k_at + 1 (0: none) */
+     * step's end and token count; the demand pick cached for the batch
+     * bucket dem_k_bucket at engine step (stats.steps) dem_k_at + 1 (0: none) */
     double dem_tok, dem_s;
     uint64_t dem_ns, dem_prev, dem_k_at, dem_steps; /* (dem_steps: busy steps counted) */
-    int dem_busy, dem_prompt, dem_k, dem_k_batch; /* (dem_prompt: the last step had prompt rows) */
+    int dem_busy, dem_prompt, dem_k, dem_k_bucket; /* (dem_prompt: the last step had prompt rows) */
     unsigned n_cohorts;
     /* padded steps and CUDA graphs (graphs.c) */
     int graphs_on; /* the backend captures graphs and --cuda-graph-max-bs > 0 */
