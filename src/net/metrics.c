@@ -236,7 +236,8 @@ static void draft_length_series(sd_buf *o, const sd_engine_stats *es)
            (double)es->spec_graph_cache_full);
     scalar(o, "specd_spec_cohorts_total", "counter",
            "Times adaptive k admitted arrivals tracking the proposer on a verdict of plain "
-           "decode, every request drafting priced to pay at their batch.",
+           "decode: every request drafting priced to pay at their batch, or to serve the output "
+           "rate with fewer requests.",
            (double)es->spec_cohorts);
     scalar(o, "specd_spec_plain_steps_total", "counter",
            "Target steps with no request drafting, run without the proposer's hidden states.",
