@@ -128,7 +128,6 @@ static int fail(rp *r, int rc, const char *fmt, ...)
     return -1;
 }
 
-
 static int new_rnode(rp *r, uint8_t kind, int32_t a, int32_t b)
 {
     if (r->nnode >= MAX_TREE)
@@ -657,6 +656,7 @@ static uint32_t minimise(sub *c, const rp *r, const uint16_t *next, const uint8_
 {
     uint16_t *blk = malloc(n * sizeof *blk), *nb = malloc(n * sizeof *nb);
     uint32_t nblk = 0, keep = 0;
+    int done = 0; /* the refinement ran to its end */
     for (uint32_t q = 0; q < n; q++)
         keep += live[q];
     if (blk && nb) {
@@ -668,10 +668,8 @@ static uint32_t minimise(sub *c, const rp *r, const uint16_t *next, const uint8_
             blk[q] = live[q] ? acc[q] : MIN_NONE;
         for (uint32_t prev = 0;;) {
             const uint64_t cost = (uint64_t)keep * (nc + 2);
-            if (c->work + cost > r->work) { /* (left as they are) */
-                nblk = 0;
+            if (c->work + cost > r->work) /* (left as they are) */
                 break;
-            }
             c->work += cost;
             for (int i = 0; i < HASH_SLOTS; i++)
                 slot[i] = -1;
@@ -702,13 +700,13 @@ static uint32_t minimise(sub *c, const rp *r, const uint16_t *next, const uint8_
                 }
             }
             memcpy(blk, nb, n * sizeof *blk);
-            if (nblk == prev) /* (a split splits no more) */
+            if ((done = nblk == prev)) /* (a split splits no more) */
                 break;
             prev = nblk;
         }
 #undef MIN_TO
     }
-    if (nblk) {
+    if (done) {
         /* the start's block first, then in order of their first state */
         for (uint32_t b = 0; b < nblk; b++)
             nb[b] = MIN_NONE;
@@ -828,12 +826,13 @@ static int build_dfa(rp *r, nfa *f, int32_t start, sd__jre *re)
         goto out;
     }
     for (uint32_t q = 0; q < n; q++) {
-        if (!live[q]) /* (a state merged with another writes the same row) */
+        if (!live[q]) /* (a state merged with another writes the same row; a move to
+                       * a state not live is to SD_JRE_DEAD, its id) */
             continue;
         re->acc[id[q]] = acc[q];
         for (uint32_t k = 0; k < nc; k++) {
             const uint16_t t = next[q * nc + k];
-            re->next[(size_t)id[q] * nc + k] = t == SD_JRE_DEAD || !live[t] ? SD_JRE_DEAD : id[t];
+            re->next[(size_t)id[q] * nc + k] = t == SD_JRE_DEAD ? SD_JRE_DEAD : id[t];
         }
     }
     for (int y = 0; y < SD_JRE_NSYM; y++)

@@ -179,7 +179,8 @@ typedef struct cx {
 /* 0, or -1 (out of memory, arr as it was); no room wanted: 0 (arr may be NULL) */
 #define GROW(arr, n, cap, more)                                                                    \
     ((n) + (more) <= (cap) ? 0                                                                     \
-                           : ((arr) = sd_grow((tmp_ = (arr)), &(cap), (n) + (more), sizeof *(arr)),   \
+                           : ((arr) = sd_grow((tmp_ = (arr)), &(cap), (n) + (more),                \
+                                              sizeof *(arr)),                                      \
                               (arr) ? 0 : ((arr) = tmp_, -1)))
 
 /* the schema of array n's item i: its prefixItems' at i, else items */
