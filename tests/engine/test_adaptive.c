@@ -1169,27 +1169,42 @@ TEST(an_arrival_among_plain_requests_is_priced_drafting_alone)
 /* a fresh controller (acceptance p, plain priced queued ahead) after
  * SD_CURVE_RING steps of 14 requests: plain 0.205 ms; one draft each, 28
  * rows 0.332 + 0.095 ms (the bundled model's MTP on an H100) */
+/* SD_CURVE_RING times: target steps {batch, rows, seconds} (n of them),
+ * then a drafting phase of one draft each for draft_batch requests */
+static void observe_ring(sd_adaptive *a, const double (*pts)[3], int n, int draft_batch,
+                         double draft_s)
+{
+    for (int i = 0; i < SD_CURVE_RING; i++) {
+        for (int j = 0; j < n; j++)
+            sd_adaptive_observe_target(a, (int)pts[j][0], (int)pts[j][1], pts[j][2]);
+        sd_adaptive_observe_draft(a, draft_batch, 1, draft_s);
+    }
+}
+
+/* a fresh controller, plain priced queued ahead, drafts accepted with
+ * probability 0.89 (1.89 tokens a step), after observe_ring */
+static void priced(sd_adaptive *a, sd_accept_stats *acc, const double (*pts)[3], int n,
+                   int draft_batch, double draft_s)
+{
+    fresh_accepting(a, acc, 0.89);
+    a->ahead = 1;
+    observe_ring(a, pts, n, draft_batch, draft_s);
+}
+
 static void fresh_at_14(sd_adaptive *a, sd_accept_stats *acc, double p)
 {
+    static const double pts[][3] = {{14, 14, 0.205e-3}, {14, 28, 0.332e-3}};
     fresh_accepting(a, acc, p);
     a->ahead = 1;
-    for (int i = 0; i < SD_CURVE_RING; i++) {
-        sd_adaptive_observe_target(a, 14, 14, 0.205e-3);
-        sd_adaptive_observe_target(a, 14, 28, 0.332e-3);
-        sd_adaptive_observe_draft(a, 14, 1, 0.095e-3);
-    }
+    observe_ring(a, pts, 2, 14, 0.095e-3);
 }
 
 static void burst_of_14_then_30_plain(sd_adaptive *a, sd_accept_stats *acc, double p)
 {
+    /* (31 rows: one of 30 drafting, its draft alone) */
+    static const double pts[][3] = {{30, 24, 0.283e-3}, {30, 32, 0.292e-3}, {30, 31, 0.292e-3}};
     fresh_at_14(a, acc, p);
-    for (int i = 0; i < SD_CURVE_RING; i++) {
-        sd_adaptive_observe_target(a, 30, 24, 0.283e-3);
-        sd_adaptive_observe_target(a, 30, 32, 0.292e-3);
-        /* one of 30 drafting: 31 rows, its draft alone */
-        sd_adaptive_observe_target(a, 30, 31, 0.292e-3);
-        sd_adaptive_observe_draft(a, 1, 1, 0.070e-3);
-    }
+    observe_ring(a, pts, 3, 1, 0.070e-3);
 }
 
 TEST(a_plain_batch_that_grew_admits_a_cohort_where_every_request_drafting_pays)
@@ -1258,14 +1273,10 @@ TEST(a_plain_batch_that_grew_admits_a_cohort_where_every_request_drafting_pays)
  * plain decode there would grow it back to 24. */
 static void plain_and_drafting_tiers(sd_adaptive *a, sd_accept_stats *acc, double p)
 {
+    /* 17-32 requests: plain 0.283-0.292 ms; one draft each, 48 rows 0.36 + 0.12 */
+    static const double pts[][3] = {{24, 24, 0.283e-3}, {24, 32, 0.292e-3}, {24, 48, 0.360e-3}};
     fresh_at_14(a, acc, p);
-    for (int i = 0; i < SD_CURVE_RING; i++) {
-        /* 17-32 requests: plain 0.283-0.292 ms; one draft each, 48 rows 0.36 + 0.12 */
-        sd_adaptive_observe_target(a, 24, 24, 0.283e-3);
-        sd_adaptive_observe_target(a, 24, 32, 0.292e-3);
-        sd_adaptive_observe_target(a, 24, 48, 0.360e-3);
-        sd_adaptive_observe_draft(a, 24, 1, 0.120e-3);
-    }
+    observe_ring(a, pts, 3, 24, 0.120e-3);
 }
 
 TEST(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests)
@@ -1309,21 +1320,6 @@ TEST(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests)
  * (86, 89), so a batch that grows past 24 grows on to 27: it serves the
  * rate at 27, not at 20. Every request drafting one (40-48 rows 0.330 ms
  * and its draft 0.12: 22 x 1.89 / 0.45 = 92) serves it at 22. */
-/* a fresh controller with priced target steps {batch, rows, seconds}
- * and a drafting phase of one draft, each SD_CURVE_RING times, drafts
- * accepted with probability 0.89 (1.89 tokens a step) */
-static void priced(sd_adaptive *a, sd_accept_stats *acc, const double (*pts)[3], int n,
-                   int draft_batch, double draft_s)
-{
-    fresh_accepting(a, acc, 0.89);
-    a->ahead = 1;
-    for (int i = 0; i < SD_CURVE_RING; i++) {
-        for (int j = 0; j < n; j++)
-            sd_adaptive_observe_target(a, (int)pts[j][0], (int)pts[j][1], pts[j][2]);
-        sd_adaptive_observe_draft(a, draft_batch, 1, draft_s);
-    }
-}
-
 TEST(a_policy_serves_the_rate_where_every_larger_measured_batch_does)
 {
     sd_adaptive a;
