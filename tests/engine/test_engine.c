@@ -788,6 +788,60 @@ TEST(where_plain_steps_are_queued_ahead_no_request_drafts_as_a_probe)
     ASSERT_EQ(turned[0], 0);
     ASSERT_EQ(turned[1], 0);
 }
+
+/* Speculation off (random-weight MTP) where plain steps are queued ahead
+ * and priced (a GPU's engine): a batch of 40 is priced at its bucket, and
+ * once all but two of it ended, arrivals join one at a time at a batch of
+ * 3, a bucket not priced. Each tracks the proposer, and the pick explores
+ * that batch, drafting where k = 1 is not measured: its trackers draft
+ * for those steps, then stop tracking, and once none tracks the
+ * exploration is over. A version that turned the trackers off at the
+ * exploring pick measured nothing, and its exploration stayed on with no
+ * request to run it: the count of plain steps stood still, and every
+ * later arrival explored again at a step not queued ahead (EAGLE-3 on an
+ * H100, 395 times in 6900 steps; NOTES.md, session 47). */
+TEST(an_exploration_while_speculation_is_off_drafts_and_then_ends)
+{
+    enum { FIRST = 40, LONG = 2, LATER = 6, N = FIRST + LATER };
+    static engine_out outs[N];
+    sd_err err = {0};
+    sd_engine *e = mtp_engine_with_price("auto", "on", 1, outs, 0, 0, &err);
+    ASSERT_MSG(e, "engine: %s", err.msg);
+    sd_req_events ev = {.on_output = engine_out_on_output, .on_finish = engine_out_on_finish};
+    for (int i = 0; i < N; i++) {
+        memset(&outs[i], 0, sizeof outs[i]);
+        outs[i].mu = &g_mu;
+    }
+    /* a batch of 40 priced at its bucket; all but two end soon */
+    for (int i = 0; i < FIRST; i++) {
+        int32_t p[3] = {i + 1, 5, 9};
+        sd_gen_params gp = {.max_tokens = i < LONG ? 200 : 12, .top_p = 1, .ignore_eos = 1};
+        ASSERT_OK(sd_engine_submit(e, p, 3, &gp, &ev, &outs[i], NULL, &err));
+    }
+    ASSERT(engine_out_wait(outs + LONG, FIRST - LONG, 60000));
+    sd_engine_stats st;
+    sd_engine_get_stats(e, &st);
+    const uint64_t explored0 = st.spec_why_steps[SD_KWHY_EXPLORE];
+    /* arrivals one at a time at a batch of 3: a bucket not priced */
+    for (int i = FIRST; i < N; i++) {
+        int32_t p[3] = {i + 1, 7, 11};
+        sd_gen_params gp = {.max_tokens = 16, .top_p = 1, .ignore_eos = 1};
+        ASSERT_OK(sd_engine_submit(e, p, 3, &gp, &ev, &outs[i], NULL, &err));
+        ASSERT(engine_out_wait(outs + i, 1, 60000));
+    }
+    ASSERT(engine_out_wait(outs, N, 60000));
+    usleep(120000); /* the engine publishes its stats after the step */
+    sd_engine_get_stats(e, &st);
+    sd_engine_destroy(e);
+    for (int i = 0; i < N; i++)
+        ASSERT_EQ(outs[i].why, SD_FINISH_LENGTH);
+    fprintf(stderr, "  exploring drafting steps: %llu before the arrivals, %llu after; exploring %d\n",
+            (unsigned long long)explored0,
+            (unsigned long long)st.spec_why_steps[SD_KWHY_EXPLORE], st.spec_exploring);
+    ASSERT_GT(st.spec_why_steps[SD_KWHY_EXPLORE], explored0);
+    ASSERT_EQ(st.spec_exploring, 0);
+}
+
 /* Adaptive k learns a drafting phase's cost only from steps without prompt
  * rows, as it learns the target's: a request drafts in the step that ends
  * its prefill, and that phase also runs the prompt through the proposer
@@ -1094,6 +1148,7 @@ TEST_MAIN(T(mtp_greedy_output_equals_plain_at_batch_1_3_8_16),
           T(draft_lm_reserves_the_last_token_position_at_a_block_boundary),
           T(adaptive_k_stops_drafting_when_nothing_is_accepted),
           T(where_plain_steps_are_queued_ahead_no_request_drafts_as_a_probe),
+          T(an_exploration_while_speculation_is_off_drafts_and_then_ends),
           T(adaptive_k_learns_drafting_costs_only_from_steps_without_prompt_rows),
           T(requests_that_end_while_k_is_priced_ahead_are_not_read_after_they_are_freed),
           T(stop_token_ids_end_a_request_like_eos),
