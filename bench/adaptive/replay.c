@@ -22,7 +22,11 @@
  * pick with the keys of the last step line, a request's rows' keys as
  * one row's, and a token more a request (the engine's sd_adaptive.keys).
  *
- * usage: specd-adaptive-replay [--accept P] [--k-max K] [--ahead] [--quiet] < LOG */
+ * --rate R: at each cohort's start and end the log shows, the demand pick
+ * (sd_adaptive_demand_k) at that batch for R tokens/ms (else the rate of
+ * the log's last "demand pick" line), with every price its scan reads.
+ *
+ * usage: specd-adaptive-replay [--accept P] [--k-max K] [--ahead] [--rate R] [--quiet] < LOG */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +51,8 @@ int main(int argc, char **argv)
 {
     double p = 0.9;
     int k_max = 4, quiet = 0, ahead = 0;
+    double rate = 0; /* tokens/ms: --rate, else the log's last demand pick's */
+    int rate_given = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--accept") && i + 1 < argc)
             p = atof(argv[++i]);
@@ -56,8 +62,13 @@ int main(int argc, char **argv)
             quiet = 1;
         else if (!strcmp(argv[i], "--ahead"))
             ahead = 1;
+        else if (!strcmp(argv[i], "--rate") && i + 1 < argc) {
+            rate = atof(argv[++i]);
+            rate_given = 1;
+        }
         else {
-            fprintf(stderr, "usage: %s [--accept P] [--k-max K] [--ahead] [--quiet] < LOG\n",
+            fprintf(stderr,
+                    "usage: %s [--accept P] [--k-max K] [--ahead] [--rate R] [--quiet] < LOG\n",
                     argv[0]);
             return 2;
         }
@@ -83,6 +94,23 @@ int main(int argc, char **argv)
             while (num > sl && num[-1] >= '0' && num[-1] <= '9')
                 num--;
             keys = atoll(num);
+            continue;
+        }
+        const char *dp = strstr(line, "adaptive k: demand pick ");
+        const char *co = strstr(line, "adaptive k: a cohort at batch ");
+        const char *ce = strstr(line, "adaptive k: the cohort ends at batch ");
+        double r;
+        int cb;
+        if (dp && !rate_given && sscanf(dp, "adaptive k: demand pick %*d at batch %*d (step %*d): %lf", &r) == 1)
+            rate = r;
+        if ((co && sscanf(co, "adaptive k: a cohort at batch %d", &cb) == 1) ||
+            (ce && sscanf(ce, "adaptive k: the cohort ends at batch %d", &cb) == 1)) {
+            printf("step %llu: %s at batch %d: demand %.1f tokens/ms\n",
+                   (unsigned long long)a.steps, co ? "a cohort" : "the cohort ends", cb, rate);
+            const int k = sd_adaptive_demand_trace(&a, &acc, rate * 1e3, cb, stdout);
+            int bp = 0, bk = 0;
+            sd_adaptive_demand_k(&a, &acc, rate * 1e3, cb, &bp, &bk);
+            printf("  demand pick %d: plain serves it at %d requests, drafting at %d\n", k, bp, bk);
             continue;
         }
         const char *t = strstr(line, "adaptive k: target step: rows x batch ");

@@ -988,8 +988,23 @@ static int64_t batch_price_key(int batch, int k)
            sd_row_bucket(step_rows(batch, batch, k));
 }
 
+static int demand_scan(const sd_adaptive *a, const sd_accept_stats *acc, double demand,
+                       int batch, int *b_plain, int *b_k, FILE *trace);
+
 int sd_adaptive_demand_k(const sd_adaptive *a, const sd_accept_stats *acc, double demand,
                          int batch, int *b_plain, int *b_k)
+{
+    return demand_scan(a, acc, demand, batch, b_plain, b_k, NULL);
+}
+
+int sd_adaptive_demand_trace(const sd_adaptive *a, const sd_accept_stats *acc, double demand,
+                             int batch, FILE *trace)
+{
+    return demand_scan(a, acc, demand, batch, NULL, NULL, trace);
+}
+
+static int demand_scan(const sd_adaptive *a, const sd_accept_stats *acc, double demand,
+                       int batch, int *b_plain, int *b_k, FILE *trace)
 {
     int best = 0, bp = 0, bk = 0;
     if (a->k_max > 0 && a->ahead && demand > 0 && batch > 0) {
@@ -1014,6 +1029,10 @@ int sd_adaptive_demand_k(const sd_adaptive *a, const sd_accept_stats *acc, doubl
                 if (kb != key[k]) {
                     key[k] = kb;
                     cost[k] = batch_cost(a, b, k, &own[k]);
+                    if (trace)
+                        fprintf(trace, "  b %3d k %d: %.3f ms%s, %.1f tokens/ms\n", b, k,
+                                cost[k] * 1e3, own[k] ? "" : " (lent)",
+                                cost[k] > 0 ? b * (k ? ex[k] : 1) / cost[k] * 1e-3 : 0.0);
                 }
                 if (cost[k] <= 0) /* (not measured) */
                     continue;

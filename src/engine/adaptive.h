@@ -52,6 +52,7 @@
 #define SD_ENGINE_ADAPTIVE_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "verify/accept.h"
 
@@ -350,6 +351,10 @@ int sd_adaptive_cohort(const sd_adaptive *a, const sd_accept_stats *acc, int joi
  * and ran at ~28; NOTES.md, session 46). */
 int sd_adaptive_demand_k(const sd_adaptive *a, const sd_accept_stats *acc, double demand,
                          int batch, int *b_plain, int *b_k);
+/* the same, printing each price the scan reads (where it moves) to trace
+ * (bench/adaptive/replay.c) */
+int sd_adaptive_demand_trace(const sd_adaptive *a, const sd_accept_stats *acc, double demand,
+                             int batch, FILE *trace);
 /* 1 when the next drafting phase of `drafting` of `batch` requests at k
  * should be timed (the engine waits for its drafts, and times the verify
  * step after it alone): exploring, a refresh pending, or the drafting

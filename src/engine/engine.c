@@ -2048,32 +2048,32 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
         int off = n_not_drafting(e);
         if (e->spec_k < 0 && e->adapt.ahead && e->spec != SD_SPEC_NGRAM) /* (demand_k's) */
             demand_update(e, prompt_rows > 0);
-        /* a cohort ends where every running request tracks the proposer
-         * (the pick decides on all of them drafting), at its time, or
-         * where the batch reached one at which every request drafting was
-         * measured not to pay (its trackers stop tracking); until then its
-         * requests draft at the k of every request drafting's price at the
-         * running batch (tracking at k = 0 they were steps not queued
-         * ahead, ~0.1 ms dearer each on the bundled model, and the batch
-         * grew from 31 to 55 while they gathered; NOTES.md, session 45) */
+        /* a cohort ends SD_COHORT_SETTLE steps after every running request
+         * tracks the proposer (the pick then decides on all of them
+         * drafting, at the batch drafting runs at), or at its time; until
+         * then its requests draft at the k of every request drafting's
+         * price at the running batch (tracking at k = 0 they were steps
+         * not queued ahead, ~0.1 ms dearer each on the bundled model, and
+         * the batch grew from 31 to 55 while they gathered; NOTES.md,
+         * session 45). Not where every request drafting is measured not
+         * to pay at the batch it gathered: that batch is plain decode's
+         * and the cohort's, not drafting's (NOTES.md, session 47). */
         if (e->cohort_at) {
             int ck = 0;
             const int pays = sd_adaptive_cohort(&e->adapt, &e->acc_all, e->n_running, &ck);
-            const int done = off == 0 || e->stats.steps + 1 - e->cohort_at > SD_COHORT_MAX_STEPS;
+            if (off == 0 && !e->cohort_all)
+                e->cohort_all = e->stats.steps + 1;
+            const int done =
+                (e->cohort_all && e->stats.steps + 1 - e->cohort_all >= SD_COHORT_SETTLE) ||
+                e->stats.steps + 1 - e->cohort_at > SD_COHORT_MAX_STEPS;
             const int dk = pays || done ? 0 : demand_k(e, e->n_running);
-            const int lost = !done && !pays && !dk && sd_adaptive_informed(&e->adapt, e->n_running);
             if (pays || dk)
                 e->cohort_k = pays ? ck : dk;
-            if (done || lost) {
-                sd_log_debug("adaptive k: the cohort ends at batch %d (step %llu), %d not "
-                             "tracking%s",
-                             e->n_running, (unsigned long long)e->adapt.steps, off,
-                             lost ? ": every request drafting does not pay there" : "");
-                e->cohort_at = 0;
+            if (done) {
+                sd_log_debug("adaptive k: the cohort ends at batch %d (step %llu), %d not tracking",
+                             e->n_running, (unsigned long long)e->adapt.steps, off);
+                e->cohort_at = e->cohort_all = 0;
                 e->cohort_next = e->stats.steps + SD_COHORT_GAP;
-                for (int i = 0; lost && i < e->n_running; i++)
-                    e->running[i]->no_spec = 1;
-                off = lost ? e->n_running : off;
             }
         }
         /* no request tracks the proposer: no pick (one would be for nobody,

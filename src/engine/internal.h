@@ -34,6 +34,15 @@
 /* target steps a cohort (engine.cohort_at) waits for the requests that do
  * not track the proposer to end: ~8 lifetimes of a 128-token request */
 #define SD_COHORT_MAX_STEPS 1024
+/* target steps a cohort goes on once every running request tracks the
+ * proposer (about a 128-token request's life at ~2 tokens a step): the
+ * batch drafting runs at under the same arrivals is a smaller one, which
+ * drafting reaches only by running (under Poisson arrivals at c = 64 on an
+ * H100 cohorts ended as soon as every request drafting was measured not
+ * to pay at the 34-48 requests they had gathered, and EAGLE-3 and MTP ran
+ * 1.05-1.07x plain's TPOT; where cohorts drafted on, 0.82x; NOTES.md,
+ * session 47) */
+#define SD_COHORT_SETTLE 64
 /* Engine steps from a cohort's end to the next one a step's price starts
  * (not one the output rate starts: sd_adaptive_demand_k): at 16 requests
  * under Poisson arrivals (the bundled model's MTP, an H100) a cohort began
@@ -317,14 +326,15 @@ struct sd_engine {
     unsigned n_admitted_off; /* requests admitted while speculation was off */
     /* adaptive k's cohort switch (sd_adaptive_cohort): stats.steps + 1 at
      * its start, 0: none. Arrivals track the proposer until no running
-     * request is left that does not, or SD_COHORT_MAX_STEPS pass, or every
-     * request drafting is measured not to pay at the batch it reached; no
-     * cohort starts before stats.steps reaches cohort_next. (Engine steps,
+     * request is left that does not, and SD_COHORT_SETTLE steps after
+     * that (cohort_all: stats.steps + 1 then, 0: not yet), or until
+     * SD_COHORT_MAX_STEPS pass; no cohort starts before stats.steps
+     * reaches cohort_next. (Engine steps,
      * not adapt.steps: that clock ticks at the steps adaptive k prices,
      * and with every request off it stood still, 189 against the engine's
      * ~4500 in a run at c = 64 on an H100, so the first cohort's gap never
      * ended; NOTES.md, session 46.) */
-    uint64_t cohort_at, cohort_next;
+    uint64_t cohort_at, cohort_all, cohort_next;
     int cohort_k; /* the k its requests draft at while it gathers */
     /* the output rate (demand_update): tokens and busy seconds, each
      * step's weighed down by 1 - 1 / SD_DEMAND_STEPS a step; the last
