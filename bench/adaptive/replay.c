@@ -22,7 +22,8 @@
  * pick with the keys of the last step line, a request's rows' keys as
  * one row's, and a token more a request (the engine's sd_adaptive.keys).
  *
- * --rate R: at each cohort's start and end the log shows, the demand pick
+ * --rate R: at each cohort's start and end the log shows, and where it
+ * turned speculation off for the running requests, the demand pick
  * (sd_adaptive_demand_k) at that batch for R tokens/ms (else the rate of
  * the log's last "demand pick" line), with every price its scan reads.
  *
@@ -103,10 +104,13 @@ int main(int argc, char **argv)
         int cb;
         if (dp && !rate_given && sscanf(dp, "adaptive k: demand pick %*d at batch %*d (step %*d): %lf", &r) == 1)
             rate = r;
+        const char *so = strstr(line, "steps: speculation off for the ");
         if ((co && sscanf(co, "adaptive k: a cohort at batch %d", &cb) == 1) ||
-            (ce && sscanf(ce, "adaptive k: the cohort ends at batch %d", &cb) == 1)) {
+            (ce && sscanf(ce, "adaptive k: the cohort ends at batch %d", &cb) == 1) ||
+            (so && sscanf(so, "steps: speculation off for the %d", &cb) == 1)) {
             printf("step %llu: %s at batch %d: demand %.1f tokens/ms\n",
-                   (unsigned long long)a.steps, co ? "a cohort" : "the cohort ends", cb, rate);
+                   (unsigned long long)a.steps,
+                   co ? "a cohort" : ce ? "the cohort ends" : "speculation off", cb, rate);
             const int k = sd_adaptive_demand_trace(&a, &acc, rate * 1e3, cb, stdout);
             int bp = 0, bk = 0;
             sd_adaptive_demand_k(&a, &acc, rate * 1e3, cb, &bp, &bk);
