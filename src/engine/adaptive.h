@@ -320,8 +320,9 @@ int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins,
  * price of sd_adaptive_pick_k's hope with the drafting phase of the
  * nearest smaller bucket's requests where this bucket's was never timed
  * (SD_COHORT_HOPED); the owner then admits arrivals tracking the proposer
- * until they are the batch, and the pick decides on every request
- * drafting. Only where plain steps are priced queued ahead (a->ahead: a
+ * until they are the batch, drafts on until the batch is drafting's
+ * (engine/internal.h's SD_COHORT_SETTLE), and the pick then decides on
+ * every request drafting. Only where plain steps are priced queued ahead (a->ahead: a
  * GPU's engine). The owner starts one too where drafting serves the output
  * rate with fewer requests (sd_adaptive_demand_k: SD_COHORT_DEMAND). */
 enum { SD_COHORT_MEASURED = 1, SD_COHORT_HOPED = 2, SD_COHORT_DEMAND = 3 };
