@@ -102,7 +102,8 @@ int main(int argc, char **argv)
         const char *ce = strstr(line, "adaptive k: the cohort ends at batch ");
         double r;
         int cb;
-        if (dp && !rate_given && sscanf(dp, "adaptive k: demand pick %*d at batch %*d (step %*d): %lf", &r) == 1)
+        if (dp && !rate_given &&
+            sscanf(dp, "adaptive k: demand pick %*d at batch %*d (step %*d): %lf", &r) == 1)
             rate = r;
         const char *so = strstr(line, "steps: speculation off for the ");
         if ((co && sscanf(co, "adaptive k: a cohort at batch %d", &cb) == 1) ||

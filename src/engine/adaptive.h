@@ -322,9 +322,10 @@ int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins,
  * (SD_COHORT_HOPED); the owner then admits arrivals tracking the proposer
  * until they are the batch, drafts on until the batch is drafting's
  * (engine/internal.h's SD_COHORT_SETTLE), and the pick then decides on
- * every request drafting. Only where plain steps are priced queued ahead (a->ahead: a
- * GPU's engine). The owner starts one too where drafting serves the output
- * rate with fewer requests (sd_adaptive_demand_k: SD_COHORT_DEMAND). */
+ * every request drafting. Only where plain steps are priced queued ahead
+ * (a->ahead: a GPU's engine). The owner starts one too where drafting
+ * serves the output rate with fewer requests (sd_adaptive_demand_k:
+ * SD_COHORT_DEMAND). */
 enum { SD_COHORT_MEASURED = 1, SD_COHORT_HOPED = 2, SD_COHORT_DEMAND = 3 };
 /* k (may be NULL): the k of that price */
 int sd_adaptive_cohort(const sd_adaptive *a, const sd_accept_stats *acc, int joins, int *k);

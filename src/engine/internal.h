@@ -40,8 +40,8 @@
  * drafting reaches only by running (under Poisson arrivals at c = 64 on an
  * H100 cohorts ended as soon as every request drafting was measured not
  * to pay at the 34-48 requests they had gathered, and EAGLE-3 and MTP ran
- * 1.05-1.07x plain's TPOT; where cohorts drafted on, 0.82x; NOTES.md,
- * session 47) */
+ * 1.05-1.07x plain's TPOT; drafting on, 0.80-0.99x, 0.85x on average;
+ * NOTES.md, session 47) */
 #define SD_COHORT_SETTLE 64
 /* Engine steps from a cohort's end to the next one a step's price starts
  * (not one the output rate starts: sd_adaptive_demand_k): at 16 requests

@@ -835,7 +835,8 @@ TEST(an_exploration_while_speculation_is_off_drafts_and_then_ends)
     sd_engine_destroy(e);
     for (int i = 0; i < N; i++)
         ASSERT_EQ(outs[i].why, SD_FINISH_LENGTH);
-    fprintf(stderr, "  exploring drafting steps: %llu before the arrivals, %llu after; exploring %d\n",
+    fprintf(stderr,
+            "  exploring drafting steps: %llu before the arrivals, %llu after; exploring %d\n",
             (unsigned long long)explored0,
             (unsigned long long)st.spec_why_steps[SD_KWHY_EXPLORE], st.spec_exploring);
     ASSERT_GT(st.spec_why_steps[SD_KWHY_EXPLORE], explored0);
