@@ -1279,6 +1279,17 @@ static void plain_and_drafting_tiers(sd_adaptive *a, sd_accept_stats *acc, doubl
     observe_ring(a, pts, 3, 24, 0.120e-3);
 }
 
+/* the demand pick of adaptive a (accept stats acc) for `rate` tokens a
+ * second at `batch` requests is k, plain decode serving it at p requests
+ * and drafting at q (0: at no measured batch) */
+#define ASSERT_DEMAND(a, acc, rate, batch, k, p, q)                                        \
+    do {                                                                                   \
+        int bp_ = -1, bk_ = -1;                                                            \
+        ASSERT_EQ(sd_adaptive_demand_k(&(a), &(acc), rate, batch, &bp_, &bk_), k);         \
+        ASSERT_EQ(bp_, p);                                                                 \
+        ASSERT_EQ(bk_, q);                                                                 \
+    } while (0)
+
 TEST(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests)
 {
     sd_adaptive a;
@@ -1286,21 +1297,15 @@ TEST(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests)
     plain_and_drafting_tiers(&a, &acc, 0.89);
     /* a step at 14: plain (14 in 0.205 ms, 68 a ms; drafting 62) */
     ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 14), 0);
-    int bp = -1, bk = -1;
-    ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 83e3, 14, &bp, &bk), 1);
-    ASSERT_EQ(bp, 24);
-    /* (20 serve it, 40 rows; 21 do not, 42 rows priced as 48: 82.7 a ms) */
-    ASSERT_EQ(bk, 22);
+    /* (drafting: 20 serve it, 40 rows; 21 do not, 42 rows priced as 48:
+     * 82.7 a ms) */
+    ASSERT_DEMAND(a, acc, 83e3, 14, 1, 24, 22);
     /* a rate both serve at the least measured batch, 9 (plain: 9 in
      * 0.205 ms; one draft each: 18 rows between 14's and 28's and the
      * draft, 9 x 1.89 / 0.363 = 47): no fewer requests */
-    ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 34e3, 14, &bp, &bk), 0);
-    ASSERT_EQ(bp, 9);
-    ASSERT_EQ(bk, 9);
+    ASSERT_DEMAND(a, acc, 34e3, 14, 0, 9, 9);
     /* a rate no measured batch serves: no opinion */
-    ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 500e3, 14, &bp, &bk), 0);
-    ASSERT_EQ(bp, 0);
-    ASSERT_EQ(bk, 0);
+    ASSERT_DEMAND(a, acc, 500e3, 14, 0, 0, 0);
     /* none asked for, or not priced queued ahead (a CPU's engine) */
     ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 0, 14, NULL, NULL), 0);
     a.ahead = 0;
@@ -1309,6 +1314,7 @@ TEST(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests)
     sd_adaptive c;
     sd_accept_stats ccc;
     plain_and_drafting_tiers(&c, &ccc, 0.15);
+    int bp = -1, bk = -1;
     ASSERT_EQ(sd_adaptive_demand_k(&c, &ccc, 83e3, 14, &bp, &bk), 0);
     ASSERT_EQ(bp, 24);
 }
@@ -1327,16 +1333,11 @@ TEST(a_policy_serves_the_rate_where_every_larger_measured_batch_does)
     static const double pts[][3] = {{24, 16, 0.205e-3}, {24, 24, 0.218e-3}, {24, 32, 0.291e-3},
                                      {24, 40, 0.330e-3}, {24, 48, 0.330e-3}};
     priced(&a, &acc, pts, 5, 24, 0.120e-3);
-    int bp = -1, bk = -1;
-    ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 90e3, 16, &bp, &bk), 1);
-    ASSERT_EQ(bp, 27);
-    ASSERT_EQ(bk, 22);
+    ASSERT_DEMAND(a, acc, 90e3, 16, 1, 27, 22);
     /* a rate plain decode serves below the tier and above it (80 a ms: at
      * 18 in 0.218 ms, 83; at 25 in 0.291, 86): at 18, fewer than
      * drafting's 20 (20 x 1.89 / 0.45 = 84; 19: 80) */
-    ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 80e3, 16, &bp, &bk), 0);
-    ASSERT_EQ(bp, 18);
-    ASSERT_EQ(bk, 20);
+    ASSERT_DEMAND(a, acc, 80e3, 16, 0, 18, 20);
 }
 
 /* The tier rule reads a bucket's own prices only: at 44 requests the scan
@@ -1377,13 +1378,10 @@ TEST(the_demand_pick_wants_plain_decode_measured_where_drafting_serves_the_rate)
         sd_adaptive_observe_target(&a, 4, 8, 23.6e-3);
         sd_adaptive_observe_draft(&a, 4, 1, 3.7e-3);
     }
-    int bp = -1, bk = -1;
-    ASSERT_EQ(sd_adaptive_demand_k(&a, &acc, 100, 4, &bp, &bk), 0);
-    ASSERT_EQ(bp, 4);
-    /* (5 and 6 requests, 10 and 12 rows, lent the batch-4 bucket's
-     * prices, serve 77 and 92 a second: a lent price does not say the
-     * rate goes unserved) */
-    ASSERT_EQ(bk, 3);
+    /* (drafting: 5 and 6 requests, 10 and 12 rows, lent the batch-4
+     * bucket's prices, serve 77 and 92 a second: a lent price does not say
+     * the rate goes unserved) */
+    ASSERT_DEMAND(a, acc, 100, 4, 0, 4, 3);
     /* and where plain decode is measured at no batch, nothing either */
     sd_adaptive b;
     sd_accept_stats bcc;
@@ -1393,6 +1391,7 @@ TEST(the_demand_pick_wants_plain_decode_measured_where_drafting_serves_the_rate)
         sd_adaptive_observe_target(&b, 16, 32, 0.30e-3);
         sd_adaptive_observe_draft(&b, 16, 1, 0.05e-3);
     }
+    int bp = -1, bk = -1;
     ASSERT_EQ(sd_adaptive_demand_k(&b, &bcc, 30e3, 16, &bp, &bk), 0);
     ASSERT_EQ(bp, 0);
 }
