@@ -20,7 +20,8 @@
  * the engine makes none while no request tracks the proposer), each
  * queued-ahead step with the keys of the step line before it, and each
  * pick with the keys of the last step line, a request's rows' keys as
- * one row's, and a token more a request (the engine's sd_adaptive.keys).
+ * one row's, and a token more a request (the engine's sd_adaptive.keys);
+ * so are its "draft-ahead step" lines (what drafting ahead hides).
  *
  * --rate R: at each cohort's start and end the log shows, and where it
  * turned speculation off for the running requests, the demand pick
@@ -122,8 +123,14 @@ int main(int argc, char **argv)
         const char *d = strstr(line, "adaptive k: drafting phase: requests x k ");
         const char *q = strstr(line, "adaptive k: queued-ahead step: rows x batch ");
         const char *h = strstr(line, "adaptive k: hidden by queueing ahead: 1 x batch ");
-        int x, y;
+        const char *da = strstr(line, "adaptive k: draft-ahead step: drafting x batch ");
+        int x, y, z;
         double ms;
+        if (da && sscanf(da, "adaptive k: draft-ahead step: drafting x batch %d x %d, k %d: %lf ms",
+                         &x, &y, &z, &ms) == 4) {
+            sd_adaptive_observe_draft_ahead(&a, y, x, z, ms * 1e-3);
+            continue;
+        }
         if (q && sscanf(q, "adaptive k: queued-ahead step: rows x batch %d x %d: %lf ms", &x, &y,
                         &ms) == 3) {
             sd_adaptive_observe_ahead(&a, y, x, ms * 1e-3, (double)keys);

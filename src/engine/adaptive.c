@@ -718,24 +718,75 @@ static void expectations(const sd_adaptive *a, const sd_accept_stats *acc, int k
     }
 }
 
-/* a step of `batch` requests of which `drafting` draft k each: its time
- * (the target's rows and the drafting phase) */
-static double step_cost(const sd_adaptive *a, int batch, int drafting, int k, const sd_curve *tc,
-                        int hope, int borrow, double *tt_out, double *td_out)
+/* What drafting ahead hides of a drafting step of this batch at k: its
+ * bucket's trusted point at the k nearest (the lower of two as near);
+ * 0 where none is, or where plain steps are not priced queued ahead */
+static double draft_ahead_hide(const sd_adaptive *a, int batch, int k)
+{
+    const int i = target_index(a, batch);
+    if (!a->ahead || i < 0)
+        return 0;
+    const sd_curve *c = &a->target[i].dahead;
+    const sd_curve_pt *best = NULL;
+    for (int j = 0; j < c->n; j++) {
+        const sd_curve_pt *p = &c->pt[j];
+        const int d = abs(p->x - k), bd = best ? abs(best->x - k) : 0;
+        if (p->n >= SD_CURVE_TRUST && (!best || d < bd || (d == bd && p->x < best->x)))
+            best = p;
+    }
+    double spread;
+    return best ? pt_value(best, &spread) : 0;
+}
+
+/* a step of `batch` requests of which `drafting` draft k each, its parts
+ * timed apart: the target's rows (*tt) and the drafting phase (*td) */
+static void step_parts(const sd_adaptive *a, int batch, int drafting, int k, const sd_curve *tc,
+                       int hope, int borrow, double *tt, double *td)
 {
     double s1;
     const sd_curve *d1 = draft_curve_of(a, drafting, 1, borrow, &s1);
     const int xk = sd_row_bucket(step_rows(batch, drafting, k));
     const sd_curve *tk = target_curve(a, batch, xk);
-    double tt = curve_eval(tk ? tk : tc, xk, NULL, 0);
+    const double t = curve_eval(tk ? tk : tc, xk, NULL, 0);
     double sk;
     const sd_curve *dk = draft_curve_of(a, drafting, k, borrow, &sk);
-    double td = dk ? sk * curve_eval(dk, k, NULL, hope) : d1 ? s1 * curve_eval(d1, k, NULL, hope) : 0;
+    *tt = t;
+    *td = dk ? sk * curve_eval(dk, k, NULL, hope) : d1 ? s1 * curve_eval(d1, k, NULL, hope) : 0;
+}
+
+/* a step of `batch` requests of which `drafting` draft k each: its time
+ * (the target's rows and the drafting phase, less what drafting ahead
+ * hides of the two: never under the target's rows alone); *td_out (may be
+ * NULL) the phase's part of it */
+static double step_cost(const sd_adaptive *a, int batch, int drafting, int k, const sd_curve *tc,
+                        int hope, int borrow, double *tt_out, double *td_out)
+{
+    double tt, td;
+    step_parts(a, batch, drafting, k, tc, hope, borrow, &tt, &td);
+    td -= draft_ahead_hide(a, batch, k);
+    td = td > 0 ? td : 0;
     if (tt_out)
         *tt_out = tt;
     if (td_out)
         *td_out = td;
     return tt + td;
+}
+
+void sd_adaptive_observe_draft_ahead(sd_adaptive *a, int batch, int drafting, int k, double secs)
+{
+    if (batch <= 0 || k <= 0 || secs <= 0)
+        return;
+    drafting = drafting < 1 ? 1 : drafting > batch ? batch : drafting;
+    const int i = target_index(a, batch);
+    const sd_curve *tc = target_curve(a, batch, sd_row_bucket(batch));
+    if (i < 0 || !tc || !k_measured(a, batch, drafting, k))
+        return;
+    double tt, td;
+    step_parts(a, batch, drafting, k, tc, 0, 0, &tt, &td);
+    sd_curve_add(&a->target[i].dahead, k, tt + td - secs);
+    sd_log_debug("adaptive k: drafting ahead hid %.3f ms of %.3f + %.3f (batch %d, %d drafting, "
+                 "k %d)",
+                 1e3 * (tt + td - secs), 1e3 * tt, 1e3 * td, batch, drafting, k);
 }
 
 static int best_k_of(const sd_adaptive *a, const sd_accept_stats *acc, int batch, int drafting,

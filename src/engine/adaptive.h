@@ -185,6 +185,14 @@ typedef struct sd_adapt_target {
     /* the queued-ahead steps against their keys (plain decode's price at
      * the running requests' keys, sd_adaptive.keys) */
     sd_adapt_ctx ctx;
+    /* what drafting ahead hides of a drafting step of this bucket priced
+     * as the phase and its verify step timed apart (each waited for): that
+     * price less the interval of a step whose drafts stayed on the device
+     * (negative where the interval is longer), x = k. Its points never age
+     * (the curve's clock stays 0): the hide is the host's round trips, not
+     * the step's work, and only drafting steps measure it, so aged out it
+     * would be gone whenever speculation was off a while */
+    sd_curve dahead;
 } sd_adapt_target;
 
 /* Why a step drafted the k it did (sd_adaptive.why for pick_k's; the
@@ -251,6 +259,15 @@ void sd_adaptive_observe_ahead(sd_adaptive *a, int batch, int tokens, double sec
 /* a step of `batch` requests read one at a time spent secs where queueing
  * ahead would have hidden them (upload and launch, download) */
 void sd_adaptive_observe_hidden(sd_adaptive *a, int batch, double secs);
+/* a step of `batch` requests, `drafting` of them with k drafts each that
+ * stayed on the device (draft ahead), took secs from the step before's
+ * tokens to its own: what drafting ahead hides of that step's price
+ * (the drafting phase and its verify step as timed apart), where both are
+ * measured, is learnt (sd_adapt_target.dahead) and taken off drafting's
+ * price at this batch bucket, at any k (the nearest measured), where
+ * plain steps are priced queued ahead (a->ahead: both then priced from
+ * one step's tokens to the next's) */
+void sd_adaptive_observe_draft_ahead(sd_adaptive *a, int batch, int drafting, int k, double secs);
 /* k = 0's time at this batch (the plain step, or with a->ahead the
  * queued-ahead one: at a->keys where enough were measured, else as
  * measured, else the plain step less what queueing ahead hides, never

@@ -1979,12 +1979,23 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
      * 0.170 a step; NOTES.md, session 30), or its own time where the step
      * before was of another batch; with the keys its rows read (its price
      * follows the context: sd_adaptive.keys) */
+    const int after_read = e->last_read_ns && e->last_read_n == s->n_seq && t_end > e->last_read_ns;
     if (!prompt_rows && !L->gathered) { /* (gathered: it ran during its drafting phase) */
         double t = t_target;
-        if (L->queued && e->last_read_ns && e->last_read_n == s->n_seq && t_end > e->last_read_ns)
+        if (L->queued && after_read)
             t = SD_MAX(t, (double)(t_end - e->last_read_ns) * 1e-9);
         sd__plan_observe(e, L->queued ? SD_OBS_AHEAD : SD_OBS_TARGET, s->T, s->n_seq, t, L->keys);
     }
+    /* a step that took its drafts on the device: the interval from the
+     * step before's tokens to its own is what a drafting step costs where
+     * its phase runs ahead (the host's work, the phase and this step on the
+     * device one after another, no wait between them), which the phase and
+     * its verify step timed apart, each waited for, price dearer (NOTES.md,
+     * session 48) */
+    if (!prompt_rows && L->gathered && e->dahead_k > 0 && e->dahead_n == s->n_seq && after_read)
+        sd__plan_observe(e, SD_OBS_DRAFT_AHEAD, e->dahead_nd, s->n_seq,
+                         (double)(t_end - e->last_read_ns) * 1e-9, e->dahead_k);
+    e->dahead_k = 0;
     e->last_read_ns = prompt_rows ? 0 : t_end;
     e->last_read_n = s->n_seq;
     e->verify_s_total += t_target;
@@ -2206,6 +2217,11 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
         if (nd > 0) {
             e->draft_phases++;
             int learnable = !probe && !prompt_rows && !went_ahead;
+            if (!probe && !prompt_rows && went_ahead && !oneoff) {
+                e->dahead_n = s->n_seq;
+                e->dahead_nd = nd;
+                e->dahead_k = k;
+            }
             if (learnable && oneoff) {
                 e->draft_oneoff++;
             } else if (learnable) {

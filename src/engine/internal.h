@@ -186,12 +186,15 @@ enum {
     SD_OBS_DRAFT,  /* a drafting phase (a = drafting requests, b = k) */
     SD_OBS_AHEAD,  /* a plain step queued ahead (a = token rows) */
     SD_OBS_HIDDEN, /* what queueing ahead would hide of a step read one at a time (a = 1) */
+    /* a step whose drafts stayed on the device (draft ahead), from the
+     * step before's tokens to its own (a = drafting requests, keys = k) */
+    SD_OBS_DRAFT_AHEAD,
 };
 typedef struct sd_plan_obs {
     int kind; /* SD_OBS_* */
     int a, b;
     double secs;
-    int64_t keys; /* SD_OBS_AHEAD: the keys its rows attended to */
+    int64_t keys; /* SD_OBS_AHEAD: the keys its rows attended to; SD_OBS_DRAFT_AHEAD: k */
 } sd_plan_obs;
 
 /* A step's tokens on their way to page-locked host memory with a mark
@@ -381,6 +384,11 @@ struct sd_engine {
      * requests: a queued-ahead step's interval (read_step) */
     uint64_t last_read_ns;
     int last_read_n;
+    /* the last drafting phase whose drafts stayed on the device (draft
+     * ahead), learnable (no prompt rows, no probe, no one-off pass): its
+     * batch, drafting requests and k (0: none); the step that takes them
+     * times its interval (SD_OBS_DRAFT_AHEAD) */
+    int dahead_n, dahead_nd, dahead_k;
     int pad_seq;        /* block-table row of padding rows: the trash block */
     int32_t trash_slot; /* first slot of the trash block (past the pool's) */
     sd_synthetic synth; /* --synthetic-accept (benchmarks only; n == 0: off) */

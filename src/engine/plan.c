@@ -227,9 +227,16 @@ static void apply_obs(sd_engine *e, const sd_plan_obs *o)
 {
     static const char *what[] = {"target step: rows x batch", "drafting phase: requests x k",
                                  "queued-ahead step: rows x batch",
-                                 "hidden by queueing ahead: 1 x batch"};
+                                 "hidden by queueing ahead: 1 x batch",
+                                 "draft-ahead step: drafting x batch"};
     if (o->kind < 0 || o->kind >= (int)SD_ARRAY_LEN(what))
         return;
+    if (o->kind == SD_OBS_DRAFT_AHEAD) {
+        sd_log_debug("adaptive k: %s %d x %d, k %lld: %.3f ms (step %llu)", what[o->kind], o->a,
+                     o->b, (long long)o->keys, 1e3 * o->secs, (unsigned long long)e->adapt.steps);
+        sd_adaptive_observe_draft_ahead(&e->adapt, o->b, o->a, (int)o->keys, o->secs);
+        return;
+    }
     sd_log_debug("adaptive k: %s %d x %d: %.3f ms (step %llu)", what[o->kind], o->a, o->b,
                  1e3 * o->secs, (unsigned long long)e->adapt.steps);
     if (o->kind == SD_OBS_TARGET)
