@@ -1220,3 +1220,8 @@ int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, in
     }
     return k;
 }
+
+void sd_adaptive_no_pick(sd_adaptive *a)
+{
+    a->exploring = 0;
+}

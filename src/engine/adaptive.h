@@ -387,5 +387,8 @@ int sd_adaptive_wants_times(const sd_adaptive *a, int batch, int drafting, int k
  * exploration first, then best_k (now and then one deeper, so a proposer
  * that improves is noticed) */
 int sd_adaptive_pick_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, int drafting);
+/* no pick this step (no request tracks the proposer): an exploration the
+ * last pick began is over, as no request runs it */
+void sd_adaptive_no_pick(sd_adaptive *a);
 
 #endif

@@ -2098,9 +2098,26 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
         int k = e->spec_k, cohort_k = 0, demand_pick = 0;
         if (k < 0 && e->n_running > 0 && off == e->n_running) {
             k = 0;
-            e->adapt.exploring = 0;
+            sd_adaptive_no_pick(&e->adapt);
         } else if (k < 0 && e->cohort_at) {
             k = cohort_k = e->cohort_k;
+            /* the settle (every running request tracks): the pick at the
+             * running batch, with its measuring steps (explorations,
+             * neighbours, deeper tries), the cohort's k where it says
+             * plain. Drafting at the cohort's one k the batch grew past
+             * the row tier that k pays below (k = 1 at 15-16 requests,
+             * 30-32 rows, on an H100), where it then ended plain; and
+             * deeper k were never measured at the batches drafting runs at
+             * (NOTES.md, session 48) */
+            if (e->cohort_all) {
+                e->adapt.keys = next_keys(e, e->n_running);
+                const int pk =
+                    sd_adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running, e->n_running - off);
+                if (pk > 0 || e->adapt.exploring || e->adapt.refresh_at) {
+                    k = pk;
+                    cohort_k = 0;
+                }
+            }
         } else if (k < 0) {
             e->adapt.keys = next_keys(e, e->n_running);
             k = sd_adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running, e->n_running - off);
