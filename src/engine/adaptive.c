@@ -1008,6 +1008,27 @@ int sd_adaptive_cohort(const sd_adaptive *a, const sd_accept_stats *acc, int joi
     return kk > 0 ? why : 0;
 }
 
+uint64_t sd_cohort_gap_end(sd_cohort_gap *g, uint64_t step)
+{
+    if (!g->gap)
+        g->gap = SD_COHORT_GAP_MIN;
+    g->end = step + 1;
+    return step + g->gap;
+}
+
+void sd_cohort_gap_verdict(sd_cohort_gap *g, uint64_t step, int off)
+{
+    if (!g->end)
+        return;
+    if (step + 1 - g->end > SD_COHORT_HELD) {
+        g->gap = SD_COHORT_GAP_MIN;
+        g->end = 0;
+    } else if (off) {
+        g->gap = 2 * g->gap < SD_COHORT_GAP ? 2 * g->gap : SD_COHORT_GAP;
+        g->end = 0;
+    }
+}
+
 /* the time of a step of `batch` requests every one of which drafts k
  * (k = 0: plain decode) by measured prices; 0 where they are not. *own
  * (own may be NULL): priced by the batch's own bucket's curves alone (not lent by another

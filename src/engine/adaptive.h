@@ -346,6 +346,36 @@ int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins,
 enum { SD_COHORT_MEASURED = 1, SD_COHORT_HOPED = 2, SD_COHORT_DEMAND = 3 };
 /* k (may be NULL): the k of that price */
 int sd_adaptive_cohort(const sd_adaptive *a, const sd_accept_stats *acc, int joins, int *k);
+/* Engine steps from a cohort's end to the next one a step's price starts
+ * (not one the output rate starts: sd_adaptive_demand_k). At 16 requests
+ * under Poisson arrivals (the bundled model's MTP, an H100) a cohort began
+ * where the batch dipped to 7-8, where drafting paid, and ended at the
+ * 13-15 it grew back to, where it did not: 31-35 cohorts in 12000 steps,
+ * each ~80 steps tracking the proposer and not queued ahead, ran 1.08-1.11x
+ * plain's TPOT (NOTES.md, session 45). A gap of SD_COHORT_GAP after each
+ * (as often as a stale price is measured again) held off for its 2048
+ * steps the second cohort of a stream whose first ended plain at the start
+ * (its prices and its rate not yet measured), and the runs that lost it
+ * ran ~1.0x plain where the others ran ~0.85x (NOTES.md, session 48): the
+ * gap is SD_COHORT_GAP_MIN after a cohort whose verdict held (speculation
+ * still on SD_COHORT_HELD steps after its end: two lives of a 128-token
+ * request at ~2 tokens a step) and doubles after each whose end turned
+ * speculation off sooner, up to SD_COHORT_GAP (the cohorts that flapped
+ * ended plain within a few steps). */
+#define SD_COHORT_GAP SD_ADAPT_REFRESH_GAP
+#define SD_COHORT_GAP_MIN 256
+#define SD_COHORT_HELD 256
+typedef struct sd_cohort_gap {
+    uint64_t gap; /* the next gap (0: SD_COHORT_GAP_MIN) */
+    uint64_t end; /* the engine step of the last cohort's end + 1; 0: its verdict is known */
+} sd_cohort_gap;
+/* a cohort ended at engine step `step`: the step from which the next may start */
+uint64_t sd_cohort_gap_end(sd_cohort_gap *g, uint64_t step);
+/* at engine step `step`, speculation went off for the running requests
+ * (off = 1), or did not while some of them track the proposer (off = 0):
+ * within SD_COHORT_HELD steps of a cohort's end a turn off doubles the
+ * gap; past them the gap is the least again */
+void sd_cohort_gap_verdict(sd_cohort_gap *g, uint64_t step, int off);
 /* Under a steady stream of requests a server's output rate is what they
  * ask for, not what a step could give: a policy that serves it with fewer
  * running requests gives each a shorter time per token (Little's law: the

@@ -2084,7 +2084,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
                 sd_log_debug("adaptive k: the cohort ends at batch %d (step %llu), %d not tracking",
                              e->n_running, (unsigned long long)e->adapt.steps, off);
                 e->cohort_at = e->cohort_all = 0;
-                e->cohort_next = e->stats.steps + SD_COHORT_GAP;
+                e->cohort_next = sd_cohort_gap_end(&e->cohort_gap, e->stats.steps);
             }
         }
         /* no request tracks the proposer: no pick (one would be for nobody,
@@ -2164,7 +2164,10 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
                                   (e->zero_k_steps == SD_SPEC_OFF_AFTER ||
                                    (e->adapt.ahead && e->zero_k_steps > SD_SPEC_OFF_AFTER &&
                                     off < e->n_running));
-            if (off_after && e->spec != SD_SPEC_NGRAM) {
+            const int turns_off = off_after && e->spec != SD_SPEC_NGRAM;
+            if (turns_off || off < e->n_running) /* (all off: no verdict) */
+                sd_cohort_gap_verdict(&e->cohort_gap, e->stats.steps, turns_off);
+            if (turns_off) {
                 sd_log_debug("adaptive k: 0 for %d steps: speculation off for the %d running requests",
                              e->zero_k_steps, e->n_running);
                 for (int i = 0; i < e->n_running; i++)

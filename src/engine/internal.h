@@ -43,15 +43,6 @@
  * 1.05-1.07x plain's TPOT; drafting on, 0.80-0.99x, 0.85x on average;
  * NOTES.md, session 47) */
 #define SD_COHORT_SETTLE 64
-/* Engine steps from a cohort's end to the next one a step's price starts
- * (not one the output rate starts: sd_adaptive_demand_k): at 16 requests
- * under Poisson arrivals (the bundled model's MTP, an H100) a cohort began
- * where the batch dipped to 7-8, where drafting paid, and ended at the
- * 13-15 it grew back to, where it did not: 31-35 cohorts in 12000 steps,
- * each ~80 steps tracking the proposer and not queued ahead, ran 1.08-1.11x
- * plain's TPOT (NOTES.md, session 45). As often as a stale price is
- * measured again (SD_ADAPT_REFRESH_GAP). */
-#define SD_COHORT_GAP SD_ADAPT_REFRESH_GAP
 /* the steps the output rate is an average over (demand_update), and between
  * two demand picks at one batch bucket (sd_adaptive_demand_k: a scan of
  * every batch up to twice the running one's bucket) */
@@ -338,6 +329,7 @@ struct sd_engine {
      * ~4500 in a run at c = 64 on an H100, so the first cohort's gap never
      * ended; NOTES.md, session 46.) */
     uint64_t cohort_at, cohort_all, cohort_next;
+    sd_cohort_gap cohort_gap; /* cohort_next's gap after a cohort's end */
     int cohort_k; /* the k its requests draft at while it gathers */
     /* the output rate (demand_update): tokens and busy seconds, each
      * step's weighed down by 1 - 1 / SD_DEMAND_STEPS a step; the last

@@ -1375,6 +1375,44 @@ TEST(a_step_whose_drafts_stay_on_the_device_is_priced_at_its_interval)
     ASSERT_EQ(sd_adaptive_best_k(&d, &dcc, 14), 0);
 }
 
+/* The gap after a cohort: the least after one whose verdict held, doubled
+ * after each that ended plain within SD_COHORT_HELD steps, up to
+ * SD_COHORT_GAP (NOTES.md, session 48) */
+TEST(a_cohort_that_ends_plain_doubles_the_gap_to_the_next)
+{
+    sd_cohort_gap g = {0};
+    /* no cohort yet: nothing to judge */
+    sd_cohort_gap_verdict(&g, 10, 1);
+    ASSERT_EQ(g.gap, 0);
+    /* ended at step 100, off 4 steps later: the next from 356, then 512 */
+    ASSERT_EQ(sd_cohort_gap_end(&g, 100), 100 + SD_COHORT_GAP_MIN);
+    sd_cohort_gap_verdict(&g, 101, 0);
+    sd_cohort_gap_verdict(&g, 104, 1);
+    ASSERT_EQ(g.gap, 2 * SD_COHORT_GAP_MIN);
+    /* the verdict is the first turn off only */
+    sd_cohort_gap_verdict(&g, 105, 1);
+    ASSERT_EQ(g.gap, 2 * SD_COHORT_GAP_MIN);
+    uint64_t at = 1000;
+    uint64_t gap = 2 * SD_COHORT_GAP_MIN;
+    for (int i = 0; i < 8; i++) {
+        ASSERT_EQ(sd_cohort_gap_end(&g, at), at + gap);
+        sd_cohort_gap_verdict(&g, at + SD_COHORT_HELD, 1); /* (the last step that counts) */
+        gap = 2 * gap < SD_COHORT_GAP ? 2 * gap : SD_COHORT_GAP;
+        ASSERT_EQ(g.gap, gap);
+        at += 10000;
+    }
+    ASSERT_EQ(g.gap, SD_COHORT_GAP);
+    /* one that held: the least again, and a turn off long after is no verdict */
+    ASSERT_EQ(sd_cohort_gap_end(&g, at), at + SD_COHORT_GAP);
+    sd_cohort_gap_verdict(&g, at + 1, 0);
+    ASSERT_EQ(g.gap, SD_COHORT_GAP);
+    sd_cohort_gap_verdict(&g, at + SD_COHORT_HELD + 1, 0);
+    ASSERT_EQ(g.gap, SD_COHORT_GAP_MIN);
+    sd_cohort_gap_verdict(&g, at + SD_COHORT_HELD + 2, 1);
+    ASSERT_EQ(g.gap, SD_COHORT_GAP_MIN);
+    ASSERT_EQ(sd_cohort_gap_end(&g, at + 5000), at + 5000 + SD_COHORT_GAP_MIN);
+}
+
 TEST(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests)
 {
     sd_adaptive a;
@@ -1691,6 +1729,7 @@ TEST(bursts_that_start_short_draft_again)
 
 TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draft_again),
           T(a_step_whose_drafts_stay_on_the_device_is_priced_at_its_interval),
+          T(a_cohort_that_ends_plain_doubles_the_gap_to_the_next),
           T(an_arrival_among_plain_requests_is_priced_drafting_alone),
           T(a_plain_batch_that_grew_admits_a_cohort_where_every_request_drafting_pays),
           T(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests),
