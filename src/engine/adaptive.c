@@ -756,8 +756,8 @@ static void step_parts(const sd_adaptive *a, int batch, int drafting, int k, con
 
 /* a step of `batch` requests of which `drafting` draft k each: its time
  * (the target's rows and the drafting phase, less what drafting ahead
- * hides of the two: never under the target's rows alone); *td_out (may be
- * NULL) the phase's part of it */
+ * hides of the two, more where that is negative: never under the target's
+ * rows alone); *td_out (may be NULL) the phase's part of it */
 static double step_cost(const sd_adaptive *a, int batch, int drafting, int k, const sd_curve *tc,
                         int hope, int borrow, double *tt_out, double *td_out)
 {

@@ -188,9 +188,10 @@ typedef struct sd_adapt_target {
     /* what drafting ahead hides of a drafting step of this bucket priced
      * as the phase and its verify step timed apart (each waited for): that
      * price less the interval of a step whose drafts stayed on the device
-     * (negative where the interval is longer), x = k. Its points never age
-     * (the curve's clock stays 0): the hide is the host's round trips, not
-     * the step's work, and only drafting steps measure it, so aged out it
+     * (negative where the interval is longer, as on an H100: the host's
+     * work on the step before runs in it), x = k. Its points never age (the
+     * curve's clock stays 0): it is the host's part of a step, not the
+     * device's work, and only drafting steps measure it, so aged out it
      * would be gone whenever speculation was off a while */
     sd_curve dahead;
 } sd_adapt_target;

@@ -1307,12 +1307,13 @@ static void plain_and_drafting_tiers(sd_adaptive *a, sd_accept_stats *acc, doubl
 
 /* A drafting step is priced at its phase and its verify step timed apart,
  * each waited for (only such phases give the two times), while in steady
- * state the phase runs ahead and its verify step is queued behind it:
- * fixed k = 2 ran 0.79-0.91x plain's TPOT under Poisson load on an H100
- * where adaptive k, pricing it dearer, ran ~1.00x (NOTES.md, sessions 44
- * and 48). A step whose drafts stayed on the device is timed from the
- * step before's tokens to its own, as a queued-ahead plain step is, and
- * what that hides of the price is taken off drafting's. */
+ * state the phase runs ahead and its verify step is queued behind it (read
+ * in session 44 as why fixed k = 2 ran 0.79-0.91x plain's TPOT under
+ * Poisson load on an H100 where adaptive k ran ~1.00x; measured in session
+ * 48, the interval was 0.01 ms longer than the two: NOTES.md). A step
+ * whose drafts stayed on the device is timed from the step before's
+ * tokens to its own, as a queued-ahead plain step is, and what that hides
+ * of the price (or adds to it) is taken off drafting's. */
 TEST(a_step_whose_drafts_stay_on_the_device_is_priced_at_its_interval)
 {
     sd_adaptive a;
