@@ -1078,6 +1078,7 @@ static void publish_stats(sd_engine *e, int stepped)
     if (e->mcache)
         sd_mask_cache_counts(e->mcache, &e->stats.json_masks_found, &e->stats.json_masks_made);
     e->stats.draft_ahead_steps = e->draft_ahead_steps;
+    e->stats.draft_ahead_timed = e->draft_ahead_timed;
     e->stats.gemm_trials =
         e->be->ops->gemm_trials ? (uint64_t)e->be->ops->gemm_trials(e->be) : 0;
     e->stats.prompt_steps = e->prompt_steps;
@@ -1993,9 +1994,11 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
      * its verify step timed apart, each waited for, leave the host's work
      * out of (on an H100 the interval was 0.01 ms longer than the two on
      * average; NOTES.md, session 48) */
-    if (!prompt_rows && L->gathered && e->dahead_k > 0 && e->dahead_n == s->n_seq && after_read)
+    if (!prompt_rows && L->gathered && e->dahead_k > 0 && e->dahead_n == s->n_seq && after_read) {
         sd__plan_observe(e, SD_OBS_DRAFT_AHEAD, e->dahead_nd, s->n_seq,
                          (double)(t_end - e->last_read_ns) * 1e-9, e->dahead_k);
+        e->draft_ahead_timed++;
+    }
     e->dahead_k = 0;
     e->last_read_ns = prompt_rows ? 0 : t_end;
     e->last_read_n = s->n_seq;

@@ -240,8 +240,11 @@ typedef struct sd_engine_stats {
      * (--launch-ahead): the host's work between steps ran while the GPU did */
     uint64_t ahead_steps;
     /* verify steps that took their drafts on the device, queued before
-     * the drafts reached the host (--draft-ahead) */
-    uint64_t draft_ahead_steps;
+     * the drafts reached the host (--draft-ahead), and of those the ones
+     * timed from the step before's tokens to their own (the batch as at
+     * the drafting phase, no prompt rows; adaptive k learns from them what
+     * drafting ahead hides of its price: sd_adaptive_observe_draft_ahead) */
+    uint64_t draft_ahead_steps, draft_ahead_timed;
     /* logits rows brought to the host (the rows of requests that want log
      * probabilities or whose logits a processor changes: bias, penalties,
      * JSON, min_tokens; the other requests of the step choose their tokens

@@ -299,7 +299,7 @@ struct sd_engine {
     uint64_t ahead_steps; /* sd_engine_stats.ahead_steps */
     uint64_t host_rows, host_steps; /* sd_engine_stats.logits_host_{rows,steps} */
     uint64_t ahead_refused[SD_AHEAD_CAUSES]; /* sd_engine_stats.ahead_refused */
-    uint64_t draft_ahead_steps; /* sd_engine_stats.draft_ahead_steps */
+    uint64_t draft_ahead_steps, draft_ahead_timed; /* sd_engine_stats.draft_ahead_* */
     /* sampled steps verified on the backend (engine.c launch_dev_accept):
      * probabilities scratch (max_out, V), draft distributions (ov, k_max, V)
      * with a model proposer, packed ints (row0, n_draft, drafts, n_acc, out)

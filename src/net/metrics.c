@@ -249,6 +249,10 @@ static void draft_length_series(sd_buf *o, const sd_engine_stats *es)
            "Verify steps queued before their drafts reached the host, taking them on the device "
            "(--draft-ahead).",
            (double)es->draft_ahead_steps);
+    scalar(o, "specd_spec_draft_ahead_timed_total", "counter",
+           "Verify steps that took their drafts on the device timed from the step before's tokens "
+           "(adaptive k learns what drafting ahead hides of its price from them).",
+           (double)es->draft_ahead_timed);
     label_series(o, "specd_launch_ahead_refused_steps_total",
                  "Steps not queued ahead of the step before them, by the first reason found "
                  "(host_tokens: chosen on the host; arrivals: requests join; host_rows: a "

@@ -865,6 +865,7 @@ TEST(adaptive_k_learns_drafting_costs_only_from_steps_without_prompt_rows)
     ASSERT_GT(st.spec_draft_observed, 0);
     ASSERT_GE(st.spec_draft_phases - st.spec_draft_observed, 1);
     ASSERT_LE(st.spec_draft_phases - st.spec_draft_observed, 3);
+    ASSERT_EQ(st.draft_ahead_timed, 0); /* (no draft ahead) */
     /* no graphs on the CPU: every proposer pass runs eagerly, none is a
      * graph shape's one-off, and no phase is left out for one */
     ASSERT_EQ(st.spec_draft_oneoff, 0);
@@ -878,6 +879,13 @@ TEST(adaptive_k_learns_drafting_costs_only_from_steps_without_prompt_rows)
     sd_engine_destroy(e);
     ASSERT_EQ(st.spec_draft_observed, 0);
     ASSERT_GT(st.draft_ahead_steps, 0);
+    /* and the steps that took them, at the batch of their phase, were
+     * timed from the step before's tokens (what adaptive k prices a
+     * drafting step ahead at; a fixed k prices nothing) */
+    fprintf(stderr, "  draft-ahead steps %llu, timed %llu\n",
+            (unsigned long long)st.draft_ahead_steps, (unsigned long long)st.draft_ahead_timed);
+    ASSERT_GT(st.draft_ahead_timed, 0);
+    ASSERT_LE(st.draft_ahead_timed, st.draft_ahead_steps);
 }
 
 /* A request's stop token ids end it like eos (a chat template's end of turn). */

@@ -192,6 +192,7 @@ TEST(engine_series_and_exact_accepted_length_histogram)
     es.spec_graph_cache_full = 7;
     es.ahead_steps = 12;
     es.draft_ahead_steps = 5;
+    es.draft_ahead_timed = 4;
     es.gemm_trials = 9;
     es.prompt_steps = 11;
     es.prompt_graph_steps = 7;
@@ -230,6 +231,7 @@ TEST(engine_series_and_exact_accepted_length_histogram)
     ASSERT_NEAR(series(b.p, "specd_spec_graph_cache_full_total"), 7, 0);
     ASSERT_NEAR(series(b.p, "specd_launch_ahead_steps_total"), 12, 0);
     ASSERT_NEAR(series(b.p, "specd_spec_draft_ahead_steps_total"), 5, 0);
+    ASSERT_NEAR(series(b.p, "specd_spec_draft_ahead_timed_total"), 4, 0);
     ASSERT_NEAR(series(b.p, "specd_gemm_trials_total"), 9, 0);
     ASSERT_NEAR(series(b.p, "specd_prompt_steps_total"), 11, 0);
     ASSERT_NEAR(series(b.p, "specd_prompt_graph_steps_total"), 7, 0);
