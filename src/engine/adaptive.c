@@ -747,10 +747,9 @@ static void step_parts(const sd_adaptive *a, int batch, int drafting, int k, con
     const sd_curve *d1 = draft_curve_of(a, drafting, 1, borrow, &s1);
     const int xk = sd_row_bucket(step_rows(batch, drafting, k));
     const sd_curve *tk = target_curve(a, batch, xk);
-    const double t = curve_eval(tk ? tk : tc, xk, NULL, 0);
+    *tt = curve_eval(tk ? tk : tc, xk, NULL, 0);
     double sk;
     const sd_curve *dk = draft_curve_of(a, drafting, k, borrow, &sk);
-    *tt = t;
     *td = dk ? sk * curve_eval(dk, k, NULL, hope) : d1 ? s1 * curve_eval(d1, k, NULL, hope) : 0;
 }
 
