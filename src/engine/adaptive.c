@@ -1007,6 +1007,35 @@ int sd_adaptive_cohort(const sd_adaptive *a, const sd_accept_stats *acc, int joi
     return kk > 0 ? why : 0;
 }
 
+int sd_adaptive_measure_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch,
+                          int drafting)
+{
+    if (batch < 1)
+        batch = 1;
+    drafting = drafting < 1 ? 1 : drafting > batch ? batch : drafting;
+    const int kmax = a->k_max < SD_ACCEPT_POSITIONS ? a->k_max : SD_ACCEPT_POSITIONS;
+    const sd_curve *tc = target_curve(a, batch, sd_row_bucket(batch));
+    if (kmax < 1 || !tc || tc->n == 0)
+        return 0;
+    const double t0 = plain_cost(a, batch, tc);
+    if (t0 <= 0)
+        return 0;
+    /* the step of the deepest measured k below (else plain decode's) */
+    double below = t0;
+    int k = 1;
+    for (; k <= kmax && k_measured(a, batch, drafting, k); k++)
+        below = step_cost(a, batch, drafting, k, tc, 0, 0, NULL, NULL);
+    if (k > kmax)
+        return 0;
+    double ex[SD_ACCEPT_POSITIONS + 1], rates[SD_ACCEPT_POSITIONS + 1];
+    expectations(a, acc, kmax, 0, ex, rates);
+    /* a step of more drafts costs at least one of fewer: at that price
+     * the deepest k must beat plain decode by the margin (its tokens grow
+     * with k, its bound does not) */
+    const double most = (batch - drafting + drafting * ex[kmax]) / below;
+    return most > batch / t0 * (1 + a->margin) ? k : 0;
+}
+
 uint64_t sd_cohort_gap_end(sd_cohort_gap *g, uint64_t step)
 {
     if (!g->gap)

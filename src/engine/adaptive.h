@@ -347,6 +347,21 @@ int sd_adaptive_admit_off(sd_adaptive *a, const sd_accept_stats *acc, int joins,
 enum { SD_COHORT_MEASURED = 1, SD_COHORT_HOPED = 2, SD_COHORT_DEMAND = 3 };
 /* k (may be NULL): the k of that price */
 int sd_adaptive_cohort(const sd_adaptive *a, const sd_accept_stats *acc, int joins, int *k);
+/* Where a cohort settles and the pick says plain at the running batch:
+ * the shallowest k not measured there (its target rows or its drafting
+ * phase) that could still pay, so the pick decides on measured prices of
+ * the deeper k (0: every k measured, or none could pay). A deeper step
+ * costs at least the deepest measured one below it, so where even k_max's
+ * tokens at that price do not beat plain decode by the margin nothing is
+ * worth measuring. Under Poisson arrivals on the bundled model's MTP (an
+ * H100, c = 16) one draft each lost at 12 requests (54.0 tokens a ms
+ * against plain's 59.8) and two lost (58.8), while three paid (64.1), and
+ * the pick extrapolates one k past the measured ones: cohorts that settled
+ * at one or two drafts ended plain at 9-13 requests, and a run's stream went plain
+ * for half its steps before a dip to a few requests measured the deeper
+ * k (NOTES.md, session 49). */
+int sd_adaptive_measure_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch,
+                          int drafting);
 /* Engine steps from a cohort's end to the next one a step's price starts
  * (not one the output rate starts: sd_adaptive_demand_k). At 16 requests
  * under Poisson arrivals (the bundled model's MTP, an H100) a cohort began

@@ -2099,7 +2099,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
          * (left on, it froze the count of zeros and held off the demand
          * pick: EAGLE-3 at c = 16 on an H100 ran plain with it on for 6900
          * steps; NOTES.md, session 47) */
-        int k = e->spec_k, cohort_k = 0, demand_pick = 0;
+        int k = e->spec_k, cohort_k = 0, demand_pick = 0, measure_pick = 0;
         if (k < 0 && e->n_running > 0 && off == e->n_running) {
             k = 0;
             sd_adaptive_no_pick(&e->adapt);
@@ -2107,18 +2107,27 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
             k = cohort_k = e->cohort_k;
             /* the settle (every running request tracks): the pick at the
              * running batch, with its measuring steps (explorations,
-             * neighbours, deeper tries), the cohort's k where it says
-             * plain. Drafting at the cohort's one k the batch grew past
-             * the row tier that k pays below (k = 1 at 15-16 requests,
-             * 30-32 rows, on an H100), where it then ended plain; and
-             * deeper k were never measured at the batches drafting runs at
-             * (NOTES.md, session 48) */
+             * neighbours, deeper tries), where it says plain a deeper k
+             * not yet measured that could pay, else the cohort's k.
+             * Drafting at the cohort's one k the batch grew past the row
+             * tier that k pays below (k = 1 at 15-16 requests, 30-32 rows,
+             * on an H100), where it then ended plain; and deeper k were
+             * never measured at the batches drafting runs at (NOTES.md,
+             * sessions 48-49) */
             if (e->cohort_all) {
                 e->adapt.keys = next_keys(e, e->n_running);
                 const int pk =
                     sd_adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running, e->n_running - off);
-                if (pk > 0 || e->adapt.exploring || e->adapt.refresh_at) {
-                    k = pk;
+                /* where it says plain, a deeper k not yet measured here
+                 * that could pay is measured before the cohort ends
+                 * (sd_adaptive_measure_k) */
+                const int mk = pk > 0 || e->adapt.exploring || e->adapt.refresh_at
+                                   ? 0
+                                   : sd_adaptive_measure_k(&e->adapt, &e->acc_all, e->n_running,
+                                                           e->n_running - off);
+                if (pk > 0 || e->adapt.exploring || e->adapt.refresh_at || mk) {
+                    k = mk ? mk : pk;
+                    measure_pick = mk > 0;
                     cohort_k = 0;
                 }
             }
@@ -2221,6 +2230,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
                             : probe        ? SD_KWHY_PROBE
                             : cohort_k     ? SD_KWHY_COHORT
                             : demand_pick  ? SD_KWHY_DEMAND
+                            : measure_pick ? SD_KWHY_EXPLORE
                                            : e->adapt.why;
             int waiting = 0; /* (not the ones this step ended: reap() takes them next) */
             for (int i = 0; i < e->n_running; i++)

@@ -1418,6 +1418,69 @@ TEST(a_cohort_that_ends_plain_doubles_the_gap_to_the_next)
     ASSERT_EQ(sd_cohort_gap_end(&g, at + 5000), at + 5000 + SD_COHORT_GAP_MIN);
 }
 
+/* A fresh controller (plain priced queued ahead) whose 2000 drafts of 4
+ * were each accepted with probability p given the ones before, at 12
+ * requests: plain decode 0.201 ms, one draft each 24 rows in 0.313 ms and
+ * the phase 0.115 (the bundled model's MTP under Poisson arrivals on an
+ * H100, c = 16) */
+static void at_12_one_draft(sd_adaptive *a, sd_accept_stats *acc, double p)
+{
+    fresh(a, acc);
+    a->ahead = 1;
+    for (int i = 0; i < 2000; i++) {
+        double u = (i + 0.5) / 2000, pj = 1;
+        int n = 0;
+        while (n < 4 && u < (pj *= p))
+            n++;
+        sd_accept_stats_add(acc, 4, n);
+    }
+    static const double pts[][3] = {{12, 12, 0.201e-3}, {12, 24, 0.313e-3}};
+    observe_ring(a, pts, 2, 12, 0.115e-3);
+}
+
+/* SD_CURVE_RING steps of every one of 12 requests drafting k: `rows` target
+ * rows in t, the phase in td */
+static void at_12_drafting(sd_adaptive *a, int k, double t, double td)
+{
+    for (int i = 0; i < SD_CURVE_RING; i++) {
+        sd_adaptive_observe_target(a, 12, 12 * (1 + k), t);
+        sd_adaptive_observe_draft(a, 12, k, td);
+    }
+}
+
+/* Where a cohort settles and the pick says plain, the deeper k are measured
+ * before the verdict (the same stream: one draft each 54 tokens a ms
+ * against plain's 59.7, two 58.7, three 64.1; the pick looks one k past
+ * the measured ones only, and the cohort ended plain; NOTES.md, session
+ * 49) */
+TEST(a_cohort_settle_measures_the_deeper_k_before_its_verdict)
+{
+    sd_adaptive a;
+    sd_accept_stats acc;
+    at_12_one_draft(&a, &acc, 0.87);
+    ASSERT(sd_adaptive_informed(&a, 12));
+    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 12), 0);
+    ASSERT_EQ(sd_adaptive_measure_k(&a, &acc, 12, 12), 2);
+    at_12_drafting(&a, 2, 0.318e-3, 0.240e-3);
+    ASSERT_EQ(sd_adaptive_best_k(&a, &acc, 12), 0);
+    ASSERT_EQ(sd_adaptive_measure_k(&a, &acc, 12, 12), 3);
+    at_12_drafting(&a, 3, 0.343e-3, 0.291e-3);
+    ASSERT_GE(sd_adaptive_best_k(&a, &acc, 12), 3);
+    /* every k measured: nothing left to measure */
+    at_12_drafting(&a, 4, 0.364e-3, 0.377e-3);
+    ASSERT_GE(sd_adaptive_best_k(&a, &acc, 12), 3);
+    ASSERT_EQ(sd_adaptive_measure_k(&a, &acc, 12, 12), 0);
+    /* drafts rarely accepted: at one draft's price even four drafts'
+     * tokens do not beat plain decode, and nothing deeper is measured */
+    sd_adaptive b;
+    sd_accept_stats bcc;
+    at_12_one_draft(&b, &bcc, 0.3);
+    ASSERT_EQ(sd_adaptive_best_k(&b, &bcc, 12), 0);
+    ASSERT_EQ(sd_adaptive_measure_k(&b, &bcc, 12, 12), 0);
+    /* nor at a batch with no price */
+    ASSERT_EQ(sd_adaptive_measure_k(&b, &bcc, 40, 40), 0);
+}
+
 TEST(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests)
 {
     sd_adaptive a;
@@ -1735,6 +1798,7 @@ TEST(bursts_that_start_short_draft_again)
 TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draft_again),
           T(a_step_whose_drafts_stay_on_the_device_is_priced_at_its_interval),
           T(a_cohort_that_ends_plain_doubles_the_gap_to_the_next),
+          T(a_cohort_settle_measures_the_deeper_k_before_its_verdict),
           T(an_arrival_among_plain_requests_is_priced_drafting_alone),
           T(a_plain_batch_that_grew_admits_a_cohort_where_every_request_drafting_pays),
           T(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests),
