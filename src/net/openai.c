@@ -601,14 +601,18 @@ static void strip_bounds(json_t *sch)
 }
 
 /* Compiles r->schema_text to check it: through r->schemas where the server
- * gave its engine's cache (put back at once: it stays there, idle, for the
- * engine's look-up of the same text), else alone. 0, or the compiler's error. */
+ * gave its engine's cache (held there, r->held, in place of the schema it
+ * replaces, until sd_oai_request_free: the engine's look-up of the same
+ * text finds it), else alone. 0, or the compiler's error. */
 static int check_schema(sd_oai_request *r, sd_err *ce)
 {
     if (r->schemas) {
         const sd_jschema *s = NULL;
         const int rc = sd_schema_cache_get(r->schemas, r->schema_text, &s, ce);
-        sd_schema_cache_put(r->schemas, s);
+        if (!rc) {
+            sd_schema_cache_put(r->schemas, r->held);
+            r->held = s;
+        }
         return rc;
     }
     sd_jschema *cs = NULL;
@@ -1390,6 +1394,8 @@ int sd_oai_parse_tokenize(const char *body, size_t len, const char *served_model
 
 void sd_oai_request_free(sd_oai_request *r)
 {
+    if (r->schemas)
+        sd_schema_cache_put(r->schemas, r->held);
     free(r->model);
     for (int i = 0; i < r->n_prompts; i++) {
         free(r->prompts[i].text);

@@ -94,8 +94,12 @@ typedef struct sd_oai_request {
     char *schema_text;     /* response_format json_schema's schema, or a forced tool call's
                             * (owned; gen.json_schema) */
     /* the cache the schema was compiled through to check it (sd_oai_parse's
-     * schemas; NULL: compiled alone and freed) */
+     * schemas; NULL: compiled alone and freed), and the compiled schema of
+     * schema_text held there until the request is freed, so that the
+     * engine's look-up at submission finds it whatever schemas other
+     * requests brought meanwhile (it never compiles on the loop thread) */
     struct sd_schema_cache *schemas;
+    const struct sd_jschema *held;
     /* tool_choice that forces a call: 1 a named function (forced_name), 2
      * required (a JSON array of calls); the reply is decoded to that schema */
     int tool_forced;

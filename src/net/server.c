@@ -142,7 +142,7 @@ struct sd_server {
     uv_signal_t sigterm, sigint;
     uv_timer_t watchdog, drain_timer;
     int handles_open;
-    int n_encoding; /* prompts being tokenized on the thread pool */
+    int n_pool; /* requests parsed or tokenized on the thread pool (pool_done) */
     uint64_t watchdog_usec, wd_last_step;
     /* model loading on a worker thread */
     uv_work_t load;
@@ -885,13 +885,26 @@ static size_t text_bytes(const sd_oai_request *r)
     return n + 1024 * json_array_size(r->tools); /* (their JSON, roughly) */
 }
 
-/* A validated request on its way to the engine (or to /tokenize's answer). */
+/* A request on its way to the engine (or to /tokenize's answer): parsed
+ * and validated (validate), its prompts tokenized (encode), each on the
+ * loop thread or the pool (route_prompt says which). */
 typedef struct pending {
     uv_work_t w;
     sd_server *s;
     sd_http_req *req; /* NULL once the client went away */
     uint64_t rid;
     int tokenize; /* POST /tokenize, not a generation */
+    sd_oai_kind kind;
+    /* the pool parses too (pool_work): the body, copied (the request is
+     * freed if its client leaves meanwhile), and what the loop thread read
+     * of the server for it at its arrival */
+    int prep;
+    char *body;
+    size_t len;
+    sd_schema_cache *schemas; /* the engine's, or NULL */
+    int nr;                   /* not_ready() at its arrival: nr_e */
+    sd_api_error nr_e;
+    int vrc; /* validate's: 0, or e says why */
     sd_oai_request r;
     int np;         /* prompts: the batch's (chat: 1) */
     int n_enc;      /* those encoded */
@@ -900,6 +913,9 @@ typedef struct pending {
     int rc;
     int think_open; /* the chat prompt ends with <think> */
     sd_api_error e;
+    /* json_after done on the pool already: its result (0, or after_e) */
+    int after_done, after_rc;
+    sd_api_error after_e;
 } pending;
 
 /* completions' echo: the text of prompt pi of the request (as the client
@@ -939,6 +955,35 @@ static int encode(sd_server *s, pending *p)
     return 0;
 }
 
+/* A chat reply that begins inside the model's reasoning (the prompt ends
+ * with <think>), or that may open one (--reasoning-parser: Qwen3 opens its
+ * own): a schema (response_format, a forced call) holds for the text after
+ * </think>, not for the reasoning. 0, or e set (500). */
+static int json_after(sd_server *s, pending *p, sd_api_error *e)
+{
+    if (p->r.kind != SD_OAI_CHAT || !(p->think_open || s->reasoning))
+        return 0;
+    return sd_oai_json_after(&p->r, p->think_open ? NULL : "<think>", "</think>",
+                             s->think_special, e);
+}
+
+/* Parses and validates p's body (the route's kind) and, where the server
+ * was ready at its arrival (p->nr clear), decodes a forced call in the
+ * model's own format where its template has one: p->vrc, 0 or p->e set.
+ * Runs on the loop thread or the pool: it reads only what the server does
+ * not change once the request could pass (model_name from the start; the
+ * tokenizer, template and reasoning flags once ready, until every pooled
+ * request is done: check_drained) and the thread-safe schema cache. */
+static void validate(sd_server *s, pending *p, const char *body, size_t len)
+{
+    int rc = p->tokenize
+                 ? sd_oai_parse_tokenize(body, len, s->model_name, p->schemas, &p->r, &p->e)
+                 : sd_oai_parse(p->kind, body, len, s->model_name, p->schemas, &p->r, &p->e);
+    if (!rc && !p->nr && !p->tokenize && p->r.tool_forced && s->ct)
+        rc = sd_oai_force_format(&p->r, sd_chat_template_tool_format(s->ct), &p->e);
+    p->vrc = rc;
+}
+
 static void pending_free(pending *p)
 {
     for (int i = 0; p->ids && i < p->np; i++)
@@ -946,6 +991,7 @@ static void pending_free(pending *p)
     free(p->ids);
     free(p->n);
     sd_oai_request_free(&p->r);
+    free(p->body);
     free(p);
 }
 
@@ -1022,12 +1068,10 @@ static void generate_submit(sd_server *s, pending *p)
             reply_free(rp);
             goto oom;
         }
-    /* a reply that begins inside the model's reasoning (the prompt ends
-     * with <think>), or that may open one (--reasoning-parser: Qwen3 opens
-     * its own): a schema (response_format, a forced call) holds for the
-     * text after </think>, not for the reasoning */
-    if (r->kind == SD_OAI_CHAT && (p->think_open || s->reasoning) &&
-        sd_oai_json_after(r, p->think_open ? NULL : "<think>", "</think>", s->think_special, &e)) {
+    /* the schema after the reasoning (json_after; done on the pool where
+     * the request was parsed there: its error is told here all the same) */
+    if (p->after_done ? p->after_rc : json_after(s, p, &p->after_e)) {
+        e = p->after_e;
         reply_free(rp);
         goto fail;
     }
@@ -1148,39 +1192,111 @@ static void encoded(sd_server *s, pending *p)
     }
 }
 
-static void encode_work(uv_work_t *w)
+/* The pool's part of a request: with p->prep its parse and validation,
+ * then (the server ready at its arrival) its prompts' tokenization and the
+ * schema after the reasoning, every schema compilation it needs (up to
+ * ~25 ms each) thus off the loop thread; else the tokenization alone. */
+static void pool_work(uv_work_t *w)
 {
     pending *p = w->data;
+    if (p->prep) {
+        validate(p->s, p, p->body, p->len);
+        if (p->vrc || p->nr)
+            return;
+    }
     p->rc = encode(p->s, p);
+    if (p->prep && !p->rc && !p->tokenize) {
+        p->after_rc = json_after(p->s, p, &p->after_e);
+        p->after_done = 1;
+    }
 }
 
-static void encode_done(uv_work_t *w, int status)
+/* An error before tokenization (validate's, or the server not ready),
+ * answered as route_prompt always has. Consumes p. */
+static void reject_early(sd_server *s, pending *p, sd_http_req *req, const sd_api_error *e)
+{
+    const char *extra = e->status == 503 && !s->draining ? "Retry-After: 5\r\n" : NULL;
+    sd_api_error copy = *e;
+    uint64_t rid = p->rid;
+    int counts = !p->tokenize;
+    pending_free(p);
+    reject(s, req, rid, &copy, extra, counts);
+}
+
+static void pool_done(uv_work_t *w, int status)
 {
     pending *p = w->data;
     sd_server *s = p->s;
-    s->n_encoding--;
-    if (!p->req) { /* the client left while its prompt was tokenized */
+    s->n_pool--;
+    if (!p->req) { /* the client left while its request was on the pool */
         pending_free(p);
     } else {
-        sd_http_on_abort(p->req, NULL, NULL);
+        sd_http_req *req = p->req;
+        sd_http_on_abort(req, NULL, NULL);
         if (status < 0) {
             p->rc = sd_api_error_set(&p->e, 503, NULL, "shutting_down",
                                      "the server is shutting down");
+            encoded(s, p);
+        } else if (p->prep && p->vrc) {
+            reject_early(s, p, req, &p->e);
+        } else if (p->prep && p->nr) {
+            reject_early(s, p, req, &p->nr_e);
+        } else {
+            encoded(s, p);
         }
-        encoded(s, p);
     }
     check_drained(s);
 }
 
-static void encode_abort(void *user, sd_http_req *req)
+static void pool_abort(void *user, sd_http_req *req)
 {
     pending *p = user;
-    (void)req;
+    sd_log_info("request %llu: connection to %s closed while the request was on the thread pool",
+                (unsigned long long)p->rid, sd_http_peer(req));
     p->req = NULL;
 }
 
-/* Parses and validates the body, then tokenizes: inline when small, else on
- * the thread pool (the client may leave meanwhile). */
+static void pool_queue(sd_server *s, pending *p)
+{
+    p->w.data = p;
+    sd_http_on_abort(p->req, pool_abort, p);
+    s->n_pool++;
+    uv_queue_work(s->loop, &p->w, pool_work, pool_done);
+}
+
+/* Whether parsing body may compile a JSON schema: its response_format is a
+ * json_schema, or its tool_choice forces a call (required, or a named
+ * function). Told from the raw bytes, without parsing: the words appear
+ * there, or a \u escape of an ASCII character, which could spell them.
+ * Either way the request is parsed on the pool: a schema's compilation
+ * takes up to ~25 ms (json_schema's DFA steps are capped; NOTES), and a
+ * client may send a new schema text with every request, which on the loop
+ * thread would stall every stream and /health meanwhile. (A body that only
+ * mentions the words is parsed on the pool too: one hop, no harm; a
+ * json_object's schema after the reasoning, json_after, is one small text
+ * of the cache's, compiled once.) */
+static int may_compile_schema(const char *body, size_t len)
+{
+    static const char *const words[] = {"json_schema", "tool_choice"};
+    if (!body)
+        return 0;
+    for (size_t i = 0; i < SD_ARRAY_LEN(words); i++)
+        if (memmem(body, len, words[i], strlen(words[i])))
+            return 1;
+    const char *end = body + len;
+    for (const char *q = body; (q = memmem(q, (size_t)(end - q), "\\u00", 4)); q += 4)
+        if (end - q > 4 && q[4] >= '0' && q[4] <= '7')
+            return 1;
+    return 0;
+}
+
+/* Parses and validates the body, then tokenizes. Inline, on the loop
+ * thread, for a small body that compiles no schema (no latency added to
+ * plain requests); on the thread pool for one that may compile a schema or
+ * is larger than SD_INLINE_ENCODE_BYTES (a 1 MiB body's parse is
+ * milliseconds too), and for a prompt too long to tokenize inline. The
+ * client may leave while its request is on the pool (pool_abort), and a
+ * drain waits for it (n_pool). */
 static void route_prompt(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_kind kind,
                          int tokenize)
 {
@@ -1193,22 +1309,29 @@ static void route_prompt(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_ki
     p->req = req;
     p->rid = rid;
     p->tokenize = tokenize;
+    p->kind = kind;
+    p->schemas = s->engine ? sd_engine_schemas(s->engine) : NULL;
+    p->nr = not_ready(s, &p->nr_e) != 0;
     size_t len;
     const char *body = sd_http_body(req, &len);
-    sd_schema_cache *schemas = s->engine ? sd_engine_schemas(s->engine) : NULL;
-    int rc = tokenize ? sd_oai_parse_tokenize(body, len, s->model_name, schemas, &p->r, &p->e)
-                      : sd_oai_parse(kind, body, len, s->model_name, schemas, &p->r, &p->e);
-    if (!rc)
-        rc = not_ready(s, &p->e);
-    /* a forced call in the model's own format, where its template has one */
-    if (!rc && !tokenize && p->r.tool_forced && s->ct)
-        rc = sd_oai_force_format(&p->r, sd_chat_template_tool_format(s->ct), &p->e);
-    if (rc) {
-        const char *extra =
-            p->e.status == 503 && !s->draining ? "Retry-After: 5\r\n" : NULL;
-        sd_api_error e = p->e;
-        pending_free(p);
-        reject(s, req, rid, &e, extra, !tokenize);
+    if (len > SD_INLINE_ENCODE_BYTES || may_compile_schema(body, len)) {
+        p->body = malloc(len + 1);
+        if (!p->body) {
+            pending_free(p);
+            sd_http_respond_error(req, 500, NULL, "out_of_memory", NULL, "out of memory");
+            return;
+        }
+        if (len)
+            memcpy(p->body, body, len);
+        p->body[len] = 0;
+        p->len = len;
+        p->prep = 1;
+        pool_queue(s, p);
+        return;
+    }
+    validate(s, p, body, len);
+    if (p->vrc || p->nr) {
+        reject_early(s, p, req, p->vrc ? &p->e : &p->nr_e);
         return;
     }
     if (text_bytes(&p->r) <= SD_INLINE_ENCODE_BYTES) {
@@ -1216,10 +1339,7 @@ static void route_prompt(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_ki
         encoded(s, p);
         return;
     }
-    p->w.data = p;
-    sd_http_on_abort(req, encode_abort, p);
-    s->n_encoding++;
-    uv_queue_work(s->loop, &p->w, encode_work, encode_done);
+    pool_queue(s, p);
 }
 
 static void route_generate(sd_server *s, sd_http_req *req, uint64_t rid, sd_oai_kind kind)
@@ -1560,7 +1680,7 @@ static void close_all(sd_server *s)
 
 static void check_drained(sd_server *s)
 {
-    if (!s->draining || s->closing || s->n_jobs || s->loading || s->n_encoding)
+    if (!s->draining || s->closing || s->n_jobs || s->loading || s->n_pool)
         return;
     sd_log_info("shutdown: drained");
     close_all(s);

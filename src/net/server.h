@@ -41,7 +41,10 @@ int sd_server_exit_status(const sd_server *s);
 /* After uv_run returned. */
 void sd_server_free(sd_server *s);
 /* Runs bytes through a socketless connection (same parser, limits, routes and
- * validation); responses are appended to out. For the fuzzer. */
+ * validation); responses are appended to out. For the fuzzer. A request
+ * the server parses or tokenizes on the thread pool (a body over 16 KiB,
+ * or one that may compile a JSON schema) gets no response: the connection
+ * ends before the pool is done. */
 struct sd_buf;
 void sd_server_feed(sd_server *s, const void *data, size_t len, struct sd_buf *out);
 

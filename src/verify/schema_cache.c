@@ -1,6 +1,7 @@
 #include "verify/schema_cache.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,11 @@ struct sd_schema_cache {
     int n, cap, max_idle;
     uint64_t clock, compiled, found;
 };
+
+/* (set by tests only: sd_schema_cache_set_test_hook) */
+static _Atomic(sd_schema_cache_hook *) test_hook;
+
+void sd_schema_cache_set_test_hook(sd_schema_cache_hook *fn) { atomic_store(&test_hook, fn); }
 
 static uint64_t text_hash(const char *t, size_t n)
 {
@@ -94,6 +100,9 @@ int sd_schema_cache_get(sd_schema_cache *c, const char *text, const sd_jschema *
     pthread_mutex_unlock(&c->mu);
     /* compiled outside the lock (a large schema takes a while); two gets of
      * one new text may both compile it: each keeps its own entry */
+    sd_schema_cache_hook *hook = atomic_load(&test_hook);
+    if (hook)
+        hook(text);
     sd_jschema *s = NULL;
     int rc = sd_jschema_compile(text, len, &s, err);
     if (rc)

@@ -27,4 +27,11 @@ void sd_schema_cache_put(sd_schema_cache *c, const sd_jschema *s);
 /* compilations so far, and the gets that found one */
 void sd_schema_cache_counts(sd_schema_cache *c, uint64_t *compiled, uint64_t *found);
 
+/* Test-only: fn (NULL: none, the default) is called with the text at the
+ * start of every compilation a get makes, on the thread that compiles, in
+ * every cache of the process (tests/net/test_server.c holds one there to
+ * see that the server goes on answering meanwhile). */
+typedef void sd_schema_cache_hook(const char *text);
+void sd_schema_cache_set_test_hook(sd_schema_cache_hook *fn);
+
 #endif

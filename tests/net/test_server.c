@@ -1,12 +1,17 @@
 /* The server's routes, auth and validation through real sockets, with the
  * server running in this process and no model (model routes answer 503):
- * everything a request meets before the engine. */
+ * everything a request meets before the engine; and, with the small test
+ * model, that a request's schema compilation leaves the loop thread free. */
+#include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 
+#include "net/openai.h"
 #include "net/server.h"
 #include "test.h"
 #include "rawclient.h"
+#include "verify/schema_cache.h"
 
 #define KEY "Authorization: Bearer sekrit-key\r\n"
 
@@ -33,7 +38,9 @@ static void on_stop(uv_async_t *a)
     uv_close((uv_handle_t *)a, NULL);
 }
 
-static tsrv *start(const char *api_key)
+/* A server on an ephemeral port; model: the folder it serves (NULL: none,
+ * SD_SERVER_NO_ENGINE). */
+static tsrv *start_with(const char *api_key, const char *model)
 {
     tsrv *t = calloc(1, sizeof *t);
     sd_err err = {0};
@@ -44,9 +51,14 @@ static tsrv *start(const char *api_key)
     sd_opts_set(&t->o, SD_CMD_SERVE, "max-body", "4096", &err);
     sd_opts_set(&t->o, SD_CMD_SERVE, "header-timeout", "0.3", &err);
     sd_opts_set(&t->o, SD_CMD_SERVE, "body-timeout", "0.3", &err);
+    if (model) {
+        sd_opts_set(&t->o, SD_CMD_SERVE, "model", model, &err);
+        sd_opts_set(&t->o, SD_CMD_SERVE, "device", "cpu", &err);
+        sd_opts_set(&t->o, SD_CMD_SERVE, "max-context", "512", &err);
+    }
     uv_loop_init(&t->loop);
-    if (sd_server_start(&t->srv, &t->loop, &t->o, SD_SERVER_NO_ENGINE | SD_SERVER_NO_SIGNALS,
-                        &err)) {
+    if (sd_server_start(&t->srv, &t->loop, &t->o,
+                        (model ? 0 : SD_SERVER_NO_ENGINE) | SD_SERVER_NO_SIGNALS, &err)) {
         fprintf(stderr, "  start: %s\n", err.msg);
         return NULL;
     }
@@ -56,6 +68,8 @@ static tsrv *start(const char *api_key)
     pthread_create(&t->th, NULL, loop_main, t);
     return t;
 }
+
+static tsrv *start(const char *api_key) { return start_with(api_key, NULL); }
 
 /* Drains the server as SIGTERM does; 0 when the loop ended with every handle closed. */
 static int stop(tsrv *t)
@@ -315,10 +329,235 @@ TEST(memory_feed_runs_the_same_routes)
     sd_opts_free(&o);
 }
 
+/* ---- a schema's compilation off the loop thread -------------------------------- */
+
+/* Where a schema whose text holds HELD compiles, hold_compile (the schema
+ * cache's test hook) waits until the test releases it. */
+#define HELD "held_here"
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int held;     /* compilations waiting */
+    int released; /* they may go on */
+} latch = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+
+static void hold_compile(const char *text)
+{
+    if (!strstr(text, HELD))
+        return;
+    pthread_mutex_lock(&latch.mu);
+    latch.held++;
+    pthread_cond_broadcast(&latch.cv);
+    while (!latch.released)
+        pthread_cond_wait(&latch.cv, &latch.mu);
+    latch.held--;
+    pthread_mutex_unlock(&latch.mu);
+}
+
+static void latch_arm(void)
+{
+    pthread_mutex_lock(&latch.mu);
+    latch.released = 0;
+    pthread_mutex_unlock(&latch.mu);
+}
+
+static void latch_release(void)
+{
+    pthread_mutex_lock(&latch.mu);
+    latch.released = 1;
+    pthread_cond_broadcast(&latch.cv);
+    pthread_mutex_unlock(&latch.mu);
+}
+
+/* 1 once n compilations wait at the latch, 0 after timeout_ms */
+static int latch_wait_held(int n, int timeout_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&latch.mu);
+    while (latch.held < n && pthread_cond_timedwait(&latch.cv, &latch.mu, &until) == 0)
+        ;
+    int ok = latch.held >= n;
+    pthread_mutex_unlock(&latch.mu);
+    return ok;
+}
+
+static void *release_later(void *arg)
+{
+    (void)arg;
+    usleep(300 * 1000);
+    latch_release();
+    return NULL;
+}
+
+/* A chat request with the fields `more` (JSON members after the messages),
+ * sent on a fresh connection; its socket, or -1. */
+static int send_chat(int port, const char *more)
+{
+    int fd = dial(port);
+    if (fd < 0)
+        return -1;
+    sd_buf q = {0};
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+             "\"max_tokens\":400,\"temperature\":0,%s}",
+             more);
+    sd_buf_printf(&q, "POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\n" KEY
+                      "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                  strlen(body), body);
+    int rc = send_all(fd, q.p, q.len);
+    sd_buf_free(&q);
+    if (rc) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* the fields of a response_format json_schema request */
+#define RF(schema)                                                                         \
+    "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":" schema \
+    "}}"
+
+static int read_one(int fd, resp *r, int timeout_ms)
+{
+    rbuf b = {0};
+    memset(r, 0, sizeof *r);
+    int n = read_responses(fd, &b, r, 1, timeout_ms);
+    free(b.p);
+    return n == 1 ? r->status : -1;
+}
+
+/* While one request's schema compiles (held at the latch), the loop thread
+ * answers others: /health, and a small inline request; the held requests
+ * then end as they would have: a good schema's 200 whose content is the
+ * schema's JSON, a bad schema's 400, exactly the error sd_oai_parse gives;
+ * a client that left meanwhile is let go; and a drain waits for a held one. */
+TEST(a_schema_compiling_on_the_pool_leaves_the_loop_answering)
+{
+    char model[1024];
+    snprintf(model, sizeof model, "%s/tests/net/fixtures/tiny-chat", sd_test_srcdir());
+    char cfg[1100];
+    struct stat st;
+    snprintf(cfg, sizeof cfg, "%s/config.json", model);
+    if (stat(cfg, &st))
+        TEST_SKIP("no test model at %s", model);
+    tsrv *t = start_with("sekrit-key", model);
+    ASSERT(t);
+    resp r;
+    int health = -1;
+    for (int i = 0; i < 600 && health != 200; i++) { /* loaded and warmed up: 200 */
+        health = call(t, "GET", "/health", NULL, NULL, &r);
+        free(r.body);
+        if (health != 200)
+            usleep(100 * 1000);
+    }
+    ASSERT_EQ(health, 200);
+
+    static const char good[] = RF("{\"type\":\"object\",\"properties\":{\"" HELD "\":{\"enum\":[1]}},"
+                                  "\"required\":[\"" HELD "\"],\"additionalProperties\":false}");
+    static const char bad[] = RF("{\"type\":\"object\",\"properties\":{\"" HELD "\":{\"type\":\"objekt\"}}}");
+    /* a forced call: its tools' schema compiles in the parse too */
+    static const char gone[] = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+                               "\"parameters\":{\"type\":\"object\",\"properties\":{\"" HELD "\":"
+                               "{\"type\":\"integer\"}}}}}],\"tool_choice\":\"required\"";
+    latch_arm();
+    sd_schema_cache_set_test_hook(hold_compile);
+    int fd_good = send_chat(t->port, good);
+    int fd_bad = send_chat(t->port, bad);
+    int fd_gone = send_chat(t->port, gone);
+    /* the three compile at once, on the pool (before: the first held the
+     * loop thread, and the others were never read) */
+    int all_held = latch_wait_held(3, 5000);
+    if (fd_gone >= 0)
+        close(fd_gone); /* its client leaves while its schema compiles */
+    resp h, tk;
+    health = call(t, "GET", "/health", NULL, NULL, &h);
+    int tok = call(t, "POST", "/tokenize", KEY, "{\"prompt\":\"x\"}", &tk);
+    latch_release();
+    resp rg, rb;
+    int st_good = fd_good >= 0 ? read_one(fd_good, &rg, 30000) : -1;
+    int st_bad = fd_bad >= 0 ? read_one(fd_bad, &rb, 5000) : -1;
+    if (fd_good >= 0)
+        close(fd_good);
+    if (fd_bad >= 0)
+        close(fd_bad);
+
+    /* a drain waits for a request whose schema compiles: stop() returns
+     * once the latch is let go (release_later) and the request is done */
+    latch_arm();
+    int fd_drain = send_chat(t->port, RF("{\"enum\":[\"" HELD "\",3]}"));
+    int drain_held = latch_wait_held(1, 5000);
+    pthread_t rel;
+    pthread_create(&rel, NULL, release_later, NULL);
+    int stopped = stop(t);
+    pthread_join(rel, NULL);
+    sd_schema_cache_set_test_hook(NULL);
+    resp rd;
+    int st_drain = fd_drain >= 0 ? read_one(fd_drain, &rd, 3000) : -1;
+    if (fd_drain >= 0)
+        close(fd_drain);
+
+    /* (asserted only now: a failure above must not leave the latch held) */
+    ASSERT_MSG(health == 200, "GET /health while schemas compiled: %d", health);
+    free(h.body);
+    ASSERT_MSG(tok == 200, "POST /tokenize while schemas compiled: %d", tok);
+    ASSERT_CONTAINS(tk.body, "\"tokens\":[");
+    free(tk.body);
+    ASSERT_MSG(all_held, "the three requests' schemas did not all compile at once");
+    ASSERT_EQ(st_good, 200);
+    json_error_t je;
+    json_t *v = json_loadb(rg.body, rg.body_len, 0, &je);
+    json_t *c0 = json_array_get(json_object_get(v, "choices"), 0);
+    ASSERT_STR_EQ(json_string_value(json_object_get(c0, "finish_reason")), "stop");
+    const char *content = json_string_value(json_object_get(json_object_get(c0, "message"), "content"));
+    ASSERT(content);
+    json_t *out = json_loads(content, 0, &je);
+    ASSERT_MSG(out && json_object_size(out) == 1 &&
+                   json_integer_value(json_object_get(out, HELD)) == 1,
+               "content %s", content);
+    json_decref(out);
+    json_decref(v);
+    free(rg.body);
+    ASSERT_EQ(st_bad, 400);
+    {
+        /* the error today's parse gives for that body, to the byte */
+        char body[1024];
+        snprintf(body, sizeof body,
+                 "{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                 "\"max_tokens\":400,\"temperature\":0,%s}",
+                 bad);
+        sd_oai_request req;
+        sd_api_error e;
+        ASSERT(sd_oai_parse(SD_OAI_CHAT, body, strlen(body), "test-model", NULL, &req, &e) != 0);
+        sd_buf want = {0};
+        sd_api_error_json(&want, &e);
+        ASSERT_EQ(rb.body_len, want.len);
+        ASSERT(!memcmp(rb.body, want.p, want.len));
+        ASSERT_STR_EQ(e.param, "response_format.json_schema.schema");
+        sd_buf_free(&want);
+    }
+    free(rb.body);
+    ASSERT_MSG(drain_held, "the drain's request did not reach its compilation");
+    ASSERT_OK(stopped);
+    ASSERT_EQ(st_drain, 503); /* shutting down by the time it was parsed */
+    ASSERT(is_error_shape(&rd, "shutting_down"));
+    free(rd.body);
+}
+
 TEST_MAIN(T(every_route_but_health_needs_the_key), T(api_key_comes_from_the_environment_too),
           T(unknown_routes_404_and_wrong_methods_405),
           T(models_list_and_lookup_use_the_served_name),
           T(bodies_are_validated_before_the_model_is_needed),
           T(oversized_and_slow_bodies_get_413_and_408),
           T(metrics_are_prometheus_text_and_count_responses),
-          T(pipelined_api_requests_answer_in_order), T(memory_feed_runs_the_same_routes))
+          T(pipelined_api_requests_answer_in_order), T(memory_feed_runs_the_same_routes),
+          T(a_schema_compiling_on_the_pool_leaves_the_loop_answering))
