@@ -2125,6 +2125,10 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
                                    ? 0
                                    : sd_adaptive_measure_k(&e->adapt, &e->acc_all, e->n_running,
                                                            e->n_running - off);
+                if (mk)
+                    sd_log_debug("adaptive k: measuring k %d at batch %d as the cohort settles "
+                                 "(step %llu)",
+                                 mk, e->n_running, (unsigned long long)e->adapt.steps);
                 if (pk > 0 || e->adapt.exploring || e->adapt.refresh_at || mk) {
                     k = mk ? mk : pk;
                     measure_pick = mk > 0;
