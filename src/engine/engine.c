@@ -1736,6 +1736,14 @@ static int engine_step(sd_engine *e)
                 }
                 if (e->cohort_at)
                     r->no_spec = 0;
+                if (adaptive)
+                    sd_log_debug("adaptive k: admitted at batch %d, %d drafting, %s (step %llu): %s",
+                                 joins, drafting,
+                                 e->zero_k_steps >= SD_SPEC_OFF_AFTER ? "plain verdict" : "drafting",
+                                 (unsigned long long)e->adapt.steps,
+                                 r->no_spec     ? "speculation off"
+                                 : e->cohort_at ? "tracking the proposer (a cohort)"
+                                                : "tracking the proposer");
                 if (!r->st.queued_s)
                     r->st.queued_s = (double)(sd_now_ns() - r->t_submit) * 1e-9;
                 /* one that drafts shares only blocks with its proposer's slots */
