@@ -356,10 +356,10 @@ int sd_adaptive_cohort(const sd_adaptive *a, const sd_accept_stats *acc, int joi
  * worth measuring. Under Poisson arrivals on the bundled model's MTP (an
  * H100, c = 16) one draft each lost at 12 requests (54.0 tokens a ms
  * against plain's 59.8) and two lost (58.8), while three paid (64.1), and
- * the pick extrapolates one k past the measured ones: cohorts that settled
- * at one or two drafts ended plain at 9-13 requests, and a run's stream went plain
- * for half its steps before a dip to a few requests measured the deeper
- * k (NOTES.md, session 49). */
+ * the pick extrapolates one k past the measured ones: cohorts that
+ * settled at one or two drafts ended plain at 9-13 requests, and a run's
+ * stream went plain for half its steps before a dip to a few requests
+ * measured the deeper k (NOTES.md, session 49). */
 int sd_adaptive_measure_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch,
                           int drafting);
 /* Engine steps from a cohort's end to the next one a step's price starts

@@ -2129,15 +2129,15 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
                 /* where it says plain, a deeper k not yet measured here
                  * that could pay is measured before the cohort ends
                  * (sd_adaptive_measure_k) */
-                const int mk = pk > 0 || e->adapt.exploring || e->adapt.refresh_at
-                                   ? 0
-                                   : sd_adaptive_measure_k(&e->adapt, &e->acc_all, e->n_running,
-                                                           e->n_running - off);
+                const int picked = pk > 0 || e->adapt.exploring || e->adapt.refresh_at;
+                const int mk = picked ? 0
+                                      : sd_adaptive_measure_k(&e->adapt, &e->acc_all,
+                                                              e->n_running, e->n_running - off);
                 if (mk)
                     sd_log_debug("adaptive k: measuring k %d at batch %d as the cohort settles "
                                  "(step %llu)",
                                  mk, e->n_running, (unsigned long long)e->adapt.steps);
-                if (pk > 0 || e->adapt.exploring || e->adapt.refresh_at || mk) {
+                if (picked || mk) {
                     k = mk ? mk : pk;
                     measure_pick = mk > 0;
                     cohort_k = 0;
