@@ -1020,13 +1020,13 @@ int sd_adaptive_measure_k(const sd_adaptive *a, const sd_accept_stats *acc, int 
     const double t0 = plain_cost(a, batch, tc);
     if (t0 <= 0)
         return 0;
-    /* the step of the deepest measured k below (else plain decode's) */
-    double below = t0;
     int k = 1;
-    for (; k <= kmax && k_measured(a, batch, drafting, k); k++)
-        below = step_cost(a, batch, drafting, k, tc, 0, 0, NULL, NULL);
+    while (k <= kmax && k_measured(a, batch, drafting, k))
+        k++;
     if (k > kmax)
         return 0;
+    /* the step of the deepest measured k below (else plain decode's) */
+    const double below = k > 1 ? step_cost(a, batch, drafting, k - 1, tc, 0, 0, NULL, NULL) : t0;
     double ex[SD_ACCEPT_POSITIONS + 1], rates[SD_ACCEPT_POSITIONS + 1];
     expectations(a, acc, kmax, 0, ex, rates);
     /* a step of more drafts costs at least one of fewer: at that price

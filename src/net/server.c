@@ -1237,10 +1237,8 @@ static void pool_done(uv_work_t *w, int status)
             p->rc = sd_api_error_set(&p->e, 503, NULL, "shutting_down",
                                      "the server is shutting down");
             encoded(s, p);
-        } else if (p->prep && p->vrc) {
-            reject_early(s, p, req, &p->e);
-        } else if (p->prep && p->nr) {
-            reject_early(s, p, req, &p->nr_e);
+        } else if (p->prep && (p->vrc || p->nr)) {
+            reject_early(s, p, req, p->vrc ? &p->e : &p->nr_e);
         } else {
             encoded(s, p);
         }
