@@ -1319,6 +1319,102 @@ static double next_keys(const sd_engine *e, int n)
     return keys;
 }
 
+/* A cohort of arrivals (adaptive k; `off`: running requests not tracking
+ * the proposer) ends SD_COHORT_SETTLE steps after every running request
+ * tracks the proposer (the pick then decides on all of them drafting, at
+ * the batch drafting runs at), or at its time; until then its requests
+ * draft at the k of every request drafting's price at the running batch
+ * (tracking at k = 0 they were steps not queued ahead, ~0.1 ms dearer each
+ * on the bundled model, and the batch grew from 31 to 55 while they
+ * gathered; NOTES.md, session 45). Not where every request drafting is
+ * measured not to pay at the batch it gathered: that batch is plain
+ * decode's and the cohort's, not drafting's (NOTES.md, session 47). */
+static void cohort_step(sd_engine *e, int off)
+{
+    if (!e->cohort_at)
+        return;
+    int ck = 0;
+    const int pays = sd_adaptive_cohort(&e->adapt, &e->acc_all, e->n_running, &ck);
+    if (off == 0 && !e->cohort_all)
+        e->cohort_all = e->stats.steps + 1;
+    const int done =
+        (e->cohort_all && e->stats.steps + 1 - e->cohort_all >= SD_COHORT_SETTLE) ||
+        e->stats.steps + 1 - e->cohort_at > SD_COHORT_MAX_STEPS;
+    const int dk = pays || done ? 0 : demand_k(e, e->n_running);
+    if (pays || dk)
+        e->cohort_k = pays ? ck : dk;
+    if (done) {
+        sd_log_debug("adaptive k: the cohort ends at batch %d (step %llu), %d not tracking",
+                     e->n_running, (unsigned long long)e->adapt.steps, off);
+        e->cohort_at = e->cohort_all = 0;
+        e->cohort_next = sd_cohort_gap_end(&e->cohort_gap, e->stats.steps);
+    }
+}
+
+/* Adaptive k's k for this step (`off`: running requests not tracking the
+ * proposer); *why: the reason where it is not the pick's own
+ * (SD_KWHY_COHORT, SD_KWHY_DEMAND, or SD_KWHY_EXPLORE for a settle's
+ * measuring step), else -1 (e->adapt.why says it).
+ * No request tracks the proposer: no pick (one would be for nobody, and a
+ * 1 there, an exploration or a hope, would reset the count of zeros that
+ * admits arrivals with speculation off: each arrival would then track the
+ * proposer and stop launch ahead); an exploration the last pick began is
+ * over, as no request runs it (left on, it froze the count of zeros and
+ * held off the demand pick: EAGLE-3 at c = 16 on an H100 ran plain with it
+ * on for 6900 steps; NOTES.md, session 47). */
+static int adaptive_step_k(sd_engine *e, int off, int *why)
+{
+    int k = 0;
+    *why = -1;
+    if (e->n_running > 0 && off == e->n_running) {
+        sd_adaptive_no_pick(&e->adapt);
+    } else if (e->cohort_at) {
+        k = e->cohort_k;
+        if (k)
+            *why = SD_KWHY_COHORT;
+        /* the settle (every running request tracks): the pick at the
+         * running batch, with its measuring steps (explorations,
+         * neighbours, deeper tries), where it says plain a deeper k
+         * not yet measured that could pay, else the cohort's k.
+         * Drafting at the cohort's one k the batch grew past the row
+         * tier that k pays below (k = 1 at 15-16 requests, 30-32 rows,
+         * on an H100), where it then ended plain; and deeper k were
+         * never measured at the batches drafting runs at (NOTES.md,
+         * sessions 48-49) */
+        if (e->cohort_all) {
+            e->adapt.keys = next_keys(e, e->n_running);
+            const int pk =
+                sd_adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running, e->n_running - off);
+            /* where it says plain, a deeper k not yet measured here
+             * that could pay is measured before the cohort ends
+             * (sd_adaptive_measure_k) */
+            const int picked = pk > 0 || e->adapt.exploring || e->adapt.refresh_at;
+            const int mk = picked ? 0
+                                  : sd_adaptive_measure_k(&e->adapt, &e->acc_all,
+                                                          e->n_running, e->n_running - off);
+            if (mk)
+                sd_log_debug("adaptive k: measuring k %d at batch %d as the cohort settles "
+                             "(step %llu)",
+                             mk, e->n_running, (unsigned long long)e->adapt.steps);
+            if (picked || mk) {
+                k = mk ? mk : pk;
+                *why = mk ? SD_KWHY_EXPLORE : -1;
+            }
+        }
+    } else {
+        e->adapt.keys = next_keys(e, e->n_running);
+        k = sd_adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running, e->n_running - off);
+        /* plain at this batch, but drafting serves the rate asked for
+         * with fewer requests: the batch it would run at */
+        if (k == 0 && !e->adapt.exploring && !e->adapt.refresh_at) {
+            k = demand_k(e, e->n_running);
+            if (k)
+                *why = SD_KWHY_DEMAND;
+        }
+    }
+    return k;
+}
+
 /* ---- launch ahead ----
  * Between two decode steps the host reads the argmax, accepts and streams
  * the tokens, checks the stops, builds the next step and uploads it: 30-60
@@ -2071,86 +2167,9 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
         int off = n_not_drafting(e);
         if (e->spec_k < 0 && e->adapt.ahead && e->spec != SD_SPEC_NGRAM) /* (demand_k's) */
             demand_update(e, prompt_rows > 0);
-        /* a cohort ends SD_COHORT_SETTLE steps after every running request
-         * tracks the proposer (the pick then decides on all of them
-         * drafting, at the batch drafting runs at), or at its time; until
-         * then its requests draft at the k of every request drafting's
-         * price at the running batch (tracking at k = 0 they were steps
-         * not queued ahead, ~0.1 ms dearer each on the bundled model, and
-         * the batch grew from 31 to 55 while they gathered; NOTES.md,
-         * session 45). Not where every request drafting is measured not
-         * to pay at the batch it gathered: that batch is plain decode's
-         * and the cohort's, not drafting's (NOTES.md, session 47). */
-        if (e->cohort_at) {
-            int ck = 0;
-            const int pays = sd_adaptive_cohort(&e->adapt, &e->acc_all, e->n_running, &ck);
-            if (off == 0 && !e->cohort_all)
-                e->cohort_all = e->stats.steps + 1;
-            const int done =
-                (e->cohort_all && e->stats.steps + 1 - e->cohort_all >= SD_COHORT_SETTLE) ||
-                e->stats.steps + 1 - e->cohort_at > SD_COHORT_MAX_STEPS;
-            const int dk = pays || done ? 0 : demand_k(e, e->n_running);
-            if (pays || dk)
-                e->cohort_k = pays ? ck : dk;
-            if (done) {
-                sd_log_debug("adaptive k: the cohort ends at batch %d (step %llu), %d not tracking",
-                             e->n_running, (unsigned long long)e->adapt.steps, off);
-                e->cohort_at = e->cohort_all = 0;
-                e->cohort_next = sd_cohort_gap_end(&e->cohort_gap, e->stats.steps);
-            }
-        }
-        /* no request tracks the proposer: no pick (one would be for nobody,
-         * and a 1 there, an exploration or a hope, would reset the count of
-         * zeros that admits arrivals with speculation off: each arrival
-         * would then track the proposer and stop launch ahead); an
-         * exploration the last pick began is over, as no request runs it
-         * (left on, it froze the count of zeros and held off the demand
-         * pick: EAGLE-3 at c = 16 on an H100 ran plain with it on for 6900
-         * steps; NOTES.md, session 47) */
-        int k = e->spec_k, cohort_k = 0, demand_pick = 0, measure_pick = 0;
-        if (k < 0 && e->n_running > 0 && off == e->n_running) {
-            k = 0;
-            sd_adaptive_no_pick(&e->adapt);
-        } else if (k < 0 && e->cohort_at) {
-            k = cohort_k = e->cohort_k;
-            /* the settle (every running request tracks): the pick at the
-             * running batch, with its measuring steps (explorations,
-             * neighbours, deeper tries), where it says plain a deeper k
-             * not yet measured that could pay, else the cohort's k.
-             * Drafting at the cohort's one k the batch grew past the row
-             * tier that k pays below (k = 1 at 15-16 requests, 30-32 rows,
-             * on an H100), where it then ended plain; and deeper k were
-             * never measured at the batches drafting runs at (NOTES.md,
-             * sessions 48-49) */
-            if (e->cohort_all) {
-                e->adapt.keys = next_keys(e, e->n_running);
-                const int pk =
-                    sd_adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running, e->n_running - off);
-                /* where it says plain, a deeper k not yet measured here
-                 * that could pay is measured before the cohort ends
-                 * (sd_adaptive_measure_k) */
-                const int picked = pk > 0 || e->adapt.exploring || e->adapt.refresh_at;
-                const int mk = picked ? 0
-                                      : sd_adaptive_measure_k(&e->adapt, &e->acc_all,
-                                                              e->n_running, e->n_running - off);
-                if (mk)
-                    sd_log_debug("adaptive k: measuring k %d at batch %d as the cohort settles "
-                                 "(step %llu)",
-                                 mk, e->n_running, (unsigned long long)e->adapt.steps);
-                if (picked || mk) {
-                    k = mk ? mk : pk;
-                    measure_pick = mk > 0;
-                    cohort_k = 0;
-                }
-            }
-        } else if (k < 0) {
-            e->adapt.keys = next_keys(e, e->n_running);
-            k = sd_adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running, e->n_running - off);
-            /* plain at this batch, but drafting serves the rate asked for
-             * with fewer requests: the batch it would run at */
-            if (k == 0 && !e->adapt.exploring && !e->adapt.refresh_at)
-                k = demand_pick = demand_k(e, e->n_running);
-        }
+        cohort_step(e, off);
+        int why_k = -1;
+        int k = e->spec_k >= 0 ? e->spec_k : adaptive_step_k(e, off, &why_k);
         /* Adaptive: when drafting has not paid for a while, the running
          * requests stop tracking the proposer (its catch-up pass costs too);
          * they finish as plain decode. New requests decide on admission. */
@@ -2164,7 +2183,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
              * SD_SPEC_OFF_AFTER steps, and a tracking request stops launch
              * ahead ("tracking": 742-771 of ~4600 MTP steps at c = 64 on
              * the H100, NOTES.md, session 42) */
-            if (cohort_k || !e->adapt.exploring) /* (a demand pick is never an exploration's) */
+            if (why_k == SD_KWHY_COHORT || !e->adapt.exploring) /* (a demand pick is never an exploration's) */
                 e->zero_k_steps = k == 0 ? e->zero_k_steps + 1 : 0;
             else if (!e->adapt.ahead)
                 e->zero_k_steps = 0;
@@ -2240,9 +2259,7 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
         if (nd > 0) {
             const int why = e->spec_k >= 0 ? SD_KWHY_FIXED
                             : probe        ? SD_KWHY_PROBE
-                            : cohort_k     ? SD_KWHY_COHORT
-                            : demand_pick  ? SD_KWHY_DEMAND
-                            : measure_pick ? SD_KWHY_EXPLORE
+                            : why_k >= 0   ? why_k
                                            : e->adapt.why;
             int waiting = 0; /* (not the ones this step ended: reap() takes them next) */
             for (int i = 0; i < e->n_running; i++)
