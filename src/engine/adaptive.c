@@ -1036,6 +1036,18 @@ int sd_adaptive_measure_k(const sd_adaptive *a, const sd_accept_stats *acc, int 
     return most > batch / t0 * (1 + a->margin) ? k : 0;
 }
 
+int sd_adaptive_settle_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, int drafting,
+                         int *measuring)
+{
+    *measuring = 0;
+    const int pk = sd_adaptive_pick_k(a, acc, batch, drafting);
+    if (pk > 0 || a->exploring || a->refresh_at)
+        return pk;
+    const int mk = sd_adaptive_measure_k(a, acc, batch, drafting);
+    *measuring = mk > 0;
+    return mk ? mk : -1;
+}
+
 uint64_t sd_cohort_gap_end(sd_cohort_gap *g, uint64_t step)
 {
     if (!g->gap)

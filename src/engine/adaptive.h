@@ -362,6 +362,16 @@ int sd_adaptive_cohort(const sd_adaptive *a, const sd_accept_stats *acc, int joi
  * measured the deeper k (NOTES.md, session 49). */
 int sd_adaptive_measure_k(const sd_adaptive *a, const sd_accept_stats *acc, int batch,
                           int drafting);
+/* A cohort's settle (every running request tracks the proposer): the
+ * pick at the running batch with its measuring steps (explorations,
+ * neighbours, refreshes); where it says plain, the deeper k that
+ * sd_adaptive_measure_k would measure (*measuring: 1); else -1, the
+ * cohort's own k stands. Drafting at the cohort's one k the batch grew
+ * past the row tier that k pays below (k = 1 at 15-16 requests, 30-32
+ * rows, on an H100), where it then ended plain; and deeper k were never
+ * measured at the batches drafting runs at (NOTES.md, sessions 48-49). */
+int sd_adaptive_settle_k(sd_adaptive *a, const sd_accept_stats *acc, int batch, int drafting,
+                         int *measuring);
 /* Engine steps from a cohort's end to the next one a step's price starts
  * (not one the output rate starts: sd_adaptive_demand_k). At 16 requests
  * under Poisson arrivals (the bundled model's MTP, an H100) a cohort began

@@ -1373,32 +1373,20 @@ static int adaptive_step_k(sd_engine *e, int off, int *why)
         if (k)
             *why = SD_KWHY_COHORT;
         /* the settle (every running request tracks): the pick at the
-         * running batch, with its measuring steps (explorations,
-         * neighbours, deeper tries), where it says plain a deeper k
-         * not yet measured that could pay, else the cohort's k.
-         * Drafting at the cohort's one k the batch grew past the row
-         * tier that k pays below (k = 1 at 15-16 requests, 30-32 rows,
-         * on an H100), where it then ended plain; and deeper k were
-         * never measured at the batches drafting runs at (NOTES.md,
-         * sessions 48-49) */
+         * running batch, or a deeper k it has not measured
+         * (sd_adaptive_settle_k), else the cohort's k */
         if (e->cohort_all) {
             e->adapt.keys = next_keys(e, e->n_running);
-            const int pk =
-                sd_adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running, e->n_running - off);
-            /* where it says plain, a deeper k not yet measured here
-             * that could pay is measured before the cohort ends
-             * (sd_adaptive_measure_k) */
-            const int picked = pk > 0 || e->adapt.exploring || e->adapt.refresh_at;
-            const int mk = picked ? 0
-                                  : sd_adaptive_measure_k(&e->adapt, &e->acc_all,
-                                                          e->n_running, e->n_running - off);
-            if (mk)
+            int measuring = 0;
+            const int sk = sd_adaptive_settle_k(&e->adapt, &e->acc_all, e->n_running,
+                                                e->n_running - off, &measuring);
+            if (measuring)
                 sd_log_debug("adaptive k: measuring k %d at batch %d as the cohort settles "
                              "(step %llu)",
-                             mk, e->n_running, (unsigned long long)e->adapt.steps);
-            if (picked || mk) {
-                k = mk ? mk : pk;
-                *why = mk ? SD_KWHY_EXPLORE : -1;
+                             sk, e->n_running, (unsigned long long)e->adapt.steps);
+            if (sk >= 0) {
+                k = sk;
+                *why = measuring ? SD_KWHY_EXPLORE : -1;
             }
         }
     } else {

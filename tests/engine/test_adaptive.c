@@ -1481,6 +1481,65 @@ TEST(a_cohort_settle_measures_the_deeper_k_before_its_verdict)
     ASSERT_EQ(sd_adaptive_measure_k(&b, &bcc, 40, 40), 0);
 }
 
+/* The settle the engine runs (sd_adaptive_settle_k) on the same stream:
+ * each k it drafts is measured at the prices that stream's steps had, and
+ * it ends on a measured k = 3 or deeper, every k up to it measured on the
+ * way; where drafts are rarely accepted it leaves the cohort's k
+ * (-1) and measures nothing. */
+TEST(a_settle_drafts_each_deeper_k_until_the_pick_decides_on_measured_prices)
+{
+    /* (k: its target step, its drafting phase) */
+    static const double price[5][2] = {{0, 0},
+                                       {0.313e-3, 0.115e-3},
+                                       {0.318e-3, 0.240e-3},
+                                       {0.343e-3, 0.291e-3},
+                                       {0.364e-3, 0.377e-3}};
+    sd_adaptive a;
+    sd_accept_stats acc;
+    at_12_one_draft(&a, &acc, 0.87);
+    int measured[5] = {0, 1, 0, 0, 0}, k = -1, measuring = 0, steps = 0;
+    for (; steps < 64; steps++) {
+        k = sd_adaptive_settle_k(&a, &acc, 12, 12, &measuring);
+        ASSERT(k >= -1 && k <= 4);
+        if (measuring) {
+            ASSERT(!measured[k]); /* (each deeper k once) */
+            ASSERT(!a.exploring);
+        }
+        if (k > 0 && (measuring || a.exploring || a.refresh_at)) {
+            at_12_drafting(&a, k, price[k][0], price[k][1]);
+            measured[k] = 1;
+            continue;
+        }
+        if (!a.exploring && !a.refresh_at)
+            break;
+        sd_adaptive_observe_target(&a, 12, 12, 0.201e-3); /* (a plain measuring step) */
+    }
+    ASSERT(steps < 64);
+    ASSERT_EQ(measuring, 0);
+    ASSERT_GE(k, 3);
+    for (int j = 1; j <= k; j++)
+        ASSERT_MSG(measured[j], "k = %d was not measured before the verdict", j);
+    /* drafts rarely accepted: the cohort's own k stands, nothing measured */
+    sd_adaptive b;
+    sd_accept_stats bcc;
+    at_12_one_draft(&b, &bcc, 0.3);
+    int ended = 0;
+    for (int i = 0; i < 8 && !ended; i++) {
+        const int bk = sd_adaptive_settle_k(&b, &bcc, 12, 12, &measuring);
+        ASSERT_EQ(measuring, 0);
+        if (!b.exploring && !b.refresh_at) {
+            ASSERT_EQ(bk, -1);
+            ended = 1;
+            continue;
+        }
+        ASSERT(bk >= 0);
+        sd_adaptive_observe_target(&b, 12, 12 * (1 + bk), bk ? price[bk][0] : 0.201e-3);
+        if (bk)
+            sd_adaptive_observe_draft(&b, 12, bk, price[bk][1]);
+    }
+    ASSERT(ended);
+}
+
 TEST(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests)
 {
     sd_adaptive a;
@@ -1799,6 +1858,7 @@ TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draf
           T(a_step_whose_drafts_stay_on_the_device_is_priced_at_its_interval),
           T(a_cohort_that_ends_plain_doubles_the_gap_to_the_next),
           T(a_cohort_settle_measures_the_deeper_k_before_its_verdict),
+          T(a_settle_drafts_each_deeper_k_until_the_pick_decides_on_measured_prices),
           T(an_arrival_among_plain_requests_is_priced_drafting_alone),
           T(a_plain_batch_that_grew_admits_a_cohort_where_every_request_drafting_pays),
           T(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests),
