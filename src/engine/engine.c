@@ -2171,7 +2171,8 @@ static int read_step(sd_engine *e, step *s, const step_launch *L, int rc, sd_err
              * SD_SPEC_OFF_AFTER steps, and a tracking request stops launch
              * ahead ("tracking": 742-771 of ~4600 MTP steps at c = 64 on
              * the H100, NOTES.md, session 42) */
-            if (why_k == SD_KWHY_COHORT || !e->adapt.exploring) /* (a demand pick is never an exploration's) */
+            /* (a demand pick is never an exploration's) */
+            if (why_k == SD_KWHY_COHORT || !e->adapt.exploring)
                 e->zero_k_steps = k == 0 ? e->zero_k_steps + 1 : 0;
             else if (!e->adapt.ahead)
                 e->zero_k_steps = 0;
