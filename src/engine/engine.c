@@ -1364,41 +1364,46 @@ static void cohort_step(sd_engine *e, int off)
  * on for 6900 steps; NOTES.md, session 47). */
 static int adaptive_step_k(sd_engine *e, int off, int *why)
 {
-    int k = 0;
     *why = -1;
     if (e->n_running > 0 && off == e->n_running) {
         sd_adaptive_no_pick(&e->adapt);
-    } else if (e->cohort_at) {
-        k = e->cohort_k;
-        if (k)
+        return 0;
+    }
+    /* a cohort that gathers drafts at its own k */
+    if (e->cohort_at && !e->cohort_all) {
+        if (e->cohort_k)
             *why = SD_KWHY_COHORT;
+        return e->cohort_k;
+    }
+    e->adapt.keys = next_keys(e, e->n_running);
+    const int drafting = e->n_running - off;
+    if (e->cohort_at) {
         /* the settle (every running request tracks): the pick at the
          * running batch, or a deeper k it has not measured
          * (sd_adaptive_settle_k), else the cohort's k */
-        if (e->cohort_all) {
-            e->adapt.keys = next_keys(e, e->n_running);
-            int measuring = 0;
-            const int sk = sd_adaptive_settle_k(&e->adapt, &e->acc_all, e->n_running,
-                                                e->n_running - off, &measuring);
-            if (measuring)
-                sd_log_debug("adaptive k: measuring k %d at batch %d as the cohort settles "
-                             "(step %llu)",
-                             sk, e->n_running, (unsigned long long)e->adapt.steps);
-            if (sk >= 0) {
-                k = sk;
-                *why = measuring ? SD_KWHY_EXPLORE : -1;
-            }
+        int measuring = 0;
+        const int sk =
+            sd_adaptive_settle_k(&e->adapt, &e->acc_all, e->n_running, drafting, &measuring);
+        if (measuring)
+            sd_log_debug("adaptive k: measuring k %d at batch %d as the cohort settles "
+                         "(step %llu)",
+                         sk, e->n_running, (unsigned long long)e->adapt.steps);
+        if (sk < 0) {
+            if (e->cohort_k)
+                *why = SD_KWHY_COHORT;
+            return e->cohort_k;
         }
-    } else {
-        e->adapt.keys = next_keys(e, e->n_running);
-        k = sd_adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running, e->n_running - off);
-        /* plain at this batch, but drafting serves the rate asked for
-         * with fewer requests: the batch it would run at */
-        if (k == 0 && !e->adapt.exploring && !e->adapt.refresh_at) {
-            k = demand_k(e, e->n_running);
-            if (k)
-                *why = SD_KWHY_DEMAND;
-        }
+        if (measuring)
+            *why = SD_KWHY_EXPLORE;
+        return sk;
+    }
+    int k = sd_adaptive_pick_k(&e->adapt, &e->acc_all, e->n_running, drafting);
+    /* plain at this batch, but drafting serves the rate asked for with
+     * fewer requests: the batch it would run at */
+    if (k == 0 && !e->adapt.exploring && !e->adapt.refresh_at) {
+        k = demand_k(e, e->n_running);
+        if (k)
+            *why = SD_KWHY_DEMAND;
     }
     return k;
 }
