@@ -875,8 +875,9 @@ int sd_adaptive_draft_stale(const sd_adaptive *a, int batch)
 {
     if (batch < 1)
         batch = 1;
-    const sd_curve_pt *p =
-        point_of(sd_adaptive_target(a, batch), sd_row_bucket(step_rows(batch, batch, 1)));
+    /* (the curve that prices it: a smaller bucket's where that is lent) */
+    const int x = sd_row_bucket(step_rows(batch, batch, 1));
+    const sd_curve_pt *p = point_of(target_curve(a, batch, x), x);
     return p && a->steps - p->at > SD_CURVE_STALE;
 }
 

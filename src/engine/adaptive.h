@@ -285,7 +285,13 @@ int sd_adaptive_best_k(const sd_adaptive *a, const sd_accept_stats *acc, int bat
 int sd_adaptive_informed(const sd_adaptive *a, int batch);
 /* 1 when the step of one draft each at this batch was last measured more
  * than SD_CURVE_STALE steps ago (its price may be another context's: a
- * burst of arrivals is not turned away from drafting on it) */
+ * burst of arrivals is not turned away from drafting on it), on the curve
+ * that prices it: a smaller bucket's where that one is lent (a GPU's
+ * tiered steps rose nearly in proportion to their rows, 16 / 24 / 40 rows
+ * of EAGLE-3 at c = 32 in 0.217 / 0.308 / 0.497 ms, and a stream's first
+ * 48 steps' prices at 11 requests judged every arrival at 17-25 for ~2000
+ * steps, never stale by the larger bucket's own curve, which had no point;
+ * NOTES.md, session 49) */
 int sd_adaptive_draft_stale(const sd_adaptive *a, int batch);
 /* the prices of drafting and of plain decode may be another context's (a
  * burst of arrivals after a stretch of plain decode: the plain step's price

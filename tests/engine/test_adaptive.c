@@ -1540,6 +1540,40 @@ TEST(a_settle_drafts_each_deeper_k_until_the_pick_decides_on_measured_prices)
     ASSERT(ended);
 }
 
+/* A stream's first prices at 11-13 requests (bucket 16: 16 / 24 / 40 rows
+ * in 0.217 / 0.308 / 0.497 ms, nearly in proportion to the rows, so lent
+ * to larger batches), then the batch grows to 18 with every step queued
+ * ahead (EAGLE-3 at c = 32 on an H100; NOTES.md, session 49): one draft
+ * each at 18 is priced on bucket 16's 40-row point, and once that is old
+ * it is stale there too, so an arrival's admission measures again where
+ * the contexts moved. */
+TEST(a_lent_draft_price_goes_stale_like_an_own_one)
+{
+    sd_adaptive a;
+    sd_accept_stats acc;
+    fresh_accepting(&a, &acc, 0.76);
+    a.ahead = 1;
+    a.keys = 12 * 100.0; /* the contexts its draft was priced at */
+    sd_adaptive_pick_k(&a, &acc, 12, 12);
+    static const double pts[][3] = {{12, 12, 0.217e-3}, {12, 24, 0.308e-3}, {13, 39, 0.497e-3}};
+    observe_ring(&a, pts, 3, 12, 0.070e-3);
+    sd_adaptive_pick_k(&a, &acc, 12, 12); /* (its exploration's end: the gap counts from it) */
+    ASSERT(!a.exploring && a.refreshed);
+    ASSERT(sd_adaptive_informed(&a, 18)); /* (bucket 16's curve, lent) */
+    ASSERT(!sd_adaptive_draft_stale(&a, 18));
+    for (int i = 0; i < 100; i++)
+        sd_adaptive_observe_ahead(&a, 18, 18, 0.280e-3, 18 * 100.0);
+    ASSERT(sd_adaptive_draft_stale(&a, 18));
+    /* the same contexts: not measured again before the gap */
+    a.keys = 18 * 110.0;
+    ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 18, 1, 1, 0), 1);
+    ASSERT_EQ(a.refresh_at, 0);
+    /* contexts twice as long: measured again */
+    a.keys = 18 * 200.0;
+    ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 18, 1, 1, 0), 0);
+    ASSERT(a.refresh_at != 0);
+}
+
 TEST(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests)
 {
     sd_adaptive a;
@@ -1857,6 +1891,7 @@ TEST(bursts_that_start_short_draft_again)
 TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draft_again),
           T(a_step_whose_drafts_stay_on_the_device_is_priced_at_its_interval),
           T(a_cohort_that_ends_plain_doubles_the_gap_to_the_next),
+          T(a_lent_draft_price_goes_stale_like_an_own_one),
           T(a_cohort_settle_measures_the_deeper_k_before_its_verdict),
           T(a_settle_drafts_each_deeper_k_until_the_pick_decides_on_measured_prices),
           T(an_arrival_among_plain_requests_is_priced_drafting_alone),
