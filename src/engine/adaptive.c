@@ -526,6 +526,14 @@ static int proportional(const sd_curve *c)
     return rises_to(next, top) && (low == next || rises_to(low, top));
 }
 
+/* c may price another batch bucket's steps: it rises in proportion to its
+ * rows, on a backend whose buckets do not price their steps apart
+ * (a->own_buckets) */
+static int lends(const sd_adaptive *a, const sd_curve *c)
+{
+    return !a->own_buckets && proportional(c);
+}
+
 /* x measured on c: a trusted point there, trusted points on both sides, or
  * past the largest one a curve that already grows in proportion to x */
 static int covered(const sd_curve *c, int x)
@@ -548,9 +556,9 @@ static int covered(const sd_curve *c, int x)
  * that covers x; else the largest smaller bucket's that covers x and rises
  * in proportion to its rows (a CPU's: a row costs about the same whichever
  * request it is of, so a batch that grows is judged without exploring each
- * size again); else its bucket's (NULL before a step of it). A GPU's flat
- * curve is never borrowed: there the rows of 8 requests at k = 3 cost less
- * than the rows of 32 plain ones. */
+ * size again); else its bucket's (NULL before a step of it). A GPU's
+ * curve is never borrowed (lends): there the rows of 8 requests at k = 3
+ * cost less than the rows of 32 plain ones. */
 static const sd_curve *target_curve(const sd_adaptive *a, int batch, int x)
 {
     const sd_curve *own = sd_adaptive_target(a, batch);
@@ -561,7 +569,7 @@ static const sd_curve *target_curve(const sd_adaptive *a, int batch, int x)
     for (int i = 0; i < SD_ADAPT_BATCHES; i++) {
         const sd_adapt_target *t = &a->target[i];
         if (t->batch && t->batch < bb && (!best || t->batch > best->batch) &&
-            covered(&t->c, x) && proportional(&t->c))
+            covered(&t->c, x) && lends(a, &t->c))
             best = t;
     }
     return best ? &best->c : own;
@@ -595,14 +603,14 @@ static const sd_curve *draft_curve_of(const sd_adaptive *a, int drafting, int k,
         if (t->batch > bb && (!up || t->batch < up->batch))
             up = t;
         if (t->batch < bb && (!down || t->batch > down->batch) &&
-            (borrow || proportional(&t->c)))
+            (borrow || lends(a, &t->c)))
             down = t;
     }
     if (up)
         return &up->draft;
     if (!down)
         return own;
-    if (!proportional(&down->c))
+    if (!lends(a, &down->c))
         return own ? own : &down->draft; /* borrowed, unscaled: a lower bound on a GPU */
     *scale = (double)bb / (double)down->batch;
     return &down->draft;

@@ -235,6 +235,14 @@ typedef struct sd_adaptive {
      * was 5-9% dearer, and drafting that tied with the cheaper plain
      * decode kept drafting: NOTES.md, session 15) */
     int ahead;
+    /* each batch bucket prices its steps on its own curves, never lent a
+     * smaller bucket's that rose in proportion to its rows (a GPU's: its
+     * steps run as a graph per batch bucket; EAGLE-3 at c = 32 on an H100,
+     * a stream's first prices at 10-12 requests, 10 / 20 / 30 rows in
+     * 0.202 / 0.306 / 0.402 ms, were lent to every batch of 17-30 and kept
+     * speculation off for ~2000 steps, 1.00x plain where the runs that
+     * measured those batches ran 0.72x; NOTES.md, session 51) */
+    int own_buckets;
     uint64_t refresh_at; /* sd_adaptive_refresh: steps + 1 then; 0: none pending */
     uint64_t refreshed;  /* steps + 1 at the last sd_adaptive_refresh; 0: none */
     /* the mean context (keys a request) at the last pick, and at the pick
@@ -291,7 +299,7 @@ int sd_adaptive_informed(const sd_adaptive *a, int batch);
  * of EAGLE-3 at c = 32 in 0.217 / 0.308 / 0.497 ms, and a stream's first
  * 48 steps' prices at 11 requests judged every arrival at 17-25 for ~2000
  * steps, never stale by the larger bucket's own curve, which had no point;
- * NOTES.md, session 49) */
+ * NOTES.md, session 49; a GPU's curves are no longer lent: own_buckets) */
 int sd_adaptive_draft_stale(const sd_adaptive *a, int batch);
 /* the prices of drafting and of plain decode may be another context's (a
  * burst of arrivals after a stretch of plain decode: the plain step's price

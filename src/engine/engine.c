@@ -2729,6 +2729,8 @@ int sd_engine_create(sd_engine **out, const sd_opts *o, sd_err *err)
      * with graphs (a backend without them, the CPU's, runs a step inside its
      * launch: nothing to hide) on one node, without synthetic acceptance */
     e->adapt.ahead = ahead_possible(e) && (e->graphs_on || o->debug_price_ahead);
+    /* a GPU's batch buckets price their steps apart (their graphs) */
+    e->adapt.own_buckets = e->be->device >= 0;
     if (e->tp) {
         /* the all-reduce of the residual stream at every step size the graphs capture */
         size_t sizes[SD_AR_SIZES];

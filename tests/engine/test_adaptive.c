@@ -1546,7 +1546,8 @@ TEST(a_settle_drafts_each_deeper_k_until_the_pick_decides_on_measured_prices)
  * ahead (EAGLE-3 at c = 32 on an H100; NOTES.md, session 49): one draft
  * each at 18 is priced on bucket 16's 40-row point, and once that is old
  * it is stale there too, so an arrival's admission measures again where
- * the contexts moved. */
+ * the contexts moved. (A CPU's curves are lent so; a GPU's no longer are:
+ * the next test.) */
 TEST(a_lent_draft_price_goes_stale_like_an_own_one)
 {
     sd_adaptive a;
@@ -1572,6 +1573,37 @@ TEST(a_lent_draft_price_goes_stale_like_an_own_one)
     a.keys = 18 * 200.0;
     ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 18, 1, 1, 0), 0);
     ASSERT(a.refresh_at != 0);
+}
+
+/* EAGLE-3 at c = 32 on an H100 (NOTES.md, session 51): a stream's first
+ * prices at 10-12 requests, 10 / 20 / 30 rows in 0.202 / 0.306 / 0.402 ms
+ * (bucket 16, rising in proportion to its rows), were lent to every batch
+ * of 17-30: one draft each read as slower than plain, and the arrivals
+ * were admitted off for ~2000 steps (1.00x plain, where the runs that
+ * measured those batches ran 0.72x). On a GPU (own_buckets) a batch of
+ * bucket 32 is not informed until its own steps are measured, so it
+ * explores; a CPU's engine still lends the curve. */
+TEST(a_gpu_bucket_is_not_lent_a_smaller_buckets_proportional_curve)
+{
+    static const double pts[][3] = {{10, 10, 0.202e-3}, {10, 20, 0.306e-3}, {10, 30, 0.402e-3}};
+    for (int gpu = 0; gpu < 2; gpu++) {
+        sd_adaptive a;
+        sd_accept_stats acc;
+        fresh_accepting(&a, &acc, 0.76);
+        a.ahead = 1;
+        a.own_buckets = gpu;
+        observe_ring(&a, pts, 3, 10, 0.069e-3);
+        ASSERT(sd_adaptive_informed(&a, 10));
+        ASSERT_EQ(sd_adaptive_informed(&a, 18), !gpu);
+        ASSERT_EQ(sd_adaptive_informed(&a, 30), !gpu);
+        /* an arrival at 18 (1 drafting) is admitted off on the lent
+         * prices only: on a GPU it tracks the proposer and is measured */
+        a.keys = 18 * 100.0;
+        ASSERT_EQ(sd_adaptive_admit_off(&a, &acc, 18, 1, 1, 0), !gpu);
+        /* and the pick at 18 explores there */
+        sd_adaptive_pick_k(&a, &acc, 18, 18);
+        ASSERT_EQ(a.exploring, gpu);
+    }
 }
 
 TEST(a_steady_stream_drafts_where_drafting_serves_its_rate_with_fewer_requests)
@@ -1892,6 +1924,7 @@ TEST_MAIN(T(row_buckets_match_the_graph_buckets), T(bursts_that_start_short_draf
           T(a_step_whose_drafts_stay_on_the_device_is_priced_at_its_interval),
           T(a_cohort_that_ends_plain_doubles_the_gap_to_the_next),
           T(a_lent_draft_price_goes_stale_like_an_own_one),
+          T(a_gpu_bucket_is_not_lent_a_smaller_buckets_proportional_curve),
           T(a_cohort_settle_measures_the_deeper_k_before_its_verdict),
           T(a_settle_drafts_each_deeper_k_until_the_pick_decides_on_measured_prices),
           T(an_arrival_among_plain_requests_is_priced_drafting_alone),
