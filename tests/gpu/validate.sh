@@ -5,8 +5,9 @@
 # record bench/results/gpu-validate.json is made of.
 #
 # usage: tests/gpu/validate.sh BIN_DIR OUT_DIR COMMIT
-#   BIN_DIR holds specd, test_gpu_ops and test_gpu_model (a -Dcuda=enabled
-#   build); OUT_DIR receives gpu-validate.json and logs.tgz (the logs).
+#   BIN_DIR holds specd, test_gpu_ops, test_gpu_model and
+#   tests/test_engine_context (a -Dcuda=enabled build); OUT_DIR receives
+#   gpu-validate.json and logs.tgz (the logs).
 set -uo pipefail
 bin=$1
 out=$2
@@ -88,6 +89,21 @@ if [ -n "$cuobjdump" ]; then
     rm -f "$out/specd.sass"
     result "the decode kernels read their parameters before the PDL wait (kernels reading a line after it)" $e
 fi
+# Work follows the real context (tests/engine/test_context.c on the GPU):
+# the same decode with --max-context 4096 and 131072. The row's error is
+# the step-time ratio, its bound the test's 2x. Left out where BIN_DIR has
+# no tests/test_engine_context (bench/gpu/pack.sh packs it).
+ctx="$bin/tests/test_engine_context"
+if [ -x "$ctx" ]; then
+    SD_TEST_DEVICE=cuda timeout 120 "$ctx" > "$out/context.stdout" 2> "$out/context.log"
+    rc=$?
+    r=$(grep -o '"ratio": [0-9.]*' "$out/context.stdout" | awk '{ print $2 }')
+    ok=false
+    [ "$rc" = 0 ] && [ -n "$r" ] && ok=true
+    echo "{\"program\": \"test_engine_context\", \"test\": \"decode step at --max-context 131072 over 4096 (step-time ratio)\", \"error\": ${r:-0}, \"bound\": 2, \"passed\": $ok}" \
+        >> "$out/results.jsonl"
+    grep -E '^(FAIL|ok) |decode step' "$out/context.log"
+fi
 python3 - "$out" "$commit" "$device" <<'EOF'
 import json, sys, datetime
 out, commit, device = sys.argv[1:4]
@@ -123,7 +139,7 @@ EOF
 # OUT keeps two files, the record and its logs (a remote run returns only so
 # many files, and the record must not be the one left behind)
 logs=$(cd "$out" && ls results.jsonl runs.txt gpu_*.stdout gpu_*.log gen_*_*.txt gen_*_*.err \
-    off_*.txt off_*.err 2>/dev/null)
+    off_*.txt off_*.err context.stdout context.log 2>/dev/null)
 if [ -n "$logs" ]; then
     (cd "$out" && tar -czf logs.tgz $logs && rm -f $logs)
 fi
