@@ -121,14 +121,17 @@ TEST(decode_time_does_not_grow_from_4k_to_128k_max_context)
     sd_engine_destroy(e128);
     fprintf(stderr, "  decode step: %.1f us at max context 4096, %.1f us at 131072 (ratio %.2f)\n",
             t4 * 1e6, t128 * 1e6, t128 / t4);
-    printf("RESULT {\"test\": \"decode step 4k vs 128k max context\", \"step_us_4k\": %.2f, "
-           "\"step_us_128k\": %.2f, \"ratio\": %.3f}\n",
-           t4 * 1e6, t128 * 1e6, t128 / t4);
     /* 32x the maximum: a step that scaled with it would be many times
      * slower. Release builds measure a ratio of 0.9-1.02; under ASan the
      * engine with the 32x larger cache runs up to ~1.4x slower (its shadow
      * memory), hence the margin. */
-    ASSERT_MSG(t128 < 2.0 * t4 + 20e-6, "the step grew with the maximum context");
+    const int flat = t128 < 2.0 * t4 + 20e-6;
+    /* the row tests/gpu/validate.sh keeps (error: the ratio, bound: 2x) */
+    printf("RESULT {\"test\": \"decode step at --max-context 131072 over 4096 (step-time "
+           "ratio)\", \"error\": %.3f, \"bound\": 2, \"passed\": %s, \"step_us_4k\": %.2f, "
+           "\"step_us_128k\": %.2f, \"ratio\": %.3f}\n",
+           t128 / t4, flat ? "true" : "false", t4 * 1e6, t128 * 1e6, t128 / t4);
+    ASSERT_MSG(flat, "the step grew with the maximum context");
     tiny_model_remove(dir);
 }
 

@@ -18,16 +18,23 @@ device=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,no
 echo "device: $device"
 : > "$out/results.jsonl"
 : > "$out/runs.txt"
-for t in ops model; do
+# The test programs; their RESULT lines are the rows. Work follows the real
+# context (tests/engine/test_context.c on the GPU: the same decode with
+# --max-context 4096 and 131072) where BIN_DIR has it (bench/gpu/pack.sh
+# packs it).
+progs="test_gpu_ops test_gpu_model"
+[ -x "$bin/tests/test_engine_context" ] && progs="$progs tests/test_engine_context"
+for p in $progs; do
+    t=$(basename "$p")
     start=$(date +%s%N)
-    "$bin/test_gpu_$t" > "$out/gpu_$t.stdout" 2> "$out/gpu_$t.log"
+    SD_TEST_DEVICE=cuda "$bin/$p" > "$out/$t.stdout" 2> "$out/$t.log"
     rc=$?
     secs=$(awk "BEGIN { print ($(date +%s%N) - $start) / 1e9 }")
-    seed=$(grep -m1 -o 'seed [0-9]*' "$out/gpu_$t.log" | cut -d' ' -f2)
-    echo "test_gpu_$t $rc $secs ${seed:-0}" >> "$out/runs.txt"
-    grep '^RESULT ' "$out/gpu_$t.stdout" | sed "s/^RESULT {/{\"program\": \"test_gpu_$t\", /" \
+    seed=$(grep -m1 -o 'seed [0-9]*' "$out/$t.log" | cut -d' ' -f2)
+    echo "$t $rc $secs ${seed:-0}" >> "$out/runs.txt"
+    grep '^RESULT ' "$out/$t.stdout" | sed "s/^RESULT {/{\"program\": \"$t\", /" \
         >> "$out/results.jsonl"
-    grep -E '^(FAIL|ok|skip) |passed,' "$out/gpu_$t.log"
+    grep -E '^(FAIL|ok|skip) |passed,|^  decode step' "$out/$t.log"
 done
 # result TEST ERR: a check of the CLI (ERR 0: passed) into results.jsonl
 result() {
@@ -89,21 +96,6 @@ if [ -n "$cuobjdump" ]; then
     rm -f "$out/specd.sass"
     result "the decode kernels read their parameters before the PDL wait (kernels reading a line after it)" $e
 fi
-# Work follows the real context (tests/engine/test_context.c on the GPU):
-# the same decode with --max-context 4096 and 131072. The row's error is
-# the step-time ratio, its bound the test's 2x. Left out where BIN_DIR has
-# no tests/test_engine_context (bench/gpu/pack.sh packs it).
-ctx="$bin/tests/test_engine_context"
-if [ -x "$ctx" ]; then
-    SD_TEST_DEVICE=cuda timeout 120 "$ctx" > "$out/context.stdout" 2> "$out/context.log"
-    rc=$?
-    r=$(grep -o '"ratio": [0-9.]*' "$out/context.stdout" | awk '{ print $2 }')
-    ok=false
-    [ "$rc" = 0 ] && [ -n "$r" ] && ok=true
-    echo "{\"program\": \"test_engine_context\", \"test\": \"decode step at --max-context 131072 over 4096 (step-time ratio)\", \"error\": ${r:-0}, \"bound\": 2, \"passed\": $ok}" \
-        >> "$out/results.jsonl"
-    grep -E '^(FAIL|ok) |decode step' "$out/context.log"
-fi
 python3 - "$out" "$commit" "$device" <<'EOF'
 import json, sys, datetime
 out, commit, device = sys.argv[1:4]
@@ -111,7 +103,7 @@ tests = [json.loads(l) for l in open(f"{out}/results.jsonl") if l.strip()]
 runs = {}
 for l in open(f"{out}/runs.txt"):
     p = l.split()
-    if p[0].startswith("test_gpu_"):
+    if p[0].startswith("test_"):
         runs[p[0]] = {"exit": int(p[1]), "seconds": round(float(p[2]), 1), "seed": int(p[3])}
 passed = sum(t["passed"] for t in tests)
 failed = len(tests) - passed
@@ -138,8 +130,8 @@ print(f"passed {passed}, failed {failed}")
 EOF
 # OUT keeps two files, the record and its logs (a remote run returns only so
 # many files, and the record must not be the one left behind)
-logs=$(cd "$out" && ls results.jsonl runs.txt gpu_*.stdout gpu_*.log gen_*_*.txt gen_*_*.err \
-    off_*.txt off_*.err context.stdout context.log 2>/dev/null)
+logs=$(cd "$out" && ls results.jsonl runs.txt test_*.stdout test_*.log gen_*_*.txt gen_*_*.err \
+    off_*.txt off_*.err 2>/dev/null)
 if [ -n "$logs" ]; then
     (cd "$out" && tar -czf logs.tgz $logs && rm -f $logs)
 fi
