@@ -845,6 +845,303 @@ moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const floa
     }
 }
 
+/* Shape 4 (SPECD_MOE_DOWN=4, sm_90): the down kernel as a stream of bulk
+ * copies. Shape 1 is one wave of blocks that each load, then use, three
+ * times over I = 1408 at V2-Lite's batch 1 (its loads in registers, no
+ * other block to fill the gaps): 19.7 us a layer on an H100 for 46 MB, where
+ * the gate/up kernel reads at 0.95 of the copy rate. Here one block an SM
+ * takes a run of output rows (items of R rows of a token, all its slots),
+ * and thread 0 keeps S items' weight rows in flight as bulk copies into
+ * shared memory (cp.async.bulk on an mbarrier a stage: a slot's R rows
+ * are R * I contiguous weights), with every slot's h row copied once. The
+ * warps split as moe_down_fused_kernel's (slot lanes x WK K-slices) and
+ * dot from shared memory as sd__warp_dots does (a lane's elements in chunk
+ * order, the butterfly); threads r < R add a row's K-slices, then its
+ * slots, in order: the same bits. 16-bit weights, at most MOE_BULK_MAXP
+ * (token, slot) pairs; otherwise shape 1. */
+#define MOE_BULK_MAXS 8  /* stages at most */
+#define MOE_BULK_MAXP 64 /* (token, slot) pairs at most */
+
+__device__ __forceinline__ unsigned sd__smem_addr(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+template <int DT, int MAXE, int R>
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 1)
+moe_down_bulk_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int n,
+                     int top_k, int D, int I, int first, int E, int WK, int S, int per, int spin,
+                     const __grid_constant__ moe_tabs<MAXE, false> tab)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    SD_PDL_ENTER(out, h, ids, wts, n, top_k, D, I, first, E, WK, S, per, spin);
+    extern __shared__ __align__(128) unsigned char dyn[];
+    __shared__ __align__(8) uint64_t bar[MOE_BULK_MAXS + 1]; /* the stages', then h's */
+    __shared__ const char *src[MOE_BULK_MAXP];                /* a pair's expert; NULL: none here */
+    __shared__ float swt[MOE_BULK_MAXP];
+    __shared__ float part[2][MOE_BULK_MAXP * R]; /* (slot, K-slice, row): top_k * WK <= 64 */
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int SW = SD__GEMV_WARPS / WK, kw = warp % WK, sl = warp / WK;
+    const int m = n * top_k, items = n * D / R, q0 = blockIdx.x * per;
+    const int cnt = per < items - q0 ? per : items - q0;
+    const unsigned rb = (unsigned)I * (unsigned)sd__esz<DT>(), hb = (unsigned)m * (unsigned)I * 4u;
+    const float *hs = (const float *)dyn;
+    unsigned char *st = dyn + ((hb + 127u) & ~127u);
+    const size_t stage = ((size_t)top_k * R * rb + 127u) & ~(size_t)127u;
+    if (tid < m) {
+        const int e = ids[tid] - first;
+        src[tid] = e >= 0 && e < E ? (const char *)tab.a[e] : NULL;
+        swt[tid] = wts[tid];
+    }
+    if (tid == 0) {
+        for (int s = 0; s <= S; s++)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(sd__smem_addr(&bar[s]))
+                         : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::
+                         : "memory");
+    }
+    __syncthreads();
+    /* item i's rows into its stage (thread 0): expect their bytes, then copy */
+    auto issue = [&](int i) {
+        const int q = (q0 + i) * R, t = q / D, d = q - t * D;
+        const unsigned b = sd__smem_addr(&bar[i % S]);
+        unsigned char *dst = st + (size_t)(i % S) * stage;
+        unsigned bytes = 0;
+        for (int j = 0; j < top_k; j++)
+            bytes += src[t * top_k + j] ? R * rb : 0u;
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes)
+                     : "memory");
+        for (int j = 0; j < top_k; j++) {
+            const char *w = src[t * top_k + j];
+            if (w)
+                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                             "[%0], [%1], %2, [%3];" ::"r"(sd__smem_addr(dst + (size_t)j * R * rb)),
+                             "l"(w + (size_t)d * rb), "r"(R * rb), "r"(b)
+                             : "memory");
+        }
+    };
+    auto wait = [&](int s, unsigned parity) {
+        const unsigned b = sd__smem_addr(&bar[s]);
+        unsigned ok;
+        do {
+            if (spin)
+                asm volatile("{\n\t.reg .pred p;\n\t"
+                             "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                             "selp.u32 %0, 1, 0, p;\n\t}"
+                             : "=r"(ok)
+                             : "r"(b), "r"(parity)
+                             : "memory");
+            else
+                asm volatile("{\n\t.reg .pred p;\n\t"
+                             "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                             "selp.u32 %0, 1, 0, p;\n\t}"
+                             : "=r"(ok)
+                             : "r"(b), "r"(parity)
+                             : "memory");
+        } while (!ok);
+    };
+    if (tid == 0) {
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
+                         sd__smem_addr(&bar[S])),
+                     "r"(hb)
+                     : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                     "[%0], [%1], %2, [%3];" ::"r"(sd__smem_addr(hs)),
+                     "l"(h), "r"(hb), "r"(sd__smem_addr(&bar[S]))
+                     : "memory");
+        for (int i = 0; i < S && i < cnt; i++)
+            issue(i);
+    }
+    wait(S, 0);
+    for (int i = 0; i < cnt; i++) {
+        const int q = (q0 + i) * R, t = q / D, d = q - t * D;
+        const unsigned char *sw = st + (size_t)(i % S) * stage;
+        float *pt = part[i & 1];
+        wait(i % S, (unsigned)(i / S) & 1u);
+        for (int j = sl; j < top_k; j += SW) {
+            const int p = t * top_k + j;
+            if (!src[p])
+                continue; /* the same for the whole warp */
+            const unsigned char *wr = sw + (size_t)j * R * rb;
+            const float *hr = hs + (size_t)p * (size_t)I;
+            float acc[R];
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                acc[r] = 0.0f;
+            for (int k = (kw * 32 + lane) * 8; k < I; k += WK * SD__GEMV_CHUNK) {
+                const float4 a = *(const float4 *)(hr + k), b2 = *(const float4 *)(hr + k + 4);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint4 u = *(const uint4 *)(wr + (size_t)r * rb + (size_t)k * 2);
+                    float wf[8];
+                    sd__u2f(u.x, DT, wf[0], wf[1]);
+                    sd__u2f(u.y, DT, wf[2], wf[3]);
+                    sd__u2f(u.z, DT, wf[4], wf[5]);
+                    sd__u2f(u.w, DT, wf[6], wf[7]);
+                    acc[r] = sd__fma8(wf, a, b2, acc[r]);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float v[1] = {acc[r]};
+                sd__xreduce<1>(v, lane);
+                if (lane == 0)
+                    pt[(j * WK + kw) * R + r] = v[0];
+            }
+        }
+        __syncthreads();
+        if (tid < R) {
+            float s = 0.0f;
+            for (int j = 0; j < top_k; j++) {
+                const int p = t * top_k + j;
+                if (!src[p])
+                    continue;
+                float y = pt[(j * WK) * R + tid];
+                for (int k = 1; k < WK; k++)
+                    y += pt[(j * WK + k) * R + tid];
+                s += swt[p] * y;
+            }
+            out[(size_t)t * (size_t)D + (size_t)(d + tid)] = s;
+        }
+        if (tid == 0 && i + S < cnt)
+            issue(i + S);
+    }
+#endif
+}
+
+/* the bulk kernel with cp.async (16 bytes a thread, every thread copying
+ * its part of a stage, one commit group an item; SPECD_MOE_BULK_W=2): the
+ * same items, stages and sums */
+template <int N> __device__ __forceinline__ void cp_wait_n()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void cp_wait(int n)
+{
+    switch (n) {
+    case 0: cp_wait_n<0>(); break;
+    case 1: cp_wait_n<1>(); break;
+    case 2: cp_wait_n<2>(); break;
+    case 3: cp_wait_n<3>(); break;
+    case 4: cp_wait_n<4>(); break;
+    case 5: cp_wait_n<5>(); break;
+    default: cp_wait_n<6>(); break;
+    }
+}
+
+template <int DT, int MAXE, int R>
+__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, 1)
+moe_down_cpa_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int n,
+                    int top_k, int D, int I, int first, int E, int WK, int S, int per, int spin,
+                    const __grid_constant__ moe_tabs<MAXE, false> tab)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    SD_PDL_ENTER(out, h, ids, wts, n, top_k, D, I, first, E, WK, S, per, spin);
+    extern __shared__ __align__(128) unsigned char dyn[];
+    __shared__ const char *src[MOE_BULK_MAXP];
+    __shared__ float swt[MOE_BULK_MAXP];
+    __shared__ float part[2][MOE_BULK_MAXP * R];
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, NT = SD__GEMV_WARPS * 32;
+    const int SW = SD__GEMV_WARPS / WK, kw = warp % WK, sl = warp / WK;
+    const int m = n * top_k, items = n * D / R, q0 = blockIdx.x * per;
+    const int cnt = per < items - q0 ? per : items - q0;
+    const unsigned rb = (unsigned)I * (unsigned)sd__esz<DT>(), hb = (unsigned)m * (unsigned)I * 4u;
+    const float *hs = (const float *)dyn;
+    unsigned char *st = dyn + ((hb + 127u) & ~127u);
+    const size_t stage = ((size_t)top_k * R * rb + 127u) & ~(size_t)127u;
+    if (tid < m) {
+        const int e = ids[tid] - first;
+        src[tid] = e >= 0 && e < E ? (const char *)tab.a[e] : NULL;
+        swt[tid] = wts[tid];
+    }
+    __syncthreads();
+    const int cpr = (int)(R * rb / 16); /* 16-byte chunks of a slot's rows */
+    auto issue = [&](int i) {
+        if (i < cnt) {
+            const int q = (q0 + i) * R, t = q / D, d = q - t * D;
+            unsigned char *dst = st + (size_t)(i % S) * stage;
+            for (int c = tid; c < top_k * cpr; c += NT) {
+                const int j = c / cpr, o = c - j * cpr;
+                const char *w = src[t * top_k + j];
+                if (w)
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                                     sd__smem_addr(dst + (size_t)j * R * rb + (size_t)o * 16)),
+                                 "l"(w + (size_t)d * rb + (size_t)o * 16)
+                                 : "memory");
+            }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    for (unsigned o = (unsigned)tid * 16u; o < hb; o += NT * 16u)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sd__smem_addr((const char *)hs + o)),
+                     "l"((const char *)h + o)
+                     : "memory");
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    for (int i = 0; i < S - 1; i++)
+        issue(i);
+    int pt_t = 0, pt_d = 0;
+    for (int i = 0; i <= cnt; i++) {
+        cp_wait(S - 2);
+        __syncthreads();
+        /* item i - 1's sums (written before the barrier) */
+        if (i > 0 && tid < R) {
+            const float *pp = part[(i - 1) & 1];
+            float s = 0.0f;
+            for (int j = 0; j < top_k; j++) {
+                const int p = pt_t * top_k + j;
+                if (!src[p])
+                    continue;
+                float y = pp[(j * WK) * R + tid];
+                for (int k = 1; k < WK; k++)
+                    y += pp[(j * WK + k) * R + tid];
+                s += swt[p] * y;
+            }
+            out[(size_t)pt_t * (size_t)D + (size_t)(pt_d + tid)] = s;
+        }
+        if (i == cnt)
+            break;
+        issue(i + S - 1); /* into the stage item i - 1 left */
+        const int q = (q0 + i) * R, t = q / D, d = q - t * D;
+        pt_t = t;
+        pt_d = d;
+        const unsigned char *sw = st + (size_t)(i % S) * stage;
+        float *pt = part[i & 1];
+        for (int j = sl; j < top_k; j += SW) {
+            const int p = t * top_k + j;
+            if (!src[p])
+                continue;
+            const unsigned char *wr = sw + (size_t)j * R * rb;
+            const float *hr = hs + (size_t)p * (size_t)I;
+            float acc[R];
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                acc[r] = 0.0f;
+            for (int k = (kw * 32 + lane) * 8; k < I; k += WK * SD__GEMV_CHUNK) {
+                const float4 a = *(const float4 *)(hr + k), b2 = *(const float4 *)(hr + k + 4);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint4 u = *(const uint4 *)(wr + (size_t)r * rb + (size_t)k * 2);
+                    float wf[8];
+                    sd__u2f(u.x, DT, wf[0], wf[1]);
+                    sd__u2f(u.y, DT, wf[2], wf[3]);
+                    sd__u2f(u.z, DT, wf[4], wf[5]);
+                    sd__u2f(u.w, DT, wf[6], wf[7]);
+                    acc[r] = sd__fma8(wf, a, b2, acc[r]);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float v[1] = {acc[r]};
+                sd__xreduce<1>(v, lane);
+                if (lane == 0)
+                    pt[(j * WK + kw) * R + r] = v[0];
+            }
+        }
+    }
+    cp_wait(0);
+#endif
+}
+
 /* Warps splitting I in the down kernel: as many as the slots leave free
  * (8 / the slot count rounded up to a power of two), at most what I's
  * chunks give. */
@@ -856,6 +1153,107 @@ static int down_wk(int top_k, int I)
     int wk = SD__GEMV_WARPS / sw, kmax = sd__gemv_wk(I);
     return wk < kmax ? wk : kmax;
 }
+
+/* shared memory the bulk down kernel's h takes, and a stage of R rows */
+static size_t bulk_hbytes(int n, int top_k, int I)
+{
+    return ((size_t)n * top_k * I * 4 + 127) & ~(size_t)127;
+}
+static size_t bulk_stage(int top_k, int I, int R) { return ((size_t)top_k * R * I * 2 + 127) & ~(size_t)127; }
+
+/* the bulk down kernel's rows an item (*R) and stages for this call, 0
+ * where it does not take it */
+template <int MAXE>
+static int bulk_stages(const sd__cuda *c, const moe_tabs<MAXE, false> &tab, const float *h, int n,
+                       int top_k, int D, int I, int E, int *R)
+{
+    *R = c->bulk_rows;
+    while (*R > 1 && D % *R)
+        *R /= 2;
+    if (c->moe_down != 4 || !c->bulk_smem || (uintptr_t)h % 16 || n * top_k > MOE_BULK_MAXP ||
+        I % 8 || (size_t)top_k * *R * I * 2 >= (1u << 20) || (size_t)n * top_k * I * 4 >= (1u << 20))
+        return 0;
+    for (int e = 0; e < E; e++)
+        if ((uintptr_t)tab.a[e] % 16)
+            return 0;
+    const size_t room = c->bulk_smem, hb = bulk_hbytes(n, top_k, I), sb = bulk_stage(top_k, I, *R);
+    if (room < hb + 2 * sb)
+        return 0;
+    size_t s = (room - hb) / sb, cap = c->bulk_smax > 1 ? (size_t)c->bulk_smax : MOE_BULK_MAXS;
+    return s > cap ? (int)cap : (int)s;
+}
+
+template <int DT, int MAXE, int R>
+static void launch_down_bulk_r(sd__cuda *c, const moe_tabs<MAXE, false> &tab, float *out,
+                               const float *h, const int32_t *ids, const float *wts, int n,
+                               int top_k, int D, int I, const sd_experts *ex, int S)
+{
+    const int items = n * D / R, per = (items + c->sm_count - 1) / c->sm_count;
+    const unsigned g = (unsigned)((items + per - 1) / per);
+    const size_t sm = bulk_hbytes(n, top_k, I) + (size_t)S * bulk_stage(top_k, I, R);
+    auto k = c->bulk_spin == 2 ? moe_down_cpa_kernel<DT, MAXE, R> : moe_down_bulk_kernel<DT, MAXE, R>;
+    sd__launch(c, k, g, SD__GEMV_WARPS * 32, sm, out, h, ids, wts,
+               n, top_k, D, I, ex->first, ex->n, down_wk(top_k, I), S, per, c->bulk_spin, tab);
+    SD_LAUNCHED(c, "moe_down_bulk_kernel");
+}
+
+template <int DT, int MAXE>
+static void launch_down_bulk(sd__cuda *c, const moe_tabs<MAXE, false> &tab, float *out,
+                             const float *h, const int32_t *ids, const float *wts, int n, int top_k,
+                             int D, int I, const sd_experts *ex, int S, int R)
+{
+    if (R == 4)
+        launch_down_bulk_r<DT, MAXE, 4>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, S);
+    else if (R == 2)
+        launch_down_bulk_r<DT, MAXE, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, S);
+    else
+        launch_down_bulk_r<DT, MAXE, 1>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, S);
+}
+
+/* the bulk down kernel's instances may take all the shared memory a
+ * block may have; c->bulk_smem: what the dynamic part may take in each */
+template <int DT, int MAXE, int R> static int bulk_init_r(sd__cuda *c)
+{
+    cudaFuncAttributes fa;
+    if (SD_CUDA(c, cudaFuncGetAttributes(&fa, moe_down_bulk_kernel<DT, MAXE, R>)))
+        return SD_EDEVICE;
+    const size_t room = c->smem_optin > fa.sharedSizeBytes ? c->smem_optin - fa.sharedSizeBytes : 0;
+    if (room < c->bulk_smem)
+        c->bulk_smem = room;
+    if (SD_CUDA(c, cudaFuncSetAttribute(moe_down_cpa_kernel<DT, MAXE, R>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)room)))
+        return SD_EDEVICE;
+    return SD_CUDA(c, cudaFuncSetAttribute(moe_down_bulk_kernel<DT, MAXE, R>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)room));
+}
+template <int DT, int MAXE> static int bulk_init(sd__cuda *c)
+{
+    int rc = bulk_init_r<DT, MAXE, 1>(c);
+    if (!rc)
+        rc = bulk_init_r<DT, MAXE, 2>(c);
+    if (!rc)
+        rc = bulk_init_r<DT, MAXE, 4>(c);
+    return rc;
+}
+
+int sd__cuda_moe_init(sd__cuda *c, int cc_major)
+{
+    c->bulk_smem = 0;
+    if (cc_major < 9)
+        return 0; /* no bulk copies: shape 4 is shape 1 */
+    c->bulk_smem = c->smem_optin;
+    int rc = bulk_init<SD__BF16, 256>(c);
+    if (!rc)
+        rc = bulk_init<SD__BF16, MOE_MAX_EXPERTS>(c);
+    if (!rc)
+        rc = bulk_init<SD__F16, 256>(c);
+    if (!rc)
+        rc = bulk_init<SD__F16, MOE_MAX_EXPERTS>(c);
+    if (rc)
+        c->bulk_smem = 0;
+    return rc;
+}
+
 
 /* the down kernel of one shape: a block of DR rows of every token */
 template <int DT, int MAXE, int DR, int DU, int MINB>
@@ -930,14 +1328,22 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
         return;
     tabs_fill(tab, ex->down, (const sd_weight *)NULL, ex->n);
     wk = down_wk(top_k, I);
-    if (c->moe_down == 3)
+    constexpr bool b16 = DT == SD__BF16 || DT == SD__F16;
+    int S = 0, R = 1;
+    if constexpr (b16)
+        S = bulk_stages<MAXE>(c, tab, h, n, top_k, D, I, ex->n, &R);
+    if (S > 0) {
+        if constexpr (b16)
+            launch_down_bulk<DT, MAXE>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, S, R);
+    } else if (c->moe_down == 3) {
         launch_down<DT, MAXE, 8, 2, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
-    else if (c->moe_down == 2)
+    } else if (c->moe_down == 2) {
         launch_down<DT, MAXE, 8, 1, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
-    else if (c->moe_down == 1)
-        launch_down<DT, MAXE, 4, MOE_FUSED_U, 4>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
-    else
+    } else if (c->moe_down == 0) {
         launch_down<DT, MAXE, 4, MOE_FUSED_U, 3>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
+    } else { /* 1, and 4 where the bulk kernel does not take the call */
+        launch_down<DT, MAXE, 4, MOE_FUSED_U, 4>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
+    }
     SD_LAUNCHED(c, "moe_down_fused_kernel");
 }
 
