@@ -635,7 +635,7 @@ static int env_level(const char *name, int max, int def)
 }
 void sd_cuda_set_moe_down(sd_backend *be, int shape)
 {
-    sd__cuda_of(be)->moe_down = level_or(shape, 4, SD_CUDA_MOE_DOWN_DEFAULT); /* moe.cu's shapes */
+    sd__cuda_of(be)->moe_down = level_or(shape, 3, SD_CUDA_MOE_DOWN_DEFAULT); /* moe.cu's shapes */
 }
 
 void sd_cuda_set_gemv_few(sd_backend *be, int min_rows, int long_rows)
@@ -805,10 +805,7 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     const char *mchunk = getenv("SPECD_MLA_MIN_CHUNK");
     c->mla_min_chunk = mchunk && *mchunk ? atoi(mchunk) : 0;
     c->mla_pipe = env_on("SPECD_MLA_PIPE");
-    c->moe_down = env_level("SPECD_MOE_DOWN", 4, SD_CUDA_MOE_DOWN_DEFAULT);
-    c->bulk_rows = env_level("SPECD_MOE_BULK_R", 4, 1);
-    c->bulk_smax = env_level("SPECD_MOE_BULK_S", 8, 8);
-    c->bulk_spin = env_level("SPECD_MOE_BULK_W", 2, 0);
+    c->moe_down = env_level("SPECD_MOE_DOWN", 3, SD_CUDA_MOE_DOWN_DEFAULT);
     c->gemv_wide = env_on("SPECD_GEMV_WIDE");
     c->f8_wide = env_on("SPECD_F8_WIDE");
     c->gemv_few = env_level("SPECD_GEMV_FEW", SD_CUDA_GEMV_EXACT_ROWS, SD_CUDA_GEMV_FEW_DEFAULT);
@@ -865,8 +862,6 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     }
     if (!rc)
         rc = sd__cuda_attention_init(c);
-    if (!rc)
-        rc = sd__cuda_moe_init(c, p.major);
     if (!rc)
         rc = kt_open(c);
     if (rc) {

@@ -105,15 +105,8 @@ typedef struct sd__cuda {
      * moe.cu): 0 4 rows a block, 2 chunks a load, 3 blocks an SM; 1 the
      * same in 64 registers (4 blocks an SM); 2 8 rows a block, 1 chunk a
      * load, 2 blocks an SM; 3 8 rows, 2 chunks a load, 2 blocks an SM. The
-     * same bits; 4 bulk copies into shared memory, one block an SM (sm_90,
-     * 16-bit weights; shape 1 elsewhere). */
+     * same bits. */
     int moe_down;
-    /* dynamic shared memory the bulk down kernel (shape 4) may take; 0
-     * where the device has no bulk copies (before sm_90) */
-    size_t bulk_smem;
-    /* the bulk down kernel's rows an item (1, 2, 4) and stages at most
-     * (SPECD_MOE_BULK_R, SPECD_MOE_BULK_S; an A/B) */
-    int bulk_rows, bulk_smax, bulk_spin;
     /* the GEMV of 1-2 rows of short 16-bit rows with 8 weight rows a warp
      * (SPECD_GEMV_WIDE=0: the 4-row shape). The same bits. */
     int gemv_wide;
@@ -697,8 +690,6 @@ void sd__cuda_accept_sample_rows(sd_backend *be, int32_t *n_acc, int32_t *out_to
 
 /* start-up hooks of families that raise kernel attributes (0 or SD_EDEVICE) */
 int sd__cuda_attention_init(sd__cuda *c);
-/* moe.cu's kernel attributes (the bulk down kernel's shared memory) */
-int sd__cuda_moe_init(sd__cuda *c, int cc_major);
 /* releases the cuBLASLt plans */
 void sd__cuda_matmul_release(sd__cuda *c);
 

@@ -102,7 +102,7 @@ void sd_cuda_set_mla_tc(sd_backend *be, int on);
  * off) */
 void sd_cuda_set_mla_dec(sd_backend *be, int on);
 
-/* The fused (decode-size) MoE down kernel's shape, 0..4 (moe.cu; the same
+/* The fused (decode-size) MoE down kernel's shape, 0..3 (moe.cu; the same
  * bits for every shape): SPECD_MOE_DOWN as the backend opens, or this call */
 #define SD_CUDA_MOE_DOWN_DEFAULT 1
 void sd_cuda_set_moe_down(sd_backend *be, int shape);

@@ -2204,7 +2204,7 @@ static int ffn_case_ep(gpu_env *e, sd_dtype dt, int n, int E, int K, int D, int 
     if (fused) {
         /* every shape of the down kernel: the default's bits */
         float *ref = gget(e, dout, (size_t)n * D);
-        for (int sh = 0; sh <= 4; sh++) {
+        for (int sh = 0; sh <= 3; sh++) {
             float *d2 = gpoison(e, (size_t)n * D);
             sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_OFF);
             sd_cuda_set_moe_down(e->gpu, sh);
