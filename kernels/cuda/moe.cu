@@ -798,7 +798,13 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
  * before its first weight loads (-8.4%). The down lab's body with one chunk
  * a load (4 rows, 4 blocks an SM) read 5.5% faster than shape 1's alone
  * (12.88 against 13.63 us a layer), and in the step it ran V2-Lite 1.1%
- * slower (session 26): the lab ranks bodies, not the step. */
+ * slower (session 26): the lab ranks bodies, not the step. One block an
+ * SM streaming a run of rows into shared memory (S stages of R rows of
+ * every slot, as bulk copies on an mbarrier a stage, or cp.async by every
+ * thread; h copied once), bitwise this kernel, ran V2-Lite's batch 1
+ * 6-26% slower on an H100 (R = 4: -6%, R = 1: -21..-26%; more stages did
+ * not help): an SM's async copies reached ~8-14 GB/s, where 23 are needed
+ * (session 55, a0091ba). */
 template <int DT, int MAXE, int DR, int DU, int MINB>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int top_k,
