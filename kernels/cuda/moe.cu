@@ -802,7 +802,7 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
  * SM streaming a run of rows into shared memory (S stages of R rows of
  * every slot, as bulk copies on an mbarrier a stage, or cp.async by every
  * thread; h copied once), bitwise this kernel, ran V2-Lite's batch 1
- * 6-26% slower on an H100 (R = 4: -6%, R = 1: -21..-26%; more stages did
+ * 6-26% slower on an H100 (R = 4: -6..-9%, R = 1: -19..-26%; more stages did
  * not help): an SM's async copies reached ~8-14 GB/s, where 23 are needed
  * (session 55, a0091ba). */
 template <int DT, int MAXE, int DR, int DU, int MINB>
