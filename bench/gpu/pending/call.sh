@@ -15,6 +15,6 @@ if [[ $gpu == *H200* ]]; then BUDGET_S=100 bash bench/gpu/floor_call.sh $OUT/flo
 mkdir -p $OUT/t
 SPECD_MOE_ALWAYS_DOWN=1 timeout 100 $B/test_gpu_ops moe > $OUT/t/ops.txt 2>&1; echo "ops rc $?"
 grep -E "FAIL" $OUT/t/ops.txt | head -5; tail -1 $OUT/t/ops.txt
-ROUNDS=${ROUNDS:-3} BATCH=1,2 MODELS=dsv2lite bash bench/gpu/ab_launch.sh $OUT/ab $C+0001 \
+ROUNDS=${ROUNDS:-3} BATCH=${BATCH:-1,2} MODELS=dsv2lite bash bench/gpu/ab_launch.sh $OUT/ab $C+0001 \
     off=$B:SPECD_MOE_ALWAYS_DOWN=0 on=$B:SPECD_MOE_ALWAYS_DOWN=1 2>&1 | tail -12
 SPECD_MOE_ALWAYS_DOWN=1 timeout 150 bash tests/gpu/validate.sh $B $OUT/validate $C+0001 2>&1 | tail -3
