@@ -3,7 +3,8 @@
 # the routed gate/up launch, SPECD_MOE_ALWAYS_DOWN=1, off by default): on
 # an H200 the V2-Lite / 8B floors of the base first; the patch's op tests
 # with the switch on (moe_router_ffn's beside-vs-two-ops rows are bitwise);
-# V2-Lite plain decode at batch 1 and 2, switch off against on, ROUNDS
+# V2-Lite plain decode at batch 1 and 2 (BATCH=1: batch 1 only, a shorter
+# call), switch off against on, ROUNDS
 # interleaved; then the whole validation with the switch on. Needs .carry
 # from build.sh (base-bin, new-bin, commit). Land the patch (switch on by
 # default) only if the validation passes and it measures faster.
