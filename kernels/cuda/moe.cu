@@ -804,7 +804,13 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
  * thread; h copied once), bitwise this kernel, ran V2-Lite's batch 1
  * 6-26% slower on an H100 (R = 4: -6..-9%, R = 1: -19..-26%; more stages did
  * not help): an SM's async copies reached ~8-14 GB/s, where 23 are needed
- * (session 55, a0091ba). */
+ * (session 55, a0091ba). The always-on experts' down rows moved into the
+ * routed gate/up launch (their h is whole when it starts; this kernel then
+ * adds their sums last, the same bits) ran V2-Lite's batch 1 and 2 within
+ * 0.1% of this form on an H100 (session 57; the patch is
+ * bench/gpu/pending/0001-moe-always-down.patch at 5e2175c). Not traced:
+ * whether this kernel kept its time over its bytes or the gate/up kernel
+ * grew by what it saved is not known. */
 template <int DT, int MAXE, int DR, int DU, int MINB>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int top_k,
