@@ -163,6 +163,13 @@ typedef struct sd__cuda {
      * split_for_step; SPECD_ATTN_SPLIT_ALL): 0 none, 1 the general and
      * DeepSeek latent kernels (the default), 2 the 128-dim GQA kernel too */
     int attn_split_all;
+    /* the prefetch op's budget, bytes a call (SPECD_L2_PREFETCH, MB; 0:
+     * off), its lines marked evict_last (SPECD_L2_PREFETCH_LAST=0:
+     * evict_normal), and the call site that issues it (SPECD_L2_PREFETCH_AT:
+     * 0, 1, or 2 both, half the budget each; cuda.h) */
+    size_t pf_budget;
+    int pf_last;
+    int pf_at;
     /* host_alloc gives page-locked memory (SPECD_PINNED=0: NULL, malloc) */
     int pinned;
     /* Timing ablation, for benchmarks only (SPECD_ABLATE=name,name...):
@@ -637,6 +644,14 @@ void sd__cuda_gather_i32(sd_backend *be, int32_t *out, const int32_t *table, con
 void sd__cuda_gather_rows(sd_backend *be, float *dst, const float *src, const int32_t *idx, int n,
                           int d, int ds, int ss);
 void sd__cuda_copy2d(sd_backend *be, float *dst, const float *src, int n, int d, int ds, int ss);
+/* the prefetch op's regions (a kernel argument) */
+#define SD__PF_MAX 8
+struct sd__pf_list {
+    const char *p[SD__PF_MAX];
+    unsigned long long n[SD__PF_MAX];
+    int cnt;
+};
+void sd__cuda_prefetch(sd_backend *be, const sd_weight *const *w, int n, int site);
 void sd__cuda_rmsnorm(sd_backend *be, float *out, const float *x, const sd_weight *w, int n, int d,
                       int x_stride, int out_stride, float eps);
 void sd__cuda_add_rmsnorm(sd_backend *be, float *out, float *x, const float *y, const sd_weight *w,

@@ -295,4 +295,91 @@ void sd__cuda_copy2d(sd_backend *be, float *dst, const float *src, int n, int d,
         return;
 }
 
+/* ---- L2 prefetch --------------------------------------------------------
+ *
+ * Weights a step reads after a stretch of latency-bound kernels (the MLA
+ * chain: prep, absorb, attention, merge, absorb) are asked into L2 while
+ * that stretch leaves DRAM idle: cp.async.bulk.prefetch.L2 (sm_90), one
+ * chunk a thread, the chunks of the list in order across the grid. Nothing
+ * is written, so results do not change. The prefetches go out before the
+ * PDL wait (no kernel writes weights) and need no completion. With
+ * pf_last the lines are marked evict_last, so the routed experts' stream
+ * through L2 does not push them out before their reader comes. */
+#define SD__PF_CHUNK 16384u
+
+__global__ void prefetch_l2_kernel(const __grid_constant__ sd__pf_list l, int last)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned long long pol = 0;
+    if (last)
+        asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+    const unsigned long long nth = (unsigned long long)gridDim.x * blockDim.x;
+    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, base = 0;
+    for (int r = 0; r < l.cnt; r++) {
+        const unsigned long long nc = (l.n[r] + SD__PF_CHUNK - 1) / SD__PF_CHUNK;
+        for (; i < base + nc; i += nth) {
+            const unsigned long long off = (i - base) * SD__PF_CHUNK;
+            const unsigned long long rest = l.n[r] - off;
+            const unsigned sz = rest < SD__PF_CHUNK ? (unsigned)rest : SD__PF_CHUNK;
+            const char *a = l.p[r] + off;
+            if (last)
+                asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(a),
+                             "r"(sz), "l"(pol)
+                             : "memory");
+            else
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(sz)
+                             : "memory");
+        }
+        base += nc;
+    }
+#endif
+    SD_PDL_ENTER();
+}
+
+void sd__cuda_prefetch(sd_backend *be, const sd_weight *const *w, int n, int site)
+{
+    sd__cuda *c = sd__cuda_op(be);
+    if (!c || c->pf_budget == 0 || c->sm_count <= 0 || (c->pf_at < 2 && site != c->pf_at))
+        return;
+    sd__pf_list l;
+    memset(&l, 0, sizeof l);
+    /* pf_at 2: site 0 takes the budget's first half of the list, site 1
+     * the rest */
+    size_t half = c->pf_budget / 2 & ~(size_t)15u;
+    size_t skip = c->pf_at == 2 && site == 1 ? half : 0;
+    size_t left = c->pf_at == 2 ? (site == 0 ? half : c->pf_budget - half) : c->pf_budget;
+    size_t chunks = 0;
+    for (int i = 0; i < n && l.cnt < SD__PF_MAX && left >= 16; i++) {
+        if (!w[i] || !w[i]->data)
+            continue;
+        /* 16-byte aligned start and length: the instruction's terms */
+        uintptr_t a = (uintptr_t)w[i]->data, a16 = (a + 15u) & ~(uintptr_t)15u;
+        size_t bytes = (size_t)w[i]->rows * (size_t)w[i]->cols * sd_dtype_size(w[i]->dtype);
+        if (bytes <= a16 - a)
+            continue;
+        bytes -= a16 - a;
+        bytes &= ~(size_t)15u;
+        if (skip >= bytes) {
+            skip -= bytes;
+            continue;
+        }
+        a16 += skip;
+        bytes -= skip;
+        skip = 0;
+        bytes = bytes < left ? bytes : left & ~(size_t)15u;
+        if (!bytes)
+            continue;
+        l.p[l.cnt] = (const char *)a16;
+        l.n[l.cnt++] = bytes;
+        left -= bytes;
+        chunks += (bytes + SD__PF_CHUNK - 1) / SD__PF_CHUNK;
+    }
+    if (!l.cnt)
+        return;
+    size_t want = (chunks + 31) / 32;
+    unsigned blocks = (unsigned)(want < (size_t)c->sm_count ? want : (size_t)c->sm_count);
+    sd__launch(c, prefetch_l2_kernel, blocks, 32, 0, l, c->pf_last);
+    SD_LAUNCHED(c, "prefetch_l2_kernel");
+}
+
 SD_KTRACE_EXPORT(elementwise)
