@@ -835,6 +835,7 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->pf_budget = pf_mb > 0 ? (size_t)(pf_mb * 1048576.0) : 0;
     c->pf_last = env_flag("SPECD_L2_PREFETCH_LAST", 1);
     c->pf_at = env_level("SPECD_L2_PREFETCH_AT", 2, 0);
+    c->pf_post = env_flag("SPECD_L2_PREFETCH_POST", 0);
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)

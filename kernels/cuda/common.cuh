@@ -166,10 +166,12 @@ typedef struct sd__cuda {
     /* the prefetch op's budget, bytes a call (SPECD_L2_PREFETCH, MB; 0:
      * off), its lines marked evict_last (SPECD_L2_PREFETCH_LAST=0:
      * evict_normal), and the call site that issues it (SPECD_L2_PREFETCH_AT:
-     * 0, 1, or 2 both, half the budget each; cuda.h) */
+     * 0, 1, or 2 both, half the budget each; cuda.h), issued after the
+     * PDL wait (SPECD_L2_PREFETCH_POST=1) or before it */
     size_t pf_budget;
     int pf_last;
     int pf_at;
+    int pf_post;
     /* host_alloc gives page-locked memory (SPECD_PINNED=0: NULL, malloc) */
     int pinned;
     /* Timing ablation, for benchmarks only (SPECD_ABLATE=name,name...):

@@ -302,13 +302,16 @@ void sd__cuda_copy2d(sd_backend *be, float *dst, const float *src, int n, int d,
  * that stretch leaves DRAM idle: cp.async.bulk.prefetch.L2 (sm_90), one
  * chunk a thread, the chunks of the list in order across the grid. Nothing
  * is written, so results do not change. The prefetches go out before the
- * PDL wait (no kernel writes weights) and need no completion. With
+ * PDL wait (no kernel writes weights; pf_post: after it, once the kernel
+ * before is done) and need no completion. With
  * pf_last the lines are marked evict_last, so the routed experts' stream
  * through L2 does not push them out before their reader comes. */
 #define SD__PF_CHUNK 16384u
 
-__global__ void prefetch_l2_kernel(const __grid_constant__ sd__pf_list l, int last)
+__global__ void prefetch_l2_kernel(const __grid_constant__ sd__pf_list l, int last, int post)
 {
+    if (post)
+        SD_PDL_ENTER(l);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     unsigned long long pol = 0;
     if (last)
@@ -333,7 +336,8 @@ __global__ void prefetch_l2_kernel(const __grid_constant__ sd__pf_list l, int la
         base += nc;
     }
 #endif
-    SD_PDL_ENTER();
+    if (!post)
+        SD_PDL_ENTER();
 }
 
 void sd__cuda_prefetch(sd_backend *be, const sd_weight *const *w, int n, int site)
@@ -378,7 +382,7 @@ void sd__cuda_prefetch(sd_backend *be, const sd_weight *const *w, int n, int sit
         return;
     size_t want = (chunks + 31) / 32;
     unsigned blocks = (unsigned)(want < (size_t)c->sm_count ? want : (size_t)c->sm_count);
-    sd__launch(c, prefetch_l2_kernel, blocks, 32, 0, l, c->pf_last);
+    sd__launch(c, prefetch_l2_kernel, blocks, 32, 0, l, c->pf_last, c->pf_post);
     SD_LAUNCHED(c, "prefetch_l2_kernel");
 }
 
