@@ -598,6 +598,7 @@ void sd_cuda_set_l2_prefetch(sd_backend *be, double mb)
 }
 void sd_cuda_set_l2_prefetch_last(sd_backend *be, int on) { sd__cuda_of(be)->pf_last = on != 0; }
 void sd_cuda_set_l2_prefetch_at(sd_backend *be, int at) { sd__cuda_of(be)->pf_at = at < 0 ? 0 : at > 2 ? 2 : at; }
+void sd_cuda_set_l2_prefetch_attach(sd_backend *be, int on) { sd__cuda_of(be)->pf_attach = on != 0; }
 /* a switch: off where the variable is "0", on where it is set otherwise,
  * def where it is unset or empty */
 static int env_flag(const char *name, int def)
@@ -836,6 +837,8 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->pf_last = env_flag("SPECD_L2_PREFETCH_LAST", 1);
     c->pf_at = env_level("SPECD_L2_PREFETCH_AT", 2, 0);
     c->pf_post = env_flag("SPECD_L2_PREFETCH_POST", 0);
+    c->pf_attach = env_flag("SPECD_L2_PREFETCH_ATTACH", 0);
+    c->pf_pend = (sd__pf_list *)calloc(1, sizeof *c->pf_pend); /* NULL: never kept */
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)
@@ -908,6 +911,7 @@ void sd_cuda_backend_destroy(sd_backend *be)
         if (c->am_keys)
             cudaFree(c->am_keys);
         kt_close(c);
+        free(c->pf_pend);
         if (c->lt_ws)
             cudaFree(c->lt_ws);
         if (c->lt)

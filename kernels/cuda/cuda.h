@@ -186,7 +186,7 @@ void sd_cuda_set_attn_split_all(sd_backend *be, int level);
 /* The prefetch op's budget, MB a call (SPECD_L2_PREFETCH overrides; 0:
  * off, the default: an experiment). SPECD_L2_PREFETCH_AT picks the call
  * site that issues it (kernels/ops.h, prefetch): 0 the first (after the
- * query's matmul), 1 the second (after attention), 2 both, the first
+ * query's matmul), 1 the second (just before attention), 2 both, the first
  * half of the budget at the first and the rest at the second. */
 #define SD_CUDA_L2_PREFETCH_MB 0
 void sd_cuda_set_l2_prefetch(sd_backend *be, double mb);
@@ -194,6 +194,9 @@ void sd_cuda_set_l2_prefetch(sd_backend *be, double mb);
 void sd_cuda_set_l2_prefetch_last(sd_backend *be, int on);
 /* the call site that issues it (SPECD_L2_PREFETCH_AT: 0, 1, 2 both) */
 void sd_cuda_set_l2_prefetch_at(sd_backend *be, int at);
+/* issued by the next MLA decode kernel's blocks, not a kernel of its own
+ * (SPECD_L2_PREFETCH_ATTACH=1) */
+void sd_cuda_set_l2_prefetch_attach(sd_backend *be, int on);
 void sd_cuda_set_pdl(sd_backend *be, int on);
 
 /* Number of CUDA devices usable here; 0 when there is no driver or device. */

@@ -306,38 +306,36 @@ void sd__cuda_copy2d(sd_backend *be, float *dst, const float *src, int n, int d,
  * before is done) and need no completion. With
  * pf_last the lines are marked evict_last, so the routed experts' stream
  * through L2 does not push them out before their reader comes. */
-#define SD__PF_CHUNK 16384u
-
 __global__ void prefetch_l2_kernel(const __grid_constant__ sd__pf_list l, int last, int post)
 {
     if (post)
         SD_PDL_ENTER(l);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    unsigned long long pol = 0;
-    if (last)
-        asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+    /* region r's chunks across the grid's threads, each region from thread 0 */
     const unsigned long long nth = (unsigned long long)gridDim.x * blockDim.x;
-    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, base = 0;
-    for (int r = 0; r < l.cnt; r++) {
-        const unsigned long long nc = (l.n[r] + SD__PF_CHUNK - 1) / SD__PF_CHUNK;
-        for (; i < base + nc; i += nth) {
-            const unsigned long long off = (i - base) * SD__PF_CHUNK;
-            const unsigned long long rest = l.n[r] - off;
-            const unsigned sz = rest < SD__PF_CHUNK ? (unsigned)rest : SD__PF_CHUNK;
-            const char *a = l.p[r] + off;
-            if (last)
-                asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(a),
-                             "r"(sz), "l"(pol)
-                             : "memory");
-            else
-                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(sz)
-                             : "memory");
-        }
-        base += nc;
-    }
-#endif
+    const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (int r = 0; r < l.cnt; r++)
+        sd__pf_issue(l.p[r], l.n[r], i, nth, last);
     if (!post)
         SD_PDL_ENTER();
+}
+
+static void prefetch_launch(sd__cuda *c, const sd__pf_list *l)
+{
+    size_t want = 0;
+    for (int r = 0; r < l->cnt; r++)
+        want += (l->n[r] + SD__PF_CHUNK - 1) / SD__PF_CHUNK;
+    want = (want + 31) / 32;
+    unsigned blocks = (unsigned)(want < (size_t)c->sm_count ? want : (size_t)c->sm_count);
+    sd__launch(c, prefetch_l2_kernel, blocks, 32, 0, *l, c->pf_last, c->pf_post);
+    SD_LAUNCHED(c, "prefetch_l2_kernel");
+}
+
+void sd__cuda_prefetch_flush(sd__cuda *c)
+{
+    if (!c->pf_pend || !c->pf_pend->cnt)
+        return;
+    prefetch_launch(c, c->pf_pend);
+    c->pf_pend->cnt = 0;
 }
 
 void sd__cuda_prefetch(sd_backend *be, const sd_weight *const *w, int n, int site)
@@ -352,7 +350,6 @@ void sd__cuda_prefetch(sd_backend *be, const sd_weight *const *w, int n, int sit
     size_t half = c->pf_budget / 2 & ~(size_t)15u;
     size_t skip = c->pf_at == 2 && site == 1 ? half : 0;
     size_t left = c->pf_at == 2 ? (site == 0 ? half : c->pf_budget - half) : c->pf_budget;
-    size_t chunks = 0;
     for (int i = 0; i < n && l.cnt < SD__PF_MAX && left >= 16; i++) {
         if (!w[i] || !w[i]->data)
             continue;
@@ -376,14 +373,15 @@ void sd__cuda_prefetch(sd_backend *be, const sd_weight *const *w, int n, int sit
         l.p[l.cnt] = (const char *)a16;
         l.n[l.cnt++] = bytes;
         left -= bytes;
-        chunks += (bytes + SD__PF_CHUNK - 1) / SD__PF_CHUNK;
     }
     if (!l.cnt)
         return;
-    size_t want = (chunks + 31) / 32;
-    unsigned blocks = (unsigned)(want < (size_t)c->sm_count ? want : (size_t)c->sm_count);
-    sd__launch(c, prefetch_l2_kernel, blocks, 32, 0, l, c->pf_last, c->pf_post);
-    SD_LAUNCHED(c, "prefetch_l2_kernel");
+    if (c->pf_attach && c->pf_pend) {
+        sd__cuda_prefetch_flush(c); /* one kept at a time */
+        *c->pf_pend = l;
+        return;
+    }
+    prefetch_launch(c, &l);
 }
 
 SD_KTRACE_EXPORT(elementwise)

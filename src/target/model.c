@@ -1243,8 +1243,8 @@ static void lm_logits(sd_model *m, float *logits, const float *x, const sd_weigh
  * (rope, the cache store, attention; MLA's chain of five) that leave memory
  * idle: ask for the always-on experts' weights meanwhile, in the order the
  * experts read them (gate, up, down). Site 0 is right after the qkv
- * matmul, site 1 after attention: the backend's setting picks where it
- * issues them (an experiment, off by default: kernels/cuda/cuda.h). */
+ * matmul, site 1 just before attention (the op after it): the backend's
+ * setting picks where it issues them (an experiment, off by default: kernels/cuda/cuda.h). */
 static void prefetch_always(sd_model *m, const layer *L, int T, int site)
 {
     const sd_ops *op = m->be->ops;
@@ -1299,9 +1299,9 @@ static int attention_gqa(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
     }
     /* rope of q and k and the cache store in one op; attention over the cache */
     op->rope_kv(be, q, k, v, L->kc, L->vc, ab, &m->rope, Hq, Hkv, Dh, Dh, qs, kvs);
+    prefetch_always(m, L, T, 1);
     op->attn_gqa(be, m->att, q, NULL, NULL, L->kc, L->vc, ab, Hq, Hkv, Dh, Dh, qs, kvs,
                  m->attn_scale);
-    prefetch_always(m, L, T, 1);
     return out_proj(m, m->ao, m->att, &L->wo, L->bo.data ? &L->bo : NULL, T, Hq * Dh);
 }
 
@@ -1329,9 +1329,9 @@ static int attention_mla(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
      * cache */
     sd_mla_prep_absorb(be, ckv, W, q + nope, qs, qk, &L->kv_a_norm, MLA_NORM_EPS, L->kc, ab,
                        &m->rope, H, C, R, m->qlat, q, &L->wuk_t, qs, qk);
+    prefetch_always(m, L, T, 1);
     op->attn_mla(be, m->lat, m->qlat, q + nope, NULL, NULL, L->kc, ab, H, C, R, qs, qk, W,
                  m->attn_scale);
-    prefetch_always(m, L, T, 1);
     op->matmul_heads(be, m->att, m->lat, &L->wuv, T, H, H * C, C, 0);
     return out_proj(m, m->ao, m->att, &L->wo, NULL, T, H * vd);
 }

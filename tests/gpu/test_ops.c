@@ -1676,6 +1676,31 @@ static int mla_check(gpu_env *e, const char *what, int n_seq, const int *ctx, co
                  SD_CUDA_MLA_FOLD_REL_DEFAULT ? "with fences" : "by release-acquire");
         ok &= mla_again(e, &m, &b, gt, mo, lab);
         sd_cuda_set_mla_fold_rel(e->gpu, SD_CUDA_MLA_FOLD_REL_DEFAULT);
+        /* an L2 prefetch kept for the decode kernel, whose blocks issue it
+         * before their wait (two regions, the second ragged): the same bits */
+        sd_cuda_set_l2_prefetch(e->gpu, 1);
+        sd_cuda_set_l2_prefetch_at(e->gpu, 1);
+        sd_cuda_set_l2_prefetch_attach(e->gpu, 1);
+        for (int rep = 0; rep < 2; rep++) {
+            sd_weight pw[2] = {
+                {.data = dcache, .dtype = SD_DT_F32, .rows = 1, .cols = (int64_t)(mc / 2)},
+                {.data = dq + 3, .dtype = SD_DT_F32, .rows = 1, .cols = (int64_t)(mq / 2) - 7 * rep}};
+            const sd_weight *pl[2] = {&pw[0], &pw[1]};
+            e->gpu->ops->prefetch(e->gpu, pl, 2, 1);
+            snprintf(lab, sizeof lab, "%s %s: an L2 prefetch issued by its blocks (%d)", op, what,
+                     rep + 1);
+            float *d = gpoison(e, mo);
+            e->gpu->ops->attn_mla(e->gpu, d, dqlat, dq + nope, dckv, dckv + C, dcache, &b.db, H, C,
+                                  R, H * qk, qk, row, scale);
+            float *g = gget(e, d, mo);
+            ok &= reportf(gt && g && !memcmp(gt, g, mo * sizeof(float)) ? 0 : 1, 0,
+                          "%s gives the same bits", lab);
+            free(g);
+            gfree(e, d);
+        }
+        sd_cuda_set_l2_prefetch(e->gpu, SD_CUDA_L2_PREFETCH_MB);
+        sd_cuda_set_l2_prefetch_at(e->gpu, 0);
+        sd_cuda_set_l2_prefetch_attach(e->gpu, 0);
         free(gt);
     }
     sd_cuda_set_mla_tc(e->gpu, 1); /* the defaults */
