@@ -418,15 +418,6 @@ typedef struct sd_ops {
      * the pointers. */
     int (*weight_fp8)(sd_backend *be, sd_weight *out, const uint8_t *q, const float *scale,
                       int64_t rows, int64_t cols, int bm, int bn);
-
-    /* ---- cache prefetch (appended; NULL where a backend has none) ----
-     * A hint: the bytes of w[0..n) (NULL entries skipped) asked into the
-     * device's last-level cache, in order, up to the backend's budget, while
-     * the ops queued after it run. For weights read just after a stretch of
-     * latency-bound ops. site: which of the caller's call sites for the same
-     * list this is (0, 1): the backend may split the list over them.
-     * Writes nothing; no result changes. */
-    void (*prefetch)(sd_backend *be, const sd_weight *const *w, int n, int site);
 } sd_ops;
 
 struct sd_backend {

@@ -64,11 +64,6 @@ typedef struct att_args {
     int fold_rel;   /* the fold's count by one release-acquire atomic (SPECD_MLA_FOLD_REL) */
     unsigned abl;   /* mla_dec_kernel: SPECD_ABLATE's parts of it (common.cuh; 0 outside
                      * timing experiments) */
-    /* mla_dec_kernel: regions its blocks ask into L2 before their wait (the
-     * backend's kept prefetch, pf_attach; n 0: none), evict_last where pf_last */
-    const char *pf_p[2];
-    unsigned long long pf_n[2];
-    int pf_last;
 } att_args;
 
 static inline int tile_stride(const att_args *a)
@@ -1093,16 +1088,6 @@ __global__ void __launch_bounds__(ATT_THREADS) mla_dec_kernel(const __grid_const
         s0 = dec_slot(a, bt, j_lo, n, lane);
         s1 = PIPE && j_lo + KT < n ? dec_slot(a, bt, j_lo + KT, n, lane) : 0;
     };
-    if (a.pf_n[0] && warp == 0) {
-        /* the kept prefetch: chunk i of a region from lane i % 32 of block
-         * i / 32 % blocks */
-        const unsigned long long nb = (unsigned long long)gridDim.x * gridDim.y * gridDim.z;
-        const unsigned long long b =
-            blockIdx.x + (unsigned long long)gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
-        sd__pf_issue(a.pf_p[0], a.pf_n[0], b * 32 + lane, nb * 32, a.pf_last);
-        if (a.pf_n[1])
-            sd__pf_issue(a.pf_p[1], a.pf_n[1], b * 32 + lane, nb * 32, a.pf_last);
-    }
     if (EARLY)
         SD_PDL_PRE(a);
     else
@@ -1550,16 +1535,6 @@ static void launch_mla_dec(sd__cuda *c, att_args *a, int T)
     a->fold = c->mla_fold && a->part && T * a->ngb <= SD__MLA_FOLD_WORDS ? c->mla_fold_cnt : NULL;
     a->abl = c->ablate & (SD__AB_FOLD | SD__AB_SLOTS | SD__AB_KEYS);
     a->fold_rel = c->mla_fold_rel;
-    if (c->pf_pend && c->pf_pend->cnt > 2)
-        sd__cuda_prefetch_flush(c); /* more regions than the kernel takes */
-    if (c->pf_pend && c->pf_pend->cnt) {
-        for (int r = 0; r < c->pf_pend->cnt; r++) {
-            a->pf_p[r] = c->pf_pend->p[r];
-            a->pf_n[r] = c->pf_pend->n[r];
-        }
-        a->pf_last = c->pf_last;
-        c->pf_pend->cnt = 0;
-    }
     dim3 grid((unsigned)T, (unsigned)a->ngb, (unsigned)a->S);
     if (c->mla_pipe && sd__early_inputs(c))
         sd__launch(c, mla_dec_kernel<true, true>, grid, ATT_THREADS, 0, *a);
@@ -1607,7 +1582,6 @@ void sd__cuda_attn_gqa(sd_backend *be, float *out, const float *q, const float *
     sd__cuda *c = sd__cuda_op(be);
     if (!c || b->n_tokens <= 0)
         return;
-    sd__cuda_prefetch_flush(c); /* a kept prefetch: its own kernel */
     if (Hkv <= 0 || Hq % Hkv) {
         SD_BADARG(c, "attn_gqa: %d query heads over %d KV heads", Hq, Hkv);
         return;
@@ -1676,12 +1650,9 @@ void sd__cuda_attn_mla(sd_backend *be, float *out, const float *q_lat, const flo
     a.v_is_k = 1;
     a.group = H;
     att_batch(&a, b, scale);
-    if (mla_dec_takes(c, C, R, cache, &a, b->n_tokens)) {
+    if (mla_dec_takes(c, C, R, cache, &a, b->n_tokens))
         launch_mla_dec(c, &a, b->n_tokens);
-        return;
-    }
-    sd__cuda_prefetch_flush(c); /* a kept prefetch: its own kernel */
-    if (mla_tc_takes(c, C, R, cache, &a))
+    else if (mla_tc_takes(c, C, R, cache, &a))
         launch_mla_tc(c, &a, b->n_tokens);
     else
         launch(c, &a, b->n_tokens, 1, "attn_mla");

@@ -550,7 +550,6 @@ static const sd_ops cuda_ops = {
     /* .copies = */ cu_copies,
     /* .gemm_trials = */ sd_cuda_gemm_trials,
     /* .weight_fp8 = */ cu_weight_fp8,
-    /* .prefetch = */ sd__cuda_prefetch,
 };
 
 int sd_cuda_make_current(sd_backend *be)
@@ -592,13 +591,6 @@ void sd_cuda_set_bf16_split(sd_backend *be, int on) { sd__cuda_of(be)->bf16_spli
 
 void sd_cuda_set_mla_tc(sd_backend *be, int on) { sd__cuda_of(be)->mla_tc = on != 0; }
 void sd_cuda_set_mla_dec(sd_backend *be, int on) { sd__cuda_of(be)->mla_dec = on != 0; }
-void sd_cuda_set_l2_prefetch(sd_backend *be, double mb)
-{
-    sd__cuda_of(be)->pf_budget = mb > 0 ? (size_t)(mb * 1048576.0) : 0;
-}
-void sd_cuda_set_l2_prefetch_last(sd_backend *be, int on) { sd__cuda_of(be)->pf_last = on != 0; }
-void sd_cuda_set_l2_prefetch_at(sd_backend *be, int at) { sd__cuda_of(be)->pf_at = at < 0 ? 0 : at > 2 ? 2 : at; }
-void sd_cuda_set_l2_prefetch_attach(sd_backend *be, int on) { sd__cuda_of(be)->pf_attach = on != 0; }
 /* a switch: off where the variable is "0", on where it is set otherwise,
  * def where it is unset or empty */
 static int env_flag(const char *name, int def)
@@ -831,14 +823,6 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->mla_fold_rel = env_flag("SPECD_MLA_FOLD_REL", SD_CUDA_MLA_FOLD_REL_DEFAULT);
     c->kernel_down = env_flag("SPECD_KERNEL_DOWN", SD_CUDA_KERNEL_DOWN_DEFAULT);
     c->kernel_up = env_flag("SPECD_KERNEL_UP", SD_CUDA_KERNEL_UP_DEFAULT);
-    const char *pf = getenv("SPECD_L2_PREFETCH"); /* MB a prefetch at most; 0: off */
-    double pf_mb = pf && *pf ? atof(pf) : SD_CUDA_L2_PREFETCH_MB;
-    c->pf_budget = pf_mb > 0 ? (size_t)(pf_mb * 1048576.0) : 0;
-    c->pf_last = env_flag("SPECD_L2_PREFETCH_LAST", 1);
-    c->pf_at = env_level("SPECD_L2_PREFETCH_AT", 2, 0);
-    c->pf_post = env_flag("SPECD_L2_PREFETCH_POST", 0);
-    c->pf_attach = env_flag("SPECD_L2_PREFETCH_ATTACH", 0);
-    c->pf_pend = (sd__pf_list *)calloc(1, sizeof *c->pf_pend); /* NULL: never kept */
     cudaDeviceProp p;
     int rc = SD_CUDA(c, cudaSetDevice(device));
     if (!rc)
@@ -911,7 +895,6 @@ void sd_cuda_backend_destroy(sd_backend *be)
         if (c->am_keys)
             cudaFree(c->am_keys);
         kt_close(c);
-        free(c->pf_pend);
         if (c->lt_ws)
             cudaFree(c->lt_ws);
         if (c->lt)

@@ -163,21 +163,6 @@ typedef struct sd__cuda {
      * split_for_step; SPECD_ATTN_SPLIT_ALL): 0 none, 1 the general and
      * DeepSeek latent kernels (the default), 2 the 128-dim GQA kernel too */
     int attn_split_all;
-    /* the prefetch op's budget, bytes a call (SPECD_L2_PREFETCH, MB; 0:
-     * off), its lines marked evict_last (SPECD_L2_PREFETCH_LAST=0:
-     * evict_normal), and the call site that issues it (SPECD_L2_PREFETCH_AT:
-     * 0, 1, or 2 both, half the budget each; cuda.h), issued after the
-     * PDL wait (SPECD_L2_PREFETCH_POST=1) or before it */
-    size_t pf_budget;
-    int pf_last;
-    int pf_at;
-    int pf_post;
-    /* SPECD_L2_PREFETCH_ATTACH=1: the prefetch is kept (pf_pend) and issued
-     * by the next MLA decode kernel's blocks before their wait, not by a
-     * kernel of its own (attention.cu); a call the decode kernel does not
-     * take issues it by its own kernel first */
-    int pf_attach;
-    struct sd__pf_list *pf_pend;
     /* host_alloc gives page-locked memory (SPECD_PINNED=0: NULL, malloc) */
     int pinned;
     /* Timing ablation, for benchmarks only (SPECD_ABLATE=name,name...):
@@ -652,45 +637,6 @@ void sd__cuda_gather_i32(sd_backend *be, int32_t *out, const int32_t *table, con
 void sd__cuda_gather_rows(sd_backend *be, float *dst, const float *src, const int32_t *idx, int n,
                           int d, int ds, int ss);
 void sd__cuda_copy2d(sd_backend *be, float *dst, const float *src, int n, int d, int ds, int ss);
-/* the prefetch op's regions (a kernel argument) */
-#define SD__PF_MAX 8
-struct sd__pf_list {
-    const char *p[SD__PF_MAX];
-    unsigned long long n[SD__PF_MAX];
-    int cnt;
-};
-void sd__cuda_prefetch(sd_backend *be, const sd_weight *const *w, int n, int site);
-/* the kept prefetch (pf_attach) issued now by its own kernel, if any */
-void sd__cuda_prefetch_flush(sd__cuda *c);
-#define SD__PF_CHUNK 16384u
-/* chunks i0, i0 + step, ... of SD__PF_CHUNK bytes of [p, p + n) asked into
- * L2 (cp.async.bulk.prefetch.L2, sm_90; nothing below), evict_last where
- * last */
-__device__ __forceinline__ void sd__pf_issue(const char *p, unsigned long long n,
-                                             unsigned long long i0, unsigned long long step,
-                                             int last)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    unsigned long long pol = 0;
-    if (last)
-        asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
-    const unsigned long long nc = (n + SD__PF_CHUNK - 1) / SD__PF_CHUNK;
-    for (unsigned long long i = i0; i < nc; i += step) {
-        const unsigned long long off = i * SD__PF_CHUNK, rest = n - off;
-        const unsigned sz = rest < SD__PF_CHUNK ? (unsigned)rest : SD__PF_CHUNK;
-        const char *a = p + off;
-        if (last)
-            asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(a),
-                         "r"(sz), "l"(pol)
-                         : "memory");
-        else
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(sz)
-                         : "memory");
-    }
-#else
-    (void)p, (void)n, (void)i0, (void)step, (void)last;
-#endif
-}
 void sd__cuda_rmsnorm(sd_backend *be, float *out, const float *x, const sd_weight *w, int n, int d,
                       int x_stride, int out_stride, float eps);
 void sd__cuda_add_rmsnorm(sd_backend *be, float *out, float *x, const float *y, const sd_weight *w,

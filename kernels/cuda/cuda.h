@@ -182,21 +182,6 @@ void sd_cuda_set_attn_split_all(sd_backend *be, int level);
  * or this call, turns it off. Results are the same bits either way
  * (tests/gpu/test_model.c). */
 #define SD_CUDA_PDL_DEFAULT 1
-
-/* The prefetch op's budget, MB a call (SPECD_L2_PREFETCH overrides; 0:
- * off, the default: an experiment). SPECD_L2_PREFETCH_AT picks the call
- * site that issues it (kernels/ops.h, prefetch): 0 the first (after the
- * query's matmul), 1 the second (just before attention), 2 both, the first
- * half of the budget at the first and the rest at the second. */
-#define SD_CUDA_L2_PREFETCH_MB 0
-void sd_cuda_set_l2_prefetch(sd_backend *be, double mb);
-/* the prefetched lines evict_last (1, the default; SPECD_L2_PREFETCH_LAST=0) or evict_normal */
-void sd_cuda_set_l2_prefetch_last(sd_backend *be, int on);
-/* the call site that issues it (SPECD_L2_PREFETCH_AT: 0, 1, 2 both) */
-void sd_cuda_set_l2_prefetch_at(sd_backend *be, int at);
-/* issued by the next MLA decode kernel's blocks, not a kernel of its own
- * (SPECD_L2_PREFETCH_ATTACH=1) */
-void sd_cuda_set_l2_prefetch_attach(sd_backend *be, int on);
 void sd_cuda_set_pdl(sd_backend *be, int on);
 
 /* Number of CUDA devices usable here; 0 when there is no driver or device. */

@@ -1235,37 +1235,6 @@ static void lm_logits(sd_model *m, float *logits, const float *x, const sd_weigh
     }
 }
 
-/* Steps of up to this many tokens (decode, verify) are bound by reading
- * the weights; a prefill's would be evicted by its activations. */
-#define PREFETCH_MAX_TOKENS 64
-
-/* Between a MoE layer's qkv matmul and its experts come latency-bound ops
- * (rope, the cache store, attention; MLA's chain of five) that leave memory
- * idle: ask for the always-on experts' weights meanwhile, in the order the
- * experts read them (gate, up, down). Site 0 is right after the qkv
- * matmul, site 1 just before attention (the op after it): the backend's
- * setting picks where it issues them (an experiment, off by default: kernels/cuda/cuda.h). */
-static void prefetch_always(sd_model *m, const layer *L, int T, int site)
-{
-    const sd_ops *op = m->be->ops;
-    if (!op->prefetch || T > PREFETCH_MAX_TOKENS || !L->moe)
-        return;
-    const sd_weight *w[8];
-    int n = 0;
-    for (int j = 0; j < L->n_always && n + 2 <= 8; j++) {
-        int e = L->experts.n - L->n_always + j;
-        w[n++] = &L->eg[e];
-        w[n++] = &L->eu[e];
-    }
-    for (int j = 0; j < L->n_always && n + 1 <= 8; j++)
-        w[n++] = &L->ed[L->experts.n - L->n_always + j];
-    if (L->gate_up.data && n + 2 <= 8) {
-        w[n++] = &L->gate_up;
-        w[n++] = &L->down;
-    }
-    op->prefetch(m->be, w, n, site);
-}
-
 /* DeepSeek's q_a_layernorm and kv_a_layernorm use RMSNorm's default eps. */
 #define MLA_NORM_EPS 1e-6f
 
@@ -1280,7 +1249,6 @@ static int attention_gqa(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
     int Hq = m->hq, Hkv = m->hkv, Dh = c->head_dim; /* this rank's heads */
     int W = (int)L->wqkv.rows;
     xn_matmul(m, m->qkv, &L->wqkv, L->has_bias ? &L->bqkv : NULL, T, 0);
-    prefetch_always(m, L, T, 0);
     float *q = m->qkv, *k = q + (size_t)Hq * Dh, *v = k + (size_t)Hkv * Dh;
     int qs = W, kvs = W;
     if (L->has_qk_norm) {
@@ -1299,12 +1267,19 @@ static int attention_gqa(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
     }
     /* rope of q and k and the cache store in one op; attention over the cache */
     op->rope_kv(be, q, k, v, L->kc, L->vc, ab, &m->rope, Hq, Hkv, Dh, Dh, qs, kvs);
-    prefetch_always(m, L, T, 1);
     op->attn_gqa(be, m->att, q, NULL, NULL, L->kc, L->vc, ab, Hq, Hkv, Dh, Dh, qs, kvs,
                  m->attn_scale);
     return out_proj(m, m->ao, m->att, &L->wo, L->bo.data ? &L->bo : NULL, T, Hq * Dh);
 }
 
+/* The chain below is latency-bound at decode sizes and leaves DRAM mostly
+ * idle, but weights asked into L2 meanwhile (cp.async.bulk.prefetch.L2)
+ * never paid: the next weights after the qkv matmul, 9.8% slower on an H200
+ * (session 13); the always-on experts' 23 MB, 2-9% slower on an H100 when
+ * issued during the qkv matmul or at the decode attention's start (its
+ * loads queue behind the prefetch), and a tie after attention, where the
+ * prefetch saved about what its own kernel cost (session 57:
+ * bench/results/ab-l2-prefetch-*.json; the code at 9ad5502). */
 static int attention_mla(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
 {
     const sd_ops *op = m->be->ops;
@@ -1315,7 +1290,6 @@ static int attention_mla(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
     /* one matmul: the row [q_a | c_kv k_pe] (q_lora) or [q | c_kv k_pe], W wide */
     int W = (int)L->wqkv.rows;
     xn_matmul(m, m->qkv, &L->wqkv, NULL, T, 0);
-    prefetch_always(m, L, T, 0);
     float *ckv = m->qkv + (W - (C + R)), *q = m->qkv;
     int qs = W; /* q's row stride */
     if (c->q_lora_rank > 0) {
@@ -1329,7 +1303,6 @@ static int attention_mla(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
      * cache */
     sd_mla_prep_absorb(be, ckv, W, q + nope, qs, qk, &L->kv_a_norm, MLA_NORM_EPS, L->kc, ab,
                        &m->rope, H, C, R, m->qlat, q, &L->wuk_t, qs, qk);
-    prefetch_always(m, L, T, 1);
     op->attn_mla(be, m->lat, m->qlat, q + nope, NULL, NULL, L->kc, ab, H, C, R, qs, qk, W,
                  m->attn_scale);
     op->matmul_heads(be, m->att, m->lat, &L->wuv, T, H, H * C, C, 0);

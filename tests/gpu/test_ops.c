@@ -436,76 +436,6 @@ TEST(matmul_gemv_rows_match_the_cpu_in_fp32)
     ASSERT(ok);
 }
 
-/* The L2 prefetch is a hint: over random bytes at ragged starts and
- * lengths (not 16-byte aligned, shorter than the alignment, past the
- * budget), with each cache policy, budgets that cut a weight short and
- * each call-site setting (a site's half of the list), it changes no byte of what it reads, a matmul of a prefetched weight still
- * matches the CPU, and the backend reports no failure. */
-TEST(prefetch_changes_nothing_and_matmuls_still_match)
-{
-    gpu_env e;
-    GPU_OPEN(e);
-    int ok = 1;
-    size_t nb = (size_t)3 << 20;
-    unsigned char *h = (unsigned char *)malloc(nb), *back = (unsigned char *)malloc(nb);
-    for (size_t i = 0; i < nb; i++)
-        h[i] = (unsigned char)rnd_int(&e, 256);
-    unsigned char *d = (unsigned char *)gput(&e, h, nb);
-    tw mw;
-    ok &= tw_make(&e, &mw, SD_DT_BF16, 2048, 1408, 0.5f) == 0;
-    static const double budget[] = {0.0001, 0.5, 40};
-    for (int bi = 0; bi < 3; bi++) {
-        for (int last = 0; last < 2; last++) {
-            const int at = (bi + last) % 3;
-            sd_cuda_set_l2_prefetch(e.gpu, budget[bi]);
-            sd_cuda_set_l2_prefetch_last(e.gpu, last);
-            sd_cuda_set_l2_prefetch_at(e.gpu, at);
-            sd_weight w[6];
-            const sd_weight *pw[8];
-            int n = 0;
-            for (int i = 0; i < 6; i++) {
-                size_t off = (size_t)rnd_int(&e, 4096) * 2 + (size_t)(i & 1);
-                int64_t cols = 1 + rnd_int(&e, i < 2 ? 8 : 300000);
-                w[i] = (sd_weight){.data = d + off, .dtype = i % 3 == 0 ? SD_DT_F32 : SD_DT_BF16,
-                                   .rows = 1, .cols = cols};
-                if (off + (size_t)cols * sd_dtype_size(w[i].dtype) > nb)
-                    w[i].cols = (int64_t)((nb - off) / sd_dtype_size(w[i].dtype));
-                pw[n++] = &w[i];
-            }
-            pw[n++] = NULL;
-            pw[n++] = &mw.g;
-            e.gpu->ops->prefetch(e.gpu, pw, n, 0);
-            e.gpu->ops->prefetch(e.gpu, pw, n, 1);
-            int same = e.gpu->ops->download(e.gpu, back, d, nb) == 0 && !memcmp(back, h, nb);
-            ok &= reportf(same ? 0 : INFINITY, 0,
-                          "prefetch budget %g MB %s at %d: bytes unchanged", budget[bi],
-                          last ? "evict_last" : "evict_normal", at);
-            char name[96];
-            snprintf(name, sizeof name, "matmul after prefetch %g MB %s at %d", budget[bi],
-                     last ? "evict_last" : "evict_normal", at);
-            float *x = rnd_floats(&e, 1408, -1, 1), *co = (float *)malloc(2048 * sizeof(float));
-            e.cpu->ops->matmul(e.cpu, co, x, &mw.c, NULL, 1, 1408);
-            float *dx = (float *)gput(&e, x, 1408 * sizeof(float)), *dy = gpoison(&e, 2048);
-            e.gpu->ops->prefetch(e.gpu, pw + n - 1, 1, 0);
-            e.gpu->ops->prefetch(e.gpu, pw + n - 1, 1, 1);
-            e.gpu->ops->matmul(e.gpu, dy, dx, &mw.g, NULL, 1, 1408);
-            ok &= check_dev(&e, dy, co, 2048, 1e-5, name);
-            GFREE_ALL(&e, dx, dy);
-            free(x);
-            free(co);
-        }
-    }
-    sd_cuda_set_l2_prefetch(e.gpu, SD_CUDA_L2_PREFETCH_MB);
-    sd_cuda_set_l2_prefetch_last(e.gpu, 1);
-    sd_cuda_set_l2_prefetch_at(e.gpu, 0);
-    tw_free(&e, &mw);
-    gfree(&e, d);
-    free(h);
-    free(back);
-    gpu_env_close(&e);
-    ASSERT(ok);
-}
-
 /* A row's GEMV result is the same bits whatever else is in the batch: up to
  * SD_CUDA_GEMV_EXACT_ROWS rows, row r alone (n = 1) and inside every batch
  * at every position; above it (tensor cores for BF16 weights), row r in
@@ -1676,31 +1606,6 @@ static int mla_check(gpu_env *e, const char *what, int n_seq, const int *ctx, co
                  SD_CUDA_MLA_FOLD_REL_DEFAULT ? "with fences" : "by release-acquire");
         ok &= mla_again(e, &m, &b, gt, mo, lab);
         sd_cuda_set_mla_fold_rel(e->gpu, SD_CUDA_MLA_FOLD_REL_DEFAULT);
-        /* an L2 prefetch kept for the decode kernel, whose blocks issue it
-         * before their wait (two regions, the second ragged): the same bits */
-        sd_cuda_set_l2_prefetch(e->gpu, 1);
-        sd_cuda_set_l2_prefetch_at(e->gpu, 1);
-        sd_cuda_set_l2_prefetch_attach(e->gpu, 1);
-        for (int rep = 0; rep < 2; rep++) {
-            sd_weight pw[2] = {
-                {.data = dcache, .dtype = SD_DT_F32, .rows = 1, .cols = (int64_t)(mc / 2)},
-                {.data = dq + 3, .dtype = SD_DT_F32, .rows = 1, .cols = (int64_t)(mq / 2) - 7 * rep}};
-            const sd_weight *pl[2] = {&pw[0], &pw[1]};
-            e->gpu->ops->prefetch(e->gpu, pl, 2, 1);
-            snprintf(lab, sizeof lab, "%s %s: an L2 prefetch issued by its blocks (%d)", op, what,
-                     rep + 1);
-            float *d = gpoison(e, mo);
-            e->gpu->ops->attn_mla(e->gpu, d, dqlat, dq + nope, dckv, dckv + C, dcache, &b.db, H, C,
-                                  R, H * qk, qk, row, scale);
-            float *g = gget(e, d, mo);
-            ok &= reportf(gt && g && !memcmp(gt, g, mo * sizeof(float)) ? 0 : 1, 0,
-                          "%s gives the same bits", lab);
-            free(g);
-            gfree(e, d);
-        }
-        sd_cuda_set_l2_prefetch(e->gpu, SD_CUDA_L2_PREFETCH_MB);
-        sd_cuda_set_l2_prefetch_at(e->gpu, 0);
-        sd_cuda_set_l2_prefetch_attach(e->gpu, 0);
         free(gt);
     }
     sd_cuda_set_mla_tc(e->gpu, 1); /* the defaults */
@@ -3685,7 +3590,6 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(rope_matches_the_cpu_for_every_variant_up_to_8k_positions),
           T(matmul_gemv_rows_match_the_cpu_in_fp32), T(matmul_gemv_rows_do_not_depend_on_the_batch),
           T(matmul_few_row_gemv_gives_the_gemvs_bits),
-          T(prefetch_changes_nothing_and_matmuls_still_match),
           T(matmul_many_rows_match_the_cpu), T(fp8_weights_match_the_cpu_and_their_bf16_scratch),
           T(fp8_experts_match_the_cpu_and_their_bf16_scratch),
           T(matmul_row_counts_of_one_bucket_share_its_timed_trial),
