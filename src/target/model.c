@@ -1279,7 +1279,8 @@ static int attention_gqa(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
  * issued during the qkv matmul or at the decode attention's start (its
  * loads queue behind the prefetch), and a tie after attention, where the
  * prefetch saved about what its own kernel cost (session 57:
- * bench/results/ab-l2-prefetch-*.json; the code at 9ad5502). */
+ * bench/results/ab-l2-prefetch-*.json; the code at 5161d6b, its own kernel
+ * at either site, and 9ad5502, issued by the decode attention's blocks). */
 static int attention_mla(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
 {
     const sd_ops *op = m->be->ops;
