@@ -79,6 +79,15 @@ typedef struct sd_moe_route {
     int n_always; /* always-on slots after the routed ones (0: none) */
 } sd_moe_route;
 
+/* The residual step an op may end with (moe_router_ffn's an): x(n, D) +=
+ * the op's output, then xn(n, D) = rmsnorm(x) * w: add_rmsnorm(xn, x, out,
+ * w, n, D, eps)'s numbers. */
+typedef struct sd_addnorm {
+    float *x, *xn;
+    const sd_weight *w;
+    float eps;
+} sd_addnorm;
+
 /* One expert bank: n experts of gate/up [inter, D] and down [D, inter].
  * Expert parallelism: the bank holds experts first .. first + n - 1 of the
  * model (routing ids are global); tokens routed elsewhere add nothing here. */
@@ -372,11 +381,14 @@ typedef struct sd_ops {
      * a backend has none: the caller runs the two ops) ----
      * moe_router_ffn: the numbers of moe_router_route(ids, wts, logits, x,
      * w, bias, n, D, r) followed by moe_ffn(out, x, ids, wts, ex, n,
-     * r->top_k + r->n_always, D, tmp) (x dense, n rows of D): a backend may
-     * run the always-on experts while it routes. */
+     * r->top_k + r->n_always, D, tmp) (x dense, n rows of D), then with an
+     * (NULL: none) the residual step after it, add_rmsnorm(an->xn, an->x,
+     * out, an->w, n, D, an->eps): a backend may run the always-on experts
+     * while it routes, and the residual step in the experts' last block. */
     void (*moe_router_ffn)(sd_backend *be, float *out, int32_t *ids, float *wts, float *logits,
                            const float *x, const sd_weight *w, const float *bias,
-                           const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp);
+                           const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp,
+                           const sd_addnorm *an);
 
     /* ---- MLA's latent prep and query absorb in one op (appended; NULL
      * where a backend has none: the caller runs the two ops) ----
@@ -472,20 +484,36 @@ static inline void sd_rmsnorm_matmul(sd_backend *be, float *y, float *xn, const 
         sd_rmsnorm_matmul_ops(be, y, xn, x, g, eps, w, bias, n, silu);
 }
 
-/* moe_router_ffn where the backend has it, else the two ops it stands for */
+/* the residual step x += y; xn = rmsnorm(x) * w in one op where the
+ * backend has it */
+static inline void sd_add_rmsnorm(sd_backend *be, float *xn, float *x, const float *y,
+                                  const sd_weight *w, int n, int D, float eps)
+{
+    const sd_ops *op = be->ops;
+    if (op->add_rmsnorm) {
+        op->add_rmsnorm(be, xn, x, y, w, n, D, eps);
+        return;
+    }
+    op->add(be, x, y, n, D);
+    op->rmsnorm(be, xn, x, w, n, D, D, D, eps);
+}
+
+/* moe_router_ffn where the backend has it, else the ops it stands for */
 static inline void sd_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wts,
                                      float *logits, const float *x, const sd_weight *w,
                                      const float *bias, const sd_experts *ex, int n, int D,
-                                     const sd_moe_route *r, void *tmp)
+                                     const sd_moe_route *r, void *tmp, const sd_addnorm *an)
 {
     const sd_ops *op = be->ops;
     if (op->moe_router_ffn) {
-        op->moe_router_ffn(be, out, ids, wts, logits, x, w, bias, ex, n, D, r, tmp);
+        op->moe_router_ffn(be, out, ids, wts, logits, x, w, bias, ex, n, D, r, tmp, an);
         return;
     }
     op->moe_router_route(be, ids, wts, logits, x, w, bias, n, D, r);
     op->moe_ffn(be, out, x, ids, wts, ex, n, r->top_k + (r->n_always > 0 ? r->n_always : 0), D,
                 tmp);
+    if (an)
+        sd_add_rmsnorm(be, an->xn, an->x, out, an->w, n, D, an->eps);
 }
 
 /* mla_prep_absorb where the backend has it, else the two ops it stands for */

@@ -269,10 +269,11 @@ static void p_rmsnorm_matmul(sd_backend *be, float *y, float *xn, const float *x
 
 static void p_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wts, float *lg,
                              const float *x, const sd_weight *w, const float *bias,
-                             const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp)
+                             const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp,
+                             const sd_addnorm *an)
 {
     TIMED(be, "moe_router_ffn",
-          I(be)->ops->moe_router_ffn(I(be), out, ids, wts, lg, x, w, bias, ex, n, D, r, tmp));
+          I(be)->ops->moe_router_ffn(I(be), out, ids, wts, lg, x, w, bias, ex, n, D, r, tmp, an));
 }
 
 static void p_mla_prep_absorb(sd_backend *be, float *ckv, int cks, float *qpe, int qps, int qph,

@@ -513,17 +513,6 @@ __device__ __forceinline__ void dec_softmax(float (*S)[KT], float *mrun, float *
     __syncthreads();
 }
 
-/* *p += v at device scope, with release and acquire semantics; the old value */
-__device__ __forceinline__ unsigned sd__atom_add_acq_rel(unsigned *p, unsigned v)
-{
-    unsigned old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;"
-                 : "=r"(old)
-                 : "l"(p), "r"(v)
-                 : "memory");
-    return old;
-}
-
 /* the decode kernels' loads of what kernels before them wrote (the query,
  * the cache rows): EARLY, whose addresses are known before the wait, by plain
  * loads, which stay after it (ptxas moved a read-only (nc) load of a key

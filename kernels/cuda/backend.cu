@@ -660,6 +660,8 @@ void sd_cuda_set_moe_overlap(sd_backend *be, int max_tokens)
     sd__cuda_of(be)->moe_overlap = max_tokens > 0 ? max_tokens : 0;
 }
 void sd_cuda_set_mla_overlap(sd_backend *be, int on) { sd__cuda_of(be)->mla_overlap = on != 0; }
+void sd_cuda_set_moe_router(sd_backend *be, int on) { sd__cuda_of(be)->moe_router = on != 0; }
+void sd_cuda_set_moe_fold(sd_backend *be, int on) { sd__cuda_of(be)->moe_fold = on != 0; }
 void sd_cuda_set_mla_fold(sd_backend *be, int on) { sd__cuda_of(be)->mla_fold = on != 0; }
 void sd_cuda_set_mla_fold_rel(sd_backend *be, int on) { sd__cuda_of(be)->mla_fold_rel = on != 0; }
 void sd_cuda_set_step_early(sd_backend *be, int level)
@@ -818,6 +820,8 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->route_small = env_on("SPECD_ROUTE_SMALL");
     c->moe_overlap = env_level("SPECD_MOE_OVERLAP", 1 << 20, SD_CUDA_MOE_OVERLAP_DEFAULT);
     c->mla_overlap = env_flag("SPECD_MLA_OVERLAP", SD_CUDA_MLA_OVERLAP_DEFAULT);
+    c->moe_router = env_flag("SPECD_MOE_ROUTER", SD_CUDA_MOE_ROUTER_DEFAULT);
+    c->moe_fold = env_flag("SPECD_MOE_FOLD", SD_CUDA_MOE_FOLD_DEFAULT);
     c->mla_fold = env_flag("SPECD_MLA_FOLD", SD_CUDA_MLA_FOLD_DEFAULT);
     c->step_inputs_early = env_level("SPECD_STEP_EARLY", 2, SD_CUDA_STEP_EARLY_DEFAULT);
     c->mla_fold_rel = env_flag("SPECD_MLA_FOLD_REL", SD_CUDA_MLA_FOLD_REL_DEFAULT);
@@ -851,14 +855,16 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
         rc = SD_CUDA(c, cudaMalloc((void **)&c->attn_part, c->attn_part_bytes));
     }
     if (!rc) {
-        /* the argmax's keys and counts, then MLA's fold counts: all zero */
+        /* the argmax's keys and counts, then MLA's fold counts, then the
+         * MoE kernels': all zero */
         size_t b = SD__ARGMAX_ROWS * (sizeof(unsigned long long) + sizeof(unsigned)) +
-                   SD__MLA_FOLD_WORDS * sizeof(unsigned);
+                   (SD__MLA_FOLD_WORDS + SD__MOE_FOLD_WORDS) * sizeof(unsigned);
         rc = SD_CUDA(c, cudaMalloc((void **)&c->am_keys, b));
         if (!rc)
             rc = SD_CUDA(c, cudaMemset(c->am_keys, 0, b));
         c->am_cnt = (unsigned *)(c->am_keys + SD__ARGMAX_ROWS);
         c->mla_fold_cnt = c->am_cnt + SD__ARGMAX_ROWS;
+        c->moe_router_cnt = c->mla_fold_cnt + SD__MLA_FOLD_WORDS;
     }
     if (!rc)
         rc = sd__cuda_attention_init(c);

@@ -138,6 +138,16 @@ typedef struct sd__cuda {
      * (SPECD_MLA_OVERLAP=1, sd_cuda_set_mla_overlap; matmul.cu; the same
      * bits) */
     int mla_overlap;
+    /* moe_router_ffn's router GEMV in the launch of the routing beside the
+     * always-on experts (SPECD_MOE_ROUTER, sd_cuda_set_moe_router; moe.cu;
+     * the same bits), its count of router blocks done (zero between calls) */
+    int moe_router;
+    unsigned *moe_router_cnt;
+    /* the residual step after moe_router_ffn's fused experts in the down
+     * kernel's last block of each token (SPECD_MOE_FOLD,
+     * sd_cuda_set_moe_fold; moe.cu; the same bits), its counts at
+     * moe_router_cnt + 1 */
+    int moe_fold;
     /* mla_dec_kernel's last block of a token's head pair merges the pair's
      * split-KV partials (SPECD_MLA_FOLD=0: off; sd_cuda_set_mla_fold; attention.cu;
      * the same bits as attn_merge_kernel); its counts, zero between calls:
@@ -216,6 +226,7 @@ typedef struct sd__cuda {
 
 #define SD__ARGMAX_ROWS 4096
 #define SD__MLA_FOLD_WORDS 1024 /* (token, head pair) counts of mla_dec_kernel's fold */
+#define SD__MOE_FOLD_WORDS 64 /* the MoE kernels' counts: the router's, then the down fold's a token */
 
 /* SPECD_ABLATE's names, in bit order (backend.cu parses them) */
 #define SD__ABLATE_NAMES \
@@ -555,6 +566,21 @@ __device__ __forceinline__ float sd__block_rrms(double ss, int d, float eps)
     return rs;
 }
 
+/* *p += v at device scope, with release and acquire semantics; the old
+ * value. A fold's count (a block's last stores, a barrier, then this in one
+ * thread: the block that counts last sees every block's stores; the
+ * acquire invalidates the SM's L1, so its plain loads after the barrier
+ * read them) */
+__device__ __forceinline__ unsigned sd__atom_add_acq_rel(unsigned *p, unsigned v)
+{
+    unsigned old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;"
+                 : "=r"(old)
+                 : "l"(p), "r"(v)
+                 : "memory");
+    return old;
+}
+
 /* Rotary embedding of one pair: cos and sin of the fp32 angle inv_freq * pos
  * (HF's), times mscale, full-range cosf/sinf (angles run to thousands of
  * radians); then (x0, x1) rotated. Every op that ropes uses these. */
@@ -648,7 +674,8 @@ void sd__cuda_moe_router_route(sd_backend *be, int32_t *ids, float *wts, float *
                                int x_stride, const sd_moe_route *r);
 void sd__cuda_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wts, float *logits,
                              const float *x, const sd_weight *w, const float *bias,
-                             const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp);
+                             const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp,
+                             const sd_addnorm *an);
 void sd__cuda_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_weight *w, int n,
                           int x_stride);
 void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_weight *w, int n,

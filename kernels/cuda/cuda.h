@@ -124,6 +124,17 @@ void sd_cuda_set_moe_overlap(sd_backend *be, int max_tokens);
  * batch-1 decode +1.45% in three rounds (bench/results/NOTES.md, session 18). */
 #define SD_CUDA_MLA_OVERLAP_DEFAULT 1
 void sd_cuda_set_mla_overlap(sd_backend *be, int on);
+/* moe_router_ffn's router GEMV in the launch of its routing beside the
+ * always-on experts, at one token where matmul takes its wide one-pass BF16
+ * shape (moe.cu; SPECD_MOE_ROUTER=1 as the backend opens, or this call; the
+ * same bits). */
+#define SD_CUDA_MOE_ROUTER_DEFAULT 0
+void sd_cuda_set_moe_router(sd_backend *be, int on);
+/* moe_router_ffn's residual step (its an) in the fused down kernel's last
+ * block of each token, not a kernel after it (moe.cu; SPECD_MOE_FOLD=1 as
+ * the backend opens, or this call; the same bits). */
+#define SD_CUDA_MOE_FOLD_DEFAULT 0
+void sd_cuda_set_moe_fold(sd_backend *be, int on);
 /* MLA decode's split-KV merge in the decode kernel's last block of each
  * token's head pair (SPECD_MLA_FOLD, the default); 0: attn_merge_kernel
  * after it. The same bits either way; V2-Lite batch 1 +1.1% at 64-192

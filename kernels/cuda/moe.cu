@@ -23,7 +23,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/gemv_block.cuh"
+#include "kernels/cuda/norm.cuh"
 
 #define MOE_MAX_EXPERTS 1024
 #define MOE_WARPS 8
@@ -206,8 +207,9 @@ __global__ void moe_route_kernel(int32_t *ids, float *wts, const float *logits, 
  * by route_rank_topk's rank, their sum in slot order. */
 /* token t's routing by the first warp of a block (lane: its lane): the
  * bias of experts lane and lane + 32 before the PDL wait, the rest after
- * (r: the kernel's __grid_constant__ parameter) */
-template <bool SIG>
+ * (r: the kernel's __grid_constant__ parameter); !WAIT: in a block past
+ * its wait */
+template <bool SIG, bool WAIT = true>
 __device__ __forceinline__ void route_small_token(int32_t *ids, float *wts, const float *logits,
                                                   const float *bias, const sd_moe_route &r,
                                                   int t, int lane)
@@ -220,7 +222,8 @@ __device__ __forceinline__ void route_small_token(int32_t *ids, float *wts, cons
     const int e0 = lane, e1 = lane + 32;
     const bool in0 = e0 < E, in1 = e1 < E;
     const float b0 = bias && in0 ? bias[e0] : 0.0f, b1 = bias && in1 ? bias[e1] : 0.0f;
-    SD_PDL_ENTER(ids, wts, logits, bias, r);
+    if (WAIT)
+        SD_PDL_ENTER(ids, wts, logits, bias, r);
     const float *lg = logits + (size_t)t * (size_t)E;
     const float l0 = in0 ? lg[e0] : 0.0f, l1 = in1 ? lg[e1] : 0.0f;
     float s0, s1;
@@ -731,18 +734,42 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
  * reductions) then runs while the always-on experts' weights stream
  * instead of before every expert's. The same bits as the two kernels. At
  * least 3 blocks an SM, as the gate/up kernel's wide shape gets (80
- * registers; the routing's part took it to 84 and 2 blocks an SM). */
-template <int DT, int MAXE, int GU, int U, int MINB, bool SIG>
+ * registers; the routing's part took it to 84 and 2 blocks an SM).
+ *
+ * ROUTER (one token; SPECD_MOE_ROUTER): the router's GEMV runs here too,
+ * its rgx blocks first (matmul's wide one-pass blocks, gemv_block: the
+ * same logits), and the block that counts itself last of them (rcnt, a
+ * release-acquire count as mla_dec_kernel's fold) routes the token: the
+ * router's kernel and its boundary leave the step's chain, its weights
+ * load before the wait and its sums run while the always-on experts'
+ * weights stream. */
+template <int DT, int MAXE, int GU, int U, int MINB, bool SIG, bool ROUTER>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB < 3 ? 3 : MINB)
 moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const float *bias,
                         const __grid_constant__ sd_moe_route r, int n, float *h, const float *x,
                         int D, int I, int first, int E, int WK,
-                        const __grid_constant__ moe_tabs<MAXE, DT == SD__F8> tab)
+                        const __grid_constant__ moe_tabs<MAXE, DT == SD__F8> tab,
+                        const __grid_constant__ mm_args ra, int rwk, int rgx, unsigned *rcnt)
 {
-    const int b = blockIdx.x;
-    if (b < n) {
+    const int b = blockIdx.x, nr = ROUTER ? rgx : n;
+    if (b < nr) {
+        if (!ROUTER) {
+            if (threadIdx.x < 32)
+                route_small_token<SIG>(ids, wts, logits, bias, r, b, threadIdx.x);
+            return;
+        }
+        /* its logits stored before the block's last barrier */
+        gemv_block<SD__BF16, 1, true, false, GEMV_WIDE_VR, GEMV_WIDE_U>(ra, rwk, b, 0);
+        __shared__ int last;
+        if (threadIdx.x == 0)
+            last = sd__atom_add_acq_rel(rcnt, 1u) == (unsigned)rgx - 1;
+        __syncthreads();
+        if (!last)
+            return;
+        if (threadIdx.x == 0)
+            *rcnt = 0; /* zero for the next call (a graph replay too) */
         if (threadIdx.x < 32)
-            route_small_token<SIG>(ids, wts, logits, bias, r, b, threadIdx.x);
+            route_small_token<SIG, false>(ids, wts, logits, bias, r, 0, threadIdx.x);
         return;
     }
     SD_PDL_ENTER(ids, wts, logits, bias, r, n, h, x, D, I, first, E, WK, tab_words(tab));
@@ -750,13 +777,20 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
      * always-on expert's tile run side by side and share its weights in L2
      * (tiles fastest, a verify step's tokens each read an expert's 11.5 MB
      * tens of MB apart: V2-Lite's MTP verify steps ran 4-6% slower) */
-    const int npa = n * r.n_always, q = b - n, ty = q / npa, pa = q - ty * npa;
+    const int npa = n * r.n_always, q = b - nr, ty = q / npa, pa = q - ty * npa;
     const int t = pa / r.n_always, a = pa - t * r.n_always, W = r.top_k + r.n_always;
     const int e = r.n_experts + a - first;
     if (e < 0 || e >= E)
         return;
     gate_up_tile<DT, MAXE, GU, U>(h + (size_t)(t * W + r.top_k + a) * (size_t)I,
                                   x + (size_t)t * (size_t)D, e, ty, D, I, WK, tab);
+}
+
+/* where the down kernel's fold keeps its rows in shared memory: floats
+ * after the partials, 16-byte aligned */
+static __host__ __device__ __forceinline__ int down_fold_at(int top_k, int wk, int DR)
+{
+    return (top_k * wk * DR + 3) / 4 * 4;
 }
 
 /* out(t, d) = sum_j wts[t, j] * (h(t * top_k + j) @ down_e^T)[d], slots j in
@@ -815,9 +849,10 @@ template <int DT, int MAXE, int DR, int DU, int MINB>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int top_k,
                       int D, int I, int first, int E, int WK,
-                      const __grid_constant__ moe_tabs<MAXE, DT == SD__F8> tab)
+                      const __grid_constant__ moe_tabs<MAXE, DT == SD__F8> tab,
+                      const __grid_constant__ sd__addnorm_args an)
 {
-    SD_PDL_ENTER(out, h, ids, wts, top_k, D, I, first, E, WK, tab_words(tab));
+    SD_PDL_ENTER(out, h, ids, wts, top_k, D, I, first, E, WK, tab_words(tab), an);
     extern __shared__ float part[];
     const int t = blockIdx.x, d0 = blockIdx.y * DR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -855,6 +890,20 @@ moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const floa
         }
         out[(size_t)t * (size_t)D + (size_t)(d0 + i)] = s;
     }
+    if (!an.x)
+        return;
+    /* the fold (SPECD_MOE_FOLD): the block that counts the token's last
+     * tile takes the residual step of its row (mla_dec_kernel's fold) */
+    __shared__ int last;
+    __syncthreads(); /* the block's stores before its count */
+    if (threadIdx.x == 0)
+        last = sd__atom_add_acq_rel(an.cnt + t, 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    if (threadIdx.x == 0)
+        an.cnt[t] = 0; /* zero for the next call (a graph replay too) */
+    sd__addnorm_row(an, out, t, (float4 *)(part + down_fold_at(top_k, WK, DR)));
 }
 
 /* Warps splitting I in the down kernel: as many as the slots leave free
@@ -869,22 +918,46 @@ static int down_wk(int top_k, int I)
     return wk < kmax ? wk : kmax;
 }
 
-/* the down kernel of one shape: a block of DR rows of every token */
+/* the down kernel of one shape: a block of DR rows of every token (an.x:
+ * with the fold) */
 template <int DT, int MAXE, int DR, int DU, int MINB>
 static void launch_down(sd__cuda *c, const moe_tabs<MAXE, DT == SD__F8> &tab, float *out, const float *h,
                         const int32_t *ids, const float *wts, int n, int top_k, int D, int I,
-                        const sd_experts *ex, int wk)
+                        const sd_experts *ex, int wk, const sd__addnorm_args &an)
 {
     dim3 g((unsigned)n, (unsigned)((D + DR - 1) / DR));
-    size_t sm = (size_t)top_k * (size_t)wk * DR * sizeof(float);
+    size_t sm = an.x ? (size_t)(down_fold_at(top_k, wk, DR) + 2 * D) * sizeof(float)
+                     : (size_t)top_k * (size_t)wk * DR * sizeof(float);
     sd__launch(c, moe_down_fused_kernel<DT, MAXE, DR, DU, MINB>, g, SD__GEMV_WARPS * 32, sm, out,
-               h, ids, wts, top_k, D, I, ex->first, ex->n, wk, tab);
+               h, ids, wts, top_k, D, I, ex->first, ex->n, wk, tab, an);
 }
 
-/* the routing moe_route_always_kernel runs beside the always-on experts */
+/* The residual step after the fused experts (moe_router_ffn's an) in the
+ * down kernel's last block of each token (SPECD_MOE_FOLD): where
+ * add_rmsnorm would take its float4 rows, rows of up to 4096 floats (their
+ * 2 x 16 KB of shared memory) and tokens of the counts; else fa.x NULL and
+ * the caller runs add_rmsnorm. */
+static void down_fold_args(const sd__cuda *c, const sd_addnorm *an, const float *out, int n,
+                           int D, sd__addnorm_args *fa)
+{
+    memset(fa, 0, sizeof *fa);
+    const int nt = D % 4 == 0 ? sd__norm_threads(D / 4, NORM_VEC) : 0;
+    if (!an || !c->moe_fold || (c->ablate & SD__AB_ADDNORM) || !nt || D > 4096 ||
+        n > SD__MOE_FOLD_WORDS - 1 || !sd__aligned16(an->x) || !sd__aligned16(an->xn) ||
+        !sd__aligned16(out))
+        return;
+    *fa = sd__addnorm_args{an->x, an->xn, an->w->data, (int)an->w->dtype, D, nt, an->eps,
+                           c->moe_router_cnt + 1};
+}
+
+/* the routing moe_route_always_kernel runs beside the always-on experts
+ * (router: the router's GEMV too, rt's rgx blocks of K-split rwk) */
 struct moe_route_args {
     const float *logits, *bias;
     sd_moe_route r;
+    int router;
+    mm_args rt;
+    int rwk, rgx;
 };
 
 /* gate/up (with ra: after the routing beside the always-on slots) in the
@@ -897,15 +970,17 @@ static void launch_gate_up(sd__cuda *c, const moe_route_args *ra, int32_t *ids, 
     const int cols = SD__GEMV_WARPS / wk * GU, tiles = (I + cols - 1) / cols;
     int routed = top_k;
     if (ra) {
-        const unsigned g = (unsigned)(n + n * ra->r.n_always * tiles), th = SD__GEMV_WARPS * 32;
-        if (ra->r.sigmoid)
-            sd__launch(c, moe_route_always_kernel<DT, MAXE, GU, U, MINB, true>, g, th, 0, ids,
-                       wts, ra->logits, ra->bias, ra->r, n, h, x, D, I, ex->first, ex->n, wk,
-                       tab);
+        const int nr = ra->router ? ra->rgx : n;
+        const unsigned g = (unsigned)(nr + n * ra->r.n_always * tiles), th = SD__GEMV_WARPS * 32;
+#define ROUTE_ALWAYS(SIG, ROUTER)                                                                 \
+    sd__launch(c, moe_route_always_kernel<DT, MAXE, GU, U, MINB, SIG, ROUTER>, g, th, 0, ids, wts, \
+               ra->logits, ra->bias, ra->r, n, h, x, D, I, ex->first, ex->n, wk, tab, ra->rt,    \
+               ra->rwk, ra->rgx, c->moe_router_cnt)
+        if (ra->router)
+            ra->r.sigmoid ? ROUTE_ALWAYS(true, true) : ROUTE_ALWAYS(false, true);
         else
-            sd__launch(c, moe_route_always_kernel<DT, MAXE, GU, U, MINB, false>, g, th, 0, ids,
-                       wts, ra->logits, ra->bias, ra->r, n, h, x, D, I, ex->first, ex->n, wk,
-                       tab);
+            ra->r.sigmoid ? ROUTE_ALWAYS(true, false) : ROUTE_ALWAYS(false, false);
+#undef ROUTE_ALWAYS
         if (SD_LAUNCHED(c, "moe_route_always_kernel"))
             return;
         routed = ra->r.top_k;
@@ -920,7 +995,7 @@ static void launch_gate_up(sd__cuda *c, const moe_route_args *ra, int32_t *ids, 
 template <int DT, int MAXE>
 static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h, const float *x,
                          int32_t *ids, float *wts, int n, int top_k, int D, int I,
-                         const moe_route_args *ra)
+                         const moe_route_args *ra, const sd__addnorm_args &an)
 {
     moe_tabs<MAXE, DT == SD__F8> tab;
     tabs_fill(tab, ex->gate, ex->up, ex->n);
@@ -943,27 +1018,29 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
     tabs_fill(tab, ex->down, (const sd_weight *)NULL, ex->n);
     wk = down_wk(top_k, I);
     if (c->moe_down == 3)
-        launch_down<DT, MAXE, 8, 2, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
+        launch_down<DT, MAXE, 8, 2, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk, an);
     else if (c->moe_down == 2)
-        launch_down<DT, MAXE, 8, 1, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
+        launch_down<DT, MAXE, 8, 1, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk, an);
     else if (c->moe_down == 1)
-        launch_down<DT, MAXE, 4, MOE_FUSED_U, 4>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
+        launch_down<DT, MAXE, 4, MOE_FUSED_U, 4>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk,
+                                                 an);
     else
-        launch_down<DT, MAXE, 4, MOE_FUSED_U, 3>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
+        launch_down<DT, MAXE, 4, MOE_FUSED_U, 3>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk,
+                                                 an);
     SD_LAUNCHED(c, "moe_down_fused_kernel");
 }
 
 template <int DT>
 static void launch_fused_e(sd__cuda *c, const sd_experts *ex, float *out, float *h, const float *x,
                            int32_t *ids, float *wts, int n, int top_k, int D, int I,
-                           const moe_route_args *ra)
+                           const moe_route_args *ra, const sd__addnorm_args &an)
 {
     if (ex->n <= 256)
-        launch_fused<DT, 256>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra);
+        launch_fused<DT, 256>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra, an);
     else if constexpr (DT == SD__F8) /* moe_ffn_path: at most MOE_F8_MAX_EXPERTS */
-        launch_fused<DT, MOE_F8_MAX_EXPERTS>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra);
+        launch_fused<DT, MOE_F8_MAX_EXPERTS>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra, an);
     else
-        launch_fused<DT, MOE_MAX_EXPERTS>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra);
+        launch_fused<DT, MOE_MAX_EXPERTS>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra, an);
 }
 
 /* ---- grouped GEMM on tensor cores (prefill) ------------------------------
@@ -1402,17 +1479,22 @@ static int moe_ffn_path(sd__cuda *c, const sd_experts *ex, const float *x, const
     return *vec && (m <= (size_t)max_pairs || (*dt == SD_DT_F8_E4M3 && !*tc));
 }
 
-/* the fused path of a checked moe_ffn (ra: routing beside it) */
-static void moe_fused(sd__cuda *c, sd_dtype dt, const sd_experts *ex, float *out, float *h,
+/* the fused path of a checked moe_ffn (ra: routing beside it; an: the
+ * residual step after it, in the down kernel where down_fold_args takes
+ * it); whether it took an */
+static int moe_fused(sd__cuda *c, sd_dtype dt, const sd_experts *ex, float *out, float *h,
                       const float *x, int32_t *ids, float *wts, int n, int top_k, int D, int I,
-                      const moe_route_args *ra)
+                      const moe_route_args *ra, const sd_addnorm *an)
 {
+    sd__addnorm_args fa;
+    down_fold_args(c, an, out, n, D, &fa);
     switch (dt) {
-    case SD_DT_F8_E4M3: launch_fused_e<SD__F8>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra); break;
-    case SD_DT_F32: launch_fused_e<SD__F32>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra); break;
-    case SD_DT_BF16: launch_fused_e<SD__BF16>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra); break;
-    default: launch_fused_e<SD__F16>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra); break;
+    case SD_DT_F8_E4M3: launch_fused_e<SD__F8>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra, fa); break;
+    case SD_DT_F32: launch_fused_e<SD__F32>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra, fa); break;
+    case SD_DT_BF16: launch_fused_e<SD__BF16>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra, fa); break;
+    default: launch_fused_e<SD__F16>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra, fa); break;
     }
+    return fa.x != NULL;
 }
 
 void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t *ids,
@@ -1429,7 +1511,7 @@ void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t 
     float *h = (float *)tmp; /* (m, I) */
     if (path == 1) {
         /* the fused kernels only read ids and wts without a routing to run */
-        moe_fused(c, dt, ex, out, h, x, (int32_t *)ids, (float *)wts, n, top_k, D, I, NULL);
+        moe_fused(c, dt, ex, out, h, x, (int32_t *)ids, (float *)wts, n, top_k, D, I, NULL, NULL);
         return;
     }
     const int E = ex->n;
@@ -1473,7 +1555,8 @@ void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t 
  * moe_router_route, then moe_ffn. */
 void sd__cuda_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wts, float *logits,
                              const float *x, const sd_weight *w, const float *bias,
-                             const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp)
+                             const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp,
+                             const sd_addnorm *an)
 {
     sd__cuda *c = sd__cuda_op(be);
     if (!c || n <= 0)
@@ -1487,12 +1570,22 @@ void sd__cuda_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wt
     if (path != 1) {
         sd__cuda_moe_router_route(be, ids, wts, logits, x, w, bias, n, D, r);
         sd__cuda_moe_ffn(be, out, x, ids, wts, ex, n, W, D, tmp);
+        if (an && !c->err)
+            sd__cuda_add_rmsnorm(be, an->xn, an->x, out, an->w, n, D, an->eps);
         return;
     }
-    if (!(c->ablate & SD__AB_ROUTER))
-        sd__cuda_matmul(be, logits, x, w, NULL, n, D);
-    moe_route_args ra = {logits, bias, *r};
-    moe_fused(c, dt, ex, out, (float *)tmp, x, ids, wts, n, W, D, I, &ra);
+    moe_route_args ra = {logits, bias, *r, 0, {}, 0, 0};
+    /* the router's GEMV beside the always-on experts too (one token, where
+     * matmul runs the wide one-pass BF16 shape) */
+    if (!(c->ablate & SD__AB_ROUTER)) {
+        ra.router = n == 1 && c->moe_router &&
+                    sd__cuda_gemv_wide1(c, &ra.rt, logits, x, w, D, &ra.rwk, &ra.rgx);
+        if (!ra.router)
+            sd__cuda_matmul(be, logits, x, w, NULL, n, D);
+    }
+    if (!moe_fused(c, dt, ex, out, (float *)tmp, x, ids, wts, n, W, D, I, &ra, an) && an &&
+        !c->err)
+        sd__cuda_add_rmsnorm(be, an->xn, an->x, out, an->w, n, D, an->eps);
 }
 
 SD_KTRACE_EXPORT(moe)

@@ -1177,12 +1177,7 @@ static void residual_norm(sd_model *m, float *partial, const sd_weight *norm, in
         return;
     }
     if (m->tp_size == 1) {
-        if (op->add_rmsnorm) {
-            op->add_rmsnorm(m->be, m->xn, m->x, partial, norm, T, D, eps);
-        } else {
-            op->add(m->be, m->x, partial, T, D);
-            op->rmsnorm(m->be, m->xn, m->x, norm, T, D, D, D, eps);
-        }
+        sd_add_rmsnorm(m->be, m->xn, m->x, partial, norm, T, D, eps);
         return;
     }
     int rc = sd_comm_allreduce_add_rmsnorm(m->comm, m->tp_rank, m->be, partial, m->x, m->xn, norm,
@@ -1311,8 +1306,10 @@ static int attention_mla(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
 }
 
 /* Returns out_proj's: 1 when the output went into x (a dense MLP on the
- * fused path). */
-static int ffn(sd_model *m, layer *L, int T)
+ * fused path); 2 when the MoE op took the residual step after it too
+ * (x += its output, xn = next_norm(x): one rank, nothing added after the
+ * experts, the unfused path). */
+static int ffn(sd_model *m, layer *L, int T, const sd_weight *next_norm)
 {
     const sd_ops *op = m->be->ops;
     sd_backend *be = m->be;
@@ -1326,10 +1323,12 @@ static int ffn(sd_model *m, layer *L, int T)
                           .routed_scaling_factor = (float)c->routed_scaling_factor,
                           .n_always = L->n_always};
         xn_ready(m, T); /* three readers: the router, the experts, the shared MLP */
+        sd_addnorm an = {m->x, m->xn, next_norm, (float)c->rms_eps};
+        const int step = !L->gate_up.data && m->tp_size == 1 && !fused_residual(m);
         sd_moe_router_ffn(be, m->fo, m->ids, m->wts, m->rlog, m->xn, &L->router, L->corr_bias,
-                          &L->experts, T, D, &r, m->moetmp);
+                          &L->experts, T, D, &r, m->moetmp, step ? &an : NULL);
         if (!L->gate_up.data)
-            return 0;
+            return step ? 2 : 0;
         op->matmul_silu(be, m->gu, m->xn, &L->gate_up, T, D);
         /* fo += the shared experts: a rank's partial, any tp */
         sd_matmul_add(be, m->fo, m->gu, &L->down, NULL, T, L->ffn_inter, m->ao);
@@ -1348,8 +1347,9 @@ static void decoder_layer(sd_model *m, layer *L, const sd_attn_batch *ab, int T,
 {
     int added = L->mla ? attention_mla(m, L, ab, T) : attention_gqa(m, L, ab, T);
     residual_norm(m, added ? NULL : m->ao, &L->ffn_norm, T); /* row-parallel o_proj partials */
-    added = ffn(m, L, T);
-    residual_norm(m, added ? NULL : m->fo, next_norm, T); /* down / experts' down partials */
+    added = ffn(m, L, T, next_norm);
+    if (added < 2)
+        residual_norm(m, added ? NULL : m->fo, next_norm, T); /* down / experts' down partials */
 }
 
 static int check_batch(sd_model *m, const sd_fwd *f, sd_err *err)

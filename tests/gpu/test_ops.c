@@ -2014,9 +2014,12 @@ TEST(moe_router_route_is_the_gpus_matmul_then_moe_route)
     ASSERT(ok);
 }
 
-/* moe_router_ffn: the routing beside the always-on experts' gate/up
- * (moe_route_always_kernel) gives bit for bit the GPU's moe_router_route +
- * moe_ffn (logits, ids, weights, output: the switch off), and the output
+/* moe_router_ffn with the residual step after it (an): the routing beside
+ * the always-on experts' gate/up (moe_route_always_kernel), with the
+ * router's GEMV in its launch and the residual step in the down kernel's
+ * last block (sd_cuda_set_moe_router, sd_cuda_set_moe_fold) or not, gives
+ * bit for bit the GPU's moe_router_route + moe_ffn + add_rmsnorm (logits,
+ * ids, weights, output, x, xn: the switch off), and the output and xn
  * the CPU's within moe_ffn's bound. A bank of r.n_experts routed experts
  * and r.n_always always-on ones (ids E..), `first` the bank's first id of
  * `e_all` routed + always-on ones (expert parallel: other ranks' pairs
@@ -2056,43 +2059,76 @@ static int router_ffn_case(gpu_env *e, const char *what, sd_dtype dt, int n, int
     float *clg = (float *)malloc((size_t)n * E * sizeof(float));
     int32_t *cid = (int32_t *)malloc((size_t)n * W * sizeof(int32_t));
     float *cwt = (float *)malloc((size_t)n * W * sizeof(float));
-    sd_moe_router_ffn(e->cpu, co, cid, cwt, clg, x, &rw.c, bias, &ce, n, D, &r, tmp);
+    /* the residual stream and its norm's weight */
+    tw nw;
+    if (tw_make(e, &nw, SD_DT_BF16, 1, D, 1.0f))
+        return report("moe_router_ffn: weight upload", INFINITY, 0);
+    float *res = rnd_floats(e, (size_t)n * D, -2, 2);
+    float *cres = (float *)malloc((size_t)n * D * sizeof(float));
+    float *cxn = (float *)malloc((size_t)n * D * sizeof(float));
+    memcpy(cres, res, (size_t)n * D * sizeof(float));
+    const float eps = 1e-6f;
+    sd_addnorm can = {cres, cxn, &nw.c, eps};
+    sd_moe_router_ffn(e->cpu, co, cid, cwt, clg, x, &rw.c, bias, &ce, n, D, &r, tmp, &can);
     float *dx = (float *)gput(e, x, (size_t)n * D * sizeof(float));
     float *db = (float *)gput(e, bias, (size_t)E * sizeof(float));
     float *dtmp = gpoison(e, tmpn);
-    float *dout[2], *dlg[2], *dwt[2];
-    int32_t *did[2];
-    for (int v = 0; v < 2; v++) { /* v = 0: beside; 1: the switch off */
+    float *dout[3], *dlg[3], *dwt[3], *dres[3], *dxn[3];
+    int32_t *did[3];
+    /* v = 0: beside; 1: the switch off; 2: beside with the router's GEMV
+     * and the fold (twice, from the same residual: the counts are zero
+     * again after a call) */
+    for (int v = 0; v < 3; v++) {
         dout[v] = gpoison(e, (size_t)n * D);
         dlg[v] = gpoison(e, (size_t)n * E);
         dwt[v] = gpoison(e, (size_t)n * W);
         did[v] = (int32_t *)gpoison(e, (size_t)n * W);
+        dres[v] = gpoison(e, (size_t)n * D);
+        dxn[v] = gpoison(e, (size_t)n * D);
+        sd_addnorm an = {dres[v], dxn[v], &nw.g, eps};
         sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_OFF);
-        sd_cuda_set_moe_overlap(e->gpu, v == 0 ? 1 << 20 : 0);
-        e->gpu->ops->moe_router_ffn(e->gpu, dout[v], did[v], dwt[v], dlg[v], dx, &rw.g, db, &ge, n,
-                                    D, &r, dtmp);
+        sd_cuda_set_moe_overlap(e->gpu, v == 1 ? 0 : 1 << 20);
+        sd_cuda_set_moe_router(e->gpu, v == 2);
+        sd_cuda_set_moe_fold(e->gpu, v == 2);
+        for (int rep = 0; rep < (v == 2 ? 2 : 1); rep++) {
+            e->gpu->ops->upload(e->gpu, dres[v], res, (size_t)n * D * sizeof(float));
+            e->gpu->ops->moe_router_ffn(e->gpu, dout[v], did[v], dwt[v], dlg[v], dx, &rw.g, db,
+                                        &ge, n, D, &r, dtmp, &an);
+        }
+        sd_cuda_set_moe_fold(e->gpu, SD_CUDA_MOE_FOLD_DEFAULT);
+        sd_cuda_set_moe_router(e->gpu, SD_CUDA_MOE_ROUTER_DEFAULT);
         sd_cuda_set_moe_overlap(e->gpu, SD_CUDA_MOE_OVERLAP_DEFAULT);
         sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_AUTO);
     }
     long bad = 0;
-    const void *pa[4] = {dout[0], dlg[0], dwt[0], did[0]}, *pb[4] = {dout[1], dlg[1], dwt[1], did[1]};
-    const size_t cnt[4] = {(size_t)n * D, (size_t)n * E, (size_t)n * W, (size_t)n * W};
-    for (int k = 0; k < 4; k++) {
-        float *ga = gget(e, pa[k], cnt[k]), *gb = gget(e, pb[k], cnt[k]);
-        bad += ga && gb ? (long)bit_mismatches(ga, gb, cnt[k]) : 1;
-        free(ga);
-        free(gb);
+    const size_t cnt[6] = {(size_t)n * D, (size_t)n * E, (size_t)n * W,
+                           (size_t)n * W, (size_t)n * D, (size_t)n * D};
+    for (int v = 0; v < 3; v += 2) {
+        const void *pa[6] = {dout[v], dlg[v], dwt[v], did[v], dres[v], dxn[v]};
+        const void *pb[6] = {dout[1], dlg[1], dwt[1], did[1], dres[1], dxn[1]};
+        for (int k = 0; k < 6; k++) {
+            float *ga = gget(e, pa[k], cnt[k]), *gb = gget(e, pb[k], cnt[k]);
+            bad += ga && gb ? (long)bit_mismatches(ga, gb, cnt[k]) : 1;
+            free(ga);
+            free(gb);
+        }
     }
     char name[200];
     snprintf(name, sizeof name,
-             "moe_router_ffn %s %s n=%d E=%d+%d top-%d D=%d I=%d: beside vs the two ops (bits "
-             "that differ)",
+             "moe_router_ffn %s %s n=%d E=%d+%d top-%d D=%d I=%d: beside, and with the router, "
+             "vs the two ops (bits that differ)",
              what, sd_dtype_name(dt), n, E, na, r.top_k, D, I);
     int ok = report(name, (double)bad, 0);
     snprintf(name, sizeof name, "moe_router_ffn %s n=%d output vs the cpu", what, n);
     ok &= check_dev(e, dout[0], co, (size_t)n * D, 1e-5, name);
-    for (int v = 0; v < 2; v++)
-        GFREE_ALL(e, dout[v], dlg[v], dwt[v], did[v]);
+    snprintf(name, sizeof name, "moe_router_ffn %s n=%d residual step's xn vs the cpu", what, n);
+    ok &= check_dev(e, dxn[2], cxn, (size_t)n * D, 1e-5, name);
+    for (int v = 0; v < 3; v++)
+        GFREE_ALL(e, dout[v], dlg[v], dwt[v], did[v], dres[v], dxn[v]);
+    tw_free(e, &nw);
+    free(res);
+    free(cres);
+    free(cxn);
     GFREE_ALL(e, dx, db, dtmp);
     for (int k = 0; k < bank; k++) {
         tw_free(e, &g[k]);
@@ -2133,6 +2169,12 @@ TEST(moe_router_ffn_routes_beside_the_always_on_experts)
     sig.norm_topk_prob = 1;
     sig.routed_scaling_factor = 2.5f;
     ok &= router_ffn_case(&e, "sigmoid", SD_DT_BF16, 8, 256, 128, sig, 0, 65);
+    ok &= router_ffn_case(&e, "sigmoid", SD_DT_BF16, 1, 256, 128, sig, 0, 65);
+    /* all 64 of V2-Lite's routed experts at its D (the router's GEMV in 8
+     * blocks at one token), narrow experts */
+    sd_moe_route lite64 = route_lite;
+    lite64.n_always = 2;
+    ok &= router_ffn_case(&e, "v2-lite 64", SD_DT_BF16, 1, 2048, 128, lite64, 0, 66);
     ok &= router_ffn_case(&e, "sigmoid", SD_DT_F16, 2, 256, 136, sig, 0, 65);
     ok &= router_ffn_case(&e, "sigmoid", SD_DT_F32, 5, 128, 64, sig, 0, 65);
     /* an expert-parallel bank (ids 32..65 of 66: half the routed experts
