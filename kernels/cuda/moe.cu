@@ -758,7 +758,10 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
                 route_small_token<SIG>(ids, wts, logits, bias, r, b, threadIdx.x);
             return;
         }
-        /* its logits stored before the block's last barrier */
+        /* the routing's parameters read before the wait too (sd__ptouch:
+         * gemv_block's wait touches its own); its logits stored before the
+         * block's last barrier */
+        sd__ptouch(ids, wts, logits, bias, r, rcnt);
         gemv_block<SD__BF16, 1, true, false, GEMV_WIDE_VR, GEMV_WIDE_U>(ra, rwk, b, 0);
         __shared__ int last;
         if (threadIdx.x == 0)
