@@ -430,6 +430,13 @@ typedef struct sd_ops {
      * the pointers. */
     int (*weight_fp8)(sd_backend *be, sd_weight *out, const uint8_t *q, const float *scale,
                       int64_t rows, int64_t cols, int bm, int bn);
+
+    /* ---- a projection and the residual step after it (appended; NULL
+     * where a backend has none: the caller runs the two ops) ----
+     * matmul_addnorm: the numbers of matmul(y, x, w, bias, n, x_stride)
+     * then add_rmsnorm(an->xn, an->x, y, an->w, n, w->rows, an->eps). */
+    void (*matmul_addnorm)(sd_backend *be, float *y, const float *x, const sd_weight *w,
+                           const sd_weight *bias, int n, int x_stride, const sd_addnorm *an);
 } sd_ops;
 
 struct sd_backend {
@@ -496,6 +503,19 @@ static inline void sd_add_rmsnorm(sd_backend *be, float *xn, float *x, const flo
     }
     op->add(be, x, y, n, D);
     op->rmsnorm(be, xn, x, w, n, D, D, D, eps);
+}
+
+/* matmul_addnorm where the backend has it, else the two ops it stands for */
+static inline void sd_matmul_addnorm(sd_backend *be, float *y, const float *x, const sd_weight *w,
+                                     const sd_weight *bias, int n, int x_stride,
+                                     const sd_addnorm *an)
+{
+    if (be->ops->matmul_addnorm) {
+        be->ops->matmul_addnorm(be, y, x, w, bias, n, x_stride, an);
+        return;
+    }
+    be->ops->matmul(be, y, x, w, bias, n, x_stride);
+    sd_add_rmsnorm(be, an->xn, an->x, y, an->w, n, (int)w->rows, an->eps);
 }
 
 /* moe_router_ffn where the backend has it, else the ops it stands for */

@@ -135,6 +135,12 @@ void sd_cuda_set_moe_router(sd_backend *be, int on);
  * the backend opens, or this call; the same bits). */
 #define SD_CUDA_MOE_FOLD_DEFAULT 0
 void sd_cuda_set_moe_fold(sd_backend *be, int on);
+/* matmul_addnorm's residual step in the GEMV's last block at one row where
+ * the GEMV takes its wide one-pass BF16 shape, not a kernel after it
+ * (matmul.cu; SPECD_GEMV_FOLD=1 as the backend opens, or this call; the
+ * same bits). */
+#define SD_CUDA_GEMV_FOLD_DEFAULT 0
+void sd_cuda_set_gemv_fold(sd_backend *be, int on);
 /* MLA decode's split-KV merge in the decode kernel's last block of each
  * token's head pair (SPECD_MLA_FOLD, the default); 0: attn_merge_kernel
  * after it. The same bits either way; V2-Lite batch 1 +1.1% at 64-192

@@ -935,23 +935,7 @@ static void launch_down(sd__cuda *c, const moe_tabs<MAXE, DT == SD__F8> &tab, fl
                h, ids, wts, top_k, D, I, ex->first, ex->n, wk, tab, an);
 }
 
-/* The residual step after the fused experts (moe_router_ffn's an) in the
- * down kernel's last block of each token (SPECD_MOE_FOLD): where
- * add_rmsnorm would take its float4 rows, rows of up to 4096 floats (their
- * 2 x 16 KB of shared memory) and tokens of the counts; else fa.x NULL and
- * the caller runs add_rmsnorm. */
-static void down_fold_args(const sd__cuda *c, const sd_addnorm *an, const float *out, int n,
-                           int D, sd__addnorm_args *fa)
-{
-    memset(fa, 0, sizeof *fa);
-    const int nt = D % 4 == 0 ? sd__norm_threads(D / 4, NORM_VEC) : 0;
-    if (!an || !c->moe_fold || (c->ablate & SD__AB_ADDNORM) || !nt || D > 4096 ||
-        n > SD__MOE_FOLD_WORDS - 1 || !sd__aligned16(an->x) || !sd__aligned16(an->xn) ||
-        !sd__aligned16(out))
-        return;
-    *fa = sd__addnorm_args{an->x, an->xn, an->w->data, (int)an->w->dtype, D, nt, an->eps,
-                           c->moe_router_cnt + 1};
-}
+
 
 /* the routing moe_route_always_kernel runs beside the always-on experts
  * (router: the router's GEMV too, rt's rgx blocks of K-split rwk) */
@@ -978,7 +962,7 @@ static void launch_gate_up(sd__cuda *c, const moe_route_args *ra, int32_t *ids, 
 #define ROUTE_ALWAYS(SIG, ROUTER)                                                                 \
     sd__launch(c, moe_route_always_kernel<DT, MAXE, GU, U, MINB, SIG, ROUTER>, g, th, 0, ids, wts, \
                ra->logits, ra->bias, ra->r, n, h, x, D, I, ex->first, ex->n, wk, tab, ra->rt,    \
-               ra->rwk, ra->rgx, c->moe_router_cnt)
+               ra->rwk, ra->rgx, c->fold_cnt + SD__FOLD_ROUTER)
         if (ra->router)
             ra->r.sigmoid ? ROUTE_ALWAYS(true, true) : ROUTE_ALWAYS(false, true);
         else
@@ -1489,8 +1473,12 @@ static int moe_fused(sd__cuda *c, sd_dtype dt, const sd_experts *ex, float *out,
                       const float *x, int32_t *ids, float *wts, int n, int top_k, int D, int I,
                       const moe_route_args *ra, const sd_addnorm *an)
 {
+    /* the residual step after the experts (moe_router_ffn's an) in the down
+     * kernel's last block of each token (SPECD_MOE_FOLD), where it folds;
+     * else the caller runs add_rmsnorm */
     sd__addnorm_args fa;
-    down_fold_args(c, an, out, n, D, &fa);
+    sd__addnorm_fold_args(c, c->moe_fold, an, out, n, D, c->fold_cnt + SD__FOLD_DOWN,
+                          SD__FOLD_WORDS - SD__FOLD_DOWN, &fa);
     switch (dt) {
     case SD_DT_F8_E4M3: launch_fused_e<SD__F8>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra, fa); break;
     case SD_DT_F32: launch_fused_e<SD__F32>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra, fa); break;

@@ -5,6 +5,8 @@
 #ifndef SD_KERNELS_CUDA_NORM_CUH
 #define SD_KERNELS_CUDA_NORM_CUH
 
+#include <string.h>
+
 #include "kernels/cuda/common.cuh"
 
 #define NORM_MAX_THREADS 1024
@@ -36,6 +38,23 @@ struct sd__addnorm_args {
     float eps;
     unsigned *cnt;
 };
+
+/* A fold's arguments for the residual step an after an op of n rows of d
+ * floats y (folds on: its switch), where add_rmsnorm would take float4
+ * rows, rows of up to 4096 floats (2 x 16 KB of shared memory) and rows of
+ * the counts cnt (max_rows); whether it takes it (else a->x NULL). */
+static inline int sd__addnorm_fold_args(const sd__cuda *c, int on, const sd_addnorm *an,
+                                        const float *y, int n, int d, unsigned *cnt,
+                                        int max_rows, sd__addnorm_args *a)
+{
+    memset(a, 0, sizeof *a);
+    const int nt = d % 4 == 0 ? sd__norm_threads(d / 4, NORM_VEC) : 0;
+    if (!an || !on || (c->ablate & SD__AB_ADDNORM) || !nt || d > 4096 || n > max_rows ||
+        !sd__aligned16(an->x) || !sd__aligned16(an->xn) || !sd__aligned16(y))
+        return 0;
+    *a = sd__addnorm_args{an->x, an->xn, an->w->data, (int)an->w->dtype, d, nt, an->eps, cnt};
+    return 1;
+}
 
 /* Row t of the residual step by one block of any multiple of 32 threads up
  * to 1024, with norm_kernel<true, true>'s bits at a.nt threads: thread v's

@@ -635,6 +635,92 @@ TEST(matmul_silu_matches_the_cpu_and_the_gpus_matmul_then_silu_mul_bitwise)
     ASSERT(ok);
 }
 
+/* matmul_addnorm: with the residual step in the GEMV's last block
+ * (sd_cuda_set_gemv_fold: one row, the wide one-pass BF16 shape: K up to
+ * 2048) and without, bit for bit the GPU's matmul then add_rmsnorm (y, x,
+ * xn; twice folded from the same residual: the count is zero again after a
+ * call), and xn the CPU's within its bound; the shapes the fold leaves
+ * (more rows, longer rows, F32 weights, a bias, rows past 4096) run the two
+ * ops, checked the same way. */
+TEST(matmul_addnorm_folds_the_residual_step_with_the_two_ops_bits)
+{
+    gpu_env e;
+    GPU_OPEN(e);
+    int ok = 1;
+    struct { int n, N, K, bias; sd_dtype dt; } cs[] = {
+        {1, 2048, 2048, 0, SD_DT_BF16}, {1, 2048, 1408, 0, SD_DT_BF16},
+        {1, 1000, 512, 0, SD_DT_BF16},  {1, 4096, 2048, 0, SD_DT_BF16},
+        {1, 2560, 2048, 0, SD_DT_BF16}, {1, 2048, 4096, 0, SD_DT_BF16},
+        {2, 2048, 2048, 0, SD_DT_BF16}, {1, 2048, 2048, 1, SD_DT_BF16},
+        {1, 2048, 2048, 0, SD_DT_F32},  {1, 7168, 2048, 0, SD_DT_BF16}};
+    const float eps = 1e-6f;
+    for (size_t k = 0; k < SD_ARRAY_LEN(cs); k++) {
+        const int n = cs[k].n, N = cs[k].N, K = cs[k].K;
+        tw w, g, b;
+        ASSERT_OK(tw_make(&e, &w, cs[k].dt, N, K, 0.5f));
+        ASSERT_OK(tw_make(&e, &g, SD_DT_BF16, 1, N, 1.0f));
+        ASSERT_OK(tw_make(&e, &b, SD_DT_F32, 1, N, 0.5f));
+        const sd_weight *cb = cs[k].bias ? &b.c : NULL, *gb = cs[k].bias ? &b.g : NULL;
+        float *x = rnd_floats(&e, (size_t)n * K, -1, 1);
+        float *res = rnd_floats(&e, (size_t)n * N, -2, 2);
+        float *cy = (float *)malloc((size_t)n * N * sizeof(float));
+        float *cres = (float *)malloc((size_t)n * N * sizeof(float));
+        float *cxn = (float *)malloc((size_t)n * N * sizeof(float));
+        memcpy(cres, res, (size_t)n * N * sizeof(float));
+        sd_addnorm can = {cres, cxn, &g.c, eps};
+        sd_matmul_addnorm(e.cpu, cy, x, &w.c, cb, n, K, &can);
+        float *dx = (float *)gput(&e, x, (size_t)n * K * sizeof(float));
+        float *dy[3], *dres[3], *dxn[3];
+        for (int v = 0; v < 3; v++) { /* v = 0: the op, fold on; 1: off; 2: the two ops */
+            dy[v] = gpoison(&e, (size_t)n * N);
+            dres[v] = gpoison(&e, (size_t)n * N);
+            dxn[v] = gpoison(&e, (size_t)n * N);
+            sd_addnorm an = {dres[v], dxn[v], &g.g, eps};
+            sd_cuda_set_gemv_fold(e.gpu, v == 0);
+            for (int rep = 0; rep < (v == 0 ? 2 : 1); rep++) {
+                e.gpu->ops->upload(e.gpu, dres[v], res, (size_t)n * N * sizeof(float));
+                if (v < 2) {
+                    e.gpu->ops->matmul_addnorm(e.gpu, dy[v], dx, &w.g, gb, n, K, &an);
+                } else {
+                    e.gpu->ops->matmul(e.gpu, dy[v], dx, &w.g, gb, n, K);
+                    e.gpu->ops->add_rmsnorm(e.gpu, dxn[v], dres[v], dy[v], &g.g, n, N, eps);
+                }
+            }
+            sd_cuda_set_gemv_fold(e.gpu, SD_CUDA_GEMV_FOLD_DEFAULT);
+        }
+        double bad = 0;
+        for (int v = 0; v < 2; v++) {
+            const float *pa[3] = {dy[v], dres[v], dxn[v]}, *pb[3] = {dy[2], dres[2], dxn[2]};
+            for (int q = 0; q < 3; q++) {
+                float *ga = gget(&e, pa[q], (size_t)n * N), *gb2 = gget(&e, pb[q], (size_t)n * N);
+                bad += ga && gb2 ? (double)bit_mismatches(ga, gb2, (size_t)n * N) : INFINITY;
+                free(ga);
+                free(gb2);
+            }
+        }
+        ok &= reportf(bad, 0, "matmul_addnorm %s n=%d N=%d K=%d bias=%d, folded and not, vs matmul "
+                      "+ add_rmsnorm on the GPU (bits that differ)", sd_dtype_name(cs[k].dt), n,
+                      N, K, cs[k].bias);
+        char name[160];
+        snprintf(name, sizeof name, "matmul_addnorm %s n=%d N=%d K=%d: xn vs the cpu",
+                 sd_dtype_name(cs[k].dt), n, N, K);
+        ok &= check_dev(&e, dxn[0], cxn, (size_t)n * N, 1e-5, name);
+        for (int v = 0; v < 3; v++)
+            GFREE_ALL(&e, dy[v], dres[v], dxn[v]);
+        gfree(&e, dx);
+        free(x);
+        free(res);
+        free(cy);
+        free(cres);
+        free(cxn);
+        tw_free(&e, &w);
+        tw_free(&e, &g);
+        tw_free(&e, &b);
+    }
+    gpu_env_close(&e);
+    ASSERT(ok);
+}
+
 /* ---- block-scaled FP8 weights (weight_fp8) ---- */
 
 /* An FP8 weight (random E4M3 codes but NaN, scales 2^-12 .. 2^-4 a block)
@@ -3647,6 +3733,7 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(attention_split_steps_of_more_than_8_tokens_match_the_cpu),
           T(moe_route_matches_the_cpu), T(moe_router_route_is_the_gpus_matmul_then_moe_route),
           T(moe_ffn_matches_the_cpu), T(moe_ffn_fused_small_batches_match_the_cpu),
+          T(matmul_addnorm_folds_the_residual_step_with_the_two_ops_bits),
           T(moe_router_ffn_routes_beside_the_always_on_experts),
           T(mla_prep_absorb_in_one_launch_gives_the_two_ops_bits),
           T(moe_ffn_tensor_core_prefill_matches_the_cpu_and_odd_shapes_fall_back),
