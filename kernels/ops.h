@@ -79,15 +79,6 @@ typedef struct sd_moe_route {
     int n_always; /* always-on slots after the routed ones (0: none) */
 } sd_moe_route;
 
-/* The residual step an op may end with (moe_router_ffn's an): x(n, D) +=
- * the op's output, then xn(n, D) = rmsnorm(x) * w: add_rmsnorm(xn, x, out,
- * w, n, D, eps)'s numbers. */
-typedef struct sd_addnorm {
-    float *x, *xn;
-    const sd_weight *w;
-    float eps;
-} sd_addnorm;
-
 /* One expert bank: n experts of gate/up [inter, D] and down [D, inter].
  * Expert parallelism: the bank holds experts first .. first + n - 1 of the
  * model (routing ids are global); tokens routed elsewhere add nothing here. */
@@ -381,14 +372,11 @@ typedef struct sd_ops {
      * a backend has none: the caller runs the two ops) ----
      * moe_router_ffn: the numbers of moe_router_route(ids, wts, logits, x,
      * w, bias, n, D, r) followed by moe_ffn(out, x, ids, wts, ex, n,
-     * r->top_k + r->n_always, D, tmp) (x dense, n rows of D), then with an
-     * (NULL: none) the residual step after it, add_rmsnorm(an->xn, an->x,
-     * out, an->w, n, D, an->eps): a backend may run the always-on experts
-     * while it routes, and the residual step in the experts' last block. */
+     * r->top_k + r->n_always, D, tmp) (x dense, n rows of D): a backend may
+     * run the always-on experts while it routes. */
     void (*moe_router_ffn)(sd_backend *be, float *out, int32_t *ids, float *wts, float *logits,
                            const float *x, const sd_weight *w, const float *bias,
-                           const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp,
-                           const sd_addnorm *an);
+                           const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp);
 
     /* ---- MLA's latent prep and query absorb in one op (appended; NULL
      * where a backend has none: the caller runs the two ops) ----
@@ -430,13 +418,6 @@ typedef struct sd_ops {
      * the pointers. */
     int (*weight_fp8)(sd_backend *be, sd_weight *out, const uint8_t *q, const float *scale,
                       int64_t rows, int64_t cols, int bm, int bn);
-
-    /* ---- a projection and the residual step after it (appended; NULL
-     * where a backend has none: the caller runs the two ops) ----
-     * matmul_addnorm: the numbers of matmul(y, x, w, bias, n, x_stride)
-     * then add_rmsnorm(an->xn, an->x, y, an->w, n, w->rows, an->eps). */
-    void (*matmul_addnorm)(sd_backend *be, float *y, const float *x, const sd_weight *w,
-                           const sd_weight *bias, int n, int x_stride, const sd_addnorm *an);
 } sd_ops;
 
 struct sd_backend {
@@ -491,49 +472,20 @@ static inline void sd_rmsnorm_matmul(sd_backend *be, float *y, float *xn, const 
         sd_rmsnorm_matmul_ops(be, y, xn, x, g, eps, w, bias, n, silu);
 }
 
-/* the residual step x += y; xn = rmsnorm(x) * w in one op where the
- * backend has it */
-static inline void sd_add_rmsnorm(sd_backend *be, float *xn, float *x, const float *y,
-                                  const sd_weight *w, int n, int D, float eps)
-{
-    const sd_ops *op = be->ops;
-    if (op->add_rmsnorm) {
-        op->add_rmsnorm(be, xn, x, y, w, n, D, eps);
-        return;
-    }
-    op->add(be, x, y, n, D);
-    op->rmsnorm(be, xn, x, w, n, D, D, D, eps);
-}
-
-/* matmul_addnorm where the backend has it, else the two ops it stands for */
-static inline void sd_matmul_addnorm(sd_backend *be, float *y, const float *x, const sd_weight *w,
-                                     const sd_weight *bias, int n, int x_stride,
-                                     const sd_addnorm *an)
-{
-    if (be->ops->matmul_addnorm) {
-        be->ops->matmul_addnorm(be, y, x, w, bias, n, x_stride, an);
-        return;
-    }
-    be->ops->matmul(be, y, x, w, bias, n, x_stride);
-    sd_add_rmsnorm(be, an->xn, an->x, y, an->w, n, (int)w->rows, an->eps);
-}
-
-/* moe_router_ffn where the backend has it, else the ops it stands for */
+/* moe_router_ffn where the backend has it, else the two ops it stands for */
 static inline void sd_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wts,
                                      float *logits, const float *x, const sd_weight *w,
                                      const float *bias, const sd_experts *ex, int n, int D,
-                                     const sd_moe_route *r, void *tmp, const sd_addnorm *an)
+                                     const sd_moe_route *r, void *tmp)
 {
     const sd_ops *op = be->ops;
     if (op->moe_router_ffn) {
-        op->moe_router_ffn(be, out, ids, wts, logits, x, w, bias, ex, n, D, r, tmp, an);
+        op->moe_router_ffn(be, out, ids, wts, logits, x, w, bias, ex, n, D, r, tmp);
         return;
     }
     op->moe_router_route(be, ids, wts, logits, x, w, bias, n, D, r);
     op->moe_ffn(be, out, x, ids, wts, ex, n, r->top_k + (r->n_always > 0 ? r->n_always : 0), D,
                 tmp);
-    if (an)
-        sd_add_rmsnorm(be, an->xn, an->x, out, an->w, n, D, an->eps);
 }
 
 /* mla_prep_absorb where the backend has it, else the two ops it stands for */

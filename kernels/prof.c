@@ -269,19 +269,10 @@ static void p_rmsnorm_matmul(sd_backend *be, float *y, float *xn, const float *x
 
 static void p_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wts, float *lg,
                              const float *x, const sd_weight *w, const float *bias,
-                             const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp,
-                             const sd_addnorm *an)
+                             const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp)
 {
     TIMED(be, "moe_router_ffn",
-          I(be)->ops->moe_router_ffn(I(be), out, ids, wts, lg, x, w, bias, ex, n, D, r, tmp, an));
-}
-
-static void p_matmul_addnorm(sd_backend *be, float *y, const float *x, const sd_weight *w,
-                             const sd_weight *bias, int n, int x_stride, const sd_addnorm *an)
-{
-    char k[48];
-    shape_key(k, sizeof k, "matmul_addnorm", w);
-    TIMED(be, k, I(be)->ops->matmul_addnorm(I(be), y, x, w, bias, n, x_stride, an));
+          I(be)->ops->moe_router_ffn(I(be), out, ids, wts, lg, x, w, bias, ex, n, D, r, tmp));
 }
 
 static void p_mla_prep_absorb(sd_backend *be, float *ckv, int cks, float *qpe, int qps, int qph,
@@ -347,8 +338,7 @@ int sd_prof_backend_wrap(sd_backend **out, sd_backend *inner)
                       .matmul_add = W(matmul_add),
                       .rmsnorm_matmul = W(rmsnorm_matmul),
                       .moe_router_ffn = W(moe_router_ffn),
-                      .mla_prep_absorb = W(mla_prep_absorb),
-                      .matmul_addnorm = W(matmul_addnorm)};
+                      .mla_prep_absorb = W(mla_prep_absorb)};
 #undef W
     /* the cost of an empty sync, the best of many */
     p->sync_s = 1e9;

@@ -550,7 +550,6 @@ static const sd_ops cuda_ops = {
     /* .copies = */ cu_copies,
     /* .gemm_trials = */ sd_cuda_gemm_trials,
     /* .weight_fp8 = */ cu_weight_fp8,
-    /* .matmul_addnorm = */ sd__cuda_matmul_addnorm,
 };
 
 int sd_cuda_make_current(sd_backend *be)
@@ -662,8 +661,6 @@ void sd_cuda_set_moe_overlap(sd_backend *be, int max_tokens)
 }
 void sd_cuda_set_mla_overlap(sd_backend *be, int on) { sd__cuda_of(be)->mla_overlap = on != 0; }
 void sd_cuda_set_moe_router(sd_backend *be, int on) { sd__cuda_of(be)->moe_router = on != 0; }
-void sd_cuda_set_moe_fold(sd_backend *be, int on) { sd__cuda_of(be)->moe_fold = on != 0; }
-void sd_cuda_set_gemv_fold(sd_backend *be, int on) { sd__cuda_of(be)->gemv_fold = on != 0; }
 void sd_cuda_set_mla_fold(sd_backend *be, int on) { sd__cuda_of(be)->mla_fold = on != 0; }
 void sd_cuda_set_mla_fold_rel(sd_backend *be, int on) { sd__cuda_of(be)->mla_fold_rel = on != 0; }
 void sd_cuda_set_step_early(sd_backend *be, int level)
@@ -823,8 +820,6 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     c->moe_overlap = env_level("SPECD_MOE_OVERLAP", 1 << 20, SD_CUDA_MOE_OVERLAP_DEFAULT);
     c->mla_overlap = env_flag("SPECD_MLA_OVERLAP", SD_CUDA_MLA_OVERLAP_DEFAULT);
     c->moe_router = env_flag("SPECD_MOE_ROUTER", SD_CUDA_MOE_ROUTER_DEFAULT);
-    c->moe_fold = env_flag("SPECD_MOE_FOLD", SD_CUDA_MOE_FOLD_DEFAULT);
-    c->gemv_fold = env_flag("SPECD_GEMV_FOLD", SD_CUDA_GEMV_FOLD_DEFAULT);
     c->mla_fold = env_flag("SPECD_MLA_FOLD", SD_CUDA_MLA_FOLD_DEFAULT);
     c->step_inputs_early = env_level("SPECD_STEP_EARLY", 2, SD_CUDA_STEP_EARLY_DEFAULT);
     c->mla_fold_rel = env_flag("SPECD_MLA_FOLD_REL", SD_CUDA_MLA_FOLD_REL_DEFAULT);
@@ -859,15 +854,15 @@ int sd_cuda_backend_create(sd_backend **out, int device, sd_err *err)
     }
     if (!rc) {
         /* the argmax's keys and counts, then MLA's fold counts, then the
-         * MoE kernels': all zero */
+         * router's: all zero */
         size_t b = SD__ARGMAX_ROWS * (sizeof(unsigned long long) + sizeof(unsigned)) +
-                   (SD__MLA_FOLD_WORDS + SD__FOLD_WORDS) * sizeof(unsigned);
+                   (SD__MLA_FOLD_WORDS + 1) * sizeof(unsigned);
         rc = SD_CUDA(c, cudaMalloc((void **)&c->am_keys, b));
         if (!rc)
             rc = SD_CUDA(c, cudaMemset(c->am_keys, 0, b));
         c->am_cnt = (unsigned *)(c->am_keys + SD__ARGMAX_ROWS);
         c->mla_fold_cnt = c->am_cnt + SD__ARGMAX_ROWS;
-        c->fold_cnt = c->mla_fold_cnt + SD__MLA_FOLD_WORDS;
+        c->moe_router_cnt = c->mla_fold_cnt + SD__MLA_FOLD_WORDS;
     }
     if (!rc)
         rc = sd__cuda_attention_init(c);

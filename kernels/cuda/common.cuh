@@ -140,19 +140,9 @@ typedef struct sd__cuda {
     int mla_overlap;
     /* moe_router_ffn's router GEMV in the launch of the routing beside the
      * always-on experts (SPECD_MOE_ROUTER, sd_cuda_set_moe_router; moe.cu;
-     * the same bits) */
+     * the same bits), its count of router blocks done (zero between calls) */
     int moe_router;
-    /* the residual step after moe_router_ffn's fused experts in the down
-     * kernel's last block of each token (SPECD_MOE_FOLD,
-     * sd_cuda_set_moe_fold; moe.cu; the same bits) */
-    int moe_fold;
-    /* matmul_addnorm's residual step in the GEMV's last block
-     * (SPECD_GEMV_FOLD, sd_cuda_set_gemv_fold; matmul.cu; the same bits) */
-    int gemv_fold;
-    /* the counts of those three (zero between calls): SD__FOLD_WORDS words,
-     * [SD__FOLD_ROUTER] the router's blocks done, [SD__FOLD_GEMV] the
-     * GEMV's, [SD__FOLD_DOWN + t] the down kernel's blocks of token t */
-    unsigned *fold_cnt;
+    unsigned *moe_router_cnt;
     /* mla_dec_kernel's last block of a token's head pair merges the pair's
      * split-KV partials (SPECD_MLA_FOLD=0: off; sd_cuda_set_mla_fold; attention.cu;
      * the same bits as attn_merge_kernel); its counts, zero between calls:
@@ -231,8 +221,6 @@ typedef struct sd__cuda {
 
 #define SD__ARGMAX_ROWS 4096
 #define SD__MLA_FOLD_WORDS 1024 /* (token, head pair) counts of mla_dec_kernel's fold */
-#define SD__FOLD_WORDS 64 /* fold_cnt */
-enum { SD__FOLD_ROUTER = 0, SD__FOLD_GEMV = 1, SD__FOLD_DOWN = 2 };
 
 /* SPECD_ABLATE's names, in bit order (backend.cu parses them) */
 #define SD__ABLATE_NAMES \
@@ -576,7 +564,9 @@ __device__ __forceinline__ float sd__block_rrms(double ss, int d, float eps)
  * value. A fold's count (a block's last stores, a barrier, then this in one
  * thread: the block that counts last sees every block's stores; the
  * acquire invalidates the SM's L1, so its plain loads after the barrier
- * read them) */
+ * read them). Every block of a grid counting on one word serializes at
+ * its L2 slice: folds of 256-512 blocks ran V2-Lite 2-3% slower than the
+ * kernel they saved (bench/results/NOTES.md, session 58). */
 __device__ __forceinline__ unsigned sd__atom_add_acq_rel(unsigned *p, unsigned v)
 {
     unsigned old;
@@ -680,10 +670,7 @@ void sd__cuda_moe_router_route(sd_backend *be, int32_t *ids, float *wts, float *
                                int x_stride, const sd_moe_route *r);
 void sd__cuda_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wts, float *logits,
                              const float *x, const sd_weight *w, const float *bias,
-                             const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp,
-                             const sd_addnorm *an);
-void sd__cuda_matmul_addnorm(sd_backend *be, float *y, const float *x, const sd_weight *w,
-                             const sd_weight *bias, int n, int x_stride, const sd_addnorm *an);
+                             const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp);
 void sd__cuda_matmul_silu(sd_backend *be, float *gu, const float *x, const sd_weight *w, int n,
                           int x_stride);
 void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_weight *w, int n,

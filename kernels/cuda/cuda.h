@@ -126,21 +126,11 @@ void sd_cuda_set_moe_overlap(sd_backend *be, int max_tokens);
 void sd_cuda_set_mla_overlap(sd_backend *be, int on);
 /* moe_router_ffn's router GEMV in the launch of its routing beside the
  * always-on experts, at one token where matmul takes its wide one-pass BF16
- * shape (moe.cu; SPECD_MOE_ROUTER=1 as the backend opens, or this call; the
- * same bits). */
-#define SD_CUDA_MOE_ROUTER_DEFAULT 0
+ * shape (moe.cu; SPECD_MOE_ROUTER as the backend opens, or this call; the
+ * same bits). The default 1: V2-Lite's batch-1 decode +2.4% on an H100
+ * (bench/results/ab-moe-router-folds-5f9dc96.json). */
+#define SD_CUDA_MOE_ROUTER_DEFAULT 1
 void sd_cuda_set_moe_router(sd_backend *be, int on);
-/* moe_router_ffn's residual step (its an) in the fused down kernel's last
- * block of each token, not a kernel after it (moe.cu; SPECD_MOE_FOLD=1 as
- * the backend opens, or this call; the same bits). */
-#define SD_CUDA_MOE_FOLD_DEFAULT 0
-void sd_cuda_set_moe_fold(sd_backend *be, int on);
-/* matmul_addnorm's residual step in the GEMV's last block at one row where
- * the GEMV takes its wide one-pass BF16 shape, not a kernel after it
- * (matmul.cu; SPECD_GEMV_FOLD=1 as the backend opens, or this call; the
- * same bits). */
-#define SD_CUDA_GEMV_FOLD_DEFAULT 0
-void sd_cuda_set_gemv_fold(sd_backend *be, int on);
 /* MLA decode's split-KV merge in the decode kernel's last block of each
  * token's head pair (SPECD_MLA_FOLD, the default); 0: attn_merge_kernel
  * after it. The same bits either way; V2-Lite batch 1 +1.1% at 64-192

@@ -29,7 +29,6 @@
 
 #include "kernels/cuda/gemv_block.cuh"
 #include "kernels/cuda/mla_prep.cuh"
-#include "kernels/cuda/norm.cuh"
 
 template <int DT, int NR, bool PRE, bool SILU, int VR, int U>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, GEMV_MINB(DT, NR, VR, U))
@@ -1158,58 +1157,6 @@ void sd__cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *
     }
     if (try_lt(c, &a, w->dtype))
         run_simt(c, &a, w->dtype, 1, 0);
-}
-
-/* ---- matmul then the residual step (matmul_addnorm) --------------------
- *
- * Under programmatic launch the kernel after a GEMV cannot start its work
- * before the GEMV's last block is done, and each kernel boundary of
- * V2-Lite's chain costs ~0.9 us (bench/results/NOTES.md, session 57). With
- * SPECD_GEMV_FOLD the GEMV of one row in the wide one-pass BF16 shape (the
- * output projection of a V2-Lite-shaped layer) takes the residual step
- * after it in its last block, as mla_dec_kernel folds its merge: each
- * block counts itself done with one release-acquire atomic, and the block
- * that counts last adds the row to x and norms it (sd__addnorm_row,
- * add_rmsnorm's bits). Elsewhere the two ops. */
-__global__ void __launch_bounds__(SD__GEMV_WARPS * 32, GEMV_MINB(SD__BF16, 1, GEMV_WIDE_VR, GEMV_WIDE_U))
-    gemv_addnorm_kernel(const __grid_constant__ mm_args a, int WK,
-                        const __grid_constant__ sd__addnorm_args an)
-{
-    sd__ptouch(an); /* before gemv_block's wait, which touches a and WK */
-    gemv_block<SD__BF16, 1, true, false, GEMV_WIDE_VR, GEMV_WIDE_U>(a, WK, blockIdx.x, 0);
-    __shared__ int last;
-    if (threadIdx.x == 0) /* the block's stores came before gemv_block's last barrier */
-        last = sd__atom_add_acq_rel(an.cnt, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last)
-        return;
-    if (threadIdx.x == 0)
-        *an.cnt = 0; /* zero for the next call (a graph replay too) */
-    extern __shared__ float4 rows[];
-    sd__addnorm_row(an, a.y, 0, rows);
-}
-
-void sd__cuda_matmul_addnorm(sd_backend *be, float *y, const float *x, const sd_weight *w,
-                             const sd_weight *bias, int n, int x_stride, const sd_addnorm *an)
-{
-    sd__cuda *c = sd__cuda_op(be);
-    if (!c || n <= 0 || w->rows <= 0)
-        return;
-    mm_args a;
-    int wk, gx;
-    sd__addnorm_args fa;
-    if (n == 1 && !bias && !(c->ablate & SD__AB_ADDNORM) &&
-        sd__cuda_gemv_wide1(c, &a, y, x, w, x_stride, &wk, &gx) &&
-        sd__addnorm_fold_args(c, c->gemv_fold, an, y, 1, (int)w->rows,
-                              c->fold_cnt + SD__FOLD_GEMV, 1, &fa)) {
-        sd__launch(c, gemv_addnorm_kernel, (unsigned)gx, SD__GEMV_WARPS * 32,
-                   2 * (size_t)w->rows * sizeof(float), a, wk, fa);
-        SD_LAUNCHED(c, "gemv_addnorm_kernel");
-        return;
-    }
-    sd__cuda_matmul(be, y, x, w, bias, n, x_stride);
-    if (!c->err)
-        sd__cuda_add_rmsnorm(be, an->xn, an->x, y, an->w, n, (int)w->rows, an->eps);
 }
 
 void sd__cuda_matmul_heads(sd_backend *be, float *y, const float *x, const sd_weight *w, int n,

@@ -24,7 +24,6 @@
 #include <string.h>
 
 #include "kernels/cuda/gemv_block.cuh"
-#include "kernels/cuda/norm.cuh"
 
 #define MOE_MAX_EXPERTS 1024
 #define MOE_WARPS 8
@@ -736,13 +735,19 @@ moe_gate_up_fused_kernel(float *h, const float *x, const int32_t *ids, int top_k
  * least 3 blocks an SM, as the gate/up kernel's wide shape gets (80
  * registers; the routing's part took it to 84 and 2 blocks an SM).
  *
- * ROUTER (one token; SPECD_MOE_ROUTER): the router's GEMV runs here too,
- * its rgx blocks first (matmul's wide one-pass blocks, gemv_block: the
- * same logits), and the block that counts itself last of them (rcnt, a
- * release-acquire count as mla_dec_kernel's fold) routes the token: the
- * router's kernel and its boundary leave the step's chain, its weights
- * load before the wait and its sums run while the always-on experts'
- * weights stream. */
+ * ROUTER (one token; SPECD_MOE_ROUTER, the default): the router's GEMV
+ * runs here too, its rgx blocks first (matmul's wide one-pass blocks,
+ * gemv_block: the same logits), and the block that counts itself last of
+ * them (rcnt, a release-acquire count as mla_dec_kernel's fold) routes the
+ * token: the router's kernel and its boundary leave the step's chain, its
+ * weights load before the wait and its sums run while the always-on
+ * experts' weights stream. V2-Lite's batch 1 +2.4% on an H100 (2.088
+ * against 2.138 ms a step; predicted +1-2% from the router's 1.66 us a
+ * layer in session 55's trace). The same count on one word by every block
+ * of a grid, to take the residual step after the MoE's down kernel (512
+ * blocks) or after the output projection's GEMV (256) in its last block,
+ * ran 3.2% and 2.2% slower than the add_rmsnorm kernel it saved
+ * (bench/results/ab-moe-router-folds-5f9dc96.json; the code at 5f9dc96). */
 template <int DT, int MAXE, int GU, int U, int MINB, bool SIG, bool ROUTER>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB < 3 ? 3 : MINB)
 moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const float *bias,
@@ -787,13 +792,6 @@ moe_route_always_kernel(int32_t *ids, float *wts, const float *logits, const flo
         return;
     gate_up_tile<DT, MAXE, GU, U>(h + (size_t)(t * W + r.top_k + a) * (size_t)I,
                                   x + (size_t)t * (size_t)D, e, ty, D, I, WK, tab);
-}
-
-/* where the down kernel's fold keeps its rows in shared memory: floats
- * after the partials, 16-byte aligned */
-static __host__ __device__ __forceinline__ int down_fold_at(int top_k, int wk, int DR)
-{
-    return (top_k * wk * DR + 3) / 4 * 4;
 }
 
 /* out(t, d) = sum_j wts[t, j] * (h(t * top_k + j) @ down_e^T)[d], slots j in
@@ -852,10 +850,9 @@ template <int DT, int MAXE, int DR, int DU, int MINB>
 __global__ void __launch_bounds__(SD__GEMV_WARPS * 32, MINB)
 moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const float *wts, int top_k,
                       int D, int I, int first, int E, int WK,
-                      const __grid_constant__ moe_tabs<MAXE, DT == SD__F8> tab,
-                      const __grid_constant__ sd__addnorm_args an)
+                      const __grid_constant__ moe_tabs<MAXE, DT == SD__F8> tab)
 {
-    SD_PDL_ENTER(out, h, ids, wts, top_k, D, I, first, E, WK, tab_words(tab), an);
+    SD_PDL_ENTER(out, h, ids, wts, top_k, D, I, first, E, WK, tab_words(tab));
     extern __shared__ float part[];
     const int t = blockIdx.x, d0 = blockIdx.y * DR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -893,20 +890,6 @@ moe_down_fused_kernel(float *out, const float *h, const int32_t *ids, const floa
         }
         out[(size_t)t * (size_t)D + (size_t)(d0 + i)] = s;
     }
-    if (!an.x)
-        return;
-    /* the fold (SPECD_MOE_FOLD): the block that counts the token's last
-     * tile takes the residual step of its row (mla_dec_kernel's fold) */
-    __shared__ int last;
-    __syncthreads(); /* the block's stores before its count */
-    if (threadIdx.x == 0)
-        last = sd__atom_add_acq_rel(an.cnt + t, 1u) == gridDim.y - 1;
-    __syncthreads();
-    if (!last)
-        return;
-    if (threadIdx.x == 0)
-        an.cnt[t] = 0; /* zero for the next call (a graph replay too) */
-    sd__addnorm_row(an, out, t, (float4 *)(part + down_fold_at(top_k, WK, DR)));
 }
 
 /* Warps splitting I in the down kernel: as many as the slots leave free
@@ -921,21 +904,17 @@ static int down_wk(int top_k, int I)
     return wk < kmax ? wk : kmax;
 }
 
-/* the down kernel of one shape: a block of DR rows of every token (an.x:
- * with the fold) */
+/* the down kernel of one shape: a block of DR rows of every token */
 template <int DT, int MAXE, int DR, int DU, int MINB>
 static void launch_down(sd__cuda *c, const moe_tabs<MAXE, DT == SD__F8> &tab, float *out, const float *h,
                         const int32_t *ids, const float *wts, int n, int top_k, int D, int I,
-                        const sd_experts *ex, int wk, const sd__addnorm_args &an)
+                        const sd_experts *ex, int wk)
 {
     dim3 g((unsigned)n, (unsigned)((D + DR - 1) / DR));
-    size_t sm = an.x ? (size_t)(down_fold_at(top_k, wk, DR) + 2 * D) * sizeof(float)
-                     : (size_t)top_k * (size_t)wk * DR * sizeof(float);
+    size_t sm = (size_t)top_k * (size_t)wk * DR * sizeof(float);
     sd__launch(c, moe_down_fused_kernel<DT, MAXE, DR, DU, MINB>, g, SD__GEMV_WARPS * 32, sm, out,
-               h, ids, wts, top_k, D, I, ex->first, ex->n, wk, tab, an);
+               h, ids, wts, top_k, D, I, ex->first, ex->n, wk, tab);
 }
-
-
 
 /* the routing moe_route_always_kernel runs beside the always-on experts
  * (router: the router's GEMV too, rt's rgx blocks of K-split rwk) */
@@ -962,7 +941,7 @@ static void launch_gate_up(sd__cuda *c, const moe_route_args *ra, int32_t *ids, 
 #define ROUTE_ALWAYS(SIG, ROUTER)                                                                 \
     sd__launch(c, moe_route_always_kernel<DT, MAXE, GU, U, MINB, SIG, ROUTER>, g, th, 0, ids, wts, \
                ra->logits, ra->bias, ra->r, n, h, x, D, I, ex->first, ex->n, wk, tab, ra->rt,    \
-               ra->rwk, ra->rgx, c->fold_cnt + SD__FOLD_ROUTER)
+               ra->rwk, ra->rgx, c->moe_router_cnt)
         if (ra->router)
             ra->r.sigmoid ? ROUTE_ALWAYS(true, true) : ROUTE_ALWAYS(false, true);
         else
@@ -982,7 +961,7 @@ static void launch_gate_up(sd__cuda *c, const moe_route_args *ra, int32_t *ids, 
 template <int DT, int MAXE>
 static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h, const float *x,
                          int32_t *ids, float *wts, int n, int top_k, int D, int I,
-                         const moe_route_args *ra, const sd__addnorm_args &an)
+                         const moe_route_args *ra)
 {
     moe_tabs<MAXE, DT == SD__F8> tab;
     tabs_fill(tab, ex->gate, ex->up, ex->n);
@@ -1005,29 +984,27 @@ static void launch_fused(sd__cuda *c, const sd_experts *ex, float *out, float *h
     tabs_fill(tab, ex->down, (const sd_weight *)NULL, ex->n);
     wk = down_wk(top_k, I);
     if (c->moe_down == 3)
-        launch_down<DT, MAXE, 8, 2, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk, an);
+        launch_down<DT, MAXE, 8, 2, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
     else if (c->moe_down == 2)
-        launch_down<DT, MAXE, 8, 1, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk, an);
+        launch_down<DT, MAXE, 8, 1, 2>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
     else if (c->moe_down == 1)
-        launch_down<DT, MAXE, 4, MOE_FUSED_U, 4>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk,
-                                                 an);
+        launch_down<DT, MAXE, 4, MOE_FUSED_U, 4>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
     else
-        launch_down<DT, MAXE, 4, MOE_FUSED_U, 3>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk,
-                                                 an);
+        launch_down<DT, MAXE, 4, MOE_FUSED_U, 3>(c, tab, out, h, ids, wts, n, top_k, D, I, ex, wk);
     SD_LAUNCHED(c, "moe_down_fused_kernel");
 }
 
 template <int DT>
 static void launch_fused_e(sd__cuda *c, const sd_experts *ex, float *out, float *h, const float *x,
                            int32_t *ids, float *wts, int n, int top_k, int D, int I,
-                           const moe_route_args *ra, const sd__addnorm_args &an)
+                           const moe_route_args *ra)
 {
     if (ex->n <= 256)
-        launch_fused<DT, 256>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra, an);
+        launch_fused<DT, 256>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra);
     else if constexpr (DT == SD__F8) /* moe_ffn_path: at most MOE_F8_MAX_EXPERTS */
-        launch_fused<DT, MOE_F8_MAX_EXPERTS>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra, an);
+        launch_fused<DT, MOE_F8_MAX_EXPERTS>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra);
     else
-        launch_fused<DT, MOE_MAX_EXPERTS>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra, an);
+        launch_fused<DT, MOE_MAX_EXPERTS>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra);
 }
 
 /* ---- grouped GEMM on tensor cores (prefill) ------------------------------
@@ -1466,26 +1443,17 @@ static int moe_ffn_path(sd__cuda *c, const sd_experts *ex, const float *x, const
     return *vec && (m <= (size_t)max_pairs || (*dt == SD_DT_F8_E4M3 && !*tc));
 }
 
-/* the fused path of a checked moe_ffn (ra: routing beside it; an: the
- * residual step after it, in the down kernel where down_fold_args takes
- * it); whether it took an */
-static int moe_fused(sd__cuda *c, sd_dtype dt, const sd_experts *ex, float *out, float *h,
+/* the fused path of a checked moe_ffn (ra: routing beside it) */
+static void moe_fused(sd__cuda *c, sd_dtype dt, const sd_experts *ex, float *out, float *h,
                       const float *x, int32_t *ids, float *wts, int n, int top_k, int D, int I,
-                      const moe_route_args *ra, const sd_addnorm *an)
+                      const moe_route_args *ra)
 {
-    /* the residual step after the experts (moe_router_ffn's an) in the down
-     * kernel's last block of each token (SPECD_MOE_FOLD), where it folds;
-     * else the caller runs add_rmsnorm */
-    sd__addnorm_args fa;
-    sd__addnorm_fold_args(c, c->moe_fold, an, out, n, D, c->fold_cnt + SD__FOLD_DOWN,
-                          SD__FOLD_WORDS - SD__FOLD_DOWN, &fa);
     switch (dt) {
-    case SD_DT_F8_E4M3: launch_fused_e<SD__F8>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra, fa); break;
-    case SD_DT_F32: launch_fused_e<SD__F32>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra, fa); break;
-    case SD_DT_BF16: launch_fused_e<SD__BF16>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra, fa); break;
-    default: launch_fused_e<SD__F16>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra, fa); break;
+    case SD_DT_F8_E4M3: launch_fused_e<SD__F8>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra); break;
+    case SD_DT_F32: launch_fused_e<SD__F32>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra); break;
+    case SD_DT_BF16: launch_fused_e<SD__BF16>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra); break;
+    default: launch_fused_e<SD__F16>(c, ex, out, h, x, ids, wts, n, top_k, D, I, ra); break;
     }
-    return fa.x != NULL;
 }
 
 void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t *ids,
@@ -1502,7 +1470,7 @@ void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t 
     float *h = (float *)tmp; /* (m, I) */
     if (path == 1) {
         /* the fused kernels only read ids and wts without a routing to run */
-        moe_fused(c, dt, ex, out, h, x, (int32_t *)ids, (float *)wts, n, top_k, D, I, NULL, NULL);
+        moe_fused(c, dt, ex, out, h, x, (int32_t *)ids, (float *)wts, n, top_k, D, I, NULL);
         return;
     }
     const int E = ex->n;
@@ -1542,12 +1510,12 @@ void sd__cuda_moe_ffn(sd_backend *be, float *out, const float *x, const int32_t 
 /* moe_router_ffn: in steps of up to c->moe_overlap tokens (1 by default)
  * where the experts take the fused path, the routing is the register
  * kernel's (E <= 64, no group limits) and there are always-on experts, the
- * routing runs beside their gate/up (moe_route_always_kernel); otherwise
- * moe_router_route, then moe_ffn. */
+ * routing runs beside their gate/up (moe_route_always_kernel), at one
+ * token the router's GEMV too (c->moe_router); otherwise moe_router_route,
+ * then moe_ffn. */
 void sd__cuda_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wts, float *logits,
                              const float *x, const sd_weight *w, const float *bias,
-                             const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp,
-                             const sd_addnorm *an)
+                             const sd_experts *ex, int n, int D, const sd_moe_route *r, void *tmp)
 {
     sd__cuda *c = sd__cuda_op(be);
     if (!c || n <= 0)
@@ -1561,8 +1529,6 @@ void sd__cuda_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wt
     if (path != 1) {
         sd__cuda_moe_router_route(be, ids, wts, logits, x, w, bias, n, D, r);
         sd__cuda_moe_ffn(be, out, x, ids, wts, ex, n, W, D, tmp);
-        if (an && !c->err)
-            sd__cuda_add_rmsnorm(be, an->xn, an->x, out, an->w, n, D, an->eps);
         return;
     }
     moe_route_args ra = {logits, bias, *r, 0, {}, 0, 0};
@@ -1574,9 +1540,7 @@ void sd__cuda_moe_router_ffn(sd_backend *be, float *out, int32_t *ids, float *wt
         if (!ra.router)
             sd__cuda_matmul(be, logits, x, w, NULL, n, D);
     }
-    if (!moe_fused(c, dt, ex, out, (float *)tmp, x, ids, wts, n, W, D, I, &ra, an) && an &&
-        !c->err)
-        sd__cuda_add_rmsnorm(be, an->xn, an->x, out, an->w, n, D, an->eps);
+    moe_fused(c, dt, ex, out, (float *)tmp, x, ids, wts, n, W, D, I, &ra);
 }
 
 SD_KTRACE_EXPORT(moe)

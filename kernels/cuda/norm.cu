@@ -19,8 +19,13 @@
  * precedes the writes. */
 #include <math.h>
 
-#include "kernels/cuda/norm.cuh"
+#include "kernels/cuda/common.cuh"
 
+#define NORM_MAX_THREADS 1024
+/* elements a thread holds in registers: float4s, or floats on the scalar
+ * path; rows of up to 16384 floats either way */
+#define NORM_VEC 4
+#define NORM_SCALAR 16
 
 /* out row = norm(x row [+ y row]) * w; ADD: x row += y row first (stored).
  * VEC: float4 elements (d % 4 == 0, rows 16-byte aligned), else floats. */
@@ -100,13 +105,24 @@ __global__ void __launch_bounds__(NORM_MAX_THREADS)
     }
 }
 
+/* Threads for a row of m elements (float4s or floats), a multiple of 32:
+ * one element a thread up to NORM_MAX_THREADS, then up to per elements a
+ * thread; 0 when the row is too long. The same for rmsnorm and add_rmsnorm. */
+static int norm_threads(int m, int per)
+{
+    if ((m + NORM_MAX_THREADS - 1) / NORM_MAX_THREADS > per)
+        return 0;
+    int nt = m < NORM_MAX_THREADS ? m : NORM_MAX_THREADS;
+    return (nt + 31) / 32 * 32;
+}
+
 template <bool ADD>
 static void launch_norm(sd__cuda *c, float *out, float *x, const float *y, const sd_weight *w,
                         int n, int d, int x_stride, int out_stride, float eps)
 {
     const int vec = d % 4 == 0 && x_stride % 4 == 0 && out_stride % 4 == 0 && sd__aligned16(x) &&
                     sd__aligned16(out) && (!ADD || sd__aligned16(y));
-    const int nt = vec ? sd__norm_threads(d / 4, NORM_VEC) : sd__norm_threads(d, NORM_SCALAR);
+    const int nt = vec ? norm_threads(d / 4, NORM_VEC) : norm_threads(d, NORM_SCALAR);
     if (!nt) {
         SD_BADARG(c, "rmsnorm: rows of %d floats (at most %d)", d,
                   NORM_MAX_THREADS * NORM_SCALAR);

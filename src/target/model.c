@@ -1144,20 +1144,14 @@ static void xn_matmul(sd_model *m, float *y, const sd_weight *w, const sd_weight
 }
 
 /* A row-parallel output projection of x_in (T, K): on the fused path added
- * into x (returns 1); one rank, into out with the residual step after it,
- * x += out and xn = norm(x) (returns 2); else its partial into out
- * (returns 0: the residual step adds it). */
+ * into x (returns 1), else its partial into out (returns 0: the residual
+ * step adds it). */
 static int out_proj(sd_model *m, float *out, const float *x_in, const sd_weight *w,
-                    const sd_weight *bias, int T, int K, const sd_weight *norm)
+                    const sd_weight *bias, int T, int K)
 {
     if (fused_residual(m)) {
         sd_matmul_add(m->be, m->x, x_in, w, bias, T, K, out);
         return 1;
-    }
-    if (m->tp_size == 1) {
-        sd_addnorm an = {m->x, m->xn, norm, (float)m->cfg.rms_eps};
-        sd_matmul_addnorm(m->be, out, x_in, w, bias, T, K, &an);
-        return 2;
     }
     m->be->ops->matmul(m->be, out, x_in, w, bias, T, K);
     return 0;
@@ -1183,7 +1177,12 @@ static void residual_norm(sd_model *m, float *partial, const sd_weight *norm, in
         return;
     }
     if (m->tp_size == 1) {
-        sd_add_rmsnorm(m->be, m->xn, m->x, partial, norm, T, D, eps);
+        if (op->add_rmsnorm) {
+            op->add_rmsnorm(m->be, m->xn, m->x, partial, norm, T, D, eps);
+        } else {
+            op->add(m->be, m->x, partial, T, D);
+            op->rmsnorm(m->be, m->xn, m->x, norm, T, D, D, D, eps);
+        }
         return;
     }
     int rc = sd_comm_allreduce_add_rmsnorm(m->comm, m->tp_rank, m->be, partial, m->x, m->xn, norm,
@@ -1241,8 +1240,7 @@ static void lm_logits(sd_model *m, float *logits, const float *x, const sd_weigh
 
 /* q, k, v come out of one matmul as the row [q | k | v] of qkv (T, W),
  * W = (Hq + 2 Hkv) Dh, and the ops read them in place (rows W apart).
- * Returns out_proj's (1: the output went into x; 2: the residual step
- * after it was taken too). */
+ * Returns out_proj's: 1 when the output went into x. */
 static int attention_gqa(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
 {
     const sd_ops *op = m->be->ops;
@@ -1271,8 +1269,7 @@ static int attention_gqa(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
     op->rope_kv(be, q, k, v, L->kc, L->vc, ab, &m->rope, Hq, Hkv, Dh, Dh, qs, kvs);
     op->attn_gqa(be, m->att, q, NULL, NULL, L->kc, L->vc, ab, Hq, Hkv, Dh, Dh, qs, kvs,
                  m->attn_scale);
-    return out_proj(m, m->ao, m->att, &L->wo, L->bo.data ? &L->bo : NULL, T, Hq * Dh,
-                    &L->ffn_norm);
+    return out_proj(m, m->ao, m->att, &L->wo, L->bo.data ? &L->bo : NULL, T, Hq * Dh);
 }
 
 /* The chain below is latency-bound at decode sizes and leaves DRAM mostly
@@ -1310,14 +1307,12 @@ static int attention_mla(sd_model *m, layer *L, const sd_attn_batch *ab, int T)
     op->attn_mla(be, m->lat, m->qlat, q + nope, NULL, NULL, L->kc, ab, H, C, R, qs, qk, W,
                  m->attn_scale);
     op->matmul_heads(be, m->att, m->lat, &L->wuv, T, H, H * C, C, 0);
-    return out_proj(m, m->ao, m->att, &L->wo, NULL, T, H * vd, &L->ffn_norm);
+    return out_proj(m, m->ao, m->att, &L->wo, NULL, T, H * vd);
 }
 
-/* Returns out_proj's (1: the output went into x, a dense MLP on the fused
- * path; 2: the residual step after it was taken too, x += its output and
- * xn = next_norm(x): one rank on the unfused path, a dense MLP, or MoE
- * experts with nothing added after them). */
-static int ffn(sd_model *m, layer *L, int T, const sd_weight *next_norm)
+/* Returns out_proj's: 1 when the output went into x (a dense MLP on the
+ * fused path). */
+static int ffn(sd_model *m, layer *L, int T)
 {
     const sd_ops *op = m->be->ops;
     sd_backend *be = m->be;
@@ -1331,19 +1326,17 @@ static int ffn(sd_model *m, layer *L, int T, const sd_weight *next_norm)
                           .routed_scaling_factor = (float)c->routed_scaling_factor,
                           .n_always = L->n_always};
         xn_ready(m, T); /* three readers: the router, the experts, the shared MLP */
-        sd_addnorm an = {m->x, m->xn, next_norm, (float)c->rms_eps};
-        const int step = !L->gate_up.data && m->tp_size == 1 && !fused_residual(m);
         sd_moe_router_ffn(be, m->fo, m->ids, m->wts, m->rlog, m->xn, &L->router, L->corr_bias,
-                          &L->experts, T, D, &r, m->moetmp, step ? &an : NULL);
+                          &L->experts, T, D, &r, m->moetmp);
         if (!L->gate_up.data)
-            return step ? 2 : 0;
+            return 0;
         op->matmul_silu(be, m->gu, m->xn, &L->gate_up, T, D);
         /* fo += the shared experts: a rank's partial, any tp */
         sd_matmul_add(be, m->fo, m->gu, &L->down, NULL, T, L->ffn_inter, m->ao);
         return 0;
     }
     xn_matmul(m, m->gu, &L->gate_up, NULL, T, 1);
-    return out_proj(m, m->fo, m->gu, &L->down, NULL, T, L->ffn_inter, next_norm);
+    return out_proj(m, m->fo, m->gu, &L->down, NULL, T, L->ffn_inter);
 }
 
 /* x += attn(norm(x)); x += ffn(norm(x)). On entry xn = attn_norm(x) (the
@@ -1354,11 +1347,9 @@ static void decoder_layer(sd_model *m, layer *L, const sd_attn_batch *ab, int T,
                           const sd_weight *next_norm)
 {
     int added = L->mla ? attention_mla(m, L, ab, T) : attention_gqa(m, L, ab, T);
-    if (added < 2)
-        residual_norm(m, added ? NULL : m->ao, &L->ffn_norm, T); /* row-parallel o_proj partials */
-    added = ffn(m, L, T, next_norm);
-    if (added < 2)
-        residual_norm(m, added ? NULL : m->fo, next_norm, T); /* down / experts' down partials */
+    residual_norm(m, added ? NULL : m->ao, &L->ffn_norm, T); /* row-parallel o_proj partials */
+    added = ffn(m, L, T);
+    residual_norm(m, added ? NULL : m->fo, next_norm, T); /* down / experts' down partials */
 }
 
 static int check_batch(sd_model *m, const sd_fwd *f, sd_err *err)

@@ -635,92 +635,6 @@ TEST(matmul_silu_matches_the_cpu_and_the_gpus_matmul_then_silu_mul_bitwise)
     ASSERT(ok);
 }
 
-/* matmul_addnorm: with the residual step in the GEMV's last block
- * (sd_cuda_set_gemv_fold: one row, the wide one-pass BF16 shape: K up to
- * 2048) and without, bit for bit the GPU's matmul then add_rmsnorm (y, x,
- * xn; twice folded from the same residual: the count is zero again after a
- * call), and xn the CPU's within its bound; the shapes the fold leaves
- * (more rows, longer rows, F32 weights, a bias, rows past 4096) run the two
- * ops, checked the same way. */
-TEST(matmul_addnorm_folds_the_residual_step_with_the_two_ops_bits)
-{
-    gpu_env e;
-    GPU_OPEN(e);
-    int ok = 1;
-    struct { int n, N, K, bias; sd_dtype dt; } cs[] = {
-        {1, 2048, 2048, 0, SD_DT_BF16}, {1, 2048, 1408, 0, SD_DT_BF16},
-        {1, 1000, 512, 0, SD_DT_BF16},  {1, 4096, 2048, 0, SD_DT_BF16},
-        {1, 2560, 2048, 0, SD_DT_BF16}, {1, 2048, 4096, 0, SD_DT_BF16},
-        {2, 2048, 2048, 0, SD_DT_BF16}, {1, 2048, 2048, 1, SD_DT_BF16},
-        {1, 2048, 2048, 0, SD_DT_F32},  {1, 7168, 2048, 0, SD_DT_BF16}};
-    const float eps = 1e-6f;
-    for (size_t k = 0; k < SD_ARRAY_LEN(cs); k++) {
-        const int n = cs[k].n, N = cs[k].N, K = cs[k].K;
-        tw w, g, b;
-        ASSERT_OK(tw_make(&e, &w, cs[k].dt, N, K, 0.5f));
-        ASSERT_OK(tw_make(&e, &g, SD_DT_BF16, 1, N, 1.0f));
-        ASSERT_OK(tw_make(&e, &b, SD_DT_F32, 1, N, 0.5f));
-        const sd_weight *cb = cs[k].bias ? &b.c : NULL, *gb = cs[k].bias ? &b.g : NULL;
-        float *x = rnd_floats(&e, (size_t)n * K, -1, 1);
-        float *res = rnd_floats(&e, (size_t)n * N, -2, 2);
-        float *cy = (float *)malloc((size_t)n * N * sizeof(float));
-        float *cres = (float *)malloc((size_t)n * N * sizeof(float));
-        float *cxn = (float *)malloc((size_t)n * N * sizeof(float));
-        memcpy(cres, res, (size_t)n * N * sizeof(float));
-        sd_addnorm can = {cres, cxn, &g.c, eps};
-        sd_matmul_addnorm(e.cpu, cy, x, &w.c, cb, n, K, &can);
-        float *dx = (float *)gput(&e, x, (size_t)n * K * sizeof(float));
-        float *dy[3], *dres[3], *dxn[3];
-        for (int v = 0; v < 3; v++) { /* v = 0: the op, fold on; 1: off; 2: the two ops */
-            dy[v] = gpoison(&e, (size_t)n * N);
-            dres[v] = gpoison(&e, (size_t)n * N);
-            dxn[v] = gpoison(&e, (size_t)n * N);
-            sd_addnorm an = {dres[v], dxn[v], &g.g, eps};
-            sd_cuda_set_gemv_fold(e.gpu, v == 0);
-            for (int rep = 0; rep < (v == 0 ? 2 : 1); rep++) {
-                e.gpu->ops->upload(e.gpu, dres[v], res, (size_t)n * N * sizeof(float));
-                if (v < 2) {
-                    e.gpu->ops->matmul_addnorm(e.gpu, dy[v], dx, &w.g, gb, n, K, &an);
-                } else {
-                    e.gpu->ops->matmul(e.gpu, dy[v], dx, &w.g, gb, n, K);
-                    e.gpu->ops->add_rmsnorm(e.gpu, dxn[v], dres[v], dy[v], &g.g, n, N, eps);
-                }
-            }
-            sd_cuda_set_gemv_fold(e.gpu, SD_CUDA_GEMV_FOLD_DEFAULT);
-        }
-        double bad = 0;
-        for (int v = 0; v < 2; v++) {
-            const float *pa[3] = {dy[v], dres[v], dxn[v]}, *pb[3] = {dy[2], dres[2], dxn[2]};
-            for (int q = 0; q < 3; q++) {
-                float *ga = gget(&e, pa[q], (size_t)n * N), *gb2 = gget(&e, pb[q], (size_t)n * N);
-                bad += ga && gb2 ? (double)bit_mismatches(ga, gb2, (size_t)n * N) : INFINITY;
-                free(ga);
-                free(gb2);
-            }
-        }
-        ok &= reportf(bad, 0, "matmul_addnorm %s n=%d N=%d K=%d bias=%d, folded and not, vs matmul "
-                      "+ add_rmsnorm on the GPU (bits that differ)", sd_dtype_name(cs[k].dt), n,
-                      N, K, cs[k].bias);
-        char name[160];
-        snprintf(name, sizeof name, "matmul_addnorm %s n=%d N=%d K=%d: xn vs the cpu",
-                 sd_dtype_name(cs[k].dt), n, N, K);
-        ok &= check_dev(&e, dxn[0], cxn, (size_t)n * N, 1e-5, name);
-        for (int v = 0; v < 3; v++)
-            GFREE_ALL(&e, dy[v], dres[v], dxn[v]);
-        gfree(&e, dx);
-        free(x);
-        free(res);
-        free(cy);
-        free(cres);
-        free(cxn);
-        tw_free(&e, &w);
-        tw_free(&e, &g);
-        tw_free(&e, &b);
-    }
-    gpu_env_close(&e);
-    ASSERT(ok);
-}
-
 /* ---- block-scaled FP8 weights (weight_fp8) ---- */
 
 /* An FP8 weight (random E4M3 codes but NaN, scales 2^-12 .. 2^-4 a block)
@@ -2100,12 +2014,11 @@ TEST(moe_router_route_is_the_gpus_matmul_then_moe_route)
     ASSERT(ok);
 }
 
-/* moe_router_ffn with the residual step after it (an): the routing beside
- * the always-on experts' gate/up (moe_route_always_kernel), with the
- * router's GEMV in its launch and the residual step in the down kernel's
- * last block (sd_cuda_set_moe_router, sd_cuda_set_moe_fold) or not, gives
- * bit for bit the GPU's moe_router_route + moe_ffn + add_rmsnorm (logits,
- * ids, weights, output, x, xn: the switch off), and the output and xn
+/* moe_router_ffn: the routing beside the always-on experts' gate/up
+ * (moe_route_always_kernel), with the router's GEMV in its launch too or
+ * not (sd_cuda_set_moe_router), gives bit for bit the GPU's
+ * moe_router_route + moe_ffn (logits, ids, weights, output: the switch
+ * off), and the output
  * the CPU's within moe_ffn's bound. A bank of r.n_experts routed experts
  * and r.n_always always-on ones (ids E..), `first` the bank's first id of
  * `e_all` routed + always-on ones (expert parallel: other ranks' pairs
@@ -2145,54 +2058,35 @@ static int router_ffn_case(gpu_env *e, const char *what, sd_dtype dt, int n, int
     float *clg = (float *)malloc((size_t)n * E * sizeof(float));
     int32_t *cid = (int32_t *)malloc((size_t)n * W * sizeof(int32_t));
     float *cwt = (float *)malloc((size_t)n * W * sizeof(float));
-    /* the residual stream and its norm's weight */
-    tw nw;
-    if (tw_make(e, &nw, SD_DT_BF16, 1, D, 1.0f))
-        return report("moe_router_ffn: weight upload", INFINITY, 0);
-    float *res = rnd_floats(e, (size_t)n * D, -2, 2);
-    float *cres = (float *)malloc((size_t)n * D * sizeof(float));
-    float *cxn = (float *)malloc((size_t)n * D * sizeof(float));
-    memcpy(cres, res, (size_t)n * D * sizeof(float));
-    const float eps = 1e-6f;
-    sd_addnorm can = {cres, cxn, &nw.c, eps};
-    sd_moe_router_ffn(e->cpu, co, cid, cwt, clg, x, &rw.c, bias, &ce, n, D, &r, tmp, &can);
+    sd_moe_router_ffn(e->cpu, co, cid, cwt, clg, x, &rw.c, bias, &ce, n, D, &r, tmp);
     float *dx = (float *)gput(e, x, (size_t)n * D * sizeof(float));
     float *db = (float *)gput(e, bias, (size_t)E * sizeof(float));
     float *dtmp = gpoison(e, tmpn);
-    float *dout[3], *dlg[3], *dwt[3], *dres[3], *dxn[3];
+    float *dout[3], *dlg[3], *dwt[3];
     int32_t *did[3];
     /* v = 0: beside; 1: the switch off; 2: beside with the router's GEMV
-     * and the fold (twice, from the same residual: the counts are zero
-     * again after a call) */
+     * (twice: its count is zero again after a call) */
     for (int v = 0; v < 3; v++) {
         dout[v] = gpoison(e, (size_t)n * D);
         dlg[v] = gpoison(e, (size_t)n * E);
         dwt[v] = gpoison(e, (size_t)n * W);
         did[v] = (int32_t *)gpoison(e, (size_t)n * W);
-        dres[v] = gpoison(e, (size_t)n * D);
-        dxn[v] = gpoison(e, (size_t)n * D);
-        sd_addnorm an = {dres[v], dxn[v], &nw.g, eps};
         sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_OFF);
         sd_cuda_set_moe_overlap(e->gpu, v == 1 ? 0 : 1 << 20);
         sd_cuda_set_moe_router(e->gpu, v == 2);
-        sd_cuda_set_moe_fold(e->gpu, v == 2);
-        for (int rep = 0; rep < (v == 2 ? 2 : 1); rep++) {
-            e->gpu->ops->upload(e->gpu, dres[v], res, (size_t)n * D * sizeof(float));
+        for (int rep = 0; rep < (v == 2 ? 2 : 1); rep++)
             e->gpu->ops->moe_router_ffn(e->gpu, dout[v], did[v], dwt[v], dlg[v], dx, &rw.g, db,
-                                        &ge, n, D, &r, dtmp, &an);
-        }
-        sd_cuda_set_moe_fold(e->gpu, SD_CUDA_MOE_FOLD_DEFAULT);
+                                        &ge, n, D, &r, dtmp);
         sd_cuda_set_moe_router(e->gpu, SD_CUDA_MOE_ROUTER_DEFAULT);
         sd_cuda_set_moe_overlap(e->gpu, SD_CUDA_MOE_OVERLAP_DEFAULT);
         sd_cuda_set_moe_tc(e->gpu, SD_CUDA_TC_AUTO);
     }
     long bad = 0;
-    const size_t cnt[6] = {(size_t)n * D, (size_t)n * E, (size_t)n * W,
-                           (size_t)n * W, (size_t)n * D, (size_t)n * D};
+    const size_t cnt[4] = {(size_t)n * D, (size_t)n * E, (size_t)n * W, (size_t)n * W};
     for (int v = 0; v < 3; v += 2) {
-        const void *pa[6] = {dout[v], dlg[v], dwt[v], did[v], dres[v], dxn[v]};
-        const void *pb[6] = {dout[1], dlg[1], dwt[1], did[1], dres[1], dxn[1]};
-        for (int k = 0; k < 6; k++) {
+        const void *pa[4] = {dout[v], dlg[v], dwt[v], did[v]};
+        const void *pb[4] = {dout[1], dlg[1], dwt[1], did[1]};
+        for (int k = 0; k < 4; k++) {
             float *ga = gget(e, pa[k], cnt[k]), *gb = gget(e, pb[k], cnt[k]);
             bad += ga && gb ? (long)bit_mismatches(ga, gb, cnt[k]) : 1;
             free(ga);
@@ -2207,14 +2101,8 @@ static int router_ffn_case(gpu_env *e, const char *what, sd_dtype dt, int n, int
     int ok = report(name, (double)bad, 0);
     snprintf(name, sizeof name, "moe_router_ffn %s n=%d output vs the cpu", what, n);
     ok &= check_dev(e, dout[0], co, (size_t)n * D, 1e-5, name);
-    snprintf(name, sizeof name, "moe_router_ffn %s n=%d residual step's xn vs the cpu", what, n);
-    ok &= check_dev(e, dxn[2], cxn, (size_t)n * D, 1e-5, name);
     for (int v = 0; v < 3; v++)
-        GFREE_ALL(e, dout[v], dlg[v], dwt[v], did[v], dres[v], dxn[v]);
-    tw_free(e, &nw);
-    free(res);
-    free(cres);
-    free(cxn);
+        GFREE_ALL(e, dout[v], dlg[v], dwt[v], did[v]);
     GFREE_ALL(e, dx, db, dtmp);
     for (int k = 0; k < bank; k++) {
         tw_free(e, &g[k]);
@@ -3733,7 +3621,6 @@ TEST_MAIN(T(embed_copies_and_elementwise_ops_equal_the_cpu),
           T(attention_split_steps_of_more_than_8_tokens_match_the_cpu),
           T(moe_route_matches_the_cpu), T(moe_router_route_is_the_gpus_matmul_then_moe_route),
           T(moe_ffn_matches_the_cpu), T(moe_ffn_fused_small_batches_match_the_cpu),
-          T(matmul_addnorm_folds_the_residual_step_with_the_two_ops_bits),
           T(moe_router_ffn_routes_beside_the_always_on_experts),
           T(mla_prep_absorb_in_one_launch_gives_the_two_ops_bits),
           T(moe_ffn_tensor_core_prefill_matches_the_cpu_and_odd_shapes_fall_back),
