@@ -95,7 +95,8 @@ __device__ __forceinline__ void gemv_store(const mm_args &a, const float *part, 
  * takes gate rows o .. o + VR/2 - 1 and the up rows I + o .. (o = VR/2 x
  * the group's index) and writes y(n, I) = silu(gate) * up (silu_mul_kernel's
  * formula on the same sums: the bits of the two ops). gemv_block is block
- * (bx, h) of it: the kernel below's, or a block of mla_prep_absorb_kernel. */
+ * (bx, h) of it: gemv_kernel's (matmul.cu), or a block of
+ * mla_prep_absorb_kernel or of moe_route_always_kernel's router. */
 template <int DT, int NR, bool PRE, bool SILU, int VR, int U>
 __device__ __forceinline__ void gemv_block(const mm_args &a, int WK, int bx, int h)
 {

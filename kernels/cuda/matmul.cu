@@ -1122,10 +1122,11 @@ static int f8_to_bf16(sd__cuda *c, const sd_weight *w, sd_weight *out)
 int sd__cuda_gemv_wide1(const sd__cuda *c, mm_args *a, float *y, const float *x,
                         const sd_weight *w, int x_stride, int *wk, int *gx)
 {
+    /* one row goes to launch_block_gemv (never to the few-row kernel), which
+     * takes the wide shape where gemv_wide_pre says so */
     *a = mm_args{y, x, w->data, NULL, 0, 1, (int)w->rows, (int)w->cols, x_stride, 0, 0,
                  (int)w->rows, 0};
-    if (w->dtype != SD_DT_BF16 || w->rows <= 0 || gemv_max_rows(c) < 1 || !vec_ok(a) ||
-        gemv_few_takes(c, a, 1, sd__gemv_wk(a->K)) || !gemv_wide_pre(c, a, 1))
+    if (w->dtype != SD_DT_BF16 || w->rows <= 0 || !vec_ok(a) || !gemv_wide_pre(c, a, 1))
         return 0;
     *wk = sd__gemv_wk(a->K);
     *gx = (int)gemv_grid(a, 1, *wk, GEMV_WIDE_VR, false).x;
