@@ -292,9 +292,11 @@ static inline float w_elem(const void *row, int bf16, size_t i)
 /* Built for AVX2 too (picked at run time): its 8 lanes a row are the 8 sums
  * in the same order, so the same bits; four independent chains of them
  * (one per activation row) keep the wider units busy, where the one-row dot,
- * a single chain, gained nothing from AVX2 (session 39). */
-__attribute__((target_clones("avx2", "default"))) int
-sd__cpu_dot4_row(const sd_weight *w, int64_t r, const float *const x[4], float out[4])
+ * a single chain, gained nothing from AVX2 (session 39). Static, called
+ * through the plain function below: clang 14 names an exported clone's
+ * dispatcher NAME.ifunc, so other files could not link to it. */
+__attribute__((target_clones("avx2", "default"))) static int
+dot4_row(const sd_weight *w, int64_t r, const float *const x[4], float out[4])
 {
     if (w->dtype != SD_DT_BF16 && w->dtype != SD_DT_F32)
         return -1;
@@ -319,6 +321,11 @@ sd__cpu_dot4_row(const sd_weight *w, int64_t r, const float *const x[4], float o
         out[t] = s + ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
     }
     return 0;
+}
+
+int sd__cpu_dot4_row(const sd_weight *w, int64_t r, const float *const x[4], float out[4])
+{
+    return dot4_row(w, r, x, out);
 }
 
 float sd__cpu_dot_row(const sd_weight *w, int64_t r, const float *x)

@@ -114,8 +114,8 @@ TEST(the_fast_mask_is_the_fed_mask)
     ASSERT_OK(table_of_random_vocab(&v, &tt));
     /* states: every prefix of a few texts, valid and not */
     static const char *const texts[] = {
-        "{\"name\": \"a long string value with words, punctuation; and \\\"escapes\\\" \\u00e9\", "
-        "\"kind\": \"cat\", \"age\": 12345, \"tags\": [\"x\", \"y\"], \"ok\": true}",
+        ("{\"name\": \"a long string value with words, punctuation; and \\\"escapes\\\" \\u00e9\", "
+         "\"kind\": \"cat\", \"age\": 12345, \"tags\": [\"x\", \"y\"], \"ok\": true}"),
         "{\"kind\":\"dog\",\"age\":-1.5e+3,\"tags\":[],\"ok\":null,\"name\":\"caf\xc3\xa9 \xe2\x9c\x93\"}",
         "{ \"name\" : \"\" , \"kind\" :\"bird\"}",
     };
