@@ -16,7 +16,7 @@
 #include "core/utf8.h"
 #include "core/util.h"
 
-typedef enum { FAM_LLAMA3, FAM_CHATML, FAM_DEEPSEEK3, FAM_KIMI } family;
+typedef enum { FAM_LLAMA3, FAM_CHATML, FAM_DEEPSEEK3, FAM_KIMI, FAM_MISTRAL, FAM_LLAMA2, N_FAMILIES } family;
 
 enum {
     /* llama3 */
@@ -29,6 +29,11 @@ enum {
     /* kimi-k2 */
     KM_K2 = 0,   /* Kimi-K2-Instruct */
     KM_THINKING, /* Kimi-K2-Thinking: <think></think> before assistant text */
+    /* mistral ([INST] turns, one bos) */
+    MS_V1 = 0,  /* Mistral-7B-Instruct-v0.1: no system; assistant text + eos + ' ' */
+    MS_MIXTRAL, /* Mixtral-8x7B-Instruct-v0.1: the same, assistant text + eos */
+    MS_V2,      /* Mistral-7B-Instruct-v0.2 (2024): system before the first user text, ' [INST] ' */
+    MS_V3,      /* Mistral-7B-Instruct-v0.3: '[INST] ', assistant text trimmed */
 };
 
 struct sd_chat_template {
@@ -44,8 +49,10 @@ struct sd_chat_template {
     const char *date;      /* llama3.2: pinned date, NULL = today */
 };
 
-static const char *const FAMILY_NAME[] = {"llama3", "chatml", "deepseek3", "kimi-k2"};
-static const char *const FAMILY_STOP[] = {"<|eot_id|>", "<|im_end|>", "<｜end▁of▁sentence｜>", "<|im_end|>"};
+static const char *const FAMILY_NAME[N_FAMILIES] = {"llama3", "chatml", "deepseek3", "kimi-k2", "mistral",
+                                                    "llama2"};
+static const char *const FAMILY_STOP[N_FAMILIES] = {"<|eot_id|>", "<|im_end|>", "<｜end▁of▁sentence｜>", "<|im_end|>",
+                                                    "</s>", "</s>"};
 
 /* ---- template inspection -------------------------------------------------------- */
 
@@ -99,6 +106,13 @@ static int recognize(const char *tmpl)
         return FAM_KIMI;
     if (strstr(tmpl, "<|im_start|>"))
         return FAM_CHATML;
+    /* [INST] turns: the published templates' own refusals tell them from
+     * other templates that use the tags */
+    if (strstr(tmpl, "[INST]") && strstr(tmpl, "<<SYS>>") &&
+        strstr(tmpl, "Conversation roles must alternate"))
+        return FAM_LLAMA2;
+    if (strstr(tmpl, "[INST]") && strstr(tmpl, "Only user and assistant roles are supported"))
+        return FAM_MISTRAL;
     return -1;
 }
 
@@ -144,6 +158,16 @@ static int configure(sd_chat_template *ct, const char *tmpl)
             return SD_ENOMEM;
         break;
     }
+    case FAM_MISTRAL:
+        ct->variant = MS_V3;
+        if (tmpl && !strstr(tmpl, "user_messages"))
+            ct->variant = strstr(tmpl, "system_message") ? MS_V2
+                          : strstr(tmpl, "eos_token + ' '") ? MS_V1
+                                                            : MS_MIXTRAL;
+        break;
+    case FAM_LLAMA2:
+    case N_FAMILIES:
+        break;
     }
     return 0;
 }
@@ -231,13 +255,14 @@ int sd_chat_template_load(sd_chat_template **out, const char *model_dir, const c
     if (!name || !*name)
         name = "auto";
     int fam = -1;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < N_FAMILIES; i++)
         if (!strcmp(name, FAMILY_NAME[i]))
             fam = i;
     int is_auto = !strcmp(name, "auto");
     if (fam < 0 && !is_auto)
         return sd_err_set(err, SD_EINVAL,
-                          "--chat-template %s: unknown template (choose auto, llama3, chatml, deepseek3 or kimi-k2)",
+                          "--chat-template %s: unknown template (choose auto, llama3, chatml, deepseek3, kimi-k2, "
+                          "mistral or llama2)",
                           name);
     char *tmpl = NULL, *bos = NULL;
     int has_im_start = 0;
@@ -256,7 +281,8 @@ int sd_chat_template_load(sd_chat_template **out, const char *model_dir, const c
                 free(bos);
                 return sd_err_set(err, SD_ENOENT,
                                   "%s: no chat_template in tokenizer_config.json (nor chat_template.jinja) and no "
-                                  "<|im_start|> in the vocabulary; pass --chat-template llama3|chatml|deepseek3|kimi-k2",
+                                  "<|im_start|> in the vocabulary; pass --chat-template "
+                                  "llama3|chatml|deepseek3|kimi-k2|mistral|llama2",
                                   model_dir);
             }
             fam = FAM_CHATML;
@@ -267,7 +293,7 @@ int sd_chat_template_load(sd_chat_template **out, const char *model_dir, const c
                 free(bos);
                 return sd_err_set(err, SD_ENOTSUP,
                                   "%s: the chat_template is not one of the families specd knows (llama3, chatml, "
-                                  "deepseek3, kimi-k2); pass --chat-template NAME to choose one",
+                                  "deepseek3, kimi-k2, mistral, llama2); pass --chat-template NAME to choose one",
                                   model_dir);
             }
         }
@@ -283,11 +309,14 @@ int sd_chat_template_load(sd_chat_template **out, const char *model_dir, const c
      * that template is of the same family. */
     const char *use = tmpl && recognize(tmpl) == fam ? tmpl : NULL;
     int rc = configure(ct, use);
-    if (!rc && !bos && (fam == FAM_LLAMA3 || fam == FAM_DEEPSEEK3))
-        bos = sd_strfmt("%s", fam == FAM_LLAMA3 ? "<|begin_of_text|>" : "<｜begin▁of▁sentence｜>");
+    const int needs_bos = fam == FAM_LLAMA3 || fam == FAM_DEEPSEEK3 || fam == FAM_MISTRAL || fam == FAM_LLAMA2;
+    if (!rc && !bos && needs_bos)
+        bos = sd_strfmt("%s", fam == FAM_LLAMA3      ? "<|begin_of_text|>"
+                              : fam == FAM_DEEPSEEK3 ? "<｜begin▁of▁sentence｜>"
+                                                     : "<s>");
     ct->bos = bos;
     free(tmpl);
-    if (rc || ((fam == FAM_LLAMA3 || fam == FAM_DEEPSEEK3) && !ct->bos)) {
+    if (rc || (needs_bos && !ct->bos)) {
         sd_chat_template_free(ct);
         return sd_err_set(err, SD_ENOMEM, "chat template: out of memory");
     }
@@ -1001,6 +1030,99 @@ static void r_kimi(const sd_chat_template *ct, const sd_chat_msg *m, int n, cons
         o_str(o, "<|im_assistant|>assistant<|im_middle|>");
 }
 
+/* ---- [INST] turns: Mistral's and Llama 2's templates -------------------------------
+ *
+ * Text only (no tool format). Each template raises where the roles do not
+ * alternate user / assistant after an optional first system message (the
+ * earlier Mistral ones take no system message at all); inst_check refuses
+ * what they raise on, as the same SD_EINVAL for every template. */
+
+static int is_role(const sd_chat_msg *m, const char *r) { return !strcmp(m->role, r); }
+
+/* A first system message is the system prompt: every template but Mistral's v0.1 ones. */
+static int takes_system(const sd_chat_template *ct)
+{
+    return !(ct->fam == FAM_MISTRAL && (ct->variant == MS_V1 || ct->variant == MS_MIXTRAL));
+}
+static int inst_system(const sd_chat_template *ct, const sd_chat_msg *m, int n)
+{
+    return takes_system(ct) && n > 0 && is_role(&m[0], "system");
+}
+
+static int inst_check(const sd_chat_template *ct, const sd_chat_msg *m, int n, sd_err *err)
+{
+    const char *who = ct->fam == FAM_LLAMA2 ? "Llama 2's" : "Mistral's";
+    const int v3 = ct->fam == FAM_MISTRAL && ct->variant == MS_V3;
+    if (n == 0 && takes_system(ct)) /* they read messages[0] */
+        return sd_err_set(err, SD_EINVAL, "chat render: %s template needs a message", who);
+    int turn = 0;
+    for (int i = inst_system(ct, m, n); i < n; i++) {
+        if (v3 && (is_role(&m[i], "tool") || is_role(&m[i], "tool_results")))
+            return sd_err_set(err, SD_ENOTSUP, "chat render: message %d: the mistral template's tool format is "
+                              "not supported (tool results need it)", i);
+        if (is_role(&m[i], "user") != (turn % 2 == 0))
+            return sd_err_set(err, SD_EINVAL, "chat render: message %d (%s): %s template takes user and assistant "
+                              "messages in turn%s, starting with a user's", i, m[i].role, who,
+                              takes_system(ct) ? " after an optional first system message" : "");
+        if (ct->fam == FAM_MISTRAL && !is_role(&m[i], "user") && !is_role(&m[i], "assistant"))
+            return sd_err_set(err, SD_EINVAL, "chat render: message %d (%s): %s template takes only user and "
+                              "assistant messages%s", i, m[i].role, who,
+                              takes_system(ct) ? " after an optional first system message" : "");
+        turn++;
+    }
+    return 0;
+}
+
+static void r_mistral(const sd_chat_template *ct, const sd_chat_msg *m, int n, out *o)
+{
+    const int v = ct->variant, sys = inst_system(ct, m, n);
+    o_str(o, ct->bos);
+    for (int i = sys; i < n; i++) {
+        if (is_role(&m[i], "user")) {
+            o_str(o, v == MS_V2 ? " [INST] " : "[INST] ");
+            if (sys && i == 1) {
+                o_str(o, m[0].content);
+                o_str(o, "\n\n");
+            }
+            o_str(o, m[i].content);
+            o_str(o, v == MS_V3 ? "[/INST]" : " [/INST]");
+        } else if (v == MS_V3) {
+            o_str(o, " ");
+            o_trim(o, m[i].content);
+            o_str(o, "</s>");
+        } else {
+            if (v == MS_V2)
+                o_str(o, " ");
+            o_str(o, m[i].content);
+            o_str(o, v == MS_V1 ? "</s> " : "</s>");
+        }
+    }
+}
+
+static void r_llama2(const sd_chat_template *ct, const sd_chat_msg *m, int n, out *o)
+{
+    const int sys = inst_system(ct, m, n);
+    for (int i = sys; i < n; i++) {
+        const int user = is_role(&m[i], "user");
+        if (!user && !is_role(&m[i], "assistant"))
+            continue; /* the template prints nothing for other roles */
+        char *first = sys && i == 1 ? sd_strfmt("<<SYS>>\n%s\n<</SYS>>\n\n%s", m[0].content, m[i].content) : NULL;
+        if (sys && i == 1 && !first) {
+            o->oom = 1;
+            return;
+        }
+        if (user) {
+            o_str(o, ct->bos);
+            o_str(o, "[INST] ");
+        } else {
+            o_str(o, " ");
+        }
+        o_trim(o, first ? first : m[i].content);
+        o_str(o, user ? " [/INST]" : " </s>");
+        free(first);
+    }
+}
+
 int sd_chat_render(const sd_chat_template *ct, const sd_chat_msg *msgs, int n, int add_generation_prompt,
                    char **text, size_t *len, sd_err *err)
 {
@@ -1050,6 +1172,11 @@ int sd_chat_render_kw(const sd_chat_template *ct, const sd_chat_msg *msgs, int n
             if (msgs[i].n_calls && !msgs[i].content)
                 return sd_err_set(err, SD_EINVAL, "chat render: message %d: Kimi-K2-Instruct's template does not "
                                   "print tool calls, and fails on a message of calls without content", i);
+    if (ct->fam == FAM_MISTRAL || ct->fam == FAM_LLAMA2) {
+        int rc = inst_check(ct, msgs, n, err);
+        if (rc)
+            return rc;
+    }
     out o = {{0}, 0};
     switch (ct->fam) {
     case FAM_LLAMA3:
@@ -1063,6 +1190,14 @@ int sd_chat_render_kw(const sd_chat_template *ct, const sd_chat_msg *msgs, int n
         break;
     case FAM_KIMI:
         r_kimi(ct, msgs, n, tools, add_generation_prompt, &o);
+        break;
+    case FAM_MISTRAL:
+        r_mistral(ct, msgs, n, &o); /* no generation prompt in these templates */
+        break;
+    case FAM_LLAMA2:
+        r_llama2(ct, msgs, n, &o);
+        break;
+    case N_FAMILIES:
         break;
     }
     if (o.oom || !(*text = sd_sbuf_take(&o.b, len))) {

@@ -44,7 +44,7 @@ const sd_opt_def sd_opt_table[] = {
     {"tokenizer", NULL, S, OFF(tokenizer), "", 0, 0, NULL, C_TOK,
      "tokenizer.json or the folder holding it"},
     {"chat-template", NULL, S, OFF(chat_template), "auto", 0, 0, NULL, C_SRV | C_GEN | C_BEN,
-     "chat template: auto (from the checkpoint) | llama3 | chatml | deepseek3 | kimi-k2"},
+     "chat template: auto (from the checkpoint) | llama3 | chatml | deepseek3 | kimi-k2 | mistral | llama2"},
     {"reasoning-parser", NULL, E, OFF(reasoning_parser), "none", 0, 0, "none|think|deepseek-r1|qwen3|kimi-k2",
      C_SRV,
      "chat replies' reasoning (<think>...</think>: DeepSeek-R1 and V3.1, Qwen3, Kimi-K2-Thinking; the other "

@@ -39,7 +39,7 @@ typedef struct sd_opts {
     char *fp8_weights;   /* bf16 | fp8: block-scaled FP8 weights dequantized or kept */
     int threads;         /* CPU backend threads, 0 = all cores */
     char *tokenizer;     /* tokenizer.json or its folder */
-    char *chat_template; /* auto | llama3 | chatml | deepseek3 | kimi-k2 */
+    char *chat_template; /* auto | llama3 | chatml | deepseek3 | kimi-k2 | mistral | llama2 */
     char *reasoning_parser; /* none | think (and its other names) */
     /* one-shot commands */
     char *ids;

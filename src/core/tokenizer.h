@@ -144,7 +144,7 @@ typedef struct sd_chat_template sd_chat_template;
 
 /* name: "auto" (recognize the family from model_dir's tokenizer_config.json
  * chat_template, or chat_template.jinja; with no template at all, chatml when the
- * vocabulary has <|im_start|>), or llama3 | chatml | deepseek3 | kimi-k2. An
+ * vocabulary has <|im_start|>), or llama3 | chatml | deepseek3 | kimi-k2 | mistral | llama2. An
  * unknown name or an unrecognized template is an error (never a fallback).
  * model_dir may be NULL with an explicit name. */
 int sd_chat_template_load(sd_chat_template **out, const char *model_dir, const char *name,
@@ -212,7 +212,7 @@ typedef enum sd_tool_format {
     SD_TOOLS_DEEPSEEK31
 } sd_tool_format;
 sd_tool_format sd_chat_template_tool_format(const sd_chat_template *ct);
-/* The family name (llama3 | chatml | deepseek3 | kimi-k2). */
+/* The family name (llama3 | chatml | deepseek3 | kimi-k2 | mistral | llama2). */
 const char *sd_chat_template_name(const sd_chat_template *ct);
 /* The text that ends an assistant turn (<|eot_id|>, <|im_end|>, ...): a stop token. */
 const char *sd_chat_template_stop(const sd_chat_template *ct);

@@ -70,7 +70,7 @@ TEST(native_renders_equal_jinja_on_the_published_templates)
     ASSERT_MSG(g, "chat_golden.json: %s", je.text);
     const char *date = json_string_value(json_object_get(g, "pinned_date"));
     json_t *tmpls = json_object_get(g, "templates");
-    ASSERT_GE(json_array_size(tmpls), 13);
+    ASSERT_GE(json_array_size(tmpls), 18);
     int bad = 0, checked = 0;
     json_t *owned = json_array(); /* arguments parsed from their text, kept to the end */
     ASSERT(owned);
@@ -317,6 +317,59 @@ TEST(unknown_names_and_unrecognized_templates_are_errors_not_fallbacks)
     rm_tree(dir);
 }
 
+/* [INST] turns: an explicit mistral / llama2 without a checkpoint template
+ * (Mistral's newest published form, <s> and </s>), and the roles the
+ * templates raise on refused with a message that says why. */
+TEST(inst_templates_by_name_and_their_refusals)
+{
+    sd_err err = {0};
+    sd_chat_template *ct;
+    sd_chat_msg m[] = {{.role = "system", .content = "S"},
+                       {.role = "user", .content = "hi"},
+                       {.role = "assistant", .content = " yo "},
+                       {.role = "user", .content = "more"}};
+    char *out;
+    size_t len;
+    ASSERT_OK(sd_chat_template_load(&ct, NULL, "mistral", &err));
+    ASSERT_STR_EQ(sd_chat_template_name(ct), "mistral");
+    ASSERT_STR_EQ(sd_chat_template_stop(ct), "</s>");
+    ASSERT_OK(sd_chat_render(ct, m, 4, 1, &out, &len, &err));
+    ASSERT_STR_EQ(out, "<s>[INST] S\n\nhi[/INST] yo</s>[INST] more[/INST]");
+    free(out);
+    /* two users in a row */
+    sd_chat_msg two[] = {{.role = "user", .content = "a"}, {.role = "user", .content = "b"}};
+    ASSERT_EQ(sd_chat_render(ct, two, 2, 1, &out, &len, &err), SD_EINVAL);
+    ASSERT_CONTAINS(err.msg, "message 1 (user)");
+    /* a system message after the first turn */
+    sd_chat_msg late[] = {{.role = "user", .content = "a"}, {.role = "system", .content = "b"}};
+    ASSERT_EQ(sd_chat_render(ct, late, 2, 1, &out, &len, &err), SD_EINVAL);
+    ASSERT_CONTAINS(err.msg, "only user and assistant");
+    /* tool results: no tool format for Mistral's */
+    sd_chat_msg tool[] = {{.role = "user", .content = "a"}, {.role = "tool", .content = "b"}};
+    ASSERT_EQ(sd_chat_render(ct, tool, 2, 1, &out, &len, &err), SD_ENOTSUP);
+    sd_chat_template_free(ct);
+    ASSERT_OK(sd_chat_template_load(&ct, NULL, "llama2", &err));
+    ASSERT_OK(sd_chat_render(ct, m, 4, 1, &out, &len, &err));
+    ASSERT_STR_EQ(out, "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nhi [/INST] yo </s><s>[INST] more [/INST]");
+    free(out);
+    ASSERT_EQ(sd_chat_render(ct, two, 2, 1, &out, &len, &err), SD_EINVAL);
+    sd_chat_template_free(ct);
+    /* Mistral-7B-Instruct-v0.1's template takes no system message at all */
+    char *dir = mkdir_tmp(), *v1 = read_template("mistral-v0.1.jinja");
+    ASSERT(dir && v1);
+    ASSERT_OK(put_config(dir, v1, "<s>"));
+    ASSERT_OK(sd_chat_template_load(&ct, dir, "auto", &err));
+    ASSERT_EQ(sd_chat_render(ct, m, 4, 1, &out, &len, &err), SD_EINVAL);
+    ASSERT_CONTAINS(err.msg, "message 0 (system)");
+    ASSERT_OK(sd_chat_render(ct, m + 1, 3, 1, &out, &len, &err));
+    ASSERT_STR_EQ(out, "<s>[INST] hi [/INST] yo </s> [INST] more [/INST]");
+    free(out);
+    sd_chat_template_free(ct);
+    free(v1);
+    rm_tree(dir);
+}
+
 TEST_MAIN(T(native_renders_equal_jinja_on_the_published_templates), T(tojson_prints_as_pythons_json_dumps), T(the_golden_tokenizer_folders_are_recognized),
           T(an_explicit_name_overrides_the_checkpoint_template),
-          T(unknown_names_and_unrecognized_templates_are_errors_not_fallbacks))
+          T(unknown_names_and_unrecognized_templates_are_errors_not_fallbacks),
+          T(inst_templates_by_name_and_their_refusals))

@@ -41,6 +41,11 @@ TEMPLATES = {
     "deepseek-v3.1.jinja": ("deepseek3", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
     "kimi-k2.jinja": ("kimi-k2", "[BOS]", "[EOS]"),
     "kimi-k2-thinking.jinja": ("kimi-k2", "[BOS]", "[EOS]"),
+    "mistral-v0.1.jinja": ("mistral", "<s>", "</s>"),
+    "mixtral-v0.1.jinja": ("mistral", "<s>", "</s>"),
+    "mistral-v0.2.jinja": ("mistral", "<s>", "</s>"),
+    "mistral-v0.3.jinja": ("mistral", "<s>", "</s>"),
+    "llama2.jinja": ("llama2", "<s>", "</s>"),
 }
 
 
@@ -335,7 +340,11 @@ def main():
         for msgs in KWARGS_CONVERSATIONS:
             for kwargs in KWARGS:
                 for gen in (False, True):
-                    r = render(env, text, bos, eos, msgs, gen, kwargs=kwargs)
+                    try:
+                        r = render(env, text, bos, eos, msgs, gen, kwargs=kwargs)
+                    except Exception as e:  # refused: not a case
+                        print(f"{name}: skipped a kwargs case ({e})", file=sys.stderr)
+                        continue
                     entry["cases"].append({"messages": msgs, "kwargs": kwargs, "add_generation_prompt": gen,
                                            "text": r})
         out["templates"].append(entry)
