@@ -29,12 +29,22 @@ enum {
     /* kimi-k2 */
     KM_K2 = 0,   /* Kimi-K2-Instruct */
     KM_THINKING, /* Kimi-K2-Thinking: <think></think> before assistant text */
-    /* mistral ([INST] turns, one bos) */
-    MS_V1 = 0,  /* Mistral-7B-Instruct-v0.1: no system; assistant text + eos + ' ' */
-    MS_MIXTRAL, /* Mixtral-8x7B-Instruct-v0.1: the same, assistant text + eos */
-    MS_V2,      /* Mistral-7B-Instruct-v0.2 (2024): system before the first user text, ' [INST] ' */
-    MS_V3,      /* Mistral-7B-Instruct-v0.3: '[INST] ', assistant text trimmed */
 };
+
+/* mistral: [INST] turns after one bos. Its published templates differ in
+ * the pieces below (read from the checkpoint's template: inst_read), e.g.
+ * Mistral-7B-Instruct v0.1 "[INST] " " [/INST]" "" "</s> " no system;
+ * Mixtral-8x7B-Instruct v0.1 the same with "</s>"; v0.2 (2024) " [INST] "
+ * " [/INST]" " " the system prompt in the first user turn; v0.3 "[INST] "
+ * "[/INST]" " " trimmed, first; Nemo-2407 "[INST]" "[/INST]" "" last. */
+typedef struct inst_form {
+    const char *open, *close; /* around a user turn */
+    const char *asst, *eos;   /* before and after an assistant turn */
+    int trim;                 /* the assistant text |trim'd */
+    int sys;   /* a first system message: 0 not taken, 1 before the first user turn, 2 the last */
+    int tools; /* the template has a tool format (tool results: refused as not written here) */
+} inst_form;
+static const inst_form INST_DEFAULT = {"[INST] ", "[/INST]", " ", "</s>", 1, 1, 1}; /* v0.3's */
 
 struct sd_chat_template {
     family fam;
@@ -47,6 +57,7 @@ struct sd_chat_template {
     int join_systems;      /* deepseek3: all system messages joined by "\n\n" (else the last) */
     const char *gen_extra; /* deepseek3 V3/R1: text after <｜Assistant｜> in the generation prompt */
     const char *date;      /* llama3.2: pinned date, NULL = today */
+    inst_form inst;        /* mistral */
 };
 
 static const char *const FAMILY_NAME[N_FAMILIES] = {"llama3", "chatml", "deepseek3", "kimi-k2", "mistral",
@@ -116,6 +127,53 @@ static int recognize(const char *tmpl)
     return -1;
 }
 
+/* The first of the texts found in t (each in both of Jinja's quotes: a
+ * text's ' stand for either), or -1 */
+static int find_form(const char *t, const char *const *texts, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char d[128];
+        snprintf(d, sizeof d, "%s", texts[i]);
+        for (char *c = d; *c; c++)
+            if (*c == '\'')
+                *c = '"';
+        if (strstr(t, texts[i]) || strstr(t, d))
+            return i;
+    }
+    return -1;
+}
+
+/* A Mistral template's pieces (inst_form) from its text; SD_ENOTSUP where
+ * one is not a form written here (never a guess). */
+static int inst_read(const char *t, inst_form *f)
+{
+    if (!strstr(t, "system_message")) { /* v0.1: the roles alone */
+        *f = (inst_form){"[INST] ", " [/INST]", "", "</s>", 0, 0, 0};
+        if (find_form(t, (const char *const[]){"'[INST] ' + message['content'] + ' [/INST]'"}, 1) < 0)
+            return SD_ENOTSUP;
+        if (strstr(t, "message['content'] + eos_token + ' '"))
+            f->eos = "</s> ";
+        else if (!strstr(t, "message['content'] + eos_token}}") && !strstr(t, "message['content'] + eos_token }}"))
+            return SD_ENOTSUP;
+        return 0;
+    }
+    static const char *const sys[] = {"loop.first and system_message is defined",
+                                      "loop.last and system_message is defined"};
+    static const char *const open[] = {"' [INST] ' + system_message", "'[INST] ' + system_message",
+                                       "'[INST]' + system_message"};
+    static const char *const close[] = {"message['content'] + ' [/INST]'", "message['content'] + '[/INST]'"};
+    static const char *const asst[] = {"' ' + message['content']|trim + eos_token",
+                                       "' ' + message['content'] + eos_token", "message['content'] + eos_token"};
+    const int s = find_form(t, sys, 2), o = find_form(t, open, 3), c = find_form(t, close, 2),
+              a = find_form(t, asst, 3);
+    if (s < 0 || o < 0 || c < 0 || a < 0)
+        return SD_ENOTSUP;
+    static const char *const opens[] = {" [INST] ", "[INST] ", "[INST]"};
+    *f = (inst_form){opens[o], c ? "[/INST]" : " [/INST]", a < 2 ? " " : "", "</s>", a == 0, s + 1,
+                     strstr(t, "[TOOL_RESULTS]") != NULL};
+    return 0;
+}
+
 /* Family defaults, then what the checkpoint's template says (tmpl may be NULL). */
 static int configure(sd_chat_template *ct, const char *tmpl)
 {
@@ -159,11 +217,9 @@ static int configure(sd_chat_template *ct, const char *tmpl)
         break;
     }
     case FAM_MISTRAL:
-        ct->variant = MS_V3;
-        if (tmpl && !strstr(tmpl, "user_messages"))
-            ct->variant = strstr(tmpl, "system_message") ? MS_V2
-                          : strstr(tmpl, "eos_token + ' '") ? MS_V1
-                                                            : MS_MIXTRAL;
+        ct->inst = INST_DEFAULT;
+        if (tmpl && inst_read(tmpl, &ct->inst))
+            return SD_ENOTSUP;
         break;
     case FAM_LLAMA2:
     case N_FAMILIES:
@@ -309,6 +365,20 @@ int sd_chat_template_load(sd_chat_template **out, const char *model_dir, const c
      * that template is of the same family. */
     const char *use = tmpl && recognize(tmpl) == fam ? tmpl : NULL;
     int rc = configure(ct, use);
+    if (rc == SD_ENOTSUP) {
+        /* a Mistral template whose pieces are not a form written here: an
+         * error under auto, the family's defaults under its explicit name */
+        if (is_auto) {
+            free(tmpl);
+            free(bos);
+            sd_chat_template_free(ct);
+            return sd_err_set(err, SD_ENOTSUP,
+                              "%s: the chat_template's [INST] turns are not a form of Mistral's templates specd "
+                              "writes out; pass --chat-template mistral (v0.3's form) or llama2",
+                              model_dir);
+        }
+        rc = configure(ct, NULL);
+    }
     const int needs_bos = fam == FAM_LLAMA3 || fam == FAM_DEEPSEEK3 || fam == FAM_MISTRAL || fam == FAM_LLAMA2;
     if (!rc && !bos && needs_bos)
         bos = sd_strfmt("%s", fam == FAM_LLAMA3      ? "<|begin_of_text|>"
@@ -1042,7 +1112,7 @@ static int is_role(const sd_chat_msg *m, const char *r) { return !strcmp(m->role
 /* A first system message is the system prompt: every template but Mistral's v0.1 ones. */
 static int takes_system(const sd_chat_template *ct)
 {
-    return !(ct->fam == FAM_MISTRAL && (ct->variant == MS_V1 || ct->variant == MS_MIXTRAL));
+    return ct->fam != FAM_MISTRAL || ct->inst.sys;
 }
 static int inst_system(const sd_chat_template *ct, const sd_chat_msg *m, int n)
 {
@@ -1052,7 +1122,7 @@ static int inst_system(const sd_chat_template *ct, const sd_chat_msg *m, int n)
 static int inst_check(const sd_chat_template *ct, const sd_chat_msg *m, int n, sd_err *err)
 {
     const char *who = ct->fam == FAM_LLAMA2 ? "Llama 2's" : "Mistral's";
-    const int v3 = ct->fam == FAM_MISTRAL && ct->variant == MS_V3;
+    const int v3 = ct->fam == FAM_MISTRAL && ct->inst.tools;
     if (n == 0 && takes_system(ct)) /* they read messages[0] */
         return sd_err_set(err, SD_EINVAL, "chat render: %s template needs a message", who);
     int turn = 0;
@@ -1075,26 +1145,25 @@ static int inst_check(const sd_chat_template *ct, const sd_chat_msg *m, int n, s
 
 static void r_mistral(const sd_chat_template *ct, const sd_chat_msg *m, int n, out *o)
 {
-    const int v = ct->variant, sys = inst_system(ct, m, n);
+    const inst_form *f = &ct->inst;
+    const int sys = inst_system(ct, m, n);
     o_str(o, ct->bos);
     for (int i = sys; i < n; i++) {
         if (is_role(&m[i], "user")) {
-            o_str(o, v == MS_V2 ? " [INST] " : "[INST] ");
-            if (sys && i == 1) {
+            o_str(o, f->open);
+            if (sys && i == (f->sys == 1 ? 1 : n - 1)) { /* loop.first / loop.last */
                 o_str(o, m[0].content);
                 o_str(o, "\n\n");
             }
             o_str(o, m[i].content);
-            o_str(o, v == MS_V3 ? "[/INST]" : " [/INST]");
-        } else if (v == MS_V3) {
-            o_str(o, " ");
-            o_trim(o, m[i].content);
-            o_str(o, "</s>");
+            o_str(o, f->close);
         } else {
-            if (v == MS_V2)
-                o_str(o, " ");
-            o_str(o, m[i].content);
-            o_str(o, v == MS_V1 ? "</s> " : "</s>");
+            o_str(o, f->asst);
+            if (f->trim)
+                o_trim(o, m[i].content);
+            else
+                o_str(o, m[i].content);
+            o_str(o, f->eos);
         }
     }
 }

@@ -45,6 +45,7 @@ TEMPLATES = {
     "mixtral-v0.1.jinja": ("mistral", "<s>", "</s>"),
     "mistral-v0.2.jinja": ("mistral", "<s>", "</s>"),
     "mistral-v0.3.jinja": ("mistral", "<s>", "</s>"),
+    "mistral-nemo-2407.jinja": ("mistral", "<s>", "</s>"),
     "llama2.jinja": ("llama2", "<s>", "</s>"),
 }
 
