@@ -127,49 +127,55 @@ static int recognize(const char *tmpl)
     return -1;
 }
 
-/* The first of the texts found in t (each in both of Jinja's quotes: a
- * text's ' stand for either), or -1 */
-static int find_form(const char *t, const char *const *texts, int n)
+/* text is in t, as written or with its ' as " (Jinja takes either quote) */
+static int has_form(const char *t, const char *text)
 {
-    for (int i = 0; i < n; i++) {
-        char d[128];
-        snprintf(d, sizeof d, "%s", texts[i]);
-        for (char *c = d; *c; c++)
-            if (*c == '\'')
-                *c = '"';
-        if (strstr(t, texts[i]) || strstr(t, d))
-            return i;
-    }
-    return -1;
+    char d[256];
+    snprintf(d, sizeof d, "%s", text);
+    for (char *c = d; *c; c++)
+        if (*c == '\'')
+            *c = '"';
+    return strstr(t, text) || strstr(t, d);
 }
 
-/* A Mistral template's pieces (inst_form) from its text; SD_ENOTSUP where
- * one is not a form written here (never a guess). */
+/* A Mistral template's pieces (inst_form) from its text: each statement
+ * that prints a turn matched whole against the forms the published
+ * templates use; SD_ENOTSUP for any other (never a guess). */
 static int inst_read(const char *t, inst_form *f)
 {
     if (!strstr(t, "system_message")) { /* v0.1: the roles alone */
         *f = (inst_form){"[INST] ", " [/INST]", "", "</s>", 0, 0, 0};
-        if (find_form(t, (const char *const[]){"'[INST] ' + message['content'] + ' [/INST]'"}, 1) < 0)
+        if (!has_form(t, "{{ '[INST] ' + message['content'] + ' [/INST]' }}"))
             return SD_ENOTSUP;
-        if (strstr(t, "message['content'] + eos_token + ' '"))
+        if (has_form(t, "{{ message['content'] + eos_token + ' ' }}"))
             f->eos = "</s> ";
-        else if (!strstr(t, "message['content'] + eos_token}}") && !strstr(t, "message['content'] + eos_token }}"))
+        else if (!has_form(t, "{{ message['content'] + eos_token}}"))
             return SD_ENOTSUP;
         return 0;
     }
-    static const char *const sys[] = {"loop.first and system_message is defined",
-                                      "loop.last and system_message is defined"};
-    static const char *const open[] = {"' [INST] ' + system_message", "'[INST] ' + system_message",
-                                       "'[INST]' + system_message"};
-    static const char *const close[] = {"message['content'] + ' [/INST]'", "message['content'] + '[/INST]'"};
-    static const char *const asst[] = {"' ' + message['content']|trim + eos_token",
-                                       "' ' + message['content'] + eos_token", "message['content'] + eos_token"};
-    const int s = find_form(t, sys, 2), o = find_form(t, open, 3), c = find_form(t, close, 2),
-              a = find_form(t, asst, 3);
-    if (s < 0 || o < 0 || c < 0 || a < 0)
+    static const char *const opens[] = {" [INST] ", "[INST] ", "[INST]"}, *const closes[] = {" [/INST]", "[/INST]"};
+    static const char *const asst[] = {"{{- ' ' + message['content']|trim + eos_token}}",
+                                       "{{- ' ' + message['content'] + eos_token}}",
+                                       "{{- message['content'] + eos_token}}"};
+    int sys = has_form(t, "loop.first and system_message is defined")  ? 1
+              : has_form(t, "loop.last and system_message is defined") ? 2
+                                                                       : 0;
+    int o = -1, c = -1, a = -1;
+    for (int i = 0; i < 3 && o < 0; i++)
+        for (int j = 0; j < 2 && o < 0; j++) {
+            char with[256], plain[256];
+            snprintf(with, sizeof with, "{{- '%s' + system_message + '\\n\\n' + message['content'] + '%s' }}",
+                     opens[i], closes[j]);
+            snprintf(plain, sizeof plain, "{{- '%s' + message['content'] + '%s' }}", opens[i], closes[j]);
+            if (has_form(t, with) && has_form(t, plain))
+                o = i, c = j;
+        }
+    for (int i = 0; i < 3 && a < 0; i++)
+        if (has_form(t, asst[i]))
+            a = i;
+    if (!sys || o < 0 || a < 0)
         return SD_ENOTSUP;
-    static const char *const opens[] = {" [INST] ", "[INST] ", "[INST]"};
-    *f = (inst_form){opens[o], c ? "[/INST]" : " [/INST]", a < 2 ? " " : "", "</s>", a == 0, s + 1,
+    *f = (inst_form){opens[o], closes[c], a < 2 ? " " : "", "</s>", a == 0, sys,
                      strstr(t, "[TOOL_RESULTS]") != NULL};
     return 0;
 }

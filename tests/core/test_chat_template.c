@@ -365,6 +365,26 @@ TEST(inst_templates_by_name_and_their_refusals)
     ASSERT_STR_EQ(out, "<s>[INST] hi [/INST] yo </s> [INST] more [/INST]");
     free(out);
     sd_chat_template_free(ct);
+    /* v0.2's template with an assistant turn of another form (two spaces
+     * before the text): refused under auto, not guessed; the explicit name
+     * takes the family's defaults */
+    char *v2 = read_template("mistral-v0.2.jinja");
+    ASSERT(v2);
+    char *at = strstr(v2, "' ' + message['content'] + eos_token");
+    ASSERT(at);
+    size_t k = (size_t)(at - v2);
+    char *odd = sd_strfmt("%.*s'  '%s", (int)k, v2, at + 3);
+    ASSERT(odd);
+    ASSERT_OK(put_config(dir, odd, "<s>"));
+    ASSERT_EQ(sd_chat_template_load(&ct, dir, "auto", &err), SD_ENOTSUP);
+    ASSERT_CONTAINS(err.msg, "--chat-template mistral");
+    ASSERT_OK(sd_chat_template_load(&ct, dir, "mistral", &err));
+    ASSERT_OK(sd_chat_render(ct, m + 1, 3, 1, &out, &len, &err));
+    ASSERT_STR_EQ(out, "<s>[INST] hi[/INST] yo</s>[INST] more[/INST]");
+    free(out);
+    sd_chat_template_free(ct);
+    free(odd);
+    free(v2);
     free(v1);
     rm_tree(dir);
 }
