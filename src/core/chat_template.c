@@ -1128,12 +1128,12 @@ static int inst_system(const sd_chat_template *ct, const sd_chat_msg *m, int n)
 static int inst_check(const sd_chat_template *ct, const sd_chat_msg *m, int n, sd_err *err)
 {
     const char *who = ct->fam == FAM_LLAMA2 ? "Llama 2's" : "Mistral's";
-    const int v3 = ct->fam == FAM_MISTRAL && ct->inst.tools;
+    const int tool_format = ct->fam == FAM_MISTRAL && ct->inst.tools;
     if (n == 0 && takes_system(ct)) /* they read messages[0] */
         return sd_err_set(err, SD_EINVAL, "chat render: %s template needs a message", who);
     int turn = 0;
     for (int i = inst_system(ct, m, n); i < n; i++) {
-        if (v3 && (is_role(&m[i], "tool") || is_role(&m[i], "tool_results")))
+        if (tool_format && (is_role(&m[i], "tool") || is_role(&m[i], "tool_results")))
             return sd_err_set(err, SD_ENOTSUP, "chat render: message %d: the mistral template's tool format is "
                               "not supported (tool results need it)", i);
         if (is_role(&m[i], "user") != (turn % 2 == 0))
