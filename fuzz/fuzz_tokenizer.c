@@ -13,6 +13,11 @@
  *   6  mistralish (SentencePiece BPE: Metaspace, byte fallback, the Strip decoder): encode;
  *      stream decode == decode
  *   7  llama2ish (the same model, Prepend + Replace normalizers): as 6
+ *   8  Mistral's [INST] chat render (v0.3's form, by name) of messages split at
+ *      NUL bytes, mostly in turn (a content starting with '!' takes the role
+ *      out of turn), then mistralish encode; a refusal (SD_EINVAL /
+ *      SD_ENOTSUP) is an answer, anything else an error
+ *   9  the same with Llama 2's template and llama2ish
  * A broken property aborts, which libFuzzer reports with the input.
  *
  * Build: meson setup build-fuzz -Dfuzz=true (CC=clang), or directly with clang as
@@ -34,7 +39,7 @@ static const char *const NAMES[] = {"kimiish", "deepseekish", "gpt2ish", "llama3
 
 /* Loaded once for the whole run (a harness, not library code). */
 static sd_tokenizer *tok[6];
-static sd_chat_template *chat;
+static sd_chat_template *chat, *chat_inst[2]; /* llama3ish; mistral, llama2 */
 
 static void die(const char *what, const char *msg)
 {
@@ -59,6 +64,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     sd_err err = {0};
     if (sd_chat_template_load(&chat, path, "auto", &err))
         die(path, err.msg);
+    if (sd_chat_template_load(&chat_inst[0], NULL, "mistral", &err) ||
+        sd_chat_template_load(&chat_inst[1], NULL, "llama2", &err))
+        die("[INST] templates", err.msg);
     return 0;
 }
 
@@ -133,7 +141,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
-    int mode = data[0] % 8;
+    int mode = data[0] % 10;
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
     switch (mode) {
@@ -190,6 +198,37 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 7:
         encode_checks(tok[mode - 2], text, len, 0, data, size);
         break;
+    case 8:
+    case 9: {
+        /* an optional system message, then user / assistant in turn; '!'
+         * first: the role after the one in turn (tool after assistant) */
+        static const char *const roles[] = {"user", "assistant", "tool"};
+        sd_chat_msg m[8];
+        char *copy = malloc(len + 1);
+        memcpy(copy, text, len);
+        copy[len] = 0;
+        int n = 0, turn = 0;
+        for (char *p = copy; n < 8 && p <= copy + len; p += strlen(p) + 1) {
+            const char *role = n == 0 && (data[0] & 16) ? "system" : roles[turn % 2 + (*p == '!')];
+            if (strcmp(role, "system"))
+                turn++;
+            m[n++] = (sd_chat_msg){.role = role, .content = p};
+        }
+        sd_err err = {0};
+        char *out;
+        size_t olen;
+        int rc = sd_chat_render(chat_inst[mode - 8], m, n, data[0] & 1, &out, &olen, &err);
+        if (rc && rc != SD_EINVAL && rc != SD_ENOTSUP)
+            die("chat_render [INST]", err.msg);
+        if (!rc) {
+            if (olen != strlen(out))
+                die("chat_render [INST]", "length");
+            encode_checks(tok[mode - 4], out, olen, 0, data, size);
+            free(out);
+        }
+        free(copy);
+        break;
+    }
     case 5: {
         sd_sbuf pat = {0};
         int r = sd__tiktoken_pattern_of_source(text, len, &pat);
