@@ -1111,7 +1111,8 @@ static void r_kimi(const sd_chat_template *ct, const sd_chat_msg *m, int n, cons
  * Text only (no tool format). Each template raises where the roles do not
  * alternate user / assistant after an optional first system message (the
  * earlier Mistral ones take no system message at all); inst_check refuses
- * what they raise on, as the same SD_EINVAL for every template. */
+ * what they raise on with SD_EINVAL, and tool results (where a template has
+ * a tool format, not written here) with SD_ENOTSUP. */
 
 static int is_role(const sd_chat_msg *m, const char *r) { return !strcmp(m->role, r); }
 
